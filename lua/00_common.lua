@@ -1,0 +1,138 @@
+#!lua name=retryd
+-- retryd: the Redis Functions library. Every state change of a message is one
+-- call of one function below. Files in lua/ are concatenated in name order by
+-- the Makefile into build/retryd.lua and loaded with FUNCTION LOAD REPLACE.
+--
+-- Conventions shared by every function:
+--   KEYS[1]  the queue's key base "<prefix>:{<escaped queue>}". It is never a
+--            key itself; it carries the hash tag, so the caller (and Redis
+--            Cluster) routes the call to the slot that holds all the queue's keys.
+--   KEYS[2]  where the message id is known: "<base>:m:<id>".
+--   Times    integer milliseconds since the Unix epoch, from Redis TIME.
+--   Replies  expected outcomes are a status string first ("ok", "not_found",
+--            "invalid_state", "lease_mismatch"); a message is a flat array
+--            {"id", <id>, field, value, ...}. redis.error_reply is used only for
+--            arguments no correct caller sends.
+
+-- Every key name of a queue is spelled here and nowhere else in Lua.
+local function queue_keys(base)
+  return {
+    ready      = base .. ':ready',       -- LIST of ids, claimed from the right
+    scheduled  = base .. ':scheduled',   -- ZSET id -> retry_after (ms)
+    processing = base .. ':processing',  -- ZSET id -> lease deadline (ms)
+    dead       = base .. ':dead',        -- ZSET id -> time of death (ms)
+    succeeded  = base .. ':succeeded',   -- ZSET id -> time of success (ms)
+    seq        = base .. ':seq',         -- STRING, last id handed out
+    stats      = base .. ':stats',       -- HASH of lifetime counters
+  }
+end
+
+local function message_key(base, id)
+  return base .. ':m:' .. id
+end
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Bounds of one call: bulk work is done in batches; callers loop.
+local PROMOTE_IN_CLAIM = 100
+local MAX_BATCH = 1000
+local MAX_BACKOFF_S = 3600
+
+local function bad_arg(name)
+  return redis.error_reply('ERR retryd: bad argument ' .. name)
+end
+
+local function to_int(s)
+  local n = tonumber(s)
+  if n == nil or n ~= math.floor(n) then return nil end
+  return n
+end
+
+local function message_reply(mkey, id)
+  local fields = redis.call('HGETALL', mkey)
+  local out = { 'id', id }
+  for i = 1, #fields do out[#out + 1] = fields[i] end
+  return out
+end
+
+-- Moves up to `limit` due ids from scheduled to the claim end of ready, the
+-- earliest due first in claim order. Returns how many it moved.
+local function promote_due(k, now, limit)
+  local due = redis.call('ZRANGE', k.scheduled, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
+  local n = #due
+  if n == 0 then return 0 end
+  redis.call('ZREM', k.scheduled, unpack(due))
+  for i = n, 1, -1 do
+    redis.call('RPUSH', k.ready, due[i])
+  end
+  return n
+end
+
+-- Settles one failure of a processing message (also used for an expired lease).
+-- retry_after_ms < 0 means "use the backoff table". Returns the new status.
+local function fail_message(k, base, id, now, err, retryable, retry_after_ms)
+  local mkey = message_key(base, id)
+  local retries = to_int(redis.call('HGET', mkey, 'retry_count')) or 0
+  local max_retries = to_int(redis.call('HGET', mkey, 'max_retries')) or 3
+  retries = retries + 1
+  redis.call('ZREM', k.processing, id)
+  redis.call('HDEL', mkey, 'lease_token', 'lease_expires_at')
+  redis.call('HINCRBY', k.stats, 'failed', 1)
+  if (not retryable) or retries >= max_retries then
+    redis.call('HSET', mkey, 'status', 'dead', 'retry_count', retries,
+               'last_error', err, 'updated_at', now, 'dead_at', now)
+    redis.call('HDEL', mkey, 'retry_after')
+    redis.call('ZADD', k.dead, now, id)
+    redis.call('HINCRBY', k.stats, 'dead', 1)
+    return 'dead'
+  end
+  local delay = retry_after_ms
+  if delay < 0 then
+    delay = math.min(2 ^ retries, MAX_BACKOFF_S) * 1000
+  end
+  local due = now + delay
+  redis.call('HSET', mkey, 'status', 'pending', 'retry_count', retries,
+             'last_error', err, 'updated_at', now, 'retry_after', due)
+  redis.call('ZADD', k.scheduled, due, id)
+  redis.call('HINCRBY', k.stats, 'retried', 1)
+  return 'pending'
+end
+
+-- Fails every lease whose deadline has passed, at most `limit` of them.
+local function reclaim_expired(k, base, now, limit)
+  local ids = redis.call('ZRANGE', k.processing, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
+  for i = 1, #ids do
+    fail_message(k, base, ids[i], now, 'lease expired', true, -1)
+  end
+  if #ids > 0 then
+    redis.call('HINCRBY', k.stats, 'lease_expired', #ids)
+  end
+  return #ids
+end
+
+-- Deletes finished messages older than ttl_ms from one index (0 keeps forever).
+local function expire_finished(k, base, index, now, ttl_ms, limit, counter)
+  if ttl_ms <= 0 then return 0 end
+  local ids = redis.call('ZRANGE', index, '-inf', now - ttl_ms, 'BYSCORE', 'LIMIT', 0, limit)
+  local n = #ids
+  if n == 0 then return 0 end
+  for i = 1, n do
+    redis.call('UNLINK', message_key(base, ids[i]))
+  end
+  redis.call('ZREM', index, unpack(ids))
+  redis.call('HINCRBY', k.stats, counter, n)
+  return n
+end
+
+-- Looks up a message for a transition; returns nil, reply when it cannot go on.
+local function load_for(mkey, want_status, token)
+  local cur = redis.call('HMGET', mkey, 'status', 'lease_token')
+  if not cur[1] then return nil, { 'not_found' } end
+  if cur[1] ~= want_status then return nil, { 'invalid_state', cur[1] } end
+  if token ~= '' and cur[2] ~= token then return nil, { 'lease_mismatch' } end
+  return cur[1]
+end
+

@@ -1,0 +1,89 @@
+-- succeed: a processing message is done.
+--   KEYS[1]  <prefix>:{q}                       queue key base
+--   KEYS[2]  <prefix>:{q}:m:<id>                the message
+--   ARGV[1]  id
+--   ARGV[2]  lease_token                        "" accepts any current lease
+-- Returns {"ok", message} | {"not_found"} | {"invalid_state", status} | {"lease_mismatch"}.
+local function succeed(keys, args)
+  local base, mkey, id, token = keys[1], keys[2], args[1], args[2] or ''
+  local k = queue_keys(base)
+  local _, err = load_for(mkey, 'processing', token)
+  if err then return err end
+  local now = now_ms()
+  redis.call('ZREM', k.processing, id)
+  redis.call('HDEL', mkey, 'lease_token', 'lease_expires_at')
+  redis.call('HSET', mkey, 'status', 'succeeded', 'updated_at', now)
+  redis.call('ZADD', k.succeeded, now, id)
+  redis.call('HINCRBY', k.stats, 'succeeded', 1)
+  return { 'ok', message_reply(mkey, id) }
+end
+
+-- fail: a processing message failed; retry with backoff or move to dead.
+--   KEYS[1]  <prefix>:{q}                       queue key base
+--   KEYS[2]  <prefix>:{q}:m:<id>                the message
+--   ARGV[1]  id
+--   ARGV[2]  lease_token                        "" accepts any current lease
+--   ARGV[3]  error                              string, kept as last_error
+--   ARGV[4]  retryable                          "1" | "0" (0: dead now)
+--   ARGV[5]  retry_after_ms                     integer >= 0 overrides the
+--                                               backoff; -1 uses min(2^n, 3600) s
+-- Returns {"ok", message} | {"not_found"} | {"invalid_state", status} | {"lease_mismatch"}.
+local function fail(keys, args)
+  local base, mkey, id, token = keys[1], keys[2], args[1], args[2] or ''
+  local err = args[3]
+  local retryable = args[4] ~= '0'
+  local retry_after_ms = to_int(args[5] or '-1')
+  if err == nil then return bad_arg('error') end
+  if retry_after_ms == nil then return bad_arg('retry_after_ms') end
+  local k = queue_keys(base)
+  local _, e = load_for(mkey, 'processing', token)
+  if e then return e end
+  fail_message(k, base, id, now_ms(), err, retryable, retry_after_ms)
+  return { 'ok', message_reply(mkey, id) }
+end
+
+-- extend: push a lease's deadline to now + lease_ms.
+--   KEYS[1]  <prefix>:{q}                       queue key base
+--   KEYS[2]  <prefix>:{q}:m:<id>                the message
+--   ARGV[1]  id
+--   ARGV[2]  lease_token                        "" accepts any current lease
+--   ARGV[3]  lease_ms                           integer >= 1
+-- Returns {"ok", message} | {"not_found"} | {"invalid_state", status} | {"lease_mismatch"}.
+local function extend(keys, args)
+  local base, mkey, id, token = keys[1], keys[2], args[1], args[2] or ''
+  local lease_ms = to_int(args[3])
+  if lease_ms == nil or lease_ms < 1 then return bad_arg('lease_ms') end
+  local k = queue_keys(base)
+  local _, e = load_for(mkey, 'processing', token)
+  if e then return e end
+  local now = now_ms()
+  redis.call('HSET', mkey, 'lease_expires_at', now + lease_ms, 'updated_at', now)
+  redis.call('ZADD', k.processing, now + lease_ms, id)
+  return { 'ok', message_reply(mkey, id) }
+end
+
+-- replay: a dead message gets a fresh retry budget and is claimed next.
+--   KEYS[1]  <prefix>:{q}                       queue key base
+--   KEYS[2]  <prefix>:{q}:m:<id>                the message
+--   ARGV[1]  id
+-- Resets retry_count, last_error and retry_after (reference behaviour).
+-- Returns {"ok", message} | {"not_found"} | {"invalid_state", status}.
+local function replay(keys, args)
+  local base, mkey, id = keys[1], keys[2], args[1]
+  local k = queue_keys(base)
+  local _, e = load_for(mkey, 'dead', '')
+  if e then return e end
+  local now = now_ms()
+  redis.call('ZREM', k.dead, id)
+  redis.call('HDEL', mkey, 'last_error', 'retry_after', 'dead_at')
+  redis.call('HSET', mkey, 'status', 'pending', 'retry_count', 0, 'updated_at', now)
+  redis.call('RPUSH', k.ready, id)
+  redis.call('HINCRBY', k.stats, 'replayed', 1)
+  return { 'ok', message_reply(mkey, id) }
+end
+
+redis.register_function('succeed', succeed)
+redis.register_function('fail', fail)
+redis.register_function('extend', extend)
+redis.register_function('replay', replay)
+

@@ -1,0 +1,73 @@
+-- promote: move due scheduled ids to the claim end of ready.
+--   KEYS[1]  <prefix>:{q}                       queue key base
+--   ARGV[1]  limit                              integer 1..1000 per call
+-- Returns {moved, next_due_in_ms}: -1 when nothing is scheduled. A caller that
+-- got moved == limit calls again at once.
+local function promote(keys, args)
+  local k = queue_keys(keys[1])
+  local limit = to_int(args[1])
+  if limit == nil or limit < 1 or limit > MAX_BATCH then return bad_arg('limit') end
+  local now = now_ms()
+  local moved = promote_due(k, now, limit)
+  local next_due = redis.call('ZRANGE', k.scheduled, 0, 0, 'WITHSCORES')
+  local wait = -1
+  if next_due[2] then wait = math.max(0, tonumber(next_due[2]) - now) end
+  return { moved, wait }
+end
+
+-- reclaim: fail every expired lease with last_error "lease expired".
+--   KEYS[1]  <prefix>:{q}                       queue key base
+--   ARGV[1]  limit                              integer 1..1000 per call
+-- Returns {reclaimed, next_deadline_in_ms}: -1 when nothing is leased.
+local function reclaim(keys, args)
+  local base = keys[1]
+  local k = queue_keys(base)
+  local limit = to_int(args[1])
+  if limit == nil or limit < 1 or limit > MAX_BATCH then return bad_arg('limit') end
+  local now = now_ms()
+  local n = reclaim_expired(k, base, now, limit)
+  local next_deadline = redis.call('ZRANGE', k.processing, 0, 0, 'WITHSCORES')
+  local wait = -1
+  if next_deadline[2] then wait = math.max(0, tonumber(next_deadline[2]) - now) end
+  return { n, wait }
+end
+
+-- tick: the timer's one call per queue: reclaim, promote, then retention.
+--   KEYS[1]  <prefix>:{q}                       queue key base
+--   ARGV[1]  limit                              integer 1..1000, per kind of work
+--   ARGV[2]  dead_ttl_ms                        0 keeps dead letters forever
+--   ARGV[3]  succeeded_ttl_ms                   0 keeps succeeded forever
+-- Returns {promoted, reclaimed, expired, next_in_ms}: next_in_ms is the time
+-- until the next scheduled id or lease deadline is due (-1: none). Any count
+-- equal to limit means more work is waiting: call again at once.
+local function tick(keys, args)
+  local base = keys[1]
+  local k = queue_keys(base)
+  local limit = to_int(args[1])
+  local dead_ttl = to_int(args[2])
+  local succeeded_ttl = to_int(args[3])
+  if limit == nil or limit < 1 or limit > MAX_BATCH then return bad_arg('limit') end
+  if dead_ttl == nil or succeeded_ttl == nil then return bad_arg('ttl') end
+  local now = now_ms()
+  -- Reclaim first: an expired lease with a zero backoff becomes due at once.
+  local reclaimed = reclaim_expired(k, base, now, limit)
+  local promoted = promote_due(k, now, limit)
+  local expired = expire_finished(k, base, k.dead, now, dead_ttl, limit, 'expired_dead')
+  local e2 = expire_finished(k, base, k.succeeded, now, succeeded_ttl, limit, 'expired_succeeded')
+  if e2 > expired then expired = e2 end
+
+  local wait = -1
+  local s = redis.call('ZRANGE', k.scheduled, 0, 0, 'WITHSCORES')
+  if s[2] then wait = math.max(0, tonumber(s[2]) - now) end
+  local p = redis.call('ZRANGE', k.processing, 0, 0, 'WITHSCORES')
+  if p[2] then
+    local w = math.max(0, tonumber(p[2]) - now)
+    if wait < 0 or w < wait then wait = w end
+  end
+  return { promoted, reclaimed, expired, wait }
+end
+
+redis.register_function('promote', promote)
+redis.register_function('reclaim', reclaim)
+redis.register_function('tick', tick)
+
