@@ -1,0 +1,17 @@
+/* api.h - the HTTP handlers: route, validate, call the store, answer. */
+#ifndef RETRYD_API_H
+#define RETRYD_API_H
+
+#include "retryd/config.h"
+#include "retryd/http.h"
+#include "retryd/store.h"
+
+typedef struct rd_api {
+    rd_store_t *store;          /* borrowed */
+    const rd_config_t *cfg;     /* borrowed */
+} rd_api_t;
+
+/* The rd_http_handler_fn of the server; ctx is a rd_api_t. */
+void rd_api_handle(rd_http_exchange_t *ex, const rd_http_request_t *req, void *ctx);
+
+#endif

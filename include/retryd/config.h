@@ -1,0 +1,39 @@
+/* config.h - the daemon's settings: flags, RETRYD_* environment, defaults. */
+#ifndef RETRYD_CONFIG_H
+#define RETRYD_CONFIG_H
+
+#include <stddef.h>
+
+#include "retryd/log.h"
+
+typedef struct rd_config {
+    char listen_host[64];       /* --listen host:port (default 127.0.0.1:8080) */
+    int listen_port;
+    char redis_host[256];       /* --redis redis://[[user]:password@]host:port[/db] */
+    int redis_port;
+    char redis_user[128];       /* "" when none */
+    char redis_password[256];   /* "" when none */
+    int redis_db;
+    int redis_timeout_ms;       /* --redis-timeout-ms: a command older than this drops the link */
+    char prefix[64];            /* --prefix: first part of every key */
+    int tick_ms;                /* --tick-ms: longest the promoter sleeps */
+    long long lease_ms;         /* --lease-seconds: default lease of a claim */
+    size_t max_body_bytes;      /* --max-body */
+    long long dead_ttl_ms;      /* --dead-ttl: 0 keeps dead letters forever */
+    long long succeeded_ttl_ms; /* --succeeded-ttl: 0 keeps succeeded forever */
+    rd_log_level_t log_level;   /* --log-level debug|info|warn|error */
+} rd_config_t;
+
+void rd_config_defaults(rd_config_t *cfg);
+
+/* Applies RETRYD_* variables, then argv flags (flags win). Returns 0; 1 when
+ * --help was asked (usage is in err); -1 with a message in err on bad input. */
+int rd_config_load(rd_config_t *cfg, int argc, char **argv, char *err, size_t err_len);
+
+/* "30d", "1h", "15m", "10s", "90" (seconds) -> milliseconds; -1 when invalid. */
+long long rd_parse_duration_ms(const char *s);
+
+/* Parses a redis:// URL into cfg's redis_* fields. Returns 0 or -1. */
+int rd_config_parse_redis_url(rd_config_t *cfg, const char *url);
+
+#endif

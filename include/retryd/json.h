@@ -1,0 +1,50 @@
+/* json.h - JSON documents, wrapping cJSON. Only json.c includes cJSON.
+ *
+ * A rd_json_t is a node of a document; the root owns every node below it and
+ * is released with rd_json_free. Strings returned by accessors are borrowed
+ * from the document and valid until it is freed. */
+#ifndef RETRYD_JSON_H
+#define RETRYD_JSON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct rd_json rd_json_t;
+
+/* Parses text[0..len). Returns NULL when it is not exactly one JSON value.
+ * *has_nul is set when a string in it contains an escaped U+0000, which
+ * cJSON would silently cut short: callers refuse such strings instead. */
+rd_json_t *rd_json_parse(const char *text, size_t len, bool *has_nul);
+void rd_json_free(rd_json_t *doc);
+
+bool rd_json_is_object(const rd_json_t *j);
+bool rd_json_is_array(const rd_json_t *j);
+bool rd_json_is_string(const rd_json_t *j);
+bool rd_json_is_null(const rd_json_t *j);
+bool rd_json_is_bool(const rd_json_t *j);
+
+/* Member of an object by exact name, or NULL. */
+rd_json_t *rd_json_get(const rd_json_t *obj, const char *name);
+/* The string value, or NULL when j is not a string. */
+const char *rd_json_string(const rd_json_t *j);
+bool rd_json_bool(const rd_json_t *j);
+/* True when j is a number with an integral value in [-2^53, 2^53]. */
+bool rd_json_integer(const rd_json_t *j, long long *out);
+size_t rd_json_array_size(const rd_json_t *j);
+rd_json_t *rd_json_array_at(const rd_json_t *j, size_t i);
+
+/* Building. set_* and append take ownership of item/value nodes. */
+rd_json_t *rd_json_new_object(void);
+rd_json_t *rd_json_new_array(void);
+void rd_json_set(rd_json_t *obj, const char *name, rd_json_t *item);
+void rd_json_set_string(rd_json_t *obj, const char *name, const char *value);
+void rd_json_set_stringn(rd_json_t *obj, const char *name, const char *value, size_t len);
+void rd_json_set_int(rd_json_t *obj, const char *name, long long value);
+void rd_json_set_bool(rd_json_t *obj, const char *name, bool value);
+void rd_json_set_null(rd_json_t *obj, const char *name);
+void rd_json_append(rd_json_t *array, rd_json_t *item);
+
+/* Compact text of j; the caller frees it with rd_free. */
+char *rd_json_print(const rd_json_t *j, size_t *len);
+
+#endif

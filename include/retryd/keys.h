@@ -1,0 +1,26 @@
+/* keys.h - Redis key names. The only place in C where a key is spelled.
+ *
+ * A queue's keys all share the hash tag "{<escaped name>}" so that one Lua call
+ * touches one Cluster slot. The escape is injective: '%', '{', '}', ':', bytes
+ * below 0x20 and 0x7f become "%XX" (upper-case hex), everything else is kept,
+ * so two names never share keys and the tag never contains a brace. */
+#ifndef RETRYD_KEYS_H
+#define RETRYD_KEYS_H
+
+#include <stddef.h>
+
+#include "retryd/buf.h"
+
+/* Appends the escaped form of name[0..len) to out. */
+void rd_keys_escape_queue(rd_buf_t *out, const char *name, size_t len);
+
+/* "<prefix>:{<escaped queue>}": KEYS[1] of every function call. */
+void rd_keys_queue_base(rd_buf_t *out, const char *prefix, const char *queue, size_t len);
+
+/* "<base>:m:<id>": the message hash (KEYS[2] where the id is known). */
+void rd_keys_message(rd_buf_t *out, const char *base, size_t base_len, long long id);
+
+/* "<prefix>:queues": the registry SET of queue names (not slot-bound). */
+void rd_keys_registry(rd_buf_t *out, const char *prefix);
+
+#endif

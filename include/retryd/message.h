@@ -1,0 +1,57 @@
+/* message.h - a message as the functions return it, and its JSON form.
+ *
+ * A message's strings are borrowed from the Redis reply it was read from and
+ * are valid only inside the callback that delivered it. */
+#ifndef RETRYD_MESSAGE_H
+#define RETRYD_MESSAGE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "retryd/json.h"
+
+typedef enum rd_status {
+    RD_STATUS_PENDING,
+    RD_STATUS_PROCESSING,
+    RD_STATUS_SUCCEEDED,
+    RD_STATUS_DEAD,
+    RD_STATUS_UNKNOWN,
+} rd_status_t;
+
+typedef struct rd_str {
+    const char *ptr;        /* borrowed; NULL means "absent" */
+    size_t len;
+} rd_str_t;
+
+typedef struct rd_message {
+    long long id;
+    rd_status_t status;
+    rd_str_t payload;
+    int retry_count;
+    int max_retries;
+    long long retry_after_ms;       /* epoch ms, -1 when none */
+    rd_str_t last_error;
+    long long lease_expires_at_ms;  /* epoch ms, -1 when not leased */
+    rd_str_t lease_token;
+    long long created_at_ms;
+    long long updated_at_ms;
+} rd_message_t;
+
+const char *rd_status_name(rd_status_t s);
+/* Returns the status named s[0..len), or RD_STATUS_UNKNOWN. */
+rd_status_t rd_status_parse(const char *s, size_t len);
+
+/* An empty message: no optional fields, unknown status. */
+void rd_message_init(rd_message_t *m);
+/* Applies one hash field as the functions store it; unknown fields are ignored. */
+void rd_message_set_field(rd_message_t *m, const char *name, size_t name_len,
+                          const char *value, size_t value_len);
+
+/* RFC 3339 UTC with milliseconds: "2026-11-30T07:01:39.123Z" (out >= 32 bytes). */
+void rd_format_time_ms(long long epoch_ms, char *out);
+
+/* The message's JSON object (SPEC §3); lease_token only when with_token. */
+rd_json_t *rd_message_to_json(const rd_message_t *m, const char *queue, size_t queue_len,
+                              bool with_token);
+
+#endif

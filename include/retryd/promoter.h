@@ -1,0 +1,36 @@
+/* promoter.h - the timer that keeps queues moving: it reclaims expired leases,
+ * promotes due scheduled ids to the ready list and applies retention, with one
+ * `tick` FCALL per known queue.
+ *
+ * It decides its own next wake-up: when any queue came back with a full batch
+ * it runs again at once; otherwise it sleeps until the earliest due time any
+ * queue reported, never longer than tick_ms. One call is in flight at a time;
+ * errors are logged and retried on the next tick, never fatal. */
+#ifndef RETRYD_PROMOTER_H
+#define RETRYD_PROMOTER_H
+
+#include <uv.h>
+
+#include "retryd/store.h"
+
+typedef struct rd_promoter rd_promoter_t;
+
+typedef struct rd_promoter_options {
+    int tick_ms;                  /* longest sleep between rounds */
+    int batch;                    /* most ids moved per kind of work per call */
+    long long dead_ttl_ms;        /* 0 keeps dead letters forever */
+    long long succeeded_ttl_ms;   /* 0 keeps succeeded messages forever */
+} rd_promoter_options_t;
+
+/* Starts the first round at once. Borrows store until stopped. */
+rd_promoter_t *rd_promoter_start(uv_loop_t *loop, rd_store_t *store,
+                                 const rd_promoter_options_t *opts);
+
+/* Stops after the call in flight, if any, has completed; on_stopped runs once
+ * from the loop, and then the promoter is freed. */
+void rd_promoter_stop(rd_promoter_t *p, void (*on_stopped)(void *arg), void *arg);
+
+/* Rounds completed since start (for tests and logs). */
+unsigned long rd_promoter_rounds(const rd_promoter_t *p);
+
+#endif

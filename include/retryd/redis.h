@@ -1,0 +1,83 @@
+/* redis.h - retryd's one Redis connection, wrapping hiredis (only redis.c
+ * includes it).
+ *
+ * The connection is a state machine: CLOSED -> CONNECTING -> LOADING (AUTH,
+ * SELECT, FUNCTION LOAD REPLACE of the retryd library) -> READY. A dropped
+ * link goes back to CLOSED and reconnects with backoff (100 ms doubling to
+ * 5 s). Commands are accepted only while READY; otherwise rd_redis_command
+ * fails at once so callers can answer 503 without waiting.
+ *
+ * Every command has a deadline (timeout_ms): Redis answers in order, so a
+ * watchdog looks at the oldest command and, when it is late, drops the link;
+ * every command then in flight completes with RD_REDIS_LOST.
+ *
+ * When Redis answers an FCALL with "Function not found" (restarted without
+ * persistence, FUNCTION FLUSH, failover), the library is loaded again and the
+ * command resent once: it never ran, so resending cannot duplicate anything. */
+#ifndef RETRYD_REDIS_H
+#define RETRYD_REDIS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <uv.h>
+
+typedef struct rd_redis rd_redis_t;
+
+/* A read-only view of a reply, valid only inside the callback that got it. */
+typedef struct rd_reply rd_reply_t;
+
+typedef enum rd_reply_type {
+    RD_REPLY_STRING,
+    RD_REPLY_ARRAY,
+    RD_REPLY_INTEGER,
+    RD_REPLY_NIL,
+    RD_REPLY_STATUS,
+    RD_REPLY_ERROR,
+} rd_reply_type_t;
+
+rd_reply_type_t rd_reply_type(const rd_reply_t *r);
+/* Bytes of a string, status or error reply (NULL for other types). */
+const char *rd_reply_str(const rd_reply_t *r, size_t *len);
+/* Elements of an array reply (0 for other types); element i or NULL. */
+size_t rd_reply_len(const rd_reply_t *r);
+const rd_reply_t *rd_reply_at(const rd_reply_t *r, size_t i);
+/* An integer reply, or a string holding a decimal integer. */
+bool rd_reply_int(const rd_reply_t *r, long long *out);
+/* True when r is a string/status equal to s. */
+bool rd_reply_is(const rd_reply_t *r, const char *s);
+
+typedef enum rd_redis_status {
+    RD_REDIS_OK,    /* reply is Redis's answer (possibly an error reply) */
+    RD_REDIS_LOST,  /* the link dropped after the command was sent: it may or may
+                       not have run; reply is NULL */
+} rd_redis_status_t;
+
+typedef void (*rd_redis_cb)(const rd_reply_t *reply, rd_redis_status_t status, void *arg);
+
+typedef struct rd_redis_options {
+    const char *host;
+    int port;
+    const char *username;   /* NULL or "" for none */
+    const char *password;   /* NULL or "" for none */
+    int db;
+    int timeout_ms;         /* deadline of every command and of the handshake */
+    const char *library;    /* Lua source of the Functions library (borrowed, static) */
+} rd_redis_options_t;
+
+/* Creates the connection (CLOSED) and starts connecting. Strings in opts are
+ * copied. Never fails: an unreachable Redis is retried with backoff. */
+rd_redis_t *rd_redis_start(uv_loop_t *loop, const rd_redis_options_t *opts);
+
+bool rd_redis_ready(const rd_redis_t *r);
+
+/* Sends argv (binary-safe). Returns 0 and later calls cb exactly once from the
+ * loop; or -1 when the connection is not READY, and cb is never called. */
+int rd_redis_command(rd_redis_t *r, int argc, const char **argv, const size_t *lens,
+                     rd_redis_cb cb, void *arg);
+
+/* Closes the connection and frees r. Commands in flight complete (RD_REDIS_OK
+ * when Redis still answers them; with force, at once with RD_REDIS_LOST).
+ * on_closed runs once, from the loop, after every handle is closed. */
+void rd_redis_close(rd_redis_t *r, bool force, void (*on_closed)(void *arg), void *arg);
+
+#endif

@@ -1,0 +1,88 @@
+/* request.h - request bodies and query strings: parsing and validation into
+ * plain structs, with every bad field reported (SPEC §5). Pure: no I/O.
+ *
+ * A parse function returns RD_REQ_OK; RD_REQ_MALFORMED when the body is not a
+ * JSON object (a 400); RD_REQ_INVALID with errs filled (a 422). Strings in the
+ * struct are borrowed from its doc, released by rd_request_free. */
+#ifndef RETRYD_REQUEST_H
+#define RETRYD_REQUEST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "retryd/json.h"
+#include "retryd/problem.h"
+
+typedef enum rd_req_result { RD_REQ_OK, RD_REQ_MALFORMED, RD_REQ_INVALID } rd_req_result_t;
+
+enum {
+    RD_MAX_RETRIES_DEFAULT = 3,
+    RD_LEASE_SECONDS_MAX = 43200,
+    RD_DELAY_SECONDS_MAX = 30 * 86400,
+    RD_WAIT_SECONDS_MAX = 30,
+    RD_CLAIM_COUNT_MAX = 100,
+    RD_LIST_LIMIT_DEFAULT = 100,
+    RD_LIST_LIMIT_MAX = 1000,
+    RD_QUEUE_NAME_MAX = 255,
+};
+
+typedef struct rd_enqueue_req {
+    rd_json_t *doc;
+    const char *payload;
+    size_t payload_len;
+    int max_retries;
+    long long delay_ms;
+} rd_enqueue_req_t;
+
+typedef struct rd_claim_req {
+    rd_json_t *doc;
+    long long lease_ms;       /* the daemon default unless given */
+    long long wait_ms;        /* 0 unless given */
+    int count;                /* 1 unless given */
+    bool batch;               /* count was given: answer {messages:[...]} */
+} rd_claim_req_t;
+
+typedef struct rd_settle_req {
+    rd_json_t *doc;
+    const char *lease_token;  /* NULL when absent */
+    const char *error;        /* fail: required */
+    bool retryable;           /* fail: default true */
+    long long retry_after_ms; /* fail: -1 unless retry_after_seconds given */
+    long long lease_ms;       /* extend: the daemon default unless given */
+} rd_settle_req_t;
+
+typedef struct rd_list_req {
+    char status[16];          /* "" for every state */
+    int limit;
+    char cursor[128];         /* "" for the first page */
+} rd_list_req_t;
+
+rd_req_result_t rd_request_enqueue(const char *body, size_t len, rd_enqueue_req_t *out,
+                                   rd_field_errors_t *errs);
+/* Fields may come in the body or the query string (the body wins). */
+rd_req_result_t rd_request_claim(const char *body, size_t len, const char *query,
+                                 size_t query_len, long long default_lease_ms,
+                                 rd_claim_req_t *out, rd_field_errors_t *errs);
+rd_req_result_t rd_request_succeed(const char *body, size_t len, rd_settle_req_t *out,
+                                   rd_field_errors_t *errs);
+rd_req_result_t rd_request_fail(const char *body, size_t len, rd_settle_req_t *out,
+                                rd_field_errors_t *errs);
+rd_req_result_t rd_request_extend(const char *body, size_t len, long long default_lease_ms,
+                                  rd_settle_req_t *out, rd_field_errors_t *errs);
+/* replay takes no fields, but a body, when sent, must still be a JSON object. */
+rd_req_result_t rd_request_empty(const char *body, size_t len);
+rd_req_result_t rd_request_list(const char *query, size_t query_len, rd_list_req_t *out,
+                                rd_field_errors_t *errs);
+
+/* Checks a decoded queue name: 1-255 bytes of valid UTF-8, no control
+ * characters. Adds a "queue" error and returns false otherwise. */
+bool rd_request_queue_name(const char *name, size_t len, rd_field_errors_t *errs);
+
+/* The decoded value of name in a query string, into out (cap bytes). Returns
+ * the length, -1 when absent, -2 when undecodable or too long. */
+long rd_query_get(const char *query, size_t query_len, const char *name, char *out,
+                  size_t cap);
+
+void rd_request_free(rd_json_t *doc);
+
+#endif

@@ -1,0 +1,80 @@
+/* store.h - queue operations: each one is one FCALL of the retryd library.
+ * store.c builds KEYS/ARGV and turns replies into results; it holds no state
+ * of a message, so any number of retryd processes can share one Redis.
+ *
+ * Async rule: an operation returns 0 and later calls its callback exactly once
+ * from the loop, or returns -1 (Redis not ready) and never calls it. The
+ * result and everything it points to are valid only inside the callback. */
+#ifndef RETRYD_STORE_H
+#define RETRYD_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <uv.h>
+
+#include "retryd/message.h"
+#include "retryd/redis.h"
+
+typedef struct rd_store rd_store_t;
+
+typedef enum rd_store_status {
+    RD_STORE_OK,
+    RD_STORE_NOT_FOUND,
+    RD_STORE_INVALID_STATE,   /* state holds the message's current status */
+    RD_STORE_LEASE_MISMATCH,
+    RD_STORE_BAD_CURSOR,
+    RD_STORE_LOST,            /* sent, then the link dropped: outcome unknown */
+    RD_STORE_ERROR,           /* Redis answered something we did not expect; see detail */
+} rd_store_status_t;
+
+typedef struct rd_store_result {
+    rd_store_status_t status;
+    rd_str_t detail;          /* RD_STORE_ERROR: the error text */
+    rd_str_t state;           /* RD_STORE_INVALID_STATE */
+    rd_message_t *messages;   /* message operations, list */
+    size_t count;
+    long long total;          /* list */
+    rd_str_t next_cursor;     /* list: len 0 at the end */
+    long long promoted, reclaimed, expired, next_in_ms;  /* tick */
+    rd_str_t *names;          /* queues: the registry's names */
+} rd_store_result_t;
+
+typedef void (*rd_store_cb)(const rd_store_result_t *res, void *arg);
+
+typedef struct rd_store_queue {
+    const char *name;         /* decoded queue name (bytes) */
+    size_t len;
+} rd_store_queue_t;
+
+/* Borrows redis; prefix is copied. */
+rd_store_t *rd_store_new(uv_loop_t *loop, rd_redis_t *redis, const char *prefix);
+void rd_store_free(rd_store_t *st);
+
+int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, size_t len,
+                     int max_retries, long long delay_ms, rd_store_cb cb, void *arg);
+int rd_store_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int count,
+                   rd_store_cb cb, void *arg);
+/* token NULL: accept any current lease. */
+int rd_store_succeed(rd_store_t *st, rd_store_queue_t q, long long id, const char *token,
+                     rd_store_cb cb, void *arg);
+/* retry_after_ms < 0: the backoff table decides. */
+int rd_store_fail(rd_store_t *st, rd_store_queue_t q, long long id, const char *token,
+                  const char *error, bool retryable, long long retry_after_ms,
+                  rd_store_cb cb, void *arg);
+int rd_store_extend(rd_store_t *st, rd_store_queue_t q, long long id, const char *token,
+                    long long lease_ms, rd_store_cb cb, void *arg);
+int rd_store_replay(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_cb cb,
+                    void *arg);
+int rd_store_get(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_cb cb, void *arg);
+/* status NULL lists every state; cursor NULL starts at the beginning. */
+int rd_store_list(rd_store_t *st, rd_store_queue_t q, const char *status, int limit,
+                  const char *cursor, rd_store_cb cb, void *arg);
+/* The timer's call: reclaim, promote, retention, at most limit of each. */
+int rd_store_tick(rd_store_t *st, rd_store_queue_t q, int limit, long long dead_ttl_ms,
+                  long long succeeded_ttl_ms, rd_store_cb cb, void *arg);
+/* Names of every known queue (res->names, res->count). */
+int rd_store_queues(rd_store_t *st, rd_store_cb cb, void *arg);
+/* PING: res->status is RD_STORE_OK when Redis answered PONG. */
+int rd_store_ping(rd_store_t *st, rd_store_cb cb, void *arg);
+
+#endif

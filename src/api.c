@@ -1,0 +1,326 @@
+/* api.c - HTTP handlers for every route (SPEC §5). */
+#include "retryd/api.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "retryd/alloc.h"
+#include "retryd/buf.h"
+#include "retryd/json.h"
+#include "retryd/log.h"
+#include "retryd/problem.h"
+#include "retryd/request.h"
+#include "retryd/router.h"
+
+/* One request waiting for the store; freed after its response. */
+typedef struct call {
+    rd_api_t *api;
+    rd_http_exchange_t *ex;
+    const rd_http_request_t *req;
+    rd_route_match_t match;
+    bool batch;                 /* claim with count: answer {messages:[...]} */
+} call_t;
+
+static const char *const verbs[RD_ROUTE_COUNT] = {
+    [RD_ROUTE_SUCCEED] = "succeed", [RD_ROUTE_FAIL] = "fail",
+    [RD_ROUTE_REPLAY] = "replay",   [RD_ROUTE_EXTEND] = "extend",
+};
+
+static void call_free(call_t *c)
+{
+    rd_route_match_free(&c->match);
+    rd_free(c);
+}
+
+static void respond_json(call_t *c, int status, rd_json_t *doc, const char *extra_headers)
+{
+    size_t len;
+    char *body = rd_json_print(doc, &len);
+    rd_json_free(doc);
+    rd_http_respond(c->ex, status, "application/json", extra_headers, body, len);
+    rd_free(body);
+    call_free(c);
+}
+
+static void respond_problem(call_t *c, rd_problem_t p, const char *detail,
+                            const rd_field_errors_t *errs, const char *extra_headers)
+{
+    rd_problem_respond(c->ex, c->req, p, detail, errs, extra_headers);
+    call_free(c);
+}
+
+static void respond_unavailable(call_t *c)
+{
+    respond_problem(c, RD_PROBLEM_BACKEND_UNAVAILABLE, "Redis is not reachable; nothing was done.",
+                    NULL, "Retry-After: 1\r\n");
+}
+
+/* Maps a store outcome other than OK to its problem; returns true when it
+ * answered. */
+static bool respond_store_failure(call_t *c, const rd_store_result_t *res)
+{
+    char detail[256];
+    switch (res->status) {
+    case RD_STORE_OK:
+        return false;
+    case RD_STORE_NOT_FOUND:
+        snprintf(detail, sizeof detail, "message %lld does not exist in this queue.", c->match.id);
+        respond_problem(c, RD_PROBLEM_NOT_FOUND, detail, NULL, NULL);
+        return true;
+    case RD_STORE_INVALID_STATE: {
+        const char *needs = c->match.route == RD_ROUTE_REPLAY ? "dead" : "processing";
+        snprintf(detail, sizeof detail, "message %lld is %.*s; %s needs a %s message.",
+                 c->match.id, (int)res->state.len, res->state.ptr, verbs[c->match.route],
+                 needs);
+        respond_problem(c, RD_PROBLEM_INVALID_STATE, detail, NULL, NULL);
+        return true;
+    }
+    case RD_STORE_LEASE_MISMATCH:
+        snprintf(detail, sizeof detail,
+                 "lease_token is not the current lease of message %lld (the lease expired and "
+                 "the message was claimed again, or the token is wrong).", c->match.id);
+        respond_problem(c, RD_PROBLEM_LEASE_MISMATCH, detail, NULL, NULL);
+        return true;
+    case RD_STORE_BAD_CURSOR: {
+        rd_field_errors_t errs = { .count = 0 };
+        rd_field_errors_add(&errs, "cursor", "invalid", "cursor must be a next_cursor value.");
+        respond_problem(c, RD_PROBLEM_VALIDATION_FAILED, "The query has invalid fields.", &errs,
+                        NULL);
+        return true;
+    }
+    case RD_STORE_LOST:
+        respond_problem(c, RD_PROBLEM_OUTCOME_UNKNOWN,
+                        "The link to Redis dropped after the command was sent; it may or may "
+                        "not have been applied. Read the message before retrying.",
+                        NULL, "Retry-After: 1\r\n");
+        return true;
+    case RD_STORE_ERROR:
+        rd_error("api: Redis error on %.*s: %.*s", (int)c->req->path_len, c->req->path,
+                 (int)res->detail.len, res->detail.ptr);
+        respond_problem(c, RD_PROBLEM_INTERNAL, "Redis answered with an error; see the log.",
+                        NULL, NULL);
+        return true;
+    }
+    return false;
+}
+
+/* ---------------------------------------------------------------- store callbacks */
+
+static void on_message(const rd_store_result_t *res, void *arg)
+{
+    call_t *c = arg;
+    if (respond_store_failure(c, res)) return;
+    if (res->count != 1) {
+        rd_store_result_t bad = { .status = RD_STORE_ERROR };
+        respond_store_failure(c, &bad);
+        return;
+    }
+    rd_json_t *doc = rd_message_to_json(&res->messages[0], c->match.queue, c->match.queue_len,
+                                        false);
+    respond_json(c, 200, doc, NULL);
+}
+
+static void on_enqueued(const rd_store_result_t *res, void *arg)
+{
+    call_t *c = arg;
+    if (respond_store_failure(c, res)) return;
+    const rd_message_t *m = &res->messages[0];
+    rd_buf_t location = RD_BUF_INIT;
+    rd_buf_printf(&location, "Location: %.*s/%lld\r\n", (int)c->req->path_len, c->req->path,
+                  m->id);
+    respond_json(c, 201, rd_message_to_json(m, c->match.queue, c->match.queue_len, false),
+                 location.data);
+    rd_buf_free(&location);
+}
+
+static void on_claimed(const rd_store_result_t *res, void *arg)
+{
+    call_t *c = arg;
+    if (respond_store_failure(c, res)) return;
+    if (res->count == 0) {
+        rd_http_respond(c->ex, 204, NULL, NULL, NULL, 0);
+        call_free(c);
+        return;
+    }
+    if (!c->batch) {
+        respond_json(c, 200, rd_message_to_json(&res->messages[0], c->match.queue,
+                                                c->match.queue_len, true), NULL);
+        return;
+    }
+    rd_json_t *doc = rd_json_new_object();
+    rd_json_t *list = rd_json_new_array();
+    for (size_t i = 0; i < res->count; i++)
+        rd_json_append(list, rd_message_to_json(&res->messages[i], c->match.queue,
+                                                c->match.queue_len, true));
+    rd_json_set(doc, "messages", list);
+    respond_json(c, 200, doc, NULL);
+}
+
+static void on_listed(const rd_store_result_t *res, void *arg)
+{
+    call_t *c = arg;
+    if (respond_store_failure(c, res)) return;
+    rd_json_t *doc = rd_json_new_object();
+    rd_json_t *list = rd_json_new_array();
+    for (size_t i = 0; i < res->count; i++)
+        rd_json_append(list, rd_message_to_json(&res->messages[i], c->match.queue,
+                                                c->match.queue_len, false));
+    rd_json_set(doc, "messages", list);
+    if (res->next_cursor.len) rd_json_set_stringn(doc, "next_cursor", res->next_cursor.ptr,
+                                                  res->next_cursor.len);
+    else rd_json_set_null(doc, "next_cursor");
+    rd_json_set_int(doc, "total", res->total);
+    respond_json(c, 200, doc, NULL);
+}
+
+static void on_pinged(const rd_store_result_t *res, void *arg)
+{
+    call_t *c = arg;
+    if (res->status != RD_STORE_OK) {
+        respond_unavailable(c);
+        return;
+    }
+    rd_json_t *doc = rd_json_new_object();
+    rd_json_set_string(doc, "status", "ready");
+    respond_json(c, 200, doc, NULL);
+}
+
+/* ---------------------------------------------------------------- handlers */
+
+static void answer_parse_failure(call_t *c, rd_req_result_t r, const rd_field_errors_t *errs)
+{
+    if (r == RD_REQ_MALFORMED)
+        respond_problem(c, RD_PROBLEM_MALFORMED_REQUEST,
+                        "The body must be a JSON object.", NULL, NULL);
+    else
+        respond_problem(c, RD_PROBLEM_VALIDATION_FAILED, "The request has invalid fields.", errs,
+                        NULL);
+}
+
+/* Starts the store operation of a queue route; returns the store's rc, or 1
+ * when it already answered (bad input). */
+static int dispatch(call_t *c)
+{
+    rd_api_t *api = c->api;
+    const rd_http_request_t *req = c->req;
+    rd_store_queue_t q = { c->match.queue, c->match.queue_len };
+    long long id = c->match.id;
+    rd_field_errors_t errs = { .count = 0 };
+    rd_req_result_t r;
+    int rc;
+
+    switch (c->match.route) {
+    case RD_ROUTE_ENQUEUE: {
+        rd_enqueue_req_t e;
+        r = rd_request_enqueue(req->body, req->body_len, &e, &errs);
+        if (r != RD_REQ_OK) break;
+        rc = rd_store_enqueue(api->store, q, e.payload, e.payload_len, e.max_retries,
+                              e.delay_ms, on_enqueued, c);
+        rd_request_free(e.doc);
+        return rc;
+    }
+    case RD_ROUTE_LIST: {
+        rd_list_req_t l;
+        r = rd_request_list(req->query, req->query_len, &l, &errs);
+        if (r != RD_REQ_OK) break;
+        return rd_store_list(api->store, q, l.status, l.limit, l.cursor, on_listed, c);
+    }
+    case RD_ROUTE_GET:
+        return rd_store_get(api->store, q, id, on_message, c);
+    case RD_ROUTE_CLAIM: {
+        rd_claim_req_t cl;
+        r = rd_request_claim(req->body, req->body_len, req->query, req->query_len,
+                             api->cfg->lease_ms, &cl, &errs);
+        if (r != RD_REQ_OK) break;
+        c->batch = cl.batch;
+        rc = rd_store_claim(api->store, q, cl.lease_ms, cl.count, on_claimed, c);
+        rd_request_free(cl.doc);
+        return rc;
+    }
+    case RD_ROUTE_SUCCEED:
+    case RD_ROUTE_FAIL:
+    case RD_ROUTE_EXTEND: {
+        rd_settle_req_t s;
+        if (c->match.route == RD_ROUTE_SUCCEED)
+            r = rd_request_succeed(req->body, req->body_len, &s, &errs);
+        else if (c->match.route == RD_ROUTE_FAIL)
+            r = rd_request_fail(req->body, req->body_len, &s, &errs);
+        else
+            r = rd_request_extend(req->body, req->body_len, api->cfg->lease_ms, &s, &errs);
+        if (r != RD_REQ_OK) break;
+        if (c->match.route == RD_ROUTE_SUCCEED)
+            rc = rd_store_succeed(api->store, q, id, s.lease_token, on_message, c);
+        else if (c->match.route == RD_ROUTE_FAIL)
+            rc = rd_store_fail(api->store, q, id, s.lease_token, s.error, s.retryable,
+                               s.retry_after_ms, on_message, c);
+        else
+            rc = rd_store_extend(api->store, q, id, s.lease_token, s.lease_ms, on_message, c);
+        rd_request_free(s.doc);
+        return rc;
+    }
+    case RD_ROUTE_REPLAY:
+        r = rd_request_empty(req->body, req->body_len);
+        if (r != RD_REQ_OK) break;
+        return rd_store_replay(api->store, q, id, on_message, c);
+    default: {
+        rd_store_result_t bad = { .status = RD_STORE_ERROR };
+        respond_store_failure(c, &bad);
+        return 1;
+    }
+    }
+    answer_parse_failure(c, r, &errs);
+    return 1;
+}
+
+void rd_api_handle(rd_http_exchange_t *ex, const rd_http_request_t *req, void *ctx)
+{
+    call_t *c = rd_calloc(1, sizeof *c);
+    c->api = ctx;
+    c->ex = ex;
+    c->req = req;
+
+    switch (rd_router_match(req->method, req->path, req->path_len, &c->match)) {
+    case RD_ROUTE_NO_PATH:
+        respond_problem(c, RD_PROBLEM_NOT_FOUND, "No route matches this path.", NULL, NULL);
+        return;
+    case RD_ROUTE_BAD_ID:
+        respond_problem(c, RD_PROBLEM_NOT_FOUND, "Message ids are positive integers.", NULL,
+                        NULL);
+        return;
+    case RD_ROUTE_NO_METHOD: {
+        char allow[96];
+        snprintf(allow, sizeof allow, "Allow: %s\r\n", c->match.allow);
+        char detail[128];
+        snprintf(detail, sizeof detail, "This path accepts %s.", c->match.allow);
+        respond_problem(c, RD_PROBLEM_METHOD_NOT_ALLOWED, detail, NULL, allow);
+        return;
+    }
+    case RD_ROUTE_MATCHED:
+        break;
+    }
+
+    if (c->match.route == RD_ROUTE_HEALTHZ) {
+        rd_json_t *doc = rd_json_new_object();
+        rd_json_set_string(doc, "status", "ok");
+        respond_json(c, 200, doc, NULL);
+        return;
+    }
+    if (c->match.route == RD_ROUTE_READYZ) {
+        if (rd_store_ping(c->api->store, on_pinged, c) != 0) respond_unavailable(c);
+        return;
+    }
+
+    rd_field_errors_t errs = { .count = 0 };
+    if (!c->match.queue_decoded) {
+        rd_field_errors_add(&errs, "queue", "invalid", "queue has a broken percent-escape.");
+        respond_problem(c, RD_PROBLEM_VALIDATION_FAILED, "The queue name is invalid.", &errs,
+                        NULL);
+        return;
+    }
+    if (!rd_request_queue_name(c->match.queue, c->match.queue_len, &errs)) {
+        respond_problem(c, RD_PROBLEM_VALIDATION_FAILED, "The queue name is invalid.", &errs,
+                        NULL);
+        return;
+    }
+    if (dispatch(c) < 0) respond_unavailable(c);
+}

@@ -1,0 +1,134 @@
+/* json.c - JSON documents on top of cJSON. */
+#include "retryd/json.h"
+
+#include <cJSON.h>
+#include <math.h>
+#include <string.h>
+
+#include "retryd/alloc.h"
+
+#define AS_C(j) ((cJSON *)(j))
+#define AS_RD(c) ((rd_json_t *)(c))
+
+/* Finds "\u0000" escapes: backslash pairs are skipped so "\\u0000" (an escaped
+ * backslash followed by text) does not count. */
+static bool contains_nul_escape(const char *text, size_t len)
+{
+    for (size_t i = 0; i + 1 < len; i++) {
+        if (text[i] != '\\') continue;
+        if (text[i + 1] == 'u' && i + 5 < len && memcmp(text + i + 2, "0000", 4) == 0)
+            return true;
+        i++;
+    }
+    return false;
+}
+
+rd_json_t *rd_json_parse(const char *text, size_t len, bool *has_nul)
+{
+    const char *end = NULL;
+    cJSON *doc = cJSON_ParseWithLengthOpts(text, len, &end, false);
+    if (doc == NULL) return NULL;
+    /* Only whitespace may follow the value. */
+    for (const char *p = end; p < text + len; p++) {
+        if (*p != ' ' && *p != '\t' && *p != '\r' && *p != '\n') {
+            cJSON_Delete(doc);
+            return NULL;
+        }
+    }
+    if (has_nul) *has_nul = contains_nul_escape(text, len);
+    return AS_RD(doc);
+}
+
+void rd_json_free(rd_json_t *doc)
+{
+    cJSON_Delete(AS_C(doc));
+}
+
+bool rd_json_is_object(const rd_json_t *j) { return j && cJSON_IsObject(AS_C(j)); }
+bool rd_json_is_array(const rd_json_t *j) { return j && cJSON_IsArray(AS_C(j)); }
+bool rd_json_is_string(const rd_json_t *j) { return j && cJSON_IsString(AS_C(j)); }
+bool rd_json_is_null(const rd_json_t *j) { return j && cJSON_IsNull(AS_C(j)); }
+bool rd_json_is_bool(const rd_json_t *j) { return j && cJSON_IsBool(AS_C(j)); }
+
+rd_json_t *rd_json_get(const rd_json_t *obj, const char *name)
+{
+    if (!rd_json_is_object(obj)) return NULL;
+    return AS_RD(cJSON_GetObjectItemCaseSensitive(AS_C(obj), name));
+}
+
+const char *rd_json_string(const rd_json_t *j)
+{
+    return rd_json_is_string(j) ? AS_C(j)->valuestring : NULL;
+}
+
+bool rd_json_bool(const rd_json_t *j)
+{
+    return j && cJSON_IsTrue(AS_C(j));
+}
+
+bool rd_json_integer(const rd_json_t *j, long long *out)
+{
+    if (j == NULL || !cJSON_IsNumber(AS_C(j))) return false;
+    double v = AS_C(j)->valuedouble;
+    if (!isfinite(v) || v != floor(v) || fabs(v) > 9007199254740992.0) return false;
+    *out = (long long)v;
+    return true;
+}
+
+size_t rd_json_array_size(const rd_json_t *j)
+{
+    return rd_json_is_array(j) ? (size_t)cJSON_GetArraySize(AS_C(j)) : 0;
+}
+
+rd_json_t *rd_json_array_at(const rd_json_t *j, size_t i)
+{
+    return rd_json_is_array(j) ? AS_RD(cJSON_GetArrayItem(AS_C(j), (int)i)) : NULL;
+}
+
+rd_json_t *rd_json_new_object(void) { return AS_RD(cJSON_CreateObject()); }
+rd_json_t *rd_json_new_array(void) { return AS_RD(cJSON_CreateArray()); }
+
+void rd_json_set(rd_json_t *obj, const char *name, rd_json_t *item)
+{
+    cJSON_AddItemToObject(AS_C(obj), name, AS_C(item));
+}
+
+void rd_json_set_string(rd_json_t *obj, const char *name, const char *value)
+{
+    cJSON_AddItemToObject(AS_C(obj), name, cJSON_CreateString(value));
+}
+
+void rd_json_set_stringn(rd_json_t *obj, const char *name, const char *value, size_t len)
+{
+    char *copy = rd_strndup(value, len);
+    cJSON_AddItemToObject(AS_C(obj), name, cJSON_CreateString(copy));
+    rd_free(copy);
+}
+
+void rd_json_set_int(rd_json_t *obj, const char *name, long long value)
+{
+    cJSON_AddItemToObject(AS_C(obj), name, cJSON_CreateNumber((double)value));
+}
+
+void rd_json_set_bool(rd_json_t *obj, const char *name, bool value)
+{
+    cJSON_AddItemToObject(AS_C(obj), name, cJSON_CreateBool(value));
+}
+
+void rd_json_set_null(rd_json_t *obj, const char *name)
+{
+    cJSON_AddItemToObject(AS_C(obj), name, cJSON_CreateNull());
+}
+
+void rd_json_append(rd_json_t *array, rd_json_t *item)
+{
+    cJSON_AddItemToArray(AS_C(array), AS_C(item));
+}
+
+char *rd_json_print(const rd_json_t *j, size_t *len)
+{
+    char *text = cJSON_PrintUnformatted(AS_C(j));
+    if (text == NULL) text = rd_strdup("null");  /* cJSON fails only on OOM, which aborts */
+    if (len) *len = strlen(text);
+    return text;
+}

@@ -1,0 +1,110 @@
+/* message.c - message fields and the message's JSON form. */
+#include "retryd/message.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char *const status_names[] = { "pending", "processing", "succeeded", "dead" };
+
+const char *rd_status_name(rd_status_t s)
+{
+    return s < RD_STATUS_UNKNOWN ? status_names[s] : "unknown";
+}
+
+rd_status_t rd_status_parse(const char *s, size_t len)
+{
+    for (int i = 0; i < RD_STATUS_UNKNOWN; i++) {
+        if (strlen(status_names[i]) == len && memcmp(status_names[i], s, len) == 0)
+            return (rd_status_t)i;
+    }
+    return RD_STATUS_UNKNOWN;
+}
+
+void rd_message_init(rd_message_t *m)
+{
+    memset(m, 0, sizeof *m);
+    m->status = RD_STATUS_UNKNOWN;
+    m->retry_after_ms = -1;
+    m->lease_expires_at_ms = -1;
+}
+
+static long long to_ll(const char *v, size_t len)
+{
+    char tmp[32];
+    if (len == 0 || len >= sizeof tmp) return -1;
+    memcpy(tmp, v, len);
+    tmp[len] = '\0';
+    char *end;
+    long long n = strtoll(tmp, &end, 10);
+    return *end == '\0' ? n : -1;
+}
+
+#define FIELD_IS(lit) (name_len == sizeof(lit) - 1 && memcmp(name, lit, name_len) == 0)
+
+void rd_message_set_field(rd_message_t *m, const char *name, size_t name_len,
+                          const char *value, size_t value_len)
+{
+    rd_str_t str = { value, value_len };
+    if (FIELD_IS("payload")) m->payload = str;
+    else if (FIELD_IS("status")) m->status = rd_status_parse(value, value_len);
+    else if (FIELD_IS("retry_count")) m->retry_count = (int)to_ll(value, value_len);
+    else if (FIELD_IS("max_retries")) m->max_retries = (int)to_ll(value, value_len);
+    else if (FIELD_IS("retry_after")) m->retry_after_ms = to_ll(value, value_len);
+    else if (FIELD_IS("last_error")) m->last_error = str;
+    else if (FIELD_IS("lease_expires_at")) m->lease_expires_at_ms = to_ll(value, value_len);
+    else if (FIELD_IS("lease_token")) m->lease_token = str;
+    else if (FIELD_IS("created_at")) m->created_at_ms = to_ll(value, value_len);
+    else if (FIELD_IS("updated_at")) m->updated_at_ms = to_ll(value, value_len);
+}
+
+void rd_format_time_ms(long long epoch_ms, char *out)
+{
+    time_t secs = (time_t)(epoch_ms / 1000);
+    int ms = (int)(epoch_ms % 1000);
+    if (ms < 0) {
+        ms += 1000;
+        secs -= 1;
+    }
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    size_t n = strftime(out, 32, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out + n, 32 - n, ".%03dZ", ms % 1000);
+}
+
+static void set_time(rd_json_t *obj, const char *name, long long ms)
+{
+    if (ms < 0) {
+        rd_json_set_null(obj, name);
+        return;
+    }
+    char ts[32];
+    rd_format_time_ms(ms, ts);
+    rd_json_set_string(obj, name, ts);
+}
+
+static void set_optional_string(rd_json_t *obj, const char *name, rd_str_t s)
+{
+    if (s.ptr) rd_json_set_stringn(obj, name, s.ptr, s.len);
+    else rd_json_set_null(obj, name);
+}
+
+rd_json_t *rd_message_to_json(const rd_message_t *m, const char *queue, size_t queue_len,
+                              bool with_token)
+{
+    rd_json_t *o = rd_json_new_object();
+    rd_json_set_int(o, "id", m->id);
+    rd_json_set_stringn(o, "queue", queue, queue_len);
+    rd_json_set_stringn(o, "payload", m->payload.ptr ? m->payload.ptr : "", m->payload.len);
+    rd_json_set_string(o, "status", rd_status_name(m->status));
+    rd_json_set_int(o, "retry_count", m->retry_count);
+    rd_json_set_int(o, "max_retries", m->max_retries);
+    set_time(o, "retry_after", m->retry_after_ms);
+    set_optional_string(o, "last_error", m->last_error);
+    set_time(o, "lease_expires_at", m->lease_expires_at_ms);
+    if (with_token) set_optional_string(o, "lease_token", m->lease_token);
+    set_time(o, "created_at", m->created_at_ms);
+    set_time(o, "updated_at", m->updated_at_ms);
+    return o;
+}

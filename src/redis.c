@@ -1,0 +1,423 @@
+/* redis.c - the Redis connection: state machine, handshake, library loading,
+ * per-command deadlines, reconnect with backoff. The only file that includes
+ * hiredis. */
+#include "retryd/redis.h"
+
+#include <hiredis/adapters/libuv.h>
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "retryd/alloc.h"
+#include "retryd/log.h"
+
+typedef enum conn_state { CLOSED, CONNECTING, LOADING, READY } conn_state_t;
+
+static const char *const state_names[] = { "closed", "connecting", "loading", "ready" };
+
+enum { BACKOFF_MIN_MS = 100, BACKOFF_MAX_MS = 5000 };
+
+/* One command in flight; owns a copy of its arguments so it can be resent. */
+typedef struct pending {
+    rd_redis_t *r;
+    rd_redis_cb cb;
+    void *arg;
+    uint64_t sent_ms;
+    bool is_fcall;
+    bool resent;
+    int argc;
+    const char **argv;
+    size_t *lens;
+    struct pending *prev, *next;
+} pending_t;
+
+struct rd_redis {
+    uv_loop_t *loop;
+    redisAsyncContext *ac;
+    conn_state_t state;
+    uint64_t state_since_ms;
+    int backoff_ms;
+
+    char *host, *username, *password;
+    int port, db, timeout_ms;
+    const char *library;
+
+    uv_timer_t reconnect_timer;
+    uv_timer_t watchdog;
+    pending_t *head, *tail;     /* in send order: the head is the oldest */
+
+    bool closing;
+    int open_handles;
+    void (*on_closed)(void *arg);
+    void *on_closed_arg;
+};
+
+static void connect_now(rd_redis_t *r);
+
+static void on_reconnect_timer(uv_timer_t *t)
+{
+    connect_now(t->data);
+}
+
+/* ---------------------------------------------------------------- replies */
+
+#define REPLY(r) ((const redisReply *)(const void *)(r))
+
+rd_reply_type_t rd_reply_type(const rd_reply_t *r)
+{
+    switch (REPLY(r)->type) {
+    case REDIS_REPLY_STRING: return RD_REPLY_STRING;
+    case REDIS_REPLY_ARRAY: return RD_REPLY_ARRAY;
+    case REDIS_REPLY_INTEGER: return RD_REPLY_INTEGER;
+    case REDIS_REPLY_STATUS: return RD_REPLY_STATUS;
+    case REDIS_REPLY_ERROR: return RD_REPLY_ERROR;
+    default: return RD_REPLY_NIL;
+    }
+}
+
+const char *rd_reply_str(const rd_reply_t *r, size_t *len)
+{
+    const redisReply *x = REPLY(r);
+    if (x->type != REDIS_REPLY_STRING && x->type != REDIS_REPLY_STATUS &&
+        x->type != REDIS_REPLY_ERROR) {
+        if (len) *len = 0;
+        return NULL;
+    }
+    if (len) *len = x->len;
+    return x->str;
+}
+
+size_t rd_reply_len(const rd_reply_t *r)
+{
+    return REPLY(r)->type == REDIS_REPLY_ARRAY ? REPLY(r)->elements : 0;
+}
+
+const rd_reply_t *rd_reply_at(const rd_reply_t *r, size_t i)
+{
+    if (i >= rd_reply_len(r)) return NULL;
+    return (const rd_reply_t *)(const void *)REPLY(r)->element[i];
+}
+
+bool rd_reply_int(const rd_reply_t *r, long long *out)
+{
+    const redisReply *x = REPLY(r);
+    if (x->type == REDIS_REPLY_INTEGER) {
+        *out = x->integer;
+        return true;
+    }
+    if (x->type != REDIS_REPLY_STRING || x->len == 0 || x->len > 20) return false;
+    char tmp[24], *end;
+    memcpy(tmp, x->str, x->len);
+    tmp[x->len] = '\0';
+    long long v = strtoll(tmp, &end, 10);
+    if (*end != '\0') return false;
+    *out = v;
+    return true;
+}
+
+bool rd_reply_is(const rd_reply_t *r, const char *s)
+{
+    size_t len;
+    const char *str = rd_reply_str(r, &len);
+    return str && rd_reply_type(r) != RD_REPLY_ERROR && len == strlen(s) &&
+           memcmp(str, s, len) == 0;
+}
+
+/* ---------------------------------------------------------------- state */
+
+static uint64_t now_ms(rd_redis_t *r)
+{
+    return uv_now(r->loop);
+}
+
+static void set_state(rd_redis_t *r, conn_state_t s)
+{
+    if (r->state != s) rd_debug("redis: %s -> %s", state_names[r->state], state_names[s]);
+    r->state = s;
+    r->state_since_ms = now_ms(r);
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    rd_redis_t *r = h->data;
+    if (--r->open_handles > 0) return;
+    void (*cb)(void *) = r->on_closed;
+    void *arg = r->on_closed_arg;
+    free(r->host);
+    free(r->username);
+    free(r->password);
+    rd_free(r);
+    if (cb) cb(arg);
+}
+
+/* Called once the hiredis context is gone, by whichever path it went. */
+static void after_link_down(rd_redis_t *r)
+{
+    r->ac = NULL;
+    set_state(r, CLOSED);
+    if (r->closing) {
+        uv_close((uv_handle_t *)&r->reconnect_timer, on_handle_closed);
+        uv_close((uv_handle_t *)&r->watchdog, on_handle_closed);
+        return;
+    }
+    rd_warn("redis: link to %s:%d down, reconnecting in %d ms", r->host, r->port,
+            r->backoff_ms);
+    uv_timer_start(&r->reconnect_timer, on_reconnect_timer, (uint64_t)r->backoff_ms, 0);
+    r->backoff_ms = r->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : r->backoff_ms * 2;
+}
+
+static void unlink_pending(rd_redis_t *r, pending_t *p)
+{
+    if (p->prev) p->prev->next = p->next;
+    else r->head = p->next;
+    if (p->next) p->next->prev = p->prev;
+    else r->tail = p->prev;
+    p->prev = p->next = NULL;
+}
+
+static void link_pending(rd_redis_t *r, pending_t *p)
+{
+    p->prev = r->tail;
+    p->next = NULL;
+    if (r->tail) r->tail->next = p;
+    else r->head = p;
+    r->tail = p;
+    p->sent_ms = now_ms(r);
+}
+
+/* ---------------------------------------------------------------- handshake */
+
+static void on_handshake_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    rd_redis_t *r = ac->data;
+    const char *step = privdata;
+    redisReply *x = reply;
+    if (x == NULL || r == NULL || r->closing) return;  /* the link is going away */
+    if (x->type == REDIS_REPLY_ERROR) {
+        rd_error("redis: %s failed: %.*s", step, (int)x->len, x->str);
+        redisAsyncDisconnect(ac);
+        return;
+    }
+    if (strcmp(step, "FUNCTION LOAD") == 0) {
+        r->backoff_ms = BACKOFF_MIN_MS;
+        set_state(r, READY);
+        rd_info("redis: ready at %s:%d (library loaded)", r->host, r->port);
+    }
+}
+
+static void send_library(redisAsyncContext *ac, redisCallbackFn *fn, void *privdata)
+{
+    rd_redis_t *r = ac->data;
+    const char *argv[] = { "FUNCTION", "LOAD", "REPLACE", r->library };
+    size_t lens[] = { 8, 4, 7, strlen(r->library) };
+    redisAsyncCommandArgv(ac, fn, privdata, 4, argv, lens);
+}
+
+static void on_connect(const redisAsyncContext *ac, int status)
+{
+    rd_redis_t *r = ac->data;
+    if (status != REDIS_OK) {
+        rd_warn("redis: cannot connect to %s:%d: %s", r->host, r->port, ac->errstr);
+        after_link_down(r);  /* hiredis frees the context after this callback */
+        return;
+    }
+    rd_debug("redis: connected to %s:%d", r->host, r->port);
+    set_state(r, LOADING);
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status)
+{
+    rd_redis_t *r = ac->data;
+    if (status != REDIS_OK) rd_warn("redis: disconnected: %s", ac->errstr);
+    after_link_down(r);
+}
+
+static void connect_now(rd_redis_t *r)
+{
+    redisAsyncContext *ac = redisAsyncConnect(r->host, r->port);
+    if (ac == NULL || ac->err) {
+        rd_warn("redis: cannot connect to %s:%d: %s", r->host, r->port,
+                ac ? ac->errstr : "out of memory");
+        if (ac) redisAsyncFree(ac);
+        set_state(r, CONNECTING);
+        after_link_down(r);
+        return;
+    }
+    ac->data = r;
+    r->ac = ac;
+    redisLibuvAttach(ac, r->loop);
+    redisAsyncSetConnectCallback(ac, on_connect);
+    redisAsyncSetDisconnectCallback(ac, on_disconnect);
+    set_state(r, CONNECTING);
+    /* hiredis buffers these until the socket is connected. */
+    if (r->password && r->password[0]) {
+        if (r->username && r->username[0]) {
+            const char *argv[] = { "AUTH", r->username, r->password };
+            size_t lens[] = { 4, strlen(r->username), strlen(r->password) };
+            redisAsyncCommandArgv(ac, on_handshake_reply, "AUTH", 3, argv, lens);
+        } else {
+            const char *argv[] = { "AUTH", r->password };
+            size_t lens[] = { 4, strlen(r->password) };
+            redisAsyncCommandArgv(ac, on_handshake_reply, "AUTH", 2, argv, lens);
+        }
+    }
+    if (r->db != 0) {
+        char db[16];
+        int n = snprintf(db, sizeof db, "%d", r->db);
+        const char *argv[] = { "SELECT", db };
+        size_t lens[] = { 6, (size_t)n };
+        redisAsyncCommandArgv(ac, on_handshake_reply, "SELECT", 2, argv, lens);
+    }
+    send_library(ac, on_handshake_reply, "FUNCTION LOAD");
+}
+
+/* ---------------------------------------------------------------- commands */
+
+static bool is_missing_function(const redisReply *x)
+{
+    return x->type == REDIS_REPLY_ERROR && x->str &&
+           strcasestr(x->str, "Function not found") != NULL;
+}
+
+static void on_reload_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    (void)ac;
+    (void)privdata;
+    redisReply *x = reply;
+    if (x && x->type == REDIS_REPLY_ERROR)
+        rd_error("redis: reloading the library failed: %.*s", (int)x->len, x->str);
+    else if (x)
+        rd_warn("redis: the retryd library was missing; loaded it again");
+}
+
+static void on_command_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    pending_t *p = privdata;
+    rd_redis_t *r = p->r;
+    redisReply *x = reply;
+    if (x && p->is_fcall && !p->resent && is_missing_function(x) && !r->closing) {
+        p->resent = true;
+        unlink_pending(r, p);
+        send_library(ac, on_reload_reply, NULL);
+        if (redisAsyncCommandArgv(ac, on_command_reply, p, p->argc, p->argv, p->lens) ==
+            REDIS_OK) {
+            link_pending(r, p);
+            return;
+        }
+        x = NULL;
+    } else {
+        unlink_pending(r, p);
+    }
+    p->cb((const rd_reply_t *)(const void *)x, x ? RD_REDIS_OK : RD_REDIS_LOST, p->arg);
+    rd_free(p);
+}
+
+int rd_redis_command(rd_redis_t *r, int argc, const char **argv, const size_t *lens,
+                     rd_redis_cb cb, void *arg)
+{
+    if (r->state != READY || r->closing || r->ac == NULL) return -1;
+    size_t bytes = 0;
+    for (int i = 0; i < argc; i++) bytes += lens[i];
+    /* One block: the struct, the pointer and length arrays, then the bytes. */
+    size_t head = sizeof(pending_t) + (size_t)argc * (sizeof(char *) + sizeof(size_t));
+    pending_t *p = rd_malloc(head + bytes);
+    memset(p, 0, sizeof *p);
+    p->r = r;
+    p->cb = cb;
+    p->arg = arg;
+    p->argc = argc;
+    p->argv = (const char **)(void *)(p + 1);
+    p->lens = (size_t *)(void *)(p->argv + argc);
+    char *data = (char *)(p->lens + argc);
+    for (int i = 0; i < argc; i++) {
+        memcpy(data, argv[i], lens[i]);
+        p->argv[i] = data;
+        p->lens[i] = lens[i];
+        data += lens[i];
+    }
+    p->is_fcall = lens[0] >= 5 && strncasecmp(argv[0], "FCALL", 5) == 0;
+    if (redisAsyncCommandArgv(r->ac, on_command_reply, p, argc, p->argv, p->lens) != REDIS_OK) {
+        rd_free(p);
+        return -1;
+    }
+    link_pending(r, p);
+    return 0;
+}
+
+bool rd_redis_ready(const rd_redis_t *r)
+{
+    return r->state == READY && !r->closing;
+}
+
+/* ---------------------------------------------------------------- watchdog */
+
+/* Frees the context now: every pending callback runs with NULL (LOST). hiredis
+ * reports the end through on_disconnect only for a link that had connected. */
+static void drop_link(rd_redis_t *r)
+{
+    bool was_connected = (r->ac->c.flags & REDIS_CONNECTED) != 0;
+    redisAsyncFree(r->ac);
+    if (!was_connected) after_link_down(r);
+}
+
+static void on_watchdog(uv_timer_t *t)
+{
+    rd_redis_t *r = t->data;
+    if (r->ac == NULL) return;
+    uint64_t now = now_ms(r);
+    bool late = false;
+    if (r->state != READY && now - r->state_since_ms > (uint64_t)r->timeout_ms) {
+        rd_warn("redis: no answer to the handshake within %d ms", r->timeout_ms);
+        late = true;
+    } else if (r->head && now - r->head->sent_ms > (uint64_t)r->timeout_ms) {
+        rd_warn("redis: a command got no answer within %d ms; dropping the link "
+                "(%s commands in flight have an unknown outcome)",
+                r->timeout_ms, r->head->next ? "all" : "the");
+        late = true;
+    }
+    if (late) drop_link(r);
+}
+
+/* ---------------------------------------------------------------- life cycle */
+
+rd_redis_t *rd_redis_start(uv_loop_t *loop, const rd_redis_options_t *opts)
+{
+    rd_redis_t *r = rd_calloc(1, sizeof *r);
+    r->loop = loop;
+    r->host = rd_strdup(opts->host);
+    r->port = opts->port;
+    r->username = opts->username ? rd_strdup(opts->username) : NULL;
+    r->password = opts->password ? rd_strdup(opts->password) : NULL;
+    r->db = opts->db;
+    r->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : 5000;
+    r->library = opts->library;
+    r->backoff_ms = BACKOFF_MIN_MS;
+    r->state = CLOSED;
+    uv_timer_init(loop, &r->reconnect_timer);
+    uv_timer_init(loop, &r->watchdog);
+    r->reconnect_timer.data = r->watchdog.data = r;
+    r->open_handles = 2;
+    uint64_t every = (uint64_t)(r->timeout_ms / 4 < 250 ? r->timeout_ms / 4 : 250);
+    uv_timer_start(&r->watchdog, on_watchdog, every, every);
+    connect_now(r);
+    return r;
+}
+
+void rd_redis_close(rd_redis_t *r, bool force, void (*on_closed)(void *arg), void *arg)
+{
+    if (!r->closing) {
+        r->closing = true;
+        r->on_closed = on_closed;
+        r->on_closed_arg = arg;
+        uv_timer_stop(&r->reconnect_timer);
+        if (r->ac == NULL) {
+            after_link_down(r);
+            return;
+        }
+    }
+    if (r->ac == NULL) return;  /* already on its way down */
+    if (force || !(r->ac->c.flags & REDIS_CONNECTED)) drop_link(r);
+    else redisAsyncDisconnect(r->ac);
+}

@@ -1,0 +1,322 @@
+/* request.c - parsing and validating request bodies and query strings. */
+#include "retryd/request.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "retryd/router.h"
+
+static bool body_is_empty(const char *body, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        if (body[i] != ' ' && body[i] != '\t' && body[i] != '\r' && body[i] != '\n')
+            return false;
+    }
+    return true;
+}
+
+/* Parses a body that must be a JSON object; an empty body counts as {} when
+ * empty_ok. *doc is NULL for an empty body. */
+static rd_req_result_t parse_object(const char *body, size_t len, bool empty_ok,
+                                    rd_json_t **doc, bool *has_nul)
+{
+    *doc = NULL;
+    *has_nul = false;
+    if (body == NULL || body_is_empty(body, len)) return empty_ok ? RD_REQ_OK : RD_REQ_MALFORMED;
+    *doc = rd_json_parse(body, len, has_nul);
+    if (*doc == NULL) return RD_REQ_MALFORMED;
+    if (!rd_json_is_object(*doc)) {
+        rd_json_free(*doc);
+        *doc = NULL;
+        return RD_REQ_MALFORMED;
+    }
+    return RD_REQ_OK;
+}
+
+/* An optional integer field in [min, max]: absent or null leaves *out as is. */
+static void int_field(const rd_json_t *doc, const char *name, long long min, long long max,
+                      long long *out, const char *message, rd_field_errors_t *errs)
+{
+    rd_json_t *v = rd_json_get(doc, name);
+    if (v == NULL || rd_json_is_null(v)) return;
+    long long n;
+    if (!rd_json_integer(v, &n) || n < min || n > max) {
+        rd_field_errors_add(errs, name, "invalid", message);
+        return;
+    }
+    *out = n;
+}
+
+/* The same for a query parameter, used where the body did not give it. */
+static void int_query(const rd_json_t *doc, const char *query, size_t query_len,
+                      const char *name, long long min, long long max, long long *out,
+                      const char *message, rd_field_errors_t *errs)
+{
+    rd_json_t *v = rd_json_get(doc, name);
+    if (v != NULL && !rd_json_is_null(v)) return;
+    char text[32];
+    long n = rd_query_get(query, query_len, name, text, sizeof text);
+    if (n == -1) return;
+    char *end;
+    long long value = strtoll(text, &end, 10);
+    if (n <= 0 || *end != '\0' || value < min || value > max) {
+        rd_field_errors_add(errs, name, "invalid", message);
+        return;
+    }
+    *out = value;
+}
+
+static rd_req_result_t finish(rd_json_t **doc, const rd_field_errors_t *errs)
+{
+    if (errs->count == 0) return RD_REQ_OK;
+    rd_json_free(*doc);
+    *doc = NULL;
+    return RD_REQ_INVALID;
+}
+
+rd_req_result_t rd_request_enqueue(const char *body, size_t len, rd_enqueue_req_t *out,
+                                   rd_field_errors_t *errs)
+{
+    memset(out, 0, sizeof *out);
+    bool has_nul;
+    rd_req_result_t r = parse_object(body, len, false, &out->doc, &has_nul);
+    if (r != RD_REQ_OK) return r;
+
+    rd_json_t *payload = rd_json_get(out->doc, "payload");
+    if (payload == NULL || rd_json_is_null(payload)) {
+        rd_field_errors_add(errs, "payload", "required", "payload is required.");
+    } else if (!rd_json_is_string(payload)) {
+        rd_field_errors_add(errs, "payload", "invalid", "payload must be a string.");
+    } else if (has_nul) {
+        rd_field_errors_add(errs, "payload", "invalid", "payload must not contain U+0000.");
+    } else {
+        out->payload = rd_json_string(payload);
+        out->payload_len = strlen(out->payload);
+    }
+
+    long long max_retries = RD_MAX_RETRIES_DEFAULT;
+    int_field(out->doc, "max_retries", 1, 10, &max_retries,
+              "max_retries must be between 1 and 10.", errs);
+    out->max_retries = (int)max_retries;
+
+    long long delay_s = 0;
+    int_field(out->doc, "delay_seconds", 0, RD_DELAY_SECONDS_MAX, &delay_s,
+              "delay_seconds must be an integer between 0 and 2592000 (30 days).", errs);
+    out->delay_ms = delay_s * 1000;
+    return finish(&out->doc, errs);
+}
+
+rd_req_result_t rd_request_claim(const char *body, size_t len, const char *query,
+                                 size_t query_len, long long default_lease_ms,
+                                 rd_claim_req_t *out, rd_field_errors_t *errs)
+{
+    memset(out, 0, sizeof *out);
+    bool has_nul;
+    rd_req_result_t r = parse_object(body, len, true, &out->doc, &has_nul);
+    if (r != RD_REQ_OK) return r;
+
+    const char *lease_msg = "lease_seconds must be an integer between 1 and 43200.";
+    const char *wait_msg = "wait_seconds must be an integer between 0 and 30.";
+    const char *count_msg = "count must be an integer between 1 and 100.";
+    long long lease_s = -1, wait_s = 0, count = -1;
+    int_field(out->doc, "lease_seconds", 1, RD_LEASE_SECONDS_MAX, &lease_s, lease_msg, errs);
+    int_query(out->doc, query, query_len, "lease_seconds", 1, RD_LEASE_SECONDS_MAX, &lease_s,
+              lease_msg, errs);
+    int_field(out->doc, "wait_seconds", 0, RD_WAIT_SECONDS_MAX, &wait_s, wait_msg, errs);
+    int_query(out->doc, query, query_len, "wait_seconds", 0, RD_WAIT_SECONDS_MAX, &wait_s,
+              wait_msg, errs);
+    int_field(out->doc, "count", 1, RD_CLAIM_COUNT_MAX, &count, count_msg, errs);
+    int_query(out->doc, query, query_len, "count", 1, RD_CLAIM_COUNT_MAX, &count, count_msg,
+              errs);
+    out->lease_ms = lease_s > 0 ? lease_s * 1000 : default_lease_ms;
+    out->wait_ms = wait_s * 1000;
+    out->batch = count > 0;
+    out->count = count > 0 ? (int)count : 1;
+    return finish(&out->doc, errs);
+}
+
+static void token_field(rd_settle_req_t *out, rd_field_errors_t *errs)
+{
+    rd_json_t *v = rd_json_get(out->doc, "lease_token");
+    if (v == NULL || rd_json_is_null(v)) return;
+    const char *s = rd_json_string(v);
+    if (s == NULL || s[0] == '\0' || strlen(s) > 128)
+        rd_field_errors_add(errs, "lease_token", "invalid",
+                            "lease_token must be the string a claim returned.");
+    else
+        out->lease_token = s;
+}
+
+rd_req_result_t rd_request_succeed(const char *body, size_t len, rd_settle_req_t *out,
+                                   rd_field_errors_t *errs)
+{
+    memset(out, 0, sizeof *out);
+    bool has_nul;
+    rd_req_result_t r = parse_object(body, len, true, &out->doc, &has_nul);
+    if (r != RD_REQ_OK) return r;
+    token_field(out, errs);
+    return finish(&out->doc, errs);
+}
+
+rd_req_result_t rd_request_fail(const char *body, size_t len, rd_settle_req_t *out,
+                                rd_field_errors_t *errs)
+{
+    memset(out, 0, sizeof *out);
+    bool has_nul;
+    rd_req_result_t r = parse_object(body, len, false, &out->doc, &has_nul);
+    if (r != RD_REQ_OK) return r;
+    token_field(out, errs);
+
+    rd_json_t *error = rd_json_get(out->doc, "error");
+    if (error == NULL || rd_json_is_null(error))
+        rd_field_errors_add(errs, "error", "required", "error is required.");
+    else if (!rd_json_is_string(error))
+        rd_field_errors_add(errs, "error", "invalid", "error must be a string.");
+    else if (has_nul)
+        rd_field_errors_add(errs, "error", "invalid", "error must not contain U+0000.");
+    else
+        out->error = rd_json_string(error);
+
+    out->retryable = true;
+    rd_json_t *retryable = rd_json_get(out->doc, "retryable");
+    if (retryable && !rd_json_is_null(retryable)) {
+        if (rd_json_is_bool(retryable)) out->retryable = rd_json_bool(retryable);
+        else rd_field_errors_add(errs, "retryable", "invalid", "retryable must be a boolean.");
+    }
+
+    long long after_s = -1;
+    int_field(out->doc, "retry_after_seconds", 0, RD_DELAY_SECONDS_MAX, &after_s,
+              "retry_after_seconds must be an integer between 0 and 2592000 (30 days).", errs);
+    out->retry_after_ms = after_s >= 0 ? after_s * 1000 : -1;
+    return finish(&out->doc, errs);
+}
+
+rd_req_result_t rd_request_extend(const char *body, size_t len, long long default_lease_ms,
+                                  rd_settle_req_t *out, rd_field_errors_t *errs)
+{
+    memset(out, 0, sizeof *out);
+    bool has_nul;
+    rd_req_result_t r = parse_object(body, len, true, &out->doc, &has_nul);
+    if (r != RD_REQ_OK) return r;
+    token_field(out, errs);
+    long long lease_s = -1;
+    int_field(out->doc, "lease_seconds", 1, RD_LEASE_SECONDS_MAX, &lease_s,
+              "lease_seconds must be an integer between 1 and 43200.", errs);
+    out->lease_ms = lease_s > 0 ? lease_s * 1000 : default_lease_ms;
+    return finish(&out->doc, errs);
+}
+
+rd_req_result_t rd_request_empty(const char *body, size_t len)
+{
+    rd_json_t *doc;
+    bool has_nul;
+    rd_req_result_t r = parse_object(body, len, true, &doc, &has_nul);
+    rd_json_free(doc);
+    return r;
+}
+
+rd_req_result_t rd_request_list(const char *query, size_t query_len, rd_list_req_t *out,
+                                rd_field_errors_t *errs)
+{
+    memset(out, 0, sizeof *out);
+    out->limit = RD_LIST_LIMIT_DEFAULT;
+    long n = rd_query_get(query, query_len, "status", out->status, sizeof out->status);
+    if (n == -2 || (n >= 0 && strcmp(out->status, "pending") != 0 &&
+                    strcmp(out->status, "processing") != 0 &&
+                    strcmp(out->status, "succeeded") != 0 && strcmp(out->status, "dead") != 0)) {
+        rd_field_errors_add(errs, "status", "invalid",
+                            "status must be one of pending, processing, succeeded, dead.");
+        out->status[0] = '\0';
+    }
+    char text[32];
+    n = rd_query_get(query, query_len, "limit", text, sizeof text);
+    if (n != -1) {
+        char *end;
+        long long v = strtoll(text, &end, 10);
+        if (n <= 0 || *end != '\0' || v < 1 || v > RD_LIST_LIMIT_MAX)
+            rd_field_errors_add(errs, "limit", "invalid",
+                                "limit must be an integer between 1 and 1000.");
+        else
+            out->limit = (int)v;
+    }
+    n = rd_query_get(query, query_len, "cursor", out->cursor, sizeof out->cursor);
+    if (n == -2) {
+        rd_field_errors_add(errs, "cursor", "invalid", "cursor must be a next_cursor value.");
+        out->cursor[0] = '\0';
+    }
+    return errs->count ? RD_REQ_INVALID : RD_REQ_OK;
+}
+
+/* Length of the UTF-8 sequence at s, or 0 when it is not valid (overlong
+ * forms, surrogates and code points past U+10FFFF are refused). */
+static size_t utf8_sequence(const unsigned char *s, size_t left, unsigned *cp)
+{
+    if (s[0] < 0x80) {
+        *cp = s[0];
+        return 1;
+    }
+    size_t n;
+    unsigned min;
+    if ((s[0] & 0xE0) == 0xC0) { n = 2; min = 0x80; *cp = s[0] & 0x1F; }
+    else if ((s[0] & 0xF0) == 0xE0) { n = 3; min = 0x800; *cp = s[0] & 0x0F; }
+    else if ((s[0] & 0xF8) == 0xF0) { n = 4; min = 0x10000; *cp = s[0] & 0x07; }
+    else return 0;
+    if (n > left) return 0;
+    for (size_t i = 1; i < n; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0;
+        *cp = (*cp << 6) | (s[i] & 0x3F);
+    }
+    if (*cp < min || *cp > 0x10FFFF || (*cp >= 0xD800 && *cp <= 0xDFFF)) return 0;
+    return n;
+}
+
+bool rd_request_queue_name(const char *name, size_t len, rd_field_errors_t *errs)
+{
+    const char *why = NULL;
+    if (name == NULL || len == 0 || len > RD_QUEUE_NAME_MAX) {
+        why = "queue must be 1 to 255 bytes.";
+    } else {
+        const unsigned char *s = (const unsigned char *)name;
+        for (size_t i = 0; i < len && why == NULL;) {
+            unsigned cp;
+            size_t n = utf8_sequence(s + i, len - i, &cp);
+            if (n == 0) why = "queue must be valid UTF-8.";
+            else if (cp < 0x20 || (cp >= 0x7F && cp <= 0x9F))
+                why = "queue must not contain control characters.";
+            i += n;
+        }
+    }
+    if (why == NULL) return true;
+    rd_field_errors_add(errs, "queue", "invalid", why);
+    return false;
+}
+
+long rd_query_get(const char *query, size_t query_len, const char *name, char *out,
+                  size_t cap)
+{
+    if (query == NULL) return -1;
+    size_t name_len = strlen(name);
+    const char *p = query, *end = query + query_len;
+    while (p < end) {
+        const char *amp = memchr(p, '&', (size_t)(end - p));
+        const char *pair_end = amp ? amp : end;
+        const char *eq = memchr(p, '=', (size_t)(pair_end - p));
+        const char *key_end = eq ? eq : pair_end;
+        if ((size_t)(key_end - p) == name_len && memcmp(p, name, name_len) == 0) {
+            const char *v = eq ? eq + 1 : pair_end;
+            size_t v_len = (size_t)(pair_end - v);
+            if (v_len >= cap) return -2;
+            long n = rd_percent_decode(v, v_len, out, true);
+            if (n < 0 || memchr(out, '\0', (size_t)n) != NULL) return -2;
+            return n;
+        }
+        p = pair_end + 1;
+    }
+    return -1;
+}
+
+void rd_request_free(rd_json_t *doc)
+{
+    rd_json_free(doc);
+}

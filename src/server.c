@@ -1,0 +1,165 @@
+/* server.c - retryd's main: owns the loop, starts the modules in dependency
+ * order and stops them in reverse on SIGINT/SIGTERM:
+ *   stop accepting and drain in-flight requests (at most 5 s; past that the
+ *   Redis link is dropped so every waiting request is answered) -> stop the
+ *   promoter -> close Redis -> close the signal handles -> exit 0. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "retryd/alloc.h"
+#include "retryd/api.h"
+#include "retryd/config.h"
+#include "retryd/http.h"
+#include "retryd/log.h"
+#include "retryd/promoter.h"
+#include "retryd/redis.h"
+#include "retryd/store.h"
+
+extern const char rd_lua_library[];
+
+enum { DRAIN_TIMEOUT_MS = 5000 };
+
+typedef struct server {
+    uv_loop_t *loop;
+    rd_config_t cfg;
+    rd_redis_t *redis;
+    rd_store_t *store;
+    rd_api_t api;
+    rd_http_server_t *http;
+    rd_promoter_t *promoter;
+    uv_signal_t sigint, sigterm;
+    uv_timer_t drain_timer;
+    bool stopping, http_drained, promoter_stopped, redis_closing;
+} server_t;
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    (void)h;
+}
+
+static void on_redis_closed(void *arg)
+{
+    server_t *s = arg;
+    s->redis = NULL;
+    rd_store_free(s->store);
+    s->store = NULL;
+    uv_close((uv_handle_t *)&s->sigint, on_handle_closed);
+    uv_close((uv_handle_t *)&s->sigterm, on_handle_closed);
+    uv_close((uv_handle_t *)&s->drain_timer, on_handle_closed);
+    rd_info("retryd: stopped");
+}
+
+/* Redis goes last: the drained requests and the promoter needed it. */
+static void maybe_close_redis(server_t *s, bool force)
+{
+    if (s->redis == NULL) return;
+    if (force) {
+        rd_redis_close(s->redis, true, on_redis_closed, s);
+        s->redis_closing = true;
+        return;
+    }
+    if (!s->http_drained || !s->promoter_stopped || s->redis_closing) return;
+    s->redis_closing = true;
+    uv_timer_stop(&s->drain_timer);
+    rd_redis_close(s->redis, false, on_redis_closed, s);
+}
+
+static void on_http_drained(void *arg)
+{
+    server_t *s = arg;
+    s->http = NULL;
+    s->http_drained = true;
+    maybe_close_redis(s, false);
+}
+
+static void on_promoter_stopped(void *arg)
+{
+    server_t *s = arg;
+    s->promoter = NULL;
+    s->promoter_stopped = true;
+    maybe_close_redis(s, false);
+}
+
+static void on_drain_timeout(uv_timer_t *t)
+{
+    server_t *s = t->data;
+    rd_warn("retryd: requests still in flight after %d ms; dropping the Redis link",
+            DRAIN_TIMEOUT_MS);
+    maybe_close_redis(s, true);
+}
+
+static void on_signal(uv_signal_t *sig, int signum)
+{
+    server_t *s = sig->data;
+    if (s->stopping) return;
+    s->stopping = true;
+    rd_info("retryd: %s received, shutting down", signum == SIGINT ? "SIGINT" : "SIGTERM");
+    uv_timer_start(&s->drain_timer, on_drain_timeout, DRAIN_TIMEOUT_MS, 0);
+    rd_promoter_stop(s->promoter, on_promoter_stopped, s);
+    rd_http_server_stop(s->http, on_http_drained, s);
+}
+
+int main(int argc, char **argv)
+{
+    rd_alloc_init();
+    signal(SIGPIPE, SIG_IGN);
+    server_t s;
+    memset(&s, 0, sizeof s);
+    rd_config_defaults(&s.cfg);
+    char err[2048];
+    int rc = rd_config_load(&s.cfg, argc, argv, err, sizeof err);
+    if (rc != 0) {
+        fprintf(rc > 0 ? stdout : stderr, "%s%s", err, rc > 0 ? "" : "\n");
+        return rc > 0 ? 0 : 2;
+    }
+    rd_log_set_level(s.cfg.log_level);
+    s.loop = uv_default_loop();
+
+    rd_redis_options_t ro = {
+        .host = s.cfg.redis_host, .port = s.cfg.redis_port, .username = s.cfg.redis_user,
+        .password = s.cfg.redis_password, .db = s.cfg.redis_db,
+        .timeout_ms = s.cfg.redis_timeout_ms, .library = rd_lua_library,
+    };
+    s.redis = rd_redis_start(s.loop, &ro);
+    s.store = rd_store_new(s.loop, s.redis, s.cfg.prefix);
+    s.api.store = s.store;
+    s.api.cfg = &s.cfg;
+
+    rd_http_options_t ho = {
+        .host = s.cfg.listen_host, .port = s.cfg.listen_port,
+        .max_body_bytes = s.cfg.max_body_bytes, .handler = rd_api_handle, .handler_ctx = &s.api,
+    };
+    rc = rd_http_server_start(s.loop, &ho, &s.http);
+    if (rc != 0) {
+        rd_error("retryd: cannot listen on %s:%d: %s", s.cfg.listen_host, s.cfg.listen_port,
+                 uv_strerror(rc));
+        rd_redis_close(s.redis, true, NULL, NULL);
+        rd_store_free(s.store);
+        uv_run(s.loop, UV_RUN_DEFAULT);
+        uv_loop_close(s.loop);
+        return 1;
+    }
+    rd_info("retryd: listening on http://%s:%d, Redis %s:%d, prefix %s", s.cfg.listen_host,
+            rd_http_server_port(s.http), s.cfg.redis_host, s.cfg.redis_port, s.cfg.prefix);
+
+    rd_promoter_options_t po = {
+        .tick_ms = s.cfg.tick_ms, .batch = 500, .dead_ttl_ms = s.cfg.dead_ttl_ms,
+        .succeeded_ttl_ms = s.cfg.succeeded_ttl_ms,
+    };
+    s.promoter = rd_promoter_start(s.loop, s.store, &po);
+
+    uv_signal_init(s.loop, &s.sigint);
+    uv_signal_init(s.loop, &s.sigterm);
+    uv_timer_init(s.loop, &s.drain_timer);
+    s.sigint.data = s.sigterm.data = s.drain_timer.data = &s;
+    uv_signal_start(&s.sigint, on_signal, SIGINT);
+    uv_signal_start(&s.sigterm, on_signal, SIGTERM);
+
+    uv_run(s.loop, UV_RUN_DEFAULT);
+    rc = uv_loop_close(s.loop);
+    if (rc != 0) rd_warn("retryd: loop closed with handles open: %s", uv_strerror(rc));
+    return 0;
+}

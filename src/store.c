@@ -1,0 +1,380 @@
+/* store.c - queue operations as FCALLs of the retryd library, and their replies. */
+#include "retryd/store.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "retryd/alloc.h"
+#include "retryd/buf.h"
+#include "retryd/keys.h"
+#include "retryd/log.h"
+
+/* Queue names recently registered by this process, so that enqueue sends SADD
+ * to the registry only now and then. Entries go stale after a while so that a
+ * registry lost with Redis (FLUSHALL, no persistence) is rebuilt. */
+enum { REGISTRY_SLOTS = 1024, REGISTRY_FRESH_MS = 10000 };
+
+typedef struct registry_slot {
+    char *name;
+    size_t len;
+    uint64_t at_ms;
+} registry_slot_t;
+
+struct rd_store {
+    uv_loop_t *loop;
+    rd_redis_t *redis;
+    char *prefix;
+    rd_buf_t registry_key;
+    registry_slot_t registry[REGISTRY_SLOTS];
+};
+
+typedef enum reply_kind { KIND_MESSAGES, KIND_LIST, KIND_TICK, KIND_NAMES, KIND_PING } reply_kind_t;
+
+typedef struct op {
+    reply_kind_t kind;
+    rd_store_cb cb;
+    void *arg;
+} op_t;
+
+rd_store_t *rd_store_new(uv_loop_t *loop, rd_redis_t *redis, const char *prefix)
+{
+    rd_store_t *st = rd_calloc(1, sizeof *st);
+    st->loop = loop;
+    st->redis = redis;
+    st->prefix = rd_strdup(prefix);
+    rd_keys_registry(&st->registry_key, prefix);
+    return st;
+}
+
+void rd_store_free(rd_store_t *st)
+{
+    if (st == NULL) return;
+    for (size_t i = 0; i < REGISTRY_SLOTS; i++) rd_free(st->registry[i].name);
+    rd_buf_free(&st->registry_key);
+    rd_free(st->prefix);
+    rd_free(st);
+}
+
+/* ---------------------------------------------------------------- replies */
+
+static bool parse_message(const rd_reply_t *flat, rd_message_t *m)
+{
+    rd_message_init(m);
+    size_t n = rd_reply_len(flat);
+    if (n < 2 || n % 2 != 0) return false;
+    for (size_t i = 0; i < n; i += 2) {
+        size_t name_len, value_len;
+        const char *name = rd_reply_str(rd_reply_at(flat, i), &name_len);
+        const char *value = rd_reply_str(rd_reply_at(flat, i + 1), &value_len);
+        if (name == NULL) return false;
+        /* "id" comes as an integer reply, every hash value as a string. */
+        if (name_len == 2 && memcmp(name, "id", 2) == 0) {
+            if (!rd_reply_int(rd_reply_at(flat, i + 1), &m->id)) return false;
+            continue;
+        }
+        if (value == NULL) return false;
+        rd_message_set_field(m, name, name_len, value, value_len);
+    }
+    return m->id > 0 && m->status != RD_STATUS_UNKNOWN;
+}
+
+/* Parses messages from reply elements [from, len) into res. */
+static bool parse_messages(const rd_reply_t *reply, size_t from, rd_store_result_t *res)
+{
+    size_t n = rd_reply_len(reply);
+    res->count = 0;
+    if (n <= from) return true;
+    res->messages = rd_calloc(n - from, sizeof *res->messages);
+    for (size_t i = from; i < n; i++) {
+        if (!parse_message(rd_reply_at(reply, i), &res->messages[res->count])) return false;
+        res->count++;
+    }
+    return true;
+}
+
+static bool parse_outcome(const rd_reply_t *reply, rd_store_result_t *res)
+{
+    const rd_reply_t *code = rd_reply_at(reply, 0);
+    if (code == NULL) return false;
+    if (rd_reply_is(code, "ok")) return true;
+    if (rd_reply_is(code, "not_found")) res->status = RD_STORE_NOT_FOUND;
+    else if (rd_reply_is(code, "lease_mismatch")) res->status = RD_STORE_LEASE_MISMATCH;
+    else if (rd_reply_is(code, "bad_cursor")) res->status = RD_STORE_BAD_CURSOR;
+    else if (rd_reply_is(code, "invalid_state")) {
+        res->status = RD_STORE_INVALID_STATE;
+        const rd_reply_t *state = rd_reply_at(reply, 1);
+        if (state) res->state.ptr = rd_reply_str(state, &res->state.len);
+    } else {
+        return false;
+    }
+    return true;
+}
+
+static bool parse_reply(reply_kind_t kind, const rd_reply_t *reply, rd_store_result_t *res)
+{
+    switch (kind) {
+    case KIND_PING:
+        return rd_reply_is(reply, "PONG");
+    case KIND_NAMES: {
+        size_t n = rd_reply_len(reply);
+        res->names = rd_calloc(n ? n : 1, sizeof *res->names);
+        for (size_t i = 0; i < n; i++) {
+            res->names[i].ptr = rd_reply_str(rd_reply_at(reply, i), &res->names[i].len);
+            if (res->names[i].ptr == NULL) return false;
+        }
+        res->count = n;
+        return rd_reply_type(reply) == RD_REPLY_ARRAY;
+    }
+    case KIND_TICK:
+        return rd_reply_len(reply) == 4 && rd_reply_int(rd_reply_at(reply, 0), &res->promoted) &&
+               rd_reply_int(rd_reply_at(reply, 1), &res->reclaimed) &&
+               rd_reply_int(rd_reply_at(reply, 2), &res->expired) &&
+               rd_reply_int(rd_reply_at(reply, 3), &res->next_in_ms);
+    case KIND_MESSAGES:
+        if (!parse_outcome(reply, res)) return false;
+        return res->status != RD_STORE_OK || parse_messages(reply, 1, res);
+    case KIND_LIST:
+        if (!parse_outcome(reply, res)) return false;
+        if (res->status != RD_STORE_OK) return true;
+        if (rd_reply_len(reply) < 3 || !rd_reply_int(rd_reply_at(reply, 1), &res->total))
+            return false;
+        res->next_cursor.ptr = rd_reply_str(rd_reply_at(reply, 2), &res->next_cursor.len);
+        return res->next_cursor.ptr != NULL && parse_messages(reply, 3, res);
+    }
+    return false;
+}
+
+static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *arg)
+{
+    op_t *op = arg;
+    rd_store_result_t res;
+    memset(&res, 0, sizeof res);
+    if (status == RD_REDIS_LOST) {
+        res.status = RD_STORE_LOST;
+    } else if (rd_reply_type(reply) == RD_REPLY_ERROR) {
+        res.status = RD_STORE_ERROR;
+        res.detail.ptr = rd_reply_str(reply, &res.detail.len);
+    } else if (!parse_reply(op->kind, reply, &res)) {
+        rd_error("store: unexpected reply shape (kind %d)", (int)op->kind);
+        rd_free(res.messages);
+        rd_free(res.names);
+        memset(&res, 0, sizeof res);
+        res.status = RD_STORE_ERROR;
+        res.detail.ptr = "unexpected reply from Redis";
+        res.detail.len = strlen(res.detail.ptr);
+    }
+    op->cb(&res, op->arg);
+    rd_free(res.messages);
+    rd_free(res.names);
+    rd_free(op);
+}
+
+/* ---------------------------------------------------------------- calls */
+
+enum { MAX_ARGS = 12 };
+
+typedef struct call {
+    int argc;
+    const char *argv[MAX_ARGS];
+    size_t lens[MAX_ARGS];
+    char numbers[MAX_ARGS][24];     /* storage for formatted integers */
+    rd_buf_t base, mkey;
+} call_t;
+
+static void arg_bytes(call_t *c, const char *s, size_t len)
+{
+    c->argv[c->argc] = s;
+    c->lens[c->argc] = len;
+    c->argc++;
+}
+
+static void arg_str(call_t *c, const char *s)
+{
+    arg_bytes(c, s, strlen(s));
+}
+
+static void arg_int(call_t *c, long long v)
+{
+    int n = snprintf(c->numbers[c->argc], sizeof c->numbers[0], "%lld", v);
+    arg_bytes(c, c->numbers[c->argc], (size_t)n);
+}
+
+/* FCALL fn numkeys base [mkey]: id > 0 adds the message key. */
+static void begin_fcall(call_t *c, rd_store_t *st, const char *fn, rd_store_queue_t q,
+                        long long id)
+{
+    memset(c, 0, sizeof *c);
+    rd_keys_queue_base(&c->base, st->prefix, q.name, q.len);
+    arg_str(c, "FCALL");
+    arg_str(c, fn);
+    arg_str(c, id > 0 ? "2" : "1");
+    arg_bytes(c, c->base.data, c->base.len);
+    if (id > 0) {
+        rd_keys_message(&c->mkey, c->base.data, c->base.len, id);
+        arg_bytes(c, c->mkey.data, c->mkey.len);
+    }
+}
+
+static int send_call(rd_store_t *st, call_t *c, reply_kind_t kind, rd_store_cb cb, void *arg)
+{
+    op_t *op = rd_malloc(sizeof *op);
+    op->kind = kind;
+    op->cb = cb;
+    op->arg = arg;
+    int rc = rd_redis_command(st->redis, c->argc, c->argv, c->lens, on_reply, op);
+    if (rc != 0) rd_free(op);
+    rd_buf_free(&c->base);
+    rd_buf_free(&c->mkey);
+    return rc;
+}
+
+static void on_registered(const rd_reply_t *reply, rd_redis_status_t status, void *arg)
+{
+    (void)arg;
+    if (status == RD_REDIS_OK && rd_reply_type(reply) == RD_REPLY_ERROR)
+        rd_warn("store: registering a queue failed: %s", rd_reply_str(reply, NULL));
+}
+
+static uint64_t fnv1a(const char *s, size_t len)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ULL;
+    return h;
+}
+
+/* Adds q to the registry SET unless this process did so recently. It goes out
+ * before the enqueue on the same link, so a queue with messages is always
+ * registered (the registry may name a queue whose enqueue then failed). */
+static void register_queue(rd_store_t *st, rd_store_queue_t q)
+{
+    registry_slot_t *slot = &st->registry[fnv1a(q.name, q.len) % REGISTRY_SLOTS];
+    uint64_t now = uv_now(st->loop);
+    if (slot->name && slot->len == q.len && memcmp(slot->name, q.name, q.len) == 0 &&
+        now - slot->at_ms < REGISTRY_FRESH_MS)
+        return;
+    const char *argv[] = { "SADD", st->registry_key.data, q.name };
+    size_t lens[] = { 4, st->registry_key.len, q.len };
+    if (rd_redis_command(st->redis, 3, argv, lens, on_registered, NULL) != 0) return;
+    rd_free(slot->name);
+    slot->name = rd_strndup(q.name, q.len);
+    slot->len = q.len;
+    slot->at_ms = now;
+}
+
+int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, size_t len,
+                     int max_retries, long long delay_ms, rd_store_cb cb, void *arg)
+{
+    if (!rd_redis_ready(st->redis)) return -1;
+    register_queue(st, q);
+    call_t c;
+    begin_fcall(&c, st, "enqueue", q, 0);
+    arg_bytes(&c, payload, len);
+    arg_int(&c, max_retries);
+    arg_int(&c, delay_ms);
+    return send_call(st, &c, KIND_MESSAGES, cb, arg);
+}
+
+int rd_store_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int count,
+                   rd_store_cb cb, void *arg)
+{
+    call_t c;
+    begin_fcall(&c, st, "claim", q, 0);
+    arg_int(&c, lease_ms);
+    arg_int(&c, count);
+    return send_call(st, &c, KIND_MESSAGES, cb, arg);
+}
+
+int rd_store_succeed(rd_store_t *st, rd_store_queue_t q, long long id, const char *token,
+                     rd_store_cb cb, void *arg)
+{
+    call_t c;
+    begin_fcall(&c, st, "succeed", q, id);
+    arg_int(&c, id);
+    arg_str(&c, token ? token : "");
+    return send_call(st, &c, KIND_MESSAGES, cb, arg);
+}
+
+int rd_store_fail(rd_store_t *st, rd_store_queue_t q, long long id, const char *token,
+                  const char *error, bool retryable, long long retry_after_ms,
+                  rd_store_cb cb, void *arg)
+{
+    call_t c;
+    begin_fcall(&c, st, "fail", q, id);
+    arg_int(&c, id);
+    arg_str(&c, token ? token : "");
+    arg_str(&c, error);
+    arg_str(&c, retryable ? "1" : "0");
+    arg_int(&c, retry_after_ms < 0 ? -1 : retry_after_ms);
+    return send_call(st, &c, KIND_MESSAGES, cb, arg);
+}
+
+int rd_store_extend(rd_store_t *st, rd_store_queue_t q, long long id, const char *token,
+                    long long lease_ms, rd_store_cb cb, void *arg)
+{
+    call_t c;
+    begin_fcall(&c, st, "extend", q, id);
+    arg_int(&c, id);
+    arg_str(&c, token ? token : "");
+    arg_int(&c, lease_ms);
+    return send_call(st, &c, KIND_MESSAGES, cb, arg);
+}
+
+int rd_store_replay(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_cb cb,
+                    void *arg)
+{
+    call_t c;
+    begin_fcall(&c, st, "replay", q, id);
+    arg_int(&c, id);
+    return send_call(st, &c, KIND_MESSAGES, cb, arg);
+}
+
+int rd_store_get(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_cb cb, void *arg)
+{
+    call_t c;
+    begin_fcall(&c, st, "get", q, id);
+    c.argv[0] = "FCALL_RO";
+    c.lens[0] = 8;
+    arg_int(&c, id);
+    return send_call(st, &c, KIND_MESSAGES, cb, arg);
+}
+
+int rd_store_list(rd_store_t *st, rd_store_queue_t q, const char *status, int limit,
+                  const char *cursor, rd_store_cb cb, void *arg)
+{
+    call_t c;
+    begin_fcall(&c, st, "list", q, 0);
+    c.argv[0] = "FCALL_RO";
+    c.lens[0] = 8;
+    arg_str(&c, status ? status : "");
+    arg_int(&c, limit);
+    arg_str(&c, cursor ? cursor : "");
+    return send_call(st, &c, KIND_LIST, cb, arg);
+}
+
+int rd_store_tick(rd_store_t *st, rd_store_queue_t q, int limit, long long dead_ttl_ms,
+                  long long succeeded_ttl_ms, rd_store_cb cb, void *arg)
+{
+    call_t c;
+    begin_fcall(&c, st, "tick", q, 0);
+    arg_int(&c, limit);
+    arg_int(&c, dead_ttl_ms);
+    arg_int(&c, succeeded_ttl_ms);
+    return send_call(st, &c, KIND_TICK, cb, arg);
+}
+
+int rd_store_queues(rd_store_t *st, rd_store_cb cb, void *arg)
+{
+    call_t c;
+    memset(&c, 0, sizeof c);
+    arg_str(&c, "SMEMBERS");
+    arg_bytes(&c, st->registry_key.data, st->registry_key.len);
+    return send_call(st, &c, KIND_NAMES, cb, arg);
+}
+
+int rd_store_ping(rd_store_t *st, rd_store_cb cb, void *arg)
+{
+    call_t c;
+    memset(&c, 0, sizeof c);
+    arg_str(&c, "PING");
+    return send_call(st, &c, KIND_PING, cb, arg);
+}
