@@ -1,0 +1,1030 @@
+/* http.c - the HTTP/1.1 server: libuv TCP, llhttp parsing, keep-alive, one exchange at a time per connection. */
+#include "retryd/http.h"
+
+#include <assert.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include <llhttp.h>
+
+#include "retryd/alloc.h"
+#include "retryd/buf.h"
+#include "retryd/log.h"
+
+#define RD_HTTP_MAX_HEAD_BYTES (16 * 1024)        /* request line + headers (and trailers) */
+#define RD_HTTP_MAX_CONNS 4096
+#define RD_HTTP_IDLE_TIMEOUT_MS 60000             /* without a complete request */
+#define RD_HTTP_LINGER_MS 2000                    /* reading and discarding after an error reply */
+#define RD_HTTP_SWEEP_MS 1000                     /* granularity of both timeouts above */
+#define RD_HTTP_READ_BUF_BYTES (64 * 1024)
+#define RD_HTTP_MAX_BUFFERED_BYTES (64 * 1024)    /* input held while an exchange is pending */
+#define RD_HTTP_MAX_WRITE_QUEUE_BYTES (1024 * 1024)
+#define RD_HTTP_KEEP_BUF_BYTES (64 * 1024)        /* larger per-request buffers are released */
+#define RD_HTTP_MAX_INSTANCE_BYTES 256
+#define RD_HTTP_BACKLOG 511
+
+/* The request headers we keep; every other header is only counted. */
+typedef enum rd_http_header_id {
+    RD_HDR_CONTENT_TYPE = 0,
+    RD_HDR_AUTHORIZATION,
+    RD_HDR_EXPECT,
+    RD_HDR_TRANSFER_ENCODING,
+    RD_HDR_COUNT,
+    RD_HDR_OTHER = RD_HDR_COUNT,
+} rd_http_header_id_t;
+
+static const char *const header_names[RD_HDR_COUNT] = {
+    "content-type", "authorization", "expect", "transfer-encoding",
+};
+
+typedef struct rd_http_conn rd_http_conn_t;
+
+typedef struct rd_http_conn_list {
+    rd_http_conn_t *head;
+    rd_http_conn_t *tail;
+} rd_http_conn_list_t;
+
+struct rd_http_exchange {
+    rd_http_conn_t *conn;
+};
+
+struct rd_http_conn {
+    uv_tcp_t tcp;                 /* handle.data points back here */
+    uv_shutdown_t shutdown_req;
+    llhttp_t parser;
+    rd_http_server_t *server;
+    struct rd_http_exchange ex;
+    rd_http_request_t req;
+
+    rd_buf_t url;
+    rd_buf_t body;
+    rd_buf_t in;                  /* unparsed input kept while parsing is suspended */
+    rd_buf_t header[RD_HDR_COUNT];
+    unsigned header_seen;         /* bit per rd_http_header_id_t */
+    unsigned te_headers;          /* Transfer-Encoding lines seen */
+    char field[24];               /* current header name, if short enough to matter */
+    size_t field_len;
+    rd_http_header_id_t cur_header;
+    size_t head_bytes;
+    size_t path_len;              /* url split, set at on_url_complete */
+    bool has_query;
+    int fail_status;              /* set by a callback that returns HPE_USER */
+
+    bool headers_done;            /* further header callbacks are trailers */
+    bool pending;                 /* handler called, rd_http_respond not yet */
+    bool in_dispatch;             /* inside the handler call */
+    bool feeding_in;              /* conn_feed is parsing from c->in */
+    bool keep_alive;              /* of the current request */
+    bool http10;
+    bool is_head;
+    bool client_gone;
+    bool write_blocked;           /* parsing suspended until writes drain */
+    bool reading;
+    bool shutting;                /* uv_shutdown issued: final response on its way */
+    bool linger_wanted;
+    bool lingering;               /* write side closed, discarding input until EOF */
+    bool closing;                 /* uv_close issued */
+    unsigned writes_pending;
+
+    rd_http_conn_list_t *list;    /* idle or linger list, or NULL */
+    rd_http_conn_t *prev;
+    rd_http_conn_t *next;
+    uint64_t since_ms;            /* loop time of entering the list */
+};
+
+struct rd_http_server {
+    uv_loop_t *loop;
+    uv_tcp_t listener;
+    uv_timer_t sweep;
+    rd_http_handler_fn handler;
+    void *handler_ctx;
+    size_t max_body_bytes;
+    size_t conn_count;            /* accepted connections, not counting rejected ones */
+    size_t handles;               /* open handles of ours: listener, timer, sockets */
+    size_t in_flight;
+    bool stopping;
+    bool sweep_closing;
+    void (*on_drained)(void *arg);
+    void *drained_arg;
+    rd_http_conn_list_t idle;     /* oldest first: no pending exchange */
+    rd_http_conn_list_t linger;
+    time_t date_sec;
+    char date[40];
+    /* One read buffer for all connections: libuv hands it to read_cb before the
+     * next alloc_cb, and whatever must outlive read_cb is copied into conn->in. */
+    char read_buf[RD_HTTP_READ_BUF_BYTES];
+};
+
+typedef struct rd_http_write {
+    uv_write_t req;
+    rd_http_conn_t *conn;
+    char data[];
+} rd_http_write_t;
+
+static void conn_feed(rd_http_conn_t *c, const char *data, size_t len);
+static void conn_resume(rd_http_conn_t *c);
+static void conn_close(rd_http_conn_t *c);
+
+/* ------------------------------------------------------------------ */
+/* Lists and the sweep timer                                          */
+/* ------------------------------------------------------------------ */
+
+static void list_remove(rd_http_conn_t *c)
+{
+    rd_http_conn_list_t *l = c->list;
+    if (l == NULL) return;
+    if (c->prev) c->prev->next = c->next;
+    else l->head = c->next;
+    if (c->next) c->next->prev = c->prev;
+    else l->tail = c->prev;
+    c->prev = c->next = NULL;
+    c->list = NULL;
+}
+
+static void list_push(rd_http_conn_list_t *l, rd_http_conn_t *c)
+{
+    list_remove(c);
+    c->since_ms = uv_now(c->server->loop);
+    c->list = l;
+    c->prev = l->tail;
+    c->next = NULL;
+    if (l->tail) l->tail->next = c;
+    else l->head = c;
+    l->tail = c;
+}
+
+static void expire(rd_http_conn_list_t *l, uint64_t now, uint64_t timeout_ms)
+{
+    while (l->head && now - l->head->since_ms >= timeout_ms) conn_close(l->head);
+}
+
+static void on_sweep(uv_timer_t *timer)
+{
+    rd_http_server_t *s = timer->data;
+    uint64_t now = uv_now(s->loop);
+    expire(&s->idle, now, RD_HTTP_IDLE_TIMEOUT_MS);
+    expire(&s->linger, now, RD_HTTP_LINGER_MS);
+}
+
+/* ------------------------------------------------------------------ */
+/* Server lifetime                                                    */
+/* ------------------------------------------------------------------ */
+
+static void on_sweep_close(uv_handle_t *handle);
+
+static void handle_closed(rd_http_server_t *s)
+{
+    assert(s->handles > 0);
+    s->handles--;
+    if (!s->stopping) return;
+    /* The sweep timer outlives the connections so stuck shutdowns still time out. */
+    if (s->handles == 1 && !s->sweep_closing) {
+        s->sweep_closing = true;
+        uv_close((uv_handle_t *)&s->sweep, on_sweep_close);
+        return;
+    }
+    if (s->handles > 0) return;
+    void (*cb)(void *) = s->on_drained;
+    void *arg = s->drained_arg;
+    rd_free(s);
+    if (cb) cb(arg);
+}
+
+static void on_sweep_close(uv_handle_t *handle)
+{
+    handle_closed(handle->data);
+}
+
+static void on_listener_close(uv_handle_t *handle)
+{
+    handle_closed(handle->data);
+}
+
+static void on_reject_close(uv_handle_t *handle)
+{
+    rd_http_server_t *s = handle->data;
+    rd_free(handle);
+    handle_closed(s);
+}
+
+/* ------------------------------------------------------------------ */
+/* Writing                                                            */
+/* ------------------------------------------------------------------ */
+
+static const char *http_date(rd_http_server_t *s)
+{
+    time_t now = time(NULL);
+    if (now != s->date_sec) {
+        static const char days[7][4] = { "Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat" };
+        static const char months[12][4] = { "Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                            "Jul", "Aug", "Sep", "Oct", "Nov", "Dec" };
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        snprintf(s->date, sizeof s->date, "%s, %02d %s %04d %02d:%02d:%02d GMT",
+                 days[tm.tm_wday % 7], tm.tm_mday, months[tm.tm_mon % 12], tm.tm_year + 1900,
+                 tm.tm_hour, tm.tm_min, tm.tm_sec);
+        s->date_sec = now;
+    }
+    return s->date;
+}
+
+static void on_write(uv_write_t *req, int status)
+{
+    rd_http_write_t *w = (rd_http_write_t *)req;
+    rd_http_conn_t *c = w->conn;
+    rd_free(w);
+    assert(c->writes_pending > 0);
+    c->writes_pending--;
+    if (c->closing) return;
+    if (status < 0) {
+        rd_debug("http: write failed: %s", uv_strerror(status));
+        conn_close(c);
+        return;
+    }
+    if (c->write_blocked && !c->shutting &&
+        uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) <= RD_HTTP_MAX_WRITE_QUEUE_BYTES) {
+        c->write_blocked = false;
+        if (!c->pending) conn_resume(c);
+    }
+}
+
+/* Queues bytes on the socket; the write request owns a copy. On failure the
+ * connection is closed and -1 returned. */
+static int conn_write(rd_http_conn_t *c, rd_http_write_t *w, size_t len)
+{
+    w->conn = c;
+    uv_buf_t b = uv_buf_init(w->data, (unsigned)len);
+    int r = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write);
+    if (r < 0) {
+        rd_free(w);
+        rd_debug("http: write failed: %s", uv_strerror(r));
+        conn_close(c);
+        return -1;
+    }
+    c->writes_pending++;
+    return 0;
+}
+
+static char *put(char *p, const char *s, size_t n)
+{
+    memcpy(p, s, n);
+    return p + n;
+}
+
+static int conn_send(rd_http_conn_t *c, int status, const char *content_type,
+                     const char *extra_headers, const char *body, size_t body_len, bool keep_alive,
+                     bool head_only)
+{
+    /* RFC 9110 8.6: no Content-Length (and no body) on 204 and 304. HEAD gets
+     * the length the body would have had. */
+    bool no_length = status == 204 || status == 304;
+    size_t send_body = (no_length || head_only) ? 0 : body_len;
+
+    char line[128];
+    int line_len = snprintf(line, sizeof line, "HTTP/1.1 %d %s\r\nDate: %s\r\n", status,
+                            rd_http_reason(status), http_date(c->server));
+    assert(line_len > 0 && (size_t)line_len < sizeof line);
+    char length[48];
+    int length_len = no_length ? 0
+                               : snprintf(length, sizeof length, "Content-Length: %zu\r\n",
+                                          body_len);
+    const char *conn_hdr = "";
+    if (!keep_alive) conn_hdr = "Connection: close\r\n";
+    else if (c->http10) conn_hdr = "Connection: keep-alive\r\n";
+    size_t ct_len = content_type ? strlen(content_type) : 0;
+    size_t extra_len = extra_headers ? strlen(extra_headers) : 0;
+    size_t conn_len = strlen(conn_hdr);
+
+    size_t total = (size_t)line_len + (size_t)length_len + conn_len + extra_len + 2 + send_body +
+                   (content_type ? ct_len + sizeof "Content-Type: \r\n" - 1 : 0);
+    rd_http_write_t *w = rd_malloc(sizeof *w + total);
+    char *p = w->data;
+    p = put(p, line, (size_t)line_len);
+    p = put(p, length, (size_t)length_len);
+    if (content_type) {
+        p = put(p, "Content-Type: ", 14);
+        p = put(p, content_type, ct_len);
+        p = put(p, "\r\n", 2);
+    }
+    p = put(p, conn_hdr, conn_len);
+    p = put(p, extra_headers ? extra_headers : "", extra_len);
+    p = put(p, "\r\n", 2);
+    if (send_body) p = put(p, body, send_body);
+    assert((size_t)(p - w->data) == total);
+    return conn_write(c, w, total);
+}
+
+static void json_escape(rd_buf_t *b, const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch == '"' || ch == '\\') {
+            char esc[2] = { '\\', (char)ch };
+            rd_buf_append(b, esc, 2);
+        } else if (ch < 0x20 || ch >= 0x7f) {
+            /* The path should be ASCII; anything else is shown, not trusted as UTF-8. */
+            rd_buf_printf(b, "\\u%04x", ch);
+        } else {
+            rd_buf_append(b, &s[i], 1);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* Connection shutdown                                                */
+/* ------------------------------------------------------------------ */
+
+static void free_buffers(rd_http_conn_t *c)
+{
+    rd_buf_free(&c->url);
+    rd_buf_free(&c->body);
+    rd_buf_free(&c->in);
+    for (int i = 0; i < RD_HDR_COUNT; i++) rd_buf_free(&c->header[i]);
+}
+
+static void on_conn_close(uv_handle_t *handle)
+{
+    rd_http_conn_t *c = handle->data;
+    rd_http_server_t *s = c->server;
+    assert(!c->pending && c->list == NULL);
+    free_buffers(c);
+    rd_free(c);
+    s->conn_count--;
+    handle_closed(s);
+}
+
+static void stop_reading(rd_http_conn_t *c)
+{
+    if (!c->reading) return;
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    c->reading = false;
+}
+
+/* Closes at once, dropping unsent output. With an exchange pending the socket
+ * stays until rd_http_respond, which then finishes the job. */
+static void conn_close(rd_http_conn_t *c)
+{
+    if (c->closing) return;
+    list_remove(c);
+    if (c->pending) {
+        c->client_gone = true;
+        stop_reading(c);
+        return;
+    }
+    c->closing = true;
+    uv_close((uv_handle_t *)&c->tcp, on_conn_close);
+}
+
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);
+static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf);
+
+static void start_reading(rd_http_conn_t *c)
+{
+    if (c->reading || c->closing) return;
+    int r = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    if (r < 0) {
+        rd_debug("http: read start failed: %s", uv_strerror(r));
+        conn_close(c);
+        return;
+    }
+    c->reading = true;
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+    rd_http_conn_t *c = req->data;
+    c->shutting = false;
+    if (c->closing) return;
+    if (status == 0 && c->linger_wanted && !c->server->stopping) {
+        /* Closing with unread input makes the kernel send RST, which can destroy
+         * the error response before the client reads it; drain the input first. */
+        c->lingering = true;
+        list_push(&c->server->linger, c);
+        start_reading(c);
+        return;
+    }
+    conn_close(c);
+}
+
+/* Ends the connection after the response just queued. linger: the client may
+ * still be sending (error replies). */
+static void conn_end(rd_http_conn_t *c, bool linger)
+{
+    if (c->closing || c->shutting || c->lingering) return;
+    assert(!c->pending);
+    c->linger_wanted = linger && !c->server->stopping;
+    if (!c->linger_wanted) stop_reading(c);
+    c->shutdown_req.data = c;
+    int r = uv_shutdown(&c->shutdown_req, (uv_stream_t *)&c->tcp, on_shutdown);
+    if (r < 0) {
+        conn_close(c);
+        return;
+    }
+    c->shutting = true;
+    /* Bounds a shutdown that never completes because the client never reads. */
+    list_push(&c->server->idle, c);
+}
+
+static void conn_fail(rd_http_conn_t *c, int status, const char *slug, const char *title,
+                      const char *detail)
+{
+    size_t url_len = c->path_len ? c->path_len : c->url.len;
+    if (!c->path_len && c->url.data) {
+        const char *q = memchr(c->url.data, '?', c->url.len);
+        if (q) url_len = (size_t)(q - c->url.data);
+    }
+    if (url_len > RD_HTTP_MAX_INSTANCE_BYTES) url_len = RD_HTTP_MAX_INSTANCE_BYTES;
+
+    rd_buf_t b = RD_BUF_INIT;
+    rd_buf_printf(&b, "{\"type\":\"/problems/%s\",\"title\":\"%s\",\"status\":%d,\"detail\":\"",
+                  slug, title, status);
+    json_escape(&b, detail, strlen(detail));
+    rd_buf_puts(&b, "\",\"instance\":\"");
+    json_escape(&b, c->url.data ? c->url.data : "", url_len);
+    rd_buf_puts(&b, "\"}");
+    rd_debug("http: %d %s", status, detail);
+    int r = conn_send(c, status, "application/problem+json", NULL, b.data, b.len, false, false);
+    rd_buf_free(&b);
+    if (r == 0) conn_end(c, true);
+}
+
+static void conn_fail_parse(rd_http_conn_t *c, llhttp_errno_t err)
+{
+    char detail[192];
+    switch (c->fail_status) {
+    case 413:
+        snprintf(detail, sizeof detail, "request body exceeds %zu bytes",
+                 c->server->max_body_bytes);
+        conn_fail(c, 413, "payload-too-large", "Payload Too Large", detail);
+        return;
+    case 431:
+        snprintf(detail, sizeof detail, "request line and headers exceed %d bytes",
+                 RD_HTTP_MAX_HEAD_BYTES);
+        conn_fail(c, 431, "request-header-too-large", "Request Header Fields Too Large", detail);
+        return;
+    case 417:
+        conn_fail(c, 417, "expectation-failed", "Expectation Failed",
+                  "only the 100-continue expectation is supported");
+        return;
+    case 501:
+        conn_fail(c, 501, "not-implemented", "Not Implemented",
+                  "only the chunked transfer coding is supported");
+        return;
+    default:
+        break;
+    }
+    if (err == HPE_INVALID_TRANSFER_ENCODING) {
+        conn_fail(c, 501, "not-implemented", "Not Implemented",
+                  "only the chunked transfer coding is supported");
+        return;
+    }
+    snprintf(detail, sizeof detail, "the request could not be parsed: %s",
+             llhttp_get_error_reason(&c->parser));
+    conn_fail(c, 400, "malformed-request", "Malformed Request", detail);
+}
+
+/* ------------------------------------------------------------------ */
+/* Parser callbacks                                                   */
+/* ------------------------------------------------------------------ */
+
+static int count_head(rd_http_conn_t *c, size_t n)
+{
+    c->head_bytes += n;
+    if (c->head_bytes <= RD_HTTP_MAX_HEAD_BYTES) return 0;
+    c->fail_status = 431;
+    return HPE_USER;
+}
+
+static int on_message_begin(llhttp_t *p)
+{
+    rd_http_conn_t *c = p->data;
+    rd_buf_reset(&c->url);
+    rd_buf_reset(&c->body);
+    for (int i = 0; i < RD_HDR_COUNT; i++) rd_buf_reset(&c->header[i]);
+    c->header_seen = 0;
+    c->te_headers = 0;
+    c->field_len = 0;
+    c->cur_header = RD_HDR_OTHER;
+    c->head_bytes = 0;
+    c->path_len = 0;
+    c->has_query = false;
+    c->headers_done = false;
+    return 0;
+}
+
+static int on_method(llhttp_t *p, const char *at, size_t n)
+{
+    (void)at;
+    return count_head(p->data, n + 1);
+}
+
+static int on_version(llhttp_t *p, const char *at, size_t n)
+{
+    (void)at;
+    return count_head(p->data, n + 2);
+}
+
+static int on_url(llhttp_t *p, const char *at, size_t n)
+{
+    rd_http_conn_t *c = p->data;
+    if (count_head(c, n + 1)) return HPE_USER;
+    rd_buf_append(&c->url, at, n);
+    return 0;
+}
+
+static int on_url_complete(llhttp_t *p)
+{
+    rd_http_conn_t *c = p->data;
+    rd_buf_append(&c->url, "", 0);
+    char *q = memchr(c->url.data, '?', c->url.len);
+    c->has_query = q != NULL;
+    c->path_len = q ? (size_t)(q - c->url.data) : c->url.len;
+    return 0;
+}
+
+static int on_header_field(llhttp_t *p, const char *at, size_t n)
+{
+    rd_http_conn_t *c = p->data;
+    if (count_head(c, n + 4)) return HPE_USER;
+    if (c->field_len + n < sizeof c->field) memcpy(c->field + c->field_len, at, n);
+    c->field_len += n;
+    return 0;
+}
+
+static int on_header_field_complete(llhttp_t *p)
+{
+    rd_http_conn_t *c = p->data;
+    c->cur_header = RD_HDR_OTHER;
+    size_t n = c->field_len;
+    c->field_len = 0;
+    if (c->headers_done || n >= sizeof c->field) return 0;
+    for (int i = 0; i < RD_HDR_COUNT; i++) {
+        if (strlen(header_names[i]) == n && strncasecmp(c->field, header_names[i], n) == 0) {
+            c->cur_header = (rd_http_header_id_t)i;
+            /* A repeated header replaces the earlier value. */
+            rd_buf_reset(&c->header[i]);
+            rd_buf_append(&c->header[i], "", 0);
+            c->header_seen |= 1u << i;
+            if (i == RD_HDR_TRANSFER_ENCODING) c->te_headers++;
+            break;
+        }
+    }
+    return 0;
+}
+
+static int on_header_value(llhttp_t *p, const char *at, size_t n)
+{
+    rd_http_conn_t *c = p->data;
+    if (count_head(c, n)) return HPE_USER;
+    if (c->cur_header != RD_HDR_OTHER) rd_buf_append(&c->header[c->cur_header], at, n);
+    return 0;
+}
+
+static int on_header_value_complete(llhttp_t *p)
+{
+    rd_http_conn_t *c = p->data;
+    if (c->cur_header == RD_HDR_OTHER) return 0;
+    rd_buf_t *b = &c->header[c->cur_header];
+    rd_buf_append(b, "", 0);
+    while (b->len > 0 && (b->data[b->len - 1] == ' ' || b->data[b->len - 1] == '\t')) b->len--;
+    b->data[b->len] = '\0';
+    c->cur_header = RD_HDR_OTHER;
+    return 0;
+}
+
+static bool header_is(const rd_http_conn_t *c, rd_http_header_id_t id, const char *value)
+{
+    return (c->header_seen & (1u << id)) && strcasecmp(c->header[id].data, value) == 0;
+}
+
+static void send_continue(rd_http_conn_t *c)
+{
+    static const char msg[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    rd_http_write_t *w = rd_malloc(sizeof *w + sizeof msg - 1);
+    memcpy(w->data, msg, sizeof msg - 1);
+    conn_write(c, w, sizeof msg - 1);
+}
+
+static int on_headers_complete(llhttp_t *p)
+{
+    rd_http_conn_t *c = p->data;
+    rd_http_server_t *s = c->server;
+    c->headers_done = true;
+    if (c->header_seen & (1u << RD_HDR_TRANSFER_ENCODING)) {
+        /* llhttp accepts "gzip, chunked" and would hand us compressed bytes. */
+        if (c->te_headers != 1 || !header_is(c, RD_HDR_TRANSFER_ENCODING, "chunked")) {
+            c->fail_status = 501;
+            return HPE_USER;
+        }
+    }
+    bool has_length = (p->flags & F_CONTENT_LENGTH) != 0;
+    if (has_length && p->content_length > s->max_body_bytes) {
+        c->fail_status = 413;
+        return HPE_USER;
+    }
+    bool expects_body = (has_length && p->content_length > 0) || (p->flags & F_CHUNKED);
+    if ((c->header_seen & (1u << RD_HDR_EXPECT)) && !(p->http_major == 1 && p->http_minor == 0)) {
+        if (!header_is(c, RD_HDR_EXPECT, "100-continue")) {
+            c->fail_status = 417;
+            return HPE_USER;
+        }
+        if (expects_body) send_continue(c);
+        if (c->closing) return HPE_USER;  /* the write failed */
+    }
+    if (has_length && p->content_length > 0) rd_buf_reserve(&c->body, (size_t)p->content_length);
+    return 0;
+}
+
+static int on_body(llhttp_t *p, const char *at, size_t n)
+{
+    rd_http_conn_t *c = p->data;
+    if (c->body.len + n > c->server->max_body_bytes) {
+        c->fail_status = 413;
+        return HPE_USER;
+    }
+    rd_buf_append(&c->body, at, n);
+    return 0;
+}
+
+static rd_http_method_t method_of(uint8_t m)
+{
+    switch (m) {
+    case HTTP_GET: return RD_HTTP_GET;
+    case HTTP_HEAD: return RD_HTTP_HEAD;
+    case HTTP_POST: return RD_HTTP_POST;
+    case HTTP_PUT: return RD_HTTP_PUT;
+    case HTTP_PATCH: return RD_HTTP_PATCH;
+    case HTTP_DELETE: return RD_HTTP_DELETE;
+    case HTTP_OPTIONS: return RD_HTTP_OPTIONS;
+    default: return RD_HTTP_OTHER;
+    }
+}
+
+/* Strips the scheme and authority of an absolute-form target (RFC 9112 3.2.2). */
+static size_t origin_offset(const char *url, size_t len)
+{
+    size_t skip;
+    if (len >= 7 && strncasecmp(url, "http://", 7) == 0) skip = 7;
+    else if (len >= 8 && strncasecmp(url, "https://", 8) == 0) skip = 8;
+    else return 0;
+    while (skip < len && url[skip] != '/' && url[skip] != '?') skip++;
+    return skip;
+}
+
+static int on_message_complete(llhttp_t *p)
+{
+    rd_http_conn_t *c = p->data;
+    rd_http_request_t *r = &c->req;
+    if (c->url.data == NULL) rd_buf_append(&c->url, "", 0);
+    if (c->body.data == NULL) rd_buf_append(&c->body, "", 0);
+
+    char *url = c->url.data;
+    size_t start = origin_offset(url, c->path_len);
+    if (c->has_query) url[c->path_len] = '\0';
+    if (start == c->path_len) {
+        /* "http://host" or "http://host?q": the path is "/". */
+        static const char slash[] = "/";
+        r->path = slash;
+        r->path_len = 1;
+    } else {
+        r->path = url + start;
+        r->path_len = c->path_len - start;
+    }
+    r->query = c->has_query ? url + c->path_len + 1 : NULL;
+    r->query_len = c->has_query ? c->url.len - c->path_len - 1 : 0;
+    r->body = c->body.data;
+    r->body_len = c->body.len;
+    r->content_type = (c->header_seen & (1u << RD_HDR_CONTENT_TYPE))
+                          ? c->header[RD_HDR_CONTENT_TYPE].data : NULL;
+    r->authorization = (c->header_seen & (1u << RD_HDR_AUTHORIZATION))
+                           ? c->header[RD_HDR_AUTHORIZATION].data : NULL;
+    r->method = method_of(p->method);
+    c->is_head = r->method == RD_HTTP_HEAD;
+    c->http10 = p->http_major == 1 && p->http_minor == 0;
+    /* Upgrade and CONNECT are not spoken here: answer, then close. */
+    c->keep_alive = llhttp_should_keep_alive(p) && !p->upgrade;
+    return HPE_PAUSED;
+}
+
+static const llhttp_settings_t parser_settings = {
+    .on_message_begin = on_message_begin,
+    .on_method = on_method,
+    .on_version = on_version,
+    .on_url = on_url,
+    .on_url_complete = on_url_complete,
+    .on_header_field = on_header_field,
+    .on_header_field_complete = on_header_field_complete,
+    .on_header_value = on_header_value,
+    .on_header_value_complete = on_header_value_complete,
+    .on_headers_complete = on_headers_complete,
+    .on_body = on_body,
+    .on_message_complete = on_message_complete,
+};
+
+/* ------------------------------------------------------------------ */
+/* Request flow                                                       */
+/* ------------------------------------------------------------------ */
+
+static bool suspended(const rd_http_conn_t *c)
+{
+    return c->pending || c->write_blocked;
+}
+
+static bool ending(const rd_http_conn_t *c)
+{
+    return c->closing || c->shutting || c->lingering || c->client_gone;
+}
+
+/* Keeps unparsed bytes for later; data may already point into c->in. */
+static void conn_stash(rd_http_conn_t *c, const char *data, size_t len)
+{
+    if (c->feeding_in) {
+        memmove(c->in.data, data, len);
+        c->in.len = len;
+        c->in.data[len] = '\0';
+        return;
+    }
+    rd_buf_reset(&c->in);
+    rd_buf_append(&c->in, data, len);
+}
+
+static void conn_dispatch(rd_http_conn_t *c)
+{
+    rd_http_server_t *s = c->server;
+    list_remove(c);
+    c->pending = true;
+    s->in_flight++;
+    c->in_dispatch = true;
+    s->handler(&c->ex, &c->req, s->handler_ctx);
+    c->in_dispatch = false;
+}
+
+static void conn_feed(rd_http_conn_t *c, const char *data, size_t len)
+{
+    while (len > 0) {
+        llhttp_errno_t err = llhttp_execute(&c->parser, data, len);
+        if (err == HPE_OK) return;
+        if (err != HPE_PAUSED) {
+            if (!ending(c)) conn_fail_parse(c, err);
+            return;
+        }
+        size_t used = (size_t)(llhttp_get_error_pos(&c->parser) - data);
+        data += used;
+        len -= used;
+        conn_dispatch(c);
+        if (ending(c)) return;
+        if (suspended(c)) {
+            conn_stash(c, data, len);
+            return;
+        }
+        llhttp_resume(&c->parser);
+    }
+}
+
+/* Continues after the pending exchange was answered (and writes drained). */
+static void conn_resume(rd_http_conn_t *c)
+{
+    llhttp_resume(&c->parser);
+    size_t n = c->in.len;
+    if (n > 0) {
+        /* conn_feed either consumes everything or stashes the rest back in place. */
+        c->in.len = 0;
+        c->feeding_in = true;
+        conn_feed(c, c->in.data, n);
+        c->feeding_in = false;
+    }
+    if (ending(c) || suspended(c)) return;
+    if (c->in.cap > RD_HTTP_KEEP_BUF_BYTES) rd_buf_free(&c->in);
+    start_reading(c);
+}
+
+static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
+{
+    (void)suggested;
+    rd_http_conn_t *c = handle->data;
+    buf->base = c->server->read_buf;
+    buf->len = sizeof c->server->read_buf;
+}
+
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+{
+    rd_http_conn_t *c = stream->data;
+    if (nread == 0 || c->closing) return;
+    if (nread < 0) {
+        if (nread != UV_EOF) rd_debug("http: read failed: %s", uv_strerror((int)nread));
+        if (c->shutting) {
+            /* Let the final response finish; on_shutdown closes. */
+            c->linger_wanted = false;
+            stop_reading(c);
+            return;
+        }
+        conn_close(c);
+        return;
+    }
+    if (c->shutting || c->lingering) return;
+    if (suspended(c)) {
+        rd_buf_append(&c->in, buf->base, (size_t)nread);
+        if (c->in.len >= RD_HTTP_MAX_BUFFERED_BYTES) stop_reading(c);
+        return;
+    }
+    conn_feed(c, buf->base, (size_t)nread);
+}
+
+void rd_http_respond(rd_http_exchange_t *ex, int status, const char *content_type,
+                     const char *extra_headers, const char *body, size_t body_len)
+{
+    rd_http_conn_t *c = ex->conn;
+    rd_http_server_t *s = c->server;
+    assert(c->pending && status >= 200 && status <= 999);
+    c->pending = false;
+    s->in_flight--;
+    if (c->client_gone) {
+        conn_close(c);
+        return;
+    }
+    bool keep = c->keep_alive && !s->stopping;
+    if (conn_send(c, status, content_type, extra_headers, body, body_len, keep, c->is_head) < 0)
+        return;
+    if (!keep) {
+        conn_end(c, false);
+        return;
+    }
+    if (c->body.cap > RD_HTTP_KEEP_BUF_BYTES) rd_buf_free(&c->body);
+    list_push(&s->idle, c);
+    if (uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) > RD_HTTP_MAX_WRITE_QUEUE_BYTES)
+        c->write_blocked = true;
+    if (!c->in_dispatch && !c->write_blocked) conn_resume(c);
+}
+
+bool rd_http_exchange_client_alive(const rd_http_exchange_t *ex)
+{
+    return !ex->conn->client_gone;
+}
+
+/* ------------------------------------------------------------------ */
+/* Accepting                                                          */
+/* ------------------------------------------------------------------ */
+
+static void reject(rd_http_server_t *s)
+{
+    uv_tcp_t *t = rd_malloc(sizeof *t);
+    uv_tcp_init(s->loop, t);
+    t->data = s;
+    s->handles++;
+    if (uv_accept((uv_stream_t *)&s->listener, (uv_stream_t *)t) == 0)
+        rd_warn("http: %d connections open, refusing another", RD_HTTP_MAX_CONNS);
+    uv_close((uv_handle_t *)t, on_reject_close);
+}
+
+static void on_connection(uv_stream_t *listener, int status)
+{
+    rd_http_server_t *s = listener->data;
+    if (status < 0) {
+        rd_warn("http: accept failed: %s", uv_strerror(status));
+        return;
+    }
+    if (s->conn_count >= RD_HTTP_MAX_CONNS) {
+        reject(s);
+        return;
+    }
+    rd_http_conn_t *c = rd_calloc(1, sizeof *c);
+    c->server = s;
+    c->ex.conn = c;
+    c->cur_header = RD_HDR_OTHER;
+    uv_tcp_init(s->loop, &c->tcp);
+    c->tcp.data = c;
+    s->conn_count++;
+    s->handles++;
+    int r = uv_accept(listener, (uv_stream_t *)&c->tcp);
+    if (r < 0) {
+        rd_warn("http: accept failed: %s", uv_strerror(r));
+        conn_close(c);
+        return;
+    }
+    uv_tcp_nodelay(&c->tcp, 1);
+    llhttp_init(&c->parser, HTTP_REQUEST, &parser_settings);
+    c->parser.data = c;
+    list_push(&s->idle, c);
+    start_reading(c);
+}
+
+int rd_http_server_start(uv_loop_t *loop, const rd_http_options_t *opts,
+                         rd_http_server_t **out)
+{
+    assert(opts->handler != NULL);
+    struct sockaddr_storage addr;
+    const char *host = opts->host ? opts->host : "127.0.0.1";
+    int r = strchr(host, ':') ? uv_ip6_addr(host, opts->port, (struct sockaddr_in6 *)&addr)
+                              : uv_ip4_addr(host, opts->port, (struct sockaddr_in *)&addr);
+    if (r < 0) return r;
+
+    rd_http_server_t *s = rd_calloc(1, sizeof *s);
+    s->loop = loop;
+    s->handler = opts->handler;
+    s->handler_ctx = opts->handler_ctx;
+    s->max_body_bytes = opts->max_body_bytes;
+    uv_timer_init(loop, &s->sweep);
+    s->sweep.data = s;
+    uv_unref((uv_handle_t *)&s->sweep);
+    s->handles++;
+    r = uv_tcp_init(loop, &s->listener);
+    if (r < 0) goto fail_timer;
+    s->listener.data = s;
+    s->handles++;
+    r = uv_tcp_bind(&s->listener, (const struct sockaddr *)&addr, 0);
+    if (r < 0) goto fail_listener;
+    r = uv_listen((uv_stream_t *)&s->listener, RD_HTTP_BACKLOG, on_connection);
+    if (r < 0) goto fail_listener;
+    uv_timer_start(&s->sweep, on_sweep, RD_HTTP_SWEEP_MS, RD_HTTP_SWEEP_MS);
+    *out = s;
+    return 0;
+
+fail_listener:
+    /* The handles are freed from their close callbacks, on the next loop turn. */
+    s->stopping = true;
+    uv_close((uv_handle_t *)&s->listener, on_listener_close);
+    return r;
+fail_timer:
+    s->stopping = true;
+    s->sweep_closing = true;
+    uv_close((uv_handle_t *)&s->sweep, on_sweep_close);
+    return r;
+}
+
+int rd_http_server_port(const rd_http_server_t *server)
+{
+    struct sockaddr_storage addr;
+    int len = sizeof addr;
+    int r = uv_tcp_getsockname(&server->listener, (struct sockaddr *)&addr, &len);
+    if (r < 0) return r;
+    if (addr.ss_family == AF_INET6) return ntohs(((struct sockaddr_in6 *)&addr)->sin6_port);
+    return ntohs(((struct sockaddr_in *)&addr)->sin_port);
+}
+
+size_t rd_http_server_in_flight(const rd_http_server_t *server)
+{
+    return server->in_flight;
+}
+
+static void stop_list(rd_http_conn_list_t *l)
+{
+    rd_http_conn_t *next;
+    for (rd_http_conn_t *c = l->head; c; c = next) {
+        next = c->next;
+        if (c->shutting) continue;
+        /* A connection whose last response is still being written finishes it. */
+        if (c->writes_pending && !c->lingering) conn_end(c, false);
+        else conn_close(c);
+    }
+}
+
+void rd_http_server_stop(rd_http_server_t *server, void (*on_drained)(void *arg), void *arg)
+{
+    assert(!server->stopping);
+    server->stopping = true;
+    server->on_drained = on_drained;
+    server->drained_arg = arg;
+    uv_close((uv_handle_t *)&server->listener, on_listener_close);
+    stop_list(&server->linger);
+    stop_list(&server->idle);
+    /* Pending exchanges close their connection in rd_http_respond. */
+}
+
+const char *rd_http_reason(int status)
+{
+    switch (status) {
+    case 100: return "Continue";
+    case 200: return "OK";
+    case 201: return "Created";
+    case 202: return "Accepted";
+    case 204: return "No Content";
+    case 301: return "Moved Permanently";
+    case 302: return "Found";
+    case 304: return "Not Modified";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 409: return "Conflict";
+    case 410: return "Gone";
+    case 411: return "Length Required";
+    case 413: return "Payload Too Large";
+    case 414: return "URI Too Long";
+    case 415: return "Unsupported Media Type";
+    case 417: return "Expectation Failed";
+    case 422: return "Unprocessable Entity";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    default: return "Unknown";
+    }
+}
