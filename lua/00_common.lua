@@ -17,14 +17,22 @@
 -- Every key name of a queue is spelled here and nowhere else in Lua.
 local function queue_keys(base)
   return {
-    ready      = base .. ':ready',       -- LIST of ids, claimed from the right
+    due        = base .. ':due',         -- LIST of due retries and replays, claimed
+                                         -- from the right before ready
+    ready      = base .. ':ready',       -- LIST of fresh ids, claimed from the right
     scheduled  = base .. ':scheduled',   -- ZSET id -> retry_after (ms)
     processing = base .. ':processing',  -- ZSET id -> lease deadline (ms)
     dead       = base .. ':dead',        -- ZSET id -> time of death (ms)
     succeeded  = base .. ':succeeded',   -- ZSET id -> time of success (ms)
     seq        = base .. ':seq',         -- STRING, last id handed out
     stats      = base .. ':stats',       -- HASH of lifetime counters
+    wake       = base .. ':wake',        -- pub/sub channel: "work may be claimable"
   }
+end
+
+-- "<base>:idem:<key>" STRING -> id of the message enqueued with that key.
+local function idempotency_key(base, key)
+  return base .. ':idem:' .. key
 end
 
 local function message_key(base, id)
@@ -41,13 +49,21 @@ local PROMOTE_IN_CLAIM = 100
 local MAX_BATCH = 1000
 local MAX_BACKOFF_S = 3600
 
+local IDEMPOTENCY_TTL_MS = 24 * 3600 * 1000
+
+-- Wakes long-poll waiters on every retryd subscribed to the queue. The message
+-- carries nothing: receivers claim through the atomic functions.
+local function notify(k)
+  redis.call('PUBLISH', k.wake, '1')
+end
+
 local function bad_arg(name)
   return redis.error_reply('ERR retryd: bad argument ' .. name)
 end
 
 local function to_int(s)
   local n = tonumber(s)
-  if n == nil or n ~= math.floor(n) then return nil end
+  if n == nil or n ~= math.floor(n) or n == math.huge or n == -math.huge then return nil end
   return n
 end
 
@@ -58,16 +74,14 @@ local function message_reply(mkey, id)
   return out
 end
 
--- Moves up to `limit` due ids from scheduled to the claim end of ready, the
--- earliest due first in claim order. Returns how many it moved.
+-- Moves up to `limit` due ids from scheduled to the due list, earliest due
+-- first, behind ids promoted earlier. Returns how many it moved.
 local function promote_due(k, now, limit)
   local due = redis.call('ZRANGE', k.scheduled, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
   local n = #due
   if n == 0 then return 0 end
   redis.call('ZREM', k.scheduled, unpack(due))
-  for i = n, 1, -1 do
-    redis.call('RPUSH', k.ready, due[i])
-  end
+  redis.call('LPUSH', k.due, unpack(due))
   return n
 end
 
@@ -104,11 +118,17 @@ end
 -- Fails every lease whose deadline has passed, at most `limit` of them.
 local function reclaim_expired(k, base, now, limit)
   local ids = redis.call('ZRANGE', k.processing, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
+  local failed = 0
   for i = 1, #ids do
-    fail_message(k, base, ids[i], now, 'lease expired', true, -1)
+    if redis.call('EXISTS', message_key(base, ids[i])) == 1 then
+      fail_message(k, base, ids[i], now, 'lease expired', true, -1)
+      failed = failed + 1
+    else
+      redis.call('ZREM', k.processing, ids[i])  -- deleted while leased
+    end
   end
-  if #ids > 0 then
-    redis.call('HINCRBY', k.stats, 'lease_expired', #ids)
+  if failed > 0 then
+    redis.call('HINCRBY', k.stats, 'lease_expired', failed)
   end
   return #ids
 end

@@ -3,7 +3,11 @@
 --   ARGV[1]  payload                            opaque bytes, stored as given
 --   ARGV[2]  max_retries                        integer 1..10
 --   ARGV[3]  delay_ms                           integer >= 0; > 0 schedules it
--- Returns {"ok", message}.
+--   ARGV[4]  idempotency_key                    "" for none; else 1..255 bytes
+-- Returns {"ok", message}, or {"duplicate", message} when the key was used in
+-- this queue within 24 h: the original message, nothing created. When that
+-- message was deleted since (retention), the reply is {"duplicate", {"id", id}}.
+-- Publishes on the queue's wake channel when the message is ready now.
 local function enqueue(keys, args)
   local base = keys[1]
   local k = queue_keys(base)
@@ -13,10 +17,27 @@ local function enqueue(keys, args)
   if payload == nil then return bad_arg('payload') end
   if max_retries == nil or max_retries < 1 or max_retries > 10 then return bad_arg('max_retries') end
   if delay_ms == nil or delay_ms < 0 then return bad_arg('delay_ms') end
+  local idem = args[4] or ''
+  if #idem > 255 then return bad_arg('idempotency_key') end
 
   local now = now_ms()
+  local idem_key
+  if idem ~= '' then
+    idem_key = idempotency_key(base, idem)
+    local seen = redis.call('GET', idem_key)
+    if seen then
+      local seen_key = message_key(base, seen)
+      if redis.call('EXISTS', seen_key) == 1 then
+        return { 'duplicate', message_reply(seen_key, seen) }
+      end
+      return { 'duplicate', { 'id', seen } }
+    end
+  end
   local id = redis.call('INCR', k.seq)
   local mkey = message_key(base, id)
+  if idem_key then
+    redis.call('SET', idem_key, id, 'PX', IDEMPOTENCY_TTL_MS)
+  end
   if delay_ms > 0 then
     redis.call('HSET', mkey, 'payload', payload, 'status', 'pending', 'retry_count', 0,
                'max_retries', max_retries, 'created_at', now, 'updated_at', now,
@@ -26,7 +47,9 @@ local function enqueue(keys, args)
     redis.call('HSET', mkey, 'payload', payload, 'status', 'pending', 'retry_count', 0,
                'max_retries', max_retries, 'created_at', now, 'updated_at', now)
     redis.call('LPUSH', k.ready, id)
+    notify(k)
   end
+  if idem_key then redis.call('HSET', mkey, 'idempotency_key', idem) end
   redis.call('HINCRBY', k.stats, 'enqueued', 1)
   return { 'ok', message_reply(mkey, id) }
 end

@@ -1,8 +1,11 @@
 -- claim: lease up to `count` messages, due retries before fresh ones.
 --   KEYS[1]  <prefix>:{q}                       queue key base
---   ARGV[1]  lease_ms                           integer 1000..43200000
+--   ARGV[1]  lease_ms                           integer 1..43200000
 --   ARGV[2]  count                              integer 1..100 (default 1)
--- Promotes due scheduled ids first (at most 100), then pops from ready.
+-- Promotes due scheduled ids first (at most 100), then pops from the due list
+-- (retries and replays, oldest first), then from ready (fresh, FIFO). Ids
+-- whose message was deleted while they waited are dropped, and popping goes on
+-- (at most 100 such ids per call).
 -- Returns {"ok", message, ...}: zero messages when nothing is claimable. Each
 -- message carries lease_token (unique per claim) and lease_expires_at.
 local function claim(keys, args)
@@ -10,35 +13,37 @@ local function claim(keys, args)
   local k = queue_keys(base)
   local lease_ms = to_int(args[1])
   local count = to_int(args[2] or '1')
-  if lease_ms == nil or lease_ms < 1 then return bad_arg('lease_ms') end
+  if lease_ms == nil or lease_ms < 1 or lease_ms > 43200000 then return bad_arg('lease_ms') end
   if count == nil or count < 1 or count > 100 then return bad_arg('count') end
 
   local now = now_ms()
   promote_due(k, now, math.max(count, PROMOTE_IN_CLAIM))
-  local ids = redis.call('RPOP', k.ready, count)
   local out = { 'ok' }
-  if not ids then return out end
-
   local deadline = now + lease_ms
-  local serial = redis.call('HINCRBY', k.stats, 'claimed', #ids) - #ids
-  local claimed = 0
-  for i = 1, #ids do
-    local id = ids[i]
-    local mkey = message_key(base, id)
-    -- An id whose message was deleted while it waited is dropped here.
-    if redis.call('EXISTS', mkey) == 1 then
-      serial = serial + 1
-      local token = string.format('%x.%x', now, serial)
-      redis.call('HSET', mkey, 'status', 'processing', 'lease_token', token,
-                 'lease_expires_at', deadline, 'updated_at', now)
-      redis.call('ZADD', k.processing, deadline, id)
-      out[#out + 1] = message_reply(mkey, id)
-      claimed = claimed + 1
+  local serial = tonumber(redis.call('HGET', k.stats, 'claimed') or '0')
+  local skipped = 0
+  local lists = { k.due, k.ready }
+  for l = 1, 2 do
+    while #out - 1 < count and skipped <= 100 do
+      local ids = redis.call('RPOP', lists[l], count - (#out - 1))
+      if not ids then break end
+      for i = 1, #ids do
+        local id = ids[i]
+        local mkey = message_key(base, id)
+        if redis.call('EXISTS', mkey) == 1 then
+          serial = serial + 1
+          local token = string.format('%x.%x', now, serial)
+          redis.call('HSET', mkey, 'status', 'processing', 'lease_token', token,
+                     'lease_expires_at', deadline, 'updated_at', now)
+          redis.call('ZADD', k.processing, deadline, id)
+          out[#out + 1] = message_reply(mkey, id)
+        else
+          skipped = skipped + 1
+        end
+      end
     end
   end
-  if claimed < #ids then
-    redis.call('HINCRBY', k.stats, 'claimed', claimed - #ids)
-  end
+  if #out > 1 then redis.call('HINCRBY', k.stats, 'claimed', #out - 1) end
   return out
 end
 

@@ -67,6 +67,7 @@ end
 --   KEYS[2]  <prefix>:{q}:m:<id>                the message
 --   ARGV[1]  id
 -- Resets retry_count, last_error and retry_after (reference behaviour).
+-- Publishes on the queue's wake channel.
 -- Returns {"ok", message} | {"not_found"} | {"invalid_state", status}.
 local function replay(keys, args)
   local base, mkey, id = keys[1], keys[2], args[1]
@@ -77,8 +78,9 @@ local function replay(keys, args)
   redis.call('ZREM', k.dead, id)
   redis.call('HDEL', mkey, 'last_error', 'retry_after', 'dead_at')
   redis.call('HSET', mkey, 'status', 'pending', 'retry_count', 0, 'updated_at', now)
-  redis.call('RPUSH', k.ready, id)
+  redis.call('LPUSH', k.due, id)
   redis.call('HINCRBY', k.stats, 'replayed', 1)
+  notify(k)
   return { 'ok', message_reply(mkey, id) }
 end
 

@@ -1,14 +1,16 @@
--- promote: move due scheduled ids to the claim end of ready.
+-- promote: move due scheduled ids to the due list (claimed before fresh ids).
 --   KEYS[1]  <prefix>:{q}                       queue key base
 --   ARGV[1]  limit                              integer 1..1000 per call
 -- Returns {moved, next_due_in_ms}: -1 when nothing is scheduled. A caller that
--- got moved == limit calls again at once.
+-- got moved == limit calls again at once. Publishes on the wake channel when
+-- it moved anything.
 local function promote(keys, args)
   local k = queue_keys(keys[1])
   local limit = to_int(args[1])
   if limit == nil or limit < 1 or limit > MAX_BATCH then return bad_arg('limit') end
   local now = now_ms()
   local moved = promote_due(k, now, limit)
+  if moved > 0 then notify(k) end
   local next_due = redis.call('ZRANGE', k.scheduled, 0, 0, 'WITHSCORES')
   local wait = -1
   if next_due[2] then wait = math.max(0, tonumber(next_due[2]) - now) end
@@ -37,9 +39,12 @@ end
 --   ARGV[1]  limit                              integer 1..1000, per kind of work
 --   ARGV[2]  dead_ttl_ms                        0 keeps dead letters forever
 --   ARGV[3]  succeeded_ttl_ms                   0 keeps succeeded forever
--- Returns {promoted, reclaimed, expired, next_in_ms}: next_in_ms is the time
--- until the next scheduled id or lease deadline is due (-1: none). Any count
--- equal to limit means more work is waiting: call again at once.
+-- Returns {promoted, reclaimed, expired, next_in_ms, ready}: next_in_ms is the
+-- time until the next scheduled id or lease deadline is due (-1: none); ready
+-- is how many ids are claimable now (the long-poll safety net); expired
+-- counts dead and succeeded messages removed by retention. Any count equal
+-- to limit means more work is waiting: call again at once. Publishes on the
+-- wake channel when it promoted anything.
 local function tick(keys, args)
   local base = keys[1]
   local k = queue_keys(base)
@@ -52,9 +57,9 @@ local function tick(keys, args)
   -- Reclaim first: an expired lease with a zero backoff becomes due at once.
   local reclaimed = reclaim_expired(k, base, now, limit)
   local promoted = promote_due(k, now, limit)
+  if promoted > 0 then notify(k) end
   local expired = expire_finished(k, base, k.dead, now, dead_ttl, limit, 'expired_dead')
-  local e2 = expire_finished(k, base, k.succeeded, now, succeeded_ttl, limit, 'expired_succeeded')
-  if e2 > expired then expired = e2 end
+    + expire_finished(k, base, k.succeeded, now, succeeded_ttl, limit, 'expired_succeeded')
 
   local wait = -1
   local s = redis.call('ZRANGE', k.scheduled, 0, 0, 'WITHSCORES')
@@ -64,7 +69,8 @@ local function tick(keys, args)
     local w = math.max(0, tonumber(p[2]) - now)
     if wait < 0 or w < wait then wait = w end
   end
-  return { promoted, reclaimed, expired, wait }
+  return { promoted, reclaimed, expired, wait,
+           redis.call('LLEN', k.due) + redis.call('LLEN', k.ready) }
 end
 
 redis.register_function('promote', promote)

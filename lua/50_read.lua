@@ -9,10 +9,9 @@ local function get(keys, args)
 end
 
 -- One page of a ZSET index in (score, member) order after cursor "score:id".
--- Returns ids, next cursor ("" at the end).
+-- Returns ids, next cursor ("" at the end); nil for a malformed cursor.
 local function zset_page(key, cursor, limit)
   local start = 0
-  local skip_score, skip_member
   if cursor ~= '' then
     local s, m = string.match(cursor, '^(%d+):(%d+)$')
     if not s then return nil end
@@ -21,35 +20,64 @@ local function zset_page(key, cursor, limit)
     if rank and tonumber(score) == tonumber(s) then
       start = rank + 1
     else
-      -- The cursor's member left the index: restart at its score and skip
-      -- the members that sorted before it (Redis orders ties bytewise).
-      start = redis.call('ZCOUNT', key, '-inf', '(' .. s)
-      skip_score, skip_member = tonumber(s), m
+      -- The cursor's member left the index: binary-search its place among
+      -- the members of the same score (Redis orders ties bytewise).
+      local lo = redis.call('ZCOUNT', key, '-inf', '(' .. s)
+      local hi = redis.call('ZCOUNT', key, '-inf', s)
+      while lo < hi do
+        local mid = math.floor((lo + hi) / 2)
+        local member = redis.call('ZRANGE', key, mid, mid)[1]
+        if member <= m then lo = mid + 1 else hi = mid end
+      end
+      start = lo
     end
   end
-  local rows = redis.call('ZRANGE', key, start, start + limit + 63, 'WITHSCORES')
-  local ids, last = {}, nil
-  local i = 1
-  while i < #rows and #ids < limit do
-    local member, score = rows[i], tonumber(rows[i + 1])
-    if not (skip_score and score == skip_score and member <= skip_member) then
-      ids[#ids + 1] = member
-      last = string.format('%d:%s', score, member)
-    end
-    i = i + 2
-  end
-  if last and (i < #rows or start + (i - 1) / 2 < redis.call('ZCARD', key)) then
-    return ids, last
+  local rows = redis.call('ZRANGE', key, start, start + limit - 1, 'WITHSCORES')
+  local ids = {}
+  for i = 1, #rows, 2 do ids[#ids + 1] = rows[i] end
+  if #ids == limit and start + limit < redis.call('ZCARD', key) then
+    return ids, string.format('%d:%s', tonumber(rows[#rows]), rows[#rows - 1])
   end
   return ids, ''
 end
 
--- One page of the ready LIST in claim order (from the right), from offset.
-local function ready_page(key, offset, limit)
+-- One page of a LIST in claim order (from the right), from offset.
+local function list_page(key, offset, limit)
   local rows = redis.call('LRANGE', key, -(offset + limit), -(offset + 1))
   local ids = {}
   for i = #rows, 1, -1 do ids[#ids + 1] = rows[i] end
   return ids
+end
+
+-- The pending listing walks three sections in claim order: the due list
+-- ("d:<offset>"), the ready list ("r:<offset>"), then scheduled by due time
+-- ("s:<score>:<id>"). Returns ids, next cursor; nil for a malformed cursor.
+local function pending_page(k, cursor, limit)
+  local section, rest = string.match(cursor, '^(%a):(.*)$')
+  if cursor == '' then section, rest = 'd', '0' end
+  local order = { d = 1, r = 2, s = 3 }
+  local at = order[section]
+  if not at then return nil end
+  local ids = {}
+  local lists = { k.due, k.ready }
+  for sec = at, 2 do
+    local offset = 0
+    if sec == at then
+      offset = to_int(rest)
+      if offset == nil or offset < 0 then return nil end
+    end
+    local more = list_page(lists[sec], offset, limit - #ids)
+    for i = 1, #more do ids[#ids + 1] = more[i] end
+    if #ids == limit then
+      return ids, (sec == 1 and 'd:' or 'r:') .. (offset + #more)
+    end
+  end
+  local zcursor = at == 3 and rest or ''
+  local more, c = zset_page(k.scheduled, zcursor, limit - #ids)
+  if not more then return nil end
+  for i = 1, #more do ids[#ids + 1] = more[i] end
+  if c ~= '' then return ids, 's:' .. c end
+  return ids, ''
 end
 
 -- list: one page of a queue's messages.
@@ -58,10 +86,10 @@ end
 --   ARGV[2]  limit                              integer 1..1000
 --   ARGV[3]  cursor                             "" for the first page, else the
 --                                               next_cursor of the previous page
--- Order: pending in claim order (ready, then scheduled by due time);
--- processing by lease deadline; succeeded and dead by the time they got there;
--- without status, newest id first (a page may come back short when many ids
--- were deleted; follow next_cursor).
+-- Order: pending in claim order (due retries and replays, fresh, then
+-- scheduled by due time); processing by lease deadline; succeeded and dead by
+-- the time they got there; without status, newest id first (a page may come
+-- back short when many ids were deleted; follow next_cursor).
 -- Returns {"ok", total, next_cursor ("" at the end), message, ...} | {"bad_cursor"}.
 local function list(keys, args)
   local base = keys[1]
@@ -71,37 +99,19 @@ local function list(keys, args)
 
   local ids, next_cursor, total = {}, '', 0
   if status == 'pending' then
-    total = redis.call('LLEN', k.ready) + redis.call('ZCARD', k.scheduled)
-    local section, rest = string.match(cursor, '^(%a):(.*)$')
-    if cursor == '' then section, rest = 'r', '0' end
-    if section == 'r' then
-      local offset = to_int(rest)
-      if offset == nil or offset < 0 then return { 'bad_cursor' } end
-      ids = ready_page(k.ready, offset, limit)
-      if #ids == limit then
-        next_cursor = 'r:' .. (offset + limit)
-      elseif redis.call('ZCARD', k.scheduled) > 0 then
-        local more, c = zset_page(k.scheduled, '', limit - #ids)
-        for i = 1, #more do ids[#ids + 1] = more[i] end
-        if c ~= '' then next_cursor = 's:' .. c end
-      end
-    elseif section == 's' then
-      local c
-      ids, c = zset_page(k.scheduled, rest, limit)
-      if not ids then return { 'bad_cursor' } end
-      if c ~= '' then next_cursor = 's:' .. c end
-    else
-      return { 'bad_cursor' }
-    end
+    total = redis.call('LLEN', k.due) + redis.call('LLEN', k.ready)
+          + redis.call('ZCARD', k.scheduled)
+    ids, next_cursor = pending_page(k, cursor, limit)
+    if not ids then return { 'bad_cursor' } end
   elseif status == 'processing' or status == 'succeeded' or status == 'dead' then
     local index = k[status]
     total = redis.call('ZCARD', index)
     ids, next_cursor = zset_page(index, cursor, limit)
     if not ids then return { 'bad_cursor' } end
   elseif status == '' then
-    total = redis.call('LLEN', k.ready) + redis.call('ZCARD', k.scheduled)
-          + redis.call('ZCARD', k.processing) + redis.call('ZCARD', k.succeeded)
-          + redis.call('ZCARD', k.dead)
+    total = redis.call('LLEN', k.due) + redis.call('LLEN', k.ready)
+          + redis.call('ZCARD', k.scheduled) + redis.call('ZCARD', k.processing)
+          + redis.call('ZCARD', k.succeeded) + redis.call('ZCARD', k.dead)
     local from
     if cursor == '' then
       from = to_int(redis.call('GET', k.seq) or '0')

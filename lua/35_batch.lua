@@ -1,0 +1,67 @@
+-- release: hand leased messages back without counting a failure (a long-poll
+-- client went away before its claim was answered).
+--   KEYS[1]  <prefix>:{q}                       queue key base
+--   ARGV     id1, lease_token1, id2, lease_token2, ...   (at most 100 pairs)
+-- Each message still under that lease goes back to the claim end of the due
+-- list (it is claimed next), pending, as it was before the claim. Publishes on the wake channel.
+-- Returns the number released.
+local function release(keys, args)
+  local base = keys[1]
+  local k = queue_keys(base)
+  if #args % 2 ~= 0 or #args > 200 then return bad_arg('pairs') end
+  local now = now_ms()
+  local released = 0
+  for i = #args - 1, 1, -2 do
+    local id, token = args[i], args[i + 1]
+    local mkey = message_key(base, id)
+    local cur = redis.call('HMGET', mkey, 'status', 'lease_token')
+    if cur[1] == 'processing' and cur[2] == token then
+      redis.call('ZREM', k.processing, id)
+      redis.call('HDEL', mkey, 'lease_token', 'lease_expires_at')
+      redis.call('HSET', mkey, 'status', 'pending', 'updated_at', now)
+      redis.call('RPUSH', k.due, id)
+      released = released + 1
+    end
+  end
+  if released > 0 then
+    redis.call('HINCRBY', k.stats, 'released', released)
+    notify(k)
+  end
+  return released
+end
+
+-- succeed_many: settle a batch of processing messages in one call.
+--   KEYS[1]  <prefix>:{q}                       queue key base
+--   ARGV     id1, lease_token1 or "", id2, lease_token2 or "", ...  (1..100 pairs)
+-- Message keys are derived from KEYS[1]; they share its hash tag and slot.
+-- Returns one code per pair, in order: "succeeded" | "not_found" |
+-- "invalid_state" | "lease_mismatch". One bad item does not stop the others.
+local function succeed_many(keys, args)
+  local base = keys[1]
+  local k = queue_keys(base)
+  if #args == 0 or #args % 2 ~= 0 or #args > 200 then return bad_arg('pairs') end
+  local now = now_ms()
+  local out = {}
+  local done = 0
+  for i = 1, #args, 2 do
+    local id, token = args[i], args[i + 1]
+    local mkey = message_key(base, id)
+    local _, err = load_for(mkey, 'processing', token)
+    if err then
+      out[#out + 1] = err[1]
+    else
+      redis.call('ZREM', k.processing, id)
+      redis.call('HDEL', mkey, 'lease_token', 'lease_expires_at')
+      redis.call('HSET', mkey, 'status', 'succeeded', 'updated_at', now)
+      redis.call('ZADD', k.succeeded, now, id)
+      out[#out + 1] = 'succeeded'
+      done = done + 1
+    end
+  end
+  if done > 0 then redis.call('HINCRBY', k.stats, 'succeeded', done) end
+  return out
+end
+
+redis.register_function('release', release)
+redis.register_function('succeed_many', succeed_many)
+

@@ -1,0 +1,252 @@
+#!/usr/bin/env bash
+# test.sh - runs retryd's cmocka test binaries and prints one total.
+#
+#   BUILD=build scripts/test.sh UNIT... [-- INTEGRATION...]
+#
+# Each NAME runs $BUILD/tests/NAME with its output shown as it runs. Names
+# after "--" are integration suites: for them the script starts a throwaway
+# redis-server on a free loopback port (no persistence, data in a temp dir),
+# empties it before each suite, and exports
+#   RETRYD_TEST_REDIS_PORT  the port
+#   RETRYD_TEST_LUA         $BUILD/retryd.lua, the Functions library
+#   RETRYD_BIN              $BUILD/retryd, the daemon
+# Every suite runs even when one fails. Totals come from cmocka's summary
+# lines; a suite that crashes, times out, is missing, or exits non-zero
+# without a FAILED line counts as at least one failure. The last line of
+# output is always "N passed, M failed"; the exit status is non-zero when
+# M > 0. The Redis server and temp dirs are removed on any exit.
+#
+# Environment: BUILD (default build), RETRYD_TEST_TIMEOUT seconds per suite
+# (default 600; 0 disables).
+set -u
+
+BUILD=${BUILD:-build}
+SUITE_TIMEOUT=${RETRYD_TEST_TIMEOUT:-600}
+# Keep cmocka's plain-text summary lines whatever the caller's environment.
+export CMOCKA_MESSAGE_OUTPUT=STDOUT
+unset CMOCKA_XML_FILE
+
+unit=()
+integ=()
+seen_sep=0
+for arg in "$@"; do
+    if [ "$arg" = "--" ] && [ "$seen_sep" -eq 0 ]; then
+        seen_sep=1
+    elif [ "$seen_sep" -eq 0 ]; then
+        unit+=("$arg")
+    else
+        integ+=("$arg")
+    fi
+done
+
+# ---------------------------------------------------------------------------
+# Cleanup: runs on every exit and prints nothing, so the total stays last.
+# ---------------------------------------------------------------------------
+tmp_root=""
+redis_pid=""
+suite_pid=""
+tail_pid=""
+
+# Stops one process we started: TERM, up to 5 s, then KILL; reaps it.
+stop_pid() {
+    kill -TERM "$1" 2>/dev/null || return 0
+    local i
+    for i in $(seq 1 50); do
+        kill -0 "$1" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -KILL "$1" 2>/dev/null
+    wait "$1" 2>/dev/null
+}
+
+cleanup() {
+    [ -n "$suite_pid" ] && stop_pid "$suite_pid"
+    [ -n "$tail_pid" ] && stop_pid "$tail_pid"
+    [ -n "$redis_pid" ] && stop_pid "$redis_pid"
+    suite_pid="" tail_pid="" redis_pid=""
+    if [ -n "$tmp_root" ]; then
+        rm -rf "$tmp_root"
+        tmp_root=""
+    fi
+}
+
+# Interrupted: the running suite counts as failed, the total is still last.
+on_signal() {
+    cleanup
+    echo "test.sh: interrupted"
+    echo "$total_passed passed, $((total_failed + 1)) failed"
+    exit "$1"
+}
+
+total_passed=0
+total_failed=0
+trap cleanup EXIT
+trap 'on_signal 130' INT
+trap 'on_signal 143' TERM
+
+tmp_root=$(mktemp -d "${TMPDIR:-/tmp}/retryd-test.XXXXXX") || {
+    echo "test.sh: cannot create a temp dir"
+    echo "0 passed, 1 failed"
+    exit 1
+}
+
+# ---------------------------------------------------------------------------
+# Redis
+# ---------------------------------------------------------------------------
+redis_port=""
+
+# Prints PONG when something that speaks Redis answers on port $1.
+ping_port() {
+    timeout 2 redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null
+}
+
+# Starts redis-server on the first free port from a random base. Sets
+# redis_pid and redis_port; returns 1 (after saying why) when it cannot.
+start_redis() {
+    if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+        echo "test.sh: redis-server or redis-cli not installed (run scripts/deps.sh)"
+        return 1
+    fi
+    local base=$((20000 + (RANDOM % 20000)))
+    local attempt port dir log i
+    for attempt in $(seq 0 29); do
+        port=$((base + attempt))
+        # Anything answering already is not ours; a non-Redis listener makes
+        # our server fail to bind, which the wait below notices.
+        [ -n "$(ping_port "$port")" ] && continue
+        dir=$(mktemp -d "$tmp_root/redis.XXXXXX") || return 1
+        dir=$(cd "$dir" && pwd -P) # as CONFIG GET dir reports it
+        log="$dir/redis.log"
+        redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+            --dir "$dir" --daemonize no >"$log" 2>&1 &
+        redis_pid=$!
+        disown "$redis_pid" 2>/dev/null
+        # Up to 10 s for it to answer, as long as it is alive.
+        for i in $(seq 1 100); do
+            kill -0 "$redis_pid" 2>/dev/null || break
+            if [ "$(ping_port "$port")" = "PONG" ]; then
+                # Make sure the server answering is the one we started.
+                if timeout 2 redis-cli -h 127.0.0.1 -p "$port" config get dir 2>/dev/null \
+                        | grep -qxF "$dir"; then
+                    redis_port=$port
+                    return 0
+                fi
+                break
+            fi
+            sleep 0.1
+        done
+        if kill -0 "$redis_pid" 2>/dev/null; then
+            kill -KILL "$redis_pid" 2>/dev/null
+            echo "test.sh: redis-server on port $port did not answer PING within 10 s:"
+            tail -n 20 "$log"
+            redis_pid=""
+            return 1
+        fi
+        redis_pid=""
+        grep -q 'Address already in use' "$log" || {
+            echo "test.sh: redis-server exited on start:"
+            tail -n 20 "$log"
+            return 1
+        }
+    done
+    echo "test.sh: no free port found in $base..$((base + 29))"
+    return 1
+}
+
+# ---------------------------------------------------------------------------
+# Suites
+# ---------------------------------------------------------------------------
+any_crashed=0
+
+# Runs one suite binary: shows its output and adds its counts to the totals.
+run_suite() {
+    local name=$1 bin="$BUILD/tests/$1" log="$tmp_root/$1.log"
+    local rc passed failed has_summary has_failed_line
+    echo "=== $name"
+    if [ ! -x "$bin" ]; then
+        echo "FAIL $name: $bin is missing or not executable"
+        total_failed=$((total_failed + 1))
+        any_crashed=1
+        return
+    fi
+    # The suite runs in the background so that a signal to this script is
+    # handled at once (bash runs traps only between foreground commands);
+    # tail shows its output as it comes.
+    if [ "$SUITE_TIMEOUT" -gt 0 ] 2>/dev/null; then
+        timeout -k 10 "$SUITE_TIMEOUT" "$bin" >"$log" 2>&1 </dev/null &
+    else
+        "$bin" >"$log" 2>&1 </dev/null &
+    fi
+    suite_pid=$!
+    tail -s 0.2 -n +1 -f --pid="$suite_pid" "$log" &
+    tail_pid=$!
+    wait "$suite_pid" 2>/dev/null
+    rc=$?
+    suite_pid=""
+    wait "$tail_pid"
+    tail_pid=""
+    [ -n "$(tail -c 1 "$log")" ] && echo # output without a final newline
+
+    # A binary may run several groups: add up every summary line.
+    passed=$(sed -n 's/^\[  PASSED  \] \([0-9][0-9]*\) test(s)\.$/\1/p' "$log" \
+             | awk '{ s += $1 } END { print s + 0 }')
+    failed=$(sed -n 's/^\[  FAILED  \] \([0-9][0-9]*\) test(s), listed below:$/\1/p' "$log" \
+             | awk '{ s += $1 } END { print s + 0 }')
+    has_summary=0
+    grep -qE '^\[  (PASSED|FAILED)  \] [0-9]+ test\(s\)' "$log" && has_summary=1
+    has_failed_line=0
+    grep -qE '^\[  FAILED  \] [0-9]+ test\(s\), listed below:$' "$log" && has_failed_line=1
+
+    if [ "$rc" -eq 124 ] && [ "$SUITE_TIMEOUT" -gt 0 ] 2>/dev/null; then
+        echo "FAIL $name: timed out after ${SUITE_TIMEOUT}s (exit $rc)"
+        [ "$failed" -lt 1 ] && failed=1
+        any_crashed=1
+    elif [ "$rc" -gt 128 ]; then
+        echo "FAIL $name: crashed (signal $((rc - 128)))"
+        [ "$failed" -lt 1 ] && failed=1
+        any_crashed=1
+    elif [ "$rc" -ne 0 ] && [ "$has_failed_line" -eq 0 ]; then
+        echo "FAIL $name: exit status $rc without a cmocka FAILED line"
+        [ "$failed" -lt 1 ] && failed=1
+        any_crashed=1
+    elif [ "$rc" -eq 0 ] && [ "$has_summary" -eq 0 ]; then
+        echo "FAIL $name: no cmocka summary in its output"
+        failed=1
+        any_crashed=1
+    fi
+    echo "--- $name: $passed passed, $failed failed"
+    total_passed=$((total_passed + passed))
+    total_failed=$((total_failed + failed))
+}
+
+for name in ${unit[@]+"${unit[@]}"}; do
+    run_suite "$name"
+done
+
+if [ "${#integ[@]}" -gt 0 ]; then
+    if start_redis; then
+        echo "test.sh: redis-server pid $redis_pid on 127.0.0.1:$redis_port"
+        export RETRYD_TEST_REDIS_PORT=$redis_port
+        # Absolute, so a suite may change directory.
+        build_abs=$(cd "$BUILD" 2>/dev/null && pwd) || build_abs=$BUILD
+        export RETRYD_TEST_LUA="$build_abs/retryd.lua"
+        export RETRYD_BIN="$build_abs/retryd"
+        for name in "${integ[@]}"; do
+            # Each suite starts from an empty keyspace (functions stay loaded).
+            timeout 5 redis-cli -h 127.0.0.1 -p "$redis_port" flushall >/dev/null 2>&1
+            run_suite "$name"
+        done
+    else
+        for name in "${integ[@]}"; do
+            echo "FAIL $name: not run, no Redis server"
+            total_failed=$((total_failed + 1))
+        done
+        any_crashed=1
+    fi
+fi
+
+echo "$total_passed passed, $total_failed failed"
+if [ "$total_failed" -gt 0 ] || [ "$any_crashed" -ne 0 ]; then
+    exit 1
+fi
+exit 0
