@@ -19,6 +19,7 @@ typedef struct call {
     const rd_http_request_t *req;
     rd_route_match_t match;
     bool batch;                 /* claim with count: answer {messages:[...]} */
+    rd_ack_req_t *ack;          /* batch acknowledgement: the ids, in order */
 } call_t;
 
 static const char *const verbs[RD_ROUTE_COUNT] = {
@@ -28,6 +29,10 @@ static const char *const verbs[RD_ROUTE_COUNT] = {
 
 static void call_free(call_t *c)
 {
+    if (c->ack) {
+        rd_request_free(c->ack->doc);
+        rd_free(c->ack);
+    }
     rd_route_match_free(&c->match);
     rd_free(c);
 }
@@ -62,6 +67,7 @@ static bool respond_store_failure(call_t *c, const rd_store_result_t *res)
     char detail[256];
     switch (res->status) {
     case RD_STORE_OK:
+    case RD_STORE_DUPLICATE:
         return false;
     case RD_STORE_NOT_FOUND:
         snprintf(detail, sizeof detail, "message %lld does not exist in this queue.", c->match.id);
@@ -110,6 +116,10 @@ static void on_message(const rd_store_result_t *res, void *arg)
 {
     call_t *c = arg;
     if (respond_store_failure(c, res)) return;
+    if (c->match.route == RD_ROUTE_REPLAY) {
+        rd_store_queue_t q = { c->match.queue, c->match.queue_len };
+        rd_waiters_notify(c->api->waiters, q);
+    }
     if (res->count != 1) {
         rd_store_result_t bad = { .status = RD_STORE_ERROR };
         respond_store_failure(c, &bad);
@@ -125,6 +135,25 @@ static void on_enqueued(const rd_store_result_t *res, void *arg)
     call_t *c = arg;
     if (respond_store_failure(c, res)) return;
     const rd_message_t *m = &res->messages[0];
+    if (res->status == RD_STORE_DUPLICATE) {
+        /* Idempotent repeat: the original, 200, nothing created. */
+        if (m->status != RD_STATUS_UNKNOWN) {
+            respond_json(c, 200, rd_message_to_json(m, c->match.queue, c->match.queue_len, false),
+                         NULL);
+            return;
+        }
+        rd_json_t *doc = rd_json_new_object();  /* the original was deleted by retention */
+        rd_json_set_int(doc, "id", m->id);
+        rd_json_set_stringn(doc, "queue", c->match.queue, c->match.queue_len);
+        rd_json_set_null(doc, "status");
+        rd_json_set_bool(doc, "deleted", true);
+        respond_json(c, 200, doc, NULL);
+        return;
+    }
+    if (m->status == RD_STATUS_PENDING && m->retry_after_ms < 0) {
+        rd_store_queue_t q = { c->match.queue, c->match.queue_len };
+        rd_waiters_notify(c->api->waiters, q);
+    }
     rd_buf_t location = RD_BUF_INIT;
     rd_buf_printf(&location, "Location: %.*s/%lld\r\n", (int)c->req->path_len, c->req->path,
                   m->id);
@@ -173,6 +202,30 @@ static void on_listed(const rd_store_result_t *res, void *arg)
     respond_json(c, 200, doc, NULL);
 }
 
+static void on_acked(const rd_store_result_t *res, void *arg)
+{
+    call_t *c = arg;
+    if (respond_store_failure(c, res)) return;
+    const rd_ack_req_t *ack = c->ack;
+    rd_json_t *doc = rd_json_new_object();
+    rd_json_t *list = rd_json_new_array();
+    for (size_t i = 0; i < res->count && i < ack->count; i++) {
+        rd_json_t *item = rd_json_new_object();
+        rd_json_set_int(item, "id", ack->ids[i]);
+        /* Lua's codes use '_'; the API's use '-' like the problem types. */
+        char status[32];
+        size_t n = res->outcomes[i].len < sizeof status - 1 ? res->outcomes[i].len
+                                                            : sizeof status - 1;
+        for (size_t j = 0; j < n; j++)
+            status[j] = res->outcomes[i].ptr[j] == '_' ? '-' : res->outcomes[i].ptr[j];
+        status[n] = '\0';
+        rd_json_set_string(item, "status", status);
+        rd_json_append(list, item);
+    }
+    rd_json_set(doc, "results", list);
+    respond_json(c, 200, doc, NULL);
+}
+
 static void on_pinged(const rd_store_result_t *res, void *arg)
 {
     call_t *c = arg;
@@ -215,7 +268,7 @@ static int dispatch(call_t *c)
         r = rd_request_enqueue(req->body, req->body_len, &e, &errs);
         if (r != RD_REQ_OK) break;
         rc = rd_store_enqueue(api->store, q, e.payload, e.payload_len, e.max_retries,
-                              e.delay_ms, on_enqueued, c);
+                              e.delay_ms, e.idempotency_key, on_enqueued, c);
         rd_request_free(e.doc);
         return rc;
     }
@@ -233,9 +286,14 @@ static int dispatch(call_t *c)
                              api->cfg->lease_ms, &cl, &errs);
         if (r != RD_REQ_OK) break;
         c->batch = cl.batch;
-        rc = rd_store_claim(api->store, q, cl.lease_ms, cl.count, on_claimed, c);
         rd_request_free(cl.doc);
-        return rc;
+        if (cl.wait_ms > 0 && api->waiters) {
+            if (!rd_store_ready(api->store)) return -1;
+            rd_waiters_park(api->waiters, q, cl.lease_ms, cl.count, cl.wait_ms, c->ex,
+                            on_claimed, c);
+            return 0;
+        }
+        return rd_store_claim(api->store, q, cl.lease_ms, cl.count, on_claimed, c);
     }
     case RD_ROUTE_SUCCEED:
     case RD_ROUTE_FAIL:
@@ -258,6 +316,12 @@ static int dispatch(call_t *c)
         rd_request_free(s.doc);
         return rc;
     }
+    case RD_ROUTE_SUCCEED_MANY:
+        c->ack = rd_malloc(sizeof *c->ack);
+        r = rd_request_ack(req->body, req->body_len, c->ack, &errs);
+        if (r != RD_REQ_OK) break;
+        return rd_store_succeed_many(api->store, q, c->ack->count, c->ack->ids,
+                                     c->ack->tokens, on_acked, c);
     case RD_ROUTE_REPLAY:
         r = rd_request_empty(req->body, req->body_len);
         if (r != RD_REQ_OK) break;

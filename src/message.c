@@ -55,6 +55,7 @@ void rd_message_set_field(rd_message_t *m, const char *name, size_t name_len,
     else if (FIELD_IS("last_error")) m->last_error = str;
     else if (FIELD_IS("lease_expires_at")) m->lease_expires_at_ms = to_ll(value, value_len);
     else if (FIELD_IS("lease_token")) m->lease_token = str;
+    else if (FIELD_IS("idempotency_key")) m->idempotency_key = str;
     else if (FIELD_IS("created_at")) m->created_at_ms = to_ll(value, value_len);
     else if (FIELD_IS("updated_at")) m->updated_at_ms = to_ll(value, value_len);
 }
@@ -104,6 +105,7 @@ rd_json_t *rd_message_to_json(const rd_message_t *m, const char *queue, size_t q
     set_optional_string(o, "last_error", m->last_error);
     set_time(o, "lease_expires_at", m->lease_expires_at_ms);
     if (with_token) set_optional_string(o, "lease_token", m->lease_token);
+    if (m->idempotency_key.ptr) set_optional_string(o, "idempotency_key", m->idempotency_key);
     set_time(o, "created_at", m->created_at_ms);
     set_time(o, "updated_at", m->updated_at_ms);
     return o;

@@ -88,6 +88,10 @@ static void on_ticked(const rd_store_result_t *res, void *arg)
         if (res->promoted >= b || res->reclaimed >= b || res->expired >= b) p->full_batch = true;
         if (res->next_in_ms >= 0 && (p->wake_in_ms < 0 || res->next_in_ms < p->wake_in_ms))
             p->wake_in_ms = res->next_in_ms;
+        if (res->ready > 0 && p->opts.on_claimable) {
+            rd_store_queue_t q = { p->names[p->next], p->name_lens[p->next] };
+            p->opts.on_claimable(q, p->opts.on_claimable_arg);
+        }
     } else {
         rd_warn("promoter: tick of queue %.*s failed (%.*s)", (int)p->name_lens[p->next],
                 p->names[p->next], (int)res->detail.len, res->detail.ptr ? res->detail.ptr : "");

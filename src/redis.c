@@ -43,6 +43,8 @@ struct rd_redis {
     char *host, *username, *password;
     int port, db, timeout_ms;
     const char *library;
+    void (*on_ready)(void *arg);
+    void *on_ready_arg;
 
     uv_timer_t reconnect_timer;
     uv_timer_t watchdog;
@@ -200,10 +202,12 @@ static void on_handshake_reply(redisAsyncContext *ac, void *reply, void *privdat
         redisAsyncDisconnect(ac);
         return;
     }
-    if (strcmp(step, "FUNCTION LOAD") == 0) {
+    if (strcmp(step, "READY") == 0) {
         r->backoff_ms = BACKOFF_MIN_MS;
         set_state(r, READY);
-        rd_info("redis: ready at %s:%d (library loaded)", r->host, r->port);
+        rd_info("redis: %s link ready at %s:%d%s", r->library ? "command" : "notification",
+                r->host, r->port, r->library ? " (library loaded)" : "");
+        if (r->on_ready) r->on_ready(r->on_ready_arg);
     }
 }
 
@@ -270,7 +274,14 @@ static void connect_now(rd_redis_t *r)
         size_t lens[] = { 6, (size_t)n };
         redisAsyncCommandArgv(ac, on_handshake_reply, "SELECT", 2, argv, lens);
     }
-    send_library(ac, on_handshake_reply, "FUNCTION LOAD");
+    /* The last step's reply makes the link READY. */
+    if (r->library) {
+        send_library(ac, on_handshake_reply, "READY");
+    } else {
+        const char *argv[] = { "PING" };
+        size_t lens[] = { 4 };
+        redisAsyncCommandArgv(ac, on_handshake_reply, "READY", 1, argv, lens);
+    }
 }
 
 /* ---------------------------------------------------------------- commands */
@@ -346,6 +357,63 @@ int rd_redis_command(rd_redis_t *r, int argc, const char **argv, const size_t *l
     return 0;
 }
 
+/* ---------------------------------------------------------------- pub/sub */
+
+typedef struct subscription {
+    rd_pubsub_cb cb;
+    void *arg;
+} subscription_t;
+
+/* hiredis calls this for the confirmation, every message, the unsubscribe
+ * confirmation, and with NULL when the context goes away. */
+static void on_pubsub_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    (void)ac;
+    subscription_t *sub = privdata;
+    redisReply *x = reply;
+    if (x == NULL) {
+        sub->cb(RD_PUBSUB_DROPPED, sub->arg);
+        rd_free(sub);
+        return;
+    }
+    if (x->type != REDIS_REPLY_ARRAY || x->elements < 1 ||
+        x->element[0]->type != REDIS_REPLY_STRING)
+        return;
+    const char *kind = x->element[0]->str;
+    if (strcmp(kind, "message") == 0) {
+        sub->cb(RD_PUBSUB_MESSAGE, sub->arg);
+    } else if (strcmp(kind, "subscribe") == 0) {
+        sub->cb(RD_PUBSUB_SUBSCRIBED, sub->arg);
+    } else if (strcmp(kind, "unsubscribe") == 0) {
+        sub->cb(RD_PUBSUB_UNSUBSCRIBED, sub->arg);
+        rd_free(sub);
+    }
+}
+
+int rd_redis_subscribe(rd_redis_t *r, const char *channel, size_t len, rd_pubsub_cb cb,
+                       void *arg)
+{
+    if (r->state != READY || r->closing || r->ac == NULL || r->library) return -1;
+    subscription_t *sub = rd_malloc(sizeof *sub);
+    sub->cb = cb;
+    sub->arg = arg;
+    const char *argv[] = { "SUBSCRIBE", channel };
+    size_t lens[] = { 9, len };
+    if (redisAsyncCommandArgv(r->ac, on_pubsub_reply, sub, 2, argv, lens) != REDIS_OK) {
+        rd_free(sub);
+        return -1;
+    }
+    return 0;
+}
+
+int rd_redis_unsubscribe(rd_redis_t *r, const char *channel, size_t len)
+{
+    if (r->state != READY || r->closing || r->ac == NULL || r->library) return -1;
+    const char *argv[] = { "UNSUBSCRIBE", channel };
+    size_t lens[] = { 11, len };
+    return redisAsyncCommandArgv(r->ac, NULL, NULL, 2, argv, lens) == REDIS_OK ? 0 : -1;
+}
+
 bool rd_redis_ready(const rd_redis_t *r)
 {
     return r->state == READY && !r->closing;
@@ -393,6 +461,8 @@ rd_redis_t *rd_redis_start(uv_loop_t *loop, const rd_redis_options_t *opts)
     r->db = opts->db;
     r->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : 5000;
     r->library = opts->library;
+    r->on_ready = opts->on_ready;
+    r->on_ready_arg = opts->on_ready_arg;
     r->backoff_ms = BACKOFF_MIN_MS;
     r->state = CLOSED;
     uv_timer_init(loop, &r->reconnect_timer);

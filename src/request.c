@@ -104,6 +104,17 @@ rd_req_result_t rd_request_enqueue(const char *body, size_t len, rd_enqueue_req_
     int_field(out->doc, "delay_seconds", 0, RD_DELAY_SECONDS_MAX, &delay_s,
               "delay_seconds must be an integer between 0 and 2592000 (30 days).", errs);
     out->delay_ms = delay_s * 1000;
+
+    rd_json_t *key = rd_json_get(out->doc, "idempotency_key");
+    if (key && !rd_json_is_null(key)) {
+        const char *k = rd_json_string(key);
+        size_t k_len = k ? strlen(k) : 0;
+        if (k == NULL || k_len == 0 || k_len > RD_IDEMPOTENCY_KEY_MAX || has_nul)
+            rd_field_errors_add(errs, "idempotency_key", "invalid",
+                                "idempotency_key must be a string of 1 to 255 bytes.");
+        else
+            out->idempotency_key = k;
+    }
     return finish(&out->doc, errs);
 }
 
@@ -204,6 +215,47 @@ rd_req_result_t rd_request_extend(const char *body, size_t len, long long defaul
     int_field(out->doc, "lease_seconds", 1, RD_LEASE_SECONDS_MAX, &lease_s,
               "lease_seconds must be an integer between 1 and 43200.", errs);
     out->lease_ms = lease_s > 0 ? lease_s * 1000 : default_lease_ms;
+    return finish(&out->doc, errs);
+}
+
+rd_req_result_t rd_request_ack(const char *body, size_t len, rd_ack_req_t *out,
+                               rd_field_errors_t *errs)
+{
+    memset(out, 0, sizeof *out);
+    bool has_nul;
+    rd_req_result_t r = parse_object(body, len, false, &out->doc, &has_nul);
+    if (r != RD_REQ_OK) return r;
+    rd_json_t *items = rd_json_get(out->doc, "messages");
+    size_t n = rd_json_array_size(items);
+    if (!rd_json_is_array(items) || n == 0 || n > RD_ACK_BATCH_MAX) {
+        rd_field_errors_add(errs, "messages", items ? "invalid" : "required",
+                            "messages must be an array of 1 to 100 {id, lease_token?} objects.");
+        return finish(&out->doc, errs);
+    }
+    /* Field names point into a static table: errors outlive this call. */
+    static char names[RD_ACK_BATCH_MAX][2][32];
+    for (size_t i = 0; i < n; i++) {
+        rd_json_t *item = rd_json_array_at(items, i);
+        long long id;
+        if (!rd_json_integer(rd_json_get(item, "id"), &id) || id < 1) {
+            snprintf(names[i][0], sizeof names[i][0], "messages[%zu].id", i);
+            rd_field_errors_add(errs, names[i][0], "invalid", "id must be a positive integer.");
+            continue;
+        }
+        out->ids[i] = id;
+        rd_json_t *token = rd_json_get(item, "lease_token");
+        if (token && !rd_json_is_null(token)) {
+            const char *t = rd_json_string(token);
+            if (t == NULL || t[0] == '\0' || strlen(t) > 128) {
+                snprintf(names[i][1], sizeof names[i][1], "messages[%zu].lease_token", i);
+                rd_field_errors_add(errs, names[i][1], "invalid",
+                                    "lease_token must be the string a claim returned.");
+                continue;
+            }
+            out->tokens[i] = t;
+        }
+    }
+    out->count = n;
     return finish(&out->doc, errs);
 }
 

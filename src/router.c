@@ -22,6 +22,7 @@ static const struct {
     { RD_HTTP_POST, "/queues/{q}/messages/{id}/fail", RD_ROUTE_FAIL },
     { RD_HTTP_POST, "/queues/{q}/messages/{id}/replay", RD_ROUTE_REPLAY },
     { RD_HTTP_POST, "/queues/{q}/messages/{id}/extend", RD_ROUTE_EXTEND },
+    { RD_HTTP_POST, "/queues/{q}/succeed", RD_ROUTE_SUCCEED_MANY },
 };
 
 static const char *method_name(rd_http_method_t m)

@@ -17,6 +17,7 @@
 #include "retryd/promoter.h"
 #include "retryd/redis.h"
 #include "retryd/store.h"
+#include "retryd/waiters.h"
 
 extern const char rd_lua_library[];
 
@@ -30,9 +31,10 @@ typedef struct server {
     rd_api_t api;
     rd_http_server_t *http;
     rd_promoter_t *promoter;
+    rd_waiters_t *waiters;
     uv_signal_t sigint, sigterm;
     uv_timer_t drain_timer;
-    bool stopping, http_drained, promoter_stopped, redis_closing;
+    bool stopping, http_drained, promoter_stopped, waiters_stopped, redis_closing;
 } server_t;
 
 static void on_handle_closed(uv_handle_t *h)
@@ -61,7 +63,8 @@ static void maybe_close_redis(server_t *s, bool force)
         s->redis_closing = true;
         return;
     }
-    if (!s->http_drained || !s->promoter_stopped || s->redis_closing) return;
+    if (!s->http_drained || !s->promoter_stopped || !s->waiters_stopped || s->redis_closing)
+        return;
     s->redis_closing = true;
     uv_timer_stop(&s->drain_timer);
     rd_redis_close(s->redis, false, on_redis_closed, s);
@@ -83,6 +86,21 @@ static void on_promoter_stopped(void *arg)
     maybe_close_redis(s, false);
 }
 
+static void on_waiters_stopped(void *arg)
+{
+    server_t *s = arg;
+    s->waiters = NULL;
+    s->api.waiters = NULL;
+    s->waiters_stopped = true;
+    maybe_close_redis(s, false);
+}
+
+static void on_claimable(rd_store_queue_t queue, void *arg)
+{
+    server_t *s = arg;
+    if (s->waiters) rd_waiters_notify(s->waiters, queue);
+}
+
 static void on_drain_timeout(uv_timer_t *t)
 {
     server_t *s = t->data;
@@ -99,6 +117,7 @@ static void on_signal(uv_signal_t *sig, int signum)
     rd_info("retryd: %s received, shutting down", signum == SIGINT ? "SIGINT" : "SIGTERM");
     uv_timer_start(&s->drain_timer, on_drain_timeout, DRAIN_TIMEOUT_MS, 0);
     rd_promoter_stop(s->promoter, on_promoter_stopped, s);
+    rd_waiters_stop(s->waiters, on_waiters_stopped, s);
     rd_http_server_stop(s->http, on_http_drained, s);
 }
 
@@ -125,7 +144,9 @@ int main(int argc, char **argv)
     };
     s.redis = rd_redis_start(s.loop, &ro);
     s.store = rd_store_new(s.loop, s.redis, s.cfg.prefix);
+    s.waiters = rd_waiters_new(s.loop, s.store, &ro, s.cfg.prefix);
     s.api.store = s.store;
+    s.api.waiters = s.waiters;
     s.api.cfg = &s.cfg;
 
     rd_http_options_t ho = {
@@ -136,6 +157,7 @@ int main(int argc, char **argv)
     if (rc != 0) {
         rd_error("retryd: cannot listen on %s:%d: %s", s.cfg.listen_host, s.cfg.listen_port,
                  uv_strerror(rc));
+        rd_waiters_stop(s.waiters, NULL, NULL);
         rd_redis_close(s.redis, true, NULL, NULL);
         rd_store_free(s.store);
         uv_run(s.loop, UV_RUN_DEFAULT);
@@ -147,7 +169,8 @@ int main(int argc, char **argv)
 
     rd_promoter_options_t po = {
         .tick_ms = s.cfg.tick_ms, .batch = 500, .dead_ttl_ms = s.cfg.dead_ttl_ms,
-        .succeeded_ttl_ms = s.cfg.succeeded_ttl_ms,
+        .succeeded_ttl_ms = s.cfg.succeeded_ttl_ms, .on_claimable = on_claimable,
+        .on_claimable_arg = &s,
     };
     s.promoter = rd_promoter_start(s.loop, s.store, &po);
 

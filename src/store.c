@@ -1,6 +1,7 @@
 /* store.c - queue operations as FCALLs of the retryd library, and their replies. */
 #include "retryd/store.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -28,7 +29,9 @@ struct rd_store {
     registry_slot_t registry[REGISTRY_SLOTS];
 };
 
-typedef enum reply_kind { KIND_MESSAGES, KIND_LIST, KIND_TICK, KIND_NAMES, KIND_PING } reply_kind_t;
+typedef enum reply_kind {
+    KIND_MESSAGES, KIND_LIST, KIND_TICK, KIND_NAMES, KIND_PING, KIND_OUTCOMES, KIND_COUNT
+} reply_kind_t;
 
 typedef struct op {
     reply_kind_t kind;
@@ -55,6 +58,11 @@ void rd_store_free(rd_store_t *st)
     rd_free(st);
 }
 
+bool rd_store_ready(const rd_store_t *st)
+{
+    return rd_redis_ready(st->redis);
+}
+
 /* ---------------------------------------------------------------- replies */
 
 static bool parse_message(const rd_reply_t *flat, rd_message_t *m)
@@ -75,7 +83,8 @@ static bool parse_message(const rd_reply_t *flat, rd_message_t *m)
         if (value == NULL) return false;
         rd_message_set_field(m, name, name_len, value, value_len);
     }
-    return m->id > 0 && m->status != RD_STATUS_UNKNOWN;
+    /* {"id", id} alone: an idempotent duplicate whose message was deleted. */
+    return m->id > 0 && (m->status != RD_STATUS_UNKNOWN || n == 2);
 }
 
 /* Parses messages from reply elements [from, len) into res. */
@@ -97,6 +106,8 @@ static bool parse_outcome(const rd_reply_t *reply, rd_store_result_t *res)
     const rd_reply_t *code = rd_reply_at(reply, 0);
     if (code == NULL) return false;
     if (rd_reply_is(code, "ok")) return true;
+    if (rd_reply_is(code, "duplicate")) res->status = RD_STORE_DUPLICATE;
+    else
     if (rd_reply_is(code, "not_found")) res->status = RD_STORE_NOT_FOUND;
     else if (rd_reply_is(code, "lease_mismatch")) res->status = RD_STORE_LEASE_MISMATCH;
     else if (rd_reply_is(code, "bad_cursor")) res->status = RD_STORE_BAD_CURSOR;
@@ -126,13 +137,27 @@ static bool parse_reply(reply_kind_t kind, const rd_reply_t *reply, rd_store_res
         return rd_reply_type(reply) == RD_REPLY_ARRAY;
     }
     case KIND_TICK:
-        return rd_reply_len(reply) == 4 && rd_reply_int(rd_reply_at(reply, 0), &res->promoted) &&
+        return rd_reply_len(reply) == 5 && rd_reply_int(rd_reply_at(reply, 0), &res->promoted) &&
                rd_reply_int(rd_reply_at(reply, 1), &res->reclaimed) &&
                rd_reply_int(rd_reply_at(reply, 2), &res->expired) &&
-               rd_reply_int(rd_reply_at(reply, 3), &res->next_in_ms);
+               rd_reply_int(rd_reply_at(reply, 3), &res->next_in_ms) &&
+               rd_reply_int(rd_reply_at(reply, 4), &res->ready);
+    case KIND_COUNT:
+        return rd_reply_int(reply, &res->released);
+    case KIND_OUTCOMES: {
+        size_t n = rd_reply_len(reply);
+        res->outcomes = rd_calloc(n ? n : 1, sizeof *res->outcomes);
+        for (size_t i = 0; i < n; i++) {
+            res->outcomes[i].ptr = rd_reply_str(rd_reply_at(reply, i), &res->outcomes[i].len);
+            if (res->outcomes[i].ptr == NULL) return false;
+        }
+        res->count = n;
+        return rd_reply_type(reply) == RD_REPLY_ARRAY;
+    }
     case KIND_MESSAGES:
         if (!parse_outcome(reply, res)) return false;
-        return res->status != RD_STORE_OK || parse_messages(reply, 1, res);
+        if (res->status != RD_STORE_OK && res->status != RD_STORE_DUPLICATE) return true;
+        return parse_messages(reply, 1, res);
     case KIND_LIST:
         if (!parse_outcome(reply, res)) return false;
         if (res->status != RD_STORE_OK) return true;
@@ -158,6 +183,7 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
         rd_error("store: unexpected reply shape (kind %d)", (int)op->kind);
         rd_free(res.messages);
         rd_free(res.names);
+        rd_free(res.outcomes);
         memset(&res, 0, sizeof res);
         res.status = RD_STORE_ERROR;
         res.detail.ptr = "unexpected reply from Redis";
@@ -166,12 +192,14 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
     op->cb(&res, op->arg);
     rd_free(res.messages);
     rd_free(res.names);
+    rd_free(res.outcomes);
     rd_free(op);
 }
 
 /* ---------------------------------------------------------------- calls */
 
-enum { MAX_ARGS = 12 };
+/* FCALL name numkeys base: then at most 100 (id, token) pairs. */
+enum { MAX_ARGS = 4 + 2 * 100 };
 
 typedef struct call {
     int argc;
@@ -181,8 +209,17 @@ typedef struct call {
     rd_buf_t base, mkey;
 } call_t;
 
+/* Not a memset: the argument arrays are large and filled as they are used. */
+static void call_init(call_t *c)
+{
+    c->argc = 0;
+    c->base = (rd_buf_t)RD_BUF_INIT;
+    c->mkey = (rd_buf_t)RD_BUF_INIT;
+}
+
 static void arg_bytes(call_t *c, const char *s, size_t len)
 {
+    assert(c->argc < MAX_ARGS);
     c->argv[c->argc] = s;
     c->lens[c->argc] = len;
     c->argc++;
@@ -203,7 +240,7 @@ static void arg_int(call_t *c, long long v)
 static void begin_fcall(call_t *c, rd_store_t *st, const char *fn, rd_store_queue_t q,
                         long long id)
 {
-    memset(c, 0, sizeof *c);
+    call_init(c);
     rd_keys_queue_base(&c->base, st->prefix, q.name, q.len);
     arg_str(c, "FCALL");
     arg_str(c, fn);
@@ -262,7 +299,8 @@ static void register_queue(rd_store_t *st, rd_store_queue_t q)
 }
 
 int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, size_t len,
-                     int max_retries, long long delay_ms, rd_store_cb cb, void *arg)
+                     int max_retries, long long delay_ms, const char *idempotency_key,
+                     rd_store_cb cb, void *arg)
 {
     if (!rd_redis_ready(st->redis)) return -1;
     register_queue(st, q);
@@ -271,6 +309,7 @@ int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, si
     arg_bytes(&c, payload, len);
     arg_int(&c, max_retries);
     arg_int(&c, delay_ms);
+    arg_str(&c, idempotency_key ? idempotency_key : "");
     return send_call(st, &c, KIND_MESSAGES, cb, arg);
 }
 
@@ -351,6 +390,37 @@ int rd_store_list(rd_store_t *st, rd_store_queue_t q, const char *status, int li
     return send_call(st, &c, KIND_LIST, cb, arg);
 }
 
+int rd_store_succeed_many(rd_store_t *st, rd_store_queue_t q, size_t n, const long long *ids,
+                          const char *const *tokens, rd_store_cb cb, void *arg)
+{
+    if (n == 0 || n > 100) return -1;
+    call_t *c = rd_malloc(sizeof *c);
+    begin_fcall(c, st, "succeed_many", q, 0);
+    for (size_t i = 0; i < n; i++) {
+        arg_int(c, ids[i]);
+        arg_str(c, tokens[i] ? tokens[i] : "");
+    }
+    int rc = send_call(st, c, KIND_OUTCOMES, cb, arg);
+    rd_free(c);
+    return rc;
+}
+
+int rd_store_release(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_message_t *msgs,
+                     rd_store_cb cb, void *arg)
+{
+    if (n == 0 || n > 100) return -1;
+    call_t *c = rd_malloc(sizeof *c);
+    begin_fcall(c, st, "release", q, 0);
+    for (size_t i = 0; i < n; i++) {
+        arg_int(c, msgs[i].id);
+        arg_bytes(c, msgs[i].lease_token.ptr ? msgs[i].lease_token.ptr : "",
+                  msgs[i].lease_token.len);
+    }
+    int rc = send_call(st, c, KIND_COUNT, cb, arg);
+    rd_free(c);
+    return rc;
+}
+
 int rd_store_tick(rd_store_t *st, rd_store_queue_t q, int limit, long long dead_ttl_ms,
                   long long succeeded_ttl_ms, rd_store_cb cb, void *arg)
 {
@@ -365,7 +435,7 @@ int rd_store_tick(rd_store_t *st, rd_store_queue_t q, int limit, long long dead_
 int rd_store_queues(rd_store_t *st, rd_store_cb cb, void *arg)
 {
     call_t c;
-    memset(&c, 0, sizeof c);
+    call_init(&c);
     arg_str(&c, "SMEMBERS");
     arg_bytes(&c, st->registry_key.data, st->registry_key.len);
     return send_call(st, &c, KIND_NAMES, cb, arg);
@@ -374,7 +444,7 @@ int rd_store_queues(rd_store_t *st, rd_store_cb cb, void *arg)
 int rd_store_ping(rd_store_t *st, rd_store_cb cb, void *arg)
 {
     call_t c;
-    memset(&c, 0, sizeof c);
+    call_init(&c);
     arg_str(&c, "PING");
     return send_call(st, &c, KIND_PING, cb, arg);
 }

@@ -5,9 +5,11 @@
 #include "retryd/config.h"
 #include "retryd/http.h"
 #include "retryd/store.h"
+#include "retryd/waiters.h"
 
 typedef struct rd_api {
     rd_store_t *store;          /* borrowed */
+    rd_waiters_t *waiters;      /* borrowed: long-poll claims */
     const rd_config_t *cfg;     /* borrowed */
 } rd_api_t;
 

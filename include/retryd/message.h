@@ -33,6 +33,7 @@ typedef struct rd_message {
     rd_str_t last_error;
     long long lease_expires_at_ms;  /* epoch ms, -1 when not leased */
     rd_str_t lease_token;
+    rd_str_t idempotency_key;
     long long created_at_ms;
     long long updated_at_ms;
 } rd_message_t;

@@ -20,6 +20,10 @@ typedef struct rd_promoter_options {
     int batch;                    /* most ids moved per kind of work per call */
     long long dead_ttl_ms;        /* 0 keeps dead letters forever */
     long long succeeded_ttl_ms;   /* 0 keeps succeeded messages forever */
+    /* NULL, or told after each tick of a queue with claimable messages (the
+     * long-poll safety net). */
+    void (*on_claimable)(rd_store_queue_t queue, void *arg);
+    void *on_claimable_arg;
 } rd_promoter_options_t;
 
 /* Starts the first round at once. Borrows store until stopped. */

@@ -54,6 +54,15 @@ typedef enum rd_redis_status {
 
 typedef void (*rd_redis_cb)(const rd_reply_t *reply, rd_redis_status_t status, void *arg);
 
+typedef enum rd_pubsub_event {
+    RD_PUBSUB_SUBSCRIBED,     /* Redis confirmed the subscription */
+    RD_PUBSUB_MESSAGE,        /* a message arrived on the channel */
+    RD_PUBSUB_UNSUBSCRIBED,   /* Redis confirmed the unsubscription: last call */
+    RD_PUBSUB_DROPPED,        /* the link dropped: last call; subscribe again when ready */
+} rd_pubsub_event_t;
+
+typedef void (*rd_pubsub_cb)(rd_pubsub_event_t event, void *arg);
+
 typedef struct rd_redis_options {
     const char *host;
     int port;
@@ -61,7 +70,10 @@ typedef struct rd_redis_options {
     const char *password;   /* NULL or "" for none */
     int db;
     int timeout_ms;         /* deadline of every command and of the handshake */
-    const char *library;    /* Lua source of the Functions library (borrowed, static) */
+    const char *library;    /* Lua source of the Functions library (borrowed, static);
+                               NULL for a notification link (pub/sub only) */
+    void (*on_ready)(void *arg);  /* NULL, or called each time the link becomes READY */
+    void *on_ready_arg;
 } rd_redis_options_t;
 
 /* Creates the connection (CLOSED) and starts connecting. Strings in opts are
@@ -74,6 +86,14 @@ bool rd_redis_ready(const rd_redis_t *r);
  * loop; or -1 when the connection is not READY, and cb is never called. */
 int rd_redis_command(rd_redis_t *r, int argc, const char **argv, const size_t *lens,
                      rd_redis_cb cb, void *arg);
+
+/* On a notification link (library NULL): SUBSCRIBE to channel. Returns -1
+ * when not READY (cb never called); otherwise cb runs with SUBSCRIBED, then
+ * MESSAGE per message, and finally once with UNSUBSCRIBED or DROPPED. */
+int rd_redis_subscribe(rd_redis_t *r, const char *channel, size_t len, rd_pubsub_cb cb,
+                       void *arg);
+/* UNSUBSCRIBE; the subscription's cb gets UNSUBSCRIBED. -1 when not READY. */
+int rd_redis_unsubscribe(rd_redis_t *r, const char *channel, size_t len);
 
 /* Closes the connection and frees r. Commands in flight complete (RD_REDIS_OK
  * when Redis still answers them; with force, at once with RD_REDIS_LOST).

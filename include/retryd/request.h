@@ -24,6 +24,8 @@ enum {
     RD_LIST_LIMIT_DEFAULT = 100,
     RD_LIST_LIMIT_MAX = 1000,
     RD_QUEUE_NAME_MAX = 255,
+    RD_ACK_BATCH_MAX = 100,
+    RD_IDEMPOTENCY_KEY_MAX = 255,
 };
 
 typedef struct rd_enqueue_req {
@@ -32,6 +34,7 @@ typedef struct rd_enqueue_req {
     size_t payload_len;
     int max_retries;
     long long delay_ms;
+    const char *idempotency_key;  /* NULL when absent; 1-255 bytes */
 } rd_enqueue_req_t;
 
 typedef struct rd_claim_req {
@@ -51,6 +54,13 @@ typedef struct rd_settle_req {
     long long lease_ms;       /* extend: the daemon default unless given */
 } rd_settle_req_t;
 
+typedef struct rd_ack_req {
+    rd_json_t *doc;
+    size_t count;                               /* 1..RD_ACK_BATCH_MAX */
+    long long ids[100];
+    const char *tokens[100];                    /* NULL: any lease */
+} rd_ack_req_t;
+
 typedef struct rd_list_req {
     char status[16];          /* "" for every state */
     int limit;
@@ -69,6 +79,10 @@ rd_req_result_t rd_request_fail(const char *body, size_t len, rd_settle_req_t *o
                                 rd_field_errors_t *errs);
 rd_req_result_t rd_request_extend(const char *body, size_t len, long long default_lease_ms,
                                   rd_settle_req_t *out, rd_field_errors_t *errs);
+/* {messages:[{id, lease_token?}, ...]} with 1-100 items; errors name the item,
+ * e.g. field "messages[3].id". */
+rd_req_result_t rd_request_ack(const char *body, size_t len, rd_ack_req_t *out,
+                               rd_field_errors_t *errs);
 /* replay takes no fields, but a body, when sent, must still be a JSON object. */
 rd_req_result_t rd_request_empty(const char *body, size_t len);
 rd_req_result_t rd_request_list(const char *query, size_t query_len, rd_list_req_t *out,

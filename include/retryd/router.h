@@ -19,6 +19,7 @@ typedef enum rd_route {
     RD_ROUTE_FAIL,           /* POST /queues/{q}/messages/{id}/fail */
     RD_ROUTE_REPLAY,         /* POST /queues/{q}/messages/{id}/replay */
     RD_ROUTE_EXTEND,         /* POST /queues/{q}/messages/{id}/extend */
+    RD_ROUTE_SUCCEED_MANY,   /* POST /queues/{q}/succeed (batch acknowledgement) */
     RD_ROUTE_COUNT
 } rd_route_t;
 

@@ -19,6 +19,8 @@ typedef struct rd_store rd_store_t;
 
 typedef enum rd_store_status {
     RD_STORE_OK,
+    RD_STORE_DUPLICATE,       /* enqueue: idempotency key seen; messages[0] is the original
+                                 (status RD_STATUS_UNKNOWN when it was deleted since) */
     RD_STORE_NOT_FOUND,
     RD_STORE_INVALID_STATE,   /* state holds the message's current status */
     RD_STORE_LEASE_MISMATCH,
@@ -35,7 +37,9 @@ typedef struct rd_store_result {
     size_t count;
     long long total;          /* list */
     rd_str_t next_cursor;     /* list: len 0 at the end */
-    long long promoted, reclaimed, expired, next_in_ms;  /* tick */
+    long long promoted, reclaimed, expired, next_in_ms, ready;  /* tick */
+    rd_str_t *outcomes;       /* succeed_many: one code per item (count of them) */
+    long long released;       /* release */
     rd_str_t *names;          /* queues: the registry's names */
 } rd_store_result_t;
 
@@ -50,8 +54,13 @@ typedef struct rd_store_queue {
 rd_store_t *rd_store_new(uv_loop_t *loop, rd_redis_t *redis, const char *prefix);
 void rd_store_free(rd_store_t *st);
 
+/* True while operations can be sent (the Redis link is READY). */
+bool rd_store_ready(const rd_store_t *st);
+
+/* idempotency_key NULL for none. */
 int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, size_t len,
-                     int max_retries, long long delay_ms, rd_store_cb cb, void *arg);
+                     int max_retries, long long delay_ms, const char *idempotency_key,
+                     rd_store_cb cb, void *arg);
 int rd_store_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int count,
                    rd_store_cb cb, void *arg);
 /* token NULL: accept any current lease. */
@@ -69,6 +78,13 @@ int rd_store_get(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_cb c
 /* status NULL lists every state; cursor NULL starts at the beginning. */
 int rd_store_list(rd_store_t *st, rd_store_queue_t q, const char *status, int limit,
                   const char *cursor, rd_store_cb cb, void *arg);
+/* Batch acknowledgement: ids[i] with tokens[i] (NULL: any lease), n in 1..100.
+ * res->outcomes[i] is "succeeded", "not_found", "invalid_state" or "lease_mismatch". */
+int rd_store_succeed_many(rd_store_t *st, rd_store_queue_t q, size_t n, const long long *ids,
+                          const char *const *tokens, rd_store_cb cb, void *arg);
+/* Hands claimed messages back (no failure counted); res->released. */
+int rd_store_release(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_message_t *msgs,
+                     rd_store_cb cb, void *arg);
 /* The timer's call: reclaim, promote, retention, at most limit of each. */
 int rd_store_tick(rd_store_t *st, rd_store_queue_t q, int limit, long long dead_ttl_ms,
                   long long succeeded_ttl_ms, rd_store_cb cb, void *arg);

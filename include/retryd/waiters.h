@@ -1,0 +1,41 @@
+/* waiters.h - long-poll claims (docs/long-poll.md): parked claims per queue,
+ * served first come, first served, woken by notifications from Redis pub/sub,
+ * by this process's own enqueues, and by the promoter as a safety net.
+ *
+ * A parked claim costs no Redis command while it waits. Its callback runs
+ * exactly once: with the claim's result (messages, or none when the wait ran
+ * out, or the failure of the claim). */
+#ifndef RETRYD_WAITERS_H
+#define RETRYD_WAITERS_H
+
+#include <stddef.h>
+#include <uv.h>
+
+#include "retryd/http.h"
+#include "retryd/redis.h"
+#include "retryd/store.h"
+
+typedef struct rd_waiters rd_waiters_t;
+
+/* Borrows store; opens its own notification link to Redis with link's
+ * address and credentials (its library and on_ready are ignored). */
+rd_waiters_t *rd_waiters_new(uv_loop_t *loop, rd_store_t *store,
+                             const rd_redis_options_t *link, const char *prefix);
+
+/* Parks a claim on queue for at most wait_ms. ex is borrowed to see whether
+ * the client is still there; cb gets the result exactly once. */
+void rd_waiters_park(rd_waiters_t *w, rd_store_queue_t queue, long long lease_ms, int count,
+                     long long wait_ms, rd_http_exchange_t *ex, rd_store_cb cb, void *arg);
+
+/* Something may be claimable in queue: serve its waiters (no-op without any). */
+void rd_waiters_notify(rd_waiters_t *w, rd_store_queue_t queue);
+
+/* Parked claims right now (all queues). */
+size_t rd_waiters_count(const rd_waiters_t *w);
+
+/* Answers every parked claim with "nothing claimed" (a claim in flight is
+ * answered when it completes), closes the notification link and frees w;
+ * on_stopped runs once from the loop. */
+void rd_waiters_stop(rd_waiters_t *w, void (*on_stopped)(void *arg), void *arg);
+
+#endif

@@ -1,0 +1,363 @@
+/* waiters.c - long-poll claims: per-queue FIFO lines of parked claims, the
+ * notification link that wakes them, and the claims made on their behalf.
+ * The design, and why nothing is lost, is in docs/long-poll.md. */
+#include "retryd/waiters.h"
+
+#include <string.h>
+
+#include "retryd/alloc.h"
+#include "retryd/buf.h"
+#include "retryd/keys.h"
+#include "retryd/log.h"
+
+enum {
+    SWEEP_EVERY_MS = 5000,
+    UNSUBSCRIBE_AFTER_IDLE_MS = 30000,
+};
+
+typedef enum sub_state { SUB_NONE, SUB_PENDING, SUB_ACTIVE, SUB_LEAVING } sub_state_t;
+
+typedef struct wqueue wqueue_t;
+
+typedef struct waiter {
+    wqueue_t *q;
+    rd_http_exchange_t *ex;
+    long long lease_ms;
+    int count;
+    rd_store_cb cb;             /* NULL once answered */
+    void *arg;
+    uv_timer_t deadline;
+    bool expired;               /* the deadline passed while its claim was in flight */
+    struct waiter *prev, *next;
+} waiter_t;
+
+struct wqueue {
+    rd_waiters_t *w;
+    char *name;
+    size_t len;
+    rd_buf_t channel;           /* "<prefix>:{<q>}:wake" */
+    waiter_t *head, *tail;      /* first come, first served */
+    size_t n;
+    waiter_t *serving;          /* the head while a claim for it is in flight */
+    bool again;                 /* a wake-up arrived during that claim */
+    sub_state_t sub;
+    uint64_t idle_since_ms;
+    wqueue_t *prev, *next;
+};
+
+struct rd_waiters {
+    uv_loop_t *loop;
+    rd_store_t *store;
+    rd_redis_t *notify;
+    char *prefix;
+    wqueue_t *queues;
+    size_t parked;
+    uv_timer_t sweep;
+    bool stopping;
+    size_t claims_in_flight;
+    void (*on_stopped)(void *arg);
+    void *on_stopped_arg;
+};
+
+static void serve(wqueue_t *q);
+static void maybe_finish_stop(rd_waiters_t *w);
+
+/* ---------------------------------------------------------------- queues */
+
+static wqueue_t *find_queue(rd_waiters_t *w, const char *name, size_t len)
+{
+    for (wqueue_t *q = w->queues; q; q = q->next)
+        if (q->len == len && memcmp(q->name, name, len) == 0) return q;
+    return NULL;
+}
+
+static wqueue_t *get_queue(rd_waiters_t *w, rd_store_queue_t queue)
+{
+    wqueue_t *q = find_queue(w, queue.name, queue.len);
+    if (q) return q;
+    q = rd_calloc(1, sizeof *q);
+    q->w = w;
+    q->name = rd_strndup(queue.name, queue.len);
+    q->len = queue.len;
+    rd_keys_queue_base(&q->channel, w->prefix, queue.name, queue.len);
+    rd_buf_puts(&q->channel, ":wake");
+    q->next = w->queues;
+    if (w->queues) w->queues->prev = q;
+    w->queues = q;
+    return q;
+}
+
+static void free_queue(rd_waiters_t *w, wqueue_t *q)
+{
+    if (q->prev) q->prev->next = q->next;
+    else w->queues = q->next;
+    if (q->next) q->next->prev = q->prev;
+    rd_buf_free(&q->channel);
+    rd_free(q->name);
+    rd_free(q);
+}
+
+/* ---------------------------------------------------------------- waiters */
+
+static void on_waiter_closed(uv_handle_t *h)
+{
+    rd_free(h->data);
+}
+
+/* Answers the waiter (exactly once) and takes it out of its line. */
+static void finish_waiter(waiter_t *h, const rd_store_result_t *res)
+{
+    wqueue_t *q = h->q;
+    rd_waiters_t *w = q->w;
+    if (h->prev) h->prev->next = h->next;
+    else q->head = h->next;
+    if (h->next) h->next->prev = h->prev;
+    else q->tail = h->prev;
+    q->n--;
+    w->parked--;
+    if (q->n == 0) q->idle_since_ms = uv_now(w->loop);
+    rd_store_cb cb = h->cb;
+    h->cb = NULL;
+    uv_timer_stop(&h->deadline);
+    uv_close((uv_handle_t *)&h->deadline, on_waiter_closed);
+    cb(res, h->arg);
+}
+
+static void answer_nothing(waiter_t *h)
+{
+    rd_store_result_t none;
+    memset(&none, 0, sizeof none);
+    none.status = RD_STORE_OK;
+    finish_waiter(h, &none);
+}
+
+static void on_deadline(uv_timer_t *t)
+{
+    waiter_t *h = t->data;
+    if (h->q->serving == h) h->expired = true;  /* answered when its claim returns */
+    else answer_nothing(h);
+}
+
+/* ---------------------------------------------------------------- claims */
+
+static void on_released(const rd_store_result_t *res, void *arg)
+{
+    (void)arg;
+    if (res->status != RD_STORE_OK)
+        rd_warn("waiters: releasing messages of a departed client failed; their leases "
+                "will expire instead");
+}
+
+static void on_claim(const rd_store_result_t *res, void *arg)
+{
+    wqueue_t *q = arg;
+    rd_waiters_t *w = q->w;
+    waiter_t *h = q->serving;
+    q->serving = NULL;
+    w->claims_in_flight--;
+
+    if (res->status != RD_STORE_OK) {
+        finish_waiter(h, res);
+    } else if (res->count > 0) {
+        if (!rd_http_exchange_client_alive(h->ex)) {
+            /* The client left during the claim: the messages go straight back. */
+            rd_store_queue_t queue = { q->name, q->len };
+            if (rd_store_release(w->store, queue, res->count, res->messages, on_released,
+                                 NULL) != 0)
+                rd_warn("waiters: cannot release messages of a departed client now; their "
+                        "leases will expire instead");
+            answer_nothing(h);
+        } else {
+            finish_waiter(h, res);
+        }
+        q->again = true;  /* there may be more for the next in line */
+    } else if (h->expired || w->stopping) {
+        answer_nothing(h);
+    }
+
+    if (w->stopping) {
+        maybe_finish_stop(w);
+        return;
+    }
+    if (q->again && q->n > 0) serve(q);
+}
+
+/* Claims for the waiter at the head of q's line; one claim per queue at a time. */
+static void serve(wqueue_t *q)
+{
+    rd_waiters_t *w = q->w;
+    if (w->stopping) return;
+    if (q->serving) {
+        q->again = true;
+        return;
+    }
+    while (q->head && !rd_http_exchange_client_alive(q->head->ex)) answer_nothing(q->head);
+    waiter_t *h = q->head;
+    q->again = false;
+    if (h == NULL) return;
+    rd_store_queue_t queue = { q->name, q->len };
+    if (rd_store_claim(w->store, queue, h->lease_ms, h->count, on_claim, q) != 0)
+        return;  /* Redis is away: stay parked; the deadline answers */
+    q->serving = h;
+    w->claims_in_flight++;
+}
+
+/* ---------------------------------------------------------------- notifications */
+
+static void on_pubsub(rd_pubsub_event_t event, void *arg)
+{
+    wqueue_t *q = arg;
+    switch (event) {
+    case RD_PUBSUB_SUBSCRIBED:
+        q->sub = SUB_ACTIVE;
+        serve(q);  /* anything that arrived before the subscription took effect */
+        break;
+    case RD_PUBSUB_MESSAGE:
+        if (q->n > 0) serve(q);
+        break;
+    case RD_PUBSUB_UNSUBSCRIBED:
+    case RD_PUBSUB_DROPPED:
+        q->sub = SUB_NONE;
+        /* A waiter parked while we were leaving: subscribe again. */
+        if (event == RD_PUBSUB_UNSUBSCRIBED && q->n > 0 && !q->w->stopping &&
+            rd_redis_subscribe(q->w->notify, q->channel.data, q->channel.len, on_pubsub, q) == 0)
+            q->sub = SUB_PENDING;
+        break;
+    }
+}
+
+static void subscribe(wqueue_t *q)
+{
+    if (q->sub != SUB_NONE) return;
+    if (rd_redis_subscribe(q->w->notify, q->channel.data, q->channel.len, on_pubsub, q) == 0)
+        q->sub = SUB_PENDING;
+}
+
+/* The notification link is (again) ready: notifications sent while it was
+ * down are gone, so subscribe and claim once for every queue with waiters. */
+static void on_notify_ready(void *arg)
+{
+    rd_waiters_t *w = arg;
+    for (wqueue_t *q = w->queues; q; q = q->next) {
+        if (q->n == 0) continue;
+        subscribe(q);
+        if (q->sub != SUB_PENDING) serve(q);
+    }
+}
+
+static void on_sweep(uv_timer_t *t)
+{
+    rd_waiters_t *w = t->data;
+    uint64_t now = uv_now(w->loop);
+    wqueue_t *next;
+    for (wqueue_t *q = w->queues; q; q = next) {
+        next = q->next;
+        if (q->n > 0 || q->serving || now - q->idle_since_ms < UNSUBSCRIBE_AFTER_IDLE_MS)
+            continue;
+        if (q->sub == SUB_ACTIVE) {
+            if (rd_redis_unsubscribe(w->notify, q->channel.data, q->channel.len) == 0)
+                q->sub = SUB_LEAVING;
+        } else if (q->sub == SUB_NONE) {
+            free_queue(w, q);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- API */
+
+rd_waiters_t *rd_waiters_new(uv_loop_t *loop, rd_store_t *store,
+                             const rd_redis_options_t *link, const char *prefix)
+{
+    rd_waiters_t *w = rd_calloc(1, sizeof *w);
+    w->loop = loop;
+    w->store = store;
+    w->prefix = rd_strdup(prefix);
+    rd_redis_options_t opts = *link;
+    opts.library = NULL;
+    opts.on_ready = on_notify_ready;
+    opts.on_ready_arg = w;
+    w->notify = rd_redis_start(loop, &opts);
+    uv_timer_init(loop, &w->sweep);
+    w->sweep.data = w;
+    uv_timer_start(&w->sweep, on_sweep, SWEEP_EVERY_MS, SWEEP_EVERY_MS);
+    return w;
+}
+
+void rd_waiters_park(rd_waiters_t *w, rd_store_queue_t queue, long long lease_ms, int count,
+                     long long wait_ms, rd_http_exchange_t *ex, rd_store_cb cb, void *arg)
+{
+    wqueue_t *q = get_queue(w, queue);
+    waiter_t *h = rd_calloc(1, sizeof *h);
+    h->q = q;
+    h->ex = ex;
+    h->lease_ms = lease_ms;
+    h->count = count;
+    h->cb = cb;
+    h->arg = arg;
+    uv_timer_init(w->loop, &h->deadline);
+    h->deadline.data = h;
+    h->prev = q->tail;
+    if (q->tail) q->tail->next = h;
+    else q->head = h;
+    q->tail = h;
+    q->n++;
+    w->parked++;
+    if (w->stopping) {
+        answer_nothing(h);
+        return;
+    }
+    uv_timer_start(&h->deadline, on_deadline, (uint64_t)wait_ms, 0);
+    subscribe(q);
+    /* With the subscription confirmed (or impossible right now) claim at once;
+     * a pending subscription claims when Redis confirms it. */
+    if (q->sub != SUB_PENDING) serve(q);
+}
+
+void rd_waiters_notify(rd_waiters_t *w, rd_store_queue_t queue)
+{
+    wqueue_t *q = find_queue(w, queue.name, queue.len);
+    if (q && q->n > 0) serve(q);
+}
+
+size_t rd_waiters_count(const rd_waiters_t *w)
+{
+    return w->parked;
+}
+
+static void on_notify_closed(void *arg)
+{
+    rd_waiters_t *w = arg;
+    while (w->queues) free_queue(w, w->queues);
+    void (*cb)(void *) = w->on_stopped;
+    void *cb_arg = w->on_stopped_arg;
+    rd_free(w->prefix);
+    rd_free(w);
+    if (cb) cb(cb_arg);
+}
+
+static void on_sweep_closed(uv_handle_t *h)
+{
+    rd_waiters_t *w = h->data;
+    rd_redis_close(w->notify, true, on_notify_closed, w);
+}
+
+static void maybe_finish_stop(rd_waiters_t *w)
+{
+    if (w->claims_in_flight > 0 || uv_is_closing((uv_handle_t *)&w->sweep)) return;
+    uv_close((uv_handle_t *)&w->sweep, on_sweep_closed);
+}
+
+void rd_waiters_stop(rd_waiters_t *w, void (*on_stopped)(void *arg), void *arg)
+{
+    w->stopping = true;
+    w->on_stopped = on_stopped;
+    w->on_stopped_arg = arg;
+    for (wqueue_t *q = w->queues; q; q = q->next) {
+        waiter_t *next;
+        for (waiter_t *h = q->head; h; h = next) {
+            next = h->next;
+            if (q->serving != h) answer_nothing(h);
+        }
+    }
+    maybe_finish_stop(w);
+}
