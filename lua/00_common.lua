@@ -27,6 +27,8 @@ local function queue_keys(base)
     seq        = base .. ':seq',         -- STRING, last id handed out
     stats      = base .. ':stats',       -- HASH of lifetime counters
     wake       = base .. ':wake',        -- pub/sub channel: "work may be claimable"
+    errors     = base .. ':errors',      -- ZSET last_error -> dead letters with it now
+    events     = base .. ':events',      -- STREAM of deaths and replays, for alerting
   }
 end
 
@@ -50,6 +52,29 @@ local MAX_BATCH = 1000
 local MAX_BACKOFF_S = 3600
 
 local IDEMPOTENCY_TTL_MS = 24 * 3600 * 1000
+local EVENTS_MAXLEN = 10000
+local ERROR_KEY_BYTES = 200
+-- Upper bounds (seconds) of the retry delay histogram buckets.
+local DELAY_BUCKETS = { 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 3600 }
+
+-- Appends one event to the queue's stream (trimmed to about EVENTS_MAXLEN).
+local function emit(k, event, id, err, retries, now)
+  redis.call('XADD', k.events, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'event', event, 'id', id,
+             'error', err or '', 'retry_count', retries or 0, 'at', now)
+end
+
+-- top_errors counts the dead letters that are dead now, by error text.
+local function count_error(k, err, by)
+  local key = string.sub(err or '', 1, ERROR_KEY_BYTES)
+  local n = tonumber(redis.call('ZINCRBY', k.errors, by, key))
+  if n <= 0 then redis.call('ZREM', k.errors, key) end
+end
+
+-- A dead letter leaves the dead set (replay, delete, purge, retention).
+local function leave_dead(k, mkey, id)
+  redis.call('ZREM', k.dead, id)
+  count_error(k, redis.call('HGET', mkey, 'last_error'), -1)
+end
 
 -- Wakes long-poll waiters on every retryd subscribed to the queue. The message
 -- carries nothing: receivers claim through the atomic functions.
@@ -101,12 +126,20 @@ local function fail_message(k, base, id, now, err, retryable, retry_after_ms)
     redis.call('HDEL', mkey, 'retry_after')
     redis.call('ZADD', k.dead, now, id)
     redis.call('HINCRBY', k.stats, 'dead', 1)
+    count_error(k, err, 1)
+    emit(k, 'dead', id, err, retries, now)
     return 'dead'
   end
   local delay = retry_after_ms
   if delay < 0 then
     delay = math.min(2 ^ retries, MAX_BACKOFF_S) * 1000
   end
+  local bucket = 'inf'
+  for i = 1, #DELAY_BUCKETS do
+    if delay <= DELAY_BUCKETS[i] * 1000 then bucket = DELAY_BUCKETS[i]; break end
+  end
+  redis.call('HINCRBY', k.stats, 'delay_le_' .. bucket, 1)
+  redis.call('HINCRBY', k.stats, 'delay_sum_ms', delay)
   local due = now + delay
   redis.call('HSET', mkey, 'status', 'pending', 'retry_count', retries,
              'last_error', err, 'updated_at', now, 'retry_after', due)
@@ -140,11 +173,26 @@ local function expire_finished(k, base, index, now, ttl_ms, limit, counter)
   local n = #ids
   if n == 0 then return 0 end
   for i = 1, n do
-    redis.call('UNLINK', message_key(base, ids[i]))
+    local mkey = message_key(base, ids[i])
+    if index == k.dead then leave_dead(k, mkey, ids[i]) end
+    redis.call('UNLINK', mkey)
   end
   redis.call('ZREM', index, unpack(ids))
   redis.call('HINCRBY', k.stats, counter, n)
   return n
+end
+
+-- A dead letter goes back to pending with a fresh retry budget, claimed
+-- before fresh messages (reference: retry_count 0, last_error and
+-- retry_after cleared). The caller publishes the wake-up.
+local function replay_dead(k, mkey, id, now)
+  local err = redis.call('HGET', mkey, 'last_error')
+  leave_dead(k, mkey, id)
+  redis.call('HDEL', mkey, 'last_error', 'retry_after', 'dead_at')
+  redis.call('HSET', mkey, 'status', 'pending', 'retry_count', 0, 'updated_at', now)
+  redis.call('LPUSH', k.due, id)
+  redis.call('HINCRBY', k.stats, 'replayed', 1)
+  emit(k, 'replayed', id, err, 0, now)
 end
 
 -- Looks up a message for a transition; returns nil, reply when it cannot go on.

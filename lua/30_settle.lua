@@ -75,11 +75,7 @@ local function replay(keys, args)
   local _, e = load_for(mkey, 'dead', '')
   if e then return e end
   local now = now_ms()
-  redis.call('ZREM', k.dead, id)
-  redis.call('HDEL', mkey, 'last_error', 'retry_after', 'dead_at')
-  redis.call('HSET', mkey, 'status', 'pending', 'retry_count', 0, 'updated_at', now)
-  redis.call('LPUSH', k.due, id)
-  redis.call('HINCRBY', k.stats, 'replayed', 1)
+  replay_dead(k, mkey, id, now)
   notify(k)
   return { 'ok', message_reply(mkey, id) }
 end

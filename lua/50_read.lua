@@ -80,6 +80,46 @@ local function pending_page(k, cursor, limit)
   return ids, ''
 end
 
+-- The ids of one page of a listing, its next cursor ("" at the end) and the
+-- total of the listed states. nil when the cursor is malformed; raises for an
+-- unknown status.
+local function select_ids(base, k, status, limit, cursor)
+  local ids, next_cursor, total = {}, '', 0
+  if status == 'pending' then
+    total = redis.call('LLEN', k.due) + redis.call('LLEN', k.ready)
+          + redis.call('ZCARD', k.scheduled)
+    ids, next_cursor = pending_page(k, cursor, limit)
+  elseif status == 'processing' or status == 'succeeded' or status == 'dead' then
+    local index = k[status]
+    total = redis.call('ZCARD', index)
+    ids, next_cursor = zset_page(index, cursor, limit)
+  elseif status == '' then
+    total = redis.call('LLEN', k.due) + redis.call('LLEN', k.ready)
+          + redis.call('ZCARD', k.scheduled) + redis.call('ZCARD', k.processing)
+          + redis.call('ZCARD', k.succeeded) + redis.call('ZCARD', k.dead)
+    local from
+    if cursor == '' then
+      from = to_int(redis.call('GET', k.seq) or '0')
+    else
+      from = to_int(cursor)
+      if from == nil or from < 0 then return nil end
+    end
+    -- Probe at most a bounded number of ids per call, present or not.
+    local id = from
+    local probes = 0
+    while id >= 1 and #ids < limit and probes < MAX_BATCH + limit do
+      if redis.call('EXISTS', message_key(base, id)) == 1 then ids[#ids + 1] = tostring(id) end
+      id = id - 1
+      probes = probes + 1
+    end
+    if id >= 1 then next_cursor = tostring(id) end
+  else
+    error('ERR retryd: bad argument status')
+  end
+  if not ids then return nil end
+  return ids, next_cursor, total
+end
+
 -- list: one page of a queue's messages.
 --   KEYS[1]  <prefix>:{q}                       queue key base
 --   ARGV[1]  status                             "" | pending | processing | succeeded | dead
@@ -96,42 +136,10 @@ local function list(keys, args)
   local k = queue_keys(base)
   local status, limit, cursor = args[1], to_int(args[2]), args[3] or ''
   if limit == nil or limit < 1 or limit > MAX_BATCH then return bad_arg('limit') end
-
-  local ids, next_cursor, total = {}, '', 0
-  if status == 'pending' then
-    total = redis.call('LLEN', k.due) + redis.call('LLEN', k.ready)
-          + redis.call('ZCARD', k.scheduled)
-    ids, next_cursor = pending_page(k, cursor, limit)
-    if not ids then return { 'bad_cursor' } end
-  elseif status == 'processing' or status == 'succeeded' or status == 'dead' then
-    local index = k[status]
-    total = redis.call('ZCARD', index)
-    ids, next_cursor = zset_page(index, cursor, limit)
-    if not ids then return { 'bad_cursor' } end
-  elseif status == '' then
-    total = redis.call('LLEN', k.due) + redis.call('LLEN', k.ready)
-          + redis.call('ZCARD', k.scheduled) + redis.call('ZCARD', k.processing)
-          + redis.call('ZCARD', k.succeeded) + redis.call('ZCARD', k.dead)
-    local from
-    if cursor == '' then
-      from = to_int(redis.call('GET', k.seq) or '0')
-    else
-      from = to_int(cursor)
-      if from == nil or from < 0 then return { 'bad_cursor' } end
-    end
-    -- Probe at most a bounded number of ids per call, present or not.
-    local id = from
-    local probes = 0
-    while id >= 1 and #ids < limit and probes < MAX_BATCH + limit do
-      if redis.call('EXISTS', message_key(base, id)) == 1 then ids[#ids + 1] = tostring(id) end
-      id = id - 1
-      probes = probes + 1
-    end
-    if id >= 1 then next_cursor = tostring(id) end
-  else
-    return bad_arg('status')
-  end
-
+  if status ~= '' and status ~= 'pending' and status ~= 'processing' and
+     status ~= 'succeeded' and status ~= 'dead' then return bad_arg('status') end
+  local ids, next_cursor, total = select_ids(base, k, status, limit, cursor)
+  if not ids then return { 'bad_cursor' } end
   local out = { 'ok', total, next_cursor }
   for i = 1, #ids do
     local mkey = message_key(base, ids[i])

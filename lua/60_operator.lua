@@ -1,0 +1,181 @@
+-- kill: mark a pending or processing message dead by hand (an operator's
+-- decision; counts as a death, not as a failure).
+--   KEYS[1]  <prefix>:{q}                       queue key base
+--   KEYS[2]  <prefix>:{q}:m:<id>                the message
+--   ARGV[1]  id
+--   ARGV[2]  reason                             kept as last_error ("" -> "killed by operator")
+-- Returns {"ok", message} | {"not_found"} | {"invalid_state", status}.
+local function kill(keys, args)
+  local base, mkey, id = keys[1], keys[2], args[1]
+  local reason = args[2] or ''
+  if reason == '' then reason = 'killed by operator' end
+  local k = queue_keys(base)
+  local status = redis.call('HGET', mkey, 'status')
+  if not status then return { 'not_found' } end
+  if status == 'pending' then
+    if redis.call('ZREM', k.scheduled, id) == 0 and redis.call('LREM', k.due, 1, id) == 0 then
+      redis.call('LREM', k.ready, 1, id)
+    end
+  elseif status == 'processing' then
+    redis.call('ZREM', k.processing, id)
+    redis.call('HDEL', mkey, 'lease_token', 'lease_expires_at')
+  else
+    return { 'invalid_state', status }
+  end
+  local now = now_ms()
+  redis.call('HSET', mkey, 'status', 'dead', 'last_error', reason, 'updated_at', now,
+             'dead_at', now)
+  redis.call('HDEL', mkey, 'retry_after')
+  redis.call('ZADD', k.dead, now, id)
+  redis.call('HINCRBY', k.stats, 'dead', 1)
+  count_error(k, reason, 1)
+  emit(k, 'dead', id, reason, tonumber(redis.call('HGET', mkey, 'retry_count') or '0'), now)
+  return { 'ok', message_reply(mkey, id) }
+end
+
+-- delete: remove a message for good, in any state but processing.
+--   KEYS[1]  <prefix>:{q}                       queue key base
+--   KEYS[2]  <prefix>:{q}:m:<id>                the message
+--   ARGV[1]  id
+-- A pending id is taken out of its list with LREM (O(length of the list)).
+-- Returns {"ok"} | {"not_found"} | {"invalid_state", "processing"}.
+local function delete(keys, args)
+  local base, mkey, id = keys[1], keys[2], args[1]
+  local k = queue_keys(base)
+  local status = redis.call('HGET', mkey, 'status')
+  if not status then return { 'not_found' } end
+  if status == 'processing' then return { 'invalid_state', status } end
+  if status == 'pending' then
+    if redis.call('ZREM', k.scheduled, id) == 0 and redis.call('LREM', k.due, 1, id) == 0 then
+      redis.call('LREM', k.ready, 1, id)
+    end
+  elseif status == 'dead' then
+    leave_dead(k, mkey, id)
+  else
+    redis.call('ZREM', k.succeeded, id)
+  end
+  redis.call('DEL', mkey)
+  redis.call('HINCRBY', k.stats, 'deleted', 1)
+  return { 'ok' }
+end
+
+-- replay_many: batch replay of dead letters, a bounded batch per call.
+--   KEYS[1]  <prefix>:{q}                       queue key base
+--   ARGV[1]  mode                               "ids" | "all" | "error"
+--   ids:     ARGV[2..]  ids (at most 1000)
+--   all:     ARGV[2] limit (1..1000), ARGV[3] cursor ("" first)
+--   error:   ARGV[2] limit (1..1000: dead letters examined), ARGV[3] cursor,
+--            ARGV[4] needle (plain substring of last_error)
+-- "all" and "error" only touch letters that were dead when the first call ran
+-- (the cursor carries that time), so a letter that dies again is not replayed
+-- twice by one operation. Publishes on the wake channel when it replayed any.
+-- Returns {replayed, next_cursor}: call again with next_cursor until it is "".
+local function replay_many(keys, args)
+  local base = keys[1]
+  local k = queue_keys(base)
+  local mode = args[1]
+  local now = now_ms()
+  local replayed = 0
+  local next_cursor = ''
+  local function try(id)
+    local mkey = message_key(base, id)
+    if redis.call('HGET', mkey, 'status') == 'dead' then
+      replay_dead(k, mkey, id, now)
+      replayed = replayed + 1
+    end
+  end
+  if mode == 'ids' then
+    if #args - 1 > MAX_BATCH then return bad_arg('ids') end
+    for i = 2, #args do try(args[i]) end
+  elseif mode == 'all' or mode == 'error' then
+    local limit = to_int(args[2])
+    if limit == nil or limit < 1 or limit > MAX_BATCH then return bad_arg('limit') end
+    local cursor = args[3] or ''
+    local cutoff, after = now, ''
+    if cursor ~= '' then
+      local c, rest = string.match(cursor, '^(%d+);(.*)$')
+      if not c then return { 'bad_cursor' } end
+      cutoff, after = tonumber(c), rest
+    end
+    -- Replaying removes letters from the index, so "all" always starts at the
+    -- front; "error" walks past the letters it leaves behind.
+    local ids, c = zset_page(k.dead, mode == 'all' and '' or after, limit)
+    if not ids then return { 'bad_cursor' } end
+    local needle = args[4] or ''
+    local reached_cutoff = false
+    for i = 1, #ids do
+      local score = tonumber(redis.call('ZSCORE', k.dead, ids[i]))
+      if score > cutoff then reached_cutoff = true; break end
+      if mode == 'all' then
+        try(ids[i])
+      else
+        local err = redis.call('HGET', message_key(base, ids[i]), 'last_error') or ''
+        if string.find(err, needle, 1, true) then try(ids[i]) end
+      end
+    end
+    if not reached_cutoff and c ~= '' then next_cursor = cutoff .. ';' .. c end
+    if mode == 'all' and not reached_cutoff and #ids == limit then next_cursor = cutoff .. ';' end
+  else
+    return bad_arg('mode')
+  end
+  if replayed > 0 then notify(k) end
+  return { replayed, next_cursor }
+end
+
+-- purge: delete dead letters that died more than older_than_ms ago.
+--   KEYS[1]  <prefix>:{q}                       queue key base
+--   ARGV[1]  older_than_ms                      integer >= 0
+--   ARGV[2]  limit                              integer 1..1000
+-- Returns {purged, more}: more is 1 when another call has work.
+local function purge(keys, args)
+  local base = keys[1]
+  local k = queue_keys(base)
+  local older = to_int(args[1])
+  local limit = to_int(args[2])
+  if older == nil or older < 0 then return bad_arg('older_than_ms') end
+  if limit == nil or limit < 1 or limit > MAX_BATCH then return bad_arg('limit') end
+  local now = now_ms()
+  local ids = redis.call('ZRANGE', k.dead, '-inf', now - older, 'BYSCORE', 'LIMIT', 0, limit)
+  for i = 1, #ids do
+    local mkey = message_key(base, ids[i])
+    leave_dead(k, mkey, ids[i])
+    redis.call('UNLINK', mkey)
+  end
+  if #ids > 0 then redis.call('HINCRBY', k.stats, 'purged', #ids) end
+  return { #ids, #ids == limit and 1 or 0 }
+end
+
+-- stats: counts per state, lifetime totals, recent deaths and top errors.
+--   KEYS[1]  <prefix>:{q}                       queue key base
+--   ARGV[1]  top                                how many top errors (0..100)
+-- Returns a flat array of name, value: pending, ready, scheduled, processing,
+-- succeeded, dead, dead_last_24h (integers), totals (flat array of the stats
+-- hash), top_errors (flat array error, count, highest first).
+local function stats(keys, args)
+  local k = queue_keys(keys[1])
+  local top = to_int(args[1] or '10')
+  if top == nil or top < 0 or top > 100 then return bad_arg('top') end
+  local now = now_ms()
+  local due, ready = redis.call('LLEN', k.due), redis.call('LLEN', k.ready)
+  local scheduled = redis.call('ZCARD', k.scheduled)
+  local errors = {}
+  if top > 0 then errors = redis.call('ZRANGE', k.errors, '+inf', 1, 'BYSCORE', 'REV', 'LIMIT', 0, top, 'WITHSCORES') end
+  return {
+    'pending', due + ready + scheduled,
+    'ready', due + ready,
+    'scheduled', scheduled,
+    'processing', redis.call('ZCARD', k.processing),
+    'succeeded', redis.call('ZCARD', k.succeeded),
+    'dead', redis.call('ZCARD', k.dead),
+    'dead_last_24h', redis.call('ZCOUNT', k.dead, now - 86400000, '+inf'),
+    'totals', redis.call('HGETALL', k.stats),
+    'top_errors', errors,
+  }
+end
+
+redis.register_function('kill', kill)
+redis.register_function('delete', delete)
+redis.register_function('replay_many', replay_many)
+redis.register_function('purge', purge)
+redis.register_function{ function_name = 'stats', callback = stats, flags = { 'no-writes' } }
+

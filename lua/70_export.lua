@@ -1,0 +1,90 @@
+-- RFC 3339 UTC with milliseconds from epoch ms (Howard Hinnant's civil_from_days).
+local function iso_time(ms)
+  if not ms or ms == '' then return '' end
+  ms = tonumber(ms)
+  local secs = math.floor(ms / 1000)
+  local days = math.floor(secs / 86400)
+  local rem = secs - days * 86400
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524)
+                          - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local d = doy - math.floor((153 * mp + 2) / 5) + 1
+  local m = mp < 10 and mp + 3 or mp - 9
+  local y = yoe + era * 400 + (m <= 2 and 1 or 0)
+  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%03dZ', y, m, d,
+                       math.floor(rem / 3600), math.floor(rem % 3600 / 60), rem % 60, ms % 1000)
+end
+
+local function csv_field(s)
+  s = s or ''
+  if string.find(s, '[",\r\n]') then
+    return '"' .. string.gsub(s, '"', '""') .. '"'
+  end
+  return s
+end
+
+-- Tabs and newlines would break the table layout: shown escaped.
+local function tsv_field(s)
+  s = s or ''
+  s = string.gsub(s, '\\', '\\\\')
+  s = string.gsub(s, '\t', '\\t')
+  s = string.gsub(s, '\n', '\\n')
+  s = string.gsub(s, '\r', '\\r')
+  return s
+end
+
+local EXPORT_COLUMNS = { 'id', 'status', 'retry_count', 'max_retries', 'created_at',
+                         'updated_at', 'retry_after', 'last_error', 'payload' }
+
+-- export: one page of messages as lines of text, for operators' tools.
+--   KEYS[1]  <prefix>:{q}                       queue key base
+--   ARGV[1]  format                             "csv" | "jsonl" | "tsv"
+--   ARGV[2]  status                             as for list
+--   ARGV[3]  limit                              integer 1..1000
+--   ARGV[4]  cursor                             as for list
+-- csv: RFC 4180 rows of EXPORT_COLUMNS (the header is the caller's, see
+-- retryctl); jsonl: one JSON object per line with the same fields; tsv: the
+-- same columns tab-separated with \t, \n, \r, \\ escaped.
+-- Returns {next_cursor ("" at the end), line, ...} | {"bad_cursor"} as its only element.
+local function export(keys, args)
+  local base = keys[1]
+  local k = queue_keys(base)
+  local format, status, limit, cursor = args[1], args[2] or '', to_int(args[3]), args[4] or ''
+  if format ~= 'csv' and format ~= 'jsonl' and format ~= 'tsv' then return bad_arg('format') end
+  if limit == nil or limit < 1 or limit > MAX_BATCH then return bad_arg('limit') end
+  if status ~= '' and status ~= 'pending' and status ~= 'processing' and
+     status ~= 'succeeded' and status ~= 'dead' then return bad_arg('status') end
+  local ids, next_cursor = select_ids(base, k, status, limit, cursor)
+  if not ids then return { 'bad_cursor' } end
+  local out = { next_cursor }
+  for i = 1, #ids do
+    local mkey = message_key(base, ids[i])
+    local h = redis.call('HMGET', mkey, 'status', 'retry_count', 'max_retries', 'created_at',
+                         'updated_at', 'retry_after', 'last_error', 'payload')
+    if h[1] then
+      local row = { ids[i], h[1], h[2], h[3], iso_time(h[4]), iso_time(h[5]),
+                    iso_time(h[6]), h[7] or '', h[8] or '' }
+      if format == 'jsonl' then
+        local obj = {}
+        for c = 1, #EXPORT_COLUMNS do obj[EXPORT_COLUMNS[c]] = row[c] end
+        obj.id = tonumber(row[1])
+        obj.retry_count = tonumber(row[3])
+        obj.max_retries = tonumber(row[4])
+        if obj.retry_after == '' then obj.retry_after = cjson.null end
+        if not h[7] then obj.last_error = cjson.null end
+        out[#out + 1] = cjson.encode(obj)
+      else
+        local esc = format == 'csv' and csv_field or tsv_field
+        for c = 1, #row do row[c] = esc(row[c]) end
+        out[#out + 1] = table.concat(row, format == 'csv' and ',' or '\t')
+      end
+    end
+  end
+  return out
+end
+
+redis.register_function{ function_name = 'export', callback = export, flags = { 'no-writes' } }
