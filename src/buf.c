@@ -15,6 +15,7 @@ void rd_buf_reserve(rd_buf_t *b, size_t extra)
     while (cap < need) cap *= 2;
     b->data = rd_realloc(b->data, cap);
     b->cap = cap;
+    b->data[b->len] = '\0';
 }
 
 void rd_buf_append(rd_buf_t *b, const void *data, size_t len)
@@ -28,6 +29,11 @@ void rd_buf_append(rd_buf_t *b, const void *data, size_t len)
 void rd_buf_puts(rd_buf_t *b, const char *s)
 {
     rd_buf_append(b, s, strlen(s));
+}
+
+void rd_buf_putc(rd_buf_t *b, char c)
+{
+    rd_buf_append(b, &c, 1);
 }
 
 void rd_buf_printf(rd_buf_t *b, const char *fmt, ...)

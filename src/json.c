@@ -3,24 +3,31 @@
 
 #include <cJSON.h>
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "retryd/alloc.h"
+#include "retryd/buf.h"
 
 #define AS_C(j) ((cJSON *)(j))
 #define AS_RD(c) ((rd_json_t *)(c))
 
 /* Finds "\u0000" escapes: backslash pairs are skipped so "\\u0000" (an escaped
- * backslash followed by text) does not count. */
-static bool contains_nul_escape(const char *text, size_t len)
+ * backslash followed by text) does not count. With mark, each one found is
+ * rewritten to "\u0001" in place. */
+static bool find_nul_escapes(char *text, size_t len, bool mark)
 {
+    bool found = false;
     for (size_t i = 0; i + 1 < len; i++) {
         if (text[i] != '\\') continue;
-        if (text[i + 1] == 'u' && i + 5 < len && memcmp(text + i + 2, "0000", 4) == 0)
-            return true;
+        if (text[i + 1] == 'u' && i + 5 < len && memcmp(text + i + 2, "0000", 4) == 0) {
+            found = true;
+            if (!mark) return true;
+            text[i + 5] = '1';
+        }
         i++;
     }
-    return false;
+    return found;
 }
 
 rd_json_t *rd_json_parse(const char *text, size_t len, bool *has_nul)
@@ -35,8 +42,17 @@ rd_json_t *rd_json_parse(const char *text, size_t len, bool *has_nul)
             return NULL;
         }
     }
-    if (has_nul) *has_nul = contains_nul_escape(text, len);
+    if (has_nul) *has_nul = find_nul_escapes((char *)(uintptr_t)text, len, false);
     return AS_RD(doc);
+}
+
+rd_json_t *rd_json_parse_nul_marked(const char *text, size_t len)
+{
+    char *copy = rd_strndup(text, len);
+    find_nul_escapes(copy, len, true);
+    rd_json_t *doc = rd_json_parse(copy, len, NULL);
+    rd_free(copy);
+    return doc;
 }
 
 void rd_json_free(rd_json_t *doc)
@@ -98,8 +114,37 @@ void rd_json_set_string(rd_json_t *obj, const char *name, const char *value)
     cJSON_AddItemToObject(AS_C(obj), name, cJSON_CreateString(value));
 }
 
+/* cJSON strings end at the first NUL, so a value with NUL bytes is written as
+ * raw JSON text: each NUL-free piece escaped by cJSON, joined by \u0000. */
+static cJSON *create_binary_string(const char *value, size_t len)
+{
+    rd_buf_t raw = RD_BUF_INIT;
+    rd_buf_putc(&raw, '"');
+    size_t start = 0;
+    for (size_t i = 0; i <= len; i++) {
+        if (i < len && value[i] != '\0') continue;
+        char *piece = rd_strndup(value + start, i - start);
+        cJSON *tmp = cJSON_CreateString(piece);
+        char *quoted = cJSON_PrintUnformatted(tmp);
+        rd_buf_append(&raw, quoted + 1, strlen(quoted) - 2);  /* without its quotes */
+        rd_free(quoted);
+        cJSON_Delete(tmp);
+        rd_free(piece);
+        if (i < len) rd_buf_puts(&raw, "\\u0000");
+        start = i + 1;
+    }
+    rd_buf_putc(&raw, '"');
+    cJSON *item = cJSON_CreateRaw(raw.data);
+    rd_buf_free(&raw);
+    return item;
+}
+
 void rd_json_set_stringn(rd_json_t *obj, const char *name, const char *value, size_t len)
 {
+    if (memchr(value, '\0', len) != NULL) {
+        cJSON_AddItemToObject(AS_C(obj), name, create_binary_string(value, len));
+        return;
+    }
     char *copy = rd_strndup(value, len);
     cJSON_AddItemToObject(AS_C(obj), name, cJSON_CreateString(copy));
     rd_free(copy);

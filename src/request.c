@@ -17,21 +17,34 @@ static bool body_is_empty(const char *body, size_t len)
 }
 
 /* Parses a body that must be a JSON object; an empty body counts as {} when
- * empty_ok. *doc is NULL for an empty body. */
+ * empty_ok. *doc is NULL for an empty body. *marked is the NUL-marked copy
+ * (see rd_json_parse_nul_marked) when the body has an escaped U+0000, else
+ * NULL; the caller frees it. */
 static rd_req_result_t parse_object(const char *body, size_t len, bool empty_ok,
-                                    rd_json_t **doc, bool *has_nul)
+                                    rd_json_t **doc, rd_json_t **marked)
 {
     *doc = NULL;
-    *has_nul = false;
+    *marked = NULL;
     if (body == NULL || body_is_empty(body, len)) return empty_ok ? RD_REQ_OK : RD_REQ_MALFORMED;
-    *doc = rd_json_parse(body, len, has_nul);
+    bool has_nul = false;
+    *doc = rd_json_parse(body, len, &has_nul);
     if (*doc == NULL) return RD_REQ_MALFORMED;
     if (!rd_json_is_object(*doc)) {
         rd_json_free(*doc);
         *doc = NULL;
         return RD_REQ_MALFORMED;
     }
+    if (has_nul) *marked = rd_json_parse_nul_marked(body, len);
     return RD_REQ_OK;
+}
+
+/* True when the string field name held a U+0000 (cJSON cut it short there). */
+static bool field_has_nul(const rd_json_t *doc, const rd_json_t *marked, const char *name)
+{
+    if (marked == NULL) return false;
+    const char *a = rd_json_string(rd_json_get(doc, name));
+    const char *b = rd_json_string(rd_json_get(marked, name));
+    return a && b && strlen(a) != strlen(b);
 }
 
 /* An optional integer field in [min, max]: absent or null leaves *out as is. */
@@ -58,8 +71,8 @@ static void int_query(const rd_json_t *doc, const char *query, size_t query_len,
     char text[32];
     long n = rd_query_get(query, query_len, name, text, sizeof text);
     if (n == -1) return;
-    char *end;
-    long long value = strtoll(text, &end, 10);
+    char *end = text;
+    long long value = n > 0 ? strtoll(text, &end, 10) : 0;
     if (n <= 0 || *end != '\0' || value < min || value > max) {
         rd_field_errors_add(errs, name, "invalid", message);
         return;
@@ -79,8 +92,8 @@ rd_req_result_t rd_request_enqueue(const char *body, size_t len, rd_enqueue_req_
                                    rd_field_errors_t *errs)
 {
     memset(out, 0, sizeof *out);
-    bool has_nul;
-    rd_req_result_t r = parse_object(body, len, false, &out->doc, &has_nul);
+    rd_json_t *marked;
+    rd_req_result_t r = parse_object(body, len, false, &out->doc, &marked);
     if (r != RD_REQ_OK) return r;
 
     rd_json_t *payload = rd_json_get(out->doc, "payload");
@@ -88,7 +101,7 @@ rd_req_result_t rd_request_enqueue(const char *body, size_t len, rd_enqueue_req_
         rd_field_errors_add(errs, "payload", "required", "payload is required.");
     } else if (!rd_json_is_string(payload)) {
         rd_field_errors_add(errs, "payload", "invalid", "payload must be a string.");
-    } else if (has_nul) {
+    } else if (field_has_nul(out->doc, marked, "payload")) {
         rd_field_errors_add(errs, "payload", "invalid", "payload must not contain U+0000.");
     } else {
         out->payload = rd_json_string(payload);
@@ -109,12 +122,14 @@ rd_req_result_t rd_request_enqueue(const char *body, size_t len, rd_enqueue_req_
     if (key && !rd_json_is_null(key)) {
         const char *k = rd_json_string(key);
         size_t k_len = k ? strlen(k) : 0;
-        if (k == NULL || k_len == 0 || k_len > RD_IDEMPOTENCY_KEY_MAX || has_nul)
+        if (k == NULL || k_len == 0 || k_len > RD_IDEMPOTENCY_KEY_MAX ||
+            field_has_nul(out->doc, marked, "idempotency_key"))
             rd_field_errors_add(errs, "idempotency_key", "invalid",
                                 "idempotency_key must be a string of 1 to 255 bytes.");
         else
             out->idempotency_key = k;
     }
+    rd_json_free(marked);
     return finish(&out->doc, errs);
 }
 
@@ -123,8 +138,9 @@ rd_req_result_t rd_request_claim(const char *body, size_t len, const char *query
                                  rd_claim_req_t *out, rd_field_errors_t *errs)
 {
     memset(out, 0, sizeof *out);
-    bool has_nul;
-    rd_req_result_t r = parse_object(body, len, true, &out->doc, &has_nul);
+    rd_json_t *marked;
+    rd_req_result_t r = parse_object(body, len, true, &out->doc, &marked);
+    rd_json_free(marked);
     if (r != RD_REQ_OK) return r;
 
     const char *lease_msg = "lease_seconds must be an integer between 1 and 43200.";
@@ -163,8 +179,9 @@ rd_req_result_t rd_request_succeed(const char *body, size_t len, rd_settle_req_t
                                    rd_field_errors_t *errs)
 {
     memset(out, 0, sizeof *out);
-    bool has_nul;
-    rd_req_result_t r = parse_object(body, len, true, &out->doc, &has_nul);
+    rd_json_t *marked;
+    rd_req_result_t r = parse_object(body, len, true, &out->doc, &marked);
+    rd_json_free(marked);
     if (r != RD_REQ_OK) return r;
     token_field(out, errs);
     return finish(&out->doc, errs);
@@ -174,8 +191,8 @@ rd_req_result_t rd_request_fail(const char *body, size_t len, rd_settle_req_t *o
                                 rd_field_errors_t *errs)
 {
     memset(out, 0, sizeof *out);
-    bool has_nul;
-    rd_req_result_t r = parse_object(body, len, false, &out->doc, &has_nul);
+    rd_json_t *marked;
+    rd_req_result_t r = parse_object(body, len, false, &out->doc, &marked);
     if (r != RD_REQ_OK) return r;
     token_field(out, errs);
 
@@ -184,7 +201,7 @@ rd_req_result_t rd_request_fail(const char *body, size_t len, rd_settle_req_t *o
         rd_field_errors_add(errs, "error", "required", "error is required.");
     else if (!rd_json_is_string(error))
         rd_field_errors_add(errs, "error", "invalid", "error must be a string.");
-    else if (has_nul)
+    else if (field_has_nul(out->doc, marked, "error"))
         rd_field_errors_add(errs, "error", "invalid", "error must not contain U+0000.");
     else
         out->error = rd_json_string(error);
@@ -200,6 +217,7 @@ rd_req_result_t rd_request_fail(const char *body, size_t len, rd_settle_req_t *o
     int_field(out->doc, "retry_after_seconds", 0, RD_DELAY_SECONDS_MAX, &after_s,
               "retry_after_seconds must be an integer between 0 and 2592000 (30 days).", errs);
     out->retry_after_ms = after_s >= 0 ? after_s * 1000 : -1;
+    rd_json_free(marked);
     return finish(&out->doc, errs);
 }
 
@@ -207,8 +225,9 @@ rd_req_result_t rd_request_extend(const char *body, size_t len, long long defaul
                                   rd_settle_req_t *out, rd_field_errors_t *errs)
 {
     memset(out, 0, sizeof *out);
-    bool has_nul;
-    rd_req_result_t r = parse_object(body, len, true, &out->doc, &has_nul);
+    rd_json_t *marked;
+    rd_req_result_t r = parse_object(body, len, true, &out->doc, &marked);
+    rd_json_free(marked);
     if (r != RD_REQ_OK) return r;
     token_field(out, errs);
     long long lease_s = -1;
@@ -222,8 +241,9 @@ rd_req_result_t rd_request_ack(const char *body, size_t len, rd_ack_req_t *out,
                                rd_field_errors_t *errs)
 {
     memset(out, 0, sizeof *out);
-    bool has_nul;
-    rd_req_result_t r = parse_object(body, len, false, &out->doc, &has_nul);
+    rd_json_t *marked;
+    rd_req_result_t r = parse_object(body, len, false, &out->doc, &marked);
+    rd_json_free(marked);
     if (r != RD_REQ_OK) return r;
     rd_json_t *items = rd_json_get(out->doc, "messages");
     size_t n = rd_json_array_size(items);
@@ -261,10 +281,10 @@ rd_req_result_t rd_request_ack(const char *body, size_t len, rd_ack_req_t *out,
 
 rd_req_result_t rd_request_empty(const char *body, size_t len)
 {
-    rd_json_t *doc;
-    bool has_nul;
-    rd_req_result_t r = parse_object(body, len, true, &doc, &has_nul);
+    rd_json_t *doc, *marked;
+    rd_req_result_t r = parse_object(body, len, true, &doc, &marked);
     rd_json_free(doc);
+    rd_json_free(marked);
     return r;
 }
 
@@ -284,8 +304,8 @@ rd_req_result_t rd_request_list(const char *query, size_t query_len, rd_list_req
     char text[32];
     n = rd_query_get(query, query_len, "limit", text, sizeof text);
     if (n != -1) {
-        char *end;
-        long long v = strtoll(text, &end, 10);
+        char *end = text;
+        long long v = n > 0 ? strtoll(text, &end, 10) : 0;
         if (n <= 0 || *end != '\0' || v < 1 || v > RD_LIST_LIMIT_MAX)
             rd_field_errors_add(errs, "limit", "invalid",
                                 "limit must be an integer between 1 and 1000.");

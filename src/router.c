@@ -23,6 +23,12 @@ static const struct {
     { RD_HTTP_POST, "/queues/{q}/messages/{id}/replay", RD_ROUTE_REPLAY },
     { RD_HTTP_POST, "/queues/{q}/messages/{id}/extend", RD_ROUTE_EXTEND },
     { RD_HTTP_POST, "/queues/{q}/succeed", RD_ROUTE_SUCCEED_MANY },
+    { RD_HTTP_POST, "/queues/{q}/messages/{id}/kill", RD_ROUTE_KILL },
+    { RD_HTTP_DELETE, "/queues/{q}/messages/{id}", RD_ROUTE_DELETE },
+    { RD_HTTP_POST, "/queues/{q}/replay", RD_ROUTE_REPLAY_MANY },
+    { RD_HTTP_GET, "/queues", RD_ROUTE_QUEUES },
+    { RD_HTTP_GET, "/queues/{q}/stats", RD_ROUTE_STATS },
+    { RD_HTTP_GET, "/metrics", RD_ROUTE_METRICS },
 };
 
 static const char *method_name(rd_http_method_t m)
@@ -81,6 +87,7 @@ static bool path_matches(const char *pattern, const char *path, size_t len,
                 *q = s;
                 *q_len = (size_t)(seg_end - s);
             } else {
+                if (seg_end == s) return false;  /* "/messages/" is no message */
                 *id = s;
                 *id_len = (size_t)(seg_end - s);
             }

@@ -30,7 +30,8 @@ struct rd_store {
 };
 
 typedef enum reply_kind {
-    KIND_MESSAGES, KIND_LIST, KIND_TICK, KIND_NAMES, KIND_PING, KIND_OUTCOMES, KIND_COUNT
+    KIND_MESSAGES, KIND_LIST, KIND_TICK, KIND_NAMES, KIND_PING, KIND_OUTCOMES, KIND_COUNT,
+    KIND_REPLAYED, KIND_PURGED, KIND_STATS, KIND_DELETED
 } reply_kind_t;
 
 typedef struct op {
@@ -121,6 +122,45 @@ static bool parse_outcome(const rd_reply_t *reply, rd_store_result_t *res)
     return true;
 }
 
+/* A flat array of strings into a fresh rd_str_t array. */
+static bool parse_strings(const rd_reply_t *r, rd_str_t **out, size_t *len)
+{
+    size_t n = rd_reply_len(r);
+    *out = rd_calloc(n ? n : 1, sizeof **out);
+    *len = n;
+    for (size_t i = 0; i < n; i++) {
+        (*out)[i].ptr = rd_reply_str(rd_reply_at(r, i), &(*out)[i].len);
+        if ((*out)[i].ptr == NULL) return false;
+    }
+    return rd_reply_type(r) == RD_REPLY_ARRAY;
+}
+
+static bool parse_stats(const rd_reply_t *reply, rd_queue_stats_t *st)
+{
+    size_t n = rd_reply_len(reply);
+    if (n % 2 != 0) return false;
+    for (size_t i = 0; i < n; i += 2) {
+        size_t len;
+        const char *name = rd_reply_str(rd_reply_at(reply, i), &len);
+        const rd_reply_t *v = rd_reply_at(reply, i + 1);
+        if (name == NULL) return false;
+#define NUMBER(field)                                                     \
+        if (len == sizeof(#field) - 1 && memcmp(name, #field, len) == 0) { \
+            if (!rd_reply_int(v, &st->field)) return false;               \
+            continue;                                                     \
+        }
+        NUMBER(pending) NUMBER(ready) NUMBER(scheduled) NUMBER(processing)
+        NUMBER(succeeded) NUMBER(dead) NUMBER(dead_last_24h)
+#undef NUMBER
+        if (len == 6 && memcmp(name, "totals", 6) == 0) {
+            if (!parse_strings(v, &st->totals, &st->totals_len)) return false;
+        } else if (len == 10 && memcmp(name, "top_errors", 10) == 0) {
+            if (!parse_strings(v, &st->top_errors, &st->top_errors_len)) return false;
+        }
+    }
+    return st->totals != NULL && st->top_errors != NULL;
+}
+
 static bool parse_reply(reply_kind_t kind, const rd_reply_t *reply, rd_store_result_t *res)
 {
     switch (kind) {
@@ -144,6 +184,28 @@ static bool parse_reply(reply_kind_t kind, const rd_reply_t *reply, rd_store_res
                rd_reply_int(rd_reply_at(reply, 4), &res->ready);
     case KIND_COUNT:
         return rd_reply_int(reply, &res->released);
+    case KIND_STATS:
+        return parse_stats(reply, &res->stats);
+    case KIND_DELETED:
+        return parse_outcome(reply, res);
+    case KIND_REPLAYED:
+        if (rd_reply_is(rd_reply_at(reply, 0), "bad_cursor")) {
+            res->status = RD_STORE_BAD_CURSOR;
+            return true;
+        }
+        if (rd_reply_len(reply) != 2 || !rd_reply_int(rd_reply_at(reply, 0), &res->replayed))
+            return false;
+        res->next_cursor.ptr = rd_reply_str(rd_reply_at(reply, 1), &res->next_cursor.len);
+        return res->next_cursor.ptr != NULL;
+    case KIND_PURGED: {
+        long long more;
+        if (rd_reply_len(reply) != 2 || !rd_reply_int(rd_reply_at(reply, 0), &res->purged) ||
+            !rd_reply_int(rd_reply_at(reply, 1), &more))
+            return false;
+        res->next_cursor.ptr = more ? "more" : "";
+        res->next_cursor.len = more ? 4 : 0;
+        return true;
+    }
     case KIND_OUTCOMES: {
         size_t n = rd_reply_len(reply);
         res->outcomes = rd_calloc(n ? n : 1, sizeof *res->outcomes);
@@ -169,6 +231,15 @@ static bool parse_reply(reply_kind_t kind, const rd_reply_t *reply, rd_store_res
     return false;
 }
 
+static void free_result(rd_store_result_t *res)
+{
+    rd_free(res->messages);
+    rd_free(res->names);
+    rd_free(res->outcomes);
+    rd_free(res->stats.totals);
+    rd_free(res->stats.top_errors);
+}
+
 static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *arg)
 {
     op_t *op = arg;
@@ -181,18 +252,14 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
         res.detail.ptr = rd_reply_str(reply, &res.detail.len);
     } else if (!parse_reply(op->kind, reply, &res)) {
         rd_error("store: unexpected reply shape (kind %d)", (int)op->kind);
-        rd_free(res.messages);
-        rd_free(res.names);
-        rd_free(res.outcomes);
+        free_result(&res);
         memset(&res, 0, sizeof res);
         res.status = RD_STORE_ERROR;
         res.detail.ptr = "unexpected reply from Redis";
         res.detail.len = strlen(res.detail.ptr);
     }
     op->cb(&res, op->arg);
-    rd_free(res.messages);
-    rd_free(res.names);
-    rd_free(res.outcomes);
+    free_result(&res);
     rd_free(op);
 }
 
@@ -419,6 +486,79 @@ int rd_store_release(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_mess
     int rc = send_call(st, c, KIND_COUNT, cb, arg);
     rd_free(c);
     return rc;
+}
+
+int rd_store_replay_many(rd_store_t *st, rd_store_queue_t q, const char *mode,
+                         const long long *ids, size_t n, int limit, const char *cursor,
+                         const char *needle, rd_store_cb cb, void *arg)
+{
+    if (strcmp(mode, "ids") == 0 && (n == 0 || n > 1000)) return -1;
+    /* 1000 ids do not fit the stack-sized call: build this one on the heap. */
+    size_t argc = 5 + (n > 3 ? n : 3);
+    const char **argv = rd_malloc(argc * sizeof *argv);
+    size_t *lens = rd_malloc(argc * sizeof *lens);
+    char *numbers = rd_malloc(argc * 24);
+    rd_buf_t base = RD_BUF_INIT;
+    rd_keys_queue_base(&base, st->prefix, q.name, q.len);
+    int c = 0;
+#define ARG(s, l) (argv[c] = (s), lens[c] = (l), c++)
+    ARG("FCALL", 5);
+    ARG("replay_many", 11);
+    ARG("1", 1);
+    ARG(base.data, base.len);
+    ARG(mode, strlen(mode));
+    if (strcmp(mode, "ids") == 0) {
+        for (size_t i = 0; i < n; i++) {
+            char *num = numbers + (size_t)c * 24;
+            ARG(num, (size_t)snprintf(num, 24, "%lld", ids[i]));
+        }
+    } else {
+        char *num = numbers + (size_t)c * 24;
+        ARG(num, (size_t)snprintf(num, 24, "%d", limit));
+        ARG(cursor ? cursor : "", cursor ? strlen(cursor) : 0);
+        if (needle) ARG(needle, strlen(needle));
+    }
+#undef ARG
+    op_t *op = rd_malloc(sizeof *op);
+    op->kind = KIND_REPLAYED;
+    op->cb = cb;
+    op->arg = arg;
+    int rc = rd_redis_command(st->redis, c, argv, lens, on_reply, op);
+    if (rc != 0) rd_free(op);
+    rd_buf_free(&base);
+    rd_free(numbers);
+    rd_free(lens);
+    rd_free(argv);
+    return rc;
+}
+
+int rd_store_delete(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_cb cb,
+                    void *arg)
+{
+    call_t c;
+    begin_fcall(&c, st, "delete", q, id);
+    arg_int(&c, id);
+    return send_call(st, &c, KIND_DELETED, cb, arg);
+}
+
+int rd_store_kill(rd_store_t *st, rd_store_queue_t q, long long id, const char *reason,
+                  rd_store_cb cb, void *arg)
+{
+    call_t c;
+    begin_fcall(&c, st, "kill", q, id);
+    arg_int(&c, id);
+    arg_str(&c, reason ? reason : "");
+    return send_call(st, &c, KIND_MESSAGES, cb, arg);
+}
+
+int rd_store_stats(rd_store_t *st, rd_store_queue_t q, int top, rd_store_cb cb, void *arg)
+{
+    call_t c;
+    begin_fcall(&c, st, "stats", q, 0);
+    c.argv[0] = "FCALL_RO";
+    c.lens[0] = 8;
+    arg_int(&c, top);
+    return send_call(st, &c, KIND_STATS, cb, arg);
 }
 
 int rd_store_tick(rd_store_t *st, rd_store_queue_t q, int limit, long long dead_ttl_ms,

@@ -15,6 +15,7 @@ typedef struct rd_buf {
 void rd_buf_reserve(rd_buf_t *b, size_t extra);
 void rd_buf_append(rd_buf_t *b, const void *data, size_t len);
 void rd_buf_puts(rd_buf_t *b, const char *s);
+void rd_buf_putc(rd_buf_t *b, char c);
 void rd_buf_printf(rd_buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void rd_buf_reset(rd_buf_t *b);     /* len = 0, keeps memory */
 void rd_buf_free(rd_buf_t *b);      /* releases memory, back to RD_BUF_INIT */

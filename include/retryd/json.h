@@ -16,6 +16,9 @@ typedef struct rd_json rd_json_t;
  * cJSON would silently cut short: callers refuse such strings instead. */
 rd_json_t *rd_json_parse(const char *text, size_t len, bool *has_nul);
 void rd_json_free(rd_json_t *doc);
+/* The same document with every escaped U+0000 read as U+0001: comparing a
+ * string's length in both tells whether that string contained a NUL. */
+rd_json_t *rd_json_parse_nul_marked(const char *text, size_t len);
 
 bool rd_json_is_object(const rd_json_t *j);
 bool rd_json_is_array(const rd_json_t *j);
@@ -38,6 +41,7 @@ rd_json_t *rd_json_new_object(void);
 rd_json_t *rd_json_new_array(void);
 void rd_json_set(rd_json_t *obj, const char *name, rd_json_t *item);
 void rd_json_set_string(rd_json_t *obj, const char *name, const char *value);
+/* Binary-safe: NUL bytes in value are written as \u0000. */
 void rd_json_set_stringn(rd_json_t *obj, const char *name, const char *value, size_t len);
 void rd_json_set_int(rd_json_t *obj, const char *name, long long value);
 void rd_json_set_bool(rd_json_t *obj, const char *name, bool value);

@@ -20,6 +20,12 @@ typedef enum rd_route {
     RD_ROUTE_REPLAY,         /* POST /queues/{q}/messages/{id}/replay */
     RD_ROUTE_EXTEND,         /* POST /queues/{q}/messages/{id}/extend */
     RD_ROUTE_SUCCEED_MANY,   /* POST /queues/{q}/succeed (batch acknowledgement) */
+    RD_ROUTE_KILL,           /* POST /queues/{q}/messages/{id}/kill */
+    RD_ROUTE_DELETE,         /* DELETE /queues/{q}/messages/{id} */
+    RD_ROUTE_REPLAY_MANY,    /* POST /queues/{q}/replay (batch replay of dead letters) */
+    RD_ROUTE_QUEUES,         /* GET  /queues */
+    RD_ROUTE_STATS,          /* GET  /queues/{q}/stats */
+    RD_ROUTE_METRICS,        /* GET  /metrics */
     RD_ROUTE_COUNT
 } rd_route_t;
 

@@ -29,6 +29,15 @@ typedef enum rd_store_status {
     RD_STORE_ERROR,           /* Redis answered something we did not expect; see detail */
 } rd_store_status_t;
 
+/* The `stats` function's answer for one queue. */
+typedef struct rd_queue_stats {
+    long long pending, ready, scheduled, processing, succeeded, dead, dead_last_24h;
+    rd_str_t *totals;         /* name, value, name, value, ... (the stats hash) */
+    size_t totals_len;        /* number of rd_str_t, twice the number of pairs */
+    rd_str_t *top_errors;     /* error, count, ... highest first */
+    size_t top_errors_len;
+} rd_queue_stats_t;
+
 typedef struct rd_store_result {
     rd_store_status_t status;
     rd_str_t detail;          /* RD_STORE_ERROR: the error text */
@@ -40,6 +49,9 @@ typedef struct rd_store_result {
     long long promoted, reclaimed, expired, next_in_ms, ready;  /* tick */
     rd_str_t *outcomes;       /* succeed_many: one code per item (count of them) */
     long long released;       /* release */
+    long long replayed;       /* replay_many */
+    long long purged;         /* purge */
+    rd_queue_stats_t stats;   /* stats */
     rd_str_t *names;          /* queues: the registry's names */
 } rd_store_result_t;
 
@@ -85,6 +97,20 @@ int rd_store_succeed_many(rd_store_t *st, rd_store_queue_t q, size_t n, const lo
 /* Hands claimed messages back (no failure counted); res->released. */
 int rd_store_release(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_message_t *msgs,
                      rd_store_cb cb, void *arg);
+/* Batch replay of dead letters, one bounded call: mode "ids" (ids, n <= 1000),
+ * "all" or "error" (needle) with limit and cursor (NULL first). The result has
+ * replayed and next_cursor: call again until next_cursor is empty. */
+int rd_store_replay_many(rd_store_t *st, rd_store_queue_t q, const char *mode,
+                         const long long *ids, size_t n, int limit, const char *cursor,
+                         const char *needle, rd_store_cb cb, void *arg);
+/* Any state but processing (RD_STORE_INVALID_STATE then). */
+int rd_store_delete(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_cb cb,
+                    void *arg);
+/* Marks a pending or processing message dead; reason NULL for the default. */
+int rd_store_kill(rd_store_t *st, rd_store_queue_t q, long long id, const char *reason,
+                  rd_store_cb cb, void *arg);
+/* res->stats with the top `top` errors. */
+int rd_store_stats(rd_store_t *st, rd_store_queue_t q, int top, rd_store_cb cb, void *arg);
 /* The timer's call: reclaim, promote, retention, at most limit of each. */
 int rd_store_tick(rd_store_t *st, rd_store_queue_t q, int limit, long long dead_ttl_ms,
                   long long succeeded_ttl_ms, rd_store_cb cb, void *arg);

@@ -1,0 +1,952 @@
+/* test_request.c - unit tests for request.c: body and query validation into
+ * request structs, queue-name checks and query-string lookup (SPEC §5). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "retryd/alloc.h"
+#include "retryd/request.h"
+
+#define DEFAULT_LEASE_MS 30000LL
+#define MAX_RETRIES_MSG "max_retries must be between 1 and 10."
+
+/* ---------------------------------------------------------------------------
+ * Helpers
+ * ------------------------------------------------------------------------- */
+
+static size_t len_of(const char *s)
+{
+    return s ? strlen(s) : 0;
+}
+
+/* The single error in errs is (field, code). */
+static void assert_one_error(const rd_field_errors_t *errs, const char *field, const char *code)
+{
+    if (errs->count != 1) {
+        fail_msg("want 1 error (%s/%s), got %zu (first: %s)", field, code, errs->count,
+                 errs->count ? errs->items[0].field : "-");
+    }
+    assert_string_equal(errs->items[0].field, field);
+    assert_string_equal(errs->items[0].code, code);
+    assert_non_null(errs->items[0].message);
+    assert_true(strlen(errs->items[0].message) > 0);
+}
+
+static void assert_error_at(const rd_field_errors_t *errs, size_t i, const char *field,
+                            const char *code)
+{
+    assert_true(i < errs->count);
+    assert_string_equal(errs->items[i].field, field);
+    assert_string_equal(errs->items[i].code, code);
+}
+
+/* Runs enqueue on body and expects RD_REQ_INVALID with exactly one error. */
+static void assert_enqueue_invalid(const char *body, const char *field, const char *code,
+                                   const char *message)
+{
+    rd_enqueue_req_t req;
+    rd_field_errors_t errs = { .count = 0 };
+    rd_req_result_t r = rd_request_enqueue(body, len_of(body), &req, &errs);
+    rd_request_free(req.doc);
+    if (r != RD_REQ_INVALID) fail_msg("%s: result %d, want INVALID", body, (int)r);
+    assert_null(req.doc);
+    assert_one_error(&errs, field, code);
+    if (message) assert_string_equal(errs.items[0].message, message);
+}
+
+static void assert_enqueue_malformed(const char *body, size_t len)
+{
+    rd_enqueue_req_t req;
+    rd_field_errors_t errs = { .count = 0 };
+    rd_req_result_t r = rd_request_enqueue(body, len, &req, &errs);
+    rd_request_free(req.doc);
+    if (r != RD_REQ_MALFORMED) fail_msg("'%.*s': result %d, want MALFORMED", (int)len,
+                                        body ? body : "", (int)r);
+    assert_null(req.doc);
+    assert_int_equal(errs.count, 0);
+}
+
+/* ---------------------------------------------------------------------------
+ * enqueue
+ * ------------------------------------------------------------------------- */
+
+static void test_enqueue_valid(void **state)
+{
+    const char *body = "{\"payload\":\"hello\",\"max_retries\":5,\"delay_seconds\":60}";
+    rd_enqueue_req_t req;
+    rd_field_errors_t errs = { .count = 0 };
+    assert_int_equal(rd_request_enqueue(body, strlen(body), &req, &errs), RD_REQ_OK);
+    assert_int_equal(errs.count, 0);
+    assert_non_null(req.doc);
+    assert_string_equal(req.payload, "hello");
+    assert_int_equal(req.payload_len, 5);
+    assert_int_equal(req.max_retries, 5);
+    assert_int_equal(req.delay_ms, 60000);
+    rd_request_free(req.doc);
+}
+
+static void test_enqueue_defaults(void **state)
+{
+    const char *bodies[] = {
+        "{\"payload\":\"x\"}",
+        "{\"payload\":\"x\",\"max_retries\":null,\"delay_seconds\":null}",
+        "  {\"payload\":\"x\", \"unknown\": [1, 2]}\r\n",
+    };
+    for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+        rd_enqueue_req_t req;
+        rd_field_errors_t errs = { .count = 0 };
+        assert_int_equal(rd_request_enqueue(bodies[i], strlen(bodies[i]), &req, &errs),
+                         RD_REQ_OK);
+        assert_string_equal(req.payload, "x");
+        assert_int_equal(req.payload_len, 1);
+        assert_int_equal(req.max_retries, RD_MAX_RETRIES_DEFAULT);
+        assert_int_equal(req.max_retries, 3);
+        assert_int_equal(req.delay_ms, 0);
+        rd_request_free(req.doc);
+    }
+}
+
+static void test_enqueue_payload_kept_exactly(void **state)
+{
+    const char *body = "{\"payload\":\"caf\\u00e9 \\\"q\\\" \\\\ {\\\"a\\\":1}\"}";
+    rd_enqueue_req_t req;
+    rd_field_errors_t errs = { .count = 0 };
+    assert_int_equal(rd_request_enqueue(body, strlen(body), &req, &errs), RD_REQ_OK);
+    const char *want = "caf\xC3\xA9 \"q\" \\ {\"a\":1}";
+    assert_string_equal(req.payload, want);
+    assert_int_equal(req.payload_len, strlen(want));
+    rd_request_free(req.doc);
+
+    body = "{\"payload\":\"\"}";
+    assert_int_equal(rd_request_enqueue(body, strlen(body), &req, &errs), RD_REQ_OK);
+    assert_string_equal(req.payload, "");
+    assert_int_equal(req.payload_len, 0);
+    rd_request_free(req.doc);
+
+    /* An escaped backslash followed by the text "u0000" is not a NUL. */
+    body = "{\"payload\":\"a\\\\u0000b\"}";
+    assert_int_equal(rd_request_enqueue(body, strlen(body), &req, &errs), RD_REQ_OK);
+    assert_string_equal(req.payload, "a\\u0000b");
+    assert_int_equal(req.payload_len, 8);
+    rd_request_free(req.doc);
+    assert_int_equal(errs.count, 0);
+}
+
+static void test_enqueue_payload_required(void **state)
+{
+    assert_enqueue_invalid("{}", "payload", "required", NULL);
+    assert_enqueue_invalid("{\"max_retries\":3}", "payload", "required", NULL);
+    assert_enqueue_invalid("{\"payload\":null}", "payload", "required", NULL);
+    assert_enqueue_invalid("{\"Payload\":\"x\"}", "payload", "required", NULL);
+}
+
+static void test_enqueue_payload_not_string(void **state)
+{
+    assert_enqueue_invalid("{\"payload\":42}", "payload", "invalid", NULL);
+    assert_enqueue_invalid("{\"payload\":1.5}", "payload", "invalid", NULL);
+    assert_enqueue_invalid("{\"payload\":{\"a\":1}}", "payload", "invalid", NULL);
+    assert_enqueue_invalid("{\"payload\":[\"a\"]}", "payload", "invalid", NULL);
+    assert_enqueue_invalid("{\"payload\":true}", "payload", "invalid", NULL);
+    assert_enqueue_invalid("{\"payload\":false}", "payload", "invalid", NULL);
+}
+
+static void test_enqueue_payload_nul_refused(void **state)
+{
+    assert_enqueue_invalid("{\"payload\":\"a\\u0000b\"}", "payload", "invalid", NULL);
+    assert_enqueue_invalid("{\"payload\":\"\\u0000\"}", "payload", "invalid", NULL);
+    assert_enqueue_invalid("{\"payload\":\"abc\\u0000\"}", "payload", "invalid", NULL);
+}
+
+/* A U+0000 in some other member is not the payload's fault: the payload is
+ * still accepted (unknown members are ignored). */
+static void test_enqueue_nul_elsewhere_not_blamed_on_payload(void **state)
+{
+    const char *body = "{\"payload\":\"ok\",\"note\":\"a\\u0000b\"}";
+    rd_enqueue_req_t req;
+    rd_field_errors_t errs = { .count = 0 };
+    rd_req_result_t r = rd_request_enqueue(body, strlen(body), &req, &errs);
+    bool payload_ok = r == RD_REQ_OK && req.payload && strcmp(req.payload, "ok") == 0;
+    rd_request_free(req.doc);
+    if (!payload_ok)
+        fail_msg("result %d, error %s: %s", (int)r, errs.count ? errs.items[0].field : "-",
+                 errs.count ? errs.items[0].message : "-");
+    assert_int_equal(errs.count, 0);
+}
+
+static void test_enqueue_max_retries(void **state)
+{
+    const struct { const char *body; int want; } ok[] = {
+        { "{\"payload\":\"p\",\"max_retries\":1}", 1 },
+        { "{\"payload\":\"p\",\"max_retries\":10}", 10 },
+        { "{\"payload\":\"p\",\"max_retries\":7}", 7 },
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        rd_enqueue_req_t req;
+        rd_field_errors_t errs = { .count = 0 };
+        assert_int_equal(rd_request_enqueue(ok[i].body, strlen(ok[i].body), &req, &errs),
+                         RD_REQ_OK);
+        assert_int_equal(req.max_retries, ok[i].want);
+        rd_request_free(req.doc);
+    }
+    const char *bad[] = {
+        "{\"payload\":\"p\",\"max_retries\":0}",
+        "{\"payload\":\"p\",\"max_retries\":11}",
+        "{\"payload\":\"p\",\"max_retries\":-1}",
+        "{\"payload\":\"p\",\"max_retries\":3.5}",
+        "{\"payload\":\"p\",\"max_retries\":\"3\"}",
+        "{\"payload\":\"p\",\"max_retries\":true}",
+        "{\"payload\":\"p\",\"max_retries\":[3]}",
+        "{\"payload\":\"p\",\"max_retries\":{}}",
+        "{\"payload\":\"p\",\"max_retries\":1e100}",
+        "{\"payload\":\"p\",\"max_retries\":4294967299}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_enqueue_invalid(bad[i], "max_retries", "invalid", MAX_RETRIES_MSG);
+}
+
+static void test_enqueue_delay_seconds(void **state)
+{
+    const struct { const char *body; long long want_ms; } ok[] = {
+        { "{\"payload\":\"p\",\"delay_seconds\":0}", 0 },
+        { "{\"payload\":\"p\",\"delay_seconds\":1}", 1000 },
+        { "{\"payload\":\"p\",\"delay_seconds\":2592000}", 2592000000LL },
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        rd_enqueue_req_t req;
+        rd_field_errors_t errs = { .count = 0 };
+        assert_int_equal(rd_request_enqueue(ok[i].body, strlen(ok[i].body), &req, &errs),
+                         RD_REQ_OK);
+        assert_int_equal(req.delay_ms, ok[i].want_ms);
+        rd_request_free(req.doc);
+    }
+    const char *bad[] = {
+        "{\"payload\":\"p\",\"delay_seconds\":-1}",
+        "{\"payload\":\"p\",\"delay_seconds\":2592001}",
+        "{\"payload\":\"p\",\"delay_seconds\":1.5}",
+        "{\"payload\":\"p\",\"delay_seconds\":\"10\"}",
+        "{\"payload\":\"p\",\"delay_seconds\":false}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_enqueue_invalid(bad[i], "delay_seconds", "invalid", NULL);
+}
+
+static void test_enqueue_several_errors(void **state)
+{
+    const char *body = "{\"payload\":1,\"max_retries\":0,\"delay_seconds\":-1}";
+    rd_enqueue_req_t req;
+    rd_field_errors_t errs = { .count = 0 };
+    assert_int_equal(rd_request_enqueue(body, strlen(body), &req, &errs), RD_REQ_INVALID);
+    assert_null(req.doc);
+    assert_int_equal(errs.count, 3);
+    assert_error_at(&errs, 0, "payload", "invalid");
+    assert_error_at(&errs, 1, "max_retries", "invalid");
+    assert_string_equal(errs.items[1].message, MAX_RETRIES_MSG);
+    assert_error_at(&errs, 2, "delay_seconds", "invalid");
+
+    rd_field_errors_t errs2 = { .count = 0 };
+    body = "{\"max_retries\":\"x\"}";
+    assert_int_equal(rd_request_enqueue(body, strlen(body), &req, &errs2), RD_REQ_INVALID);
+    assert_int_equal(errs2.count, 2);
+    assert_error_at(&errs2, 0, "payload", "required");
+    assert_error_at(&errs2, 1, "max_retries", "invalid");
+}
+
+static void test_enqueue_malformed(void **state)
+{
+    const char *bodies[] = {
+        "[]", "[{\"payload\":\"x\"}]", "\"x\"", "3", "null", "true", "{", "}", "{\"payload\":}",
+        "{'payload':'x'}", "{\"payload\":\"x\"} x", "{\"payload\":\"x\"}{}",
+        "{\"payload\":\"x\"},", "", "   ", "\r\n\t", "payload=x",
+    };
+    for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++)
+        assert_enqueue_malformed(bodies[i], strlen(bodies[i]));
+    assert_enqueue_malformed(NULL, 0);
+}
+
+static void test_enqueue_length_honoured(void **state)
+{
+    /* Bytes past len are not part of the body. */
+    const char *body = "{\"payload\":\"a\"}garbage";
+    rd_enqueue_req_t req;
+    rd_field_errors_t errs = { .count = 0 };
+    assert_int_equal(rd_request_enqueue(body, 15, &req, &errs), RD_REQ_OK);
+    assert_string_equal(req.payload, "a");
+    rd_request_free(req.doc);
+    assert_enqueue_malformed(body, 10);
+}
+
+/* ---------------------------------------------------------------------------
+ * claim
+ * ------------------------------------------------------------------------- */
+
+typedef struct claim_result {
+    rd_req_result_t r;
+    long long lease_ms, wait_ms;
+    int count;
+    bool batch;
+    rd_field_errors_t errs;
+} claim_result_t;
+
+static claim_result_t claim(const char *body, const char *query)
+{
+    claim_result_t c;
+    memset(&c, 0, sizeof c);
+    rd_claim_req_t req;
+    c.r = rd_request_claim(body, len_of(body), query, len_of(query), DEFAULT_LEASE_MS, &req,
+                           &c.errs);
+    c.lease_ms = req.lease_ms;
+    c.wait_ms = req.wait_ms;
+    c.count = req.count;
+    c.batch = req.batch;
+    if (c.r != RD_REQ_OK) assert_null(req.doc);
+    rd_request_free(req.doc);
+    return c;
+}
+
+static void assert_claim_ok(const char *body, const char *query, long long lease_ms,
+                            long long wait_ms, int count, bool batch)
+{
+    claim_result_t c = claim(body, query);
+    if (c.r != RD_REQ_OK)
+        fail_msg("body '%s' query '%s': result %d (%s)", body ? body : "(null)",
+                 query ? query : "(null)", (int)c.r, c.errs.count ? c.errs.items[0].field : "");
+    assert_int_equal(c.errs.count, 0);
+    assert_int_equal(c.lease_ms, lease_ms);
+    assert_int_equal(c.wait_ms, wait_ms);
+    assert_int_equal(c.count, count);
+    assert_int_equal(c.batch, batch);
+}
+
+static void assert_claim_invalid(const char *body, const char *query, const char *field)
+{
+    claim_result_t c = claim(body, query);
+    if (c.r != RD_REQ_INVALID)
+        fail_msg("body '%s' query '%s': result %d, want INVALID", body ? body : "(null)",
+                 query ? query : "(null)", (int)c.r);
+    assert_one_error(&c.errs, field, "invalid");
+}
+
+static void test_claim_defaults(void **state)
+{
+    assert_claim_ok(NULL, NULL, DEFAULT_LEASE_MS, 0, 1, false);
+    assert_claim_ok("", NULL, DEFAULT_LEASE_MS, 0, 1, false);
+    assert_claim_ok(" \r\n", "", DEFAULT_LEASE_MS, 0, 1, false);
+    assert_claim_ok("{}", NULL, DEFAULT_LEASE_MS, 0, 1, false);
+    assert_claim_ok("{\"lease_seconds\":null,\"wait_seconds\":null,\"count\":null}", NULL,
+                    DEFAULT_LEASE_MS, 0, 1, false);
+    assert_claim_ok(NULL, "other=1", DEFAULT_LEASE_MS, 0, 1, false);
+
+    /* The default lease is the caller's, not a constant. */
+    rd_claim_req_t req;
+    rd_field_errors_t errs = { .count = 0 };
+    assert_int_equal(rd_request_claim("", 0, NULL, 0, 12345, &req, &errs), RD_REQ_OK);
+    assert_int_equal(req.lease_ms, 12345);
+    rd_request_free(req.doc);
+}
+
+static void test_claim_body_fields(void **state)
+{
+    assert_claim_ok("{\"lease_seconds\":60,\"wait_seconds\":5,\"count\":10}", NULL, 60000, 5000,
+                    10, true);
+    assert_claim_ok("{\"lease_seconds\":1}", NULL, 1000, 0, 1, false);
+    assert_claim_ok("{\"lease_seconds\":43200}", NULL, 43200000LL, 0, 1, false);
+    assert_claim_ok("{\"wait_seconds\":0}", NULL, DEFAULT_LEASE_MS, 0, 1, false);
+    assert_claim_ok("{\"wait_seconds\":30}", NULL, DEFAULT_LEASE_MS, 30000, 1, false);
+    assert_claim_ok("{\"count\":100}", NULL, DEFAULT_LEASE_MS, 0, 100, true);
+    /* Batch form whenever count was given, even count 1. */
+    assert_claim_ok("{\"count\":1}", NULL, DEFAULT_LEASE_MS, 0, 1, true);
+}
+
+static void test_claim_query_fields(void **state)
+{
+    assert_claim_ok(NULL, "lease_seconds=5&count=3", 5000, 0, 3, true);
+    assert_claim_ok("", "wait_seconds=30", DEFAULT_LEASE_MS, 30000, 1, false);
+    assert_claim_ok("{}", "count=1", DEFAULT_LEASE_MS, 0, 1, true);
+    assert_claim_ok(NULL, "count=%31%30", DEFAULT_LEASE_MS, 0, 10, true);
+    assert_claim_ok(NULL, "a=b&lease_seconds=43200&x", 43200000LL, 0, 1, false);
+}
+
+static void test_claim_body_wins_over_query(void **state)
+{
+    assert_claim_ok("{\"lease_seconds\":7}", "lease_seconds=5", 7000, 0, 1, false);
+    assert_claim_ok("{\"count\":2}", "count=9", DEFAULT_LEASE_MS, 0, 2, true);
+    assert_claim_ok("{\"wait_seconds\":1}", "wait_seconds=2&count=4", DEFAULT_LEASE_MS, 1000,
+                    4, true);
+    /* A null in the body leaves the query's value. */
+    assert_claim_ok("{\"lease_seconds\":null}", "lease_seconds=5", 5000, 0, 1, false);
+    /* A bad body value is reported even when the query has a good one. */
+    assert_claim_invalid("{\"lease_seconds\":0}", "lease_seconds=5", "lease_seconds");
+    /* A good body value hides a bad query value. */
+    assert_claim_ok("{\"count\":5}", "count=1000", DEFAULT_LEASE_MS, 0, 5, true);
+}
+
+static void test_claim_out_of_range(void **state)
+{
+    assert_claim_invalid("{\"lease_seconds\":0}", NULL, "lease_seconds");
+    assert_claim_invalid("{\"lease_seconds\":43201}", NULL, "lease_seconds");
+    assert_claim_invalid("{\"lease_seconds\":-5}", NULL, "lease_seconds");
+    assert_claim_invalid("{\"lease_seconds\":\"5\"}", NULL, "lease_seconds");
+    assert_claim_invalid("{\"lease_seconds\":1.5}", NULL, "lease_seconds");
+    assert_claim_invalid("{\"wait_seconds\":31}", NULL, "wait_seconds");
+    assert_claim_invalid("{\"wait_seconds\":-1}", NULL, "wait_seconds");
+    assert_claim_invalid("{\"count\":0}", NULL, "count");
+    assert_claim_invalid("{\"count\":101}", NULL, "count");
+    assert_claim_invalid("{\"count\":true}", NULL, "count");
+
+    assert_claim_invalid(NULL, "lease_seconds=0", "lease_seconds");
+    assert_claim_invalid(NULL, "lease_seconds=43201", "lease_seconds");
+    assert_claim_invalid(NULL, "wait_seconds=31", "wait_seconds");
+    assert_claim_invalid(NULL, "wait_seconds=-1", "wait_seconds");
+    assert_claim_invalid(NULL, "count=0", "count");
+    assert_claim_invalid(NULL, "count=101", "count");
+    assert_claim_invalid(NULL, "count=", "count");
+    assert_claim_invalid(NULL, "count", "count");
+    assert_claim_invalid(NULL, "count=abc", "count");
+    assert_claim_invalid(NULL, "count=3x", "count");
+    assert_claim_invalid(NULL, "count=1.5", "count");
+    assert_claim_invalid(NULL, "count=%G1", "count");
+    assert_claim_invalid(NULL, "count=99999999999999999999999999999999999", "count");
+}
+
+static void test_claim_several_errors(void **state)
+{
+    claim_result_t c = claim("{\"lease_seconds\":0,\"wait_seconds\":31}", "count=0");
+    assert_int_equal(c.r, RD_REQ_INVALID);
+    assert_int_equal(c.errs.count, 3);
+    assert_error_at(&c.errs, 0, "lease_seconds", "invalid");
+    assert_error_at(&c.errs, 1, "wait_seconds", "invalid");
+    assert_error_at(&c.errs, 2, "count", "invalid");
+}
+
+static void test_claim_malformed(void **state)
+{
+    const char *bodies[] = { "[]", "\"x\"", "3", "{", "{} x", "null" };
+    for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+        claim_result_t c = claim(bodies[i], "count=2");
+        if (c.r != RD_REQ_MALFORMED) fail_msg("%s: result %d", bodies[i], (int)c.r);
+        assert_int_equal(c.errs.count, 0);
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * succeed, fail, extend, empty
+ * ------------------------------------------------------------------------- */
+
+static void test_succeed(void **state)
+{
+    rd_settle_req_t req;
+    rd_field_errors_t errs = { .count = 0 };
+    assert_int_equal(rd_request_succeed("", 0, &req, &errs), RD_REQ_OK);
+    assert_null(req.lease_token);
+    rd_request_free(req.doc);
+    assert_int_equal(rd_request_succeed(NULL, 0, &req, &errs), RD_REQ_OK);
+    assert_null(req.lease_token);
+    rd_request_free(req.doc);
+
+    const char *body = "{}";
+    assert_int_equal(rd_request_succeed(body, strlen(body), &req, &errs), RD_REQ_OK);
+    assert_null(req.lease_token);
+    rd_request_free(req.doc);
+
+    body = "{\"lease_token\":null}";
+    assert_int_equal(rd_request_succeed(body, strlen(body), &req, &errs), RD_REQ_OK);
+    assert_null(req.lease_token);
+    rd_request_free(req.doc);
+
+    body = "{\"lease_token\":\"tok-123\"}";
+    assert_int_equal(rd_request_succeed(body, strlen(body), &req, &errs), RD_REQ_OK);
+    assert_string_equal(req.lease_token, "tok-123");
+    rd_request_free(req.doc);
+    assert_int_equal(errs.count, 0);
+}
+
+static void test_succeed_bad_token(void **state)
+{
+    const char *bodies[] = {
+        "{\"lease_token\":5}", "{\"lease_token\":true}", "{\"lease_token\":{}}",
+        "{\"lease_token\":[\"a\"]}",
+        /* "" would mean "any lease" to the functions: never accepted from a client. */
+        "{\"lease_token\":\"\"}",
+    };
+    for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+        rd_settle_req_t req;
+        rd_field_errors_t errs = { .count = 0 };
+        rd_req_result_t r = rd_request_succeed(bodies[i], strlen(bodies[i]), &req, &errs);
+        rd_request_free(req.doc);
+        if (r != RD_REQ_INVALID) fail_msg("%s: result %d", bodies[i], (int)r);
+        assert_null(req.doc);
+        assert_one_error(&errs, "lease_token", "invalid");
+    }
+    rd_settle_req_t req;
+    rd_field_errors_t errs = { .count = 0 };
+    assert_int_equal(rd_request_succeed("[]", 2, &req, &errs), RD_REQ_MALFORMED);
+    assert_null(req.doc);
+}
+
+static void test_fail_valid(void **state)
+{
+    rd_settle_req_t req;
+    rd_field_errors_t errs = { .count = 0 };
+    const char *body = "{\"error\":\"boom\"}";
+    assert_int_equal(rd_request_fail(body, strlen(body), &req, &errs), RD_REQ_OK);
+    assert_string_equal(req.error, "boom");
+    assert_true(req.retryable);
+    assert_int_equal(req.retry_after_ms, -1);
+    assert_null(req.lease_token);
+    rd_request_free(req.doc);
+
+    body = "{\"error\":\"timeout \\\"x\\\"\",\"lease_token\":\"t1\",\"retryable\":false,"
+           "\"retry_after_seconds\":0}";
+    assert_int_equal(rd_request_fail(body, strlen(body), &req, &errs), RD_REQ_OK);
+    assert_string_equal(req.error, "timeout \"x\"");
+    assert_string_equal(req.lease_token, "t1");
+    assert_false(req.retryable);
+    assert_int_equal(req.retry_after_ms, 0);
+    rd_request_free(req.doc);
+
+    body = "{\"error\":\"e\",\"retryable\":true,\"retry_after_seconds\":2592000}";
+    assert_int_equal(rd_request_fail(body, strlen(body), &req, &errs), RD_REQ_OK);
+    assert_true(req.retryable);
+    assert_int_equal(req.retry_after_ms, 2592000000LL);
+    rd_request_free(req.doc);
+
+    body = "{\"error\":\"e\",\"retryable\":null,\"retry_after_seconds\":null}";
+    assert_int_equal(rd_request_fail(body, strlen(body), &req, &errs), RD_REQ_OK);
+    assert_true(req.retryable);
+    assert_int_equal(req.retry_after_ms, -1);
+    rd_request_free(req.doc);
+    assert_int_equal(errs.count, 0);
+}
+
+static void assert_fail_invalid(const char *body, const char *field, const char *code)
+{
+    rd_settle_req_t req;
+    rd_field_errors_t errs = { .count = 0 };
+    rd_req_result_t r = rd_request_fail(body, strlen(body), &req, &errs);
+    rd_request_free(req.doc);
+    if (r != RD_REQ_INVALID) fail_msg("%s: result %d, want INVALID", body, (int)r);
+    assert_null(req.doc);
+    assert_one_error(&errs, field, code);
+}
+
+static void test_fail_invalid(void **state)
+{
+    assert_fail_invalid("{}", "error", "required");
+    assert_fail_invalid("{\"error\":null}", "error", "required");
+    assert_fail_invalid("{\"lease_token\":\"t\"}", "error", "required");
+    assert_fail_invalid("{\"error\":5}", "error", "invalid");
+    assert_fail_invalid("{\"error\":false}", "error", "invalid");
+    assert_fail_invalid("{\"error\":{\"a\":1}}", "error", "invalid");
+    assert_fail_invalid("{\"error\":\"a\\u0000b\"}", "error", "invalid");
+    assert_fail_invalid("{\"error\":\"e\",\"retryable\":\"false\"}", "retryable", "invalid");
+    assert_fail_invalid("{\"error\":\"e\",\"retryable\":0}", "retryable", "invalid");
+    assert_fail_invalid("{\"error\":\"e\",\"retry_after_seconds\":-1}", "retry_after_seconds",
+                        "invalid");
+    assert_fail_invalid("{\"error\":\"e\",\"retry_after_seconds\":2592001}",
+                        "retry_after_seconds", "invalid");
+    assert_fail_invalid("{\"error\":\"e\",\"retry_after_seconds\":0.5}", "retry_after_seconds",
+                        "invalid");
+    assert_fail_invalid("{\"error\":\"e\",\"lease_token\":1}", "lease_token", "invalid");
+}
+
+static void test_fail_several_errors_and_malformed(void **state)
+{
+    const char *body = "{\"lease_token\":7,\"error\":1,\"retryable\":\"x\","
+                       "\"retry_after_seconds\":-1}";
+    rd_settle_req_t req;
+    rd_field_errors_t errs = { .count = 0 };
+    assert_int_equal(rd_request_fail(body, strlen(body), &req, &errs), RD_REQ_INVALID);
+    assert_null(req.doc);
+    assert_int_equal(errs.count, 4);
+    assert_error_at(&errs, 0, "lease_token", "invalid");
+    assert_error_at(&errs, 1, "error", "invalid");
+    assert_error_at(&errs, 2, "retryable", "invalid");
+    assert_error_at(&errs, 3, "retry_after_seconds", "invalid");
+
+    rd_field_errors_t none = { .count = 0 };
+    assert_int_equal(rd_request_fail("[]", 2, &req, &none), RD_REQ_MALFORMED);
+    assert_int_equal(rd_request_fail("{", 1, &req, &none), RD_REQ_MALFORMED);
+    assert_int_equal(rd_request_fail("", 0, &req, &none), RD_REQ_MALFORMED);
+    assert_int_equal(none.count, 0);
+}
+
+static void test_extend(void **state)
+{
+    rd_settle_req_t req;
+    rd_field_errors_t errs = { .count = 0 };
+    assert_int_equal(rd_request_extend("", 0, 45000, &req, &errs), RD_REQ_OK);
+    assert_int_equal(req.lease_ms, 45000);
+    assert_null(req.lease_token);
+    rd_request_free(req.doc);
+
+    const char *body = "{\"lease_seconds\":120,\"lease_token\":\"abc\"}";
+    assert_int_equal(rd_request_extend(body, strlen(body), 45000, &req, &errs), RD_REQ_OK);
+    assert_int_equal(req.lease_ms, 120000);
+    assert_string_equal(req.lease_token, "abc");
+    rd_request_free(req.doc);
+
+    body = "{\"lease_seconds\":43200}";
+    assert_int_equal(rd_request_extend(body, strlen(body), 45000, &req, &errs), RD_REQ_OK);
+    assert_int_equal(req.lease_ms, 43200000LL);
+    rd_request_free(req.doc);
+    assert_int_equal(errs.count, 0);
+
+    const char *bad[] = { "{\"lease_seconds\":0}", "{\"lease_seconds\":43201}",
+                          "{\"lease_seconds\":\"5\"}", "{\"lease_seconds\":2.5}" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        rd_field_errors_t e = { .count = 0 };
+        rd_req_result_t r = rd_request_extend(bad[i], strlen(bad[i]), 45000, &req, &e);
+        rd_request_free(req.doc);
+        if (r != RD_REQ_INVALID) fail_msg("%s: result %d", bad[i], (int)r);
+        assert_one_error(&e, "lease_seconds", "invalid");
+    }
+    rd_field_errors_t e = { .count = 0 };
+    assert_int_equal(rd_request_extend("3", 1, 45000, &req, &e), RD_REQ_MALFORMED);
+    assert_null(req.doc);
+}
+
+static void test_empty_body(void **state)
+{
+    assert_int_equal(rd_request_empty(NULL, 0), RD_REQ_OK);
+    assert_int_equal(rd_request_empty("", 0), RD_REQ_OK);
+    assert_int_equal(rd_request_empty(" \n", 2), RD_REQ_OK);
+    assert_int_equal(rd_request_empty("{}", 2), RD_REQ_OK);
+    assert_int_equal(rd_request_empty("{\"x\":1}", 7), RD_REQ_OK);
+    assert_int_equal(rd_request_empty("[]", 2), RD_REQ_MALFORMED);
+    assert_int_equal(rd_request_empty("x", 1), RD_REQ_MALFORMED);
+    assert_int_equal(rd_request_empty("{", 1), RD_REQ_MALFORMED);
+}
+
+/* ---------------------------------------------------------------------------
+ * list
+ * ------------------------------------------------------------------------- */
+
+static void test_list_defaults(void **state)
+{
+    rd_list_req_t req;
+    rd_field_errors_t errs = { .count = 0 };
+    assert_int_equal(rd_request_list(NULL, 0, &req, &errs), RD_REQ_OK);
+    assert_string_equal(req.status, "");
+    assert_int_equal(req.limit, 100);
+    assert_string_equal(req.cursor, "");
+    assert_int_equal(rd_request_list("", 0, &req, &errs), RD_REQ_OK);
+    assert_int_equal(req.limit, RD_LIST_LIMIT_DEFAULT);
+    assert_int_equal(rd_request_list("foo=bar", 7, &req, &errs), RD_REQ_OK);
+    assert_string_equal(req.status, "");
+    assert_int_equal(errs.count, 0);
+}
+
+static void test_list_status(void **state)
+{
+    const char *ok[] = { "pending", "processing", "succeeded", "dead" };
+    for (size_t i = 0; i < 4; i++) {
+        char q[64];
+        snprintf(q, sizeof q, "status=%s", ok[i]);
+        rd_list_req_t req;
+        rd_field_errors_t errs = { .count = 0 };
+        assert_int_equal(rd_request_list(q, strlen(q), &req, &errs), RD_REQ_OK);
+        assert_string_equal(req.status, ok[i]);
+    }
+    const char *bad[] = { "status=bogus", "status=", "status=PENDING", "status=dead ",
+                          "status=processingprocessing", "status=dea", "status=%G0",
+                          "status=dead%00" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        rd_list_req_t req;
+        rd_field_errors_t errs = { .count = 0 };
+        rd_req_result_t r = rd_request_list(bad[i], strlen(bad[i]), &req, &errs);
+        if (r != RD_REQ_INVALID) fail_msg("%s: result %d", bad[i], (int)r);
+        assert_one_error(&errs, "status", "invalid");
+        assert_string_equal(req.status, "");
+    }
+}
+
+static void test_list_limit(void **state)
+{
+    const struct { const char *q; int want; } ok[] = {
+        { "limit=1", 1 }, { "limit=1000", 1000 }, { "limit=50", 50 }, { "limit=%35", 5 },
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        rd_list_req_t req;
+        rd_field_errors_t errs = { .count = 0 };
+        assert_int_equal(rd_request_list(ok[i].q, strlen(ok[i].q), &req, &errs), RD_REQ_OK);
+        assert_int_equal(req.limit, ok[i].want);
+    }
+    const char *bad[] = { "limit=0", "limit=1001", "limit=-5", "limit=", "limit", "limit=abc",
+                          "limit=10x", "limit=1.5", "limit=%G1",
+                          "limit=123456789012345678901234567890123456789" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        rd_list_req_t req;
+        rd_field_errors_t errs = { .count = 0 };
+        rd_req_result_t r = rd_request_list(bad[i], strlen(bad[i]), &req, &errs);
+        if (r != RD_REQ_INVALID) fail_msg("%s: result %d", bad[i], (int)r);
+        assert_one_error(&errs, "limit", "invalid");
+        assert_int_equal(req.limit, 100);
+    }
+}
+
+static void test_list_cursor(void **state)
+{
+    rd_list_req_t req;
+    rd_field_errors_t errs = { .count = 0 };
+    const char *q = "cursor=abc123";
+    assert_int_equal(rd_request_list(q, strlen(q), &req, &errs), RD_REQ_OK);
+    assert_string_equal(req.cursor, "abc123");
+    q = "cursor=a%2Bb+c%3D";
+    assert_int_equal(rd_request_list(q, strlen(q), &req, &errs), RD_REQ_OK);
+    assert_string_equal(req.cursor, "a+b c=");
+    assert_int_equal(errs.count, 0);
+
+    char longq[300], value[200];
+    memset(value, 'c', 127);
+    value[127] = '\0';
+    snprintf(longq, sizeof longq, "cursor=%s", value);
+    assert_int_equal(rd_request_list(longq, strlen(longq), &req, &errs), RD_REQ_OK);
+    assert_string_equal(req.cursor, value);
+
+    memset(value, 'c', 128);
+    value[128] = '\0';
+    snprintf(longq, sizeof longq, "cursor=%s", value);
+    assert_int_equal(rd_request_list(longq, strlen(longq), &req, &errs), RD_REQ_INVALID);
+    assert_one_error(&errs, "cursor", "invalid");
+    assert_string_equal(req.cursor, "");
+}
+
+static void test_list_combined(void **state)
+{
+    rd_list_req_t req;
+    rd_field_errors_t errs = { .count = 0 };
+    const char *q = "status=dea%64&limit=25&cursor=xyz";
+    assert_int_equal(rd_request_list(q, strlen(q), &req, &errs), RD_REQ_OK);
+    assert_string_equal(req.status, "dead");
+    assert_int_equal(req.limit, 25);
+    assert_string_equal(req.cursor, "xyz");
+
+    q = "status=x&limit=0";
+    assert_int_equal(rd_request_list(q, strlen(q), &req, &errs), RD_REQ_INVALID);
+    assert_int_equal(errs.count, 2);
+    assert_error_at(&errs, 0, "status", "invalid");
+    assert_error_at(&errs, 1, "limit", "invalid");
+}
+
+/* ---------------------------------------------------------------------------
+ * Queue names
+ * ------------------------------------------------------------------------- */
+
+static void assert_queue_ok(const char *name, size_t len)
+{
+    rd_field_errors_t errs = { .count = 0 };
+    if (!rd_request_queue_name(name, len, &errs))
+        fail_msg("queue name of %zu bytes refused: %s", len,
+                 errs.count ? errs.items[0].message : "");
+    assert_int_equal(errs.count, 0);
+}
+
+static void assert_queue_bad(const char *name, size_t len, const char *message)
+{
+    rd_field_errors_t errs = { .count = 0 };
+    if (rd_request_queue_name(name, len, &errs))
+        fail_msg("queue name of %zu bytes accepted: '%.*s'", len, (int)len, name ? name : "");
+    assert_one_error(&errs, "queue", "invalid");
+    if (message) assert_string_equal(errs.items[0].message, message);
+}
+
+#define QOK(lit) assert_queue_ok((lit), sizeof(lit) - 1)
+#define QBAD(lit, msg) assert_queue_bad((lit), sizeof(lit) - 1, (msg))
+#define UTF8_MSG "queue must be valid UTF-8."
+#define CTRL_MSG "queue must not contain control characters."
+#define LEN_MSG "queue must be 1 to 255 bytes."
+
+static void test_queue_name_valid(void **state)
+{
+    QOK("q");
+    QOK("emails");
+    QOK("with space");
+    QOK("a/b");
+    QOK("{q}:%");
+    QOK("~");
+    QOK("caf\xC3\xA9");
+    QOK("\xE6\x97\xA5\xE6\x9C\xAC");
+    QOK("\xF0\x9F\x98\x80");
+    QOK("\xF4\x8F\xBF\xBF");    /* U+10FFFF */
+    QOK("\xC2\xA0");            /* U+00A0, just past the C1 controls */
+    QOK("\xEE\x80\x80");        /* U+E000, just past the surrogates */
+    QOK("\xED\x9F\xBF");        /* U+D7FF, just before them */
+}
+
+static void test_queue_name_length(void **state)
+{
+    char name[300];
+    memset(name, 'a', sizeof name);
+    assert_queue_ok(name, 255);
+    assert_queue_ok(name, 1);
+    assert_queue_bad(name, 256, LEN_MSG);
+    assert_queue_bad(name, 299, LEN_MSG);
+    assert_queue_bad("", 0, LEN_MSG);
+    assert_queue_bad(NULL, 0, LEN_MSG);
+    /* 253 ASCII + a 2-byte character: 255 bytes. */
+    memcpy(name + 253, "\xC3\xA9", 2);
+    assert_queue_ok(name, 255);
+    /* A multi-byte character cut by len is invalid. */
+    assert_queue_bad(name, 254, UTF8_MSG);
+}
+
+static void test_queue_name_bad_utf8(void **state)
+{
+    QBAD("\xC0\xAF", UTF8_MSG);          /* overlong '/' */
+    QBAD("\xC1\xBF", UTF8_MSG);          /* overlong */
+    QBAD("\xE0\x80\xAF", UTF8_MSG);      /* overlong, 3 bytes */
+    QBAD("\xF0\x80\x80\xAF", UTF8_MSG);  /* overlong, 4 bytes */
+    QBAD("\xED\xA0\x80", UTF8_MSG);      /* U+D800 */
+    QBAD("\xED\xBF\xBF", UTF8_MSG);      /* U+DFFF */
+    QBAD("\xF4\x90\x80\x80", UTF8_MSG);  /* U+110000 */
+    QBAD("\xF5\x80\x80\x80", UTF8_MSG);
+    QBAD("\xF8\x88\x80\x80\x80", UTF8_MSG);
+    QBAD("\xFF", UTF8_MSG);
+    QBAD("\xFE", UTF8_MSG);
+    QBAD("\x80", UTF8_MSG);              /* lone continuation */
+    QBAD("a\xBF", UTF8_MSG);
+    QBAD("\xC3", UTF8_MSG);              /* truncated */
+    QBAD("ab\xC3", UTF8_MSG);
+    QBAD("\xE6\x97", UTF8_MSG);
+    QBAD("\xF0\x9F\x98", UTF8_MSG);
+    QBAD("\xC3\x28", UTF8_MSG);          /* bad continuation */
+    QBAD("\xE6\x28\x97", UTF8_MSG);
+    QBAD("ok\xC3\xA9\xC3", UTF8_MSG);
+}
+
+static void test_queue_name_control_characters(void **state)
+{
+    QBAD("\x01", CTRL_MSG);
+    QBAD("a\x1f", CTRL_MSG);
+    QBAD("\x7f", CTRL_MSG);
+    QBAD("a\tb", CTRL_MSG);
+    QBAD("line\n", CTRL_MSG);
+    QBAD("\xC2\x85", CTRL_MSG);          /* U+0085 NEL */
+    QBAD("\xC2\x80", CTRL_MSG);          /* U+0080 */
+    QBAD("\xC2\x9F", CTRL_MSG);          /* U+009F */
+    QBAD("a\0b", CTRL_MSG);              /* NUL inside the decoded name */
+    QBAD("\0", CTRL_MSG);
+}
+
+/* ---------------------------------------------------------------------------
+ * rd_query_get
+ * ------------------------------------------------------------------------- */
+
+static long qget(const char *query, const char *name, char *out, size_t cap)
+{
+    memset(out, 'X', cap);
+    return rd_query_get(query, len_of(query), name, out, cap);
+}
+
+static void test_query_get(void **state)
+{
+    char out[32];
+    assert_int_equal(qget(NULL, "a", out, sizeof out), -1);
+    assert_int_equal(qget("", "a", out, sizeof out), -1);
+    assert_int_equal(qget("a=1&b=2", "c", out, sizeof out), -1);
+    assert_int_equal(qget("a=1&b=2", "b", out, sizeof out), 1);
+    assert_string_equal(out, "2");
+    assert_int_equal(qget("a=1&b=2", "a", out, sizeof out), 1);
+    assert_string_equal(out, "1");
+    assert_int_equal(qget("a=", "a", out, sizeof out), 0);
+    assert_string_equal(out, "");
+    assert_int_equal(qget("x=1&a", "a", out, sizeof out), 0);
+    assert_string_equal(out, "");
+    assert_int_equal(qget("ab=1", "a", out, sizeof out), -1);
+    assert_int_equal(qget("a=1", "ab", out, sizeof out), -1);
+    assert_int_equal(qget("b=a&ba=2", "a", out, sizeof out), -1);
+    assert_int_equal(qget("a=1&a=2", "a", out, sizeof out), 1);
+    assert_string_equal(out, "1");
+    assert_int_equal(qget("&&a=v&", "a", out, sizeof out), 1);
+    assert_string_equal(out, "v");
+    assert_int_equal(qget("a=b=c", "a", out, sizeof out), 3);
+    assert_string_equal(out, "b=c");
+}
+
+static void test_query_get_decoding(void **state)
+{
+    char out[32];
+    assert_int_equal(qget("q=a+b", "q", out, sizeof out), 3);
+    assert_string_equal(out, "a b");
+    assert_int_equal(qget("q=%2B%20", "q", out, sizeof out), 2);
+    assert_string_equal(out, "+ ");
+    assert_int_equal(qget("q=caf%C3%A9", "q", out, sizeof out), 5);
+    assert_string_equal(out, "caf\xC3\xA9");
+    assert_int_equal(qget("q=%G1", "q", out, sizeof out), -2);
+    assert_int_equal(qget("q=%4", "q", out, sizeof out), -2);
+    assert_int_equal(qget("q=a%00b", "q", out, sizeof out), -2);
+}
+
+static void test_query_get_too_long(void **state)
+{
+    char out[4];
+    assert_int_equal(qget("a=123", "a", out, sizeof out), 3);
+    assert_string_equal(out, "123");
+    assert_int_equal(qget("a=1234", "a", out, sizeof out), -2);
+    assert_int_equal(qget("b=1234&a=1", "a", out, sizeof out), 1);
+    assert_string_equal(out, "1");
+}
+
+static void test_query_get_length_honoured(void **state)
+{
+    char out[16];
+    const char *q = "a=1&b=2";
+    assert_int_equal(rd_query_get(q, 3, "b", out, sizeof out), -1);
+    assert_int_equal(rd_query_get(q, 3, "a", out, sizeof out), 1);
+    assert_string_equal(out, "1");
+    assert_int_equal(rd_query_get(q, 6, "b", out, sizeof out), 0);
+    assert_string_equal(out, "");
+}
+
+int main(void)
+{
+    rd_alloc_init();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_enqueue_valid),
+        cmocka_unit_test(test_enqueue_defaults),
+        cmocka_unit_test(test_enqueue_payload_kept_exactly),
+        cmocka_unit_test(test_enqueue_payload_required),
+        cmocka_unit_test(test_enqueue_payload_not_string),
+        cmocka_unit_test(test_enqueue_payload_nul_refused),
+        cmocka_unit_test(test_enqueue_nul_elsewhere_not_blamed_on_payload),
+        cmocka_unit_test(test_enqueue_max_retries),
+        cmocka_unit_test(test_enqueue_delay_seconds),
+        cmocka_unit_test(test_enqueue_several_errors),
+        cmocka_unit_test(test_enqueue_malformed),
+        cmocka_unit_test(test_enqueue_length_honoured),
+        cmocka_unit_test(test_claim_defaults),
+        cmocka_unit_test(test_claim_body_fields),
+        cmocka_unit_test(test_claim_query_fields),
+        cmocka_unit_test(test_claim_body_wins_over_query),
+        cmocka_unit_test(test_claim_out_of_range),
+        cmocka_unit_test(test_claim_several_errors),
+        cmocka_unit_test(test_claim_malformed),
+        cmocka_unit_test(test_succeed),
+        cmocka_unit_test(test_succeed_bad_token),
+        cmocka_unit_test(test_fail_valid),
+        cmocka_unit_test(test_fail_invalid),
+        cmocka_unit_test(test_fail_several_errors_and_malformed),
+        cmocka_unit_test(test_extend),
+        cmocka_unit_test(test_empty_body),
+        cmocka_unit_test(test_list_defaults),
+        cmocka_unit_test(test_list_status),
+        cmocka_unit_test(test_list_limit),
+        cmocka_unit_test(test_list_cursor),
+        cmocka_unit_test(test_list_combined),
+        cmocka_unit_test(test_queue_name_valid),
+        cmocka_unit_test(test_queue_name_length),
+        cmocka_unit_test(test_queue_name_bad_utf8),
+        cmocka_unit_test(test_queue_name_control_characters),
+        cmocka_unit_test(test_query_get),
+        cmocka_unit_test(test_query_get_decoding),
+        cmocka_unit_test(test_query_get_too_long),
+        cmocka_unit_test(test_query_get_length_honoured),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
