@@ -2,12 +2,14 @@
 #include "retryd/api.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "retryd/alloc.h"
 #include "retryd/buf.h"
 #include "retryd/json.h"
 #include "retryd/log.h"
+#include "retryd/metrics.h"
 #include "retryd/problem.h"
 #include "retryd/request.h"
 #include "retryd/router.h"
@@ -20,11 +22,19 @@ typedef struct call {
     rd_route_match_t match;
     bool batch;                 /* claim with count: answer {messages:[...]} */
     rd_ack_req_t *ack;          /* batch acknowledgement: the ids, in order */
+    rd_replay_req_t replay;     /* batch replay: what to replay */
+    char *cursor;               /* batch replay: where the next call starts */
+    long long replayed;         /* batch replay: so far */
+    /* GET /queues and /metrics: one stats call per queue, gathered here. */
+    rd_queue_metrics_t *queues;
+    size_t nqueues, outstanding;
+    bool any_failed;
 } call_t;
 
 static const char *const verbs[RD_ROUTE_COUNT] = {
     [RD_ROUTE_SUCCEED] = "succeed", [RD_ROUTE_FAIL] = "fail",
     [RD_ROUTE_REPLAY] = "replay",   [RD_ROUTE_EXTEND] = "extend",
+    [RD_ROUTE_KILL] = "kill",       [RD_ROUTE_DELETE] = "delete",
 };
 
 static void call_free(call_t *c)
@@ -33,6 +43,10 @@ static void call_free(call_t *c)
         rd_request_free(c->ack->doc);
         rd_free(c->ack);
     }
+    rd_request_replay_free(&c->replay);
+    rd_free(c->cursor);
+    for (size_t i = 0; i < c->nqueues; i++) rd_free(c->queues[i].name);
+    rd_free(c->queues);
     rd_route_match_free(&c->match);
     rd_free(c);
 }
@@ -74,8 +88,11 @@ static bool respond_store_failure(call_t *c, const rd_store_result_t *res)
         respond_problem(c, RD_PROBLEM_NOT_FOUND, detail, NULL, NULL);
         return true;
     case RD_STORE_INVALID_STATE: {
-        const char *needs = c->match.route == RD_ROUTE_REPLAY ? "dead" : "processing";
-        snprintf(detail, sizeof detail, "message %lld is %.*s; %s needs a %s message.",
+        const char *needs = c->match.route == RD_ROUTE_REPLAY   ? "a dead"
+                            : c->match.route == RD_ROUTE_KILL   ? "a pending or processing"
+                            : c->match.route == RD_ROUTE_DELETE ? "a non-processing"
+                                                                : "a processing";
+        snprintf(detail, sizeof detail, "message %lld is %.*s; %s needs %s message.",
                  c->match.id, (int)res->state.len, res->state.ptr, verbs[c->match.route],
                  needs);
         respond_problem(c, RD_PROBLEM_INVALID_STATE, detail, NULL, NULL);
@@ -226,6 +243,172 @@ static void on_acked(const rd_store_result_t *res, void *arg)
     respond_json(c, 200, doc, NULL);
 }
 
+static void on_deleted(const rd_store_result_t *res, void *arg)
+{
+    call_t *c = arg;
+    if (respond_store_failure(c, res)) return;
+    rd_http_respond(c->ex, 204, NULL, NULL, NULL, 0);
+    call_free(c);
+}
+
+static void on_replayed_batch(const rd_store_result_t *res, void *arg);
+
+static int replay_next(call_t *c)
+{
+    rd_store_queue_t q = { c->match.queue, c->match.queue_len };
+    const rd_replay_req_t *r = &c->replay;
+    return rd_store_replay_many(c->api->store, q, r->mode, r->ids, r->count, 200, c->cursor,
+                                r->needle, on_replayed_batch, c);
+}
+
+/* Batch replay runs as many bounded calls as it needs, one at a time, so
+ * other clients' commands interleave between them. */
+static void on_replayed_batch(const rd_store_result_t *res, void *arg)
+{
+    call_t *c = arg;
+    if (res->status != RD_STORE_OK) {
+        if (c->replayed > 0)
+            rd_warn("api: batch replay stopped after %lld replayed", c->replayed);
+        respond_store_failure(c, res);
+        return;
+    }
+    c->replayed += res->replayed;
+    if (res->next_cursor.len > 0) {
+        rd_free(c->cursor);
+        c->cursor = rd_strndup(res->next_cursor.ptr, res->next_cursor.len);
+        if (replay_next(c) == 0) return;
+        respond_unavailable(c);
+        return;
+    }
+    rd_store_queue_t q = { c->match.queue, c->match.queue_len };
+    if (c->replayed > 0) rd_waiters_notify(c->api->waiters, q);
+    rd_json_t *doc = rd_json_new_object();
+    rd_json_set_int(doc, "replayed", c->replayed);
+    respond_json(c, 200, doc, NULL);
+}
+
+static rd_json_t *counts_json(const rd_queue_metrics_t *m)
+{
+    rd_json_t *o = rd_json_new_object();
+    rd_json_set_int(o, "pending", m->ready + m->scheduled);
+    rd_json_set_int(o, "processing", m->processing);
+    rd_json_set_int(o, "succeeded", m->succeeded_now);
+    rd_json_set_int(o, "dead", m->dead_now);
+    return o;
+}
+
+static void on_stats(const rd_store_result_t *res, void *arg)
+{
+    call_t *c = arg;
+    if (respond_store_failure(c, res)) return;
+    const rd_queue_stats_t *st = &res->stats;
+    rd_queue_metrics_t m = { .name = NULL };
+    rd_metrics_from_stats(&m, st);
+    rd_json_t *doc = rd_json_new_object();
+    rd_json_set_stringn(doc, "queue", c->match.queue, c->match.queue_len);
+    rd_json_t *counts = counts_json(&m);
+    rd_json_set_int(counts, "ready", m.ready);
+    rd_json_set_int(counts, "scheduled", m.scheduled);
+    rd_json_set(doc, "counts", counts);
+    rd_json_t *totals = rd_json_new_object();
+    rd_json_set_int(totals, "enqueued", m.enqueued);
+    rd_json_set_int(totals, "claimed", m.claimed);
+    rd_json_set_int(totals, "succeeded", m.succeeded);
+    rd_json_set_int(totals, "failed", m.failed);
+    rd_json_set_int(totals, "retried", m.retried);
+    rd_json_set_int(totals, "dead", m.dead);
+    rd_json_set_int(totals, "replayed", m.replayed);
+    rd_json_set_int(totals, "lease_expired", m.lease_expired);
+    rd_json_set(doc, "totals", totals);
+    rd_json_set_int(doc, "dead_last_24h", st->dead_last_24h);
+    rd_json_t *top = rd_json_new_array();
+    for (size_t i = 0; i + 1 < st->top_errors_len; i += 2) {
+        rd_json_t *e = rd_json_new_object();
+        rd_json_set_stringn(e, "error", st->top_errors[i].ptr, st->top_errors[i].len);
+        char count[24];
+        size_t n = st->top_errors[i + 1].len < sizeof count - 1 ? st->top_errors[i + 1].len
+                                                                : sizeof count - 1;
+        memcpy(count, st->top_errors[i + 1].ptr, n);
+        count[n] = '\0';
+        rd_json_set_int(e, "count", strtoll(count, NULL, 10));
+        rd_json_append(top, e);
+    }
+    rd_json_set(doc, "top_errors", top);
+    respond_json(c, 200, doc, NULL);
+}
+
+/* ---------------------------------------------------------------- every queue */
+
+typedef struct fanout_slot {
+    call_t *call;
+    size_t index;
+} fanout_slot_t;
+
+static void finish_fanout(call_t *c)
+{
+    if (c->any_failed && c->nqueues > 0 && !rd_store_ready(c->api->store)) {
+        respond_unavailable(c);
+        return;
+    }
+    if (c->match.route == RD_ROUTE_METRICS) {
+        rd_buf_t text = RD_BUF_INIT;
+        rd_metrics_render(&text, c->queues, c->nqueues, rd_store_rtt(c->api->store),
+                          c->api->waiters ? rd_waiters_count(c->api->waiters) : 0);
+        rd_http_respond(c->ex, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, text.data,
+                        text.len);
+        rd_buf_free(&text);
+        call_free(c);
+        return;
+    }
+    rd_json_t *doc = rd_json_new_object();
+    rd_json_t *list = rd_json_new_array();
+    for (size_t i = 0; i < c->nqueues; i++) {
+        if (!c->queues[i].ok) continue;
+        rd_json_t *q = rd_json_new_object();
+        rd_json_set_stringn(q, "name", c->queues[i].name, c->queues[i].name_len);
+        rd_json_set(q, "counts", counts_json(&c->queues[i]));
+        rd_json_set_int(q, "dead_last_24h", c->queues[i].dead_last_24h);
+        rd_json_append(list, q);
+    }
+    rd_json_set(doc, "queues", list);
+    respond_json(c, 200, doc, NULL);
+}
+
+static void on_fanout_stats(const rd_store_result_t *res, void *arg)
+{
+    fanout_slot_t *slot = arg;
+    call_t *c = slot->call;
+    if (res->status == RD_STORE_OK) rd_metrics_from_stats(&c->queues[slot->index], &res->stats);
+    else c->any_failed = true;
+    rd_free(slot);
+    if (--c->outstanding == 0) finish_fanout(c);
+}
+
+static void on_queue_names(const rd_store_result_t *res, void *arg)
+{
+    call_t *c = arg;
+    if (respond_store_failure(c, res)) return;
+    c->nqueues = res->count;
+    c->queues = rd_calloc(res->count ? res->count : 1, sizeof *c->queues);
+    c->outstanding = 1;  /* held until every call is out, so none finishes early */
+    for (size_t i = 0; i < res->count; i++) {
+        rd_queue_metrics_t *m = &c->queues[i];
+        m->name = rd_strndup(res->names[i].ptr, res->names[i].len);
+        m->name_len = res->names[i].len;
+        fanout_slot_t *slot = rd_malloc(sizeof *slot);
+        slot->call = c;
+        slot->index = i;
+        rd_store_queue_t q = { m->name, m->name_len };
+        if (rd_store_stats(c->api->store, q, 0, on_fanout_stats, slot) == 0) {
+            c->outstanding++;
+        } else {
+            c->any_failed = true;
+            rd_free(slot);
+        }
+    }
+    if (--c->outstanding == 0) finish_fanout(c);
+}
+
 static void on_pinged(const rd_store_result_t *res, void *arg)
 {
     call_t *c = arg;
@@ -322,6 +505,26 @@ static int dispatch(call_t *c)
         if (r != RD_REQ_OK) break;
         return rd_store_succeed_many(api->store, q, c->ack->count, c->ack->ids,
                                      c->ack->tokens, on_acked, c);
+    case RD_ROUTE_KILL: {
+        rd_settle_req_t k;
+        r = rd_request_kill(req->body, req->body_len, &k, &errs);
+        if (r != RD_REQ_OK) break;
+        rc = rd_store_kill(api->store, q, id, k.error, on_message, c);
+        rd_request_free(k.doc);
+        return rc;
+    }
+    case RD_ROUTE_DELETE:
+        return rd_store_delete(api->store, q, id, on_deleted, c);
+    case RD_ROUTE_REPLAY_MANY:
+        r = rd_request_replay(req->body, req->body_len, &c->replay, &errs);
+        if (r != RD_REQ_OK) break;
+        return replay_next(c);
+    case RD_ROUTE_STATS: {
+        int top;
+        r = rd_request_stats(req->query, req->query_len, &top, &errs);
+        if (r != RD_REQ_OK) break;
+        return rd_store_stats(api->store, q, top, on_stats, c);
+    }
     case RD_ROUTE_REPLAY:
         r = rd_request_empty(req->body, req->body_len);
         if (r != RD_REQ_OK) break;
@@ -371,6 +574,10 @@ void rd_api_handle(rd_http_exchange_t *ex, const rd_http_request_t *req, void *c
     }
     if (c->match.route == RD_ROUTE_READYZ) {
         if (rd_store_ping(c->api->store, on_pinged, c) != 0) respond_unavailable(c);
+        return;
+    }
+    if (c->match.route == RD_ROUTE_QUEUES || c->match.route == RD_ROUTE_METRICS) {
+        if (rd_store_queues(c->api->store, on_queue_names, c) != 0) respond_unavailable(c);
         return;
     }
 

@@ -25,6 +25,7 @@ typedef struct pending {
     rd_redis_cb cb;
     void *arg;
     uint64_t sent_ms;
+    uint64_t sent_ns;           /* for the round-trip histogram */
     bool is_fcall;
     bool resent;
     int argc;
@@ -49,6 +50,7 @@ struct rd_redis {
     uv_timer_t reconnect_timer;
     uv_timer_t watchdog;
     pending_t *head, *tail;     /* in send order: the head is the oldest */
+    rd_histogram_t rtt;
 
     bool closing;
     int open_handles;
@@ -187,6 +189,7 @@ static void link_pending(rd_redis_t *r, pending_t *p)
     else r->head = p;
     r->tail = p;
     p->sent_ms = now_ms(r);
+    p->sent_ns = uv_hrtime();
 }
 
 /* ---------------------------------------------------------------- handshake */
@@ -321,6 +324,7 @@ static void on_command_reply(redisAsyncContext *ac, void *reply, void *privdata)
     } else {
         unlink_pending(r, p);
     }
+    if (x) rd_histogram_observe(&r->rtt, (double)(uv_hrtime() - p->sent_ns) / 1e9);
     p->cb((const rd_reply_t *)(const void *)x, x ? RD_REDIS_OK : RD_REDIS_LOST, p->arg);
     rd_free(p);
 }
@@ -414,6 +418,11 @@ int rd_redis_unsubscribe(rd_redis_t *r, const char *channel, size_t len)
     return redisAsyncCommandArgv(r->ac, NULL, NULL, 2, argv, lens) == REDIS_OK ? 0 : -1;
 }
 
+const rd_histogram_t *rd_redis_rtt(const rd_redis_t *r)
+{
+    return &r->rtt;
+}
+
 bool rd_redis_ready(const rd_redis_t *r)
 {
     return r->state == READY && !r->closing;
@@ -465,6 +474,9 @@ rd_redis_t *rd_redis_start(uv_loop_t *loop, const rd_redis_options_t *opts)
     r->on_ready_arg = opts->on_ready_arg;
     r->backoff_ms = BACKOFF_MIN_MS;
     r->state = CLOSED;
+    static const double rtt_bounds[] = { 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                         0.025,  0.05,    0.1,    0.25,  0.5,    1,     2.5 };
+    rd_histogram_init(&r->rtt, rtt_bounds, sizeof rtt_bounds / sizeof rtt_bounds[0]);
     uv_timer_init(loop, &r->reconnect_timer);
     uv_timer_init(loop, &r->watchdog);
     r->reconnect_timer.data = r->watchdog.data = r;

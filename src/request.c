@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "retryd/alloc.h"
 #include "retryd/router.h"
 
 static bool body_is_empty(const char *body, size_t len)
@@ -277,6 +278,108 @@ rd_req_result_t rd_request_ack(const char *body, size_t len, rd_ack_req_t *out,
     }
     out->count = n;
     return finish(&out->doc, errs);
+}
+
+rd_req_result_t rd_request_replay(const char *body, size_t len, rd_replay_req_t *out,
+                                  rd_field_errors_t *errs)
+{
+    memset(out, 0, sizeof *out);
+    rd_json_t *marked;
+    rd_req_result_t r = parse_object(body, len, false, &out->doc, &marked);
+    if (r != RD_REQ_OK) return r;
+    rd_json_t *ids = rd_json_get(out->doc, "ids");
+    rd_json_t *all = rd_json_get(out->doc, "all");
+    rd_json_t *needle = rd_json_get(out->doc, "error_contains");
+    int given = (ids != NULL) + (all != NULL) + (needle != NULL);
+    if (given != 1) {
+        rd_field_errors_add(errs, given ? "body" : "ids", given ? "invalid" : "required",
+                            "Give exactly one of ids, all or error_contains.");
+    } else if (ids) {
+        size_t n = rd_json_array_size(ids);
+        if (!rd_json_is_array(ids) || n == 0 || n > 1000) {
+            rd_field_errors_add(errs, "ids", "invalid", "ids must be an array of 1 to 1000 ids.");
+        } else {
+            out->mode = "ids";
+            out->ids = rd_calloc(n, sizeof *out->ids);
+            out->count = n;
+            for (size_t i = 0; i < n; i++) {
+                if (!rd_json_integer(rd_json_array_at(ids, i), &out->ids[i]) || out->ids[i] < 1) {
+                    rd_field_errors_add(errs, "ids", "invalid",
+                                        "ids must hold positive integers only.");
+                    break;
+                }
+            }
+        }
+    } else if (all) {
+        if (!rd_json_is_bool(all) || !rd_json_bool(all))
+            rd_field_errors_add(errs, "all", "invalid", "all must be true.");
+        else
+            out->mode = "all";
+    } else {
+        const char *text = rd_json_string(needle);
+        if (text == NULL || text[0] == '\0' || strlen(text) > 1000 ||
+            field_has_nul(out->doc, marked, "error_contains"))
+            rd_field_errors_add(errs, "error_contains", "invalid",
+                                "error_contains must be a string of 1 to 1000 bytes.");
+        else {
+            out->mode = "error";
+            out->needle = text;
+        }
+    }
+    rd_json_free(marked);
+    if (errs->count) {
+        rd_request_replay_free(out);
+        return RD_REQ_INVALID;
+    }
+    return RD_REQ_OK;
+}
+
+void rd_request_replay_free(rd_replay_req_t *r)
+{
+    rd_free(r->ids);
+    r->ids = NULL;
+    rd_json_free(r->doc);
+    r->doc = NULL;
+}
+
+rd_req_result_t rd_request_kill(const char *body, size_t len, rd_settle_req_t *out,
+                                rd_field_errors_t *errs)
+{
+    memset(out, 0, sizeof *out);
+    rd_json_t *marked;
+    rd_req_result_t r = parse_object(body, len, true, &out->doc, &marked);
+    if (r != RD_REQ_OK) {
+        rd_json_free(marked);
+        return r;
+    }
+    rd_json_t *reason = rd_json_get(out->doc, "reason");
+    if (reason && !rd_json_is_null(reason)) {
+        const char *text = rd_json_string(reason);
+        if (text == NULL || strlen(text) > 1000 || field_has_nul(out->doc, marked, "reason"))
+            rd_field_errors_add(errs, "reason", "invalid",
+                                "reason must be a string of at most 1000 bytes.");
+        else
+            out->error = text;
+    }
+    rd_json_free(marked);
+    return finish(&out->doc, errs);
+}
+
+rd_req_result_t rd_request_stats(const char *query, size_t query_len, int *top,
+                                 rd_field_errors_t *errs)
+{
+    *top = 10;
+    char text[16];
+    long n = rd_query_get(query, query_len, "top", text, sizeof text);
+    if (n == -1) return RD_REQ_OK;
+    char *end = text;
+    long long v = n > 0 ? strtoll(text, &end, 10) : 0;
+    if (n <= 0 || *end != '\0' || v < 1 || v > 100) {
+        rd_field_errors_add(errs, "top", "invalid", "top must be an integer between 1 and 100.");
+        return RD_REQ_INVALID;
+    }
+    *top = (int)v;
+    return RD_REQ_OK;
 }
 
 rd_req_result_t rd_request_empty(const char *body, size_t len)

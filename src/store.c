@@ -64,6 +64,11 @@ bool rd_store_ready(const rd_store_t *st)
     return rd_redis_ready(st->redis);
 }
 
+const rd_histogram_t *rd_store_rtt(const rd_store_t *st)
+{
+    return rd_redis_rtt(st->redis);
+}
+
 /* ---------------------------------------------------------------- replies */
 
 static bool parse_message(const rd_reply_t *flat, rd_message_t *m)

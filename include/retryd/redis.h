@@ -21,6 +21,8 @@
 #include <stddef.h>
 #include <uv.h>
 
+#include "retryd/metrics.h"
+
 typedef struct rd_redis rd_redis_t;
 
 /* A read-only view of a reply, valid only inside the callback that got it. */
@@ -81,6 +83,9 @@ typedef struct rd_redis_options {
 rd_redis_t *rd_redis_start(uv_loop_t *loop, const rd_redis_options_t *opts);
 
 bool rd_redis_ready(const rd_redis_t *r);
+
+/* Round-trip times of the commands answered on this link, in seconds. */
+const rd_histogram_t *rd_redis_rtt(const rd_redis_t *r);
 
 /* Sends argv (binary-safe). Returns 0 and later calls cb exactly once from the
  * loop; or -1 when the connection is not READY, and cb is never called. */

@@ -61,6 +61,14 @@ typedef struct rd_ack_req {
     const char *tokens[100];                    /* NULL: any lease */
 } rd_ack_req_t;
 
+typedef struct rd_replay_req {
+    rd_json_t *doc;
+    const char *mode;           /* "ids" | "all" | "error" */
+    long long *ids;             /* mode ids: owned, free with rd_request_replay_free */
+    size_t count;
+    const char *needle;         /* mode error: the error_contains text */
+} rd_replay_req_t;
+
 typedef struct rd_list_req {
     char status[16];          /* "" for every state */
     int limit;
@@ -83,6 +91,17 @@ rd_req_result_t rd_request_extend(const char *body, size_t len, long long defaul
  * e.g. field "messages[3].id". */
 rd_req_result_t rd_request_ack(const char *body, size_t len, rd_ack_req_t *out,
                                rd_field_errors_t *errs);
+/* {ids:[...]} (1-1000) | {all:true} | {error_contains:"..."} (1-1000 bytes):
+ * exactly one of them. */
+rd_req_result_t rd_request_replay(const char *body, size_t len, rd_replay_req_t *out,
+                                  rd_field_errors_t *errs);
+void rd_request_replay_free(rd_replay_req_t *r);
+/* {reason?}: the text kept as last_error of a message killed by hand. */
+rd_req_result_t rd_request_kill(const char *body, size_t len, rd_settle_req_t *out,
+                                rd_field_errors_t *errs);
+/* ?top=1..100 (10): how many top errors GET /queues/{q}/stats lists. */
+rd_req_result_t rd_request_stats(const char *query, size_t query_len, int *top,
+                                 rd_field_errors_t *errs);
 /* replay takes no fields, but a body, when sent, must still be a JSON object. */
 rd_req_result_t rd_request_empty(const char *body, size_t len);
 rd_req_result_t rd_request_list(const char *query, size_t query_len, rd_list_req_t *out,

@@ -68,6 +68,8 @@ void rd_store_free(rd_store_t *st);
 
 /* True while operations can be sent (the Redis link is READY). */
 bool rd_store_ready(const rd_store_t *st);
+/* Round-trip times of this store's Redis commands. */
+const rd_histogram_t *rd_store_rtt(const rd_store_t *st);
 
 /* idempotency_key NULL for none. */
 int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, size_t len,

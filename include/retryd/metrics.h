@@ -1,0 +1,51 @@
+/* metrics.h - histograms and the Prometheus text exposition of GET /metrics.
+ * Pure: rendering takes plain numbers and writes text. */
+#ifndef RETRYD_METRICS_H
+#define RETRYD_METRICS_H
+
+#include <stddef.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "retryd/buf.h"
+#include "retryd/message.h"
+
+enum { RD_HISTOGRAM_MAX_BOUNDS = 16 };
+
+typedef struct rd_histogram {
+    size_t nbounds;
+    const double *bounds;                         /* upper bounds, ascending, static */
+    uint64_t counts[RD_HISTOGRAM_MAX_BOUNDS + 1]; /* per bucket (not cumulative); last: +Inf */
+    double sum;
+    uint64_t count;
+} rd_histogram_t;
+
+void rd_histogram_init(rd_histogram_t *h, const double *bounds, size_t nbounds);
+void rd_histogram_observe(rd_histogram_t *h, double value);
+
+/* The retry delay buckets the Lua library counts (seconds; last is +Inf). */
+enum { RD_DELAY_BUCKETS = 13 };
+extern const long long rd_delay_bucket_bounds[RD_DELAY_BUCKETS];
+
+/* One queue's numbers, copied out of a `stats` reply. */
+typedef struct rd_queue_metrics {
+    char *name;                 /* owned */
+    size_t name_len;
+    bool ok;                    /* false when its stats could not be read */
+    long long enqueued, claimed, succeeded, failed, retried, dead, replayed, lease_expired;
+    long long ready, scheduled, processing, succeeded_now, dead_now, dead_last_24h;
+    long long delay_buckets[RD_DELAY_BUCKETS + 1];  /* per bucket; last: +Inf */
+    long long delay_sum_ms;
+} rd_queue_metrics_t;
+
+struct rd_queue_stats;
+/* Fills m's numbers from st (name is left alone). */
+void rd_metrics_from_stats(rd_queue_metrics_t *m, const struct rd_queue_stats *st);
+
+/* Appends the exposition (text format 0.0.4) of every family to out: the
+ * per-queue counters and gauges, the retry delay histogram, the Redis
+ * round-trip histogram rtt, and the number of parked long-poll claims. */
+void rd_metrics_render(rd_buf_t *out, const rd_queue_metrics_t *qs, size_t n,
+                       const rd_histogram_t *rtt, size_t waiters);
+
+#endif
