@@ -3,7 +3,8 @@
 #
 #   BUILD=build scripts/test.sh UNIT... [-- INTEGRATION...]
 #
-# Each NAME runs $BUILD/tests/NAME with its output shown as it runs. Names
+# Each NAME runs $BUILD/tests/NAME (or, for NAME.sh, bash tests/NAME.sh)
+# with its output shown as it runs. Names
 # after "--" are integration suites: for them the script starts a throwaway
 # redis-server on a free loopback port (no persistence, data in a temp dir),
 # empties it before each suite, and exports
@@ -162,8 +163,13 @@ any_crashed=0
 run_suite() {
     local name=$1 bin="$BUILD/tests/$1" log="$tmp_root/$1.log"
     local rc passed failed has_summary has_failed_line
+    # Shell suites (tests/NAME.sh) run from the source tree with bash.
+    local -a run=("$bin")
+    case "$name" in
+        *.sh) bin="tests/$name"; run=(bash "$bin") ;;
+    esac
     echo "=== $name"
-    if [ ! -x "$bin" ]; then
+    if [ ! -f "$bin" ] || { [ "${run[0]}" = "$bin" ] && [ ! -x "$bin" ]; }; then
         echo "FAIL $name: $bin is missing or not executable"
         total_failed=$((total_failed + 1))
         any_crashed=1
@@ -173,9 +179,9 @@ run_suite() {
     # handled at once (bash runs traps only between foreground commands);
     # tail shows its output as it comes.
     if [ "$SUITE_TIMEOUT" -gt 0 ] 2>/dev/null; then
-        timeout -k 10 "$SUITE_TIMEOUT" "$bin" >"$log" 2>&1 </dev/null &
+        timeout -k 10 "$SUITE_TIMEOUT" "${run[@]}" >"$log" 2>&1 </dev/null &
     else
-        "$bin" >"$log" 2>&1 </dev/null &
+        "${run[@]}" >"$log" 2>&1 </dev/null &
     fi
     suite_pid=$!
     tail -s 0.2 -n +1 -f --pid="$suite_pid" "$log" &
