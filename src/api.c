@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "retryd/alloc.h"
+#include "retryd/auth.h"
 #include "retryd/buf.h"
 #include "retryd/json.h"
 #include "retryd/log.h"
@@ -566,6 +567,14 @@ void rd_api_handle(rd_http_exchange_t *ex, const rd_http_request_t *req, void *c
         break;
     }
 
+    if (c->match.route != RD_ROUTE_HEALTHZ && !rd_auth_check(c->api->auth_token,
+                                                             req->authorization)) {
+        respond_problem(c, RD_PROBLEM_UNAUTHORIZED,
+                        req->authorization ? "The bearer token is wrong."
+                                           : "This server needs 'Authorization: Bearer <token>'.",
+                        NULL, "WWW-Authenticate: Bearer realm=\"retryd\"\r\n");
+        return;
+    }
     if (c->match.route == RD_ROUTE_HEALTHZ) {
         rd_json_t *doc = rd_json_new_object();
         rd_json_set_string(doc, "status", "ok");

@@ -19,7 +19,9 @@
     "  --max-body BYTES          largest request body (1048576)\n" \
     "  --dead-ttl DURATION       keep dead letters this long, 0 forever (30d)\n" \
     "  --succeeded-ttl DURATION  keep succeeded messages this long, 0 forever (1h)\n" \
-    "  --log-level LEVEL         debug, info, warn or error (info)\n"
+    "  --log-level LEVEL         debug, info, warn or error (info)\n" \
+    "  --auth-token-file PATH    require 'Authorization: Bearer <token>' on every route\n" \
+    "                            but /healthz; the token is the file's first line\n"
 
 void rd_config_defaults(rd_config_t *cfg)
 {
@@ -167,12 +169,14 @@ static int apply(rd_config_t *cfg, const char *name, const char *v)
         return 0;
     }
     if (strcmp(name, "log-level") == 0) return rd_log_parse_level(v, &cfg->log_level);
+    if (strcmp(name, "auth-token-file") == 0)
+        return copy_bounded(cfg->auth_token_file, sizeof cfg->auth_token_file, v, strlen(v));
     return -1;
 }
 
 static const char *const names[] = { "listen", "redis", "redis-timeout-ms", "prefix",
                                      "tick-ms", "lease-seconds", "max-body", "dead-ttl",
-                                     "succeeded-ttl", "log-level" };
+                                     "succeeded-ttl", "log-level", "auth-token-file" };
 
 int rd_config_load(rd_config_t *cfg, int argc, char **argv, char *err, size_t err_len)
 {

@@ -11,6 +11,7 @@
 
 #include "retryd/alloc.h"
 #include "retryd/api.h"
+#include "retryd/auth.h"
 #include "retryd/config.h"
 #include "retryd/http.h"
 #include "retryd/log.h"
@@ -95,6 +96,12 @@ static void on_waiters_stopped(void *arg)
     maybe_close_redis(s, false);
 }
 
+static void on_command_link_ready(void *arg)
+{
+    server_t *s = arg;
+    if (s->store) rd_store_check_durability(s->store);
+}
+
 static void on_claimable(rd_store_queue_t queue, void *arg)
 {
     server_t *s = arg;
@@ -135,12 +142,22 @@ int main(int argc, char **argv)
         return rc > 0 ? 0 : 2;
     }
     rd_log_set_level(s.cfg.log_level);
+    char *token = NULL;
+    if (s.cfg.auth_token_file[0]) {
+        token = rd_auth_load_token(s.cfg.auth_token_file, err, sizeof err);
+        if (token == NULL) {
+            fprintf(stderr, "retryd: %s\n", err);
+            return 2;
+        }
+    }
+    s.api.auth_token = token;
     s.loop = uv_default_loop();
 
     rd_redis_options_t ro = {
         .host = s.cfg.redis_host, .port = s.cfg.redis_port, .username = s.cfg.redis_user,
         .password = s.cfg.redis_password, .db = s.cfg.redis_db,
         .timeout_ms = s.cfg.redis_timeout_ms, .library = rd_lua_library,
+        .on_ready = on_command_link_ready, .on_ready_arg = &s,
     };
     s.redis = rd_redis_start(s.loop, &ro);
     s.store = rd_store_new(s.loop, s.redis, s.cfg.prefix);
@@ -162,6 +179,7 @@ int main(int argc, char **argv)
         rd_store_free(s.store);
         uv_run(s.loop, UV_RUN_DEFAULT);
         uv_loop_close(s.loop);
+        rd_free(token);
         return 1;
     }
     rd_info("retryd: listening on http://%s:%d, Redis %s:%d, prefix %s", s.cfg.listen_host,
@@ -184,5 +202,6 @@ int main(int argc, char **argv)
     uv_run(s.loop, UV_RUN_DEFAULT);
     rc = uv_loop_close(s.loop);
     if (rc != 0) rd_warn("retryd: loop closed with handles open: %s", uv_strerror(rc));
+    rd_free(token);
     return 0;
 }

@@ -586,6 +586,39 @@ int rd_store_queues(rd_store_t *st, rd_store_cb cb, void *arg)
     return send_call(st, &c, KIND_NAMES, cb, arg);
 }
 
+static void on_config(const rd_reply_t *reply, rd_redis_status_t status, void *arg)
+{
+    (void)arg;
+    if (status != RD_REDIS_OK || rd_reply_type(reply) != RD_REPLY_ARRAY) {
+        rd_debug("store: cannot read Redis's CONFIG; durability not checked");
+        return;
+    }
+    for (size_t i = 0; i + 1 < rd_reply_len(reply); i += 2) {
+        const rd_reply_t *name = rd_reply_at(reply, i), *value = rd_reply_at(reply, i + 1);
+        size_t len;
+        const char *v = rd_reply_str(value, &len);
+        if (v == NULL) continue;
+        if (rd_reply_is(name, "appendonly") && !rd_reply_is(value, "yes"))
+            rd_warn("durability: Redis runs without AOF (appendonly no): a Redis crash loses "
+                    "every message since the last snapshot; see docs/durability.md");
+        else if (rd_reply_is(name, "appendfsync") && rd_reply_is(value, "no"))
+            rd_warn("durability: appendfsync no: a machine crash can lose ~30 s of messages");
+        else if (rd_reply_is(name, "maxmemory-policy") && !rd_reply_is(value, "noeviction"))
+            rd_warn("durability: maxmemory-policy is %.*s: under memory pressure Redis may "
+                    "evict message keys; use noeviction", (int)len, v);
+    }
+}
+
+void rd_store_check_durability(rd_store_t *st)
+{
+    const char *argv[] = { "CONFIG", "GET", "ap*" };
+    size_t lens[] = { 6, 3, 3 };
+    rd_redis_command(st->redis, 3, argv, lens, on_config, NULL);
+    argv[2] = "maxmemory-policy";
+    lens[2] = strlen(argv[2]);
+    rd_redis_command(st->redis, 3, argv, lens, on_config, NULL);
+}
+
 int rd_store_ping(rd_store_t *st, rd_store_cb cb, void *arg)
 {
     call_t c;

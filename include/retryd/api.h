@@ -11,6 +11,7 @@ typedef struct rd_api {
     rd_store_t *store;          /* borrowed */
     rd_waiters_t *waiters;      /* borrowed: long-poll claims */
     const rd_config_t *cfg;     /* borrowed */
+    const char *auth_token;     /* NULL: no auth; else required as a Bearer token */
 } rd_api_t;
 
 /* The rd_http_handler_fn of the server; ctx is a rd_api_t. */

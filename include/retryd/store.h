@@ -118,6 +118,10 @@ int rd_store_tick(rd_store_t *st, rd_store_queue_t q, int limit, long long dead_
                   long long succeeded_ttl_ms, rd_store_cb cb, void *arg);
 /* Names of every known queue (res->names, res->count). */
 int rd_store_queues(rd_store_t *st, rd_store_cb cb, void *arg);
+/* Reads Redis's persistence and eviction settings (CONFIG GET) and logs a
+ * warning for each that could lose messages: no AOF, or an eviction policy
+ * other than noeviction. Silent when CONFIG is not allowed. */
+void rd_store_check_durability(rd_store_t *st);
 /* PING: res->status is RD_STORE_OK when Redis answered PONG. */
 int rd_store_ping(rd_store_t *st, rd_store_cb cb, void *arg);
 
