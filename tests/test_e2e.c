@@ -1,0 +1,1713 @@
+/* test_e2e.c - end-to-end tests: the real build/retryd, forked on a free port
+ * against a throwaway redis-server, spoken to over HTTP/1.1 sockets. Each
+ * assertion is about what a client sees (status, Content-Type, headers, body
+ * fields, SPEC §3-§5, §7), plus what Redis holds where the SPEC names a key.
+ *
+ * Needs RETRYD_TEST_REDIS_PORT and RETRYD_BIN (scripts/test.sh sets both).
+ * The group starts one daemon with a prefix of its own ("e2e<pid>"); tests
+ * that need another (a small --max-body, no Redis, a shutdown) start it
+ * themselves and a per-test teardown kills it if the test failed halfway.
+ * Every test uses queues of its own, so tests do not depend on each other. */
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include <hiredis/hiredis.h>
+
+#include "e2e_support.h"
+
+enum {
+    READY_TIMEOUT_MS = 10000,
+    TICK_MS = 50,
+    DEFAULT_LEASE_S = 30,
+};
+
+static const char *g_bin;
+static int g_redis_port;
+static char g_prefix[64];
+static e2e_daemon_t g_daemon;     /* the group's daemon */
+static e2e_daemon_t g_side;       /* a test's own daemon, if any */
+static e2e_conn_t g_conn = { .fd = -1 };  /* keep-alive connection to g_daemon */
+static redisContext *g_redis;
+static bool g_paused;             /* CLIENT PAUSE in force */
+static pid_t g_side_redis;        /* a redis-server a test started, if any */
+static bool g_stop_failed;        /* the group's daemon did not exit 0 on SIGTERM */
+
+/* ------------------------------------------------------------------------ */
+/* Small strings                                                            */
+/* ------------------------------------------------------------------------ */
+
+/* printf into one of 16 rotating buffers: valid for the next 15 calls, so a
+ * path kept across a loop of requests is copied into a local array. */
+static const char *fmt(const char *f, ...)
+{
+    static char ring[16][2048];
+    static unsigned next;
+    char *s = ring[next++ % 16];
+    va_list ap;
+    va_start(ap, f);
+    vsnprintf(s, sizeof ring[0], f, ap);
+    va_end(ap);
+    return s;
+}
+
+/* Keeps a string past fmt's ring: SET(array, fmt(...)). */
+#define SET(dst, src) snprintf((dst), sizeof(dst), "%s", (src))
+
+/* A queue name no other test uses (the prefix is already per run). */
+static void queue_name(char *out, size_t cap, const char *tag)
+{
+    static unsigned serial;
+    snprintf(out, cap, "%s-%u", tag, ++serial);
+}
+
+/* Percent-encodes everything but unreserved characters (for query values). */
+static const char *url_encode(const char *s)
+{
+    static char out[1024];
+    size_t n = 0;
+    for (; *s && n + 4 < sizeof out; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') out[n++] = (char)c;
+        else n += (size_t)snprintf(out + n, 4, "%%%02X", c);
+    }
+    out[n] = '\0';
+    return out;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Daemons                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Starts retryd against redis_port with prefix, TICK_MS and log level warn,
+ * then extra flags (NULL-terminated; later flags override earlier ones).
+ * Waits for /healthz 200, and for /readyz 200 when want_ready. */
+static int start_daemon(e2e_daemon_t *d, int redis_port, const char *prefix, bool want_ready,
+                        ...)
+{
+    char redis_url[64], tick[16];
+    snprintf(redis_url, sizeof redis_url, "redis://127.0.0.1:%d", redis_port);
+    snprintf(tick, sizeof tick, "%d", TICK_MS);
+    const char *args[24] = { "--redis", redis_url, "--prefix", prefix, "--tick-ms", tick,
+                             "--log-level", "warn" };
+    size_t n = 8;
+    va_list ap;
+    va_start(ap, want_ready);
+    for (const char *a = va_arg(ap, const char *); a && n < 23; a = va_arg(ap, const char *))
+        args[n++] = a;
+    va_end(ap);
+    args[n] = NULL;
+    if (e2e_daemon_spawn(d, g_bin, args) != 0) return -1;
+    if (e2e_daemon_wait_status(d, "/healthz", 200, READY_TIMEOUT_MS) != 0 ||
+        (want_ready && e2e_daemon_wait_status(d, "/readyz", 200, READY_TIMEOUT_MS) != 0)) {
+        fprintf(stderr, "test_e2e: retryd on port %d did not become ready\n", d->port);
+        e2e_daemon_stop(d, SIGKILL, E2E_STOP_TIMEOUT_MS);
+        return -1;
+    }
+    return 0;
+}
+
+static redisReply *rcmd(const char *format, ...)
+{
+    va_list ap;
+    va_start(ap, format);
+    redisReply *r = redisvCommand(g_redis, format, ap);
+    va_end(ap);
+    if (r == NULL) fail_msg("redis: %s", g_redis->errstr);
+    return r;
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    rd_alloc_init();
+    const char *port = getenv("RETRYD_TEST_REDIS_PORT");
+    g_bin = getenv("RETRYD_BIN");
+    if (port == NULL || g_bin == NULL) {
+        fprintf(stderr, "test_e2e: RETRYD_TEST_REDIS_PORT and RETRYD_BIN must be set\n");
+        return -1;
+    }
+    g_redis_port = atoi(port);
+    struct timeval tv = { 10, 0 };
+    g_redis = redisConnectWithTimeout("127.0.0.1", g_redis_port, tv);
+    if (g_redis == NULL || g_redis->err) {
+        fprintf(stderr, "test_e2e: cannot connect to Redis on port %d\n", g_redis_port);
+        return -1;
+    }
+    redisSetTimeout(g_redis, tv);
+    g_conn.fd = -1;
+    snprintf(g_prefix, sizeof g_prefix, "e2e%ld", (long)getpid());
+    return start_daemon(&g_daemon, g_redis_port, g_prefix, true, NULL);
+}
+
+/* The group's daemon must stop cleanly on SIGTERM: exit 0 within 5 s.
+ * cmocka 1.1 prints a failed group teardown but still exits 0 and counts no
+ * failed test, so main turns g_stop_failed into the exit status. */
+static int group_teardown(void **state)
+{
+    (void)state;
+    e2e_conn_close(&g_conn);
+    int status = e2e_daemon_stop(&g_daemon, SIGTERM, E2E_STOP_TIMEOUT_MS);
+    if (g_redis) redisFree(g_redis);
+    if (status != 0) {
+        fprintf(stderr, "test_e2e: retryd after SIGTERM: %s %d\n",
+                status < 0 ? "did not exit within 5 s, killed;" : "exit status", status);
+        g_stop_failed = true;
+        return -1;
+    }
+    return 0;
+}
+
+/* Each test starts on a fresh connection; a failed one leaves no daemon or
+ * pause behind. */
+static int test_setup(void **state)
+{
+    (void)state;
+    e2e_conn_close(&g_conn);
+    return 0;
+}
+
+static int test_teardown(void **state)
+{
+    (void)state;
+    e2e_conn_close(&g_conn);
+    if (g_paused) {
+        freeReplyObject(redisCommand(g_redis, "CLIENT UNPAUSE"));
+        g_paused = false;
+    }
+    if (g_side.pid > 0) e2e_daemon_stop(&g_side, SIGKILL, E2E_STOP_TIMEOUT_MS);
+    if (g_side_redis > 0) {
+        kill(g_side_redis, SIGKILL);
+        waitpid(g_side_redis, NULL, 0);
+        g_side_redis = 0;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Requests and what they answer                                            */
+/* ------------------------------------------------------------------------ */
+
+/* One request to port on the shared keep-alive connection (reopened after
+ * the server closed it); fails the test unless a complete response came. */
+static void http_to(int port, e2e_response_t *r, const char *method, const char *path,
+                    const char *body, size_t body_len)
+{
+    e2e_response_free(r);
+    if (g_conn.fd >= 0 && g_conn.port != port) e2e_conn_close(&g_conn);
+    if (g_conn.fd < 0 && e2e_conn_open(&g_conn, port) != 0)
+        fail_msg("connect to 127.0.0.1:%d: %s", port, strerror(errno));
+    if (e2e_request(&g_conn, method, path, NULL, body, body_len, r) != 0) {
+        e2e_conn_close(&g_conn);
+        fail_msg("%s %s: no complete response", method, path);
+    }
+}
+
+static void http(e2e_response_t *r, const char *method, const char *path, const char *body)
+{
+    http_to(g_daemon.port, r, method, path, body, body ? strlen(body) : 0);
+}
+
+static rd_json_t *jget(const rd_json_t *o, const char *name)
+{
+    rd_json_t *v = rd_json_get(o, name);
+    if (v == NULL) fail_msg("member \"%s\" is missing", name);
+    return v;
+}
+
+static const char *jstr(const rd_json_t *o, const char *name)
+{
+    const char *s = rd_json_string(jget(o, name));
+    if (s == NULL) fail_msg("member \"%s\" is not a string", name);
+    return s;
+}
+
+static long long jint(const rd_json_t *o, const char *name)
+{
+    long long n;
+    if (!rd_json_integer(jget(o, name), &n)) fail_msg("member \"%s\" is not an integer", name);
+    return n;
+}
+
+static void jnull(const rd_json_t *o, const char *name)
+{
+    if (!rd_json_is_null(jget(o, name))) fail_msg("member \"%s\" is not null", name);
+}
+
+/* A timestamp member in the SPEC's shape, as Unix milliseconds. */
+static long long jtime(const rd_json_t *o, const char *name)
+{
+    long long ms;
+    const char *s = jstr(o, name);
+    if (e2e_parse_time(s, &ms) != 0) fail_msg("%s \"%s\" is not YYYY-MM-DDTHH:MM:SS.mmmZ", name, s);
+    return ms;
+}
+
+/* Asserts status and application/json; returns the body object. */
+static rd_json_t *expect_json(const e2e_response_t *r, int status)
+{
+    if (r->status != status) fail_msg("expected %d, got %d: %s", status, r->status, r->body);
+    if (!e2e_media_type_is(r->content_type, "application/json"))
+        fail_msg("Content-Type \"%s\", expected application/json", r->content_type);
+    if (r->json == NULL || !rd_json_is_object(r->json)) fail_msg("body is not a JSON object");
+    return r->json;
+}
+
+/* Asserts an RFC 9457 problem: status, media type, type, title, detail and
+ * instance (the request path without its query, unless instance is NULL). */
+static rd_json_t *expect_problem(const e2e_response_t *r, int status, const char *slug,
+                                 const char *instance)
+{
+    if (r->status != status)
+        fail_msg("expected %d %s, got %d: %s", status, slug, r->status, r->body);
+    if (!e2e_media_type_is(r->content_type, "application/problem+json"))
+        fail_msg("Content-Type \"%s\", expected application/problem+json", r->content_type);
+    if (r->json == NULL || !rd_json_is_object(r->json)) fail_msg("problem is not a JSON object");
+    assert_string_equal(jstr(r->json, "type"), fmt("/problems/%s", slug));
+    assert_true(jstr(r->json, "title")[0] != '\0');
+    assert_int_equal(jint(r->json, "status"), status);
+    assert_true(jstr(r->json, "detail")[0] != '\0');
+    if (instance) assert_string_equal(jstr(r->json, "instance"), instance);
+    return r->json;
+}
+
+/* A 422 validation-failed with exactly n entries in errors. */
+static rd_json_t *expect_invalid(const e2e_response_t *r, const char *instance, size_t n)
+{
+    rd_json_t *p = expect_problem(r, 422, "validation-failed", instance);
+    rd_json_t *errors = jget(p, "errors");
+    assert_true(rd_json_is_array(errors));
+    if (rd_json_array_size(errors) != n)
+        fail_msg("expected %zu errors, got %zu: %s", n, rd_json_array_size(errors), r->body);
+    return errors;
+}
+
+/* The errors entry for field has code (and message, when not NULL). */
+static void expect_field_error(const rd_json_t *errors, const char *field, const char *code,
+                               const char *message)
+{
+    for (size_t i = 0; i < rd_json_array_size(errors); i++) {
+        rd_json_t *e = rd_json_array_at(errors, i);
+        if (strcmp(jstr(e, "field"), field) != 0) continue;
+        assert_string_equal(jstr(e, "code"), code);
+        if (message) assert_string_equal(jstr(e, "message"), message);
+        else assert_true(jstr(e, "message")[0] != '\0');
+        return;
+    }
+    fail_msg("no error for field \"%s\"", field);
+}
+
+/* The fields every message has, with the values given (payload unchecked). */
+static void expect_message(const rd_json_t *m, long long id, const char *queue,
+                           const char *status, long long retry_count, long long max_retries)
+{
+    assert_int_equal(jint(m, "id"), id);
+    assert_string_equal(jstr(m, "queue"), queue);
+    jstr(m, "payload");
+    assert_string_equal(jstr(m, "status"), status);
+    assert_int_equal(jint(m, "retry_count"), retry_count);
+    assert_int_equal(jint(m, "max_retries"), max_retries);
+    jget(m, "retry_after");
+    jget(m, "last_error");
+    jget(m, "lease_expires_at");
+    assert_true(jtime(m, "updated_at") >= jtime(m, "created_at"));
+}
+
+static const char *messages_path(const char *q)
+{
+    return fmt("/queues/%s/messages", q);
+}
+
+static const char *message_path(const char *q, long long id, const char *verb)
+{
+    return verb ? fmt("/queues/%s/messages/%lld/%s", q, id, verb)
+                : fmt("/queues/%s/messages/%lld", q, id);
+}
+
+/* Enqueues body (JSON) to q; asserts 201 and returns the id. */
+static long long enqueue(const char *q, const char *body)
+{
+    e2e_response_t r = { 0 };
+    http(&r, "POST", messages_path(q), body);
+    long long id = jint(expect_json(&r, 201), "id");
+    e2e_response_free(&r);
+    return id;
+}
+
+/* Claims one message of q: returns its id and copies its token, or 0 on 204. */
+static long long claim_one(const char *q, int lease_seconds, char *token, size_t cap)
+{
+    e2e_response_t r = { 0 };
+    http(&r, "POST", fmt("/queues/%s/claim", q), fmt("{\"lease_seconds\":%d}", lease_seconds));
+    if (r.status == 204) {
+        e2e_response_free(&r);
+        return 0;
+    }
+    rd_json_t *m = expect_json(&r, 200);
+    long long id = jint(m, "id");
+    assert_string_equal(jstr(m, "status"), "processing");
+    if (token) snprintf(token, cap, "%s", jstr(m, "lease_token"));
+    e2e_response_free(&r);
+    return id;
+}
+
+static void expect_no_content(const e2e_response_t *r)
+{
+    if (r->status != 204) fail_msg("expected 204, got %d: %s", r->status, r->body);
+    assert_int_equal(r->body_len, 0);
+    assert_true(r->content_length <= 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Enqueue and validation                                                   */
+/* ------------------------------------------------------------------------ */
+
+static void test_enqueue_returns_message_and_location(void **state)
+{
+    (void)state;
+    char q[64];
+    queue_name(q, sizeof q, "enq");
+    e2e_response_t r = { 0 };
+
+    long long before = e2e_wall_ms();
+    http(&r, "POST", messages_path(q), "{\"payload\":\"hello\"}");
+    rd_json_t *m = expect_json(&r, 201);
+    assert_string_equal(r.location, fmt("/queues/%s/messages/1", q));
+    expect_message(m, 1, q, "pending", 0, 3);
+    assert_string_equal(jstr(m, "payload"), "hello");
+    jnull(m, "retry_after");
+    jnull(m, "last_error");
+    jnull(m, "lease_expires_at");
+    long long created = jtime(m, "created_at");
+    assert_int_equal(jtime(m, "updated_at"), created);
+    /* Redis runs on this host, so its clock is ours (give or take 2 s). */
+    assert_true(created >= before - 2000 && created <= e2e_wall_ms() + 2000);
+
+    http(&r, "POST", messages_path(q), "{\"payload\":\"second\",\"max_retries\":5}");
+    m = expect_json(&r, 201);
+    assert_string_equal(r.location, fmt("/queues/%s/messages/2", q));
+    expect_message(m, 2, q, "pending", 0, 5);
+
+    /* null means "default". */
+    http(&r, "POST", messages_path(q), "{\"payload\":\"third\",\"max_retries\":null}");
+    expect_message(expect_json(&r, 201), 3, q, "pending", 0, 3);
+    e2e_response_free(&r);
+}
+
+static void expect_payload_round_trip(const char *q, const char *payload)
+{
+    size_t len;
+    char *body = e2e_json_with_string("payload", payload, &len);
+    e2e_response_t r = { 0 };
+    http_to(g_daemon.port, &r, "POST", messages_path(q), body, len);
+    rd_free(body);
+    rd_json_t *m = expect_json(&r, 201);
+    long long id = jint(m, "id");
+    const char *got = jstr(m, "payload");
+    assert_int_equal(strlen(got), strlen(payload));
+    assert_memory_equal(got, payload, strlen(payload));
+
+    http(&r, "GET", message_path(q, id, NULL), NULL);
+    got = jstr(expect_json(&r, 200), "payload");
+    assert_int_equal(strlen(got), strlen(payload));
+    assert_memory_equal(got, payload, strlen(payload));
+    e2e_response_free(&r);
+}
+
+static void test_payload_is_returned_byte_for_byte(void **state)
+{
+    (void)state;
+    char q[64];
+    queue_name(q, sizeof q, "bytes");
+    expect_payload_round_trip(q, "h\xC3\xA9llo w\xC3\xB6rld \xE2\x80\x94 \xE6\x97\xA5\xE6\x9C\xAC "
+                                 "\xF0\x9F\x8E\x89");
+    expect_payload_round_trip(q, "say \"hi\" \\ back\\slash / 'single' \\u0041");
+    expect_payload_round_trip(q, "line1\nline2\r\n\ttab\x01\x1f end");
+    expect_payload_round_trip(q, "{\"looks\":[\"like\",\"json\"]}");
+    expect_payload_round_trip(q, "");
+
+    enum { BIG = 100 * 1024 };
+    static const char pattern[] = "0123456789abcdef\"\\\n\t{}[]:, \xC3\xA9";
+    char *big = malloc(BIG + 1);
+    for (size_t i = 0; i < BIG; i++) big[i] = pattern[i % (sizeof pattern - 1)];
+    big[BIG] = '\0';
+    expect_payload_round_trip(q, big);
+    free(big);
+
+    /* U+0000 may be refused, but is never cut short (SPEC §5). */
+    e2e_response_t r = { 0 };
+    http(&r, "POST", messages_path(q), "{\"payload\":\"a\\u0000b\"}");
+    if (r.status == 201) assert_non_null(strstr(r.body, "\"payload\":\"a\\u0000b\""));
+    else expect_field_error(expect_invalid(&r, NULL, 1), "payload", "invalid", NULL);
+    e2e_response_free(&r);
+}
+
+static void test_enqueue_validation(void **state)
+{
+    (void)state;
+    char q[64];
+    queue_name(q, sizeof q, "valid");
+    char path[128];
+    snprintf(path, sizeof path, "%s", messages_path(q));
+    const char *range = "max_retries must be between 1 and 10.";
+    e2e_response_t r = { 0 };
+
+    http(&r, "POST", path, "{\"max_retries\":3}");
+    expect_field_error(expect_invalid(&r, path, 1), "payload", "required", NULL);
+
+    http(&r, "POST", path, "{\"payload\":5}");
+    expect_field_error(expect_invalid(&r, path, 1), "payload", "invalid", NULL);
+    http(&r, "POST", path, "{\"payload\":{\"a\":1}}");
+    expect_field_error(expect_invalid(&r, path, 1), "payload", "invalid", NULL);
+
+    const char *bad_retries[] = { "0", "11", "\"3\"", "-1", "2.5", "true" };
+    for (size_t i = 0; i < sizeof bad_retries / sizeof bad_retries[0]; i++) {
+        http(&r, "POST", path, fmt("{\"payload\":\"x\",\"max_retries\":%s}", bad_retries[i]));
+        expect_field_error(expect_invalid(&r, path, 1), "max_retries", "invalid", range);
+    }
+
+    const char *bad_delays[] = { "-1", "2592001", "1.5", "\"10\"" };
+    for (size_t i = 0; i < sizeof bad_delays / sizeof bad_delays[0]; i++) {
+        http(&r, "POST", path, fmt("{\"payload\":\"x\",\"delay_seconds\":%s}", bad_delays[i]));
+        expect_field_error(expect_invalid(&r, path, 1), "delay_seconds", "invalid", NULL);
+    }
+
+    http(&r, "POST", path, "{\"payload\":7,\"max_retries\":0}");
+    rd_json_t *errors = expect_invalid(&r, path, 2);
+    expect_field_error(errors, "payload", "invalid", NULL);
+    expect_field_error(errors, "max_retries", "invalid", range);
+
+    /* Nothing above created a message: the first real one gets id 1. */
+    assert_int_equal(enqueue(q, "{\"payload\":\"ok\",\"max_retries\":10}"), 1);
+    assert_int_equal(enqueue(q, "{\"payload\":\"ok\",\"max_retries\":1}"), 2);
+    e2e_response_free(&r);
+}
+
+static void test_malformed_bodies_are_400(void **state)
+{
+    (void)state;
+    char q[64];
+    queue_name(q, sizeof q, "malformed");
+    char path[1024];
+    SET(path, messages_path(q));
+    const char *bodies[] = { "{\"payload\":", "[\"payload\"]", "", "\"payload\"", "42",
+                             "{\"payload\":\"x\"} trailing", "{payload:\"x\"}" };
+    e2e_response_t r = { 0 };
+    for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+        http(&r, "POST", path, bodies[i]);
+        expect_problem(&r, 400, "malformed-request", path);
+    }
+    /* A POST without any body at all is the same as an empty one. */
+    http(&r, "POST", path, NULL);
+    expect_problem(&r, 400, "malformed-request", path);
+    assert_int_equal(enqueue(q, "{\"payload\":\"ok\"}"), 1);
+    e2e_response_free(&r);
+}
+
+static void test_queue_name_rules(void **state)
+{
+    (void)state;
+    e2e_response_t r = { 0 };
+    char name[300];
+    memset(name, 'n', 256);
+    name[256] = '\0';
+    char path[1024];
+    SET(path, messages_path(name));
+    http(&r, "POST", path, "{\"payload\":\"x\"}");
+    expect_field_error(expect_invalid(&r, path, 1), "queue", "invalid", NULL);
+
+    /* 255 bytes is still a name (and it is free: its first id is 1). */
+    char q[64];
+    queue_name(q, sizeof q, "long");
+    memset(name, 'n', 255);
+    memcpy(name, q, strlen(q));
+    name[255] = '\0';
+    assert_int_equal(enqueue(name, "{\"payload\":\"x\"}"), 1);
+
+    const char *bad[] = { "x%00y", "%1F", "a%0Ab", "%7F", "%C3%28", "%FF", "%ED%A0%80" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        SET(path, messages_path(bad[i]));
+        http(&r, "POST", path, "{\"payload\":\"x\"}");
+        expect_field_error(expect_invalid(&r, path, 1), "queue", "invalid", NULL);
+        http(&r, "GET", message_path(bad[i], 1, NULL), NULL);
+        expect_field_error(expect_invalid(&r, NULL, 1), "queue", "invalid", NULL);
+    }
+    e2e_response_free(&r);
+}
+
+static void test_odd_queue_names_are_distinct(void **state)
+{
+    (void)state;
+    char plain[64], raw[160], decoded[160];
+    queue_name(plain, sizeof plain, "a");
+    /* Space, colon, braces, a percent sign and U+00E9 in one segment. */
+    snprintf(raw, sizeof raw, "%s%%20:b{c}%%25%%C3%%A9", plain);
+    snprintf(decoded, sizeof decoded, "%s :b{c}%%\xC3\xA9", plain);
+    e2e_response_t r = { 0 };
+
+    http(&r, "POST", messages_path(plain), "{\"payload\":\"plain\"}");
+    expect_message(expect_json(&r, 201), 1, plain, "pending", 0, 3);
+    http(&r, "POST", messages_path(raw), "{\"payload\":\"odd\"}");
+    rd_json_t *m = expect_json(&r, 201);
+    expect_message(m, 1, decoded, "pending", 0, 3);
+    assert_string_equal(r.location, fmt("/queues/%s/messages/1", raw));
+
+    http(&r, "GET", message_path(plain, 1, NULL), NULL);
+    assert_string_equal(jstr(expect_json(&r, 200), "payload"), "plain");
+    http(&r, "GET", message_path(raw, 1, NULL), NULL);
+    m = expect_json(&r, 200);
+    assert_string_equal(jstr(m, "payload"), "odd");
+    assert_string_equal(jstr(m, "queue"), decoded);
+    /* Each queue has its one message and no other. */
+    http(&r, "GET", message_path(raw, 2, NULL), NULL);
+    expect_problem(&r, 404, "not-found", NULL);
+
+    /* "x:" and "x%3A" would share keys if '%' were not escaped too. */
+    char colon[96], percent[96];
+    snprintf(colon, sizeof colon, "%s%%3A", plain);      /* decodes to "<plain>:" */
+    snprintf(percent, sizeof percent, "%s%%253A", plain); /* decodes to "<plain>%3A" */
+    http(&r, "POST", messages_path(colon), "{\"payload\":\"colon\"}");
+    expect_message(expect_json(&r, 201), 1, fmt("%s:", plain), "pending", 0, 3);
+    http(&r, "POST", messages_path(percent), "{\"payload\":\"percent\"}");
+    expect_message(expect_json(&r, 201), 1, fmt("%s%%3A", plain), "pending", 0, 3);
+    http(&r, "GET", message_path(colon, 1, NULL), NULL);
+    assert_string_equal(jstr(expect_json(&r, 200), "payload"), "colon");
+    e2e_response_free(&r);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Reading, routing, limits                                                 */
+/* ------------------------------------------------------------------------ */
+
+static void test_get_and_not_found(void **state)
+{
+    (void)state;
+    char q[64];
+    queue_name(q, sizeof q, "get");
+    e2e_response_t r = { 0 };
+    http(&r, "POST", messages_path(q), "{\"payload\":\"p\",\"max_retries\":4}");
+    char created[32];
+    snprintf(created, sizeof created, "%s", jstr(expect_json(&r, 201), "created_at"));
+
+    char path[1024];
+    SET(path, message_path(q, 1, NULL));
+    http(&r, "GET", path, NULL);
+    rd_json_t *m = expect_json(&r, 200);
+    expect_message(m, 1, q, "pending", 0, 4);
+    assert_string_equal(jstr(m, "payload"), "p");
+    assert_string_equal(jstr(m, "created_at"), created);
+
+    SET(path, message_path(q, 999, NULL));
+    http(&r, "GET", path, NULL);
+    expect_problem(&r, 404, "not-found", path);
+    SET(path, fmt("/queues/%s/messages/abc", q));
+    http(&r, "GET", path, NULL);
+    expect_problem(&r, 404, "not-found", path);
+    SET(path, fmt("/queues/%s/messages/0", q));
+    http(&r, "GET", path, NULL);
+    expect_problem(&r, 404, "not-found", path);
+    SET(path, message_path(q, 999, "succeed"));
+    http(&r, "POST", path, "{}");
+    expect_problem(&r, 404, "not-found", path);
+
+    http(&r, "GET", "/nope", NULL);
+    expect_problem(&r, 404, "not-found", "/nope");
+    SET(path, fmt("/queues/%s/bogus", q));
+    http(&r, "GET", path, NULL);
+    expect_problem(&r, 404, "not-found", path);
+    e2e_response_free(&r);
+}
+
+static void test_wrong_method_is_405_with_allow(void **state)
+{
+    (void)state;
+    e2e_response_t r = { 0 };
+    http(&r, "DELETE", "/queues/q/messages", NULL);
+    expect_problem(&r, 405, "method-not-allowed", "/queues/q/messages");
+    if (!e2e_list_has(r.allow, "GET") || !e2e_list_has(r.allow, "POST"))
+        fail_msg("Allow \"%s\" must list GET and POST", r.allow);
+
+    http(&r, "GET", "/queues/q/claim", NULL);
+    expect_problem(&r, 405, "method-not-allowed", "/queues/q/claim");
+    assert_true(e2e_list_has(r.allow, "POST"));
+    e2e_response_free(&r);
+}
+
+static void test_body_over_max_body_is_413(void **state)
+{
+    (void)state;
+    char prefix[80];
+    snprintf(prefix, sizeof prefix, "%s-max", g_prefix);
+    assert_int_equal(start_daemon(&g_side, g_redis_port, prefix, true, "--max-body", "65536",
+                                  NULL), 0);
+    char q[64];
+    queue_name(q, sizeof q, "big");
+    char path[1024];
+    SET(path, messages_path(q));
+    enum { UNDER = 60000, OVER = 70000 };
+    char *body = malloc(OVER + 1);
+    e2e_response_t r = { 0 };
+
+    /* {"payload":"aaa...a"} of exactly n bytes. */
+    for (int n = UNDER; n <= OVER; n += OVER - UNDER) {
+        memset(body, 'a', (size_t)n);
+        memcpy(body, "{\"payload\":\"", 12);
+        memcpy(body + n - 2, "\"}", 2);
+        body[n] = '\0';
+        http_to(g_side.port, &r, "POST", path, body, (size_t)n);
+        if (n == UNDER) expect_message(expect_json(&r, 201), 1, q, "pending", 0, 3);
+        else expect_problem(&r, 413, "payload-too-large", NULL);
+    }
+    free(body);
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    /* SIGINT stops it as cleanly as SIGTERM (SPEC §7). */
+    assert_int_equal(e2e_daemon_stop(&g_side, SIGINT, E2E_STOP_TIMEOUT_MS), 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Claim                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static void test_claim_nothing_due_is_204(void **state)
+{
+    (void)state;
+    char q[64];
+    queue_name(q, sizeof q, "empty");
+    e2e_response_t r = { 0 };
+    http(&r, "POST", fmt("/queues/%s/claim", q), NULL);
+    expect_no_content(&r);
+    http(&r, "POST", fmt("/queues/%s/claim", q), "{}");
+    expect_no_content(&r);
+    /* A message that is not due yet is not claimable either. */
+    enqueue(q, "{\"payload\":\"later\",\"delay_seconds\":60}");
+    http(&r, "POST", fmt("/queues/%s/claim", q), "{\"lease_seconds\":5}");
+    expect_no_content(&r);
+    e2e_response_free(&r);
+}
+
+static void test_claim_is_fifo(void **state)
+{
+    (void)state;
+    char q[64];
+    queue_name(q, sizeof q, "fifo");
+    for (int i = 1; i <= 5; i++)
+        assert_int_equal(enqueue(q, fmt("{\"payload\":\"m%d\"}", i)), i);
+    for (int i = 1; i <= 5; i++) assert_int_equal(claim_one(q, 30, NULL, 0), i);
+    assert_int_equal(claim_one(q, 30, NULL, 0), 0);
+}
+
+/* lease_expires_at is the claim's own time (updated_at) + lease_seconds. */
+static void expect_lease(const rd_json_t *m, long long lease_s)
+{
+    long long claimed_at = jtime(m, "updated_at");
+    assert_int_equal(jtime(m, "lease_expires_at") - claimed_at, lease_s * 1000);
+    long long now = e2e_wall_ms();
+    assert_true(claimed_at > now - 5000 && claimed_at < now + 2000);
+    assert_true(jstr(m, "lease_token")[0] != '\0');
+}
+
+static void test_claim_sets_lease(void **state)
+{
+    (void)state;
+    char q[64], token1[160];
+    queue_name(q, sizeof q, "lease");
+    for (int i = 0; i < 3; i++) enqueue(q, "{\"payload\":\"x\"}");
+    char path[1024];
+    SET(path, fmt("/queues/%s/claim", q));
+    e2e_response_t r = { 0 };
+
+    http(&r, "POST", path, "{\"lease_seconds\":5}");
+    rd_json_t *m = expect_json(&r, 200);
+    expect_message(m, 1, q, "processing", 0, 3);
+    expect_lease(m, 5);
+    jnull(m, "retry_after");
+    snprintf(token1, sizeof token1, "%s", jstr(m, "lease_token"));
+
+    http(&r, "POST", fmt("/queues/%s/claim?lease_seconds=5", q), NULL);
+    m = expect_json(&r, 200);
+    expect_message(m, 2, q, "processing", 0, 3);
+    expect_lease(m, 5);
+    assert_string_not_equal(jstr(m, "lease_token"), token1);
+
+    http(&r, "POST", path, NULL);
+    m = expect_json(&r, 200);
+    expect_lease(m, DEFAULT_LEASE_S);
+
+    /* The lease shows on GET too. */
+    http(&r, "GET", message_path(q, 1, NULL), NULL);
+    m = expect_json(&r, 200);
+    assert_string_equal(jstr(m, "status"), "processing");
+    jtime(m, "lease_expires_at");
+    e2e_response_free(&r);
+}
+
+static void test_claim_count(void **state)
+{
+    (void)state;
+    char q[64];
+    queue_name(q, sizeof q, "count");
+    for (int i = 0; i < 4; i++) enqueue(q, "{\"payload\":\"x\"}");
+    char path[1024];
+    SET(path, fmt("/queues/%s/claim", q));
+    e2e_response_t r = { 0 };
+
+    http(&r, "POST", path, "{\"count\":3,\"lease_seconds\":5}");
+    rd_json_t *list = jget(expect_json(&r, 200), "messages");
+    assert_true(rd_json_is_array(list));
+    assert_int_equal(rd_json_array_size(list), 3);
+    const char *tokens[3];
+    for (size_t i = 0; i < 3; i++) {
+        rd_json_t *m = rd_json_array_at(list, i);
+        expect_message(m, (long long)i + 1, q, "processing", 0, 3);
+        expect_lease(m, 5);
+        tokens[i] = jstr(m, "lease_token");
+        for (size_t j = 0; j < i; j++) assert_string_not_equal(tokens[i], tokens[j]);
+    }
+
+    http(&r, "POST", fmt("/queues/%s/claim?count=3", q), NULL);
+    list = jget(expect_json(&r, 200), "messages");
+    assert_int_equal(rd_json_array_size(list), 1);
+    assert_int_equal(jint(rd_json_array_at(list, 0), "id"), 4);
+
+    http(&r, "POST", path, "{\"count\":3}");
+    expect_no_content(&r);
+    e2e_response_free(&r);
+}
+
+static void test_claim_validation(void **state)
+{
+    (void)state;
+    char q[64];
+    queue_name(q, sizeof q, "claimval");
+    enqueue(q, "{\"payload\":\"x\"}");
+    char path[128];
+    snprintf(path, sizeof path, "/queues/%s/claim", q);
+    e2e_response_t r = { 0 };
+    const struct { const char *query, *body, *field; } cases[] = {
+        { "", "{\"lease_seconds\":0}", "lease_seconds" },
+        { "", "{\"lease_seconds\":43201}", "lease_seconds" },
+        { "", "{\"lease_seconds\":\"5\"}", "lease_seconds" },
+        { "?lease_seconds=0", NULL, "lease_seconds" },
+        { "?lease_seconds=43201", NULL, "lease_seconds" },
+        { "", "{\"count\":101}", "count" },
+        { "", "{\"count\":0}", "count" },
+        { "?count=101", NULL, "count" },
+        { "", "{\"wait_seconds\":31}", "wait_seconds" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        http(&r, "POST", fmt("%s%s", path, cases[i].query), cases[i].body);
+        expect_field_error(expect_invalid(&r, path, 1), cases[i].field, "invalid", NULL);
+    }
+    http(&r, "POST", path, "[1]");
+    expect_problem(&r, 400, "malformed-request", path);
+    /* None of them claimed anything; the limits themselves are accepted. */
+    http(&r, "POST", path, "{\"lease_seconds\":43200,\"count\":100}");
+    rd_json_t *list = jget(expect_json(&r, 200), "messages");
+    assert_int_equal(rd_json_array_size(list), 1);
+    expect_lease(rd_json_array_at(list, 0), 43200);
+    e2e_response_free(&r);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Settling: succeed, fail, replay, extend                                  */
+/* ------------------------------------------------------------------------ */
+
+static void test_succeed(void **state)
+{
+    (void)state;
+    char q[64], token[160];
+    queue_name(q, sizeof q, "succeed");
+    enqueue(q, "{\"payload\":\"a\"}");
+    enqueue(q, "{\"payload\":\"b\"}");
+    enqueue(q, "{\"payload\":\"c\"}");
+    e2e_response_t r = { 0 };
+    assert_int_equal(claim_one(q, 30, token, sizeof token), 1);
+
+    char path[1024];
+    SET(path, message_path(q, 1, "succeed"));
+    http(&r, "POST", path, "{\"lease_token\":\"not-the-token\"}");
+    expect_problem(&r, 409, "lease-mismatch", path);
+    http(&r, "GET", message_path(q, 1, NULL), NULL);
+    assert_string_equal(jstr(expect_json(&r, 200), "status"), "processing");
+
+    http(&r, "POST", path, fmt("{\"lease_token\":\"%s\"}", token));
+    rd_json_t *m = expect_json(&r, 200);
+    expect_message(m, 1, q, "succeeded", 0, 3);
+    jnull(m, "lease_expires_at");
+    assert_string_equal(jstr(m, "payload"), "a");
+
+    http(&r, "POST", path, fmt("{\"lease_token\":\"%s\"}", token));
+    assert_non_null(strstr(jstr(expect_problem(&r, 409, "invalid-state", path), "detail"),
+                           "succeeded"));
+
+    /* Without a token any current lease is accepted (reference behaviour). */
+    assert_int_equal(claim_one(q, 30, NULL, 0), 2);
+    http(&r, "POST", message_path(q, 2, "succeed"), NULL);
+    expect_message(expect_json(&r, 200), 2, q, "succeeded", 0, 3);
+
+    SET(path, message_path(q, 3, "succeed"));
+    http(&r, "POST", path, "{}");
+    assert_non_null(strstr(jstr(expect_problem(&r, 409, "invalid-state", path), "detail"),
+                           "pending"));
+    e2e_response_free(&r);
+}
+
+static void test_fail_schedules_retry_with_backoff(void **state)
+{
+    (void)state;
+    char q[64], token[160];
+    queue_name(q, sizeof q, "fail");
+    enqueue(q, "{\"payload\":\"x\"}");
+    assert_int_equal(claim_one(q, 30, token, sizeof token), 1);
+    e2e_response_t r = { 0 };
+
+    char path[1024];
+    SET(path, message_path(q, 1, "fail"));
+    http(&r, "POST", path, fmt("{\"error\":\"wrong token\",\"lease_token\":\"%s-x\"}", token));
+    expect_problem(&r, 409, "lease-mismatch", path);
+
+    http(&r, "POST", path, fmt("{\"error\":\"smtp said \\\"no\\\"\",\"lease_token\":\"%s\"}",
+                               token));
+    rd_json_t *m = expect_json(&r, 200);
+    expect_message(m, 1, q, "pending", 1, 3);
+    assert_string_equal(jstr(m, "last_error"), "smtp said \"no\"");
+    jnull(m, "lease_expires_at");
+    /* First failure: backoff 2^1 s from the failure. */
+    assert_int_equal(jtime(m, "retry_after") - jtime(m, "updated_at"), 2000);
+
+    http(&r, "GET", message_path(q, 1, NULL), NULL);
+    m = expect_json(&r, 200);
+    assert_string_equal(jstr(m, "status"), "pending");
+    assert_string_equal(jstr(m, "last_error"), "smtp said \"no\"");
+    assert_int_equal(claim_one(q, 30, NULL, 0), 0);
+
+    /* Failing it again needs a claim first. */
+    http(&r, "POST", path, "{\"error\":\"again\"}");
+    assert_non_null(strstr(jstr(expect_problem(&r, 409, "invalid-state", path), "detail"),
+                           "pending"));
+    e2e_response_free(&r);
+}
+
+static void test_fail_to_dead(void **state)
+{
+    (void)state;
+    char q[64];
+    queue_name(q, sizeof q, "dead");
+    enqueue(q, "{\"payload\":\"a\"}");
+    enqueue(q, "{\"payload\":\"b\",\"max_retries\":1}");
+    e2e_response_t r = { 0 };
+
+    assert_int_equal(claim_one(q, 30, NULL, 0), 1);
+    http(&r, "POST", message_path(q, 1, "fail"), "{\"error\":\"bad input\",\"retryable\":false}");
+    rd_json_t *m = expect_json(&r, 200);
+    expect_message(m, 1, q, "dead", 1, 3);
+    assert_string_equal(jstr(m, "last_error"), "bad input");
+    jnull(m, "retry_after");
+    jnull(m, "lease_expires_at");
+
+    assert_int_equal(claim_one(q, 30, NULL, 0), 2);
+    http(&r, "POST", message_path(q, 2, "fail"), "{\"error\":\"once\"}");
+    m = expect_json(&r, 200);
+    expect_message(m, 2, q, "dead", 1, 1);
+    assert_string_equal(jstr(m, "last_error"), "once");
+    jnull(m, "retry_after");
+
+    assert_int_equal(claim_one(q, 30, NULL, 0), 0);
+    e2e_response_free(&r);
+}
+
+static void test_fail_requires_error(void **state)
+{
+    (void)state;
+    char q[64];
+    queue_name(q, sizeof q, "failval");
+    enqueue(q, "{\"payload\":\"x\"}");
+    assert_int_equal(claim_one(q, 30, NULL, 0), 1);
+    char path[1024];
+    SET(path, message_path(q, 1, "fail"));
+    e2e_response_t r = { 0 };
+
+    http(&r, "POST", path, "{}");
+    expect_field_error(expect_invalid(&r, path, 1), "error", "required", NULL);
+    http(&r, "POST", path, "{\"retryable\":false}");
+    expect_field_error(expect_invalid(&r, path, 1), "error", "required", NULL);
+    http(&r, "POST", path, "{\"error\":42}");
+    expect_field_error(expect_invalid(&r, path, 1), "error", "invalid", NULL);
+    http(&r, "POST", path, "{\"error\":\"e\",\"retryable\":\"no\"}");
+    expect_field_error(expect_invalid(&r, path, 1), "retryable", "invalid", NULL);
+    http(&r, "POST", path, "");
+    expect_problem(&r, 400, "malformed-request", path);
+
+    http(&r, "GET", message_path(q, 1, NULL), NULL);
+    rd_json_t *m = expect_json(&r, 200);
+    expect_message(m, 1, q, "processing", 0, 3);
+    jnull(m, "last_error");
+    e2e_response_free(&r);
+}
+
+static void test_replay(void **state)
+{
+    (void)state;
+    char q[64];
+    queue_name(q, sizeof q, "replay");
+    e2e_response_t r = { 0 };
+    assert_int_equal(enqueue(q, "{\"payload\":\"dead one\",\"max_retries\":1}"), 1);
+    assert_int_equal(claim_one(q, 30, NULL, 0), 1);
+    /* Fresh messages that wait longer than the replayed one will. */
+    assert_int_equal(enqueue(q, "{\"payload\":\"fresh 2\"}"), 2);
+    assert_int_equal(enqueue(q, "{\"payload\":\"fresh 3\"}"), 3);
+    http(&r, "POST", message_path(q, 1, "fail"), "{\"error\":\"boom\"}");
+    expect_message(expect_json(&r, 200), 1, q, "dead", 1, 1);
+
+    char path[1024];
+    SET(path, message_path(q, 2, "replay"));
+    http(&r, "POST", path, NULL);
+    assert_non_null(strstr(jstr(expect_problem(&r, 409, "invalid-state", path), "detail"),
+                           "pending"));
+
+    http(&r, "POST", message_path(q, 1, "replay"), NULL);
+    rd_json_t *m = expect_json(&r, 200);
+    expect_message(m, 1, q, "pending", 0, 1);
+    jnull(m, "retry_after");
+    jnull(m, "lease_expires_at");
+    assert_string_equal(jstr(m, "payload"), "dead one");
+
+    assert_int_equal(claim_one(q, 30, NULL, 0), 1);
+    SET(path, message_path(q, 1, "replay"));
+    http(&r, "POST", path, "{}");
+    assert_non_null(strstr(jstr(expect_problem(&r, 409, "invalid-state", path), "detail"),
+                           "processing"));
+    assert_int_equal(claim_one(q, 30, NULL, 0), 2);
+    assert_int_equal(claim_one(q, 30, NULL, 0), 3);
+
+    SET(path, message_path(q, 77, "replay"));
+    http(&r, "POST", path, NULL);
+    expect_problem(&r, 404, "not-found", path);
+    e2e_response_free(&r);
+}
+
+static void test_extend(void **state)
+{
+    (void)state;
+    char q[64], token[160];
+    queue_name(q, sizeof q, "extend");
+    enqueue(q, "{\"payload\":\"x\"}");
+    e2e_response_t r = { 0 };
+    http(&r, "POST", fmt("/queues/%s/claim", q), "{\"lease_seconds\":5}");
+    rd_json_t *m = expect_json(&r, 200);
+    long long first = jtime(m, "lease_expires_at");
+    snprintf(token, sizeof token, "%s", jstr(m, "lease_token"));
+
+    char path[1024];
+    SET(path, message_path(q, 1, "extend"));
+    http(&r, "POST", path, "{\"lease_seconds\":60,\"lease_token\":\"nope\"}");
+    expect_problem(&r, 409, "lease-mismatch", path);
+
+    http(&r, "POST", path, fmt("{\"lease_seconds\":60,\"lease_token\":\"%s\"}", token));
+    m = expect_json(&r, 200);
+    expect_message(m, 1, q, "processing", 0, 3);
+    long long second = jtime(m, "lease_expires_at");
+    assert_true(second > first);
+    assert_int_equal(second - jtime(m, "updated_at"), 60000);
+
+    /* The token still holds after extend. */
+    http(&r, "POST", message_path(q, 1, "succeed"), fmt("{\"lease_token\":\"%s\"}", token));
+    expect_message(expect_json(&r, 200), 1, q, "succeeded", 0, 3);
+    http(&r, "POST", path, "{}");
+    expect_problem(&r, 409, "invalid-state", path);
+    e2e_response_free(&r);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Time: delayed retries and expired leases                                 */
+/* ------------------------------------------------------------------------ */
+
+static void test_delayed_retry_end_to_end(void **state)
+{
+    (void)state;
+    char q[64], token[160];
+    queue_name(q, sizeof q, "delayed");
+    enqueue(q, "{\"payload\":\"retry me\"}");
+    assert_int_equal(claim_one(q, 30, token, sizeof token), 1);
+    e2e_response_t r = { 0 };
+    http(&r, "POST", message_path(q, 1, "fail"),
+         fmt("{\"error\":\"later\",\"retry_after_seconds\":1,\"lease_token\":\"%s\"}", token));
+    rd_json_t *m = expect_json(&r, 200);
+    expect_message(m, 1, q, "pending", 1, 3);
+    long long retry_after = jtime(m, "retry_after");
+    assert_int_equal(retry_after - jtime(m, "updated_at"), 1000);
+
+    char path[1024];
+    SET(path, fmt("/queues/%s/claim", q));
+    http(&r, "POST", path, NULL);
+    expect_no_content(&r);
+
+    long long deadline = e2e_mono_ms() + 3000;
+    for (;;) {
+        http(&r, "POST", path, NULL);
+        if (r.status != 204) break;
+        if (e2e_mono_ms() > deadline) fail_msg("not claimable 3 s after the failure");
+        e2e_pause_ms(20);
+    }
+    m = expect_json(&r, 200);
+    expect_message(m, 1, q, "processing", 1, 3);
+    assert_string_equal(jstr(m, "payload"), "retry me");
+    /* updated_at is the claim's time, from the same clock as retry_after. */
+    long long claimed_at = jtime(m, "updated_at");
+    if (claimed_at < retry_after || claimed_at > retry_after + 1000)
+        fail_msg("claimed %lld ms after retry_after", claimed_at - retry_after);
+    e2e_response_free(&r);
+}
+
+static void test_expired_lease_is_a_failure(void **state)
+{
+    (void)state;
+    char q[64], token[160];
+    queue_name(q, sizeof q, "expiry");
+    enqueue(q, "{\"payload\":\"x\"}");
+    e2e_response_t r = { 0 };
+    http(&r, "POST", fmt("/queues/%s/claim", q), "{\"lease_seconds\":1}");
+    rd_json_t *m = expect_json(&r, 200);
+    long long lease_end = jtime(m, "lease_expires_at");
+    snprintf(token, sizeof token, "%s", jstr(m, "lease_token"));
+
+    char path[1024];
+    SET(path, message_path(q, 1, NULL));
+    long long deadline = e2e_mono_ms() + 3000;
+    for (;;) {
+        http(&r, "GET", path, NULL);
+        m = expect_json(&r, 200);
+        if (strcmp(jstr(m, "status"), "processing") != 0) break;
+        if (e2e_mono_ms() > deadline) fail_msg("still processing 3 s after a 1 s lease");
+        e2e_pause_ms(50);
+    }
+    expect_message(m, 1, q, "pending", 1, 3);
+    assert_string_equal(jstr(m, "last_error"), "lease expired");
+    jnull(m, "lease_expires_at");
+    long long failed_at = jtime(m, "updated_at");
+    assert_true(failed_at >= lease_end && failed_at <= lease_end + 1000);
+    assert_int_equal(jtime(m, "retry_after") - failed_at, 2000);
+
+    char succeed[1024];
+    SET(succeed, message_path(q, 1, "succeed"));
+    http(&r, "POST", succeed, fmt("{\"lease_token\":\"%s\"}", token));
+    /* Either answer is right: the lease is gone, and so is "processing". */
+    const char *type = r.json ? rd_json_string(rd_json_get(r.json, "type")) : NULL;
+    if (type == NULL || (strcmp(type, "/problems/invalid-state") != 0 &&
+                         strcmp(type, "/problems/lease-mismatch") != 0))
+        fail_msg("expected 409 invalid-state or lease-mismatch, got %d: %s", r.status, r.body);
+    expect_problem(&r, 409, type + strlen("/problems/"), succeed);
+
+    /* Once someone else holds it, the old token is a lease mismatch. */
+    char fresh[160];
+    long long id = 0;
+    deadline = e2e_mono_ms() + 4000;
+    while ((id = claim_one(q, 30, fresh, sizeof fresh)) == 0) {
+        if (e2e_mono_ms() > deadline) fail_msg("not claimable 4 s after the lease expired");
+        e2e_pause_ms(20);
+    }
+    assert_int_equal(id, 1);
+    assert_string_not_equal(fresh, token);
+    http(&r, "POST", succeed, fmt("{\"lease_token\":\"%s\"}", token));
+    expect_problem(&r, 409, "lease-mismatch", succeed);
+    http(&r, "POST", succeed, fmt("{\"lease_token\":\"%s\"}", fresh));
+    expect_message(expect_json(&r, 200), 1, q, "succeeded", 1, 3);
+    e2e_response_free(&r);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Listing                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Follows next_cursor from the first page of query; marks each id seen and
+ * returns how many messages came. Every page has `total` and at most limit. */
+static size_t list_all(const char *q, const char *query, int limit, const char *status,
+                       long long total, int *seen, size_t seen_cap)
+{
+    e2e_response_t r = { 0 };
+    char cursor[512] = "";
+    size_t count = 0;
+    for (int page = 0; page < 50; page++) {
+        const char *path = cursor[0]
+            ? fmt("%s?%s&limit=%d&cursor=%s", messages_path(q), query, limit, url_encode(cursor))
+            : fmt("%s?%s&limit=%d", messages_path(q), query, limit);
+        http(&r, "GET", path, NULL);
+        rd_json_t *doc = expect_json(&r, 200);
+        assert_int_equal(jint(doc, "total"), total);
+        rd_json_t *list = jget(doc, "messages");
+        assert_true(rd_json_is_array(list));
+        assert_true(rd_json_array_size(list) <= (size_t)limit);
+        for (size_t i = 0; i < rd_json_array_size(list); i++) {
+            rd_json_t *m = rd_json_array_at(list, i);
+            long long id = jint(m, "id");
+            assert_true(id >= 1 && (size_t)id < seen_cap);
+            seen[id]++;
+            count++;
+            if (status) assert_string_equal(jstr(m, "status"), status);
+        }
+        rd_json_t *next = jget(doc, "next_cursor");
+        if (rd_json_is_null(next)) {
+            e2e_response_free(&r);
+            return count;
+        }
+        assert_true(rd_json_is_string(next));
+        snprintf(cursor, sizeof cursor, "%s", rd_json_string(next));
+    }
+    fail_msg("next_cursor never became null");
+    return count;
+}
+
+static void test_list_and_paging(void **state)
+{
+    (void)state;
+    char q[64];
+    queue_name(q, sizeof q, "list");
+    for (int i = 1; i <= 7; i++) enqueue(q, fmt("{\"payload\":\"m%d\"}", i));
+    e2e_response_t r = { 0 };
+    http(&r, "POST", fmt("/queues/%s/claim", q), "{\"count\":3}");
+    expect_json(&r, 200);
+    http(&r, "POST", message_path(q, 1, "fail"), "{\"error\":\"x\",\"retryable\":false}");
+    expect_json(&r, 200);
+    http(&r, "POST", message_path(q, 2, "fail"), "{\"error\":\"x\",\"retryable\":false}");
+    expect_json(&r, 200);
+    /* Pending but scheduled far ahead: still listed as pending. */
+    http(&r, "POST", message_path(q, 3, "fail"), "{\"error\":\"x\",\"retry_after_seconds\":600}");
+    expect_json(&r, 200);
+
+    int seen[16] = { 0 };
+    assert_int_equal(list_all(q, "status=dead", 100, "dead", 2, seen, 16), 2);
+    assert_int_equal(seen[1], 1);
+    assert_int_equal(seen[2], 1);
+
+    /* Pending now spans a replayed id, fresh ids and a scheduled retry. */
+    http(&r, "POST", message_path(q, 2, "replay"), NULL);
+    expect_json(&r, 200);
+    memset(seen, 0, sizeof seen);
+    assert_int_equal(list_all(q, "status=pending", 2, "pending", 6, seen, 16), 6);
+    for (int id = 2; id <= 7; id++) assert_int_equal(seen[id], 1);
+    memset(seen, 0, sizeof seen);
+    assert_int_equal(list_all(q, "status=dead", 1, "dead", 1, seen, 16), 1);
+    assert_int_equal(seen[1], 1);
+
+    memset(seen, 0, sizeof seen);
+    assert_int_equal(list_all(q, "status=processing", 10, "processing", 0, seen, 16), 0);
+
+    memset(seen, 0, sizeof seen);
+    assert_int_equal(list_all(q, "x=1", 3, NULL, 7, seen, 16), 7);
+    for (int id = 1; id <= 7; id++) assert_int_equal(seen[id], 1);
+
+    /* Without limit, the first page holds them all. */
+    http(&r, "GET", fmt("%s?status=pending", messages_path(q)), NULL);
+    rd_json_t *doc = expect_json(&r, 200);
+    assert_int_equal(rd_json_array_size(jget(doc, "messages")), 6);
+    jnull(doc, "next_cursor");
+    e2e_response_free(&r);
+}
+
+static void test_list_validation(void **state)
+{
+    (void)state;
+    char q[64];
+    queue_name(q, sizeof q, "listval");
+    enqueue(q, "{\"payload\":\"x\"}");
+    char path[128];
+    snprintf(path, sizeof path, "%s", messages_path(q));
+    const struct { const char *query, *field; } cases[] = {
+        { "status=bogus", "status" },
+        { "status=", "status" },
+        { "limit=0", "limit" },
+        { "limit=1001", "limit" },
+        { "limit=abc", "limit" },
+        { "cursor=garbage", "cursor" },
+        { "status=pending&cursor=garbage", "cursor" },
+        { "status=dead&cursor=garbage", "cursor" },
+    };
+    e2e_response_t r = { 0 };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        http(&r, "GET", fmt("%s?%s", path, cases[i].query), NULL);
+        expect_field_error(expect_invalid(&r, path, 1), cases[i].field, "invalid", NULL);
+    }
+    http(&r, "GET", fmt("%s?status=bogus&limit=0", path), NULL);
+    rd_json_t *errors = expect_invalid(&r, path, 2);
+    expect_field_error(errors, "status", "invalid", NULL);
+    expect_field_error(errors, "limit", "invalid", NULL);
+    e2e_response_free(&r);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Connections                                                              */
+/* ------------------------------------------------------------------------ */
+
+static void test_keep_alive_50_requests(void **state)
+{
+    (void)state;
+    char q[64];
+    queue_name(q, sizeof q, "keepalive");
+    e2e_conn_t c;
+    assert_int_equal(e2e_conn_open(&c, g_daemon.port), 0);
+    int fd = c.fd;
+    e2e_response_t r = { 0 };
+    for (int i = 0; i < 50; i++) {
+        char body[1024];
+        SET(body, fmt("{\"payload\":\"k%d\"}", i));
+        int rc = i % 2 == 0
+            ? e2e_request(&c, "POST", messages_path(q), NULL, body, strlen(body), &r)
+            : e2e_request(&c, "GET", message_path(q, i / 2 + 1, NULL), NULL, NULL, 0, &r);
+        if (rc != 0) fail_msg("request %d on the kept-alive connection failed", i);
+        rd_json_t *m = expect_json(&r, i % 2 == 0 ? 201 : 200);
+        assert_int_equal(jint(m, "id"), i / 2 + 1);
+        assert_string_equal(jstr(m, "payload"), fmt("k%d", i - i % 2));
+        assert_true(strcasecmp(r.connection, "close") != 0);
+        assert_int_equal(c.fd, fd);
+        e2e_response_free(&r);
+    }
+    e2e_conn_close(&c);
+}
+
+static void test_pipelined_requests_answered_in_order(void **state)
+{
+    (void)state;
+    char q[64];
+    queue_name(q, sizeof q, "pipeline");
+    size_t len1 = 0, len2 = 0, len3 = 0;
+    char *a = e2e_format_request("POST", messages_path(q), NULL, "{\"payload\":\"first\"}", 19,
+                                 &len1);
+    char *b = e2e_format_request("POST", messages_path(q), NULL, "{\"payload\":\"second\"}", 20,
+                                 &len2);
+    char *g = e2e_format_request("GET", message_path(q, 1, NULL), NULL, NULL, 0, &len3);
+    char *all = malloc(len1 + len2 + len3);
+    memcpy(all, a, len1);
+    memcpy(all + len1, b, len2);
+    memcpy(all + len1 + len2, g, len3);
+
+    e2e_conn_t c;
+    assert_int_equal(e2e_conn_open(&c, g_daemon.port), 0);
+    assert_int_equal(e2e_send_all(c.fd, all, len1 + len2 + len3), 0);
+    free(a);
+    free(b);
+    free(g);
+    free(all);
+
+    e2e_response_t r = { 0 };
+    assert_int_equal(e2e_read_response(&c, &r), 0);
+    rd_json_t *m = expect_json(&r, 201);
+    assert_int_equal(jint(m, "id"), 1);
+    assert_string_equal(jstr(m, "payload"), "first");
+    e2e_response_free(&r);
+    assert_int_equal(e2e_read_response(&c, &r), 0);
+    m = expect_json(&r, 201);
+    assert_int_equal(jint(m, "id"), 2);
+    assert_string_equal(jstr(m, "payload"), "second");
+    e2e_response_free(&r);
+    assert_int_equal(e2e_read_response(&c, &r), 0);
+    m = expect_json(&r, 200);
+    assert_int_equal(jint(m, "id"), 1);
+    assert_string_equal(jstr(m, "payload"), "first");
+    assert_int_equal(c.in_len, 0);
+    e2e_response_free(&r);
+    e2e_conn_close(&c);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Concurrency                                                              */
+/* ------------------------------------------------------------------------ */
+
+enum { WORKERS = 8, MESSAGES = 400 };
+
+typedef struct worker {
+    pthread_t thread;
+    const char *queue;
+    atomic_int *claims;           /* per id, shared */
+    int done;                     /* messages this worker settled */
+    char error[256];              /* first problem seen, "" when none */
+} worker_t;
+
+/* Claims and succeeds until the queue answers 204. No cmocka asserts here:
+ * problems go to w->error for the main thread to report. */
+static void *worker_main(void *arg)
+{
+    worker_t *w = arg;
+    e2e_conn_t c;
+    e2e_response_t r = { 0 };
+    char claim[128], token[160];
+    snprintf(claim, sizeof claim, "/queues/%s/claim", w->queue);
+    const char *lease = "{\"lease_seconds\":60}";
+    if (e2e_conn_open(&c, g_daemon.port) != 0) {
+        snprintf(w->error, sizeof w->error, "connect: %s", strerror(errno));
+        return NULL;
+    }
+    for (;;) {
+        /* A server may close after any response; that is not this test's concern. */
+        if (c.fd < 0 && e2e_conn_open(&c, g_daemon.port) != 0) {
+            snprintf(w->error, sizeof w->error, "reconnect: %s", strerror(errno));
+            break;
+        }
+        if (e2e_request(&c, "POST", claim, NULL, lease, strlen(lease), &r) != 0) {
+            snprintf(w->error, sizeof w->error, "claim: no response");
+            break;
+        }
+        if (r.status == 204) break;
+        long long id = 0;
+        const char *tok = r.json ? rd_json_string(rd_json_get(r.json, "lease_token")) : NULL;
+        if (r.status != 200 || tok == NULL || !rd_json_integer(rd_json_get(r.json, "id"), &id) ||
+            id < 1 || id > MESSAGES) {
+            snprintf(w->error, sizeof w->error, "claim: %d %.200s", r.status, r.body);
+            break;
+        }
+        atomic_fetch_add(&w->claims[id], 1);
+        snprintf(token, sizeof token, "{\"lease_token\":\"%s\"}", tok);
+        e2e_response_free(&r);
+        char succeed[160];
+        snprintf(succeed, sizeof succeed, "/queues/%s/messages/%lld/succeed", w->queue, id);
+        const char *status = NULL;
+        if (c.fd < 0) e2e_conn_open(&c, g_daemon.port);
+        if (e2e_request(&c, "POST", succeed, NULL, token, strlen(token), &r) == 0 && r.json)
+            status = rd_json_string(rd_json_get(r.json, "status"));
+        if (r.status != 200 || status == NULL || strcmp(status, "succeeded") != 0) {
+            snprintf(w->error, sizeof w->error, "succeed %lld: %d %.200s", id, r.status,
+                     r.body ? r.body : "");
+            break;
+        }
+        e2e_response_free(&r);
+        w->done++;
+    }
+    e2e_response_free(&r);
+    e2e_conn_close(&c);
+    return NULL;
+}
+
+static void test_concurrent_claims_claim_each_message_once(void **state)
+{
+    (void)state;
+    char q[64];
+    queue_name(q, sizeof q, "concurrent");
+    for (int i = 1; i <= MESSAGES; i++)
+        assert_int_equal(enqueue(q, fmt("{\"payload\":\"job %d\"}", i)), i);
+
+    static atomic_int claims[MESSAGES + 1];
+    for (int i = 0; i <= MESSAGES; i++) atomic_init(&claims[i], 0);
+    worker_t workers[WORKERS];
+    memset(workers, 0, sizeof workers);
+    for (int i = 0; i < WORKERS; i++) {
+        workers[i].queue = q;
+        workers[i].claims = claims;
+        assert_int_equal(pthread_create(&workers[i].thread, NULL, worker_main, &workers[i]), 0);
+    }
+    /* Join them all before asserting: a failed test must leave no thread. */
+    for (int i = 0; i < WORKERS; i++) pthread_join(workers[i].thread, NULL);
+    int done = 0;
+    for (int i = 0; i < WORKERS; i++) {
+        if (workers[i].error[0]) fail_msg("worker %d: %s", i, workers[i].error);
+        done += workers[i].done;
+    }
+    assert_int_equal(done, MESSAGES);
+    for (int id = 1; id <= MESSAGES; id++) {
+        if (atomic_load(&claims[id]) != 1)
+            fail_msg("message %d was claimed %d times", id, atomic_load(&claims[id]));
+    }
+    redisReply *z = rcmd("ZCARD %s:{%s}:succeeded", g_prefix, q);
+    assert_int_equal(z->type, REDIS_REPLY_INTEGER);
+    assert_int_equal(z->integer, MESSAGES);
+    freeReplyObject(z);
+    z = rcmd("LLEN %s:{%s}:ready", g_prefix, q);
+    assert_int_equal(z->integer, 0);
+    freeReplyObject(z);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Redis faults                                                             */
+/* ------------------------------------------------------------------------ */
+
+static void test_function_flush_is_recovered(void **state)
+{
+    (void)state;
+    char q[64];
+    queue_name(q, sizeof q, "flush");
+    assert_int_equal(enqueue(q, "{\"payload\":\"before\"}"), 1);
+    redisReply *x = rcmd("FUNCTION FLUSH SYNC");
+    assert_int_equal(x->type, REDIS_REPLY_STATUS);
+    freeReplyObject(x);
+
+    e2e_response_t r = { 0 };
+    http(&r, "POST", messages_path(q), "{\"payload\":\"after\"}");
+    expect_message(expect_json(&r, 201), 2, q, "pending", 0, 3);
+    http(&r, "GET", message_path(q, 1, NULL), NULL);
+    assert_string_equal(jstr(expect_json(&r, 200), "payload"), "before");
+
+    x = rcmd("FUNCTION LIST LIBRARYNAME retryd");
+    assert_int_equal(x->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(x->elements, 1);
+    freeReplyObject(x);
+    e2e_response_free(&r);
+}
+
+static void test_client_kill_is_recovered(void **state)
+{
+    (void)state;
+    char q[64];
+    queue_name(q, sizeof q, "kill");
+    assert_int_equal(enqueue(q, "{\"payload\":\"before\"}"), 1);
+    redisReply *x = rcmd("CLIENT KILL TYPE normal");
+    assert_int_equal(x->type, REDIS_REPLY_INTEGER);
+    assert_true(x->integer >= 1);   /* at least the daemon's link */
+    freeReplyObject(x);
+
+    /* Meanwhile every answer is 503 (before the send, or unknown outcome). */
+    e2e_response_t r = { 0 };
+    long long deadline = e2e_mono_ms() + 10000;
+    for (;;) {
+        http(&r, "POST", messages_path(q), "{\"payload\":\"after\"}");
+        if (r.status == 201) break;
+        if (r.status != 503) fail_msg("expected 201 or 503, got %d: %s", r.status, r.body);
+        if (strstr(r.body, "backend-unavailable")) expect_problem(&r, 503, "backend-unavailable", NULL);
+        else expect_problem(&r, 503, "outcome-unknown", NULL);
+        assert_true(r.retry_after[0] != '\0');
+        if (e2e_mono_ms() > deadline) fail_msg("still 503 10 s after CLIENT KILL");
+        e2e_pause_ms(20);
+    }
+    rd_json_t *m = expect_json(&r, 201);
+    assert_true(jint(m, "id") >= 2);
+    assert_int_equal(e2e_status_once(g_daemon.port, "GET", "/readyz"), 200);
+    e2e_response_free(&r);
+}
+
+static void test_no_redis_is_503_and_keeps_running(void **state)
+{
+    (void)state;
+    char prefix[80], url[64];
+    snprintf(prefix, sizeof prefix, "%s-down", g_prefix);
+    int dead_port = e2e_free_port();
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", dead_port);
+    /* start_daemon's --redis is overridden by the later flag. */
+    assert_int_equal(start_daemon(&g_side, g_redis_port, prefix, false, "--redis", url, NULL), 0);
+    e2e_response_t r = { 0 };
+
+    char path[1024];
+    SET(path, messages_path("down"));
+    http_to(g_side.port, &r, "POST", path, "{\"payload\":\"x\"}", 15);
+    expect_problem(&r, 503, "backend-unavailable", path);
+    if (r.retry_after[0] == '\0' || atoi(r.retry_after) < 1)
+        fail_msg("Retry-After \"%s\" is not a positive number of seconds", r.retry_after);
+
+    http_to(g_side.port, &r, "POST", "/queues/down/claim", NULL, 0);
+    expect_problem(&r, 503, "backend-unavailable", NULL);
+    http_to(g_side.port, &r, "GET", "/queues/down/messages/1", NULL, 0);
+    expect_problem(&r, 503, "backend-unavailable", NULL);
+    http_to(g_side.port, &r, "GET", "/readyz", NULL, 0);
+    assert_int_equal(r.status, 503);
+    http_to(g_side.port, &r, "GET", "/healthz", NULL, 0);
+    expect_json(&r, 200);
+    /* Validation needs no Redis. */
+    http_to(g_side.port, &r, "POST", path, "{}", 2);
+    expect_invalid(&r, path, 1);
+
+    assert_true(e2e_daemon_alive(&g_side));
+    http_to(g_side.port, &r, "GET", "/healthz", NULL, 0);
+    expect_json(&r, 200);
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    assert_int_equal(e2e_daemon_stop(&g_side, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
+}
+
+/* Starts a private redis-server on port (no persistence) and waits until it
+ * answers PING. Returns its pid, or -1. */
+static pid_t start_redis(int port)
+{
+    char port_s[16];
+    snprintf(port_s, sizeof port_s, "%d", port);
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        freopen("/dev/null", "w", stdout);
+        execlp("redis-server", "redis-server", "--port", port_s, "--bind", "127.0.0.1",
+               "--save", "", "--appendonly", "no", "--dir", "/tmp", (char *)NULL);
+        _exit(127);
+    }
+    long long deadline = e2e_mono_ms() + READY_TIMEOUT_MS;
+    while (e2e_mono_ms() < deadline) {
+        struct timeval tv = { 1, 0 };
+        redisContext *rc = redisConnectWithTimeout("127.0.0.1", port, tv);
+        redisReply *pong = rc && !rc->err ? redisCommand(rc, "PING") : NULL;
+        bool up = pong && pong->type == REDIS_REPLY_STATUS;
+        if (pong) freeReplyObject(pong);
+        if (rc) redisFree(rc);
+        if (up) return pid;
+        if (waitpid(pid, NULL, WNOHANG) == pid) return -1;
+        e2e_pause_ms(20);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return -1;
+}
+
+/* Redis that was not there at start-up is picked up once it is (SPEC §7:
+ * reconnect with backoff, 503 meanwhile). */
+static void test_redis_started_later_is_picked_up(void **state)
+{
+    (void)state;
+    char prefix[80], url[64];
+    snprintf(prefix, sizeof prefix, "%s-late", g_prefix);
+    int redis_port = e2e_free_port();
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", redis_port);
+    assert_int_equal(start_daemon(&g_side, g_redis_port, prefix, false, "--redis", url, NULL), 0);
+    e2e_response_t r = { 0 };
+    http_to(g_side.port, &r, "POST", "/queues/late/messages", "{\"payload\":\"x\"}", 15);
+    expect_problem(&r, 503, "backend-unavailable", NULL);
+
+    g_side_redis = start_redis(redis_port);
+    assert_true(g_side_redis > 0);
+    long long started = e2e_mono_ms();
+    for (;;) {
+        http_to(g_side.port, &r, "POST", "/queues/late/messages", "{\"payload\":\"x\"}", 15);
+        if (r.status == 201) break;
+        expect_problem(&r, 503, "backend-unavailable", NULL);
+        if (e2e_mono_ms() - started > 10000) fail_msg("still 503 10 s after Redis came up");
+        e2e_pause_ms(50);
+    }
+    expect_message(expect_json(&r, 201), 1, "late", "pending", 0, 3);
+    http_to(g_side.port, &r, "GET", "/readyz", NULL, 0);
+    expect_json(&r, 200);
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    assert_int_equal(e2e_daemon_stop(&g_side, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
+    kill(g_side_redis, SIGTERM);
+    waitpid(g_side_redis, NULL, 0);
+    g_side_redis = 0;
+}
+
+/* The highest client id Redis has handed out so far. */
+static long long redis_last_client_id(void)
+{
+    redisReply *x = rcmd("CLIENT ID");
+    long long id = x->integer;
+    freeReplyObject(x);
+    return id;
+}
+
+/* True when a client newer than after_id is blocked in an FCALL. */
+static bool redis_has_blocked_fcall(long long after_id)
+{
+    redisReply *x = rcmd("CLIENT LIST");
+    bool found = false;
+    for (char *line = x->str; line && *line && !found;) {
+        char *eol = strchr(line, '\n');
+        if (eol) *eol = '\0';
+        long long id = strtoll(line + 3, NULL, 10);
+        const char *flags = strstr(line, " flags=");
+        if (id > after_id && flags && strchr(flags + 7, 'b') &&
+            strchr(flags + 7, 'b') < strchr(flags + 7, ' ') && strstr(line, " cmd=fcall "))
+            found = true;
+        line = eol ? eol + 1 : NULL;
+    }
+    freeReplyObject(x);
+    return found;
+}
+
+static void test_shutdown_answers_in_flight_request(void **state)
+{
+    (void)state;
+    char prefix[80];
+    snprintf(prefix, sizeof prefix, "%s-stop", g_prefix);
+    long long last_client = redis_last_client_id();
+    /* A long tick keeps this daemon's timer out of Redis during the test. */
+    assert_int_equal(start_daemon(&g_side, g_redis_port, prefix, true, "--tick-ms", "60000",
+                                  NULL), 0);
+    e2e_response_t r = { 0 };
+    http_to(g_side.port, &r, "POST", "/queues/stop/messages", "{\"payload\":\"last\"}", 18);
+    expect_json(&r, 201);
+
+    /* Hold write commands in Redis so the claim is provably in flight. */
+    redisReply *x = rcmd("CLIENT PAUSE 5000 WRITE");
+    freeReplyObject(x);
+    g_paused = true;
+    e2e_conn_t c;
+    assert_int_equal(e2e_conn_open(&c, g_side.port), 0);
+    assert_int_equal(e2e_send_request(&c, "POST", "/queues/stop/claim", NULL,
+                                      "{\"lease_seconds\":5}", 19), 0);
+    long long deadline = e2e_mono_ms() + 3000;
+    while (!redis_has_blocked_fcall(last_client)) {
+        if (e2e_mono_ms() > deadline) fail_msg("the claim never reached Redis");
+        e2e_pause_ms(10);
+    }
+
+    assert_int_equal(kill(g_side.pid, SIGTERM), 0);
+    /* Once the listener is closed the signal has been handled. */
+    deadline = e2e_mono_ms() + 3000;
+    for (;;) {
+        int fd = e2e_connect(g_side.port);
+        if (fd < 0) break;
+        close(fd);
+        if (e2e_mono_ms() > deadline) fail_msg("still accepting 3 s after SIGTERM");
+        e2e_pause_ms(10);
+    }
+    x = rcmd("CLIENT UNPAUSE");
+    freeReplyObject(x);
+    g_paused = false;
+
+    e2e_response_t claimed = { 0 };
+    if (e2e_read_response(&c, &claimed) != 0) fail_msg("the in-flight claim got no response");
+    rd_json_t *m = expect_json(&claimed, 200);
+    expect_message(m, 1, "stop", "processing", 0, 3);
+    assert_string_equal(jstr(m, "payload"), "last");
+    expect_lease(m, 5);
+    e2e_response_free(&claimed);
+    e2e_response_free(&r);
+    e2e_conn_close(&c);
+    e2e_conn_close(&g_conn);
+    /* SIGTERM was sent above: only wait (the 5 s count from here is generous). */
+    assert_int_equal(e2e_daemon_stop(&g_side, 0, E2E_STOP_TIMEOUT_MS), 0);
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, test_setup, test_teardown)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(test_enqueue_returns_message_and_location),
+        T(test_payload_is_returned_byte_for_byte),
+        T(test_enqueue_validation),
+        T(test_malformed_bodies_are_400),
+        T(test_queue_name_rules),
+        T(test_odd_queue_names_are_distinct),
+        T(test_get_and_not_found),
+        T(test_wrong_method_is_405_with_allow),
+        T(test_body_over_max_body_is_413),
+        T(test_claim_nothing_due_is_204),
+        T(test_claim_is_fifo),
+        T(test_claim_sets_lease),
+        T(test_claim_count),
+        T(test_claim_validation),
+        T(test_succeed),
+        T(test_fail_schedules_retry_with_backoff),
+        T(test_fail_to_dead),
+        T(test_fail_requires_error),
+        T(test_replay),
+        T(test_extend),
+        T(test_delayed_retry_end_to_end),
+        T(test_expired_lease_is_a_failure),
+        T(test_list_and_paging),
+        T(test_list_validation),
+        T(test_keep_alive_50_requests),
+        T(test_pipelined_requests_answered_in_order),
+        T(test_concurrent_claims_claim_each_message_once),
+        T(test_function_flush_is_recovered),
+        T(test_client_kill_is_recovered),
+        T(test_no_redis_is_503_and_keeps_running),
+        T(test_redis_started_later_is_picked_up),
+        T(test_shutdown_answers_in_flight_request),
+    };
+    int failed = cmocka_run_group_tests_name("e2e", tests, group_setup, group_teardown);
+    if (failed == 0 && g_stop_failed) {
+        printf("FAIL test_e2e: retryd did not exit 0 within 5 s of SIGTERM\n");
+        return 1;
+    }
+    return failed;
+}
