@@ -3,7 +3,6 @@
  * hiredis. */
 #include "retryd/redis.h"
 
-#include <hiredis/adapters/libuv.h>
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 #include <stdlib.h>
@@ -166,8 +165,9 @@ static void after_link_down(rd_redis_t *r)
         uv_close((uv_handle_t *)&r->watchdog, on_handle_closed);
         return;
     }
-    rd_warn("redis: link to %s:%d down, reconnecting in %d ms", r->host, r->port,
-            r->backoff_ms);
+    /* Loud on the first failure, quiet while retrying. */
+    rd_log(r->backoff_ms == BACKOFF_MIN_MS ? RD_LOG_WARN : RD_LOG_DEBUG,
+           "redis: link to %s:%d down, reconnecting in %d ms", r->host, r->port, r->backoff_ms);
     uv_timer_start(&r->reconnect_timer, on_reconnect_timer, (uint64_t)r->backoff_ms, 0);
     r->backoff_ms = r->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : r->backoff_ms * 2;
 }
@@ -190,6 +190,68 @@ static void link_pending(rd_redis_t *r, pending_t *p)
     r->tail = p;
     p->sent_ms = now_ms(r);
     p->sent_ns = uv_hrtime();
+}
+
+/* ---------------------------------------------------------------- event loop glue */
+
+/* hiredis 0.14's adapters/libuv.h drops poll errors (a refused connect then
+ * never completes and only the handshake deadline ends it), so retryd attaches
+ * hiredis to libuv itself: on an error the pending events are handed to
+ * hiredis, which reads the socket error and reports it at once. */
+typedef struct uv_glue {
+    redisAsyncContext *ac;      /* NULL once hiredis cleaned up */
+    uv_poll_t poll;
+    int events;
+} uv_glue_t;
+
+static void on_poll(uv_poll_t *h, int status, int events)
+{
+    uv_glue_t *g = h->data;
+    int ev = status < 0 ? g->events : events;
+    if (g->ac && (ev & UV_READABLE)) redisAsyncHandleRead(g->ac);
+    if (g->ac && (ev & UV_WRITABLE)) redisAsyncHandleWrite(g->ac);
+}
+
+static void glue_update(uv_glue_t *g, int events)
+{
+    g->events = events;
+    if (events) uv_poll_start(&g->poll, events, on_poll);
+    else uv_poll_stop(&g->poll);
+}
+
+static void glue_add_read(void *arg) { uv_glue_t *g = arg; glue_update(g, g->events | UV_READABLE); }
+static void glue_del_read(void *arg) { uv_glue_t *g = arg; glue_update(g, g->events & ~UV_READABLE); }
+static void glue_add_write(void *arg) { uv_glue_t *g = arg; glue_update(g, g->events | UV_WRITABLE); }
+static void glue_del_write(void *arg) { uv_glue_t *g = arg; glue_update(g, g->events & ~UV_WRITABLE); }
+
+static void on_glue_closed(uv_handle_t *h)
+{
+    rd_free(h->data);
+}
+
+static void glue_cleanup(void *arg)
+{
+    uv_glue_t *g = arg;
+    g->ac = NULL;
+    uv_close((uv_handle_t *)&g->poll, on_glue_closed);
+}
+
+static int glue_attach(redisAsyncContext *ac, uv_loop_t *loop)
+{
+    uv_glue_t *g = rd_calloc(1, sizeof *g);
+    if (uv_poll_init_socket(loop, &g->poll, ac->c.fd) != 0) {
+        rd_free(g);
+        return -1;
+    }
+    g->ac = ac;
+    g->poll.data = g;
+    ac->ev.data = g;
+    ac->ev.addRead = glue_add_read;
+    ac->ev.delRead = glue_del_read;
+    ac->ev.addWrite = glue_add_write;
+    ac->ev.delWrite = glue_del_write;
+    ac->ev.cleanup = glue_cleanup;
+    return 0;
 }
 
 /* ---------------------------------------------------------------- handshake */
@@ -226,7 +288,8 @@ static void on_connect(const redisAsyncContext *ac, int status)
 {
     rd_redis_t *r = ac->data;
     if (status != REDIS_OK) {
-        rd_warn("redis: cannot connect to %s:%d: %s", r->host, r->port, ac->errstr);
+        rd_log(r->backoff_ms == BACKOFF_MIN_MS ? RD_LOG_WARN : RD_LOG_DEBUG,
+               "redis: cannot connect to %s:%d: %s", r->host, r->port, ac->errstr);
         after_link_down(r);  /* hiredis frees the context after this callback */
         return;
     }
@@ -252,9 +315,15 @@ static void connect_now(rd_redis_t *r)
         after_link_down(r);
         return;
     }
+    if (glue_attach(ac, r->loop) != 0) {
+        rd_warn("redis: cannot watch the socket to %s:%d", r->host, r->port);
+        redisAsyncFree(ac);
+        set_state(r, CONNECTING);
+        after_link_down(r);
+        return;
+    }
     ac->data = r;
     r->ac = ac;
-    redisLibuvAttach(ac, r->loop);
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     set_state(r, CONNECTING);

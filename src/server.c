@@ -51,6 +51,10 @@ static void on_redis_closed(void *arg)
     s->store = NULL;
     uv_close((uv_handle_t *)&s->sigint, on_handle_closed);
     uv_close((uv_handle_t *)&s->sigterm, on_handle_closed);
+    /* Closing the handles restores the default action; a repeated Ctrl-C or
+     * SIGTERM from now until exit must not kill a clean shutdown. */
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
     uv_close((uv_handle_t *)&s->drain_timer, on_handle_closed);
     rd_info("retryd: stopped");
 }
