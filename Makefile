@@ -33,9 +33,11 @@ LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o) $(BUILD)/lua_library.o \
 
 UNIT_TESTS := test_keys test_router test_request test_message test_config test_problem
 INTEG_TESTS := test_http test_lua test_e2e
+SHELL_UNIT := fuzz_smoke.sh
+SHELL_INTEG :=
 TEST_BINS := $(UNIT_TESTS:%=$(BUILD)/tests/%) $(INTEG_TESTS:%=$(BUILD)/tests/%)
 
-.PHONY: all deps run test unit bench lint clean
+.PHONY: all deps run test unit bench lint clean fuzz
 all: deps $(BUILD)/retryd
 
 deps:
@@ -72,8 +74,24 @@ $(BUILD)/tests/%: tests/%.c $(LIB_OBJ)
 run: all
 	scripts/run.sh $(BUILD)/retryd
 
-test: all $(TEST_BINS) $(BUILD)/retryd.lua
-	BUILD=$(BUILD) scripts/test.sh $(UNIT_TESTS) -- $(INTEG_TESTS)
+# libFuzzer over the request path (clang). `make fuzz` runs FUZZ_SECONDS (600);
+# `make test` runs tests/fuzz_smoke.sh for about a minute.
+FUZZ_DIR := build/fuzz
+FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+FUZZ_SRC := $(LIB_SRC:%=src/%.c) $(BUILD)/lua_library.c \
+            $(LLHTTP_SRC)/llhttp.c $(LLHTTP_SRC)/api.c $(LLHTTP_SRC)/http.c
+FUZZ_SECONDS ?= 600
+
+$(FUZZ_DIR)/fuzz_request: tests/fuzz_request.c $(FUZZ_SRC) $(wildcard include/retryd/*.h)
+	@mkdir -p $(@D)
+	clang -std=c11 -D_GNU_SOURCE $(FUZZ_FLAGS) -Iinclude -I$(LLHTTP_INC) $(PKG_CFLAGS) \
+	    -o $@ tests/fuzz_request.c $(FUZZ_SRC) $(PKG_LIBS) -lm
+
+fuzz: deps $(FUZZ_DIR)/fuzz_request
+	FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz_smoke.sh
+
+test: all $(TEST_BINS) $(BUILD)/retryd.lua $(FUZZ_DIR)/fuzz_request
+	BUILD=$(BUILD) scripts/test.sh $(UNIT_TESTS) $(SHELL_UNIT) -- $(INTEG_TESTS) $(SHELL_INTEG)
 
 lint:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
@@ -83,3 +101,19 @@ clean:
 	rm -rf build
 
 -include $(wildcard $(BUILD)/*.d $(BUILD)/tests/*.d)
+
+# ---- bench (issue 5) ----
+# make bench [QUICK=1]: scripts/bench.sh starts its own redis-server and retryd
+# on free ports, runs redis-benchmark, build/loadgen (bench/loadgen.c) and the
+# BullMQ peer (bench/, npm) against them and prints the tables recorded in
+# docs/benchmarks.md. Full: under 10 minutes on 2 cores; QUICK=1: under 2.
+QUICK ?= 0
+
+$(BUILD)/loadgen: bench/loadgen.c $(BUILD)/llhttp/llhttp.o $(BUILD)/llhttp/api.o \
+                  $(BUILD)/llhttp/http.o
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(PKG_CFLAGS) -o $@ $< $(filter %.o,$^) $(LDFLAGS) $(PKG_LIBS) $(LDLIBS)
+
+bench: all $(BUILD)/loadgen $(BUILD)/retryd.lua
+	BUILD=$(BUILD) QUICK=$(QUICK) scripts/bench.sh
+# ---- end bench ----

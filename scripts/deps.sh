@@ -2,7 +2,7 @@
 # deps.sh - installs the Debian packages retryd needs, only when one is missing.
 # Runs apt-get as root (or through sudo when available).
 set -eu
-pkgs="pkg-config libhiredis-dev libuv1-dev libcjson-dev libcmocka-dev node-llhttp
+pkgs="pkg-config libhiredis-dev libuv1-dev libcjson-dev libcmocka-dev node-llhttp clang libclang-rt-14-dev
       redis-server redis-tools"
 missing=""
 for p in $pkgs; do

@@ -879,6 +879,29 @@ static void reject(rd_http_server_t *s)
     uv_close((uv_handle_t *)t, on_reject_close);
 }
 
+/* Sets up a connection around an initialised c->tcp (accepted or adopted). */
+static void conn_start(rd_http_conn_t *c)
+{
+    uv_tcp_nodelay(&c->tcp, 1);
+    llhttp_init(&c->parser, HTTP_REQUEST, &parser_settings);
+    c->parser.data = c;
+    list_push(&c->server->idle, c);
+    start_reading(c);
+}
+
+static rd_http_conn_t *conn_new(rd_http_server_t *s)
+{
+    rd_http_conn_t *c = rd_calloc(1, sizeof *c);
+    c->server = s;
+    c->ex.conn = c;
+    c->cur_header = RD_HDR_OTHER;
+    uv_tcp_init(s->loop, &c->tcp);
+    c->tcp.data = c;
+    s->conn_count++;
+    s->handles++;
+    return c;
+}
+
 static void on_connection(uv_stream_t *listener, int status)
 {
     rd_http_server_t *s = listener->data;
@@ -890,25 +913,26 @@ static void on_connection(uv_stream_t *listener, int status)
         reject(s);
         return;
     }
-    rd_http_conn_t *c = rd_calloc(1, sizeof *c);
-    c->server = s;
-    c->ex.conn = c;
-    c->cur_header = RD_HDR_OTHER;
-    uv_tcp_init(s->loop, &c->tcp);
-    c->tcp.data = c;
-    s->conn_count++;
-    s->handles++;
+    rd_http_conn_t *c = conn_new(s);
     int r = uv_accept(listener, (uv_stream_t *)&c->tcp);
     if (r < 0) {
         rd_warn("http: accept failed: %s", uv_strerror(r));
         conn_close(c);
         return;
     }
-    uv_tcp_nodelay(&c->tcp, 1);
-    llhttp_init(&c->parser, HTTP_REQUEST, &parser_settings);
-    c->parser.data = c;
-    list_push(&s->idle, c);
-    start_reading(c);
+    conn_start(c);
+}
+
+int rd_http_server_adopt(rd_http_server_t *s, uv_os_sock_t sock)
+{
+    rd_http_conn_t *c = conn_new(s);
+    int r = uv_tcp_open(&c->tcp, sock);
+    if (r < 0) {
+        conn_close(c);
+        return r;
+    }
+    conn_start(c);
+    return 0;
 }
 
 int rd_http_server_start(uv_loop_t *loop, const rd_http_options_t *opts,

@@ -56,6 +56,11 @@ typedef struct rd_http_options {
 int rd_http_server_start(uv_loop_t *loop, const rd_http_options_t *opts,
                          rd_http_server_t **out);
 
+/* Serves an already connected stream socket as if it had been accepted
+ * (tests, the fuzzer); the server owns it from then on. Returns 0, or a
+ * negative libuv error and the caller keeps the socket. */
+int rd_http_server_adopt(rd_http_server_t *server, uv_os_sock_t sock);
+
 /* The bound port (useful after port 0). */
 int rd_http_server_port(const rd_http_server_t *server);
 
