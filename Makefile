@@ -31,10 +31,10 @@ LIB_SRC := alloc buf log config keys json problem http router redis store waiter
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o) $(BUILD)/lua_library.o \
            $(BUILD)/llhttp/llhttp.o $(BUILD)/llhttp/api.o $(BUILD)/llhttp/http.o
 
-UNIT_TESTS := test_keys test_router test_request test_message test_config test_problem
-INTEG_TESTS := test_http test_lua test_e2e
+UNIT_TESTS := test_keys test_router test_request test_message test_config test_problem test_metrics
+INTEG_TESTS := test_http test_lua test_e2e test_ops test_multi
 SHELL_UNIT := fuzz_smoke.sh
-SHELL_INTEG :=
+SHELL_INTEG := retryctl_test.sh
 TEST_BINS := $(UNIT_TESTS:%=$(BUILD)/tests/%) $(INTEG_TESTS:%=$(BUILD)/tests/%)
 
 .PHONY: all deps run test unit bench lint clean fuzz

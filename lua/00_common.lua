@@ -63,9 +63,23 @@ local function emit(k, event, id, err, retries, now)
              'error', err or '', 'retry_count', retries or 0, 'at', now)
 end
 
+-- The error text top_errors groups by: at most ERROR_KEY_BYTES, cut before a
+-- UTF-8 continuation byte so a character is never split, marked with "...".
+local function error_key(err)
+  err = err or ''
+  if #err <= ERROR_KEY_BYTES then return err end
+  local cut = ERROR_KEY_BYTES
+  while cut > 0 do
+    local b = string.byte(err, cut + 1)
+    if b < 0x80 or b >= 0xC0 then break end
+    cut = cut - 1
+  end
+  return string.sub(err, 1, cut) .. '...'
+end
+
 -- top_errors counts the dead letters that are dead now, by error text.
 local function count_error(k, err, by)
-  local key = string.sub(err or '', 1, ERROR_KEY_BYTES)
+  local key = error_key(err)
   local n = tonumber(redis.call('ZINCRBY', k.errors, by, key))
   if n <= 0 then redis.call('ZREM', k.errors, key) end
 end

@@ -254,11 +254,20 @@ static void on_deleted(const rd_store_result_t *res, void *arg)
 
 static void on_replayed_batch(const rd_store_result_t *res, void *arg);
 
+enum { REPLAY_BATCH = 200 };
+
+/* ids go 200 at a time too; for them the cursor is the offset into the list. */
 static int replay_next(call_t *c)
 {
     rd_store_queue_t q = { c->match.queue, c->match.queue_len };
     const rd_replay_req_t *r = &c->replay;
-    return rd_store_replay_many(c->api->store, q, r->mode, r->ids, r->count, 200, c->cursor,
+    if (strcmp(r->mode, "ids") == 0) {
+        size_t from = c->cursor ? strtoul(c->cursor, NULL, 10) : 0;
+        size_t n = r->count - from < REPLAY_BATCH ? r->count - from : REPLAY_BATCH;
+        return rd_store_replay_many(c->api->store, q, r->mode, r->ids + from, n, 0, NULL, NULL,
+                                    on_replayed_batch, c);
+    }
+    return rd_store_replay_many(c->api->store, q, r->mode, NULL, 0, REPLAY_BATCH, c->cursor,
                                 r->needle, on_replayed_batch, c);
 }
 
@@ -274,9 +283,17 @@ static void on_replayed_batch(const rd_store_result_t *res, void *arg)
         return;
     }
     c->replayed += res->replayed;
-    if (res->next_cursor.len > 0) {
+    rd_str_t next = res->next_cursor;
+    char offset[24];
+    if (strcmp(c->replay.mode, "ids") == 0) {
+        size_t from = (c->cursor ? strtoul(c->cursor, NULL, 10) : 0) + REPLAY_BATCH;
+        next.len = from < c->replay.count ? (size_t)snprintf(offset, sizeof offset, "%zu", from)
+                                          : 0;
+        next.ptr = offset;
+    }
+    if (next.len > 0) {
         rd_free(c->cursor);
-        c->cursor = rd_strndup(res->next_cursor.ptr, res->next_cursor.len);
+        c->cursor = rd_strndup(next.ptr, next.len);
         if (replay_next(c) == 0) return;
         respond_unavailable(c);
         return;
@@ -320,6 +337,22 @@ static void on_stats(const rd_store_result_t *res, void *arg)
     rd_json_set_int(totals, "dead", m.dead);
     rd_json_set_int(totals, "replayed", m.replayed);
     rd_json_set_int(totals, "lease_expired", m.lease_expired);
+    /* Every other counter of the stats hash (retention, deletes, purges, ...). */
+    for (size_t i = 0; i + 1 < st->totals_len; i += 2) {
+        const rd_str_t *k = &st->totals[i];
+        static const char *const shown[] = { "expired_dead", "expired_succeeded", "deleted",
+                                             "purged", "released" };
+        for (size_t j = 0; j < sizeof shown / sizeof shown[0]; j++) {
+            if (k->len == strlen(shown[j]) && memcmp(k->ptr, shown[j], k->len) == 0) {
+                char v[24];
+                size_t n = st->totals[i + 1].len < sizeof v - 1 ? st->totals[i + 1].len
+                                                                : sizeof v - 1;
+                memcpy(v, st->totals[i + 1].ptr, n);
+                v[n] = '\0';
+                rd_json_set_int(totals, shown[j], strtoll(v, NULL, 10));
+            }
+        }
+    }
     rd_json_set(doc, "totals", totals);
     rd_json_set_int(doc, "dead_last_24h", st->dead_last_24h);
     rd_json_t *top = rd_json_new_array();

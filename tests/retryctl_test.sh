@@ -1,0 +1,860 @@
+#!/usr/bin/env bash
+# retryctl_test.sh - end-to-end tests of scripts/retryctl and
+# scripts/dead-letter-alert against a throwaway redis-server.
+#
+#   RETRYD_TEST_REDIS_PORT=6397 RETRYD_TEST_LUA=$PWD/build/retryd.lua \
+#       bash tests/retryctl_test.sh [TEST...]
+#
+# RETRYD_TEST_REDIS_PORT is a redis-server on 127.0.0.1 that the tests may
+# write to (they never FLUSHALL: every key they make starts with a prefix of
+# their own, unique per run, and the library is (re)loaded from
+# RETRYD_TEST_LUA). Messages are driven through the same FCALLs the daemon
+# sends; expectations are checked against the keys themselves (LLEN, ZCARD,
+# HGET) and against oracles independent of the code under test (date(1) for
+# timestamps, Redis's own cjson for JSON, a CSV writer below).
+#
+# Output follows cmocka's plain-text format, which scripts/test.sh counts:
+# "[ RUN      ] name", "[       OK ] name" or "[  FAILED  ] name", then
+# "[  PASSED  ] N test(s)." and, after failures,
+# "[  FAILED  ] M test(s), listed below:" and their names. Exit status 1 when
+# any test failed. Needs bash, redis-cli, coreutils and awk.
+set -u
+
+PORT=${RETRYD_TEST_REDIS_PORT:?RETRYD_TEST_REDIS_PORT: the port of a throwaway redis-server}
+LUA=${RETRYD_TEST_LUA:?RETRYD_TEST_LUA: the path of build/retryd.lua}
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$here/.." && pwd)
+RETRYCTL=$ROOT/scripts/retryctl
+ALERT=$ROOT/scripts/dead-letter-alert
+
+export REDIS_URL="redis://127.0.0.1:$PORT"
+export RETRYD_PREFIX="rctest-$$-$RANDOM"
+export RETRYD_LUA=$LUA
+PREFIX=$RETRYD_PREFIX
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/retryctl-test.XXXXXX") || exit 1
+bg_pids=()
+cleanup() {
+    local p
+    for p in ${bg_pids[@]+"${bg_pids[@]}"}; do
+        kill -TERM "$p" 2>/dev/null
+    done
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+# ===========================================================================
+# Helpers. Inside a test, a failed check prints why and exits the test's
+# subshell with 1; the next test still runs.
+# ===========================================================================
+
+rcli() { timeout 30 redis-cli -h 127.0.0.1 -p "$PORT" "$@"; }
+
+# rget ARGS...: the exact string reply of one command (--raw ends it with a
+# newline, and the "." keeps command substitution from eating others).
+rget() {
+    local v
+    v=$(rcli --raw "$@"; echo .)
+    v=${v%.}
+    printf '%s' "${v%$'\n'}"
+}
+
+fail() {
+    printf '    FAIL: %s\n' "$*"
+    exit 1
+}
+
+# run CMD...: runs a command with a 60 s bound; OUT, ERR hold its stdout and
+# stderr (exact bytes in $TMP/out and $TMP/err), RC its status.
+run() {
+    timeout 60 "$@" >"$TMP/out" 2>"$TMP/err"
+    RC=$?
+    OUT=$(cat "$TMP/out"; echo .); OUT=${OUT%.}
+    ERR=$(cat "$TMP/err"; echo .); ERR=${ERR%.}
+}
+
+ctl() { run "$RETRYCTL" "$@"; }
+
+show_run() {
+    printf '    exit %s\n    stdout: %s\n    stderr: %s\n' "$RC" "$OUT" "$ERR"
+}
+
+expect_rc() {              # expect_rc N WHAT
+    if [ "$RC" != "$1" ]; then
+        show_run
+        fail "$2: exit $RC, expected $1"
+    fi
+}
+
+expect_eq() {              # expect_eq ACTUAL EXPECTED WHAT
+    if [ "$1" != "$2" ]; then
+        printf '    actual:   %q\n    expected: %q\n' "$1" "$2"
+        fail "$3"
+    fi
+}
+
+expect_match() {           # expect_match TEXT ERE WHAT
+    if ! [[ $1 =~ $2 ]]; then
+        printf '    text:  %q\n    regex: %s\n' "$1" "$2"
+        fail "$3"
+    fi
+}
+
+base() { printf '%s:{%s}' "$PREFIX" "$1"; }   # plain queue names only
+
+# FCALL wrappers: the state changes the daemon makes.
+fc_enqueue() {             # fc_enqueue Q PAYLOAD [MAX]: prints the id
+    local out
+    out=$(rcli --raw FCALL enqueue 1 "$(base "$1")" "$2" "${3:-3}" 0 "") || return 1
+    rcli SADD "$PREFIX:queues" "$1" >/dev/null
+    printf '%s\n' "$out" | sed -n 3p
+}
+fc_claim() {               # fc_claim Q COUNT
+    rcli FCALL claim 1 "$(base "$1")" 60000 "$2" >/dev/null
+}
+fc_fail() {                # fc_fail Q ID ERROR RETRYABLE(1|0)
+    local b
+    b=$(base "$1")
+    local st
+    st=$(rcli --raw FCALL fail 2 "$b" "$b:m:$2" "$2" "" "$3" "$4" -1 | head -n 1)
+    [ "$st" = ok ] || fail "fail $1 $2 answered '$st'"
+}
+fc_succeed() {             # fc_succeed Q ID
+    local b st
+    b=$(base "$1")
+    st=$(rcli --raw FCALL succeed 2 "$b" "$b:m:$2" "$2" "" | head -n 1)
+    [ "$st" = ok ] || fail "succeed $1 $2 answered '$st'"
+}
+# Kills message ID through claim + a non-retryable fail (it must be next).
+fc_die() {                 # fc_die Q ID ERROR
+    fc_claim "$1" 1
+    [ "$(rget HGET "$(base "$1"):m:$2" status)" = processing ] || fail "message $2 was not claimed"
+    fc_fail "$1" "$2" "$3" 0
+}
+
+iso() {                    # iso MS: RFC 3339 UTC with milliseconds, by date(1)
+    [ -z "$1" ] && return 0
+    printf '%s.%03dZ' "$(date -u -d "@$(($1 / 1000))" +%Y-%m-%dT%H:%M:%S)" $(($1 % 1000))
+}
+
+csv() {                    # csv FIELD: RFC 4180 quoting, written independently
+    case $1 in
+    *[,\"$'\r\n']*) local s=${1//\"/\"\"}; printf '"%s"' "$s" ;;
+    *) printf '%s' "$1" ;;
+    esac
+}
+
+# The CSV row retryctl must write for message ID of queue Q (its key base B).
+csv_row() {                # csv_row B ID
+    local k="$1:m:$2"
+    printf '%s,%s,%s,%s,%s,%s,%s,' "$2" "$(rget HGET "$k" status)" \
+        "$(rget HGET "$k" retry_count)" "$(rget HGET "$k" max_retries)" \
+        "$(iso "$(rget HGET "$k" created_at)")" "$(iso "$(rget HGET "$k" updated_at)")" \
+        "$(iso "$(rget HGET "$k" retry_after)")"
+    csv "$(rget HGET "$k" last_error)"
+    printf ','
+    csv "$(rget HGET "$k" payload)"
+    printf '\n'
+}
+
+stat_of() {                # stat_of NAME: the value of a line "NAME value" in OUT
+    printf '%s\n' "$OUT" | awk -v n="$1" '$1 == n { print $2; exit }'
+}
+
+server_now_ms() {
+    local s us
+    { read -r s; read -r us; } < <(rcli --raw TIME)
+    printf '%s' $((s * 1000 + us / 1000))
+}
+
+# ===========================================================================
+# Tests
+# ===========================================================================
+
+test_help_and_usage() {
+    ctl help
+    expect_rc 0 "help"
+    expect_match "$OUT" "Exit status:" "help names the exit statuses"
+    expect_match "$OUT" "Redis failed" "help says a Redis failure exits 1"
+    local c
+    for c in load queues stats list show enqueue replay kill delete purge export; do
+        ctl "$c" --help
+        expect_rc 0 "$c --help"
+        expect_match "$OUT" "^Usage: retryctl $c" "$c --help prints its usage"
+        ctl help "$c"
+        expect_rc 0 "help $c"
+    done
+    ctl
+    expect_rc 2 "no command"
+    ctl frobnicate
+    expect_rc 2 "unknown command"
+    expect_match "$ERR" "unknown command 'frobnicate'" "unknown command is named"
+    ctl --bogus queues
+    expect_rc 2 "unknown global option"
+    ctl list
+    expect_rc 2 "list without a queue"
+    ctl list q --limit abc
+    expect_rc 2 "list --limit abc"
+    ctl list q --limit 0
+    expect_rc 2 "list --limit 0"
+    ctl list q finished
+    expect_rc 2 "list with an unknown status"
+    ctl show q
+    expect_rc 2 "show without an id"
+    ctl show q abc
+    expect_rc 2 "show with a non-numeric id"
+    ctl enqueue q
+    expect_rc 2 "enqueue without a payload"
+    ctl enqueue q x --max-retries 11
+    expect_rc 2 "enqueue --max-retries 11"
+    expect_match "$ERR" "max_retries must be between 1 and 10" "max_retries message"
+    ctl enqueue q x --max-retries 0
+    expect_rc 2 "enqueue --max-retries 0"
+    ctl enqueue q x --delay -5
+    expect_rc 2 "enqueue --delay -5"
+    ctl enqueue q x --delay 31d
+    expect_rc 2 "enqueue --delay 31d"
+    ctl enqueue q x --frob
+    expect_rc 2 "enqueue with an unknown option"
+    ctl replay q
+    expect_rc 2 "replay without ids or mode"
+    ctl replay q 1 --all
+    expect_rc 2 "replay ids and --all"
+    ctl replay q --error-contains ""
+    expect_rc 2 "replay --error-contains ''"
+    ctl replay q x1
+    expect_rc 2 "replay a non-numeric id"
+    ctl kill q
+    expect_rc 2 "kill without an id"
+    ctl delete q 1 2
+    expect_rc 2 "delete with two ids"
+    ctl purge q dead
+    expect_rc 2 "purge without --older-than"
+    ctl purge q pending --older-than 1d
+    expect_rc 2 "purge of pending"
+    ctl purge q dead --older-than 3w
+    expect_rc 2 "purge --older-than 3w"
+    ctl export q --format xml
+    expect_rc 2 "export --format xml"
+    ctl stats q --top 101
+    expect_rc 2 "stats --top 101"
+    ctl queues extra
+    expect_rc 2 "queues with an argument"
+    # Nothing of that reached Redis.
+    expect_eq "$(rget EXISTS "$(base q):seq")" 0 "usage errors create nothing"
+}
+
+test_redis_unreachable_exits_1() {
+    run env REDIS_URL=redis://127.0.0.1:1 "$RETRYCTL" stats q
+    expect_rc 1 "stats with Redis unreachable"
+    expect_eq "$OUT" "" "nothing on stdout when Redis is unreachable"
+    expect_match "$ERR" "redis-cli failed" "the failure is explained on stderr"
+    run env REDIS_URL= "$RETRYCTL" -u redis://127.0.0.1:1 enqueue q x
+    expect_rc 1 "enqueue with -u to a closed port"
+    run env REDIS_URL=redis://127.0.0.1:1 "$ALERT" q
+    expect_rc 1 "dead-letter-alert with Redis unreachable"
+    # -u wins over REDIS_URL.
+    run env REDIS_URL=redis://127.0.0.1:1 "$RETRYCTL" -u "redis://127.0.0.1:$PORT" queues
+    expect_rc 0 "-u overrides REDIS_URL"
+}
+
+test_load() {
+    ctl load
+    expect_rc 0 "load from RETRYD_LUA"
+    expect_match "$OUT" "^loaded library retryd from $LUA" "load says what it loaded"
+    expect_match "$(rcli --raw FUNCTION LIST LIBRARYNAME retryd)" "enqueue" "the library is loaded"
+
+    run env RETRYD_LUA=/nonexistent/retryd.lua "$RETRYCTL" load
+    expect_rc 1 "load from a missing RETRYD_LUA"
+
+    # Without RETRYD_LUA and without ../build/retryd.lua: ../lua/*.lua.
+    mkdir -p "$TMP/tree/scripts" "$TMP/tree/lua"
+    cp "$RETRYCTL" "$TMP/tree/scripts/"
+    cp "$ROOT"/lua/*.lua "$TMP/tree/lua/"
+    run env -u RETRYD_LUA "$TMP/tree/scripts/retryctl" load
+    expect_rc 0 "load from ../lua/*.lua"
+    expect_match "$OUT" "lua/\*\.lua" "load names the lua/ files"
+    expect_match "$(rcli --raw FCALL_RO stats 1 "$(base loadq)" 0 | head -n 1)" pending \
+        "the concatenated library answers"
+    rm -rf "$TMP/tree/lua"
+    run env -u RETRYD_LUA "$TMP/tree/scripts/retryctl" load
+    expect_rc 1 "load with no library anywhere"
+
+    # Without the library, a command says how to fix it.
+    rcli FUNCTION DELETE retryd >/dev/null
+    ctl stats q
+    expect_rc 1 "stats without the library"
+    expect_match "$ERR" "retryctl load" "the error suggests 'retryctl load'"
+    ctl load
+    expect_rc 0 "reload"
+}
+
+test_enqueue_then_show() {
+    local q=shown payload=$'{"to": "a@example.com",\n "n": 1}\ttab'
+    ctl enqueue "$q" "$payload" --max-retries 5
+    expect_rc 0 "enqueue"
+    expect_eq "$OUT" $'1\n' "enqueue prints the new id"
+    expect_eq "$(rget HGET "$(base "$q"):m:1" payload)" "$payload" "the payload is stored as given"
+    expect_eq "$(rget LRANGE "$(base "$q"):ready" 0 -1)" 1 "the id is ready"
+    expect_eq "$(rget SISMEMBER "$PREFIX:queues" "$q")" 1 "the queue is registered"
+
+    ctl show "$q" 1
+    expect_rc 0 "show"
+    local created
+    created=$(iso "$(rget HGET "$(base "$q"):m:1" created_at)")
+    expect_match "$OUT" $'(^|\n)id: +1\n' "show: id"
+    expect_match "$OUT" $'\nstatus: +pending\n' "show: status"
+    expect_match "$OUT" $'\nmax_retries: +5\n' "show: max_retries"
+    expect_match "$OUT" $'\nretry_count: +0\n' "show: retry_count"
+    expect_match "$OUT" $'\ncreated_at: +'"$created"$'\n' "show: created_at in RFC 3339"
+    expect_match "$created" '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z$' "RFC 3339 shape"
+    expect_match "$OUT" $'\npayload: +\\{"to": "a@example.com",\\\\n "n": 1\\}\\\\ttab\n' \
+        "show: payload with \\n and \\t visible"
+
+    ctl show "$q" 1 --field payload
+    expect_rc 0 "show --field payload"
+    expect_eq "$OUT" "$payload" "--field payload is byte for byte"
+
+    ctl enqueue "$q" later --delay 2m
+    expect_rc 0 "enqueue --delay"
+    expect_eq "$OUT" $'2\n' "second id"
+    local ra
+    ra=$(rget HGET "$(base "$q"):m:2" retry_after)
+    expect_eq "$(rget ZSCORE "$(base "$q"):scheduled" 2)" "$ra" "a delayed message is scheduled"
+    ctl show "$q" 2
+    expect_match "$OUT" $'\nretry_after: +'"$(iso "$ra")"$'\n' "show: retry_after"
+
+    ctl enqueue "$q" once --idempotency-key k1
+    expect_eq "$OUT" $'3\n' "idempotent enqueue, first"
+    ctl enqueue "$q" once --idempotency-key k1
+    expect_rc 0 "idempotent enqueue, again"
+    expect_eq "$OUT" $'3\n' "the duplicate names the original"
+    expect_match "$ERR" duplicate "the duplicate is reported"
+    expect_eq "$(rget GET "$(base "$q"):seq")" 3 "no message was created for the duplicate"
+
+    ctl enqueue "$q" -- --dashes
+    expect_rc 0 "enqueue -- PAYLOAD"
+    expect_eq "$(rget HGET "$(base "$q"):m:4" payload)" "--dashes" "a payload after --"
+}
+
+test_show_missing_exits_1() {
+    ctl show nothere 7
+    expect_rc 1 "show of a missing message"
+    expect_match "$ERR" "message 7 not found" "the message is named"
+    expect_eq "$OUT" "" "nothing on stdout"
+    fc_enqueue showq one >/dev/null
+    ctl show showq 1 --field nosuchfield
+    expect_rc 1 "show --field of a missing field"
+}
+
+test_export_csv_escapes() {
+    local q=csvq b
+    b=$(base "$q")
+    local -a payloads=('plain' 'a,b,c' 'say "hi"' $'line1\nline2' $'cr\r\nlf' 'café ☕' '' '"",,""')
+    local -a errors=('simple error' 'bad, comma' 'quote "x" here' $'two\nlines' 'no' $'tab\there' 'x' ',')
+    local i id
+    for i in "${!payloads[@]}"; do
+        fc_enqueue "$q" "${payloads[i]}" >/dev/null
+    done
+    # Deaths in id order, so the dead listing's order is known; one left pending.
+    for ((i = 0; i < ${#payloads[@]} - 1; i++)); do
+        fc_die "$q" $((i + 1)) "${errors[i]}"
+    done
+    {
+        printf 'id,status,retry_count,max_retries,created_at,updated_at,retry_after,last_error,payload\n'
+        for ((id = 1; id < ${#payloads[@]}; id++)); do
+            csv_row "$b" "$id"
+        done
+    } >"$TMP/expected.csv"
+    ctl export "$q" dead --format csv
+    expect_rc 0 "export csv"
+    cp "$TMP/out" "$TMP/actual.csv"
+    if ! cmp -s "$TMP/expected.csv" "$TMP/actual.csv"; then
+        diff <(od -c "$TMP/expected.csv") <(od -c "$TMP/actual.csv") | head -n 20
+        fail "export csv differs from the expected bytes"
+    fi
+    # Without a status: every message, newest first (the pending one too).
+    {
+        printf 'id,status,retry_count,max_retries,created_at,updated_at,retry_after,last_error,payload\n'
+        for ((id = ${#payloads[@]}; id >= 1; id--)); do
+            csv_row "$b" "$id"
+        done
+    } >"$TMP/expected-all.csv"
+    ctl export "$q"
+    expect_rc 0 "export (csv by default)"
+    cmp -s "$TMP/expected-all.csv" "$TMP/out" || fail "export of every status differs"
+}
+
+test_export_jsonl_round_trip() {
+    local q=jsonq b
+    b=$(base "$q")
+    local -a payloads=('{"a":1}' $'multi\nline "quoted" \\ back' 'tab\tand\ttabs' 'ünï ✓' $'ctl\x01\x1f')
+    local i
+    for i in "${!payloads[@]}"; do
+        fc_enqueue "$q" "${payloads[i]}" >/dev/null
+    done
+    fc_die "$q" 1 $'boom\n"why"'
+    ctl export "$q" --format jsonl
+    expect_rc 0 "export jsonl"
+    local -a lines
+    mapfile -t lines <"$TMP/out"
+    expect_eq "${#lines[@]}" "${#payloads[@]}" "one line per message"
+    # Decode every line with Redis's cjson (not ours) and compare each field
+    # with the stored hash; then enqueue the decoded payloads into a second
+    # queue and export that: the payloads must come back identical.
+    local decode='local o = cjson.decode(ARGV[1]); local v = o[ARGV[2]]
+        if v == cjson.null then return "<null>" end; return tostring(v)'
+    local line id field want got
+    for line in "${lines[@]}"; do
+        id=$(rget EVAL "$decode" 0 "$line" id)
+        [[ $id =~ ^[0-9]+$ ]] || fail "line without a numeric id: $line"
+        for field in status retry_count max_retries payload last_error; do
+            got=$(rget EVAL "$decode" 0 "$line" "$field")
+            want=$(rget HGET "$b:m:$id" "$field")
+            if [ "$field" = last_error ] && [ "$(rget HEXISTS "$b:m:$id" last_error)" = 0 ]; then
+                want="<null>"
+            fi
+            expect_eq "$got" "$want" "jsonl $field of message $id"
+        done
+        got=$(rget EVAL "$decode" 0 "$line" created_at)
+        expect_eq "$got" "$(iso "$(rget HGET "$b:m:$id" created_at)")" "jsonl created_at of $id"
+        got=$(rget EVAL "$decode" 0 "$line" payload)
+        ctl enqueue jsonq2 "$got"
+        expect_rc 0 "re-enqueue of payload $id"
+    done
+    ctl export jsonq2 --format jsonl
+    local -a again
+    mapfile -t again <"$TMP/out"
+    expect_eq "${#again[@]}" "${#payloads[@]}" "round trip: same count"
+    for ((i = 0; i < ${#again[@]}; i++)); do
+        got=$(rget EVAL "$decode" 0 "${again[i]}" payload)
+        # jsonq2 was filled newest-first, and is exported newest-first.
+        expect_eq "$got" "${payloads[i]}" "round trip payload $((i + 1))"
+    done
+}
+
+test_purge_keeps_younger() {
+    local q=purgeq b i now old
+    b=$(base "$q")
+    for i in 1 2 3 4 5; do fc_enqueue "$q" "p$i" >/dev/null; done
+    for i in 1 2 3 4; do fc_die "$q" "$i" "err $i"; done
+    # Test setup, not a state change path: age letters 1 and 2 by rewriting
+    # their death time (the :dead score and dead_at) 40 days into the past,
+    # as if they had died then. Nothing in retryd changes a death time.
+    now=$(server_now_ms)
+    old=$((now - 40 * 86400000))
+    for i in 1 2; do
+        rcli ZADD "$b:dead" "$old" "$i" >/dev/null
+        rcli HSET "$b:m:$i" dead_at "$old" >/dev/null
+    done
+    ctl purge "$q" dead --older-than 30d
+    expect_rc 0 "purge --older-than 30d"
+    expect_eq "$OUT" $'purged 2\n' "purge reports the count"
+    expect_eq "$(rget ZCARD "$b:dead")" 2 "the younger letters stay dead"
+    expect_eq "$(rget EXISTS "$b:m:1" "$b:m:2")" 0 "the old letters are gone"
+    expect_eq "$(rget EXISTS "$b:m:3" "$b:m:4" "$b:m:5")" 3 "the others are kept"
+    expect_eq "$(rget HGET "$b:m:5" status)" pending "a pending message is never purged"
+    expect_eq "$(rget HGET "$b:stats" purged)" 2 "the purged counter"
+    ctl stats "$q"
+    expect_eq "$(stat_of dead)" 2 "stats after purge"
+    ctl purge "$q" dead --older-than 10s
+    expect_eq "$OUT" $'purged 0\n' "nothing older than 10 s"
+    ctl purge "$q" dead --older-than 0
+    expect_eq "$OUT" $'purged 2\n' "--older-than 0 purges every dead letter"
+    expect_eq "$(rget ZCARD "$b:dead")" 0 "no dead letter left"
+    expect_eq "$(rget ZCARD "$b:errors")" 0 "top errors follow the purge"
+}
+
+test_replay_error_contains() {
+    local q=replayerr b
+    b=$(base "$q")
+    local -a errs=('timeout connecting' 'bad payload' 'read timeout' 'TIMEOUT upper' 'other')
+    local i
+    for i in 1 2 3 4 5; do fc_enqueue "$q" "m$i" >/dev/null; done
+    for i in 1 2 3 4 5; do fc_die "$q" "$i" "${errs[i - 1]}"; done
+    ctl replay "$q" --error-contains timeout
+    expect_rc 0 "replay --error-contains"
+    expect_eq "$OUT" $'replayed 2\n' "two letters match (case-sensitive)"
+    for i in 1 3; do
+        expect_eq "$(rget HGET "$b:m:$i" status)" pending "matching letter $i is pending"
+        expect_eq "$(rget HGET "$b:m:$i" retry_count)" 0 "letter $i has a fresh budget"
+        expect_eq "$(rget HEXISTS "$b:m:$i" last_error)" 0 "letter $i has no last_error"
+    done
+    for i in 2 4 5; do
+        expect_eq "$(rget HGET "$b:m:$i" status)" dead "letter $i is still dead"
+        expect_eq "$(rget HGET "$b:m:$i" last_error)" "${errs[i - 1]}" "letter $i keeps its error"
+    done
+    expect_eq "$(rget ZCARD "$b:dead")" 3 "three letters stay dead"
+    expect_eq "$(rget LRANGE "$b:due" 0 -1 | tr '\n' ' ')" "3 1" "replayed ids are claimed next"
+    ctl replay "$q" --error-contains 'no such text'
+    expect_eq "$OUT" $'replayed 0\n' "no match, nothing replayed"
+}
+
+test_replay_all() {
+    local q=replayall b i
+    b=$(base "$q")
+    for i in 1 2 3 4; do fc_enqueue "$q" "m$i" >/dev/null; done
+    for i in 1 2 3; do fc_die "$q" "$i" "e$i"; done
+    ctl replay "$q" --all
+    expect_rc 0 "replay --all"
+    expect_eq "$OUT" $'replayed 3\n' "every dead letter"
+    expect_eq "$(rget ZCARD "$b:dead")" 0 "none left dead"
+    expect_eq "$(rget LLEN "$b:due")" 3 "three due"
+    expect_eq "$(rget HGET "$b:stats" replayed)" 3 "replayed counter"
+    ctl replay "$q" --all
+    expect_eq "$OUT" $'replayed 0\n' "again: nothing to replay"
+}
+
+test_replay_ids_and_wrong_state() {
+    local q=replayids b i
+    b=$(base "$q")
+    for i in 1 2 3; do fc_enqueue "$q" "m$i" >/dev/null; done
+    fc_die "$q" 1 "gone"
+    ctl replay "$q" 3
+    expect_rc 1 "replay of a pending message"
+    expect_eq "$ERR" $'retryctl: message 3 is pending, not dead\n' "the state is named on stderr"
+    expect_eq "$OUT" $'replayed 0\n' "nothing replayed"
+    expect_eq "$(rget HGET "$b:m:3" status)" pending "message 3 untouched"
+    ctl replay "$q" 1 99
+    expect_rc 1 "replay of a dead and a missing id"
+    expect_eq "$OUT" $'replayed 1\n' "the dead one is replayed"
+    expect_match "$ERR" "message 99 not found" "the missing one is named"
+    expect_eq "$(rget HGET "$b:m:1" status)" pending "message 1 replayed"
+    fc_die "$q" 1 "gone again"
+    ctl replay "$q" 1
+    expect_rc 0 "replay of one dead letter"
+    expect_eq "$OUT" $'replayed 1\n' "replayed 1"
+}
+
+test_kill_and_delete() {
+    local q=killq b
+    b=$(base "$q")
+    fc_enqueue "$q" one >/dev/null
+    fc_enqueue "$q" two >/dev/null
+    fc_enqueue "$q" three >/dev/null
+    ctl kill "$q" 1 --reason "poison message"
+    expect_rc 0 "kill a pending message"
+    expect_eq "$(rget HGET "$b:m:1" status)" dead "killed message is dead"
+    expect_eq "$(rget HGET "$b:m:1" last_error)" "poison message" "the reason is last_error"
+    expect_eq "$(rget ZSCORE "$b:dead" 1)" "$(rget HGET "$b:m:1" dead_at)" "in the dead set"
+    expect_eq "$(rget LRANGE "$b:ready" 0 -1 | tr '\n' ' ')" "3 2" "out of the ready list"
+    ctl kill "$q" 1
+    expect_rc 1 "kill a dead message"
+    expect_match "$ERR" "message 1 is dead" "the state is named"
+    ctl kill "$q" 42
+    expect_rc 1 "kill a missing message"
+    fc_claim "$q" 1
+    expect_eq "$(rget HGET "$b:m:2" status)" processing "message 2 is leased"
+    ctl delete "$q" 2
+    expect_rc 1 "delete a leased message"
+    expect_match "$ERR" "message 2 is processing" "the state is named"
+    ctl kill "$q" 2
+    expect_rc 0 "kill a leased message"
+    expect_eq "$(rget HGET "$b:m:2" last_error)" "killed by operator" "default reason"
+    expect_eq "$(rget ZCARD "$b:processing")" 0 "the lease is gone"
+    ctl delete "$q" 2
+    expect_rc 0 "delete a dead message"
+    expect_eq "$OUT" $'deleted 2\n' "delete says so"
+    expect_eq "$(rget EXISTS "$b:m:2")" 0 "the hash is gone"
+    expect_eq "$(rget ZSCORE "$b:dead" 2)" "" "out of the dead set"
+    ctl delete "$q" 3
+    expect_rc 0 "delete a pending message"
+    expect_eq "$(rget LLEN "$b:ready")" 0 "out of the ready list"
+    ctl delete "$q" 3
+    expect_rc 1 "delete it again"
+    expect_match "$ERR" "message 3 not found" "missing is named"
+    ctl stats "$q"
+    expect_eq "$(stat_of dead)" 1 "one dead letter left"
+}
+
+test_list_limit() {
+    local q=listq i
+    for i in 1 2 3 4 5; do fc_enqueue "$q" "payload number $i" >/dev/null; done
+    fc_die "$q" 1 $'err\twith tab'
+    ctl list "$q" --limit 3
+    expect_rc 0 "list --limit 3"
+    local -a rows
+    mapfile -t rows <<<"${OUT%$'\n'}"
+    expect_eq "${#rows[@]}" 4 "a header and three rows"
+    expect_match "${rows[0]}" "^ID +STATUS +RETRIES +UPDATED +LAST_ERROR +PAYLOAD" "header"
+    expect_match "${rows[1]}" "^5 +pending +0/3 +[0-9T:.-]+Z +payload number 5" "newest first"
+    expect_match "${rows[3]}" "^3 " "third row"
+    expect_match "$ERR" "more messages" "the truncation is noted on stderr"
+    ctl list "$q" dead
+    mapfile -t rows <<<"${OUT%$'\n'}"
+    expect_eq "${#rows[@]}" 2 "one dead letter"
+    expect_match "${rows[1]}" '^1 +dead +1/3 .*err\\twith tab +payload number 1$' "dead row, tab shown as \\t"
+    ctl list "$q" pending --limit 10
+    mapfile -t rows <<<"${OUT%$'\n'}"
+    expect_eq "${#rows[@]}" 5 "four pending"
+    expect_match "${rows[1]}" "^2 " "pending in claim order"
+    expect_eq "$ERR" "" "no note when everything fits"
+    ctl list emptyq
+    expect_rc 0 "list of an empty queue"
+    expect_eq "$(printf '%s' "$OUT" | wc -l)" 1 "only the header"
+}
+
+test_paging_beyond_one_call() {
+    # More messages than one Lua call returns (1000): retryctl must follow
+    # the cursor. Filled through one redis-cli pipe for speed.
+    local q=bigq b i
+    b=$(base "$q")
+    for ((i = 1; i <= 1205; i++)); do
+        printf 'FCALL enqueue 1 "%s" "big %d" 3 0 ""\n' "$b" "$i"
+    done | rcli >/dev/null
+    rcli SADD "$PREFIX:queues" "$q" >/dev/null
+    expect_eq "$(rget LLEN "$b:ready")" 1205 "setup"
+    ctl list "$q" --limit 1100
+    expect_rc 0 "list --limit 1100"
+    expect_eq "$(printf '%s' "$OUT" | wc -l)" 1101 "1100 rows over two calls"
+    ctl export "$q" pending --format jsonl
+    expect_rc 0 "export of 1205"
+    expect_eq "$(printf '%s' "$OUT" | wc -l)" 1205 "every message exported"
+    expect_eq "$(printf '%s' "$OUT" | grep -c '"payload":"big ')" 1205 "each line a message"
+    expect_eq "$(printf '%s\n' "$OUT" | sed -n '1p;1205p' | grep -o '"id":[0-9]*' | tr '\n' ' ')" \
+        '"id":1 "id":1205 ' "claim order, first and last"
+    ctl kill "$q" 7
+    for ((i = 1; i <= 1205; i++)); do
+        [ "$i" = 7 ] && continue
+        printf 'FCALL kill 2 "%s" "%s:m:%d" %d "bulk"\n' "$b" "$b" "$i" "$i"
+    done | rcli >/dev/null
+    expect_eq "$(rget ZCARD "$b:dead")" 1205 "all dead"
+    ctl replay "$q" --error-contains bulk
+    expect_eq "$OUT" $'replayed 1204\n' "replay by error over two calls"
+    expect_eq "$(rget ZCARD "$b:dead")" 1 "the killed-by-hand letter stays"
+}
+
+# Counts in "retryctl stats" must equal the sizes of the keys after a mixed
+# workload driven through FCALL.
+test_stats_match_keys() {
+    local q=statsq b i
+    b=$(base "$q")
+    for i in $(seq 1 10); do fc_enqueue "$q" "s$i" 2 >/dev/null; done
+    fc_claim "$q" 6                          # 1..6 processing
+    fc_fail "$q" 1 "transient" 1              # retry: scheduled
+    fc_fail "$q" 2 "transient" 1
+    fc_fail "$q" 3 "fatal, no retry" 0        # dead
+    fc_succeed "$q" 4
+    fc_succeed "$q" 5                         # 6 stays leased
+    "$RETRYCTL" kill "$q" 7 --reason "operator" >/dev/null || fail "kill 7"
+    ctl stats "$q"
+    expect_rc 0 "stats"
+    local ready scheduled processing succeeded dead
+    ready=$(($(rget LLEN "$b:ready") + $(rget LLEN "$b:due")))
+    scheduled=$(rget ZCARD "$b:scheduled")
+    processing=$(rget ZCARD "$b:processing")
+    succeeded=$(rget ZCARD "$b:succeeded")
+    dead=$(rget ZCARD "$b:dead")
+    expect_eq "$ready/$scheduled/$processing/$succeeded/$dead" "3/2/1/2/2" "the workload's shape"
+    expect_eq "$(stat_of pending)" $((ready + scheduled)) "pending"
+    expect_eq "$(stat_of ready)" "$ready" "ready"
+    expect_eq "$(stat_of scheduled)" "$scheduled" "scheduled"
+    expect_eq "$(stat_of processing)" "$processing" "processing"
+    expect_eq "$(stat_of succeeded)" "$succeeded" "succeeded"
+    expect_eq "$(stat_of dead)" "$dead" "dead"
+    expect_eq "$(stat_of dead_last_24h)" "$dead" "dead_last_24h"
+    expect_eq "$(stat_of enqueued)" 10 "total enqueued"
+    expect_eq "$(stat_of claimed)" 6 "total claimed"
+    expect_eq "$(stat_of failed)" 3 "total failed"
+    expect_eq "$(stat_of retried)" 2 "total retried"
+    expect_match "$OUT" $'\n +1  fatal, no retry\n' "top error 1"
+    expect_match "$OUT" $'\n +1  operator\n' "top error 2"
+    ctl queues
+    expect_match "$OUT" $'\nstatsq +5 +1 +2 +2 +2\n' "queues agrees (pending processing succeeded dead dead_24h)"
+}
+
+test_queues_lists_every_queue() {
+    fc_enqueue qa x >/dev/null
+    fc_enqueue qb x >/dev/null
+    fc_enqueue qb y >/dev/null
+    "$RETRYCTL" enqueue 'q c' z >/dev/null || fail "enqueue 'q c'"
+    fc_die qb 1 err
+    ctl queues
+    expect_rc 0 "queues"
+    expect_match "$OUT" "^QUEUE +PENDING +PROCESSING +SUCCEEDED +DEAD +DEAD_24H" "header"
+    local names
+    names=$(rget SMEMBERS "$PREFIX:queues" | sort)
+    local n
+    while IFS= read -r n; do
+        grep -q "^$n  " <<<"$OUT" || fail "queue '$n' is missing from: $OUT"
+    done <<<"$names"
+    expect_match "$OUT" $'\nqa +1 +0 +0 +0 +0\n' "qa counts"
+    expect_match "$OUT" $'\nqb +1 +0 +0 +1 +1\n' "qb counts"
+    expect_match "$OUT" $'\nq c +1 +0 +0 +0 +0\n' "'q c' counts"
+    expect_eq "$(($(printf '%s' "$OUT" | wc -l) - 1))" "$(rget SCARD "$PREFIX:queues")" "one row per queue"
+    run env RETRYD_PREFIX="$PREFIX-empty" "$RETRYCTL" queues
+    expect_rc 0 "queues with none"
+    expect_eq "$(printf '%s' "$OUT" | wc -l)" 1 "only the header"
+}
+
+test_odd_queue_name() {
+    local q='a:b {c} %d e' b
+    # The escape of src/keys.c, spelled out: ':' '{' '}' '%' as %XX, the space kept.
+    b="$PREFIX:{a%3Ab %7Bc%7D %25d e}"
+    ctl enqueue "$q" "odd payload"
+    expect_rc 0 "enqueue into an odd name"
+    expect_eq "$OUT" $'1\n' "id 1"
+    expect_eq "$(rget HGET "$b:m:1" payload)" "odd payload" "the escaped keys"
+    expect_eq "$(rget SISMEMBER "$PREFIX:queues" "$q")" 1 "registered with its raw name"
+    ctl show "$q" 1
+    expect_rc 0 "show"
+    expect_match "$OUT" "^queue: +a:b \\{c\\} %d e"$'\n' "show names the queue"
+    ctl list "$q"
+    expect_match "$OUT" $'\n1 +pending' "list"
+    ctl kill "$q" 1 --reason "odd death"
+    expect_rc 0 "kill"
+    ctl export "$q" dead --format csv
+    expect_match "$OUT" ',odd death,odd payload' "export"
+    ctl stats "$q"
+    expect_eq "$(stat_of dead)" 1 "stats"
+    ctl queues
+    expect_match "$OUT" $'\na:b \\{c\\} %d e +0 +0 +0 +1 +1\n' "queues"
+    ctl replay "$q" --all
+    expect_eq "$OUT" $'replayed 1\n' "replay"
+    ctl delete "$q" 1
+    expect_rc 0 "delete"
+    expect_eq "$(rget EXISTS "$b:m:1")" 0 "deleted"
+    # A control byte (no HTTP name can hold one, but the escape covers it):
+    # a message made through FCALL under "%0A" is found by the raw name.
+    local cb="$PREFIX:{nl%0Aname%7F}"
+    rcli FCALL enqueue 1 "$cb" "ctl" 3 0 "" >/dev/null
+    ctl show $'nl\nname\x7f' 1
+    expect_rc 0 "show in a queue named with control bytes"
+    expect_match "$OUT" $'\npayload: +ctl\n' "found through the escape"
+    # Non-ASCII bytes are kept as they are.
+    ctl enqueue 'été' x
+    expect_eq "$(rget EXISTS "$PREFIX:{été}:m:1")" 1 "UTF-8 kept in the key"
+}
+
+# Waits up to 10 s for a file to hold a line matching an ERE.
+wait_for_line() {          # wait_for_line FILE ERE
+    local i
+    for i in $(seq 1 100); do
+        grep -qE "$2" "$1" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# Waits up to 10 s for N clients blocked in XREAD.
+wait_for_xread() {
+    local i
+    for i in $(seq 1 100); do
+        [ "$(rcli CLIENT LIST | grep -c 'cmd=xread')" -ge "$1" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+test_dead_letter_alert() {
+    local q=alertq other=alert2 out="$TMP/alert.out" ex="$TMP/alert.exec" p1 p2 i rc
+    for i in 1 2 3; do fc_enqueue "$q" "a$i" 1 >/dev/null; done
+    fc_enqueue "$other" "o1" >/dev/null
+    fc_die "$q" 1 "died before the follower"
+    local before
+    before=$(rcli CLIENT LIST | grep -c 'cmd=xread')
+    "$ALERT" "$q" "$other" >"$out" 2>"$out.err" &
+    p1=$!
+    bg_pids+=("$p1")
+    "$ALERT" --from-start --exec "cat >>'$ex'; echo \"\$RETRYD_QUEUE#\$RETRYD_ID#\$RETRYD_ERROR\" >>'$ex'" "$q" >/dev/null 2>"$ex.err" &
+    p2=$!
+    bg_pids+=("$p2")
+    wait_for_xread $((before + 2)) || fail "the followers never blocked in XREAD"
+
+    fc_die "$q" 2 $'timeout\ntalking to smtp'
+    "$RETRYCTL" kill "$other" 1 --reason "by hand" >/dev/null || fail "kill"
+    "$RETRYCTL" replay "$q" 2 >/dev/null || fail "replay"   # not a death: no line
+    local re_time='[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z'
+    wait_for_line "$out" "queue=$other id=1" || { cat "$out" "$out.err"; fail "no line for the kill"; }
+    wait_for_line "$ex" "^$q#2#" || { cat "$ex" "$ex.err"; fail "--exec got nothing"; }
+
+    kill -TERM "$p1"
+    wait "$p1"
+    rc=$?
+    expect_eq "$rc" 0 "SIGTERM ends the follower with 0"
+    kill -TERM "$p2"
+    wait "$p2"
+    expect_eq "$?" 0 "SIGTERM ends the --exec follower with 0"
+
+    local -a lines
+    mapfile -t lines <"$out"
+    expect_eq "${#lines[@]}" 2 "two deaths while following, the earlier one skipped"
+    expect_match "${lines[0]}" "^$re_time queue=$q id=2 retry_count=1 error=timeout\\\\ntalking to smtp\$" "line of a death"
+    expect_match "${lines[1]}" "^$re_time queue=$other id=1 retry_count=0 error=by hand\$" "line of a kill"
+    expect_eq "$(cat "$out.err")" "" "nothing on stderr"
+
+    # --from-start also reported the letter that died before it started.
+    mapfile -t lines <"$ex"
+    expect_match "${lines[0]}" "^$re_time queue=$q id=1 retry_count=1 error=died before the follower\$" "--from-start line"
+    expect_eq "${lines[1]}" "$q#1#died before the follower" "--exec environment"
+    expect_match "${lines[2]}" "queue=$q id=2 " "--exec second line"
+    expect_eq "${lines[3]}" "$q#2#timeout" "--exec gets the raw error..."
+    expect_eq "${lines[4]}" "talking to smtp" "...newline included"
+}
+
+# ===========================================================================
+# Runner
+# ===========================================================================
+
+all_tests=(
+    test_help_and_usage
+    test_redis_unreachable_exits_1
+    test_load
+    test_enqueue_then_show
+    test_show_missing_exits_1
+    test_export_csv_escapes
+    test_export_jsonl_round_trip
+    test_purge_keeps_younger
+    test_replay_error_contains
+    test_replay_all
+    test_replay_ids_and_wrong_state
+    test_kill_and_delete
+    test_list_limit
+    test_paging_beyond_one_call
+    test_stats_match_keys
+    test_queues_lists_every_queue
+    test_odd_queue_name
+    test_dead_letter_alert
+)
+if (($#)); then all_tests=("$@"); fi
+
+if [ "$(rcli PING 2>&1)" != PONG ]; then
+    echo "retryctl_test: no Redis answers on 127.0.0.1:$PORT"
+    echo "[  FAILED  ] 1 test(s), listed below:"
+    echo "[  FAILED  ] redis_reachable"
+    exit 1
+fi
+# The library every test uses.
+"$RETRYCTL" load >/dev/null || { echo "retryctl_test: retryctl load failed"; exit 1; }
+
+passed=0
+failed=()
+echo "[==========] Running ${#all_tests[@]} test(s)."
+for t in "${all_tests[@]}"; do
+    echo "[ RUN      ] $t"
+    if ( "$t" ); then
+        echo "[       OK ] $t"
+        passed=$((passed + 1))
+    else
+        echo "[  FAILED  ] $t"
+        failed+=("$t")
+    fi
+done
+# Keys of this run are left for inspection only if something failed.
+if ((${#failed[@]} == 0)); then
+    rcli --scan --pattern "$PREFIX*" | xargs -r -d "\n" -n 500 \
+        timeout 30 redis-cli -h 127.0.0.1 -p "$PORT" UNLINK >/dev/null
+fi
+echo "[==========] ${#all_tests[@]} test(s) run."
+echo "[  PASSED  ] $passed test(s)."
+if ((${#failed[@]} > 0)); then
+    echo "[  FAILED  ] ${#failed[@]} test(s), listed below:"
+    for t in "${failed[@]}"; do
+        echo "[  FAILED  ] $t"
+    done
+    echo
+    echo " ${#failed[@]} FAILED TEST(S)"
+    exit 1
+fi
+exit 0

@@ -1,0 +1,1053 @@
+/* test_multi.c - end-to-end tests of several retryd instances sharing one
+ * Redis (SPEC §8): long-poll wake-ups across instances, waiter order and
+ * disconnects, batch claim and batch acknowledgement under concurrency,
+ * idempotent enqueue from many clients at once, delayed delivery, and
+ * shutdown with a parked waiter (docs/long-poll.md).
+ *
+ * Needs RETRYD_TEST_REDIS_PORT and RETRYD_BIN (scripts/test.sh sets both).
+ * The group forks two daemons, A and B, on free ports with the same prefix
+ * ("multi<pid>") and --tick-ms 100; the last test starts a third, C. Each
+ * test uses a queue of its own. Worker threads never call cmocka: they
+ * record what they saw and the main thread asserts after joining them.
+ * Latencies are printed on stdout ("test_multi: ...") for the record. */
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include <hiredis/hiredis.h>
+
+#include "e2e_support.h"
+
+enum {
+    READY_TIMEOUT_MS = 10000,
+    TICK_MS = 100,
+    LONG_POLL_IO_S = 30,          /* receive timeout for parked claims */
+    WAKE_RUNS = 20,               /* long-poll repetitions per test */
+    WAKE_LIMIT_MS = 500,          /* asserted bound on a wake-up */
+    PARK_MS = 200,                /* time given to a claim to park */
+};
+
+static const char *g_bin;
+static int g_redis_port;
+static char g_prefix[64];
+static e2e_daemon_t g_a, g_b;     /* the group's two instances */
+static e2e_daemon_t g_c;          /* test 10's own instance */
+static redisContext *g_redis;
+
+/* Keep-alive connections of the main thread, one per port. */
+static e2e_conn_t g_conns[3];
+
+/* ------------------------------------------------------------------------ */
+/* Small strings                                                            */
+/* ------------------------------------------------------------------------ */
+
+/* printf into one of 16 rotating buffers: valid for the next 15 calls. */
+static const char *fmt(const char *f, ...)
+{
+    static char ring[16][2048];
+    static unsigned next;
+    char *s = ring[next++ % 16];
+    va_list ap;
+    va_start(ap, f);
+    vsnprintf(s, sizeof ring[0], f, ap);
+    va_end(ap);
+    return s;
+}
+
+/* A queue name no other test uses (the prefix is already per run). Only
+ * letters, digits and '-', so its Redis keys need no escaping. */
+static void queue_name(char *out, size_t cap, const char *tag)
+{
+    static unsigned serial;
+    snprintf(out, cap, "%s-%u", tag, ++serial);
+}
+
+/* "<prefix>:{q}:<suffix>" */
+static const char *qkey(const char *q, const char *suffix)
+{
+    return fmt("%s:{%s}:%s", g_prefix, q, suffix);
+}
+
+/* Monotonic microseconds: wake-ups are well under a millisecond locally. */
+static long long mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static int cmp_ll(const void *a, const void *b)
+{
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Daemons and Redis                                                        */
+/* ------------------------------------------------------------------------ */
+
+/* Starts retryd with the group's Redis and prefix, --tick-ms TICK_MS and log
+ * level warn, and waits (bounded) for /readyz 200. */
+static int start_daemon(e2e_daemon_t *d)
+{
+    char redis_url[64], tick[16];
+    snprintf(redis_url, sizeof redis_url, "redis://127.0.0.1:%d", g_redis_port);
+    snprintf(tick, sizeof tick, "%d", TICK_MS);
+    const char *args[] = { "--redis", redis_url, "--prefix", g_prefix, "--tick-ms", tick,
+                           "--log-level", "warn", NULL };
+    if (e2e_daemon_spawn(d, g_bin, args) != 0) return -1;
+    if (e2e_daemon_wait_status(d, "/readyz", 200, READY_TIMEOUT_MS) != 0) {
+        fprintf(stderr, "test_multi: retryd on port %d did not become ready\n", d->port);
+        e2e_daemon_stop(d, SIGKILL, E2E_STOP_TIMEOUT_MS);
+        return -1;
+    }
+    return 0;
+}
+
+/* Waits (bounded) for a daemon that was already signalled to exit, without
+ * signalling it again. Returns as e2e_daemon_stop does. */
+static int reap_daemon(e2e_daemon_t *d, int timeout_ms)
+{
+    long long deadline = e2e_mono_ms() + timeout_ms;
+    int wstatus;
+    while (d->pid > 0) {
+        pid_t got = waitpid(d->pid, &wstatus, WNOHANG);
+        if (got == d->pid) {
+            d->pid = 0;
+            if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
+            return 256 + WTERMSIG(wstatus);
+        }
+        if (e2e_mono_ms() >= deadline) {
+            e2e_daemon_stop(d, SIGKILL, 1000);
+            return -1;
+        }
+        e2e_pause_ms(10);
+    }
+    return -1;
+}
+
+static redisReply *rcmd(const char *format, ...)
+{
+    va_list ap;
+    va_start(ap, format);
+    redisReply *r = redisvCommand(g_redis, format, ap);
+    va_end(ap);
+    if (r == NULL) fail_msg("redis: %s", g_redis->errstr);
+    return r;
+}
+
+static long long rint_cmd(const char *format, const char *key)
+{
+    redisReply *r = rcmd(format, key);
+    if (r->type != REDIS_REPLY_INTEGER) fail_msg("redis: %s %s: not an integer", format, key);
+    long long n = r->integer;
+    freeReplyObject(r);
+    return n;
+}
+
+/* Prints a hash to stderr (for failure reports). */
+static void dump_hash(const char *label, const char *key)
+{
+    redisReply *x = redisCommand(g_redis, "HGETALL %s", key);
+    fprintf(stderr, "test_multi: %s %s:", label, key);
+    for (size_t i = 0; x && x->type == REDIS_REPLY_ARRAY && i < x->elements; i++)
+        fprintf(stderr, "%s%s", i % 2 ? "=" : " ", x->element[i]->str);
+    fprintf(stderr, "\n");
+    if (x) freeReplyObject(x);
+}
+
+/* Reports (once) a group daemon that exited by itself, with its status. */
+static void check_still_running(e2e_daemon_t *d, const char *name)
+{
+    int wstatus;
+    if (d->pid <= 0) return;
+    if (waitpid(d->pid, &wstatus, WNOHANG) != d->pid) return;
+    d->pid = 0;
+    if (WIFEXITED(wstatus))
+        fprintf(stderr, "test_multi: retryd %s exited by itself with status %d\n", name,
+                WEXITSTATUS(wstatus));
+    else
+        fprintf(stderr, "test_multi: retryd %s was killed by signal %d\n", name,
+                WTERMSIG(wstatus));
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    rd_alloc_init();
+    const char *port = getenv("RETRYD_TEST_REDIS_PORT");
+    g_bin = getenv("RETRYD_BIN");
+    if (port == NULL || g_bin == NULL) {
+        fprintf(stderr, "test_multi: RETRYD_TEST_REDIS_PORT and RETRYD_BIN must be set\n");
+        return -1;
+    }
+    g_redis_port = atoi(port);
+    struct timeval tv = { 10, 0 };
+    g_redis = redisConnectWithTimeout("127.0.0.1", g_redis_port, tv);
+    if (g_redis == NULL || g_redis->err) {
+        fprintf(stderr, "test_multi: cannot connect to Redis on port %d\n", g_redis_port);
+        return -1;
+    }
+    redisSetTimeout(g_redis, tv);
+    for (size_t i = 0; i < 3; i++) g_conns[i].fd = -1;
+    snprintf(g_prefix, sizeof g_prefix, "multi%ld", (long)getpid());
+    if (start_daemon(&g_a) != 0) return -1;
+    if (start_daemon(&g_b) != 0) {
+        e2e_daemon_stop(&g_a, SIGKILL, E2E_STOP_TIMEOUT_MS);
+        return -1;
+    }
+    return 0;
+}
+
+static void close_conns(void)
+{
+    for (size_t i = 0; i < 3; i++) e2e_conn_close(&g_conns[i]);
+}
+
+/* Both instances must stop cleanly on SIGTERM: exit 0 within 5 s. */
+static int group_teardown(void **state)
+{
+    (void)state;
+    close_conns();
+    int sa = e2e_daemon_stop(&g_a, SIGTERM, E2E_STOP_TIMEOUT_MS);
+    int sb = e2e_daemon_stop(&g_b, SIGTERM, E2E_STOP_TIMEOUT_MS);
+    if (g_redis) redisFree(g_redis);
+    if (sa != 0 || sb != 0) {
+        fprintf(stderr, "test_multi: after SIGTERM: A %d, B %d (want 0 and 0; -1 = killed)\n",
+                sa, sb);
+        return -1;
+    }
+    return 0;
+}
+
+static int test_setup(void **state)
+{
+    (void)state;
+    close_conns();
+    check_still_running(&g_a, "A");
+    check_still_running(&g_b, "B");
+    return 0;
+}
+
+static int test_teardown(void **state)
+{
+    (void)state;
+    close_conns();
+    if (g_c.pid > 0) e2e_daemon_stop(&g_c, SIGKILL, E2E_STOP_TIMEOUT_MS);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Requests from the main thread                                            */
+/* ------------------------------------------------------------------------ */
+
+static e2e_conn_t *conn_for(int port)
+{
+    e2e_conn_t *spare = NULL;
+    for (size_t i = 0; i < 3; i++) {
+        if (g_conns[i].fd >= 0 && g_conns[i].port == port) return &g_conns[i];
+        if (g_conns[i].fd < 0 && spare == NULL) spare = &g_conns[i];
+    }
+    if (spare == NULL) {
+        spare = &g_conns[0];
+        e2e_conn_close(spare);
+    }
+    if (e2e_conn_open(spare, port) != 0)
+        fail_msg("connect to 127.0.0.1:%d: %s", port, strerror(errno));
+    return spare;
+}
+
+/* One request on the main thread's keep-alive connection to port; fails the
+ * test unless a complete response came. */
+static void http_to(int port, e2e_response_t *r, const char *method, const char *path,
+                    const char *body)
+{
+    e2e_response_free(r);
+    e2e_conn_t *c = conn_for(port);
+    if (e2e_request(c, method, path, NULL, body, body ? strlen(body) : 0, r) != 0) {
+        e2e_conn_close(c);
+        fail_msg("%s %s to :%d: no complete response", method, path, port);
+    }
+}
+
+static rd_json_t *jget(const rd_json_t *o, const char *name)
+{
+    rd_json_t *v = rd_json_get(o, name);
+    if (v == NULL) fail_msg("member \"%s\" is missing", name);
+    return v;
+}
+
+static const char *jstr(const rd_json_t *o, const char *name)
+{
+    const char *s = rd_json_string(jget(o, name));
+    if (s == NULL) fail_msg("member \"%s\" is not a string", name);
+    return s;
+}
+
+static long long jint(const rd_json_t *o, const char *name)
+{
+    long long n;
+    if (!rd_json_integer(jget(o, name), &n)) fail_msg("member \"%s\" is not an integer", name);
+    return n;
+}
+
+static long long jtime(const rd_json_t *o, const char *name)
+{
+    long long ms;
+    const char *s = jstr(o, name);
+    if (e2e_parse_time(s, &ms) != 0) fail_msg("%s \"%s\" is not YYYY-MM-DDTHH:MM:SS.mmmZ", name, s);
+    return ms;
+}
+
+static rd_json_t *expect_json(const e2e_response_t *r, int status)
+{
+    if (r->status != status) fail_msg("expected %d, got %d: %s", status, r->status, r->body);
+    if (!e2e_media_type_is(r->content_type, "application/json"))
+        fail_msg("Content-Type \"%s\", expected application/json", r->content_type);
+    if (r->json == NULL || !rd_json_is_object(r->json)) fail_msg("body is not a JSON object");
+    return r->json;
+}
+
+static rd_json_t *expect_problem(const e2e_response_t *r, int status, const char *slug)
+{
+    if (r->status != status)
+        fail_msg("expected %d %s, got %d: %s", status, slug, r->status, r->body);
+    if (!e2e_media_type_is(r->content_type, "application/problem+json"))
+        fail_msg("Content-Type \"%s\", expected application/problem+json", r->content_type);
+    if (r->json == NULL || !rd_json_is_object(r->json)) fail_msg("problem is not a JSON object");
+    assert_string_equal(jstr(r->json, "type"), fmt("/problems/%s", slug));
+    assert_int_equal(jint(r->json, "status"), status);
+    return r->json;
+}
+
+/* A 422 whose errors name field (when field is not NULL). */
+static void expect_invalid_field(const e2e_response_t *r, const char *field)
+{
+    rd_json_t *p = expect_problem(r, 422, "validation-failed");
+    rd_json_t *errors = jget(p, "errors");
+    assert_true(rd_json_is_array(errors));
+    assert_true(rd_json_array_size(errors) >= 1);
+    if (field == NULL) return;
+    for (size_t i = 0; i < rd_json_array_size(errors); i++)
+        if (strcmp(jstr(rd_json_array_at(errors, i), "field"), field) == 0) return;
+    fail_msg("no error for field \"%s\": %s", field, r->body);
+}
+
+static void expect_no_content(const e2e_response_t *r)
+{
+    if (r->status != 204) fail_msg("expected 204, got %d: %s", r->status, r->body);
+    assert_int_equal(r->body_len, 0);
+}
+
+/* Enqueues body to q through port; asserts 201 and returns the id. */
+static long long enqueue_to(int port, const char *q, const char *body)
+{
+    e2e_response_t r = { 0 };
+    http_to(port, &r, "POST", fmt("/queues/%s/messages", q), body);
+    long long id = jint(expect_json(&r, 201), "id");
+    e2e_response_free(&r);
+    return id;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Requests from worker threads (no cmocka here)                            */
+/* ------------------------------------------------------------------------ */
+
+/* One claim on a connection of its own, made by a thread. */
+typedef struct lp_call {
+    int port;
+    char path[256];
+    char body[256];
+    atomic_int sent;              /* 1 once the request is on the wire */
+    int status;                   /* -1 when no complete response came */
+    long long id;                 /* of the claimed message, or 0 */
+    long long retry_count;
+    long long sent_ms, done_ms;   /* monotonic */
+    long long done_us;            /* monotonic, when the response was read */
+    char error[160];
+} lp_call_t;
+
+static void lp_init(lp_call_t *c, int port, const char *q, const char *body)
+{
+    memset(c, 0, sizeof *c);
+    c->port = port;
+    snprintf(c->path, sizeof c->path, "/queues/%s/claim", q);
+    snprintf(c->body, sizeof c->body, "%s", body);
+    atomic_init(&c->sent, 0);
+    c->status = -1;
+}
+
+static void *lp_thread(void *arg)
+{
+    lp_call_t *c = arg;
+    e2e_conn_t conn;
+    e2e_response_t r = { 0 };
+    if (e2e_conn_open(&conn, c->port) != 0) {
+        snprintf(c->error, sizeof c->error, "connect: %s", strerror(errno));
+        atomic_store(&c->sent, 1);
+        return NULL;
+    }
+    struct timeval tv = { LONG_POLL_IO_S, 0 };
+    setsockopt(conn.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    c->sent_ms = e2e_mono_ms();
+    int rc = e2e_send_request(&conn, "POST", c->path, NULL, c->body, strlen(c->body));
+    atomic_store(&c->sent, 1);
+    if (rc != 0 || e2e_read_response(&conn, &r) != 0) {
+        c->done_ms = e2e_mono_ms();
+        c->done_us = mono_us();
+        snprintf(c->error, sizeof c->error, "no complete response");
+        e2e_conn_close(&conn);
+        return NULL;
+    }
+    c->done_us = mono_us();
+    c->done_ms = e2e_mono_ms();
+    c->status = r.status;
+    if (r.status == 200 && r.json) {
+        long long n;
+        if (rd_json_integer(rd_json_get(r.json, "id"), &n)) c->id = n;
+        if (rd_json_integer(rd_json_get(r.json, "retry_count"), &n)) c->retry_count = n;
+    } else if (r.status != 204) {
+        snprintf(c->error, sizeof c->error, "%d: %.120s", r.status, r.body ? r.body : "");
+    }
+    e2e_response_free(&r);
+    e2e_conn_close(&conn);
+    return NULL;
+}
+
+/* Waits (bounded) until the thread has sent its request. */
+static void wait_sent(lp_call_t *c)
+{
+    long long deadline = e2e_mono_ms() + 5000;
+    while (!atomic_load(&c->sent)) {
+        if (e2e_mono_ms() > deadline) fail_msg("a claim thread did not send within 5 s");
+        e2e_pause_ms(2);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* 1, 2. Long-poll wake-up latency                                          */
+/* ------------------------------------------------------------------------ */
+
+/* WAKE_RUNS times: park a claim on A, enqueue through enqueue_port, and time
+ * the claim's response from the enqueue's response (negative when the claim
+ * was answered first) and from the enqueue's request. */
+static void wake_latency_runs(const char *label, int enqueue_port)
+{
+    char q[64];
+    queue_name(q, sizeof q, label);
+    long long lat[WAKE_RUNS], from_send[WAKE_RUNS];
+    for (int i = 0; i < WAKE_RUNS; i++) {
+        lp_call_t c;
+        lp_init(&c, g_a.port, q, "{\"wait_seconds\":10}");
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, lp_thread, &c), 0);
+        wait_sent(&c);
+        e2e_pause_ms(PARK_MS);    /* lets A park the claim; only delays the start */
+        long long send_us = mono_us();
+        long long id = enqueue_to(enqueue_port, q, fmt("{\"payload\":\"wake %d\"}", i));
+        long long enq_us = mono_us();
+        pthread_join(t, NULL);
+        if (c.status != 200)
+            fail_msg("run %d: claim answered %d %s after %lld ms", i, c.status, c.error,
+                     c.done_ms - c.sent_ms);
+        assert_int_equal(c.id, id);
+        lat[i] = c.done_us - enq_us;
+        from_send[i] = c.done_us - send_us;
+        printf("test_multi: %s run %2d: claim answered %+.3f ms after the enqueue's response "
+               "(%.3f ms after its request)\n", label, i, lat[i] / 1000.0, from_send[i] / 1000.0);
+        if (lat[i] >= WAKE_LIMIT_MS * 1000LL)
+            fail_msg("run %d: wake-up took %lld us", i, lat[i]);
+    }
+    qsort(lat, WAKE_RUNS, sizeof lat[0], cmp_ll);
+    qsort(from_send, WAKE_RUNS, sizeof from_send[0], cmp_ll);
+    printf("test_multi: %s: after the enqueue's response: median %+.3f ms, max %+.3f ms; "
+           "after its request: median %.3f ms, max %.3f ms (%d runs, target 50 ms)\n", label,
+           (lat[WAKE_RUNS / 2 - 1] + lat[WAKE_RUNS / 2]) / 2000.0, lat[WAKE_RUNS - 1] / 1000.0,
+           (from_send[WAKE_RUNS / 2 - 1] + from_send[WAKE_RUNS / 2]) / 2000.0,
+           from_send[WAKE_RUNS - 1] / 1000.0, WAKE_RUNS);
+    fflush(stdout);
+}
+
+static void test_long_poll_woken_through_other_instance(void **state)
+{
+    (void)state;
+    wake_latency_runs("wake-other", g_b.port);
+}
+
+static void test_long_poll_woken_through_same_instance(void **state)
+{
+    (void)state;
+    wake_latency_runs("wake-same", g_a.port);
+}
+
+/* ------------------------------------------------------------------------ */
+/* 3. Long-poll timeout                                                     */
+/* ------------------------------------------------------------------------ */
+
+static void test_long_poll_times_out_with_204(void **state)
+{
+    (void)state;
+    char q[64];
+    queue_name(q, sizeof q, "timeout");
+    e2e_response_t r = { 0 };
+    long long t0 = e2e_mono_ms();
+    http_to(g_a.port, &r, "POST", fmt("/queues/%s/claim", q), "{\"wait_seconds\":1}");
+    long long took = e2e_mono_ms() - t0;
+    expect_no_content(&r);
+    printf("test_multi: wait_seconds=1 on an empty queue answered 204 after %lld ms\n", took);
+    if (took < 1000 || took >= 2000) fail_msg("204 after %lld ms, want [1000, 2000)", took);
+    e2e_response_free(&r);
+}
+
+/* ------------------------------------------------------------------------ */
+/* 4. FIFO among waiters                                                    */
+/* ------------------------------------------------------------------------ */
+
+static void test_waiters_are_served_in_parking_order(void **state)
+{
+    (void)state;
+    char q[64];
+    queue_name(q, sizeof q, "fifo");
+    lp_call_t c[3];
+    pthread_t t[3];
+    for (int i = 0; i < 3; i++) {
+        lp_init(&c[i], g_a.port, q, "{\"wait_seconds\":10}");
+        assert_int_equal(pthread_create(&t[i], NULL, lp_thread, &c[i]), 0);
+        wait_sent(&c[i]);
+        e2e_pause_ms(100);
+    }
+    e2e_pause_ms(PARK_MS);
+    long long ids[3];
+    for (int i = 0; i < 3; i++) ids[i] = enqueue_to(g_b.port, q, fmt("{\"payload\":\"m%d\"}", i));
+    for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < 3; i++) {
+        if (c[i].status != 200) fail_msg("waiter %d: %d %s", i, c[i].status, c[i].error);
+        if (c[i].id != ids[i])
+            fail_msg("waiter %d (parked %s) got id %lld, want %lld; got %lld, %lld, %lld", i,
+                     i == 0 ? "first" : i == 1 ? "second" : "third", c[i].id, ids[i], c[0].id,
+                     c[1].id, c[2].id);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* 5. A client that leaves mid-wait takes nothing with it                   */
+/* ------------------------------------------------------------------------ */
+
+static void test_disconnect_mid_wait_loses_nothing(void **state)
+{
+    (void)state;
+    char q[64];
+    queue_name(q, sizeof q, "gone");
+    e2e_conn_t raw;
+    assert_int_equal(e2e_conn_open(&raw, g_a.port), 0);
+    const char *body = "{\"wait_seconds\":10}";
+    assert_int_equal(e2e_send_request(&raw, "POST", fmt("/queues/%s/claim", q), NULL, body,
+                                      strlen(body)), 0);
+    e2e_pause_ms(PARK_MS);
+    e2e_conn_close(&raw);
+
+    long long id = enqueue_to(g_b.port, q, "{\"payload\":\"orphan?\"}");
+    long long t0 = e2e_mono_ms();
+    e2e_response_t r = { 0 };
+    for (;;) {
+        http_to(g_b.port, &r, "POST", fmt("/queues/%s/claim", q), NULL);
+        if (r.status == 200) break;
+        expect_no_content(&r);
+        if (e2e_mono_ms() - t0 > 1000) {
+            redisReply *x = rcmd("HGETALL %s", qkey(q, fmt("m:%lld", id)));
+            fprintf(stderr, "test_multi: message hash:");
+            for (size_t i = 0; x->type == REDIS_REPLY_ARRAY && i < x->elements; i++)
+                fprintf(stderr, " %s", x->element[i]->str);
+            fprintf(stderr, "\n");
+            freeReplyObject(x);
+            fail_msg("message %lld not claimable within 1 s of the enqueue", id);
+        }
+        e2e_pause_ms(20);
+    }
+    rd_json_t *m = expect_json(&r, 200);
+    assert_int_equal(jint(m, "id"), id);
+    assert_int_equal(jint(m, "retry_count"), 0);
+    assert_string_equal(jstr(m, "status"), "processing");
+    redisReply *x = rcmd("HGET %s released", qkey(q, "stats"));
+    printf("test_multi: after a disconnected waiter, claimable %lld ms after the enqueue "
+           "(released by the daemon: %s)\n", e2e_mono_ms() - t0,
+           x->type == REDIS_REPLY_STRING ? x->str : "0");
+    freeReplyObject(x);
+    e2e_response_free(&r);
+}
+
+/* ------------------------------------------------------------------------ */
+/* 6. Batch claim and batch succeed from 8 workers on 2 instances           */
+/* ------------------------------------------------------------------------ */
+
+enum { BATCH_MSGS = 500, BATCH_WORKERS = 8, BATCH_COUNT = 7 };
+
+typedef struct batch_worker {
+    int port;
+    const char *q;
+    long long ids[BATCH_MSGS + 1];
+    size_t n_ids;
+    size_t n_claims;
+    char error[256];
+} batch_worker_t;
+
+static void *batch_thread(void *arg)
+{
+    batch_worker_t *w = arg;
+    e2e_conn_t conn;
+    e2e_response_t r = { 0 };
+    char claim_path[256], succeed_path[256];
+    snprintf(claim_path, sizeof claim_path, "/queues/%s/claim", w->q);
+    snprintf(succeed_path, sizeof succeed_path, "/queues/%s/succeed", w->q);
+    if (e2e_conn_open(&conn, w->port) != 0) {
+        snprintf(w->error, sizeof w->error, "connect: %s", strerror(errno));
+        return NULL;
+    }
+    const char *claim_body = "{\"count\":7,\"lease_seconds\":60}";
+    for (;;) {
+        if (conn.fd < 0 && e2e_conn_open(&conn, w->port) != 0) {
+            snprintf(w->error, sizeof w->error, "reconnect: %s", strerror(errno));
+            break;
+        }
+        if (e2e_request(&conn, "POST", claim_path, NULL, claim_body, strlen(claim_body), &r)
+            != 0) {
+            snprintf(w->error, sizeof w->error, "claim: no complete response");
+            break;
+        }
+        if (r.status == 204) break;
+        rd_json_t *msgs = r.json ? rd_json_get(r.json, "messages") : NULL;
+        size_t n = msgs ? rd_json_array_size(msgs) : 0;
+        if (r.status != 200 || !rd_json_is_array(msgs) || n < 1 || n > BATCH_COUNT) {
+            snprintf(w->error, sizeof w->error, "claim: %d %.200s", r.status, r.body);
+            break;
+        }
+        w->n_claims++;
+        long long got[BATCH_COUNT];
+        rd_json_t *items = rd_json_new_array();
+        for (size_t i = 0; i < n; i++) {
+            rd_json_t *m = rd_json_array_at(msgs, i);
+            const char *token = rd_json_string(rd_json_get(m, "lease_token"));
+            if (!rd_json_integer(rd_json_get(m, "id"), &got[i]) || token == NULL) {
+                snprintf(w->error, sizeof w->error, "claim: message without id or token");
+                break;
+            }
+            if (w->n_ids <= BATCH_MSGS) w->ids[w->n_ids++] = got[i];
+            rd_json_t *item = rd_json_new_object();
+            rd_json_set_int(item, "id", got[i]);
+            rd_json_set_string(item, "lease_token", token);
+            rd_json_append(items, item);
+        }
+        rd_json_t *doc = rd_json_new_object();
+        rd_json_set(doc, "messages", items);
+        size_t len;
+        char *body = rd_json_print(doc, &len);
+        rd_json_free(doc);
+        if (w->error[0]) {
+            rd_free(body);
+            break;
+        }
+        int rc = e2e_request(&conn, "POST", succeed_path, NULL, body, len, &r);
+        rd_free(body);
+        if (rc != 0) {
+            snprintf(w->error, sizeof w->error, "succeed: no complete response");
+            break;
+        }
+        rd_json_t *results = r.json ? rd_json_get(r.json, "results") : NULL;
+        if (r.status != 200 || rd_json_array_size(results) != n) {
+            snprintf(w->error, sizeof w->error, "succeed: %d %.200s", r.status, r.body);
+            break;
+        }
+        for (size_t i = 0; i < n; i++) {
+            rd_json_t *res = rd_json_array_at(results, i);
+            long long rid;
+            const char *st = rd_json_string(rd_json_get(res, "status"));
+            if (!rd_json_integer(rd_json_get(res, "id"), &rid) || rid != got[i] || st == NULL ||
+                strcmp(st, "succeeded") != 0) {
+                snprintf(w->error, sizeof w->error, "succeed item %zu: %.200s", i, r.body);
+                break;
+            }
+        }
+        if (w->error[0]) break;
+    }
+    e2e_response_free(&r);
+    e2e_conn_close(&conn);
+    return NULL;
+}
+
+static void test_batch_claim_under_concurrency(void **state)
+{
+    (void)state;
+    char q[64];
+    queue_name(q, sizeof q, "batch");
+    for (int i = 1; i <= BATCH_MSGS; i++) {
+        long long id = enqueue_to(i % 2 ? g_a.port : g_b.port, q, fmt("{\"payload\":\"b%d\"}", i));
+        assert_int_equal(id, i);
+    }
+    static batch_worker_t w[BATCH_WORKERS];
+    pthread_t t[BATCH_WORKERS];
+    for (int i = 0; i < BATCH_WORKERS; i++) {
+        memset(&w[i], 0, sizeof w[i]);
+        w[i].port = i < BATCH_WORKERS / 2 ? g_a.port : g_b.port;
+        w[i].q = q;
+        assert_int_equal(pthread_create(&t[i], NULL, batch_thread, &w[i]), 0);
+    }
+    for (int i = 0; i < BATCH_WORKERS; i++) pthread_join(t[i], NULL);
+
+    static int seen[BATCH_MSGS + 1];
+    memset(seen, 0, sizeof seen);
+    size_t claims = 0;
+    for (int i = 0; i < BATCH_WORKERS; i++) {
+        if (w[i].error[0]) fail_msg("worker %d (%s): %s", i, i < 4 ? "A" : "B", w[i].error);
+        claims += w[i].n_claims;
+        for (size_t j = 0; j < w[i].n_ids; j++) {
+            long long id = w[i].ids[j];
+            if (id < 1 || id > BATCH_MSGS) fail_msg("worker %d claimed id %lld", i, id);
+            seen[id]++;
+        }
+    }
+    for (int id = 1; id <= BATCH_MSGS; id++)
+        if (seen[id] != 1) fail_msg("id %d claimed %d times", id, seen[id]);
+    printf("test_multi: 500 messages claimed in %zu batch claims by 8 workers\n", claims);
+    assert_int_equal(rint_cmd("ZCARD %s", qkey(q, "succeeded")), BATCH_MSGS);
+    assert_int_equal(rint_cmd("ZCARD %s", qkey(q, "processing")), 0);
+    assert_int_equal(rint_cmd("LLEN %s", qkey(q, "ready")), 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* 7. Batch acknowledgement: per-item outcomes and bad bodies               */
+/* ------------------------------------------------------------------------ */
+
+/* Claims one message of q through port; returns its id, copies its token. */
+static long long claim_one(int port, const char *q, char *token, size_t cap)
+{
+    e2e_response_t r = { 0 };
+    http_to(port, &r, "POST", fmt("/queues/%s/claim", q), NULL);
+    rd_json_t *m = expect_json(&r, 200);
+    long long id = jint(m, "id");
+    snprintf(token, cap, "%s", jstr(m, "lease_token"));
+    e2e_response_free(&r);
+    return id;
+}
+
+static void test_batch_succeed_outcomes(void **state)
+{
+    (void)state;
+    char q[64], tok1[128], tok2[128];
+    queue_name(q, sizeof q, "ack");
+    const char *path = fmt("/queues/%s/succeed", q);
+    char path_buf[256];
+    snprintf(path_buf, sizeof path_buf, "%s", path);
+    long long a = enqueue_to(g_a.port, q, "{\"payload\":\"valid\"}");
+    long long b = enqueue_to(g_a.port, q, "{\"payload\":\"stolen\"}");
+    assert_int_equal(claim_one(g_a.port, q, tok1, sizeof tok1), a);
+    assert_int_equal(claim_one(g_b.port, q, tok2, sizeof tok2), b);
+    long long pending = enqueue_to(g_b.port, q, "{\"payload\":\"never claimed\"}");
+
+    e2e_response_t r = { 0 };
+    http_to(g_b.port, &r, "POST", path_buf,
+            fmt("{\"messages\":[{\"id\":%lld,\"lease_token\":\"%s\"},{\"id\":99999},"
+                "{\"id\":%lld},{\"id\":%lld,\"lease_token\":\"%s-wrong\"}]}",
+                a, tok1, pending, b, tok2));
+    rd_json_t *results = jget(expect_json(&r, 200), "results");
+    assert_true(rd_json_is_array(results));
+    assert_int_equal(rd_json_array_size(results), 4);
+    const long long want_ids[4] = { a, 99999, pending, b };
+    const char *want[4] = { "succeeded", "not-found", "invalid-state", "lease-mismatch" };
+    for (size_t i = 0; i < 4; i++) {
+        rd_json_t *item = rd_json_array_at(results, i);
+        assert_int_equal(jint(item, "id"), want_ids[i]);
+        if (strcmp(jstr(item, "status"), want[i]) != 0)
+            fail_msg("item %zu: status \"%s\", want \"%s\"", i, jstr(item, "status"), want[i]);
+    }
+    redisReply *x = rcmd("HGET %s status", qkey(q, fmt("m:%lld", a)));
+    assert_int_equal(x->type, REDIS_REPLY_STRING);
+    assert_string_equal(x->str, "succeeded");
+    freeReplyObject(x);
+    x = rcmd("ZSCORE %s %lld", qkey(q, "succeeded"), a);
+    assert_int_equal(x->type, REDIS_REPLY_STRING);
+    freeReplyObject(x);
+    x = rcmd("HGET %s status", qkey(q, fmt("m:%lld", b)));
+    assert_string_equal(x->str, "processing");
+    freeReplyObject(x);
+    x = rcmd("HGET %s status", qkey(q, fmt("m:%lld", pending)));
+    assert_string_equal(x->str, "pending");
+    freeReplyObject(x);
+
+    /* Bad bodies. */
+    http_to(g_a.port, &r, "POST", path_buf, "{\"messages\":[]}");
+    expect_invalid_field(&r, NULL);
+    size_t cap = 101 * 32 + 64, n = 0;
+    char *big = malloc(cap);
+    assert_non_null(big);
+    n += (size_t)snprintf(big + n, cap - n, "{\"messages\":[");
+    for (int i = 0; i < 101; i++)
+        n += (size_t)snprintf(big + n, cap - n, "%s{\"id\":%d}", i ? "," : "", i + 1);
+    snprintf(big + n, cap - n, "]}");
+    http_to(g_a.port, &r, "POST", path_buf, big);
+    free(big);
+    expect_invalid_field(&r, NULL);
+    http_to(g_a.port, &r, "POST", path_buf, "{\"messages\":[{\"lease_token\":\"x\"}]}");
+    expect_invalid_field(&r, NULL);
+    http_to(g_a.port, &r, "POST", path_buf, "[{\"id\":1}]");
+    expect_problem(&r, 400, "malformed-request");
+    http_to(g_a.port, &r, "POST", path_buf, "\"messages\"");
+    expect_problem(&r, 400, "malformed-request");
+    /* None of that touched the still-leased message. */
+    x = rcmd("HGET %s status", qkey(q, fmt("m:%lld", b)));
+    assert_string_equal(x->str, "processing");
+    freeReplyObject(x);
+    e2e_response_free(&r);
+}
+
+/* ------------------------------------------------------------------------ */
+/* 8. Idempotent enqueue from 50 clients at once                            */
+/* ------------------------------------------------------------------------ */
+
+enum { IDEM_CLIENTS = 50 };
+
+typedef struct idem_call {
+    int port;
+    const char *path;
+    const char *body;
+    pthread_barrier_t *barrier;
+    int status;
+    long long id;
+    char payload[64];
+    char error[160];
+} idem_call_t;
+
+static void *idem_thread(void *arg)
+{
+    idem_call_t *c = arg;
+    e2e_conn_t conn;
+    e2e_response_t r = { 0 };
+    c->status = -1;
+    int open_rc = e2e_conn_open(&conn, c->port);
+    pthread_barrier_wait(c->barrier);
+    if (open_rc != 0) {
+        snprintf(c->error, sizeof c->error, "connect: %s", strerror(errno));
+        return NULL;
+    }
+    if (e2e_request(&conn, "POST", c->path, NULL, c->body, strlen(c->body), &r) != 0) {
+        snprintf(c->error, sizeof c->error, "no complete response");
+    } else {
+        c->status = r.status;
+        long long n;
+        if (r.json && rd_json_integer(rd_json_get(r.json, "id"), &n)) c->id = n;
+        const char *p = r.json ? rd_json_string(rd_json_get(r.json, "payload")) : NULL;
+        if (p) snprintf(c->payload, sizeof c->payload, "%s", p);
+        if (r.status != 200 && r.status != 201)
+            snprintf(c->error, sizeof c->error, "%.150s", r.body);
+    }
+    e2e_response_free(&r);
+    e2e_conn_close(&conn);
+    return NULL;
+}
+
+static void test_idempotent_enqueue_under_concurrency(void **state)
+{
+    (void)state;
+    char q[64], path[256];
+    queue_name(q, sizeof q, "idem");
+    snprintf(path, sizeof path, "/queues/%s/messages", q);
+    static idem_call_t c[IDEM_CLIENTS];
+    static char bodies[IDEM_CLIENTS][128];
+    pthread_t t[IDEM_CLIENTS];
+    pthread_barrier_t barrier;
+    assert_int_equal(pthread_barrier_init(&barrier, NULL, IDEM_CLIENTS), 0);
+    for (int i = 0; i < IDEM_CLIENTS; i++) {
+        memset(&c[i], 0, sizeof c[i]);
+        snprintf(bodies[i], sizeof bodies[i],
+                 "{\"payload\":\"from client %d\",\"idempotency_key\":\"order-42\"}", i);
+        c[i].port = i % 2 ? g_b.port : g_a.port;
+        c[i].path = path;
+        c[i].body = bodies[i];
+        c[i].barrier = &barrier;
+        assert_int_equal(pthread_create(&t[i], NULL, idem_thread, &c[i]), 0);
+    }
+    for (int i = 0; i < IDEM_CLIENTS; i++) pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&barrier);
+
+    int created = 0, repeated = 0;
+    const char *winner = NULL;
+    for (int i = 0; i < IDEM_CLIENTS; i++) {
+        if (c[i].status == 201) {
+            created++;
+            winner = c[i].payload;
+        } else if (c[i].status == 200) {
+            repeated++;
+        } else {
+            fail_msg("client %d: %d %s", i, c[i].status, c[i].error);
+        }
+        if (c[i].id != c[0].id) fail_msg("client %d got id %lld, client 0 %lld", i, c[i].id,
+                                         c[0].id);
+    }
+    assert_int_equal(created, 1);
+    assert_int_equal(repeated, IDEM_CLIENTS - 1);
+    /* Every repeat carries the original message, not its own payload. */
+    for (int i = 0; i < IDEM_CLIENTS; i++) assert_string_equal(c[i].payload, winner);
+    assert_int_equal(rint_cmd("LLEN %s", qkey(q, "ready")), 1);
+
+    long long other = enqueue_to(g_a.port, q,
+                                 "{\"payload\":\"another\",\"idempotency_key\":\"order-43\"}");
+    assert_true(other != c[0].id);
+    assert_int_equal(rint_cmd("LLEN %s", qkey(q, "ready")), 2);
+
+    e2e_response_t r = { 0 };
+    http_to(g_a.port, &r, "POST", path, "{\"payload\":\"x\",\"idempotency_key\":\"\"}");
+    expect_invalid_field(&r, "idempotency_key");
+    char body[512];
+    int n = snprintf(body, sizeof body, "{\"payload\":\"x\",\"idempotency_key\":\"");
+    memset(body + n, 'k', 256);
+    snprintf(body + n + 256, sizeof body - (size_t)n - 256, "\"}");
+    http_to(g_b.port, &r, "POST", path, body);
+    expect_invalid_field(&r, "idempotency_key");
+    /* 255 bytes is still fine. */
+    body[n + 255] = '"';
+    body[n + 256] = '}';
+    body[n + 257] = '\0';
+    http_to(g_b.port, &r, "POST", path, body);
+    expect_json(&r, 201);
+    e2e_response_free(&r);
+}
+
+/* ------------------------------------------------------------------------ */
+/* 9. Delayed enqueue                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* Enqueues with delay_seconds=2 and checks the message; *retry_after_ms and
+ * the id come back. */
+static long long enqueue_delayed(const char *q, long long *retry_after_ms)
+{
+    e2e_response_t r = { 0 };
+    http_to(g_b.port, &r, "POST", fmt("/queues/%s/messages", q),
+            "{\"payload\":\"later\",\"delay_seconds\":2}");
+    rd_json_t *m = expect_json(&r, 201);
+    long long id = jint(m, "id");
+    assert_string_equal(jstr(m, "status"), "pending");
+    long long created = jtime(m, "created_at");
+    *retry_after_ms = jtime(m, "retry_after");
+    assert_int_equal(*retry_after_ms, created + 2000);
+    e2e_response_free(&r);
+    return id;
+}
+
+/* When Redis leased m, from its lease: lease_expires_at - lease_seconds. */
+static long long claimed_at_ms(const rd_json_t *m, int lease_seconds)
+{
+    long long at = jtime(m, "lease_expires_at") - lease_seconds * 1000LL;
+    assert_int_equal(jtime(m, "updated_at"), at);
+    return at;
+}
+
+static void test_delayed_enqueue_is_claimable_on_time(void **state)
+{
+    (void)state;
+    char q[64];
+    queue_name(q, sizeof q, "delay");
+    long long retry_after;
+    long long id = enqueue_delayed(q, &retry_after);
+    e2e_response_t r = { 0 };
+    http_to(g_a.port, &r, "POST", fmt("/queues/%s/claim", q), NULL);
+    expect_no_content(&r);
+
+    long long deadline = e2e_mono_ms() + 4000;
+    for (;;) {
+        http_to(g_a.port, &r, "POST", fmt("/queues/%s/claim", q), "{\"lease_seconds\":30}");
+        if (r.status == 200) break;
+        expect_no_content(&r);
+        if (e2e_mono_ms() > deadline) fail_msg("not claimable within 4 s");
+        e2e_pause_ms(20);
+    }
+    rd_json_t *m = expect_json(&r, 200);
+    assert_int_equal(jint(m, "id"), id);
+    long long late = claimed_at_ms(m, 30) - retry_after;
+    printf("test_multi: delayed message claimed (polling) %lld ms after retry_after\n", late);
+    if (late < 0 || late > TICK_MS + 50) fail_msg("claimed %lld ms after retry_after", late);
+    e2e_response_free(&r);
+}
+
+/* The same through a long-poll: here the timer's promotion has to wake it. */
+static void test_delayed_enqueue_wakes_long_poll(void **state)
+{
+    (void)state;
+    char q[64];
+    queue_name(q, sizeof q, "delay-lp");
+    long long retry_after;
+    long long id = enqueue_delayed(q, &retry_after);
+    e2e_response_t r = { 0 };
+    long long t0 = e2e_wall_ms();
+    http_to(g_a.port, &r, "POST", fmt("/queues/%s/claim", q),
+            "{\"wait_seconds\":5,\"lease_seconds\":30}");
+    if (r.status != 200) {
+        fprintf(stderr, "test_multi: claim sent %lld ms before retry_after, answered %d "
+                "%lld ms after it was sent\n", retry_after - t0, r.status, e2e_wall_ms() - t0);
+        dump_hash("message", qkey(q, fmt("m:%lld", id)));
+        dump_hash("stats", qkey(q, "stats"));
+    }
+    rd_json_t *m = expect_json(&r, 200);
+    assert_int_equal(jint(m, "id"), id);
+    long long late = claimed_at_ms(m, 30) - retry_after;
+    printf("test_multi: delayed message claimed (long-poll) %lld ms after retry_after\n", late);
+    if (late < 0 || late > TICK_MS + 50) fail_msg("claimed %lld ms after retry_after", late);
+    e2e_response_free(&r);
+}
+
+/* ------------------------------------------------------------------------ */
+/* 10. Shutdown answers a parked waiter                                     */
+/* ------------------------------------------------------------------------ */
+
+static void test_sigterm_answers_parked_waiter(void **state)
+{
+    (void)state;
+    char q[64];
+    queue_name(q, sizeof q, "stop");
+    assert_int_equal(start_daemon(&g_c), 0);
+    e2e_conn_t c;
+    assert_int_equal(e2e_conn_open(&c, g_c.port), 0);
+    struct timeval tv = { LONG_POLL_IO_S, 0 };
+    setsockopt(c.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    const char *body = "{\"wait_seconds\":20}";
+    assert_int_equal(e2e_send_request(&c, "POST", fmt("/queues/%s/claim", q), NULL, body,
+                                      strlen(body)), 0);
+    e2e_pause_ms(PARK_MS);
+    long long t0 = e2e_mono_ms();
+    assert_int_equal(kill(g_c.pid, SIGTERM), 0);
+    e2e_response_t r = { 0 };
+    int rc = e2e_read_response(&c, &r);
+    long long took = e2e_mono_ms() - t0;
+    e2e_conn_close(&c);
+    if (rc != 0) fail_msg("the parked claim got no complete response (%lld ms)", took);
+    printf("test_multi: parked claim answered %d %lld ms after SIGTERM\n", r.status, took);
+    expect_no_content(&r);
+    if (took > 6000) fail_msg("answered %lld ms after SIGTERM", took);
+    e2e_response_free(&r);
+    int status = reap_daemon(&g_c, 6000 - (int)took);
+    if (status != 0) fail_msg("C after SIGTERM: %d (want exit 0; -1 = did not exit)", status);
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, test_setup, test_teardown)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(test_long_poll_woken_through_other_instance),
+        T(test_long_poll_woken_through_same_instance),
+        T(test_long_poll_times_out_with_204),
+        T(test_waiters_are_served_in_parking_order),
+        T(test_disconnect_mid_wait_loses_nothing),
+        T(test_batch_claim_under_concurrency),
+        T(test_batch_succeed_outcomes),
+        T(test_idempotent_enqueue_under_concurrency),
+        T(test_delayed_enqueue_is_claimable_on_time),
+        T(test_delayed_enqueue_wakes_long_poll),
+        T(test_sigterm_answers_parked_waiter),
+    };
+    return cmocka_run_group_tests_name("multi", tests, group_setup, group_teardown);
+}
