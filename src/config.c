@@ -17,6 +17,9 @@
     "  --tick-ms N               longest sleep of the promotion timer (250)\n" \
     "  --lease-seconds N         default lease of a claim, 1-43200 (30)\n" \
     "  --max-body BYTES          largest request body (1048576)\n" \
+    "  --idle-timeout DURATION   close a connection without a complete request for this\n" \
+    "                            long: idle keep-alive and slow senders (60s)\n" \
+    "  --max-connections N       open HTTP connections at most (4096)\n" \
     "  --dead-ttl DURATION       keep dead letters this long, 0 forever (30d)\n" \
     "  --succeeded-ttl DURATION  keep succeeded messages this long, 0 forever (1h)\n" \
     "  --log-level LEVEL         debug, info, warn or error (info)\n" \
@@ -35,6 +38,8 @@ void rd_config_defaults(rd_config_t *cfg)
     cfg->tick_ms = 250;
     cfg->lease_ms = 30 * 1000;
     cfg->max_body_bytes = 1048576;
+    cfg->idle_timeout_ms = 60 * 1000;
+    cfg->max_connections = 4096;
     cfg->dead_ttl_ms = 30LL * 86400 * 1000;
     cfg->succeeded_ttl_ms = 3600LL * 1000;
     cfg->log_level = RD_LOG_INFO;
@@ -161,6 +166,17 @@ static int apply(rd_config_t *cfg, const char *name, const char *v)
         cfg->max_body_bytes = (size_t)n;
         return 0;
     }
+    if (strcmp(name, "idle-timeout") == 0) {
+        long long ms = rd_parse_duration_ms(v);
+        if (ms < 1000) return -1;
+        cfg->idle_timeout_ms = ms;
+        return 0;
+    }
+    if (strcmp(name, "max-connections") == 0) {
+        if (parse_int(v, 1, 1000000, &n)) return -1;
+        cfg->max_connections = (int)n;
+        return 0;
+    }
     if (strcmp(name, "dead-ttl") == 0 || strcmp(name, "succeeded-ttl") == 0) {
         long long ms = rd_parse_duration_ms(v);
         if (ms < 0) return -1;
@@ -176,7 +192,8 @@ static int apply(rd_config_t *cfg, const char *name, const char *v)
 
 static const char *const names[] = { "listen", "redis", "redis-timeout-ms", "prefix",
                                      "tick-ms", "lease-seconds", "max-body", "dead-ttl",
-                                     "succeeded-ttl", "log-level", "auth-token-file" };
+                                     "succeeded-ttl", "log-level", "auth-token-file",
+                                     "idle-timeout", "max-connections" };
 
 int rd_config_load(rd_config_t *cfg, int argc, char **argv, char *err, size_t err_len)
 {

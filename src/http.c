@@ -15,8 +15,8 @@
 #include "retryd/log.h"
 
 #define RD_HTTP_MAX_HEAD_BYTES (16 * 1024)        /* request line + headers (and trailers) */
-#define RD_HTTP_MAX_CONNS 4096
-#define RD_HTTP_IDLE_TIMEOUT_MS 60000             /* without a complete request */
+#define RD_HTTP_MAX_CONNS_DEFAULT 4096
+#define RD_HTTP_IDLE_TIMEOUT_MS_DEFAULT 60000     /* without a complete request */
 #define RD_HTTP_LINGER_MS 2000                    /* reading and discarding after an error reply */
 #define RD_HTTP_SWEEP_MS 1000                     /* granularity of both timeouts above */
 #define RD_HTTP_READ_BUF_BYTES (64 * 1024)
@@ -102,6 +102,8 @@ struct rd_http_server {
     rd_http_handler_fn handler;
     void *handler_ctx;
     size_t max_body_bytes;
+    size_t max_connections;
+    uint64_t idle_timeout_ms;
     size_t conn_count;            /* accepted connections, not counting rejected ones */
     size_t handles;               /* open handles of ours: listener, timer, sockets */
     size_t in_flight;
@@ -165,7 +167,7 @@ static void on_sweep(uv_timer_t *timer)
 {
     rd_http_server_t *s = timer->data;
     uint64_t now = uv_now(s->loop);
-    expire(&s->idle, now, RD_HTTP_IDLE_TIMEOUT_MS);
+    expire(&s->idle, now, s->idle_timeout_ms);
     expire(&s->linger, now, RD_HTTP_LINGER_MS);
 }
 
@@ -875,7 +877,7 @@ static void reject(rd_http_server_t *s)
     t->data = s;
     s->handles++;
     if (uv_accept((uv_stream_t *)&s->listener, (uv_stream_t *)t) == 0)
-        rd_warn("http: %d connections open, refusing another", RD_HTTP_MAX_CONNS);
+        rd_warn("http: %zu connections open, refusing another", s->max_connections);
     uv_close((uv_handle_t *)t, on_reject_close);
 }
 
@@ -909,7 +911,7 @@ static void on_connection(uv_stream_t *listener, int status)
         rd_warn("http: accept failed: %s", uv_strerror(status));
         return;
     }
-    if (s->conn_count >= RD_HTTP_MAX_CONNS) {
+    if (s->conn_count >= s->max_connections) {
         reject(s);
         return;
     }
@@ -950,6 +952,9 @@ int rd_http_server_start(uv_loop_t *loop, const rd_http_options_t *opts,
     s->handler = opts->handler;
     s->handler_ctx = opts->handler_ctx;
     s->max_body_bytes = opts->max_body_bytes;
+    s->max_connections = opts->max_connections ? opts->max_connections : RD_HTTP_MAX_CONNS_DEFAULT;
+    s->idle_timeout_ms = opts->idle_timeout_ms ? opts->idle_timeout_ms
+                                               : RD_HTTP_IDLE_TIMEOUT_MS_DEFAULT;
     uv_timer_init(loop, &s->sweep);
     s->sweep.data = s;
     uv_unref((uv_handle_t *)&s->sweep);

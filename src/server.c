@@ -173,6 +173,8 @@ int main(int argc, char **argv)
     rd_http_options_t ho = {
         .host = s.cfg.listen_host, .port = s.cfg.listen_port,
         .max_body_bytes = s.cfg.max_body_bytes, .handler = rd_api_handle, .handler_ctx = &s.api,
+        .max_connections = (size_t)s.cfg.max_connections,
+        .idle_timeout_ms = (uint64_t)s.cfg.idle_timeout_ms,
     };
     rc = rd_http_server_start(s.loop, &ho, &s.http);
     if (rc != 0) {

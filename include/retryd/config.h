@@ -19,6 +19,8 @@ typedef struct rd_config {
     int tick_ms;                /* --tick-ms: longest the promoter sleeps */
     long long lease_ms;         /* --lease-seconds: default lease of a claim */
     size_t max_body_bytes;      /* --max-body */
+    long long idle_timeout_ms;  /* --idle-timeout: no complete request for this long closes */
+    int max_connections;        /* --max-connections */
     long long dead_ttl_ms;      /* --dead-ttl: 0 keeps dead letters forever */
     long long succeeded_ttl_ms; /* --succeeded-ttl: 0 keeps succeeded forever */
     rd_log_level_t log_level;   /* --log-level debug|info|warn|error */

@@ -47,6 +47,9 @@ typedef struct rd_http_options {
     const char *host;          /* e.g. "127.0.0.1" */
     int port;                  /* 0 picks a free port (see rd_http_server_port) */
     size_t max_body_bytes;     /* larger bodies get 413 without reaching the handler */
+    size_t max_connections;    /* 0: 4096; past it a new connection is closed at once */
+    uint64_t idle_timeout_ms;  /* 0: 60 s; a connection without a complete request for
+                                  this long is closed (idle keep-alive and slow senders) */
     rd_http_handler_fn handler;
     void *handler_ctx;
 } rd_http_options_t;
