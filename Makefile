@@ -26,9 +26,9 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
 # Modules shared by the daemon and the tests (everything but main).
-LIB_SRC := alloc buf log config keys json problem http router redis store waiters metrics auth \
+LIB_SRC := alloc buf log config keys json problem http router redis store waiters metrics auth ui \
            message request api promoter
-LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o) $(BUILD)/lua_library.o \
+LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o) $(BUILD)/lua_library.o $(BUILD)/ui_assets.o \
            $(BUILD)/llhttp/llhttp.o $(BUILD)/llhttp/api.o $(BUILD)/llhttp/http.o
 
 UNIT_TESTS := test_keys test_router test_request test_message test_config test_problem test_metrics
@@ -66,6 +66,14 @@ $(BUILD)/lua_library.c: $(BUILD)/retryd.lua scripts/embed.sh
 $(BUILD)/lua_library.o: $(BUILD)/lua_library.c
 	$(CC) -std=c11 -c -o $@ $<
 
+# The web console: ui/* embedded as static assets.
+$(BUILD)/ui_assets.c: $(wildcard ui/*) scripts/embed_ui.sh
+	@mkdir -p $(@D)
+	scripts/embed_ui.sh ui > $@
+
+$(BUILD)/ui_assets.o: $(BUILD)/ui_assets.c include/retryd/ui.h
+	$(CC) -std=c11 -Iinclude -c -o $@ $<
+
 $(BUILD)/tests/%: tests/%.c $(LIB_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -Wno-unused-parameter -o $@ $< $(LIB_OBJ) \
@@ -78,7 +86,7 @@ run: all
 # `make test` runs tests/fuzz_smoke.sh for about a minute.
 FUZZ_DIR := build/fuzz
 FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-FUZZ_SRC := $(LIB_SRC:%=src/%.c) $(BUILD)/lua_library.c \
+FUZZ_SRC := $(LIB_SRC:%=src/%.c) $(BUILD)/lua_library.c $(BUILD)/ui_assets.c \
             $(LLHTTP_SRC)/llhttp.c $(LLHTTP_SRC)/api.c $(LLHTTP_SRC)/http.c
 FUZZ_SECONDS ?= 600
 

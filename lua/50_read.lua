@@ -120,12 +120,47 @@ local function select_ids(base, k, status, limit, cursor)
   return ids, next_cursor, total
 end
 
+-- select_ids with filters: last_error containing needle (plain text) and
+-- updated_at within [from_ms, to_ms] ("" for no bound). Pages through the
+-- index in steps no larger than the room left, so the cursor never skips an
+-- unexamined id; examines at most MAX_BATCH ids per call, so a page may come
+-- back short (even empty) with a next cursor.
+local function filtered_ids(base, k, status, limit, cursor, needle, from_ms, to_ms)
+  if needle == '' and from_ms == nil and to_ms == nil then
+    return select_ids(base, k, status, limit, cursor)
+  end
+  local out, examined, total = {}, 0, 0
+  local next_cursor = cursor
+  repeat
+    local room = math.min(limit - #out, MAX_BATCH - examined)
+    local ids, c, t = select_ids(base, k, status, room, next_cursor)
+    if not ids then return nil end
+    total = t
+    examined = examined + math.max(#ids, 1)
+    for i = 1, #ids do
+      local h = redis.call('HMGET', message_key(base, ids[i]), 'last_error', 'updated_at')
+      local updated = tonumber(h[2] or '')
+      local ok = true
+      if needle ~= '' then ok = h[1] and string.find(h[1], needle, 1, true) ~= nil end
+      if ok and from_ms and (updated == nil or updated < from_ms) then ok = false end
+      if ok and to_ms and (updated == nil or updated > to_ms) then ok = false end
+      if ok then out[#out + 1] = ids[i] end
+    end
+    next_cursor = c
+  until next_cursor == '' or #out >= limit or examined >= MAX_BATCH
+  return out, next_cursor, total
+end
+
 -- list: one page of a queue's messages.
 --   KEYS[1]  <prefix>:{q}                       queue key base
 --   ARGV[1]  status                             "" | pending | processing | succeeded | dead
 --   ARGV[2]  limit                              integer 1..1000
 --   ARGV[3]  cursor                             "" for the first page, else the
 --                                               next_cursor of the previous page
+--   ARGV[4]  error_contains                     "" or text last_error must contain
+--   ARGV[5]  from_ms, ARGV[6] to_ms             "" or bounds on updated_at (epoch ms)
+-- With a filter, total is still the size of the listed states, and a page
+-- may be short (even empty) before the end: follow next_cursor.
 -- Order: pending in claim order (due retries and replays, fresh, then
 -- scheduled by due time); processing by lease deadline; succeeded and dead by
 -- the time they got there; without status, newest id first (a page may come
@@ -138,7 +173,12 @@ local function list(keys, args)
   if limit == nil or limit < 1 or limit > MAX_BATCH then return bad_arg('limit') end
   if status ~= '' and status ~= 'pending' and status ~= 'processing' and
      status ~= 'succeeded' and status ~= 'dead' then return bad_arg('status') end
-  local ids, next_cursor, total = select_ids(base, k, status, limit, cursor)
+  local needle = args[4] or ''
+  local from_ms, to_ms = to_int(args[5] or ''), to_int(args[6] or '')
+  if (args[5] or '') ~= '' and from_ms == nil then return bad_arg('from_ms') end
+  if (args[6] or '') ~= '' and to_ms == nil then return bad_arg('to_ms') end
+  local ids, next_cursor, total = filtered_ids(base, k, status, limit, cursor, needle, from_ms,
+                                               to_ms)
   if not ids then return { 'bad_cursor' } end
   local out = { 'ok', total, next_cursor }
   for i = 1, #ids do

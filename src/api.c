@@ -14,6 +14,7 @@
 #include "retryd/problem.h"
 #include "retryd/request.h"
 #include "retryd/router.h"
+#include "retryd/ui.h"
 
 /* One request waiting for the store; freed after its response. */
 typedef struct call {
@@ -493,7 +494,8 @@ static int dispatch(call_t *c)
         rd_list_req_t l;
         r = rd_request_list(req->query, req->query_len, &l, &errs);
         if (r != RD_REQ_OK) break;
-        return rd_store_list(api->store, q, l.status, l.limit, l.cursor, on_listed, c);
+        return rd_store_list(api->store, q, l.status, l.limit, l.cursor, l.error_contains,
+                             l.since_ms, l.until_ms, on_listed, c);
     }
     case RD_ROUTE_GET:
         return rd_store_get(api->store, q, id, on_message, c);
@@ -573,6 +575,26 @@ static int dispatch(call_t *c)
     return 1;
 }
 
+static void serve_ui(call_t *c)
+{
+    const rd_http_request_t *req = c->req;
+    if (req->path_len == 3) {
+        rd_buf_t headers = RD_BUF_INIT;
+        rd_buf_printf(&headers, "Location: /ui/\r\n%s", rd_ui_headers);
+        rd_http_respond(c->ex, 301, NULL, headers.data, NULL, 0);
+        rd_buf_free(&headers);
+        call_free(c);
+        return;
+    }
+    const rd_ui_asset_t *a = rd_ui_find(req->path, req->path_len);
+    if (a == NULL) {
+        respond_problem(c, RD_PROBLEM_NOT_FOUND, "The console has no such file.", NULL, NULL);
+        return;
+    }
+    rd_http_respond(c->ex, 200, a->content_type, rd_ui_headers, a->data, a->len);
+    call_free(c);
+}
+
 void rd_api_handle(rd_http_exchange_t *ex, const rd_http_request_t *req, void *ctx)
 {
     call_t *c = rd_calloc(1, sizeof *c);
@@ -600,6 +622,11 @@ void rd_api_handle(rd_http_exchange_t *ex, const rd_http_request_t *req, void *c
         break;
     }
 
+    /* The console's files are public: the page asks for the token itself. */
+    if (c->match.route == RD_ROUTE_UI) {
+        serve_ui(c);
+        return;
+    }
     if (c->match.route != RD_ROUTE_HEALTHZ && !rd_auth_check(c->api->auth_token,
                                                              req->authorization)) {
         respond_problem(c, RD_PROBLEM_UNAUTHORIZED,

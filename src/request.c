@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "retryd/alloc.h"
 #include "retryd/router.h"
@@ -420,7 +421,65 @@ rd_req_result_t rd_request_list(const char *query, size_t query_len, rd_list_req
         rd_field_errors_add(errs, "cursor", "invalid", "cursor must be a next_cursor value.");
         out->cursor[0] = '\0';
     }
+    n = rd_query_get(query, query_len, "error_contains", out->error_contains,
+                     sizeof out->error_contains);
+    if (n == -2) {
+        rd_field_errors_add(errs, "error_contains", "invalid",
+                            "error_contains must be at most 255 bytes of text.");
+        out->error_contains[0] = '\0';
+    }
+    out->since_ms = out->until_ms = -1;
+    static const char *const bounds[] = { "since", "until" };
+    for (int i = 0; i < 2; i++) {
+        char ts[64];
+        n = rd_query_get(query, query_len, bounds[i], ts, sizeof ts);
+        if (n == -1) continue;
+        long long ms = n > 0 ? rd_parse_rfc3339_ms(ts) : -1;
+        if (ms < 0)
+            rd_field_errors_add(errs, bounds[i], "invalid",
+                                i == 0 ? "since must be an RFC 3339 time, e.g. 2026-11-30T07:00:00Z."
+                                       : "until must be an RFC 3339 time, e.g. 2026-11-30T08:00:00Z.");
+        else if (i == 0) out->since_ms = ms;
+        else out->until_ms = ms;
+    }
     return errs->count ? RD_REQ_INVALID : RD_REQ_OK;
+}
+
+long long rd_parse_rfc3339_ms(const char *s)
+{
+    int y, mo, d, h, mi, sec, used = 0;
+    if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec, &used) != 6 ||
+        used != 19)
+        return -1;
+    if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60 || y < 1970)
+        return -1;
+    const char *p = s + used;
+    long long ms = 0;
+    if (*p == '.') {
+        int digits = 0;
+        for (p++; *p >= '0' && *p <= '9'; p++, digits++)
+            if (digits < 3) ms = ms * 10 + (*p - '0');
+        if (digits == 0) return -1;
+        for (; digits < 3; digits++) ms *= 10;
+    }
+    long long offset_s = 0;
+    if (*p == 'Z' || *p == 'z') {
+        p++;
+    } else if (*p == '+' || *p == '-') {
+        int oh, om, n = 0;
+        if (sscanf(p + 1, "%2d:%2d%n", &oh, &om, &n) != 2 || n != 5 || oh > 23 || om > 59)
+            return -1;
+        offset_s = (oh * 3600LL + om * 60LL) * (*p == '+' ? 1 : -1);
+        p += 6;
+    } else {
+        return -1;
+    }
+    if (*p != '\0') return -1;
+    struct tm tm = { .tm_year = y - 1900, .tm_mon = mo - 1, .tm_mday = d,
+                     .tm_hour = h, .tm_min = mi, .tm_sec = sec };
+    time_t t = timegm(&tm);
+    if (t == (time_t)-1) return -1;
+    return ((long long)t - offset_s) * 1000 + ms;
 }
 
 /* Length of the UTF-8 sequence at s, or 0 when it is not valid (overlong

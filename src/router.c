@@ -119,6 +119,15 @@ rd_route_outcome_t rd_router_match(rd_http_method_t method, const char *path, si
                                    rd_route_match_t *m)
 {
     memset(m, 0, sizeof *m);
+    /* The console's files: a prefix, not a pattern. */
+    if ((len == 3 && memcmp(path, "/ui", 3) == 0) || (len > 3 && memcmp(path, "/ui/", 4) == 0)) {
+        if (method == RD_HTTP_GET || method == RD_HTTP_HEAD) {
+            m->route = RD_ROUTE_UI;
+            return RD_ROUTE_MATCHED;
+        }
+        snprintf(m->allow, sizeof m->allow, "GET");
+        return RD_ROUTE_NO_METHOD;
+    }
     bool path_known = false;
     rd_http_method_t lookup = method == RD_HTTP_HEAD ? RD_HTTP_GET : method;
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {

@@ -450,7 +450,8 @@ int rd_store_get(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_cb c
 }
 
 int rd_store_list(rd_store_t *st, rd_store_queue_t q, const char *status, int limit,
-                  const char *cursor, rd_store_cb cb, void *arg)
+                  const char *cursor, const char *error_contains, long long since_ms,
+                  long long until_ms, rd_store_cb cb, void *arg)
 {
     call_t c;
     begin_fcall(&c, st, "list", q, 0);
@@ -459,6 +460,11 @@ int rd_store_list(rd_store_t *st, rd_store_queue_t q, const char *status, int li
     arg_str(&c, status ? status : "");
     arg_int(&c, limit);
     arg_str(&c, cursor ? cursor : "");
+    arg_str(&c, error_contains ? error_contains : "");
+    if (since_ms >= 0) arg_int(&c, since_ms);
+    else arg_str(&c, "");
+    if (until_ms >= 0) arg_int(&c, until_ms);
+    else arg_str(&c, "");
     return send_call(st, &c, KIND_LIST, cb, arg);
 }
 
