@@ -113,6 +113,9 @@ static bool respond_store_failure(call_t *c, const rd_store_result_t *res)
                         NULL);
         return true;
     }
+    case RD_STORE_UNAVAILABLE:
+        respond_unavailable(c);
+        return true;
     case RD_STORE_LOST:
         respond_problem(c, RD_PROBLEM_OUTCOME_UNKNOWN,
                         "The link to Redis dropped after the command was sent; it may or may "

@@ -12,6 +12,8 @@
     "usage: retryd [options]   (each option is also RETRYD_<NAME>, e.g. RETRYD_LISTEN)\n" \
     "  --listen HOST:PORT        HTTP address (127.0.0.1:8080)\n" \
     "  --redis URL               redis://[[user]:password@]host:port[/db] (redis://127.0.0.1:6379)\n" \
+    "  --redis-cluster SEEDS     host:port[,host:port...] of a Redis Cluster; credentials\n" \
+    "                            still come from --redis (docs/cluster.md)\n" \
     "  --redis-timeout-ms N      a Redis command older than this drops the link (5000)\n" \
     "  --prefix NAME             key prefix (retryd)\n" \
     "  --tick-ms N               longest sleep of the promotion timer (250)\n" \
@@ -142,6 +144,10 @@ static int apply(rd_config_t *cfg, const char *name, const char *v)
     long long n;
     if (strcmp(name, "listen") == 0) return parse_listen(cfg, v);
     if (strcmp(name, "redis") == 0) return rd_config_parse_redis_url(cfg, v);
+    if (strcmp(name, "redis-cluster") == 0) {
+        if (*v == '\0' || strchr(v, ':') == NULL) return -1;
+        return copy_bounded(cfg->redis_cluster, sizeof cfg->redis_cluster, v, strlen(v));
+    }
     if (strcmp(name, "prefix") == 0) {
         if (*v == '\0' || strpbrk(v, "{}") != NULL) return -1;
         return copy_bounded(cfg->prefix, sizeof cfg->prefix, v, strlen(v));
@@ -190,7 +196,7 @@ static int apply(rd_config_t *cfg, const char *name, const char *v)
     return -1;
 }
 
-static const char *const names[] = { "listen", "redis", "redis-timeout-ms", "prefix",
+static const char *const names[] = { "listen", "redis", "redis-cluster", "redis-timeout-ms", "prefix",
                                      "tick-ms", "lease-seconds", "max-body", "dead-ttl",
                                      "succeeded-ttl", "log-level", "auth-token-file",
                                      "idle-timeout", "max-connections" };

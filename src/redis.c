@@ -270,8 +270,8 @@ static void on_handshake_reply(redisAsyncContext *ac, void *reply, void *privdat
     if (strcmp(step, "READY") == 0) {
         r->backoff_ms = BACKOFF_MIN_MS;
         set_state(r, READY);
-        rd_info("redis: %s link ready at %s:%d%s", r->library ? "command" : "notification",
-                r->host, r->port, r->library ? " (library loaded)" : "");
+        rd_info("redis: link ready at %s:%d%s", r->host, r->port,
+                r->library ? " (library loaded)" : "");
         if (r->on_ready) r->on_ready(r->on_ready_arg);
     }
 }
@@ -394,7 +394,7 @@ static void on_command_reply(redisAsyncContext *ac, void *reply, void *privdata)
         unlink_pending(r, p);
     }
     if (x) rd_histogram_observe(&r->rtt, (double)(uv_hrtime() - p->sent_ns) / 1e9);
-    p->cb((const rd_reply_t *)(const void *)x, x ? RD_REDIS_OK : RD_REDIS_LOST, p->arg);
+    if (p->cb) p->cb((const rd_reply_t *)(const void *)x, x ? RD_REDIS_OK : RD_REDIS_LOST, p->arg);
     rd_free(p);
 }
 

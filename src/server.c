@@ -12,6 +12,7 @@
 #include "retryd/alloc.h"
 #include "retryd/api.h"
 #include "retryd/auth.h"
+#include "retryd/backend.h"
 #include "retryd/config.h"
 #include "retryd/http.h"
 #include "retryd/log.h"
@@ -27,7 +28,7 @@ enum { DRAIN_TIMEOUT_MS = 5000 };
 typedef struct server {
     uv_loop_t *loop;
     rd_config_t cfg;
-    rd_redis_t *redis;
+    rd_backend_t *redis;
     rd_store_t *store;
     rd_api_t api;
     rd_http_server_t *http;
@@ -64,7 +65,7 @@ static void maybe_close_redis(server_t *s, bool force)
 {
     if (s->redis == NULL) return;
     if (force) {
-        rd_redis_close(s->redis, true, on_redis_closed, s);
+        rd_backend_close(s->redis, true, on_redis_closed, s);
         s->redis_closing = true;
         return;
     }
@@ -72,7 +73,7 @@ static void maybe_close_redis(server_t *s, bool force)
         return;
     s->redis_closing = true;
     uv_timer_stop(&s->drain_timer);
-    rd_redis_close(s->redis, false, on_redis_closed, s);
+    rd_backend_close(s->redis, false, on_redis_closed, s);
 }
 
 static void on_http_drained(void *arg)
@@ -163,9 +164,19 @@ int main(int argc, char **argv)
         .timeout_ms = s.cfg.redis_timeout_ms, .library = rd_lua_library,
         .on_ready = on_command_link_ready, .on_ready_arg = &s,
     };
-    s.redis = rd_redis_start(s.loop, &ro);
+    s.redis = rd_backend_start(s.loop, &ro, s.cfg.redis_cluster);
+    if (s.redis == NULL) {
+        fprintf(stderr, "retryd: bad --redis-cluster '%s'\n", s.cfg.redis_cluster);
+        rd_free(token);
+        return 2;
+    }
     s.store = rd_store_new(s.loop, s.redis, s.cfg.prefix);
-    s.waiters = rd_waiters_new(s.loop, s.store, &ro, s.cfg.prefix);
+    /* Long-poll wake-ups: a pub/sub link to the Redis (or any cluster node). */
+    char notify_host[256];
+    rd_redis_options_t no = ro;
+    rd_backend_notify_address(s.redis, notify_host, sizeof notify_host, &no.port);
+    no.host = notify_host;
+    s.waiters = rd_waiters_new(s.loop, s.store, &no, s.cfg.prefix);
     s.api.store = s.store;
     s.api.waiters = s.waiters;
     s.api.cfg = &s.cfg;
@@ -181,15 +192,19 @@ int main(int argc, char **argv)
         rd_error("retryd: cannot listen on %s:%d: %s", s.cfg.listen_host, s.cfg.listen_port,
                  uv_strerror(rc));
         rd_waiters_stop(s.waiters, NULL, NULL);
-        rd_redis_close(s.redis, true, NULL, NULL);
+        rd_backend_close(s.redis, true, NULL, NULL);
         rd_store_free(s.store);
         uv_run(s.loop, UV_RUN_DEFAULT);
         uv_loop_close(s.loop);
         rd_free(token);
         return 1;
     }
-    rd_info("retryd: listening on http://%s:%d, Redis %s:%d, prefix %s", s.cfg.listen_host,
-            rd_http_server_port(s.http), s.cfg.redis_host, s.cfg.redis_port, s.cfg.prefix);
+    if (s.cfg.redis_cluster[0])
+        rd_info("retryd: listening on http://%s:%d, Redis Cluster %s, prefix %s",
+                s.cfg.listen_host, rd_http_server_port(s.http), s.cfg.redis_cluster, s.cfg.prefix);
+    else
+        rd_info("retryd: listening on http://%s:%d, Redis %s:%d, prefix %s", s.cfg.listen_host,
+                rd_http_server_port(s.http), s.cfg.redis_host, s.cfg.redis_port, s.cfg.prefix);
 
     rd_promoter_options_t po = {
         .tick_ms = s.cfg.tick_ms, .batch = 500, .dead_ttl_ms = s.cfg.dead_ttl_ms,

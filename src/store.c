@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "retryd/alloc.h"
+#include "retryd/backend.h"
 #include "retryd/buf.h"
 #include "retryd/keys.h"
 #include "retryd/log.h"
@@ -23,7 +24,7 @@ typedef struct registry_slot {
 
 struct rd_store {
     uv_loop_t *loop;
-    rd_redis_t *redis;
+    rd_backend_t *redis;
     char *prefix;
     rd_buf_t registry_key;
     registry_slot_t registry[REGISTRY_SLOTS];
@@ -40,7 +41,7 @@ typedef struct op {
     void *arg;
 } op_t;
 
-rd_store_t *rd_store_new(uv_loop_t *loop, rd_redis_t *redis, const char *prefix)
+rd_store_t *rd_store_new(uv_loop_t *loop, rd_backend_t *redis, const char *prefix)
 {
     rd_store_t *st = rd_calloc(1, sizeof *st);
     st->loop = loop;
@@ -61,12 +62,17 @@ void rd_store_free(rd_store_t *st)
 
 bool rd_store_ready(const rd_store_t *st)
 {
-    return rd_redis_ready(st->redis);
+    return rd_backend_ready(st->redis);
+}
+
+rd_backend_t *rd_store_backend(const rd_store_t *st)
+{
+    return st->redis;
 }
 
 const rd_histogram_t *rd_store_rtt(const rd_store_t *st)
 {
-    return rd_redis_rtt(st->redis);
+    return rd_backend_rtt(st->redis);
 }
 
 /* ---------------------------------------------------------------- replies */
@@ -252,6 +258,8 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
     memset(&res, 0, sizeof res);
     if (status == RD_REDIS_LOST) {
         res.status = RD_STORE_LOST;
+    } else if (status == RD_REDIS_NOT_SENT) {
+        res.status = RD_STORE_UNAVAILABLE;
     } else if (rd_reply_type(reply) == RD_REPLY_ERROR) {
         res.status = RD_STORE_ERROR;
         res.detail.ptr = rd_reply_str(reply, &res.detail.len);
@@ -330,7 +338,7 @@ static int send_call(rd_store_t *st, call_t *c, reply_kind_t kind, rd_store_cb c
     op->kind = kind;
     op->cb = cb;
     op->arg = arg;
-    int rc = rd_redis_command(st->redis, c->argc, c->argv, c->lens, on_reply, op);
+    int rc = rd_backend_command(st->redis, c->argc, c->argv, c->lens, on_reply, op);
     if (rc != 0) rd_free(op);
     rd_buf_free(&c->base);
     rd_buf_free(&c->mkey);
@@ -363,7 +371,7 @@ static void register_queue(rd_store_t *st, rd_store_queue_t q)
         return;
     const char *argv[] = { "SADD", st->registry_key.data, q.name };
     size_t lens[] = { 4, st->registry_key.len, q.len };
-    if (rd_redis_command(st->redis, 3, argv, lens, on_registered, NULL) != 0) return;
+    if (rd_backend_command(st->redis, 3, argv, lens, on_registered, NULL) != 0) return;
     rd_free(slot->name);
     slot->name = rd_strndup(q.name, q.len);
     slot->len = q.len;
@@ -374,7 +382,7 @@ int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, si
                      int max_retries, long long delay_ms, const char *idempotency_key,
                      rd_store_cb cb, void *arg)
 {
-    if (!rd_redis_ready(st->redis)) return -1;
+    if (!rd_backend_ready(st->redis)) return -1;
     register_queue(st, q);
     call_t c;
     begin_fcall(&c, st, "enqueue", q, 0);
@@ -534,7 +542,7 @@ int rd_store_replay_many(rd_store_t *st, rd_store_queue_t q, const char *mode,
     op->kind = KIND_REPLAYED;
     op->cb = cb;
     op->arg = arg;
-    int rc = rd_redis_command(st->redis, c, argv, lens, on_reply, op);
+    int rc = rd_backend_command(st->redis, c, argv, lens, on_reply, op);
     if (rc != 0) rd_free(op);
     rd_buf_free(&base);
     rd_free(numbers);
@@ -619,10 +627,10 @@ void rd_store_check_durability(rd_store_t *st)
 {
     const char *argv[] = { "CONFIG", "GET", "ap*" };
     size_t lens[] = { 6, 3, 3 };
-    rd_redis_command(st->redis, 3, argv, lens, on_config, NULL);
+    rd_backend_command(st->redis, 3, argv, lens, on_config, NULL);
     argv[2] = "maxmemory-policy";
     lens[2] = strlen(argv[2]);
-    rd_redis_command(st->redis, 3, argv, lens, on_config, NULL);
+    rd_backend_command(st->redis, 3, argv, lens, on_config, NULL);
 }
 
 int rd_store_ping(rd_store_t *st, rd_store_cb cb, void *arg)

@@ -45,7 +45,7 @@ static void setup_once(void)
     /* Port 1 on loopback refuses: the link stays down, no Redis is needed. */
     rd_redis_options_t ro = { .host = "127.0.0.1", .port = 1, .timeout_ms = 1000,
                               .library = rd_lua_library };
-    rd_redis_t *redis = rd_redis_start(loop, &ro);
+    rd_backend_t *redis = rd_backend_start(loop, &ro, NULL);
     api.store = rd_store_new(loop, redis, "fuzz");
     api.cfg = &cfg;
     rd_http_options_t ho = { .host = "127.0.0.1", .port = 0, .max_body_bytes = 4096,

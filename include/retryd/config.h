@@ -14,6 +14,7 @@ typedef struct rd_config {
     char redis_user[128];       /* "" when none */
     char redis_password[256];   /* "" when none */
     int redis_db;
+    char redis_cluster[1024];   /* --redis-cluster host:port,...: "" for one Redis */
     int redis_timeout_ms;       /* --redis-timeout-ms: a command older than this drops the link */
     char prefix[64];            /* --prefix: first part of every key */
     int tick_ms;                /* --tick-ms: longest the promoter sleeps */

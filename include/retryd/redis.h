@@ -52,6 +52,8 @@ typedef enum rd_redis_status {
     RD_REDIS_OK,    /* reply is Redis's answer (possibly an error reply) */
     RD_REDIS_LOST,  /* the link dropped after the command was sent: it may or may
                        not have run; reply is NULL */
+    RD_REDIS_NOT_SENT, /* cluster: no master could take it (redirects, failover);
+                          it did not run; reply is NULL */
 } rd_redis_status_t;
 
 typedef void (*rd_redis_cb)(const rd_reply_t *reply, rd_redis_status_t status, void *arg);
@@ -88,7 +90,8 @@ bool rd_redis_ready(const rd_redis_t *r);
 const rd_histogram_t *rd_redis_rtt(const rd_redis_t *r);
 
 /* Sends argv (binary-safe). Returns 0 and later calls cb exactly once from the
- * loop; or -1 when the connection is not READY, and cb is never called. */
+ * loop (cb NULL: the reply is dropped); or -1 when the connection is not READY,
+ * and cb is never called. */
 int rd_redis_command(rd_redis_t *r, int argc, const char **argv, const size_t *lens,
                      rd_redis_cb cb, void *arg);
 

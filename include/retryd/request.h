@@ -73,6 +73,9 @@ typedef struct rd_list_req {
     char status[16];          /* "" for every state */
     int limit;
     char cursor[128];         /* "" for the first page */
+    char error_contains[256]; /* "" for no filter on last_error */
+    long long since_ms;       /* -1, or updated_at >= this (RFC 3339 `since`) */
+    long long until_ms;       /* -1, or updated_at <= this (RFC 3339 `until`) */
 } rd_list_req_t;
 
 rd_req_result_t rd_request_enqueue(const char *body, size_t len, rd_enqueue_req_t *out,
@@ -106,6 +109,10 @@ rd_req_result_t rd_request_stats(const char *query, size_t query_len, int *top,
 rd_req_result_t rd_request_empty(const char *body, size_t len);
 rd_req_result_t rd_request_list(const char *query, size_t query_len, rd_list_req_t *out,
                                 rd_field_errors_t *errs);
+
+/* RFC 3339 ("2026-11-30T07:01:39Z", fractions and offsets allowed) to epoch
+ * ms; -1 when invalid. */
+long long rd_parse_rfc3339_ms(const char *s);
 
 /* Checks a decoded queue name: 1-255 bytes of valid UTF-8, no control
  * characters. Adds a "queue" error and returns false otherwise. */

@@ -26,6 +26,7 @@ typedef enum rd_route {
     RD_ROUTE_QUEUES,         /* GET  /queues */
     RD_ROUTE_STATS,          /* GET  /queues/{q}/stats */
     RD_ROUTE_METRICS,        /* GET  /metrics */
+    RD_ROUTE_UI,             /* GET  /ui and everything under /ui/ (the web console) */
     RD_ROUTE_COUNT
 } rd_route_t;
 

@@ -13,6 +13,7 @@
 #include <uv.h>
 
 #include "retryd/message.h"
+#include "retryd/backend.h"
 #include "retryd/redis.h"
 
 typedef struct rd_store rd_store_t;
@@ -26,6 +27,7 @@ typedef enum rd_store_status {
     RD_STORE_LEASE_MISMATCH,
     RD_STORE_BAD_CURSOR,
     RD_STORE_LOST,            /* sent, then the link dropped: outcome unknown */
+    RD_STORE_UNAVAILABLE,     /* not sent after all (cluster redirects ran out) */
     RD_STORE_ERROR,           /* Redis answered something we did not expect; see detail */
 } rd_store_status_t;
 
@@ -62,14 +64,16 @@ typedef struct rd_store_queue {
     size_t len;
 } rd_store_queue_t;
 
-/* Borrows redis; prefix is copied. */
-rd_store_t *rd_store_new(uv_loop_t *loop, rd_redis_t *redis, const char *prefix);
+/* Borrows backend; prefix is copied. */
+rd_store_t *rd_store_new(uv_loop_t *loop, rd_backend_t *backend, const char *prefix);
 void rd_store_free(rd_store_t *st);
 
 /* True while operations can be sent (the Redis link is READY). */
 bool rd_store_ready(const rd_store_t *st);
 /* Round-trip times of this store's Redis commands. */
 const rd_histogram_t *rd_store_rtt(const rd_store_t *st);
+/* The backend the store talks to. */
+rd_backend_t *rd_store_backend(const rd_store_t *st);
 
 /* idempotency_key NULL for none. */
 int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, size_t len,
@@ -89,9 +93,11 @@ int rd_store_extend(rd_store_t *st, rd_store_queue_t q, long long id, const char
 int rd_store_replay(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_cb cb,
                     void *arg);
 int rd_store_get(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_cb cb, void *arg);
-/* status NULL lists every state; cursor NULL starts at the beginning. */
+/* status NULL lists every state; cursor NULL starts at the beginning.
+ * error_contains NULL/"" and since_ms/until_ms < 0 mean no filter. */
 int rd_store_list(rd_store_t *st, rd_store_queue_t q, const char *status, int limit,
-                  const char *cursor, rd_store_cb cb, void *arg);
+                  const char *cursor, const char *error_contains, long long since_ms,
+                  long long until_ms, rd_store_cb cb, void *arg);
 /* Batch acknowledgement: ids[i] with tokens[i] (NULL: any lease), n in 1..100.
  * res->outcomes[i] is "succeeded", "not_found", "invalid_state" or "lease_mismatch". */
 int rd_store_succeed_many(rd_store_t *st, rd_store_queue_t q, size_t n, const long long *ids,

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# cluster.sh start DIR [MASTERS] [REPLICAS_PER_MASTER] - starts a throwaway
+#   Redis Cluster on free loopback ports (data and logs in DIR), prints its
+#   seeds as "host:port,host:port,..." on stdout and the pids in DIR/pids.
+# cluster.sh stop DIR - stops every server started for DIR and removes it.
+# Used by the cluster test suite and by make bench; redis-server and
+# redis-cli only.
+set -euo pipefail
+
+# Client ports 20000-29999, so the cluster bus ports (+10000) never collide
+# with another node's client port; ports already taken this run are skipped.
+taken=" "
+free_port() {
+    local p
+    for _ in $(seq 1 200); do
+        p=$((20000 + RANDOM % 10000))
+        case "$taken" in *" $p "*) continue ;; esac
+        if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null &&
+           ! (exec 3<>"/dev/tcp/127.0.0.1/$((p + 10000))") 2>/dev/null; then
+            taken="$taken$p "
+            echo "$p"
+            return
+        fi
+    done
+    echo "cluster.sh: no free port" >&2
+    return 1
+}
+
+# Starts one node; returns non-zero when it does not answer PING.
+start_node() {
+    local dir=$1 port=$2
+    mkdir -p "$dir/$port"
+    redis-server --port "$port" --bind 127.0.0.1 --dir "$dir/$port" \
+        --cluster-enabled yes --cluster-config-file nodes.conf \
+        --cluster-node-timeout 2000 --appendonly no --save '' \
+        --logfile "$dir/$port/redis.log" --daemonize no </dev/null >/dev/null 2>&1 &
+    echo $! >> "$dir/pids"
+    for _ in $(seq 1 100); do
+        redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1 && return 0
+        kill -0 $! 2>/dev/null || return 1
+        sleep 0.05
+    done
+    return 1
+}
+
+start() {
+    local dir=$1 masters=${2:-3} replicas=${3:-1}
+    local total=$((masters * (1 + replicas))) nodes=() port
+    mkdir -p "$dir"
+    : > "$dir/pids"
+    for i in $(seq 1 "$total"); do
+        local ok=0
+        for _ in 1 2 3; do
+            port=$(free_port)
+            taken="$taken$port "
+            if start_node "$dir" "$port"; then ok=1; break; fi
+        done
+        [ "$ok" -eq 1 ] || { echo "cluster.sh: node $i would not start" >&2; return 1; }
+        nodes+=("127.0.0.1:$port")
+    done
+    redis-cli --cluster create "${nodes[@]}" --cluster-replicas "$replicas" --cluster-yes \
+        > "$dir/create.log" 2>&1 || { cat "$dir/create.log" >&2; return 1; }
+    # Wait until every node agrees the cluster is up.
+    for n in "${nodes[@]}"; do
+        for _ in $(seq 1 200); do
+            redis-cli -p "${n##*:}" cluster info 2>/dev/null | grep -q 'cluster_state:ok' && break
+            sleep 0.05
+        done
+    done
+    (IFS=,; echo "${nodes[*]}")
+}
+
+stop() {
+    local dir=$1
+    if [ -f "$dir/pids" ]; then
+        while read -r pid; do kill "$pid" 2>/dev/null || true; done < "$dir/pids"
+        while read -r pid; do
+            for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+            kill -9 "$pid" 2>/dev/null || true
+        done < "$dir/pids"
+    fi
+    rm -rf "$dir"
+}
+
+case "${1:-}" in
+    start) shift; start "$@" ;;
+    stop) shift; stop "$@" ;;
+    *) echo "usage: cluster.sh start DIR [MASTERS] [REPLICAS] | stop DIR" >&2; exit 2 ;;
+esac
