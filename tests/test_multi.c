@@ -615,6 +615,7 @@ static void *batch_thread(void *arg)
             snprintf(w->error, sizeof w->error, "reconnect: %s", strerror(errno));
             break;
         }
+        e2e_response_free(&r);
         if (e2e_request(&conn, "POST", claim_path, NULL, claim_body, strlen(claim_body), &r)
             != 0) {
             snprintf(w->error, sizeof w->error, "claim: no complete response");
@@ -652,6 +653,7 @@ static void *batch_thread(void *arg)
             rd_free(body);
             break;
         }
+        e2e_response_free(&r);
         int rc = e2e_request(&conn, "POST", succeed_path, NULL, body, len, &r);
         rd_free(body);
         if (rc != 0) {
