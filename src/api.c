@@ -605,7 +605,21 @@ void rd_api_handle(rd_http_exchange_t *ex, const rd_http_request_t *req, void *c
     c->ex = ex;
     c->req = req;
 
-    switch (rd_router_match(req->method, req->path, req->path_len, &c->match)) {
+    rd_route_outcome_t outcome = rd_router_match(req->method, req->path, req->path_len,
+                                                 &c->match);
+    /* Auth comes before any routing answer, so that without the token not
+     * even the shape of the API shows; /healthz and the console's files stay
+     * public. */
+    bool public_route = outcome == RD_ROUTE_MATCHED && (c->match.route == RD_ROUTE_HEALTHZ ||
+                                                        c->match.route == RD_ROUTE_UI);
+    if (!public_route && !rd_auth_check(c->api->auth_token, req->authorization)) {
+        respond_problem(c, RD_PROBLEM_UNAUTHORIZED,
+                        req->authorization ? "The bearer token is wrong."
+                                           : "This server needs 'Authorization: Bearer <token>'.",
+                        NULL, "WWW-Authenticate: Bearer realm=\"retryd\"\r\n");
+        return;
+    }
+    switch (outcome) {
     case RD_ROUTE_NO_PATH:
         respond_problem(c, RD_PROBLEM_NOT_FOUND, "No route matches this path.", NULL, NULL);
         return;
@@ -628,14 +642,6 @@ void rd_api_handle(rd_http_exchange_t *ex, const rd_http_request_t *req, void *c
     /* The console's files are public: the page asks for the token itself. */
     if (c->match.route == RD_ROUTE_UI) {
         serve_ui(c);
-        return;
-    }
-    if (c->match.route != RD_ROUTE_HEALTHZ && !rd_auth_check(c->api->auth_token,
-                                                             req->authorization)) {
-        respond_problem(c, RD_PROBLEM_UNAUTHORIZED,
-                        req->authorization ? "The bearer token is wrong."
-                                           : "This server needs 'Authorization: Bearer <token>'.",
-                        NULL, "WWW-Authenticate: Bearer realm=\"retryd\"\r\n");
         return;
     }
     if (c->match.route == RD_ROUTE_HEALTHZ) {

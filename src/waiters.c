@@ -134,8 +134,17 @@ static void answer_nothing(waiter_t *h)
 static void on_deadline(uv_timer_t *t)
 {
     waiter_t *h = t->data;
-    if (h->q->serving == h) h->expired = true;  /* answered when its claim returns */
-    else answer_nothing(h);
+    if (h->q->serving == h) {
+        h->expired = true;  /* answered when its claim returns */
+    } else if (!rd_store_ready(h->q->w->store)) {
+        /* Redis went away while it waited: say so rather than "nothing due". */
+        rd_store_result_t away;
+        memset(&away, 0, sizeof away);
+        away.status = RD_STORE_UNAVAILABLE;
+        finish_waiter(h, &away);
+    } else {
+        answer_nothing(h);
+    }
 }
 
 /* ---------------------------------------------------------------- claims */

@@ -1,0 +1,2524 @@
+/* test_faults.c - fault injection against the real build/retryd (issue 6,
+ * SPEC §5 and §7): HTTP limits and hostile clients (431, 501, 417, Expect,
+ * slowloris, the connection cap, idle keep-alive), bearer-token auth and
+ * Redis ACL users, a Redis that is paused (SIGSTOP, DEBUG SLEEP), restarted,
+ * flushed, has its pub/sub link killed or is killed -9 in the middle of a
+ * load, a retryd killed -9 while it holds leases, the durability warnings at
+ * startup, and a valgrind run ending in a graceful shutdown. Every test
+ * asserts what the client saw and what Redis holds afterwards.
+ *
+ * Needs RETRYD_TEST_REDIS_PORT and RETRYD_BIN (scripts/test.sh sets both).
+ * Simple cases use the runner's Redis with a key prefix of their own; every
+ * destructive case (SIGSTOP, kill -9, restart, ACL, DEBUG SLEEP) starts its
+ * own redis-server on a free port in a temp dir. The per-test teardown kills
+ * and reaps every process the test started (and only those), and removes the
+ * temp dirs, whether the test passed or not. Lines starting with "# measured"
+ * report timings. */
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "faults_support.h"
+
+enum {
+    READY_TIMEOUT_MS = 10000,
+    TICK_MS = 50,
+    REDIS_TIMEOUT_MS = 1000,       /* --redis-timeout-ms of the Redis-fault daemons */
+    UNAVAILABLE_BOUND_MS = REDIS_TIMEOUT_MS + 1000,   /* time to a 503 while Redis hangs */
+    RECOVERY_BOUND_MS = 7000,      /* Redis back to 201 again */
+    IDLE_TIMEOUT_MS = 2000,        /* --idle-timeout 2s */
+    IDLE_CLOSE_BOUND_MS = IDLE_TIMEOUT_MS + 1500,
+};
+
+static const char *g_bin;
+static int g_shared_port;
+static char g_tmp[PATH_MAX];       /* the test's temp dir: logs, token files */
+static fx_redis_t g_srv;           /* a test's private redis-server, if any */
+static e2e_daemon_t g_dmn[4];      /* daemons a test started */
+static e2e_conn_t g_conn = { .fd = -1 };
+static redisContext *g_shared;     /* to the runner's Redis */
+static redisContext *g_admin;      /* to the test's private Redis, if any */
+
+/* ------------------------------------------------------------------------ */
+/* Small strings                                                            */
+/* ------------------------------------------------------------------------ */
+
+/* printf into one of 16 rotating buffers (main thread only). */
+static const char *fmt(const char *f, ...)
+{
+    static char ring[16][2048];
+    static unsigned next;
+    char *s = ring[next++ % 16];
+    va_list ap;
+    va_start(ap, f);
+    vsnprintf(s, sizeof ring[0], f, ap);
+    va_end(ap);
+    return s;
+}
+
+#define SET(dst, src) snprintf((dst), sizeof(dst), "%s", (src))
+
+/* A key prefix no other test (or suite run) uses, into out. */
+#define PREFIX(out, tag) snprintf((out), sizeof(out), "flt%ld-%s", (long)getpid(), (tag))
+
+static const char *tmp_path(const char *name)
+{
+    return fmt("%s/%s", g_tmp, name);
+}
+
+static const char *redis_url(int port)
+{
+    return fmt("redis://127.0.0.1:%d", port);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Setup and teardown                                                       */
+/* ------------------------------------------------------------------------ */
+
+static int group_setup(void **state)
+{
+    (void)state;
+    rd_alloc_init();
+    signal(SIGPIPE, SIG_IGN);
+    const char *port = getenv("RETRYD_TEST_REDIS_PORT");
+    g_bin = getenv("RETRYD_BIN");
+    if (port == NULL || g_bin == NULL) {
+        fprintf(stderr, "test_faults: RETRYD_TEST_REDIS_PORT and RETRYD_BIN must be set\n");
+        return -1;
+    }
+    g_shared_port = atoi(port);
+    g_shared = fx_redis_connect(g_shared_port, NULL, NULL);
+    if (g_shared == NULL) {
+        fprintf(stderr, "test_faults: cannot connect to Redis on port %d\n", g_shared_port);
+        return -1;
+    }
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    if (g_shared) redisFree(g_shared);
+    g_shared = NULL;
+    return 0;
+}
+
+static int test_setup(void **state)
+{
+    (void)state;
+    g_conn.fd = -1;
+    if (fx_mkdtemp(g_tmp, sizeof g_tmp, "faults") != 0) {
+        fprintf(stderr, "test_faults: cannot create a temp dir\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* Whatever the test left: daemons, the private Redis (woken first if it was
+ * stopped), connections, temp files. */
+static int test_teardown(void **state)
+{
+    (void)state;
+    e2e_conn_close(&g_conn);
+    for (size_t i = 0; i < sizeof g_dmn / sizeof g_dmn[0]; i++)
+        if (g_dmn[i].pid > 0) e2e_daemon_stop(&g_dmn[i], SIGKILL, E2E_STOP_TIMEOUT_MS);
+    if (g_admin) redisFree(g_admin);
+    g_admin = NULL;
+    fx_redis_destroy(&g_srv);
+    fx_rm_rf(g_tmp);
+    g_tmp[0] = '\0';
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Daemons                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Starts retryd with its output in <tmp>/<log>: --redis url --prefix prefix
+ * --tick-ms 50 --log-level info, then extra flags (NULL-terminated; later
+ * flags override earlier ones). Waits for /healthz 200, and for /readyz 200
+ * when want_ready. Returns 0, -1. */
+static int start_retryd(e2e_daemon_t *d, const char *log, const char *url, const char *prefix,
+                        bool want_ready, ...)
+{
+    char url_s[256], prefix_s[128], log_s[PATH_MAX], tick[16];
+    SET(url_s, url);
+    SET(prefix_s, prefix);
+    SET(log_s, tmp_path(log));
+    snprintf(tick, sizeof tick, "%d", TICK_MS);
+    const char *args[40] = { "--redis", url_s, "--prefix", prefix_s, "--tick-ms", tick,
+                             "--log-level", "info" };
+    size_t n = 8;
+    va_list ap;
+    va_start(ap, want_ready);
+    for (const char *a = va_arg(ap, const char *); a && n < 39; a = va_arg(ap, const char *))
+        args[n++] = a;
+    va_end(ap);
+    args[n] = NULL;
+    if (fx_daemon_spawn(d, NULL, g_bin, args, log_s) != 0) return -1;
+    if (e2e_daemon_wait_status(d, "/healthz", 200, READY_TIMEOUT_MS) != 0 ||
+        (want_ready && e2e_daemon_wait_status(d, "/readyz", 200, READY_TIMEOUT_MS) != 0)) {
+        fprintf(stderr, "test_faults: retryd on port %d did not become ready; its log:\n",
+                d->port);
+        char *text = fx_read_file(log_s);
+        fprintf(stderr, "%s\n", text ? text : "(none)");
+        free(text);
+        e2e_daemon_stop(d, SIGKILL, E2E_STOP_TIMEOUT_MS);
+        return -1;
+    }
+    return 0;
+}
+
+/* SIGTERM and a clean exit within 5 s (SPEC §7). */
+static void stop_retryd(e2e_daemon_t *d)
+{
+    int status = e2e_daemon_stop(d, SIGTERM, E2E_STOP_TIMEOUT_MS);
+    if (status != 0)
+        fail_msg("retryd after SIGTERM: %s %d", status < 0 ? "killed," : "exit", status);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Requests and what they answer                                            */
+/* ------------------------------------------------------------------------ */
+
+/* e2e_request and e2e_read_response, freeing what *r held first. */
+static int request_fresh(e2e_conn_t *c, const char *method, const char *path, const char *extra,
+                         const char *body, size_t body_len, e2e_response_t *r)
+{
+    e2e_response_free(r);
+    return e2e_request(c, method, path, extra, body, body_len, r);
+}
+
+static int read_fresh(e2e_conn_t *c, e2e_response_t *r)
+{
+    e2e_response_free(r);
+    return e2e_read_response(c, r);
+}
+
+/* One request on *c (reopened to port after the server closed it); fails
+ * the test unless a complete response came. extra: NULL or header lines. */
+static void http_on(e2e_conn_t *c, int port, e2e_response_t *r, const char *method,
+                    const char *path, const char *extra, const char *body)
+{
+    e2e_response_free(r);
+    if (c->fd >= 0 && c->port != port) e2e_conn_close(c);
+    if (c->fd < 0 && e2e_conn_open(c, port) != 0)
+        fail_msg("connect to 127.0.0.1:%d: %s", port, strerror(errno));
+    if (request_fresh(c, method, path, extra, body, body ? strlen(body) : 0, r) != 0) {
+        e2e_conn_close(c);
+        fail_msg("%s %s: no complete response", method, path);
+    }
+}
+
+static void http(int port, e2e_response_t *r, const char *method, const char *path,
+                 const char *body)
+{
+    http_on(&g_conn, port, r, method, path, NULL, body);
+}
+
+static rd_json_t *jget(const rd_json_t *o, const char *name)
+{
+    rd_json_t *v = rd_json_get(o, name);
+    if (v == NULL) fail_msg("member \"%s\" is missing", name);
+    return v;
+}
+
+static const char *jstr(const rd_json_t *o, const char *name)
+{
+    const char *s = rd_json_string(jget(o, name));
+    if (s == NULL) fail_msg("member \"%s\" is not a string", name);
+    return s;
+}
+
+static long long jint(const rd_json_t *o, const char *name)
+{
+    long long n;
+    if (!rd_json_integer(jget(o, name), &n)) fail_msg("member \"%s\" is not an integer", name);
+    return n;
+}
+
+static rd_json_t *expect_json(const e2e_response_t *r, int status)
+{
+    if (r->status != status) fail_msg("expected %d, got %d: %s", status, r->status, r->body);
+    if (!e2e_media_type_is(r->content_type, "application/json"))
+        fail_msg("Content-Type \"%s\", expected application/json", r->content_type);
+    if (r->json == NULL || !rd_json_is_object(r->json)) fail_msg("body is not a JSON object");
+    return r->json;
+}
+
+/* An RFC 9457 problem with this status and type slug. */
+static rd_json_t *expect_problem(const e2e_response_t *r, int status, const char *slug)
+{
+    if (r->status != status)
+        fail_msg("expected %d %s, got %d: %s", status, slug, r->status, r->body);
+    if (!e2e_media_type_is(r->content_type, "application/problem+json"))
+        fail_msg("Content-Type \"%s\", expected application/problem+json", r->content_type);
+    if (r->json == NULL || !rd_json_is_object(r->json)) fail_msg("problem is not a JSON object");
+    assert_string_equal(jstr(r->json, "type"), fmt("/problems/%s", slug));
+    assert_true(jstr(r->json, "title")[0] != '\0');
+    assert_int_equal(jint(r->json, "status"), status);
+    assert_true(jstr(r->json, "detail")[0] != '\0');
+    return r->json;
+}
+
+/* A 503 of either kind (backend-unavailable: not sent; outcome-unknown: sent,
+ * link lost) with a positive Retry-After. Returns true for outcome-unknown. */
+static bool expect_503(const e2e_response_t *r)
+{
+    if (r->status != 503) fail_msg("expected 503, got %d: %s", r->status, r->body);
+    bool unknown = r->body && strstr(r->body, "/problems/outcome-unknown") != NULL;
+    expect_problem(r, 503, unknown ? "outcome-unknown" : "backend-unavailable");
+    if (r->retry_after[0] == '\0' || atoi(r->retry_after) < 1)
+        fail_msg("Retry-After \"%s\" is not a positive number of seconds", r->retry_after);
+    return unknown;
+}
+
+/* The problem slug of a response ("" when it is not a problem). */
+static void slug_of(const e2e_response_t *r, char *out, size_t cap)
+{
+    out[0] = '\0';
+    const char *t = r->json ? rd_json_string(rd_json_get(r->json, "type")) : NULL;
+    if (t && strncmp(t, "/problems/", 10) == 0) snprintf(out, cap, "%s", t + 10);
+}
+
+/* ------------------------------------------------------------------------ */
+/* What Redis holds                                                         */
+/* ------------------------------------------------------------------------ */
+
+static redisReply *rq(redisContext *c, const char *format, ...)
+{
+    va_list ap;
+    va_start(ap, format);
+    redisReply *r = redisvCommand(c, format, ap);
+    va_end(ap);
+    if (r == NULL) fail_msg("redis: %s", c->errstr);
+    return r;
+}
+
+static long long rq_int(redisContext *c, const char *format, ...)
+{
+    va_list ap;
+    va_start(ap, format);
+    redisReply *r = redisvCommand(c, format, ap);
+    va_end(ap);
+    if (r == NULL) fail_msg("redis: %s", c->errstr);
+    long long v = -1;
+    if (r->type == REDIS_REPLY_INTEGER) v = r->integer;
+    else if (r->type == REDIS_REPLY_STRING) v = atoll(r->str);
+    else if (r->type == REDIS_REPLY_NIL) v = 0;
+    else fail_msg("redis: unexpected reply type %d (%s)", r->type,
+                  r->type == REDIS_REPLY_ERROR ? r->str : "");
+    freeReplyObject(r);
+    return v;
+}
+
+/* One message hash as Redis holds it. */
+typedef struct stored {
+    long long id;
+    char *payload;                /* malloc'd */
+    char status[16];
+    char last_error[64];
+    long long retry_count;
+} stored_t;
+
+static void stored_free(stored_t *m, size_t n)
+{
+    for (size_t i = 0; i < n; i++) free(m[i].payload);
+    free(m);
+}
+
+static int by_id(const void *a, const void *b)
+{
+    long long x = ((const stored_t *)a)->id, y = ((const stored_t *)b)->id;
+    return x < y ? -1 : x > y;
+}
+
+/* Every message hash "<prefix>:{<q>}:m:*" (SCAN + HGETALL), sorted by id. */
+static stored_t *load_messages(redisContext *c, const char *prefix, const char *q, size_t *count)
+{
+    char pattern[512], cursor[32] = "0";
+    snprintf(pattern, sizeof pattern, "%s:{%s}:m:*", prefix, q);
+    size_t n = 0, cap = 64;
+    stored_t *m = calloc(cap, sizeof *m);
+    do {
+        redisReply *r = rq(c, "SCAN %s MATCH %s COUNT 1000", cursor, pattern);
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) fail_msg("SCAN: bad reply");
+        SET(cursor, r->element[0]->str);
+        redisReply *keys = r->element[1];
+        for (size_t i = 0; i < keys->elements; i++) {
+            const char *key = keys->element[i]->str;
+            const char *tail = strrchr(key, ':');
+            redisReply *h = rq(c, "HGETALL %s", key);
+            if (h->type != REDIS_REPLY_ARRAY || h->elements == 0) {
+                freeReplyObject(h);
+                continue;   /* gone meanwhile */
+            }
+            if (n == cap) {
+                cap *= 2;
+                m = realloc(m, cap * sizeof *m);
+            }
+            stored_t *s = &m[n++];
+            memset(s, 0, sizeof *s);
+            s->id = atoll(tail + 1);
+            for (size_t j = 0; j + 1 < h->elements; j += 2) {
+                const char *f = h->element[j]->str;
+                redisReply *v = h->element[j + 1];
+                if (strcmp(f, "payload") == 0) s->payload = strndup(v->str, v->len);
+                else if (strcmp(f, "status") == 0) SET(s->status, v->str);
+                else if (strcmp(f, "last_error") == 0) SET(s->last_error, v->str);
+                else if (strcmp(f, "retry_count") == 0) s->retry_count = atoll(v->str);
+            }
+            if (s->payload == NULL) s->payload = strdup("");
+            freeReplyObject(h);
+        }
+        freeReplyObject(r);
+    } while (strcmp(cursor, "0") != 0);
+    qsort(m, n, sizeof *m, by_id);
+    /* SCAN may return a key twice. */
+    size_t out = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (out > 0 && m[out - 1].id == m[i].id) {
+            free(m[i].payload);
+            continue;
+        }
+        m[out++] = m[i];
+    }
+    *count = out;
+    return m;
+}
+
+static const stored_t *find_id(const stored_t *m, size_t n, long long id)
+{
+    stored_t key = { .id = id };
+    return bsearch(&key, m, n, sizeof *m, by_id);
+}
+
+/* How many stored messages carry this payload. */
+static size_t payload_count(const stored_t *m, size_t n, const char *payload)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) k += strcmp(m[i].payload, payload) == 0;
+    return k;
+}
+
+static int by_payload(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* No payload appears twice among the stored messages. */
+static void expect_unique_payloads(const stored_t *m, size_t n)
+{
+    char **p = malloc((n ? n : 1) * sizeof *p);
+    for (size_t i = 0; i < n; i++) p[i] = m[i].payload;
+    qsort(p, n, sizeof *p, by_payload);
+    for (size_t i = 1; i < n; i++) {
+        if (strcmp(p[i - 1], p[i]) == 0) {
+            char dup[128];
+            SET(dup, p[i]);
+            free(p);
+            fail_msg("payload \"%s\" is stored twice: a message was duplicated", dup);
+        }
+    }
+    free(p);
+}
+
+static bool member_of_list(redisContext *c, const char *key, long long id)
+{
+    redisReply *r = rq(c, "LPOS %s %lld", key, id);
+    bool in = r->type == REDIS_REPLY_INTEGER;
+    freeReplyObject(r);
+    return in;
+}
+
+static bool member_of_zset(redisContext *c, const char *key, long long id)
+{
+    redisReply *r = rq(c, "ZSCORE %s %lld", key, id);
+    bool in = r->type == REDIS_REPLY_STRING;
+    freeReplyObject(r);
+    return in;
+}
+
+/* docs/design.md's invariant, read while no daemon runs: every message is in
+ * exactly one index (ready, due, scheduled for pending; processing,
+ * succeeded, dead) and it agrees with its status; and the indexes hold
+ * nothing else (their sizes add up to the number of messages). */
+static void expect_indexes_consistent(redisContext *c, const char *prefix, const char *q,
+                                      const stored_t *m, size_t n)
+{
+    char base[256];
+    snprintf(base, sizeof base, "%s:{%s}", prefix, q);
+    static const char *const lists[] = { "ready", "due" };
+    static const char *const zsets[] = { "scheduled", "processing", "succeeded", "dead" };
+    for (size_t i = 0; i < n; i++) {
+        const char *where = NULL;
+        int found = 0;
+        for (int k = 0; k < 2; k++)
+            if (member_of_list(c, fmt("%s:%s", base, lists[k]), m[i].id)) {
+                found++;
+                where = lists[k];
+            }
+        for (int k = 0; k < 4; k++)
+            if (member_of_zset(c, fmt("%s:%s", base, zsets[k]), m[i].id)) {
+                found++;
+                where = zsets[k];
+            }
+        if (found != 1)
+            fail_msg("message %lld (status %s) is in %d indexes", m[i].id, m[i].status, found);
+        bool agrees = strcmp(m[i].status, "pending") == 0
+                          ? (strcmp(where, "ready") == 0 || strcmp(where, "due") == 0 ||
+                             strcmp(where, "scheduled") == 0)
+                          : strcmp(m[i].status, where) == 0;
+        if (!agrees)
+            fail_msg("message %lld has status %s but is in %s", m[i].id, m[i].status, where);
+    }
+    long long entries = rq_int(c, "LLEN %s:ready", base) + rq_int(c, "LLEN %s:due", base);
+    for (int k = 0; k < 4; k++) entries += rq_int(c, "ZCARD %s:%s", base, zsets[k]);
+    if (entries != (long long)n)
+        fail_msg("the indexes hold %lld entries for %zu messages", entries, n);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Thread-safe client steps (no cmocka asserts)                             */
+/* ------------------------------------------------------------------------ */
+
+/* One request on *c, reopening it when the server closed it. 0, or -1 when
+ * no complete response came. */
+static int try_request(e2e_conn_t *c, int port, e2e_response_t *r, const char *method,
+                       const char *path, const char *body, size_t body_len)
+{
+    e2e_response_free(r);
+    if (c->fd < 0 && e2e_conn_open(c, port) != 0) return -1;
+    if (request_fresh(c, method, path, NULL, body, body_len, r) != 0) {
+        e2e_conn_close(c);
+        return -1;
+    }
+    return 0;
+}
+
+enum outcome { OUT_NONE, OUT_CREATED, OUT_UNKNOWN, OUT_UNAVAILABLE, OUT_OTHER };
+
+/* Enqueues payload to q: OUT_CREATED (with *id), OUT_UNKNOWN (503
+ * outcome-unknown), OUT_UNAVAILABLE (503 backend-unavailable), OUT_NONE (no
+ * response) or OUT_OTHER (anything else; *status gets the status). */
+static enum outcome try_enqueue(e2e_conn_t *c, int port, const char *q, const char *payload,
+                                long long *id, int *status)
+{
+    char path[256];
+    snprintf(path, sizeof path, "/queues/%s/messages", q);
+    size_t len;
+    char *body = e2e_json_with_string("payload", payload, &len);
+    e2e_response_t r = { 0 };
+    int rc = try_request(c, port, &r, "POST", path, body, len);
+    rd_free(body);
+    *status = rc == 0 ? r.status : -1;
+    enum outcome out = OUT_OTHER;
+    char slug[64];
+    slug_of(&r, slug, sizeof slug);
+    if (rc != 0) out = OUT_NONE;
+    else if (r.status == 201 && r.json && rd_json_integer(rd_json_get(r.json, "id"), id))
+        out = OUT_CREATED;
+    else if (r.status == 503 && strcmp(slug, "outcome-unknown") == 0)
+        out = OUT_UNKNOWN;
+    else if (r.status == 503 && strcmp(slug, "backend-unavailable") == 0)
+        out = OUT_UNAVAILABLE;
+    e2e_response_free(&r);
+    return out;
+}
+
+/* An enqueue sent through the daemon and what it answered. */
+typedef struct sent {
+    char payload[48];
+    enum outcome outcome;
+    long long id;                 /* OUT_CREATED */
+} sent_t;
+
+typedef struct sent_log {
+    sent_t *items;
+    size_t n, cap;
+} sent_log_t;
+
+static sent_t *sent_add(sent_log_t *l)
+{
+    if (l->n == l->cap) {
+        l->cap = l->cap ? l->cap * 2 : 256;
+        l->items = realloc(l->items, l->cap * sizeof *l->items);
+    }
+    sent_t *s = &l->items[l->n++];
+    memset(s, 0, sizeof *s);
+    return s;
+}
+
+/* Against what Redis holds: every 201 is stored under its id with its
+ * payload; a 503 outcome-unknown enqueue is stored at most once; a 503
+ * backend-unavailable one not at all; no payload twice; no more messages
+ * than enqueues sent. Prints the tally. */
+static void expect_enqueues_accounted(const sent_log_t *log, const stored_t *m, size_t n,
+                                      const char *what)
+{
+    size_t created = 0, unknown = 0, unknown_applied = 0, unavailable = 0;
+    expect_unique_payloads(m, n);
+    for (size_t i = 0; i < log->n; i++) {
+        const sent_t *s = &log->items[i];
+        size_t k = payload_count(m, n, s->payload);
+        switch (s->outcome) {
+        case OUT_CREATED: {
+            created++;
+            const stored_t *x = find_id(m, n, s->id);
+            if (x == NULL) fail_msg("%s: message %lld (\"%s\") got 201 but is not in Redis", what,
+                                    s->id, s->payload);
+            if (strcmp(x->payload, s->payload) != 0)
+                fail_msg("%s: message %lld holds \"%s\", its 201 said \"%s\"", what, s->id,
+                         x->payload, s->payload);
+            if (strcmp(x->status, "pending") != 0 && strcmp(x->status, "processing") != 0 &&
+                strcmp(x->status, "succeeded") != 0 && strcmp(x->status, "dead") != 0)
+                fail_msg("%s: message %lld has status \"%s\"", what, s->id, x->status);
+            break;
+        }
+        case OUT_UNKNOWN:
+            unknown++;
+            unknown_applied += k;
+            if (k > 1) fail_msg("%s: outcome-unknown enqueue \"%s\" is stored %zu times", what,
+                                s->payload, k);
+            break;
+        case OUT_UNAVAILABLE:
+            unavailable++;
+            if (k != 0) fail_msg("%s: \"%s\" was answered backend-unavailable (nothing done) "
+                                 "but is stored", what, s->payload);
+            break;
+        default:
+            fail_msg("%s: enqueue \"%s\" had outcome %d", what, s->payload, (int)s->outcome);
+        }
+    }
+    if (n > log->n) fail_msg("%s: %zu messages stored for %zu enqueues sent", what, n, log->n);
+    printf("# measured %s: %zu enqueues: %zu x 201 (all stored), %zu x outcome-unknown "
+           "(%zu applied, none twice), %zu x backend-unavailable (none stored); %zu messages "
+           "in Redis\n", what, log->n, created, unknown, unknown_applied, unavailable, n);
+}
+
+/* ========================================================================= */
+/* 1. HTTP limits                                                            */
+/* ========================================================================= */
+
+/* Sends raw bytes on a fresh connection and reads one response (head too). */
+static void raw_exchange(int port, const char *bytes, size_t len, e2e_conn_t *c,
+                         e2e_response_t *r, char *head, size_t head_cap)
+{
+    assert_int_equal(e2e_conn_open(c, port), 0);
+    assert_int_equal(e2e_send_all(c->fd, bytes, len), 0);
+    if (fx_read_response_head(c, r, head, head_cap) != 0)
+        fail_msg("no complete response to %.60s...", bytes);
+}
+
+static void test_header_over_16k_is_431(void **state)
+{
+    (void)state;
+    char prefix[128];
+    PREFIX(prefix, "431");
+    assert_int_equal(start_retryd(&g_dmn[0], "431.log", redis_url(g_shared_port), prefix, true,
+                                  NULL), 0);
+    int port = g_dmn[0].port;
+    e2e_response_t r = { 0 };
+    char head[4096];
+
+    /* A 20 KB header on an enqueue. */
+    size_t big = 20 * 1024;
+    char *hdr = malloc(big + 32);
+    int n = snprintf(hdr, 32, "X-Big: ");
+    memset(hdr + n, 'a', big);
+    memcpy(hdr + n + big, "\r\n", 3);
+    e2e_conn_t c;
+    assert_int_equal(e2e_conn_open(&c, port), 0);
+    assert_int_equal(e2e_send_request(&c, "POST", "/queues/hdr/messages", hdr,
+                                      "{\"payload\":\"big header\"}", 24), 0);
+    int fd = dup(c.fd);   /* e2e closes its fd on "Connection: close"; watch this one */
+    assert_int_equal(fx_read_response_head(&c, &r, head, sizeof head), 0);
+    expect_problem(&r, 431, "request-header-too-large");
+    assert_string_equal(r.connection, "close");
+    e2e_conn_close(&c);
+    /* retryd ends its side after the reply (it drains what the client sent). */
+    assert_true(fx_wait_closed(fd, 3000) >= 0);
+    close(fd);
+
+    /* A 20 KB request line. */
+    char *path = malloc(big + 64);
+    n = snprintf(path, 64, "/queues/hdr/messages?pad=");
+    memset(path + n, 'b', big);
+    path[n + big] = '\0';
+    assert_int_equal(e2e_conn_open(&c, port), 0);
+    assert_int_equal(e2e_send_request(&c, "POST", path, NULL, "{\"payload\":\"big line\"}", 22),
+                     0);
+    assert_int_equal(fx_read_response_head(&c, &r, head, sizeof head), 0);
+    expect_problem(&r, 431, "request-header-too-large");
+    e2e_conn_close(&c);
+    free(path);
+
+    /* 12 KB of header is within the 16 KiB limit. */
+    memcpy(hdr, "X-Big: ", 7);
+    memset(hdr + 7, 'c', 12 * 1024);
+    memcpy(hdr + 7 + 12 * 1024, "\r\n", 3);
+    http_on(&g_conn, port, &r, "POST", "/queues/hdr/messages", hdr, "{\"payload\":\"fits\"}");
+    assert_int_equal(jint(expect_json(&r, 201), "id"), 1);
+    free(hdr);
+
+    /* Redis: only the request that fitted was applied. */
+    assert_int_equal(rq_int(g_shared, "GET %s:{hdr}:seq", prefix), 1);
+    size_t count;
+    stored_t *m = load_messages(g_shared, prefix, "hdr", &count);
+    assert_int_equal(count, 1);
+    assert_string_equal(m[0].payload, "fits");
+    stored_free(m, count);
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    stop_retryd(&g_dmn[0]);
+}
+
+static void test_transfer_encoding_and_expect(void **state)
+{
+    (void)state;
+    char prefix[128];
+    PREFIX(prefix, "te");
+    assert_int_equal(start_retryd(&g_dmn[0], "te.log", redis_url(g_shared_port), prefix, true,
+                                  "--max-body", "1024", NULL), 0);
+    int port = g_dmn[0].port;
+    e2e_response_t r = { 0 };
+    e2e_conn_t c;
+    char head[4096];
+
+    /* gzip is not spoken: 501, never a hang and never compressed bytes as JSON. */
+    static const char gzip[] = "POST /queues/te/messages HTTP/1.1\r\nHost: x\r\n"
+                               "Content-Type: application/json\r\nTransfer-Encoding: gzip\r\n\r\n"
+                               "\x1f\x8b\x08\x00";
+    raw_exchange(port, gzip, sizeof gzip - 1, &c, &r, head, sizeof head);
+    expect_problem(&r, 501, "not-implemented");
+    assert_string_equal(r.connection, "close");
+    e2e_conn_close(&c);
+
+    static const char gzip_chunked[] =
+        "POST /queues/te/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Transfer-Encoding: gzip, chunked\r\n\r\n5\r\nabcde\r\n0\r\n\r\n";
+    raw_exchange(port, gzip_chunked, sizeof gzip_chunked - 1, &c, &r, head, sizeof head);
+    expect_problem(&r, 501, "not-implemented");
+    e2e_conn_close(&c);
+
+    /* chunked is accepted end to end. */
+    static const char chunked[] =
+        "POST /queues/te/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n"
+        "b\r\n{\"payload\":\r\n"
+        "b\r\n\"in chunks\"\r\n"
+        "1\r\n}\r\n0\r\n\r\n";
+    raw_exchange(port, chunked, sizeof chunked - 1, &c, &r, head, sizeof head);
+    rd_json_t *msg = expect_json(&r, 201);
+    assert_int_equal(jint(msg, "id"), 1);
+    assert_string_equal(jstr(msg, "payload"), "in chunks");
+    e2e_conn_close(&c);
+
+    /* Expect: 100-continue: the interim 100 comes before the body is sent. */
+    static const char body[] = "{\"payload\":\"after continue\"}";
+    assert_int_equal(e2e_conn_open(&c, port), 0);
+    const char *h = fmt("POST /queues/te/messages HTTP/1.1\r\nHost: x\r\n"
+                        "Content-Type: application/json\r\nExpect: 100-continue\r\n"
+                        "Content-Length: %zu\r\n\r\n", sizeof body - 1);
+    assert_int_equal(e2e_send_all(c.fd, h, strlen(h)), 0);
+    assert_int_equal(read_fresh(&c, &r), 0);
+    assert_int_equal(r.status, 100);
+    e2e_response_free(&r);
+    assert_int_equal(e2e_send_all(c.fd, body, sizeof body - 1), 0);
+    assert_int_equal(read_fresh(&c, &r), 0);
+    msg = expect_json(&r, 201);
+    assert_int_equal(jint(msg, "id"), 2);
+    assert_string_equal(jstr(msg, "payload"), "after continue");
+    /* The connection stays usable. */
+    e2e_response_free(&r);
+    assert_int_equal(request_fresh(&c, "GET", "/queues/te/messages/2", NULL, NULL, 0, &r), 0);
+    expect_json(&r, 200);
+    e2e_conn_close(&c);
+
+    /* An announced body over --max-body: 413 at once, no 100, no body needed. */
+    assert_int_equal(e2e_conn_open(&c, port), 0);
+    h = "POST /queues/te/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Expect: 100-continue\r\nContent-Length: 5000\r\n\r\n";
+    assert_int_equal(e2e_send_all(c.fd, h, strlen(h)), 0);
+    assert_int_equal(read_fresh(&c, &r), 0);
+    expect_problem(&r, 413, "payload-too-large");
+    e2e_conn_close(&c);
+
+    /* Any other expectation: 417 problem. */
+    static const char fancy[] =
+        "POST /queues/te/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Expect: fancy-feature\r\nContent-Length: 17\r\n\r\n{\"payload\":\"no\"}";
+    raw_exchange(port, fancy, sizeof fancy - 1, &c, &r, head, sizeof head);
+    expect_problem(&r, 417, "expectation-failed");
+    e2e_conn_close(&c);
+
+    /* Redis: exactly the two accepted enqueues. */
+    size_t count;
+    stored_t *m = load_messages(g_shared, prefix, "te", &count);
+    assert_int_equal(count, 2);
+    assert_string_equal(m[0].payload, "in chunks");
+    assert_string_equal(m[1].payload, "after continue");
+    stored_free(m, count);
+    assert_int_equal(rq_int(g_shared, "GET %s:{te}:seq", prefix), 2);
+    e2e_response_free(&r);
+    stop_retryd(&g_dmn[0]);
+}
+
+/* Two slowloris clients (one trickling a body, one a header) are cut off
+ * after --idle-timeout, while a normal client on another connection keeps
+ * getting answers. */
+static void test_slowloris_is_dropped_others_served(void **state)
+{
+    (void)state;
+    char prefix[128];
+    PREFIX(prefix, "slow");
+    assert_int_equal(start_retryd(&g_dmn[0], "slow.log", redis_url(g_shared_port), prefix, true,
+                                  "--idle-timeout", "2s", NULL), 0);
+    int port = g_dmn[0].port;
+    static const char *const opening[2] = {
+        "POST /queues/slow/messages HTTP/1.1\r\nContent-Length: 100\r\n\r\n",
+        "POST /queues/slow/messages HTTP/1.1\r\nHost: x\r\nX-Slow: ",
+    };
+    int slow[2];
+    long long opened[2], closed_after[2] = { -1, -1 };
+    for (int i = 0; i < 2; i++) {
+        slow[i] = e2e_connect(port);
+        assert_true(slow[i] >= 0);
+        opened[i] = e2e_mono_ms();
+        assert_int_equal(e2e_send_all(slow[i], opening[i], strlen(opening[i])), 0);
+    }
+
+    e2e_conn_t c;
+    assert_int_equal(e2e_conn_open(&c, port), 0);
+    e2e_response_t r = { 0 };
+    long long start = e2e_mono_ms(), next_byte = start + 500, worst_ms = 0;
+    int served = 0;
+    while ((closed_after[0] < 0 || closed_after[1] < 0) && e2e_mono_ms() - start < 6000) {
+        long long now = e2e_mono_ms();
+        if (now >= next_byte) {
+            for (int i = 0; i < 2; i++)
+                if (closed_after[i] < 0) send(slow[i], "x", 1, MSG_NOSIGNAL);
+            next_byte += 500;
+        }
+        for (int i = 0; i < 2; i++)
+            if (closed_after[i] < 0 && fx_peer_closed(slow[i]))
+                closed_after[i] = e2e_mono_ms() - opened[i];
+        /* The normal client: one enqueue per turn, each answered promptly. */
+        long long t0 = e2e_mono_ms();
+        const char *body = fmt("{\"payload\":\"normal %d\"}", served + 1);
+        if (request_fresh(&c, "POST", "/queues/normal/messages", NULL, body, strlen(body), &r) != 0)
+            fail_msg("the normal client got no answer while slowloris clients were connected");
+        assert_int_equal(jint(expect_json(&r, 201), "id"), served + 1);
+        e2e_response_free(&r);
+        served++;
+        if (e2e_mono_ms() - t0 > worst_ms) worst_ms = e2e_mono_ms() - t0;
+        struct pollfd p[2] = { { .fd = slow[0], .events = POLLIN },
+                               { .fd = slow[1], .events = POLLIN } };
+        poll(p, 2, 50);
+    }
+    for (int i = 0; i < 2; i++) close(slow[i]);
+    printf("# measured slowloris: body trickler closed after %lld ms, header trickler after %lld "
+           "ms (--idle-timeout 2s); normal client: %d requests, slowest %lld ms\n",
+           closed_after[0], closed_after[1], served, worst_ms);
+    for (int i = 0; i < 2; i++) {
+        if (closed_after[i] < 0) fail_msg("slowloris client %d still connected after 6 s", i);
+        if (closed_after[i] > IDLE_CLOSE_BOUND_MS)
+            fail_msg("slowloris client %d closed after %lld ms, bound %d", i, closed_after[i],
+                     IDLE_CLOSE_BOUND_MS);
+        if (closed_after[i] < IDLE_TIMEOUT_MS - 200)
+            fail_msg("slowloris client %d closed after %lld ms, before the idle timeout", i,
+                     closed_after[i]);
+    }
+    assert_true(served >= 10);
+    assert_true(worst_ms < 1000);
+    /* The normal connection was never closed under it. */
+    assert_true(c.fd >= 0 && !fx_peer_closed(c.fd));
+    e2e_conn_close(&c);
+
+    /* Redis: nothing from the slow clients, every normal enqueue. */
+    assert_int_equal(rq_int(g_shared, "EXISTS %s:{slow}:seq", prefix), 0);
+    size_t count;
+    stored_t *m = load_messages(g_shared, prefix, "normal", &count);
+    assert_int_equal(count, (size_t)served);
+    for (int i = 0; i < served; i++)
+        assert_string_equal(m[i].payload, fmt("normal %d", i + 1));
+    stored_free(m, count);
+    stop_retryd(&g_dmn[0]);
+}
+
+/* Opens n connections and gets /healthz 200 on each. True when all n were
+ * served (they stay open); otherwise closes what it opened. */
+static bool open_all_served(int port, e2e_conn_t *conns, int n)
+{
+    e2e_response_t r = { 0 };
+    int i;
+    for (i = 0; i < n; i++) {
+        if (e2e_conn_open(&conns[i], port) != 0) break;
+        if (request_fresh(&conns[i], "GET", "/healthz", NULL, NULL, 0, &r) != 0 ||
+            r.status != 200) {
+            e2e_conn_close(&conns[i]);
+            break;
+        }
+    }
+    e2e_response_free(&r);
+    if (i == n) return true;
+    for (int j = 0; j < i; j++) e2e_conn_close(&conns[j]);
+    return false;
+}
+
+/* Polls open_all_served for up to bound_ms; returns how long it took or -1. */
+static long long wait_all_served(int port, e2e_conn_t *conns, int n, int bound_ms)
+{
+    long long t0 = e2e_mono_ms();
+    while (!open_all_served(port, conns, n)) {
+        if (e2e_mono_ms() - t0 > bound_ms) return -1;
+        e2e_pause_ms(50);
+    }
+    return e2e_mono_ms() - t0;
+}
+
+/* The cap on open connections: the 9th is closed at once, the first 8 keep
+ * working, and the places come back however a connection ends (the client
+ * closes, the idle timeout, the linger after an error reply). */
+static void test_max_connections(void **state)
+{
+    (void)state;
+    char prefix[128];
+    PREFIX(prefix, "maxconn");
+    assert_int_equal(start_retryd(&g_dmn[0], "maxconn.log", redis_url(g_shared_port), prefix,
+                                  true, "--max-connections", "8", "--idle-timeout", "2s",
+                                  NULL), 0);
+    int port = g_dmn[0].port;
+    e2e_conn_t cs[8];
+    e2e_response_t r = { 0 };
+    /* Eight connections, each known to be accepted (it answered). */
+    for (int i = 0; i < 8; i++) {
+        assert_int_equal(e2e_conn_open(&cs[i], port), 0);
+        assert_int_equal(request_fresh(&cs[i], "GET", "/healthz", NULL, NULL, 0, &r), 0);
+        expect_json(&r, 200);
+    }
+    /* The ninth: the kernel completes the handshake, retryd closes it at once. */
+    int ninth = e2e_connect(port);
+    assert_true(ninth >= 0);
+    long long closed_ms = fx_wait_closed(ninth, 3000);
+    close(ninth);
+    printf("# measured max-connections 8: the 9th connection closed after %lld ms\n", closed_ms);
+    if (closed_ms < 0) fail_msg("the 9th connection was not closed within 3 s");
+    assert_true(closed_ms <= 1000);
+
+    /* The first eight still work. */
+    for (int i = 0; i < 8; i++) {
+        const char *body = fmt("{\"payload\":\"conn %d\"}", i);
+        if (request_fresh(&cs[i], "POST", "/queues/mc/messages", NULL, body, strlen(body), &r) != 0)
+            fail_msg("connection %d got no answer after the 9th was refused", i);
+        assert_int_equal(jint(expect_json(&r, 201), "id"), i + 1);
+    }
+    /* One leaves: a newcomer gets its place (once retryd saw the close). */
+    e2e_conn_close(&cs[0]);
+    long long deadline = e2e_mono_ms() + 3000;
+    e2e_conn_t fresh = { .fd = -1 };
+    for (;;) {
+        if (e2e_conn_open(&fresh, port) == 0 &&
+            request_fresh(&fresh, "POST", "/queues/mc/messages", NULL, "{\"payload\":\"newcomer\"}",
+                          22, &r) == 0)
+            break;
+        e2e_conn_close(&fresh);
+        if (e2e_mono_ms() > deadline) fail_msg("no connection accepted 3 s after one closed");
+        e2e_pause_ms(20);
+    }
+    assert_int_equal(jint(expect_json(&r, 201), "id"), 9);
+    for (int i = 1; i < 8; i++) {
+        assert_int_equal(
+            request_fresh(&cs[i], "GET", "/queues/mc/messages/9", NULL, NULL, 0, &r), 0);
+        expect_json(&r, 200);
+    }
+
+    /* The eight go quiet without closing: the idle timeout frees their places. */
+    e2e_conn_t next[8];
+    long long idle_freed_ms = wait_all_served(port, next, 8, 5000);
+    if (idle_freed_ms < 0) fail_msg("8 new connections not served 5 s after 8 went idle");
+    for (int i = 1; i < 8; i++) e2e_conn_close(&cs[i]);
+    e2e_conn_close(&fresh);
+
+    /* Eight error replies (431) whose clients keep the socket open: the
+     * linger after the reply ends, and frees the places too. */
+    char *hdr = malloc(20 * 1024 + 16);
+    memcpy(hdr, "X-Big: ", 7);
+    memset(hdr + 7, 'h', 20 * 1024);
+    memcpy(hdr + 7 + 20 * 1024, "\r\n", 3);
+    int held[8];
+    char head[1024];
+    for (int i = 0; i < 8; i++) {
+        held[i] = dup(next[i].fd);   /* keeps the socket open after e2e closes its fd */
+        assert_int_equal(e2e_send_request(&next[i], "GET", "/healthz", hdr, NULL, 0), 0);
+        assert_int_equal(fx_read_response_head(&next[i], &r, head, sizeof head), 0);
+        expect_problem(&r, 431, "request-header-too-large");
+        e2e_conn_close(&next[i]);
+    }
+    free(hdr);
+    int extra = e2e_connect(port);
+    assert_true(extra >= 0);
+    long long extra_closed = fx_wait_closed(extra, 3000);
+    close(extra);
+    if (extra_closed < 0 || extra_closed > 1000)
+        fail_msg("with 8 lingering connections a new one was not refused at once (%lld ms)",
+                 extra_closed);
+    long long linger_freed_ms = wait_all_served(port, next, 8, 5000);
+    for (int i = 0; i < 8; i++) close(held[i]);
+    if (linger_freed_ms < 0) fail_msg("8 new connections not served 5 s after 8 error replies");
+    for (int i = 0; i < 8; i++) e2e_conn_close(&next[i]);
+    printf("# measured max-connections 8: places freed by the idle timeout after %lld ms, by "
+           "the linger after 431 replies after %lld ms\n", idle_freed_ms, linger_freed_ms);
+    e2e_response_free(&r);
+
+    size_t count;
+    stored_t *m = load_messages(g_shared, prefix, "mc", &count);
+    assert_int_equal(count, 9);
+    for (int i = 0; i < 8; i++) assert_string_equal(m[i].payload, fmt("conn %d", i));
+    assert_string_equal(m[8].payload, "newcomer");
+    stored_free(m, count);
+    stop_retryd(&g_dmn[0]);
+}
+
+/* An idle keep-alive connection, and one that never sends a byte, are
+ * closed after --idle-timeout; a connection in use every 400 ms is not,
+ * however long it lives. */
+static void test_idle_keep_alive_is_closed(void **state)
+{
+    (void)state;
+    char prefix[128];
+    PREFIX(prefix, "idle");
+    assert_int_equal(start_retryd(&g_dmn[0], "idle.log", redis_url(g_shared_port), prefix, true,
+                                  "--idle-timeout", "2s", NULL), 0);
+    int port = g_dmn[0].port;
+    e2e_response_t r = { 0 };
+    e2e_conn_t idle, busy;
+    assert_int_equal(e2e_conn_open(&idle, port), 0);
+    assert_int_equal(e2e_conn_open(&busy, port), 0);
+    int silent = e2e_connect(port);
+    assert_true(silent >= 0);
+    long long silent_opened = e2e_mono_ms();
+    /* A long-poll longer than the idle timeout is a request in progress,
+     * not an idle connection: it gets its 204 after 3 s. */
+    e2e_conn_t waiting;
+    assert_int_equal(e2e_conn_open(&waiting, port), 0);
+    assert_int_equal(e2e_send_request(&waiting, "POST", "/queues/idle-none/claim", NULL,
+                                      "{\"wait_seconds\":3}", 18), 0);
+    long long waiting_sent = e2e_mono_ms(), waiting_answered = -1;
+    assert_int_equal(request_fresh(&idle, "POST", "/queues/idle/messages", NULL,
+                                   "{\"payload\":\"then idle\"}", 23, &r), 0);
+    expect_json(&r, 201);
+    long long idle_since = e2e_mono_ms();
+    int busy_fd = busy.fd, busy_requests = 0;
+    long long idle_closed = -1, silent_closed = -1, next_busy = 0;
+    while (e2e_mono_ms() - idle_since < 4500) {
+        long long now = e2e_mono_ms();
+        if (idle_closed < 0 && fx_peer_closed(idle.fd)) idle_closed = now - idle_since;
+        if (silent_closed < 0 && fx_peer_closed(silent)) silent_closed = now - silent_opened;
+        if (waiting_answered < 0) {
+            struct pollfd pw = { .fd = waiting.fd, .events = POLLIN };
+            if (poll(&pw, 1, 0) == 1) waiting_answered = now - waiting_sent;
+        }
+        if (now >= next_busy) {
+            const char *body = fmt("{\"payload\":\"busy %d\"}", busy_requests + 1);
+            if (request_fresh(&busy, "POST", "/queues/idle/messages", NULL, body, strlen(body),
+                              &r) != 0)
+                fail_msg("the busy connection failed after %lld ms", now - idle_since);
+            expect_json(&r, 201);
+            busy_requests++;
+            next_busy = now + 400;
+        }
+        e2e_pause_ms(10);
+    }
+    printf("# measured idle-timeout 2s: idle keep-alive closed after %lld ms, silent connection "
+           "after %lld ms; a connection used every 400 ms stayed open for 4.5 s\n", idle_closed,
+           silent_closed);
+    close(silent);
+    if (read_fresh(&waiting, &r) != 0)
+        fail_msg("the 3 s long-poll got no response under --idle-timeout 2s");
+    assert_int_equal(r.status, 204);
+    e2e_conn_close(&waiting);
+    printf("# measured idle-timeout 2s: a long-poll with wait_seconds 3 answered 204 after %lld "
+           "ms\n", waiting_answered);
+    assert_true(waiting_answered >= 2900 && waiting_answered <= 4000);
+    if (idle_closed < 0) fail_msg("the idle keep-alive connection is still open after 4.5 s");
+    if (silent_closed < 0) fail_msg("the silent connection is still open after 4.5 s");
+    assert_true(idle_closed >= IDLE_TIMEOUT_MS - 200 && idle_closed <= IDLE_CLOSE_BOUND_MS);
+    assert_true(silent_closed >= IDLE_TIMEOUT_MS - 200 && silent_closed <= IDLE_CLOSE_BOUND_MS);
+    assert_int_equal(busy.fd, busy_fd);
+    assert_false(fx_peer_closed(busy.fd));
+    e2e_conn_close(&busy);
+    e2e_conn_close(&idle);
+    e2e_response_free(&r);
+
+    size_t count;
+    stored_t *m = load_messages(g_shared, prefix, "idle", &count);
+    assert_int_equal(count, (size_t)busy_requests + 1);
+    assert_string_equal(m[0].payload, "then idle");
+    stored_free(m, count);
+    stop_retryd(&g_dmn[0]);
+}
+
+/* ========================================================================= */
+/* 2. Auth                                                                   */
+/* ========================================================================= */
+
+static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static void base64(const char *in, char *out)
+{
+    size_t n = strlen(in), o = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        unsigned v = (unsigned char)in[i] << 16;
+        if (i + 1 < n) v |= (unsigned char)in[i + 1] << 8;
+        if (i + 2 < n) v |= (unsigned char)in[i + 2];
+        out[o++] = b64[(v >> 18) & 63];
+        out[o++] = b64[(v >> 12) & 63];
+        out[o++] = i + 1 < n ? b64[(v >> 6) & 63] : '=';
+        out[o++] = i + 2 < n ? b64[v & 63] : '=';
+    }
+    out[o] = '\0';
+}
+
+typedef struct route {
+    const char *method, *path, *body;
+} route_t;
+
+static void test_auth_bearer_token(void **state)
+{
+    (void)state;
+    char prefix[128];
+    PREFIX(prefix, "auth");
+    char token[65], file[PATH_MAX], log[PATH_MAX];
+    assert_int_equal(fx_random_hex(token, 48), 0);
+    SET(file, tmp_path("token"));
+    SET(log, tmp_path("auth.log"));
+    assert_int_equal(fx_write_file(file, fmt("%s\n", token)), 0);
+    assert_int_equal(start_retryd(&g_dmn[0], "auth.log", redis_url(g_shared_port), prefix, false,
+                                  "--auth-token-file", file, "--log-level", "debug", NULL), 0);
+    int port = g_dmn[0].port;
+
+    static const route_t routes[] = {
+        { "POST", "/queues/a/messages", "{\"payload\":\"denied\"}" },
+        { "GET", "/queues/a/messages", NULL },
+        { "GET", "/queues/a/messages/1", NULL },
+        { "POST", "/queues/a/claim", NULL },
+        { "POST", "/queues/a/messages/1/succeed", NULL },
+        { "POST", "/queues/a/succeed", "{\"messages\":[{\"id\":1}]}" },
+        { "POST", "/queues/a/messages/1/fail", "{\"error\":\"x\"}" },
+        { "POST", "/queues/a/messages/1/extend", NULL },
+        { "POST", "/queues/a/messages/1/replay", NULL },
+        { "POST", "/queues/a/messages/1/kill", NULL },
+        { "POST", "/queues/a/replay", "{\"all\":true}" },
+        { "DELETE", "/queues/a/messages/1", NULL },
+        { "GET", "/queues", NULL },
+        { "GET", "/queues/a/stats", NULL },
+        { "GET", "/metrics", NULL },
+        { "GET", "/readyz", NULL },
+        { "POST", "/queues/a/messages", "{}" },          /* 401 before 422 */
+        { "POST", "/queues/a/messages", "{not json" },   /* 401 before 400 */
+    };
+    char basic_cred[160], basic[256], prefix_tok[80], plus_one[80];
+    base64(fmt("retryd:%s", token), basic_cred);
+    snprintf(basic, sizeof basic, "Authorization: Basic %s\r\n", basic_cred);
+    snprintf(prefix_tok, sizeof prefix_tok, "%.*s", (int)strlen(token) - 1, token);
+    snprintf(plus_one, sizeof plus_one, "%sx", token);
+    char variants[8][256];
+    const char *names[8] = { "missing", "wrong", "prefix", "token+1", "Basic", "empty Bearer",
+                             "no scheme", "other scheme" };
+    variants[0][0] = '\0';
+    SET(variants[1], "Authorization: Bearer 0123456789abcdef\r\n");
+    SET(variants[2], fmt("Authorization: Bearer %s\r\n", prefix_tok));
+    SET(variants[3], fmt("Authorization: Bearer %s\r\n", plus_one));
+    SET(variants[4], basic);
+    SET(variants[5], "Authorization: Bearer\r\n");
+    SET(variants[6], fmt("Authorization: %s\r\n", token));
+    SET(variants[7], fmt("Authorization: Token %s\r\n", token));
+
+    e2e_conn_t c = { .fd = -1 };
+    e2e_response_t r = { 0 };
+    char head[4096], www[256];
+    int denied = 0;
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+        for (int v = 0; v < 8; v++) {
+            if (c.fd < 0) assert_int_equal(e2e_conn_open(&c, port), 0);
+            const route_t *rt = &routes[i];
+            assert_int_equal(e2e_send_request(&c, rt->method, rt->path,
+                                              variants[v][0] ? variants[v] : NULL, rt->body,
+                                              rt->body ? strlen(rt->body) : 0), 0);
+            if (fx_read_response_head(&c, &r, head, sizeof head) != 0)
+                fail_msg("%s %s (%s): no response", rt->method, rt->path, names[v]);
+            if (r.status != 401)
+                fail_msg("%s %s with the token %s: %d, expected 401: %s", rt->method, rt->path,
+                         names[v], r.status, r.body);
+            expect_problem(&r, 401, "unauthorized");
+            if (!fx_head_header(head, "WWW-Authenticate", www, sizeof www) ||
+                strncmp(www, "Bearer", 6) != 0)
+                fail_msg("%s %s (%s): no WWW-Authenticate: Bearer header", rt->method, rt->path,
+                         names[v]);
+            e2e_response_free(&r);
+            denied++;
+        }
+    }
+    /* /healthz is open with or without a token. */
+    assert_int_equal(request_fresh(&c, "GET", "/healthz", NULL, NULL, 0, &r), 0);
+    expect_json(&r, 200);
+    assert_int_equal(request_fresh(&c, "GET", "/healthz", variants[1], NULL, 0, &r), 0);
+    expect_json(&r, 200);
+    e2e_conn_close(&c);
+
+    /* The right token: normal answers on every route. */
+    char ok[160];
+    SET(ok, fmt("Authorization: Bearer %s\r\n", token));
+    struct step {
+        const char *method, *path, *body;
+        int status;
+    } steps[] = {
+        { "GET", "/readyz", NULL, 200 },
+        { "POST", "/queues/a/messages", "{\"payload\":\"allowed\"}", 201 },
+        { "GET", "/queues/a/messages/1", NULL, 200 },
+        { "GET", "/queues/a/messages", NULL, 200 },
+        { "POST", "/queues/a/claim", "{\"lease_seconds\":30}", 200 },
+        { "POST", "/queues/a/messages/1/extend", "{\"lease_seconds\":60}", 200 },
+        { "POST", "/queues/a/messages/1/fail", "{\"error\":\"boom\",\"retryable\":false}", 200 },
+        { "POST", "/queues/a/messages/1/replay", NULL, 200 },
+        { "POST", "/queues/a/replay", "{\"all\":true}", 200 },
+        { "POST", "/queues/a/claim", NULL, 200 },
+        { "POST", "/queues/a/messages/1/succeed", NULL, 200 },
+        { "POST", "/queues/a/succeed", "{\"messages\":[{\"id\":1}]}", 200 },
+        { "POST", "/queues/a/messages", "{\"payload\":\"doomed\"}", 201 },
+        { "POST", "/queues/a/messages/2/kill", NULL, 200 },
+        { "DELETE", "/queues/a/messages/2", NULL, 204 },
+        { "GET", "/queues", NULL, 200 },
+        { "GET", "/queues/a/stats", NULL, 200 },
+        { "GET", "/metrics", NULL, 200 },
+    };
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        http_on(&g_conn, port, &r, steps[i].method, steps[i].path, ok, steps[i].body);
+        if (r.status != steps[i].status)
+            fail_msg("%s %s with the right token: %d, expected %d: %s", steps[i].method,
+                     steps[i].path, r.status, steps[i].status, r.body);
+    }
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+
+    /* Redis: the denied enqueues created nothing. */
+    assert_int_equal(rq_int(g_shared, "GET %s:{a}:seq", prefix), 2);
+    size_t count;
+    stored_t *m = load_messages(g_shared, prefix, "a", &count);
+    assert_int_equal(count, 1);
+    assert_int_equal(m[0].id, 1);
+    assert_string_equal(m[0].payload, "allowed");
+    assert_string_equal(m[0].status, "succeeded");
+    stored_free(m, count);
+
+    /* The token never reaches the log, even at debug level. */
+    stop_retryd(&g_dmn[0]);
+    char *text = fx_read_file(log);
+    assert_non_null(text);
+    bool debug_seen = strstr(text, " debug ") != NULL;
+    bool leaked = strstr(text, prefix_tok) != NULL || strstr(text, fmt("%.16s", token)) != NULL ||
+                  strstr(text, basic_cred) != NULL;
+    size_t log_len = strlen(text);
+    free(text);
+    printf("# measured auth: %d denied requests (18 requests x 8 bad credentials), log %zu bytes\n",
+           denied, log_len);
+    assert_true(debug_seen);
+    if (leaked) fail_msg("the bearer token (or a part of it) appears in retryd's log %s", log);
+}
+
+static void test_default_bind_is_loopback(void **state)
+{
+    (void)state;
+    char out[PATH_MAX];
+    SET(out, tmp_path("help.txt"));
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        unsetenv("RETRYD_LISTEN");
+        execl(g_bin, g_bin, "--help", (char *)NULL);
+        _exit(127);
+    }
+    int wstatus;
+    assert_int_equal(waitpid(pid, &wstatus, 0), pid);
+    assert_true(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0);
+    char *text = fx_read_file(out);
+    assert_non_null(text);
+    bool listen_default = strstr(text, "--listen") && strstr(text, "127.0.0.1:8080");
+    bool any_host = strstr(text, "0.0.0.0") != NULL;
+    free(text);
+    assert_true(listen_default);
+    assert_false(any_host);
+}
+
+/* Redis ACL: a user with a password from the URL; a wrong password is a 503
+ * daemon that keeps running; passwords never reach the log. */
+static void test_redis_acl_user(void **state)
+{
+    (void)state;
+    assert_int_equal(fx_redis_start(&g_srv, NULL), 0);
+    g_admin = fx_redis_connect(g_srv.port, NULL, NULL);
+    assert_non_null(g_admin);
+    redisReply *x = rq(g_admin, "ACL SETUSER retryd on >s3cret ~* &* +@all");
+    assert_int_equal(x->type, REDIS_REPLY_STATUS);
+    freeReplyObject(x);
+    x = rq(g_admin, "CONFIG SET requirepass d3fault-pw");
+    assert_int_equal(x->type, REDIS_REPLY_STATUS);
+    freeReplyObject(x);
+    x = rq(g_admin, "AUTH d3fault-pw");
+    freeReplyObject(x);
+    /* Anonymous clients are refused now. */
+    redisContext *anon = fx_redis_connect(g_srv.port, NULL, NULL);
+    assert_non_null(anon);
+    x = rq(anon, "GET x");
+    assert_int_equal(x->type, REDIS_REPLY_ERROR);
+    assert_non_null(strstr(x->str, "NOAUTH"));
+    freeReplyObject(x);
+    redisFree(anon);
+
+    char good[128], wrong[128], dflt[128];
+    SET(good, fmt("redis://retryd:s3cret@127.0.0.1:%d", g_srv.port));
+    SET(wrong, fmt("redis://retryd:Wr0ngPassw0rd@127.0.0.1:%d", g_srv.port));
+    SET(dflt, fmt("redis://:d3fault-pw@127.0.0.1:%d", g_srv.port));
+    e2e_response_t r = { 0 };
+
+    /* The ACL user: ready, 201, and the message is in Redis. */
+    assert_int_equal(start_retryd(&g_dmn[0], "acl-good.log", good, "aclok", true, "--log-level",
+                                  "debug", NULL), 0);
+    http(g_dmn[0].port, &r, "POST", "/queues/acl/messages", "{\"payload\":\"via acl user\"}");
+    assert_int_equal(jint(expect_json(&r, 201), "id"), 1);
+    x = rq(g_admin, "HGET aclok:{acl}:m:1 payload");
+    assert_int_equal(x->type, REDIS_REPLY_STRING);
+    assert_string_equal(x->str, "via acl user");
+    freeReplyObject(x);
+    x = rq(g_admin, "CLIENT LIST");
+    int as_retryd = 0;
+    for (const char *p = x->str; (p = strstr(p, " user=retryd ")) != NULL; p++) as_retryd++;
+    freeReplyObject(x);
+    assert_true(as_retryd >= 2);   /* the command link and the notification link */
+
+    /* A wrong password: /readyz and every Redis route 503, the process lives. */
+    assert_int_equal(start_retryd(&g_dmn[1], "acl-wrong.log", wrong, "aclbad", false,
+                                  "--log-level", "debug", NULL), 0);
+    long long deadline = e2e_mono_ms() + 5000;
+    for (;;) {   /* until the refusal was seen (and logged) */
+        char *text = fx_read_file(tmp_path("acl-wrong.log"));
+        bool refused = text && strstr(text, "AUTH failed");
+        free(text);
+        if (refused) break;
+        if (e2e_mono_ms() > deadline) fail_msg("retryd never logged the failed AUTH");
+        e2e_pause_ms(20);
+    }
+    for (int i = 0; i < 3; i++) {
+        http(g_dmn[1].port, &r, "GET", "/readyz", NULL);
+        assert_int_equal(r.status, 503);
+        http(g_dmn[1].port, &r, "POST", "/queues/acl/messages", "{\"payload\":\"refused\"}");
+        expect_problem(&r, 503, "backend-unavailable");
+        assert_true(r.retry_after[0] != '\0');
+    }
+    assert_true(e2e_daemon_alive(&g_dmn[1]));
+    x = rq(g_admin, "KEYS aclbad*");
+    assert_int_equal(x->elements, 0);
+    freeReplyObject(x);
+
+    /* redis://:password@ (SPEC §7): the default user. */
+    assert_int_equal(start_retryd(&g_dmn[2], "acl-default.log", dflt, "acldef", true, NULL), 0);
+    http(g_dmn[2].port, &r, "POST", "/queues/acl/messages", "{\"payload\":\"via default\"}");
+    assert_int_equal(jint(expect_json(&r, 201), "id"), 1);
+    x = rq(g_admin, "HGET acldef:{acl}:m:1 payload");
+    assert_string_equal(x->str, "via default");
+    freeReplyObject(x);
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+
+    /* A user that may not FUNCTION LOAD: never ready, 503, never a crash. */
+    x = rq(g_admin, "ACL SETUSER nofn on >n0fn-pw ~* &* +@all -function");
+    assert_int_equal(x->type, REDIS_REPLY_STATUS);
+    freeReplyObject(x);
+    assert_int_equal(start_retryd(&g_dmn[3], "acl-nofn.log",
+                                  fmt("redis://nofn:n0fn-pw@127.0.0.1:%d", g_srv.port), "aclnofn",
+                                  false, NULL), 0);
+    deadline = e2e_mono_ms() + 5000;
+    for (;;) {
+        char *text = fx_read_file(tmp_path("acl-nofn.log"));
+        bool refused = text && strstr(text, "NOPERM");
+        free(text);
+        if (refused) break;
+        if (e2e_mono_ms() > deadline) fail_msg("retryd never logged the refused FUNCTION LOAD");
+        e2e_pause_ms(20);
+    }
+    http(g_dmn[3].port, &r, "POST", "/queues/acl/messages", "{\"payload\":\"no function\"}");
+    expect_problem(&r, 503, "backend-unavailable");
+    http(g_dmn[3].port, &r, "GET", "/readyz", NULL);
+    assert_int_equal(r.status, 503);
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+
+    const char *logs[4] = { "acl-good.log", "acl-wrong.log", "acl-default.log", "acl-nofn.log" };
+    for (int i = 0; i < 4; i++) stop_retryd(&g_dmn[i]);
+    for (int i = 0; i < 4; i++) {
+        char *text = fx_read_file(tmp_path(logs[i]));
+        assert_non_null(text);
+        bool leaked = strstr(text, "s3cret") || strstr(text, "Wr0ngPassw0rd") ||
+                      strstr(text, "d3fault-pw") || strstr(text, "n0fn-pw");
+        free(text);
+        if (leaked) fail_msg("a Redis password appears in %s", logs[i]);
+    }
+}
+
+/* ========================================================================= */
+/* 3. Redis faults                                                           */
+/* ========================================================================= */
+
+/* Enqueues payload on g_conn and records what came back: 201, or a 503 of
+ * either kind (asserted), within bound_ms. Returns the outcome; *took_ms. */
+static enum outcome enqueue_logged(int port, const char *q, const char *payload, sent_log_t *log,
+                                   int bound_ms, long long *took_ms)
+{
+    sent_t *s = sent_add(log);
+    SET(s->payload, payload);
+    e2e_response_t r = { 0 };
+    long long t0 = e2e_mono_ms();
+    size_t len;
+    char *body = e2e_json_with_string("payload", payload, &len);
+    http_on(&g_conn, port, &r, "POST", fmt("/queues/%s/messages", q), NULL, body);
+    rd_free(body);
+    long long took = e2e_mono_ms() - t0;
+    if (took_ms) *took_ms = took;
+    if (took > bound_ms)
+        fail_msg("enqueue \"%s\" took %lld ms (bound %d)", payload, took, bound_ms);
+    if (r.status == 201) {
+        s->outcome = OUT_CREATED;
+        s->id = jint(expect_json(&r, 201), "id");
+    } else {
+        s->outcome = expect_503(&r) ? OUT_UNKNOWN : OUT_UNAVAILABLE;
+    }
+    e2e_response_free(&r);
+    return s->outcome;
+}
+
+/* Enqueues until one is 201 (bounded); returns how long it took. */
+static long long enqueue_until_created(int port, const char *q, const char *tag, sent_log_t *log,
+                                       int bound_ms)
+{
+    long long t0 = e2e_mono_ms();
+    for (int i = 1;; i++) {
+        if (enqueue_logged(port, q, fmt("%s %d", tag, i), log, UNAVAILABLE_BOUND_MS, NULL) ==
+            OUT_CREATED)
+            return e2e_mono_ms() - t0;
+        if (e2e_mono_ms() - t0 > bound_ms)
+            fail_msg("%s: still 503 after %d ms", tag, bound_ms);
+        e2e_pause_ms(25);
+    }
+}
+
+/* A long-poll claim on another thread: its status and when it returned. */
+typedef struct long_poll {
+    pthread_t thread;
+    int port;
+    int wait_seconds;             /* 0: 5 */
+    char path[128];
+    int status;
+    long long id;
+    long long started_at, returned_at;
+} long_poll_t;
+
+static void *long_poll_main(void *arg)
+{
+    long_poll_t *lp = arg;
+    e2e_conn_t c = { .fd = -1 };
+    e2e_response_t r = { 0 };
+    char body[96];
+    snprintf(body, sizeof body, "{\"wait_seconds\":%d,\"lease_seconds\":30}",
+             lp->wait_seconds ? lp->wait_seconds : 5);
+    lp->status = try_request(&c, lp->port, &r, "POST", lp->path, body, strlen(body)) == 0
+                     ? r.status : -1;
+    if (r.json) rd_json_integer(rd_json_get(r.json, "id"), &lp->id);
+    lp->returned_at = e2e_mono_ms();
+    e2e_response_free(&r);
+    e2e_conn_close(&c);
+    return NULL;
+}
+
+/* True when someone (a parked long-poll) listens on q's wake channel. */
+static bool wake_subscribed(redisContext *c, const char *prefix, const char *q)
+{
+    redisReply *x = rq(c, "PUBSUB NUMSUB %s:{%s}:wake", prefix, q);
+    long long subs = x->elements == 2 ? x->element[1]->integer : 0;
+    freeReplyObject(x);
+    return subs >= 1;
+}
+
+/* SIGSTOP: the command in flight is answered outcome-unknown within the
+ * timeout, later ones backend-unavailable at once; SIGCONT: served again;
+ * no enqueue is duplicated, none that got 201 is lost. */
+static void test_redis_paused_sigstop(void **state)
+{
+    (void)state;
+    static const char *const extra[] = { "--appendonly", "no", NULL };
+    assert_int_equal(fx_redis_start(&g_srv, extra), 0);
+    g_admin = fx_redis_connect(g_srv.port, NULL, NULL);
+    assert_non_null(g_admin);
+    const char *prefix = "paused";
+    assert_int_equal(start_retryd(&g_dmn[0], "paused.log", redis_url(g_srv.port), prefix, true,
+                                  "--redis-timeout-ms", "1000", NULL), 0);
+    int port = g_dmn[0].port;
+    sent_log_t log = { 0 };
+    e2e_response_t r = { 0 };
+    for (int i = 1; i <= 3; i++)
+        assert_int_equal(enqueue_logged(port, "p", fmt("before %d", i), &log, 1000, NULL),
+                         OUT_CREATED);
+    http(port, &r, "POST", "/queues/p/claim", "{\"lease_seconds\":60}");
+    assert_int_equal(jint(expect_json(&r, 200), "id"), 1);
+
+    /* A long-poll claim parked when Redis stops must still be answered. lp
+     * is static: if the test fails before the join, the thread outlives the
+     * frame. */
+    static long_poll_t lp;
+    memset(&lp, 0, sizeof lp);
+    lp.port = port;
+    lp.wait_seconds = 2;
+    snprintf(lp.path, sizeof lp.path, "/queues/p-idle/claim");
+    lp.started_at = e2e_mono_ms();
+    assert_int_equal(pthread_create(&lp.thread, NULL, long_poll_main, &lp), 0);
+    long long deadline = e2e_mono_ms() + 3000;
+    while (!wake_subscribed(g_admin, prefix, "p-idle")) {
+        if (e2e_mono_ms() > deadline) {
+            pthread_join(lp.thread, NULL);
+            fail_msg("the long-poll never parked");
+        }
+        e2e_pause_ms(20);
+    }
+
+    assert_int_equal(fx_redis_pause(&g_srv), 0);
+    long long paused_at = e2e_mono_ms(), first_ms, claim_ms, worst_ms = 0;
+    /* Sent to a hanging Redis: the link is dropped at the timeout. */
+    enum outcome first = enqueue_logged(port, "p", "paused 0", &log, UNAVAILABLE_BOUND_MS,
+                                        &first_ms);
+    if (first != OUT_UNKNOWN)
+        fail_msg("the enqueue in flight when Redis hung: outcome %d, expected outcome-unknown",
+                 (int)first);
+    long long t0 = e2e_mono_ms();
+    http(port, &r, "POST", "/queues/p/claim", NULL);
+    claim_ms = e2e_mono_ms() - t0;
+    expect_503(&r);
+    assert_true(claim_ms <= UNAVAILABLE_BOUND_MS);
+    /* Pipelined while the link is down: answered, in order. */
+    {
+        e2e_conn_t pc;
+        size_t l1, l2, l3;
+        static const char pbody[] = "{\"payload\":\"pipelined\"}";
+        char *a = e2e_format_request("POST", "/queues/p/messages", NULL, pbody,
+                                     sizeof pbody - 1, &l1);
+        char *b = e2e_format_request("GET", "/healthz", NULL, NULL, 0, &l2);
+        char *c3 = e2e_format_request("POST", "/queues/p/claim", NULL, NULL, 0, &l3);
+        char all[4096];
+        memcpy(all, a, l1);
+        memcpy(all + l1, b, l2);
+        memcpy(all + l1 + l2, c3, l3);
+        free(a);
+        free(b);
+        free(c3);
+        assert_int_equal(e2e_conn_open(&pc, port), 0);
+        assert_int_equal(e2e_send_all(pc.fd, all, l1 + l2 + l3), 0);
+        sent_t *s = sent_add(&log);
+        SET(s->payload, "pipelined");
+        assert_int_equal(read_fresh(&pc, &r), 0);
+        s->outcome = expect_503(&r) ? OUT_UNKNOWN : OUT_UNAVAILABLE;
+        assert_int_equal(read_fresh(&pc, &r), 0);
+        expect_json(&r, 200);
+        assert_int_equal(read_fresh(&pc, &r), 0);
+        expect_503(&r);
+        e2e_conn_close(&pc);
+    }
+    /* Keep asking while Redis stays stopped (reconnects hang too). */
+    for (int i = 1; e2e_mono_ms() - paused_at < 3500; i++) {
+        long long took;
+        enqueue_logged(port, "p", fmt("paused %d", i), &log, UNAVAILABLE_BOUND_MS, &took);
+        if (took > worst_ms) worst_ms = took;
+        http(port, &r, "GET", "/readyz", NULL);
+        assert_int_equal(r.status, 503);
+        e2e_pause_ms(100);
+    }
+    assert_true(e2e_daemon_alive(&g_dmn[0]));
+
+    /* The parked claim was answered 503 (Redis is away at its deadline), not
+     * left hanging and not told "nothing due". */
+    pthread_join(lp.thread, NULL);
+    long long lp_ms = lp.returned_at - lp.started_at;
+    if (lp.status != 503)
+        fail_msg("the long-poll parked when Redis stopped answered %d", lp.status);
+    if (lp_ms > 2000 + UNAVAILABLE_BOUND_MS)
+        fail_msg("the long-poll (wait_seconds 2) took %lld ms", lp_ms);
+
+    assert_int_equal(fx_redis_resume(&g_srv), 0);
+    long long recovered_ms = enqueue_until_created(port, "p", "resumed", &log, RECOVERY_BOUND_MS);
+    http(port, &r, "GET", "/readyz", NULL);
+    expect_json(&r, 200);
+    printf("# measured SIGSTOP (--redis-timeout-ms 1000): in-flight enqueue -> 503 "
+           "outcome-unknown after %lld ms; claim -> 503 after %lld ms; later requests 503 within "
+           "%lld ms; a parked long-poll (wait 2 s) answered %d after %lld ms; after SIGCONT 201 "
+           "again after %lld ms\n", first_ms, claim_ms, worst_ms, lp.status, lp_ms,
+           recovered_ms);
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    stop_retryd(&g_dmn[0]);
+
+    size_t count;
+    stored_t *m = load_messages(g_admin, prefix, "p", &count);
+    expect_enqueues_accounted(&log, m, count, "SIGSTOP");
+    const stored_t *claimed = find_id(m, count, 1);
+    assert_non_null(claimed);
+    assert_string_equal(claimed->status, "processing");
+    expect_indexes_consistent(g_admin, prefix, "p", m, count);
+    stored_free(m, count);
+    free(log.items);
+}
+
+/* DEBUG SLEEP 3: the same bounded 503 as a stopped process. The runner's
+ * Redis refuses DEBUG (enable-debug-command defaults to no since Redis 7),
+ * so this runs on a private one that allows it. */
+static void test_redis_debug_sleep(void **state)
+{
+    (void)state;
+    static const char *const extra[] = { "--appendonly", "no", "--enable-debug-command", "local",
+                                         NULL };
+    assert_int_equal(fx_redis_start(&g_srv, extra), 0);
+    g_admin = fx_redis_connect(g_srv.port, NULL, NULL);
+    assert_non_null(g_admin);
+    const char *prefix = "sleepy";
+    assert_int_equal(start_retryd(&g_dmn[0], "sleep.log", redis_url(g_srv.port), prefix, true,
+                                  "--redis-timeout-ms", "1000", NULL), 0);
+    int port = g_dmn[0].port;
+    sent_log_t log = { 0 };
+    assert_int_equal(enqueue_logged(port, "s", "awake", &log, 1000, NULL), OUT_CREATED);
+
+    /* Send DEBUG SLEEP without waiting for its reply, then make sure Redis
+     * is asleep: a PING on another connection gets no answer in 300 ms. */
+    redisContext *sleeper = fx_redis_connect(g_srv.port, NULL, NULL);
+    assert_non_null(sleeper);
+    assert_int_equal(redisAppendCommand(sleeper, "DEBUG SLEEP 3"), REDIS_OK);
+    int done = 0;
+    while (!done) assert_int_equal(redisBufferWrite(sleeper, &done), REDIS_OK);
+    long long deadline = e2e_mono_ms() + 2000;
+    while (fx_redis_pong(g_srv.port, 300)) {
+        if (e2e_mono_ms() > deadline) fail_msg("Redis still answers PING after DEBUG SLEEP 3");
+    }
+
+    long long first_ms, claim_ms;
+    enum outcome first = enqueue_logged(port, "s", "asleep 0", &log, UNAVAILABLE_BOUND_MS,
+                                        &first_ms);
+    assert_int_equal(first, OUT_UNKNOWN);
+    e2e_response_t r = { 0 };
+    long long t0 = e2e_mono_ms();
+    http(port, &r, "POST", "/queues/s/claim", NULL);
+    claim_ms = e2e_mono_ms() - t0;
+    expect_503(&r);
+    assert_true(claim_ms <= UNAVAILABLE_BOUND_MS);
+    enqueue_logged(port, "s", "asleep 1", &log, UNAVAILABLE_BOUND_MS, NULL);
+
+    /* The sleep ends; DEBUG SLEEP answers OK; retryd serves again. */
+    redisReply *x = NULL;
+    assert_int_equal(redisGetReply(sleeper, (void **)&x), REDIS_OK);
+    assert_int_equal(x->type, REDIS_REPLY_STATUS);
+    freeReplyObject(x);
+    redisFree(sleeper);
+    long long recovered_ms = enqueue_until_created(port, "s", "woken", &log, RECOVERY_BOUND_MS);
+    printf("# measured DEBUG SLEEP 3 (--redis-timeout-ms 1000): in-flight enqueue -> 503 "
+           "outcome-unknown after %lld ms; claim -> 503 after %lld ms; 201 again %lld ms after "
+           "the sleep ended\n", first_ms, claim_ms, recovered_ms);
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    stop_retryd(&g_dmn[0]);
+
+    size_t count;
+    stored_t *m = load_messages(g_admin, prefix, "s", &count);
+    expect_enqueues_accounted(&log, m, count, "DEBUG SLEEP");
+    expect_indexes_consistent(g_admin, prefix, "s", m, count);
+    stored_free(m, count);
+    free(log.items);
+}
+
+/* Redis stopped and started again without persistence, then FLUSHALL. */
+static void test_redis_restarted_and_flushed(void **state)
+{
+    (void)state;
+    static const char *const extra[] = { "--appendonly", "no", NULL };
+    assert_int_equal(fx_redis_start(&g_srv, extra), 0);
+    const char *prefix = "restart";
+    assert_int_equal(start_retryd(&g_dmn[0], "restart.log", redis_url(g_srv.port), prefix, true,
+                                  "--redis-timeout-ms", "1000", NULL), 0);
+    int port = g_dmn[0].port;
+    e2e_response_t r = { 0 };
+    http(port, &r, "POST", "/queues/r/messages", "{\"payload\":\"before\"}");
+    assert_int_equal(jint(expect_json(&r, 201), "id"), 1);
+
+    assert_int_equal(fx_redis_stop(&g_srv, SIGTERM, 5000), 0);
+    long long down_at = e2e_mono_ms(), unavailable_ms = -1;
+    while (unavailable_ms < 0) {
+        http(port, &r, "POST", "/queues/r/messages", "{\"payload\":\"while down\"}");
+        if (!expect_503(&r)) unavailable_ms = e2e_mono_ms() - down_at;
+        else if (e2e_mono_ms() - down_at > 1000)
+            fail_msg("no 503 backend-unavailable within 1 s of Redis going away");
+    }
+    assert_true(unavailable_ms <= 1000);
+    /* Stay down for 3 s (the reconnect backoff grows meanwhile): every
+     * answer is a prompt 503 and the process lives. */
+    while (e2e_mono_ms() - down_at < 3000) {
+        long long t0 = e2e_mono_ms();
+        http(port, &r, "POST", "/queues/r/messages", "{\"payload\":\"while down\"}");
+        expect_problem(&r, 503, "backend-unavailable");
+        assert_true(e2e_mono_ms() - t0 < 500);
+        http(port, &r, "GET", "/readyz", NULL);
+        assert_int_equal(r.status, 503);
+        e2e_pause_ms(100);
+    }
+    assert_true(e2e_daemon_alive(&g_dmn[0]));
+
+    assert_int_equal(fx_redis_restart(&g_srv), 0);
+    g_admin = fx_redis_connect(g_srv.port, NULL, NULL);
+    assert_non_null(g_admin);
+    long long up_at = e2e_mono_ms(), recovered_ms = -1;
+    for (;;) {
+        http(port, &r, "POST", "/queues/r/messages", "{\"payload\":\"after restart\"}");
+        if (r.status == 201) break;
+        expect_503(&r);
+        if (e2e_mono_ms() - up_at > RECOVERY_BOUND_MS)
+            fail_msg("still 503 %d ms after Redis came back", RECOVERY_BOUND_MS);
+        e2e_pause_ms(25);
+    }
+    recovered_ms = e2e_mono_ms() - up_at;
+    /* A fresh Redis without persistence: the data is gone, ids start at 1,
+     * the library was loaded again without a restart of retryd. */
+    assert_int_equal(jint(expect_json(&r, 201), "id"), 1);
+    redisReply *x = rq(g_admin, "FUNCTION LIST LIBRARYNAME retryd");
+    assert_int_equal(x->elements, 1);
+    freeReplyObject(x);
+    x = rq(g_admin, "HGET %s:{r}:m:1 payload", prefix);
+    assert_string_equal(x->str, "after restart");
+    freeReplyObject(x);
+
+    /* The notification link came back too: a long-poll waiter subscribes
+     * and is woken by an enqueue. */
+    static long_poll_t lp;   /* outlives the frame if the test fails before the join */
+    memset(&lp, 0, sizeof lp);
+    lp.port = port;
+    snprintf(lp.path, sizeof lp.path, "/queues/lp/claim");
+    assert_int_equal(pthread_create(&lp.thread, NULL, long_poll_main, &lp), 0);
+    long long deadline = e2e_mono_ms() + 3000;
+    while (!wake_subscribed(g_admin, prefix, "lp")) {
+        if (e2e_mono_ms() > deadline) {
+            pthread_join(lp.thread, NULL);
+            fail_msg("no subscription to the wake channel 3 s after the restart");
+        }
+        e2e_pause_ms(20);
+    }
+    long long sent_at = e2e_mono_ms();
+    http(port, &r, "POST", "/queues/lp/messages", "{\"payload\":\"wake up\"}");
+    expect_json(&r, 201);
+    pthread_join(lp.thread, NULL);
+    assert_int_equal(lp.status, 200);
+    assert_int_equal(lp.id, 1);
+    assert_true(lp.returned_at - sent_at < 1000);
+
+    /* FLUSHALL on the live server: the next enqueue still works. Its id is 1
+     * again: the per-queue sequence went with the data, which is what
+     * FLUSHALL means (ids are unique only while the data lives). */
+    x = rq(g_admin, "FLUSHALL");
+    freeReplyObject(x);
+    http(port, &r, "POST", "/queues/r/messages", "{\"payload\":\"after flushall\"}");
+    assert_int_equal(jint(expect_json(&r, 201), "id"), 1);
+    x = rq(g_admin, "HGET %s:{r}:m:1 payload", prefix);
+    assert_string_equal(x->str, "after flushall");
+    freeReplyObject(x);
+    http(port, &r, "POST", "/queues/r/claim", NULL);
+    assert_string_equal(jstr(expect_json(&r, 200), "payload"), "after flushall");
+    printf("# measured Redis restart: 503 backend-unavailable %lld ms after it went away; down "
+           "3 s; 201 again %lld ms after it was back (library reloaded)\n", unavailable_ms,
+           recovered_ms);
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    stop_retryd(&g_dmn[0]);
+}
+
+/* CLIENT KILL of the notification link (the pub/sub connection) while a
+ * long-poll is parked: the waiter still gets the message enqueued right
+ * after (the timer's safety net), and the link comes back and subscribes. */
+static void test_notification_link_killed(void **state)
+{
+    (void)state;
+    static const char *const extra[] = { "--appendonly", "no", NULL };
+    assert_int_equal(fx_redis_start(&g_srv, extra), 0);
+    g_admin = fx_redis_connect(g_srv.port, NULL, NULL);
+    assert_non_null(g_admin);
+    const char *prefix = "notify";
+    /* The waiter parks on A; messages come in through B, so only Redis
+     * (the wake channel, or A's timer) can tell A about them. */
+    assert_int_equal(start_retryd(&g_dmn[0], "notify-a.log", redis_url(g_srv.port), prefix, true,
+                                  NULL), 0);
+    assert_int_equal(start_retryd(&g_dmn[1], "notify-b.log", redis_url(g_srv.port), prefix, true,
+                                  NULL), 0);
+    int port = g_dmn[0].port, port_b = g_dmn[1].port;
+    e2e_response_t r = { 0 };
+    long long woken_ms[2];
+    for (int round = 0; round < 2; round++) {
+        static long_poll_t lp;   /* outlives the frame if the test fails before the join */
+        memset(&lp, 0, sizeof lp);
+        lp.port = port;
+        lp.wait_seconds = 5;
+        snprintf(lp.path, sizeof lp.path, "/queues/nq/claim");
+        lp.started_at = e2e_mono_ms();
+        assert_int_equal(pthread_create(&lp.thread, NULL, long_poll_main, &lp), 0);
+        long long deadline = e2e_mono_ms() + 3000;
+        while (!wake_subscribed(g_admin, prefix, "nq")) {
+            if (e2e_mono_ms() > deadline) {
+                pthread_join(lp.thread, NULL);
+                fail_msg("round %d: the long-poll never subscribed", round);
+            }
+            e2e_pause_ms(20);
+        }
+        if (round == 0) {
+            redisReply *x = rq(g_admin, "CLIENT KILL TYPE pubsub");
+            long long killed = x->type == REDIS_REPLY_INTEGER ? x->integer : 0;
+            freeReplyObject(x);
+            if (killed < 1) {
+                pthread_join(lp.thread, NULL);
+                fail_msg("no pub/sub client to kill");
+            }
+        }
+        long long sent_at = e2e_mono_ms();
+        http(port_b, &r, "POST", "/queues/nq/messages", fmt("{\"payload\":\"round %d\"}", round));
+        long long id = jint(expect_json(&r, 201), "id");
+        pthread_join(lp.thread, NULL);
+        woken_ms[round] = lp.returned_at - sent_at;
+        if (lp.status != 200 || lp.id != id)
+            fail_msg("round %d: the parked claim answered %d (id %lld), expected 200 with %lld",
+                     round, lp.status, lp.id, id);
+        if (woken_ms[round] > 1000)
+            fail_msg("round %d: the parked claim got its message %lld ms after the enqueue",
+                     round, woken_ms[round]);
+    }
+    printf("# measured pub/sub link killed: parked claim on A got the message enqueued through "
+           "B %lld ms after the enqueue; after the link came back, %lld ms\n", woken_ms[0],
+           woken_ms[1]);
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    stop_retryd(&g_dmn[0]);
+    stop_retryd(&g_dmn[1]);
+    size_t count;
+    stored_t *m = load_messages(g_admin, prefix, "nq", &count);
+    assert_int_equal(count, 2);
+    assert_string_equal(m[0].status, "processing");
+    assert_string_equal(m[1].status, "processing");
+    expect_indexes_consistent(g_admin, prefix, "nq", m, count);
+    stored_free(m, count);
+}
+
+/* ========================================================================= */
+/* 4. Durability: kill -9 Redis under load, appendfsync always               */
+/* ========================================================================= */
+
+typedef struct loader {
+    pthread_t thread;
+    int idx, port;
+    const char *q;
+    atomic_bool *stop;
+    sent_log_t log;               /* this thread's enqueues */
+    long long *acked;             /* ids whose succeed got 200 */
+    size_t nacked, acked_cap;
+    atomic_int created, failed503;
+    int lease_seconds;            /* of its claims; 0: 30 */
+    int leave_every;              /* every n-th claimed message is left leased (0: none) */
+    bool until_gone;              /* the daemon will be killed: a missing response
+                                     ends the thread (an enqueue then counts as
+                                     outcome unknown) instead of being an error */
+    atomic_bool gone;             /* ended that way */
+    char error[256];
+} loader_t;
+
+static void *loader_main(void *arg)
+{
+    loader_t *w = arg;
+    e2e_conn_t c = { .fd = -1 };
+    e2e_response_t r = { 0 };
+    char claim[128], path[160], body[256], lease[64];
+    snprintf(claim, sizeof claim, "/queues/%s/claim", w->q);
+    snprintf(lease, sizeof lease, "{\"lease_seconds\":%d}",
+             w->lease_seconds ? w->lease_seconds : 30);
+    for (int n = 1; !atomic_load(w->stop); n++) {
+        sent_t *s = sent_add(&w->log);
+        snprintf(s->payload, sizeof s->payload, "w%d-%d", w->idx, n);
+        int status;
+        s->outcome = try_enqueue(&c, w->port, w->q, s->payload, &s->id, &status);
+        if (s->outcome == OUT_NONE && w->until_gone) {
+            s->outcome = OUT_UNKNOWN;
+            atomic_store(&w->gone, true);
+            break;
+        }
+        if (s->outcome == OUT_NONE || s->outcome == OUT_OTHER) {
+            snprintf(w->error, sizeof w->error, "enqueue %s: %d", s->payload, status);
+            break;
+        }
+        if (s->outcome == OUT_CREATED) atomic_fetch_add(&w->created, 1);
+        else atomic_fetch_add(&w->failed503, 1);
+
+        if (try_request(&c, w->port, &r, "POST", claim, lease, strlen(lease)) != 0) {
+            if (w->until_gone) atomic_store(&w->gone, true);
+            else snprintf(w->error, sizeof w->error, "claim: no response");
+            break;
+        }
+        long long id = 0;
+        const char *tok = r.json ? rd_json_string(rd_json_get(r.json, "lease_token")) : NULL;
+        if (r.status == 200 && tok && rd_json_integer(rd_json_get(r.json, "id"), &id) &&
+            w->leave_every && n % w->leave_every == 0) {
+            /* A slow worker: keeps the lease. */
+        } else if (r.status == 200 && tok && rd_json_integer(rd_json_get(r.json, "id"), &id)) {
+            bool succeed = n % 2 == 0;
+            snprintf(path, sizeof path, "/queues/%s/messages/%lld/%s", w->q, id,
+                     succeed ? "succeed" : "fail");
+            snprintf(body, sizeof body, succeed ? "{\"lease_token\":\"%s\"}"
+                                                : "{\"lease_token\":\"%s\",\"error\":\"flaky\"}",
+                     tok);
+            if (try_request(&c, w->port, &r, "POST", path, body, strlen(body)) != 0) {
+                if (w->until_gone) atomic_store(&w->gone, true);
+                else snprintf(w->error, sizeof w->error, "settle %lld: no response", id);
+                break;
+            }
+            if (r.status == 200 && succeed) {
+                if (w->nacked == w->acked_cap) {
+                    w->acked_cap = w->acked_cap ? w->acked_cap * 2 : 256;
+                    w->acked = realloc(w->acked, w->acked_cap * sizeof *w->acked);
+                }
+                w->acked[w->nacked++] = id;
+            } else if (r.status != 200 && r.status != 503) {
+                snprintf(w->error, sizeof w->error, "settle %lld: %d %.150s", id, r.status,
+                         r.body ? r.body : "");
+                break;
+            }
+        } else if (r.status != 204 && r.status != 503) {
+            snprintf(w->error, sizeof w->error, "claim: %d %.150s", r.status, r.body ? r.body : "");
+            break;
+        }
+        /* Do not spin on a Redis that is down. */
+        if (s->outcome != OUT_CREATED) e2e_pause_ms(10);
+    }
+    e2e_response_free(&r);
+    e2e_conn_close(&c);
+    return NULL;
+}
+
+enum { LOADERS = 4 };
+
+static int sum_created(loader_t *w)
+{
+    int n = 0;
+    for (int i = 0; i < LOADERS; i++) n += atomic_load(&w[i].created);
+    return n;
+}
+
+static int sum_503(loader_t *w)
+{
+    int n = 0;
+    for (int i = 0; i < LOADERS; i++) n += atomic_load(&w[i].failed503);
+    return n;
+}
+
+static void test_kill9_redis_under_load_loses_nothing(void **state)
+{
+    (void)state;
+    static const char *const extra[] = { "--appendonly", "yes", "--appendfsync", "always", NULL };
+    assert_int_equal(fx_redis_start(&g_srv, extra), 0);
+    const char *prefix = "durable";
+    assert_int_equal(start_retryd(&g_dmn[0], "kill9.log", redis_url(g_srv.port), prefix, true,
+                                  "--redis-timeout-ms", "1000", NULL), 0);
+    int port = g_dmn[0].port;
+
+    static atomic_bool stop;
+    atomic_store(&stop, false);
+    loader_t w[LOADERS];
+    memset(w, 0, sizeof w);
+    for (int i = 0; i < LOADERS; i++) {
+        w[i].idx = i;
+        w[i].port = port;
+        w[i].q = "load";
+        w[i].stop = &stop;
+        atomic_init(&w[i].created, 0);
+        atomic_init(&w[i].failed503, 0);
+        assert_int_equal(pthread_create(&w[i].thread, NULL, loader_main, &w[i]), 0);
+    }
+    /* From here on a failure must first stop and join the loaders. */
+    const char *problem = NULL;
+    long long t_start = e2e_mono_ms(), killed_at = 0, recovered_ms = -1;
+    int created_before = 0, created_at_restart = 0;
+    while (e2e_mono_ms() - t_start < 1000 && problem == NULL) e2e_pause_ms(10);
+    created_before = sum_created(w);
+    if (created_before < 20) problem = "fewer than 20 enqueues in the first second of load";
+
+    if (problem == NULL) {
+        if (fx_redis_stop(&g_srv, SIGKILL, 5000) != 0) problem = "kill -9 of redis-server failed";
+        killed_at = e2e_mono_ms();
+    }
+    /* The load goes on against no Redis: 503s. */
+    int seen503 = sum_503(w);
+    while (problem == NULL && sum_503(w) < seen503 + 20) {
+        if (e2e_mono_ms() - killed_at > 3000) problem = "no 503s within 3 s of the kill";
+        e2e_pause_ms(10);
+    }
+    if (problem == NULL && fx_redis_restart(&g_srv) != 0)
+        problem = "redis-server did not come back on its AOF";
+    long long restarted_at = e2e_mono_ms();
+    created_at_restart = sum_created(w);
+    while (problem == NULL) {
+        bool all = true;
+        for (int i = 0; i < LOADERS; i++)
+            if (atomic_load(&w[i].created) == 0) all = false;
+        if (all && sum_created(w) >= created_at_restart + 4 * LOADERS) break;
+        if (e2e_mono_ms() - restarted_at > 10000) problem = "no 201s within 10 s of the restart";
+        e2e_pause_ms(10);
+    }
+    if (problem == NULL) recovered_ms = e2e_mono_ms() - restarted_at;
+    /* A little more load on the recovered Redis. */
+    long long more = e2e_mono_ms();
+    while (problem == NULL && e2e_mono_ms() - more < 300) e2e_pause_ms(10);
+    atomic_store(&stop, true);
+    for (int i = 0; i < LOADERS; i++) pthread_join(w[i].thread, NULL);
+
+    sent_log_t all = { 0 };
+    size_t acked = 0;
+    for (int i = 0; i < LOADERS; i++) {
+        for (size_t j = 0; j < w[i].log.n; j++) *sent_add(&all) = w[i].log.items[j];
+        acked += w[i].nacked;
+    }
+    char errors[1024] = "";
+    for (int i = 0; i < LOADERS; i++)
+        if (w[i].error[0])
+            snprintf(errors + strlen(errors), sizeof errors - strlen(errors), " [%d] %s", i,
+                     w[i].error);
+    if (problem) fail_msg("%s (loader errors:%s)", problem, errors[0] ? errors : " none");
+    if (errors[0]) fail_msg("loader errors:%s", errors);
+    stop_retryd(&g_dmn[0]);
+
+    g_admin = fx_redis_connect(g_srv.port, NULL, NULL);
+    assert_non_null(g_admin);
+    size_t count;
+    stored_t *m = load_messages(g_admin, prefix, "load", &count);
+    expect_enqueues_accounted(&all, m, count, "kill -9 redis (appendfsync always)");
+    /* An acknowledged success is durable too. */
+    for (int i = 0; i < LOADERS; i++)
+        for (size_t j = 0; j < w[i].nacked; j++) {
+            const stored_t *x = find_id(m, count, w[i].acked[j]);
+            if (x == NULL || strcmp(x->status, "succeeded") != 0)
+                fail_msg("message %lld got 200 on succeed but Redis has it %s", w[i].acked[j],
+                         x ? x->status : "missing");
+        }
+    expect_indexes_consistent(g_admin, prefix, "load", m, count);
+    printf("# measured kill -9 redis: %d x 201 before the kill, %zu successes acknowledged "
+           "and found succeeded; 201 again %lld ms after redis-server answered PING again\n",
+           created_before, acked, recovered_ms);
+    stored_free(m, count);
+    free(all.items);
+    for (int i = 0; i < LOADERS; i++) {
+        free(w[i].log.items);
+        free(w[i].acked);
+    }
+}
+
+/* ========================================================================= */
+/* 5. Crash of retryd                                                        */
+/* ========================================================================= */
+
+static void test_kill9_retryd_leases_come_back(void **state)
+{
+    (void)state;
+    enum { N = 20 };
+    char prefix[128];
+    PREFIX(prefix, "crash");
+    char pfx[128];
+    SET(pfx, prefix);
+    assert_int_equal(start_retryd(&g_dmn[0], "crash-a.log", redis_url(g_shared_port), pfx, true,
+                                  "--lease-seconds", "2", NULL), 0);
+    int port_a = g_dmn[0].port;
+    e2e_response_t r = { 0 };
+    for (int i = 1; i <= N; i++) {
+        http(port_a, &r, "POST", "/queues/c/messages", fmt("{\"payload\":\"job %d\"}", i));
+        assert_int_equal(jint(expect_json(&r, 201), "id"), i);
+    }
+    char tokens[N + 1][96];
+    for (int i = 1; i <= N; i++) {
+        http(port_a, &r, "POST", "/queues/c/claim", NULL);
+        rd_json_t *msg = expect_json(&r, 200);
+        assert_int_equal(jint(msg, "id"), i);
+        SET(tokens[i], jstr(msg, "lease_token"));
+    }
+    long long last_claim = e2e_mono_ms();
+    /* A worker long-polling on A when it dies sees its connection end. */
+    e2e_conn_t waiting;
+    assert_int_equal(e2e_conn_open(&waiting, port_a), 0);
+    assert_int_equal(e2e_send_request(&waiting, "POST", "/queues/c-idle/claim", NULL,
+                                      "{\"wait_seconds\":10}", 19), 0);
+    assert_int_equal(rq_int(g_shared, "ZCARD %s:{c}:processing", pfx), N);
+    e2e_conn_close(&g_conn);
+
+    assert_int_equal(e2e_daemon_stop(&g_dmn[0], SIGKILL, E2E_STOP_TIMEOUT_MS), 256 + SIGKILL);
+    long long killed_at = e2e_mono_ms();
+    assert_true(fx_wait_closed(waiting.fd, 2000) >= 0);
+    e2e_conn_close(&waiting);
+    assert_int_equal(start_retryd(&g_dmn[1], "crash-b.log", redis_url(g_shared_port), pfx, true,
+                                  NULL), 0);
+    int port_b = g_dmn[1].port;
+
+    /* The leases expire and B's timer gives the messages back. */
+    long long back_ms = -1;
+    while (back_ms < 0) {
+        size_t count;
+        stored_t *m = load_messages(g_shared, pfx, "c", &count);
+        int pending = 0;
+        for (size_t i = 0; i < count; i++)
+            pending += strcmp(m[i].status, "pending") == 0 &&
+                       strcmp(m[i].last_error, "lease expired") == 0 && m[i].retry_count == 1;
+        stored_free(m, count);
+        assert_int_equal(count, N);
+        if (pending == N) back_ms = e2e_mono_ms() - last_claim;
+        else if (e2e_mono_ms() - last_claim > 2000 + TICK_MS + 2000)
+            fail_msg("%d of %d leased messages pending again 4 s after their 2 s leases", pending,
+                     N);
+        else e2e_pause_ms(20);
+    }
+    assert_int_equal(rq_int(g_shared, "ZCARD %s:{c}:processing", pfx), 0);
+    /* A zombie worker of A cannot settle what came back. */
+    http(port_b, &r, "POST", "/queues/c/messages/1/succeed",
+         fmt("{\"lease_token\":\"%s\"}", tokens[1]));
+    assert_int_equal(r.status, 409);
+
+    /* B hands every one of them out again (after the 2 s retry backoff). */
+    bool got[N + 1] = { false };
+    int claimed = 0;
+    long long deadline = e2e_mono_ms() + 6000;
+    while (claimed < N) {
+        http(port_b, &r, "POST", "/queues/c/claim", "{\"lease_seconds\":60}");
+        if (r.status == 204) {
+            if (e2e_mono_ms() > deadline) fail_msg("B claimed only %d of %d in time", claimed, N);
+            e2e_pause_ms(50);
+            continue;
+        }
+        rd_json_t *msg = expect_json(&r, 200);
+        long long id = jint(msg, "id");
+        assert_true(id >= 1 && id <= N && !got[id]);
+        assert_int_equal(jint(msg, "retry_count"), 1);
+        got[id] = true;
+        claimed++;
+        http(port_b, &r, "POST", fmt("/queues/c/messages/%lld/succeed", id), NULL);
+        expect_json(&r, 200);
+    }
+    printf("# measured kill -9 retryd: %d leased messages pending again %lld ms after the last "
+           "claim (lease 2 s), all claimed again through a new retryd %lld ms after the kill\n",
+           N, back_ms, e2e_mono_ms() - killed_at);
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    stop_retryd(&g_dmn[1]);
+
+    /* Nothing lost, nothing extra. */
+    size_t count;
+    stored_t *m = load_messages(g_shared, pfx, "c", &count);
+    assert_int_equal(count, N);
+    for (size_t i = 0; i < count; i++) {
+        assert_int_equal(m[i].id, (long long)i + 1);
+        assert_string_equal(m[i].status, "succeeded");
+        assert_string_equal(m[i].payload, fmt("job %zu", i + 1));
+    }
+    assert_int_equal(rq_int(g_shared, "GET %s:{c}:seq", pfx), N);
+    expect_indexes_consistent(g_shared, pfx, "c", m, count);
+    stored_free(m, count);
+}
+
+/* kill -9 retryd in the middle of a mixed load: every 201 survives, the
+ * leases it held come back, a new retryd carries on. */
+static void test_kill9_retryd_under_load(void **state)
+{
+    (void)state;
+    char pfx[128];
+    PREFIX(pfx, "crashload");
+    assert_int_equal(start_retryd(&g_dmn[0], "crashload-a.log", redis_url(g_shared_port), pfx,
+                                  true, NULL), 0);
+    static atomic_bool stop;
+    atomic_store(&stop, false);
+    loader_t w[LOADERS];
+    memset(w, 0, sizeof w);
+    for (int i = 0; i < LOADERS; i++) {
+        w[i].idx = i;
+        w[i].port = g_dmn[0].port;
+        w[i].q = "cl";
+        w[i].stop = &stop;
+        w[i].lease_seconds = 2;
+        w[i].leave_every = 4;
+        w[i].until_gone = true;
+        atomic_init(&w[i].created, 0);
+        atomic_init(&w[i].failed503, 0);
+        atomic_init(&w[i].gone, false);
+        assert_int_equal(pthread_create(&w[i].thread, NULL, loader_main, &w[i]), 0);
+    }
+    long long t0 = e2e_mono_ms();
+    while (e2e_mono_ms() - t0 < 700 && sum_created(w) < 100000) e2e_pause_ms(10);
+    int status = e2e_daemon_stop(&g_dmn[0], SIGKILL, E2E_STOP_TIMEOUT_MS);
+    long long killed_at = e2e_mono_ms();
+    /* Every loader notices (its connection ends) within a bound. */
+    bool all_gone = false;
+    while (!all_gone && e2e_mono_ms() - killed_at < 5000) {
+        all_gone = true;
+        for (int i = 0; i < LOADERS; i++) all_gone = all_gone && atomic_load(&w[i].gone);
+        if (!all_gone) e2e_pause_ms(10);
+    }
+    atomic_store(&stop, true);
+    for (int i = 0; i < LOADERS; i++) pthread_join(w[i].thread, NULL);
+    for (int i = 0; i < LOADERS; i++) if (w[i].error[0]) fail_msg("loader %d: %s", i, w[i].error);
+    assert_int_equal(status, 256 + SIGKILL);
+    assert_true(all_gone);
+    int created = sum_created(w);
+    assert_true(created >= 20);
+
+    /* What A had leased when it died. */
+    redisReply *x = rq(g_shared, "ZRANGE %s:{cl}:processing 0 -1", pfx);
+    size_t leased = x->elements;
+    long long *ids = calloc(leased ? leased : 1, sizeof *ids);
+    for (size_t i = 0; i < leased; i++) ids[i] = atoll(x->element[i]->str);
+    freeReplyObject(x);
+
+    assert_int_equal(start_retryd(&g_dmn[1], "crashload-b.log", redis_url(g_shared_port), pfx,
+                                  true, NULL), 0);
+    /* Within the 2 s lease (+ a tick, + margin) B's timer gives them back. */
+    long long back_ms = -1;
+    while (back_ms < 0) {
+        if (rq_int(g_shared, "ZCARD %s:{cl}:processing", pfx) == 0)
+            back_ms = e2e_mono_ms() - killed_at;
+        else if (e2e_mono_ms() - killed_at > 2000 + TICK_MS + 2000)
+            fail_msg("leases of the killed retryd still held 4 s after the kill");
+        else e2e_pause_ms(20);
+    }
+    for (size_t i = 0; i < leased; i++) {
+        x = rq(g_shared, "HMGET %s:{cl}:m:%lld status last_error", pfx, ids[i]);
+        bool back = x->elements == 2 && x->element[0]->type == REDIS_REPLY_STRING &&
+                    x->element[1]->type == REDIS_REPLY_STRING &&
+                    (strcmp(x->element[0]->str, "pending") == 0 ||
+                     strcmp(x->element[0]->str, "dead") == 0) &&
+                    strcmp(x->element[1]->str, "lease expired") == 0;
+        freeReplyObject(x);
+        if (!back) fail_msg("message %lld, leased by the killed retryd, did not come back", ids[i]);
+    }
+    free(ids);
+    assert_true(leased >= 1);
+    /* B carries on. */
+    e2e_response_t r = { 0 };
+    http(g_dmn[1].port, &r, "POST", "/queues/cl/messages", "{\"payload\":\"after the crash\"}");
+    long long after_id = jint(expect_json(&r, 201), "id");
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    stop_retryd(&g_dmn[1]);
+
+    sent_log_t all = { 0 };
+    for (int i = 0; i < LOADERS; i++)
+        for (size_t j = 0; j < w[i].log.n; j++) *sent_add(&all) = w[i].log.items[j];
+    sent_t *last = sent_add(&all);
+    SET(last->payload, "after the crash");
+    last->outcome = OUT_CREATED;
+    last->id = after_id;
+    size_t count;
+    stored_t *m = load_messages(g_shared, pfx, "cl", &count);
+    expect_enqueues_accounted(&all, m, count, "kill -9 retryd under load");
+    expect_indexes_consistent(g_shared, pfx, "cl", m, count);
+    printf("# measured kill -9 retryd under load: %d x 201 through the killed retryd, %zu "
+           "leases held by it, all given back %lld ms after the kill (lease 2 s)\n", created,
+           leased, back_ms);
+    stored_free(m, count);
+    free(all.items);
+    for (int i = 0; i < LOADERS; i++) {
+        free(w[i].log.items);
+        free(w[i].acked);
+    }
+}
+
+/* ========================================================================= */
+/* Durability settings checked at startup                                    */
+/* ========================================================================= */
+
+/* Starts retryd against the private Redis with its log in <tmp>/<log>, makes
+ * one enqueue (its reply comes after the CONFIG replies on the same link),
+ * stops it and returns the log (caller frees). */
+static char *startup_log(const char *log)
+{
+    e2e_response_t r = { 0 };
+    if (start_retryd(&g_dmn[0], log, redis_url(g_srv.port), "dur", true, NULL) != 0)
+        fail_msg("retryd did not start");
+    http(g_dmn[0].port, &r, "POST", "/queues/d/messages", "{\"payload\":\"x\"}");
+    expect_json(&r, 201);
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    stop_retryd(&g_dmn[0]);
+    char *text = fx_read_file(tmp_path(log));
+    if (text == NULL) fail_msg("no log");
+    return text;
+}
+
+static void config_set(const char *name, const char *value)
+{
+    redisReply *x = rq(g_admin, "CONFIG SET %s %s", name, value);
+    assert_int_equal(x->type, REDIS_REPLY_STATUS);
+    freeReplyObject(x);
+}
+
+static void test_durability_warnings_at_startup(void **state)
+{
+    (void)state;
+    static const char *const extra[] = { "--appendonly", "no", NULL };
+    assert_int_equal(fx_redis_start(&g_srv, extra), 0);
+    g_admin = fx_redis_connect(g_srv.port, NULL, NULL);
+    assert_non_null(g_admin);
+
+    char *text = startup_log("no-aof.log");
+    bool warned = strstr(text, "durability:") && strstr(text, "appendonly");
+    free(text);
+    if (!warned) fail_msg("no durability warning about appendonly no");
+
+    config_set("appendonly", "yes");
+    config_set("appendfsync", "everysec");
+    config_set("maxmemory-policy", "noeviction");
+    text = startup_log("aof.log");
+    char *line = strstr(text, "durability:");
+    char found[256] = "";
+    if (line) snprintf(found, sizeof found, "%.*s", (int)strcspn(line, "\n"), line);
+    free(text);
+    if (found[0]) fail_msg("warning with appendonly yes + noeviction: %s", found);
+
+    config_set("maxmemory-policy", "allkeys-lru");
+    text = startup_log("lru.log");
+    warned = strstr(text, "durability: maxmemory-policy is allkeys-lru") != NULL;
+    bool aof_warned = strstr(text, "appendonly no") != NULL;
+    free(text);
+    assert_true(warned);
+    assert_false(aof_warned);
+
+    config_set("maxmemory-policy", "noeviction");
+    config_set("appendfsync", "no");
+    text = startup_log("fsync-no.log");
+    warned = strstr(text, "durability: appendfsync no") != NULL;
+    free(text);
+    assert_true(warned);
+}
+
+/* ========================================================================= */
+/* 7. valgrind: no leak after a graceful shutdown                            */
+/* ========================================================================= */
+
+static bool on_path(const char *prog)
+{
+    const char *path = getenv("PATH");
+    if (path == NULL) return false;
+    char dir[PATH_MAX];
+    for (const char *p = path; *p;) {
+        size_t n = strcspn(p, ":");
+        snprintf(dir, sizeof dir, "%.*s/%s", (int)n, p, prog);
+        if (access(dir, X_OK) == 0) return true;
+        p += n;
+        if (*p == ':') p++;
+    }
+    return false;
+}
+
+/* True when the binary was built with AddressSanitizer (valgrind cannot run it). */
+static bool is_asan_build(const char *bin)
+{
+    FILE *f = fopen(bin, "rb");
+    if (f == NULL) return false;
+    static const char needle[] = "__asan_init";
+    enum { OVERLAP = sizeof needle - 1 };
+    static char buf[1 << 16];
+    size_t have = 0;
+    bool found = false;
+    for (;;) {
+        size_t n = fread(buf + have, 1, sizeof buf - have, f);
+        if (n == 0) break;
+        have += n;
+        if (memmem(buf, have, needle, OVERLAP)) {
+            found = true;
+            break;
+        }
+        /* Keep the tail: the needle may straddle two reads. */
+        memmove(buf, buf + have - OVERLAP, OVERLAP);
+        have = OVERLAP;
+    }
+    fclose(f);
+    return found;
+}
+
+static void test_valgrind_clean_shutdown(void **state)
+{
+    (void)state;
+    if (!on_path("valgrind")) {
+        printf("# valgrind is not installed: test_valgrind_clean_shutdown skipped\n");
+        skip();
+    }
+    if (is_asan_build(g_bin)) {
+        printf("# %s is an ASan build, which valgrind cannot run: "
+               "test_valgrind_clean_shutdown skipped\n", g_bin);
+        skip();
+    }
+    char prefix[128];
+    PREFIX(prefix, "vg");
+    char url[64], pfx[128], log[PATH_MAX];
+    SET(url, redis_url(g_shared_port));
+    SET(pfx, prefix);
+    SET(log, tmp_path("valgrind.log"));
+    static const char *const wrapper[] = { "valgrind", "--leak-check=full",
+                                           "--errors-for-leak-kinds=definite,indirect",
+                                           "--error-exitcode=99", NULL };
+    const char *args[] = { "--redis", url, "--prefix", pfx, "--tick-ms", "100", "--log-level",
+                           "info", "--max-body", "4096", NULL };
+    e2e_daemon_t *d = &g_dmn[0];
+    assert_int_equal(fx_daemon_spawn(d, wrapper, g_bin, args, log), 0);
+    long long started = e2e_mono_ms();
+    if (e2e_daemon_wait_status(d, "/readyz", 200, 30000) != 0)
+        fail_msg("retryd under valgrind not ready within 30 s");
+    printf("# measured valgrind: ready after %lld ms\n", e2e_mono_ms() - started);
+    int port = d->port;
+    e2e_response_t r = { 0 };
+    struct step {
+        const char *method, *path, *body;
+        int status;
+    } steps[] = {
+        { "POST", "/queues/v/messages", "{\"payload\":\"one\"}", 201 },
+        { "POST", "/queues/v/messages", "{\"payload\":\"two\",\"max_retries\":1}", 201 },
+        { "POST", "/queues/v/messages", "{\"payload\":\"three\",\"idempotency_key\":\"k\"}", 201 },
+        { "POST", "/queues/v/messages", "{\"payload\":\"three\",\"idempotency_key\":\"k\"}", 200 },
+        { "POST", "/queues/v/messages", "{\"payload\":\"later\",\"delay_seconds\":60}", 201 },
+        { "GET", "/queues/v/messages/1", NULL, 200 },
+        { "GET", "/queues/v/messages?limit=2", NULL, 200 },
+        { "GET", "/queues/v/messages?status=pending", NULL, 200 },
+        { "POST", "/queues/v/claim", "{\"lease_seconds\":30}", 200 },          /* 1 */
+        { "POST", "/queues/v/messages/1/extend", "{\"lease_seconds\":40}", 200 },
+        { "POST", "/queues/v/messages/1/succeed", NULL, 200 },
+        { "POST", "/queues/v/claim", NULL, 200 },                               /* 2 */
+        { "POST", "/queues/v/messages/2/fail", "{\"error\":\"bad\"}", 200 },   /* dead */
+        { "POST", "/queues/v/messages/2/replay", NULL, 200 },
+        { "POST", "/queues/v/claim", "{\"count\":5}", 200 },                    /* 2, 3 */
+        { "POST", "/queues/v/messages/2/fail", "{\"error\":\"worse\",\"retryable\":false}", 200 },
+        { "POST", "/queues/v/replay", "{\"all\":true}", 200 },
+        { "POST", "/queues/v/replay", "{\"ids\":[1,2,3]}", 200 },
+        { "POST", "/queues/v/succeed", "{\"messages\":[{\"id\":3},{\"id\":99}]}", 200 },
+        { "POST", "/queues/v/messages/4/kill", "{\"reason\":\"manual\"}", 200 },
+        { "DELETE", "/queues/v/messages/4", NULL, 204 },
+        { "POST", "/queues/empty/claim", "{\"wait_seconds\":1}", 204 },         /* long-poll */
+        { "GET", "/queues/v/stats", NULL, 200 },
+        { "GET", "/queues", NULL, 200 },
+        { "GET", "/metrics", NULL, 200 },
+        { "GET", "/readyz", NULL, 200 },
+        { "GET", "/healthz", NULL, 200 },
+        { "GET", "/nowhere", NULL, 404 },
+        { "PUT", "/queues/v/messages", NULL, 405 },
+        { "POST", "/queues/v/messages", "{}", 422 },
+        { "POST", "/queues/v/messages", "{not json", 400 },
+        { "GET", "/queues/v/messages/77", NULL, 404 },
+    };
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        http(port, &r, steps[i].method, steps[i].path, steps[i].body);
+        if (r.status != steps[i].status)
+            fail_msg("%s %s under valgrind: %d, expected %d: %s", steps[i].method, steps[i].path,
+                     r.status, steps[i].status, r.body);
+    }
+    /* Error paths that close the connection: 413, 431. */
+    char big[5001];
+    memset(big, 'a', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    http(port, &r, "POST", "/queues/v/messages", big);
+    expect_problem(&r, 413, "payload-too-large");
+    e2e_conn_close(&g_conn);
+    char *hdr = malloc(20 * 1024 + 16);
+    memcpy(hdr, "X-Big: ", 7);
+    memset(hdr + 7, 'h', 20 * 1024);
+    memcpy(hdr + 7 + 20 * 1024, "\r\n", 3);
+    http_on(&g_conn, port, &r, "GET", "/healthz", hdr, NULL);
+    free(hdr);
+    assert_int_equal(r.status, 431);
+    e2e_conn_close(&g_conn);
+    /* A long-poll whose client leaves, and a request cut in the middle. */
+    e2e_conn_t gone;
+    assert_int_equal(e2e_conn_open(&gone, port), 0);
+    assert_int_equal(e2e_send_request(&gone, "POST", "/queues/gone/claim", NULL,
+                                      "{\"wait_seconds\":2}", 18), 0);
+    long long deadline = e2e_mono_ms() + 10000;
+    while (!wake_subscribed(g_shared, pfx, "gone")) {   /* parked */
+        if (e2e_mono_ms() > deadline) fail_msg("the long-poll never parked");
+        e2e_pause_ms(20);
+    }
+    e2e_conn_close(&gone);
+    int cut = e2e_connect(port);
+    assert_true(cut >= 0);
+    static const char partial[] =
+        "POST /queues/v/messages HTTP/1.1\r\nContent-Length: 50\r\n\r\n{\"pay";
+    assert_int_equal(e2e_send_all(cut, partial, sizeof partial - 1), 0);
+    close(cut);
+    /* The server is still fine. */
+    http(port, &r, "GET", "/healthz", NULL);
+    expect_json(&r, 200);
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+
+    long long stop_at = e2e_mono_ms();
+    int status = e2e_daemon_stop(d, SIGTERM, 60000);
+    long long stop_ms = e2e_mono_ms() - stop_at;
+    printf("# measured valgrind: SIGTERM to exit %lld ms, exit status %d\n", stop_ms, status);
+    if (status != 0) {
+        char *text = fx_read_file(log);
+        printf("%s\n", text ? text : "(no log)");
+        free(text);
+        fail_msg("retryd under valgrind: %s %d (99: valgrind found errors or leaks; log above)",
+                 status < 0 ? "did not exit within 60 s," : "exit status", status);
+    }
+    /* It really ran under valgrind, and valgrind found nothing. */
+    char *text = fx_read_file(log);
+    assert_non_null(text);
+    bool memcheck = strstr(text, "Memcheck") != NULL;
+    bool clean = strstr(text, "ERROR SUMMARY: 0 errors") != NULL;
+    free(text);
+    assert_true(memcheck);
+    assert_true(clean);
+    /* Redis holds what the requests did. */
+    redisReply *x = rq(g_shared, "HGET %s:{v}:m:1 status", pfx);
+    assert_string_equal(x->str, "succeeded");
+    freeReplyObject(x);
+    assert_int_equal(rq_int(g_shared, "EXISTS %s:{v}:m:4", pfx), 0);
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, test_setup, test_teardown)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(test_header_over_16k_is_431),
+        T(test_transfer_encoding_and_expect),
+        T(test_slowloris_is_dropped_others_served),
+        T(test_max_connections),
+        T(test_idle_keep_alive_is_closed),
+        T(test_auth_bearer_token),
+        T(test_default_bind_is_loopback),
+        T(test_redis_acl_user),
+        T(test_redis_paused_sigstop),
+        T(test_redis_debug_sleep),
+        T(test_redis_restarted_and_flushed),
+        T(test_notification_link_killed),
+        T(test_kill9_redis_under_load_loses_nothing),
+        T(test_kill9_retryd_leases_come_back),
+        T(test_kill9_retryd_under_load),
+        T(test_durability_warnings_at_startup),
+        T(test_valgrind_clean_shutdown),
+    };
+    return cmocka_run_group_tests_name("faults", tests, group_setup, group_teardown);
+}
