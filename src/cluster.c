@@ -13,6 +13,7 @@
 enum {
     SLOTS = 16384,
     MAX_REDIRECTS = 5,
+    MAX_RETRIES = 20,           /* TRYAGAIN, ASK, CLUSTERDOWN, no link: 20 x 50 ms */
     RETRY_DELAY_MS = 50,
     REFRESH_EVERY_MS = 10000,
     CONTROL_PATIENCE_MS = 2000,
@@ -47,15 +48,17 @@ static bool command_is(const char *s, size_t len, const char *lit)
     return len == strlen(lit) && strncasecmp(s, lit, len) == 0;
 }
 
+/* Only the commands retryd sends are known: FCALL/FCALL_RO by KEYS[1], the
+ * registry's SADD/SMEMBERS by their key; anything else goes to any master. */
 int rd_cluster_command_slot(int argc, const char **argv, const size_t *lens)
 {
-    if (argc >= 4 && (command_is(argv[0], lens[0], "FCALL") ||
+    if (argc >= 1 && (command_is(argv[0], lens[0], "FCALL") ||
                       command_is(argv[0], lens[0], "FCALL_RO"))) {
-        if (lens[2] == 1 && argv[2][0] == '0') return -1;
+        if (argc < 4 || (lens[2] == 1 && argv[2][0] == '0')) return -1;
         return (int)rd_cluster_slot(argv[3], lens[3]);
     }
-    if (argc >= 2 && !command_is(argv[0], lens[0], "PING") &&
-        !command_is(argv[0], lens[0], "CONFIG") && !command_is(argv[0], lens[0], "ASKING"))
+    if (argc >= 2 && (command_is(argv[0], lens[0], "SADD") ||
+                      command_is(argv[0], lens[0], "SMEMBERS")))
         return (int)rd_cluster_slot(argv[1], lens[1]);
     return -1;
 }
@@ -165,7 +168,14 @@ static void on_slots(const rd_reply_t *reply, rd_redis_status_t status, void *ar
         if (owner[s]) owner[s]->master = true;
     }
     for (node_t *n = c->nodes; n; n = n->next) {
-        if (n->master) ensure_link(c, n);
+        if (n->master) {
+            ensure_link(c, n);
+        } else if (n->link) {
+            /* Demoted (failover) or emptied: calls in flight still complete. */
+            rd_info("cluster: %s:%d owns no slots now; closing its link", n->host, n->port);
+            rd_redis_close(n->link, false, NULL, NULL);
+            n->link = NULL;
+        }
     }
     if (!c->map_known) rd_info("cluster: slot map known");
     c->map_known = true;
@@ -212,8 +222,8 @@ typedef struct ccall {
     rd_redis_cb cb;
     void *arg;
     int slot;
-    int tries;
-    node_t *ask;                /* ASK target for the next send, once */
+    int tries;                  /* MOVED redirects followed */
+    int waits;                  /* retries after TRYAGAIN, ASK, CLUSTERDOWN, no link */
     uv_timer_t retry;
     int argc;
     const char **argv;
@@ -245,7 +255,7 @@ static void on_retry(uv_timer_t *t)
 
 static void retry_later(ccall_t *k)
 {
-    if (++k->tries > MAX_REDIRECTS || k->c->closing) {
+    if (++k->waits > MAX_RETRIES || k->c->closing) {
         finish(k, NULL, RD_REDIS_NOT_SENT);
         return;
     }
@@ -280,24 +290,30 @@ static void on_call_reply(const rd_reply_t *reply, rd_redis_status_t status, voi
     long slot;
     if (len > 6 && strncmp(err, "MOVED ", 6) == 0) {
         node_t *n = redirect_target(c, err, len, &slot);
-        if (n && ++k->tries <= MAX_REDIRECTS) {
-            c->slot_owner[slot] = n;
-            n->master = true;
-            ensure_link(c, n);
-            refresh(c);
-            send_call(k);
+        if (n == NULL) {
+            finish(k, reply, status);
             return;
         }
-    } else if (len > 4 && strncmp(err, "ASK ", 4) == 0) {
-        node_t *n = redirect_target(c, err, len, &slot);
-        if (n && ++k->tries <= MAX_REDIRECTS) {
-            k->ask = n;
-            ensure_link(c, n);
-            send_call(k);
+        if (++k->tries > MAX_REDIRECTS) {
+            finish(k, NULL, RD_REDIS_NOT_SENT);  /* it never ran */
             return;
         }
-    } else if ((len >= 8 && strncmp(err, "TRYAGAIN", 8) == 0) ||
-               (len >= 11 && strncmp(err, "CLUSTERDOWN", 11) == 0)) {
+        c->slot_owner[slot] = n;
+        n->master = true;
+        ensure_link(c, n);
+        refresh(c);
+        send_call(k);
+        return;
+    }
+    /* ASK: the queue's slot is being migrated. A function declares only the
+     * queue's key base, which never exists, so Redis asks us to go to the
+     * target even when every key of the queue is still on the source; run
+     * there, the function would start the queue over on an empty node. So a
+     * call is never sent with ASKING: it waits, like TRYAGAIN, and answers 503
+     * if the migration outlasts the retries. */
+    if ((len > 4 && strncmp(err, "ASK ", 4) == 0) ||
+        (len >= 8 && strncmp(err, "TRYAGAIN", 8) == 0) ||
+        (len >= 11 && strncmp(err, "CLUSTERDOWN", 11) == 0)) {
         refresh(c);
         retry_later(k);
         return;
@@ -315,20 +331,10 @@ static node_t *any_ready_master(const rd_cluster_t *c)
 static void send_call(ccall_t *k)
 {
     rd_cluster_t *c = k->c;
-    node_t *n = k->ask ? k->ask : k->slot >= 0 ? c->slot_owner[k->slot] : any_ready_master(c);
+    node_t *n = k->slot >= 0 ? c->slot_owner[k->slot] : any_ready_master(c);
     if (n == NULL || n->link == NULL || !rd_redis_ready(n->link)) {
         retry_later(k);
         return;
-    }
-    if (k->ask) {
-        static const char *asking[] = { "ASKING" };
-        static const size_t asking_len[] = { 6 };
-        k->ask = NULL;
-        /* Same link, in order: ASKING applies to the very next command. */
-        if (rd_redis_command(n->link, 1, asking, asking_len, NULL, NULL) != 0) {
-            retry_later(k);
-            return;
-        }
     }
     if (rd_redis_command(n->link, k->argc, k->argv, k->lens, on_call_reply, k) != 0)
         retry_later(k);
