@@ -34,7 +34,7 @@ LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o) $(BUILD)/lua_library.o $(BUILD)/ui_assets.o
 UNIT_TESTS := test_keys test_router test_request test_message test_config test_problem test_metrics
 INTEG_TESTS := test_http test_lua test_e2e test_ops test_multi test_faults test_cluster
 SHELL_UNIT := fuzz_smoke.sh
-SHELL_INTEG := retryctl_test.sh ui_test.sh
+SHELL_INTEG := retryctl_test.sh ui_test.sh bench_smoke.sh
 TEST_BINS := $(UNIT_TESTS:%=$(BUILD)/tests/%) $(INTEG_TESTS:%=$(BUILD)/tests/%)
 
 .PHONY: all deps run test unit bench lint clean fuzz
@@ -98,7 +98,7 @@ $(FUZZ_DIR)/fuzz_request: tests/fuzz_request.c $(FUZZ_SRC) $(wildcard include/re
 fuzz: deps $(FUZZ_DIR)/fuzz_request
 	FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz_smoke.sh
 
-test: all $(TEST_BINS) $(BUILD)/retryd.lua $(FUZZ_DIR)/fuzz_request
+test: all $(TEST_BINS) $(BUILD)/retryd.lua $(FUZZ_DIR)/fuzz_request $(BUILD)/loadgen
 	BUILD=$(BUILD) scripts/test.sh $(UNIT_TESTS) $(SHELL_UNIT) -- $(INTEG_TESTS) $(SHELL_INTEG)
 
 lint:

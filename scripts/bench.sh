@@ -1,0 +1,1080 @@
+#!/usr/bin/env bash
+# bench.sh - what `make bench` runs (issue 5): measures retryd against its own
+# redis-server and retryd, beside raw Redis commands, a minimal Lua claim and
+# BullMQ on the same server, and prints one table per section
+# (figure | retryd | reference | ratio) and a closing table of targets.
+#
+#   BUILD=build QUICK=0|1 scripts/bench.sh
+#
+# Needs $BUILD/retryd, $BUILD/retryd.lua and $BUILD/loadgen (make bench builds
+# them), redis-server, redis-cli and redis-benchmark; node and npm for the
+# BullMQ peer (bench/package.json, installed with `npm ci` when
+# bench/node_modules is missing; without it the BullMQ figures read
+# "unavailable (reason)" and everything else still runs).
+#
+# Sections: 1 Redis-native path (redis-benchmark, -P 1 and -P 16);
+# 2 HTTP path (build/loadgen); 3 BullMQ peer; 4 growth (1k vs 1M);
+# 5 memory; 6 retry latency; 7 the same with appendonly everysec; targets.
+# QUICK=1 runs smaller counts, one repetition, and prints the 1M rows as
+# "skipped (QUICK)". Otherwise every figure marked "median of 3" is the median
+# of three repetitions. Progress goes to stderr, tables to stdout; the last
+# line is "bench: N rows, M without a figure" and the exit status is non-zero
+# when M > 0 or something could not be started. Every process it starts is
+# stopped, and its temp dir removed, on any exit.
+set -u
+
+BUILD=${BUILD:-build}
+QUICK=${QUICK:-0}
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$(pwd)
+RETRYD_BIN="$ROOT/$BUILD/retryd"
+LUA_LIB="$ROOT/$BUILD/retryd.lua"
+LOADGEN="$ROOT/$BUILD/loadgen"
+PREFIX=bench
+
+if [ "$QUICK" = 1 ]; then
+    REPS=1
+    N_RB=20000          # commands per redis-benchmark row
+    N_HTTP=20000        # messages per HTTP run
+    N_HTTP_W1=5000      # messages for the single worker
+    N_BULL=20000        # BullMQ jobs (and the memory rows)
+    BULL_WORKER_JOBS=5000,20000,20000
+    N_RETRY=500         # messages failing once in the retry-latency run
+    N_AOF=10000
+    GROWTH_BIG=0
+else
+    REPS=3
+    N_RB=50000
+    N_HTTP=50000
+    N_HTTP_W1=10000
+    N_BULL=50000
+    BULL_WORKER_JOBS=10000,50000,50000
+    N_RETRY=1000
+    N_AOF=30000
+    GROWTH_BIG=1000000
+fi
+BURSTS=20               # growth: claim bursts of 1000
+PAYLOAD=$(printf 'abcdefghijklmnopqrstuvwxyz0123456789%.0s' 1 2 3 | head -c 100)
+CLK_TCK=$(getconf CLK_TCK)
+
+say() { echo "bench: [${SECONDS}s] $*" >&2; }
+
+# ---------------------------------------------------------------------------
+# Processes and cleanup
+# ---------------------------------------------------------------------------
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/retryd-bench.XXXXXX") || exit 1
+redis_pid="" retryd_pid="" bg_pid=""
+RP="" HP=""
+SERVER_PIDS=""          # every server ever started (stopped ones are no-ops)
+declare -A PAIR         # saved redis-server + retryd pairs (section 7)
+
+# Stops one process we started: TERM, up to 5 s, then KILL; reaps it.
+stop_pid() {
+    [ -n "$1" ] || return 0
+    kill -TERM "$1" 2>/dev/null || return 0
+    local i
+    for i in $(seq 1 50); do
+        kill -0 "$1" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -KILL "$1" 2>/dev/null
+    wait "$1" 2>/dev/null
+}
+
+cleanup() {
+    local pid
+    stop_pid "$bg_pid"
+    for pid in $SERVER_PIDS; do stop_pid "$pid"; done
+    bg_pid="" retryd_pid="" redis_pid="" SERVER_PIDS=""
+    rm -rf "$tmp"
+}
+
+# save_pair NAME / use_pair NAME: remember the current redis-server + retryd,
+# or make a remembered pair the current one.
+save_pair() {
+    PAIR[$1]="$RP $HP $redis_pid $retryd_pid"
+}
+use_pair() {
+    read -r RP HP redis_pid retryd_pid <<<"${PAIR[$1]}"
+}
+trap cleanup EXIT
+trap 'say "interrupted"; exit 130' INT
+trap 'say "terminated"; exit 143' TERM
+
+die() {
+    say "$*"
+    exit 1
+}
+
+for f in "$RETRYD_BIN" "$LUA_LIB" "$LOADGEN"; do
+    [ -e "$f" ] || die "$f is missing (run make bench)"
+done
+for t in redis-server redis-cli redis-benchmark; do
+    command -v "$t" >/dev/null || die "$t is not installed (scripts/deps.sh installs it)"
+done
+
+# A port nothing listens on, from a random base.
+free_port() {
+    local p
+    for _ in $(seq 1 50); do
+        p=$((20000 + RANDOM % 30000))
+        (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return 0; }
+    done
+    return 1
+}
+
+rcli() { redis-cli -p "$RP" "$@"; }
+
+# start_redis none|aof: a private redis-server in its own dir, libraries loaded.
+start_redis() {
+    local mode=$1 dir="$tmp/redis-$1" aof=no port i
+    [ "$mode" = aof ] && aof=yes
+    mkdir -p "$dir"
+    for _ in 1 2 3; do
+        port=$(free_port) || die "no free port"
+        redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly "$aof" \
+            --appendfsync everysec --dir "$dir" --daemonize no \
+            --logfile "$dir/redis.log" >/dev/null 2>&1 &
+        redis_pid=$!
+        SERVER_PIDS="$SERVER_PIDS $redis_pid"
+        for i in $(seq 1 100); do
+            kill -0 "$redis_pid" 2>/dev/null || break
+            if [ "$(redis-cli -p "$port" config get dir 2>/dev/null | tail -n 1)" = \
+                 "$(cd "$dir" && pwd -P)" ]; then
+                RP=$port
+                rcli -x FUNCTION LOAD REPLACE <"$LUA_LIB" >/dev/null || die "cannot load $LUA_LIB"
+                rcli -x FUNCTION LOAD REPLACE <bench/min_claim.lua >/dev/null ||
+                    die "cannot load bench/min_claim.lua"
+                rcli -x FUNCTION LOAD REPLACE <bench/claim_steps.lua >/dev/null ||
+                    die "cannot load bench/claim_steps.lua"
+                return 0
+            fi
+            sleep 0.1
+        done
+        stop_pid "$redis_pid"
+        forget_pid "$redis_pid"
+        redis_pid=""
+    done
+    die "redis-server did not start (see $dir/redis.log)"
+}
+
+# Forgets a stopped server, so that its pid, once reused, is never ours again.
+forget_pid() {
+    # shellcheck disable=SC2086 # one pid per word
+    SERVER_PIDS=$(printf '%s\n' $SERVER_PIDS | grep -vx "$1" | tr '\n' ' ')
+}
+
+stop_redis() {
+    stop_pid "$redis_pid"
+    forget_pid "$redis_pid"
+    redis_pid=""
+}
+
+start_retryd() {
+    local port i
+    for _ in 1 2 3; do
+        port=$(free_port) || die "no free port"
+        "$RETRYD_BIN" --listen "127.0.0.1:$port" --redis "redis://127.0.0.1:$RP" \
+            --prefix "$PREFIX" --tick-ms 250 --log-level warn >>"$tmp/retryd.log" 2>&1 &
+        retryd_pid=$!
+        SERVER_PIDS="$SERVER_PIDS $retryd_pid"
+        for i in $(seq 1 100); do
+            kill -0 "$retryd_pid" 2>/dev/null || break
+            if [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz")" = 200 ]
+            then
+                HP=$port
+                return 0
+            fi
+            sleep 0.1
+        done
+        stop_pid "$retryd_pid"
+        forget_pid "$retryd_pid"
+        retryd_pid=""
+    done
+    tail -n 20 "$tmp/retryd.log" >&2
+    die "retryd did not become ready"
+}
+
+stop_retryd() {
+    stop_pid "$retryd_pid"
+    forget_pid "$retryd_pid"
+    retryd_pid=""
+}
+
+# ---------------------------------------------------------------------------
+# Measurements: Redis CPU, per-command stats, memory, retryd CPU
+# ---------------------------------------------------------------------------
+# Redis CPU (user + sys) in microseconds.
+redis_cpu_us() {
+    rcli info cpu | tr -d '\r' | awk -F: '$1=="used_cpu_user"||$1=="used_cpu_sys"{s+=$2}
+        END{printf "%.0f", s*1e6}'
+}
+
+# "calls usec" of one command (cmdstat_<name>), 0 0 before its first call.
+cmdstat() {
+    rcli info commandstats | tr -d '\r' | awk -v n="cmdstat_$1" -F'[:=,]' '
+        $1==n { print $3, $5; found=1 } END { if (!found) print 0, 0 }'
+}
+
+used_memory() {
+    rcli info memory | tr -d '\r' | awk -F: '$1=="used_memory"{print $2}'
+}
+
+# CPU time of a process (utime + stime) in microseconds.
+proc_cpu_us() {
+    awk -v t="$CLK_TCK" '{ sub(/^.*\) /, ""); printf "%.0f", ($12 + $13) * 1e6 / t }' \
+        "/proc/$1/stat" 2>/dev/null || echo 0
+}
+
+# Busy CPU of the whole machine (user, nice, system, irq, softirq) and steal,
+# in microseconds: "busy steal".
+machine_cpu_us() {
+    awk -v t="$CLK_TCK" '$1 == "cpu" { printf "%.0f %.0f", ($2 + $3 + $4 + $7 + $8) * 1e6 / t,
+        $9 * 1e6 / t; exit }' /proc/stat
+}
+
+# Sets OUR_CPU_US: the CPU of everything this script started, reaped children
+# (bash's times) plus the servers still running. Call it in this shell, not in
+# $(...): a subshell's times knows none of our children.
+our_cpu_now() {
+    local live=0 pid
+    times >"$tmp/times"
+    for pid in $SERVER_PIDS $bg_pid; do live=$((live + $(proc_cpu_us "$pid"))); done
+    OUR_CPU_US=$(tail -n 1 "$tmp/times" | awk -v live="$live" '{ t = 0
+        for (i = 1; i <= 2; i++) { f = $i; sub(/s$/, "", f); split(f, a, "m"); t += a[1] * 60 + a[2] }
+        printf "%.0f", t * 1e6 + live }')
+}
+
+# sec_begin NAME / sec_end: what the machine did during one section.
+ENV_ROWS=()
+sec_begin() {
+    SEC_NAME=$1
+    SEC_T0=$(date +%s.%N)
+    SEC_M0=$(machine_cpu_us)
+    our_cpu_now
+    SEC_O0=$OUR_CPU_US
+}
+sec_end() {
+    local t1 m1 o1
+    t1=$(date +%s.%N)
+    m1=$(machine_cpu_us)
+    our_cpu_now
+    o1=$OUR_CPU_US
+    ENV_ROWS+=("$(awk -v n="$SEC_NAME" -v t0="$SEC_T0" -v t1="$t1" -v m0="$SEC_M0" -v m1="$m1" \
+        -v o0="$SEC_O0" -v o1="$o1" 'BEGIN { split(m0, a, " "); split(m1, b, " "); w = t1 - t0
+        ours = (o1 - o0) / 1e6 / w; others = (b[1] - a[1] - (o1 - o0)) / 1e6 / w
+        if (others < 0) others = 0
+        printf "%s (%.0f s)|%.2f|%.2f|%.2f", n, w, ours, others, (b[2] - a[2]) / 1e6 / w }')")
+}
+
+environment() {
+    local r
+    table_start "0. The machine during each section (cores busy on average; 2 cores in all)" \
+        "section (wall time)" "our processes" "other processes" "steal"
+    for r in "${ENV_ROWS[@]}"; do
+        IFS='|' read -r a b c d <<<"$r"
+        row "$a" "$b" "$c" "$d"
+    done
+}
+
+# Floating point in awk: calc 'expr' with $1.. as arguments.
+calc() {
+    local expr=$1
+    shift
+    awk "BEGIN { printf \"%s\", ($expr) }" 2>/dev/null
+}
+# Numbers with d decimals (fmt), with thousands separators (fmt_int), or as
+# a ratio "1.23x" (fmtx); anything that is not a number passes through.
+fmt() { awk -v x="$1" -v d="${2:-1}" 'BEGIN { if (x == "") print "n/a";
+    else if (x !~ /^-?[0-9.]+([eE][-+]?[0-9]+)?$/) print x; else printf "%.*f", d, x }'; }
+fmtx() { local v; v=$(fmt "$1" 2); case "$v" in n/a|*[!0-9.-]*) echo "$v" ;; *) echo "${v}x" ;; esac; }
+fmt_int() { awk -v x="$1" 'BEGIN { if (x == "") { print "n/a"; exit }
+    if (x !~ /^-?[0-9.]+([eE][-+]?[0-9]+)?$/) { print x; exit }
+    s = sprintf("%.0f", x); o = ""; n = length(s)
+    for (i = 1; i <= n; i++) { o = o substr(s, i, 1); if ((n - i) % 3 == 0 && i < n) o = o "," }
+    print o }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || a == "n/a" || b == "n/a" ||
+    b + 0 == 0) print "n/a"; else printf "%.2fx", a / b }'; }
+median() { printf '%s\n' "$@" | grep -v '^n/a$' | grep -v '^$' | sort -g |
+    awk '{ v[NR] = $1 } END { if (NR == 0) print "n/a"; else print v[int((NR + 1) / 2)] }'; }
+# Field k=v of a key=value line.
+kv() { printf '%s\n' "$1" | tr ' ' '\n' | awk -F= -v k="$2" '$1==k{print $2; exit}'; }
+
+# ---------------------------------------------------------------------------
+# Result store and tables
+# ---------------------------------------------------------------------------
+declare -A V         # V[name.rep] = value; V[name] = median over reps
+rows=0 missing=0
+
+put() { V["$1"]=$2; }
+get() { local v=${V["$1"]:-}; [ -n "$v" ] && echo "$v" || echo "n/a"; }
+# Median over repetitions of name.1 .. name.REPS into name.
+settle() {
+    local name=$1 r vals=()
+    for r in $(seq 1 "$REPS"); do vals+=("$(get "$name.$r")"); done
+    V["$name"]=$(median "${vals[@]}")
+}
+
+table_start() {
+    printf '\n### %s\n\n' "$1"
+    printf '| %s | %s | %s | %s |\n|---|---:|---:|---:|\n' "${2:-figure}" "${3:-retryd}" \
+        "${4:-reference}" "${5:-ratio}"
+}
+row() {
+    rows=$((rows + 1))
+    case "$2" in ''|n/a*) missing=$((missing + 1)) ;; esac
+    printf '| %s | %s | %s | %s |\n' "$1" "${2:-n/a}" "${3:-}" "${4:-}"
+}
+
+# ---------------------------------------------------------------------------
+# Runners
+# ---------------------------------------------------------------------------
+# rb NAME CMDSTAT N CLIENTS PIPELINE ARG...: one redis-benchmark run; stores
+# NAME.rps, NAME.us (Redis usec per call, commandstats delta) and NAME.p50/p99 (ms).
+rb() {
+    local name=$1 stat=$2 n=$3 c=$4 p=$5
+    shift 5
+    local s0 s1 out
+    s0=$(cmdstat "$stat")
+    out=$(redis-benchmark -p "$RP" -n "$n" -c "$c" -P "$p" --csv "$@" 2>/dev/null | tail -n 1)
+    s1=$(cmdstat "$stat")
+    put "$name.rps" "$(printf '%s' "$out" | awk -F'","' '{print $2}')"
+    put "$name.p50" "$(printf '%s' "$out" | awk -F'","' '{print $5}')"
+    put "$name.p99" "$(printf '%s' "$out" | awk -F'","' '{print $7}')"
+    put "$name.us" "$(awk -v a="$s0" -v b="$s1" 'BEGIN { split(a, x, " "); split(b, y, " ")
+        if (y[1] > x[1]) printf "%.2f", (y[2] - x[2]) / (y[1] - x[1]); else print "n/a" }')"
+}
+
+# lg_resp NAME CMDSTAT N CLIENTS PIPELINE FIRST_ID ARG...: the same through
+# loadgen's RESP mode (for commands that need a distinct id each time).
+lg_resp() {
+    local name=$1 stat=$2 n=$3 c=$4 p=$5 first=$6
+    shift 6
+    local s0 s1 out
+    s0=$(cmdstat "$stat")
+    out=$("$LOADGEN" resp --port "$RP" --conns "$c" --pipeline "$p" --requests "$n" \
+          --first-id "$first" -- "$@" 2>>"$tmp/loadgen.err")
+    s1=$(cmdstat "$stat")
+    local head
+    head=$(printf '%s\n' "$out" | grep '^mode=')
+    put "$name.rps" "$(kv "$head" msgs_per_s)"
+    put "$name.secs" "$(kv "$head" seconds)"
+    put "$name.moved" "$(kv "$(printf '%s\n' "$out" | grep '^replies')" first_int_sum)"
+    put "$name.us" "$(awk -v a="$s0" -v b="$s1" 'BEGIN { split(a, x, " "); split(b, y, " ")
+        if (y[1] > x[1]) printf "%.2f", (y[2] - x[2]) / (y[1] - x[1]); else print "n/a" }')"
+    put "$name.usec_total" "$(awk -v a="$s0" -v b="$s1" 'BEGIN { split(a, x, " ");
+        split(b, y, " "); print y[2] - x[2] }')"
+}
+
+# lg_http NAME MODE QUEUE CONNS MESSAGES [ARG...]: one loadgen HTTP run with
+# Redis and retryd CPU per message; stores NAME.rate, NAME.<route>.p50/p99 (ms),
+# NAME.redis_us, NAME.retryd_us, NAME.retry_p50/p99 (ms).
+lg_http() {
+    local name=$1 mode=$2 q=$3 conns=$4 n=$5
+    shift 5
+    local r0 d0 r1 d1 out line route
+    r0=$(redis_cpu_us)
+    d0=$(proc_cpu_us "$retryd_pid")
+    out=$("$LOADGEN" "$mode" --port "$HP" --queue "$q" --conns "$conns" --messages "$n" "$@" \
+          2>>"$tmp/loadgen.err")
+    r1=$(redis_cpu_us)
+    d1=$(proc_cpu_us "$retryd_pid")
+    line=$(printf '%s\n' "$out" | grep '^mode=')
+    if [ -z "$line" ]; then
+        say "loadgen $mode failed: $(tail -n 1 "$tmp/loadgen.err")"
+        return 1
+    fi
+    put "$name.rate" "$(kv "$line" msgs_per_s)"
+    put "$name.client_us" "$(calc "$(kv "$line" cpu_us) / $n")"
+    put "$name.redis_us" "$(calc "($r1 - $r0) / $n")"
+    put "$name.retryd_us" "$(calc "($d1 - $d0) / $n")"
+    while read -r line; do
+        route=$(kv "$line" route)
+        put "$name.$route.p50" "$(calc "$(kv "$line" p50_us) / 1000")"
+        put "$name.$route.p99" "$(calc "$(kv "$line" p99_us) / 1000")"
+    done < <(printf '%s\n' "$out" | grep '^route=')
+    line=$(printf '%s\n' "$out" | grep '^retry_latency')
+    if [ -n "$line" ]; then
+        put "$name.retry_p50" "$(kv "$line" p50_ms)"
+        put "$name.retry_p99" "$(kv "$line" p99_ms)"
+        put "$name.retry_n" "$(kv "$line" n)"
+    fi
+}
+
+enqueue_fcall() {   # enqueue_fcall BASE N [DELAY_MS]: untimed fill through redis-benchmark
+    redis-benchmark -p "$RP" -n "$2" -c 8 -P 32 -q FCALL enqueue 1 "$1" "$PAYLOAD" 3 \
+        "${3:-0}" >/dev/null 2>&1
+}
+base() { echo "$PREFIX:{$1}"; }
+
+# ---------------------------------------------------------------------------
+# 1. Redis-native path
+# ---------------------------------------------------------------------------
+section1_rep() {
+    local rep=$1 p q qm qf
+    for p in 1 16; do
+        q=$(base "s1-$p-$rep"); qm=$(base "s1m-$p-$rep"); qf=$(base "s1f-$p-$rep")
+        rb "enqueue.p$p.$rep" fcall "$N_RB" 50 "$p" FCALL enqueue 1 "$q" "$PAYLOAD" 3 0
+        enqueue_fcall "$qm" "$N_RB"
+        enqueue_fcall "$qf" "$N_RB"
+        rb "claim.p$p.$rep" fcall "$N_RB" 50 "$p" FCALL claim 1 "$q" 30000 1
+        rb "minclaim.p$p.$rep" fcall "$N_RB" 50 "$p" FCALL min_claim 1 "$qm" 9999999999999
+        lg_resp "succeed.p$p.$rep" fcall "$N_RB" 50 "$p" 1 \
+            FCALL succeed 2 "$q" "$q:m:{id}" "{id}" ""
+        redis-benchmark -p "$RP" -n $((N_RB / 100)) -c 1 -q FCALL claim 1 "$qf" 30000 100 \
+            >/dev/null 2>&1
+        lg_resp "fail.p$p.$rep" fcall "$N_RB" 50 "$p" 1 \
+            FCALL fail 2 "$qf" "$qf:m:{id}" "{id}" "" "bench failure" 1 0
+        # Every failure is due now: promote moves them, 100 per call.
+        local d0 d1
+        d0=$(rcli llen "$qf:due")
+        rb "promote.p$p.$rep" fcall $((N_RB / 100)) 4 "$p" FCALL promote 1 "$qf" 100
+        d1=$(rcli llen "$qf:due")
+        put "promote.p$p.$rep.moved" $((d1 - d0))
+        put "promote.p$p.$rep.msgs" "$(calc "$(get "promote.p$p.$rep.rps") * ($d1 - $d0) / ($N_RB / 100)")"
+        put "promote.p$p.$rep.usmsg" "$(calc "$(get "promote.p$p.$rep.us") * ($N_RB / 100) / ($d1 - $d0)")"
+        rb "lpush.p$p.$rep" lpush "$N_RB" 50 "$p" LPUSH "$PREFIX:raw:$p:$rep" 1234567
+        rb "rpop.p$p.$rep" rpop "$N_RB" 50 "$p" RPOP "$PREFIX:raw:$p:$rep"
+        rb "zadd.p$p.$rep" zadd "$N_RB" 50 "$p" -r 100000000 \
+            ZADD "$PREFIX:raw:z:$p:$rep" __rand_int__ __rand_int__
+        rb "hset.p$p.$rep" hset "$N_RB" 50 "$p" -r 100000000 \
+            HSET "$PREFIX:raw:h:__rand_int__" status processing
+        # The two tools agree? enqueue through loadgen's RESP mode as well.
+        lg_resp "lgenqueue.p$p.$rep" fcall "$N_RB" 50 "$p" 1 \
+            FCALL enqueue 1 "$(base "s1x-$p-$rep")" "$PAYLOAD" 3 0
+        rcli flushall >/dev/null  # functions stay; keeps memory flat between reps
+    done
+}
+
+section1() {
+    local rep p f
+    for rep in $(seq 1 "$REPS"); do
+        say "1. Redis-native path, repetition $rep of $REPS"
+        section1_rep "$rep"
+    done
+    for p in 1 16; do
+        for f in enqueue claim minclaim succeed fail promote lpush rpop zadd hset lgenqueue; do
+            for m in rps us p50 p99 msgs usmsg; do
+                local r vals=()
+                for r in $(seq 1 "$REPS"); do vals+=("$(get "$f.p$p.$r.$m")"); done
+                V["$f.p$p.$m"]=$(median "${vals[@]}")
+            done
+        done
+    done
+    local mc="median of $REPS"
+    [ "$REPS" = 1 ] && mc="1 run"
+    table_start "1. Redis-native path: FCALL through redis-benchmark -c 50 ($mc, $N_RB calls each)" \
+        figure retryd reference ratio
+    for p in 1 16; do
+        row "enqueue -P $p (calls/s) vs raw LPUSH" "$(fmt_int "$(get enqueue.p$p.rps)")" \
+            "$(fmt_int "$(get lpush.p$p.rps)")" "$(ratio "$(get enqueue.p$p.rps)" "$(get lpush.p$p.rps)")"
+        row "claim -P $p (calls/s) vs minimal Lua claim (RPOP+HSET+ZADD)" \
+            "$(fmt_int "$(get claim.p$p.rps)")" "$(fmt_int "$(get minclaim.p$p.rps)")" \
+            "$(ratio "$(get claim.p$p.rps)" "$(get minclaim.p$p.rps)")"
+        row "claim -P $p (calls/s) vs raw RPOP" "$(fmt_int "$(get claim.p$p.rps)")" \
+            "$(fmt_int "$(get rpop.p$p.rps)")" "$(ratio "$(get claim.p$p.rps)" "$(get rpop.p$p.rps)")"
+        row "succeed -P $p (calls/s, loadgen resp) vs raw ZADD" "$(fmt_int "$(get succeed.p$p.rps)")" \
+            "$(fmt_int "$(get zadd.p$p.rps)")" "$(ratio "$(get succeed.p$p.rps)" "$(get zadd.p$p.rps)")"
+        row "fail -P $p (calls/s, loadgen resp) vs raw HSET" "$(fmt_int "$(get fail.p$p.rps)")" \
+            "$(fmt_int "$(get hset.p$p.rps)")" "$(ratio "$(get fail.p$p.rps)" "$(get hset.p$p.rps)")"
+        row "promote -P $p, limit 100 (messages moved/s)" "$(fmt_int "$(get promote.p$p.msgs)")" \
+            "" ""
+        row "tool check: enqueue -P $p through loadgen resp vs redis-benchmark" \
+            "$(fmt_int "$(get lgenqueue.p$p.rps)")" "$(fmt_int "$(get enqueue.p$p.rps)")" \
+            "$(ratio "$(get lgenqueue.p$p.rps)" "$(get enqueue.p$p.rps)")"
+    done
+    table_start "1b. Redis CPU per call (INFO commandstats usec_per_call, -P 16 runs)" \
+        figure "retryd (µs)" "reference (µs)" ratio
+    row "enqueue vs LPUSH" "$(get enqueue.p16.us)" "$(get lpush.p16.us)" \
+        "$(ratio "$(get enqueue.p16.us)" "$(get lpush.p16.us)")"
+    row "claim vs minimal Lua claim" "$(get claim.p16.us)" "$(get minclaim.p16.us)" \
+        "$(ratio "$(get claim.p16.us)" "$(get minclaim.p16.us)")"
+    row "claim vs RPOP" "$(get claim.p16.us)" "$(get rpop.p16.us)" \
+        "$(ratio "$(get claim.p16.us)" "$(get rpop.p16.us)")"
+    row "succeed vs ZADD" "$(get succeed.p16.us)" "$(get zadd.p16.us)" \
+        "$(ratio "$(get succeed.p16.us)" "$(get zadd.p16.us)")"
+    row "fail vs HSET" "$(get fail.p16.us)" "$(get hset.p16.us)" \
+        "$(ratio "$(get fail.p16.us)" "$(get hset.p16.us)")"
+    row "promote, per message moved (limit 100)" "$(fmt "$(get promote.p16.usmsg)" 2)" "" ""
+    row "lifecycle enqueue + claim + succeed" \
+        "$(calc "$(get enqueue.p16.us) + $(get claim.p16.us) + $(get succeed.p16.us)")" \
+        "$(calc "$(get lpush.p16.us) + $(get minclaim.p16.us) + $(get zadd.p16.us)")" \
+        "$(ratio "$(calc "$(get enqueue.p16.us) + $(get claim.p16.us) + $(get succeed.p16.us)")" \
+                 "$(calc "$(get lpush.p16.us) + $(get minclaim.p16.us) + $(get zadd.p16.us)")")"
+}
+
+# Where a claim's Redis time goes: bench/claim_steps.lua adds claim's pieces
+# one at a time; each step runs N_RB calls at -P 16 on a fresh queue.
+section1c() {
+    say "1c. claim, step by step"
+    local i q prev="" names=(
+        "RPOP + HSET of claim's 4 fields + ZADD, reply the id"
+        "+ now from TIME"
+        "+ queue_keys(): 11 key names per call"
+        "+ promote_due(): ZRANGE of due scheduled ids"
+        "+ RPOP of the due list first"
+        "+ claimed serial (HGET, HINCRBY stats)"
+        "+ EXISTS of the message hash"
+        "+ the whole message in the reply (HGETALL)")
+    # Every step and the claim itself in turn, REPS times; medians.
+    local rep n=$((N_RB / 2)) vals
+    for rep in $(seq 1 "$REPS"); do
+        for i in 0 1 2 3 4 5 6 7 claim; do
+            q=$(base "steps-$i-$rep")
+            enqueue_fcall "$q" "$n"
+            if [ "$i" = claim ]; then
+                rb "stepclaim.$rep" fcall "$n" 50 16 FCALL claim 1 "$q" 30000 1
+            else
+                rb "step$i.$rep" fcall "$n" 50 16 FCALL "claim_step$i" 1 "$q"
+            fi
+        done
+        rcli flushall >/dev/null
+    done
+    for i in 0 1 2 3 4 5 6 7 claim; do
+        vals=()
+        for rep in $(seq 1 "$REPS"); do vals+=("$(get "step$i.$rep.us")"); done
+        put "step$i.us" "$(median "${vals[@]}")"
+    done
+    local mc="median of $REPS"
+    [ "$REPS" = 1 ] && mc="1 run"
+    table_start "1c. Where a claim's Redis time goes (bench/claim_steps.lua, -P 16, $((N_RB / 2)) calls, $mc, commandstats)" \
+        "step (cumulative)" "µs per call" "µs added" "share of claim"
+    row "min_claim (RPOP + HSET of 2 fields + ZADD), from 1b" "$(get minclaim.p16.us)" "" \
+        "$(ratio "$(get minclaim.p16.us)" "$(get stepclaim.us)")"
+    for i in 0 1 2 3 4 5 6 7; do
+        local added=""
+        [ -n "$prev" ] && added=$(fmt "$(calc "$(get "step$i.us") - $prev")" 2)
+        row "${names[$i]}" "$(get "step$i.us")" "$added" \
+            "$(ratio "$(get "step$i.us")" "$(get stepclaim.us)")"
+        prev=$(get "step$i.us")
+    done
+    row "retryd's claim (count 1)" "$(get stepclaim.us)" \
+        "$(fmt "$(calc "$(get stepclaim.us) - $prev")" 2)" "1.00x"
+}
+
+# ---------------------------------------------------------------------------
+# 2. HTTP path (and retryd's side of 3)
+# ---------------------------------------------------------------------------
+section2_rep() {
+    local rep=$1 q
+    q="h-enq-$rep"
+    lg_http "http.enqueue.$rep" enqueue "$q" 50 "$N_HTTP"
+    lg_http "http.w50c1.$rep" work "$q" 50 "$N_HTTP" --count 1
+    q="h-batch-$rep"
+    lg_http "http.enqueue_b.$rep" enqueue "$q" 50 "$N_HTTP"
+    lg_http "http.w50c10.$rep" work "$q" 50 "$N_HTTP" --count 10
+    q="h-fail-$rep"
+    lg_http "http.enqueue_f.$rep" enqueue "$q" 50 "$N_HTTP"
+    lg_http "http.failonce.$rep" failonce "$q" 50 "$N_HTTP" --retry-after-s 0
+    q="h-w1-$rep"
+    lg_http "http.enqueue_1.$rep" enqueue "$q" 50 "$N_HTTP_W1"
+    lg_http "http.w1c1.$rep" work "$q" 1 "$N_HTTP_W1" --count 1
+    q="h-w10-$rep"
+    lg_http "http.enqueue_10.$rep" enqueue "$q" 50 "$N_HTTP"
+    lg_http "http.w10c1.$rep" work "$q" 10 "$N_HTTP" --count 1
+}
+
+settle_http() {
+    local k r vals
+    for k in $(printf '%s\n' "${!V[@]}" | grep '^http\.' | sed 's/^\(http\.[a-z0-9_]*\)\.[0-9]*\./\1.REP./' |
+               grep '\.REP\.' | sort -u); do
+        vals=()
+        for r in $(seq 1 "$REPS"); do vals+=("$(get "${k/.REP./.$r.}")"); done
+        V["${k/.REP./.}"]=$(median "${vals[@]}")
+    done
+}
+
+ms_pair() { echo "$(fmt "$(get "$1.p50")" 2) / $(fmt "$(get "$1.p99")" 2)"; }
+
+# Sections 2 and 3 run interleaved, one repetition of each in turn, so that
+# retryd and BullMQ see the same machine (other load comes and goes).
+section23() {
+    local rep
+    bull_setup
+    for rep in $(seq 1 "$REPS"); do
+        say "2. HTTP path, repetition $rep of $REPS"
+        section2_rep "$rep"
+        if [ "$BULL_OK" = 1 ]; then
+            say "3. BullMQ, repetition $rep of $REPS"
+            section3_rep "$rep" || BULL_OK=0
+        fi
+    done
+    settle_http
+    section2_tables
+    section3_tables
+}
+
+section2_tables() {
+    local mc="median of $REPS"
+    [ "$REPS" = 1 ] && mc="1 run"
+    # The Redis-native reference of a lifecycle: enqueue, claim, succeed at -P 1.
+    local native_cs
+    native_cs=$(calc "1 / (1 / $(get claim.p1.rps) + 1 / $(get succeed.p1.rps))")
+    table_start "2. HTTP path: build/loadgen, keep-alive, $N_HTTP messages of 100 bytes ($mc)" \
+        figure retryd reference ratio
+    row "enqueue, 50 connections (msgs/s) vs FCALL enqueue -P 1" \
+        "$(fmt_int "$(get http.enqueue.rate)")" "$(fmt_int "$(get enqueue.p1.rps)")" \
+        "$(ratio "$(get http.enqueue.rate)" "$(get enqueue.p1.rps)")"
+    row "enqueue p50 / p99 (ms)" "$(ms_pair http.enqueue.enqueue)" "" ""
+    row "claim+succeed, 50 workers, count 1 (msgs/s) vs FCALL claim+succeed -P 1" \
+        "$(fmt_int "$(get http.w50c1.rate)")" "$(fmt_int "$native_cs")" \
+        "$(ratio "$(get http.w50c1.rate)" "$native_cs")"
+    row "  claim p50 / p99 (ms)" "$(ms_pair http.w50c1.claim)" "" ""
+    row "  succeed p50 / p99 (ms)" "$(ms_pair http.w50c1.succeed)" "" ""
+    row "claim+succeed, 50 workers, count 10 + batch ack (msgs/s) vs count 1" \
+        "$(fmt_int "$(get http.w50c10.rate)")" "$(fmt_int "$(get http.w50c1.rate)")" \
+        "$(ratio "$(get http.w50c10.rate)" "$(get http.w50c1.rate)")"
+    row "  claim (count 10) p50 / p99 (ms)" "$(ms_pair http.w50c10.claim)" "" ""
+    row "  batch ack (10) p50 / p99 (ms)" "$(ms_pair http.w50c10.succeed_many)" "" ""
+    row "fail once then succeed, 50 workers (msgs/s) vs claim+succeed" \
+        "$(fmt_int "$(get http.failonce.rate)")" "$(fmt_int "$(get http.w50c1.rate)")" \
+        "$(ratio "$(get http.failonce.rate)" "$(get http.w50c1.rate)")"
+    row "  claim p50 / p99 (ms)" "$(ms_pair http.failonce.claim)" "" ""
+    row "  fail p50 / p99 (ms)" "$(ms_pair http.failonce.fail)" "" ""
+    row "  succeed p50 / p99 (ms)" "$(ms_pair http.failonce.succeed)" "" ""
+    row "claim+succeed, 10 workers, count 1 (msgs/s)" "$(fmt_int "$(get http.w10c1.rate)")" "" ""
+    row "claim+succeed, 1 worker, count 1 (msgs/s)" "$(fmt_int "$(get http.w1c1.rate)")" "" ""
+
+    table_start "2b. CPU per message on the HTTP path (INFO cpu, /proc/<pid>/stat and getrusage deltas, $mc)" \
+        figure "Redis (µs)" "retryd (µs)" "loadgen (µs)"
+    local r n
+    for r in "enqueue:enqueue" "w50c1:claim+succeed, count 1" "w50c10:claim+succeed, count 10 + batch ack" \
+             "failonce:fail once, then claim+succeed (per message)"; do
+        n=${r%%:*}
+        row "${r#*:}" "$(fmt "$(get "http.$n.redis_us")" 1)" "$(fmt "$(get "http.$n.retryd_us")" 1)" \
+            "$(fmt "$(get "http.$n.client_us")" 1)"
+    done
+    local e enq work
+    for e in "enqueue w50c1:count 1" "enqueue_b w50c10:count 10 + batch ack"; do
+        read -r enq work <<<"${e%%:*}"
+        row "lifecycle enqueue + claim + succeed, ${e#*:}" \
+            "$(fmt "$(calc "$(get "http.$enq.redis_us") + $(get "http.$work.redis_us")")" 1)" \
+            "$(fmt "$(calc "$(get "http.$enq.retryd_us") + $(get "http.$work.retryd_us")")" 1)" \
+            "$(fmt "$(calc "$(get "http.$enq.client_us") + $(get "http.$work.client_us")")" 1)"
+    done
+}
+
+# ---------------------------------------------------------------------------
+# 3. BullMQ on the same Redis
+# ---------------------------------------------------------------------------
+BULL_OK=0
+BULL_WHY=""
+bull_setup() {
+    if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+        BULL_WHY="node or npm not installed"
+        return 1
+    fi
+    if [ ! -d bench/node_modules/bullmq ]; then
+        say "3. installing BullMQ (npm ci --prefix bench)"
+        if ! timeout "${BENCH_NPM_TIMEOUT:-180}" npm ci --prefix bench --no-audit --no-fund \
+                >"$tmp/npm.log" 2>&1; then
+            BULL_WHY="npm ci failed: $(grep -m1 -i 'err' "$tmp/npm.log" | cut -c1-80)"
+            rm -rf bench/node_modules
+            return 1
+        fi
+    fi
+    BULL_OK=1
+}
+
+section3_rep() {
+    local rep=$1 out line c
+    out=$(timeout 300 node bench/bullmq_bench.mjs --port "$RP" --jobs "$N_BULL" \
+          --payload-bytes 100 --concurrency 1,10,50 --worker-jobs "$BULL_WORKER_JOBS" \
+          2>>"$tmp/bullmq.err")
+    line=$(printf '%s\n' "$out" | grep '^bullmq version=')
+    [ -n "$line" ] && put bull.version "$(kv "$line" version)"
+    line=$(printf '%s\n' "$out" | grep '^add ')
+    if [ -z "$line" ]; then
+        BULL_WHY="bench/bullmq_bench.mjs failed: $(tail -n 1 "$tmp/bullmq.err" | cut -c1-80)"
+        return 1
+    fi
+    put "bull.add.$rep" "$(kv "$line" jobs_per_s)"
+    put "bull.add_us.$rep" "$(kv "$line" redis_cpu_us_per_job)"
+    put "bull.bytes.$rep" "$(kv "$line" bytes_per_job)"
+    put "bull.add_node.$rep" "$(kv "$line" node_cpu_us_per_job)"
+    for c in 1 10 50; do
+        line=$(printf '%s\n' "$out" | grep "^worker concurrency=$c ")
+        put "bull.c$c.$rep" "$(kv "$line" jobs_per_s)"
+        put "bull.c${c}_us.$rep" "$(kv "$line" redis_cpu_us_per_job)"
+        put "bull.c${c}_add_us.$rep" "$(kv "$line" add_redis_cpu_us_per_job)"
+        put "bull.c${c}_node.$rep" "$(kv "$line" node_cpu_us_per_job)"
+    done
+}
+
+section3_tables() {
+    local k
+    if [ "$BULL_OK" = 1 ]; then
+        for k in add add_us add_node bytes c1 c1_us c1_add_us c1_node c10 c10_us c10_add_us c10_node \
+                 c50 c50_us c50_add_us c50_node; do
+            settle "bull.$k"
+        done
+    fi
+    local mc="median of $REPS"
+    [ "$REPS" = 1 ] && mc="1 run"
+    local un="BullMQ: unavailable ($BULL_WHY)"
+    b() { if [ "$BULL_OK" = 1 ]; then "$@"; else echo "$un"; fi; }
+    table_start "3. BullMQ $(get bull.version) on the same redis-server ($mc; $N_BULL jobs, worker runs $BULL_WORKER_JOBS)" \
+        figure retryd BullMQ "retryd / BullMQ"
+    row "enqueue: HTTP, 50 connections (msgs/s) vs addBulk (jobs/s)" \
+        "$(fmt_int "$(get http.enqueue.rate)")" "$(b fmt_int "$(get bull.add)")" \
+        "$(ratio "$(get http.enqueue.rate)" "$(get bull.add)")"
+    row "enqueue: FCALL -P 16 (msgs/s) vs addBulk (jobs/s)" \
+        "$(fmt_int "$(get enqueue.p16.rps)")" "$(b fmt_int "$(get bull.add)")" \
+        "$(ratio "$(get enqueue.p16.rps)" "$(get bull.add)")"
+    row "claim+succeed, 1 worker vs Worker concurrency 1 (msgs/s)" \
+        "$(fmt_int "$(get http.w1c1.rate)")" "$(b fmt_int "$(get bull.c1)")" \
+        "$(ratio "$(get http.w1c1.rate)" "$(get bull.c1)")"
+    row "claim+succeed, 10 workers vs Worker concurrency 10 (msgs/s)" \
+        "$(fmt_int "$(get http.w10c1.rate)")" "$(b fmt_int "$(get bull.c10)")" \
+        "$(ratio "$(get http.w10c1.rate)" "$(get bull.c10)")"
+    row "claim+succeed, 50 workers, count 1 vs Worker concurrency 50 (msgs/s)" \
+        "$(fmt_int "$(get http.w50c1.rate)")" "$(b fmt_int "$(get bull.c50)")" \
+        "$(ratio "$(get http.w50c1.rate)" "$(get bull.c50)")"
+    row "claim+succeed, 50 workers, count 10 + batch ack vs Worker concurrency 50 (msgs/s)" \
+        "$(fmt_int "$(get http.w50c10.rate)")" "$(b fmt_int "$(get bull.c50)")" \
+        "$(ratio "$(get http.w50c10.rate)" "$(get bull.c50)")"
+    row "Redis CPU per enqueue vs per add (µs)" "$(fmt "$(get http.enqueue.redis_us)" 1)" \
+        "$(b fmt "$(get bull.add_us)" 1)" "$(ratio "$(get http.enqueue.redis_us)" "$(get bull.add_us)")"
+    row "Redis CPU per claim+succeed vs per processed job, c=50 (µs)" \
+        "$(fmt "$(get http.w50c1.redis_us)" 1)" "$(b fmt "$(get bull.c50_us)" 1)" \
+        "$(ratio "$(get http.w50c1.redis_us)" "$(get bull.c50_us)")"
+    put life.retryd "$(calc "$(get http.enqueue.redis_us) + $(get http.w50c1.redis_us)")"
+    put life.retryd10 "$(calc "$(get http.enqueue_b.redis_us) + $(get http.w50c10.redis_us)")"
+    put life.bull "$(calc "$(get bull.c50_add_us) + $(get bull.c50_us)")"
+    row "Redis CPU per lifecycle: enqueue+claim+succeed (count 1) vs add+process (c=50) (µs)" \
+        "$(fmt "$(get life.retryd)" 1)" "$(b fmt "$(get life.bull)" 1)" \
+        "$(ratio "$(get life.retryd)" "$(get life.bull)")"
+    row "Redis CPU per lifecycle: with count 10 + batch ack vs add+process (c=50) (µs)" \
+        "$(fmt "$(get life.retryd10)" 1)" "$(b fmt "$(get life.bull)" 1)" \
+        "$(ratio "$(get life.retryd10)" "$(get life.bull)")"
+    put all.retryd "$(calc "$(get life.retryd) + $(get http.enqueue.retryd_us) + $(get http.w50c1.retryd_us) + $(get http.enqueue.client_us) + $(get http.w50c1.client_us)")"
+    put all.bull "$(calc "$(get life.bull) + $(get bull.add_node) + $(get bull.c50_node)")"
+    row "all CPU per lifecycle, count 1: Redis + retryd + loadgen vs Redis + node (µs)" \
+        "$(fmt "$(get all.retryd)" 1)" "$(b fmt "$(get all.bull)" 1)" \
+        "$(ratio "$(get all.retryd)" "$(get all.bull)")"
+    row "  client CPU per lifecycle: loadgen vs node (BullMQ + ioredis + processor) (µs)" \
+        "$(fmt "$(calc "$(get http.enqueue.client_us) + $(get http.w50c1.client_us)")" 1)" \
+        "$(b fmt "$(calc "$(get bull.add_node) + $(get bull.c50_node)")" 1)" \
+        "$(ratio "$(calc "$(get http.enqueue.client_us) + $(get http.w50c1.client_us)")" "$(calc "$(get bull.add_node) + $(get bull.c50_node)")")"
+    [ "$BULL_OK" = 1 ] || say "BullMQ: unavailable ($BULL_WHY)"
+}
+
+# ---------------------------------------------------------------------------
+# 4. Growth
+# ---------------------------------------------------------------------------
+# dead_page NAME BASE: one page of 100 dead letters from the middle of the
+# dead set (a cursor at rank N/2), repeated through redis-benchmark.
+dead_page() {
+    local name=$1 q=$2 n mid cursor
+    n=$(rcli zcard "$q:dead")
+    mid=$(rcli zrange "$q:dead" $((n / 2)) $((n / 2)) withscores | tr '\n' ' ')
+    cursor="$(echo "$mid" | awk '{print $2 ":" $1}')"
+    rb "$name" fcall_ro 2000 4 1 FCALL_RO list 1 "$q" dead 100 "$cursor"
+}
+
+# promote_cost NAME BASE CALLS: promote, 100 per call, through loadgen resp.
+promote_cost() {
+    lg_resp "$1" fcall "$3" 1 1 1 FCALL promote 1 "$2" 100
+    put "$1.usmsg" "$(calc "$(get "$1.usec_total") / $(get "$1.moved")")"
+    put "$1.msgs" "$(calc "$(get "$1.moved") / $(get "$1.secs")")"
+}
+
+section4() {
+    local q i small
+    say "4. growth: populating the 1,000 cases"
+    enqueue_fcall "$(base g-claim-1k)" 1000
+    rcli eval "$(cat bench/populate_dead.lua)" 1 "$(base g-dead-1k)" 1000 "$PAYLOAD" \
+        "bench failure" >/dev/null
+    if [ "$GROWTH_BIG" -gt 0 ]; then
+        say "4. growth: 1,000,000 pending (enqueue through FCALL)"
+        enqueue_fcall "$(base g-claim-1m)" $((GROWTH_BIG + BURSTS * 1000))
+        say "4. growth: 1,000,000 dead (bench/populate_dead.lua)"
+        for i in $(seq 1 $((GROWTH_BIG / 100000))); do
+            rcli eval "$(cat bench/populate_dead.lua)" 1 "$(base g-dead-1m)" 100000 "$PAYLOAD" \
+                "bench failure" >/dev/null
+        done
+        say "4. growth: 1,000,000 scheduled (enqueue with delay_ms 1)"
+        enqueue_fcall "$(base g-prom-1m)" "$GROWTH_BIG" 1
+    fi
+    # Measured in turns, small then big, so both see the same server (the
+    # keyspace holds every queue) and the same machine; only the depth of
+    # the queue under test differs.
+    say "4. growth: measuring, 1,000 and 1,000,000 in turns"
+    local sum_s=0 sum_u=0 sum_bs=0 sum_bu=0
+    for i in $(seq 1 "$BURSTS"); do
+        q=$(base g-claim-1k)
+        enqueue_fcall "$q" 1000     # back to 1,000 + 1,000 pending
+        lg_resp g.cs fcall 1000 4 16 1 FCALL claim 1 "$q" 30000 1
+        sum_s=$(calc "$sum_s + $(get g.cs.secs)"); sum_u=$(calc "$sum_u + $(get g.cs.usec_total)")
+        if [ "$GROWTH_BIG" -gt 0 ]; then
+            lg_resp g.cb fcall 1000 4 16 1 FCALL claim 1 "$(base g-claim-1m)" 30000 1
+            sum_bs=$(calc "$sum_bs + $(get g.cb.secs)"); sum_bu=$(calc "$sum_bu + $(get g.cb.usec_total)")
+        fi
+    done
+    put g.claim.small.rate "$(calc "$BURSTS * 1000 / $sum_s")"
+    put g.claim.small.us "$(calc "$sum_u / ($BURSTS * 1000)")"
+    if [ "$GROWTH_BIG" -gt 0 ]; then
+        put g.claim.big.rate "$(calc "$BURSTS * 1000 / $sum_bs")"
+        put g.claim.big.us "$(calc "$sum_bu / ($BURSTS * 1000)")"
+    fi
+    local ps=() pu=() pbs=() pbu=()
+    for i in 1 2 3; do
+        dead_page g.page.s "$(base g-dead-1k)"
+        ps+=("$(get g.page.s.rps)"); pu+=("$(get g.page.s.us)")
+        if [ "$GROWTH_BIG" -gt 0 ]; then
+            dead_page g.page.b "$(base g-dead-1m)"
+            pbs+=("$(get g.page.b.rps)"); pbu+=("$(get g.page.b.us)")
+        fi
+    done
+    put g.page.small.rps "$(median "${ps[@]}")"; put g.page.small.us "$(median "${pu[@]}")"
+    if [ "$GROWTH_BIG" -gt 0 ]; then
+        put g.page.big.rps "$(median "${pbs[@]}")"; put g.page.big.us "$(median "${pbu[@]}")"
+    fi
+    # Promotion: ten rounds of 1,000 scheduled (due 1 ms later) promoted 100
+    # per call; the 1,000,000 queue gives up as many per round.
+    local secs=0 usec=0 moved=0 bsecs=0 busec=0 bmoved=0
+    small=$(base g-prom-1k)
+    for i in $(seq 1 10); do
+        enqueue_fcall "$small" 1000 1
+        sleep 0.01
+        promote_cost g.ps "$small" 10
+        secs=$(calc "$secs + $(get g.ps.secs)"); usec=$(calc "$usec + $(get g.ps.usec_total)")
+        moved=$(calc "$moved + $(get g.ps.moved)")
+        if [ "$GROWTH_BIG" -gt 0 ]; then
+            promote_cost g.pb "$(base g-prom-1m)" 10
+            bsecs=$(calc "$bsecs + $(get g.pb.secs)"); busec=$(calc "$busec + $(get g.pb.usec_total)")
+            bmoved=$(calc "$bmoved + $(get g.pb.moved)")
+        fi
+    done
+    put g.prom.small.usmsg "$(calc "$usec / $moved")"
+    put g.prom.small.msgs "$(calc "$moved / $secs")"
+    if [ "$GROWTH_BIG" -gt 0 ]; then
+        put g.prom.big.usmsg "$(calc "$busec / $bmoved")"
+        put g.prom.big.msgs "$(calc "$bmoved / $bsecs")"
+    fi
+    local skip="skipped (QUICK)"
+    big() { if [ "$GROWTH_BIG" -gt 0 ]; then "$@"; else echo "$skip"; fi; }
+    table_start "4. Growth: 1,000,000 vs 1,000, measured in turns on the same server" figure \
+        "at 1,000,000" "at 1,000" "ratio"
+    row "claim throughput, $BURSTS bursts of 1000 FCALL claim each (-c 4 -P 16, calls/s)" \
+        "$(big fmt_int "$(get g.claim.big.rate)")" "$(fmt_int "$(get g.claim.small.rate)")" \
+        "$(ratio "$(get g.claim.big.rate)" "$(get g.claim.small.rate)")"
+    row "  Redis µs per claim (commandstats)" "$(big fmt "$(get g.claim.big.us)" 2)" \
+        "$(fmt "$(get g.claim.small.us)" 2)" "$(ratio "$(get g.claim.big.us)" "$(get g.claim.small.us)")"
+    row "one page of 100 dead letters at the middle cursor (pages/s, median of 3 runs of 2000)" \
+        "$(big fmt_int "$(get g.page.big.rps)")" "$(fmt_int "$(get g.page.small.rps)")" \
+        "$(ratio "$(get g.page.big.rps)" "$(get g.page.small.rps)")"
+    row "  Redis µs per page (commandstats)" "$(big fmt "$(get g.page.big.us)" 1)" \
+        "$(fmt "$(get g.page.small.us)" 1)" "$(ratio "$(get g.page.big.us)" "$(get g.page.small.us)")"
+    row "promotion: Redis µs per message moved (limit 100)" "$(big fmt "$(get g.prom.big.usmsg)" 2)" \
+        "$(fmt "$(get g.prom.small.usmsg)" 2)" \
+        "$(ratio "$(get g.prom.big.usmsg)" "$(get g.prom.small.usmsg)")"
+    row "  promotion: messages moved/s (one connection)" "$(big fmt_int "$(get g.prom.big.msgs)")" \
+        "$(fmt_int "$(get g.prom.small.msgs)")" \
+        "$(ratio "$(get g.prom.big.msgs)" "$(get g.prom.small.msgs)")"
+}
+
+# ---------------------------------------------------------------------------
+# 5. Memory
+# ---------------------------------------------------------------------------
+# mem_retryd NAME: bytes per pending message, N_BULL enqueues into an empty queue.
+mem_retryd() {
+    local m0 m1 q
+    q=$(base "mem-$1")
+    m0=$(used_memory)
+    enqueue_fcall "$q" "$N_BULL"
+    m1=$(used_memory)
+    put "mem.$1" "$(calc "($m1 - $m0) / $N_BULL")"
+    rcli del "$q:ready" >/dev/null
+    rcli eval "for i = 1, tonumber(ARGV[1]) do redis.call('UNLINK', KEYS[1] .. ':m:' .. i) end" \
+        1 "$q" "$N_BULL" >/dev/null
+}
+
+mem_bull() {
+    local out line
+    [ "$BULL_OK" = 1 ] || return 0
+    out=$(timeout 120 node bench/bullmq_bench.mjs --port "$RP" --jobs "$N_BULL" --payload-bytes 100 \
+          --concurrency none 2>>"$tmp/bullmq.err")
+    line=$(printf '%s\n' "$out" | grep '^add ')
+    put "mem.bull.$1" "$(kv "$line" bytes_per_job)"
+}
+
+section5() {
+    say "5. memory"
+    local lv
+    lv=$(rcli config get hash-max-listpack-value | tail -n 1)
+    mem_retryd default
+    put mem.bull.default "$(get bull.bytes)"
+    rcli config set hash-max-listpack-value 256 >/dev/null
+    mem_retryd lp256
+    mem_bull lp256
+    rcli config set hash-max-listpack-value "$lv" >/dev/null
+    local un="BullMQ: unavailable ($BULL_WHY)"
+    b() { if [ "$BULL_OK" = 1 ]; then "$@"; else echo "$un"; fi; }
+    table_start "5. Memory: Redis bytes per pending message, 100-byte payload (INFO used_memory delta / $N_BULL)" \
+        figure retryd BullMQ "retryd / BullMQ"
+    row "default config (hash-max-listpack-value $lv)" "$(fmt_int "$(get mem.default)")" \
+        "$(b fmt_int "$(get mem.bull.default)")" "$(ratio "$(get mem.default)" "$(get mem.bull.default)")"
+    row "with hash-max-listpack-value 256" "$(fmt_int "$(get mem.lp256)")" \
+        "$(b fmt_int "$(get mem.bull.lp256)")" "$(ratio "$(get mem.lp256)" "$(get mem.bull.lp256)")"
+}
+
+# ---------------------------------------------------------------------------
+# 6. Retry latency
+# ---------------------------------------------------------------------------
+section6() {
+    say "6. retry latency under load"
+    local load=$((N_HTTP * 2)) ql="r-load" qr="r-retry"
+    lg_http r.fill enqueue "$ql" 50 "$load"
+    lg_http r.fill2 enqueue "$qr" 8 "$N_RETRY"
+    # Background: 48 workers claim+succeed on another queue for the whole run.
+    "$LOADGEN" work --port "$HP" --queue "$ql" --conns 48 --messages "$load" \
+        >"$tmp/bg.out" 2>>"$tmp/loadgen.err" &
+    bg_pid=$!
+    sleep 0.2
+    lg_http r.retry failonce "$qr" 8 "$N_RETRY" --retry-after-s 1
+    put r.bg_running "$(kill -0 "$bg_pid" 2>/dev/null && echo yes || echo no)"
+    wait "$bg_pid" 2>/dev/null
+    bg_pid=""
+    put r.bg_rate "$(kv "$(grep '^mode=' "$tmp/bg.out")" msgs_per_s)"
+    table_start "6. Retry latency: from retry_after to claimed (Redis clock at both ends, ms)" \
+        figure "p50 / p99" "one tick" "p99 / tick"
+    row "retry_after 1 s, 8 workers idle in long-poll, 48 busy workers on another queue ($N_RETRY msgs)" \
+        "$(get r.retry.retry_p50) / $(get r.retry.retry_p99)" "250" \
+        "$(ratio "$(get r.retry.retry_p99)" 250)"
+    row "retry_after 0, every message failing once at full load (section 2, queueing included)" \
+        "$(get http.failonce.retry_p50) / $(get http.failonce.retry_p99)" "250" \
+        "$(ratio "$(get http.failonce.retry_p99)" 250)"
+    row "  background load during the measured run (msgs/s; still running at its end)" \
+        "$(fmt_int "$(get r.bg_rate)")" "$(get r.bg_running)" ""
+}
+
+# ---------------------------------------------------------------------------
+# 7. appendonly everysec
+# ---------------------------------------------------------------------------
+# A fresh pair with no persistence and a fresh pair with appendonly everysec,
+# side by side (the big dataset of section 4 is gone first); every figure
+# runs on one pair and then at once on the other.
+section7() {
+    say "7. appendonly everysec beside no persistence"
+    stop_retryd
+    stop_redis
+    start_redis none; start_retryd; save_pair none
+    start_redis aof; start_retryd; save_pair aof
+    local t rep k
+    for rep in $(seq 1 "$REPS"); do
+        say "7. repetition $rep of $REPS"
+        for t in none aof; do use_pair $t
+            rb "s7.$t.enqueue.$rep" fcall "$N_AOF" 50 16 FCALL enqueue 1 "$(base "a-s1-$rep")" \
+                "$PAYLOAD" 3 0; done
+        for t in none aof; do use_pair $t
+            rb "s7.$t.claim.$rep" fcall "$N_AOF" 50 16 FCALL claim 1 "$(base "a-s1-$rep")" 30000 1
+        done
+        for t in none aof; do use_pair $t; lg_http "s7.$t.henq.$rep" enqueue "a-h-$rep" 50 "$N_AOF"; done
+        for t in none aof; do use_pair $t
+            lg_http "s7.$t.w1.$rep" work "a-h-$rep" 50 "$N_AOF" --count 1; done
+        for t in none aof; do use_pair $t; lg_http "s7.$t.henq_b.$rep" enqueue "a-b-$rep" 50 "$N_AOF"; done
+        for t in none aof; do use_pair $t
+            lg_http "s7.$t.w10.$rep" work "a-b-$rep" 50 "$N_AOF" --count 10; done
+    done
+    for t in none aof; do
+        for k in enqueue.rps claim.rps henq.rate henq.redis_us w1.rate w1.redis_us w10.rate; do
+            local vals=()
+            for rep in $(seq 1 "$REPS"); do vals+=("$(get "s7.$t.${k%%.*}.$rep.${k#*.}")"); done
+            put "s7.$t.$k" "$(median "${vals[@]}")"
+        done
+        put "s7.$t.life" "$(calc "$(get "s7.$t.henq.redis_us") + $(get "s7.$t.w1.redis_us")")"
+    done
+    local mc="median of $REPS"
+    [ "$REPS" = 1 ] && mc="1 run"
+    table_start "7. appendonly everysec beside no persistence (two fresh pairs, runs in turns, $N_AOF messages, $mc)" \
+        figure "appendonly everysec" "no persistence" ratio
+    local f
+    for f in "enqueue.rps:FCALL enqueue -P 16 (calls/s)" "claim.rps:FCALL claim -P 16 (calls/s)" \
+             "henq.rate:HTTP enqueue (msgs/s)" "w1.rate:HTTP claim+succeed, count 1 (msgs/s)" \
+             "w10.rate:HTTP claim+succeed, count 10 + batch ack (msgs/s)"; do
+        row "${f#*:}" "$(fmt_int "$(get "s7.aof.${f%%:*}")")" "$(fmt_int "$(get "s7.none.${f%%:*}")")" \
+            "$(ratio "$(get "s7.aof.${f%%:*}")" "$(get "s7.none.${f%%:*}")")"
+    done
+    row "Redis CPU per lifecycle, count 1 (µs)" "$(fmt "$(get s7.aof.life)" 1)" \
+        "$(fmt "$(get s7.none.life)" 1)" "$(ratio "$(get s7.aof.life)" "$(get s7.none.life)")"
+}
+
+# ---------------------------------------------------------------------------
+# Targets
+# ---------------------------------------------------------------------------
+# verdict VALUE OP LIMIT: met / missed / n/a.
+verdict() {
+    awk -v v="$1" -v op="$2" -v l="$3" 'BEGIN {
+        if (v == "" || v == "n/a" || v ~ /skipped|unavailable/) { print "n/a"; exit }
+        ok = (op == "<=") ? (v + 0 <= l + 0) : (v + 0 >= l + 0)
+        print ok ? "met" : "missed" }'
+}
+
+targets() {
+    local r skip="skipped (QUICK)"
+    table_start "Targets" target measured goal verdict
+    r=$(calc "$(get life.retryd) / $(get life.bull)")
+    [ "$BULL_OK" = 1 ] || r="BullMQ: unavailable"
+    row "Redis CPU per lifecycle ≤ 1/3 of BullMQ's (retryd / BullMQ)" "$(fmt "$r" 2)" "≤ 0.33" \
+        "$(verdict "$r" "<=" 0.3334)"
+    r=$(calc "$(get http.w50c1.rate) / $(get bull.c50)")
+    [ "$BULL_OK" = 1 ] || r="BullMQ: unavailable"
+    row "HTTP claim+succeed, count 1, vs BullMQ Worker c=50" "$(fmtx "$r")" "≥ 1.2x" \
+        "$(verdict "$r" ">=" 1.2)"
+    r=$(calc "$(get http.w50c10.rate) / $(get bull.c50)")
+    [ "$BULL_OK" = 1 ] || r="BullMQ: unavailable"
+    row "HTTP claim+succeed, count 10 + batch ack, vs BullMQ Worker c=50" "$(fmtx "$r")" "≥ 3x" \
+        "$(verdict "$r" ">=" 3)"
+    r=$(calc "$(get claim.p16.rps) / $(get minclaim.p16.rps)")
+    row "claim vs minimal Lua claim, -P 16 (calls/s ratio)" "$(fmtx "$r")" "≥ 0.8x" \
+        "$(verdict "$r" ">=" 0.8)"
+    r=$(calc "$(get claim.p1.rps) / $(get minclaim.p1.rps)")
+    row "claim vs minimal Lua claim, -P 1 (calls/s ratio)" "$(fmtx "$r")" "≥ 0.8x" \
+        "$(verdict "$r" ">=" 0.8)"
+    if [ "$GROWTH_BIG" -gt 0 ]; then
+        r=$(calc "$(get g.claim.big.rate) / $(get g.claim.small.rate)")
+        row "claim throughput at 1M pending vs 1k" "$(fmtx "$r")" "≥ 0.90x" "$(verdict "$r" ">=" 0.9)"
+        r=$(calc "$(get g.page.big.rps) / $(get g.page.small.rps)")
+        row "dead-letter page at 1M dead vs 1k" "$(fmtx "$r")" "≥ 0.80x" "$(verdict "$r" ">=" 0.8)"
+    else
+        row "claim throughput at 1M pending vs 1k" "$skip" "≥ 0.90x" "n/a"
+        row "dead-letter page at 1M dead vs 1k" "$skip" "≥ 0.80x" "n/a"
+    fi
+    r=$(calc "$(get mem.default) / $(get mem.bull.default)")
+    [ "$BULL_OK" = 1 ] || r="BullMQ: unavailable"
+    row "bytes per pending message ≤ 1/3 of BullMQ's (retryd / BullMQ)" "$(fmt "$r" 2)" "≤ 0.33" \
+        "$(verdict "$r" "<=" 0.3334)"
+    r=$(get r.retry.retry_p99)
+    row "due-to-claimable p99 (ms), idle long-poll workers, under load" "$r" "≤ 250" \
+        "$(verdict "$r" "<=" 250)"
+}
+
+# ---------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------
+t_start=$(date +%s)
+echo "## retryd benchmark ($( [ "$QUICK" = 1 ] && echo QUICK || echo full ))"
+echo
+echo "- machine: $(nproc) cores, $(lscpu 2>/dev/null | awk -F: '/Model name/{gsub(/^ +/, "", $2); print $2; exit}'), $(uname -srm)"
+echo "- $(redis-server --version | cut -d' ' -f1-3); node $(node --version 2>/dev/null || echo none); retryd $(git describe --always --dirty 2>/dev/null || echo "?")"
+echo "- redis-server, retryd (--tick-ms 250), loadgen, redis-benchmark and node share the machine;"
+echo "  load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+start_redis none
+say "redis-server pid $redis_pid on 127.0.0.1:$RP"
+sec_begin "1. Redis-native"; section1; sec_end
+sec_begin "1c. claim steps"; section1c; sec_end
+start_retryd
+say "retryd pid $retryd_pid on 127.0.0.1:$HP"
+sec_begin "2+3. HTTP and BullMQ, interleaved"; section23; sec_end
+sec_begin "5. memory"; section5; sec_end
+sec_begin "6. retry latency"; section6; sec_end
+sec_begin "4. growth"; section4; sec_end
+sec_begin "7. appendonly everysec / none"; section7; sec_end
+environment
+targets
+echo
+echo "wall time: $(( $(date +%s) - t_start )) s; load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "bench: $rows rows, $missing without a figure"
+[ "$missing" -eq 0 ]
