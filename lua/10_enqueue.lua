@@ -4,9 +4,11 @@
 --   ARGV[2]  max_retries                        integer 1..10
 --   ARGV[3]  delay_ms                           integer >= 0; > 0 schedules it
 --   ARGV[4]  idempotency_key                    "" for none; else 1..255 bytes
--- Returns {"ok", message}, or {"duplicate", message} when the key was used in
--- this queue within 24 h: the original message, nothing created. When that
--- message was deleted since (retention), the reply is {"duplicate", {"id", id}}.
+-- Returns {"ok", id, now_ms}: the caller has every other field already, so
+-- the message is not read back (a third of enqueue's cost). Or {"duplicate",
+-- message} when the key was used in this queue within 24 h: the original
+-- message, nothing created; when that message was deleted since (retention),
+-- {"duplicate", {"id", id}}.
 -- Publishes on the queue's wake channel when the message is ready now.
 local function enqueue(keys, args)
   local base = keys[1]
@@ -51,7 +53,7 @@ local function enqueue(keys, args)
   end
   if idem_key then redis.call('HSET', mkey, 'idempotency_key', idem) end
   redis.call('HINCRBY', k.stats, 'enqueued', 1)
-  return { 'ok', message_reply(mkey, id) }
+  return { 'ok', id, now }
 end
 
 redis.register_function('enqueue', enqueue)

@@ -20,7 +20,8 @@ local function claim(keys, args)
   promote_due(k, now, math.max(count, PROMOTE_IN_CLAIM))
   local out = { 'ok' }
   local deadline = now + lease_ms
-  local serial = tonumber(redis.call('HGET', k.stats, 'claimed') or '0')
+  -- Reserve `count` serials in one call; give back the ones not used.
+  local serial = redis.call('HINCRBY', k.stats, 'claimed', count) - count
   local skipped = 0
   local lists = { k.due, k.ready }
   for l = 1, 2 do
@@ -43,7 +44,7 @@ local function claim(keys, args)
       end
     end
   end
-  if #out > 1 then redis.call('HINCRBY', k.stats, 'claimed', #out - 1) end
+  if #out - 1 < count then redis.call('HINCRBY', k.stats, 'claimed', (#out - 1) - count) end
   return out
 end
 

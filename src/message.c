@@ -60,18 +60,66 @@ void rd_message_set_field(rd_message_t *m, const char *name, size_t name_len,
     else if (FIELD_IS("updated_at")) m->updated_at_ms = to_ll(value, value_len);
 }
 
+/* Civil date from days since 1970-01-01 (Howard Hinnant's algorithm): no
+ * gmtime_r/strftime on the hot path of every message written. */
+static void civil_from_days(long long z, int *y, unsigned *m, unsigned *d)
+{
+    z += 719468;
+    long long era = (z >= 0 ? z : z - 146096) / 146097;
+    unsigned doe = (unsigned)(z - era * 146097);
+    unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    unsigned mp = (5 * doy + 2) / 153;
+    *d = doy - (153 * mp + 2) / 5 + 1;
+    *m = mp < 10 ? mp + 3 : mp - 9;
+    *y = (int)(yoe + era * 400 + (*m <= 2));
+}
+
+static char *put_digits(char *p, unsigned v, int width)
+{
+    for (int i = width - 1; i >= 0; i--) {
+        p[i] = (char)('0' + v % 10);
+        v /= 10;
+    }
+    return p + width;
+}
+
 void rd_format_time_ms(long long epoch_ms, char *out)
 {
-    time_t secs = (time_t)(epoch_ms / 1000);
-    int ms = (int)(epoch_ms % 1000);
+    long long secs = epoch_ms / 1000;
+    long long ms = epoch_ms % 1000;
     if (ms < 0) {
         ms += 1000;
         secs -= 1;
     }
-    struct tm tm;
-    gmtime_r(&secs, &tm);
-    size_t n = strftime(out, 32, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(out + n, 32 - n, ".%03dZ", ms % 1000);
+    long long days = secs / 86400;
+    long long rem = secs % 86400;
+    if (rem < 0) {
+        rem += 86400;
+        days -= 1;
+    }
+    int y;
+    unsigned mo, d;
+    civil_from_days(days, &y, &mo, &d);
+    if (y < 0 || y > 9999) {  /* out of RFC 3339's range: not a time we write */
+        snprintf(out, 32, "%s", y < 0 ? "0000-01-01T00:00:00.000Z" : "9999-12-31T23:59:59.999Z");
+        return;
+    }
+    char *p = put_digits(out, (unsigned)y, 4);
+    *p++ = '-';
+    p = put_digits(p, mo, 2);
+    *p++ = '-';
+    p = put_digits(p, d, 2);
+    *p++ = 'T';
+    p = put_digits(p, (unsigned)(rem / 3600), 2);
+    *p++ = ':';
+    p = put_digits(p, (unsigned)(rem % 3600 / 60), 2);
+    *p++ = ':';
+    p = put_digits(p, (unsigned)(rem % 60), 2);
+    *p++ = '.';
+    p = put_digits(p, (unsigned)ms, 3);
+    *p++ = 'Z';
+    *p = '\0';
 }
 
 static void set_time(rd_json_t *obj, const char *name, long long ms)

@@ -48,6 +48,8 @@ struct rd_redis {
 
     uv_timer_t reconnect_timer;
     uv_timer_t watchdog;
+    uv_check_t flush;           /* writes queued commands at the end of each loop turn */
+    bool write_pending;
     pending_t *head, *tail;     /* in send order: the head is the oldest */
     rd_histogram_t rtt;
 
@@ -163,6 +165,7 @@ static void after_link_down(rd_redis_t *r)
     if (r->closing) {
         uv_close((uv_handle_t *)&r->reconnect_timer, on_handle_closed);
         uv_close((uv_handle_t *)&r->watchdog, on_handle_closed);
+        uv_close((uv_handle_t *)&r->flush, on_handle_closed);
         return;
     }
     /* Loud on the first failure, quiet while retrying. */
@@ -427,6 +430,7 @@ int rd_redis_command(rd_redis_t *r, int argc, const char **argv, const size_t *l
         return -1;
     }
     link_pending(r, p);
+    r->write_pending = true;
     return 0;
 }
 
@@ -497,6 +501,20 @@ bool rd_redis_ready(const rd_redis_t *r)
     return r->state == READY && !r->closing;
 }
 
+/* ---------------------------------------------------------------- flushing */
+
+/* hiredis only buffers a command and waits for the socket to poll writable,
+ * which costs a loop turn per round trip: Redis and retryd then take turns
+ * instead of working at once. Writing at the end of every loop turn sends all
+ * the commands that turn produced in one write, right away. */
+static void on_flush(uv_check_t *h)
+{
+    rd_redis_t *r = h->data;
+    if (!r->write_pending) return;
+    r->write_pending = false;
+    if (r->ac && (r->ac->c.flags & REDIS_CONNECTED)) redisAsyncHandleWrite(r->ac);
+}
+
 /* ---------------------------------------------------------------- watchdog */
 
 /* Frees the context now: every pending callback runs with NULL (LOST). hiredis
@@ -548,8 +566,11 @@ rd_redis_t *rd_redis_start(uv_loop_t *loop, const rd_redis_options_t *opts)
     rd_histogram_init(&r->rtt, rtt_bounds, sizeof rtt_bounds / sizeof rtt_bounds[0]);
     uv_timer_init(loop, &r->reconnect_timer);
     uv_timer_init(loop, &r->watchdog);
+    uv_check_init(loop, &r->flush);
+    r->flush.data = r;
+    uv_check_start(&r->flush, on_flush);
     r->reconnect_timer.data = r->watchdog.data = r;
-    r->open_handles = 2;
+    r->open_handles = 3;
     uint64_t every = (uint64_t)(r->timeout_ms / 4 < 250 ? r->timeout_ms / 4 : 250);
     uv_timer_start(&r->watchdog, on_watchdog, every, every);
     connect_now(r);

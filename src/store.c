@@ -31,14 +31,25 @@ struct rd_store {
 };
 
 typedef enum reply_kind {
-    KIND_MESSAGES, KIND_LIST, KIND_TICK, KIND_NAMES, KIND_PING, KIND_OUTCOMES, KIND_COUNT,
+    KIND_MESSAGES, KIND_ENQUEUED, KIND_LIST, KIND_TICK, KIND_NAMES, KIND_PING, KIND_OUTCOMES,
+    KIND_COUNT,
     KIND_REPLAYED, KIND_PURGED, KIND_STATS, KIND_DELETED
 } reply_kind_t;
+
+/* What enqueue sent, to build the new message from {"ok", id, now}. */
+typedef struct enqueued {
+    char *payload;              /* owned copies */
+    size_t payload_len;
+    char *idempotency_key;
+    int max_retries;
+    long long delay_ms;
+} enqueued_t;
 
 typedef struct op {
     reply_kind_t kind;
     rd_store_cb cb;
     void *arg;
+    enqueued_t *enq;            /* KIND_ENQUEUED */
 } op_t;
 
 rd_store_t *rd_store_new(uv_loop_t *loop, rd_backend_t *redis, const char *prefix)
@@ -172,9 +183,36 @@ static bool parse_stats(const rd_reply_t *reply, rd_queue_stats_t *st)
     return st->totals != NULL && st->top_errors != NULL;
 }
 
+/* {"ok", id, now}: the message is what was sent, as the function stored it. */
+static bool parse_enqueued(const rd_reply_t *reply, const enqueued_t *e, rd_store_result_t *res)
+{
+    if (!parse_outcome(reply, res)) return false;
+    if (res->status == RD_STORE_DUPLICATE) return parse_messages(reply, 1, res);
+    if (res->status != RD_STORE_OK) return false;
+    long long id, now;
+    if (rd_reply_len(reply) != 3 || !rd_reply_int(rd_reply_at(reply, 1), &id) ||
+        !rd_reply_int(rd_reply_at(reply, 2), &now))
+        return false;
+    res->messages = rd_calloc(1, sizeof *res->messages);
+    res->count = 1;
+    rd_message_t *m = &res->messages[0];
+    rd_message_init(m);
+    m->id = id;
+    m->status = RD_STATUS_PENDING;
+    m->payload = (rd_str_t){ e->payload, e->payload_len };
+    m->max_retries = e->max_retries;
+    m->created_at_ms = m->updated_at_ms = now;
+    if (e->delay_ms > 0) m->retry_after_ms = now + e->delay_ms;
+    if (e->idempotency_key)
+        m->idempotency_key = (rd_str_t){ e->idempotency_key, strlen(e->idempotency_key) };
+    return true;
+}
+
 static bool parse_reply(reply_kind_t kind, const rd_reply_t *reply, rd_store_result_t *res)
 {
     switch (kind) {
+    case KIND_ENQUEUED:
+        return false;  /* parsed by parse_enqueued, which needs the op */
     case KIND_PING:
         return rd_reply_is(reply, "PONG");
     case KIND_NAMES: {
@@ -242,6 +280,16 @@ static bool parse_reply(reply_kind_t kind, const rd_reply_t *reply, rd_store_res
     return false;
 }
 
+static void free_op(op_t *op)
+{
+    if (op->enq) {
+        rd_free(op->enq->payload);
+        rd_free(op->enq->idempotency_key);
+        rd_free(op->enq);
+    }
+    rd_free(op);
+}
+
 static void free_result(rd_store_result_t *res)
 {
     rd_free(res->messages);
@@ -263,7 +311,8 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
     } else if (rd_reply_type(reply) == RD_REPLY_ERROR) {
         res.status = RD_STORE_ERROR;
         res.detail.ptr = rd_reply_str(reply, &res.detail.len);
-    } else if (!parse_reply(op->kind, reply, &res)) {
+    } else if (op->kind == KIND_ENQUEUED ? !parse_enqueued(reply, op->enq, &res)
+                                         : !parse_reply(op->kind, reply, &res)) {
         rd_error("store: unexpected reply shape (kind %d)", (int)op->kind);
         free_result(&res);
         memset(&res, 0, sizeof res);
@@ -273,7 +322,7 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
     }
     op->cb(&res, op->arg);
     free_result(&res);
-    rd_free(op);
+    free_op(op);
 }
 
 /* ---------------------------------------------------------------- calls */
@@ -332,17 +381,25 @@ static void begin_fcall(call_t *c, rd_store_t *st, const char *fn, rd_store_queu
     }
 }
 
-static int send_call(rd_store_t *st, call_t *c, reply_kind_t kind, rd_store_cb cb, void *arg)
+/* Takes ownership of enq (NULL for every kind but KIND_ENQUEUED). */
+static int send_call_with(rd_store_t *st, call_t *c, reply_kind_t kind, enqueued_t *enq,
+                          rd_store_cb cb, void *arg)
 {
     op_t *op = rd_malloc(sizeof *op);
     op->kind = kind;
     op->cb = cb;
     op->arg = arg;
+    op->enq = enq;
     int rc = rd_backend_command(st->redis, c->argc, c->argv, c->lens, on_reply, op);
-    if (rc != 0) rd_free(op);
+    if (rc != 0) free_op(op);
     rd_buf_free(&c->base);
     rd_buf_free(&c->mkey);
     return rc;
+}
+
+static int send_call(rd_store_t *st, call_t *c, reply_kind_t kind, rd_store_cb cb, void *arg)
+{
+    return send_call_with(st, c, kind, NULL, cb, arg);
 }
 
 static void on_registered(const rd_reply_t *reply, rd_redis_status_t status, void *arg)
@@ -390,7 +447,13 @@ int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, si
     arg_int(&c, max_retries);
     arg_int(&c, delay_ms);
     arg_str(&c, idempotency_key ? idempotency_key : "");
-    return send_call(st, &c, KIND_MESSAGES, cb, arg);
+    enqueued_t *e = rd_malloc(sizeof *e);
+    e->payload = rd_strndup(payload, len);
+    e->payload_len = len;
+    e->idempotency_key = idempotency_key ? rd_strdup(idempotency_key) : NULL;
+    e->max_retries = max_retries;
+    e->delay_ms = delay_ms;
+    return send_call_with(st, &c, KIND_ENQUEUED, e, cb, arg);
 }
 
 int rd_store_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int count,
@@ -538,7 +601,7 @@ int rd_store_replay_many(rd_store_t *st, rd_store_queue_t q, const char *mode,
         if (needle) ARG(needle, strlen(needle));
     }
 #undef ARG
-    op_t *op = rd_malloc(sizeof *op);
+    op_t *op = rd_calloc(1, sizeof *op);
     op->kind = KIND_REPLAYED;
     op->cb = cb;
     op->arg = arg;

@@ -108,7 +108,7 @@ fc_enqueue() {             # fc_enqueue Q PAYLOAD [MAX]: prints the id
     local out
     out=$(rcli --raw FCALL enqueue 1 "$(base "$1")" "$2" "${3:-3}" 0 "") || return 1
     rcli SADD "$PREFIX:queues" "$1" >/dev/null
-    printf '%s\n' "$out" | sed -n 3p
+    printf '%s\n' "$out" | sed -n 2p     # {"ok", id, now_ms}
 }
 fc_claim() {               # fc_claim Q COUNT
     rcli FCALL claim 1 "$(base "$1")" 60000 "$2" >/dev/null

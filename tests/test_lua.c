@@ -316,6 +316,26 @@ static void expect_msg_at(redisReply *r, const char *code, msg_t *m, const char 
     freeReplyObject(r);
 }
 
+/* enqueue's {"ok", id, now_ms}; then the stored message is read with get
+ * into m, so the tests below check what Redis holds. */
+#define expect_enqueued(q, r, m) expect_enqueued_at((q), (r), (m), __FILE__, __LINE__)
+static void expect_enqueued_at(const queue_t *q, redisReply *r, msg_t *m, const char *file,
+                               int line)
+{
+    if (!has_code(r, "ok") || r->elements != 3 || r->element[1]->type != REDIS_REPLY_INTEGER ||
+        r->element[2]->type != REDIS_REPLY_INTEGER) {
+        const char *desc = reply_desc(r);
+        freeReplyObject(r);
+        FAIL_AT(file, line, "expected {\"ok\", id, now_ms}, got %s", desc);
+    }
+    long long id = r->element[1]->integer, now = r->element[2]->integer;
+    freeReplyObject(r);
+    expect_msg_at(fcall("get", q, id, END), "ok", m, file, line);
+    if (msg_int(m, "created_at") != now)
+        FAIL_AT(file, line, "enqueue said now=%lld, the message was created at %lld", now,
+                msg_int(m, "created_at"));
+}
+
 /* {"ok", message...}: returns how many (at most max). */
 #define expect_ok_msgs(r, out, max) expect_ok_msgs_at((r), (out), (max), __FILE__, __LINE__)
 static size_t expect_ok_msgs_at(redisReply *r, msg_t *out, size_t max, const char *file, int line)
@@ -464,7 +484,7 @@ static void make_due(const queue_t *q, long long id)
 static long long enqueue_ok(const queue_t *q, const char *payload, int max_retries, long long delay_ms)
 {
     msg_t m;
-    expect_ok_msg(fcall("enqueue", q, -1, payload, num(max_retries), num(delay_ms), END), &m);
+    expect_enqueued(q, fcall("enqueue", q, -1, payload, num(max_retries), num(delay_ms), END), &m);
     return m.id;
 }
 
@@ -569,7 +589,7 @@ static void test_enqueue_ids_and_fields(void **state)
     long long t0 = redis_now_ms();
     for (long long i = 1; i <= 3; i++) {
         msg_t m;
-        expect_ok_msg(fcall("enqueue", &q, -1, "job", "4", "0", END), &m);
+        expect_enqueued(&q, fcall("enqueue", &q, -1, "job", "4", "0", END), &m);
         assert_int_equal(m.id, i);
         assert_string_equal(msg_str(&m, "payload"), "job");
         assert_string_equal(msg_str(&m, "status"), "pending");
@@ -602,7 +622,7 @@ static void test_enqueue_payload_binary_safe(void **state)
     queue_init(&q, "binary");
     msg_t m;
 
-    expect_ok_msg(fcall_bin("enqueue", &q, -1, 3, args, lens), &m);
+    expect_enqueued(&q, fcall_bin("enqueue", &q, -1, 3, args, lens), &m);
     const field_t *f = msg_field(&m, "payload");
     assert_non_null(f);
     assert_int_equal(f->len, n);
@@ -621,7 +641,7 @@ static void test_enqueue_payload_binary_safe(void **state)
     assert_memory_equal(f->value, payload, n);
 
     /* The empty payload is a payload too. */
-    expect_ok_msg(fcall("enqueue", &q, -1, "", "3", "0", END), &m);
+    expect_enqueued(&q, fcall("enqueue", &q, -1, "", "3", "0", END), &m);
     assert_non_null(msg_field(&m, "payload"));
     assert_int_equal(msg_field(&m, "payload")->len, 0);
 }
@@ -631,7 +651,7 @@ static void test_enqueue_delayed(void **state)
     queue_t q;
     queue_init(&q, "delayed");
     msg_t m;
-    expect_ok_msg(fcall("enqueue", &q, -1, "later", "3", "60000", END), &m);
+    expect_enqueued(&q, fcall("enqueue", &q, -1, "later", "3", "60000", END), &m);
     assert_string_equal(msg_str(&m, "status"), "pending");
     assert_int_equal(msg_int(&m, "retry_after"), msg_int(&m, "created_at") + 60000);
     assert_int_equal(zscore(qkey(&q, "scheduled"), m.id), msg_int(&m, "retry_after"));
@@ -1547,7 +1567,7 @@ static void test_enqueue_idempotency_key(void **state)
     queue_t q;
     queue_init(&q, "idem");
     msg_t m, d;
-    expect_ok_msg(fcall("enqueue", &q, -1, "first", "3", "0", "order-17", END), &m);
+    expect_enqueued(&q, fcall("enqueue", &q, -1, "first", "3", "0", "order-17", END), &m);
     assert_int_equal(m.id, 1);
     assert_string_equal(msg_str(&m, "idempotency_key"), "order-17");
 
@@ -1571,16 +1591,16 @@ static void test_enqueue_idempotency_key(void **state)
 
     /* Other keys, no key, and other queues are independent. */
     assert_int_equal(enqueue_ok(&q, "x", 3, 0), 2);
-    expect_ok_msg(fcall("enqueue", &q, -1, "y", "3", "0", "order-18", END), &m);
+    expect_enqueued(&q, fcall("enqueue", &q, -1, "y", "3", "0", "order-18", END), &m);
     assert_int_equal(m.id, 3);
-    expect_ok_msg(fcall("enqueue", &q, -1, "z", "3", "0", "", END), &m);
+    expect_enqueued(&q, fcall("enqueue", &q, -1, "z", "3", "0", "", END), &m);
     assert_int_equal(m.id, 4);
     assert_no_field(&m, "idempotency_key");
-    expect_ok_msg(fcall("enqueue", &q, -1, "z", "3", "0", "", END), &m);
+    expect_enqueued(&q, fcall("enqueue", &q, -1, "z", "3", "0", "", END), &m);
     assert_int_equal(m.id, 5);
     queue_t other;
     queue_init(&other, "idem-other");
-    expect_ok_msg(fcall("enqueue", &other, -1, "first", "3", "0", "order-17", END), &m);
+    expect_enqueued(&other, fcall("enqueue", &other, -1, "first", "3", "0", "order-17", END), &m);
     assert_int_equal(m.id, 1);
 
     /* The original is gone (retention): only its id comes back. */
@@ -1595,7 +1615,7 @@ static void test_enqueue_idempotency_key(void **state)
     key[256] = '\0';
     expect_error(fcall("enqueue", &q, -1, "p", "3", "0", key, END));
     key[255] = '\0';
-    expect_ok_msg(fcall("enqueue", &q, -1, "p", "3", "0", key, END), &m);
+    expect_enqueued(&q, fcall("enqueue", &q, -1, "p", "3", "0", key, END), &m);
     assert_int_equal(m.id, 6);
 }
 
