@@ -1,20 +1,27 @@
 /* e2e_support.h - helpers for the end-to-end tests: free ports, starting and
- * stopping build/retryd, a tiny blocking HTTP/1.1 client, and parsing of what
- * the daemon answers (JSON bodies, RFC 3339 timestamps).
+ * stopping build/retryd, a tiny blocking HTTP/1.1 client, parsing of what
+ * the daemon answers (JSON bodies, RFC 3339 timestamps), and reads of Redis.
  *
- * Every helper reports failure by its return value and never aborts, so the
- * test file decides what to assert (and helpers may run on worker threads,
- * where cmocka's asserts must not be used). Sockets have send and receive
- * timeouts: a daemon that hangs makes a call fail instead of blocking forever. */
+ * Every helper above the "Assertions" section reports failure by its return
+ * value and never aborts, so the test file decides what to assert, and those
+ * helpers may run on worker threads, where cmocka's asserts must not be used
+ * (except the "Small strings" ones: their static buffers and counters are for
+ * the main thread only). The "Assertions" section, compiled only when
+ * cmocka.h was included first, holds the main-thread helpers the suites
+ * share: they fail the running test with a message. Sockets have send and
+ * receive timeouts: a daemon that hangs makes a call fail instead of blocking
+ * forever. */
 #ifndef RETRYD_E2E_SUPPORT_H
 #define RETRYD_E2E_SUPPORT_H
 
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,10 +29,13 @@
 #include <strings.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <hiredis/hiredis.h>
 
 #include "retryd/alloc.h"
 #include "retryd/json.h"
@@ -46,6 +56,14 @@ static inline long long e2e_mono_ms(void)
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Monotonic microseconds (wake-ups and round trips are well under a ms locally). */
+static inline long long e2e_mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 static inline long long e2e_wall_ms(void)
 {
     struct timespec ts;
@@ -58,6 +76,13 @@ static inline void e2e_pause_ms(int ms)
 {
     struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+}
+
+/* qsort comparator for long long values, ascending. */
+static inline int e2e_cmp_ll(const void *a, const void *b)
+{
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return (x > y) - (x < y);
 }
 
 /* A TCP port on 127.0.0.1 that was free a moment ago, or -1. */
@@ -95,6 +120,56 @@ static inline int e2e_connect(int port)
         return -1;
     }
     return fd;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Small strings (main thread only: rotating static buffers)                */
+/* ------------------------------------------------------------------------ */
+
+/* printf into one of 16 rotating buffers: valid for the next 15 calls, so a
+ * string kept across a loop of calls is copied into a local array. */
+static inline const char *e2e_fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
+static inline const char *e2e_fmt(const char *f, ...)
+{
+    static char ring[16][2048];
+    static unsigned next;
+    char *s = ring[next++ % 16];
+    va_list ap;
+    va_start(ap, f);
+    vsnprintf(s, sizeof ring[0], f, ap);
+    va_end(ap);
+    return s;
+}
+
+/* s with every byte but unreserved ones percent-encoded (a path segment or
+ * a query value), in one of 4 rotating buffers. */
+static inline const char *e2e_url_encode(const char *s)
+{
+    static char ring[4][1024];
+    static unsigned next;
+    char *out = ring[next++ % 4];
+    size_t n = 0;
+    for (; *s && n + 4 < sizeof ring[0]; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') out[n++] = (char)c;
+        else n += (size_t)snprintf(out + n, 4, "%%%02X", c);
+    }
+    out[n] = '\0';
+    return out;
+}
+
+/* "<tag>-<n>" into out: a queue name no other test of the suite uses (the
+ * suite's key prefix is already per run). */
+static inline void e2e_queue_name(char *out, size_t cap, const char *tag)
+{
+    static unsigned serial;
+    snprintf(out, cap, "%s-%u", tag, ++serial);
+}
+
+/* "redis://127.0.0.1:<port>" (an e2e_fmt buffer). */
+static inline const char *e2e_redis_url(int port)
+{
+    return e2e_fmt("redis://127.0.0.1:%d", port);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -307,6 +382,21 @@ static inline int e2e_request(e2e_conn_t *c, const char *method, const char *pat
     return e2e_read_response(c, r);
 }
 
+/* One request on *c (freeing what *r held first: it must be zeroed or a
+ * response), reopening c to port when the server had closed it; closes c
+ * when no complete response came. Returns 0, or -1 when none came. */
+static inline int e2e_try_request(e2e_conn_t *c, int port, e2e_response_t *r, const char *method,
+                                  const char *path, const char *body, size_t body_len)
+{
+    e2e_response_free(r);
+    if (c->fd < 0 && e2e_conn_open(c, port) != 0) return -1;
+    if (e2e_request(c, method, path, NULL, body, body_len, r) != 0) {
+        e2e_conn_close(c);
+        return -1;
+    }
+    return 0;
+}
+
 /* One request on a connection of its own; the status, or -1. */
 static inline int e2e_status_once(int port, const char *method, const char *path)
 {
@@ -350,32 +440,73 @@ typedef struct e2e_daemon {
     int port;
 } e2e_daemon_t;
 
+/* Forks and execs argv[0] (searched in PATH when it has no '/') with argv.
+ * The child dies with the test process. With a log_path, its stdout and
+ * stderr are appended to that file (created with mode) and its stdin is
+ * /dev/null; without, it shares the test's. Returns the pid, or -1. */
+static inline pid_t e2e_spawn(const char *const *argv, const char *log_path, mode_t mode)
+{
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (log_path) {
+            int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, mode);
+            if (fd >= 0) {
+                dup2(fd, 1);
+                dup2(fd, 2);
+            }
+            int in = open("/dev/null", O_RDONLY);
+            if (in >= 0) dup2(in, 0);
+        }
+        execvp(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
 /* Forks and execs bin with --listen 127.0.0.1:<free port> followed by args
- * (NULL-terminated). The child dies with the test process. Returns 0, -1. */
-static inline int e2e_daemon_spawn(e2e_daemon_t *d, const char *bin, const char *const *args)
+ * (NULL-terminated); wrapper (NULL, or a NULL-terminated argv such as
+ * {"valgrind", ..., NULL}) runs in front of bin, and log_path (NULL: none)
+ * gets its stdout and stderr (see e2e_spawn). Returns 0, -1. */
+static inline int e2e_daemon_spawn_logged(e2e_daemon_t *d, const char *const *wrapper,
+                                          const char *bin, const char *const *args,
+                                          const char *log_path)
 {
     char listen[64];
     d->pid = 0;
     d->port = e2e_free_port();
     if (d->port < 0) return -1;
     snprintf(listen, sizeof listen, "127.0.0.1:%d", d->port);
-    const char *argv[32];
+    const char *argv[64];
     int argc = 0;
+    for (size_t i = 0; wrapper && wrapper[i] && argc < 30; i++) argv[argc++] = wrapper[i];
     argv[argc++] = bin;
     argv[argc++] = "--listen";
     argv[argc++] = listen;
-    for (size_t i = 0; args[i] && argc < 31; i++) argv[argc++] = args[i];
+    for (size_t i = 0; args[i] && argc < 63; i++) argv[argc++] = args[i];
     argv[argc] = NULL;
-
-    pid_t pid = fork();
+    pid_t pid = e2e_spawn(argv, log_path, 0600);
     if (pid < 0) return -1;
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        execv(bin, (char *const *)argv);
-        _exit(127);
-    }
     d->pid = pid;
     return 0;
+}
+
+/* e2e_daemon_spawn_logged without wrapper or log: the child shares the
+ * test's stdout and stderr. Returns 0, -1. */
+static inline int e2e_daemon_spawn(e2e_daemon_t *d, const char *bin, const char *const *args)
+{
+    return e2e_daemon_spawn_logged(d, NULL, bin, args, NULL);
+}
+
+/* True when the daemon has exited: reaps it (pid becomes 0) and stores its
+ * wait status in *wstatus. False while it runs, or when none was started. */
+static inline bool e2e_daemon_exited(e2e_daemon_t *d, int *wstatus)
+{
+    if (d->pid <= 0) return false;
+    if (waitpid(d->pid, wstatus, WNOHANG) != d->pid) return false;
+    d->pid = 0;
+    return true;
 }
 
 /* Polls until path answers `want` (bounded by timeout_ms). Returns 0, or -1
@@ -386,14 +517,22 @@ static inline int e2e_daemon_wait_status(e2e_daemon_t *d, const char *path, int 
     long long deadline = e2e_mono_ms() + timeout_ms;
     while (e2e_mono_ms() < deadline) {
         int wstatus;
-        if (waitpid(d->pid, &wstatus, WNOHANG) == d->pid) {
-            d->pid = 0;
-            return -1;
-        }
+        if (e2e_daemon_exited(d, &wstatus)) return -1;
         if (e2e_status_once(d->port, "GET", path) == want) return 0;
         e2e_pause_ms(20);
     }
     return -1;
+}
+
+/* Waits for /healthz 200 when want_health, then for /readyz 200 when
+ * want_ready, each bounded by timeout_ms. Returns 0, or -1 (see
+ * e2e_daemon_wait_status). */
+static inline int e2e_daemon_wait_up(e2e_daemon_t *d, bool want_health, bool want_ready,
+                                     int timeout_ms)
+{
+    if (want_health && e2e_daemon_wait_status(d, "/healthz", 200, timeout_ms) != 0) return -1;
+    if (want_ready && e2e_daemon_wait_status(d, "/readyz", 200, timeout_ms) != 0) return -1;
+    return 0;
 }
 
 /* Sends sig (0: none, only wait) and reaps the daemon within timeout_ms.
@@ -425,16 +564,80 @@ static inline int e2e_daemon_stop(e2e_daemon_t *d, int sig, int timeout_ms)
     return 256 + WTERMSIG(wstatus);
 }
 
+/* A group teardown's verdict on the e2e_daemon_stop results of its two
+ * daemons A and B after SIGTERM: 0 when both exited 0; else prints
+ * "<suite>: after SIGTERM: A <sa>, B <sb> (...)" to stderr and returns -1. */
+static inline int e2e_pair_stopped(const char *suite, int sa, int sb)
+{
+    if (sa != 0 || sb != 0) {
+        fprintf(stderr, "%s: after SIGTERM: A %d, B %d (want 0 and 0; -1 = killed)\n", suite,
+                sa, sb);
+        return -1;
+    }
+    return 0;
+}
+
 /* True while the daemon process has not exited. */
 static inline bool e2e_daemon_alive(e2e_daemon_t *d)
 {
     int wstatus;
     if (d->pid <= 0) return false;
-    if (waitpid(d->pid, &wstatus, WNOHANG) == d->pid) {
-        d->pid = 0;
-        return false;
+    return !e2e_daemon_exited(d, &wstatus);
+}
+
+/* Spawns bin with args (e2e_daemon_spawn) and waits for it (e2e_daemon_wait_up).
+ * When it does not come up, prints "<suite>: retryd on port N did not become
+ * ready" to stderr and kills it. Returns 0, -1. */
+static inline int e2e_daemon_start(e2e_daemon_t *d, const char *bin, const char *const *args,
+                                   bool want_health, bool want_ready, int timeout_ms,
+                                   const char *suite)
+{
+    if (e2e_daemon_spawn(d, bin, args) != 0) return -1;
+    if (e2e_daemon_wait_up(d, want_health, want_ready, timeout_ms) != 0) {
+        fprintf(stderr, "%s: retryd on port %d did not become ready\n", suite, d->port);
+        e2e_daemon_stop(d, SIGKILL, E2E_STOP_TIMEOUT_MS);
+        return -1;
     }
-    return true;
+    return 0;
+}
+
+/* The flags the suites start retryd with; argv points into the struct. */
+typedef struct e2e_flags {
+    char redis[1024], prefix[128], tick[16];
+    const char *argv[40];
+} e2e_flags_t;
+
+/* Fills f: <redis_flag> <redis> --prefix <prefix> --tick-ms <tick_ms>
+ * --log-level <level>, then the NULL-terminated extra flags in ap (later
+ * flags override earlier ones). Copies the strings it is given; returns
+ * f->argv (NULL-terminated). */
+static inline const char *const *e2e_flags_v(e2e_flags_t *f, const char *redis_flag,
+                                             const char *redis, const char *prefix, int tick_ms,
+                                             const char *level, va_list ap)
+{
+    snprintf(f->redis, sizeof f->redis, "%s", redis);
+    snprintf(f->prefix, sizeof f->prefix, "%s", prefix);
+    snprintf(f->tick, sizeof f->tick, "%d", tick_ms);
+    const char *fixed[] = { redis_flag, f->redis, "--prefix", f->prefix, "--tick-ms", f->tick,
+                            "--log-level", level };
+    size_t n = 0;
+    for (; n < sizeof fixed / sizeof fixed[0]; n++) f->argv[n] = fixed[n];
+    for (const char *a = va_arg(ap, const char *); a && n < 39; a = va_arg(ap, const char *))
+        f->argv[n++] = a;
+    f->argv[n] = NULL;
+    return f->argv;
+}
+
+/* e2e_flags_v with the extra flags as arguments (NULL-terminated). */
+static inline const char *const *e2e_flags(e2e_flags_t *f, const char *redis_flag,
+                                           const char *redis, const char *prefix, int tick_ms,
+                                           const char *level, ...)
+{
+    va_list ap;
+    va_start(ap, level);
+    e2e_flags_v(f, redis_flag, redis, prefix, tick_ms, level, ap);
+    va_end(ap);
+    return f->argv;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -474,5 +677,243 @@ static inline char *e2e_json_with_string(const char *name, const char *value, si
     rd_json_free(o);
     return text;
 }
+
+/* ------------------------------------------------------------------------ */
+/* Redis                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* A blocking connection to host:port with timeout_s for connecting and for
+ * every command, or NULL when it cannot be made. */
+static inline redisContext *e2e_redis_connect(const char *host, int port, int timeout_s)
+{
+    struct timeval tv = { timeout_s, 0 };
+    redisContext *c = redisConnectWithTimeout(host, port, tv);
+    if (c == NULL) return NULL;
+    if (c->err) {
+        redisFree(c);
+        return NULL;
+    }
+    redisSetTimeout(c, tv);
+    return c;
+}
+
+/* True when a server on 127.0.0.1:port answers PING with PONG within
+ * timeout_ms (a server that is loading its AOF answers -LOADING: not yet). */
+static inline bool e2e_redis_pong(int port, int timeout_ms)
+{
+    struct timeval tv = { timeout_ms / 1000, (timeout_ms % 1000) * 1000 };
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+    if (c == NULL) return false;
+    bool up = false;
+    if (!c->err) {
+        redisSetTimeout(c, tv);
+        redisReply *r = redisCommand(c, "PING");
+        up = r && r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0;
+        if (r) freeReplyObject(r);
+    }
+    redisFree(c);
+    return up;
+}
+
+/* For a suite's group setup: RETRYD_BIN into *bin, RETRYD_TEST_REDIS_PORT
+ * into *redis_port and a connection to that Redis (timeout_s, see
+ * e2e_redis_connect) into *redis. When one is missing it prints why to
+ * stderr ("<suite>: ...") and returns -1; else 0. */
+static inline int e2e_suite_env(const char *suite, int timeout_s, const char **bin,
+                                int *redis_port, redisContext **redis)
+{
+    const char *port = getenv("RETRYD_TEST_REDIS_PORT");
+    *bin = getenv("RETRYD_BIN");
+    if (port == NULL || *bin == NULL) {
+        fprintf(stderr, "%s: RETRYD_TEST_REDIS_PORT and RETRYD_BIN must be set\n", suite);
+        return -1;
+    }
+    *redis_port = atoi(port);
+    *redis = e2e_redis_connect("127.0.0.1", *redis_port, timeout_s);
+    if (*redis == NULL) {
+        fprintf(stderr, "%s: cannot connect to Redis on port %d\n", suite, *redis_port);
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Assertions (cmocka, main thread only)                                    */
+/* ------------------------------------------------------------------------ */
+
+#ifdef fail_msg
+
+/* The member name of object o; fails the test when it is missing. */
+static inline rd_json_t *e2e_jget(const rd_json_t *o, const char *name)
+{
+    rd_json_t *v = rd_json_get(o, name);
+    if (v == NULL) fail_msg("member \"%s\" is missing", name);
+    return v;
+}
+
+/* The string member name of o; fails the test when it is not a string. */
+static inline const char *e2e_jstr(const rd_json_t *o, const char *name)
+{
+    const char *s = rd_json_string(e2e_jget(o, name));
+    if (s == NULL) fail_msg("member \"%s\" is not a string", name);
+    return s;
+}
+
+/* The integer member name of o; fails the test when it is not an integer. */
+static inline long long e2e_jint(const rd_json_t *o, const char *name)
+{
+    long long n;
+    if (!rd_json_integer(e2e_jget(o, name), &n)) fail_msg("member \"%s\" is not an integer", name);
+    return n;
+}
+
+/* Fails the test unless member name of o is null. */
+static inline void e2e_jnull(const rd_json_t *o, const char *name)
+{
+    if (!rd_json_is_null(e2e_jget(o, name))) fail_msg("member \"%s\" is not null", name);
+}
+
+/* A timestamp member in the SPEC's shape, as Unix milliseconds. */
+static inline long long e2e_jtime(const rd_json_t *o, const char *name)
+{
+    long long ms;
+    const char *s = e2e_jstr(o, name);
+    if (e2e_parse_time(s, &ms) != 0) fail_msg("%s \"%s\" is not YYYY-MM-DDTHH:MM:SS.mmmZ", name, s);
+    return ms;
+}
+
+/* Asserts status and application/json; returns the body object. */
+static inline rd_json_t *e2e_expect_json(const e2e_response_t *r, int status)
+{
+    if (r->status != status) fail_msg("expected %d, got %d: %s", status, r->status, r->body);
+    if (!e2e_media_type_is(r->content_type, "application/json"))
+        fail_msg("Content-Type \"%s\", expected application/json", r->content_type);
+    if (r->json == NULL || !rd_json_is_object(r->json)) fail_msg("body is not a JSON object");
+    return r->json;
+}
+
+/* Asserts an RFC 9457 problem's status, media type and type slug (only
+ * those); returns the problem object. */
+static inline rd_json_t *e2e_expect_problem_type(const e2e_response_t *r, int status,
+                                                 const char *slug)
+{
+    if (r->status != status)
+        fail_msg("expected %d %s, got %d: %s", status, slug, r->status, r->body);
+    if (!e2e_media_type_is(r->content_type, "application/problem+json"))
+        fail_msg("Content-Type \"%s\", expected application/problem+json", r->content_type);
+    if (r->json == NULL || !rd_json_is_object(r->json)) fail_msg("problem is not a JSON object");
+    assert_string_equal(e2e_jstr(r->json, "type"), e2e_fmt("/problems/%s", slug));
+    return r->json;
+}
+
+/* Asserts an RFC 9457 problem: status, media type, type, title, detail and
+ * instance (the request path without its query, unless instance is NULL). */
+static inline rd_json_t *e2e_expect_problem(const e2e_response_t *r, int status, const char *slug,
+                                            const char *instance)
+{
+    e2e_expect_problem_type(r, status, slug);
+    assert_true(e2e_jstr(r->json, "title")[0] != '\0');
+    assert_int_equal(e2e_jint(r->json, "status"), status);
+    assert_true(e2e_jstr(r->json, "detail")[0] != '\0');
+    if (instance) assert_string_equal(e2e_jstr(r->json, "instance"), instance);
+    return r->json;
+}
+
+/* The errors of problem p (from r) are an array of at least one entry, one
+ * of which names field (any will do when field is NULL). */
+static inline void e2e_expect_errors_name(const e2e_response_t *r, const rd_json_t *p,
+                                          const char *field)
+{
+    rd_json_t *errors = e2e_jget(p, "errors");
+    assert_true(rd_json_is_array(errors));
+    assert_true(rd_json_array_size(errors) >= 1);
+    if (field == NULL) return;
+    for (size_t i = 0; i < rd_json_array_size(errors); i++)
+        if (strcmp(e2e_jstr(rd_json_array_at(errors, i), "field"), field) == 0) return;
+    fail_msg("no error for field \"%s\": %s", field, r->body);
+}
+
+/* A 422 validation-failed problem whose errors name field (when not NULL). */
+static inline void e2e_expect_invalid_field(const e2e_response_t *r, const char *field)
+{
+    e2e_expect_errors_name(r, e2e_expect_problem(r, 422, "validation-failed", NULL), field);
+}
+
+/* Asserts a 204 with no body. */
+static inline void e2e_expect_no_content(const e2e_response_t *r)
+{
+    if (r->status != 204) fail_msg("expected 204, got %d: %s", r->status, r->body);
+    assert_int_equal(r->body_len, 0);
+    assert_true(r->content_length <= 0);
+}
+
+/* One request on *c (reopened to port after the server closed it, or when
+ * it is open to another port); fails the test unless a complete response
+ * came. extra: NULL or header lines; *r is freed first. */
+static inline void e2e_http_on(e2e_conn_t *c, int port, e2e_response_t *r, const char *method,
+                               const char *path, const char *extra, const char *body,
+                               size_t body_len)
+{
+    e2e_response_free(r);
+    if (c->fd >= 0 && c->port != port) e2e_conn_close(c);
+    if (c->fd < 0 && e2e_conn_open(c, port) != 0)
+        fail_msg("connect to 127.0.0.1:%d: %s", port, strerror(errno));
+    if (e2e_request(c, method, path, extra, body, body_len, r) != 0) {
+        e2e_conn_close(c);
+        fail_msg("%s %s: no complete response", method, path);
+    }
+}
+
+/* The open connection to port among pool[0..n), else a closed one (or
+ * pool[0], closed first) opened to it; fails the test when it cannot connect. */
+static inline e2e_conn_t *e2e_conn_for(e2e_conn_t *pool, size_t n, int port)
+{
+    e2e_conn_t *spare = NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (pool[i].fd >= 0 && pool[i].port == port) return &pool[i];
+        if (pool[i].fd < 0 && spare == NULL) spare = &pool[i];
+    }
+    if (spare == NULL) {
+        spare = &pool[0];
+        e2e_conn_close(spare);
+    }
+    if (e2e_conn_open(spare, port) != 0)
+        fail_msg("connect to 127.0.0.1:%d: %s", port, strerror(errno));
+    return spare;
+}
+
+/* One request to port on pool's keep-alive connection to it (e2e_conn_for);
+ * fails the test unless a complete response came. *r is freed first. */
+static inline void e2e_http_via(e2e_conn_t *pool, size_t n, int port, e2e_response_t *r,
+                                const char *method, const char *path, const char *body)
+{
+    e2e_response_free(r);
+    e2e_conn_t *c = e2e_conn_for(pool, n, port);
+    if (e2e_request(c, method, path, NULL, body, body ? strlen(body) : 0, r) != 0) {
+        e2e_conn_close(c);
+        fail_msg("%s %s to :%d: no complete response", method, path, port);
+    }
+}
+
+/* r, a reply that came from c; fails the test when there is none (the link
+ * failed or timed out). */
+static inline redisReply *e2e_reply_or_fail(redisContext *c, redisReply *r)
+{
+    if (r == NULL) fail_msg("redis: %s", c->errstr);
+    return r;
+}
+
+/* redisCommand on c; fails the test when no reply came (error replies are
+ * returned). The caller frees the reply. */
+static inline redisReply *e2e_rcmd(redisContext *c, const char *format, ...)
+{
+    va_list ap;
+    va_start(ap, format);
+    redisReply *r = redisvCommand(c, format, ap);
+    va_end(ap);
+    return e2e_reply_or_fail(c, r);
+}
+
+#endif /* fail_msg */
 
 #endif

@@ -1,7 +1,7 @@
 /* faults_support.h - helpers for the fault-injection suite (test_faults.c):
  * private redis-server processes a test may stop, pause, kill and restart,
- * build/retryd started with its stderr captured to a file (optionally under a
- * wrapper such as valgrind), temp dirs, and a few reads of what Redis holds.
+ * temp dirs, and a few reads of what Redis holds (build/retryd with its
+ * stderr in a file is e2e_daemon_spawn_logged, in e2e_support.h).
  *
  * Like e2e_support.h, every helper reports failure by its return value and
  * never aborts (worker threads may call the read-only ones). Processes started
@@ -123,14 +123,8 @@ static inline int fx_random_hex(char *out, size_t n)
  * NULL (user may be NULL: the default user). NULL on any failure. */
 static inline redisContext *fx_redis_connect(int port, const char *user, const char *pass)
 {
-    struct timeval tv = { 5, 0 };
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+    redisContext *c = e2e_redis_connect("127.0.0.1", port, 5);
     if (c == NULL) return NULL;
-    if (c->err) {
-        redisFree(c);
-        return NULL;
-    }
-    redisSetTimeout(c, tv);
     if (pass) {
         redisReply *r = user ? redisCommand(c, "AUTH %s %s", user, pass)
                              : redisCommand(c, "AUTH %s", pass);
@@ -142,24 +136,6 @@ static inline redisContext *fx_redis_connect(int port, const char *user, const c
         }
     }
     return c;
-}
-
-/* True when a server on port answers PING with PONG within timeout_ms
- * (a server that is loading its AOF answers -LOADING: not yet). */
-static inline bool fx_redis_pong(int port, int timeout_ms)
-{
-    struct timeval tv = { timeout_ms / 1000, (timeout_ms % 1000) * 1000 };
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
-    if (c == NULL) return false;
-    bool up = false;
-    if (!c->err) {
-        redisSetTimeout(c, tv);
-        redisReply *r = redisCommand(c, "PING");
-        up = r && r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0;
-        if (r) freeReplyObject(r);
-    }
-    redisFree(c);
-    return up;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -199,20 +175,8 @@ static inline int fx_redis_exec(fx_redis_t *s)
     for (int i = 0; s->extra[i] && i < FX_MAX_EXTRA_ARGS; i++) argv[argc++] = s->extra[i];
     argv[argc] = NULL;
 
-    pid_t pid = fork();
+    pid_t pid = e2e_spawn(argv, log, 0644);
     if (pid < 0) return -1;
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        int in = open("/dev/null", O_RDONLY);
-        if (in >= 0) dup2(in, 0);
-        execvp("redis-server", (char *const *)argv);
-        _exit(127);
-    }
     s->pid = pid;
     s->stopped = false;
     long long deadline = e2e_mono_ms() + FX_REDIS_READY_TIMEOUT_MS;
@@ -221,7 +185,7 @@ static inline int fx_redis_exec(fx_redis_t *s)
             s->pid = 0;
             return -1;
         }
-        if (fx_redis_pong(s->port, 1000)) {
+        if (e2e_redis_pong(s->port, 1000)) {
             /* Make sure the server answering is ours, not a stranger's. */
             bool ours = false;
             redisContext *c = fx_redis_connect(s->port, NULL, NULL);
@@ -321,48 +285,6 @@ static inline void fx_redis_destroy(fx_redis_t *s)
     s->stopped = false;
     fx_rm_rf(s->dir);
     s->dir[0] = '\0';
-}
-
-/* ------------------------------------------------------------------------ */
-/* retryd with its stderr in a file                                         */
-/* ------------------------------------------------------------------------ */
-
-/* Like e2e_daemon_spawn, but stdout and stderr go to log_path (appended)
- * and wrapper (NULL, or a NULL-terminated argv such as {"valgrind", ...,
- * NULL}) runs in front of bin. Returns 0, -1. */
-static inline int fx_daemon_spawn(e2e_daemon_t *d, const char *const *wrapper, const char *bin,
-                                  const char *const *args, const char *log_path)
-{
-    char listen[64];
-    d->pid = 0;
-    d->port = e2e_free_port();
-    if (d->port < 0) return -1;
-    snprintf(listen, sizeof listen, "127.0.0.1:%d", d->port);
-    const char *argv[64];
-    int argc = 0;
-    for (size_t i = 0; wrapper && wrapper[i] && argc < 30; i++) argv[argc++] = wrapper[i];
-    argv[argc++] = bin;
-    argv[argc++] = "--listen";
-    argv[argc++] = listen;
-    for (size_t i = 0; args[i] && argc < 63; i++) argv[argc++] = args[i];
-    argv[argc] = NULL;
-
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        int in = open("/dev/null", O_RDONLY);
-        if (in >= 0) dup2(in, 0);
-        execvp(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    d->pid = pid;
-    return 0;
 }
 
 /* ------------------------------------------------------------------------ */

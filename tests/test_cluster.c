@@ -71,34 +71,6 @@ enum {
 /* Small strings                                                            */
 /* ------------------------------------------------------------------------ */
 
-/* printf into one of 16 rotating buffers: valid for the next 15 calls. */
-static const char *fmt(const char *f, ...)
-{
-    static char ring[16][2048];
-    static unsigned next;
-    char *s = ring[next++ % 16];
-    va_list ap;
-    va_start(ap, f);
-    vsnprintf(s, sizeof ring[0], f, ap);
-    va_end(ap);
-    return s;
-}
-
-/* A path segment: every byte but unreserved ones percent-encoded. */
-static const char *pct(const char *s)
-{
-    static char ring[4][1024];
-    static unsigned next;
-    char *out = ring[next++ % 4];
-    size_t o = 0;
-    for (const unsigned char *p = (const unsigned char *)s; *p && o + 4 < sizeof ring[0]; p++) {
-        if (isalnum(*p) || *p == '-' || *p == '_' || *p == '.' || *p == '~') out[o++] = (char)*p;
-        else o += (size_t)snprintf(out + o, 4, "%%%02X", *p);
-    }
-    out[o] = '\0';
-    return out;
-}
-
 /* Printable form of binary bytes, for failure reports. */
 static const char *show_bytes(const char *s, size_t len)
 {
@@ -292,7 +264,7 @@ static int cluster_start(void)
     int rc = pclose(p);
     g_seeds[strcspn(g_seeds, "\r\n")] = '\0';
 
-    FILE *pf = fopen(fmt("%s/pids", g_cluster_dir), "r");
+    FILE *pf = fopen(e2e_fmt("%s/pids", g_cluster_dir), "r");
     long pid;
     while (pf && g_npids < MAX_PIDS && fscanf(pf, "%ld", &pid) == 1)
         g_cluster_pids[g_npids++] = (pid_t)pid;
@@ -328,17 +300,7 @@ static redisContext *node_ctx(cnode_t *n)
         redisFree(n->ctx);
         n->ctx = NULL;
     }
-    if (n->ctx == NULL) {
-        struct timeval tv = { 5, 0 };
-        n->ctx = redisConnectWithTimeout(n->host, n->port, tv);
-        if (n->ctx == NULL) return NULL;
-        if (n->ctx->err) {
-            redisFree(n->ctx);
-            n->ctx = NULL;
-            return NULL;
-        }
-        redisSetTimeout(n->ctx, tv);
-    }
+    if (n->ctx == NULL) n->ctx = e2e_redis_connect(n->host, n->port, 5);
     return n->ctx;
 }
 
@@ -527,7 +489,7 @@ static const char *qkey(const char *q, const char *suffix)
 {
     rd_buf_t b = RD_BUF_INIT;
     queue_base(&b, q);
-    const char *k = fmt("%s:%s", b.data, suffix);
+    const char *k = e2e_fmt("%s:%s", b.data, suffix);
     rd_buf_free(&b);
     return k;
 }
@@ -570,12 +532,10 @@ static void pick_queue_on(char *out, size_t cap, const char *tag, const cnode_t 
 
 static int start_daemon(e2e_daemon_t *d, const char *name)
 {
-    char tick[16];
-    snprintf(tick, sizeof tick, "%d", TICK_MS);
-    const char *args[] = { "--redis-cluster", g_seeds, "--prefix", g_prefix, "--tick-ms", tick,
-                           "--log-level", "warn", NULL };
+    e2e_flags_t f;
+    e2e_flags(&f, "--redis-cluster", g_seeds, g_prefix, TICK_MS, "warn", NULL);
     long long t0 = e2e_mono_ms();
-    if (e2e_daemon_spawn(d, g_bin, args) != 0) return -1;
+    if (e2e_daemon_spawn(d, g_bin, f.argv) != 0) return -1;
     if (e2e_daemon_wait_status(d, "/readyz", 200, READY_TIMEOUT_MS) != 0) {
         fprintf(stderr, "test_cluster: retryd %s on port %d did not become ready in %d ms\n",
                 name, d->port, READY_TIMEOUT_MS);
@@ -590,9 +550,7 @@ static int start_daemon(e2e_daemon_t *d, const char *name)
 static void check_still_running(e2e_daemon_t *d, const char *name)
 {
     int wstatus;
-    if (d->pid <= 0) return;
-    if (waitpid(d->pid, &wstatus, WNOHANG) != d->pid) return;
-    d->pid = 0;
+    if (!e2e_daemon_exited(d, &wstatus)) return;
     fprintf(stderr, "test_cluster: retryd %s exited by itself (%s %d)\n", name,
             WIFEXITED(wstatus) ? "status" : "signal",
             WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : WTERMSIG(wstatus));
@@ -609,12 +567,7 @@ static int group_teardown(void **state)
         g_nodes[i].ctx = NULL;
     }
     cluster_stop();
-    if (sa != 0 || sb != 0) {
-        fprintf(stderr, "test_cluster: after SIGTERM: A %d, B %d (want 0 and 0; -1 = killed)\n",
-                sa, sb);
-        return -1;
-    }
-    return 0;
+    return e2e_pair_stopped("test_cluster", sa, sb);
 }
 
 static int group_setup(void **state)
@@ -681,52 +634,10 @@ static int test_teardown(void **state)
 /* HTTP from the main thread                                                */
 /* ------------------------------------------------------------------------ */
 
-static e2e_conn_t *conn_for(int port)
-{
-    e2e_conn_t *spare = NULL;
-    for (size_t i = 0; i < 2; i++) {
-        if (g_conns[i].fd >= 0 && g_conns[i].port == port) return &g_conns[i];
-        if (g_conns[i].fd < 0 && spare == NULL) spare = &g_conns[i];
-    }
-    if (spare == NULL) {
-        spare = &g_conns[0];
-        e2e_conn_close(spare);
-    }
-    if (e2e_conn_open(spare, port) != 0)
-        fail_msg("connect to 127.0.0.1:%d: %s", port, strerror(errno));
-    return spare;
-}
-
 static void http_to(int port, e2e_response_t *r, const char *method, const char *path,
                     const char *body)
 {
-    e2e_response_free(r);
-    e2e_conn_t *c = conn_for(port);
-    if (e2e_request(c, method, path, NULL, body, body ? strlen(body) : 0, r) != 0) {
-        e2e_conn_close(c);
-        fail_msg("%s %s to :%d: no complete response", method, path, port);
-    }
-}
-
-static rd_json_t *jget(const rd_json_t *o, const char *name)
-{
-    rd_json_t *v = rd_json_get(o, name);
-    if (v == NULL) fail_msg("member \"%s\" is missing", name);
-    return v;
-}
-
-static const char *jstr(const rd_json_t *o, const char *name)
-{
-    const char *s = rd_json_string(jget(o, name));
-    if (s == NULL) fail_msg("member \"%s\" is not a string", name);
-    return s;
-}
-
-static long long jint(const rd_json_t *o, const char *name)
-{
-    long long n;
-    if (!rd_json_integer(jget(o, name), &n)) fail_msg("member \"%s\" is not an integer", name);
-    return n;
+    e2e_http_via(g_conns, 2, port, r, method, path, body);
 }
 
 static rd_json_t *expect_json(const e2e_response_t *r, int status, const char *what)
@@ -752,9 +663,9 @@ static msg_t call_msg(int port, const char *method, const char *path, const char
     http_to(port, &r, method, path, body);
     rd_json_t *j = expect_json(&r, want, what);
     msg_t m = { 0 };
-    m.id = jint(j, "id");
-    snprintf(m.status, sizeof m.status, "%s", jstr(j, "status"));
-    m.retry_count = jint(j, "retry_count");
+    m.id = e2e_jint(j, "id");
+    snprintf(m.status, sizeof m.status, "%s", e2e_jstr(j, "status"));
+    m.retry_count = e2e_jint(j, "retry_count");
     const char *t = rd_json_string(rd_json_get(j, "lease_token"));
     if (t) snprintf(m.token, sizeof m.token, "%s", t);
     e2e_response_free(&r);
@@ -763,13 +674,14 @@ static msg_t call_msg(int port, const char *method, const char *path, const char
 
 static msg_t enqueue_to(int port, const char *q, const char *body)
 {
-    return call_msg(port, "POST", fmt("/queues/%s/messages", pct(q)), body, 201, "enqueue");
+    return call_msg(port, "POST", e2e_fmt("/queues/%s/messages", e2e_url_encode(q)), body, 201,
+                    "enqueue");
 }
 
 static msg_t claim_from(int port, const char *q)
 {
-    msg_t m = call_msg(port, "POST", fmt("/queues/%s/claim", pct(q)), "{\"lease_seconds\":30}",
-                       200, "claim");
+    msg_t m = call_msg(port, "POST", e2e_fmt("/queues/%s/claim", e2e_url_encode(q)),
+                       "{\"lease_seconds\":30}", 200, "claim");
     assert_string_equal(m.status, "processing");
     assert_true(m.token[0] != '\0');
     return m;
@@ -778,9 +690,10 @@ static msg_t claim_from(int port, const char *q)
 static msg_t settle(int port, const char *q, const msg_t *claimed, const char *verb,
                     const char *extra)
 {
-    const char *body = fmt("{\"lease_token\":\"%s\"%s%s}", claimed->token, extra ? "," : "",
+    const char *body = e2e_fmt("{\"lease_token\":\"%s\"%s%s}", claimed->token, extra ? "," : "",
                            extra ? extra : "");
-    return call_msg(port, "POST", fmt("/queues/%s/messages/%lld/%s", pct(q), claimed->id, verb),
+    return call_msg(port, "POST",
+                    e2e_fmt("/queues/%s/messages/%lld/%s", e2e_url_encode(q), claimed->id, verb),
                     body, 200, verb);
 }
 
@@ -940,15 +853,16 @@ static void queue_lifecycle(int port, const char *q, cnode_t *owner)
     assert_string_equal(f3.status, "dead");
 
     e2e_response_t r = { 0 };
-    http_to(port, &r, "GET", fmt("/queues/%s/messages?status=dead", pct(q)), NULL);
+    http_to(port, &r, "GET", e2e_fmt("/queues/%s/messages?status=dead", e2e_url_encode(q)), NULL);
     rd_json_t *j = expect_json(&r, 200, "list dead");
-    assert_int_equal(jint(j, "total"), 1);
-    rd_json_t *list = jget(j, "messages");
+    assert_int_equal(e2e_jint(j, "total"), 1);
+    rd_json_t *list = e2e_jget(j, "messages");
     assert_int_equal(rd_json_array_size(list), 1);
-    assert_int_equal(jint(rd_json_array_at(list, 0), "id"), m3.id);
-    assert_string_equal(jstr(rd_json_array_at(list, 0), "last_error"), "fatal boom");
+    assert_int_equal(e2e_jint(rd_json_array_at(list, 0), "id"), m3.id);
+    assert_string_equal(e2e_jstr(rd_json_array_at(list, 0), "last_error"), "fatal boom");
 
-    msg_t p3 = call_msg(port, "POST", fmt("/queues/%s/messages/%lld/replay", pct(q), m3.id), NULL,
+    msg_t p3 = call_msg(port, "POST",
+                        e2e_fmt("/queues/%s/messages/%lld/replay", e2e_url_encode(q), m3.id), NULL,
                         200, "replay");
     assert_string_equal(p3.status, "pending");
     assert_int_equal(p3.retry_count, 0);
@@ -956,22 +870,22 @@ static void queue_lifecycle(int port, const char *q, cnode_t *owner)
     assert_int_equal(c3b.id, m3.id);
     assert_string_equal(settle(port, q, &c3b, "succeed", NULL).status, "succeeded");
 
-    http_to(port, &r, "GET", fmt("/queues/%s/stats", pct(q)), NULL);
+    http_to(port, &r, "GET", e2e_fmt("/queues/%s/stats", e2e_url_encode(q)), NULL);
     j = expect_json(&r, 200, "stats");
-    assert_string_equal(jstr(j, "queue"), q);
-    rd_json_t *totals = jget(j, "totals"), *counts = jget(j, "counts");
-    assert_int_equal(jint(totals, "enqueued"), 3);
-    assert_int_equal(jint(totals, "succeeded"), 3);
-    assert_int_equal(jint(totals, "dead"), 1);
-    assert_int_equal(jint(totals, "replayed"), 1);
-    assert_int_equal(jint(totals, "retried"), 1);
-    assert_int_equal(jint(counts, "succeeded"), 3);
-    assert_int_equal(jint(counts, "dead"), 0);
-    assert_int_equal(jint(counts, "pending"), 0);
+    assert_string_equal(e2e_jstr(j, "queue"), q);
+    rd_json_t *totals = e2e_jget(j, "totals"), *counts = e2e_jget(j, "counts");
+    assert_int_equal(e2e_jint(totals, "enqueued"), 3);
+    assert_int_equal(e2e_jint(totals, "succeeded"), 3);
+    assert_int_equal(e2e_jint(totals, "dead"), 1);
+    assert_int_equal(e2e_jint(totals, "replayed"), 1);
+    assert_int_equal(e2e_jint(totals, "retried"), 1);
+    assert_int_equal(e2e_jint(counts, "succeeded"), 3);
+    assert_int_equal(e2e_jint(counts, "dead"), 0);
+    assert_int_equal(e2e_jint(counts, "pending"), 0);
     e2e_response_free(&r);
 
     /* The data is on the master that owns the queue's slot. */
-    assert_int_equal(ncmd_int(owner, "EXISTS %s", qkey(q, fmt("m:%lld", m1.id))), 1);
+    assert_int_equal(ncmd_int(owner, "EXISTS %s", qkey(q, e2e_fmt("m:%lld", m1.id))), 1);
     assert_int_equal(ncmd_int(owner, "HGET %s enqueued", qkey(q, "stats")), 3);
     assert_int_equal(ncmd_int(owner, "ZCARD %s", qkey(q, "succeeded")), 3);
 }
@@ -1006,14 +920,14 @@ static void test_queues_on_every_master_end_to_end(void **state)
     for (size_t p = 0; p < 2; p++) {
         e2e_response_t r = { 0 };
         http_to(ports[p], &r, "GET", "/queues", NULL);
-        rd_json_t *list = jget(expect_json(&r, 200, "GET /queues"), "queues");
+        rd_json_t *list = e2e_jget(expect_json(&r, 200, "GET /queues"), "queues");
         for (size_t i = 0; i < nq; i++) {
             bool found = false;
             for (size_t k = 0; k < rd_json_array_size(list); k++) {
                 rd_json_t *e = rd_json_array_at(list, k);
-                if (strcmp(jstr(e, "name"), queues[i]) == 0) {
+                if (strcmp(e2e_jstr(e, "name"), queues[i]) == 0) {
                     found = true;
-                    assert_int_equal(jint(jget(e, "counts"), "succeeded"), 3);
+                    assert_int_equal(e2e_jint(e2e_jget(e, "counts"), "succeeded"), 3);
                 }
             }
             if (!found) fail_msg("GET /queues on :%d lacks \"%s\": %s", ports[p], queues[i], r.body);
@@ -1022,7 +936,7 @@ static void test_queues_on_every_master_end_to_end(void **state)
         http_to(ports[p], &r, "GET", "/metrics", NULL);
         assert_int_equal(r.status, 200);
         for (size_t i = 0; i < nq; i++) {
-            const char *line = fmt("retryd_enqueued_total{queue=\"%s\"} 3\n", queues[i]);
+            const char *line = e2e_fmt("retryd_enqueued_total{queue=\"%s\"} 3\n", queues[i]);
             if (strstr(r.body, line) == NULL)
                 fail_msg("/metrics on :%d lacks \"%.*s\"", ports[p], (int)strlen(line) - 1, line);
         }
@@ -1037,13 +951,6 @@ static void test_queues_on_every_master_end_to_end(void **state)
 /* ------------------------------------------------------------------------ */
 /* 3. Long-poll across masters                                              */
 /* ------------------------------------------------------------------------ */
-
-static long long mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 typedef struct lp_call {
     int port;
@@ -1077,7 +984,7 @@ static void *lp_thread(void *arg)
         if (r.status != 200)
             snprintf(c->error, sizeof c->error, "%d: %.120s", r.status, r.body ? r.body : "");
     }
-    c->done_us = mono_us();
+    c->done_us = e2e_mono_us();
     e2e_response_free(&r);
     e2e_conn_close(&conn);
     return NULL;
@@ -1103,8 +1010,8 @@ static void test_long_poll_across_masters(void **state)
             long long deadline = e2e_mono_ms() + 5000;
             while (!atomic_load(&c.sent) && e2e_mono_ms() < deadline) e2e_pause_ms(2);
             e2e_pause_ms(PARK_MS);
-            msg_t e = enqueue_to(g_b.port, q, fmt("{\"payload\":\"wake %d\"}", run));
-            long long enq_us = mono_us();
+            msg_t e = enqueue_to(g_b.port, q, e2e_fmt("{\"payload\":\"wake %d\"}", run));
+            long long enq_us = e2e_mono_us();
             pthread_join(t, NULL);
             if (c.status != 200)
                 fail_msg("master :%d run %d: parked claim answered %d %s", m[i]->port, run,
@@ -1182,11 +1089,8 @@ static void tally_add(tally_t *t, int rc, const e2e_response_t *r, const int *al
 static int worker_request(worker_t *w, e2e_conn_t *c, const char *path, const char *body,
                           e2e_response_t *r)
 {
-    memset(r, 0, sizeof *r);
-    if (c->fd < 0 && e2e_conn_open(c, w->port) != 0) return -1;
-    int rc = e2e_request(c, "POST", path, NULL, body, strlen(body), r);
-    if (rc != 0) e2e_conn_close(c);
-    return rc;
+    memset(r, 0, sizeof *r);   /* callers pass it uninitialized */
+    return e2e_try_request(c, w->port, r, "POST", path, body, strlen(body));
 }
 
 static void *worker_main(void *arg)
@@ -1306,11 +1210,11 @@ static long workers_report(const char *label, worker_t *w, size_t n, char *first
             tally_merge(&t[2], &w[i].ack[p]);
         }
         for (int o = 0; o < 3; o++) {
-            tally_print(fmt("%s (%s)", label, phase_names[p]), ops[o], &t[o]);
+            tally_print(e2e_fmt("%s (%s)", label, phase_names[p]), ops[o], &t[o]);
             tally_merge(&all[o], &t[o]);
         }
     }
-    for (int o = 0; o < 3; o++) tally_print(fmt("%s (all)", label), ops[o], &all[o]);
+    for (int o = 0; o < 3; o++) tally_print(e2e_fmt("%s (all)", label), ops[o], &all[o]);
     long total_503 = all[0].by_status[503] + all[1].by_status[503] + all[2].by_status[503];
     printf("test_cluster: %s: %ld answers were 503 in all\n", label, total_503);
     first_bad[0] = '\0';
@@ -1354,7 +1258,7 @@ static long damage_total(const damage_t *d)
 
 static const char *damage_text(const damage_t *d)
 {
-    return fmt("%ld 201'd messages lost (payload stored nowhere), %ld 201'd ids without a "
+    return e2e_fmt("%ld 201'd messages lost (payload stored nowhere), %ld 201'd ids without a "
                "message, %ld 201'd ids holding another payload (id reused), %ld ids in two "
                "indexes, %ld index/status mismatches, %ld messages in no index, %ld index "
                "entries without a message, %ld payloads stored twice%s", d->lost, d->missing,
@@ -1399,7 +1303,7 @@ static void verify_queue(const char *label, cnode_t *owner, const char *q, worke
     for (size_t i = 0; i < nw; i++)
         for (size_t k = 0; k < w[i].nrecs; k++)
             if (w[i].recs[k].id > max_id) max_id = w[i].recs[k].id;
-    const char *mprefix = fmt("%s:m:", base.data);
+    const char *mprefix = e2e_fmt("%s:m:", base.data);
     size_t mlen = strlen(mprefix);
     for (size_t i = 0; i < keys->elements; i++) {
         const char *k = keys->element[i]->str;
@@ -1483,7 +1387,7 @@ static void verify_queue(const char *label, cnode_t *owner, const char *q, worke
     for (size_t i = 0; i < nw; i++) {
         for (size_t k = 0; k < w[i].nrecs; k++) {
             rec_t *rec = &w[i].recs[k];
-            const char *want = fmt("%s-%d-%ld", w[i].tag, w[i].no, rec->n);
+            const char *want = e2e_fmt("%s-%d-%ld", w[i].tag, w[i].no, rec->n);
             acked++;
             if (rec->id <= 0 || rec->id > max_id || f[rec->id].payload == NULL)
                 PROBLEM(missing, "201'd message id %lld (payload %s) does not exist", rec->id,
@@ -1509,7 +1413,7 @@ static void verify_queue(const char *label, cnode_t *owner, const char *q, worke
     /* Every 201'd payload is stored under some id. */
     for (size_t i = 0; i < nw; i++) {
         for (size_t k = 0; k < w[i].nrecs; k++) {
-            const char *want = fmt("%s-%d-%ld", w[i].tag, w[i].no, w[i].recs[k].n);
+            const char *want = e2e_fmt("%s-%d-%ld", w[i].tag, w[i].no, w[i].recs[k].n);
             if (np == 0 || bsearch(&want, payloads, np, sizeof *payloads, cmp_str) == NULL)
                 PROBLEM(lost, "201'd payload %s (id %lld) is stored nowhere", want,
                         w[i].recs[k].id);
@@ -1542,13 +1446,13 @@ static int roundtrip(int port, const char *q, char *why, size_t cap)
     long long id = 0;
     char token[64] = "";
     for (int s = 0; s < 3 && result == 0; s++) {
-        const char *path = s == 0 ? fmt("/queues/%s/messages", q)
-                         : s == 1 ? fmt("/queues/%s/claim", q)
-                                  : fmt("/queues/%s/messages/%lld/succeed", q, id);
+        const char *path = s == 0 ? e2e_fmt("/queues/%s/messages", q)
+                         : s == 1 ? e2e_fmt("/queues/%s/claim", q)
+                                  : e2e_fmt("/queues/%s/messages/%lld/succeed", q, id);
         static unsigned serial;
-        const char *body = s == 0 ? fmt("{\"payload\":\"after-%u\"}", ++serial)
+        const char *body = s == 0 ? e2e_fmt("{\"payload\":\"after-%u\"}", ++serial)
                          : s == 1 ? "{\"lease_seconds\":30}"
-                                  : fmt("{\"lease_token\":\"%s\"}", token);
+                                  : e2e_fmt("{\"lease_token\":\"%s\"}", token);
         int want = s == 0 ? 201 : 200;
         if (e2e_request(&c, "POST", path, NULL, body, strlen(body), &r) != 0) {
             snprintf(why, cap, "%s: no response", steps[s]);
@@ -1680,7 +1584,8 @@ static void test_failover_under_load(void **state)
                       first_bad);
     if (rec_a != 0 || rec_b != 0)
         fail_msg("3 s after the failover, enqueue/claim/succeed still failed (%s); %s", why,
-                 later >= 0 ? fmt("it worked %lld ms later", later) : "it never worked in 15 s");
+                 later >= 0 ? e2e_fmt("it worked %lld ms later", later)
+                            : "it never worked in 15 s");
     if (damage_total(&d) != 0) fail_msg("the queue's data on the new master: %s", damage_text(&d));
 }
 
@@ -1956,7 +1861,7 @@ static void test_calls_while_slot_migrating_stay_on_one_copy(void **state)
     char q[64];
     pick_queue_on(q, sizeof q, "split", src);
     unsigned slot = (unsigned)queue_slot_live(q);
-    for (int i = 1; i <= 3; i++) enqueue_to(g_a.port, q, fmt("{\"payload\":\"before-%d\"}", i));
+    for (int i = 1; i <= 3; i++) enqueue_to(g_a.port, q, e2e_fmt("{\"payload\":\"before-%d\"}", i));
     msg_t c1 = claim_from(g_a.port, q);
     assert_int_equal(c1.id, 1);
     long long src_keys = keys_in_slot(src, slot);
@@ -1970,10 +1875,10 @@ static void test_calls_while_slot_migrating_stay_on_one_copy(void **state)
     printf("test_cluster: slot %u of queue %s MIGRATING on :%d (%lld keys), IMPORTING on :%d; "
            "no key moved\n", slot, q, src->port, src_keys, dst->port);
 
-    answer_t enq = ask(g_a.port, "POST", fmt("/queues/%s/messages", q),
+    answer_t enq = ask(g_a.port, "POST", e2e_fmt("/queues/%s/messages", q),
                        "{\"payload\":\"during\"}");
-    answer_t clm = ask(g_a.port, "POST", fmt("/queues/%s/claim", q), "{\"lease_seconds\":30}");
-    answer_t get = ask(g_a.port, "GET", fmt("/queues/%s/messages/2", q), NULL);
+    answer_t clm = ask(g_a.port, "POST", e2e_fmt("/queues/%s/claim", q), "{\"lease_seconds\":30}");
+    answer_t get = ask(g_a.port, "GET", e2e_fmt("/queues/%s/messages/2", q), NULL);
     long long dst_keys = keys_in_slot(dst, slot);
     char *dst_seq = get_asking(dst, qkey(q, "seq"));
     long long src_seq = ncmd_int(src, "GET %s", qkey(q, "seq"));
@@ -2028,8 +1933,9 @@ static void test_redirect_limit_answers_503(void **state)
     g_unsettled.src = src;
     g_unsettled.dst = dst;
     freeReplyObject(ncmd_ok(src, "CLUSTER SETSLOT %u MIGRATING %s", slot, dst->id));
-    answer_t enq = ask(g_a.port, "POST", fmt("/queues/%s/messages", q), "{\"payload\":\"two\"}");
-    answer_t get = ask(g_a.port, "GET", fmt("/queues/%s/messages/99", q), NULL);
+    answer_t enq = ask(g_a.port, "POST", e2e_fmt("/queues/%s/messages", q),
+                       "{\"payload\":\"two\"}");
+    answer_t get = ask(g_a.port, "GET", e2e_fmt("/queues/%s/messages/99", q), NULL);
     settle_slot();
     printf("test_cluster: redirect loop: enqueue %d %s, get %d %s\n", enq.status, enq.type,
            get.status, get.type);
@@ -2065,7 +1971,8 @@ static void test_slot_migration_under_load(void **state)
     pre.cap = MIGRATE_PRELOAD;
     pre.recs = calloc(pre.cap, sizeof *pre.recs);
     for (long i = 1; i <= MIGRATE_PRELOAD; i++) {
-        msg_t e = enqueue_to(g_a.port, q, fmt("{\"payload\":\"mig-9-%ld\",\"max_retries\":1}", i));
+        msg_t e = enqueue_to(g_a.port, q,
+                             e2e_fmt("{\"payload\":\"mig-9-%ld\",\"max_retries\":1}", i));
         pre.recs[pre.nrecs++] = (rec_t){ e.id, i };
     }
     for (int i = 0; i < 20; i++) {
@@ -2126,7 +2033,7 @@ static void test_slot_migration_under_load(void **state)
         fail_msg("after SETSLOT NODE the nodes do not agree that :%d owns slot %u", dst->port,
                  slot);
     }
-    long left = ncmd_int(src, "CLUSTER COUNTKEYSINSLOT %s", fmt("%u", slot));
+    long left = ncmd_int(src, "CLUSTER COUNTKEYSINSLOT %s", e2e_fmt("%u", slot));
 
     char why[256] = "";
     long long rec = roundtrip(g_a.port, q, why, sizeof why) == 0 ? 0 : -1;
@@ -2149,7 +2056,7 @@ static void test_slot_migration_under_load(void **state)
                            first_bad);
     if (rec != 0)
         rd_buf_printf(&msg, "[after the migration enqueue/claim/succeed failed (%s); %s] ", why,
-                      later >= 0 ? fmt("it worked %lld ms later", later)
+                      later >= 0 ? e2e_fmt("it worked %lld ms later", later)
                                  : "it never worked in 15 s");
     if (msg.len) {
         char text[2048];

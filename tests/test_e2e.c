@@ -43,43 +43,8 @@ static bool g_stop_failed;        /* the group's daemon did not exit 0 on SIGTER
 /* Small strings                                                            */
 /* ------------------------------------------------------------------------ */
 
-/* printf into one of 16 rotating buffers: valid for the next 15 calls, so a
- * path kept across a loop of requests is copied into a local array. */
-static const char *fmt(const char *f, ...)
-{
-    static char ring[16][2048];
-    static unsigned next;
-    char *s = ring[next++ % 16];
-    va_list ap;
-    va_start(ap, f);
-    vsnprintf(s, sizeof ring[0], f, ap);
-    va_end(ap);
-    return s;
-}
-
-/* Keeps a string past fmt's ring: SET(array, fmt(...)). */
+/* Keeps a string past e2e_fmt's ring: SET(array, e2e_fmt(...)). */
 #define SET(dst, src) snprintf((dst), sizeof(dst), "%s", (src))
-
-/* A queue name no other test uses (the prefix is already per run). */
-static void queue_name(char *out, size_t cap, const char *tag)
-{
-    static unsigned serial;
-    snprintf(out, cap, "%s-%u", tag, ++serial);
-}
-
-/* Percent-encodes everything but unreserved characters (for query values). */
-static const char *url_encode(const char *s)
-{
-    static char out[1024];
-    size_t n = 0;
-    for (; *s && n + 4 < sizeof out; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') out[n++] = (char)c;
-        else n += (size_t)snprintf(out + n, 4, "%%%02X", c);
-    }
-    out[n] = '\0';
-    return out;
-}
 
 /* ------------------------------------------------------------------------ */
 /* Daemons                                                                  */
@@ -91,56 +56,19 @@ static const char *url_encode(const char *s)
 static int start_daemon(e2e_daemon_t *d, int redis_port, const char *prefix, bool want_ready,
                         ...)
 {
-    char redis_url[64], tick[16];
-    snprintf(redis_url, sizeof redis_url, "redis://127.0.0.1:%d", redis_port);
-    snprintf(tick, sizeof tick, "%d", TICK_MS);
-    const char *args[24] = { "--redis", redis_url, "--prefix", prefix, "--tick-ms", tick,
-                             "--log-level", "warn" };
-    size_t n = 8;
+    e2e_flags_t f;
     va_list ap;
     va_start(ap, want_ready);
-    for (const char *a = va_arg(ap, const char *); a && n < 23; a = va_arg(ap, const char *))
-        args[n++] = a;
+    e2e_flags_v(&f, "--redis", e2e_redis_url(redis_port), prefix, TICK_MS, "warn", ap);
     va_end(ap);
-    args[n] = NULL;
-    if (e2e_daemon_spawn(d, g_bin, args) != 0) return -1;
-    if (e2e_daemon_wait_status(d, "/healthz", 200, READY_TIMEOUT_MS) != 0 ||
-        (want_ready && e2e_daemon_wait_status(d, "/readyz", 200, READY_TIMEOUT_MS) != 0)) {
-        fprintf(stderr, "test_e2e: retryd on port %d did not become ready\n", d->port);
-        e2e_daemon_stop(d, SIGKILL, E2E_STOP_TIMEOUT_MS);
-        return -1;
-    }
-    return 0;
-}
-
-static redisReply *rcmd(const char *format, ...)
-{
-    va_list ap;
-    va_start(ap, format);
-    redisReply *r = redisvCommand(g_redis, format, ap);
-    va_end(ap);
-    if (r == NULL) fail_msg("redis: %s", g_redis->errstr);
-    return r;
+    return e2e_daemon_start(d, g_bin, f.argv, true, want_ready, READY_TIMEOUT_MS, "test_e2e");
 }
 
 static int group_setup(void **state)
 {
     (void)state;
     rd_alloc_init();
-    const char *port = getenv("RETRYD_TEST_REDIS_PORT");
-    g_bin = getenv("RETRYD_BIN");
-    if (port == NULL || g_bin == NULL) {
-        fprintf(stderr, "test_e2e: RETRYD_TEST_REDIS_PORT and RETRYD_BIN must be set\n");
-        return -1;
-    }
-    g_redis_port = atoi(port);
-    struct timeval tv = { 10, 0 };
-    g_redis = redisConnectWithTimeout("127.0.0.1", g_redis_port, tv);
-    if (g_redis == NULL || g_redis->err) {
-        fprintf(stderr, "test_e2e: cannot connect to Redis on port %d\n", g_redis_port);
-        return -1;
-    }
-    redisSetTimeout(g_redis, tv);
+    if (e2e_suite_env("test_e2e", 10, &g_bin, &g_redis_port, &g_redis) != 0) return -1;
     g_conn.fd = -1;
     snprintf(g_prefix, sizeof g_prefix, "e2e%ld", (long)getpid());
     return start_daemon(&g_daemon, g_redis_port, g_prefix, true, NULL);
@@ -199,14 +127,7 @@ static int test_teardown(void **state)
 static void http_to(int port, e2e_response_t *r, const char *method, const char *path,
                     const char *body, size_t body_len)
 {
-    e2e_response_free(r);
-    if (g_conn.fd >= 0 && g_conn.port != port) e2e_conn_close(&g_conn);
-    if (g_conn.fd < 0 && e2e_conn_open(&g_conn, port) != 0)
-        fail_msg("connect to 127.0.0.1:%d: %s", port, strerror(errno));
-    if (e2e_request(&g_conn, method, path, NULL, body, body_len, r) != 0) {
-        e2e_conn_close(&g_conn);
-        fail_msg("%s %s: no complete response", method, path);
-    }
+    e2e_http_on(&g_conn, port, r, method, path, NULL, body, body_len);
 }
 
 static void http(e2e_response_t *r, const char *method, const char *path, const char *body)
@@ -214,74 +135,11 @@ static void http(e2e_response_t *r, const char *method, const char *path, const 
     http_to(g_daemon.port, r, method, path, body, body ? strlen(body) : 0);
 }
 
-static rd_json_t *jget(const rd_json_t *o, const char *name)
-{
-    rd_json_t *v = rd_json_get(o, name);
-    if (v == NULL) fail_msg("member \"%s\" is missing", name);
-    return v;
-}
-
-static const char *jstr(const rd_json_t *o, const char *name)
-{
-    const char *s = rd_json_string(jget(o, name));
-    if (s == NULL) fail_msg("member \"%s\" is not a string", name);
-    return s;
-}
-
-static long long jint(const rd_json_t *o, const char *name)
-{
-    long long n;
-    if (!rd_json_integer(jget(o, name), &n)) fail_msg("member \"%s\" is not an integer", name);
-    return n;
-}
-
-static void jnull(const rd_json_t *o, const char *name)
-{
-    if (!rd_json_is_null(jget(o, name))) fail_msg("member \"%s\" is not null", name);
-}
-
-/* A timestamp member in the SPEC's shape, as Unix milliseconds. */
-static long long jtime(const rd_json_t *o, const char *name)
-{
-    long long ms;
-    const char *s = jstr(o, name);
-    if (e2e_parse_time(s, &ms) != 0) fail_msg("%s \"%s\" is not YYYY-MM-DDTHH:MM:SS.mmmZ", name, s);
-    return ms;
-}
-
-/* Asserts status and application/json; returns the body object. */
-static rd_json_t *expect_json(const e2e_response_t *r, int status)
-{
-    if (r->status != status) fail_msg("expected %d, got %d: %s", status, r->status, r->body);
-    if (!e2e_media_type_is(r->content_type, "application/json"))
-        fail_msg("Content-Type \"%s\", expected application/json", r->content_type);
-    if (r->json == NULL || !rd_json_is_object(r->json)) fail_msg("body is not a JSON object");
-    return r->json;
-}
-
-/* Asserts an RFC 9457 problem: status, media type, type, title, detail and
- * instance (the request path without its query, unless instance is NULL). */
-static rd_json_t *expect_problem(const e2e_response_t *r, int status, const char *slug,
-                                 const char *instance)
-{
-    if (r->status != status)
-        fail_msg("expected %d %s, got %d: %s", status, slug, r->status, r->body);
-    if (!e2e_media_type_is(r->content_type, "application/problem+json"))
-        fail_msg("Content-Type \"%s\", expected application/problem+json", r->content_type);
-    if (r->json == NULL || !rd_json_is_object(r->json)) fail_msg("problem is not a JSON object");
-    assert_string_equal(jstr(r->json, "type"), fmt("/problems/%s", slug));
-    assert_true(jstr(r->json, "title")[0] != '\0');
-    assert_int_equal(jint(r->json, "status"), status);
-    assert_true(jstr(r->json, "detail")[0] != '\0');
-    if (instance) assert_string_equal(jstr(r->json, "instance"), instance);
-    return r->json;
-}
-
 /* A 422 validation-failed with exactly n entries in errors. */
 static rd_json_t *expect_invalid(const e2e_response_t *r, const char *instance, size_t n)
 {
-    rd_json_t *p = expect_problem(r, 422, "validation-failed", instance);
-    rd_json_t *errors = jget(p, "errors");
+    rd_json_t *p = e2e_expect_problem(r, 422, "validation-failed", instance);
+    rd_json_t *errors = e2e_jget(p, "errors");
     assert_true(rd_json_is_array(errors));
     if (rd_json_array_size(errors) != n)
         fail_msg("expected %zu errors, got %zu: %s", n, rd_json_array_size(errors), r->body);
@@ -294,10 +152,10 @@ static void expect_field_error(const rd_json_t *errors, const char *field, const
 {
     for (size_t i = 0; i < rd_json_array_size(errors); i++) {
         rd_json_t *e = rd_json_array_at(errors, i);
-        if (strcmp(jstr(e, "field"), field) != 0) continue;
-        assert_string_equal(jstr(e, "code"), code);
-        if (message) assert_string_equal(jstr(e, "message"), message);
-        else assert_true(jstr(e, "message")[0] != '\0');
+        if (strcmp(e2e_jstr(e, "field"), field) != 0) continue;
+        assert_string_equal(e2e_jstr(e, "code"), code);
+        if (message) assert_string_equal(e2e_jstr(e, "message"), message);
+        else assert_true(e2e_jstr(e, "message")[0] != '\0');
         return;
     }
     fail_msg("no error for field \"%s\"", field);
@@ -307,27 +165,27 @@ static void expect_field_error(const rd_json_t *errors, const char *field, const
 static void expect_message(const rd_json_t *m, long long id, const char *queue,
                            const char *status, long long retry_count, long long max_retries)
 {
-    assert_int_equal(jint(m, "id"), id);
-    assert_string_equal(jstr(m, "queue"), queue);
-    jstr(m, "payload");
-    assert_string_equal(jstr(m, "status"), status);
-    assert_int_equal(jint(m, "retry_count"), retry_count);
-    assert_int_equal(jint(m, "max_retries"), max_retries);
-    jget(m, "retry_after");
-    jget(m, "last_error");
-    jget(m, "lease_expires_at");
-    assert_true(jtime(m, "updated_at") >= jtime(m, "created_at"));
+    assert_int_equal(e2e_jint(m, "id"), id);
+    assert_string_equal(e2e_jstr(m, "queue"), queue);
+    e2e_jstr(m, "payload");
+    assert_string_equal(e2e_jstr(m, "status"), status);
+    assert_int_equal(e2e_jint(m, "retry_count"), retry_count);
+    assert_int_equal(e2e_jint(m, "max_retries"), max_retries);
+    e2e_jget(m, "retry_after");
+    e2e_jget(m, "last_error");
+    e2e_jget(m, "lease_expires_at");
+    assert_true(e2e_jtime(m, "updated_at") >= e2e_jtime(m, "created_at"));
 }
 
 static const char *messages_path(const char *q)
 {
-    return fmt("/queues/%s/messages", q);
+    return e2e_fmt("/queues/%s/messages", q);
 }
 
 static const char *message_path(const char *q, long long id, const char *verb)
 {
-    return verb ? fmt("/queues/%s/messages/%lld/%s", q, id, verb)
-                : fmt("/queues/%s/messages/%lld", q, id);
+    return verb ? e2e_fmt("/queues/%s/messages/%lld/%s", q, id, verb)
+                : e2e_fmt("/queues/%s/messages/%lld", q, id);
 }
 
 /* Enqueues body (JSON) to q; asserts 201 and returns the id. */
@@ -335,7 +193,7 @@ static long long enqueue(const char *q, const char *body)
 {
     e2e_response_t r = { 0 };
     http(&r, "POST", messages_path(q), body);
-    long long id = jint(expect_json(&r, 201), "id");
+    long long id = e2e_jint(e2e_expect_json(&r, 201), "id");
     e2e_response_free(&r);
     return id;
 }
@@ -344,24 +202,18 @@ static long long enqueue(const char *q, const char *body)
 static long long claim_one(const char *q, int lease_seconds, char *token, size_t cap)
 {
     e2e_response_t r = { 0 };
-    http(&r, "POST", fmt("/queues/%s/claim", q), fmt("{\"lease_seconds\":%d}", lease_seconds));
+    http(&r, "POST", e2e_fmt("/queues/%s/claim", q),
+         e2e_fmt("{\"lease_seconds\":%d}", lease_seconds));
     if (r.status == 204) {
         e2e_response_free(&r);
         return 0;
     }
-    rd_json_t *m = expect_json(&r, 200);
-    long long id = jint(m, "id");
-    assert_string_equal(jstr(m, "status"), "processing");
-    if (token) snprintf(token, cap, "%s", jstr(m, "lease_token"));
+    rd_json_t *m = e2e_expect_json(&r, 200);
+    long long id = e2e_jint(m, "id");
+    assert_string_equal(e2e_jstr(m, "status"), "processing");
+    if (token) snprintf(token, cap, "%s", e2e_jstr(m, "lease_token"));
     e2e_response_free(&r);
     return id;
-}
-
-static void expect_no_content(const e2e_response_t *r)
-{
-    if (r->status != 204) fail_msg("expected 204, got %d: %s", r->status, r->body);
-    assert_int_equal(r->body_len, 0);
-    assert_true(r->content_length <= 0);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -372,31 +224,31 @@ static void test_enqueue_returns_message_and_location(void **state)
 {
     (void)state;
     char q[64];
-    queue_name(q, sizeof q, "enq");
+    e2e_queue_name(q, sizeof q, "enq");
     e2e_response_t r = { 0 };
 
     long long before = e2e_wall_ms();
     http(&r, "POST", messages_path(q), "{\"payload\":\"hello\"}");
-    rd_json_t *m = expect_json(&r, 201);
-    assert_string_equal(r.location, fmt("/queues/%s/messages/1", q));
+    rd_json_t *m = e2e_expect_json(&r, 201);
+    assert_string_equal(r.location, e2e_fmt("/queues/%s/messages/1", q));
     expect_message(m, 1, q, "pending", 0, 3);
-    assert_string_equal(jstr(m, "payload"), "hello");
-    jnull(m, "retry_after");
-    jnull(m, "last_error");
-    jnull(m, "lease_expires_at");
-    long long created = jtime(m, "created_at");
-    assert_int_equal(jtime(m, "updated_at"), created);
+    assert_string_equal(e2e_jstr(m, "payload"), "hello");
+    e2e_jnull(m, "retry_after");
+    e2e_jnull(m, "last_error");
+    e2e_jnull(m, "lease_expires_at");
+    long long created = e2e_jtime(m, "created_at");
+    assert_int_equal(e2e_jtime(m, "updated_at"), created);
     /* Redis runs on this host, so its clock is ours (give or take 2 s). */
     assert_true(created >= before - 2000 && created <= e2e_wall_ms() + 2000);
 
     http(&r, "POST", messages_path(q), "{\"payload\":\"second\",\"max_retries\":5}");
-    m = expect_json(&r, 201);
-    assert_string_equal(r.location, fmt("/queues/%s/messages/2", q));
+    m = e2e_expect_json(&r, 201);
+    assert_string_equal(r.location, e2e_fmt("/queues/%s/messages/2", q));
     expect_message(m, 2, q, "pending", 0, 5);
 
     /* null means "default". */
     http(&r, "POST", messages_path(q), "{\"payload\":\"third\",\"max_retries\":null}");
-    expect_message(expect_json(&r, 201), 3, q, "pending", 0, 3);
+    expect_message(e2e_expect_json(&r, 201), 3, q, "pending", 0, 3);
     e2e_response_free(&r);
 }
 
@@ -407,14 +259,14 @@ static void expect_payload_round_trip(const char *q, const char *payload)
     e2e_response_t r = { 0 };
     http_to(g_daemon.port, &r, "POST", messages_path(q), body, len);
     rd_free(body);
-    rd_json_t *m = expect_json(&r, 201);
-    long long id = jint(m, "id");
-    const char *got = jstr(m, "payload");
+    rd_json_t *m = e2e_expect_json(&r, 201);
+    long long id = e2e_jint(m, "id");
+    const char *got = e2e_jstr(m, "payload");
     assert_int_equal(strlen(got), strlen(payload));
     assert_memory_equal(got, payload, strlen(payload));
 
     http(&r, "GET", message_path(q, id, NULL), NULL);
-    got = jstr(expect_json(&r, 200), "payload");
+    got = e2e_jstr(e2e_expect_json(&r, 200), "payload");
     assert_int_equal(strlen(got), strlen(payload));
     assert_memory_equal(got, payload, strlen(payload));
     e2e_response_free(&r);
@@ -424,7 +276,7 @@ static void test_payload_is_returned_byte_for_byte(void **state)
 {
     (void)state;
     char q[64];
-    queue_name(q, sizeof q, "bytes");
+    e2e_queue_name(q, sizeof q, "bytes");
     expect_payload_round_trip(q, "h\xC3\xA9llo w\xC3\xB6rld \xE2\x80\x94 \xE6\x97\xA5\xE6\x9C\xAC "
                                  "\xF0\x9F\x8E\x89");
     expect_payload_round_trip(q, "say \"hi\" \\ back\\slash / 'single' \\u0041");
@@ -452,7 +304,7 @@ static void test_enqueue_validation(void **state)
 {
     (void)state;
     char q[64];
-    queue_name(q, sizeof q, "valid");
+    e2e_queue_name(q, sizeof q, "valid");
     char path[128];
     snprintf(path, sizeof path, "%s", messages_path(q));
     const char *range = "max_retries must be between 1 and 10.";
@@ -468,13 +320,13 @@ static void test_enqueue_validation(void **state)
 
     const char *bad_retries[] = { "0", "11", "\"3\"", "-1", "2.5", "true" };
     for (size_t i = 0; i < sizeof bad_retries / sizeof bad_retries[0]; i++) {
-        http(&r, "POST", path, fmt("{\"payload\":\"x\",\"max_retries\":%s}", bad_retries[i]));
+        http(&r, "POST", path, e2e_fmt("{\"payload\":\"x\",\"max_retries\":%s}", bad_retries[i]));
         expect_field_error(expect_invalid(&r, path, 1), "max_retries", "invalid", range);
     }
 
     const char *bad_delays[] = { "-1", "2592001", "1.5", "\"10\"" };
     for (size_t i = 0; i < sizeof bad_delays / sizeof bad_delays[0]; i++) {
-        http(&r, "POST", path, fmt("{\"payload\":\"x\",\"delay_seconds\":%s}", bad_delays[i]));
+        http(&r, "POST", path, e2e_fmt("{\"payload\":\"x\",\"delay_seconds\":%s}", bad_delays[i]));
         expect_field_error(expect_invalid(&r, path, 1), "delay_seconds", "invalid", NULL);
     }
 
@@ -493,7 +345,7 @@ static void test_malformed_bodies_are_400(void **state)
 {
     (void)state;
     char q[64];
-    queue_name(q, sizeof q, "malformed");
+    e2e_queue_name(q, sizeof q, "malformed");
     char path[1024];
     SET(path, messages_path(q));
     const char *bodies[] = { "{\"payload\":", "[\"payload\"]", "", "\"payload\"", "42",
@@ -501,11 +353,11 @@ static void test_malformed_bodies_are_400(void **state)
     e2e_response_t r = { 0 };
     for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
         http(&r, "POST", path, bodies[i]);
-        expect_problem(&r, 400, "malformed-request", path);
+        e2e_expect_problem(&r, 400, "malformed-request", path);
     }
     /* A POST without any body at all is the same as an empty one. */
     http(&r, "POST", path, NULL);
-    expect_problem(&r, 400, "malformed-request", path);
+    e2e_expect_problem(&r, 400, "malformed-request", path);
     assert_int_equal(enqueue(q, "{\"payload\":\"ok\"}"), 1);
     e2e_response_free(&r);
 }
@@ -524,7 +376,7 @@ static void test_queue_name_rules(void **state)
 
     /* 255 bytes is still a name (and it is free: its first id is 1). */
     char q[64];
-    queue_name(q, sizeof q, "long");
+    e2e_queue_name(q, sizeof q, "long");
     memset(name, 'n', 255);
     memcpy(name, q, strlen(q));
     name[255] = '\0';
@@ -545,39 +397,39 @@ static void test_odd_queue_names_are_distinct(void **state)
 {
     (void)state;
     char plain[64], raw[160], decoded[160];
-    queue_name(plain, sizeof plain, "a");
+    e2e_queue_name(plain, sizeof plain, "a");
     /* Space, colon, braces, a percent sign and U+00E9 in one segment. */
     snprintf(raw, sizeof raw, "%s%%20:b{c}%%25%%C3%%A9", plain);
     snprintf(decoded, sizeof decoded, "%s :b{c}%%\xC3\xA9", plain);
     e2e_response_t r = { 0 };
 
     http(&r, "POST", messages_path(plain), "{\"payload\":\"plain\"}");
-    expect_message(expect_json(&r, 201), 1, plain, "pending", 0, 3);
+    expect_message(e2e_expect_json(&r, 201), 1, plain, "pending", 0, 3);
     http(&r, "POST", messages_path(raw), "{\"payload\":\"odd\"}");
-    rd_json_t *m = expect_json(&r, 201);
+    rd_json_t *m = e2e_expect_json(&r, 201);
     expect_message(m, 1, decoded, "pending", 0, 3);
-    assert_string_equal(r.location, fmt("/queues/%s/messages/1", raw));
+    assert_string_equal(r.location, e2e_fmt("/queues/%s/messages/1", raw));
 
     http(&r, "GET", message_path(plain, 1, NULL), NULL);
-    assert_string_equal(jstr(expect_json(&r, 200), "payload"), "plain");
+    assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "payload"), "plain");
     http(&r, "GET", message_path(raw, 1, NULL), NULL);
-    m = expect_json(&r, 200);
-    assert_string_equal(jstr(m, "payload"), "odd");
-    assert_string_equal(jstr(m, "queue"), decoded);
+    m = e2e_expect_json(&r, 200);
+    assert_string_equal(e2e_jstr(m, "payload"), "odd");
+    assert_string_equal(e2e_jstr(m, "queue"), decoded);
     /* Each queue has its one message and no other. */
     http(&r, "GET", message_path(raw, 2, NULL), NULL);
-    expect_problem(&r, 404, "not-found", NULL);
+    e2e_expect_problem(&r, 404, "not-found", NULL);
 
     /* "x:" and "x%3A" would share keys if '%' were not escaped too. */
     char colon[96], percent[96];
     snprintf(colon, sizeof colon, "%s%%3A", plain);      /* decodes to "<plain>:" */
     snprintf(percent, sizeof percent, "%s%%253A", plain); /* decodes to "<plain>%3A" */
     http(&r, "POST", messages_path(colon), "{\"payload\":\"colon\"}");
-    expect_message(expect_json(&r, 201), 1, fmt("%s:", plain), "pending", 0, 3);
+    expect_message(e2e_expect_json(&r, 201), 1, e2e_fmt("%s:", plain), "pending", 0, 3);
     http(&r, "POST", messages_path(percent), "{\"payload\":\"percent\"}");
-    expect_message(expect_json(&r, 201), 1, fmt("%s%%3A", plain), "pending", 0, 3);
+    expect_message(e2e_expect_json(&r, 201), 1, e2e_fmt("%s%%3A", plain), "pending", 0, 3);
     http(&r, "GET", message_path(colon, 1, NULL), NULL);
-    assert_string_equal(jstr(expect_json(&r, 200), "payload"), "colon");
+    assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "payload"), "colon");
     e2e_response_free(&r);
 }
 
@@ -589,38 +441,38 @@ static void test_get_and_not_found(void **state)
 {
     (void)state;
     char q[64];
-    queue_name(q, sizeof q, "get");
+    e2e_queue_name(q, sizeof q, "get");
     e2e_response_t r = { 0 };
     http(&r, "POST", messages_path(q), "{\"payload\":\"p\",\"max_retries\":4}");
     char created[32];
-    snprintf(created, sizeof created, "%s", jstr(expect_json(&r, 201), "created_at"));
+    snprintf(created, sizeof created, "%s", e2e_jstr(e2e_expect_json(&r, 201), "created_at"));
 
     char path[1024];
     SET(path, message_path(q, 1, NULL));
     http(&r, "GET", path, NULL);
-    rd_json_t *m = expect_json(&r, 200);
+    rd_json_t *m = e2e_expect_json(&r, 200);
     expect_message(m, 1, q, "pending", 0, 4);
-    assert_string_equal(jstr(m, "payload"), "p");
-    assert_string_equal(jstr(m, "created_at"), created);
+    assert_string_equal(e2e_jstr(m, "payload"), "p");
+    assert_string_equal(e2e_jstr(m, "created_at"), created);
 
     SET(path, message_path(q, 999, NULL));
     http(&r, "GET", path, NULL);
-    expect_problem(&r, 404, "not-found", path);
-    SET(path, fmt("/queues/%s/messages/abc", q));
+    e2e_expect_problem(&r, 404, "not-found", path);
+    SET(path, e2e_fmt("/queues/%s/messages/abc", q));
     http(&r, "GET", path, NULL);
-    expect_problem(&r, 404, "not-found", path);
-    SET(path, fmt("/queues/%s/messages/0", q));
+    e2e_expect_problem(&r, 404, "not-found", path);
+    SET(path, e2e_fmt("/queues/%s/messages/0", q));
     http(&r, "GET", path, NULL);
-    expect_problem(&r, 404, "not-found", path);
+    e2e_expect_problem(&r, 404, "not-found", path);
     SET(path, message_path(q, 999, "succeed"));
     http(&r, "POST", path, "{}");
-    expect_problem(&r, 404, "not-found", path);
+    e2e_expect_problem(&r, 404, "not-found", path);
 
     http(&r, "GET", "/nope", NULL);
-    expect_problem(&r, 404, "not-found", "/nope");
-    SET(path, fmt("/queues/%s/bogus", q));
+    e2e_expect_problem(&r, 404, "not-found", "/nope");
+    SET(path, e2e_fmt("/queues/%s/bogus", q));
     http(&r, "GET", path, NULL);
-    expect_problem(&r, 404, "not-found", path);
+    e2e_expect_problem(&r, 404, "not-found", path);
     e2e_response_free(&r);
 }
 
@@ -629,12 +481,12 @@ static void test_wrong_method_is_405_with_allow(void **state)
     (void)state;
     e2e_response_t r = { 0 };
     http(&r, "DELETE", "/queues/q/messages", NULL);
-    expect_problem(&r, 405, "method-not-allowed", "/queues/q/messages");
+    e2e_expect_problem(&r, 405, "method-not-allowed", "/queues/q/messages");
     if (!e2e_list_has(r.allow, "GET") || !e2e_list_has(r.allow, "POST"))
         fail_msg("Allow \"%s\" must list GET and POST", r.allow);
 
     http(&r, "GET", "/queues/q/claim", NULL);
-    expect_problem(&r, 405, "method-not-allowed", "/queues/q/claim");
+    e2e_expect_problem(&r, 405, "method-not-allowed", "/queues/q/claim");
     assert_true(e2e_list_has(r.allow, "POST"));
     e2e_response_free(&r);
 }
@@ -647,7 +499,7 @@ static void test_body_over_max_body_is_413(void **state)
     assert_int_equal(start_daemon(&g_side, g_redis_port, prefix, true, "--max-body", "65536",
                                   NULL), 0);
     char q[64];
-    queue_name(q, sizeof q, "big");
+    e2e_queue_name(q, sizeof q, "big");
     char path[1024];
     SET(path, messages_path(q));
     enum { UNDER = 60000, OVER = 70000 };
@@ -661,8 +513,8 @@ static void test_body_over_max_body_is_413(void **state)
         memcpy(body + n - 2, "\"}", 2);
         body[n] = '\0';
         http_to(g_side.port, &r, "POST", path, body, (size_t)n);
-        if (n == UNDER) expect_message(expect_json(&r, 201), 1, q, "pending", 0, 3);
-        else expect_problem(&r, 413, "payload-too-large", NULL);
+        if (n == UNDER) expect_message(e2e_expect_json(&r, 201), 1, q, "pending", 0, 3);
+        else e2e_expect_problem(&r, 413, "payload-too-large", NULL);
     }
     free(body);
     e2e_response_free(&r);
@@ -679,16 +531,16 @@ static void test_claim_nothing_due_is_204(void **state)
 {
     (void)state;
     char q[64];
-    queue_name(q, sizeof q, "empty");
+    e2e_queue_name(q, sizeof q, "empty");
     e2e_response_t r = { 0 };
-    http(&r, "POST", fmt("/queues/%s/claim", q), NULL);
-    expect_no_content(&r);
-    http(&r, "POST", fmt("/queues/%s/claim", q), "{}");
-    expect_no_content(&r);
+    http(&r, "POST", e2e_fmt("/queues/%s/claim", q), NULL);
+    e2e_expect_no_content(&r);
+    http(&r, "POST", e2e_fmt("/queues/%s/claim", q), "{}");
+    e2e_expect_no_content(&r);
     /* A message that is not due yet is not claimable either. */
     enqueue(q, "{\"payload\":\"later\",\"delay_seconds\":60}");
-    http(&r, "POST", fmt("/queues/%s/claim", q), "{\"lease_seconds\":5}");
-    expect_no_content(&r);
+    http(&r, "POST", e2e_fmt("/queues/%s/claim", q), "{\"lease_seconds\":5}");
+    e2e_expect_no_content(&r);
     e2e_response_free(&r);
 }
 
@@ -696,9 +548,9 @@ static void test_claim_is_fifo(void **state)
 {
     (void)state;
     char q[64];
-    queue_name(q, sizeof q, "fifo");
+    e2e_queue_name(q, sizeof q, "fifo");
     for (int i = 1; i <= 5; i++)
-        assert_int_equal(enqueue(q, fmt("{\"payload\":\"m%d\"}", i)), i);
+        assert_int_equal(enqueue(q, e2e_fmt("{\"payload\":\"m%d\"}", i)), i);
     for (int i = 1; i <= 5; i++) assert_int_equal(claim_one(q, 30, NULL, 0), i);
     assert_int_equal(claim_one(q, 30, NULL, 0), 0);
 }
@@ -706,45 +558,45 @@ static void test_claim_is_fifo(void **state)
 /* lease_expires_at is the claim's own time (updated_at) + lease_seconds. */
 static void expect_lease(const rd_json_t *m, long long lease_s)
 {
-    long long claimed_at = jtime(m, "updated_at");
-    assert_int_equal(jtime(m, "lease_expires_at") - claimed_at, lease_s * 1000);
+    long long claimed_at = e2e_jtime(m, "updated_at");
+    assert_int_equal(e2e_jtime(m, "lease_expires_at") - claimed_at, lease_s * 1000);
     long long now = e2e_wall_ms();
     assert_true(claimed_at > now - 5000 && claimed_at < now + 2000);
-    assert_true(jstr(m, "lease_token")[0] != '\0');
+    assert_true(e2e_jstr(m, "lease_token")[0] != '\0');
 }
 
 static void test_claim_sets_lease(void **state)
 {
     (void)state;
     char q[64], token1[160];
-    queue_name(q, sizeof q, "lease");
+    e2e_queue_name(q, sizeof q, "lease");
     for (int i = 0; i < 3; i++) enqueue(q, "{\"payload\":\"x\"}");
     char path[1024];
-    SET(path, fmt("/queues/%s/claim", q));
+    SET(path, e2e_fmt("/queues/%s/claim", q));
     e2e_response_t r = { 0 };
 
     http(&r, "POST", path, "{\"lease_seconds\":5}");
-    rd_json_t *m = expect_json(&r, 200);
+    rd_json_t *m = e2e_expect_json(&r, 200);
     expect_message(m, 1, q, "processing", 0, 3);
     expect_lease(m, 5);
-    jnull(m, "retry_after");
-    snprintf(token1, sizeof token1, "%s", jstr(m, "lease_token"));
+    e2e_jnull(m, "retry_after");
+    snprintf(token1, sizeof token1, "%s", e2e_jstr(m, "lease_token"));
 
-    http(&r, "POST", fmt("/queues/%s/claim?lease_seconds=5", q), NULL);
-    m = expect_json(&r, 200);
+    http(&r, "POST", e2e_fmt("/queues/%s/claim?lease_seconds=5", q), NULL);
+    m = e2e_expect_json(&r, 200);
     expect_message(m, 2, q, "processing", 0, 3);
     expect_lease(m, 5);
-    assert_string_not_equal(jstr(m, "lease_token"), token1);
+    assert_string_not_equal(e2e_jstr(m, "lease_token"), token1);
 
     http(&r, "POST", path, NULL);
-    m = expect_json(&r, 200);
+    m = e2e_expect_json(&r, 200);
     expect_lease(m, DEFAULT_LEASE_S);
 
     /* The lease shows on GET too. */
     http(&r, "GET", message_path(q, 1, NULL), NULL);
-    m = expect_json(&r, 200);
-    assert_string_equal(jstr(m, "status"), "processing");
-    jtime(m, "lease_expires_at");
+    m = e2e_expect_json(&r, 200);
+    assert_string_equal(e2e_jstr(m, "status"), "processing");
+    e2e_jtime(m, "lease_expires_at");
     e2e_response_free(&r);
 }
 
@@ -752,14 +604,14 @@ static void test_claim_count(void **state)
 {
     (void)state;
     char q[64];
-    queue_name(q, sizeof q, "count");
+    e2e_queue_name(q, sizeof q, "count");
     for (int i = 0; i < 4; i++) enqueue(q, "{\"payload\":\"x\"}");
     char path[1024];
-    SET(path, fmt("/queues/%s/claim", q));
+    SET(path, e2e_fmt("/queues/%s/claim", q));
     e2e_response_t r = { 0 };
 
     http(&r, "POST", path, "{\"count\":3,\"lease_seconds\":5}");
-    rd_json_t *list = jget(expect_json(&r, 200), "messages");
+    rd_json_t *list = e2e_jget(e2e_expect_json(&r, 200), "messages");
     assert_true(rd_json_is_array(list));
     assert_int_equal(rd_json_array_size(list), 3);
     const char *tokens[3];
@@ -767,17 +619,17 @@ static void test_claim_count(void **state)
         rd_json_t *m = rd_json_array_at(list, i);
         expect_message(m, (long long)i + 1, q, "processing", 0, 3);
         expect_lease(m, 5);
-        tokens[i] = jstr(m, "lease_token");
+        tokens[i] = e2e_jstr(m, "lease_token");
         for (size_t j = 0; j < i; j++) assert_string_not_equal(tokens[i], tokens[j]);
     }
 
-    http(&r, "POST", fmt("/queues/%s/claim?count=3", q), NULL);
-    list = jget(expect_json(&r, 200), "messages");
+    http(&r, "POST", e2e_fmt("/queues/%s/claim?count=3", q), NULL);
+    list = e2e_jget(e2e_expect_json(&r, 200), "messages");
     assert_int_equal(rd_json_array_size(list), 1);
-    assert_int_equal(jint(rd_json_array_at(list, 0), "id"), 4);
+    assert_int_equal(e2e_jint(rd_json_array_at(list, 0), "id"), 4);
 
     http(&r, "POST", path, "{\"count\":3}");
-    expect_no_content(&r);
+    e2e_expect_no_content(&r);
     e2e_response_free(&r);
 }
 
@@ -785,7 +637,7 @@ static void test_claim_validation(void **state)
 {
     (void)state;
     char q[64];
-    queue_name(q, sizeof q, "claimval");
+    e2e_queue_name(q, sizeof q, "claimval");
     enqueue(q, "{\"payload\":\"x\"}");
     char path[128];
     snprintf(path, sizeof path, "/queues/%s/claim", q);
@@ -802,14 +654,14 @@ static void test_claim_validation(void **state)
         { "", "{\"wait_seconds\":31}", "wait_seconds" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        http(&r, "POST", fmt("%s%s", path, cases[i].query), cases[i].body);
+        http(&r, "POST", e2e_fmt("%s%s", path, cases[i].query), cases[i].body);
         expect_field_error(expect_invalid(&r, path, 1), cases[i].field, "invalid", NULL);
     }
     http(&r, "POST", path, "[1]");
-    expect_problem(&r, 400, "malformed-request", path);
+    e2e_expect_problem(&r, 400, "malformed-request", path);
     /* None of them claimed anything; the limits themselves are accepted. */
     http(&r, "POST", path, "{\"lease_seconds\":43200,\"count\":100}");
-    rd_json_t *list = jget(expect_json(&r, 200), "messages");
+    rd_json_t *list = e2e_jget(e2e_expect_json(&r, 200), "messages");
     assert_int_equal(rd_json_array_size(list), 1);
     expect_lease(rd_json_array_at(list, 0), 43200);
     e2e_response_free(&r);
@@ -823,7 +675,7 @@ static void test_succeed(void **state)
 {
     (void)state;
     char q[64], token[160];
-    queue_name(q, sizeof q, "succeed");
+    e2e_queue_name(q, sizeof q, "succeed");
     enqueue(q, "{\"payload\":\"a\"}");
     enqueue(q, "{\"payload\":\"b\"}");
     enqueue(q, "{\"payload\":\"c\"}");
@@ -833,28 +685,28 @@ static void test_succeed(void **state)
     char path[1024];
     SET(path, message_path(q, 1, "succeed"));
     http(&r, "POST", path, "{\"lease_token\":\"not-the-token\"}");
-    expect_problem(&r, 409, "lease-mismatch", path);
+    e2e_expect_problem(&r, 409, "lease-mismatch", path);
     http(&r, "GET", message_path(q, 1, NULL), NULL);
-    assert_string_equal(jstr(expect_json(&r, 200), "status"), "processing");
+    assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "status"), "processing");
 
-    http(&r, "POST", path, fmt("{\"lease_token\":\"%s\"}", token));
-    rd_json_t *m = expect_json(&r, 200);
+    http(&r, "POST", path, e2e_fmt("{\"lease_token\":\"%s\"}", token));
+    rd_json_t *m = e2e_expect_json(&r, 200);
     expect_message(m, 1, q, "succeeded", 0, 3);
-    jnull(m, "lease_expires_at");
-    assert_string_equal(jstr(m, "payload"), "a");
+    e2e_jnull(m, "lease_expires_at");
+    assert_string_equal(e2e_jstr(m, "payload"), "a");
 
-    http(&r, "POST", path, fmt("{\"lease_token\":\"%s\"}", token));
-    assert_non_null(strstr(jstr(expect_problem(&r, 409, "invalid-state", path), "detail"),
+    http(&r, "POST", path, e2e_fmt("{\"lease_token\":\"%s\"}", token));
+    assert_non_null(strstr(e2e_jstr(e2e_expect_problem(&r, 409, "invalid-state", path), "detail"),
                            "succeeded"));
 
     /* Without a token any current lease is accepted (reference behaviour). */
     assert_int_equal(claim_one(q, 30, NULL, 0), 2);
     http(&r, "POST", message_path(q, 2, "succeed"), NULL);
-    expect_message(expect_json(&r, 200), 2, q, "succeeded", 0, 3);
+    expect_message(e2e_expect_json(&r, 200), 2, q, "succeeded", 0, 3);
 
     SET(path, message_path(q, 3, "succeed"));
     http(&r, "POST", path, "{}");
-    assert_non_null(strstr(jstr(expect_problem(&r, 409, "invalid-state", path), "detail"),
+    assert_non_null(strstr(e2e_jstr(e2e_expect_problem(&r, 409, "invalid-state", path), "detail"),
                            "pending"));
     e2e_response_free(&r);
 }
@@ -863,34 +715,34 @@ static void test_fail_schedules_retry_with_backoff(void **state)
 {
     (void)state;
     char q[64], token[160];
-    queue_name(q, sizeof q, "fail");
+    e2e_queue_name(q, sizeof q, "fail");
     enqueue(q, "{\"payload\":\"x\"}");
     assert_int_equal(claim_one(q, 30, token, sizeof token), 1);
     e2e_response_t r = { 0 };
 
     char path[1024];
     SET(path, message_path(q, 1, "fail"));
-    http(&r, "POST", path, fmt("{\"error\":\"wrong token\",\"lease_token\":\"%s-x\"}", token));
-    expect_problem(&r, 409, "lease-mismatch", path);
+    http(&r, "POST", path, e2e_fmt("{\"error\":\"wrong token\",\"lease_token\":\"%s-x\"}", token));
+    e2e_expect_problem(&r, 409, "lease-mismatch", path);
 
-    http(&r, "POST", path, fmt("{\"error\":\"smtp said \\\"no\\\"\",\"lease_token\":\"%s\"}",
+    http(&r, "POST", path, e2e_fmt("{\"error\":\"smtp said \\\"no\\\"\",\"lease_token\":\"%s\"}",
                                token));
-    rd_json_t *m = expect_json(&r, 200);
+    rd_json_t *m = e2e_expect_json(&r, 200);
     expect_message(m, 1, q, "pending", 1, 3);
-    assert_string_equal(jstr(m, "last_error"), "smtp said \"no\"");
-    jnull(m, "lease_expires_at");
+    assert_string_equal(e2e_jstr(m, "last_error"), "smtp said \"no\"");
+    e2e_jnull(m, "lease_expires_at");
     /* First failure: backoff 2^1 s from the failure. */
-    assert_int_equal(jtime(m, "retry_after") - jtime(m, "updated_at"), 2000);
+    assert_int_equal(e2e_jtime(m, "retry_after") - e2e_jtime(m, "updated_at"), 2000);
 
     http(&r, "GET", message_path(q, 1, NULL), NULL);
-    m = expect_json(&r, 200);
-    assert_string_equal(jstr(m, "status"), "pending");
-    assert_string_equal(jstr(m, "last_error"), "smtp said \"no\"");
+    m = e2e_expect_json(&r, 200);
+    assert_string_equal(e2e_jstr(m, "status"), "pending");
+    assert_string_equal(e2e_jstr(m, "last_error"), "smtp said \"no\"");
     assert_int_equal(claim_one(q, 30, NULL, 0), 0);
 
     /* Failing it again needs a claim first. */
     http(&r, "POST", path, "{\"error\":\"again\"}");
-    assert_non_null(strstr(jstr(expect_problem(&r, 409, "invalid-state", path), "detail"),
+    assert_non_null(strstr(e2e_jstr(e2e_expect_problem(&r, 409, "invalid-state", path), "detail"),
                            "pending"));
     e2e_response_free(&r);
 }
@@ -899,25 +751,25 @@ static void test_fail_to_dead(void **state)
 {
     (void)state;
     char q[64];
-    queue_name(q, sizeof q, "dead");
+    e2e_queue_name(q, sizeof q, "dead");
     enqueue(q, "{\"payload\":\"a\"}");
     enqueue(q, "{\"payload\":\"b\",\"max_retries\":1}");
     e2e_response_t r = { 0 };
 
     assert_int_equal(claim_one(q, 30, NULL, 0), 1);
     http(&r, "POST", message_path(q, 1, "fail"), "{\"error\":\"bad input\",\"retryable\":false}");
-    rd_json_t *m = expect_json(&r, 200);
+    rd_json_t *m = e2e_expect_json(&r, 200);
     expect_message(m, 1, q, "dead", 1, 3);
-    assert_string_equal(jstr(m, "last_error"), "bad input");
-    jnull(m, "retry_after");
-    jnull(m, "lease_expires_at");
+    assert_string_equal(e2e_jstr(m, "last_error"), "bad input");
+    e2e_jnull(m, "retry_after");
+    e2e_jnull(m, "lease_expires_at");
 
     assert_int_equal(claim_one(q, 30, NULL, 0), 2);
     http(&r, "POST", message_path(q, 2, "fail"), "{\"error\":\"once\"}");
-    m = expect_json(&r, 200);
+    m = e2e_expect_json(&r, 200);
     expect_message(m, 2, q, "dead", 1, 1);
-    assert_string_equal(jstr(m, "last_error"), "once");
-    jnull(m, "retry_after");
+    assert_string_equal(e2e_jstr(m, "last_error"), "once");
+    e2e_jnull(m, "retry_after");
 
     assert_int_equal(claim_one(q, 30, NULL, 0), 0);
     e2e_response_free(&r);
@@ -927,7 +779,7 @@ static void test_fail_requires_error(void **state)
 {
     (void)state;
     char q[64];
-    queue_name(q, sizeof q, "failval");
+    e2e_queue_name(q, sizeof q, "failval");
     enqueue(q, "{\"payload\":\"x\"}");
     assert_int_equal(claim_one(q, 30, NULL, 0), 1);
     char path[1024];
@@ -943,12 +795,12 @@ static void test_fail_requires_error(void **state)
     http(&r, "POST", path, "{\"error\":\"e\",\"retryable\":\"no\"}");
     expect_field_error(expect_invalid(&r, path, 1), "retryable", "invalid", NULL);
     http(&r, "POST", path, "");
-    expect_problem(&r, 400, "malformed-request", path);
+    e2e_expect_problem(&r, 400, "malformed-request", path);
 
     http(&r, "GET", message_path(q, 1, NULL), NULL);
-    rd_json_t *m = expect_json(&r, 200);
+    rd_json_t *m = e2e_expect_json(&r, 200);
     expect_message(m, 1, q, "processing", 0, 3);
-    jnull(m, "last_error");
+    e2e_jnull(m, "last_error");
     e2e_response_free(&r);
 }
 
@@ -956,7 +808,7 @@ static void test_replay(void **state)
 {
     (void)state;
     char q[64];
-    queue_name(q, sizeof q, "replay");
+    e2e_queue_name(q, sizeof q, "replay");
     e2e_response_t r = { 0 };
     assert_int_equal(enqueue(q, "{\"payload\":\"dead one\",\"max_retries\":1}"), 1);
     assert_int_equal(claim_one(q, 30, NULL, 0), 1);
@@ -964,32 +816,32 @@ static void test_replay(void **state)
     assert_int_equal(enqueue(q, "{\"payload\":\"fresh 2\"}"), 2);
     assert_int_equal(enqueue(q, "{\"payload\":\"fresh 3\"}"), 3);
     http(&r, "POST", message_path(q, 1, "fail"), "{\"error\":\"boom\"}");
-    expect_message(expect_json(&r, 200), 1, q, "dead", 1, 1);
+    expect_message(e2e_expect_json(&r, 200), 1, q, "dead", 1, 1);
 
     char path[1024];
     SET(path, message_path(q, 2, "replay"));
     http(&r, "POST", path, NULL);
-    assert_non_null(strstr(jstr(expect_problem(&r, 409, "invalid-state", path), "detail"),
+    assert_non_null(strstr(e2e_jstr(e2e_expect_problem(&r, 409, "invalid-state", path), "detail"),
                            "pending"));
 
     http(&r, "POST", message_path(q, 1, "replay"), NULL);
-    rd_json_t *m = expect_json(&r, 200);
+    rd_json_t *m = e2e_expect_json(&r, 200);
     expect_message(m, 1, q, "pending", 0, 1);
-    jnull(m, "retry_after");
-    jnull(m, "lease_expires_at");
-    assert_string_equal(jstr(m, "payload"), "dead one");
+    e2e_jnull(m, "retry_after");
+    e2e_jnull(m, "lease_expires_at");
+    assert_string_equal(e2e_jstr(m, "payload"), "dead one");
 
     assert_int_equal(claim_one(q, 30, NULL, 0), 1);
     SET(path, message_path(q, 1, "replay"));
     http(&r, "POST", path, "{}");
-    assert_non_null(strstr(jstr(expect_problem(&r, 409, "invalid-state", path), "detail"),
+    assert_non_null(strstr(e2e_jstr(e2e_expect_problem(&r, 409, "invalid-state", path), "detail"),
                            "processing"));
     assert_int_equal(claim_one(q, 30, NULL, 0), 2);
     assert_int_equal(claim_one(q, 30, NULL, 0), 3);
 
     SET(path, message_path(q, 77, "replay"));
     http(&r, "POST", path, NULL);
-    expect_problem(&r, 404, "not-found", path);
+    e2e_expect_problem(&r, 404, "not-found", path);
     e2e_response_free(&r);
 }
 
@@ -997,31 +849,31 @@ static void test_extend(void **state)
 {
     (void)state;
     char q[64], token[160];
-    queue_name(q, sizeof q, "extend");
+    e2e_queue_name(q, sizeof q, "extend");
     enqueue(q, "{\"payload\":\"x\"}");
     e2e_response_t r = { 0 };
-    http(&r, "POST", fmt("/queues/%s/claim", q), "{\"lease_seconds\":5}");
-    rd_json_t *m = expect_json(&r, 200);
-    long long first = jtime(m, "lease_expires_at");
-    snprintf(token, sizeof token, "%s", jstr(m, "lease_token"));
+    http(&r, "POST", e2e_fmt("/queues/%s/claim", q), "{\"lease_seconds\":5}");
+    rd_json_t *m = e2e_expect_json(&r, 200);
+    long long first = e2e_jtime(m, "lease_expires_at");
+    snprintf(token, sizeof token, "%s", e2e_jstr(m, "lease_token"));
 
     char path[1024];
     SET(path, message_path(q, 1, "extend"));
     http(&r, "POST", path, "{\"lease_seconds\":60,\"lease_token\":\"nope\"}");
-    expect_problem(&r, 409, "lease-mismatch", path);
+    e2e_expect_problem(&r, 409, "lease-mismatch", path);
 
-    http(&r, "POST", path, fmt("{\"lease_seconds\":60,\"lease_token\":\"%s\"}", token));
-    m = expect_json(&r, 200);
+    http(&r, "POST", path, e2e_fmt("{\"lease_seconds\":60,\"lease_token\":\"%s\"}", token));
+    m = e2e_expect_json(&r, 200);
     expect_message(m, 1, q, "processing", 0, 3);
-    long long second = jtime(m, "lease_expires_at");
+    long long second = e2e_jtime(m, "lease_expires_at");
     assert_true(second > first);
-    assert_int_equal(second - jtime(m, "updated_at"), 60000);
+    assert_int_equal(second - e2e_jtime(m, "updated_at"), 60000);
 
     /* The token still holds after extend. */
-    http(&r, "POST", message_path(q, 1, "succeed"), fmt("{\"lease_token\":\"%s\"}", token));
-    expect_message(expect_json(&r, 200), 1, q, "succeeded", 0, 3);
+    http(&r, "POST", message_path(q, 1, "succeed"), e2e_fmt("{\"lease_token\":\"%s\"}", token));
+    expect_message(e2e_expect_json(&r, 200), 1, q, "succeeded", 0, 3);
     http(&r, "POST", path, "{}");
-    expect_problem(&r, 409, "invalid-state", path);
+    e2e_expect_problem(&r, 409, "invalid-state", path);
     e2e_response_free(&r);
 }
 
@@ -1033,21 +885,21 @@ static void test_delayed_retry_end_to_end(void **state)
 {
     (void)state;
     char q[64], token[160];
-    queue_name(q, sizeof q, "delayed");
+    e2e_queue_name(q, sizeof q, "delayed");
     enqueue(q, "{\"payload\":\"retry me\"}");
     assert_int_equal(claim_one(q, 30, token, sizeof token), 1);
     e2e_response_t r = { 0 };
     http(&r, "POST", message_path(q, 1, "fail"),
-         fmt("{\"error\":\"later\",\"retry_after_seconds\":1,\"lease_token\":\"%s\"}", token));
-    rd_json_t *m = expect_json(&r, 200);
+         e2e_fmt("{\"error\":\"later\",\"retry_after_seconds\":1,\"lease_token\":\"%s\"}", token));
+    rd_json_t *m = e2e_expect_json(&r, 200);
     expect_message(m, 1, q, "pending", 1, 3);
-    long long retry_after = jtime(m, "retry_after");
-    assert_int_equal(retry_after - jtime(m, "updated_at"), 1000);
+    long long retry_after = e2e_jtime(m, "retry_after");
+    assert_int_equal(retry_after - e2e_jtime(m, "updated_at"), 1000);
 
     char path[1024];
-    SET(path, fmt("/queues/%s/claim", q));
+    SET(path, e2e_fmt("/queues/%s/claim", q));
     http(&r, "POST", path, NULL);
-    expect_no_content(&r);
+    e2e_expect_no_content(&r);
 
     long long deadline = e2e_mono_ms() + 3000;
     for (;;) {
@@ -1056,11 +908,11 @@ static void test_delayed_retry_end_to_end(void **state)
         if (e2e_mono_ms() > deadline) fail_msg("not claimable 3 s after the failure");
         e2e_pause_ms(20);
     }
-    m = expect_json(&r, 200);
+    m = e2e_expect_json(&r, 200);
     expect_message(m, 1, q, "processing", 1, 3);
-    assert_string_equal(jstr(m, "payload"), "retry me");
+    assert_string_equal(e2e_jstr(m, "payload"), "retry me");
     /* updated_at is the claim's time, from the same clock as retry_after. */
-    long long claimed_at = jtime(m, "updated_at");
+    long long claimed_at = e2e_jtime(m, "updated_at");
     if (claimed_at < retry_after || claimed_at > retry_after + 1000)
         fail_msg("claimed %lld ms after retry_after", claimed_at - retry_after);
     e2e_response_free(&r);
@@ -1070,40 +922,40 @@ static void test_expired_lease_is_a_failure(void **state)
 {
     (void)state;
     char q[64], token[160];
-    queue_name(q, sizeof q, "expiry");
+    e2e_queue_name(q, sizeof q, "expiry");
     enqueue(q, "{\"payload\":\"x\"}");
     e2e_response_t r = { 0 };
-    http(&r, "POST", fmt("/queues/%s/claim", q), "{\"lease_seconds\":1}");
-    rd_json_t *m = expect_json(&r, 200);
-    long long lease_end = jtime(m, "lease_expires_at");
-    snprintf(token, sizeof token, "%s", jstr(m, "lease_token"));
+    http(&r, "POST", e2e_fmt("/queues/%s/claim", q), "{\"lease_seconds\":1}");
+    rd_json_t *m = e2e_expect_json(&r, 200);
+    long long lease_end = e2e_jtime(m, "lease_expires_at");
+    snprintf(token, sizeof token, "%s", e2e_jstr(m, "lease_token"));
 
     char path[1024];
     SET(path, message_path(q, 1, NULL));
     long long deadline = e2e_mono_ms() + 3000;
     for (;;) {
         http(&r, "GET", path, NULL);
-        m = expect_json(&r, 200);
-        if (strcmp(jstr(m, "status"), "processing") != 0) break;
+        m = e2e_expect_json(&r, 200);
+        if (strcmp(e2e_jstr(m, "status"), "processing") != 0) break;
         if (e2e_mono_ms() > deadline) fail_msg("still processing 3 s after a 1 s lease");
         e2e_pause_ms(50);
     }
     expect_message(m, 1, q, "pending", 1, 3);
-    assert_string_equal(jstr(m, "last_error"), "lease expired");
-    jnull(m, "lease_expires_at");
-    long long failed_at = jtime(m, "updated_at");
+    assert_string_equal(e2e_jstr(m, "last_error"), "lease expired");
+    e2e_jnull(m, "lease_expires_at");
+    long long failed_at = e2e_jtime(m, "updated_at");
     assert_true(failed_at >= lease_end && failed_at <= lease_end + 1000);
-    assert_int_equal(jtime(m, "retry_after") - failed_at, 2000);
+    assert_int_equal(e2e_jtime(m, "retry_after") - failed_at, 2000);
 
     char succeed[1024];
     SET(succeed, message_path(q, 1, "succeed"));
-    http(&r, "POST", succeed, fmt("{\"lease_token\":\"%s\"}", token));
+    http(&r, "POST", succeed, e2e_fmt("{\"lease_token\":\"%s\"}", token));
     /* Either answer is right: the lease is gone, and so is "processing". */
     const char *type = r.json ? rd_json_string(rd_json_get(r.json, "type")) : NULL;
     if (type == NULL || (strcmp(type, "/problems/invalid-state") != 0 &&
                          strcmp(type, "/problems/lease-mismatch") != 0))
         fail_msg("expected 409 invalid-state or lease-mismatch, got %d: %s", r.status, r.body);
-    expect_problem(&r, 409, type + strlen("/problems/"), succeed);
+    e2e_expect_problem(&r, 409, type + strlen("/problems/"), succeed);
 
     /* Once someone else holds it, the old token is a lease mismatch. */
     char fresh[160];
@@ -1115,10 +967,10 @@ static void test_expired_lease_is_a_failure(void **state)
     }
     assert_int_equal(id, 1);
     assert_string_not_equal(fresh, token);
-    http(&r, "POST", succeed, fmt("{\"lease_token\":\"%s\"}", token));
-    expect_problem(&r, 409, "lease-mismatch", succeed);
-    http(&r, "POST", succeed, fmt("{\"lease_token\":\"%s\"}", fresh));
-    expect_message(expect_json(&r, 200), 1, q, "succeeded", 1, 3);
+    http(&r, "POST", succeed, e2e_fmt("{\"lease_token\":\"%s\"}", token));
+    e2e_expect_problem(&r, 409, "lease-mismatch", succeed);
+    http(&r, "POST", succeed, e2e_fmt("{\"lease_token\":\"%s\"}", fresh));
+    expect_message(e2e_expect_json(&r, 200), 1, q, "succeeded", 1, 3);
     e2e_response_free(&r);
 }
 
@@ -1136,23 +988,24 @@ static size_t list_all(const char *q, const char *query, int limit, const char *
     size_t count = 0;
     for (int page = 0; page < 50; page++) {
         const char *path = cursor[0]
-            ? fmt("%s?%s&limit=%d&cursor=%s", messages_path(q), query, limit, url_encode(cursor))
-            : fmt("%s?%s&limit=%d", messages_path(q), query, limit);
+            ? e2e_fmt("%s?%s&limit=%d&cursor=%s", messages_path(q), query, limit,
+                      e2e_url_encode(cursor))
+            : e2e_fmt("%s?%s&limit=%d", messages_path(q), query, limit);
         http(&r, "GET", path, NULL);
-        rd_json_t *doc = expect_json(&r, 200);
-        assert_int_equal(jint(doc, "total"), total);
-        rd_json_t *list = jget(doc, "messages");
+        rd_json_t *doc = e2e_expect_json(&r, 200);
+        assert_int_equal(e2e_jint(doc, "total"), total);
+        rd_json_t *list = e2e_jget(doc, "messages");
         assert_true(rd_json_is_array(list));
         assert_true(rd_json_array_size(list) <= (size_t)limit);
         for (size_t i = 0; i < rd_json_array_size(list); i++) {
             rd_json_t *m = rd_json_array_at(list, i);
-            long long id = jint(m, "id");
+            long long id = e2e_jint(m, "id");
             assert_true(id >= 1 && (size_t)id < seen_cap);
             seen[id]++;
             count++;
-            if (status) assert_string_equal(jstr(m, "status"), status);
+            if (status) assert_string_equal(e2e_jstr(m, "status"), status);
         }
-        rd_json_t *next = jget(doc, "next_cursor");
+        rd_json_t *next = e2e_jget(doc, "next_cursor");
         if (rd_json_is_null(next)) {
             e2e_response_free(&r);
             return count;
@@ -1168,18 +1021,18 @@ static void test_list_and_paging(void **state)
 {
     (void)state;
     char q[64];
-    queue_name(q, sizeof q, "list");
-    for (int i = 1; i <= 7; i++) enqueue(q, fmt("{\"payload\":\"m%d\"}", i));
+    e2e_queue_name(q, sizeof q, "list");
+    for (int i = 1; i <= 7; i++) enqueue(q, e2e_fmt("{\"payload\":\"m%d\"}", i));
     e2e_response_t r = { 0 };
-    http(&r, "POST", fmt("/queues/%s/claim", q), "{\"count\":3}");
-    expect_json(&r, 200);
+    http(&r, "POST", e2e_fmt("/queues/%s/claim", q), "{\"count\":3}");
+    e2e_expect_json(&r, 200);
     http(&r, "POST", message_path(q, 1, "fail"), "{\"error\":\"x\",\"retryable\":false}");
-    expect_json(&r, 200);
+    e2e_expect_json(&r, 200);
     http(&r, "POST", message_path(q, 2, "fail"), "{\"error\":\"x\",\"retryable\":false}");
-    expect_json(&r, 200);
+    e2e_expect_json(&r, 200);
     /* Pending but scheduled far ahead: still listed as pending. */
     http(&r, "POST", message_path(q, 3, "fail"), "{\"error\":\"x\",\"retry_after_seconds\":600}");
-    expect_json(&r, 200);
+    e2e_expect_json(&r, 200);
 
     int seen[16] = { 0 };
     assert_int_equal(list_all(q, "status=dead", 100, "dead", 2, seen, 16), 2);
@@ -1188,7 +1041,7 @@ static void test_list_and_paging(void **state)
 
     /* Pending now spans a replayed id, fresh ids and a scheduled retry. */
     http(&r, "POST", message_path(q, 2, "replay"), NULL);
-    expect_json(&r, 200);
+    e2e_expect_json(&r, 200);
     memset(seen, 0, sizeof seen);
     assert_int_equal(list_all(q, "status=pending", 2, "pending", 6, seen, 16), 6);
     for (int id = 2; id <= 7; id++) assert_int_equal(seen[id], 1);
@@ -1204,10 +1057,10 @@ static void test_list_and_paging(void **state)
     for (int id = 1; id <= 7; id++) assert_int_equal(seen[id], 1);
 
     /* Without limit, the first page holds them all. */
-    http(&r, "GET", fmt("%s?status=pending", messages_path(q)), NULL);
-    rd_json_t *doc = expect_json(&r, 200);
-    assert_int_equal(rd_json_array_size(jget(doc, "messages")), 6);
-    jnull(doc, "next_cursor");
+    http(&r, "GET", e2e_fmt("%s?status=pending", messages_path(q)), NULL);
+    rd_json_t *doc = e2e_expect_json(&r, 200);
+    assert_int_equal(rd_json_array_size(e2e_jget(doc, "messages")), 6);
+    e2e_jnull(doc, "next_cursor");
     e2e_response_free(&r);
 }
 
@@ -1215,7 +1068,7 @@ static void test_list_validation(void **state)
 {
     (void)state;
     char q[64];
-    queue_name(q, sizeof q, "listval");
+    e2e_queue_name(q, sizeof q, "listval");
     enqueue(q, "{\"payload\":\"x\"}");
     char path[128];
     snprintf(path, sizeof path, "%s", messages_path(q));
@@ -1231,10 +1084,10 @@ static void test_list_validation(void **state)
     };
     e2e_response_t r = { 0 };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        http(&r, "GET", fmt("%s?%s", path, cases[i].query), NULL);
+        http(&r, "GET", e2e_fmt("%s?%s", path, cases[i].query), NULL);
         expect_field_error(expect_invalid(&r, path, 1), cases[i].field, "invalid", NULL);
     }
-    http(&r, "GET", fmt("%s?status=bogus&limit=0", path), NULL);
+    http(&r, "GET", e2e_fmt("%s?status=bogus&limit=0", path), NULL);
     rd_json_t *errors = expect_invalid(&r, path, 2);
     expect_field_error(errors, "status", "invalid", NULL);
     expect_field_error(errors, "limit", "invalid", NULL);
@@ -1249,21 +1102,21 @@ static void test_keep_alive_50_requests(void **state)
 {
     (void)state;
     char q[64];
-    queue_name(q, sizeof q, "keepalive");
+    e2e_queue_name(q, sizeof q, "keepalive");
     e2e_conn_t c;
     assert_int_equal(e2e_conn_open(&c, g_daemon.port), 0);
     int fd = c.fd;
     e2e_response_t r = { 0 };
     for (int i = 0; i < 50; i++) {
         char body[1024];
-        SET(body, fmt("{\"payload\":\"k%d\"}", i));
+        SET(body, e2e_fmt("{\"payload\":\"k%d\"}", i));
         int rc = i % 2 == 0
             ? e2e_request(&c, "POST", messages_path(q), NULL, body, strlen(body), &r)
             : e2e_request(&c, "GET", message_path(q, i / 2 + 1, NULL), NULL, NULL, 0, &r);
         if (rc != 0) fail_msg("request %d on the kept-alive connection failed", i);
-        rd_json_t *m = expect_json(&r, i % 2 == 0 ? 201 : 200);
-        assert_int_equal(jint(m, "id"), i / 2 + 1);
-        assert_string_equal(jstr(m, "payload"), fmt("k%d", i - i % 2));
+        rd_json_t *m = e2e_expect_json(&r, i % 2 == 0 ? 201 : 200);
+        assert_int_equal(e2e_jint(m, "id"), i / 2 + 1);
+        assert_string_equal(e2e_jstr(m, "payload"), e2e_fmt("k%d", i - i % 2));
         assert_true(strcasecmp(r.connection, "close") != 0);
         assert_int_equal(c.fd, fd);
         e2e_response_free(&r);
@@ -1275,7 +1128,7 @@ static void test_pipelined_requests_answered_in_order(void **state)
 {
     (void)state;
     char q[64];
-    queue_name(q, sizeof q, "pipeline");
+    e2e_queue_name(q, sizeof q, "pipeline");
     size_t len1 = 0, len2 = 0, len3 = 0;
     char *a = e2e_format_request("POST", messages_path(q), NULL, "{\"payload\":\"first\"}", 19,
                                  &len1);
@@ -1297,19 +1150,19 @@ static void test_pipelined_requests_answered_in_order(void **state)
 
     e2e_response_t r = { 0 };
     assert_int_equal(e2e_read_response(&c, &r), 0);
-    rd_json_t *m = expect_json(&r, 201);
-    assert_int_equal(jint(m, "id"), 1);
-    assert_string_equal(jstr(m, "payload"), "first");
+    rd_json_t *m = e2e_expect_json(&r, 201);
+    assert_int_equal(e2e_jint(m, "id"), 1);
+    assert_string_equal(e2e_jstr(m, "payload"), "first");
     e2e_response_free(&r);
     assert_int_equal(e2e_read_response(&c, &r), 0);
-    m = expect_json(&r, 201);
-    assert_int_equal(jint(m, "id"), 2);
-    assert_string_equal(jstr(m, "payload"), "second");
+    m = e2e_expect_json(&r, 201);
+    assert_int_equal(e2e_jint(m, "id"), 2);
+    assert_string_equal(e2e_jstr(m, "payload"), "second");
     e2e_response_free(&r);
     assert_int_equal(e2e_read_response(&c, &r), 0);
-    m = expect_json(&r, 200);
-    assert_int_equal(jint(m, "id"), 1);
-    assert_string_equal(jstr(m, "payload"), "first");
+    m = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(m, "id"), 1);
+    assert_string_equal(e2e_jstr(m, "payload"), "first");
     assert_int_equal(c.in_len, 0);
     e2e_response_free(&r);
     e2e_conn_close(&c);
@@ -1387,9 +1240,9 @@ static void test_concurrent_claims_claim_each_message_once(void **state)
 {
     (void)state;
     char q[64];
-    queue_name(q, sizeof q, "concurrent");
+    e2e_queue_name(q, sizeof q, "concurrent");
     for (int i = 1; i <= MESSAGES; i++)
-        assert_int_equal(enqueue(q, fmt("{\"payload\":\"job %d\"}", i)), i);
+        assert_int_equal(enqueue(q, e2e_fmt("{\"payload\":\"job %d\"}", i)), i);
 
     static atomic_int claims[MESSAGES + 1];
     for (int i = 0; i <= MESSAGES; i++) atomic_init(&claims[i], 0);
@@ -1412,11 +1265,11 @@ static void test_concurrent_claims_claim_each_message_once(void **state)
         if (atomic_load(&claims[id]) != 1)
             fail_msg("message %d was claimed %d times", id, atomic_load(&claims[id]));
     }
-    redisReply *z = rcmd("ZCARD %s:{%s}:succeeded", g_prefix, q);
+    redisReply *z = e2e_rcmd(g_redis, "ZCARD %s:{%s}:succeeded", g_prefix, q);
     assert_int_equal(z->type, REDIS_REPLY_INTEGER);
     assert_int_equal(z->integer, MESSAGES);
     freeReplyObject(z);
-    z = rcmd("LLEN %s:{%s}:ready", g_prefix, q);
+    z = e2e_rcmd(g_redis, "LLEN %s:{%s}:ready", g_prefix, q);
     assert_int_equal(z->integer, 0);
     freeReplyObject(z);
 }
@@ -1429,19 +1282,19 @@ static void test_function_flush_is_recovered(void **state)
 {
     (void)state;
     char q[64];
-    queue_name(q, sizeof q, "flush");
+    e2e_queue_name(q, sizeof q, "flush");
     assert_int_equal(enqueue(q, "{\"payload\":\"before\"}"), 1);
-    redisReply *x = rcmd("FUNCTION FLUSH SYNC");
+    redisReply *x = e2e_rcmd(g_redis, "FUNCTION FLUSH SYNC");
     assert_int_equal(x->type, REDIS_REPLY_STATUS);
     freeReplyObject(x);
 
     e2e_response_t r = { 0 };
     http(&r, "POST", messages_path(q), "{\"payload\":\"after\"}");
-    expect_message(expect_json(&r, 201), 2, q, "pending", 0, 3);
+    expect_message(e2e_expect_json(&r, 201), 2, q, "pending", 0, 3);
     http(&r, "GET", message_path(q, 1, NULL), NULL);
-    assert_string_equal(jstr(expect_json(&r, 200), "payload"), "before");
+    assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "payload"), "before");
 
-    x = rcmd("FUNCTION LIST LIBRARYNAME retryd");
+    x = e2e_rcmd(g_redis, "FUNCTION LIST LIBRARYNAME retryd");
     assert_int_equal(x->type, REDIS_REPLY_ARRAY);
     assert_int_equal(x->elements, 1);
     freeReplyObject(x);
@@ -1452,9 +1305,9 @@ static void test_client_kill_is_recovered(void **state)
 {
     (void)state;
     char q[64];
-    queue_name(q, sizeof q, "kill");
+    e2e_queue_name(q, sizeof q, "kill");
     assert_int_equal(enqueue(q, "{\"payload\":\"before\"}"), 1);
-    redisReply *x = rcmd("CLIENT KILL TYPE normal");
+    redisReply *x = e2e_rcmd(g_redis, "CLIENT KILL TYPE normal");
     assert_int_equal(x->type, REDIS_REPLY_INTEGER);
     assert_true(x->integer >= 1);   /* at least the daemon's link */
     freeReplyObject(x);
@@ -1466,14 +1319,15 @@ static void test_client_kill_is_recovered(void **state)
         http(&r, "POST", messages_path(q), "{\"payload\":\"after\"}");
         if (r.status == 201) break;
         if (r.status != 503) fail_msg("expected 201 or 503, got %d: %s", r.status, r.body);
-        if (strstr(r.body, "backend-unavailable")) expect_problem(&r, 503, "backend-unavailable", NULL);
-        else expect_problem(&r, 503, "outcome-unknown", NULL);
+        if (strstr(r.body, "backend-unavailable"))
+            e2e_expect_problem(&r, 503, "backend-unavailable", NULL);
+        else e2e_expect_problem(&r, 503, "outcome-unknown", NULL);
         assert_true(r.retry_after[0] != '\0');
         if (e2e_mono_ms() > deadline) fail_msg("still 503 10 s after CLIENT KILL");
         e2e_pause_ms(20);
     }
-    rd_json_t *m = expect_json(&r, 201);
-    assert_true(jint(m, "id") >= 2);
+    rd_json_t *m = e2e_expect_json(&r, 201);
+    assert_true(e2e_jint(m, "id") >= 2);
     assert_int_equal(e2e_status_once(g_daemon.port, "GET", "/readyz"), 200);
     e2e_response_free(&r);
 }
@@ -1492,25 +1346,25 @@ static void test_no_redis_is_503_and_keeps_running(void **state)
     char path[1024];
     SET(path, messages_path("down"));
     http_to(g_side.port, &r, "POST", path, "{\"payload\":\"x\"}", 15);
-    expect_problem(&r, 503, "backend-unavailable", path);
+    e2e_expect_problem(&r, 503, "backend-unavailable", path);
     if (r.retry_after[0] == '\0' || atoi(r.retry_after) < 1)
         fail_msg("Retry-After \"%s\" is not a positive number of seconds", r.retry_after);
 
     http_to(g_side.port, &r, "POST", "/queues/down/claim", NULL, 0);
-    expect_problem(&r, 503, "backend-unavailable", NULL);
+    e2e_expect_problem(&r, 503, "backend-unavailable", NULL);
     http_to(g_side.port, &r, "GET", "/queues/down/messages/1", NULL, 0);
-    expect_problem(&r, 503, "backend-unavailable", NULL);
+    e2e_expect_problem(&r, 503, "backend-unavailable", NULL);
     http_to(g_side.port, &r, "GET", "/readyz", NULL, 0);
     assert_int_equal(r.status, 503);
     http_to(g_side.port, &r, "GET", "/healthz", NULL, 0);
-    expect_json(&r, 200);
+    e2e_expect_json(&r, 200);
     /* Validation needs no Redis. */
     http_to(g_side.port, &r, "POST", path, "{}", 2);
     expect_invalid(&r, path, 1);
 
     assert_true(e2e_daemon_alive(&g_side));
     http_to(g_side.port, &r, "GET", "/healthz", NULL, 0);
-    expect_json(&r, 200);
+    e2e_expect_json(&r, 200);
     e2e_response_free(&r);
     e2e_conn_close(&g_conn);
     assert_int_equal(e2e_daemon_stop(&g_side, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
@@ -1533,13 +1387,7 @@ static pid_t start_redis(int port)
     }
     long long deadline = e2e_mono_ms() + READY_TIMEOUT_MS;
     while (e2e_mono_ms() < deadline) {
-        struct timeval tv = { 1, 0 };
-        redisContext *rc = redisConnectWithTimeout("127.0.0.1", port, tv);
-        redisReply *pong = rc && !rc->err ? redisCommand(rc, "PING") : NULL;
-        bool up = pong && pong->type == REDIS_REPLY_STATUS;
-        if (pong) freeReplyObject(pong);
-        if (rc) redisFree(rc);
-        if (up) return pid;
+        if (e2e_redis_pong(port, 1000)) return pid;
         if (waitpid(pid, NULL, WNOHANG) == pid) return -1;
         e2e_pause_ms(20);
     }
@@ -1560,7 +1408,7 @@ static void test_redis_started_later_is_picked_up(void **state)
     assert_int_equal(start_daemon(&g_side, g_redis_port, prefix, false, "--redis", url, NULL), 0);
     e2e_response_t r = { 0 };
     http_to(g_side.port, &r, "POST", "/queues/late/messages", "{\"payload\":\"x\"}", 15);
-    expect_problem(&r, 503, "backend-unavailable", NULL);
+    e2e_expect_problem(&r, 503, "backend-unavailable", NULL);
 
     g_side_redis = start_redis(redis_port);
     assert_true(g_side_redis > 0);
@@ -1568,13 +1416,13 @@ static void test_redis_started_later_is_picked_up(void **state)
     for (;;) {
         http_to(g_side.port, &r, "POST", "/queues/late/messages", "{\"payload\":\"x\"}", 15);
         if (r.status == 201) break;
-        expect_problem(&r, 503, "backend-unavailable", NULL);
+        e2e_expect_problem(&r, 503, "backend-unavailable", NULL);
         if (e2e_mono_ms() - started > 10000) fail_msg("still 503 10 s after Redis came up");
         e2e_pause_ms(50);
     }
-    expect_message(expect_json(&r, 201), 1, "late", "pending", 0, 3);
+    expect_message(e2e_expect_json(&r, 201), 1, "late", "pending", 0, 3);
     http_to(g_side.port, &r, "GET", "/readyz", NULL, 0);
-    expect_json(&r, 200);
+    e2e_expect_json(&r, 200);
     e2e_response_free(&r);
     e2e_conn_close(&g_conn);
     assert_int_equal(e2e_daemon_stop(&g_side, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
@@ -1586,7 +1434,7 @@ static void test_redis_started_later_is_picked_up(void **state)
 /* The highest client id Redis has handed out so far. */
 static long long redis_last_client_id(void)
 {
-    redisReply *x = rcmd("CLIENT ID");
+    redisReply *x = e2e_rcmd(g_redis, "CLIENT ID");
     long long id = x->integer;
     freeReplyObject(x);
     return id;
@@ -1595,7 +1443,7 @@ static long long redis_last_client_id(void)
 /* True when a client newer than after_id is blocked in an FCALL. */
 static bool redis_has_blocked_fcall(long long after_id)
 {
-    redisReply *x = rcmd("CLIENT LIST");
+    redisReply *x = e2e_rcmd(g_redis, "CLIENT LIST");
     bool found = false;
     for (char *line = x->str; line && *line && !found;) {
         char *eol = strchr(line, '\n');
@@ -1622,10 +1470,10 @@ static void test_shutdown_answers_in_flight_request(void **state)
                                   NULL), 0);
     e2e_response_t r = { 0 };
     http_to(g_side.port, &r, "POST", "/queues/stop/messages", "{\"payload\":\"last\"}", 18);
-    expect_json(&r, 201);
+    e2e_expect_json(&r, 201);
 
     /* Hold write commands in Redis so the claim is provably in flight. */
-    redisReply *x = rcmd("CLIENT PAUSE 5000 WRITE");
+    redisReply *x = e2e_rcmd(g_redis, "CLIENT PAUSE 5000 WRITE");
     freeReplyObject(x);
     g_paused = true;
     e2e_conn_t c;
@@ -1648,15 +1496,15 @@ static void test_shutdown_answers_in_flight_request(void **state)
         if (e2e_mono_ms() > deadline) fail_msg("still accepting 3 s after SIGTERM");
         e2e_pause_ms(10);
     }
-    x = rcmd("CLIENT UNPAUSE");
+    x = e2e_rcmd(g_redis, "CLIENT UNPAUSE");
     freeReplyObject(x);
     g_paused = false;
 
     e2e_response_t claimed = { 0 };
     if (e2e_read_response(&c, &claimed) != 0) fail_msg("the in-flight claim got no response");
-    rd_json_t *m = expect_json(&claimed, 200);
+    rd_json_t *m = e2e_expect_json(&claimed, 200);
     expect_message(m, 1, "stop", "processing", 0, 3);
-    assert_string_equal(jstr(m, "payload"), "last");
+    assert_string_equal(e2e_jstr(m, "payload"), "last");
     expect_lease(m, 5);
     e2e_response_free(&claimed);
     e2e_response_free(&r);

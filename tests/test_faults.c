@@ -50,19 +50,6 @@ static redisContext *g_admin;      /* to the test's private Redis, if any */
 /* Small strings                                                            */
 /* ------------------------------------------------------------------------ */
 
-/* printf into one of 16 rotating buffers (main thread only). */
-static const char *fmt(const char *f, ...)
-{
-    static char ring[16][2048];
-    static unsigned next;
-    char *s = ring[next++ % 16];
-    va_list ap;
-    va_start(ap, f);
-    vsnprintf(s, sizeof ring[0], f, ap);
-    va_end(ap);
-    return s;
-}
-
 #define SET(dst, src) snprintf((dst), sizeof(dst), "%s", (src))
 
 /* A key prefix no other test (or suite run) uses, into out. */
@@ -70,12 +57,7 @@ static const char *fmt(const char *f, ...)
 
 static const char *tmp_path(const char *name)
 {
-    return fmt("%s/%s", g_tmp, name);
-}
-
-static const char *redis_url(int port)
-{
-    return fmt("redis://127.0.0.1:%d", port);
+    return e2e_fmt("%s/%s", g_tmp, name);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -87,19 +69,7 @@ static int group_setup(void **state)
     (void)state;
     rd_alloc_init();
     signal(SIGPIPE, SIG_IGN);
-    const char *port = getenv("RETRYD_TEST_REDIS_PORT");
-    g_bin = getenv("RETRYD_BIN");
-    if (port == NULL || g_bin == NULL) {
-        fprintf(stderr, "test_faults: RETRYD_TEST_REDIS_PORT and RETRYD_BIN must be set\n");
-        return -1;
-    }
-    g_shared_port = atoi(port);
-    g_shared = fx_redis_connect(g_shared_port, NULL, NULL);
-    if (g_shared == NULL) {
-        fprintf(stderr, "test_faults: cannot connect to Redis on port %d\n", g_shared_port);
-        return -1;
-    }
-    return 0;
+    return e2e_suite_env("test_faults", 5, &g_bin, &g_shared_port, &g_shared);
 }
 
 static int group_teardown(void **state)
@@ -148,23 +118,15 @@ static int test_teardown(void **state)
 static int start_retryd(e2e_daemon_t *d, const char *log, const char *url, const char *prefix,
                         bool want_ready, ...)
 {
-    char url_s[256], prefix_s[128], log_s[PATH_MAX], tick[16];
-    SET(url_s, url);
-    SET(prefix_s, prefix);
-    SET(log_s, tmp_path(log));
-    snprintf(tick, sizeof tick, "%d", TICK_MS);
-    const char *args[40] = { "--redis", url_s, "--prefix", prefix_s, "--tick-ms", tick,
-                             "--log-level", "info" };
-    size_t n = 8;
+    e2e_flags_t f;
     va_list ap;
     va_start(ap, want_ready);
-    for (const char *a = va_arg(ap, const char *); a && n < 39; a = va_arg(ap, const char *))
-        args[n++] = a;
+    e2e_flags_v(&f, "--redis", url, prefix, TICK_MS, "info", ap);
     va_end(ap);
-    args[n] = NULL;
-    if (fx_daemon_spawn(d, NULL, g_bin, args, log_s) != 0) return -1;
-    if (e2e_daemon_wait_status(d, "/healthz", 200, READY_TIMEOUT_MS) != 0 ||
-        (want_ready && e2e_daemon_wait_status(d, "/readyz", 200, READY_TIMEOUT_MS) != 0)) {
+    char log_s[PATH_MAX];
+    SET(log_s, tmp_path(log));
+    if (e2e_daemon_spawn_logged(d, NULL, g_bin, f.argv, log_s) != 0) return -1;
+    if (e2e_daemon_wait_up(d, true, want_ready, READY_TIMEOUT_MS) != 0) {
         fprintf(stderr, "test_faults: retryd on port %d did not become ready; its log:\n",
                 d->port);
         char *text = fx_read_file(log_s);
@@ -202,70 +164,10 @@ static int read_fresh(e2e_conn_t *c, e2e_response_t *r)
     return e2e_read_response(c, r);
 }
 
-/* One request on *c (reopened to port after the server closed it); fails
- * the test unless a complete response came. extra: NULL or header lines. */
-static void http_on(e2e_conn_t *c, int port, e2e_response_t *r, const char *method,
-                    const char *path, const char *extra, const char *body)
-{
-    e2e_response_free(r);
-    if (c->fd >= 0 && c->port != port) e2e_conn_close(c);
-    if (c->fd < 0 && e2e_conn_open(c, port) != 0)
-        fail_msg("connect to 127.0.0.1:%d: %s", port, strerror(errno));
-    if (request_fresh(c, method, path, extra, body, body ? strlen(body) : 0, r) != 0) {
-        e2e_conn_close(c);
-        fail_msg("%s %s: no complete response", method, path);
-    }
-}
-
 static void http(int port, e2e_response_t *r, const char *method, const char *path,
                  const char *body)
 {
-    http_on(&g_conn, port, r, method, path, NULL, body);
-}
-
-static rd_json_t *jget(const rd_json_t *o, const char *name)
-{
-    rd_json_t *v = rd_json_get(o, name);
-    if (v == NULL) fail_msg("member \"%s\" is missing", name);
-    return v;
-}
-
-static const char *jstr(const rd_json_t *o, const char *name)
-{
-    const char *s = rd_json_string(jget(o, name));
-    if (s == NULL) fail_msg("member \"%s\" is not a string", name);
-    return s;
-}
-
-static long long jint(const rd_json_t *o, const char *name)
-{
-    long long n;
-    if (!rd_json_integer(jget(o, name), &n)) fail_msg("member \"%s\" is not an integer", name);
-    return n;
-}
-
-static rd_json_t *expect_json(const e2e_response_t *r, int status)
-{
-    if (r->status != status) fail_msg("expected %d, got %d: %s", status, r->status, r->body);
-    if (!e2e_media_type_is(r->content_type, "application/json"))
-        fail_msg("Content-Type \"%s\", expected application/json", r->content_type);
-    if (r->json == NULL || !rd_json_is_object(r->json)) fail_msg("body is not a JSON object");
-    return r->json;
-}
-
-/* An RFC 9457 problem with this status and type slug. */
-static rd_json_t *expect_problem(const e2e_response_t *r, int status, const char *slug)
-{
-    if (r->status != status)
-        fail_msg("expected %d %s, got %d: %s", status, slug, r->status, r->body);
-    if (!e2e_media_type_is(r->content_type, "application/problem+json"))
-        fail_msg("Content-Type \"%s\", expected application/problem+json", r->content_type);
-    if (r->json == NULL || !rd_json_is_object(r->json)) fail_msg("problem is not a JSON object");
-    assert_string_equal(jstr(r->json, "type"), fmt("/problems/%s", slug));
-    assert_true(jstr(r->json, "title")[0] != '\0');
-    assert_int_equal(jint(r->json, "status"), status);
-    assert_true(jstr(r->json, "detail")[0] != '\0');
-    return r->json;
+    e2e_http_on(&g_conn, port, r, method, path, NULL, body, body ? strlen(body) : 0);
 }
 
 /* A 503 of either kind (backend-unavailable: not sent; outcome-unknown: sent,
@@ -274,7 +176,7 @@ static bool expect_503(const e2e_response_t *r)
 {
     if (r->status != 503) fail_msg("expected 503, got %d: %s", r->status, r->body);
     bool unknown = r->body && strstr(r->body, "/problems/outcome-unknown") != NULL;
-    expect_problem(r, 503, unknown ? "outcome-unknown" : "backend-unavailable");
+    e2e_expect_problem(r, 503, unknown ? "outcome-unknown" : "backend-unavailable", NULL);
     if (r->retry_after[0] == '\0' || atoi(r->retry_after) < 1)
         fail_msg("Retry-After \"%s\" is not a positive number of seconds", r->retry_after);
     return unknown;
@@ -292,23 +194,13 @@ static void slug_of(const e2e_response_t *r, char *out, size_t cap)
 /* What Redis holds                                                         */
 /* ------------------------------------------------------------------------ */
 
-static redisReply *rq(redisContext *c, const char *format, ...)
-{
-    va_list ap;
-    va_start(ap, format);
-    redisReply *r = redisvCommand(c, format, ap);
-    va_end(ap);
-    if (r == NULL) fail_msg("redis: %s", c->errstr);
-    return r;
-}
-
 static long long rq_int(redisContext *c, const char *format, ...)
 {
     va_list ap;
     va_start(ap, format);
     redisReply *r = redisvCommand(c, format, ap);
     va_end(ap);
-    if (r == NULL) fail_msg("redis: %s", c->errstr);
+    e2e_reply_or_fail(c, r);
     long long v = -1;
     if (r->type == REDIS_REPLY_INTEGER) v = r->integer;
     else if (r->type == REDIS_REPLY_STRING) v = atoll(r->str);
@@ -348,14 +240,14 @@ static stored_t *load_messages(redisContext *c, const char *prefix, const char *
     size_t n = 0, cap = 64;
     stored_t *m = calloc(cap, sizeof *m);
     do {
-        redisReply *r = rq(c, "SCAN %s MATCH %s COUNT 1000", cursor, pattern);
+        redisReply *r = e2e_rcmd(c, "SCAN %s MATCH %s COUNT 1000", cursor, pattern);
         if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) fail_msg("SCAN: bad reply");
         SET(cursor, r->element[0]->str);
         redisReply *keys = r->element[1];
         for (size_t i = 0; i < keys->elements; i++) {
             const char *key = keys->element[i]->str;
             const char *tail = strrchr(key, ':');
-            redisReply *h = rq(c, "HGETALL %s", key);
+            redisReply *h = e2e_rcmd(c, "HGETALL %s", key);
             if (h->type != REDIS_REPLY_ARRAY || h->elements == 0) {
                 freeReplyObject(h);
                 continue;   /* gone meanwhile */
@@ -432,7 +324,7 @@ static void expect_unique_payloads(const stored_t *m, size_t n)
 
 static bool member_of_list(redisContext *c, const char *key, long long id)
 {
-    redisReply *r = rq(c, "LPOS %s %lld", key, id);
+    redisReply *r = e2e_rcmd(c, "LPOS %s %lld", key, id);
     bool in = r->type == REDIS_REPLY_INTEGER;
     freeReplyObject(r);
     return in;
@@ -440,7 +332,7 @@ static bool member_of_list(redisContext *c, const char *key, long long id)
 
 static bool member_of_zset(redisContext *c, const char *key, long long id)
 {
-    redisReply *r = rq(c, "ZSCORE %s %lld", key, id);
+    redisReply *r = e2e_rcmd(c, "ZSCORE %s %lld", key, id);
     bool in = r->type == REDIS_REPLY_STRING;
     freeReplyObject(r);
     return in;
@@ -461,12 +353,12 @@ static void expect_indexes_consistent(redisContext *c, const char *prefix, const
         const char *where = NULL;
         int found = 0;
         for (int k = 0; k < 2; k++)
-            if (member_of_list(c, fmt("%s:%s", base, lists[k]), m[i].id)) {
+            if (member_of_list(c, e2e_fmt("%s:%s", base, lists[k]), m[i].id)) {
                 found++;
                 where = lists[k];
             }
         for (int k = 0; k < 4; k++)
-            if (member_of_zset(c, fmt("%s:%s", base, zsets[k]), m[i].id)) {
+            if (member_of_zset(c, e2e_fmt("%s:%s", base, zsets[k]), m[i].id)) {
                 found++;
                 where = zsets[k];
             }
@@ -489,20 +381,6 @@ static void expect_indexes_consistent(redisContext *c, const char *prefix, const
 /* Thread-safe client steps (no cmocka asserts)                             */
 /* ------------------------------------------------------------------------ */
 
-/* One request on *c, reopening it when the server closed it. 0, or -1 when
- * no complete response came. */
-static int try_request(e2e_conn_t *c, int port, e2e_response_t *r, const char *method,
-                       const char *path, const char *body, size_t body_len)
-{
-    e2e_response_free(r);
-    if (c->fd < 0 && e2e_conn_open(c, port) != 0) return -1;
-    if (request_fresh(c, method, path, NULL, body, body_len, r) != 0) {
-        e2e_conn_close(c);
-        return -1;
-    }
-    return 0;
-}
-
 enum outcome { OUT_NONE, OUT_CREATED, OUT_UNKNOWN, OUT_UNAVAILABLE, OUT_OTHER };
 
 /* Enqueues payload to q: OUT_CREATED (with *id), OUT_UNKNOWN (503
@@ -516,7 +394,7 @@ static enum outcome try_enqueue(e2e_conn_t *c, int port, const char *q, const ch
     size_t len;
     char *body = e2e_json_with_string("payload", payload, &len);
     e2e_response_t r = { 0 };
-    int rc = try_request(c, port, &r, "POST", path, body, len);
+    int rc = e2e_try_request(c, port, &r, "POST", path, body, len);
     rd_free(body);
     *status = rc == 0 ? r.status : -1;
     enum outcome out = OUT_OTHER;
@@ -622,7 +500,7 @@ static void test_header_over_16k_is_431(void **state)
     (void)state;
     char prefix[128];
     PREFIX(prefix, "431");
-    assert_int_equal(start_retryd(&g_dmn[0], "431.log", redis_url(g_shared_port), prefix, true,
+    assert_int_equal(start_retryd(&g_dmn[0], "431.log", e2e_redis_url(g_shared_port), prefix, true,
                                   NULL), 0);
     int port = g_dmn[0].port;
     e2e_response_t r = { 0 };
@@ -640,7 +518,7 @@ static void test_header_over_16k_is_431(void **state)
                                       "{\"payload\":\"big header\"}", 24), 0);
     int fd = dup(c.fd);   /* e2e closes its fd on "Connection: close"; watch this one */
     assert_int_equal(fx_read_response_head(&c, &r, head, sizeof head), 0);
-    expect_problem(&r, 431, "request-header-too-large");
+    e2e_expect_problem(&r, 431, "request-header-too-large", NULL);
     assert_string_equal(r.connection, "close");
     e2e_conn_close(&c);
     /* retryd ends its side after the reply (it drains what the client sent). */
@@ -656,7 +534,7 @@ static void test_header_over_16k_is_431(void **state)
     assert_int_equal(e2e_send_request(&c, "POST", path, NULL, "{\"payload\":\"big line\"}", 22),
                      0);
     assert_int_equal(fx_read_response_head(&c, &r, head, sizeof head), 0);
-    expect_problem(&r, 431, "request-header-too-large");
+    e2e_expect_problem(&r, 431, "request-header-too-large", NULL);
     e2e_conn_close(&c);
     free(path);
 
@@ -664,8 +542,9 @@ static void test_header_over_16k_is_431(void **state)
     memcpy(hdr, "X-Big: ", 7);
     memset(hdr + 7, 'c', 12 * 1024);
     memcpy(hdr + 7 + 12 * 1024, "\r\n", 3);
-    http_on(&g_conn, port, &r, "POST", "/queues/hdr/messages", hdr, "{\"payload\":\"fits\"}");
-    assert_int_equal(jint(expect_json(&r, 201), "id"), 1);
+    e2e_http_on(&g_conn, port, &r, "POST", "/queues/hdr/messages", hdr,
+                "{\"payload\":\"fits\"}", 18);
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 201), "id"), 1);
     free(hdr);
 
     /* Redis: only the request that fitted was applied. */
@@ -685,7 +564,7 @@ static void test_transfer_encoding_and_expect(void **state)
     (void)state;
     char prefix[128];
     PREFIX(prefix, "te");
-    assert_int_equal(start_retryd(&g_dmn[0], "te.log", redis_url(g_shared_port), prefix, true,
+    assert_int_equal(start_retryd(&g_dmn[0], "te.log", e2e_redis_url(g_shared_port), prefix, true,
                                   "--max-body", "1024", NULL), 0);
     int port = g_dmn[0].port;
     e2e_response_t r = { 0 };
@@ -697,7 +576,7 @@ static void test_transfer_encoding_and_expect(void **state)
                                "Content-Type: application/json\r\nTransfer-Encoding: gzip\r\n\r\n"
                                "\x1f\x8b\x08\x00";
     raw_exchange(port, gzip, sizeof gzip - 1, &c, &r, head, sizeof head);
-    expect_problem(&r, 501, "not-implemented");
+    e2e_expect_problem(&r, 501, "not-implemented", NULL);
     assert_string_equal(r.connection, "close");
     e2e_conn_close(&c);
 
@@ -705,7 +584,7 @@ static void test_transfer_encoding_and_expect(void **state)
         "POST /queues/te/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         "Transfer-Encoding: gzip, chunked\r\n\r\n5\r\nabcde\r\n0\r\n\r\n";
     raw_exchange(port, gzip_chunked, sizeof gzip_chunked - 1, &c, &r, head, sizeof head);
-    expect_problem(&r, 501, "not-implemented");
+    e2e_expect_problem(&r, 501, "not-implemented", NULL);
     e2e_conn_close(&c);
 
     /* chunked is accepted end to end. */
@@ -716,15 +595,15 @@ static void test_transfer_encoding_and_expect(void **state)
         "b\r\n\"in chunks\"\r\n"
         "1\r\n}\r\n0\r\n\r\n";
     raw_exchange(port, chunked, sizeof chunked - 1, &c, &r, head, sizeof head);
-    rd_json_t *msg = expect_json(&r, 201);
-    assert_int_equal(jint(msg, "id"), 1);
-    assert_string_equal(jstr(msg, "payload"), "in chunks");
+    rd_json_t *msg = e2e_expect_json(&r, 201);
+    assert_int_equal(e2e_jint(msg, "id"), 1);
+    assert_string_equal(e2e_jstr(msg, "payload"), "in chunks");
     e2e_conn_close(&c);
 
     /* Expect: 100-continue: the interim 100 comes before the body is sent. */
     static const char body[] = "{\"payload\":\"after continue\"}";
     assert_int_equal(e2e_conn_open(&c, port), 0);
-    const char *h = fmt("POST /queues/te/messages HTTP/1.1\r\nHost: x\r\n"
+    const char *h = e2e_fmt("POST /queues/te/messages HTTP/1.1\r\nHost: x\r\n"
                         "Content-Type: application/json\r\nExpect: 100-continue\r\n"
                         "Content-Length: %zu\r\n\r\n", sizeof body - 1);
     assert_int_equal(e2e_send_all(c.fd, h, strlen(h)), 0);
@@ -733,13 +612,13 @@ static void test_transfer_encoding_and_expect(void **state)
     e2e_response_free(&r);
     assert_int_equal(e2e_send_all(c.fd, body, sizeof body - 1), 0);
     assert_int_equal(read_fresh(&c, &r), 0);
-    msg = expect_json(&r, 201);
-    assert_int_equal(jint(msg, "id"), 2);
-    assert_string_equal(jstr(msg, "payload"), "after continue");
+    msg = e2e_expect_json(&r, 201);
+    assert_int_equal(e2e_jint(msg, "id"), 2);
+    assert_string_equal(e2e_jstr(msg, "payload"), "after continue");
     /* The connection stays usable. */
     e2e_response_free(&r);
     assert_int_equal(request_fresh(&c, "GET", "/queues/te/messages/2", NULL, NULL, 0, &r), 0);
-    expect_json(&r, 200);
+    e2e_expect_json(&r, 200);
     e2e_conn_close(&c);
 
     /* An announced body over --max-body: 413 at once, no 100, no body needed. */
@@ -748,7 +627,7 @@ static void test_transfer_encoding_and_expect(void **state)
         "Expect: 100-continue\r\nContent-Length: 5000\r\n\r\n";
     assert_int_equal(e2e_send_all(c.fd, h, strlen(h)), 0);
     assert_int_equal(read_fresh(&c, &r), 0);
-    expect_problem(&r, 413, "payload-too-large");
+    e2e_expect_problem(&r, 413, "payload-too-large", NULL);
     e2e_conn_close(&c);
 
     /* Any other expectation: 417 problem. */
@@ -756,7 +635,7 @@ static void test_transfer_encoding_and_expect(void **state)
         "POST /queues/te/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         "Expect: fancy-feature\r\nContent-Length: 17\r\n\r\n{\"payload\":\"no\"}";
     raw_exchange(port, fancy, sizeof fancy - 1, &c, &r, head, sizeof head);
-    expect_problem(&r, 417, "expectation-failed");
+    e2e_expect_problem(&r, 417, "expectation-failed", NULL);
     e2e_conn_close(&c);
 
     /* Redis: exactly the two accepted enqueues. */
@@ -779,7 +658,7 @@ static void test_slowloris_is_dropped_others_served(void **state)
     (void)state;
     char prefix[128];
     PREFIX(prefix, "slow");
-    assert_int_equal(start_retryd(&g_dmn[0], "slow.log", redis_url(g_shared_port), prefix, true,
+    assert_int_equal(start_retryd(&g_dmn[0], "slow.log", e2e_redis_url(g_shared_port), prefix, true,
                                   "--idle-timeout", "2s", NULL), 0);
     int port = g_dmn[0].port;
     static const char *const opening[2] = {
@@ -812,10 +691,10 @@ static void test_slowloris_is_dropped_others_served(void **state)
                 closed_after[i] = e2e_mono_ms() - opened[i];
         /* The normal client: one enqueue per turn, each answered promptly. */
         long long t0 = e2e_mono_ms();
-        const char *body = fmt("{\"payload\":\"normal %d\"}", served + 1);
+        const char *body = e2e_fmt("{\"payload\":\"normal %d\"}", served + 1);
         if (request_fresh(&c, "POST", "/queues/normal/messages", NULL, body, strlen(body), &r) != 0)
             fail_msg("the normal client got no answer while slowloris clients were connected");
-        assert_int_equal(jint(expect_json(&r, 201), "id"), served + 1);
+        assert_int_equal(e2e_jint(e2e_expect_json(&r, 201), "id"), served + 1);
         e2e_response_free(&r);
         served++;
         if (e2e_mono_ms() - t0 > worst_ms) worst_ms = e2e_mono_ms() - t0;
@@ -848,7 +727,7 @@ static void test_slowloris_is_dropped_others_served(void **state)
     stored_t *m = load_messages(g_shared, prefix, "normal", &count);
     assert_int_equal(count, (size_t)served);
     for (int i = 0; i < served; i++)
-        assert_string_equal(m[i].payload, fmt("normal %d", i + 1));
+        assert_string_equal(m[i].payload, e2e_fmt("normal %d", i + 1));
     stored_free(m, count);
     stop_retryd(&g_dmn[0]);
 }
@@ -892,7 +771,7 @@ static void test_max_connections(void **state)
     (void)state;
     char prefix[128];
     PREFIX(prefix, "maxconn");
-    assert_int_equal(start_retryd(&g_dmn[0], "maxconn.log", redis_url(g_shared_port), prefix,
+    assert_int_equal(start_retryd(&g_dmn[0], "maxconn.log", e2e_redis_url(g_shared_port), prefix,
                                   true, "--max-connections", "8", "--idle-timeout", "2s",
                                   NULL), 0);
     int port = g_dmn[0].port;
@@ -902,7 +781,7 @@ static void test_max_connections(void **state)
     for (int i = 0; i < 8; i++) {
         assert_int_equal(e2e_conn_open(&cs[i], port), 0);
         assert_int_equal(request_fresh(&cs[i], "GET", "/healthz", NULL, NULL, 0, &r), 0);
-        expect_json(&r, 200);
+        e2e_expect_json(&r, 200);
     }
     /* The ninth: the kernel completes the handshake, retryd closes it at once. */
     int ninth = e2e_connect(port);
@@ -915,10 +794,10 @@ static void test_max_connections(void **state)
 
     /* The first eight still work. */
     for (int i = 0; i < 8; i++) {
-        const char *body = fmt("{\"payload\":\"conn %d\"}", i);
+        const char *body = e2e_fmt("{\"payload\":\"conn %d\"}", i);
         if (request_fresh(&cs[i], "POST", "/queues/mc/messages", NULL, body, strlen(body), &r) != 0)
             fail_msg("connection %d got no answer after the 9th was refused", i);
-        assert_int_equal(jint(expect_json(&r, 201), "id"), i + 1);
+        assert_int_equal(e2e_jint(e2e_expect_json(&r, 201), "id"), i + 1);
     }
     /* One leaves: a newcomer gets its place (once retryd saw the close). */
     e2e_conn_close(&cs[0]);
@@ -933,11 +812,11 @@ static void test_max_connections(void **state)
         if (e2e_mono_ms() > deadline) fail_msg("no connection accepted 3 s after one closed");
         e2e_pause_ms(20);
     }
-    assert_int_equal(jint(expect_json(&r, 201), "id"), 9);
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 201), "id"), 9);
     for (int i = 1; i < 8; i++) {
         assert_int_equal(
             request_fresh(&cs[i], "GET", "/queues/mc/messages/9", NULL, NULL, 0, &r), 0);
-        expect_json(&r, 200);
+        e2e_expect_json(&r, 200);
     }
 
     /* The eight go quiet without closing: the idle timeout frees their places. */
@@ -959,7 +838,7 @@ static void test_max_connections(void **state)
         held[i] = dup(next[i].fd);   /* keeps the socket open after e2e closes its fd */
         assert_int_equal(e2e_send_request(&next[i], "GET", "/healthz", hdr, NULL, 0), 0);
         assert_int_equal(fx_read_response_head(&next[i], &r, head, sizeof head), 0);
-        expect_problem(&r, 431, "request-header-too-large");
+        e2e_expect_problem(&r, 431, "request-header-too-large", NULL);
         e2e_conn_close(&next[i]);
     }
     free(hdr);
@@ -981,7 +860,7 @@ static void test_max_connections(void **state)
     size_t count;
     stored_t *m = load_messages(g_shared, prefix, "mc", &count);
     assert_int_equal(count, 9);
-    for (int i = 0; i < 8; i++) assert_string_equal(m[i].payload, fmt("conn %d", i));
+    for (int i = 0; i < 8; i++) assert_string_equal(m[i].payload, e2e_fmt("conn %d", i));
     assert_string_equal(m[8].payload, "newcomer");
     stored_free(m, count);
     stop_retryd(&g_dmn[0]);
@@ -995,7 +874,7 @@ static void test_idle_keep_alive_is_closed(void **state)
     (void)state;
     char prefix[128];
     PREFIX(prefix, "idle");
-    assert_int_equal(start_retryd(&g_dmn[0], "idle.log", redis_url(g_shared_port), prefix, true,
+    assert_int_equal(start_retryd(&g_dmn[0], "idle.log", e2e_redis_url(g_shared_port), prefix, true,
                                   "--idle-timeout", "2s", NULL), 0);
     int port = g_dmn[0].port;
     e2e_response_t r = { 0 };
@@ -1014,7 +893,7 @@ static void test_idle_keep_alive_is_closed(void **state)
     long long waiting_sent = e2e_mono_ms(), waiting_answered = -1;
     assert_int_equal(request_fresh(&idle, "POST", "/queues/idle/messages", NULL,
                                    "{\"payload\":\"then idle\"}", 23, &r), 0);
-    expect_json(&r, 201);
+    e2e_expect_json(&r, 201);
     long long idle_since = e2e_mono_ms();
     int busy_fd = busy.fd, busy_requests = 0;
     long long idle_closed = -1, silent_closed = -1, next_busy = 0;
@@ -1027,11 +906,11 @@ static void test_idle_keep_alive_is_closed(void **state)
             if (poll(&pw, 1, 0) == 1) waiting_answered = now - waiting_sent;
         }
         if (now >= next_busy) {
-            const char *body = fmt("{\"payload\":\"busy %d\"}", busy_requests + 1);
+            const char *body = e2e_fmt("{\"payload\":\"busy %d\"}", busy_requests + 1);
             if (request_fresh(&busy, "POST", "/queues/idle/messages", NULL, body, strlen(body),
                               &r) != 0)
                 fail_msg("the busy connection failed after %lld ms", now - idle_since);
-            expect_json(&r, 201);
+            e2e_expect_json(&r, 201);
             busy_requests++;
             next_busy = now + 400;
         }
@@ -1100,9 +979,10 @@ static void test_auth_bearer_token(void **state)
     assert_int_equal(fx_random_hex(token, 48), 0);
     SET(file, tmp_path("token"));
     SET(log, tmp_path("auth.log"));
-    assert_int_equal(fx_write_file(file, fmt("%s\n", token)), 0);
-    assert_int_equal(start_retryd(&g_dmn[0], "auth.log", redis_url(g_shared_port), prefix, false,
-                                  "--auth-token-file", file, "--log-level", "debug", NULL), 0);
+    assert_int_equal(fx_write_file(file, e2e_fmt("%s\n", token)), 0);
+    assert_int_equal(start_retryd(&g_dmn[0], "auth.log", e2e_redis_url(g_shared_port), prefix,
+                                  false, "--auth-token-file", file, "--log-level", "debug",
+                                  NULL), 0);
     int port = g_dmn[0].port;
 
     static const route_t routes[] = {
@@ -1126,7 +1006,7 @@ static void test_auth_bearer_token(void **state)
         { "POST", "/queues/a/messages", "{not json" },   /* 401 before 400 */
     };
     char basic_cred[160], basic[256], prefix_tok[80], plus_one[80];
-    base64(fmt("retryd:%s", token), basic_cred);
+    base64(e2e_fmt("retryd:%s", token), basic_cred);
     snprintf(basic, sizeof basic, "Authorization: Basic %s\r\n", basic_cred);
     snprintf(prefix_tok, sizeof prefix_tok, "%.*s", (int)strlen(token) - 1, token);
     snprintf(plus_one, sizeof plus_one, "%sx", token);
@@ -1135,12 +1015,12 @@ static void test_auth_bearer_token(void **state)
                              "no scheme", "other scheme" };
     variants[0][0] = '\0';
     SET(variants[1], "Authorization: Bearer 0123456789abcdef\r\n");
-    SET(variants[2], fmt("Authorization: Bearer %s\r\n", prefix_tok));
-    SET(variants[3], fmt("Authorization: Bearer %s\r\n", plus_one));
+    SET(variants[2], e2e_fmt("Authorization: Bearer %s\r\n", prefix_tok));
+    SET(variants[3], e2e_fmt("Authorization: Bearer %s\r\n", plus_one));
     SET(variants[4], basic);
     SET(variants[5], "Authorization: Bearer\r\n");
-    SET(variants[6], fmt("Authorization: %s\r\n", token));
-    SET(variants[7], fmt("Authorization: Token %s\r\n", token));
+    SET(variants[6], e2e_fmt("Authorization: %s\r\n", token));
+    SET(variants[7], e2e_fmt("Authorization: Token %s\r\n", token));
 
     e2e_conn_t c = { .fd = -1 };
     e2e_response_t r = { 0 };
@@ -1158,7 +1038,7 @@ static void test_auth_bearer_token(void **state)
             if (r.status != 401)
                 fail_msg("%s %s with the token %s: %d, expected 401: %s", rt->method, rt->path,
                          names[v], r.status, r.body);
-            expect_problem(&r, 401, "unauthorized");
+            e2e_expect_problem(&r, 401, "unauthorized", NULL);
             if (!fx_head_header(head, "WWW-Authenticate", www, sizeof www) ||
                 strncmp(www, "Bearer", 6) != 0)
                 fail_msg("%s %s (%s): no WWW-Authenticate: Bearer header", rt->method, rt->path,
@@ -1169,14 +1049,14 @@ static void test_auth_bearer_token(void **state)
     }
     /* /healthz is open with or without a token. */
     assert_int_equal(request_fresh(&c, "GET", "/healthz", NULL, NULL, 0, &r), 0);
-    expect_json(&r, 200);
+    e2e_expect_json(&r, 200);
     assert_int_equal(request_fresh(&c, "GET", "/healthz", variants[1], NULL, 0, &r), 0);
-    expect_json(&r, 200);
+    e2e_expect_json(&r, 200);
     e2e_conn_close(&c);
 
     /* The right token: normal answers on every route. */
     char ok[160];
-    SET(ok, fmt("Authorization: Bearer %s\r\n", token));
+    SET(ok, e2e_fmt("Authorization: Bearer %s\r\n", token));
     struct step {
         const char *method, *path, *body;
         int status;
@@ -1201,7 +1081,8 @@ static void test_auth_bearer_token(void **state)
         { "GET", "/metrics", NULL, 200 },
     };
     for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
-        http_on(&g_conn, port, &r, steps[i].method, steps[i].path, ok, steps[i].body);
+        e2e_http_on(&g_conn, port, &r, steps[i].method, steps[i].path, ok, steps[i].body,
+                    steps[i].body ? strlen(steps[i].body) : 0);
         if (r.status != steps[i].status)
             fail_msg("%s %s with the right token: %d, expected %d: %s", steps[i].method,
                      steps[i].path, r.status, steps[i].status, r.body);
@@ -1224,7 +1105,8 @@ static void test_auth_bearer_token(void **state)
     char *text = fx_read_file(log);
     assert_non_null(text);
     bool debug_seen = strstr(text, " debug ") != NULL;
-    bool leaked = strstr(text, prefix_tok) != NULL || strstr(text, fmt("%.16s", token)) != NULL ||
+    bool leaked = strstr(text, prefix_tok) != NULL ||
+                  strstr(text, e2e_fmt("%.16s", token)) != NULL ||
                   strstr(text, basic_cred) != NULL;
     size_t log_len = strlen(text);
     free(text);
@@ -1269,39 +1151,39 @@ static void test_redis_acl_user(void **state)
     assert_int_equal(fx_redis_start(&g_srv, NULL), 0);
     g_admin = fx_redis_connect(g_srv.port, NULL, NULL);
     assert_non_null(g_admin);
-    redisReply *x = rq(g_admin, "ACL SETUSER retryd on >s3cret ~* &* +@all");
+    redisReply *x = e2e_rcmd(g_admin, "ACL SETUSER retryd on >s3cret ~* &* +@all");
     assert_int_equal(x->type, REDIS_REPLY_STATUS);
     freeReplyObject(x);
-    x = rq(g_admin, "CONFIG SET requirepass d3fault-pw");
+    x = e2e_rcmd(g_admin, "CONFIG SET requirepass d3fault-pw");
     assert_int_equal(x->type, REDIS_REPLY_STATUS);
     freeReplyObject(x);
-    x = rq(g_admin, "AUTH d3fault-pw");
+    x = e2e_rcmd(g_admin, "AUTH d3fault-pw");
     freeReplyObject(x);
     /* Anonymous clients are refused now. */
     redisContext *anon = fx_redis_connect(g_srv.port, NULL, NULL);
     assert_non_null(anon);
-    x = rq(anon, "GET x");
+    x = e2e_rcmd(anon, "GET x");
     assert_int_equal(x->type, REDIS_REPLY_ERROR);
     assert_non_null(strstr(x->str, "NOAUTH"));
     freeReplyObject(x);
     redisFree(anon);
 
     char good[128], wrong[128], dflt[128];
-    SET(good, fmt("redis://retryd:s3cret@127.0.0.1:%d", g_srv.port));
-    SET(wrong, fmt("redis://retryd:Wr0ngPassw0rd@127.0.0.1:%d", g_srv.port));
-    SET(dflt, fmt("redis://:d3fault-pw@127.0.0.1:%d", g_srv.port));
+    SET(good, e2e_fmt("redis://retryd:s3cret@127.0.0.1:%d", g_srv.port));
+    SET(wrong, e2e_fmt("redis://retryd:Wr0ngPassw0rd@127.0.0.1:%d", g_srv.port));
+    SET(dflt, e2e_fmt("redis://:d3fault-pw@127.0.0.1:%d", g_srv.port));
     e2e_response_t r = { 0 };
 
     /* The ACL user: ready, 201, and the message is in Redis. */
     assert_int_equal(start_retryd(&g_dmn[0], "acl-good.log", good, "aclok", true, "--log-level",
                                   "debug", NULL), 0);
     http(g_dmn[0].port, &r, "POST", "/queues/acl/messages", "{\"payload\":\"via acl user\"}");
-    assert_int_equal(jint(expect_json(&r, 201), "id"), 1);
-    x = rq(g_admin, "HGET aclok:{acl}:m:1 payload");
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 201), "id"), 1);
+    x = e2e_rcmd(g_admin, "HGET aclok:{acl}:m:1 payload");
     assert_int_equal(x->type, REDIS_REPLY_STRING);
     assert_string_equal(x->str, "via acl user");
     freeReplyObject(x);
-    x = rq(g_admin, "CLIENT LIST");
+    x = e2e_rcmd(g_admin, "CLIENT LIST");
     int as_retryd = 0;
     for (const char *p = x->str; (p = strstr(p, " user=retryd ")) != NULL; p++) as_retryd++;
     freeReplyObject(x);
@@ -1323,31 +1205,31 @@ static void test_redis_acl_user(void **state)
         http(g_dmn[1].port, &r, "GET", "/readyz", NULL);
         assert_int_equal(r.status, 503);
         http(g_dmn[1].port, &r, "POST", "/queues/acl/messages", "{\"payload\":\"refused\"}");
-        expect_problem(&r, 503, "backend-unavailable");
+        e2e_expect_problem(&r, 503, "backend-unavailable", NULL);
         assert_true(r.retry_after[0] != '\0');
     }
     assert_true(e2e_daemon_alive(&g_dmn[1]));
-    x = rq(g_admin, "KEYS aclbad*");
+    x = e2e_rcmd(g_admin, "KEYS aclbad*");
     assert_int_equal(x->elements, 0);
     freeReplyObject(x);
 
     /* redis://:password@ (SPEC §7): the default user. */
     assert_int_equal(start_retryd(&g_dmn[2], "acl-default.log", dflt, "acldef", true, NULL), 0);
     http(g_dmn[2].port, &r, "POST", "/queues/acl/messages", "{\"payload\":\"via default\"}");
-    assert_int_equal(jint(expect_json(&r, 201), "id"), 1);
-    x = rq(g_admin, "HGET acldef:{acl}:m:1 payload");
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 201), "id"), 1);
+    x = e2e_rcmd(g_admin, "HGET acldef:{acl}:m:1 payload");
     assert_string_equal(x->str, "via default");
     freeReplyObject(x);
     e2e_response_free(&r);
     e2e_conn_close(&g_conn);
 
     /* A user that may not FUNCTION LOAD: never ready, 503, never a crash. */
-    x = rq(g_admin, "ACL SETUSER nofn on >n0fn-pw ~* &* +@all -function");
+    x = e2e_rcmd(g_admin, "ACL SETUSER nofn on >n0fn-pw ~* &* +@all -function");
     assert_int_equal(x->type, REDIS_REPLY_STATUS);
     freeReplyObject(x);
     assert_int_equal(start_retryd(&g_dmn[3], "acl-nofn.log",
-                                  fmt("redis://nofn:n0fn-pw@127.0.0.1:%d", g_srv.port), "aclnofn",
-                                  false, NULL), 0);
+                                  e2e_fmt("redis://nofn:n0fn-pw@127.0.0.1:%d", g_srv.port),
+                                  "aclnofn", false, NULL), 0);
     deadline = e2e_mono_ms() + 5000;
     for (;;) {
         char *text = fx_read_file(tmp_path("acl-nofn.log"));
@@ -1358,7 +1240,7 @@ static void test_redis_acl_user(void **state)
         e2e_pause_ms(20);
     }
     http(g_dmn[3].port, &r, "POST", "/queues/acl/messages", "{\"payload\":\"no function\"}");
-    expect_problem(&r, 503, "backend-unavailable");
+    e2e_expect_problem(&r, 503, "backend-unavailable", NULL);
     http(g_dmn[3].port, &r, "GET", "/readyz", NULL);
     assert_int_equal(r.status, 503);
     e2e_response_free(&r);
@@ -1391,7 +1273,7 @@ static enum outcome enqueue_logged(int port, const char *q, const char *payload,
     long long t0 = e2e_mono_ms();
     size_t len;
     char *body = e2e_json_with_string("payload", payload, &len);
-    http_on(&g_conn, port, &r, "POST", fmt("/queues/%s/messages", q), NULL, body);
+    e2e_http_on(&g_conn, port, &r, "POST", e2e_fmt("/queues/%s/messages", q), NULL, body, len);
     rd_free(body);
     long long took = e2e_mono_ms() - t0;
     if (took_ms) *took_ms = took;
@@ -1399,7 +1281,7 @@ static enum outcome enqueue_logged(int port, const char *q, const char *payload,
         fail_msg("enqueue \"%s\" took %lld ms (bound %d)", payload, took, bound_ms);
     if (r.status == 201) {
         s->outcome = OUT_CREATED;
-        s->id = jint(expect_json(&r, 201), "id");
+        s->id = e2e_jint(e2e_expect_json(&r, 201), "id");
     } else {
         s->outcome = expect_503(&r) ? OUT_UNKNOWN : OUT_UNAVAILABLE;
     }
@@ -1413,7 +1295,7 @@ static long long enqueue_until_created(int port, const char *q, const char *tag,
 {
     long long t0 = e2e_mono_ms();
     for (int i = 1;; i++) {
-        if (enqueue_logged(port, q, fmt("%s %d", tag, i), log, UNAVAILABLE_BOUND_MS, NULL) ==
+        if (enqueue_logged(port, q, e2e_fmt("%s %d", tag, i), log, UNAVAILABLE_BOUND_MS, NULL) ==
             OUT_CREATED)
             return e2e_mono_ms() - t0;
         if (e2e_mono_ms() - t0 > bound_ms)
@@ -1441,7 +1323,7 @@ static void *long_poll_main(void *arg)
     char body[96];
     snprintf(body, sizeof body, "{\"wait_seconds\":%d,\"lease_seconds\":30}",
              lp->wait_seconds ? lp->wait_seconds : 5);
-    lp->status = try_request(&c, lp->port, &r, "POST", lp->path, body, strlen(body)) == 0
+    lp->status = e2e_try_request(&c, lp->port, &r, "POST", lp->path, body, strlen(body)) == 0
                      ? r.status : -1;
     if (r.json) rd_json_integer(rd_json_get(r.json, "id"), &lp->id);
     lp->returned_at = e2e_mono_ms();
@@ -1453,7 +1335,7 @@ static void *long_poll_main(void *arg)
 /* True when someone (a parked long-poll) listens on q's wake channel. */
 static bool wake_subscribed(redisContext *c, const char *prefix, const char *q)
 {
-    redisReply *x = rq(c, "PUBSUB NUMSUB %s:{%s}:wake", prefix, q);
+    redisReply *x = e2e_rcmd(c, "PUBSUB NUMSUB %s:{%s}:wake", prefix, q);
     long long subs = x->elements == 2 ? x->element[1]->integer : 0;
     freeReplyObject(x);
     return subs >= 1;
@@ -1470,16 +1352,16 @@ static void test_redis_paused_sigstop(void **state)
     g_admin = fx_redis_connect(g_srv.port, NULL, NULL);
     assert_non_null(g_admin);
     const char *prefix = "paused";
-    assert_int_equal(start_retryd(&g_dmn[0], "paused.log", redis_url(g_srv.port), prefix, true,
+    assert_int_equal(start_retryd(&g_dmn[0], "paused.log", e2e_redis_url(g_srv.port), prefix, true,
                                   "--redis-timeout-ms", "1000", NULL), 0);
     int port = g_dmn[0].port;
     sent_log_t log = { 0 };
     e2e_response_t r = { 0 };
     for (int i = 1; i <= 3; i++)
-        assert_int_equal(enqueue_logged(port, "p", fmt("before %d", i), &log, 1000, NULL),
+        assert_int_equal(enqueue_logged(port, "p", e2e_fmt("before %d", i), &log, 1000, NULL),
                          OUT_CREATED);
     http(port, &r, "POST", "/queues/p/claim", "{\"lease_seconds\":60}");
-    assert_int_equal(jint(expect_json(&r, 200), "id"), 1);
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "id"), 1);
 
     /* A long-poll claim parked when Redis stops must still be answered. lp
      * is static: if the test fails before the join, the thread outlives the
@@ -1536,7 +1418,7 @@ static void test_redis_paused_sigstop(void **state)
         assert_int_equal(read_fresh(&pc, &r), 0);
         s->outcome = expect_503(&r) ? OUT_UNKNOWN : OUT_UNAVAILABLE;
         assert_int_equal(read_fresh(&pc, &r), 0);
-        expect_json(&r, 200);
+        e2e_expect_json(&r, 200);
         assert_int_equal(read_fresh(&pc, &r), 0);
         expect_503(&r);
         e2e_conn_close(&pc);
@@ -1544,7 +1426,7 @@ static void test_redis_paused_sigstop(void **state)
     /* Keep asking while Redis stays stopped (reconnects hang too). */
     for (int i = 1; e2e_mono_ms() - paused_at < 3500; i++) {
         long long took;
-        enqueue_logged(port, "p", fmt("paused %d", i), &log, UNAVAILABLE_BOUND_MS, &took);
+        enqueue_logged(port, "p", e2e_fmt("paused %d", i), &log, UNAVAILABLE_BOUND_MS, &took);
         if (took > worst_ms) worst_ms = took;
         http(port, &r, "GET", "/readyz", NULL);
         assert_int_equal(r.status, 503);
@@ -1564,7 +1446,7 @@ static void test_redis_paused_sigstop(void **state)
     assert_int_equal(fx_redis_resume(&g_srv), 0);
     long long recovered_ms = enqueue_until_created(port, "p", "resumed", &log, RECOVERY_BOUND_MS);
     http(port, &r, "GET", "/readyz", NULL);
-    expect_json(&r, 200);
+    e2e_expect_json(&r, 200);
     printf("# measured SIGSTOP (--redis-timeout-ms 1000): in-flight enqueue -> 503 "
            "outcome-unknown after %lld ms; claim -> 503 after %lld ms; later requests 503 within "
            "%lld ms; a parked long-poll (wait 2 s) answered %d after %lld ms; after SIGCONT 201 "
@@ -1597,7 +1479,7 @@ static void test_redis_debug_sleep(void **state)
     g_admin = fx_redis_connect(g_srv.port, NULL, NULL);
     assert_non_null(g_admin);
     const char *prefix = "sleepy";
-    assert_int_equal(start_retryd(&g_dmn[0], "sleep.log", redis_url(g_srv.port), prefix, true,
+    assert_int_equal(start_retryd(&g_dmn[0], "sleep.log", e2e_redis_url(g_srv.port), prefix, true,
                                   "--redis-timeout-ms", "1000", NULL), 0);
     int port = g_dmn[0].port;
     sent_log_t log = { 0 };
@@ -1611,7 +1493,7 @@ static void test_redis_debug_sleep(void **state)
     int done = 0;
     while (!done) assert_int_equal(redisBufferWrite(sleeper, &done), REDIS_OK);
     long long deadline = e2e_mono_ms() + 2000;
-    while (fx_redis_pong(g_srv.port, 300)) {
+    while (e2e_redis_pong(g_srv.port, 300)) {
         if (e2e_mono_ms() > deadline) fail_msg("Redis still answers PING after DEBUG SLEEP 3");
     }
 
@@ -1656,12 +1538,12 @@ static void test_redis_restarted_and_flushed(void **state)
     static const char *const extra[] = { "--appendonly", "no", NULL };
     assert_int_equal(fx_redis_start(&g_srv, extra), 0);
     const char *prefix = "restart";
-    assert_int_equal(start_retryd(&g_dmn[0], "restart.log", redis_url(g_srv.port), prefix, true,
+    assert_int_equal(start_retryd(&g_dmn[0], "restart.log", e2e_redis_url(g_srv.port), prefix, true,
                                   "--redis-timeout-ms", "1000", NULL), 0);
     int port = g_dmn[0].port;
     e2e_response_t r = { 0 };
     http(port, &r, "POST", "/queues/r/messages", "{\"payload\":\"before\"}");
-    assert_int_equal(jint(expect_json(&r, 201), "id"), 1);
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 201), "id"), 1);
 
     assert_int_equal(fx_redis_stop(&g_srv, SIGTERM, 5000), 0);
     long long down_at = e2e_mono_ms(), unavailable_ms = -1;
@@ -1677,7 +1559,7 @@ static void test_redis_restarted_and_flushed(void **state)
     while (e2e_mono_ms() - down_at < 3000) {
         long long t0 = e2e_mono_ms();
         http(port, &r, "POST", "/queues/r/messages", "{\"payload\":\"while down\"}");
-        expect_problem(&r, 503, "backend-unavailable");
+        e2e_expect_problem(&r, 503, "backend-unavailable", NULL);
         assert_true(e2e_mono_ms() - t0 < 500);
         http(port, &r, "GET", "/readyz", NULL);
         assert_int_equal(r.status, 503);
@@ -1700,11 +1582,11 @@ static void test_redis_restarted_and_flushed(void **state)
     recovered_ms = e2e_mono_ms() - up_at;
     /* A fresh Redis without persistence: the data is gone, ids start at 1,
      * the library was loaded again without a restart of retryd. */
-    assert_int_equal(jint(expect_json(&r, 201), "id"), 1);
-    redisReply *x = rq(g_admin, "FUNCTION LIST LIBRARYNAME retryd");
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 201), "id"), 1);
+    redisReply *x = e2e_rcmd(g_admin, "FUNCTION LIST LIBRARYNAME retryd");
     assert_int_equal(x->elements, 1);
     freeReplyObject(x);
-    x = rq(g_admin, "HGET %s:{r}:m:1 payload", prefix);
+    x = e2e_rcmd(g_admin, "HGET %s:{r}:m:1 payload", prefix);
     assert_string_equal(x->str, "after restart");
     freeReplyObject(x);
 
@@ -1725,7 +1607,7 @@ static void test_redis_restarted_and_flushed(void **state)
     }
     long long sent_at = e2e_mono_ms();
     http(port, &r, "POST", "/queues/lp/messages", "{\"payload\":\"wake up\"}");
-    expect_json(&r, 201);
+    e2e_expect_json(&r, 201);
     pthread_join(lp.thread, NULL);
     assert_int_equal(lp.status, 200);
     assert_int_equal(lp.id, 1);
@@ -1734,15 +1616,15 @@ static void test_redis_restarted_and_flushed(void **state)
     /* FLUSHALL on the live server: the next enqueue still works. Its id is 1
      * again: the per-queue sequence went with the data, which is what
      * FLUSHALL means (ids are unique only while the data lives). */
-    x = rq(g_admin, "FLUSHALL");
+    x = e2e_rcmd(g_admin, "FLUSHALL");
     freeReplyObject(x);
     http(port, &r, "POST", "/queues/r/messages", "{\"payload\":\"after flushall\"}");
-    assert_int_equal(jint(expect_json(&r, 201), "id"), 1);
-    x = rq(g_admin, "HGET %s:{r}:m:1 payload", prefix);
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 201), "id"), 1);
+    x = e2e_rcmd(g_admin, "HGET %s:{r}:m:1 payload", prefix);
     assert_string_equal(x->str, "after flushall");
     freeReplyObject(x);
     http(port, &r, "POST", "/queues/r/claim", NULL);
-    assert_string_equal(jstr(expect_json(&r, 200), "payload"), "after flushall");
+    assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "payload"), "after flushall");
     printf("# measured Redis restart: 503 backend-unavailable %lld ms after it went away; down "
            "3 s; 201 again %lld ms after it was back (library reloaded)\n", unavailable_ms,
            recovered_ms);
@@ -1764,10 +1646,10 @@ static void test_notification_link_killed(void **state)
     const char *prefix = "notify";
     /* The waiter parks on A; messages come in through B, so only Redis
      * (the wake channel, or A's timer) can tell A about them. */
-    assert_int_equal(start_retryd(&g_dmn[0], "notify-a.log", redis_url(g_srv.port), prefix, true,
-                                  NULL), 0);
-    assert_int_equal(start_retryd(&g_dmn[1], "notify-b.log", redis_url(g_srv.port), prefix, true,
-                                  NULL), 0);
+    assert_int_equal(start_retryd(&g_dmn[0], "notify-a.log", e2e_redis_url(g_srv.port), prefix,
+                                  true, NULL), 0);
+    assert_int_equal(start_retryd(&g_dmn[1], "notify-b.log", e2e_redis_url(g_srv.port), prefix,
+                                  true, NULL), 0);
     int port = g_dmn[0].port, port_b = g_dmn[1].port;
     e2e_response_t r = { 0 };
     long long woken_ms[2];
@@ -1788,7 +1670,7 @@ static void test_notification_link_killed(void **state)
             e2e_pause_ms(20);
         }
         if (round == 0) {
-            redisReply *x = rq(g_admin, "CLIENT KILL TYPE pubsub");
+            redisReply *x = e2e_rcmd(g_admin, "CLIENT KILL TYPE pubsub");
             long long killed = x->type == REDIS_REPLY_INTEGER ? x->integer : 0;
             freeReplyObject(x);
             if (killed < 1) {
@@ -1797,8 +1679,9 @@ static void test_notification_link_killed(void **state)
             }
         }
         long long sent_at = e2e_mono_ms();
-        http(port_b, &r, "POST", "/queues/nq/messages", fmt("{\"payload\":\"round %d\"}", round));
-        long long id = jint(expect_json(&r, 201), "id");
+        http(port_b, &r, "POST", "/queues/nq/messages",
+             e2e_fmt("{\"payload\":\"round %d\"}", round));
+        long long id = e2e_jint(e2e_expect_json(&r, 201), "id");
         pthread_join(lp.thread, NULL);
         woken_ms[round] = lp.returned_at - sent_at;
         if (lp.status != 200 || lp.id != id)
@@ -1872,7 +1755,7 @@ static void *loader_main(void *arg)
         if (s->outcome == OUT_CREATED) atomic_fetch_add(&w->created, 1);
         else atomic_fetch_add(&w->failed503, 1);
 
-        if (try_request(&c, w->port, &r, "POST", claim, lease, strlen(lease)) != 0) {
+        if (e2e_try_request(&c, w->port, &r, "POST", claim, lease, strlen(lease)) != 0) {
             if (w->until_gone) atomic_store(&w->gone, true);
             else snprintf(w->error, sizeof w->error, "claim: no response");
             break;
@@ -1889,7 +1772,7 @@ static void *loader_main(void *arg)
             snprintf(body, sizeof body, succeed ? "{\"lease_token\":\"%s\"}"
                                                 : "{\"lease_token\":\"%s\",\"error\":\"flaky\"}",
                      tok);
-            if (try_request(&c, w->port, &r, "POST", path, body, strlen(body)) != 0) {
+            if (e2e_try_request(&c, w->port, &r, "POST", path, body, strlen(body)) != 0) {
                 if (w->until_gone) atomic_store(&w->gone, true);
                 else snprintf(w->error, sizeof w->error, "settle %lld: no response", id);
                 break;
@@ -1939,7 +1822,7 @@ static void test_kill9_redis_under_load_loses_nothing(void **state)
     static const char *const extra[] = { "--appendonly", "yes", "--appendfsync", "always", NULL };
     assert_int_equal(fx_redis_start(&g_srv, extra), 0);
     const char *prefix = "durable";
-    assert_int_equal(start_retryd(&g_dmn[0], "kill9.log", redis_url(g_srv.port), prefix, true,
+    assert_int_equal(start_retryd(&g_dmn[0], "kill9.log", e2e_redis_url(g_srv.port), prefix, true,
                                   "--redis-timeout-ms", "1000", NULL), 0);
     int port = g_dmn[0].port;
 
@@ -2045,20 +1928,20 @@ static void test_kill9_retryd_leases_come_back(void **state)
     PREFIX(prefix, "crash");
     char pfx[128];
     SET(pfx, prefix);
-    assert_int_equal(start_retryd(&g_dmn[0], "crash-a.log", redis_url(g_shared_port), pfx, true,
+    assert_int_equal(start_retryd(&g_dmn[0], "crash-a.log", e2e_redis_url(g_shared_port), pfx, true,
                                   "--lease-seconds", "2", NULL), 0);
     int port_a = g_dmn[0].port;
     e2e_response_t r = { 0 };
     for (int i = 1; i <= N; i++) {
-        http(port_a, &r, "POST", "/queues/c/messages", fmt("{\"payload\":\"job %d\"}", i));
-        assert_int_equal(jint(expect_json(&r, 201), "id"), i);
+        http(port_a, &r, "POST", "/queues/c/messages", e2e_fmt("{\"payload\":\"job %d\"}", i));
+        assert_int_equal(e2e_jint(e2e_expect_json(&r, 201), "id"), i);
     }
     char tokens[N + 1][96];
     for (int i = 1; i <= N; i++) {
         http(port_a, &r, "POST", "/queues/c/claim", NULL);
-        rd_json_t *msg = expect_json(&r, 200);
-        assert_int_equal(jint(msg, "id"), i);
-        SET(tokens[i], jstr(msg, "lease_token"));
+        rd_json_t *msg = e2e_expect_json(&r, 200);
+        assert_int_equal(e2e_jint(msg, "id"), i);
+        SET(tokens[i], e2e_jstr(msg, "lease_token"));
     }
     long long last_claim = e2e_mono_ms();
     /* A worker long-polling on A when it dies sees its connection end. */
@@ -2073,7 +1956,7 @@ static void test_kill9_retryd_leases_come_back(void **state)
     long long killed_at = e2e_mono_ms();
     assert_true(fx_wait_closed(waiting.fd, 2000) >= 0);
     e2e_conn_close(&waiting);
-    assert_int_equal(start_retryd(&g_dmn[1], "crash-b.log", redis_url(g_shared_port), pfx, true,
+    assert_int_equal(start_retryd(&g_dmn[1], "crash-b.log", e2e_redis_url(g_shared_port), pfx, true,
                                   NULL), 0);
     int port_b = g_dmn[1].port;
 
@@ -2097,7 +1980,7 @@ static void test_kill9_retryd_leases_come_back(void **state)
     assert_int_equal(rq_int(g_shared, "ZCARD %s:{c}:processing", pfx), 0);
     /* A zombie worker of A cannot settle what came back. */
     http(port_b, &r, "POST", "/queues/c/messages/1/succeed",
-         fmt("{\"lease_token\":\"%s\"}", tokens[1]));
+         e2e_fmt("{\"lease_token\":\"%s\"}", tokens[1]));
     assert_int_equal(r.status, 409);
 
     /* B hands every one of them out again (after the 2 s retry backoff). */
@@ -2111,14 +1994,14 @@ static void test_kill9_retryd_leases_come_back(void **state)
             e2e_pause_ms(50);
             continue;
         }
-        rd_json_t *msg = expect_json(&r, 200);
-        long long id = jint(msg, "id");
+        rd_json_t *msg = e2e_expect_json(&r, 200);
+        long long id = e2e_jint(msg, "id");
         assert_true(id >= 1 && id <= N && !got[id]);
-        assert_int_equal(jint(msg, "retry_count"), 1);
+        assert_int_equal(e2e_jint(msg, "retry_count"), 1);
         got[id] = true;
         claimed++;
-        http(port_b, &r, "POST", fmt("/queues/c/messages/%lld/succeed", id), NULL);
-        expect_json(&r, 200);
+        http(port_b, &r, "POST", e2e_fmt("/queues/c/messages/%lld/succeed", id), NULL);
+        e2e_expect_json(&r, 200);
     }
     printf("# measured kill -9 retryd: %d leased messages pending again %lld ms after the last "
            "claim (lease 2 s), all claimed again through a new retryd %lld ms after the kill\n",
@@ -2134,7 +2017,7 @@ static void test_kill9_retryd_leases_come_back(void **state)
     for (size_t i = 0; i < count; i++) {
         assert_int_equal(m[i].id, (long long)i + 1);
         assert_string_equal(m[i].status, "succeeded");
-        assert_string_equal(m[i].payload, fmt("job %zu", i + 1));
+        assert_string_equal(m[i].payload, e2e_fmt("job %zu", i + 1));
     }
     assert_int_equal(rq_int(g_shared, "GET %s:{c}:seq", pfx), N);
     expect_indexes_consistent(g_shared, pfx, "c", m, count);
@@ -2148,7 +2031,7 @@ static void test_kill9_retryd_under_load(void **state)
     (void)state;
     char pfx[128];
     PREFIX(pfx, "crashload");
-    assert_int_equal(start_retryd(&g_dmn[0], "crashload-a.log", redis_url(g_shared_port), pfx,
+    assert_int_equal(start_retryd(&g_dmn[0], "crashload-a.log", e2e_redis_url(g_shared_port), pfx,
                                   true, NULL), 0);
     static atomic_bool stop;
     atomic_store(&stop, false);
@@ -2187,13 +2070,13 @@ static void test_kill9_retryd_under_load(void **state)
     assert_true(created >= 20);
 
     /* What A had leased when it died. */
-    redisReply *x = rq(g_shared, "ZRANGE %s:{cl}:processing 0 -1", pfx);
+    redisReply *x = e2e_rcmd(g_shared, "ZRANGE %s:{cl}:processing 0 -1", pfx);
     size_t leased = x->elements;
     long long *ids = calloc(leased ? leased : 1, sizeof *ids);
     for (size_t i = 0; i < leased; i++) ids[i] = atoll(x->element[i]->str);
     freeReplyObject(x);
 
-    assert_int_equal(start_retryd(&g_dmn[1], "crashload-b.log", redis_url(g_shared_port), pfx,
+    assert_int_equal(start_retryd(&g_dmn[1], "crashload-b.log", e2e_redis_url(g_shared_port), pfx,
                                   true, NULL), 0);
     /* Within the 2 s lease (+ a tick, + margin) B's timer gives them back. */
     long long back_ms = -1;
@@ -2205,7 +2088,7 @@ static void test_kill9_retryd_under_load(void **state)
         else e2e_pause_ms(20);
     }
     for (size_t i = 0; i < leased; i++) {
-        x = rq(g_shared, "HMGET %s:{cl}:m:%lld status last_error", pfx, ids[i]);
+        x = e2e_rcmd(g_shared, "HMGET %s:{cl}:m:%lld status last_error", pfx, ids[i]);
         bool back = x->elements == 2 && x->element[0]->type == REDIS_REPLY_STRING &&
                     x->element[1]->type == REDIS_REPLY_STRING &&
                     (strcmp(x->element[0]->str, "pending") == 0 ||
@@ -2219,7 +2102,7 @@ static void test_kill9_retryd_under_load(void **state)
     /* B carries on. */
     e2e_response_t r = { 0 };
     http(g_dmn[1].port, &r, "POST", "/queues/cl/messages", "{\"payload\":\"after the crash\"}");
-    long long after_id = jint(expect_json(&r, 201), "id");
+    long long after_id = e2e_jint(e2e_expect_json(&r, 201), "id");
     e2e_response_free(&r);
     e2e_conn_close(&g_conn);
     stop_retryd(&g_dmn[1]);
@@ -2256,10 +2139,10 @@ static void test_kill9_retryd_under_load(void **state)
 static char *startup_log(const char *log)
 {
     e2e_response_t r = { 0 };
-    if (start_retryd(&g_dmn[0], log, redis_url(g_srv.port), "dur", true, NULL) != 0)
+    if (start_retryd(&g_dmn[0], log, e2e_redis_url(g_srv.port), "dur", true, NULL) != 0)
         fail_msg("retryd did not start");
     http(g_dmn[0].port, &r, "POST", "/queues/d/messages", "{\"payload\":\"x\"}");
-    expect_json(&r, 201);
+    e2e_expect_json(&r, 201);
     e2e_response_free(&r);
     e2e_conn_close(&g_conn);
     stop_retryd(&g_dmn[0]);
@@ -2270,7 +2153,7 @@ static char *startup_log(const char *log)
 
 static void config_set(const char *name, const char *value)
 {
-    redisReply *x = rq(g_admin, "CONFIG SET %s %s", name, value);
+    redisReply *x = e2e_rcmd(g_admin, "CONFIG SET %s %s", name, value);
     assert_int_equal(x->type, REDIS_REPLY_STATUS);
     freeReplyObject(x);
 }
@@ -2374,7 +2257,7 @@ static void test_valgrind_clean_shutdown(void **state)
     char prefix[128];
     PREFIX(prefix, "vg");
     char url[64], pfx[128], log[PATH_MAX];
-    SET(url, redis_url(g_shared_port));
+    SET(url, e2e_redis_url(g_shared_port));
     SET(pfx, prefix);
     SET(log, tmp_path("valgrind.log"));
     static const char *const wrapper[] = { "valgrind", "--leak-check=full",
@@ -2383,7 +2266,7 @@ static void test_valgrind_clean_shutdown(void **state)
     const char *args[] = { "--redis", url, "--prefix", pfx, "--tick-ms", "100", "--log-level",
                            "info", "--max-body", "4096", NULL };
     e2e_daemon_t *d = &g_dmn[0];
-    assert_int_equal(fx_daemon_spawn(d, wrapper, g_bin, args, log), 0);
+    assert_int_equal(e2e_daemon_spawn_logged(d, wrapper, g_bin, args, log), 0);
     long long started = e2e_mono_ms();
     if (e2e_daemon_wait_status(d, "/readyz", 200, 30000) != 0)
         fail_msg("retryd under valgrind not ready within 30 s");
@@ -2438,13 +2321,13 @@ static void test_valgrind_clean_shutdown(void **state)
     memset(big, 'a', sizeof big - 1);
     big[sizeof big - 1] = '\0';
     http(port, &r, "POST", "/queues/v/messages", big);
-    expect_problem(&r, 413, "payload-too-large");
+    e2e_expect_problem(&r, 413, "payload-too-large", NULL);
     e2e_conn_close(&g_conn);
     char *hdr = malloc(20 * 1024 + 16);
     memcpy(hdr, "X-Big: ", 7);
     memset(hdr + 7, 'h', 20 * 1024);
     memcpy(hdr + 7 + 20 * 1024, "\r\n", 3);
-    http_on(&g_conn, port, &r, "GET", "/healthz", hdr, NULL);
+    e2e_http_on(&g_conn, port, &r, "GET", "/healthz", hdr, NULL, 0);
     free(hdr);
     assert_int_equal(r.status, 431);
     e2e_conn_close(&g_conn);
@@ -2467,7 +2350,7 @@ static void test_valgrind_clean_shutdown(void **state)
     close(cut);
     /* The server is still fine. */
     http(port, &r, "GET", "/healthz", NULL);
-    expect_json(&r, 200);
+    e2e_expect_json(&r, 200);
     e2e_response_free(&r);
     e2e_conn_close(&g_conn);
 
@@ -2491,7 +2374,7 @@ static void test_valgrind_clean_shutdown(void **state)
     assert_true(memcheck);
     assert_true(clean);
     /* Redis holds what the requests did. */
-    redisReply *x = rq(g_shared, "HGET %s:{v}:m:1 status", pfx);
+    redisReply *x = e2e_rcmd(g_shared, "HGET %s:{v}:m:1 status", pfx);
     assert_string_equal(x->str, "succeeded");
     freeReplyObject(x);
     assert_int_equal(rq_int(g_shared, "EXISTS %s:{v}:m:4", pfx), 0);

@@ -47,45 +47,11 @@ static e2e_conn_t g_conns[3];
 /* Small strings                                                            */
 /* ------------------------------------------------------------------------ */
 
-/* printf into one of 16 rotating buffers: valid for the next 15 calls. */
-static const char *fmt(const char *f, ...)
-{
-    static char ring[16][2048];
-    static unsigned next;
-    char *s = ring[next++ % 16];
-    va_list ap;
-    va_start(ap, f);
-    vsnprintf(s, sizeof ring[0], f, ap);
-    va_end(ap);
-    return s;
-}
-
-/* A queue name no other test uses (the prefix is already per run). Only
- * letters, digits and '-', so its Redis keys need no escaping. */
-static void queue_name(char *out, size_t cap, const char *tag)
-{
-    static unsigned serial;
-    snprintf(out, cap, "%s-%u", tag, ++serial);
-}
-
-/* "<prefix>:{q}:<suffix>" */
+/* "<prefix>:{q}:<suffix>". The suite's queue names (e2e_queue_name) are only
+ * letters, digits and '-', so their Redis keys need no escaping. */
 static const char *qkey(const char *q, const char *suffix)
 {
-    return fmt("%s:{%s}:%s", g_prefix, q, suffix);
-}
-
-/* Monotonic microseconds: wake-ups are well under a millisecond locally. */
-static long long mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-static int cmp_ll(const void *a, const void *b)
-{
-    long long x = *(const long long *)a, y = *(const long long *)b;
-    return x < y ? -1 : x > y;
+    return e2e_fmt("%s:{%s}:%s", g_prefix, q, suffix);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -96,55 +62,14 @@ static int cmp_ll(const void *a, const void *b)
  * level warn, and waits (bounded) for /readyz 200. */
 static int start_daemon(e2e_daemon_t *d)
 {
-    char redis_url[64], tick[16];
-    snprintf(redis_url, sizeof redis_url, "redis://127.0.0.1:%d", g_redis_port);
-    snprintf(tick, sizeof tick, "%d", TICK_MS);
-    const char *args[] = { "--redis", redis_url, "--prefix", g_prefix, "--tick-ms", tick,
-                           "--log-level", "warn", NULL };
-    if (e2e_daemon_spawn(d, g_bin, args) != 0) return -1;
-    if (e2e_daemon_wait_status(d, "/readyz", 200, READY_TIMEOUT_MS) != 0) {
-        fprintf(stderr, "test_multi: retryd on port %d did not become ready\n", d->port);
-        e2e_daemon_stop(d, SIGKILL, E2E_STOP_TIMEOUT_MS);
-        return -1;
-    }
-    return 0;
-}
-
-/* Waits (bounded) for a daemon that was already signalled to exit, without
- * signalling it again. Returns as e2e_daemon_stop does. */
-static int reap_daemon(e2e_daemon_t *d, int timeout_ms)
-{
-    long long deadline = e2e_mono_ms() + timeout_ms;
-    int wstatus;
-    while (d->pid > 0) {
-        pid_t got = waitpid(d->pid, &wstatus, WNOHANG);
-        if (got == d->pid) {
-            d->pid = 0;
-            if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
-            return 256 + WTERMSIG(wstatus);
-        }
-        if (e2e_mono_ms() >= deadline) {
-            e2e_daemon_stop(d, SIGKILL, 1000);
-            return -1;
-        }
-        e2e_pause_ms(10);
-    }
-    return -1;
-}
-
-static redisReply *rcmd(const char *format, ...)
-{
-    va_list ap;
-    va_start(ap, format);
-    redisReply *r = redisvCommand(g_redis, format, ap);
-    va_end(ap);
-    if (r == NULL) fail_msg("redis: %s", g_redis->errstr);
-    return r;
+    e2e_flags_t f;
+    e2e_flags(&f, "--redis", e2e_redis_url(g_redis_port), g_prefix, TICK_MS, "warn", NULL);
+    return e2e_daemon_start(d, g_bin, f.argv, false, true, READY_TIMEOUT_MS, "test_multi");
 }
 
 static long long rint_cmd(const char *format, const char *key)
 {
-    redisReply *r = rcmd(format, key);
+    redisReply *r = e2e_rcmd(g_redis, format, key);
     if (r->type != REDIS_REPLY_INTEGER) fail_msg("redis: %s %s: not an integer", format, key);
     long long n = r->integer;
     freeReplyObject(r);
@@ -166,9 +91,7 @@ static void dump_hash(const char *label, const char *key)
 static void check_still_running(e2e_daemon_t *d, const char *name)
 {
     int wstatus;
-    if (d->pid <= 0) return;
-    if (waitpid(d->pid, &wstatus, WNOHANG) != d->pid) return;
-    d->pid = 0;
+    if (!e2e_daemon_exited(d, &wstatus)) return;
     if (WIFEXITED(wstatus))
         fprintf(stderr, "test_multi: retryd %s exited by itself with status %d\n", name,
                 WEXITSTATUS(wstatus));
@@ -181,20 +104,7 @@ static int group_setup(void **state)
 {
     (void)state;
     rd_alloc_init();
-    const char *port = getenv("RETRYD_TEST_REDIS_PORT");
-    g_bin = getenv("RETRYD_BIN");
-    if (port == NULL || g_bin == NULL) {
-        fprintf(stderr, "test_multi: RETRYD_TEST_REDIS_PORT and RETRYD_BIN must be set\n");
-        return -1;
-    }
-    g_redis_port = atoi(port);
-    struct timeval tv = { 10, 0 };
-    g_redis = redisConnectWithTimeout("127.0.0.1", g_redis_port, tv);
-    if (g_redis == NULL || g_redis->err) {
-        fprintf(stderr, "test_multi: cannot connect to Redis on port %d\n", g_redis_port);
-        return -1;
-    }
-    redisSetTimeout(g_redis, tv);
+    if (e2e_suite_env("test_multi", 10, &g_bin, &g_redis_port, &g_redis) != 0) return -1;
     for (size_t i = 0; i < 3; i++) g_conns[i].fd = -1;
     snprintf(g_prefix, sizeof g_prefix, "multi%ld", (long)getpid());
     if (start_daemon(&g_a) != 0) return -1;
@@ -218,12 +128,7 @@ static int group_teardown(void **state)
     int sa = e2e_daemon_stop(&g_a, SIGTERM, E2E_STOP_TIMEOUT_MS);
     int sb = e2e_daemon_stop(&g_b, SIGTERM, E2E_STOP_TIMEOUT_MS);
     if (g_redis) redisFree(g_redis);
-    if (sa != 0 || sb != 0) {
-        fprintf(stderr, "test_multi: after SIGTERM: A %d, B %d (want 0 and 0; -1 = killed)\n",
-                sa, sb);
-        return -1;
-    }
-    return 0;
+    return e2e_pair_stopped("test_multi", sa, sb);
 }
 
 static int test_setup(void **state)
@@ -247,96 +152,27 @@ static int test_teardown(void **state)
 /* Requests from the main thread                                            */
 /* ------------------------------------------------------------------------ */
 
-static e2e_conn_t *conn_for(int port)
-{
-    e2e_conn_t *spare = NULL;
-    for (size_t i = 0; i < 3; i++) {
-        if (g_conns[i].fd >= 0 && g_conns[i].port == port) return &g_conns[i];
-        if (g_conns[i].fd < 0 && spare == NULL) spare = &g_conns[i];
-    }
-    if (spare == NULL) {
-        spare = &g_conns[0];
-        e2e_conn_close(spare);
-    }
-    if (e2e_conn_open(spare, port) != 0)
-        fail_msg("connect to 127.0.0.1:%d: %s", port, strerror(errno));
-    return spare;
-}
-
 /* One request on the main thread's keep-alive connection to port; fails the
  * test unless a complete response came. */
 static void http_to(int port, e2e_response_t *r, const char *method, const char *path,
                     const char *body)
 {
-    e2e_response_free(r);
-    e2e_conn_t *c = conn_for(port);
-    if (e2e_request(c, method, path, NULL, body, body ? strlen(body) : 0, r) != 0) {
-        e2e_conn_close(c);
-        fail_msg("%s %s to :%d: no complete response", method, path, port);
-    }
+    e2e_http_via(g_conns, 3, port, r, method, path, body);
 }
 
-static rd_json_t *jget(const rd_json_t *o, const char *name)
-{
-    rd_json_t *v = rd_json_get(o, name);
-    if (v == NULL) fail_msg("member \"%s\" is missing", name);
-    return v;
-}
-
-static const char *jstr(const rd_json_t *o, const char *name)
-{
-    const char *s = rd_json_string(jget(o, name));
-    if (s == NULL) fail_msg("member \"%s\" is not a string", name);
-    return s;
-}
-
-static long long jint(const rd_json_t *o, const char *name)
-{
-    long long n;
-    if (!rd_json_integer(jget(o, name), &n)) fail_msg("member \"%s\" is not an integer", name);
-    return n;
-}
-
-static long long jtime(const rd_json_t *o, const char *name)
-{
-    long long ms;
-    const char *s = jstr(o, name);
-    if (e2e_parse_time(s, &ms) != 0) fail_msg("%s \"%s\" is not YYYY-MM-DDTHH:MM:SS.mmmZ", name, s);
-    return ms;
-}
-
-static rd_json_t *expect_json(const e2e_response_t *r, int status)
-{
-    if (r->status != status) fail_msg("expected %d, got %d: %s", status, r->status, r->body);
-    if (!e2e_media_type_is(r->content_type, "application/json"))
-        fail_msg("Content-Type \"%s\", expected application/json", r->content_type);
-    if (r->json == NULL || !rd_json_is_object(r->json)) fail_msg("body is not a JSON object");
-    return r->json;
-}
-
+/* A problem with this status and type whose status member agrees (title
+ * and detail are not checked here). */
 static rd_json_t *expect_problem(const e2e_response_t *r, int status, const char *slug)
 {
-    if (r->status != status)
-        fail_msg("expected %d %s, got %d: %s", status, slug, r->status, r->body);
-    if (!e2e_media_type_is(r->content_type, "application/problem+json"))
-        fail_msg("Content-Type \"%s\", expected application/problem+json", r->content_type);
-    if (r->json == NULL || !rd_json_is_object(r->json)) fail_msg("problem is not a JSON object");
-    assert_string_equal(jstr(r->json, "type"), fmt("/problems/%s", slug));
-    assert_int_equal(jint(r->json, "status"), status);
+    e2e_expect_problem_type(r, status, slug);
+    assert_int_equal(e2e_jint(r->json, "status"), status);
     return r->json;
 }
 
 /* A 422 whose errors name field (when field is not NULL). */
 static void expect_invalid_field(const e2e_response_t *r, const char *field)
 {
-    rd_json_t *p = expect_problem(r, 422, "validation-failed");
-    rd_json_t *errors = jget(p, "errors");
-    assert_true(rd_json_is_array(errors));
-    assert_true(rd_json_array_size(errors) >= 1);
-    if (field == NULL) return;
-    for (size_t i = 0; i < rd_json_array_size(errors); i++)
-        if (strcmp(jstr(rd_json_array_at(errors, i), "field"), field) == 0) return;
-    fail_msg("no error for field \"%s\": %s", field, r->body);
+    e2e_expect_errors_name(r, expect_problem(r, 422, "validation-failed"), field);
 }
 
 static void expect_no_content(const e2e_response_t *r)
@@ -349,8 +185,8 @@ static void expect_no_content(const e2e_response_t *r)
 static long long enqueue_to(int port, const char *q, const char *body)
 {
     e2e_response_t r = { 0 };
-    http_to(port, &r, "POST", fmt("/queues/%s/messages", q), body);
-    long long id = jint(expect_json(&r, 201), "id");
+    http_to(port, &r, "POST", e2e_fmt("/queues/%s/messages", q), body);
+    long long id = e2e_jint(e2e_expect_json(&r, 201), "id");
     e2e_response_free(&r);
     return id;
 }
@@ -400,12 +236,12 @@ static void *lp_thread(void *arg)
     atomic_store(&c->sent, 1);
     if (rc != 0 || e2e_read_response(&conn, &r) != 0) {
         c->done_ms = e2e_mono_ms();
-        c->done_us = mono_us();
+        c->done_us = e2e_mono_us();
         snprintf(c->error, sizeof c->error, "no complete response");
         e2e_conn_close(&conn);
         return NULL;
     }
-    c->done_us = mono_us();
+    c->done_us = e2e_mono_us();
     c->done_ms = e2e_mono_ms();
     c->status = r.status;
     if (r.status == 200 && r.json) {
@@ -440,7 +276,7 @@ static void wait_sent(lp_call_t *c)
 static void wake_latency_runs(const char *label, int enqueue_port)
 {
     char q[64];
-    queue_name(q, sizeof q, label);
+    e2e_queue_name(q, sizeof q, label);
     long long lat[WAKE_RUNS], from_send[WAKE_RUNS];
     for (int i = 0; i < WAKE_RUNS; i++) {
         lp_call_t c;
@@ -449,9 +285,9 @@ static void wake_latency_runs(const char *label, int enqueue_port)
         assert_int_equal(pthread_create(&t, NULL, lp_thread, &c), 0);
         wait_sent(&c);
         e2e_pause_ms(PARK_MS);    /* lets A park the claim; only delays the start */
-        long long send_us = mono_us();
-        long long id = enqueue_to(enqueue_port, q, fmt("{\"payload\":\"wake %d\"}", i));
-        long long enq_us = mono_us();
+        long long send_us = e2e_mono_us();
+        long long id = enqueue_to(enqueue_port, q, e2e_fmt("{\"payload\":\"wake %d\"}", i));
+        long long enq_us = e2e_mono_us();
         pthread_join(t, NULL);
         if (c.status != 200)
             fail_msg("run %d: claim answered %d %s after %lld ms", i, c.status, c.error,
@@ -464,8 +300,8 @@ static void wake_latency_runs(const char *label, int enqueue_port)
         if (lat[i] >= WAKE_LIMIT_MS * 1000LL)
             fail_msg("run %d: wake-up took %lld us", i, lat[i]);
     }
-    qsort(lat, WAKE_RUNS, sizeof lat[0], cmp_ll);
-    qsort(from_send, WAKE_RUNS, sizeof from_send[0], cmp_ll);
+    qsort(lat, WAKE_RUNS, sizeof lat[0], e2e_cmp_ll);
+    qsort(from_send, WAKE_RUNS, sizeof from_send[0], e2e_cmp_ll);
     printf("test_multi: %s: after the enqueue's response: median %+.3f ms, max %+.3f ms; "
            "after its request: median %.3f ms, max %.3f ms (%d runs, target 50 ms)\n", label,
            (lat[WAKE_RUNS / 2 - 1] + lat[WAKE_RUNS / 2]) / 2000.0, lat[WAKE_RUNS - 1] / 1000.0,
@@ -494,10 +330,10 @@ static void test_long_poll_times_out_with_204(void **state)
 {
     (void)state;
     char q[64];
-    queue_name(q, sizeof q, "timeout");
+    e2e_queue_name(q, sizeof q, "timeout");
     e2e_response_t r = { 0 };
     long long t0 = e2e_mono_ms();
-    http_to(g_a.port, &r, "POST", fmt("/queues/%s/claim", q), "{\"wait_seconds\":1}");
+    http_to(g_a.port, &r, "POST", e2e_fmt("/queues/%s/claim", q), "{\"wait_seconds\":1}");
     long long took = e2e_mono_ms() - t0;
     expect_no_content(&r);
     printf("test_multi: wait_seconds=1 on an empty queue answered 204 after %lld ms\n", took);
@@ -513,7 +349,7 @@ static void test_waiters_are_served_in_parking_order(void **state)
 {
     (void)state;
     char q[64];
-    queue_name(q, sizeof q, "fifo");
+    e2e_queue_name(q, sizeof q, "fifo");
     lp_call_t c[3];
     pthread_t t[3];
     for (int i = 0; i < 3; i++) {
@@ -524,7 +360,8 @@ static void test_waiters_are_served_in_parking_order(void **state)
     }
     e2e_pause_ms(PARK_MS);
     long long ids[3];
-    for (int i = 0; i < 3; i++) ids[i] = enqueue_to(g_b.port, q, fmt("{\"payload\":\"m%d\"}", i));
+    for (int i = 0; i < 3; i++)
+        ids[i] = enqueue_to(g_b.port, q, e2e_fmt("{\"payload\":\"m%d\"}", i));
     for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
     for (int i = 0; i < 3; i++) {
         if (c[i].status != 200) fail_msg("waiter %d: %d %s", i, c[i].status, c[i].error);
@@ -543,11 +380,11 @@ static void test_disconnect_mid_wait_loses_nothing(void **state)
 {
     (void)state;
     char q[64];
-    queue_name(q, sizeof q, "gone");
+    e2e_queue_name(q, sizeof q, "gone");
     e2e_conn_t raw;
     assert_int_equal(e2e_conn_open(&raw, g_a.port), 0);
     const char *body = "{\"wait_seconds\":10}";
-    assert_int_equal(e2e_send_request(&raw, "POST", fmt("/queues/%s/claim", q), NULL, body,
+    assert_int_equal(e2e_send_request(&raw, "POST", e2e_fmt("/queues/%s/claim", q), NULL, body,
                                       strlen(body)), 0);
     e2e_pause_ms(PARK_MS);
     e2e_conn_close(&raw);
@@ -556,11 +393,11 @@ static void test_disconnect_mid_wait_loses_nothing(void **state)
     long long t0 = e2e_mono_ms();
     e2e_response_t r = { 0 };
     for (;;) {
-        http_to(g_b.port, &r, "POST", fmt("/queues/%s/claim", q), NULL);
+        http_to(g_b.port, &r, "POST", e2e_fmt("/queues/%s/claim", q), NULL);
         if (r.status == 200) break;
         expect_no_content(&r);
         if (e2e_mono_ms() - t0 > 1000) {
-            redisReply *x = rcmd("HGETALL %s", qkey(q, fmt("m:%lld", id)));
+            redisReply *x = e2e_rcmd(g_redis, "HGETALL %s", qkey(q, e2e_fmt("m:%lld", id)));
             fprintf(stderr, "test_multi: message hash:");
             for (size_t i = 0; x->type == REDIS_REPLY_ARRAY && i < x->elements; i++)
                 fprintf(stderr, " %s", x->element[i]->str);
@@ -570,11 +407,11 @@ static void test_disconnect_mid_wait_loses_nothing(void **state)
         }
         e2e_pause_ms(20);
     }
-    rd_json_t *m = expect_json(&r, 200);
-    assert_int_equal(jint(m, "id"), id);
-    assert_int_equal(jint(m, "retry_count"), 0);
-    assert_string_equal(jstr(m, "status"), "processing");
-    redisReply *x = rcmd("HGET %s released", qkey(q, "stats"));
+    rd_json_t *m = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(m, "id"), id);
+    assert_int_equal(e2e_jint(m, "retry_count"), 0);
+    assert_string_equal(e2e_jstr(m, "status"), "processing");
+    redisReply *x = e2e_rcmd(g_redis, "HGET %s released", qkey(q, "stats"));
     printf("test_multi: after a disconnected waiter, claimable %lld ms after the enqueue "
            "(released by the daemon: %s)\n", e2e_mono_ms() - t0,
            x->type == REDIS_REPLY_STRING ? x->str : "0");
@@ -686,9 +523,10 @@ static void test_batch_claim_under_concurrency(void **state)
 {
     (void)state;
     char q[64];
-    queue_name(q, sizeof q, "batch");
+    e2e_queue_name(q, sizeof q, "batch");
     for (int i = 1; i <= BATCH_MSGS; i++) {
-        long long id = enqueue_to(i % 2 ? g_a.port : g_b.port, q, fmt("{\"payload\":\"b%d\"}", i));
+        long long id = enqueue_to(i % 2 ? g_a.port : g_b.port, q,
+                                  e2e_fmt("{\"payload\":\"b%d\"}", i));
         assert_int_equal(id, i);
     }
     static batch_worker_t w[BATCH_WORKERS];
@@ -729,10 +567,10 @@ static void test_batch_claim_under_concurrency(void **state)
 static long long claim_one(int port, const char *q, char *token, size_t cap)
 {
     e2e_response_t r = { 0 };
-    http_to(port, &r, "POST", fmt("/queues/%s/claim", q), NULL);
-    rd_json_t *m = expect_json(&r, 200);
-    long long id = jint(m, "id");
-    snprintf(token, cap, "%s", jstr(m, "lease_token"));
+    http_to(port, &r, "POST", e2e_fmt("/queues/%s/claim", q), NULL);
+    rd_json_t *m = e2e_expect_json(&r, 200);
+    long long id = e2e_jint(m, "id");
+    snprintf(token, cap, "%s", e2e_jstr(m, "lease_token"));
     e2e_response_free(&r);
     return id;
 }
@@ -741,8 +579,8 @@ static void test_batch_succeed_outcomes(void **state)
 {
     (void)state;
     char q[64], tok1[128], tok2[128];
-    queue_name(q, sizeof q, "ack");
-    const char *path = fmt("/queues/%s/succeed", q);
+    e2e_queue_name(q, sizeof q, "ack");
+    const char *path = e2e_fmt("/queues/%s/succeed", q);
     char path_buf[256];
     snprintf(path_buf, sizeof path_buf, "%s", path);
     long long a = enqueue_to(g_a.port, q, "{\"payload\":\"valid\"}");
@@ -753,31 +591,31 @@ static void test_batch_succeed_outcomes(void **state)
 
     e2e_response_t r = { 0 };
     http_to(g_b.port, &r, "POST", path_buf,
-            fmt("{\"messages\":[{\"id\":%lld,\"lease_token\":\"%s\"},{\"id\":99999},"
+            e2e_fmt("{\"messages\":[{\"id\":%lld,\"lease_token\":\"%s\"},{\"id\":99999},"
                 "{\"id\":%lld},{\"id\":%lld,\"lease_token\":\"%s-wrong\"}]}",
                 a, tok1, pending, b, tok2));
-    rd_json_t *results = jget(expect_json(&r, 200), "results");
+    rd_json_t *results = e2e_jget(e2e_expect_json(&r, 200), "results");
     assert_true(rd_json_is_array(results));
     assert_int_equal(rd_json_array_size(results), 4);
     const long long want_ids[4] = { a, 99999, pending, b };
     const char *want[4] = { "succeeded", "not-found", "invalid-state", "lease-mismatch" };
     for (size_t i = 0; i < 4; i++) {
         rd_json_t *item = rd_json_array_at(results, i);
-        assert_int_equal(jint(item, "id"), want_ids[i]);
-        if (strcmp(jstr(item, "status"), want[i]) != 0)
-            fail_msg("item %zu: status \"%s\", want \"%s\"", i, jstr(item, "status"), want[i]);
+        assert_int_equal(e2e_jint(item, "id"), want_ids[i]);
+        if (strcmp(e2e_jstr(item, "status"), want[i]) != 0)
+            fail_msg("item %zu: status \"%s\", want \"%s\"", i, e2e_jstr(item, "status"), want[i]);
     }
-    redisReply *x = rcmd("HGET %s status", qkey(q, fmt("m:%lld", a)));
+    redisReply *x = e2e_rcmd(g_redis, "HGET %s status", qkey(q, e2e_fmt("m:%lld", a)));
     assert_int_equal(x->type, REDIS_REPLY_STRING);
     assert_string_equal(x->str, "succeeded");
     freeReplyObject(x);
-    x = rcmd("ZSCORE %s %lld", qkey(q, "succeeded"), a);
+    x = e2e_rcmd(g_redis, "ZSCORE %s %lld", qkey(q, "succeeded"), a);
     assert_int_equal(x->type, REDIS_REPLY_STRING);
     freeReplyObject(x);
-    x = rcmd("HGET %s status", qkey(q, fmt("m:%lld", b)));
+    x = e2e_rcmd(g_redis, "HGET %s status", qkey(q, e2e_fmt("m:%lld", b)));
     assert_string_equal(x->str, "processing");
     freeReplyObject(x);
-    x = rcmd("HGET %s status", qkey(q, fmt("m:%lld", pending)));
+    x = e2e_rcmd(g_redis, "HGET %s status", qkey(q, e2e_fmt("m:%lld", pending)));
     assert_string_equal(x->str, "pending");
     freeReplyObject(x);
 
@@ -801,7 +639,7 @@ static void test_batch_succeed_outcomes(void **state)
     http_to(g_a.port, &r, "POST", path_buf, "\"messages\"");
     expect_problem(&r, 400, "malformed-request");
     /* None of that touched the still-leased message. */
-    x = rcmd("HGET %s status", qkey(q, fmt("m:%lld", b)));
+    x = e2e_rcmd(g_redis, "HGET %s status", qkey(q, e2e_fmt("m:%lld", b)));
     assert_string_equal(x->str, "processing");
     freeReplyObject(x);
     e2e_response_free(&r);
@@ -856,7 +694,7 @@ static void test_idempotent_enqueue_under_concurrency(void **state)
 {
     (void)state;
     char q[64], path[256];
-    queue_name(q, sizeof q, "idem");
+    e2e_queue_name(q, sizeof q, "idem");
     snprintf(path, sizeof path, "/queues/%s/messages", q);
     static idem_call_t c[IDEM_CLIENTS];
     static char bodies[IDEM_CLIENTS][128];
@@ -915,7 +753,7 @@ static void test_idempotent_enqueue_under_concurrency(void **state)
     body[n + 256] = '}';
     body[n + 257] = '\0';
     http_to(g_b.port, &r, "POST", path, body);
-    expect_json(&r, 201);
+    e2e_expect_json(&r, 201);
     e2e_response_free(&r);
 }
 
@@ -928,13 +766,13 @@ static void test_idempotent_enqueue_under_concurrency(void **state)
 static long long enqueue_delayed(const char *q, long long *retry_after_ms)
 {
     e2e_response_t r = { 0 };
-    http_to(g_b.port, &r, "POST", fmt("/queues/%s/messages", q),
+    http_to(g_b.port, &r, "POST", e2e_fmt("/queues/%s/messages", q),
             "{\"payload\":\"later\",\"delay_seconds\":2}");
-    rd_json_t *m = expect_json(&r, 201);
-    long long id = jint(m, "id");
-    assert_string_equal(jstr(m, "status"), "pending");
-    long long created = jtime(m, "created_at");
-    *retry_after_ms = jtime(m, "retry_after");
+    rd_json_t *m = e2e_expect_json(&r, 201);
+    long long id = e2e_jint(m, "id");
+    assert_string_equal(e2e_jstr(m, "status"), "pending");
+    long long created = e2e_jtime(m, "created_at");
+    *retry_after_ms = e2e_jtime(m, "retry_after");
     assert_int_equal(*retry_after_ms, created + 2000);
     e2e_response_free(&r);
     return id;
@@ -943,36 +781,45 @@ static long long enqueue_delayed(const char *q, long long *retry_after_ms)
 /* When Redis leased m, from its lease: lease_expires_at - lease_seconds. */
 static long long claimed_at_ms(const rd_json_t *m, int lease_seconds)
 {
-    long long at = jtime(m, "lease_expires_at") - lease_seconds * 1000LL;
-    assert_int_equal(jtime(m, "updated_at"), at);
+    long long at = e2e_jtime(m, "lease_expires_at") - lease_seconds * 1000LL;
+    assert_int_equal(e2e_jtime(m, "updated_at"), at);
     return at;
+}
+
+/* r is the 200 claim of message id (lease_seconds 30), leased no later than
+ * TICK_MS + 50 ms after retry_after; prints how late ("how": the way it was
+ * claimed) and frees r. */
+static void expect_claimed_on_time(e2e_response_t *r, long long id, long long retry_after,
+                                   const char *how)
+{
+    rd_json_t *m = e2e_expect_json(r, 200);
+    assert_int_equal(e2e_jint(m, "id"), id);
+    long long late = claimed_at_ms(m, 30) - retry_after;
+    printf("test_multi: delayed message claimed (%s) %lld ms after retry_after\n", how, late);
+    if (late < 0 || late > TICK_MS + 50) fail_msg("claimed %lld ms after retry_after", late);
+    e2e_response_free(r);
 }
 
 static void test_delayed_enqueue_is_claimable_on_time(void **state)
 {
     (void)state;
     char q[64];
-    queue_name(q, sizeof q, "delay");
+    e2e_queue_name(q, sizeof q, "delay");
     long long retry_after;
     long long id = enqueue_delayed(q, &retry_after);
     e2e_response_t r = { 0 };
-    http_to(g_a.port, &r, "POST", fmt("/queues/%s/claim", q), NULL);
+    http_to(g_a.port, &r, "POST", e2e_fmt("/queues/%s/claim", q), NULL);
     expect_no_content(&r);
 
     long long deadline = e2e_mono_ms() + 4000;
     for (;;) {
-        http_to(g_a.port, &r, "POST", fmt("/queues/%s/claim", q), "{\"lease_seconds\":30}");
+        http_to(g_a.port, &r, "POST", e2e_fmt("/queues/%s/claim", q), "{\"lease_seconds\":30}");
         if (r.status == 200) break;
         expect_no_content(&r);
         if (e2e_mono_ms() > deadline) fail_msg("not claimable within 4 s");
         e2e_pause_ms(20);
     }
-    rd_json_t *m = expect_json(&r, 200);
-    assert_int_equal(jint(m, "id"), id);
-    long long late = claimed_at_ms(m, 30) - retry_after;
-    printf("test_multi: delayed message claimed (polling) %lld ms after retry_after\n", late);
-    if (late < 0 || late > TICK_MS + 50) fail_msg("claimed %lld ms after retry_after", late);
-    e2e_response_free(&r);
+    expect_claimed_on_time(&r, id, retry_after, "polling");
 }
 
 /* The same through a long-poll: here the timer's promotion has to wake it. */
@@ -980,25 +827,20 @@ static void test_delayed_enqueue_wakes_long_poll(void **state)
 {
     (void)state;
     char q[64];
-    queue_name(q, sizeof q, "delay-lp");
+    e2e_queue_name(q, sizeof q, "delay-lp");
     long long retry_after;
     long long id = enqueue_delayed(q, &retry_after);
     e2e_response_t r = { 0 };
     long long t0 = e2e_wall_ms();
-    http_to(g_a.port, &r, "POST", fmt("/queues/%s/claim", q),
+    http_to(g_a.port, &r, "POST", e2e_fmt("/queues/%s/claim", q),
             "{\"wait_seconds\":5,\"lease_seconds\":30}");
     if (r.status != 200) {
         fprintf(stderr, "test_multi: claim sent %lld ms before retry_after, answered %d "
                 "%lld ms after it was sent\n", retry_after - t0, r.status, e2e_wall_ms() - t0);
-        dump_hash("message", qkey(q, fmt("m:%lld", id)));
+        dump_hash("message", qkey(q, e2e_fmt("m:%lld", id)));
         dump_hash("stats", qkey(q, "stats"));
     }
-    rd_json_t *m = expect_json(&r, 200);
-    assert_int_equal(jint(m, "id"), id);
-    long long late = claimed_at_ms(m, 30) - retry_after;
-    printf("test_multi: delayed message claimed (long-poll) %lld ms after retry_after\n", late);
-    if (late < 0 || late > TICK_MS + 50) fail_msg("claimed %lld ms after retry_after", late);
-    e2e_response_free(&r);
+    expect_claimed_on_time(&r, id, retry_after, "long-poll");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1009,14 +851,14 @@ static void test_sigterm_answers_parked_waiter(void **state)
 {
     (void)state;
     char q[64];
-    queue_name(q, sizeof q, "stop");
+    e2e_queue_name(q, sizeof q, "stop");
     assert_int_equal(start_daemon(&g_c), 0);
     e2e_conn_t c;
     assert_int_equal(e2e_conn_open(&c, g_c.port), 0);
     struct timeval tv = { LONG_POLL_IO_S, 0 };
     setsockopt(c.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     const char *body = "{\"wait_seconds\":20}";
-    assert_int_equal(e2e_send_request(&c, "POST", fmt("/queues/%s/claim", q), NULL, body,
+    assert_int_equal(e2e_send_request(&c, "POST", e2e_fmt("/queues/%s/claim", q), NULL, body,
                                       strlen(body)), 0);
     e2e_pause_ms(PARK_MS);
     long long t0 = e2e_mono_ms();
@@ -1030,7 +872,7 @@ static void test_sigterm_answers_parked_waiter(void **state)
     expect_no_content(&r);
     if (took > 6000) fail_msg("answered %lld ms after SIGTERM", took);
     e2e_response_free(&r);
-    int status = reap_daemon(&g_c, 6000 - (int)took);
+    int status = e2e_daemon_stop(&g_c, 0, 6000 - (int)took);
     if (status != 0) fail_msg("C after SIGTERM: %d (want exit 0; -1 = did not exit)", status);
 }
 

@@ -47,42 +47,11 @@ static size_t g_nused;
 /* Small strings                                                            */
 /* ------------------------------------------------------------------------ */
 
-/* printf into one of 16 rotating buffers, valid for the next 15 calls. */
-static const char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
-static const char *fmt(const char *f, ...)
-{
-    static char ring[16][2048];
-    static unsigned next;
-    char *s = ring[next++ % 16];
-    va_list ap;
-    va_start(ap, f);
-    vsnprintf(s, sizeof ring[0], f, ap);
-    va_end(ap);
-    return s;
-}
-
 /* A queue name no other test uses, remembered for the GET /queues test. */
 static void queue_name(char *out, size_t cap, const char *tag)
 {
-    static unsigned serial;
-    snprintf(out, cap, "%s-%u", tag, ++serial);
+    e2e_queue_name(out, cap, tag);
     if (g_nused < MAX_QUEUES_USED) snprintf(g_used[g_nused++], sizeof g_used[0], "%s", out);
-}
-
-/* Percent-encodes everything but unreserved characters (path segments). */
-static const char *url_encode(const char *s)
-{
-    static char ring[4][1024];
-    static unsigned next;
-    char *out = ring[next++ % 4];
-    size_t n = 0;
-    for (; *s && n + 4 < sizeof ring[0]; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') out[n++] = (char)c;
-        else n += (size_t)snprintf(out + n, 4, "%%%02X", c);
-    }
-    out[n] = '\0';
-    return out;
 }
 
 /* "<prefix>:{<escaped q>}<suffix>" for the group's prefix (or another). */
@@ -111,34 +80,22 @@ static const char *qkey(const char *q, const char *suffix)
  * extra flags (NULL-terminated); waits (bounded) for /readyz 200. */
 static int start_daemon(e2e_daemon_t *d, const char *prefix, ...)
 {
-    char redis_url[64], tick[16];
-    snprintf(redis_url, sizeof redis_url, "redis://127.0.0.1:%d", g_redis_port);
-    snprintf(tick, sizeof tick, "%d", TICK_MS);
-    const char *args[24] = { "--redis", redis_url, "--prefix", prefix, "--tick-ms", tick,
-                             "--log-level", "warn" };
-    size_t n = 8;
+    e2e_flags_t f;
     va_list ap;
     va_start(ap, prefix);
-    for (const char *a = va_arg(ap, const char *); a && n < 23; a = va_arg(ap, const char *))
-        args[n++] = a;
+    e2e_flags_v(&f, "--redis", e2e_redis_url(g_redis_port), prefix, TICK_MS, "warn", ap);
     va_end(ap);
-    args[n] = NULL;
-    if (e2e_daemon_spawn(d, g_bin, args) != 0) return -1;
-    if (e2e_daemon_wait_status(d, "/readyz", 200, READY_TIMEOUT_MS) != 0) {
-        fprintf(stderr, "test_ops: retryd on port %d did not become ready\n", d->port);
-        e2e_daemon_stop(d, SIGKILL, E2E_STOP_TIMEOUT_MS);
-        return -1;
-    }
-    return 0;
+    return e2e_daemon_start(d, g_bin, f.argv, false, true, READY_TIMEOUT_MS, "test_ops");
 }
 
+/* A reply to a command on g_redis; fails the test when none came or it is an error. */
 static redisReply *rcmd(const char *format, ...)
 {
     va_list ap;
     va_start(ap, format);
     redisReply *r = redisvCommand(g_redis, format, ap);
     va_end(ap);
-    if (r == NULL) fail_msg("redis: %s", g_redis->errstr);
+    e2e_reply_or_fail(g_redis, r);
     if (r->type == REDIS_REPLY_ERROR) fail_msg("redis error: %s", r->str);
     return r;
 }
@@ -149,7 +106,7 @@ static long long rint_cmd(const char *format, ...)
     va_start(ap, format);
     redisReply *r = redisvCommand(g_redis, format, ap);
     va_end(ap);
-    if (r == NULL) fail_msg("redis: %s", g_redis->errstr);
+    e2e_reply_or_fail(g_redis, r);
     if (r->type != REDIS_REPLY_INTEGER) fail_msg("redis: expected an integer, got type %d", r->type);
     long long v = r->integer;
     freeReplyObject(r);
@@ -163,7 +120,7 @@ static bool rnil(const char *format, ...)
     va_start(ap, format);
     redisReply *r = redisvCommand(g_redis, format, ap);
     va_end(ap);
-    if (r == NULL) fail_msg("redis: %s", g_redis->errstr);
+    e2e_reply_or_fail(g_redis, r);
     bool nil = r->type == REDIS_REPLY_NIL;
     freeReplyObject(r);
     return nil;
@@ -183,7 +140,7 @@ static void expect_no_trace(const char *q, long long id)
 {
     char sid[24];
     snprintf(sid, sizeof sid, "%lld", id);
-    if (rint_cmd("EXISTS %s", qkey(q, fmt(":m:%lld", id))) != 0)
+    if (rint_cmd("EXISTS %s", qkey(q, e2e_fmt(":m:%lld", id))) != 0)
         fail_msg("message hash of %lld still exists", id);
     static const char *const lists[] = { ":ready", ":due" };
     for (size_t i = 0; i < 2; i++)
@@ -199,20 +156,7 @@ static int group_setup(void **state)
 {
     (void)state;
     rd_alloc_init();
-    const char *port = getenv("RETRYD_TEST_REDIS_PORT");
-    g_bin = getenv("RETRYD_BIN");
-    if (port == NULL || g_bin == NULL) {
-        fprintf(stderr, "test_ops: RETRYD_TEST_REDIS_PORT and RETRYD_BIN must be set\n");
-        return -1;
-    }
-    g_redis_port = atoi(port);
-    struct timeval tv = { 10, 0 };
-    g_redis = redisConnectWithTimeout("127.0.0.1", g_redis_port, tv);
-    if (g_redis == NULL || g_redis->err) {
-        fprintf(stderr, "test_ops: cannot connect to Redis on port %d\n", g_redis_port);
-        return -1;
-    }
-    redisSetTimeout(g_redis, tv);
+    if (e2e_suite_env("test_ops", 10, &g_bin, &g_redis_port, &g_redis) != 0) return -1;
     g_conn.fd = -1;
     snprintf(g_prefix, sizeof g_prefix, "ops%ld", (long)getpid());
     return start_daemon(&g_daemon, g_prefix, NULL);
@@ -289,13 +233,7 @@ static void http_to(int port, e2e_response_t *r, const char *method, const char 
                     const char *body)
 {
     resp_free(r);
-    if (g_conn.fd >= 0 && g_conn.port != port) e2e_conn_close(&g_conn);
-    if (g_conn.fd < 0 && e2e_conn_open(&g_conn, port) != 0)
-        fail_msg("connect to 127.0.0.1:%d: %s", port, strerror(errno));
-    if (e2e_request(&g_conn, method, path, NULL, body, body ? strlen(body) : 0, r) != 0) {
-        e2e_conn_close(&g_conn);
-        fail_msg("%s %s: no complete response", method, path);
-    }
+    e2e_http_on(&g_conn, port, r, method, path, NULL, body, body ? strlen(body) : 0);
     track(r);
 }
 
@@ -304,95 +242,23 @@ static void http(e2e_response_t *r, const char *method, const char *path, const 
     http_to(g_daemon.port, r, method, path, body);
 }
 
-static rd_json_t *jget(const rd_json_t *o, const char *name)
-{
-    rd_json_t *v = rd_json_get(o, name);
-    if (v == NULL) fail_msg("member \"%s\" is missing", name);
-    return v;
-}
-
-static const char *jstr(const rd_json_t *o, const char *name)
-{
-    const char *s = rd_json_string(jget(o, name));
-    if (s == NULL) fail_msg("member \"%s\" is not a string", name);
-    return s;
-}
-
-static long long jint(const rd_json_t *o, const char *name)
-{
-    long long n;
-    if (!rd_json_integer(jget(o, name), &n)) fail_msg("member \"%s\" is not an integer", name);
-    return n;
-}
-
-static void jnull(const rd_json_t *o, const char *name)
-{
-    if (!rd_json_is_null(jget(o, name))) fail_msg("member \"%s\" is not null", name);
-}
-
-static rd_json_t *expect_json(const e2e_response_t *r, int status)
-{
-    if (r->status != status) fail_msg("expected %d, got %d: %s", status, r->status, r->body);
-    if (!e2e_media_type_is(r->content_type, "application/json"))
-        fail_msg("Content-Type \"%s\", expected application/json", r->content_type);
-    if (r->json == NULL || !rd_json_is_object(r->json)) fail_msg("body is not a JSON object");
-    return r->json;
-}
-
-/* An RFC 9457 problem with status, slug and instance (when not NULL). */
-static rd_json_t *expect_problem(const e2e_response_t *r, int status, const char *slug,
-                                 const char *instance)
-{
-    if (r->status != status)
-        fail_msg("expected %d %s, got %d: %s", status, slug, r->status, r->body);
-    if (!e2e_media_type_is(r->content_type, "application/problem+json"))
-        fail_msg("Content-Type \"%s\", expected application/problem+json", r->content_type);
-    if (r->json == NULL || !rd_json_is_object(r->json)) fail_msg("problem is not a JSON object");
-    assert_string_equal(jstr(r->json, "type"), fmt("/problems/%s", slug));
-    assert_true(jstr(r->json, "title")[0] != '\0');
-    assert_int_equal(jint(r->json, "status"), status);
-    assert_true(jstr(r->json, "detail")[0] != '\0');
-    if (instance) assert_string_equal(jstr(r->json, "instance"), instance);
-    return r->json;
-}
-
-/* 422 validation-failed whose errors name field. */
-static void expect_invalid_field(const e2e_response_t *r, const char *field)
-{
-    rd_json_t *p = expect_problem(r, 422, "validation-failed", NULL);
-    rd_json_t *errors = jget(p, "errors");
-    assert_true(rd_json_is_array(errors));
-    assert_true(rd_json_array_size(errors) >= 1);
-    if (field == NULL) return;
-    for (size_t i = 0; i < rd_json_array_size(errors); i++)
-        if (strcmp(jstr(rd_json_array_at(errors, i), "field"), field) == 0) return;
-    fail_msg("no error for field \"%s\": %s", field, r->body);
-}
-
-static void expect_no_content(const e2e_response_t *r)
-{
-    if (r->status != 204) fail_msg("expected 204, got %d: %s", r->status, r->body);
-    assert_int_equal(r->body_len, 0);
-    assert_true(r->content_length <= 0);
-}
-
 static const char *qpath(const char *q, const char *rest)
 {
-    return fmt("/queues/%s%s", url_encode(q), rest);
+    return e2e_fmt("/queues/%s%s", e2e_url_encode(q), rest);
 }
 
 static const char *message_path(const char *q, long long id, const char *verb)
 {
-    return verb ? qpath(q, fmt("/messages/%lld/%s", id, verb))
-                : qpath(q, fmt("/messages/%lld", id));
+    return verb ? qpath(q, e2e_fmt("/messages/%lld/%s", id, verb))
+                : qpath(q, e2e_fmt("/messages/%lld", id));
 }
 
 static long long enqueue_max(const char *q, int max_retries)
 {
     e2e_response_t r = { 0 };
     http(&r, "POST", qpath(q, "/messages"),
-         fmt("{\"payload\":\"p\",\"max_retries\":%d}", max_retries));
-    long long id = jint(expect_json(&r, 201), "id");
+         e2e_fmt("{\"payload\":\"p\",\"max_retries\":%d}", max_retries));
+    long long id = e2e_jint(e2e_expect_json(&r, 201), "id");
     resp_free(&r);
     return id;
 }
@@ -402,11 +268,11 @@ static long long claim_one(const char *q, long long want, char *token, size_t ca
 {
     e2e_response_t r = { 0 };
     http(&r, "POST", qpath(q, "/claim"), "{\"lease_seconds\":600}");
-    rd_json_t *m = expect_json(&r, 200);
-    long long id = jint(m, "id");
+    rd_json_t *m = e2e_expect_json(&r, 200);
+    long long id = e2e_jint(m, "id");
     if (want > 0 && id != want) fail_msg("claimed %lld, expected %lld", id, want);
-    assert_string_equal(jstr(m, "status"), "processing");
-    if (token) snprintf(token, cap, "%s", jstr(m, "lease_token"));
+    assert_string_equal(e2e_jstr(m, "status"), "processing");
+    if (token) snprintf(token, cap, "%s", e2e_jstr(m, "lease_token"));
     resp_free(&r);
     return id;
 }
@@ -417,9 +283,9 @@ static void settle(const char *q, long long id, const char *verb, const char *bo
 {
     e2e_response_t r = { 0 };
     http(&r, "POST", message_path(q, id, verb), body);
-    rd_json_t *m = expect_json(&r, 200);
-    assert_int_equal(jint(m, "id"), id);
-    assert_string_equal(jstr(m, "status"), want_status);
+    rd_json_t *m = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(m, "id"), id);
+    assert_string_equal(e2e_jstr(m, "status"), want_status);
     resp_free(&r);
 }
 
@@ -446,7 +312,7 @@ static long long make_dead(const char *q, const char *err)
 {
     long long id = enqueue_max(q, 1);
     claim_one(q, id, NULL, 0);
-    settle(q, id, "fail", fmt("{\"error\":%s}", jquote(err)), "dead");
+    settle(q, id, "fail", e2e_fmt("{\"error\":%s}", jquote(err)), "dead");
     return id;
 }
 
@@ -464,9 +330,9 @@ static void expect_status(const char *q, long long id, const char *status)
     e2e_response_t r = { 0 };
     http(&r, "GET", message_path(q, id, NULL), NULL);
     if (status == NULL) {
-        expect_problem(&r, 404, "not-found", NULL);
+        e2e_expect_problem(&r, 404, "not-found", NULL);
     } else {
-        assert_string_equal(jstr(expect_json(&r, 200), "status"), status);
+        assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "status"), status);
     }
     resp_free(&r);
 }
@@ -476,8 +342,8 @@ static long long replay_many(const char *q, const char *body)
 {
     e2e_response_t r = { 0 };
     http(&r, "POST", qpath(q, "/replay"), body);
-    rd_json_t *o = expect_json(&r, 200);
-    long long n = jint(o, "replayed");
+    rd_json_t *o = e2e_expect_json(&r, 200);
+    long long n = e2e_jint(o, "replayed");
     resp_free(&r);
     return n;
 }
@@ -496,13 +362,13 @@ static void test_kill(void **state)
     /* pending (ready) -> dead, default reason */
     long long a = enqueue_max(q, 3);
     http(&r, "POST", message_path(q, a, "kill"), NULL);
-    rd_json_t *m = expect_json(&r, 200);
-    assert_int_equal(jint(m, "id"), a);
-    assert_string_equal(jstr(m, "status"), "dead");
-    assert_string_equal(jstr(m, "last_error"), "killed by operator");
-    assert_int_equal(jint(m, "retry_count"), 0);
-    jnull(m, "retry_after");
-    jnull(m, "lease_expires_at");
+    rd_json_t *m = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(m, "id"), a);
+    assert_string_equal(e2e_jstr(m, "status"), "dead");
+    assert_string_equal(e2e_jstr(m, "last_error"), "killed by operator");
+    assert_int_equal(e2e_jint(m, "retry_count"), 0);
+    e2e_jnull(m, "retry_after");
+    e2e_jnull(m, "lease_expires_at");
     assert_false(rnil("ZSCORE %s %lld", qkey(q, ":dead"), a));
     assert_true(rnil("LPOS %s %lld", qkey(q, ":ready"), a));
     expect_status(q, a, "dead");
@@ -510,20 +376,20 @@ static void test_kill(void **state)
     /* with a reason */
     long long b = enqueue_max(q, 3);
     http(&r, "POST", message_path(q, b, "kill"), "{\"reason\":\"poison\"}");
-    m = expect_json(&r, 200);
-    assert_string_equal(jstr(m, "status"), "dead");
-    assert_string_equal(jstr(m, "last_error"), "poison");
+    m = e2e_expect_json(&r, 200);
+    assert_string_equal(e2e_jstr(m, "status"), "dead");
+    assert_string_equal(e2e_jstr(m, "last_error"), "poison");
 
     /* pending, waiting for its retry (scheduled) -> dead */
     long long c = enqueue_max(q, 3);
     claim_one(q, c, NULL, 0);
     settle(q, c, "fail", "{\"error\":\"flaky\",\"retry_after_seconds\":600}", "pending");
     http(&r, "POST", message_path(q, c, "kill"), "{}");
-    m = expect_json(&r, 200);
-    assert_string_equal(jstr(m, "status"), "dead");
-    assert_string_equal(jstr(m, "last_error"), "killed by operator");
-    assert_int_equal(jint(m, "retry_count"), 1);
-    jnull(m, "retry_after");
+    m = e2e_expect_json(&r, 200);
+    assert_string_equal(e2e_jstr(m, "status"), "dead");
+    assert_string_equal(e2e_jstr(m, "last_error"), "killed by operator");
+    assert_int_equal(e2e_jint(m, "retry_count"), 1);
+    e2e_jnull(m, "retry_after");
     assert_true(rnil("ZSCORE %s %lld", qkey(q, ":scheduled"), c));
 
     /* pending in the due list (a replayed letter) -> dead */
@@ -538,34 +404,34 @@ static void test_kill(void **state)
     long long d = enqueue_max(q, 3);
     claim_one(q, d, token, sizeof token);
     http(&r, "POST", message_path(q, d, "kill"), "{\"reason\":null}");
-    m = expect_json(&r, 200);
-    assert_string_equal(jstr(m, "status"), "dead");
-    assert_string_equal(jstr(m, "last_error"), "killed by operator");
-    jnull(m, "lease_expires_at");
+    m = e2e_expect_json(&r, 200);
+    assert_string_equal(e2e_jstr(m, "status"), "dead");
+    assert_string_equal(e2e_jstr(m, "last_error"), "killed by operator");
+    e2e_jnull(m, "lease_expires_at");
     assert_null(rd_json_get(m, "lease_token"));
     assert_true(rnil("ZSCORE %s %lld", qkey(q, ":processing"), d));
-    http(&r, "POST", message_path(q, d, "succeed"), fmt("{\"lease_token\":\"%s\"}", token));
-    expect_problem(&r, 409, "invalid-state", NULL);
+    http(&r, "POST", message_path(q, d, "succeed"), e2e_fmt("{\"lease_token\":\"%s\"}", token));
+    e2e_expect_problem(&r, 409, "invalid-state", NULL);
 
     /* succeeded -> 409 naming the state; dead -> 409 too */
     long long e = make_succeeded(q);
     http(&r, "POST", message_path(q, e, "kill"), NULL);
-    expect_problem(&r, 409, "invalid-state", message_path(q, e, "kill"));
-    assert_non_null(strstr(jstr(r.json, "detail"), "succeeded"));
+    e2e_expect_problem(&r, 409, "invalid-state", message_path(q, e, "kill"));
+    assert_non_null(strstr(e2e_jstr(r.json, "detail"), "succeeded"));
     expect_status(q, e, "succeeded");
     http(&r, "POST", message_path(q, a, "kill"), NULL);
-    expect_problem(&r, 409, "invalid-state", NULL);
-    assert_non_null(strstr(jstr(r.json, "detail"), "dead"));
+    e2e_expect_problem(&r, 409, "invalid-state", NULL);
+    assert_non_null(strstr(e2e_jstr(r.json, "detail"), "dead"));
 
     /* unknown -> 404 */
     http(&r, "POST", message_path(q, 999999, "kill"), NULL);
-    expect_problem(&r, 404, "not-found", message_path(q, 999999, "kill"));
+    e2e_expect_problem(&r, 404, "not-found", message_path(q, 999999, "kill"));
 
     /* bad bodies */
     http(&r, "POST", message_path(q, b, "kill"), "{\"reason\":42}");
-    expect_invalid_field(&r, "reason");
+    e2e_expect_invalid_field(&r, "reason");
     http(&r, "POST", message_path(q, b, "kill"), "{\"reason\":");
-    expect_problem(&r, 400, "malformed-request", NULL);
+    e2e_expect_problem(&r, 400, "malformed-request", NULL);
 
     /* a kill is a death, not a failure */
     assert_int_equal(hget_int(qkey(q, ":stats"), "dead"), 5);
@@ -584,7 +450,7 @@ static void delete_ok(const char *q, long long id)
 {
     e2e_response_t r = { 0 };
     http(&r, "DELETE", message_path(q, id, NULL), NULL);
-    expect_no_content(&r);
+    e2e_expect_no_content(&r);
     resp_free(&r);
     expect_status(q, id, NULL);
     expect_no_trace(q, id);
@@ -622,23 +488,23 @@ static void test_delete(void **state)
     long long processing = enqueue_max(q, 3);
     claim_one(q, processing, NULL, 0);
     http(&r, "DELETE", message_path(q, processing, NULL), NULL);
-    expect_problem(&r, 409, "invalid-state", message_path(q, processing, NULL));
-    assert_non_null(strstr(jstr(r.json, "detail"), "processing"));
+    e2e_expect_problem(&r, 409, "invalid-state", message_path(q, processing, NULL));
+    assert_non_null(strstr(e2e_jstr(r.json, "detail"), "processing"));
     expect_status(q, processing, "processing");
     assert_false(rnil("ZSCORE %s %lld", qkey(q, ":processing"), processing));
 
     http(&r, "DELETE", message_path(q, 999999, NULL), NULL);
-    expect_problem(&r, 404, "not-found", NULL);
+    e2e_expect_problem(&r, 404, "not-found", NULL);
     http(&r, "DELETE", message_path(q, dead, NULL), NULL);   /* twice */
-    expect_problem(&r, 404, "not-found", NULL);
+    e2e_expect_problem(&r, 404, "not-found", NULL);
 
     /* the queue holds exactly the processing one */
     http(&r, "GET", qpath(q, "/stats"), NULL);
-    rd_json_t *counts = jget(expect_json(&r, 200), "counts");
-    assert_int_equal(jint(counts, "pending"), 0);
-    assert_int_equal(jint(counts, "processing"), 1);
-    assert_int_equal(jint(counts, "succeeded"), 0);
-    assert_int_equal(jint(counts, "dead"), 0);
+    rd_json_t *counts = e2e_jget(e2e_expect_json(&r, 200), "counts");
+    assert_int_equal(e2e_jint(counts, "pending"), 0);
+    assert_int_equal(e2e_jint(counts, "processing"), 1);
+    assert_int_equal(e2e_jint(counts, "succeeded"), 0);
+    assert_int_equal(e2e_jint(counts, "dead"), 0);
     assert_int_equal(rint_cmd("ZCARD %s", qkey(q, ":errors")), 0);
     resp_free(&r);
 }
@@ -664,7 +530,7 @@ static void test_replay_batch(void **state)
     long long pending = enqueue_max(q, 3);
 
     /* ids: only the dead ones among them */
-    assert_int_equal(replay_many(q, fmt("{\"ids\":[%lld,%lld,%lld,%lld,999999,%lld]}", d2,
+    assert_int_equal(replay_many(q, e2e_fmt("{\"ids\":[%lld,%lld,%lld,%lld,999999,%lld]}", d2,
                                         pending, done, d5, d2)),
                      2);
     expect_status(q, d2, "pending");
@@ -673,10 +539,10 @@ static void test_replay_batch(void **state)
     expect_status(q, pending, "pending");
     expect_status(q, d1, "dead");
     http(&r, "GET", message_path(q, d2, NULL), NULL);
-    rd_json_t *m = expect_json(&r, 200);
-    assert_int_equal(jint(m, "retry_count"), 0);
-    jnull(m, "last_error");
-    jnull(m, "retry_after");
+    rd_json_t *m = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(m, "retry_count"), 0);
+    e2e_jnull(m, "last_error");
+    e2e_jnull(m, "retry_after");
 
     /* error_contains: a plain, case-sensitive substring of last_error */
     assert_int_equal(replay_many(q, "{\"error_contains\":\"smtp\"}"), 2);
@@ -728,13 +594,13 @@ static void test_replay_batch(void **state)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         http(&r, "POST", qpath(q, "/replay"), bad[i].body);
         if (r.status != 422) fail_msg("body %s: expected 422, got %d %s", bad[i].body, r.status, r.body);
-        expect_invalid_field(&r, bad[i].field);
+        e2e_expect_invalid_field(&r, bad[i].field);
     }
     static const char *const malformed[] = { "{\"all\":tru", "[1]", "\"all\"", "" };
     for (size_t i = 0; i < sizeof malformed / sizeof malformed[0]; i++) {
         http(&r, "POST", qpath(q, "/replay"), malformed[i]);
         if (r.status != 400) fail_msg("body '%s': expected 400, got %d %s", malformed[i], r.status, r.body);
-        expect_problem(&r, 400, "malformed-request", qpath(q, "/replay"));
+        e2e_expect_problem(&r, 400, "malformed-request", qpath(q, "/replay"));
     }
     resp_free(&r);
 }
@@ -794,13 +660,6 @@ typedef struct prober {
     int bad;                        /* claims that did not answer 200 */
 } prober_t;
 
-static long long mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 /* Worker thread: claims one message at a time on its own connection until
  * told to stop, timing each round trip. No cmocka calls here. */
 static void *prober_main(void *arg)
@@ -814,9 +673,9 @@ static void *prober_main(void *arg)
     static const char body[] = "{\"lease_seconds\":600}";
     while (!atomic_load(&p->stop) && p->n < p->cap) {
         e2e_response_t r;
-        long long t0 = mono_us();
+        long long t0 = e2e_mono_us();
         int rc = e2e_request(&c, "POST", p->path, NULL, body, strlen(body), &r);
-        long long t1 = mono_us();
+        long long t1 = e2e_mono_us();
         if (rc != 0 || r.status != 200) p->bad++;
         e2e_response_free(&r);
         if (rc != 0) break;
@@ -826,12 +685,6 @@ static void *prober_main(void *arg)
     }
     e2e_conn_close(&c);
     return NULL;
-}
-
-static int cmp_ll(const void *a, const void *b)
-{
-    long long x = *(const long long *)a, y = *(const long long *)b;
-    return (x > y) - (x < y);
 }
 
 /* Claims every claimable message of q (FCALL claim, 100 at a time; ids has
@@ -848,7 +701,7 @@ static size_t fcall_kill_all(const char *q, long long *ids, size_t cap, bool alt
     }
     for (size_t i = 0; i < nids; i++) {
         char mkey[512];
-        snprintf(mkey, sizeof mkey, "%s", qkey(q, fmt(":m:%lld", ids[i])));
+        snprintf(mkey, sizeof mkey, "%s", qkey(q, e2e_fmt(":m:%lld", ids[i])));
         const char *err = !alternate || ids[i] % 2 ? "smtp: 421 too many connections"
                                                    : "dns: no such host";
         redisAppendCommand(g_redis, "FCALL fail 2 %s %s %lld %s %s 1 -1", qkey(q, ""), mkey,
@@ -881,9 +734,9 @@ static latency_t replay_under_probe(const char *q, const char *other, const char
     e2e_pause_ms(200);   /* a baseline before the replay */
 
     e2e_response_t r = { 0 };
-    long long t0 = mono_us();
+    long long t0 = e2e_mono_us();
     http(&r, "POST", qpath(q, "/replay"), body);
-    long long t1 = mono_us();
+    long long t1 = e2e_mono_us();
     e2e_pause_ms(50);
     atomic_store(&p.stop, true);
     pthread_join(th, NULL);
@@ -898,8 +751,8 @@ static latency_t replay_under_probe(const char *q, const char *other, const char
         if (p.end_us[i] >= t0 && p.start_us[i] <= t1) during[l.n++] = us;
         else if (p.end_us[i] < t0) before[l.base_n++] = us;
     }
-    qsort(during, l.n, sizeof *during, cmp_ll);
-    qsort(before, l.base_n, sizeof *before, cmp_ll);
+    qsort(during, l.n, sizeof *during, e2e_cmp_ll);
+    qsort(before, l.base_n, sizeof *before, e2e_cmp_ll);
     if (l.n) {
         l.med_ms = during[l.n / 2] / 1000.0;
         l.p99_ms = during[(l.n * 99) / 100] / 1000.0;
@@ -1043,14 +896,14 @@ static void test_stats_after_mixed_workload(void **state)
      * claimed after it, so its retry falling due changes no claim. */
     long long i_id = enqueue_max(q, 3);
     http(&r, "POST", qpath(q, "/claim"), "{\"lease_seconds\":1}");
-    assert_int_equal(jint(expect_json(&r, 200), "id"), i_id);
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "id"), i_id);
     long long deadline = e2e_mono_ms() + 5000;
     for (;;) {
         http(&r, "GET", message_path(q, i_id, NULL), NULL);
-        rd_json_t *m = expect_json(&r, 200);
-        if (strcmp(jstr(m, "status"), "pending") == 0) {
-            assert_string_equal(jstr(m, "last_error"), "lease expired");
-            assert_int_equal(jint(m, "retry_count"), 1);
+        rd_json_t *m = e2e_expect_json(&r, 200);
+        if (strcmp(e2e_jstr(m, "status"), "pending") == 0) {
+            assert_string_equal(e2e_jstr(m, "last_error"), "lease expired");
+            assert_int_equal(e2e_jint(m, "retry_count"), 1);
             break;
         }
         if (e2e_mono_ms() > deadline) fail_msg("lease of %lld did not expire within 5 s", i_id);
@@ -1071,68 +924,68 @@ static void test_stats_after_mixed_workload(void **state)
         if (memcmp(&k0, &k1, sizeof k0) == 0) break;
         if (attempt == 5) fail_msg("keys kept changing");
     }
-    st = expect_json(&r, 200);
-    assert_string_equal(jstr(st, "queue"), q);
-    counts = jget(st, "counts");
-    assert_int_equal(jint(counts, "pending"), k0.ready + k0.due + k0.scheduled);
-    assert_int_equal(jint(counts, "ready"), k0.ready + k0.due);
-    assert_int_equal(jint(counts, "scheduled"), k0.scheduled);
-    assert_int_equal(jint(counts, "processing"), k0.processing);
-    assert_int_equal(jint(counts, "succeeded"), k0.succeeded);
-    assert_int_equal(jint(counts, "dead"), k0.dead);
+    st = e2e_expect_json(&r, 200);
+    assert_string_equal(e2e_jstr(st, "queue"), q);
+    counts = e2e_jget(st, "counts");
+    assert_int_equal(e2e_jint(counts, "pending"), k0.ready + k0.due + k0.scheduled);
+    assert_int_equal(e2e_jint(counts, "ready"), k0.ready + k0.due);
+    assert_int_equal(e2e_jint(counts, "scheduled"), k0.scheduled);
+    assert_int_equal(e2e_jint(counts, "processing"), k0.processing);
+    assert_int_equal(e2e_jint(counts, "succeeded"), k0.succeeded);
+    assert_int_equal(e2e_jint(counts, "dead"), k0.dead);
     /* and against what the test did: I, B, G, H pending; D processing */
-    assert_int_equal(jint(counts, "pending"), 4);
-    assert_int_equal(jint(counts, "processing"), 1);
-    assert_int_equal(jint(counts, "succeeded"), 1);
-    assert_int_equal(jint(counts, "dead"), 4);
+    assert_int_equal(e2e_jint(counts, "pending"), 4);
+    assert_int_equal(e2e_jint(counts, "processing"), 1);
+    assert_int_equal(e2e_jint(counts, "succeeded"), 1);
+    assert_int_equal(e2e_jint(counts, "dead"), 4);
 
-    rd_json_t *t = jget(st, "totals");
-    assert_int_equal(jint(t, "enqueued"), 10);
-    assert_int_equal(jint(t, "claimed"), 8);        /* A B C1 C2 D E D I */
-    assert_int_equal(jint(t, "succeeded"), 1);
-    assert_int_equal(jint(t, "failed"), 6);         /* I B C1 C2 D E */
-    assert_int_equal(jint(t, "retried"), 2);        /* I B */
-    assert_int_equal(jint(t, "dead"), 5);           /* C1 C2 D E F */
-    assert_int_equal(jint(t, "replayed"), 1);
-    assert_int_equal(jint(t, "lease_expired"), 1);
-    assert_int_equal(jint(st, "dead_last_24h"), 4);
+    rd_json_t *t = e2e_jget(st, "totals");
+    assert_int_equal(e2e_jint(t, "enqueued"), 10);
+    assert_int_equal(e2e_jint(t, "claimed"), 8);        /* A B C1 C2 D E D I */
+    assert_int_equal(e2e_jint(t, "succeeded"), 1);
+    assert_int_equal(e2e_jint(t, "failed"), 6);         /* I B C1 C2 D E */
+    assert_int_equal(e2e_jint(t, "retried"), 2);        /* I B */
+    assert_int_equal(e2e_jint(t, "dead"), 5);           /* C1 C2 D E F */
+    assert_int_equal(e2e_jint(t, "replayed"), 1);
+    assert_int_equal(e2e_jint(t, "lease_expired"), 1);
+    assert_int_equal(e2e_jint(st, "dead_last_24h"), 4);
 
-    rd_json_t *top = jget(st, "top_errors");
+    rd_json_t *top = e2e_jget(st, "top_errors");
     assert_true(rd_json_is_array(top));
     assert_int_equal(rd_json_array_size(top), 3);
-    assert_string_equal(jstr(rd_json_array_at(top, 0), "error"), smtp);
-    assert_int_equal(jint(rd_json_array_at(top, 0), "count"), 2);
+    assert_string_equal(e2e_jstr(rd_json_array_at(top, 0), "error"), smtp);
+    assert_int_equal(e2e_jint(rd_json_array_at(top, 0), "count"), 2);
     bool dns = false, poison = false;
     for (size_t i = 1; i < 3; i++) {
         rd_json_t *x = rd_json_array_at(top, i);
-        assert_int_equal(jint(x, "count"), 1);
-        if (strcmp(jstr(x, "error"), "dns lookup failed") == 0) dns = true;
-        if (strcmp(jstr(x, "error"), "poison") == 0) poison = true;
+        assert_int_equal(e2e_jint(x, "count"), 1);
+        if (strcmp(e2e_jstr(x, "error"), "dns lookup failed") == 0) dns = true;
+        if (strcmp(e2e_jstr(x, "error"), "poison") == 0) poison = true;
     }
     assert_true(dns && poison);
 
     http(&r, "GET", qpath(q, "/stats?top=1"), NULL);
-    top = jget(expect_json(&r, 200), "top_errors");
+    top = e2e_jget(e2e_expect_json(&r, 200), "top_errors");
     assert_int_equal(rd_json_array_size(top), 1);
-    assert_string_equal(jstr(rd_json_array_at(top, 0), "error"), smtp);
+    assert_string_equal(e2e_jstr(rd_json_array_at(top, 0), "error"), smtp);
     http(&r, "GET", qpath(q, "/stats?top=100"), NULL);
-    assert_int_equal(rd_json_array_size(jget(expect_json(&r, 200), "top_errors")), 3);
+    assert_int_equal(rd_json_array_size(e2e_jget(e2e_expect_json(&r, 200), "top_errors")), 3);
 
     static const char *const bad_top[] = { "0", "101", "-1", "abc", "" };
     for (size_t i = 0; i < sizeof bad_top / sizeof bad_top[0]; i++) {
-        http(&r, "GET", qpath(q, fmt("/stats?top=%s", bad_top[i])), NULL);
+        http(&r, "GET", qpath(q, e2e_fmt("/stats?top=%s", bad_top[i])), NULL);
         if (r.status != 422) fail_msg("?top=%s: expected 422, got %d", bad_top[i], r.status);
-        expect_invalid_field(&r, "top");
+        e2e_expect_invalid_field(&r, "top");
     }
 
     /* an unknown queue has zero everything */
     char empty[64];
     queue_name(empty, sizeof empty, "stats-empty");
     http(&r, "GET", qpath(empty, "/stats"), NULL);
-    st = expect_json(&r, 200);
-    assert_int_equal(jint(jget(st, "counts"), "pending"), 0);
-    assert_int_equal(jint(jget(st, "totals"), "enqueued"), 0);
-    assert_int_equal(rd_json_array_size(jget(st, "top_errors")), 0);
+    st = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(e2e_jget(st, "counts"), "pending"), 0);
+    assert_int_equal(e2e_jint(e2e_jget(st, "totals"), "enqueued"), 0);
+    assert_int_equal(rd_json_array_size(e2e_jget(st, "top_errors")), 0);
     g_nused--;   /* never enqueued to: not expected in GET /queues */
     resp_free(&r);
 }
@@ -1166,15 +1019,15 @@ static void test_top_errors_exact_long_string(void **state)
 
     e2e_response_t r = { 0 };
     http(&r, "GET", qpath(q, "/stats"), NULL);
-    rd_json_t *top = jget(expect_json(&r, 200), "top_errors");
+    rd_json_t *top = e2e_jget(e2e_expect_json(&r, 200), "top_errors");
     assert_int_equal(rd_json_array_size(top), 2);
-    const char *first = jstr(rd_json_array_at(top, 0), "error");
-    assert_int_equal(jint(rd_json_array_at(top, 0), "count"), 2);
+    const char *first = e2e_jstr(rd_json_array_at(top, 0), "error");
+    assert_int_equal(e2e_jint(rd_json_array_at(top, 0), "count"), 2);
     char want[210];
     memset(want, 'x', 200);
     snprintf(want + 200, sizeof want - 200, "...");
     assert_string_equal(first, want);
-    assert_string_equal(jstr(rd_json_array_at(top, 1), "error"), "short");
+    assert_string_equal(e2e_jstr(rd_json_array_at(top, 1), "error"), "short");
     resp_free(&r);
 }
 
@@ -1192,7 +1045,7 @@ static void test_top_errors_valid_utf8(void **state)
 
     e2e_response_t r = { 0 };
     http(&r, "GET", qpath(q, "/stats"), NULL);
-    expect_json(&r, 200);
+    e2e_expect_json(&r, 200);
     if (!valid_utf8((const unsigned char *)r.body, r.body_len)) {
         const char *at = strstr(r.body, "aaaa\xc3\"");
         fail_msg("GET /stats answered invalid UTF-8: top_errors[0].error ends in byte 0xC3 "
@@ -1295,15 +1148,15 @@ static void test_metrics_endpoint(void **state)
     enqueue_max(q, 3);
 
     http(&r, "GET", qpath(q, "/stats"), NULL);
-    rd_json_t *st = expect_json(&r, 200);
-    rd_json_t *t = jget(st, "totals"), *c = jget(st, "counts");
+    rd_json_t *st = e2e_expect_json(&r, 200);
+    rd_json_t *t = e2e_jget(st, "totals"), *c = e2e_jget(st, "counts");
     static const char *const names[] = { "enqueued", "claimed", "succeeded", "failed",
                                          "retried", "dead", "replayed", "lease_expired" };
     long long totals[8];
-    for (size_t i = 0; i < 8; i++) totals[i] = jint(t, names[i]);
-    long long ready = jint(c, "ready"), scheduled = jint(c, "scheduled");
-    long long processing = jint(c, "processing"), succeeded = jint(c, "succeeded");
-    long long dead = jint(c, "dead"), dead24 = jint(st, "dead_last_24h");
+    for (size_t i = 0; i < 8; i++) totals[i] = e2e_jint(t, names[i]);
+    long long ready = e2e_jint(c, "ready"), scheduled = e2e_jint(c, "scheduled");
+    long long processing = e2e_jint(c, "processing"), succeeded = e2e_jint(c, "succeeded");
+    long long dead = e2e_jint(c, "dead"), dead24 = e2e_jint(st, "dead_last_24h");
 
     http(&r, "GET", "/metrics", NULL);
     if (r.status != 200) fail_msg("GET /metrics: %d", r.status);
@@ -1312,8 +1165,9 @@ static void test_metrics_endpoint(void **state)
         fail_msg("Content-Type \"%s\", expected text/plain; version=0.0.4", r.content_type);
     const char *text = r.body;
     for (size_t i = 0; i < 8; i++)
-        assert_int_equal((long long)metric_or_fail(text, fmt("retryd_%s_total", names[i]), q, NULL, NULL),
-                         totals[i]);
+        assert_int_equal(
+            (long long)metric_or_fail(text, e2e_fmt("retryd_%s_total", names[i]), q, NULL, NULL),
+            totals[i]);
     assert_int_equal(totals[0], 5);
     assert_int_equal(totals[3], 2);
     assert_int_equal((long long)metric_or_fail(text, "retryd_queue_messages", q, "state", "ready"), ready);
@@ -1363,7 +1217,7 @@ static void test_events_dead_then_replayed(void **state)
     settle(q, id, "replay", NULL, "pending");
     long long k = enqueue_max(q, 3);
     settle(q, k, "kill", NULL, "dead");
-    assert_int_equal(replay_many(q, fmt("{\"ids\":[%lld]}", k)), 1);
+    assert_int_equal(replay_many(q, e2e_fmt("{\"ids\":[%lld]}", k)), 1);
 
     redisReply *x = rcmd("XRANGE %s - +", qkey(q, ":events"));
     assert_int_equal(x->type, REDIS_REPLY_ARRAY);
@@ -1409,21 +1263,21 @@ static void test_retention(void **state)
     e2e_response_t r = { 0 };
 
     http_to(g_side.port, &r, "POST", qpath(q, "/messages"), "{\"payload\":\"d\",\"max_retries\":1}");
-    long long dead = jint(expect_json(&r, 201), "id");
+    long long dead = e2e_jint(e2e_expect_json(&r, 201), "id");
     http_to(g_side.port, &r, "POST", qpath(q, "/claim"), NULL);
-    assert_int_equal(jint(expect_json(&r, 200), "id"), dead);
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "id"), dead);
     http_to(g_side.port, &r, "POST", message_path(q, dead, "fail"), "{\"error\":\"expire me\"}");
-    assert_string_equal(jstr(expect_json(&r, 200), "status"), "dead");
+    assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "status"), "dead");
 
     http_to(g_side.port, &r, "POST", qpath(q, "/messages"), "{\"payload\":\"s\"}");
-    long long ok = jint(expect_json(&r, 201), "id");
+    long long ok = e2e_jint(e2e_expect_json(&r, 201), "id");
     http_to(g_side.port, &r, "POST", qpath(q, "/claim"), NULL);
-    assert_int_equal(jint(expect_json(&r, 200), "id"), ok);
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "id"), ok);
     http_to(g_side.port, &r, "POST", message_path(q, ok, "succeed"), NULL);
-    assert_string_equal(jstr(expect_json(&r, 200), "status"), "succeeded");
+    assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "status"), "succeeded");
 
-    const char *dkey = qkey_in(prefix, q, fmt(":m:%lld", dead));
-    const char *skey = qkey_in(prefix, q, fmt(":m:%lld", ok));
+    const char *dkey = qkey_in(prefix, q, e2e_fmt(":m:%lld", dead));
+    const char *skey = qkey_in(prefix, q, e2e_fmt(":m:%lld", ok));
     char dk[256], sk[256];
     snprintf(dk, sizeof dk, "%s", dkey);
     snprintf(sk, sizeof sk, "%s", skey);
@@ -1433,9 +1287,9 @@ static void test_retention(void **state)
         e2e_pause_ms(50);
     }
     http_to(g_side.port, &r, "GET", message_path(q, dead, NULL), NULL);
-    expect_problem(&r, 404, "not-found", NULL);
+    e2e_expect_problem(&r, 404, "not-found", NULL);
     http_to(g_side.port, &r, "GET", message_path(q, ok, NULL), NULL);
-    expect_problem(&r, 404, "not-found", NULL);
+    e2e_expect_problem(&r, 404, "not-found", NULL);
 
     /* No orphan: only the registry, :seq, :stats, :events and :errors may
      * remain, and :errors must not count the deleted letter any more. */
@@ -1449,7 +1303,7 @@ static void test_retention(void **state)
         for (size_t i = 0; i < s->element[1]->elements; i++) {
             const char *key = s->element[1]->element[i]->str;
             nkeys++;
-            if (strcmp(key, fmt("%s:queues", prefix)) == 0) continue;
+            if (strcmp(key, e2e_fmt("%s:queues", prefix)) == 0) continue;
             size_t bl = strlen(base);
             if (strncmp(key, base, bl) == 0) {
                 const char *suffix = key + bl;
@@ -1474,13 +1328,13 @@ static void test_retention(void **state)
     assert_int_equal(hget_int(stats_key, "expired_succeeded"), 1);
 
     http_to(g_side.port, &r, "GET", qpath(q, "/stats"), NULL);
-    rd_json_t *st = expect_json(&r, 200);
-    rd_json_t *c = jget(st, "counts");
-    assert_int_equal(jint(c, "dead") + jint(c, "succeeded") + jint(c, "pending") +
-                         jint(c, "processing"),
+    rd_json_t *st = e2e_expect_json(&r, 200);
+    rd_json_t *c = e2e_jget(st, "counts");
+    assert_int_equal(e2e_jint(c, "dead") + e2e_jint(c, "succeeded") + e2e_jint(c, "pending") +
+                         e2e_jint(c, "processing"),
                      0);
-    assert_int_equal(jint(st, "dead_last_24h"), 0);
-    assert_int_equal(rd_json_array_size(jget(st, "top_errors")), 0);
+    assert_int_equal(e2e_jint(st, "dead_last_24h"), 0);
+    assert_int_equal(rd_json_array_size(e2e_jget(st, "top_errors")), 0);
     resp_free(&r);
     e2e_conn_close(&g_conn);
 
@@ -1505,15 +1359,15 @@ static void test_queues_lists_every_queue(void **state)
 
     e2e_response_t r = { 0 };
     http(&r, "GET", "/queues", NULL);
-    rd_json_t *list = jget(expect_json(&r, 200), "queues");
+    rd_json_t *list = e2e_jget(e2e_expect_json(&r, 200), "queues");
     assert_true(rd_json_is_array(list));
     for (size_t u = 0; u < g_nused; u++) {
         rd_json_t *found = NULL;
         for (size_t i = 0; i < rd_json_array_size(list); i++)
-            if (strcmp(jstr(rd_json_array_at(list, i), "name"), g_used[u]) == 0)
+            if (strcmp(e2e_jstr(rd_json_array_at(list, i), "name"), g_used[u]) == 0)
                 found = rd_json_array_at(list, i);
         if (found == NULL) fail_msg("GET /queues does not list \"%s\": %s", g_used[u], r.body);
-        rd_json_t *counts = jget(found, "counts");
+        rd_json_t *counts = e2e_jget(found, "counts");
         /* the same numbers as the queue's stats */
         e2e_response_t tmp = { 0 };
         e2e_conn_t c2;
@@ -1522,23 +1376,23 @@ static void test_queues_lists_every_queue(void **state)
         e2e_conn_close(&c2);
         if (rc != 0) fail_msg("stats of %s", g_used[u]);
         track(&tmp);
-        rd_json_t *sc = jget(expect_json(&tmp, 200), "counts");
+        rd_json_t *sc = e2e_jget(e2e_expect_json(&tmp, 200), "counts");
         static const char *const states[] = { "pending", "processing", "succeeded", "dead" };
         for (size_t k = 0; k < 4; k++)
-            if (jint(counts, states[k]) != jint(sc, states[k]))
+            if (e2e_jint(counts, states[k]) != e2e_jint(sc, states[k]))
                 fail_msg("%s: /queues %s=%lld, stats %lld", g_used[u], states[k],
-                         jint(counts, states[k]), jint(sc, states[k]));
+                         e2e_jint(counts, states[k]), e2e_jint(sc, states[k]));
         resp_free(&tmp);
         if (strcmp(g_used[u], q) == 0) {
-            assert_int_equal(jint(counts, "pending"), 1);
-            assert_int_equal(jint(counts, "processing"), 1);
-            assert_int_equal(jint(counts, "succeeded"), 1);
-            assert_int_equal(jint(counts, "dead"), 1);
+            assert_int_equal(e2e_jint(counts, "pending"), 1);
+            assert_int_equal(e2e_jint(counts, "processing"), 1);
+            assert_int_equal(e2e_jint(counts, "succeeded"), 1);
+            assert_int_equal(e2e_jint(counts, "dead"), 1);
         }
     }
     /* no queue of the retention daemon's prefix */
     for (size_t i = 0; i < rd_json_array_size(list); i++)
-        assert_string_not_equal(jstr(rd_json_array_at(list, i), "name"), "ret");
+        assert_string_not_equal(e2e_jstr(rd_json_array_at(list, i), "name"), "ret");
     resp_free(&r);
 }
 
