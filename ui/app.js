@@ -1017,6 +1017,7 @@
         setText(this.listStatus, '');
         this.table.classList.remove('is-loading');
         this.table.removeAttribute('aria-busy');
+        this.table.dataset.view = location.hash;
         this.nextCursor = '';
         this.updatePager();
         this.updateToolbar();
@@ -1033,6 +1034,8 @@
       this.renderRows();
       this.table.classList.remove('is-loading');
       this.table.removeAttribute('aria-busy');
+      // Which view these rows belong to (tests wait on it after a navigation).
+      this.table.dataset.view = location.hash;
       this.updateListStatus(calls);
       this.updatePager();
       this.updateToolbar();

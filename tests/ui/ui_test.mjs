@@ -216,10 +216,13 @@ async function openPage(hash, opts = {}) {
 
 const hashQueue = (q, params) => `/queues/${encodeURIComponent(q)}${params ? `?${new URLSearchParams(params)}` : ''}`;
 
+/** Waits until the table shows rows loaded for the current URL, not the
+ *  previous view's rows before its reload has even started. */
 async function waitList(page) {
   await page.waitForFunction(() => {
     const t = document.querySelector('#messages-table');
-    return t && !t.hasAttribute('aria-busy') && !t.querySelector('tr.loading');
+    return t && !t.hasAttribute('aria-busy') && !t.querySelector('tr.loading') &&
+      t.dataset.view === location.hash;
   }, null, { timeout: 30000 });
 }
 const rowIds = (page) => page.$$eval('#messages-table tbody tr[data-id]', (trs) => trs.map((t) => Number(t.dataset.id)));
