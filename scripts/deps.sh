@@ -3,7 +3,7 @@
 # Runs apt-get as root (or through sudo when available).
 set -eu
 pkgs="pkg-config libhiredis-dev libuv1-dev libcjson-dev libcmocka-dev node-llhttp clang libclang-rt-14-dev
-      redis-server redis-tools"
+      redis-server redis-tools curl"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' \
