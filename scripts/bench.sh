@@ -1051,6 +1051,84 @@ targets() {
 }
 
 # ---------------------------------------------------------------------------
+# 8. Redis Cluster: claim+succeed over 3 masters against 1 master (issue 7)
+# ---------------------------------------------------------------------------
+# Six queues (their hash tags spread them over the masters), one loadgen per
+# queue running at once, the same total connections, through a retryd on a
+# three-master cluster (scripts/cluster.sh, no replicas) and through the
+# single-Redis retryd of section 2. On 2 cores every process shares them, so
+# the gain is bounded by the machine, not by Redis.
+
+CL_QUEUES="cl0 cl1 cl2 cl3 cl4 cl5"
+
+# cl_run NAME PORT N: enqueue N per queue, then claim+succeed them all with
+# 6 loadgens at once (8 connections each); stores NAME.rate (msgs/s).
+cl_run() {
+    local name=$1 port=$2 n=$3 q pids=() t0 t1
+    for q in $CL_QUEUES; do
+        "$LOADGEN" enqueue --port "$port" --queue "$name-$q" --conns 8 --messages "$n"             >/dev/null 2>>"$tmp/loadgen.err" || return 1
+    done
+    t0=$(date +%s%N)
+    for q in $CL_QUEUES; do
+        "$LOADGEN" work --port "$port" --queue "$name-$q" --conns 8 --messages "$n"             >"$tmp/cl-$name-$q.out" 2>>"$tmp/loadgen.err" &
+        pids+=($!)
+    done
+    wait "${pids[@]}" || return 1
+    t1=$(date +%s%N)
+    put "$name.rate" "$(calc "6 * $n * 1000000000 / ($t1 - $t0)")"
+}
+
+# Redis CPU (user + sys, microseconds) of the node on port $1.
+node_cpu_us() {
+    redis-cli -p "$1" info cpu | tr -d '\r' | awk -F: '$1=="used_cpu_user"||$1=="used_cpu_sys"{s+=$2}
+        END{printf "%.0f", s*1e6}'
+}
+
+section8() {
+    local n=$((N_HTTP / 6)) seeds cport cpid="" p masters=() c0=() c1=() i total=0 share
+    table_start "8. Redis Cluster: claim+succeed, 6 queues at once, 48 connections, $n messages each" \
+        "figure" "3 masters" "1 master" "ratio"
+    if ! seeds=$("$ROOT/scripts/cluster.sh" start "$tmp/cluster" 3 0 2>>"$tmp/cluster.err"); then
+        say "8. cluster did not start: $(tail -n 1 "$tmp/cluster.err")"
+        row "claim+succeed, total (msgs/s)" "n/a (cluster did not start)" "" ""
+        row "Redis CPU per message, summed over the masters (µs)" "n/a" "" ""
+        row "share of the messages' Redis CPU on each master" "n/a" "" ""
+        return
+    fi
+    IFS=, read -r -a masters <<<"$seeds"
+    cport=$(free_port) || die "no free port"
+    "$RETRYD_BIN" --listen "127.0.0.1:$cport" --redis-cluster "$seeds" --prefix "$PREFIX" \
+        --tick-ms 250 --log-level warn >>"$tmp/retryd-cluster.log" 2>&1 &
+    cpid=$!
+    SERVER_PIDS="$SERVER_PIDS $cpid"
+    for _ in $(seq 1 100); do
+        [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$cport/readyz")" = 200 ] && break
+        sleep 0.1
+    done
+    for p in "${masters[@]}"; do c0+=("$(node_cpu_us "${p##*:}")"); done
+    cl_run cluster "$cport" "$n" || say "8. cluster run failed"
+    for p in "${masters[@]}"; do c1+=("$(node_cpu_us "${p##*:}")"); done
+    local r0 r1
+    r0=$(redis_cpu_us)
+    cl_run single "$HP" "$n" || say "8. single run failed"
+    r1=$(redis_cpu_us)
+    for i in "${!masters[@]}"; do total=$((total + c1[i] - c0[i])); done
+    share=""
+    for i in "${!masters[@]}"; do
+        share="$share$( [ -n "$share" ] && echo " / ")$(fmt "$(calc "100 * (${c1[i]} - ${c0[i]}) / ($total + 1)")" 0)%"
+    done
+    row "claim+succeed, total (msgs/s)" "$(fmt_int "$(get cluster.rate)")" \
+        "$(fmt_int "$(get single.rate)")" "$(fmtx "$(ratio "$(get cluster.rate)" "$(get single.rate)")")"
+    row "Redis CPU per message, summed over the masters (µs; includes the enqueue)" \
+        "$(fmt "$(calc "$total / (6 * $n)")")" "$(fmt "$(calc "($r1 - $r0) / (6 * $n)")")" \
+        "$(fmtx "$(ratio "$(calc "$total / (6 * $n)")" "$(calc "($r1 - $r0) / (6 * $n)")")")"
+    row "share of the messages' Redis CPU on each master" "$share" "100%" ""
+    stop_pid "$cpid"
+    forget_pid "$cpid"
+    "$ROOT/scripts/cluster.sh" stop "$tmp/cluster"
+}
+
+# ---------------------------------------------------------------------------
 # Main
 # ---------------------------------------------------------------------------
 t_start=$(date +%s)
@@ -1072,6 +1150,8 @@ sec_begin "5. memory"; section5; sec_end
 sec_begin "6. retry latency"; section6; sec_end
 sec_begin "4. growth"; section4; sec_end
 sec_begin "7. appendonly everysec / none"; section7; sec_end
+use_pair none 2>/dev/null || true
+sec_begin "8. Redis Cluster"; section8; sec_end
 environment
 targets
 echo
