@@ -62,7 +62,7 @@ say() { echo "bench: [${SECONDS}s] $*" >&2; }
 # ---------------------------------------------------------------------------
 # Processes and cleanup
 # ---------------------------------------------------------------------------
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/retryd-bench.XXXXXX") || exit 1
+tmp=$(mktemp -d) || exit 1
 redis_pid="" retryd_pid="" bg_pid=""
 RP="" HP=""
 SERVER_PIDS=""          # every server ever started (stopped ones are no-ops)

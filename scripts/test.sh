@@ -85,7 +85,7 @@ trap cleanup EXIT
 trap 'on_signal 130' INT
 trap 'on_signal 143' TERM
 
-tmp_root=$(mktemp -d "${TMPDIR:-/tmp}/retryd-test.XXXXXX") || {
+tmp_root=$(mktemp -d) || {
     echo "test.sh: cannot create a temp dir"
     echo "0 passed, 1 failed"
     exit 1
@@ -115,7 +115,7 @@ start_redis() {
         # Anything answering already is not ours; a non-Redis listener makes
         # our server fail to bind, which the wait below notices.
         [ -n "$(ping_port "$port")" ] && continue
-        dir=$(mktemp -d "$tmp_root/redis.XXXXXX") || return 1
+        dir=$(mktemp -d -p "$tmp_root") || return 1
         dir=$(cd "$dir" && pwd -P) # as CONFIG GET dir reports it
         log="$dir/redis.log"
         redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \

@@ -258,7 +258,7 @@ static void on_deleted(const rd_store_result_t *res, void *arg)
 
 static void on_replayed_batch(const rd_store_result_t *res, void *arg);
 
-enum { REPLAY_BATCH = 200 };
+enum { REPLAY_BATCH = RD_STORE_REPLAY_IDS_MAX };
 
 /* ids go 200 at a time too; for them the cursor is the offset into the list. */
 static int replay_next(call_t *c)

@@ -327,8 +327,9 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
 
 /* ---------------------------------------------------------------- calls */
 
-/* FCALL name numkeys base: then at most 100 (id, token) pairs. */
-enum { MAX_ARGS = 4 + 2 * 100 };
+/* FCALL name numkeys base, then at most 100 (id, token) pairs or a mode and
+ * RD_STORE_REPLAY_IDS_MAX ids. */
+enum { MAX_ARGS = 8 + 2 * 100 };
 
 typedef struct call {
     int argc;
@@ -574,43 +575,20 @@ int rd_store_replay_many(rd_store_t *st, rd_store_queue_t q, const char *mode,
                          const long long *ids, size_t n, int limit, const char *cursor,
                          const char *needle, rd_store_cb cb, void *arg)
 {
-    if (strcmp(mode, "ids") == 0 && (n == 0 || n > 1000)) return -1;
-    /* 1000 ids do not fit the stack-sized call: build this one on the heap. */
-    size_t argc = 5 + (n > 3 ? n : 3);
-    const char **argv = rd_malloc(argc * sizeof *argv);
-    size_t *lens = rd_malloc(argc * sizeof *lens);
-    char *numbers = rd_malloc(argc * 24);
-    rd_buf_t base = RD_BUF_INIT;
-    rd_keys_queue_base(&base, st->prefix, q.name, q.len);
-    int c = 0;
-#define ARG(s, l) (argv[c] = (s), lens[c] = (l), c++)
-    ARG("FCALL", 5);
-    ARG("replay_many", 11);
-    ARG("1", 1);
-    ARG(base.data, base.len);
-    ARG(mode, strlen(mode));
-    if (strcmp(mode, "ids") == 0) {
-        for (size_t i = 0; i < n; i++) {
-            char *num = numbers + (size_t)c * 24;
-            ARG(num, (size_t)snprintf(num, 24, "%lld", ids[i]));
-        }
+    bool by_id = strcmp(mode, "ids") == 0;
+    if (by_id && (n == 0 || n > RD_STORE_REPLAY_IDS_MAX)) return -1;
+    call_t *c = rd_malloc(sizeof *c);
+    begin_fcall(c, st, "replay_many", q, 0);
+    arg_str(c, mode);
+    if (by_id) {
+        for (size_t i = 0; i < n; i++) arg_int(c, ids[i]);
     } else {
-        char *num = numbers + (size_t)c * 24;
-        ARG(num, (size_t)snprintf(num, 24, "%d", limit));
-        ARG(cursor ? cursor : "", cursor ? strlen(cursor) : 0);
-        if (needle) ARG(needle, strlen(needle));
+        arg_int(c, limit);
+        arg_str(c, cursor ? cursor : "");
+        if (needle) arg_str(c, needle);
     }
-#undef ARG
-    op_t *op = rd_calloc(1, sizeof *op);
-    op->kind = KIND_REPLAYED;
-    op->cb = cb;
-    op->arg = arg;
-    int rc = rd_backend_command(st->redis, c, argv, lens, on_reply, op);
-    if (rc != 0) rd_free(op);
-    rd_buf_free(&base);
-    rd_free(numbers);
-    rd_free(lens);
-    rd_free(argv);
+    int rc = send_call(st, c, KIND_REPLAYED, cb, arg);
+    rd_free(c);
     return rc;
 }
 

@@ -105,7 +105,9 @@ int rd_store_succeed_many(rd_store_t *st, rd_store_queue_t q, size_t n, const lo
 /* Hands claimed messages back (no failure counted); res->released. */
 int rd_store_release(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_message_t *msgs,
                      rd_store_cb cb, void *arg);
-/* Batch replay of dead letters, one bounded call: mode "ids" (ids, n <= 1000),
+enum { RD_STORE_REPLAY_IDS_MAX = 200 };
+
+/* Batch replay of dead letters, one bounded call: mode "ids" (ids, n <= 200),
  * "all" or "error" (needle) with limit and cursor (NULL first). The result has
  * replayed and next_cursor: call again until next_cursor is empty. */
 int rd_store_replay_many(rd_store_t *st, rd_store_queue_t q, const char *mode,
