@@ -347,14 +347,9 @@ static void on_stats(const rd_store_result_t *res, void *arg)
         static const char *const shown[] = { "expired_dead", "expired_succeeded", "deleted",
                                              "purged", "released" };
         for (size_t j = 0; j < sizeof shown / sizeof shown[0]; j++) {
-            if (k->len == strlen(shown[j]) && memcmp(k->ptr, shown[j], k->len) == 0) {
-                char v[24];
-                size_t n = st->totals[i + 1].len < sizeof v - 1 ? st->totals[i + 1].len
-                                                                : sizeof v - 1;
-                memcpy(v, st->totals[i + 1].ptr, n);
-                v[n] = '\0';
-                rd_json_set_int(totals, shown[j], strtoll(v, NULL, 10));
-            }
+            if (k->len == strlen(shown[j]) && memcmp(k->ptr, shown[j], k->len) == 0)
+                rd_json_set_int(totals, shown[j],
+                                rd_str_to_ll(st->totals[i + 1].ptr, st->totals[i + 1].len));
         }
     }
     rd_json_set(doc, "totals", totals);
@@ -363,12 +358,8 @@ static void on_stats(const rd_store_result_t *res, void *arg)
     for (size_t i = 0; i + 1 < st->top_errors_len; i += 2) {
         rd_json_t *e = rd_json_new_object();
         rd_json_set_stringn(e, "error", st->top_errors[i].ptr, st->top_errors[i].len);
-        char count[24];
-        size_t n = st->top_errors[i + 1].len < sizeof count - 1 ? st->top_errors[i + 1].len
-                                                                : sizeof count - 1;
-        memcpy(count, st->top_errors[i + 1].ptr, n);
-        count[n] = '\0';
-        rd_json_set_int(e, "count", strtoll(count, NULL, 10));
+        rd_json_set_int(e, "count",
+                        rd_str_to_ll(st->top_errors[i + 1].ptr, st->top_errors[i + 1].len));
         rd_json_append(top, e);
     }
     rd_json_set(doc, "top_errors", top);

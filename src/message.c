@@ -30,7 +30,7 @@ void rd_message_init(rd_message_t *m)
     m->lease_expires_at_ms = -1;
 }
 
-static long long to_ll(const char *v, size_t len)
+long long rd_str_to_ll(const char *v, size_t len)
 {
     char tmp[32];
     if (len == 0 || len >= sizeof tmp) return -1;
@@ -49,15 +49,15 @@ void rd_message_set_field(rd_message_t *m, const char *name, size_t name_len,
     rd_str_t str = { value, value_len };
     if (FIELD_IS("payload")) m->payload = str;
     else if (FIELD_IS("status")) m->status = rd_status_parse(value, value_len);
-    else if (FIELD_IS("retry_count")) m->retry_count = (int)to_ll(value, value_len);
-    else if (FIELD_IS("max_retries")) m->max_retries = (int)to_ll(value, value_len);
-    else if (FIELD_IS("retry_after")) m->retry_after_ms = to_ll(value, value_len);
+    else if (FIELD_IS("retry_count")) m->retry_count = (int)rd_str_to_ll(value, value_len);
+    else if (FIELD_IS("max_retries")) m->max_retries = (int)rd_str_to_ll(value, value_len);
+    else if (FIELD_IS("retry_after")) m->retry_after_ms = rd_str_to_ll(value, value_len);
     else if (FIELD_IS("last_error")) m->last_error = str;
-    else if (FIELD_IS("lease_expires_at")) m->lease_expires_at_ms = to_ll(value, value_len);
+    else if (FIELD_IS("lease_expires_at")) m->lease_expires_at_ms = rd_str_to_ll(value, value_len);
     else if (FIELD_IS("lease_token")) m->lease_token = str;
     else if (FIELD_IS("idempotency_key")) m->idempotency_key = str;
-    else if (FIELD_IS("created_at")) m->created_at_ms = to_ll(value, value_len);
-    else if (FIELD_IS("updated_at")) m->updated_at_ms = to_ll(value, value_len);
+    else if (FIELD_IS("created_at")) m->created_at_ms = rd_str_to_ll(value, value_len);
+    else if (FIELD_IS("updated_at")) m->updated_at_ms = rd_str_to_ll(value, value_len);
 }
 
 /* Civil date from days since 1970-01-01 (Howard Hinnant's algorithm): no

@@ -33,11 +33,7 @@ static bool pair_is(const rd_str_t *name, const char *lit)
 
 static long long to_ll(const rd_str_t *v)
 {
-    long long n = 0;
-    bool neg = v->len > 0 && v->ptr[0] == '-';
-    for (size_t i = neg ? 1 : 0; i < v->len && v->ptr[i] >= '0' && v->ptr[i] <= '9'; i++)
-        n = n * 10 + (v->ptr[i] - '0');
-    return neg ? -n : n;
+    return rd_str_to_ll(v->ptr, v->len);
 }
 
 void rd_metrics_from_stats(rd_queue_metrics_t *m, const rd_queue_stats_t *st)

@@ -63,13 +63,12 @@ static void int_field(const rd_json_t *doc, const char *name, long long min, lon
     *out = n;
 }
 
-/* The same for a query parameter, used where the body did not give it. */
-static void int_query(const rd_json_t *doc, const char *query, size_t query_len,
-                      const char *name, long long min, long long max, long long *out,
-                      const char *message, rd_field_errors_t *errs)
+/* An optional integer query parameter in [min, max]: absent leaves *out as
+ * is; anything else but such an integer adds an error. */
+static void query_int(const char *query, size_t query_len, const char *name, long long min,
+                      long long max, long long *out, const char *message,
+                      rd_field_errors_t *errs)
 {
-    rd_json_t *v = rd_json_get(doc, name);
-    if (v != NULL && !rd_json_is_null(v)) return;
     char text[32];
     long n = rd_query_get(query, query_len, name, text, sizeof text);
     if (n == -1) return;
@@ -80,6 +79,16 @@ static void int_query(const rd_json_t *doc, const char *query, size_t query_len,
         return;
     }
     *out = value;
+}
+
+/* The same for a query parameter, used where the body did not give it. */
+static void int_query(const rd_json_t *doc, const char *query, size_t query_len,
+                      const char *name, long long min, long long max, long long *out,
+                      const char *message, rd_field_errors_t *errs)
+{
+    rd_json_t *v = rd_json_get(doc, name);
+    if (v != NULL && !rd_json_is_null(v)) return;
+    query_int(query, query_len, name, min, max, out, message, errs);
 }
 
 static rd_req_result_t finish(rd_json_t **doc, const rd_field_errors_t *errs)
@@ -369,18 +378,11 @@ rd_req_result_t rd_request_kill(const char *body, size_t len, rd_settle_req_t *o
 rd_req_result_t rd_request_stats(const char *query, size_t query_len, int *top,
                                  rd_field_errors_t *errs)
 {
-    *top = 10;
-    char text[16];
-    long n = rd_query_get(query, query_len, "top", text, sizeof text);
-    if (n == -1) return RD_REQ_OK;
-    char *end = text;
-    long long v = n > 0 ? strtoll(text, &end, 10) : 0;
-    if (n <= 0 || *end != '\0' || v < 1 || v > 100) {
-        rd_field_errors_add(errs, "top", "invalid", "top must be an integer between 1 and 100.");
-        return RD_REQ_INVALID;
-    }
+    long long v = 10;
+    query_int(query, query_len, "top", 1, 100, &v, "top must be an integer between 1 and 100.",
+              errs);
     *top = (int)v;
-    return RD_REQ_OK;
+    return errs->count ? RD_REQ_INVALID : RD_REQ_OK;
 }
 
 rd_req_result_t rd_request_empty(const char *body, size_t len)
@@ -405,17 +407,10 @@ rd_req_result_t rd_request_list(const char *query, size_t query_len, rd_list_req
                             "status must be one of pending, processing, succeeded, dead.");
         out->status[0] = '\0';
     }
-    char text[32];
-    n = rd_query_get(query, query_len, "limit", text, sizeof text);
-    if (n != -1) {
-        char *end = text;
-        long long v = n > 0 ? strtoll(text, &end, 10) : 0;
-        if (n <= 0 || *end != '\0' || v < 1 || v > RD_LIST_LIMIT_MAX)
-            rd_field_errors_add(errs, "limit", "invalid",
-                                "limit must be an integer between 1 and 1000.");
-        else
-            out->limit = (int)v;
-    }
+    long long limit = RD_LIST_LIMIT_DEFAULT;
+    query_int(query, query_len, "limit", 1, RD_LIST_LIMIT_MAX, &limit,
+              "limit must be an integer between 1 and 1000.", errs);
+    out->limit = (int)limit;
     n = rd_query_get(query, query_len, "cursor", out->cursor, sizeof out->cursor);
     if (n == -2) {
         rd_field_errors_add(errs, "cursor", "invalid", "cursor must be a next_cursor value.");

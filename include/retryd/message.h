@@ -38,6 +38,10 @@ typedef struct rd_message {
     long long updated_at_ms;
 } rd_message_t;
 
+/* The decimal integer in s[0..len), or -1 when it is not one (Redis replies
+ * and hash values are parsed with this). */
+long long rd_str_to_ll(const char *s, size_t len);
+
 const char *rd_status_name(rd_status_t s);
 /* Returns the status named s[0..len), or RD_STATUS_UNKNOWN. */
 rd_status_t rd_status_parse(const char *s, size_t len);
