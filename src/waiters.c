@@ -53,10 +53,11 @@ struct rd_waiters {
     wqueue_t *queues;
     size_t parked;
     uv_timer_t sweep;
-    bool stopping;
+    bool stopping;              /* rd_waiters_stop: parks are answered at once */
+    bool closing;               /* rd_waiters_close: freed once no claim is in flight */
     size_t claims_in_flight;
-    void (*on_stopped)(void *arg);
-    void *on_stopped_arg;
+    void (*on_closed)(void *arg);
+    void *on_closed_arg;
 };
 
 static void serve(wqueue_t *q);
@@ -337,8 +338,8 @@ static void on_notify_closed(void *arg)
 {
     rd_waiters_t *w = arg;
     while (w->queues) free_queue(w, w->queues);
-    void (*cb)(void *) = w->on_stopped;
-    void *cb_arg = w->on_stopped_arg;
+    void (*cb)(void *) = w->on_closed;
+    void *cb_arg = w->on_closed_arg;
     rd_free(w->prefix);
     rd_free(w);
     if (cb) cb(cb_arg);
@@ -352,15 +353,15 @@ static void on_sweep_closed(uv_handle_t *h)
 
 static void maybe_finish_stop(rd_waiters_t *w)
 {
-    if (w->claims_in_flight > 0 || uv_is_closing((uv_handle_t *)&w->sweep)) return;
+    if (!w->closing || w->claims_in_flight > 0 || uv_is_closing((uv_handle_t *)&w->sweep))
+        return;
     uv_close((uv_handle_t *)&w->sweep, on_sweep_closed);
 }
 
-void rd_waiters_stop(rd_waiters_t *w, void (*on_stopped)(void *arg), void *arg)
+void rd_waiters_stop(rd_waiters_t *w)
 {
+    if (w->stopping) return;
     w->stopping = true;
-    w->on_stopped = on_stopped;
-    w->on_stopped_arg = arg;
     for (wqueue_t *q = w->queues; q; q = q->next) {
         waiter_t *next;
         for (waiter_t *h = q->head; h; h = next) {
@@ -368,5 +369,13 @@ void rd_waiters_stop(rd_waiters_t *w, void (*on_stopped)(void *arg), void *arg)
             if (q->serving != h) answer_nothing(h);
         }
     }
+}
+
+void rd_waiters_close(rd_waiters_t *w, void (*on_closed)(void *arg), void *arg)
+{
+    rd_waiters_stop(w);
+    w->closing = true;
+    w->on_closed = on_closed;
+    w->on_closed_arg = arg;
     maybe_finish_stop(w);
 }

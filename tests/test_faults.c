@@ -2130,6 +2130,287 @@ static void test_kill9_retryd_under_load(void **state)
 }
 
 /* ========================================================================= */
+/* 5. Shutdown with requests in flight; half-closed and reset clients        */
+/* ========================================================================= */
+
+/* Bytes the kernel holds unread on the daemon's end of the connection from
+ * client_port (/proc/net/tcp rx_queue), or -1 when there is no such socket. */
+static long server_unread_bytes(int daemon_port, int client_port)
+{
+    FILE *f = fopen("/proc/net/tcp", "r");
+    if (f == NULL) return -1;
+    char line[512], local[32], remote[32];
+    snprintf(local, sizeof local, "0100007F:%04X", daemon_port);
+    snprintf(remote, sizeof remote, "0100007F:%04X", client_port);
+    long unread = -1;
+    while (fgets(line, sizeof line, f)) {
+        char l[64], r[64];
+        unsigned long tx, rx;
+        if (sscanf(line, " %*d: %63s %63s %*x %lx:%lx", l, r, &tx, &rx) != 4) continue;
+        if (strcmp(l, local) == 0 && strcmp(r, remote) == 0) {
+            unread = (long)rx;
+            break;
+        }
+    }
+    fclose(f);
+    return unread;
+}
+
+/* The local port of a connected socket, or -1. */
+static int local_port_of(int fd)
+{
+    struct sockaddr_in a;
+    socklen_t len = sizeof a;
+    if (getsockname(fd, (struct sockaddr *)&a, &len) != 0) return -1;
+    return ntohs(a.sin_port);
+}
+
+enum inflight_kind { IF_LONG_POLL, IF_ENQUEUE, IF_LIST, IF_GET, IF_CLAIM, IF_KINDS };
+
+static const char *const inflight_names[IF_KINDS] = { "long-poll", "enqueue", "list", "get",
+                                                      "claim" };
+
+/* One client of the shutdown test: one request on a connection of its own. */
+typedef struct inflight {
+    pthread_t thread;
+    enum inflight_kind kind;
+    int port;
+    const char *method;
+    char path[160];
+    char *body;                   /* rd_malloc'd or NULL */
+    size_t body_len;
+    atomic_int client_port;       /* 0 until the request is sent; -1 when that failed */
+    atomic_bool done;             /* the response (or the lack of one) is in */
+    int rc;                       /* 0: a complete response came */
+    e2e_response_t r;
+} inflight_t;
+
+static void *inflight_main(void *arg)
+{
+    inflight_t *f = arg;
+    e2e_conn_t c;
+    f->rc = -1;
+    if (e2e_conn_open(&c, f->port) != 0 ||
+        e2e_send_request(&c, f->method, f->path, NULL, f->body, f->body_len) != 0) {
+        atomic_store(&f->client_port, -1);
+        e2e_conn_close(&c);
+        return NULL;
+    }
+    atomic_store(&f->client_port, local_port_of(c.fd));
+    f->rc = e2e_read_response(&c, &f->r);
+    e2e_conn_close(&c);
+    atomic_store(&f->done, true);
+    return NULL;
+}
+
+/* ~20 clients of every kind have requests in flight (the writes provably
+ * held in Redis) when SIGTERM comes: retryd exits 0, every client gets a
+ * complete response (or a complete 503 problem), and Redis agrees with what
+ * the clients were told: nothing is left processing that no client got. */
+static void test_sigterm_with_requests_in_flight(void **state)
+{
+    (void)state;
+    static const char *const extra[] = { "--appendonly", "no", NULL };
+    assert_int_equal(fx_redis_start(&g_srv, extra), 0);
+    g_admin = fx_redis_connect(g_srv.port, NULL, NULL);
+    assert_non_null(g_admin);
+    const char *prefix = "term";
+    /* The pause below must not look like a hung Redis. */
+    assert_int_equal(start_retryd(&g_dmn[0], "term.log", e2e_redis_url(g_srv.port), prefix, true,
+                                  "--redis-timeout-ms", "20000", NULL), 0);
+    int port = g_dmn[0].port;
+    enum { SEEDED = 150, PAYLOAD_BYTES = 2048, PER_KIND = 4, CLIENTS = PER_KIND * IF_KINDS };
+    char *payload = malloc(PAYLOAD_BYTES + 1);
+    e2e_response_t r = { 0 };
+    for (int i = 1; i <= SEEDED; i++) {
+        memset(payload, 'a' + i % 26, PAYLOAD_BYTES);
+        snprintf(payload, 16, "seed %d ", i);
+        payload[strlen(payload)] = ' ';
+        payload[PAYLOAD_BYTES] = '\0';
+        size_t len;
+        char *body = e2e_json_with_string("payload", payload, &len);
+        e2e_http_on(&g_conn, port, &r, "POST", "/queues/work/messages", NULL, body, len);
+        rd_free(body);
+        assert_int_equal(e2e_jint(e2e_expect_json(&r, 201), "id"), i);
+    }
+    e2e_conn_close(&g_conn);
+
+    static inflight_t f[CLIENTS];
+    memset(f, 0, sizeof f);
+    for (int i = 0; i < CLIENTS; i++) {
+        inflight_t *x = &f[i];
+        x->kind = (enum inflight_kind)(i / PER_KIND);
+        x->port = port;
+        atomic_init(&x->client_port, 0);
+        atomic_init(&x->done, false);
+        switch (x->kind) {
+        case IF_LONG_POLL:
+            x->method = "POST";
+            snprintf(x->path, sizeof x->path, "/queues/idle%d/claim", i);
+            x->body = rd_strdup("{\"wait_seconds\":10}");
+            break;
+        case IF_ENQUEUE:
+            x->method = "POST";
+            snprintf(x->path, sizeof x->path, "/queues/work/messages");
+            memset(payload, 'z', PAYLOAD_BYTES);
+            snprintf(payload, 24, "late %d ", i);
+            payload[strlen(payload)] = ' ';
+            x->body = e2e_json_with_string("payload", payload, &x->body_len);
+            break;
+        case IF_LIST:
+            x->method = "GET";
+            snprintf(x->path, sizeof x->path, "/queues/work/messages?limit=100");
+            break;
+        case IF_GET:
+            x->method = "GET";
+            snprintf(x->path, sizeof x->path, "/queues/work/messages/%d", i);
+            break;
+        default:
+            x->method = "POST";
+            snprintf(x->path, sizeof x->path, "/queues/work/claim");
+            x->body = rd_strdup("{\"count\":3,\"lease_seconds\":60}");
+            break;
+        }
+        if (x->body && x->body_len == 0) x->body_len = strlen(x->body);
+    }
+    free(payload);
+
+    /* The long-polls park first (each on a queue of its own). */
+    for (int i = 0; i < PER_KIND; i++)
+        assert_int_equal(pthread_create(&f[i].thread, NULL, inflight_main, &f[i]), 0);
+    long long deadline = e2e_mono_ms() + 5000;
+    for (int i = 0; i < PER_KIND; i++) {
+        while (!wake_subscribed(g_admin, prefix, e2e_fmt("idle%d", i))) {
+            if (e2e_mono_ms() > deadline) fail_msg("long-poll %d never parked", i);
+            e2e_pause_ms(10);
+        }
+    }
+    /* Writes are held in Redis from here on, and everything the daemon sends
+     * after the first held write waits behind it on the same link. */
+    redisReply *x = e2e_rcmd(g_admin, "CLIENT PAUSE 20000 WRITE");
+    freeReplyObject(x);
+    for (int i = PER_KIND; i < CLIENTS; i++)
+        assert_int_equal(pthread_create(&f[i].thread, NULL, inflight_main, &f[i]), 0);
+    /* Every request has reached the daemon (nothing unread on its end) and
+     * at least one write is held in Redis. */
+    deadline = e2e_mono_ms() + 5000;
+    for (int i = 0; i < CLIENTS; i++) {
+        for (;;) {
+            int cp = atomic_load(&f[i].client_port);
+            if (cp < 0) fail_msg("client %d (%s) could not send", i, inflight_names[f[i].kind]);
+            if (atomic_load(&f[i].done) || (cp > 0 && server_unread_bytes(port, cp) == 0))
+                break;
+            if (e2e_mono_ms() > deadline)
+                fail_msg("client %d (%s): its request was not read by the daemon", i,
+                         inflight_names[f[i].kind]);
+            e2e_pause_ms(5);
+        }
+    }
+    for (;;) {
+        x = e2e_rcmd(g_admin, "INFO clients");
+        bool held = strstr(x->str, "blocked_clients:0\r") == NULL;
+        freeReplyObject(x);
+        if (held) break;
+        if (e2e_mono_ms() > deadline) fail_msg("no write of the daemon is held in Redis");
+        e2e_pause_ms(5);
+    }
+
+    assert_int_equal(kill(g_dmn[0].pid, SIGTERM), 0);
+    /* Once the listener is closed the signal has been handled. */
+    deadline = e2e_mono_ms() + 3000;
+    for (;;) {
+        int fd = e2e_connect(port);
+        if (fd < 0) break;
+        close(fd);
+        if (e2e_mono_ms() > deadline) fail_msg("still accepting 3 s after SIGTERM");
+        e2e_pause_ms(5);
+    }
+    x = e2e_rcmd(g_admin, "CLIENT UNPAUSE");
+    freeReplyObject(x);
+    for (int i = 0; i < CLIENTS; i++) pthread_join(f[i].thread, NULL);
+    int status = e2e_daemon_stop(&g_dmn[0], 0, E2E_STOP_TIMEOUT_MS);
+
+    /* What the clients were told. */
+    long long *claimed = calloc(CLIENTS * 3, sizeof *claimed);
+    size_t nclaimed = 0;
+    int tally[IF_KINDS][3] = { { 0 } };   /* success, 503, none */
+    for (int i = 0; i < CLIENTS; i++) {
+        inflight_t *c = &f[i];
+        const char *kind = inflight_names[c->kind];
+        if (c->rc != 0) {
+            tally[c->kind][2]++;
+            continue;
+        }
+        if (c->r.status == 503) {
+            expect_503(&c->r);
+            tally[c->kind][1]++;
+            continue;
+        }
+        tally[c->kind][0]++;
+        switch (c->kind) {
+        case IF_LONG_POLL:
+            if (c->r.status != 204) fail_msg("%s %d: %d %s", kind, i, c->r.status, c->r.body);
+            break;
+        case IF_ENQUEUE:
+            e2e_jint(e2e_expect_json(&c->r, 201), "id");
+            break;
+        case IF_LIST: {
+            rd_json_t *list = e2e_jget(e2e_expect_json(&c->r, 200), "messages");
+            assert_int_equal(rd_json_array_size(list), 100);
+            break;
+        }
+        case IF_GET:
+            assert_int_equal(e2e_jint(e2e_expect_json(&c->r, 200), "id"), i);
+            break;
+        default: {
+            rd_json_t *list = e2e_jget(e2e_expect_json(&c->r, 200), "messages");
+            for (size_t j = 0; j < rd_json_array_size(list); j++)
+                claimed[nclaimed++] = e2e_jint(rd_json_array_at(list, j), "id");
+            break;
+        }
+        }
+    }
+    printf("# measured SIGTERM with %d requests in flight: exit status %d; answered "
+           "(ok/503/none): long-poll %d/%d/%d, enqueue %d/%d/%d, list %d/%d/%d, get %d/%d/%d, "
+           "claim %d/%d/%d; %zu messages claimed\n", CLIENTS, status,
+           tally[0][0], tally[0][1], tally[0][2], tally[1][0], tally[1][1], tally[1][2],
+           tally[2][0], tally[2][1], tally[2][2], tally[3][0], tally[3][1], tally[3][2],
+           tally[4][0], tally[4][1], tally[4][2], nclaimed);
+    if (status != 0)
+        fail_msg("retryd after SIGTERM with requests in flight: %s %d",
+                 status < 0 ? "killed," : status > 255 ? "signal" : "exit",
+                 status > 255 ? status - 256 : status);
+    for (int k = 0; k < IF_KINDS; k++)
+        if (tally[k][2] > 0)
+            fail_msg("%d %s client(s) got no complete response", tally[k][2], inflight_names[k]);
+
+    /* What Redis holds agrees: a message is processing iff a client got it. */
+    size_t count;
+    stored_t *m = load_messages(g_admin, prefix, "work", &count);
+    for (size_t i = 0; i < count; i++) {
+        bool given = false;
+        for (size_t j = 0; j < nclaimed; j++) given = given || claimed[j] == m[i].id;
+        if (strcmp(m[i].status, "processing") == 0 && !given)
+            fail_msg("message %lld is processing but no client received it", m[i].id);
+        if (given && strcmp(m[i].status, "processing") != 0)
+            fail_msg("message %lld was handed to a client but is %s", m[i].id, m[i].status);
+    }
+    for (int i = 0; i < CLIENTS; i++) {
+        if (f[i].kind != IF_ENQUEUE || f[i].rc != 0 || f[i].r.status != 201) continue;
+        long long id = e2e_jint(f[i].r.json, "id");
+        const stored_t *s = find_id(m, count, id);
+        if (s == NULL) fail_msg("enqueue %d got 201 (id %lld) but is not in Redis", i, id);
+    }
+    expect_indexes_consistent(g_admin, prefix, "work", m, count);
+    stored_free(m, count);
+    free(claimed);
+    for (int i = 0; i < CLIENTS; i++) {
+        e2e_response_free(&f[i].r);
+        rd_free(f[i].body);
+    }
+}
+
+/* ========================================================================= */
 /* Durability settings checked at startup                                    */
 /* ========================================================================= */
 
@@ -2400,6 +2681,7 @@ int main(void)
         T(test_kill9_redis_under_load_loses_nothing),
         T(test_kill9_retryd_leases_come_back),
         T(test_kill9_retryd_under_load),
+        T(test_sigterm_with_requests_in_flight),
         T(test_durability_warnings_at_startup),
         T(test_valgrind_clean_shutdown),
     };
