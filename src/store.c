@@ -47,6 +47,7 @@ typedef struct enqueued {
 
 typedef struct op {
     reply_kind_t kind;
+    bool read_only;             /* the command cannot write (see reads_only) */
     rd_store_cb cb;
     void *arg;
     enqueued_t *enq;            /* KIND_ENQUEUED */
@@ -305,7 +306,8 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
     rd_store_result_t res;
     memset(&res, 0, sizeof res);
     if (status == RD_REDIS_LOST) {
-        res.status = RD_STORE_LOST;
+        /* A read has no outcome to be unsure of: it simply was not done. */
+        res.status = op->read_only ? RD_STORE_UNAVAILABLE : RD_STORE_LOST;
     } else if (status == RD_REDIS_NOT_SENT) {
         res.status = RD_STORE_UNAVAILABLE;
     } else if (rd_reply_type(reply) == RD_REPLY_ERROR) {
@@ -382,12 +384,26 @@ static void begin_fcall(call_t *c, rd_store_t *st, const char *fn, rd_store_queu
     }
 }
 
+/* Whether a command only reads, decided here once for every operation by
+ * its verb: FCALL_RO (the library's no-writes functions; Redis refuses a
+ * write inside one) and the plain reads the store sends. Anything else may
+ * write. */
+static bool reads_only(const call_t *c)
+{
+    static const char *const reads[] = { "FCALL_RO", "SMEMBERS", "PING" };
+    for (size_t i = 0; i < sizeof reads / sizeof reads[0]; i++)
+        if (c->lens[0] == strlen(reads[i]) && memcmp(c->argv[0], reads[i], c->lens[0]) == 0)
+            return true;
+    return false;
+}
+
 /* Takes ownership of enq (NULL for every kind but KIND_ENQUEUED). */
 static int send_call_with(rd_store_t *st, call_t *c, reply_kind_t kind, enqueued_t *enq,
                           rd_store_cb cb, void *arg)
 {
     op_t *op = rd_malloc(sizeof *op);
     op->kind = kind;
+    op->read_only = reads_only(c);
     op->cb = cb;
     op->arg = arg;
     op->enq = enq;

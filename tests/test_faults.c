@@ -1467,6 +1467,58 @@ static void test_redis_paused_sigstop(void **state)
     free(log.items);
 }
 
+/* The command of each request below is in flight when Redis stops (SIGSTOP
+ * for longer than --redis-timeout-ms): a read has no outcome to be unsure
+ * of, so GET, a listing and stats answer backend-unavailable; a write keeps
+ * outcome-unknown. Both with Retry-After. */
+static void test_read_in_flight_when_link_drops(void **state)
+{
+    (void)state;
+    static const char *const extra[] = { "--appendonly", "no", NULL };
+    assert_int_equal(fx_redis_start(&g_srv, extra), 0);
+    const char *prefix = "lostread";
+    assert_int_equal(start_retryd(&g_dmn[0], "lostread.log", e2e_redis_url(g_srv.port), prefix,
+                                  true, "--redis-timeout-ms", "1000", NULL), 0);
+    int port = g_dmn[0].port;
+    e2e_response_t r = { 0 };
+    http(port, &r, "POST", "/queues/lr/messages", "{\"payload\":\"read me\"}");
+    e2e_expect_json(&r, 201);
+    struct step {
+        const char *method, *path, *body, *slug;
+    } steps[] = {
+        { "GET", "/queues/lr/messages/1", NULL, "backend-unavailable" },
+        { "GET", "/queues/lr/messages?limit=10", NULL, "backend-unavailable" },
+        { "GET", "/queues/lr/stats", NULL, "backend-unavailable" },
+        { "POST", "/queues/lr/messages", "{\"payload\":\"write me\"}", "outcome-unknown" },
+    };
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        /* The link is up, so the command is sent, and then Redis hangs. */
+        if (e2e_daemon_wait_status(&g_dmn[0], "/readyz", 200, RECOVERY_BOUND_MS) != 0)
+            fail_msg("%s %s: the link did not come back", steps[i].method, steps[i].path);
+        e2e_conn_close(&g_conn);
+        assert_int_equal(fx_redis_pause(&g_srv), 0);
+        long long t0 = e2e_mono_ms();
+        http(port, &r, steps[i].method, steps[i].path, steps[i].body);
+        long long took = e2e_mono_ms() - t0;
+        assert_int_equal(fx_redis_resume(&g_srv), 0);
+        char slug[64];
+        slug_of(&r, slug, sizeof slug);
+        printf("# measured %s %s in flight when the link dropped: %d %s after %lld ms\n",
+               steps[i].method, steps[i].path, r.status, slug, took);
+        /* It was sent: the answer came when the watchdog dropped the link. */
+        if (took < REDIS_TIMEOUT_MS * 9 / 10)
+            fail_msg("%s %s answered after %lld ms: it was not in flight", steps[i].method,
+                     steps[i].path, took);
+        bool unknown = expect_503(&r);
+        if (unknown != (strcmp(steps[i].slug, "outcome-unknown") == 0))
+            fail_msg("%s %s in flight when the link dropped: %s, expected %s", steps[i].method,
+                     steps[i].path, slug, steps[i].slug);
+    }
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    stop_retryd(&g_dmn[0]);
+}
+
 /* DEBUG SLEEP 3: the same bounded 503 as a stopped process. The runner's
  * Redis refuses DEBUG (enable-debug-command defaults to no since Redis 7),
  * so this runs on a private one that allows it. */
@@ -2675,6 +2727,7 @@ int main(void)
         T(test_default_bind_is_loopback),
         T(test_redis_acl_user),
         T(test_redis_paused_sigstop),
+        T(test_read_in_flight_when_link_drops),
         T(test_redis_debug_sleep),
         T(test_redis_restarted_and_flushed),
         T(test_notification_link_killed),

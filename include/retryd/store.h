@@ -26,8 +26,9 @@ typedef enum rd_store_status {
     RD_STORE_INVALID_STATE,   /* state holds the message's current status */
     RD_STORE_LEASE_MISMATCH,
     RD_STORE_BAD_CURSOR,
-    RD_STORE_LOST,            /* sent, then the link dropped: outcome unknown */
-    RD_STORE_UNAVAILABLE,     /* not sent after all (cluster redirects ran out) */
+    RD_STORE_LOST,            /* a write was sent, then the link dropped: outcome unknown */
+    RD_STORE_UNAVAILABLE,     /* not done: not sent after all (cluster redirects ran out),
+                                 or a read whose link dropped (a read has no outcome) */
     RD_STORE_ERROR,           /* Redis answered something we did not expect; see detail */
 } rd_store_status_t;
 
