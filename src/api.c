@@ -184,6 +184,49 @@ static void on_enqueued(const rd_store_result_t *res, void *arg)
     rd_buf_free(&location);
 }
 
+/* Claimed messages while their answer is on its way: if it cannot be
+ * delivered (the client reset), they go straight back, as a departed
+ * long-poll's do. */
+typedef struct claimed {
+    rd_api_t *api;
+    char *queue;
+    size_t queue_len, count;
+    rd_message_t *messages;     /* id and lease_token (owned copy) only */
+} claimed_t;
+
+static void on_claim_delivered(bool delivered, void *arg)
+{
+    claimed_t *k = arg;
+    /* api->store is NULL once the server closed it (a shutdown past its
+     * deadline): then the leases expire instead. */
+    if (!delivered && k->api->store) {
+        rd_store_queue_t q = { k->queue, k->queue_len };
+        rd_store_hand_back(k->api->store, q, k->count, k->messages);
+    }
+    for (size_t i = 0; i < k->count; i++) rd_free((char *)k->messages[i].lease_token.ptr);
+    rd_free(k->messages);
+    rd_free(k->queue);
+    rd_free(k);
+}
+
+static void hand_back_if_undelivered(call_t *c, const rd_store_result_t *res)
+{
+    claimed_t *k = rd_malloc(sizeof *k);
+    k->api = c->api;
+    k->queue = rd_strndup(c->match.queue, c->match.queue_len);
+    k->queue_len = c->match.queue_len;
+    k->count = res->count;
+    k->messages = rd_calloc(res->count, sizeof *k->messages);
+    for (size_t i = 0; i < res->count; i++) {
+        const rd_str_t *token = &res->messages[i].lease_token;
+        rd_message_init(&k->messages[i]);
+        k->messages[i].id = res->messages[i].id;
+        k->messages[i].lease_token.ptr = rd_strndup(token->ptr ? token->ptr : "", token->len);
+        k->messages[i].lease_token.len = token->len;
+    }
+    rd_http_on_delivery(c->ex, on_claim_delivered, k);
+}
+
 static void on_claimed(const rd_store_result_t *res, void *arg)
 {
     call_t *c = arg;
@@ -193,6 +236,7 @@ static void on_claimed(const rd_store_result_t *res, void *arg)
         call_free(c);
         return;
     }
+    hand_back_if_undelivered(c, res);
     if (!c->batch) {
         respond_json(c, 200, rd_message_to_json(&res->messages[0], c->match.queue,
                                                 c->match.queue_len, true), NULL);

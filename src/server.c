@@ -50,6 +50,9 @@ static void on_redis_closed(void *arg)
 {
     server_t *s = arg;
     s->redis = NULL;
+    /* A response still being written may yet report that it was not
+     * delivered (a shutdown past its deadline): no store to hand back to. */
+    s->api.store = NULL;
     rd_store_free(s->store);
     s->store = NULL;
     uv_close((uv_handle_t *)&s->sigint, on_handle_closed);

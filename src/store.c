@@ -587,6 +587,24 @@ int rd_store_release(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_mess
     return rc;
 }
 
+static void on_handed_back(const rd_store_result_t *res, void *arg)
+{
+    (void)arg;
+    if (res->status != RD_STORE_OK)
+        rd_warn("store: handing back messages of a departed client failed; their leases "
+                "will expire instead");
+}
+
+void rd_store_hand_back(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_message_t *msgs)
+{
+    for (size_t from = 0; from < n; from += 100) {
+        size_t batch = n - from < 100 ? n - from : 100;
+        if (rd_store_release(st, q, batch, msgs + from, on_handed_back, NULL) != 0)
+            rd_warn("store: cannot hand back messages of a departed client now; their leases "
+                    "will expire instead");
+    }
+}
+
 int rd_store_replay_many(rd_store_t *st, rd_store_queue_t q, const char *mode,
                          const long long *ids, size_t n, int limit, const char *cursor,
                          const char *needle, rd_store_cb cb, void *arg)

@@ -8,7 +8,6 @@
 #include "retryd/alloc.h"
 #include "retryd/buf.h"
 #include "retryd/keys.h"
-#include "retryd/log.h"
 
 enum {
     SWEEP_EVERY_MS = 5000,
@@ -150,14 +149,6 @@ static void on_deadline(uv_timer_t *t)
 
 /* ---------------------------------------------------------------- claims */
 
-static void on_released(const rd_store_result_t *res, void *arg)
-{
-    (void)arg;
-    if (res->status != RD_STORE_OK)
-        rd_warn("waiters: releasing messages of a departed client failed; their leases "
-                "will expire instead");
-}
-
 static void on_claim(const rd_store_result_t *res, void *arg)
 {
     wqueue_t *q = arg;
@@ -172,10 +163,7 @@ static void on_claim(const rd_store_result_t *res, void *arg)
         if (!rd_http_exchange_client_alive(h->ex)) {
             /* The client left during the claim: the messages go straight back. */
             rd_store_queue_t queue = { q->name, q->len };
-            if (rd_store_release(w->store, queue, res->count, res->messages, on_released,
-                                 NULL) != 0)
-                rd_warn("waiters: cannot release messages of a departed client now; their "
-                        "leases will expire instead");
+            rd_store_hand_back(w->store, queue, res->count, res->messages);
             answer_nothing(h);
         } else {
             finish_waiter(h, res);

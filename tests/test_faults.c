@@ -2462,6 +2462,141 @@ static void test_sigterm_with_requests_in_flight(void **state)
     }
 }
 
+/* Sends one request on a fresh connection, then shutdown(SHUT_WR) as HTTP/1.1
+ * allows, and reads the answer. */
+static void half_closed_request(int port, const char *method, const char *path, const char *body,
+                                e2e_response_t *r)
+{
+    e2e_conn_t c;
+    assert_int_equal(e2e_conn_open(&c, port), 0);
+    assert_int_equal(e2e_send_request(&c, method, path, NULL, body, body ? strlen(body) : 0), 0);
+    assert_int_equal(shutdown(c.fd, SHUT_WR), 0);
+    e2e_response_free(r);
+    if (e2e_read_response(&c, r) != 0)
+        fail_msg("%s %s then SHUT_WR: no complete response", method, path);
+    /* Then the server ends the connection. */
+    if (c.fd >= 0 && fx_wait_closed(c.fd, 3000) < 0)
+        fail_msg("%s %s then SHUT_WR: still open 3 s after the answer", method, path);
+    e2e_conn_close(&c);
+}
+
+/* A client that half-closes after its request gets the answer: the enqueue
+ * its 201 (no duplicate when it would have retried), the claim its message
+ * (not left processing until the lease runs out). */
+static void test_half_closed_clients_get_their_answers(void **state)
+{
+    (void)state;
+    char pfx[128];
+    PREFIX(pfx, "halfclose");
+    assert_int_equal(start_retryd(&g_dmn[0], "halfclose.log", e2e_redis_url(g_shared_port), pfx,
+                                  true, NULL), 0);
+    int port = g_dmn[0].port;
+    e2e_response_t r = { 0 };
+    half_closed_request(port, "POST", "/queues/hc/messages",
+                        "{\"payload\":\"sent once\",\"max_retries\":1}", &r);
+    rd_json_t *m = e2e_expect_json(&r, 201);
+    assert_int_equal(e2e_jint(m, "id"), 1);
+    assert_string_equal(e2e_jstr(m, "payload"), "sent once");
+
+    half_closed_request(port, "POST", "/queues/hc/claim", "{\"lease_seconds\":30}", &r);
+    m = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(m, "id"), 1);
+    const char *token = e2e_jstr(m, "lease_token");
+    redisReply *x = e2e_rcmd(g_shared, "HMGET %s:{hc}:m:1 status lease_token", pfx);
+    assert_string_equal(x->element[0]->str, "processing");
+    assert_string_equal(x->element[1]->str, token);
+    freeReplyObject(x);
+
+    /* The worker that got it can settle it. */
+    half_closed_request(port, "POST", "/queues/hc/messages/1/succeed",
+                        e2e_fmt("{\"lease_token\":\"%s\"}", token), &r);
+    assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "status"), "succeeded");
+    e2e_response_free(&r);
+    stop_retryd(&g_dmn[0]);
+    assert_int_equal(rq_int(g_shared, "GET %s:{hc}:seq", pfx), 1);
+}
+
+/* A claim whose client resets before the answer: the message goes straight
+ * back (pending, retry_count 0, no failure counted), as a departed long-poll's
+ * does, instead of staying processing until its lease expires. */
+static void test_claim_whose_client_resets_is_handed_back(void **state)
+{
+    (void)state;
+    static const char *const extra[] = { "--appendonly", "no", NULL };
+    assert_int_equal(fx_redis_start(&g_srv, extra), 0);
+    g_admin = fx_redis_connect(g_srv.port, NULL, NULL);
+    assert_non_null(g_admin);
+    const char *prefix = "reset";
+    assert_int_equal(start_retryd(&g_dmn[0], "reset.log", e2e_redis_url(g_srv.port), prefix, true,
+                                  "--redis-timeout-ms", "20000", "--log-level", "debug", NULL), 0);
+    int port = g_dmn[0].port;
+    e2e_response_t r = { 0 };
+    http(port, &r, "POST", "/queues/rs/messages", "{\"payload\":\"keep me\",\"max_retries\":1}");
+    e2e_expect_json(&r, 201);
+    e2e_conn_close(&g_conn);
+
+    /* The claim is held in Redis while its client resets. */
+    redisReply *x = e2e_rcmd(g_admin, "CLIENT PAUSE 20000 WRITE");
+    freeReplyObject(x);
+    e2e_conn_t c;
+    assert_int_equal(e2e_conn_open(&c, port), 0);
+    const char *body = "{\"lease_seconds\":60}";
+    assert_int_equal(e2e_send_request(&c, "POST", "/queues/rs/claim", NULL, body, strlen(body)),
+                     0);
+    int client_port = local_port_of(c.fd);
+    long long deadline = e2e_mono_ms() + 5000;
+    while (server_unread_bytes(port, client_port) != 0) {
+        if (e2e_mono_ms() > deadline) fail_msg("the daemon never read the claim");
+        e2e_pause_ms(5);
+    }
+    struct linger lg = { 1, 0 };
+    assert_int_equal(setsockopt(c.fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
+    e2e_conn_close(&c);   /* RST */
+    char log[PATH_MAX];
+    SET(log, tmp_path("reset.log"));
+    for (;;) {
+        char *text = fx_read_file(log);
+        bool seen = text && strstr(text, "http: read failed") != NULL;
+        free(text);
+        if (seen) break;
+        if (e2e_mono_ms() > deadline) fail_msg("the daemon never saw the reset");
+        e2e_pause_ms(5);
+    }
+    x = e2e_rcmd(g_admin, "CLIENT UNPAUSE");
+    freeReplyObject(x);
+
+    /* Back at once: long before the 60 s lease, and not as a failure. */
+    long long unpaused = e2e_mono_ms();
+    for (;;) {
+        x = e2e_rcmd(g_admin, "HMGET %s:{rs}:m:1 status retry_count", prefix);
+        bool back = x->element[0]->type == REDIS_REPLY_STRING &&
+                    strcmp(x->element[0]->str, "pending") == 0;
+        char status[32];
+        SET(status, x->element[0]->type == REDIS_REPLY_STRING ? x->element[0]->str : "?");
+        long long retries = x->element[1]->type == REDIS_REPLY_STRING ? atoll(x->element[1]->str)
+                                                                      : -1;
+        freeReplyObject(x);
+        if (back) {
+            assert_int_equal(retries, 0);
+            break;
+        }
+        if (e2e_mono_ms() - unpaused > 3000)
+            fail_msg("3 s after its client reset, the claimed message is %s, not pending",
+                     status);
+        e2e_pause_ms(10);
+    }
+    printf("# measured a claim whose client reset: handed back %lld ms after Redis answered\n",
+           e2e_mono_ms() - unpaused);
+    assert_int_equal(rq_int(g_admin, "HGET %s:{rs}:stats released", prefix), 1);
+    assert_int_equal(rq_int(g_admin, "HGET %s:{rs}:stats failed", prefix), 0);
+    /* And the next worker gets it. */
+    http(port, &r, "POST", "/queues/rs/claim", NULL);
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "id"), 1);
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    stop_retryd(&g_dmn[0]);
+}
+
 /* ========================================================================= */
 /* Durability settings checked at startup                                    */
 /* ========================================================================= */
@@ -2735,6 +2870,8 @@ int main(void)
         T(test_kill9_retryd_leases_come_back),
         T(test_kill9_retryd_under_load),
         T(test_sigterm_with_requests_in_flight),
+        T(test_half_closed_clients_get_their_answers),
+        T(test_claim_whose_client_resets_is_handed_back),
         T(test_durability_warnings_at_startup),
         T(test_valgrind_clean_shutdown),
     };

@@ -106,6 +106,12 @@ int rd_store_succeed_many(rd_store_t *st, rd_store_queue_t q, size_t n, const lo
 /* Hands claimed messages back (no failure counted); res->released. */
 int rd_store_release(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_message_t *msgs,
                      rd_store_cb cb, void *arg);
+/* rd_store_release for messages claimed for a client that is gone (a
+ * departed long-poll, a claim whose answer could not be delivered), with no
+ * one to answer: only each message's id and lease_token are read, and only
+ * during the call. When Redis cannot take it, logs a warning; the leases then
+ * expire instead. */
+void rd_store_hand_back(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_message_t *msgs);
 enum { RD_STORE_REPLAY_IDS_MAX = 200 };
 
 /* Batch replay of dead letters, one bounded call: mode "ids" (ids, n <= 200),
