@@ -2275,9 +2275,10 @@ static void test_sigterm_with_requests_in_flight(void **state)
     char *payload = malloc(PAYLOAD_BYTES + 1);
     e2e_response_t r = { 0 };
     for (int i = 1; i <= SEEDED; i++) {
+        char tag[32];
+        int n = snprintf(tag, sizeof tag, "seed %d ", i);
         memset(payload, 'a' + i % 26, PAYLOAD_BYTES);
-        snprintf(payload, 16, "seed %d ", i);
-        payload[strlen(payload)] = ' ';
+        memcpy(payload, tag, (size_t)n);
         payload[PAYLOAD_BYTES] = '\0';
         size_t len;
         char *body = e2e_json_with_string("payload", payload, &len);
@@ -2285,6 +2286,7 @@ static void test_sigterm_with_requests_in_flight(void **state)
         rd_free(body);
         assert_int_equal(e2e_jint(e2e_expect_json(&r, 201), "id"), i);
     }
+    e2e_response_free(&r);
     e2e_conn_close(&g_conn);
 
     static inflight_t f[CLIENTS];
@@ -2304,9 +2306,11 @@ static void test_sigterm_with_requests_in_flight(void **state)
         case IF_ENQUEUE:
             x->method = "POST";
             snprintf(x->path, sizeof x->path, "/queues/work/messages");
+            char tag[32];
+            int n = snprintf(tag, sizeof tag, "late %d ", i);
             memset(payload, 'z', PAYLOAD_BYTES);
-            snprintf(payload, 24, "late %d ", i);
-            payload[strlen(payload)] = ' ';
+            memcpy(payload, tag, (size_t)n);
+            payload[PAYLOAD_BYTES] = '\0';
             x->body = e2e_json_with_string("payload", payload, &x->body_len);
             break;
         case IF_LIST:
