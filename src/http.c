@@ -896,8 +896,11 @@ void rd_http_respond(rd_http_exchange_t *ex, int status, const char *content_typ
         conn_close(c);
         return;
     }
-    /* After the client's EOF, only requests it already sent keep it open. */
-    bool keep = c->keep_alive && !s->stopping && !(c->peer_eof && c->in.len == 0);
+    /* After the client's EOF only requests it already sent keep it open (while
+     * those are being parsed their bytes are not counted in c->in, so keep it
+     * then; conn_resume ends the connection once they are answered). */
+    bool keep = c->keep_alive && !s->stopping &&
+                !(c->peer_eof && c->in.len == 0 && !c->feeding_in);
     if (conn_send(c, status, content_type, extra_headers, body, body_len, keep, c->is_head, done,
                   done_arg) < 0)
         return;

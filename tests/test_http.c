@@ -749,6 +749,25 @@ static void test_half_close_gets_response(void **state)
     expect_closed(cl);
     client_close(cl);
 
+    /* The first of three pipelined requests is answered later: all three
+     * are answered after the half-close, in order. */
+    cl = client_open();
+    client_sends(cl, "GET /defer HTTP/1.1\r\nHost: x\r\n\r\n"
+                     "GET /2 HTTP/1.1\r\nHost: x\r\n\r\n"
+                     "GET /3 HTTP/1.1\r\nHost: x\r\n\r\n");
+    run_until(have_deferred, NULL);
+    client_half_close(cl);
+    run_until(deferred_client_gone, NULL);
+    release_deferred();
+    read_response(cl, &r);
+    assert_string_equal(r.body, "deferred");
+    read_response(cl, &r);
+    assert_non_null(strstr(r.body, "path=/2 "));
+    read_response(cl, &r);
+    assert_non_null(strstr(r.body, "path=/3 "));
+    expect_closed(cl);
+    client_close(cl);
+
     /* Answered later (a backend callback): the half-close is seen first,
      * the response still arrives and counts as delivered. */
     cl = client_open();
