@@ -1258,6 +1258,44 @@ static void test_redis_acl_user(void **state)
     }
 }
 
+
+/* Waits (bounded) for d to exit; returns its exit status, -1 when it did not. */
+static int wait_exit(e2e_daemon_t *d, int bound_ms)
+{
+    long long deadline = e2e_mono_ms() + bound_ms;
+    int wstatus;
+    while (!e2e_daemon_exited(d, &wstatus)) {
+        if (e2e_mono_ms() > deadline) return -1;
+        e2e_pause_ms(10);
+    }
+    return WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1;
+}
+
+/* A bad --redis URL (or RETRYD_REDIS, or --redis-cluster) is refused with
+ * exit 2 and named on stderr with its password masked (issue 11, defect 10). */
+static void test_bad_redis_url_password_not_echoed(void **state)
+{
+    (void)state;
+    static const char *const bad[][2] = {
+        { "--redis", "redis://:Pa55-secret@127.0.0.1:notaport" },
+        { "--redis", "redis://alice:Pa55-secret@127.0.0.1:70000" },
+        { "--redis-cluster", "redis://:Pa55-secret@127.0.0.1:1,nohostport" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char log[PATH_MAX];
+        SET(log, tmp_path(e2e_fmt("badurl-%zu.log", i)));
+        const char *args[] = { bad[i][0], bad[i][1], NULL };
+        assert_int_equal(e2e_daemon_spawn_logged(&g_dmn[0], NULL, g_bin, args, log), 0);
+        assert_int_equal(wait_exit(&g_dmn[0], 5000), 2);
+        char *text = fx_read_file(log);
+        assert_non_null(text);
+        bool leaked = strstr(text, "Pa55-secret") != NULL;
+        bool masked = strstr(text, ":***@127.0.0.1") != NULL;
+        if (leaked || !masked) fail_msg("stderr for %s %s:\n%s", bad[i][0], bad[i][1], text);
+        free(text);
+    }
+}
+
 /* ========================================================================= */
 /* 3. Redis faults                                                           */
 /* ========================================================================= */
@@ -2393,6 +2431,7 @@ int main(void)
         T(test_auth_bearer_token),
         T(test_default_bind_is_loopback),
         T(test_redis_acl_user),
+        T(test_bad_redis_url_password_not_echoed),
         T(test_redis_paused_sigstop),
         T(test_redis_debug_sleep),
         T(test_redis_restarted_and_flushed),
