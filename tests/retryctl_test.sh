@@ -139,7 +139,8 @@ iso() {                    # iso MS: RFC 3339 UTC with milliseconds, by date(1)
 }
 
 csv() {                    # csv FIELD: RFC 4180 quoting, written independently
-    case $1 in
+    case $1 in                 # (a formula-like cell: OWASP's ' and quotes)
+    [=+@$'\t\r'-]*) local s=${1//\"/\"\"}; printf '"\x27%s"' "$s" ;;
     *[,\"$'\r\n']*) local s=${1//\"/\"\"}; printf '"%s"' "$s" ;;
     *) printf '%s' "$1" ;;
     esac
@@ -384,6 +385,52 @@ test_export_csv_escapes() {
     ctl export "$q"
     expect_rc 0 "export (csv by default)"
     cmp -s "$TMP/expected-all.csv" "$TMP/out" || fail "export of every status differs"
+}
+
+# CSV injection (issue 11, defect 6): cells a spreadsheet would run as a
+# formula come out behind a single quote, quoted; the bytes are spelled out
+# here rather than computed by csv().
+test_export_csv_formulas_neutralised() {
+    local q=csvformula
+    fc_enqueue "$q" '=HYPERLINK("http://evil.example","click")' >/dev/null
+    fc_enqueue "$q" '+1+1' >/dev/null
+    fc_enqueue "$q" '-2' >/dev/null
+    fc_enqueue "$q" '@SUM(A1)' >/dev/null
+    fc_enqueue "$q" $'\tcmd' >/dev/null
+    fc_enqueue "$q" $'\rcmd' >/dev/null
+    fc_enqueue "$q" 'a-b' >/dev/null
+    fc_die "$q" 1 '=cmd|'"'"' /C calc'"'"'!A0'
+    fc_die "$q" 2 'plain'
+    fc_die "$q" 3 '-x'
+    fc_die "$q" 4 '@x'
+    fc_die "$q" 5 $'\tx'
+    fc_die "$q" 6 $'\rx'
+    fc_die "$q" 7 'x=1'
+    ctl export "$q" dead --format csv
+    expect_rc 0 "export csv"
+    local -a want=(
+        'id,status,retry_count,max_retries,created_at,updated_at,retry_after,last_error,payload'
+        ",\"'=cmd|' /C calc'!A0\",\"'=HYPERLINK(\"\"http://evil.example\"\",\"\"click\"\")\""
+        ",plain,\"'+1+1\""
+        ",\"'-x\",\"'-2\""
+        ",\"'@x\",\"'@SUM(A1)\""
+        $',"\'\tx","\'\tcmd"'
+        $',"\'\rx","\'\rcmd"'
+        ',x=1,a-b'
+    )
+    local -a got
+    mapfile -t got <"$TMP/out"
+    expect_eq "${#got[@]}" "${#want[@]}" "header and seven rows"
+    expect_eq "${got[0]}" "${want[0]}" "header"
+    local i
+    for ((i = 1; i < ${#want[@]}; i++)); do
+        [[ ${got[i]} == "$i,dead,"*"${want[i]}" ]] ||
+            fail "row $i is '${got[i]}', want it to end with '${want[i]}'"
+    done
+    # jsonl is data, not a spreadsheet: the payload comes back unchanged.
+    ctl export "$q" dead --format jsonl
+    expect_rc 0 "export jsonl"
+    expect_match "$(head -n 1 "$TMP/out")" '"payload":"=HYPERLINK' "jsonl keeps the payload as is"
 }
 
 test_export_jsonl_round_trip() {
@@ -804,6 +851,7 @@ all_tests=(
     test_enqueue_then_show
     test_show_missing_exits_1
     test_export_csv_escapes
+    test_export_csv_formulas_neutralised
     test_export_jsonl_round_trip
     test_purge_keeps_younger
     test_replay_error_contains

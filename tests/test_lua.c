@@ -1559,6 +1559,52 @@ static void test_list_bad_arguments(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
+/* export                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* CSV injection (OWASP): a cell that starts with = + - @ TAB or CR would be
+ * run as a formula by a spreadsheet; export writes it quoted behind a single
+ * quote. Other cells keep RFC 4180 quoting only (issue 11, defect 6). */
+static void test_export_csv_neutralises_formulas(void **state)
+{
+    static const struct { const char *payload, *error, *tail; } rows[] = {
+        { "=1+1", "=HYPERLINK(\"http://x\",\"y\")",
+          ",\"'=HYPERLINK(\"\"http://x\"\",\"\"y\"\")\",\"'=1+1\"" },
+        { "+SUM(A1)", "plain error", ",plain error,\"'+SUM(A1)\"" },
+        { "-2+3", "@cmd|' /C calc'!A0", ",\"'@cmd|' /C calc'!A0\",\"'-2+3\"" },
+        { "\tlead tab", "\rlead cr", ",\"'\rlead cr\",\"'\tlead tab\"" },
+        { "a=b, c", "x-y", ",x-y,\"a=b, c\"" },
+        { "'quoted", "", ",,'quoted" },
+    };
+    const size_t n = sizeof rows / sizeof rows[0];
+    queue_t q;
+    queue_init(&q, "export-csv");
+    for (size_t i = 0; i < n; i++) {
+        msg_t m;
+        long long id = enqueue_ok(&q, rows[i].payload, 1, 0);
+        claim_one(&q, 60000, &m);
+        assert_int_equal(m.id, id);
+        fail_ok(&q, id, rows[i].error, "1", -1, &m);
+    }
+    redisReply *r = fcall("export", &q, -1, "csv", "dead", "100", "", END);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != n + 1)
+        fail_msg("export csv: %s", reply_desc(r));
+    /* Dead letters come oldest death first: row i is message i + 1. */
+    for (size_t i = 0; i < n; i++) {
+        const redisReply *line = r->element[1 + i];
+        assert_int_equal(line->type, REDIS_REPLY_STRING);
+        size_t tail = strlen(rows[i].tail);
+        if (line->len < tail || memcmp(line->str + line->len - tail, rows[i].tail, tail) != 0)
+            fail_msg("row %zu is \"%s\", want it to end with \"%s\"", i + 1, line->str,
+                     rows[i].tail);
+        char head[32];
+        snprintf(head, sizeof head, "%zu,dead,", i + 1);
+        assert_memory_equal(line->str, head, strlen(head));
+    }
+    freeReplyObject(r);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Idempotency, release, succeed_many, the wake channel                     */
 /* ------------------------------------------------------------------------ */
 
@@ -1950,6 +1996,7 @@ int main(void)
         cmocka_unit_test(test_release),
         cmocka_unit_test(test_succeed_many),
         cmocka_unit_test(test_wake_channel),
+        cmocka_unit_test(test_export_csv_neutralises_formulas),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
