@@ -23,4 +23,8 @@ void rd_keys_message(rd_buf_t *out, const char *base, size_t base_len, long long
 /* "<prefix>:queues": the registry SET of queue names (not slot-bound). */
 void rd_keys_registry(rd_buf_t *out, const char *prefix);
 
+/* The Functions library and the names of its functions. */
+#define RD_LIBRARY_NAME "retryd"
+#define RD_FUNCTION(name) name
+
 #endif
