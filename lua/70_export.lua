@@ -94,4 +94,4 @@ local function export(keys, args)
   return out
 end
 
-redis.register_function{ function_name = 'export', callback = export, flags = { 'no-writes' } }
+register('export', export, { 'no-writes' })

@@ -275,8 +275,12 @@ static void on_handshake_reply(redisAsyncContext *ac, void *reply, void *privdat
     if (strcmp(step, "READY") == 0) {
         r->backoff_ms = BACKOFF_MIN_MS;
         set_state(r, READY);
-        rd_info("redis: link ready at %s:%d%s", r->host, r->port,
-                r->library ? " (library loaded)" : "");
+        /* FUNCTION LOAD answers the library's name, which carries its version. */
+        if (r->library && x->type == REDIS_REPLY_STRING)
+            rd_info("redis: link ready at %s:%d (library %.*s loaded)", r->host, r->port,
+                    (int)x->len, x->str);
+        else
+            rd_info("redis: link ready at %s:%d", r->host, r->port);
         if (r->on_ready) r->on_ready(r->on_ready_arg);
     }
 }

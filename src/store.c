@@ -386,6 +386,7 @@ typedef struct call {
     const char *argv[MAX_ARGS];
     size_t lens[MAX_ARGS];
     char numbers[MAX_ARGS][24];     /* storage for formatted integers */
+    char fn[48];                    /* the versioned function name */
     rd_buf_t base, mkey;
 } call_t;
 
@@ -416,14 +417,18 @@ static void arg_int(call_t *c, long long v)
     arg_bytes(c, c->numbers[c->argc], (size_t)n);
 }
 
-/* FCALL fn numkeys base [mkey]: id > 0 adds the message key. */
+/* FCALL <library>_fn numkeys base [mkey]: id > 0 adds the message key. Every
+ * call goes through here, so the library's version is added in one place. */
 static void begin_fcall(call_t *c, rd_store_t *st, const char *fn, rd_store_queue_t q,
                         long long id)
 {
     call_init(c);
     rd_keys_queue_base(&c->base, st->prefix, q.name, q.len);
     arg_str(c, "FCALL");
-    arg_str(c, fn);
+    int n = snprintf(c->fn, sizeof c->fn, "%s", RD_FUNCTION(""));
+    assert(n > 0 && strlen(fn) < sizeof c->fn - (size_t)n);
+    memcpy(c->fn + n, fn, strlen(fn) + 1);
+    arg_str(c, c->fn);
     arg_str(c, id > 0 ? "2" : "1");
     arg_bytes(c, c->base.data, c->base.len);
     if (id > 0) {

@@ -810,7 +810,7 @@ static void test_slot_matches_cluster_keyslot(void **state)
 
 static bool has_library(cnode_t *n)
 {
-    redisReply *r = ncmd(n, "FUNCTION LIST LIBRARYNAME retryd");
+    redisReply *r = ncmd(n, "FUNCTION LIST LIBRARYNAME " RD_LIBRARY_NAME);
     bool found = false;
     for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
         redisReply *lib = r->element[i];
@@ -818,7 +818,7 @@ static bool has_library(cnode_t *n)
             if (lib->element[j]->type == REDIS_REPLY_STRING &&
                 strcmp(lib->element[j]->str, "library_name") == 0 &&
                 lib->element[j + 1]->type == REDIS_REPLY_STRING &&
-                strcmp(lib->element[j + 1]->str, "retryd") == 0)
+                strcmp(lib->element[j + 1]->str, RD_LIBRARY_NAME) == 0)
                 found = true;
     }
     if (r) freeReplyObject(r);

@@ -21,6 +21,7 @@
 #include <hiredis/hiredis.h>
 
 #include "e2e_support.h"
+#include "retryd/keys.h"
 
 enum {
     READY_TIMEOUT_MS = 10000,
@@ -1171,12 +1172,12 @@ static void test_text_must_be_utf8(void **state)
      * check existed) with raw bytes in payload and last_error: every answer
      * that holds it is still strict JSON, the bad bytes as U+FFFD. */
     const char *base = e2e_fmt("%s:{%s}", g_prefix, q);
-    redisReply *x = e2e_rcmd(g_redis, "FCALL enqueue 1 %s %b 1 0 %s", base, "\xff\xfe", (size_t)2,
-                             "");
+    redisReply *x = e2e_rcmd(g_redis, "FCALL " RD_FUNCTION("enqueue") " 1 %s %b 1 0 %s", base,
+                             "\xff\xfe", (size_t)2, "");
     assert_int_equal(x->type, REDIS_REPLY_ARRAY);
     freeReplyObject(x);
     assert_int_equal(claim_one(q, 60, token, sizeof token), 2);
-    x = e2e_rcmd(g_redis, "FCALL fail 2 %s %s:m:2 2 %s %b 0 -1", base, base, token,
+    x = e2e_rcmd(g_redis, "FCALL " RD_FUNCTION("fail") " 2 %s %s:m:2 2 %s %b 0 -1", base, base, token,
                  "bad \xC3(", (size_t)6);
     assert_int_equal(x->type, REDIS_REPLY_ARRAY);
     freeReplyObject(x);

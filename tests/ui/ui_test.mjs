@@ -22,12 +22,14 @@ const BASE = env.RETRYD_UI_URL;
 const NOREDIS = env.RETRYD_UI_NOREDIS_URL;
 const TOKEN = env.RETRYD_UI_TOKEN;
 const PREFIX = env.RETRYD_UI_PREFIX;
+// The Functions library (its version is in its name); functions are <library>_<name>.
+const LIBRARY = env.RETRYD_UI_LIBRARY;
 const REDIS_PORT = env.RETRYD_UI_REDIS_PORT;
 const SHOTS = env.RETRYD_UI_SHOTS;
 const TMP = env.RETRYD_UI_TMP;
 const CHROMIUM = env.RETRYD_UI_CHROMIUM || '/usr/bin/chromium';
 const LARGE = env.RETRYD_UI_LARGE === undefined ? 100000 : Number(env.RETRYD_UI_LARGE);
-for (const [k, v] of Object.entries({ BASE, NOREDIS, TOKEN, PREFIX, REDIS_PORT, SHOTS, TMP })) {
+for (const [k, v] of Object.entries({ BASE, NOREDIS, TOKEN, PREFIX, LIBRARY, REDIS_PORT, SHOTS, TMP })) {
   if (!v) { console.log(`ui_test.mjs: ${k} is not set (run tests/ui_test.sh)`); process.exit(2); }
 }
 
@@ -165,14 +167,14 @@ function seedLarge(n) {
   let buf = resp('SADD', `${PREFIX}:queues`, q);
   const flush = () => { fs.writeSync(fd, buf); buf = ''; };
   for (let i = 1; i <= n; i++) {
-    buf += resp('FCALL', 'enqueue', 1, base, `{"sku":"A-${i}","qty":${i % 7}}`, 1, 0, '');
+    buf += resp('FCALL', `${LIBRARY}_enqueue`, 1, base, `{"sku":"A-${i}","qty":${i % 7}}`, 1, 0, '');
     if (buf.length > 1 << 20) flush();
   }
-  for (let i = 0; i < n; i += 100) buf += resp('FCALL', 'claim', 1, base, 3600000, 100);
+  for (let i = 0; i < n; i += 100) buf += resp('FCALL', `${LIBRARY}_claim`, 1, base, 3600000, 100);
   flush();
   for (let i = 1; i <= n; i++) {
     const err = i === n ? 'needle: the last one' : errors[i % errors.length];
-    buf += resp('FCALL', 'fail', 2, base, `${base}:m:${i}`, i, '', err, 0, -1);
+    buf += resp('FCALL', `${LIBRARY}_fail`, 2, base, `${base}:m:${i}`, i, '', err, 0, -1);
     if (buf.length > 1 << 20) flush();
   }
   flush();
