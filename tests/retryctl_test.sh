@@ -407,7 +407,7 @@ test_export_csv_escapes() {
     cmp -s "$TMP/expected-all.csv" "$TMP/out" || fail "export of every status differs"
 }
 
-# CSV injection (issue 11, defect 6): cells a spreadsheet would run as a
+# CSV injection (SPEC §6): cells a spreadsheet would run as a
 # formula come out behind a single quote, quoted; the bytes are spelled out
 # here rather than computed by csv().
 test_export_csv_formulas_neutralised() {

@@ -373,7 +373,7 @@ static void test_env_bad_value(void **state)
 
 
 /* A bad --redis URL (or RETRYD_REDIS) is named in the error, but never its
- * password (issue 11, defect 10): the message goes to stderr and into logs. */
+ * password (SPEC §7): the message goes to stderr and into logs. */
 static void assert_bad_url_masked(const char *const *args, const char *secret,
                                   const char *want_masked)
 {

@@ -1096,7 +1096,7 @@ static void test_list_validation(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Text is UTF-8 (SPEC §5 "Text"; issue 11, defect 7)                       */
+/* Text is UTF-8 (SPEC §5 "Text")                                           */
 /* ------------------------------------------------------------------------ */
 
 /* Strictly well-formed UTF-8 (Unicode's table 3-7, byte ranges spelled out
@@ -1408,7 +1408,7 @@ static void test_function_flush_is_recovered(void **state)
     http(&r, "GET", message_path(q, 1, NULL), NULL);
     assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "payload"), "before");
 
-    x = e2e_rcmd(g_redis, "FUNCTION LIST LIBRARYNAME retryd");
+    x = e2e_rcmd(g_redis, "FUNCTION LIST LIBRARYNAME " RD_LIBRARY_NAME);
     assert_int_equal(x->type, REDIS_REPLY_ARRAY);
     assert_int_equal(x->elements, 1);
     freeReplyObject(x);

@@ -1273,7 +1273,7 @@ static int wait_exit(e2e_daemon_t *d, int bound_ms)
 }
 
 /* A bad --redis URL (or RETRYD_REDIS, or --redis-cluster) is refused with
- * exit 2 and named on stderr with its password masked (issue 11, defect 10). */
+ * exit 2 and named on stderr with its password masked (SPEC §7). */
 static void test_bad_redis_url_password_not_echoed(void **state)
 {
     (void)state;
@@ -1332,7 +1332,7 @@ static const char *fake_library(void)
 }
 
 /* Every reply of an unexpected shape is an error answer (500, or 503), never
- * a crash; the daemon logs what it got and stops cleanly (issue 11, defect 8). */
+ * a crash; the daemon logs what it got and stops cleanly (SPEC §8 "Rolling upgrade"). */
 static void test_unexpected_reply_shapes(void **state)
 {
     (void)state;
@@ -1733,7 +1733,7 @@ static void test_redis_restarted_and_flushed(void **state)
     /* A fresh Redis without persistence: the data is gone, ids start at 1,
      * the library was loaded again without a restart of retryd. */
     assert_int_equal(e2e_jint(e2e_expect_json(&r, 201), "id"), 1);
-    redisReply *x = e2e_rcmd(g_admin, "FUNCTION LIST LIBRARYNAME retryd");
+    redisReply *x = e2e_rcmd(g_admin, "FUNCTION LIST LIBRARYNAME " RD_LIBRARY_NAME);
     assert_int_equal(x->elements, 1);
     freeReplyObject(x);
     x = e2e_rcmd(g_admin, "HGET %s:{r}:m:1 payload", prefix);

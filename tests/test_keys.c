@@ -304,8 +304,8 @@ static void test_registry(void **state)
 }
 
 /* The library the daemon loads names itself RD_LIBRARY_NAME, and registers
- * its functions under RD_FUNCTION(name) (issue 11, defect 8: versioned
- * functions for rolling upgrades). */
+ * its functions under RD_FUNCTION(name): versioned functions for rolling
+ * upgrades (SPEC §8). */
 extern const char rd_lua_library[];
 
 static void test_library_name_matches_lua(void **state)

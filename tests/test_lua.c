@@ -1569,7 +1569,7 @@ static void test_list_bad_arguments(void **state)
 
 /* CSV injection (OWASP): a cell that starts with = + - @ TAB or CR would be
  * run as a formula by a spreadsheet; export writes it quoted behind a single
- * quote. Other cells keep RFC 4180 quoting only (issue 11, defect 6). */
+ * quote. Other cells keep RFC 4180 quoting only (SPEC §6). */
 static void test_export_csv_neutralises_formulas(void **state)
 {
     static const struct { const char *payload, *error, *tail; } rows[] = {

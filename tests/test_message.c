@@ -441,7 +441,7 @@ static void test_json_payload_with_nul_not_truncated(void **state)
 /* Nothing retryd answers is invalid JSON (SPEC §5 "Text"): text stored
  * before the API checked UTF-8, or written through FCALL/redis-cli, comes out
  * with each byte that does not start a valid sequence as U+FFFD; valid text
- * around it (and a NUL) is kept (issue 11, defect 7). */
+ * around it (and a NUL) is kept. */
 static void test_json_invalid_utf8_written_as_replacement(void **state)
 {
     static const struct { const char *in; size_t len; const char *out; } cases[] = {

@@ -282,7 +282,7 @@ static void test_enqueue_length_honoured(void **state)
 }
 
 /* ---------------------------------------------------------------------------
- * Text: every accepted JSON string is valid UTF-8 (SPEC §5; issue 11, defect 7)
+ * Text: every accepted JSON string is valid UTF-8 (SPEC §5 "Text")
  * ------------------------------------------------------------------------- */
 
 /* Strings that are not valid UTF-8 once JSON escapes are undone: raw bytes
