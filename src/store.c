@@ -264,7 +264,8 @@ static bool parse_reply(reply_kind_t kind, const rd_reply_t *reply, rd_store_res
         return res->next_cursor.ptr != NULL;
     case KIND_PURGED: {
         long long more;
-        if (!is_array(reply, 2) || rd_reply_len(reply) != 2 || !rd_reply_int(rd_reply_at(reply, 0), &res->purged) ||
+        if (!is_array(reply, 2) || rd_reply_len(reply) != 2 ||
+            !rd_reply_int(rd_reply_at(reply, 0), &res->purged) ||
             !rd_reply_int(rd_reply_at(reply, 1), &more))
             return false;
         res->next_cursor.ptr = more ? "more" : "";

@@ -1177,7 +1177,8 @@ static void test_text_must_be_utf8(void **state)
     assert_int_equal(x->type, REDIS_REPLY_ARRAY);
     freeReplyObject(x);
     assert_int_equal(claim_one(q, 60, token, sizeof token), 2);
-    x = e2e_rcmd(g_redis, "FCALL " RD_FUNCTION("fail") " 2 %s %s:m:2 2 %s %b 0 -1", base, base, token,
+    x = e2e_rcmd(g_redis, "FCALL " RD_FUNCTION("fail") " 2 %s %s:m:2 2 %s %b 0 -1", base, base,
+                 token,
                  "bad \xC3(", (size_t)6);
     assert_int_equal(x->type, REDIS_REPLY_ARRAY);
     freeReplyObject(x);
