@@ -1,4 +1,4 @@
-#!lua name=retryd
+#!lua name=retryd_v2
 -- retryd: the Redis Functions library. Every state change of a message is one
 -- call of one function below. Files in lua/ are concatenated in name order by
 -- the Makefile into build/retryd.lua and loaded with FUNCTION LOAD REPLACE.
@@ -13,6 +13,21 @@
 --            "invalid_state", "lease_mismatch"); a message is a flat array
 --            {"id", <id>, field, value, ...}. redis.error_reply is used only for
 --            arguments no correct caller sends.
+
+-- The library's name carries its API version (the first line says the same;
+-- C has RD_LIBRARY_NAME in keys.h). Every function is registered as
+-- "<LIBRARY>_<name>" ("retryd_v2_claim"): function names are global in Redis,
+-- so versions can be loaded side by side during a rolling upgrade, each
+-- daemon calling its own. Bump it whenever a function's KEYS, ARGV or reply
+-- change (docs/operators.md "Rolling upgrade").
+local LIBRARY = 'retryd_v2'
+
+-- Registers one function under its versioned name; flags as for
+-- redis.register_function (e.g. { 'no-writes' } for FCALL_RO).
+local function register(name, callback, flags)
+  redis.register_function{ function_name = LIBRARY .. '_' .. name, callback = callback,
+                           flags = flags }
+end
 
 -- Every key name of a queue is spelled here and nowhere else in Lua.
 local function queue_keys(base)

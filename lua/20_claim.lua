@@ -48,5 +48,5 @@ local function claim(keys, args)
   return out
 end
 
-redis.register_function('claim', claim)
+register('claim', claim)
 

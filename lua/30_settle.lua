@@ -80,8 +80,8 @@ local function replay(keys, args)
   return { 'ok', message_reply(mkey, id) }
 end
 
-redis.register_function('succeed', succeed)
-redis.register_function('fail', fail)
-redis.register_function('extend', extend)
-redis.register_function('replay', replay)
+register('succeed', succeed)
+register('fail', fail)
+register('extend', extend)
+register('replay', replay)
 

@@ -73,7 +73,7 @@ local function tick(keys, args)
            redis.call('LLEN', k.due) + redis.call('LLEN', k.ready) }
 end
 
-redis.register_function('promote', promote)
-redis.register_function('reclaim', reclaim)
-redis.register_function('tick', tick)
+register('promote', promote)
+register('reclaim', reclaim)
+register('tick', tick)
 

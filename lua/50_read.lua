@@ -188,5 +188,5 @@ local function list(keys, args)
   return out
 end
 
-redis.register_function{ function_name = 'get', callback = get, flags = { 'no-writes' } }
-redis.register_function{ function_name = 'list', callback = list, flags = { 'no-writes' } }
+register('get', get, { 'no-writes' })
+register('list', list, { 'no-writes' })

@@ -173,9 +173,9 @@ local function stats(keys, args)
   }
 end
 
-redis.register_function('kill', kill)
-redis.register_function('delete', delete)
-redis.register_function('replay_many', replay_many)
-redis.register_function('purge', purge)
-redis.register_function{ function_name = 'stats', callback = stats, flags = { 'no-writes' } }
+register('kill', kill)
+register('delete', delete)
+register('replay_many', replay_many)
+register('purge', purge)
+register('stats', stats, { 'no-writes' })
 

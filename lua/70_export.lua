@@ -19,8 +19,15 @@ local function iso_time(ms)
                        math.floor(rem / 3600), math.floor(rem % 3600 / 60), rem % 60, ms % 1000)
 end
 
+-- One CSV cell (RFC 4180). Payloads and errors come from producers and
+-- workers, so a cell a spreadsheet would run as a formula (it starts with
+-- = + - @ TAB or CR) is neutralised as OWASP's "CSV Injection" page says:
+-- a single quote in front, and the cell quoted.
 local function csv_field(s)
   s = s or ''
+  if string.find(s, '^[=+%-@\t\r]') then
+    return '"\'' .. string.gsub(s, '"', '""') .. '"'
+  end
   if string.find(s, '[",\r\n]') then
     return '"' .. string.gsub(s, '"', '""') .. '"'
   end
@@ -87,4 +94,4 @@ local function export(keys, args)
   return out
 end
 
-redis.register_function{ function_name = 'export', callback = export, flags = { 'no-writes' } }
+register('export', export, { 'no-writes' })

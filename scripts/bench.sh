@@ -29,6 +29,9 @@ cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
 RETRYD_BIN="$ROOT/$BUILD/retryd"
 LUA_LIB="$ROOT/$BUILD/retryd.lua"
+# The library's name (its first line) carries its API version; every function
+# of it is called as <library>_<name>: "${FN}claim".
+FN="$(sed -n '1s/^#!lua name=//p' "$LUA_LIB" 2>/dev/null)_"
 LOADGEN="$ROOT/$BUILD/loadgen"
 PREFIX=bench
 
@@ -402,7 +405,7 @@ lg_http() {
 }
 
 enqueue_fcall() {   # enqueue_fcall BASE N [DELAY_MS]: untimed fill through redis-benchmark
-    redis-benchmark -p "$RP" -n "$2" -c 8 -P 32 -q FCALL enqueue 1 "$1" "$PAYLOAD" 3 \
+    redis-benchmark -p "$RP" -n "$2" -c 8 -P 32 -q FCALL "${FN}enqueue" 1 "$1" "$PAYLOAD" 3 \
         "${3:-0}" >/dev/null 2>&1
 }
 base() { echo "$PREFIX:{$1}"; }
@@ -414,21 +417,21 @@ section1_rep() {
     local rep=$1 p q qm qf
     for p in 1 16; do
         q=$(base "s1-$p-$rep"); qm=$(base "s1m-$p-$rep"); qf=$(base "s1f-$p-$rep")
-        rb "enqueue.p$p.$rep" fcall "$N_RB" 50 "$p" FCALL enqueue 1 "$q" "$PAYLOAD" 3 0
+        rb "enqueue.p$p.$rep" fcall "$N_RB" 50 "$p" FCALL "${FN}enqueue" 1 "$q" "$PAYLOAD" 3 0
         enqueue_fcall "$qm" "$N_RB"
         enqueue_fcall "$qf" "$N_RB"
-        rb "claim.p$p.$rep" fcall "$N_RB" 50 "$p" FCALL claim 1 "$q" 30000 1
+        rb "claim.p$p.$rep" fcall "$N_RB" 50 "$p" FCALL "${FN}claim" 1 "$q" 30000 1
         rb "minclaim.p$p.$rep" fcall "$N_RB" 50 "$p" FCALL min_claim 1 "$qm" 9999999999999
         lg_resp "succeed.p$p.$rep" fcall "$N_RB" 50 "$p" 1 \
-            FCALL succeed 2 "$q" "$q:m:{id}" "{id}" ""
-        redis-benchmark -p "$RP" -n $((N_RB / 100)) -c 1 -q FCALL claim 1 "$qf" 30000 100 \
+            FCALL "${FN}succeed" 2 "$q" "$q:m:{id}" "{id}" ""
+        redis-benchmark -p "$RP" -n $((N_RB / 100)) -c 1 -q FCALL "${FN}claim" 1 "$qf" 30000 100 \
             >/dev/null 2>&1
         lg_resp "fail.p$p.$rep" fcall "$N_RB" 50 "$p" 1 \
-            FCALL fail 2 "$qf" "$qf:m:{id}" "{id}" "" "bench failure" 1 0
+            FCALL "${FN}fail" 2 "$qf" "$qf:m:{id}" "{id}" "" "bench failure" 1 0
         # Every failure is due now: promote moves them, 100 per call.
         local d0 d1
         d0=$(rcli llen "$qf:due")
-        rb "promote.p$p.$rep" fcall $((N_RB / 100)) 4 "$p" FCALL promote 1 "$qf" 100
+        rb "promote.p$p.$rep" fcall $((N_RB / 100)) 4 "$p" FCALL "${FN}promote" 1 "$qf" 100
         d1=$(rcli llen "$qf:due")
         put "promote.p$p.$rep.moved" $((d1 - d0))
         put "promote.p$p.$rep.msgs" "$(calc "$(get "promote.p$p.$rep.rps") * ($d1 - $d0) / ($N_RB / 100)")"
@@ -441,7 +444,7 @@ section1_rep() {
             HSET "$PREFIX:raw:h:__rand_int__" status processing
         # The two tools agree? enqueue through loadgen's RESP mode as well.
         lg_resp "lgenqueue.p$p.$rep" fcall "$N_RB" 50 "$p" 1 \
-            FCALL enqueue 1 "$(base "s1x-$p-$rep")" "$PAYLOAD" 3 0
+            FCALL "${FN}enqueue" 1 "$(base "s1x-$p-$rep")" "$PAYLOAD" 3 0
         rcli flushall >/dev/null  # functions stay; keeps memory flat between reps
     done
 }
@@ -523,7 +526,7 @@ section1c() {
             q=$(base "steps-$i-$rep")
             enqueue_fcall "$q" "$n"
             if [ "$i" = claim ]; then
-                rb "stepclaim.$rep" fcall "$n" 50 16 FCALL claim 1 "$q" 30000 1
+                rb "stepclaim.$rep" fcall "$n" 50 16 FCALL "${FN}claim" 1 "$q" 30000 1
             else
                 rb "step$i.$rep" fcall "$n" 50 16 FCALL "claim_step$i" 1 "$q"
             fi
@@ -769,12 +772,12 @@ dead_page() {
     n=$(rcli zcard "$q:dead")
     mid=$(rcli zrange "$q:dead" $((n / 2)) $((n / 2)) withscores | tr '\n' ' ')
     cursor="$(echo "$mid" | awk '{print $2 ":" $1}')"
-    rb "$name" fcall_ro 2000 4 1 FCALL_RO list 1 "$q" dead 100 "$cursor"
+    rb "$name" fcall_ro 2000 4 1 FCALL_RO "${FN}list" 1 "$q" dead 100 "$cursor"
 }
 
 # promote_cost NAME BASE CALLS: promote, 100 per call, through loadgen resp.
 promote_cost() {
-    lg_resp "$1" fcall "$3" 1 1 1 FCALL promote 1 "$2" 100
+    lg_resp "$1" fcall "$3" 1 1 1 FCALL "${FN}promote" 1 "$2" 100
     put "$1.usmsg" "$(calc "$(get "$1.usec_total") / $(get "$1.moved")")"
     put "$1.msgs" "$(calc "$(get "$1.moved") / $(get "$1.secs")")"
 }
@@ -804,10 +807,10 @@ section4() {
     for i in $(seq 1 "$BURSTS"); do
         q=$(base g-claim-1k)
         enqueue_fcall "$q" 1000     # back to 1,000 + 1,000 pending
-        lg_resp g.cs fcall 1000 4 16 1 FCALL claim 1 "$q" 30000 1
+        lg_resp g.cs fcall 1000 4 16 1 FCALL "${FN}claim" 1 "$q" 30000 1
         sum_s=$(calc "$sum_s + $(get g.cs.secs)"); sum_u=$(calc "$sum_u + $(get g.cs.usec_total)")
         if [ "$GROWTH_BIG" -gt 0 ]; then
-            lg_resp g.cb fcall 1000 4 16 1 FCALL claim 1 "$(base g-claim-1m)" 30000 1
+            lg_resp g.cb fcall 1000 4 16 1 FCALL "${FN}claim" 1 "$(base g-claim-1m)" 30000 1
             sum_bs=$(calc "$sum_bs + $(get g.cb.secs)"); sum_bu=$(calc "$sum_bu + $(get g.cb.usec_total)")
         fi
     done
@@ -965,10 +968,10 @@ section7() {
     for rep in $(seq 1 "$REPS"); do
         say "7. repetition $rep of $REPS"
         for t in none aof; do use_pair $t
-            rb "s7.$t.enqueue.$rep" fcall "$N_AOF" 50 16 FCALL enqueue 1 "$(base "a-s1-$rep")" \
+            rb "s7.$t.enqueue.$rep" fcall "$N_AOF" 50 16 FCALL "${FN}enqueue" 1 "$(base "a-s1-$rep")" \
                 "$PAYLOAD" 3 0; done
         for t in none aof; do use_pair $t
-            rb "s7.$t.claim.$rep" fcall "$N_AOF" 50 16 FCALL claim 1 "$(base "a-s1-$rep")" 30000 1
+            rb "s7.$t.claim.$rep" fcall "$N_AOF" 50 16 FCALL "${FN}claim" 1 "$(base "a-s1-$rep")" 30000 1
         done
         for t in none aof; do use_pair $t; lg_http "s7.$t.henq.$rep" enqueue "a-h-$rep" 50 "$N_AOF"; done
         for t in none aof; do use_pair $t

@@ -8,6 +8,7 @@
 
 #include "retryd/alloc.h"
 #include "retryd/router.h"
+#include "retryd/utf8.h"
 
 static bool body_is_empty(const char *body, size_t len)
 {
@@ -47,6 +48,13 @@ static bool field_has_nul(const rd_json_t *doc, const rd_json_t *marked, const c
     const char *a = rd_json_string(rd_json_get(doc, name));
     const char *b = rd_json_string(rd_json_get(marked, name));
     return a && b && strlen(a) != strlen(b);
+}
+
+/* Every string the API accepts must be valid UTF-8 (SPEC §5 "Text"): JSON
+ * text is Unicode, and whatever is stored comes back in JSON answers. */
+static bool is_text(const char *s)
+{
+    return rd_utf8_valid(s, strlen(s));
 }
 
 /* An optional integer field in [min, max]: absent or null leaves *out as is. */
@@ -114,6 +122,8 @@ rd_req_result_t rd_request_enqueue(const char *body, size_t len, rd_enqueue_req_
         rd_field_errors_add(errs, "payload", "invalid", "payload must be a string.");
     } else if (field_has_nul(out->doc, marked, "payload")) {
         rd_field_errors_add(errs, "payload", "invalid", "payload must not contain U+0000.");
+    } else if (!is_text(rd_json_string(payload))) {
+        rd_field_errors_add(errs, "payload", "invalid", "payload must be valid UTF-8.");
     } else {
         out->payload = rd_json_string(payload);
         out->payload_len = strlen(out->payload);
@@ -137,6 +147,9 @@ rd_req_result_t rd_request_enqueue(const char *body, size_t len, rd_enqueue_req_
             field_has_nul(out->doc, marked, "idempotency_key"))
             rd_field_errors_add(errs, "idempotency_key", "invalid",
                                 "idempotency_key must be a string of 1 to 255 bytes.");
+        else if (!is_text(k))
+            rd_field_errors_add(errs, "idempotency_key", "invalid",
+                                "idempotency_key must be valid UTF-8.");
         else
             out->idempotency_key = k;
     }
@@ -179,7 +192,7 @@ static void token_field(rd_settle_req_t *out, rd_field_errors_t *errs)
     rd_json_t *v = rd_json_get(out->doc, "lease_token");
     if (v == NULL || rd_json_is_null(v)) return;
     const char *s = rd_json_string(v);
-    if (s == NULL || s[0] == '\0' || strlen(s) > 128)
+    if (s == NULL || s[0] == '\0' || strlen(s) > 128 || !is_text(s))
         rd_field_errors_add(errs, "lease_token", "invalid",
                             "lease_token must be the string a claim returned.");
     else
@@ -214,6 +227,8 @@ rd_req_result_t rd_request_fail(const char *body, size_t len, rd_settle_req_t *o
         rd_field_errors_add(errs, "error", "invalid", "error must be a string.");
     else if (field_has_nul(out->doc, marked, "error"))
         rd_field_errors_add(errs, "error", "invalid", "error must not contain U+0000.");
+    else if (!is_text(rd_json_string(error)))
+        rd_field_errors_add(errs, "error", "invalid", "error must be valid UTF-8.");
     else
         out->error = rd_json_string(error);
 
@@ -277,7 +292,7 @@ rd_req_result_t rd_request_ack(const char *body, size_t len, rd_ack_req_t *out,
         rd_json_t *token = rd_json_get(item, "lease_token");
         if (token && !rd_json_is_null(token)) {
             const char *t = rd_json_string(token);
-            if (t == NULL || t[0] == '\0' || strlen(t) > 128) {
+            if (t == NULL || t[0] == '\0' || strlen(t) > 128 || !is_text(t)) {
                 snprintf(names[i][1], sizeof names[i][1], "messages[%zu].lease_token", i);
                 rd_field_errors_add(errs, names[i][1], "invalid",
                                     "lease_token must be the string a claim returned.");
@@ -331,6 +346,9 @@ rd_req_result_t rd_request_replay(const char *body, size_t len, rd_replay_req_t 
             field_has_nul(out->doc, marked, "error_contains"))
             rd_field_errors_add(errs, "error_contains", "invalid",
                                 "error_contains must be a string of 1 to 1000 bytes.");
+        else if (!is_text(text))
+            rd_field_errors_add(errs, "error_contains", "invalid",
+                                "error_contains must be valid UTF-8.");
         else {
             out->mode = "error";
             out->needle = text;
@@ -368,6 +386,8 @@ rd_req_result_t rd_request_kill(const char *body, size_t len, rd_settle_req_t *o
         if (text == NULL || strlen(text) > 1000 || field_has_nul(out->doc, marked, "reason"))
             rd_field_errors_add(errs, "reason", "invalid",
                                 "reason must be a string of at most 1000 bytes.");
+        else if (!is_text(text))
+            rd_field_errors_add(errs, "reason", "invalid", "reason must be valid UTF-8.");
         else
             out->error = text;
     }
@@ -477,29 +497,6 @@ long long rd_parse_rfc3339_ms(const char *s)
     return ((long long)t - offset_s) * 1000 + ms;
 }
 
-/* Length of the UTF-8 sequence at s, or 0 when it is not valid (overlong
- * forms, surrogates and code points past U+10FFFF are refused). */
-static size_t utf8_sequence(const unsigned char *s, size_t left, unsigned *cp)
-{
-    if (s[0] < 0x80) {
-        *cp = s[0];
-        return 1;
-    }
-    size_t n;
-    unsigned min;
-    if ((s[0] & 0xE0) == 0xC0) { n = 2; min = 0x80; *cp = s[0] & 0x1F; }
-    else if ((s[0] & 0xF0) == 0xE0) { n = 3; min = 0x800; *cp = s[0] & 0x0F; }
-    else if ((s[0] & 0xF8) == 0xF0) { n = 4; min = 0x10000; *cp = s[0] & 0x07; }
-    else return 0;
-    if (n > left) return 0;
-    for (size_t i = 1; i < n; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        *cp = (*cp << 6) | (s[i] & 0x3F);
-    }
-    if (*cp < min || *cp > 0x10FFFF || (*cp >= 0xD800 && *cp <= 0xDFFF)) return 0;
-    return n;
-}
-
 bool rd_request_queue_name(const char *name, size_t len, rd_field_errors_t *errs)
 {
     const char *why = NULL;
@@ -509,7 +506,7 @@ bool rd_request_queue_name(const char *name, size_t len, rd_field_errors_t *errs
         const unsigned char *s = (const unsigned char *)name;
         for (size_t i = 0; i < len && why == NULL;) {
             unsigned cp;
-            size_t n = utf8_sequence(s + i, len - i, &cp);
+            size_t n = rd_utf8_sequence(s + i, len - i, &cp);
             if (n == 0) why = "queue must be valid UTF-8.";
             else if (cp < 0x20 || (cp >= 0x7F && cp <= 0x9F))
                 why = "queue must not contain control characters.";

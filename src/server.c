@@ -174,7 +174,9 @@ int main(int argc, char **argv)
     };
     s.redis = rd_backend_start(s.loop, &ro, s.cfg.redis_cluster);
     if (s.redis == NULL) {
-        fprintf(stderr, "retryd: bad --redis-cluster '%s'\n", s.cfg.redis_cluster);
+        char shown[sizeof s.cfg.redis_cluster];
+        rd_config_mask_url(s.cfg.redis_cluster, shown, sizeof shown);
+        fprintf(stderr, "retryd: bad --redis-cluster '%s'\n", shown);
         rd_free(token);
         return 2;
     }

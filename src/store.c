@@ -51,6 +51,7 @@ typedef struct op {
     rd_store_cb cb;
     void *arg;
     enqueued_t *enq;            /* KIND_ENQUEUED */
+    char what[48];              /* the function (or command) called, for the log */
 } op_t;
 
 rd_store_t *rd_store_new(uv_loop_t *loop, rd_backend_t *redis, const char *prefix)
@@ -89,11 +90,21 @@ const rd_histogram_t *rd_store_rtt(const rd_store_t *st)
 
 /* ---------------------------------------------------------------- replies */
 
+/* The one shape check every parser below makes before it reads an element:
+ * r is an array of at least min_len elements. A reply of another shape (from
+ * another version of the library, or a hand-loaded one) then fails the parse,
+ * which answers RD_STORE_ERROR, never indexes past what is there. */
+static bool is_array(const rd_reply_t *r, size_t min_len)
+{
+    return rd_reply_type(r) == RD_REPLY_ARRAY && rd_reply_len(r) >= min_len;
+}
+
 static bool parse_message(const rd_reply_t *flat, rd_message_t *m)
 {
     rd_message_init(m);
+    if (!is_array(flat, 2)) return false;
     size_t n = rd_reply_len(flat);
-    if (n < 2 || n % 2 != 0) return false;
+    if (n % 2 != 0) return false;
     for (size_t i = 0; i < n; i += 2) {
         size_t name_len, value_len;
         const char *name = rd_reply_str(rd_reply_at(flat, i), &name_len);
@@ -114,9 +125,10 @@ static bool parse_message(const rd_reply_t *flat, rd_message_t *m)
 /* Parses messages from reply elements [from, len) into res. */
 static bool parse_messages(const rd_reply_t *reply, size_t from, rd_store_result_t *res)
 {
-    size_t n = rd_reply_len(reply);
     res->count = 0;
-    if (n <= from) return true;
+    if (!is_array(reply, from)) return false;
+    size_t n = rd_reply_len(reply);
+    if (n == from) return true;
     res->messages = rd_calloc(n - from, sizeof *res->messages);
     for (size_t i = from; i < n; i++) {
         if (!parse_message(rd_reply_at(reply, i), &res->messages[res->count])) return false;
@@ -127,8 +139,8 @@ static bool parse_messages(const rd_reply_t *reply, size_t from, rd_store_result
 
 static bool parse_outcome(const rd_reply_t *reply, rd_store_result_t *res)
 {
+    if (!is_array(reply, 1)) return false;
     const rd_reply_t *code = rd_reply_at(reply, 0);
-    if (code == NULL) return false;
     if (rd_reply_is(code, "ok")) return true;
     if (rd_reply_is(code, "duplicate")) res->status = RD_STORE_DUPLICATE;
     else
@@ -137,8 +149,8 @@ static bool parse_outcome(const rd_reply_t *reply, rd_store_result_t *res)
     else if (rd_reply_is(code, "bad_cursor")) res->status = RD_STORE_BAD_CURSOR;
     else if (rd_reply_is(code, "invalid_state")) {
         res->status = RD_STORE_INVALID_STATE;
-        const rd_reply_t *state = rd_reply_at(reply, 1);
-        if (state) res->state.ptr = rd_reply_str(state, &res->state.len);
+        res->state.ptr = rd_reply_str(rd_reply_at(reply, 1), &res->state.len);
+        if (res->state.ptr == NULL) return false;  /* the state is named in the answer */
     } else {
         return false;
     }
@@ -148,6 +160,7 @@ static bool parse_outcome(const rd_reply_t *reply, rd_store_result_t *res)
 /* A flat array of strings into a fresh rd_str_t array. */
 static bool parse_strings(const rd_reply_t *r, rd_str_t **out, size_t *len)
 {
+    if (!is_array(r, 0)) return false;
     size_t n = rd_reply_len(r);
     *out = rd_calloc(n ? n : 1, sizeof **out);
     *len = n;
@@ -155,11 +168,12 @@ static bool parse_strings(const rd_reply_t *r, rd_str_t **out, size_t *len)
         (*out)[i].ptr = rd_reply_str(rd_reply_at(r, i), &(*out)[i].len);
         if ((*out)[i].ptr == NULL) return false;
     }
-    return rd_reply_type(r) == RD_REPLY_ARRAY;
+    return true;
 }
 
 static bool parse_stats(const rd_reply_t *reply, rd_queue_stats_t *st)
 {
+    if (!is_array(reply, 0)) return false;
     size_t n = rd_reply_len(reply);
     if (n % 2 != 0) return false;
     for (size_t i = 0; i < n; i += 2) {
@@ -217,6 +231,7 @@ static bool parse_reply(reply_kind_t kind, const rd_reply_t *reply, rd_store_res
     case KIND_PING:
         return rd_reply_is(reply, "PONG");
     case KIND_NAMES: {
+        if (!is_array(reply, 0)) return false;
         size_t n = rd_reply_len(reply);
         res->names = rd_calloc(n ? n : 1, sizeof *res->names);
         for (size_t i = 0; i < n; i++) {
@@ -224,10 +239,10 @@ static bool parse_reply(reply_kind_t kind, const rd_reply_t *reply, rd_store_res
             if (res->names[i].ptr == NULL) return false;
         }
         res->count = n;
-        return rd_reply_type(reply) == RD_REPLY_ARRAY;
+        return true;
     }
     case KIND_TICK:
-        return rd_reply_len(reply) == 5 && rd_reply_int(rd_reply_at(reply, 0), &res->promoted) &&
+        return is_array(reply, 5) && rd_reply_int(rd_reply_at(reply, 0), &res->promoted) &&
                rd_reply_int(rd_reply_at(reply, 1), &res->reclaimed) &&
                rd_reply_int(rd_reply_at(reply, 2), &res->expired) &&
                rd_reply_int(rd_reply_at(reply, 3), &res->next_in_ms) &&
@@ -239,6 +254,7 @@ static bool parse_reply(reply_kind_t kind, const rd_reply_t *reply, rd_store_res
     case KIND_DELETED:
         return parse_outcome(reply, res);
     case KIND_REPLAYED:
+        if (!is_array(reply, 1)) return false;
         if (rd_reply_is(rd_reply_at(reply, 0), "bad_cursor")) {
             res->status = RD_STORE_BAD_CURSOR;
             return true;
@@ -249,7 +265,8 @@ static bool parse_reply(reply_kind_t kind, const rd_reply_t *reply, rd_store_res
         return res->next_cursor.ptr != NULL;
     case KIND_PURGED: {
         long long more;
-        if (rd_reply_len(reply) != 2 || !rd_reply_int(rd_reply_at(reply, 0), &res->purged) ||
+        if (!is_array(reply, 2) || rd_reply_len(reply) != 2 ||
+            !rd_reply_int(rd_reply_at(reply, 0), &res->purged) ||
             !rd_reply_int(rd_reply_at(reply, 1), &more))
             return false;
         res->next_cursor.ptr = more ? "more" : "";
@@ -257,6 +274,7 @@ static bool parse_reply(reply_kind_t kind, const rd_reply_t *reply, rd_store_res
         return true;
     }
     case KIND_OUTCOMES: {
+        if (!is_array(reply, 0)) return false;
         size_t n = rd_reply_len(reply);
         res->outcomes = rd_calloc(n ? n : 1, sizeof *res->outcomes);
         for (size_t i = 0; i < n; i++) {
@@ -264,7 +282,7 @@ static bool parse_reply(reply_kind_t kind, const rd_reply_t *reply, rd_store_res
             if (res->outcomes[i].ptr == NULL) return false;
         }
         res->count = n;
-        return rd_reply_type(reply) == RD_REPLY_ARRAY;
+        return true;
     }
     case KIND_MESSAGES:
         if (!parse_outcome(reply, res)) return false;
@@ -273,7 +291,7 @@ static bool parse_reply(reply_kind_t kind, const rd_reply_t *reply, rd_store_res
     case KIND_LIST:
         if (!parse_outcome(reply, res)) return false;
         if (res->status != RD_STORE_OK) return true;
-        if (rd_reply_len(reply) < 3 || !rd_reply_int(rd_reply_at(reply, 1), &res->total))
+        if (!is_array(reply, 3) || !rd_reply_int(rd_reply_at(reply, 1), &res->total))
             return false;
         res->next_cursor.ptr = rd_reply_str(rd_reply_at(reply, 2), &res->next_cursor.len);
         return res->next_cursor.ptr != NULL && parse_messages(reply, 3, res);
@@ -300,11 +318,41 @@ static void free_result(rd_store_result_t *res)
     rd_free(res->stats.top_errors);
 }
 
+/* "integer 7", "array of 0", "string \"ok\"": what came, for the log. */
+static void describe_reply(const rd_reply_t *r, char *out, size_t cap)
+{
+    long long v;
+    size_t len;
+    const char *str = rd_reply_str(r, &len);
+    switch (rd_reply_type(r)) {
+    case RD_REPLY_INTEGER:
+        rd_reply_int(r, &v);
+        snprintf(out, cap, "integer %lld", v);
+        return;
+    case RD_REPLY_ARRAY:
+        snprintf(out, cap, "array of %zu", rd_reply_len(r));
+        return;
+    case RD_REPLY_NIL:
+        snprintf(out, cap, "nil");
+        return;
+    default:
+        break;
+    }
+    char shown[41];
+    size_t n = len < sizeof shown - 1 ? len : sizeof shown - 1;
+    for (size_t i = 0; i < n; i++)
+        shown[i] = str[i] >= 0x20 && str[i] < 0x7f && str[i] != '"' ? str[i] : '?';
+    shown[n] = '\0';
+    snprintf(out, cap, "%s \"%s\"%s", rd_reply_type(r) == RD_REPLY_STATUS ? "status" : "string",
+             shown, len > n ? "..." : "");
+}
+
 static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *arg)
 {
     op_t *op = arg;
     rd_store_result_t res;
     memset(&res, 0, sizeof res);
+    char detail[160];
     if (status == RD_REDIS_LOST) {
         /* A read has no outcome to be unsure of: it simply was not done. */
         res.status = op->read_only ? RD_STORE_UNAVAILABLE : RD_STORE_LOST;
@@ -315,12 +363,15 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
         res.detail.ptr = rd_reply_str(reply, &res.detail.len);
     } else if (op->kind == KIND_ENQUEUED ? !parse_enqueued(reply, op->enq, &res)
                                          : !parse_reply(op->kind, reply, &res)) {
-        rd_error("store: unexpected reply shape (kind %d)", (int)op->kind);
+        char got[64];
+        describe_reply(reply, got, sizeof got);
         free_result(&res);
         memset(&res, 0, sizeof res);
         res.status = RD_STORE_ERROR;
-        res.detail.ptr = "unexpected reply from Redis";
-        res.detail.len = strlen(res.detail.ptr);
+        snprintf(detail, sizeof detail, "unexpected reply to %s: %s", op->what, got);
+        rd_error("store: %s (another version of the library?)", detail);
+        res.detail.ptr = detail;
+        res.detail.len = strlen(detail);
     }
     op->cb(&res, op->arg);
     free_result(&res);
@@ -338,6 +389,7 @@ typedef struct call {
     const char *argv[MAX_ARGS];
     size_t lens[MAX_ARGS];
     char numbers[MAX_ARGS][24];     /* storage for formatted integers */
+    char fn[48];                    /* the versioned function name */
     rd_buf_t base, mkey;
 } call_t;
 
@@ -368,14 +420,18 @@ static void arg_int(call_t *c, long long v)
     arg_bytes(c, c->numbers[c->argc], (size_t)n);
 }
 
-/* FCALL fn numkeys base [mkey]: id > 0 adds the message key. */
+/* FCALL <library>_fn numkeys base [mkey]: id > 0 adds the message key. Every
+ * call goes through here, so the library's version is added in one place. */
 static void begin_fcall(call_t *c, rd_store_t *st, const char *fn, rd_store_queue_t q,
                         long long id)
 {
     call_init(c);
     rd_keys_queue_base(&c->base, st->prefix, q.name, q.len);
     arg_str(c, "FCALL");
-    arg_str(c, fn);
+    int n = snprintf(c->fn, sizeof c->fn, "%s", RD_FUNCTION(""));
+    assert(n > 0 && strlen(fn) < sizeof c->fn - (size_t)n);
+    memcpy(c->fn + n, fn, strlen(fn) + 1);
+    arg_str(c, c->fn);
     arg_str(c, id > 0 ? "2" : "1");
     arg_bytes(c, c->base.data, c->base.len);
     if (id > 0) {
@@ -407,6 +463,9 @@ static int send_call_with(rd_store_t *st, call_t *c, reply_kind_t kind, enqueued
     op->cb = cb;
     op->arg = arg;
     op->enq = enq;
+    /* FCALL/FCALL_RO name the function second; other commands are their own name. */
+    int named = c->argc > 1 && strncmp(c->argv[0], "FCALL", 5) == 0 ? 1 : 0;
+    snprintf(op->what, sizeof op->what, "%.*s", (int)c->lens[named], c->argv[named]);
     int rc = rd_backend_command(st->redis, c->argc, c->argv, c->lens, on_reply, op);
     if (rc != 0) free_op(op);
     rd_buf_free(&c->base);

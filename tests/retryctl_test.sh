@@ -32,6 +32,10 @@ export REDIS_URL="redis://127.0.0.1:$PORT"
 export RETRYD_PREFIX="rctest-$$-$RANDOM"
 export RETRYD_LUA=$LUA
 PREFIX=$RETRYD_PREFIX
+# The library's name (its first line) carries its version; every function is
+# called as <library>_<name>, here through $FN.
+LIB=$(sed -n '1s/^#!lua name=//p' "$LUA")
+FN=${LIB}_
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/retryctl-test.XXXXXX") || exit 1
 bg_pids=()
@@ -106,24 +110,24 @@ base() { printf '%s:{%s}' "$PREFIX" "$1"; }   # plain queue names only
 # FCALL wrappers: the state changes the daemon makes.
 fc_enqueue() {             # fc_enqueue Q PAYLOAD [MAX]: prints the id
     local out
-    out=$(rcli --raw FCALL enqueue 1 "$(base "$1")" "$2" "${3:-3}" 0 "") || return 1
+    out=$(rcli --raw FCALL "${FN}enqueue" 1 "$(base "$1")" "$2" "${3:-3}" 0 "") || return 1
     rcli SADD "$PREFIX:queues" "$1" >/dev/null
     printf '%s\n' "$out" | sed -n 2p     # {"ok", id, now_ms}
 }
 fc_claim() {               # fc_claim Q COUNT
-    rcli FCALL claim 1 "$(base "$1")" 60000 "$2" >/dev/null
+    rcli FCALL "${FN}claim" 1 "$(base "$1")" 60000 "$2" >/dev/null
 }
 fc_fail() {                # fc_fail Q ID ERROR RETRYABLE(1|0)
     local b
     b=$(base "$1")
     local st
-    st=$(rcli --raw FCALL fail 2 "$b" "$b:m:$2" "$2" "" "$3" "$4" -1 | head -n 1)
+    st=$(rcli --raw FCALL "${FN}fail" 2 "$b" "$b:m:$2" "$2" "" "$3" "$4" -1 | head -n 1)
     [ "$st" = ok ] || fail "fail $1 $2 answered '$st'"
 }
 fc_succeed() {             # fc_succeed Q ID
     local b st
     b=$(base "$1")
-    st=$(rcli --raw FCALL succeed 2 "$b" "$b:m:$2" "$2" "" | head -n 1)
+    st=$(rcli --raw FCALL "${FN}succeed" 2 "$b" "$b:m:$2" "$2" "" | head -n 1)
     [ "$st" = ok ] || fail "succeed $1 $2 answered '$st'"
 }
 # Kills message ID through claim + a non-retryable fail (it must be next).
@@ -139,7 +143,8 @@ iso() {                    # iso MS: RFC 3339 UTC with milliseconds, by date(1)
 }
 
 csv() {                    # csv FIELD: RFC 4180 quoting, written independently
-    case $1 in
+    case $1 in                 # (a formula-like cell: OWASP's ' and quotes)
+    [=+@$'\t\r'-]*) local s=${1//\"/\"\"}; printf '"\x27%s"' "$s" ;;
     *[,\"$'\r\n']*) local s=${1//\"/\"\"}; printf '"%s"' "$s" ;;
     *) printf '%s' "$1" ;;
     esac
@@ -262,8 +267,8 @@ test_redis_unreachable_exits_1() {
 test_load() {
     ctl load
     expect_rc 0 "load from RETRYD_LUA"
-    expect_match "$OUT" "^loaded library retryd from $LUA" "load says what it loaded"
-    expect_match "$(rcli --raw FUNCTION LIST LIBRARYNAME retryd)" "enqueue" "the library is loaded"
+    expect_match "$OUT" "^loaded library $LIB from $LUA" "load says what it loaded"
+    expect_match "$(rcli --raw FUNCTION LIST LIBRARYNAME "$LIB")" "${FN}enqueue" "the library is loaded"
 
     run env RETRYD_LUA=/nonexistent/retryd.lua "$RETRYCTL" load
     expect_rc 1 "load from a missing RETRYD_LUA"
@@ -275,19 +280,35 @@ test_load() {
     run env -u RETRYD_LUA "$TMP/tree/scripts/retryctl" load
     expect_rc 0 "load from ../lua/*.lua"
     expect_match "$OUT" "lua/\*\.lua" "load names the lua/ files"
-    expect_match "$(rcli --raw FCALL_RO stats 1 "$(base loadq)" 0 | head -n 1)" pending \
+    expect_match "$(rcli --raw FCALL_RO "${FN}stats" 1 "$(base loadq)" 0 | head -n 1)" pending \
         "the concatenated library answers"
     rm -rf "$TMP/tree/lua"
     run env -u RETRYD_LUA "$TMP/tree/scripts/retryctl" load
     expect_rc 1 "load with no library anywhere"
 
     # Without the library, a command says how to fix it.
-    rcli FUNCTION DELETE retryd >/dev/null
+    rcli FUNCTION DELETE "$LIB" >/dev/null
     ctl stats q
     expect_rc 1 "stats without the library"
     expect_match "$ERR" "retryctl load" "the error suggests 'retryctl load'"
     ctl load
     expect_rc 0 "reload"
+
+    # Rolling upgrade: a library of another version (the unversioned "retryd"
+    # of older releases) stays beside this one and still answers...
+    printf '#!lua name=retryd\nredis.register_function("claim", function() return "old" end)\n' |
+        rcli -x FUNCTION LOAD REPLACE >/dev/null
+    ctl load
+    expect_rc 0 "load beside an older version"
+    expect_eq "$(rcli --raw FCALL claim 0)" old "the older version still answers"
+    rcli FUNCTION DELETE retryd >/dev/null
+    # ...and retryctl refuses to load a library of a version it does not call.
+    sed -e "1s/.*/#!lua name=retryd_v0/" -e "s/^local LIBRARY = '$LIB'/local LIBRARY = 'retryd_v0'/" \
+        "$LUA" >"$TMP/v0.lua"
+    run env RETRYD_LUA="$TMP/v0.lua" "$RETRYCTL" load
+    expect_rc 1 "load of another version"
+    expect_match "$ERR" "calls $LIB" "it says which version it calls"
+    rcli FUNCTION DELETE retryd_v0 >/dev/null
 }
 
 test_enqueue_then_show() {
@@ -384,6 +405,52 @@ test_export_csv_escapes() {
     ctl export "$q"
     expect_rc 0 "export (csv by default)"
     cmp -s "$TMP/expected-all.csv" "$TMP/out" || fail "export of every status differs"
+}
+
+# CSV injection (SPEC §6): cells a spreadsheet would run as a
+# formula come out behind a single quote, quoted; the bytes are spelled out
+# here rather than computed by csv().
+test_export_csv_formulas_neutralised() {
+    local q=csvformula
+    fc_enqueue "$q" '=HYPERLINK("http://evil.example","click")' >/dev/null
+    fc_enqueue "$q" '+1+1' >/dev/null
+    fc_enqueue "$q" '-2' >/dev/null
+    fc_enqueue "$q" '@SUM(A1)' >/dev/null
+    fc_enqueue "$q" $'\tcmd' >/dev/null
+    fc_enqueue "$q" $'\rcmd' >/dev/null
+    fc_enqueue "$q" 'a-b' >/dev/null
+    fc_die "$q" 1 '=cmd|'"'"' /C calc'"'"'!A0'
+    fc_die "$q" 2 'plain'
+    fc_die "$q" 3 '-x'
+    fc_die "$q" 4 '@x'
+    fc_die "$q" 5 $'\tx'
+    fc_die "$q" 6 $'\rx'
+    fc_die "$q" 7 'x=1'
+    ctl export "$q" dead --format csv
+    expect_rc 0 "export csv"
+    local -a want=(
+        'id,status,retry_count,max_retries,created_at,updated_at,retry_after,last_error,payload'
+        ",\"'=cmd|' /C calc'!A0\",\"'=HYPERLINK(\"\"http://evil.example\"\",\"\"click\"\")\""
+        ",plain,\"'+1+1\""
+        ",\"'-x\",\"'-2\""
+        ",\"'@x\",\"'@SUM(A1)\""
+        $',"\'\tx","\'\tcmd"'
+        $',"\'\rx","\'\rcmd"'
+        ',x=1,a-b'
+    )
+    local -a got
+    mapfile -t got <"$TMP/out"
+    expect_eq "${#got[@]}" "${#want[@]}" "header and seven rows"
+    expect_eq "${got[0]}" "${want[0]}" "header"
+    local i
+    for ((i = 1; i < ${#want[@]}; i++)); do
+        [[ ${got[i]} == "$i,dead,"*"${want[i]}" ]] ||
+            fail "row $i is '${got[i]}', want it to end with '${want[i]}'"
+    done
+    # jsonl is data, not a spreadsheet: the payload comes back unchanged.
+    ctl export "$q" dead --format jsonl
+    expect_rc 0 "export jsonl"
+    expect_match "$(head -n 1 "$TMP/out")" '"payload":"=HYPERLINK' "jsonl keeps the payload as is"
 }
 
 test_export_jsonl_round_trip() {
@@ -601,7 +668,7 @@ test_paging_beyond_one_call() {
     local q=bigq b i
     b=$(base "$q")
     for ((i = 1; i <= 1205; i++)); do
-        printf 'FCALL enqueue 1 "%s" "big %d" 3 0 ""\n' "$b" "$i"
+        printf 'FCALL %senqueue 1 "%s" "big %d" 3 0 ""\n' "$FN" "$b" "$i"
     done | rcli >/dev/null
     rcli SADD "$PREFIX:queues" "$q" >/dev/null
     expect_eq "$(rget LLEN "$b:ready")" 1205 "setup"
@@ -617,7 +684,7 @@ test_paging_beyond_one_call() {
     ctl kill "$q" 7
     for ((i = 1; i <= 1205; i++)); do
         [ "$i" = 7 ] && continue
-        printf 'FCALL kill 2 "%s" "%s:m:%d" %d "bulk"\n' "$b" "$b" "$i" "$i"
+        printf 'FCALL %skill 2 "%s" "%s:m:%d" %d "bulk"\n' "$FN" "$b" "$b" "$i" "$i"
     done | rcli >/dev/null
     expect_eq "$(rget ZCARD "$b:dead")" 1205 "all dead"
     ctl replay "$q" --error-contains bulk
@@ -718,7 +785,7 @@ test_odd_queue_name() {
     # A control byte (no HTTP name can hold one, but the escape covers it):
     # a message made through FCALL under "%0A" is found by the raw name.
     local cb="$PREFIX:{nl%0Aname%7F}"
-    rcli FCALL enqueue 1 "$cb" "ctl" 3 0 "" >/dev/null
+    rcli FCALL "${FN}enqueue" 1 "$cb" "ctl" 3 0 "" >/dev/null
     ctl show $'nl\nname\x7f' 1
     expect_rc 0 "show in a queue named with control bytes"
     expect_match "$OUT" $'\npayload: +ctl\n' "found through the escape"
@@ -804,6 +871,7 @@ all_tests=(
     test_enqueue_then_show
     test_show_missing_exits_1
     test_export_csv_escapes
+    test_export_csv_formulas_neutralised
     test_export_jsonl_round_trip
     test_purge_keeps_younger
     test_replay_error_contains

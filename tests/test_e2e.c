@@ -21,6 +21,7 @@
 #include <hiredis/hiredis.h>
 
 #include "e2e_support.h"
+#include "retryd/keys.h"
 
 enum {
     READY_TIMEOUT_MS = 10000,
@@ -1095,6 +1096,120 @@ static void test_list_validation(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Text is UTF-8 (SPEC §5 "Text")                                           */
+/* ------------------------------------------------------------------------ */
+
+/* Strictly well-formed UTF-8 (Unicode's table 3-7, byte ranges spelled out
+ * here rather than decoded, so it does not share retryd's logic). */
+static bool strict_utf8(const char *text, size_t len)
+{
+    const unsigned char *s = (const unsigned char *)text;
+    for (size_t i = 0; i < len;) {
+        unsigned char b = s[i];
+        size_t n;
+        unsigned char lo = 0x80, hi = 0xBF;
+        if (b <= 0x7F) { i++; continue; }
+        else if (b >= 0xC2 && b <= 0xDF) n = 2;
+        else if (b == 0xE0) { n = 3; lo = 0xA0; }
+        else if (b == 0xED) { n = 3; hi = 0x9F; }
+        else if (b >= 0xE1 && b <= 0xEF) n = 3;
+        else if (b == 0xF0) { n = 4; lo = 0x90; }
+        else if (b == 0xF4) { n = 4; hi = 0x8F; }
+        else if (b >= 0xF1 && b <= 0xF3) n = 4;
+        else return false;
+        if (i + n > len || s[i + 1] < lo || s[i + 1] > hi) return false;
+        for (size_t k = 2; k < n; k++)
+            if (s[i + k] < 0x80 || s[i + k] > 0xBF) return false;
+        i += n;
+    }
+    return true;
+}
+
+/* A 200 whose body is strict UTF-8 JSON; returns the parsed document. */
+static rd_json_t *expect_strict_json(const e2e_response_t *r)
+{
+    if (!strict_utf8(r->body, r->body_len))
+        fail_msg("the answer is not valid UTF-8: %.300s", r->body);
+    return e2e_expect_json(r, 200);
+}
+
+static void test_text_must_be_utf8(void **state)
+{
+    (void)state;
+    char q[64];
+    e2e_queue_name(q, sizeof q, "utf8");
+    char path[128];
+    snprintf(path, sizeof path, "%s", messages_path(q));
+    e2e_response_t r = { 0 };
+
+    /* Raw bytes that are not UTF-8, and a lone surrogate escape: 422 on the
+     * field, and nothing is stored. */
+    static const char *const bad[] = { "\xff\xfe", "\xC0\xAF", "\xED\xA0\x80", "ok\xF4\x90\x80\x80",
+                                       "\\ud800", "x\\udc00y" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        http(&r, "POST", path, e2e_fmt("{\"payload\":\"%s\"}", bad[i]));
+        expect_field_error(expect_invalid(&r, path, 1), "payload", "invalid",
+                           "payload must be valid UTF-8.");
+        http(&r, "POST", path, e2e_fmt("{\"payload\":\"p\",\"idempotency_key\":\"%s\"}", bad[i]));
+        expect_field_error(expect_invalid(&r, path, 1), "idempotency_key", "invalid", NULL);
+    }
+    long long id = enqueue(q, "{\"payload\":\"caf\xC3\xA9 \\ud83d\\ude00\"}");
+    assert_int_equal(id, 1);
+    char token[160];
+    assert_int_equal(claim_one(q, 60, token, sizeof token), 1);
+    http(&r, "POST", message_path(q, 1, "fail"), "{\"error\":\"\xff oops\"}");
+    expect_field_error(expect_invalid(&r, message_path(q, 1, "fail"), 1), "error", "invalid",
+                       "error must be valid UTF-8.");
+    http(&r, "POST", message_path(q, 1, "fail"), "{\"error\":\"x\",\"retryable\":false}");
+    e2e_expect_json(&r, 200);
+    http(&r, "POST", e2e_fmt("/queues/%s/replay", q), "{\"error_contains\":\"\\udfff\"}");
+    expect_field_error(expect_invalid(&r, NULL, 1), "error_contains", "invalid", NULL);
+    http(&r, "GET", message_path(q, 1, NULL), NULL);
+    assert_string_equal(e2e_jstr(expect_strict_json(&r), "payload"),
+                        "caf\xC3\xA9 \xF0\x9F\x98\x80");
+
+    /* A message written without the API (retryctl, redis-cli, or before this
+     * check existed) with raw bytes in payload and last_error: every answer
+     * that holds it is still strict JSON, the bad bytes as U+FFFD. */
+    const char *base = e2e_fmt("%s:{%s}", g_prefix, q);
+    redisReply *x = e2e_rcmd(g_redis, "FCALL " RD_FUNCTION("enqueue") " 1 %s %b 1 0 %s", base,
+                             "\xff\xfe", (size_t)2, "");
+    assert_int_equal(x->type, REDIS_REPLY_ARRAY);
+    freeReplyObject(x);
+    assert_int_equal(claim_one(q, 60, token, sizeof token), 2);
+    x = e2e_rcmd(g_redis, "FCALL " RD_FUNCTION("fail") " 2 %s %s:m:2 2 %s %b 0 -1", base, base,
+                 token,
+                 "bad \xC3(", (size_t)6);
+    assert_int_equal(x->type, REDIS_REPLY_ARRAY);
+    freeReplyObject(x);
+    static const char *const listings[] = { "", "?status=dead" };
+    for (size_t i = 0; i < 2; i++) {
+        http(&r, "GET", e2e_fmt("%s%s", path, listings[i]), NULL);
+        rd_json_t *doc = expect_strict_json(&r);
+        rd_json_t *list = e2e_jget(doc, "messages");
+        assert_int_equal(rd_json_array_size(list), 2);
+        bool seen = false;
+        for (size_t k = 0; k < 2; k++) {
+            rd_json_t *m = rd_json_array_at(list, k);
+            if (e2e_jint(m, "id") != 2) continue;
+            seen = true;
+            assert_string_equal(e2e_jstr(m, "payload"), "\xEF\xBF\xBD\xEF\xBF\xBD");
+            assert_string_equal(e2e_jstr(m, "last_error"), "bad \xEF\xBF\xBD(");
+        }
+        assert_true(seen);
+    }
+    http(&r, "GET", message_path(q, 2, NULL), NULL);
+    expect_strict_json(&r);
+    http(&r, "GET", e2e_fmt("/queues/%s/stats", q), NULL);
+    expect_strict_json(&r);
+    http(&r, "POST", message_path(q, 2, "replay"), NULL);
+    expect_strict_json(&r);
+    http(&r, "POST", e2e_fmt("/queues/%s/claim", q), "{\"count\":5}");
+    expect_strict_json(&r);
+    e2e_response_free(&r);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Connections                                                              */
 /* ------------------------------------------------------------------------ */
 
@@ -1294,7 +1409,7 @@ static void test_function_flush_is_recovered(void **state)
     http(&r, "GET", message_path(q, 1, NULL), NULL);
     assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "payload"), "before");
 
-    x = e2e_rcmd(g_redis, "FUNCTION LIST LIBRARYNAME retryd");
+    x = e2e_rcmd(g_redis, "FUNCTION LIST LIBRARYNAME " RD_LIBRARY_NAME);
     assert_int_equal(x->type, REDIS_REPLY_ARRAY);
     assert_int_equal(x->elements, 1);
     freeReplyObject(x);
@@ -1543,6 +1658,7 @@ int main(void)
         T(test_expired_lease_is_a_failure),
         T(test_list_and_paging),
         T(test_list_validation),
+        T(test_text_must_be_utf8),
         T(test_keep_alive_50_requests),
         T(test_pipelined_requests_answered_in_order),
         T(test_concurrent_claims_claim_each_message_once),

@@ -26,6 +26,7 @@
 #include <stdatomic.h>
 
 #include "faults_support.h"
+#include "retryd/keys.h"
 
 enum {
     READY_TIMEOUT_MS = 10000,
@@ -1258,6 +1259,155 @@ static void test_redis_acl_user(void **state)
     }
 }
 
+
+/* Waits (bounded) for d to exit; returns its exit status, -1 when it did not. */
+static int wait_exit(e2e_daemon_t *d, int bound_ms)
+{
+    long long deadline = e2e_mono_ms() + bound_ms;
+    int wstatus;
+    while (!e2e_daemon_exited(d, &wstatus)) {
+        if (e2e_mono_ms() > deadline) return -1;
+        e2e_pause_ms(10);
+    }
+    return WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1;
+}
+
+/* A bad --redis URL (or RETRYD_REDIS, or --redis-cluster) is refused with
+ * exit 2 and named on stderr with its password masked (SPEC §7). */
+static void test_bad_redis_url_password_not_echoed(void **state)
+{
+    (void)state;
+    static const char *const bad[][2] = {
+        { "--redis", "redis://:Pa55-secret@127.0.0.1:notaport" },
+        { "--redis", "redis://alice:Pa55-secret@127.0.0.1:70000" },
+        { "--redis-cluster", "redis://:Pa55-secret@127.0.0.1:1,nohostport" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char log[PATH_MAX];
+        SET(log, tmp_path(e2e_fmt("badurl-%zu.log", i)));
+        const char *args[] = { bad[i][0], bad[i][1], NULL };
+        assert_int_equal(e2e_daemon_spawn_logged(&g_dmn[0], NULL, g_bin, args, log), 0);
+        assert_int_equal(wait_exit(&g_dmn[0], 5000), 2);
+        char *text = fx_read_file(log);
+        assert_non_null(text);
+        bool leaked = strstr(text, "Pa55-secret") != NULL;
+        bool masked = strstr(text, ":***@127.0.0.1") != NULL;
+        if (leaked || !masked) fail_msg("stderr for %s %s:\n%s", bad[i][0], bad[i][1], text);
+        free(text);
+    }
+}
+
+/* A Functions library that answers every call with a reply of the wrong
+ * shape: a bare integer, a string, nil, an empty array, arrays too short or
+ * with the wrong types (what another version of the library may answer).
+ * Registered under the names this retryd calls. */
+static const char *fake_library(void)
+{
+#define FN(name) "'" RD_FUNCTION(name) "'"
+    return "#!lua name=retryd_fake_shapes\n"
+           "local function reg(n, f, ro)\n"
+           "  redis.register_function{ function_name = n, callback = f,\n"
+           "                           flags = ro and { 'no-writes' } or nil }\n"
+           "end\n"
+           "reg(" FN("enqueue") ", function() return { 'ok' } end)\n"
+           "reg(" FN("claim") ", function() return {} end)\n"
+           "reg(" FN("succeed") ", function() return nil end)\n"
+           "reg(" FN("fail") ", function() return { 'ok', 'not a message' } end)\n"
+           "reg(" FN("extend") ", function() return { 'ok', { 'id' } } end)\n"
+           "reg(" FN("replay") ", function() return { 'invalid_state' } end)\n"
+           "reg(" FN("get") ", function() return 'just a string' end, true)\n"
+           "reg(" FN("list") ", function() return 7 end, true)\n"
+           "reg(" FN("stats") ", function() return { 1, 2, 3 } end, true)\n"
+           "reg(" FN("export") ", function() return 1 end, true)\n"
+           "reg(" FN("replay_many") ", function() return 5 end)\n"
+           "reg(" FN("succeed_many") ", function() return 3 end)\n"
+           "reg(" FN("release") ", function() return 'x' end)\n"
+           "reg(" FN("delete") ", function() return { {} } end)\n"
+           "reg(" FN("kill") ", function() return { 'ok', 5 } end)\n"
+           "reg(" FN("purge") ", function() return 'x' end)\n"
+           "reg(" FN("promote") ", function() return 'x' end)\n"
+           "reg(" FN("reclaim") ", function() return 'x' end)\n"
+           "reg(" FN("tick") ", function() return { 'a', 'b' } end)\n";
+#undef FN
+}
+
+/* Every reply of an unexpected shape is an error answer (500, or 503), never
+ * a crash; the daemon logs what it got and stops cleanly (SPEC §8 "Rolling upgrade"). */
+static void test_unexpected_reply_shapes(void **state)
+{
+    (void)state;
+    assert_int_equal(fx_redis_start(&g_srv, NULL), 0);
+    g_admin = fx_redis_connect(g_srv.port, NULL, NULL);
+    assert_non_null(g_admin);
+    assert_int_equal(start_retryd(&g_dmn[0], "shapes.log",
+                                  e2e_fmt("redis://127.0.0.1:%d", g_srv.port), "shapes", true,
+                                  NULL), 0);
+    e2e_response_t r = { 0 };
+    http(g_dmn[0].port, &r, "POST", "/queues/q/messages", "{\"payload\":\"real\"}");
+    e2e_expect_json(&r, 201);
+
+    redisReply *x = e2e_rcmd(g_admin, "FUNCTION DELETE %s", RD_LIBRARY_NAME);
+    assert_int_equal(x->type, REDIS_REPLY_STATUS);
+    freeReplyObject(x);
+    x = e2e_rcmd(g_admin, "FUNCTION LOAD %s", fake_library());
+    if (x->type != REDIS_REPLY_STRING) fail_msg("loading the fake library: %s", x->str);
+    freeReplyObject(x);
+
+    static const struct { const char *method, *path, *body; } calls[] = {
+        /* The list reply's bad_cursor check once indexed a bare integer. */
+        { "POST", "/queues/q/replay", "{\"all\":true}" },
+        { "POST", "/queues/q/replay", "{\"error_contains\":\"x\"}" },
+        { "POST", "/queues/q/replay", "{\"ids\":[1,2]}" },
+        { "POST", "/queues/q/messages", "{\"payload\":\"p\"}" },
+        { "POST", "/queues/q/messages", "{\"payload\":\"p\",\"idempotency_key\":\"k\"}" },
+        { "POST", "/queues/q/claim", NULL },
+        { "POST", "/queues/q/claim", "{\"count\":5}" },
+        { "POST", "/queues/q/messages/1/succeed", NULL },
+        { "POST", "/queues/q/messages/1/fail", "{\"error\":\"e\"}" },
+        { "POST", "/queues/q/messages/1/extend", NULL },
+        { "POST", "/queues/q/messages/1/replay", NULL },
+        { "POST", "/queues/q/messages/1/kill", NULL },
+        { "DELETE", "/queues/q/messages/1", NULL },
+        { "GET", "/queues/q/messages/1", NULL },
+        { "GET", "/queues/q/messages", NULL },
+        { "GET", "/queues/q/messages?status=dead", NULL },
+        { "GET", "/queues/q/stats", NULL },
+        { "GET", "/queues", NULL },
+        { "GET", "/metrics", NULL },
+        { "POST", "/queues/q/succeed", "{\"messages\":[{\"id\":1}]}" },
+    };
+    for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
+        const char *body = calls[i].body;
+        e2e_conn_close(&g_conn);
+        e2e_response_free(&r);
+        int rc = e2e_try_request(&g_conn, g_dmn[0].port, &r, calls[i].method, calls[i].path,
+                                 body, body ? strlen(body) : 0);
+        if (rc != 0) {
+            e2e_pause_ms(100);  /* a crash may take a moment to be reaped */
+            fail_msg("%s %s: no answer, retryd %s", calls[i].method, calls[i].path,
+                     e2e_daemon_alive(&g_dmn[0]) ? "alive" : "died");
+        }
+        /* The fan-outs (/queues, /metrics) leave out a queue whose stats failed. */
+        if ((strcmp(calls[i].path, "/metrics") == 0 || strcmp(calls[i].path, "/queues") == 0) &&
+            r.status == 200)
+            continue;
+        if (r.status == 500) e2e_expect_problem_type(&r, 500, "internal-error");
+        else if (r.status != 503 || !e2e_media_type_is(r.content_type, "application/problem+json"))
+            fail_msg("%s %s answered %d: %s", calls[i].method, calls[i].path, r.status, r.body);
+    }
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    /* A few ticks of the promoter against the same library. */
+    e2e_pause_ms(5 * TICK_MS);
+    assert_true(e2e_daemon_alive(&g_dmn[0]));
+    stop_retryd(&g_dmn[0]);
+    char *text = fx_read_file(tmp_path("shapes.log"));
+    assert_non_null(text);
+    bool logged = strstr(text, "unexpected reply") != NULL;
+    free(text);
+    if (!logged) fail_msg("retryd did not log the unexpected replies");
+}
+
 /* ========================================================================= */
 /* 3. Redis faults                                                           */
 /* ========================================================================= */
@@ -1635,7 +1785,7 @@ static void test_redis_restarted_and_flushed(void **state)
     /* A fresh Redis without persistence: the data is gone, ids start at 1,
      * the library was loaded again without a restart of retryd. */
     assert_int_equal(e2e_jint(e2e_expect_json(&r, 201), "id"), 1);
-    redisReply *x = e2e_rcmd(g_admin, "FUNCTION LIST LIBRARYNAME retryd");
+    redisReply *x = e2e_rcmd(g_admin, "FUNCTION LIST LIBRARYNAME " RD_LIBRARY_NAME);
     assert_int_equal(x->elements, 1);
     freeReplyObject(x);
     x = e2e_rcmd(g_admin, "HGET %s:{r}:m:1 payload", prefix);
@@ -2865,6 +3015,8 @@ int main(void)
         T(test_auth_bearer_token),
         T(test_default_bind_is_loopback),
         T(test_redis_acl_user),
+        T(test_bad_redis_url_password_not_echoed),
+        T(test_unexpected_reply_shapes),
         T(test_redis_paused_sigstop),
         T(test_read_in_flight_when_link_drops),
         T(test_redis_debug_sleep),

@@ -22,6 +22,8 @@
 
 #include <hiredis/hiredis.h>
 
+#include "retryd/keys.h"
+
 #define END ((const char *)NULL)
 
 /* tick replies {promoted, reclaimed, expired, next_in_ms, ready}. */
@@ -108,9 +110,10 @@ static redisReply *rcmd(const char *first, ...)
     return command_argv(argc, argv, lens);
 }
 
-/* FCALL fn with KEYS[1] = the queue's base and, when id >= 0, KEYS[2] = the
- * message key and ARGV[1] = id, then nargs more ARGV of lens[i] bytes each
- * (strlen when lens is NULL). Binary-safe. Caller frees the reply. */
+/* FCALL fn (by its versioned name, RD_FUNCTION(fn)) with KEYS[1] = the queue's
+ * base and, when id >= 0, KEYS[2] = the message key and ARGV[1] = id, then
+ * nargs more ARGV of lens[i] bytes each (strlen when lens is NULL).
+ * Binary-safe. Caller frees the reply. */
 static redisReply *fcall_bin(const char *fn, const queue_t *q, long long id, size_t nargs,
                              const char *const *args, const size_t *lens)
 {
@@ -120,8 +123,10 @@ static redisReply *fcall_bin(const char *fn, const queue_t *q, long long id, siz
     assert_non_null(argv);
     assert_non_null(argvlen);
 #define PUSH(s, n) do { argv[argc] = (s); argvlen[argc++] = (n); } while (0)
+    char name[64];
+    snprintf(name, sizeof name, "%s%s", RD_FUNCTION(""), fn);
     PUSH("FCALL", 5);
-    PUSH(fn, strlen(fn));
+    PUSH(name, strlen(name));
     PUSH(id >= 0 ? "2" : "1", 1);
     PUSH(q->base, strlen(q->base));
     if (id >= 0) {
@@ -1559,6 +1564,52 @@ static void test_list_bad_arguments(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
+/* export                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* CSV injection (OWASP): a cell that starts with = + - @ TAB or CR would be
+ * run as a formula by a spreadsheet; export writes it quoted behind a single
+ * quote. Other cells keep RFC 4180 quoting only (SPEC §6). */
+static void test_export_csv_neutralises_formulas(void **state)
+{
+    static const struct { const char *payload, *error, *tail; } rows[] = {
+        { "=1+1", "=HYPERLINK(\"http://x\",\"y\")",
+          ",\"'=HYPERLINK(\"\"http://x\"\",\"\"y\"\")\",\"'=1+1\"" },
+        { "+SUM(A1)", "plain error", ",plain error,\"'+SUM(A1)\"" },
+        { "-2+3", "@cmd|' /C calc'!A0", ",\"'@cmd|' /C calc'!A0\",\"'-2+3\"" },
+        { "\tlead tab", "\rlead cr", ",\"'\rlead cr\",\"'\tlead tab\"" },
+        { "a=b, c", "x-y", ",x-y,\"a=b, c\"" },
+        { "'quoted", "", ",,'quoted" },
+    };
+    const size_t n = sizeof rows / sizeof rows[0];
+    queue_t q;
+    queue_init(&q, "export-csv");
+    for (size_t i = 0; i < n; i++) {
+        msg_t m;
+        long long id = enqueue_ok(&q, rows[i].payload, 1, 0);
+        claim_one(&q, 60000, &m);
+        assert_int_equal(m.id, id);
+        fail_ok(&q, id, rows[i].error, "1", -1, &m);
+    }
+    redisReply *r = fcall("export", &q, -1, "csv", "dead", "100", "", END);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != n + 1)
+        fail_msg("export csv: %s", reply_desc(r));
+    /* Dead letters come oldest death first: row i is message i + 1. */
+    for (size_t i = 0; i < n; i++) {
+        const redisReply *line = r->element[1 + i];
+        assert_int_equal(line->type, REDIS_REPLY_STRING);
+        size_t tail = strlen(rows[i].tail);
+        if (line->len < tail || memcmp(line->str + line->len - tail, rows[i].tail, tail) != 0)
+            fail_msg("row %zu is \"%s\", want it to end with \"%s\"", i + 1, line->str,
+                     rows[i].tail);
+        char head[32];
+        snprintf(head, sizeof head, "%zu,dead,", i + 1);
+        assert_memory_equal(line->str, head, strlen(head));
+    }
+    freeReplyObject(r);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Idempotency, release, succeed_many, the wake channel                     */
 /* ------------------------------------------------------------------------ */
 
@@ -1885,7 +1936,7 @@ static int group_setup(void **state)
     const size_t lens[] = { 8, 4, 7, len };
     redisReply *r = redisCommandArgv(g_redis, 4, argv, lens);
     free(code);
-    if (r == NULL || r->type != REDIS_REPLY_STRING || strcmp(r->str, "retryd") != 0) {
+    if (r == NULL || r->type != REDIS_REPLY_STRING || strcmp(r->str, RD_LIBRARY_NAME) != 0) {
         print_error("test_lua: FUNCTION LOAD %s failed: %s\n", lua,
                     r == NULL ? g_redis->errstr : r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
         if (r)
@@ -1894,6 +1945,137 @@ static int group_setup(void **state)
     }
     freeReplyObject(r);
     return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Versions side by side (rolling upgrade, SPEC §8)                         */
+/* ------------------------------------------------------------------------ */
+
+/* FUNCTION LOAD [REPLACE] code; fails the test unless Redis names the library. */
+static void load_library(const char *code, size_t len, bool replace, const char *want_name)
+{
+    const char *argv[] = { "FUNCTION", "LOAD", "REPLACE", code };
+    const size_t lens[] = { 8, 4, 7, len };
+    redisReply *r = replace ? command_argv(4, argv, lens)
+                            : command_argv(3, (const char *[]){ "FUNCTION", "LOAD", code },
+                                           (const size_t[]){ 8, 4, len });
+    if (r->type != REDIS_REPLY_STRING || strcmp(r->str, want_name) != 0)
+        fail_msg("FUNCTION LOAD of %s: %s", want_name, reply_desc(r));
+    freeReplyObject(r);
+}
+
+/* The names of the functions of library lib (FUNCTION LIST), comma-joined. */
+static void library_functions(const char *lib, char *out, size_t cap, size_t *count)
+{
+    redisReply *r = rcmd("FUNCTION", "LIST", "LIBRARYNAME", lib, END);
+    out[0] = '\0';
+    *count = 0;
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+        const redisReply *l = r->element[i];
+        bool this_lib = false;
+        const redisReply *fns = NULL;
+        for (size_t j = 0; j + 1 < l->elements; j += 2) {
+            if (strcmp(l->element[j]->str, "library_name") == 0)
+                this_lib = strcmp(l->element[j + 1]->str, lib) == 0;
+            if (strcmp(l->element[j]->str, "functions") == 0) fns = l->element[j + 1];
+        }
+        if (!this_lib || fns == NULL) continue;
+        for (size_t k = 0; k < fns->elements; k++) {
+            const redisReply *f = fns->element[k];
+            for (size_t j = 0; j + 1 < f->elements; j += 2) {
+                if (strcmp(f->element[j]->str, "name") != 0) continue;
+                snprintf(out + strlen(out), cap - strlen(out), "%s%s", *count ? "," : "",
+                         f->element[j + 1]->str);
+                (*count)++;
+            }
+        }
+    }
+    freeReplyObject(r);
+}
+
+/* The library as RETRYD_TEST_LUA holds it, with its version renamed: what a
+ * release with another API version loads. */
+static char *library_as(const char *version_name, size_t *len)
+{
+    size_t n;
+    char *code = read_file(getenv("RETRYD_TEST_LUA"), &n);
+    assert_non_null(code);
+    code = realloc(code, n + 1);
+    assert_non_null(code);
+    code[n] = '\0';
+    size_t from_len = strlen(RD_LIBRARY_NAME), to_len = strlen(version_name);
+    assert_int_equal(from_len, to_len);  /* renamed in place */
+    int renamed = 0;
+    for (char *p = code; (p = strstr(p, RD_LIBRARY_NAME)) != NULL; p += from_len) {
+        memcpy(p, version_name, to_len);
+        renamed++;
+    }
+    assert_true(renamed >= 2);  /* the first line and LIBRARY (and comments) */
+    *len = n;
+    return code;
+}
+
+static void test_library_versions_side_by_side(void **state)
+{
+    /* Every function of the library carries its version. */
+    char names[2048];
+    size_t count;
+    library_functions(RD_LIBRARY_NAME, names, sizeof names, &count);
+    assert_true(count >= 15);
+    for (char *p = names; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (strncmp(p, RD_FUNCTION(""), strlen(RD_FUNCTION(""))) != 0)
+            fail_msg("function %.40s is not versioned (%s)", p, names);
+    assert_non_null(strstr(names, RD_FUNCTION("claim")));
+
+    /* Another version loads beside it (its names do not collide), and both
+     * answer on the same queue: enqueue through one, claim and succeed
+     * through the other, as two daemons of two versions would. */
+    size_t len;
+    char *other = library_as("retryd_v9", &len);
+    load_library(other, len, false, "retryd_v9");
+    queue_t q;
+    queue_init(&q, "versions");
+    redisReply *r = rcmd("FCALL", "retryd_v9_enqueue", "1", q.base, "from v9", "3", "0", END);
+    assert_true(has_code(r, "ok"));
+    freeReplyObject(r);
+    msg_t m;
+    claim_one(&q, 30000, &m);
+    assert_string_equal(msg_str(&m, "payload"), "from v9");
+    r = rcmd("FCALL", "retryd_v9_succeed", "2", q.base, mkey(&q, m.id), num(m.id),
+             msg_str(&m, "lease_token"), END);
+    expect_ok_msg(r, &m);
+    assert_string_equal(msg_str(&m, "status"), "succeeded");
+
+    /* A new daemon's FUNCTION LOAD REPLACE of its version leaves the other. */
+    size_t n;
+    char *mine = read_file(getenv("RETRYD_TEST_LUA"), &n);
+    load_library(mine, n, true, RD_LIBRARY_NAME);
+    free(mine);
+    library_functions("retryd_v9", names, sizeof names, &count);
+    assert_true(count >= 15);
+    r = rcmd("FCALL_RO", "retryd_v9_get", "2", q.base, mkey(&q, m.id), num(m.id), END);
+    expect_ok_msg(r, &m);
+
+    /* The unversioned library of older releases ("retryd", functions named
+     * "claim", ...) coexists too; FUNCTION DELETE ends an old version. */
+    const char *old = "#!lua name=retryd\n"
+                      "redis.register_function('claim', function() return { 'old' } end)\n";
+    load_library(old, strlen(old), true, "retryd");
+    load_library(other, len, true, "retryd_v9");
+    r = rcmd("FCALL", "claim", "1", q.base, END);
+    expect_code(r, "old", NULL);
+    expect_nothing_to_claim(&q);  /* the current version's claim is its own */
+    r = rcmd("FUNCTION", "DELETE", "retryd_v9", END);
+    assert_int_equal(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    r = rcmd("FUNCTION", "DELETE", "retryd", END);
+    assert_int_equal(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    r = rcmd("FCALL", "retryd_v9_claim", "1", q.base, "30000", "1", END);
+    assert_int_equal(r->type, REDIS_REPLY_ERROR);
+    freeReplyObject(r);
+    expect_nothing_to_claim(&q);
+    free(other);
 }
 
 static int group_teardown(void **state)
@@ -1950,6 +2132,8 @@ int main(void)
         cmocka_unit_test(test_release),
         cmocka_unit_test(test_succeed_many),
         cmocka_unit_test(test_wake_channel),
+        cmocka_unit_test(test_export_csv_neutralises_formulas),
+        cmocka_unit_test(test_library_versions_side_by_side),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -628,7 +628,8 @@ static void fcall_enqueue(const char *q, size_t n, int max_retries)
     char b[512];
     snprintf(b, sizeof b, "%s", base);
     for (size_t i = 0; i < n; i++)
-        redisAppendCommand(g_redis, "FCALL enqueue 1 %s %s %d 0", b, "bulk", max_retries);
+        redisAppendCommand(g_redis, "FCALL " RD_FUNCTION("enqueue") " 1 %s %s %d 0", b, "bulk",
+                           max_retries);
     drain_pipeline(n, "FCALL enqueue");
     freeReplyObject(rcmd("SADD %s:queues %s", g_prefix, q));
 }
@@ -636,7 +637,7 @@ static void fcall_enqueue(const char *q, size_t n, int max_retries)
 /* Claims up to 100 of q with FCALL claim; writes the ids; returns how many. */
 static size_t fcall_claim(const char *q, long long *ids)
 {
-    redisReply *reply = rcmd("FCALL claim 1 %s 600000 100", qkey(q, ""));
+    redisReply *reply = rcmd("FCALL " RD_FUNCTION("claim") " 1 %s 600000 100", qkey(q, ""));
     assert_int_equal(reply->type, REDIS_REPLY_ARRAY);
     assert_string_equal(reply->element[0]->str, "ok");
     size_t n = 0;
@@ -704,7 +705,8 @@ static size_t fcall_kill_all(const char *q, long long *ids, size_t cap, bool alt
         snprintf(mkey, sizeof mkey, "%s", qkey(q, e2e_fmt(":m:%lld", ids[i])));
         const char *err = !alternate || ids[i] % 2 ? "smtp: 421 too many connections"
                                                    : "dns: no such host";
-        redisAppendCommand(g_redis, "FCALL fail 2 %s %s %lld %s %s 1 -1", qkey(q, ""), mkey,
+        redisAppendCommand(g_redis, "FCALL " RD_FUNCTION("fail") " 2 %s %s %lld %s %s 1 -1",
+                           qkey(q, ""), mkey,
                            ids[i], "", err);
     }
     drain_pipeline(nids, "FCALL fail");
