@@ -1,3 +1,39 @@
+-- Leases up to `count` claimable messages at `now` and appends each to out
+-- (a flat message with its lease). The lease-and-order logic of claim, shared
+-- with settle_claim. count is 1..100, lease_ms already checked.
+local function claim_into(k, base, now, lease_ms, count, out)
+  promote_due(k, now, math.max(count, PROMOTE_IN_CLAIM))
+  local got = 0
+  local deadline = now + lease_ms
+  -- Reserve `count` serials in one call; give back the ones not used.
+  local serial = redis.call('HINCRBY', k.stats, 'claimed', count) - count
+  local skipped = 0
+  local lists = { k.due, k.ready }
+  for l = 1, 2 do
+    while got < count and skipped <= 100 do
+      local ids = redis.call('RPOP', lists[l], count - got)
+      if not ids then break end
+      for i = 1, #ids do
+        local id = ids[i]
+        local mkey = message_key(base, id)
+        if redis.call('EXISTS', mkey) == 1 then
+          serial = serial + 1
+          local token = string.format('%x.%x', now, serial)
+          redis.call('HSET', mkey, 'status', 'processing', 'lease_token', token,
+                     'lease_expires_at', deadline, 'updated_at', now)
+          redis.call('ZADD', k.processing, deadline, id)
+          out[#out + 1] = message_reply(mkey, id)
+          got = got + 1
+        else
+          skipped = skipped + 1
+        end
+      end
+    end
+  end
+  if got < count then redis.call('HINCRBY', k.stats, 'claimed', got - count) end
+  return got
+end
+
 -- claim: lease up to `count` messages, due retries before fresh ones.
 --   KEYS[1]  <prefix>:{q}                       queue key base
 --   ARGV[1]  lease_ms                           integer 1..43200000
@@ -15,38 +51,9 @@ local function claim(keys, args)
   local count = to_int(args[2] or '1')
   if lease_ms == nil or lease_ms < 1 or lease_ms > 43200000 then return bad_arg('lease_ms') end
   if count == nil or count < 1 or count > 100 then return bad_arg('count') end
-
-  local now = now_ms()
-  promote_due(k, now, math.max(count, PROMOTE_IN_CLAIM))
   local out = { 'ok' }
-  local deadline = now + lease_ms
-  -- Reserve `count` serials in one call; give back the ones not used.
-  local serial = redis.call('HINCRBY', k.stats, 'claimed', count) - count
-  local skipped = 0
-  local lists = { k.due, k.ready }
-  for l = 1, 2 do
-    while #out - 1 < count and skipped <= 100 do
-      local ids = redis.call('RPOP', lists[l], count - (#out - 1))
-      if not ids then break end
-      for i = 1, #ids do
-        local id = ids[i]
-        local mkey = message_key(base, id)
-        if redis.call('EXISTS', mkey) == 1 then
-          serial = serial + 1
-          local token = string.format('%x.%x', now, serial)
-          redis.call('HSET', mkey, 'status', 'processing', 'lease_token', token,
-                     'lease_expires_at', deadline, 'updated_at', now)
-          redis.call('ZADD', k.processing, deadline, id)
-          out[#out + 1] = message_reply(mkey, id)
-        else
-          skipped = skipped + 1
-        end
-      end
-    end
-  end
-  if #out - 1 < count then redis.call('HINCRBY', k.stats, 'claimed', (#out - 1) - count) end
+  claim_into(k, base, now_ms(), lease_ms, count, out)
   return out
 end
 
 register('claim', claim)
-

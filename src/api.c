@@ -23,6 +23,13 @@ typedef struct call {
     const rd_http_request_t *req;
     rd_route_match_t match;
     bool batch;                 /* claim with count: answer {messages:[...]} */
+    /* claim with settle (SPEC §9): the ids in request order, their outcomes
+     * once applied, and the claim to park when nothing was claimable. */
+    long long *settle_ids;
+    char (*settled)[16];
+    size_t nsettle;
+    long long lease_ms, wait_ms;
+    int count;
     rd_ack_req_t *ack;          /* batch acknowledgement: the ids, in order */
     rd_replay_req_t replay;     /* batch replay: what to replay */
     char *cursor;               /* batch replay: where the next call starts */
@@ -46,6 +53,8 @@ static void call_free(call_t *c)
         rd_free(c->ack);
     }
     rd_request_replay_free(&c->replay);
+    rd_free(c->settle_ids);
+    rd_free(c->settled);
     rd_free(c->cursor);
     for (size_t i = 0; i < c->nqueues; i++) rd_free(c->queues[i].name);
     rd_free(c->queues);
@@ -251,6 +260,76 @@ static void on_claimed(const rd_store_result_t *res, void *arg)
     respond_json(c, 200, doc, NULL);
 }
 
+/* A Lua outcome code in the API's spelling ('-' for '_', as the problem
+ * types): "not_found" -> "not-found". out holds 16 bytes. */
+static void api_code(rd_str_t code, char out[16])
+{
+    size_t n = code.len < 15 ? code.len : 15;
+    for (size_t j = 0; j < n; j++) out[j] = code.ptr[j] == '_' ? '-' : code.ptr[j];
+    out[n] = '\0';
+}
+
+/* 200 {"settled":[{id, status}...], "messages":[...]} of a claim with settle. */
+static void respond_settled(call_t *c, const rd_store_result_t *res)
+{
+    if (res->count > 0) hand_back_if_undelivered(c, res);
+    rd_json_t *doc = rd_json_new_object();
+    rd_json_t *list = rd_json_new_array();
+    for (size_t i = 0; i < c->nsettle; i++) {
+        rd_json_t *item = rd_json_new_object();
+        rd_json_set_int(item, "id", c->settle_ids[i]);
+        rd_json_set_string(item, "status", c->settled[i]);
+        rd_json_append(list, item);
+    }
+    rd_json_set(doc, "settled", list);
+    list = rd_json_new_array();
+    for (size_t i = 0; i < res->count; i++)
+        rd_json_append(list, rd_message_to_json(&res->messages[i], c->match.queue,
+                                                c->match.queue_len, true));
+    rd_json_set(doc, "messages", list);
+    respond_json(c, 200, doc, NULL);
+}
+
+/* The claim a settle-and-claim parked for: its settlements stand whatever
+ * happens to it, so a claim that failed (Redis went away meanwhile) answers
+ * with no messages, never an error that would hide them. */
+static void on_settle_waited(const rd_store_result_t *res, void *arg)
+{
+    call_t *c = arg;
+    if (res->status == RD_STORE_OK) {
+        respond_settled(c, res);
+        return;
+    }
+    rd_warn("api: the long-poll claim after a settlement failed (status %d); answering no "
+            "messages", (int)res->status);
+    rd_store_result_t none = { .status = RD_STORE_OK };
+    respond_settled(c, &none);
+}
+
+static void on_settle_claimed(const rd_store_result_t *res, void *arg)
+{
+    call_t *c = arg;
+    if (respond_store_failure(c, res)) return;
+    if (res->settled != c->nsettle) {
+        rd_error("api: settle_claim answered %zu outcomes for %zu settlements", res->settled,
+                 c->nsettle);
+        rd_store_result_t bad = { .status = RD_STORE_ERROR };
+        respond_store_failure(c, &bad);
+        return;
+    }
+    c->settled = rd_malloc(c->nsettle * sizeof *c->settled);
+    for (size_t i = 0; i < c->nsettle; i++) api_code(res->outcomes[i], c->settled[i]);
+    /* Settled at once; with wait_seconds and nothing claimable, the claim
+     * waits as a plain long-poll claim does. */
+    if (res->count == 0 && c->wait_ms > 0 && c->api->waiters) {
+        rd_store_queue_t q = { c->match.queue, c->match.queue_len };
+        rd_waiters_park(c->api->waiters, q, c->lease_ms, c->count, c->wait_ms, c->ex,
+                        on_settle_waited, c);
+        return;
+    }
+    respond_settled(c, res);
+}
+
 static void on_listed(const rd_store_result_t *res, void *arg)
 {
     call_t *c = arg;
@@ -278,13 +357,8 @@ static void on_acked(const rd_store_result_t *res, void *arg)
     for (size_t i = 0; i < res->count && i < ack->count; i++) {
         rd_json_t *item = rd_json_new_object();
         rd_json_set_int(item, "id", ack->ids[i]);
-        /* Lua's codes use '_'; the API's use '-' like the problem types. */
-        char status[32];
-        size_t n = res->outcomes[i].len < sizeof status - 1 ? res->outcomes[i].len
-                                                            : sizeof status - 1;
-        for (size_t j = 0; j < n; j++)
-            status[j] = res->outcomes[i].ptr[j] == '_' ? '-' : res->outcomes[i].ptr[j];
-        status[n] = '\0';
+        char status[16];
+        api_code(res->outcomes[i], status);
         rd_json_set_string(item, "status", status);
         rd_json_append(list, item);
     }
@@ -543,6 +617,18 @@ static int dispatch(call_t *c)
                              api->cfg->lease_ms, &cl, &errs);
         if (r != RD_REQ_OK) break;
         c->batch = cl.batch;
+        if (cl.nsettle > 0) {
+            c->nsettle = cl.nsettle;
+            c->settle_ids = rd_malloc(cl.nsettle * sizeof *c->settle_ids);
+            for (size_t i = 0; i < cl.nsettle; i++) c->settle_ids[i] = cl.settle[i].id;
+            c->lease_ms = cl.lease_ms;
+            c->wait_ms = cl.wait_ms;
+            c->count = cl.count;
+            rc = rd_store_settle_claim(api->store, q, cl.lease_ms, cl.count, cl.nsettle,
+                                       cl.settle, on_settle_claimed, c);
+            rd_request_free(cl.doc);
+            return rc;
+        }
         rd_request_free(cl.doc);
         if (cl.wait_ms > 0 && api->waiters) {
             if (!rd_store_ready(api->store)) return -1;

@@ -33,7 +33,7 @@ struct rd_store {
 typedef enum reply_kind {
     KIND_MESSAGES, KIND_ENQUEUED, KIND_LIST, KIND_TICK, KIND_NAMES, KIND_PING, KIND_OUTCOMES,
     KIND_COUNT,
-    KIND_REPLAYED, KIND_PURGED, KIND_STATS, KIND_DELETED
+    KIND_REPLAYED, KIND_PURGED, KIND_STATS, KIND_DELETED, KIND_SETTLED
 } reply_kind_t;
 
 /* What enqueue sent, to build the new message from {"ok", id, now}. */
@@ -158,6 +158,16 @@ static bool parse_outcome(const rd_reply_t *reply, rd_store_result_t *res)
 }
 
 /* A flat array of strings into a fresh rd_str_t array. */
+static bool parse_strings(const rd_reply_t *r, rd_str_t **out, size_t *len);
+
+/* settle_claim's {"ok", {status...}, message...}. */
+static bool parse_settled(const rd_reply_t *reply, rd_store_result_t *res)
+{
+    if (!is_array(reply, 2) || !rd_reply_is(rd_reply_at(reply, 0), "ok")) return false;
+    if (!parse_strings(rd_reply_at(reply, 1), &res->outcomes, &res->settled)) return false;
+    return parse_messages(reply, 2, res);
+}
+
 static bool parse_strings(const rd_reply_t *r, rd_str_t **out, size_t *len)
 {
     if (!is_array(r, 0)) return false;
@@ -284,6 +294,8 @@ static bool parse_reply(reply_kind_t kind, const rd_reply_t *reply, rd_store_res
         res->count = n;
         return true;
     }
+    case KIND_SETTLED:
+        return parse_settled(reply, res);
     case KIND_MESSAGES:
         if (!parse_outcome(reply, res)) return false;
         if (res->status != RD_STORE_OK && res->status != RD_STORE_DUPLICATE) return true;
@@ -380,9 +392,9 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
 
 /* ---------------------------------------------------------------- calls */
 
-/* FCALL name numkeys base, then at most 100 (id, token) pairs or a mode and
- * RD_STORE_REPLAY_IDS_MAX ids. */
-enum { MAX_ARGS = 8 + 2 * 100 };
+/* FCALL name numkeys base, then at most 100 (id, token) pairs, a mode and
+ * RD_STORE_REPLAY_IDS_MAX ids, or settle_claim's 3 + 6 per settlement. */
+enum { MAX_ARGS = 8 + 6 * 100 };
 
 typedef struct call {
     int argc;
@@ -626,6 +638,29 @@ int rd_store_succeed_many(rd_store_t *st, rd_store_queue_t q, size_t n, const lo
         arg_str(c, tokens[i] ? tokens[i] : "");
     }
     int rc = send_call(st, c, KIND_OUTCOMES, cb, arg);
+    rd_free(c);
+    return rc;
+}
+
+int rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int count,
+                          size_t n, const rd_settlement_t *items, rd_store_cb cb, void *arg)
+{
+    if (n > 100 || count < 0 || count > 100) return -1;
+    call_t *c = rd_malloc(sizeof *c);
+    begin_fcall(c, st, "settle_claim", q, 0);
+    arg_int(c, lease_ms);
+    arg_int(c, count);
+    arg_int(c, (long long)n);
+    for (size_t i = 0; i < n; i++) {
+        const rd_settlement_t *s = &items[i];
+        arg_int(c, s->id);
+        arg_str(c, s->lease_token ? s->lease_token : "");
+        arg_str(c, s->failed ? "failed" : "succeeded");
+        arg_str(c, s->failed && s->error ? s->error : "");
+        arg_str(c, s->retryable ? "1" : "0");
+        arg_int(c, s->failed && s->retry_after_ms >= 0 ? s->retry_after_ms : -1);
+    }
+    int rc = send_call(st, c, KIND_SETTLED, cb, arg);
     rd_free(c);
     return rc;
 }

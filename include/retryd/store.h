@@ -50,7 +50,9 @@ typedef struct rd_store_result {
     long long total;          /* list */
     rd_str_t next_cursor;     /* list: len 0 at the end */
     long long promoted, reclaimed, expired, next_in_ms, ready;  /* tick */
-    rd_str_t *outcomes;       /* succeed_many: one code per item (count of them) */
+    rd_str_t *outcomes;       /* succeed_many: one code per item (count of them);
+                                 settle_claim: one per settlement (settled of them) */
+    size_t settled;           /* settle_claim */
     long long released;       /* release */
     long long replayed;       /* replay_many */
     long long purged;         /* purge */
@@ -103,6 +105,14 @@ int rd_store_list(rd_store_t *st, rd_store_queue_t q, const char *status, int li
  * res->outcomes[i] is "succeeded", "not_found", "invalid_state" or "lease_mismatch". */
 int rd_store_succeed_many(rd_store_t *st, rd_store_queue_t q, size_t n, const long long *ids,
                           const char *const *tokens, rd_store_cb cb, void *arg);
+/* Settle and claim in one call (SPEC §9): applies items[0..n) (n 0..100) as
+ * succeed and fail would, in order, then claims up to count (0..100) as
+ * rd_store_claim does. res->outcomes[i] (res->settled of them) is the new
+ * state of item i ("succeeded", "pending", "dead") or why nothing was done
+ * ("not_found", "invalid_state", "lease_mismatch"); res->messages the claimed
+ * ones. The items are read only during the call. */
+int rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int count,
+                          size_t n, const rd_settlement_t *items, rd_store_cb cb, void *arg);
 /* Hands claimed messages back (no failure counted); res->released. */
 int rd_store_release(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_message_t *msgs,
                      rd_store_cb cb, void *arg);

@@ -1,0 +1,80 @@
+-- settle_claim: the worker loop in one call (SPEC §9): settle what the worker
+-- finished, then lease what it takes next.
+--   KEYS[1]  <prefix>:{q}                       queue key base
+--   ARGV[1]  lease_ms                           integer 1..43200000
+--   ARGV[2]  count                              integer 0..100 (0: settle only)
+--   ARGV[3]  n                                  settlements that follow, 0..100
+--   ARGV[4 + 6*(i-1) ..], for each settlement i = 1..n, six values:
+--            id                                 the message id
+--            lease_token                        "" accepts any current lease
+--            outcome                            "succeeded" | "failed"
+--            error                              failed: kept as last_error ("" otherwise)
+--            retryable                          failed: "1" | "0" (0: dead now)
+--            retry_after_ms                     failed: integer >= 0 overrides the
+--                                               backoff; -1 uses min(2^n, 3600) s
+-- Message keys are derived from KEYS[1]; they share its hash tag and slot.
+-- Every argument is checked before anything is written. Settlements apply in
+-- order, exactly as succeed and fail do (backoff, dead letters, events,
+-- errors, counters), then the claim runs as claim does; a failure due at once
+-- (retry_after_ms 0) may be claimed back in the same call. Nothing is read
+-- back for a settlement: its new state is the whole answer.
+-- Returns {"ok", {status_1, ..., status_n}, message, ...}: status_i is
+-- "succeeded" | "pending" | "dead" (the message's new state) or "not_found" |
+-- "invalid_state" | "lease_mismatch" (nothing done to it); then zero to count
+-- claimed messages, as claim returns them. One bad item does not stop the others.
+--
+-- From redis-cli: succeed 41, fail 42 with the backoff, claim the next one:
+--   FCALL retryd_v2_settle_claim 1 'retryd:{emails}' 30000 1 2 \
+--     41 '' succeeded '' 1 -1   42 '' failed 'smtp timeout' 1 -1
+local SETTLE_FIELDS = 6
+
+local function settle_claim(keys, args)
+  local base = keys[1]
+  local k = queue_keys(base)
+  local lease_ms = to_int(args[1])
+  local count = to_int(args[2])
+  local n = to_int(args[3])
+  if lease_ms == nil or lease_ms < 1 or lease_ms > 43200000 then return bad_arg('lease_ms') end
+  if count == nil or count < 0 or count > 100 then return bad_arg('count') end
+  if n == nil or n < 0 or n > 100 or #args ~= 3 + SETTLE_FIELDS * n then
+    return bad_arg('settlements')
+  end
+  for i = 0, n - 1 do
+    local at = 4 + SETTLE_FIELDS * i
+    local id, outcome = to_int(args[at]), args[at + 2]
+    if id == nil or id < 1 then return bad_arg('id') end
+    if outcome == 'failed' then
+      if args[at + 4] ~= '1' and args[at + 4] ~= '0' then return bad_arg('retryable') end
+      if to_int(args[at + 5]) == nil then return bad_arg('retry_after_ms') end
+    elseif outcome ~= 'succeeded' then
+      return bad_arg('outcome')
+    end
+  end
+
+  local now = now_ms()
+  local statuses = {}
+  local succeeded = 0
+  for i = 0, n - 1 do
+    local at = 4 + SETTLE_FIELDS * i
+    local id = args[at]
+    local mkey = message_key(base, id)
+    local _, e = load_for(mkey, 'processing', args[at + 1])
+    if e then
+      statuses[#statuses + 1] = e[1]
+    elseif args[at + 2] == 'succeeded' then
+      succeed_message(k, mkey, id, now)
+      succeeded = succeeded + 1
+      statuses[#statuses + 1] = 'succeeded'
+    else
+      statuses[#statuses + 1] = fail_message(k, base, id, now, args[at + 3], args[at + 4] == '1',
+                                             to_int(args[at + 5]))
+    end
+  end
+  if succeeded > 0 then redis.call('HINCRBY', k.stats, 'succeeded', succeeded) end
+
+  local out = { 'ok', statuses }
+  if count > 0 then claim_into(k, base, now, lease_ms, count, out) end
+  return out
+end
+
+register('settle_claim', settle_claim)
