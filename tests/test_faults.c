@@ -2670,6 +2670,64 @@ static void test_half_closed_clients_get_their_answers(void **state)
     assert_int_equal(rq_int(g_shared, "GET %s:{hc}:seq", pfx), 1);
 }
 
+/* Sends body to path on a connection of its own while Redis holds writes
+ * (CLIENT PAUSE), so the claim is in Redis when its client resets (RST);
+ * returns once the daemon saw the reset, with Redis running again. */
+static void reset_during_claim(int port, const char *path, const char *body, const char *log_name)
+{
+    redisReply *x = e2e_rcmd(g_admin, "CLIENT PAUSE 20000 WRITE");
+    freeReplyObject(x);
+    e2e_conn_t c;
+    assert_int_equal(e2e_conn_open(&c, port), 0);
+    assert_int_equal(e2e_send_request(&c, "POST", path, NULL, body, strlen(body)), 0);
+    int client_port = local_port_of(c.fd);
+    long long deadline = e2e_mono_ms() + 5000;
+    while (server_unread_bytes(port, client_port) != 0) {
+        if (e2e_mono_ms() > deadline) fail_msg("the daemon never read the claim");
+        e2e_pause_ms(5);
+    }
+    struct linger lg = { 1, 0 };
+    assert_int_equal(setsockopt(c.fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
+    e2e_conn_close(&c);   /* RST */
+    char log[PATH_MAX];
+    SET(log, tmp_path(log_name));
+    for (;;) {
+        char *text = fx_read_file(log);
+        bool seen = text && strstr(text, "http: read failed") != NULL;
+        free(text);
+        if (seen) break;
+        if (e2e_mono_ms() > deadline) fail_msg("the daemon never saw the reset");
+        e2e_pause_ms(5);
+    }
+    x = e2e_rcmd(g_admin, "CLIENT UNPAUSE");
+    freeReplyObject(x);
+}
+
+/* Waits (3 s at most) until message id of queue q is pending again with
+ * retry_count 0: handed back, not failed. Returns how long it took (ms). */
+static long long wait_handed_back(const char *prefix, const char *q, int id)
+{
+    long long unpaused = e2e_mono_ms();
+    for (;;) {
+        redisReply *x = e2e_rcmd(g_admin, "HMGET %s:{%s}:m:%d status retry_count", prefix, q, id);
+        bool back = x->element[0]->type == REDIS_REPLY_STRING &&
+                    strcmp(x->element[0]->str, "pending") == 0;
+        char status[32];
+        SET(status, x->element[0]->type == REDIS_REPLY_STRING ? x->element[0]->str : "?");
+        long long retries = x->element[1]->type == REDIS_REPLY_STRING ? atoll(x->element[1]->str)
+                                                                      : -1;
+        freeReplyObject(x);
+        if (back) {
+            assert_int_equal(retries, 0);
+            return e2e_mono_ms() - unpaused;
+        }
+        if (e2e_mono_ms() - unpaused > 3000)
+            fail_msg("3 s after its client reset, the claimed message is %s, not pending",
+                     status);
+        e2e_pause_ms(10);
+    }
+}
+
 /* A claim whose client resets before the answer: the message goes straight
  * back (pending, retry_count 0, no failure counted), as a departed long-poll's
  * does, instead of staying processing until its lease expires. */
@@ -2690,62 +2748,65 @@ static void test_claim_whose_client_resets_is_handed_back(void **state)
     e2e_conn_close(&g_conn);
 
     /* The claim is held in Redis while its client resets. */
-    redisReply *x = e2e_rcmd(g_admin, "CLIENT PAUSE 20000 WRITE");
-    freeReplyObject(x);
-    e2e_conn_t c;
-    assert_int_equal(e2e_conn_open(&c, port), 0);
-    const char *body = "{\"lease_seconds\":60}";
-    assert_int_equal(e2e_send_request(&c, "POST", "/queues/rs/claim", NULL, body, strlen(body)),
-                     0);
-    int client_port = local_port_of(c.fd);
-    long long deadline = e2e_mono_ms() + 5000;
-    while (server_unread_bytes(port, client_port) != 0) {
-        if (e2e_mono_ms() > deadline) fail_msg("the daemon never read the claim");
-        e2e_pause_ms(5);
-    }
-    struct linger lg = { 1, 0 };
-    assert_int_equal(setsockopt(c.fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
-    e2e_conn_close(&c);   /* RST */
-    char log[PATH_MAX];
-    SET(log, tmp_path("reset.log"));
-    for (;;) {
-        char *text = fx_read_file(log);
-        bool seen = text && strstr(text, "http: read failed") != NULL;
-        free(text);
-        if (seen) break;
-        if (e2e_mono_ms() > deadline) fail_msg("the daemon never saw the reset");
-        e2e_pause_ms(5);
-    }
-    x = e2e_rcmd(g_admin, "CLIENT UNPAUSE");
-    freeReplyObject(x);
+    reset_during_claim(port, "/queues/rs/claim", "{\"lease_seconds\":60}", "reset.log");
 
     /* Back at once: long before the 60 s lease, and not as a failure. */
-    long long unpaused = e2e_mono_ms();
-    for (;;) {
-        x = e2e_rcmd(g_admin, "HMGET %s:{rs}:m:1 status retry_count", prefix);
-        bool back = x->element[0]->type == REDIS_REPLY_STRING &&
-                    strcmp(x->element[0]->str, "pending") == 0;
-        char status[32];
-        SET(status, x->element[0]->type == REDIS_REPLY_STRING ? x->element[0]->str : "?");
-        long long retries = x->element[1]->type == REDIS_REPLY_STRING ? atoll(x->element[1]->str)
-                                                                      : -1;
-        freeReplyObject(x);
-        if (back) {
-            assert_int_equal(retries, 0);
-            break;
-        }
-        if (e2e_mono_ms() - unpaused > 3000)
-            fail_msg("3 s after its client reset, the claimed message is %s, not pending",
-                     status);
-        e2e_pause_ms(10);
-    }
     printf("# measured a claim whose client reset: handed back %lld ms after Redis answered\n",
-           e2e_mono_ms() - unpaused);
+           wait_handed_back(prefix, "rs", 1));
     assert_int_equal(rq_int(g_admin, "HGET %s:{rs}:stats released", prefix), 1);
     assert_int_equal(rq_int(g_admin, "HGET %s:{rs}:stats failed", prefix), 0);
     /* And the next worker gets it. */
     http(port, &r, "POST", "/queues/rs/claim", NULL);
     assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "id"), 1);
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    stop_retryd(&g_dmn[0]);
+}
+
+/* The same for a claim with settle (SPEC §9): the messages it claimed go
+ * straight back, and its settlements stay applied. */
+static void test_settle_claim_whose_client_resets_is_handed_back(void **state)
+{
+    (void)state;
+    static const char *const extra[] = { "--appendonly", "no", NULL };
+    assert_int_equal(fx_redis_start(&g_srv, extra), 0);
+    g_admin = fx_redis_connect(g_srv.port, NULL, NULL);
+    assert_non_null(g_admin);
+    const char *prefix = "sreset";
+    assert_int_equal(start_retryd(&g_dmn[0], "sreset.log", e2e_redis_url(g_srv.port), prefix,
+                                  true, "--redis-timeout-ms", "20000", "--log-level", "debug",
+                                  NULL), 0);
+    int port = g_dmn[0].port;
+    e2e_response_t r = { 0 };
+    for (int i = 0; i < 3; i++) {
+        http(port, &r, "POST", "/queues/ss/messages", "{\"payload\":\"job\"}");
+        e2e_expect_json(&r, 201);
+    }
+    http(port, &r, "POST", "/queues/ss/claim", NULL);
+    rd_json_t *m = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(m, "id"), 1);
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"count\":2,\"settle\":[{\"id\":1,\"lease_token\":\"%s\",\"outcome\":\"succeeded\"}]}",
+             e2e_jstr(m, "lease_token"));
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+
+    reset_during_claim(port, "/queues/ss/claim", body, "sreset.log");
+    wait_handed_back(prefix, "ss", 2);
+    wait_handed_back(prefix, "ss", 3);
+    assert_int_equal(rq_int(g_admin, "HGET %s:{ss}:stats released", prefix), 2);
+    assert_int_equal(rq_int(g_admin, "HGET %s:{ss}:stats failed", prefix), 0);
+    assert_int_equal(rq_int(g_admin, "HGET %s:{ss}:stats succeeded", prefix), 1);
+    redisReply *x = e2e_rcmd(g_admin, "HGET %s:{ss}:m:1 status", prefix);
+    assert_string_equal(x->str, "succeeded");
+    freeReplyObject(x);
+    /* The next worker gets them, in their claim order. */
+    http(port, &r, "POST", "/queues/ss/claim", "{\"count\":5}");
+    rd_json_t *list = e2e_jget(e2e_expect_json(&r, 200), "messages");
+    assert_int_equal(rd_json_array_size(list), 2);
+    assert_int_equal(e2e_jint(rd_json_array_at(list, 0), "id"), 2);
+    assert_int_equal(e2e_jint(rd_json_array_at(list, 1), "id"), 3);
     e2e_response_free(&r);
     e2e_conn_close(&g_conn);
     stop_retryd(&g_dmn[0]);
@@ -3028,6 +3089,7 @@ int main(void)
         T(test_sigterm_with_requests_in_flight),
         T(test_half_closed_clients_get_their_answers),
         T(test_claim_whose_client_resets_is_handed_back),
+        T(test_settle_claim_whose_client_resets_is_handed_back),
         T(test_durability_warnings_at_startup),
         T(test_valgrind_clean_shutdown),
     };

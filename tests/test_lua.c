@@ -1753,6 +1753,353 @@ static void test_succeed_many(void **state)
     expect_error(fcall_bin("succeed_many", &q, -1, 202, args, NULL));
 }
 
+/* ------------------------------------------------------------------------ */
+/* settle_claim (SPEC §9)                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* One settlement's six ARGV: id, token, outcome, error, retryable, retry_after_ms. */
+typedef struct {
+    long long id;
+    const char *token, *outcome, *error, *retryable;
+    long long retry_after_ms;
+} settle_t;
+
+#define SUCCEEDED(id, token) { (id), (token), "succeeded", "", "1", -1 }
+#define FAILED(id, token, error, retryable, after) { (id), (token), "failed", (error), (retryable), (after) }
+
+/* FCALL settle_claim lease_ms count n, then the n settlements. */
+static redisReply *settle_claim(const queue_t *q, long long lease_ms, int count, size_t n,
+                                const settle_t *items)
+{
+    size_t nargs = 3 + 6 * n;
+    const char **args = calloc(nargs, sizeof *args);
+    char (*nums)[24] = calloc(2 * n + 3, sizeof *nums);
+    assert_non_null(args);
+    assert_non_null(nums);
+    snprintf(nums[0], 24, "%lld", lease_ms);
+    snprintf(nums[1], 24, "%d", count);
+    snprintf(nums[2], 24, "%zu", n);
+    args[0] = nums[0];
+    args[1] = nums[1];
+    args[2] = nums[2];
+    for (size_t i = 0; i < n; i++) {
+        const char **a = args + 3 + 6 * i;
+        snprintf(nums[3 + 2 * i], 24, "%lld", items[i].id);
+        snprintf(nums[4 + 2 * i], 24, "%lld", items[i].retry_after_ms);
+        a[0] = nums[3 + 2 * i];
+        a[1] = items[i].token;
+        a[2] = items[i].outcome;
+        a[3] = items[i].error;
+        a[4] = items[i].retryable;
+        a[5] = nums[4 + 2 * i];
+    }
+    redisReply *r = fcall_bin("settle_claim", q, -1, nargs, args, NULL);
+    free(args);
+    free(nums);
+    return r;
+}
+
+/* {"ok", {status...}, message...}: the n statuses must be want; returns how
+ * many messages (at most max) were claimed, into out. */
+#define expect_settled(r, n, want, out, max) \
+    expect_settled_at((r), (n), (want), (out), (max), __FILE__, __LINE__)
+static size_t expect_settled_at(redisReply *r, size_t n, const char *const *want, msg_t *out,
+                                size_t max, const char *file, int line)
+{
+    char desc[256];
+    snprintf(desc, sizeof desc, "%s", reply_desc(r));
+    bool good = has_code(r, "ok") && r->elements >= 2 && r->elements - 2 <= max &&
+                r->element[1]->type == REDIS_REPLY_ARRAY && r->element[1]->elements == n;
+    for (size_t i = 0; good && i < n; i++) {
+        const redisReply *st = r->element[1]->element[i];
+        good = st->type == REDIS_REPLY_STRING && strcmp(st->str, want[i]) == 0;
+        if (!good)
+            snprintf(desc, sizeof desc, "status %zu %s, expected \"%s\"", i, reply_desc(st), want[i]);
+    }
+    if (!good) {
+        freeReplyObject(r);
+        FAIL_AT(file, line, "expected {\"ok\", %zu statuses, up to %zu messages}, got %s", n, max,
+                desc);
+    }
+    size_t got = r->elements - 2;
+    for (size_t i = 0; i < got; i++)
+        msg_parse(r->element[i + 2], &out[i]);
+    freeReplyObject(r);
+    return got;
+}
+
+/* Copies a claimed message's lease token. */
+static void token_of(const msg_t *m, char out[64])
+{
+    snprintf(out, 64, "%s", msg_str(m, "lease_token"));
+}
+
+/* Every outcome in one call, each exactly as succeed and fail leave it, and
+ * the claim after them. */
+static void test_settle_claim_mixed_outcomes(void **state)
+{
+    queue_t q;
+    queue_init(&q, "settlemix");
+    for (int i = 0; i < 6; i++)
+        enqueue_ok(&q, "job", 3, 0);
+    msg_t m[6];
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "4", END), m, 6), 4);
+    char t1[64], t2[64], t3[64], t4[64];
+    token_of(&m[0], t1);
+    token_of(&m[1], t2);
+    token_of(&m[2], t3);
+    token_of(&m[3], t4);
+
+    settle_t items[] = {
+        SUCCEEDED(1, t1),
+        FAILED(2, t2, "smtp timeout", "1", -1),     /* retry in 2 s */
+        FAILED(3, "", "poison", "0", -1),           /* dead now */
+        FAILED(4, t4, "slow down", "1", 7000),      /* retry_after overrides the backoff */
+        SUCCEEDED(999, ""),                         /* no such message */
+        SUCCEEDED(5, ""),                           /* pending, not processing */
+        SUCCEEDED(1, t1),                           /* settled a moment ago */
+    };
+    static const char *const want[] = { "succeeded", "pending", "dead", "pending", "not_found",
+                                        "invalid_state", "invalid_state" };
+    long long before = redis_now_ms();
+    msg_t got[4];
+    size_t n = expect_settled(settle_claim(&q, 45000, 3, 7, items), 7, want, got, 4);
+    long long after = redis_now_ms();
+
+    /* The claim ran after them: 5 and 6 are what is claimable (2 and 4 are
+     * not due yet), with claim's lease. */
+    assert_int_equal(n, 2);
+    assert_int_equal(got[0].id, 5);
+    assert_int_equal(got[1].id, 6);
+    for (size_t i = 0; i < n; i++) {
+        assert_string_equal(msg_str(&got[i], "status"), "processing");
+        assert_string_equal(msg_str(&got[i], "payload"), "job");
+        assert_int_equal(msg_int(&got[i], "lease_expires_at"), msg_int(&got[i], "updated_at") + 45000);
+        assert_int_equal(zscore(qkey(&q, "processing"), got[i].id), msg_int(&got[i], "lease_expires_at"));
+    }
+    assert_string_not_equal(msg_str(&got[0], "lease_token"), msg_str(&got[1], "lease_token"));
+
+    msg_t g;
+    expect_ok_msg(fcall("get", &q, 1, END), &g);
+    assert_string_equal(msg_str(&g, "status"), "succeeded");
+    assert_no_field(&g, "lease_token");
+    assert_no_field(&g, "lease_expires_at");
+    assert_in_range(msg_int(&g, "updated_at"), before, after);
+    assert_int_equal(zscore(qkey(&q, "succeeded"), 1), msg_int(&g, "updated_at"));
+    assert_int_equal(zscore(qkey(&q, "processing"), 1), -1);
+
+    expect_ok_msg(fcall("get", &q, 2, END), &g);
+    assert_string_equal(msg_str(&g, "status"), "pending");
+    assert_int_equal(msg_int(&g, "retry_count"), 1);
+    assert_string_equal(msg_str(&g, "last_error"), "smtp timeout");
+    assert_int_equal(msg_int(&g, "retry_after") - msg_int(&g, "updated_at"), 2000);
+    assert_int_equal(zscore(qkey(&q, "scheduled"), 2), msg_int(&g, "retry_after"));
+    assert_no_field(&g, "lease_token");
+
+    expect_ok_msg(fcall("get", &q, 3, END), &g);
+    assert_string_equal(msg_str(&g, "status"), "dead");
+    assert_int_equal(msg_int(&g, "retry_count"), 1);
+    assert_string_equal(msg_str(&g, "last_error"), "poison");
+    assert_int_equal(zscore(qkey(&q, "dead"), 3), msg_int(&g, "updated_at"));
+    assert_int_equal(zscore(qkey(&q, "processing"), 3), -1);
+    /* The dead letter is counted in top_errors and in the events stream. */
+    redisReply *r = rcmd("ZSCORE", qkey(&q, "errors"), "poison", END);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    assert_string_equal(r->str, "1");
+    freeReplyObject(r);
+    r = rcmd("XREVRANGE", qkey(&q, "events"), "+", "-", "COUNT", "1", END);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->elements, 1);
+    const redisReply *fields = r->element[0]->element[1];
+    assert_string_equal(fields->element[1]->str, "dead");
+    assert_string_equal(fields->element[3]->str, "3");
+    assert_string_equal(fields->element[5]->str, "poison");
+    freeReplyObject(r);
+
+    expect_ok_msg(fcall("get", &q, 4, END), &g);
+    assert_string_equal(msg_str(&g, "status"), "pending");
+    assert_int_equal(msg_int(&g, "retry_after") - msg_int(&g, "updated_at"), 7000);
+
+    assert_int_equal(counter(&q, "succeeded"), 1);
+    assert_int_equal(counter(&q, "failed"), 3);
+    assert_int_equal(counter(&q, "retried"), 2);
+    assert_int_equal(counter(&q, "dead"), 1);
+    assert_int_equal(counter(&q, "delay_le_2"), 1);
+    assert_int_equal(counter(&q, "delay_le_8"), 1);
+    assert_int_equal(counter(&q, "claimed"), 6);
+    assert_int_equal(zcard(qkey(&q, "processing")), 2);
+}
+
+/* The failure path is fail's: the backoff table, then dead at max_retries,
+ * and a failure due at once is claimed back in the same call, before fresh
+ * messages (due retries first). */
+static void test_settle_claim_backoff_then_dead(void **state)
+{
+    static const long long delays_ms[] = { 2000, 4000, 8000, 16000 };
+    static const char *const pending[] = { "pending" }, *const dead[] = { "dead" };
+    queue_t q;
+    queue_init(&q, "settlebackoff");
+    long long id = enqueue_ok(&q, "job", 5, 0);
+    msg_t m, got[2];
+    char token[64];
+    for (int n = 1; n <= 4; n++) {
+        claim_one(&q, 30000, &m);
+        assert_int_equal(m.id, id);
+        token_of(&m, token);
+        settle_t f = FAILED(id, token, "again", "1", -1);
+        /* count 0: settle only. */
+        assert_int_equal(expect_settled(settle_claim(&q, 30000, 0, 1, &f), 1, pending, got, 0), 0);
+        expect_ok_msg(fcall("get", &q, id, END), &m);
+        assert_int_equal(msg_int(&m, "retry_count"), n);
+        assert_int_equal(msg_int(&m, "retry_after") - msg_int(&m, "updated_at"), delays_ms[n - 1]);
+        make_due(&q, id);
+    }
+    claim_one(&q, 30000, &m);
+    token_of(&m, token);
+    settle_t f = FAILED(id, token, "last", "1", -1);
+    assert_int_equal(expect_settled(settle_claim(&q, 30000, 1, 1, &f), 1, dead, got, 1), 0);
+    expect_ok_msg(fcall("get", &q, id, END), &m);
+    assert_string_equal(msg_str(&m, "status"), "dead");
+    assert_int_equal(msg_int(&m, "retry_count"), 5);
+    assert_no_field(&m, "retry_after");
+    assert_int_equal(zscore(qkey(&q, "dead"), id), msg_int(&m, "updated_at"));
+    assert_int_equal(counter(&q, "failed"), 5);
+    assert_int_equal(counter(&q, "retried"), 4);
+    assert_int_equal(counter(&q, "dead"), 1);
+
+    /* retry_after 0: due at once, so the claim in the same call takes it
+     * back, before the fresh message enqueued after it. */
+    long long a = enqueue_ok(&q, "again", 3, 0);
+    claim_one(&q, 30000, &m);
+    assert_int_equal(m.id, a);
+    long long fresh = enqueue_ok(&q, "fresh", 3, 0);
+    token_of(&m, token);
+    settle_t now = FAILED(a, token, "transient", "1", 0);
+    assert_int_equal(expect_settled(settle_claim(&q, 30000, 2, 1, &now), 1, pending, got, 2), 2);
+    assert_int_equal(got[0].id, a);
+    assert_int_equal(msg_int(&got[0], "retry_count"), 1);
+    assert_string_equal(msg_str(&got[0], "last_error"), "transient");
+    assert_string_not_equal(msg_str(&got[0], "lease_token"), token);
+    assert_int_equal(got[1].id, fresh);
+}
+
+/* Settlements apply when nothing is claimable, and a claim of an empty
+ * queue counts nothing. */
+static void test_settle_claim_nothing_claimable(void **state)
+{
+    static const char *const want[] = { "succeeded", "succeeded" };
+    queue_t q;
+    queue_init(&q, "settleempty");
+    enqueue_ok(&q, "job", 3, 0);
+    enqueue_ok(&q, "job", 3, 0);
+    msg_t m[2];
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "2", END), m, 2), 2);
+    settle_t items[] = { SUCCEEDED(1, ""), SUCCEEDED(2, "") };
+    msg_t got[1];
+    assert_int_equal(expect_settled(settle_claim(&q, 30000, 100, 2, items), 2, want, got, 0), 0);
+    assert_int_equal(zcard(qkey(&q, "succeeded")), 2);
+    assert_int_equal(zcard(qkey(&q, "processing")), 0);
+    assert_int_equal(counter(&q, "succeeded"), 2);
+    assert_int_equal(counter(&q, "claimed"), 2);
+
+    /* No settlement at all is a plain claim. */
+    assert_int_equal(expect_settled(settle_claim(&q, 30000, 1, 0, NULL), 0, NULL, got, 0), 0);
+}
+
+/* A lease token that is not the current one changes nothing; "" accepts
+ * whatever lease is current. */
+static void test_settle_claim_lease_mismatch(void **state)
+{
+    static const char *const mismatch[] = { "lease_mismatch", "lease_mismatch" };
+    static const char *const ok[] = { "succeeded", "pending" };
+    queue_t q;
+    queue_init(&q, "settlelease");
+    enqueue_ok(&q, "job", 3, 0);
+    enqueue_ok(&q, "job", 3, 0);
+    msg_t m[2], got[1];
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "2", END), m, 2), 2);
+    settle_t wrong[] = { SUCCEEDED(1, "not-the-token"), FAILED(2, "1.1", "e", "1", -1) };
+    assert_int_equal(expect_settled(settle_claim(&q, 30000, 1, 2, wrong), 2, mismatch, got, 1), 0);
+    for (int i = 0; i < 2; i++) {
+        msg_t g;
+        expect_ok_msg(fcall("get", &q, m[i].id, END), &g);
+        assert_string_equal(msg_str(&g, "status"), "processing");
+        assert_string_equal(msg_str(&g, "lease_token"), msg_str(&m[i], "lease_token"));
+        assert_int_equal(zscore(qkey(&q, "processing"), m[i].id), msg_int(&m[i], "lease_expires_at"));
+    }
+    assert_int_equal(counter(&q, "failed"), 0);
+    char t1[64];
+    token_of(&m[0], t1);
+    settle_t right[] = { SUCCEEDED(1, t1), FAILED(2, "", "e", "1", -1) };
+    assert_int_equal(expect_settled(settle_claim(&q, 30000, 1, 2, right), 2, ok, got, 1), 0);
+}
+
+/* Every argument is checked before anything is written: a bad item anywhere
+ * leaves the good ones before it unapplied, and nothing is claimed. */
+static void test_settle_claim_atomic(void **state)
+{
+    queue_t q;
+    queue_init(&q, "settleatomic");
+    for (int i = 0; i < 3; i++)
+        enqueue_ok(&q, "job", 3, 0);
+    msg_t m[2];
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "2", END), m, 2), 2);
+    const settle_t bad_last[][2] = {
+        { SUCCEEDED(1, ""), { 2, "", "bogus", "", "1", -1 } },
+        { SUCCEEDED(1, ""), FAILED(2, "", "e", "maybe", -1) },
+        { SUCCEEDED(1, ""), { 0, "", "succeeded", "", "1", -1 } },
+    };
+    for (size_t i = 0; i < sizeof bad_last / sizeof bad_last[0]; i++)
+        expect_error(settle_claim(&q, 30000, 1, 2, bad_last[i]));
+    settle_t one = SUCCEEDED(1, "");
+    expect_error(settle_claim(&q, 0, 1, 1, &one));
+    expect_error(settle_claim(&q, 43200001, 1, 1, &one));
+    expect_error(settle_claim(&q, 30000, 101, 1, &one));
+    expect_error(settle_claim(&q, 30000, -1, 1, &one));
+    expect_error(fcall("settle_claim", &q, -1, "30000", "1", "1", "1", "", "failed", "e", "1", "x", END));
+    /* n must match the arguments that follow. */
+    expect_error(fcall("settle_claim", &q, -1, "30000", "1", "2", "1", "", "succeeded", "", "1", "-1", END));
+    expect_error(fcall("settle_claim", &q, -1, "30000", "1", "1", END));
+    expect_error(fcall("settle_claim", &q, -1, "30000", "1", END));
+
+    for (long long id = 1; id <= 2; id++) {
+        msg_t g;
+        expect_ok_msg(fcall("get", &q, id, END), &g);
+        assert_string_equal(msg_str(&g, "status"), "processing");
+    }
+    assert_int_equal(llen(qkey(&q, "ready")), 1);
+    assert_int_equal(counter(&q, "succeeded"), 0);
+    assert_int_equal(counter(&q, "claimed"), 2);
+}
+
+/* At most 100 settlements and 100 claims in one call. */
+static void test_settle_claim_bounds(void **state)
+{
+    queue_t q;
+    queue_init(&q, "settlebounds");
+    for (int i = 0; i < 201; i++)
+        enqueue_ok(&q, "job", 3, 0);
+    msg_t *m = calloc(100, sizeof *m);
+    assert_non_null(m);
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "100", END), m, 100), 100);
+    settle_t items[101];
+    const char *want[100];
+    for (int i = 0; i < 101; i++) {
+        settle_t s = SUCCEEDED(i + 1, "");
+        items[i] = s;
+        if (i < 100)
+            want[i] = "succeeded";
+    }
+    expect_error(settle_claim(&q, 30000, 1, 101, items));
+    assert_int_equal(counter(&q, "succeeded"), 0);
+    assert_int_equal(expect_settled(settle_claim(&q, 30000, 100, 100, items), 100, want, m, 100), 100);
+    assert_int_equal(m[0].id, 101);
+    assert_int_equal(m[99].id, 200);
+    assert_int_equal(counter(&q, "succeeded"), 100);
+    assert_int_equal(zcard(qkey(&q, "processing")), 100);
+    free(m);
+}
+
 /* A second connection subscribed to one channel. */
 static redisContext *subscribe(const char *channel)
 {
@@ -2131,6 +2478,12 @@ int main(void)
         cmocka_unit_test(test_enqueue_idempotency_key),
         cmocka_unit_test(test_release),
         cmocka_unit_test(test_succeed_many),
+        cmocka_unit_test(test_settle_claim_mixed_outcomes),
+        cmocka_unit_test(test_settle_claim_backoff_then_dead),
+        cmocka_unit_test(test_settle_claim_nothing_claimable),
+        cmocka_unit_test(test_settle_claim_lease_mismatch),
+        cmocka_unit_test(test_settle_claim_atomic),
+        cmocka_unit_test(test_settle_claim_bounds),
         cmocka_unit_test(test_wake_channel),
         cmocka_unit_test(test_export_csv_neutralises_formulas),
         cmocka_unit_test(test_library_versions_side_by_side),

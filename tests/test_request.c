@@ -583,6 +583,70 @@ static void test_claim_malformed(void **state)
     }
 }
 
+static void test_claim_settle(void **state)
+{
+    const char *body =
+        "{\"count\":2,\"settle\":[{\"id\":7,\"lease_token\":\"1a.2\",\"outcome\":\"succeeded\"},"
+        "{\"id\":8,\"outcome\":\"failed\",\"error\":\"caf\\u00e9 down\",\"retryable\":false,"
+        "\"retry_after_seconds\":5},{\"id\":9,\"outcome\":\"failed\",\"error\":\"\"},"
+        "{\"id\":10,\"outcome\":\"succeeded\",\"error\":3,\"lease_token\":null}]}";
+    rd_claim_req_t req;
+    rd_field_errors_t errs = { .count = 0 };
+    assert_int_equal(rd_request_claim(body, strlen(body), NULL, 0, DEFAULT_LEASE_MS, &req, &errs),
+                     RD_REQ_OK);
+    assert_int_equal(req.count, 2);
+    assert_int_equal(req.nsettle, 4);
+    assert_int_equal(req.settle[0].id, 7);
+    assert_string_equal(req.settle[0].lease_token, "1a.2");
+    assert_false(req.settle[0].failed);
+    assert_int_equal(req.settle[1].id, 8);
+    assert_null(req.settle[1].lease_token);
+    assert_true(req.settle[1].failed);
+    assert_string_equal(req.settle[1].error, "caf\xC3\xA9 down");
+    assert_false(req.settle[1].retryable);
+    assert_int_equal(req.settle[1].retry_after_ms, 5000);
+    /* Defaults of a failure: retryable, the backoff table; "" is an error text. */
+    assert_true(req.settle[2].failed);
+    assert_string_equal(req.settle[2].error, "");
+    assert_true(req.settle[2].retryable);
+    assert_int_equal(req.settle[2].retry_after_ms, -1);
+    /* A success ignores the failure's fields, as the succeed route does. */
+    assert_false(req.settle[3].failed);
+    assert_null(req.settle[3].lease_token);
+    rd_request_free(req.doc);
+
+    /* Absent or null: a plain claim. */
+    assert_int_equal(rd_request_claim("{\"settle\":null}", 15, NULL, 0, DEFAULT_LEASE_MS, &req,
+                                      &errs), RD_REQ_OK);
+    assert_int_equal(req.nsettle, 0);
+    rd_request_free(req.doc);
+    assert_int_equal(rd_request_claim("", 0, NULL, 0, DEFAULT_LEASE_MS, &req, &errs), RD_REQ_OK);
+    assert_int_equal(req.nsettle, 0);
+
+    /* Errors name the item and the field; an error with U+0000 is refused. */
+    assert_claim_invalid("{\"settle\":[]}", NULL, "settle");
+    assert_claim_invalid("{\"settle\":[{\"id\":1,\"outcome\":\"succeeded\"},{\"id\":2,"
+                         "\"outcome\":\"failed\",\"error\":\"a\\u0000b\"}]}", NULL,
+                         "settle[1].error");
+    assert_claim_invalid("{\"settle\":[{\"id\":1,\"outcome\":\"failed\",\"error\":\"\\udc00\"}]}",
+                         NULL, "settle[0].error");
+    claim_result_t c = claim("{\"settle\":[{\"id\":1}]}", NULL);
+    assert_int_equal(c.r, RD_REQ_INVALID);
+    assert_one_error(&c.errs, "settle[0].outcome", "required");
+    /* Many bad items: at most RD_MAX_FIELD_ERRORS errors, each its own name. */
+    char big[4096] = "{\"settle\":[";
+    for (int i = 0; i < 20; i++)
+        snprintf(big + strlen(big), sizeof big - strlen(big), "%s{\"id\":0,\"outcome\":\"x\"}",
+                 i ? "," : "");
+    strcat(big, "]}");
+    c = claim(big, NULL);
+    assert_int_equal(c.r, RD_REQ_INVALID);
+    assert_int_equal(c.errs.count, RD_MAX_FIELD_ERRORS);
+    assert_string_equal(c.errs.items[0].field, "settle[0].id");
+    assert_string_equal(c.errs.items[1].field, "settle[0].outcome");
+    assert_string_equal(c.errs.items[7].field, "settle[3].outcome");
+}
+
 /* ---------------------------------------------------------------------------
  * succeed, fail, extend, empty
  * ------------------------------------------------------------------------- */
@@ -1074,6 +1138,7 @@ int main(void)
         cmocka_unit_test(test_claim_defaults),
         cmocka_unit_test(test_claim_body_fields),
         cmocka_unit_test(test_claim_query_fields),
+        cmocka_unit_test(test_claim_settle),
         cmocka_unit_test(test_claim_body_wins_over_query),
         cmocka_unit_test(test_claim_out_of_range),
         cmocka_unit_test(test_claim_several_errors),
