@@ -13,7 +13,8 @@
 # "unavailable (reason)" and everything else still runs).
 #
 # Sections: 1 Redis-native path (redis-benchmark, -P 1 and -P 16);
-# 2 HTTP path (build/loadgen); 3 BullMQ peer; 4 growth (1k vs 1M);
+# 2 HTTP path (build/loadgen); 3 BullMQ peer; 3a the worker loop of issue 12
+# (W connections vs Worker concurrency W, both ways); 4 growth (1k vs 1M);
 # 5 memory; 6 retry latency; 7 the same with appendonly everysec; targets.
 # QUICK=1 runs smaller counts, one repetition, and prints the 1M rows as
 # "skipped (QUICK)". Otherwise every figure marked "median of 3" is the median
@@ -49,9 +50,9 @@ else
     REPS=3
     N_RB=50000
     N_HTTP=50000
-    N_HTTP_W1=10000
+    N_HTTP_W1=50000     # issue 12's workload: 50,000 before every timed worker run
     N_BULL=50000
-    BULL_WORKER_JOBS=10000,50000,50000
+    BULL_WORKER_JOBS=50000,50000,50000
     N_RETRY=1000
     N_AOF=30000
     GROWTH_BIG=1000000
@@ -575,6 +576,16 @@ section2_rep() {
     q="h-w10-$rep"
     lg_http "http.enqueue_10.$rep" enqueue "$q" 50 "$N_HTTP"
     lg_http "http.w10c1.$rep" work "$q" 10 "$N_HTTP" --count 1
+    # The worker loop in one request per round (settle-and-claim, SPEC §9).
+    q="h-settle-$rep"
+    lg_http "http.enqueue_s.$rep" enqueue "$q" 50 "$N_HTTP"
+    lg_http "http.s50c1.$rep" settle "$q" 50 "$N_HTTP" --count 1
+    q="h-settle10-$rep"
+    lg_http "http.enqueue_s10.$rep" enqueue "$q" 50 "$N_HTTP"
+    lg_http "http.s50c10.$rep" settle "$q" 50 "$N_HTTP" --count 10
+    q="h-settle1-$rep"
+    lg_http "http.enqueue_s1.$rep" enqueue "$q" 50 "$N_HTTP_W1"
+    lg_http "http.s1c1.$rep" settle "$q" 1 "$N_HTTP_W1" --count 1
 }
 
 settle_http() {
@@ -637,20 +648,34 @@ section2_tables() {
     row "  succeed p50 / p99 (ms)" "$(ms_pair http.failonce.succeed)" "" ""
     row "claim+succeed, 10 workers, count 1 (msgs/s)" "$(fmt_int "$(get http.w10c1.rate)")" "" ""
     row "claim+succeed, 1 worker, count 1 (msgs/s)" "$(fmt_int "$(get http.w1c1.rate)")" "" ""
+    row "settle-and-claim, 50 workers, count 1 (msgs/s) vs claim+succeed" \
+        "$(fmt_int "$(get http.s50c1.rate)")" "$(fmt_int "$(get http.w50c1.rate)")" \
+        "$(ratio "$(get http.s50c1.rate)" "$(get http.w50c1.rate)")"
+    row "  settle-and-claim p50 / p99 (ms)" "$(ms_pair http.s50c1.settle_claim)" "" ""
+    row "settle-and-claim, 50 workers, count 10 (msgs/s) vs count 10 + batch ack" \
+        "$(fmt_int "$(get http.s50c10.rate)")" "$(fmt_int "$(get http.w50c10.rate)")" \
+        "$(ratio "$(get http.s50c10.rate)" "$(get http.w50c10.rate)")"
+    row "settle-and-claim, 1 worker, count 1 (msgs/s) vs claim+succeed" \
+        "$(fmt_int "$(get http.s1c1.rate)")" "$(fmt_int "$(get http.w1c1.rate)")" \
+        "$(ratio "$(get http.s1c1.rate)" "$(get http.w1c1.rate)")"
+    row "  settle-and-claim p50 / p99 (ms)" "$(ms_pair http.s1c1.settle_claim)" "" ""
 
     table_start "2b. CPU per message on the HTTP path (INFO cpu, /proc/<pid>/stat and getrusage deltas, $mc)" \
         figure "Redis (µs)" "retryd (µs)" "loadgen (µs)"
     local r n
     for r in "enqueue:enqueue" "w50c1:claim+succeed, count 1" "w50c10:claim+succeed, count 10 + batch ack" \
+             "s50c1:settle-and-claim, count 1" "s50c10:settle-and-claim, count 10" \
              "failonce:fail once, then claim+succeed (per message)"; do
         n=${r%%:*}
         row "${r#*:}" "$(fmt "$(get "http.$n.redis_us")" 1)" "$(fmt "$(get "http.$n.retryd_us")" 1)" \
             "$(fmt "$(get "http.$n.client_us")" 1)"
     done
     local e enq work
-    for e in "enqueue w50c1:count 1" "enqueue_b w50c10:count 10 + batch ack"; do
+    for e in "enqueue w50c1:claim + succeed, count 1" \
+             "enqueue_b w50c10:claim + succeed, count 10 + batch ack" \
+             "enqueue_s s50c1:settle-and-claim, count 1"; do
         read -r enq work <<<"${e%%:*}"
-        row "lifecycle enqueue + claim + succeed, ${e#*:}" \
+        row "lifecycle enqueue + ${e#*:}" \
             "$(fmt "$(calc "$(get "http.$enq.redis_us") + $(get "http.$work.redis_us")")" 1)" \
             "$(fmt "$(calc "$(get "http.$enq.retryd_us") + $(get "http.$work.retryd_us")")" 1)" \
             "$(fmt "$(calc "$(get "http.$enq.client_us") + $(get "http.$work.client_us")")" 1)"
@@ -759,6 +784,36 @@ section3_tables() {
         "$(fmt "$(calc "$(get http.enqueue.client_us) + $(get http.w50c1.client_us)")" 1)" \
         "$(b fmt "$(calc "$(get bull.add_node) + $(get bull.c50_node)")" 1)" \
         "$(ratio "$(calc "$(get http.enqueue.client_us) + $(get http.w50c1.client_us)")" "$(calc "$(get bull.add_node) + $(get bull.c50_node)")")"
+
+    # Issue 12's workload, row for row: W keep-alive connections loop claim ->
+    # succeed (two requests per message) or settle-and-claim (one), against a
+    # BullMQ Worker of concurrency W with a no-op processor that keeps its
+    # completed jobs; every timed run starts with its messages enqueued.
+    put life.settle "$(calc "$(get http.enqueue_s.redis_us) + $(get http.s50c1.redis_us)")"
+    table_start "3a. The worker loop: W connections vs BullMQ Worker concurrency W ($mc, alternating; $N_HTTP messages (W=1: $N_HTTP_W1) enqueued before each timed run, 100-byte payloads)" \
+        figure retryd BullMQ "retryd / BullMQ"
+    local w way
+    for w in "50:$N_HTTP" "1:$N_HTTP_W1"; do
+        for way in "w${w%%:*}c1:claim -> succeed, two requests per message" \
+                   "s${w%%:*}c1:settle-and-claim, one request per message"; do
+            row "processed msgs/s, W=${w%%:*}, ${way#*:}" "$(fmt_int "$(get "http.${way%%:*}.rate")")" \
+                "$(b fmt_int "$(get "bull.c${w%%:*}")")" \
+                "$(ratio "$(get "http.${way%%:*}.rate")" "$(get "bull.c${w%%:*}")")"
+        done
+    done
+    row "processed msgs/s, W=50, count 10 + batch ack (two requests per 10)" \
+        "$(fmt_int "$(get http.w50c10.rate)")" "$(b fmt_int "$(get bull.c50)")" \
+        "$(ratio "$(get http.w50c10.rate)" "$(get bull.c50)")"
+    row "processed msgs/s, W=50, settle-and-claim count 10 (one request per 10)" \
+        "$(fmt_int "$(get http.s50c10.rate)")" "$(b fmt_int "$(get bull.c50)")" \
+        "$(ratio "$(get http.s50c10.rate)" "$(get bull.c50)")"
+    row "Redis CPU per lifecycle: enqueue + settle-and-claim (W=50) vs add + process (c=50) (µs)" \
+        "$(fmt "$(get life.settle)" 1)" "$(b fmt "$(get life.bull)" 1)" \
+        "$(ratio "$(get life.settle)" "$(get life.bull)")"
+    row "daemon CPU per lifecycle, W=50: retryd (enqueue + settle-and-claim) vs node (add + process) (µs)" \
+        "$(fmt "$(calc "$(get http.enqueue_s.retryd_us) + $(get http.s50c1.retryd_us)")" 1)" \
+        "$(b fmt "$(calc "$(get bull.add_node) + $(get bull.c50_node)")" 1)" \
+        "$(ratio "$(calc "$(get http.enqueue_s.retryd_us) + $(get http.s50c1.retryd_us)")" "$(calc "$(get bull.add_node) + $(get bull.c50_node)")")"
     [ "$BULL_OK" = 1 ] || say "BullMQ: unavailable ($BULL_WHY)"
 }
 
@@ -1029,6 +1084,18 @@ targets() {
     [ "$BULL_OK" = 1 ] || r="BullMQ: unavailable"
     row "HTTP claim+succeed, count 10 + batch ack, vs BullMQ Worker c=50" "$(fmtx "$r")" "≥ 3x" \
         "$(verdict "$r" ">=" 3)"
+    r=$(calc "$(get http.s50c1.rate) / $(get bull.c50)")
+    [ "$BULL_OK" = 1 ] || r="BullMQ: unavailable"
+    row "worker loop W=50, settle-and-claim (one request per message), vs BullMQ c=50" \
+        "$(fmtx "$r")" "≥ 1.5x" "$(verdict "$r" ">=" 1.5)"
+    r=$(calc "$(get http.s1c1.rate) / $(get bull.c1)")
+    [ "$BULL_OK" = 1 ] || r="BullMQ: unavailable"
+    row "worker loop W=1, settle-and-claim, vs BullMQ c=1" "$(fmtx "$r")" "≥ 1.2x" \
+        "$(verdict "$r" ">=" 1.2)"
+    r=$(calc "$(get life.settle) / $(get life.bull)")
+    [ "$BULL_OK" = 1 ] || r="BullMQ: unavailable"
+    row "Redis CPU per lifecycle, enqueue + settle-and-claim (W=50) vs add + process" \
+        "$(fmt "$r" 2)" "≤ 0.34" "$(verdict "$r" "<=" 0.34)"
     r=$(calc "$(get claim.p16.rps) / $(get minclaim.p16.rps)")
     row "claim vs minimal Lua claim, -P 16 (calls/s ratio)" "$(fmtx "$r")" "≥ 0.8x" \
         "$(verdict "$r" ">=" 0.8)"
