@@ -41,8 +41,7 @@ if [ "$QUICK" = 1 ]; then
     N_RB=20000          # commands per redis-benchmark row
     N_HTTP=20000        # messages per HTTP run
     N_HTTP_W1=5000      # messages for the single worker
-    N_BULL=20000        # BullMQ jobs (and the memory rows)
-    BULL_WORKER_JOBS=5000,20000,20000
+    N_BULL=20000        # BullMQ addBulk jobs (and the memory rows)
     N_RETRY=500         # messages failing once in the retry-latency run
     N_AOF=10000
     GROWTH_BIG=0
@@ -52,7 +51,6 @@ else
     N_HTTP=50000
     N_HTTP_W1=50000     # issue 12's workload: 50,000 before every timed worker run
     N_BULL=50000
-    BULL_WORKER_JOBS=50000,50000,50000
     N_RETRY=1000
     N_AOF=30000
     GROWTH_BIG=1000000
@@ -559,33 +557,44 @@ section1c() {
 # ---------------------------------------------------------------------------
 # 2. HTTP path (and retryd's side of 3)
 # ---------------------------------------------------------------------------
-section2_rep() {
+# One repetition of section 2, with BullMQ's runs of section 3 between its
+# parts: each worker loop of retryd is followed at once by the BullMQ Worker
+# it is compared with, so that the two see the same machine (other load comes
+# and goes; issue 12 measured "3 runs alternating the two systems"). Every
+# timed worker run starts with its messages enqueued (untimed).
+section23_rep() {
     local rep=$1 q
+    # W=50, one message per request, both ways; then BullMQ c=50.
     q="h-enq-$rep"
     lg_http "http.enqueue.$rep" enqueue "$q" 50 "$N_HTTP"
     lg_http "http.w50c1.$rep" work "$q" 50 "$N_HTTP" --count 1
-    q="h-batch-$rep"
-    lg_http "http.enqueue_b.$rep" enqueue "$q" 50 "$N_HTTP"
-    lg_http "http.w50c10.$rep" work "$q" 50 "$N_HTTP" --count 10
-    q="h-fail-$rep"
-    lg_http "http.enqueue_f.$rep" enqueue "$q" 50 "$N_HTTP"
-    lg_http "http.failonce.$rep" failonce "$q" 50 "$N_HTTP" --retry-after-s 0
-    q="h-w1-$rep"
-    lg_http "http.enqueue_1.$rep" enqueue "$q" 50 "$N_HTTP_W1"
-    lg_http "http.w1c1.$rep" work "$q" 1 "$N_HTTP_W1" --count 1
-    q="h-w10-$rep"
-    lg_http "http.enqueue_10.$rep" enqueue "$q" 50 "$N_HTTP"
-    lg_http "http.w10c1.$rep" work "$q" 10 "$N_HTTP" --count 1
-    # The worker loop in one request per round (settle-and-claim, SPEC §9).
     q="h-settle-$rep"
     lg_http "http.enqueue_s.$rep" enqueue "$q" 50 "$N_HTTP"
     lg_http "http.s50c1.$rep" settle "$q" 50 "$N_HTTP" --count 1
-    q="h-settle10-$rep"
-    lg_http "http.enqueue_s10.$rep" enqueue "$q" 50 "$N_HTTP"
-    lg_http "http.s50c10.$rep" settle "$q" 50 "$N_HTTP" --count 10
+    bull_run "$rep" 1000 50 "$N_HTTP"
+    # W=1, both ways; then BullMQ c=1.
+    q="h-w1-$rep"
+    lg_http "http.enqueue_1.$rep" enqueue "$q" 50 "$N_HTTP_W1"
+    lg_http "http.w1c1.$rep" work "$q" 1 "$N_HTTP_W1" --count 1
     q="h-settle1-$rep"
     lg_http "http.enqueue_s1.$rep" enqueue "$q" 50 "$N_HTTP_W1"
     lg_http "http.s1c1.$rep" settle "$q" 1 "$N_HTTP_W1" --count 1
+    bull_run "$rep" 1000 1 "$N_HTTP_W1"
+    # Ten messages per request, both ways; fail once; W=10; then BullMQ's
+    # addBulk (N_BULL) and c=10.
+    q="h-batch-$rep"
+    lg_http "http.enqueue_b.$rep" enqueue "$q" 50 "$N_HTTP"
+    lg_http "http.w50c10.$rep" work "$q" 50 "$N_HTTP" --count 10
+    q="h-settle10-$rep"
+    lg_http "http.enqueue_s10.$rep" enqueue "$q" 50 "$N_HTTP"
+    lg_http "http.s50c10.$rep" settle "$q" 50 "$N_HTTP" --count 10
+    q="h-fail-$rep"
+    lg_http "http.enqueue_f.$rep" enqueue "$q" 50 "$N_HTTP"
+    lg_http "http.failonce.$rep" failonce "$q" 50 "$N_HTTP" --retry-after-s 0
+    q="h-w10-$rep"
+    lg_http "http.enqueue_10.$rep" enqueue "$q" 50 "$N_HTTP"
+    lg_http "http.w10c1.$rep" work "$q" 10 "$N_HTTP" --count 1
+    bull_run "$rep" "$N_BULL" 10 "$N_HTTP" add
 }
 
 settle_http() {
@@ -600,18 +609,14 @@ settle_http() {
 
 ms_pair() { echo "$(fmt "$(get "$1.p50")" 2) / $(fmt "$(get "$1.p99")" 2)"; }
 
-# Sections 2 and 3 run interleaved, one repetition of each in turn, so that
-# retryd and BullMQ see the same machine (other load comes and goes).
+# Sections 2 and 3 run interleaved (section23_rep), so that retryd and
+# BullMQ see the same machine.
 section23() {
     local rep
     bull_setup
     for rep in $(seq 1 "$REPS"); do
-        say "2. HTTP path, repetition $rep of $REPS"
-        section2_rep "$rep"
-        if [ "$BULL_OK" = 1 ]; then
-            say "3. BullMQ, repetition $rep of $REPS"
-            section3_rep "$rep" || BULL_OK=0
-        fi
+        say "2+3. HTTP path and BullMQ, repetition $rep of $REPS"
+        section23_rep "$rep"
     done
     settle_http
     section2_tables
@@ -704,29 +709,34 @@ bull_setup() {
     BULL_OK=1
 }
 
-section3_rep() {
-    local rep=$1 out line c
-    out=$(timeout 300 node bench/bullmq_bench.mjs --port "$RP" --jobs "$N_BULL" \
-          --payload-bytes 100 --concurrency 1,10,50 --worker-jobs "$BULL_WORKER_JOBS" \
-          2>>"$tmp/bullmq.err")
+# bull_run REP JOBS CONCURRENCY WORKER_JOBS [add]: one bench/bullmq_bench.mjs
+# run: addBulk of JOBS (recorded as bull.add* when "add" is given), then a
+# Worker of CONCURRENCY completing WORKER_JOBS added just before it. Does
+# nothing once BullMQ failed (BULL_OK=0, BULL_WHY says why).
+bull_run() {
+    local rep=$1 jobs=$2 c=$3 n=$4 add=${5:-} out line
+    [ "$BULL_OK" = 1 ] || return 0
+    say "3. BullMQ Worker concurrency $c, repetition $rep"
+    out=$(timeout 300 node bench/bullmq_bench.mjs --port "$RP" --jobs "$jobs" \
+          --payload-bytes 100 --concurrency "$c" --worker-jobs "$n" 2>>"$tmp/bullmq.err")
     line=$(printf '%s\n' "$out" | grep '^bullmq version=')
     [ -n "$line" ] && put bull.version "$(kv "$line" version)"
-    line=$(printf '%s\n' "$out" | grep '^add ')
+    line=$(printf '%s\n' "$out" | grep "^worker concurrency=$c ")
     if [ -z "$line" ]; then
         BULL_WHY="bench/bullmq_bench.mjs failed: $(tail -n 1 "$tmp/bullmq.err" | cut -c1-80)"
+        BULL_OK=0
         return 1
     fi
+    put "bull.c$c.$rep" "$(kv "$line" jobs_per_s)"
+    put "bull.c${c}_us.$rep" "$(kv "$line" redis_cpu_us_per_job)"
+    put "bull.c${c}_add_us.$rep" "$(kv "$line" add_redis_cpu_us_per_job)"
+    put "bull.c${c}_node.$rep" "$(kv "$line" node_cpu_us_per_job)"
+    [ -n "$add" ] || return 0
+    line=$(printf '%s\n' "$out" | grep '^add ')
     put "bull.add.$rep" "$(kv "$line" jobs_per_s)"
     put "bull.add_us.$rep" "$(kv "$line" redis_cpu_us_per_job)"
     put "bull.bytes.$rep" "$(kv "$line" bytes_per_job)"
     put "bull.add_node.$rep" "$(kv "$line" node_cpu_us_per_job)"
-    for c in 1 10 50; do
-        line=$(printf '%s\n' "$out" | grep "^worker concurrency=$c ")
-        put "bull.c$c.$rep" "$(kv "$line" jobs_per_s)"
-        put "bull.c${c}_us.$rep" "$(kv "$line" redis_cpu_us_per_job)"
-        put "bull.c${c}_add_us.$rep" "$(kv "$line" add_redis_cpu_us_per_job)"
-        put "bull.c${c}_node.$rep" "$(kv "$line" node_cpu_us_per_job)"
-    done
 }
 
 section3_tables() {
@@ -741,7 +751,7 @@ section3_tables() {
     [ "$REPS" = 1 ] && mc="1 run"
     local un="BullMQ: unavailable ($BULL_WHY)"
     b() { if [ "$BULL_OK" = 1 ]; then "$@"; else echo "$un"; fi; }
-    table_start "3. BullMQ $(get bull.version) on the same redis-server ($mc; $N_BULL jobs, worker runs $BULL_WORKER_JOBS)" \
+    table_start "3. BullMQ $(get bull.version) on the same redis-server ($mc; addBulk of $N_BULL jobs; worker runs of $N_HTTP jobs, $N_HTTP_W1 at concurrency 1)" \
         figure retryd BullMQ "retryd / BullMQ"
     row "enqueue: HTTP, 50 connections (msgs/s) vs addBulk (jobs/s)" \
         "$(fmt_int "$(get http.enqueue.rate)")" "$(b fmt_int "$(get bull.add)")" \
@@ -790,7 +800,7 @@ section3_tables() {
     # BullMQ Worker of concurrency W with a no-op processor that keeps its
     # completed jobs; every timed run starts with its messages enqueued.
     put life.settle "$(calc "$(get http.enqueue_s.redis_us) + $(get http.s50c1.redis_us)")"
-    table_start "3a. The worker loop: W connections vs BullMQ Worker concurrency W ($mc, alternating; $N_HTTP messages (W=1: $N_HTTP_W1) enqueued before each timed run, 100-byte payloads)" \
+    table_start "3a. The worker loop: W connections vs BullMQ Worker concurrency W ($mc; each retryd run followed at once by its BullMQ run; $N_HTTP messages (W=1: $N_HTTP_W1) enqueued before each timed run, 100-byte payloads)" \
         figure retryd BullMQ "retryd / BullMQ"
     local w way
     for w in "50:$N_HTTP" "1:$N_HTTP_W1"; do
