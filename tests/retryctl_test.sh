@@ -635,6 +635,33 @@ test_kill_and_delete() {
     expect_eq "$(stat_of dead)" 1 "one dead letter left"
 }
 
+# Settle and claim in one call, driven from redis-cli exactly as the README
+# and docs/design.md show it: succeed one, fail one, claim the next.
+test_settle_claim_from_redis_cli() {
+    local q=settleq b
+    b=$(base "$q")
+    fc_enqueue "$q" one >/dev/null
+    fc_enqueue "$q" two >/dev/null
+    fc_enqueue "$q" three >/dev/null
+    fc_claim "$q" 2
+    local token
+    token=$(rget HGET "$b:m:1" lease_token)
+    run redis-cli -h 127.0.0.1 -p "$PORT" --raw FCALL "${FN}settle_claim" 1 "$b" 30000 1 2 \
+        1 "$token" succeeded '' 1 -1   2 '' failed 'smtp timeout' 1 -1
+    expect_rc 0 "redis-cli FCALL settle_claim"
+    expect_eq "$(printf '%s' "$OUT" | head -n 5 | tr '\n' ' ')" "ok succeeded pending id 3 " \
+        "ok, a status per settlement, then the claimed message"
+    expect_eq "$(rget HGET "$b:m:1" status)" succeeded "1 succeeded"
+    expect_eq "$(rget HGET "$b:m:2" status)" pending "2 waits for its retry"
+    expect_eq "$(rget HGET "$b:m:2" last_error)" "smtp timeout" "with its error"
+    expect_eq "$(rget HGET "$b:m:3" status)" processing "3 is claimed"
+    expect_eq "$(rget ZCARD "$b:processing")" 1 "one lease left"
+    run redis-cli -h 127.0.0.1 -p "$PORT" --raw FCALL "${FN}settle_claim" 1 "$b" 30000 1 1 \
+        3 '' bogus '' 1 -1
+    expect_match "$OUT$ERR" "bad argument outcome" "a bad outcome is refused"
+    expect_eq "$(rget HGET "$b:m:3" status)" processing "and nothing was done"
+}
+
 test_list_limit() {
     local q=listq i
     for i in 1 2 3 4 5; do fc_enqueue "$q" "payload number $i" >/dev/null; done
@@ -878,6 +905,7 @@ all_tests=(
     test_replay_all
     test_replay_ids_and_wrong_state
     test_kill_and_delete
+    test_settle_claim_from_redis_cli
     test_list_limit
     test_paging_beyond_one_call
     test_stats_match_keys
