@@ -14,7 +14,8 @@
 #
 # Sections: 1 Redis-native path (redis-benchmark, -P 1 and -P 16);
 # 2 HTTP path (build/loadgen); 3 BullMQ peer; 3a the worker loop of issue 12
-# (W connections vs Worker concurrency W, both ways); 4 growth (1k vs 1M);
+# (W connections vs Worker concurrency W, both ways, and the same loops with a
+# worker in node, bench/http_worker.mjs); 4 growth (1k vs 1M);
 # 5 memory; 6 retry latency; 7 the same with appendonly everysec; targets.
 # QUICK=1 runs smaller counts, one repetition, and prints the 1M rows as
 # "skipped (QUICK)". Otherwise every figure marked "median of 3" is the median
@@ -41,6 +42,7 @@ if [ "$QUICK" = 1 ]; then
     N_RB=20000          # commands per redis-benchmark row
     N_HTTP=20000        # messages per HTTP run
     N_HTTP_W1=5000      # messages for the single worker
+    N_NODE=5000         # messages per run of the node worker (bench/http_worker.mjs)
     N_BULL=20000        # BullMQ addBulk jobs (and the memory rows)
     N_RETRY=500         # messages failing once in the retry-latency run
     N_AOF=10000
@@ -50,6 +52,7 @@ else
     N_RB=50000
     N_HTTP=50000
     N_HTTP_W1=50000     # issue 12's workload: 50,000 before every timed worker run
+    N_NODE=20000       # the node worker rows: a sensitivity check, not issue 12's rows
     N_BULL=50000
     N_RETRY=1000
     N_AOF=30000
@@ -370,14 +373,18 @@ lg_resp() {
 
 # lg_http NAME MODE QUEUE CONNS MESSAGES [ARG...]: one loadgen HTTP run with
 # Redis and retryd CPU per message; stores NAME.rate, NAME.<route>.p50/p99 (ms),
-# NAME.redis_us, NAME.retryd_us, NAME.retry_p50/p99 (ms).
+# NAME.redis_us, NAME.retryd_us, NAME.retry_p50/p99 (ms). MODE node-work and
+# node-settle run the same loops with bench/http_worker.mjs (node's http)
+# instead of loadgen.
 lg_http() {
     local name=$1 mode=$2 q=$3 conns=$4 n=$5
     shift 5
     local r0 d0 r1 d1 out line route
+    local client=("$LOADGEN" "$mode")
+    case $mode in node-*) client=(node bench/http_worker.mjs --mode "${mode#node-}") ;; esac
     r0=$(redis_cpu_us)
     d0=$(proc_cpu_us "$retryd_pid")
-    out=$("$LOADGEN" "$mode" --port "$HP" --queue "$q" --conns "$conns" --messages "$n" "$@" \
+    out=$("${client[@]}" --port "$HP" --queue "$q" --conns "$conns" --messages "$n" "$@" \
           2>>"$tmp/loadgen.err")
     r1=$(redis_cpu_us)
     d1=$(proc_cpu_us "$retryd_pid")
@@ -571,6 +578,15 @@ section23_rep() {
     q="h-settle-$rep"
     lg_http "http.enqueue_s.$rep" enqueue "$q" 50 "$N_HTTP"
     lg_http "http.s50c1.$rep" settle "$q" 50 "$N_HTTP" --count 1
+    # The same two loops with a worker written in node (bench/http_worker.mjs).
+    if [ "$NODE_OK" = 1 ]; then
+        q="h-node-$rep"
+        lg_http "http.enqueue_n.$rep" enqueue "$q" 50 "$N_NODE"
+        lg_http "http.n50c1.$rep" node-work "$q" 50 "$N_NODE"
+        q="h-nodes-$rep"
+        lg_http "http.enqueue_ns.$rep" enqueue "$q" 50 "$N_NODE"
+        lg_http "http.n50s1.$rep" node-settle "$q" 50 "$N_NODE"
+    fi
     bull_run "$rep" 1000 50 "$N_HTTP"
     # W=1, both ways; then BullMQ c=1.
     q="h-w1-$rep"
@@ -613,6 +629,7 @@ ms_pair() { echo "$(fmt "$(get "$1.p50")" 2) / $(fmt "$(get "$1.p99")" 2)"; }
 # BullMQ see the same machine.
 section23() {
     local rep
+    command -v node >/dev/null && NODE_OK=1
     bull_setup
     for rep in $(seq 1 "$REPS"); do
         say "2+3. HTTP path and BullMQ, repetition $rep of $REPS"
@@ -666,12 +683,15 @@ section2_tables() {
     row "  settle-and-claim p50 / p99 (ms)" "$(ms_pair http.s1c1.settle_claim)" "" ""
 
     table_start "2b. CPU per message on the HTTP path (INFO cpu, /proc/<pid>/stat and getrusage deltas, $mc)" \
-        figure "Redis (µs)" "retryd (µs)" "loadgen (µs)"
+        figure "Redis (µs)" "retryd (µs)" "client (µs)"
     local r n
     for r in "enqueue:enqueue" "w50c1:claim+succeed, count 1" "w50c10:claim+succeed, count 10 + batch ack" \
              "s50c1:settle-and-claim, count 1" "s50c10:settle-and-claim, count 10" \
+             "n50c1:claim+succeed, count 1, the worker in node's http module" \
+             "n50s1:settle-and-claim, count 1, the worker in node's http module" \
              "failonce:fail once, then claim+succeed (per message)"; do
         n=${r%%:*}
+        [ "$NODE_OK" = 1 ] || [ "${n#n50}" = "$n" ] || continue
         row "${r#*:}" "$(fmt "$(get "http.$n.redis_us")" 1)" "$(fmt "$(get "http.$n.retryd_us")" 1)" \
             "$(fmt "$(get "http.$n.client_us")" 1)"
     done
@@ -692,6 +712,7 @@ section2_tables() {
 # ---------------------------------------------------------------------------
 BULL_OK=0
 BULL_WHY=""
+NODE_OK=0               # node runs bench/http_worker.mjs (no npm packages needed)
 bull_setup() {
     if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
         BULL_WHY="node or npm not installed"
@@ -810,6 +831,12 @@ section3_tables() {
                 "$(b fmt_int "$(get "bull.c${w%%:*}")")" \
                 "$(ratio "$(get "http.${way%%:*}.rate")" "$(get "bull.c${w%%:*}")")"
         done
+    done
+    local nu="node: not installed"
+    for way in "n50c1:claim -> succeed" "n50s1:settle-and-claim"; do
+        row "processed msgs/s, W=50, ${way#*:}, the worker in node's http module ($N_NODE messages)" \
+            "$( [ "$NODE_OK" = 1 ] && fmt_int "$(get "http.${way%%:*}.rate")" || echo "$nu")" \
+            "$(b fmt_int "$(get bull.c50)")" "$(ratio "$(get "http.${way%%:*}.rate")" "$(get bull.c50)")"
     done
     row "processed msgs/s, W=50, count 10 + batch ack (two requests per 10)" \
         "$(fmt_int "$(get http.w50c10.rate)")" "$(b fmt_int "$(get bull.c50)")" \
