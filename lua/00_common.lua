@@ -49,6 +49,11 @@ end
 -- Bounds of one call: bulk work is done in batches; callers loop.
 local PROMOTE_IN_CLAIM = 100
 local MAX_BATCH = 1000
+-- The byte budget of one reply: a listing page, an export chunk or a batch
+-- claim stops before the message that would take it past this many bytes of
+-- message fields (payload, last_error, ...), and always carries at least one
+-- message. Listing filters scan at most this many bytes of error text per call.
+local REPLY_BYTES = 4 * 1024 * 1024
 local MAX_BACKOFF_S = 3600
 
 local IDEMPOTENCY_TTL_MS = 24 * 3600 * 1000
@@ -113,6 +118,29 @@ local function message_reply(mkey, id)
   return out
 end
 
+-- Every push onto the far end of the due list goes through here: the
+-- due_pushed counter lets a pending listing's cursor keep its place while
+-- claims pop the other end (see list_sections in 50_read.lua).
+local function push_due(k, ids)
+  redis.call('LPUSH', k.due, unpack(ids))
+  redis.call('HINCRBY', k.stats, 'due_pushed', #ids)
+end
+
+-- An index entry whose message hash is gone (eviction under a maxmemory
+-- policy, a manual DEL) is dropped from the index and counted.
+local function drop_orphan(k, index, id)
+  redis.call('ZREM', index, id)
+  redis.call('HINCRBY', k.stats, 'orphans_removed', 1)
+end
+
+-- What a message weighs in a reply, as REPLY_BYTES counts it: its two
+-- fields of unbounded size plus a fixed allowance for the others.
+local MESSAGE_OVERHEAD_BYTES = 1024
+local function message_bytes(mkey)
+  return redis.call('HSTRLEN', mkey, 'payload') + redis.call('HSTRLEN', mkey, 'last_error')
+         + MESSAGE_OVERHEAD_BYTES
+end
+
 -- Moves up to `limit` due ids from scheduled to the due list, earliest due
 -- first, behind ids promoted earlier. Returns how many it moved.
 local function promote_due(k, now, limit)
@@ -120,7 +148,7 @@ local function promote_due(k, now, limit)
   local n = #due
   if n == 0 then return 0 end
   redis.call('ZREM', k.scheduled, unpack(due))
-  redis.call('LPUSH', k.due, unpack(due))
+  push_due(k, due)
   return n
 end
 
@@ -204,7 +232,7 @@ local function replay_dead(k, mkey, id, now)
   leave_dead(k, mkey, id)
   redis.call('HDEL', mkey, 'last_error', 'retry_after', 'dead_at')
   redis.call('HSET', mkey, 'status', 'pending', 'retry_count', 0, 'updated_at', now)
-  redis.call('LPUSH', k.due, id)
+  push_due(k, { id })
   redis.call('HINCRBY', k.stats, 'replayed', 1)
   emit(k, 'replayed', id, err, 0, now)
 end
