@@ -85,7 +85,9 @@ local function due_section(fresh_left)
     open = function(k, rest, mark)
       local pushed = due_pushed(k)
       local len = redis.call('LLEN', k.due)
-      if rest == nil then return { pushed = pushed, left = math.min(len, fresh_left(pushed, len, mark)) } end
+      if rest == nil then
+        return { pushed = pushed, left = math.min(len, fresh_left(pushed, len, mark)) }
+      end
       local p, l = string.match(rest, '^(%d+):(%d+)$')
       if not p then return nil end
       local left = tonumber(l) + math.max(0, pushed - tonumber(p))

@@ -2134,10 +2134,11 @@ static void test_pending_walk_random_interleaving(void **state)
         int page;
         for (page = 0; page < 1000; page++) {
             long long ids[8], bytes;
-            size_t n = export ? raw_export(fcall("export", &q, -1, "tsv", status, num(limit), cursor, END),
-                                           ids, 8, &bytes, next, sizeof next)
-                              : raw_page(fcall("list", &q, -1, status, num(limit), cursor, END),
-                                         ids, 8, &bytes, next, sizeof next);
+            redisReply *page_reply = export
+                ? fcall("export", &q, -1, "tsv", status, num(limit), cursor, END)
+                : fcall("list", &q, -1, status, num(limit), cursor, END);
+            size_t n = export ? raw_export(page_reply, ids, 8, &bytes, next, sizeof next)
+                              : raw_page(page_reply, ids, 8, &bytes, next, sizeof next);
             for (size_t i = 0; i < n; i++) {
                 assert_in_range(ids[i], 1, MAX_ID - 1);
                 seen[ids[i]]++;
@@ -2150,7 +2151,8 @@ static void test_pending_walk_random_interleaving(void **state)
                 int what = rand() % 7;
                 if (what <= 1) {          /* claim 1..3 */
                     msg_t c[3];
-                    size_t got = expect_ok_msgs(fcall("claim", &q, -1, "600000", num(1 + rand() % 3), END), c, 3);
+                    redisReply *r = fcall("claim", &q, -1, "600000", num(1 + rand() % 3), END);
+                    size_t got = expect_ok_msgs(r, c, 3);
                     for (size_t i = 0; i < got; i++) {
                         stayed[c[i].id] = false;
                         if (nheld < 100) {
@@ -2174,7 +2176,8 @@ static void test_pending_walk_random_interleaving(void **state)
                 } else if (what == 6) {   /* scheduled ones become due and are promoted */
                     redisReply *r = rcmd("ZRANGE", qkey(&q, "scheduled"), "0", "1", END);
                     for (size_t i = 0; i < r->elements; i++)
-                        int_reply(rcmd("ZADD", qkey(&q, "scheduled"), "XX", "0", r->element[i]->str, END));
+                        int_reply(rcmd("ZADD", qkey(&q, "scheduled"), "XX", "0",
+                                       r->element[i]->str, END));
                     freeReplyObject(r);
                     long long pr[2];
                     expect_ints(fcall("promote", &q, -1, "100", END), 2, pr);
