@@ -111,16 +111,20 @@ local function to_int(s)
   return n
 end
 
-local function message_reply(mkey, id)
-  local fields = redis.call('HGETALL', mkey)
+-- A message as replies carry it, from its hash's HGETALL.
+local function reply_of(id, fields)
   local out = { 'id', id }
   for i = 1, #fields do out[#out + 1] = fields[i] end
   return out
 end
 
+local function message_reply(mkey, id)
+  return reply_of(id, redis.call('HGETALL', mkey))
+end
+
 -- Every push onto the far end of the due list goes through here: the
 -- due_pushed counter lets a pending listing's cursor keep its place while
--- claims pop the other end (see list_sections in 50_read.lua).
+-- claims pop the other end (see SECTIONS in 50_read.lua).
 local function push_due(k, ids)
   redis.call('LPUSH', k.due, unpack(ids))
   redis.call('HINCRBY', k.stats, 'due_pushed', #ids)
@@ -139,6 +143,15 @@ local MESSAGE_OVERHEAD_BYTES = 1024
 local function message_bytes(mkey)
   return redis.call('HSTRLEN', mkey, 'payload') + redis.call('HSTRLEN', mkey, 'last_error')
          + MESSAGE_OVERHEAD_BYTES
+end
+
+-- The same weight from a hash already read with HGETALL.
+local function fields_bytes(fields)
+  local n = MESSAGE_OVERHEAD_BYTES
+  for i = 1, #fields, 2 do
+    if fields[i] == 'payload' or fields[i] == 'last_error' then n = n + #fields[i + 1] end
+  end
+  return n
 end
 
 -- Moves up to `limit` due ids from scheduled to the due list, earliest due

@@ -316,13 +316,13 @@ local function list(keys, args)
       if ok and from_ms and (updated == nil or updated < from_ms) then ok = false end
       if ok and to_ms and (updated == nil or updated > to_ms) then ok = false end
       if not ok then return scanned >= REPLY_BYTES and 'last' or 'skip' end
-    elseif redis.call('EXISTS', mkey) == 0 then
-      return 'skip'   -- an orphan index entry
     end
-    local size = message_bytes(mkey)
+    local fields = redis.call('HGETALL', mkey)
+    if #fields == 0 then return 'skip' end   -- an orphan index entry
+    local size = fields_bytes(fields)
     if #out > 3 and bytes + size > REPLY_BYTES then return 'full' end
     bytes = bytes + size
-    out[#out + 1] = message_reply(mkey, id)
+    out[#out + 1] = reply_of(id, fields)
     if #out - 3 >= limit or scanned >= REPLY_BYTES then return 'last' end
     return 'take'
   end
