@@ -90,9 +90,11 @@ local function count_error(k, err, by)
 end
 
 -- A dead letter leaves the dead set (replay, delete, purge, retention).
-local function leave_dead(k, mkey, id)
+-- err: its last_error when the caller has read it already.
+local function leave_dead(k, mkey, id, err)
+  if err == nil then err = redis.call('HGET', mkey, 'last_error') end
   redis.call('ZREM', k.dead, id)
-  count_error(k, redis.call('HGET', mkey, 'last_error'), -1)
+  count_error(k, err, -1)
 end
 
 -- Wakes long-poll waiters on every retryd subscribed to the queue. The message
@@ -239,10 +241,11 @@ end
 
 -- A dead letter goes back to pending with a fresh retry budget, claimed
 -- before fresh messages (reference: retry_count 0, last_error and
--- retry_after cleared). The caller publishes the wake-up.
-local function replay_dead(k, mkey, id, now)
-  local err = redis.call('HGET', mkey, 'last_error')
-  leave_dead(k, mkey, id)
+-- retry_after cleared). The caller publishes the wake-up; err is its
+-- last_error when the caller has read it already.
+local function replay_dead(k, mkey, id, now, err)
+  if err == nil then err = redis.call('HGET', mkey, 'last_error') end
+  leave_dead(k, mkey, id, err)
   redis.call('HDEL', mkey, 'last_error', 'retry_after', 'dead_at')
   redis.call('HSET', mkey, 'status', 'pending', 'retry_count', 0, 'updated_at', now)
   push_due(k, { id })

@@ -119,7 +119,7 @@ local function replay_many(keys, args)
         local err = h[2] or ''
         scanned = scanned + #err
         if mode == 'all' or string.find(err, needle, 1, true) then
-          replay_dead(k, mkey, ids[i], now)
+          replay_dead(k, mkey, ids[i], now, h[2])
           replayed = replayed + 1
         end
       end
