@@ -939,14 +939,30 @@ static latency_t replay_under_probe(const char *q, const char *other, const char
     return l;
 }
 
-/* "a few milliseconds per call at most" */
-static void expect_few_ms(const latency_t *l, const char *label)
+/* Claims on another queue kept running during the replay (the wall-clock
+ * figures are printed, not asserted: this host is shared). */
+static void expect_claims_ran(const latency_t *l, const char *label)
 {
     assert_int_equal(l->bad, 0);
-    if (l->n < 3) fail_msg("%s: only %zu claims ran during the replay", label, l->n);
-    if (l->med_ms > 5.0 || l->max_ms > 10.0)
-        fail_msg("%s: claims on another queue took median %.3f ms, max %.3f ms (want a few ms "
-                 "at most)", label, l->med_ms, l->max_ms);
+    if (l->n < 1) fail_msg("%s: no claim on another queue ran during the replay", label);
+}
+
+/* "A few milliseconds per call at most", measured where Redis measures it:
+ * fails when SLOWLOG holds a call slower than 10 ms whose function name
+ * contains `fn`. */
+static void expect_no_slow_calls(const char *fn)
+{
+    redisReply *slow = rcmd("SLOWLOG GET 128");
+    assert_int_equal(slow->type, REDIS_REPLY_ARRAY);
+    for (size_t i = 0; i < slow->elements; i++) {
+        const redisReply *e = slow->element[i];
+        const redisReply *args = e->element[3];
+        if (args->elements < 2 || strstr(args->element[1]->str, fn) == NULL) continue;
+        long long us = e->element[2]->integer;
+        freeReplyObject(slow);
+        fail_msg("a %s call held Redis for %lld us (SLOWLOG; want under 10 ms)", fn, us);
+    }
+    freeReplyObject(slow);
 }
 
 static void test_bulk_replay_and_claim_latency(void **state)
@@ -960,23 +976,22 @@ static void test_bulk_replay_and_claim_latency(void **state)
     /* 1500 dead letters: enqueue, claim 100 at a time, fail each. */
     fcall_enqueue(q, BULK_DEAD, 1);
     fcall_enqueue(other, 60000, 3);   /* work for the prober */
-    latency_t all;
-    long long replayed_total = 0;
-    /* The host is shared: a measurement spoiled by noise (the baseline
-     * shows it) is taken again, at most three times in all. A replay that
-     * stalls other queues by design fails every time. */
-    for (int attempt = 0;; attempt++) {
-        assert_int_equal(fcall_kill_all(q, ids, BULK_DEAD + 100, false), BULK_DEAD);
-        assert_int_equal(rint_cmd("ZCARD %s", qkey(q, ":dead")), BULK_DEAD);
-        all = replay_under_probe(q, other, "{\"all\":true}", "all 1500");
-        assert_int_equal(all.replayed, BULK_DEAD);
-        replayed_total += all.replayed;
-        assert_int_equal(rint_cmd("ZCARD %s", qkey(q, ":dead")), 0);
-        assert_int_equal(rint_cmd("ZCARD %s", qkey(q, ":errors")), 0);
-        assert_int_equal(rint_cmd("LLEN %s", qkey(q, ":due")), BULK_DEAD);
-        assert_int_equal(hget_int(qkey(q, ":stats"), "replayed"), replayed_total);
-        if ((all.n >= 3 && all.med_ms <= 5.0 && all.max_ms <= 10.0) || attempt == 2) break;
-    }
+    char was[32];
+    redisReply *old = rcmd("CONFIG GET slowlog-log-slower-than");
+    snprintf(was, sizeof was, "%s", old->element[1]->str);
+    freeReplyObject(old);
+    freeReplyObject(rcmd("CONFIG SET slowlog-log-slower-than 10000"));
+    freeReplyObject(rcmd("SLOWLOG RESET"));
+
+    assert_int_equal(fcall_kill_all(q, ids, BULK_DEAD + 100, false), BULK_DEAD);
+    assert_int_equal(rint_cmd("ZCARD %s", qkey(q, ":dead")), BULK_DEAD);
+    latency_t all = replay_under_probe(q, other, "{\"all\":true}", "all 1500");
+    long long replayed_total = all.replayed;
+    assert_int_equal(all.replayed, BULK_DEAD);
+    assert_int_equal(rint_cmd("ZCARD %s", qkey(q, ":dead")), 0);
+    assert_int_equal(rint_cmd("ZCARD %s", qkey(q, ":errors")), 0);
+    assert_int_equal(rint_cmd("LLEN %s", qkey(q, ":due")), BULK_DEAD);
+    assert_int_equal(hget_int(qkey(q, ":stats"), "replayed"), replayed_total);
 
     /* Again, half smtp and half dns (many with the same time of death, so
      * the cursor walks ties): error_contains replays exactly the smtp half. */
@@ -987,6 +1002,10 @@ static void test_bulk_replay_and_claim_latency(void **state)
     assert_int_equal(rint_cmd("ZCARD %s", qkey(q, ":dead")), BULK_DEAD / 2);
     assert_false(rnil("ZSCORE %s %s", qkey(q, ":errors"), "dns: no such host"));
     assert_true(rnil("ZSCORE %s %s", qkey(q, ":errors"), "smtp: 421 too many connections"));
+
+    expect_no_slow_calls("replay_many");
+    expect_no_slow_calls("claim");
+    freeReplyObject(rcmd("CONFIG SET slowlog-log-slower-than %s", was));
 
     /* ids: the 750 dns ones and 250 that are not dead, 1000 in one body. */
     rd_buf_t body = RD_BUF_INIT;
@@ -1004,8 +1023,8 @@ static void test_bulk_replay_and_claim_latency(void **state)
     assert_int_equal(rint_cmd("ZCARD %s", qkey(q, ":dead")), 0);
     assert_int_equal(hget_int(qkey(q, ":stats"), "replayed"), replayed_total + BULK_DEAD);
 
-    expect_few_ms(&all, "all");
-    expect_few_ms(&err, "error_contains");
+    expect_claims_ran(&all, "all");
+    expect_claims_ran(&err, "error_contains");
     /* ids is one call of up to 1000 (not batched by 200 like the others):
      * its stall is printed above, not asserted. */
     assert_int_equal(by_ids.bad, 0);
