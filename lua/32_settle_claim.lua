@@ -15,7 +15,8 @@
 -- Message keys are derived from KEYS[1]; they share its hash tag and slot.
 -- Every argument is checked before anything is written. Settlements apply in
 -- order, exactly as succeed and fail do (backoff, dead letters, events,
--- errors, counters), then the claim runs as claim does; a failure due at once
+-- errors, counters), then the claim runs as claim does (due retries first,
+-- at most REPLY_BYTES of messages, always one); a failure due at once
 -- (retry_after_ms 0) may be claimed back in the same call. Nothing is read
 -- back for a settlement: its new state is the whole answer.
 -- Returns {"ok", {status_1, ..., status_n}, message, ...}: status_i is

@@ -394,7 +394,10 @@ static int replay_next(call_t *c)
 }
 
 /* Batch replay runs as many bounded calls as it needs, one at a time, so
- * other clients' commands interleave between them. */
+ * other clients' commands interleave between them. It stops when the client
+ * has gone, and when a call neither replayed anything nor moved the cursor
+ * (a library that cannot make progress, e.g. an older one during an upgrade)
+ * instead of calling again forever. */
 static void on_replayed_batch(const rd_store_result_t *res, void *arg)
 {
     call_t *c = arg;
@@ -412,6 +415,23 @@ static void on_replayed_batch(const rd_store_result_t *res, void *arg)
         next.len = from < c->replay.count ? (size_t)snprintf(offset, sizeof offset, "%zu", from)
                                           : 0;
         next.ptr = offset;
+    }
+    if (next.len > 0 && !rd_http_exchange_client_alive(c->ex)) {
+        rd_info("api: batch replay stopped after %lld replayed: the client has gone",
+                c->replayed);
+        respond_unavailable(c);   /* dropped: nobody is listening */
+        return;
+    }
+    if (next.len > 0 && res->replayed == 0 && c->cursor && strlen(c->cursor) == next.len &&
+        memcmp(c->cursor, next.ptr, next.len) == 0) {
+        char detail[160];
+        rd_store_result_t bad = { .status = RD_STORE_ERROR };
+        bad.detail.ptr = detail;
+        bad.detail.len = (size_t)snprintf(detail, sizeof detail,
+                                          "replay_many made no progress at cursor %.64s after "
+                                          "%lld replayed; stopped", c->cursor, c->replayed);
+        respond_store_failure(c, &bad);
+        return;
     }
     if (next.len > 0) {
         rd_free(c->cursor);
@@ -463,7 +483,7 @@ static void on_stats(const rd_store_result_t *res, void *arg)
     for (size_t i = 0; i + 1 < st->totals_len; i += 2) {
         const rd_str_t *k = &st->totals[i];
         static const char *const shown[] = { "expired_dead", "expired_succeeded", "deleted",
-                                             "purged", "released" };
+                                             "purged", "released", "orphans_removed" };
         for (size_t j = 0; j < sizeof shown / sizeof shown[0]; j++) {
             if (k->len == strlen(shown[j]) && memcmp(k->ptr, shown[j], k->len) == 0)
                 rd_json_set_int(totals, shown[j],

@@ -395,10 +395,12 @@ test_export_csv_escapes() {
         diff <(od -c "$TMP/expected.csv") <(od -c "$TMP/actual.csv") | head -n 20
         fail "export csv differs from the expected bytes"
     fi
-    # Without a status: every message, newest first (the pending one too).
+    # Without a status: every state in turn, the pending one first, then
+    # the dead letters in the order they died.
     {
         printf 'id,status,retry_count,max_retries,created_at,updated_at,retry_after,last_error,payload\n'
-        for ((id = ${#payloads[@]}; id >= 1; id--)); do
+        csv_row "$b" "${#payloads[@]}"
+        for ((id = 1; id < ${#payloads[@]}; id++)); do
             csv_row "$b" "$id"
         done
     } >"$TMP/expected-all.csv"
@@ -496,8 +498,9 @@ test_export_jsonl_round_trip() {
     expect_eq "${#again[@]}" "${#payloads[@]}" "round trip: same count"
     for ((i = 0; i < ${#again[@]}; i++)); do
         got=$(rget EVAL "$decode" 0 "${again[i]}" payload)
-        # jsonq2 was filled newest-first, and is exported newest-first.
-        expect_eq "$got" "${payloads[i]}" "round trip payload $((i + 1))"
+        # jsonq was exported pending (2..5) then dead (1); jsonq2 was filled
+        # in that order, and its pending messages export in claim order.
+        expect_eq "$got" "${payloads[(i + 1) % ${#payloads[@]}]}" "round trip payload $((i + 1))"
     done
 }
 
@@ -672,8 +675,8 @@ test_list_limit() {
     mapfile -t rows <<<"${OUT%$'\n'}"
     expect_eq "${#rows[@]}" 4 "a header and three rows"
     expect_match "${rows[0]}" "^ID +STATUS +RETRIES +UPDATED +LAST_ERROR +PAYLOAD" "header"
-    expect_match "${rows[1]}" "^5 +pending +0/3 +[0-9T:.-]+Z +payload number 5" "newest first"
-    expect_match "${rows[3]}" "^3 " "third row"
+    expect_match "${rows[1]}" "^2 +pending +0/3 +[0-9T:.-]+Z +payload number 2" "pending first, in claim order"
+    expect_match "${rows[3]}" "^4 " "third row"
     expect_match "$ERR" "more messages" "the truncation is noted on stderr"
     ctl list "$q" dead
     mapfile -t rows <<<"${OUT%$'\n'}"

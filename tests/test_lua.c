@@ -1410,7 +1410,7 @@ static void test_list_by_status(void **state)
         { "processing", { 3 }, 1 },
         { "succeeded", { 2 }, 1 },
         { "dead", { 1 }, 1 },
-        { "", { 6, 5, 4, 3, 2, 1 }, 6 },
+        { "", { 4, 5, 6, 3, 2, 1 }, 6 },   /* pending, processing, succeeded, dead */
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         long long ids[16], total;
@@ -1467,7 +1467,7 @@ static void test_list_pages_all(void **state)
     for (int i = 0; i < 5; i++)
         enqueue_ok(&q, "job", 3, 0);
     long long ids[16];
-    const long long want[] = { 5, 4, 3, 2, 1 };
+    const long long want[] = { 1, 2, 3, 4, 5 };   /* pending in claim order */
     assert_ids(ids, list_all(&q, "", 2, ids, 16, 5), want, 5);
 
     long long total;
@@ -2218,6 +2218,517 @@ static void test_claim_every_id_once(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Bounded work, orphans, walks under claims, reply bytes                   */
+/* ------------------------------------------------------------------------ */
+
+/* The byte budget of one reply (REPLY_BYTES in lua/00_common.lua). */
+enum { REPLY_BYTES = 4 * 1024 * 1024 };
+
+/* A listing page without copying the messages: ids, the bytes of every
+ * message field (names and values), the next cursor. Returns how many. */
+static size_t raw_page(redisReply *r, long long *ids, size_t max_ids, long long *bytes,
+                       char *next, size_t next_size)
+{
+    if (!has_code(r, "ok"))
+        fail_msg("list: %s", reply_desc(r));
+    assert_true(r->elements >= 3);
+    assert_int_equal(r->element[2]->type, REDIS_REPLY_STRING);
+    assert_true(r->element[2]->len < next_size);
+    memcpy(next, r->element[2]->str, r->element[2]->len + 1);
+    size_t n = r->elements - 3;
+    assert_true(n <= max_ids);
+    *bytes = 0;
+    for (size_t i = 0; i < n; i++) {
+        const redisReply *m = r->element[3 + i];
+        assert_int_equal(m->type, REDIS_REPLY_ARRAY);
+        assert_true(m->elements >= 2);
+        const redisReply *id = m->element[1];
+        ids[i] = id->type == REDIS_REPLY_INTEGER ? id->integer : parse_int(id->str, id->len, "id");
+        for (size_t j = 2; j < m->elements; j++)
+            *bytes += (long long)m->element[j]->len;
+    }
+    freeReplyObject(r);
+    return n;
+}
+
+/* One export page: ids (first column of tsv/csv lines) and the line bytes. */
+static size_t raw_export(redisReply *r, long long *ids, size_t max_ids, long long *bytes,
+                         char *next, size_t next_size)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+        r->element[0]->type != REDIS_REPLY_STRING || strcmp(r->element[0]->str, "bad_cursor") == 0)
+        fail_msg("export: %s", reply_desc(r));
+    assert_true(r->element[0]->len < next_size);
+    memcpy(next, r->element[0]->str, r->element[0]->len + 1);
+    size_t n = r->elements - 1;
+    assert_true(n <= max_ids);
+    *bytes = 0;
+    for (size_t i = 0; i < n; i++) {
+        const redisReply *line = r->element[1 + i];
+        assert_int_equal(line->type, REDIS_REPLY_STRING);
+        const char *s = line->str;
+        if (*s == '{') { /* jsonl: "id":N */
+            const char *p = strstr(s, "\"id\":");
+            assert_non_null(p);
+            s = p + 5;
+        }
+        ids[i] = strtoll(s, NULL, 10);
+        *bytes += (long long)line->len;
+    }
+    freeReplyObject(r);
+    return n;
+}
+
+/* Every list and export call on a queue whose seq is 5,000,000 with a few
+ * messages stays far below 10 ms (SLOWLOG), and a walk ends in few pages:
+ * gaps in ids cost nothing. */
+static void test_list_bounded_work(void **state)
+{
+    queue_t q;
+    queue_init(&q, "bounded");
+    freeReplyObject(rcmd("SET", qkey(&q, "seq"), "5000000", END));
+    long long dead = make_dead(&q, "bang");              /* 5000001 */
+    long long pending = enqueue_ok(&q, "only", 3, 0);    /* 5000002 */
+    assert_int_equal(pending, 5000002);
+    enqueue_ok(&q, "later", 3, 600000);                 /* 5000003, scheduled */
+
+    redisReply *old = rcmd("CONFIG", "GET", "slowlog-log-slower-than", END);
+    assert_int_equal(old->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(old->elements, 2);
+    char was[32];
+    snprintf(was, sizeof was, "%s", old->element[1]->str);
+    freeReplyObject(old);
+    freeReplyObject(rcmd("CONFIG", "SET", "slowlog-log-slower-than", "10000", END));
+    freeReplyObject(rcmd("SLOWLOG", "RESET", END));
+
+    static const char *const statuses[] = { "", "pending", "dead", "succeeded", "processing" };
+    static const char *const needles[] = { "", "zzz", "ang" };
+    for (size_t s = 0; s < sizeof statuses / sizeof statuses[0]; s++) {
+        for (size_t n = 0; n < sizeof needles / sizeof needles[0]; n++) {
+            for (int bounds = 0; bounds < 2; bounds++) {
+                char cursor[256] = "", next[256];
+                int pages = 0;
+                bool seen_pending = false, seen_dead = false;
+                do {
+                    redisReply *r = fcall("list", &q, -1, statuses[s], "1000", cursor, needles[n],
+                                          bounds ? "0" : "", bounds ? "99999999999999" : "", END);
+                    long long ids[1000], bytes;
+                    size_t got = raw_page(r, ids, 1000, &bytes, next, sizeof next);
+                    for (size_t i = 0; i < got; i++) {
+                        seen_pending |= ids[i] == pending;
+                        seen_dead |= ids[i] == dead;
+                    }
+                    snprintf(cursor, sizeof cursor, "%s", next);
+                } while (cursor[0] != '\0' && ++pages < 5);
+                if (cursor[0] != '\0')
+                    fail_msg("list status \"%s\" error_contains \"%s\": not at the end after 5 "
+                             "pages of 1000 (cursor %s)", statuses[s], needles[n], cursor);
+                bool all = statuses[s][0] == '\0';
+                if ((all || strcmp(statuses[s], "pending") == 0) && needles[n][0] == '\0')
+                    assert_true(seen_pending);
+                if ((all || strcmp(statuses[s], "dead") == 0) && strcmp(needles[n], "zzz") != 0)
+                    assert_true(seen_dead);
+            }
+        }
+        char cursor[256] = "", next[256];
+        int pages = 0;
+        do {
+            redisReply *r = fcall("export", &q, -1, "jsonl", statuses[s], "1000", cursor, END);
+            long long ids[1000], bytes;
+            raw_export(r, ids, 1000, &bytes, next, sizeof next);
+            snprintf(cursor, sizeof cursor, "%s", next);
+        } while (cursor[0] != '\0' && ++pages < 5);
+        assert_string_equal(cursor, "");
+    }
+
+    redisReply *slow = rcmd("SLOWLOG", "GET", "10", END);
+    freeReplyObject(rcmd("CONFIG", "SET", "slowlog-log-slower-than", was, END));
+    assert_int_equal(slow->type, REDIS_REPLY_ARRAY);
+    if (slow->elements > 0) {
+        const redisReply *e = slow->element[0];
+        long long us = e->element[2]->integer;
+        const redisReply *args = e->element[3];
+        char what[256] = "";
+        for (size_t i = 0; i < args->elements && strlen(what) < 200; i++)
+            snprintf(what + strlen(what), sizeof what - strlen(what), " \"%s\"", args->element[i]->str);
+        size_t n = slow->elements;
+        freeReplyObject(slow);
+        fail_msg("%zu slow calls; e.g. %lld us:%s", n, us, what);
+    }
+    freeReplyObject(slow);
+}
+
+/* Orphans in the dead index (ids whose hash is gone: eviction, manual DEL):
+ * replay_many removes and counts them and always makes progress. */
+static void test_replay_many_orphans(void **state)
+{
+    queue_t q;
+    queue_init(&q, "orphans");
+    long long ids[8];
+    for (int i = 0; i < 8; i++)
+        ids[i] = make_dead(&q, i % 2 ? "boom" : "bang");
+    for (int i = 0; i < 5; i++)     /* the five oldest lose their hash */
+        int_reply(rcmd("DEL", mkey(&q, ids[i]), END));
+
+    for (int mode = 0; mode < 2; mode++) {
+        char cursor[128] = "";
+        long long replayed = 0;
+        int calls = 0;
+        for (;;) {
+            redisReply *r = mode == 0 ? fcall("replay_many", &q, -1, "error", "2", cursor, "boom", END)
+                                      : fcall("replay_many", &q, -1, "all", "2", cursor, END);
+            if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+                r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_STRING)
+                fail_msg("replay_many: %s", reply_desc(r));
+            long long n = r->element[0]->integer;
+            char next[128];
+            snprintf(next, sizeof next, "%s", r->element[1]->str);
+            freeReplyObject(r);
+            replayed += n;
+            calls++;
+            if (next[0] == '\0')
+                break;
+            if (n == 0 && strcmp(next, cursor) == 0)
+                fail_msg("replay_many %s made no progress at cursor %s after %d calls",
+                         mode ? "all" : "error", next, calls);
+            if (calls > 20)
+                fail_msg("replay_many %s did not end", mode ? "all" : "error");
+            snprintf(cursor, sizeof cursor, "%s", next);
+        }
+        /* error "boom": odd ones that still have a hash (5, 7); all: the rest (6). */
+        assert_int_equal(replayed, mode == 0 ? 2 : 1);
+    }
+    assert_int_equal(zcard(qkey(&q, "dead")), 0);
+    assert_int_equal(counter(&q, "orphans_removed"), 5);
+    assert_int_equal(counter(&q, "replayed"), 3);
+    assert_int_equal(llen(qkey(&q, "due")), 3);
+
+    /* purge and replay by ids pass orphans over the same way. */
+    long long more = enqueue_ok(&q, "x", 3, 0);
+    msg_t m;
+    expect_ok_msg(fcall("kill", &q, more, "x", END), &m);
+    int_reply(rcmd("ZADD", qkey(&q, "dead"), "1", "424242", END));
+    long long pr[2];
+    expect_ints(fcall("purge", &q, -1, "0", "10", END), 2, pr);
+    assert_int_equal(pr[0], 1);
+    assert_int_equal(zcard(qkey(&q, "dead")), 0);
+    assert_int_equal(counter(&q, "purged"), 1);
+    assert_int_equal(counter(&q, "orphans_removed"), 6);
+    int_reply(rcmd("ZADD", qkey(&q, "dead"), "1", "434343", END));
+    redisReply *r = fcall("replay_many", &q, -1, "ids", "434343", num(more), END);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->element[0]->integer, 0);
+    freeReplyObject(r);
+    assert_int_equal(zcard(qkey(&q, "dead")), 0);
+    assert_int_equal(counter(&q, "orphans_removed"), 7);
+}
+
+/* Walks a pending (or complete) listing, or its export, with pages of 4
+ * while workers claim 3 between pages (and dead letters are replayed and a
+ * claim is released): every message that stayed pending during the whole
+ * walk is listed. */
+static void walk_under_claims(bool export, const char *status)
+{
+    enum { DEAD = 16, FRESH = 40, SCHEDULED = 3, MAX_ID = 64 };
+    queue_t q;
+    queue_init(&q, export ? "walkexport" : "walklist");
+    long long dead[DEAD];
+    for (int i = 0; i < DEAD; i++)
+        dead[i] = make_dead(&q, "e");
+    msg_t m;
+    for (int i = 0; i < DEAD / 2; i++)     /* three in due */
+        expect_ok_msg(fcall("replay", &q, dead[i], END), &m);
+    for (int i = 0; i < FRESH; i++)
+        enqueue_ok(&q, "job", 3, 0);
+    for (int i = 0; i < SCHEDULED; i++)
+        enqueue_ok(&q, "later", 3, 600000 + i);
+    long long max_id = DEAD + FRESH + SCHEDULED;
+
+    bool was_pending[MAX_ID] = { false }, claimed[MAX_ID] = { false };
+    int seen[MAX_ID] = { 0 };
+    for (int i = DEAD + 1; i <= max_id; i++)
+        was_pending[i] = true;
+    for (int i = 0; i < DEAD / 2; i++)
+        was_pending[dead[i]] = true;
+
+    char cursor[256] = "", next[256];
+    for (int page = 0; page < 200; page++) {
+        long long ids[4], bytes;
+        size_t n = export ? raw_export(fcall("export", &q, -1, "tsv", status, "4", cursor, END),
+                                       ids, 4, &bytes, next, sizeof next)
+                          : raw_page(fcall("list", &q, -1, status, "4", cursor, END), ids, 4,
+                                     &bytes, next, sizeof next);
+        for (size_t i = 0; i < n; i++) {
+            assert_in_range(ids[i], 1, MAX_ID - 1);
+            seen[ids[i]]++;
+        }
+        if (next[0] == '\0')
+            break;
+        snprintf(cursor, sizeof cursor, "%s", next);
+        /* Workers take three (due first, then ready). */
+        msg_t c[3];
+        size_t got = expect_ok_msgs(fcall("claim", &q, -1, "600000", "3", END), c, 3);
+        for (size_t i = 0; i < got; i++)
+            claimed[c[i].id] = true;
+        if (page == 1) {     /* more arrive in due: replays push on the far side */
+            for (int i = DEAD / 2; i < DEAD; i++)
+                expect_ok_msg(fcall("replay", &q, dead[i], END), &m);
+        }
+        if (page == 2 && got > 0) { /* a claim handed back: it lands at the claim end */
+            char t[64];
+            snprintf(t, sizeof t, "%s", msg_str(&c[0], "lease_token"));
+            assert_int_equal(int_reply(fcall("release", &q, -1, num(c[0].id), t, END)), 1);
+        }
+    }
+    assert_string_equal(next, "");
+    for (int id = 1; id <= max_id; id++) {
+        if (was_pending[id] && !claimed[id] && seen[id] == 0)
+            fail_msg("%s %s: message %d stayed pending during the walk but was not listed",
+                     export ? "export" : "list", status[0] ? status : "(all)", id);
+    }
+}
+
+static void test_pending_walk_under_claims(void **state)
+{
+    walk_under_claims(false, "pending");
+    walk_under_claims(false, "");
+    walk_under_claims(true, "pending");
+    walk_under_claims(true, "");
+}
+
+/* The same property under a random mix of claims, releases, replays,
+ * promotions, deletes and enqueues between pages, for several seeds. */
+static void test_pending_walk_random_interleaving(void **state)
+{
+    enum { MAX_ID = 400 };
+    for (unsigned seed = 1; seed <= 24; seed++) {
+        srand(seed);
+        const char *status = seed % 3 == 0 ? "" : "pending";
+        bool export = seed % 2 == 0;
+        int limit = 1 + (int)(seed % 5);
+        queue_t q;
+        queue_init(&q, "walkrandom");
+        long long dead[40];
+        int ndead = 0;
+        for (int i = 0; i < 30; i++)
+            dead[ndead++] = make_dead(&q, "e");
+        msg_t m;
+        for (int i = 0; i < 12; i++)
+            expect_ok_msg(fcall("replay", &q, dead[i], END), &m);
+        for (int i = 0; i < 60; i++)
+            enqueue_ok(&q, "job", 3, i % 7 == 0 ? 600000 : 0);
+        long long max_id = 90;
+        bool stayed[MAX_ID] = { false };
+        int seen[MAX_ID] = { 0 };
+        for (long long id = 31; id <= max_id; id++)
+            stayed[id] = true;
+        for (int i = 0; i < 12; i++)
+            stayed[dead[i]] = true;
+        long long held[100];
+        char tokens[100][64];
+        int nheld = 0, next_dead = 12;
+
+        char cursor[256] = "", next[256];
+        int page;
+        for (page = 0; page < 1000; page++) {
+            long long ids[8], bytes;
+            redisReply *page_reply = export
+                ? fcall("export", &q, -1, "tsv", status, num(limit), cursor, END)
+                : fcall("list", &q, -1, status, num(limit), cursor, END);
+            size_t n = export ? raw_export(page_reply, ids, 8, &bytes, next, sizeof next)
+                              : raw_page(page_reply, ids, 8, &bytes, next, sizeof next);
+            for (size_t i = 0; i < n; i++) {
+                assert_in_range(ids[i], 1, MAX_ID - 1);
+                seen[ids[i]]++;
+            }
+            if (next[0] == '\0')
+                break;
+            snprintf(cursor, sizeof cursor, "%s", next);
+            int ops = rand() % 4;
+            for (int o = 0; o < ops; o++) {
+                int what = rand() % 7;
+                if (what <= 1) {          /* claim 1..3 */
+                    msg_t c[3];
+                    redisReply *r = fcall("claim", &q, -1, "600000", num(1 + rand() % 3), END);
+                    size_t got = expect_ok_msgs(r, c, 3);
+                    for (size_t i = 0; i < got; i++) {
+                        stayed[c[i].id] = false;
+                        if (nheld < 100) {
+                            held[nheld] = c[i].id;
+                            snprintf(tokens[nheld++], 64, "%s", msg_str(&c[i], "lease_token"));
+                        }
+                    }
+                } else if (what == 2 && nheld > 0) {   /* release one */
+                    nheld--;
+                    int_reply(fcall("release", &q, -1, num(held[nheld]), tokens[nheld], END));
+                } else if (what == 3 && next_dead < ndead) {   /* replay: far end of due */
+                    freeReplyObject(fcall("replay", &q, dead[next_dead++], END)); /* maybe deleted */
+                } else if (what == 4 && max_id + 1 < MAX_ID) {  /* enqueue */
+                    max_id = enqueue_ok(&q, "job", 3, rand() % 2 ? 0 : 600000);
+                } else if (what == 5) {   /* delete a random pending one (LREM) */
+                    long long id = 1 + rand() % max_id;
+                    redisReply *r = fcall("delete", &q, id, END);
+                    if (has_code(r, "ok"))
+                        stayed[id] = false;
+                    freeReplyObject(r);
+                } else if (what == 6) {   /* scheduled ones become due and are promoted */
+                    redisReply *r = rcmd("ZRANGE", qkey(&q, "scheduled"), "0", "1", END);
+                    for (size_t i = 0; i < r->elements; i++)
+                        int_reply(rcmd("ZADD", qkey(&q, "scheduled"), "XX", "0",
+                                       r->element[i]->str, END));
+                    freeReplyObject(r);
+                    long long pr[2];
+                    expect_ints(fcall("promote", &q, -1, "100", END), 2, pr);
+                }
+            }
+        }
+        assert_true(page < 1000);
+        for (long long id = 1; id <= max_id; id++)
+            if (stayed[id] && seen[id] == 0)
+                fail_msg("seed %u (%s %s, limit %d): message %lld stayed pending but was not listed",
+                         seed, export ? "export" : "list", status[0] ? status : "(all)", limit, id);
+    }
+}
+
+/* Listing pages, export chunks and batch claims stop at REPLY_BYTES of
+ * messages (always at least one); what a claim does not return stays
+ * pending, untouched. */
+static void test_reply_bytes_bounded(void **state)
+{
+    enum { N = 10, MIB = 1024 * 1024 };
+    queue_t q;
+    queue_init(&q, "bigpayload");
+    char *payload = malloc(5 * MIB);
+    assert_non_null(payload);
+    memset(payload, 'x', 5 * MIB);
+    for (int i = 0; i < N; i++) {
+        const char *args[] = { payload, "3", "0" };
+        const size_t lens[] = { MIB, 1, 1 };
+        redisReply *r = fcall_bin("enqueue", &q, -1, 3, args, lens);
+        assert_true(has_code(r, "ok"));
+        freeReplyObject(r);
+    }
+
+    static const char *const statuses[] = { "", "pending" };
+    for (size_t s = 0; s < 2; s++) {
+        char cursor[256] = "", next[256];
+        int listed = 0, pages = 0;
+        do {
+            long long ids[1000], bytes;
+            size_t n = raw_page(fcall("list", &q, -1, statuses[s], "1000", cursor, END), ids,
+                                1000, &bytes, next, sizeof next);
+            assert_true(n >= 1);
+            if (n > 1 && bytes > REPLY_BYTES)
+                fail_msg("a list page of %zu messages holds %lld bytes", n, bytes);
+            listed += (int)n;
+            snprintf(cursor, sizeof cursor, "%s", next);
+        } while (cursor[0] != '\0' && ++pages < 20);
+        assert_int_equal(listed, N);
+        assert_true(pages >= 2);
+
+        listed = pages = 0;
+        cursor[0] = '\0';
+        do {
+            long long ids[1000], bytes;
+            size_t n = raw_export(fcall("export", &q, -1, "jsonl", statuses[s], "1000", cursor, END),
+                                  ids, 1000, &bytes, next, sizeof next);
+            assert_true(n >= 1);
+            if (n > 1 && bytes > REPLY_BYTES)
+                fail_msg("an export chunk of %zu lines holds %lld bytes", n, bytes);
+            listed += (int)n;
+            snprintf(cursor, sizeof cursor, "%s", next);
+        } while (cursor[0] != '\0' && ++pages < 20);
+        assert_int_equal(listed, N);
+    }
+
+    /* A batch claim of all ten returns fewer; the rest stay pending as they were. */
+    redisReply *r = fcall("claim", &q, -1, "600000", "10", END);
+    assert_true(has_code(r, "ok"));
+    size_t got = r->elements - 1;
+    long long bytes = 0;
+    for (size_t i = 1; i < r->elements; i++)
+        for (size_t j = 2; j < r->element[i]->elements; j++)
+            bytes += (long long)r->element[i]->element[j]->len;
+    freeReplyObject(r);
+    if (got < 1 || got >= N || (got > 1 && bytes > REPLY_BYTES))
+        fail_msg("claim of 10 returned %zu messages, %lld bytes", got, bytes);
+    assert_int_equal(counter(&q, "claimed"), (long long)got);
+    assert_int_equal(zcard(qkey(&q, "processing")), (long long)got);
+    assert_int_equal(llen(qkey(&q, "ready")), N - (long long)got);
+    for (long long id = (long long)got + 1; id <= N; id++) {
+        redisReply *h = rcmd("HMGET", mkey(&q, id), "status", "lease_token", END);
+        assert_string_equal(h->element[0]->str, "pending");
+        assert_int_equal(h->element[1]->type, REDIS_REPLY_NIL);
+        freeReplyObject(h);
+    }
+    /* Claim order is kept: the next claim takes the next id. */
+    r = fcall("claim", &q, -1, "600000", "1", END);
+    assert_true(has_code(r, "ok"));
+    assert_int_equal(r->elements, 2);
+    assert_int_equal(parse_int(r->element[1]->element[1]->str, r->element[1]->element[1]->len, "id"),
+                     (long long)got + 1);
+    freeReplyObject(r);
+
+    /* One message above the budget still comes, alone. */
+    queue_t big;
+    queue_init(&big, "hugepayload");
+    for (int i = 0; i < 2; i++) {
+        const char *args[] = { payload, "3", "0" };
+        const size_t lens[] = { 5 * MIB, 1, 1 };
+        redisReply *e = fcall_bin("enqueue", &big, -1, 3, args, lens);
+        assert_true(has_code(e, "ok"));
+        freeReplyObject(e);
+    }
+    free(payload);
+    long long ids[4];
+    char next[256];
+    assert_int_equal(raw_page(fcall("list", &big, -1, "", "1000", "", END), ids, 4, &bytes, next,
+                              sizeof next), 1);
+    assert_string_not_equal(next, "");
+    r = fcall("claim", &big, -1, "600000", "2", END);
+    assert_int_equal(r->elements, 2);
+    freeReplyObject(r);
+}
+
+/* settle_claim's claim is claim's: bounded by REPLY_BYTES of messages too,
+ * the rest left pending in place. */
+static void test_settle_claim_reply_bytes_bounded(void **state)
+{
+    enum { N = 6, MIB = 1024 * 1024 };
+    queue_t q;
+    queue_init(&q, "settlebig");
+    char *payload = malloc(MIB);
+    assert_non_null(payload);
+    memset(payload, 'y', MIB);
+    for (int i = 0; i < N; i++) {
+        const char *args[] = { payload, "3", "0" };
+        const size_t lens[] = { MIB, 1, 1 };
+        redisReply *r = fcall_bin("enqueue", &q, -1, 3, args, lens);
+        assert_true(has_code(r, "ok"));
+        freeReplyObject(r);
+    }
+    free(payload);
+    redisReply *c = fcall("claim", &q, -1, "60000", "1", END);
+    assert_int_equal(c->elements, 2);
+    freeReplyObject(c);
+    settle_t done = SUCCEEDED(1, "");
+    redisReply *r = settle_claim(&q, 60000, N, 1, &done);
+    assert_true(has_code(r, "ok"));
+    assert_string_equal(r->element[1]->element[0]->str, "succeeded");
+    size_t got = r->elements - 2;
+    long long bytes = 0;
+    for (size_t i = 2; i < r->elements; i++)
+        for (size_t k = 2; k < r->element[i]->elements; k++)
+            bytes += (long long)r->element[i]->element[k]->len;
+    freeReplyObject(r);
+    if (got < 1 || got >= N - 1 || (got > 1 && bytes > REPLY_BYTES))
+        fail_msg("settle_claim of %d returned %zu messages, %lld bytes", N, got, bytes);
+    assert_int_equal(zcard(qkey(&q, "processing")), (long long)got);
+    assert_int_equal(llen(qkey(&q, "ready")), N - 1 - (long long)got);
+    assert_int_equal(counter(&q, "claimed"), 1 + (long long)got);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Setup                                                                    */
 /* ------------------------------------------------------------------------ */
 
@@ -2487,6 +2998,12 @@ int main(void)
         cmocka_unit_test(test_wake_channel),
         cmocka_unit_test(test_export_csv_neutralises_formulas),
         cmocka_unit_test(test_library_versions_side_by_side),
+        cmocka_unit_test(test_list_bounded_work),
+        cmocka_unit_test(test_replay_many_orphans),
+        cmocka_unit_test(test_pending_walk_under_claims),
+        cmocka_unit_test(test_pending_walk_random_interleaving),
+        cmocka_unit_test(test_reply_bytes_bounded),
+        cmocka_unit_test(test_settle_claim_reply_bytes_bounded),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

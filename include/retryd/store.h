@@ -82,6 +82,8 @@ rd_backend_t *rd_store_backend(const rd_store_t *st);
 int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, size_t len,
                      int max_retries, long long delay_ms, const char *idempotency_key,
                      rd_store_cb cb, void *arg);
+/* Up to count messages; fewer when they would pass the library's REPLY_BYTES
+ * (at least one when any is claimable). */
 int rd_store_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int count,
                    rd_store_cb cb, void *arg);
 /* token NULL: accept any current lease. */
@@ -97,7 +99,8 @@ int rd_store_replay(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_c
                     void *arg);
 int rd_store_get(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_cb cb, void *arg);
 /* status NULL lists every state; cursor NULL starts at the beginning.
- * error_contains NULL/"" and since_ms/until_ms < 0 mean no filter. */
+ * error_contains NULL/"" and since_ms/until_ms < 0 mean no filter. A page
+ * may hold fewer than limit (bytes, work budget) with a next_cursor. */
 int rd_store_list(rd_store_t *st, rd_store_queue_t q, const char *status, int limit,
                   const char *cursor, const char *error_contains, long long since_ms,
                   long long until_ms, rd_store_cb cb, void *arg);
