@@ -178,6 +178,7 @@ run_suite() {
     # The suite runs in the background so that a signal to this script is
     # handled at once (bash runs traps only between foreground commands);
     # tail shows its output as it comes.
+    : >"$log" # before tail opens it
     if [ "$SUITE_TIMEOUT" -gt 0 ] 2>/dev/null; then
         timeout -k 10 "$SUITE_TIMEOUT" "${run[@]}" >"$log" 2>&1 </dev/null &
     else
