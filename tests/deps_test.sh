@@ -16,6 +16,7 @@ set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$here/.." && pwd)
 BOOKWORM_NODE=18.20.4
+source "$ROOT/scripts/lib.sh" # suite_run
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/retryd-deps-test.XXXXXX") || exit 1
 trap 'rm -rf "$TMP"' EXIT
@@ -121,26 +122,4 @@ all_tests=(
 )
 if (($#)); then all_tests=("$@"); fi
 
-passed=0
-failed=()
-echo "[==========] Running ${#all_tests[@]} test(s)."
-for t in "${all_tests[@]}"; do
-    echo "[ RUN      ] $t"
-    if ( "$t" ); then
-        echo "[       OK ] $t"
-        passed=$((passed + 1))
-    else
-        echo "[  FAILED  ] $t"
-        failed+=("$t")
-    fi
-done
-echo "[==========] ${#all_tests[@]} test(s) run."
-echo "[  PASSED  ] $passed test(s)."
-if ((${#failed[@]} > 0)); then
-    echo "[  FAILED  ] ${#failed[@]} test(s), listed below:"
-    for t in "${failed[@]}"; do echo "[  FAILED  ] $t"; done
-    echo
-    echo " ${#failed[@]} FAILED TEST(S)"
-    exit 1
-fi
-exit 0
+suite_run "${all_tests[@]}"

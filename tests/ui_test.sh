@@ -35,15 +35,12 @@ ROOT=$(cd "$here/.." && pwd)
 REDIS_PORT=${RETRYD_TEST_REDIS_PORT:-}
 BIN=${RETRYD_BIN:-$ROOT/build/retryd}
 CHROMIUM=/usr/bin/chromium
+# stop_pid, port_open, redis_unlink_keys, suite_setup_failed.
+source "$ROOT/scripts/lib.sh"
 
 # A failure before the browser test runs still ends in cmocka's summary, so
 # scripts/test.sh counts it.
-setup_failed() {
-    echo "ui_test.sh: $*"
-    echo "[  FAILED  ] 1 test(s), listed below:"
-    echo "[  FAILED  ] ui_setup"
-    exit 1
-}
+setup_failed() { suite_setup_failed ui_setup "$@"; }
 
 [ -n "$REDIS_PORT" ] || setup_failed "RETRYD_TEST_REDIS_PORT is not set (the port of a throwaway redis-server)"
 [ -x "$BIN" ] || setup_failed "$BIN is missing: run make build/retryd"
@@ -82,19 +79,8 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/retryd-ui-test.XXXXXX") || setup_failed "cannot
 PREFIX="uitest-$$-$RANDOM"
 daemon_pids=()
 cleanup() {
-    local p i
-    for p in ${daemon_pids[@]+"${daemon_pids[@]}"}; do
-        kill -TERM "$p" 2>/dev/null || continue
-        for i in $(seq 1 50); do
-            kill -0 "$p" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -KILL "$p" 2>/dev/null
-        wait "$p" 2>/dev/null
-    done
-    # The run's keys only (SCAN, not KEYS: the server may be shared).
-    timeout 60 redis-cli -h 127.0.0.1 -p "$REDIS_PORT" --scan --pattern "$PREFIX:*" 2>/dev/null \
-        | xargs -r -n 500 timeout 30 redis-cli -h 127.0.0.1 -p "$REDIS_PORT" unlink >/dev/null 2>&1
+    stop_pid ${daemon_pids[@]+"${daemon_pids[@]}"}
+    redis_unlink_keys "$REDIS_PORT" "$PREFIX:*" # the run's keys only
     rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -104,9 +90,6 @@ trap 'exit 143' TERM
 TOKEN="ui-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
 printf '%s\n' "$TOKEN" > "$TMP/token"
 chmod 600 "$TMP/token"
-
-# True when something accepts TCP connections on 127.0.0.1:$1.
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # start_daemon NAME REDIS_URL: starts retryd on the first free port from a
 # random base; sets DAEMON_PORT. Returns 1 when it cannot.
