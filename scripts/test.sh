@@ -95,8 +95,8 @@ start_redis() {
         echo "test.sh: redis-server or redis-cli not installed (run scripts/deps.sh)"
         return 1
     fi
-    local attempt port dir rc
-    for attempt in $(seq 0 29); do
+    local port dir rc
+    for _ in $(seq 0 29); do
         port=$(free_port) || break
         dir=$(mktemp -d -p "$tmp_root") || return 1
         rc=0
@@ -107,7 +107,7 @@ start_redis() {
             0) redis_port=$port; return 0 ;;
             2) continue ;; # taken meanwhile: another port
         esac
-        echo "test.sh: redis-server on port $port did not start within 10 s:"
+        echo "test.sh: redis-server on port $port did not start (in 10 s):"
         tail -n 20 "$REDIS_LOG"
         return 1
     done
