@@ -2,7 +2,7 @@
 #
 #   make             build build/retryd (installs missing Debian packages first)
 #   make run         embedded Redis under ./var/ + retryd on 127.0.0.1:8080
-#   make test        every suite (installs chromium, and node + npm when missing)
+#   make test        every suite (installs valgrind, chromium, and node + npm when missing)
 #   make test SANITIZE=1   the same under AddressSanitizer + UBSan
 #   make lint        cppcheck over src/
 
@@ -43,7 +43,7 @@ all: deps $(BUILD)/retryd
 deps:
 	@scripts/deps.sh
 
-# What only the tests need: chromium, and node + npm when there is none.
+# What only the tests need: valgrind, chromium, and node + npm when there is none.
 test-deps:
 	@scripts/deps.sh test
 

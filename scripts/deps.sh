@@ -1,9 +1,10 @@
 #!/bin/sh
 # deps.sh [test] - installs the Debian packages retryd needs, only when one is
 # missing. `make` (and so `make run`) needs the build set; `make test` runs
-# `deps.sh test`, which adds what the browser test and the bench smoke need:
-# chromium, and Debian's nodejs and npm when there is no node (or no npm) on
-# PATH (bookworm's nodejs is 18; tests/ui and bench pin npm packages that run
+# `deps.sh test`, which adds what only the suites need: valgrind (test_faults'
+# leak check), chromium (the browser test), and Debian's nodejs and npm when
+# there is no node (or no npm) on PATH, for the browser test and the bench
+# smoke (bookworm's nodejs is 18; tests/ui and bench pin npm packages that run
 # on it). Runs apt-get as root (or through sudo when available).
 # DEPS_DRY_RUN=1 prints the apt-get commands instead of running them.
 set -eu
@@ -16,6 +17,8 @@ for p in $pkgs; do
 done
 browser=""
 if [ "${1:-}" = test ]; then
+    dpkg-query -W -f='${Status}' valgrind 2>/dev/null | grep -q 'install ok installed' \
+        || missing="$missing valgrind"
     # node from anywhere will do (Debian's, NodeSource's, nvm's): only a
     # missing one is installed, from Debian.
     command -v node >/dev/null || missing="$missing nodejs"
