@@ -73,18 +73,8 @@ RP="" HP=""
 SERVER_PIDS=""          # every server ever started (stopped ones are no-ops)
 declare -A PAIR         # saved redis-server + retryd pairs (section 7)
 
-# Stops one process we started: TERM, up to 5 s, then KILL; reaps it.
-stop_pid() {
-    [ -n "$1" ] || return 0
-    kill -TERM "$1" 2>/dev/null || return 0
-    local i
-    for i in $(seq 1 50); do
-        kill -0 "$1" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -KILL "$1" 2>/dev/null
-    wait "$1" 2>/dev/null
-}
+# stop_pid and free_port (the helpers every script shares).
+source scripts/lib.sh
 
 cleanup() {
     local pid
@@ -117,16 +107,6 @@ done
 for t in redis-server redis-cli redis-benchmark; do
     command -v "$t" >/dev/null || die "$t is not installed (scripts/deps.sh installs it)"
 done
-
-# A port nothing listens on, from a random base.
-free_port() {
-    local p
-    for _ in $(seq 1 50); do
-        p=$((20000 + RANDOM % 30000))
-        (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return 0; }
-    done
-    return 1
-}
 
 rcli() { redis-cli -p "$RP" "$@"; }
 

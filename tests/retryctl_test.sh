@@ -37,13 +37,13 @@ PREFIX=$RETRYD_PREFIX
 LIB=$(sed -n '1s/^#!lua name=//p' "$LUA")
 FN=${LIB}_
 
+# stop_pid, redis_unlink_keys, suite_run, suite_setup_failed.
+source "$ROOT/scripts/lib.sh"
+
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/retryctl-test.XXXXXX") || exit 1
 bg_pids=()
 cleanup() {
-    local p
-    for p in ${bg_pids[@]+"${bg_pids[@]}"}; do
-        kill -TERM "$p" 2>/dev/null
-    done
+    stop_pid ${bg_pids[@]+"${bg_pids[@]}"}
     rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -918,42 +918,12 @@ all_tests=(
 )
 if (($#)); then all_tests=("$@"); fi
 
-if [ "$(rcli PING 2>&1)" != PONG ]; then
-    echo "retryctl_test: no Redis answers on 127.0.0.1:$PORT"
-    echo "[  FAILED  ] 1 test(s), listed below:"
-    echo "[  FAILED  ] redis_reachable"
-    exit 1
-fi
+[ "$(rcli PING 2>&1)" = PONG ] || suite_setup_failed redis_reachable "no Redis answers on 127.0.0.1:$PORT"
 # The library every test uses.
 "$RETRYCTL" load >/dev/null || { echo "retryctl_test: retryctl load failed"; exit 1; }
 
-passed=0
-failed=()
-echo "[==========] Running ${#all_tests[@]} test(s)."
-for t in "${all_tests[@]}"; do
-    echo "[ RUN      ] $t"
-    if ( "$t" ); then
-        echo "[       OK ] $t"
-        passed=$((passed + 1))
-    else
-        echo "[  FAILED  ] $t"
-        failed+=("$t")
-    fi
-done
+suite_run "${all_tests[@]}"
+rc=$?
 # Keys of this run are left for inspection only if something failed.
-if ((${#failed[@]} == 0)); then
-    rcli --scan --pattern "$PREFIX*" | xargs -r -d "\n" -n 500 \
-        timeout 30 redis-cli -h 127.0.0.1 -p "$PORT" UNLINK >/dev/null
-fi
-echo "[==========] ${#all_tests[@]} test(s) run."
-echo "[  PASSED  ] $passed test(s)."
-if ((${#failed[@]} > 0)); then
-    echo "[  FAILED  ] ${#failed[@]} test(s), listed below:"
-    for t in "${failed[@]}"; do
-        echo "[  FAILED  ] $t"
-    done
-    echo
-    echo " ${#failed[@]} FAILED TEST(S)"
-    exit 1
-fi
-exit 0
+[ "$rc" -eq 0 ] && redis_unlink_keys "$PORT" "$PREFIX*"
+exit "$rc"
