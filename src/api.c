@@ -75,7 +75,7 @@ static void respond_json(call_t *c, int status, rd_json_t *doc, const char *extr
 static void respond_problem(call_t *c, rd_problem_t p, const char *detail,
                             const rd_field_errors_t *errs, const char *extra_headers)
 {
-    rd_problem_respond(c->ex, c->req, p, detail, errs, extra_headers);
+    rd_http_respond_problem(c->ex, p, detail, errs, extra_headers);
     call_free(c);
 }
 
