@@ -75,6 +75,8 @@ declare -A PAIR         # saved redis-server + retryd pairs (section 7)
 
 # stop_pid and free_port (the helpers every script shares).
 source scripts/lib.sh
+# shellcheck source=retryctl
+source scripts/retryctl # rd_base: key names (main runs only when executed)
 
 cleanup() {
     local pid
@@ -394,7 +396,13 @@ enqueue_fcall() {   # enqueue_fcall BASE N [DELAY_MS]: untimed fill through redi
     redis-benchmark -p "$RP" -n "$2" -c 8 -P 32 -q FCALL "${FN}enqueue" 1 "$1" "$PAYLOAD" 3 \
         "${3:-0}" >/dev/null 2>&1
 }
-base() { echo "$PREFIX:{$1}"; }
+# A queue's key base, "<prefix>:{<escaped name>}", as retryctl spells it
+# (rd_base, the one shell copy of src/keys.c's escape).
+base() {
+    local RD_PREFIX=$PREFIX
+    rd_base "$1"
+    echo "$REPLY"
+}
 
 # ---------------------------------------------------------------------------
 # 1. Redis-native path

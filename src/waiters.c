@@ -79,8 +79,7 @@ static wqueue_t *get_queue(rd_waiters_t *w, rd_store_queue_t queue)
     q->w = w;
     q->name = rd_strndup(queue.name, queue.len);
     q->len = queue.len;
-    rd_keys_queue_base(&q->channel, w->prefix, queue.name, queue.len);
-    rd_buf_puts(&q->channel, ":wake");
+    rd_keys_wake(&q->channel, w->prefix, queue.name, queue.len);
     q->next = w->queues;
     if (w->queues) w->queues->prev = q;
     w->queues = q;
