@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "retryd/limits.h"
+
 #define USAGE \
     "usage: retryd [options]   (each option is also RETRYD_<NAME>, e.g. RETRYD_LISTEN)\n" \
     "  --listen HOST:PORT        HTTP address (127.0.0.1:8080)\n" \
@@ -17,7 +19,7 @@
     "  --redis-timeout-ms N      a Redis command older than this drops the link (5000)\n" \
     "  --prefix NAME             key prefix (retryd)\n" \
     "  --tick-ms N               longest sleep of the promotion timer (250)\n" \
-    "  --lease-seconds N         default lease of a claim, 1-43200 (30)\n" \
+    "  --lease-seconds N         default lease of a claim, 1-" RD_LIMIT_STR(RD_LEASE_SECONDS_MAX) " (30)\n" \
     "  --max-body BYTES          largest request body (1048576)\n" \
     "  --idle-timeout DURATION   close a connection without a complete request for this\n" \
     "                            long: idle keep-alive and slow senders (60s)\n" \
@@ -179,7 +181,7 @@ static int apply(rd_config_t *cfg, const char *name, const char *v)
         return 0;
     }
     if (strcmp(name, "lease-seconds") == 0) {
-        if (parse_int(v, 1, 43200, &n)) return -1;
+        if (parse_int(v, 1, RD_LEASE_SECONDS_MAX, &n)) return -1;
         cfg->lease_ms = n * 1000;
         return 0;
     }
