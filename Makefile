@@ -114,7 +114,7 @@ clean:
 
 -include $(wildcard $(BUILD)/*.d $(BUILD)/tests/*.d)
 
-# ---- bench (issue 5) ----
+# ---- bench (docs/benchmarks.md) ----
 # make bench [QUICK=1]: scripts/bench.sh starts its own redis-server and retryd
 # on free ports, runs redis-benchmark, build/loadgen (bench/loadgen.c) and the
 # BullMQ peer (bench/, npm) against them and prints the tables recorded in

@@ -1,5 +1,5 @@
-/* test_faults.c - fault injection against the real build/retryd (issue 6,
- * SPEC §5 and §7): HTTP limits and hostile clients (431, 501, 417, Expect,
+/* test_faults.c - fault injection against the real build/retryd (SPEC §5
+ * and §7): HTTP limits and hostile clients (431, 501, 417, Expect,
  * slowloris, the connection cap, idle keep-alive), bearer-token auth and
  * Redis ACL users, a Redis that is paused (SIGSTOP, DEBUG SLEEP), restarted,
  * flushed, has its pub/sub link killed or is killed -9 in the middle of a
