@@ -27,6 +27,10 @@ void rd_histogram_observe(rd_histogram_t *h, double value);
 enum { RD_DELAY_BUCKETS = 13 };
 extern const long long rd_delay_bucket_bounds[RD_DELAY_BUCKETS];
 
+/* GET /metrics exports per-queue series for at most this many queues (the
+ * first by name), so a scrape reads a bounded number of stats. */
+enum { RD_METRICS_MAX_QUEUES = 1000 };
+
 /* One queue's numbers, copied out of a `stats` reply. */
 typedef struct rd_queue_metrics {
     char *name;                 /* owned */

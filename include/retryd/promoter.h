@@ -15,6 +15,16 @@
 
 typedef struct rd_promoter rd_promoter_t;
 
+/* The registry sweep (docs/design.md "Timers and the registry"): for all
+ * instances together, at most RD_SWEEP_BATCH registered queues are made due
+ * every RD_SWEEP_EVERY_MS, and a full pass starts at most every
+ * RD_SWEEP_CYCLE_MS. */
+enum {
+    RD_SWEEP_BATCH = 100,
+    RD_SWEEP_EVERY_MS = 1000,
+    RD_SWEEP_CYCLE_MS = 60000,
+};
+
 typedef struct rd_promoter_options {
     int tick_ms;                  /* longest sleep between rounds */
     int batch;                    /* most ids moved per kind of work per call */
