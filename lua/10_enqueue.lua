@@ -4,8 +4,9 @@
 --   ARGV[2]  max_retries                        integer 1..10
 --   ARGV[3]  delay_ms                           integer >= 0; > 0 schedules it
 --   ARGV[4]  idempotency_key                    "" for none; else 1..255 bytes
--- Returns {"ok", id, now_ms}: the caller has every other field already, so
--- the message is not read back (a third of enqueue's cost). Or {"duplicate",
+-- Returns {"ok", id, now_ms, timer}: the caller has every other field already,
+-- so the message is not read back (a third of enqueue's cost); timer is the
+-- timer hint of a delayed message (need_timer), -1 otherwise. Or {"duplicate",
 -- message} when the key was used in this queue within 24 h: the original
 -- message, nothing created; when that message was deleted since (retention),
 -- {"duplicate", {"id", id}}.
@@ -35,6 +36,7 @@ local function enqueue(keys, args)
       return { 'duplicate', { 'id', seen } }
     end
   end
+  local timer = -1
   local id = redis.call('INCR', k.seq)
   local mkey = message_key(base, id)
   if idem_key then
@@ -45,6 +47,7 @@ local function enqueue(keys, args)
                'max_retries', max_retries, 'created_at', now, 'updated_at', now,
                'retry_after', now + delay_ms)
     redis.call('ZADD', k.scheduled, now + delay_ms, id)
+    timer = need_timer(k, now, now + delay_ms)
   else
     redis.call('HSET', mkey, 'payload', payload, 'status', 'pending', 'retry_count', 0,
                'max_retries', max_retries, 'created_at', now, 'updated_at', now)
@@ -53,7 +56,7 @@ local function enqueue(keys, args)
   end
   if idem_key then redis.call('HSET', mkey, 'idempotency_key', idem) end
   redis.call('HINCRBY', k.stats, 'enqueued', 1)
-  return { 'ok', id, now }
+  return { 'ok', id, now, timer }
 end
 
 redis.register_function('enqueue', enqueue)

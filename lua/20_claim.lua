@@ -6,8 +6,10 @@
 -- (retries and replays, oldest first), then from ready (fresh, FIFO). Ids
 -- whose message was deleted while they waited are dropped, and popping goes on
 -- (at most 100 such ids per call).
--- Returns {"ok", message, ...}: zero messages when nothing is claimable. Each
--- message carries lease_token (unique per claim) and lease_expires_at.
+-- Returns {"ok", message, ..., timer}: zero messages when nothing is
+-- claimable. Each message carries lease_token (unique per claim) and
+-- lease_expires_at; timer is the timer hint of the new leases' deadline
+-- (need_timer), -1 when none was needed.
 local function claim(keys, args)
   local base = keys[1]
   local k = queue_keys(base)
@@ -45,6 +47,9 @@ local function claim(keys, args)
     end
   end
   if #out - 1 < count then redis.call('HINCRBY', k.stats, 'claimed', (#out - 1) - count) end
+  local timer = -1
+  if #out > 1 then timer = need_timer(k, now, deadline) end
+  out[#out + 1] = timer
   return out
 end
 

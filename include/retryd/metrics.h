@@ -52,4 +52,9 @@ void rd_metrics_from_stats(rd_queue_metrics_t *m, const struct rd_queue_stats *s
 void rd_metrics_render(rd_buf_t *out, const rd_queue_metrics_t *qs, size_t n,
                        const rd_histogram_t *rtt, size_t waiters);
 
+/* Appends the registry's gauges: how many queues are registered, and how many
+ * of them the per-queue series leave out (RD_METRICS_MAX_QUEUES, or stats
+ * that could not be read). */
+void rd_metrics_render_registry(rd_buf_t *out, long long registered, long long omitted);
+
 #endif
