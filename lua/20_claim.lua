@@ -6,10 +6,11 @@
 -- (retries and replays, oldest first), then from ready (fresh, FIFO). Ids
 -- whose message was deleted while they waited are dropped, and popping goes on
 -- (at most 100 such ids per call).
--- Returns {"ok", message, ..., timer}: zero messages when nothing is
--- claimable. Each message carries lease_token (unique per claim) and
--- lease_expires_at; timer is the timer hint of the new leases' deadline
--- (need_timer), -1 when none was needed.
+--   ARGV[3]  "1" (optional)                     the caller forwards timer hints
+-- Returns {"ok", message, ...}: zero messages when nothing is claimable. Each
+-- message carries lease_token (unique per claim) and lease_expires_at. With
+-- ARGV[3] a timer hint follows the messages: the one of the new leases'
+-- deadline (need_timer), -1 when none was needed.
 local function claim(keys, args)
   local base = keys[1]
   local k = queue_keys(base)
@@ -47,9 +48,11 @@ local function claim(keys, args)
     end
   end
   if #out - 1 < count then redis.call('HINCRBY', k.stats, 'claimed', (#out - 1) - count) end
-  local timer = -1
-  if #out > 1 then timer = need_timer(k, now, deadline) end
-  out[#out + 1] = timer
+  if args[3] == '1' then
+    local timer = -1
+    if #out > 1 then timer = need_timer(k, now, deadline) end
+    out[#out + 1] = timer
+  end
   return out
 end
 

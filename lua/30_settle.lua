@@ -3,9 +3,11 @@
 --   KEYS[2]  <prefix>:{q}:m:<id>                the message
 --   ARGV[1]  id
 --   ARGV[2]  lease_token                        "" accepts any current lease
---   ARGV[3]  succeeded_ttl_ms (optional)        the caller's retention, for the hint
--- Returns {"ok", message, timer} | {"not_found"} | {"invalid_state", status} |
--- {"lease_mismatch"}; timer: the hint of its retention expiry (need_timer).
+--   ARGV[3]  succeeded_ttl_ms (optional)        given by a caller that forwards
+--                                               timer hints: its retention
+-- Returns {"ok", message} | {"not_found"} | {"invalid_state", status} |
+-- {"lease_mismatch"}; with ARGV[3], {"ok", message, timer}: the hint of its
+-- retention expiry (need_timer).
 local function succeed(keys, args)
   local base, mkey, id, token = keys[1], keys[2], args[1], args[2] or ''
   local ttl = to_int(args[3] or '0')
@@ -19,6 +21,7 @@ local function succeed(keys, args)
   redis.call('HSET', mkey, 'status', 'succeeded', 'updated_at', now)
   redis.call('ZADD', k.succeeded, now, id)
   redis.call('HINCRBY', k.stats, 'succeeded', 1)
+  if args[3] == nil then return { 'ok', message_reply(mkey, id) } end
   return { 'ok', message_reply(mkey, id), retention_hint(k, now, ttl) }
 end
 
@@ -31,10 +34,11 @@ end
 --   ARGV[4]  retryable                          "1" | "0" (0: dead now)
 --   ARGV[5]  retry_after_ms                     integer >= 0 overrides the
 --                                               backoff; -1 uses min(2^n, 3600) s
---   ARGV[6]  dead_ttl_ms (optional)             the caller's retention, for the hint
--- Returns {"ok", message, timer} | {"not_found"} | {"invalid_state", status} |
--- {"lease_mismatch"}; timer: the hint of the retry, or of the dead letter's
--- retention expiry (need_timer).
+--   ARGV[6]  dead_ttl_ms (optional)             given by a caller that forwards
+--                                               timer hints: its retention
+-- Returns {"ok", message} | {"not_found"} | {"invalid_state", status} |
+-- {"lease_mismatch"}; with ARGV[6], {"ok", message, timer}: the hint of the
+-- retry, or of the dead letter's retention expiry (need_timer).
 local function fail(keys, args)
   local base, mkey, id, token = keys[1], keys[2], args[1], args[2] or ''
   local err = args[3]
@@ -49,6 +53,7 @@ local function fail(keys, args)
   if e then return e end
   local now = now_ms()
   local status, due = fail_message(k, base, id, now, err, retryable, retry_after_ms)
+  if args[6] == nil then return { 'ok', message_reply(mkey, id) } end
   local timer
   if status == 'pending' then timer = need_timer(k, now, due)
   else timer = retention_hint(k, now, ttl) end

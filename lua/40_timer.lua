@@ -45,15 +45,18 @@ end
 --   ARGV[1]  limit                              integer 1..1000, per kind of work
 --   ARGV[2]  dead_ttl_ms                        0 keeps dead letters forever
 --   ARGV[3]  succeeded_ttl_ms                   0 keeps succeeded forever
--- Returns {promoted, reclaimed, expired, next_in_ms, ready, empty}: next_in_ms
--- is the time until the queue next needs a tick (next scheduled id, lease
--- deadline or retention expiry; -1: none, the queue is idle); ready is how
--- many ids are claimable now (the long-poll safety net); expired counts dead
--- and succeeded messages removed by retention; empty is 1 when none of the
--- queue's keys is left (it may leave the registry). Any count equal to limit
--- means more work is waiting: call again at once. Sets the queue's timer
--- promise to now + next_in_ms (the caller writes that to the schedule), or
--- deletes it. Publishes on the wake channel when it promoted anything.
+--   ARGV[4]  "1" (optional)                     the caller is a timer round
+--                                               that reports to timer_done
+-- Returns {promoted, reclaimed, expired, next_in_ms, ready}: next_in_ms is the
+-- time until the queue next needs a tick (next scheduled id, lease deadline
+-- or retention expiry; -1: none, the queue is idle); ready is how many ids
+-- are claimable now (the long-poll safety net); expired counts dead and
+-- succeeded messages removed by retention. Any count equal to limit means
+-- more work is waiting: call again at once. With ARGV[4], `empty` follows:
+-- 1 when none of the queue's keys is left (it may leave the registry), and
+-- the queue's timer promise becomes now + next_in_ms (the caller reports
+-- that to the schedule), or is deleted. Publishes on the wake channel when it
+-- promoted anything.
 local function tick(keys, args)
   local base = keys[1]
   local k = queue_keys(base)
@@ -86,12 +89,13 @@ local function tick(keys, args)
     local oldest = first_score(k.succeeded)
     if oldest then due_at(oldest + succeeded_ttl) end
   end
+  local ready = redis.call('LLEN', k.due) + redis.call('LLEN', k.ready)
+  if args[4] ~= '1' then return { promoted, reclaimed, expired, wait, ready } end
   if wait >= 0 then
     redis.call('SET', k.timer, now + wait, 'PX', wait + TIMER_GRACE_MS)
   else
     redis.call('DEL', k.timer)
   end
-  local ready = redis.call('LLEN', k.due) + redis.call('LLEN', k.ready)
   local empty = 0
   if wait < 0 and ready == 0 and
      redis.call('EXISTS', k.due, k.ready, k.scheduled, k.processing, k.dead, k.succeeded,

@@ -669,6 +669,7 @@ int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, si
     arg_int(&c, max_retries);
     arg_int(&c, delay_ms);
     arg_str(&c, idempotency_key ? idempotency_key : "");
+    arg_str(&c, "1");   /* this caller forwards timer hints */
     enqueued_t *e = rd_malloc(sizeof *e);
     e->payload = rd_strndup(payload, len);
     e->payload_len = len;
@@ -685,6 +686,7 @@ int rd_store_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int c
     begin_fcall(&c, st, "claim", q, 0);
     arg_int(&c, lease_ms);
     arg_int(&c, count);
+    arg_str(&c, "1");   /* this caller forwards timer hints */
     return send_hinted(st, &c, KIND_HINTED, q, cb, arg);
 }
 
@@ -854,6 +856,7 @@ int rd_store_tick(rd_store_t *st, rd_store_queue_t q, int limit, long long dead_
     arg_int(&c, limit);
     arg_int(&c, dead_ttl_ms);
     arg_int(&c, succeeded_ttl_ms);
+    arg_str(&c, "1");   /* a timer round: the promise and `empty` */
     return send_call(st, &c, KIND_TICK, cb, arg);
 }
 

@@ -633,17 +633,14 @@ static void fcall_enqueue(const char *q, size_t n, int max_retries)
     freeReplyObject(rcmd("FCALL register 1 %s:queues %s -1", g_prefix, q));
 }
 
-/* Claims up to 100 of q with FCALL claim ({"ok", message..., timer hint});
- * writes the ids; returns how many. */
+/* Claims up to 100 of q with FCALL claim; writes the ids; returns how many. */
 static size_t fcall_claim(const char *q, long long *ids)
 {
     redisReply *reply = rcmd("FCALL claim 1 %s 600000 100", qkey(q, ""));
     assert_int_equal(reply->type, REDIS_REPLY_ARRAY);
     assert_string_equal(reply->element[0]->str, "ok");
-    assert_true(reply->elements >= 2);
-    assert_int_equal(reply->element[reply->elements - 1]->type, REDIS_REPLY_INTEGER);
     size_t n = 0;
-    for (size_t i = 1; i + 1 < reply->elements; i++) {
+    for (size_t i = 1; i < reply->elements; i++) {
         redisReply *msg = reply->element[i];
         assert_true(msg->elements >= 2);
         assert_string_equal(msg->element[0]->str, "id");
