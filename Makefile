@@ -2,7 +2,7 @@
 #
 #   make             build build/retryd (installs missing Debian packages first)
 #   make run         embedded Redis under ./var/ + retryd on 127.0.0.1:8080
-#   make test        unit, Lua integration and end-to-end HTTP suites
+#   make test        every suite (installs valgrind, chromium, and node + npm when missing)
 #   make test SANITIZE=1   the same under AddressSanitizer + UBSan
 #   make lint        cppcheck over src/
 
@@ -26,22 +26,26 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
 # Modules shared by the daemon and the tests (everything but main).
-LIB_SRC := alloc buf log config keys json problem http router redis cluster backend store waiters metrics auth ui \
+LIB_SRC := alloc buf utf8 log config keys json problem http router redis cluster backend store waiters metrics auth ui \
            message request api promoter
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o) $(BUILD)/lua_library.o $(BUILD)/ui_assets.o \
            $(BUILD)/llhttp/llhttp.o $(BUILD)/llhttp/api.o $(BUILD)/llhttp/http.o
 
 UNIT_TESTS := test_keys test_router test_request test_message test_config test_problem test_metrics
 INTEG_TESTS := test_http test_lua test_e2e test_ops test_multi test_faults test_cluster
-SHELL_UNIT := fuzz_smoke.sh
+SHELL_UNIT := fuzz_smoke.sh deps_test.sh
 SHELL_INTEG := retryctl_test.sh ui_test.sh bench_smoke.sh
 TEST_BINS := $(UNIT_TESTS:%=$(BUILD)/tests/%) $(INTEG_TESTS:%=$(BUILD)/tests/%)
 
-.PHONY: all deps run test unit bench lint clean fuzz
+.PHONY: all deps test-deps run test unit bench lint clean fuzz
 all: deps $(BUILD)/retryd
 
 deps:
 	@scripts/deps.sh
+
+# What only the tests need: valgrind, chromium, and node + npm when there is none.
+test-deps:
+	@scripts/deps.sh test
 
 $(BUILD)/retryd: $(BUILD)/server.o $(LIB_OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) $(LDLIBS)
@@ -98,7 +102,7 @@ $(FUZZ_DIR)/fuzz_request: tests/fuzz_request.c $(FUZZ_SRC) $(wildcard include/re
 fuzz: deps $(FUZZ_DIR)/fuzz_request
 	FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz_smoke.sh
 
-test: all $(TEST_BINS) $(BUILD)/retryd.lua $(FUZZ_DIR)/fuzz_request $(BUILD)/loadgen
+test: all test-deps $(TEST_BINS) $(BUILD)/retryd.lua $(FUZZ_DIR)/fuzz_request $(BUILD)/loadgen
 	BUILD=$(BUILD) scripts/test.sh $(UNIT_TESTS) $(SHELL_UNIT) -- $(INTEG_TESTS) $(SHELL_INTEG)
 
 lint:

@@ -11,6 +11,11 @@
  *       W workers claim (count 1: the single form; C > 1: {"count":C}) and
  *       succeed what they got (one POST .../succeed per message; batch
  *       acknowledgement POST /queues/Q/succeed when C > 1) until M succeeded.
+ *   loadgen settle   --port P --queue Q --conns W --messages M [--count C]
+ *       W workers loop settle-and-claim (SPEC §9): each request settles what
+ *       the worker holds as succeeded and claims the next C (count 1: one
+ *       message per request), POST /queues/Q/claim {"count":C,"settle":[...]},
+ *       until M succeeded.
  *   loadgen failonce --port P --queue Q --conns W --messages M [--retry-after-s R]
  *       Like work with count 1, but the first delivery of every message fails
  *       with retry_after_seconds R, the second succeeds. Also reports how late
@@ -50,7 +55,7 @@
 
 /* ---------------------------------------------------------------- options */
 
-typedef enum lg_mode { MODE_ENQUEUE, MODE_WORK, MODE_FAILONCE, MODE_RESP } lg_mode_t;
+typedef enum lg_mode { MODE_ENQUEUE, MODE_WORK, MODE_SETTLE, MODE_FAILONCE, MODE_RESP } lg_mode_t;
 
 typedef struct options {
     lg_mode_t mode;
@@ -72,7 +77,7 @@ typedef struct options {
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: loadgen enqueue|work|failonce --port P --queue Q --conns N --messages M\n"
+            "usage: loadgen enqueue|work|settle|failonce --port P --queue Q --conns N --messages M\n"
             "               [--count C] [--payload-bytes B] [--retry-after-s R]\n"
             "       loadgen resp --port P --conns C --pipeline D --requests M [--first-id F]"
             " -- ARG...\n"
@@ -107,6 +112,7 @@ static void parse_options(int argc, char **argv, options_t *o)
     if (argc < 2) usage();
     if (strcmp(argv[1], "enqueue") == 0) o->mode = MODE_ENQUEUE;
     else if (strcmp(argv[1], "work") == 0) o->mode = MODE_WORK;
+    else if (strcmp(argv[1], "settle") == 0) o->mode = MODE_SETTLE;
     else if (strcmp(argv[1], "failonce") == 0) o->mode = MODE_FAILONCE;
     else if (strcmp(argv[1], "resp") == 0) o->mode = MODE_RESP;
     else usage();
@@ -188,11 +194,11 @@ static uint32_t percentile(const samples_t *s, double p)
 /* ---------------------------------------------------------------- state */
 
 typedef enum route {
-    R_ENQUEUE, R_CLAIM, R_SUCCEED, R_SUCCEED_MANY, R_FAIL, R_RESP, R_COUNT
+    R_ENQUEUE, R_CLAIM, R_SUCCEED, R_SUCCEED_MANY, R_FAIL, R_SETTLE_CLAIM, R_RESP, R_COUNT
 } route_t;
 
 static const char *const route_names[R_COUNT] = {
-    "enqueue", "claim", "succeed", "succeed_many", "fail", "resp",
+    "enqueue", "claim", "succeed", "succeed_many", "fail", "settle_claim", "resp",
 };
 
 typedef struct claimed {
@@ -219,6 +225,7 @@ typedef struct conn {
     uint64_t sent_ns;
     claimed_t claimed[MAX_CLAIM];
     size_t nclaimed;
+    size_t nsettling;             /* settle: messages the request in flight settles */
     /* RESP */
     char *in;
     size_t in_len, in_cap;
@@ -318,13 +325,33 @@ static void send_claim(conn_t *c, bool wait)
     char path[320], body[64];
     snprintf(path, sizeof path, "/queues/%s/claim", b->o.queue);
     int n;
-    if (b->o.count > 1)
+    if (b->o.count > 1 || b->o.mode == MODE_SETTLE)
         n = snprintf(body, sizeof body, wait ? "{\"count\":%d,\"wait_seconds\":1}"
                                              : "{\"count\":%d}", b->o.count);
     else
         n = snprintf(body, sizeof body, "%s", wait ? "{\"wait_seconds\":1}" : "{}");
     send_http(c, R_CLAIM, path, body, (size_t)n);
     c->long_poll = wait;
+}
+
+/* settle mode: succeed everything held and claim the next ones, one request. */
+static void send_settle_claim(conn_t *c)
+{
+    bench_t *b = c->b;
+    char path[320];
+    snprintf(path, sizeof path, "/queues/%s/claim", b->o.queue);
+    size_t cap = 64 + c->nclaimed * (80 + MAX_TOKEN_BYTES), len = 0;
+    char *body = xrealloc(NULL, cap);
+    len += (size_t)snprintf(body + len, cap - len, "{\"count\":%d,\"settle\":[", b->o.count);
+    for (size_t i = 0; i < c->nclaimed; i++)
+        len += (size_t)snprintf(body + len, cap - len,
+                                "%s{\"id\":%lld,\"lease_token\":\"%s\",\"outcome\":\"succeeded\"}",
+                                i ? "," : "", c->claimed[i].id, c->claimed[i].token);
+    len += (size_t)snprintf(body + len, cap - len, "]}");
+    c->nsettling = c->nclaimed;
+    send_http(c, R_SETTLE_CLAIM, path, body, len);
+    c->long_poll = false;
+    free(body);
 }
 
 static void send_succeed(conn_t *c, const claimed_t *m)
@@ -393,6 +420,7 @@ static bool read_claimed(const cJSON *msg, claimed_t *out)
 
 /* Sends a connection's next request, if any work is left. */
 static void next_request(conn_t *c);
+static void message_done(bench_t *b, long long n);
 
 static void on_claim_answer(conn_t *c)
 {
@@ -413,7 +441,23 @@ static void on_claim_answer(conn_t *c)
     }
     c->nclaimed = 0;
     bool ok = true;
-    if (b->o.count > 1) {
+    if (c->route == R_SETTLE_CLAIM) {
+        /* Every settlement must say "succeeded"; then the claim may be empty. */
+        const cJSON *settled = cJSON_GetObjectItemCaseSensitive(doc, "settled");
+        const cJSON *s;
+        size_t n = 0;
+        cJSON_ArrayForEach(s, settled) {
+            const cJSON *st = cJSON_GetObjectItemCaseSensitive(s, "status");
+            if (!cJSON_IsString(st) || strcmp(st->valuestring, "succeeded") != 0) break;
+            n++;
+        }
+        if (n != c->nsettling || cJSON_GetArraySize(settled) != (int)n) {
+            cJSON_Delete(doc);
+            fail_run(b, "settle-and-claim answered", c->body, c->body_len);
+            return;
+        }
+    }
+    if (b->o.count > 1 || b->o.mode == MODE_SETTLE) {
         const cJSON *list = cJSON_GetObjectItemCaseSensitive(doc, "messages");
         const cJSON *m;
         cJSON_ArrayForEach(m, list) {
@@ -423,7 +467,7 @@ static void on_claim_answer(conn_t *c)
             }
             c->nclaimed++;
         }
-        ok = ok && c->nclaimed > 0;
+        ok = ok && (c->nclaimed > 0 || c->route == R_SETTLE_CLAIM);
     } else {
         ok = read_claimed(doc, &c->claimed[0]);
         c->nclaimed = ok;
@@ -447,7 +491,16 @@ static void on_claim_answer(conn_t *c)
         fail_run(b, "claim answer lacks id or lease_token", c->body, c->body_len);
         return;
     }
-    if (b->o.count > 1) send_ack(c);
+    if (c->route == R_SETTLE_CLAIM) {
+        message_done(b, (long long)c->nsettling);
+        if (b->finished) return;
+        if (c->nclaimed == 0) b->empty_claims++;
+        if (c->nclaimed > 0) send_settle_claim(c);
+        else if (b->done < b->o.messages) send_claim(c, true);
+        return;
+    }
+    if (b->o.mode == MODE_SETTLE) send_settle_claim(c);
+    else if (b->o.count > 1) send_ack(c);
     else if (b->o.mode == MODE_FAILONCE && !retry) send_fail(c, &c->claimed[0]);
     else send_succeed(c, &c->claimed[0]);
 }
@@ -478,6 +531,7 @@ static void on_http_answer(conn_t *c)
         message_done(b, 1);
         break;
     case R_CLAIM:
+    case R_SETTLE_CLAIM:
         on_claim_answer(c);
         return;
     case R_SUCCEED:
@@ -801,6 +855,7 @@ static void report(bench_t *b)
     double secs = (double)(b->end_ns - b->start_ns) / 1e9;
     const char *mode = b->o.mode == MODE_ENQUEUE ? "enqueue"
                        : b->o.mode == MODE_WORK   ? "work"
+                       : b->o.mode == MODE_SETTLE ? "settle"
                        : b->o.mode == MODE_FAILONCE ? "failonce" : "resp";
     long long n = b->o.mode == MODE_RESP ? b->issued : b->done;
     /* The load generator's own CPU, so that the bench can count it too. */

@@ -8,6 +8,7 @@
 #   BUILD=build bash bench/smoke.sh      (needs $BUILD/retryd, retryd.lua, loadgen)
 set -u
 cd "$(dirname "$0")/.." || exit 1
+source scripts/lib.sh # suite_summary
 BUILD=${BUILD:-build}
 log=$(mktemp "${TMPDIR:-/tmp}/retryd-bench-smoke.XXXXXX") || exit 1
 trap 'rm -f "$log"' EXIT
@@ -20,7 +21,7 @@ rc=$?
 
 problems=()
 [ "$rc" -eq 0 ] || problems+=("scripts/bench.sh exited with status $rc")
-for section in "### 0. " "### 1. " "### 1b. " "### 1c. " "### 2. " "### 2b. " "### 3. " "### 4. " \
+for section in "### 0. " "### 1. " "### 1b. " "### 1c. " "### 2. " "### 2b. " "### 3. " "### 3a. " "### 4. " \
                "### 5. " "### 6. " "### 7. " "### 8. " "### 9. " "### Targets"; do
     grep -qF -- "$section" "$log" || problems+=("no section \"$section\"")
 done
@@ -34,17 +35,11 @@ esac
 if [ "${#problems[@]}" -eq 0 ]; then
     echo "${last#bench: } ($(grep -c '^| ' "$log") table lines)"
     echo "[       OK ] bench_quick_smoke"
-    echo "[==========] 1 test(s) run."
-    echo "[  PASSED  ] 1 test(s)."
+    suite_summary 1 1
     exit 0
 fi
 tail -n 40 "$log"
 for p in "${problems[@]}"; do echo "bench_quick_smoke: $p"; done
 echo "[  FAILED  ] bench_quick_smoke"
-echo "[==========] 1 test(s) run."
-echo "[  PASSED  ] 0 test(s)."
-echo "[  FAILED  ] 1 test(s), listed below:"
-echo "[  FAILED  ] bench_quick_smoke"
-echo
-echo " 1 FAILED TEST(S)"
+suite_summary 1 0 bench_quick_smoke
 exit 1

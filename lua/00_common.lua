@@ -1,4 +1,4 @@
-#!lua name=retryd
+#!lua name=retryd_v2
 -- retryd: the Redis Functions library. Every state change of a message is one
 -- call of one function below. Files in lua/ are concatenated in name order by
 -- the Makefile into build/retryd.lua and loaded with FUNCTION LOAD REPLACE.
@@ -13,6 +13,21 @@
 --            "invalid_state", "lease_mismatch"); a message is a flat array
 --            {"id", <id>, field, value, ...}. redis.error_reply is used only for
 --            arguments no correct caller sends.
+
+-- The library's name carries its API version (the first line says the same;
+-- C has RD_LIBRARY_NAME in keys.h). Every function is registered as
+-- "<LIBRARY>_<name>" ("retryd_v2_claim"): function names are global in Redis,
+-- so versions can be loaded side by side during a rolling upgrade, each
+-- daemon calling its own. Bump it whenever a function's KEYS, ARGV or reply
+-- change (docs/operators.md "Rolling upgrade").
+local LIBRARY = 'retryd_v2'
+
+-- Registers one function under its versioned name; flags as for
+-- redis.register_function (e.g. { 'no-writes' } for FCALL_RO).
+local function register(name, callback, flags)
+  redis.register_function{ function_name = LIBRARY .. '_' .. name, callback = callback,
+                           flags = flags }
+end
 
 -- Every key name of a queue is spelled here and nowhere else in Lua.
 local function queue_keys(base)
@@ -68,6 +83,11 @@ end
 -- Bounds of one call: bulk work is done in batches; callers loop.
 local PROMOTE_IN_CLAIM = 100
 local MAX_BATCH = 1000
+-- The byte budget of one reply: a listing page, an export chunk or a batch
+-- claim stops before the message that would take it past this many bytes of
+-- message fields (payload, last_error, ...), and always carries at least one
+-- message. Listing filters scan at most this many bytes of error text per call.
+local REPLY_BYTES = 4 * 1024 * 1024
 local MAX_BACKOFF_S = 3600
 
 -- A queue's timer promise lapses this long after its time if no tick came.
@@ -107,9 +127,11 @@ local function count_error(k, err, by)
 end
 
 -- A dead letter leaves the dead set (replay, delete, purge, retention).
-local function leave_dead(k, mkey, id)
+-- err: its last_error when the caller has read it already.
+local function leave_dead(k, mkey, id, err)
+  if err == nil then err = redis.call('HGET', mkey, 'last_error') end
   redis.call('ZREM', k.dead, id)
-  count_error(k, redis.call('HGET', mkey, 'last_error'), -1)
+  count_error(k, err, -1)
 end
 
 -- Wakes long-poll waiters on every retryd subscribed to the queue. The message
@@ -128,8 +150,8 @@ local function to_int(s)
   return n
 end
 
-local function message_reply(mkey, id)
-  local fields = redis.call('HGETALL', mkey)
+-- A message as replies carry it, from its hash's HGETALL.
+local function reply_of(id, fields)
   local out = { 'id', id }
   for i = 1, #fields do out[#out + 1] = fields[i] end
   return out
@@ -156,6 +178,42 @@ local function retention_hint(k, now, ttl_ms)
   return need_timer(k, now, now + ttl_ms)
 end
 
+local function message_reply(mkey, id)
+  return reply_of(id, redis.call('HGETALL', mkey))
+end
+
+-- Every push onto the far end of the due list goes through here: the
+-- due_pushed counter lets a pending listing's cursor keep its place while
+-- claims pop the other end (see SECTIONS in 50_read.lua).
+local function push_due(k, ids)
+  redis.call('LPUSH', k.due, unpack(ids))
+  redis.call('HINCRBY', k.stats, 'due_pushed', #ids)
+end
+
+-- An index entry whose message hash is gone (eviction under a maxmemory
+-- policy, a manual DEL) is dropped from the index and counted.
+local function drop_orphan(k, index, id)
+  redis.call('ZREM', index, id)
+  redis.call('HINCRBY', k.stats, 'orphans_removed', 1)
+end
+
+-- What a message weighs in a reply, as REPLY_BYTES counts it: its two
+-- fields of unbounded size plus a fixed allowance for the others.
+local MESSAGE_OVERHEAD_BYTES = 1024
+local function message_bytes(mkey)
+  return redis.call('HSTRLEN', mkey, 'payload') + redis.call('HSTRLEN', mkey, 'last_error')
+         + MESSAGE_OVERHEAD_BYTES
+end
+
+-- The same weight from a hash already read with HGETALL.
+local function fields_bytes(fields)
+  local n = MESSAGE_OVERHEAD_BYTES
+  for i = 1, #fields, 2 do
+    if fields[i] == 'payload' or fields[i] == 'last_error' then n = n + #fields[i + 1] end
+  end
+  return n
+end
+
 -- Moves up to `limit` due ids from scheduled to the due list, earliest due
 -- first, behind ids promoted earlier. Returns how many it moved.
 local function promote_due(k, now, limit)
@@ -163,7 +221,7 @@ local function promote_due(k, now, limit)
   local n = #due
   if n == 0 then return 0 end
   redis.call('ZREM', k.scheduled, unpack(due))
-  redis.call('LPUSH', k.due, unpack(due))
+  push_due(k, due)
   return n
 end
 
@@ -242,13 +300,14 @@ end
 
 -- A dead letter goes back to pending with a fresh retry budget, claimed
 -- before fresh messages (reference: retry_count 0, last_error and
--- retry_after cleared). The caller publishes the wake-up.
-local function replay_dead(k, mkey, id, now)
-  local err = redis.call('HGET', mkey, 'last_error')
-  leave_dead(k, mkey, id)
+-- retry_after cleared). The caller publishes the wake-up; err is its
+-- last_error when the caller has read it already.
+local function replay_dead(k, mkey, id, now, err)
+  if err == nil then err = redis.call('HGET', mkey, 'last_error') end
+  leave_dead(k, mkey, id, err)
   redis.call('HDEL', mkey, 'last_error', 'retry_after', 'dead_at')
   redis.call('HSET', mkey, 'status', 'pending', 'retry_count', 0, 'updated_at', now)
-  redis.call('LPUSH', k.due, id)
+  push_due(k, { id })
   redis.call('HINCRBY', k.stats, 'replayed', 1)
   emit(k, 'replayed', id, err, 0, now)
 end

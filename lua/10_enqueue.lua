@@ -63,5 +63,5 @@ local function enqueue(keys, args)
   return { 'ok', id, now }
 end
 
-redis.register_function('enqueue', enqueue)
+register('enqueue', enqueue)
 

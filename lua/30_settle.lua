@@ -1,3 +1,12 @@
+-- Moves a processing message (checked by load_for) to succeeded at now. The
+-- caller counts it in the stats (once per call for a batch).
+local function succeed_message(k, mkey, id, now)
+  redis.call('ZREM', k.processing, id)
+  redis.call('HDEL', mkey, 'lease_token', 'lease_expires_at')
+  redis.call('HSET', mkey, 'status', 'succeeded', 'updated_at', now)
+  redis.call('ZADD', k.succeeded, now, id)
+end
+
 -- succeed: a processing message is done.
 --   KEYS[1]  <prefix>:{q}                       queue key base
 --   KEYS[2]  <prefix>:{q}:m:<id>                the message
@@ -16,10 +25,7 @@ local function succeed(keys, args)
   local _, err = load_for(mkey, 'processing', token)
   if err then return err end
   local now = now_ms()
-  redis.call('ZREM', k.processing, id)
-  redis.call('HDEL', mkey, 'lease_token', 'lease_expires_at')
-  redis.call('HSET', mkey, 'status', 'succeeded', 'updated_at', now)
-  redis.call('ZADD', k.succeeded, now, id)
+  succeed_message(k, mkey, id, now)
   redis.call('HINCRBY', k.stats, 'succeeded', 1)
   if args[3] == nil then return { 'ok', message_reply(mkey, id) } end
   return { 'ok', message_reply(mkey, id), retention_hint(k, now, ttl) }
@@ -98,8 +104,8 @@ local function replay(keys, args)
   return { 'ok', message_reply(mkey, id) }
 end
 
-redis.register_function('succeed', succeed)
-redis.register_function('fail', fail)
-redis.register_function('extend', extend)
-redis.register_function('replay', replay)
+register('succeed', succeed)
+register('fail', fail)
+register('extend', extend)
+register('replay', replay)
 

@@ -74,6 +74,6 @@ local function succeed_many(keys, args)
   return out
 end
 
-redis.register_function('release', release)
-redis.register_function('succeed_many', succeed_many)
+register('release', release)
+register('succeed_many', succeed_many)
 

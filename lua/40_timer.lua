@@ -105,7 +105,7 @@ local function tick(keys, args)
   return { promoted, reclaimed, expired, wait, ready, empty }
 end
 
-redis.register_function('promote', promote)
-redis.register_function('reclaim', reclaim)
-redis.register_function('tick', tick)
+register('promote', promote)
+register('reclaim', reclaim)
+register('tick', tick)
 

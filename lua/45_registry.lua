@@ -12,7 +12,7 @@
 -- schedule entry to now + in_ms, and overtakes a timer round that is ticking
 -- the queue (deletes taken[name]), so that round neither raises its entry nor
 -- removes it from the registry. Returns 1.
-local function register(keys, args)
+local function register_queue(keys, args)
   local r = registry_keys(keys[1])
   local q, in_ms = args[1], to_int(args[2])
   if q == nil or #q < 1 or #q > 255 then return bad_arg('name') end
@@ -156,8 +156,7 @@ local function queues_page(keys, args)
   return out
 end
 
-redis.register_function('register', register)
-redis.register_function('timer_take', timer_take)
-redis.register_function('timer_done', timer_done)
-redis.register_function{ function_name = 'queues_page', callback = queues_page,
-                         flags = { 'no-writes' } }
+register('register', register_queue)
+register('timer_take', timer_take)
+register('timer_done', timer_done)
+register('queues_page', queues_page, { 'no-writes' })

@@ -8,147 +8,266 @@ local function get(keys, args)
   return { 'ok', message_reply(keys[2], args[1]) }
 end
 
--- One page of a ZSET index in (score, member) order after cursor "score:id".
--- Returns ids, next cursor ("" at the end); nil for a malformed cursor.
+-- Where a page of a ZSET index starts after cursor "score:id" ("" for the
+-- first page): the rank after that member or, if it left the index meanwhile,
+-- the place a binary search among the members of its score finds (Redis
+-- orders ties bytewise). nil for a malformed cursor.
+local function zset_start(key, cursor)
+  if cursor == '' then return 0 end
+  local s, m = string.match(cursor, '^(%d+):(%d+)$')
+  if not s then return nil end
+  local rank = redis.call('ZRANK', key, m)
+  local score = redis.call('ZSCORE', key, m)
+  if rank and tonumber(score) == tonumber(s) then return rank + 1 end
+  local lo = redis.call('ZCOUNT', key, '-inf', '(' .. s)
+  local hi = redis.call('ZCOUNT', key, '-inf', s)
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    local member = redis.call('ZRANGE', key, mid, mid)[1]
+    if member <= m then lo = mid + 1 else hi = mid end
+  end
+  return lo
+end
+
+-- Up to n members of a ZSET from rank start, and their scores as integers.
+local function zset_range(key, start, n)
+  local rows = redis.call('ZRANGE', key, start, start + n - 1, 'WITHSCORES')
+  local ids, scores = {}, {}
+  for i = 1, #rows, 2 do
+    ids[#ids + 1] = rows[i]
+    scores[#scores + 1] = string.format('%d', tonumber(rows[i + 1]))
+  end
+  return ids, scores
+end
+
+-- One page of a ZSET index after cursor "score:id". Returns ids, their
+-- scores and the next cursor ("" at the end); nil for a malformed cursor.
 local function zset_page(key, cursor, limit)
-  local start = 0
-  if cursor ~= '' then
-    local s, m = string.match(cursor, '^(%d+):(%d+)$')
-    if not s then return nil end
-    local rank = redis.call('ZRANK', key, m)
-    local score = redis.call('ZSCORE', key, m)
-    if rank and tonumber(score) == tonumber(s) then
-      start = rank + 1
-    else
-      -- The cursor's member left the index: binary-search its place among
-      -- the members of the same score (Redis orders ties bytewise).
-      local lo = redis.call('ZCOUNT', key, '-inf', '(' .. s)
-      local hi = redis.call('ZCOUNT', key, '-inf', s)
+  local start = zset_start(key, cursor)
+  if not start then return nil end
+  local ids, scores = zset_range(key, start, limit)
+  if #ids == limit and start + limit < redis.call('ZCARD', key) then
+    return ids, scores, scores[#ids] .. ':' .. ids[#ids]
+  end
+  return ids, scores, ''
+end
+
+-- The sections a listing walks. In each, a cursor of the section's own says
+-- where the next page starts, so that an id that stays in the section is
+-- never passed over while workers claim, and the only move between pending
+-- sections (promotion: scheduled -> due) is caught by a second pass over due:
+--   due    "<pushed>:<left>": when the due_pushed counter was <pushed>,
+--          <left> entries, counted from the far end, were still to come.
+--          Promotion and replay push on the far end (push_due counts them),
+--          release on the claim end; claims pop the claim end. So whatever
+--          was still to come is, later, among the first <left> + (due_pushed
+--          now - <pushed>) entries from the far end: never skipped (an entry
+--          removed from the middle may make a page repeat one).
+--   ready  "<id>": the last id listed. enqueue pushes each new, larger id on
+--          the far end, so ids grow from the claim end; the next page starts
+--          at the first id above it, found by binary search (O(log n) LINDEX).
+--   scheduled, processing, succeeded, dead: "<score>:<id>" (zset_start).
+--   later  due again, from its far end: the ids pushed since the first pass
+--          over due ended (the listing's mark: due_pushed then). A scheduled
+--          id promoted before the walk reached it is there.
+-- open(k, rest, mark) gives the section's state (rest nil: from its start),
+-- nil for a malformed cursor; fetch(k, st, n) the next ids, up to n, in
+-- order, and whether the section ends with them; after(st, ids, i) the
+-- cursor just past the i-th id of the last fetch.
+local SECTIONS = {}
+
+local function due_pushed(k)
+  return tonumber(redis.call('HGET', k.stats, 'due_pushed') or '0')
+end
+
+local function due_section(fresh_left)
+  return {
+    open = function(k, rest, mark)
+      local pushed = due_pushed(k)
+      local len = redis.call('LLEN', k.due)
+      if rest == nil then
+        return { pushed = pushed, left = math.min(len, fresh_left(pushed, len, mark)) }
+      end
+      local p, l = string.match(rest, '^(%d+):(%d+)$')
+      if not p then return nil end
+      local left = tonumber(l) + math.max(0, pushed - tonumber(p))
+      return { pushed = pushed, left = math.min(left, len) }
+    end,
+    fetch = function(k, st, n)
+      st.from = st.left
+      if st.left <= 0 then return {}, true end
+      local first = math.max(0, st.left - n)
+      local rows = redis.call('LRANGE', k.due, first, st.left - 1)
+      local ids = {}
+      for i = #rows, 1, -1 do ids[#ids + 1] = rows[i] end
+      st.left = first
+      return ids, first == 0
+    end,
+    after = function(st, ids, i)
+      return st.pushed .. ':' .. (st.from - i)
+    end,
+  }
+end
+
+SECTIONS.due = due_section(function(pushed, len, mark) return len end)
+SECTIONS.later = due_section(function(pushed, len, mark) return math.max(0, pushed - mark) end)
+
+SECTIONS.ready = {
+  open = function(k, rest)
+    if rest == nil then return { last = 0 } end
+    if not string.match(rest, '^%d+$') then return nil end
+    return { last = tonumber(rest) }
+  end,
+  fetch = function(k, st, n)
+    local len = redis.call('LLEN', k.ready)
+    if st.pos == nil then
+      local lo, hi = 0, len
       while lo < hi do
         local mid = math.floor((lo + hi) / 2)
-        local member = redis.call('ZRANGE', key, mid, mid)[1]
-        if member <= m then lo = mid + 1 else hi = mid end
+        if tonumber(redis.call('LINDEX', k.ready, -(mid + 1))) <= st.last then
+          lo = mid + 1
+        else
+          hi = mid
+        end
       end
-      start = lo
+      st.pos = lo
     end
+    if st.pos >= len then return {}, true end
+    local rows = redis.call('LRANGE', k.ready, -(st.pos + n), -(st.pos + 1))
+    local ids = {}
+    for i = #rows, 1, -1 do ids[#ids + 1] = rows[i] end
+    st.pos = st.pos + #ids
+    return ids, st.pos >= len
+  end,
+  after = function(st, ids, i)
+    return ids[i]
+  end,
+}
+
+local function zset_section(name)
+  return {
+    open = function(k, rest)
+      local start = zset_start(k[name], rest or '')
+      if not start then return nil end
+      return { start = start }
+    end,
+    fetch = function(k, st, n)
+      local ids, scores = zset_range(k[name], st.start, n)
+      st.scores = scores
+      st.start = st.start + #ids
+      return ids, #ids < n or st.start >= redis.call('ZCARD', k[name])
+    end,
+    after = function(st, ids, i)
+      return st.scores[i] .. ':' .. ids[i]
+    end,
+  }
+end
+SECTIONS.scheduled = zset_section('scheduled')
+SECTIONS.processing = zset_section('processing')
+SECTIONS.succeeded = zset_section('succeeded')
+SECTIONS.dead = zset_section('dead')
+
+-- What each listing walks. A listing of one section uses that section's
+-- cursor as it is; the others write "<section>:<its cursor>", and between
+-- the two passes over due, "<section>:<mark>:<its cursor>".
+local LISTINGS = {
+  [''] = { 'due', 'ready', 'scheduled', 'later', 'processing', 'succeeded', 'dead' },
+  pending = { 'due', 'ready', 'scheduled', 'later' },
+  processing = { 'processing' },
+  succeeded = { 'succeeded' },
+  dead = { 'dead' },
+}
+local CARRIES_MARK = { ready = true, scheduled = true }
+
+-- How many ids a section holds now (later: that the walk has still to see).
+local function section_size(k, name, mark)
+  if name == 'later' then
+    return math.min(redis.call('LLEN', k.due), math.max(0, due_pushed(k) - (mark or 0)))
   end
-  local rows = redis.call('ZRANGE', key, start, start + limit - 1, 'WITHSCORES')
-  local ids = {}
-  for i = 1, #rows, 2 do ids[#ids + 1] = rows[i] end
-  if #ids == limit and start + limit < redis.call('ZCARD', key) then
-    return ids, string.format('%d:%s', tonumber(rows[#rows]), rows[#rows - 1])
-  end
-  return ids, ''
+  if name == 'due' or name == 'ready' then return redis.call('LLEN', k[name]) end
+  return redis.call('ZCARD', k[name])
 end
 
--- One page of a LIST in claim order (from the right), from offset.
-local function list_page(key, offset, limit)
-  local rows = redis.call('LRANGE', key, -(offset + limit), -(offset + 1))
-  local ids = {}
-  for i = #rows, 1, -1 do ids[#ids + 1] = rows[i] end
-  return ids
-end
-
--- The pending listing walks three sections in claim order: the due list
--- ("d:<offset>"), the ready list ("r:<offset>"), then scheduled by due time
--- ("s:<score>:<id>"). Returns ids, next cursor; nil for a malformed cursor.
-local function pending_page(k, cursor, limit)
-  local section, rest = string.match(cursor, '^(%a):(.*)$')
-  if cursor == '' then section, rest = 'd', '0' end
-  local order = { d = 1, r = 2, s = 3 }
-  local at = order[section]
-  if not at then return nil end
-  local ids = {}
-  local lists = { k.due, k.ready }
-  for sec = at, 2 do
-    local offset = 0
-    if sec == at then
-      offset = to_int(rest)
-      if offset == nil or offset < 0 then return nil end
-    end
-    local more = list_page(lists[sec], offset, limit - #ids)
-    for i = 1, #more do ids[#ids + 1] = more[i] end
-    if #ids == limit then
-      return ids, (sec == 1 and 'd:' or 'r:') .. (offset + #more)
-    end
+-- How many ids the listed states hold now.
+local function listing_total(k, status)
+  local total = 0
+  local names = LISTINGS[status]
+  for i = 1, #names do
+    if names[i] ~= 'later' then total = total + section_size(k, names[i]) end
   end
-  local zcursor = at == 3 and rest or ''
-  local more, c = zset_page(k.scheduled, zcursor, limit - #ids)
-  if not more then return nil end
-  for i = 1, #more do ids[#ids + 1] = more[i] end
-  if c ~= '' then return ids, 's:' .. c end
-  return ids, ''
+  return total
 end
 
--- The ids of one page of a listing, its next cursor ("" at the end) and the
--- total of the listed states. nil when the cursor is malformed; raises for an
--- unknown status.
-local function select_ids(base, k, status, limit, cursor)
-  local ids, next_cursor, total = {}, '', 0
-  if status == 'pending' then
-    total = redis.call('LLEN', k.due) + redis.call('LLEN', k.ready)
-          + redis.call('ZCARD', k.scheduled)
-    ids, next_cursor = pending_page(k, cursor, limit)
-  elseif status == 'processing' or status == 'succeeded' or status == 'dead' then
-    local index = k[status]
-    total = redis.call('ZCARD', index)
-    ids, next_cursor = zset_page(index, cursor, limit)
-  elseif status == '' then
-    total = redis.call('LLEN', k.due) + redis.call('LLEN', k.ready)
-          + redis.call('ZCARD', k.scheduled) + redis.call('ZCARD', k.processing)
-          + redis.call('ZCARD', k.succeeded) + redis.call('ZCARD', k.dead)
-    local from
-    if cursor == '' then
-      from = to_int(redis.call('GET', k.seq) or '0')
+-- How many ids a filtered listing reads from an index at a time.
+local FILTER_STEP = 100
+
+-- Walks the listing of `status` from cursor, handing each id in order to
+-- visit(id), which answers "take" (on the page), "skip" (looked at, left
+-- out), "last" (the page ends after it) or "full" (the page ends before it;
+-- never for the first id taken). Reads the indexes `step` ids at a time and
+-- looks at most at MAX_BATCH ids per call. Returns the cursor just past the
+-- last id looked at ("" when the listing has ended), nil for a malformed
+-- cursor.
+local function walk(k, status, cursor, step, visit)
+  local names = LISTINGS[status]
+  local si, rest, mark = 1, nil, nil
+  if cursor ~= '' then
+    if #names == 1 then
+      rest = cursor
     else
-      from = to_int(cursor)
-      if from == nil or from < 0 then return nil end
+      local name, r = string.match(cursor, '^(%a+):(.*)$')
+      si = nil
+      for i = 1, #names do
+        if names[i] == name then si = i end
+      end
+      if not si then return nil end
+      rest = r
+      if CARRIES_MARK[name] then
+        local m, r2 = string.match(r, '^(%d+):(.*)$')
+        if not m then return nil end
+        mark, rest = tonumber(m), r2
+      end
     end
-    -- Probe at most a bounded number of ids per call, present or not.
-    local id = from
-    local probes = 0
-    while id >= 1 and #ids < limit and probes < MAX_BATCH + limit do
-      if redis.call('EXISTS', message_key(base, id)) == 1 then ids[#ids + 1] = tostring(id) end
-      id = id - 1
-      probes = probes + 1
-    end
-    if id >= 1 then next_cursor = tostring(id) end
-  else
-    error('ERR retryd: bad argument status')
   end
-  if not ids then return nil end
-  return ids, next_cursor, total
+  local function rest_empty(from)
+    for i = from, #names do
+      if section_size(k, names[i], mark) > 0 then return false end
+    end
+    return true
+  end
+  local here = cursor
+  local examined = 0
+  while si <= #names do
+    local name = names[si]
+    local sec = SECTIONS[name]
+    local st = sec.open(k, rest, mark)
+    if not st then return nil end
+    rest = nil
+    local ended
+    repeat
+      local ids
+      ids, ended = sec.fetch(k, st, math.min(step, MAX_BATCH - examined))
+      if ended and name == 'due' then mark = st.pushed end
+      for i = 1, #ids do
+        local verdict = visit(ids[i])
+        if verdict == 'full' then return here end
+        examined = examined + 1
+        here = sec.after(st, ids, i)
+        if CARRIES_MARK[name] then here = mark .. ':' .. here end
+        if #names > 1 then here = name .. ':' .. here end
+        if verdict == 'last' or examined >= MAX_BATCH then
+          if i == #ids and ended and rest_empty(si + 1) then return '' end
+          return here
+        end
+      end
+    until ended
+    si = si + 1
+  end
+  return ''
 end
 
--- select_ids with filters: last_error containing needle (plain text) and
--- updated_at within [from_ms, to_ms] ("" for no bound). Pages through the
--- index in steps no larger than the room left, so the cursor never skips an
--- unexamined id; examines at most MAX_BATCH ids per call, so a page may come
--- back short (even empty) with a next cursor.
-local function filtered_ids(base, k, status, limit, cursor, needle, from_ms, to_ms)
-  if needle == '' and from_ms == nil and to_ms == nil then
-    return select_ids(base, k, status, limit, cursor)
-  end
-  local out, examined, total = {}, 0, 0
-  local next_cursor = cursor
-  repeat
-    local room = math.min(limit - #out, MAX_BATCH - examined)
-    local ids, c, t = select_ids(base, k, status, room, next_cursor)
-    if not ids then return nil end
-    total = t
-    examined = examined + math.max(#ids, 1)
-    for i = 1, #ids do
-      local h = redis.call('HMGET', message_key(base, ids[i]), 'last_error', 'updated_at')
-      local updated = tonumber(h[2] or '')
-      local ok = true
-      if needle ~= '' then ok = h[1] and string.find(h[1], needle, 1, true) ~= nil end
-      if ok and from_ms and (updated == nil or updated < from_ms) then ok = false end
-      if ok and to_ms and (updated == nil or updated > to_ms) then ok = false end
-      if ok then out[#out + 1] = ids[i] end
-    end
-    next_cursor = c
-  until next_cursor == '' or #out >= limit or examined >= MAX_BATCH
-  return out, next_cursor, total
+local function valid_status(status)
+  return LISTINGS[status] ~= nil
 end
 
 -- list: one page of a queue's messages.
@@ -159,34 +278,59 @@ end
 --                                               next_cursor of the previous page
 --   ARGV[4]  error_contains                     "" or text last_error must contain
 --   ARGV[5]  from_ms, ARGV[6] to_ms             "" or bounds on updated_at (epoch ms)
--- With a filter, total is still the size of the listed states, and a page
--- may be short (even empty) before the end: follow next_cursor.
 -- Order: pending in claim order (due retries and replays, fresh, then
 -- scheduled by due time); processing by lease deadline; succeeded and dead by
--- the time they got there; without status, newest id first (a page may come
--- back short when many ids were deleted; follow next_cursor).
+-- the time they got there; without status, each of those in turn (pending,
+-- processing, succeeded, dead). A message that stays in the listed state
+-- during a whole walk is listed, whatever workers claim meanwhile.
+-- Bounded work: a call looks at most at 1000 ids (and, with error_contains,
+-- at most REPLY_BYTES of error text), and a page stops before the message
+-- that would take it past REPLY_BYTES (at least one message). So a page may
+-- be short, even empty, before the end: follow next_cursor. total is the size
+-- of the listed states, filtered or not.
 -- Returns {"ok", total, next_cursor ("" at the end), message, ...} | {"bad_cursor"}.
 local function list(keys, args)
   local base = keys[1]
   local k = queue_keys(base)
   local status, limit, cursor = args[1], to_int(args[2]), args[3] or ''
   if limit == nil or limit < 1 or limit > MAX_BATCH then return bad_arg('limit') end
-  if status ~= '' and status ~= 'pending' and status ~= 'processing' and
-     status ~= 'succeeded' and status ~= 'dead' then return bad_arg('status') end
+  if not valid_status(status) then return bad_arg('status') end
   local needle = args[4] or ''
   local from_ms, to_ms = to_int(args[5] or ''), to_int(args[6] or '')
   if (args[5] or '') ~= '' and from_ms == nil then return bad_arg('from_ms') end
   if (args[6] or '') ~= '' and to_ms == nil then return bad_arg('to_ms') end
-  local ids, next_cursor, total = filtered_ids(base, k, status, limit, cursor, needle, from_ms,
-                                               to_ms)
-  if not ids then return { 'bad_cursor' } end
-  local out = { 'ok', total, next_cursor }
-  for i = 1, #ids do
-    local mkey = message_key(base, ids[i])
-    if redis.call('EXISTS', mkey) == 1 then out[#out + 1] = message_reply(mkey, ids[i]) end
+  local filtered = needle ~= '' or from_ms ~= nil or to_ms ~= nil
+  local out = { 'ok', listing_total(k, status), '' }
+  local bytes, scanned = 0, 0
+  local function visit(id)
+    local mkey = message_key(base, id)
+    if filtered then
+      local h = redis.call('HMGET', mkey, 'updated_at', 'last_error')
+      if not h[1] then return 'skip' end
+      local updated = tonumber(h[1])
+      local ok = true
+      if needle ~= '' then
+        scanned = scanned + #(h[2] or '')
+        ok = h[2] and string.find(h[2], needle, 1, true) ~= nil
+      end
+      if ok and from_ms and (updated == nil or updated < from_ms) then ok = false end
+      if ok and to_ms and (updated == nil or updated > to_ms) then ok = false end
+      if not ok then return scanned >= REPLY_BYTES and 'last' or 'skip' end
+    end
+    local fields = redis.call('HGETALL', mkey)
+    if #fields == 0 then return 'skip' end   -- an orphan index entry
+    local size = fields_bytes(fields)
+    if #out > 3 and bytes + size > REPLY_BYTES then return 'full' end
+    bytes = bytes + size
+    out[#out + 1] = reply_of(id, fields)
+    if #out - 3 >= limit or scanned >= REPLY_BYTES then return 'last' end
+    return 'take'
   end
+  local next_cursor = walk(k, status, cursor, filtered and FILTER_STEP or limit, visit)
+  if not next_cursor then return { 'bad_cursor' } end
+  out[3] = next_cursor
   return out
 end
 
-redis.register_function{ function_name = 'get', callback = get, flags = { 'no-writes' } }
-redis.register_function{ function_name = 'list', callback = list, flags = { 'no-writes' } }
+register('get', get, { 'no-writes' })
+register('list', list, { 'no-writes' })

@@ -75,7 +75,12 @@ end
 --            ARGV[4] needle (plain substring of last_error)
 -- "all" and "error" only touch letters that were dead when the first call ran
 -- (the cursor carries that time), so a letter that dies again is not replayed
--- twice by one operation. Publishes on the wake channel when it replayed any.
+-- twice by one operation. They walk the dead index past every letter they
+-- look at (the cursor finds its place after replayed letters left), so each
+-- call makes progress whatever the index holds; a call stops early once it
+-- has read REPLY_BYTES of error text. Ids in the dead index whose message is
+-- gone are dropped and counted (orphans_removed). Publishes on the wake
+-- channel when it replayed any.
 -- Returns {replayed, next_cursor}: call again with next_cursor until it is "".
 local function replay_many(keys, args)
   local base = keys[1]
@@ -86,9 +91,12 @@ local function replay_many(keys, args)
   local next_cursor = ''
   local function try(id)
     local mkey = message_key(base, id)
-    if redis.call('HGET', mkey, 'status') == 'dead' then
+    local status = redis.call('HGET', mkey, 'status')
+    if status == 'dead' then
       replay_dead(k, mkey, id, now)
       replayed = replayed + 1
+    elseif not status and redis.call('ZSCORE', k.dead, id) then
+      drop_orphan(k, k.dead, id)
     end
   end
   if mode == 'ids' then
@@ -104,24 +112,30 @@ local function replay_many(keys, args)
       if not c then return { 'bad_cursor' } end
       cutoff, after = tonumber(c), rest
     end
-    -- Replaying removes letters from the index, so "all" always starts at the
-    -- front; "error" walks past the letters it leaves behind.
-    local ids, c = zset_page(k.dead, mode == 'all' and '' or after, limit)
+    local ids, scores, c = zset_page(k.dead, after, limit)
     if not ids then return { 'bad_cursor' } end
     local needle = args[4] or ''
-    local reached_cutoff = false
+    local scanned = 0
     for i = 1, #ids do
-      local score = tonumber(redis.call('ZSCORE', k.dead, ids[i]))
-      if score > cutoff then reached_cutoff = true; break end
-      if mode == 'all' then
-        try(ids[i])
-      else
-        local err = redis.call('HGET', message_key(base, ids[i]), 'last_error') or ''
-        if string.find(err, needle, 1, true) then try(ids[i]) end
+      if tonumber(scores[i]) > cutoff then c = ''; break end
+      local mkey = message_key(base, ids[i])
+      local h = redis.call('HMGET', mkey, 'status', 'last_error')
+      if not h[1] then
+        drop_orphan(k, k.dead, ids[i])
+      elseif h[1] == 'dead' then
+        local err = h[2] or ''
+        scanned = scanned + #err
+        if mode == 'all' or string.find(err, needle, 1, true) then
+          replay_dead(k, mkey, ids[i], now, h[2])
+          replayed = replayed + 1
+        end
+      end
+      if scanned >= REPLY_BYTES and i < #ids then
+        c = scores[i] .. ':' .. ids[i]
+        break
       end
     end
-    if not reached_cutoff and c ~= '' then next_cursor = cutoff .. ';' .. c end
-    if mode == 'all' and not reached_cutoff and #ids == limit then next_cursor = cutoff .. ';' end
+    if c ~= '' then next_cursor = cutoff .. ';' .. c end
   else
     return bad_arg('mode')
   end
@@ -133,6 +147,7 @@ end
 --   KEYS[1]  <prefix>:{q}                       queue key base
 --   ARGV[1]  older_than_ms                      integer >= 0
 --   ARGV[2]  limit                              integer 1..1000
+-- Ids whose message is gone are dropped and counted as orphans_removed.
 -- Returns {purged, more}: more is 1 when another call has work.
 local function purge(keys, args)
   local base = keys[1]
@@ -143,13 +158,19 @@ local function purge(keys, args)
   if limit == nil or limit < 1 or limit > MAX_BATCH then return bad_arg('limit') end
   local now = now_ms()
   local ids = redis.call('ZRANGE', k.dead, '-inf', now - older, 'BYSCORE', 'LIMIT', 0, limit)
+  local purged = 0
   for i = 1, #ids do
     local mkey = message_key(base, ids[i])
-    leave_dead(k, mkey, ids[i])
-    redis.call('UNLINK', mkey)
+    if redis.call('EXISTS', mkey) == 1 then
+      leave_dead(k, mkey, ids[i])
+      redis.call('UNLINK', mkey)
+      purged = purged + 1
+    else
+      drop_orphan(k, k.dead, ids[i])
+    end
   end
-  if #ids > 0 then redis.call('HINCRBY', k.stats, 'purged', #ids) end
-  return { #ids, #ids == limit and 1 or 0 }
+  if purged > 0 then redis.call('HINCRBY', k.stats, 'purged', purged) end
+  return { purged, #ids == limit and 1 or 0 }
 end
 
 -- stats: counts per state, lifetime totals, recent deaths and top errors.
@@ -180,9 +201,9 @@ local function stats(keys, args)
   }
 end
 
-redis.register_function('kill', kill)
-redis.register_function('delete', delete)
-redis.register_function('replay_many', replay_many)
-redis.register_function('purge', purge)
-redis.register_function{ function_name = 'stats', callback = stats, flags = { 'no-writes' } }
+register('kill', kill)
+register('delete', delete)
+register('replay_many', replay_many)
+register('purge', purge)
+register('stats', stats, { 'no-writes' })
 

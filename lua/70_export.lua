@@ -19,8 +19,15 @@ local function iso_time(ms)
                        math.floor(rem / 3600), math.floor(rem % 3600 / 60), rem % 60, ms % 1000)
 end
 
+-- One CSV cell (RFC 4180). Payloads and errors come from producers and
+-- workers, so a cell a spreadsheet would run as a formula (it starts with
+-- = + - @ TAB or CR) is neutralised as OWASP's "CSV Injection" page says:
+-- a single quote in front, and the cell quoted.
 local function csv_field(s)
   s = s or ''
+  if string.find(s, '^[=+%-@\t\r]') then
+    return '"\'' .. string.gsub(s, '"', '""') .. '"'
+  end
   if string.find(s, '[",\r\n]') then
     return '"' .. string.gsub(s, '"', '""') .. '"'
   end
@@ -48,7 +55,10 @@ local EXPORT_COLUMNS = { 'id', 'status', 'retry_count', 'max_retries', 'created_
 --   ARGV[4]  cursor                             as for list
 -- csv: RFC 4180 rows of EXPORT_COLUMNS (the header is the caller's, see
 -- retryctl); jsonl: one JSON object per line with the same fields; tsv: the
--- same columns tab-separated with \t, \n, \r, \\ escaped.
+-- same columns tab-separated with \t, \n, \r, \\ escaped. Pages like list:
+-- the same order and cursors, at most 1000 ids looked at per call, and a
+-- chunk stops before the line that would take it past REPLY_BYTES (at least
+-- one line), so a chunk may hold fewer than limit lines: follow next_cursor.
 -- Returns {next_cursor ("" at the end), line, ...} | {"bad_cursor"} as its only element.
 local function export(keys, args)
   local base = keys[1]
@@ -56,17 +66,17 @@ local function export(keys, args)
   local format, status, limit, cursor = args[1], args[2] or '', to_int(args[3]), args[4] or ''
   if format ~= 'csv' and format ~= 'jsonl' and format ~= 'tsv' then return bad_arg('format') end
   if limit == nil or limit < 1 or limit > MAX_BATCH then return bad_arg('limit') end
-  if status ~= '' and status ~= 'pending' and status ~= 'processing' and
-     status ~= 'succeeded' and status ~= 'dead' then return bad_arg('status') end
-  local ids, next_cursor = select_ids(base, k, status, limit, cursor)
-  if not ids then return { 'bad_cursor' } end
-  local out = { next_cursor }
-  for i = 1, #ids do
-    local mkey = message_key(base, ids[i])
+  if not valid_status(status) then return bad_arg('status') end
+  local out = { '' }
+  local bytes = 0
+  local function visit(id)
+    local mkey = message_key(base, id)
     local h = redis.call('HMGET', mkey, 'status', 'retry_count', 'max_retries', 'created_at',
                          'updated_at', 'retry_after', 'last_error', 'payload')
-    if h[1] then
-      local row = { ids[i], h[1], h[2], h[3], iso_time(h[4]), iso_time(h[5]),
+    if not h[1] then return 'skip' end   -- an orphan index entry
+    local line
+    do
+      local row = { id, h[1], h[2], h[3], iso_time(h[4]), iso_time(h[5]),
                     iso_time(h[6]), h[7] or '', h[8] or '' }
       if format == 'jsonl' then
         local obj = {}
@@ -76,15 +86,23 @@ local function export(keys, args)
         obj.max_retries = tonumber(row[4])
         if obj.retry_after == '' then obj.retry_after = cjson.null end
         if not h[7] then obj.last_error = cjson.null end
-        out[#out + 1] = cjson.encode(obj)
+        line = cjson.encode(obj)
       else
         local esc = format == 'csv' and csv_field or tsv_field
         for c = 1, #row do row[c] = esc(row[c]) end
-        out[#out + 1] = table.concat(row, format == 'csv' and ',' or '\t')
+        line = table.concat(row, format == 'csv' and ',' or '\t')
       end
     end
+    if #out > 1 and bytes + #line > REPLY_BYTES then return 'full' end
+    bytes = bytes + #line
+    out[#out + 1] = line
+    if #out - 1 >= limit then return 'last' end
+    return 'take'
   end
+  local next_cursor = walk(k, status, cursor, limit, visit)
+  if not next_cursor then return { 'bad_cursor' } end
+  out[1] = next_cursor
   return out
 end
 
-redis.register_function{ function_name = 'export', callback = export, flags = { 'no-writes' } }
+register('export', export, { 'no-writes' })

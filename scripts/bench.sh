@@ -13,7 +13,9 @@
 # "unavailable (reason)" and everything else still runs).
 #
 # Sections: 1 Redis-native path (redis-benchmark, -P 1 and -P 16);
-# 2 HTTP path (build/loadgen); 3 BullMQ peer; 4 growth (1k vs 1M);
+# 2 HTTP path (build/loadgen); 3 BullMQ peer; 3a the worker loop of issue 12
+# (W connections vs Worker concurrency W, both ways, and the same loops with a
+# worker in node, bench/http_worker.mjs); 4 growth (1k vs 1M);
 # 5 memory; 6 retry latency; 7 the same with appendonly everysec; 8 Redis
 # Cluster; 9 idle queues (10,000 of them, three instances); targets.
 # BENCH_ONLY=9 runs section 9 alone.
@@ -31,6 +33,9 @@ cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
 RETRYD_BIN="$ROOT/$BUILD/retryd"
 LUA_LIB="$ROOT/$BUILD/retryd.lua"
+# The library's name (its first line) carries its API version; every function
+# of it is called as <library>_<name>: "${FN}claim".
+FN="$(sed -n '1s/^#!lua name=//p' "$LUA_LIB" 2>/dev/null)_"
 LOADGEN="$ROOT/$BUILD/loadgen"
 PREFIX=bench
 
@@ -39,8 +44,8 @@ if [ "$QUICK" = 1 ]; then
     N_RB=20000          # commands per redis-benchmark row
     N_HTTP=20000        # messages per HTTP run
     N_HTTP_W1=5000      # messages for the single worker
-    N_BULL=20000        # BullMQ jobs (and the memory rows)
-    BULL_WORKER_JOBS=5000,20000,20000
+    N_NODE=5000         # messages per run of the node worker (bench/http_worker.mjs)
+    N_BULL=20000        # BullMQ addBulk jobs (and the memory rows)
     N_RETRY=500         # messages failing once in the retry-latency run
     N_AOF=10000
     GROWTH_BIG=0
@@ -50,9 +55,9 @@ else
     REPS=3
     N_RB=50000
     N_HTTP=50000
-    N_HTTP_W1=10000
+    N_HTTP_W1=50000     # issue 12's workload: 50,000 before every timed worker run
+    N_NODE=20000       # the node worker rows: a sensitivity check, not issue 12's rows
     N_BULL=50000
-    BULL_WORKER_JOBS=10000,50000,50000
     N_RETRY=1000
     N_AOF=30000
     GROWTH_BIG=1000000
@@ -75,18 +80,8 @@ RP="" HP=""
 SERVER_PIDS=""          # every server ever started (stopped ones are no-ops)
 declare -A PAIR         # saved redis-server + retryd pairs (section 7)
 
-# Stops one process we started: TERM, up to 5 s, then KILL; reaps it.
-stop_pid() {
-    [ -n "$1" ] || return 0
-    kill -TERM "$1" 2>/dev/null || return 0
-    local i
-    for i in $(seq 1 50); do
-        kill -0 "$1" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -KILL "$1" 2>/dev/null
-    wait "$1" 2>/dev/null
-}
+# stop_pid and free_port (the helpers every script shares).
+source scripts/lib.sh
 
 cleanup() {
     local pid
@@ -119,16 +114,6 @@ done
 for t in redis-server redis-cli redis-benchmark; do
     command -v "$t" >/dev/null || die "$t is not installed (scripts/deps.sh installs it)"
 done
-
-# A port nothing listens on, from a random base.
-free_port() {
-    local p
-    for _ in $(seq 1 50); do
-        p=$((20000 + RANDOM % 30000))
-        (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return 0; }
-    done
-    return 1
-}
 
 rcli() { redis-cli -p "$RP" "$@"; }
 
@@ -375,14 +360,18 @@ lg_resp() {
 
 # lg_http NAME MODE QUEUE CONNS MESSAGES [ARG...]: one loadgen HTTP run with
 # Redis and retryd CPU per message; stores NAME.rate, NAME.<route>.p50/p99 (ms),
-# NAME.redis_us, NAME.retryd_us, NAME.retry_p50/p99 (ms).
+# NAME.redis_us, NAME.retryd_us, NAME.retry_p50/p99 (ms). MODE node-work and
+# node-settle run the same loops with bench/http_worker.mjs (node's http)
+# instead of loadgen.
 lg_http() {
     local name=$1 mode=$2 q=$3 conns=$4 n=$5
     shift 5
     local r0 d0 r1 d1 out line route
+    local client=("$LOADGEN" "$mode")
+    case $mode in node-*) client=(node bench/http_worker.mjs --mode "${mode#node-}") ;; esac
     r0=$(redis_cpu_us)
     d0=$(proc_cpu_us "$retryd_pid")
-    out=$("$LOADGEN" "$mode" --port "$HP" --queue "$q" --conns "$conns" --messages "$n" "$@" \
+    out=$("${client[@]}" --port "$HP" --queue "$q" --conns "$conns" --messages "$n" "$@" \
           2>>"$tmp/loadgen.err")
     r1=$(redis_cpu_us)
     d1=$(proc_cpu_us "$retryd_pid")
@@ -409,7 +398,7 @@ lg_http() {
 }
 
 enqueue_fcall() {   # enqueue_fcall BASE N [DELAY_MS]: untimed fill through redis-benchmark
-    redis-benchmark -p "$RP" -n "$2" -c 8 -P 32 -q FCALL enqueue 1 "$1" "$PAYLOAD" 3 \
+    redis-benchmark -p "$RP" -n "$2" -c 8 -P 32 -q FCALL "${FN}enqueue" 1 "$1" "$PAYLOAD" 3 \
         "${3:-0}" >/dev/null 2>&1
 }
 base() { echo "$PREFIX:{$1}"; }
@@ -421,21 +410,21 @@ section1_rep() {
     local rep=$1 p q qm qf
     for p in 1 16; do
         q=$(base "s1-$p-$rep"); qm=$(base "s1m-$p-$rep"); qf=$(base "s1f-$p-$rep")
-        rb "enqueue.p$p.$rep" fcall "$N_RB" 50 "$p" FCALL enqueue 1 "$q" "$PAYLOAD" 3 0
+        rb "enqueue.p$p.$rep" fcall "$N_RB" 50 "$p" FCALL "${FN}enqueue" 1 "$q" "$PAYLOAD" 3 0
         enqueue_fcall "$qm" "$N_RB"
         enqueue_fcall "$qf" "$N_RB"
-        rb "claim.p$p.$rep" fcall "$N_RB" 50 "$p" FCALL claim 1 "$q" 30000 1
+        rb "claim.p$p.$rep" fcall "$N_RB" 50 "$p" FCALL "${FN}claim" 1 "$q" 30000 1
         rb "minclaim.p$p.$rep" fcall "$N_RB" 50 "$p" FCALL min_claim 1 "$qm" 9999999999999
         lg_resp "succeed.p$p.$rep" fcall "$N_RB" 50 "$p" 1 \
-            FCALL succeed 2 "$q" "$q:m:{id}" "{id}" ""
-        redis-benchmark -p "$RP" -n $((N_RB / 100)) -c 1 -q FCALL claim 1 "$qf" 30000 100 \
+            FCALL "${FN}succeed" 2 "$q" "$q:m:{id}" "{id}" ""
+        redis-benchmark -p "$RP" -n $((N_RB / 100)) -c 1 -q FCALL "${FN}claim" 1 "$qf" 30000 100 \
             >/dev/null 2>&1
         lg_resp "fail.p$p.$rep" fcall "$N_RB" 50 "$p" 1 \
-            FCALL fail 2 "$qf" "$qf:m:{id}" "{id}" "" "bench failure" 1 0
+            FCALL "${FN}fail" 2 "$qf" "$qf:m:{id}" "{id}" "" "bench failure" 1 0
         # Every failure is due now: promote moves them, 100 per call.
         local d0 d1
         d0=$(rcli llen "$qf:due")
-        rb "promote.p$p.$rep" fcall $((N_RB / 100)) 4 "$p" FCALL promote 1 "$qf" 100
+        rb "promote.p$p.$rep" fcall $((N_RB / 100)) 4 "$p" FCALL "${FN}promote" 1 "$qf" 100
         d1=$(rcli llen "$qf:due")
         put "promote.p$p.$rep.moved" $((d1 - d0))
         put "promote.p$p.$rep.msgs" "$(calc "$(get "promote.p$p.$rep.rps") * ($d1 - $d0) / ($N_RB / 100)")"
@@ -448,7 +437,7 @@ section1_rep() {
             HSET "$PREFIX:raw:h:__rand_int__" status processing
         # The two tools agree? enqueue through loadgen's RESP mode as well.
         lg_resp "lgenqueue.p$p.$rep" fcall "$N_RB" 50 "$p" 1 \
-            FCALL enqueue 1 "$(base "s1x-$p-$rep")" "$PAYLOAD" 3 0
+            FCALL "${FN}enqueue" 1 "$(base "s1x-$p-$rep")" "$PAYLOAD" 3 0
         rcli flushall >/dev/null  # functions stay; keeps memory flat between reps
     done
 }
@@ -530,7 +519,7 @@ section1c() {
             q=$(base "steps-$i-$rep")
             enqueue_fcall "$q" "$n"
             if [ "$i" = claim ]; then
-                rb "stepclaim.$rep" fcall "$n" 50 16 FCALL claim 1 "$q" 30000 1
+                rb "stepclaim.$rep" fcall "$n" 50 16 FCALL "${FN}claim" 1 "$q" 30000 1
             else
                 rb "step$i.$rep" fcall "$n" 50 16 FCALL "claim_step$i" 1 "$q"
             fi
@@ -562,23 +551,53 @@ section1c() {
 # ---------------------------------------------------------------------------
 # 2. HTTP path (and retryd's side of 3)
 # ---------------------------------------------------------------------------
-section2_rep() {
+# One repetition of section 2, with BullMQ's runs of section 3 between its
+# parts: each worker loop of retryd is followed at once by the BullMQ Worker
+# it is compared with, so that the two see the same machine (other load comes
+# and goes; issue 12 measured "3 runs alternating the two systems"). Every
+# timed worker run starts with its messages enqueued (untimed).
+section23_rep() {
     local rep=$1 q
+    # W=50, one message per request, both ways; then BullMQ c=50.
     q="h-enq-$rep"
     lg_http "http.enqueue.$rep" enqueue "$q" 50 "$N_HTTP"
     lg_http "http.w50c1.$rep" work "$q" 50 "$N_HTTP" --count 1
-    q="h-batch-$rep"
-    lg_http "http.enqueue_b.$rep" enqueue "$q" 50 "$N_HTTP"
-    lg_http "http.w50c10.$rep" work "$q" 50 "$N_HTTP" --count 10
-    q="h-fail-$rep"
-    lg_http "http.enqueue_f.$rep" enqueue "$q" 50 "$N_HTTP"
-    lg_http "http.failonce.$rep" failonce "$q" 50 "$N_HTTP" --retry-after-s 0
+    q="h-settle-$rep"
+    lg_http "http.enqueue_s.$rep" enqueue "$q" 50 "$N_HTTP"
+    lg_http "http.s50c1.$rep" settle "$q" 50 "$N_HTTP" --count 1
+    # The same two loops with a worker written in node (bench/http_worker.mjs).
+    if [ "$NODE_OK" = 1 ]; then
+        q="h-node-$rep"
+        lg_http "http.enqueue_n.$rep" enqueue "$q" 50 "$N_NODE"
+        lg_http "http.n50c1.$rep" node-work "$q" 50 "$N_NODE"
+        q="h-nodes-$rep"
+        lg_http "http.enqueue_ns.$rep" enqueue "$q" 50 "$N_NODE"
+        lg_http "http.n50s1.$rep" node-settle "$q" 50 "$N_NODE"
+    fi
+    bull_run "$rep" 1000 50 "$N_HTTP"
+    # W=1, both ways; then BullMQ c=1.
     q="h-w1-$rep"
     lg_http "http.enqueue_1.$rep" enqueue "$q" 50 "$N_HTTP_W1"
     lg_http "http.w1c1.$rep" work "$q" 1 "$N_HTTP_W1" --count 1
+    q="h-settle1-$rep"
+    lg_http "http.enqueue_s1.$rep" enqueue "$q" 50 "$N_HTTP_W1"
+    lg_http "http.s1c1.$rep" settle "$q" 1 "$N_HTTP_W1" --count 1
+    bull_run "$rep" 1000 1 "$N_HTTP_W1"
+    # Ten messages per request, both ways; fail once; W=10; then BullMQ's
+    # addBulk (N_BULL) and c=10.
+    q="h-batch-$rep"
+    lg_http "http.enqueue_b.$rep" enqueue "$q" 50 "$N_HTTP"
+    lg_http "http.w50c10.$rep" work "$q" 50 "$N_HTTP" --count 10
+    q="h-settle10-$rep"
+    lg_http "http.enqueue_s10.$rep" enqueue "$q" 50 "$N_HTTP"
+    lg_http "http.s50c10.$rep" settle "$q" 50 "$N_HTTP" --count 10
+    q="h-fail-$rep"
+    lg_http "http.enqueue_f.$rep" enqueue "$q" 50 "$N_HTTP"
+    lg_http "http.failonce.$rep" failonce "$q" 50 "$N_HTTP" --retry-after-s 0
     q="h-w10-$rep"
     lg_http "http.enqueue_10.$rep" enqueue "$q" 50 "$N_HTTP"
     lg_http "http.w10c1.$rep" work "$q" 10 "$N_HTTP" --count 1
+    bull_run "$rep" "$N_BULL" 10 "$N_HTTP" add
 }
 
 settle_http() {
@@ -593,18 +612,15 @@ settle_http() {
 
 ms_pair() { echo "$(fmt "$(get "$1.p50")" 2) / $(fmt "$(get "$1.p99")" 2)"; }
 
-# Sections 2 and 3 run interleaved, one repetition of each in turn, so that
-# retryd and BullMQ see the same machine (other load comes and goes).
+# Sections 2 and 3 run interleaved (section23_rep), so that retryd and
+# BullMQ see the same machine.
 section23() {
     local rep
+    command -v node >/dev/null && NODE_OK=1
     bull_setup
     for rep in $(seq 1 "$REPS"); do
-        say "2. HTTP path, repetition $rep of $REPS"
-        section2_rep "$rep"
-        if [ "$BULL_OK" = 1 ]; then
-            say "3. BullMQ, repetition $rep of $REPS"
-            section3_rep "$rep" || BULL_OK=0
-        fi
+        say "2+3. HTTP path and BullMQ, repetition $rep of $REPS"
+        section23_rep "$rep"
     done
     settle_http
     section2_tables
@@ -641,20 +657,37 @@ section2_tables() {
     row "  succeed p50 / p99 (ms)" "$(ms_pair http.failonce.succeed)" "" ""
     row "claim+succeed, 10 workers, count 1 (msgs/s)" "$(fmt_int "$(get http.w10c1.rate)")" "" ""
     row "claim+succeed, 1 worker, count 1 (msgs/s)" "$(fmt_int "$(get http.w1c1.rate)")" "" ""
+    row "settle-and-claim, 50 workers, count 1 (msgs/s) vs claim+succeed" \
+        "$(fmt_int "$(get http.s50c1.rate)")" "$(fmt_int "$(get http.w50c1.rate)")" \
+        "$(ratio "$(get http.s50c1.rate)" "$(get http.w50c1.rate)")"
+    row "  settle-and-claim p50 / p99 (ms)" "$(ms_pair http.s50c1.settle_claim)" "" ""
+    row "settle-and-claim, 50 workers, count 10 (msgs/s) vs count 10 + batch ack" \
+        "$(fmt_int "$(get http.s50c10.rate)")" "$(fmt_int "$(get http.w50c10.rate)")" \
+        "$(ratio "$(get http.s50c10.rate)" "$(get http.w50c10.rate)")"
+    row "settle-and-claim, 1 worker, count 1 (msgs/s) vs claim+succeed" \
+        "$(fmt_int "$(get http.s1c1.rate)")" "$(fmt_int "$(get http.w1c1.rate)")" \
+        "$(ratio "$(get http.s1c1.rate)" "$(get http.w1c1.rate)")"
+    row "  settle-and-claim p50 / p99 (ms)" "$(ms_pair http.s1c1.settle_claim)" "" ""
 
     table_start "2b. CPU per message on the HTTP path (INFO cpu, /proc/<pid>/stat and getrusage deltas, $mc)" \
-        figure "Redis (µs)" "retryd (µs)" "loadgen (µs)"
+        figure "Redis (µs)" "retryd (µs)" "client (µs)"
     local r n
     for r in "enqueue:enqueue" "w50c1:claim+succeed, count 1" "w50c10:claim+succeed, count 10 + batch ack" \
+             "s50c1:settle-and-claim, count 1" "s50c10:settle-and-claim, count 10" \
+             "n50c1:claim+succeed, count 1, the worker in node's http module" \
+             "n50s1:settle-and-claim, count 1, the worker in node's http module" \
              "failonce:fail once, then claim+succeed (per message)"; do
         n=${r%%:*}
+        [ "$NODE_OK" = 1 ] || [ "${n#n50}" = "$n" ] || continue
         row "${r#*:}" "$(fmt "$(get "http.$n.redis_us")" 1)" "$(fmt "$(get "http.$n.retryd_us")" 1)" \
             "$(fmt "$(get "http.$n.client_us")" 1)"
     done
     local e enq work
-    for e in "enqueue w50c1:count 1" "enqueue_b w50c10:count 10 + batch ack"; do
+    for e in "enqueue w50c1:claim + succeed, count 1" \
+             "enqueue_b w50c10:claim + succeed, count 10 + batch ack" \
+             "enqueue_s s50c1:settle-and-claim, count 1"; do
         read -r enq work <<<"${e%%:*}"
-        row "lifecycle enqueue + claim + succeed, ${e#*:}" \
+        row "lifecycle enqueue + ${e#*:}" \
             "$(fmt "$(calc "$(get "http.$enq.redis_us") + $(get "http.$work.redis_us")")" 1)" \
             "$(fmt "$(calc "$(get "http.$enq.retryd_us") + $(get "http.$work.retryd_us")")" 1)" \
             "$(fmt "$(calc "$(get "http.$enq.client_us") + $(get "http.$work.client_us")")" 1)"
@@ -666,6 +699,7 @@ section2_tables() {
 # ---------------------------------------------------------------------------
 BULL_OK=0
 BULL_WHY=""
+NODE_OK=0               # node runs bench/http_worker.mjs (no npm packages needed)
 bull_setup() {
     if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
         BULL_WHY="node or npm not installed"
@@ -683,29 +717,34 @@ bull_setup() {
     BULL_OK=1
 }
 
-section3_rep() {
-    local rep=$1 out line c
-    out=$(timeout 300 node bench/bullmq_bench.mjs --port "$RP" --jobs "$N_BULL" \
-          --payload-bytes 100 --concurrency 1,10,50 --worker-jobs "$BULL_WORKER_JOBS" \
-          2>>"$tmp/bullmq.err")
+# bull_run REP JOBS CONCURRENCY WORKER_JOBS [add]: one bench/bullmq_bench.mjs
+# run: addBulk of JOBS (recorded as bull.add* when "add" is given), then a
+# Worker of CONCURRENCY completing WORKER_JOBS added just before it. Does
+# nothing once BullMQ failed (BULL_OK=0, BULL_WHY says why).
+bull_run() {
+    local rep=$1 jobs=$2 c=$3 n=$4 add=${5:-} out line
+    [ "$BULL_OK" = 1 ] || return 0
+    say "3. BullMQ Worker concurrency $c, repetition $rep"
+    out=$(timeout 300 node bench/bullmq_bench.mjs --port "$RP" --jobs "$jobs" \
+          --payload-bytes 100 --concurrency "$c" --worker-jobs "$n" 2>>"$tmp/bullmq.err")
     line=$(printf '%s\n' "$out" | grep '^bullmq version=')
     [ -n "$line" ] && put bull.version "$(kv "$line" version)"
-    line=$(printf '%s\n' "$out" | grep '^add ')
+    line=$(printf '%s\n' "$out" | grep "^worker concurrency=$c ")
     if [ -z "$line" ]; then
         BULL_WHY="bench/bullmq_bench.mjs failed: $(tail -n 1 "$tmp/bullmq.err" | cut -c1-80)"
+        BULL_OK=0
         return 1
     fi
+    put "bull.c$c.$rep" "$(kv "$line" jobs_per_s)"
+    put "bull.c${c}_us.$rep" "$(kv "$line" redis_cpu_us_per_job)"
+    put "bull.c${c}_add_us.$rep" "$(kv "$line" add_redis_cpu_us_per_job)"
+    put "bull.c${c}_node.$rep" "$(kv "$line" node_cpu_us_per_job)"
+    [ -n "$add" ] || return 0
+    line=$(printf '%s\n' "$out" | grep '^add ')
     put "bull.add.$rep" "$(kv "$line" jobs_per_s)"
     put "bull.add_us.$rep" "$(kv "$line" redis_cpu_us_per_job)"
     put "bull.bytes.$rep" "$(kv "$line" bytes_per_job)"
     put "bull.add_node.$rep" "$(kv "$line" node_cpu_us_per_job)"
-    for c in 1 10 50; do
-        line=$(printf '%s\n' "$out" | grep "^worker concurrency=$c ")
-        put "bull.c$c.$rep" "$(kv "$line" jobs_per_s)"
-        put "bull.c${c}_us.$rep" "$(kv "$line" redis_cpu_us_per_job)"
-        put "bull.c${c}_add_us.$rep" "$(kv "$line" add_redis_cpu_us_per_job)"
-        put "bull.c${c}_node.$rep" "$(kv "$line" node_cpu_us_per_job)"
-    done
 }
 
 section3_tables() {
@@ -720,7 +759,7 @@ section3_tables() {
     [ "$REPS" = 1 ] && mc="1 run"
     local un="BullMQ: unavailable ($BULL_WHY)"
     b() { if [ "$BULL_OK" = 1 ]; then "$@"; else echo "$un"; fi; }
-    table_start "3. BullMQ $(get bull.version) on the same redis-server ($mc; $N_BULL jobs, worker runs $BULL_WORKER_JOBS)" \
+    table_start "3. BullMQ $(get bull.version) on the same redis-server ($mc; addBulk of $N_BULL jobs; worker runs of $N_HTTP jobs, $N_HTTP_W1 at concurrency 1)" \
         figure retryd BullMQ "retryd / BullMQ"
     row "enqueue: HTTP, 50 connections (msgs/s) vs addBulk (jobs/s)" \
         "$(fmt_int "$(get http.enqueue.rate)")" "$(b fmt_int "$(get bull.add)")" \
@@ -763,6 +802,42 @@ section3_tables() {
         "$(fmt "$(calc "$(get http.enqueue.client_us) + $(get http.w50c1.client_us)")" 1)" \
         "$(b fmt "$(calc "$(get bull.add_node) + $(get bull.c50_node)")" 1)" \
         "$(ratio "$(calc "$(get http.enqueue.client_us) + $(get http.w50c1.client_us)")" "$(calc "$(get bull.add_node) + $(get bull.c50_node)")")"
+
+    # Issue 12's workload, row for row: W keep-alive connections loop claim ->
+    # succeed (two requests per message) or settle-and-claim (one), against a
+    # BullMQ Worker of concurrency W with a no-op processor that keeps its
+    # completed jobs; every timed run starts with its messages enqueued.
+    put life.settle "$(calc "$(get http.enqueue_s.redis_us) + $(get http.s50c1.redis_us)")"
+    table_start "3a. The worker loop: W connections vs BullMQ Worker concurrency W ($mc; each retryd run followed at once by its BullMQ run; $N_HTTP messages (W=1: $N_HTTP_W1) enqueued before each timed run, 100-byte payloads)" \
+        figure retryd BullMQ "retryd / BullMQ"
+    local w way
+    for w in "50:$N_HTTP" "1:$N_HTTP_W1"; do
+        for way in "w${w%%:*}c1:claim -> succeed, two requests per message" \
+                   "s${w%%:*}c1:settle-and-claim, one request per message"; do
+            row "processed msgs/s, W=${w%%:*}, ${way#*:}" "$(fmt_int "$(get "http.${way%%:*}.rate")")" \
+                "$(b fmt_int "$(get "bull.c${w%%:*}")")" \
+                "$(ratio "$(get "http.${way%%:*}.rate")" "$(get "bull.c${w%%:*}")")"
+        done
+    done
+    local nu="node: not installed"
+    for way in "n50c1:claim -> succeed" "n50s1:settle-and-claim"; do
+        row "processed msgs/s, W=50, ${way#*:}, the worker in node's http module ($N_NODE messages)" \
+            "$( [ "$NODE_OK" = 1 ] && fmt_int "$(get "http.${way%%:*}.rate")" || echo "$nu")" \
+            "$(b fmt_int "$(get bull.c50)")" "$(ratio "$(get "http.${way%%:*}.rate")" "$(get bull.c50)")"
+    done
+    row "processed msgs/s, W=50, count 10 + batch ack (two requests per 10)" \
+        "$(fmt_int "$(get http.w50c10.rate)")" "$(b fmt_int "$(get bull.c50)")" \
+        "$(ratio "$(get http.w50c10.rate)" "$(get bull.c50)")"
+    row "processed msgs/s, W=50, settle-and-claim count 10 (one request per 10)" \
+        "$(fmt_int "$(get http.s50c10.rate)")" "$(b fmt_int "$(get bull.c50)")" \
+        "$(ratio "$(get http.s50c10.rate)" "$(get bull.c50)")"
+    row "Redis CPU per lifecycle: enqueue + settle-and-claim (W=50) vs add + process (c=50) (µs)" \
+        "$(fmt "$(get life.settle)" 1)" "$(b fmt "$(get life.bull)" 1)" \
+        "$(ratio "$(get life.settle)" "$(get life.bull)")"
+    row "daemon CPU per lifecycle, W=50: retryd (enqueue + settle-and-claim) vs node (add + process) (µs)" \
+        "$(fmt "$(calc "$(get http.enqueue_s.retryd_us) + $(get http.s50c1.retryd_us)")" 1)" \
+        "$(b fmt "$(calc "$(get bull.add_node) + $(get bull.c50_node)")" 1)" \
+        "$(ratio "$(calc "$(get http.enqueue_s.retryd_us) + $(get http.s50c1.retryd_us)")" "$(calc "$(get bull.add_node) + $(get bull.c50_node)")")"
     [ "$BULL_OK" = 1 ] || say "BullMQ: unavailable ($BULL_WHY)"
 }
 
@@ -776,12 +851,12 @@ dead_page() {
     n=$(rcli zcard "$q:dead")
     mid=$(rcli zrange "$q:dead" $((n / 2)) $((n / 2)) withscores | tr '\n' ' ')
     cursor="$(echo "$mid" | awk '{print $2 ":" $1}')"
-    rb "$name" fcall_ro 2000 4 1 FCALL_RO list 1 "$q" dead 100 "$cursor"
+    rb "$name" fcall_ro 2000 4 1 FCALL_RO "${FN}list" 1 "$q" dead 100 "$cursor"
 }
 
 # promote_cost NAME BASE CALLS: promote, 100 per call, through loadgen resp.
 promote_cost() {
-    lg_resp "$1" fcall "$3" 1 1 1 FCALL promote 1 "$2" 100
+    lg_resp "$1" fcall "$3" 1 1 1 FCALL "${FN}promote" 1 "$2" 100
     put "$1.usmsg" "$(calc "$(get "$1.usec_total") / $(get "$1.moved")")"
     put "$1.msgs" "$(calc "$(get "$1.moved") / $(get "$1.secs")")"
 }
@@ -811,10 +886,10 @@ section4() {
     for i in $(seq 1 "$BURSTS"); do
         q=$(base g-claim-1k)
         enqueue_fcall "$q" 1000     # back to 1,000 + 1,000 pending
-        lg_resp g.cs fcall 1000 4 16 1 FCALL claim 1 "$q" 30000 1
+        lg_resp g.cs fcall 1000 4 16 1 FCALL "${FN}claim" 1 "$q" 30000 1
         sum_s=$(calc "$sum_s + $(get g.cs.secs)"); sum_u=$(calc "$sum_u + $(get g.cs.usec_total)")
         if [ "$GROWTH_BIG" -gt 0 ]; then
-            lg_resp g.cb fcall 1000 4 16 1 FCALL claim 1 "$(base g-claim-1m)" 30000 1
+            lg_resp g.cb fcall 1000 4 16 1 FCALL "${FN}claim" 1 "$(base g-claim-1m)" 30000 1
             sum_bs=$(calc "$sum_bs + $(get g.cb.secs)"); sum_bu=$(calc "$sum_bu + $(get g.cb.usec_total)")
         fi
     done
@@ -972,10 +1047,10 @@ section7() {
     for rep in $(seq 1 "$REPS"); do
         say "7. repetition $rep of $REPS"
         for t in none aof; do use_pair $t
-            rb "s7.$t.enqueue.$rep" fcall "$N_AOF" 50 16 FCALL enqueue 1 "$(base "a-s1-$rep")" \
+            rb "s7.$t.enqueue.$rep" fcall "$N_AOF" 50 16 FCALL "${FN}enqueue" 1 "$(base "a-s1-$rep")" \
                 "$PAYLOAD" 3 0; done
         for t in none aof; do use_pair $t
-            rb "s7.$t.claim.$rep" fcall "$N_AOF" 50 16 FCALL claim 1 "$(base "a-s1-$rep")" 30000 1
+            rb "s7.$t.claim.$rep" fcall "$N_AOF" 50 16 FCALL "${FN}claim" 1 "$(base "a-s1-$rep")" 30000 1
         done
         for t in none aof; do use_pair $t; lg_http "s7.$t.henq.$rep" enqueue "a-h-$rep" 50 "$N_AOF"; done
         for t in none aof; do use_pair $t
@@ -1033,6 +1108,18 @@ targets() {
     [ "$BULL_OK" = 1 ] || r="BullMQ: unavailable"
     row "HTTP claim+succeed, count 10 + batch ack, vs BullMQ Worker c=50" "$(fmtx "$r")" "≥ 3x" \
         "$(verdict "$r" ">=" 3)"
+    r=$(calc "$(get http.s50c1.rate) / $(get bull.c50)")
+    [ "$BULL_OK" = 1 ] || r="BullMQ: unavailable"
+    row "worker loop W=50, settle-and-claim (one request per message), vs BullMQ c=50" \
+        "$(fmtx "$r")" "≥ 1.5x" "$(verdict "$r" ">=" 1.5)"
+    r=$(calc "$(get http.s1c1.rate) / $(get bull.c1)")
+    [ "$BULL_OK" = 1 ] || r="BullMQ: unavailable"
+    row "worker loop W=1, settle-and-claim, vs BullMQ c=1" "$(fmtx "$r")" "≥ 1.2x" \
+        "$(verdict "$r" ">=" 1.2)"
+    r=$(calc "$(get life.settle) / $(get life.bull)")
+    [ "$BULL_OK" = 1 ] || r="BullMQ: unavailable"
+    row "Redis CPU per lifecycle, enqueue + settle-and-claim (W=50) vs add + process" \
+        "$(fmt "$r" 2)" "≤ 0.34" "$(verdict "$r" "<=" 0.34)"
     r=$(calc "$(get claim.p16.rps) / $(get minclaim.p16.rps)")
     row "claim vs minimal Lua claim, -P 16 (calls/s ratio)" "$(fmtx "$r")" "≥ 0.8x" \
         "$(verdict "$r" ">=" 0.8)"

@@ -6,17 +6,17 @@
 # Used by the cluster test suite and by make bench; redis-server and
 # redis-cli only.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # port_open, redis_start, stop_pid
 
 # Client ports 20000-29999, so the cluster bus ports (+10000) never collide
 # with another node's client port; ports already taken this run are skipped.
 taken=" "
-free_port() {
+free_cluster_port() {
     local p
     for _ in $(seq 1 200); do
         p=$((20000 + RANDOM % 10000))
         case "$taken" in *" $p "*) continue ;; esac
-        if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null &&
-           ! (exec 3<>"/dev/tcp/127.0.0.1/$((p + 10000))") 2>/dev/null; then
+        if ! port_open "$p" && ! port_open $((p + 10000)); then
             taken="$taken$p "
             echo "$p"
             return
@@ -26,21 +26,13 @@ free_port() {
     return 1
 }
 
-# Starts one node; returns non-zero when it does not answer PING.
+# Starts one node; returns non-zero when it does not answer.
 start_node() {
     local dir=$1 port=$2
     mkdir -p "$dir/$port"
-    redis-server --port "$port" --bind 127.0.0.1 --dir "$dir/$port" \
-        --cluster-enabled yes --cluster-config-file nodes.conf \
-        --cluster-node-timeout 2000 --appendonly no --save '' \
-        --logfile "$dir/$port/redis.log" --daemonize no </dev/null >/dev/null 2>&1 &
-    echo $! >> "$dir/pids"
-    for _ in $(seq 1 100); do
-        redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1 && return 0
-        kill -0 $! 2>/dev/null || return 1
-        sleep 0.05
-    done
-    return 1
+    redis_start "$port" "$dir/$port" --cluster-enabled yes --cluster-config-file nodes.conf \
+        --cluster-node-timeout 2000 --appendonly no --save '' || return 1
+    echo "$REDIS_PID" >> "$dir/pids"
 }
 
 start() {
@@ -51,7 +43,7 @@ start() {
     for i in $(seq 1 "$total"); do
         local ok=0
         for _ in 1 2 3; do
-            port=$(free_port)
+            port=$(free_cluster_port)
             taken="$taken$port "
             if start_node "$dir" "$port"; then ok=1; break; fi
         done
@@ -72,13 +64,8 @@ start() {
 
 stop() {
     local dir=$1
-    if [ -f "$dir/pids" ]; then
-        while read -r pid; do kill "$pid" 2>/dev/null || true; done < "$dir/pids"
-        while read -r pid; do
-            for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
-            kill -9 "$pid" 2>/dev/null || true
-        done < "$dir/pids"
-    fi
+    # shellcheck disable=SC2046 # one pid per line
+    [ -f "$dir/pids" ] && stop_pid $(cat "$dir/pids")
     rm -rf "$dir"
 }
 

@@ -1,6 +1,12 @@
 #!/bin/sh
-# deps.sh - installs the Debian packages retryd needs, only when one is missing.
-# Runs apt-get as root (or through sudo when available).
+# deps.sh [test] - installs the Debian packages retryd needs, only when one is
+# missing. `make` (and so `make run`) needs the build set; `make test` runs
+# `deps.sh test`, which adds what only the suites need: valgrind (test_faults'
+# leak check), chromium (the browser test), and Debian's nodejs and npm when
+# there is no node (or no npm) on PATH, for the browser test and the bench
+# smoke (bookworm's nodejs is 18; tests/ui and bench pin npm packages that run
+# on it). Runs apt-get as root (or through sudo when available).
+# DEPS_DRY_RUN=1 prints the apt-get commands instead of running them.
 set -eu
 pkgs="pkg-config libhiredis-dev libuv1-dev libcjson-dev libcmocka-dev node-llhttp clang libclang-rt-14-dev
       redis-server redis-tools curl"
@@ -9,10 +15,25 @@ for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' \
         || missing="$missing $p"
 done
-[ -z "$missing" ] && exit 0
-echo "deps: installing$missing"
+browser=""
+if [ "${1:-}" = test ]; then
+    dpkg-query -W -f='${Status}' valgrind 2>/dev/null | grep -q 'install ok installed' \
+        || missing="$missing valgrind"
+    # node from anywhere will do (Debian's, NodeSource's, nvm's): only a
+    # missing one is installed, from Debian.
+    command -v node >/dev/null || missing="$missing nodejs"
+    command -v npm >/dev/null || missing="$missing npm"
+    # chromium with its recommends (fonts, mesa), as a desktop install has it.
+    [ -x /usr/bin/chromium ] || browser=chromium
+fi
+[ -z "$missing$browser" ] && exit 0
+echo "deps: installing$missing${browser:+ $browser}"
 run=""
 [ "$(id -u)" -eq 0 ] || run="sudo"
 export DEBIAN_FRONTEND=noninteractive
-$run apt-get update -qq
-$run apt-get install -y -qq --no-install-recommends $missing
+# Wait for another apt (unattended-upgrades on a fresh box) instead of failing.
+apt="$run apt-get -o DPkg::Lock::Timeout=300"
+[ "${DEPS_DRY_RUN:-0}" = 1 ] && apt="echo $apt"
+$apt update -qq
+[ -z "$missing" ] || $apt install -y -qq --no-install-recommends $missing
+[ -z "$browser" ] || $apt install -y -qq $browser

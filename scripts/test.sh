@@ -48,17 +48,8 @@ redis_pid=""
 suite_pid=""
 tail_pid=""
 
-# Stops one process we started: TERM, up to 5 s, then KILL; reaps it.
-stop_pid() {
-    kill -TERM "$1" 2>/dev/null || return 0
-    local i
-    for i in $(seq 1 50); do
-        kill -0 "$1" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -KILL "$1" 2>/dev/null
-    wait "$1" 2>/dev/null
-}
+# stop_pid, free_port, redis_start (the helpers every script shares).
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 cleanup() {
     [ -n "$suite_pid" ] && stop_pid "$suite_pid"
@@ -96,61 +87,31 @@ tmp_root=$(mktemp -d) || {
 # ---------------------------------------------------------------------------
 redis_port=""
 
-# Prints PONG when something that speaks Redis answers on port $1.
-ping_port() {
-    timeout 2 redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null
-}
-
-# Starts redis-server on the first free port from a random base. Sets
-# redis_pid and redis_port; returns 1 (after saying why) when it cannot.
+# Starts redis-server on a free port (lib.sh's redis_start, in a dir of its
+# own). Sets redis_pid and redis_port; returns 1 (after saying why) when it
+# cannot.
 start_redis() {
     if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
         echo "test.sh: redis-server or redis-cli not installed (run scripts/deps.sh)"
         return 1
     fi
-    local base=$((20000 + (RANDOM % 20000)))
-    local attempt port dir log i
-    for attempt in $(seq 0 29); do
-        port=$((base + attempt))
-        # Anything answering already is not ours; a non-Redis listener makes
-        # our server fail to bind, which the wait below notices.
-        [ -n "$(ping_port "$port")" ] && continue
+    local port dir rc
+    for _ in $(seq 0 29); do
+        port=$(free_port) || break
         dir=$(mktemp -d -p "$tmp_root") || return 1
-        dir=$(cd "$dir" && pwd -P) # as CONFIG GET dir reports it
-        log="$dir/redis.log"
-        redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
-            --dir "$dir" --daemonize no >"$log" 2>&1 &
-        redis_pid=$!
-        disown "$redis_pid" 2>/dev/null
-        # Up to 10 s for it to answer, as long as it is alive.
-        for i in $(seq 1 100); do
-            kill -0 "$redis_pid" 2>/dev/null || break
-            if [ "$(ping_port "$port")" = "PONG" ]; then
-                # Make sure the server answering is the one we started.
-                if timeout 2 redis-cli -h 127.0.0.1 -p "$port" config get dir 2>/dev/null \
-                        | grep -qxF "$dir"; then
-                    redis_port=$port
-                    return 0
-                fi
-                break
-            fi
-            sleep 0.1
-        done
-        if kill -0 "$redis_pid" 2>/dev/null; then
-            kill -KILL "$redis_pid" 2>/dev/null
-            echo "test.sh: redis-server on port $port did not answer PING within 10 s:"
-            tail -n 20 "$log"
-            redis_pid=""
-            return 1
-        fi
-        redis_pid=""
-        grep -q 'Address already in use' "$log" || {
-            echo "test.sh: redis-server exited on start:"
-            tail -n 20 "$log"
-            return 1
-        }
+        rc=0
+        redis_start "$port" "$dir" --save '' --appendonly no || rc=$?
+        redis_pid=$REDIS_PID
+        [ -n "$redis_pid" ] && disown "$redis_pid" 2>/dev/null
+        case $rc in
+            0) redis_port=$port; return 0 ;;
+            2) continue ;; # taken meanwhile: another port
+        esac
+        echo "test.sh: redis-server on port $port did not start (in 10 s):"
+        tail -n 20 "$REDIS_LOG"
+        return 1
     done
-    echo "test.sh: no free port found in $base..$((base + 29))"
+    echo "test.sh: no free port found for redis-server"
     return 1
 }
 
@@ -178,6 +139,7 @@ run_suite() {
     # The suite runs in the background so that a signal to this script is
     # handled at once (bash runs traps only between foreground commands);
     # tail shows its output as it comes.
+    : >"$log" # before tail opens it
     if [ "$SUITE_TIMEOUT" -gt 0 ] 2>/dev/null; then
         timeout -k 10 "$SUITE_TIMEOUT" "${run[@]}" >"$log" 2>&1 </dev/null &
     else

@@ -23,6 +23,13 @@ typedef struct call {
     const rd_http_request_t *req;
     rd_route_match_t match;
     bool batch;                 /* claim with count: answer {messages:[...]} */
+    /* claim with settle (SPEC §9): the ids in request order, their outcomes
+     * once applied, and the claim to park when nothing was claimable. */
+    long long *settle_ids;
+    char (*settled)[16];
+    size_t nsettle;
+    long long lease_ms, wait_ms;
+    int count;
     rd_ack_req_t *ack;          /* batch acknowledgement: the ids, in order */
     rd_replay_req_t replay;     /* batch replay: what to replay */
     char *cursor;               /* batch replay: where the next call starts */
@@ -52,6 +59,8 @@ static void call_free(call_t *c)
         rd_free(c->ack);
     }
     rd_request_replay_free(&c->replay);
+    rd_free(c->settle_ids);
+    rd_free(c->settled);
     rd_free(c->cursor);
     rd_free(c->next_cursor);
     for (size_t i = 0; i < c->nqueues; i++) rd_free(c->queues[i].name);
@@ -191,6 +200,49 @@ static void on_enqueued(const rd_store_result_t *res, void *arg)
     rd_buf_free(&location);
 }
 
+/* Claimed messages while their answer is on its way: if it cannot be
+ * delivered (the client reset), they go straight back, as a departed
+ * long-poll's do. */
+typedef struct claimed {
+    rd_api_t *api;
+    char *queue;
+    size_t queue_len, count;
+    rd_message_t *messages;     /* id and lease_token (owned copy) only */
+} claimed_t;
+
+static void on_claim_delivered(bool delivered, void *arg)
+{
+    claimed_t *k = arg;
+    /* api->store is NULL once the server closed it (a shutdown past its
+     * deadline): then the leases expire instead. */
+    if (!delivered && k->api->store) {
+        rd_store_queue_t q = { k->queue, k->queue_len };
+        rd_store_hand_back(k->api->store, q, k->count, k->messages);
+    }
+    for (size_t i = 0; i < k->count; i++) rd_free((char *)k->messages[i].lease_token.ptr);
+    rd_free(k->messages);
+    rd_free(k->queue);
+    rd_free(k);
+}
+
+static void hand_back_if_undelivered(call_t *c, const rd_store_result_t *res)
+{
+    claimed_t *k = rd_malloc(sizeof *k);
+    k->api = c->api;
+    k->queue = rd_strndup(c->match.queue, c->match.queue_len);
+    k->queue_len = c->match.queue_len;
+    k->count = res->count;
+    k->messages = rd_calloc(res->count, sizeof *k->messages);
+    for (size_t i = 0; i < res->count; i++) {
+        const rd_str_t *token = &res->messages[i].lease_token;
+        rd_message_init(&k->messages[i]);
+        k->messages[i].id = res->messages[i].id;
+        k->messages[i].lease_token.ptr = rd_strndup(token->ptr ? token->ptr : "", token->len);
+        k->messages[i].lease_token.len = token->len;
+    }
+    rd_http_on_delivery(c->ex, on_claim_delivered, k);
+}
+
 static void on_claimed(const rd_store_result_t *res, void *arg)
 {
     call_t *c = arg;
@@ -200,6 +252,7 @@ static void on_claimed(const rd_store_result_t *res, void *arg)
         call_free(c);
         return;
     }
+    hand_back_if_undelivered(c, res);
     if (!c->batch) {
         respond_json(c, 200, rd_message_to_json(&res->messages[0], c->match.queue,
                                                 c->match.queue_len, true), NULL);
@@ -212,6 +265,76 @@ static void on_claimed(const rd_store_result_t *res, void *arg)
                                                 c->match.queue_len, true));
     rd_json_set(doc, "messages", list);
     respond_json(c, 200, doc, NULL);
+}
+
+/* A Lua outcome code in the API's spelling ('-' for '_', as the problem
+ * types): "not_found" -> "not-found". out holds 16 bytes. */
+static void api_code(rd_str_t code, char out[16])
+{
+    size_t n = code.len < 15 ? code.len : 15;
+    for (size_t j = 0; j < n; j++) out[j] = code.ptr[j] == '_' ? '-' : code.ptr[j];
+    out[n] = '\0';
+}
+
+/* 200 {"settled":[{id, status}...], "messages":[...]} of a claim with settle. */
+static void respond_settled(call_t *c, const rd_store_result_t *res)
+{
+    if (res->count > 0) hand_back_if_undelivered(c, res);
+    rd_json_t *doc = rd_json_new_object();
+    rd_json_t *list = rd_json_new_array();
+    for (size_t i = 0; i < c->nsettle; i++) {
+        rd_json_t *item = rd_json_new_object();
+        rd_json_set_int(item, "id", c->settle_ids[i]);
+        rd_json_set_string(item, "status", c->settled[i]);
+        rd_json_append(list, item);
+    }
+    rd_json_set(doc, "settled", list);
+    list = rd_json_new_array();
+    for (size_t i = 0; i < res->count; i++)
+        rd_json_append(list, rd_message_to_json(&res->messages[i], c->match.queue,
+                                                c->match.queue_len, true));
+    rd_json_set(doc, "messages", list);
+    respond_json(c, 200, doc, NULL);
+}
+
+/* The claim a settle-and-claim parked for: its settlements stand whatever
+ * happens to it, so a claim that failed (Redis went away meanwhile) answers
+ * with no messages, never an error that would hide them. */
+static void on_settle_waited(const rd_store_result_t *res, void *arg)
+{
+    call_t *c = arg;
+    if (res->status == RD_STORE_OK) {
+        respond_settled(c, res);
+        return;
+    }
+    rd_warn("api: the long-poll claim after a settlement failed (status %d); answering no "
+            "messages", (int)res->status);
+    rd_store_result_t none = { .status = RD_STORE_OK };
+    respond_settled(c, &none);
+}
+
+static void on_settle_claimed(const rd_store_result_t *res, void *arg)
+{
+    call_t *c = arg;
+    if (respond_store_failure(c, res)) return;
+    if (res->settled != c->nsettle) {
+        rd_error("api: settle_claim answered %zu outcomes for %zu settlements", res->settled,
+                 c->nsettle);
+        rd_store_result_t bad = { .status = RD_STORE_ERROR };
+        respond_store_failure(c, &bad);
+        return;
+    }
+    c->settled = rd_malloc(c->nsettle * sizeof *c->settled);
+    for (size_t i = 0; i < c->nsettle; i++) api_code(res->outcomes[i], c->settled[i]);
+    /* Settled at once; with wait_seconds and nothing claimable, the claim
+     * waits as a plain long-poll claim does. */
+    if (res->count == 0 && c->wait_ms > 0 && c->api->waiters) {
+        rd_store_queue_t q = { c->match.queue, c->match.queue_len };
+        rd_waiters_park(c->api->waiters, q, c->lease_ms, c->count, c->wait_ms, c->ex,
+                        on_settle_waited, c);
+        return;
+    }
+    respond_settled(c, res);
 }
 
 static void on_listed(const rd_store_result_t *res, void *arg)
@@ -241,13 +364,8 @@ static void on_acked(const rd_store_result_t *res, void *arg)
     for (size_t i = 0; i < res->count && i < ack->count; i++) {
         rd_json_t *item = rd_json_new_object();
         rd_json_set_int(item, "id", ack->ids[i]);
-        /* Lua's codes use '_'; the API's use '-' like the problem types. */
-        char status[32];
-        size_t n = res->outcomes[i].len < sizeof status - 1 ? res->outcomes[i].len
-                                                            : sizeof status - 1;
-        for (size_t j = 0; j < n; j++)
-            status[j] = res->outcomes[i].ptr[j] == '_' ? '-' : res->outcomes[i].ptr[j];
-        status[n] = '\0';
+        char status[16];
+        api_code(res->outcomes[i], status);
         rd_json_set_string(item, "status", status);
         rd_json_append(list, item);
     }
@@ -283,7 +401,10 @@ static int replay_next(call_t *c)
 }
 
 /* Batch replay runs as many bounded calls as it needs, one at a time, so
- * other clients' commands interleave between them. */
+ * other clients' commands interleave between them. It stops when the client
+ * has gone, and when a call neither replayed anything nor moved the cursor
+ * (a library that cannot make progress, e.g. an older one during an upgrade)
+ * instead of calling again forever. */
 static void on_replayed_batch(const rd_store_result_t *res, void *arg)
 {
     call_t *c = arg;
@@ -301,6 +422,23 @@ static void on_replayed_batch(const rd_store_result_t *res, void *arg)
         next.len = from < c->replay.count ? (size_t)snprintf(offset, sizeof offset, "%zu", from)
                                           : 0;
         next.ptr = offset;
+    }
+    if (next.len > 0 && !rd_http_exchange_client_alive(c->ex)) {
+        rd_info("api: batch replay stopped after %lld replayed: the client has gone",
+                c->replayed);
+        respond_unavailable(c);   /* dropped: nobody is listening */
+        return;
+    }
+    if (next.len > 0 && res->replayed == 0 && c->cursor && strlen(c->cursor) == next.len &&
+        memcmp(c->cursor, next.ptr, next.len) == 0) {
+        char detail[160];
+        rd_store_result_t bad = { .status = RD_STORE_ERROR };
+        bad.detail.ptr = detail;
+        bad.detail.len = (size_t)snprintf(detail, sizeof detail,
+                                          "replay_many made no progress at cursor %.64s after "
+                                          "%lld replayed; stopped", c->cursor, c->replayed);
+        respond_store_failure(c, &bad);
+        return;
     }
     if (next.len > 0) {
         rd_free(c->cursor);
@@ -352,7 +490,7 @@ static void on_stats(const rd_store_result_t *res, void *arg)
     for (size_t i = 0; i + 1 < st->totals_len; i += 2) {
         const rd_str_t *k = &st->totals[i];
         static const char *const shown[] = { "expired_dead", "expired_succeeded", "deleted",
-                                             "purged", "released" };
+                                             "purged", "released", "orphans_removed" };
         for (size_t j = 0; j < sizeof shown / sizeof shown[0]; j++) {
             if (k->len == strlen(shown[j]) && memcmp(k->ptr, shown[j], k->len) == 0)
                 rd_json_set_int(totals, shown[j],
@@ -566,6 +704,18 @@ static int dispatch(call_t *c)
                              api->cfg->lease_ms, &cl, &errs);
         if (r != RD_REQ_OK) break;
         c->batch = cl.batch;
+        if (cl.nsettle > 0) {
+            c->nsettle = cl.nsettle;
+            c->settle_ids = rd_malloc(cl.nsettle * sizeof *c->settle_ids);
+            for (size_t i = 0; i < cl.nsettle; i++) c->settle_ids[i] = cl.settle[i].id;
+            c->lease_ms = cl.lease_ms;
+            c->wait_ms = cl.wait_ms;
+            c->count = cl.count;
+            rc = rd_store_settle_claim(api->store, q, cl.lease_ms, cl.count, cl.nsettle,
+                                       cl.settle, on_settle_claimed, c);
+            rd_request_free(cl.doc);
+            return rc;
+        }
         rd_request_free(cl.doc);
         if (cl.wait_ms > 0 && api->waiters) {
             if (!rd_store_ready(api->store)) return -1;

@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "retryd/alloc.h"
+#include "retryd/config.h"
 #include "retryd/log.h"
 
 enum {
@@ -398,7 +399,9 @@ rd_cluster_t *rd_cluster_start(uv_loop_t *loop, const char *seeds, const rd_redi
         int port = colon ? atoi(colon + 1) : 0;
         if (colon == NULL || port <= 0 || port > 65535 || colon == p ||
             find_node(c, p, (size_t)(colon - p), port) == NULL) {
-            rd_error("cluster: bad seed in '%s' (want host:port,...)", seeds);
+            char shown[256];
+            rd_config_mask_url(seeds, shown, sizeof shown);
+            rd_error("cluster: bad seed in '%s' (want host:port,...)", shown);
             while (c->nodes) {
                 node_t *n = c->nodes;
                 c->nodes = n->next;

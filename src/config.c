@@ -83,6 +83,22 @@ static int copy_bounded(char *dst, size_t cap, const char *src, size_t len)
     return 0;
 }
 
+void rd_config_mask_url(const char *url, char *out, size_t cap)
+{
+    if (cap == 0) return;
+    const char *scheme_end = strstr(url, "://");
+    const char *user = scheme_end ? scheme_end + 3 : url;
+    const char *at = strrchr(user, '@');
+    if (at == NULL) {
+        snprintf(out, cap, "%s", url);
+        return;
+    }
+    /* As rd_config_parse_redis_url reads it: user:password@ or password@. */
+    const char *colon = memchr(user, ':', (size_t)(at - user));
+    size_t keep = colon ? (size_t)(colon - url) + 1 : (size_t)(user - url);
+    snprintf(out, cap, "%.*s***%s", (int)keep, url, at);
+}
+
 int rd_config_parse_redis_url(rd_config_t *cfg, const char *url)
 {
     const char *scheme = "redis://";
@@ -201,6 +217,17 @@ static const char *const names[] = { "listen", "redis", "redis-cluster", "redis-
                                      "succeeded-ttl", "log-level", "auth-token-file",
                                      "idle-timeout", "max-connections" };
 
+/* A bad value as the error shows it: URLs (which may hold a password) masked. */
+enum { SHOWN_MAX = 512 };
+
+static void show_value(const char *name, const char *v, char *out, size_t cap)
+{
+    if (strcmp(name, "redis") == 0 || strcmp(name, "redis-cluster") == 0)
+        rd_config_mask_url(v, out, cap);
+    else
+        snprintf(out, cap, "%s", v);
+}
+
 int rd_config_load(rd_config_t *cfg, int argc, char **argv, char *err, size_t err_len)
 {
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -211,7 +238,9 @@ int rd_config_load(rd_config_t *cfg, int argc, char **argv, char *err, size_t er
         env[j] = '\0';
         const char *v = getenv(env);
         if (v && apply(cfg, names[i], v) != 0) {
-            snprintf(err, err_len, "bad value for %s: '%s'", env, v);
+            char shown[SHOWN_MAX];
+            show_value(names[i], v, shown, sizeof shown);
+            snprintf(err, err_len, "bad value for %s: '%s'", env, shown);
             return -1;
         }
     }
@@ -240,7 +269,9 @@ int rd_config_load(rd_config_t *cfg, int argc, char **argv, char *err, size_t er
             value = argv[++i];
         }
         if (apply(cfg, name, value) != 0) {
-            snprintf(err, err_len, "bad option --%s '%s'\n%s", name, value, USAGE);
+            char shown[SHOWN_MAX];
+            show_value(name, value, shown, sizeof shown);
+            snprintf(err, err_len, "bad option --%s '%s'\n%s", name, shown, USAGE);
             return -1;
         }
         continue;

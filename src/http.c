@@ -80,7 +80,8 @@ struct rd_http_conn {
     bool keep_alive;              /* of the current request */
     bool http10;
     bool is_head;
-    bool client_gone;
+    bool client_gone;             /* reset or failed: nothing more reaches the client */
+    bool peer_eof;                /* the client closed its sending side (perhaps only that) */
     bool write_blocked;           /* parsing suspended until writes drain */
     bool reading;
     bool shutting;                /* uv_shutdown issued: final response on its way */
@@ -88,6 +89,10 @@ struct rd_http_conn {
     bool lingering;               /* write side closed, discarding input until EOF */
     bool closing;                 /* uv_close issued */
     unsigned writes_pending;
+    rd_http_delivery_fn on_delivery;  /* for the pending exchange's response, or NULL */
+    void *delivery_arg;
+    rd_http_delivery_fn on_lost;  /* a response that never got to a write: told at close */
+    void *lost_arg;
 
     rd_http_conn_list_t *list;    /* idle or linger list, or NULL */
     rd_http_conn_t *prev;
@@ -123,6 +128,8 @@ struct rd_http_server {
 typedef struct rd_http_write {
     uv_write_t req;
     rd_http_conn_t *conn;
+    rd_http_delivery_fn on_delivery;  /* told whether these bytes reached the socket */
+    void *delivery_arg;
     char data[];
 } rd_http_write_t;
 
@@ -237,9 +244,13 @@ static void on_write(uv_write_t *req, int status)
 {
     rd_http_write_t *w = (rd_http_write_t *)req;
     rd_http_conn_t *c = w->conn;
+    rd_http_delivery_fn done = w->on_delivery;
+    void *done_arg = w->delivery_arg;
     rd_free(w);
     assert(c->writes_pending > 0);
     c->writes_pending--;
+    /* Cancelled by a close (UV_ECANCELED) or failed: not delivered. */
+    if (done) done(status == 0, done_arg);
     if (c->closing) return;
     if (status < 0) {
         rd_debug("http: write failed: %s", uv_strerror(status));
@@ -254,13 +265,18 @@ static void on_write(uv_write_t *req, int status)
 }
 
 /* Queues bytes on the socket; the write request owns a copy. On failure the
- * connection is closed and -1 returned. */
+ * connection is closed (its delivery callback, if any, is told so at the
+ * close) and -1 returned. */
 static int conn_write(rd_http_conn_t *c, rd_http_write_t *w, size_t len)
 {
     w->conn = c;
     uv_buf_t b = uv_buf_init(w->data, (unsigned)len);
     int r = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write);
     if (r < 0) {
+        if (w->on_delivery) {
+            c->on_lost = w->on_delivery;
+            c->lost_arg = w->delivery_arg;
+        }
         rd_free(w);
         rd_debug("http: write failed: %s", uv_strerror(r));
         conn_close(c);
@@ -278,7 +294,7 @@ static char *put(char *p, const char *s, size_t n)
 
 static int conn_send(rd_http_conn_t *c, int status, const char *content_type,
                      const char *extra_headers, const char *body, size_t body_len, bool keep_alive,
-                     bool head_only)
+                     bool head_only, rd_http_delivery_fn on_delivery, void *delivery_arg)
 {
     /* RFC 9110 8.6: no Content-Length (and no body) on 204 and 304. HEAD gets
      * the length the body would have had. */
@@ -303,6 +319,8 @@ static int conn_send(rd_http_conn_t *c, int status, const char *content_type,
     size_t total = (size_t)line_len + (size_t)length_len + conn_len + extra_len + 2 + send_body +
                    (content_type ? ct_len + sizeof "Content-Type: \r\n" - 1 : 0);
     rd_http_write_t *w = rd_malloc(sizeof *w + total);
+    w->on_delivery = on_delivery;
+    w->delivery_arg = delivery_arg;
     char *p = w->data;
     p = put(p, line, (size_t)line_len);
     p = put(p, length, (size_t)length_len);
@@ -352,6 +370,7 @@ static void on_conn_close(uv_handle_t *handle)
     rd_http_conn_t *c = handle->data;
     rd_http_server_t *s = c->server;
     assert(!c->pending && c->list == NULL);
+    if (c->on_lost) c->on_lost(false, c->lost_arg);
     free_buffers(c);
     rd_free(c);
     s->conn_count--;
@@ -448,7 +467,8 @@ static void conn_fail(rd_http_conn_t *c, int status, const char *slug, const cha
     json_escape(&b, c->url.data ? c->url.data : "", url_len);
     rd_buf_puts(&b, "\"}");
     rd_debug("http: %d %s", status, detail);
-    int r = conn_send(c, status, "application/problem+json", NULL, b.data, b.len, false, false);
+    int r = conn_send(c, status, "application/problem+json", NULL, b.data, b.len, false, false,
+                      NULL, NULL);
     rd_buf_free(&b);
     if (r == 0) conn_end(c, true);
 }
@@ -606,6 +626,8 @@ static void send_continue(rd_http_conn_t *c)
 {
     static const char msg[] = "HTTP/1.1 100 Continue\r\n\r\n";
     rd_http_write_t *w = rd_malloc(sizeof *w + sizeof msg - 1);
+    w->on_delivery = NULL;
+    w->delivery_arg = NULL;
     memcpy(w->data, msg, sizeof msg - 1);
     conn_write(c, w, sizeof msg - 1);
 }
@@ -799,8 +821,28 @@ static void conn_resume(rd_http_conn_t *c)
         c->feeding_in = false;
     }
     if (ending(c) || suspended(c)) return;
+    if (c->peer_eof) {
+        /* Every request the client sent before its EOF is answered. */
+        conn_end(c, false);
+        return;
+    }
     if (c->in.cap > RD_HTTP_KEEP_BUF_BYTES) rd_buf_free(&c->in);
     start_reading(c);
+}
+
+/* The client closed its sending side. HTTP/1.1 lets it do that after its
+ * request and still read the answer (a half-close), and here a half-close
+ * cannot be told from a close: what was received is carried out and
+ * answered, then the connection ends. A reset or a failed write is what
+ * says the client is truly gone. */
+static void conn_peer_eof(rd_http_conn_t *c)
+{
+    c->peer_eof = true;
+    stop_reading(c);
+    if (suspended(c)) return;  /* rd_http_respond, or the drained write, goes on */
+    /* Idle: any bytes received since the last request are no complete one. */
+    if (c->writes_pending) conn_end(c, false);
+    else conn_close(c);
 }
 
 static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
@@ -823,7 +865,8 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
             stop_reading(c);
             return;
         }
-        conn_close(c);
+        if (nread == UV_EOF && !c->lingering) conn_peer_eof(c);
+        else conn_close(c);
         return;
     }
     if (c->shutting || c->lingering) return;
@@ -843,12 +886,23 @@ void rd_http_respond(rd_http_exchange_t *ex, int status, const char *content_typ
     assert(c->pending && status >= 200 && status <= 999);
     c->pending = false;
     s->in_flight--;
+    rd_http_delivery_fn done = c->on_delivery;
+    void *done_arg = c->delivery_arg;
+    c->on_delivery = NULL;
+    c->delivery_arg = NULL;
     if (c->client_gone) {
+        c->on_lost = done;  /* told from the close, never from inside this call */
+        c->lost_arg = done_arg;
         conn_close(c);
         return;
     }
-    bool keep = c->keep_alive && !s->stopping;
-    if (conn_send(c, status, content_type, extra_headers, body, body_len, keep, c->is_head) < 0)
+    /* After the client's EOF only requests it already sent keep it open (while
+     * those are being parsed their bytes are not counted in c->in, so keep it
+     * then; conn_resume ends the connection once they are answered). */
+    bool keep = c->keep_alive && !s->stopping &&
+                !(c->peer_eof && c->in.len == 0 && !c->feeding_in);
+    if (conn_send(c, status, content_type, extra_headers, body, body_len, keep, c->is_head, done,
+                  done_arg) < 0)
         return;
     if (!keep) {
         conn_end(c, false);
@@ -861,9 +915,17 @@ void rd_http_respond(rd_http_exchange_t *ex, int status, const char *content_typ
     if (!c->in_dispatch && !c->write_blocked) conn_resume(c);
 }
 
+void rd_http_on_delivery(rd_http_exchange_t *ex, rd_http_delivery_fn cb, void *arg)
+{
+    rd_http_conn_t *c = ex->conn;
+    assert(c->pending && c->on_delivery == NULL);
+    c->on_delivery = cb;
+    c->delivery_arg = arg;
+}
+
 bool rd_http_exchange_client_alive(const rd_http_exchange_t *ex)
 {
-    return !ex->conn->client_gone;
+    return !ex->conn->client_gone && !ex->conn->peer_eof;
 }
 
 /* ------------------------------------------------------------------ */

@@ -8,6 +8,7 @@
 
 #include "retryd/alloc.h"
 #include "retryd/buf.h"
+#include "retryd/utf8.h"
 
 #define AS_C(j) ((cJSON *)(j))
 #define AS_RD(c) ((rd_json_t *)(c))
@@ -30,19 +31,76 @@ static bool find_nul_escapes(char *text, size_t len, bool mark)
     return found;
 }
 
+/* The value of the 4 hex digits at p, or -1. */
+static long hex4(const char *p)
+{
+    long v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = p[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+              : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
+/* Scans text for \uD800-\uDFFF escapes that are not half of a surrogate pair.
+ * cJSON refuses the whole document for one, although it is JSON syntax: it is
+ * a string that is not Unicode text, which validation must refuse by field.
+ * With out, text is copied there with each such escape written as the three
+ * bytes of its code unit (ED xx xx), which the UTF-8 check then refuses.
+ * Returns whether there was one. */
+static bool lone_surrogates(const char *text, size_t len, rd_buf_t *out)
+{
+    bool found = false;
+    size_t copied = 0;
+    for (size_t i = 0; i + 1 < len; i++) {
+        if (text[i] != '\\') continue;
+        long v = text[i + 1] == 'u' && i + 6 <= len ? hex4(text + i + 2) : -1;
+        if (v < 0xD800 || v > 0xDFFF) {
+            i++;  /* any other escape, including "\\" */
+            continue;
+        }
+        if (v <= 0xDBFF && i + 12 <= len && text[i + 6] == '\\' && text[i + 7] == 'u') {
+            long low = hex4(text + i + 8);
+            if (low >= 0xDC00 && low <= 0xDFFF) {
+                i += 11;  /* a pair */
+                continue;
+            }
+        }
+        found = true;
+        if (out == NULL) return true;
+        char bytes[3] = { (char)(0xE0 | (v >> 12)), (char)(0x80 | ((v >> 6) & 0x3F)),
+                          (char)(0x80 | (v & 0x3F)) };
+        rd_buf_append(out, text + copied, i - copied);
+        rd_buf_append(out, bytes, 3);
+        copied = i + 6;
+        i += 5;
+    }
+    if (out && found) rd_buf_append(out, text + copied, len - copied);
+    return found;
+}
+
 rd_json_t *rd_json_parse(const char *text, size_t len, bool *has_nul)
 {
+    rd_buf_t rewritten = RD_BUF_INIT;
+    if (lone_surrogates(text, len, NULL)) {
+        lone_surrogates(text, len, &rewritten);
+        text = rewritten.data;
+        len = rewritten.len;
+    }
     const char *end = NULL;
     cJSON *doc = cJSON_ParseWithLengthOpts(text, len, &end, false);
-    if (doc == NULL) return NULL;
     /* Only whitespace may follow the value. */
-    for (const char *p = end; p < text + len; p++) {
+    for (const char *p = end; doc && p < text + len; p++) {
         if (*p != ' ' && *p != '\t' && *p != '\r' && *p != '\n') {
             cJSON_Delete(doc);
-            return NULL;
+            doc = NULL;
         }
     }
-    if (has_nul) *has_nul = find_nul_escapes((char *)(uintptr_t)text, len, false);
+    if (doc && has_nul) *has_nul = find_nul_escapes((char *)(uintptr_t)text, len, false);
+    rd_buf_free(&rewritten);
     return AS_RD(doc);
 }
 
@@ -111,6 +169,11 @@ void rd_json_set(rd_json_t *obj, const char *name, rd_json_t *item)
 
 void rd_json_set_string(rd_json_t *obj, const char *name, const char *value)
 {
+    size_t len = strlen(value);
+    if (!rd_utf8_valid(value, len)) {
+        rd_json_set_stringn(obj, name, value, len);
+        return;
+    }
     cJSON_AddItemToObject(AS_C(obj), name, cJSON_CreateString(value));
 }
 
@@ -141,13 +204,22 @@ static cJSON *create_binary_string(const char *value, size_t len)
 
 void rd_json_set_stringn(rd_json_t *obj, const char *name, const char *value, size_t len)
 {
+    /* Text stored before the API checked it (or written with redis-cli) may
+     * not be UTF-8; JSON must be: such bytes are written as U+FFFD. */
+    rd_buf_t repaired = RD_BUF_INIT;
+    if (!rd_utf8_valid(value, len)) {
+        rd_utf8_repair(value, len, &repaired);
+        value = repaired.data;
+        len = repaired.len;
+    }
     if (memchr(value, '\0', len) != NULL) {
         cJSON_AddItemToObject(AS_C(obj), name, create_binary_string(value, len));
-        return;
+    } else {
+        char *copy = rd_strndup(value, len);
+        cJSON_AddItemToObject(AS_C(obj), name, cJSON_CreateString(copy));
+        rd_free(copy);
     }
-    char *copy = rd_strndup(value, len);
-    cJSON_AddItemToObject(AS_C(obj), name, cJSON_CreateString(copy));
-    rd_free(copy);
+    rd_buf_free(&repaired);
 }
 
 /* Integers go in as raw text: cJSON prints every number with "%1.15g" and

@@ -72,6 +72,7 @@ static void on_reconnect_timer(uv_timer_t *t)
 
 rd_reply_type_t rd_reply_type(const rd_reply_t *r)
 {
+    if (r == NULL) return RD_REPLY_NIL;
     switch (REPLY(r)->type) {
     case REDIS_REPLY_STRING: return RD_REPLY_STRING;
     case REDIS_REPLY_ARRAY: return RD_REPLY_ARRAY;
@@ -85,8 +86,8 @@ rd_reply_type_t rd_reply_type(const rd_reply_t *r)
 const char *rd_reply_str(const rd_reply_t *r, size_t *len)
 {
     const redisReply *x = REPLY(r);
-    if (x->type != REDIS_REPLY_STRING && x->type != REDIS_REPLY_STATUS &&
-        x->type != REDIS_REPLY_ERROR) {
+    if (x == NULL || (x->type != REDIS_REPLY_STRING && x->type != REDIS_REPLY_STATUS &&
+                      x->type != REDIS_REPLY_ERROR)) {
         if (len) *len = 0;
         return NULL;
     }
@@ -96,7 +97,7 @@ const char *rd_reply_str(const rd_reply_t *r, size_t *len)
 
 size_t rd_reply_len(const rd_reply_t *r)
 {
-    return REPLY(r)->type == REDIS_REPLY_ARRAY ? REPLY(r)->elements : 0;
+    return r != NULL && REPLY(r)->type == REDIS_REPLY_ARRAY ? REPLY(r)->elements : 0;
 }
 
 const rd_reply_t *rd_reply_at(const rd_reply_t *r, size_t i)
@@ -108,6 +109,7 @@ const rd_reply_t *rd_reply_at(const rd_reply_t *r, size_t i)
 bool rd_reply_int(const rd_reply_t *r, long long *out)
 {
     const redisReply *x = REPLY(r);
+    if (x == NULL) return false;
     if (x->type == REDIS_REPLY_INTEGER) {
         *out = x->integer;
         return true;
@@ -273,8 +275,12 @@ static void on_handshake_reply(redisAsyncContext *ac, void *reply, void *privdat
     if (strcmp(step, "READY") == 0) {
         r->backoff_ms = BACKOFF_MIN_MS;
         set_state(r, READY);
-        rd_info("redis: link ready at %s:%d%s", r->host, r->port,
-                r->library ? " (library loaded)" : "");
+        /* FUNCTION LOAD answers the library's name, which carries its version. */
+        if (r->library && x->type == REDIS_REPLY_STRING)
+            rd_info("redis: link ready at %s:%d (library %.*s loaded)", r->host, r->port,
+                    (int)x->len, x->str);
+        else
+            rd_info("redis: link ready at %s:%d", r->host, r->port);
         if (r->on_ready) r->on_ready(r->on_ready_arg);
     }
 }

@@ -8,6 +8,7 @@
 
 #include "retryd/alloc.h"
 #include "retryd/router.h"
+#include "retryd/utf8.h"
 
 static bool body_is_empty(const char *body, size_t len)
 {
@@ -47,6 +48,13 @@ static bool field_has_nul(const rd_json_t *doc, const rd_json_t *marked, const c
     const char *a = rd_json_string(rd_json_get(doc, name));
     const char *b = rd_json_string(rd_json_get(marked, name));
     return a && b && strlen(a) != strlen(b);
+}
+
+/* Every string the API accepts must be valid UTF-8 (SPEC §5 "Text"): JSON
+ * text is Unicode, and whatever is stored comes back in JSON answers. */
+static bool is_text(const char *s)
+{
+    return rd_utf8_valid(s, strlen(s));
 }
 
 /* An optional integer field in [min, max]: absent or null leaves *out as is. */
@@ -114,6 +122,8 @@ rd_req_result_t rd_request_enqueue(const char *body, size_t len, rd_enqueue_req_
         rd_field_errors_add(errs, "payload", "invalid", "payload must be a string.");
     } else if (field_has_nul(out->doc, marked, "payload")) {
         rd_field_errors_add(errs, "payload", "invalid", "payload must not contain U+0000.");
+    } else if (!is_text(rd_json_string(payload))) {
+        rd_field_errors_add(errs, "payload", "invalid", "payload must be valid UTF-8.");
     } else {
         out->payload = rd_json_string(payload);
         out->payload_len = strlen(out->payload);
@@ -137,6 +147,9 @@ rd_req_result_t rd_request_enqueue(const char *body, size_t len, rd_enqueue_req_
             field_has_nul(out->doc, marked, "idempotency_key"))
             rd_field_errors_add(errs, "idempotency_key", "invalid",
                                 "idempotency_key must be a string of 1 to 255 bytes.");
+        else if (!is_text(k))
+            rd_field_errors_add(errs, "idempotency_key", "invalid",
+                                "idempotency_key must be valid UTF-8.");
         else
             out->idempotency_key = k;
     }
@@ -144,15 +157,144 @@ rd_req_result_t rd_request_enqueue(const char *body, size_t len, rd_enqueue_req_
     return finish(&out->doc, errs);
 }
 
+/* Where field errors go: under their own names (list NULL), or under those
+ * of item `index` of a list ("settle[2].error"). Item names are formatted
+ * into a static table, one per error slot, which holds until the next
+ * request is parsed (the 422 is written before that). */
+typedef struct field_sink {
+    rd_field_errors_t *errs;
+    const char *list;
+    size_t index;
+} field_sink_t;
+
+static void sink_add(const field_sink_t *k, const char *name, const char *code,
+                     const char *message)
+{
+    static char names[RD_MAX_FIELD_ERRORS][48];
+    if (k->list == NULL) {
+        rd_field_errors_add(k->errs, name, code, message);
+        return;
+    }
+    if (k->errs->count == RD_MAX_FIELD_ERRORS) return;
+    char *slot = names[k->errs->count];
+    snprintf(slot, sizeof names[0], "%s[%zu]%s%s", k->list, k->index, name ? "." : "",
+             name ? name : "");
+    rd_field_errors_add(k->errs, slot, code, message);
+}
+
+/* obj's lease_token into *out; absent or null leaves *out as is. */
+static void check_token(const rd_json_t *obj, const char **out, const field_sink_t *k)
+{
+    rd_json_t *v = rd_json_get(obj, "lease_token");
+    if (v == NULL || rd_json_is_null(v)) return;
+    const char *s = rd_json_string(v);
+    if (s == NULL || s[0] == '\0' || strlen(s) > 128 || !is_text(s))
+        sink_add(k, "lease_token", "invalid", "lease_token must be the string a claim returned.");
+    else
+        *out = s;
+}
+
+/* The fields of a failure in obj (marked: its NUL-marked twin, or NULL):
+ * error (required text), retryable (default true), retry_after_seconds
+ * (default: the backoff table, -1). */
+static void check_failure(const rd_json_t *obj, const rd_json_t *marked, const char **error,
+                          bool *retryable, long long *retry_after_ms, const field_sink_t *k)
+{
+    rd_json_t *v = rd_json_get(obj, "error");
+    if (v == NULL || rd_json_is_null(v))
+        sink_add(k, "error", "required", "error is required.");
+    else if (!rd_json_is_string(v))
+        sink_add(k, "error", "invalid", "error must be a string.");
+    else if (field_has_nul(obj, marked, "error"))
+        sink_add(k, "error", "invalid", "error must not contain U+0000.");
+    else if (!is_text(rd_json_string(v)))
+        sink_add(k, "error", "invalid", "error must be valid UTF-8.");
+    else
+        *error = rd_json_string(v);
+
+    *retryable = true;
+    v = rd_json_get(obj, "retryable");
+    if (v && !rd_json_is_null(v)) {
+        if (rd_json_is_bool(v)) *retryable = rd_json_bool(v);
+        else sink_add(k, "retryable", "invalid", "retryable must be a boolean.");
+    }
+
+    *retry_after_ms = -1;
+    v = rd_json_get(obj, "retry_after_seconds");
+    long long after_s;
+    if (v && !rd_json_is_null(v)) {
+        if (!rd_json_integer(v, &after_s) || after_s < 0 || after_s > RD_DELAY_SECONDS_MAX)
+            sink_add(k, "retry_after_seconds", "invalid",
+                     "retry_after_seconds must be an integer between 0 and 2592000 (30 days).");
+        else
+            *retry_after_ms = after_s * 1000;
+    }
+}
+
+static void token_field(rd_settle_req_t *out, rd_field_errors_t *errs)
+{
+    field_sink_t k = { errs, NULL, 0 };
+    check_token(out->doc, &out->lease_token, &k);
+}
+
+/* settle of a claim: 1-RD_SETTLE_BATCH_MAX settlements into out->settle. */
+static void settle_field(rd_claim_req_t *out, const rd_json_t *marked, rd_field_errors_t *errs)
+{
+    rd_json_t *items = rd_json_get(out->doc, "settle");
+    if (items == NULL || rd_json_is_null(items)) return;
+    size_t n = rd_json_array_size(items);
+    if (!rd_json_is_array(items) || n == 0 || n > RD_SETTLE_BATCH_MAX) {
+        rd_field_errors_add(errs, "settle", "invalid",
+                            "settle must be an array of 1 to 100 {id, lease_token?, outcome, "
+                            "error?, retryable?, retry_after_seconds?} objects.");
+        return;
+    }
+    rd_json_t *marked_items = marked ? rd_json_get(marked, "settle") : NULL;
+    for (size_t i = 0; i < n; i++) {
+        field_sink_t k = { errs, "settle", i };
+        rd_json_t *item = rd_json_array_at(items, i);
+        rd_json_t *marked_item = marked_items ? rd_json_array_at(marked_items, i) : NULL;
+        rd_settlement_t *s = &out->settle[i];
+        memset(s, 0, sizeof *s);
+        s->retryable = true;
+        s->retry_after_ms = -1;
+        if (!rd_json_is_object(item)) {
+            sink_add(&k, NULL, "invalid", "each settlement must be an object.");
+            continue;
+        }
+        rd_json_t *id = rd_json_get(item, "id");
+        if (id == NULL || rd_json_is_null(id))
+            sink_add(&k, "id", "required", "id is required.");
+        else if (!rd_json_integer(id, &s->id) || s->id < 1)
+            sink_add(&k, "id", "invalid", "id must be a positive integer.");
+        check_token(item, &s->lease_token, &k);
+        rd_json_t *v = rd_json_get(item, "outcome");
+        const char *outcome = rd_json_string(v);
+        if (v == NULL || rd_json_is_null(v))
+            sink_add(&k, "outcome", "required", "outcome is required.");
+        else if (outcome == NULL ||
+                 (strcmp(outcome, "succeeded") != 0 && strcmp(outcome, "failed") != 0))
+            sink_add(&k, "outcome", "invalid", "outcome must be \"succeeded\" or \"failed\".");
+        else if (strcmp(outcome, "failed") == 0) {
+            /* A success takes no more fields, as the succeed route takes none. */
+            s->failed = true;
+            check_failure(item, marked_item, &s->error, &s->retryable, &s->retry_after_ms, &k);
+        }
+    }
+    out->nsettle = n;
+}
+
 rd_req_result_t rd_request_claim(const char *body, size_t len, const char *query,
                                  size_t query_len, long long default_lease_ms,
                                  rd_claim_req_t *out, rd_field_errors_t *errs)
 {
-    memset(out, 0, sizeof *out);
+    out->doc = NULL;
+    out->nsettle = 0;
     rd_json_t *marked;
     rd_req_result_t r = parse_object(body, len, true, &out->doc, &marked);
-    rd_json_free(marked);
     if (r != RD_REQ_OK) return r;
+    settle_field(out, marked, errs);
+    rd_json_free(marked);
 
     const char *lease_msg = "lease_seconds must be an integer between 1 and 43200.";
     const char *wait_msg = "wait_seconds must be an integer between 0 and 30.";
@@ -174,18 +316,6 @@ rd_req_result_t rd_request_claim(const char *body, size_t len, const char *query
     return finish(&out->doc, errs);
 }
 
-static void token_field(rd_settle_req_t *out, rd_field_errors_t *errs)
-{
-    rd_json_t *v = rd_json_get(out->doc, "lease_token");
-    if (v == NULL || rd_json_is_null(v)) return;
-    const char *s = rd_json_string(v);
-    if (s == NULL || s[0] == '\0' || strlen(s) > 128)
-        rd_field_errors_add(errs, "lease_token", "invalid",
-                            "lease_token must be the string a claim returned.");
-    else
-        out->lease_token = s;
-}
-
 rd_req_result_t rd_request_succeed(const char *body, size_t len, rd_settle_req_t *out,
                                    rd_field_errors_t *errs)
 {
@@ -205,29 +335,9 @@ rd_req_result_t rd_request_fail(const char *body, size_t len, rd_settle_req_t *o
     rd_json_t *marked;
     rd_req_result_t r = parse_object(body, len, false, &out->doc, &marked);
     if (r != RD_REQ_OK) return r;
-    token_field(out, errs);
-
-    rd_json_t *error = rd_json_get(out->doc, "error");
-    if (error == NULL || rd_json_is_null(error))
-        rd_field_errors_add(errs, "error", "required", "error is required.");
-    else if (!rd_json_is_string(error))
-        rd_field_errors_add(errs, "error", "invalid", "error must be a string.");
-    else if (field_has_nul(out->doc, marked, "error"))
-        rd_field_errors_add(errs, "error", "invalid", "error must not contain U+0000.");
-    else
-        out->error = rd_json_string(error);
-
-    out->retryable = true;
-    rd_json_t *retryable = rd_json_get(out->doc, "retryable");
-    if (retryable && !rd_json_is_null(retryable)) {
-        if (rd_json_is_bool(retryable)) out->retryable = rd_json_bool(retryable);
-        else rd_field_errors_add(errs, "retryable", "invalid", "retryable must be a boolean.");
-    }
-
-    long long after_s = -1;
-    int_field(out->doc, "retry_after_seconds", 0, RD_DELAY_SECONDS_MAX, &after_s,
-              "retry_after_seconds must be an integer between 0 and 2592000 (30 days).", errs);
-    out->retry_after_ms = after_s >= 0 ? after_s * 1000 : -1;
+    field_sink_t k = { errs, NULL, 0 };
+    check_token(out->doc, &out->lease_token, &k);
+    check_failure(out->doc, marked, &out->error, &out->retryable, &out->retry_after_ms, &k);
     rd_json_free(marked);
     return finish(&out->doc, errs);
 }
@@ -277,7 +387,7 @@ rd_req_result_t rd_request_ack(const char *body, size_t len, rd_ack_req_t *out,
         rd_json_t *token = rd_json_get(item, "lease_token");
         if (token && !rd_json_is_null(token)) {
             const char *t = rd_json_string(token);
-            if (t == NULL || t[0] == '\0' || strlen(t) > 128) {
+            if (t == NULL || t[0] == '\0' || strlen(t) > 128 || !is_text(t)) {
                 snprintf(names[i][1], sizeof names[i][1], "messages[%zu].lease_token", i);
                 rd_field_errors_add(errs, names[i][1], "invalid",
                                     "lease_token must be the string a claim returned.");
@@ -331,6 +441,9 @@ rd_req_result_t rd_request_replay(const char *body, size_t len, rd_replay_req_t 
             field_has_nul(out->doc, marked, "error_contains"))
             rd_field_errors_add(errs, "error_contains", "invalid",
                                 "error_contains must be a string of 1 to 1000 bytes.");
+        else if (!is_text(text))
+            rd_field_errors_add(errs, "error_contains", "invalid",
+                                "error_contains must be valid UTF-8.");
         else {
             out->mode = "error";
             out->needle = text;
@@ -368,6 +481,8 @@ rd_req_result_t rd_request_kill(const char *body, size_t len, rd_settle_req_t *o
         if (text == NULL || strlen(text) > 1000 || field_has_nul(out->doc, marked, "reason"))
             rd_field_errors_add(errs, "reason", "invalid",
                                 "reason must be a string of at most 1000 bytes.");
+        else if (!is_text(text))
+            rd_field_errors_add(errs, "reason", "invalid", "reason must be valid UTF-8.");
         else
             out->error = text;
     }
@@ -491,29 +606,6 @@ long long rd_parse_rfc3339_ms(const char *s)
     return ((long long)t - offset_s) * 1000 + ms;
 }
 
-/* Length of the UTF-8 sequence at s, or 0 when it is not valid (overlong
- * forms, surrogates and code points past U+10FFFF are refused). */
-static size_t utf8_sequence(const unsigned char *s, size_t left, unsigned *cp)
-{
-    if (s[0] < 0x80) {
-        *cp = s[0];
-        return 1;
-    }
-    size_t n;
-    unsigned min;
-    if ((s[0] & 0xE0) == 0xC0) { n = 2; min = 0x80; *cp = s[0] & 0x1F; }
-    else if ((s[0] & 0xF0) == 0xE0) { n = 3; min = 0x800; *cp = s[0] & 0x0F; }
-    else if ((s[0] & 0xF8) == 0xF0) { n = 4; min = 0x10000; *cp = s[0] & 0x07; }
-    else return 0;
-    if (n > left) return 0;
-    for (size_t i = 1; i < n; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        *cp = (*cp << 6) | (s[i] & 0x3F);
-    }
-    if (*cp < min || *cp > 0x10FFFF || (*cp >= 0xD800 && *cp <= 0xDFFF)) return 0;
-    return n;
-}
-
 bool rd_request_queue_name(const char *name, size_t len, rd_field_errors_t *errs)
 {
     const char *why = NULL;
@@ -523,7 +615,7 @@ bool rd_request_queue_name(const char *name, size_t len, rd_field_errors_t *errs
         const unsigned char *s = (const unsigned char *)name;
         for (size_t i = 0; i < len && why == NULL;) {
             unsigned cp;
-            size_t n = utf8_sequence(s + i, len - i, &cp);
+            size_t n = rd_utf8_sequence(s + i, len - i, &cp);
             if (n == 0) why = "queue must be valid UTF-8.";
             else if (cp < 0x20 || (cp >= 0x7F && cp <= 0x9F))
                 why = "queue must not contain control characters.";

@@ -1,8 +1,10 @@
 /* server.c - retryd's main: owns the loop, starts the modules in dependency
  * order and stops them in reverse on SIGINT/SIGTERM:
- *   stop accepting and drain in-flight requests (at most 5 s; past that the
- *   Redis link is dropped so every waiting request is answered) -> stop the
- *   promoter -> close Redis -> close the signal handles -> exit 0. */
+ *   stop accepting, stop the promoter, answer parked long-polls -> drain
+ *   in-flight requests (at most 5 s; past that the Redis link is dropped so
+ *   every waiting request is answered) -> free the long-poll waiters (the
+ *   handlers use them until the last request is answered) -> close Redis ->
+ *   close the signal handles -> exit 0. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +38,7 @@ typedef struct server {
     rd_waiters_t *waiters;
     uv_signal_t sigint, sigterm;
     uv_timer_t drain_timer;
-    bool stopping, http_drained, promoter_stopped, waiters_stopped, redis_closing;
+    bool stopping, http_drained, promoter_stopped, waiters_closed, redis_closing;
 } server_t;
 
 static void on_handle_closed(uv_handle_t *h)
@@ -48,6 +50,9 @@ static void on_redis_closed(void *arg)
 {
     server_t *s = arg;
     s->redis = NULL;
+    /* A response still being written may yet report that it was not
+     * delivered (a shutdown past its deadline): no store to hand back to. */
+    s->api.store = NULL;
     rd_store_free(s->store);
     s->store = NULL;
     uv_close((uv_handle_t *)&s->sigint, on_handle_closed);
@@ -69,19 +74,22 @@ static void maybe_close_redis(server_t *s, bool force)
         s->redis_closing = true;
         return;
     }
-    if (!s->http_drained || !s->promoter_stopped || !s->waiters_stopped || s->redis_closing)
+    if (!s->http_drained || !s->promoter_stopped || !s->waiters_closed || s->redis_closing)
         return;
     s->redis_closing = true;
     uv_timer_stop(&s->drain_timer);
     rd_backend_close(s->redis, false, on_redis_closed, s);
 }
 
+static void on_waiters_closed(void *arg);
+
+/* No handler runs any more: the waiters they borrowed can go. */
 static void on_http_drained(void *arg)
 {
     server_t *s = arg;
     s->http = NULL;
     s->http_drained = true;
-    maybe_close_redis(s, false);
+    rd_waiters_close(s->waiters, on_waiters_closed, s);
 }
 
 static void on_promoter_stopped(void *arg)
@@ -92,12 +100,12 @@ static void on_promoter_stopped(void *arg)
     maybe_close_redis(s, false);
 }
 
-static void on_waiters_stopped(void *arg)
+static void on_waiters_closed(void *arg)
 {
     server_t *s = arg;
     s->waiters = NULL;
     s->api.waiters = NULL;
-    s->waiters_stopped = true;
+    s->waiters_closed = true;
     maybe_close_redis(s, false);
 }
 
@@ -135,7 +143,7 @@ static void on_signal(uv_signal_t *sig, int signum)
     rd_info("retryd: %s received, shutting down", signum == SIGINT ? "SIGINT" : "SIGTERM");
     uv_timer_start(&s->drain_timer, on_drain_timeout, DRAIN_TIMEOUT_MS, 0);
     rd_promoter_stop(s->promoter, on_promoter_stopped, s);
-    rd_waiters_stop(s->waiters, on_waiters_stopped, s);
+    rd_waiters_stop(s->waiters);
     rd_http_server_stop(s->http, on_http_drained, s);
 }
 
@@ -172,7 +180,9 @@ int main(int argc, char **argv)
     };
     s.redis = rd_backend_start(s.loop, &ro, s.cfg.redis_cluster);
     if (s.redis == NULL) {
-        fprintf(stderr, "retryd: bad --redis-cluster '%s'\n", s.cfg.redis_cluster);
+        char shown[sizeof s.cfg.redis_cluster];
+        rd_config_mask_url(s.cfg.redis_cluster, shown, sizeof shown);
+        fprintf(stderr, "retryd: bad --redis-cluster '%s'\n", shown);
         rd_free(token);
         return 2;
     }
@@ -198,7 +208,7 @@ int main(int argc, char **argv)
     if (rc != 0) {
         rd_error("retryd: cannot listen on %s:%d: %s", s.cfg.listen_host, s.cfg.listen_port,
                  uv_strerror(rc));
-        rd_waiters_stop(s.waiters, NULL, NULL);
+        rd_waiters_close(s.waiters, NULL, NULL);
         rd_backend_close(s.redis, true, NULL, NULL);
         rd_store_free(s.store);
         uv_run(s.loop, UV_RUN_DEFAULT);

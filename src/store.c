@@ -49,6 +49,7 @@ typedef enum reply_kind {
     KIND_MESSAGES, KIND_ENQUEUED, KIND_LIST, KIND_TICK, KIND_PING, KIND_OUTCOMES,
     KIND_COUNT,
     KIND_REPLAYED, KIND_PURGED, KIND_STATS, KIND_DELETED,
+    KIND_SETTLED,               /* {"ok", {status...}, msg..., timer} */
     KIND_HINTED,                /* {"ok", msg..., timer} or an outcome without a hint */
     KIND_HINTED_OUTCOMES,       /* {code..., timer} */
     KIND_TAKE, KIND_DONE, KIND_PAGE
@@ -65,12 +66,14 @@ typedef struct enqueued {
 
 typedef struct op {
     reply_kind_t kind;
+    bool read_only;             /* the command cannot write (see reads_only) */
     rd_store_cb cb;
     void *arg;
     enqueued_t *enq;            /* KIND_ENQUEUED */
     rd_store_t *st;
     char *queue;                /* owned: where a timer hint goes (hinted kinds) */
     size_t queue_len;
+    char what[48];              /* the function (or command) called, for the log */
 } op_t;
 
 rd_store_t *rd_store_new(uv_loop_t *loop, rd_backend_t *redis, const char *prefix)
@@ -117,11 +120,21 @@ const rd_histogram_t *rd_store_rtt(const rd_store_t *st)
 
 /* ---------------------------------------------------------------- replies */
 
+/* The one shape check every parser below makes before it reads an element:
+ * r is an array of at least min_len elements. A reply of another shape (from
+ * another version of the library, or a hand-loaded one) then fails the parse,
+ * which answers RD_STORE_ERROR, never indexes past what is there. */
+static bool is_array(const rd_reply_t *r, size_t min_len)
+{
+    return rd_reply_type(r) == RD_REPLY_ARRAY && rd_reply_len(r) >= min_len;
+}
+
 static bool parse_message(const rd_reply_t *flat, rd_message_t *m)
 {
     rd_message_init(m);
+    if (!is_array(flat, 2)) return false;
     size_t n = rd_reply_len(flat);
-    if (n < 2 || n % 2 != 0) return false;
+    if (n % 2 != 0) return false;
     for (size_t i = 0; i < n; i += 2) {
         size_t name_len, value_len;
         const char *name = rd_reply_str(rd_reply_at(flat, i), &name_len);
@@ -143,9 +156,10 @@ static bool parse_message(const rd_reply_t *flat, rd_message_t *m)
 static bool parse_messages(const rd_reply_t *reply, size_t from, size_t to,
                            rd_store_result_t *res)
 {
-    size_t n = to;
     res->count = 0;
-    if (n <= from) return true;
+    if (!is_array(reply, from) || to > rd_reply_len(reply)) return false;
+    size_t n = to;
+    if (n == from) return true;
     res->messages = rd_calloc(n - from, sizeof *res->messages);
     for (size_t i = from; i < n; i++) {
         if (!parse_message(rd_reply_at(reply, i), &res->messages[res->count])) return false;
@@ -156,8 +170,8 @@ static bool parse_messages(const rd_reply_t *reply, size_t from, size_t to,
 
 static bool parse_outcome(const rd_reply_t *reply, rd_store_result_t *res)
 {
+    if (!is_array(reply, 1)) return false;
     const rd_reply_t *code = rd_reply_at(reply, 0);
-    if (code == NULL) return false;
     if (rd_reply_is(code, "ok")) return true;
     if (rd_reply_is(code, "duplicate")) res->status = RD_STORE_DUPLICATE;
     else
@@ -166,8 +180,8 @@ static bool parse_outcome(const rd_reply_t *reply, rd_store_result_t *res)
     else if (rd_reply_is(code, "bad_cursor")) res->status = RD_STORE_BAD_CURSOR;
     else if (rd_reply_is(code, "invalid_state")) {
         res->status = RD_STORE_INVALID_STATE;
-        const rd_reply_t *state = rd_reply_at(reply, 1);
-        if (state) res->state.ptr = rd_reply_str(state, &res->state.len);
+        res->state.ptr = rd_reply_str(rd_reply_at(reply, 1), &res->state.len);
+        if (res->state.ptr == NULL) return false;  /* the state is named in the answer */
     } else {
         return false;
     }
@@ -175,8 +189,21 @@ static bool parse_outcome(const rd_reply_t *reply, rd_store_result_t *res)
 }
 
 /* A flat array of strings into a fresh rd_str_t array. */
+static bool parse_strings(const rd_reply_t *r, rd_str_t **out, size_t *len);
+
+/* settle_claim's {"ok", {status...}, message..., timer}. */
+static bool parse_settled(const rd_reply_t *reply, rd_store_result_t *res)
+{
+    if (!is_array(reply, 3) || !rd_reply_is(rd_reply_at(reply, 0), "ok")) return false;
+    size_t n = rd_reply_len(reply);
+    if (!rd_reply_int(rd_reply_at(reply, n - 1), &res->timer_hint)) return false;
+    if (!parse_strings(rd_reply_at(reply, 1), &res->outcomes, &res->settled)) return false;
+    return parse_messages(reply, 2, n - 1, res);
+}
+
 static bool parse_strings(const rd_reply_t *r, rd_str_t **out, size_t *len)
 {
+    if (!is_array(r, 0)) return false;
     size_t n = rd_reply_len(r);
     *out = rd_calloc(n ? n : 1, sizeof **out);
     *len = n;
@@ -184,11 +211,12 @@ static bool parse_strings(const rd_reply_t *r, rd_str_t **out, size_t *len)
         (*out)[i].ptr = rd_reply_str(rd_reply_at(r, i), &(*out)[i].len);
         if ((*out)[i].ptr == NULL) return false;
     }
-    return rd_reply_type(r) == RD_REPLY_ARRAY;
+    return true;
 }
 
 static bool parse_stats(const rd_reply_t *reply, rd_queue_stats_t *st)
 {
+    if (!is_array(reply, 0)) return false;
     size_t n = rd_reply_len(reply);
     if (n % 2 != 0) return false;
     for (size_t i = 0; i < n; i += 2) {
@@ -314,6 +342,7 @@ static bool parse_reply(reply_kind_t kind, const rd_reply_t *reply, rd_store_res
     case KIND_DELETED:
         return parse_outcome(reply, res);
     case KIND_REPLAYED:
+        if (!is_array(reply, 1)) return false;
         if (rd_reply_is(rd_reply_at(reply, 0), "bad_cursor")) {
             res->status = RD_STORE_BAD_CURSOR;
             return true;
@@ -324,7 +353,8 @@ static bool parse_reply(reply_kind_t kind, const rd_reply_t *reply, rd_store_res
         return res->next_cursor.ptr != NULL;
     case KIND_PURGED: {
         long long more;
-        if (rd_reply_len(reply) != 2 || !rd_reply_int(rd_reply_at(reply, 0), &res->purged) ||
+        if (!is_array(reply, 2) || rd_reply_len(reply) != 2 ||
+            !rd_reply_int(rd_reply_at(reply, 0), &res->purged) ||
             !rd_reply_int(rd_reply_at(reply, 1), &more))
             return false;
         res->next_cursor.ptr = more ? "more" : "";
@@ -332,6 +362,7 @@ static bool parse_reply(reply_kind_t kind, const rd_reply_t *reply, rd_store_res
         return true;
     }
     case KIND_OUTCOMES: {
+        if (!is_array(reply, 0)) return false;
         size_t n = rd_reply_len(reply);
         res->outcomes = rd_calloc(n ? n : 1, sizeof *res->outcomes);
         for (size_t i = 0; i < n; i++) {
@@ -339,8 +370,10 @@ static bool parse_reply(reply_kind_t kind, const rd_reply_t *reply, rd_store_res
             if (res->outcomes[i].ptr == NULL) return false;
         }
         res->count = n;
-        return rd_reply_type(reply) == RD_REPLY_ARRAY;
+        return true;
     }
+    case KIND_SETTLED:
+        return parse_settled(reply, res);
     case KIND_MESSAGES:
         if (!parse_outcome(reply, res)) return false;
         if (res->status != RD_STORE_OK && res->status != RD_STORE_DUPLICATE) return true;
@@ -348,7 +381,7 @@ static bool parse_reply(reply_kind_t kind, const rd_reply_t *reply, rd_store_res
     case KIND_LIST:
         if (!parse_outcome(reply, res)) return false;
         if (res->status != RD_STORE_OK) return true;
-        if (rd_reply_len(reply) < 3 || !rd_reply_int(rd_reply_at(reply, 1), &res->total))
+        if (!is_array(reply, 3) || !rd_reply_int(rd_reply_at(reply, 1), &res->total))
             return false;
         res->next_cursor.ptr = rd_reply_str(rd_reply_at(reply, 2), &res->next_cursor.len);
         return res->next_cursor.ptr != NULL &&
@@ -379,14 +412,45 @@ static void free_result(rd_store_result_t *res)
 
 static void send_register(rd_store_t *st, const char *name, size_t len, long long in_ms);
 
+/* "integer 7", "array of 0", "string \"ok\"": what came, for the log. */
+static void describe_reply(const rd_reply_t *r, char *out, size_t cap)
+{
+    long long v;
+    size_t len;
+    const char *str = rd_reply_str(r, &len);
+    switch (rd_reply_type(r)) {
+    case RD_REPLY_INTEGER:
+        rd_reply_int(r, &v);
+        snprintf(out, cap, "integer %lld", v);
+        return;
+    case RD_REPLY_ARRAY:
+        snprintf(out, cap, "array of %zu", rd_reply_len(r));
+        return;
+    case RD_REPLY_NIL:
+        snprintf(out, cap, "nil");
+        return;
+    default:
+        break;
+    }
+    char shown[41];
+    size_t n = len < sizeof shown - 1 ? len : sizeof shown - 1;
+    for (size_t i = 0; i < n; i++)
+        shown[i] = str[i] >= 0x20 && str[i] < 0x7f && str[i] != '"' ? str[i] : '?';
+    shown[n] = '\0';
+    snprintf(out, cap, "%s \"%s\"%s", rd_reply_type(r) == RD_REPLY_STATUS ? "status" : "string",
+             shown, len > n ? "..." : "");
+}
+
 static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *arg)
 {
     op_t *op = arg;
     rd_store_result_t res;
     memset(&res, 0, sizeof res);
     res.timer_hint = -1;
+    char detail[160];
     if (status == RD_REDIS_LOST) {
-        res.status = RD_STORE_LOST;
+        /* A read has no outcome to be unsure of: it simply was not done. */
+        res.status = op->read_only ? RD_STORE_UNAVAILABLE : RD_STORE_LOST;
     } else if (status == RD_REDIS_NOT_SENT) {
         res.status = RD_STORE_UNAVAILABLE;
     } else if (rd_reply_type(reply) == RD_REPLY_ERROR) {
@@ -394,12 +458,15 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
         res.detail.ptr = rd_reply_str(reply, &res.detail.len);
     } else if (op->kind == KIND_ENQUEUED ? !parse_enqueued(reply, op->enq, &res)
                                          : !parse_reply(op->kind, reply, &res)) {
-        rd_error("store: unexpected reply shape (kind %d)", (int)op->kind);
+        char got[64];
+        describe_reply(reply, got, sizeof got);
         free_result(&res);
         memset(&res, 0, sizeof res);
         res.status = RD_STORE_ERROR;
-        res.detail.ptr = "unexpected reply from Redis";
-        res.detail.len = strlen(res.detail.ptr);
+        snprintf(detail, sizeof detail, "unexpected reply to %s: %s", op->what, got);
+        rd_error("store: %s (another version of the library?)", detail);
+        res.detail.ptr = detail;
+        res.detail.len = strlen(detail);
         res.timer_hint = -1;
     }
     /* The hint goes to the schedule before anyone hears of the new work. An
@@ -419,9 +486,9 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
 
 /* ---------------------------------------------------------------- calls */
 
-/* FCALL name numkeys base, then at most 100 (id, token) pairs or a mode and
- * RD_STORE_REPLAY_IDS_MAX ids. */
-enum { MAX_ARGS = 8 + 2 * 100 };
+/* FCALL name numkeys base, then at most 100 (id, token) pairs, a mode and
+ * RD_STORE_REPLAY_IDS_MAX ids, or settle_claim's 3 + 6 per settlement + 2. */
+enum { MAX_ARGS = 10 + 6 * 100 };
 _Static_assert(5 + 3 * RD_STORE_REPORTS_MAX <= MAX_ARGS, "timer_done's reports fit a call");
 
 typedef struct call {
@@ -429,6 +496,7 @@ typedef struct call {
     const char *argv[MAX_ARGS];
     size_t lens[MAX_ARGS];
     char numbers[MAX_ARGS][24];     /* storage for formatted integers */
+    char fn[48];                    /* the versioned function name */
     rd_buf_t base, mkey;
 } call_t;
 
@@ -459,20 +527,37 @@ static void arg_int(call_t *c, long long v)
     arg_bytes(c, c->numbers[c->argc], (size_t)n);
 }
 
-/* FCALL fn numkeys base [mkey]: id > 0 adds the message key. */
+/* FCALL <library>_fn numkeys base [mkey]: id > 0 adds the message key. Every
+ * call goes through here, so the library's version is added in one place. */
 static void begin_fcall(call_t *c, rd_store_t *st, const char *fn, rd_store_queue_t q,
                         long long id)
 {
     call_init(c);
     rd_keys_queue_base(&c->base, st->prefix, q.name, q.len);
     arg_str(c, "FCALL");
-    arg_str(c, fn);
+    int n = snprintf(c->fn, sizeof c->fn, "%s", RD_FUNCTION(""));
+    assert(n > 0 && strlen(fn) < sizeof c->fn - (size_t)n);
+    memcpy(c->fn + n, fn, strlen(fn) + 1);
+    arg_str(c, c->fn);
     arg_str(c, id > 0 ? "2" : "1");
     arg_bytes(c, c->base.data, c->base.len);
     if (id > 0) {
         rd_keys_message(&c->mkey, c->base.data, c->base.len, id);
         arg_bytes(c, c->mkey.data, c->mkey.len);
     }
+}
+
+/* Whether a command only reads, decided here once for every operation by
+ * its verb: FCALL_RO (the library's no-writes functions; Redis refuses a
+ * write inside one) and the plain reads the store sends. Anything else may
+ * write. */
+static bool reads_only(const call_t *c)
+{
+    static const char *const reads[] = { "FCALL_RO", "SMEMBERS", "PING" };
+    for (size_t i = 0; i < sizeof reads / sizeof reads[0]; i++)
+        if (c->lens[0] == strlen(reads[i]) && memcmp(c->argv[0], reads[i], c->lens[0]) == 0)
+            return true;
+    return false;
 }
 
 /* Takes ownership of enq (NULL for every kind but KIND_ENQUEUED); hint_q (or
@@ -482,12 +567,16 @@ static int send_call_with(rd_store_t *st, call_t *c, reply_kind_t kind, enqueued
 {
     op_t *op = rd_malloc(sizeof *op);
     op->kind = kind;
+    op->read_only = reads_only(c);
     op->cb = cb;
     op->arg = arg;
     op->enq = enq;
     op->st = st;
     op->queue = hint_q ? rd_strndup(hint_q->name, hint_q->len) : NULL;
     op->queue_len = hint_q ? hint_q->len : 0;
+    /* FCALL/FCALL_RO name the function second; other commands are their own name. */
+    int named = c->argc > 1 && strncmp(c->argv[0], "FCALL", 5) == 0 ? 1 : 0;
+    snprintf(op->what, sizeof op->what, "%.*s", (int)c->lens[named], c->argv[named]);
     int rc = rd_backend_command(st->redis, c->argc, c->argv, c->lens, on_reply, op);
     if (rc != 0) free_op(op);
     rd_buf_free(&c->base);
@@ -607,8 +696,8 @@ static void send_register(rd_store_t *st, const char *name, size_t len, long lon
     g->sent_ms = uv_now(st->loop);
     char ms[24];
     int n = snprintf(ms, sizeof ms, "%lld", in_ms < 0 ? -1LL : in_ms);
-    const char *argv[] = { "FCALL", "register", "1", st->registry_key.data, name, ms };
-    size_t lens[] = { 5, 8, 1, st->registry_key.len, len, (size_t)n };
+    const char *argv[] = { "FCALL", RD_FUNCTION("register"), "1", st->registry_key.data, name, ms };
+    size_t lens[] = { 5, strlen(argv[1]), 1, st->registry_key.len, len, (size_t)n };
     if (rd_backend_command(st->redis, 6, argv, lens, on_register, g) != 0) {
         owe(st, name, len, in_ms, g->sent_ms);
         rd_free(g->name);
@@ -781,6 +870,31 @@ int rd_store_succeed_many(rd_store_t *st, rd_store_queue_t q, size_t n, const lo
     return rc;
 }
 
+int rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int count,
+                          size_t n, const rd_settlement_t *items, rd_store_cb cb, void *arg)
+{
+    if (n > 100 || count < 0 || count > 100) return -1;
+    call_t *c = rd_malloc(sizeof *c);
+    begin_fcall(c, st, "settle_claim", q, 0);
+    arg_int(c, lease_ms);
+    arg_int(c, count);
+    arg_int(c, (long long)n);
+    for (size_t i = 0; i < n; i++) {
+        const rd_settlement_t *s = &items[i];
+        arg_int(c, s->id);
+        arg_str(c, s->lease_token ? s->lease_token : "");
+        arg_str(c, s->failed ? "failed" : "succeeded");
+        arg_str(c, s->failed && s->error ? s->error : "");
+        arg_str(c, s->retryable ? "1" : "0");
+        arg_int(c, s->failed && s->retry_after_ms >= 0 ? s->retry_after_ms : -1);
+    }
+    arg_int(c, st->dead_ttl_ms);        /* asks for the timer hint */
+    arg_int(c, st->succeeded_ttl_ms);
+    int rc = send_hinted(st, c, KIND_SETTLED, q, cb, arg);
+    rd_free(c);
+    return rc;
+}
+
 int rd_store_release(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_message_t *msgs,
                      rd_store_cb cb, void *arg)
 {
@@ -795,6 +909,24 @@ int rd_store_release(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_mess
     int rc = send_call(st, c, KIND_COUNT, cb, arg);
     rd_free(c);
     return rc;
+}
+
+static void on_handed_back(const rd_store_result_t *res, void *arg)
+{
+    (void)arg;
+    if (res->status != RD_STORE_OK)
+        rd_warn("store: handing back messages of a departed client failed; their leases "
+                "will expire instead");
+}
+
+void rd_store_hand_back(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_message_t *msgs)
+{
+    for (size_t from = 0; from < n; from += 100) {
+        size_t batch = n - from < 100 ? n - from : 100;
+        if (rd_store_release(st, q, batch, msgs + from, on_handed_back, NULL) != 0)
+            rd_warn("store: cannot hand back messages of a departed client now; their leases "
+                    "will expire instead");
+    }
 }
 
 int rd_store_replay_many(rd_store_t *st, rd_store_queue_t q, const char *mode,
@@ -865,7 +997,9 @@ static void begin_registry_fcall(call_t *c, rd_store_t *st, const char *fn)
 {
     call_init(c);
     arg_str(c, "FCALL");
-    arg_str(c, fn);
+    int n = snprintf(c->fn, sizeof c->fn, "%s%s", RD_FUNCTION(""), fn);
+    assert(n > 0 && (size_t)n < sizeof c->fn);
+    arg_str(c, c->fn);
     arg_str(c, "1");
     arg_bytes(c, st->registry_key.data, st->registry_key.len);
 }

@@ -8,7 +8,6 @@
 #include "retryd/alloc.h"
 #include "retryd/buf.h"
 #include "retryd/keys.h"
-#include "retryd/log.h"
 
 enum {
     SWEEP_EVERY_MS = 5000,
@@ -53,10 +52,11 @@ struct rd_waiters {
     wqueue_t *queues;
     size_t parked;
     uv_timer_t sweep;
-    bool stopping;
+    bool stopping;              /* rd_waiters_stop: parks are answered at once */
+    bool closing;               /* rd_waiters_close: freed once no claim is in flight */
     size_t claims_in_flight;
-    void (*on_stopped)(void *arg);
-    void *on_stopped_arg;
+    void (*on_closed)(void *arg);
+    void *on_closed_arg;
 };
 
 static void serve(wqueue_t *q);
@@ -149,14 +149,6 @@ static void on_deadline(uv_timer_t *t)
 
 /* ---------------------------------------------------------------- claims */
 
-static void on_released(const rd_store_result_t *res, void *arg)
-{
-    (void)arg;
-    if (res->status != RD_STORE_OK)
-        rd_warn("waiters: releasing messages of a departed client failed; their leases "
-                "will expire instead");
-}
-
 static void on_claim(const rd_store_result_t *res, void *arg)
 {
     wqueue_t *q = arg;
@@ -171,10 +163,7 @@ static void on_claim(const rd_store_result_t *res, void *arg)
         if (!rd_http_exchange_client_alive(h->ex)) {
             /* The client left during the claim: the messages go straight back. */
             rd_store_queue_t queue = { q->name, q->len };
-            if (rd_store_release(w->store, queue, res->count, res->messages, on_released,
-                                 NULL) != 0)
-                rd_warn("waiters: cannot release messages of a departed client now; their "
-                        "leases will expire instead");
+            rd_store_hand_back(w->store, queue, res->count, res->messages);
             answer_nothing(h);
         } else {
             finish_waiter(h, res);
@@ -344,8 +333,8 @@ static void on_notify_closed(void *arg)
 {
     rd_waiters_t *w = arg;
     while (w->queues) free_queue(w, w->queues);
-    void (*cb)(void *) = w->on_stopped;
-    void *cb_arg = w->on_stopped_arg;
+    void (*cb)(void *) = w->on_closed;
+    void *cb_arg = w->on_closed_arg;
     rd_free(w->prefix);
     rd_free(w);
     if (cb) cb(cb_arg);
@@ -359,15 +348,15 @@ static void on_sweep_closed(uv_handle_t *h)
 
 static void maybe_finish_stop(rd_waiters_t *w)
 {
-    if (w->claims_in_flight > 0 || uv_is_closing((uv_handle_t *)&w->sweep)) return;
+    if (!w->closing || w->claims_in_flight > 0 || uv_is_closing((uv_handle_t *)&w->sweep))
+        return;
     uv_close((uv_handle_t *)&w->sweep, on_sweep_closed);
 }
 
-void rd_waiters_stop(rd_waiters_t *w, void (*on_stopped)(void *arg), void *arg)
+void rd_waiters_stop(rd_waiters_t *w)
 {
+    if (w->stopping) return;
     w->stopping = true;
-    w->on_stopped = on_stopped;
-    w->on_stopped_arg = arg;
     for (wqueue_t *q = w->queues; q; q = q->next) {
         waiter_t *next;
         for (waiter_t *h = q->head; h; h = next) {
@@ -375,5 +364,13 @@ void rd_waiters_stop(rd_waiters_t *w, void (*on_stopped)(void *arg), void *arg)
             if (q->serving != h) answer_nothing(h);
         }
     }
+}
+
+void rd_waiters_close(rd_waiters_t *w, void (*on_closed)(void *arg), void *arg)
+{
+    rd_waiters_stop(w);
+    w->closing = true;
+    w->on_closed = on_closed;
+    w->on_closed_arg = arg;
     maybe_finish_stop(w);
 }

@@ -4,13 +4,10 @@
 # test runner counts it: any crash, leak, sanitizer report or hang fails it.
 set -u
 cd "$(dirname "$0")/.."
+source scripts/lib.sh # suite_setup_failed, suite_summary
 bin=build/fuzz/fuzz_request
 seconds=${FUZZ_SECONDS:-60}
-if [ ! -x "$bin" ]; then
-    echo "[  FAILED  ] 1 test(s), listed below:"
-    echo "[  FAILED  ] fuzz_request ($bin is missing: make $bin)"
-    exit 1
-fi
+[ -x "$bin" ] || suite_setup_failed fuzz_request "$bin is missing: make $bin"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cp tests/fuzz_corpus/* "$work/"
@@ -21,13 +18,13 @@ rc=$?
 grep -E '^(#[0-9]+ +DONE|stat::number_of_executed_units|stat::peak_rss_mb)' "$work/log"
 if [ "$rc" -eq 0 ]; then
     echo "[       OK ] fuzz_request"
-    echo "[  PASSED  ] 1 test(s)."
+    suite_summary 1 1
     exit 0
 fi
 tail -60 "$work/log"
 for f in "$work"/crash-* "$work"/leak-* "$work"/timeout-*; do
     [ -e "$f" ] && { echo "reproducer ($f), base64:"; base64 "$f" | head -20; }
 done
-echo "[  FAILED  ] 1 test(s), listed below:"
 echo "[  FAILED  ] fuzz_request"
+suite_summary 1 0 fuzz_request
 exit 1

@@ -32,14 +32,18 @@ export REDIS_URL="redis://127.0.0.1:$PORT"
 export RETRYD_PREFIX="rctest-$$-$RANDOM"
 export RETRYD_LUA=$LUA
 PREFIX=$RETRYD_PREFIX
+# The library's name (its first line) carries its version; every function is
+# called as <library>_<name>, here through $FN.
+LIB=$(sed -n '1s/^#!lua name=//p' "$LUA")
+FN=${LIB}_
+
+# stop_pid, redis_unlink_keys, suite_run, suite_setup_failed.
+source "$ROOT/scripts/lib.sh"
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/retryctl-test.XXXXXX") || exit 1
 bg_pids=()
 cleanup() {
-    local p
-    for p in ${bg_pids[@]+"${bg_pids[@]}"}; do
-        kill -TERM "$p" 2>/dev/null
-    done
+    stop_pid ${bg_pids[@]+"${bg_pids[@]}"}
     rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -106,24 +110,24 @@ base() { printf '%s:{%s}' "$PREFIX" "$1"; }   # plain queue names only
 # FCALL wrappers: the state changes the daemon makes.
 fc_enqueue() {             # fc_enqueue Q PAYLOAD [MAX]: prints the id
     local out
-    out=$(rcli --raw FCALL enqueue 1 "$(base "$1")" "$2" "${3:-3}" 0 "") || return 1
+    out=$(rcli --raw FCALL "${FN}enqueue" 1 "$(base "$1")" "$2" "${3:-3}" 0 "") || return 1
     rcli SADD "$PREFIX:queues" "$1" >/dev/null
     printf '%s\n' "$out" | sed -n 2p     # {"ok", id, now_ms}
 }
 fc_claim() {               # fc_claim Q COUNT
-    rcli FCALL claim 1 "$(base "$1")" 60000 "$2" >/dev/null
+    rcli FCALL "${FN}claim" 1 "$(base "$1")" 60000 "$2" >/dev/null
 }
 fc_fail() {                # fc_fail Q ID ERROR RETRYABLE(1|0)
     local b
     b=$(base "$1")
     local st
-    st=$(rcli --raw FCALL fail 2 "$b" "$b:m:$2" "$2" "" "$3" "$4" -1 | head -n 1)
+    st=$(rcli --raw FCALL "${FN}fail" 2 "$b" "$b:m:$2" "$2" "" "$3" "$4" -1 | head -n 1)
     [ "$st" = ok ] || fail "fail $1 $2 answered '$st'"
 }
 fc_succeed() {             # fc_succeed Q ID
     local b st
     b=$(base "$1")
-    st=$(rcli --raw FCALL succeed 2 "$b" "$b:m:$2" "$2" "" | head -n 1)
+    st=$(rcli --raw FCALL "${FN}succeed" 2 "$b" "$b:m:$2" "$2" "" | head -n 1)
     [ "$st" = ok ] || fail "succeed $1 $2 answered '$st'"
 }
 # Kills message ID through claim + a non-retryable fail (it must be next).
@@ -139,7 +143,8 @@ iso() {                    # iso MS: RFC 3339 UTC with milliseconds, by date(1)
 }
 
 csv() {                    # csv FIELD: RFC 4180 quoting, written independently
-    case $1 in
+    case $1 in                 # (a formula-like cell: OWASP's ' and quotes)
+    [=+@$'\t\r'-]*) local s=${1//\"/\"\"}; printf '"\x27%s"' "$s" ;;
     *[,\"$'\r\n']*) local s=${1//\"/\"\"}; printf '"%s"' "$s" ;;
     *) printf '%s' "$1" ;;
     esac
@@ -262,8 +267,8 @@ test_redis_unreachable_exits_1() {
 test_load() {
     ctl load
     expect_rc 0 "load from RETRYD_LUA"
-    expect_match "$OUT" "^loaded library retryd from $LUA" "load says what it loaded"
-    expect_match "$(rcli --raw FUNCTION LIST LIBRARYNAME retryd)" "enqueue" "the library is loaded"
+    expect_match "$OUT" "^loaded library $LIB from $LUA" "load says what it loaded"
+    expect_match "$(rcli --raw FUNCTION LIST LIBRARYNAME "$LIB")" "${FN}enqueue" "the library is loaded"
 
     run env RETRYD_LUA=/nonexistent/retryd.lua "$RETRYCTL" load
     expect_rc 1 "load from a missing RETRYD_LUA"
@@ -275,19 +280,35 @@ test_load() {
     run env -u RETRYD_LUA "$TMP/tree/scripts/retryctl" load
     expect_rc 0 "load from ../lua/*.lua"
     expect_match "$OUT" "lua/\*\.lua" "load names the lua/ files"
-    expect_match "$(rcli --raw FCALL_RO stats 1 "$(base loadq)" 0 | head -n 1)" pending \
+    expect_match "$(rcli --raw FCALL_RO "${FN}stats" 1 "$(base loadq)" 0 | head -n 1)" pending \
         "the concatenated library answers"
     rm -rf "$TMP/tree/lua"
     run env -u RETRYD_LUA "$TMP/tree/scripts/retryctl" load
     expect_rc 1 "load with no library anywhere"
 
     # Without the library, a command says how to fix it.
-    rcli FUNCTION DELETE retryd >/dev/null
+    rcli FUNCTION DELETE "$LIB" >/dev/null
     ctl stats q
     expect_rc 1 "stats without the library"
     expect_match "$ERR" "retryctl load" "the error suggests 'retryctl load'"
     ctl load
     expect_rc 0 "reload"
+
+    # Rolling upgrade: a library of another version (the unversioned "retryd"
+    # of older releases) stays beside this one and still answers...
+    printf '#!lua name=retryd\nredis.register_function("claim", function() return "old" end)\n' |
+        rcli -x FUNCTION LOAD REPLACE >/dev/null
+    ctl load
+    expect_rc 0 "load beside an older version"
+    expect_eq "$(rcli --raw FCALL claim 0)" old "the older version still answers"
+    rcli FUNCTION DELETE retryd >/dev/null
+    # ...and retryctl refuses to load a library of a version it does not call.
+    sed -e "1s/.*/#!lua name=retryd_v0/" -e "s/^local LIBRARY = '$LIB'/local LIBRARY = 'retryd_v0'/" \
+        "$LUA" >"$TMP/v0.lua"
+    run env RETRYD_LUA="$TMP/v0.lua" "$RETRYCTL" load
+    expect_rc 1 "load of another version"
+    expect_match "$ERR" "calls $LIB" "it says which version it calls"
+    rcli FUNCTION DELETE retryd_v0 >/dev/null
 }
 
 test_enqueue_then_show() {
@@ -374,16 +395,64 @@ test_export_csv_escapes() {
         diff <(od -c "$TMP/expected.csv") <(od -c "$TMP/actual.csv") | head -n 20
         fail "export csv differs from the expected bytes"
     fi
-    # Without a status: every message, newest first (the pending one too).
+    # Without a status: every state in turn, the pending one first, then
+    # the dead letters in the order they died.
     {
         printf 'id,status,retry_count,max_retries,created_at,updated_at,retry_after,last_error,payload\n'
-        for ((id = ${#payloads[@]}; id >= 1; id--)); do
+        csv_row "$b" "${#payloads[@]}"
+        for ((id = 1; id < ${#payloads[@]}; id++)); do
             csv_row "$b" "$id"
         done
     } >"$TMP/expected-all.csv"
     ctl export "$q"
     expect_rc 0 "export (csv by default)"
     cmp -s "$TMP/expected-all.csv" "$TMP/out" || fail "export of every status differs"
+}
+
+# CSV injection (SPEC §6): cells a spreadsheet would run as a
+# formula come out behind a single quote, quoted; the bytes are spelled out
+# here rather than computed by csv().
+test_export_csv_formulas_neutralised() {
+    local q=csvformula
+    fc_enqueue "$q" '=HYPERLINK("http://evil.example","click")' >/dev/null
+    fc_enqueue "$q" '+1+1' >/dev/null
+    fc_enqueue "$q" '-2' >/dev/null
+    fc_enqueue "$q" '@SUM(A1)' >/dev/null
+    fc_enqueue "$q" $'\tcmd' >/dev/null
+    fc_enqueue "$q" $'\rcmd' >/dev/null
+    fc_enqueue "$q" 'a-b' >/dev/null
+    fc_die "$q" 1 '=cmd|'"'"' /C calc'"'"'!A0'
+    fc_die "$q" 2 'plain'
+    fc_die "$q" 3 '-x'
+    fc_die "$q" 4 '@x'
+    fc_die "$q" 5 $'\tx'
+    fc_die "$q" 6 $'\rx'
+    fc_die "$q" 7 'x=1'
+    ctl export "$q" dead --format csv
+    expect_rc 0 "export csv"
+    local -a want=(
+        'id,status,retry_count,max_retries,created_at,updated_at,retry_after,last_error,payload'
+        ",\"'=cmd|' /C calc'!A0\",\"'=HYPERLINK(\"\"http://evil.example\"\",\"\"click\"\")\""
+        ",plain,\"'+1+1\""
+        ",\"'-x\",\"'-2\""
+        ",\"'@x\",\"'@SUM(A1)\""
+        $',"\'\tx","\'\tcmd"'
+        $',"\'\rx","\'\rcmd"'
+        ',x=1,a-b'
+    )
+    local -a got
+    mapfile -t got <"$TMP/out"
+    expect_eq "${#got[@]}" "${#want[@]}" "header and seven rows"
+    expect_eq "${got[0]}" "${want[0]}" "header"
+    local i
+    for ((i = 1; i < ${#want[@]}; i++)); do
+        [[ ${got[i]} == "$i,dead,"*"${want[i]}" ]] ||
+            fail "row $i is '${got[i]}', want it to end with '${want[i]}'"
+    done
+    # jsonl is data, not a spreadsheet: the payload comes back unchanged.
+    ctl export "$q" dead --format jsonl
+    expect_rc 0 "export jsonl"
+    expect_match "$(head -n 1 "$TMP/out")" '"payload":"=HYPERLINK' "jsonl keeps the payload as is"
 }
 
 test_export_jsonl_round_trip() {
@@ -429,8 +498,9 @@ test_export_jsonl_round_trip() {
     expect_eq "${#again[@]}" "${#payloads[@]}" "round trip: same count"
     for ((i = 0; i < ${#again[@]}; i++)); do
         got=$(rget EVAL "$decode" 0 "${again[i]}" payload)
-        # jsonq2 was filled newest-first, and is exported newest-first.
-        expect_eq "$got" "${payloads[i]}" "round trip payload $((i + 1))"
+        # jsonq was exported pending (2..5) then dead (1); jsonq2 was filled
+        # in that order, and its pending messages export in claim order.
+        expect_eq "$got" "${payloads[(i + 1) % ${#payloads[@]}]}" "round trip payload $((i + 1))"
     done
 }
 
@@ -568,6 +638,33 @@ test_kill_and_delete() {
     expect_eq "$(stat_of dead)" 1 "one dead letter left"
 }
 
+# Settle and claim in one call, driven from redis-cli exactly as the README
+# and docs/design.md show it: succeed one, fail one, claim the next.
+test_settle_claim_from_redis_cli() {
+    local q=settleq b
+    b=$(base "$q")
+    fc_enqueue "$q" one >/dev/null
+    fc_enqueue "$q" two >/dev/null
+    fc_enqueue "$q" three >/dev/null
+    fc_claim "$q" 2
+    local token
+    token=$(rget HGET "$b:m:1" lease_token)
+    run redis-cli -h 127.0.0.1 -p "$PORT" --raw FCALL "${FN}settle_claim" 1 "$b" 30000 1 2 \
+        1 "$token" succeeded '' 1 -1   2 '' failed 'smtp timeout' 1 -1
+    expect_rc 0 "redis-cli FCALL settle_claim"
+    expect_eq "$(printf '%s' "$OUT" | head -n 5 | tr '\n' ' ')" "ok succeeded pending id 3 " \
+        "ok, a status per settlement, then the claimed message"
+    expect_eq "$(rget HGET "$b:m:1" status)" succeeded "1 succeeded"
+    expect_eq "$(rget HGET "$b:m:2" status)" pending "2 waits for its retry"
+    expect_eq "$(rget HGET "$b:m:2" last_error)" "smtp timeout" "with its error"
+    expect_eq "$(rget HGET "$b:m:3" status)" processing "3 is claimed"
+    expect_eq "$(rget ZCARD "$b:processing")" 1 "one lease left"
+    run redis-cli -h 127.0.0.1 -p "$PORT" --raw FCALL "${FN}settle_claim" 1 "$b" 30000 1 1 \
+        3 '' bogus '' 1 -1
+    expect_match "$OUT$ERR" "bad argument outcome" "a bad outcome is refused"
+    expect_eq "$(rget HGET "$b:m:3" status)" processing "and nothing was done"
+}
+
 test_list_limit() {
     local q=listq i
     for i in 1 2 3 4 5; do fc_enqueue "$q" "payload number $i" >/dev/null; done
@@ -578,8 +675,8 @@ test_list_limit() {
     mapfile -t rows <<<"${OUT%$'\n'}"
     expect_eq "${#rows[@]}" 4 "a header and three rows"
     expect_match "${rows[0]}" "^ID +STATUS +RETRIES +UPDATED +LAST_ERROR +PAYLOAD" "header"
-    expect_match "${rows[1]}" "^5 +pending +0/3 +[0-9T:.-]+Z +payload number 5" "newest first"
-    expect_match "${rows[3]}" "^3 " "third row"
+    expect_match "${rows[1]}" "^2 +pending +0/3 +[0-9T:.-]+Z +payload number 2" "pending first, in claim order"
+    expect_match "${rows[3]}" "^4 " "third row"
     expect_match "$ERR" "more messages" "the truncation is noted on stderr"
     ctl list "$q" dead
     mapfile -t rows <<<"${OUT%$'\n'}"
@@ -601,7 +698,7 @@ test_paging_beyond_one_call() {
     local q=bigq b i
     b=$(base "$q")
     for ((i = 1; i <= 1205; i++)); do
-        printf 'FCALL enqueue 1 "%s" "big %d" 3 0 ""\n' "$b" "$i"
+        printf 'FCALL %senqueue 1 "%s" "big %d" 3 0 ""\n' "$FN" "$b" "$i"
     done | rcli >/dev/null
     rcli SADD "$PREFIX:queues" "$q" >/dev/null
     expect_eq "$(rget LLEN "$b:ready")" 1205 "setup"
@@ -617,7 +714,7 @@ test_paging_beyond_one_call() {
     ctl kill "$q" 7
     for ((i = 1; i <= 1205; i++)); do
         [ "$i" = 7 ] && continue
-        printf 'FCALL kill 2 "%s" "%s:m:%d" %d "bulk"\n' "$b" "$b" "$i" "$i"
+        printf 'FCALL %skill 2 "%s" "%s:m:%d" %d "bulk"\n' "$FN" "$b" "$b" "$i" "$i"
     done | rcli >/dev/null
     expect_eq "$(rget ZCARD "$b:dead")" 1205 "all dead"
     ctl replay "$q" --error-contains bulk
@@ -718,7 +815,7 @@ test_odd_queue_name() {
     # A control byte (no HTTP name can hold one, but the escape covers it):
     # a message made through FCALL under "%0A" is found by the raw name.
     local cb="$PREFIX:{nl%0Aname%7F}"
-    rcli FCALL enqueue 1 "$cb" "ctl" 3 0 "" >/dev/null
+    rcli FCALL "${FN}enqueue" 1 "$cb" "ctl" 3 0 "" >/dev/null
     ctl show $'nl\nname\x7f' 1
     expect_rc 0 "show in a queue named with control bytes"
     expect_match "$OUT" $'\npayload: +ctl\n' "found through the escape"
@@ -804,12 +901,14 @@ all_tests=(
     test_enqueue_then_show
     test_show_missing_exits_1
     test_export_csv_escapes
+    test_export_csv_formulas_neutralised
     test_export_jsonl_round_trip
     test_purge_keeps_younger
     test_replay_error_contains
     test_replay_all
     test_replay_ids_and_wrong_state
     test_kill_and_delete
+    test_settle_claim_from_redis_cli
     test_list_limit
     test_paging_beyond_one_call
     test_stats_match_keys
@@ -819,42 +918,12 @@ all_tests=(
 )
 if (($#)); then all_tests=("$@"); fi
 
-if [ "$(rcli PING 2>&1)" != PONG ]; then
-    echo "retryctl_test: no Redis answers on 127.0.0.1:$PORT"
-    echo "[  FAILED  ] 1 test(s), listed below:"
-    echo "[  FAILED  ] redis_reachable"
-    exit 1
-fi
+[ "$(rcli PING 2>&1)" = PONG ] || suite_setup_failed redis_reachable "no Redis answers on 127.0.0.1:$PORT"
 # The library every test uses.
 "$RETRYCTL" load >/dev/null || { echo "retryctl_test: retryctl load failed"; exit 1; }
 
-passed=0
-failed=()
-echo "[==========] Running ${#all_tests[@]} test(s)."
-for t in "${all_tests[@]}"; do
-    echo "[ RUN      ] $t"
-    if ( "$t" ); then
-        echo "[       OK ] $t"
-        passed=$((passed + 1))
-    else
-        echo "[  FAILED  ] $t"
-        failed+=("$t")
-    fi
-done
+suite_run "${all_tests[@]}"
+rc=$?
 # Keys of this run are left for inspection only if something failed.
-if ((${#failed[@]} == 0)); then
-    rcli --scan --pattern "$PREFIX*" | xargs -r -d "\n" -n 500 \
-        timeout 30 redis-cli -h 127.0.0.1 -p "$PORT" UNLINK >/dev/null
-fi
-echo "[==========] ${#all_tests[@]} test(s) run."
-echo "[  PASSED  ] $passed test(s)."
-if ((${#failed[@]} > 0)); then
-    echo "[  FAILED  ] ${#failed[@]} test(s), listed below:"
-    for t in "${failed[@]}"; do
-        echo "[  FAILED  ] $t"
-    done
-    echo
-    echo " ${#failed[@]} FAILED TEST(S)"
-    exit 1
-fi
-exit 0
+[ "$rc" -eq 0 ] && redis_unlink_keys "$PORT" "$PREFIX*"
+exit "$rc"

@@ -810,7 +810,7 @@ static void test_slot_matches_cluster_keyslot(void **state)
 
 static bool has_library(cnode_t *n)
 {
-    redisReply *r = ncmd(n, "FUNCTION LIST LIBRARYNAME retryd");
+    redisReply *r = ncmd(n, "FUNCTION LIST LIBRARYNAME " RD_LIBRARY_NAME);
     bool found = false;
     for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
         redisReply *lib = r->element[i];
@@ -818,7 +818,7 @@ static bool has_library(cnode_t *n)
             if (lib->element[j]->type == REDIS_REPLY_STRING &&
                 strcmp(lib->element[j]->str, "library_name") == 0 &&
                 lib->element[j + 1]->type == REDIS_REPLY_STRING &&
-                strcmp(lib->element[j + 1]->str, "retryd") == 0)
+                strcmp(lib->element[j + 1]->str, RD_LIBRARY_NAME) == 0)
                 found = true;
     }
     if (r) freeReplyObject(r);
@@ -945,7 +945,8 @@ static void test_queues_on_every_master_end_to_end(void **state)
 
     /* The library is on every master. */
     for (size_t i = 0; i < nm; i++)
-        if (!has_library(m[i])) fail_msg("FUNCTION LIST on master :%d lacks retryd", m[i]->port);
+        if (!has_library(m[i]))
+            fail_msg("FUNCTION LIST on master :%d lacks " RD_LIBRARY_NAME, m[i]->port);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1505,7 +1506,7 @@ static void test_failover_under_load(void **state)
      * it either), so that only retryd can put it on the promoted master. */
     redisReply *r = ncmd_ok(replica, "CONFIG SET replica-read-only no");
     freeReplyObject(r);
-    r = ncmd_ok(replica, "FUNCTION DELETE retryd");
+    r = ncmd_ok(replica, "FUNCTION DELETE " RD_LIBRARY_NAME);
     freeReplyObject(r);
     r = ncmd_ok(replica, "CONFIG SET replica-read-only yes");
     freeReplyObject(r);
@@ -1598,12 +1599,14 @@ static void test_promoted_master_has_library(void **state)
     (void)state;
     if (g_promoted == NULL) fail_msg("the failover test did not promote a replica");
     if (!has_library(g_promoted))
-        fail_msg("FUNCTION LIST on the promoted master :%d lacks retryd", g_promoted->port);
+        fail_msg("FUNCTION LIST on the promoted master :%d lacks " RD_LIBRARY_NAME,
+                 g_promoted->port);
     /* And every master has it. */
     cnode_t *m[MAX_NODES];
     size_t nm = masters(m);
     for (size_t i = 0; i < nm; i++)
-        if (!has_library(m[i])) fail_msg("FUNCTION LIST on master :%d lacks retryd", m[i]->port);
+        if (!has_library(m[i]))
+            fail_msg("FUNCTION LIST on master :%d lacks " RD_LIBRARY_NAME, m[i]->port);
 }
 
 /* Clients of n that look like retryd command links: their last command was

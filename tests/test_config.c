@@ -371,6 +371,63 @@ static void test_env_bad_value(void **state)
     assert_load_bad(NULL, "RETRYD_REDIS");
 }
 
+
+/* A bad --redis URL (or RETRYD_REDIS) is named in the error, but never its
+ * password (SPEC §7): the message goes to stderr and into logs. */
+static void assert_bad_url_masked(const char *const *args, const char *secret,
+                                  const char *want_masked)
+{
+    rd_config_t cfg;
+    char err[4096];
+    assert_int_equal(load(&cfg, err, sizeof err, args), -1);
+    if (strstr(err, secret) != NULL) fail_msg("the password '%s' is in: %s", secret, err);
+    if (strstr(err, want_masked) == NULL) fail_msg("'%s' is not in: %s", want_masked, err);
+}
+
+static void test_bad_redis_url_masks_password(void **state)
+{
+    assert_bad_url_masked(ARGS("--redis", "redis://:s3cretpw@db.example:0"), "s3cretpw",
+                          "redis://:***@db.example:0");
+    assert_bad_url_masked(ARGS("--redis=redis://alice:s3cretpw@db.example:99999"), "s3cretpw",
+                          "redis://alice:***@db.example:99999");
+    /* Without a colon the whole user part is the password (as parsed). */
+    assert_bad_url_masked(ARGS("--redis", "redis://s3cretpw@host:x"), "s3cretpw",
+                          "redis://***@host:x");
+    /* A password holding '@' or ':' is masked whole (the last '@' ends it). */
+    assert_bad_url_masked(ARGS("--redis", "redis://:s3c@ret:pw@host:/x"), "ret:pw",
+                          "redis://:***@host:/x");
+    assert_bad_url_masked(ARGS("--redis", "rediss://:s3cretpw@host"), "s3cretpw",
+                          "rediss://:***@host");
+    setenv("RETRYD_REDIS", "redis://:s3cretpw@host:port", 1);
+    assert_bad_url_masked(NULL, "s3cretpw", "redis://:***@host:port");
+    unsetenv("RETRYD_REDIS");
+    /* A too-long password is refused without being shown either. */
+    char url[600] = "redis://:";
+    memset(url + strlen(url), 'k', 300);
+    strcat(url, "@host:6379");
+    assert_bad_url_masked(ARGS("--redis", url), "kkkkkkkk", "redis://:***@host:6379");
+}
+
+static void test_mask_url(void **state)
+{
+    char out[256];
+    rd_config_mask_url("redis://:pw@h:1/2", out, sizeof out);
+    assert_string_equal(out, "redis://:***@h:1/2");
+    rd_config_mask_url("redis://u:pw@h", out, sizeof out);
+    assert_string_equal(out, "redis://u:***@h");
+    rd_config_mask_url("redis://h:6379", out, sizeof out);
+    assert_string_equal(out, "redis://h:6379");
+    rd_config_mask_url("u:p@h", out, sizeof out);
+    assert_string_equal(out, "u:***@h");
+    rd_config_mask_url("", out, sizeof out);
+    assert_string_equal(out, "");
+    /* Cut to fit, never with the password. */
+    char small[12];
+    rd_config_mask_url("redis://:password@hostname:6379", small, sizeof small);
+    assert_null(strstr(small, "pass"));
+    assert_true(strlen(small) < sizeof small);
+}
+
 int main(void)
 {
     rd_alloc_init();
@@ -392,6 +449,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_env_applied, clear_env, clear_env),
         cmocka_unit_test_setup_teardown(test_flags_override_env, clear_env, clear_env),
         cmocka_unit_test_setup_teardown(test_env_bad_value, clear_env, clear_env),
+        cmocka_unit_test_setup_teardown(test_bad_redis_url_masks_password, clear_env, clear_env),
+        cmocka_unit_test(test_mask_url),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -21,6 +21,7 @@
 #include <hiredis/hiredis.h>
 
 #include "e2e_support.h"
+#include "retryd/keys.h"
 
 enum {
     READY_TIMEOUT_MS = 10000,
@@ -1095,6 +1096,379 @@ static void test_list_validation(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Text is UTF-8 (SPEC §5 "Text")                                           */
+/* ------------------------------------------------------------------------ */
+
+/* Strictly well-formed UTF-8 (Unicode's table 3-7, byte ranges spelled out
+ * here rather than decoded, so it does not share retryd's logic). */
+static bool strict_utf8(const char *text, size_t len)
+{
+    const unsigned char *s = (const unsigned char *)text;
+    for (size_t i = 0; i < len;) {
+        unsigned char b = s[i];
+        size_t n;
+        unsigned char lo = 0x80, hi = 0xBF;
+        if (b <= 0x7F) { i++; continue; }
+        else if (b >= 0xC2 && b <= 0xDF) n = 2;
+        else if (b == 0xE0) { n = 3; lo = 0xA0; }
+        else if (b == 0xED) { n = 3; hi = 0x9F; }
+        else if (b >= 0xE1 && b <= 0xEF) n = 3;
+        else if (b == 0xF0) { n = 4; lo = 0x90; }
+        else if (b == 0xF4) { n = 4; hi = 0x8F; }
+        else if (b >= 0xF1 && b <= 0xF3) n = 4;
+        else return false;
+        if (i + n > len || s[i + 1] < lo || s[i + 1] > hi) return false;
+        for (size_t k = 2; k < n; k++)
+            if (s[i + k] < 0x80 || s[i + k] > 0xBF) return false;
+        i += n;
+    }
+    return true;
+}
+
+/* A 200 whose body is strict UTF-8 JSON; returns the parsed document. */
+static rd_json_t *expect_strict_json(const e2e_response_t *r)
+{
+    if (!strict_utf8(r->body, r->body_len))
+        fail_msg("the answer is not valid UTF-8: %.300s", r->body);
+    return e2e_expect_json(r, 200);
+}
+
+static void test_text_must_be_utf8(void **state)
+{
+    (void)state;
+    char q[64];
+    e2e_queue_name(q, sizeof q, "utf8");
+    char path[128];
+    snprintf(path, sizeof path, "%s", messages_path(q));
+    e2e_response_t r = { 0 };
+
+    /* Raw bytes that are not UTF-8, and a lone surrogate escape: 422 on the
+     * field, and nothing is stored. */
+    static const char *const bad[] = { "\xff\xfe", "\xC0\xAF", "\xED\xA0\x80", "ok\xF4\x90\x80\x80",
+                                       "\\ud800", "x\\udc00y" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        http(&r, "POST", path, e2e_fmt("{\"payload\":\"%s\"}", bad[i]));
+        expect_field_error(expect_invalid(&r, path, 1), "payload", "invalid",
+                           "payload must be valid UTF-8.");
+        http(&r, "POST", path, e2e_fmt("{\"payload\":\"p\",\"idempotency_key\":\"%s\"}", bad[i]));
+        expect_field_error(expect_invalid(&r, path, 1), "idempotency_key", "invalid", NULL);
+    }
+    long long id = enqueue(q, "{\"payload\":\"caf\xC3\xA9 \\ud83d\\ude00\"}");
+    assert_int_equal(id, 1);
+    char token[160];
+    assert_int_equal(claim_one(q, 60, token, sizeof token), 1);
+    http(&r, "POST", message_path(q, 1, "fail"), "{\"error\":\"\xff oops\"}");
+    expect_field_error(expect_invalid(&r, message_path(q, 1, "fail"), 1), "error", "invalid",
+                       "error must be valid UTF-8.");
+    http(&r, "POST", message_path(q, 1, "fail"), "{\"error\":\"x\",\"retryable\":false}");
+    e2e_expect_json(&r, 200);
+    http(&r, "POST", e2e_fmt("/queues/%s/replay", q), "{\"error_contains\":\"\\udfff\"}");
+    expect_field_error(expect_invalid(&r, NULL, 1), "error_contains", "invalid", NULL);
+    http(&r, "GET", message_path(q, 1, NULL), NULL);
+    assert_string_equal(e2e_jstr(expect_strict_json(&r), "payload"),
+                        "caf\xC3\xA9 \xF0\x9F\x98\x80");
+
+    /* A message written without the API (retryctl, redis-cli, or before this
+     * check existed) with raw bytes in payload and last_error: every answer
+     * that holds it is still strict JSON, the bad bytes as U+FFFD. */
+    const char *base = e2e_fmt("%s:{%s}", g_prefix, q);
+    redisReply *x = e2e_rcmd(g_redis, "FCALL " RD_FUNCTION("enqueue") " 1 %s %b 1 0 %s", base,
+                             "\xff\xfe", (size_t)2, "");
+    assert_int_equal(x->type, REDIS_REPLY_ARRAY);
+    freeReplyObject(x);
+    assert_int_equal(claim_one(q, 60, token, sizeof token), 2);
+    x = e2e_rcmd(g_redis, "FCALL " RD_FUNCTION("fail") " 2 %s %s:m:2 2 %s %b 0 -1", base, base,
+                 token,
+                 "bad \xC3(", (size_t)6);
+    assert_int_equal(x->type, REDIS_REPLY_ARRAY);
+    freeReplyObject(x);
+    static const char *const listings[] = { "", "?status=dead" };
+    for (size_t i = 0; i < 2; i++) {
+        http(&r, "GET", e2e_fmt("%s%s", path, listings[i]), NULL);
+        rd_json_t *doc = expect_strict_json(&r);
+        rd_json_t *list = e2e_jget(doc, "messages");
+        assert_int_equal(rd_json_array_size(list), 2);
+        bool seen = false;
+        for (size_t k = 0; k < 2; k++) {
+            rd_json_t *m = rd_json_array_at(list, k);
+            if (e2e_jint(m, "id") != 2) continue;
+            seen = true;
+            assert_string_equal(e2e_jstr(m, "payload"), "\xEF\xBF\xBD\xEF\xBF\xBD");
+            assert_string_equal(e2e_jstr(m, "last_error"), "bad \xEF\xBF\xBD(");
+        }
+        assert_true(seen);
+    }
+    http(&r, "GET", message_path(q, 2, NULL), NULL);
+    expect_strict_json(&r);
+    http(&r, "GET", e2e_fmt("/queues/%s/stats", q), NULL);
+    expect_strict_json(&r);
+    http(&r, "POST", message_path(q, 2, "replay"), NULL);
+    expect_strict_json(&r);
+    http(&r, "POST", e2e_fmt("/queues/%s/claim", q), "{\"count\":5}");
+    expect_strict_json(&r);
+    e2e_response_free(&r);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Settle and claim in one call (SPEC §9)                                   */
+/* ------------------------------------------------------------------------ */
+
+/* The settled list of a 200 {settled, messages}: n items, item i with
+ * ids[i] and statuses[i], in request order. Returns messages. */
+static rd_json_t *expect_settled(const e2e_response_t *r, size_t n, const long long *ids,
+                                 const char *const *statuses)
+{
+    rd_json_t *doc = expect_strict_json(r);
+    assert_true(e2e_media_type_is(r->content_type, "application/json"));
+    rd_json_t *settled = e2e_jget(doc, "settled");
+    assert_true(rd_json_is_array(settled));
+    if (rd_json_array_size(settled) != n)
+        fail_msg("expected %zu settled, got %s", n, r->body);
+    for (size_t i = 0; i < n; i++) {
+        rd_json_t *item = rd_json_array_at(settled, i);
+        assert_int_equal(e2e_jint(item, "id"), ids[i]);
+        assert_string_equal(e2e_jstr(item, "status"), statuses[i]);
+    }
+    rd_json_t *messages = e2e_jget(doc, "messages");
+    assert_true(rd_json_is_array(messages));
+    return messages;
+}
+
+static void test_claim_with_settle(void **state)
+{
+    (void)state;
+    char q[64], t1[160], t2[160];
+    e2e_queue_name(q, sizeof q, "settle");
+    for (int i = 0; i < 6; i++) enqueue(q, e2e_fmt("{\"payload\":\"m%d\"}", i + 1));
+    char path[1024];
+    SET(path, e2e_fmt("/queues/%s/claim", q));
+    assert_int_equal(claim_one(q, 30, t1, sizeof t1), 1);
+    assert_int_equal(claim_one(q, 30, t2, sizeof t2), 2);
+    e2e_response_t r = { 0 };
+
+    /* Succeed 1 (with its token), fail 2, one unknown id: then claim the
+     * next one, with its lease, in the answer. */
+    http(&r, "POST", path,
+         e2e_fmt("{\"lease_seconds\":7,\"settle\":[{\"id\":1,\"lease_token\":\"%s\","
+                 "\"outcome\":\"succeeded\"},{\"id\":2,\"outcome\":\"failed\",\"error\":\"smtp "
+                 "down\"},{\"id\":99,\"outcome\":\"succeeded\"}]}", t1));
+    static const long long ids1[] = { 1, 2, 99 };
+    static const char *const st1[] = { "succeeded", "pending", "not-found" };
+    rd_json_t *list = expect_settled(&r, 3, ids1, st1);
+    assert_int_equal(rd_json_array_size(list), 1);
+    rd_json_t *m = rd_json_array_at(list, 0);
+    expect_message(m, 3, q, "processing", 0, 3);
+    assert_string_equal(e2e_jstr(m, "payload"), "m3");
+    expect_lease(m, 7);
+    char t3[160];
+    SET(t3, e2e_jstr(m, "lease_token"));
+
+    http(&r, "GET", message_path(q, 1, NULL), NULL);
+    assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "status"), "succeeded");
+    http(&r, "GET", message_path(q, 2, NULL), NULL);
+    m = e2e_expect_json(&r, 200);
+    expect_message(m, 2, q, "pending", 1, 3);
+    assert_string_equal(e2e_jstr(m, "last_error"), "smtp down");
+    assert_int_equal(e2e_jtime(m, "retry_after") - e2e_jtime(m, "updated_at"), 2000);
+
+    /* Errors per item, and count: a wrong token, a settled one, a dead
+     * letter with retryable false, then three claimed (4, 5, 6). */
+    http(&r, "POST", path,
+         e2e_fmt("{\"count\":3,\"settle\":[{\"id\":3,\"lease_token\":\"%s-not\","
+                 "\"outcome\":\"succeeded\"},{\"id\":1,\"outcome\":\"succeeded\"},"
+                 "{\"id\":3,\"lease_token\":\"%s\",\"outcome\":\"failed\",\"error\":\"poison\","
+                 "\"retryable\":false}]}", t3, t3));
+    static const long long ids2[] = { 3, 1, 3 };
+    static const char *const st2[] = { "lease-mismatch", "invalid-state", "dead" };
+    list = expect_settled(&r, 3, ids2, st2);
+    assert_int_equal(rd_json_array_size(list), 3);
+    for (size_t i = 0; i < 3; i++) {
+        m = rd_json_array_at(list, i);
+        expect_message(m, (long long)i + 4, q, "processing", 0, 3);
+        expect_lease(m, DEFAULT_LEASE_S);
+    }
+    http(&r, "GET", message_path(q, 3, NULL), NULL);
+    m = e2e_expect_json(&r, 200);
+    expect_message(m, 3, q, "dead", 1, 3);
+    assert_string_equal(e2e_jstr(m, "last_error"), "poison");
+
+    /* Settlements apply when nothing is claimable: 200 with no messages,
+     * never 204. retry_after_seconds overrides the backoff. */
+    http(&r, "POST", path,
+         "{\"settle\":[{\"id\":4,\"outcome\":\"succeeded\"},{\"id\":5,\"outcome\":\"failed\","
+         "\"error\":\"later\",\"retry_after_seconds\":60}]}");
+    static const long long ids3[] = { 4, 5 };
+    static const char *const st3[] = { "succeeded", "pending" };
+    list = expect_settled(&r, 2, ids3, st3);
+    assert_int_equal(rd_json_array_size(list), 0);
+    http(&r, "GET", message_path(q, 5, NULL), NULL);
+    m = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jtime(m, "retry_after") - e2e_jtime(m, "updated_at"), 60000);
+
+    /* The stats count them as succeed and fail do. */
+    http(&r, "GET", e2e_fmt("/queues/%s/stats", q), NULL);
+    rd_json_t *totals = e2e_jget(e2e_expect_json(&r, 200), "totals");
+    assert_int_equal(e2e_jint(totals, "succeeded"), 2);
+    assert_int_equal(e2e_jint(totals, "failed"), 3);
+    assert_int_equal(e2e_jint(totals, "dead"), 1);
+    assert_int_equal(e2e_jint(totals, "claimed"), 6);
+
+    /* Without settle the route is as it was: 204 when nothing is due. */
+    http(&r, "POST", path, "{}");
+    e2e_expect_no_content(&r);
+    e2e_response_free(&r);
+}
+
+static void test_claim_settle_validation(void **state)
+{
+    (void)state;
+    char q[64], token[160];
+    e2e_queue_name(q, sizeof q, "settleval");
+    enqueue(q, "{\"payload\":\"x\"}");
+    enqueue(q, "{\"payload\":\"y\"}");
+    assert_int_equal(claim_one(q, 30, token, sizeof token), 1);
+    char path[128];
+    snprintf(path, sizeof path, "/queues/%s/claim", q);
+    e2e_response_t r = { 0 };
+    const struct { const char *body, *field, *code, *message; } cases[] = {
+        { "{\"settle\":[]}", "settle", "invalid", NULL },
+        { "{\"settle\":{\"id\":1}}", "settle", "invalid", NULL },
+        { "{\"settle\":\"1\"}", "settle", "invalid", NULL },
+        { "{\"settle\":[1]}", "settle[0]", "invalid", NULL },
+        { "{\"settle\":[{\"outcome\":\"succeeded\"}]}", "settle[0].id", "required", NULL },
+        { "{\"settle\":[{\"id\":0,\"outcome\":\"succeeded\"}]}", "settle[0].id", "invalid", NULL },
+        { "{\"settle\":[{\"id\":\"1\",\"outcome\":\"succeeded\"}]}", "settle[0].id", "invalid",
+          NULL },
+        { "{\"settle\":[{\"id\":1}]}", "settle[0].outcome", "required", NULL },
+        { "{\"settle\":[{\"id\":1,\"outcome\":\"done\"}]}", "settle[0].outcome", "invalid", NULL },
+        { "{\"settle\":[{\"id\":1,\"outcome\":true}]}", "settle[0].outcome", "invalid", NULL },
+        { "{\"settle\":[{\"id\":1,\"outcome\":\"failed\"}]}", "settle[0].error", "required",
+          "error is required." },
+        { "{\"settle\":[{\"id\":1,\"outcome\":\"failed\",\"error\":42}]}", "settle[0].error",
+          "invalid", "error must be a string." },
+        { "{\"settle\":[{\"id\":1,\"outcome\":\"failed\",\"error\":\"\xff oops\"}]}",
+          "settle[0].error", "invalid", "error must be valid UTF-8." },
+        { "{\"settle\":[{\"id\":1,\"outcome\":\"failed\",\"error\":\"x\\udc00y\"}]}",
+          "settle[0].error", "invalid", "error must be valid UTF-8." },
+        { "{\"settle\":[{\"id\":1,\"outcome\":\"failed\",\"error\":\"a\\u0000b\"}]}",
+          "settle[0].error", "invalid", "error must not contain U+0000." },
+        { "{\"settle\":[{\"id\":1,\"outcome\":\"failed\",\"error\":\"e\",\"retryable\":\"no\"}]}",
+          "settle[0].retryable", "invalid", NULL },
+        { "{\"settle\":[{\"id\":1,\"outcome\":\"failed\",\"error\":\"e\","
+          "\"retry_after_seconds\":-1}]}", "settle[0].retry_after_seconds", "invalid", NULL },
+        { "{\"settle\":[{\"id\":1,\"outcome\":\"failed\",\"error\":\"e\","
+          "\"retry_after_seconds\":2592001}]}", "settle[0].retry_after_seconds", "invalid", NULL },
+        { "{\"settle\":[{\"id\":1,\"lease_token\":\"\",\"outcome\":\"succeeded\"}]}",
+          "settle[0].lease_token", "invalid", NULL },
+        { "{\"settle\":[{\"id\":1,\"lease_token\":7,\"outcome\":\"succeeded\"}]}",
+          "settle[0].lease_token", "invalid", NULL },
+        { "{\"settle\":[{\"id\":1,\"outcome\":\"succeeded\"},{\"id\":2,\"outcome\":\"x\"}]}",
+          "settle[1].outcome", "invalid", NULL },
+        { "{\"count\":0,\"settle\":[{\"id\":1,\"outcome\":\"succeeded\"}]}", "count", "invalid",
+          NULL },
+        { "{\"wait_seconds\":31,\"settle\":[{\"id\":1,\"outcome\":\"succeeded\"}]}",
+          "wait_seconds", "invalid", NULL },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        http(&r, "POST", path, cases[i].body);
+        if (r.status != 422) fail_msg("case %zu: %d %s", i, r.status, r.body);
+        expect_field_error(expect_invalid(&r, path, 1), cases[i].field, cases[i].code,
+                           cases[i].message);
+    }
+    /* 101 items; and several bad fields, each named. */
+    char big[8192] = "{\"settle\":[";
+    for (int i = 0; i < 101; i++)
+        snprintf(big + strlen(big), sizeof big - strlen(big), "%s{\"id\":%d,\"outcome\":\"succeeded\"}",
+                 i ? "," : "", i + 1);
+    snprintf(big + strlen(big), sizeof big - strlen(big), "]}");
+    http(&r, "POST", path, big);
+    expect_field_error(expect_invalid(&r, path, 1), "settle", "invalid", NULL);
+    http(&r, "POST", path,
+         "{\"settle\":[{\"id\":1,\"outcome\":\"failed\",\"retryable\":1},{\"id\":-2}]}");
+    rd_json_t *errors = expect_invalid(&r, path, 4);
+    expect_field_error(errors, "settle[0].error", "required", NULL);
+    expect_field_error(errors, "settle[0].retryable", "invalid", NULL);
+    expect_field_error(errors, "settle[1].id", "invalid", NULL);
+    expect_field_error(errors, "settle[1].outcome", "required", NULL);
+    http(&r, "POST", path, "{\"settle\":[{\"id\":1,\"outcome\":\"succeeded\"}]");
+    e2e_expect_problem(&r, 400, "malformed-request", path);
+
+    /* Nothing was settled and nothing claimed by any of them. */
+    http(&r, "GET", message_path(q, 1, NULL), NULL);
+    rd_json_t *m = e2e_expect_json(&r, 200);
+    expect_message(m, 1, q, "processing", 0, 3);
+    redisReply *x = e2e_rcmd(g_redis, "HGET %s:{%s}:m:1 lease_token", g_prefix, q);
+    assert_int_equal(x->type, REDIS_REPLY_STRING);
+    assert_string_equal(x->str, token);
+    freeReplyObject(x);
+    http(&r, "GET", message_path(q, 2, NULL), NULL);
+    expect_message(e2e_expect_json(&r, 200), 2, q, "pending", 0, 3);
+    /* A success takes no more fields than the succeed route: error and the
+     * failure options are ignored there. */
+    http(&r, "POST", path,
+         "{\"settle\":[{\"id\":1,\"outcome\":\"succeeded\",\"error\":7,\"retryable\":\"x\"}]}");
+    static const long long ids[] = { 1 };
+    static const char *const st[] = { "succeeded" };
+    assert_int_equal(rd_json_array_size(expect_settled(&r, 1, ids, st)), 1);
+    e2e_response_free(&r);
+}
+
+/* With wait_seconds the settlements apply at once; then the claim waits as
+ * a long-poll claim does, and answers with what arrived, or with none. */
+static void test_claim_settle_long_poll(void **state)
+{
+    (void)state;
+    char q[64], token[160];
+    e2e_queue_name(q, sizeof q, "settlewait");
+    enqueue(q, "{\"payload\":\"first\"}");
+    assert_int_equal(claim_one(q, 30, token, sizeof token), 1);
+    char path[128];
+    snprintf(path, sizeof path, "/queues/%s/claim", q);
+    static const long long ids[] = { 1 };
+    static const char *const st[] = { "succeeded" };
+
+    e2e_conn_t c;
+    assert_int_equal(e2e_conn_open(&c, g_daemon.port), 0);
+    const char *body = e2e_fmt("{\"wait_seconds\":10,\"lease_seconds\":9,\"settle\":[{\"id\":1,"
+                               "\"lease_token\":\"%s\",\"outcome\":\"succeeded\"}]}", token);
+    long long t0 = e2e_mono_ms();
+    assert_int_equal(e2e_send_request(&c, "POST", path, NULL, body, strlen(body)), 0);
+    /* Settled while the claim waits. */
+    for (;;) {
+        redisReply *x = e2e_rcmd(g_redis, "HGET %s:{%s}:m:1 status", g_prefix, q);
+        bool done = x->type == REDIS_REPLY_STRING && strcmp(x->str, "succeeded") == 0;
+        freeReplyObject(x);
+        if (done) break;
+        if (e2e_mono_ms() - t0 > 5000) fail_msg("message 1 was not settled within 5 s");
+        e2e_pause_ms(5);
+    }
+    enqueue(q, "{\"payload\":\"second\"}");
+    e2e_response_t r = { 0 };
+    assert_int_equal(e2e_read_response(&c, &r), 0);
+    assert_true(e2e_mono_ms() - t0 < 5000);
+    rd_json_t *list = expect_settled(&r, 1, ids, st);
+    assert_int_equal(rd_json_array_size(list), 1);
+    rd_json_t *m = rd_json_array_at(list, 0);
+    expect_message(m, 2, q, "processing", 0, 3);
+    expect_lease(m, 9);
+
+    /* Nothing arrives: the answer comes when the wait is over, 200 with no
+     * messages, and the settlement stands. */
+    SET(token, e2e_jstr(m, "lease_token"));
+    e2e_response_free(&r);
+    body = e2e_fmt("{\"wait_seconds\":1,\"settle\":[{\"id\":2,\"lease_token\":\"%s\","
+                   "\"outcome\":\"failed\",\"error\":\"e\",\"retry_after_seconds\":60}]}", token);
+    t0 = e2e_mono_ms();
+    assert_int_equal(e2e_request(&c, "POST", path, NULL, body, strlen(body), &r), 0);
+    assert_true(e2e_mono_ms() - t0 >= 900);
+    static const long long ids2[] = { 2 };
+    static const char *const st2[] = { "pending" };
+    assert_int_equal(rd_json_array_size(expect_settled(&r, 1, ids2, st2)), 0);
+    e2e_response_free(&r);
+    e2e_conn_close(&c);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Connections                                                              */
 /* ------------------------------------------------------------------------ */
 
@@ -1294,7 +1668,7 @@ static void test_function_flush_is_recovered(void **state)
     http(&r, "GET", message_path(q, 1, NULL), NULL);
     assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "payload"), "before");
 
-    x = e2e_rcmd(g_redis, "FUNCTION LIST LIBRARYNAME retryd");
+    x = e2e_rcmd(g_redis, "FUNCTION LIST LIBRARYNAME " RD_LIBRARY_NAME);
     assert_int_equal(x->type, REDIS_REPLY_ARRAY);
     assert_int_equal(x->elements, 1);
     freeReplyObject(x);
@@ -1543,6 +1917,10 @@ int main(void)
         T(test_expired_lease_is_a_failure),
         T(test_list_and_paging),
         T(test_list_validation),
+        T(test_text_must_be_utf8),
+        T(test_claim_with_settle),
+        T(test_claim_settle_validation),
+        T(test_claim_settle_long_poll),
         T(test_keep_alive_50_requests),
         T(test_pipelined_requests_answered_in_order),
         T(test_concurrent_claims_claim_each_message_once),

@@ -26,6 +26,7 @@
 #include <stdatomic.h>
 
 #include "faults_support.h"
+#include "retryd/keys.h"
 
 enum {
     READY_TIMEOUT_MS = 10000,
@@ -1258,6 +1259,155 @@ static void test_redis_acl_user(void **state)
     }
 }
 
+
+/* Waits (bounded) for d to exit; returns its exit status, -1 when it did not. */
+static int wait_exit(e2e_daemon_t *d, int bound_ms)
+{
+    long long deadline = e2e_mono_ms() + bound_ms;
+    int wstatus;
+    while (!e2e_daemon_exited(d, &wstatus)) {
+        if (e2e_mono_ms() > deadline) return -1;
+        e2e_pause_ms(10);
+    }
+    return WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1;
+}
+
+/* A bad --redis URL (or RETRYD_REDIS, or --redis-cluster) is refused with
+ * exit 2 and named on stderr with its password masked (SPEC §7). */
+static void test_bad_redis_url_password_not_echoed(void **state)
+{
+    (void)state;
+    static const char *const bad[][2] = {
+        { "--redis", "redis://:Pa55-secret@127.0.0.1:notaport" },
+        { "--redis", "redis://alice:Pa55-secret@127.0.0.1:70000" },
+        { "--redis-cluster", "redis://:Pa55-secret@127.0.0.1:1,nohostport" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char log[PATH_MAX];
+        SET(log, tmp_path(e2e_fmt("badurl-%zu.log", i)));
+        const char *args[] = { bad[i][0], bad[i][1], NULL };
+        assert_int_equal(e2e_daemon_spawn_logged(&g_dmn[0], NULL, g_bin, args, log), 0);
+        assert_int_equal(wait_exit(&g_dmn[0], 5000), 2);
+        char *text = fx_read_file(log);
+        assert_non_null(text);
+        bool leaked = strstr(text, "Pa55-secret") != NULL;
+        bool masked = strstr(text, ":***@127.0.0.1") != NULL;
+        if (leaked || !masked) fail_msg("stderr for %s %s:\n%s", bad[i][0], bad[i][1], text);
+        free(text);
+    }
+}
+
+/* A Functions library that answers every call with a reply of the wrong
+ * shape: a bare integer, a string, nil, an empty array, arrays too short or
+ * with the wrong types (what another version of the library may answer).
+ * Registered under the names this retryd calls. */
+static const char *fake_library(void)
+{
+#define FN(name) "'" RD_FUNCTION(name) "'"
+    return "#!lua name=retryd_fake_shapes\n"
+           "local function reg(n, f, ro)\n"
+           "  redis.register_function{ function_name = n, callback = f,\n"
+           "                           flags = ro and { 'no-writes' } or nil }\n"
+           "end\n"
+           "reg(" FN("enqueue") ", function() return { 'ok' } end)\n"
+           "reg(" FN("claim") ", function() return {} end)\n"
+           "reg(" FN("succeed") ", function() return nil end)\n"
+           "reg(" FN("fail") ", function() return { 'ok', 'not a message' } end)\n"
+           "reg(" FN("extend") ", function() return { 'ok', { 'id' } } end)\n"
+           "reg(" FN("replay") ", function() return { 'invalid_state' } end)\n"
+           "reg(" FN("get") ", function() return 'just a string' end, true)\n"
+           "reg(" FN("list") ", function() return 7 end, true)\n"
+           "reg(" FN("stats") ", function() return { 1, 2, 3 } end, true)\n"
+           "reg(" FN("export") ", function() return 1 end, true)\n"
+           "reg(" FN("replay_many") ", function() return 5 end)\n"
+           "reg(" FN("succeed_many") ", function() return 3 end)\n"
+           "reg(" FN("release") ", function() return 'x' end)\n"
+           "reg(" FN("delete") ", function() return { {} } end)\n"
+           "reg(" FN("kill") ", function() return { 'ok', 5 } end)\n"
+           "reg(" FN("purge") ", function() return 'x' end)\n"
+           "reg(" FN("promote") ", function() return 'x' end)\n"
+           "reg(" FN("reclaim") ", function() return 'x' end)\n"
+           "reg(" FN("tick") ", function() return { 'a', 'b' } end)\n";
+#undef FN
+}
+
+/* Every reply of an unexpected shape is an error answer (500, or 503), never
+ * a crash; the daemon logs what it got and stops cleanly (SPEC §8 "Rolling upgrade"). */
+static void test_unexpected_reply_shapes(void **state)
+{
+    (void)state;
+    assert_int_equal(fx_redis_start(&g_srv, NULL), 0);
+    g_admin = fx_redis_connect(g_srv.port, NULL, NULL);
+    assert_non_null(g_admin);
+    assert_int_equal(start_retryd(&g_dmn[0], "shapes.log",
+                                  e2e_fmt("redis://127.0.0.1:%d", g_srv.port), "shapes", true,
+                                  NULL), 0);
+    e2e_response_t r = { 0 };
+    http(g_dmn[0].port, &r, "POST", "/queues/q/messages", "{\"payload\":\"real\"}");
+    e2e_expect_json(&r, 201);
+
+    redisReply *x = e2e_rcmd(g_admin, "FUNCTION DELETE %s", RD_LIBRARY_NAME);
+    assert_int_equal(x->type, REDIS_REPLY_STATUS);
+    freeReplyObject(x);
+    x = e2e_rcmd(g_admin, "FUNCTION LOAD %s", fake_library());
+    if (x->type != REDIS_REPLY_STRING) fail_msg("loading the fake library: %s", x->str);
+    freeReplyObject(x);
+
+    static const struct { const char *method, *path, *body; } calls[] = {
+        /* The list reply's bad_cursor check once indexed a bare integer. */
+        { "POST", "/queues/q/replay", "{\"all\":true}" },
+        { "POST", "/queues/q/replay", "{\"error_contains\":\"x\"}" },
+        { "POST", "/queues/q/replay", "{\"ids\":[1,2]}" },
+        { "POST", "/queues/q/messages", "{\"payload\":\"p\"}" },
+        { "POST", "/queues/q/messages", "{\"payload\":\"p\",\"idempotency_key\":\"k\"}" },
+        { "POST", "/queues/q/claim", NULL },
+        { "POST", "/queues/q/claim", "{\"count\":5}" },
+        { "POST", "/queues/q/messages/1/succeed", NULL },
+        { "POST", "/queues/q/messages/1/fail", "{\"error\":\"e\"}" },
+        { "POST", "/queues/q/messages/1/extend", NULL },
+        { "POST", "/queues/q/messages/1/replay", NULL },
+        { "POST", "/queues/q/messages/1/kill", NULL },
+        { "DELETE", "/queues/q/messages/1", NULL },
+        { "GET", "/queues/q/messages/1", NULL },
+        { "GET", "/queues/q/messages", NULL },
+        { "GET", "/queues/q/messages?status=dead", NULL },
+        { "GET", "/queues/q/stats", NULL },
+        { "GET", "/queues", NULL },
+        { "GET", "/metrics", NULL },
+        { "POST", "/queues/q/succeed", "{\"messages\":[{\"id\":1}]}" },
+    };
+    for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
+        const char *body = calls[i].body;
+        e2e_conn_close(&g_conn);
+        e2e_response_free(&r);
+        int rc = e2e_try_request(&g_conn, g_dmn[0].port, &r, calls[i].method, calls[i].path,
+                                 body, body ? strlen(body) : 0);
+        if (rc != 0) {
+            e2e_pause_ms(100);  /* a crash may take a moment to be reaped */
+            fail_msg("%s %s: no answer, retryd %s", calls[i].method, calls[i].path,
+                     e2e_daemon_alive(&g_dmn[0]) ? "alive" : "died");
+        }
+        /* The fan-outs (/queues, /metrics) leave out a queue whose stats failed. */
+        if ((strcmp(calls[i].path, "/metrics") == 0 || strcmp(calls[i].path, "/queues") == 0) &&
+            r.status == 200)
+            continue;
+        if (r.status == 500) e2e_expect_problem_type(&r, 500, "internal-error");
+        else if (r.status != 503 || !e2e_media_type_is(r.content_type, "application/problem+json"))
+            fail_msg("%s %s answered %d: %s", calls[i].method, calls[i].path, r.status, r.body);
+    }
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    /* A few ticks of the promoter against the same library. */
+    e2e_pause_ms(5 * TICK_MS);
+    assert_true(e2e_daemon_alive(&g_dmn[0]));
+    stop_retryd(&g_dmn[0]);
+    char *text = fx_read_file(tmp_path("shapes.log"));
+    assert_non_null(text);
+    bool logged = strstr(text, "unexpected reply") != NULL;
+    free(text);
+    if (!logged) fail_msg("retryd did not log the unexpected replies");
+}
+
 /* ========================================================================= */
 /* 3. Redis faults                                                           */
 /* ========================================================================= */
@@ -1467,6 +1617,58 @@ static void test_redis_paused_sigstop(void **state)
     free(log.items);
 }
 
+/* The command of each request below is in flight when Redis stops (SIGSTOP
+ * for longer than --redis-timeout-ms): a read has no outcome to be unsure
+ * of, so GET, a listing and stats answer backend-unavailable; a write keeps
+ * outcome-unknown. Both with Retry-After. */
+static void test_read_in_flight_when_link_drops(void **state)
+{
+    (void)state;
+    static const char *const extra[] = { "--appendonly", "no", NULL };
+    assert_int_equal(fx_redis_start(&g_srv, extra), 0);
+    const char *prefix = "lostread";
+    assert_int_equal(start_retryd(&g_dmn[0], "lostread.log", e2e_redis_url(g_srv.port), prefix,
+                                  true, "--redis-timeout-ms", "1000", NULL), 0);
+    int port = g_dmn[0].port;
+    e2e_response_t r = { 0 };
+    http(port, &r, "POST", "/queues/lr/messages", "{\"payload\":\"read me\"}");
+    e2e_expect_json(&r, 201);
+    struct step {
+        const char *method, *path, *body, *slug;
+    } steps[] = {
+        { "GET", "/queues/lr/messages/1", NULL, "backend-unavailable" },
+        { "GET", "/queues/lr/messages?limit=10", NULL, "backend-unavailable" },
+        { "GET", "/queues/lr/stats", NULL, "backend-unavailable" },
+        { "POST", "/queues/lr/messages", "{\"payload\":\"write me\"}", "outcome-unknown" },
+    };
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        /* The link is up, so the command is sent, and then Redis hangs. */
+        if (e2e_daemon_wait_status(&g_dmn[0], "/readyz", 200, RECOVERY_BOUND_MS) != 0)
+            fail_msg("%s %s: the link did not come back", steps[i].method, steps[i].path);
+        e2e_conn_close(&g_conn);
+        assert_int_equal(fx_redis_pause(&g_srv), 0);
+        long long t0 = e2e_mono_ms();
+        http(port, &r, steps[i].method, steps[i].path, steps[i].body);
+        long long took = e2e_mono_ms() - t0;
+        assert_int_equal(fx_redis_resume(&g_srv), 0);
+        char slug[64];
+        slug_of(&r, slug, sizeof slug);
+        printf("# measured %s %s in flight when the link dropped: %d %s after %lld ms\n",
+               steps[i].method, steps[i].path, r.status, slug, took);
+        /* It was sent: the answer came when the watchdog dropped the link. */
+        if (took < REDIS_TIMEOUT_MS * 9 / 10)
+            fail_msg("%s %s answered after %lld ms: it was not in flight", steps[i].method,
+                     steps[i].path, took);
+        bool unknown = expect_503(&r);
+        if (unknown != (strcmp(steps[i].slug, "outcome-unknown") == 0))
+            fail_msg("%s %s in flight when the link dropped: %s, expected %s", steps[i].method,
+                     steps[i].path, slug, steps[i].slug);
+    }
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    stop_retryd(&g_dmn[0]);
+}
+
 /* DEBUG SLEEP 3: the same bounded 503 as a stopped process. The runner's
  * Redis refuses DEBUG (enable-debug-command defaults to no since Redis 7),
  * so this runs on a private one that allows it. */
@@ -1583,7 +1785,7 @@ static void test_redis_restarted_and_flushed(void **state)
     /* A fresh Redis without persistence: the data is gone, ids start at 1,
      * the library was loaded again without a restart of retryd. */
     assert_int_equal(e2e_jint(e2e_expect_json(&r, 201), "id"), 1);
-    redisReply *x = e2e_rcmd(g_admin, "FUNCTION LIST LIBRARYNAME retryd");
+    redisReply *x = e2e_rcmd(g_admin, "FUNCTION LIST LIBRARYNAME " RD_LIBRARY_NAME);
     assert_int_equal(x->elements, 1);
     freeReplyObject(x);
     x = e2e_rcmd(g_admin, "HGET %s:{r}:m:1 payload", prefix);
@@ -2130,6 +2332,487 @@ static void test_kill9_retryd_under_load(void **state)
 }
 
 /* ========================================================================= */
+/* 5. Shutdown with requests in flight; half-closed and reset clients        */
+/* ========================================================================= */
+
+/* Bytes the kernel holds unread on the daemon's end of the connection from
+ * client_port (/proc/net/tcp rx_queue), or -1 when there is no such socket. */
+static long server_unread_bytes(int daemon_port, int client_port)
+{
+    FILE *f = fopen("/proc/net/tcp", "r");
+    if (f == NULL) return -1;
+    char line[512], local[32], remote[32];
+    snprintf(local, sizeof local, "0100007F:%04X", daemon_port);
+    snprintf(remote, sizeof remote, "0100007F:%04X", client_port);
+    long unread = -1;
+    while (fgets(line, sizeof line, f)) {
+        char l[64], r[64];
+        unsigned long tx, rx;
+        if (sscanf(line, " %*d: %63s %63s %*x %lx:%lx", l, r, &tx, &rx) != 4) continue;
+        if (strcmp(l, local) == 0 && strcmp(r, remote) == 0) {
+            unread = (long)rx;
+            break;
+        }
+    }
+    fclose(f);
+    return unread;
+}
+
+/* The local port of a connected socket, or -1. */
+static int local_port_of(int fd)
+{
+    struct sockaddr_in a;
+    socklen_t len = sizeof a;
+    if (getsockname(fd, (struct sockaddr *)&a, &len) != 0) return -1;
+    return ntohs(a.sin_port);
+}
+
+enum inflight_kind { IF_LONG_POLL, IF_ENQUEUE, IF_LIST, IF_GET, IF_CLAIM, IF_KINDS };
+
+static const char *const inflight_names[IF_KINDS] = { "long-poll", "enqueue", "list", "get",
+                                                      "claim" };
+
+/* One client of the shutdown test: one request on a connection of its own. */
+typedef struct inflight {
+    pthread_t thread;
+    enum inflight_kind kind;
+    int port;
+    const char *method;
+    char path[160];
+    char *body;                   /* rd_malloc'd or NULL */
+    size_t body_len;
+    atomic_int client_port;       /* 0 until the request is sent; -1 when that failed */
+    atomic_bool done;             /* the response (or the lack of one) is in */
+    int rc;                       /* 0: a complete response came */
+    e2e_response_t r;
+} inflight_t;
+
+static void *inflight_main(void *arg)
+{
+    inflight_t *f = arg;
+    e2e_conn_t c;
+    f->rc = -1;
+    if (e2e_conn_open(&c, f->port) != 0 ||
+        e2e_send_request(&c, f->method, f->path, NULL, f->body, f->body_len) != 0) {
+        atomic_store(&f->client_port, -1);
+        e2e_conn_close(&c);
+        return NULL;
+    }
+    atomic_store(&f->client_port, local_port_of(c.fd));
+    f->rc = e2e_read_response(&c, &f->r);
+    e2e_conn_close(&c);
+    atomic_store(&f->done, true);
+    return NULL;
+}
+
+/* ~20 clients of every kind have requests in flight (the writes provably
+ * held in Redis) when SIGTERM comes: retryd exits 0, every client gets a
+ * complete response (or a complete 503 problem), and Redis agrees with what
+ * the clients were told: nothing is left processing that no client got. */
+static void test_sigterm_with_requests_in_flight(void **state)
+{
+    (void)state;
+    static const char *const extra[] = { "--appendonly", "no", NULL };
+    assert_int_equal(fx_redis_start(&g_srv, extra), 0);
+    g_admin = fx_redis_connect(g_srv.port, NULL, NULL);
+    assert_non_null(g_admin);
+    const char *prefix = "term";
+    /* The pause below must not look like a hung Redis. */
+    assert_int_equal(start_retryd(&g_dmn[0], "term.log", e2e_redis_url(g_srv.port), prefix, true,
+                                  "--redis-timeout-ms", "20000", NULL), 0);
+    int port = g_dmn[0].port;
+    enum { SEEDED = 150, PAYLOAD_BYTES = 2048, PER_KIND = 4, CLIENTS = PER_KIND * IF_KINDS };
+    char *payload = malloc(PAYLOAD_BYTES + 1);
+    e2e_response_t r = { 0 };
+    for (int i = 1; i <= SEEDED; i++) {
+        char tag[32];
+        int n = snprintf(tag, sizeof tag, "seed %d ", i);
+        memset(payload, 'a' + i % 26, PAYLOAD_BYTES);
+        memcpy(payload, tag, (size_t)n);
+        payload[PAYLOAD_BYTES] = '\0';
+        size_t len;
+        char *body = e2e_json_with_string("payload", payload, &len);
+        e2e_http_on(&g_conn, port, &r, "POST", "/queues/work/messages", NULL, body, len);
+        rd_free(body);
+        assert_int_equal(e2e_jint(e2e_expect_json(&r, 201), "id"), i);
+    }
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+
+    static inflight_t f[CLIENTS];
+    memset(f, 0, sizeof f);
+    for (int i = 0; i < CLIENTS; i++) {
+        inflight_t *x = &f[i];
+        x->kind = (enum inflight_kind)(i / PER_KIND);
+        x->port = port;
+        atomic_init(&x->client_port, 0);
+        atomic_init(&x->done, false);
+        switch (x->kind) {
+        case IF_LONG_POLL:
+            x->method = "POST";
+            snprintf(x->path, sizeof x->path, "/queues/idle%d/claim", i);
+            x->body = rd_strdup("{\"wait_seconds\":10}");
+            break;
+        case IF_ENQUEUE:
+            x->method = "POST";
+            snprintf(x->path, sizeof x->path, "/queues/work/messages");
+            char tag[32];
+            int n = snprintf(tag, sizeof tag, "late %d ", i);
+            memset(payload, 'z', PAYLOAD_BYTES);
+            memcpy(payload, tag, (size_t)n);
+            payload[PAYLOAD_BYTES] = '\0';
+            x->body = e2e_json_with_string("payload", payload, &x->body_len);
+            break;
+        case IF_LIST:
+            x->method = "GET";
+            snprintf(x->path, sizeof x->path, "/queues/work/messages?limit=100");
+            break;
+        case IF_GET:
+            x->method = "GET";
+            snprintf(x->path, sizeof x->path, "/queues/work/messages/%d", i);
+            break;
+        default:
+            x->method = "POST";
+            snprintf(x->path, sizeof x->path, "/queues/work/claim");
+            x->body = rd_strdup("{\"count\":3,\"lease_seconds\":60}");
+            break;
+        }
+        if (x->body && x->body_len == 0) x->body_len = strlen(x->body);
+    }
+    free(payload);
+
+    /* The long-polls park first (each on a queue of its own). */
+    for (int i = 0; i < PER_KIND; i++)
+        assert_int_equal(pthread_create(&f[i].thread, NULL, inflight_main, &f[i]), 0);
+    long long deadline = e2e_mono_ms() + 5000;
+    for (int i = 0; i < PER_KIND; i++) {
+        while (!wake_subscribed(g_admin, prefix, e2e_fmt("idle%d", i))) {
+            if (e2e_mono_ms() > deadline) fail_msg("long-poll %d never parked", i);
+            e2e_pause_ms(10);
+        }
+    }
+    /* Writes are held in Redis from here on, and everything the daemon sends
+     * after the first held write waits behind it on the same link. */
+    redisReply *x = e2e_rcmd(g_admin, "CLIENT PAUSE 20000 WRITE");
+    freeReplyObject(x);
+    for (int i = PER_KIND; i < CLIENTS; i++)
+        assert_int_equal(pthread_create(&f[i].thread, NULL, inflight_main, &f[i]), 0);
+    /* Every request has reached the daemon (nothing unread on its end) and
+     * at least one write is held in Redis. */
+    deadline = e2e_mono_ms() + 5000;
+    for (int i = 0; i < CLIENTS; i++) {
+        for (;;) {
+            int cp = atomic_load(&f[i].client_port);
+            if (cp < 0) fail_msg("client %d (%s) could not send", i, inflight_names[f[i].kind]);
+            if (atomic_load(&f[i].done) || (cp > 0 && server_unread_bytes(port, cp) == 0))
+                break;
+            if (e2e_mono_ms() > deadline)
+                fail_msg("client %d (%s): its request was not read by the daemon", i,
+                         inflight_names[f[i].kind]);
+            e2e_pause_ms(5);
+        }
+    }
+    for (;;) {
+        x = e2e_rcmd(g_admin, "INFO clients");
+        bool held = strstr(x->str, "blocked_clients:0\r") == NULL;
+        freeReplyObject(x);
+        if (held) break;
+        if (e2e_mono_ms() > deadline) fail_msg("no write of the daemon is held in Redis");
+        e2e_pause_ms(5);
+    }
+
+    assert_int_equal(kill(g_dmn[0].pid, SIGTERM), 0);
+    /* Once the listener is closed the signal has been handled. */
+    deadline = e2e_mono_ms() + 3000;
+    for (;;) {
+        int fd = e2e_connect(port);
+        if (fd < 0) break;
+        close(fd);
+        if (e2e_mono_ms() > deadline) fail_msg("still accepting 3 s after SIGTERM");
+        e2e_pause_ms(5);
+    }
+    x = e2e_rcmd(g_admin, "CLIENT UNPAUSE");
+    freeReplyObject(x);
+    for (int i = 0; i < CLIENTS; i++) pthread_join(f[i].thread, NULL);
+    int status = e2e_daemon_stop(&g_dmn[0], 0, E2E_STOP_TIMEOUT_MS);
+
+    /* What the clients were told. */
+    long long *claimed = calloc(CLIENTS * 3, sizeof *claimed);
+    size_t nclaimed = 0;
+    int tally[IF_KINDS][3] = { { 0 } };   /* success, 503, none */
+    for (int i = 0; i < CLIENTS; i++) {
+        inflight_t *c = &f[i];
+        const char *kind = inflight_names[c->kind];
+        if (c->rc != 0) {
+            tally[c->kind][2]++;
+            continue;
+        }
+        if (c->r.status == 503) {
+            expect_503(&c->r);
+            tally[c->kind][1]++;
+            continue;
+        }
+        tally[c->kind][0]++;
+        switch (c->kind) {
+        case IF_LONG_POLL:
+            if (c->r.status != 204) fail_msg("%s %d: %d %s", kind, i, c->r.status, c->r.body);
+            break;
+        case IF_ENQUEUE:
+            e2e_jint(e2e_expect_json(&c->r, 201), "id");
+            break;
+        case IF_LIST: {
+            rd_json_t *list = e2e_jget(e2e_expect_json(&c->r, 200), "messages");
+            assert_int_equal(rd_json_array_size(list), 100);
+            break;
+        }
+        case IF_GET:
+            assert_int_equal(e2e_jint(e2e_expect_json(&c->r, 200), "id"), i);
+            break;
+        default: {
+            rd_json_t *list = e2e_jget(e2e_expect_json(&c->r, 200), "messages");
+            for (size_t j = 0; j < rd_json_array_size(list); j++)
+                claimed[nclaimed++] = e2e_jint(rd_json_array_at(list, j), "id");
+            break;
+        }
+        }
+    }
+    printf("# measured SIGTERM with %d requests in flight: exit status %d; answered "
+           "(ok/503/none): long-poll %d/%d/%d, enqueue %d/%d/%d, list %d/%d/%d, get %d/%d/%d, "
+           "claim %d/%d/%d; %zu messages claimed\n", CLIENTS, status,
+           tally[0][0], tally[0][1], tally[0][2], tally[1][0], tally[1][1], tally[1][2],
+           tally[2][0], tally[2][1], tally[2][2], tally[3][0], tally[3][1], tally[3][2],
+           tally[4][0], tally[4][1], tally[4][2], nclaimed);
+    if (status != 0)
+        fail_msg("retryd after SIGTERM with requests in flight: %s %d",
+                 status < 0 ? "killed," : status > 255 ? "signal" : "exit",
+                 status > 255 ? status - 256 : status);
+    for (int k = 0; k < IF_KINDS; k++)
+        if (tally[k][2] > 0)
+            fail_msg("%d %s client(s) got no complete response", tally[k][2], inflight_names[k]);
+
+    /* What Redis holds agrees: a message is processing iff a client got it. */
+    size_t count;
+    stored_t *m = load_messages(g_admin, prefix, "work", &count);
+    for (size_t i = 0; i < count; i++) {
+        bool given = false;
+        for (size_t j = 0; j < nclaimed; j++) given = given || claimed[j] == m[i].id;
+        if (strcmp(m[i].status, "processing") == 0 && !given)
+            fail_msg("message %lld is processing but no client received it", m[i].id);
+        if (given && strcmp(m[i].status, "processing") != 0)
+            fail_msg("message %lld was handed to a client but is %s", m[i].id, m[i].status);
+    }
+    for (int i = 0; i < CLIENTS; i++) {
+        if (f[i].kind != IF_ENQUEUE || f[i].rc != 0 || f[i].r.status != 201) continue;
+        long long id = e2e_jint(f[i].r.json, "id");
+        const stored_t *s = find_id(m, count, id);
+        if (s == NULL) fail_msg("enqueue %d got 201 (id %lld) but is not in Redis", i, id);
+    }
+    expect_indexes_consistent(g_admin, prefix, "work", m, count);
+    stored_free(m, count);
+    free(claimed);
+    for (int i = 0; i < CLIENTS; i++) {
+        e2e_response_free(&f[i].r);
+        rd_free(f[i].body);
+    }
+}
+
+/* Sends one request on a fresh connection, then shutdown(SHUT_WR) as HTTP/1.1
+ * allows, and reads the answer. */
+static void half_closed_request(int port, const char *method, const char *path, const char *body,
+                                e2e_response_t *r)
+{
+    e2e_conn_t c;
+    assert_int_equal(e2e_conn_open(&c, port), 0);
+    assert_int_equal(e2e_send_request(&c, method, path, NULL, body, body ? strlen(body) : 0), 0);
+    assert_int_equal(shutdown(c.fd, SHUT_WR), 0);
+    e2e_response_free(r);
+    if (e2e_read_response(&c, r) != 0)
+        fail_msg("%s %s then SHUT_WR: no complete response", method, path);
+    /* Then the server ends the connection. */
+    if (c.fd >= 0 && fx_wait_closed(c.fd, 3000) < 0)
+        fail_msg("%s %s then SHUT_WR: still open 3 s after the answer", method, path);
+    e2e_conn_close(&c);
+}
+
+/* A client that half-closes after its request gets the answer: the enqueue
+ * its 201 (no duplicate when it would have retried), the claim its message
+ * (not left processing until the lease runs out). */
+static void test_half_closed_clients_get_their_answers(void **state)
+{
+    (void)state;
+    char pfx[128];
+    PREFIX(pfx, "halfclose");
+    assert_int_equal(start_retryd(&g_dmn[0], "halfclose.log", e2e_redis_url(g_shared_port), pfx,
+                                  true, NULL), 0);
+    int port = g_dmn[0].port;
+    e2e_response_t r = { 0 };
+    half_closed_request(port, "POST", "/queues/hc/messages",
+                        "{\"payload\":\"sent once\",\"max_retries\":1}", &r);
+    rd_json_t *m = e2e_expect_json(&r, 201);
+    assert_int_equal(e2e_jint(m, "id"), 1);
+    assert_string_equal(e2e_jstr(m, "payload"), "sent once");
+
+    half_closed_request(port, "POST", "/queues/hc/claim", "{\"lease_seconds\":30}", &r);
+    m = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(m, "id"), 1);
+    const char *token = e2e_jstr(m, "lease_token");
+    redisReply *x = e2e_rcmd(g_shared, "HMGET %s:{hc}:m:1 status lease_token", pfx);
+    assert_string_equal(x->element[0]->str, "processing");
+    assert_string_equal(x->element[1]->str, token);
+    freeReplyObject(x);
+
+    /* The worker that got it can settle it. */
+    half_closed_request(port, "POST", "/queues/hc/messages/1/succeed",
+                        e2e_fmt("{\"lease_token\":\"%s\"}", token), &r);
+    assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "status"), "succeeded");
+    e2e_response_free(&r);
+    stop_retryd(&g_dmn[0]);
+    assert_int_equal(rq_int(g_shared, "GET %s:{hc}:seq", pfx), 1);
+}
+
+/* Sends body to path on a connection of its own while Redis holds writes
+ * (CLIENT PAUSE), so the claim is in Redis when its client resets (RST);
+ * returns once the daemon saw the reset, with Redis running again. */
+static void reset_during_claim(int port, const char *path, const char *body, const char *log_name)
+{
+    redisReply *x = e2e_rcmd(g_admin, "CLIENT PAUSE 20000 WRITE");
+    freeReplyObject(x);
+    e2e_conn_t c;
+    assert_int_equal(e2e_conn_open(&c, port), 0);
+    assert_int_equal(e2e_send_request(&c, "POST", path, NULL, body, strlen(body)), 0);
+    int client_port = local_port_of(c.fd);
+    long long deadline = e2e_mono_ms() + 5000;
+    while (server_unread_bytes(port, client_port) != 0) {
+        if (e2e_mono_ms() > deadline) fail_msg("the daemon never read the claim");
+        e2e_pause_ms(5);
+    }
+    struct linger lg = { 1, 0 };
+    assert_int_equal(setsockopt(c.fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
+    e2e_conn_close(&c);   /* RST */
+    char log[PATH_MAX];
+    SET(log, tmp_path(log_name));
+    for (;;) {
+        char *text = fx_read_file(log);
+        bool seen = text && strstr(text, "http: read failed") != NULL;
+        free(text);
+        if (seen) break;
+        if (e2e_mono_ms() > deadline) fail_msg("the daemon never saw the reset");
+        e2e_pause_ms(5);
+    }
+    x = e2e_rcmd(g_admin, "CLIENT UNPAUSE");
+    freeReplyObject(x);
+}
+
+/* Waits (3 s at most) until message id of queue q is pending again with
+ * retry_count 0: handed back, not failed. Returns how long it took (ms). */
+static long long wait_handed_back(const char *prefix, const char *q, int id)
+{
+    long long unpaused = e2e_mono_ms();
+    for (;;) {
+        redisReply *x = e2e_rcmd(g_admin, "HMGET %s:{%s}:m:%d status retry_count", prefix, q, id);
+        bool back = x->element[0]->type == REDIS_REPLY_STRING &&
+                    strcmp(x->element[0]->str, "pending") == 0;
+        char status[32];
+        SET(status, x->element[0]->type == REDIS_REPLY_STRING ? x->element[0]->str : "?");
+        long long retries = x->element[1]->type == REDIS_REPLY_STRING ? atoll(x->element[1]->str)
+                                                                      : -1;
+        freeReplyObject(x);
+        if (back) {
+            assert_int_equal(retries, 0);
+            return e2e_mono_ms() - unpaused;
+        }
+        if (e2e_mono_ms() - unpaused > 3000)
+            fail_msg("3 s after its client reset, the claimed message is %s, not pending",
+                     status);
+        e2e_pause_ms(10);
+    }
+}
+
+/* A claim whose client resets before the answer: the message goes straight
+ * back (pending, retry_count 0, no failure counted), as a departed long-poll's
+ * does, instead of staying processing until its lease expires. */
+static void test_claim_whose_client_resets_is_handed_back(void **state)
+{
+    (void)state;
+    static const char *const extra[] = { "--appendonly", "no", NULL };
+    assert_int_equal(fx_redis_start(&g_srv, extra), 0);
+    g_admin = fx_redis_connect(g_srv.port, NULL, NULL);
+    assert_non_null(g_admin);
+    const char *prefix = "reset";
+    assert_int_equal(start_retryd(&g_dmn[0], "reset.log", e2e_redis_url(g_srv.port), prefix, true,
+                                  "--redis-timeout-ms", "20000", "--log-level", "debug", NULL), 0);
+    int port = g_dmn[0].port;
+    e2e_response_t r = { 0 };
+    http(port, &r, "POST", "/queues/rs/messages", "{\"payload\":\"keep me\",\"max_retries\":1}");
+    e2e_expect_json(&r, 201);
+    e2e_conn_close(&g_conn);
+
+    /* The claim is held in Redis while its client resets. */
+    reset_during_claim(port, "/queues/rs/claim", "{\"lease_seconds\":60}", "reset.log");
+
+    /* Back at once: long before the 60 s lease, and not as a failure. */
+    printf("# measured a claim whose client reset: handed back %lld ms after Redis answered\n",
+           wait_handed_back(prefix, "rs", 1));
+    assert_int_equal(rq_int(g_admin, "HGET %s:{rs}:stats released", prefix), 1);
+    assert_int_equal(rq_int(g_admin, "HGET %s:{rs}:stats failed", prefix), 0);
+    /* And the next worker gets it. */
+    http(port, &r, "POST", "/queues/rs/claim", NULL);
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "id"), 1);
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    stop_retryd(&g_dmn[0]);
+}
+
+/* The same for a claim with settle (SPEC §9): the messages it claimed go
+ * straight back, and its settlements stay applied. */
+static void test_settle_claim_whose_client_resets_is_handed_back(void **state)
+{
+    (void)state;
+    static const char *const extra[] = { "--appendonly", "no", NULL };
+    assert_int_equal(fx_redis_start(&g_srv, extra), 0);
+    g_admin = fx_redis_connect(g_srv.port, NULL, NULL);
+    assert_non_null(g_admin);
+    const char *prefix = "sreset";
+    assert_int_equal(start_retryd(&g_dmn[0], "sreset.log", e2e_redis_url(g_srv.port), prefix,
+                                  true, "--redis-timeout-ms", "20000", "--log-level", "debug",
+                                  NULL), 0);
+    int port = g_dmn[0].port;
+    e2e_response_t r = { 0 };
+    for (int i = 0; i < 3; i++) {
+        http(port, &r, "POST", "/queues/ss/messages", "{\"payload\":\"job\"}");
+        e2e_expect_json(&r, 201);
+    }
+    http(port, &r, "POST", "/queues/ss/claim", NULL);
+    rd_json_t *m = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(m, "id"), 1);
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"count\":2,\"settle\":[{\"id\":1,\"lease_token\":\"%s\",\"outcome\":\"succeeded\"}]}",
+             e2e_jstr(m, "lease_token"));
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+
+    reset_during_claim(port, "/queues/ss/claim", body, "sreset.log");
+    wait_handed_back(prefix, "ss", 2);
+    wait_handed_back(prefix, "ss", 3);
+    assert_int_equal(rq_int(g_admin, "HGET %s:{ss}:stats released", prefix), 2);
+    assert_int_equal(rq_int(g_admin, "HGET %s:{ss}:stats failed", prefix), 0);
+    assert_int_equal(rq_int(g_admin, "HGET %s:{ss}:stats succeeded", prefix), 1);
+    redisReply *x = e2e_rcmd(g_admin, "HGET %s:{ss}:m:1 status", prefix);
+    assert_string_equal(x->str, "succeeded");
+    freeReplyObject(x);
+    /* The next worker gets them, in their claim order. */
+    http(port, &r, "POST", "/queues/ss/claim", "{\"count\":5}");
+    rd_json_t *list = e2e_jget(e2e_expect_json(&r, 200), "messages");
+    assert_int_equal(rd_json_array_size(list), 2);
+    assert_int_equal(e2e_jint(rd_json_array_at(list, 0), "id"), 2);
+    assert_int_equal(e2e_jint(rd_json_array_at(list, 1), "id"), 3);
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    stop_retryd(&g_dmn[0]);
+}
+
+/* ========================================================================= */
 /* Durability settings checked at startup                                    */
 /* ========================================================================= */
 
@@ -2393,13 +3076,20 @@ int main(void)
         T(test_auth_bearer_token),
         T(test_default_bind_is_loopback),
         T(test_redis_acl_user),
+        T(test_bad_redis_url_password_not_echoed),
+        T(test_unexpected_reply_shapes),
         T(test_redis_paused_sigstop),
+        T(test_read_in_flight_when_link_drops),
         T(test_redis_debug_sleep),
         T(test_redis_restarted_and_flushed),
         T(test_notification_link_killed),
         T(test_kill9_redis_under_load_loses_nothing),
         T(test_kill9_retryd_leases_come_back),
         T(test_kill9_retryd_under_load),
+        T(test_sigterm_with_requests_in_flight),
+        T(test_half_closed_clients_get_their_answers),
+        T(test_claim_whose_client_resets_is_handed_back),
+        T(test_settle_claim_whose_client_resets_is_handed_back),
         T(test_durability_warnings_at_startup),
         T(test_valgrind_clean_shutdown),
     };

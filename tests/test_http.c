@@ -51,6 +51,9 @@ static struct {
     rd_http_exchange_t *deferred;
     int deferred_responses;
     bool deferred_alive;
+    bool want_delivery;           /* the deferred answer asks whether it was delivered */
+    int delivery_calls;
+    bool delivered;
     client_t *clients[MAX_CLIENTS];
 } t;
 
@@ -96,6 +99,13 @@ static void on_request(rd_http_exchange_t *ex, const rd_http_request_t *req, voi
     rd_buf_free(&b);
 }
 
+static void on_delivery(bool delivered, void *arg)
+{
+    assert_ptr_equal(arg, &t);
+    t.delivery_calls++;
+    t.delivered = delivered;
+}
+
 static void on_release(uv_timer_t *timer)
 {
     (void)timer;
@@ -103,7 +113,10 @@ static void on_release(uv_timer_t *timer)
     t.deferred = NULL;
     t.deferred_alive = rd_http_exchange_client_alive(ex);
     t.deferred_responses++;
+    if (t.want_delivery) rd_http_on_delivery(ex, on_delivery, &t);
     rd_http_respond(ex, 200, "text/plain", NULL, "deferred", 8);
+    /* The async rule: never from inside the call. */
+    assert_int_equal(t.delivery_calls, 0);
 }
 
 /* Answers the deferred exchange from a timer, as a backend callback would. */
@@ -159,6 +172,12 @@ static bool deferred_client_gone(const void *arg)
 static bool deferred_done(const void *arg)
 {
     return t.deferred_responses == *(const int *)arg && rd_http_server_in_flight(t.server) == 0;
+}
+
+static bool delivery_told(const void *arg)
+{
+    (void)arg;
+    return t.delivery_calls > 0;
 }
 
 static bool drained(const void *arg)
@@ -230,6 +249,30 @@ static void client_close(client_t *cl)
     for (int i = 0; i < MAX_CLIENTS; i++)
         if (t.clients[i] == cl) t.clients[i] = NULL;
     uv_close((uv_handle_t *)&cl->tcp, on_client_close);
+}
+
+/* Closes with RST instead of FIN: the client is truly gone. */
+static void client_reset(client_t *cl)
+{
+    for (int i = 0; i < MAX_CLIENTS; i++)
+        if (t.clients[i] == cl) t.clients[i] = NULL;
+    assert_int_equal(uv_tcp_close_reset(&cl->tcp, on_client_close), 0);
+}
+
+static void on_client_shutdown(uv_shutdown_t *req, int status)
+{
+    assert_int_equal(status, 0);
+    *(bool *)req->data = true;
+}
+
+/* shutdown(SHUT_WR): the client has sent everything but still reads. */
+static void client_half_close(client_t *cl)
+{
+    uv_shutdown_t req;
+    bool done = false;
+    req.data = &done;
+    assert_int_equal(uv_shutdown(&req, (uv_stream_t *)&cl->tcp, on_client_shutdown), 0);
+    run_until(is_true, &done);
 }
 
 typedef struct client_write {
@@ -678,6 +721,111 @@ static void test_disconnect_while_pending(void **state)
     assert_int_equal(r.status, 200);
 }
 
+/* HTTP/1.1 lets a client half-close after its request: what it sent is
+ * answered in full, then the connection ends. */
+static void test_half_close_gets_response(void **state)
+{
+    (void)state;
+    response_t r;
+    /* Answered at once. */
+    client_t *cl = client_open();
+    client_sends(cl, "GET /now HTTP/1.1\r\nHost: x\r\n\r\n");
+    client_half_close(cl);
+    read_response(cl, &r);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "path=/now "));
+    expect_closed(cl);
+    client_close(cl);
+
+    /* Pipelined, then half-closed: every request is answered, in order. */
+    cl = client_open();
+    client_sends(cl, "GET /1 HTTP/1.1\r\nHost: x\r\n\r\n"
+                     "POST /2 HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc");
+    client_half_close(cl);
+    read_response(cl, &r);
+    assert_non_null(strstr(r.body, "path=/1 "));
+    read_response(cl, &r);
+    assert_non_null(strstr(r.body, "path=/2 query=- body=3:abc"));
+    expect_closed(cl);
+    client_close(cl);
+
+    /* The first of three pipelined requests is answered later: all three
+     * are answered after the half-close, in order. */
+    cl = client_open();
+    client_sends(cl, "GET /defer HTTP/1.1\r\nHost: x\r\n\r\n"
+                     "GET /2 HTTP/1.1\r\nHost: x\r\n\r\n"
+                     "GET /3 HTTP/1.1\r\nHost: x\r\n\r\n");
+    run_until(have_deferred, NULL);
+    client_half_close(cl);
+    run_until(deferred_client_gone, NULL);
+    release_deferred();
+    read_response(cl, &r);
+    assert_string_equal(r.body, "deferred");
+    read_response(cl, &r);
+    assert_non_null(strstr(r.body, "path=/2 "));
+    read_response(cl, &r);
+    assert_non_null(strstr(r.body, "path=/3 "));
+    expect_closed(cl);
+    client_close(cl);
+
+    /* Answered later (a backend callback): the half-close is seen first,
+     * the response still arrives and counts as delivered. */
+    cl = client_open();
+    client_sends(cl, "GET /defer HTTP/1.1\r\nHost: x\r\n\r\n");
+    run_until(have_deferred, NULL);
+    client_half_close(cl);
+    run_until(deferred_client_gone, NULL);
+    t.want_delivery = true;
+    release_deferred();
+    read_response(cl, &r);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(r.body, "deferred");
+    assert_string_equal(header_value(&r, "Connection"), "close");
+    expect_closed(cl);
+    run_until(delivery_told, NULL);
+    assert_int_equal(t.delivery_calls, 1);
+    assert_true(t.delivered);
+    assert_int_equal(rd_http_server_in_flight(t.server), 0);
+}
+
+/* rd_http_on_delivery says whether the response reached the socket:
+ * yes for a client that reads, no for one that reset the connection. */
+static void test_delivery_is_reported(void **state)
+{
+    (void)state;
+    response_t r;
+    t.want_delivery = true;
+    client_t *cl = client_open();
+    client_sends(cl, "GET /defer HTTP/1.1\r\nHost: x\r\n\r\n");
+    run_until(have_deferred, NULL);
+    release_deferred();
+    read_response(cl, &r);
+    assert_string_equal(r.body, "deferred");
+    run_until(delivery_told, NULL);
+    assert_int_equal(t.delivery_calls, 1);
+    assert_true(t.delivered);
+
+    /* The client resets while its request is pending. */
+    t.delivery_calls = 0;
+    t.delivered = true;
+    client_sends(cl, "GET /defer HTTP/1.1\r\nHost: x\r\n\r\n");
+    run_until(have_deferred, NULL);
+    client_reset(cl);
+    run_until(deferred_client_gone, NULL);
+    release_deferred();
+    run_until(delivery_told, NULL);
+    assert_int_equal(t.delivery_calls, 1);
+    assert_false(t.delivered);
+    int want = 2;
+    run_until(deferred_done, &want);
+
+    /* The server still serves others. */
+    cl = client_open();
+    client_sends(cl, "GET /still HTTP/1.1\r\nHost: x\r\n\r\n");
+    read_response(cl, &r);
+    assert_int_equal(r.status, 200);
+}
+
 static void test_stop_drains(void **state)
 {
     (void)state;
@@ -738,6 +886,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_head_and_204, setup, teardown),
         cmocka_unit_test_setup_teardown(test_expect_continue, setup, teardown),
         cmocka_unit_test_setup_teardown(test_disconnect_while_pending, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_half_close_gets_response, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_delivery_is_reported, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_drains, setup, teardown),
         cmocka_unit_test_setup_teardown(test_start_failure, setup, teardown),
     };

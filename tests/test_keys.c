@@ -303,6 +303,21 @@ static void test_registry(void **state)
     rd_buf_free(&b);
 }
 
+/* The library the daemon loads names itself RD_LIBRARY_NAME, and registers
+ * its functions under RD_FUNCTION(name): versioned functions for rolling
+ * upgrades (SPEC §8). */
+extern const char rd_lua_library[];
+
+static void test_library_name_matches_lua(void **state)
+{
+    const char *first = "#!lua name=" RD_LIBRARY_NAME "\n";
+    assert_memory_equal(rd_lua_library, first, strlen(first));
+    assert_non_null(strstr(rd_lua_library, "\nlocal LIBRARY = '" RD_LIBRARY_NAME "'\n"));
+    assert_string_equal(RD_FUNCTION("claim"), RD_LIBRARY_NAME "_claim");
+    /* Every function goes through the versioning helper. */
+    assert_null(strstr(rd_lua_library, "\nredis.register_function"));
+}
+
 int main(void)
 {
     rd_alloc_init();
@@ -321,6 +336,7 @@ int main(void)
         cmocka_unit_test(test_queue_base_binary_name),
         cmocka_unit_test(test_message_key),
         cmocka_unit_test(test_registry),
+        cmocka_unit_test(test_library_name_matches_lua),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,6 +22,8 @@
 
 #include <hiredis/hiredis.h>
 
+#include "retryd/keys.h"
+
 #define END ((const char *)NULL)
 
 /* tick replies {promoted, reclaimed, expired, next_in_ms, ready}. */
@@ -108,9 +110,10 @@ static redisReply *rcmd(const char *first, ...)
     return command_argv(argc, argv, lens);
 }
 
-/* FCALL fn with KEYS[1] = the queue's base and, when id >= 0, KEYS[2] = the
- * message key and ARGV[1] = id, then nargs more ARGV of lens[i] bytes each
- * (strlen when lens is NULL). Binary-safe. Caller frees the reply. */
+/* FCALL fn (by its versioned name, RD_FUNCTION(fn)) with KEYS[1] = the queue's
+ * base and, when id >= 0, KEYS[2] = the message key and ARGV[1] = id, then
+ * nargs more ARGV of lens[i] bytes each (strlen when lens is NULL).
+ * Binary-safe. Caller frees the reply. */
 static redisReply *fcall_bin(const char *fn, const queue_t *q, long long id, size_t nargs,
                              const char *const *args, const size_t *lens)
 {
@@ -120,8 +123,10 @@ static redisReply *fcall_bin(const char *fn, const queue_t *q, long long id, siz
     assert_non_null(argv);
     assert_non_null(argvlen);
 #define PUSH(s, n) do { argv[argc] = (s); argvlen[argc++] = (n); } while (0)
+    char name[64];
+    snprintf(name, sizeof name, "%s%s", RD_FUNCTION(""), fn);
     PUSH("FCALL", 5);
-    PUSH(fn, strlen(fn));
+    PUSH(name, strlen(name));
     PUSH(id >= 0 ? "2" : "1", 1);
     PUSH(q->base, strlen(q->base));
     if (id >= 0) {
@@ -1405,7 +1410,7 @@ static void test_list_by_status(void **state)
         { "processing", { 3 }, 1 },
         { "succeeded", { 2 }, 1 },
         { "dead", { 1 }, 1 },
-        { "", { 6, 5, 4, 3, 2, 1 }, 6 },
+        { "", { 4, 5, 6, 3, 2, 1 }, 6 },   /* pending, processing, succeeded, dead */
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         long long ids[16], total;
@@ -1462,7 +1467,7 @@ static void test_list_pages_all(void **state)
     for (int i = 0; i < 5; i++)
         enqueue_ok(&q, "job", 3, 0);
     long long ids[16];
-    const long long want[] = { 5, 4, 3, 2, 1 };
+    const long long want[] = { 1, 2, 3, 4, 5 };   /* pending in claim order */
     assert_ids(ids, list_all(&q, "", 2, ids, 16, 5), want, 5);
 
     long long total;
@@ -1556,6 +1561,52 @@ static void test_list_bad_arguments(void **state)
     expect_error(fcall("list", &q, -1, "dead", "0", "", END));
     expect_error(fcall("list", &q, -1, "dead", "1001", "", END));
     expect_error(fcall("list", &q, -1, END));
+}
+
+/* ------------------------------------------------------------------------ */
+/* export                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* CSV injection (OWASP): a cell that starts with = + - @ TAB or CR would be
+ * run as a formula by a spreadsheet; export writes it quoted behind a single
+ * quote. Other cells keep RFC 4180 quoting only (SPEC §6). */
+static void test_export_csv_neutralises_formulas(void **state)
+{
+    static const struct { const char *payload, *error, *tail; } rows[] = {
+        { "=1+1", "=HYPERLINK(\"http://x\",\"y\")",
+          ",\"'=HYPERLINK(\"\"http://x\"\",\"\"y\"\")\",\"'=1+1\"" },
+        { "+SUM(A1)", "plain error", ",plain error,\"'+SUM(A1)\"" },
+        { "-2+3", "@cmd|' /C calc'!A0", ",\"'@cmd|' /C calc'!A0\",\"'-2+3\"" },
+        { "\tlead tab", "\rlead cr", ",\"'\rlead cr\",\"'\tlead tab\"" },
+        { "a=b, c", "x-y", ",x-y,\"a=b, c\"" },
+        { "'quoted", "", ",,'quoted" },
+    };
+    const size_t n = sizeof rows / sizeof rows[0];
+    queue_t q;
+    queue_init(&q, "export-csv");
+    for (size_t i = 0; i < n; i++) {
+        msg_t m;
+        long long id = enqueue_ok(&q, rows[i].payload, 1, 0);
+        claim_one(&q, 60000, &m);
+        assert_int_equal(m.id, id);
+        fail_ok(&q, id, rows[i].error, "1", -1, &m);
+    }
+    redisReply *r = fcall("export", &q, -1, "csv", "dead", "100", "", END);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != n + 1)
+        fail_msg("export csv: %s", reply_desc(r));
+    /* Dead letters come oldest death first: row i is message i + 1. */
+    for (size_t i = 0; i < n; i++) {
+        const redisReply *line = r->element[1 + i];
+        assert_int_equal(line->type, REDIS_REPLY_STRING);
+        size_t tail = strlen(rows[i].tail);
+        if (line->len < tail || memcmp(line->str + line->len - tail, rows[i].tail, tail) != 0)
+            fail_msg("row %zu is \"%s\", want it to end with \"%s\"", i + 1, line->str,
+                     rows[i].tail);
+        char head[32];
+        snprintf(head, sizeof head, "%zu,dead,", i + 1);
+        assert_memory_equal(line->str, head, strlen(head));
+    }
+    freeReplyObject(r);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1702,6 +1753,353 @@ static void test_succeed_many(void **state)
     expect_error(fcall_bin("succeed_many", &q, -1, 202, args, NULL));
 }
 
+/* ------------------------------------------------------------------------ */
+/* settle_claim (SPEC §9)                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* One settlement's six ARGV: id, token, outcome, error, retryable, retry_after_ms. */
+typedef struct {
+    long long id;
+    const char *token, *outcome, *error, *retryable;
+    long long retry_after_ms;
+} settle_t;
+
+#define SUCCEEDED(id, token) { (id), (token), "succeeded", "", "1", -1 }
+#define FAILED(id, token, error, retryable, after) { (id), (token), "failed", (error), (retryable), (after) }
+
+/* FCALL settle_claim lease_ms count n, then the n settlements. */
+static redisReply *settle_claim(const queue_t *q, long long lease_ms, int count, size_t n,
+                                const settle_t *items)
+{
+    size_t nargs = 3 + 6 * n;
+    const char **args = calloc(nargs, sizeof *args);
+    char (*nums)[24] = calloc(2 * n + 3, sizeof *nums);
+    assert_non_null(args);
+    assert_non_null(nums);
+    snprintf(nums[0], 24, "%lld", lease_ms);
+    snprintf(nums[1], 24, "%d", count);
+    snprintf(nums[2], 24, "%zu", n);
+    args[0] = nums[0];
+    args[1] = nums[1];
+    args[2] = nums[2];
+    for (size_t i = 0; i < n; i++) {
+        const char **a = args + 3 + 6 * i;
+        snprintf(nums[3 + 2 * i], 24, "%lld", items[i].id);
+        snprintf(nums[4 + 2 * i], 24, "%lld", items[i].retry_after_ms);
+        a[0] = nums[3 + 2 * i];
+        a[1] = items[i].token;
+        a[2] = items[i].outcome;
+        a[3] = items[i].error;
+        a[4] = items[i].retryable;
+        a[5] = nums[4 + 2 * i];
+    }
+    redisReply *r = fcall_bin("settle_claim", q, -1, nargs, args, NULL);
+    free(args);
+    free(nums);
+    return r;
+}
+
+/* {"ok", {status...}, message...}: the n statuses must be want; returns how
+ * many messages (at most max) were claimed, into out. */
+#define expect_settled(r, n, want, out, max) \
+    expect_settled_at((r), (n), (want), (out), (max), __FILE__, __LINE__)
+static size_t expect_settled_at(redisReply *r, size_t n, const char *const *want, msg_t *out,
+                                size_t max, const char *file, int line)
+{
+    char desc[256];
+    snprintf(desc, sizeof desc, "%s", reply_desc(r));
+    bool good = has_code(r, "ok") && r->elements >= 2 && r->elements - 2 <= max &&
+                r->element[1]->type == REDIS_REPLY_ARRAY && r->element[1]->elements == n;
+    for (size_t i = 0; good && i < n; i++) {
+        const redisReply *st = r->element[1]->element[i];
+        good = st->type == REDIS_REPLY_STRING && strcmp(st->str, want[i]) == 0;
+        if (!good)
+            snprintf(desc, sizeof desc, "status %zu %s, expected \"%s\"", i, reply_desc(st), want[i]);
+    }
+    if (!good) {
+        freeReplyObject(r);
+        FAIL_AT(file, line, "expected {\"ok\", %zu statuses, up to %zu messages}, got %s", n, max,
+                desc);
+    }
+    size_t got = r->elements - 2;
+    for (size_t i = 0; i < got; i++)
+        msg_parse(r->element[i + 2], &out[i]);
+    freeReplyObject(r);
+    return got;
+}
+
+/* Copies a claimed message's lease token. */
+static void token_of(const msg_t *m, char out[64])
+{
+    snprintf(out, 64, "%s", msg_str(m, "lease_token"));
+}
+
+/* Every outcome in one call, each exactly as succeed and fail leave it, and
+ * the claim after them. */
+static void test_settle_claim_mixed_outcomes(void **state)
+{
+    queue_t q;
+    queue_init(&q, "settlemix");
+    for (int i = 0; i < 6; i++)
+        enqueue_ok(&q, "job", 3, 0);
+    msg_t m[6];
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "4", END), m, 6), 4);
+    char t1[64], t2[64], t3[64], t4[64];
+    token_of(&m[0], t1);
+    token_of(&m[1], t2);
+    token_of(&m[2], t3);
+    token_of(&m[3], t4);
+
+    settle_t items[] = {
+        SUCCEEDED(1, t1),
+        FAILED(2, t2, "smtp timeout", "1", -1),     /* retry in 2 s */
+        FAILED(3, "", "poison", "0", -1),           /* dead now */
+        FAILED(4, t4, "slow down", "1", 7000),      /* retry_after overrides the backoff */
+        SUCCEEDED(999, ""),                         /* no such message */
+        SUCCEEDED(5, ""),                           /* pending, not processing */
+        SUCCEEDED(1, t1),                           /* settled a moment ago */
+    };
+    static const char *const want[] = { "succeeded", "pending", "dead", "pending", "not_found",
+                                        "invalid_state", "invalid_state" };
+    long long before = redis_now_ms();
+    msg_t got[4];
+    size_t n = expect_settled(settle_claim(&q, 45000, 3, 7, items), 7, want, got, 4);
+    long long after = redis_now_ms();
+
+    /* The claim ran after them: 5 and 6 are what is claimable (2 and 4 are
+     * not due yet), with claim's lease. */
+    assert_int_equal(n, 2);
+    assert_int_equal(got[0].id, 5);
+    assert_int_equal(got[1].id, 6);
+    for (size_t i = 0; i < n; i++) {
+        assert_string_equal(msg_str(&got[i], "status"), "processing");
+        assert_string_equal(msg_str(&got[i], "payload"), "job");
+        assert_int_equal(msg_int(&got[i], "lease_expires_at"), msg_int(&got[i], "updated_at") + 45000);
+        assert_int_equal(zscore(qkey(&q, "processing"), got[i].id), msg_int(&got[i], "lease_expires_at"));
+    }
+    assert_string_not_equal(msg_str(&got[0], "lease_token"), msg_str(&got[1], "lease_token"));
+
+    msg_t g;
+    expect_ok_msg(fcall("get", &q, 1, END), &g);
+    assert_string_equal(msg_str(&g, "status"), "succeeded");
+    assert_no_field(&g, "lease_token");
+    assert_no_field(&g, "lease_expires_at");
+    assert_in_range(msg_int(&g, "updated_at"), before, after);
+    assert_int_equal(zscore(qkey(&q, "succeeded"), 1), msg_int(&g, "updated_at"));
+    assert_int_equal(zscore(qkey(&q, "processing"), 1), -1);
+
+    expect_ok_msg(fcall("get", &q, 2, END), &g);
+    assert_string_equal(msg_str(&g, "status"), "pending");
+    assert_int_equal(msg_int(&g, "retry_count"), 1);
+    assert_string_equal(msg_str(&g, "last_error"), "smtp timeout");
+    assert_int_equal(msg_int(&g, "retry_after") - msg_int(&g, "updated_at"), 2000);
+    assert_int_equal(zscore(qkey(&q, "scheduled"), 2), msg_int(&g, "retry_after"));
+    assert_no_field(&g, "lease_token");
+
+    expect_ok_msg(fcall("get", &q, 3, END), &g);
+    assert_string_equal(msg_str(&g, "status"), "dead");
+    assert_int_equal(msg_int(&g, "retry_count"), 1);
+    assert_string_equal(msg_str(&g, "last_error"), "poison");
+    assert_int_equal(zscore(qkey(&q, "dead"), 3), msg_int(&g, "updated_at"));
+    assert_int_equal(zscore(qkey(&q, "processing"), 3), -1);
+    /* The dead letter is counted in top_errors and in the events stream. */
+    redisReply *r = rcmd("ZSCORE", qkey(&q, "errors"), "poison", END);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    assert_string_equal(r->str, "1");
+    freeReplyObject(r);
+    r = rcmd("XREVRANGE", qkey(&q, "events"), "+", "-", "COUNT", "1", END);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->elements, 1);
+    const redisReply *fields = r->element[0]->element[1];
+    assert_string_equal(fields->element[1]->str, "dead");
+    assert_string_equal(fields->element[3]->str, "3");
+    assert_string_equal(fields->element[5]->str, "poison");
+    freeReplyObject(r);
+
+    expect_ok_msg(fcall("get", &q, 4, END), &g);
+    assert_string_equal(msg_str(&g, "status"), "pending");
+    assert_int_equal(msg_int(&g, "retry_after") - msg_int(&g, "updated_at"), 7000);
+
+    assert_int_equal(counter(&q, "succeeded"), 1);
+    assert_int_equal(counter(&q, "failed"), 3);
+    assert_int_equal(counter(&q, "retried"), 2);
+    assert_int_equal(counter(&q, "dead"), 1);
+    assert_int_equal(counter(&q, "delay_le_2"), 1);
+    assert_int_equal(counter(&q, "delay_le_8"), 1);
+    assert_int_equal(counter(&q, "claimed"), 6);
+    assert_int_equal(zcard(qkey(&q, "processing")), 2);
+}
+
+/* The failure path is fail's: the backoff table, then dead at max_retries,
+ * and a failure due at once is claimed back in the same call, before fresh
+ * messages (due retries first). */
+static void test_settle_claim_backoff_then_dead(void **state)
+{
+    static const long long delays_ms[] = { 2000, 4000, 8000, 16000 };
+    static const char *const pending[] = { "pending" }, *const dead[] = { "dead" };
+    queue_t q;
+    queue_init(&q, "settlebackoff");
+    long long id = enqueue_ok(&q, "job", 5, 0);
+    msg_t m, got[2];
+    char token[64];
+    for (int n = 1; n <= 4; n++) {
+        claim_one(&q, 30000, &m);
+        assert_int_equal(m.id, id);
+        token_of(&m, token);
+        settle_t f = FAILED(id, token, "again", "1", -1);
+        /* count 0: settle only. */
+        assert_int_equal(expect_settled(settle_claim(&q, 30000, 0, 1, &f), 1, pending, got, 0), 0);
+        expect_ok_msg(fcall("get", &q, id, END), &m);
+        assert_int_equal(msg_int(&m, "retry_count"), n);
+        assert_int_equal(msg_int(&m, "retry_after") - msg_int(&m, "updated_at"), delays_ms[n - 1]);
+        make_due(&q, id);
+    }
+    claim_one(&q, 30000, &m);
+    token_of(&m, token);
+    settle_t f = FAILED(id, token, "last", "1", -1);
+    assert_int_equal(expect_settled(settle_claim(&q, 30000, 1, 1, &f), 1, dead, got, 1), 0);
+    expect_ok_msg(fcall("get", &q, id, END), &m);
+    assert_string_equal(msg_str(&m, "status"), "dead");
+    assert_int_equal(msg_int(&m, "retry_count"), 5);
+    assert_no_field(&m, "retry_after");
+    assert_int_equal(zscore(qkey(&q, "dead"), id), msg_int(&m, "updated_at"));
+    assert_int_equal(counter(&q, "failed"), 5);
+    assert_int_equal(counter(&q, "retried"), 4);
+    assert_int_equal(counter(&q, "dead"), 1);
+
+    /* retry_after 0: due at once, so the claim in the same call takes it
+     * back, before the fresh message enqueued after it. */
+    long long a = enqueue_ok(&q, "again", 3, 0);
+    claim_one(&q, 30000, &m);
+    assert_int_equal(m.id, a);
+    long long fresh = enqueue_ok(&q, "fresh", 3, 0);
+    token_of(&m, token);
+    settle_t now = FAILED(a, token, "transient", "1", 0);
+    assert_int_equal(expect_settled(settle_claim(&q, 30000, 2, 1, &now), 1, pending, got, 2), 2);
+    assert_int_equal(got[0].id, a);
+    assert_int_equal(msg_int(&got[0], "retry_count"), 1);
+    assert_string_equal(msg_str(&got[0], "last_error"), "transient");
+    assert_string_not_equal(msg_str(&got[0], "lease_token"), token);
+    assert_int_equal(got[1].id, fresh);
+}
+
+/* Settlements apply when nothing is claimable, and a claim of an empty
+ * queue counts nothing. */
+static void test_settle_claim_nothing_claimable(void **state)
+{
+    static const char *const want[] = { "succeeded", "succeeded" };
+    queue_t q;
+    queue_init(&q, "settleempty");
+    enqueue_ok(&q, "job", 3, 0);
+    enqueue_ok(&q, "job", 3, 0);
+    msg_t m[2];
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "2", END), m, 2), 2);
+    settle_t items[] = { SUCCEEDED(1, ""), SUCCEEDED(2, "") };
+    msg_t got[1];
+    assert_int_equal(expect_settled(settle_claim(&q, 30000, 100, 2, items), 2, want, got, 0), 0);
+    assert_int_equal(zcard(qkey(&q, "succeeded")), 2);
+    assert_int_equal(zcard(qkey(&q, "processing")), 0);
+    assert_int_equal(counter(&q, "succeeded"), 2);
+    assert_int_equal(counter(&q, "claimed"), 2);
+
+    /* No settlement at all is a plain claim. */
+    assert_int_equal(expect_settled(settle_claim(&q, 30000, 1, 0, NULL), 0, NULL, got, 0), 0);
+}
+
+/* A lease token that is not the current one changes nothing; "" accepts
+ * whatever lease is current. */
+static void test_settle_claim_lease_mismatch(void **state)
+{
+    static const char *const mismatch[] = { "lease_mismatch", "lease_mismatch" };
+    static const char *const ok[] = { "succeeded", "pending" };
+    queue_t q;
+    queue_init(&q, "settlelease");
+    enqueue_ok(&q, "job", 3, 0);
+    enqueue_ok(&q, "job", 3, 0);
+    msg_t m[2], got[1];
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "2", END), m, 2), 2);
+    settle_t wrong[] = { SUCCEEDED(1, "not-the-token"), FAILED(2, "1.1", "e", "1", -1) };
+    assert_int_equal(expect_settled(settle_claim(&q, 30000, 1, 2, wrong), 2, mismatch, got, 1), 0);
+    for (int i = 0; i < 2; i++) {
+        msg_t g;
+        expect_ok_msg(fcall("get", &q, m[i].id, END), &g);
+        assert_string_equal(msg_str(&g, "status"), "processing");
+        assert_string_equal(msg_str(&g, "lease_token"), msg_str(&m[i], "lease_token"));
+        assert_int_equal(zscore(qkey(&q, "processing"), m[i].id), msg_int(&m[i], "lease_expires_at"));
+    }
+    assert_int_equal(counter(&q, "failed"), 0);
+    char t1[64];
+    token_of(&m[0], t1);
+    settle_t right[] = { SUCCEEDED(1, t1), FAILED(2, "", "e", "1", -1) };
+    assert_int_equal(expect_settled(settle_claim(&q, 30000, 1, 2, right), 2, ok, got, 1), 0);
+}
+
+/* Every argument is checked before anything is written: a bad item anywhere
+ * leaves the good ones before it unapplied, and nothing is claimed. */
+static void test_settle_claim_atomic(void **state)
+{
+    queue_t q;
+    queue_init(&q, "settleatomic");
+    for (int i = 0; i < 3; i++)
+        enqueue_ok(&q, "job", 3, 0);
+    msg_t m[2];
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "2", END), m, 2), 2);
+    const settle_t bad_last[][2] = {
+        { SUCCEEDED(1, ""), { 2, "", "bogus", "", "1", -1 } },
+        { SUCCEEDED(1, ""), FAILED(2, "", "e", "maybe", -1) },
+        { SUCCEEDED(1, ""), { 0, "", "succeeded", "", "1", -1 } },
+    };
+    for (size_t i = 0; i < sizeof bad_last / sizeof bad_last[0]; i++)
+        expect_error(settle_claim(&q, 30000, 1, 2, bad_last[i]));
+    settle_t one = SUCCEEDED(1, "");
+    expect_error(settle_claim(&q, 0, 1, 1, &one));
+    expect_error(settle_claim(&q, 43200001, 1, 1, &one));
+    expect_error(settle_claim(&q, 30000, 101, 1, &one));
+    expect_error(settle_claim(&q, 30000, -1, 1, &one));
+    expect_error(fcall("settle_claim", &q, -1, "30000", "1", "1", "1", "", "failed", "e", "1", "x", END));
+    /* n must match the arguments that follow. */
+    expect_error(fcall("settle_claim", &q, -1, "30000", "1", "2", "1", "", "succeeded", "", "1", "-1", END));
+    expect_error(fcall("settle_claim", &q, -1, "30000", "1", "1", END));
+    expect_error(fcall("settle_claim", &q, -1, "30000", "1", END));
+
+    for (long long id = 1; id <= 2; id++) {
+        msg_t g;
+        expect_ok_msg(fcall("get", &q, id, END), &g);
+        assert_string_equal(msg_str(&g, "status"), "processing");
+    }
+    assert_int_equal(llen(qkey(&q, "ready")), 1);
+    assert_int_equal(counter(&q, "succeeded"), 0);
+    assert_int_equal(counter(&q, "claimed"), 2);
+}
+
+/* At most 100 settlements and 100 claims in one call. */
+static void test_settle_claim_bounds(void **state)
+{
+    queue_t q;
+    queue_init(&q, "settlebounds");
+    for (int i = 0; i < 201; i++)
+        enqueue_ok(&q, "job", 3, 0);
+    msg_t *m = calloc(100, sizeof *m);
+    assert_non_null(m);
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "100", END), m, 100), 100);
+    settle_t items[101];
+    const char *want[100];
+    for (int i = 0; i < 101; i++) {
+        settle_t s = SUCCEEDED(i + 1, "");
+        items[i] = s;
+        if (i < 100)
+            want[i] = "succeeded";
+    }
+    expect_error(settle_claim(&q, 30000, 1, 101, items));
+    assert_int_equal(counter(&q, "succeeded"), 0);
+    assert_int_equal(expect_settled(settle_claim(&q, 30000, 100, 100, items), 100, want, m, 100), 100);
+    assert_int_equal(m[0].id, 101);
+    assert_int_equal(m[99].id, 200);
+    assert_int_equal(counter(&q, "succeeded"), 100);
+    assert_int_equal(zcard(qkey(&q, "processing")), 100);
+    free(m);
+}
+
 /* A second connection subscribed to one channel. */
 static redisContext *subscribe(const char *channel)
 {
@@ -1820,6 +2218,517 @@ static void test_claim_every_id_once(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Bounded work, orphans, walks under claims, reply bytes                   */
+/* ------------------------------------------------------------------------ */
+
+/* The byte budget of one reply (REPLY_BYTES in lua/00_common.lua). */
+enum { REPLY_BYTES = 4 * 1024 * 1024 };
+
+/* A listing page without copying the messages: ids, the bytes of every
+ * message field (names and values), the next cursor. Returns how many. */
+static size_t raw_page(redisReply *r, long long *ids, size_t max_ids, long long *bytes,
+                       char *next, size_t next_size)
+{
+    if (!has_code(r, "ok"))
+        fail_msg("list: %s", reply_desc(r));
+    assert_true(r->elements >= 3);
+    assert_int_equal(r->element[2]->type, REDIS_REPLY_STRING);
+    assert_true(r->element[2]->len < next_size);
+    memcpy(next, r->element[2]->str, r->element[2]->len + 1);
+    size_t n = r->elements - 3;
+    assert_true(n <= max_ids);
+    *bytes = 0;
+    for (size_t i = 0; i < n; i++) {
+        const redisReply *m = r->element[3 + i];
+        assert_int_equal(m->type, REDIS_REPLY_ARRAY);
+        assert_true(m->elements >= 2);
+        const redisReply *id = m->element[1];
+        ids[i] = id->type == REDIS_REPLY_INTEGER ? id->integer : parse_int(id->str, id->len, "id");
+        for (size_t j = 2; j < m->elements; j++)
+            *bytes += (long long)m->element[j]->len;
+    }
+    freeReplyObject(r);
+    return n;
+}
+
+/* One export page: ids (first column of tsv/csv lines) and the line bytes. */
+static size_t raw_export(redisReply *r, long long *ids, size_t max_ids, long long *bytes,
+                         char *next, size_t next_size)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+        r->element[0]->type != REDIS_REPLY_STRING || strcmp(r->element[0]->str, "bad_cursor") == 0)
+        fail_msg("export: %s", reply_desc(r));
+    assert_true(r->element[0]->len < next_size);
+    memcpy(next, r->element[0]->str, r->element[0]->len + 1);
+    size_t n = r->elements - 1;
+    assert_true(n <= max_ids);
+    *bytes = 0;
+    for (size_t i = 0; i < n; i++) {
+        const redisReply *line = r->element[1 + i];
+        assert_int_equal(line->type, REDIS_REPLY_STRING);
+        const char *s = line->str;
+        if (*s == '{') { /* jsonl: "id":N */
+            const char *p = strstr(s, "\"id\":");
+            assert_non_null(p);
+            s = p + 5;
+        }
+        ids[i] = strtoll(s, NULL, 10);
+        *bytes += (long long)line->len;
+    }
+    freeReplyObject(r);
+    return n;
+}
+
+/* Every list and export call on a queue whose seq is 5,000,000 with a few
+ * messages stays far below 10 ms (SLOWLOG), and a walk ends in few pages:
+ * gaps in ids cost nothing. */
+static void test_list_bounded_work(void **state)
+{
+    queue_t q;
+    queue_init(&q, "bounded");
+    freeReplyObject(rcmd("SET", qkey(&q, "seq"), "5000000", END));
+    long long dead = make_dead(&q, "bang");              /* 5000001 */
+    long long pending = enqueue_ok(&q, "only", 3, 0);    /* 5000002 */
+    assert_int_equal(pending, 5000002);
+    enqueue_ok(&q, "later", 3, 600000);                 /* 5000003, scheduled */
+
+    redisReply *old = rcmd("CONFIG", "GET", "slowlog-log-slower-than", END);
+    assert_int_equal(old->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(old->elements, 2);
+    char was[32];
+    snprintf(was, sizeof was, "%s", old->element[1]->str);
+    freeReplyObject(old);
+    freeReplyObject(rcmd("CONFIG", "SET", "slowlog-log-slower-than", "10000", END));
+    freeReplyObject(rcmd("SLOWLOG", "RESET", END));
+
+    static const char *const statuses[] = { "", "pending", "dead", "succeeded", "processing" };
+    static const char *const needles[] = { "", "zzz", "ang" };
+    for (size_t s = 0; s < sizeof statuses / sizeof statuses[0]; s++) {
+        for (size_t n = 0; n < sizeof needles / sizeof needles[0]; n++) {
+            for (int bounds = 0; bounds < 2; bounds++) {
+                char cursor[256] = "", next[256];
+                int pages = 0;
+                bool seen_pending = false, seen_dead = false;
+                do {
+                    redisReply *r = fcall("list", &q, -1, statuses[s], "1000", cursor, needles[n],
+                                          bounds ? "0" : "", bounds ? "99999999999999" : "", END);
+                    long long ids[1000], bytes;
+                    size_t got = raw_page(r, ids, 1000, &bytes, next, sizeof next);
+                    for (size_t i = 0; i < got; i++) {
+                        seen_pending |= ids[i] == pending;
+                        seen_dead |= ids[i] == dead;
+                    }
+                    snprintf(cursor, sizeof cursor, "%s", next);
+                } while (cursor[0] != '\0' && ++pages < 5);
+                if (cursor[0] != '\0')
+                    fail_msg("list status \"%s\" error_contains \"%s\": not at the end after 5 "
+                             "pages of 1000 (cursor %s)", statuses[s], needles[n], cursor);
+                bool all = statuses[s][0] == '\0';
+                if ((all || strcmp(statuses[s], "pending") == 0) && needles[n][0] == '\0')
+                    assert_true(seen_pending);
+                if ((all || strcmp(statuses[s], "dead") == 0) && strcmp(needles[n], "zzz") != 0)
+                    assert_true(seen_dead);
+            }
+        }
+        char cursor[256] = "", next[256];
+        int pages = 0;
+        do {
+            redisReply *r = fcall("export", &q, -1, "jsonl", statuses[s], "1000", cursor, END);
+            long long ids[1000], bytes;
+            raw_export(r, ids, 1000, &bytes, next, sizeof next);
+            snprintf(cursor, sizeof cursor, "%s", next);
+        } while (cursor[0] != '\0' && ++pages < 5);
+        assert_string_equal(cursor, "");
+    }
+
+    redisReply *slow = rcmd("SLOWLOG", "GET", "10", END);
+    freeReplyObject(rcmd("CONFIG", "SET", "slowlog-log-slower-than", was, END));
+    assert_int_equal(slow->type, REDIS_REPLY_ARRAY);
+    if (slow->elements > 0) {
+        const redisReply *e = slow->element[0];
+        long long us = e->element[2]->integer;
+        const redisReply *args = e->element[3];
+        char what[256] = "";
+        for (size_t i = 0; i < args->elements && strlen(what) < 200; i++)
+            snprintf(what + strlen(what), sizeof what - strlen(what), " \"%s\"", args->element[i]->str);
+        size_t n = slow->elements;
+        freeReplyObject(slow);
+        fail_msg("%zu slow calls; e.g. %lld us:%s", n, us, what);
+    }
+    freeReplyObject(slow);
+}
+
+/* Orphans in the dead index (ids whose hash is gone: eviction, manual DEL):
+ * replay_many removes and counts them and always makes progress. */
+static void test_replay_many_orphans(void **state)
+{
+    queue_t q;
+    queue_init(&q, "orphans");
+    long long ids[8];
+    for (int i = 0; i < 8; i++)
+        ids[i] = make_dead(&q, i % 2 ? "boom" : "bang");
+    for (int i = 0; i < 5; i++)     /* the five oldest lose their hash */
+        int_reply(rcmd("DEL", mkey(&q, ids[i]), END));
+
+    for (int mode = 0; mode < 2; mode++) {
+        char cursor[128] = "";
+        long long replayed = 0;
+        int calls = 0;
+        for (;;) {
+            redisReply *r = mode == 0 ? fcall("replay_many", &q, -1, "error", "2", cursor, "boom", END)
+                                      : fcall("replay_many", &q, -1, "all", "2", cursor, END);
+            if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+                r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_STRING)
+                fail_msg("replay_many: %s", reply_desc(r));
+            long long n = r->element[0]->integer;
+            char next[128];
+            snprintf(next, sizeof next, "%s", r->element[1]->str);
+            freeReplyObject(r);
+            replayed += n;
+            calls++;
+            if (next[0] == '\0')
+                break;
+            if (n == 0 && strcmp(next, cursor) == 0)
+                fail_msg("replay_many %s made no progress at cursor %s after %d calls",
+                         mode ? "all" : "error", next, calls);
+            if (calls > 20)
+                fail_msg("replay_many %s did not end", mode ? "all" : "error");
+            snprintf(cursor, sizeof cursor, "%s", next);
+        }
+        /* error "boom": odd ones that still have a hash (5, 7); all: the rest (6). */
+        assert_int_equal(replayed, mode == 0 ? 2 : 1);
+    }
+    assert_int_equal(zcard(qkey(&q, "dead")), 0);
+    assert_int_equal(counter(&q, "orphans_removed"), 5);
+    assert_int_equal(counter(&q, "replayed"), 3);
+    assert_int_equal(llen(qkey(&q, "due")), 3);
+
+    /* purge and replay by ids pass orphans over the same way. */
+    long long more = enqueue_ok(&q, "x", 3, 0);
+    msg_t m;
+    expect_ok_msg(fcall("kill", &q, more, "x", END), &m);
+    int_reply(rcmd("ZADD", qkey(&q, "dead"), "1", "424242", END));
+    long long pr[2];
+    expect_ints(fcall("purge", &q, -1, "0", "10", END), 2, pr);
+    assert_int_equal(pr[0], 1);
+    assert_int_equal(zcard(qkey(&q, "dead")), 0);
+    assert_int_equal(counter(&q, "purged"), 1);
+    assert_int_equal(counter(&q, "orphans_removed"), 6);
+    int_reply(rcmd("ZADD", qkey(&q, "dead"), "1", "434343", END));
+    redisReply *r = fcall("replay_many", &q, -1, "ids", "434343", num(more), END);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->element[0]->integer, 0);
+    freeReplyObject(r);
+    assert_int_equal(zcard(qkey(&q, "dead")), 0);
+    assert_int_equal(counter(&q, "orphans_removed"), 7);
+}
+
+/* Walks a pending (or complete) listing, or its export, with pages of 4
+ * while workers claim 3 between pages (and dead letters are replayed and a
+ * claim is released): every message that stayed pending during the whole
+ * walk is listed. */
+static void walk_under_claims(bool export, const char *status)
+{
+    enum { DEAD = 16, FRESH = 40, SCHEDULED = 3, MAX_ID = 64 };
+    queue_t q;
+    queue_init(&q, export ? "walkexport" : "walklist");
+    long long dead[DEAD];
+    for (int i = 0; i < DEAD; i++)
+        dead[i] = make_dead(&q, "e");
+    msg_t m;
+    for (int i = 0; i < DEAD / 2; i++)     /* three in due */
+        expect_ok_msg(fcall("replay", &q, dead[i], END), &m);
+    for (int i = 0; i < FRESH; i++)
+        enqueue_ok(&q, "job", 3, 0);
+    for (int i = 0; i < SCHEDULED; i++)
+        enqueue_ok(&q, "later", 3, 600000 + i);
+    long long max_id = DEAD + FRESH + SCHEDULED;
+
+    bool was_pending[MAX_ID] = { false }, claimed[MAX_ID] = { false };
+    int seen[MAX_ID] = { 0 };
+    for (int i = DEAD + 1; i <= max_id; i++)
+        was_pending[i] = true;
+    for (int i = 0; i < DEAD / 2; i++)
+        was_pending[dead[i]] = true;
+
+    char cursor[256] = "", next[256];
+    for (int page = 0; page < 200; page++) {
+        long long ids[4], bytes;
+        size_t n = export ? raw_export(fcall("export", &q, -1, "tsv", status, "4", cursor, END),
+                                       ids, 4, &bytes, next, sizeof next)
+                          : raw_page(fcall("list", &q, -1, status, "4", cursor, END), ids, 4,
+                                     &bytes, next, sizeof next);
+        for (size_t i = 0; i < n; i++) {
+            assert_in_range(ids[i], 1, MAX_ID - 1);
+            seen[ids[i]]++;
+        }
+        if (next[0] == '\0')
+            break;
+        snprintf(cursor, sizeof cursor, "%s", next);
+        /* Workers take three (due first, then ready). */
+        msg_t c[3];
+        size_t got = expect_ok_msgs(fcall("claim", &q, -1, "600000", "3", END), c, 3);
+        for (size_t i = 0; i < got; i++)
+            claimed[c[i].id] = true;
+        if (page == 1) {     /* more arrive in due: replays push on the far side */
+            for (int i = DEAD / 2; i < DEAD; i++)
+                expect_ok_msg(fcall("replay", &q, dead[i], END), &m);
+        }
+        if (page == 2 && got > 0) { /* a claim handed back: it lands at the claim end */
+            char t[64];
+            snprintf(t, sizeof t, "%s", msg_str(&c[0], "lease_token"));
+            assert_int_equal(int_reply(fcall("release", &q, -1, num(c[0].id), t, END)), 1);
+        }
+    }
+    assert_string_equal(next, "");
+    for (int id = 1; id <= max_id; id++) {
+        if (was_pending[id] && !claimed[id] && seen[id] == 0)
+            fail_msg("%s %s: message %d stayed pending during the walk but was not listed",
+                     export ? "export" : "list", status[0] ? status : "(all)", id);
+    }
+}
+
+static void test_pending_walk_under_claims(void **state)
+{
+    walk_under_claims(false, "pending");
+    walk_under_claims(false, "");
+    walk_under_claims(true, "pending");
+    walk_under_claims(true, "");
+}
+
+/* The same property under a random mix of claims, releases, replays,
+ * promotions, deletes and enqueues between pages, for several seeds. */
+static void test_pending_walk_random_interleaving(void **state)
+{
+    enum { MAX_ID = 400 };
+    for (unsigned seed = 1; seed <= 24; seed++) {
+        srand(seed);
+        const char *status = seed % 3 == 0 ? "" : "pending";
+        bool export = seed % 2 == 0;
+        int limit = 1 + (int)(seed % 5);
+        queue_t q;
+        queue_init(&q, "walkrandom");
+        long long dead[40];
+        int ndead = 0;
+        for (int i = 0; i < 30; i++)
+            dead[ndead++] = make_dead(&q, "e");
+        msg_t m;
+        for (int i = 0; i < 12; i++)
+            expect_ok_msg(fcall("replay", &q, dead[i], END), &m);
+        for (int i = 0; i < 60; i++)
+            enqueue_ok(&q, "job", 3, i % 7 == 0 ? 600000 : 0);
+        long long max_id = 90;
+        bool stayed[MAX_ID] = { false };
+        int seen[MAX_ID] = { 0 };
+        for (long long id = 31; id <= max_id; id++)
+            stayed[id] = true;
+        for (int i = 0; i < 12; i++)
+            stayed[dead[i]] = true;
+        long long held[100];
+        char tokens[100][64];
+        int nheld = 0, next_dead = 12;
+
+        char cursor[256] = "", next[256];
+        int page;
+        for (page = 0; page < 1000; page++) {
+            long long ids[8], bytes;
+            redisReply *page_reply = export
+                ? fcall("export", &q, -1, "tsv", status, num(limit), cursor, END)
+                : fcall("list", &q, -1, status, num(limit), cursor, END);
+            size_t n = export ? raw_export(page_reply, ids, 8, &bytes, next, sizeof next)
+                              : raw_page(page_reply, ids, 8, &bytes, next, sizeof next);
+            for (size_t i = 0; i < n; i++) {
+                assert_in_range(ids[i], 1, MAX_ID - 1);
+                seen[ids[i]]++;
+            }
+            if (next[0] == '\0')
+                break;
+            snprintf(cursor, sizeof cursor, "%s", next);
+            int ops = rand() % 4;
+            for (int o = 0; o < ops; o++) {
+                int what = rand() % 7;
+                if (what <= 1) {          /* claim 1..3 */
+                    msg_t c[3];
+                    redisReply *r = fcall("claim", &q, -1, "600000", num(1 + rand() % 3), END);
+                    size_t got = expect_ok_msgs(r, c, 3);
+                    for (size_t i = 0; i < got; i++) {
+                        stayed[c[i].id] = false;
+                        if (nheld < 100) {
+                            held[nheld] = c[i].id;
+                            snprintf(tokens[nheld++], 64, "%s", msg_str(&c[i], "lease_token"));
+                        }
+                    }
+                } else if (what == 2 && nheld > 0) {   /* release one */
+                    nheld--;
+                    int_reply(fcall("release", &q, -1, num(held[nheld]), tokens[nheld], END));
+                } else if (what == 3 && next_dead < ndead) {   /* replay: far end of due */
+                    freeReplyObject(fcall("replay", &q, dead[next_dead++], END)); /* maybe deleted */
+                } else if (what == 4 && max_id + 1 < MAX_ID) {  /* enqueue */
+                    max_id = enqueue_ok(&q, "job", 3, rand() % 2 ? 0 : 600000);
+                } else if (what == 5) {   /* delete a random pending one (LREM) */
+                    long long id = 1 + rand() % max_id;
+                    redisReply *r = fcall("delete", &q, id, END);
+                    if (has_code(r, "ok"))
+                        stayed[id] = false;
+                    freeReplyObject(r);
+                } else if (what == 6) {   /* scheduled ones become due and are promoted */
+                    redisReply *r = rcmd("ZRANGE", qkey(&q, "scheduled"), "0", "1", END);
+                    for (size_t i = 0; i < r->elements; i++)
+                        int_reply(rcmd("ZADD", qkey(&q, "scheduled"), "XX", "0",
+                                       r->element[i]->str, END));
+                    freeReplyObject(r);
+                    long long pr[2];
+                    expect_ints(fcall("promote", &q, -1, "100", END), 2, pr);
+                }
+            }
+        }
+        assert_true(page < 1000);
+        for (long long id = 1; id <= max_id; id++)
+            if (stayed[id] && seen[id] == 0)
+                fail_msg("seed %u (%s %s, limit %d): message %lld stayed pending but was not listed",
+                         seed, export ? "export" : "list", status[0] ? status : "(all)", limit, id);
+    }
+}
+
+/* Listing pages, export chunks and batch claims stop at REPLY_BYTES of
+ * messages (always at least one); what a claim does not return stays
+ * pending, untouched. */
+static void test_reply_bytes_bounded(void **state)
+{
+    enum { N = 10, MIB = 1024 * 1024 };
+    queue_t q;
+    queue_init(&q, "bigpayload");
+    char *payload = malloc(5 * MIB);
+    assert_non_null(payload);
+    memset(payload, 'x', 5 * MIB);
+    for (int i = 0; i < N; i++) {
+        const char *args[] = { payload, "3", "0" };
+        const size_t lens[] = { MIB, 1, 1 };
+        redisReply *r = fcall_bin("enqueue", &q, -1, 3, args, lens);
+        assert_true(has_code(r, "ok"));
+        freeReplyObject(r);
+    }
+
+    static const char *const statuses[] = { "", "pending" };
+    for (size_t s = 0; s < 2; s++) {
+        char cursor[256] = "", next[256];
+        int listed = 0, pages = 0;
+        do {
+            long long ids[1000], bytes;
+            size_t n = raw_page(fcall("list", &q, -1, statuses[s], "1000", cursor, END), ids,
+                                1000, &bytes, next, sizeof next);
+            assert_true(n >= 1);
+            if (n > 1 && bytes > REPLY_BYTES)
+                fail_msg("a list page of %zu messages holds %lld bytes", n, bytes);
+            listed += (int)n;
+            snprintf(cursor, sizeof cursor, "%s", next);
+        } while (cursor[0] != '\0' && ++pages < 20);
+        assert_int_equal(listed, N);
+        assert_true(pages >= 2);
+
+        listed = pages = 0;
+        cursor[0] = '\0';
+        do {
+            long long ids[1000], bytes;
+            size_t n = raw_export(fcall("export", &q, -1, "jsonl", statuses[s], "1000", cursor, END),
+                                  ids, 1000, &bytes, next, sizeof next);
+            assert_true(n >= 1);
+            if (n > 1 && bytes > REPLY_BYTES)
+                fail_msg("an export chunk of %zu lines holds %lld bytes", n, bytes);
+            listed += (int)n;
+            snprintf(cursor, sizeof cursor, "%s", next);
+        } while (cursor[0] != '\0' && ++pages < 20);
+        assert_int_equal(listed, N);
+    }
+
+    /* A batch claim of all ten returns fewer; the rest stay pending as they were. */
+    redisReply *r = fcall("claim", &q, -1, "600000", "10", END);
+    assert_true(has_code(r, "ok"));
+    size_t got = r->elements - 1;
+    long long bytes = 0;
+    for (size_t i = 1; i < r->elements; i++)
+        for (size_t j = 2; j < r->element[i]->elements; j++)
+            bytes += (long long)r->element[i]->element[j]->len;
+    freeReplyObject(r);
+    if (got < 1 || got >= N || (got > 1 && bytes > REPLY_BYTES))
+        fail_msg("claim of 10 returned %zu messages, %lld bytes", got, bytes);
+    assert_int_equal(counter(&q, "claimed"), (long long)got);
+    assert_int_equal(zcard(qkey(&q, "processing")), (long long)got);
+    assert_int_equal(llen(qkey(&q, "ready")), N - (long long)got);
+    for (long long id = (long long)got + 1; id <= N; id++) {
+        redisReply *h = rcmd("HMGET", mkey(&q, id), "status", "lease_token", END);
+        assert_string_equal(h->element[0]->str, "pending");
+        assert_int_equal(h->element[1]->type, REDIS_REPLY_NIL);
+        freeReplyObject(h);
+    }
+    /* Claim order is kept: the next claim takes the next id. */
+    r = fcall("claim", &q, -1, "600000", "1", END);
+    assert_true(has_code(r, "ok"));
+    assert_int_equal(r->elements, 2);
+    assert_int_equal(parse_int(r->element[1]->element[1]->str, r->element[1]->element[1]->len, "id"),
+                     (long long)got + 1);
+    freeReplyObject(r);
+
+    /* One message above the budget still comes, alone. */
+    queue_t big;
+    queue_init(&big, "hugepayload");
+    for (int i = 0; i < 2; i++) {
+        const char *args[] = { payload, "3", "0" };
+        const size_t lens[] = { 5 * MIB, 1, 1 };
+        redisReply *e = fcall_bin("enqueue", &big, -1, 3, args, lens);
+        assert_true(has_code(e, "ok"));
+        freeReplyObject(e);
+    }
+    free(payload);
+    long long ids[4];
+    char next[256];
+    assert_int_equal(raw_page(fcall("list", &big, -1, "", "1000", "", END), ids, 4, &bytes, next,
+                              sizeof next), 1);
+    assert_string_not_equal(next, "");
+    r = fcall("claim", &big, -1, "600000", "2", END);
+    assert_int_equal(r->elements, 2);
+    freeReplyObject(r);
+}
+
+/* settle_claim's claim is claim's: bounded by REPLY_BYTES of messages too,
+ * the rest left pending in place. */
+static void test_settle_claim_reply_bytes_bounded(void **state)
+{
+    enum { N = 6, MIB = 1024 * 1024 };
+    queue_t q;
+    queue_init(&q, "settlebig");
+    char *payload = malloc(MIB);
+    assert_non_null(payload);
+    memset(payload, 'y', MIB);
+    for (int i = 0; i < N; i++) {
+        const char *args[] = { payload, "3", "0" };
+        const size_t lens[] = { MIB, 1, 1 };
+        redisReply *r = fcall_bin("enqueue", &q, -1, 3, args, lens);
+        assert_true(has_code(r, "ok"));
+        freeReplyObject(r);
+    }
+    free(payload);
+    redisReply *c = fcall("claim", &q, -1, "60000", "1", END);
+    assert_int_equal(c->elements, 2);
+    freeReplyObject(c);
+    settle_t done = SUCCEEDED(1, "");
+    redisReply *r = settle_claim(&q, 60000, N, 1, &done);
+    assert_true(has_code(r, "ok"));
+    assert_string_equal(r->element[1]->element[0]->str, "succeeded");
+    size_t got = r->elements - 2;
+    long long bytes = 0;
+    for (size_t i = 2; i < r->elements; i++)
+        for (size_t k = 2; k < r->element[i]->elements; k++)
+            bytes += (long long)r->element[i]->element[k]->len;
+    freeReplyObject(r);
+    if (got < 1 || got >= N - 1 || (got > 1 && bytes > REPLY_BYTES))
+        fail_msg("settle_claim of %d returned %zu messages, %lld bytes", N, got, bytes);
+    assert_int_equal(zcard(qkey(&q, "processing")), (long long)got);
+    assert_int_equal(llen(qkey(&q, "ready")), N - 1 - (long long)got);
+    assert_int_equal(counter(&q, "claimed"), 1 + (long long)got);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Setup                                                                    */
 /* ------------------------------------------------------------------------ */
 
@@ -1885,7 +2794,7 @@ static int group_setup(void **state)
     const size_t lens[] = { 8, 4, 7, len };
     redisReply *r = redisCommandArgv(g_redis, 4, argv, lens);
     free(code);
-    if (r == NULL || r->type != REDIS_REPLY_STRING || strcmp(r->str, "retryd") != 0) {
+    if (r == NULL || r->type != REDIS_REPLY_STRING || strcmp(r->str, RD_LIBRARY_NAME) != 0) {
         print_error("test_lua: FUNCTION LOAD %s failed: %s\n", lua,
                     r == NULL ? g_redis->errstr : r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
         if (r)
@@ -1894,6 +2803,137 @@ static int group_setup(void **state)
     }
     freeReplyObject(r);
     return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Versions side by side (rolling upgrade, SPEC §8)                         */
+/* ------------------------------------------------------------------------ */
+
+/* FUNCTION LOAD [REPLACE] code; fails the test unless Redis names the library. */
+static void load_library(const char *code, size_t len, bool replace, const char *want_name)
+{
+    const char *argv[] = { "FUNCTION", "LOAD", "REPLACE", code };
+    const size_t lens[] = { 8, 4, 7, len };
+    redisReply *r = replace ? command_argv(4, argv, lens)
+                            : command_argv(3, (const char *[]){ "FUNCTION", "LOAD", code },
+                                           (const size_t[]){ 8, 4, len });
+    if (r->type != REDIS_REPLY_STRING || strcmp(r->str, want_name) != 0)
+        fail_msg("FUNCTION LOAD of %s: %s", want_name, reply_desc(r));
+    freeReplyObject(r);
+}
+
+/* The names of the functions of library lib (FUNCTION LIST), comma-joined. */
+static void library_functions(const char *lib, char *out, size_t cap, size_t *count)
+{
+    redisReply *r = rcmd("FUNCTION", "LIST", "LIBRARYNAME", lib, END);
+    out[0] = '\0';
+    *count = 0;
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+        const redisReply *l = r->element[i];
+        bool this_lib = false;
+        const redisReply *fns = NULL;
+        for (size_t j = 0; j + 1 < l->elements; j += 2) {
+            if (strcmp(l->element[j]->str, "library_name") == 0)
+                this_lib = strcmp(l->element[j + 1]->str, lib) == 0;
+            if (strcmp(l->element[j]->str, "functions") == 0) fns = l->element[j + 1];
+        }
+        if (!this_lib || fns == NULL) continue;
+        for (size_t k = 0; k < fns->elements; k++) {
+            const redisReply *f = fns->element[k];
+            for (size_t j = 0; j + 1 < f->elements; j += 2) {
+                if (strcmp(f->element[j]->str, "name") != 0) continue;
+                snprintf(out + strlen(out), cap - strlen(out), "%s%s", *count ? "," : "",
+                         f->element[j + 1]->str);
+                (*count)++;
+            }
+        }
+    }
+    freeReplyObject(r);
+}
+
+/* The library as RETRYD_TEST_LUA holds it, with its version renamed: what a
+ * release with another API version loads. */
+static char *library_as(const char *version_name, size_t *len)
+{
+    size_t n;
+    char *code = read_file(getenv("RETRYD_TEST_LUA"), &n);
+    assert_non_null(code);
+    code = realloc(code, n + 1);
+    assert_non_null(code);
+    code[n] = '\0';
+    size_t from_len = strlen(RD_LIBRARY_NAME), to_len = strlen(version_name);
+    assert_int_equal(from_len, to_len);  /* renamed in place */
+    int renamed = 0;
+    for (char *p = code; (p = strstr(p, RD_LIBRARY_NAME)) != NULL; p += from_len) {
+        memcpy(p, version_name, to_len);
+        renamed++;
+    }
+    assert_true(renamed >= 2);  /* the first line and LIBRARY (and comments) */
+    *len = n;
+    return code;
+}
+
+static void test_library_versions_side_by_side(void **state)
+{
+    /* Every function of the library carries its version. */
+    char names[2048];
+    size_t count;
+    library_functions(RD_LIBRARY_NAME, names, sizeof names, &count);
+    assert_true(count >= 15);
+    for (char *p = names; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (strncmp(p, RD_FUNCTION(""), strlen(RD_FUNCTION(""))) != 0)
+            fail_msg("function %.40s is not versioned (%s)", p, names);
+    assert_non_null(strstr(names, RD_FUNCTION("claim")));
+
+    /* Another version loads beside it (its names do not collide), and both
+     * answer on the same queue: enqueue through one, claim and succeed
+     * through the other, as two daemons of two versions would. */
+    size_t len;
+    char *other = library_as("retryd_v9", &len);
+    load_library(other, len, false, "retryd_v9");
+    queue_t q;
+    queue_init(&q, "versions");
+    redisReply *r = rcmd("FCALL", "retryd_v9_enqueue", "1", q.base, "from v9", "3", "0", END);
+    assert_true(has_code(r, "ok"));
+    freeReplyObject(r);
+    msg_t m;
+    claim_one(&q, 30000, &m);
+    assert_string_equal(msg_str(&m, "payload"), "from v9");
+    r = rcmd("FCALL", "retryd_v9_succeed", "2", q.base, mkey(&q, m.id), num(m.id),
+             msg_str(&m, "lease_token"), END);
+    expect_ok_msg(r, &m);
+    assert_string_equal(msg_str(&m, "status"), "succeeded");
+
+    /* A new daemon's FUNCTION LOAD REPLACE of its version leaves the other. */
+    size_t n;
+    char *mine = read_file(getenv("RETRYD_TEST_LUA"), &n);
+    load_library(mine, n, true, RD_LIBRARY_NAME);
+    free(mine);
+    library_functions("retryd_v9", names, sizeof names, &count);
+    assert_true(count >= 15);
+    r = rcmd("FCALL_RO", "retryd_v9_get", "2", q.base, mkey(&q, m.id), num(m.id), END);
+    expect_ok_msg(r, &m);
+
+    /* The unversioned library of older releases ("retryd", functions named
+     * "claim", ...) coexists too; FUNCTION DELETE ends an old version. */
+    const char *old = "#!lua name=retryd\n"
+                      "redis.register_function('claim', function() return { 'old' } end)\n";
+    load_library(old, strlen(old), true, "retryd");
+    load_library(other, len, true, "retryd_v9");
+    r = rcmd("FCALL", "claim", "1", q.base, END);
+    expect_code(r, "old", NULL);
+    expect_nothing_to_claim(&q);  /* the current version's claim is its own */
+    r = rcmd("FUNCTION", "DELETE", "retryd_v9", END);
+    assert_int_equal(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    r = rcmd("FUNCTION", "DELETE", "retryd", END);
+    assert_int_equal(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    r = rcmd("FCALL", "retryd_v9_claim", "1", q.base, "30000", "1", END);
+    assert_int_equal(r->type, REDIS_REPLY_ERROR);
+    freeReplyObject(r);
+    expect_nothing_to_claim(&q);
+    free(other);
 }
 
 static int group_teardown(void **state)
@@ -1929,6 +2969,40 @@ static long long promise(const queue_t *q)
     long long v = r->type == REDIS_REPLY_STRING ? atoll(r->str) : -1;
     freeReplyObject(r);
     return v;
+}
+
+/* settle_claim forwards the earliest work it creates as a timer hint when the
+ * caller passes retention (dead_ttl_ms, succeeded_ttl_ms): a new lease on a
+ * queue without a promise, a retry earlier than the promise; none without the
+ * two values (the old reply shape). */
+static void test_settle_claim_timer_hints(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "settlehints");
+    enqueue_ok(&q, "a", 3, 0);
+    enqueue_ok(&q, "b", 3, 0);
+    assert_int_equal(promise(&q), -1);
+    /* Nothing to settle, one claim: the lease's deadline is the hint. */
+    redisReply *r = fcall("settle_claim", &q, -1, "20000", "1", "0", "0", "0", END);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->elements, 4);   /* ok, statuses, message, timer */
+    assert_int_equal(r->element[3]->integer, 20000);
+    msg_t m;
+    msg_parse(r->element[2], &m);
+    freeReplyObject(r);
+    assert_int_equal(promise(&q), msg_int(&m, "lease_expires_at"));
+    /* Fail it with a retry in 100 ms (earlier than the promise) and claim the
+     * next: the retry's delay is the hint. */
+    long long h = hint_of(fcall("settle_claim", &q, -1, "20000", "1", "1", num(m.id),
+                                msg_str(&m, "lease_token"), "failed", "boom", "1", "100",
+                                "0", "0", END));
+    assert_in_range(h, 0, 100);
+    /* Without the two values: no hint appended. */
+    r = fcall("settle_claim", &q, -1, "20000", "0", "0", END);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->elements, 2);   /* ok, statuses */
+    freeReplyObject(r);
 }
 
 static void test_timer_hints(void **state)
@@ -2064,7 +3138,7 @@ static bool is_member(const char *set, const char *member)
 static long long take(const char *reg, const char *lease, const char *sweep, size_t *n,
                       char out[][32])
 {
-    redisReply *r = rcmd("FCALL", "timer_take", "1", reg, "10", lease, sweep, "1000", "60000", END);
+    redisReply *r = rcmd("FCALL", RD_FUNCTION("timer_take"), "1", reg, "10", lease, sweep, "1000", "60000", END);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     assert_true(r->elements >= 2);
     long long token = r->element[0]->integer;
@@ -2086,21 +3160,21 @@ static void test_registry_take_done(void **state)
     snprintf(takenk, sizeof takenk, "%s", companion(regc, "taken"));
 
     /* Registration alone: SET and names index, no schedule entry. */
-    assert_int_equal(int_reply(rcmd("FCALL", "register", "1", regc, "idle", "-1", END)), 1);
+    assert_int_equal(int_reply(rcmd("FCALL", RD_FUNCTION("register"), "1", regc, "idle", "-1", END)), 1);
     assert_true(is_member(regc, "idle"));
     assert_int_equal(score_of(nk, "idle"), 0);
     assert_int_equal(score_of(tk, "idle"), -1);
-    expect_error(rcmd("FCALL", "register", "1", regc, "", "0", END));
-    expect_error(rcmd("FCALL", "register", "1", regc, "q", "x", END));
+    expect_error(rcmd("FCALL", RD_FUNCTION("register"), "1", regc, "", "0", END));
+    expect_error(rcmd("FCALL", RD_FUNCTION("register"), "1", regc, "q", "x", END));
 
     /* Due now: taken with a lease; the report sets the next time. */
     long long now = redis_now_ms();
-    int_reply(rcmd("FCALL", "register", "1", regc, "a", "0", END));
-    int_reply(rcmd("FCALL", "register", "1", regc, "b", "0", END));
-    int_reply(rcmd("FCALL", "register", "1", regc, "c", "0", END));
-    int_reply(rcmd("FCALL", "register", "1", regc, "d", "600000", END));
+    int_reply(rcmd("FCALL", RD_FUNCTION("register"), "1", regc, "a", "0", END));
+    int_reply(rcmd("FCALL", RD_FUNCTION("register"), "1", regc, "b", "0", END));
+    int_reply(rcmd("FCALL", RD_FUNCTION("register"), "1", regc, "c", "0", END));
+    int_reply(rcmd("FCALL", RD_FUNCTION("register"), "1", regc, "d", "600000", END));
     /* Later hints never raise an entry. */
-    int_reply(rcmd("FCALL", "register", "1", regc, "a", "900000", END));
+    int_reply(rcmd("FCALL", RD_FUNCTION("register"), "1", regc, "a", "900000", END));
     assert_true(score_of(tk, "a") <= redis_now_ms());
     size_t n;
     char got[10][32];
@@ -2119,9 +3193,9 @@ static void test_registry_take_done(void **state)
 
     /* b is registered again while taken (an enqueue after its tick): the
      * report may neither remove it nor raise its entry. */
-    int_reply(rcmd("FCALL", "register", "1", regc, "b", "-1", END));
+    int_reply(rcmd("FCALL", RD_FUNCTION("register"), "1", regc, "b", "-1", END));
     long long b_before = score_of(tk, "b");
-    long long removed = int_reply(rcmd("FCALL", "timer_done", "1", regc, num(token),
+    long long removed = int_reply(rcmd("FCALL", RD_FUNCTION("timer_done"), "1", regc, num(token),
                                        "a", "2000", "0", "b", "-1", "1", "c", "-1", "1", END));
     assert_int_equal(removed, 1);               /* c only */
     now = redis_now_ms();
@@ -2133,21 +3207,21 @@ static void test_registry_take_done(void **state)
     assert_int_equal(score_of(tk, "c"), -1);
     assert_int_equal(exists(takenk), 0);
     /* A stale report only lowers. */
-    int_reply(rcmd("FCALL", "timer_done", "1", regc, num(token), "d", "1000", "0", END));
+    int_reply(rcmd("FCALL", RD_FUNCTION("timer_done"), "1", regc, num(token), "d", "1000", "0", END));
     assert_true(score_of(tk, "d") <= redis_now_ms() + 1000);
-    int_reply(rcmd("FCALL", "timer_done", "1", regc, num(token), "d", "900000", "0", END));
+    int_reply(rcmd("FCALL", RD_FUNCTION("timer_done"), "1", regc, num(token), "d", "900000", "0", END));
     assert_true(score_of(tk, "d") <= redis_now_ms() + 1000);
     /* An idle report removes the entry, not the registration. */
-    int_reply(rcmd("FCALL", "register", "1", regc, "a", "0", END));
+    int_reply(rcmd("FCALL", RD_FUNCTION("register"), "1", regc, "a", "0", END));
     token = take(regc, "5000", "0", &n, got);
     assert_int_equal(n, 1);
-    int_reply(rcmd("FCALL", "timer_done", "1", regc, num(token), "a", "-1", "0", END));
+    int_reply(rcmd("FCALL", RD_FUNCTION("timer_done"), "1", regc, num(token), "a", "-1", "0", END));
     assert_int_equal(score_of(tk, "a"), -1);
     assert_true(is_member(regc, "a"));
 
-    expect_error(rcmd("FCALL", "timer_done", "1", regc, "1", "a", "x", "0", END));
-    expect_error(rcmd("FCALL", "timer_done", "1", regc, "1", "a", "1", END));
-    expect_error(rcmd("FCALL", "timer_take", "1", regc, "0", "5000", "0", "1000", "0", END));
+    expect_error(rcmd("FCALL", RD_FUNCTION("timer_done"), "1", regc, "1", "a", "x", "0", END));
+    expect_error(rcmd("FCALL", RD_FUNCTION("timer_done"), "1", regc, "1", "a", "1", END));
+    expect_error(rcmd("FCALL", RD_FUNCTION("timer_take"), "1", regc, "0", "5000", "0", "1000", "0", END));
 }
 
 /* The sweep puts names only in the SET (an older retryd, retryctl) in the
@@ -2164,7 +3238,7 @@ static void test_registry_sweep(void **state)
     assert_true(token > 0);
     assert_int_equal(n, 3);
     assert_int_equal(score_of(companion(regc, "names"), "s2"), 0);
-    int_reply(rcmd("FCALL", "timer_done", "1", regc, num(token), "s1", "-1", "0", "s2", "-1",
+    int_reply(rcmd("FCALL", RD_FUNCTION("timer_done"), "1", regc, num(token), "s1", "-1", "0", "s2", "-1",
                    "0", "s3", "-1", "0", END));
     /* The pass ended; the next starts no sooner than sweep_cycle_ms. */
     assert_int_equal(take(regc, "5000", "100", &n, got), 0);
@@ -2178,12 +3252,12 @@ static void test_queues_page(void **state)
     snprintf(regc, sizeof regc, "%s", reg);
     static const char *const names[] = { "d", "a", "c", "b", "a b", "\xc3\xa9" };
     for (size_t i = 0; i < 6; i++)
-        int_reply(rcmd("FCALL", "register", "1", regc, names[i], "-1", END));
+        int_reply(rcmd("FCALL", RD_FUNCTION("register"), "1", regc, names[i], "-1", END));
     static const char *const order[] = { "a", "a b", "b", "c", "d", "\xc3\xa9" };
     char cursor[32] = "";
     size_t seen = 0;
     for (int page = 0; page < 10; page++) {
-        redisReply *r = rcmd("FCALL_RO", "queues_page", "1", regc, cursor, "4", END);
+        redisReply *r = rcmd("FCALL_RO", RD_FUNCTION("queues_page"), "1", regc, cursor, "4", END);
         assert_int_equal(r->type, REDIS_REPLY_ARRAY);
         assert_int_equal(r->element[0]->integer, 6);
         for (size_t i = 2; i < r->elements; i++) {
@@ -2195,8 +3269,8 @@ static void test_queues_page(void **state)
         if (cursor[0] == '\0') break;
     }
     assert_int_equal(seen, 6);
-    expect_error(rcmd("FCALL_RO", "queues_page", "1", regc, "", "0", END));
-    expect_error(rcmd("FCALL_RO", "queues_page", "1", regc, "", "1001", END));
+    expect_error(rcmd("FCALL_RO", RD_FUNCTION("queues_page"), "1", regc, "", "0", END));
+    expect_error(rcmd("FCALL_RO", RD_FUNCTION("queues_page"), "1", regc, "", "1001", END));
 }
 
 /* A registry key with a hash tag keeps it: the companions append to it. */
@@ -2204,7 +3278,7 @@ static void test_registry_tagged_prefix(void **state)
 {
     char reg[64];
     snprintf(reg, sizeof reg, "t{%ld}:queues", (long)getpid());
-    int_reply(rcmd("FCALL", "register", "1", reg, "q", "0", END));
+    int_reply(rcmd("FCALL", RD_FUNCTION("register"), "1", reg, "q", "0", END));
     char timers[96];
     snprintf(timers, sizeof timers, "%s:timers", reg);
     assert_true(score_of(timers, "q") > 0);
@@ -2272,14 +3346,29 @@ int main(void)
         cmocka_unit_test(test_enqueue_idempotency_key),
         cmocka_unit_test(test_release),
         cmocka_unit_test(test_succeed_many),
+        cmocka_unit_test(test_settle_claim_mixed_outcomes),
+        cmocka_unit_test(test_settle_claim_backoff_then_dead),
+        cmocka_unit_test(test_settle_claim_nothing_claimable),
+        cmocka_unit_test(test_settle_claim_lease_mismatch),
+        cmocka_unit_test(test_settle_claim_atomic),
+        cmocka_unit_test(test_settle_claim_bounds),
         cmocka_unit_test(test_wake_channel),
         cmocka_unit_test(test_timer_hints),
+        cmocka_unit_test(test_settle_claim_timer_hints),
         cmocka_unit_test(test_tick_promise_and_empty),
         cmocka_unit_test(test_registry_take_done),
         cmocka_unit_test(test_registry_sweep),
         cmocka_unit_test(test_queues_page),
         cmocka_unit_test(test_registry_tagged_prefix),
         cmocka_unit_test(test_no_hint_without_the_flag),
+        cmocka_unit_test(test_export_csv_neutralises_formulas),
+        cmocka_unit_test(test_library_versions_side_by_side),
+        cmocka_unit_test(test_list_bounded_work),
+        cmocka_unit_test(test_replay_many_orphans),
+        cmocka_unit_test(test_pending_walk_under_claims),
+        cmocka_unit_test(test_pending_walk_random_interleaving),
+        cmocka_unit_test(test_reply_bytes_bounded),
+        cmocka_unit_test(test_settle_claim_reply_bytes_bounded),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -438,6 +438,53 @@ static void test_json_payload_with_nul_not_truncated(void **state)
     if (!whole) fail_msg("payload cut at the NUL: %s", shown);
 }
 
+/* Nothing retryd answers is invalid JSON (SPEC §5 "Text"): text stored
+ * before the API checked UTF-8, or written through FCALL/redis-cli, comes out
+ * with each byte that does not start a valid sequence as U+FFFD; valid text
+ * around it (and a NUL) is kept. */
+static void test_json_invalid_utf8_written_as_replacement(void **state)
+{
+    static const struct { const char *in; size_t len; const char *out; } cases[] = {
+        { "\xff\xfe", 2, "\"payload\":\"\xEF\xBF\xBD\xEF\xBF\xBD\"" },
+        { "ok\xC3", 3, "\"payload\":\"ok\xEF\xBF\xBD\"" },
+        { "\xED\xA0\x80!", 4, "\"payload\":\"\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD!\"" },
+        { "\xC0\xAF\xC3\xA9", 4, "\"payload\":\"\xEF\xBF\xBD\xEF\xBF\xBD\xC3\xA9\"" },
+        { "\xF4\x90\x80\x80", 4,
+          "\"payload\":\"\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\"" },
+        { "a\0\xff", 3, "\"payload\":\"a\\u0000\xEF\xBF\xBD\"" },
+        { "caf\xC3\xA9 \xF0\x9F\x98\x80", 10, "\"payload\":\"caf\xC3\xA9 \xF0\x9F\x98\x80\"" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        rd_message_t m;
+        rd_message_init(&m);
+        m.id = 7;
+        rd_message_set_field(&m, "payload", 7, cases[i].in, cases[i].len);
+        rd_message_set_field(&m, "last_error", 10, "\xfe" "err", 4);
+        set(&m, "status", "dead");
+        rd_json_t *obj = rd_message_to_json(&m, "q\xff", 2, false);
+        size_t len;
+        char *text = rd_json_print(obj, &len);
+        rd_json_free(obj);
+        bool good = strstr(text, cases[i].out) != NULL &&
+                    strstr(text, "\"last_error\":\"\xEF\xBF\xBD" "err\"") != NULL &&
+                    strstr(text, "\"queue\":\"q\xEF\xBF\xBD\"") != NULL;
+        /* The whole document is UTF-8 and parses back. */
+        for (size_t j = 0; good && j < len;) {
+            const unsigned char *u = (const unsigned char *)text + j;
+            size_t n = u[0] < 0x80 ? 1 : (u[0] & 0xE0) == 0xC0 ? 2 : (u[0] & 0xF0) == 0xE0 ? 3
+                     : (u[0] & 0xF8) == 0xF0 ? 4 : 0;
+            if (n == 0 || j + n > len) good = false;
+            for (size_t k = 1; good && k < n; k++) good = (u[k] & 0xC0) == 0x80;
+            j += n ? n : 1;
+        }
+        rd_json_t *back = rd_json_parse(text, len, NULL);
+        good = good && back != NULL;
+        rd_json_free(back);
+        if (!good) fail_msg("case %zu: %s", i, text);
+        rd_free(text);
+    }
+}
+
 int main(void)
 {
     rd_alloc_init();
@@ -462,6 +509,7 @@ int main(void)
         cmocka_unit_test(test_json_token_absent),
         cmocka_unit_test(test_json_lengths_honoured),
         cmocka_unit_test(test_json_payload_with_nul_not_truncated),
+        cmocka_unit_test(test_json_invalid_utf8_written_as_replacement),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

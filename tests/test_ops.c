@@ -606,6 +606,169 @@ static void test_replay_batch(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Batch replay over orphans, a client that leaves, replies bounded in bytes */
+/* ------------------------------------------------------------------------ */
+
+/* Writes n dead letters with ids from..from+n-1 and time of death at_ms
+ * straight into q's keys in one EVAL (test setup); with_hash false leaves
+ * only the dead index entries, as eviction or a manual DEL would. */
+static void seed_dead(const char *q, long long from, long long n, long long at_ms, bool with_hash)
+{
+    static const char script[] =
+        "local base, from, n, at = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] "
+        "for id = from, from + n - 1 do "
+        "  if ARGV[4] == '1' then "
+        "    redis.call('HSET', base .. ':m:' .. id, 'payload', 'p', 'status', 'dead', "
+        "               'retry_count', 1, 'max_retries', 1, 'created_at', at, 'updated_at', at, "
+        "               'last_error', 'boom', 'dead_at', at) "
+        "  end "
+        "  redis.call('ZADD', base .. ':dead', at, id) "
+        "end "
+        "if ARGV[4] == '1' then redis.call('ZINCRBY', base .. ':errors', n, 'boom') end "
+        "redis.call('SET', base .. ':seq', from + n - 1) "
+        "return n";
+    char base[512];
+    snprintf(base, sizeof base, "%s", qkey(q, ""));
+    assert_int_equal(rint_cmd("EVAL %s 1 %s %lld %lld %lld %s", script, base, from, n, at_ms,
+                              with_hash ? "1" : "0"),
+                     n);
+    freeReplyObject(rcmd("FCALL " RD_FUNCTION("register") " 1 %s:queues %s -1", g_prefix, q));
+}
+
+/* The dead index starts with 250 ids whose message is gone (more than one
+ * batch of 200): replay all answers, replays the real ones, and the stats
+ * count the orphans it dropped. It used to call replay_many forever. */
+static void test_replay_all_with_orphans(void **state)
+{
+    (void)state;
+    char q[64];
+    queue_name(q, sizeof q, "replay-orphans");
+    seed_dead(q, 1, 250, 1000, false);
+    long long a = make_dead(q, "real one");
+    long long b = make_dead(q, "real two");
+    assert_int_equal(a, 251);
+    assert_int_equal(rint_cmd("ZCARD %s", qkey(q, ":dead")), 252);
+
+    assert_int_equal(replay_many(q, "{\"all\":true}"), 2);
+    expect_status(q, a, "pending");
+    expect_status(q, b, "pending");
+    assert_int_equal(rint_cmd("ZCARD %s", qkey(q, ":dead")), 0);
+
+    e2e_response_t r = { 0 };
+    http(&r, "GET", qpath(q, "/stats"), NULL);
+    rd_json_t *totals = e2e_jget(e2e_expect_json(&r, 200), "totals");
+    assert_int_equal(e2e_jint(totals, "orphans_removed"), 250);
+    resp_free(&r);
+
+    /* By error text too: orphans are passed over and dropped. */
+    char q2[64];
+    queue_name(q2, sizeof q2, "replay-orphans-text");
+    seed_dead(q2, 1, 300, 2000, false);
+    long long c = make_dead(q2, "smtp down");
+    assert_int_equal(replay_many(q2, "{\"error_contains\":\"smtp\"}"), 1);
+    expect_status(q2, c, "pending");
+    assert_int_equal(rint_cmd("ZCARD %s", qkey(q2, ":dead")), 0);
+    assert_int_equal(hget_int(qkey(q2, ":stats"), "orphans_removed"), 300);
+}
+
+/* A client that leaves (connection reset) in the middle of a long batch
+ * replay stops the loop of replay_many calls: far fewer than all the
+ * letters are replayed, and the count stops growing. */
+static void test_replay_stops_when_client_leaves(void **state)
+{
+    (void)state;
+    enum { N = 40000 };
+    char q[64];
+    queue_name(q, sizeof q, "replay-gone");
+    seed_dead(q, 1, N, e2e_wall_ms() - 1000, true);
+
+    int fd = e2e_connect(g_daemon.port);
+    assert_true(fd >= 0);
+    size_t len = 0;
+    char *req = e2e_format_request("POST", qpath(q, "/replay"), NULL, "{\"all\":true}", 12, &len);
+    assert_non_null(req);
+    assert_int_equal(e2e_send_all(fd, req, len), 0);
+    free(req);
+    long long deadline = e2e_mono_ms() + 5000;
+    while (hget_int(qkey(q, ":stats"), "replayed") == 0) {
+        if (e2e_mono_ms() > deadline) fail_msg("the batch replay did not start");
+        e2e_pause_ms(1);
+    }
+    struct linger reset = { 1, 0 };
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+    close(fd);   /* RST: the client is gone */
+
+    /* Polls until the count has not moved for 300 ms. */
+    long long last = -1, now = 0;
+    int still = 0;
+    deadline = e2e_mono_ms() + 15000;
+    while (still < 6) {
+        e2e_pause_ms(50);
+        now = hget_int(qkey(q, ":stats"), "replayed");
+        still = now == last ? still + 1 : 0;
+        last = now;
+        if (e2e_mono_ms() > deadline) fail_msg("replayed still grows: %lld", now);
+    }
+    printf("test_ops: client left mid-replay: %lld of %d replayed before the loop stopped\n", now,
+           N);
+    if (now >= N / 2)
+        fail_msg("the batch replay went on after its client left: %lld of %d replayed", now, N);
+    assert_int_equal(rint_cmd("ZCARD %s", qkey(q, ":dead")), N - now);
+    /* The daemon is fine and the rest can still be replayed. */
+    assert_int_equal(replay_many(q, "{\"all\":true}"), N - now);
+}
+
+/* Payloads at the --max-body size: a listing page and a batch claim stop at
+ * about 4 MiB (at least one message) instead of carrying them all. */
+static void test_replies_bounded_in_bytes(void **state)
+{
+    (void)state;
+    enum { N = 6, PAYLOAD = 1024 * 1024 - 64 };
+    char q[64];
+    queue_name(q, sizeof q, "big");
+    char *body = malloc(PAYLOAD + 32);
+    assert_non_null(body);
+    int n = snprintf(body, 32, "{\"payload\":\"");
+    memset(body + n, 'x', PAYLOAD);
+    memcpy(body + n + PAYLOAD, "\"}", 3);
+    e2e_response_t r = { 0 };
+    for (int i = 0; i < N; i++) {
+        http(&r, "POST", qpath(q, "/messages"), body);
+        e2e_expect_json(&r, 201);
+    }
+    free(body);
+
+    char cursor[512] = "";
+    int listed = 0, pages = 0;
+    do {
+        http(&r, "GET", cursor[0] ? qpath(q, e2e_fmt("/messages?limit=1000&cursor=%s",
+                                                      e2e_url_encode(cursor)))
+                                  : qpath(q, "/messages?limit=1000"), NULL);
+        rd_json_t *doc = e2e_expect_json(&r, 200);
+        assert_int_equal(e2e_jint(doc, "total"), N);
+        size_t got = rd_json_array_size(e2e_jget(doc, "messages"));
+        if (got < 1 || got > 4 || r.body_len > 5 * 1024 * 1024)
+            fail_msg("a page of %zu messages, %zu bytes", got, r.body_len);
+        listed += (int)got;
+        rd_json_t *next = e2e_jget(doc, "next_cursor");
+        cursor[0] = '\0';
+        if (!rd_json_is_null(next)) snprintf(cursor, sizeof cursor, "%s", rd_json_string(next));
+    } while (cursor[0] && ++pages < 10);
+    assert_int_equal(listed, N);
+    assert_true(pages >= 1);
+
+    http(&r, "POST", qpath(q, "/claim"), "{\"count\":100,\"lease_seconds\":600}");
+    size_t claimed = rd_json_array_size(e2e_jget(e2e_expect_json(&r, 200), "messages"));
+    if (claimed < 1 || claimed >= N || r.body_len > 5 * 1024 * 1024)
+        fail_msg("a batch claim of 100 returned %zu messages, %zu bytes", claimed, r.body_len);
+    http(&r, "GET", qpath(q, "/stats"), NULL);
+    rd_json_t *counts = e2e_jget(e2e_expect_json(&r, 200), "counts");
+    assert_int_equal(e2e_jint(counts, "pending"), N - (long long)claimed);
+    assert_int_equal(e2e_jint(counts, "processing"), (long long)claimed);
+    resp_free(&r);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Bulk replay, and the latency another queue sees meanwhile                */
 /* ------------------------------------------------------------------------ */
 
@@ -628,15 +791,16 @@ static void fcall_enqueue(const char *q, size_t n, int max_retries)
     char b[512];
     snprintf(b, sizeof b, "%s", base);
     for (size_t i = 0; i < n; i++)
-        redisAppendCommand(g_redis, "FCALL enqueue 1 %s %s %d 0", b, "bulk", max_retries);
+        redisAppendCommand(g_redis, "FCALL " RD_FUNCTION("enqueue") " 1 %s %s %d 0", b, "bulk",
+                           max_retries);
     drain_pipeline(n, "FCALL enqueue");
-    freeReplyObject(rcmd("FCALL register 1 %s:queues %s -1", g_prefix, q));
+    freeReplyObject(rcmd("FCALL " RD_FUNCTION("register") " 1 %s:queues %s -1", g_prefix, q));
 }
 
 /* Claims up to 100 of q with FCALL claim; writes the ids; returns how many. */
 static size_t fcall_claim(const char *q, long long *ids)
 {
-    redisReply *reply = rcmd("FCALL claim 1 %s 600000 100", qkey(q, ""));
+    redisReply *reply = rcmd("FCALL " RD_FUNCTION("claim") " 1 %s 600000 100", qkey(q, ""));
     assert_int_equal(reply->type, REDIS_REPLY_ARRAY);
     assert_string_equal(reply->element[0]->str, "ok");
     size_t n = 0;
@@ -704,7 +868,8 @@ static size_t fcall_kill_all(const char *q, long long *ids, size_t cap, bool alt
         snprintf(mkey, sizeof mkey, "%s", qkey(q, e2e_fmt(":m:%lld", ids[i])));
         const char *err = !alternate || ids[i] % 2 ? "smtp: 421 too many connections"
                                                    : "dns: no such host";
-        redisAppendCommand(g_redis, "FCALL fail 2 %s %s %lld %s %s 1 -1", qkey(q, ""), mkey,
+        redisAppendCommand(g_redis, "FCALL " RD_FUNCTION("fail") " 2 %s %s %lld %s %s 1 -1",
+                           qkey(q, ""), mkey,
                            ids[i], "", err);
     }
     drain_pipeline(nids, "FCALL fail");
@@ -774,14 +939,30 @@ static latency_t replay_under_probe(const char *q, const char *other, const char
     return l;
 }
 
-/* "a few milliseconds per call at most" */
-static void expect_few_ms(const latency_t *l, const char *label)
+/* Claims on another queue kept running during the replay (the wall-clock
+ * figures are printed, not asserted: this host is shared). */
+static void expect_claims_ran(const latency_t *l, const char *label)
 {
     assert_int_equal(l->bad, 0);
-    if (l->n < 3) fail_msg("%s: only %zu claims ran during the replay", label, l->n);
-    if (l->med_ms > 5.0 || l->max_ms > 10.0)
-        fail_msg("%s: claims on another queue took median %.3f ms, max %.3f ms (want a few ms "
-                 "at most)", label, l->med_ms, l->max_ms);
+    if (l->n < 1) fail_msg("%s: no claim on another queue ran during the replay", label);
+}
+
+/* "A few milliseconds per call at most", measured where Redis measures it:
+ * fails when SLOWLOG holds a call slower than 10 ms whose function name
+ * contains `fn`. */
+static void expect_no_slow_calls(const char *fn)
+{
+    redisReply *slow = rcmd("SLOWLOG GET 128");
+    assert_int_equal(slow->type, REDIS_REPLY_ARRAY);
+    for (size_t i = 0; i < slow->elements; i++) {
+        const redisReply *e = slow->element[i];
+        const redisReply *args = e->element[3];
+        if (args->elements < 2 || strstr(args->element[1]->str, fn) == NULL) continue;
+        long long us = e->element[2]->integer;
+        freeReplyObject(slow);
+        fail_msg("a %s call held Redis for %lld us (SLOWLOG; want under 10 ms)", fn, us);
+    }
+    freeReplyObject(slow);
 }
 
 static void test_bulk_replay_and_claim_latency(void **state)
@@ -795,23 +976,22 @@ static void test_bulk_replay_and_claim_latency(void **state)
     /* 1500 dead letters: enqueue, claim 100 at a time, fail each. */
     fcall_enqueue(q, BULK_DEAD, 1);
     fcall_enqueue(other, 60000, 3);   /* work for the prober */
-    latency_t all;
-    long long replayed_total = 0;
-    /* The host is shared: a measurement spoiled by noise (the baseline
-     * shows it) is taken again, at most three times in all. A replay that
-     * stalls other queues by design fails every time. */
-    for (int attempt = 0;; attempt++) {
-        assert_int_equal(fcall_kill_all(q, ids, BULK_DEAD + 100, false), BULK_DEAD);
-        assert_int_equal(rint_cmd("ZCARD %s", qkey(q, ":dead")), BULK_DEAD);
-        all = replay_under_probe(q, other, "{\"all\":true}", "all 1500");
-        assert_int_equal(all.replayed, BULK_DEAD);
-        replayed_total += all.replayed;
-        assert_int_equal(rint_cmd("ZCARD %s", qkey(q, ":dead")), 0);
-        assert_int_equal(rint_cmd("ZCARD %s", qkey(q, ":errors")), 0);
-        assert_int_equal(rint_cmd("LLEN %s", qkey(q, ":due")), BULK_DEAD);
-        assert_int_equal(hget_int(qkey(q, ":stats"), "replayed"), replayed_total);
-        if ((all.n >= 3 && all.med_ms <= 5.0 && all.max_ms <= 10.0) || attempt == 2) break;
-    }
+    char was[32];
+    redisReply *old = rcmd("CONFIG GET slowlog-log-slower-than");
+    snprintf(was, sizeof was, "%s", old->element[1]->str);
+    freeReplyObject(old);
+    freeReplyObject(rcmd("CONFIG SET slowlog-log-slower-than 10000"));
+    freeReplyObject(rcmd("SLOWLOG RESET"));
+
+    assert_int_equal(fcall_kill_all(q, ids, BULK_DEAD + 100, false), BULK_DEAD);
+    assert_int_equal(rint_cmd("ZCARD %s", qkey(q, ":dead")), BULK_DEAD);
+    latency_t all = replay_under_probe(q, other, "{\"all\":true}", "all 1500");
+    long long replayed_total = all.replayed;
+    assert_int_equal(all.replayed, BULK_DEAD);
+    assert_int_equal(rint_cmd("ZCARD %s", qkey(q, ":dead")), 0);
+    assert_int_equal(rint_cmd("ZCARD %s", qkey(q, ":errors")), 0);
+    assert_int_equal(rint_cmd("LLEN %s", qkey(q, ":due")), BULK_DEAD);
+    assert_int_equal(hget_int(qkey(q, ":stats"), "replayed"), replayed_total);
 
     /* Again, half smtp and half dns (many with the same time of death, so
      * the cursor walks ties): error_contains replays exactly the smtp half. */
@@ -822,6 +1002,10 @@ static void test_bulk_replay_and_claim_latency(void **state)
     assert_int_equal(rint_cmd("ZCARD %s", qkey(q, ":dead")), BULK_DEAD / 2);
     assert_false(rnil("ZSCORE %s %s", qkey(q, ":errors"), "dns: no such host"));
     assert_true(rnil("ZSCORE %s %s", qkey(q, ":errors"), "smtp: 421 too many connections"));
+
+    expect_no_slow_calls("replay_many");
+    expect_no_slow_calls("claim");
+    freeReplyObject(rcmd("CONFIG SET slowlog-log-slower-than %s", was));
 
     /* ids: the 750 dns ones and 250 that are not dead, 1000 in one body. */
     rd_buf_t body = RD_BUF_INIT;
@@ -839,8 +1023,8 @@ static void test_bulk_replay_and_claim_latency(void **state)
     assert_int_equal(rint_cmd("ZCARD %s", qkey(q, ":dead")), 0);
     assert_int_equal(hget_int(qkey(q, ":stats"), "replayed"), replayed_total + BULK_DEAD);
 
-    expect_few_ms(&all, "all");
-    expect_few_ms(&err, "error_contains");
+    expect_claims_ran(&all, "all");
+    expect_claims_ran(&err, "error_contains");
     /* ids is one call of up to 1000 (not batched by 200 like the others):
      * its stall is printed above, not asserted. */
     assert_int_equal(by_ids.bad, 0);
@@ -1415,6 +1599,9 @@ int main(void)
         T(test_delete),
         T(test_replay_batch),
         T(test_bulk_replay_and_claim_latency),
+        T(test_replay_all_with_orphans),
+        T(test_replay_stops_when_client_leaves),
+        T(test_replies_bounded_in_bytes),
         T(test_stats_after_mixed_workload),
         T(test_top_errors_exact_long_string),
         T(test_top_errors_valid_utf8),

@@ -282,6 +282,155 @@ static void test_enqueue_length_honoured(void **state)
 }
 
 /* ---------------------------------------------------------------------------
+ * Text: every accepted JSON string is valid UTF-8 (SPEC §5 "Text")
+ * ------------------------------------------------------------------------- */
+
+/* Strings that are not valid UTF-8 once JSON escapes are undone: raw bytes
+ * (invalid, overlong, surrogates, past U+10FFFF, cut short) and lone
+ * surrogate escapes. Each is the inside of a JSON string literal. */
+static const char *const bad_text[] = {
+    "\xff\xfe", "ok\xff", "\x80", "\xC0\xAF", "\xE0\x80\xAF", "\xF0\x80\x80\xAF",
+    "\xED\xA0\x80", "\xED\xBF\xBF", "\xF4\x90\x80\x80", "\xF5\x80\x80\x80", "\xE6\x97",
+    "end\xC3", "\xC3\x28",
+    "\\ud800", "\\udfff", "a\\ud800b", "\\ud800\\u0041", "\\ud800\\ud800", "\\udc00\\ud800",
+    "x\\ud83d", "\\\\\\ud800",
+};
+
+/* Runs one parse function on body and expects one "invalid" error on field. */
+typedef rd_req_result_t (*parse_fn)(const char *body, rd_field_errors_t *errs);
+
+static rd_req_result_t parse_enqueue(const char *body, rd_field_errors_t *errs)
+{
+    rd_enqueue_req_t req;
+    rd_req_result_t r = rd_request_enqueue(body, strlen(body), &req, errs);
+    rd_request_free(req.doc);
+    return r;
+}
+
+static rd_req_result_t parse_fail(const char *body, rd_field_errors_t *errs)
+{
+    rd_settle_req_t req;
+    rd_req_result_t r = rd_request_fail(body, strlen(body), &req, errs);
+    rd_request_free(req.doc);
+    return r;
+}
+
+static rd_req_result_t parse_succeed(const char *body, rd_field_errors_t *errs)
+{
+    rd_settle_req_t req;
+    rd_req_result_t r = rd_request_succeed(body, strlen(body), &req, errs);
+    rd_request_free(req.doc);
+    return r;
+}
+
+static rd_req_result_t parse_extend(const char *body, rd_field_errors_t *errs)
+{
+    rd_settle_req_t req;
+    rd_req_result_t r = rd_request_extend(body, strlen(body), DEFAULT_LEASE_MS, &req, errs);
+    rd_request_free(req.doc);
+    return r;
+}
+
+static rd_req_result_t parse_kill(const char *body, rd_field_errors_t *errs)
+{
+    rd_settle_req_t req;
+    rd_req_result_t r = rd_request_kill(body, strlen(body), &req, errs);
+    rd_request_free(req.doc);
+    return r;
+}
+
+static rd_req_result_t parse_replay(const char *body, rd_field_errors_t *errs)
+{
+    rd_replay_req_t req;
+    rd_req_result_t r = rd_request_replay(body, strlen(body), &req, errs);
+    rd_request_replay_free(&req);
+    return r;
+}
+
+static rd_req_result_t parse_ack(const char *body, rd_field_errors_t *errs)
+{
+    rd_ack_req_t req;
+    rd_req_result_t r = rd_request_ack(body, strlen(body), &req, errs);
+    rd_request_free(req.doc);
+    return r;
+}
+
+static void test_text_fields_must_be_utf8(void **state)
+{
+    static const struct {
+        parse_fn parse;
+        const char *before, *after, *field;
+    } cases[] = {
+        { parse_enqueue, "{\"payload\":\"", "\"}", "payload" },
+        { parse_enqueue, "{\"payload\":\"p\",\"idempotency_key\":\"", "\"}", "idempotency_key" },
+        { parse_fail, "{\"error\":\"", "\"}", "error" },
+        { parse_fail, "{\"error\":\"e\",\"lease_token\":\"", "\"}", "lease_token" },
+        { parse_succeed, "{\"lease_token\":\"", "\"}", "lease_token" },
+        { parse_extend, "{\"lease_token\":\"", "\"}", "lease_token" },
+        { parse_kill, "{\"reason\":\"", "\"}", "reason" },
+        { parse_replay, "{\"error_contains\":\"", "\"}", "error_contains" },
+        { parse_ack, "{\"messages\":[{\"id\":1,\"lease_token\":\"", "\"}]}",
+          "messages[0].lease_token" },
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        for (size_t i = 0; i < sizeof bad_text / sizeof bad_text[0]; i++) {
+            char body[256];
+            snprintf(body, sizeof body, "%s%s%s", cases[c].before, bad_text[i], cases[c].after);
+            rd_field_errors_t errs = { .count = 0 };
+            rd_req_result_t r = cases[c].parse(body, &errs);
+            if (r != RD_REQ_INVALID || errs.count != 1 ||
+                strcmp(errs.items[0].field, cases[c].field) != 0)
+                fail_msg("%s: result %d, %zu error(s), first on %s; want 422 on %s", body,
+                         (int)r, errs.count, errs.count ? errs.items[0].field : "-",
+                         cases[c].field);
+            assert_string_equal(errs.items[0].code, "invalid");
+        }
+    }
+    assert_enqueue_invalid("{\"payload\":\"\xff\xfe\"}", "payload", "invalid",
+                           "payload must be valid UTF-8.");
+    assert_enqueue_invalid("{\"payload\":\"\\ud800\"}", "payload", "invalid",
+                           "payload must be valid UTF-8.");
+}
+
+/* Valid text passes whole: escaped pairs, every length of sequence, the
+ * largest code point, an escaped backslash before "ud800" (plain text), and
+ * a lone surrogate in a member nobody reads. */
+static void test_text_valid_utf8_accepted(void **state)
+{
+    static const struct { const char *json, *bytes; } ok[] = {
+        { "\\ud83d\\ude00", "\xF0\x9F\x98\x80" },
+        { "\\udbff\\udfff", "\xF4\x8F\xBF\xBF" },
+        { "caf\xC3\xA9 \xE2\x98\x95 \xF0\x9F\x98\x80", "caf\xC3\xA9 \xE2\x98\x95 \xF0\x9F\x98\x80" },
+        { "\xF4\x8F\xBF\xBF\xEF\xBF\xBF\xED\x9F\xBF\xEE\x80\x80",
+          "\xF4\x8F\xBF\xBF\xEF\xBF\xBF\xED\x9F\xBF\xEE\x80\x80" },
+        { "\\\\ud800", "\\ud800" },
+        { "\\u00e9\\u20ac", "\xC3\xA9\xE2\x82\xAC" },
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        char body[256];
+        snprintf(body, sizeof body, "{\"payload\":\"%s\",\"idempotency_key\":\"%s\"}", ok[i].json,
+                 ok[i].json);
+        rd_enqueue_req_t req;
+        rd_field_errors_t errs = { .count = 0 };
+        rd_req_result_t r = rd_request_enqueue(body, strlen(body), &req, &errs);
+        if (r != RD_REQ_OK)
+            fail_msg("%s: result %d (%s)", body, (int)r, errs.count ? errs.items[0].message : "-");
+        assert_int_equal(req.payload_len, strlen(ok[i].bytes));
+        assert_memory_equal(req.payload, ok[i].bytes, req.payload_len);
+        assert_string_equal(req.idempotency_key, ok[i].bytes);
+        rd_request_free(req.doc);
+    }
+    const char *body = "{\"payload\":\"p\",\"note\":\"\\ud800\xff\"}";
+    rd_enqueue_req_t req;
+    rd_field_errors_t errs = { .count = 0 };
+    assert_int_equal(rd_request_enqueue(body, strlen(body), &req, &errs), RD_REQ_OK);
+    assert_string_equal(req.payload, "p");
+    rd_request_free(req.doc);
+    /* A high surrogate escape at the very end of a body is still not JSON. */
+    assert_enqueue_malformed("{\"payload\":\"\\ud800", strlen("{\"payload\":\"\\ud800"));
+}
+
+/* ---------------------------------------------------------------------------
  * claim
  * ------------------------------------------------------------------------- */
 
@@ -432,6 +581,70 @@ static void test_claim_malformed(void **state)
         if (c.r != RD_REQ_MALFORMED) fail_msg("%s: result %d", bodies[i], (int)c.r);
         assert_int_equal(c.errs.count, 0);
     }
+}
+
+static void test_claim_settle(void **state)
+{
+    const char *body =
+        "{\"count\":2,\"settle\":[{\"id\":7,\"lease_token\":\"1a.2\",\"outcome\":\"succeeded\"},"
+        "{\"id\":8,\"outcome\":\"failed\",\"error\":\"caf\\u00e9 down\",\"retryable\":false,"
+        "\"retry_after_seconds\":5},{\"id\":9,\"outcome\":\"failed\",\"error\":\"\"},"
+        "{\"id\":10,\"outcome\":\"succeeded\",\"error\":3,\"lease_token\":null}]}";
+    rd_claim_req_t req;
+    rd_field_errors_t errs = { .count = 0 };
+    assert_int_equal(rd_request_claim(body, strlen(body), NULL, 0, DEFAULT_LEASE_MS, &req, &errs),
+                     RD_REQ_OK);
+    assert_int_equal(req.count, 2);
+    assert_int_equal(req.nsettle, 4);
+    assert_int_equal(req.settle[0].id, 7);
+    assert_string_equal(req.settle[0].lease_token, "1a.2");
+    assert_false(req.settle[0].failed);
+    assert_int_equal(req.settle[1].id, 8);
+    assert_null(req.settle[1].lease_token);
+    assert_true(req.settle[1].failed);
+    assert_string_equal(req.settle[1].error, "caf\xC3\xA9 down");
+    assert_false(req.settle[1].retryable);
+    assert_int_equal(req.settle[1].retry_after_ms, 5000);
+    /* Defaults of a failure: retryable, the backoff table; "" is an error text. */
+    assert_true(req.settle[2].failed);
+    assert_string_equal(req.settle[2].error, "");
+    assert_true(req.settle[2].retryable);
+    assert_int_equal(req.settle[2].retry_after_ms, -1);
+    /* A success ignores the failure's fields, as the succeed route does. */
+    assert_false(req.settle[3].failed);
+    assert_null(req.settle[3].lease_token);
+    rd_request_free(req.doc);
+
+    /* Absent or null: a plain claim. */
+    assert_int_equal(rd_request_claim("{\"settle\":null}", 15, NULL, 0, DEFAULT_LEASE_MS, &req,
+                                      &errs), RD_REQ_OK);
+    assert_int_equal(req.nsettle, 0);
+    rd_request_free(req.doc);
+    assert_int_equal(rd_request_claim("", 0, NULL, 0, DEFAULT_LEASE_MS, &req, &errs), RD_REQ_OK);
+    assert_int_equal(req.nsettle, 0);
+
+    /* Errors name the item and the field; an error with U+0000 is refused. */
+    assert_claim_invalid("{\"settle\":[]}", NULL, "settle");
+    assert_claim_invalid("{\"settle\":[{\"id\":1,\"outcome\":\"succeeded\"},{\"id\":2,"
+                         "\"outcome\":\"failed\",\"error\":\"a\\u0000b\"}]}", NULL,
+                         "settle[1].error");
+    assert_claim_invalid("{\"settle\":[{\"id\":1,\"outcome\":\"failed\",\"error\":\"\\udc00\"}]}",
+                         NULL, "settle[0].error");
+    claim_result_t c = claim("{\"settle\":[{\"id\":1}]}", NULL);
+    assert_int_equal(c.r, RD_REQ_INVALID);
+    assert_one_error(&c.errs, "settle[0].outcome", "required");
+    /* Many bad items: at most RD_MAX_FIELD_ERRORS errors, each its own name. */
+    char big[4096] = "{\"settle\":[";
+    for (int i = 0; i < 20; i++)
+        snprintf(big + strlen(big), sizeof big - strlen(big), "%s{\"id\":0,\"outcome\":\"x\"}",
+                 i ? "," : "");
+    strcat(big, "]}");
+    c = claim(big, NULL);
+    assert_int_equal(c.r, RD_REQ_INVALID);
+    assert_int_equal(c.errs.count, RD_MAX_FIELD_ERRORS);
+    assert_string_equal(c.errs.items[0].field, "settle[0].id");
+    assert_string_equal(c.errs.items[1].field, "settle[0].outcome");
+    assert_string_equal(c.errs.items[7].field, "settle[3].outcome");
 }
 
 /* ---------------------------------------------------------------------------
@@ -920,9 +1133,12 @@ int main(void)
         cmocka_unit_test(test_enqueue_several_errors),
         cmocka_unit_test(test_enqueue_malformed),
         cmocka_unit_test(test_enqueue_length_honoured),
+        cmocka_unit_test(test_text_fields_must_be_utf8),
+        cmocka_unit_test(test_text_valid_utf8_accepted),
         cmocka_unit_test(test_claim_defaults),
         cmocka_unit_test(test_claim_body_fields),
         cmocka_unit_test(test_claim_query_fields),
+        cmocka_unit_test(test_claim_settle),
         cmocka_unit_test(test_claim_body_wins_over_query),
         cmocka_unit_test(test_claim_out_of_range),
         cmocka_unit_test(test_claim_several_errors),

@@ -8,8 +8,10 @@
 # RETRYD_TEST_REDIS_PORT is a redis-server on 127.0.0.1 the test may write to;
 # every key it makes starts with a prefix unique to the run (it never flushes).
 # The script:
-#   - installs chromium with apt-get when /usr/bin/chromium is missing (root),
-#   - runs `npm ci --prefix tests/ui` when playwright-core is not installed,
+#   - runs scripts/deps.sh test when chromium, node or npm is missing (it
+#     installs Debian's chromium, nodejs and npm; root or sudo),
+#   - runs `npm ci --prefix tests/ui` when playwright-core is not installed
+#     (pinned to a version that runs on Node 18, bookworm's),
 #   - starts retryd with --auth-token-file (a random token) and a unique
 #     --prefix, and a second retryd whose Redis is a dead port (the
 #     "Redis unavailable" banner),
@@ -33,15 +35,12 @@ ROOT=$(cd "$here/.." && pwd)
 REDIS_PORT=${RETRYD_TEST_REDIS_PORT:-}
 BIN=${RETRYD_BIN:-$ROOT/build/retryd}
 CHROMIUM=/usr/bin/chromium
+# stop_pid, port_open, redis_unlink_keys, suite_setup_failed.
+source "$ROOT/scripts/lib.sh"
 
 # A failure before the browser test runs still ends in cmocka's summary, so
 # scripts/test.sh counts it.
-setup_failed() {
-    echo "ui_test.sh: $*"
-    echo "[  FAILED  ] 1 test(s), listed below:"
-    echo "[  FAILED  ] ui_setup"
-    exit 1
-}
+setup_failed() { suite_setup_failed ui_setup "$@"; }
 
 [ -n "$REDIS_PORT" ] || setup_failed "RETRYD_TEST_REDIS_PORT is not set (the port of a throwaway redis-server)"
 [ -x "$BIN" ] || setup_failed "$BIN is missing: run make build/retryd"
@@ -49,45 +48,39 @@ command -v redis-cli >/dev/null || setup_failed "redis-cli is not installed"
 timeout 5 redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG \
     || setup_failed "no Redis answers on 127.0.0.1:$REDIS_PORT"
 
-# --- chromium (Debian's package) -------------------------------------------------
-if [ ! -x "$CHROMIUM" ]; then
-    echo "ui_test.sh: $CHROMIUM is missing; installing Debian's chromium"
-    [ "$(id -u)" -eq 0 ] || setup_failed "installing chromium needs root (apt-get install chromium)"
-    export DEBIAN_FRONTEND=noninteractive
-    { apt-get update -qq && apt-get install -y -qq chromium; } >/dev/null 2>&1 \
-        || setup_failed "apt-get install chromium failed"
-    [ -x "$CHROMIUM" ] || setup_failed "apt-get installed chromium but $CHROMIUM is missing"
+# --- chromium, node and playwright-core ---------------------------------------------
+# scripts/deps.sh test installs what is missing (as `make test` does first):
+# Debian's chromium, and Debian's nodejs and npm when there is no node.
+if [ ! -x "$CHROMIUM" ] || ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    echo "ui_test.sh: installing what is missing (scripts/deps.sh test)"
+    "$ROOT/scripts/deps.sh" test >/dev/null 2>&1 || setup_failed "scripts/deps.sh test failed"
+    [ -x "$CHROMIUM" ] || setup_failed "$CHROMIUM is still missing after scripts/deps.sh test"
+    command -v node >/dev/null || setup_failed "node is still missing after scripts/deps.sh test"
 fi
-
-# --- node and playwright-core ---------------------------------------------------------
-command -v node >/dev/null || setup_failed "node is not installed (Node 20 or later is needed)"
+# Node 18 (Debian bookworm's) or later: tests/ui pins a playwright-core whose
+# engines accept it.
 node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
-[ "$node_major" -ge 20 ] 2>/dev/null || setup_failed "node $(node --version) is too old: Node 20 or later is needed"
-if [ ! -f "$here/ui/node_modules/playwright-core/package.json" ]; then
+[ "$node_major" -ge 18 ] 2>/dev/null || setup_failed "node $(node --version) is too old: Node 18 or later is needed"
+# npm ci again when node_modules holds another version than the lockfile's.
+pw_want=$(node -p 'require(process.argv[1]).packages["node_modules/playwright-core"].version' \
+          "$here/ui/package-lock.json" 2>/dev/null)
+pw_have=$(node -p 'require(process.argv[1]).version' \
+          "$here/ui/node_modules/playwright-core/package.json" 2>/dev/null)
+if [ -z "$pw_have" ] || [ "$pw_have" != "$pw_want" ]; then
     command -v npm >/dev/null || setup_failed "npm is not installed"
     echo "ui_test.sh: npm ci --prefix tests/ui"
     npm ci --prefix "$here/ui" --no-audit --no-fund --loglevel=error >/dev/null 2>&1 \
         || setup_failed "npm ci --prefix tests/ui failed"
 fi
+echo "ui_test.sh: node $(node --version), playwright-core $pw_want, $("$CHROMIUM" --version 2>/dev/null | head -n 1)"
 
 # --- temp dir, token, cleanup ------------------------------------------------------------
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/retryd-ui-test.XXXXXX") || setup_failed "cannot create a temp dir"
 PREFIX="uitest-$$-$RANDOM"
 daemon_pids=()
 cleanup() {
-    local p i
-    for p in ${daemon_pids[@]+"${daemon_pids[@]}"}; do
-        kill -TERM "$p" 2>/dev/null || continue
-        for i in $(seq 1 50); do
-            kill -0 "$p" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -KILL "$p" 2>/dev/null
-        wait "$p" 2>/dev/null
-    done
-    # The run's keys only (SCAN, not KEYS: the server may be shared).
-    timeout 60 redis-cli -h 127.0.0.1 -p "$REDIS_PORT" --scan --pattern "$PREFIX:*" 2>/dev/null \
-        | xargs -r -n 500 timeout 30 redis-cli -h 127.0.0.1 -p "$REDIS_PORT" unlink >/dev/null 2>&1
+    stop_pid ${daemon_pids[@]+"${daemon_pids[@]}"}
+    redis_unlink_keys "$REDIS_PORT" "$PREFIX:*" # the run's keys only
     rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -97,9 +90,6 @@ trap 'exit 143' TERM
 TOKEN="ui-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
 printf '%s\n' "$TOKEN" > "$TMP/token"
 chmod 600 "$TMP/token"
-
-# True when something accepts TCP connections on 127.0.0.1:$1.
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # start_daemon NAME REDIS_URL: starts retryd on the first free port from a
 # random base; sets DAEMON_PORT. Returns 1 when it cannot.
@@ -160,6 +150,7 @@ RETRYD_UI_URL="http://127.0.0.1:$MAIN_PORT" \
 RETRYD_UI_NOREDIS_URL="http://127.0.0.1:$NOREDIS_PORT" \
 RETRYD_UI_TOKEN="$TOKEN" \
 RETRYD_UI_PREFIX="$PREFIX" \
+RETRYD_UI_LIBRARY="$(sed -n '1s/^#!lua name=//p' "$ROOT/lua/00_common.lua")" \
 RETRYD_UI_REDIS_PORT="$REDIS_PORT" \
 RETRYD_UI_SHOTS="$shots" \
 RETRYD_UI_TMP="$TMP" \

@@ -410,9 +410,13 @@
   const CSV_COLUMNS = ['id', 'queue', 'status', 'retry_count', 'max_retries', 'retry_after',
     'last_error', 'lease_expires_at', 'created_at', 'updated_at', 'payload'];
 
+  // Payloads and errors come from producers and workers: a cell a spreadsheet
+  // would run as a formula (it starts with = + - @ TAB or CR) is neutralised as
+  // OWASP's "CSV Injection" page says, with a single quote in front, quoted.
   function csvField(v) {
     if (v === null || v === undefined) return '';
     const s = String(v);
+    if (/^[=+\-@\t\r]/.test(s)) return `"'${s.replace(/"/g, '""')}"`;
     return /[",\r\n]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s;
   }
 

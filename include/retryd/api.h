@@ -8,7 +8,7 @@
 #include "retryd/waiters.h"
 
 typedef struct rd_api {
-    rd_store_t *store;          /* borrowed */
+    rd_store_t *store;          /* borrowed; NULL once the server has closed it */
     rd_waiters_t *waiters;      /* borrowed: long-poll claims */
     const rd_config_t *cfg;     /* borrowed */
     const char *auth_token;     /* NULL: no auth; else required as a Bearer token */

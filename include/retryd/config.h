@@ -37,6 +37,12 @@ int rd_config_load(rd_config_t *cfg, int argc, char **argv, char *err, size_t er
 /* "30d", "1h", "15m", "10s", "90" (seconds) -> milliseconds; -1 when invalid. */
 long long rd_parse_duration_ms(const char *s);
 
+/* Writes url into out (cap bytes, always NUL-terminated, cut to fit) with its
+ * credentials masked: "redis://user:pw@host" -> "redis://user:***@host",
+ * "redis://:pw@host" -> "redis://:***@host". Use it wherever a URL given by
+ * the operator is printed or logged: a password is never shown. */
+void rd_config_mask_url(const char *url, char *out, size_t cap);
+
 /* Parses a redis:// URL into cfg's redis_* fields. Returns 0 or -1. */
 int rd_config_parse_redis_url(rd_config_t *cfg, const char *url);
 

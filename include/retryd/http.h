@@ -6,7 +6,12 @@
  * that exchange; until then the exchange and the request it points to stay
  * valid, even if the client has gone away (the response is then dropped).
  * Requests pipelined on one connection are answered in order: the next one is
- * parsed only after the current one was answered. */
+ * parsed only after the current one was answered.
+ *
+ * A client may half-close (shutdown(SHUT_WR)) after its requests, as HTTP/1.1
+ * allows: every request received before its EOF is carried out and answered,
+ * then the connection ends. Only a reset or a failed write means the client
+ * is truly gone; rd_http_on_delivery tells a handler which it was. */
 #ifndef RETRYD_HTTP_H
 #define RETRYD_HTTP_H
 
@@ -81,7 +86,21 @@ size_t rd_http_server_in_flight(const rd_http_server_t *server);
 void rd_http_respond(rd_http_exchange_t *ex, int status, const char *content_type,
                      const char *extra_headers, const char *body, size_t body_len);
 
-/* False once the client closed its side; the handler must still respond. */
+/* Whether a response reached the client's socket: true when all of it was
+ * written to the socket, false when it could not be (the connection was
+ * reset, a write failed, or the connection was closed first). */
+typedef void (*rd_http_delivery_fn)(bool delivered, void *arg);
+
+/* Asks to be told whether the response of ex (the coming rd_http_respond)
+ * is delivered: after rd_http_respond, cb runs exactly once, from the loop
+ * (never from inside rd_http_respond). At most once per exchange, before
+ * rd_http_respond. */
+void rd_http_on_delivery(rd_http_exchange_t *ex, rd_http_delivery_fn cb, void *arg);
+
+/* False once the client closed its side (EOF: a half-close or a close, which
+ * cannot be told apart) or reset the connection; the handler must still
+ * respond, and the response is still written unless the connection was
+ * reset. Long-poll claims use it to stop waiting for a client that left. */
 bool rd_http_exchange_client_alive(const rd_http_exchange_t *ex);
 
 /* The reason phrase for a status code ("Not Found"), "Unknown" otherwise. */

@@ -13,7 +13,10 @@ typedef struct rd_json rd_json_t;
 
 /* Parses text[0..len). Returns NULL when it is not exactly one JSON value.
  * *has_nul is set when a string in it contains an escaped U+0000, which
- * cJSON would silently cut short: callers refuse such strings instead. */
+ * cJSON would silently cut short: callers refuse such strings instead.
+ * Strings are NOT checked for UTF-8 (callers check the fields they take); a
+ * lone surrogate escape ("\ud800" without its pair), which is JSON syntax but
+ * not text, comes out as the bytes ED A0 80, which that check refuses. */
 rd_json_t *rd_json_parse(const char *text, size_t len, bool *has_nul);
 void rd_json_free(rd_json_t *doc);
 /* The same document with every escaped U+0000 read as U+0001: comparing a
@@ -41,7 +44,10 @@ rd_json_t *rd_json_new_object(void);
 rd_json_t *rd_json_new_array(void);
 void rd_json_set(rd_json_t *obj, const char *name, rd_json_t *item);
 void rd_json_set_string(rd_json_t *obj, const char *name, const char *value);
-/* Binary-safe: NUL bytes in value are written as \u0000. */
+/* The set_string functions always write valid JSON: bytes that are not
+ * UTF-8 are written as U+FFFD (each byte that does not start a valid
+ * sequence becomes one U+FFFD); set_stringn is binary-safe: NUL bytes in
+ * value are written as \u0000. */
 void rd_json_set_stringn(rd_json_t *obj, const char *name, const char *value, size_t len);
 void rd_json_set_int(rd_json_t *obj, const char *name, long long value);
 void rd_json_set_bool(rd_json_t *obj, const char *name, bool value);

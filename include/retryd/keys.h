@@ -1,4 +1,5 @@
-/* keys.h - Redis key names. The only place in C where a key is spelled.
+/* keys.h - Redis key names and the library's function names. The only place
+ * in C where a key or a function is spelled.
  *
  * A queue's keys all share the hash tag "{<escaped name>}" so that one Lua call
  * touches one Cluster slot. The escape is injective: '%', '{', '}', ':', bytes
@@ -22,5 +23,17 @@ void rd_keys_message(rd_buf_t *out, const char *base, size_t base_len, long long
 
 /* "<prefix>:queues": the registry SET of queue names (not slot-bound). */
 void rd_keys_registry(rd_buf_t *out, const char *prefix);
+
+/* The Functions library's name, which carries its API version, and the name
+ * every function of it is registered under: RD_FUNCTION("claim") is
+ * "retryd_v2_claim". Redis function names are global across libraries, so
+ * two versions (retryd_v2 beside the unversioned "retryd" of older releases,
+ * or a later retryd_v3) can be loaded side by side during a rolling upgrade
+ * and each daemon calls the functions it was built for (docs/operators.md).
+ * Bump the version whenever a function's KEYS, ARGV or reply change. The
+ * first line of lua/00_common.lua must name the same library (test_keys
+ * checks it); store.c builds every FCALL name from it. */
+#define RD_LIBRARY_NAME "retryd_v2"
+#define RD_FUNCTION(name) RD_LIBRARY_NAME "_" name
 
 #endif

@@ -1,4 +1,5 @@
-/* message.h - a message as the functions return it, and its JSON form.
+/* message.h - a message as the functions return it, its JSON form, and a
+ * worker's settlement of one.
  *
  * A message's strings are borrowed from the Redis reply it was read from and
  * are valid only inside the callback that delivered it. */
@@ -37,6 +38,17 @@ typedef struct rd_message {
     long long created_at_ms;
     long long updated_at_ms;
 } rd_message_t;
+
+/* One settlement a worker reports (SPEC §9, settle on claim): what succeed
+ * or fail would be told about one message. Strings are borrowed. */
+typedef struct rd_settlement {
+    long long id;
+    const char *lease_token;        /* NULL: accept any current lease */
+    bool failed;                    /* false: succeeded */
+    const char *error;              /* failed: kept as last_error */
+    bool retryable;                 /* failed: false -> dead now */
+    long long retry_after_ms;       /* failed: -1 for the backoff table */
+} rd_settlement_t;
 
 /* The decimal integer in s[0..len), or -1 when it is not one (Redis replies
  * and hash values are parsed with this). */

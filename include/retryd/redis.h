@@ -37,6 +37,9 @@ typedef enum rd_reply_type {
     RD_REPLY_ERROR,
 } rd_reply_type_t;
 
+/* Every accessor takes NULL (e.g. rd_reply_at past the end, or of a reply
+ * that is not an array) as an absent reply: type NIL, no string, no
+ * elements, no integer. A reply of an unexpected shape is never a crash. */
 rd_reply_type_t rd_reply_type(const rd_reply_t *r);
 /* Bytes of a string, status or error reply (NULL for other types). */
 const char *rd_reply_str(const rd_reply_t *r, size_t *len);

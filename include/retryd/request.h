@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "retryd/json.h"
+#include "retryd/message.h"
 #include "retryd/problem.h"
 
 typedef enum rd_req_result { RD_REQ_OK, RD_REQ_MALFORMED, RD_REQ_INVALID } rd_req_result_t;
@@ -26,6 +27,7 @@ enum {
     RD_QUEUE_NAME_MAX = 255,
     RD_ACK_BATCH_MAX = 100,
     RD_IDEMPOTENCY_KEY_MAX = 255,
+    RD_SETTLE_BATCH_MAX = 100,
 };
 
 typedef struct rd_enqueue_req {
@@ -43,6 +45,8 @@ typedef struct rd_claim_req {
     long long wait_ms;        /* 0 unless given */
     int count;                /* 1 unless given */
     bool batch;               /* count was given: answer {messages:[...]} */
+    size_t nsettle;           /* settle given: 1..RD_SETTLE_BATCH_MAX items, else 0 */
+    rd_settlement_t settle[RD_SETTLE_BATCH_MAX];  /* in request order */
 } rd_claim_req_t;
 
 typedef struct rd_settle_req {
@@ -87,7 +91,11 @@ typedef struct rd_queues_req {
 
 rd_req_result_t rd_request_enqueue(const char *body, size_t len, rd_enqueue_req_t *out,
                                    rd_field_errors_t *errs);
-/* Fields may come in the body or the query string (the body wins). */
+/* Fields may come in the body or the query string (the body wins). settle
+ * (SPEC §9) comes only in the body: a list of 1-100 {id, lease_token?,
+ * outcome: "succeeded"|"failed", error? (required for failed), retryable?,
+ * retry_after_seconds?}, each checked as the succeed and fail routes check
+ * theirs; errors name the item, e.g. field "settle[2].error". */
 rd_req_result_t rd_request_claim(const char *body, size_t len, const char *query,
                                  size_t query_len, long long default_lease_ms,
                                  rd_claim_req_t *out, rd_field_errors_t *errs);

@@ -33,8 +33,9 @@ typedef enum rd_store_status {
     RD_STORE_INVALID_STATE,   /* state holds the message's current status */
     RD_STORE_LEASE_MISMATCH,
     RD_STORE_BAD_CURSOR,
-    RD_STORE_LOST,            /* sent, then the link dropped: outcome unknown */
-    RD_STORE_UNAVAILABLE,     /* not sent after all (cluster redirects ran out) */
+    RD_STORE_LOST,            /* a write was sent, then the link dropped: outcome unknown */
+    RD_STORE_UNAVAILABLE,     /* not done: not sent after all (cluster redirects ran out),
+                                 or a read whose link dropped (a read has no outcome) */
     RD_STORE_ERROR,           /* Redis answered something we did not expect; see detail */
 } rd_store_status_t;
 
@@ -59,7 +60,9 @@ typedef struct rd_store_result {
     bool empty;               /* tick: none of the queue's keys is left */
     long long token;          /* timer_take: the round's token (0: nothing was due) */
     long long timer_hint;     /* the call's timer hint (-1 none); already forwarded */
-    rd_str_t *outcomes;       /* succeed_many: one code per item (count of them) */
+    rd_str_t *outcomes;       /* succeed_many: one code per item (count of them);
+                                 settle_claim: one per settlement (settled of them) */
+    size_t settled;           /* settle_claim */
     long long released;       /* release */
     long long replayed;       /* replay_many */
     long long purged;         /* purge */
@@ -93,6 +96,8 @@ rd_backend_t *rd_store_backend(const rd_store_t *st);
 int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, size_t len,
                      int max_retries, long long delay_ms, const char *idempotency_key,
                      rd_store_cb cb, void *arg);
+/* Up to count messages; fewer when they would pass the library's REPLY_BYTES
+ * (at least one when any is claimable). */
 int rd_store_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int count,
                    rd_store_cb cb, void *arg);
 /* token NULL: accept any current lease. */
@@ -108,7 +113,8 @@ int rd_store_replay(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_c
                     void *arg);
 int rd_store_get(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_cb cb, void *arg);
 /* status NULL lists every state; cursor NULL starts at the beginning.
- * error_contains NULL/"" and since_ms/until_ms < 0 mean no filter. */
+ * error_contains NULL/"" and since_ms/until_ms < 0 mean no filter. A page
+ * may hold fewer than limit (bytes, work budget) with a next_cursor. */
 int rd_store_list(rd_store_t *st, rd_store_queue_t q, const char *status, int limit,
                   const char *cursor, const char *error_contains, long long since_ms,
                   long long until_ms, rd_store_cb cb, void *arg);
@@ -116,9 +122,23 @@ int rd_store_list(rd_store_t *st, rd_store_queue_t q, const char *status, int li
  * res->outcomes[i] is "succeeded", "not_found", "invalid_state" or "lease_mismatch". */
 int rd_store_succeed_many(rd_store_t *st, rd_store_queue_t q, size_t n, const long long *ids,
                           const char *const *tokens, rd_store_cb cb, void *arg);
+/* Settle and claim in one call (SPEC §9): applies items[0..n) (n 0..100) as
+ * succeed and fail would, in order, then claims up to count (0..100) as
+ * rd_store_claim does. res->outcomes[i] (res->settled of them) is the new
+ * state of item i ("succeeded", "pending", "dead") or why nothing was done
+ * ("not_found", "invalid_state", "lease_mismatch"); res->messages the claimed
+ * ones. The items are read only during the call. */
+int rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int count,
+                          size_t n, const rd_settlement_t *items, rd_store_cb cb, void *arg);
 /* Hands claimed messages back (no failure counted); res->released. */
 int rd_store_release(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_message_t *msgs,
                      rd_store_cb cb, void *arg);
+/* rd_store_release for messages claimed for a client that is gone (a
+ * departed long-poll, a claim whose answer could not be delivered), with no
+ * one to answer: only each message's id and lease_token are read, and only
+ * during the call. When Redis cannot take it, logs a warning; the leases then
+ * expire instead. */
+void rd_store_hand_back(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_message_t *msgs);
 enum { RD_STORE_REPLAY_IDS_MAX = 200 };
 
 /* Batch replay of dead letters, one bounded call: mode "ids" (ids, n <= 200),

@@ -38,9 +38,16 @@ void rd_waiters_poll_if_deaf(rd_waiters_t *w);
 /* Parked claims right now (all queues). */
 size_t rd_waiters_count(const rd_waiters_t *w);
 
-/* Answers every parked claim with "nothing claimed" (a claim in flight is
- * answered when it completes), closes the notification link and frees w;
- * on_stopped runs once from the loop. */
-void rd_waiters_stop(rd_waiters_t *w, void (*on_stopped)(void *arg), void *arg);
+/* Shutdown, first step: answers every parked claim with "nothing claimed"
+ * (a claim in flight is answered when it completes) and from now on answers
+ * a new park at once the same way; notify does nothing. w stays valid, so
+ * handlers still running may go on calling it. Idempotent. */
+void rd_waiters_stop(rd_waiters_t *w);
+
+/* Shutdown, last step, once nothing can call w any more (the HTTP server has
+ * drained): stops w if that was not done, waits for claims in flight, closes
+ * the notification link and frees w; on_closed (may be NULL) runs once, from
+ * the loop. */
+void rd_waiters_close(rd_waiters_t *w, void (*on_closed)(void *arg), void *arg);
 
 #endif

@@ -22,12 +22,14 @@ const BASE = env.RETRYD_UI_URL;
 const NOREDIS = env.RETRYD_UI_NOREDIS_URL;
 const TOKEN = env.RETRYD_UI_TOKEN;
 const PREFIX = env.RETRYD_UI_PREFIX;
+// The Functions library (its version is in its name); functions are <library>_<name>.
+const LIBRARY = env.RETRYD_UI_LIBRARY;
 const REDIS_PORT = env.RETRYD_UI_REDIS_PORT;
 const SHOTS = env.RETRYD_UI_SHOTS;
 const TMP = env.RETRYD_UI_TMP;
 const CHROMIUM = env.RETRYD_UI_CHROMIUM || '/usr/bin/chromium';
 const LARGE = env.RETRYD_UI_LARGE === undefined ? 100000 : Number(env.RETRYD_UI_LARGE);
-for (const [k, v] of Object.entries({ BASE, NOREDIS, TOKEN, PREFIX, REDIS_PORT, SHOTS, TMP })) {
+for (const [k, v] of Object.entries({ BASE, NOREDIS, TOKEN, PREFIX, LIBRARY, REDIS_PORT, SHOTS, TMP })) {
   if (!v) { console.log(`ui_test.mjs: ${k} is not set (run tests/ui_test.sh)`); process.exit(2); }
 }
 
@@ -162,17 +164,17 @@ function seedLarge(n) {
     'rate limited (429)', 'connection reset by peer'];
   const file = path.join(TMP, 'large.resp');
   const fd = fs.openSync(file, 'w');
-  let buf = resp('FCALL', 'register', 1, `${PREFIX}:queues`, q, -1);
+  let buf = resp('FCALL', `${LIBRARY}_register`, 1, `${PREFIX}:queues`, q, -1);
   const flush = () => { fs.writeSync(fd, buf); buf = ''; };
   for (let i = 1; i <= n; i++) {
-    buf += resp('FCALL', 'enqueue', 1, base, `{"sku":"A-${i}","qty":${i % 7}}`, 1, 0, '');
+    buf += resp('FCALL', `${LIBRARY}_enqueue`, 1, base, `{"sku":"A-${i}","qty":${i % 7}}`, 1, 0, '');
     if (buf.length > 1 << 20) flush();
   }
-  for (let i = 0; i < n; i += 100) buf += resp('FCALL', 'claim', 1, base, 3600000, 100);
+  for (let i = 0; i < n; i += 100) buf += resp('FCALL', `${LIBRARY}_claim`, 1, base, 3600000, 100);
   flush();
   for (let i = 1; i <= n; i++) {
     const err = i === n ? 'needle: the last one' : errors[i % errors.length];
-    buf += resp('FCALL', 'fail', 2, base, `${base}:m:${i}`, i, '', err, 0, -1);
+    buf += resp('FCALL', `${LIBRARY}_fail`, 2, base, `${base}:m:${i}`, i, '', err, 0, -1);
     if (buf.length > 1 << 20) flush();
   }
   flush();
@@ -252,6 +254,9 @@ async function toastText(page, re) {
   await page.waitForFunction((src) => [...document.querySelectorAll('.toast-text')]
     .some((t) => new RegExp(src).test(t.textContent)), re.source, { timeout: 30000 });
 }
+
+/** A cell as the console's CSV holds it: formula-like text behind a ' (OWASP). */
+const sheetCell = (v) => (/^[=+\-@\t\r]/.test(v) ? `'${v}` : v);
 
 function parseCsv(text) {
   const rows = [];
@@ -557,12 +562,44 @@ test('export_csv_rows', async () => {
     const r = rows.find((x) => x[0] === String(m.id));
     check(r, `a row for message ${m.id}`);
     eq(r, [String(m.id), m.queue, m.status, String(m.retry_count), String(m.max_retries), m.retry_after || '',
-      m.last_error || '', m.lease_expires_at || '', m.created_at, m.updated_at, m.payload], `row of message ${m.id}`);
+      m.last_error || '', m.lease_expires_at || '', m.created_at, m.updated_at, m.payload].map(sheetCell),
+    `row of message ${m.id}`);
   }
   eq(rows.find((x) => x[0] === String(seed.csvId))[10], CSV_PAYLOAD, 'quotes, comma and CRLF survive');
   await applyFilter(page, 'quota');
   const filtered = await downloadCsv(page);
   eq(filtered.slice(1).map((r) => [r[0], r[6]]), [[String(seed.csvId), CSV_ERROR]], 'the filtered export');
+  await page.close();
+});
+
+// CSV injection (OWASP): a cell starting with = + - @ TAB or CR leaves the
+// console behind a single quote, quoted, so a spreadsheet shows it as text.
+test('export_csv_neutralises_formulas', async () => {
+  const items = [
+    { payload: '=HYPERLINK("http://evil.example","click")', error: '+cmd|\' /C calc\'!A0' },
+    { payload: '-2+3', error: '@SUM(A1)' },
+    { payload: '\tlead tab', error: '\rlead cr' },
+    { payload: 'a=b', error: 'x-y' },
+  ];
+  const ids = await makeDead('sheets', items);
+  const page = await openPage(hashQueue('sheets', { status: 'dead' }));
+  await waitList(page);
+  const [dl] = await Promise.all([page.waitForEvent('download', { timeout: 60000 }), page.click('#export-csv')]);
+  const text = fs.readFileSync(await dl.path(), 'utf8');
+  check(text.includes('"\'=HYPERLINK(""http://evil.example"",""click"")"'), 'the formula payload is quoted behind \'');
+  check(text.includes(',a=b\r\n'), 'a harmless cell stays as it is');
+  const rows = parseCsv(text);
+  const want = [
+    ["'=HYPERLINK(\"http://evil.example\",\"click\")", "'+cmd|' /C calc'!A0"],
+    ["'-2+3", "'@SUM(A1)"],
+    ["'\tlead tab", "'\rlead cr"],
+    ['a=b', 'x-y'],
+  ];
+  for (let i = 0; i < ids.length; i++) {
+    const r = rows.find((x) => x[0] === String(ids[i]));
+    check(r, `a row for message ${ids[i]}`);
+    eq([r[10], r[6]], want[i], `payload and last_error of message ${ids[i]}`);
+  }
   await page.close();
 });
 
