@@ -1,4 +1,9 @@
-/* api.c - HTTP handlers for every route (SPEC §5). */
+/* api.c - the route table and one handler per route (SPEC §5).
+ *
+ * A handler validates its input (request.c), starts its store operation and
+ * hands the store's return code to started(): the store's callback answers
+ * (respond_json, or respond_store_failure for every store outcome other than
+ * OK), and a store that could not start answers 503 through started(). */
 #include "retryd/api.h"
 
 #include <stdio.h>
@@ -17,11 +22,16 @@
 #include "retryd/ui.h"
 
 /* One request waiting for the store; freed after its response. */
-typedef struct call {
+struct rd_call {
     rd_api_t *api;
     rd_http_exchange_t *ex;
     const rd_http_request_t *req;
     rd_route_match_t match;
+    /* a transition of one message, for its invalid-state answer: "succeed"
+     * needs "a processing" message ... (set by its handler) */
+    const char *verb, *needs;
+    bool notify;                /* a message may have become claimable: wake long-polls */
+    bool metrics;               /* the fan-out answers /metrics, not GET /queues */
     bool batch;                 /* claim with count: answer {messages:[...]} */
     /* claim with settle (SPEC §9): the ids in request order, their outcomes
      * once applied, and the claim to park when nothing was claimable. */
@@ -42,15 +52,10 @@ typedef struct call {
     char *next_cursor;          /* the page's, NULL at the end */
     size_t next_cursor_len;
     long long registered;       /* how many queues the registry holds */
-} call_t;
+};
+typedef rd_call_t call_t;
 
 enum { FANOUT_IN_FLIGHT = 16 };
-
-static const char *const verbs[RD_ROUTE_COUNT] = {
-    [RD_ROUTE_SUCCEED] = "succeed", [RD_ROUTE_FAIL] = "fail",
-    [RD_ROUTE_REPLAY] = "replay",   [RD_ROUTE_EXTEND] = "extend",
-    [RD_ROUTE_KILL] = "kill",       [RD_ROUTE_DELETE] = "delete",
-};
 
 static void call_free(call_t *c)
 {
@@ -105,17 +110,12 @@ static bool respond_store_failure(call_t *c, const rd_store_result_t *res)
         snprintf(detail, sizeof detail, "message %lld does not exist in this queue.", c->match.id);
         respond_problem(c, RD_PROBLEM_NOT_FOUND, detail, NULL, NULL);
         return true;
-    case RD_STORE_INVALID_STATE: {
-        const char *needs = c->match.route == RD_ROUTE_REPLAY   ? "a dead"
-                            : c->match.route == RD_ROUTE_KILL   ? "a pending or processing"
-                            : c->match.route == RD_ROUTE_DELETE ? "a non-processing"
-                                                                : "a processing";
+    case RD_STORE_INVALID_STATE:
         snprintf(detail, sizeof detail, "message %lld is %.*s; %s needs %s message.",
-                 c->match.id, (int)res->state.len, res->state.ptr, verbs[c->match.route],
-                 needs);
+                 c->match.id, (int)res->state.len, res->state.ptr, c->verb ? c->verb : "this",
+                 c->needs ? c->needs : "another");
         respond_problem(c, RD_PROBLEM_INVALID_STATE, detail, NULL, NULL);
         return true;
-    }
     case RD_STORE_LEASE_MISMATCH:
         snprintf(detail, sizeof detail,
                  "lease_token is not the current lease of message %lld (the lease expired and "
@@ -154,7 +154,7 @@ static void on_message(const rd_store_result_t *res, void *arg)
 {
     call_t *c = arg;
     if (respond_store_failure(c, res)) return;
-    if (c->match.route == RD_ROUTE_REPLAY) {
+    if (c->notify) {
         rd_store_queue_t q = { c->match.queue, c->match.queue_len };
         rd_waiters_notify(c->api->waiters, q);
     }
@@ -524,7 +524,7 @@ static void finish_fanout(call_t *c)
         respond_unavailable(c);
         return;
     }
-    if (c->match.route == RD_ROUTE_METRICS) {
+    if (c->metrics) {
         rd_buf_t text = RD_BUF_INIT;
         rd_metrics_render(&text, c->queues, c->nqueues, rd_store_rtt(c->api->store),
                           c->api->waiters ? rd_waiters_count(c->api->waiters) : 0);
@@ -622,27 +622,6 @@ static void on_queue_names(const rd_store_result_t *res, void *arg)
     fanout_pump(c);
 }
 
-/* GET /queues (a page) and /metrics (the first RD_METRICS_MAX_QUEUES). */
-static void list_queues(call_t *c)
-{
-    int rc;
-    if (c->match.route == RD_ROUTE_METRICS) {
-        rc = rd_store_queues_page(c->api->store, NULL, 0, RD_METRICS_MAX_QUEUES, on_queue_names,
-                                  c);
-    } else {
-        rd_queues_req_t q;
-        rd_field_errors_t errs = { .count = 0 };
-        if (rd_request_queues(c->req->query, c->req->query_len, &q, &errs) != RD_REQ_OK) {
-            respond_problem(c, RD_PROBLEM_VALIDATION_FAILED, "The query has invalid fields.",
-                            &errs, NULL);
-            return;
-        }
-        rc = rd_store_queues_page(c->api->store, q.cursor, q.cursor_len, q.limit, on_queue_names,
-                                  c);
-    }
-    if (rc != 0) respond_unavailable(c);
-}
-
 static void on_pinged(const rd_store_result_t *res, void *arg)
 {
     call_t *c = arg;
@@ -657,6 +636,13 @@ static void on_pinged(const rd_store_result_t *res, void *arg)
 
 /* ---------------------------------------------------------------- handlers */
 
+/* The one path of a store operation that could not start (Redis not ready:
+ * its callback never runs): 503, nothing was done. */
+static void started(call_t *c, int rc)
+{
+    if (rc != 0) respond_unavailable(c);
+}
+
 static void answer_parse_failure(call_t *c, rd_req_result_t r, const rd_field_errors_t *errs)
 {
     if (r == RD_REQ_MALFORMED)
@@ -667,126 +653,247 @@ static void answer_parse_failure(call_t *c, rd_req_result_t r, const rd_field_er
                         NULL);
 }
 
-/* Starts the store operation of a queue route; returns the store's rc, or 1
- * when it already answered (bad input). */
-static int dispatch(call_t *c)
+static rd_store_queue_t queue_of(const call_t *c)
 {
-    rd_api_t *api = c->api;
-    const rd_http_request_t *req = c->req;
-    rd_store_queue_t q = { c->match.queue, c->match.queue_len };
-    long long id = c->match.id;
-    rd_field_errors_t errs = { .count = 0 };
-    rd_req_result_t r;
-    int rc;
-
-    switch (c->match.route) {
-    case RD_ROUTE_ENQUEUE: {
-        rd_enqueue_req_t e;
-        r = rd_request_enqueue(req->body, req->body_len, &e, &errs);
-        if (r != RD_REQ_OK) break;
-        rc = rd_store_enqueue(api->store, q, e.payload, e.payload_len, e.max_retries,
-                              e.delay_ms, e.idempotency_key, on_enqueued, c);
-        rd_request_free(e.doc);
-        return rc;
-    }
-    case RD_ROUTE_LIST: {
-        rd_list_req_t l;
-        r = rd_request_list(req->query, req->query_len, &l, &errs);
-        if (r != RD_REQ_OK) break;
-        return rd_store_list(api->store, q, l.status, l.limit, l.cursor, l.error_contains,
-                             l.since_ms, l.until_ms, on_listed, c);
-    }
-    case RD_ROUTE_GET:
-        return rd_store_get(api->store, q, id, on_message, c);
-    case RD_ROUTE_CLAIM: {
-        rd_claim_req_t cl;
-        r = rd_request_claim(req->body, req->body_len, req->query, req->query_len,
-                             api->cfg->lease_ms, &cl, &errs);
-        if (r != RD_REQ_OK) break;
-        c->batch = cl.batch;
-        if (cl.nsettle > 0) {
-            c->nsettle = cl.nsettle;
-            c->settle_ids = rd_malloc(cl.nsettle * sizeof *c->settle_ids);
-            for (size_t i = 0; i < cl.nsettle; i++) c->settle_ids[i] = cl.settle[i].id;
-            c->lease_ms = cl.lease_ms;
-            c->wait_ms = cl.wait_ms;
-            c->count = cl.count;
-            rc = rd_store_settle_claim(api->store, q, cl.lease_ms, cl.count, cl.nsettle,
-                                       cl.settle, on_settle_claimed, c);
-            rd_request_free(cl.doc);
-            return rc;
-        }
-        rd_request_free(cl.doc);
-        if (cl.wait_ms > 0 && api->waiters) {
-            if (!rd_store_ready(api->store)) return -1;
-            rd_waiters_park(api->waiters, q, cl.lease_ms, cl.count, cl.wait_ms, c->ex,
-                            on_claimed, c);
-            return 0;
-        }
-        return rd_store_claim(api->store, q, cl.lease_ms, cl.count, on_claimed, c);
-    }
-    case RD_ROUTE_SUCCEED:
-    case RD_ROUTE_FAIL:
-    case RD_ROUTE_EXTEND: {
-        rd_settle_req_t s;
-        if (c->match.route == RD_ROUTE_SUCCEED)
-            r = rd_request_succeed(req->body, req->body_len, &s, &errs);
-        else if (c->match.route == RD_ROUTE_FAIL)
-            r = rd_request_fail(req->body, req->body_len, &s, &errs);
-        else
-            r = rd_request_extend(req->body, req->body_len, api->cfg->lease_ms, &s, &errs);
-        if (r != RD_REQ_OK) break;
-        if (c->match.route == RD_ROUTE_SUCCEED)
-            rc = rd_store_succeed(api->store, q, id, s.lease_token, on_message, c);
-        else if (c->match.route == RD_ROUTE_FAIL)
-            rc = rd_store_fail(api->store, q, id, s.lease_token, s.error, s.retryable,
-                               s.retry_after_ms, on_message, c);
-        else
-            rc = rd_store_extend(api->store, q, id, s.lease_token, s.lease_ms, on_message, c);
-        rd_request_free(s.doc);
-        return rc;
-    }
-    case RD_ROUTE_SUCCEED_MANY:
-        c->ack = rd_malloc(sizeof *c->ack);
-        r = rd_request_ack(req->body, req->body_len, c->ack, &errs);
-        if (r != RD_REQ_OK) break;
-        return rd_store_succeed_many(api->store, q, c->ack->count, c->ack->ids,
-                                     c->ack->tokens, on_acked, c);
-    case RD_ROUTE_KILL: {
-        rd_settle_req_t k;
-        r = rd_request_kill(req->body, req->body_len, &k, &errs);
-        if (r != RD_REQ_OK) break;
-        rc = rd_store_kill(api->store, q, id, k.error, on_message, c);
-        rd_request_free(k.doc);
-        return rc;
-    }
-    case RD_ROUTE_DELETE:
-        return rd_store_delete(api->store, q, id, on_deleted, c);
-    case RD_ROUTE_REPLAY_MANY:
-        r = rd_request_replay(req->body, req->body_len, &c->replay, &errs);
-        if (r != RD_REQ_OK) break;
-        return replay_next(c);
-    case RD_ROUTE_STATS: {
-        int top;
-        r = rd_request_stats(req->query, req->query_len, &top, &errs);
-        if (r != RD_REQ_OK) break;
-        return rd_store_stats(api->store, q, top, on_stats, c);
-    }
-    case RD_ROUTE_REPLAY:
-        r = rd_request_empty(req->body, req->body_len);
-        if (r != RD_REQ_OK) break;
-        return rd_store_replay(api->store, q, id, on_message, c);
-    default: {
-        rd_store_result_t bad = { .status = RD_STORE_ERROR };
-        respond_store_failure(c, &bad);
-        return 1;
-    }
-    }
-    answer_parse_failure(c, r, &errs);
-    return 1;
+    return (rd_store_queue_t){ c->match.queue, c->match.queue_len };
 }
 
-static void serve_ui(call_t *c)
+static void handle_healthz(call_t *c)
+{
+    rd_json_t *doc = rd_json_new_object();
+    rd_json_set_string(doc, "status", "ok");
+    respond_json(c, 200, doc, NULL);
+}
+
+static void handle_readyz(call_t *c)
+{
+    started(c, rd_store_ping(c->api->store, on_pinged, c));
+}
+
+static void handle_enqueue(call_t *c)
+{
+    rd_enqueue_req_t e;
+    rd_field_errors_t errs = { .count = 0 };
+    rd_req_result_t r = rd_request_enqueue(c->req->body, c->req->body_len, &e, &errs);
+    if (r != RD_REQ_OK) {
+        answer_parse_failure(c, r, &errs);
+        return;
+    }
+    int rc = rd_store_enqueue(c->api->store, queue_of(c), e.payload, e.payload_len,
+                              e.max_retries, e.delay_ms, e.idempotency_key, on_enqueued, c);
+    rd_request_free(e.doc);
+    started(c, rc);
+}
+
+static void handle_list(call_t *c)
+{
+    rd_list_req_t l;
+    rd_field_errors_t errs = { .count = 0 };
+    rd_req_result_t r = rd_request_list(c->req->query, c->req->query_len, &l, &errs);
+    if (r != RD_REQ_OK) {
+        answer_parse_failure(c, r, &errs);
+        return;
+    }
+    started(c, rd_store_list(c->api->store, queue_of(c), l.status, l.limit, l.cursor,
+                             l.error_contains, l.since_ms, l.until_ms, on_listed, c));
+}
+
+static void handle_get(call_t *c)
+{
+    started(c, rd_store_get(c->api->store, queue_of(c), c->match.id, on_message, c));
+}
+
+static void handle_claim(call_t *c)
+{
+    rd_api_t *api = c->api;
+    rd_store_queue_t q = queue_of(c);
+    rd_claim_req_t cl;
+    rd_field_errors_t errs = { .count = 0 };
+    rd_req_result_t r = rd_request_claim(c->req->body, c->req->body_len, c->req->query,
+                                         c->req->query_len, api->cfg->lease_ms, &cl, &errs);
+    if (r != RD_REQ_OK) {
+        answer_parse_failure(c, r, &errs);
+        return;
+    }
+    c->batch = cl.batch;
+    if (cl.nsettle > 0) {
+        c->nsettle = cl.nsettle;
+        c->settle_ids = rd_malloc(cl.nsettle * sizeof *c->settle_ids);
+        for (size_t i = 0; i < cl.nsettle; i++) c->settle_ids[i] = cl.settle[i].id;
+        c->lease_ms = cl.lease_ms;
+        c->wait_ms = cl.wait_ms;
+        c->count = cl.count;
+        int rc = rd_store_settle_claim(api->store, q, cl.lease_ms, cl.count, cl.nsettle,
+                                       cl.settle, on_settle_claimed, c);
+        rd_request_free(cl.doc);
+        started(c, rc);
+        return;
+    }
+    rd_request_free(cl.doc);
+    if (cl.wait_ms > 0 && api->waiters) {
+        if (!rd_store_ready(api->store)) {
+            started(c, -1);
+            return;
+        }
+        rd_waiters_park(api->waiters, q, cl.lease_ms, cl.count, cl.wait_ms, c->ex, on_claimed,
+                        c);
+        return;
+    }
+    started(c, rd_store_claim(api->store, q, cl.lease_ms, cl.count, on_claimed, c));
+}
+
+/* The transitions of one leased message answer "... needs a processing message". */
+static void leased_transition(call_t *c, const char *verb)
+{
+    c->verb = verb;
+    c->needs = "a processing";
+}
+
+static void handle_succeed(call_t *c)
+{
+    leased_transition(c, "succeed");
+    rd_settle_req_t s;
+    rd_field_errors_t errs = { .count = 0 };
+    rd_req_result_t r = rd_request_succeed(c->req->body, c->req->body_len, &s, &errs);
+    if (r != RD_REQ_OK) {
+        answer_parse_failure(c, r, &errs);
+        return;
+    }
+    int rc = rd_store_succeed(c->api->store, queue_of(c), c->match.id, s.lease_token,
+                              on_message, c);
+    rd_request_free(s.doc);
+    started(c, rc);
+}
+
+static void handle_fail(call_t *c)
+{
+    leased_transition(c, "fail");
+    rd_settle_req_t s;
+    rd_field_errors_t errs = { .count = 0 };
+    rd_req_result_t r = rd_request_fail(c->req->body, c->req->body_len, &s, &errs);
+    if (r != RD_REQ_OK) {
+        answer_parse_failure(c, r, &errs);
+        return;
+    }
+    int rc = rd_store_fail(c->api->store, queue_of(c), c->match.id, s.lease_token, s.error,
+                           s.retryable, s.retry_after_ms, on_message, c);
+    rd_request_free(s.doc);
+    started(c, rc);
+}
+
+static void handle_extend(call_t *c)
+{
+    leased_transition(c, "extend");
+    rd_settle_req_t s;
+    rd_field_errors_t errs = { .count = 0 };
+    rd_req_result_t r = rd_request_extend(c->req->body, c->req->body_len, c->api->cfg->lease_ms,
+                                          &s, &errs);
+    if (r != RD_REQ_OK) {
+        answer_parse_failure(c, r, &errs);
+        return;
+    }
+    int rc = rd_store_extend(c->api->store, queue_of(c), c->match.id, s.lease_token, s.lease_ms,
+                             on_message, c);
+    rd_request_free(s.doc);
+    started(c, rc);
+}
+
+static void handle_replay(call_t *c)
+{
+    c->verb = "replay";
+    c->needs = "a dead";
+    c->notify = true;
+    rd_req_result_t r = rd_request_empty(c->req->body, c->req->body_len);
+    if (r != RD_REQ_OK) {
+        answer_parse_failure(c, r, NULL);
+        return;
+    }
+    started(c, rd_store_replay(c->api->store, queue_of(c), c->match.id, on_message, c));
+}
+
+static void handle_kill(call_t *c)
+{
+    c->verb = "kill";
+    c->needs = "a pending or processing";
+    rd_settle_req_t k;
+    rd_field_errors_t errs = { .count = 0 };
+    rd_req_result_t r = rd_request_kill(c->req->body, c->req->body_len, &k, &errs);
+    if (r != RD_REQ_OK) {
+        answer_parse_failure(c, r, &errs);
+        return;
+    }
+    int rc = rd_store_kill(c->api->store, queue_of(c), c->match.id, k.error, on_message, c);
+    rd_request_free(k.doc);
+    started(c, rc);
+}
+
+static void handle_delete(call_t *c)
+{
+    c->verb = "delete";
+    c->needs = "a non-processing";
+    started(c, rd_store_delete(c->api->store, queue_of(c), c->match.id, on_deleted, c));
+}
+
+static void handle_succeed_many(call_t *c)
+{
+    rd_field_errors_t errs = { .count = 0 };
+    c->ack = rd_malloc(sizeof *c->ack);
+    rd_req_result_t r = rd_request_ack(c->req->body, c->req->body_len, c->ack, &errs);
+    if (r != RD_REQ_OK) {
+        answer_parse_failure(c, r, &errs);
+        return;
+    }
+    started(c, rd_store_succeed_many(c->api->store, queue_of(c), c->ack->count, c->ack->ids,
+                                     c->ack->tokens, on_acked, c));
+}
+
+static void handle_replay_many(call_t *c)
+{
+    rd_field_errors_t errs = { .count = 0 };
+    rd_req_result_t r = rd_request_replay(c->req->body, c->req->body_len, &c->replay, &errs);
+    if (r != RD_REQ_OK) {
+        answer_parse_failure(c, r, &errs);
+        return;
+    }
+    started(c, replay_next(c));
+}
+
+static void handle_stats(call_t *c)
+{
+    int top;
+    rd_field_errors_t errs = { .count = 0 };
+    rd_req_result_t r = rd_request_stats(c->req->query, c->req->query_len, &top, &errs);
+    if (r != RD_REQ_OK) {
+        answer_parse_failure(c, r, &errs);
+        return;
+    }
+    started(c, rd_store_stats(c->api->store, queue_of(c), top, on_stats, c));
+}
+
+/* GET /queues: a page of the registry, each queue's counts. */
+static void handle_queues(call_t *c)
+{
+    rd_queues_req_t q;
+    rd_field_errors_t errs = { .count = 0 };
+    if (rd_request_queues(c->req->query, c->req->query_len, &q, &errs) != RD_REQ_OK) {
+        respond_problem(c, RD_PROBLEM_VALIDATION_FAILED, "The query has invalid fields.", &errs,
+                        NULL);
+        return;
+    }
+    started(c, rd_store_queues_page(c->api->store, q.cursor, q.cursor_len, q.limit,
+                                    on_queue_names, c));
+}
+
+/* GET /metrics: the first RD_METRICS_MAX_QUEUES queues. */
+static void handle_metrics(call_t *c)
+{
+    c->metrics = true;
+    started(c, rd_store_queues_page(c->api->store, NULL, 0, RD_METRICS_MAX_QUEUES,
+                                    on_queue_names, c));
+}
+
+/* The console's files are public: the page asks for the token itself. */
+static void handle_ui(call_t *c)
 {
     const rd_http_request_t *req = c->req;
     if (req->path_len == 3) {
@@ -806,6 +913,32 @@ static void serve_ui(call_t *c)
     call_free(c);
 }
 
+/* ---------------------------------------------------------------- the table */
+
+/* Every route: a new one is a row here and its handler above. First match
+ * wins; HEAD takes the GET rows. */
+const rd_route_t rd_api_routes[] = {
+    { RD_HTTP_GET, "/healthz", handle_healthz, RD_ROUTE_PUBLIC },
+    { RD_HTTP_GET, "/readyz", handle_readyz, 0 },
+    { RD_HTTP_POST, "/queues/{q}/messages", handle_enqueue, 0 },
+    { RD_HTTP_GET, "/queues/{q}/messages", handle_list, 0 },
+    { RD_HTTP_GET, "/queues/{q}/messages/{id}", handle_get, 0 },
+    { RD_HTTP_POST, "/queues/{q}/claim", handle_claim, 0 },
+    { RD_HTTP_POST, "/queues/{q}/messages/{id}/succeed", handle_succeed, 0 },
+    { RD_HTTP_POST, "/queues/{q}/messages/{id}/fail", handle_fail, 0 },
+    { RD_HTTP_POST, "/queues/{q}/messages/{id}/replay", handle_replay, 0 },
+    { RD_HTTP_POST, "/queues/{q}/messages/{id}/extend", handle_extend, 0 },
+    { RD_HTTP_POST, "/queues/{q}/succeed", handle_succeed_many, 0 },
+    { RD_HTTP_POST, "/queues/{q}/messages/{id}/kill", handle_kill, 0 },
+    { RD_HTTP_DELETE, "/queues/{q}/messages/{id}", handle_delete, 0 },
+    { RD_HTTP_POST, "/queues/{q}/replay", handle_replay_many, 0 },
+    { RD_HTTP_GET, "/queues", handle_queues, 0 },
+    { RD_HTTP_GET, "/queues/{q}/stats", handle_stats, 0 },
+    { RD_HTTP_GET, "/metrics", handle_metrics, 0 },
+    { RD_HTTP_GET, "/ui", handle_ui, RD_ROUTE_PUBLIC | RD_ROUTE_PREFIX },
+};
+const size_t rd_api_route_count = sizeof rd_api_routes / sizeof rd_api_routes[0];
+
 void rd_api_handle(rd_http_exchange_t *ex, const rd_http_request_t *req, void *ctx)
 {
     call_t *c = rd_calloc(1, sizeof *c);
@@ -813,13 +946,12 @@ void rd_api_handle(rd_http_exchange_t *ex, const rd_http_request_t *req, void *c
     c->ex = ex;
     c->req = req;
 
-    rd_route_outcome_t outcome = rd_router_match(req->method, req->path, req->path_len,
-                                                 &c->match);
+    rd_route_outcome_t outcome = rd_router_match(rd_api_routes, rd_api_route_count, req->method,
+                                                 req->path, req->path_len, &c->match);
     /* Auth comes before any routing answer, so that without the token not
-     * even the shape of the API shows; /healthz and the console's files stay
-     * public. */
-    bool public_route = outcome == RD_ROUTE_MATCHED && (c->match.route == RD_ROUTE_HEALTHZ ||
-                                                        c->match.route == RD_ROUTE_UI);
+     * even the shape of the API shows; the public rows (/healthz and the
+     * console's files) need none. */
+    bool public_route = outcome == RD_ROUTE_MATCHED && (c->match.route->flags & RD_ROUTE_PUBLIC);
     if (!public_route && !rd_auth_check(c->api->auth_token, req->authorization)) {
         respond_problem(c, RD_PROBLEM_UNAUTHORIZED,
                         req->authorization ? "The bearer token is wrong."
@@ -847,37 +979,16 @@ void rd_api_handle(rd_http_exchange_t *ex, const rd_http_request_t *req, void *c
         break;
     }
 
-    /* The console's files are public: the page asks for the token itself. */
-    if (c->match.route == RD_ROUTE_UI) {
-        serve_ui(c);
-        return;
+    /* Every {q} route: the queue name is checked before its handler runs. */
+    if (c->match.queue) {
+        rd_field_errors_t errs = { .count = 0 };
+        if (!c->match.queue_decoded)
+            rd_field_errors_add(&errs, "queue", "invalid", "queue has a broken percent-escape.");
+        if (errs.count > 0 || !rd_request_queue_name(c->match.queue, c->match.queue_len, &errs)) {
+            respond_problem(c, RD_PROBLEM_VALIDATION_FAILED, "The queue name is invalid.", &errs,
+                            NULL);
+            return;
+        }
     }
-    if (c->match.route == RD_ROUTE_HEALTHZ) {
-        rd_json_t *doc = rd_json_new_object();
-        rd_json_set_string(doc, "status", "ok");
-        respond_json(c, 200, doc, NULL);
-        return;
-    }
-    if (c->match.route == RD_ROUTE_READYZ) {
-        if (rd_store_ping(c->api->store, on_pinged, c) != 0) respond_unavailable(c);
-        return;
-    }
-    if (c->match.route == RD_ROUTE_QUEUES || c->match.route == RD_ROUTE_METRICS) {
-        list_queues(c);
-        return;
-    }
-
-    rd_field_errors_t errs = { .count = 0 };
-    if (!c->match.queue_decoded) {
-        rd_field_errors_add(&errs, "queue", "invalid", "queue has a broken percent-escape.");
-        respond_problem(c, RD_PROBLEM_VALIDATION_FAILED, "The queue name is invalid.", &errs,
-                        NULL);
-        return;
-    }
-    if (!rd_request_queue_name(c->match.queue, c->match.queue_len, &errs)) {
-        respond_problem(c, RD_PROBLEM_VALIDATION_FAILED, "The queue name is invalid.", &errs,
-                        NULL);
-        return;
-    }
-    if (dispatch(c) < 0) respond_unavailable(c);
+    c->match.route->handler(c);
 }
