@@ -33,7 +33,6 @@ struct rd_promoter {
     bool stopping;
     void (*on_stopped)(void *arg);
     void *on_stopped_arg;
-    unsigned long rounds;
 };
 
 static void start_round(rd_promoter_t *p);
@@ -79,7 +78,6 @@ static void earliest(rd_promoter_t *p, long long in_ms)
 
 static void finish_round(rd_promoter_t *p)
 {
-    p->rounds++;
     free_names(p);
     uint64_t delay = (uint64_t)p->opts.tick_ms;
     if (p->full_batch) delay = 0;
@@ -223,9 +221,4 @@ void rd_promoter_stop(rd_promoter_t *p, void (*on_stopped)(void *arg), void *arg
     }
     /* Otherwise the callback in flight ends the round (reporting what it
      * ticked), and arm() closes. */
-}
-
-unsigned long rd_promoter_rounds(const rd_promoter_t *p)
-{
-    return p->rounds;
 }

@@ -47,8 +47,8 @@ struct rd_store {
 
 typedef enum reply_kind {
     KIND_MESSAGES, KIND_ENQUEUED, KIND_LIST, KIND_TICK, KIND_PING, KIND_OUTCOMES,
-    KIND_COUNT,
-    KIND_REPLAYED, KIND_PURGED, KIND_STATS, KIND_DELETED,
+    KIND_RELEASED,
+    KIND_REPLAYED, KIND_STATS, KIND_DELETED,
     KIND_SETTLED,               /* {"ok", {status...}, msg..., timer} */
     KIND_HINTED,                /* {"ok", msg..., timer} or an outcome without a hint */
     KIND_HINTED_OUTCOMES,       /* {code..., timer} */
@@ -106,11 +106,6 @@ void rd_store_set_retention(rd_store_t *st, long long dead_ttl_ms, long long suc
 bool rd_store_ready(const rd_store_t *st)
 {
     return rd_backend_ready(st->redis);
-}
-
-rd_backend_t *rd_store_backend(const rd_store_t *st)
-{
-    return st->redis;
 }
 
 const rd_histogram_t *rd_store_rtt(const rd_store_t *st)
@@ -335,7 +330,7 @@ static bool parse_reply(reply_kind_t kind, const rd_reply_t *reply, rd_store_res
         res->count = n - 1;
         return true;
     }
-    case KIND_COUNT:
+    case KIND_RELEASED:
         return rd_reply_int(reply, &res->released);
     case KIND_STATS:
         return parse_stats(reply, &res->stats);
@@ -351,16 +346,6 @@ static bool parse_reply(reply_kind_t kind, const rd_reply_t *reply, rd_store_res
             return false;
         res->next_cursor.ptr = rd_reply_str(rd_reply_at(reply, 1), &res->next_cursor.len);
         return res->next_cursor.ptr != NULL;
-    case KIND_PURGED: {
-        long long more;
-        if (!is_array(reply, 2) || rd_reply_len(reply) != 2 ||
-            !rd_reply_int(rd_reply_at(reply, 0), &res->purged) ||
-            !rd_reply_int(rd_reply_at(reply, 1), &more))
-            return false;
-        res->next_cursor.ptr = more ? "more" : "";
-        res->next_cursor.len = more ? 4 : 0;
-        return true;
-    }
     case KIND_OUTCOMES: {
         if (!is_array(reply, 0)) return false;
         size_t n = rd_reply_len(reply);
@@ -906,7 +891,7 @@ int rd_store_release(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_mess
         arg_bytes(c, msgs[i].lease_token.ptr ? msgs[i].lease_token.ptr : "",
                   msgs[i].lease_token.len);
     }
-    int rc = send_call(st, c, KIND_COUNT, cb, arg);
+    int rc = send_call(st, c, KIND_RELEASED, cb, arg);
     rd_free(c);
     return rc;
 }

@@ -65,7 +65,6 @@ typedef struct rd_store_result {
     size_t settled;           /* settle_claim */
     long long released;       /* release */
     long long replayed;       /* replay_many */
-    long long purged;         /* purge */
     rd_queue_stats_t stats;   /* stats */
     rd_str_t *names;          /* timer_take, queues_page: queue names (count of them);
                                  queues_page: total and next_cursor too */
@@ -89,8 +88,6 @@ void rd_store_set_retention(rd_store_t *st, long long dead_ttl_ms, long long suc
 bool rd_store_ready(const rd_store_t *st);
 /* Round-trip times of this store's Redis commands. */
 const rd_histogram_t *rd_store_rtt(const rd_store_t *st);
-/* The backend the store talks to. */
-rd_backend_t *rd_store_backend(const rd_store_t *st);
 
 /* idempotency_key NULL for none. */
 int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, size_t len,
