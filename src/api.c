@@ -42,8 +42,6 @@ struct rd_call {
     int count;
     rd_ack_req_t *ack;          /* batch acknowledgement: the ids, in order */
     rd_replay_req_t replay;     /* batch replay: what to replay */
-    char *cursor;               /* batch replay: where the next call starts */
-    long long replayed;         /* batch replay: so far */
     /* GET /queues and /metrics: one page of queues, their stats read with at
      * most FANOUT_IN_FLIGHT calls in flight, gathered here. */
     rd_queue_metrics_t *queues;
@@ -66,7 +64,6 @@ static void call_free(call_t *c)
     rd_request_replay_free(&c->replay);
     rd_free(c->settle_ids);
     rd_free(c->settled);
-    rd_free(c->cursor);
     rd_free(c->next_cursor);
     for (size_t i = 0; i < c->nqueues; i++) rd_free(c->queues[i].name);
     rd_free(c->queues);
@@ -381,76 +378,20 @@ static void on_deleted(const rd_store_result_t *res, void *arg)
     call_free(c);
 }
 
-static void on_replayed_batch(const rd_store_result_t *res, void *arg);
-
-enum { REPLAY_BATCH = RD_STORE_REPLAY_IDS_MAX };
-
-/* ids go 200 at a time too; for them the cursor is the offset into the list. */
-static int replay_next(call_t *c)
-{
-    rd_store_queue_t q = { c->match.queue, c->match.queue_len };
-    const rd_replay_req_t *r = &c->replay;
-    if (strcmp(r->mode, "ids") == 0) {
-        size_t from = c->cursor ? strtoul(c->cursor, NULL, 10) : 0;
-        size_t n = r->count - from < REPLAY_BATCH ? r->count - from : REPLAY_BATCH;
-        return rd_store_replay_many(c->api->store, q, r->mode, r->ids + from, n, 0, NULL, NULL,
-                                    on_replayed_batch, c);
-    }
-    return rd_store_replay_many(c->api->store, q, r->mode, NULL, 0, REPLAY_BATCH, c->cursor,
-                                r->needle, on_replayed_batch, c);
-}
-
-/* Batch replay runs as many bounded calls as it needs, one at a time, so
- * other clients' commands interleave between them. It stops when the client
- * has gone, and when a call neither replayed anything nor moved the cursor
- * (a library that cannot make progress, e.g. an older one during an upgrade)
- * instead of calling again forever. */
-static void on_replayed_batch(const rd_store_result_t *res, void *arg)
+static bool client_alive(void *arg)
 {
     call_t *c = arg;
-    if (res->status != RD_STORE_OK) {
-        if (c->replayed > 0)
-            rd_warn("api: batch replay stopped after %lld replayed", c->replayed);
-        respond_store_failure(c, res);
-        return;
-    }
-    c->replayed += res->replayed;
-    rd_str_t next = res->next_cursor;
-    char offset[24];
-    if (strcmp(c->replay.mode, "ids") == 0) {
-        size_t from = (c->cursor ? strtoul(c->cursor, NULL, 10) : 0) + REPLAY_BATCH;
-        next.len = from < c->replay.count ? (size_t)snprintf(offset, sizeof offset, "%zu", from)
-                                          : 0;
-        next.ptr = offset;
-    }
-    if (next.len > 0 && !rd_http_exchange_client_alive(c->ex)) {
-        rd_info("api: batch replay stopped after %lld replayed: the client has gone",
-                c->replayed);
-        respond_unavailable(c);   /* dropped: nobody is listening */
-        return;
-    }
-    if (next.len > 0 && res->replayed == 0 && c->cursor && strlen(c->cursor) == next.len &&
-        memcmp(c->cursor, next.ptr, next.len) == 0) {
-        char detail[160];
-        rd_store_result_t bad = { .status = RD_STORE_ERROR };
-        bad.detail.ptr = detail;
-        bad.detail.len = (size_t)snprintf(detail, sizeof detail,
-                                          "replay_many made no progress at cursor %.64s after "
-                                          "%lld replayed; stopped", c->cursor, c->replayed);
-        respond_store_failure(c, &bad);
-        return;
-    }
-    if (next.len > 0) {
-        rd_free(c->cursor);
-        c->cursor = rd_strndup(next.ptr, next.len);
-        if (replay_next(c) == 0) return;
-        respond_unavailable(c);
-        return;
-    }
+    return rd_http_exchange_client_alive(c->ex);
+}
+
+static void on_replayed_all(const rd_store_result_t *res, void *arg)
+{
+    call_t *c = arg;
+    if (respond_store_failure(c, res)) return;
     rd_store_queue_t q = { c->match.queue, c->match.queue_len };
-    if (c->replayed > 0) rd_waiters_notify(c->api->waiters, q);
+    if (res->replayed > 0) rd_waiters_notify(c->api->waiters, q);
     rd_json_t *doc = rd_json_new_object();
-    rd_json_set_int(doc, "replayed", c->replayed);
+    rd_json_set_int(doc, "replayed", res->replayed);
     respond_json(c, 200, doc, NULL);
 }
 
@@ -478,24 +419,19 @@ static void on_stats(const rd_store_result_t *res, void *arg)
     rd_json_set_int(counts, "scheduled", m.scheduled);
     rd_json_set(doc, "counts", counts);
     rd_json_t *totals = rd_json_new_object();
-    rd_json_set_int(totals, "enqueued", m.enqueued);
-    rd_json_set_int(totals, "claimed", m.claimed);
-    rd_json_set_int(totals, "succeeded", m.succeeded);
-    rd_json_set_int(totals, "failed", m.failed);
-    rd_json_set_int(totals, "retried", m.retried);
-    rd_json_set_int(totals, "dead", m.dead);
-    rd_json_set_int(totals, "replayed", m.replayed);
-    rd_json_set_int(totals, "lease_expired", m.lease_expired);
-    /* Every other counter of the stats hash (retention, deletes, purges, ...). */
+#define ALWAYS(name, help) rd_json_set_int(totals, #name, m.name);
+    RD_STATS_COUNTERS(ALWAYS)
+#undef ALWAYS
+    /* The other counters of the stats hash (retention, deletes, purges, ...),
+     * when it has them. */
     for (size_t i = 0; i + 1 < st->totals_len; i += 2) {
         const rd_str_t *k = &st->totals[i];
-        static const char *const shown[] = { "expired_dead", "expired_succeeded", "deleted",
-                                             "purged", "released", "orphans_removed" };
-        for (size_t j = 0; j < sizeof shown / sizeof shown[0]; j++) {
-            if (k->len == strlen(shown[j]) && memcmp(k->ptr, shown[j], k->len) == 0)
-                rd_json_set_int(totals, shown[j],
-                                rd_str_to_ll(st->totals[i + 1].ptr, st->totals[i + 1].len));
-        }
+#define WHEN_PRESENT(name)                                                             \
+        if (k->len == sizeof #name - 1 && memcmp(k->ptr, #name, k->len) == 0)          \
+            rd_json_set_int(totals, #name,                                             \
+                            rd_str_to_ll(st->totals[i + 1].ptr, st->totals[i + 1].len));
+        RD_STATS_MORE_COUNTERS(WHEN_PRESENT)
+#undef WHEN_PRESENT
     }
     rd_json_set(doc, "totals", totals);
     rd_json_set_int(doc, "dead_last_24h", st->dead_last_24h);
@@ -855,7 +791,9 @@ static void handle_replay_many(call_t *c)
         answer_parse_failure(c, r, &errs);
         return;
     }
-    started(c, replay_next(c));
+    started(c, rd_store_replay_all(c->api->store, queue_of(c), c->replay.mode, c->replay.ids,
+                                   c->replay.count, c->replay.needle, client_alive,
+                                   on_replayed_all, c));
 }
 
 static void handle_stats(call_t *c)

@@ -3,12 +3,14 @@
 
 #include <assert.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "retryd/alloc.h"
 #include "retryd/backend.h"
 #include "retryd/buf.h"
 #include "retryd/keys.h"
+#include "retryd/limits.h"
 #include "retryd/log.h"
 
 /* Queue names recently registered by this process (or whose registration is
@@ -224,8 +226,7 @@ static bool parse_stats(const rd_reply_t *reply, rd_queue_stats_t *st)
             if (!rd_reply_int(v, &st->field)) return false;               \
             continue;                                                     \
         }
-        NUMBER(pending) NUMBER(ready) NUMBER(scheduled) NUMBER(processing)
-        NUMBER(succeeded) NUMBER(dead) NUMBER(dead_last_24h)
+        RD_STATS_GAUGES(NUMBER)
 #undef NUMBER
         if (len == 6 && memcmp(name, "totals", 6) == 0) {
             if (!parse_strings(v, &st->totals, &st->totals_len)) return false;
@@ -471,9 +472,12 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
 
 /* ---------------------------------------------------------------- calls */
 
-/* FCALL name numkeys base, then at most 100 (id, token) pairs, a mode and
- * RD_STORE_REPLAY_IDS_MAX ids, or settle_claim's 3 + 6 per settlement + 2. */
-enum { MAX_ARGS = 10 + 6 * 100 };
+/* FCALL name numkeys base, then at most RD_ACK_BATCH_MAX (id, token) pairs, a
+ * mode and RD_STORE_REPLAY_IDS_MAX ids, or settle_claim's 3 + 6 per settlement
+ * + 2. */
+enum { MAX_ARGS = 10 + 6 * RD_SETTLE_BATCH_MAX };
+_Static_assert(2 * RD_ACK_BATCH_MAX <= 6 * RD_SETTLE_BATCH_MAX &&
+               RD_STORE_REPLAY_IDS_MAX <= 6 * RD_SETTLE_BATCH_MAX, "every call fits MAX_ARGS");
 _Static_assert(5 + 3 * RD_STORE_REPORTS_MAX <= MAX_ARGS, "timer_done's reports fit a call");
 
 typedef struct call {
@@ -842,7 +846,7 @@ int rd_store_list(rd_store_t *st, rd_store_queue_t q, const char *status, int li
 int rd_store_succeed_many(rd_store_t *st, rd_store_queue_t q, size_t n, const long long *ids,
                           const char *const *tokens, rd_store_cb cb, void *arg)
 {
-    if (n == 0 || n > 100) return -1;
+    if (n == 0 || n > RD_ACK_BATCH_MAX) return -1;
     call_t *c = rd_malloc(sizeof *c);
     begin_fcall(c, st, "succeed_many", q, 0);
     for (size_t i = 0; i < n; i++) {
@@ -858,7 +862,7 @@ int rd_store_succeed_many(rd_store_t *st, rd_store_queue_t q, size_t n, const lo
 int rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int count,
                           size_t n, const rd_settlement_t *items, rd_store_cb cb, void *arg)
 {
-    if (n > 100 || count < 0 || count > 100) return -1;
+    if (n > RD_SETTLE_BATCH_MAX || count < 0 || count > RD_CLAIM_COUNT_MAX) return -1;
     call_t *c = rd_malloc(sizeof *c);
     begin_fcall(c, st, "settle_claim", q, 0);
     arg_int(c, lease_ms);
@@ -883,7 +887,7 @@ int rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms
 int rd_store_release(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_message_t *msgs,
                      rd_store_cb cb, void *arg)
 {
-    if (n == 0 || n > 100) return -1;
+    if (n == 0 || n > RD_CLAIM_COUNT_MAX) return -1;
     call_t *c = rd_malloc(sizeof *c);
     begin_fcall(c, st, "release", q, 0);
     for (size_t i = 0; i < n; i++) {
@@ -906,8 +910,8 @@ static void on_handed_back(const rd_store_result_t *res, void *arg)
 
 void rd_store_hand_back(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_message_t *msgs)
 {
-    for (size_t from = 0; from < n; from += 100) {
-        size_t batch = n - from < 100 ? n - from : 100;
+    for (size_t from = 0; from < n; from += RD_CLAIM_COUNT_MAX) {
+        size_t batch = n - from < RD_CLAIM_COUNT_MAX ? n - from : RD_CLAIM_COUNT_MAX;
         if (rd_store_release(st, q, batch, msgs + from, on_handed_back, NULL) != 0)
             rd_warn("store: cannot hand back messages of a departed client now; their leases "
                     "will expire instead");
@@ -932,6 +936,119 @@ int rd_store_replay_many(rd_store_t *st, rd_store_queue_t q, const char *mode,
     }
     int rc = send_call(st, c, KIND_REPLAYED, cb, arg);
     rd_free(c);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- batch replay to the end */
+
+typedef struct replay_all {
+    rd_store_t *st;
+    char *queue;
+    size_t queue_len;
+    const char *mode, *needle;  /* borrowed until the callback */
+    const long long *ids;
+    size_t n;
+    char *cursor;               /* where the next call starts; for ids, the offset */
+    long long replayed;         /* so far */
+    bool (*go_on)(void *arg);
+    rd_store_cb cb;
+    void *arg;
+} replay_all_t;
+
+static void on_replay_batch(const rd_store_result_t *res, void *arg);
+
+static int replay_batch(replay_all_t *r)
+{
+    rd_store_queue_t q = { r->queue, r->queue_len };
+    if (strcmp(r->mode, "ids") == 0) {
+        size_t from = r->cursor ? strtoul(r->cursor, NULL, 10) : 0;
+        size_t n = r->n - from < RD_STORE_REPLAY_IDS_MAX ? r->n - from : RD_STORE_REPLAY_IDS_MAX;
+        return rd_store_replay_many(r->st, q, r->mode, r->ids + from, n, 0, NULL, NULL,
+                                    on_replay_batch, r);
+    }
+    return rd_store_replay_many(r->st, q, r->mode, NULL, 0, RD_STORE_REPLAY_IDS_MAX, r->cursor,
+                                r->needle, on_replay_batch, r);
+}
+
+static void replay_all_end(replay_all_t *r, rd_store_result_t *res)
+{
+    res->replayed = r->replayed;
+    r->cb(res, r->arg);
+    rd_free(r->cursor);
+    rd_free(r->queue);
+    rd_free(r);
+}
+
+/* One bounded call at a time, so other clients' commands interleave between
+ * them. Stops when go_on says so (the client has gone), and when a call
+ * neither replayed anything nor moved the cursor (a library that cannot make
+ * progress, e.g. an older one during an upgrade) instead of calling again
+ * forever. */
+static void on_replay_batch(const rd_store_result_t *res, void *arg)
+{
+    replay_all_t *r = arg;
+    if (res->status != RD_STORE_OK) {
+        if (r->replayed > 0) rd_warn("store: batch replay stopped after %lld replayed", r->replayed);
+        rd_store_result_t out = *res;
+        replay_all_end(r, &out);
+        return;
+    }
+    r->replayed += res->replayed;
+    rd_str_t next = res->next_cursor;
+    char offset[24];
+    if (strcmp(r->mode, "ids") == 0) {
+        size_t from = (r->cursor ? strtoul(r->cursor, NULL, 10) : 0) + RD_STORE_REPLAY_IDS_MAX;
+        next.len = from < r->n ? (size_t)snprintf(offset, sizeof offset, "%zu", from) : 0;
+        next.ptr = offset;
+    }
+    rd_store_result_t out = { .status = RD_STORE_OK };
+    if (next.len > 0 && r->go_on && !r->go_on(r->arg)) {
+        rd_info("store: batch replay stopped after %lld replayed: the client has gone",
+                r->replayed);
+        out.status = RD_STORE_UNAVAILABLE;
+        replay_all_end(r, &out);
+        return;
+    }
+    if (next.len > 0 && res->replayed == 0 && r->cursor && strlen(r->cursor) == next.len &&
+        memcmp(r->cursor, next.ptr, next.len) == 0) {
+        char detail[160];
+        out.status = RD_STORE_ERROR;
+        out.detail.ptr = detail;
+        out.detail.len = (size_t)snprintf(detail, sizeof detail,
+                                          "replay_many made no progress at cursor %.64s after "
+                                          "%lld replayed; stopped", r->cursor, r->replayed);
+        replay_all_end(r, &out);
+        return;
+    }
+    if (next.len > 0) {
+        rd_free(r->cursor);
+        r->cursor = rd_strndup(next.ptr, next.len);
+        if (replay_batch(r) == 0) return;
+        out.status = RD_STORE_UNAVAILABLE;
+    }
+    replay_all_end(r, &out);
+}
+
+int rd_store_replay_all(rd_store_t *st, rd_store_queue_t q, const char *mode,
+                        const long long *ids, size_t n, const char *needle,
+                        bool (*go_on)(void *arg), rd_store_cb cb, void *arg)
+{
+    replay_all_t *r = rd_calloc(1, sizeof *r);
+    r->st = st;
+    r->queue = rd_strndup(q.name, q.len);
+    r->queue_len = q.len;
+    r->mode = mode;
+    r->needle = needle;
+    r->ids = ids;
+    r->n = n;
+    r->go_on = go_on;
+    r->cb = cb;
+    r->arg = arg;
+    int rc = replay_batch(r);
+    if (rc != 0) {
+        rd_free(r->queue);
+        rd_free(r);
+    }
     return rc;
 }
 

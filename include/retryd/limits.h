@@ -25,7 +25,6 @@
 #define RD_ACK_BATCH_MAX 100              /* items of POST /queues/{q}/succeed */
 #define RD_SETTLE_BATCH_MAX 100           /* settlements of a claim with settle */
 #define RD_REPLAY_IDS_MAX 1000            /* ids of one batch replay request */
-#define RD_REPLAY_IDS_PER_CALL 200        /* of those, ids per replay_many call */
 #define RD_TEXT_FILTER_MAX 1000           /* bytes of a batch replay's error_contains */
 #define RD_LIST_FILTER_MAX 255            /* bytes of a listing's error_contains */
 #define RD_KILL_REASON_MAX 1000           /* bytes of a kill's reason */

@@ -22,6 +22,7 @@
 #include "retryd/message.h"
 #include "retryd/backend.h"
 #include "retryd/redis.h"
+#include "retryd/stats.h"
 
 typedef struct rd_store rd_store_t;
 
@@ -38,15 +39,6 @@ typedef enum rd_store_status {
                                  or a read whose link dropped (a read has no outcome) */
     RD_STORE_ERROR,           /* Redis answered something we did not expect; see detail */
 } rd_store_status_t;
-
-/* The `stats` function's answer for one queue. */
-typedef struct rd_queue_stats {
-    long long pending, ready, scheduled, processing, succeeded, dead, dead_last_24h;
-    rd_str_t *totals;         /* name, value, name, value, ... (the stats hash) */
-    size_t totals_len;        /* number of rd_str_t, twice the number of pairs */
-    rd_str_t *top_errors;     /* error, count, ... highest first */
-    size_t top_errors_len;
-} rd_queue_stats_t;
 
 typedef struct rd_store_result {
     rd_store_status_t status;
@@ -144,6 +136,15 @@ enum { RD_STORE_REPLAY_IDS_MAX = 200 };
 int rd_store_replay_many(rd_store_t *st, rd_store_queue_t q, const char *mode,
                          const long long *ids, size_t n, int limit, const char *cursor,
                          const char *needle, rd_store_cb cb, void *arg);
+/* Batch replay to the end: rd_store_replay_many again and again, one bounded
+ * call at a time, until the cursor ends; res->replayed is the total. ids,
+ * mode and needle are borrowed until the callback. go_on (NULL: always) is
+ * asked before each further call: false stops with RD_STORE_UNAVAILABLE (the
+ * client has gone). A call that makes no progress stops with RD_STORE_ERROR;
+ * any other failure stops with that call's status. */
+int rd_store_replay_all(rd_store_t *st, rd_store_queue_t q, const char *mode,
+                        const long long *ids, size_t n, const char *needle,
+                        bool (*go_on)(void *arg), rd_store_cb cb, void *arg);
 /* Any state but processing (RD_STORE_INVALID_STATE then). */
 int rd_store_delete(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_cb cb,
                     void *arg);
