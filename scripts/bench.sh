@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench.sh - what `make bench` runs (issue 5): measures retryd against its own
+# bench.sh - what `make bench` runs (docs/benchmarks.md): measures retryd against its own
 # redis-server and retryd, beside raw Redis commands, a minimal Lua claim and
 # BullMQ on the same server, and prints one table per section
 # (figure | retryd | reference | ratio) and a closing table of targets.
@@ -13,7 +13,7 @@
 # "unavailable (reason)" and everything else still runs).
 #
 # Sections: 1 Redis-native path (redis-benchmark, -P 1 and -P 16);
-# 2 HTTP path (build/loadgen); 3 BullMQ peer; 3a the worker loop of issue 12
+# 2 HTTP path (build/loadgen); 3 BullMQ peer; 3a the worker loop
 # (W connections vs Worker concurrency W, both ways, and the same loops with a
 # worker in node, bench/http_worker.mjs); 4 growth (1k vs 1M);
 # 5 memory; 6 retry latency; 7 the same with appendonly everysec; 8 Redis
@@ -55,8 +55,8 @@ else
     REPS=3
     N_RB=50000
     N_HTTP=50000
-    N_HTTP_W1=50000     # issue 12's workload: 50,000 before every timed worker run
-    N_NODE=20000       # the node worker rows: a sensitivity check, not issue 12's rows
+    N_HTTP_W1=50000     # the worker-loop workload: 50,000 before every timed worker run
+    N_NODE=20000       # the node worker rows: a sensitivity check, not the workload's rows
     N_BULL=50000
     N_RETRY=1000
     N_AOF=30000
@@ -562,7 +562,7 @@ section1c() {
 # One repetition of section 2, with BullMQ's runs of section 3 between its
 # parts: each worker loop of retryd is followed at once by the BullMQ Worker
 # it is compared with, so that the two see the same machine (other load comes
-# and goes; issue 12 measured "3 runs alternating the two systems"). Every
+# and goes; the workload is measured as "3 runs alternating the two systems"). Every
 # timed worker run starts with its messages enqueued (untimed).
 section23_rep() {
     local rep=$1 q
@@ -811,7 +811,7 @@ section3_tables() {
         "$(b fmt "$(calc "$(get bull.add_node) + $(get bull.c50_node)")" 1)" \
         "$(ratio "$(calc "$(get http.enqueue.client_us) + $(get http.w50c1.client_us)")" "$(calc "$(get bull.add_node) + $(get bull.c50_node)")")"
 
-    # Issue 12's workload, row for row: W keep-alive connections loop claim ->
+    # The worker-loop workload, row for row: W keep-alive connections loop claim ->
     # succeed (two requests per message) or settle-and-claim (one), against a
     # BullMQ Worker of concurrency W with a no-op processor that keeps its
     # completed jobs; every timed run starts with its messages enqueued.
@@ -1159,7 +1159,7 @@ targets() {
 }
 
 # ---------------------------------------------------------------------------
-# 8. Redis Cluster: claim+succeed over 3 masters against 1 master (issue 7)
+# 8. Redis Cluster: claim+succeed over 3 masters against 1 master (docs/cluster.md)
 # ---------------------------------------------------------------------------
 # Six queues (their hash tags spread them over the masters), one loadgen per
 # queue running at once, the same total connections, through a retryd on a
@@ -1238,7 +1238,7 @@ section8() {
 
 
 # ---------------------------------------------------------------------------
-# 9. Idle queues: what 10,000 of them cost Redis (issue 11, SPEC §8)
+# 9. Idle queues: what 10,000 of them cost Redis (SPEC §8: cost follows work)
 # ---------------------------------------------------------------------------
 # A fresh redis-server and three retryd (--tick-ms 250) sharing it; 10,000
 # queues get one ready message each through HTTP (so each retryd registers
