@@ -123,6 +123,24 @@ static int parse_listen(rd_config_t *cfg, const char *v)
 
 /* Each setter applies one flag's value; 0, or -1 when the value is bad. */
 
+/* An integer in min..max into *out. */
+static int set_int(const char *v, long long min, long long max, int *out)
+{
+    long long n;
+    if (parse_int(v, min, max, &n)) return -1;
+    *out = (int)n;
+    return 0;
+}
+
+/* A duration of at least min_ms into *out_ms. */
+static int set_duration(const char *v, long long min_ms, long long *out_ms)
+{
+    long long ms = rd_parse_duration_ms(v);
+    if (ms < min_ms) return -1;
+    *out_ms = ms;
+    return 0;
+}
+
 static int set_listen(rd_config_t *cfg, const char *v)
 {
     return parse_listen(cfg, v);
@@ -141,10 +159,7 @@ static int set_redis_cluster(rd_config_t *cfg, const char *v)
 
 static int set_redis_timeout_ms(rd_config_t *cfg, const char *v)
 {
-    long long n;
-    if (parse_int(v, 100, 600000, &n)) return -1;
-    cfg->redis_timeout_ms = (int)n;
-    return 0;
+    return set_int(v, 100, 600000, &cfg->redis_timeout_ms);
 }
 
 static int set_prefix(rd_config_t *cfg, const char *v)
@@ -155,10 +170,7 @@ static int set_prefix(rd_config_t *cfg, const char *v)
 
 static int set_tick_ms(rd_config_t *cfg, const char *v)
 {
-    long long n;
-    if (parse_int(v, 1, 60000, &n)) return -1;
-    cfg->tick_ms = (int)n;
-    return 0;
+    return set_int(v, 1, 60000, &cfg->tick_ms);
 }
 
 static int set_lease_seconds(rd_config_t *cfg, const char *v)
@@ -179,34 +191,22 @@ static int set_max_body(rd_config_t *cfg, const char *v)
 
 static int set_idle_timeout(rd_config_t *cfg, const char *v)
 {
-    long long ms = rd_parse_duration_ms(v);
-    if (ms < 1000) return -1;
-    cfg->idle_timeout_ms = ms;
-    return 0;
+    return set_duration(v, 1000, &cfg->idle_timeout_ms);
 }
 
 static int set_max_connections(rd_config_t *cfg, const char *v)
 {
-    long long n;
-    if (parse_int(v, 1, 1000000, &n)) return -1;
-    cfg->max_connections = (int)n;
-    return 0;
+    return set_int(v, 1, 1000000, &cfg->max_connections);
 }
 
 static int set_dead_ttl(rd_config_t *cfg, const char *v)
 {
-    long long ms = rd_parse_duration_ms(v);
-    if (ms < 0) return -1;
-    cfg->dead_ttl_ms = ms;
-    return 0;
+    return set_duration(v, 0, &cfg->dead_ttl_ms);
 }
 
 static int set_succeeded_ttl(rd_config_t *cfg, const char *v)
 {
-    long long ms = rd_parse_duration_ms(v);
-    if (ms < 0) return -1;
-    cfg->succeeded_ttl_ms = ms;
-    return 0;
+    return set_duration(v, 0, &cfg->succeeded_ttl_ms);
 }
 
 static int set_log_level(rd_config_t *cfg, const char *v)
