@@ -96,7 +96,7 @@ static void respond_unavailable(call_t *c)
 
 /* Maps a store outcome other than OK to its problem; returns true when it
  * answered. */
-static bool respond_store_failure(call_t *c, const rd_store_result_t *res)
+static bool respond_store_failure(call_t *c, const rd_store_head_t *res)
 {
     char detail[256];
     switch (res->status) {
@@ -147,16 +147,16 @@ static bool respond_store_failure(call_t *c, const rd_store_result_t *res)
 
 /* ---------------------------------------------------------------- store callbacks */
 
-static void on_message(const rd_store_result_t *res, void *arg)
+static void on_message(const rd_store_messages_t *res, void *arg)
 {
     call_t *c = arg;
-    if (respond_store_failure(c, res)) return;
+    if (respond_store_failure(c, &res->head)) return;
     if (c->notify) {
         rd_store_queue_t q = { c->match.queue, c->match.queue_len };
         rd_waiters_notify(c->api->waiters, q);
     }
     if (res->count != 1) {
-        rd_store_result_t bad = { .status = RD_STORE_ERROR };
+        rd_store_head_t bad = { .status = RD_STORE_ERROR };
         respond_store_failure(c, &bad);
         return;
     }
@@ -165,12 +165,12 @@ static void on_message(const rd_store_result_t *res, void *arg)
     respond_json(c, 200, doc, NULL);
 }
 
-static void on_enqueued(const rd_store_result_t *res, void *arg)
+static void on_enqueued(const rd_store_messages_t *res, void *arg)
 {
     call_t *c = arg;
-    if (respond_store_failure(c, res)) return;
+    if (respond_store_failure(c, &res->head)) return;
     const rd_message_t *m = &res->messages[0];
-    if (res->status == RD_STORE_DUPLICATE) {
+    if (res->head.status == RD_STORE_DUPLICATE) {
         /* Idempotent repeat: the original, 200, nothing created. */
         if (m->status != RD_STATUS_UNKNOWN) {
             respond_json(c, 200, rd_message_to_json(m, c->match.queue, c->match.queue_len, false),
@@ -222,34 +222,34 @@ static void on_claim_delivered(bool delivered, void *arg)
     rd_free(k);
 }
 
-static void hand_back_if_undelivered(call_t *c, const rd_store_result_t *res)
+static void hand_back_if_undelivered(call_t *c, const rd_message_t *messages, size_t count)
 {
     claimed_t *k = rd_malloc(sizeof *k);
     k->api = c->api;
     k->queue = rd_strndup(c->match.queue, c->match.queue_len);
     k->queue_len = c->match.queue_len;
-    k->count = res->count;
-    k->messages = rd_calloc(res->count, sizeof *k->messages);
-    for (size_t i = 0; i < res->count; i++) {
-        const rd_str_t *token = &res->messages[i].lease_token;
+    k->count = count;
+    k->messages = rd_calloc(count, sizeof *k->messages);
+    for (size_t i = 0; i < count; i++) {
+        const rd_str_t *token = &messages[i].lease_token;
         rd_message_init(&k->messages[i]);
-        k->messages[i].id = res->messages[i].id;
+        k->messages[i].id = messages[i].id;
         k->messages[i].lease_token.ptr = rd_strndup(token->ptr ? token->ptr : "", token->len);
         k->messages[i].lease_token.len = token->len;
     }
     rd_http_on_delivery(c->ex, on_claim_delivered, k);
 }
 
-static void on_claimed(const rd_store_result_t *res, void *arg)
+static void on_claimed(const rd_store_messages_t *res, void *arg)
 {
     call_t *c = arg;
-    if (respond_store_failure(c, res)) return;
+    if (respond_store_failure(c, &res->head)) return;
     if (res->count == 0) {
         rd_http_respond(c->ex, 204, NULL, NULL, NULL, 0);
         call_free(c);
         return;
     }
-    hand_back_if_undelivered(c, res);
+    hand_back_if_undelivered(c, res->messages, res->count);
     if (!c->batch) {
         respond_json(c, 200, rd_message_to_json(&res->messages[0], c->match.queue,
                                                 c->match.queue_len, true), NULL);
@@ -274,9 +274,9 @@ static void api_code(rd_str_t code, char out[16])
 }
 
 /* 200 {"settled":[{id, status}...], "messages":[...]} of a claim with settle. */
-static void respond_settled(call_t *c, const rd_store_result_t *res)
+static void respond_settled(call_t *c, const rd_message_t *messages, size_t count)
 {
-    if (res->count > 0) hand_back_if_undelivered(c, res);
+    if (count > 0) hand_back_if_undelivered(c, messages, count);
     rd_json_t *doc = rd_json_new_object();
     rd_json_t *list = rd_json_new_array();
     for (size_t i = 0; i < c->nsettle; i++) {
@@ -287,8 +287,8 @@ static void respond_settled(call_t *c, const rd_store_result_t *res)
     }
     rd_json_set(doc, "settled", list);
     list = rd_json_new_array();
-    for (size_t i = 0; i < res->count; i++)
-        rd_json_append(list, rd_message_to_json(&res->messages[i], c->match.queue,
+    for (size_t i = 0; i < count; i++)
+        rd_json_append(list, rd_message_to_json(&messages[i], c->match.queue,
                                                 c->match.queue_len, true));
     rd_json_set(doc, "messages", list);
     respond_json(c, 200, doc, NULL);
@@ -297,27 +297,26 @@ static void respond_settled(call_t *c, const rd_store_result_t *res)
 /* The claim a settle-and-claim parked for: its settlements stand whatever
  * happens to it, so a claim that failed (Redis went away meanwhile) answers
  * with no messages, never an error that would hide them. */
-static void on_settle_waited(const rd_store_result_t *res, void *arg)
+static void on_settle_waited(const rd_store_messages_t *res, void *arg)
 {
     call_t *c = arg;
-    if (res->status == RD_STORE_OK) {
-        respond_settled(c, res);
+    if (res->head.status == RD_STORE_OK) {
+        respond_settled(c, res->messages, res->count);
         return;
     }
     rd_warn("api: the long-poll claim after a settlement failed (status %d); answering no "
-            "messages", (int)res->status);
-    rd_store_result_t none = { .status = RD_STORE_OK };
-    respond_settled(c, &none);
+            "messages", (int)res->head.status);
+    respond_settled(c, NULL, 0);
 }
 
-static void on_settle_claimed(const rd_store_result_t *res, void *arg)
+static void on_settle_claimed(const rd_store_settled_t *res, void *arg)
 {
     call_t *c = arg;
-    if (respond_store_failure(c, res)) return;
+    if (respond_store_failure(c, &res->head)) return;
     if (res->settled != c->nsettle) {
         rd_error("api: settle_claim answered %zu outcomes for %zu settlements", res->settled,
                  c->nsettle);
-        rd_store_result_t bad = { .status = RD_STORE_ERROR };
+        rd_store_head_t bad = { .status = RD_STORE_ERROR };
         respond_store_failure(c, &bad);
         return;
     }
@@ -331,13 +330,13 @@ static void on_settle_claimed(const rd_store_result_t *res, void *arg)
                         on_settle_waited, c);
         return;
     }
-    respond_settled(c, res);
+    respond_settled(c, res->messages, res->count);
 }
 
-static void on_listed(const rd_store_result_t *res, void *arg)
+static void on_listed(const rd_store_list_t *res, void *arg)
 {
     call_t *c = arg;
-    if (respond_store_failure(c, res)) return;
+    if (respond_store_failure(c, &res->head)) return;
     rd_json_t *doc = rd_json_new_object();
     rd_json_t *list = rd_json_new_array();
     for (size_t i = 0; i < res->count; i++)
@@ -351,10 +350,10 @@ static void on_listed(const rd_store_result_t *res, void *arg)
     respond_json(c, 200, doc, NULL);
 }
 
-static void on_acked(const rd_store_result_t *res, void *arg)
+static void on_acked(const rd_store_outcomes_t *res, void *arg)
 {
     call_t *c = arg;
-    if (respond_store_failure(c, res)) return;
+    if (respond_store_failure(c, &res->head)) return;
     const rd_ack_req_t *ack = c->ack;
     rd_json_t *doc = rd_json_new_object();
     rd_json_t *list = rd_json_new_array();
@@ -370,7 +369,7 @@ static void on_acked(const rd_store_result_t *res, void *arg)
     respond_json(c, 200, doc, NULL);
 }
 
-static void on_deleted(const rd_store_result_t *res, void *arg)
+static void on_deleted(const rd_store_head_t *res, void *arg)
 {
     call_t *c = arg;
     if (respond_store_failure(c, res)) return;
@@ -384,10 +383,10 @@ static bool client_alive(void *arg)
     return rd_http_exchange_client_alive(c->ex);
 }
 
-static void on_replayed_all(const rd_store_result_t *res, void *arg)
+static void on_replayed_all(const rd_store_replayed_t *res, void *arg)
 {
     call_t *c = arg;
-    if (respond_store_failure(c, res)) return;
+    if (respond_store_failure(c, &res->head)) return;
     rd_store_queue_t q = { c->match.queue, c->match.queue_len };
     if (res->replayed > 0) rd_waiters_notify(c->api->waiters, q);
     rd_json_t *doc = rd_json_new_object();
@@ -405,10 +404,10 @@ static rd_json_t *counts_json(const rd_queue_metrics_t *m)
     return o;
 }
 
-static void on_stats(const rd_store_result_t *res, void *arg)
+static void on_stats(const rd_store_stats_result_t *res, void *arg)
 {
     call_t *c = arg;
-    if (respond_store_failure(c, res)) return;
+    if (respond_store_failure(c, &res->head)) return;
     const rd_queue_stats_t *st = &res->stats;
     rd_queue_metrics_t m = { .name = NULL };
     rd_metrics_from_stats(&m, st);
@@ -490,7 +489,7 @@ static void finish_fanout(call_t *c)
     respond_json(c, 200, doc, NULL);
 }
 
-static void on_fanout_stats(const rd_store_result_t *res, void *arg);
+static void on_fanout_stats(const rd_store_stats_result_t *res, void *arg);
 
 /* Keeps at most FANOUT_IN_FLIGHT stats calls in flight until every queue of
  * the page has had one; answers when the last returns. */
@@ -519,12 +518,12 @@ static bool stats_show_no_key(const rd_queue_stats_t *st)
            st->scheduled == 0 && st->processing == 0 && st->succeeded == 0 && st->dead == 0;
 }
 
-static void on_fanout_stats(const rd_store_result_t *res, void *arg)
+static void on_fanout_stats(const rd_store_stats_result_t *res, void *arg)
 {
     fanout_slot_t *slot = arg;
     call_t *c = slot->call;
     rd_queue_metrics_t *m = &c->queues[slot->index];
-    if (res->status == RD_STORE_OK) {
+    if (res->head.status == RD_STORE_OK) {
         rd_metrics_from_stats(m, &res->stats);
         /* The timer looks at it at once and removes it from the registry if
          * it is empty (docs/design.md "Leaving the registry"). */
@@ -540,10 +539,10 @@ static void on_fanout_stats(const rd_store_result_t *res, void *arg)
     fanout_pump(c);
 }
 
-static void on_queue_names(const rd_store_result_t *res, void *arg)
+static void on_queue_names(const rd_store_page_t *res, void *arg)
 {
     call_t *c = arg;
-    if (respond_store_failure(c, res)) return;
+    if (respond_store_failure(c, &res->head)) return;
     c->registered = res->total;
     if (res->next_cursor.len > 0) {
         c->next_cursor = rd_strndup(res->next_cursor.ptr, res->next_cursor.len);
@@ -558,7 +557,7 @@ static void on_queue_names(const rd_store_result_t *res, void *arg)
     fanout_pump(c);
 }
 
-static void on_pinged(const rd_store_result_t *res, void *arg)
+static void on_pinged(const rd_store_head_t *res, void *arg)
 {
     call_t *c = arg;
     if (res->status != RD_STORE_OK) {
