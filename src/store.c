@@ -1236,6 +1236,130 @@ int rd_store_timer_done(rd_store_t *st, long long token, const rd_timer_report_t
     return rc;
 }
 
+/* ---------------------------------------------------------------- every queue */
+
+typedef struct fanout {
+    rd_store_t *st;
+    rd_store_queues_cb cb;
+    void *arg;
+    rd_queue_metrics_t *queues;
+    size_t count, sent, outstanding;
+    bool any_failed;
+    long long total;
+    char *next_cursor;          /* the page's, NULL at the end */
+    size_t next_cursor_len;
+} fanout_t;
+
+typedef struct fanout_slot {
+    fanout_t *f;
+    size_t index;
+} fanout_slot_t;
+
+static void fanout_free(fanout_t *f)
+{
+    for (size_t i = 0; i < f->count; i++) rd_free(f->queues[i].name);
+    rd_free(f->queues);
+    rd_free(f->next_cursor);
+    rd_free(f);
+}
+
+static void fanout_finish(fanout_t *f)
+{
+    rd_store_queues_t res = {
+        .head.status = f->any_failed && f->count > 0 && !rd_store_ready(f->st)
+                           ? RD_STORE_UNAVAILABLE : RD_STORE_OK,
+        .queues = f->queues,
+        .count = f->count,
+        .total = f->total,
+        .next_cursor = { f->next_cursor, f->next_cursor_len },
+    };
+    f->cb(&res, f->arg);
+    fanout_free(f);
+}
+
+static void on_fanout_stats(const rd_store_stats_result_t *res, void *arg);
+
+/* Keeps at most RD_STORE_FANOUT_IN_FLIGHT stats calls in flight until every
+ * queue of the page has had one; finishes when the last returns. */
+static void fanout_pump(fanout_t *f)
+{
+    while (f->outstanding < RD_STORE_FANOUT_IN_FLIGHT && f->sent < f->count) {
+        rd_queue_metrics_t *m = &f->queues[f->sent];
+        fanout_slot_t *slot = rd_malloc(sizeof *slot);
+        slot->f = f;
+        slot->index = f->sent++;
+        rd_store_queue_t q = { m->name, m->name_len };
+        if (rd_store_stats(f->st, q, 0, on_fanout_stats, slot) == 0) {
+            f->outstanding++;
+        } else {
+            f->any_failed = true;
+            rd_free(slot);
+        }
+    }
+    if (f->outstanding == 0 && f->sent == f->count) fanout_finish(f);
+}
+
+/* A stats answer with no key behind it: a queue whose keys are all gone. */
+static bool stats_show_no_key(const rd_queue_stats_t *st)
+{
+    return st->totals_len == 0 && st->top_errors_len == 0 && st->ready == 0 &&
+           st->scheduled == 0 && st->processing == 0 && st->succeeded == 0 && st->dead == 0;
+}
+
+static void on_fanout_stats(const rd_store_stats_result_t *res, void *arg)
+{
+    fanout_slot_t *slot = arg;
+    fanout_t *f = slot->f;
+    rd_queue_metrics_t *m = &f->queues[slot->index];
+    if (res->head.status == RD_STORE_OK) {
+        rd_metrics_from_stats(m, &res->stats);
+        if (stats_show_no_key(&res->stats)) {
+            rd_store_queue_t q = { m->name, m->name_len };
+            rd_store_schedule(f->st, q, 0);
+        }
+    } else {
+        f->any_failed = true;
+    }
+    rd_free(slot);
+    f->outstanding--;
+    fanout_pump(f);
+}
+
+static void on_fanout_page(const rd_store_page_t *res, void *arg)
+{
+    fanout_t *f = arg;
+    if (res->head.status != RD_STORE_OK) {
+        rd_store_queues_t failed = { .head = res->head };
+        f->cb(&failed, f->arg);
+        fanout_free(f);
+        return;
+    }
+    f->total = res->total;
+    if (res->next_cursor.len > 0) {
+        f->next_cursor = rd_strndup(res->next_cursor.ptr, res->next_cursor.len);
+        f->next_cursor_len = res->next_cursor.len;
+    }
+    f->count = res->count;
+    f->queues = rd_calloc(res->count ? res->count : 1, sizeof *f->queues);
+    for (size_t i = 0; i < res->count; i++) {
+        f->queues[i].name = rd_strndup(res->names[i].ptr, res->names[i].len);
+        f->queues[i].name_len = res->names[i].len;
+    }
+    fanout_pump(f);
+}
+
+int rd_store_queues_stats(rd_store_t *st, const char *cursor, size_t cursor_len, int limit,
+                          rd_store_queues_cb cb, void *arg)
+{
+    fanout_t *f = rd_calloc(1, sizeof *f);
+    f->st = st;
+    f->cb = cb;
+    f->arg = arg;
+    int rc = rd_store_queues_page(st, cursor, cursor_len, limit, on_fanout_page, f);
+    if (rc != 0) rd_free(f);
+    return rc;
+}
+
 static void on_config(const rd_reply_t *reply, rd_redis_status_t status, void *arg)
 {
     (void)arg;

@@ -21,6 +21,7 @@
 
 #include "retryd/message.h"
 #include "retryd/backend.h"
+#include "retryd/metrics.h"
 #include "retryd/redis.h"
 #include "retryd/stats.h"
 
@@ -242,6 +243,29 @@ int rd_store_tick(rd_store_t *st, rd_store_queue_t q, int limit, long long dead_
  * res->total is how many are registered, res->next_cursor empty at the end. */
 int rd_store_queues_page(rd_store_t *st, const char *cursor, size_t cursor_len, int limit,
                          rd_store_page_cb cb, void *arg);
+
+/* ---- every queue (GET /queues, /metrics) ---- */
+
+/* A page of the registry with each queue's numbers. */
+typedef struct rd_store_queues {
+    rd_store_head_t head;     /* the page's read; RD_STORE_UNAVAILABLE also when a queue's
+                                 stats could not be read and Redis is not ready */
+    rd_queue_metrics_t *queues; /* count of them, in name order; ok false for a queue whose
+                                   stats could not be read */
+    size_t count;
+    long long total;          /* how many queues are registered */
+    rd_str_t next_cursor;     /* len 0 at the end */
+} rd_store_queues_t;
+typedef void (*rd_store_queues_cb)(const rd_store_queues_t *res, void *arg);
+enum { RD_STORE_FANOUT_IN_FLIGHT = 16 };
+
+/* rd_store_queues_page, then each of its queues' stats with at most
+ * RD_STORE_FANOUT_IN_FLIGHT calls in flight; the callback runs once the last
+ * returned. A queue whose stats show none of its keys is handed to the timer
+ * at once (rd_store_schedule with 0), which removes it from the registry
+ * (docs/design.md "Leaving the registry"). */
+int rd_store_queues_stats(rd_store_t *st, const char *cursor, size_t cursor_len, int limit,
+                          rd_store_queues_cb cb, void *arg);
 
 /* ---- the timer schedule (promoter.c) ---- */
 
