@@ -42,18 +42,8 @@ struct rd_call {
     int count;
     rd_ack_req_t *ack;          /* batch acknowledgement: the ids, in order */
     rd_replay_req_t replay;     /* batch replay: what to replay */
-    /* GET /queues and /metrics: one page of queues, their stats read with at
-     * most FANOUT_IN_FLIGHT calls in flight, gathered here. */
-    rd_queue_metrics_t *queues;
-    size_t nqueues, sent, outstanding;
-    bool any_failed;
-    char *next_cursor;          /* the page's, NULL at the end */
-    size_t next_cursor_len;
-    long long registered;       /* how many queues the registry holds */
 };
 typedef rd_call_t call_t;
-
-enum { FANOUT_IN_FLIGHT = 16 };
 
 static void call_free(call_t *c)
 {
@@ -64,9 +54,6 @@ static void call_free(call_t *c)
     rd_request_replay_free(&c->replay);
     rd_free(c->settle_ids);
     rd_free(c->settled);
-    rd_free(c->next_cursor);
-    for (size_t i = 0; i < c->nqueues; i++) rd_free(c->queues[i].name);
-    rd_free(c->queues);
     rd_route_match_free(&c->match);
     rd_free(c);
 }
@@ -96,7 +83,7 @@ static void respond_unavailable(call_t *c)
 
 /* Maps a store outcome other than OK to its problem; returns true when it
  * answered. */
-static bool respond_store_failure(call_t *c, const rd_store_result_t *res)
+static bool respond_store_failure(call_t *c, const rd_store_head_t *res)
 {
     char detail[256];
     switch (res->status) {
@@ -147,16 +134,16 @@ static bool respond_store_failure(call_t *c, const rd_store_result_t *res)
 
 /* ---------------------------------------------------------------- store callbacks */
 
-static void on_message(const rd_store_result_t *res, void *arg)
+static void on_message(const rd_store_messages_t *res, void *arg)
 {
     call_t *c = arg;
-    if (respond_store_failure(c, res)) return;
+    if (respond_store_failure(c, &res->head)) return;
     if (c->notify) {
         rd_store_queue_t q = { c->match.queue, c->match.queue_len };
         rd_waiters_notify(c->api->waiters, q);
     }
     if (res->count != 1) {
-        rd_store_result_t bad = { .status = RD_STORE_ERROR };
+        rd_store_head_t bad = { .status = RD_STORE_ERROR };
         respond_store_failure(c, &bad);
         return;
     }
@@ -165,12 +152,12 @@ static void on_message(const rd_store_result_t *res, void *arg)
     respond_json(c, 200, doc, NULL);
 }
 
-static void on_enqueued(const rd_store_result_t *res, void *arg)
+static void on_enqueued(const rd_store_messages_t *res, void *arg)
 {
     call_t *c = arg;
-    if (respond_store_failure(c, res)) return;
+    if (respond_store_failure(c, &res->head)) return;
     const rd_message_t *m = &res->messages[0];
-    if (res->status == RD_STORE_DUPLICATE) {
+    if (res->head.status == RD_STORE_DUPLICATE) {
         /* Idempotent repeat: the original, 200, nothing created. */
         if (m->status != RD_STATUS_UNKNOWN) {
             respond_json(c, 200, rd_message_to_json(m, c->match.queue, c->match.queue_len, false),
@@ -222,34 +209,34 @@ static void on_claim_delivered(bool delivered, void *arg)
     rd_free(k);
 }
 
-static void hand_back_if_undelivered(call_t *c, const rd_store_result_t *res)
+static void hand_back_if_undelivered(call_t *c, const rd_message_t *messages, size_t count)
 {
     claimed_t *k = rd_malloc(sizeof *k);
     k->api = c->api;
     k->queue = rd_strndup(c->match.queue, c->match.queue_len);
     k->queue_len = c->match.queue_len;
-    k->count = res->count;
-    k->messages = rd_calloc(res->count, sizeof *k->messages);
-    for (size_t i = 0; i < res->count; i++) {
-        const rd_str_t *token = &res->messages[i].lease_token;
+    k->count = count;
+    k->messages = rd_calloc(count, sizeof *k->messages);
+    for (size_t i = 0; i < count; i++) {
+        const rd_str_t *token = &messages[i].lease_token;
         rd_message_init(&k->messages[i]);
-        k->messages[i].id = res->messages[i].id;
+        k->messages[i].id = messages[i].id;
         k->messages[i].lease_token.ptr = rd_strndup(token->ptr ? token->ptr : "", token->len);
         k->messages[i].lease_token.len = token->len;
     }
     rd_http_on_delivery(c->ex, on_claim_delivered, k);
 }
 
-static void on_claimed(const rd_store_result_t *res, void *arg)
+static void on_claimed(const rd_store_messages_t *res, void *arg)
 {
     call_t *c = arg;
-    if (respond_store_failure(c, res)) return;
+    if (respond_store_failure(c, &res->head)) return;
     if (res->count == 0) {
         rd_http_respond(c->ex, 204, NULL, NULL, NULL, 0);
         call_free(c);
         return;
     }
-    hand_back_if_undelivered(c, res);
+    hand_back_if_undelivered(c, res->messages, res->count);
     if (!c->batch) {
         respond_json(c, 200, rd_message_to_json(&res->messages[0], c->match.queue,
                                                 c->match.queue_len, true), NULL);
@@ -274,9 +261,9 @@ static void api_code(rd_str_t code, char out[16])
 }
 
 /* 200 {"settled":[{id, status}...], "messages":[...]} of a claim with settle. */
-static void respond_settled(call_t *c, const rd_store_result_t *res)
+static void respond_settled(call_t *c, const rd_message_t *messages, size_t count)
 {
-    if (res->count > 0) hand_back_if_undelivered(c, res);
+    if (count > 0) hand_back_if_undelivered(c, messages, count);
     rd_json_t *doc = rd_json_new_object();
     rd_json_t *list = rd_json_new_array();
     for (size_t i = 0; i < c->nsettle; i++) {
@@ -287,8 +274,8 @@ static void respond_settled(call_t *c, const rd_store_result_t *res)
     }
     rd_json_set(doc, "settled", list);
     list = rd_json_new_array();
-    for (size_t i = 0; i < res->count; i++)
-        rd_json_append(list, rd_message_to_json(&res->messages[i], c->match.queue,
+    for (size_t i = 0; i < count; i++)
+        rd_json_append(list, rd_message_to_json(&messages[i], c->match.queue,
                                                 c->match.queue_len, true));
     rd_json_set(doc, "messages", list);
     respond_json(c, 200, doc, NULL);
@@ -297,27 +284,26 @@ static void respond_settled(call_t *c, const rd_store_result_t *res)
 /* The claim a settle-and-claim parked for: its settlements stand whatever
  * happens to it, so a claim that failed (Redis went away meanwhile) answers
  * with no messages, never an error that would hide them. */
-static void on_settle_waited(const rd_store_result_t *res, void *arg)
+static void on_settle_waited(const rd_store_messages_t *res, void *arg)
 {
     call_t *c = arg;
-    if (res->status == RD_STORE_OK) {
-        respond_settled(c, res);
+    if (res->head.status == RD_STORE_OK) {
+        respond_settled(c, res->messages, res->count);
         return;
     }
     rd_warn("api: the long-poll claim after a settlement failed (status %d); answering no "
-            "messages", (int)res->status);
-    rd_store_result_t none = { .status = RD_STORE_OK };
-    respond_settled(c, &none);
+            "messages", (int)res->head.status);
+    respond_settled(c, NULL, 0);
 }
 
-static void on_settle_claimed(const rd_store_result_t *res, void *arg)
+static void on_settle_claimed(const rd_store_settled_t *res, void *arg)
 {
     call_t *c = arg;
-    if (respond_store_failure(c, res)) return;
+    if (respond_store_failure(c, &res->head)) return;
     if (res->settled != c->nsettle) {
         rd_error("api: settle_claim answered %zu outcomes for %zu settlements", res->settled,
                  c->nsettle);
-        rd_store_result_t bad = { .status = RD_STORE_ERROR };
+        rd_store_head_t bad = { .status = RD_STORE_ERROR };
         respond_store_failure(c, &bad);
         return;
     }
@@ -331,13 +317,13 @@ static void on_settle_claimed(const rd_store_result_t *res, void *arg)
                         on_settle_waited, c);
         return;
     }
-    respond_settled(c, res);
+    respond_settled(c, res->messages, res->count);
 }
 
-static void on_listed(const rd_store_result_t *res, void *arg)
+static void on_listed(const rd_store_list_t *res, void *arg)
 {
     call_t *c = arg;
-    if (respond_store_failure(c, res)) return;
+    if (respond_store_failure(c, &res->head)) return;
     rd_json_t *doc = rd_json_new_object();
     rd_json_t *list = rd_json_new_array();
     for (size_t i = 0; i < res->count; i++)
@@ -351,10 +337,10 @@ static void on_listed(const rd_store_result_t *res, void *arg)
     respond_json(c, 200, doc, NULL);
 }
 
-static void on_acked(const rd_store_result_t *res, void *arg)
+static void on_acked(const rd_store_outcomes_t *res, void *arg)
 {
     call_t *c = arg;
-    if (respond_store_failure(c, res)) return;
+    if (respond_store_failure(c, &res->head)) return;
     const rd_ack_req_t *ack = c->ack;
     rd_json_t *doc = rd_json_new_object();
     rd_json_t *list = rd_json_new_array();
@@ -370,7 +356,7 @@ static void on_acked(const rd_store_result_t *res, void *arg)
     respond_json(c, 200, doc, NULL);
 }
 
-static void on_deleted(const rd_store_result_t *res, void *arg)
+static void on_deleted(const rd_store_head_t *res, void *arg)
 {
     call_t *c = arg;
     if (respond_store_failure(c, res)) return;
@@ -384,10 +370,10 @@ static bool client_alive(void *arg)
     return rd_http_exchange_client_alive(c->ex);
 }
 
-static void on_replayed_all(const rd_store_result_t *res, void *arg)
+static void on_replayed_all(const rd_store_replayed_t *res, void *arg)
 {
     call_t *c = arg;
-    if (respond_store_failure(c, res)) return;
+    if (respond_store_failure(c, &res->head)) return;
     rd_store_queue_t q = { c->match.queue, c->match.queue_len };
     if (res->replayed > 0) rd_waiters_notify(c->api->waiters, q);
     rd_json_t *doc = rd_json_new_object();
@@ -405,10 +391,10 @@ static rd_json_t *counts_json(const rd_queue_metrics_t *m)
     return o;
 }
 
-static void on_stats(const rd_store_result_t *res, void *arg)
+static void on_stats(const rd_store_stats_result_t *res, void *arg)
 {
     call_t *c = arg;
-    if (respond_store_failure(c, res)) return;
+    if (respond_store_failure(c, &res->head)) return;
     const rd_queue_stats_t *st = &res->stats;
     rd_queue_metrics_t m = { .name = NULL };
     rd_metrics_from_stats(&m, st);
@@ -449,24 +435,18 @@ static void on_stats(const rd_store_result_t *res, void *arg)
 
 /* ---------------------------------------------------------------- every queue */
 
-typedef struct fanout_slot {
-    call_t *call;
-    size_t index;
-} fanout_slot_t;
-
-static void finish_fanout(call_t *c)
+/* GET /queues and /metrics: a page of the registry with each queue's numbers. */
+static void on_queues(const rd_store_queues_t *res, void *arg)
 {
-    if (c->any_failed && c->nqueues > 0 && !rd_store_ready(c->api->store)) {
-        respond_unavailable(c);
-        return;
-    }
+    call_t *c = arg;
+    if (respond_store_failure(c, &res->head)) return;
     if (c->metrics) {
         rd_buf_t text = RD_BUF_INIT;
-        rd_metrics_render(&text, c->queues, c->nqueues, rd_store_rtt(c->api->store),
+        rd_metrics_render(&text, res->queues, res->count, rd_store_rtt(c->api->store),
                           c->api->waiters ? rd_waiters_count(c->api->waiters) : 0);
         long long exported = 0;
-        for (size_t i = 0; i < c->nqueues; i++) exported += c->queues[i].ok;
-        rd_metrics_render_registry(&text, c->registered, c->registered - exported);
+        for (size_t i = 0; i < res->count; i++) exported += res->queues[i].ok;
+        rd_metrics_render_registry(&text, res->total, res->total - exported);
         rd_http_respond(c->ex, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, text.data,
                         text.len);
         rd_buf_free(&text);
@@ -475,90 +455,23 @@ static void finish_fanout(call_t *c)
     }
     rd_json_t *doc = rd_json_new_object();
     rd_json_t *list = rd_json_new_array();
-    for (size_t i = 0; i < c->nqueues; i++) {
-        if (!c->queues[i].ok) continue;
+    for (size_t i = 0; i < res->count; i++) {
+        if (!res->queues[i].ok) continue;
         rd_json_t *q = rd_json_new_object();
-        rd_json_set_stringn(q, "name", c->queues[i].name, c->queues[i].name_len);
-        rd_json_set(q, "counts", counts_json(&c->queues[i]));
-        rd_json_set_int(q, "dead_last_24h", c->queues[i].dead_last_24h);
+        rd_json_set_stringn(q, "name", res->queues[i].name, res->queues[i].name_len);
+        rd_json_set(q, "counts", counts_json(&res->queues[i]));
+        rd_json_set_int(q, "dead_last_24h", res->queues[i].dead_last_24h);
         rd_json_append(list, q);
     }
     rd_json_set(doc, "queues", list);
-    if (c->next_cursor) rd_json_set_stringn(doc, "next_cursor", c->next_cursor, c->next_cursor_len);
+    if (res->next_cursor.len) rd_json_set_stringn(doc, "next_cursor", res->next_cursor.ptr,
+                                                  res->next_cursor.len);
     else rd_json_set_null(doc, "next_cursor");
-    rd_json_set_int(doc, "total", c->registered);
+    rd_json_set_int(doc, "total", res->total);
     respond_json(c, 200, doc, NULL);
 }
 
-static void on_fanout_stats(const rd_store_result_t *res, void *arg);
-
-/* Keeps at most FANOUT_IN_FLIGHT stats calls in flight until every queue of
- * the page has had one; answers when the last returns. */
-static void fanout_pump(call_t *c)
-{
-    while (c->outstanding < FANOUT_IN_FLIGHT && c->sent < c->nqueues) {
-        rd_queue_metrics_t *m = &c->queues[c->sent];
-        fanout_slot_t *slot = rd_malloc(sizeof *slot);
-        slot->call = c;
-        slot->index = c->sent++;
-        rd_store_queue_t q = { m->name, m->name_len };
-        if (rd_store_stats(c->api->store, q, 0, on_fanout_stats, slot) == 0) {
-            c->outstanding++;
-        } else {
-            c->any_failed = true;
-            rd_free(slot);
-        }
-    }
-    if (c->outstanding == 0 && c->sent == c->nqueues) finish_fanout(c);
-}
-
-/* A stats answer with no key behind it: a queue whose keys are all gone. */
-static bool stats_show_no_key(const rd_queue_stats_t *st)
-{
-    return st->totals_len == 0 && st->top_errors_len == 0 && st->ready == 0 &&
-           st->scheduled == 0 && st->processing == 0 && st->succeeded == 0 && st->dead == 0;
-}
-
-static void on_fanout_stats(const rd_store_result_t *res, void *arg)
-{
-    fanout_slot_t *slot = arg;
-    call_t *c = slot->call;
-    rd_queue_metrics_t *m = &c->queues[slot->index];
-    if (res->status == RD_STORE_OK) {
-        rd_metrics_from_stats(m, &res->stats);
-        /* The timer looks at it at once and removes it from the registry if
-         * it is empty (docs/design.md "Leaving the registry"). */
-        if (stats_show_no_key(&res->stats)) {
-            rd_store_queue_t q = { m->name, m->name_len };
-            rd_store_schedule(c->api->store, q, 0);
-        }
-    } else {
-        c->any_failed = true;
-    }
-    rd_free(slot);
-    c->outstanding--;
-    fanout_pump(c);
-}
-
-static void on_queue_names(const rd_store_result_t *res, void *arg)
-{
-    call_t *c = arg;
-    if (respond_store_failure(c, res)) return;
-    c->registered = res->total;
-    if (res->next_cursor.len > 0) {
-        c->next_cursor = rd_strndup(res->next_cursor.ptr, res->next_cursor.len);
-        c->next_cursor_len = res->next_cursor.len;
-    }
-    c->nqueues = res->count;
-    c->queues = rd_calloc(res->count ? res->count : 1, sizeof *c->queues);
-    for (size_t i = 0; i < res->count; i++) {
-        c->queues[i].name = rd_strndup(res->names[i].ptr, res->names[i].len);
-        c->queues[i].name_len = res->names[i].len;
-    }
-    fanout_pump(c);
-}
-
-static void on_pinged(const rd_store_result_t *res, void *arg)
+static void on_pinged(const rd_store_head_t *res, void *arg)
 {
     call_t *c = arg;
     if (res->status != RD_STORE_OK) {
@@ -818,16 +731,16 @@ static void handle_queues(call_t *c)
                         NULL);
         return;
     }
-    started(c, rd_store_queues_page(c->api->store, q.cursor, q.cursor_len, q.limit,
-                                    on_queue_names, c));
+    started(c, rd_store_queues_stats(c->api->store, q.cursor, q.cursor_len, q.limit,
+                                     on_queues, c));
 }
 
 /* GET /metrics: the first RD_METRICS_MAX_QUEUES queues. */
 static void handle_metrics(call_t *c)
 {
     c->metrics = true;
-    started(c, rd_store_queues_page(c->api->store, NULL, 0, RD_METRICS_MAX_QUEUES,
-                                    on_queue_names, c));
+    started(c, rd_store_queues_stats(c->api->store, NULL, 0, RD_METRICS_MAX_QUEUES,
+                                     on_queues, c));
 }
 
 /* The console's files are public: the page asks for the token itself. */
