@@ -14,6 +14,7 @@
 #include "retryd/auth.h"
 #include "retryd/buf.h"
 #include "retryd/json.h"
+#include "retryd/jsonw.h"
 #include "retryd/log.h"
 #include "retryd/metrics.h"
 #include "retryd/problem.h"
@@ -66,6 +67,37 @@ static void respond_json(call_t *c, int status, rd_json_t *doc, const char *extr
     rd_http_respond(c->ex, status, "application/json", extra_headers, body, len);
     rd_free(body);
     call_free(c);
+}
+
+/* The writer of an answer, on api->body emptied; the caller writes one value
+ * and calls respond_written at once (answering may run the next pipelined
+ * request's handler, which reuses the buffer). A buffer a large page grew
+ * past RD_API_BODY_KEEP_BYTES is given back rather than kept. */
+#define RD_API_BODY_KEEP_BYTES (64 * 1024)
+
+static void begin_json(call_t *c, rd_jsonw_t *w)
+{
+    rd_buf_t *b = &c->api->body;
+    if (b->cap > RD_API_BODY_KEEP_BYTES) rd_buf_free(b);
+    rd_buf_reset(b);
+    rd_jsonw_init(w, b);
+}
+
+static void respond_written(call_t *c, int status, const char *extra_headers)
+{
+    const rd_buf_t *b = &c->api->body;
+    rd_http_respond(c->ex, status, "application/json", extra_headers, b->data, b->len);
+    call_free(c);
+}
+
+/* 200/201 with one message (lease_token only when with_token). */
+static void respond_message(call_t *c, int status, const rd_message_t *m, bool with_token,
+                            const char *extra_headers)
+{
+    rd_jsonw_t w;
+    begin_json(c, &w);
+    rd_message_write_json(&w, m, c->match.queue, c->match.queue_len, with_token);
+    respond_written(c, status, extra_headers);
 }
 
 static void respond_problem(call_t *c, rd_problem_t p, const char *detail,
@@ -147,9 +179,7 @@ static void on_message(const rd_store_messages_t *res, void *arg)
         respond_store_failure(c, &bad);
         return;
     }
-    rd_json_t *doc = rd_message_to_json(&res->messages[0], c->match.queue, c->match.queue_len,
-                                        false);
-    respond_json(c, 200, doc, NULL);
+    respond_message(c, 200, &res->messages[0], false, NULL);
 }
 
 static void on_enqueued(const rd_store_messages_t *res, void *arg)
@@ -160,16 +190,22 @@ static void on_enqueued(const rd_store_messages_t *res, void *arg)
     if (res->head.status == RD_STORE_DUPLICATE) {
         /* Idempotent repeat: the original, 200, nothing created. */
         if (m->status != RD_STATUS_UNKNOWN) {
-            respond_json(c, 200, rd_message_to_json(m, c->match.queue, c->match.queue_len, false),
-                         NULL);
+            respond_message(c, 200, m, false, NULL);
             return;
         }
-        rd_json_t *doc = rd_json_new_object();  /* the original was deleted by retention */
-        rd_json_set_int(doc, "id", m->id);
-        rd_json_set_stringn(doc, "queue", c->match.queue, c->match.queue_len);
-        rd_json_set_null(doc, "status");
-        rd_json_set_bool(doc, "deleted", true);
-        respond_json(c, 200, doc, NULL);
+        rd_jsonw_t w;  /* the original was deleted by retention */
+        begin_json(c, &w);
+        rd_jsonw_object_open(&w);
+        rd_jsonw_key(&w, "id");
+        rd_jsonw_int(&w, m->id);
+        rd_jsonw_key(&w, "queue");
+        rd_jsonw_stringn(&w, c->match.queue, c->match.queue_len);
+        rd_jsonw_key(&w, "status");
+        rd_jsonw_null(&w);
+        rd_jsonw_key(&w, "deleted");
+        rd_jsonw_bool(&w, true);
+        rd_jsonw_object_close(&w);
+        respond_written(c, 200, NULL);
         return;
     }
     if (m->status == RD_STATUS_PENDING && m->retry_after_ms < 0) {
@@ -179,8 +215,7 @@ static void on_enqueued(const rd_store_messages_t *res, void *arg)
     rd_buf_t location = RD_BUF_INIT;
     rd_buf_printf(&location, "Location: %.*s/%lld\r\n", (int)c->req->path_len, c->req->path,
                   m->id);
-    respond_json(c, 201, rd_message_to_json(m, c->match.queue, c->match.queue_len, false),
-                 location.data);
+    respond_message(c, 201, m, false, location.data);
     rd_buf_free(&location);
 }
 
@@ -227,6 +262,17 @@ static void hand_back_if_undelivered(call_t *c, const rd_message_t *messages, si
     rd_http_on_delivery(c->ex, on_claim_delivered, k);
 }
 
+/* The member "messages": [...] of an answer's object. */
+static void write_messages(const call_t *c, rd_jsonw_t *w, const rd_message_t *messages,
+                           size_t count, bool with_token)
+{
+    rd_jsonw_key(w, "messages");
+    rd_jsonw_array_open(w);
+    for (size_t i = 0; i < count; i++)
+        rd_message_write_json(w, &messages[i], c->match.queue, c->match.queue_len, with_token);
+    rd_jsonw_array_close(w);
+}
+
 static void on_claimed(const rd_store_messages_t *res, void *arg)
 {
     call_t *c = arg;
@@ -238,17 +284,15 @@ static void on_claimed(const rd_store_messages_t *res, void *arg)
     }
     hand_back_if_undelivered(c, res->messages, res->count);
     if (!c->batch) {
-        respond_json(c, 200, rd_message_to_json(&res->messages[0], c->match.queue,
-                                                c->match.queue_len, true), NULL);
+        respond_message(c, 200, &res->messages[0], true, NULL);
         return;
     }
-    rd_json_t *doc = rd_json_new_object();
-    rd_json_t *list = rd_json_new_array();
-    for (size_t i = 0; i < res->count; i++)
-        rd_json_append(list, rd_message_to_json(&res->messages[i], c->match.queue,
-                                                c->match.queue_len, true));
-    rd_json_set(doc, "messages", list);
-    respond_json(c, 200, doc, NULL);
+    rd_jsonw_t w;
+    begin_json(c, &w);
+    rd_jsonw_object_open(&w);
+    write_messages(c, &w, res->messages, res->count, true);
+    rd_jsonw_object_close(&w);
+    respond_written(c, 200, NULL);
 }
 
 /* A Lua outcome code in the API's spelling ('-' for '_', as the problem
@@ -264,21 +308,23 @@ static void api_code(rd_str_t code, char out[16])
 static void respond_settled(call_t *c, const rd_message_t *messages, size_t count)
 {
     if (count > 0) hand_back_if_undelivered(c, messages, count);
-    rd_json_t *doc = rd_json_new_object();
-    rd_json_t *list = rd_json_new_array();
+    rd_jsonw_t w;
+    begin_json(c, &w);
+    rd_jsonw_object_open(&w);
+    rd_jsonw_key(&w, "settled");
+    rd_jsonw_array_open(&w);
     for (size_t i = 0; i < c->nsettle; i++) {
-        rd_json_t *item = rd_json_new_object();
-        rd_json_set_int(item, "id", c->settle_ids[i]);
-        rd_json_set_string(item, "status", c->settled[i]);
-        rd_json_append(list, item);
+        rd_jsonw_object_open(&w);
+        rd_jsonw_key(&w, "id");
+        rd_jsonw_int(&w, c->settle_ids[i]);
+        rd_jsonw_key(&w, "status");
+        rd_jsonw_string(&w, c->settled[i]);
+        rd_jsonw_object_close(&w);
     }
-    rd_json_set(doc, "settled", list);
-    list = rd_json_new_array();
-    for (size_t i = 0; i < count; i++)
-        rd_json_append(list, rd_message_to_json(&messages[i], c->match.queue,
-                                                c->match.queue_len, true));
-    rd_json_set(doc, "messages", list);
-    respond_json(c, 200, doc, NULL);
+    rd_jsonw_array_close(&w);
+    write_messages(c, &w, messages, count, true);
+    rd_jsonw_object_close(&w);
+    respond_written(c, 200, NULL);
 }
 
 /* The claim a settle-and-claim parked for: its settlements stand whatever
@@ -324,17 +370,17 @@ static void on_listed(const rd_store_list_t *res, void *arg)
 {
     call_t *c = arg;
     if (respond_store_failure(c, &res->head)) return;
-    rd_json_t *doc = rd_json_new_object();
-    rd_json_t *list = rd_json_new_array();
-    for (size_t i = 0; i < res->count; i++)
-        rd_json_append(list, rd_message_to_json(&res->messages[i], c->match.queue,
-                                                c->match.queue_len, false));
-    rd_json_set(doc, "messages", list);
-    if (res->next_cursor.len) rd_json_set_stringn(doc, "next_cursor", res->next_cursor.ptr,
-                                                  res->next_cursor.len);
-    else rd_json_set_null(doc, "next_cursor");
-    rd_json_set_int(doc, "total", res->total);
-    respond_json(c, 200, doc, NULL);
+    rd_jsonw_t w;
+    begin_json(c, &w);
+    rd_jsonw_object_open(&w);
+    write_messages(c, &w, res->messages, res->count, false);
+    rd_jsonw_key(&w, "next_cursor");
+    if (res->next_cursor.len) rd_jsonw_stringn(&w, res->next_cursor.ptr, res->next_cursor.len);
+    else rd_jsonw_null(&w);
+    rd_jsonw_key(&w, "total");
+    rd_jsonw_int(&w, res->total);
+    rd_jsonw_object_close(&w);
+    respond_written(c, 200, NULL);
 }
 
 static void on_acked(const rd_store_outcomes_t *res, void *arg)

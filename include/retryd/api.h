@@ -3,6 +3,7 @@
 #ifndef RETRYD_API_H
 #define RETRYD_API_H
 
+#include "retryd/buf.h"
 #include "retryd/config.h"
 #include "retryd/http.h"
 #include "retryd/router.h"
@@ -14,6 +15,8 @@ typedef struct rd_api {
     rd_waiters_t *waiters;      /* borrowed: long-poll claims */
     const rd_config_t *cfg;     /* borrowed */
     const char *auth_token;     /* NULL: no auth; else required as a Bearer token */
+    rd_buf_t body;              /* owned: the JSON answer being written, reused by
+                                 * every answer (start RD_BUF_INIT, rd_buf_free it) */
 } rd_api_t;
 
 /* Every route of the API (SPEC §5): {method, pattern, handler, flags}. */
