@@ -194,8 +194,10 @@ static void test_strings_match_cjson(void **state)
         rd_buf_free(&out);
     }
     static const struct { const char *s; size_t len; } runs[] = {
-        { "a\0\"\\\x01\xff\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80\xF4\x90\x80\x80z", 22 },
-        { "\xE2\x82", 2 }, { "line1\r\nline2\ttab", 16 }, { "{\"json\":[1,2]}", 14 },
+#define RUN(lit) { lit, sizeof lit - 1 }
+        RUN("a\0\"\\\x01\xff\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80\xF4\x90\x80\x80z"),
+        RUN("\xE2\x82"), RUN("line1\r\nline2\ttab"), RUN("{\"json\":[1,2]}"),
+#undef RUN
     };
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
         char *want = cjson_string_text(runs[i].s, runs[i].len);
@@ -298,6 +300,26 @@ static void test_messages_match_cjson(void **state)
     }
 }
 
+/* A long string of bytes that each grow (\u0001, U+FFFD, \n) makes the
+ * writer grow its buffer in the middle of the string, many times over. */
+static void test_escapes_grow_the_buffer(void **state)
+{
+    char in[3000];
+    for (size_t i = 0; i < sizeof in; i++) in[i] = "\x01\xff\na"[i % 4];
+    char *want = cjson_string_text(in, sizeof in);
+    rd_buf_t out = RD_BUF_INIT;
+    rd_jsonw_t w;
+    rd_jsonw_init(&w, &out);
+    rd_jsonw_object_open(&w);
+    rd_jsonw_key(&w, "s");
+    rd_jsonw_stringn(&w, in, sizeof in);
+    rd_jsonw_object_close(&w);
+    assert_int_equal(out.len, strlen(want));
+    assert_string_equal(out.data, want);
+    rd_free(want);
+    rd_buf_free(&out);
+}
+
 int main(void)
 {
     rd_alloc_init();
@@ -310,6 +332,7 @@ int main(void)
         cmocka_unit_test(test_invalid_utf8_as_replacement),
         cmocka_unit_test(test_strings_match_cjson),
         cmocka_unit_test(test_messages_match_cjson),
+        cmocka_unit_test(test_escapes_grow_the_buffer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
