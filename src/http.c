@@ -816,6 +816,7 @@ static void conn_resume(rd_http_conn_t *c)
  * says the client is truly gone. */
 static void conn_peer_eof(rd_http_conn_t *c)
 {
+    rd_debug("http: client closed its sending side");
     c->peer_eof = true;
     stop_reading(c);
     if (suspended(c)) return;  /* rd_http_respond, or the drained write, goes on */

@@ -189,6 +189,10 @@ static void serve(wqueue_t *q)
         return;
     }
     while (q->head && !rd_http_exchange_client_alive(q->head->ex)) answer_nothing(q->head);
+    /* Answering a departed waiter can run that connection's next pipelined
+     * request at once, and a long-poll there parks and serves this queue:
+     * then a claim is already in flight and must not be sent twice. */
+    if (q->serving || w->stopping) return;
     waiter_t *h = q->head;
     q->again = false;
     if (h == NULL) return;

@@ -2670,6 +2670,63 @@ static void test_half_closed_clients_get_their_answers(void **state)
     assert_int_equal(rq_int(g_shared, "GET %s:{hc}:seq", pfx), 1);
 }
 
+/* Client X pipelines two long-poll claims and half-closes; client Y then
+ * long-polls the same queue. Answering X's first waiter (its client has
+ * closed its side) runs X's second request at once, which parks and serves
+ * the queue from inside the first serve: the claim for Y must be sent once.
+ * Before the fix it went out twice and the second answer found no waiter
+ * (NULL dereference: the daemon crashed). */
+static void test_pipelined_long_polls_after_half_close(void **state)
+{
+    (void)state;
+    char pfx[128];
+    PREFIX(pfx, "pipehalf");
+    assert_int_equal(start_retryd(&g_dmn[0], "pipehalf.log", e2e_redis_url(g_shared_port), pfx,
+                                  true, "--log-level", "debug", NULL), 0);
+    int port = g_dmn[0].port;
+    const char *body = "{\"wait_seconds\":2}";
+
+    e2e_conn_t x;
+    assert_int_equal(e2e_conn_open(&x, port), 0);
+    assert_int_equal(e2e_send_request(&x, "POST", "/queues/ph/claim", NULL, body, strlen(body)), 0);
+    assert_int_equal(e2e_send_request(&x, "POST", "/queues/ph/claim", NULL, body, strlen(body)), 0);
+    assert_int_equal(shutdown(x.fd, SHUT_WR), 0);
+    char log[PATH_MAX];
+    SET(log, tmp_path("pipehalf.log"));
+    long long deadline = e2e_mono_ms() + 5000;
+    for (;;) {
+        char *text = fx_read_file(log);
+        bool seen = text && strstr(text, "http: client closed its sending side") != NULL;
+        free(text);
+        if (seen) break;
+        if (e2e_mono_ms() > deadline) fail_msg("the daemon never saw the half-close");
+        e2e_pause_ms(5);
+    }
+
+    e2e_conn_t y;
+    assert_int_equal(e2e_conn_open(&y, port), 0);
+    assert_int_equal(e2e_send_request(&y, "POST", "/queues/ph/claim", NULL, body, strlen(body)), 0);
+
+    /* X gets both answers (nothing was claimable), then the connection ends. */
+    e2e_response_t r = { 0 };
+    for (int i = 0; i < 2; i++) {
+        if (e2e_read_response(&x, &r) != 0) fail_msg("X: answer %d missing", i + 1);
+        assert_int_equal(r.status, 204);
+        e2e_response_free(&r);
+    }
+    e2e_conn_close(&x);
+    /* Y's long-poll ends at its deadline with 204, and the daemon is alive. */
+    if (e2e_read_response(&y, &r) != 0) fail_msg("Y: no answer");
+    assert_int_equal(r.status, 204);
+    e2e_response_free(&r);
+    e2e_conn_close(&y);
+    assert_true(e2e_daemon_alive(&g_dmn[0]));
+    half_closed_request(port, "GET", "/healthz", NULL, &r);
+    assert_int_equal(r.status, 200);
+    e2e_response_free(&r);
+    stop_retryd(&g_dmn[0]);
+}
+
 /* Sends body to path on a connection of its own while Redis holds writes
  * (CLIENT PAUSE), so the claim is in Redis when its client resets (RST);
  * returns once the daemon saw the reset, with Redis running again. */
@@ -3088,6 +3145,7 @@ int main(void)
         T(test_kill9_retryd_under_load),
         T(test_sigterm_with_requests_in_flight),
         T(test_half_closed_clients_get_their_answers),
+        T(test_pipelined_long_polls_after_half_close),
         T(test_claim_whose_client_resets_is_handed_back),
         T(test_settle_claim_whose_client_resets_is_handed_back),
         T(test_durability_warnings_at_startup),
