@@ -888,7 +888,8 @@ int rd_store_extend(rd_store_t *st, rd_store_queue_t q, long long id, const char
     arg_int(&c, id);
     arg_str(&c, token ? token : "");
     arg_int(&c, lease_ms);
-    return send_call(st, &c, KIND_MESSAGES, (callback_t){ .messages = cb }, arg);
+    arg_str(&c, "1");   /* this caller forwards timer hints */
+    return send_hinted(st, &c, KIND_HINTED, q, (callback_t){ .messages = cb }, arg);
 }
 
 int rd_store_replay(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_messages_cb cb,
