@@ -410,18 +410,50 @@ static void on_deleted(const rd_store_head_t *res, void *arg)
     call_free(c);
 }
 
-static bool client_alive(void *arg)
+/* A batch replay goes on while its answer can still reach the client: a
+ * client that only half-closed its side still reads it. */
+static bool client_not_gone(void *arg)
 {
     call_t *c = arg;
-    return rd_http_exchange_client_alive(c->ex);
+    return !rd_http_exchange_client_gone(c->ex);
+}
+
+/* A batch replay that stopped part way: its problem says how many were
+ * replayed, never "nothing was done". */
+static void respond_replay_stopped(call_t *c, const rd_store_replayed_t *res)
+{
+    char detail[256];
+    const char *why = "Redis is not reachable or the client has gone";
+    rd_problem_t p = RD_PROBLEM_BACKEND_UNAVAILABLE;
+    const char *headers = "Retry-After: 1\r\n";
+    if (res->head.status == RD_STORE_LOST) {
+        why = "the link to Redis dropped during a call, whose letters may or may not have "
+              "been replayed";
+        p = RD_PROBLEM_OUTCOME_UNKNOWN;
+    } else if (res->head.status != RD_STORE_UNAVAILABLE) {
+        rd_error("api: Redis error on %.*s: %.*s", (int)c->req->path_len, c->req->path,
+                 (int)res->head.detail.len, res->head.detail.ptr);
+        why = "Redis answered with an error (see the log)";
+        p = RD_PROBLEM_INTERNAL;
+        headers = NULL;
+    }
+    snprintf(detail, sizeof detail,
+             "The batch replay stopped after %lld dead letters were replayed: %s. The rest are "
+             "still dead; replay again to go on.", res->replayed, why);
+    respond_problem(c, p, detail, NULL, headers);
 }
 
 static void on_replayed_all(const rd_store_replayed_t *res, void *arg)
 {
     call_t *c = arg;
-    if (respond_store_failure(c, &res->head)) return;
     rd_store_queue_t q = { c->match.queue, c->match.queue_len };
     if (res->replayed > 0) rd_waiters_notify(c->api->waiters, q);
+    if (res->head.status != RD_STORE_OK && res->head.status != RD_STORE_DUPLICATE &&
+        res->replayed > 0) {
+        respond_replay_stopped(c, res);
+        return;
+    }
+    if (respond_store_failure(c, &res->head)) return;
     rd_json_t *doc = rd_json_new_object();
     rd_json_set_int(doc, "replayed", res->replayed);
     respond_json(c, 200, doc, NULL);
@@ -751,7 +783,7 @@ static void handle_replay_many(call_t *c)
         return;
     }
     started(c, rd_store_replay_all(c->api->store, queue_of(c), c->replay.mode, c->replay.ids,
-                                   c->replay.count, c->replay.needle, client_alive,
+                                   c->replay.count, c->replay.needle, client_not_gone,
                                    on_replayed_all, c));
 }
 

@@ -919,6 +919,11 @@ bool rd_http_exchange_client_alive(const rd_http_exchange_t *ex)
     return !ex->conn->client_gone && !ex->conn->peer_eof;
 }
 
+bool rd_http_exchange_client_gone(const rd_http_exchange_t *ex)
+{
+    return ex->conn->client_gone;
+}
+
 /* ------------------------------------------------------------------ */
 /* Accepting                                                          */
 /* ------------------------------------------------------------------ */

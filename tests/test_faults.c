@@ -2820,6 +2820,65 @@ static void test_claim_whose_client_resets_is_handed_back(void **state)
     stop_retryd(&g_dmn[0]);
 }
 
+/* A batch replay whose Redis hangs part way (the call in flight is dropped
+ * at --redis-timeout-ms) answers a 503 whose detail says how many dead
+ * letters it did replay, never "nothing was done" or no count at all. */
+static void test_replay_all_stopped_part_way_says_how_many(void **state)
+{
+    (void)state;
+    enum { N = 100000 };
+    static const char *const extra[] = { "--appendonly", "no", NULL };
+    assert_int_equal(fx_redis_start(&g_srv, extra), 0);
+    g_admin = fx_redis_connect(g_srv.port, NULL, NULL);
+    assert_non_null(g_admin);
+    const char *prefix = "replaystop";
+    assert_int_equal(start_retryd(&g_dmn[0], "replaystop.log", e2e_redis_url(g_srv.port), prefix,
+                                  true, "--redis-timeout-ms", "1000", NULL), 0);
+    int port = g_dmn[0].port;
+    static const char seed[] =
+        "local base, n, at = KEYS[1], tonumber(ARGV[1]), ARGV[2] "
+        "for id = 1, n do "
+        "  redis.call('HSET', base .. ':m:' .. id, 'payload', 'p', 'status', 'dead', "
+        "             'retry_count', 1, 'max_retries', 1, 'created_at', at, 'updated_at', at, "
+        "             'last_error', 'boom', 'dead_at', at) "
+        "  redis.call('ZADD', base .. ':dead', at, id) "
+        "end "
+        "redis.call('ZINCRBY', base .. ':errors', n, 'boom') "
+        "redis.call('SET', base .. ':seq', n) "
+        "return n";
+    assert_int_equal(rq_int(g_admin, "EVAL %s 1 %s:{rp} %d %lld", seed, prefix, (int)N,
+                            e2e_wall_ms() - 1000), N);
+
+    e2e_conn_t c;
+    assert_int_equal(e2e_conn_open(&c, port), 0);
+    assert_int_equal(e2e_send_request(&c, "POST", "/queues/rp/replay", NULL, "{\"all\":true}",
+                                      12), 0);
+    long long deadline = e2e_mono_ms() + 5000;
+    while (rq_int(g_admin, "HGET %s:{rp}:stats replayed", prefix) == 0) {
+        if (e2e_mono_ms() > deadline) fail_msg("the batch replay did not start");
+        e2e_pause_ms(1);
+    }
+    assert_int_equal(fx_redis_pause(&g_srv), 0);
+    e2e_response_t r = { 0 };
+    int rc = e2e_read_response(&c, &r);
+    assert_int_equal(fx_redis_resume(&g_srv), 0);
+    e2e_conn_close(&c);
+    if (rc != 0) fail_msg("the batch replay stopped by a hanging Redis: no complete response");
+    printf("# measured a batch replay whose Redis hung: %d %s\n", r.status, r.body);
+    expect_503(&r);
+    const char *detail = rd_json_string(rd_json_get(r.json, "detail"));
+    long long said = -1;
+    if (!detail || sscanf(detail, "The batch replay stopped after %lld", &said) != 1)
+        fail_msg("the detail does not say how many were replayed: %s", detail ? detail : "none");
+    long long replayed = rq_int(g_admin, "HGET %s:{rp}:stats replayed", prefix);
+    /* The call in flight may or may not have replayed its batch too. */
+    if (said <= 0 || said > replayed || replayed - said > 200)
+        fail_msg("the detail says %lld replayed; Redis counts %lld", said, replayed);
+    if (replayed >= N) fail_msg("the replay ended before Redis hung: make N larger");
+    e2e_response_free(&r);
+    stop_retryd(&g_dmn[0]);
+}
+
 /* The same for a claim with settle (SPEC §9): the messages it claimed go
  * straight back, and its settlements stay applied. */
 static void test_settle_claim_whose_client_resets_is_handed_back(void **state)
@@ -3148,6 +3207,7 @@ int main(void)
         T(test_pipelined_long_polls_after_half_close),
         T(test_claim_whose_client_resets_is_handed_back),
         T(test_settle_claim_whose_client_resets_is_handed_back),
+        T(test_replay_all_stopped_part_way_says_how_many),
         T(test_durability_warnings_at_startup),
         T(test_valgrind_clean_shutdown),
     };

@@ -112,6 +112,10 @@ void rd_http_on_delivery(rd_http_exchange_t *ex, rd_http_delivery_fn cb, void *a
  * reset. Long-poll claims use it to stop waiting for a client that left. */
 bool rd_http_exchange_client_alive(const rd_http_exchange_t *ex);
 
+/* True only once the connection was reset or a write failed: no response can
+ * reach the client (a half-close alone does not count; its answer is owed). */
+bool rd_http_exchange_client_gone(const rd_http_exchange_t *ex);
+
 /* The reason phrase for a status code ("Not Found"), "Unknown" otherwise. */
 const char *rd_http_reason(int status);
 
