@@ -12,26 +12,21 @@ set -euo pipefail
 RETRYD=$1 LOADGEN=$2 LUA_LIB=$3 OUT=$4 N=${5:-2000} PAYLOAD=${6:-100}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd -P)
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+source "$(dirname "$0")/../scripts/lib.sh"
 RP=$(free_port)
 HP=$(free_port)
 pids=""
-cleanup() { for p in $pids; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+cleanup() { stop_pid $pids; }
 trap cleanup EXIT
-redis-server --port "$RP" --bind 127.0.0.1 --save '' --appendonly no --dir "$OUT" \
-    --logfile "$OUT/redis.log" >/dev/null 2>&1 &
-pids="$pids $!"
-for _ in $(seq 1 100); do redis-cli -p "$RP" ping >/dev/null 2>&1 && break; sleep 0.1; done
+redis_start "$RP" "$OUT" --save '' --appendonly no || { echo "redis-server did not start" >&2; exit 1; }
+pids="$pids $REDIS_PID"
 redis-cli -p "$RP" -x FUNCTION LOAD REPLACE <"$LUA_LIB" >/dev/null
 valgrind --tool=callgrind --callgrind-out-file="$OUT/callgrind.out.%p" \
     "$RETRYD" --listen "127.0.0.1:$HP" --redis "redis://127.0.0.1:$RP" --prefix cg \
     --tick-ms 250 --log-level warn >"$OUT/retryd.log" 2>&1 &
 vg=$!
 pids="$vg $pids"
-for _ in $(seq 1 300); do
-    [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$HP/readyz")" = 200 ] && break
-    sleep 0.2
-done
+http_ready "$HP" 600 "$vg" || { echo "retryd under valgrind did not become ready" >&2; exit 1; }
 "$LOADGEN" enqueue --port "$HP" --queue cg --conns 1 --messages "$N" --payload-bytes "$PAYLOAD" \
     >"$OUT/enqueue.txt"
 callgrind_control -z "$vg" >/dev/null

@@ -165,22 +165,17 @@ stop_redis() {
 }
 
 start_retryd() {
-    local port i
+    local port
     for _ in 1 2 3; do
         port=$(free_port) || die "no free port"
         "$RETRYD_BIN" --listen "127.0.0.1:$port" --redis "redis://127.0.0.1:$RP" \
             --prefix "$PREFIX" --tick-ms 250 --log-level warn >>"$tmp/retryd.log" 2>&1 &
         retryd_pid=$!
         SERVER_PIDS="$SERVER_PIDS $retryd_pid"
-        for i in $(seq 1 100); do
-            kill -0 "$retryd_pid" 2>/dev/null || break
-            if [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz")" = 200 ]
-            then
-                HP=$port
-                return 0
-            fi
-            sleep 0.1
-        done
+        if http_ready "$port" 100 "$retryd_pid"; then
+            HP=$port
+            return 0
+        fi
         stop_pid "$retryd_pid"
         forget_pid "$retryd_pid"
         retryd_pid=""
@@ -1209,10 +1204,7 @@ section8() {
         --tick-ms 250 --log-level warn >>"$tmp/retryd-cluster.log" 2>&1 &
     cpid=$!
     SERVER_PIDS="$SERVER_PIDS $cpid"
-    for _ in $(seq 1 100); do
-        [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$cport/readyz")" = 200 ] && break
-        sleep 0.1
-    done
+    http_ready "$cport" 100 || true
     for p in "${masters[@]}"; do c0+=("$(node_cpu_us "${p##*:}")"); done
     cl_run cluster "$cport" "$n" || say "8. cluster run failed"
     for p in "${masters[@]}"; do c1+=("$(node_cpu_us "${p##*:}")"); done
@@ -1294,10 +1286,7 @@ section9() {
         pid=$!
         SERVER_PIDS="$SERVER_PIDS $pid"
         IDLE_PIDS="$IDLE_PIDS $pid"
-        for _ in $(seq 1 100); do
-            [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz")" = 200 ] && break
-            sleep 0.1
-        done
+        http_ready "$port" 100 || true
         ports+=("$port")
     done
     idle_fill "${ports[0]}" "$IDLE_QUEUES"
