@@ -34,7 +34,8 @@ LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o) $(BUILD)/lua_library.o $(BUILD)/ui_assets.o
 UNIT_TESTS := test_keys test_router test_request test_message test_jsonw test_config test_problem test_metrics
 INTEG_TESTS := test_http test_lua test_e2e test_ops test_multi test_faults test_cluster
 SHELL_UNIT := fuzz_smoke.sh deps_test.sh
-SHELL_INTEG := retryctl_test.sh ui_test.sh bench_smoke.sh
+# openapi_check.sh validates the responses the suites before it received: keep it last.
+SHELL_INTEG := retryctl_test.sh ui_test.sh bench_smoke.sh examples_test.sh openapi_check.sh
 TEST_BINS := $(UNIT_TESTS:%=$(BUILD)/tests/%) $(INTEG_TESTS:%=$(BUILD)/tests/%)
 
 .PHONY: all deps test-deps run test unit bench lint clean fuzz
