@@ -4,7 +4,8 @@
 #
 # scripts/test.sh exports RETRYD_TEST_EXCHANGES (a file in its temp dir) to
 # every suite; tests/e2e_support.h appends each response a C suite reads to
-# it (one JSON line: method, path, status, content type, body). This suite
+# it (one JSON line: method, path, status, content type, body), and
+# tests/ui/ui_test.mjs each response the console's pages get. This suite
 # runs after them (last in the Makefile's list) and validates that file with
 # tests/openapi_check.py (Debian's python3-jsonschema, draft 2020-12). The
 # other tests feed the checker made-up exchanges and show that it passes
