@@ -44,6 +44,25 @@ local function queue_keys(base)
     wake       = base .. ':wake',        -- pub/sub channel: "work may be claimable"
     errors     = base .. ':errors',      -- ZSET last_error -> dead letters with it now
     events     = base .. ':events',      -- STREAM of deaths and replays, for alerting
+    timer      = base .. ':timer',       -- STRING: by when (ms) the timer schedule
+                                         -- will tick this queue (need_timer)
+  }
+end
+
+-- The registry SET and its companions. They live in the registry's slot, not
+-- in any queue's: they take the registry key as their hash tag, or share the
+-- one it already has.
+local function registry_keys(registry)
+  local open = string.find(registry, '{', 1, true)
+  local close = open and string.find(registry, '}', open + 1, true)
+  local tag = '{' .. registry .. '}'
+  if close and close > open + 1 then tag = registry end
+  return {
+    set    = registry,            -- SET of queue names (SPEC §2)
+    names  = tag .. ':names',     -- ZSET name -> 0: the same names, paged by name
+    timers = tag .. ':timers',    -- ZSET name -> when (ms) the timer must tick it
+    taken  = tag .. ':taken',     -- HASH name -> token of the timer round ticking it
+    sweep  = tag .. ':sweep',     -- HASH cursor, next_at, cycle_at, takes
   }
 end
 
@@ -70,6 +89,9 @@ local MAX_BATCH = 1000
 -- message. Listing filters scan at most this many bytes of error text per call.
 local REPLY_BYTES = 4 * 1024 * 1024
 local MAX_BACKOFF_S = 3600
+
+-- A queue's timer promise lapses this long after its time if no tick came.
+local TIMER_GRACE_MS = 10000
 
 local IDEMPOTENCY_TTL_MS = 24 * 3600 * 1000
 local EVENTS_MAXLEN = 10000
@@ -135,6 +157,27 @@ local function reply_of(id, fields)
   return out
 end
 
+-- The timer hint of work due at `due` (ms) that a call just created. The
+-- queue's promise (k.timer) is the time by which the timer schedule will tick
+-- the queue anyway: when it is at or before `due`, nothing needs writing and
+-- the hint is -1. Otherwise the promise becomes `due` and the hint is the ms
+-- until then: the caller passes it to `register` (docs/design.md "Timers and
+-- the registry").
+local function need_timer(k, now, due)
+  local at = tonumber(redis.call('GET', k.timer))
+  if at and at <= due then return -1 end
+  local in_ms = math.max(0, due - now)
+  redis.call('SET', k.timer, due, 'PX', in_ms + TIMER_GRACE_MS)
+  return in_ms
+end
+
+-- The hint for a message that just finished (dead or succeeded) when the
+-- caller gave its retention (ttl_ms > 0); -1 otherwise.
+local function retention_hint(k, now, ttl_ms)
+  if ttl_ms == nil or ttl_ms <= 0 then return -1 end
+  return need_timer(k, now, now + ttl_ms)
+end
+
 local function message_reply(mkey, id)
   return reply_of(id, redis.call('HGETALL', mkey))
 end
@@ -183,7 +226,8 @@ local function promote_due(k, now, limit)
 end
 
 -- Settles one failure of a processing message (also used for an expired lease).
--- retry_after_ms < 0 means "use the backoff table". Returns the new status.
+-- retry_after_ms < 0 means "use the backoff table". Returns the new status,
+-- and for "pending" the time the retry is due.
 local function fail_message(k, base, id, now, err, retryable, retry_after_ms)
   local mkey = message_key(base, id)
   local retries = to_int(redis.call('HGET', mkey, 'retry_count')) or 0
@@ -217,7 +261,7 @@ local function fail_message(k, base, id, now, err, retryable, retry_after_ms)
              'last_error', err, 'updated_at', now, 'retry_after', due)
   redis.call('ZADD', k.scheduled, due, id)
   redis.call('HINCRBY', k.stats, 'retried', 1)
-  return 'pending'
+  return 'pending', due
 end
 
 -- Fails every lease whose deadline has passed, at most `limit` of them.

@@ -4,8 +4,11 @@
 --   ARGV[2]  max_retries                        integer 1..10
 --   ARGV[3]  delay_ms                           integer >= 0; > 0 schedules it
 --   ARGV[4]  idempotency_key                    "" for none; else 1..255 bytes
+--   ARGV[5]  "1" (optional)                     the caller forwards timer hints
 -- Returns {"ok", id, now_ms}: the caller has every other field already, so
--- the message is not read back (a third of enqueue's cost). Or {"duplicate",
+-- the message is not read back (a third of enqueue's cost); with ARGV[5],
+-- {"ok", id, now_ms, timer}: the timer hint of a delayed message
+-- (need_timer), -1 otherwise. Or {"duplicate",
 -- message} when the key was used in this queue within 24 h: the original
 -- message, nothing created; when that message was deleted since (retention),
 -- {"duplicate", {"id", id}}.
@@ -21,6 +24,7 @@ local function enqueue(keys, args)
   if delay_ms == nil or delay_ms < 0 then return bad_arg('delay_ms') end
   local idem = args[4] or ''
   if #idem > 255 then return bad_arg('idempotency_key') end
+  local hinting = args[5] == '1'
 
   local now = now_ms()
   local idem_key
@@ -35,6 +39,7 @@ local function enqueue(keys, args)
       return { 'duplicate', { 'id', seen } }
     end
   end
+  local timer = -1
   local id = redis.call('INCR', k.seq)
   local mkey = message_key(base, id)
   if idem_key then
@@ -45,6 +50,7 @@ local function enqueue(keys, args)
                'max_retries', max_retries, 'created_at', now, 'updated_at', now,
                'retry_after', now + delay_ms)
     redis.call('ZADD', k.scheduled, now + delay_ms, id)
+    if hinting then timer = need_timer(k, now, now + delay_ms) end
   else
     redis.call('HSET', mkey, 'payload', payload, 'status', 'pending', 'retry_count', 0,
                'max_retries', max_retries, 'created_at', now, 'updated_at', now)
@@ -53,6 +59,7 @@ local function enqueue(keys, args)
   end
   if idem_key then redis.call('HSET', mkey, 'idempotency_key', idem) end
   redis.call('HINCRBY', k.stats, 'enqueued', 1)
+  if hinting then return { 'ok', id, now, timer } end
   return { 'ok', id, now }
 end
 

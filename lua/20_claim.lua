@@ -57,11 +57,14 @@ end
 --   KEYS[1]  <prefix>:{q}                       queue key base
 --   ARGV[1]  lease_ms                           integer 1..43200000
 --   ARGV[2]  count                              integer 1..100 (default 1)
+--   ARGV[3]  "1" (optional)                     the caller forwards timer hints
 -- Claims as claim_into above: due retries and replays first, then fresh ids
 -- FIFO; at most REPLY_BYTES of messages (always at least one), so a batch
 -- may come back short.
 -- Returns {"ok", message, ...}: zero messages when nothing is claimable. Each
--- message carries lease_token (unique per claim) and lease_expires_at.
+-- message carries lease_token (unique per claim) and lease_expires_at. With
+-- ARGV[3] a timer hint follows the messages: the one of the new leases'
+-- deadline (need_timer), -1 when none was needed.
 local function claim(keys, args)
   local base = keys[1]
   local k = queue_keys(base)
@@ -70,7 +73,13 @@ local function claim(keys, args)
   if lease_ms == nil or lease_ms < 1 or lease_ms > 43200000 then return bad_arg('lease_ms') end
   if count == nil or count < 1 or count > 100 then return bad_arg('count') end
   local out = { 'ok' }
-  claim_into(k, base, now_ms(), lease_ms, count, out)
+  local now = now_ms()
+  local got = claim_into(k, base, now, lease_ms, count, out)
+  if args[3] == '1' then
+    local timer = -1
+    if got > 0 then timer = need_timer(k, now, now + lease_ms) end
+    out[#out + 1] = timer
+  end
   return out
 end
 

@@ -12,15 +12,23 @@ end
 --   KEYS[2]  <prefix>:{q}:m:<id>                the message
 --   ARGV[1]  id
 --   ARGV[2]  lease_token                        "" accepts any current lease
--- Returns {"ok", message} | {"not_found"} | {"invalid_state", status} | {"lease_mismatch"}.
+--   ARGV[3]  succeeded_ttl_ms (optional)        given by a caller that forwards
+--                                               timer hints: its retention
+-- Returns {"ok", message} | {"not_found"} | {"invalid_state", status} |
+-- {"lease_mismatch"}; with ARGV[3], {"ok", message, timer}: the hint of its
+-- retention expiry (need_timer).
 local function succeed(keys, args)
   local base, mkey, id, token = keys[1], keys[2], args[1], args[2] or ''
+  local ttl = to_int(args[3] or '0')
+  if ttl == nil then return bad_arg('succeeded_ttl_ms') end
   local k = queue_keys(base)
   local _, err = load_for(mkey, 'processing', token)
   if err then return err end
-  succeed_message(k, mkey, id, now_ms())
+  local now = now_ms()
+  succeed_message(k, mkey, id, now)
   redis.call('HINCRBY', k.stats, 'succeeded', 1)
-  return { 'ok', message_reply(mkey, id) }
+  if args[3] == nil then return { 'ok', message_reply(mkey, id) } end
+  return { 'ok', message_reply(mkey, id), retention_hint(k, now, ttl) }
 end
 
 -- fail: a processing message failed; retry with backoff or move to dead.
@@ -32,19 +40,30 @@ end
 --   ARGV[4]  retryable                          "1" | "0" (0: dead now)
 --   ARGV[5]  retry_after_ms                     integer >= 0 overrides the
 --                                               backoff; -1 uses min(2^n, 3600) s
--- Returns {"ok", message} | {"not_found"} | {"invalid_state", status} | {"lease_mismatch"}.
+--   ARGV[6]  dead_ttl_ms (optional)             given by a caller that forwards
+--                                               timer hints: its retention
+-- Returns {"ok", message} | {"not_found"} | {"invalid_state", status} |
+-- {"lease_mismatch"}; with ARGV[6], {"ok", message, timer}: the hint of the
+-- retry, or of the dead letter's retention expiry (need_timer).
 local function fail(keys, args)
   local base, mkey, id, token = keys[1], keys[2], args[1], args[2] or ''
   local err = args[3]
   local retryable = args[4] ~= '0'
   local retry_after_ms = to_int(args[5] or '-1')
+  local ttl = to_int(args[6] or '0')
   if err == nil then return bad_arg('error') end
   if retry_after_ms == nil then return bad_arg('retry_after_ms') end
+  if ttl == nil then return bad_arg('dead_ttl_ms') end
   local k = queue_keys(base)
   local _, e = load_for(mkey, 'processing', token)
   if e then return e end
-  fail_message(k, base, id, now_ms(), err, retryable, retry_after_ms)
-  return { 'ok', message_reply(mkey, id) }
+  local now = now_ms()
+  local status, due = fail_message(k, base, id, now, err, retryable, retry_after_ms)
+  if args[6] == nil then return { 'ok', message_reply(mkey, id) } end
+  local timer
+  if status == 'pending' then timer = need_timer(k, now, due)
+  else timer = retention_hint(k, now, ttl) end
+  return { 'ok', message_reply(mkey, id), timer }
 end
 
 -- extend: push a lease's deadline to now + lease_ms.

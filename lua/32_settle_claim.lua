@@ -12,6 +12,8 @@
 --            retryable                          failed: "1" | "0" (0: dead now)
 --            retry_after_ms                     failed: integer >= 0 overrides the
 --                                               backoff; -1 uses min(2^n, 3600) s
+--   then, optionally, two values from a caller that forwards timer hints:
+--            dead_ttl_ms, succeeded_ttl_ms      the retention it applies
 -- Message keys are derived from KEYS[1]; they share its hash tag and slot.
 -- Every argument is checked before anything is written. Settlements apply in
 -- order, exactly as succeed and fail do (backoff, dead letters, events,
@@ -23,6 +25,9 @@
 -- "succeeded" | "pending" | "dead" (the message's new state) or "not_found" |
 -- "invalid_state" | "lease_mismatch" (nothing done to it); then zero to count
 -- claimed messages, as claim returns them. One bad item does not stop the others.
+-- With the two optional values a timer hint ends the reply: the earliest of
+-- the new work (retries, retention, leases) the queue's promise did not cover
+-- (need_timer), -1 when none.
 --
 -- From redis-cli: succeed 41, fail 42 with the backoff, claim the next one:
 --   FCALL retryd_v2_settle_claim 1 'retryd:{emails}' 30000 1 2 \
@@ -37,8 +42,15 @@ local function settle_claim(keys, args)
   local n = to_int(args[3])
   if lease_ms == nil or lease_ms < 1 or lease_ms > 43200000 then return bad_arg('lease_ms') end
   if count == nil or count < 0 or count > 100 then return bad_arg('count') end
-  if n == nil or n < 0 or n > 100 or #args ~= 3 + SETTLE_FIELDS * n then
-    return bad_arg('settlements')
+  if n == nil or n < 0 or n > 100 then return bad_arg('settlements') end
+  local hinted = #args == 5 + SETTLE_FIELDS * n
+  if #args ~= 3 + SETTLE_FIELDS * n and not hinted then return bad_arg('settlements') end
+  local dead_ttl, succeeded_ttl
+  if hinted then
+    dead_ttl = to_int(args[#args - 1])
+    succeeded_ttl = to_int(args[#args])
+    if dead_ttl == nil then return bad_arg('dead_ttl_ms') end
+    if succeeded_ttl == nil then return bad_arg('succeeded_ttl_ms') end
   end
   for i = 0, n - 1 do
     local at = 4 + SETTLE_FIELDS * i
@@ -55,6 +67,11 @@ local function settle_claim(keys, args)
   local now = now_ms()
   local statuses = {}
   local succeeded = 0
+  local timer = -1
+  -- The earliest hint of all the work this call creates (see need_timer).
+  local function hint(t)
+    if t >= 0 and (timer < 0 or t < timer) then timer = t end
+  end
   for i = 0, n - 1 do
     local at = 4 + SETTLE_FIELDS * i
     local id = args[at]
@@ -67,14 +84,25 @@ local function settle_claim(keys, args)
       succeeded = succeeded + 1
       statuses[#statuses + 1] = 'succeeded'
     else
-      statuses[#statuses + 1] = fail_message(k, base, id, now, args[at + 3], args[at + 4] == '1',
-                                             to_int(args[at + 5]))
+      local status, due = fail_message(k, base, id, now, args[at + 3], args[at + 4] == '1',
+                                       to_int(args[at + 5]))
+      statuses[#statuses + 1] = status
+      if hinted then
+        if status == 'pending' then hint(need_timer(k, now, due))
+        else hint(retention_hint(k, now, dead_ttl)) end
+      end
     end
   end
-  if succeeded > 0 then redis.call('HINCRBY', k.stats, 'succeeded', succeeded) end
+  if succeeded > 0 then
+    redis.call('HINCRBY', k.stats, 'succeeded', succeeded)
+    if hinted then hint(retention_hint(k, now, succeeded_ttl)) end
+  end
 
   local out = { 'ok', statuses }
-  if count > 0 then claim_into(k, base, now, lease_ms, count, out) end
+  if count > 0 and claim_into(k, base, now, lease_ms, count, out) > 0 and hinted then
+    hint(need_timer(k, now, now + lease_ms))
+  end
+  if hinted then out[#out + 1] = timer end
   return out
 end
 

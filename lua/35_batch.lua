@@ -33,13 +33,20 @@ end
 -- succeed_many: settle a batch of processing messages in one call.
 --   KEYS[1]  <prefix>:{q}                       queue key base
 --   ARGV     id1, lease_token1 or "", id2, lease_token2 or "", ...  (1..100 pairs)
+--            [, succeeded_ttl_ms]  (optional: given by a caller that forwards
+--            timer hints: its retention)
 -- Message keys are derived from KEYS[1]; they share its hash tag and slot.
 -- Returns one code per pair, in order: "succeeded" | "not_found" |
--- "invalid_state" | "lease_mismatch". One bad item does not stop the others.
+-- "invalid_state" | "lease_mismatch"; with succeeded_ttl_ms, then the timer
+-- hint of the retention expiry (need_timer). One bad item does not stop the
+-- others.
 local function succeed_many(keys, args)
   local base = keys[1]
   local k = queue_keys(base)
-  if #args == 0 or #args % 2 ~= 0 or #args > 200 then return bad_arg('pairs') end
+  local ttl, hinting = 0, #args % 2 == 1
+  if hinting then ttl = to_int(table.remove(args)) end
+  if ttl == nil then return bad_arg('succeeded_ttl_ms') end
+  if #args == 0 or #args > 200 then return bad_arg('pairs') end
   local now = now_ms()
   local out = {}
   local done = 0
@@ -58,7 +65,12 @@ local function succeed_many(keys, args)
       done = done + 1
     end
   end
-  if done > 0 then redis.call('HINCRBY', k.stats, 'succeeded', done) end
+  local timer = -1
+  if done > 0 then
+    redis.call('HINCRBY', k.stats, 'succeeded', done)
+    if hinting then timer = retention_hint(k, now, ttl) end
+  end
+  if hinting then out[#out + 1] = timer end
   return out
 end
 

@@ -34,17 +34,29 @@ local function reclaim(keys, args)
   return { n, wait }
 end
 
--- tick: the timer's one call per queue: reclaim, promote, then retention.
+-- The score of the first member of a ZSET, or nil when it is empty.
+local function first_score(key)
+  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  return first[2] and tonumber(first[2])
+end
+
+-- tick: the timer's call for one queue: reclaim, promote, then retention.
 --   KEYS[1]  <prefix>:{q}                       queue key base
 --   ARGV[1]  limit                              integer 1..1000, per kind of work
 --   ARGV[2]  dead_ttl_ms                        0 keeps dead letters forever
 --   ARGV[3]  succeeded_ttl_ms                   0 keeps succeeded forever
+--   ARGV[4]  "1" (optional)                     the caller is a timer round
+--                                               that reports to timer_done
 -- Returns {promoted, reclaimed, expired, next_in_ms, ready}: next_in_ms is the
--- time until the next scheduled id or lease deadline is due (-1: none); ready
--- is how many ids are claimable now (the long-poll safety net); expired
--- counts dead and succeeded messages removed by retention. Any count equal
--- to limit means more work is waiting: call again at once. Publishes on the
--- wake channel when it promoted anything.
+-- time until the queue next needs a tick (next scheduled id, lease deadline
+-- or retention expiry; -1: none, the queue is idle); ready is how many ids
+-- are claimable now (the long-poll safety net); expired counts dead and
+-- succeeded messages removed by retention. Any count equal to limit means
+-- more work is waiting: call again at once. With ARGV[4], `empty` follows:
+-- 1 when none of the queue's keys is left (it may leave the registry), and
+-- the queue's timer promise becomes now + next_in_ms (the caller reports
+-- that to the schedule), or is deleted. Publishes on the wake channel when it
+-- promoted anything.
 local function tick(keys, args)
   local base = keys[1]
   local k = queue_keys(base)
@@ -62,15 +74,35 @@ local function tick(keys, args)
     + expire_finished(k, base, k.succeeded, now, succeeded_ttl, limit, 'expired_succeeded')
 
   local wait = -1
-  local s = redis.call('ZRANGE', k.scheduled, 0, 0, 'WITHSCORES')
-  if s[2] then wait = math.max(0, tonumber(s[2]) - now) end
-  local p = redis.call('ZRANGE', k.processing, 0, 0, 'WITHSCORES')
-  if p[2] then
-    local w = math.max(0, tonumber(p[2]) - now)
+  local function due_at(at)
+    if at == nil then return end
+    local w = math.max(0, at - now)
     if wait < 0 or w < wait then wait = w end
   end
-  return { promoted, reclaimed, expired, wait,
-           redis.call('LLEN', k.due) + redis.call('LLEN', k.ready) }
+  due_at(first_score(k.scheduled))
+  due_at(first_score(k.processing))
+  if dead_ttl > 0 then
+    local oldest = first_score(k.dead)
+    if oldest then due_at(oldest + dead_ttl) end
+  end
+  if succeeded_ttl > 0 then
+    local oldest = first_score(k.succeeded)
+    if oldest then due_at(oldest + succeeded_ttl) end
+  end
+  local ready = redis.call('LLEN', k.due) + redis.call('LLEN', k.ready)
+  if args[4] ~= '1' then return { promoted, reclaimed, expired, wait, ready } end
+  if wait >= 0 then
+    redis.call('SET', k.timer, now + wait, 'PX', wait + TIMER_GRACE_MS)
+  else
+    redis.call('DEL', k.timer)
+  end
+  local empty = 0
+  if wait < 0 and ready == 0 and
+     redis.call('EXISTS', k.due, k.ready, k.scheduled, k.processing, k.dead, k.succeeded,
+                k.seq, k.stats, k.errors, k.events) == 0 then
+    empty = 1
+  end
+  return { promoted, reclaimed, expired, wait, ready, empty }
 end
 
 register('promote', promote)

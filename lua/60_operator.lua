@@ -4,10 +4,16 @@
 --   KEYS[2]  <prefix>:{q}:m:<id>                the message
 --   ARGV[1]  id
 --   ARGV[2]  reason                             kept as last_error ("" -> "killed by operator")
--- Returns {"ok", message} | {"not_found"} | {"invalid_state", status}.
+--   ARGV[3]  dead_ttl_ms (optional)             given by a caller that forwards
+--                                               timer hints: its retention
+-- Returns {"ok", message} | {"not_found"} | {"invalid_state", status}; with
+-- ARGV[3], {"ok", message, timer}: the hint of the dead letter's retention
+-- expiry (need_timer).
 local function kill(keys, args)
   local base, mkey, id = keys[1], keys[2], args[1]
   local reason = args[2] or ''
+  local ttl = to_int(args[3] or '0')
+  if ttl == nil then return bad_arg('dead_ttl_ms') end
   if reason == '' then reason = 'killed by operator' end
   local k = queue_keys(base)
   local status = redis.call('HGET', mkey, 'status')
@@ -30,7 +36,8 @@ local function kill(keys, args)
   redis.call('HINCRBY', k.stats, 'dead', 1)
   count_error(k, reason, 1)
   emit(k, 'dead', id, reason, tonumber(redis.call('HGET', mkey, 'retry_count') or '0'), now)
-  return { 'ok', message_reply(mkey, id) }
+  if args[3] == nil then return { 'ok', message_reply(mkey, id) } end
+  return { 'ok', message_reply(mkey, id), retention_hint(k, now, ttl) }
 end
 
 -- delete: remove a message for good, in any state but processing.

@@ -16,7 +16,9 @@
 # 2 HTTP path (build/loadgen); 3 BullMQ peer; 3a the worker loop of issue 12
 # (W connections vs Worker concurrency W, both ways, and the same loops with a
 # worker in node, bench/http_worker.mjs); 4 growth (1k vs 1M);
-# 5 memory; 6 retry latency; 7 the same with appendonly everysec; targets.
+# 5 memory; 6 retry latency; 7 the same with appendonly everysec; 8 Redis
+# Cluster; 9 idle queues (10,000 of them, three instances); targets.
+# BENCH_ONLY=9 runs section 9 alone.
 # QUICK=1 runs smaller counts, one repetition, and prints the 1M rows as
 # "skipped (QUICK)". Otherwise every figure marked "median of 3" is the median
 # of three repetitions. Progress goes to stderr, tables to stdout; the last
@@ -47,6 +49,8 @@ if [ "$QUICK" = 1 ]; then
     N_RETRY=500         # messages failing once in the retry-latency run
     N_AOF=10000
     GROWTH_BIG=0
+    IDLE_WINDOW_S=5     # idle Redis CPU windows (section 9)
+    IDLE_RETRY=50
 else
     REPS=3
     N_RB=50000
@@ -57,7 +61,10 @@ else
     N_RETRY=1000
     N_AOF=30000
     GROWTH_BIG=1000000
+    IDLE_WINDOW_S=10
+    IDLE_RETRY=200
 fi
+IDLE_PIDS=
 BURSTS=20               # growth: claim bursts of 1000
 PAYLOAD=$(printf 'abcdefghijklmnopqrstuvwxyz0123456789%.0s' 1 2 3 | head -c 100)
 CLK_TCK=$(getconf CLK_TCK)
@@ -1135,6 +1142,12 @@ targets() {
     r=$(get r.retry.retry_p99)
     row "due-to-claimable p99 (ms), idle long-poll workers, under load" "$r" "≤ 250" \
         "$(verdict "$r" "<=" 250)"
+    r=$(get idle.sweep.cpu_pct)
+    row "Redis CPU with 10,000 idle queues and 3 instances, worst window (% of one core)" \
+        "$(fmt "$r" 2)" "≤ 2" "$(verdict "$r" "<=" 2)"
+    r=$(get idle.retry.retry_p99)
+    row "due-to-claimable p99 (ms) on one of 10,000 idle queues" "$r" "≤ 250" \
+        "$(verdict "$r" "<=" 250)"
 }
 
 # ---------------------------------------------------------------------------
@@ -1215,6 +1228,100 @@ section8() {
     "$ROOT/scripts/cluster.sh" stop "$tmp/cluster"
 }
 
+
+# ---------------------------------------------------------------------------
+# 9. Idle queues: what 10,000 of them cost Redis (issue 11, SPEC §8)
+# ---------------------------------------------------------------------------
+# A fresh redis-server and three retryd (--tick-ms 250) sharing it; 10,000
+# queues get one ready message each through HTTP (so each retryd registers
+# them its own way) and then nothing happens. Redis CPU (INFO CPU
+# used_cpu_sys + used_cpu_user) and FCALLs are measured over IDLE_WINDOW_S
+# with the registry sweep running (a pass is made to start at the window's
+# beginning): with 10,000 queues a pass takes 100 s and the next starts as it
+# ends, so that is the steady state (docs/design.md "Timers and the
+# registry"). The same with the sweep held off shows the fixed part. Then a
+# queue among them gets IDLE_RETRY messages that fail once with retry_after
+# 1 s, and loadgen reports how late each retry was claimed (long-poll
+# workers, Redis clock at both ends).
+IDLE_QUEUES=10000
+
+# idle_fill PORT N: POST one message to each of idle-00000 .. idle-(N-1),
+# one curl process on one keep-alive connection.
+idle_fill() {
+    local port=$1 n=$2 i cfg="$tmp/idle-fill.cfg"
+    {
+        echo 'silent'
+        echo 'request = "POST"'
+        echo 'header = "Content-Type: application/json"'
+        echo 'data = "{\"payload\":\"idle\"}"'
+        for ((i = 0; i < n; i++)); do
+            printf 'url = "http://127.0.0.1:%d/queues/idle-%05d/messages"\n' "$port" "$i"
+        done
+    } >"$cfg"
+    curl -K "$cfg" >/dev/null 2>>"$tmp/idle-fill.err"
+}
+
+# idle_window NAME: Redis CPU (% of one core) and FCALL+FCALL_RO per second
+# over IDLE_WINDOW_S.
+idle_window() {
+    local c0 c1 f0 f1 t0 t1
+    c0=$(redis_cpu_us); f0=$(( $(cmdstat fcall | cut -d' ' -f1) + $(cmdstat fcall_ro | cut -d' ' -f1) ))
+    t0=$(date +%s%N)
+    sleep "$IDLE_WINDOW_S"
+    c1=$(redis_cpu_us); f1=$(( $(cmdstat fcall | cut -d' ' -f1) + $(cmdstat fcall_ro | cut -d' ' -f1) ))
+    t1=$(date +%s%N)
+    put "$1.cpu_pct" "$(calc "100 * ($c1 - $c0) * 1000 / ($t1 - $t0)")"
+    put "$1.fcall_s" "$(calc "($f1 - $f0) * 1000000000 / ($t1 - $t0)")"
+}
+
+section9() {
+    say "9. idle queues: $IDLE_QUEUES queues, 3 instances"
+    local ports=() i port pid n
+    save_pair main
+    start_redis none
+    for i in 1 2 3; do
+        port=$(free_port) || die "no free port"
+        "$RETRYD_BIN" --listen "127.0.0.1:$port" --redis "redis://127.0.0.1:$RP" \
+            --prefix "$PREFIX-idle" --tick-ms 250 --log-level warn >>"$tmp/retryd-idle.log" 2>&1 &
+        pid=$!
+        SERVER_PIDS="$SERVER_PIDS $pid"
+        IDLE_PIDS="$IDLE_PIDS $pid"
+        for _ in $(seq 1 100); do
+            [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz")" = 200 ] && break
+            sleep 0.1
+        done
+        ports+=("$port")
+    done
+    idle_fill "${ports[0]}" "$IDLE_QUEUES"
+    n=$(rcli scard "$PREFIX-idle:queues")
+    put idle.registered "$n"
+    sleep 2
+    # The sweep's state (docs/design.md): a new pass starts now...
+    rcli del "{$PREFIX-idle:queues}:sweep" >/dev/null
+    idle_window idle.sweep
+    # ... and then none for a while: only the timer's rounds are left.
+    rcli hset "{$PREFIX-idle:queues}:sweep" cursor 0 next_at 99999999999999 >/dev/null
+    idle_window idle.nosweep
+    local q
+    q=$(printf 'idle-%05d' $((IDLE_QUEUES / 2)))
+    HP=${ports[0]} lg_http idle.fill enqueue "$q" 8 "$IDLE_RETRY" >/dev/null
+    HP=${ports[1]} lg_http idle.retry failonce "$q" 8 "$IDLE_RETRY" --retry-after-s 1
+    for pid in $IDLE_PIDS; do stop_pid "$pid"; forget_pid "$pid"; done
+    IDLE_PIDS=""
+    stop_redis
+    use_pair main
+    table_start "9. Idle queues: $(fmt_int "$(get idle.registered)") registered queues with nothing due, 3 retryd (--tick-ms 250) on one Redis, ${IDLE_WINDOW_S} s windows" \
+        figure measured goal ""
+    row "Redis CPU, idle, the registry sweep running (% of one core; the steady state)" \
+        "$(fmt "$(get idle.sweep.cpu_pct)" 2)" "≤ 2" ""
+    row "  FCALL + FCALL_RO per second" "$(fmt "$(get idle.sweep.fcall_s)" 1)" "" ""
+    row "Redis CPU, idle, the sweep held off (% of one core; the timer's rounds alone)" \
+        "$(fmt "$(get idle.nosweep.cpu_pct)" 2)" "" ""
+    row "  FCALL + FCALL_RO per second" "$(fmt "$(get idle.nosweep.fcall_s)" 1)" "" ""
+    row "due-to-claimable on one of them, retry_after 1 s, $IDLE_RETRY msgs, long-poll workers (p50 / p99 ms)" \
+        "$(get idle.retry.retry_p50) / $(get idle.retry.retry_p99)" "≤ 250" ""
+}
+
 # ---------------------------------------------------------------------------
 # Main
 # ---------------------------------------------------------------------------
@@ -1228,6 +1335,14 @@ echo "  load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 start_redis none
 say "redis-server pid $redis_pid on 127.0.0.1:$RP"
+if [ "${BENCH_ONLY:-}" = 9 ]; then
+    # Section 9 alone (its before/after figures in docs/benchmarks.md).
+    sec_begin "9. idle queues"; section9; sec_end
+    echo
+    echo "bench: $rows rows, $missing without a figure"
+    [ "$missing" -eq 0 ]
+    exit
+fi
 sec_begin "1. Redis-native"; section1; sec_end
 sec_begin "1c. claim steps"; section1c; sec_end
 start_retryd
@@ -1239,6 +1354,7 @@ sec_begin "4. growth"; section4; sec_end
 sec_begin "7. appendonly everysec / none"; section7; sec_end
 use_pair none 2>/dev/null || true
 sec_begin "8. Redis Cluster"; section8; sec_end
+sec_begin "9. idle queues"; section9; sec_end
 environment
 targets
 echo

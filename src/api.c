@@ -34,11 +34,17 @@ typedef struct call {
     rd_replay_req_t replay;     /* batch replay: what to replay */
     char *cursor;               /* batch replay: where the next call starts */
     long long replayed;         /* batch replay: so far */
-    /* GET /queues and /metrics: one stats call per queue, gathered here. */
+    /* GET /queues and /metrics: one page of queues, their stats read with at
+     * most FANOUT_IN_FLIGHT calls in flight, gathered here. */
     rd_queue_metrics_t *queues;
-    size_t nqueues, outstanding;
+    size_t nqueues, sent, outstanding;
     bool any_failed;
+    char *next_cursor;          /* the page's, NULL at the end */
+    size_t next_cursor_len;
+    long long registered;       /* how many queues the registry holds */
 } call_t;
+
+enum { FANOUT_IN_FLIGHT = 16 };
 
 static const char *const verbs[RD_ROUTE_COUNT] = {
     [RD_ROUTE_SUCCEED] = "succeed", [RD_ROUTE_FAIL] = "fail",
@@ -56,6 +62,7 @@ static void call_free(call_t *c)
     rd_free(c->settle_ids);
     rd_free(c->settled);
     rd_free(c->cursor);
+    rd_free(c->next_cursor);
     for (size_t i = 0; i < c->nqueues; i++) rd_free(c->queues[i].name);
     rd_free(c->queues);
     rd_route_match_free(&c->match);
@@ -521,6 +528,9 @@ static void finish_fanout(call_t *c)
         rd_buf_t text = RD_BUF_INIT;
         rd_metrics_render(&text, c->queues, c->nqueues, rd_store_rtt(c->api->store),
                           c->api->waiters ? rd_waiters_count(c->api->waiters) : 0);
+        long long exported = 0;
+        for (size_t i = 0; i < c->nqueues; i++) exported += c->queues[i].ok;
+        rd_metrics_render_registry(&text, c->registered, c->registered - exported);
         rd_http_respond(c->ex, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, text.data,
                         text.len);
         rd_buf_free(&text);
@@ -538,33 +548,23 @@ static void finish_fanout(call_t *c)
         rd_json_append(list, q);
     }
     rd_json_set(doc, "queues", list);
+    if (c->next_cursor) rd_json_set_stringn(doc, "next_cursor", c->next_cursor, c->next_cursor_len);
+    else rd_json_set_null(doc, "next_cursor");
+    rd_json_set_int(doc, "total", c->registered);
     respond_json(c, 200, doc, NULL);
 }
 
-static void on_fanout_stats(const rd_store_result_t *res, void *arg)
-{
-    fanout_slot_t *slot = arg;
-    call_t *c = slot->call;
-    if (res->status == RD_STORE_OK) rd_metrics_from_stats(&c->queues[slot->index], &res->stats);
-    else c->any_failed = true;
-    rd_free(slot);
-    if (--c->outstanding == 0) finish_fanout(c);
-}
+static void on_fanout_stats(const rd_store_result_t *res, void *arg);
 
-static void on_queue_names(const rd_store_result_t *res, void *arg)
+/* Keeps at most FANOUT_IN_FLIGHT stats calls in flight until every queue of
+ * the page has had one; answers when the last returns. */
+static void fanout_pump(call_t *c)
 {
-    call_t *c = arg;
-    if (respond_store_failure(c, res)) return;
-    c->nqueues = res->count;
-    c->queues = rd_calloc(res->count ? res->count : 1, sizeof *c->queues);
-    c->outstanding = 1;  /* held until every call is out, so none finishes early */
-    for (size_t i = 0; i < res->count; i++) {
-        rd_queue_metrics_t *m = &c->queues[i];
-        m->name = rd_strndup(res->names[i].ptr, res->names[i].len);
-        m->name_len = res->names[i].len;
+    while (c->outstanding < FANOUT_IN_FLIGHT && c->sent < c->nqueues) {
+        rd_queue_metrics_t *m = &c->queues[c->sent];
         fanout_slot_t *slot = rd_malloc(sizeof *slot);
         slot->call = c;
-        slot->index = i;
+        slot->index = c->sent++;
         rd_store_queue_t q = { m->name, m->name_len };
         if (rd_store_stats(c->api->store, q, 0, on_fanout_stats, slot) == 0) {
             c->outstanding++;
@@ -573,7 +573,74 @@ static void on_queue_names(const rd_store_result_t *res, void *arg)
             rd_free(slot);
         }
     }
-    if (--c->outstanding == 0) finish_fanout(c);
+    if (c->outstanding == 0 && c->sent == c->nqueues) finish_fanout(c);
+}
+
+/* A stats answer with no key behind it: a queue whose keys are all gone. */
+static bool stats_show_no_key(const rd_queue_stats_t *st)
+{
+    return st->totals_len == 0 && st->top_errors_len == 0 && st->ready == 0 &&
+           st->scheduled == 0 && st->processing == 0 && st->succeeded == 0 && st->dead == 0;
+}
+
+static void on_fanout_stats(const rd_store_result_t *res, void *arg)
+{
+    fanout_slot_t *slot = arg;
+    call_t *c = slot->call;
+    rd_queue_metrics_t *m = &c->queues[slot->index];
+    if (res->status == RD_STORE_OK) {
+        rd_metrics_from_stats(m, &res->stats);
+        /* The timer looks at it at once and removes it from the registry if
+         * it is empty (docs/design.md "Leaving the registry"). */
+        if (stats_show_no_key(&res->stats)) {
+            rd_store_queue_t q = { m->name, m->name_len };
+            rd_store_schedule(c->api->store, q, 0);
+        }
+    } else {
+        c->any_failed = true;
+    }
+    rd_free(slot);
+    c->outstanding--;
+    fanout_pump(c);
+}
+
+static void on_queue_names(const rd_store_result_t *res, void *arg)
+{
+    call_t *c = arg;
+    if (respond_store_failure(c, res)) return;
+    c->registered = res->total;
+    if (res->next_cursor.len > 0) {
+        c->next_cursor = rd_strndup(res->next_cursor.ptr, res->next_cursor.len);
+        c->next_cursor_len = res->next_cursor.len;
+    }
+    c->nqueues = res->count;
+    c->queues = rd_calloc(res->count ? res->count : 1, sizeof *c->queues);
+    for (size_t i = 0; i < res->count; i++) {
+        c->queues[i].name = rd_strndup(res->names[i].ptr, res->names[i].len);
+        c->queues[i].name_len = res->names[i].len;
+    }
+    fanout_pump(c);
+}
+
+/* GET /queues (a page) and /metrics (the first RD_METRICS_MAX_QUEUES). */
+static void list_queues(call_t *c)
+{
+    int rc;
+    if (c->match.route == RD_ROUTE_METRICS) {
+        rc = rd_store_queues_page(c->api->store, NULL, 0, RD_METRICS_MAX_QUEUES, on_queue_names,
+                                  c);
+    } else {
+        rd_queues_req_t q;
+        rd_field_errors_t errs = { .count = 0 };
+        if (rd_request_queues(c->req->query, c->req->query_len, &q, &errs) != RD_REQ_OK) {
+            respond_problem(c, RD_PROBLEM_VALIDATION_FAILED, "The query has invalid fields.",
+                            &errs, NULL);
+            return;
+        }
+        rc = rd_store_queues_page(c->api->store, q.cursor, q.cursor_len, q.limit, on_queue_names,
+                                  c);
+    }
+    if (rc != 0) respond_unavailable(c);
 }
 
 static void on_pinged(const rd_store_result_t *res, void *arg)
@@ -796,7 +863,7 @@ void rd_api_handle(rd_http_exchange_t *ex, const rd_http_request_t *req, void *c
         return;
     }
     if (c->match.route == RD_ROUTE_QUEUES || c->match.route == RD_ROUTE_METRICS) {
-        if (rd_store_queues(c->api->store, on_queue_names, c) != 0) respond_unavailable(c);
+        list_queues(c);
         return;
     }
 

@@ -192,3 +192,13 @@ void rd_metrics_render(rd_buf_t *out, const rd_queue_metrics_t *qs, size_t n,
     family(out, "retryd_waiting_claims", "gauge", "Long-poll claims parked in this process.");
     rd_buf_printf(out, "retryd_waiting_claims %zu\n", waiters);
 }
+
+void rd_metrics_render_registry(rd_buf_t *out, long long registered, long long omitted)
+{
+    family(out, "retryd_registered_queues", "gauge", "Queues in the registry.");
+    rd_buf_printf(out, "retryd_registered_queues %lld\n", registered);
+    family(out, "retryd_queue_series_omitted", "gauge",
+           "Registered queues without per-queue series in this exposition (at most 1000 "
+           "queues, the first by name, are exported).");
+    rd_buf_printf(out, "retryd_queue_series_omitted %lld\n", omitted);
+}

@@ -1,5 +1,6 @@
 /* promoter.c - the self-re-arming timer behind promotion, lease reclaim and
- * retention. */
+ * retention: it visits the queues the timer schedule names, not every queue
+ * (docs/design.md "Timers and the registry"). */
 #include "retryd/promoter.h"
 
 #include <string.h>
@@ -7,17 +8,26 @@
 #include "retryd/alloc.h"
 #include "retryd/log.h"
 
+enum {
+    TAKE_LIMIT = RD_STORE_REPORTS_MAX,  /* queues per round */
+    TAKE_LEASE_MS = 5000,               /* a taken queue comes due again then if no report came */
+};
+
 struct rd_promoter {
     uv_timer_t timer;
     rd_store_t *store;
     rd_promoter_options_t opts;
 
-    /* The round in progress: the queue names it copied and where it is. */
+    /* The round in progress: the queues it took and what their ticks found. */
+    long long token;
     char **names;
     size_t *name_lens;
     size_t count, next;
+    rd_timer_report_t reports[TAKE_LIMIT];
+    size_t nreports;
     long long wake_in_ms;         /* earliest due time reported this round, -1 none */
-    bool full_batch;              /* some queue has more work waiting */
+    bool full_batch;              /* more work is waiting: another round at once */
+    bool take_failing;            /* logged once per run of failures */
 
     bool busy;                    /* a store call is in flight */
     bool stopping;
@@ -35,7 +45,7 @@ static void free_names(rd_promoter_t *p)
     rd_free(p->name_lens);
     p->names = NULL;
     p->name_lens = NULL;
-    p->count = p->next = 0;
+    p->count = p->next = p->nreports = 0;
 }
 
 static void on_closed(uv_handle_t *h)
@@ -62,6 +72,11 @@ static void arm(rd_promoter_t *p, uint64_t delay_ms)
     uv_timer_start(&p->timer, on_timer, delay_ms, 0);
 }
 
+static void earliest(rd_promoter_t *p, long long in_ms)
+{
+    if (in_ms >= 0 && (p->wake_in_ms < 0 || in_ms < p->wake_in_ms)) p->wake_in_ms = in_ms;
+}
+
 static void finish_round(rd_promoter_t *p)
 {
     p->rounds++;
@@ -73,28 +88,53 @@ static void finish_round(rd_promoter_t *p)
     arm(p, delay);
 }
 
+static void on_reported(const rd_store_result_t *res, void *arg)
+{
+    rd_promoter_t *p = arg;
+    p->busy = false;
+    if (res->status != RD_STORE_OK)
+        rd_warn("promoter: reporting %zu ticks failed (%.*s); those queues come due again in "
+                "%d ms", p->nreports, (int)res->detail.len, res->detail.ptr ? res->detail.ptr : "",
+                TAKE_LEASE_MS);
+    else if (res->total > 0)
+        rd_debug("promoter: %lld queues without keys left the registry", res->total);
+    finish_round(p);
+}
+
+/* One timer_done with every tick's answer; a queue whose tick failed is not
+ * reported, so it comes due again when its lease ends. */
+static void report(rd_promoter_t *p)
+{
+    if (p->nreports == 0 ||
+        rd_store_timer_done(p->store, p->token, p->reports, p->nreports, on_reported, p) != 0) {
+        finish_round(p);
+        return;
+    }
+    p->busy = true;
+}
+
 static void next_queue(rd_promoter_t *p);
 
 static void on_ticked(const rd_store_result_t *res, void *arg)
 {
     rd_promoter_t *p = arg;
     p->busy = false;
+    rd_store_queue_t q = { p->names[p->next], p->name_lens[p->next] };
     if (res->status == RD_STORE_OK) {
         if (res->promoted || res->reclaimed || res->expired)
-            rd_debug("promoter: %.*s promoted %lld, reclaimed %lld, expired %lld",
-                     (int)p->name_lens[p->next], p->names[p->next], res->promoted,
-                     res->reclaimed, res->expired);
-        long long b = p->opts.batch;
-        if (res->promoted >= b || res->reclaimed >= b || res->expired >= b) p->full_batch = true;
-        if (res->next_in_ms >= 0 && (p->wake_in_ms < 0 || res->next_in_ms < p->wake_in_ms))
-            p->wake_in_ms = res->next_in_ms;
-        if (res->ready > 0 && p->opts.on_claimable) {
-            rd_store_queue_t q = { p->names[p->next], p->name_lens[p->next] };
-            p->opts.on_claimable(q, p->opts.on_claimable_arg);
+            rd_debug("promoter: %.*s promoted %lld, reclaimed %lld, expired %lld", (int)q.len,
+                     q.name, res->promoted, res->reclaimed, res->expired);
+        long long b = p->opts.batch, next_in_ms = res->next_in_ms;
+        if (res->promoted >= b || res->reclaimed >= b || res->expired >= b) {
+            p->full_batch = true;
+            next_in_ms = 0;  /* more waiting: due again at once */
         }
+        earliest(p, next_in_ms);
+        p->reports[p->nreports++] = (rd_timer_report_t){ q, next_in_ms, res->empty };
+        if (res->ready > 0 && p->opts.on_claimable) p->opts.on_claimable(q, p->opts.on_claimable_arg);
     } else {
-        rd_warn("promoter: tick of queue %.*s failed (%.*s)", (int)p->name_lens[p->next],
-                p->names[p->next], (int)res->detail.len, res->detail.ptr ? res->detail.ptr : "");
+        rd_warn("promoter: tick of queue %.*s failed (%.*s)", (int)q.len, q.name,
+                (int)res->detail.len, res->detail.ptr ? res->detail.ptr : "");
     }
     p->next++;
     next_queue(p);
@@ -103,26 +143,35 @@ static void on_ticked(const rd_store_result_t *res, void *arg)
 static void next_queue(rd_promoter_t *p)
 {
     if (p->stopping || p->next >= p->count) {
-        finish_round(p);
+        report(p);
         return;
     }
     rd_store_queue_t q = { p->names[p->next], p->name_lens[p->next] };
     if (rd_store_tick(p->store, q, p->opts.batch, p->opts.dead_ttl_ms, p->opts.succeeded_ttl_ms,
                       on_ticked, p) != 0) {
-        finish_round(p);  /* Redis went away: try again next tick */
+        report(p);  /* Redis went away: the rest come due again after their lease */
         return;
     }
     p->busy = true;
 }
 
-static void on_queues(const rd_store_result_t *res, void *arg)
+static void on_taken(const rd_store_result_t *res, void *arg)
 {
     rd_promoter_t *p = arg;
     p->busy = false;
     if (res->status != RD_STORE_OK) {
+        if (!p->take_failing)
+            rd_warn("promoter: reading the timer schedule failed (%.*s); trying each tick",
+                    (int)res->detail.len, res->detail.ptr ? res->detail.ptr : "");
+        p->take_failing = true;
         finish_round(p);
         return;
     }
+    if (p->take_failing) rd_info("promoter: the timer schedule answers again");
+    p->take_failing = false;
+    p->token = res->token;
+    earliest(p, res->next_in_ms);
+    p->full_batch = res->count >= TAKE_LIMIT;
     p->count = res->count;
     p->names = rd_calloc(res->count ? res->count : 1, sizeof *p->names);
     p->name_lens = rd_calloc(res->count ? res->count : 1, sizeof *p->name_lens);
@@ -141,7 +190,10 @@ static void start_round(rd_promoter_t *p)
         arm(p, 0);
         return;
     }
-    if (rd_store_queues(p->store, on_queues, p) != 0) {
+    rd_store_flush_owed(p->store);
+    if (p->opts.on_round) p->opts.on_round(p->opts.on_round_arg);
+    if (rd_store_timer_take(p->store, TAKE_LIMIT, TAKE_LEASE_MS, RD_SWEEP_BATCH,
+                            RD_SWEEP_EVERY_MS, RD_SWEEP_CYCLE_MS, on_taken, p) != 0) {
         arm(p, (uint64_t)p->opts.tick_ms);  /* not connected yet */
         return;
     }
@@ -169,7 +221,8 @@ void rd_promoter_stop(rd_promoter_t *p, void (*on_stopped)(void *arg), void *arg
         uv_timer_stop(&p->timer);
         uv_close((uv_handle_t *)&p->timer, on_closed);
     }
-    /* Otherwise the callback in flight ends the round, and arm() closes. */
+    /* Otherwise the callback in flight ends the round (reporting what it
+     * ticked), and arm() closes. */
 }
 
 unsigned long rd_promoter_rounds(const rd_promoter_t *p)

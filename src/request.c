@@ -555,6 +555,20 @@ rd_req_result_t rd_request_list(const char *query, size_t query_len, rd_list_req
     return errs->count ? RD_REQ_INVALID : RD_REQ_OK;
 }
 
+rd_req_result_t rd_request_queues(const char *query, size_t query_len, rd_queues_req_t *out,
+                                  rd_field_errors_t *errs)
+{
+    memset(out, 0, sizeof *out);
+    long long limit = RD_LIST_LIMIT_DEFAULT;
+    query_int(query, query_len, "limit", 1, RD_LIST_LIMIT_MAX, &limit,
+              "limit must be an integer between 1 and 1000.", errs);
+    out->limit = (int)limit;
+    long n = rd_query_get(query, query_len, "cursor", out->cursor, sizeof out->cursor);
+    if (n == -2) rd_field_errors_add(errs, "cursor", "invalid", "cursor must be a next_cursor value.");
+    out->cursor_len = n > 0 ? (size_t)n : 0;
+    return errs->count ? RD_REQ_INVALID : RD_REQ_OK;
+}
+
 long long rd_parse_rfc3339_ms(const char *s)
 {
     int y, mo, d, h, mi, sec, used = 0;

@@ -121,6 +121,12 @@ static void on_claimable(rd_store_queue_t queue, void *arg)
     if (s->waiters) rd_waiters_notify(s->waiters, queue);
 }
 
+static void on_promoter_round(void *arg)
+{
+    server_t *s = arg;
+    if (s->waiters) rd_waiters_poll_if_deaf(s->waiters);
+}
+
 static void on_drain_timeout(uv_timer_t *t)
 {
     server_t *s = t->data;
@@ -181,6 +187,7 @@ int main(int argc, char **argv)
         return 2;
     }
     s.store = rd_store_new(s.loop, s.redis, s.cfg.prefix);
+    rd_store_set_retention(s.store, s.cfg.dead_ttl_ms, s.cfg.succeeded_ttl_ms);
     /* Long-poll wake-ups: a pub/sub link to the Redis (or any cluster node). */
     char notify_host[256];
     rd_redis_options_t no = ro;
@@ -219,7 +226,7 @@ int main(int argc, char **argv)
     rd_promoter_options_t po = {
         .tick_ms = s.cfg.tick_ms, .batch = 500, .dead_ttl_ms = s.cfg.dead_ttl_ms,
         .succeeded_ttl_ms = s.cfg.succeeded_ttl_ms, .on_claimable = on_claimable,
-        .on_claimable_arg = &s,
+        .on_claimable_arg = &s, .on_round = on_promoter_round, .on_round_arg = &s,
     };
     s.promoter = rd_promoter_start(s.loop, s.store, &po);
 

@@ -11,9 +11,10 @@
 #include "retryd/keys.h"
 #include "retryd/log.h"
 
-/* Queue names recently registered by this process, so that enqueue sends SADD
- * to the registry only now and then. Entries go stale after a while so that a
- * registry lost with Redis (FLUSHALL, no persistence) is rebuilt. */
+/* Queue names recently registered by this process (or whose registration is
+ * in flight), so that enqueue calls `register` only now and then. A name is
+ * kept only once `register` answered; entries go stale after a while so that
+ * a registry lost with Redis (FLUSHALL, no persistence) is rebuilt. */
 enum { REGISTRY_SLOTS = 1024, REGISTRY_FRESH_MS = 10000 };
 
 typedef struct registry_slot {
@@ -22,18 +23,36 @@ typedef struct registry_slot {
     uint64_t at_ms;
 } registry_slot_t;
 
+/* A `register` that failed, to be sent again (rd_store_flush_owed). */
+enum { OWED_MAX = 4096 };
+
+typedef struct owed {
+    char *name;
+    size_t len;
+    bool timed;                 /* with a timer hint due at due_ms (loop time) */
+    uint64_t due_ms;
+} owed_t;
+
 struct rd_store {
     uv_loop_t *loop;
     rd_backend_t *redis;
     char *prefix;
     rd_buf_t registry_key;
     registry_slot_t registry[REGISTRY_SLOTS];
+    long long dead_ttl_ms, succeeded_ttl_ms;   /* passed on for timer hints */
+    owed_t *owed;
+    size_t nowed;
+    bool register_failing;      /* logged once per run of failures */
 };
 
 typedef enum reply_kind {
-    KIND_MESSAGES, KIND_ENQUEUED, KIND_LIST, KIND_TICK, KIND_NAMES, KIND_PING, KIND_OUTCOMES,
+    KIND_MESSAGES, KIND_ENQUEUED, KIND_LIST, KIND_TICK, KIND_PING, KIND_OUTCOMES,
     KIND_COUNT,
-    KIND_REPLAYED, KIND_PURGED, KIND_STATS, KIND_DELETED, KIND_SETTLED
+    KIND_REPLAYED, KIND_PURGED, KIND_STATS, KIND_DELETED,
+    KIND_SETTLED,               /* {"ok", {status...}, msg..., timer} */
+    KIND_HINTED,                /* {"ok", msg..., timer} or an outcome without a hint */
+    KIND_HINTED_OUTCOMES,       /* {code..., timer} */
+    KIND_TAKE, KIND_DONE, KIND_PAGE
 } reply_kind_t;
 
 /* What enqueue sent, to build the new message from {"ok", id, now}. */
@@ -51,6 +70,9 @@ typedef struct op {
     rd_store_cb cb;
     void *arg;
     enqueued_t *enq;            /* KIND_ENQUEUED */
+    rd_store_t *st;
+    char *queue;                /* owned: where a timer hint goes (hinted kinds) */
+    size_t queue_len;
     char what[48];              /* the function (or command) called, for the log */
 } op_t;
 
@@ -68,9 +90,17 @@ void rd_store_free(rd_store_t *st)
 {
     if (st == NULL) return;
     for (size_t i = 0; i < REGISTRY_SLOTS; i++) rd_free(st->registry[i].name);
+    for (size_t i = 0; i < st->nowed; i++) rd_free(st->owed[i].name);
+    rd_free(st->owed);
     rd_buf_free(&st->registry_key);
     rd_free(st->prefix);
     rd_free(st);
+}
+
+void rd_store_set_retention(rd_store_t *st, long long dead_ttl_ms, long long succeeded_ttl_ms)
+{
+    st->dead_ttl_ms = dead_ttl_ms;
+    st->succeeded_ttl_ms = succeeded_ttl_ms;
 }
 
 bool rd_store_ready(const rd_store_t *st)
@@ -122,12 +152,13 @@ static bool parse_message(const rd_reply_t *flat, rd_message_t *m)
     return m->id > 0 && (m->status != RD_STATUS_UNKNOWN || n == 2);
 }
 
-/* Parses messages from reply elements [from, len) into res. */
-static bool parse_messages(const rd_reply_t *reply, size_t from, rd_store_result_t *res)
+/* Parses messages from reply elements [from, to) into res. */
+static bool parse_messages(const rd_reply_t *reply, size_t from, size_t to,
+                           rd_store_result_t *res)
 {
     res->count = 0;
-    if (!is_array(reply, from)) return false;
-    size_t n = rd_reply_len(reply);
+    if (!is_array(reply, from) || to > rd_reply_len(reply)) return false;
+    size_t n = to;
     if (n == from) return true;
     res->messages = rd_calloc(n - from, sizeof *res->messages);
     for (size_t i = from; i < n; i++) {
@@ -160,12 +191,14 @@ static bool parse_outcome(const rd_reply_t *reply, rd_store_result_t *res)
 /* A flat array of strings into a fresh rd_str_t array. */
 static bool parse_strings(const rd_reply_t *r, rd_str_t **out, size_t *len);
 
-/* settle_claim's {"ok", {status...}, message...}. */
+/* settle_claim's {"ok", {status...}, message..., timer}. */
 static bool parse_settled(const rd_reply_t *reply, rd_store_result_t *res)
 {
-    if (!is_array(reply, 2) || !rd_reply_is(rd_reply_at(reply, 0), "ok")) return false;
+    if (!is_array(reply, 3) || !rd_reply_is(rd_reply_at(reply, 0), "ok")) return false;
+    size_t n = rd_reply_len(reply);
+    if (!rd_reply_int(rd_reply_at(reply, n - 1), &res->timer_hint)) return false;
     if (!parse_strings(rd_reply_at(reply, 1), &res->outcomes, &res->settled)) return false;
-    return parse_messages(reply, 2, res);
+    return parse_messages(reply, 2, n - 1, res);
 }
 
 static bool parse_strings(const rd_reply_t *r, rd_str_t **out, size_t *len)
@@ -208,15 +241,18 @@ static bool parse_stats(const rd_reply_t *reply, rd_queue_stats_t *st)
     return st->totals != NULL && st->top_errors != NULL;
 }
 
-/* {"ok", id, now}: the message is what was sent, as the function stored it. */
+/* {"ok", id, now, timer}: the message is what was sent, as the function
+ * stored it. */
 static bool parse_enqueued(const rd_reply_t *reply, const enqueued_t *e, rd_store_result_t *res)
 {
     if (!parse_outcome(reply, res)) return false;
-    if (res->status == RD_STORE_DUPLICATE) return parse_messages(reply, 1, res);
+    if (res->status == RD_STORE_DUPLICATE)
+        return parse_messages(reply, 1, rd_reply_len(reply), res);
     if (res->status != RD_STORE_OK) return false;
     long long id, now;
-    if (rd_reply_len(reply) != 3 || !rd_reply_int(rd_reply_at(reply, 1), &id) ||
-        !rd_reply_int(rd_reply_at(reply, 2), &now))
+    if (rd_reply_len(reply) != 4 || !rd_reply_int(rd_reply_at(reply, 1), &id) ||
+        !rd_reply_int(rd_reply_at(reply, 2), &now) ||
+        !rd_reply_int(rd_reply_at(reply, 3), &res->timer_hint))
         return false;
     res->messages = rd_calloc(1, sizeof *res->messages);
     res->count = 1;
@@ -233,6 +269,20 @@ static bool parse_enqueued(const rd_reply_t *reply, const enqueued_t *e, rd_stor
     return true;
 }
 
+/* Names from reply elements [from, len) into res->names and res->count. */
+static bool parse_names(const rd_reply_t *reply, size_t from, rd_store_result_t *res)
+{
+    size_t n = rd_reply_len(reply);
+    res->names = rd_calloc(n > from ? n - from : 1, sizeof *res->names);
+    res->count = 0;
+    for (size_t i = from; i < n; i++) {
+        rd_str_t *s = &res->names[res->count++];
+        s->ptr = rd_reply_str(rd_reply_at(reply, i), &s->len);
+        if (s->ptr == NULL) return false;
+    }
+    return true;
+}
+
 static bool parse_reply(reply_kind_t kind, const rd_reply_t *reply, rd_store_result_t *res)
 {
     switch (kind) {
@@ -240,23 +290,51 @@ static bool parse_reply(reply_kind_t kind, const rd_reply_t *reply, rd_store_res
         return false;  /* parsed by parse_enqueued, which needs the op */
     case KIND_PING:
         return rd_reply_is(reply, "PONG");
-    case KIND_NAMES: {
-        if (!is_array(reply, 0)) return false;
-        size_t n = rd_reply_len(reply);
-        res->names = rd_calloc(n ? n : 1, sizeof *res->names);
-        for (size_t i = 0; i < n; i++) {
-            res->names[i].ptr = rd_reply_str(rd_reply_at(reply, i), &res->names[i].len);
-            if (res->names[i].ptr == NULL) return false;
-        }
-        res->count = n;
+    case KIND_TICK: {
+        long long empty;
+        if (!(rd_reply_len(reply) == 6 && rd_reply_int(rd_reply_at(reply, 0), &res->promoted) &&
+              rd_reply_int(rd_reply_at(reply, 1), &res->reclaimed) &&
+              rd_reply_int(rd_reply_at(reply, 2), &res->expired) &&
+              rd_reply_int(rd_reply_at(reply, 3), &res->next_in_ms) &&
+              rd_reply_int(rd_reply_at(reply, 4), &res->ready) &&
+              rd_reply_int(rd_reply_at(reply, 5), &empty)))
+            return false;
+        res->empty = empty == 1;
         return true;
     }
-    case KIND_TICK:
-        return is_array(reply, 5) && rd_reply_int(rd_reply_at(reply, 0), &res->promoted) &&
-               rd_reply_int(rd_reply_at(reply, 1), &res->reclaimed) &&
-               rd_reply_int(rd_reply_at(reply, 2), &res->expired) &&
-               rd_reply_int(rd_reply_at(reply, 3), &res->next_in_ms) &&
-               rd_reply_int(rd_reply_at(reply, 4), &res->ready);
+    case KIND_TAKE:     /* {token, next_in_ms, name...} */
+        return rd_reply_type(reply) == RD_REPLY_ARRAY && rd_reply_len(reply) >= 2 &&
+               rd_reply_int(rd_reply_at(reply, 0), &res->token) &&
+               rd_reply_int(rd_reply_at(reply, 1), &res->next_in_ms) &&
+               parse_names(reply, 2, res);
+    case KIND_PAGE:     /* {total, next_cursor, name...} */
+        if (rd_reply_type(reply) != RD_REPLY_ARRAY || rd_reply_len(reply) < 2 ||
+            !rd_reply_int(rd_reply_at(reply, 0), &res->total))
+            return false;
+        res->next_cursor.ptr = rd_reply_str(rd_reply_at(reply, 1), &res->next_cursor.len);
+        return res->next_cursor.ptr != NULL && parse_names(reply, 2, res);
+    case KIND_DONE:
+        return rd_reply_int(reply, &res->total);
+    case KIND_HINTED: {
+        if (!parse_outcome(reply, res)) return false;
+        if (res->status != RD_STORE_OK) return true;
+        size_t n = rd_reply_len(reply);
+        return n >= 2 && rd_reply_int(rd_reply_at(reply, n - 1), &res->timer_hint) &&
+               parse_messages(reply, 1, n - 1, res);
+    }
+    case KIND_HINTED_OUTCOMES: {
+        size_t n = rd_reply_len(reply);
+        if (rd_reply_type(reply) != RD_REPLY_ARRAY || n < 1 ||
+            !rd_reply_int(rd_reply_at(reply, n - 1), &res->timer_hint))
+            return false;
+        res->outcomes = rd_calloc(n, sizeof *res->outcomes);
+        for (size_t i = 0; i + 1 < n; i++) {
+            res->outcomes[i].ptr = rd_reply_str(rd_reply_at(reply, i), &res->outcomes[i].len);
+            if (res->outcomes[i].ptr == NULL) return false;
+        }
+        res->count = n - 1;
+        return true;
+    }
     case KIND_COUNT:
         return rd_reply_int(reply, &res->released);
     case KIND_STATS:
@@ -299,20 +377,22 @@ static bool parse_reply(reply_kind_t kind, const rd_reply_t *reply, rd_store_res
     case KIND_MESSAGES:
         if (!parse_outcome(reply, res)) return false;
         if (res->status != RD_STORE_OK && res->status != RD_STORE_DUPLICATE) return true;
-        return parse_messages(reply, 1, res);
+        return parse_messages(reply, 1, rd_reply_len(reply), res);
     case KIND_LIST:
         if (!parse_outcome(reply, res)) return false;
         if (res->status != RD_STORE_OK) return true;
         if (!is_array(reply, 3) || !rd_reply_int(rd_reply_at(reply, 1), &res->total))
             return false;
         res->next_cursor.ptr = rd_reply_str(rd_reply_at(reply, 2), &res->next_cursor.len);
-        return res->next_cursor.ptr != NULL && parse_messages(reply, 3, res);
+        return res->next_cursor.ptr != NULL &&
+               parse_messages(reply, 3, rd_reply_len(reply), res);
     }
     return false;
 }
 
 static void free_op(op_t *op)
 {
+    rd_free(op->queue);
     if (op->enq) {
         rd_free(op->enq->payload);
         rd_free(op->enq->idempotency_key);
@@ -329,6 +409,8 @@ static void free_result(rd_store_result_t *res)
     rd_free(res->stats.totals);
     rd_free(res->stats.top_errors);
 }
+
+static void send_register(rd_store_t *st, const char *name, size_t len, long long in_ms);
 
 /* "integer 7", "array of 0", "string \"ok\"": what came, for the log. */
 static void describe_reply(const rd_reply_t *r, char *out, size_t cap)
@@ -364,6 +446,7 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
     op_t *op = arg;
     rd_store_result_t res;
     memset(&res, 0, sizeof res);
+    res.timer_hint = -1;
     char detail[160];
     if (status == RD_REDIS_LOST) {
         /* A read has no outcome to be unsure of: it simply was not done. */
@@ -384,6 +467,17 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
         rd_error("store: %s (another version of the library?)", detail);
         res.detail.ptr = detail;
         res.detail.len = strlen(detail);
+        res.timer_hint = -1;
+    }
+    /* The hint goes to the schedule before anyone hears of the new work. An
+     * enqueue that got id 1 may follow a round that found the queue without
+     * keys and is removing it from the registry: it registers again
+     * whatever this process remembers (docs/design.md, "Leaving the
+     * registry"). */
+    if (op->queue && res.status == RD_STORE_OK) {
+        bool first = op->kind == KIND_ENQUEUED && res.count == 1 && res.messages[0].id == 1;
+        if (first || res.timer_hint >= 0)
+            send_register(op->st, op->queue, op->queue_len, res.timer_hint);
     }
     op->cb(&res, op->arg);
     free_result(&res);
@@ -393,8 +487,9 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
 /* ---------------------------------------------------------------- calls */
 
 /* FCALL name numkeys base, then at most 100 (id, token) pairs, a mode and
- * RD_STORE_REPLAY_IDS_MAX ids, or settle_claim's 3 + 6 per settlement. */
-enum { MAX_ARGS = 8 + 6 * 100 };
+ * RD_STORE_REPLAY_IDS_MAX ids, or settle_claim's 3 + 6 per settlement + 2. */
+enum { MAX_ARGS = 10 + 6 * 100 };
+_Static_assert(5 + 3 * RD_STORE_REPORTS_MAX <= MAX_ARGS, "timer_done's reports fit a call");
 
 typedef struct call {
     int argc;
@@ -465,9 +560,10 @@ static bool reads_only(const call_t *c)
     return false;
 }
 
-/* Takes ownership of enq (NULL for every kind but KIND_ENQUEUED). */
+/* Takes ownership of enq (NULL for every kind but KIND_ENQUEUED); hint_q (or
+ * NULL) is the queue a timer hint in the reply goes to (copied). */
 static int send_call_with(rd_store_t *st, call_t *c, reply_kind_t kind, enqueued_t *enq,
-                          rd_store_cb cb, void *arg)
+                          const rd_store_queue_t *hint_q, rd_store_cb cb, void *arg)
 {
     op_t *op = rd_malloc(sizeof *op);
     op->kind = kind;
@@ -475,6 +571,9 @@ static int send_call_with(rd_store_t *st, call_t *c, reply_kind_t kind, enqueued
     op->cb = cb;
     op->arg = arg;
     op->enq = enq;
+    op->st = st;
+    op->queue = hint_q ? rd_strndup(hint_q->name, hint_q->len) : NULL;
+    op->queue_len = hint_q ? hint_q->len : 0;
     /* FCALL/FCALL_RO name the function second; other commands are their own name. */
     int named = c->argc > 1 && strncmp(c->argv[0], "FCALL", 5) == 0 ? 1 : 0;
     snprintf(op->what, sizeof op->what, "%.*s", (int)c->lens[named], c->argv[named]);
@@ -487,15 +586,17 @@ static int send_call_with(rd_store_t *st, call_t *c, reply_kind_t kind, enqueued
 
 static int send_call(rd_store_t *st, call_t *c, reply_kind_t kind, rd_store_cb cb, void *arg)
 {
-    return send_call_with(st, c, kind, NULL, cb, arg);
+    return send_call_with(st, c, kind, NULL, NULL, cb, arg);
 }
 
-static void on_registered(const rd_reply_t *reply, rd_redis_status_t status, void *arg)
+/* A call whose reply may carry a timer hint for q. */
+static int send_hinted(rd_store_t *st, call_t *c, reply_kind_t kind, rd_store_queue_t q,
+                       rd_store_cb cb, void *arg)
 {
-    (void)arg;
-    if (status == RD_REDIS_OK && rd_reply_type(reply) == RD_REPLY_ERROR)
-        rd_warn("store: registering a queue failed: %s", rd_reply_str(reply, NULL));
+    return send_call_with(st, c, kind, NULL, &q, cb, arg);
 }
+
+/* ---------------------------------------------------------------- registry */
 
 static uint64_t fnv1a(const char *s, size_t len)
 {
@@ -504,24 +605,146 @@ static uint64_t fnv1a(const char *s, size_t len)
     return h;
 }
 
-/* Adds q to the registry SET unless this process did so recently. It goes out
- * before the enqueue on the same link, so a queue with messages is always
- * registered (the registry may name a queue whose enqueue then failed). */
+static registry_slot_t *registry_slot(rd_store_t *st, const char *name, size_t len)
+{
+    return &st->registry[fnv1a(name, len) % REGISTRY_SLOTS];
+}
+
+static bool slot_holds(const registry_slot_t *slot, const char *name, size_t len)
+{
+    return slot->name && slot->len == len && memcmp(slot->name, name, len) == 0;
+}
+
+/* Keeps a failed `register` for rd_store_flush_owed: one entry per name, with
+ * the earliest timer hint. Past OWED_MAX names the newest are dropped (the
+ * sweep makes their timer work good; docs/design.md). */
+static void owe(rd_store_t *st, const char *name, size_t len, long long in_ms, uint64_t from_ms)
+{
+    uint64_t due = from_ms + (uint64_t)(in_ms > 0 ? in_ms : 0);
+    for (size_t i = 0; i < st->nowed; i++) {
+        owed_t *o = &st->owed[i];
+        if (o->len != len || memcmp(o->name, name, len) != 0) continue;
+        if (in_ms >= 0 && (!o->timed || due < o->due_ms)) {
+            o->timed = true;
+            o->due_ms = due;
+        }
+        return;
+    }
+    if (st->nowed == OWED_MAX) {
+        rd_error("store: %d registrations wait to be sent again; dropping %.*s", OWED_MAX,
+                 (int)len, name);
+        return;
+    }
+    if (st->owed == NULL) st->owed = rd_calloc(OWED_MAX, sizeof *st->owed);
+    st->owed[st->nowed++] = (owed_t){ rd_strndup(name, len), len, in_ms >= 0, due };
+}
+
+typedef struct registration {
+    rd_store_t *st;
+    char *name;
+    size_t len;
+    long long in_ms;
+    uint64_t sent_ms;
+} registration_t;
+
+static void on_register(const rd_reply_t *reply, rd_redis_status_t status, void *arg)
+{
+    registration_t *g = arg;
+    rd_store_t *st = g->st;
+    registry_slot_t *slot = registry_slot(st, g->name, g->len);
+    if (status == RD_REDIS_OK && rd_reply_type(reply) == RD_REPLY_INTEGER) {
+        /* Registered: enqueues may skip `register` for a while. */
+        if (!slot_holds(slot, g->name, g->len)) {
+            rd_free(slot->name);
+            slot->name = rd_strndup(g->name, g->len);
+            slot->len = g->len;
+        }
+        slot->at_ms = uv_now(st->loop);
+        if (st->register_failing) rd_info("store: registering queues works again");
+        st->register_failing = false;
+    } else {
+        if (!st->register_failing) {
+            size_t len = 0;
+            const char *why = status == RD_REDIS_OK ? rd_reply_str(reply, &len) : NULL;
+            if (why == NULL) {
+                why = status == RD_REDIS_LOST ? "the link dropped" : "not sent";
+                len = strlen(why);
+            }
+            rd_warn("store: registering queue %.*s failed (%.*s); sending it again each tick",
+                    (int)g->len, g->name, (int)len, why);
+        }
+        st->register_failing = true;
+        if (slot_holds(slot, g->name, g->len)) {
+            rd_free(slot->name);
+            slot->name = NULL;
+        }
+        owe(st, g->name, g->len, g->in_ms, g->sent_ms);
+    }
+    rd_free(g->name);
+    rd_free(g);
+}
+
+/* FCALL register: the queue exists; with in_ms >= 0 the timer ticks it
+ * within in_ms. A failure is owed (sent again by rd_store_flush_owed). */
+static void send_register(rd_store_t *st, const char *name, size_t len, long long in_ms)
+{
+    registration_t *g = rd_malloc(sizeof *g);
+    g->st = st;
+    g->name = rd_strndup(name, len);
+    g->len = len;
+    g->in_ms = in_ms;
+    g->sent_ms = uv_now(st->loop);
+    char ms[24];
+    int n = snprintf(ms, sizeof ms, "%lld", in_ms < 0 ? -1LL : in_ms);
+    const char *argv[] = { "FCALL", RD_FUNCTION("register"), "1", st->registry_key.data, name, ms };
+    size_t lens[] = { 5, strlen(argv[1]), 1, st->registry_key.len, len, (size_t)n };
+    if (rd_backend_command(st->redis, 6, argv, lens, on_register, g) != 0) {
+        owe(st, name, len, in_ms, g->sent_ms);
+        rd_free(g->name);
+        rd_free(g);
+    }
+}
+
+/* Registers q before an enqueue unless this process registered it (or sent
+ * the registration) recently. It goes out before the enqueue on the same
+ * link, so a queue with messages is registered even if this process dies
+ * right after (the registry may name a queue whose enqueue then failed). */
 static void register_queue(rd_store_t *st, rd_store_queue_t q)
 {
-    registry_slot_t *slot = &st->registry[fnv1a(q.name, q.len) % REGISTRY_SLOTS];
+    registry_slot_t *slot = registry_slot(st, q.name, q.len);
     uint64_t now = uv_now(st->loop);
-    if (slot->name && slot->len == q.len && memcmp(slot->name, q.name, q.len) == 0 &&
-        now - slot->at_ms < REGISTRY_FRESH_MS)
-        return;
-    const char *argv[] = { "SADD", st->registry_key.data, q.name };
-    size_t lens[] = { 4, st->registry_key.len, q.len };
-    if (rd_backend_command(st->redis, 3, argv, lens, on_registered, NULL) != 0) return;
+    if (slot_holds(slot, q.name, q.len) && now - slot->at_ms < REGISTRY_FRESH_MS) return;
+    /* In flight: not registered yet; a failure clears the slot again. */
     rd_free(slot->name);
     slot->name = rd_strndup(q.name, q.len);
     slot->len = q.len;
     slot->at_ms = now;
+    send_register(st, q.name, q.len, -1);
 }
+
+void rd_store_schedule(rd_store_t *st, rd_store_queue_t q, long long in_ms)
+{
+    send_register(st, q.name, q.len, in_ms);
+}
+
+void rd_store_flush_owed(rd_store_t *st)
+{
+    if (st->nowed == 0 || !rd_backend_ready(st->redis)) return;
+    owed_t *list = st->owed;
+    size_t n = st->nowed;
+    st->owed = NULL;
+    st->nowed = 0;
+    uint64_t now = uv_now(st->loop);
+    for (size_t i = 0; i < n; i++) {
+        long long in_ms = -1;
+        if (list[i].timed) in_ms = list[i].due_ms > now ? (long long)(list[i].due_ms - now) : 0;
+        send_register(st, list[i].name, list[i].len, in_ms);
+        rd_free(list[i].name);
+    }
+    rd_free(list);
+}
+
+/* ---------------------------------------------------------------- queue calls */
 
 int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, size_t len,
                      int max_retries, long long delay_ms, const char *idempotency_key,
@@ -535,13 +758,14 @@ int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, si
     arg_int(&c, max_retries);
     arg_int(&c, delay_ms);
     arg_str(&c, idempotency_key ? idempotency_key : "");
+    arg_str(&c, "1");   /* this caller forwards timer hints */
     enqueued_t *e = rd_malloc(sizeof *e);
     e->payload = rd_strndup(payload, len);
     e->payload_len = len;
     e->idempotency_key = idempotency_key ? rd_strdup(idempotency_key) : NULL;
     e->max_retries = max_retries;
     e->delay_ms = delay_ms;
-    return send_call_with(st, &c, KIND_ENQUEUED, e, cb, arg);
+    return send_call_with(st, &c, KIND_ENQUEUED, e, &q, cb, arg);
 }
 
 int rd_store_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int count,
@@ -551,7 +775,8 @@ int rd_store_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int c
     begin_fcall(&c, st, "claim", q, 0);
     arg_int(&c, lease_ms);
     arg_int(&c, count);
-    return send_call(st, &c, KIND_MESSAGES, cb, arg);
+    arg_str(&c, "1");   /* this caller forwards timer hints */
+    return send_hinted(st, &c, KIND_HINTED, q, cb, arg);
 }
 
 int rd_store_succeed(rd_store_t *st, rd_store_queue_t q, long long id, const char *token,
@@ -561,7 +786,8 @@ int rd_store_succeed(rd_store_t *st, rd_store_queue_t q, long long id, const cha
     begin_fcall(&c, st, "succeed", q, id);
     arg_int(&c, id);
     arg_str(&c, token ? token : "");
-    return send_call(st, &c, KIND_MESSAGES, cb, arg);
+    arg_int(&c, st->succeeded_ttl_ms);
+    return send_hinted(st, &c, KIND_HINTED, q, cb, arg);
 }
 
 int rd_store_fail(rd_store_t *st, rd_store_queue_t q, long long id, const char *token,
@@ -575,7 +801,8 @@ int rd_store_fail(rd_store_t *st, rd_store_queue_t q, long long id, const char *
     arg_str(&c, error);
     arg_str(&c, retryable ? "1" : "0");
     arg_int(&c, retry_after_ms < 0 ? -1 : retry_after_ms);
-    return send_call(st, &c, KIND_MESSAGES, cb, arg);
+    arg_int(&c, st->dead_ttl_ms);
+    return send_hinted(st, &c, KIND_HINTED, q, cb, arg);
 }
 
 int rd_store_extend(rd_store_t *st, rd_store_queue_t q, long long id, const char *token,
@@ -637,7 +864,8 @@ int rd_store_succeed_many(rd_store_t *st, rd_store_queue_t q, size_t n, const lo
         arg_int(c, ids[i]);
         arg_str(c, tokens[i] ? tokens[i] : "");
     }
-    int rc = send_call(st, c, KIND_OUTCOMES, cb, arg);
+    arg_int(c, st->succeeded_ttl_ms);
+    int rc = send_hinted(st, c, KIND_HINTED_OUTCOMES, q, cb, arg);
     rd_free(c);
     return rc;
 }
@@ -660,7 +888,9 @@ int rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms
         arg_str(c, s->retryable ? "1" : "0");
         arg_int(c, s->failed && s->retry_after_ms >= 0 ? s->retry_after_ms : -1);
     }
-    int rc = send_call(st, c, KIND_SETTLED, cb, arg);
+    arg_int(c, st->dead_ttl_ms);        /* asks for the timer hint */
+    arg_int(c, st->succeeded_ttl_ms);
+    int rc = send_hinted(st, c, KIND_SETTLED, q, cb, arg);
     rd_free(c);
     return rc;
 }
@@ -736,7 +966,8 @@ int rd_store_kill(rd_store_t *st, rd_store_queue_t q, long long id, const char *
     begin_fcall(&c, st, "kill", q, id);
     arg_int(&c, id);
     arg_str(&c, reason ? reason : "");
-    return send_call(st, &c, KIND_MESSAGES, cb, arg);
+    arg_int(&c, st->dead_ttl_ms);
+    return send_hinted(st, &c, KIND_HINTED, q, cb, arg);
 }
 
 int rd_store_stats(rd_store_t *st, rd_store_queue_t q, int top, rd_store_cb cb, void *arg)
@@ -757,16 +988,63 @@ int rd_store_tick(rd_store_t *st, rd_store_queue_t q, int limit, long long dead_
     arg_int(&c, limit);
     arg_int(&c, dead_ttl_ms);
     arg_int(&c, succeeded_ttl_ms);
+    arg_str(&c, "1");   /* a timer round: the promise and `empty` */
     return send_call(st, &c, KIND_TICK, cb, arg);
 }
 
-int rd_store_queues(rd_store_t *st, rd_store_cb cb, void *arg)
+/* FCALL fn 1 <registry> (the registry's slot: its companions are there too). */
+static void begin_registry_fcall(call_t *c, rd_store_t *st, const char *fn)
+{
+    call_init(c);
+    arg_str(c, "FCALL");
+    int n = snprintf(c->fn, sizeof c->fn, "%s%s", RD_FUNCTION(""), fn);
+    assert(n > 0 && (size_t)n < sizeof c->fn);
+    arg_str(c, c->fn);
+    arg_str(c, "1");
+    arg_bytes(c, st->registry_key.data, st->registry_key.len);
+}
+
+int rd_store_queues_page(rd_store_t *st, const char *cursor, size_t cursor_len, int limit,
+                         rd_store_cb cb, void *arg)
 {
     call_t c;
-    call_init(&c);
-    arg_str(&c, "SMEMBERS");
-    arg_bytes(&c, st->registry_key.data, st->registry_key.len);
-    return send_call(st, &c, KIND_NAMES, cb, arg);
+    begin_registry_fcall(&c, st, "queues_page");
+    c.argv[0] = "FCALL_RO";
+    c.lens[0] = 8;
+    arg_bytes(&c, cursor ? cursor : "", cursor ? cursor_len : 0);
+    arg_int(&c, limit);
+    return send_call(st, &c, KIND_PAGE, cb, arg);
+}
+
+int rd_store_timer_take(rd_store_t *st, int limit, long long lease_ms, int sweep_batch,
+                        long long sweep_every_ms, long long sweep_cycle_ms, rd_store_cb cb,
+                        void *arg)
+{
+    call_t c;
+    begin_registry_fcall(&c, st, "timer_take");
+    arg_int(&c, limit);
+    arg_int(&c, lease_ms);
+    arg_int(&c, sweep_batch);
+    arg_int(&c, sweep_every_ms);
+    arg_int(&c, sweep_cycle_ms);
+    return send_call(st, &c, KIND_TAKE, cb, arg);
+}
+
+int rd_store_timer_done(rd_store_t *st, long long token, const rd_timer_report_t *reports,
+                        size_t n, rd_store_cb cb, void *arg)
+{
+    if (n == 0 || n > RD_STORE_REPORTS_MAX) return -1;
+    call_t *c = rd_malloc(sizeof *c);
+    begin_registry_fcall(c, st, "timer_done");
+    arg_int(c, token);
+    for (size_t i = 0; i < n; i++) {
+        arg_bytes(c, reports[i].queue.name, reports[i].queue.len);
+        arg_int(c, reports[i].next_in_ms < 0 ? -1 : reports[i].next_in_ms);
+        arg_str(c, reports[i].empty ? "1" : "0");
+    }
+    int rc = send_call(st, c, KIND_DONE, cb, arg);
+    rd_free(c);
+    return rc;
 }
 
 static void on_config(const rd_reply_t *reply, rd_redis_status_t status, void *arg)

@@ -317,6 +317,13 @@ void rd_waiters_notify(rd_waiters_t *w, rd_store_queue_t queue)
     if (q && q->n > 0) serve(q);
 }
 
+void rd_waiters_poll_if_deaf(rd_waiters_t *w)
+{
+    if (w == NULL || w->stopping || rd_redis_ready(w->notify)) return;
+    for (wqueue_t *q = w->queues; q; q = q->next)
+        if (q->n > 0) serve(q);
+}
+
 size_t rd_waiters_count(const rd_waiters_t *w)
 {
     return w->parked;

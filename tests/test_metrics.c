@@ -823,6 +823,29 @@ static void test_checker_rejects_bad_exposition(void **state)
 #undef H
 }
 
+
+/* The registry's gauges follow the per-queue families and keep the text valid. */
+static void test_render_registry_gauges(void **state)
+{
+    (void)state;
+    rd_histogram_t rtt;
+    rd_histogram_init(&rtt, RTT_BOUNDS, sizeof RTT_BOUNDS / sizeof RTT_BOUNDS[0]);
+    rd_buf_t out = RD_BUF_INIT;
+    rd_metrics_render(&out, NULL, 0, &rtt, 0);
+    rd_metrics_render_registry(&out, 12345, 11345);
+    size_t len;
+    char *text = rd_buf_take(&out, &len);
+    parse_exposition(&g_exp, text, len);
+    check_families(&g_exp);
+    assert_int_equal((long long)sample_value(&g_exp, "retryd_registered_queues", NULL, NULL, NULL),
+                     12345);
+    assert_int_equal((long long)sample_value(&g_exp, "retryd_queue_series_omitted", NULL, NULL,
+                                             NULL), 11345);
+    assert_non_null(strstr(text, "# TYPE retryd_registered_queues gauge\n"));
+    assert_non_null(strstr(text, "# TYPE retryd_queue_series_omitted gauge\n"));
+    rd_free(text);
+}
+
 int main(void)
 {
     rd_alloc_init();
@@ -833,6 +856,7 @@ int main(void)
         cmocka_unit_test(test_delay_bounds_match_lua),
         cmocka_unit_test(test_render_is_valid_text_format),
         cmocka_unit_test(test_render_without_queues),
+        cmocka_unit_test(test_render_registry_gauges),
         cmocka_unit_test(test_render_skips_unreadable_queue),
         cmocka_unit_test(test_label_escape_round_trip),
         cmocka_unit_test(test_checker_rejects_bad_exposition),

@@ -1,8 +1,11 @@
 /* test_multi.c - end-to-end tests of several retryd instances sharing one
  * Redis (SPEC §8): long-poll wake-ups across instances, waiter order and
  * disconnects, batch claim and batch acknowledgement under concurrency,
- * idempotent enqueue from many clients at once, delayed delivery, and
- * shutdown with a parked waiter (docs/long-poll.md).
+ * idempotent enqueue from many clients at once, delayed delivery, idle
+ * queues (2000 of them cost Redis nothing per tick; a due retry, an expired
+ * lease, GET /queues paging, /metrics, leaving the registry, a failed
+ * registration; docs/design.md "Timers and the registry"), and shutdown with
+ * a parked waiter (docs/long-poll.md).
  *
  * Needs RETRYD_TEST_REDIS_PORT and RETRYD_BIN (scripts/test.sh sets both).
  * The group forks two daemons, A and B, on free ports with the same prefix
@@ -23,6 +26,8 @@
 #include <hiredis/hiredis.h>
 
 #include "e2e_support.h"
+#include "retryd/metrics.h"
+#include "retryd/promoter.h"
 
 enum {
     READY_TIMEOUT_MS = 10000,
@@ -844,6 +849,292 @@ static void test_delayed_enqueue_wakes_long_poll(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
+/* 11. Idle queues cost nothing; the registry (SPEC §8 "Cost follows work")  */
+/* ------------------------------------------------------------------------ */
+
+enum {
+    IDLE_QUEUES = 2000,           /* registered queues with one ready message each */
+    IDLE_WINDOW_MS = 2000,        /* FCALLs are counted over this long */
+    PAGE_LIMIT = 300,             /* GET /queues page size in the paging test */
+};
+
+static bool g_idle_made;
+
+static void idle_name(char *out, size_t cap, int i)
+{
+    snprintf(out, cap, "idle-%05d", i);
+}
+
+/* IDLE_QUEUES queues, each with one ready message (nothing scheduled, leased
+ * or expiring: idle in SPEC §8's sense), enqueued through A once per group. */
+static void ensure_idle_queues(void)
+{
+    if (g_idle_made) return;
+    long long t0 = e2e_mono_ms();
+    for (int i = 0; i < IDLE_QUEUES; i++) {
+        char q[32];
+        idle_name(q, sizeof q, i);
+        enqueue_to(g_a.port, q, "{\"payload\":\"idle\"}");
+    }
+    g_idle_made = true;
+    printf("test_multi: %d idle queues enqueued in %lld ms\n", IDLE_QUEUES, e2e_mono_ms() - t0);
+}
+
+/* calls= of cmdstat_<name> in INFO commandstats (0 before the first call). */
+static long long cmd_calls(const char *name)
+{
+    redisReply *r = e2e_rcmd(g_redis, "INFO commandstats");
+    char needle[64];
+    snprintf(needle, sizeof needle, "cmdstat_%s:calls=", name);
+    const char *at = r->type == REDIS_REPLY_STRING ? strstr(r->str, needle) : NULL;
+    long long n = at ? strtoll(at + strlen(needle), NULL, 10) : 0;
+    freeReplyObject(r);
+    return n;
+}
+
+static bool in_registry(const char *q)
+{
+    redisReply *r = e2e_rcmd(g_redis, "SISMEMBER %s:queues %s", g_prefix, q);
+    bool yes = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    freeReplyObject(r);
+    return yes;
+}
+
+/* With IDLE_QUEUES idle queues and two instances, Redis sees a bounded number
+ * of FCALLs per second that does not depend on the number of queues: each
+ * instance's round (a take, and a report when it took anything) per tick,
+ * and the registry sweep (at most RD_SWEEP_BATCH queues per second in all).
+ * Before: one tick FCALL per registered queue per round per instance. */
+static void test_idle_queues_cost_nothing_per_tick(void **state)
+{
+    (void)state;
+    ensure_idle_queues();
+    e2e_pause_ms(500);
+    long long c0 = cmd_calls("fcall"), t0 = e2e_mono_ms();
+    e2e_pause_ms(IDLE_WINDOW_MS);
+    long long c1 = cmd_calls("fcall"), t1 = e2e_mono_ms();
+    double per_s = (double)(c1 - c0) * 1000.0 / (double)(t1 - t0);
+    double bound = 2 * 2 * (1000.0 / TICK_MS) +
+                   RD_SWEEP_BATCH * 1000.0 / RD_SWEEP_EVERY_MS + 50;
+    printf("test_multi: %d idle queues, 2 instances, tick %d ms: %.0f FCALL/s (bound %.0f)\n",
+           IDLE_QUEUES, TICK_MS, per_s, bound);
+    if (per_s > bound)
+        fail_msg("%.0f FCALL/s with %d idle queues; at most %.0f expected (nothing per queue "
+                 "per tick)", per_s, IDLE_QUEUES, bound);
+}
+
+/* A retry due on one of the idle queues wakes a long-poll within one tick. */
+static void test_due_retry_on_idle_queue_within_one_tick(void **state)
+{
+    (void)state;
+    ensure_idle_queues();
+    char q[32];
+    idle_name(q, sizeof q, IDLE_QUEUES / 2);
+    /* The queue's ready message first, so only the delayed one is left. */
+    e2e_response_t r = { 0 };
+    http_to(g_a.port, &r, "POST", e2e_fmt("/queues/%s/claim", q), NULL);
+    e2e_expect_json(&r, 200);
+    long long retry_after;
+    long long id = enqueue_delayed(q, &retry_after);
+    http_to(g_a.port, &r, "POST", e2e_fmt("/queues/%s/claim", q),
+            "{\"wait_seconds\":5,\"lease_seconds\":30}");
+    expect_claimed_on_time(&r, id, retry_after, "long-poll, among idle queues");
+}
+
+/* An expired lease on one of the idle queues is reclaimed within one tick of
+ * its deadline (Redis clock at both ends: lease_expires_at and the
+ * reclaimed message's updated_at). */
+static void test_expired_lease_on_idle_queue_reclaimed(void **state)
+{
+    (void)state;
+    ensure_idle_queues();
+    char q[32];
+    idle_name(q, sizeof q, IDLE_QUEUES / 3);
+    e2e_response_t r = { 0 };
+    http_to(g_a.port, &r, "POST", e2e_fmt("/queues/%s/claim", q), "{\"lease_seconds\":1}");
+    rd_json_t *m = e2e_expect_json(&r, 200);
+    long long id = e2e_jint(m, "id");
+    long long deadline = e2e_jtime(m, "lease_expires_at");
+    long long until = e2e_mono_ms() + 5000;
+    for (;;) {
+        http_to(g_b.port, &r, "GET", e2e_fmt("/queues/%s/messages/%lld", q, id), NULL);
+        m = e2e_expect_json(&r, 200);
+        if (strcmp(e2e_jstr(m, "status"), "processing") != 0) break;
+        if (e2e_mono_ms() > until) fail_msg("the lease of %s/%lld was not reclaimed in 5 s", q, id);
+        e2e_pause_ms(20);
+    }
+    assert_string_equal(e2e_jstr(m, "status"), "pending");
+    assert_string_equal(e2e_jstr(m, "last_error"), "lease expired");
+    assert_int_equal(e2e_jint(m, "retry_count"), 1);
+    long long late = e2e_jtime(m, "updated_at") - deadline;
+    printf("test_multi: lease on an idle queue reclaimed %lld ms after its deadline\n", late);
+    if (late < 0 || late > TICK_MS + 50) fail_msg("reclaimed %lld ms after the deadline", late);
+    e2e_response_free(&r);
+}
+
+/* GET /queues pages: at most limit per page, every registered queue exactly
+ * once across the pages, in name order; bad limits are 422. */
+static void test_queues_paging_lists_each_once(void **state)
+{
+    (void)state;
+    ensure_idle_queues();
+    size_t cap = IDLE_QUEUES + 512, n = 0, pages = 0;
+    char (*names)[64] = calloc(cap, sizeof *names);
+    assert_non_null(names);
+    char cursor[256] = "";
+    bool more = true;
+    e2e_response_t r = { 0 };
+    while (more) {
+        const char *path = cursor[0] ? e2e_fmt("/queues?limit=%d&cursor=%s", PAGE_LIMIT,
+                                               e2e_url_encode(cursor))
+                                     : e2e_fmt("/queues?limit=%d", PAGE_LIMIT);
+        http_to(pages % 2 ? g_b.port : g_a.port, &r, "GET", path, NULL);
+        rd_json_t *doc = e2e_expect_json(&r, 200);
+        rd_json_t *list = e2e_jget(doc, "queues");
+        size_t len = rd_json_array_size(list);
+        if (len > PAGE_LIMIT) fail_msg("page %zu has %zu queues; limit %d", pages, len, PAGE_LIMIT);
+        for (size_t i = 0; i < len; i++) {
+            if (n == cap) fail_msg("more than %zu queues listed", cap);
+            snprintf(names[n++], sizeof names[0], "%s", e2e_jstr(rd_json_array_at(list, i), "name"));
+        }
+        rd_json_t *next = rd_json_get(doc, "next_cursor");
+        assert_non_null(next);
+        more = !rd_json_is_null(next);
+        if (more) snprintf(cursor, sizeof cursor, "%s", e2e_jstr(doc, "next_cursor"));
+        pages++;
+        if (pages > cap) fail_msg("GET /queues does not end");
+    }
+    e2e_response_free(&r);
+    for (size_t i = 1; i < n; i++)
+        if (strcmp(names[i - 1], names[i]) >= 0)
+            fail_msg("not in name order or repeated: \"%s\" then \"%s\"", names[i - 1], names[i]);
+    for (int i = 0; i < IDLE_QUEUES; i++) {
+        char q[32];
+        idle_name(q, sizeof q, i);
+        size_t lo = 0, hi = n;
+        while (lo < hi) {
+            size_t mid = (lo + hi) / 2;
+            if (strcmp(names[mid], q) < 0) lo = mid + 1;
+            else hi = mid;
+        }
+        if (lo == n || strcmp(names[lo], q) != 0) fail_msg("GET /queues never listed %s", q);
+    }
+    printf("test_multi: GET /queues listed %zu queues in %zu pages of at most %d\n", n, pages,
+           PAGE_LIMIT);
+    free(names);
+
+    http_to(g_a.port, &r, "GET", "/queues?limit=0", NULL);
+    expect_invalid_field(&r, "limit");
+    http_to(g_a.port, &r, "GET", "/queues?limit=1001", NULL);
+    expect_invalid_field(&r, "limit");
+    e2e_response_free(&r);
+}
+
+/* /metrics reads at most RD_METRICS_MAX_QUEUES queues' stats and says how
+ * many it left out. */
+static void test_metrics_bounded_with_many_queues(void **state)
+{
+    (void)state;
+    ensure_idle_queues();
+    long long c0 = cmd_calls("fcall_ro");
+    e2e_response_t r = { 0 };
+    http_to(g_a.port, &r, "GET", "/metrics", NULL);
+    long long calls = cmd_calls("fcall_ro") - c0;
+    assert_int_equal(r.status, 200);
+    size_t series = 0;
+    for (const char *p = r.body; (p = strstr(p, "\nretryd_enqueued_total{queue=\"")) != NULL; p++)
+        series++;
+    long long registered = -1, omitted = -1;
+    const char *at = strstr(r.body, "\nretryd_registered_queues ");
+    if (at) registered = strtoll(at + strlen("\nretryd_registered_queues "), NULL, 10);
+    at = strstr(r.body, "\nretryd_queue_series_omitted ");
+    if (at) omitted = strtoll(at + strlen("\nretryd_queue_series_omitted "), NULL, 10);
+    printf("test_multi: /metrics: %zu queues' series, %lld registered, %lld omitted, %lld "
+           "FCALL_RO\n", series, registered, omitted, calls);
+    if (series > RD_METRICS_MAX_QUEUES) fail_msg("/metrics exports %zu queues' series", series);
+    if (registered < IDLE_QUEUES) fail_msg("retryd_registered_queues %lld", registered);
+    assert_int_equal(omitted, registered - (long long)series);
+    if (calls > RD_METRICS_MAX_QUEUES + 10) fail_msg("/metrics sent %lld stats calls", calls);
+    e2e_response_free(&r);
+}
+
+/* A queue whose keys were all deleted leaves the registry: GET /queues
+ * notices it has no key and has the timer look at it at once. */
+static void test_queue_without_keys_leaves_registry(void **state)
+{
+    (void)state;
+    char q[64];
+    e2e_queue_name(q, sizeof q, "gone");
+    enqueue_to(g_a.port, q, "{\"payload\":\"x\"}");
+    assert_true(in_registry(q));
+    char cursor[32] = "0";
+    do {
+        redisReply *s = e2e_rcmd(g_redis, "SCAN %s MATCH %s COUNT 1000", cursor,
+                                 e2e_fmt("%s:{%s}*", g_prefix, q));
+        snprintf(cursor, sizeof cursor, "%s", s->element[0]->str);
+        for (size_t i = 0; i < s->element[1]->elements; i++)
+            freeReplyObject(e2e_rcmd(g_redis, "DEL %s", s->element[1]->element[i]->str));
+        freeReplyObject(s);
+    } while (strcmp(cursor, "0") != 0);
+
+    e2e_response_t r = { 0 };
+    char next[256] = "";
+    do {   /* the whole listing, so the page with q is read */
+        http_to(g_b.port, &r, "GET", next[0] ? e2e_fmt("/queues?limit=1000&cursor=%s",
+                                                        e2e_url_encode(next))
+                                             : "/queues?limit=1000", NULL);
+        rd_json_t *doc = e2e_expect_json(&r, 200);
+        rd_json_t *nc = rd_json_get(doc, "next_cursor");
+        if (nc == NULL || rd_json_is_null(nc)) next[0] = '\0';
+        else snprintf(next, sizeof next, "%s", e2e_jstr(doc, "next_cursor"));
+    } while (next[0]);
+    long long t0 = e2e_mono_ms();
+    while (in_registry(q)) {
+        if (e2e_mono_ms() - t0 > 3000) fail_msg("%s has no key left but is still registered", q);
+        e2e_pause_ms(20);
+    }
+    printf("test_multi: a queue without keys left the registry %lld ms after GET /queues\n",
+           e2e_mono_ms() - t0);
+    http_to(g_a.port, &r, "GET", "/queues?limit=1000", NULL);
+    rd_json_t *list = e2e_jget(e2e_expect_json(&r, 200), "queues");
+    for (size_t i = 0; i < rd_json_array_size(list); i++)
+        assert_string_not_equal(e2e_jstr(rd_json_array_at(list, i), "name"), q);
+    e2e_response_free(&r);
+}
+
+/* The registration of a queue whose only enqueue fell in a window where
+ * registering failed (here: an ACL that denies the registry's keys) is sent
+ * again until it succeeds; before, the name was marked registered as soon as
+ * its SADD was sent, and the queue stayed unregistered. */
+static void test_failed_registration_is_retried(void **state)
+{
+    (void)state;
+    char user[64], q[64];
+    snprintf(user, sizeof user, "idle%ld", (long)getpid());
+    e2e_queue_name(q, sizeof q, "acl");
+    const char *keys = e2e_fmt("~%s:{*", g_prefix);
+    freeReplyObject(e2e_rcmd(g_redis, "ACL SETUSER %s reset on >pw %s &* +@all", user, keys));
+    e2e_flags_t f;
+    e2e_flags(&f, "--redis", e2e_fmt("redis://%s:pw@127.0.0.1:%d", user, g_redis_port), g_prefix,
+              TICK_MS, "error", NULL);
+    if (e2e_daemon_start(&g_c, g_bin, f.argv, false, true, READY_TIMEOUT_MS, "test_multi") != 0)
+        fail_msg("retryd with the ACL user did not start");
+    enqueue_to(g_c.port, q, "{\"payload\":\"x\"}");
+    e2e_pause_ms(5 * TICK_MS);
+    bool early = in_registry(q);
+    freeReplyObject(e2e_rcmd(g_redis, "ACL SETUSER %s allkeys", user));
+    long long t0 = e2e_mono_ms();
+    while (!in_registry(q) && e2e_mono_ms() - t0 < 3000) e2e_pause_ms(20);
+    bool late = in_registry(q);
+    e2e_daemon_stop(&g_c, SIGTERM, E2E_STOP_TIMEOUT_MS);
+    freeReplyObject(e2e_rcmd(g_redis, "ACL DELUSER %s", user));
+    if (early) fail_msg("registered while the ACL denied the registry: the test proves nothing");
+    if (!late) fail_msg("%s is not registered 3 s after registering became possible again", q);
+    printf("test_multi: failed registration sent again; registered %lld ms after the ACL allowed "
+           "it\n", e2e_mono_ms() - t0);
+}
+
+/* ------------------------------------------------------------------------ */
 /* 10. Shutdown answers a parked waiter                                     */
 /* ------------------------------------------------------------------------ */
 
@@ -891,6 +1182,13 @@ int main(void)
         T(test_idempotent_enqueue_under_concurrency),
         T(test_delayed_enqueue_is_claimable_on_time),
         T(test_delayed_enqueue_wakes_long_poll),
+        T(test_idle_queues_cost_nothing_per_tick),
+        T(test_due_retry_on_idle_queue_within_one_tick),
+        T(test_expired_lease_on_idle_queue_reclaimed),
+        T(test_queues_paging_lists_each_once),
+        T(test_metrics_bounded_with_many_queues),
+        T(test_queue_without_keys_leaves_registry),
+        T(test_failed_registration_is_retried),
         T(test_sigterm_answers_parked_waiter),
     };
     return cmocka_run_group_tests_name("multi", tests, group_setup, group_teardown);

@@ -632,7 +632,7 @@ static void seed_dead(const char *q, long long from, long long n, long long at_m
     assert_int_equal(rint_cmd("EVAL %s 1 %s %lld %lld %lld %s", script, base, from, n, at_ms,
                               with_hash ? "1" : "0"),
                      n);
-    freeReplyObject(rcmd("SADD %s:queues %s", g_prefix, q));
+    freeReplyObject(rcmd("FCALL " RD_FUNCTION("register") " 1 %s:queues %s -1", g_prefix, q));
 }
 
 /* The dead index starts with 250 ids whose message is gone (more than one
@@ -794,7 +794,7 @@ static void fcall_enqueue(const char *q, size_t n, int max_retries)
         redisAppendCommand(g_redis, "FCALL " RD_FUNCTION("enqueue") " 1 %s %s %d 0", b, "bulk",
                            max_retries);
     drain_pipeline(n, "FCALL enqueue");
-    freeReplyObject(rcmd("SADD %s:queues %s", g_prefix, q));
+    freeReplyObject(rcmd("FCALL " RD_FUNCTION("register") " 1 %s:queues %s -1", g_prefix, q));
 }
 
 /* Claims up to 100 of q with FCALL claim; writes the ids; returns how many. */

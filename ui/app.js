@@ -35,6 +35,8 @@
   const REPLAY_CHUNK = 1000;        // ids per POST /queues/{q}/replay
   const CONCURRENCY = 4;            // parallel calls for per-message actions
   const OVERVIEW_STATS_QUEUES = 20; // queues whose top errors the overview reads
+  const QUEUES_PAGE = 1000;         // GET /queues page size (its maximum)
+  const QUEUES_PAGES_MAX = 50;      // pages the overview follows (50,000 queues)
   const NARROW = window.matchMedia('(max-width: 640px)');
   // retryd may sit behind a proxy under a path prefix: the API is beside /ui.
   const API_BASE = location.pathname.replace(/\/ui(\/.*)?$/, '');
@@ -582,9 +584,8 @@
       this.loading = true;
       const signal = this.ac.signal;
       try {
-        const data = await api('GET', '/queues', undefined, { signal });
-        const queues = (data && data.queues || []).slice()
-          .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+        const queues = await this.allQueues(signal);
+        queues.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
         this.renderQueues(queues);
         const withDead = queues.filter((q) => q.counts && q.counts.dead > 0)
           .sort((a, b) => b.counts.dead - a.counts.dead).slice(0, OVERVIEW_STATS_QUEUES);
@@ -604,6 +605,21 @@
       } finally {
         this.loading = false;
       }
+    }
+
+    // GET /queues is paged: follow next_cursor (at most QUEUES_PAGES_MAX pages).
+    async allQueues(signal) {
+      const all = [];
+      let cursor = null;
+      for (let page = 0; page < QUEUES_PAGES_MAX; page++) {
+        const qs = new URLSearchParams({ limit: String(QUEUES_PAGE) });
+        if (cursor !== null) qs.set('cursor', cursor);
+        const data = await api('GET', `/queues?${qs}`, undefined, { signal });
+        for (const q of (data && data.queues) || []) all.push(q);
+        cursor = data && typeof data.next_cursor === 'string' ? data.next_cursor : null;
+        if (cursor === null) break;
+      }
+      return all;
     }
 
     renderQueues(queues) {

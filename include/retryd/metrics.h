@@ -27,6 +27,10 @@ void rd_histogram_observe(rd_histogram_t *h, double value);
 enum { RD_DELAY_BUCKETS = 13 };
 extern const long long rd_delay_bucket_bounds[RD_DELAY_BUCKETS];
 
+/* GET /metrics exports per-queue series for at most this many queues (the
+ * first by name), so a scrape reads a bounded number of stats. */
+enum { RD_METRICS_MAX_QUEUES = 1000 };
+
 /* One queue's numbers, copied out of a `stats` reply. */
 typedef struct rd_queue_metrics {
     char *name;                 /* owned */
@@ -47,5 +51,10 @@ void rd_metrics_from_stats(rd_queue_metrics_t *m, const struct rd_queue_stats *s
  * round-trip histogram rtt, and the number of parked long-poll claims. */
 void rd_metrics_render(rd_buf_t *out, const rd_queue_metrics_t *qs, size_t n,
                        const rd_histogram_t *rtt, size_t waiters);
+
+/* Appends the registry's gauges: how many queues are registered, and how many
+ * of them the per-queue series leave out (RD_METRICS_MAX_QUEUES, or stats
+ * that could not be read). */
+void rd_metrics_render_registry(rd_buf_t *out, long long registered, long long omitted);
 
 #endif

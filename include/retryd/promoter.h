@@ -1,11 +1,14 @@
 /* promoter.h - the timer that keeps queues moving: it reclaims expired leases,
  * promotes due scheduled ids to the ready list and applies retention, with one
- * `tick` FCALL per known queue.
+ * `tick` FCALL per queue the timer schedule names as due; an idle queue costs
+ * nothing (docs/design.md "Timers and the registry").
  *
- * It decides its own next wake-up: when any queue came back with a full batch
- * it runs again at once; otherwise it sleeps until the earliest due time any
- * queue reported, never longer than tick_ms. One call is in flight at a time;
- * errors are logged and retried on the next tick, never fatal. */
+ * Each round: send again the registrations that failed, take the due queues
+ * (timer_take, which also runs the registry sweep), tick each, report what the
+ * ticks found (timer_done). It decides its own next wake-up: after a full
+ * batch it runs again at once; otherwise it sleeps until the earliest due
+ * time it heard of, never longer than tick_ms. One call is in flight at a
+ * time; errors are logged and retried on the next tick, never fatal. */
 #ifndef RETRYD_PROMOTER_H
 #define RETRYD_PROMOTER_H
 
@@ -14,6 +17,16 @@
 #include "retryd/store.h"
 
 typedef struct rd_promoter rd_promoter_t;
+
+/* The registry sweep (docs/design.md "Timers and the registry"): for all
+ * instances together, at most RD_SWEEP_BATCH registered queues are made due
+ * every RD_SWEEP_EVERY_MS, and a full pass starts at most every
+ * RD_SWEEP_CYCLE_MS. */
+enum {
+    RD_SWEEP_BATCH = 100,
+    RD_SWEEP_EVERY_MS = 1000,
+    RD_SWEEP_CYCLE_MS = 60000,
+};
 
 typedef struct rd_promoter_options {
     int tick_ms;                  /* longest sleep between rounds */
@@ -24,6 +37,10 @@ typedef struct rd_promoter_options {
      * long-poll safety net). */
     void (*on_claimable)(rd_store_queue_t queue, void *arg);
     void *on_claimable_arg;
+    /* NULL, or called at the start of every round (the long-poll safety net
+     * while the notification link is down). */
+    void (*on_round)(void *arg);
+    void *on_round_arg;
 } rd_promoter_options_t;
 
 /* Starts the first round at once. Borrows store until stopped. */

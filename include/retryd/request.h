@@ -82,6 +82,13 @@ typedef struct rd_list_req {
     long long until_ms;       /* -1, or updated_at <= this (RFC 3339 `until`) */
 } rd_list_req_t;
 
+/* GET /queues: ?limit=1..1000 (100)&cursor=<next_cursor>. */
+typedef struct rd_queues_req {
+    int limit;
+    char cursor[RD_QUEUE_NAME_MAX + 1];   /* a queue name; cursor_len 0: the first page */
+    size_t cursor_len;
+} rd_queues_req_t;
+
 rd_req_result_t rd_request_enqueue(const char *body, size_t len, rd_enqueue_req_t *out,
                                    rd_field_errors_t *errs);
 /* Fields may come in the body or the query string (the body wins). settle
@@ -117,6 +124,8 @@ rd_req_result_t rd_request_stats(const char *query, size_t query_len, int *top,
 rd_req_result_t rd_request_empty(const char *body, size_t len);
 rd_req_result_t rd_request_list(const char *query, size_t query_len, rd_list_req_t *out,
                                 rd_field_errors_t *errs);
+rd_req_result_t rd_request_queues(const char *query, size_t query_len, rd_queues_req_t *out,
+                                  rd_field_errors_t *errs);
 
 /* RFC 3339 ("2026-11-30T07:01:39Z", fractions and offsets allowed) to epoch
  * ms; -1 when invalid. */

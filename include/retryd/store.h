@@ -4,7 +4,14 @@
  *
  * Async rule: an operation returns 0 and later calls its callback exactly once
  * from the loop, or returns -1 (Redis not ready) and never calls it. The
- * result and everything it points to are valid only inside the callback. */
+ * result and everything it points to are valid only inside the callback.
+ *
+ * Timer hints and the registry (docs/design.md "Timers and the registry"):
+ * the calls that create timer work (a delayed enqueue, a claim, a fail, a
+ * succeed, a kill) may answer a hint, which the store forwards to the timer
+ * schedule with the `register` function before it runs the callback; an
+ * enqueue registers its queue. A `register` that fails is kept and sent again
+ * by rd_store_flush_owed until it succeeds. */
 #ifndef RETRYD_STORE_H
 #define RETRYD_STORE_H
 
@@ -49,7 +56,10 @@ typedef struct rd_store_result {
     size_t count;
     long long total;          /* list */
     rd_str_t next_cursor;     /* list: len 0 at the end */
-    long long promoted, reclaimed, expired, next_in_ms, ready;  /* tick */
+    long long promoted, reclaimed, expired, next_in_ms, ready;  /* tick; next_in_ms: timer_take */
+    bool empty;               /* tick: none of the queue's keys is left */
+    long long token;          /* timer_take: the round's token (0: nothing was due) */
+    long long timer_hint;     /* the call's timer hint (-1 none); already forwarded */
     rd_str_t *outcomes;       /* succeed_many: one code per item (count of them);
                                  settle_claim: one per settlement (settled of them) */
     size_t settled;           /* settle_claim */
@@ -57,7 +67,8 @@ typedef struct rd_store_result {
     long long replayed;       /* replay_many */
     long long purged;         /* purge */
     rd_queue_stats_t stats;   /* stats */
-    rd_str_t *names;          /* queues: the registry's names */
+    rd_str_t *names;          /* timer_take, queues_page: queue names (count of them);
+                                 queues_page: total and next_cursor too */
 } rd_store_result_t;
 
 typedef void (*rd_store_cb)(const rd_store_result_t *res, void *arg);
@@ -70,6 +81,9 @@ typedef struct rd_store_queue {
 /* Borrows backend; prefix is copied. */
 rd_store_t *rd_store_new(uv_loop_t *loop, rd_backend_t *backend, const char *prefix);
 void rd_store_free(rd_store_t *st);
+/* The retention the finishing calls pass on for their timer hints (0: none;
+ * the default until set). */
+void rd_store_set_retention(rd_store_t *st, long long dead_ttl_ms, long long succeeded_ttl_ms);
 
 /* True while operations can be sent (the Redis link is READY). */
 bool rd_store_ready(const rd_store_t *st);
@@ -144,8 +158,38 @@ int rd_store_stats(rd_store_t *st, rd_store_queue_t q, int top, rd_store_cb cb, 
 /* The timer's call: reclaim, promote, retention, at most limit of each. */
 int rd_store_tick(rd_store_t *st, rd_store_queue_t q, int limit, long long dead_ttl_ms,
                   long long succeeded_ttl_ms, rd_store_cb cb, void *arg);
-/* Names of every known queue (res->names, res->count). */
-int rd_store_queues(rd_store_t *st, rd_store_cb cb, void *arg);
+/* One page of registered queue names in name order (res->names, res->count),
+ * after cursor (NULL or len 0: the first page), at most limit (1..1000);
+ * res->total is how many are registered, res->next_cursor empty at the end. */
+int rd_store_queues_page(rd_store_t *st, const char *cursor, size_t cursor_len, int limit,
+                         rd_store_cb cb, void *arg);
+
+/* ---- the timer schedule (promoter.c) ---- */
+
+/* Takes at most limit (1..1000) queues whose timer is due, leased for
+ * lease_ms, and runs the registry sweep when its time has come (sweep_batch 0:
+ * never). res->token (0 when none was due), res->names and res->count,
+ * res->next_in_ms until the earliest entry left (-1 none). */
+int rd_store_timer_take(rd_store_t *st, int limit, long long lease_ms, int sweep_batch,
+                        long long sweep_every_ms, long long sweep_cycle_ms, rd_store_cb cb,
+                        void *arg);
+/* What a round's ticks found, per queue it took. */
+typedef struct rd_timer_report {
+    rd_store_queue_t queue;
+    long long next_in_ms;     /* from its tick; -1: idle */
+    bool empty;               /* no key left: it may leave the registry */
+} rd_timer_report_t;
+enum { RD_STORE_REPORTS_MAX = 64 };
+/* Reports n (1..RD_STORE_REPORTS_MAX) ticks of the round token; res->total
+ * is how many queues left the registry. */
+int rd_store_timer_done(rd_store_t *st, long long token, const rd_timer_report_t *reports,
+                        size_t n, rd_store_cb cb, void *arg);
+/* Registers q and, with in_ms >= 0, has the timer tick it within in_ms.
+ * Fire and forget: a failure is kept for rd_store_flush_owed. */
+void rd_store_schedule(rd_store_t *st, rd_store_queue_t q, long long in_ms);
+/* Sends again every registration and timer hint that failed (the promoter
+ * calls it each round); no-op while Redis is not ready. */
+void rd_store_flush_owed(rd_store_t *st);
 /* Reads Redis's persistence and eviction settings (CONFIG GET) and logs a
  * warning for each that could lose messages: no AOF, or an eviction policy
  * other than noeviction. Silent when CONFIG is not allowed. */

@@ -30,6 +30,11 @@ void rd_waiters_park(rd_waiters_t *w, rd_store_queue_t queue, long long lease_ms
 /* Something may be claimable in queue: serve its waiters (no-op without any). */
 void rd_waiters_notify(rd_waiters_t *w, rd_store_queue_t queue);
 
+/* While the notification link is down (wake-ups may be missed), serves every
+ * queue with waiters once; otherwise does nothing. The timer calls it each
+ * round. */
+void rd_waiters_poll_if_deaf(rd_waiters_t *w);
+
 /* Parked claims right now (all queues). */
 size_t rd_waiters_count(const rd_waiters_t *w);
 

@@ -164,7 +164,7 @@ function seedLarge(n) {
     'rate limited (429)', 'connection reset by peer'];
   const file = path.join(TMP, 'large.resp');
   const fd = fs.openSync(file, 'w');
-  let buf = resp('SADD', `${PREFIX}:queues`, q);
+  let buf = resp('FCALL', `${LIBRARY}_register`, 1, `${PREFIX}:queues`, q, -1);
   const flush = () => { fs.writeSync(fd, buf); buf = ''; };
   for (let i = 1; i <= n; i++) {
     buf += resp('FCALL', `${LIBRARY}_enqueue`, 1, base, `{"sku":"A-${i}","qty":${i % 7}}`, 1, 0, '');
