@@ -24,8 +24,8 @@ local function claim_into(k, base, now, lease_ms, count, out)
       for i = 1, #ids do
         local id = ids[i]
         local mkey = message_key(base, id)
-        -- A claim of one always takes it: no need to weigh it.
-        local size = redis.call('EXISTS', mkey) == 1 and (count == 1 and 0 or message_bytes(mkey))
+        local m = load_message(mkey)
+        local size = m and record_bytes(m)
         if size and got > 0 and bytes + size > REPLY_BYTES then
           -- This one and the rest go back to the claim end in their order.
           local back = {}
@@ -37,11 +37,9 @@ local function claim_into(k, base, now, lease_ms, count, out)
         if size then
           bytes = bytes + size
           serial = serial + 1
-          local token = string.format('%x.%x', now, serial)
-          redis.call('HSET', mkey, 'status', 'processing', 'lease_token', token,
-                     'lease_expires_at', deadline, 'updated_at', now)
+          set_lease(mkey, m, now, serial)
           redis.call('ZADD', k.processing, deadline, id)
-          out[#out + 1] = message_reply(mkey, id)
+          out[#out + 1] = reply_message(id, m, 'processing', deadline)
           got = got + 1
         else
           skipped = skipped + 1

@@ -4,8 +4,9 @@
 --   ARGV[1]  id
 -- Returns {"ok", message} | {"not_found"}.
 local function get(keys, args)
-  if redis.call('EXISTS', keys[2]) == 0 then return { 'not_found' } end
-  return { 'ok', message_reply(keys[2], args[1]) }
+  local msg = message_reply(queue_keys(keys[1]), keys[2], args[1])
+  if not msg then return { 'not_found' } end
+  return { 'ok', msg }
 end
 
 -- Where a page of a ZSET index starts after cursor "score:id" ("" for the
@@ -202,7 +203,7 @@ end
 local FILTER_STEP = 100
 
 -- Walks the listing of `status` from cursor, handing each id in order to
--- visit(id), which answers "take" (on the page), "skip" (looked at, left
+-- visit(id, section), which answers "take" (on the page), "skip" (looked at, left
 -- out), "last" (the page ends after it) or "full" (the page ends before it;
 -- never for the first id taken). Reads the indexes `step` ids at a time and
 -- looks at most at MAX_BATCH ids per call. Returns the cursor just past the
@@ -249,7 +250,7 @@ local function walk(k, status, cursor, step, visit)
       ids, ended = sec.fetch(k, st, math.min(step, MAX_BATCH - examined))
       if ended and name == 'due' then mark = st.pushed end
       for i = 1, #ids do
-        local verdict = visit(ids[i])
+        local verdict = visit(ids[i], name)
         if verdict == 'full' then return here end
         examined = examined + 1
         here = sec.after(st, ids, i)
@@ -264,6 +265,16 @@ local function walk(k, status, cursor, step, visit)
     si = si + 1
   end
   return ''
+end
+
+-- The state of an id met in a listing's section, and its score (lease
+-- deadline, time of death) where the reply shows one.
+local SECTION_STATUS = { due = 'pending', ready = 'pending', scheduled = 'pending',
+                         later = 'pending', succeeded = 'succeeded' }
+local function section_status(k, section, id)
+  local status = SECTION_STATUS[section]
+  if status then return status end
+  return section, redis.call('ZSCORE', k[section], id)
 end
 
 local function valid_status(status)
@@ -302,27 +313,24 @@ local function list(keys, args)
   local filtered = needle ~= '' or from_ms ~= nil or to_ms ~= nil
   local out = { 'ok', listing_total(k, status), '' }
   local bytes, scanned = 0, 0
-  local function visit(id)
-    local mkey = message_key(base, id)
+  local function visit(id, section)
+    local m = load_message(message_key(base, id))
+    if not m then return 'skip' end   -- an orphan index entry
     if filtered then
-      local h = redis.call('HMGET', mkey, 'updated_at', 'last_error')
-      if not h[1] then return 'skip' end
-      local updated = tonumber(h[1])
+      local updated, err = m.updated_at, m.last_error
       local ok = true
       if needle ~= '' then
-        scanned = scanned + #(h[2] or '')
-        ok = h[2] and string.find(h[2], needle, 1, true) ~= nil
+        scanned = scanned + #(err or '')
+        ok = err and string.find(err, needle, 1, true) ~= nil
       end
-      if ok and from_ms and (updated == nil or updated < from_ms) then ok = false end
-      if ok and to_ms and (updated == nil or updated > to_ms) then ok = false end
+      if ok and from_ms and updated < from_ms then ok = false end
+      if ok and to_ms and updated > to_ms then ok = false end
       if not ok then return scanned >= REPLY_BYTES and 'last' or 'skip' end
     end
-    local fields = redis.call('HGETALL', mkey)
-    if #fields == 0 then return 'skip' end   -- an orphan index entry
-    local size = fields_bytes(fields)
+    local size = record_bytes(m)
     if #out > 3 and bytes + size > REPLY_BYTES then return 'full' end
     bytes = bytes + size
-    out[#out + 1] = reply_of(id, fields)
+    out[#out + 1] = reply_message(id, m, section_status(k, section, id))
     if #out - 3 >= limit or scanned >= REPLY_BYTES then return 'last' end
     return 'take'
   end

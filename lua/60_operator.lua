@@ -16,28 +16,28 @@ local function kill(keys, args)
   if ttl == nil then return bad_arg('dead_ttl_ms') end
   if reason == '' then reason = 'killed by operator' end
   local k = queue_keys(base)
-  local status = redis.call('HGET', mkey, 'status')
-  if not status then return { 'not_found' } end
+  local m = load_message(mkey)
+  if not m then return { 'not_found' } end
+  local status = status_of(k, id)
   if status == 'pending' then
     if redis.call('ZREM', k.scheduled, id) == 0 and redis.call('LREM', k.due, 1, id) == 0 then
       redis.call('LREM', k.ready, 1, id)
     end
   elseif status == 'processing' then
     redis.call('ZREM', k.processing, id)
-    redis.call('HDEL', mkey, 'lease_token', 'lease_expires_at')
   else
     return { 'invalid_state', status }
   end
   local now = now_ms()
-  redis.call('HSET', mkey, 'status', 'dead', 'last_error', reason, 'updated_at', now,
-             'dead_at', now)
-  redis.call('HDEL', mkey, 'retry_after')
+  m.last_error, m.updated_at, m.retry_after, m.token = reason, now, nil, nil
+  store_message(mkey, m)
   redis.call('ZADD', k.dead, now, id)
   redis.call('HINCRBY', k.stats, 'dead', 1)
   count_error(k, reason, 1)
-  emit(k, 'dead', id, reason, tonumber(redis.call('HGET', mkey, 'retry_count') or '0'), now)
-  if args[3] == nil then return { 'ok', message_reply(mkey, id) } end
-  return { 'ok', message_reply(mkey, id), retention_hint(k, now, ttl) }
+  emit(k, 'dead', id, reason, m.retry_count, now)
+  local msg = reply_message(id, m, 'dead', now)
+  if args[3] == nil then return { 'ok', msg } end
+  return { 'ok', msg, retention_hint(k, now, ttl) }
 end
 
 -- delete: remove a message for good, in any state but processing.
@@ -49,8 +49,8 @@ end
 local function delete(keys, args)
   local base, mkey, id = keys[1], keys[2], args[1]
   local k = queue_keys(base)
-  local status = redis.call('HGET', mkey, 'status')
-  if not status then return { 'not_found' } end
+  if redis.call('EXISTS', mkey) == 0 then return { 'not_found' } end
+  local status = status_of(k, id)
   if status == 'processing' then return { 'invalid_state', status } end
   if status == 'pending' then
     if redis.call('ZREM', k.scheduled, id) == 0 and redis.call('LREM', k.due, 1, id) == 0 then
@@ -91,11 +91,12 @@ local function replay_many(keys, args)
   local next_cursor = ''
   local function try(id)
     local mkey = message_key(base, id)
-    local status = redis.call('HGET', mkey, 'status')
-    if status == 'dead' then
-      replay_dead(k, mkey, id, now)
+    if not redis.call('ZSCORE', k.dead, id) then return end
+    local m = load_message(mkey)
+    if m then
+      replay_dead(k, mkey, id, now, m)
       replayed = replayed + 1
-    elseif not status and redis.call('ZSCORE', k.dead, id) then
+    else
       drop_orphan(k, k.dead, id)
     end
   end
@@ -119,14 +120,14 @@ local function replay_many(keys, args)
     for i = 1, #ids do
       if tonumber(scores[i]) > cutoff then c = ''; break end
       local mkey = message_key(base, ids[i])
-      local h = redis.call('HMGET', mkey, 'status', 'last_error')
-      if not h[1] then
+      local m = load_message(mkey)
+      if not m then
         drop_orphan(k, k.dead, ids[i])
-      elseif h[1] == 'dead' then
-        local err = h[2] or ''
+      else
+        local err = m.last_error or ''
         scanned = scanned + #err
         if mode == 'all' or string.find(err, needle, 1, true) then
-          replay_dead(k, mkey, ids[i], now, h[2])
+          replay_dead(k, mkey, ids[i], now, m)
           replayed = replayed + 1
         end
       end

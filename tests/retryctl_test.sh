@@ -10,7 +10,7 @@
 # their own, unique per run, and the library is (re)loaded from
 # RETRYD_TEST_LUA). Messages are driven through the same FCALLs the daemon
 # sends; expectations are checked against the keys themselves (LLEN, ZCARD,
-# HGET) and against oracles independent of the code under test (date(1) for
+# HGET, a message's record decoded by RECORD_FIELD) and against oracles independent of the code under test (date(1) for
 # timestamps, Redis's own cjson for JSON, a CSV writer below).
 #
 # Output follows cmocka's plain-text format, which scripts/test.sh counts:
@@ -57,8 +57,44 @@ rcli() { timeout 30 redis-cli -h 127.0.0.1 -p "$PORT" "$@"; }
 
 # rget ARGS...: the exact string reply of one command (--raw ends it with a
 # newline, and the "." keeps command substitution from eating others).
+# A message's field, read from its record as docs/storage.md lays it out
+# (header with struct, trailer with cmsgpack, the state from the indexes),
+# independently of the library: "HGET <base>:m:<id> <field>" and HEXISTS
+# in rget below.
+RECORD_FIELD='
+local base, id = string.match(KEYS[1], "^(.*):m:(%d+)$")
+local state, score = "pending", false
+for _, s in ipairs({ "processing", "succeeded", "dead" }) do
+  local sc = redis.call("ZSCORE", base .. ":" .. s, id)
+  if sc then state, score = s, sc; break end
+end
+local rec = redis.call("GET", KEYS[1])
+if not rec then return ARGV[2] and 0 or false end
+local fmt, rc, mr, created, du, dl, serial = struct.unpack(">BBBI6i5i5I5", rec)
+local t, stop = {}, #rec
+if fmt >= 128 then
+  local n = struct.unpack(">I4", rec, #rec - 3)
+  t = cmsgpack.unpack(string.sub(rec, #rec - 3 - n, #rec - 4))
+  stop = #rec - 4 - n
+end
+local leased = state == "processing"
+local v = ({ payload = string.sub(rec, 25, stop), status = state, retry_count = rc,
+             max_retries = mr, created_at = created, updated_at = created + du,
+             last_error = t.e, retry_after = t.r, idempotency_key = t.i,
+             lease_token = leased and (t.t or string.format("%x.%x", created + dl, serial)),
+             lease_expires_at = leased and score, dead_at = state == "dead" and score })[ARGV[1]]
+if ARGV[2] then return v and 1 or 0 end
+if type(v) == "number" then return string.format("%d", v) end
+return v or false
+'
+
 rget() {
     local v
+    if [ "$1" = HGET ] && [[ "$2" =~ :m:[0-9]+$ ]]; then
+        set -- EVAL "$RECORD_FIELD" 1 "$2" "$3"
+    elif [ "$1" = HEXISTS ] && [[ "$2" =~ :m:[0-9]+$ ]]; then
+        set -- EVAL "$RECORD_FIELD" 1 "$2" "$3" exists
+    fi
     v=$(rcli --raw "$@"; echo .)
     v=${v%.}
     printf '%s' "${v%$'\n'}"
@@ -510,13 +546,12 @@ test_purge_keeps_younger() {
     for i in 1 2 3 4 5; do fc_enqueue "$q" "p$i" >/dev/null; done
     for i in 1 2 3 4; do fc_die "$q" "$i" "err $i"; done
     # Test setup, not a state change path: age letters 1 and 2 by rewriting
-    # their death time (the :dead score and dead_at) 40 days into the past,
-    # as if they had died then. Nothing in retryd changes a death time.
+    # their death time (the :dead score, which dead_at shows) 40 days into
+    # the past, as if they had died then. Nothing in retryd changes a death time.
     now=$(server_now_ms)
     old=$((now - 40 * 86400000))
     for i in 1 2; do
         rcli ZADD "$b:dead" "$old" "$i" >/dev/null
-        rcli HSET "$b:m:$i" dead_at "$old" >/dev/null
     done
     ctl purge "$q" dead --older-than 30d
     expect_rc 0 "purge --older-than 30d"

@@ -1322,13 +1322,15 @@ static void verify_queue(const char *label, cnode_t *owner, const char *q, worke
         }                                                                           \
     } while (0)
 
-    /* Message hashes, pipelined. */
+    /* Messages, pipelined, read with the library's get (the record's layout
+     * is the library's, docs/storage.md). mprefix is "<base>:m:". */
     redisContext *c = node_ctx(owner);
     size_t nmsg = 0;
     for (size_t i = 0; i < keys->elements; i++) {
         const char *k = keys->element[i]->str;
         if (strncmp(k, mprefix, mlen) != 0) continue;
-        redisAppendCommand(c, "HMGET %s payload status", k);
+        redisAppendCommand(c, "FCALL_RO %s 2 %b %s %s", RD_FUNCTION("get"), k, mlen - 3, k,
+                           k + mlen);
         nmsg++;
     }
     for (size_t i = 0; i < keys->elements; i++) {
@@ -1342,10 +1344,15 @@ static void verify_queue(const char *label, cnode_t *owner, const char *q, worke
         redisReply *r = rv;
         long long id = atoll(k + mlen);
         if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 && id > 0 && id <= max_id &&
-            r->element[0]->type == REDIS_REPLY_STRING) {
-            f[id].payload = strdup(r->element[0]->str);
-            if (r->element[1]->type == REDIS_REPLY_STRING)
-                snprintf(f[id].status, sizeof f[id].status, "%s", r->element[1]->str);
+            r->element[1]->type == REDIS_REPLY_ARRAY) {
+            const redisReply *m = r->element[1];
+            for (size_t j = 2; j + 1 < m->elements; j += 2) {
+                const char *name = m->element[j]->str, *value = m->element[j + 1]->str;
+                if (strcmp(name, "payload") == 0 && f[id].payload == NULL)
+                    f[id].payload = strdup(value);
+                else if (strcmp(name, "status") == 0)
+                    snprintf(f[id].status, sizeof f[id].status, "%s", value);
+            }
         }
         freeReplyObject(r);
     }

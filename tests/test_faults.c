@@ -233,7 +233,8 @@ static int by_id(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Every message hash "<prefix>:{<q>}:m:*" (SCAN + HGETALL), sorted by id. */
+/* Every message "<prefix>:{<q>}:m:*" (SCAN, then the library's get: the
+ * record's layout is the library's, docs/storage.md), sorted by id. */
 static stored_t *load_messages(redisContext *c, const char *prefix, const char *q, size_t *count)
 {
     char pattern[512], cursor[32] = "0";
@@ -248,11 +249,14 @@ static stored_t *load_messages(redisContext *c, const char *prefix, const char *
         for (size_t i = 0; i < keys->elements; i++) {
             const char *key = keys->element[i]->str;
             const char *tail = strrchr(key, ':');
-            redisReply *h = e2e_rcmd(c, "HGETALL %s", key);
-            if (h->type != REDIS_REPLY_ARRAY || h->elements == 0) {
-                freeReplyObject(h);
+            redisReply *g = e2e_rcmd(c, "FCALL_RO %s 2 %s:{%s} %s %s", RD_FUNCTION("get"), prefix,
+                                     q, key, tail + 1);
+            if (g->type != REDIS_REPLY_ARRAY || g->elements != 2 ||
+                g->element[1]->type != REDIS_REPLY_ARRAY) {
+                freeReplyObject(g);
                 continue;   /* gone meanwhile */
             }
+            const redisReply *h = g->element[1];
             if (n == cap) {
                 cap *= 2;
                 m = realloc(m, cap * sizeof *m);
@@ -260,16 +264,16 @@ static stored_t *load_messages(redisContext *c, const char *prefix, const char *
             stored_t *s = &m[n++];
             memset(s, 0, sizeof *s);
             s->id = atoll(tail + 1);
-            for (size_t j = 0; j + 1 < h->elements; j += 2) {
+            for (size_t j = 2; j + 1 < h->elements; j += 2) {
                 const char *f = h->element[j]->str;
-                redisReply *v = h->element[j + 1];
+                const redisReply *v = h->element[j + 1];
                 if (strcmp(f, "payload") == 0) s->payload = strndup(v->str, v->len);
                 else if (strcmp(f, "status") == 0) SET(s->status, v->str);
                 else if (strcmp(f, "last_error") == 0) SET(s->last_error, v->str);
                 else if (strcmp(f, "retry_count") == 0) s->retry_count = atoll(v->str);
             }
             if (s->payload == NULL) s->payload = strdup("");
-            freeReplyObject(h);
+            freeReplyObject(g);
         }
         freeReplyObject(r);
     } while (strcmp(cursor, "0") != 0);
@@ -1180,10 +1184,9 @@ static void test_redis_acl_user(void **state)
                                   "debug", NULL), 0);
     http(g_dmn[0].port, &r, "POST", "/queues/acl/messages", "{\"payload\":\"via acl user\"}");
     assert_int_equal(e2e_jint(e2e_expect_json(&r, 201), "id"), 1);
-    x = e2e_rcmd(g_admin, "HGET aclok:{acl}:m:1 payload");
-    assert_int_equal(x->type, REDIS_REPLY_STRING);
-    assert_string_equal(x->str, "via acl user");
-    freeReplyObject(x);
+    char field[64];
+    assert_string_equal(e2e_message_field(g_admin, "aclok:{acl}", 1, "payload", field, sizeof field),
+                        "via acl user");
     x = e2e_rcmd(g_admin, "CLIENT LIST");
     int as_retryd = 0;
     for (const char *p = x->str; (p = strstr(p, " user=retryd ")) != NULL; p++) as_retryd++;
@@ -1218,9 +1221,8 @@ static void test_redis_acl_user(void **state)
     assert_int_equal(start_retryd(&g_dmn[2], "acl-default.log", dflt, "acldef", true, NULL), 0);
     http(g_dmn[2].port, &r, "POST", "/queues/acl/messages", "{\"payload\":\"via default\"}");
     assert_int_equal(e2e_jint(e2e_expect_json(&r, 201), "id"), 1);
-    x = e2e_rcmd(g_admin, "HGET acldef:{acl}:m:1 payload");
-    assert_string_equal(x->str, "via default");
-    freeReplyObject(x);
+    assert_string_equal(e2e_message_field(g_admin, "acldef:{acl}", 1, "payload", field,
+                                          sizeof field), "via default");
     e2e_response_free(&r);
     e2e_conn_close(&g_conn);
 
@@ -1788,9 +1790,9 @@ static void test_redis_restarted_and_flushed(void **state)
     redisReply *x = e2e_rcmd(g_admin, "FUNCTION LIST LIBRARYNAME " RD_LIBRARY_NAME);
     assert_int_equal(x->elements, 1);
     freeReplyObject(x);
-    x = e2e_rcmd(g_admin, "HGET %s:{r}:m:1 payload", prefix);
-    assert_string_equal(x->str, "after restart");
-    freeReplyObject(x);
+    char field[64];
+    assert_string_equal(e2e_message_field(g_admin, e2e_fmt("%s:{r}", prefix), 1, "payload", field,
+                                          sizeof field), "after restart");
 
     /* The notification link came back too: a long-poll waiter subscribes
      * and is woken by an enqueue. */
@@ -1822,9 +1824,8 @@ static void test_redis_restarted_and_flushed(void **state)
     freeReplyObject(x);
     http(port, &r, "POST", "/queues/r/messages", "{\"payload\":\"after flushall\"}");
     assert_int_equal(e2e_jint(e2e_expect_json(&r, 201), "id"), 1);
-    x = e2e_rcmd(g_admin, "HGET %s:{r}:m:1 payload", prefix);
-    assert_string_equal(x->str, "after flushall");
-    freeReplyObject(x);
+    assert_string_equal(e2e_message_field(g_admin, e2e_fmt("%s:{r}", prefix), 1, "payload", field,
+                                          sizeof field), "after flushall");
     http(port, &r, "POST", "/queues/r/claim", NULL);
     assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "payload"), "after flushall");
     printf("# measured Redis restart: 503 backend-unavailable %lld ms after it went away; down "
@@ -2290,13 +2291,12 @@ static void test_kill9_retryd_under_load(void **state)
         else e2e_pause_ms(20);
     }
     for (size_t i = 0; i < leased; i++) {
-        x = e2e_rcmd(g_shared, "HMGET %s:{cl}:m:%lld status last_error", pfx, ids[i]);
-        bool back = x->elements == 2 && x->element[0]->type == REDIS_REPLY_STRING &&
-                    x->element[1]->type == REDIS_REPLY_STRING &&
-                    (strcmp(x->element[0]->str, "pending") == 0 ||
-                     strcmp(x->element[0]->str, "dead") == 0) &&
-                    strcmp(x->element[1]->str, "lease expired") == 0;
-        freeReplyObject(x);
+        char cur[32], error[64];
+        const char *base = e2e_fmt("%s:{cl}", pfx);
+        e2e_message_field(g_shared, base, ids[i], "status", cur, sizeof cur);
+        e2e_message_field(g_shared, base, ids[i], "last_error", error, sizeof error);
+        bool back = (strcmp(cur, "pending") == 0 || strcmp(cur, "dead") == 0) &&
+                    strcmp(error, "lease expired") == 0;
         if (!back) fail_msg("message %lld, leased by the killed retryd, did not come back", ids[i]);
     }
     free(ids);
@@ -2656,10 +2656,12 @@ static void test_half_closed_clients_get_their_answers(void **state)
     m = e2e_expect_json(&r, 200);
     assert_int_equal(e2e_jint(m, "id"), 1);
     const char *token = e2e_jstr(m, "lease_token");
-    redisReply *x = e2e_rcmd(g_shared, "HMGET %s:{hc}:m:1 status lease_token", pfx);
-    assert_string_equal(x->element[0]->str, "processing");
-    assert_string_equal(x->element[1]->str, token);
-    freeReplyObject(x);
+    char field[160];
+    const char *base = e2e_fmt("%s:{hc}", pfx);
+    assert_string_equal(e2e_message_field(g_shared, base, 1, "status", field, sizeof field),
+                        "processing");
+    assert_string_equal(e2e_message_field(g_shared, base, 1, "lease_token", field, sizeof field),
+                        token);
 
     /* The worker that got it can settle it. */
     half_closed_request(port, "POST", "/queues/hc/messages/1/succeed",
@@ -2709,14 +2711,13 @@ static long long wait_handed_back(const char *prefix, const char *q, int id)
 {
     long long unpaused = e2e_mono_ms();
     for (;;) {
-        redisReply *x = e2e_rcmd(g_admin, "HMGET %s:{%s}:m:%d status retry_count", prefix, q, id);
-        bool back = x->element[0]->type == REDIS_REPLY_STRING &&
-                    strcmp(x->element[0]->str, "pending") == 0;
-        char status[32];
-        SET(status, x->element[0]->type == REDIS_REPLY_STRING ? x->element[0]->str : "?");
-        long long retries = x->element[1]->type == REDIS_REPLY_STRING ? atoll(x->element[1]->str)
-                                                                      : -1;
-        freeReplyObject(x);
+        char status[32], count[32];
+        const char *base = e2e_fmt("%s:{%s}", prefix, q);
+        e2e_message_field(g_admin, base, id, "status", status, sizeof status);
+        e2e_message_field(g_admin, base, id, "retry_count", count, sizeof count);
+        bool back = strcmp(status, "pending") == 0;
+        if (status[0] == '\0') SET(status, "?");
+        long long retries = count[0] ? atoll(count) : -1;
         if (back) {
             assert_int_equal(retries, 0);
             return e2e_mono_ms() - unpaused;
@@ -2798,9 +2799,9 @@ static void test_settle_claim_whose_client_resets_is_handed_back(void **state)
     assert_int_equal(rq_int(g_admin, "HGET %s:{ss}:stats released", prefix), 2);
     assert_int_equal(rq_int(g_admin, "HGET %s:{ss}:stats failed", prefix), 0);
     assert_int_equal(rq_int(g_admin, "HGET %s:{ss}:stats succeeded", prefix), 1);
-    redisReply *x = e2e_rcmd(g_admin, "HGET %s:{ss}:m:1 status", prefix);
-    assert_string_equal(x->str, "succeeded");
-    freeReplyObject(x);
+    char status[32];
+    assert_string_equal(e2e_message_field(g_admin, e2e_fmt("%s:{ss}", prefix), 1, "status", status,
+                                          sizeof status), "succeeded");
     /* The next worker gets them, in their claim order. */
     http(port, &r, "POST", "/queues/ss/claim", "{\"count\":5}");
     rd_json_t *list = e2e_jget(e2e_expect_json(&r, 200), "messages");
@@ -3057,9 +3058,9 @@ static void test_valgrind_clean_shutdown(void **state)
     assert_true(memcheck);
     assert_true(clean);
     /* Redis holds what the requests did. */
-    redisReply *x = e2e_rcmd(g_shared, "HGET %s:{v}:m:1 status", pfx);
-    assert_string_equal(x->str, "succeeded");
-    freeReplyObject(x);
+    char cur[32];
+    assert_string_equal(e2e_message_field(g_shared, e2e_fmt("%s:{v}", pfx), 1, "status", cur,
+                                          sizeof cur), "succeeded");
     assert_int_equal(rq_int(g_shared, "EXISTS %s:{v}:m:4", pfx), 0);
 }
 

@@ -471,9 +471,46 @@ static long long counter(const queue_t *q, const char *name)
     return v;
 }
 
+/* Rewrites message id as retryd_v2 stored it, a HASH of its fields (status
+ * included), with `field` set to `value`: values the API refuses, and the old
+ * layout the library still reads (docs/storage.md). */
 static void hset(const queue_t *q, long long id, const char *field, const char *value)
 {
-    int_reply(rcmd("HSET", mkey(q, id), field, value, END));
+    redisReply *r = fcall("get", q, id, END);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->elements, 2);
+    assert_string_equal(r->element[0]->str, "ok");
+    const redisReply *m = r->element[1];
+    const char *argv[2 + 2 * MAX_FIELDS + 2];
+    size_t lens[2 + 2 * MAX_FIELDS + 2];
+    int argc = 0;
+    argv[argc] = "HSET", lens[argc++] = 4;
+    argv[argc] = mkey(q, id), lens[argc] = strlen(argv[argc]), argc++;
+    for (size_t i = 2; i + 1 < m->elements; i += 2) {
+        assert_true(argc + 2 <= 2 + 2 * MAX_FIELDS);
+        argv[argc] = m->element[i]->str, lens[argc++] = m->element[i]->len;
+        argv[argc] = m->element[i + 1]->str, lens[argc++] = m->element[i + 1]->len;
+    }
+    argv[argc] = field, lens[argc++] = strlen(field);
+    argv[argc] = value, lens[argc++] = strlen(value);
+    int_reply(rcmd("DEL", mkey(q, id), END));
+    int_reply(command_argv(argc, argv, lens));
+    freeReplyObject(r);
+}
+
+/* One field of message id as `get` answers it, "" when it has none. */
+static void get_field(const queue_t *q, long long id, const char *field, char *out, size_t size)
+{
+    redisReply *r = fcall("get", q, id, END);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->elements, 2);
+    assert_string_equal(r->element[0]->str, "ok");
+    const redisReply *m = r->element[1];
+    out[0] = '\0';
+    for (size_t i = 2; i + 1 < m->elements; i += 2)
+        if (strcmp(m->element[i]->str, field) == 0)
+            snprintf(out, size, "%s", m->element[i + 1]->str);
+    freeReplyObject(r);
 }
 
 /* Makes a scheduled id due now (as if its retry_after had passed). */
@@ -2360,6 +2397,193 @@ static void test_list_bounded_work(void **state)
 
 /* Orphans in the dead index (ids whose hash is gone: eviction, manual DEL):
  * replay_many removes and counts them and always makes progress. */
+/* ------------------------------------------------------------------------ */
+/* The record layout and the upgrade from retryd_v2's HASH (docs/storage.md) */
+/* ------------------------------------------------------------------------ */
+
+static const char *key_type(const char *key)
+{
+    static char type[16];
+    redisReply *r = rcmd("TYPE", key, END);
+    assert_int_equal(r->type, REDIS_REPLY_STATUS);
+    snprintf(type, sizeof type, "%s", r->str);
+    freeReplyObject(r);
+    return type;
+}
+
+/* A pending 100-byte message is one STRING of 24 + 100 bytes; claim and
+ * succeed change header bytes only (the length stays), and the key takes
+ * well under half of the 624 bytes the HASH of retryd_v2 did. */
+static void test_record_is_compact(void **state)
+{
+    queue_t q;
+    queue_init(&q, "compact");
+    char payload[101];
+    memset(payload, 'p', 100);
+    payload[100] = '\0';
+    long long id = enqueue_ok(&q, payload, 3, 0);
+    assert_string_equal(key_type(mkey(&q, id)), "string");
+    assert_int_equal(int_reply(rcmd("STRLEN", mkey(&q, id), END)), 124);
+    long long usage = int_reply(rcmd("MEMORY", "USAGE", mkey(&q, id), END));
+    if (usage > 250)
+        fail_msg("MEMORY USAGE of a pending 100-byte message: %lld bytes", usage);
+    msg_t m;
+    claim_one(&q, 30000, &m);
+    assert_int_equal(int_reply(rcmd("STRLEN", mkey(&q, id), END)), 124);
+    expect_ok_msg(fcall("succeed", &q, id, msg_str(&m, "lease_token"), END), &m);
+    assert_int_equal(int_reply(rcmd("STRLEN", mkey(&q, id), END)), 124);
+    assert_string_equal(msg_str(&m, "payload"), payload);
+}
+
+/* Messages written by retryd_v2 (HASHes, status and all, and their indexes),
+ * in every state, are read as they are by get, list and export, and each is
+ * converted to the record by its next write (succeed, fail, replay, claim,
+ * kill, delete), keeping its fields and lease. */
+static void test_old_layout_is_read_and_converted(void **state)
+{
+    queue_t q;
+    queue_init(&q, "legacy");
+    const char *t = "1796000000000", *far = "4102444800000"; /* 2100-01-01 */
+    /* 1 ready (with an idempotency key), 2 scheduled after a failure, 3 and 6
+     * processing (6 with a token retryd never made), 4 succeeded, 5 dead,
+     * 7 ready after its retry was promoted. */
+    int_reply(rcmd("HSET", mkey(&q, 1), "payload", "one", "status", "pending", "retry_count", "0",
+                   "max_retries", "3", "created_at", t, "updated_at", t, "idempotency_key", "k1",
+                   END));
+    int_reply(rcmd("HSET", mkey(&q, 2), "payload", "two", "status", "pending", "retry_count", "1",
+                   "max_retries", "3", "created_at", t, "updated_at", t, "last_error", "e2",
+                   "retry_after", far, END));
+    int_reply(rcmd("HSET", mkey(&q, 3), "payload", "three", "status", "processing",
+                   "retry_count", "0", "max_retries", "3", "created_at", t, "updated_at", t,
+                   "lease_token", "1a22f8c2400.7", "lease_expires_at", far, END));
+    int_reply(rcmd("HSET", mkey(&q, 4), "payload", "four", "status", "succeeded",
+                   "retry_count", "0", "max_retries", "3", "created_at", t, "updated_at", t, END));
+    int_reply(rcmd("HSET", mkey(&q, 5), "payload", "five", "status", "dead", "retry_count", "3",
+                   "max_retries", "3", "created_at", t, "updated_at", t, "last_error", "boom",
+                   "dead_at", t, END));
+    int_reply(rcmd("HSET", mkey(&q, 6), "payload", "six", "status", "processing",
+                   "retry_count", "2", "max_retries", "5", "created_at", t, "updated_at", t,
+                   "last_error", "e6", "retry_after", t, "lease_token", "tok-6",
+                   "lease_expires_at", far, END));
+    int_reply(rcmd("HSET", mkey(&q, 7), "payload", "seven", "status", "pending", "retry_count", "1",
+                   "max_retries", "3", "created_at", t, "updated_at", t, "last_error", "e7",
+                   "retry_after", t, END));
+    int_reply(rcmd("LPUSH", qkey(&q, "ready"), "1", END));
+    int_reply(rcmd("ZADD", qkey(&q, "scheduled"), far, "2", END));
+    int_reply(rcmd("ZADD", qkey(&q, "processing"), far, "3", far, "6", END));
+    int_reply(rcmd("ZADD", qkey(&q, "succeeded"), t, "4", END));
+    int_reply(rcmd("ZADD", qkey(&q, "dead"), t, "5", END));
+    int_reply(rcmd("LPUSH", qkey(&q, "due"), "7", END));
+    freeReplyObject(rcmd("ZINCRBY", qkey(&q, "errors"), "1", "boom", END));
+    freeReplyObject(rcmd("SET", qkey(&q, "seq"), "7", END));
+
+    /* Reads: every field as retryd_v2 showed it; the hashes stay hashes. */
+    static const char *const status[] = { "", "pending", "pending", "processing", "succeeded",
+                                          "dead", "processing", "pending" };
+    static const char *const payload[] = { "", "one", "two", "three", "four", "five", "six",
+                                           "seven" };
+    msg_t m;
+    for (long long id = 1; id <= 7; id++) {
+        expect_ok_msg(fcall("get", &q, id, END), &m);
+        assert_string_equal(msg_str(&m, "status"), status[id]);
+        assert_string_equal(msg_str(&m, "payload"), payload[id]);
+        assert_string_equal(msg_str(&m, "created_at"), t);
+        assert_string_equal(msg_str(&m, "updated_at"), t);
+        assert_string_equal(key_type(mkey(&q, id)), "hash");
+    }
+    expect_ok_msg(fcall("get", &q, 1, END), &m);
+    assert_string_equal(msg_str(&m, "idempotency_key"), "k1");
+    assert_no_field(&m, "last_error");
+    expect_ok_msg(fcall("get", &q, 2, END), &m);
+    assert_string_equal(msg_str(&m, "last_error"), "e2");
+    assert_string_equal(msg_str(&m, "retry_after"), far);
+    assert_int_equal(msg_int(&m, "retry_count"), 1);
+    expect_ok_msg(fcall("get", &q, 3, END), &m);
+    assert_string_equal(msg_str(&m, "lease_token"), "1a22f8c2400.7");
+    assert_string_equal(msg_str(&m, "lease_expires_at"), far);
+    expect_ok_msg(fcall("get", &q, 5, END), &m);
+    assert_string_equal(msg_str(&m, "dead_at"), t);
+    assert_string_equal(msg_str(&m, "last_error"), "boom");
+    expect_ok_msg(fcall("get", &q, 6, END), &m);
+    assert_string_equal(msg_str(&m, "lease_token"), "tok-6");
+    assert_int_equal(msg_int(&m, "max_retries"), 5);
+
+    long long ids[16], bytes;
+    char next[256];
+    size_t n = raw_page(fcall("list", &q, -1, "", "100", "", END), ids, 16, &bytes, next,
+                        sizeof next);
+    assert_int_equal(n, 7);
+    assert_string_equal(next, "");
+    n = raw_export(fcall("export", &q, -1, "csv", "", "100", "", END), ids, 16, &bytes, next,
+                   sizeof next);
+    assert_int_equal(n, 7);
+    redisReply *r = fcall("export", &q, -1, "csv", "dead", "100", "", END);
+    assert_int_equal(r->elements, 2);
+    assert_non_null(strstr(r->element[1]->str, "5,dead,3,3,"));
+    assert_non_null(strstr(r->element[1]->str, ",boom,five"));
+    freeReplyObject(r);
+    for (long long id = 1; id <= 7; id++)
+        assert_string_equal(key_type(mkey(&q, id)), "hash");
+
+    /* The old lease token still settles; a wrong one is refused. */
+    expect_code(fcall("succeed", &q, 3, "1a22f8c2400.8", END), "lease_mismatch", NULL);
+    assert_string_equal(key_type(mkey(&q, 3)), "hash");
+    expect_ok_msg(fcall("succeed", &q, 3, "1a22f8c2400.7", END), &m);
+    assert_string_equal(msg_str(&m, "status"), "succeeded");
+    assert_string_equal(msg_str(&m, "payload"), "three");
+    assert_no_field(&m, "lease_token");
+    assert_string_equal(key_type(mkey(&q, 3)), "string");
+    expect_ok_msg(fcall("get", &q, 3, END), &m);
+    assert_string_equal(msg_str(&m, "status"), "succeeded");
+    assert_string_equal(msg_str(&m, "created_at"), t);
+
+    /* A token retryd never made is kept verbatim, and fails it. */
+    expect_ok_msg(fcall("fail", &q, 6, "tok-6", "e6 again", "1", "0", END), &m);
+    assert_string_equal(msg_str(&m, "status"), "pending");
+    assert_int_equal(msg_int(&m, "retry_count"), 3);
+    assert_string_equal(msg_str(&m, "last_error"), "e6 again");
+    assert_string_equal(msg_str(&m, "payload"), "six");
+    assert_string_equal(key_type(mkey(&q, 6)), "string");
+
+    /* replay of the old dead letter: fresh budget, no error, top_errors updated. */
+    expect_ok_msg(fcall("replay", &q, 5, END), &m);
+    assert_string_equal(msg_str(&m, "status"), "pending");
+    assert_int_equal(msg_int(&m, "retry_count"), 0);
+    assert_no_field(&m, "last_error");
+    assert_no_field(&m, "dead_at");
+    assert_string_equal(key_type(mkey(&q, 5)), "string");
+    assert_int_equal(zcard(qkey(&q, "errors")), 0);
+
+    /* claim: due first (7 promoted before, 5 replayed, 6 due now), then ready 1. */
+    msg_t c[8];
+    n = expect_ok_msgs(fcall("claim", &q, -1, "30000", "8", END), c, 8);
+    assert_int_equal(n, 4);
+    static const long long order[] = { 7, 5, 6, 1 };
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(c[i].id, order[i]);
+        assert_string_equal(msg_str(&c[i], "payload"), payload[order[i]]);
+        assert_string_equal(msg_str(&c[i], "status"), "processing");
+        assert_string_equal(key_type(mkey(&q, order[i])), "string");
+        expect_ok_msg(fcall("get", &q, order[i], END), &m);
+        assert_string_equal(msg_str(&m, "lease_token"), msg_str(&c[i], "lease_token"));
+    }
+    assert_string_equal(msg_str(&c[3], "idempotency_key"), "k1");
+    assert_string_equal(msg_str(&c[0], "last_error"), "e7");
+    assert_string_equal(msg_str(&c[0], "retry_after"), t);
+    assert_string_not_equal(msg_str(&c[2], "lease_token"), "tok-6");
+    expect_ok_msg(fcall("succeed", &q, 1, msg_str(&c[3], "lease_token"), END), &m);
+
+    /* kill of the old scheduled one, delete of the old succeeded one. */
+    expect_ok_msg(fcall("kill", &q, 2, "by hand", END), &m);
+    assert_string_equal(msg_str(&m, "status"), "dead");
+    assert_string_equal(msg_str(&m, "payload"), "two");
+    assert_no_field(&m, "retry_after");
+    assert_string_equal(key_type(mkey(&q, 2)), "string");
+    expect_code(fcall("delete", &q, 4, END), "ok", NULL);
+    assert_int_equal(exists(mkey(&q, 4)), 0);
+    assert_int_equal(zcard(qkey(&q, "succeeded")), 2);
+}
+
 static void test_replay_many_orphans(void **state)
 {
     queue_t q;
@@ -2656,10 +2880,11 @@ static void test_reply_bytes_bounded(void **state)
     assert_int_equal(zcard(qkey(&q, "processing")), (long long)got);
     assert_int_equal(llen(qkey(&q, "ready")), N - (long long)got);
     for (long long id = (long long)got + 1; id <= N; id++) {
-        redisReply *h = rcmd("HMGET", mkey(&q, id), "status", "lease_token", END);
-        assert_string_equal(h->element[0]->str, "pending");
-        assert_int_equal(h->element[1]->type, REDIS_REPLY_NIL);
-        freeReplyObject(h);
+        char status[32], token[64];
+        get_field(&q, id, "status", status, sizeof status);
+        get_field(&q, id, "lease_token", token, sizeof token);
+        assert_string_equal(status, "pending");
+        assert_string_equal(token, "");
     }
     /* Claim order is kept: the next claim takes the next id. */
     r = fcall("claim", &q, -1, "600000", "1", END);
@@ -3365,6 +3590,8 @@ int main(void)
         cmocka_unit_test(test_library_versions_side_by_side),
         cmocka_unit_test(test_list_bounded_work),
         cmocka_unit_test(test_replay_many_orphans),
+        cmocka_unit_test(test_old_layout_is_read_and_converted),
+        cmocka_unit_test(test_record_is_compact),
         cmocka_unit_test(test_pending_walk_under_claims),
         cmocka_unit_test(test_pending_walk_random_interleaving),
         cmocka_unit_test(test_reply_bytes_bounded),

@@ -81,15 +81,41 @@ static long long rint_cmd(const char *format, const char *key)
     return n;
 }
 
-/* Prints a hash to stderr (for failure reports). */
+/* Prints a hash, or a reply of the library (FCALL_RO get ...), to stderr
+ * (for failure reports). */
+static void dump_reply(const char *label, const char *key, redisReply *x)
+{
+    fprintf(stderr, "test_multi: %s %s:", label, key);
+    for (size_t i = 0; x && x->type == REDIS_REPLY_ARRAY && i < x->elements; i++)
+        if (x->element[i]->type == REDIS_REPLY_ARRAY)
+            dump_reply("", "", x->element[i]);
+        else
+            fprintf(stderr, "%s%s", i % 2 ? "=" : " ", x->element[i]->str);
+    fprintf(stderr, "\n");
+}
+
 static void dump_hash(const char *label, const char *key)
 {
     redisReply *x = redisCommand(g_redis, "HGETALL %s", key);
-    fprintf(stderr, "test_multi: %s %s:", label, key);
-    for (size_t i = 0; x && x->type == REDIS_REPLY_ARRAY && i < x->elements; i++)
-        fprintf(stderr, "%s%s", i % 2 ? "=" : " ", x->element[i]->str);
-    fprintf(stderr, "\n");
+    dump_reply(label, key, x);
     if (x) freeReplyObject(x);
+}
+
+/* Message id of queue q as the library's get answers it. */
+static void dump_message(const char *q, long long id)
+{
+    redisReply *x = redisCommand(g_redis, "FCALL_RO %s 2 %s:{%s} %s:{%s}:m:%lld %lld",
+                                 RD_FUNCTION("get"), g_prefix, q, g_prefix, q, id, id);
+    dump_reply("message", q, x);
+    if (x) freeReplyObject(x);
+}
+
+/* The status of message id of queue q, as the library's get answers it. */
+static const char *message_status(const char *q, long long id)
+{
+    static char status[32];
+    return e2e_message_field(g_redis, e2e_fmt("%s:{%s}", g_prefix, q), id, "status", status,
+                             sizeof status);
 }
 
 /* Reports (once) a group daemon that exited by itself, with its status. */
@@ -402,12 +428,7 @@ static void test_disconnect_mid_wait_loses_nothing(void **state)
         if (r.status == 200) break;
         expect_no_content(&r);
         if (e2e_mono_ms() - t0 > 1000) {
-            redisReply *x = e2e_rcmd(g_redis, "HGETALL %s", qkey(q, e2e_fmt("m:%lld", id)));
-            fprintf(stderr, "test_multi: message hash:");
-            for (size_t i = 0; x->type == REDIS_REPLY_ARRAY && i < x->elements; i++)
-                fprintf(stderr, " %s", x->element[i]->str);
-            fprintf(stderr, "\n");
-            freeReplyObject(x);
+            dump_message(q, id);
             fail_msg("message %lld not claimable within 1 s of the enqueue", id);
         }
         e2e_pause_ms(20);
@@ -610,19 +631,12 @@ static void test_batch_succeed_outcomes(void **state)
         if (strcmp(e2e_jstr(item, "status"), want[i]) != 0)
             fail_msg("item %zu: status \"%s\", want \"%s\"", i, e2e_jstr(item, "status"), want[i]);
     }
-    redisReply *x = e2e_rcmd(g_redis, "HGET %s status", qkey(q, e2e_fmt("m:%lld", a)));
-    assert_int_equal(x->type, REDIS_REPLY_STRING);
-    assert_string_equal(x->str, "succeeded");
-    freeReplyObject(x);
-    x = e2e_rcmd(g_redis, "ZSCORE %s %lld", qkey(q, "succeeded"), a);
+    assert_string_equal(message_status(q, a), "succeeded");
+    redisReply *x = e2e_rcmd(g_redis, "ZSCORE %s %lld", qkey(q, "succeeded"), a);
     assert_int_equal(x->type, REDIS_REPLY_STRING);
     freeReplyObject(x);
-    x = e2e_rcmd(g_redis, "HGET %s status", qkey(q, e2e_fmt("m:%lld", b)));
-    assert_string_equal(x->str, "processing");
-    freeReplyObject(x);
-    x = e2e_rcmd(g_redis, "HGET %s status", qkey(q, e2e_fmt("m:%lld", pending)));
-    assert_string_equal(x->str, "pending");
-    freeReplyObject(x);
+    assert_string_equal(message_status(q, b), "processing");
+    assert_string_equal(message_status(q, pending), "pending");
 
     /* Bad bodies. */
     http_to(g_a.port, &r, "POST", path_buf, "{\"messages\":[]}");
@@ -644,9 +658,7 @@ static void test_batch_succeed_outcomes(void **state)
     http_to(g_a.port, &r, "POST", path_buf, "\"messages\"");
     expect_problem(&r, 400, "malformed-request");
     /* None of that touched the still-leased message. */
-    x = e2e_rcmd(g_redis, "HGET %s status", qkey(q, e2e_fmt("m:%lld", b)));
-    assert_string_equal(x->str, "processing");
-    freeReplyObject(x);
+    assert_string_equal(message_status(q, b), "processing");
     e2e_response_free(&r);
 }
 
@@ -842,7 +854,7 @@ static void test_delayed_enqueue_wakes_long_poll(void **state)
     if (r.status != 200) {
         fprintf(stderr, "test_multi: claim sent %lld ms before retry_after, answered %d "
                 "%lld ms after it was sent\n", retry_after - t0, r.status, e2e_wall_ms() - t0);
-        dump_hash("message", qkey(q, e2e_fmt("m:%lld", id)));
+        dump_message(q, id);
         dump_hash("stats", qkey(q, "stats"));
     }
     expect_claimed_on_time(&r, id, retry_after, "long-poll");
