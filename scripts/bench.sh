@@ -403,6 +403,21 @@ enqueue_fcall() {   # enqueue_fcall BASE N [DELAY_MS]: untimed fill through redi
 }
 base() { echo "$PREFIX:{$1}"; }
 
+# fill_minclaim BASE N: N ready ids for min_claim, each with the message HASH
+# retryd_v2's enqueue wrote (the layout min_claim's HSET was measured on in
+# every earlier run; retryd's own records are STRINGs since retryd_v3).
+fill_minclaim() {
+    local i
+    for ((i = 0; i < $2; i += 10000)); do
+        rcli eval "for id = tonumber(ARGV[1]) + 1, tonumber(ARGV[2]) do
+            redis.call('HSET', KEYS[1] .. ':m:' .. id, 'payload', ARGV[3], 'status', 'pending',
+                       'retry_count', 0, 'max_retries', 3, 'created_at', ARGV[4],
+                       'updated_at', ARGV[4])
+            redis.call('LPUSH', KEYS[1] .. ':ready', id)
+        end" 1 "$1" "$i" "$((i + 10000 < $2 ? i + 10000 : $2))" "$PAYLOAD" 1796000000000 >/dev/null
+    done
+}
+
 # ---------------------------------------------------------------------------
 # 1. Redis-native path
 # ---------------------------------------------------------------------------
@@ -411,7 +426,7 @@ section1_rep() {
     for p in 1 16; do
         q=$(base "s1-$p-$rep"); qm=$(base "s1m-$p-$rep"); qf=$(base "s1f-$p-$rep")
         rb "enqueue.p$p.$rep" fcall "$N_RB" 50 "$p" FCALL "${FN}enqueue" 1 "$q" "$PAYLOAD" 3 0
-        enqueue_fcall "$qm" "$N_RB"
+        fill_minclaim "$qm" "$N_RB"
         enqueue_fcall "$qf" "$N_RB"
         rb "claim.p$p.$rep" fcall "$N_RB" 50 "$p" FCALL "${FN}claim" 1 "$q" 30000 1
         rb "minclaim.p$p.$rep" fcall "$N_RB" 50 "$p" FCALL min_claim 1 "$qm" 9999999999999
@@ -504,14 +519,14 @@ section1() {
 section1c() {
     say "1c. claim, step by step"
     local i q prev="" names=(
-        "RPOP + HSET of claim's 4 fields + ZADD, reply the id"
+        "RPOP + SETRANGE of claim's 15 header bytes + ZADD, reply the id"
         "+ now from TIME"
         "+ queue_keys(): 11 key names per call"
         "+ promote_due(): ZRANGE of due scheduled ids"
         "+ RPOP of the due list first"
         "+ claimed serial (HGET, HINCRBY stats)"
-        "+ EXISTS of the message hash"
-        "+ the whole message in the reply (HGETALL)")
+        "+ GET of the record, header decoded"
+        "+ the whole message in the reply")
     # Every step and the claim itself in turn, REPS times; medians.
     local rep n=$((N_RB / 2)) vals
     for rep in $(seq 1 "$REPS"); do
