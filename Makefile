@@ -26,12 +26,12 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
 # Modules shared by the daemon and the tests (everything but main).
-LIB_SRC := alloc buf utf8 log config keys json problem http router redis cluster backend store waiters metrics auth ui \
+LIB_SRC := alloc buf utf8 log config keys json jsonw problem http router redis cluster backend store waiters metrics auth ui \
            message request api promoter
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o) $(BUILD)/lua_library.o $(BUILD)/ui_assets.o \
            $(BUILD)/llhttp/llhttp.o $(BUILD)/llhttp/api.o $(BUILD)/llhttp/http.o
 
-UNIT_TESTS := test_keys test_router test_request test_message test_config test_problem test_metrics
+UNIT_TESTS := test_keys test_router test_request test_message test_jsonw test_config test_problem test_metrics
 INTEG_TESTS := test_http test_lua test_e2e test_ops test_multi test_faults test_cluster
 SHELL_UNIT := fuzz_smoke.sh deps_test.sh
 SHELL_INTEG := retryctl_test.sh ui_test.sh bench_smoke.sh
@@ -114,7 +114,7 @@ clean:
 
 -include $(wildcard $(BUILD)/*.d $(BUILD)/tests/*.d)
 
-# ---- bench (issue 5) ----
+# ---- bench (docs/benchmarks.md) ----
 # make bench [QUICK=1]: scripts/bench.sh starts its own redis-server and retryd
 # on free ports, runs redis-benchmark, build/loadgen (bench/loadgen.c) and the
 # BullMQ peer (bench/, npm) against them and prints the tables recorded in

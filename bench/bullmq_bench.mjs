@@ -1,4 +1,4 @@
-// bullmq_bench.mjs - the BullMQ peer of `make bench` (issue 5): the same
+// bullmq_bench.mjs - the BullMQ peer of `make bench`: the same
 // lifecycle retryd is measured on (add, then a worker takes and completes
 // each job), on the same redis-server, with BullMQ's defaults (completed jobs
 // are kept, as retryd keeps succeeded messages). Prints key=value lines that

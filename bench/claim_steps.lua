@@ -1,5 +1,5 @@
 #!lua name=retryd_bench_steps
--- claim_steps.lua - for `make bench` (issue 5) only: retryd's claim (lua/
+-- claim_steps.lua - for `make bench` only: retryd's claim (lua/
 -- 20_claim.lua, count 1) rebuilt one piece at a time, so the benchmark can
 -- show where the claim's Redis time goes beyond the three commands of
 -- min_claim. Step N does everything step N-1 does, plus:

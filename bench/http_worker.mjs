@@ -1,6 +1,6 @@
 // http_worker.mjs - the worker loop of `make bench` written as an ordinary
 // application would write it: node's own http module, a keep-alive agent
-// with one socket per worker, JSON.stringify / JSON.parse (issue 12). It runs
+// with one socket per worker, JSON.stringify / JSON.parse. It runs
 // the same loops as build/loadgen (work: claim -> succeed, two requests per
 // message; settle: settle-and-claim, one request per message) so that the
 // bench can show how much of retryd's figure depends on how cheap its client

@@ -1,4 +1,4 @@
-/* loadgen.c - the load generator of `make bench` (issue 5).
+/* loadgen.c - the load generator of `make bench`.
  *
  * Drives retryd's HTTP API over keep-alive HTTP/1.1 connections (one request
  * in flight per connection, no pipelining), or Redis itself over RESP with a

@@ -1,5 +1,5 @@
 #!lua name=retryd_bench
--- min_claim.lua - the floor of a claim, for `make bench` (issue 5) only: the
+-- min_claim.lua - the floor of a claim, for `make bench` only: the
 -- three commands any claim must run (pop an id, mark its hash, index the
 -- lease), on retryd's own key layout, and nothing else: no TIME, no promotion
 -- of due retries, no lease token, no counters, no message in the reply.

@@ -1,4 +1,4 @@
--- populate_dead.lua - bench-only setup for `make bench` (issue 5): creates
+-- populate_dead.lua - bench-only setup for `make bench`: creates
 -- dead letters straight in retryd's key layout, as `fail` leaves them after
 -- the last retry, so the growth section can page through a million of them
 -- without a million claims and failures first. Run with EVAL (a script can

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# smoke.sh - the `make test` smoke of `make bench` (issue 5): runs
+# smoke.sh - the `make test` smoke of `make bench`: runs
 # scripts/bench.sh with QUICK=1 and checks only that it completes and prints
 # every section and every row with a figure. Timings are not tests: no figure
 # is compared with anything. Output ends with cmocka-style summary lines, so

@@ -74,7 +74,10 @@ end
 --   ARGV[1]  id
 --   ARGV[2]  lease_token                        "" accepts any current lease
 --   ARGV[3]  lease_ms                           integer >= 1
--- Returns {"ok", message} | {"not_found"} | {"invalid_state", status} | {"lease_mismatch"}.
+--   ARGV[4]  "1" (optional)                     the caller forwards timer hints
+-- Returns {"ok", message} | {"not_found"} | {"invalid_state", status} |
+-- {"lease_mismatch"}; with ARGV[4], {"ok", message, timer}: the hint of the
+-- new deadline (need_timer), so a shortened lease is reclaimed on time.
 local function extend(keys, args)
   local base, mkey, id, token = keys[1], keys[2], args[1], args[2] or ''
   local lease_ms = to_int(args[3])
@@ -85,7 +88,9 @@ local function extend(keys, args)
   local now = now_ms()
   set_updated(mkey, m, now)
   redis.call('ZADD', k.processing, now + lease_ms, id)
-  return { 'ok', reply_message(id, m, 'processing', now + lease_ms) }
+  local msg = reply_message(id, m, 'processing', now + lease_ms)
+  if args[4] ~= '1' then return { 'ok', msg } end
+  return { 'ok', msg, need_timer(k, now, now + lease_ms) }
 end
 
 -- replay: a dead message gets a fresh retry budget and is claimed next.

@@ -1,3 +1,7 @@
+-- promote and reclaim are tick's first two steps on their own. No daemon
+-- calls them: they are for operators at redis-cli (docs/operators.md
+-- "Reference") and for the tests and the benchmark.
+
 -- promote: move due scheduled ids to the due list (claimed before fresh ids).
 --   KEYS[1]  <prefix>:{q}                       queue key base
 --   ARGV[1]  limit                              integer 1..1000 per call

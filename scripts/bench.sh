@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench.sh - what `make bench` runs (issue 5): measures retryd against its own
+# bench.sh - what `make bench` runs (docs/benchmarks.md): measures retryd against its own
 # redis-server and retryd, beside raw Redis commands, a minimal Lua claim and
 # BullMQ on the same server, and prints one table per section
 # (figure | retryd | reference | ratio) and a closing table of targets.
@@ -13,7 +13,7 @@
 # "unavailable (reason)" and everything else still runs).
 #
 # Sections: 1 Redis-native path (redis-benchmark, -P 1 and -P 16);
-# 2 HTTP path (build/loadgen); 3 BullMQ peer; 3a the worker loop of issue 12
+# 2 HTTP path (build/loadgen); 3 BullMQ peer; 3a the worker loop
 # (W connections vs Worker concurrency W, both ways, and the same loops with a
 # worker in node, bench/http_worker.mjs); 4 growth (1k vs 1M);
 # 5 memory; 6 retry latency; 7 the same with appendonly everysec; 8 Redis
@@ -55,8 +55,8 @@ else
     REPS=3
     N_RB=50000
     N_HTTP=50000
-    N_HTTP_W1=50000     # issue 12's workload: 50,000 before every timed worker run
-    N_NODE=20000       # the node worker rows: a sensitivity check, not issue 12's rows
+    N_HTTP_W1=50000     # the worker-loop workload: 50,000 before every timed worker run
+    N_NODE=20000       # the node worker rows: a sensitivity check, not the workload's rows
     N_BULL=50000
     N_RETRY=1000
     N_AOF=30000
@@ -82,6 +82,8 @@ declare -A PAIR         # saved redis-server + retryd pairs (section 7)
 
 # stop_pid and free_port (the helpers every script shares).
 source scripts/lib.sh
+# shellcheck source=retryctl
+source scripts/retryctl # rd_base: key names (main runs only when executed)
 
 cleanup() {
     local pid
@@ -163,22 +165,17 @@ stop_redis() {
 }
 
 start_retryd() {
-    local port i
+    local port
     for _ in 1 2 3; do
         port=$(free_port) || die "no free port"
         "$RETRYD_BIN" --listen "127.0.0.1:$port" --redis "redis://127.0.0.1:$RP" \
             --prefix "$PREFIX" --tick-ms 250 --log-level warn >>"$tmp/retryd.log" 2>&1 &
         retryd_pid=$!
         SERVER_PIDS="$SERVER_PIDS $retryd_pid"
-        for i in $(seq 1 100); do
-            kill -0 "$retryd_pid" 2>/dev/null || break
-            if [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz")" = 200 ]
-            then
-                HP=$port
-                return 0
-            fi
-            sleep 0.1
-        done
+        if http_ready "$port" 100 "$retryd_pid"; then
+            HP=$port
+            return 0
+        fi
         stop_pid "$retryd_pid"
         forget_pid "$retryd_pid"
         retryd_pid=""
@@ -401,7 +398,13 @@ enqueue_fcall() {   # enqueue_fcall BASE N [DELAY_MS]: untimed fill through redi
     redis-benchmark -p "$RP" -n "$2" -c 8 -P 32 -q FCALL "${FN}enqueue" 1 "$1" "$PAYLOAD" 3 \
         "${3:-0}" >/dev/null 2>&1
 }
-base() { echo "$PREFIX:{$1}"; }
+# A queue's key base, "<prefix>:{<escaped name>}", as retryctl spells it
+# (rd_base, the one shell copy of src/keys.c's escape).
+base() {
+    local RD_PREFIX=$PREFIX
+    rd_base "$1"
+    echo "$REPLY"
+}
 
 # fill_minclaim BASE N: N ready ids for min_claim, each with the message HASH
 # retryd_v2's enqueue wrote (the layout min_claim's HSET was measured on in
@@ -569,7 +572,7 @@ section1c() {
 # One repetition of section 2, with BullMQ's runs of section 3 between its
 # parts: each worker loop of retryd is followed at once by the BullMQ Worker
 # it is compared with, so that the two see the same machine (other load comes
-# and goes; issue 12 measured "3 runs alternating the two systems"). Every
+# and goes; the workload is measured as "3 runs alternating the two systems"). Every
 # timed worker run starts with its messages enqueued (untimed).
 section23_rep() {
     local rep=$1 q
@@ -818,7 +821,7 @@ section3_tables() {
         "$(b fmt "$(calc "$(get bull.add_node) + $(get bull.c50_node)")" 1)" \
         "$(ratio "$(calc "$(get http.enqueue.client_us) + $(get http.w50c1.client_us)")" "$(calc "$(get bull.add_node) + $(get bull.c50_node)")")"
 
-    # Issue 12's workload, row for row: W keep-alive connections loop claim ->
+    # The worker-loop workload, row for row: W keep-alive connections loop claim ->
     # succeed (two requests per message) or settle-and-claim (one), against a
     # BullMQ Worker of concurrency W with a no-op processor that keeps its
     # completed jobs; every timed run starts with its messages enqueued.
@@ -1166,7 +1169,7 @@ targets() {
 }
 
 # ---------------------------------------------------------------------------
-# 8. Redis Cluster: claim+succeed over 3 masters against 1 master (issue 7)
+# 8. Redis Cluster: claim+succeed over 3 masters against 1 master (docs/cluster.md)
 # ---------------------------------------------------------------------------
 # Six queues (their hash tags spread them over the masters), one loadgen per
 # queue running at once, the same total connections, through a retryd on a
@@ -1216,10 +1219,7 @@ section8() {
         --tick-ms 250 --log-level warn >>"$tmp/retryd-cluster.log" 2>&1 &
     cpid=$!
     SERVER_PIDS="$SERVER_PIDS $cpid"
-    for _ in $(seq 1 100); do
-        [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$cport/readyz")" = 200 ] && break
-        sleep 0.1
-    done
+    http_ready "$cport" 100 || true
     for p in "${masters[@]}"; do c0+=("$(node_cpu_us "${p##*:}")"); done
     cl_run cluster "$cport" "$n" || say "8. cluster run failed"
     for p in "${masters[@]}"; do c1+=("$(node_cpu_us "${p##*:}")"); done
@@ -1245,7 +1245,7 @@ section8() {
 
 
 # ---------------------------------------------------------------------------
-# 9. Idle queues: what 10,000 of them cost Redis (issue 11, SPEC §8)
+# 9. Idle queues: what 10,000 of them cost Redis (SPEC §8: cost follows work)
 # ---------------------------------------------------------------------------
 # A fresh redis-server and three retryd (--tick-ms 250) sharing it; 10,000
 # queues get one ready message each through HTTP (so each retryd registers
@@ -1301,10 +1301,7 @@ section9() {
         pid=$!
         SERVER_PIDS="$SERVER_PIDS $pid"
         IDLE_PIDS="$IDLE_PIDS $pid"
-        for _ in $(seq 1 100); do
-            [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz")" = 200 ] && break
-            sleep 0.1
-        done
+        http_ready "$port" 100 || true
         ports+=("$port")
     done
     idle_fill "${ports[0]}" "$IDLE_QUEUES"

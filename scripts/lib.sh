@@ -74,6 +74,17 @@ redis_start() {
     return 1
 }
 
+# http_ready PORT [TRIES=100] [PID]: waits (0.1 s a try) until GET /readyz on 127.0.0.1:PORT answers 200; 1 when it did not, or when PID (a daemon we started) exited first.
+http_ready() {
+    local port=$1 tries=${2:-100} pid=${3:-} i
+    for ((i = 0; i < tries; i++)); do
+        [ -z "$pid" ] || kill -0 "$pid" 2>/dev/null || return 1
+        [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz")" = 200 ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
 # redis_unlink_keys PORT PATTERN: deletes the keys matching PATTERN (SCAN + UNLINK: the server may be shared).
 redis_unlink_keys() {
     timeout 60 redis-cli -h 127.0.0.1 -p "$1" --scan --pattern "$2" 2>/dev/null \

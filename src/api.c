@@ -1,4 +1,9 @@
-/* api.c - HTTP handlers for every route (SPEC §5). */
+/* api.c - the route table and one handler per route (SPEC §5).
+ *
+ * A handler validates its input (request.c), starts its store operation and
+ * hands the store's return code to started(): the store's callback answers
+ * (respond_json, or respond_store_failure for every store outcome other than
+ * OK), and a store that could not start answers 503 through started(). */
 #include "retryd/api.h"
 
 #include <stdio.h>
@@ -9,6 +14,7 @@
 #include "retryd/auth.h"
 #include "retryd/buf.h"
 #include "retryd/json.h"
+#include "retryd/jsonw.h"
 #include "retryd/log.h"
 #include "retryd/metrics.h"
 #include "retryd/problem.h"
@@ -17,11 +23,16 @@
 #include "retryd/ui.h"
 
 /* One request waiting for the store; freed after its response. */
-typedef struct call {
+struct rd_call {
     rd_api_t *api;
     rd_http_exchange_t *ex;
     const rd_http_request_t *req;
     rd_route_match_t match;
+    /* a transition of one message, for its invalid-state answer: "succeed"
+     * needs "a processing" message ... (set by its handler) */
+    const char *verb, *needs;
+    bool notify;                /* a message may have become claimable: wake long-polls */
+    bool metrics;               /* the fan-out answers /metrics, not GET /queues */
     bool batch;                 /* claim with count: answer {messages:[...]} */
     /* claim with settle (SPEC §9): the ids in request order, their outcomes
      * once applied, and the claim to park when nothing was claimable. */
@@ -32,25 +43,8 @@ typedef struct call {
     int count;
     rd_ack_req_t *ack;          /* batch acknowledgement: the ids, in order */
     rd_replay_req_t replay;     /* batch replay: what to replay */
-    char *cursor;               /* batch replay: where the next call starts */
-    long long replayed;         /* batch replay: so far */
-    /* GET /queues and /metrics: one page of queues, their stats read with at
-     * most FANOUT_IN_FLIGHT calls in flight, gathered here. */
-    rd_queue_metrics_t *queues;
-    size_t nqueues, sent, outstanding;
-    bool any_failed;
-    char *next_cursor;          /* the page's, NULL at the end */
-    size_t next_cursor_len;
-    long long registered;       /* how many queues the registry holds */
-} call_t;
-
-enum { FANOUT_IN_FLIGHT = 16 };
-
-static const char *const verbs[RD_ROUTE_COUNT] = {
-    [RD_ROUTE_SUCCEED] = "succeed", [RD_ROUTE_FAIL] = "fail",
-    [RD_ROUTE_REPLAY] = "replay",   [RD_ROUTE_EXTEND] = "extend",
-    [RD_ROUTE_KILL] = "kill",       [RD_ROUTE_DELETE] = "delete",
 };
+typedef rd_call_t call_t;
 
 static void call_free(call_t *c)
 {
@@ -61,10 +55,6 @@ static void call_free(call_t *c)
     rd_request_replay_free(&c->replay);
     rd_free(c->settle_ids);
     rd_free(c->settled);
-    rd_free(c->cursor);
-    rd_free(c->next_cursor);
-    for (size_t i = 0; i < c->nqueues; i++) rd_free(c->queues[i].name);
-    rd_free(c->queues);
     rd_route_match_free(&c->match);
     rd_free(c);
 }
@@ -79,10 +69,41 @@ static void respond_json(call_t *c, int status, rd_json_t *doc, const char *extr
     call_free(c);
 }
 
+/* The writer of an answer, on api->body emptied; the caller writes one value
+ * and calls respond_written at once (answering may run the next pipelined
+ * request's handler, which reuses the buffer). A buffer a large page grew
+ * past RD_API_BODY_KEEP_BYTES is given back rather than kept. */
+#define RD_API_BODY_KEEP_BYTES (64 * 1024)
+
+static void begin_json(call_t *c, rd_jsonw_t *w)
+{
+    rd_buf_t *b = &c->api->body;
+    if (b->cap > RD_API_BODY_KEEP_BYTES) rd_buf_free(b);
+    rd_buf_reset(b);
+    rd_jsonw_init(w, b);
+}
+
+static void respond_written(call_t *c, int status, const char *extra_headers)
+{
+    const rd_buf_t *b = &c->api->body;
+    rd_http_respond(c->ex, status, "application/json", extra_headers, b->data, b->len);
+    call_free(c);
+}
+
+/* 200/201 with one message (lease_token only when with_token). */
+static void respond_message(call_t *c, int status, const rd_message_t *m, bool with_token,
+                            const char *extra_headers)
+{
+    rd_jsonw_t w;
+    begin_json(c, &w);
+    rd_message_write_json(&w, m, c->match.queue, c->match.queue_len, with_token);
+    respond_written(c, status, extra_headers);
+}
+
 static void respond_problem(call_t *c, rd_problem_t p, const char *detail,
                             const rd_field_errors_t *errs, const char *extra_headers)
 {
-    rd_problem_respond(c->ex, c->req, p, detail, errs, extra_headers);
+    rd_http_respond_problem(c->ex, p, detail, errs, extra_headers);
     call_free(c);
 }
 
@@ -94,7 +115,7 @@ static void respond_unavailable(call_t *c)
 
 /* Maps a store outcome other than OK to its problem; returns true when it
  * answered. */
-static bool respond_store_failure(call_t *c, const rd_store_result_t *res)
+static bool respond_store_failure(call_t *c, const rd_store_head_t *res)
 {
     char detail[256];
     switch (res->status) {
@@ -105,17 +126,12 @@ static bool respond_store_failure(call_t *c, const rd_store_result_t *res)
         snprintf(detail, sizeof detail, "message %lld does not exist in this queue.", c->match.id);
         respond_problem(c, RD_PROBLEM_NOT_FOUND, detail, NULL, NULL);
         return true;
-    case RD_STORE_INVALID_STATE: {
-        const char *needs = c->match.route == RD_ROUTE_REPLAY   ? "a dead"
-                            : c->match.route == RD_ROUTE_KILL   ? "a pending or processing"
-                            : c->match.route == RD_ROUTE_DELETE ? "a non-processing"
-                                                                : "a processing";
+    case RD_STORE_INVALID_STATE:
         snprintf(detail, sizeof detail, "message %lld is %.*s; %s needs %s message.",
-                 c->match.id, (int)res->state.len, res->state.ptr, verbs[c->match.route],
-                 needs);
+                 c->match.id, (int)res->state.len, res->state.ptr, c->verb ? c->verb : "this",
+                 c->needs ? c->needs : "another");
         respond_problem(c, RD_PROBLEM_INVALID_STATE, detail, NULL, NULL);
         return true;
-    }
     case RD_STORE_LEASE_MISMATCH:
         snprintf(detail, sizeof detail,
                  "lease_token is not the current lease of message %lld (the lease expired and "
@@ -150,42 +166,46 @@ static bool respond_store_failure(call_t *c, const rd_store_result_t *res)
 
 /* ---------------------------------------------------------------- store callbacks */
 
-static void on_message(const rd_store_result_t *res, void *arg)
+static void on_message(const rd_store_messages_t *res, void *arg)
 {
     call_t *c = arg;
-    if (respond_store_failure(c, res)) return;
-    if (c->match.route == RD_ROUTE_REPLAY) {
+    if (respond_store_failure(c, &res->head)) return;
+    if (c->notify) {
         rd_store_queue_t q = { c->match.queue, c->match.queue_len };
         rd_waiters_notify(c->api->waiters, q);
     }
     if (res->count != 1) {
-        rd_store_result_t bad = { .status = RD_STORE_ERROR };
+        rd_store_head_t bad = { .status = RD_STORE_ERROR };
         respond_store_failure(c, &bad);
         return;
     }
-    rd_json_t *doc = rd_message_to_json(&res->messages[0], c->match.queue, c->match.queue_len,
-                                        false);
-    respond_json(c, 200, doc, NULL);
+    respond_message(c, 200, &res->messages[0], false, NULL);
 }
 
-static void on_enqueued(const rd_store_result_t *res, void *arg)
+static void on_enqueued(const rd_store_messages_t *res, void *arg)
 {
     call_t *c = arg;
-    if (respond_store_failure(c, res)) return;
+    if (respond_store_failure(c, &res->head)) return;
     const rd_message_t *m = &res->messages[0];
-    if (res->status == RD_STORE_DUPLICATE) {
+    if (res->head.status == RD_STORE_DUPLICATE) {
         /* Idempotent repeat: the original, 200, nothing created. */
         if (m->status != RD_STATUS_UNKNOWN) {
-            respond_json(c, 200, rd_message_to_json(m, c->match.queue, c->match.queue_len, false),
-                         NULL);
+            respond_message(c, 200, m, false, NULL);
             return;
         }
-        rd_json_t *doc = rd_json_new_object();  /* the original was deleted by retention */
-        rd_json_set_int(doc, "id", m->id);
-        rd_json_set_stringn(doc, "queue", c->match.queue, c->match.queue_len);
-        rd_json_set_null(doc, "status");
-        rd_json_set_bool(doc, "deleted", true);
-        respond_json(c, 200, doc, NULL);
+        rd_jsonw_t w;  /* the original was deleted by retention */
+        begin_json(c, &w);
+        rd_jsonw_object_open(&w);
+        rd_jsonw_key(&w, "id");
+        rd_jsonw_int(&w, m->id);
+        rd_jsonw_key(&w, "queue");
+        rd_jsonw_stringn(&w, c->match.queue, c->match.queue_len);
+        rd_jsonw_key(&w, "status");
+        rd_jsonw_null(&w);
+        rd_jsonw_key(&w, "deleted");
+        rd_jsonw_bool(&w, true);
+        rd_jsonw_object_close(&w);
+        respond_written(c, 200, NULL);
         return;
     }
     if (m->status == RD_STATUS_PENDING && m->retry_after_ms < 0) {
@@ -195,8 +215,7 @@ static void on_enqueued(const rd_store_result_t *res, void *arg)
     rd_buf_t location = RD_BUF_INIT;
     rd_buf_printf(&location, "Location: %.*s/%lld\r\n", (int)c->req->path_len, c->req->path,
                   m->id);
-    respond_json(c, 201, rd_message_to_json(m, c->match.queue, c->match.queue_len, false),
-                 location.data);
+    respond_message(c, 201, m, false, location.data);
     rd_buf_free(&location);
 }
 
@@ -225,46 +244,55 @@ static void on_claim_delivered(bool delivered, void *arg)
     rd_free(k);
 }
 
-static void hand_back_if_undelivered(call_t *c, const rd_store_result_t *res)
+static void hand_back_if_undelivered(call_t *c, const rd_message_t *messages, size_t count)
 {
     claimed_t *k = rd_malloc(sizeof *k);
     k->api = c->api;
     k->queue = rd_strndup(c->match.queue, c->match.queue_len);
     k->queue_len = c->match.queue_len;
-    k->count = res->count;
-    k->messages = rd_calloc(res->count, sizeof *k->messages);
-    for (size_t i = 0; i < res->count; i++) {
-        const rd_str_t *token = &res->messages[i].lease_token;
+    k->count = count;
+    k->messages = rd_calloc(count, sizeof *k->messages);
+    for (size_t i = 0; i < count; i++) {
+        const rd_str_t *token = &messages[i].lease_token;
         rd_message_init(&k->messages[i]);
-        k->messages[i].id = res->messages[i].id;
+        k->messages[i].id = messages[i].id;
         k->messages[i].lease_token.ptr = rd_strndup(token->ptr ? token->ptr : "", token->len);
         k->messages[i].lease_token.len = token->len;
     }
     rd_http_on_delivery(c->ex, on_claim_delivered, k);
 }
 
-static void on_claimed(const rd_store_result_t *res, void *arg)
+/* The member "messages": [...] of an answer's object. */
+static void write_messages(const call_t *c, rd_jsonw_t *w, const rd_message_t *messages,
+                           size_t count, bool with_token)
+{
+    rd_jsonw_key(w, "messages");
+    rd_jsonw_array_open(w);
+    for (size_t i = 0; i < count; i++)
+        rd_message_write_json(w, &messages[i], c->match.queue, c->match.queue_len, with_token);
+    rd_jsonw_array_close(w);
+}
+
+static void on_claimed(const rd_store_messages_t *res, void *arg)
 {
     call_t *c = arg;
-    if (respond_store_failure(c, res)) return;
+    if (respond_store_failure(c, &res->head)) return;
     if (res->count == 0) {
         rd_http_respond(c->ex, 204, NULL, NULL, NULL, 0);
         call_free(c);
         return;
     }
-    hand_back_if_undelivered(c, res);
+    hand_back_if_undelivered(c, res->messages, res->count);
     if (!c->batch) {
-        respond_json(c, 200, rd_message_to_json(&res->messages[0], c->match.queue,
-                                                c->match.queue_len, true), NULL);
+        respond_message(c, 200, &res->messages[0], true, NULL);
         return;
     }
-    rd_json_t *doc = rd_json_new_object();
-    rd_json_t *list = rd_json_new_array();
-    for (size_t i = 0; i < res->count; i++)
-        rd_json_append(list, rd_message_to_json(&res->messages[i], c->match.queue,
-                                                c->match.queue_len, true));
-    rd_json_set(doc, "messages", list);
-    respond_json(c, 200, doc, NULL);
+    rd_jsonw_t w;
+    begin_json(c, &w);
+    rd_jsonw_object_open(&w);
+    write_messages(c, &w, res->messages, res->count, true);
+    rd_jsonw_object_close(&w);
+    respond_written(c, 200, NULL);
 }
 
 /* A Lua outcome code in the API's spelling ('-' for '_', as the problem
@@ -277,50 +305,51 @@ static void api_code(rd_str_t code, char out[16])
 }
 
 /* 200 {"settled":[{id, status}...], "messages":[...]} of a claim with settle. */
-static void respond_settled(call_t *c, const rd_store_result_t *res)
+static void respond_settled(call_t *c, const rd_message_t *messages, size_t count)
 {
-    if (res->count > 0) hand_back_if_undelivered(c, res);
-    rd_json_t *doc = rd_json_new_object();
-    rd_json_t *list = rd_json_new_array();
+    if (count > 0) hand_back_if_undelivered(c, messages, count);
+    rd_jsonw_t w;
+    begin_json(c, &w);
+    rd_jsonw_object_open(&w);
+    rd_jsonw_key(&w, "settled");
+    rd_jsonw_array_open(&w);
     for (size_t i = 0; i < c->nsettle; i++) {
-        rd_json_t *item = rd_json_new_object();
-        rd_json_set_int(item, "id", c->settle_ids[i]);
-        rd_json_set_string(item, "status", c->settled[i]);
-        rd_json_append(list, item);
+        rd_jsonw_object_open(&w);
+        rd_jsonw_key(&w, "id");
+        rd_jsonw_int(&w, c->settle_ids[i]);
+        rd_jsonw_key(&w, "status");
+        rd_jsonw_string(&w, c->settled[i]);
+        rd_jsonw_object_close(&w);
     }
-    rd_json_set(doc, "settled", list);
-    list = rd_json_new_array();
-    for (size_t i = 0; i < res->count; i++)
-        rd_json_append(list, rd_message_to_json(&res->messages[i], c->match.queue,
-                                                c->match.queue_len, true));
-    rd_json_set(doc, "messages", list);
-    respond_json(c, 200, doc, NULL);
+    rd_jsonw_array_close(&w);
+    write_messages(c, &w, messages, count, true);
+    rd_jsonw_object_close(&w);
+    respond_written(c, 200, NULL);
 }
 
 /* The claim a settle-and-claim parked for: its settlements stand whatever
  * happens to it, so a claim that failed (Redis went away meanwhile) answers
  * with no messages, never an error that would hide them. */
-static void on_settle_waited(const rd_store_result_t *res, void *arg)
+static void on_settle_waited(const rd_store_messages_t *res, void *arg)
 {
     call_t *c = arg;
-    if (res->status == RD_STORE_OK) {
-        respond_settled(c, res);
+    if (res->head.status == RD_STORE_OK) {
+        respond_settled(c, res->messages, res->count);
         return;
     }
     rd_warn("api: the long-poll claim after a settlement failed (status %d); answering no "
-            "messages", (int)res->status);
-    rd_store_result_t none = { .status = RD_STORE_OK };
-    respond_settled(c, &none);
+            "messages", (int)res->head.status);
+    respond_settled(c, NULL, 0);
 }
 
-static void on_settle_claimed(const rd_store_result_t *res, void *arg)
+static void on_settle_claimed(const rd_store_settled_t *res, void *arg)
 {
     call_t *c = arg;
-    if (respond_store_failure(c, res)) return;
+    if (respond_store_failure(c, &res->head)) return;
     if (res->settled != c->nsettle) {
         rd_error("api: settle_claim answered %zu outcomes for %zu settlements", res->settled,
                  c->nsettle);
-        rd_store_result_t bad = { .status = RD_STORE_ERROR };
+        rd_store_head_t bad = { .status = RD_STORE_ERROR };
         respond_store_failure(c, &bad);
         return;
     }
@@ -334,30 +363,30 @@ static void on_settle_claimed(const rd_store_result_t *res, void *arg)
                         on_settle_waited, c);
         return;
     }
-    respond_settled(c, res);
+    respond_settled(c, res->messages, res->count);
 }
 
-static void on_listed(const rd_store_result_t *res, void *arg)
+static void on_listed(const rd_store_list_t *res, void *arg)
 {
     call_t *c = arg;
-    if (respond_store_failure(c, res)) return;
-    rd_json_t *doc = rd_json_new_object();
-    rd_json_t *list = rd_json_new_array();
-    for (size_t i = 0; i < res->count; i++)
-        rd_json_append(list, rd_message_to_json(&res->messages[i], c->match.queue,
-                                                c->match.queue_len, false));
-    rd_json_set(doc, "messages", list);
-    if (res->next_cursor.len) rd_json_set_stringn(doc, "next_cursor", res->next_cursor.ptr,
-                                                  res->next_cursor.len);
-    else rd_json_set_null(doc, "next_cursor");
-    rd_json_set_int(doc, "total", res->total);
-    respond_json(c, 200, doc, NULL);
+    if (respond_store_failure(c, &res->head)) return;
+    rd_jsonw_t w;
+    begin_json(c, &w);
+    rd_jsonw_object_open(&w);
+    write_messages(c, &w, res->messages, res->count, false);
+    rd_jsonw_key(&w, "next_cursor");
+    if (res->next_cursor.len) rd_jsonw_stringn(&w, res->next_cursor.ptr, res->next_cursor.len);
+    else rd_jsonw_null(&w);
+    rd_jsonw_key(&w, "total");
+    rd_jsonw_int(&w, res->total);
+    rd_jsonw_object_close(&w);
+    respond_written(c, 200, NULL);
 }
 
-static void on_acked(const rd_store_result_t *res, void *arg)
+static void on_acked(const rd_store_outcomes_t *res, void *arg)
 {
     call_t *c = arg;
-    if (respond_store_failure(c, res)) return;
+    if (respond_store_failure(c, &res->head)) return;
     const rd_ack_req_t *ack = c->ack;
     rd_json_t *doc = rd_json_new_object();
     rd_json_t *list = rd_json_new_array();
@@ -373,7 +402,7 @@ static void on_acked(const rd_store_result_t *res, void *arg)
     respond_json(c, 200, doc, NULL);
 }
 
-static void on_deleted(const rd_store_result_t *res, void *arg)
+static void on_deleted(const rd_store_head_t *res, void *arg)
 {
     call_t *c = arg;
     if (respond_store_failure(c, res)) return;
@@ -381,76 +410,52 @@ static void on_deleted(const rd_store_result_t *res, void *arg)
     call_free(c);
 }
 
-static void on_replayed_batch(const rd_store_result_t *res, void *arg);
-
-enum { REPLAY_BATCH = RD_STORE_REPLAY_IDS_MAX };
-
-/* ids go 200 at a time too; for them the cursor is the offset into the list. */
-static int replay_next(call_t *c)
-{
-    rd_store_queue_t q = { c->match.queue, c->match.queue_len };
-    const rd_replay_req_t *r = &c->replay;
-    if (strcmp(r->mode, "ids") == 0) {
-        size_t from = c->cursor ? strtoul(c->cursor, NULL, 10) : 0;
-        size_t n = r->count - from < REPLAY_BATCH ? r->count - from : REPLAY_BATCH;
-        return rd_store_replay_many(c->api->store, q, r->mode, r->ids + from, n, 0, NULL, NULL,
-                                    on_replayed_batch, c);
-    }
-    return rd_store_replay_many(c->api->store, q, r->mode, NULL, 0, REPLAY_BATCH, c->cursor,
-                                r->needle, on_replayed_batch, c);
-}
-
-/* Batch replay runs as many bounded calls as it needs, one at a time, so
- * other clients' commands interleave between them. It stops when the client
- * has gone, and when a call neither replayed anything nor moved the cursor
- * (a library that cannot make progress, e.g. an older one during an upgrade)
- * instead of calling again forever. */
-static void on_replayed_batch(const rd_store_result_t *res, void *arg)
+/* A batch replay goes on while its answer can still reach the client: a
+ * client that only half-closed its side still reads it. */
+static bool client_not_gone(void *arg)
 {
     call_t *c = arg;
-    if (res->status != RD_STORE_OK) {
-        if (c->replayed > 0)
-            rd_warn("api: batch replay stopped after %lld replayed", c->replayed);
-        respond_store_failure(c, res);
-        return;
+    return !rd_http_exchange_client_gone(c->ex);
+}
+
+/* A batch replay that stopped part way: its problem says how many were
+ * replayed, never "nothing was done". */
+static void respond_replay_stopped(call_t *c, const rd_store_replayed_t *res)
+{
+    char detail[256];
+    const char *why = "Redis is not reachable or the client has gone";
+    rd_problem_t p = RD_PROBLEM_BACKEND_UNAVAILABLE;
+    const char *headers = "Retry-After: 1\r\n";
+    if (res->head.status == RD_STORE_LOST) {
+        why = "the link to Redis dropped during a call, whose letters may or may not have "
+              "been replayed";
+        p = RD_PROBLEM_OUTCOME_UNKNOWN;
+    } else if (res->head.status != RD_STORE_UNAVAILABLE) {
+        rd_error("api: Redis error on %.*s: %.*s", (int)c->req->path_len, c->req->path,
+                 (int)res->head.detail.len, res->head.detail.ptr);
+        why = "Redis answered with an error (see the log)";
+        p = RD_PROBLEM_INTERNAL;
+        headers = NULL;
     }
-    c->replayed += res->replayed;
-    rd_str_t next = res->next_cursor;
-    char offset[24];
-    if (strcmp(c->replay.mode, "ids") == 0) {
-        size_t from = (c->cursor ? strtoul(c->cursor, NULL, 10) : 0) + REPLAY_BATCH;
-        next.len = from < c->replay.count ? (size_t)snprintf(offset, sizeof offset, "%zu", from)
-                                          : 0;
-        next.ptr = offset;
-    }
-    if (next.len > 0 && !rd_http_exchange_client_alive(c->ex)) {
-        rd_info("api: batch replay stopped after %lld replayed: the client has gone",
-                c->replayed);
-        respond_unavailable(c);   /* dropped: nobody is listening */
-        return;
-    }
-    if (next.len > 0 && res->replayed == 0 && c->cursor && strlen(c->cursor) == next.len &&
-        memcmp(c->cursor, next.ptr, next.len) == 0) {
-        char detail[160];
-        rd_store_result_t bad = { .status = RD_STORE_ERROR };
-        bad.detail.ptr = detail;
-        bad.detail.len = (size_t)snprintf(detail, sizeof detail,
-                                          "replay_many made no progress at cursor %.64s after "
-                                          "%lld replayed; stopped", c->cursor, c->replayed);
-        respond_store_failure(c, &bad);
-        return;
-    }
-    if (next.len > 0) {
-        rd_free(c->cursor);
-        c->cursor = rd_strndup(next.ptr, next.len);
-        if (replay_next(c) == 0) return;
-        respond_unavailable(c);
-        return;
-    }
+    snprintf(detail, sizeof detail,
+             "The batch replay stopped after %lld dead letters were replayed: %s. The rest are "
+             "still dead; replay again to go on.", res->replayed, why);
+    respond_problem(c, p, detail, NULL, headers);
+}
+
+static void on_replayed_all(const rd_store_replayed_t *res, void *arg)
+{
+    call_t *c = arg;
     rd_store_queue_t q = { c->match.queue, c->match.queue_len };
-    if (c->replayed > 0) rd_waiters_notify(c->api->waiters, q);
+    if (res->replayed > 0) rd_waiters_notify(c->api->waiters, q);
+    if (res->head.status != RD_STORE_OK && res->head.status != RD_STORE_DUPLICATE &&
+        res->replayed > 0) {
+        respond_replay_stopped(c, res);
+        return;
+    }
+    if (respond_store_failure(c, &res->head)) return;
     rd_json_t *doc = rd_json_new_object();
-    rd_json_set_int(doc, "replayed", c->replayed);
+    rd_json_set_int(doc, "replayed", res->replayed);
     respond_json(c, 200, doc, NULL);
 }
 
@@ -464,10 +469,10 @@ static rd_json_t *counts_json(const rd_queue_metrics_t *m)
     return o;
 }
 
-static void on_stats(const rd_store_result_t *res, void *arg)
+static void on_stats(const rd_store_stats_result_t *res, void *arg)
 {
     call_t *c = arg;
-    if (respond_store_failure(c, res)) return;
+    if (respond_store_failure(c, &res->head)) return;
     const rd_queue_stats_t *st = &res->stats;
     rd_queue_metrics_t m = { .name = NULL };
     rd_metrics_from_stats(&m, st);
@@ -478,24 +483,19 @@ static void on_stats(const rd_store_result_t *res, void *arg)
     rd_json_set_int(counts, "scheduled", m.scheduled);
     rd_json_set(doc, "counts", counts);
     rd_json_t *totals = rd_json_new_object();
-    rd_json_set_int(totals, "enqueued", m.enqueued);
-    rd_json_set_int(totals, "claimed", m.claimed);
-    rd_json_set_int(totals, "succeeded", m.succeeded);
-    rd_json_set_int(totals, "failed", m.failed);
-    rd_json_set_int(totals, "retried", m.retried);
-    rd_json_set_int(totals, "dead", m.dead);
-    rd_json_set_int(totals, "replayed", m.replayed);
-    rd_json_set_int(totals, "lease_expired", m.lease_expired);
-    /* Every other counter of the stats hash (retention, deletes, purges, ...). */
+#define ALWAYS(name, help) rd_json_set_int(totals, #name, m.name);
+    RD_STATS_COUNTERS(ALWAYS)
+#undef ALWAYS
+    /* The other counters of the stats hash (retention, deletes, purges, ...),
+     * when it has them. */
     for (size_t i = 0; i + 1 < st->totals_len; i += 2) {
         const rd_str_t *k = &st->totals[i];
-        static const char *const shown[] = { "expired_dead", "expired_succeeded", "deleted",
-                                             "purged", "released", "orphans_removed" };
-        for (size_t j = 0; j < sizeof shown / sizeof shown[0]; j++) {
-            if (k->len == strlen(shown[j]) && memcmp(k->ptr, shown[j], k->len) == 0)
-                rd_json_set_int(totals, shown[j],
-                                rd_str_to_ll(st->totals[i + 1].ptr, st->totals[i + 1].len));
-        }
+#define WHEN_PRESENT(name)                                                             \
+        if (k->len == sizeof #name - 1 && memcmp(k->ptr, #name, k->len) == 0)          \
+            rd_json_set_int(totals, #name,                                             \
+                            rd_str_to_ll(st->totals[i + 1].ptr, st->totals[i + 1].len));
+        RD_STATS_MORE_COUNTERS(WHEN_PRESENT)
+#undef WHEN_PRESENT
     }
     rd_json_set(doc, "totals", totals);
     rd_json_set_int(doc, "dead_last_24h", st->dead_last_24h);
@@ -513,24 +513,18 @@ static void on_stats(const rd_store_result_t *res, void *arg)
 
 /* ---------------------------------------------------------------- every queue */
 
-typedef struct fanout_slot {
-    call_t *call;
-    size_t index;
-} fanout_slot_t;
-
-static void finish_fanout(call_t *c)
+/* GET /queues and /metrics: a page of the registry with each queue's numbers. */
+static void on_queues(const rd_store_queues_t *res, void *arg)
 {
-    if (c->any_failed && c->nqueues > 0 && !rd_store_ready(c->api->store)) {
-        respond_unavailable(c);
-        return;
-    }
-    if (c->match.route == RD_ROUTE_METRICS) {
+    call_t *c = arg;
+    if (respond_store_failure(c, &res->head)) return;
+    if (c->metrics) {
         rd_buf_t text = RD_BUF_INIT;
-        rd_metrics_render(&text, c->queues, c->nqueues, rd_store_rtt(c->api->store),
+        rd_metrics_render(&text, res->queues, res->count, rd_store_rtt(c->api->store),
                           c->api->waiters ? rd_waiters_count(c->api->waiters) : 0);
         long long exported = 0;
-        for (size_t i = 0; i < c->nqueues; i++) exported += c->queues[i].ok;
-        rd_metrics_render_registry(&text, c->registered, c->registered - exported);
+        for (size_t i = 0; i < res->count; i++) exported += res->queues[i].ok;
+        rd_metrics_render_registry(&text, res->total, res->total - exported);
         rd_http_respond(c->ex, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, text.data,
                         text.len);
         rd_buf_free(&text);
@@ -539,111 +533,23 @@ static void finish_fanout(call_t *c)
     }
     rd_json_t *doc = rd_json_new_object();
     rd_json_t *list = rd_json_new_array();
-    for (size_t i = 0; i < c->nqueues; i++) {
-        if (!c->queues[i].ok) continue;
+    for (size_t i = 0; i < res->count; i++) {
+        if (!res->queues[i].ok) continue;
         rd_json_t *q = rd_json_new_object();
-        rd_json_set_stringn(q, "name", c->queues[i].name, c->queues[i].name_len);
-        rd_json_set(q, "counts", counts_json(&c->queues[i]));
-        rd_json_set_int(q, "dead_last_24h", c->queues[i].dead_last_24h);
+        rd_json_set_stringn(q, "name", res->queues[i].name, res->queues[i].name_len);
+        rd_json_set(q, "counts", counts_json(&res->queues[i]));
+        rd_json_set_int(q, "dead_last_24h", res->queues[i].dead_last_24h);
         rd_json_append(list, q);
     }
     rd_json_set(doc, "queues", list);
-    if (c->next_cursor) rd_json_set_stringn(doc, "next_cursor", c->next_cursor, c->next_cursor_len);
+    if (res->next_cursor.len) rd_json_set_stringn(doc, "next_cursor", res->next_cursor.ptr,
+                                                  res->next_cursor.len);
     else rd_json_set_null(doc, "next_cursor");
-    rd_json_set_int(doc, "total", c->registered);
+    rd_json_set_int(doc, "total", res->total);
     respond_json(c, 200, doc, NULL);
 }
 
-static void on_fanout_stats(const rd_store_result_t *res, void *arg);
-
-/* Keeps at most FANOUT_IN_FLIGHT stats calls in flight until every queue of
- * the page has had one; answers when the last returns. */
-static void fanout_pump(call_t *c)
-{
-    while (c->outstanding < FANOUT_IN_FLIGHT && c->sent < c->nqueues) {
-        rd_queue_metrics_t *m = &c->queues[c->sent];
-        fanout_slot_t *slot = rd_malloc(sizeof *slot);
-        slot->call = c;
-        slot->index = c->sent++;
-        rd_store_queue_t q = { m->name, m->name_len };
-        if (rd_store_stats(c->api->store, q, 0, on_fanout_stats, slot) == 0) {
-            c->outstanding++;
-        } else {
-            c->any_failed = true;
-            rd_free(slot);
-        }
-    }
-    if (c->outstanding == 0 && c->sent == c->nqueues) finish_fanout(c);
-}
-
-/* A stats answer with no key behind it: a queue whose keys are all gone. */
-static bool stats_show_no_key(const rd_queue_stats_t *st)
-{
-    return st->totals_len == 0 && st->top_errors_len == 0 && st->ready == 0 &&
-           st->scheduled == 0 && st->processing == 0 && st->succeeded == 0 && st->dead == 0;
-}
-
-static void on_fanout_stats(const rd_store_result_t *res, void *arg)
-{
-    fanout_slot_t *slot = arg;
-    call_t *c = slot->call;
-    rd_queue_metrics_t *m = &c->queues[slot->index];
-    if (res->status == RD_STORE_OK) {
-        rd_metrics_from_stats(m, &res->stats);
-        /* The timer looks at it at once and removes it from the registry if
-         * it is empty (docs/design.md "Leaving the registry"). */
-        if (stats_show_no_key(&res->stats)) {
-            rd_store_queue_t q = { m->name, m->name_len };
-            rd_store_schedule(c->api->store, q, 0);
-        }
-    } else {
-        c->any_failed = true;
-    }
-    rd_free(slot);
-    c->outstanding--;
-    fanout_pump(c);
-}
-
-static void on_queue_names(const rd_store_result_t *res, void *arg)
-{
-    call_t *c = arg;
-    if (respond_store_failure(c, res)) return;
-    c->registered = res->total;
-    if (res->next_cursor.len > 0) {
-        c->next_cursor = rd_strndup(res->next_cursor.ptr, res->next_cursor.len);
-        c->next_cursor_len = res->next_cursor.len;
-    }
-    c->nqueues = res->count;
-    c->queues = rd_calloc(res->count ? res->count : 1, sizeof *c->queues);
-    for (size_t i = 0; i < res->count; i++) {
-        c->queues[i].name = rd_strndup(res->names[i].ptr, res->names[i].len);
-        c->queues[i].name_len = res->names[i].len;
-    }
-    fanout_pump(c);
-}
-
-/* GET /queues (a page) and /metrics (the first RD_METRICS_MAX_QUEUES). */
-static void list_queues(call_t *c)
-{
-    int rc;
-    if (c->match.route == RD_ROUTE_METRICS) {
-        rc = rd_store_queues_page(c->api->store, NULL, 0, RD_METRICS_MAX_QUEUES, on_queue_names,
-                                  c);
-    } else {
-        rd_queues_req_t q;
-        rd_field_errors_t errs = { .count = 0 };
-        if (rd_request_queues(c->req->query, c->req->query_len, &q, &errs) != RD_REQ_OK) {
-            respond_problem(c, RD_PROBLEM_VALIDATION_FAILED, "The query has invalid fields.",
-                            &errs, NULL);
-            return;
-        }
-        rc = rd_store_queues_page(c->api->store, q.cursor, q.cursor_len, q.limit, on_queue_names,
-                                  c);
-    }
-    if (rc != 0) respond_unavailable(c);
-}
-
-static void on_pinged(const rd_store_result_t *res, void *arg)
+static void on_pinged(const rd_store_head_t *res, void *arg)
 {
     call_t *c = arg;
     if (res->status != RD_STORE_OK) {
@@ -657,6 +563,13 @@ static void on_pinged(const rd_store_result_t *res, void *arg)
 
 /* ---------------------------------------------------------------- handlers */
 
+/* The one path of a store operation that could not start (Redis not ready:
+ * its callback never runs): 503, nothing was done. */
+static void started(call_t *c, int rc)
+{
+    if (rc != 0) respond_unavailable(c);
+}
+
 static void answer_parse_failure(call_t *c, rd_req_result_t r, const rd_field_errors_t *errs)
 {
     if (r == RD_REQ_MALFORMED)
@@ -667,126 +580,249 @@ static void answer_parse_failure(call_t *c, rd_req_result_t r, const rd_field_er
                         NULL);
 }
 
-/* Starts the store operation of a queue route; returns the store's rc, or 1
- * when it already answered (bad input). */
-static int dispatch(call_t *c)
+static rd_store_queue_t queue_of(const call_t *c)
 {
-    rd_api_t *api = c->api;
-    const rd_http_request_t *req = c->req;
-    rd_store_queue_t q = { c->match.queue, c->match.queue_len };
-    long long id = c->match.id;
-    rd_field_errors_t errs = { .count = 0 };
-    rd_req_result_t r;
-    int rc;
-
-    switch (c->match.route) {
-    case RD_ROUTE_ENQUEUE: {
-        rd_enqueue_req_t e;
-        r = rd_request_enqueue(req->body, req->body_len, &e, &errs);
-        if (r != RD_REQ_OK) break;
-        rc = rd_store_enqueue(api->store, q, e.payload, e.payload_len, e.max_retries,
-                              e.delay_ms, e.idempotency_key, on_enqueued, c);
-        rd_request_free(e.doc);
-        return rc;
-    }
-    case RD_ROUTE_LIST: {
-        rd_list_req_t l;
-        r = rd_request_list(req->query, req->query_len, &l, &errs);
-        if (r != RD_REQ_OK) break;
-        return rd_store_list(api->store, q, l.status, l.limit, l.cursor, l.error_contains,
-                             l.since_ms, l.until_ms, on_listed, c);
-    }
-    case RD_ROUTE_GET:
-        return rd_store_get(api->store, q, id, on_message, c);
-    case RD_ROUTE_CLAIM: {
-        rd_claim_req_t cl;
-        r = rd_request_claim(req->body, req->body_len, req->query, req->query_len,
-                             api->cfg->lease_ms, &cl, &errs);
-        if (r != RD_REQ_OK) break;
-        c->batch = cl.batch;
-        if (cl.nsettle > 0) {
-            c->nsettle = cl.nsettle;
-            c->settle_ids = rd_malloc(cl.nsettle * sizeof *c->settle_ids);
-            for (size_t i = 0; i < cl.nsettle; i++) c->settle_ids[i] = cl.settle[i].id;
-            c->lease_ms = cl.lease_ms;
-            c->wait_ms = cl.wait_ms;
-            c->count = cl.count;
-            rc = rd_store_settle_claim(api->store, q, cl.lease_ms, cl.count, cl.nsettle,
-                                       cl.settle, on_settle_claimed, c);
-            rd_request_free(cl.doc);
-            return rc;
-        }
-        rd_request_free(cl.doc);
-        if (cl.wait_ms > 0 && api->waiters) {
-            if (!rd_store_ready(api->store)) return -1;
-            rd_waiters_park(api->waiters, q, cl.lease_ms, cl.count, cl.wait_ms, c->ex,
-                            on_claimed, c);
-            return 0;
-        }
-        return rd_store_claim(api->store, q, cl.lease_ms, cl.count, on_claimed, c);
-    }
-    case RD_ROUTE_SUCCEED:
-    case RD_ROUTE_FAIL:
-    case RD_ROUTE_EXTEND: {
-        rd_settle_req_t s;
-        if (c->match.route == RD_ROUTE_SUCCEED)
-            r = rd_request_succeed(req->body, req->body_len, &s, &errs);
-        else if (c->match.route == RD_ROUTE_FAIL)
-            r = rd_request_fail(req->body, req->body_len, &s, &errs);
-        else
-            r = rd_request_extend(req->body, req->body_len, api->cfg->lease_ms, &s, &errs);
-        if (r != RD_REQ_OK) break;
-        if (c->match.route == RD_ROUTE_SUCCEED)
-            rc = rd_store_succeed(api->store, q, id, s.lease_token, on_message, c);
-        else if (c->match.route == RD_ROUTE_FAIL)
-            rc = rd_store_fail(api->store, q, id, s.lease_token, s.error, s.retryable,
-                               s.retry_after_ms, on_message, c);
-        else
-            rc = rd_store_extend(api->store, q, id, s.lease_token, s.lease_ms, on_message, c);
-        rd_request_free(s.doc);
-        return rc;
-    }
-    case RD_ROUTE_SUCCEED_MANY:
-        c->ack = rd_malloc(sizeof *c->ack);
-        r = rd_request_ack(req->body, req->body_len, c->ack, &errs);
-        if (r != RD_REQ_OK) break;
-        return rd_store_succeed_many(api->store, q, c->ack->count, c->ack->ids,
-                                     c->ack->tokens, on_acked, c);
-    case RD_ROUTE_KILL: {
-        rd_settle_req_t k;
-        r = rd_request_kill(req->body, req->body_len, &k, &errs);
-        if (r != RD_REQ_OK) break;
-        rc = rd_store_kill(api->store, q, id, k.error, on_message, c);
-        rd_request_free(k.doc);
-        return rc;
-    }
-    case RD_ROUTE_DELETE:
-        return rd_store_delete(api->store, q, id, on_deleted, c);
-    case RD_ROUTE_REPLAY_MANY:
-        r = rd_request_replay(req->body, req->body_len, &c->replay, &errs);
-        if (r != RD_REQ_OK) break;
-        return replay_next(c);
-    case RD_ROUTE_STATS: {
-        int top;
-        r = rd_request_stats(req->query, req->query_len, &top, &errs);
-        if (r != RD_REQ_OK) break;
-        return rd_store_stats(api->store, q, top, on_stats, c);
-    }
-    case RD_ROUTE_REPLAY:
-        r = rd_request_empty(req->body, req->body_len);
-        if (r != RD_REQ_OK) break;
-        return rd_store_replay(api->store, q, id, on_message, c);
-    default: {
-        rd_store_result_t bad = { .status = RD_STORE_ERROR };
-        respond_store_failure(c, &bad);
-        return 1;
-    }
-    }
-    answer_parse_failure(c, r, &errs);
-    return 1;
+    return (rd_store_queue_t){ c->match.queue, c->match.queue_len };
 }
 
-static void serve_ui(call_t *c)
+static void handle_healthz(call_t *c)
+{
+    rd_json_t *doc = rd_json_new_object();
+    rd_json_set_string(doc, "status", "ok");
+    respond_json(c, 200, doc, NULL);
+}
+
+static void handle_readyz(call_t *c)
+{
+    started(c, rd_store_ping(c->api->store, on_pinged, c));
+}
+
+static void handle_enqueue(call_t *c)
+{
+    rd_enqueue_req_t e;
+    rd_field_errors_t errs = { .count = 0 };
+    rd_req_result_t r = rd_request_enqueue(c->req->body, c->req->body_len, &e, &errs);
+    if (r != RD_REQ_OK) {
+        answer_parse_failure(c, r, &errs);
+        return;
+    }
+    int rc = rd_store_enqueue(c->api->store, queue_of(c), e.payload, e.payload_len,
+                              e.max_retries, e.delay_ms, e.idempotency_key, on_enqueued, c);
+    rd_request_free(e.doc);
+    started(c, rc);
+}
+
+static void handle_list(call_t *c)
+{
+    rd_list_req_t l;
+    rd_field_errors_t errs = { .count = 0 };
+    rd_req_result_t r = rd_request_list(c->req->query, c->req->query_len, &l, &errs);
+    if (r != RD_REQ_OK) {
+        answer_parse_failure(c, r, &errs);
+        return;
+    }
+    started(c, rd_store_list(c->api->store, queue_of(c), l.status, l.limit, l.cursor,
+                             l.error_contains, l.since_ms, l.until_ms, on_listed, c));
+}
+
+static void handle_get(call_t *c)
+{
+    started(c, rd_store_get(c->api->store, queue_of(c), c->match.id, on_message, c));
+}
+
+static void handle_claim(call_t *c)
+{
+    rd_api_t *api = c->api;
+    rd_store_queue_t q = queue_of(c);
+    rd_claim_req_t cl;
+    rd_field_errors_t errs = { .count = 0 };
+    rd_req_result_t r = rd_request_claim(c->req->body, c->req->body_len, c->req->query,
+                                         c->req->query_len, api->cfg->lease_ms, &cl, &errs);
+    if (r != RD_REQ_OK) {
+        answer_parse_failure(c, r, &errs);
+        return;
+    }
+    c->batch = cl.batch;
+    if (cl.nsettle > 0) {
+        c->nsettle = cl.nsettle;
+        c->settle_ids = rd_malloc(cl.nsettle * sizeof *c->settle_ids);
+        for (size_t i = 0; i < cl.nsettle; i++) c->settle_ids[i] = cl.settle[i].id;
+        c->lease_ms = cl.lease_ms;
+        c->wait_ms = cl.wait_ms;
+        c->count = cl.count;
+        int rc = rd_store_settle_claim(api->store, q, cl.lease_ms, cl.count, cl.nsettle,
+                                       cl.settle, on_settle_claimed, c);
+        rd_request_free(cl.doc);
+        started(c, rc);
+        return;
+    }
+    rd_request_free(cl.doc);
+    if (cl.wait_ms > 0 && api->waiters) {
+        if (!rd_store_ready(api->store)) {
+            started(c, -1);
+            return;
+        }
+        rd_waiters_park(api->waiters, q, cl.lease_ms, cl.count, cl.wait_ms, c->ex, on_claimed,
+                        c);
+        return;
+    }
+    started(c, rd_store_claim(api->store, q, cl.lease_ms, cl.count, on_claimed, c));
+}
+
+/* The transitions of one leased message answer "... needs a processing message". */
+static void leased_transition(call_t *c, const char *verb)
+{
+    c->verb = verb;
+    c->needs = "a processing";
+}
+
+static void handle_succeed(call_t *c)
+{
+    leased_transition(c, "succeed");
+    rd_settle_req_t s;
+    rd_field_errors_t errs = { .count = 0 };
+    rd_req_result_t r = rd_request_succeed(c->req->body, c->req->body_len, &s, &errs);
+    if (r != RD_REQ_OK) {
+        answer_parse_failure(c, r, &errs);
+        return;
+    }
+    int rc = rd_store_succeed(c->api->store, queue_of(c), c->match.id, s.lease_token,
+                              on_message, c);
+    rd_request_free(s.doc);
+    started(c, rc);
+}
+
+static void handle_fail(call_t *c)
+{
+    leased_transition(c, "fail");
+    rd_settle_req_t s;
+    rd_field_errors_t errs = { .count = 0 };
+    rd_req_result_t r = rd_request_fail(c->req->body, c->req->body_len, &s, &errs);
+    if (r != RD_REQ_OK) {
+        answer_parse_failure(c, r, &errs);
+        return;
+    }
+    int rc = rd_store_fail(c->api->store, queue_of(c), c->match.id, s.lease_token, s.error,
+                           s.retryable, s.retry_after_ms, on_message, c);
+    rd_request_free(s.doc);
+    started(c, rc);
+}
+
+static void handle_extend(call_t *c)
+{
+    leased_transition(c, "extend");
+    rd_settle_req_t s;
+    rd_field_errors_t errs = { .count = 0 };
+    rd_req_result_t r = rd_request_extend(c->req->body, c->req->body_len, c->api->cfg->lease_ms,
+                                          &s, &errs);
+    if (r != RD_REQ_OK) {
+        answer_parse_failure(c, r, &errs);
+        return;
+    }
+    int rc = rd_store_extend(c->api->store, queue_of(c), c->match.id, s.lease_token, s.lease_ms,
+                             on_message, c);
+    rd_request_free(s.doc);
+    started(c, rc);
+}
+
+static void handle_replay(call_t *c)
+{
+    c->verb = "replay";
+    c->needs = "a dead";
+    c->notify = true;
+    rd_req_result_t r = rd_request_empty(c->req->body, c->req->body_len);
+    if (r != RD_REQ_OK) {
+        answer_parse_failure(c, r, NULL);
+        return;
+    }
+    started(c, rd_store_replay(c->api->store, queue_of(c), c->match.id, on_message, c));
+}
+
+static void handle_kill(call_t *c)
+{
+    c->verb = "kill";
+    c->needs = "a pending or processing";
+    rd_settle_req_t k;
+    rd_field_errors_t errs = { .count = 0 };
+    rd_req_result_t r = rd_request_kill(c->req->body, c->req->body_len, &k, &errs);
+    if (r != RD_REQ_OK) {
+        answer_parse_failure(c, r, &errs);
+        return;
+    }
+    int rc = rd_store_kill(c->api->store, queue_of(c), c->match.id, k.error, on_message, c);
+    rd_request_free(k.doc);
+    started(c, rc);
+}
+
+static void handle_delete(call_t *c)
+{
+    c->verb = "delete";
+    c->needs = "a non-processing";
+    started(c, rd_store_delete(c->api->store, queue_of(c), c->match.id, on_deleted, c));
+}
+
+static void handle_succeed_many(call_t *c)
+{
+    rd_field_errors_t errs = { .count = 0 };
+    c->ack = rd_malloc(sizeof *c->ack);
+    rd_req_result_t r = rd_request_ack(c->req->body, c->req->body_len, c->ack, &errs);
+    if (r != RD_REQ_OK) {
+        answer_parse_failure(c, r, &errs);
+        return;
+    }
+    started(c, rd_store_succeed_many(c->api->store, queue_of(c), c->ack->count, c->ack->ids,
+                                     c->ack->tokens, on_acked, c));
+}
+
+static void handle_replay_many(call_t *c)
+{
+    rd_field_errors_t errs = { .count = 0 };
+    rd_req_result_t r = rd_request_replay(c->req->body, c->req->body_len, &c->replay, &errs);
+    if (r != RD_REQ_OK) {
+        answer_parse_failure(c, r, &errs);
+        return;
+    }
+    started(c, rd_store_replay_all(c->api->store, queue_of(c), c->replay.mode, c->replay.ids,
+                                   c->replay.count, c->replay.needle, client_not_gone,
+                                   on_replayed_all, c));
+}
+
+static void handle_stats(call_t *c)
+{
+    int top;
+    rd_field_errors_t errs = { .count = 0 };
+    rd_req_result_t r = rd_request_stats(c->req->query, c->req->query_len, &top, &errs);
+    if (r != RD_REQ_OK) {
+        answer_parse_failure(c, r, &errs);
+        return;
+    }
+    started(c, rd_store_stats(c->api->store, queue_of(c), top, on_stats, c));
+}
+
+/* GET /queues: a page of the registry, each queue's counts. */
+static void handle_queues(call_t *c)
+{
+    rd_queues_req_t q;
+    rd_field_errors_t errs = { .count = 0 };
+    if (rd_request_queues(c->req->query, c->req->query_len, &q, &errs) != RD_REQ_OK) {
+        respond_problem(c, RD_PROBLEM_VALIDATION_FAILED, "The query has invalid fields.", &errs,
+                        NULL);
+        return;
+    }
+    started(c, rd_store_queues_stats(c->api->store, q.cursor, q.cursor_len, q.limit,
+                                     on_queues, c));
+}
+
+/* GET /metrics: the first RD_METRICS_MAX_QUEUES queues. */
+static void handle_metrics(call_t *c)
+{
+    c->metrics = true;
+    started(c, rd_store_queues_stats(c->api->store, NULL, 0, RD_METRICS_MAX_QUEUES,
+                                     on_queues, c));
+}
+
+/* The console's files are public: the page asks for the token itself. */
+static void handle_ui(call_t *c)
 {
     const rd_http_request_t *req = c->req;
     if (req->path_len == 3) {
@@ -806,6 +842,32 @@ static void serve_ui(call_t *c)
     call_free(c);
 }
 
+/* ---------------------------------------------------------------- the table */
+
+/* Every route: a new one is a row here and its handler above. First match
+ * wins; HEAD takes the GET rows. */
+const rd_route_t rd_api_routes[] = {
+    { RD_HTTP_GET, "/healthz", handle_healthz, RD_ROUTE_PUBLIC },
+    { RD_HTTP_GET, "/readyz", handle_readyz, 0 },
+    { RD_HTTP_POST, "/queues/{q}/messages", handle_enqueue, 0 },
+    { RD_HTTP_GET, "/queues/{q}/messages", handle_list, 0 },
+    { RD_HTTP_GET, "/queues/{q}/messages/{id}", handle_get, 0 },
+    { RD_HTTP_POST, "/queues/{q}/claim", handle_claim, 0 },
+    { RD_HTTP_POST, "/queues/{q}/messages/{id}/succeed", handle_succeed, 0 },
+    { RD_HTTP_POST, "/queues/{q}/messages/{id}/fail", handle_fail, 0 },
+    { RD_HTTP_POST, "/queues/{q}/messages/{id}/replay", handle_replay, 0 },
+    { RD_HTTP_POST, "/queues/{q}/messages/{id}/extend", handle_extend, 0 },
+    { RD_HTTP_POST, "/queues/{q}/succeed", handle_succeed_many, 0 },
+    { RD_HTTP_POST, "/queues/{q}/messages/{id}/kill", handle_kill, 0 },
+    { RD_HTTP_DELETE, "/queues/{q}/messages/{id}", handle_delete, 0 },
+    { RD_HTTP_POST, "/queues/{q}/replay", handle_replay_many, 0 },
+    { RD_HTTP_GET, "/queues", handle_queues, 0 },
+    { RD_HTTP_GET, "/queues/{q}/stats", handle_stats, 0 },
+    { RD_HTTP_GET, "/metrics", handle_metrics, 0 },
+    { RD_HTTP_GET, "/ui", handle_ui, RD_ROUTE_PUBLIC | RD_ROUTE_PREFIX },
+};
+const size_t rd_api_route_count = sizeof rd_api_routes / sizeof rd_api_routes[0];
+
 void rd_api_handle(rd_http_exchange_t *ex, const rd_http_request_t *req, void *ctx)
 {
     call_t *c = rd_calloc(1, sizeof *c);
@@ -813,13 +875,12 @@ void rd_api_handle(rd_http_exchange_t *ex, const rd_http_request_t *req, void *c
     c->ex = ex;
     c->req = req;
 
-    rd_route_outcome_t outcome = rd_router_match(req->method, req->path, req->path_len,
-                                                 &c->match);
+    rd_route_outcome_t outcome = rd_router_match(rd_api_routes, rd_api_route_count, req->method,
+                                                 req->path, req->path_len, &c->match);
     /* Auth comes before any routing answer, so that without the token not
-     * even the shape of the API shows; /healthz and the console's files stay
-     * public. */
-    bool public_route = outcome == RD_ROUTE_MATCHED && (c->match.route == RD_ROUTE_HEALTHZ ||
-                                                        c->match.route == RD_ROUTE_UI);
+     * even the shape of the API shows; the public rows (/healthz and the
+     * console's files) need none. */
+    bool public_route = outcome == RD_ROUTE_MATCHED && (c->match.route->flags & RD_ROUTE_PUBLIC);
     if (!public_route && !rd_auth_check(c->api->auth_token, req->authorization)) {
         respond_problem(c, RD_PROBLEM_UNAUTHORIZED,
                         req->authorization ? "The bearer token is wrong."
@@ -847,37 +908,16 @@ void rd_api_handle(rd_http_exchange_t *ex, const rd_http_request_t *req, void *c
         break;
     }
 
-    /* The console's files are public: the page asks for the token itself. */
-    if (c->match.route == RD_ROUTE_UI) {
-        serve_ui(c);
-        return;
+    /* Every {q} route: the queue name is checked before its handler runs. */
+    if (c->match.queue) {
+        rd_field_errors_t errs = { .count = 0 };
+        if (!c->match.queue_decoded)
+            rd_field_errors_add(&errs, "queue", "invalid", "queue has a broken percent-escape.");
+        if (errs.count > 0 || !rd_request_queue_name(c->match.queue, c->match.queue_len, &errs)) {
+            respond_problem(c, RD_PROBLEM_VALIDATION_FAILED, "The queue name is invalid.", &errs,
+                            NULL);
+            return;
+        }
     }
-    if (c->match.route == RD_ROUTE_HEALTHZ) {
-        rd_json_t *doc = rd_json_new_object();
-        rd_json_set_string(doc, "status", "ok");
-        respond_json(c, 200, doc, NULL);
-        return;
-    }
-    if (c->match.route == RD_ROUTE_READYZ) {
-        if (rd_store_ping(c->api->store, on_pinged, c) != 0) respond_unavailable(c);
-        return;
-    }
-    if (c->match.route == RD_ROUTE_QUEUES || c->match.route == RD_ROUTE_METRICS) {
-        list_queues(c);
-        return;
-    }
-
-    rd_field_errors_t errs = { .count = 0 };
-    if (!c->match.queue_decoded) {
-        rd_field_errors_add(&errs, "queue", "invalid", "queue has a broken percent-escape.");
-        respond_problem(c, RD_PROBLEM_VALIDATION_FAILED, "The queue name is invalid.", &errs,
-                        NULL);
-        return;
-    }
-    if (!rd_request_queue_name(c->match.queue, c->match.queue_len, &errs)) {
-        respond_problem(c, RD_PROBLEM_VALIDATION_FAILED, "The queue name is invalid.", &errs,
-                        NULL);
-        return;
-    }
-    if (dispatch(c) < 0) respond_unavailable(c);
+    c->match.route->handler(c);
 }

@@ -1,51 +1,16 @@
 /* config.c - flags and RETRYD_* environment variables. */
 #include "retryd/config.h"
 
+#include <assert.h>
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define USAGE \
-    "usage: retryd [options]   (each option is also RETRYD_<NAME>, e.g. RETRYD_LISTEN)\n" \
-    "  --listen HOST:PORT        HTTP address (127.0.0.1:8080)\n" \
-    "  --redis URL               redis://[[user]:password@]host:port[/db] (redis://127.0.0.1:6379)\n" \
-    "  --redis-cluster SEEDS     host:port[,host:port...] of a Redis Cluster; credentials\n" \
-    "                            still come from --redis (docs/cluster.md)\n" \
-    "  --redis-timeout-ms N      a Redis command older than this drops the link (5000)\n" \
-    "  --prefix NAME             key prefix (retryd)\n" \
-    "  --tick-ms N               longest sleep of the promotion timer (250)\n" \
-    "  --lease-seconds N         default lease of a claim, 1-43200 (30)\n" \
-    "  --max-body BYTES          largest request body (1048576)\n" \
-    "  --idle-timeout DURATION   close a connection without a complete request for this\n" \
-    "                            long: idle keep-alive and slow senders (60s)\n" \
-    "  --max-connections N       open HTTP connections at most (4096)\n" \
-    "  --dead-ttl DURATION       keep dead letters this long, 0 forever (30d)\n" \
-    "  --succeeded-ttl DURATION  keep succeeded messages this long, 0 forever (1h)\n" \
-    "  --log-level LEVEL         debug, info, warn or error (info)\n" \
-    "  --auth-token-file PATH    require 'Authorization: Bearer <token>' on every route\n" \
-    "                            but /healthz; the token is the file's first line\n"
-
-void rd_config_defaults(rd_config_t *cfg)
-{
-    memset(cfg, 0, sizeof *cfg);
-    snprintf(cfg->listen_host, sizeof cfg->listen_host, "127.0.0.1");
-    cfg->listen_port = 8080;
-    snprintf(cfg->redis_host, sizeof cfg->redis_host, "127.0.0.1");
-    cfg->redis_port = 6379;
-    cfg->redis_timeout_ms = 5000;
-    snprintf(cfg->prefix, sizeof cfg->prefix, "retryd");
-    cfg->tick_ms = 250;
-    cfg->lease_ms = 30 * 1000;
-    cfg->max_body_bytes = 1048576;
-    cfg->idle_timeout_ms = 60 * 1000;
-    cfg->max_connections = 4096;
-    cfg->dead_ttl_ms = 30LL * 86400 * 1000;
-    cfg->succeeded_ttl_ms = 3600LL * 1000;
-    cfg->log_level = RD_LOG_INFO;
-}
+#include "retryd/limits.h"
 
 long long rd_parse_duration_ms(const char *s)
 {
@@ -154,75 +119,196 @@ static int parse_listen(rd_config_t *cfg, const char *v)
     return 0;
 }
 
-/* Applies one setting; returns 0, or -1 when the value is bad or the name unknown. */
-static int apply(rd_config_t *cfg, const char *name, const char *v)
+/* ---------------------------------------------------------------- the flags */
+
+/* Each setter applies one flag's value; 0, or -1 when the value is bad. */
+
+/* An integer in min..max into *out. */
+static int set_int(const char *v, long long min, long long max, int *out)
 {
     long long n;
-    if (strcmp(name, "listen") == 0) return parse_listen(cfg, v);
-    if (strcmp(name, "redis") == 0) return rd_config_parse_redis_url(cfg, v);
-    if (strcmp(name, "redis-cluster") == 0) {
-        if (*v == '\0' || strchr(v, ':') == NULL) return -1;
-        return copy_bounded(cfg->redis_cluster, sizeof cfg->redis_cluster, v, strlen(v));
-    }
-    if (strcmp(name, "prefix") == 0) {
-        if (*v == '\0' || strpbrk(v, "{}") != NULL) return -1;
-        return copy_bounded(cfg->prefix, sizeof cfg->prefix, v, strlen(v));
-    }
-    if (strcmp(name, "redis-timeout-ms") == 0) {
-        if (parse_int(v, 100, 600000, &n)) return -1;
-        cfg->redis_timeout_ms = (int)n;
-        return 0;
-    }
-    if (strcmp(name, "tick-ms") == 0) {
-        if (parse_int(v, 1, 60000, &n)) return -1;
-        cfg->tick_ms = (int)n;
-        return 0;
-    }
-    if (strcmp(name, "lease-seconds") == 0) {
-        if (parse_int(v, 1, 43200, &n)) return -1;
-        cfg->lease_ms = n * 1000;
-        return 0;
-    }
-    if (strcmp(name, "max-body") == 0) {
-        if (parse_int(v, 1024, 1LL << 30, &n)) return -1;
-        cfg->max_body_bytes = (size_t)n;
-        return 0;
-    }
-    if (strcmp(name, "idle-timeout") == 0) {
-        long long ms = rd_parse_duration_ms(v);
-        if (ms < 1000) return -1;
-        cfg->idle_timeout_ms = ms;
-        return 0;
-    }
-    if (strcmp(name, "max-connections") == 0) {
-        if (parse_int(v, 1, 1000000, &n)) return -1;
-        cfg->max_connections = (int)n;
-        return 0;
-    }
-    if (strcmp(name, "dead-ttl") == 0 || strcmp(name, "succeeded-ttl") == 0) {
-        long long ms = rd_parse_duration_ms(v);
-        if (ms < 0) return -1;
-        if (name[0] == 'd') cfg->dead_ttl_ms = ms;
-        else cfg->succeeded_ttl_ms = ms;
-        return 0;
-    }
-    if (strcmp(name, "log-level") == 0) return rd_log_parse_level(v, &cfg->log_level);
-    if (strcmp(name, "auth-token-file") == 0)
-        return copy_bounded(cfg->auth_token_file, sizeof cfg->auth_token_file, v, strlen(v));
-    return -1;
+    if (parse_int(v, min, max, &n)) return -1;
+    *out = (int)n;
+    return 0;
 }
 
-static const char *const names[] = { "listen", "redis", "redis-cluster", "redis-timeout-ms", "prefix",
-                                     "tick-ms", "lease-seconds", "max-body", "dead-ttl",
-                                     "succeeded-ttl", "log-level", "auth-token-file",
-                                     "idle-timeout", "max-connections" };
+/* A duration of at least min_ms into *out_ms. */
+static int set_duration(const char *v, long long min_ms, long long *out_ms)
+{
+    long long ms = rd_parse_duration_ms(v);
+    if (ms < min_ms) return -1;
+    *out_ms = ms;
+    return 0;
+}
+
+static int set_listen(rd_config_t *cfg, const char *v)
+{
+    return parse_listen(cfg, v);
+}
+
+static int set_redis(rd_config_t *cfg, const char *v)
+{
+    return rd_config_parse_redis_url(cfg, v);
+}
+
+static int set_redis_cluster(rd_config_t *cfg, const char *v)
+{
+    if (*v == '\0' || strchr(v, ':') == NULL) return -1;
+    return copy_bounded(cfg->redis_cluster, sizeof cfg->redis_cluster, v, strlen(v));
+}
+
+static int set_redis_timeout_ms(rd_config_t *cfg, const char *v)
+{
+    return set_int(v, 100, 600000, &cfg->redis_timeout_ms);
+}
+
+static int set_prefix(rd_config_t *cfg, const char *v)
+{
+    if (*v == '\0' || strpbrk(v, "{}") != NULL) return -1;
+    return copy_bounded(cfg->prefix, sizeof cfg->prefix, v, strlen(v));
+}
+
+static int set_tick_ms(rd_config_t *cfg, const char *v)
+{
+    return set_int(v, 1, 60000, &cfg->tick_ms);
+}
+
+static int set_lease_seconds(rd_config_t *cfg, const char *v)
+{
+    long long n;
+    if (parse_int(v, 1, RD_LEASE_SECONDS_MAX, &n)) return -1;
+    cfg->lease_ms = n * 1000;
+    return 0;
+}
+
+static int set_max_body(rd_config_t *cfg, const char *v)
+{
+    long long n;
+    if (parse_int(v, 1024, 1LL << 30, &n)) return -1;
+    cfg->max_body_bytes = (size_t)n;
+    return 0;
+}
+
+static int set_idle_timeout(rd_config_t *cfg, const char *v)
+{
+    return set_duration(v, 1000, &cfg->idle_timeout_ms);
+}
+
+static int set_max_connections(rd_config_t *cfg, const char *v)
+{
+    return set_int(v, 1, 1000000, &cfg->max_connections);
+}
+
+static int set_dead_ttl(rd_config_t *cfg, const char *v)
+{
+    return set_duration(v, 0, &cfg->dead_ttl_ms);
+}
+
+static int set_succeeded_ttl(rd_config_t *cfg, const char *v)
+{
+    return set_duration(v, 0, &cfg->succeeded_ttl_ms);
+}
+
+static int set_log_level(rd_config_t *cfg, const char *v)
+{
+    return rd_log_parse_level(v, &cfg->log_level);
+}
+
+static int set_auth_token_file(rd_config_t *cfg, const char *v)
+{
+    return copy_bounded(cfg->auth_token_file, sizeof cfg->auth_token_file, v, strlen(v));
+}
+
+/* Every flag, in --help order: a new flag is its rd_config_t field, a setter
+ * above and a row here. --NAME and RETRYD_<NAME> both set it; the default
+ * goes through the setter too (rd_config_defaults) and --help shows it in
+ * parentheses. */
+static const struct flag {
+    const char *name;
+    const char *arg;            /* the value's placeholder in --help */
+    const char *help;           /* "\n" continues on the next line */
+    const char *fallback;       /* the default, as a value; NULL: none */
+    int (*set)(rd_config_t *cfg, const char *v);
+    bool secret;                /* a URL that may hold a password: masked in errors */
+} flags[] = {
+    { "listen", "HOST:PORT", "HTTP address", "127.0.0.1:8080", set_listen, false },
+    { "redis", "URL", "redis://[[user]:password@]host:port[/db]", "redis://127.0.0.1:6379",
+      set_redis, true },
+    { "redis-cluster", "SEEDS",
+      "host:port[,host:port...] of a Redis Cluster; credentials\n"
+      "still come from --redis (docs/cluster.md)", NULL, set_redis_cluster, true },
+    { "redis-timeout-ms", "N", "a Redis command older than this drops the link", "5000",
+      set_redis_timeout_ms, false },
+    { "prefix", "NAME", "key prefix", "retryd", set_prefix, false },
+    { "tick-ms", "N", "longest sleep of the promotion timer", "250", set_tick_ms, false },
+    { "lease-seconds", "N",
+      "default lease of a claim, 1-" RD_LIMIT_STR(RD_LEASE_SECONDS_MAX), "30",
+      set_lease_seconds, false },
+    { "max-body", "BYTES", "largest request body", "1048576", set_max_body, false },
+    { "idle-timeout", "DURATION",
+      "close a connection without a complete request for this\n"
+      "long: idle keep-alive and slow senders", "60s", set_idle_timeout, false },
+    { "max-connections", "N", "open HTTP connections at most", "4096", set_max_connections,
+      false },
+    { "dead-ttl", "DURATION", "keep dead letters this long, 0 forever", "30d", set_dead_ttl,
+      false },
+    { "succeeded-ttl", "DURATION", "keep succeeded messages this long, 0 forever", "1h",
+      set_succeeded_ttl, false },
+    { "log-level", "LEVEL", "debug, info, warn or error", "info", set_log_level, false },
+    { "auth-token-file", "PATH",
+      "require 'Authorization: Bearer <token>' on every route\n"
+      "but /healthz; the token is the file's first line", NULL, set_auth_token_file, false },
+};
+
+enum { NFLAGS = sizeof flags / sizeof flags[0], HELP_COLUMN = 28 };
+
+static const struct flag *find_flag(const char *name)
+{
+    for (size_t i = 0; i < NFLAGS; i++)
+        if (strcmp(flags[i].name, name) == 0) return &flags[i];
+    return NULL;
+}
+
+/* --help, built from the table once. */
+static const char *usage(void)
+{
+    static char text[4096];
+    if (text[0]) return text;
+    size_t n = (size_t)snprintf(text, sizeof text, "usage: retryd [options]   (each option is "
+                                "also RETRYD_<NAME>, e.g. RETRYD_LISTEN)\n");
+    for (size_t i = 0; i < NFLAGS && n < sizeof text; i++) {
+        const struct flag *f = &flags[i];
+        int used = snprintf(text + n, sizeof text - n, "  --%s %s", f->name, f->arg);
+        n += (size_t)used;
+        n += (size_t)snprintf(text + n, sizeof text - n, "%*s", used < HELP_COLUMN ?
+                              HELP_COLUMN - used : 1, "");
+        for (const char *h = f->help; *h && n + 1 < sizeof text; h++) {
+            text[n++] = *h;
+            if (*h == '\n') n += (size_t)snprintf(text + n, sizeof text - n, "%*s", HELP_COLUMN, "");
+        }
+        text[n] = '\0';
+        if (f->fallback) n += (size_t)snprintf(text + n, sizeof text - n, " (%s)", f->fallback);
+        n += (size_t)snprintf(text + n, sizeof text - n, "\n");
+    }
+    return text;
+}
+
+void rd_config_defaults(rd_config_t *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    for (size_t i = 0; i < NFLAGS; i++) {
+        int rc = flags[i].fallback ? flags[i].set(cfg, flags[i].fallback) : 0;
+        assert(rc == 0);  /* a default its own setter refuses is a bug in the table */
+        (void)rc;
+    }
+}
 
 /* A bad value as the error shows it: URLs (which may hold a password) masked. */
 enum { SHOWN_MAX = 512 };
 
-static void show_value(const char *name, const char *v, char *out, size_t cap)
+static void show_value(const struct flag *f, const char *v, char *out, size_t cap)
 {
-    if (strcmp(name, "redis") == 0 || strcmp(name, "redis-cluster") == 0)
+    if (f && f->secret)
         rd_config_mask_url(v, out, cap);
     else
         snprintf(out, cap, "%s", v);
@@ -230,16 +316,16 @@ static void show_value(const char *name, const char *v, char *out, size_t cap)
 
 int rd_config_load(rd_config_t *cfg, int argc, char **argv, char *err, size_t err_len)
 {
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    for (size_t i = 0; i < NFLAGS; i++) {
         char env[64] = "RETRYD_";
         size_t j = strlen(env);
-        for (const char *c = names[i]; *c && j < sizeof env - 1; c++)
+        for (const char *c = flags[i].name; *c && j < sizeof env - 1; c++)
             env[j++] = *c == '-' ? '_' : (char)toupper((unsigned char)*c);
         env[j] = '\0';
         const char *v = getenv(env);
-        if (v && apply(cfg, names[i], v) != 0) {
+        if (v && flags[i].set(cfg, v) != 0) {
             char shown[SHOWN_MAX];
-            show_value(names[i], v, shown, sizeof shown);
+            show_value(&flags[i], v, shown, sizeof shown);
             snprintf(err, err_len, "bad value for %s: '%s'", env, shown);
             return -1;
         }
@@ -247,11 +333,11 @@ int rd_config_load(rd_config_t *cfg, int argc, char **argv, char *err, size_t er
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            snprintf(err, err_len, "%s", USAGE);
+            snprintf(err, err_len, "%s", usage());
             return 1;
         }
         if (strncmp(arg, "--", 2) != 0) {
-            snprintf(err, err_len, "unexpected argument '%s'\n%s", arg, USAGE);
+            snprintf(err, err_len, "unexpected argument '%s'\n%s", arg, usage());
             return -1;
         }
         char name[64];
@@ -268,10 +354,11 @@ int rd_config_load(rd_config_t *cfg, int argc, char **argv, char *err, size_t er
             }
             value = argv[++i];
         }
-        if (apply(cfg, name, value) != 0) {
+        const struct flag *f = find_flag(name);
+        if (f == NULL || f->set(cfg, value) != 0) {
             char shown[SHOWN_MAX];
-            show_value(name, value, shown, sizeof shown);
-            snprintf(err, err_len, "bad option --%s '%s'\n%s", name, shown, USAGE);
+            show_value(f, value, shown, sizeof shown);
+            snprintf(err, err_len, "bad option --%s '%s'\n%s", name, shown, usage());
             return -1;
         }
         continue;

@@ -337,22 +337,6 @@ static int conn_send(rd_http_conn_t *c, int status, const char *content_type,
     return conn_write(c, w, total);
 }
 
-static void json_escape(rd_buf_t *b, const char *s, size_t len)
-{
-    for (size_t i = 0; i < len; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        if (ch == '"' || ch == '\\') {
-            char esc[2] = { '\\', (char)ch };
-            rd_buf_append(b, esc, 2);
-        } else if (ch < 0x20 || ch >= 0x7f) {
-            /* The path should be ASCII; anything else is shown, not trusted as UTF-8. */
-            rd_buf_printf(b, "\\u%04x", ch);
-        } else {
-            rd_buf_append(b, &s[i], 1);
-        }
-    }
-}
-
 /* ------------------------------------------------------------------ */
 /* Connection shutdown                                                */
 /* ------------------------------------------------------------------ */
@@ -449,8 +433,8 @@ static void conn_end(rd_http_conn_t *c, bool linger)
     list_push(&c->server->idle, c);
 }
 
-static void conn_fail(rd_http_conn_t *c, int status, const char *slug, const char *title,
-                      const char *detail)
+/* Answers a request the parser refused, then ends the connection. */
+static void conn_fail(rd_http_conn_t *c, rd_problem_t p, const char *detail)
 {
     size_t url_len = c->path_len ? c->path_len : c->url.len;
     if (!c->path_len && c->url.data) {
@@ -459,17 +443,12 @@ static void conn_fail(rd_http_conn_t *c, int status, const char *slug, const cha
     }
     if (url_len > RD_HTTP_MAX_INSTANCE_BYTES) url_len = RD_HTTP_MAX_INSTANCE_BYTES;
 
-    rd_buf_t b = RD_BUF_INIT;
-    rd_buf_printf(&b, "{\"type\":\"/problems/%s\",\"title\":\"%s\",\"status\":%d,\"detail\":\"",
-                  slug, title, status);
-    json_escape(&b, detail, strlen(detail));
-    rd_buf_puts(&b, "\",\"instance\":\"");
-    json_escape(&b, c->url.data ? c->url.data : "", url_len);
-    rd_buf_puts(&b, "\"}");
-    rd_debug("http: %d %s", status, detail);
-    int r = conn_send(c, status, "application/problem+json", NULL, b.data, b.len, false, false,
-                      NULL, NULL);
-    rd_buf_free(&b);
+    size_t len;
+    char *body = rd_problem_body(p, detail, c->url.data ? c->url.data : "", url_len, NULL, &len);
+    rd_debug("http: %d %s", rd_problem_status(p), detail);
+    int r = conn_send(c, rd_problem_status(p), "application/problem+json", NULL, body, len, false,
+                      false, NULL, NULL);
+    rd_free(body);
     if (r == 0) conn_end(c, true);
 }
 
@@ -480,32 +459,32 @@ static void conn_fail_parse(rd_http_conn_t *c, llhttp_errno_t err)
     case 413:
         snprintf(detail, sizeof detail, "request body exceeds %zu bytes",
                  c->server->max_body_bytes);
-        conn_fail(c, 413, "payload-too-large", "Payload Too Large", detail);
+        conn_fail(c, RD_PROBLEM_PAYLOAD_TOO_LARGE, detail);
         return;
     case 431:
         snprintf(detail, sizeof detail, "request line and headers exceed %d bytes",
                  RD_HTTP_MAX_HEAD_BYTES);
-        conn_fail(c, 431, "request-header-too-large", "Request Header Fields Too Large", detail);
+        conn_fail(c, RD_PROBLEM_HEADERS_TOO_LARGE, detail);
         return;
     case 417:
-        conn_fail(c, 417, "expectation-failed", "Expectation Failed",
+        conn_fail(c, RD_PROBLEM_EXPECTATION_FAILED,
                   "only the 100-continue expectation is supported");
         return;
     case 501:
-        conn_fail(c, 501, "not-implemented", "Not Implemented",
+        conn_fail(c, RD_PROBLEM_NOT_IMPLEMENTED,
                   "only the chunked transfer coding is supported");
         return;
     default:
         break;
     }
     if (err == HPE_INVALID_TRANSFER_ENCODING) {
-        conn_fail(c, 501, "not-implemented", "Not Implemented",
+        conn_fail(c, RD_PROBLEM_NOT_IMPLEMENTED,
                   "only the chunked transfer coding is supported");
         return;
     }
     snprintf(detail, sizeof detail, "the request could not be parsed: %s",
              llhttp_get_error_reason(&c->parser));
-    conn_fail(c, 400, "malformed-request", "Malformed Request", detail);
+    conn_fail(c, RD_PROBLEM_MALFORMED_REQUEST, detail);
 }
 
 /* ------------------------------------------------------------------ */
@@ -837,6 +816,7 @@ static void conn_resume(rd_http_conn_t *c)
  * says the client is truly gone. */
 static void conn_peer_eof(rd_http_conn_t *c)
 {
+    rd_debug("http: client closed its sending side");
     c->peer_eof = true;
     stop_reading(c);
     if (suspended(c)) return;  /* rd_http_respond, or the drained write, goes on */
@@ -915,6 +895,17 @@ void rd_http_respond(rd_http_exchange_t *ex, int status, const char *content_typ
     if (!c->in_dispatch && !c->write_blocked) conn_resume(c);
 }
 
+void rd_http_respond_problem(rd_http_exchange_t *ex, rd_problem_t p, const char *detail,
+                             const rd_field_errors_t *errs, const char *extra_headers)
+{
+    const rd_http_request_t *req = &ex->conn->req;
+    size_t len;
+    char *body = rd_problem_body(p, detail, req->path, req->path_len, errs, &len);
+    rd_http_respond(ex, rd_problem_status(p), "application/problem+json", extra_headers, body,
+                    len);
+    rd_free(body);
+}
+
 void rd_http_on_delivery(rd_http_exchange_t *ex, rd_http_delivery_fn cb, void *arg)
 {
     rd_http_conn_t *c = ex->conn;
@@ -926,6 +917,11 @@ void rd_http_on_delivery(rd_http_exchange_t *ex, rd_http_delivery_fn cb, void *a
 bool rd_http_exchange_client_alive(const rd_http_exchange_t *ex)
 {
     return !ex->conn->client_gone && !ex->conn->peer_eof;
+}
+
+bool rd_http_exchange_client_gone(const rd_http_exchange_t *ex)
+{
+    return ex->conn->client_gone;
 }
 
 /* ------------------------------------------------------------------ */

@@ -29,6 +29,12 @@ void rd_keys_queue_base(rd_buf_t *out, const char *prefix, const char *queue, si
     rd_buf_puts(out, "}");
 }
 
+void rd_keys_wake(rd_buf_t *out, const char *prefix, const char *queue, size_t len)
+{
+    rd_keys_queue_base(out, prefix, queue, len);
+    rd_buf_puts(out, ":wake");
+}
+
 void rd_keys_message(rd_buf_t *out, const char *base, size_t base_len, long long id)
 {
     rd_buf_append(out, base, base_len);

@@ -122,39 +122,47 @@ void rd_format_time_ms(long long epoch_ms, char *out)
     *p = '\0';
 }
 
-static void set_time(rd_json_t *obj, const char *name, long long ms)
+static void put_time(rd_jsonw_t *w, const char *name, long long ms)
 {
+    rd_jsonw_key(w, name);
     if (ms < 0) {
-        rd_json_set_null(obj, name);
+        rd_jsonw_null(w);
         return;
     }
     char ts[32];
     rd_format_time_ms(ms, ts);
-    rd_json_set_string(obj, name, ts);
+    rd_jsonw_plain_string(w, ts, strlen(ts));
 }
 
-static void set_optional_string(rd_json_t *obj, const char *name, rd_str_t s)
+static void put_optional_string(rd_jsonw_t *w, const char *name, rd_str_t s)
 {
-    if (s.ptr) rd_json_set_stringn(obj, name, s.ptr, s.len);
-    else rd_json_set_null(obj, name);
+    rd_jsonw_key(w, name);
+    if (s.ptr) rd_jsonw_stringn(w, s.ptr, s.len);
+    else rd_jsonw_null(w);
 }
 
-rd_json_t *rd_message_to_json(const rd_message_t *m, const char *queue, size_t queue_len,
-                              bool with_token)
+void rd_message_write_json(rd_jsonw_t *w, const rd_message_t *m, const char *queue,
+                           size_t queue_len, bool with_token)
 {
-    rd_json_t *o = rd_json_new_object();
-    rd_json_set_int(o, "id", m->id);
-    rd_json_set_stringn(o, "queue", queue, queue_len);
-    rd_json_set_stringn(o, "payload", m->payload.ptr ? m->payload.ptr : "", m->payload.len);
-    rd_json_set_string(o, "status", rd_status_name(m->status));
-    rd_json_set_int(o, "retry_count", m->retry_count);
-    rd_json_set_int(o, "max_retries", m->max_retries);
-    set_time(o, "retry_after", m->retry_after_ms);
-    set_optional_string(o, "last_error", m->last_error);
-    set_time(o, "lease_expires_at", m->lease_expires_at_ms);
-    if (with_token) set_optional_string(o, "lease_token", m->lease_token);
-    if (m->idempotency_key.ptr) set_optional_string(o, "idempotency_key", m->idempotency_key);
-    set_time(o, "created_at", m->created_at_ms);
-    set_time(o, "updated_at", m->updated_at_ms);
-    return o;
+    rd_jsonw_object_open(w);
+    rd_jsonw_key(w, "id");
+    rd_jsonw_int(w, m->id);
+    rd_jsonw_key(w, "queue");
+    rd_jsonw_stringn(w, queue, queue_len);
+    rd_jsonw_key(w, "payload");
+    rd_jsonw_stringn(w, m->payload.ptr ? m->payload.ptr : "", m->payload.len);
+    rd_jsonw_key(w, "status");
+    rd_jsonw_string(w, rd_status_name(m->status));
+    rd_jsonw_key(w, "retry_count");
+    rd_jsonw_int(w, m->retry_count);
+    rd_jsonw_key(w, "max_retries");
+    rd_jsonw_int(w, m->max_retries);
+    put_time(w, "retry_after", m->retry_after_ms);
+    put_optional_string(w, "last_error", m->last_error);
+    put_time(w, "lease_expires_at", m->lease_expires_at_ms);
+    if (with_token) put_optional_string(w, "lease_token", m->lease_token);
+    if (m->idempotency_key.ptr) put_optional_string(w, "idempotency_key", m->idempotency_key);
+    put_time(w, "created_at", m->created_at_ms);
+    put_time(w, "updated_at", m->updated_at_ms);
+    rd_jsonw_object_close(w);
 }

@@ -1,7 +1,6 @@
 /* metrics.c - histograms and the Prometheus text exposition. */
 #include "retryd/metrics.h"
 
-#include "retryd/store.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -52,9 +51,8 @@ void rd_metrics_from_stats(rd_queue_metrics_t *m, const rd_queue_stats_t *st)
     m->dead_last_24h = st->dead_last_24h;
     for (size_t i = 0; i + 1 < st->totals_len; i += 2) {
         const rd_str_t *k = &st->totals[i], *v = &st->totals[i + 1];
-#define COUNTER(f) if (pair_is(k, #f)) { m->f = to_ll(v); continue; }
-        COUNTER(enqueued) COUNTER(claimed) COUNTER(succeeded) COUNTER(failed)
-        COUNTER(retried) COUNTER(dead) COUNTER(replayed) COUNTER(lease_expired)
+#define COUNTER(f, help) if (pair_is(k, #f)) { m->f = to_ll(v); continue; }
+        RD_STATS_COUNTERS(COUNTER)
 #undef COUNTER
         if (pair_is(k, "delay_sum_ms")) {
             m->delay_sum_ms = to_ll(v);
@@ -104,15 +102,8 @@ static const struct {
     const char *help;
     size_t offset;
 } counters[] = {
-#define C(f, h) { "retryd_" #f "_total", h, offsetof(rd_queue_metrics_t, f) }
-    C(enqueued, "Messages enqueued."),
-    C(claimed, "Messages claimed (each lease counts)."),
-    C(succeeded, "Messages that succeeded."),
-    C(failed, "Failures reported or caused by an expired lease."),
-    C(retried, "Failures scheduled for a retry."),
-    C(dead, "Messages that went dead (exhausted, not retryable, or killed)."),
-    C(replayed, "Dead letters replayed."),
-    C(lease_expired, "Leases that expired before the message was settled."),
+#define C(f, h) { "retryd_" #f "_total", h, offsetof(rd_queue_metrics_t, f) },
+    RD_STATS_COUNTERS(C)
 #undef C
 };
 

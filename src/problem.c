@@ -18,8 +18,12 @@ static const struct {
     [RD_PROBLEM_INVALID_STATE] = { 409, "invalid-state", "Invalid State" },
     [RD_PROBLEM_LEASE_MISMATCH] = { 409, "lease-mismatch", "Lease Mismatch" },
     [RD_PROBLEM_PAYLOAD_TOO_LARGE] = { 413, "payload-too-large", "Payload Too Large" },
+    [RD_PROBLEM_EXPECTATION_FAILED] = { 417, "expectation-failed", "Expectation Failed" },
+    [RD_PROBLEM_HEADERS_TOO_LARGE] = { 431, "request-header-too-large",
+                                       "Request Header Fields Too Large" },
     [RD_PROBLEM_VALIDATION_FAILED] = { 422, "validation-failed", "Validation Failed" },
     [RD_PROBLEM_INTERNAL] = { 500, "internal-error", "Internal Server Error" },
+    [RD_PROBLEM_NOT_IMPLEMENTED] = { 501, "not-implemented", "Not Implemented" },
     [RD_PROBLEM_BACKEND_UNAVAILABLE] = { 503, "backend-unavailable", "Backend Unavailable" },
     [RD_PROBLEM_OUTCOME_UNKNOWN] = { 503, "outcome-unknown", "Outcome Unknown" },
 };
@@ -66,16 +70,4 @@ char *rd_problem_body(rd_problem_t p, const char *detail, const char *instance,
     char *text = rd_json_print(doc, len);
     rd_json_free(doc);
     return text;
-}
-
-void rd_problem_respond(rd_http_exchange_t *ex, const rd_http_request_t *req, rd_problem_t p,
-                        const char *detail, const rd_field_errors_t *errs,
-                        const char *extra_headers)
-{
-    size_t len;
-    char *body = rd_problem_body(p, detail, req ? req->path : NULL, req ? req->path_len : 0,
-                                 errs, &len);
-    rd_http_respond(ex, problems[p].status, "application/problem+json", extra_headers, body,
-                    len);
-    rd_free(body);
 }

@@ -33,7 +33,6 @@ struct rd_promoter {
     bool stopping;
     void (*on_stopped)(void *arg);
     void *on_stopped_arg;
-    unsigned long rounds;
 };
 
 static void start_round(rd_promoter_t *p);
@@ -79,7 +78,6 @@ static void earliest(rd_promoter_t *p, long long in_ms)
 
 static void finish_round(rd_promoter_t *p)
 {
-    p->rounds++;
     free_names(p);
     uint64_t delay = (uint64_t)p->opts.tick_ms;
     if (p->full_batch) delay = 0;
@@ -88,16 +86,16 @@ static void finish_round(rd_promoter_t *p)
     arm(p, delay);
 }
 
-static void on_reported(const rd_store_result_t *res, void *arg)
+static void on_reported(const rd_store_done_t *res, void *arg)
 {
     rd_promoter_t *p = arg;
     p->busy = false;
-    if (res->status != RD_STORE_OK)
+    if (res->head.status != RD_STORE_OK)
         rd_warn("promoter: reporting %zu ticks failed (%.*s); those queues come due again in "
-                "%d ms", p->nreports, (int)res->detail.len, res->detail.ptr ? res->detail.ptr : "",
+                "%d ms", p->nreports, (int)res->head.detail.len, res->head.detail.ptr ? res->head.detail.ptr : "",
                 TAKE_LEASE_MS);
-    else if (res->total > 0)
-        rd_debug("promoter: %lld queues without keys left the registry", res->total);
+    else if (res->left > 0)
+        rd_debug("promoter: %lld queues without keys left the registry", res->left);
     finish_round(p);
 }
 
@@ -115,12 +113,12 @@ static void report(rd_promoter_t *p)
 
 static void next_queue(rd_promoter_t *p);
 
-static void on_ticked(const rd_store_result_t *res, void *arg)
+static void on_ticked(const rd_store_tick_t *res, void *arg)
 {
     rd_promoter_t *p = arg;
     p->busy = false;
     rd_store_queue_t q = { p->names[p->next], p->name_lens[p->next] };
-    if (res->status == RD_STORE_OK) {
+    if (res->head.status == RD_STORE_OK) {
         if (res->promoted || res->reclaimed || res->expired)
             rd_debug("promoter: %.*s promoted %lld, reclaimed %lld, expired %lld", (int)q.len,
                      q.name, res->promoted, res->reclaimed, res->expired);
@@ -134,7 +132,7 @@ static void on_ticked(const rd_store_result_t *res, void *arg)
         if (res->ready > 0 && p->opts.on_claimable) p->opts.on_claimable(q, p->opts.on_claimable_arg);
     } else {
         rd_warn("promoter: tick of queue %.*s failed (%.*s)", (int)q.len, q.name,
-                (int)res->detail.len, res->detail.ptr ? res->detail.ptr : "");
+                (int)res->head.detail.len, res->head.detail.ptr ? res->head.detail.ptr : "");
     }
     p->next++;
     next_queue(p);
@@ -155,14 +153,14 @@ static void next_queue(rd_promoter_t *p)
     p->busy = true;
 }
 
-static void on_taken(const rd_store_result_t *res, void *arg)
+static void on_taken(const rd_store_taken_t *res, void *arg)
 {
     rd_promoter_t *p = arg;
     p->busy = false;
-    if (res->status != RD_STORE_OK) {
+    if (res->head.status != RD_STORE_OK) {
         if (!p->take_failing)
             rd_warn("promoter: reading the timer schedule failed (%.*s); trying each tick",
-                    (int)res->detail.len, res->detail.ptr ? res->detail.ptr : "");
+                    (int)res->head.detail.len, res->head.detail.ptr ? res->head.detail.ptr : "");
         p->take_failing = true;
         finish_round(p);
         return;
@@ -223,9 +221,4 @@ void rd_promoter_stop(rd_promoter_t *p, void (*on_stopped)(void *arg), void *arg
     }
     /* Otherwise the callback in flight ends the round (reporting what it
      * ticked), and arm() closes. */
-}
-
-unsigned long rd_promoter_rounds(const rd_promoter_t *p)
-{
-    return p->rounds;
 }

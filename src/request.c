@@ -130,13 +130,14 @@ rd_req_result_t rd_request_enqueue(const char *body, size_t len, rd_enqueue_req_
     }
 
     long long max_retries = RD_MAX_RETRIES_DEFAULT;
-    int_field(out->doc, "max_retries", 1, 10, &max_retries,
-              "max_retries must be between 1 and 10.", errs);
+    int_field(out->doc, "max_retries", 1, RD_MAX_RETRIES_MAX, &max_retries,
+              "max_retries must be between 1 and " RD_LIMIT_STR(RD_MAX_RETRIES_MAX) ".", errs);
     out->max_retries = (int)max_retries;
 
     long long delay_s = 0;
     int_field(out->doc, "delay_seconds", 0, RD_DELAY_SECONDS_MAX, &delay_s,
-              "delay_seconds must be an integer between 0 and 2592000 (30 days).", errs);
+              "delay_seconds must be an integer between 0 and " RD_LIMIT_STR(RD_DELAY_SECONDS_MAX)
+              " (30 days).", errs);
     out->delay_ms = delay_s * 1000;
 
     rd_json_t *key = rd_json_get(out->doc, "idempotency_key");
@@ -146,7 +147,8 @@ rd_req_result_t rd_request_enqueue(const char *body, size_t len, rd_enqueue_req_
         if (k == NULL || k_len == 0 || k_len > RD_IDEMPOTENCY_KEY_MAX ||
             field_has_nul(out->doc, marked, "idempotency_key"))
             rd_field_errors_add(errs, "idempotency_key", "invalid",
-                                "idempotency_key must be a string of 1 to 255 bytes.");
+                                "idempotency_key must be a string of 1 to " RD_LIMIT_STR(RD_IDEMPOTENCY_KEY_MAX)
+                                " bytes.");
         else if (!is_text(k))
             rd_field_errors_add(errs, "idempotency_key", "invalid",
                                 "idempotency_key must be valid UTF-8.");
@@ -188,7 +190,7 @@ static void check_token(const rd_json_t *obj, const char **out, const field_sink
     rd_json_t *v = rd_json_get(obj, "lease_token");
     if (v == NULL || rd_json_is_null(v)) return;
     const char *s = rd_json_string(v);
-    if (s == NULL || s[0] == '\0' || strlen(s) > 128 || !is_text(s))
+    if (s == NULL || s[0] == '\0' || strlen(s) > RD_LEASE_TOKEN_MAX || !is_text(s))
         sink_add(k, "lease_token", "invalid", "lease_token must be the string a claim returned.");
     else
         *out = s;
@@ -225,7 +227,8 @@ static void check_failure(const rd_json_t *obj, const rd_json_t *marked, const c
     if (v && !rd_json_is_null(v)) {
         if (!rd_json_integer(v, &after_s) || after_s < 0 || after_s > RD_DELAY_SECONDS_MAX)
             sink_add(k, "retry_after_seconds", "invalid",
-                     "retry_after_seconds must be an integer between 0 and 2592000 (30 days).");
+                     "retry_after_seconds must be an integer between 0 and "
+                     RD_LIMIT_STR(RD_DELAY_SECONDS_MAX) " (30 days).");
         else
             *retry_after_ms = after_s * 1000;
     }
@@ -245,7 +248,8 @@ static void settle_field(rd_claim_req_t *out, const rd_json_t *marked, rd_field_
     size_t n = rd_json_array_size(items);
     if (!rd_json_is_array(items) || n == 0 || n > RD_SETTLE_BATCH_MAX) {
         rd_field_errors_add(errs, "settle", "invalid",
-                            "settle must be an array of 1 to 100 {id, lease_token?, outcome, "
+                            "settle must be an array of 1 to " RD_LIMIT_STR(RD_SETTLE_BATCH_MAX)
+                            " {id, lease_token?, outcome, "
                             "error?, retryable?, retry_after_seconds?} objects.");
         return;
     }
@@ -296,9 +300,12 @@ rd_req_result_t rd_request_claim(const char *body, size_t len, const char *query
     settle_field(out, marked, errs);
     rd_json_free(marked);
 
-    const char *lease_msg = "lease_seconds must be an integer between 1 and 43200.";
-    const char *wait_msg = "wait_seconds must be an integer between 0 and 30.";
-    const char *count_msg = "count must be an integer between 1 and 100.";
+    const char *lease_msg =
+        "lease_seconds must be an integer between 1 and " RD_LIMIT_STR(RD_LEASE_SECONDS_MAX) ".";
+    const char *wait_msg =
+        "wait_seconds must be an integer between 0 and " RD_LIMIT_STR(RD_WAIT_SECONDS_MAX) ".";
+    const char *count_msg =
+        "count must be an integer between 1 and " RD_LIMIT_STR(RD_CLAIM_COUNT_MAX) ".";
     long long lease_s = -1, wait_s = 0, count = -1;
     int_field(out->doc, "lease_seconds", 1, RD_LEASE_SECONDS_MAX, &lease_s, lease_msg, errs);
     int_query(out->doc, query, query_len, "lease_seconds", 1, RD_LEASE_SECONDS_MAX, &lease_s,
@@ -353,7 +360,7 @@ rd_req_result_t rd_request_extend(const char *body, size_t len, long long defaul
     token_field(out, errs);
     long long lease_s = -1;
     int_field(out->doc, "lease_seconds", 1, RD_LEASE_SECONDS_MAX, &lease_s,
-              "lease_seconds must be an integer between 1 and 43200.", errs);
+              "lease_seconds must be an integer between 1 and " RD_LIMIT_STR(RD_LEASE_SECONDS_MAX) ".", errs);
     out->lease_ms = lease_s > 0 ? lease_s * 1000 : default_lease_ms;
     return finish(&out->doc, errs);
 }
@@ -370,7 +377,8 @@ rd_req_result_t rd_request_ack(const char *body, size_t len, rd_ack_req_t *out,
     size_t n = rd_json_array_size(items);
     if (!rd_json_is_array(items) || n == 0 || n > RD_ACK_BATCH_MAX) {
         rd_field_errors_add(errs, "messages", items ? "invalid" : "required",
-                            "messages must be an array of 1 to 100 {id, lease_token?} objects.");
+                            "messages must be an array of 1 to " RD_LIMIT_STR(RD_ACK_BATCH_MAX)
+                            " {id, lease_token?} objects.");
         return finish(&out->doc, errs);
     }
     /* Field names point into a static table: errors outlive this call. */
@@ -387,7 +395,7 @@ rd_req_result_t rd_request_ack(const char *body, size_t len, rd_ack_req_t *out,
         rd_json_t *token = rd_json_get(item, "lease_token");
         if (token && !rd_json_is_null(token)) {
             const char *t = rd_json_string(token);
-            if (t == NULL || t[0] == '\0' || strlen(t) > 128 || !is_text(t)) {
+            if (t == NULL || t[0] == '\0' || strlen(t) > RD_LEASE_TOKEN_MAX || !is_text(t)) {
                 snprintf(names[i][1], sizeof names[i][1], "messages[%zu].lease_token", i);
                 rd_field_errors_add(errs, names[i][1], "invalid",
                                     "lease_token must be the string a claim returned.");
@@ -416,8 +424,9 @@ rd_req_result_t rd_request_replay(const char *body, size_t len, rd_replay_req_t 
                             "Give exactly one of ids, all or error_contains.");
     } else if (ids) {
         size_t n = rd_json_array_size(ids);
-        if (!rd_json_is_array(ids) || n == 0 || n > 1000) {
-            rd_field_errors_add(errs, "ids", "invalid", "ids must be an array of 1 to 1000 ids.");
+        if (!rd_json_is_array(ids) || n == 0 || n > RD_REPLAY_IDS_MAX) {
+            rd_field_errors_add(errs, "ids", "invalid",
+                                "ids must be an array of 1 to " RD_LIMIT_STR(RD_REPLAY_IDS_MAX) " ids.");
         } else {
             out->mode = "ids";
             out->ids = rd_calloc(n, sizeof *out->ids);
@@ -437,10 +446,11 @@ rd_req_result_t rd_request_replay(const char *body, size_t len, rd_replay_req_t 
             out->mode = "all";
     } else {
         const char *text = rd_json_string(needle);
-        if (text == NULL || text[0] == '\0' || strlen(text) > 1000 ||
+        if (text == NULL || text[0] == '\0' || strlen(text) > RD_TEXT_FILTER_MAX ||
             field_has_nul(out->doc, marked, "error_contains"))
             rd_field_errors_add(errs, "error_contains", "invalid",
-                                "error_contains must be a string of 1 to 1000 bytes.");
+                                "error_contains must be a string of 1 to " RD_LIMIT_STR(RD_TEXT_FILTER_MAX)
+                                " bytes.");
         else if (!is_text(text))
             rd_field_errors_add(errs, "error_contains", "invalid",
                                 "error_contains must be valid UTF-8.");
@@ -478,9 +488,9 @@ rd_req_result_t rd_request_kill(const char *body, size_t len, rd_settle_req_t *o
     rd_json_t *reason = rd_json_get(out->doc, "reason");
     if (reason && !rd_json_is_null(reason)) {
         const char *text = rd_json_string(reason);
-        if (text == NULL || strlen(text) > 1000 || field_has_nul(out->doc, marked, "reason"))
+        if (text == NULL || strlen(text) > RD_KILL_REASON_MAX || field_has_nul(out->doc, marked, "reason"))
             rd_field_errors_add(errs, "reason", "invalid",
-                                "reason must be a string of at most 1000 bytes.");
+                                "reason must be a string of at most " RD_LIMIT_STR(RD_KILL_REASON_MAX) " bytes.");
         else if (!is_text(text))
             rd_field_errors_add(errs, "reason", "invalid", "reason must be valid UTF-8.");
         else
@@ -493,8 +503,9 @@ rd_req_result_t rd_request_kill(const char *body, size_t len, rd_settle_req_t *o
 rd_req_result_t rd_request_stats(const char *query, size_t query_len, int *top,
                                  rd_field_errors_t *errs)
 {
-    long long v = 10;
-    query_int(query, query_len, "top", 1, 100, &v, "top must be an integer between 1 and 100.",
+    long long v = RD_STATS_TOP_DEFAULT;
+    query_int(query, query_len, "top", 1, RD_STATS_TOP_MAX, &v,
+              "top must be an integer between 1 and " RD_LIMIT_STR(RD_STATS_TOP_MAX) ".",
               errs);
     *top = (int)v;
     return errs->count ? RD_REQ_INVALID : RD_REQ_OK;
@@ -524,7 +535,7 @@ rd_req_result_t rd_request_list(const char *query, size_t query_len, rd_list_req
     }
     long long limit = RD_LIST_LIMIT_DEFAULT;
     query_int(query, query_len, "limit", 1, RD_LIST_LIMIT_MAX, &limit,
-              "limit must be an integer between 1 and 1000.", errs);
+              "limit must be an integer between 1 and " RD_LIMIT_STR(RD_LIST_LIMIT_MAX) ".", errs);
     out->limit = (int)limit;
     n = rd_query_get(query, query_len, "cursor", out->cursor, sizeof out->cursor);
     if (n == -2) {
@@ -535,7 +546,7 @@ rd_req_result_t rd_request_list(const char *query, size_t query_len, rd_list_req
                      sizeof out->error_contains);
     if (n == -2) {
         rd_field_errors_add(errs, "error_contains", "invalid",
-                            "error_contains must be at most 255 bytes of text.");
+                            "error_contains must be at most " RD_LIMIT_STR(RD_LIST_FILTER_MAX) " bytes of text.");
         out->error_contains[0] = '\0';
     }
     out->since_ms = out->until_ms = -1;
@@ -610,7 +621,7 @@ bool rd_request_queue_name(const char *name, size_t len, rd_field_errors_t *errs
 {
     const char *why = NULL;
     if (name == NULL || len == 0 || len > RD_QUEUE_NAME_MAX) {
-        why = "queue must be 1 to 255 bytes.";
+        why = "queue must be 1 to " RD_LIMIT_STR(RD_QUEUE_NAME_MAX) " bytes.";
     } else {
         const unsigned char *s = (const unsigned char *)name;
         for (size_t i = 0; i < len && why == NULL;) {

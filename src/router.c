@@ -1,35 +1,10 @@
-/* router.c - the route table and path matching. */
+/* router.c - path matching against a route table. */
 #include "retryd/router.h"
 
 #include <stdio.h>
 #include <string.h>
 
 #include "retryd/alloc.h"
-
-/* Pattern segments: "{q}" captures the queue, "{id}" the message id. */
-static const struct {
-    rd_http_method_t method;
-    const char *pattern;
-    rd_route_t route;
-} routes[] = {
-    { RD_HTTP_GET, "/healthz", RD_ROUTE_HEALTHZ },
-    { RD_HTTP_GET, "/readyz", RD_ROUTE_READYZ },
-    { RD_HTTP_POST, "/queues/{q}/messages", RD_ROUTE_ENQUEUE },
-    { RD_HTTP_GET, "/queues/{q}/messages", RD_ROUTE_LIST },
-    { RD_HTTP_GET, "/queues/{q}/messages/{id}", RD_ROUTE_GET },
-    { RD_HTTP_POST, "/queues/{q}/claim", RD_ROUTE_CLAIM },
-    { RD_HTTP_POST, "/queues/{q}/messages/{id}/succeed", RD_ROUTE_SUCCEED },
-    { RD_HTTP_POST, "/queues/{q}/messages/{id}/fail", RD_ROUTE_FAIL },
-    { RD_HTTP_POST, "/queues/{q}/messages/{id}/replay", RD_ROUTE_REPLAY },
-    { RD_HTTP_POST, "/queues/{q}/messages/{id}/extend", RD_ROUTE_EXTEND },
-    { RD_HTTP_POST, "/queues/{q}/succeed", RD_ROUTE_SUCCEED_MANY },
-    { RD_HTTP_POST, "/queues/{q}/messages/{id}/kill", RD_ROUTE_KILL },
-    { RD_HTTP_DELETE, "/queues/{q}/messages/{id}", RD_ROUTE_DELETE },
-    { RD_HTTP_POST, "/queues/{q}/replay", RD_ROUTE_REPLAY_MANY },
-    { RD_HTTP_GET, "/queues", RD_ROUTE_QUEUES },
-    { RD_HTTP_GET, "/queues/{q}/stats", RD_ROUTE_STATS },
-    { RD_HTTP_GET, "/metrics", RD_ROUTE_METRICS },
-};
 
 static const char *method_name(rd_http_method_t m)
 {
@@ -115,40 +90,47 @@ static bool parse_id(const char *s, size_t len, long long *out)
     return true;
 }
 
-rd_route_outcome_t rd_router_match(rd_http_method_t method, const char *path, size_t len,
-                                   rd_route_match_t *m)
+/* A prefix row: the pattern itself or anything under "<pattern>/". */
+static bool prefix_matches(const char *pattern, const char *path, size_t len)
+{
+    size_t n = strlen(pattern);
+    return len >= n && memcmp(path, pattern, n) == 0 && (len == n || path[n] == '/');
+}
+
+static void allow_add(char *allow, size_t size, rd_http_method_t method)
+{
+    const char *name = method_name(method);
+    size_t used = strlen(allow);
+    snprintf(allow + used, size - used, "%s%s", used ? ", " : "", name);
+}
+
+rd_route_outcome_t rd_router_match(const rd_route_t *routes, size_t n, rd_http_method_t method,
+                                   const char *path, size_t len, rd_route_match_t *m)
 {
     memset(m, 0, sizeof *m);
-    /* The console's files: a prefix, not a pattern. */
-    if ((len == 3 && memcmp(path, "/ui", 3) == 0) || (len > 3 && memcmp(path, "/ui/", 4) == 0)) {
-        if (method == RD_HTTP_GET || method == RD_HTTP_HEAD) {
-            m->route = RD_ROUTE_UI;
-            return RD_ROUTE_MATCHED;
-        }
-        snprintf(m->allow, sizeof m->allow, "GET");
-        return RD_ROUTE_NO_METHOD;
-    }
     bool path_known = false;
     rd_http_method_t lookup = method == RD_HTTP_HEAD ? RD_HTTP_GET : method;
-    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+    for (size_t i = 0; i < n; i++) {
+        const rd_route_t *r = &routes[i];
         const char *q = NULL, *id = NULL;
         size_t q_len = 0, id_len = 0;
-        if (!path_matches(routes[i].pattern, path, len, &q, &q_len, &id, &id_len)) continue;
-        if (routes[i].method != lookup) {
-            if (!path_known) m->allow[0] = '\0';
+        bool hit = r->flags & RD_ROUTE_PREFIX
+                       ? prefix_matches(r->pattern, path, len)
+                       : path_matches(r->pattern, path, len, &q, &q_len, &id, &id_len);
+        if (!hit) continue;
+        if (r->method != lookup) {
             path_known = true;
-            size_t used = strlen(m->allow);
-            snprintf(m->allow + used, sizeof m->allow - used, "%s%s", used ? ", " : "",
-                     method_name(routes[i].method));
+            allow_add(m->allow, sizeof m->allow, r->method);
             continue;
         }
         if (id && !parse_id(id, id_len, &m->id)) return RD_ROUTE_BAD_ID;
-        m->route = routes[i].route;
+        m->route = r;
+        m->allow[0] = '\0';
         if (q) {
             m->queue = rd_malloc(q_len + 1);
-            long n = rd_percent_decode(q, q_len, m->queue, false);
-            m->queue_decoded = n >= 0;
-            m->queue_len = n >= 0 ? (size_t)n : 0;
+            long d = rd_percent_decode(q, q_len, m->queue, false);
+            m->queue_decoded = d >= 0;
+            m->queue_len = d >= 0 ? (size_t)d : 0;
         }
         return RD_ROUTE_MATCHED;
     }

@@ -240,6 +240,7 @@ int main(int argc, char **argv)
     uv_run(s.loop, UV_RUN_DEFAULT);
     rc = uv_loop_close(s.loop);
     if (rc != 0) rd_warn("retryd: loop closed with handles open: %s", uv_strerror(rc));
+    rd_buf_free(&s.api.body);
     rd_free(token);
     return 0;
 }

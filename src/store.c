@@ -3,12 +3,14 @@
 
 #include <assert.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "retryd/alloc.h"
 #include "retryd/backend.h"
 #include "retryd/buf.h"
 #include "retryd/keys.h"
+#include "retryd/limits.h"
 #include "retryd/log.h"
 
 /* Queue names recently registered by this process (or whose registration is
@@ -45,15 +47,56 @@ struct rd_store {
     bool register_failing;      /* logged once per run of failures */
 };
 
+/* The shape of a reply, and so which result type and callback it has. */
 typedef enum reply_kind {
-    KIND_MESSAGES, KIND_ENQUEUED, KIND_LIST, KIND_TICK, KIND_PING, KIND_OUTCOMES,
-    KIND_COUNT,
-    KIND_REPLAYED, KIND_PURGED, KIND_STATS, KIND_DELETED,
-    KIND_SETTLED,               /* {"ok", {status...}, msg..., timer} */
-    KIND_HINTED,                /* {"ok", msg..., timer} or an outcome without a hint */
-    KIND_HINTED_OUTCOMES,       /* {code..., timer} */
-    KIND_TAKE, KIND_DONE, KIND_PAGE
+    KIND_MESSAGES,              /* rd_store_messages_t: {"ok", msg...} or an outcome */
+    KIND_ENQUEUED,              /* rd_store_messages_t: {"ok", id, now, timer} or duplicate */
+    KIND_HINTED,                /* rd_store_messages_t: {"ok", msg..., timer} or an outcome */
+    KIND_LIST,                  /* rd_store_list_t */
+    KIND_HINTED_OUTCOMES,       /* rd_store_outcomes_t: {code..., timer} */
+    KIND_SETTLED,               /* rd_store_settled_t: {"ok", {status...}, msg..., timer} */
+    KIND_RELEASED,              /* rd_store_released_t */
+    KIND_REPLAYED,              /* rd_store_replayed_t */
+    KIND_STATS,                 /* rd_store_stats_result_t */
+    KIND_TICK,                  /* rd_store_tick_t */
+    KIND_PAGE,                  /* rd_store_page_t */
+    KIND_TAKE,                  /* rd_store_taken_t */
+    KIND_DONE,                  /* rd_store_done_t */
+    KIND_DELETED,               /* rd_store_head_t: an outcome */
+    KIND_PING,                  /* rd_store_head_t: PONG */
 } reply_kind_t;
+
+/* One result of any kind; every member starts with the head. */
+typedef union result {
+    rd_store_head_t head;
+    rd_store_messages_t messages;
+    rd_store_list_t list;
+    rd_store_outcomes_t outcomes;
+    rd_store_settled_t settled;
+    rd_store_released_t released;
+    rd_store_replayed_t replayed;
+    rd_store_stats_result_t stats;
+    rd_store_tick_t tick;
+    rd_store_page_t page;
+    rd_store_taken_t taken;
+    rd_store_done_t done;
+} result_t;
+
+/* The callback of an operation: the member its kind names. */
+typedef union callback {
+    rd_store_status_cb status;
+    rd_store_messages_cb messages;
+    rd_store_list_cb list;
+    rd_store_outcomes_cb outcomes;
+    rd_store_settled_cb settled;
+    rd_store_released_cb released;
+    rd_store_replayed_cb replayed;
+    rd_store_stats_cb stats;
+    rd_store_tick_cb tick;
+    rd_store_page_cb page;
+    rd_store_taken_cb taken;
+    rd_store_done_cb done;
+} callback_t;
 
 /* What enqueue sent, to build the new message from {"ok", id, now}. */
 typedef struct enqueued {
@@ -67,7 +110,7 @@ typedef struct enqueued {
 typedef struct op {
     reply_kind_t kind;
     bool read_only;             /* the command cannot write (see reads_only) */
-    rd_store_cb cb;
+    callback_t cb;
     void *arg;
     enqueued_t *enq;            /* KIND_ENQUEUED */
     rd_store_t *st;
@@ -106,11 +149,6 @@ void rd_store_set_retention(rd_store_t *st, long long dead_ttl_ms, long long suc
 bool rd_store_ready(const rd_store_t *st)
 {
     return rd_backend_ready(st->redis);
-}
-
-rd_backend_t *rd_store_backend(const rd_store_t *st)
-{
-    return st->redis;
 }
 
 const rd_histogram_t *rd_store_rtt(const rd_store_t *st)
@@ -152,23 +190,23 @@ static bool parse_message(const rd_reply_t *flat, rd_message_t *m)
     return m->id > 0 && (m->status != RD_STATUS_UNKNOWN || n == 2);
 }
 
-/* Parses messages from reply elements [from, to) into res. */
-static bool parse_messages(const rd_reply_t *reply, size_t from, size_t to,
-                           rd_store_result_t *res)
+/* Parses messages from reply elements [from, to) into *out (*count of them). */
+static bool parse_messages(const rd_reply_t *reply, size_t from, size_t to, rd_message_t **out,
+                           size_t *count)
 {
-    res->count = 0;
+    *count = 0;
     if (!is_array(reply, from) || to > rd_reply_len(reply)) return false;
     size_t n = to;
     if (n == from) return true;
-    res->messages = rd_calloc(n - from, sizeof *res->messages);
+    *out = rd_calloc(n - from, sizeof **out);
     for (size_t i = from; i < n; i++) {
-        if (!parse_message(rd_reply_at(reply, i), &res->messages[res->count])) return false;
-        res->count++;
+        if (!parse_message(rd_reply_at(reply, i), &(*out)[*count])) return false;
+        (*count)++;
     }
     return true;
 }
 
-static bool parse_outcome(const rd_reply_t *reply, rd_store_result_t *res)
+static bool parse_outcome(const rd_reply_t *reply, rd_store_head_t *res)
 {
     if (!is_array(reply, 1)) return false;
     const rd_reply_t *code = rd_reply_at(reply, 0);
@@ -188,30 +226,35 @@ static bool parse_outcome(const rd_reply_t *reply, rd_store_result_t *res)
     return true;
 }
 
-/* A flat array of strings into a fresh rd_str_t array. */
-static bool parse_strings(const rd_reply_t *r, rd_str_t **out, size_t *len);
-
-/* settle_claim's {"ok", {status...}, message..., timer}. */
-static bool parse_settled(const rd_reply_t *reply, rd_store_result_t *res)
+/* Strings from the elements [from, len) of the array r into a fresh
+ * rd_str_t array (*len of them). */
+static bool parse_strings_from(const rd_reply_t *r, size_t from, rd_str_t **out, size_t *len)
 {
-    if (!is_array(reply, 3) || !rd_reply_is(rd_reply_at(reply, 0), "ok")) return false;
-    size_t n = rd_reply_len(reply);
-    if (!rd_reply_int(rd_reply_at(reply, n - 1), &res->timer_hint)) return false;
-    if (!parse_strings(rd_reply_at(reply, 1), &res->outcomes, &res->settled)) return false;
-    return parse_messages(reply, 2, n - 1, res);
-}
-
-static bool parse_strings(const rd_reply_t *r, rd_str_t **out, size_t *len)
-{
-    if (!is_array(r, 0)) return false;
-    size_t n = rd_reply_len(r);
+    if (!is_array(r, from)) return false;
+    size_t n = rd_reply_len(r) - from;
     *out = rd_calloc(n ? n : 1, sizeof **out);
     *len = n;
     for (size_t i = 0; i < n; i++) {
-        (*out)[i].ptr = rd_reply_str(rd_reply_at(r, i), &(*out)[i].len);
+        (*out)[i].ptr = rd_reply_str(rd_reply_at(r, from + i), &(*out)[i].len);
         if ((*out)[i].ptr == NULL) return false;
     }
     return true;
+}
+
+/* A flat array of strings into a fresh rd_str_t array. */
+static bool parse_strings(const rd_reply_t *r, rd_str_t **out, size_t *len)
+{
+    return parse_strings_from(r, 0, out, len);
+}
+
+/* settle_claim's {"ok", {status...}, message..., timer}. */
+static bool parse_settled(const rd_reply_t *reply, rd_store_settled_t *res, long long *hint)
+{
+    if (!is_array(reply, 3) || !rd_reply_is(rd_reply_at(reply, 0), "ok")) return false;
+    size_t n = rd_reply_len(reply);
+    if (!rd_reply_int(rd_reply_at(reply, n - 1), hint)) return false;
+    if (!parse_strings(rd_reply_at(reply, 1), &res->outcomes, &res->settled)) return false;
+    return parse_messages(reply, 2, n - 1, &res->messages, &res->count);
 }
 
 static bool parse_stats(const rd_reply_t *reply, rd_queue_stats_t *st)
@@ -229,8 +272,7 @@ static bool parse_stats(const rd_reply_t *reply, rd_queue_stats_t *st)
             if (!rd_reply_int(v, &st->field)) return false;               \
             continue;                                                     \
         }
-        NUMBER(pending) NUMBER(ready) NUMBER(scheduled) NUMBER(processing)
-        NUMBER(succeeded) NUMBER(dead) NUMBER(dead_last_24h)
+        RD_STATS_GAUGES(NUMBER)
 #undef NUMBER
         if (len == 6 && memcmp(name, "totals", 6) == 0) {
             if (!parse_strings(v, &st->totals, &st->totals_len)) return false;
@@ -243,16 +285,17 @@ static bool parse_stats(const rd_reply_t *reply, rd_queue_stats_t *st)
 
 /* {"ok", id, now, timer}: the message is what was sent, as the function
  * stored it. */
-static bool parse_enqueued(const rd_reply_t *reply, const enqueued_t *e, rd_store_result_t *res)
+static bool parse_enqueued(const rd_reply_t *reply, const enqueued_t *e, rd_store_messages_t *res,
+                           long long *hint)
 {
-    if (!parse_outcome(reply, res)) return false;
-    if (res->status == RD_STORE_DUPLICATE)
-        return parse_messages(reply, 1, rd_reply_len(reply), res);
-    if (res->status != RD_STORE_OK) return false;
+    if (!parse_outcome(reply, &res->head)) return false;
+    if (res->head.status == RD_STORE_DUPLICATE)
+        return parse_messages(reply, 1, rd_reply_len(reply), &res->messages, &res->count);
+    if (res->head.status != RD_STORE_OK) return false;
     long long id, now;
     if (rd_reply_len(reply) != 4 || !rd_reply_int(rd_reply_at(reply, 1), &id) ||
         !rd_reply_int(rd_reply_at(reply, 2), &now) ||
-        !rd_reply_int(rd_reply_at(reply, 3), &res->timer_hint))
+        !rd_reply_int(rd_reply_at(reply, 3), hint))
         return false;
     res->messages = rd_calloc(1, sizeof *res->messages);
     res->count = 1;
@@ -269,123 +312,98 @@ static bool parse_enqueued(const rd_reply_t *reply, const enqueued_t *e, rd_stor
     return true;
 }
 
-/* Names from reply elements [from, len) into res->names and res->count. */
-static bool parse_names(const rd_reply_t *reply, size_t from, rd_store_result_t *res)
+/* Parses the reply of op into res; *hint is the call's timer hint (-1 none). */
+static bool parse_reply(const op_t *op, const rd_reply_t *reply, result_t *res, long long *hint)
 {
-    size_t n = rd_reply_len(reply);
-    res->names = rd_calloc(n > from ? n - from : 1, sizeof *res->names);
-    res->count = 0;
-    for (size_t i = from; i < n; i++) {
-        rd_str_t *s = &res->names[res->count++];
-        s->ptr = rd_reply_str(rd_reply_at(reply, i), &s->len);
-        if (s->ptr == NULL) return false;
-    }
-    return true;
-}
-
-static bool parse_reply(reply_kind_t kind, const rd_reply_t *reply, rd_store_result_t *res)
-{
-    switch (kind) {
+    switch (op->kind) {
     case KIND_ENQUEUED:
-        return false;  /* parsed by parse_enqueued, which needs the op */
+        return parse_enqueued(reply, op->enq, &res->messages, hint);
     case KIND_PING:
         return rd_reply_is(reply, "PONG");
     case KIND_TICK: {
+        rd_store_tick_t *t = &res->tick;
         long long empty;
-        if (!(rd_reply_len(reply) == 6 && rd_reply_int(rd_reply_at(reply, 0), &res->promoted) &&
-              rd_reply_int(rd_reply_at(reply, 1), &res->reclaimed) &&
-              rd_reply_int(rd_reply_at(reply, 2), &res->expired) &&
-              rd_reply_int(rd_reply_at(reply, 3), &res->next_in_ms) &&
-              rd_reply_int(rd_reply_at(reply, 4), &res->ready) &&
+        if (!(rd_reply_len(reply) == 6 && rd_reply_int(rd_reply_at(reply, 0), &t->promoted) &&
+              rd_reply_int(rd_reply_at(reply, 1), &t->reclaimed) &&
+              rd_reply_int(rd_reply_at(reply, 2), &t->expired) &&
+              rd_reply_int(rd_reply_at(reply, 3), &t->next_in_ms) &&
+              rd_reply_int(rd_reply_at(reply, 4), &t->ready) &&
               rd_reply_int(rd_reply_at(reply, 5), &empty)))
             return false;
-        res->empty = empty == 1;
+        t->empty = empty == 1;
         return true;
     }
-    case KIND_TAKE:     /* {token, next_in_ms, name...} */
-        return rd_reply_type(reply) == RD_REPLY_ARRAY && rd_reply_len(reply) >= 2 &&
-               rd_reply_int(rd_reply_at(reply, 0), &res->token) &&
-               rd_reply_int(rd_reply_at(reply, 1), &res->next_in_ms) &&
-               parse_names(reply, 2, res);
-    case KIND_PAGE:     /* {total, next_cursor, name...} */
-        if (rd_reply_type(reply) != RD_REPLY_ARRAY || rd_reply_len(reply) < 2 ||
-            !rd_reply_int(rd_reply_at(reply, 0), &res->total))
-            return false;
-        res->next_cursor.ptr = rd_reply_str(rd_reply_at(reply, 1), &res->next_cursor.len);
-        return res->next_cursor.ptr != NULL && parse_names(reply, 2, res);
+    case KIND_TAKE: {   /* {token, next_in_ms, name...} */
+        rd_store_taken_t *t = &res->taken;
+        return is_array(reply, 2) && rd_reply_int(rd_reply_at(reply, 0), &t->token) &&
+               rd_reply_int(rd_reply_at(reply, 1), &t->next_in_ms) &&
+               parse_strings_from(reply, 2, &t->names, &t->count);
+    }
+    case KIND_PAGE: {   /* {total, next_cursor, name...} */
+        rd_store_page_t *p = &res->page;
+        if (!is_array(reply, 2) || !rd_reply_int(rd_reply_at(reply, 0), &p->total)) return false;
+        p->next_cursor.ptr = rd_reply_str(rd_reply_at(reply, 1), &p->next_cursor.len);
+        return p->next_cursor.ptr != NULL && parse_strings_from(reply, 2, &p->names, &p->count);
+    }
     case KIND_DONE:
-        return rd_reply_int(reply, &res->total);
+        return rd_reply_int(reply, &res->done.left);
     case KIND_HINTED: {
-        if (!parse_outcome(reply, res)) return false;
-        if (res->status != RD_STORE_OK) return true;
+        rd_store_messages_t *m = &res->messages;
+        if (!parse_outcome(reply, &m->head)) return false;
+        if (m->head.status != RD_STORE_OK) return true;
         size_t n = rd_reply_len(reply);
-        return n >= 2 && rd_reply_int(rd_reply_at(reply, n - 1), &res->timer_hint) &&
-               parse_messages(reply, 1, n - 1, res);
+        return n >= 2 && rd_reply_int(rd_reply_at(reply, n - 1), hint) &&
+               parse_messages(reply, 1, n - 1, &m->messages, &m->count);
     }
-    case KIND_HINTED_OUTCOMES: {
+    case KIND_HINTED_OUTCOMES: {    /* {code..., timer} */
+        rd_store_outcomes_t *o = &res->outcomes;
+        if (!is_array(reply, 1)) return false;
         size_t n = rd_reply_len(reply);
-        if (rd_reply_type(reply) != RD_REPLY_ARRAY || n < 1 ||
-            !rd_reply_int(rd_reply_at(reply, n - 1), &res->timer_hint))
-            return false;
-        res->outcomes = rd_calloc(n, sizeof *res->outcomes);
+        if (!rd_reply_int(rd_reply_at(reply, n - 1), hint)) return false;
+        o->outcomes = rd_calloc(n, sizeof *o->outcomes);
         for (size_t i = 0; i + 1 < n; i++) {
-            res->outcomes[i].ptr = rd_reply_str(rd_reply_at(reply, i), &res->outcomes[i].len);
-            if (res->outcomes[i].ptr == NULL) return false;
+            o->outcomes[i].ptr = rd_reply_str(rd_reply_at(reply, i), &o->outcomes[i].len);
+            if (o->outcomes[i].ptr == NULL) return false;
         }
-        res->count = n - 1;
+        o->count = n - 1;
         return true;
     }
-    case KIND_COUNT:
-        return rd_reply_int(reply, &res->released);
+    case KIND_RELEASED:
+        return rd_reply_int(reply, &res->released.released);
     case KIND_STATS:
-        return parse_stats(reply, &res->stats);
+        return parse_stats(reply, &res->stats.stats);
     case KIND_DELETED:
-        return parse_outcome(reply, res);
-    case KIND_REPLAYED:
+        return parse_outcome(reply, &res->head);
+    case KIND_REPLAYED: {
+        rd_store_replayed_t *r = &res->replayed;
         if (!is_array(reply, 1)) return false;
         if (rd_reply_is(rd_reply_at(reply, 0), "bad_cursor")) {
-            res->status = RD_STORE_BAD_CURSOR;
+            r->head.status = RD_STORE_BAD_CURSOR;
             return true;
         }
-        if (rd_reply_len(reply) != 2 || !rd_reply_int(rd_reply_at(reply, 0), &res->replayed))
+        if (rd_reply_len(reply) != 2 || !rd_reply_int(rd_reply_at(reply, 0), &r->replayed))
             return false;
-        res->next_cursor.ptr = rd_reply_str(rd_reply_at(reply, 1), &res->next_cursor.len);
-        return res->next_cursor.ptr != NULL;
-    case KIND_PURGED: {
-        long long more;
-        if (!is_array(reply, 2) || rd_reply_len(reply) != 2 ||
-            !rd_reply_int(rd_reply_at(reply, 0), &res->purged) ||
-            !rd_reply_int(rd_reply_at(reply, 1), &more))
-            return false;
-        res->next_cursor.ptr = more ? "more" : "";
-        res->next_cursor.len = more ? 4 : 0;
-        return true;
-    }
-    case KIND_OUTCOMES: {
-        if (!is_array(reply, 0)) return false;
-        size_t n = rd_reply_len(reply);
-        res->outcomes = rd_calloc(n ? n : 1, sizeof *res->outcomes);
-        for (size_t i = 0; i < n; i++) {
-            res->outcomes[i].ptr = rd_reply_str(rd_reply_at(reply, i), &res->outcomes[i].len);
-            if (res->outcomes[i].ptr == NULL) return false;
-        }
-        res->count = n;
-        return true;
+        r->next_cursor.ptr = rd_reply_str(rd_reply_at(reply, 1), &r->next_cursor.len);
+        return r->next_cursor.ptr != NULL;
     }
     case KIND_SETTLED:
-        return parse_settled(reply, res);
-    case KIND_MESSAGES:
-        if (!parse_outcome(reply, res)) return false;
-        if (res->status != RD_STORE_OK && res->status != RD_STORE_DUPLICATE) return true;
-        return parse_messages(reply, 1, rd_reply_len(reply), res);
-    case KIND_LIST:
-        if (!parse_outcome(reply, res)) return false;
-        if (res->status != RD_STORE_OK) return true;
-        if (!is_array(reply, 3) || !rd_reply_int(rd_reply_at(reply, 1), &res->total))
+        return parse_settled(reply, &res->settled, hint);
+    case KIND_MESSAGES: {
+        rd_store_messages_t *m = &res->messages;
+        if (!parse_outcome(reply, &m->head)) return false;
+        if (m->head.status != RD_STORE_OK && m->head.status != RD_STORE_DUPLICATE) return true;
+        return parse_messages(reply, 1, rd_reply_len(reply), &m->messages, &m->count);
+    }
+    case KIND_LIST: {
+        rd_store_list_t *l = &res->list;
+        if (!parse_outcome(reply, &l->head)) return false;
+        if (l->head.status != RD_STORE_OK) return true;
+        if (!is_array(reply, 3) || !rd_reply_int(rd_reply_at(reply, 1), &l->total))
             return false;
-        res->next_cursor.ptr = rd_reply_str(rd_reply_at(reply, 2), &res->next_cursor.len);
-        return res->next_cursor.ptr != NULL &&
-               parse_messages(reply, 3, rd_reply_len(reply), res);
+        l->next_cursor.ptr = rd_reply_str(rd_reply_at(reply, 2), &l->next_cursor.len);
+        return l->next_cursor.ptr != NULL &&
+               parse_messages(reply, 3, rd_reply_len(reply), &l->messages, &l->count);
+    }
     }
     return false;
 }
@@ -401,13 +419,68 @@ static void free_op(op_t *op)
     rd_free(op);
 }
 
-static void free_result(rd_store_result_t *res)
+static void free_result(reply_kind_t kind, result_t *res)
 {
-    rd_free(res->messages);
-    rd_free(res->names);
-    rd_free(res->outcomes);
-    rd_free(res->stats.totals);
-    rd_free(res->stats.top_errors);
+    switch (kind) {
+    case KIND_MESSAGES:
+    case KIND_ENQUEUED:
+    case KIND_HINTED:
+        rd_free(res->messages.messages);
+        break;
+    case KIND_LIST:
+        rd_free(res->list.messages);
+        break;
+    case KIND_HINTED_OUTCOMES:
+        rd_free(res->outcomes.outcomes);
+        break;
+    case KIND_SETTLED:
+        rd_free(res->settled.outcomes);
+        rd_free(res->settled.messages);
+        break;
+    case KIND_STATS:
+        rd_free(res->stats.stats.totals);
+        rd_free(res->stats.stats.top_errors);
+        break;
+    case KIND_PAGE:
+        rd_free(res->page.names);
+        break;
+    case KIND_TAKE:
+        rd_free(res->taken.names);
+        break;
+    case KIND_RELEASED:
+    case KIND_REPLAYED:
+    case KIND_TICK:
+    case KIND_DONE:
+    case KIND_DELETED:
+    case KIND_PING:
+        break;
+    }
+}
+
+/* Runs op's callback with res as its kind's result type. */
+static void deliver(const op_t *op, const result_t *res)
+{
+    switch (op->kind) {
+    case KIND_MESSAGES:
+    case KIND_ENQUEUED:
+    case KIND_HINTED:
+        op->cb.messages(&res->messages, op->arg);
+        return;
+    case KIND_LIST: op->cb.list(&res->list, op->arg); return;
+    case KIND_HINTED_OUTCOMES: op->cb.outcomes(&res->outcomes, op->arg); return;
+    case KIND_SETTLED: op->cb.settled(&res->settled, op->arg); return;
+    case KIND_RELEASED: op->cb.released(&res->released, op->arg); return;
+    case KIND_REPLAYED: op->cb.replayed(&res->replayed, op->arg); return;
+    case KIND_STATS: op->cb.stats(&res->stats, op->arg); return;
+    case KIND_TICK: op->cb.tick(&res->tick, op->arg); return;
+    case KIND_PAGE: op->cb.page(&res->page, op->arg); return;
+    case KIND_TAKE: op->cb.taken(&res->taken, op->arg); return;
+    case KIND_DONE: op->cb.done(&res->done, op->arg); return;
+    case KIND_DELETED:
+    case KIND_PING:
+        op->cb.status(&res->head, op->arg);
+        return;
+    }
 }
 
 static void send_register(rd_store_t *st, const char *name, size_t len, long long in_ms);
@@ -444,51 +517,53 @@ static void describe_reply(const rd_reply_t *r, char *out, size_t cap)
 static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *arg)
 {
     op_t *op = arg;
-    rd_store_result_t res;
+    result_t res;
     memset(&res, 0, sizeof res);
-    res.timer_hint = -1;
+    long long hint = -1;
     char detail[160];
     if (status == RD_REDIS_LOST) {
         /* A read has no outcome to be unsure of: it simply was not done. */
-        res.status = op->read_only ? RD_STORE_UNAVAILABLE : RD_STORE_LOST;
+        res.head.status = op->read_only ? RD_STORE_UNAVAILABLE : RD_STORE_LOST;
     } else if (status == RD_REDIS_NOT_SENT) {
-        res.status = RD_STORE_UNAVAILABLE;
+        res.head.status = RD_STORE_UNAVAILABLE;
     } else if (rd_reply_type(reply) == RD_REPLY_ERROR) {
-        res.status = RD_STORE_ERROR;
-        res.detail.ptr = rd_reply_str(reply, &res.detail.len);
-    } else if (op->kind == KIND_ENQUEUED ? !parse_enqueued(reply, op->enq, &res)
-                                         : !parse_reply(op->kind, reply, &res)) {
+        res.head.status = RD_STORE_ERROR;
+        res.head.detail.ptr = rd_reply_str(reply, &res.head.detail.len);
+    } else if (!parse_reply(op, reply, &res, &hint)) {
         char got[64];
         describe_reply(reply, got, sizeof got);
-        free_result(&res);
+        free_result(op->kind, &res);
         memset(&res, 0, sizeof res);
-        res.status = RD_STORE_ERROR;
+        res.head.status = RD_STORE_ERROR;
         snprintf(detail, sizeof detail, "unexpected reply to %s: %s", op->what, got);
         rd_error("store: %s (another version of the library?)", detail);
-        res.detail.ptr = detail;
-        res.detail.len = strlen(detail);
-        res.timer_hint = -1;
+        res.head.detail.ptr = detail;
+        res.head.detail.len = strlen(detail);
+        hint = -1;
     }
     /* The hint goes to the schedule before anyone hears of the new work. An
      * enqueue that got id 1 may follow a round that found the queue without
      * keys and is removing it from the registry: it registers again
      * whatever this process remembers (docs/design.md, "Leaving the
      * registry"). */
-    if (op->queue && res.status == RD_STORE_OK) {
-        bool first = op->kind == KIND_ENQUEUED && res.count == 1 && res.messages[0].id == 1;
-        if (first || res.timer_hint >= 0)
-            send_register(op->st, op->queue, op->queue_len, res.timer_hint);
+    if (op->queue && res.head.status == RD_STORE_OK) {
+        bool first = op->kind == KIND_ENQUEUED && res.messages.count == 1 &&
+                     res.messages.messages[0].id == 1;
+        if (first || hint >= 0) send_register(op->st, op->queue, op->queue_len, hint);
     }
-    op->cb(&res, op->arg);
-    free_result(&res);
+    deliver(op, &res);
+    free_result(op->kind, &res);
     free_op(op);
 }
 
 /* ---------------------------------------------------------------- calls */
 
-/* FCALL name numkeys base, then at most 100 (id, token) pairs, a mode and
- * RD_STORE_REPLAY_IDS_MAX ids, or settle_claim's 3 + 6 per settlement + 2. */
-enum { MAX_ARGS = 10 + 6 * 100 };
+/* FCALL name numkeys base, then at most RD_ACK_BATCH_MAX (id, token) pairs, a
+ * mode and RD_STORE_REPLAY_IDS_MAX ids, or settle_claim's 3 + 6 per settlement
+ * + 2. */
+enum { MAX_ARGS = 10 + 6 * RD_SETTLE_BATCH_MAX };
+_Static_assert(2 * RD_ACK_BATCH_MAX <= 6 * RD_SETTLE_BATCH_MAX &&
+               RD_STORE_REPLAY_IDS_MAX <= 6 * RD_SETTLE_BATCH_MAX, "every call fits MAX_ARGS");
 _Static_assert(5 + 3 * RD_STORE_REPORTS_MAX <= MAX_ARGS, "timer_done's reports fit a call");
 
 typedef struct call {
@@ -563,7 +638,7 @@ static bool reads_only(const call_t *c)
 /* Takes ownership of enq (NULL for every kind but KIND_ENQUEUED); hint_q (or
  * NULL) is the queue a timer hint in the reply goes to (copied). */
 static int send_call_with(rd_store_t *st, call_t *c, reply_kind_t kind, enqueued_t *enq,
-                          const rd_store_queue_t *hint_q, rd_store_cb cb, void *arg)
+                          const rd_store_queue_t *hint_q, callback_t cb, void *arg)
 {
     op_t *op = rd_malloc(sizeof *op);
     op->kind = kind;
@@ -584,14 +659,14 @@ static int send_call_with(rd_store_t *st, call_t *c, reply_kind_t kind, enqueued
     return rc;
 }
 
-static int send_call(rd_store_t *st, call_t *c, reply_kind_t kind, rd_store_cb cb, void *arg)
+static int send_call(rd_store_t *st, call_t *c, reply_kind_t kind, callback_t cb, void *arg)
 {
     return send_call_with(st, c, kind, NULL, NULL, cb, arg);
 }
 
 /* A call whose reply may carry a timer hint for q. */
 static int send_hinted(rd_store_t *st, call_t *c, reply_kind_t kind, rd_store_queue_t q,
-                       rd_store_cb cb, void *arg)
+                       callback_t cb, void *arg)
 {
     return send_call_with(st, c, kind, NULL, &q, cb, arg);
 }
@@ -748,7 +823,7 @@ void rd_store_flush_owed(rd_store_t *st)
 
 int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, size_t len,
                      int max_retries, long long delay_ms, const char *idempotency_key,
-                     rd_store_cb cb, void *arg)
+                     rd_store_messages_cb cb, void *arg)
 {
     if (!rd_backend_ready(st->redis)) return -1;
     register_queue(st, q);
@@ -765,34 +840,34 @@ int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, si
     e->idempotency_key = idempotency_key ? rd_strdup(idempotency_key) : NULL;
     e->max_retries = max_retries;
     e->delay_ms = delay_ms;
-    return send_call_with(st, &c, KIND_ENQUEUED, e, &q, cb, arg);
+    return send_call_with(st, &c, KIND_ENQUEUED, e, &q, (callback_t){ .messages = cb }, arg);
 }
 
 int rd_store_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int count,
-                   rd_store_cb cb, void *arg)
+                   rd_store_messages_cb cb, void *arg)
 {
     call_t c;
     begin_fcall(&c, st, "claim", q, 0);
     arg_int(&c, lease_ms);
     arg_int(&c, count);
     arg_str(&c, "1");   /* this caller forwards timer hints */
-    return send_hinted(st, &c, KIND_HINTED, q, cb, arg);
+    return send_hinted(st, &c, KIND_HINTED, q, (callback_t){ .messages = cb }, arg);
 }
 
 int rd_store_succeed(rd_store_t *st, rd_store_queue_t q, long long id, const char *token,
-                     rd_store_cb cb, void *arg)
+                     rd_store_messages_cb cb, void *arg)
 {
     call_t c;
     begin_fcall(&c, st, "succeed", q, id);
     arg_int(&c, id);
     arg_str(&c, token ? token : "");
     arg_int(&c, st->succeeded_ttl_ms);
-    return send_hinted(st, &c, KIND_HINTED, q, cb, arg);
+    return send_hinted(st, &c, KIND_HINTED, q, (callback_t){ .messages = cb }, arg);
 }
 
 int rd_store_fail(rd_store_t *st, rd_store_queue_t q, long long id, const char *token,
                   const char *error, bool retryable, long long retry_after_ms,
-                  rd_store_cb cb, void *arg)
+                  rd_store_messages_cb cb, void *arg)
 {
     call_t c;
     begin_fcall(&c, st, "fail", q, id);
@@ -802,42 +877,43 @@ int rd_store_fail(rd_store_t *st, rd_store_queue_t q, long long id, const char *
     arg_str(&c, retryable ? "1" : "0");
     arg_int(&c, retry_after_ms < 0 ? -1 : retry_after_ms);
     arg_int(&c, st->dead_ttl_ms);
-    return send_hinted(st, &c, KIND_HINTED, q, cb, arg);
+    return send_hinted(st, &c, KIND_HINTED, q, (callback_t){ .messages = cb }, arg);
 }
 
 int rd_store_extend(rd_store_t *st, rd_store_queue_t q, long long id, const char *token,
-                    long long lease_ms, rd_store_cb cb, void *arg)
+                    long long lease_ms, rd_store_messages_cb cb, void *arg)
 {
     call_t c;
     begin_fcall(&c, st, "extend", q, id);
     arg_int(&c, id);
     arg_str(&c, token ? token : "");
     arg_int(&c, lease_ms);
-    return send_call(st, &c, KIND_MESSAGES, cb, arg);
+    arg_str(&c, "1");   /* this caller forwards timer hints */
+    return send_hinted(st, &c, KIND_HINTED, q, (callback_t){ .messages = cb }, arg);
 }
 
-int rd_store_replay(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_cb cb,
+int rd_store_replay(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_messages_cb cb,
                     void *arg)
 {
     call_t c;
     begin_fcall(&c, st, "replay", q, id);
     arg_int(&c, id);
-    return send_call(st, &c, KIND_MESSAGES, cb, arg);
+    return send_call(st, &c, KIND_MESSAGES, (callback_t){ .messages = cb }, arg);
 }
 
-int rd_store_get(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_cb cb, void *arg)
+int rd_store_get(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_messages_cb cb, void *arg)
 {
     call_t c;
     begin_fcall(&c, st, "get", q, id);
     c.argv[0] = "FCALL_RO";
     c.lens[0] = 8;
     arg_int(&c, id);
-    return send_call(st, &c, KIND_MESSAGES, cb, arg);
+    return send_call(st, &c, KIND_MESSAGES, (callback_t){ .messages = cb }, arg);
 }
 
 int rd_store_list(rd_store_t *st, rd_store_queue_t q, const char *status, int limit,
                   const char *cursor, const char *error_contains, long long since_ms,
-                  long long until_ms, rd_store_cb cb, void *arg)
+                  long long until_ms, rd_store_list_cb cb, void *arg)
 {
     call_t c;
     begin_fcall(&c, st, "list", q, 0);
@@ -851,13 +927,13 @@ int rd_store_list(rd_store_t *st, rd_store_queue_t q, const char *status, int li
     else arg_str(&c, "");
     if (until_ms >= 0) arg_int(&c, until_ms);
     else arg_str(&c, "");
-    return send_call(st, &c, KIND_LIST, cb, arg);
+    return send_call(st, &c, KIND_LIST, (callback_t){ .list = cb }, arg);
 }
 
 int rd_store_succeed_many(rd_store_t *st, rd_store_queue_t q, size_t n, const long long *ids,
-                          const char *const *tokens, rd_store_cb cb, void *arg)
+                          const char *const *tokens, rd_store_outcomes_cb cb, void *arg)
 {
-    if (n == 0 || n > 100) return -1;
+    if (n == 0 || n > RD_ACK_BATCH_MAX) return -1;
     call_t *c = rd_malloc(sizeof *c);
     begin_fcall(c, st, "succeed_many", q, 0);
     for (size_t i = 0; i < n; i++) {
@@ -865,15 +941,15 @@ int rd_store_succeed_many(rd_store_t *st, rd_store_queue_t q, size_t n, const lo
         arg_str(c, tokens[i] ? tokens[i] : "");
     }
     arg_int(c, st->succeeded_ttl_ms);
-    int rc = send_hinted(st, c, KIND_HINTED_OUTCOMES, q, cb, arg);
+    int rc = send_hinted(st, c, KIND_HINTED_OUTCOMES, q, (callback_t){ .outcomes = cb }, arg);
     rd_free(c);
     return rc;
 }
 
 int rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int count,
-                          size_t n, const rd_settlement_t *items, rd_store_cb cb, void *arg)
+                          size_t n, const rd_settlement_t *items, rd_store_settled_cb cb, void *arg)
 {
-    if (n > 100 || count < 0 || count > 100) return -1;
+    if (n > RD_SETTLE_BATCH_MAX || count < 0 || count > RD_CLAIM_COUNT_MAX) return -1;
     call_t *c = rd_malloc(sizeof *c);
     begin_fcall(c, st, "settle_claim", q, 0);
     arg_int(c, lease_ms);
@@ -890,15 +966,15 @@ int rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms
     }
     arg_int(c, st->dead_ttl_ms);        /* asks for the timer hint */
     arg_int(c, st->succeeded_ttl_ms);
-    int rc = send_hinted(st, c, KIND_SETTLED, q, cb, arg);
+    int rc = send_hinted(st, c, KIND_SETTLED, q, (callback_t){ .settled = cb }, arg);
     rd_free(c);
     return rc;
 }
 
 int rd_store_release(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_message_t *msgs,
-                     rd_store_cb cb, void *arg)
+                     rd_store_released_cb cb, void *arg)
 {
-    if (n == 0 || n > 100) return -1;
+    if (n == 0 || n > RD_CLAIM_COUNT_MAX) return -1;
     call_t *c = rd_malloc(sizeof *c);
     begin_fcall(c, st, "release", q, 0);
     for (size_t i = 0; i < n; i++) {
@@ -906,23 +982,23 @@ int rd_store_release(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_mess
         arg_bytes(c, msgs[i].lease_token.ptr ? msgs[i].lease_token.ptr : "",
                   msgs[i].lease_token.len);
     }
-    int rc = send_call(st, c, KIND_COUNT, cb, arg);
+    int rc = send_call(st, c, KIND_RELEASED, (callback_t){ .released = cb }, arg);
     rd_free(c);
     return rc;
 }
 
-static void on_handed_back(const rd_store_result_t *res, void *arg)
+static void on_handed_back(const rd_store_released_t *res, void *arg)
 {
     (void)arg;
-    if (res->status != RD_STORE_OK)
+    if (res->head.status != RD_STORE_OK)
         rd_warn("store: handing back messages of a departed client failed; their leases "
                 "will expire instead");
 }
 
 void rd_store_hand_back(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_message_t *msgs)
 {
-    for (size_t from = 0; from < n; from += 100) {
-        size_t batch = n - from < 100 ? n - from : 100;
+    for (size_t from = 0; from < n; from += RD_CLAIM_COUNT_MAX) {
+        size_t batch = n - from < RD_CLAIM_COUNT_MAX ? n - from : RD_CLAIM_COUNT_MAX;
         if (rd_store_release(st, q, batch, msgs + from, on_handed_back, NULL) != 0)
             rd_warn("store: cannot hand back messages of a departed client now; their leases "
                     "will expire instead");
@@ -931,7 +1007,7 @@ void rd_store_hand_back(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_m
 
 int rd_store_replay_many(rd_store_t *st, rd_store_queue_t q, const char *mode,
                          const long long *ids, size_t n, int limit, const char *cursor,
-                         const char *needle, rd_store_cb cb, void *arg)
+                         const char *needle, rd_store_replayed_cb cb, void *arg)
 {
     bool by_id = strcmp(mode, "ids") == 0;
     if (by_id && (n == 0 || n > RD_STORE_REPLAY_IDS_MAX)) return -1;
@@ -945,43 +1021,157 @@ int rd_store_replay_many(rd_store_t *st, rd_store_queue_t q, const char *mode,
         arg_str(c, cursor ? cursor : "");
         if (needle) arg_str(c, needle);
     }
-    int rc = send_call(st, c, KIND_REPLAYED, cb, arg);
+    int rc = send_call(st, c, KIND_REPLAYED, (callback_t){ .replayed = cb }, arg);
     rd_free(c);
     return rc;
 }
 
-int rd_store_delete(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_cb cb,
+/* ---------------------------------------------------------------- batch replay to the end */
+
+typedef struct replay_all {
+    rd_store_t *st;
+    char *queue;
+    size_t queue_len;
+    const char *mode, *needle;  /* borrowed until the callback */
+    const long long *ids;
+    size_t n;
+    char *cursor;               /* where the next call starts; for ids, the offset */
+    long long replayed;         /* so far */
+    bool (*go_on)(void *arg);
+    rd_store_replayed_cb cb;
+    void *arg;
+} replay_all_t;
+
+static void on_replay_batch(const rd_store_replayed_t *res, void *arg);
+
+static int replay_batch(replay_all_t *r)
+{
+    rd_store_queue_t q = { r->queue, r->queue_len };
+    if (strcmp(r->mode, "ids") == 0) {
+        size_t from = r->cursor ? strtoul(r->cursor, NULL, 10) : 0;
+        size_t n = r->n - from < RD_STORE_REPLAY_IDS_MAX ? r->n - from : RD_STORE_REPLAY_IDS_MAX;
+        return rd_store_replay_many(r->st, q, r->mode, r->ids + from, n, 0, NULL, NULL,
+                                    on_replay_batch, r);
+    }
+    return rd_store_replay_many(r->st, q, r->mode, NULL, 0, RD_STORE_REPLAY_IDS_MAX, r->cursor,
+                                r->needle, on_replay_batch, r);
+}
+
+static void replay_all_end(replay_all_t *r, rd_store_replayed_t *res)
+{
+    res->replayed = r->replayed;
+    r->cb(res, r->arg);
+    rd_free(r->cursor);
+    rd_free(r->queue);
+    rd_free(r);
+}
+
+/* One bounded call at a time, so other clients' commands interleave between
+ * them. Stops when go_on says so (the client has gone), and when a call
+ * neither replayed anything nor moved the cursor (a library that cannot make
+ * progress, e.g. an older one during an upgrade) instead of calling again
+ * forever. */
+static void on_replay_batch(const rd_store_replayed_t *res, void *arg)
+{
+    replay_all_t *r = arg;
+    if (res->head.status != RD_STORE_OK) {
+        if (r->replayed > 0) rd_warn("store: batch replay stopped after %lld replayed", r->replayed);
+        rd_store_replayed_t out = *res;
+        replay_all_end(r, &out);
+        return;
+    }
+    r->replayed += res->replayed;
+    rd_str_t next = res->next_cursor;
+    char offset[24];
+    if (strcmp(r->mode, "ids") == 0) {
+        size_t from = (r->cursor ? strtoul(r->cursor, NULL, 10) : 0) + RD_STORE_REPLAY_IDS_MAX;
+        next.len = from < r->n ? (size_t)snprintf(offset, sizeof offset, "%zu", from) : 0;
+        next.ptr = offset;
+    }
+    rd_store_replayed_t out = { .head.status = RD_STORE_OK };
+    if (next.len > 0 && r->go_on && !r->go_on(r->arg)) {
+        rd_info("store: batch replay stopped after %lld replayed: the client has gone",
+                r->replayed);
+        out.head.status = RD_STORE_UNAVAILABLE;
+        replay_all_end(r, &out);
+        return;
+    }
+    if (next.len > 0 && res->replayed == 0 && r->cursor && strlen(r->cursor) == next.len &&
+        memcmp(r->cursor, next.ptr, next.len) == 0) {
+        char detail[160];
+        out.head.status = RD_STORE_ERROR;
+        out.head.detail.ptr = detail;
+        out.head.detail.len = (size_t)snprintf(detail, sizeof detail,
+                                               "replay_many made no progress at cursor %.64s "
+                                               "after %lld replayed; stopped", r->cursor,
+                                               r->replayed);
+        replay_all_end(r, &out);
+        return;
+    }
+    if (next.len > 0) {
+        rd_free(r->cursor);
+        r->cursor = rd_strndup(next.ptr, next.len);
+        if (replay_batch(r) == 0) return;
+        out.head.status = RD_STORE_UNAVAILABLE;
+    }
+    replay_all_end(r, &out);
+}
+
+int rd_store_replay_all(rd_store_t *st, rd_store_queue_t q, const char *mode,
+                        const long long *ids, size_t n, const char *needle,
+                        bool (*go_on)(void *arg), rd_store_replayed_cb cb, void *arg)
+{
+    replay_all_t *r = rd_calloc(1, sizeof *r);
+    r->st = st;
+    r->queue = rd_strndup(q.name, q.len);
+    r->queue_len = q.len;
+    r->mode = mode;
+    r->needle = needle;
+    r->ids = ids;
+    r->n = n;
+    r->go_on = go_on;
+    r->cb = cb;
+    r->arg = arg;
+    int rc = replay_batch(r);
+    if (rc != 0) {
+        rd_free(r->queue);
+        rd_free(r);
+    }
+    return rc;
+}
+
+int rd_store_delete(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_status_cb cb,
                     void *arg)
 {
     call_t c;
     begin_fcall(&c, st, "delete", q, id);
     arg_int(&c, id);
-    return send_call(st, &c, KIND_DELETED, cb, arg);
+    return send_call(st, &c, KIND_DELETED, (callback_t){ .status = cb }, arg);
 }
 
 int rd_store_kill(rd_store_t *st, rd_store_queue_t q, long long id, const char *reason,
-                  rd_store_cb cb, void *arg)
+                  rd_store_messages_cb cb, void *arg)
 {
     call_t c;
     begin_fcall(&c, st, "kill", q, id);
     arg_int(&c, id);
     arg_str(&c, reason ? reason : "");
     arg_int(&c, st->dead_ttl_ms);
-    return send_hinted(st, &c, KIND_HINTED, q, cb, arg);
+    return send_hinted(st, &c, KIND_HINTED, q, (callback_t){ .messages = cb }, arg);
 }
 
-int rd_store_stats(rd_store_t *st, rd_store_queue_t q, int top, rd_store_cb cb, void *arg)
+int rd_store_stats(rd_store_t *st, rd_store_queue_t q, int top, rd_store_stats_cb cb, void *arg)
 {
     call_t c;
     begin_fcall(&c, st, "stats", q, 0);
     c.argv[0] = "FCALL_RO";
     c.lens[0] = 8;
     arg_int(&c, top);
-    return send_call(st, &c, KIND_STATS, cb, arg);
+    return send_call(st, &c, KIND_STATS, (callback_t){ .stats = cb }, arg);
 }
 
 int rd_store_tick(rd_store_t *st, rd_store_queue_t q, int limit, long long dead_ttl_ms,
-                  long long succeeded_ttl_ms, rd_store_cb cb, void *arg)
+                  long long succeeded_ttl_ms, rd_store_tick_cb cb, void *arg)
 {
     call_t c;
     begin_fcall(&c, st, "tick", q, 0);
@@ -989,7 +1179,7 @@ int rd_store_tick(rd_store_t *st, rd_store_queue_t q, int limit, long long dead_
     arg_int(&c, dead_ttl_ms);
     arg_int(&c, succeeded_ttl_ms);
     arg_str(&c, "1");   /* a timer round: the promise and `empty` */
-    return send_call(st, &c, KIND_TICK, cb, arg);
+    return send_call(st, &c, KIND_TICK, (callback_t){ .tick = cb }, arg);
 }
 
 /* FCALL fn 1 <registry> (the registry's slot: its companions are there too). */
@@ -1005,7 +1195,7 @@ static void begin_registry_fcall(call_t *c, rd_store_t *st, const char *fn)
 }
 
 int rd_store_queues_page(rd_store_t *st, const char *cursor, size_t cursor_len, int limit,
-                         rd_store_cb cb, void *arg)
+                         rd_store_page_cb cb, void *arg)
 {
     call_t c;
     begin_registry_fcall(&c, st, "queues_page");
@@ -1013,11 +1203,11 @@ int rd_store_queues_page(rd_store_t *st, const char *cursor, size_t cursor_len, 
     c.lens[0] = 8;
     arg_bytes(&c, cursor ? cursor : "", cursor ? cursor_len : 0);
     arg_int(&c, limit);
-    return send_call(st, &c, KIND_PAGE, cb, arg);
+    return send_call(st, &c, KIND_PAGE, (callback_t){ .page = cb }, arg);
 }
 
 int rd_store_timer_take(rd_store_t *st, int limit, long long lease_ms, int sweep_batch,
-                        long long sweep_every_ms, long long sweep_cycle_ms, rd_store_cb cb,
+                        long long sweep_every_ms, long long sweep_cycle_ms, rd_store_taken_cb cb,
                         void *arg)
 {
     call_t c;
@@ -1027,11 +1217,11 @@ int rd_store_timer_take(rd_store_t *st, int limit, long long lease_ms, int sweep
     arg_int(&c, sweep_batch);
     arg_int(&c, sweep_every_ms);
     arg_int(&c, sweep_cycle_ms);
-    return send_call(st, &c, KIND_TAKE, cb, arg);
+    return send_call(st, &c, KIND_TAKE, (callback_t){ .taken = cb }, arg);
 }
 
 int rd_store_timer_done(rd_store_t *st, long long token, const rd_timer_report_t *reports,
-                        size_t n, rd_store_cb cb, void *arg)
+                        size_t n, rd_store_done_cb cb, void *arg)
 {
     if (n == 0 || n > RD_STORE_REPORTS_MAX) return -1;
     call_t *c = rd_malloc(sizeof *c);
@@ -1042,8 +1232,132 @@ int rd_store_timer_done(rd_store_t *st, long long token, const rd_timer_report_t
         arg_int(c, reports[i].next_in_ms < 0 ? -1 : reports[i].next_in_ms);
         arg_str(c, reports[i].empty ? "1" : "0");
     }
-    int rc = send_call(st, c, KIND_DONE, cb, arg);
+    int rc = send_call(st, c, KIND_DONE, (callback_t){ .done = cb }, arg);
     rd_free(c);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- every queue */
+
+typedef struct fanout {
+    rd_store_t *st;
+    rd_store_queues_cb cb;
+    void *arg;
+    rd_queue_metrics_t *queues;
+    size_t count, sent, outstanding;
+    bool any_failed;
+    long long total;
+    char *next_cursor;          /* the page's, NULL at the end */
+    size_t next_cursor_len;
+} fanout_t;
+
+typedef struct fanout_slot {
+    fanout_t *f;
+    size_t index;
+} fanout_slot_t;
+
+static void fanout_free(fanout_t *f)
+{
+    for (size_t i = 0; i < f->count; i++) rd_free(f->queues[i].name);
+    rd_free(f->queues);
+    rd_free(f->next_cursor);
+    rd_free(f);
+}
+
+static void fanout_finish(fanout_t *f)
+{
+    rd_store_queues_t res = {
+        .head.status = f->any_failed && f->count > 0 && !rd_store_ready(f->st)
+                           ? RD_STORE_UNAVAILABLE : RD_STORE_OK,
+        .queues = f->queues,
+        .count = f->count,
+        .total = f->total,
+        .next_cursor = { f->next_cursor, f->next_cursor_len },
+    };
+    f->cb(&res, f->arg);
+    fanout_free(f);
+}
+
+static void on_fanout_stats(const rd_store_stats_result_t *res, void *arg);
+
+/* Keeps at most RD_STORE_FANOUT_IN_FLIGHT stats calls in flight until every
+ * queue of the page has had one; finishes when the last returns. */
+static void fanout_pump(fanout_t *f)
+{
+    while (f->outstanding < RD_STORE_FANOUT_IN_FLIGHT && f->sent < f->count) {
+        rd_queue_metrics_t *m = &f->queues[f->sent];
+        fanout_slot_t *slot = rd_malloc(sizeof *slot);
+        slot->f = f;
+        slot->index = f->sent++;
+        rd_store_queue_t q = { m->name, m->name_len };
+        if (rd_store_stats(f->st, q, 0, on_fanout_stats, slot) == 0) {
+            f->outstanding++;
+        } else {
+            f->any_failed = true;
+            rd_free(slot);
+        }
+    }
+    if (f->outstanding == 0 && f->sent == f->count) fanout_finish(f);
+}
+
+/* A stats answer with no key behind it: a queue whose keys are all gone. */
+static bool stats_show_no_key(const rd_queue_stats_t *st)
+{
+    return st->totals_len == 0 && st->top_errors_len == 0 && st->ready == 0 &&
+           st->scheduled == 0 && st->processing == 0 && st->succeeded == 0 && st->dead == 0;
+}
+
+static void on_fanout_stats(const rd_store_stats_result_t *res, void *arg)
+{
+    fanout_slot_t *slot = arg;
+    fanout_t *f = slot->f;
+    rd_queue_metrics_t *m = &f->queues[slot->index];
+    if (res->head.status == RD_STORE_OK) {
+        rd_metrics_from_stats(m, &res->stats);
+        if (stats_show_no_key(&res->stats)) {
+            rd_store_queue_t q = { m->name, m->name_len };
+            rd_store_schedule(f->st, q, 0);
+        }
+    } else {
+        f->any_failed = true;
+    }
+    rd_free(slot);
+    f->outstanding--;
+    fanout_pump(f);
+}
+
+static void on_fanout_page(const rd_store_page_t *res, void *arg)
+{
+    fanout_t *f = arg;
+    if (res->head.status != RD_STORE_OK) {
+        rd_store_queues_t failed = { .head = res->head };
+        f->cb(&failed, f->arg);
+        fanout_free(f);
+        return;
+    }
+    f->total = res->total;
+    if (res->next_cursor.len > 0) {
+        f->next_cursor = rd_strndup(res->next_cursor.ptr, res->next_cursor.len);
+        f->next_cursor_len = res->next_cursor.len;
+    }
+    f->count = res->count;
+    f->queues = rd_calloc(res->count ? res->count : 1, sizeof *f->queues);
+    for (size_t i = 0; i < res->count; i++) {
+        f->queues[i].name = rd_strndup(res->names[i].ptr, res->names[i].len);
+        f->queues[i].name_len = res->names[i].len;
+    }
+    fanout_pump(f);
+}
+
+int rd_store_queues_stats(rd_store_t *st, const char *cursor, size_t cursor_len, int limit,
+                          rd_store_queues_cb cb, void *arg)
+{
+    fanout_t *f = rd_calloc(1, sizeof *f);
+    f->st = st;
+    f->cb = cb;
+    f->arg = arg;
+    int rc = rd_store_queues_page(st, cursor, cursor_len, limit, on_fanout_page, f);
+    if (rc != 0) rd_free(f);
     return rc;
 }
 
@@ -1080,10 +1394,10 @@ void rd_store_check_durability(rd_store_t *st)
     rd_backend_command(st->redis, 3, argv, lens, on_config, NULL);
 }
 
-int rd_store_ping(rd_store_t *st, rd_store_cb cb, void *arg)
+int rd_store_ping(rd_store_t *st, rd_store_status_cb cb, void *arg)
 {
     call_t c;
     call_init(&c);
     arg_str(&c, "PING");
-    return send_call(st, &c, KIND_PING, cb, arg);
+    return send_call(st, &c, KIND_PING, (callback_t){ .status = cb }, arg);
 }

@@ -23,7 +23,7 @@ typedef struct waiter {
     rd_http_exchange_t *ex;
     long long lease_ms;
     int count;
-    rd_store_cb cb;             /* NULL once answered */
+    rd_store_messages_cb cb;    /* NULL once answered */
     void *arg;
     uv_timer_t deadline;
     bool expired;               /* the deadline passed while its claim was in flight */
@@ -79,8 +79,7 @@ static wqueue_t *get_queue(rd_waiters_t *w, rd_store_queue_t queue)
     q->w = w;
     q->name = rd_strndup(queue.name, queue.len);
     q->len = queue.len;
-    rd_keys_queue_base(&q->channel, w->prefix, queue.name, queue.len);
-    rd_buf_puts(&q->channel, ":wake");
+    rd_keys_wake(&q->channel, w->prefix, queue.name, queue.len);
     q->next = w->queues;
     if (w->queues) w->queues->prev = q;
     w->queues = q;
@@ -105,7 +104,7 @@ static void on_waiter_closed(uv_handle_t *h)
 }
 
 /* Answers the waiter (exactly once) and takes it out of its line. */
-static void finish_waiter(waiter_t *h, const rd_store_result_t *res)
+static void finish_waiter(waiter_t *h, const rd_store_messages_t *res)
 {
     wqueue_t *q = h->q;
     rd_waiters_t *w = q->w;
@@ -116,7 +115,7 @@ static void finish_waiter(waiter_t *h, const rd_store_result_t *res)
     q->n--;
     w->parked--;
     if (q->n == 0) q->idle_since_ms = uv_now(w->loop);
-    rd_store_cb cb = h->cb;
+    rd_store_messages_cb cb = h->cb;
     h->cb = NULL;
     uv_timer_stop(&h->deadline);
     uv_close((uv_handle_t *)&h->deadline, on_waiter_closed);
@@ -125,9 +124,9 @@ static void finish_waiter(waiter_t *h, const rd_store_result_t *res)
 
 static void answer_nothing(waiter_t *h)
 {
-    rd_store_result_t none;
+    rd_store_messages_t none;
     memset(&none, 0, sizeof none);
-    none.status = RD_STORE_OK;
+    none.head.status = RD_STORE_OK;
     finish_waiter(h, &none);
 }
 
@@ -138,9 +137,9 @@ static void on_deadline(uv_timer_t *t)
         h->expired = true;  /* answered when its claim returns */
     } else if (!rd_store_ready(h->q->w->store)) {
         /* Redis went away while it waited: say so rather than "nothing due". */
-        rd_store_result_t away;
+        rd_store_messages_t away;
         memset(&away, 0, sizeof away);
-        away.status = RD_STORE_UNAVAILABLE;
+        away.head.status = RD_STORE_UNAVAILABLE;
         finish_waiter(h, &away);
     } else {
         answer_nothing(h);
@@ -149,7 +148,7 @@ static void on_deadline(uv_timer_t *t)
 
 /* ---------------------------------------------------------------- claims */
 
-static void on_claim(const rd_store_result_t *res, void *arg)
+static void on_claim(const rd_store_messages_t *res, void *arg)
 {
     wqueue_t *q = arg;
     rd_waiters_t *w = q->w;
@@ -157,7 +156,7 @@ static void on_claim(const rd_store_result_t *res, void *arg)
     q->serving = NULL;
     w->claims_in_flight--;
 
-    if (res->status != RD_STORE_OK) {
+    if (res->head.status != RD_STORE_OK) {
         finish_waiter(h, res);
     } else if (res->count > 0) {
         if (!rd_http_exchange_client_alive(h->ex)) {
@@ -190,6 +189,10 @@ static void serve(wqueue_t *q)
         return;
     }
     while (q->head && !rd_http_exchange_client_alive(q->head->ex)) answer_nothing(q->head);
+    /* Answering a departed waiter can run that connection's next pipelined
+     * request at once, and a long-poll there parks and serves this queue:
+     * then a claim is already in flight and must not be sent twice. */
+    if (q->serving || w->stopping) return;
     waiter_t *h = q->head;
     q->again = false;
     if (h == NULL) return;
@@ -282,7 +285,7 @@ rd_waiters_t *rd_waiters_new(uv_loop_t *loop, rd_store_t *store,
 }
 
 void rd_waiters_park(rd_waiters_t *w, rd_store_queue_t queue, long long lease_ms, int count,
-                     long long wait_ms, rd_http_exchange_t *ex, rd_store_cb cb, void *arg)
+                     long long wait_ms, rd_http_exchange_t *ex, rd_store_messages_cb cb, void *arg)
 {
     wqueue_t *q = get_queue(w, queue);
     waiter_t *h = rd_calloc(1, sizeof *h);

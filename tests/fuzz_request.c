@@ -93,7 +93,8 @@ static void fuzz_parsers(const uint8_t *data, size_t size)
 
     rd_route_match_t m;
     for (int method = RD_HTTP_GET; method <= RD_HTTP_OPTIONS; method++) {
-        rd_router_match((rd_http_method_t)method, text, path_len, &m);
+        rd_router_match(rd_api_routes, rd_api_route_count, (rd_http_method_t)method, text,
+                        path_len, &m);
         if (m.queue) {
             rd_field_errors_t errs = { .count = 0 };
             rd_request_queue_name(m.queue, m.queue_len, &errs);

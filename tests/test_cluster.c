@@ -1,5 +1,5 @@
-/* test_cluster.c - tests of retryd on Redis Cluster (GitHub issue 7,
- * docs/cluster.md, SPEC §2 and §8).
+/* test_cluster.c - tests of retryd on Redis Cluster (docs/cluster.md,
+ * SPEC §2 and §8).
  *
  * Group "cluster-unit" needs no network: known CRC16 slot values and the
  * slot a command routes to (rd_cluster_slot, rd_cluster_command_slot).

@@ -1,5 +1,5 @@
-/* test_faults.c - fault injection against the real build/retryd (issue 6,
- * SPEC §5 and §7): HTTP limits and hostile clients (431, 501, 417, Expect,
+/* test_faults.c - fault injection against the real build/retryd (SPEC §5
+ * and §7): HTTP limits and hostile clients (431, 501, 417, Expect,
  * slowloris, the connection cap, idle keep-alive), bearer-token auth and
  * Redis ACL users, a Redis that is paused (SIGSTOP, DEBUG SLEEP), restarted,
  * flushed, has its pub/sub link killed or is killed -9 in the middle of a
@@ -2672,6 +2672,63 @@ static void test_half_closed_clients_get_their_answers(void **state)
     assert_int_equal(rq_int(g_shared, "GET %s:{hc}:seq", pfx), 1);
 }
 
+/* Client X pipelines two long-poll claims and half-closes; client Y then
+ * long-polls the same queue. Answering X's first waiter (its client has
+ * closed its side) runs X's second request at once, which parks and serves
+ * the queue from inside the first serve: the claim for Y must be sent once.
+ * Before the fix it went out twice and the second answer found no waiter
+ * (NULL dereference: the daemon crashed). */
+static void test_pipelined_long_polls_after_half_close(void **state)
+{
+    (void)state;
+    char pfx[128];
+    PREFIX(pfx, "pipehalf");
+    assert_int_equal(start_retryd(&g_dmn[0], "pipehalf.log", e2e_redis_url(g_shared_port), pfx,
+                                  true, "--log-level", "debug", NULL), 0);
+    int port = g_dmn[0].port;
+    const char *body = "{\"wait_seconds\":2}";
+
+    e2e_conn_t x;
+    assert_int_equal(e2e_conn_open(&x, port), 0);
+    assert_int_equal(e2e_send_request(&x, "POST", "/queues/ph/claim", NULL, body, strlen(body)), 0);
+    assert_int_equal(e2e_send_request(&x, "POST", "/queues/ph/claim", NULL, body, strlen(body)), 0);
+    assert_int_equal(shutdown(x.fd, SHUT_WR), 0);
+    char log[PATH_MAX];
+    SET(log, tmp_path("pipehalf.log"));
+    long long deadline = e2e_mono_ms() + 5000;
+    for (;;) {
+        char *text = fx_read_file(log);
+        bool seen = text && strstr(text, "http: client closed its sending side") != NULL;
+        free(text);
+        if (seen) break;
+        if (e2e_mono_ms() > deadline) fail_msg("the daemon never saw the half-close");
+        e2e_pause_ms(5);
+    }
+
+    e2e_conn_t y;
+    assert_int_equal(e2e_conn_open(&y, port), 0);
+    assert_int_equal(e2e_send_request(&y, "POST", "/queues/ph/claim", NULL, body, strlen(body)), 0);
+
+    /* X gets both answers (nothing was claimable), then the connection ends. */
+    e2e_response_t r = { 0 };
+    for (int i = 0; i < 2; i++) {
+        if (e2e_read_response(&x, &r) != 0) fail_msg("X: answer %d missing", i + 1);
+        assert_int_equal(r.status, 204);
+        e2e_response_free(&r);
+    }
+    e2e_conn_close(&x);
+    /* Y's long-poll ends at its deadline with 204, and the daemon is alive. */
+    if (e2e_read_response(&y, &r) != 0) fail_msg("Y: no answer");
+    assert_int_equal(r.status, 204);
+    e2e_response_free(&r);
+    e2e_conn_close(&y);
+    assert_true(e2e_daemon_alive(&g_dmn[0]));
+    half_closed_request(port, "GET", "/healthz", NULL, &r);
+    assert_int_equal(r.status, 200);
+    e2e_response_free(&r);
+    stop_retryd(&g_dmn[0]);
+}
+
 /* Sends body to path on a connection of its own while Redis holds writes
  * (CLIENT PAUSE), so the claim is in Redis when its client resets (RST);
  * returns once the daemon saw the reset, with Redis running again. */
@@ -2761,6 +2818,65 @@ static void test_claim_whose_client_resets_is_handed_back(void **state)
     assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "id"), 1);
     e2e_response_free(&r);
     e2e_conn_close(&g_conn);
+    stop_retryd(&g_dmn[0]);
+}
+
+/* A batch replay whose Redis hangs part way (the call in flight is dropped
+ * at --redis-timeout-ms) answers a 503 whose detail says how many dead
+ * letters it did replay, never "nothing was done" or no count at all. */
+static void test_replay_all_stopped_part_way_says_how_many(void **state)
+{
+    (void)state;
+    enum { N = 100000 };
+    static const char *const extra[] = { "--appendonly", "no", NULL };
+    assert_int_equal(fx_redis_start(&g_srv, extra), 0);
+    g_admin = fx_redis_connect(g_srv.port, NULL, NULL);
+    assert_non_null(g_admin);
+    const char *prefix = "replaystop";
+    assert_int_equal(start_retryd(&g_dmn[0], "replaystop.log", e2e_redis_url(g_srv.port), prefix,
+                                  true, "--redis-timeout-ms", "1000", NULL), 0);
+    int port = g_dmn[0].port;
+    static const char seed[] =
+        "local base, n, at = KEYS[1], tonumber(ARGV[1]), ARGV[2] "
+        "for id = 1, n do "
+        "  redis.call('HSET', base .. ':m:' .. id, 'payload', 'p', 'status', 'dead', "
+        "             'retry_count', 1, 'max_retries', 1, 'created_at', at, 'updated_at', at, "
+        "             'last_error', 'boom', 'dead_at', at) "
+        "  redis.call('ZADD', base .. ':dead', at, id) "
+        "end "
+        "redis.call('ZINCRBY', base .. ':errors', n, 'boom') "
+        "redis.call('SET', base .. ':seq', n) "
+        "return n";
+    assert_int_equal(rq_int(g_admin, "EVAL %s 1 %s:{rp} %d %lld", seed, prefix, (int)N,
+                            e2e_wall_ms() - 1000), N);
+
+    e2e_conn_t c;
+    assert_int_equal(e2e_conn_open(&c, port), 0);
+    assert_int_equal(e2e_send_request(&c, "POST", "/queues/rp/replay", NULL, "{\"all\":true}",
+                                      12), 0);
+    long long deadline = e2e_mono_ms() + 5000;
+    while (rq_int(g_admin, "HGET %s:{rp}:stats replayed", prefix) == 0) {
+        if (e2e_mono_ms() > deadline) fail_msg("the batch replay did not start");
+        e2e_pause_ms(1);
+    }
+    assert_int_equal(fx_redis_pause(&g_srv), 0);
+    e2e_response_t r = { 0 };
+    int rc = e2e_read_response(&c, &r);
+    assert_int_equal(fx_redis_resume(&g_srv), 0);
+    e2e_conn_close(&c);
+    if (rc != 0) fail_msg("the batch replay stopped by a hanging Redis: no complete response");
+    printf("# measured a batch replay whose Redis hung: %d %s\n", r.status, r.body);
+    expect_503(&r);
+    const char *detail = rd_json_string(rd_json_get(r.json, "detail"));
+    long long said = -1;
+    if (!detail || sscanf(detail, "The batch replay stopped after %lld", &said) != 1)
+        fail_msg("the detail does not say how many were replayed: %s", detail ? detail : "none");
+    long long replayed = rq_int(g_admin, "HGET %s:{rp}:stats replayed", prefix);
+    /* The call in flight may or may not have replayed its batch too. */
+    if (said <= 0 || said > replayed || replayed - said > 200)
+        fail_msg("the detail says %lld replayed; Redis counts %lld", said, replayed);
+    if (replayed >= N) fail_msg("the replay ended before Redis hung: make N larger");
+    e2e_response_free(&r);
     stop_retryd(&g_dmn[0]);
 }
 
@@ -3089,8 +3205,10 @@ int main(void)
         T(test_kill9_retryd_under_load),
         T(test_sigterm_with_requests_in_flight),
         T(test_half_closed_clients_get_their_answers),
+        T(test_pipelined_long_polls_after_half_close),
         T(test_claim_whose_client_resets_is_handed_back),
         T(test_settle_claim_whose_client_resets_is_handed_back),
+        T(test_replay_all_stopped_part_way_says_how_many),
         T(test_durability_warnings_at_startup),
         T(test_valgrind_clean_shutdown),
     };

@@ -241,6 +241,14 @@ static void test_queue_base(void **state)
     rd_buf_free(&b);
 }
 
+static void test_wake_channel(void **state)
+{
+    rd_buf_t b = RD_BUF_INIT;
+    rd_keys_wake(&b, "retryd", "a:b", 3);
+    assert_string_equal(b.data, "retryd:{a%3Ab}:wake");
+    rd_buf_free(&b);
+}
+
 static void test_queue_base_hash_tag_is_escaped_name(void **state)
 {
     const char *names[] = { "q", "a}b", "{", "}{", "x:y", "caf\xC3\xA9" };
@@ -332,6 +340,7 @@ int main(void)
         cmocka_unit_test(test_escape_tricky_names_distinct),
         cmocka_unit_test(test_escape_random_injective_and_reversible),
         cmocka_unit_test(test_queue_base),
+        cmocka_unit_test(test_wake_channel),
         cmocka_unit_test(test_queue_base_hash_tag_is_escaped_name),
         cmocka_unit_test(test_queue_base_binary_name),
         cmocka_unit_test(test_message_key),

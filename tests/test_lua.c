@@ -3292,6 +3292,40 @@ static void test_timer_hints(void **state)
     expect_error(fcall("kill", &s, c[3].id, "", "x", END));
 }
 
+/* extend with the hint flag forwards a shortened lease's deadline as a timer
+ * hint (and lowers the promise); a longer one needs none; without the flag
+ * the reply is {"ok", message} and the promise is left alone. */
+static void test_extend_timer_hint(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "extendhint");
+    enqueue_ok(&q, "x", 3, 0);
+    redisReply *r = fcall("claim", &q, -1, "3600000", "1", "1", END);
+    assert_int_equal(r->elements, 3);   /* ok, message, timer */
+    assert_int_equal(r->element[2]->integer, 3600000);
+    msg_t m, e;
+    msg_parse(r->element[1], &m);
+    freeReplyObject(r);
+    long long p = promise(&q);
+    assert_int_equal(p, msg_int(&m, "lease_expires_at"));
+    /* No flag: the old shape, the promise untouched. */
+    expect_ok_msg(fcall("extend", &q, m.id, "", "60000", END), &e);
+    assert_int_equal(promise(&q), p);
+    /* With the flag, a shorter lease: its deadline is the hint. */
+    r = fcall("extend", &q, m.id, msg_str(&m, "lease_token"), "1000", "1", END);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->elements, 3);   /* ok, message, timer */
+    assert_int_equal(r->element[2]->type, REDIS_REPLY_INTEGER);
+    assert_int_equal(r->element[2]->integer, 1000);
+    msg_parse(r->element[1], &e);
+    freeReplyObject(r);
+    assert_int_equal(promise(&q), msg_int(&e, "lease_expires_at"));
+    /* A longer lease is later than the promise: no hint. */
+    assert_int_equal(hint_of(fcall("extend", &q, m.id, "", "600000", "1", END)), -1);
+    assert_int_equal(promise(&q), msg_int(&e, "lease_expires_at"));
+}
+
 /* tick keeps the promise and tells an empty queue. */
 static void test_tick_promise_and_empty(void **state)
 {
@@ -3580,6 +3614,7 @@ int main(void)
         cmocka_unit_test(test_wake_channel),
         cmocka_unit_test(test_timer_hints),
         cmocka_unit_test(test_settle_claim_timer_hints),
+        cmocka_unit_test(test_extend_timer_hint),
         cmocka_unit_test(test_tick_promise_and_empty),
         cmocka_unit_test(test_registry_take_done),
         cmocka_unit_test(test_registry_sweep),

@@ -10,7 +10,9 @@
 #include <string.h>
 
 #include "retryd/alloc.h"
+#include "retryd/buf.h"
 #include "retryd/json.h"
+#include "retryd/jsonw.h"
 #include "retryd/message.h"
 
 /* 2026-11-30T08:40:36.258Z (checked with `date -u -d @1796028036.258`). */
@@ -33,15 +35,24 @@ static void set(rd_message_t *m, const char *name, const char *value)
     rd_message_set_field(m, name, strlen(name), value, strlen(value));
 }
 
-/* rd_message_to_json, printed and parsed back: what a client would see. */
+/* rd_message_write_json's text (free with rd_free). */
+static char *message_text(const rd_message_t *m, const char *queue, size_t queue_len,
+                          bool with_token, size_t *len)
+{
+    rd_buf_t out = RD_BUF_INIT;
+    rd_jsonw_t w;
+    rd_jsonw_init(&w, &out);
+    rd_message_write_json(&w, m, queue, queue_len, with_token);
+    assert_int_equal(w.depth, 0);
+    return rd_buf_take(&out, len);
+}
+
+/* rd_message_write_json's text parsed back: what a client would see. */
 static rd_json_t *round_trip(const rd_message_t *m, const char *queue, size_t queue_len,
                              bool with_token, char **text_out)
 {
-    rd_json_t *obj = rd_message_to_json(m, queue, queue_len, with_token);
-    assert_non_null(obj);
     size_t len;
-    char *text = rd_json_print(obj, &len);
-    rd_json_free(obj);
+    char *text = message_text(m, queue, queue_len, with_token, &len);
     assert_int_equal(len, strlen(text));
     bool has_nul = false;
     rd_json_t *back = rd_json_parse(text, len, &has_nul);
@@ -427,9 +438,7 @@ static void test_json_payload_with_nul_not_truncated(void **state)
     const char payload[] = { 'a', '\0', 'b' };
     rd_message_set_field(&m, "payload", 7, payload, sizeof payload);
     set(&m, "status", "pending");
-    rd_json_t *obj = rd_message_to_json(&m, "q", 1, false);
-    char *text = rd_json_print(obj, NULL);
-    rd_json_free(obj);
+    char *text = message_text(&m, "q", 1, false, NULL);
     bool whole = strstr(text, "\"payload\":\"a\\u0000b\"") != NULL;
     char shown[256];
     strncpy(shown, text, sizeof shown - 1);
@@ -461,10 +470,8 @@ static void test_json_invalid_utf8_written_as_replacement(void **state)
         rd_message_set_field(&m, "payload", 7, cases[i].in, cases[i].len);
         rd_message_set_field(&m, "last_error", 10, "\xfe" "err", 4);
         set(&m, "status", "dead");
-        rd_json_t *obj = rd_message_to_json(&m, "q\xff", 2, false);
         size_t len;
-        char *text = rd_json_print(obj, &len);
-        rd_json_free(obj);
+        char *text = message_text(&m, "q\xff", 2, false, &len);
         bool good = strstr(text, cases[i].out) != NULL &&
                     strstr(text, "\"last_error\":\"\xEF\xBF\xBD" "err\"") != NULL &&
                     strstr(text, "\"queue\":\"q\xEF\xBF\xBD\"") != NULL;

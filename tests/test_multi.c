@@ -984,6 +984,42 @@ static void test_expired_lease_on_idle_queue_reclaimed(void **state)
     e2e_response_free(&r);
 }
 
+/* A lease shortened with extend on an idle queue is reclaimed within a tick
+ * of its new deadline: the claim's 1 h lease set the queue's timer promise
+ * and schedule entry to an hour from now; extend's hint brings them down.
+ * Before: the reclaim waited for the registry sweep. */
+static void test_shortened_lease_on_idle_queue_reclaimed(void **state)
+{
+    (void)state;
+    ensure_idle_queues();
+    char q[32];
+    idle_name(q, sizeof q, IDLE_QUEUES / 5);
+    e2e_response_t r = { 0 };
+    http_to(g_a.port, &r, "POST", e2e_fmt("/queues/%s/claim", q), "{\"lease_seconds\":3600}");
+    rd_json_t *m = e2e_expect_json(&r, 200);
+    long long id = e2e_jint(m, "id");
+    http_to(g_a.port, &r, "POST", e2e_fmt("/queues/%s/messages/%lld/extend", q, id),
+            "{\"lease_seconds\":1}");
+    m = e2e_expect_json(&r, 200);
+    long long deadline = e2e_jtime(m, "lease_expires_at");
+    long long until = e2e_mono_ms() + 5000;
+    for (;;) {
+        http_to(g_b.port, &r, "GET", e2e_fmt("/queues/%s/messages/%lld", q, id), NULL);
+        m = e2e_expect_json(&r, 200);
+        if (strcmp(e2e_jstr(m, "status"), "processing") != 0) break;
+        if (e2e_mono_ms() > until)
+            fail_msg("the shortened lease of %s/%lld was not reclaimed in 5 s", q, id);
+        e2e_pause_ms(20);
+    }
+    assert_string_equal(e2e_jstr(m, "status"), "pending");
+    assert_string_equal(e2e_jstr(m, "last_error"), "lease expired");
+    long long late = e2e_jtime(m, "updated_at") - deadline;
+    printf("test_multi: shortened lease on an idle queue reclaimed %lld ms after its deadline\n",
+           late);
+    if (late < 0 || late > TICK_MS + 50) fail_msg("reclaimed %lld ms after the deadline", late);
+    e2e_response_free(&r);
+}
+
 /* GET /queues pages: at most limit per page, every registered queue exactly
  * once across the pages, in name order; bad limits are 422. */
 static void test_queues_paging_lists_each_once(void **state)
@@ -1197,6 +1233,7 @@ int main(void)
         T(test_idle_queues_cost_nothing_per_tick),
         T(test_due_retry_on_idle_queue_within_one_tick),
         T(test_expired_lease_on_idle_queue_reclaimed),
+        T(test_shortened_lease_on_idle_queue_reclaimed),
         T(test_queues_paging_lists_each_once),
         T(test_metrics_bounded_with_many_queues),
         T(test_queue_without_keys_leaves_registry),

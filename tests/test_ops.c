@@ -718,6 +718,35 @@ static void test_replay_stops_when_client_leaves(void **state)
     assert_int_equal(replay_many(q, "{\"all\":true}"), N - now);
 }
 
+/* A client that half-closes its side after the request (shutdown(SHUT_WR),
+ * which HTTP/1.1 allows) still reads the answer, so a batch replay over
+ * many batches runs to the end and answers the whole count. It used to stop
+ * after the first batch and answer 503 "nothing was done". */
+static void test_replay_all_half_closed_client(void **state)
+{
+    (void)state;
+    enum { N = 1000 };
+    char q[64];
+    queue_name(q, sizeof q, "replay-halfclose");
+    seed_dead(q, 1, N, e2e_wall_ms() - 1000, true);
+
+    e2e_conn_t c;
+    assert_int_equal(e2e_conn_open(&c, g_daemon.port), 0);
+    assert_int_equal(e2e_send_request(&c, "POST", qpath(q, "/replay"), NULL, "{\"all\":true}", 12),
+                     0);
+    assert_int_equal(shutdown(c.fd, SHUT_WR), 0);
+    e2e_response_t r = { 0 };
+    int rc = e2e_read_response(&c, &r);
+    e2e_conn_close(&c);
+    track(&r);
+    if (rc != 0) fail_msg("replay all then SHUT_WR: no complete response");
+    if (r.status != 200) fail_msg("replay all then SHUT_WR: %d %s", r.status, r.body);
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "replayed"), N);
+    resp_free(&r);
+    assert_int_equal(rint_cmd("ZCARD %s", qkey(q, ":dead")), 0);
+    assert_int_equal(hget_int(qkey(q, ":stats"), "replayed"), N);
+}
+
 /* Payloads at the --max-body size: a listing page and a batch claim stop at
  * about 4 MiB (at least one message) instead of carrying them all. */
 static void test_replies_bounded_in_bytes(void **state)
@@ -1601,6 +1630,7 @@ int main(void)
         T(test_bulk_replay_and_claim_latency),
         T(test_replay_all_with_orphans),
         T(test_replay_stops_when_client_leaves),
+        T(test_replay_all_half_closed_client),
         T(test_replies_bounded_in_bytes),
         T(test_stats_after_mixed_workload),
         T(test_top_errors_exact_long_string),

@@ -1,5 +1,7 @@
-/* test_router.c - unit tests for router.c: the route table, path parameters,
- * 404/405 outcomes and percent-decoding (SPEC §5). */
+/* test_router.c - unit tests for router.c over the API's route table
+ * (rd_api_routes): every route, path parameters, 404/405 outcomes, prefix
+ * rows and percent-decoding (SPEC §5). Pure: nothing of the table's handlers
+ * runs. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -7,10 +9,45 @@
 #include <cmocka.h>
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "retryd/alloc.h"
+#include "retryd/api.h"
 #include "retryd/router.h"
+
+/* The rows of rd_api_routes, as "METHOD pattern" (route_name). */
+#define ROUTE_HEALTHZ "GET /healthz"
+#define ROUTE_READYZ "GET /readyz"
+#define ROUTE_ENQUEUE "POST /queues/{q}/messages"
+#define ROUTE_LIST "GET /queues/{q}/messages"
+#define ROUTE_GET "GET /queues/{q}/messages/{id}"
+#define ROUTE_CLAIM "POST /queues/{q}/claim"
+#define ROUTE_SUCCEED "POST /queues/{q}/messages/{id}/succeed"
+#define ROUTE_FAIL "POST /queues/{q}/messages/{id}/fail"
+#define ROUTE_REPLAY "POST /queues/{q}/messages/{id}/replay"
+#define ROUTE_EXTEND "POST /queues/{q}/messages/{id}/extend"
+#define ROUTE_UI "GET /ui"
+
+/* The API's table, as the server matches it. */
+static rd_route_outcome_t route_match(rd_http_method_t method, const char *path, size_t len,
+                                      rd_route_match_t *m)
+{
+    return rd_router_match(rd_api_routes, rd_api_route_count, method, path, len, m);
+}
+
+/* "METHOD pattern" of a row; "" for none. */
+static const char *route_name(const rd_route_t *r)
+{
+    static char name[96];
+    if (r == NULL) return "";
+    const char *method = r->method == RD_HTTP_GET      ? "GET"
+                         : r->method == RD_HTTP_POST   ? "POST"
+                         : r->method == RD_HTTP_DELETE ? "DELETE"
+                                                       : "?";
+    snprintf(name, sizeof name, "%s %s", method, r->pattern);
+    return name;
+}
 
 /* ---------------------------------------------------------------------------
  * Helpers
@@ -20,7 +57,7 @@
  * assertion so that a failing test leaks nothing. */
 typedef struct result {
     rd_route_outcome_t outcome;
-    rd_route_t route;
+    char route[96];
     bool has_queue;
     char queue[256];
     size_t queue_len;
@@ -34,8 +71,8 @@ static result_t match(rd_http_method_t method, const char *path)
     rd_route_match_t m;
     result_t r;
     memset(&r, 0, sizeof r);
-    r.outcome = rd_router_match(method, path, strlen(path), &m);
-    r.route = m.route;
+    r.outcome = route_match(method, path, strlen(path), &m);
+    snprintf(r.route, sizeof r.route, "%s", route_name(m.route));
     r.has_queue = m.queue != NULL;
     if (m.queue) {
         size_t n = m.queue_len < sizeof r.queue - 1 ? m.queue_len : sizeof r.queue - 1;
@@ -62,13 +99,13 @@ static const char *outcome_name(rd_route_outcome_t o)
     return "?";
 }
 
-static void assert_route(rd_http_method_t method, const char *path, rd_route_t route,
+static void assert_route(rd_http_method_t method, const char *path, const char *route,
                          const char *queue, long long id)
 {
     result_t r = match(method, path);
     if (r.outcome != RD_ROUTE_MATCHED)
         fail_msg("%s: outcome %s, want MATCHED", path, outcome_name(r.outcome));
-    assert_int_equal(r.route, route);
+    assert_string_equal(r.route, route);
     if (queue) {
         assert_true(r.has_queue);
         assert_true(r.queue_decoded);
@@ -104,27 +141,27 @@ static void assert_no_method(rd_http_method_t method, const char *path, const ch
 
 static void test_every_route_matches(void **state)
 {
-    assert_route(RD_HTTP_GET, "/healthz", RD_ROUTE_HEALTHZ, NULL, 0);
-    assert_route(RD_HTTP_GET, "/readyz", RD_ROUTE_READYZ, NULL, 0);
-    assert_route(RD_HTTP_POST, "/queues/emails/messages", RD_ROUTE_ENQUEUE, "emails", 0);
-    assert_route(RD_HTTP_GET, "/queues/emails/messages", RD_ROUTE_LIST, "emails", 0);
-    assert_route(RD_HTTP_GET, "/queues/emails/messages/42", RD_ROUTE_GET, "emails", 42);
-    assert_route(RD_HTTP_POST, "/queues/emails/claim", RD_ROUTE_CLAIM, "emails", 0);
-    assert_route(RD_HTTP_POST, "/queues/emails/messages/7/succeed", RD_ROUTE_SUCCEED,
+    assert_route(RD_HTTP_GET, "/healthz", ROUTE_HEALTHZ, NULL, 0);
+    assert_route(RD_HTTP_GET, "/readyz", ROUTE_READYZ, NULL, 0);
+    assert_route(RD_HTTP_POST, "/queues/emails/messages", ROUTE_ENQUEUE, "emails", 0);
+    assert_route(RD_HTTP_GET, "/queues/emails/messages", ROUTE_LIST, "emails", 0);
+    assert_route(RD_HTTP_GET, "/queues/emails/messages/42", ROUTE_GET, "emails", 42);
+    assert_route(RD_HTTP_POST, "/queues/emails/claim", ROUTE_CLAIM, "emails", 0);
+    assert_route(RD_HTTP_POST, "/queues/emails/messages/7/succeed", ROUTE_SUCCEED,
                  "emails", 7);
-    assert_route(RD_HTTP_POST, "/queues/emails/messages/8/fail", RD_ROUTE_FAIL, "emails", 8);
-    assert_route(RD_HTTP_POST, "/queues/emails/messages/9/replay", RD_ROUTE_REPLAY, "emails",
+    assert_route(RD_HTTP_POST, "/queues/emails/messages/8/fail", ROUTE_FAIL, "emails", 8);
+    assert_route(RD_HTTP_POST, "/queues/emails/messages/9/replay", ROUTE_REPLAY, "emails",
                  9);
-    assert_route(RD_HTTP_POST, "/queues/emails/messages/10/extend", RD_ROUTE_EXTEND,
+    assert_route(RD_HTTP_POST, "/queues/emails/messages/10/extend", ROUTE_EXTEND,
                  "emails", 10);
 }
 
 static void test_head_matches_get_routes(void **state)
 {
-    assert_route(RD_HTTP_HEAD, "/healthz", RD_ROUTE_HEALTHZ, NULL, 0);
-    assert_route(RD_HTTP_HEAD, "/readyz", RD_ROUTE_READYZ, NULL, 0);
-    assert_route(RD_HTTP_HEAD, "/queues/q/messages", RD_ROUTE_LIST, "q", 0);
-    assert_route(RD_HTTP_HEAD, "/queues/q/messages/3", RD_ROUTE_GET, "q", 3);
+    assert_route(RD_HTTP_HEAD, "/healthz", ROUTE_HEALTHZ, NULL, 0);
+    assert_route(RD_HTTP_HEAD, "/readyz", ROUTE_READYZ, NULL, 0);
+    assert_route(RD_HTTP_HEAD, "/queues/q/messages", ROUTE_LIST, "q", 0);
+    assert_route(RD_HTTP_HEAD, "/queues/q/messages/3", ROUTE_GET, "q", 3);
     /* HEAD is not POST. */
     assert_no_method(RD_HTTP_HEAD, "/queues/q/claim", "POST");
     assert_no_method(RD_HTTP_HEAD, "/queues/q/messages/3/succeed", "POST");
@@ -132,11 +169,11 @@ static void test_head_matches_get_routes(void **state)
 
 static void test_ids(void **state)
 {
-    assert_route(RD_HTTP_GET, "/queues/q/messages/1", RD_ROUTE_GET, "q", 1);
-    assert_route(RD_HTTP_GET, "/queues/q/messages/007", RD_ROUTE_GET, "q", 7);
-    assert_route(RD_HTTP_GET, "/queues/q/messages/999999999999999", RD_ROUTE_GET, "q",
+    assert_route(RD_HTTP_GET, "/queues/q/messages/1", ROUTE_GET, "q", 1);
+    assert_route(RD_HTTP_GET, "/queues/q/messages/007", ROUTE_GET, "q", 7);
+    assert_route(RD_HTTP_GET, "/queues/q/messages/999999999999999", ROUTE_GET, "q",
                  999999999999999LL);
-    assert_route(RD_HTTP_POST, "/queues/q/messages/123456789/fail", RD_ROUTE_FAIL, "q",
+    assert_route(RD_HTTP_POST, "/queues/q/messages/123456789/fail", ROUTE_FAIL, "q",
                  123456789LL);
 }
 
@@ -166,10 +203,10 @@ static void test_wrong_method_allow_lists(void **state)
 static void test_allow_list_not_reused(void **state)
 {
     rd_route_match_t m;
-    assert_int_equal(rd_router_match(RD_HTTP_DELETE, "/queues/q/messages", 18, &m),
+    assert_int_equal(route_match(RD_HTTP_DELETE, "/queues/q/messages", 18, &m),
                      RD_ROUTE_NO_METHOD);
     assert_string_equal(m.allow, "POST, GET");
-    assert_int_equal(rd_router_match(RD_HTTP_DELETE, "/queues/q/messages", 18, &m),
+    assert_int_equal(route_match(RD_HTTP_DELETE, "/queues/q/messages", 18, &m),
                      RD_ROUTE_NO_METHOD);
     assert_string_equal(m.allow, "POST, GET");
     rd_route_match_free(&m);
@@ -229,15 +266,15 @@ static void test_bad_ids(void **state)
 
 static void test_queue_percent_decoded(void **state)
 {
-    assert_route(RD_HTTP_POST, "/queues/a%2Fb/messages", RD_ROUTE_ENQUEUE, "a/b", 0);
-    assert_route(RD_HTTP_POST, "/queues/%2F/messages", RD_ROUTE_ENQUEUE, "/", 0);
-    assert_route(RD_HTTP_GET, "/queues/caf%C3%A9/messages/5", RD_ROUTE_GET, "caf\xC3\xA9", 5);
-    assert_route(RD_HTTP_GET, "/queues/caf%c3%a9/messages", RD_ROUTE_LIST, "caf\xC3\xA9", 0);
-    assert_route(RD_HTTP_POST, "/queues/with%20space/claim", RD_ROUTE_CLAIM, "with space", 0);
+    assert_route(RD_HTTP_POST, "/queues/a%2Fb/messages", ROUTE_ENQUEUE, "a/b", 0);
+    assert_route(RD_HTTP_POST, "/queues/%2F/messages", ROUTE_ENQUEUE, "/", 0);
+    assert_route(RD_HTTP_GET, "/queues/caf%C3%A9/messages/5", ROUTE_GET, "caf\xC3\xA9", 5);
+    assert_route(RD_HTTP_GET, "/queues/caf%c3%a9/messages", ROUTE_LIST, "caf\xC3\xA9", 0);
+    assert_route(RD_HTTP_POST, "/queues/with%20space/claim", ROUTE_CLAIM, "with space", 0);
     /* '+' is literal in a path. */
-    assert_route(RD_HTTP_POST, "/queues/a+b/claim", RD_ROUTE_CLAIM, "a+b", 0);
-    assert_route(RD_HTTP_POST, "/queues/%7Bq%7D%3A%25/claim", RD_ROUTE_CLAIM, "{q}:%", 0);
-    assert_route(RD_HTTP_POST, "/queues/caf\xC3\xA9/messages/1/fail", RD_ROUTE_FAIL,
+    assert_route(RD_HTTP_POST, "/queues/a+b/claim", ROUTE_CLAIM, "a+b", 0);
+    assert_route(RD_HTTP_POST, "/queues/%7Bq%7D%3A%25/claim", ROUTE_CLAIM, "{q}:%", 0);
+    assert_route(RD_HTTP_POST, "/queues/caf\xC3\xA9/messages/1/fail", ROUTE_FAIL,
                  "caf\xC3\xA9", 1);
 }
 
@@ -245,7 +282,7 @@ static void test_queue_with_nul_keeps_length(void **state)
 {
     rd_route_match_t m;
     const char *path = "/queues/a%00b/messages";
-    assert_int_equal(rd_router_match(RD_HTTP_GET, path, strlen(path), &m), RD_ROUTE_MATCHED);
+    assert_int_equal(route_match(RD_HTTP_GET, path, strlen(path), &m), RD_ROUTE_MATCHED);
     bool ok = m.queue_decoded && m.queue_len == 3 && memcmp(m.queue, "a\0b", 3) == 0;
     rd_route_match_free(&m);
     assert_true(ok);
@@ -260,13 +297,13 @@ static void test_queue_broken_escape(void **state)
         result_t r = match(RD_HTTP_GET, paths[i]);
         if (r.outcome != RD_ROUTE_MATCHED)
             fail_msg("%s: outcome %s", paths[i], outcome_name(r.outcome));
-        assert_int_equal(r.route, RD_ROUTE_LIST);
+        assert_string_equal(r.route, ROUTE_LIST);
         assert_false(r.queue_decoded);
         assert_int_equal(r.queue_len, 0);
     }
     result_t r = match(RD_HTTP_POST, "/queues/%4/messages/12/fail");
     assert_int_equal(r.outcome, RD_ROUTE_MATCHED);
-    assert_int_equal(r.route, RD_ROUTE_FAIL);
+    assert_string_equal(r.route, ROUTE_FAIL);
     assert_false(r.queue_decoded);
     assert_int_equal(r.id, 12);
 }
@@ -276,22 +313,52 @@ static void test_path_length_honoured(void **state)
 {
     rd_route_match_t m;
     const char *path = "/queues/q/messages/42/succeed";
-    assert_int_equal(rd_router_match(RD_HTTP_GET, path, strlen("/queues/q/messages/42"), &m),
+    assert_int_equal(route_match(RD_HTTP_GET, path, strlen("/queues/q/messages/42"), &m),
                      RD_ROUTE_MATCHED);
-    rd_route_t route = m.route;
+    char route[96];
+    snprintf(route, sizeof route, "%s", route_name(m.route));
     long long id = m.id;
     rd_route_match_free(&m);
-    assert_int_equal(route, RD_ROUTE_GET);
+    assert_string_equal(route, ROUTE_GET);
     assert_int_equal(id, 42);
-    assert_int_equal(rd_router_match(RD_HTTP_GET, "/healthzXYZ", 8, &m), RD_ROUTE_MATCHED);
-    assert_int_equal(m.route, RD_ROUTE_HEALTHZ);
+    assert_int_equal(route_match(RD_HTTP_GET, "/healthzXYZ", 8, &m), RD_ROUTE_MATCHED);
+    assert_string_equal(route_name(m.route), ROUTE_HEALTHZ);
     rd_route_match_free(&m);
+}
+
+/* The console's files: a prefix row, "/ui" itself and everything under "/ui/". */
+static void test_ui_prefix(void **state)
+{
+    assert_route(RD_HTTP_GET, "/ui", ROUTE_UI, NULL, 0);
+    assert_route(RD_HTTP_GET, "/ui/", ROUTE_UI, NULL, 0);
+    assert_route(RD_HTTP_HEAD, "/ui/app.js", ROUTE_UI, NULL, 0);
+    assert_route(RD_HTTP_GET, "/ui/a/b/c", ROUTE_UI, NULL, 0);
+    assert_no_method(RD_HTTP_POST, "/ui", "GET");
+    assert_no_method(RD_HTTP_DELETE, "/ui/app.js", "GET");
+    assert_outcome(RD_HTTP_GET, "/uix", RD_ROUTE_NO_PATH);
+    assert_outcome(RD_HTTP_GET, "/u", RD_ROUTE_NO_PATH);
+}
+
+/* Every row has a handler; the public ones are exactly /healthz and the console. */
+static void test_table_rows(void **state)
+{
+    size_t public_rows = 0;
+    for (size_t i = 0; i < rd_api_route_count; i++) {
+        assert_non_null(rd_api_routes[i].handler);
+        assert_non_null(rd_api_routes[i].pattern);
+        if (rd_api_routes[i].flags & RD_ROUTE_PUBLIC) {
+            const char *name = route_name(&rd_api_routes[i]);
+            assert_true(strcmp(name, ROUTE_HEALTHZ) == 0 || strcmp(name, ROUTE_UI) == 0);
+            public_rows++;
+        }
+    }
+    assert_int_equal(public_rows, 2);
 }
 
 static void test_match_free_is_idempotent(void **state)
 {
     rd_route_match_t m;
-    assert_int_equal(rd_router_match(RD_HTTP_GET, "/queues/q/messages", 18, &m),
+    assert_int_equal(route_match(RD_HTTP_GET, "/queues/q/messages", 18, &m),
                      RD_ROUTE_MATCHED);
     assert_non_null(m.queue);
     rd_route_match_free(&m);
@@ -377,6 +444,8 @@ int main(void)
         cmocka_unit_test(test_queue_with_nul_keeps_length),
         cmocka_unit_test(test_queue_broken_escape),
         cmocka_unit_test(test_path_length_honoured),
+        cmocka_unit_test(test_ui_prefix),
+        cmocka_unit_test(test_table_rows),
         cmocka_unit_test(test_match_free_is_idempotent),
         cmocka_unit_test(test_percent_decode),
         cmocka_unit_test(test_percent_decode_plus),

@@ -1,9 +1,12 @@
-/* api.h - the HTTP handlers: route, validate, call the store, answer. */
+/* api.h - the HTTP API: its route table, and the handler that routes each
+ * request to its row's handler (validate, call the store, answer). */
 #ifndef RETRYD_API_H
 #define RETRYD_API_H
 
+#include "retryd/buf.h"
 #include "retryd/config.h"
 #include "retryd/http.h"
+#include "retryd/router.h"
 #include "retryd/store.h"
 #include "retryd/waiters.h"
 
@@ -12,7 +15,13 @@ typedef struct rd_api {
     rd_waiters_t *waiters;      /* borrowed: long-poll claims */
     const rd_config_t *cfg;     /* borrowed */
     const char *auth_token;     /* NULL: no auth; else required as a Bearer token */
+    rd_buf_t body;              /* owned: the JSON answer being written, reused by
+                                 * every answer (start RD_BUF_INIT, rd_buf_free it) */
 } rd_api_t;
+
+/* Every route of the API (SPEC §5): {method, pattern, handler, flags}. */
+extern const rd_route_t rd_api_routes[];
+extern const size_t rd_api_route_count;
 
 /* The rd_http_handler_fn of the server; ctx is a rd_api_t. */
 void rd_api_handle(rd_http_exchange_t *ex, const rd_http_request_t *req, void *ctx);

@@ -19,6 +19,8 @@
 #include <stddef.h>
 #include <uv.h>
 
+#include "retryd/problem.h"
+
 typedef enum rd_http_method {
     RD_HTTP_OTHER = 0,
     RD_HTTP_GET,
@@ -86,6 +88,13 @@ size_t rd_http_server_in_flight(const rd_http_server_t *server);
 void rd_http_respond(rd_http_exchange_t *ex, int status, const char *content_type,
                      const char *extra_headers, const char *body, size_t body_len);
 
+/* Responds with the problem+json document of p (rd_problem_body, its
+ * instance the request's path) and ends the exchange: the one way every error
+ * response leaves. detail and errs may be NULL; extra_headers as in
+ * rd_http_respond (Allow, Retry-After, WWW-Authenticate). */
+void rd_http_respond_problem(rd_http_exchange_t *ex, rd_problem_t p, const char *detail,
+                             const rd_field_errors_t *errs, const char *extra_headers);
+
 /* Whether a response reached the client's socket: true when all of it was
  * written to the socket, false when it could not be (the connection was
  * reset, a write failed, or the connection was closed first). */
@@ -102,6 +111,10 @@ void rd_http_on_delivery(rd_http_exchange_t *ex, rd_http_delivery_fn cb, void *a
  * respond, and the response is still written unless the connection was
  * reset. Long-poll claims use it to stop waiting for a client that left. */
 bool rd_http_exchange_client_alive(const rd_http_exchange_t *ex);
+
+/* True only once the connection was reset or a write failed: no response can
+ * reach the client (a half-close alone does not count; its answer is owed). */
+bool rd_http_exchange_client_gone(const rd_http_exchange_t *ex);
 
 /* The reason phrase for a status code ("Not Found"), "Unknown" otherwise. */
 const char *rd_http_reason(int status);

@@ -21,6 +21,10 @@ void rd_keys_queue_base(rd_buf_t *out, const char *prefix, const char *queue, si
 /* "<base>:m:<id>": the message hash (KEYS[2] where the id is known). */
 void rd_keys_message(rd_buf_t *out, const char *base, size_t base_len, long long id);
 
+/* "<prefix>:{<escaped queue>}:wake": the pub/sub channel the library
+ * publishes to when work may be claimable (queue_keys().wake in Lua). */
+void rd_keys_wake(rd_buf_t *out, const char *prefix, const char *queue, size_t len);
+
 /* "<prefix>:queues": the registry SET of queue names (not slot-bound). */
 void rd_keys_registry(rd_buf_t *out, const char *prefix);
 

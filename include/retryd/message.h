@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "retryd/json.h"
+#include "retryd/jsonw.h"
 
 typedef enum rd_status {
     RD_STATUS_PENDING,
@@ -67,8 +67,9 @@ void rd_message_set_field(rd_message_t *m, const char *name, size_t name_len,
 /* RFC 3339 UTC with milliseconds: "2026-11-30T07:01:39.123Z" (out >= 32 bytes). */
 void rd_format_time_ms(long long epoch_ms, char *out);
 
-/* The message's JSON object (SPEC §3); lease_token only when with_token. */
-rd_json_t *rd_message_to_json(const rd_message_t *m, const char *queue, size_t queue_len,
-                              bool with_token);
+/* Writes the message's JSON object (SPEC §3) as the next value of w;
+ * lease_token only when with_token. */
+void rd_message_write_json(rd_jsonw_t *w, const rd_message_t *m, const char *queue,
+                           size_t queue_len, bool with_token);
 
 #endif

@@ -9,6 +9,7 @@
 
 #include "retryd/buf.h"
 #include "retryd/message.h"
+#include "retryd/stats.h"
 
 enum { RD_HISTOGRAM_MAX_BOUNDS = 16 };
 
@@ -36,15 +37,16 @@ typedef struct rd_queue_metrics {
     char *name;                 /* owned */
     size_t name_len;
     bool ok;                    /* false when its stats could not be read */
-    long long enqueued, claimed, succeeded, failed, retried, dead, replayed, lease_expired;
+#define RD_METRICS_COUNTER_FIELD(name, help) long long name;
+    RD_STATS_COUNTERS(RD_METRICS_COUNTER_FIELD)       /* lifetime counters */
+#undef RD_METRICS_COUNTER_FIELD
     long long ready, scheduled, processing, succeeded_now, dead_now, dead_last_24h;
     long long delay_buckets[RD_DELAY_BUCKETS + 1];  /* per bucket; last: +Inf */
     long long delay_sum_ms;
 } rd_queue_metrics_t;
 
-struct rd_queue_stats;
 /* Fills m's numbers from st (name is left alone). */
-void rd_metrics_from_stats(rd_queue_metrics_t *m, const struct rd_queue_stats *st);
+void rd_metrics_from_stats(rd_queue_metrics_t *m, const rd_queue_stats_t *st);
 
 /* Appends the exposition (text format 0.0.4) of every family to out: the
  * per-queue counters and gauges, the retry delay histogram, the Redis

@@ -1,11 +1,11 @@
 /* problem.h - RFC 9457 problem details: the one table of every HTTP error
- * retryd returns, and the one function every error response leaves through. */
+ * retryd returns (the API's and the HTTP server's own), and the one renderer
+ * of their problem+json documents. Pure: no I/O. http.c sends them
+ * (rd_http_respond_problem). */
 #ifndef RETRYD_PROBLEM_H
 #define RETRYD_PROBLEM_H
 
 #include <stddef.h>
-
-#include "retryd/http.h"
 
 typedef enum rd_problem {
     RD_PROBLEM_MALFORMED_REQUEST,   /* 400 body is not a JSON object */
@@ -15,8 +15,11 @@ typedef enum rd_problem {
     RD_PROBLEM_INVALID_STATE,       /* 409 transition from the wrong state */
     RD_PROBLEM_LEASE_MISMATCH,      /* 409 lease_token is not the current lease */
     RD_PROBLEM_PAYLOAD_TOO_LARGE,   /* 413 body over --max-body */
+    RD_PROBLEM_EXPECTATION_FAILED,  /* 417 an Expect other than 100-continue */
+    RD_PROBLEM_HEADERS_TOO_LARGE,   /* 431 request line and headers over the limit */
     RD_PROBLEM_VALIDATION_FAILED,   /* 422 with errors[] */
     RD_PROBLEM_INTERNAL,            /* 500 a reply we did not expect */
+    RD_PROBLEM_NOT_IMPLEMENTED,     /* 501 a transfer coding other than chunked */
     RD_PROBLEM_BACKEND_UNAVAILABLE, /* 503 Redis not connected; nothing was done */
     RD_PROBLEM_OUTCOME_UNKNOWN,     /* 503 Redis went away after the command was sent */
     RD_PROBLEM_COUNT
@@ -45,11 +48,5 @@ const char *rd_problem_slug(rd_problem_t p);
  * errs may be NULL. */
 char *rd_problem_body(rd_problem_t p, const char *detail, const char *instance,
                       size_t instance_len, const rd_field_errors_t *errs, size_t *len);
-
-/* Responds with the problem and ends the exchange. extra_headers as in
- * rd_http_respond (Allow, Retry-After, WWW-Authenticate). */
-void rd_problem_respond(rd_http_exchange_t *ex, const rd_http_request_t *req, rd_problem_t p,
-                        const char *detail, const rd_field_errors_t *errs,
-                        const char *extra_headers);
 
 #endif

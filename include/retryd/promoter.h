@@ -51,7 +51,4 @@ rd_promoter_t *rd_promoter_start(uv_loop_t *loop, rd_store_t *store,
  * from the loop, and then the promoter is freed. */
 void rd_promoter_stop(rd_promoter_t *p, void (*on_stopped)(void *arg), void *arg);
 
-/* Rounds completed since start (for tests and logs). */
-unsigned long rd_promoter_rounds(const rd_promoter_t *p);
-
 #endif

@@ -11,24 +11,11 @@
 #include <stddef.h>
 
 #include "retryd/json.h"
+#include "retryd/limits.h"
 #include "retryd/message.h"
 #include "retryd/problem.h"
 
 typedef enum rd_req_result { RD_REQ_OK, RD_REQ_MALFORMED, RD_REQ_INVALID } rd_req_result_t;
-
-enum {
-    RD_MAX_RETRIES_DEFAULT = 3,
-    RD_LEASE_SECONDS_MAX = 43200,
-    RD_DELAY_SECONDS_MAX = 30 * 86400,
-    RD_WAIT_SECONDS_MAX = 30,
-    RD_CLAIM_COUNT_MAX = 100,
-    RD_LIST_LIMIT_DEFAULT = 100,
-    RD_LIST_LIMIT_MAX = 1000,
-    RD_QUEUE_NAME_MAX = 255,
-    RD_ACK_BATCH_MAX = 100,
-    RD_IDEMPOTENCY_KEY_MAX = 255,
-    RD_SETTLE_BATCH_MAX = 100,
-};
 
 typedef struct rd_enqueue_req {
     rd_json_t *doc;
@@ -61,8 +48,8 @@ typedef struct rd_settle_req {
 typedef struct rd_ack_req {
     rd_json_t *doc;
     size_t count;                               /* 1..RD_ACK_BATCH_MAX */
-    long long ids[100];
-    const char *tokens[100];                    /* NULL: any lease */
+    long long ids[RD_ACK_BATCH_MAX];
+    const char *tokens[RD_ACK_BATCH_MAX];                    /* NULL: any lease */
 } rd_ack_req_t;
 
 typedef struct rd_replay_req {
@@ -77,7 +64,7 @@ typedef struct rd_list_req {
     char status[16];          /* "" for every state */
     int limit;
     char cursor[128];         /* "" for the first page */
-    char error_contains[256]; /* "" for no filter on last_error */
+    char error_contains[RD_LIST_FILTER_MAX + 1]; /* "" for no filter on last_error */
     long long since_ms;       /* -1, or updated_at >= this (RFC 3339 `since`) */
     long long until_ms;       /* -1, or updated_at <= this (RFC 3339 `until`) */
 } rd_list_req_t;

@@ -1,4 +1,5 @@
-/* router.h - the route table: (method, raw path) -> route and its parameters.
+/* router.h - route tables: (method, raw path) -> the matching row of a table
+ * and its parameters. The table itself is the API's (api.c, rd_api_routes).
  * Pure: no I/O, no allocation beyond the decoded queue name. */
 #ifndef RETRYD_ROUTER_H
 #define RETRYD_ROUTER_H
@@ -8,26 +9,25 @@
 
 #include "retryd/http.h"
 
-typedef enum rd_route {
-    RD_ROUTE_HEALTHZ,
-    RD_ROUTE_READYZ,
-    RD_ROUTE_ENQUEUE,        /* POST /queues/{q}/messages */
-    RD_ROUTE_LIST,           /* GET  /queues/{q}/messages */
-    RD_ROUTE_GET,            /* GET  /queues/{q}/messages/{id} */
-    RD_ROUTE_CLAIM,          /* POST /queues/{q}/claim */
-    RD_ROUTE_SUCCEED,        /* POST /queues/{q}/messages/{id}/succeed */
-    RD_ROUTE_FAIL,           /* POST /queues/{q}/messages/{id}/fail */
-    RD_ROUTE_REPLAY,         /* POST /queues/{q}/messages/{id}/replay */
-    RD_ROUTE_EXTEND,         /* POST /queues/{q}/messages/{id}/extend */
-    RD_ROUTE_SUCCEED_MANY,   /* POST /queues/{q}/succeed (batch acknowledgement) */
-    RD_ROUTE_KILL,           /* POST /queues/{q}/messages/{id}/kill */
-    RD_ROUTE_DELETE,         /* DELETE /queues/{q}/messages/{id} */
-    RD_ROUTE_REPLAY_MANY,    /* POST /queues/{q}/replay (batch replay of dead letters) */
-    RD_ROUTE_QUEUES,         /* GET  /queues */
-    RD_ROUTE_STATS,          /* GET  /queues/{q}/stats */
-    RD_ROUTE_METRICS,        /* GET  /metrics */
-    RD_ROUTE_UI,             /* GET  /ui and everything under /ui/ (the web console) */
-    RD_ROUTE_COUNT
+/* What a route runs. The request state (struct rd_call) belongs to the layer
+ * that registers the table (api.c); the router never looks inside it, it only
+ * hands back the row that matched. */
+typedef struct rd_call rd_call_t;
+typedef void (*rd_route_handler_fn)(rd_call_t *call);
+
+enum rd_route_flags {
+    RD_ROUTE_PUBLIC = 1u << 0,  /* answered without the bearer token */
+    RD_ROUTE_PREFIX = 1u << 1,  /* matches the pattern and every path under "<pattern>/" */
+};
+
+/* One row of a route table: {method, pattern, handler}. In a pattern, a
+ * "{q}" segment captures the queue (percent-decoded) and "{id}" a message id
+ * (a positive integer). HEAD matches the GET rows. */
+typedef struct rd_route {
+    rd_http_method_t method;
+    const char *pattern;
+    rd_route_handler_fn handler;
+    unsigned flags;             /* rd_route_flags */
 } rd_route_t;
 
 typedef enum rd_route_outcome {
@@ -38,7 +38,7 @@ typedef enum rd_route_outcome {
 } rd_route_outcome_t;
 
 typedef struct rd_route_match {
-    rd_route_t route;
+    const rd_route_t *route;    /* RD_ROUTE_MATCHED: the row */
     char *queue;            /* percent-decoded {q}; owned, free with rd_route_match_free */
     size_t queue_len;
     bool queue_decoded;     /* false when {q} had a broken %-escape (a 422) */
@@ -46,8 +46,9 @@ typedef struct rd_route_match {
     char allow[64];         /* for RD_ROUTE_NO_METHOD, e.g. "GET, POST" */
 } rd_route_match_t;
 
-rd_route_outcome_t rd_router_match(rd_http_method_t method, const char *path, size_t len,
-                                   rd_route_match_t *m);
+/* Matches (method, path[0..len)) against routes[0..n), first row first. */
+rd_route_outcome_t rd_router_match(const rd_route_t *routes, size_t n, rd_http_method_t method,
+                                   const char *path, size_t len, rd_route_match_t *m);
 void rd_route_match_free(rd_route_match_t *m);
 
 /* Percent-decodes s[0..len) into out (at least len + 1 bytes). '+' is kept

@@ -21,7 +21,9 @@
 
 #include "retryd/message.h"
 #include "retryd/backend.h"
+#include "retryd/metrics.h"
 #include "retryd/redis.h"
+#include "retryd/stats.h"
 
 typedef struct rd_store rd_store_t;
 
@@ -39,39 +41,110 @@ typedef enum rd_store_status {
     RD_STORE_ERROR,           /* Redis answered something we did not expect; see detail */
 } rd_store_status_t;
 
-/* The `stats` function's answer for one queue. */
-typedef struct rd_queue_stats {
-    long long pending, ready, scheduled, processing, succeeded, dead, dead_last_24h;
-    rd_str_t *totals;         /* name, value, name, value, ... (the stats hash) */
-    size_t totals_len;        /* number of rd_str_t, twice the number of pairs */
-    rd_str_t *top_errors;     /* error, count, ... highest first */
-    size_t top_errors_len;
-} rd_queue_stats_t;
-
-typedef struct rd_store_result {
+/* Every result starts with this head: how the operation went. Each
+ * operation has its own result type (below), which holds only what that
+ * operation answers, and its own callback type. */
+typedef struct rd_store_head {
     rd_store_status_t status;
     rd_str_t detail;          /* RD_STORE_ERROR: the error text */
     rd_str_t state;           /* RD_STORE_INVALID_STATE */
-    rd_message_t *messages;   /* message operations, list */
-    size_t count;
-    long long total;          /* list */
-    rd_str_t next_cursor;     /* list: len 0 at the end */
-    long long promoted, reclaimed, expired, next_in_ms, ready;  /* tick; next_in_ms: timer_take */
-    bool empty;               /* tick: none of the queue's keys is left */
-    long long token;          /* timer_take: the round's token (0: nothing was due) */
-    long long timer_hint;     /* the call's timer hint (-1 none); already forwarded */
-    rd_str_t *outcomes;       /* succeed_many: one code per item (count of them);
-                                 settle_claim: one per settlement (settled of them) */
-    size_t settled;           /* settle_claim */
-    long long released;       /* release */
-    long long replayed;       /* replay_many */
-    long long purged;         /* purge */
-    rd_queue_stats_t stats;   /* stats */
-    rd_str_t *names;          /* timer_take, queues_page: queue names (count of them);
-                                 queues_page: total and next_cursor too */
-} rd_store_result_t;
+} rd_store_head_t;
 
-typedef void (*rd_store_cb)(const rd_store_result_t *res, void *arg);
+/* enqueue, claim, succeed, fail, extend, replay, get, kill. */
+typedef struct rd_store_messages {
+    rd_store_head_t head;
+    rd_message_t *messages;
+    size_t count;
+} rd_store_messages_t;
+
+/* list. */
+typedef struct rd_store_list {
+    rd_store_head_t head;
+    rd_message_t *messages;
+    size_t count;
+    long long total;
+    rd_str_t next_cursor;     /* len 0 at the end */
+} rd_store_list_t;
+
+/* succeed_many: one code per item. */
+typedef struct rd_store_outcomes {
+    rd_store_head_t head;
+    rd_str_t *outcomes;
+    size_t count;
+} rd_store_outcomes_t;
+
+/* settle_claim: one code per settlement, then the claimed messages. */
+typedef struct rd_store_settled {
+    rd_store_head_t head;
+    rd_str_t *outcomes;
+    size_t settled;
+    rd_message_t *messages;
+    size_t count;
+} rd_store_settled_t;
+
+/* release. */
+typedef struct rd_store_released {
+    rd_store_head_t head;
+    long long released;
+} rd_store_released_t;
+
+/* replay_many; replay_all too, with the total replayed. */
+typedef struct rd_store_replayed {
+    rd_store_head_t head;
+    long long replayed;
+    rd_str_t next_cursor;     /* len 0 at the end */
+} rd_store_replayed_t;
+
+/* stats. */
+typedef struct rd_store_stats_result {
+    rd_store_head_t head;
+    rd_queue_stats_t stats;
+} rd_store_stats_result_t;
+
+/* tick. */
+typedef struct rd_store_tick {
+    rd_store_head_t head;
+    long long promoted, reclaimed, expired, next_in_ms, ready;
+    bool empty;               /* none of the queue's keys is left */
+} rd_store_tick_t;
+
+/* queues_page. */
+typedef struct rd_store_page {
+    rd_store_head_t head;
+    rd_str_t *names;
+    size_t count;
+    long long total;
+    rd_str_t next_cursor;     /* len 0 at the end */
+} rd_store_page_t;
+
+/* timer_take. */
+typedef struct rd_store_taken {
+    rd_store_head_t head;
+    long long token;          /* the round's token (0: nothing was due) */
+    long long next_in_ms;
+    rd_str_t *names;
+    size_t count;
+} rd_store_taken_t;
+
+/* timer_done. */
+typedef struct rd_store_done {
+    rd_store_head_t head;
+    long long left;           /* how many queues left the registry */
+} rd_store_done_t;
+
+/* delete and ping answer the head alone. */
+typedef void (*rd_store_status_cb)(const rd_store_head_t *res, void *arg);
+typedef void (*rd_store_messages_cb)(const rd_store_messages_t *res, void *arg);
+typedef void (*rd_store_list_cb)(const rd_store_list_t *res, void *arg);
+typedef void (*rd_store_outcomes_cb)(const rd_store_outcomes_t *res, void *arg);
+typedef void (*rd_store_settled_cb)(const rd_store_settled_t *res, void *arg);
+typedef void (*rd_store_released_cb)(const rd_store_released_t *res, void *arg);
+typedef void (*rd_store_replayed_cb)(const rd_store_replayed_t *res, void *arg);
+typedef void (*rd_store_stats_cb)(const rd_store_stats_result_t *res, void *arg);
+typedef void (*rd_store_tick_cb)(const rd_store_tick_t *res, void *arg);
+typedef void (*rd_store_page_cb)(const rd_store_page_t *res, void *arg);
+typedef void (*rd_store_taken_cb)(const rd_store_taken_t *res, void *arg);
+typedef void (*rd_store_done_cb)(const rd_store_done_t *res, void *arg);
 
 typedef struct rd_store_queue {
     const char *name;         /* decoded queue name (bytes) */
@@ -89,39 +162,37 @@ void rd_store_set_retention(rd_store_t *st, long long dead_ttl_ms, long long suc
 bool rd_store_ready(const rd_store_t *st);
 /* Round-trip times of this store's Redis commands. */
 const rd_histogram_t *rd_store_rtt(const rd_store_t *st);
-/* The backend the store talks to. */
-rd_backend_t *rd_store_backend(const rd_store_t *st);
 
 /* idempotency_key NULL for none. */
 int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, size_t len,
                      int max_retries, long long delay_ms, const char *idempotency_key,
-                     rd_store_cb cb, void *arg);
+                     rd_store_messages_cb cb, void *arg);
 /* Up to count messages; fewer when they would pass the library's REPLY_BYTES
  * (at least one when any is claimable). */
 int rd_store_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int count,
-                   rd_store_cb cb, void *arg);
+                   rd_store_messages_cb cb, void *arg);
 /* token NULL: accept any current lease. */
 int rd_store_succeed(rd_store_t *st, rd_store_queue_t q, long long id, const char *token,
-                     rd_store_cb cb, void *arg);
+                     rd_store_messages_cb cb, void *arg);
 /* retry_after_ms < 0: the backoff table decides. */
 int rd_store_fail(rd_store_t *st, rd_store_queue_t q, long long id, const char *token,
                   const char *error, bool retryable, long long retry_after_ms,
-                  rd_store_cb cb, void *arg);
+                  rd_store_messages_cb cb, void *arg);
 int rd_store_extend(rd_store_t *st, rd_store_queue_t q, long long id, const char *token,
-                    long long lease_ms, rd_store_cb cb, void *arg);
-int rd_store_replay(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_cb cb,
+                    long long lease_ms, rd_store_messages_cb cb, void *arg);
+int rd_store_replay(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_messages_cb cb,
                     void *arg);
-int rd_store_get(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_cb cb, void *arg);
+int rd_store_get(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_messages_cb cb, void *arg);
 /* status NULL lists every state; cursor NULL starts at the beginning.
  * error_contains NULL/"" and since_ms/until_ms < 0 mean no filter. A page
  * may hold fewer than limit (bytes, work budget) with a next_cursor. */
 int rd_store_list(rd_store_t *st, rd_store_queue_t q, const char *status, int limit,
                   const char *cursor, const char *error_contains, long long since_ms,
-                  long long until_ms, rd_store_cb cb, void *arg);
+                  long long until_ms, rd_store_list_cb cb, void *arg);
 /* Batch acknowledgement: ids[i] with tokens[i] (NULL: any lease), n in 1..100.
  * res->outcomes[i] is "succeeded", "not_found", "invalid_state" or "lease_mismatch". */
 int rd_store_succeed_many(rd_store_t *st, rd_store_queue_t q, size_t n, const long long *ids,
-                          const char *const *tokens, rd_store_cb cb, void *arg);
+                          const char *const *tokens, rd_store_outcomes_cb cb, void *arg);
 /* Settle and claim in one call (SPEC §9): applies items[0..n) (n 0..100) as
  * succeed and fail would, in order, then claims up to count (0..100) as
  * rd_store_claim does. res->outcomes[i] (res->settled of them) is the new
@@ -129,10 +200,10 @@ int rd_store_succeed_many(rd_store_t *st, rd_store_queue_t q, size_t n, const lo
  * ("not_found", "invalid_state", "lease_mismatch"); res->messages the claimed
  * ones. The items are read only during the call. */
 int rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int count,
-                          size_t n, const rd_settlement_t *items, rd_store_cb cb, void *arg);
+                          size_t n, const rd_settlement_t *items, rd_store_settled_cb cb, void *arg);
 /* Hands claimed messages back (no failure counted); res->released. */
 int rd_store_release(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_message_t *msgs,
-                     rd_store_cb cb, void *arg);
+                     rd_store_released_cb cb, void *arg);
 /* rd_store_release for messages claimed for a client that is gone (a
  * departed long-poll, a claim whose answer could not be delivered), with no
  * one to answer: only each message's id and lease_token are read, and only
@@ -146,23 +217,55 @@ enum { RD_STORE_REPLAY_IDS_MAX = 200 };
  * replayed and next_cursor: call again until next_cursor is empty. */
 int rd_store_replay_many(rd_store_t *st, rd_store_queue_t q, const char *mode,
                          const long long *ids, size_t n, int limit, const char *cursor,
-                         const char *needle, rd_store_cb cb, void *arg);
+                         const char *needle, rd_store_replayed_cb cb, void *arg);
+/* Batch replay to the end: rd_store_replay_many again and again, one bounded
+ * call at a time, until the cursor ends; res->replayed is the total. ids,
+ * mode and needle are borrowed until the callback. go_on (NULL: always) is
+ * asked before each further call: false stops with RD_STORE_UNAVAILABLE (the
+ * client has gone). A call that makes no progress stops with RD_STORE_ERROR;
+ * any other failure stops with that call's status. */
+int rd_store_replay_all(rd_store_t *st, rd_store_queue_t q, const char *mode,
+                        const long long *ids, size_t n, const char *needle,
+                        bool (*go_on)(void *arg), rd_store_replayed_cb cb, void *arg);
 /* Any state but processing (RD_STORE_INVALID_STATE then). */
-int rd_store_delete(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_cb cb,
+int rd_store_delete(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_status_cb cb,
                     void *arg);
 /* Marks a pending or processing message dead; reason NULL for the default. */
 int rd_store_kill(rd_store_t *st, rd_store_queue_t q, long long id, const char *reason,
-                  rd_store_cb cb, void *arg);
+                  rd_store_messages_cb cb, void *arg);
 /* res->stats with the top `top` errors. */
-int rd_store_stats(rd_store_t *st, rd_store_queue_t q, int top, rd_store_cb cb, void *arg);
+int rd_store_stats(rd_store_t *st, rd_store_queue_t q, int top, rd_store_stats_cb cb, void *arg);
 /* The timer's call: reclaim, promote, retention, at most limit of each. */
 int rd_store_tick(rd_store_t *st, rd_store_queue_t q, int limit, long long dead_ttl_ms,
-                  long long succeeded_ttl_ms, rd_store_cb cb, void *arg);
+                  long long succeeded_ttl_ms, rd_store_tick_cb cb, void *arg);
 /* One page of registered queue names in name order (res->names, res->count),
  * after cursor (NULL or len 0: the first page), at most limit (1..1000);
  * res->total is how many are registered, res->next_cursor empty at the end. */
 int rd_store_queues_page(rd_store_t *st, const char *cursor, size_t cursor_len, int limit,
-                         rd_store_cb cb, void *arg);
+                         rd_store_page_cb cb, void *arg);
+
+/* ---- every queue (GET /queues, /metrics) ---- */
+
+/* A page of the registry with each queue's numbers. */
+typedef struct rd_store_queues {
+    rd_store_head_t head;     /* the page's read; RD_STORE_UNAVAILABLE also when a queue's
+                                 stats could not be read and Redis is not ready */
+    rd_queue_metrics_t *queues; /* count of them, in name order; ok false for a queue whose
+                                   stats could not be read */
+    size_t count;
+    long long total;          /* how many queues are registered */
+    rd_str_t next_cursor;     /* len 0 at the end */
+} rd_store_queues_t;
+typedef void (*rd_store_queues_cb)(const rd_store_queues_t *res, void *arg);
+enum { RD_STORE_FANOUT_IN_FLIGHT = 16 };
+
+/* rd_store_queues_page, then each of its queues' stats with at most
+ * RD_STORE_FANOUT_IN_FLIGHT calls in flight; the callback runs once the last
+ * returned. A queue whose stats show none of its keys is handed to the timer
+ * at once (rd_store_schedule with 0), which removes it from the registry
+ * (docs/design.md "Leaving the registry"). */
+int rd_store_queues_stats(rd_store_t *st, const char *cursor, size_t cursor_len, int limit,
+                          rd_store_queues_cb cb, void *arg);
 
 /* ---- the timer schedule (promoter.c) ---- */
 
@@ -171,7 +274,7 @@ int rd_store_queues_page(rd_store_t *st, const char *cursor, size_t cursor_len, 
  * never). res->token (0 when none was due), res->names and res->count,
  * res->next_in_ms until the earliest entry left (-1 none). */
 int rd_store_timer_take(rd_store_t *st, int limit, long long lease_ms, int sweep_batch,
-                        long long sweep_every_ms, long long sweep_cycle_ms, rd_store_cb cb,
+                        long long sweep_every_ms, long long sweep_cycle_ms, rd_store_taken_cb cb,
                         void *arg);
 /* What a round's ticks found, per queue it took. */
 typedef struct rd_timer_report {
@@ -180,10 +283,10 @@ typedef struct rd_timer_report {
     bool empty;               /* no key left: it may leave the registry */
 } rd_timer_report_t;
 enum { RD_STORE_REPORTS_MAX = 64 };
-/* Reports n (1..RD_STORE_REPORTS_MAX) ticks of the round token; res->total
+/* Reports n (1..RD_STORE_REPORTS_MAX) ticks of the round token; res->left
  * is how many queues left the registry. */
 int rd_store_timer_done(rd_store_t *st, long long token, const rd_timer_report_t *reports,
-                        size_t n, rd_store_cb cb, void *arg);
+                        size_t n, rd_store_done_cb cb, void *arg);
 /* Registers q and, with in_ms >= 0, has the timer tick it within in_ms.
  * Fire and forget: a failure is kept for rd_store_flush_owed. */
 void rd_store_schedule(rd_store_t *st, rd_store_queue_t q, long long in_ms);
@@ -195,6 +298,6 @@ void rd_store_flush_owed(rd_store_t *st);
  * other than noeviction. Silent when CONFIG is not allowed. */
 void rd_store_check_durability(rd_store_t *st);
 /* PING: res->status is RD_STORE_OK when Redis answered PONG. */
-int rd_store_ping(rd_store_t *st, rd_store_cb cb, void *arg);
+int rd_store_ping(rd_store_t *st, rd_store_status_cb cb, void *arg);
 
 #endif

@@ -401,7 +401,10 @@ test('filter_by_time_range', async () => {
   const local = await page.evaluate((iso) => {
     const d = new Date(iso);
     const p = (n) => String(n).padStart(2, '0');
-    return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
+    // Chromium reports a datetime-local whose seconds are 0 without them, and
+    // Playwright's fill refuses a value the input reports differently.
+    const secs = d.getSeconds() ? `:${p(d.getSeconds())}` : '';
+    return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}${secs}`;
   }, seed.T);
   await page.fill('#filter-since', local);
   await page.click('#filter-apply');

@@ -1,0 +1,34 @@
+/* limits.h - the API's bounds (SPEC §5), each spelled once: request.c checks
+ * them and names them in its error messages (RD_LIMIT_STR), config.c bounds
+ * its flags with them, and store.c sizes its calls by them. The library's own
+ * batch bounds (MAX_BATCH, REPLY_BYTES) are in lua/00_common.lua.
+ *
+ * Plain decimal literals, so that RD_LIMIT_STR can spell them in text. */
+#ifndef RETRYD_LIMITS_H
+#define RETRYD_LIMITS_H
+
+#define RD_LIMIT_STR_(x) #x
+/* The decimal text of a limit: "lease_seconds ... 1 and " RD_LIMIT_STR(...). */
+#define RD_LIMIT_STR(x) RD_LIMIT_STR_(x)
+
+#define RD_MAX_RETRIES_DEFAULT 3
+#define RD_MAX_RETRIES_MAX 10
+#define RD_LEASE_SECONDS_MAX 43200        /* 12 h: a claim's lease, and --lease-seconds */
+#define RD_DELAY_SECONDS_MAX 2592000      /* 30 days: delay_seconds, retry_after_seconds */
+#define RD_WAIT_SECONDS_MAX 30            /* a long-poll claim's wait_seconds */
+#define RD_CLAIM_COUNT_MAX 100            /* messages per claim */
+#define RD_LIST_LIMIT_DEFAULT 100         /* a page of messages (and of GET /queues) */
+#define RD_LIST_LIMIT_MAX 1000
+#define RD_QUEUE_NAME_MAX 255             /* bytes */
+#define RD_IDEMPOTENCY_KEY_MAX 255        /* bytes */
+#define RD_LEASE_TOKEN_MAX 128            /* bytes */
+#define RD_ACK_BATCH_MAX 100              /* items of POST /queues/{q}/succeed */
+#define RD_SETTLE_BATCH_MAX 100           /* settlements of a claim with settle */
+#define RD_REPLAY_IDS_MAX 1000            /* ids of one batch replay request */
+#define RD_TEXT_FILTER_MAX 1000           /* bytes of a batch replay's error_contains */
+#define RD_LIST_FILTER_MAX 255            /* bytes of a listing's error_contains */
+#define RD_KILL_REASON_MAX 1000           /* bytes of a kill's reason */
+#define RD_STATS_TOP_DEFAULT 10           /* top errors of GET /queues/{q}/stats */
+#define RD_STATS_TOP_MAX 100
+
+#endif

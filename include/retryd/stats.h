@@ -1,0 +1,45 @@
+/* stats.h - a queue's statistics as the library's `stats` function answers
+ * them, every name spelled once for C: store.c parses the reply with these
+ * lists, metrics.c exports them and api.c lists them (GET /queues/{q}/stats).
+ * The Lua side writes them (HINCRBY on the `stats` hash, lua/). Pure data. */
+#ifndef RETRYD_STATS_H
+#define RETRYD_STATS_H
+
+#include <stddef.h>
+
+#include "retryd/message.h"
+
+/* The lifetime counters GET /queues/{q}/stats always lists and /metrics
+ * exports as retryd_<name>_total: X(name, help). */
+#define RD_STATS_COUNTERS(X)                                                            \
+    X(enqueued, "Messages enqueued.")                                                   \
+    X(claimed, "Messages claimed (each lease counts).")                                 \
+    X(succeeded, "Messages that succeeded.")                                            \
+    X(failed, "Failures reported or caused by an expired lease.")                       \
+    X(retried, "Failures scheduled for a retry.")                                       \
+    X(dead, "Messages that went dead (exhausted, not retryable, or killed).")           \
+    X(replayed, "Dead letters replayed.")                                               \
+    X(lease_expired, "Leases that expired before the message was settled.")
+
+/* The other counters of the hash, which GET /queues/{q}/stats lists when the
+ * hash has them: X(name). */
+#define RD_STATS_MORE_COUNTERS(X) \
+    X(expired_dead) X(expired_succeeded) X(deleted) X(purged) X(released) X(orphans_removed)
+
+/* The gauges of the `stats` reply (messages in each state now, deaths in the
+ * last 24 h): X(name). */
+#define RD_STATS_GAUGES(X) \
+    X(pending) X(ready) X(scheduled) X(processing) X(succeeded) X(dead) X(dead_last_24h)
+
+/* The `stats` function's answer for one queue. */
+typedef struct rd_queue_stats {
+#define RD_STATS_GAUGE_FIELD(name) long long name;
+    RD_STATS_GAUGES(RD_STATS_GAUGE_FIELD)
+#undef RD_STATS_GAUGE_FIELD
+    rd_str_t *totals;         /* name, value, name, value, ... (the stats hash) */
+    size_t totals_len;        /* number of rd_str_t, twice the number of pairs */
+    rd_str_t *top_errors;     /* error, count, ... highest first */
+    size_t top_errors_len;
+} rd_queue_stats_t;
+
+#endif
