@@ -19,9 +19,9 @@
 -- or {"ok"} when nothing is ready.
 local function queue_keys(base)
   return {
-    due = base .. ':due', ready = base .. ':ready', scheduled = base .. ':scheduled',
-    processing = base .. ':processing', dead = base .. ':dead',
-    succeeded = base .. ':succeeded', seq = base .. ':seq', stats = base .. ':stats',
+    due = base .. ':3:due', ready = base .. ':3:ready', scheduled = base .. ':3:scheduled',
+    processing = base .. ':3:processing', dead = base .. ':3:dead',
+    succeeded = base .. ':3:succeeded', seq = base .. ':seq', stats = base .. ':stats',
     wake = base .. ':wake', errors = base .. ':errors', events = base .. ':events',
   }
 end
@@ -40,7 +40,7 @@ local function step(level)
     if level >= 2 then
       k = queue_keys(base)
     else
-      k = { ready = base .. ':ready', processing = base .. ':processing' }
+      k = { ready = base .. ':3:ready', processing = base .. ':3:processing' }
     end
     local now = 1796000000000
     if level >= 1 then now = now_ms() end

@@ -20,7 +20,7 @@ for id = last - n + 1, last do
   local at = now - (last - id)
   redis.call('SET', base .. ':m:' .. id,
              struct.pack('>BBBI6i5i5I5', 0x81, 3, 3, at, 0, 0, 0) .. payload .. trailer)
-  redis.call('ZADD', base .. ':dead', at, id)
+  redis.call('ZADD', base .. ':3:dead', at, id)
 end
 redis.call('ZINCRBY', base .. ':errors', n, err)
 redis.call('HINCRBY', base .. ':stats', 'dead', n)

@@ -32,16 +32,24 @@ local function register(name, callback, flags)
 end
 
 -- Every key name of a queue is spelled here and nowhere else in Lua.
+-- The indexes (every key that lists ids, and the due list's push counter)
+-- carry their generation: "<base>:3:<name>" for retryd_v3, which holds only
+-- ids whose record is a STRING; retryd_v2's "<base>:<name>" hold only ids
+-- whose record is a HASH (old_keys). The rest is shared by both generations
+-- (docs/storage.md "Two generations of indexes").
 local function queue_keys(base)
+  local g = base .. ':3:'
   return {
-    due        = base .. ':due',         -- LIST of due retries and replays, claimed
+    base       = base,
+    due        = g .. 'due',             -- LIST of due retries and replays, claimed
                                          -- from the right before ready
-    ready      = base .. ':ready',       -- LIST of fresh ids, claimed from the right
-    scheduled  = base .. ':scheduled',   -- ZSET id -> retry_after (ms)
-    processing = base .. ':processing',  -- ZSET id -> lease deadline (ms)
-    dead       = base .. ':dead',        -- ZSET id -> time of death (ms)
-    succeeded  = base .. ':succeeded',   -- ZSET id -> time of success (ms)
-    seq        = base .. ':seq',         -- STRING, last id handed out
+    ready      = g .. 'ready',           -- LIST of fresh ids, claimed from the right
+    scheduled  = g .. 'scheduled',       -- ZSET id -> retry_after (ms)
+    processing = g .. 'processing',      -- ZSET id -> lease deadline (ms)
+    dead       = g .. 'dead',            -- ZSET id -> time of death (ms)
+    succeeded  = g .. 'succeeded',       -- ZSET id -> time of success (ms)
+    pushed     = g .. 'due_pushed',      -- STRING: ids pushed on due's far end (push_due)
+    seq        = base .. ':seq',         -- STRING, last id handed out (both generations)
     stats      = base .. ':stats',       -- HASH of lifetime counters
     wake       = base .. ':wake',        -- pub/sub channel: "work may be claimable"
     errors     = base .. ':errors',      -- ZSET last_error -> dead letters with it now
@@ -49,6 +57,22 @@ local function queue_keys(base)
     timer      = base .. ':timer',       -- STRING: by when (ms) the timer schedule
                                          -- will tick this queue (need_timer)
   }
+end
+
+-- The indexes retryd_v2 wrote (the old generation), beside the shared keys a
+-- removal from them touches. retryd_v3 reads them, drains them and removes
+-- ids from them; it never adds an id to them. due_pushed is a field of the
+-- stats hash there. Built once per call, only by the paths that need it.
+local function old_keys(k)
+  local o = k.old
+  if o then return o end
+  local base = k.base
+  o = { due = base .. ':due', ready = base .. ':ready', scheduled = base .. ':scheduled',
+        processing = base .. ':processing', dead = base .. ':dead',
+        succeeded = base .. ':succeeded', stats = k.stats, errors = k.errors,
+        events = k.events, legacy = true }
+  k.old = o
+  return o
 end
 
 -- The registry SET and its companions. They live in the registry's slot, not
@@ -171,6 +195,15 @@ local function store_message(mkey, m)
   redis.call('SET', mkey, encode_record(m))
 end
 
+-- A record named by an index of the old generation: a HASH there (one
+-- HGETALL), read as the new layout if it is not one.
+local function load_legacy(mkey)
+  local h = redis.pcall('HGETALL', mkey)
+  if h.err then return load_message(mkey) end
+  if #h == 0 then return nil end
+  return decode_legacy(h)
+end
+
 local function lease_token(m)
   return m.token or string.format('%x.%x', m.lease_at, m.serial)
 end
@@ -255,7 +288,7 @@ end
 local function message_reply(k, mkey, id)
   local m = load_message(mkey)
   if not m then return nil end
-  return reply_message(id, m, status_of(k, id))
+  return reply_message(id, m, status_of(m.legacy and old_keys(k) or k, id))
 end
 
 -- Bounds of one call: bulk work is done in batches; callers loop.
@@ -357,10 +390,21 @@ end
 -- claims pop the other end (see SECTIONS in 50_read.lua).
 local function push_due(k, ids)
   redis.call('LPUSH', k.due, unpack(ids))
-  redis.call('HINCRBY', k.stats, 'due_pushed', #ids)
+  redis.call('INCRBY', k.pushed, #ids)
 end
 
--- An index entry whose message hash is gone (eviction under a maxmemory
+-- Lifts a message of retryd_v2 (m: its HASH as decode_legacy read it) from
+-- an index of the old generation into the same index of the new one, with the
+-- same score, and rewrites its record in the new layout, in the same call: an
+-- old index never names a STRING record, a new one never a HASH.
+local function lift(k, mkey, id, m, index, score)
+  redis.call('ZREM', old_keys(k)[index], id)
+  redis.call('ZADD', k[index], score, id)
+  m.legacy = nil
+  store_message(mkey, m)
+end
+
+-- An index entry whose message record is gone (eviction under a maxmemory
 -- policy, a manual DEL) is dropped from the index and counted.
 local function drop_orphan(k, index, id)
   redis.call('ZREM', index, id)
@@ -474,13 +518,16 @@ end
 
 -- Looks up a message for a transition from state `want`: returns the
 -- message (load_message's table; with header_only, load_header's) and the
--- index score, or nil and the reply when it cannot go on.
+-- index score, or nil and the reply when it cannot go on. A HASH of
+-- retryd_v2 is checked against the old indexes and, when it can go on,
+-- lifted into the new ones first (the caller then handles a STRING record).
 local function load_for(k, mkey, id, want, token, header_only)
   local m
   if header_only then m = load_header(mkey) else m = load_message(mkey) end
   if not m then return nil, { 'not_found' } end
-  local status, score = status_of(k, id)
+  local status, score = status_of(m.legacy and old_keys(k) or k, id)
   if status ~= want then return nil, { 'invalid_state', status } end
   if token ~= '' and lease_token(m) ~= token then return nil, { 'lease_mismatch' } end
+  if m.legacy then lift(k, mkey, id, m, want, score) end
   return m, score
 end

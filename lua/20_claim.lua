@@ -2,7 +2,8 @@
 -- (a flat message with its lease): the lease-and-order logic of claim,
 -- shared with settle_claim. count is 1..100, lease_ms already checked.
 -- Promotes due scheduled ids first (at most 100), then pops from the due list
--- (retries and replays, oldest first), then from ready (fresh, FIFO). Ids
+-- (retries and replays, oldest first), then from ready (fresh, FIFO); then,
+-- if those did not fill the count, from retryd_v2's due and ready lists. Ids
 -- whose message was deleted while they waited are dropped, and popping goes on
 -- (at most 100 such ids per call). Stops before the message that would take
 -- the messages past REPLY_BYTES (always at least one): the ones not taken stay
@@ -16,15 +17,24 @@ local function claim_into(k, base, now, lease_ms, count, out)
   local serial = redis.call('HINCRBY', k.stats, 'claimed', count) - count
   local skipped = 0
   local bytes, full = 0, false
+  -- The new generation's lists, then, only when they did not fill the
+  -- count, retryd_v2's: each id taken from those is lifted (set_lease
+  -- rewrites its HASH as a record, and it joins the new processing index).
   local lists = { k.due, k.ready }
-  for l = 1, 2 do
+  for l = 1, 4 do
+    if l == 3 then
+      if full or got >= count or skipped > 100 then break end
+      local o = old_keys(k)
+      lists[3], lists[4] = o.due, o.ready
+    end
     while not full and got < count and skipped <= 100 do
       local ids = redis.call('RPOP', lists[l], count - got)
       if not ids then break end
       for i = 1, #ids do
         local id = ids[i]
         local mkey = message_key(base, id)
-        local m = load_message(mkey)
+        local m
+        if l > 2 then m = load_legacy(mkey) else m = load_message(mkey) end
         local size = m and record_bytes(m)
         if size and got > 0 and bytes + size > REPLY_BYTES then
           -- This one and the rest go back to the claim end in their order.

@@ -14,7 +14,15 @@ local function release(keys, args)
   for i = #args - 1, 1, -2 do
     local id, token = args[i], args[i + 1]
     local mkey = message_key(base, id)
-    local m = redis.call('ZSCORE', k.processing, id) and load_header(mkey)
+    local m
+    if redis.call('ZSCORE', k.processing, id) then
+      m = load_header(mkey)
+    else
+      -- Leased by retryd_v2: lifted (under the same lease) before it goes back.
+      local s = redis.call('ZSCORE', old_keys(k).processing, id)
+      m = s and load_legacy(mkey)
+      if m and m.legacy and lease_token(m) == token then lift(k, mkey, id, m, 'processing', s) end
+    end
     if m and lease_token(m) == token then
       redis.call('ZREM', k.processing, id)
       set_updated(mkey, m, now)

@@ -78,7 +78,8 @@ end
 local SECTIONS = {}
 
 local function due_pushed(k)
-  return tonumber(redis.call('HGET', k.stats, 'due_pushed') or '0')
+  if k.legacy then return tonumber(redis.call('HGET', k.stats, 'due_pushed') or '0') end
+  return tonumber(redis.call('GET', k.pushed) or '0')
 end
 
 local function due_section(fresh_left)
@@ -168,25 +169,46 @@ SECTIONS.processing = zset_section('processing')
 SECTIONS.succeeded = zset_section('succeeded')
 SECTIONS.dead = zset_section('dead')
 
--- What each listing walks. A listing of one section uses that section's
--- cursor as it is; the others write "<section>:<its cursor>", and between
--- the two passes over due, "<section>:<mark>:<its cursor>".
+-- The sections of retryd_v2's indexes ("v2due" ...): the same walks over
+-- the old generation's keys (docs/storage.md "Two generations of indexes").
+local OLD_SECTIONS = { v2due = 'due', v2ready = 'ready', v2scheduled = 'scheduled',
+                       v2later = 'later', v2processing = 'processing',
+                       v2succeeded = 'succeeded', v2dead = 'dead' }
+
+-- A section's walk, the keys it walks, and its plain name.
+local function section_of(k, name)
+  local plain = OLD_SECTIONS[name]
+  if plain then return SECTIONS[plain], old_keys(k), plain end
+  return SECTIONS[name], k, name
+end
+
+-- What each listing walks: retryd_v2's sections first, then the new ones. Ids
+-- only ever move from the old generation to the new one (a lift), so an id
+-- that leaves an old section before the walk reaches it is met in a new
+-- section, which the walk opens later: never skipped (at worst listed twice).
+-- Every listing has more than one section, so its cursor is
+-- "<section>:<its cursor>", and between the two passes over due,
+-- "<section>:<mark>:<its cursor>".
 local LISTINGS = {
-  [''] = { 'due', 'ready', 'scheduled', 'later', 'processing', 'succeeded', 'dead' },
-  pending = { 'due', 'ready', 'scheduled', 'later' },
-  processing = { 'processing' },
-  succeeded = { 'succeeded' },
-  dead = { 'dead' },
+  [''] = { 'v2due', 'v2ready', 'v2scheduled', 'v2later', 'v2processing', 'v2succeeded',
+           'v2dead', 'due', 'ready', 'scheduled', 'later', 'processing', 'succeeded', 'dead' },
+  pending = { 'v2due', 'v2ready', 'v2scheduled', 'v2later', 'due', 'ready', 'scheduled',
+              'later' },
+  processing = { 'v2processing', 'processing' },
+  succeeded = { 'v2succeeded', 'succeeded' },
+  dead = { 'v2dead', 'dead' },
 }
-local CARRIES_MARK = { ready = true, scheduled = true }
+local CARRIES_MARK = { ready = true, scheduled = true, v2ready = true, v2scheduled = true }
+local ENDS_DUE = { due = true, v2due = true }
 
 -- How many ids a section holds now (later: that the walk has still to see).
 local function section_size(k, name, mark)
-  if name == 'later' then
-    return math.min(redis.call('LLEN', k.due), math.max(0, due_pushed(k) - (mark or 0)))
+  local _, g, plain = section_of(k, name)
+  if plain == 'later' then
+    return math.min(redis.call('LLEN', g.due), math.max(0, due_pushed(g) - (mark or 0)))
   end
-  if name == 'due' or name == 'ready' then return redis.call('LLEN', k[name]) end
-  return redis.call('ZCARD', k[name])
+  if plain == 'due' or plain == 'ready' then return redis.call('LLEN', g[plain]) end
+  return redis.call('ZCARD', g[plain])
 end
 
 -- How many ids the listed states hold now.
@@ -194,7 +216,9 @@ local function listing_total(k, status)
   local total = 0
   local names = LISTINGS[status]
   for i = 1, #names do
-    if names[i] ~= 'later' then total = total + section_size(k, names[i]) end
+    if names[i] ~= 'later' and names[i] ~= 'v2later' then
+      total = total + section_size(k, names[i])
+    end
   end
   return total
 end
@@ -216,7 +240,7 @@ local function walk(k, status, cursor, step, visit)
     if #names == 1 then
       rest = cursor
     else
-      local name, r = string.match(cursor, '^(%a+):(.*)$')
+      local name, r = string.match(cursor, '^(%w+):(.*)$')
       si = nil
       for i = 1, #names do
         if names[i] == name then si = i end
@@ -240,15 +264,15 @@ local function walk(k, status, cursor, step, visit)
   local examined = 0
   while si <= #names do
     local name = names[si]
-    local sec = SECTIONS[name]
-    local st = sec.open(k, rest, mark)
+    local sec, g = section_of(k, name)
+    local st = sec.open(g, rest, mark)
     if not st then return nil end
     rest = nil
     local ended
     repeat
       local ids
-      ids, ended = sec.fetch(k, st, math.min(step, MAX_BATCH - examined))
-      if ended and name == 'due' then mark = st.pushed end
+      ids, ended = sec.fetch(g, st, math.min(step, MAX_BATCH - examined))
+      if ended and ENDS_DUE[name] then mark = st.pushed end
       for i = 1, #ids do
         local verdict = visit(ids[i], name)
         if verdict == 'full' then return here end
@@ -270,11 +294,13 @@ end
 -- The state of an id met in a listing's section, and its score (lease
 -- deadline, time of death) where the reply shows one.
 local SECTION_STATUS = { due = 'pending', ready = 'pending', scheduled = 'pending',
-                         later = 'pending', succeeded = 'succeeded' }
+                         later = 'pending', succeeded = 'succeeded', processing = 'processing',
+                         dead = 'dead' }
 local function section_status(k, section, id)
-  local status = SECTION_STATUS[section]
-  if status then return status end
-  return section, redis.call('ZSCORE', k[section], id)
+  local _, g, plain = section_of(k, section)
+  local status = SECTION_STATUS[plain]
+  if status ~= 'processing' and status ~= 'dead' then return status end
+  return status, redis.call('ZSCORE', g[plain], id)
 end
 
 local function valid_status(status)

@@ -74,7 +74,7 @@ local function export(keys, args)
     if not m then return 'skip' end   -- an orphan index entry
     local line
     do
-      local row = { id, SECTION_STATUS[section] or section, ms_text(m.retry_count),
+      local row = { id, SECTION_STATUS[OLD_SECTIONS[section] or section], ms_text(m.retry_count),
                     ms_text(m.max_retries), iso_time(m.created_at), iso_time(m.updated_at),
                     iso_time(m.retry_after), m.last_error or '', m.payload }
       if format == 'jsonl' then

@@ -441,9 +441,9 @@ section1_rep() {
             FCALL "${FN}fail" 2 "$qf" "$qf:m:{id}" "{id}" "" "bench failure" 1 0
         # Every failure is due now: promote moves them, 100 per call.
         local d0 d1
-        d0=$(rcli llen "$qf:due")
+        d0=$(rcli llen "$qf:3:due")
         rb "promote.p$p.$rep" fcall $((N_RB / 100)) 4 "$p" FCALL "${FN}promote" 1 "$qf" 100
-        d1=$(rcli llen "$qf:due")
+        d1=$(rcli llen "$qf:3:due")
         put "promote.p$p.$rep.moved" $((d1 - d0))
         put "promote.p$p.$rep.msgs" "$(calc "$(get "promote.p$p.$rep.rps") * ($d1 - $d0) / ($N_RB / 100)")"
         put "promote.p$p.$rep.usmsg" "$(calc "$(get "promote.p$p.$rep.us") * ($N_RB / 100) / ($d1 - $d0)")"
@@ -866,8 +866,8 @@ section3_tables() {
 # dead set (a cursor at rank N/2), repeated through redis-benchmark.
 dead_page() {
     local name=$1 q=$2 n mid cursor
-    n=$(rcli zcard "$q:dead")
-    mid=$(rcli zrange "$q:dead" $((n / 2)) $((n / 2)) withscores | tr '\n' ' ')
+    n=$(rcli zcard "$q:3:dead")
+    mid=$(rcli zrange "$q:3:dead" $((n / 2)) $((n / 2)) withscores | tr '\n' ' ')
     cursor="$(echo "$mid" | awk '{print $2 ":" $1}')"
     rb "$name" fcall_ro 2000 4 1 FCALL_RO "${FN}list" 1 "$q" dead 100 "$cursor"
 }
@@ -985,7 +985,7 @@ mem_retryd() {
     enqueue_fcall "$q" "$N_BULL"
     m1=$(used_memory)
     put "mem.$1" "$(calc "($m1 - $m0) / $N_BULL")"
-    rcli del "$q:ready" >/dev/null
+    rcli del "$q:3:ready" "$q:3:due_pushed" >/dev/null
     rcli eval "for i = 1, tonumber(ARGV[1]) do redis.call('UNLINK', KEYS[1] .. ':m:' .. i) end" \
         1 "$q" "$N_BULL" >/dev/null
 }

@@ -887,7 +887,7 @@ static void queue_lifecycle(int port, const char *q, cnode_t *owner)
     /* The data is on the master that owns the queue's slot. */
     assert_int_equal(ncmd_int(owner, "EXISTS %s", qkey(q, e2e_fmt("m:%lld", m1.id))), 1);
     assert_int_equal(ncmd_int(owner, "HGET %s enqueued", qkey(q, "stats")), 3);
-    assert_int_equal(ncmd_int(owner, "ZCARD %s", qkey(q, "succeeded")), 3);
+    assert_int_equal(ncmd_int(owner, "ZCARD %s", qkey(q, "3:succeeded")), 3);
 }
 
 static void test_queues_on_every_master_end_to_end(void **state)
@@ -1359,9 +1359,9 @@ static void verify_queue(const char *label, cnode_t *owner, const char *q, worke
 
     /* Indexes. */
     static const struct { const char *suffix; bool list; const char *status; } idx[] = {
-        { "ready", true, "pending" },        { "due", true, "pending" },
-        { "scheduled", false, "pending" },   { "processing", false, "processing" },
-        { "succeeded", false, "succeeded" }, { "dead", false, "dead" },
+        { "3:ready", true, "pending" },        { "3:due", true, "pending" },
+        { "3:scheduled", false, "pending" },   { "3:processing", false, "processing" },
+        { "3:succeeded", false, "succeeded" }, { "3:dead", false, "dead" },
     };
     long members = 0;
     for (size_t x = 0; x < sizeof idx / sizeof idx[0]; x++) {

@@ -1638,11 +1638,11 @@ static void test_concurrent_claims_claim_each_message_once(void **state)
         if (atomic_load(&claims[id]) != 1)
             fail_msg("message %d was claimed %d times", id, atomic_load(&claims[id]));
     }
-    redisReply *z = e2e_rcmd(g_redis, "ZCARD %s:{%s}:succeeded", g_prefix, q);
+    redisReply *z = e2e_rcmd(g_redis, "ZCARD %s:{%s}:3:succeeded", g_prefix, q);
     assert_int_equal(z->type, REDIS_REPLY_INTEGER);
     assert_int_equal(z->integer, MESSAGES);
     freeReplyObject(z);
-    z = e2e_rcmd(g_redis, "LLEN %s:{%s}:ready", g_prefix, q);
+    z = e2e_rcmd(g_redis, "LLEN %s:{%s}:3:ready", g_prefix, q);
     assert_int_equal(z->integer, 0);
     freeReplyObject(z);
 }

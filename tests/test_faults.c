@@ -350,8 +350,8 @@ static bool member_of_zset(redisContext *c, const char *key, long long id)
 static void expect_indexes_consistent(redisContext *c, const char *prefix, const char *q,
                                       const stored_t *m, size_t n)
 {
-    char base[256];
-    snprintf(base, sizeof base, "%s:{%s}", prefix, q);
+    char base[256];  /* the record's generation of indexes (docs/storage.md) */
+    snprintf(base, sizeof base, "%s:{%s}:3", prefix, q);
     static const char *const lists[] = { "ready", "due" };
     static const char *const zsets[] = { "scheduled", "processing", "succeeded", "dead" };
     for (size_t i = 0; i < n; i++) {
@@ -2152,7 +2152,7 @@ static void test_kill9_retryd_leases_come_back(void **state)
     assert_int_equal(e2e_conn_open(&waiting, port_a), 0);
     assert_int_equal(e2e_send_request(&waiting, "POST", "/queues/c-idle/claim", NULL,
                                       "{\"wait_seconds\":10}", 19), 0);
-    assert_int_equal(rq_int(g_shared, "ZCARD %s:{c}:processing", pfx), N);
+    assert_int_equal(rq_int(g_shared, "ZCARD %s:{c}:3:processing", pfx), N);
     e2e_conn_close(&g_conn);
 
     assert_int_equal(e2e_daemon_stop(&g_dmn[0], SIGKILL, E2E_STOP_TIMEOUT_MS), 256 + SIGKILL);
@@ -2180,7 +2180,7 @@ static void test_kill9_retryd_leases_come_back(void **state)
                      N);
         else e2e_pause_ms(20);
     }
-    assert_int_equal(rq_int(g_shared, "ZCARD %s:{c}:processing", pfx), 0);
+    assert_int_equal(rq_int(g_shared, "ZCARD %s:{c}:3:processing", pfx), 0);
     /* A zombie worker of A cannot settle what came back. */
     http(port_b, &r, "POST", "/queues/c/messages/1/succeed",
          e2e_fmt("{\"lease_token\":\"%s\"}", tokens[1]));
@@ -2273,7 +2273,7 @@ static void test_kill9_retryd_under_load(void **state)
     assert_true(created >= 20);
 
     /* What A had leased when it died. */
-    redisReply *x = e2e_rcmd(g_shared, "ZRANGE %s:{cl}:processing 0 -1", pfx);
+    redisReply *x = e2e_rcmd(g_shared, "ZRANGE %s:{cl}:3:processing 0 -1", pfx);
     size_t leased = x->elements;
     long long *ids = calloc(leased ? leased : 1, sizeof *ids);
     for (size_t i = 0; i < leased; i++) ids[i] = atoll(x->element[i]->str);
@@ -2284,7 +2284,7 @@ static void test_kill9_retryd_under_load(void **state)
     /* Within the 2 s lease (+ a tick, + margin) B's timer gives them back. */
     long long back_ms = -1;
     while (back_ms < 0) {
-        if (rq_int(g_shared, "ZCARD %s:{cl}:processing", pfx) == 0)
+        if (rq_int(g_shared, "ZCARD %s:{cl}:3:processing", pfx) == 0)
             back_ms = e2e_mono_ms() - killed_at;
         else if (e2e_mono_ms() - killed_at > 2000 + TICK_MS + 2000)
             fail_msg("leases of the killed retryd still held 4 s after the kill");

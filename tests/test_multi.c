@@ -580,9 +580,9 @@ static void test_batch_claim_under_concurrency(void **state)
     for (int id = 1; id <= BATCH_MSGS; id++)
         if (seen[id] != 1) fail_msg("id %d claimed %d times", id, seen[id]);
     printf("test_multi: 500 messages claimed in %zu batch claims by 8 workers\n", claims);
-    assert_int_equal(rint_cmd("ZCARD %s", qkey(q, "succeeded")), BATCH_MSGS);
-    assert_int_equal(rint_cmd("ZCARD %s", qkey(q, "processing")), 0);
-    assert_int_equal(rint_cmd("LLEN %s", qkey(q, "ready")), 0);
+    assert_int_equal(rint_cmd("ZCARD %s", qkey(q, "3:succeeded")), BATCH_MSGS);
+    assert_int_equal(rint_cmd("ZCARD %s", qkey(q, "3:processing")), 0);
+    assert_int_equal(rint_cmd("LLEN %s", qkey(q, "3:ready")), 0);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -632,7 +632,7 @@ static void test_batch_succeed_outcomes(void **state)
             fail_msg("item %zu: status \"%s\", want \"%s\"", i, e2e_jstr(item, "status"), want[i]);
     }
     assert_string_equal(message_status(q, a), "succeeded");
-    redisReply *x = e2e_rcmd(g_redis, "ZSCORE %s %lld", qkey(q, "succeeded"), a);
+    redisReply *x = e2e_rcmd(g_redis, "ZSCORE %s %lld", qkey(q, "3:succeeded"), a);
     assert_int_equal(x->type, REDIS_REPLY_STRING);
     freeReplyObject(x);
     assert_string_equal(message_status(q, b), "processing");
@@ -749,12 +749,12 @@ static void test_idempotent_enqueue_under_concurrency(void **state)
     assert_int_equal(repeated, IDEM_CLIENTS - 1);
     /* Every repeat carries the original message, not its own payload. */
     for (int i = 0; i < IDEM_CLIENTS; i++) assert_string_equal(c[i].payload, winner);
-    assert_int_equal(rint_cmd("LLEN %s", qkey(q, "ready")), 1);
+    assert_int_equal(rint_cmd("LLEN %s", qkey(q, "3:ready")), 1);
 
     long long other = enqueue_to(g_a.port, q,
                                  "{\"payload\":\"another\",\"idempotency_key\":\"order-43\"}");
     assert_true(other != c[0].id);
-    assert_int_equal(rint_cmd("LLEN %s", qkey(q, "ready")), 2);
+    assert_int_equal(rint_cmd("LLEN %s", qkey(q, "3:ready")), 2);
 
     e2e_response_t r = { 0 };
     http_to(g_a.port, &r, "POST", path, "{\"payload\":\"x\",\"idempotency_key\":\"\"}");
