@@ -17,30 +17,33 @@ local function claim_into(k, base, now, lease_ms, count, out)
   local serial = redis.call('HINCRBY', k.stats, 'claimed', count) - count
   local skipped = 0
   local bytes, full = 0, false
-  -- The new generation's lists, then, only when they did not fill the
-  -- count, retryd_v2's: each id taken from those is lifted (set_lease
-  -- rewrites its HASH as a record, and it joins the new processing index).
-  local lists = { k.due, k.ready }
-  for l = 1, 4 do
-    if l == 3 then
+  -- The new generation's due then ready list, then, only when they did not
+  -- fill the count, retryd_v2's: each id taken from those is lifted
+  -- (set_lease rewrites its HASH as a record, and it joins the new
+  -- processing index). LMPOP pops from the first non-empty list of the two:
+  -- one call where an RPOP of each list was two.
+  local due, ready = k.due, k.ready
+  for gen = 1, 2 do
+    if gen == 2 then
       if full or got >= count or skipped > 100 then break end
       local o = old_keys(k)
-      lists[3], lists[4] = o.due, o.ready
+      due, ready = o.due, o.ready
     end
     while not full and got < count and skipped <= 100 do
-      local ids = redis.call('RPOP', lists[l], count - got)
-      if not ids then break end
+      local popped = redis.call('LMPOP', 2, due, ready, 'RIGHT', 'COUNT', count - got)
+      if not popped then break end
+      local from, ids = popped[1], popped[2]
       for i = 1, #ids do
         local id = ids[i]
         local mkey = message_key(base, id)
         local m
-        if l > 2 then m = load_legacy(mkey) else m = load_message(mkey) end
+        if gen == 2 then m = load_legacy(mkey) else m = load_message(mkey) end
         local size = m and record_bytes(m)
         if size and got > 0 and bytes + size > REPLY_BYTES then
           -- This one and the rest go back to the claim end in their order.
           local back = {}
           for j = #ids, i, -1 do back[#back + 1] = ids[j] end
-          redis.call('RPUSH', lists[l], unpack(back))
+          redis.call('RPUSH', from, unpack(back))
           full = true
           break
         end

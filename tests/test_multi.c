@@ -1215,6 +1215,87 @@ static void test_sigterm_answers_parked_waiter(void **state)
     if (status != 0) fail_msg("C after SIGTERM: %d (want exit 0; -1 = did not exit)", status);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Rolling upgrade from retryd_v2 (docs/storage.md "Two generations of      */
+/* indexes")                                                                */
+/* ------------------------------------------------------------------------ */
+
+/* A retryd_v2 instance on the same Redis keeps enqueuing (its library,
+ * tests/fixtures/retryd_v2.lua, called as its daemon would) while the
+ * retryd_v3 instances have a backlog of their own. Their timer lifts the v2
+ * messages to the front of the new due list: workers get them within a few
+ * ticks, long before the backlog is through; and retryd_v2's indexes never
+ * name a new record. */
+static void test_v2_instance_enqueuing_beside_v3(void **state)
+{
+    (void)state;
+    FILE *f = fopen("tests/fixtures/retryd_v2.lua", "rb");
+    if (f == NULL) fail_msg("cannot read tests/fixtures/retryd_v2.lua (run from the source tree)");
+    static char code[256 * 1024];
+    size_t n = fread(code, 1, sizeof code, f);
+    fclose(f);
+    assert_true(n > 0 && n < sizeof code);
+    redisReply *r = redisCommand(g_redis, "FUNCTION LOAD REPLACE %b", code, n);
+    assert_non_null(r);
+    if (r->type != REDIS_REPLY_STRING) fail_msg("FUNCTION LOAD of retryd_v2: %s", r->str);
+    freeReplyObject(r);
+
+    char q[32];
+    e2e_queue_name(q, sizeof q, "v2beside");
+    enum { BACKLOG = 300, FROM_V2 = 3, MAX_CLAIMS = 150 };
+    for (int i = 0; i < BACKLOG; i++) enqueue_to(g_a.port, q, "{\"payload\":\"backlog\"}");
+    long long v2ids[FROM_V2];
+    char base[128];
+    snprintf(base, sizeof base, "%s:{%s}", g_prefix, q);
+    for (int i = 0; i < FROM_V2; i++) {
+        r = redisCommand(g_redis, "FCALL retryd_v2_enqueue 1 %s %s 3 0", base, "from v2");
+        assert_non_null(r);
+        if (r->type != REDIS_REPLY_ARRAY || r->elements < 2) fail_msg("retryd_v2_enqueue failed");
+        v2ids[i] = r->element[1]->integer;
+        freeReplyObject(r);
+    }
+
+    /* Workers claim with 1 s leases and never settle: the leases bring the
+     * timer to the queue, which lifts the v2 messages. */
+    int got = 0, claims = 0;
+    long long start = e2e_mono_ms();
+    while (got < FROM_V2) {
+        if (claims >= MAX_CLAIMS || e2e_mono_ms() - start > 8000)
+            fail_msg("%d of %d v2 messages claimed after %d claims, %lld ms", got, FROM_V2, claims,
+                     e2e_mono_ms() - start);
+        e2e_response_t resp = { 0 };
+        http_to(g_b.port, &resp, "POST", e2e_fmt("/queues/%s/claim", q), "{\"lease_seconds\":1}");
+        rd_json_t *m = e2e_expect_json(&resp, 200);
+        long long id = e2e_jint(m, "id");
+        for (int i = 0; i < FROM_V2; i++)
+            if (id == v2ids[i]) {
+                assert_string_equal(e2e_jstr(m, "payload"), "from v2");
+                got++;
+            }
+        e2e_response_free(&resp);
+        claims++;
+        e2e_pause_ms(40);
+    }
+    printf("test_multi: %d v2 messages claimed after %d claims (%lld ms), with a backlog of %d\n",
+           FROM_V2, claims, e2e_mono_ms() - start, BACKLOG);
+
+    /* retryd_v2's indexes name no record of the new layout. */
+    static const char *const lists[] = { "ready", "due" };
+    static const char *const zsets[] = { "scheduled", "processing", "succeeded", "dead" };
+    for (size_t i = 0; i < 6; i++) {
+        r = i < 2 ? redisCommand(g_redis, "LRANGE %s 0 -1", qkey(q, lists[i]))
+                  : redisCommand(g_redis, "ZRANGE %s 0 -1", qkey(q, zsets[i - 2]));
+        assert_non_null(r);
+        for (size_t j = 0; j < r->elements; j++) {
+            redisReply *t = redisCommand(g_redis, "TYPE %s:m:%s", base, r->element[j]->str);
+            if (strcmp(t->str, "string") == 0)
+                fail_msg("id %s in v2's index names a record", r->element[j]->str);
+            freeReplyObject(t);
+        }
+        freeReplyObject(r);
+    }
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, test_setup, test_teardown)
 
 int main(void)
@@ -1239,6 +1320,7 @@ int main(void)
         T(test_queue_without_keys_leaves_registry),
         T(test_failed_registration_is_retried),
         T(test_sigterm_answers_parked_waiter),
+        T(test_v2_instance_enqueuing_beside_v3),
     };
     return cmocka_run_group_tests_name("multi", tests, group_setup, group_teardown);
 }
