@@ -3329,15 +3329,18 @@ static void test_v2_messages_served_by_v3(void **state)
     v2_claim(&q, "600000", f, &f_lease);
     long long g = v2_enqueue(&q, "g expires", "3", "0", "");
     v2_claim(&q, "1", g, &m);
+    long long h = v2_enqueue(&q, "h released", "3", "0", "");
+    msg_t h_lease;
+    v2_claim(&q, "600000", h, &h_lease);
     long long a = v2_enqueue(&q, "a now", "3", "0", "key-a");
     long long b = v2_enqueue(&q, "b later", "3", "3600000", "");
-    const long long all[] = { a, b, c, d, e, f, g };
+    const long long all[] = { a, b, c, d, e, f, g, h };
     static const char *const status[] = { "pending", "pending", "processing", "succeeded",
-                                          "dead", "processing", "processing" };
+                                          "dead", "processing", "processing", "processing" };
 
     /* get: every field retryd_v2 shows, as it shows it; list and export: each
      * once, in its state. Reads change nothing. */
-    for (size_t i = 0; i < 7; i++) {
+    for (size_t i = 0; i < 8; i++) {
         msg_t old;
         get_with(true, &q, all[i], &old);
         get_with(false, &q, all[i], &m);
@@ -3353,15 +3356,15 @@ static void test_v2_messages_served_by_v3(void **state)
     char next[256];
     size_t n = raw_page(fcall("list", &q, -1, "", "100", "", END), ids, 16, &bytes, next,
                         sizeof next);
-    assert_int_equal(n, 7);
+    assert_int_equal(n, 8);
     assert_string_equal(next, "");
-    for (size_t i = 0; i < 7; i++) {
+    for (size_t i = 0; i < 8; i++) {
         size_t seen = 0;
         for (size_t j = 0; j < n; j++) seen += ids[j] == all[i];
         assert_int_equal(seen, 1);
     }
     static const char *const states[] = { "pending", "processing", "succeeded", "dead" };
-    static const size_t in_state[] = { 2, 3, 1, 1 };
+    static const size_t in_state[] = { 2, 4, 1, 1 };
     for (size_t s = 0; s < 4; s++) {
         n = raw_page(fcall("list", &q, -1, states[s], "100", "", END), ids, 16, &bytes, next,
                      sizeof next);
@@ -3369,7 +3372,7 @@ static void test_v2_messages_served_by_v3(void **state)
     }
     n = raw_export(fcall("export", &q, -1, "csv", "", "100", "", END), ids, 16, &bytes, next,
                    sizeof next);
-    assert_int_equal(n, 7);
+    assert_int_equal(n, 8);
     redisReply *r = fcall("export", &q, -1, "csv", "dead", "100", "", END);
     assert_int_equal(r->elements, 2);
     char line[64];
@@ -3385,8 +3388,33 @@ static void test_v2_messages_served_by_v3(void **state)
             if (strcmp(r->element[i]->str, counts[s]) == 0)
                 assert_int_equal(r->element[i + 1]->integer, (long long)in_state[s]);
     freeReplyObject(r);
-    for (size_t i = 0; i < 7; i++)
+    for (size_t i = 0; i < 8; i++)
         assert_string_equal(key_type(mkey(&q, all[i])), "hash");
+
+    /* enqueue with a's idempotency key: the original, as retryd_v2 has it. */
+    r = fcall("enqueue", &q, -1, "again", "3", "0", "key-a", END);
+    assert_true(has_code(r, "duplicate"));
+    msg_parse(r->element[1], &m);
+    freeReplyObject(r);
+    assert_int_equal(m.id, a);
+    assert_string_equal(msg_str(&m, "status"), "pending");
+    assert_string_equal(msg_str(&m, "payload"), "a now");
+
+    /* release of a retryd_v2 lease through retryd_v3 (a long-poll client of a
+     * v3 instance cannot hold one, but the function takes any): h is lifted
+     * under its lease, then handed back to the front of the new due list. */
+    r = fcall("release", &q, -1, num(h), "1.1", END);
+    assert_int_equal(int_reply(r), 0);
+    assert_string_equal(key_type(mkey(&q, h)), "hash");
+    r = fcall("release", &q, -1, num(h), msg_str(&h_lease, "lease_token"), END);
+    assert_int_equal(int_reply(r), 1);
+    assert_string_equal(key_type(mkey(&q, h)), "string");
+    expect_ok_msg(fcall("get", &q, h, END), &m);
+    assert_string_equal(msg_str(&m, "status"), "pending");
+    assert_string_equal(msg_str(&m, "payload"), "h released");
+    claim_one(&q, 600000, &m);
+    assert_int_equal(m.id, h);
+    expect_ok_msg(fcall("succeed", &q, h, msg_str(&m, "lease_token"), END), &m);
 
     /* claim: the pending one (b is scheduled an hour away), a record now. */
     msg_t got[4];
