@@ -54,9 +54,10 @@ local OLD_REVISIT_MS = 1000
 -- One tick's work on the old generation, every id it moves lifted: expired
 -- leases are failed into the new indexes (lease expired, as reclaim does),
 -- due retries are promoted onto the far end of the new due list, retention
--- deletes old finished messages, and then a batch of the old due and ready
--- ids, oldest first, goes onto the claim end of the new due list, so they
--- are not starved behind a backlog of the new generation. Returns the counts
+-- deletes old finished messages and the rest of them are lifted into the new
+-- dead and succeeded sets, and then a batch of the old due and ready ids,
+-- oldest first, goes onto the claim end of the new due list, so they are not
+-- starved behind a backlog of the new generation. Returns the counts
 -- {promoted, reclaimed, expired} and whether a batch was full.
 local function drain_old(k, base, now, dead_ttl, succeeded_ttl)
   local o = old_keys(k)
@@ -99,6 +100,27 @@ local function drain_old(k, base, now, dead_ttl, succeeded_ttl)
   local expired = expire_finished(o, base, o.dead, now, dead_ttl, OLD_BATCH, 'expired_dead')
     + expire_finished(o, base, o.succeeded, now, succeeded_ttl, OLD_BATCH, 'expired_succeeded')
   full = full or expired >= OLD_BATCH
+
+  -- The finished ones retention keeps are lifted too, with their time, so
+  -- the old indexes empty even where dead letters are kept forever. An id
+  -- without a record moves as it is (replay_many and purge count it).
+  for _, index in ipairs({ 'dead', 'succeeded' }) do
+    local rows = redis.call('ZRANGE', o[index], 0, OLD_BATCH - 1, 'WITHSCORES')
+    if #rows > 0 then
+      local moved, scored = {}, {}
+      for i = 1, #rows, 2 do
+        local mkey = message_key(base, rows[i])
+        local m = load_legacy(mkey)
+        if m and m.legacy then store_message(mkey, m) end
+        moved[#moved + 1] = rows[i]
+        scored[#scored + 1] = rows[i + 1]
+        scored[#scored + 1] = rows[i]
+      end
+      redis.call('ZREM', o[index], unpack(moved))
+      redis.call('ZADD', k[index], unpack(scored))
+      full = full or #moved == OLD_BATCH
+    end
+  end
 
   local taken = redis.call('RPOP', o.due, OLD_BATCH) or {}
   if #taken < OLD_BATCH then

@@ -3491,8 +3491,9 @@ static void test_v2_messages_served_by_v3(void **state)
 
 /* A retryd_v2 instance keeps enqueuing while retryd_v3 has a backlog of its
  * own: the timer's tick lifts the old ids onto the claim end, so they are
- * claimed next, not after the backlog; and while retryd_v2's indexes exist
- * the queue stays on the timer's schedule (at most OLD_REVISIT_MS away). */
+ * claimed next, not after the backlog; while retryd_v2's indexes exist the
+ * queue stays on the timer's schedule (at most OLD_REVISIT_MS away), and
+ * the tick empties them, finished messages included. */
 static void test_v2_enqueues_not_starved(void **state)
 {
     load_v2();
@@ -3535,11 +3536,32 @@ static void test_v2_enqueues_not_starved(void **state)
      * (a v2 instance may keep enqueuing without any hint). */
     queue_t only;
     queue_init(&only, "v2only");
+    long long z = v2_enqueue(&only, "z", "1", "0", "");
+    v2_claim(&only, "30000", z, &m);
+    expect_ok_msg(fcall_v2("fail", &only, z, msg_str(&m, "lease_token"), "gone", "0", "-1", END),
+                  &m);
+    msg_t dead_before;
+    get_with(true, &only, z, &dead_before);
     v2_enqueue(&only, "x", "3", "0", "");
     v2_enqueue(&only, "y", "3", "0", "");
+    assert_generations_apart(&only);
     expect_ints(fcall("tick", &only, -1, "100", "0", "0", "1", END), 6, t);
+    assert_int_equal(t[0], 2);
     assert_true(t[3] >= 0 && t[3] <= 1000);
     assert_int_equal(t[5], 0);
+    /* Everything was lifted, the dead letter kept forever too (dead_ttl 0),
+     * with its time of death: retryd_v2's indexes are gone, and the queue
+     * is back to ticks only when it has timer work. */
+    static const char *const old[] = { "ready", "due", "scheduled", "processing", "succeeded",
+                                       "dead" };
+    for (size_t i = 0; i < 6; i++)
+        assert_int_equal(exists(qkey(&only, old[i])), 0);
+    get_with(false, &only, z, &m);
+    assert_same_fields(&dead_before, &m);
+    assert_string_equal(key_type(mkey(&only, z)), "string");
+    expect_ints(fcall("tick", &only, -1, "100", "0", "0", "1", END), 6, t);
+    assert_int_equal(t[3], -1);
+    assert_int_equal(t[4], 2);
     assert_generations_apart(&q);
     assert_generations_apart(&only);
 }
