@@ -45,8 +45,12 @@ local function first_score(key)
 end
 
 -- retryd_v2's indexes, drained by tick while any of them exists (docs/storage.md
--- "Two generations of indexes"): at most OLD_BATCH ids of each kind per call.
-local OLD_BATCH = 200
+-- "Two generations of indexes"), per call: at most OLD_BATCH ids of each kind
+-- of work (each a failure, a promotion, a deletion or a rewrite of several
+-- commands), and OLD_LIFT due and ready ids (a read and a rewrite each).
+-- With tick's own work at the daemon's batch, a call stays in milliseconds.
+local OLD_BATCH = 100
+local OLD_LIFT = 200
 -- While they exist, the timer comes back at least this often: a retryd_v2
 -- instance may still be enqueuing into them, and hints nothing for that.
 local OLD_REVISIT_MS = 1000
@@ -122,12 +126,12 @@ local function drain_old(k, base, now, dead_ttl, succeeded_ttl)
     end
   end
 
-  local taken = redis.call('RPOP', o.due, OLD_BATCH) or {}
-  if #taken < OLD_BATCH then
-    local more = redis.call('RPOP', o.ready, OLD_BATCH - #taken) or {}
+  local taken = redis.call('RPOP', o.due, OLD_LIFT) or {}
+  if #taken < OLD_LIFT then
+    local more = redis.call('RPOP', o.ready, OLD_LIFT - #taken) or {}
     for i = 1, #more do taken[#taken + 1] = more[i] end
   end
-  full = full or #taken == OLD_BATCH
+  full = full or #taken == OLD_LIFT
   local kept = convert(taken)
   if #kept > 0 then
     -- The first taken (the oldest) ends up at the claim end: claimed first.
