@@ -2833,9 +2833,6 @@ static void test_replay_all_stopped_part_way_says_how_many(void **state)
     g_admin = fx_redis_connect(g_srv.port, NULL, NULL);
     assert_non_null(g_admin);
     const char *prefix = "replaystop";
-    assert_int_equal(start_retryd(&g_dmn[0], "replaystop.log", e2e_redis_url(g_srv.port), prefix,
-                                  true, "--redis-timeout-ms", "1000", NULL), 0);
-    int port = g_dmn[0].port;
     static const char seed[] =
         "local base, n, at = KEYS[1], tonumber(ARGV[1]), ARGV[2] "
         "for id = 1, n do "
@@ -2849,6 +2846,12 @@ static void test_replay_all_stopped_part_way_says_how_many(void **state)
         "return n";
     assert_int_equal(rq_int(g_admin, "EVAL %s 1 %s:{rp} %d %lld", seed, prefix, (int)N,
                             e2e_wall_ms() - 1000), N);
+    /* Started after the seed, which holds Redis for about a second: a link
+     * with a 1 s timeout that met it would be reconnecting when the replay
+     * comes. */
+    assert_int_equal(start_retryd(&g_dmn[0], "replaystop.log", e2e_redis_url(g_srv.port), prefix,
+                                  true, "--redis-timeout-ms", "1000", NULL), 0);
+    int port = g_dmn[0].port;
 
     e2e_conn_t c;
     assert_int_equal(e2e_conn_open(&c, port), 0);
