@@ -1712,7 +1712,7 @@ static void test_lost_claim_lease_still_expires(void **state)
 
     /* Redis ran the claim when it continued. */
     deadline = e2e_mono_ms() + RECOVERY_BOUND_MS;
-    while (rq_int(g_admin, "ZCARD %s:{lh}:processing", prefix) != 1) {
+    while (rq_int(g_admin, "ZCARD %s:{lh}:3:processing", prefix) != 1) {
         if (e2e_mono_ms() > deadline) fail_msg("Redis did not run the claim that was in flight");
         e2e_pause_ms(20);
     }
