@@ -37,7 +37,7 @@ local function kill(keys, args)
   count_error(k, reason, 1)
   emit(k, 'dead', id, reason, tonumber(redis.call('HGET', mkey, 'retry_count') or '0'), now)
   if args[3] == nil then return { 'ok', message_reply(mkey, id) } end
-  return { 'ok', message_reply(mkey, id), retention_hint(k, now, ttl) }
+  return { 'ok', message_reply(mkey, id), death_hint(k, now) }
 end
 
 -- delete: remove a message for good, in any state but processing.
