@@ -33,7 +33,7 @@ LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o) $(BUILD)/lua_library.o $(BUILD)/ui_assets.o
            $(BUILD)/llhttp/llhttp.o $(BUILD)/llhttp/api.o $(BUILD)/llhttp/http.o
 
 UNIT_TESTS := test_keys test_router test_request test_message test_jsonw test_config test_problem test_metrics
-INTEG_TESTS := test_http test_lua test_e2e test_ops test_multi test_faults test_cluster
+INTEG_TESTS := test_http test_lua test_e2e test_ops test_multi test_faults test_cluster test_alerts
 SHELL_UNIT := fuzz_smoke.sh deps_test.sh
 SHELL_INTEG := retryctl_test.sh ui_test.sh bench_smoke.sh
 TEST_BINS := $(UNIT_TESTS:%=$(BUILD)/tests/%) $(INTEG_TESTS:%=$(BUILD)/tests/%)
