@@ -432,7 +432,6 @@ static void test_crash_mid_delivery_is_claimed_back(void **state)
              "B did not deliver the event A held when it died");
     printf("test_alerts: claimed back and delivered %lld ms after the crash\n",
            e2e_mono_ms() - t0);
-    assert_true(e2e_mono_ms() - t0 >= CLAIM_MS);
     WAIT_FOR(group_pending(q) == 0, DELIVER_TIMEOUT_MS, "the event stays pending");
     assert_int_equal(stat_of(q, "alerts_claimed"), 1);
     assert_int_equal(stat_of(q, "alerts_delivered"), 1);
