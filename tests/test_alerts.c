@@ -9,7 +9,11 @@
  *      once;
  *   3. the instance holding an entry is SIGKILLed mid-POST: the other claims
  *      it back after --alert-claim-ms and delivers it;
- *   4. without --alert-url an instance delivers nothing and creates no group.
+ *   4. without --alert-url an instance delivers nothing and creates no group;
+ *   5. a stalled receiver holds at most RD_ALERTS_IN_FLIGHT_MAX POSTs and
+ *      claims go on meanwhile;
+ *   6. SIGTERM mid-POST: the instance exits 0 within the drain, and the entry
+ *      it left pending is delivered by another.
  *
  * Needs RETRYD_TEST_REDIS_PORT and RETRYD_BIN (scripts/test.sh sets both).
  * The receiver runs one thread per connection; the threads never call
@@ -28,6 +32,7 @@
 #include <hiredis/hiredis.h>
 
 #include "e2e_support.h"
+#include "retryd/alerts.h"
 
 enum {
     READY_TIMEOUT_MS = 10000,
@@ -462,6 +467,77 @@ static void test_without_alert_url_nothing_is_sent(void **state)
     assert_int_equal(e2e_daemon_stop(&a, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
 }
 
+/* ------------------------------------------------------------------------ */
+/* 5. A stalled receiver: bounded POSTs, claims go on                       */
+/* ------------------------------------------------------------------------ */
+
+static void test_stalled_receiver_never_slows_claims(void **state)
+{
+    (void)state;
+    enum { DEATHS = RD_ALERTS_IN_FLIGHT_MAX + 8 };
+    char q[64], w[64];
+    e2e_queue_name(q, sizeof q, "stalled");
+    e2e_queue_name(w, sizeof w, "work");
+    recv_reset(RECV_STALL);
+    e2e_daemon_t a = { 0 };
+    assert_int_equal(start_daemon(&a, true, "20000"), 0);
+    for (int i = 0; i < DEATHS; i++) make_death(a.port, q, "boom");
+    WAIT_FOR(atomic_load(&g_recv.stalled) >= RD_ALERTS_IN_FLIGHT_MAX, DELIVER_TIMEOUT_MS,
+             "only %d POSTs started", atomic_load(&g_recv.stalled));
+    assert_int_equal(metric(a.port, "retryd_alert_in_flight"), RD_ALERTS_IN_FLIGHT_MAX);
+    assert_int_equal(metric(a.port, "retryd_alert_held"), DEATHS);
+    /* Every POST is stuck: enqueue and claim still answer at once. */
+    long long worst = 0;
+    e2e_response_t r = { 0 };
+    for (int i = 0; i < 20; i++) {
+        long long t0 = e2e_mono_ms();
+        e2e_http_via(g_conns, 3, a.port, &r, "POST", e2e_fmt("/queues/%s/messages", w),
+                     "{\"payload\":\"p\"}");
+        assert_int_equal(r.status, 201);
+        e2e_http_via(g_conns, 3, a.port, &r, "POST", e2e_fmt("/queues/%s/claim", w), NULL);
+        assert_int_equal(r.status, 200);
+        long long took = e2e_mono_ms() - t0;
+        if (took > worst) worst = took;
+    }
+    e2e_response_free(&r);
+    printf("test_alerts: enqueue+claim took at most %lld ms with %d POSTs stalled\n", worst,
+           RD_ALERTS_IN_FLIGHT_MAX);
+    assert_true(worst < 1000);
+    assert_int_equal(atomic_load(&g_recv.stalled), RD_ALERTS_IN_FLIGHT_MAX);
+    e2e_daemon_stop(&a, SIGKILL, E2E_STOP_TIMEOUT_MS);
+}
+
+/* ------------------------------------------------------------------------ */
+/* 6. SIGTERM mid-POST: exits in time, the entry is delivered by another    */
+/* ------------------------------------------------------------------------ */
+
+static void test_sigterm_mid_post_leaves_entry_for_another(void **state)
+{
+    (void)state;
+    char q[64];
+    e2e_queue_name(q, sizeof q, "term");
+    recv_reset(RECV_STALL);
+    e2e_daemon_t a = { 0 }, b = { 0 };
+    assert_int_equal(start_daemon(&a, true, "20000"), 0);
+    long long id = make_death(a.port, q, "boom");
+    WAIT_FOR(atomic_load(&g_recv.stalled) >= 1, DELIVER_TIMEOUT_MS,
+             "A did not start posting the event");
+    long long t0 = e2e_mono_ms();
+    int status = e2e_daemon_stop(&a, SIGTERM, 8000);
+    long long took = e2e_mono_ms() - t0;
+    printf("test_alerts: SIGTERM with a stalled POST: exit %d after %lld ms\n", status, took);
+    assert_int_equal(status, 0);
+    assert_true(took < 6000);
+    assert_int_equal(group_pending(q), 1);
+    atomic_store(&g_recv.mode, RECV_OK);
+    assert_int_equal(start_daemon(&b, true, "2000"), 0);
+    WAIT_FOR(recv_count(q, id) == 1, DELIVER_TIMEOUT_MS,
+             "B did not deliver the event A left pending");
+    WAIT_FOR(group_pending(q) == 0, DELIVER_TIMEOUT_MS, "the event stays pending");
+    assert_int_equal(recv_count(q, 0), 1);
+    assert_int_equal(e2e_daemon_stop(&b, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -469,6 +545,8 @@ int main(void)
         cmocka_unit_test(test_two_instances_deliver_each_death_once),
         cmocka_unit_test(test_crash_mid_delivery_is_claimed_back),
         cmocka_unit_test(test_without_alert_url_nothing_is_sent),
+        cmocka_unit_test(test_stalled_receiver_never_slows_claims),
+        cmocka_unit_test(test_sigterm_mid_post_leaves_entry_for_another),
     };
     return cmocka_run_group_tests_name("alerts", tests, group_setup, group_teardown);
 }
