@@ -150,12 +150,15 @@ local function alerts_touch(keys, args)
   local mine = {}
   local pending = redis.call('XPENDING', k.events, ALERT_GROUP, '-', '+', ALERT_TOUCH_MAX, consumer)
   for i = 1, #pending do mine[pending[i][1]] = true end
-  local held = {}
+  -- The ids go before JUSTID, so the command is built whole: an unpack()
+  -- that is not last in an argument list passes its first value only.
+  local claim = { 'XCLAIM', k.events, ALERT_GROUP, consumer, 0 }
   for i = 3, #args do
-    if mine[args[i]] then held[#held + 1] = args[i] end
+    if mine[args[i]] then claim[#claim + 1] = args[i] end
   end
-  if #held == 0 then return {} end
-  return redis.call('XCLAIM', k.events, ALERT_GROUP, consumer, 0, unpack(held), 'JUSTID')
+  if #claim == 5 then return {} end
+  claim[#claim + 1] = 'JUSTID'
+  return redis.call(unpack(claim))
 end
 
 register('alerts_take', alerts_take)

@@ -5,8 +5,8 @@
  *
  *   1. a receiver that fails, then stalls, then recovers gets the event once
  *      it recovers, exactly once, and the failures are counted;
- *   2. two healthy instances, one receiver: every death is delivered exactly
- *      once;
+ *   2. two healthy instances, one slow receiver: every death is delivered
+ *      exactly once;
  *   3. the instance holding an entry is SIGKILLed mid-POST: the other claims
  *      it back after --alert-claim-ms and delivers it;
  *   4. without --alert-url an instance delivers nothing and creates no group;
@@ -52,7 +52,9 @@ static e2e_conn_t g_conns[3];
 /* The receiver                                                             */
 /* ------------------------------------------------------------------------ */
 
-typedef enum { RECV_OK, RECV_FAIL, RECV_STALL } recv_mode_t;
+/* RECV_SLOW: 2xx after SLOW_MS, so that deliveries overlap. */
+typedef enum { RECV_OK, RECV_FAIL, RECV_STALL, RECV_SLOW } recv_mode_t;
+enum { SLOW_MS = 200 };
 
 static struct {
     int fd, port;
@@ -123,7 +125,8 @@ static void *recv_conn(void *arg)
             goto out;
         }
         const char *answer = "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n";
-        if (mode == RECV_OK) {
+        if (mode == RECV_SLOW) e2e_pause_ms(SLOW_MS);
+        if (mode == RECV_OK || mode == RECV_SLOW) {
             recv_record(buf + head, body_len);
             answer = "HTTP/1.1 204 No Content\r\n\r\n";
         } else {
@@ -384,7 +387,7 @@ static void test_two_instances_deliver_each_death_once(void **state)
 {
     (void)state;
     enum { QUEUES = 4, PER_QUEUE = 10 };
-    recv_reset(RECV_OK);
+    recv_reset(RECV_SLOW);
     e2e_daemon_t a = { 0 }, b = { 0 };
     assert_int_equal(start_daemon(&a, true, "2000"), 0);
     assert_int_equal(start_daemon(&b, true, "2000"), 0);

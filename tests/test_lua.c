@@ -3175,6 +3175,18 @@ static void test_alert_group_protocol(void **state)
     expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", "5000", END), TICK_N + 2, r);
     assert_int_equal(r[6], 0);
 
+    /* touch keeps every one of several entries (each must stay fresh, or
+     * another instance claims it back while it is being posted). */
+    for (int i = 0; i < 3; i++) make_dead(&q, "more");
+    t = fcall("alerts_take", &q, -1, "c3", "10", "5000", END);
+    assert_int_equal(t->elements, 16);
+    const char *s3[3] = { take_sid(t, 0), take_sid(t, 1), take_sid(t, 2) };
+    freeReplyObject(t);
+    t = fcall("alerts_touch", &q, -1, "c3", "0", s3[0], s3[1], s3[2], END);
+    assert_int_equal(t->elements, 3);
+    freeReplyObject(t);
+    assert_int_equal(int_reply(fcall("alerts_ack", &q, -1, s3[0], s3[1], s3[2], END)), 3);
+
     expect_error(fcall("alerts_take", &q, -1, "", "10", "0", END));
     expect_error(fcall("alerts_take", &q, -1, "c", "0", "0", END));
     expect_error(fcall("alerts_take", &q, -1, "c", "101", "0", END));
