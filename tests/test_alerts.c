@@ -47,6 +47,7 @@ static int g_redis_port;
 static char g_prefix[64];
 static redisContext *g_redis;
 static e2e_conn_t g_conns[3];
+static e2e_daemon_t g_a, g_b;     /* each test's instances */
 
 /* ------------------------------------------------------------------------ */
 /* The receiver                                                             */
@@ -342,9 +343,9 @@ static void test_fail_stall_recover_delivers_once(void **state)
     char q[64];
     e2e_queue_name(q, sizeof q, "recover");
     recv_reset(RECV_FAIL);
-    e2e_daemon_t a = { 0 };
-    assert_int_equal(start_daemon(&a, true, "500"), 0);
-    long long id = make_death(a.port, q, "smtp timeout");
+    e2e_daemon_t *a = &g_a;
+    assert_int_equal(start_daemon(a, true, "500"), 0);
+    long long id = make_death(a->port, q, "smtp timeout");
     WAIT_FOR(atomic_load(&g_recv.failed) >= 2, DELIVER_TIMEOUT_MS,
              "the event was not tried twice against a failing receiver (%d tries)",
              atomic_load(&g_recv.requests));
@@ -358,7 +359,7 @@ static void test_fail_stall_recover_delivers_once(void **state)
     WAIT_FOR(group_pending(q) == 0, DELIVER_TIMEOUT_MS, "the delivered event stays pending");
     /* Acknowledged: nothing sends it again. A second death shows the sender
      * is still going, and is delivered once too. */
-    long long id2 = make_death(a.port, q, "second");
+    long long id2 = make_death(a->port, q, "second");
     WAIT_FOR(recv_count(q, id2) == 1, DELIVER_TIMEOUT_MS, "the second event was not delivered");
     WAIT_FOR(stat_of(q, "alerts_delivered") == 2, DELIVER_TIMEOUT_MS, "alerts_delivered is not 2");
     assert_int_equal(recv_count(q, 0), 2);
@@ -370,13 +371,13 @@ static void test_fail_stall_recover_delivers_once(void **state)
     assert_non_null(strstr(body, "\"retry_count\":1"));
     assert_non_null(strstr(body, "\"event_id\":\""));
     pthread_mutex_unlock(&g_recv.lock);
-    long long failures = metric(a.port, "retryd_alert_failures_total");
+    long long failures = metric(a->port, "retryd_alert_failures_total");
     printf("test_alerts: %lld failed POSTs before the receiver recovered\n", failures);
     assert_true(failures >= 3);
     WAIT_FOR(stat_of(q, "alerts_failed") == failures, DELIVER_TIMEOUT_MS,
              "alerts_failed in the stats is not %lld", failures);
-    assert_int_equal(metric(a.port, "retryd_alert_deliveries_total"), 2);
-    assert_int_equal(e2e_daemon_stop(&a, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
+    assert_int_equal(metric(a->port, "retryd_alert_deliveries_total"), 2);
+    assert_int_equal(e2e_daemon_stop(a, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -388,13 +389,13 @@ static void test_two_instances_deliver_each_death_once(void **state)
     (void)state;
     enum { QUEUES = 4, PER_QUEUE = 10 };
     recv_reset(RECV_SLOW);
-    e2e_daemon_t a = { 0 }, b = { 0 };
-    assert_int_equal(start_daemon(&a, true, "2000"), 0);
-    assert_int_equal(start_daemon(&b, true, "2000"), 0);
+    e2e_daemon_t *a = &g_a, *b = &g_b;
+    assert_int_equal(start_daemon(a, true, "2000"), 0);
+    assert_int_equal(start_daemon(b, true, "2000"), 0);
     char qs[QUEUES][64];
     for (int i = 0; i < QUEUES; i++) e2e_queue_name(qs[i], sizeof qs[i], "pair");
     for (int n = 0; n < PER_QUEUE; n++)
-        for (int i = 0; i < QUEUES; i++) make_death(n % 2 ? a.port : b.port, qs[i], "boom");
+        for (int i = 0; i < QUEUES; i++) make_death(n % 2 ? a->port : b->port, qs[i], "boom");
     for (int i = 0; i < QUEUES; i++) {
         WAIT_FOR(recv_count(qs[i], 0) >= PER_QUEUE, DELIVER_TIMEOUT_MS,
                  "queue %s: %d of %d deaths delivered", qs[i], recv_count(qs[i], 0), PER_QUEUE);
@@ -408,12 +409,12 @@ static void test_two_instances_deliver_each_death_once(void **state)
         assert_int_equal(stat_of(qs[i], "alerts_delivered"), PER_QUEUE);
         assert_int_equal(stat_of(qs[i], "alerts_claimed"), 0);
     }
-    long long da = metric(a.port, "retryd_alert_deliveries_total");
-    long long db = metric(b.port, "retryd_alert_deliveries_total");
+    long long da = metric(a->port, "retryd_alert_deliveries_total");
+    long long db = metric(b->port, "retryd_alert_deliveries_total");
     printf("test_alerts: instance A delivered %lld, B %lld\n", da, db);
     assert_int_equal(da + db, QUEUES * PER_QUEUE);
-    assert_int_equal(e2e_daemon_stop(&a, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
-    assert_int_equal(e2e_daemon_stop(&b, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
+    assert_int_equal(e2e_daemon_stop(a, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
+    assert_int_equal(e2e_daemon_stop(b, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -426,16 +427,16 @@ static void test_crash_mid_delivery_is_claimed_back(void **state)
     char q[64];
     e2e_queue_name(q, sizeof q, "crash");
     recv_reset(RECV_STALL);
-    e2e_daemon_t a = { 0 }, b = { 0 };
-    assert_int_equal(start_daemon(&a, true, "20000"), 0);
-    long long id = make_death(a.port, q, "disk full");
+    e2e_daemon_t *a = &g_a, *b = &g_b;
+    assert_int_equal(start_daemon(a, true, "20000"), 0);
+    long long id = make_death(a->port, q, "disk full");
     WAIT_FOR(atomic_load(&g_recv.stalled) >= 1, DELIVER_TIMEOUT_MS,
              "A did not start posting the event");
     assert_int_equal(group_pending(q), 1);
     long long t0 = e2e_mono_ms();
-    assert_int_equal(e2e_daemon_stop(&a, SIGKILL, E2E_STOP_TIMEOUT_MS), 256 + SIGKILL);
+    assert_int_equal(e2e_daemon_stop(a, SIGKILL, E2E_STOP_TIMEOUT_MS), 256 + SIGKILL);
     atomic_store(&g_recv.mode, RECV_OK);
-    assert_int_equal(start_daemon(&b, true, "2000"), 0);
+    assert_int_equal(start_daemon(b, true, "2000"), 0);
     WAIT_FOR(recv_count(q, id) == 1, DELIVER_TIMEOUT_MS,
              "B did not deliver the event A held when it died");
     printf("test_alerts: claimed back and delivered %lld ms after the crash\n",
@@ -444,7 +445,7 @@ static void test_crash_mid_delivery_is_claimed_back(void **state)
     assert_int_equal(stat_of(q, "alerts_claimed"), 1);
     assert_int_equal(stat_of(q, "alerts_delivered"), 1);
     assert_int_equal(recv_count(q, 0), 1);
-    assert_int_equal(e2e_daemon_stop(&b, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
+    assert_int_equal(e2e_daemon_stop(b, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -457,17 +458,17 @@ static void test_without_alert_url_nothing_is_sent(void **state)
     char q[64];
     e2e_queue_name(q, sizeof q, "quiet");
     recv_reset(RECV_OK);
-    e2e_daemon_t a = { 0 };
-    assert_int_equal(start_daemon(&a, false, NULL), 0);
-    make_death(a.port, q, "boom");
+    e2e_daemon_t *a = &g_a;
+    assert_int_equal(start_daemon(a, false, NULL), 0);
+    make_death(a->port, q, "boom");
     /* The death made the queue due at once; its tick then promises the next
      * one at the dead letter's retention (30 days): wait for that. */
     WAIT_FOR(timer_promise(q) > e2e_wall_ms() + 86400000LL, DELIVER_TIMEOUT_MS,
              "the death's tick did not run");
     assert_false(group_exists(q));
     assert_int_equal(atomic_load(&g_recv.requests), 0);
-    assert_int_equal(metric(a.port, "retryd_alert_deliveries_total"), -1);
-    assert_int_equal(e2e_daemon_stop(&a, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
+    assert_int_equal(metric(a->port, "retryd_alert_deliveries_total"), -1);
+    assert_int_equal(e2e_daemon_stop(a, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -482,22 +483,22 @@ static void test_stalled_receiver_never_slows_claims(void **state)
     e2e_queue_name(q, sizeof q, "stalled");
     e2e_queue_name(w, sizeof w, "work");
     recv_reset(RECV_STALL);
-    e2e_daemon_t a = { 0 };
-    assert_int_equal(start_daemon(&a, true, "20000"), 0);
-    for (int i = 0; i < DEATHS; i++) make_death(a.port, q, "boom");
+    e2e_daemon_t *a = &g_a;
+    assert_int_equal(start_daemon(a, true, "20000"), 0);
+    for (int i = 0; i < DEATHS; i++) make_death(a->port, q, "boom");
     WAIT_FOR(atomic_load(&g_recv.stalled) >= RD_ALERTS_IN_FLIGHT_MAX, DELIVER_TIMEOUT_MS,
              "only %d POSTs started", atomic_load(&g_recv.stalled));
-    assert_int_equal(metric(a.port, "retryd_alert_in_flight"), RD_ALERTS_IN_FLIGHT_MAX);
-    assert_int_equal(metric(a.port, "retryd_alert_held"), DEATHS);
+    assert_int_equal(metric(a->port, "retryd_alert_in_flight"), RD_ALERTS_IN_FLIGHT_MAX);
+    assert_int_equal(metric(a->port, "retryd_alert_held"), DEATHS);
     /* Every POST is stuck: enqueue and claim still answer at once. */
     long long worst = 0;
     e2e_response_t r = { 0 };
     for (int i = 0; i < 20; i++) {
         long long t0 = e2e_mono_ms();
-        e2e_http_via(g_conns, 3, a.port, &r, "POST", e2e_fmt("/queues/%s/messages", w),
+        e2e_http_via(g_conns, 3, a->port, &r, "POST", e2e_fmt("/queues/%s/messages", w),
                      "{\"payload\":\"p\"}");
         assert_int_equal(r.status, 201);
-        e2e_http_via(g_conns, 3, a.port, &r, "POST", e2e_fmt("/queues/%s/claim", w), NULL);
+        e2e_http_via(g_conns, 3, a->port, &r, "POST", e2e_fmt("/queues/%s/claim", w), NULL);
         assert_int_equal(r.status, 200);
         long long took = e2e_mono_ms() - t0;
         if (took > worst) worst = took;
@@ -507,7 +508,7 @@ static void test_stalled_receiver_never_slows_claims(void **state)
            RD_ALERTS_IN_FLIGHT_MAX);
     assert_true(worst < 1000);
     assert_int_equal(atomic_load(&g_recv.stalled), RD_ALERTS_IN_FLIGHT_MAX);
-    e2e_daemon_stop(&a, SIGKILL, E2E_STOP_TIMEOUT_MS);
+    e2e_daemon_stop(a, SIGKILL, E2E_STOP_TIMEOUT_MS);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -520,36 +521,47 @@ static void test_sigterm_mid_post_leaves_entry_for_another(void **state)
     char q[64];
     e2e_queue_name(q, sizeof q, "term");
     recv_reset(RECV_STALL);
-    e2e_daemon_t a = { 0 }, b = { 0 };
-    assert_int_equal(start_daemon(&a, true, "20000"), 0);
-    long long id = make_death(a.port, q, "boom");
+    e2e_daemon_t *a = &g_a, *b = &g_b;
+    assert_int_equal(start_daemon(a, true, "20000"), 0);
+    long long id = make_death(a->port, q, "boom");
     WAIT_FOR(atomic_load(&g_recv.stalled) >= 1, DELIVER_TIMEOUT_MS,
              "A did not start posting the event");
     long long t0 = e2e_mono_ms();
-    int status = e2e_daemon_stop(&a, SIGTERM, 8000);
+    int status = e2e_daemon_stop(a, SIGTERM, 8000);
     long long took = e2e_mono_ms() - t0;
     printf("test_alerts: SIGTERM with a stalled POST: exit %d after %lld ms\n", status, took);
     assert_int_equal(status, 0);
     assert_true(took < 6000);
     assert_int_equal(group_pending(q), 1);
     atomic_store(&g_recv.mode, RECV_OK);
-    assert_int_equal(start_daemon(&b, true, "2000"), 0);
+    assert_int_equal(start_daemon(b, true, "2000"), 0);
     WAIT_FOR(recv_count(q, id) == 1, DELIVER_TIMEOUT_MS,
              "B did not deliver the event A left pending");
     WAIT_FOR(group_pending(q) == 0, DELIVER_TIMEOUT_MS, "the event stays pending");
     assert_int_equal(recv_count(q, 0), 1);
-    assert_int_equal(e2e_daemon_stop(&b, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
+    assert_int_equal(e2e_daemon_stop(b, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
 }
+
+/* A test that failed half-way leaves no instance running into the next. */
+static int test_teardown(void **state)
+{
+    (void)state;
+    if (g_a.pid > 0) e2e_daemon_stop(&g_a, SIGKILL, E2E_STOP_TIMEOUT_MS);
+    if (g_b.pid > 0) e2e_daemon_stop(&g_b, SIGKILL, E2E_STOP_TIMEOUT_MS);
+    return 0;
+}
+
+#define T(fn) cmocka_unit_test_teardown(fn, test_teardown)
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fail_stall_recover_delivers_once),
-        cmocka_unit_test(test_two_instances_deliver_each_death_once),
-        cmocka_unit_test(test_crash_mid_delivery_is_claimed_back),
-        cmocka_unit_test(test_without_alert_url_nothing_is_sent),
-        cmocka_unit_test(test_stalled_receiver_never_slows_claims),
-        cmocka_unit_test(test_sigterm_mid_post_leaves_entry_for_another),
+        T(test_fail_stall_recover_delivers_once),
+        T(test_two_instances_deliver_each_death_once),
+        T(test_crash_mid_delivery_is_claimed_back),
+        T(test_without_alert_url_nothing_is_sent),
+        T(test_stalled_receiver_never_slows_claims),
+        T(test_sigterm_mid_post_leaves_entry_for_another),
     };
     return cmocka_run_group_tests_name("alerts", tests, group_setup, group_teardown);
 }
