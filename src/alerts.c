@@ -466,6 +466,7 @@ static void on_touched(const rd_reply_t *reply, rd_redis_status_t status, void *
     rd_free(t);
     queue_release(q);
     if (a->stopping) maybe_finish(a);
+    else kick(a);  /* events it dropped made room for more */
 }
 
 /* Claims every held entry of q again for this consumer and reports q's
