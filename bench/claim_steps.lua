@@ -3,24 +3,25 @@
 -- 20_claim.lua, count 1) rebuilt one piece at a time, so the benchmark can
 -- show where the claim's Redis time goes beyond the three commands of
 -- min_claim. Step N does everything step N-1 does, plus:
---   claim_step0  RPOP ready, HSET the four fields claim writes, ZADD processing;
---                reply {"ok", id}
+--   claim_step0  RPOP ready, SETRANGE of the 15 header bytes claim writes
+--                (docs/storage.md), ZADD processing; reply {"ok", id}
 --   claim_step1  "now" from TIME (the lease deadline and token use it)
 --   claim_step2  queue_keys(): the table of eleven key names, built per call
 --   claim_step3  promote_due(): ZRANGE of due scheduled ids (none here)
 --   claim_step4  RPOP of the due list (retries first; empty here)
 --   claim_step5  the claimed serial: HGET stats before, HINCRBY after
---   claim_step6  EXISTS of the message hash (skips deleted ids)
---   claim_step7  the whole message in the reply (HGETALL, copied with its id)
+--   claim_step6  GET of the message record and its header decoded (struct):
+--                skips deleted ids, and the lease is written from it
+--   claim_step7  the whole message in the reply (every field as a string)
 -- Step 7 is what claim does for count 1, minus its loop bookkeeping.
 --   KEYS[1]  <prefix>:{q}                       queue key base (retryd's layout)
 -- Returns {"ok", id} (steps 0-6) or {"ok", {"id", id, field, value, ...}} (7),
 -- or {"ok"} when nothing is ready.
 local function queue_keys(base)
   return {
-    due = base .. ':due', ready = base .. ':ready', scheduled = base .. ':scheduled',
-    processing = base .. ':processing', dead = base .. ':dead',
-    succeeded = base .. ':succeeded', seq = base .. ':seq', stats = base .. ':stats',
+    due = base .. ':3:due', ready = base .. ':3:ready', scheduled = base .. ':3:scheduled',
+    processing = base .. ':3:processing', dead = base .. ':3:dead',
+    succeeded = base .. ':3:succeeded', seq = base .. ':seq', stats = base .. ':stats',
     wake = base .. ':wake', errors = base .. ':errors', events = base .. ':events',
   }
 end
@@ -39,7 +40,7 @@ local function step(level)
     if level >= 2 then
       k = queue_keys(base)
     else
-      k = { ready = base .. ':ready', processing = base .. ':processing' }
+      k = { ready = base .. ':3:ready', processing = base .. ':3:processing' }
     end
     local now = 1796000000000
     if level >= 1 then now = now_ms() end
@@ -53,18 +54,23 @@ local function step(level)
     if not ids then return { 'ok' } end
     local id = ids[1]
     local mkey = base .. ':m:' .. id
-    if level >= 6 then redis.call('EXISTS', mkey) end
+    local rec, created, rc, mr = nil, now, 0, 3
+    if level >= 6 then
+      rec = redis.call('GET', mkey)
+      local _
+      _, rc, mr, created = struct.unpack('>BBBI6', rec)
+    end
     local deadline = now + LEASE_MS
-    local token = string.format('%x.%x', now, serial + 1)
-    redis.call('HSET', mkey, 'status', 'processing', 'lease_token', token,
-               'lease_expires_at', deadline, 'updated_at', now)
+    local d = now - created
+    redis.call('SETRANGE', mkey, 9, struct.pack('>i5i5I5', d, d, serial + 1))
     redis.call('ZADD', k.processing, deadline, id)
     local out = { 'ok', id }
     if level >= 7 then
-      local fields = redis.call('HGETALL', mkey)
-      local m = { 'id', id }
-      for i = 1, #fields do m[#m + 1] = fields[i] end
-      out[2] = m
+      out[2] = { 'id', id, 'payload', string.sub(rec, 25), 'status', 'processing',
+                 'retry_count', string.format('%d', rc), 'max_retries', string.format('%d', mr),
+                 'created_at', string.format('%d', created), 'updated_at', string.format('%d', now),
+                 'lease_token', string.format('%x.%x', now, serial + 1),
+                 'lease_expires_at', string.format('%d', deadline) }
     end
     if level >= 5 then redis.call('HINCRBY', k.stats, 'claimed', 1) end
     return out

@@ -3,7 +3,10 @@
 -- three commands any claim must run (pop an id, mark its hash, index the
 -- lease), on retryd's own key layout, and nothing else: no TIME, no promotion
 -- of due retries, no lease token, no counters, no message in the reply.
--- The ratio claim / min_claim is what retryd's extra work costs.
+-- The ratio claim / min_claim is what retryd's extra work costs. Its queue
+-- holds message HASHes as retryd_v2 wrote them (bench.sh fill_minclaim), the
+-- layout it has been measured on since issue 5; retryd_v3 keeps a record
+-- STRING instead (docs/storage.md).
 --
 -- min_claim: lease the oldest ready id.
 --   KEYS[1]  <prefix>:{q}                       queue key base (as retryd's)

@@ -13,12 +13,14 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local last = redis.call('INCRBY', base .. ':seq', n)
 -- One death per millisecond, the newest now: distinct scores, as in real life.
+-- The record of docs/storage.md: 24-byte header, payload, trailer {e = error}.
+local trailer = cmsgpack.pack({ e = err })
+trailer = trailer .. struct.pack('>I4', #trailer)
 for id = last - n + 1, last do
   local at = now - (last - id)
-  redis.call('HSET', base .. ':m:' .. id, 'payload', payload, 'status', 'dead',
-             'retry_count', 3, 'max_retries', 3, 'created_at', at, 'updated_at', at,
-             'last_error', err, 'dead_at', at)
-  redis.call('ZADD', base .. ':dead', at, id)
+  redis.call('SET', base .. ':m:' .. id,
+             struct.pack('>BBBI6i5i5I5', 0x81, 3, 3, at, 0, 0, 0) .. payload .. trailer)
+  redis.call('ZADD', base .. ':3:dead', at, id)
 end
 redis.call('ZINCRBY', base .. ':errors', n, err)
 redis.call('HINCRBY', base .. ':stats', 'dead', n)

@@ -1,4 +1,4 @@
-#!lua name=retryd_v2
+#!lua name=retryd_v3
 -- retryd: the Redis Functions library. Every state change of a message is one
 -- call of one function below. Files in lua/ are concatenated in name order by
 -- the Makefile into build/retryd.lua and loaded with FUNCTION LOAD REPLACE.
@@ -7,7 +7,9 @@
 --   KEYS[1]  the queue's key base "<prefix>:{<escaped queue>}". It is never a
 --            key itself; it carries the hash tag, so the caller (and Redis
 --            Cluster) routes the call to the slot that holds all the queue's keys.
---   KEYS[2]  where the message id is known: "<base>:m:<id>".
+--   KEYS[2]  where the message id is known: "<base>:m:<id>", the message's
+--            record (one STRING, docs/storage.md; a HASH written by retryd_v2
+--            is read as well and rewritten in the new layout by any write).
 --   Times    integer milliseconds since the Unix epoch, from Redis TIME.
 --   Replies  expected outcomes are a status string first ("ok", "not_found",
 --            "invalid_state", "lease_mismatch"); a message is a flat array
@@ -16,11 +18,11 @@
 
 -- The library's name carries its API version (the first line says the same;
 -- C has RD_LIBRARY_NAME in keys.h). Every function is registered as
--- "<LIBRARY>_<name>" ("retryd_v2_claim"): function names are global in Redis,
+-- "<LIBRARY>_<name>" ("retryd_v3_claim"): function names are global in Redis,
 -- so versions can be loaded side by side during a rolling upgrade, each
 -- daemon calling its own. Bump it whenever a function's KEYS, ARGV or reply
 -- change (docs/operators.md "Rolling upgrade").
-local LIBRARY = 'retryd_v2'
+local LIBRARY = 'retryd_v3'
 
 -- Registers one function under its versioned name; flags as for
 -- redis.register_function (e.g. { 'no-writes' } for FCALL_RO).
@@ -30,16 +32,24 @@ local function register(name, callback, flags)
 end
 
 -- Every key name of a queue is spelled here and nowhere else in Lua.
+-- The indexes (every key that lists ids, and the due list's push counter)
+-- carry their generation: "<base>:3:<name>" for retryd_v3, which holds only
+-- ids whose record is a STRING; retryd_v2's "<base>:<name>" hold only ids
+-- whose record is a HASH (old_keys). The rest is shared by both generations
+-- (docs/storage.md "Two generations of indexes").
 local function queue_keys(base)
+  local g = base .. ':3:'
   return {
-    due        = base .. ':due',         -- LIST of due retries and replays, claimed
+    base       = base,
+    due        = g .. 'due',             -- LIST of due retries and replays, claimed
                                          -- from the right before ready
-    ready      = base .. ':ready',       -- LIST of fresh ids, claimed from the right
-    scheduled  = base .. ':scheduled',   -- ZSET id -> retry_after (ms)
-    processing = base .. ':processing',  -- ZSET id -> lease deadline (ms)
-    dead       = base .. ':dead',        -- ZSET id -> time of death (ms)
-    succeeded  = base .. ':succeeded',   -- ZSET id -> time of success (ms)
-    seq        = base .. ':seq',         -- STRING, last id handed out
+    ready      = g .. 'ready',           -- LIST of fresh ids, claimed from the right
+    scheduled  = g .. 'scheduled',       -- ZSET id -> retry_after (ms)
+    processing = g .. 'processing',      -- ZSET id -> lease deadline (ms)
+    dead       = g .. 'dead',            -- ZSET id -> time of death (ms)
+    succeeded  = g .. 'succeeded',       -- ZSET id -> time of success (ms)
+    pushed     = g .. 'due_pushed',      -- STRING: ids pushed on due's far end (push_due)
+    seq        = base .. ':seq',         -- STRING, last id handed out (both generations)
     stats      = base .. ':stats',       -- HASH of lifetime counters
     wake       = base .. ':wake',        -- pub/sub channel: "work may be claimable"
     errors     = base .. ':errors',      -- ZSET last_error -> dead letters with it now
@@ -47,6 +57,22 @@ local function queue_keys(base)
     timer      = base .. ':timer',       -- STRING: by when (ms) the timer schedule
                                          -- will tick this queue (need_timer)
   }
+end
+
+-- The indexes retryd_v2 wrote (the old generation), beside the shared keys a
+-- removal from them touches. retryd_v3 reads them, drains them and removes
+-- ids from them; it never adds an id to them. due_pushed is a field of the
+-- stats hash there. Built once per call, only by the paths that need it.
+local function old_keys(k)
+  local o = k.old
+  if o then return o end
+  local base = k.base
+  o = { due = base .. ':due', ready = base .. ':ready', scheduled = base .. ':scheduled',
+        processing = base .. ':processing', dead = base .. ':dead',
+        succeeded = base .. ':succeeded', stats = k.stats, errors = k.errors,
+        events = k.events, legacy = true }
+  k.old = o
+  return o
 end
 
 -- The registry SET and its companions. They live in the registry's slot, not
@@ -78,6 +104,191 @@ end
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- The message record (docs/storage.md): one STRING per message at
+-- "<base>:m:<id>", a 24-byte header, the payload, and a trailer of the
+-- optional fields when there are any. status, lease_expires_at and dead_at
+-- are not stored: the indexes say them.
+local REC_HEADER = '>BBBI6i5i5I5'
+local REC_HEADER_BYTES = 24
+local REC_FORMAT = 1           -- the format byte; REC_TRAILER is added when a trailer follows
+local REC_TRAILER = 0x80
+local REC_MAX_DELTA = 2 ^ 39 - 1
+-- Offsets (0-based, for SETRANGE) of the header fields claim and settle write.
+local REC_AT_UPDATED = 9       -- updated_at delta (i5), then lease time delta (i5), serial (I5)
+
+-- A message decoded into a table: payload, retry_count, max_retries,
+-- created_at, updated_at, lease_at and serial (the lease token's parts),
+-- and, when present, retry_after, last_error, idempotency_key, token (a
+-- lease token kept verbatim). legacy is true for a HASH of the old layout.
+local function decode_record(rec)
+  local fmt, rc, mr, created, dupd, dlease, serial = struct.unpack(REC_HEADER, rec)
+  local m = { retry_count = rc, max_retries = mr, created_at = created,
+              updated_at = created + dupd, lease_at = created + dlease, serial = serial }
+  local stop = #rec
+  if fmt >= REC_TRAILER then
+    local n = struct.unpack('>I4', rec, #rec - 3)
+    local t = cmsgpack.unpack(string.sub(rec, #rec - 3 - n, #rec - 4))
+    m.last_error, m.retry_after, m.idempotency_key, m.token = t.e, t.r, t.i, t.t
+    stop = #rec - 4 - n
+  end
+  m.payload = string.sub(rec, REC_HEADER_BYTES + 1, stop)
+  return m
+end
+
+local function clamp(n, lo, hi)
+  if n < lo then return lo end
+  if n > hi then return hi end
+  return n
+end
+
+-- A HASH of the old layout (retryd_v2), from HGETALL, as decode_record's table.
+local function decode_legacy(fields)
+  local h = {}
+  for i = 1, #fields, 2 do h[fields[i]] = fields[i + 1] end
+  local m = { payload = h.payload or '', retry_count = tonumber(h.retry_count) or 0,
+              max_retries = tonumber(h.max_retries) or 3, created_at = tonumber(h.created_at) or 0,
+              last_error = h.last_error, retry_after = tonumber(h.retry_after),
+              idempotency_key = h.idempotency_key, legacy = true }
+  m.updated_at = tonumber(h.updated_at) or m.created_at
+  m.lease_at, m.serial = m.created_at, 0
+  if h.lease_token then
+    local a, b = string.match(h.lease_token, '^(%x+)%.(%x+)$')
+    if a and #a <= 12 and #b <= 10 then
+      m.lease_at, m.serial = tonumber(a, 16), tonumber(b, 16)
+    else
+      m.token = h.lease_token
+    end
+  end
+  return m
+end
+
+local function encode_record(m)
+  local t, trailer = {}, false
+  if m.last_error then t.e = m.last_error; trailer = true end
+  if m.retry_after then t.r = m.retry_after; trailer = true end
+  if m.idempotency_key then t.i = m.idempotency_key; trailer = true end
+  if m.token then t.t = m.token; trailer = true end
+  local fmt, tail = REC_FORMAT, ''
+  if trailer then
+    local packed = cmsgpack.pack(t)
+    fmt, tail = REC_FORMAT + REC_TRAILER, packed .. struct.pack('>I4', #packed)
+  end
+  local created = m.created_at
+  return struct.pack(REC_HEADER, fmt, clamp(m.retry_count, 0, 255), clamp(m.max_retries, 0, 255),
+                     created, clamp(m.updated_at - created, -REC_MAX_DELTA, REC_MAX_DELTA),
+                     clamp(m.lease_at - created, -REC_MAX_DELTA, REC_MAX_DELTA), m.serial)
+         .. m.payload .. tail
+end
+
+-- The message at mkey, decoded (either layout), or nil when there is none.
+local function load_message(mkey)
+  local rec = redis.pcall('GET', mkey)
+  if type(rec) == 'table' then return decode_legacy(redis.call('HGETALL', mkey)) end
+  if not rec then return nil end
+  return decode_record(rec)
+end
+
+-- Writes the whole record (converting an old HASH: SET replaces it).
+local function store_message(mkey, m)
+  redis.call('SET', mkey, encode_record(m))
+end
+
+-- A record named by an index of the old generation: a HASH there (one
+-- HGETALL), read as the new layout if it is not one.
+local function load_legacy(mkey)
+  local h = redis.pcall('HGETALL', mkey)
+  if h.err then return load_message(mkey) end
+  if #h == 0 then return nil end
+  return decode_legacy(h)
+end
+
+local function lease_token(m)
+  return m.token or string.format('%x.%x', m.lease_at, m.serial)
+end
+
+-- The header alone, where nothing of the message is sent back (a settlement
+-- answers its new state only): a table as decode_record's without payload
+-- and optional fields. A record with a trailer, or an old HASH, is read whole.
+local function load_header(mkey)
+  local h = redis.pcall('GETRANGE', mkey, 0, REC_HEADER_BYTES - 1)
+  if type(h) == 'table' then return decode_legacy(redis.call('HGETALL', mkey)) end
+  if h == '' then return nil end
+  if string.byte(h, 1) >= REC_TRAILER then return load_message(mkey) end
+  local _, rc, mr, created, dupd, dlease, serial = struct.unpack(REC_HEADER, h)
+  return { retry_count = rc, max_retries = mr, created_at = created, updated_at = created + dupd,
+           lease_at = created + dlease, serial = serial }
+end
+
+-- Sets updated_at to now: 5 header bytes, or the whole record for an old HASH.
+local function set_updated(mkey, m, now)
+  m.updated_at = now
+  if m.legacy then
+    store_message(mkey, m)
+  else
+    redis.call('SETRANGE', mkey, REC_AT_UPDATED,
+               struct.pack('>i5', clamp(now - m.created_at, -REC_MAX_DELTA, REC_MAX_DELTA)))
+  end
+end
+
+-- A new lease (claim): updated_at, lease time and serial, 15 header bytes; the
+-- whole record for an old HASH or one that kept an old token verbatim.
+local function set_lease(mkey, m, now, serial)
+  m.updated_at, m.lease_at, m.serial = now, now, serial
+  if m.legacy or m.token then
+    m.token = nil
+    store_message(mkey, m)
+  else
+    local d = clamp(now - m.created_at, -REC_MAX_DELTA, REC_MAX_DELTA)
+    redis.call('SETRANGE', mkey, REC_AT_UPDATED, struct.pack('>i5i5I5', d, d, serial))
+  end
+end
+
+-- A message's state is the index that holds its id. Returns the status and,
+-- for processing (the lease deadline), succeeded and dead (the time), the score.
+local function status_of(k, id)
+  local s = redis.call('ZSCORE', k.processing, id)
+  if s then return 'processing', s end
+  s = redis.call('ZSCORE', k.succeeded, id)
+  if s then return 'succeeded', s end
+  s = redis.call('ZSCORE', k.dead, id)
+  if s then return 'dead', s end
+  return 'pending'
+end
+
+local function ms_text(n)
+  return string.format('%d', n)
+end
+
+-- A message as replies carry it: {"id", id, field, value, ...}, every value a
+-- string, the fields retryd_v2's hash had in that state. score: the lease
+-- deadline (processing) or the time of death (dead).
+local function reply_message(id, m, status, score)
+  local out = { 'id', id, 'payload', m.payload, 'status', status,
+                'retry_count', ms_text(m.retry_count), 'max_retries', ms_text(m.max_retries),
+                'created_at', ms_text(m.created_at), 'updated_at', ms_text(m.updated_at) }
+  local function add(name, value)
+    out[#out + 1] = name
+    out[#out + 1] = value
+  end
+  if m.retry_after then add('retry_after', ms_text(m.retry_after)) end
+  if m.last_error then add('last_error', m.last_error) end
+  if status == 'processing' then
+    add('lease_token', lease_token(m))
+    add('lease_expires_at', ms_text(tonumber(score)))
+  elseif status == 'dead' then
+    add('dead_at', ms_text(tonumber(score)))
+  end
+  if m.idempotency_key then add('idempotency_key', m.idempotency_key) end
+  return out
+end
+
+-- The message at mkey as a reply (its state from the indexes), or nil.
+local function message_reply(k, mkey, id)
+  local m = load_message(mkey)
+  if not m then return nil end
+  return reply_message(id, m, status_of(m.legacy and old_keys(k) or k, id))
 end
 
 -- Bounds of one call: bulk work is done in batches; callers loop.
@@ -167,9 +378,12 @@ local function count_error(k, err, by)
 end
 
 -- A dead letter leaves the dead set (replay, delete, purge, retention).
--- err: its last_error when the caller has read it already.
+-- err: its last_error when the caller has read the message already.
 local function leave_dead(k, mkey, id, err)
-  if err == nil then err = redis.call('HGET', mkey, 'last_error') end
+  if err == nil then
+    local m = load_message(mkey)
+    err = m and m.last_error
+  end
   redis.call('ZREM', k.dead, id)
   count_error(k, err, -1)
 end
@@ -188,13 +402,6 @@ local function to_int(s)
   local n = tonumber(s)
   if n == nil or n ~= math.floor(n) or n == math.huge or n == -math.huge then return nil end
   return n
-end
-
--- A message as replies carry it, from its hash's HGETALL.
-local function reply_of(id, fields)
-  local out = { 'id', id }
-  for i = 1, #fields do out[#out + 1] = fields[i] end
-  return out
 end
 
 -- The timer hint of work due at `due` (ms) that a call just created. The
@@ -218,19 +425,26 @@ local function retention_hint(k, now, ttl_ms)
   return need_timer(k, now, now + ttl_ms)
 end
 
-local function message_reply(mkey, id)
-  return reply_of(id, redis.call('HGETALL', mkey))
-end
-
 -- Every push onto the far end of the due list goes through here: the
 -- due_pushed counter lets a pending listing's cursor keep its place while
 -- claims pop the other end (see SECTIONS in 50_read.lua).
 local function push_due(k, ids)
   redis.call('LPUSH', k.due, unpack(ids))
-  redis.call('HINCRBY', k.stats, 'due_pushed', #ids)
+  redis.call('INCRBY', k.pushed, #ids)
 end
 
--- An index entry whose message hash is gone (eviction under a maxmemory
+-- Lifts a message of retryd_v2 (m: its HASH as decode_legacy read it) from
+-- an index of the old generation into the same index of the new one, with the
+-- same score, and rewrites its record in the new layout, in the same call: an
+-- old index never names a STRING record, a new one never a HASH.
+local function lift(k, mkey, id, m, index, score)
+  redis.call('ZREM', old_keys(k)[index], id)
+  redis.call('ZADD', k[index], score, id)
+  m.legacy = nil
+  store_message(mkey, m)
+end
+
+-- An index entry whose message record is gone (eviction under a maxmemory
 -- policy, a manual DEL) is dropped from the index and counted.
 local function drop_orphan(k, index, id)
   redis.call('ZREM', index, id)
@@ -240,18 +454,8 @@ end
 -- What a message weighs in a reply, as REPLY_BYTES counts it: its two
 -- fields of unbounded size plus a fixed allowance for the others.
 local MESSAGE_OVERHEAD_BYTES = 1024
-local function message_bytes(mkey)
-  return redis.call('HSTRLEN', mkey, 'payload') + redis.call('HSTRLEN', mkey, 'last_error')
-         + MESSAGE_OVERHEAD_BYTES
-end
-
--- The same weight from a hash already read with HGETALL.
-local function fields_bytes(fields)
-  local n = MESSAGE_OVERHEAD_BYTES
-  for i = 1, #fields, 2 do
-    if fields[i] == 'payload' or fields[i] == 'last_error' then n = n + #fields[i + 1] end
-  end
-  return n
+local function record_bytes(m)
+  return #m.payload + #(m.last_error or '') + MESSAGE_OVERHEAD_BYTES
 end
 
 -- Moves up to `limit` due ids from scheduled to the due list, earliest due
@@ -266,20 +470,19 @@ local function promote_due(k, now, limit)
 end
 
 -- Settles one failure of a processing message (also used for an expired lease).
--- retry_after_ms < 0 means "use the backoff table". Returns the new status,
--- and for "pending" the time the retry is due.
-local function fail_message(k, base, id, now, err, retryable, retry_after_ms)
+-- m: the message, as load_message read it (the whole record); it is
+-- updated in place and written back whole (its error and retry_after
+-- change). retry_after_ms < 0 means "use the backoff table". Returns the new
+-- status, and for "pending" the time the retry is due.
+local function fail_message(k, base, id, now, err, retryable, retry_after_ms, m)
   local mkey = message_key(base, id)
-  local retries = to_int(redis.call('HGET', mkey, 'retry_count')) or 0
-  local max_retries = to_int(redis.call('HGET', mkey, 'max_retries')) or 3
-  retries = retries + 1
+  local retries = m.retry_count + 1
+  m.retry_count, m.last_error, m.updated_at, m.token = retries, err, now, nil
   redis.call('ZREM', k.processing, id)
-  redis.call('HDEL', mkey, 'lease_token', 'lease_expires_at')
   redis.call('HINCRBY', k.stats, 'failed', 1)
-  if (not retryable) or retries >= max_retries then
-    redis.call('HSET', mkey, 'status', 'dead', 'retry_count', retries,
-               'last_error', err, 'updated_at', now, 'dead_at', now)
-    redis.call('HDEL', mkey, 'retry_after')
+  if (not retryable) or retries >= m.max_retries then
+    m.retry_after = nil
+    store_message(mkey, m)
     redis.call('ZADD', k.dead, now, id)
     redis.call('HINCRBY', k.stats, 'dead', 1)
     count_error(k, err, 1)
@@ -297,8 +500,8 @@ local function fail_message(k, base, id, now, err, retryable, retry_after_ms)
   redis.call('HINCRBY', k.stats, 'delay_le_' .. bucket, 1)
   redis.call('HINCRBY', k.stats, 'delay_sum_ms', delay)
   local due = now + delay
-  redis.call('HSET', mkey, 'status', 'pending', 'retry_count', retries,
-             'last_error', err, 'updated_at', now, 'retry_after', due)
+  m.retry_after = due
+  store_message(mkey, m)
   redis.call('ZADD', k.scheduled, due, id)
   redis.call('HINCRBY', k.stats, 'retried', 1)
   return 'pending', due
@@ -309,8 +512,9 @@ local function reclaim_expired(k, base, now, limit)
   local ids = redis.call('ZRANGE', k.processing, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
   local failed = 0
   for i = 1, #ids do
-    if redis.call('EXISTS', message_key(base, ids[i])) == 1 then
-      fail_message(k, base, ids[i], now, 'lease expired', true, -1)
+    local m = load_message(message_key(base, ids[i]))
+    if m then
+      fail_message(k, base, ids[i], now, 'lease expired', true, -1, m)
       failed = failed + 1
     else
       redis.call('ZREM', k.processing, ids[i])  -- deleted while leased
@@ -340,24 +544,30 @@ end
 
 -- A dead letter goes back to pending with a fresh retry budget, claimed
 -- before fresh messages (reference: retry_count 0, last_error and
--- retry_after cleared). The caller publishes the wake-up; err is its
--- last_error when the caller has read it already.
-local function replay_dead(k, mkey, id, now, err)
-  if err == nil then err = redis.call('HGET', mkey, 'last_error') end
-  leave_dead(k, mkey, id, err)
-  redis.call('HDEL', mkey, 'last_error', 'retry_after', 'dead_at')
-  redis.call('HSET', mkey, 'status', 'pending', 'retry_count', 0, 'updated_at', now)
+-- retry_after cleared). m: the message, as load_message read it. The caller
+-- publishes the wake-up.
+local function replay_dead(k, mkey, id, now, m)
+  local err = m.last_error
+  leave_dead(k, mkey, id, err or '')
+  m.retry_count, m.last_error, m.retry_after, m.updated_at = 0, nil, nil, now
+  store_message(mkey, m)
   push_due(k, { id })
   redis.call('HINCRBY', k.stats, 'replayed', 1)
   emit(k, 'replayed', id, err, 0, now)
 end
 
--- Looks up a message for a transition; returns nil, reply when it cannot go on.
-local function load_for(mkey, want_status, token)
-  local cur = redis.call('HMGET', mkey, 'status', 'lease_token')
-  if not cur[1] then return nil, { 'not_found' } end
-  if cur[1] ~= want_status then return nil, { 'invalid_state', cur[1] } end
-  if token ~= '' and cur[2] ~= token then return nil, { 'lease_mismatch' } end
-  return cur[1]
+-- Looks up a message for a transition from state `want`: returns the
+-- message (load_message's table; with header_only, load_header's) and the
+-- index score, or nil and the reply when it cannot go on. A HASH of
+-- retryd_v2 is checked against the old indexes and, when it can go on,
+-- lifted into the new ones first (the caller then handles a STRING record).
+local function load_for(k, mkey, id, want, token, header_only)
+  local m
+  if header_only then m = load_header(mkey) else m = load_message(mkey) end
+  if not m then return nil, { 'not_found' } end
+  local status, score = status_of(m.legacy and old_keys(k) or k, id)
+  if status ~= want then return nil, { 'invalid_state', status } end
+  if token ~= '' and lease_token(m) ~= token then return nil, { 'lease_mismatch' } end
+  if m.legacy then lift(k, mkey, id, m, want, score) end
+  return m, score
 end
-

@@ -32,11 +32,7 @@ local function enqueue(keys, args)
     idem_key = idempotency_key(base, idem)
     local seen = redis.call('GET', idem_key)
     if seen then
-      local seen_key = message_key(base, seen)
-      if redis.call('EXISTS', seen_key) == 1 then
-        return { 'duplicate', message_reply(seen_key, seen) }
-      end
-      return { 'duplicate', { 'id', seen } }
+      return { 'duplicate', message_reply(k, message_key(base, seen), seen) or { 'id', seen } }
     end
   end
   local timer = -1
@@ -45,19 +41,19 @@ local function enqueue(keys, args)
   if idem_key then
     redis.call('SET', idem_key, id, 'PX', IDEMPOTENCY_TTL_MS)
   end
+  local m = { payload = payload, retry_count = 0, max_retries = max_retries, created_at = now,
+              updated_at = now, lease_at = now, serial = 0 }
+  if idem_key then m.idempotency_key = idem end
   if delay_ms > 0 then
-    redis.call('HSET', mkey, 'payload', payload, 'status', 'pending', 'retry_count', 0,
-               'max_retries', max_retries, 'created_at', now, 'updated_at', now,
-               'retry_after', now + delay_ms)
+    m.retry_after = now + delay_ms
+    store_message(mkey, m)
     redis.call('ZADD', k.scheduled, now + delay_ms, id)
     if hinting then timer = need_timer(k, now, now + delay_ms) end
   else
-    redis.call('HSET', mkey, 'payload', payload, 'status', 'pending', 'retry_count', 0,
-               'max_retries', max_retries, 'created_at', now, 'updated_at', now)
+    store_message(mkey, m)
     redis.call('LPUSH', k.ready, id)
     notify(k)
   end
-  if idem_key then redis.call('HSET', mkey, 'idempotency_key', idem) end
   redis.call('HINCRBY', k.stats, 'enqueued', 1)
   if hinting then return { 'ok', id, now, timer } end
   return { 'ok', id, now }

@@ -3,7 +3,8 @@
 -- shared with settle_claim. count is 1..100, lease_ms already checked.
 -- Promotes due scheduled ids first (at most 100; when some of them stay in
 -- the due list, wakes the waiters), then pops from the due list
--- (retries and replays, oldest first), then from ready (fresh, FIFO). Ids
+-- (retries and replays, oldest first), then from ready (fresh, FIFO); then,
+-- if those did not fill the count, from retryd_v2's due and ready lists. Ids
 -- whose message was deleted while they waited are dropped, and popping goes on
 -- (at most 100 such ids per call). Stops before the message that would take
 -- the messages past REPLY_BYTES (always at least one): the ones not taken stay
@@ -17,32 +18,42 @@ local function claim_into(k, base, now, lease_ms, count, out)
   local serial = redis.call('HINCRBY', k.stats, 'claimed', count) - count
   local skipped = 0
   local bytes, full = 0, false
-  local lists = { k.due, k.ready }
-  for l = 1, 2 do
+  -- The new generation's due then ready list, then, only when they did not
+  -- fill the count, retryd_v2's: each id taken from those is lifted
+  -- (set_lease rewrites its HASH as a record, and it joins the new
+  -- processing index). LMPOP pops from the first non-empty list of the two:
+  -- one call where an RPOP of each list was two.
+  local due, ready = k.due, k.ready
+  for gen = 1, 2 do
+    if gen == 2 then
+      if full or got >= count or skipped > 100 then break end
+      local o = old_keys(k)
+      due, ready = o.due, o.ready
+    end
     while not full and got < count and skipped <= 100 do
-      local ids = redis.call('RPOP', lists[l], count - got)
-      if not ids then break end
+      local popped = redis.call('LMPOP', 2, due, ready, 'RIGHT', 'COUNT', count - got)
+      if not popped then break end
+      local from, ids = popped[1], popped[2]
       for i = 1, #ids do
         local id = ids[i]
         local mkey = message_key(base, id)
-        -- A claim of one always takes it: no need to weigh it.
-        local size = redis.call('EXISTS', mkey) == 1 and (count == 1 and 0 or message_bytes(mkey))
+        local m
+        if gen == 2 then m = load_legacy(mkey) else m = load_message(mkey) end
+        local size = m and record_bytes(m)
         if size and got > 0 and bytes + size > REPLY_BYTES then
           -- This one and the rest go back to the claim end in their order.
           local back = {}
           for j = #ids, i, -1 do back[#back + 1] = ids[j] end
-          redis.call('RPUSH', lists[l], unpack(back))
+          redis.call('RPUSH', from, unpack(back))
           full = true
           break
         end
         if size then
           bytes = bytes + size
           serial = serial + 1
-          local token = string.format('%x.%x', now, serial)
-          redis.call('HSET', mkey, 'status', 'processing', 'lease_token', token,
-                     'lease_expires_at', deadline, 'updated_at', now)
+          set_lease(mkey, m, now, serial)
           redis.call('ZADD', k.processing, deadline, id)
-          out[#out + 1] = message_reply(mkey, id)
+          out[#out + 1] = reply_message(id, m, 'processing', deadline)
           got = got + 1
         else
           skipped = skipped + 1

@@ -1,9 +1,9 @@
--- Moves a processing message (checked by load_for) to succeeded at now. The
--- caller counts it in the stats (once per call for a batch).
-local function succeed_message(k, mkey, id, now)
+-- Moves a processing message (checked by load_for, m its message) to
+-- succeeded at now: the indexes and 5 header bytes (updated_at). The caller
+-- counts it in the stats (once per call for a batch).
+local function succeed_message(k, mkey, id, now, m)
   redis.call('ZREM', k.processing, id)
-  redis.call('HDEL', mkey, 'lease_token', 'lease_expires_at')
-  redis.call('HSET', mkey, 'status', 'succeeded', 'updated_at', now)
+  set_updated(mkey, m, now)
   redis.call('ZADD', k.succeeded, now, id)
 end
 
@@ -22,13 +22,14 @@ local function succeed(keys, args)
   local ttl = to_int(args[3] or '0')
   if ttl == nil then return bad_arg('succeeded_ttl_ms') end
   local k = queue_keys(base)
-  local _, err = load_for(mkey, 'processing', token)
-  if err then return err end
+  local m, err = load_for(k, mkey, id, 'processing', token)
+  if not m then return err end
   local now = now_ms()
-  succeed_message(k, mkey, id, now)
+  succeed_message(k, mkey, id, now, m)
   redis.call('HINCRBY', k.stats, 'succeeded', 1)
-  if args[3] == nil then return { 'ok', message_reply(mkey, id) } end
-  return { 'ok', message_reply(mkey, id), retention_hint(k, now, ttl) }
+  local msg = reply_message(id, m, 'succeeded')
+  if args[3] == nil then return { 'ok', msg } end
+  return { 'ok', msg, retention_hint(k, now, ttl) }
 end
 
 -- fail: a processing message failed; retry with backoff or move to dead.
@@ -55,15 +56,16 @@ local function fail(keys, args)
   if retry_after_ms == nil then return bad_arg('retry_after_ms') end
   if ttl == nil then return bad_arg('dead_ttl_ms') end
   local k = queue_keys(base)
-  local _, e = load_for(mkey, 'processing', token)
-  if e then return e end
+  local m, e = load_for(k, mkey, id, 'processing', token)
+  if not m then return e end
   local now = now_ms()
-  local status, due = fail_message(k, base, id, now, err, retryable, retry_after_ms)
-  if args[6] == nil then return { 'ok', message_reply(mkey, id) } end
+  local status, due = fail_message(k, base, id, now, err, retryable, retry_after_ms, m)
+  local msg = reply_message(id, m, status, now)
+  if args[6] == nil then return { 'ok', msg } end
   local timer
   if status == 'pending' then timer = need_timer(k, now, due)
   else timer = death_hint(k, now) end
-  return { 'ok', message_reply(mkey, id), timer }
+  return { 'ok', msg, timer }
 end
 
 -- extend: push a lease's deadline to now + lease_ms.
@@ -81,13 +83,14 @@ local function extend(keys, args)
   local lease_ms = to_int(args[3])
   if lease_ms == nil or lease_ms < 1 then return bad_arg('lease_ms') end
   local k = queue_keys(base)
-  local _, e = load_for(mkey, 'processing', token)
-  if e then return e end
+  local m, e = load_for(k, mkey, id, 'processing', token)
+  if not m then return e end
   local now = now_ms()
-  redis.call('HSET', mkey, 'lease_expires_at', now + lease_ms, 'updated_at', now)
+  set_updated(mkey, m, now)
   redis.call('ZADD', k.processing, now + lease_ms, id)
-  if args[4] ~= '1' then return { 'ok', message_reply(mkey, id) } end
-  return { 'ok', message_reply(mkey, id), need_timer(k, now, now + lease_ms) }
+  local msg = reply_message(id, m, 'processing', now + lease_ms)
+  if args[4] ~= '1' then return { 'ok', msg } end
+  return { 'ok', msg, need_timer(k, now, now + lease_ms) }
 end
 
 -- replay: a dead message gets a fresh retry budget and is claimed next.
@@ -100,12 +103,12 @@ end
 local function replay(keys, args)
   local base, mkey, id = keys[1], keys[2], args[1]
   local k = queue_keys(base)
-  local _, e = load_for(mkey, 'dead', '')
-  if e then return e end
+  local m, e = load_for(k, mkey, id, 'dead', '')
+  if not m then return e end
   local now = now_ms()
-  replay_dead(k, mkey, id, now)
+  replay_dead(k, mkey, id, now, m)
   notify(k)
-  return { 'ok', message_reply(mkey, id) }
+  return { 'ok', reply_message(id, m, 'pending') }
 end
 
 register('succeed', succeed)

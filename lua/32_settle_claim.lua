@@ -30,7 +30,7 @@
 -- (need_timer), -1 when none.
 --
 -- From redis-cli: succeed 41, fail 42 with the backoff, claim the next one:
---   FCALL retryd_v2_settle_claim 1 'retryd:{emails}' 30000 1 2 \
+--   FCALL retryd_v3_settle_claim 1 'retryd:{emails}' 30000 1 2 \
 --     41 '' succeeded '' 1 -1   42 '' failed 'smtp timeout' 1 -1
 local SETTLE_FIELDS = 6
 
@@ -76,16 +76,18 @@ local function settle_claim(keys, args)
     local at = 4 + SETTLE_FIELDS * i
     local id = args[at]
     local mkey = message_key(base, id)
-    local _, e = load_for(mkey, 'processing', args[at + 1])
-    if e then
+    local succeeding = args[at + 2] == 'succeeded'
+    -- A success writes header bytes only: it reads no more than the header.
+    local m, e = load_for(k, mkey, id, 'processing', args[at + 1], succeeding)
+    if not m then
       statuses[#statuses + 1] = e[1]
-    elseif args[at + 2] == 'succeeded' then
-      succeed_message(k, mkey, id, now)
+    elseif succeeding then
+      succeed_message(k, mkey, id, now, m)
       succeeded = succeeded + 1
       statuses[#statuses + 1] = 'succeeded'
     else
       local status, due = fail_message(k, base, id, now, args[at + 3], args[at + 4] == '1',
-                                       to_int(args[at + 5]))
+                                       to_int(args[at + 5]), m)
       statuses[#statuses + 1] = status
       if hinted then
         if status == 'pending' then hint(need_timer(k, now, due))

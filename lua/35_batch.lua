@@ -14,11 +14,18 @@ local function release(keys, args)
   for i = #args - 1, 1, -2 do
     local id, token = args[i], args[i + 1]
     local mkey = message_key(base, id)
-    local cur = redis.call('HMGET', mkey, 'status', 'lease_token')
-    if cur[1] == 'processing' and cur[2] == token then
+    local m
+    if redis.call('ZSCORE', k.processing, id) then
+      m = load_header(mkey)
+    else
+      -- Leased by retryd_v2: lifted (under the same lease) before it goes back.
+      local s = redis.call('ZSCORE', old_keys(k).processing, id)
+      m = s and load_legacy(mkey)
+      if m and m.legacy and lease_token(m) == token then lift(k, mkey, id, m, 'processing', s) end
+    end
+    if m and lease_token(m) == token then
       redis.call('ZREM', k.processing, id)
-      redis.call('HDEL', mkey, 'lease_token', 'lease_expires_at')
-      redis.call('HSET', mkey, 'status', 'pending', 'updated_at', now)
+      set_updated(mkey, m, now)
       redis.call('RPUSH', k.due, id)
       released = released + 1
     end
@@ -53,14 +60,11 @@ local function succeed_many(keys, args)
   for i = 1, #args, 2 do
     local id, token = args[i], args[i + 1]
     local mkey = message_key(base, id)
-    local _, err = load_for(mkey, 'processing', token)
-    if err then
+    local m, err = load_for(k, mkey, id, 'processing', token, true)
+    if not m then
       out[#out + 1] = err[1]
     else
-      redis.call('ZREM', k.processing, id)
-      redis.call('HDEL', mkey, 'lease_token', 'lease_expires_at')
-      redis.call('HSET', mkey, 'status', 'succeeded', 'updated_at', now)
-      redis.call('ZADD', k.succeeded, now, id)
+      succeed_message(k, mkey, id, now, m)
       out[#out + 1] = 'succeeded'
       done = done + 1
     end

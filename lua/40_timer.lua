@@ -44,6 +44,104 @@ local function first_score(key)
   return first[2] and tonumber(first[2])
 end
 
+-- retryd_v2's indexes, drained by tick while any of them exists (docs/storage.md
+-- "Two generations of indexes"), per call: at most OLD_BATCH ids of each kind
+-- of work (each a failure, a promotion, a deletion or a rewrite of several
+-- commands), and OLD_LIFT due and ready ids (a read and a rewrite each).
+-- With tick's own work at the daemon's batch, a call stays in milliseconds.
+local OLD_BATCH = 100
+local OLD_LIFT = 200
+-- While they exist, the timer comes back at least this often: a retryd_v2
+-- instance may still be enqueuing into them, and hints nothing for that.
+local OLD_REVISIT_MS = 1000
+
+-- One tick's work on the old generation, every id it moves lifted: expired
+-- leases are failed into the new indexes (lease expired, as reclaim does),
+-- due retries are promoted onto the far end of the new due list, retention
+-- deletes old finished messages and the rest of them are lifted into the new
+-- dead and succeeded sets, and then a batch of the old due and ready ids,
+-- oldest first, goes onto the claim end of the new due list, so they are not
+-- starved behind a backlog of the new generation. Returns the counts
+-- {promoted, reclaimed, expired} and whether a batch was full.
+local function drain_old(k, base, now, dead_ttl, succeeded_ttl)
+  local o = old_keys(k)
+  local full = false
+  local ids = redis.call('ZRANGE', o.processing, '-inf', now, 'BYSCORE', 'LIMIT', 0, OLD_BATCH)
+  local reclaimed = 0
+  for i = 1, #ids do
+    redis.call('ZREM', o.processing, ids[i])
+    local m = load_legacy(message_key(base, ids[i]))
+    if m then
+      fail_message(k, base, ids[i], now, 'lease expired', true, -1, m)
+      reclaimed = reclaimed + 1
+    end
+  end
+  if reclaimed > 0 then redis.call('HINCRBY', k.stats, 'lease_expired', reclaimed) end
+  full = full or #ids == OLD_BATCH
+
+  local function convert(list)
+    local kept = {}
+    for i = 1, #list do
+      local mkey = message_key(base, list[i])
+      local m = load_legacy(mkey)
+      if m then
+        if m.legacy then store_message(mkey, m) end
+        kept[#kept + 1] = list[i]
+      end
+    end
+    return kept
+  end
+  ids = redis.call('ZRANGE', o.scheduled, '-inf', now, 'BYSCORE', 'LIMIT', 0, OLD_BATCH)
+  local promoted = 0
+  if #ids > 0 then
+    redis.call('ZREM', o.scheduled, unpack(ids))
+    local kept = convert(ids)
+    if #kept > 0 then push_due(k, kept) end
+    promoted = #kept
+  end
+  full = full or #ids == OLD_BATCH
+
+  local expired = expire_finished(o, base, o.dead, now, dead_ttl, OLD_BATCH, 'expired_dead')
+    + expire_finished(o, base, o.succeeded, now, succeeded_ttl, OLD_BATCH, 'expired_succeeded')
+  full = full or expired >= OLD_BATCH
+
+  -- The finished ones retention keeps are lifted too, with their time, so
+  -- the old indexes empty even where dead letters are kept forever. An id
+  -- without a record moves as it is (replay_many and purge count it).
+  for _, index in ipairs({ 'dead', 'succeeded' }) do
+    local rows = redis.call('ZRANGE', o[index], 0, OLD_BATCH - 1, 'WITHSCORES')
+    if #rows > 0 then
+      local moved, scored = {}, {}
+      for i = 1, #rows, 2 do
+        local mkey = message_key(base, rows[i])
+        local m = load_legacy(mkey)
+        if m and m.legacy then store_message(mkey, m) end
+        moved[#moved + 1] = rows[i]
+        scored[#scored + 1] = rows[i + 1]
+        scored[#scored + 1] = rows[i]
+      end
+      redis.call('ZREM', o[index], unpack(moved))
+      redis.call('ZADD', k[index], unpack(scored))
+      full = full or #moved == OLD_BATCH
+    end
+  end
+
+  local taken = redis.call('RPOP', o.due, OLD_LIFT) or {}
+  if #taken < OLD_LIFT then
+    local more = redis.call('RPOP', o.ready, OLD_LIFT - #taken) or {}
+    for i = 1, #more do taken[#taken + 1] = more[i] end
+  end
+  full = full or #taken == OLD_LIFT
+  local kept = convert(taken)
+  if #kept > 0 then
+    -- The first taken (the oldest) ends up at the claim end: claimed first.
+    local back = {}
+    for i = #kept, 1, -1 do back[#back + 1] = kept[i] end
+    redis.call('RPUSH', k.due, unpack(back))
+  end
+  return promoted + #kept, reclaimed, expired, full
+end
+
 -- tick: the timer's call for one queue: reclaim, promote, then retention.
 --   KEYS[1]  <prefix>:{q}                       queue key base
 --   ARGV[1]  limit                              integer 1..1000, per kind of work
@@ -52,6 +150,9 @@ end
 --   ARGV[4]  "1" (optional)                     the caller is a timer round
 --                                               that reports to timer_done
 --   ARGV[5]  alert_recheck_ms (optional, with ARGV[4]) the caller delivers alerts
+-- While any index of retryd_v2 exists, tick also drains it (drain_old), its
+-- counts are in promoted, reclaimed and expired, and the queue is due again
+-- within OLD_REVISIT_MS (at once when a batch was full).
 -- Returns {promoted, reclaimed, expired, next_in_ms, ready}: next_in_ms is the
 -- time until the queue next needs a tick (next scheduled id, lease deadline
 -- or retention expiry; -1: none, the queue is idle); ready is how many ids
@@ -81,6 +182,17 @@ local function tick(keys, args)
   if promoted > 0 then notify(k) end
   local expired = expire_finished(k, base, k.dead, now, dead_ttl, limit, 'expired_dead')
     + expire_finished(k, base, k.succeeded, now, succeeded_ttl, limit, 'expired_succeeded')
+  -- retryd_v2's indexes: one EXISTS when there are none.
+  local o = old_keys(k)
+  local old = redis.call('EXISTS', o.due, o.ready, o.scheduled, o.processing, o.dead,
+                         o.succeeded) > 0
+  local old_full = false
+  if old then
+    local p, r, e
+    p, r, e, old_full = drain_old(k, base, now, dead_ttl, succeeded_ttl)
+    if p > 0 and promoted == 0 then notify(k) end
+    promoted, reclaimed, expired = promoted + p, reclaimed + r, expired + e
+  end
 
   local wait = -1
   local function due_at(at)
@@ -88,15 +200,25 @@ local function tick(keys, args)
     local w = math.max(0, at - now)
     if wait < 0 or w < wait then wait = w end
   end
-  due_at(first_score(k.scheduled))
-  due_at(first_score(k.processing))
-  if dead_ttl > 0 then
-    local oldest = first_score(k.dead)
-    if oldest then due_at(oldest + dead_ttl) end
+  local gens = { k }
+  if old then
+    gens[2] = o
+    if old_full then due_at(now) else due_at(now + OLD_REVISIT_MS) end
   end
-  if succeeded_ttl > 0 then
-    local oldest = first_score(k.succeeded)
-    if oldest then due_at(oldest + succeeded_ttl) end
+  local ready = 0
+  for i = 1, #gens do
+    local g = gens[i]
+    due_at(first_score(g.scheduled))
+    due_at(first_score(g.processing))
+    if dead_ttl > 0 then
+      local oldest = first_score(g.dead)
+      if oldest then due_at(oldest + dead_ttl) end
+    end
+    if succeeded_ttl > 0 then
+      local oldest = first_score(g.succeeded)
+      if oldest then due_at(oldest + succeeded_ttl) end
+    end
+    ready = ready + redis.call('LLEN', g.due) + redis.call('LLEN', g.ready)
   end
   local recheck = args[5] and to_int(args[5])
   if args[5] and (recheck == nil or recheck < 1) then return bad_arg('alert_recheck_ms') end
@@ -105,7 +227,6 @@ local function tick(keys, args)
     alerts = alert_work(k, now)
     if alerts == 1 then due_at(now + recheck) end
   end
-  local ready = redis.call('LLEN', k.due) + redis.call('LLEN', k.ready)
   if args[4] ~= '1' then return { promoted, reclaimed, expired, wait, ready } end
   if wait >= 0 then
     redis.call('SET', k.timer, now + wait, 'PX', wait + TIMER_GRACE_MS)
@@ -115,7 +236,8 @@ local function tick(keys, args)
   local empty = 0
   if wait < 0 and ready == 0 and
      redis.call('EXISTS', k.due, k.ready, k.scheduled, k.processing, k.dead, k.succeeded,
-                k.seq, k.stats, k.errors, k.events) == 0 then
+                k.pushed, k.seq, k.stats, k.errors, k.events, o.due, o.ready, o.scheduled,
+                o.processing, o.dead, o.succeeded) == 0 then
     empty = 1
   end
   if recheck then return { promoted, reclaimed, expired, wait, ready, empty, alerts } end

@@ -4,8 +4,9 @@
 --   ARGV[1]  id
 -- Returns {"ok", message} | {"not_found"}.
 local function get(keys, args)
-  if redis.call('EXISTS', keys[2]) == 0 then return { 'not_found' } end
-  return { 'ok', message_reply(keys[2], args[1]) }
+  local msg = message_reply(queue_keys(keys[1]), keys[2], args[1])
+  if not msg then return { 'not_found' } end
+  return { 'ok', msg }
 end
 
 -- Where a page of a ZSET index starts after cursor "score:id" ("" for the
@@ -77,7 +78,8 @@ end
 local SECTIONS = {}
 
 local function due_pushed(k)
-  return tonumber(redis.call('HGET', k.stats, 'due_pushed') or '0')
+  if k.legacy then return tonumber(redis.call('HGET', k.stats, 'due_pushed') or '0') end
+  return tonumber(redis.call('GET', k.pushed) or '0')
 end
 
 local function due_section(fresh_left)
@@ -167,25 +169,46 @@ SECTIONS.processing = zset_section('processing')
 SECTIONS.succeeded = zset_section('succeeded')
 SECTIONS.dead = zset_section('dead')
 
--- What each listing walks. A listing of one section uses that section's
--- cursor as it is; the others write "<section>:<its cursor>", and between
--- the two passes over due, "<section>:<mark>:<its cursor>".
+-- The sections of retryd_v2's indexes ("v2due" ...): the same walks over
+-- the old generation's keys (docs/storage.md "Two generations of indexes").
+local OLD_SECTIONS = { v2due = 'due', v2ready = 'ready', v2scheduled = 'scheduled',
+                       v2later = 'later', v2processing = 'processing',
+                       v2succeeded = 'succeeded', v2dead = 'dead' }
+
+-- A section's walk, the keys it walks, and its plain name.
+local function section_of(k, name)
+  local plain = OLD_SECTIONS[name]
+  if plain then return SECTIONS[plain], old_keys(k), plain end
+  return SECTIONS[name], k, name
+end
+
+-- What each listing walks: retryd_v2's sections first, then the new ones. Ids
+-- only ever move from the old generation to the new one (a lift), so an id
+-- that leaves an old section before the walk reaches it is met in a new
+-- section, which the walk opens later: never skipped (at worst listed twice).
+-- Every listing has more than one section, so its cursor is
+-- "<section>:<its cursor>", and between the two passes over due,
+-- "<section>:<mark>:<its cursor>".
 local LISTINGS = {
-  [''] = { 'due', 'ready', 'scheduled', 'later', 'processing', 'succeeded', 'dead' },
-  pending = { 'due', 'ready', 'scheduled', 'later' },
-  processing = { 'processing' },
-  succeeded = { 'succeeded' },
-  dead = { 'dead' },
+  [''] = { 'v2due', 'v2ready', 'v2scheduled', 'v2later', 'v2processing', 'v2succeeded',
+           'v2dead', 'due', 'ready', 'scheduled', 'later', 'processing', 'succeeded', 'dead' },
+  pending = { 'v2due', 'v2ready', 'v2scheduled', 'v2later', 'due', 'ready', 'scheduled',
+              'later' },
+  processing = { 'v2processing', 'processing' },
+  succeeded = { 'v2succeeded', 'succeeded' },
+  dead = { 'v2dead', 'dead' },
 }
-local CARRIES_MARK = { ready = true, scheduled = true }
+local CARRIES_MARK = { ready = true, scheduled = true, v2ready = true, v2scheduled = true }
+local ENDS_DUE = { due = true, v2due = true }
 
 -- How many ids a section holds now (later: that the walk has still to see).
 local function section_size(k, name, mark)
-  if name == 'later' then
-    return math.min(redis.call('LLEN', k.due), math.max(0, due_pushed(k) - (mark or 0)))
+  local _, g, plain = section_of(k, name)
+  if plain == 'later' then
+    return math.min(redis.call('LLEN', g.due), math.max(0, due_pushed(g) - (mark or 0)))
   end
-  if name == 'due' or name == 'ready' then return redis.call('LLEN', k[name]) end
-  return redis.call('ZCARD', k[name])
+  if plain == 'due' or plain == 'ready' then return redis.call('LLEN', g[plain]) end
+  return redis.call('ZCARD', g[plain])
 end
 
 -- How many ids the listed states hold now.
@@ -193,7 +216,9 @@ local function listing_total(k, status)
   local total = 0
   local names = LISTINGS[status]
   for i = 1, #names do
-    if names[i] ~= 'later' then total = total + section_size(k, names[i]) end
+    if names[i] ~= 'later' and names[i] ~= 'v2later' then
+      total = total + section_size(k, names[i])
+    end
   end
   return total
 end
@@ -202,7 +227,7 @@ end
 local FILTER_STEP = 100
 
 -- Walks the listing of `status` from cursor, handing each id in order to
--- visit(id), which answers "take" (on the page), "skip" (looked at, left
+-- visit(id, section), which answers "take" (on the page), "skip" (looked at, left
 -- out), "last" (the page ends after it) or "full" (the page ends before it;
 -- never for the first id taken). Reads the indexes `step` ids at a time and
 -- looks at most at MAX_BATCH ids per call. Returns the cursor just past the
@@ -215,7 +240,7 @@ local function walk(k, status, cursor, step, visit)
     if #names == 1 then
       rest = cursor
     else
-      local name, r = string.match(cursor, '^(%a+):(.*)$')
+      local name, r = string.match(cursor, '^(%w+):(.*)$')
       si = nil
       for i = 1, #names do
         if names[i] == name then si = i end
@@ -239,17 +264,17 @@ local function walk(k, status, cursor, step, visit)
   local examined = 0
   while si <= #names do
     local name = names[si]
-    local sec = SECTIONS[name]
-    local st = sec.open(k, rest, mark)
+    local sec, g = section_of(k, name)
+    local st = sec.open(g, rest, mark)
     if not st then return nil end
     rest = nil
     local ended
     repeat
       local ids
-      ids, ended = sec.fetch(k, st, math.min(step, MAX_BATCH - examined))
-      if ended and name == 'due' then mark = st.pushed end
+      ids, ended = sec.fetch(g, st, math.min(step, MAX_BATCH - examined))
+      if ended and ENDS_DUE[name] then mark = st.pushed end
       for i = 1, #ids do
-        local verdict = visit(ids[i])
+        local verdict = visit(ids[i], name)
         if verdict == 'full' then return here end
         examined = examined + 1
         here = sec.after(st, ids, i)
@@ -264,6 +289,18 @@ local function walk(k, status, cursor, step, visit)
     si = si + 1
   end
   return ''
+end
+
+-- The state of an id met in a listing's section, and its score (lease
+-- deadline, time of death) where the reply shows one.
+local SECTION_STATUS = { due = 'pending', ready = 'pending', scheduled = 'pending',
+                         later = 'pending', succeeded = 'succeeded', processing = 'processing',
+                         dead = 'dead' }
+local function section_status(k, section, id)
+  local _, g, plain = section_of(k, section)
+  local status = SECTION_STATUS[plain]
+  if status ~= 'processing' and status ~= 'dead' then return status end
+  return status, redis.call('ZSCORE', g[plain], id)
 end
 
 local function valid_status(status)
@@ -302,27 +339,24 @@ local function list(keys, args)
   local filtered = needle ~= '' or from_ms ~= nil or to_ms ~= nil
   local out = { 'ok', listing_total(k, status), '' }
   local bytes, scanned = 0, 0
-  local function visit(id)
-    local mkey = message_key(base, id)
+  local function visit(id, section)
+    local m = load_message(message_key(base, id))
+    if not m then return 'skip' end   -- an orphan index entry
     if filtered then
-      local h = redis.call('HMGET', mkey, 'updated_at', 'last_error')
-      if not h[1] then return 'skip' end
-      local updated = tonumber(h[1])
+      local updated, err = m.updated_at, m.last_error
       local ok = true
       if needle ~= '' then
-        scanned = scanned + #(h[2] or '')
-        ok = h[2] and string.find(h[2], needle, 1, true) ~= nil
+        scanned = scanned + #(err or '')
+        ok = err and string.find(err, needle, 1, true) ~= nil
       end
-      if ok and from_ms and (updated == nil or updated < from_ms) then ok = false end
-      if ok and to_ms and (updated == nil or updated > to_ms) then ok = false end
+      if ok and from_ms and updated < from_ms then ok = false end
+      if ok and to_ms and updated > to_ms then ok = false end
       if not ok then return scanned >= REPLY_BYTES and 'last' or 'skip' end
     end
-    local fields = redis.call('HGETALL', mkey)
-    if #fields == 0 then return 'skip' end   -- an orphan index entry
-    local size = fields_bytes(fields)
+    local size = record_bytes(m)
     if #out > 3 and bytes + size > REPLY_BYTES then return 'full' end
     bytes = bytes + size
-    out[#out + 1] = reply_of(id, fields)
+    out[#out + 1] = reply_message(id, m, section_status(k, section, id))
     if #out - 3 >= limit or scanned >= REPLY_BYTES then return 'last' end
     return 'take'
   end

@@ -16,28 +16,31 @@ local function kill(keys, args)
   if ttl == nil then return bad_arg('dead_ttl_ms') end
   if reason == '' then reason = 'killed by operator' end
   local k = queue_keys(base)
-  local status = redis.call('HGET', mkey, 'status')
-  if not status then return { 'not_found' } end
+  local m = load_message(mkey)
+  if not m then return { 'not_found' } end
+  -- The record's type says which generation's indexes hold the id; the dead
+  -- letter is a record in the new ones either way.
+  local g = m.legacy and old_keys(k) or k
+  local status = status_of(g, id)
   if status == 'pending' then
-    if redis.call('ZREM', k.scheduled, id) == 0 and redis.call('LREM', k.due, 1, id) == 0 then
-      redis.call('LREM', k.ready, 1, id)
+    if redis.call('ZREM', g.scheduled, id) == 0 and redis.call('LREM', g.due, 1, id) == 0 then
+      redis.call('LREM', g.ready, 1, id)
     end
   elseif status == 'processing' then
-    redis.call('ZREM', k.processing, id)
-    redis.call('HDEL', mkey, 'lease_token', 'lease_expires_at')
+    redis.call('ZREM', g.processing, id)
   else
     return { 'invalid_state', status }
   end
   local now = now_ms()
-  redis.call('HSET', mkey, 'status', 'dead', 'last_error', reason, 'updated_at', now,
-             'dead_at', now)
-  redis.call('HDEL', mkey, 'retry_after')
+  m.last_error, m.updated_at, m.retry_after, m.token = reason, now, nil, nil
+  store_message(mkey, m)
   redis.call('ZADD', k.dead, now, id)
   redis.call('HINCRBY', k.stats, 'dead', 1)
   count_error(k, reason, 1)
-  emit(k, 'dead', id, reason, tonumber(redis.call('HGET', mkey, 'retry_count') or '0'), now)
-  if args[3] == nil then return { 'ok', message_reply(mkey, id) } end
-  return { 'ok', message_reply(mkey, id), death_hint(k, now) }
+  emit(k, 'dead', id, reason, m.retry_count, now)
+  local msg = reply_message(id, m, 'dead', now)
+  if args[3] == nil then return { 'ok', msg } end
+  return { 'ok', msg, death_hint(k, now) }
 end
 
 -- delete: remove a message for good, in any state but processing.
@@ -49,17 +52,20 @@ end
 local function delete(keys, args)
   local base, mkey, id = keys[1], keys[2], args[1]
   local k = queue_keys(base)
-  local status = redis.call('HGET', mkey, 'status')
-  if not status then return { 'not_found' } end
+  local kind = redis.call('TYPE', mkey)['ok']
+  if kind == 'none' then return { 'not_found' } end
+  local g = k
+  if kind == 'hash' then g = old_keys(k) end   -- retryd_v2's: its indexes
+  local status = status_of(g, id)
   if status == 'processing' then return { 'invalid_state', status } end
   if status == 'pending' then
-    if redis.call('ZREM', k.scheduled, id) == 0 and redis.call('LREM', k.due, 1, id) == 0 then
-      redis.call('LREM', k.ready, 1, id)
+    if redis.call('ZREM', g.scheduled, id) == 0 and redis.call('LREM', g.due, 1, id) == 0 then
+      redis.call('LREM', g.ready, 1, id)
     end
   elseif status == 'dead' then
-    leave_dead(k, mkey, id)
+    leave_dead(g, mkey, id)
   else
-    redis.call('ZREM', k.succeeded, id)
+    redis.call('ZREM', g.succeeded, id)
   end
   redis.call('DEL', mkey)
   redis.call('HINCRBY', k.stats, 'deleted', 1)
@@ -91,12 +97,20 @@ local function replay_many(keys, args)
   local next_cursor = ''
   local function try(id)
     local mkey = message_key(base, id)
-    local status = redis.call('HGET', mkey, 'status')
-    if status == 'dead' then
-      replay_dead(k, mkey, id, now)
+    local g = k
+    local score = redis.call('ZSCORE', k.dead, id)
+    if not score then
+      g = old_keys(k)
+      score = redis.call('ZSCORE', g.dead, id)
+      if not score then return end
+    end
+    local m = load_message(mkey)
+    if m then
+      if m.legacy then lift(k, mkey, id, m, 'dead', score) end
+      replay_dead(k, mkey, id, now, m)
       replayed = replayed + 1
-    elseif not status and redis.call('ZSCORE', k.dead, id) then
-      drop_orphan(k, k.dead, id)
+    else
+      drop_orphan(g, g.dead, id)
     end
   end
   if mode == 'ids' then
@@ -106,36 +120,52 @@ local function replay_many(keys, args)
     local limit = to_int(args[2])
     if limit == nil or limit < 1 or limit > MAX_BATCH then return bad_arg('limit') end
     local cursor = args[3] or ''
-    local cutoff, after = now, ''
+    -- The cursor "<cutoff>;<generation>;<score>:<id>": retryd_v2's dead
+    -- letters (generation 2) are walked first, then the new ones (3).
+    local cutoff, gen, after = now, '2', ''
     if cursor ~= '' then
-      local c, rest = string.match(cursor, '^(%d+);(.*)$')
+      local c, g, rest = string.match(cursor, '^(%d+);([23]);(.*)$')
       if not c then return { 'bad_cursor' } end
-      cutoff, after = tonumber(c), rest
+      cutoff, gen, after = tonumber(c), g, rest
     end
-    local ids, scores, c = zset_page(k.dead, after, limit)
-    if not ids then return { 'bad_cursor' } end
     local needle = args[4] or ''
-    local scanned = 0
-    for i = 1, #ids do
-      if tonumber(scores[i]) > cutoff then c = ''; break end
-      local mkey = message_key(base, ids[i])
-      local h = redis.call('HMGET', mkey, 'status', 'last_error')
-      if not h[1] then
-        drop_orphan(k, k.dead, ids[i])
-      elseif h[1] == 'dead' then
-        local err = h[2] or ''
-        scanned = scanned + #err
-        if mode == 'all' or string.find(err, needle, 1, true) then
-          replay_dead(k, mkey, ids[i], now, h[2])
-          replayed = replayed + 1
+    local scanned, budget = 0, limit
+    while true do
+      local g = k
+      if gen == '2' then g = old_keys(k) end
+      local ids, scores, c = zset_page(g.dead, after, budget)
+      if not ids then return { 'bad_cursor' } end
+      budget = budget - #ids
+      local stopped = false
+      for i = 1, #ids do
+        if tonumber(scores[i]) > cutoff then c = ''; break end
+        local mkey = message_key(base, ids[i])
+        local m = load_message(mkey)
+        if not m then
+          drop_orphan(g, g.dead, ids[i])
+        else
+          local err = m.last_error or ''
+          scanned = scanned + #err
+          if mode == 'all' or string.find(err, needle, 1, true) then
+            if m.legacy then lift(k, mkey, ids[i], m, 'dead', scores[i]) end
+            replay_dead(k, mkey, ids[i], now, m)
+            replayed = replayed + 1
+          end
+        end
+        if scanned >= REPLY_BYTES and i < #ids then
+          c = scores[i] .. ':' .. ids[i]
+          stopped = true
+          break
         end
       end
-      if scanned >= REPLY_BYTES and i < #ids then
-        c = scores[i] .. ':' .. ids[i]
+      if c ~= '' then next_cursor = cutoff .. ';' .. gen .. ';' .. c; break end
+      if gen == '3' then break end
+      gen, after = '3', ''
+      if stopped or budget <= 0 or scanned >= REPLY_BYTES then
+        next_cursor = cutoff .. ';3;'
         break
       end
     end
-    if c ~= '' then next_cursor = cutoff .. ';' .. c end
   else
     return bad_arg('mode')
   end
@@ -157,20 +187,28 @@ local function purge(keys, args)
   if older == nil or older < 0 then return bad_arg('older_than_ms') end
   if limit == nil or limit < 1 or limit > MAX_BATCH then return bad_arg('limit') end
   local now = now_ms()
-  local ids = redis.call('ZRANGE', k.dead, '-inf', now - older, 'BYSCORE', 'LIMIT', 0, limit)
-  local purged = 0
-  for i = 1, #ids do
-    local mkey = message_key(base, ids[i])
-    if redis.call('EXISTS', mkey) == 1 then
-      leave_dead(k, mkey, ids[i])
-      redis.call('UNLINK', mkey)
-      purged = purged + 1
-    else
-      drop_orphan(k, k.dead, ids[i])
+  local purged, seen = 0, 0
+  -- The new generation's dead letters, then retryd_v2's, limit in all.
+  for gen = 1, 2 do
+    local g = k
+    if gen == 2 then g = old_keys(k) end
+    local ids = redis.call('ZRANGE', g.dead, '-inf', now - older, 'BYSCORE', 'LIMIT', 0,
+                           limit - seen)
+    seen = seen + #ids
+    for i = 1, #ids do
+      local mkey = message_key(base, ids[i])
+      if redis.call('EXISTS', mkey) == 1 then
+        leave_dead(g, mkey, ids[i])
+        redis.call('UNLINK', mkey)
+        purged = purged + 1
+      else
+        drop_orphan(g, g.dead, ids[i])
+      end
     end
+    if seen >= limit then break end
   end
   if purged > 0 then redis.call('HINCRBY', k.stats, 'purged', purged) end
-  return { purged, #ids == limit and 1 or 0 }
+  return { purged, seen >= limit and 1 or 0 }
 end
 
 -- stats: counts per state, lifetime totals, recent deaths and top errors.
@@ -184,18 +222,32 @@ local function stats(keys, args)
   local top = to_int(args[1] or '10')
   if top == nil or top < 0 or top > 100 then return bad_arg('top') end
   local now = now_ms()
-  local due, ready = redis.call('LLEN', k.due), redis.call('LLEN', k.ready)
-  local scheduled = redis.call('ZCARD', k.scheduled)
+  -- Both generations' indexes (retryd_v2's only while any of them exists).
+  local gens = { k }
+  local o = old_keys(k)
+  if redis.call('EXISTS', o.due, o.ready, o.scheduled, o.processing, o.dead, o.succeeded) > 0 then
+    gens[2] = o
+  end
+  local c = { ready = 0, scheduled = 0, processing = 0, succeeded = 0, dead = 0, recent = 0 }
+  for i = 1, #gens do
+    local g = gens[i]
+    c.ready = c.ready + redis.call('LLEN', g.due) + redis.call('LLEN', g.ready)
+    c.scheduled = c.scheduled + redis.call('ZCARD', g.scheduled)
+    c.processing = c.processing + redis.call('ZCARD', g.processing)
+    c.succeeded = c.succeeded + redis.call('ZCARD', g.succeeded)
+    c.dead = c.dead + redis.call('ZCARD', g.dead)
+    c.recent = c.recent + redis.call('ZCOUNT', g.dead, now - 86400000, '+inf')
+  end
   local errors = {}
   if top > 0 then errors = redis.call('ZRANGE', k.errors, '+inf', 1, 'BYSCORE', 'REV', 'LIMIT', 0, top, 'WITHSCORES') end
   return {
-    'pending', due + ready + scheduled,
-    'ready', due + ready,
-    'scheduled', scheduled,
-    'processing', redis.call('ZCARD', k.processing),
-    'succeeded', redis.call('ZCARD', k.succeeded),
-    'dead', redis.call('ZCARD', k.dead),
-    'dead_last_24h', redis.call('ZCOUNT', k.dead, now - 86400000, '+inf'),
+    'pending', c.ready + c.scheduled,
+    'ready', c.ready,
+    'scheduled', c.scheduled,
+    'processing', c.processing,
+    'succeeded', c.succeeded,
+    'dead', c.dead,
+    'dead_last_24h', c.recent,
     'totals', redis.call('HGETALL', k.stats),
     'top_errors', errors,
   }

@@ -69,15 +69,14 @@ local function export(keys, args)
   if not valid_status(status) then return bad_arg('status') end
   local out = { '' }
   local bytes = 0
-  local function visit(id)
-    local mkey = message_key(base, id)
-    local h = redis.call('HMGET', mkey, 'status', 'retry_count', 'max_retries', 'created_at',
-                         'updated_at', 'retry_after', 'last_error', 'payload')
-    if not h[1] then return 'skip' end   -- an orphan index entry
+  local function visit(id, section)
+    local m = load_message(message_key(base, id))
+    if not m then return 'skip' end   -- an orphan index entry
     local line
     do
-      local row = { id, h[1], h[2], h[3], iso_time(h[4]), iso_time(h[5]),
-                    iso_time(h[6]), h[7] or '', h[8] or '' }
+      local row = { id, SECTION_STATUS[OLD_SECTIONS[section] or section], ms_text(m.retry_count),
+                    ms_text(m.max_retries), iso_time(m.created_at), iso_time(m.updated_at),
+                    iso_time(m.retry_after), m.last_error or '', m.payload }
       if format == 'jsonl' then
         local obj = {}
         for c = 1, #EXPORT_COLUMNS do obj[EXPORT_COLUMNS[c]] = row[c] end
@@ -85,7 +84,7 @@ local function export(keys, args)
         obj.retry_count = tonumber(row[3])
         obj.max_retries = tonumber(row[4])
         if obj.retry_after == '' then obj.retry_after = cjson.null end
-        if not h[7] then obj.last_error = cjson.null end
+        if not m.last_error then obj.last_error = cjson.null end
         line = cjson.encode(obj)
       else
         local esc = format == 'csv' and csv_field or tsv_field

@@ -406,6 +406,21 @@ base() {
     echo "$REPLY"
 }
 
+# fill_minclaim BASE N: N ready ids for min_claim, each with the message HASH
+# retryd_v2's enqueue wrote (the layout min_claim's HSET was measured on in
+# every earlier run; retryd's own records are STRINGs since retryd_v3).
+fill_minclaim() {
+    local i
+    for ((i = 0; i < $2; i += 10000)); do
+        rcli eval "for id = tonumber(ARGV[1]) + 1, tonumber(ARGV[2]) do
+            redis.call('HSET', KEYS[1] .. ':m:' .. id, 'payload', ARGV[3], 'status', 'pending',
+                       'retry_count', 0, 'max_retries', 3, 'created_at', ARGV[4],
+                       'updated_at', ARGV[4])
+            redis.call('LPUSH', KEYS[1] .. ':ready', id)
+        end" 1 "$1" "$i" "$((i + 10000 < $2 ? i + 10000 : $2))" "$PAYLOAD" 1796000000000 >/dev/null
+    done
+}
+
 # ---------------------------------------------------------------------------
 # 1. Redis-native path
 # ---------------------------------------------------------------------------
@@ -414,7 +429,7 @@ section1_rep() {
     for p in 1 16; do
         q=$(base "s1-$p-$rep"); qm=$(base "s1m-$p-$rep"); qf=$(base "s1f-$p-$rep")
         rb "enqueue.p$p.$rep" fcall "$N_RB" 50 "$p" FCALL "${FN}enqueue" 1 "$q" "$PAYLOAD" 3 0
-        enqueue_fcall "$qm" "$N_RB"
+        fill_minclaim "$qm" "$N_RB"
         enqueue_fcall "$qf" "$N_RB"
         rb "claim.p$p.$rep" fcall "$N_RB" 50 "$p" FCALL "${FN}claim" 1 "$q" 30000 1
         rb "minclaim.p$p.$rep" fcall "$N_RB" 50 "$p" FCALL min_claim 1 "$qm" 9999999999999
@@ -426,9 +441,9 @@ section1_rep() {
             FCALL "${FN}fail" 2 "$qf" "$qf:m:{id}" "{id}" "" "bench failure" 1 0
         # Every failure is due now: promote moves them, 100 per call.
         local d0 d1
-        d0=$(rcli llen "$qf:due")
+        d0=$(rcli llen "$qf:3:due")
         rb "promote.p$p.$rep" fcall $((N_RB / 100)) 4 "$p" FCALL "${FN}promote" 1 "$qf" 100
-        d1=$(rcli llen "$qf:due")
+        d1=$(rcli llen "$qf:3:due")
         put "promote.p$p.$rep.moved" $((d1 - d0))
         put "promote.p$p.$rep.msgs" "$(calc "$(get "promote.p$p.$rep.rps") * ($d1 - $d0) / ($N_RB / 100)")"
         put "promote.p$p.$rep.usmsg" "$(calc "$(get "promote.p$p.$rep.us") * ($N_RB / 100) / ($d1 - $d0)")"
@@ -507,14 +522,14 @@ section1() {
 section1c() {
     say "1c. claim, step by step"
     local i q prev="" names=(
-        "RPOP + HSET of claim's 4 fields + ZADD, reply the id"
+        "RPOP + SETRANGE of claim's 15 header bytes + ZADD, reply the id"
         "+ now from TIME"
         "+ queue_keys(): 11 key names per call"
         "+ promote_due(): ZRANGE of due scheduled ids"
         "+ RPOP of the due list first"
         "+ claimed serial (HGET, HINCRBY stats)"
-        "+ EXISTS of the message hash"
-        "+ the whole message in the reply (HGETALL)")
+        "+ GET of the record, header decoded"
+        "+ the whole message in the reply")
     # Every step and the claim itself in turn, REPS times; medians.
     local rep n=$((N_RB / 2)) vals
     for rep in $(seq 1 "$REPS"); do
@@ -851,8 +866,8 @@ section3_tables() {
 # dead set (a cursor at rank N/2), repeated through redis-benchmark.
 dead_page() {
     local name=$1 q=$2 n mid cursor
-    n=$(rcli zcard "$q:dead")
-    mid=$(rcli zrange "$q:dead" $((n / 2)) $((n / 2)) withscores | tr '\n' ' ')
+    n=$(rcli zcard "$q:3:dead")
+    mid=$(rcli zrange "$q:3:dead" $((n / 2)) $((n / 2)) withscores | tr '\n' ' ')
     cursor="$(echo "$mid" | awk '{print $2 ":" $1}')"
     rb "$name" fcall_ro 2000 4 1 FCALL_RO "${FN}list" 1 "$q" dead 100 "$cursor"
 }
@@ -970,7 +985,7 @@ mem_retryd() {
     enqueue_fcall "$q" "$N_BULL"
     m1=$(used_memory)
     put "mem.$1" "$(calc "($m1 - $m0) / $N_BULL")"
-    rcli del "$q:ready" >/dev/null
+    rcli del "$q:3:ready" "$q:3:due_pushed" >/dev/null
     rcli eval "for i = 1, tonumber(ARGV[1]) do redis.call('UNLINK', KEYS[1] .. ':m:' .. i) end" \
         1 "$q" "$N_BULL" >/dev/null
 }

@@ -39,6 +39,7 @@
 
 #include "retryd/alloc.h"
 #include "retryd/json.h"
+#include "retryd/keys.h"
 
 enum {
     E2E_IO_TIMEOUT_MS = 10000,    /* any single send or receive */
@@ -1001,6 +1002,27 @@ static inline redisReply *e2e_rcmd(redisContext *c, const char *format, ...)
     redisReply *r = redisvCommand(c, format, ap);
     va_end(ap);
     return e2e_reply_or_fail(c, r);
+}
+
+/* One field of message id in the queue with key base `base` ("<prefix>:{q}"),
+ * as the library's `get` answers it (the record's layout is the library's
+ * business: docs/storage.md); "" when the message or the field is missing.
+ * Returns out. */
+static inline const char *e2e_message_field(redisContext *c, const char *base, long long id,
+                                            const char *field, char *out, size_t size)
+{
+    redisReply *r = e2e_rcmd(c, "FCALL_RO %s 2 %s %s:m:%lld %lld", RD_FUNCTION("get"), base,
+                             base, id, id);
+    out[0] = '\0';
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[1]->type == REDIS_REPLY_ARRAY) {
+        const redisReply *m = r->element[1];
+        for (size_t i = 2; i + 1 < m->elements; i += 2)
+            if (strcmp(m->element[i]->str, field) == 0)
+                snprintf(out, size, "%s", m->element[i + 1]->str);
+    }
+    freeReplyObject(r);
+    return out;
 }
 
 #endif /* fail_msg */

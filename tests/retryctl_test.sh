@@ -10,7 +10,7 @@
 # their own, unique per run, and the library is (re)loaded from
 # RETRYD_TEST_LUA). Messages are driven through the same FCALLs the daemon
 # sends; expectations are checked against the keys themselves (LLEN, ZCARD,
-# HGET) and against oracles independent of the code under test (date(1) for
+# HGET, a message's record decoded by RECORD_FIELD) and against oracles independent of the code under test (date(1) for
 # timestamps, Redis's own cjson for JSON, a CSV writer below).
 #
 # Output follows cmocka's plain-text format, which scripts/test.sh counts:
@@ -57,8 +57,44 @@ rcli() { timeout 30 redis-cli -h 127.0.0.1 -p "$PORT" "$@"; }
 
 # rget ARGS...: the exact string reply of one command (--raw ends it with a
 # newline, and the "." keeps command substitution from eating others).
+# A message's field, read from its record as docs/storage.md lays it out
+# (header with struct, trailer with cmsgpack, the state from the indexes),
+# independently of the library: "HGET <base>:m:<id> <field>" and HEXISTS
+# in rget below.
+RECORD_FIELD='
+local base, id = string.match(KEYS[1], "^(.*):m:(%d+)$")
+local state, score = "pending", false
+for _, s in ipairs({ "processing", "succeeded", "dead" }) do
+  local sc = redis.call("ZSCORE", base .. ":3:" .. s, id)
+  if sc then state, score = s, sc; break end
+end
+local rec = redis.call("GET", KEYS[1])
+if not rec then return ARGV[2] and 0 or false end
+local fmt, rc, mr, created, du, dl, serial = struct.unpack(">BBBI6i5i5I5", rec)
+local t, stop = {}, #rec
+if fmt >= 128 then
+  local n = struct.unpack(">I4", rec, #rec - 3)
+  t = cmsgpack.unpack(string.sub(rec, #rec - 3 - n, #rec - 4))
+  stop = #rec - 4 - n
+end
+local leased = state == "processing"
+local v = ({ payload = string.sub(rec, 25, stop), status = state, retry_count = rc,
+             max_retries = mr, created_at = created, updated_at = created + du,
+             last_error = t.e, retry_after = t.r, idempotency_key = t.i,
+             lease_token = leased and (t.t or string.format("%x.%x", created + dl, serial)),
+             lease_expires_at = leased and score, dead_at = state == "dead" and score })[ARGV[1]]
+if ARGV[2] then return v and 1 or 0 end
+if type(v) == "number" then return string.format("%d", v) end
+return v or false
+'
+
 rget() {
     local v
+    if [ "$1" = HGET ] && [[ "$2" =~ :m:[0-9]+$ ]]; then
+        set -- EVAL "$RECORD_FIELD" 1 "$2" "$3"
+    elif [ "$1" = HEXISTS ] && [[ "$2" =~ :m:[0-9]+$ ]]; then
+        set -- EVAL "$RECORD_FIELD" 1 "$2" "$3" exists
+    fi
     v=$(rcli --raw "$@"; echo .)
     v=${v%.}
     printf '%s' "${v%$'\n'}"
@@ -317,7 +353,7 @@ test_enqueue_then_show() {
     expect_rc 0 "enqueue"
     expect_eq "$OUT" $'1\n' "enqueue prints the new id"
     expect_eq "$(rget HGET "$(base "$q"):m:1" payload)" "$payload" "the payload is stored as given"
-    expect_eq "$(rget LRANGE "$(base "$q"):ready" 0 -1)" 1 "the id is ready"
+    expect_eq "$(rget LRANGE "$(base "$q"):3:ready" 0 -1)" 1 "the id is ready"
     expect_eq "$(rget SISMEMBER "$PREFIX:queues" "$q")" 1 "the queue is registered"
 
     ctl show "$q" 1
@@ -342,7 +378,7 @@ test_enqueue_then_show() {
     expect_eq "$OUT" $'2\n' "second id"
     local ra
     ra=$(rget HGET "$(base "$q"):m:2" retry_after)
-    expect_eq "$(rget ZSCORE "$(base "$q"):scheduled" 2)" "$ra" "a delayed message is scheduled"
+    expect_eq "$(rget ZSCORE "$(base "$q"):3:scheduled" 2)" "$ra" "a delayed message is scheduled"
     ctl show "$q" 2
     expect_match "$OUT" $'\nretry_after: +'"$(iso "$ra")"$'\n' "show: retry_after"
 
@@ -510,18 +546,17 @@ test_purge_keeps_younger() {
     for i in 1 2 3 4 5; do fc_enqueue "$q" "p$i" >/dev/null; done
     for i in 1 2 3 4; do fc_die "$q" "$i" "err $i"; done
     # Test setup, not a state change path: age letters 1 and 2 by rewriting
-    # their death time (the :dead score and dead_at) 40 days into the past,
-    # as if they had died then. Nothing in retryd changes a death time.
+    # their death time (the :dead score, which dead_at shows) 40 days into
+    # the past, as if they had died then. Nothing in retryd changes a death time.
     now=$(server_now_ms)
     old=$((now - 40 * 86400000))
     for i in 1 2; do
-        rcli ZADD "$b:dead" "$old" "$i" >/dev/null
-        rcli HSET "$b:m:$i" dead_at "$old" >/dev/null
+        rcli ZADD "$b:3:dead" "$old" "$i" >/dev/null
     done
     ctl purge "$q" dead --older-than 30d
     expect_rc 0 "purge --older-than 30d"
     expect_eq "$OUT" $'purged 2\n' "purge reports the count"
-    expect_eq "$(rget ZCARD "$b:dead")" 2 "the younger letters stay dead"
+    expect_eq "$(rget ZCARD "$b:3:dead")" 2 "the younger letters stay dead"
     expect_eq "$(rget EXISTS "$b:m:1" "$b:m:2")" 0 "the old letters are gone"
     expect_eq "$(rget EXISTS "$b:m:3" "$b:m:4" "$b:m:5")" 3 "the others are kept"
     expect_eq "$(rget HGET "$b:m:5" status)" pending "a pending message is never purged"
@@ -532,7 +567,7 @@ test_purge_keeps_younger() {
     expect_eq "$OUT" $'purged 0\n' "nothing older than 10 s"
     ctl purge "$q" dead --older-than 0
     expect_eq "$OUT" $'purged 2\n' "--older-than 0 purges every dead letter"
-    expect_eq "$(rget ZCARD "$b:dead")" 0 "no dead letter left"
+    expect_eq "$(rget ZCARD "$b:3:dead")" 0 "no dead letter left"
     expect_eq "$(rget ZCARD "$b:errors")" 0 "top errors follow the purge"
 }
 
@@ -555,8 +590,8 @@ test_replay_error_contains() {
         expect_eq "$(rget HGET "$b:m:$i" status)" dead "letter $i is still dead"
         expect_eq "$(rget HGET "$b:m:$i" last_error)" "${errs[i - 1]}" "letter $i keeps its error"
     done
-    expect_eq "$(rget ZCARD "$b:dead")" 3 "three letters stay dead"
-    expect_eq "$(rget LRANGE "$b:due" 0 -1 | tr '\n' ' ')" "3 1" "replayed ids are claimed next"
+    expect_eq "$(rget ZCARD "$b:3:dead")" 3 "three letters stay dead"
+    expect_eq "$(rget LRANGE "$b:3:due" 0 -1 | tr '\n' ' ')" "3 1" "replayed ids are claimed next"
     ctl replay "$q" --error-contains 'no such text'
     expect_eq "$OUT" $'replayed 0\n' "no match, nothing replayed"
 }
@@ -569,8 +604,8 @@ test_replay_all() {
     ctl replay "$q" --all
     expect_rc 0 "replay --all"
     expect_eq "$OUT" $'replayed 3\n' "every dead letter"
-    expect_eq "$(rget ZCARD "$b:dead")" 0 "none left dead"
-    expect_eq "$(rget LLEN "$b:due")" 3 "three due"
+    expect_eq "$(rget ZCARD "$b:3:dead")" 0 "none left dead"
+    expect_eq "$(rget LLEN "$b:3:due")" 3 "three due"
     expect_eq "$(rget HGET "$b:stats" replayed)" 3 "replayed counter"
     ctl replay "$q" --all
     expect_eq "$OUT" $'replayed 0\n' "again: nothing to replay"
@@ -607,8 +642,8 @@ test_kill_and_delete() {
     expect_rc 0 "kill a pending message"
     expect_eq "$(rget HGET "$b:m:1" status)" dead "killed message is dead"
     expect_eq "$(rget HGET "$b:m:1" last_error)" "poison message" "the reason is last_error"
-    expect_eq "$(rget ZSCORE "$b:dead" 1)" "$(rget HGET "$b:m:1" dead_at)" "in the dead set"
-    expect_eq "$(rget LRANGE "$b:ready" 0 -1 | tr '\n' ' ')" "3 2" "out of the ready list"
+    expect_eq "$(rget ZSCORE "$b:3:dead" 1)" "$(rget HGET "$b:m:1" dead_at)" "in the dead set"
+    expect_eq "$(rget LRANGE "$b:3:ready" 0 -1 | tr '\n' ' ')" "3 2" "out of the ready list"
     ctl kill "$q" 1
     expect_rc 1 "kill a dead message"
     expect_match "$ERR" "message 1 is dead" "the state is named"
@@ -622,15 +657,15 @@ test_kill_and_delete() {
     ctl kill "$q" 2
     expect_rc 0 "kill a leased message"
     expect_eq "$(rget HGET "$b:m:2" last_error)" "killed by operator" "default reason"
-    expect_eq "$(rget ZCARD "$b:processing")" 0 "the lease is gone"
+    expect_eq "$(rget ZCARD "$b:3:processing")" 0 "the lease is gone"
     ctl delete "$q" 2
     expect_rc 0 "delete a dead message"
     expect_eq "$OUT" $'deleted 2\n' "delete says so"
     expect_eq "$(rget EXISTS "$b:m:2")" 0 "the hash is gone"
-    expect_eq "$(rget ZSCORE "$b:dead" 2)" "" "out of the dead set"
+    expect_eq "$(rget ZSCORE "$b:3:dead" 2)" "" "out of the dead set"
     ctl delete "$q" 3
     expect_rc 0 "delete a pending message"
-    expect_eq "$(rget LLEN "$b:ready")" 0 "out of the ready list"
+    expect_eq "$(rget LLEN "$b:3:ready")" 0 "out of the ready list"
     ctl delete "$q" 3
     expect_rc 1 "delete it again"
     expect_match "$ERR" "message 3 not found" "missing is named"
@@ -658,7 +693,7 @@ test_settle_claim_from_redis_cli() {
     expect_eq "$(rget HGET "$b:m:2" status)" pending "2 waits for its retry"
     expect_eq "$(rget HGET "$b:m:2" last_error)" "smtp timeout" "with its error"
     expect_eq "$(rget HGET "$b:m:3" status)" processing "3 is claimed"
-    expect_eq "$(rget ZCARD "$b:processing")" 1 "one lease left"
+    expect_eq "$(rget ZCARD "$b:3:processing")" 1 "one lease left"
     run redis-cli -h 127.0.0.1 -p "$PORT" --raw FCALL "${FN}settle_claim" 1 "$b" 30000 1 1 \
         3 '' bogus '' 1 -1
     expect_match "$OUT$ERR" "bad argument outcome" "a bad outcome is refused"
@@ -701,7 +736,7 @@ test_paging_beyond_one_call() {
         printf 'FCALL %senqueue 1 "%s" "big %d" 3 0 ""\n' "$FN" "$b" "$i"
     done | rcli >/dev/null
     rcli SADD "$PREFIX:queues" "$q" >/dev/null
-    expect_eq "$(rget LLEN "$b:ready")" 1205 "setup"
+    expect_eq "$(rget LLEN "$b:3:ready")" 1205 "setup"
     ctl list "$q" --limit 1100
     expect_rc 0 "list --limit 1100"
     expect_eq "$(printf '%s' "$OUT" | wc -l)" 1101 "1100 rows over two calls"
@@ -716,10 +751,10 @@ test_paging_beyond_one_call() {
         [ "$i" = 7 ] && continue
         printf 'FCALL %skill 2 "%s" "%s:m:%d" %d "bulk"\n' "$FN" "$b" "$b" "$i" "$i"
     done | rcli >/dev/null
-    expect_eq "$(rget ZCARD "$b:dead")" 1205 "all dead"
+    expect_eq "$(rget ZCARD "$b:3:dead")" 1205 "all dead"
     ctl replay "$q" --error-contains bulk
     expect_eq "$OUT" $'replayed 1204\n' "replay by error over two calls"
-    expect_eq "$(rget ZCARD "$b:dead")" 1 "the killed-by-hand letter stays"
+    expect_eq "$(rget ZCARD "$b:3:dead")" 1 "the killed-by-hand letter stays"
 }
 
 # Counts in "retryctl stats" must equal the sizes of the keys after a mixed
@@ -738,11 +773,11 @@ test_stats_match_keys() {
     ctl stats "$q"
     expect_rc 0 "stats"
     local ready scheduled processing succeeded dead
-    ready=$(($(rget LLEN "$b:ready") + $(rget LLEN "$b:due")))
-    scheduled=$(rget ZCARD "$b:scheduled")
-    processing=$(rget ZCARD "$b:processing")
-    succeeded=$(rget ZCARD "$b:succeeded")
-    dead=$(rget ZCARD "$b:dead")
+    ready=$(($(rget LLEN "$b:3:ready") + $(rget LLEN "$b:3:due")))
+    scheduled=$(rget ZCARD "$b:3:scheduled")
+    processing=$(rget ZCARD "$b:3:processing")
+    succeeded=$(rget ZCARD "$b:3:succeeded")
+    dead=$(rget ZCARD "$b:3:dead")
     expect_eq "$ready/$scheduled/$processing/$succeeded/$dead" "3/2/1/2/2" "the workload's shape"
     expect_eq "$(stat_of pending)" $((ready + scheduled)) "pending"
     expect_eq "$(stat_of ready)" "$ready" "ready"

@@ -1490,10 +1490,9 @@ static void test_claim_settle_validation(void **state)
     http(&r, "GET", message_path(q, 1, NULL), NULL);
     rd_json_t *m = e2e_expect_json(&r, 200);
     expect_message(m, 1, q, "processing", 0, 3);
-    redisReply *x = e2e_rcmd(g_redis, "HGET %s:{%s}:m:1 lease_token", g_prefix, q);
-    assert_int_equal(x->type, REDIS_REPLY_STRING);
-    assert_string_equal(x->str, token);
-    freeReplyObject(x);
+    char held[160];
+    assert_string_equal(e2e_message_field(g_redis, e2e_fmt("%s:{%s}", g_prefix, q), 1,
+                                          "lease_token", held, sizeof held), token);
     http(&r, "GET", message_path(q, 2, NULL), NULL);
     expect_message(e2e_expect_json(&r, 200), 2, q, "pending", 0, 3);
     /* A success takes no more fields than the succeed route: error and the
@@ -1528,9 +1527,9 @@ static void test_claim_settle_long_poll(void **state)
     assert_int_equal(e2e_send_request(&c, "POST", path, NULL, body, strlen(body)), 0);
     /* Settled while the claim waits. */
     for (;;) {
-        redisReply *x = e2e_rcmd(g_redis, "HGET %s:{%s}:m:1 status", g_prefix, q);
-        bool done = x->type == REDIS_REPLY_STRING && strcmp(x->str, "succeeded") == 0;
-        freeReplyObject(x);
+        char status[32];
+        bool done = strcmp(e2e_message_field(g_redis, e2e_fmt("%s:{%s}", g_prefix, q), 1,
+                                             "status", status, sizeof status), "succeeded") == 0;
         if (done) break;
         if (e2e_mono_ms() - t0 > 5000) fail_msg("message 1 was not settled within 5 s");
         e2e_pause_ms(5);
@@ -1732,11 +1731,11 @@ static void test_concurrent_claims_claim_each_message_once(void **state)
         if (atomic_load(&claims[id]) != 1)
             fail_msg("message %d was claimed %d times", id, atomic_load(&claims[id]));
     }
-    redisReply *z = e2e_rcmd(g_redis, "ZCARD %s:{%s}:succeeded", g_prefix, q);
+    redisReply *z = e2e_rcmd(g_redis, "ZCARD %s:{%s}:3:succeeded", g_prefix, q);
     assert_int_equal(z->type, REDIS_REPLY_INTEGER);
     assert_int_equal(z->integer, MESSAGES);
     freeReplyObject(z);
-    z = e2e_rcmd(g_redis, "LLEN %s:{%s}:ready", g_prefix, q);
+    z = e2e_rcmd(g_redis, "LLEN %s:{%s}:3:ready", g_prefix, q);
     assert_int_equal(z->integer, 0);
     freeReplyObject(z);
 }

@@ -56,7 +56,7 @@ static char *scratch(void)
     return ring[next++ % 32];
 }
 
-/* "<base>:<suffix>", e.g. qkey(q, "ready"). */
+/* "<base>:<suffix>", e.g. qkey(q, "3:ready"). */
 static const char *qkey(const queue_t *q, const char *suffix)
 {
     char *s = scratch();
@@ -114,8 +114,8 @@ static redisReply *rcmd(const char *first, ...)
  * base and, when id >= 0, KEYS[2] = the message key and ARGV[1] = id, then
  * nargs more ARGV of lens[i] bytes each (strlen when lens is NULL).
  * Binary-safe. Caller frees the reply. */
-static redisReply *fcall_bin(const char *fn, const queue_t *q, long long id, size_t nargs,
-                             const char *const *args, const size_t *lens)
+static redisReply *fcall_lib(const char *prefix, const char *fn, const queue_t *q, long long id,
+                             size_t nargs, const char *const *args, const size_t *lens)
 {
     size_t cap = nargs + 6, argc = 0;
     const char **argv = calloc(cap, sizeof *argv);
@@ -124,7 +124,7 @@ static redisReply *fcall_bin(const char *fn, const queue_t *q, long long id, siz
     assert_non_null(argvlen);
 #define PUSH(s, n) do { argv[argc] = (s); argvlen[argc++] = (n); } while (0)
     char name[64];
-    snprintf(name, sizeof name, "%s%s", RD_FUNCTION(""), fn);
+    snprintf(name, sizeof name, "%s%s", prefix, fn);
     PUSH("FCALL", 5);
     PUSH(name, strlen(name));
     PUSH(id >= 0 ? "2" : "1", 1);
@@ -145,6 +145,12 @@ static redisReply *fcall_bin(const char *fn, const queue_t *q, long long id, siz
     return r;
 }
 
+static redisReply *fcall_bin(const char *fn, const queue_t *q, long long id, size_t nargs,
+                             const char *const *args, const size_t *lens)
+{
+    return fcall_lib(RD_FUNCTION(""), fn, q, id, nargs, args, lens);
+}
+
 /* fcall_bin with NUL-terminated ARGV, END-terminated. */
 static redisReply *fcall(const char *fn, const queue_t *q, long long id, ...)
 {
@@ -158,6 +164,22 @@ static redisReply *fcall(const char *fn, const queue_t *q, long long id, ...)
     }
     va_end(ap);
     return fcall_bin(fn, q, id, n, args, NULL);
+}
+
+/* fcall of the previous release's library, retryd_v2 (tests/fixtures/
+ * retryd_v2.lua, loaded by load_v2): what a daemon of that release calls. */
+static redisReply *fcall_v2(const char *fn, const queue_t *q, long long id, ...)
+{
+    const char *args[MAX_ARGV];
+    size_t n = 0;
+    va_list ap;
+    va_start(ap, id);
+    for (const char *a; (a = va_arg(ap, const char *)) != NULL;) {
+        assert_true(n < MAX_ARGV);
+        args[n++] = a;
+    }
+    va_end(ap);
+    return fcall_lib("retryd_v2_", fn, q, id, n, args, NULL);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -471,15 +493,36 @@ static long long counter(const queue_t *q, const char *name)
     return v;
 }
 
+/* Sets retry_count or max_retries of message id (a byte each in the record's
+ * header, docs/storage.md): test setup for counts the API cannot reach. */
 static void hset(const queue_t *q, long long id, const char *field, const char *value)
 {
-    int_reply(rcmd("HSET", mkey(q, id), field, value, END));
+    long long offset = strcmp(field, "retry_count") == 0 ? 1 : 2;
+    assert_true(offset == 1 || strcmp(field, "max_retries") == 0);
+    int_reply(rcmd("EVAL", "return redis.call('SETRANGE', KEYS[1], ARGV[1], "
+                           "struct.pack('B', tonumber(ARGV[2])))",
+                   "1", mkey(q, id), num(offset), value, END));
+}
+
+/* One field of message id as `get` answers it, "" when it has none. */
+static void get_field(const queue_t *q, long long id, const char *field, char *out, size_t size)
+{
+    redisReply *r = fcall("get", q, id, END);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->elements, 2);
+    assert_string_equal(r->element[0]->str, "ok");
+    const redisReply *m = r->element[1];
+    out[0] = '\0';
+    for (size_t i = 2; i + 1 < m->elements; i += 2)
+        if (strcmp(m->element[i]->str, field) == 0)
+            snprintf(out, size, "%s", m->element[i + 1]->str);
+    freeReplyObject(r);
 }
 
 /* Makes a scheduled id due now (as if its retry_after had passed). */
 static void make_due(const queue_t *q, long long id)
 {
-    assert_int_equal(int_reply(rcmd("ZADD", qkey(q, "scheduled"), "XX", "CH", "0", num(id), END)), 1);
+    assert_int_equal(int_reply(rcmd("ZADD", qkey(q, "3:scheduled"), "XX", "CH", "0", num(id), END)), 1);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -607,8 +650,8 @@ static void test_enqueue_ids_and_fields(void **state)
         assert_no_field(&m, "lease_token");
         assert_no_field(&m, "lease_expires_at");
     }
-    assert_int_equal(llen(qkey(&q, "ready")), 3);
-    assert_int_equal(zcard(qkey(&q, "scheduled")), 0);
+    assert_int_equal(llen(qkey(&q, "3:ready")), 3);
+    assert_int_equal(zcard(qkey(&q, "3:scheduled")), 0);
     assert_int_equal(counter(&q, "enqueued"), 3);
 
     /* Ids are per queue. */
@@ -659,8 +702,8 @@ static void test_enqueue_delayed(void **state)
     expect_enqueued(&q, fcall("enqueue", &q, -1, "later", "3", "60000", END), &m);
     assert_string_equal(msg_str(&m, "status"), "pending");
     assert_int_equal(msg_int(&m, "retry_after"), msg_int(&m, "created_at") + 60000);
-    assert_int_equal(zscore(qkey(&q, "scheduled"), m.id), msg_int(&m, "retry_after"));
-    assert_int_equal(llen(qkey(&q, "ready")), 0);
+    assert_int_equal(zscore(qkey(&q, "3:scheduled"), m.id), msg_int(&m, "retry_after"));
+    assert_int_equal(llen(qkey(&q, "3:ready")), 0);
     expect_nothing_to_claim(&q);
 
     long long r[2];
@@ -727,7 +770,7 @@ static void test_claim_fifo_and_lease(void **state)
         assert_true(msg_field(&m, "lease_token")->len > 0);
         assert_in_range(msg_int(&m, "updated_at"), before, redis_now_ms());
         assert_int_equal(msg_int(&m, "lease_expires_at"), msg_int(&m, "updated_at") + 30000);
-        assert_int_equal(zscore(qkey(&q, "processing"), m.id), msg_int(&m, "lease_expires_at"));
+        assert_int_equal(zscore(qkey(&q, "3:processing"), m.id), msg_int(&m, "lease_expires_at"));
     }
     expect_nothing_to_claim(&q);
     assert_int_equal(counter(&q, "claimed"), 3);
@@ -746,7 +789,7 @@ static void test_claim_count(void **state)
         assert_int_equal(m[i].id, (long long)i + 1);
         assert_string_equal(msg_str(&m[i], "status"), "processing");
         assert_int_equal(msg_int(&m[i], "lease_expires_at"), msg_int(&m[i], "updated_at") + 45000);
-        assert_int_equal(zscore(qkey(&q, "processing"), m[i].id), msg_int(&m[i], "lease_expires_at"));
+        assert_int_equal(zscore(qkey(&q, "3:processing"), m[i].id), msg_int(&m[i], "lease_expires_at"));
         for (size_t j = 0; j < i; j++)
             assert_string_not_equal(msg_str(&m[i], "lease_token"), msg_str(&m[j], "lease_token"));
     }
@@ -758,7 +801,7 @@ static void test_claim_count(void **state)
     assert_string_not_equal(msg_str(&m[0], "lease_token"), msg_str(&m[1], "lease_token"));
     expect_code(fcall("claim", &q, -1, "45000", "10", END), "ok", NULL);
     assert_int_equal(counter(&q, "claimed"), 5);
-    assert_int_equal(zcard(qkey(&q, "processing")), 5);
+    assert_int_equal(zcard(qkey(&q, "3:processing")), 5);
 }
 
 static void test_claim_bad_arguments(void **state)
@@ -771,7 +814,7 @@ static void test_claim_bad_arguments(void **state)
     expect_error(fcall("claim", &q, -1, "1000", "0", END));
     expect_error(fcall("claim", &q, -1, "1000", "101", END));
     expect_error(fcall("claim", &q, -1, END));
-    assert_int_equal(llen(qkey(&q, "ready")), 1);
+    assert_int_equal(llen(qkey(&q, "3:ready")), 1);
 }
 
 static void test_claim_due_retry_before_fresh(void **state)
@@ -786,7 +829,7 @@ static void test_claim_due_retry_before_fresh(void **state)
     fail_ok(&q, 1, "flaky", "1", 0, &m);
     assert_string_equal(msg_str(&m, "status"), "pending");
     assert_int_equal(msg_int(&m, "retry_after"), msg_int(&m, "updated_at"));
-    assert_int_equal(zscore(qkey(&q, "scheduled"), 1), msg_int(&m, "retry_after"));
+    assert_int_equal(zscore(qkey(&q, "3:scheduled"), 1), msg_int(&m, "retry_after"));
 
     /* Id 1 is due: it goes before 2 and 3, which were enqueued later but never failed. */
     claim_one(&q, 30000, &m);
@@ -829,8 +872,8 @@ static void test_claim_skips_deleted(void **state)
     assert_int_equal(ms[1].id, 3);
     assert_string_not_equal(msg_str(&ms[0], "lease_token"), msg_str(&ms[1], "lease_token"));
     assert_int_equal(exists(mkey(&q, 1)), 0); /* not brought back as a stub */
-    assert_int_equal(zscore(qkey(&q, "processing"), 1), -1);
-    assert_int_equal(llen(qkey(&q, "ready")), 0);
+    assert_int_equal(zscore(qkey(&q, "3:processing"), 1), -1);
+    assert_int_equal(llen(qkey(&q, "3:ready")), 0);
     assert_int_equal(counter(&q, "claimed"), 2);
 
     /* Lease tokens stay unique after the claimed counter was wound back. */
@@ -921,8 +964,8 @@ static void test_succeed_moves_to_succeeded(void **state)
     assert_string_equal(msg_str(&m, "status"), "succeeded");
     assert_no_field(&m, "lease_token");
     assert_no_field(&m, "lease_expires_at");
-    assert_int_equal(zscore(qkey(&q, "processing"), id), -1);
-    assert_int_equal(zscore(qkey(&q, "succeeded"), id), msg_int(&m, "updated_at"));
+    assert_int_equal(zscore(qkey(&q, "3:processing"), id), -1);
+    assert_int_equal(zscore(qkey(&q, "3:succeeded"), id), msg_int(&m, "updated_at"));
     assert_int_equal(counter(&q, "succeeded"), 1);
     /* Settled once: no second time, with or without a token. */
     expect_code(fcall("succeed", &q, id, "", END), "invalid_state", "succeeded");
@@ -951,8 +994,8 @@ static void test_fail_backoff_then_dead(void **state)
         assert_int_equal(msg_int(&m, "retry_count"), n);
         assert_string_equal(msg_str(&m, "last_error"), error);
         assert_int_equal(msg_int(&m, "retry_after") - msg_int(&m, "updated_at"), delays_ms[n - 1]);
-        assert_int_equal(zscore(qkey(&q, "scheduled"), id), msg_int(&m, "retry_after"));
-        assert_int_equal(zscore(qkey(&q, "processing"), id), -1);
+        assert_int_equal(zscore(qkey(&q, "3:scheduled"), id), msg_int(&m, "retry_after"));
+        assert_int_equal(zscore(qkey(&q, "3:processing"), id), -1);
         assert_no_field(&m, "lease_token");
         assert_no_field(&m, "lease_expires_at");
         expect_nothing_to_claim(&q); /* not due yet */
@@ -964,9 +1007,9 @@ static void test_fail_backoff_then_dead(void **state)
     assert_int_equal(msg_int(&m, "retry_count"), 5);
     assert_string_equal(msg_str(&m, "last_error"), "error 5");
     assert_no_field(&m, "retry_after");
-    assert_int_equal(zscore(qkey(&q, "dead"), id), msg_int(&m, "updated_at"));
-    assert_int_equal(zscore(qkey(&q, "scheduled"), id), -1);
-    assert_int_equal(zscore(qkey(&q, "processing"), id), -1);
+    assert_int_equal(zscore(qkey(&q, "3:dead"), id), msg_int(&m, "updated_at"));
+    assert_int_equal(zscore(qkey(&q, "3:scheduled"), id), -1);
+    assert_int_equal(zscore(qkey(&q, "3:processing"), id), -1);
     expect_nothing_to_claim(&q);
     assert_int_equal(counter(&q, "failed"), 5);
     assert_int_equal(counter(&q, "retried"), 4);
@@ -985,7 +1028,7 @@ static void test_fail_dead_at_once(void **state)
     fail_ok(&q, a, "once", "1", -1, &m);
     assert_string_equal(msg_str(&m, "status"), "dead");
     assert_int_equal(msg_int(&m, "retry_count"), 1);
-    assert_true(zscore(qkey(&q, "dead"), a) > 0);
+    assert_true(zscore(qkey(&q, "3:dead"), a) > 0);
 
     /* retryable "0": dead with retries left. */
     long long b = enqueue_ok(&q, "job", 5, 0);
@@ -994,8 +1037,8 @@ static void test_fail_dead_at_once(void **state)
     assert_string_equal(msg_str(&m, "status"), "dead");
     assert_int_equal(msg_int(&m, "retry_count"), 1);
     assert_string_equal(msg_str(&m, "last_error"), "poison");
-    assert_true(zscore(qkey(&q, "dead"), b) > 0);
-    assert_int_equal(zcard(qkey(&q, "scheduled")), 0);
+    assert_true(zscore(qkey(&q, "3:dead"), b) > 0);
+    assert_int_equal(zcard(qkey(&q, "3:scheduled")), 0);
 }
 
 static void test_fail_retry_after_override(void **state)
@@ -1008,7 +1051,7 @@ static void test_fail_retry_after_override(void **state)
     fail_ok(&q, id, "slow down", "1", 12345, &m);
     assert_string_equal(msg_str(&m, "status"), "pending");
     assert_int_equal(msg_int(&m, "retry_after") - msg_int(&m, "updated_at"), 12345);
-    assert_int_equal(zscore(qkey(&q, "scheduled"), id), msg_int(&m, "retry_after"));
+    assert_int_equal(zscore(qkey(&q, "3:scheduled"), id), msg_int(&m, "retry_after"));
     expect_error(fcall("fail", &q, id, "", "e", "1", "x", END));
     expect_error(fcall("fail", &q, id, END));
 }
@@ -1079,8 +1122,8 @@ static void test_replay(void **state)
     assert_no_field(&m, "retry_after");
     assert_no_field(&m, "dead_at");
     assert_no_field(&m, "lease_token");
-    assert_int_equal(zscore(qkey(&q, "dead"), id), -1);
-    assert_int_equal(llen(qkey(&q, "due")), 1);
+    assert_int_equal(zscore(qkey(&q, "3:dead"), id), -1);
+    assert_int_equal(llen(qkey(&q, "3:due")), 1);
     assert_int_equal(counter(&q, "replayed"), 1);
 
     expect_code(fcall("replay", &q, id, END), "invalid_state", "pending");
@@ -1106,12 +1149,12 @@ static void test_extend(void **state)
     assert_string_equal(msg_str(&e, "lease_token"), msg_str(&m, "lease_token"));
     assert_int_equal(msg_int(&e, "lease_expires_at"), msg_int(&e, "updated_at") + 600000);
     assert_true(msg_int(&e, "lease_expires_at") > first);
-    assert_int_equal(zscore(qkey(&q, "processing"), id), msg_int(&e, "lease_expires_at"));
+    assert_int_equal(zscore(qkey(&q, "3:processing"), id), msg_int(&e, "lease_expires_at"));
 
     /* A lease can be shortened too: the deadline is now + lease_ms. */
     expect_ok_msg(fcall("extend", &q, id, "", "5000", END), &e);
     assert_int_equal(msg_int(&e, "lease_expires_at"), msg_int(&e, "updated_at") + 5000);
-    assert_int_equal(zscore(qkey(&q, "processing"), id), msg_int(&e, "lease_expires_at"));
+    assert_int_equal(zscore(qkey(&q, "3:processing"), id), msg_int(&e, "lease_expires_at"));
 
     expect_error(fcall("extend", &q, id, "", "0", END));
     expect_error(fcall("extend", &q, id, "", END));
@@ -1151,8 +1194,8 @@ static void test_reclaim_expired_lease(void **state)
     assert_int_equal(msg_int(&m, "retry_after") - msg_int(&m, "updated_at"), 2000);
     assert_no_field(&m, "lease_token");
     assert_no_field(&m, "lease_expires_at");
-    assert_int_equal(zscore(qkey(&q, "processing"), short_id), -1);
-    assert_int_equal(zscore(qkey(&q, "scheduled"), short_id), msg_int(&m, "retry_after"));
+    assert_int_equal(zscore(qkey(&q, "3:processing"), short_id), -1);
+    assert_int_equal(zscore(qkey(&q, "3:scheduled"), short_id), msg_int(&m, "retry_after"));
     assert_int_equal(counter(&q, "lease_expired"), 1);
     assert_int_equal(counter(&q, "failed"), 1);
 
@@ -1186,7 +1229,7 @@ static void test_reclaim_last_retry_is_dead(void **state)
     expect_ok_msg(fcall("get", &q, id, END), &m);
     assert_string_equal(msg_str(&m, "status"), "dead");
     assert_string_equal(msg_str(&m, "last_error"), "lease expired");
-    assert_true(zscore(qkey(&q, "dead"), id) > 0);
+    assert_true(zscore(qkey(&q, "3:dead"), id) > 0);
 }
 
 static void test_promote(void **state)
@@ -1206,15 +1249,15 @@ static void test_promote(void **state)
 
     /* All five due, id 5 earliest: due order is 5, 4, 3, 2, 1. */
     for (long long id = 1; id <= 5; id++)
-        int_reply(rcmd("ZADD", qkey(&q, "scheduled"), "XX", num(6 - id), num(id), END));
+        int_reply(rcmd("ZADD", qkey(&q, "3:scheduled"), "XX", num(6 - id), num(id), END));
     expect_ints(fcall("promote", &q, -1, "3", END), 2, r);
     assert_int_equal(r[0], 3);
     assert_int_equal(r[1], 0); /* more are due already */
-    assert_int_equal(llen(qkey(&q, "due")), 3);
-    assert_int_equal(zcard(qkey(&q, "scheduled")), 2);
+    assert_int_equal(llen(qkey(&q, "3:due")), 3);
+    assert_int_equal(zcard(qkey(&q, "3:scheduled")), 2);
 
     /* Within one batch the earliest due sits at the claim end (the right). */
-    redisReply *ready = rcmd("LRANGE", qkey(&q, "due"), "0", "-1", END);
+    redisReply *ready = rcmd("LRANGE", qkey(&q, "3:due"), "0", "-1", END);
     assert_int_equal(ready->type, REDIS_REPLY_ARRAY);
     assert_int_equal(ready->elements, 3);
     for (size_t i = 0; i < 3; i++)
@@ -1244,7 +1287,7 @@ static void test_promoted_batches_keep_due_order(void **state)
         enqueue_ok(&q, "job", 3, 60000);
     /* Due order 1, 2, 3, 4; the timer promotes two per call. */
     for (long long id = 1; id <= 4; id++)
-        int_reply(rcmd("ZADD", qkey(&q, "scheduled"), "XX", num(id), num(id), END));
+        int_reply(rcmd("ZADD", qkey(&q, "3:scheduled"), "XX", num(id), num(id), END));
     long long r[2];
     expect_ints(fcall("promote", &q, -1, "2", END), 2, r);
     assert_int_equal(r[0], 2);
@@ -1273,7 +1316,7 @@ static void test_tick(void **state)
 
     msg_t m;
     long long dead = make_dead(&q, "gone");
-    long long dead_at = zscore(qkey(&q, "dead"), dead);
+    long long dead_at = zscore(qkey(&q, "3:dead"), dead);
     long long done = enqueue_ok(&q, "job", 3, 0);
     claim_one(&q, 60000, &m);
     expect_ok_msg(fcall("succeed", &q, done, "", END), &m);
@@ -1294,14 +1337,14 @@ static void test_tick(void **state)
     assert_int_equal(r[4], 1);    /* ready: due */
 
     assert_int_equal(exists(mkey(&q, dead)), 0);
-    assert_int_equal(zscore(qkey(&q, "dead"), dead), -1);
+    assert_int_equal(zscore(qkey(&q, "3:dead"), dead), -1);
     assert_int_equal(counter(&q, "expired_dead"), 1);
     assert_int_equal(exists(mkey(&q, done)), 1); /* succeeded_ttl 0 keeps it */
     expect_ok_msg(fcall("get", &q, leased, END), &m);
     assert_string_equal(msg_str(&m, "status"), "pending");
     assert_string_equal(msg_str(&m, "last_error"), "lease expired");
     assert_int_equal(counter(&q, "lease_expired"), 1);
-    assert_int_equal(llen(qkey(&q, "due")), 1);
+    assert_int_equal(llen(qkey(&q, "3:due")), 1);
     claim_one(&q, 60000, &m);
     assert_int_equal(m.id, due);
 
@@ -1316,7 +1359,7 @@ static void test_tick(void **state)
     expect_ints(fcall("tick", &q, -1, "100", "0", "1", END), TICK_N, r);
     assert_int_equal(r[2], 1);
     assert_int_equal(exists(mkey(&q, done)), 0);
-    assert_int_equal(zscore(qkey(&q, "succeeded"), done), -1);
+    assert_int_equal(zscore(qkey(&q, "3:succeeded"), done), -1);
     assert_int_equal(counter(&q, "expired_succeeded"), 1);
 
     expect_error(fcall("tick", &q, -1, "0", "0", "0", END));
@@ -1343,12 +1386,12 @@ static void test_tick_dead_ttl_zero_keeps(void **state)
     queue_t q;
     queue_init(&q, "keep");
     long long dead = make_dead(&q, "kept");
-    wait_until_ms(zscore(qkey(&q, "dead"), dead) + 2);
+    wait_until_ms(zscore(qkey(&q, "3:dead"), dead) + 2);
     long long r[TICK_N];
     expect_ints(fcall("tick", &q, -1, "100", "0", "0", END), TICK_N, r);
     assert_int_equal(r[2], 0);
     assert_int_equal(exists(mkey(&q, dead)), 1);
-    assert_true(zscore(qkey(&q, "dead"), dead) > 0);
+    assert_true(zscore(qkey(&q, "3:dead"), dead) > 0);
     assert_int_equal(counter(&q, "expired_dead"), 0);
 }
 
@@ -1365,7 +1408,7 @@ static void test_tick_limit(void **state)
     assert_int_equal(r[0], 2);
     assert_int_equal(r[3], 0);
     assert_int_equal(r[4], 2);
-    assert_int_equal(zcard(qkey(&q, "scheduled")), 3);
+    assert_int_equal(zcard(qkey(&q, "3:scheduled")), 3);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1628,8 +1671,8 @@ static void test_enqueue_idempotency_key(void **state)
     assert_string_equal(msg_str(&d, "payload"), "first");
     assert_int_equal(msg_int(&d, "max_retries"), 3);
     assert_no_field(&d, "retry_after");
-    assert_int_equal(llen(qkey(&q, "ready")), 1);
-    assert_int_equal(zcard(qkey(&q, "scheduled")), 0);
+    assert_int_equal(llen(qkey(&q, "3:ready")), 1);
+    assert_int_equal(zcard(qkey(&q, "3:scheduled")), 0);
     assert_int_equal(counter(&q, "enqueued"), 1);
     long long ttl = int_reply(rcmd("PTTL", qkey(&q, "idem:order-17"), END));
     assert_in_range(ttl, 1, 24LL * 3600 * 1000);
@@ -1685,7 +1728,7 @@ static void test_release(void **state)
     /* Only an exact current lease is released. */
     assert_int_equal(int_reply(fcall("release", &q, -1, "1", "nope", "2", "", "4", "", "999", "x", END)), 0);
     assert_int_equal(int_reply(fcall("release", &q, -1, END)), 0);
-    assert_int_equal(zcard(qkey(&q, "processing")), 3);
+    assert_int_equal(zcard(qkey(&q, "3:processing")), 3);
 
     assert_int_equal(int_reply(fcall("release", &q, -1, "1", t1, "2", t2, END)), 2);
     msg_t g;
@@ -1695,8 +1738,8 @@ static void test_release(void **state)
     assert_no_field(&g, "lease_token");
     assert_no_field(&g, "lease_expires_at");
     assert_no_field(&g, "last_error");
-    assert_int_equal(zscore(qkey(&q, "processing"), 1), -1);
-    assert_int_equal(zscore(qkey(&q, "processing"), 2), -1);
+    assert_int_equal(zscore(qkey(&q, "3:processing"), 1), -1);
+    assert_int_equal(zscore(qkey(&q, "3:processing"), 2), -1);
     assert_int_equal(counter(&q, "released"), 2);
     assert_int_equal(counter(&q, "failed"), 0);
     /* Released twice is released once. */
@@ -1732,8 +1775,8 @@ static void test_succeed_many(void **state)
         expect_ok_msg(fcall("get", &q, id, END), &g);
         assert_string_equal(msg_str(&g, "status"), "succeeded");
         assert_no_field(&g, "lease_token");
-        assert_int_equal(zscore(qkey(&q, "succeeded"), id), msg_int(&g, "updated_at"));
-        assert_int_equal(zscore(qkey(&q, "processing"), id), -1);
+        assert_int_equal(zscore(qkey(&q, "3:succeeded"), id), msg_int(&g, "updated_at"));
+        assert_int_equal(zscore(qkey(&q, "3:processing"), id), -1);
     }
     expect_ok_msg(fcall("get", &q, 3, END), &g);
     assert_string_equal(msg_str(&g, "status"), "processing");
@@ -1875,7 +1918,7 @@ static void test_settle_claim_mixed_outcomes(void **state)
         assert_string_equal(msg_str(&got[i], "status"), "processing");
         assert_string_equal(msg_str(&got[i], "payload"), "job");
         assert_int_equal(msg_int(&got[i], "lease_expires_at"), msg_int(&got[i], "updated_at") + 45000);
-        assert_int_equal(zscore(qkey(&q, "processing"), got[i].id), msg_int(&got[i], "lease_expires_at"));
+        assert_int_equal(zscore(qkey(&q, "3:processing"), got[i].id), msg_int(&got[i], "lease_expires_at"));
     }
     assert_string_not_equal(msg_str(&got[0], "lease_token"), msg_str(&got[1], "lease_token"));
 
@@ -1885,23 +1928,23 @@ static void test_settle_claim_mixed_outcomes(void **state)
     assert_no_field(&g, "lease_token");
     assert_no_field(&g, "lease_expires_at");
     assert_in_range(msg_int(&g, "updated_at"), before, after);
-    assert_int_equal(zscore(qkey(&q, "succeeded"), 1), msg_int(&g, "updated_at"));
-    assert_int_equal(zscore(qkey(&q, "processing"), 1), -1);
+    assert_int_equal(zscore(qkey(&q, "3:succeeded"), 1), msg_int(&g, "updated_at"));
+    assert_int_equal(zscore(qkey(&q, "3:processing"), 1), -1);
 
     expect_ok_msg(fcall("get", &q, 2, END), &g);
     assert_string_equal(msg_str(&g, "status"), "pending");
     assert_int_equal(msg_int(&g, "retry_count"), 1);
     assert_string_equal(msg_str(&g, "last_error"), "smtp timeout");
     assert_int_equal(msg_int(&g, "retry_after") - msg_int(&g, "updated_at"), 2000);
-    assert_int_equal(zscore(qkey(&q, "scheduled"), 2), msg_int(&g, "retry_after"));
+    assert_int_equal(zscore(qkey(&q, "3:scheduled"), 2), msg_int(&g, "retry_after"));
     assert_no_field(&g, "lease_token");
 
     expect_ok_msg(fcall("get", &q, 3, END), &g);
     assert_string_equal(msg_str(&g, "status"), "dead");
     assert_int_equal(msg_int(&g, "retry_count"), 1);
     assert_string_equal(msg_str(&g, "last_error"), "poison");
-    assert_int_equal(zscore(qkey(&q, "dead"), 3), msg_int(&g, "updated_at"));
-    assert_int_equal(zscore(qkey(&q, "processing"), 3), -1);
+    assert_int_equal(zscore(qkey(&q, "3:dead"), 3), msg_int(&g, "updated_at"));
+    assert_int_equal(zscore(qkey(&q, "3:processing"), 3), -1);
     /* The dead letter is counted in top_errors and in the events stream. */
     redisReply *r = rcmd("ZSCORE", qkey(&q, "errors"), "poison", END);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
@@ -1927,7 +1970,7 @@ static void test_settle_claim_mixed_outcomes(void **state)
     assert_int_equal(counter(&q, "delay_le_2"), 1);
     assert_int_equal(counter(&q, "delay_le_8"), 1);
     assert_int_equal(counter(&q, "claimed"), 6);
-    assert_int_equal(zcard(qkey(&q, "processing")), 2);
+    assert_int_equal(zcard(qkey(&q, "3:processing")), 2);
 }
 
 /* The failure path is fail's: the backoff table, then dead at max_retries,
@@ -1962,7 +2005,7 @@ static void test_settle_claim_backoff_then_dead(void **state)
     assert_string_equal(msg_str(&m, "status"), "dead");
     assert_int_equal(msg_int(&m, "retry_count"), 5);
     assert_no_field(&m, "retry_after");
-    assert_int_equal(zscore(qkey(&q, "dead"), id), msg_int(&m, "updated_at"));
+    assert_int_equal(zscore(qkey(&q, "3:dead"), id), msg_int(&m, "updated_at"));
     assert_int_equal(counter(&q, "failed"), 5);
     assert_int_equal(counter(&q, "retried"), 4);
     assert_int_equal(counter(&q, "dead"), 1);
@@ -1997,8 +2040,8 @@ static void test_settle_claim_nothing_claimable(void **state)
     settle_t items[] = { SUCCEEDED(1, ""), SUCCEEDED(2, "") };
     msg_t got[1];
     assert_int_equal(expect_settled(settle_claim(&q, 30000, 100, 2, items), 2, want, got, 0), 0);
-    assert_int_equal(zcard(qkey(&q, "succeeded")), 2);
-    assert_int_equal(zcard(qkey(&q, "processing")), 0);
+    assert_int_equal(zcard(qkey(&q, "3:succeeded")), 2);
+    assert_int_equal(zcard(qkey(&q, "3:processing")), 0);
     assert_int_equal(counter(&q, "succeeded"), 2);
     assert_int_equal(counter(&q, "claimed"), 2);
 
@@ -2025,7 +2068,7 @@ static void test_settle_claim_lease_mismatch(void **state)
         expect_ok_msg(fcall("get", &q, m[i].id, END), &g);
         assert_string_equal(msg_str(&g, "status"), "processing");
         assert_string_equal(msg_str(&g, "lease_token"), msg_str(&m[i], "lease_token"));
-        assert_int_equal(zscore(qkey(&q, "processing"), m[i].id), msg_int(&m[i], "lease_expires_at"));
+        assert_int_equal(zscore(qkey(&q, "3:processing"), m[i].id), msg_int(&m[i], "lease_expires_at"));
     }
     assert_int_equal(counter(&q, "failed"), 0);
     char t1[64];
@@ -2067,7 +2110,7 @@ static void test_settle_claim_atomic(void **state)
         expect_ok_msg(fcall("get", &q, id, END), &g);
         assert_string_equal(msg_str(&g, "status"), "processing");
     }
-    assert_int_equal(llen(qkey(&q, "ready")), 1);
+    assert_int_equal(llen(qkey(&q, "3:ready")), 1);
     assert_int_equal(counter(&q, "succeeded"), 0);
     assert_int_equal(counter(&q, "claimed"), 2);
 }
@@ -2096,7 +2139,7 @@ static void test_settle_claim_bounds(void **state)
     assert_int_equal(m[0].id, 101);
     assert_int_equal(m[99].id, 200);
     assert_int_equal(counter(&q, "succeeded"), 100);
-    assert_int_equal(zcard(qkey(&q, "processing")), 100);
+    assert_int_equal(zcard(qkey(&q, "3:processing")), 100);
     free(m);
 }
 
@@ -2246,7 +2289,7 @@ static void test_claim_every_id_once(void **state)
     for (int id = 1; id <= N; id++)
         if (seen[id] != 1)
             fail_msg("id %d claimed %d times", id, seen[id]);
-    assert_int_equal(zcard(qkey(&q, "processing")), N);
+    assert_int_equal(zcard(qkey(&q, "3:processing")), N);
     assert_int_equal(counter(&q, "claimed"), N);
 }
 
@@ -2393,6 +2436,198 @@ static void test_list_bounded_work(void **state)
 
 /* Orphans in the dead index (ids whose hash is gone: eviction, manual DEL):
  * replay_many removes and counts them and always makes progress. */
+/* ------------------------------------------------------------------------ */
+/* The record layout and the upgrade from retryd_v2's HASH (docs/storage.md) */
+/* ------------------------------------------------------------------------ */
+
+static const char *key_type(const char *key)
+{
+    static char type[16];
+    redisReply *r = rcmd("TYPE", key, END);
+    assert_int_equal(r->type, REDIS_REPLY_STATUS);
+    snprintf(type, sizeof type, "%s", r->str);
+    freeReplyObject(r);
+    return type;
+}
+
+/* A pending 100-byte message is one STRING of 24 + 100 bytes; claim and
+ * succeed change header bytes only (the length stays), and the key takes
+ * well under half of the 624 bytes the HASH of retryd_v2 did. */
+static void test_record_is_compact(void **state)
+{
+    queue_t q;
+    queue_init(&q, "compact");
+    char payload[101];
+    memset(payload, 'p', 100);
+    payload[100] = '\0';
+    long long id = enqueue_ok(&q, payload, 3, 0);
+    assert_string_equal(key_type(mkey(&q, id)), "string");
+    assert_int_equal(int_reply(rcmd("STRLEN", mkey(&q, id), END)), 124);
+    long long usage = int_reply(rcmd("MEMORY", "USAGE", mkey(&q, id), END));
+    if (usage > 250)
+        fail_msg("MEMORY USAGE of a pending 100-byte message: %lld bytes", usage);
+    msg_t m;
+    claim_one(&q, 30000, &m);
+    assert_int_equal(int_reply(rcmd("STRLEN", mkey(&q, id), END)), 124);
+    expect_ok_msg(fcall("succeed", &q, id, msg_str(&m, "lease_token"), END), &m);
+    assert_int_equal(int_reply(rcmd("STRLEN", mkey(&q, id), END)), 124);
+    assert_string_equal(msg_str(&m, "payload"), payload);
+}
+
+static void assert_generations_apart(const queue_t *q);
+
+/* Messages written by retryd_v2 (HASHes, status and all, in its indexes), in
+ * every state, are read as they are by get, list and export, and each is
+ * lifted into the new indexes, its record rewritten, by its next write
+ * (succeed, fail, replay, claim, kill, delete), keeping its fields and lease. */
+static void test_old_layout_is_read_and_converted(void **state)
+{
+    queue_t q;
+    queue_init(&q, "legacy");
+    const char *t = "1796000000000", *far = "4102444800000"; /* 2100-01-01 */
+    /* 1 ready (with an idempotency key), 2 scheduled after a failure, 3 and 6
+     * processing (6 with a token retryd never made), 4 succeeded, 5 dead,
+     * 7 ready after its retry was promoted. */
+    int_reply(rcmd("HSET", mkey(&q, 1), "payload", "one", "status", "pending", "retry_count", "0",
+                   "max_retries", "3", "created_at", t, "updated_at", t, "idempotency_key", "k1",
+                   END));
+    int_reply(rcmd("HSET", mkey(&q, 2), "payload", "two", "status", "pending", "retry_count", "1",
+                   "max_retries", "3", "created_at", t, "updated_at", t, "last_error", "e2",
+                   "retry_after", far, END));
+    int_reply(rcmd("HSET", mkey(&q, 3), "payload", "three", "status", "processing",
+                   "retry_count", "0", "max_retries", "3", "created_at", t, "updated_at", t,
+                   "lease_token", "1a22f8c2400.7", "lease_expires_at", far, END));
+    int_reply(rcmd("HSET", mkey(&q, 4), "payload", "four", "status", "succeeded",
+                   "retry_count", "0", "max_retries", "3", "created_at", t, "updated_at", t, END));
+    int_reply(rcmd("HSET", mkey(&q, 5), "payload", "five", "status", "dead", "retry_count", "3",
+                   "max_retries", "3", "created_at", t, "updated_at", t, "last_error", "boom",
+                   "dead_at", t, END));
+    int_reply(rcmd("HSET", mkey(&q, 6), "payload", "six", "status", "processing",
+                   "retry_count", "2", "max_retries", "5", "created_at", t, "updated_at", t,
+                   "last_error", "e6", "retry_after", t, "lease_token", "tok-6",
+                   "lease_expires_at", far, END));
+    int_reply(rcmd("HSET", mkey(&q, 7), "payload", "seven", "status", "pending", "retry_count", "1",
+                   "max_retries", "3", "created_at", t, "updated_at", t, "last_error", "e7",
+                   "retry_after", t, END));
+    int_reply(rcmd("LPUSH", qkey(&q, "ready"), "1", END));
+    int_reply(rcmd("ZADD", qkey(&q, "scheduled"), far, "2", END));
+    int_reply(rcmd("ZADD", qkey(&q, "processing"), far, "3", far, "6", END));
+    int_reply(rcmd("ZADD", qkey(&q, "succeeded"), t, "4", END));
+    int_reply(rcmd("ZADD", qkey(&q, "dead"), t, "5", END));
+    int_reply(rcmd("LPUSH", qkey(&q, "due"), "7", END));
+    freeReplyObject(rcmd("ZINCRBY", qkey(&q, "errors"), "1", "boom", END));
+    freeReplyObject(rcmd("SET", qkey(&q, "seq"), "7", END));
+
+    /* Reads: every field as retryd_v2 showed it; the hashes stay hashes. */
+    static const char *const status[] = { "", "pending", "pending", "processing", "succeeded",
+                                          "dead", "processing", "pending" };
+    static const char *const payload[] = { "", "one", "two", "three", "four", "five", "six",
+                                           "seven" };
+    msg_t m;
+    for (long long id = 1; id <= 7; id++) {
+        expect_ok_msg(fcall("get", &q, id, END), &m);
+        assert_string_equal(msg_str(&m, "status"), status[id]);
+        assert_string_equal(msg_str(&m, "payload"), payload[id]);
+        assert_string_equal(msg_str(&m, "created_at"), t);
+        assert_string_equal(msg_str(&m, "updated_at"), t);
+        assert_string_equal(key_type(mkey(&q, id)), "hash");
+    }
+    expect_ok_msg(fcall("get", &q, 1, END), &m);
+    assert_string_equal(msg_str(&m, "idempotency_key"), "k1");
+    assert_no_field(&m, "last_error");
+    expect_ok_msg(fcall("get", &q, 2, END), &m);
+    assert_string_equal(msg_str(&m, "last_error"), "e2");
+    assert_string_equal(msg_str(&m, "retry_after"), far);
+    assert_int_equal(msg_int(&m, "retry_count"), 1);
+    expect_ok_msg(fcall("get", &q, 3, END), &m);
+    assert_string_equal(msg_str(&m, "lease_token"), "1a22f8c2400.7");
+    assert_string_equal(msg_str(&m, "lease_expires_at"), far);
+    expect_ok_msg(fcall("get", &q, 5, END), &m);
+    assert_string_equal(msg_str(&m, "dead_at"), t);
+    assert_string_equal(msg_str(&m, "last_error"), "boom");
+    expect_ok_msg(fcall("get", &q, 6, END), &m);
+    assert_string_equal(msg_str(&m, "lease_token"), "tok-6");
+    assert_int_equal(msg_int(&m, "max_retries"), 5);
+
+    long long ids[16], bytes;
+    char next[256];
+    size_t n = raw_page(fcall("list", &q, -1, "", "100", "", END), ids, 16, &bytes, next,
+                        sizeof next);
+    assert_int_equal(n, 7);
+    assert_string_equal(next, "");
+    n = raw_export(fcall("export", &q, -1, "csv", "", "100", "", END), ids, 16, &bytes, next,
+                   sizeof next);
+    assert_int_equal(n, 7);
+    redisReply *r = fcall("export", &q, -1, "csv", "dead", "100", "", END);
+    assert_int_equal(r->elements, 2);
+    assert_non_null(strstr(r->element[1]->str, "5,dead,3,3,"));
+    assert_non_null(strstr(r->element[1]->str, ",boom,five"));
+    freeReplyObject(r);
+    for (long long id = 1; id <= 7; id++)
+        assert_string_equal(key_type(mkey(&q, id)), "hash");
+
+    /* The old lease token still settles; a wrong one is refused. */
+    expect_code(fcall("succeed", &q, 3, "1a22f8c2400.8", END), "lease_mismatch", NULL);
+    assert_string_equal(key_type(mkey(&q, 3)), "hash");
+    expect_ok_msg(fcall("succeed", &q, 3, "1a22f8c2400.7", END), &m);
+    assert_string_equal(msg_str(&m, "status"), "succeeded");
+    assert_string_equal(msg_str(&m, "payload"), "three");
+    assert_no_field(&m, "lease_token");
+    assert_string_equal(key_type(mkey(&q, 3)), "string");
+    expect_ok_msg(fcall("get", &q, 3, END), &m);
+    assert_string_equal(msg_str(&m, "status"), "succeeded");
+    assert_string_equal(msg_str(&m, "created_at"), t);
+
+    /* A token retryd never made is kept verbatim, and fails it. */
+    expect_ok_msg(fcall("fail", &q, 6, "tok-6", "e6 again", "1", "0", END), &m);
+    assert_string_equal(msg_str(&m, "status"), "pending");
+    assert_int_equal(msg_int(&m, "retry_count"), 3);
+    assert_string_equal(msg_str(&m, "last_error"), "e6 again");
+    assert_string_equal(msg_str(&m, "payload"), "six");
+    assert_string_equal(key_type(mkey(&q, 6)), "string");
+
+    /* replay of the old dead letter: fresh budget, no error, top_errors updated. */
+    expect_ok_msg(fcall("replay", &q, 5, END), &m);
+    assert_string_equal(msg_str(&m, "status"), "pending");
+    assert_int_equal(msg_int(&m, "retry_count"), 0);
+    assert_no_field(&m, "last_error");
+    assert_no_field(&m, "dead_at");
+    assert_string_equal(key_type(mkey(&q, 5)), "string");
+    assert_int_equal(zcard(qkey(&q, "errors")), 0);
+
+    /* claim: the new due list first (5 replayed, 6 due now), then
+     * retryd_v2's due (7) and ready (1). */
+    msg_t c[8];
+    n = expect_ok_msgs(fcall("claim", &q, -1, "30000", "8", END), c, 8);
+    assert_int_equal(n, 4);
+    static const long long order[] = { 5, 6, 7, 1 };
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(c[i].id, order[i]);
+        assert_string_equal(msg_str(&c[i], "payload"), payload[order[i]]);
+        assert_string_equal(msg_str(&c[i], "status"), "processing");
+        assert_string_equal(key_type(mkey(&q, order[i])), "string");
+        expect_ok_msg(fcall("get", &q, order[i], END), &m);
+        assert_string_equal(msg_str(&m, "lease_token"), msg_str(&c[i], "lease_token"));
+    }
+    assert_string_equal(msg_str(&c[3], "idempotency_key"), "k1");
+    assert_string_equal(msg_str(&c[2], "last_error"), "e7");
+    assert_string_equal(msg_str(&c[2], "retry_after"), t);
+    assert_string_not_equal(msg_str(&c[1], "lease_token"), "tok-6");
+    expect_ok_msg(fcall("succeed", &q, 1, msg_str(&c[3], "lease_token"), END), &m);
+
+    /* kill of the old scheduled one, delete of the old succeeded one. */
+    expect_ok_msg(fcall("kill", &q, 2, "by hand", END), &m);
+    assert_string_equal(msg_str(&m, "status"), "dead");
+    assert_string_equal(msg_str(&m, "payload"), "two");
+    assert_no_field(&m, "retry_after");
+    assert_string_equal(key_type(mkey(&q, 2)), "string");
+    expect_code(fcall("delete", &q, 4, END), "ok", NULL);
+    assert_int_equal(exists(mkey(&q, 4)), 0);
+    assert_int_equal(zcard(qkey(&q, "3:succeeded")), 2);
+    assert_int_equal(zcard(qkey(&q, "succeeded")), 0);
+    assert_generations_apart(&q);
+}
+
 static void test_replay_many_orphans(void **state)
 {
     queue_t q;
@@ -2431,28 +2666,28 @@ static void test_replay_many_orphans(void **state)
         /* error "boom": odd ones that still have a hash (5, 7); all: the rest (6). */
         assert_int_equal(replayed, mode == 0 ? 2 : 1);
     }
-    assert_int_equal(zcard(qkey(&q, "dead")), 0);
+    assert_int_equal(zcard(qkey(&q, "3:dead")), 0);
     assert_int_equal(counter(&q, "orphans_removed"), 5);
     assert_int_equal(counter(&q, "replayed"), 3);
-    assert_int_equal(llen(qkey(&q, "due")), 3);
+    assert_int_equal(llen(qkey(&q, "3:due")), 3);
 
     /* purge and replay by ids pass orphans over the same way. */
     long long more = enqueue_ok(&q, "x", 3, 0);
     msg_t m;
     expect_ok_msg(fcall("kill", &q, more, "x", END), &m);
-    int_reply(rcmd("ZADD", qkey(&q, "dead"), "1", "424242", END));
+    int_reply(rcmd("ZADD", qkey(&q, "3:dead"), "1", "424242", END));
     long long pr[2];
     expect_ints(fcall("purge", &q, -1, "0", "10", END), 2, pr);
     assert_int_equal(pr[0], 1);
-    assert_int_equal(zcard(qkey(&q, "dead")), 0);
+    assert_int_equal(zcard(qkey(&q, "3:dead")), 0);
     assert_int_equal(counter(&q, "purged"), 1);
     assert_int_equal(counter(&q, "orphans_removed"), 6);
-    int_reply(rcmd("ZADD", qkey(&q, "dead"), "1", "434343", END));
+    int_reply(rcmd("ZADD", qkey(&q, "3:dead"), "1", "434343", END));
     redisReply *r = fcall("replay_many", &q, -1, "ids", "434343", num(more), END);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     assert_int_equal(r->element[0]->integer, 0);
     freeReplyObject(r);
-    assert_int_equal(zcard(qkey(&q, "dead")), 0);
+    assert_int_equal(zcard(qkey(&q, "3:dead")), 0);
     assert_int_equal(counter(&q, "orphans_removed"), 7);
 }
 
@@ -2605,9 +2840,9 @@ static void test_pending_walk_random_interleaving(void **state)
                         stayed[id] = false;
                     freeReplyObject(r);
                 } else if (what == 6) {   /* scheduled ones become due and are promoted */
-                    redisReply *r = rcmd("ZRANGE", qkey(&q, "scheduled"), "0", "1", END);
+                    redisReply *r = rcmd("ZRANGE", qkey(&q, "3:scheduled"), "0", "1", END);
                     for (size_t i = 0; i < r->elements; i++)
-                        int_reply(rcmd("ZADD", qkey(&q, "scheduled"), "XX", "0",
+                        int_reply(rcmd("ZADD", qkey(&q, "3:scheduled"), "XX", "0",
                                        r->element[i]->str, END));
                     freeReplyObject(r);
                     long long pr[2];
@@ -2686,13 +2921,14 @@ static void test_reply_bytes_bounded(void **state)
     if (got < 1 || got >= N || (got > 1 && bytes > REPLY_BYTES))
         fail_msg("claim of 10 returned %zu messages, %lld bytes", got, bytes);
     assert_int_equal(counter(&q, "claimed"), (long long)got);
-    assert_int_equal(zcard(qkey(&q, "processing")), (long long)got);
-    assert_int_equal(llen(qkey(&q, "ready")), N - (long long)got);
+    assert_int_equal(zcard(qkey(&q, "3:processing")), (long long)got);
+    assert_int_equal(llen(qkey(&q, "3:ready")), N - (long long)got);
     for (long long id = (long long)got + 1; id <= N; id++) {
-        redisReply *h = rcmd("HMGET", mkey(&q, id), "status", "lease_token", END);
-        assert_string_equal(h->element[0]->str, "pending");
-        assert_int_equal(h->element[1]->type, REDIS_REPLY_NIL);
-        freeReplyObject(h);
+        char status[32], token[64];
+        get_field(&q, id, "status", status, sizeof status);
+        get_field(&q, id, "lease_token", token, sizeof token);
+        assert_string_equal(status, "pending");
+        assert_string_equal(token, "");
     }
     /* Claim order is kept: the next claim takes the next id. */
     r = fcall("claim", &q, -1, "600000", "1", END);
@@ -2756,8 +2992,8 @@ static void test_settle_claim_reply_bytes_bounded(void **state)
     freeReplyObject(r);
     if (got < 1 || got >= N - 1 || (got > 1 && bytes > REPLY_BYTES))
         fail_msg("settle_claim of %d returned %zu messages, %lld bytes", N, got, bytes);
-    assert_int_equal(zcard(qkey(&q, "processing")), (long long)got);
-    assert_int_equal(llen(qkey(&q, "ready")), N - 1 - (long long)got);
+    assert_int_equal(zcard(qkey(&q, "3:processing")), (long long)got);
+    assert_int_equal(llen(qkey(&q, "3:ready")), N - 1 - (long long)got);
     assert_int_equal(counter(&q, "claimed"), 1 + (long long)got);
 }
 
@@ -2967,6 +3203,400 @@ static void test_library_versions_side_by_side(void **state)
     freeReplyObject(r);
     expect_nothing_to_claim(&q);
     free(other);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Rolling upgrade from retryd_v2 (docs/storage.md "Two generations of      */
+/* indexes"): the previous release's library, main's lua/ before the record, */
+/* loaded beside this one in the same Redis.                                 */
+/* ------------------------------------------------------------------------ */
+
+#define V2_FIXTURE "tests/fixtures/retryd_v2.lua"
+
+static void load_v2(void)
+{
+    size_t n;
+    char *code = read_file(V2_FIXTURE, &n);
+    if (code == NULL)
+        fail_msg("cannot read %s (run from the source tree)", V2_FIXTURE);
+    load_library(code, n, true, "retryd_v2");
+    free(code);
+}
+
+/* The type of the record of every id in the queue's indexes of one
+ * generation ("" retryd_v2's, "3:" the record's) must not be `wrong`. */
+static void assert_generation_types(const queue_t *q, const char *gen, const char *wrong)
+{
+    static const char *const lists[] = { "ready", "due" };
+    static const char *const zsets[] = { "scheduled", "processing", "succeeded", "dead" };
+    char name[64];
+    for (size_t i = 0; i < 6; i++) {
+        snprintf(name, sizeof name, "%s%s", gen, i < 2 ? lists[i] : zsets[i - 2]);
+        redisReply *r = i < 2 ? rcmd("LRANGE", qkey(q, name), "0", "-1", END)
+                              : rcmd("ZRANGE", qkey(q, name), "0", "-1", END);
+        assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+        for (size_t j = 0; j < r->elements; j++) {
+            const char *t = key_type(mkey(q, atoll(r->element[j]->str)));
+            if (strcmp(t, wrong) == 0)
+                fail_msg("id %s in %s names a %s record", r->element[j]->str, name, t);
+        }
+        freeReplyObject(r);
+    }
+}
+
+/* The invariant: retryd_v2's indexes never name a STRING record (its
+ * functions would fail on it, claim after popping the id), the record's
+ * indexes never a HASH. */
+static void assert_generations_apart(const queue_t *q)
+{
+    assert_generation_types(q, "", "string");
+    assert_generation_types(q, "3:", "hash");
+}
+
+/* Enqueues through retryd_v2; returns the id. */
+static long long v2_enqueue(const queue_t *q, const char *payload, const char *max_retries,
+                            const char *delay_ms, const char *idem)
+{
+    redisReply *r = fcall_v2("enqueue", q, -1, payload, max_retries, delay_ms, idem, END);
+    if (!has_code(r, "ok") || r->elements < 2 || r->element[1]->type != REDIS_REPLY_INTEGER)
+        fail_msg("retryd_v2_enqueue: %s", reply_desc(r));
+    long long id = r->element[1]->integer;
+    freeReplyObject(r);
+    return id;
+}
+
+/* Claims one message through retryd_v2; it must be `want`. */
+static void v2_claim(const queue_t *q, const char *lease_ms, long long want, msg_t *m)
+{
+    redisReply *r = fcall_v2("claim", q, -1, lease_ms, "1", END);
+    if (!has_code(r, "ok") || r->elements != 2)
+        fail_msg("retryd_v2_claim: %s", reply_desc(r));
+    msg_parse(r->element[1], m);
+    freeReplyObject(r);
+    assert_int_equal(m->id, want);
+}
+
+/* The message as `get` of one library answers it. */
+static void get_with(bool v2, const queue_t *q, long long id, msg_t *m)
+{
+    redisReply *r = v2 ? fcall_v2("get", q, id, END) : fcall("get", q, id, END);
+    expect_ok_msg(r, m);
+}
+
+/* Both messages hold the same fields with the same values. */
+static void assert_same_fields(const msg_t *want, const msg_t *got)
+{
+    assert_int_equal(want->id, got->id);
+    for (int i = 0; i < want->nfields; i++) {
+        const field_t *f = msg_field(got, want->f[i].name);
+        if (f == NULL)
+            fail_msg("message %lld: %s missing (retryd_v2 showed \"%s\")", want->id,
+                     want->f[i].name, want->f[i].value);
+        if (f->len != want->f[i].len || memcmp(f->value, want->f[i].value, f->len) != 0)
+            fail_msg("message %lld: %s is \"%s\", retryd_v2 showed \"%s\"", want->id,
+                     want->f[i].name, f->value, want->f[i].value);
+    }
+    if (got->nfields != want->nfields)
+        fail_msg("message %lld: %d fields, retryd_v2 showed %d", want->id, got->nfields,
+                 want->nfields);
+}
+
+/* The loss of a mixed deployment: a retryd_v2 claim that met a record popped
+ * its id from the shared ready list, failed with WRONGTYPE after the pop (no
+ * rollback), and the message was in no index any more. Now retryd_v2 sees
+ * none of the record's ids: it claims nothing, the message stays whole, and
+ * retryd_v3 claims it. retryd_v2's by-id calls on a record answer an error
+ * and write nothing. */
+static void test_v2_claim_never_meets_a_record(void **state)
+{
+    load_v2();
+    queue_t q;
+    queue_init(&q, "v2claim");
+    long long id = enqueue_ok(&q, "written by v3", 3, 0);
+    redisReply *r = fcall_v2("claim", &q, -1, "30000", "10", END);
+    if (!has_code(r, "ok") || r->elements != 1)
+        fail_msg("retryd_v2_claim on a queue of records: %s", reply_desc(r));
+    freeReplyObject(r);
+    msg_t m;
+    expect_ok_msg(fcall("get", &q, id, END), &m);
+    assert_string_equal(msg_str(&m, "status"), "pending");
+    assert_string_equal(msg_str(&m, "payload"), "written by v3");
+    claim_one(&q, 30000, &m);
+    assert_int_equal(m.id, id);
+
+    redisReply *before = rcmd("GET", mkey(&q, id), END);
+    r = fcall_v2("succeed", &q, id, msg_str(&m, "lease_token"), END);
+    assert_int_equal(r->type, REDIS_REPLY_ERROR);
+    freeReplyObject(r);
+    r = fcall_v2("fail", &q, id, msg_str(&m, "lease_token"), "e", "1", "0", END);
+    assert_int_equal(r->type, REDIS_REPLY_ERROR);
+    freeReplyObject(r);
+    redisReply *after = rcmd("GET", mkey(&q, id), END);
+    assert_int_equal(before->len, after->len);
+    assert_memory_equal(before->str, after->str, before->len);
+    freeReplyObject(before);
+    freeReplyObject(after);
+    expect_ok_msg(fcall("succeed", &q, id, msg_str(&m, "lease_token"), END), &m);
+    assert_generations_apart(&q);
+}
+
+/* Messages retryd_v2 wrote in every state are shown by retryd_v3 with every
+ * field retryd_v2 shows, claimed, settled with retryd_v2's lease tokens,
+ * replayed, and ticked (promotion, an expired lease, retention); each moves
+ * into the new indexes with its record rewritten in the same call. */
+static void test_v2_messages_served_by_v3(void **state)
+{
+    load_v2();
+    queue_t q;
+    queue_init(&q, "v2mixed");
+    msg_t m, c_lease, f_lease;
+    long long c = v2_enqueue(&q, "c lease", "3", "0", "");
+    v2_claim(&q, "600000", c, &c_lease);
+    long long d = v2_enqueue(&q, "d done", "3", "0", "");
+    v2_claim(&q, "600000", d, &m);
+    expect_ok_msg(fcall_v2("succeed", &q, d, msg_str(&m, "lease_token"), END), &m);
+    long long e = v2_enqueue(&q, "e dead", "1", "0", "");
+    v2_claim(&q, "600000", e, &m);
+    expect_ok_msg(fcall_v2("fail", &q, e, msg_str(&m, "lease_token"), "boom", "0", "-1", END), &m);
+    long long f = v2_enqueue(&q, "f fails", "3", "0", "");
+    v2_claim(&q, "600000", f, &f_lease);
+    long long g = v2_enqueue(&q, "g expires", "3", "0", "");
+    v2_claim(&q, "1", g, &m);
+    long long h = v2_enqueue(&q, "h released", "3", "0", "");
+    msg_t h_lease;
+    v2_claim(&q, "600000", h, &h_lease);
+    long long a = v2_enqueue(&q, "a now", "3", "0", "key-a");
+    long long b = v2_enqueue(&q, "b later", "3", "3600000", "");
+    const long long all[] = { a, b, c, d, e, f, g, h };
+    static const char *const status[] = { "pending", "pending", "processing", "succeeded",
+                                          "dead", "processing", "processing", "processing" };
+
+    /* get: every field retryd_v2 shows, as it shows it; list and export: each
+     * once, in its state. Reads change nothing. */
+    for (size_t i = 0; i < 8; i++) {
+        msg_t old;
+        get_with(true, &q, all[i], &old);
+        get_with(false, &q, all[i], &m);
+        assert_same_fields(&old, &m);
+        assert_string_equal(msg_str(&m, "status"), status[i]);
+        assert_string_equal(key_type(mkey(&q, all[i])), "hash");
+    }
+    expect_ok_msg(fcall("get", &q, a, END), &m);
+    assert_string_equal(msg_str(&m, "idempotency_key"), "key-a");
+    expect_ok_msg(fcall("get", &q, c, END), &m);
+    assert_string_equal(msg_str(&m, "lease_token"), msg_str(&c_lease, "lease_token"));
+    long long ids[16], bytes;
+    char next[256];
+    size_t n = raw_page(fcall("list", &q, -1, "", "100", "", END), ids, 16, &bytes, next,
+                        sizeof next);
+    assert_int_equal(n, 8);
+    assert_string_equal(next, "");
+    for (size_t i = 0; i < 8; i++) {
+        size_t seen = 0;
+        for (size_t j = 0; j < n; j++) seen += ids[j] == all[i];
+        assert_int_equal(seen, 1);
+    }
+    static const char *const states[] = { "pending", "processing", "succeeded", "dead" };
+    static const size_t in_state[] = { 2, 4, 1, 1 };
+    for (size_t s = 0; s < 4; s++) {
+        n = raw_page(fcall("list", &q, -1, states[s], "100", "", END), ids, 16, &bytes, next,
+                     sizeof next);
+        assert_int_equal(n, in_state[s]);
+    }
+    n = raw_export(fcall("export", &q, -1, "csv", "", "100", "", END), ids, 16, &bytes, next,
+                   sizeof next);
+    assert_int_equal(n, 8);
+    redisReply *r = fcall("export", &q, -1, "csv", "dead", "100", "", END);
+    assert_int_equal(r->elements, 2);
+    char line[64];
+    snprintf(line, sizeof line, "%lld,dead,1,1,", e);
+    assert_non_null(strstr(r->element[1]->str, line));
+    assert_non_null(strstr(r->element[1]->str, ",boom,e dead"));
+    freeReplyObject(r);
+    r = fcall("stats", &q, -1, "10", END);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    static const char *const counts[] = { "pending", "processing", "succeeded", "dead" };
+    for (size_t s = 0; s < 4; s++)
+        for (size_t i = 0; i + 1 < r->elements; i += 2)
+            if (strcmp(r->element[i]->str, counts[s]) == 0)
+                assert_int_equal(r->element[i + 1]->integer, (long long)in_state[s]);
+    freeReplyObject(r);
+    for (size_t i = 0; i < 8; i++)
+        assert_string_equal(key_type(mkey(&q, all[i])), "hash");
+
+    /* enqueue with a's idempotency key: the original, as retryd_v2 has it. */
+    r = fcall("enqueue", &q, -1, "again", "3", "0", "key-a", END);
+    assert_true(has_code(r, "duplicate"));
+    msg_parse(r->element[1], &m);
+    freeReplyObject(r);
+    assert_int_equal(m.id, a);
+    assert_string_equal(msg_str(&m, "status"), "pending");
+    assert_string_equal(msg_str(&m, "payload"), "a now");
+
+    /* release of a retryd_v2 lease through retryd_v3 (a long-poll client of a
+     * v3 instance cannot hold one, but the function takes any): h is lifted
+     * under its lease, then handed back to the front of the new due list. */
+    r = fcall("release", &q, -1, num(h), "1.1", END);
+    assert_int_equal(int_reply(r), 0);
+    assert_string_equal(key_type(mkey(&q, h)), "hash");
+    r = fcall("release", &q, -1, num(h), msg_str(&h_lease, "lease_token"), END);
+    assert_int_equal(int_reply(r), 1);
+    assert_string_equal(key_type(mkey(&q, h)), "string");
+    expect_ok_msg(fcall("get", &q, h, END), &m);
+    assert_string_equal(msg_str(&m, "status"), "pending");
+    assert_string_equal(msg_str(&m, "payload"), "h released");
+    claim_one(&q, 600000, &m);
+    assert_int_equal(m.id, h);
+    expect_ok_msg(fcall("succeed", &q, h, msg_str(&m, "lease_token"), END), &m);
+
+    /* claim: the pending one (b is scheduled an hour away), a record now. */
+    msg_t got[4];
+    n = expect_ok_msgs(fcall("claim", &q, -1, "600000", "4", END), got, 4);
+    assert_int_equal(n, 1);
+    assert_int_equal(got[0].id, a);
+    assert_string_equal(msg_str(&got[0], "payload"), "a now");
+    assert_string_equal(msg_str(&got[0], "idempotency_key"), "key-a");
+    assert_string_equal(key_type(mkey(&q, a)), "string");
+    assert_generations_apart(&q);
+
+    /* retryd_v2's lease tokens settle through retryd_v3. */
+    expect_code(fcall("succeed", &q, c, "1.1", END), "lease_mismatch", NULL);
+    expect_ok_msg(fcall("succeed", &q, c, msg_str(&c_lease, "lease_token"), END), &m);
+    assert_string_equal(msg_str(&m, "status"), "succeeded");
+    assert_string_equal(msg_str(&m, "payload"), "c lease");
+    assert_string_equal(key_type(mkey(&q, c)), "string");
+    expect_ok_msg(fcall("fail", &q, f, msg_str(&f_lease, "lease_token"), "oops", "1", "0", END),
+                  &m);
+    assert_string_equal(msg_str(&m, "status"), "pending");
+    assert_int_equal(msg_int(&m, "retry_count"), 1);
+    assert_string_equal(msg_str(&m, "last_error"), "oops");
+    /* ... and retryd_v2 now answers an error for them, before any write. */
+    r = fcall_v2("get", &q, c, END);
+    assert_int_equal(r->type, REDIS_REPLY_ERROR);
+    freeReplyObject(r);
+
+    /* replay of retryd_v2's dead letter. */
+    expect_ok_msg(fcall("replay", &q, e, END), &m);
+    assert_string_equal(msg_str(&m, "status"), "pending");
+    assert_int_equal(msg_int(&m, "retry_count"), 0);
+    assert_no_field(&m, "last_error");
+    assert_string_equal(key_type(mkey(&q, e)), "string");
+    assert_generations_apart(&q);
+
+    /* tick: b made due by hand (test setup), g's 1 ms lease expires, d is past
+     * a 1 ms retention. Ticks until all three are done (bounded). */
+    assert_int_equal(int_reply(rcmd("ZADD", qkey(&q, "scheduled"), "XX", "CH", "0", num(b), END)), 1);
+    long long promoted = 0, reclaimed = 0, expired = 0;
+    for (int round = 0; round < 2000 && (promoted < 1 || reclaimed < 1 || expired < 1); round++) {
+        long long t[5];
+        expect_ints(fcall("tick", &q, -1, "100", "0", "1", END), 5, t);
+        promoted += t[0], reclaimed += t[1], expired += t[2];
+    }
+    assert_true(promoted >= 1 && reclaimed == 1 && expired >= 1);  /* c's 1 ms too */
+    expect_code(fcall("get", &q, d, END), "not_found", NULL);
+    expect_ok_msg(fcall("get", &q, g, END), &m);
+    assert_string_equal(msg_str(&m, "status"), "pending");
+    assert_string_equal(msg_str(&m, "last_error"), "lease expired");
+    assert_int_equal(msg_int(&m, "retry_count"), 1);
+    assert_string_equal(key_type(mkey(&q, g)), "string");
+    expect_ok_msg(fcall("get", &q, b, END), &m);
+    assert_string_equal(msg_str(&m, "status"), "pending");
+    assert_string_equal(msg_str(&m, "payload"), "b later");
+
+    /* Claimable now: e (replayed), f (retry due at once), b (promoted). */
+    msg_t more[8];
+    n = expect_ok_msgs(fcall("claim", &q, -1, "600000", "8", END), more, 8);
+    assert_int_equal(n, 3);
+    bool saw_b = false;
+    for (size_t i = 0; i < n; i++) {
+        saw_b |= more[i].id == b;
+        assert_string_equal(key_type(mkey(&q, more[i].id)), "string");
+    }
+    assert_true(saw_b);
+    /* Nothing is left in retryd_v2's indexes but g... which is in the new
+     * schedule now: all of them are empty. */
+    static const char *const old[] = { "ready", "due", "scheduled", "processing", "succeeded",
+                                       "dead" };
+    for (size_t i = 0; i < 6; i++)
+        assert_int_equal(exists(qkey(&q, old[i])), 0);
+    assert_generations_apart(&q);
+}
+
+/* A retryd_v2 instance keeps enqueuing while retryd_v3 has a backlog of its
+ * own: the timer's tick lifts the old ids onto the claim end, so they are
+ * claimed next, not after the backlog; while retryd_v2's indexes exist the
+ * queue stays on the timer's schedule (at most OLD_REVISIT_MS away), and
+ * the tick empties them, finished messages included. */
+static void test_v2_enqueues_not_starved(void **state)
+{
+    load_v2();
+    queue_t q;
+    queue_init(&q, "v2starve");
+    for (int i = 0; i < 300; i++)
+        enqueue_ok(&q, "backlog", 3, 0);
+    long long v2ids[5];
+    for (int i = 0; i < 5; i++)
+        v2ids[i] = v2_enqueue(&q, "from v2", "3", "0", "");
+    msg_t m;
+    claim_one(&q, 30000, &m);
+    assert_string_equal(msg_str(&m, "payload"), "backlog");
+
+    long long t[6];
+    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", END), 6, t);
+    assert_int_equal(t[0], 5);                 /* lifted */
+    assert_true(t[3] >= 0 && t[3] <= 1000);    /* comes back soon */
+    assert_int_equal(t[5], 0);                 /* not empty */
+    msg_t got[5];
+    size_t n = expect_ok_msgs(fcall("claim", &q, -1, "30000", "5", END), got, 5);
+    assert_int_equal(n, 5);
+    for (size_t i = 0; i < 5; i++) {
+        assert_int_equal(got[i].id, v2ids[i]);  /* oldest first */
+        assert_string_equal(msg_str(&got[i], "payload"), "from v2");
+    }
+
+    /* More from retryd_v2 later: bounded ticks bring it in too. */
+    long long late = v2_enqueue(&q, "late v2", "3", "0", "");
+    int ticks = 0;
+    do {
+        expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", END), 6, t);
+        ticks++;
+    } while (t[0] == 0 && ticks < 3);
+    assert_int_equal(t[0], 1);
+    claim_one(&q, 30000, &m);
+    assert_int_equal(m.id, late);
+
+    /* A queue that holds only retryd_v2's messages stays on the schedule
+     * (a v2 instance may keep enqueuing without any hint). */
+    queue_t only;
+    queue_init(&only, "v2only");
+    long long z = v2_enqueue(&only, "z", "1", "0", "");
+    v2_claim(&only, "30000", z, &m);
+    expect_ok_msg(fcall_v2("fail", &only, z, msg_str(&m, "lease_token"), "gone", "0", "-1", END),
+                  &m);
+    msg_t dead_before;
+    get_with(true, &only, z, &dead_before);
+    v2_enqueue(&only, "x", "3", "0", "");
+    v2_enqueue(&only, "y", "3", "0", "");
+    assert_generations_apart(&only);
+    expect_ints(fcall("tick", &only, -1, "100", "0", "0", "1", END), 6, t);
+    assert_int_equal(t[0], 2);
+    assert_true(t[3] >= 0 && t[3] <= 1000);
+    assert_int_equal(t[5], 0);
+    /* Everything was lifted, the dead letter kept forever too (dead_ttl 0),
+     * with its time of death: retryd_v2's indexes are gone, and the queue
+     * is back to ticks only when it has timer work. */
+    static const char *const old[] = { "ready", "due", "scheduled", "processing", "succeeded",
+                                       "dead" };
+    for (size_t i = 0; i < 6; i++)
+        assert_int_equal(exists(qkey(&only, old[i])), 0);
+    get_with(false, &only, z, &m);
+    assert_same_fields(&dead_before, &m);
+    assert_string_equal(key_type(mkey(&only, z)), "string");
+    expect_ints(fcall("tick", &only, -1, "100", "0", "0", "1", END), 6, t);
+    assert_int_equal(t[3], -1);
+    assert_int_equal(t[4], 2);
+    assert_generations_apart(&q);
+    assert_generations_apart(&only);
 }
 
 static int group_teardown(void **state)
@@ -3602,8 +4232,13 @@ int main(void)
         cmocka_unit_test(test_no_hint_without_the_flag),
         cmocka_unit_test(test_export_csv_neutralises_formulas),
         cmocka_unit_test(test_library_versions_side_by_side),
+        cmocka_unit_test(test_v2_claim_never_meets_a_record),
+        cmocka_unit_test(test_v2_messages_served_by_v3),
+        cmocka_unit_test(test_v2_enqueues_not_starved),
         cmocka_unit_test(test_list_bounded_work),
         cmocka_unit_test(test_replay_many_orphans),
+        cmocka_unit_test(test_old_layout_is_read_and_converted),
+        cmocka_unit_test(test_record_is_compact),
         cmocka_unit_test(test_pending_walk_under_claims),
         cmocka_unit_test(test_pending_walk_random_interleaving),
         cmocka_unit_test(test_reply_bytes_bounded),

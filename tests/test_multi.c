@@ -81,15 +81,41 @@ static long long rint_cmd(const char *format, const char *key)
     return n;
 }
 
-/* Prints a hash to stderr (for failure reports). */
+/* Prints a hash, or a reply of the library (FCALL_RO get ...), to stderr
+ * (for failure reports). */
+static void dump_reply(const char *label, const char *key, redisReply *x)
+{
+    fprintf(stderr, "test_multi: %s %s:", label, key);
+    for (size_t i = 0; x && x->type == REDIS_REPLY_ARRAY && i < x->elements; i++)
+        if (x->element[i]->type == REDIS_REPLY_ARRAY)
+            dump_reply("", "", x->element[i]);
+        else
+            fprintf(stderr, "%s%s", i % 2 ? "=" : " ", x->element[i]->str);
+    fprintf(stderr, "\n");
+}
+
 static void dump_hash(const char *label, const char *key)
 {
     redisReply *x = redisCommand(g_redis, "HGETALL %s", key);
-    fprintf(stderr, "test_multi: %s %s:", label, key);
-    for (size_t i = 0; x && x->type == REDIS_REPLY_ARRAY && i < x->elements; i++)
-        fprintf(stderr, "%s%s", i % 2 ? "=" : " ", x->element[i]->str);
-    fprintf(stderr, "\n");
+    dump_reply(label, key, x);
     if (x) freeReplyObject(x);
+}
+
+/* Message id of queue q as the library's get answers it. */
+static void dump_message(const char *q, long long id)
+{
+    redisReply *x = redisCommand(g_redis, "FCALL_RO %s 2 %s:{%s} %s:{%s}:m:%lld %lld",
+                                 RD_FUNCTION("get"), g_prefix, q, g_prefix, q, id, id);
+    dump_reply("message", q, x);
+    if (x) freeReplyObject(x);
+}
+
+/* The status of message id of queue q, as the library's get answers it. */
+static const char *message_status(const char *q, long long id)
+{
+    static char status[32];
+    return e2e_message_field(g_redis, e2e_fmt("%s:{%s}", g_prefix, q), id, "status", status,
+                             sizeof status);
 }
 
 /* Reports (once) a group daemon that exited by itself, with its status. */
@@ -402,12 +428,7 @@ static void test_disconnect_mid_wait_loses_nothing(void **state)
         if (r.status == 200) break;
         expect_no_content(&r);
         if (e2e_mono_ms() - t0 > 1000) {
-            redisReply *x = e2e_rcmd(g_redis, "HGETALL %s", qkey(q, e2e_fmt("m:%lld", id)));
-            fprintf(stderr, "test_multi: message hash:");
-            for (size_t i = 0; x->type == REDIS_REPLY_ARRAY && i < x->elements; i++)
-                fprintf(stderr, " %s", x->element[i]->str);
-            fprintf(stderr, "\n");
-            freeReplyObject(x);
+            dump_message(q, id);
             fail_msg("message %lld not claimable within 1 s of the enqueue", id);
         }
         e2e_pause_ms(20);
@@ -559,9 +580,9 @@ static void test_batch_claim_under_concurrency(void **state)
     for (int id = 1; id <= BATCH_MSGS; id++)
         if (seen[id] != 1) fail_msg("id %d claimed %d times", id, seen[id]);
     printf("test_multi: 500 messages claimed in %zu batch claims by 8 workers\n", claims);
-    assert_int_equal(rint_cmd("ZCARD %s", qkey(q, "succeeded")), BATCH_MSGS);
-    assert_int_equal(rint_cmd("ZCARD %s", qkey(q, "processing")), 0);
-    assert_int_equal(rint_cmd("LLEN %s", qkey(q, "ready")), 0);
+    assert_int_equal(rint_cmd("ZCARD %s", qkey(q, "3:succeeded")), BATCH_MSGS);
+    assert_int_equal(rint_cmd("ZCARD %s", qkey(q, "3:processing")), 0);
+    assert_int_equal(rint_cmd("LLEN %s", qkey(q, "3:ready")), 0);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -610,19 +631,12 @@ static void test_batch_succeed_outcomes(void **state)
         if (strcmp(e2e_jstr(item, "status"), want[i]) != 0)
             fail_msg("item %zu: status \"%s\", want \"%s\"", i, e2e_jstr(item, "status"), want[i]);
     }
-    redisReply *x = e2e_rcmd(g_redis, "HGET %s status", qkey(q, e2e_fmt("m:%lld", a)));
-    assert_int_equal(x->type, REDIS_REPLY_STRING);
-    assert_string_equal(x->str, "succeeded");
-    freeReplyObject(x);
-    x = e2e_rcmd(g_redis, "ZSCORE %s %lld", qkey(q, "succeeded"), a);
+    assert_string_equal(message_status(q, a), "succeeded");
+    redisReply *x = e2e_rcmd(g_redis, "ZSCORE %s %lld", qkey(q, "3:succeeded"), a);
     assert_int_equal(x->type, REDIS_REPLY_STRING);
     freeReplyObject(x);
-    x = e2e_rcmd(g_redis, "HGET %s status", qkey(q, e2e_fmt("m:%lld", b)));
-    assert_string_equal(x->str, "processing");
-    freeReplyObject(x);
-    x = e2e_rcmd(g_redis, "HGET %s status", qkey(q, e2e_fmt("m:%lld", pending)));
-    assert_string_equal(x->str, "pending");
-    freeReplyObject(x);
+    assert_string_equal(message_status(q, b), "processing");
+    assert_string_equal(message_status(q, pending), "pending");
 
     /* Bad bodies. */
     http_to(g_a.port, &r, "POST", path_buf, "{\"messages\":[]}");
@@ -644,9 +658,7 @@ static void test_batch_succeed_outcomes(void **state)
     http_to(g_a.port, &r, "POST", path_buf, "\"messages\"");
     expect_problem(&r, 400, "malformed-request");
     /* None of that touched the still-leased message. */
-    x = e2e_rcmd(g_redis, "HGET %s status", qkey(q, e2e_fmt("m:%lld", b)));
-    assert_string_equal(x->str, "processing");
-    freeReplyObject(x);
+    assert_string_equal(message_status(q, b), "processing");
     e2e_response_free(&r);
 }
 
@@ -737,12 +749,12 @@ static void test_idempotent_enqueue_under_concurrency(void **state)
     assert_int_equal(repeated, IDEM_CLIENTS - 1);
     /* Every repeat carries the original message, not its own payload. */
     for (int i = 0; i < IDEM_CLIENTS; i++) assert_string_equal(c[i].payload, winner);
-    assert_int_equal(rint_cmd("LLEN %s", qkey(q, "ready")), 1);
+    assert_int_equal(rint_cmd("LLEN %s", qkey(q, "3:ready")), 1);
 
     long long other = enqueue_to(g_a.port, q,
                                  "{\"payload\":\"another\",\"idempotency_key\":\"order-43\"}");
     assert_true(other != c[0].id);
-    assert_int_equal(rint_cmd("LLEN %s", qkey(q, "ready")), 2);
+    assert_int_equal(rint_cmd("LLEN %s", qkey(q, "3:ready")), 2);
 
     e2e_response_t r = { 0 };
     http_to(g_a.port, &r, "POST", path, "{\"payload\":\"x\",\"idempotency_key\":\"\"}");
@@ -842,7 +854,7 @@ static void test_delayed_enqueue_wakes_long_poll(void **state)
     if (r.status != 200) {
         fprintf(stderr, "test_multi: claim sent %lld ms before retry_after, answered %d "
                 "%lld ms after it was sent\n", retry_after - t0, r.status, e2e_wall_ms() - t0);
-        dump_hash("message", qkey(q, e2e_fmt("m:%lld", id)));
+        dump_message(q, id);
         dump_hash("stats", qkey(q, "stats"));
     }
     expect_claimed_on_time(&r, id, retry_after, "long-poll");
@@ -1203,6 +1215,87 @@ static void test_sigterm_answers_parked_waiter(void **state)
     if (status != 0) fail_msg("C after SIGTERM: %d (want exit 0; -1 = did not exit)", status);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Rolling upgrade from retryd_v2 (docs/storage.md "Two generations of      */
+/* indexes")                                                                */
+/* ------------------------------------------------------------------------ */
+
+/* A retryd_v2 instance on the same Redis keeps enqueuing (its library,
+ * tests/fixtures/retryd_v2.lua, called as its daemon would) while the
+ * retryd_v3 instances have a backlog of their own. Their timer lifts the v2
+ * messages to the front of the new due list: workers get them within a few
+ * ticks, long before the backlog is through; and retryd_v2's indexes never
+ * name a new record. */
+static void test_v2_instance_enqueuing_beside_v3(void **state)
+{
+    (void)state;
+    FILE *f = fopen("tests/fixtures/retryd_v2.lua", "rb");
+    if (f == NULL) fail_msg("cannot read tests/fixtures/retryd_v2.lua (run from the source tree)");
+    static char code[256 * 1024];
+    size_t n = fread(code, 1, sizeof code, f);
+    fclose(f);
+    assert_true(n > 0 && n < sizeof code);
+    redisReply *r = redisCommand(g_redis, "FUNCTION LOAD REPLACE %b", code, n);
+    assert_non_null(r);
+    if (r->type != REDIS_REPLY_STRING) fail_msg("FUNCTION LOAD of retryd_v2: %s", r->str);
+    freeReplyObject(r);
+
+    char q[32];
+    e2e_queue_name(q, sizeof q, "v2beside");
+    enum { BACKLOG = 300, FROM_V2 = 3, MAX_CLAIMS = 150 };
+    for (int i = 0; i < BACKLOG; i++) enqueue_to(g_a.port, q, "{\"payload\":\"backlog\"}");
+    long long v2ids[FROM_V2];
+    char base[128];
+    snprintf(base, sizeof base, "%s:{%s}", g_prefix, q);
+    for (int i = 0; i < FROM_V2; i++) {
+        r = redisCommand(g_redis, "FCALL retryd_v2_enqueue 1 %s %s 3 0", base, "from v2");
+        assert_non_null(r);
+        if (r->type != REDIS_REPLY_ARRAY || r->elements < 2) fail_msg("retryd_v2_enqueue failed");
+        v2ids[i] = r->element[1]->integer;
+        freeReplyObject(r);
+    }
+
+    /* Workers claim with 1 s leases and never settle: the leases bring the
+     * timer to the queue, which lifts the v2 messages. */
+    int got = 0, claims = 0;
+    long long start = e2e_mono_ms();
+    while (got < FROM_V2) {
+        if (claims >= MAX_CLAIMS || e2e_mono_ms() - start > 8000)
+            fail_msg("%d of %d v2 messages claimed after %d claims, %lld ms", got, FROM_V2, claims,
+                     e2e_mono_ms() - start);
+        e2e_response_t resp = { 0 };
+        http_to(g_b.port, &resp, "POST", e2e_fmt("/queues/%s/claim", q), "{\"lease_seconds\":1}");
+        rd_json_t *m = e2e_expect_json(&resp, 200);
+        long long id = e2e_jint(m, "id");
+        for (int i = 0; i < FROM_V2; i++)
+            if (id == v2ids[i]) {
+                assert_string_equal(e2e_jstr(m, "payload"), "from v2");
+                got++;
+            }
+        e2e_response_free(&resp);
+        claims++;
+        e2e_pause_ms(40);
+    }
+    printf("test_multi: %d v2 messages claimed after %d claims (%lld ms), with a backlog of %d\n",
+           FROM_V2, claims, e2e_mono_ms() - start, BACKLOG);
+
+    /* retryd_v2's indexes name no record of the new layout. */
+    static const char *const lists[] = { "ready", "due" };
+    static const char *const zsets[] = { "scheduled", "processing", "succeeded", "dead" };
+    for (size_t i = 0; i < 6; i++) {
+        r = i < 2 ? redisCommand(g_redis, "LRANGE %s 0 -1", qkey(q, lists[i]))
+                  : redisCommand(g_redis, "ZRANGE %s 0 -1", qkey(q, zsets[i - 2]));
+        assert_non_null(r);
+        for (size_t j = 0; j < r->elements; j++) {
+            redisReply *t = redisCommand(g_redis, "TYPE %s:m:%s", base, r->element[j]->str);
+            if (strcmp(t->str, "string") == 0)
+                fail_msg("id %s in v2's index names a record", r->element[j]->str);
+            freeReplyObject(t);
+        }
+        freeReplyObject(r);
+    }
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, test_setup, test_teardown)
 
 int main(void)
@@ -1227,6 +1320,7 @@ int main(void)
         T(test_queue_without_keys_leaves_registry),
         T(test_failed_registration_is_retried),
         T(test_sigterm_answers_parked_waiter),
+        T(test_v2_instance_enqueuing_beside_v3),
     };
     return cmocka_run_group_tests_name("multi", tests, group_setup, group_teardown);
 }

@@ -113,6 +113,14 @@ static long long rint_cmd(const char *format, ...)
     return v;
 }
 
+/* Dead letters in both generations of indexes: retryd_v2's ":dead" (which
+ * seed_dead writes, in its layout) and the record's ":3:dead". */
+static long long dead_total(const char *q)
+{
+    long long n = rint_cmd("ZCARD %s", qkey(q, ":dead"));
+    return n + rint_cmd("ZCARD %s", qkey(q, ":3:dead"));
+}
+
 /* True when the reply of a command is nil. */
 static bool rnil(const char *format, ...)
 {
@@ -142,12 +150,14 @@ static void expect_no_trace(const char *q, long long id)
     snprintf(sid, sizeof sid, "%lld", id);
     if (rint_cmd("EXISTS %s", qkey(q, e2e_fmt(":m:%lld", id))) != 0)
         fail_msg("message hash of %lld still exists", id);
-    static const char *const lists[] = { ":ready", ":due" };
-    for (size_t i = 0; i < 2; i++)
+    static const char *const lists[] = { ":ready", ":due", ":3:ready", ":3:due" };
+    for (size_t i = 0; i < 4; i++)
         if (!rnil("LPOS %s %s", qkey(q, lists[i]), sid))
             fail_msg("id %lld still in %s", id, lists[i]);
-    static const char *const zsets[] = { ":scheduled", ":processing", ":dead", ":succeeded" };
-    for (size_t i = 0; i < 4; i++)
+    static const char *const zsets[] = { ":scheduled", ":processing", ":dead", ":succeeded",
+                                         ":3:scheduled", ":3:processing", ":3:dead",
+                                         ":3:succeeded" };
+    for (size_t i = 0; i < 8; i++)
         if (!rnil("ZSCORE %s %s", qkey(q, zsets[i]), sid))
             fail_msg("id %lld still in %s", id, zsets[i]);
 }
@@ -369,8 +379,8 @@ static void test_kill(void **state)
     assert_int_equal(e2e_jint(m, "retry_count"), 0);
     e2e_jnull(m, "retry_after");
     e2e_jnull(m, "lease_expires_at");
-    assert_false(rnil("ZSCORE %s %lld", qkey(q, ":dead"), a));
-    assert_true(rnil("LPOS %s %lld", qkey(q, ":ready"), a));
+    assert_false(rnil("ZSCORE %s %lld", qkey(q, ":3:dead"), a));
+    assert_true(rnil("LPOS %s %lld", qkey(q, ":3:ready"), a));
     expect_status(q, a, "dead");
 
     /* with a reason */
@@ -390,14 +400,14 @@ static void test_kill(void **state)
     assert_string_equal(e2e_jstr(m, "last_error"), "killed by operator");
     assert_int_equal(e2e_jint(m, "retry_count"), 1);
     e2e_jnull(m, "retry_after");
-    assert_true(rnil("ZSCORE %s %lld", qkey(q, ":scheduled"), c));
+    assert_true(rnil("ZSCORE %s %lld", qkey(q, ":3:scheduled"), c));
 
     /* pending in the due list (a replayed letter) -> dead */
     settle(q, c, "replay", NULL, "pending");
-    assert_false(rnil("LPOS %s %lld", qkey(q, ":due"), c));
+    assert_false(rnil("LPOS %s %lld", qkey(q, ":3:due"), c));
     settle(q, c, "kill", "{\"reason\":\"again\"}", "dead");
-    assert_true(rnil("LPOS %s %lld", qkey(q, ":due"), c));
-    assert_int_equal(rint_cmd("LLEN %s", qkey(q, ":due")), 0);
+    assert_true(rnil("LPOS %s %lld", qkey(q, ":3:due"), c));
+    assert_int_equal(rint_cmd("LLEN %s", qkey(q, ":3:due")), 0);
 
     /* processing -> dead; the old lease is gone */
     char token[160];
@@ -409,7 +419,7 @@ static void test_kill(void **state)
     assert_string_equal(e2e_jstr(m, "last_error"), "killed by operator");
     e2e_jnull(m, "lease_expires_at");
     assert_null(rd_json_get(m, "lease_token"));
-    assert_true(rnil("ZSCORE %s %lld", qkey(q, ":processing"), d));
+    assert_true(rnil("ZSCORE %s %lld", qkey(q, ":3:processing"), d));
     http(&r, "POST", message_path(q, d, "succeed"), e2e_fmt("{\"lease_token\":\"%s\"}", token));
     e2e_expect_problem(&r, 409, "invalid-state", NULL);
 
@@ -436,7 +446,7 @@ static void test_kill(void **state)
     /* a kill is a death, not a failure */
     assert_int_equal(hget_int(qkey(q, ":stats"), "dead"), 5);
     assert_int_equal(hget_int(qkey(q, ":stats"), "failed"), 1);
-    assert_int_equal(rint_cmd("ZCARD %s", qkey(q, ":dead")), 4);
+    assert_int_equal(dead_total(q), 4);
     assert_false(rnil("ZSCORE %s again", qkey(q, ":errors")));
     assert_false(rnil("ZSCORE %s %s", qkey(q, ":errors"), "killed by operator"));
     resp_free(&r);
@@ -473,7 +483,7 @@ static void test_delete(void **state)
 
     long long replayed = make_dead(q, "will replay");
     settle(q, replayed, "replay", NULL, "pending");     /* now in the due list */
-    assert_false(rnil("LPOS %s %lld", qkey(q, ":due"), replayed));
+    assert_false(rnil("LPOS %s %lld", qkey(q, ":3:due"), replayed));
     delete_ok(q, replayed);
 
     long long dead = make_dead(q, "smtp 554 delete me");
@@ -491,7 +501,7 @@ static void test_delete(void **state)
     e2e_expect_problem(&r, 409, "invalid-state", message_path(q, processing, NULL));
     assert_non_null(strstr(e2e_jstr(r.json, "detail"), "processing"));
     expect_status(q, processing, "processing");
-    assert_false(rnil("ZSCORE %s %lld", qkey(q, ":processing"), processing));
+    assert_false(rnil("ZSCORE %s %lld", qkey(q, ":3:processing"), processing));
 
     http(&r, "DELETE", message_path(q, 999999, NULL), NULL);
     e2e_expect_problem(&r, 404, "not-found", NULL);
@@ -557,7 +567,7 @@ static void test_replay_batch(void **state)
     assert_int_equal(replay_many(q, "{\"all\":true}"), 2);
     expect_status(q, d3, "pending");
     expect_status(q, d6, "pending");
-    assert_int_equal(rint_cmd("ZCARD %s", qkey(q, ":dead")), 0);
+    assert_int_equal(dead_total(q), 0);
     assert_int_equal(rint_cmd("ZCARD %s", qkey(q, ":errors")), 0);
     assert_int_equal(replay_many(q, "{\"all\":true}"), 0);
     assert_int_equal(hget_int(qkey(q, ":stats"), "replayed"), 6);
@@ -610,7 +620,8 @@ static void test_replay_batch(void **state)
 /* ------------------------------------------------------------------------ */
 
 /* Writes n dead letters with ids from..from+n-1 and time of death at_ms
- * straight into q's keys in one EVAL (test setup); with_hash false leaves
+ * straight into q's keys in one EVAL (test setup), as retryd_v2 stored them
+ * (a HASH each, in its ":dead" index); with_hash false leaves
  * only the dead index entries, as eviction or a manual DEL would. */
 static void seed_dead(const char *q, long long from, long long n, long long at_ms, bool with_hash)
 {
@@ -647,12 +658,12 @@ static void test_replay_all_with_orphans(void **state)
     long long a = make_dead(q, "real one");
     long long b = make_dead(q, "real two");
     assert_int_equal(a, 251);
-    assert_int_equal(rint_cmd("ZCARD %s", qkey(q, ":dead")), 252);
+    assert_int_equal(dead_total(q), 252);
 
     assert_int_equal(replay_many(q, "{\"all\":true}"), 2);
     expect_status(q, a, "pending");
     expect_status(q, b, "pending");
-    assert_int_equal(rint_cmd("ZCARD %s", qkey(q, ":dead")), 0);
+    assert_int_equal(dead_total(q), 0);
 
     e2e_response_t r = { 0 };
     http(&r, "GET", qpath(q, "/stats"), NULL);
@@ -667,7 +678,7 @@ static void test_replay_all_with_orphans(void **state)
     long long c = make_dead(q2, "smtp down");
     assert_int_equal(replay_many(q2, "{\"error_contains\":\"smtp\"}"), 1);
     expect_status(q2, c, "pending");
-    assert_int_equal(rint_cmd("ZCARD %s", qkey(q2, ":dead")), 0);
+    assert_int_equal(dead_total(q2), 0);
     assert_int_equal(hget_int(qkey(q2, ":stats"), "orphans_removed"), 300);
 }
 
@@ -713,7 +724,7 @@ static void test_replay_stops_when_client_leaves(void **state)
            N);
     if (now >= N / 2)
         fail_msg("the batch replay went on after its client left: %lld of %d replayed", now, N);
-    assert_int_equal(rint_cmd("ZCARD %s", qkey(q, ":dead")), N - now);
+    assert_int_equal(dead_total(q), N - now);
     /* The daemon is fine and the rest can still be replayed. */
     assert_int_equal(replay_many(q, "{\"all\":true}"), N - now);
 }
@@ -743,7 +754,7 @@ static void test_replay_all_half_closed_client(void **state)
     if (r.status != 200) fail_msg("replay all then SHUT_WR: %d %s", r.status, r.body);
     assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "replayed"), N);
     resp_free(&r);
-    assert_int_equal(rint_cmd("ZCARD %s", qkey(q, ":dead")), 0);
+    assert_int_equal(dead_total(q), 0);
     assert_int_equal(hget_int(qkey(q, ":stats"), "replayed"), N);
 }
 
@@ -1013,13 +1024,13 @@ static void test_bulk_replay_and_claim_latency(void **state)
     freeReplyObject(rcmd("SLOWLOG RESET"));
 
     assert_int_equal(fcall_kill_all(q, ids, BULK_DEAD + 100, false), BULK_DEAD);
-    assert_int_equal(rint_cmd("ZCARD %s", qkey(q, ":dead")), BULK_DEAD);
+    assert_int_equal(dead_total(q), BULK_DEAD);
     latency_t all = replay_under_probe(q, other, "{\"all\":true}", "all 1500");
     long long replayed_total = all.replayed;
     assert_int_equal(all.replayed, BULK_DEAD);
-    assert_int_equal(rint_cmd("ZCARD %s", qkey(q, ":dead")), 0);
+    assert_int_equal(dead_total(q), 0);
     assert_int_equal(rint_cmd("ZCARD %s", qkey(q, ":errors")), 0);
-    assert_int_equal(rint_cmd("LLEN %s", qkey(q, ":due")), BULK_DEAD);
+    assert_int_equal(rint_cmd("LLEN %s", qkey(q, ":3:due")), BULK_DEAD);
     assert_int_equal(hget_int(qkey(q, ":stats"), "replayed"), replayed_total);
 
     /* Again, half smtp and half dns (many with the same time of death, so
@@ -1028,7 +1039,7 @@ static void test_bulk_replay_and_claim_latency(void **state)
     latency_t err = replay_under_probe(q, other, "{\"error_contains\":\"smtp\"}",
                                        "error_contains over 1500");
     assert_int_equal(err.replayed, BULK_DEAD / 2);
-    assert_int_equal(rint_cmd("ZCARD %s", qkey(q, ":dead")), BULK_DEAD / 2);
+    assert_int_equal(dead_total(q), BULK_DEAD / 2);
     assert_false(rnil("ZSCORE %s %s", qkey(q, ":errors"), "dns: no such host"));
     assert_true(rnil("ZSCORE %s %s", qkey(q, ":errors"), "smtp: 421 too many connections"));
 
@@ -1049,7 +1060,7 @@ static void test_bulk_replay_and_claim_latency(void **state)
     latency_t by_ids = replay_under_probe(q, other, body.data, "ids x1000");
     rd_buf_free(&body);
     assert_int_equal(by_ids.replayed, BULK_DEAD / 2);
-    assert_int_equal(rint_cmd("ZCARD %s", qkey(q, ":dead")), 0);
+    assert_int_equal(dead_total(q), 0);
     assert_int_equal(hget_int(qkey(q, ":stats"), "replayed"), replayed_total + BULK_DEAD);
 
     expect_claims_ran(&all, "all");
@@ -1070,12 +1081,12 @@ typedef struct key_counts {
 static key_counts_t read_key_counts(const char *q)
 {
     key_counts_t k;
-    k.ready = rint_cmd("LLEN %s", qkey(q, ":ready"));
-    k.due = rint_cmd("LLEN %s", qkey(q, ":due"));
-    k.scheduled = rint_cmd("ZCARD %s", qkey(q, ":scheduled"));
-    k.processing = rint_cmd("ZCARD %s", qkey(q, ":processing"));
-    k.succeeded = rint_cmd("ZCARD %s", qkey(q, ":succeeded"));
-    k.dead = rint_cmd("ZCARD %s", qkey(q, ":dead"));
+    k.ready = rint_cmd("LLEN %s", qkey(q, ":3:ready"));
+    k.due = rint_cmd("LLEN %s", qkey(q, ":3:due"));
+    k.scheduled = rint_cmd("ZCARD %s", qkey(q, ":3:scheduled"));
+    k.processing = rint_cmd("ZCARD %s", qkey(q, ":3:processing"));
+    k.succeeded = rint_cmd("ZCARD %s", qkey(q, ":3:succeeded"));
+    k.dead = dead_total(q);
     return k;
 }
 
