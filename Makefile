@@ -12,7 +12,7 @@ BUILD   := build$(if $(filter 1,$(SANITIZE)),/san,)
 
 LLHTTP_SRC := /usr/share/llhttp
 LLHTTP_INC := /usr/share/include/llhttp
-PKGS       := libuv hiredis libcjson
+PKGS       := libuv hiredis libcjson libcurl
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wstrict-prototypes
 CFLAGS  := -std=c11 -O2 -g -D_GNU_SOURCE $(WARN) -Iinclude -I$(LLHTTP_INC) -MMD -MP
@@ -27,12 +27,13 @@ PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
 # Modules shared by the daemon and the tests (everything but main).
 LIB_SRC := alloc buf utf8 log config keys json jsonw problem http router redis cluster backend store waiters metrics auth ui \
+           webhook alerts \
            message request api promoter
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o) $(BUILD)/lua_library.o $(BUILD)/ui_assets.o $(BUILD)/openapi_doc.o \
            $(BUILD)/llhttp/llhttp.o $(BUILD)/llhttp/api.o $(BUILD)/llhttp/http.o
 
 UNIT_TESTS := test_keys test_router test_request test_message test_jsonw test_config test_problem test_metrics
-INTEG_TESTS := test_http test_lua test_e2e test_ops test_multi test_faults test_cluster
+INTEG_TESTS := test_http test_lua test_e2e test_ops test_multi test_faults test_cluster test_alerts
 SHELL_UNIT := fuzz_smoke.sh deps_test.sh
 # openapi_check.sh validates the responses the suites before it received: keep it last.
 SHELL_INTEG := retryctl_test.sh ui_test.sh bench_smoke.sh examples_test.sh openapi_check.sh

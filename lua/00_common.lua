@@ -310,9 +310,49 @@ local ERROR_KEY_BYTES = 200
 -- Upper bounds (seconds) of the retry delay histogram buckets.
 local DELAY_BUCKETS = { 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 3600 }
 
+-- The consumer group alerting instances read the events stream with
+-- (docs/dead-letters.md "Alert webhooks"; its functions are in 05_alerts.lua).
+local ALERT_GROUP = 'retryd-alerts'
+
+-- XINFO GROUPS' fields of the alert group of a stream, or nil without one.
+local function alert_group_info(events)
+  local groups = redis.call('XINFO', 'GROUPS', events)
+  for i = 1, #groups do
+    local info = {}
+    for j = 1, #groups[i], 2 do info[groups[i][j]] = groups[i][j + 1] end
+    if info.name == ALERT_GROUP then return info end
+  end
+  return nil
+end
+
+-- Whether stream id a ("<ms>-<seq>") comes after stream id b.
+local function stream_id_after(a, b)
+  local ams, aseq = string.match(a, '^(%d+)-(%d+)$')
+  local bms, bseq = string.match(b, '^(%d+)-(%d+)$')
+  if tonumber(ams) ~= tonumber(bms) then return tonumber(ams) > tonumber(bms) end
+  return tonumber(aseq) > tonumber(bseq)
+end
+
 -- Appends one event to the queue's stream (trimmed to about EVENTS_MAXLEN).
+-- Once alerting instances read the stream (the alert group exists), it is
+-- trimmed exactly instead, and every death trimmed before the group
+-- delivered it is counted in the stats as alerts_dropped.
 local function emit(k, event, id, err, retries, now)
-  redis.call('XADD', k.events, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'event', event, 'id', id,
+  local over = redis.call('XLEN', k.events) + 1 - EVENTS_MAXLEN
+  local group = over > 0 and alert_group_info(k.events)
+  if not group then
+    redis.call('XADD', k.events, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'event', event, 'id', id,
+               'error', err or '', 'retry_count', retries or 0, 'at', now)
+    return
+  end
+  local gone, dropped = redis.call('XRANGE', k.events, '-', '+', 'COUNT', over), 0
+  for i = 1, #gone do
+    if gone[i][2][2] == 'dead' and stream_id_after(gone[i][1], group['last-delivered-id']) then
+      dropped = dropped + 1
+    end
+  end
+  if dropped > 0 then redis.call('HINCRBY', k.stats, 'alerts_dropped', dropped) end
+  redis.call('XADD', k.events, 'MAXLEN', EVENTS_MAXLEN, '*', 'event', event, 'id', id,
              'error', err or '', 'retry_count', retries or 0, 'at', now)
 end
 

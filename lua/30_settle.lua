@@ -45,7 +45,7 @@ end
 --                                               timer hints: its retention
 -- Returns {"ok", message} | {"not_found"} | {"invalid_state", status} |
 -- {"lease_mismatch"}; with ARGV[6], {"ok", message, timer}: the hint of the
--- retry, or of the dead letter's retention expiry (need_timer).
+-- retry (need_timer), or of the death (death_hint).
 local function fail(keys, args)
   local base, mkey, id, token = keys[1], keys[2], args[1], args[2] or ''
   local err = args[3]
@@ -64,7 +64,7 @@ local function fail(keys, args)
   if args[6] == nil then return { 'ok', msg } end
   local timer
   if status == 'pending' then timer = need_timer(k, now, due)
-  else timer = retention_hint(k, now, ttl) end
+  else timer = death_hint(k, now) end
   return { 'ok', msg, timer }
 end
 

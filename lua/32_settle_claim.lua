@@ -91,7 +91,7 @@ local function settle_claim(keys, args)
       statuses[#statuses + 1] = status
       if hinted then
         if status == 'pending' then hint(need_timer(k, now, due))
-        else hint(retention_hint(k, now, dead_ttl)) end
+        else hint(death_hint(k, now)) end
       end
     end
   end

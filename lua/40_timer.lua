@@ -149,6 +149,7 @@ end
 --   ARGV[3]  succeeded_ttl_ms                   0 keeps succeeded forever
 --   ARGV[4]  "1" (optional)                     the caller is a timer round
 --                                               that reports to timer_done
+--   ARGV[5]  alert_recheck_ms (optional, with ARGV[4]) the caller delivers alerts
 -- While any index of retryd_v2 exists, tick also drains it (drain_old), its
 -- counts are in promoted, reclaimed and expired, and the queue is due again
 -- within OLD_REVISIT_MS (at once when a batch was full).
@@ -161,7 +162,11 @@ end
 -- 1 when none of the queue's keys is left (it may leave the registry), and
 -- the queue's timer promise becomes now + next_in_ms (the caller reports
 -- that to the schedule), or is deleted. Publishes on the wake channel when it
--- promoted anything.
+-- promoted anything. With ARGV[5] (an alerting instance's round), `alerts`
+-- follows `empty`: 1 when the queue's events stream has alerts not yet
+-- delivered or not yet acknowledged (05_alerts.lua); the queue is then due
+-- again within alert_recheck_ms, so that entries a dead instance left
+-- pending are claimed back.
 local function tick(keys, args)
   local base = keys[1]
   local k = queue_keys(base)
@@ -215,6 +220,13 @@ local function tick(keys, args)
     end
     ready = ready + redis.call('LLEN', g.due) + redis.call('LLEN', g.ready)
   end
+  local recheck = args[5] and to_int(args[5])
+  if args[5] and (recheck == nil or recheck < 1) then return bad_arg('alert_recheck_ms') end
+  local alerts = 0
+  if recheck and args[4] == '1' then
+    alerts = alert_work(k, now)
+    if alerts == 1 then due_at(now + recheck) end
+  end
   if args[4] ~= '1' then return { promoted, reclaimed, expired, wait, ready } end
   if wait >= 0 then
     redis.call('SET', k.timer, now + wait, 'PX', wait + TIMER_GRACE_MS)
@@ -228,6 +240,7 @@ local function tick(keys, args)
                 o.processing, o.dead, o.succeeded) == 0 then
     empty = 1
   end
+  if recheck then return { promoted, reclaimed, expired, wait, ready, empty, alerts } end
   return { promoted, reclaimed, expired, wait, ready, empty }
 end
 

@@ -40,7 +40,7 @@ local function kill(keys, args)
   emit(k, 'dead', id, reason, m.retry_count, now)
   local msg = reply_message(id, m, 'dead', now)
   if args[3] == nil then return { 'ok', msg } end
-  return { 'ok', msg, retention_hint(k, now, ttl) }
+  return { 'ok', msg, death_hint(k, now) }
 end
 
 -- delete: remove a message for good, in any state but processing.

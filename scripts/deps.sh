@@ -11,7 +11,7 @@
 # DEPS_DRY_RUN=1 prints the apt-get commands instead of running them.
 set -eu
 pkgs="pkg-config libhiredis-dev libuv1-dev libcjson-dev libcmocka-dev node-llhttp clang libclang-rt-14-dev
-      redis-server redis-tools curl"
+      redis-server redis-tools curl libcurl4-openssl-dev"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' \

@@ -525,6 +525,7 @@ static void on_queues(const rd_store_queues_t *res, void *arg)
         long long exported = 0;
         for (size_t i = 0; i < res->count; i++) exported += res->queues[i].ok;
         rd_metrics_render_registry(&text, res->total, res->total - exported);
+        if (c->api->alerts) rd_alerts_render_metrics(c->api->alerts, &text);
         rd_http_respond(c->ex, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, text.data,
                         text.len);
         rd_buf_free(&text);

@@ -219,6 +219,34 @@ static int set_auth_token_file(rd_config_t *cfg, const char *v)
     return copy_bounded(cfg->auth_token_file, sizeof cfg->auth_token_file, v, strlen(v));
 }
 
+static int set_alert_url(rd_config_t *cfg, const char *v)
+{
+    if (*v == '\0') {
+        cfg->alert_url[0] = '\0';
+        return 0;
+    }
+    if (strncmp(v, "http://", 7) != 0 && strncmp(v, "https://", 8) != 0) return -1;
+    for (const char *c = v; *c; c++)
+        if ((unsigned char)*c <= 0x20 || *c == 0x7f) return -1;
+    return copy_bounded(cfg->alert_url, sizeof cfg->alert_url, v, strlen(v));
+}
+
+static int set_alert_claim_ms(rd_config_t *cfg, const char *v)
+{
+    long long n;
+    if (parse_int(v, 1000, 3600000, &n)) return -1;
+    cfg->alert_claim_ms = n;
+    return 0;
+}
+
+static int set_alert_timeout_ms(rd_config_t *cfg, const char *v)
+{
+    long long n;
+    if (parse_int(v, 100, 600000, &n)) return -1;
+    cfg->alert_timeout_ms = n;
+    return 0;
+}
+
 /* Every flag, in --help order: a new flag is its rd_config_t field, a setter
  * above and a row here. --NAME and RETRYD_<NAME> both set it; the default
  * goes through the setter too (rd_config_defaults) and --help shows it in
@@ -258,6 +286,14 @@ static const struct flag {
     { "auth-token-file", "PATH",
       "require 'Authorization: Bearer <token>' on every route\n"
       "but /healthz; the token is the file's first line", NULL, set_auth_token_file, false },
+    { "alert-url", "URL",
+      "POST one JSON event per death to this http(s) URL\n"
+      "(docs/dead-letters.md)", NULL, set_alert_url, true },
+    { "alert-claim-ms", "N",
+      "an alert another instance left pending this long\n"
+      "is claimed back and sent", "30000", set_alert_claim_ms, false },
+    { "alert-timeout-ms", "N", "longest alert POST, connect included", "5000",
+      set_alert_timeout_ms, false },
 };
 
 enum { NFLAGS = sizeof flags / sizeof flags[0], HELP_COLUMN = 28 };

@@ -1,6 +1,7 @@
 /* server.c - retryd's main: owns the loop, starts the modules in dependency
  * order and stops them in reverse on SIGINT/SIGTERM:
- *   stop accepting, stop the promoter, answer parked long-polls -> drain
+ *   stop accepting, stop the promoter and the alert sender, answer parked
+ *   long-polls -> drain
  *   in-flight requests (at most 5 s; past that the Redis link is dropped so
  *   every waiting request is answered) -> free the long-poll waiters (the
  *   handlers use them until the last request is answered) -> close Redis ->
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <uv.h>
 
+#include "retryd/alerts.h"
 #include "retryd/alloc.h"
 #include "retryd/api.h"
 #include "retryd/auth.h"
@@ -36,9 +38,10 @@ typedef struct server {
     rd_http_server_t *http;
     rd_promoter_t *promoter;
     rd_waiters_t *waiters;
+    rd_alerts_t *alerts;          /* NULL without --alert-url */
     uv_signal_t sigint, sigterm;
     uv_timer_t drain_timer;
-    bool stopping, http_drained, promoter_stopped, waiters_closed, redis_closing;
+    bool stopping, http_drained, promoter_stopped, waiters_closed, alerts_stopped, redis_closing;
 } server_t;
 
 static void on_handle_closed(uv_handle_t *h)
@@ -74,7 +77,8 @@ static void maybe_close_redis(server_t *s, bool force)
         s->redis_closing = true;
         return;
     }
-    if (!s->http_drained || !s->promoter_stopped || !s->waiters_closed || s->redis_closing)
+    if (!s->http_drained || !s->promoter_stopped || !s->waiters_closed || !s->alerts_stopped ||
+        s->redis_closing)
         return;
     s->redis_closing = true;
     uv_timer_stop(&s->drain_timer);
@@ -100,6 +104,15 @@ static void on_promoter_stopped(void *arg)
     maybe_close_redis(s, false);
 }
 
+static void on_alerts_stopped(void *arg)
+{
+    server_t *s = arg;
+    s->alerts = NULL;
+    s->api.alerts = NULL;
+    s->alerts_stopped = true;
+    maybe_close_redis(s, false);
+}
+
 static void on_waiters_closed(void *arg)
 {
     server_t *s = arg;
@@ -119,6 +132,12 @@ static void on_claimable(rd_store_queue_t queue, void *arg)
 {
     server_t *s = arg;
     if (s->waiters) rd_waiters_notify(s->waiters, queue);
+}
+
+static void on_alerts(rd_store_queue_t queue, void *arg)
+{
+    server_t *s = arg;
+    if (s->alerts && !s->stopping) rd_alerts_wake(s->alerts, queue);
 }
 
 static void on_promoter_round(void *arg)
@@ -143,6 +162,8 @@ static void on_signal(uv_signal_t *sig, int signum)
     rd_info("retryd: %s received, shutting down", signum == SIGINT ? "SIGINT" : "SIGTERM");
     uv_timer_start(&s->drain_timer, on_drain_timeout, DRAIN_TIMEOUT_MS, 0);
     rd_promoter_stop(s->promoter, on_promoter_stopped, s);
+    if (s->alerts) rd_alerts_stop(s->alerts, on_alerts_stopped, s);
+    else s->alerts_stopped = true;
     rd_waiters_stop(s->waiters);
     rd_http_server_stop(s->http, on_http_drained, s);
 }
@@ -194,8 +215,27 @@ int main(int argc, char **argv)
     rd_backend_notify_address(s.redis, notify_host, sizeof notify_host, &no.port);
     no.host = notify_host;
     s.waiters = rd_waiters_new(s.loop, s.store, &no, s.cfg.prefix);
+    if (s.cfg.alert_url[0]) {
+        rd_alerts_options_t ao = {
+            .url = s.cfg.alert_url, .prefix = s.cfg.prefix, .claim_ms = s.cfg.alert_claim_ms,
+            .timeout_ms = s.cfg.alert_timeout_ms,
+        };
+        s.alerts = rd_alerts_start(s.loop, s.redis, &ao);
+        if (s.alerts == NULL) {
+            rd_error("retryd: cannot set up libcurl for --alert-url");
+            rd_waiters_close(s.waiters, NULL, NULL);
+            rd_backend_close(s.redis, true, NULL, NULL);
+            rd_store_free(s.store);
+            uv_run(s.loop, UV_RUN_DEFAULT);
+            uv_loop_close(s.loop);
+            rd_free(token);
+            return 1;
+        }
+        rd_store_set_alerts(s.store, s.cfg.alert_claim_ms);
+    }
     s.api.store = s.store;
     s.api.waiters = s.waiters;
+    s.api.alerts = s.alerts;
     s.api.cfg = &s.cfg;
 
     rd_http_options_t ho = {
@@ -208,6 +248,7 @@ int main(int argc, char **argv)
     if (rc != 0) {
         rd_error("retryd: cannot listen on %s:%d: %s", s.cfg.listen_host, s.cfg.listen_port,
                  uv_strerror(rc));
+        if (s.alerts) rd_alerts_stop(s.alerts, NULL, NULL);
         rd_waiters_close(s.waiters, NULL, NULL);
         rd_backend_close(s.redis, true, NULL, NULL);
         rd_store_free(s.store);
@@ -227,6 +268,7 @@ int main(int argc, char **argv)
         .tick_ms = s.cfg.tick_ms, .batch = 500, .dead_ttl_ms = s.cfg.dead_ttl_ms,
         .succeeded_ttl_ms = s.cfg.succeeded_ttl_ms, .on_claimable = on_claimable,
         .on_claimable_arg = &s, .on_round = on_promoter_round, .on_round_arg = &s,
+        .on_alerts = on_alerts, .on_alerts_arg = &s,
     };
     s.promoter = rd_promoter_start(s.loop, s.store, &po);
 

@@ -42,6 +42,7 @@ struct rd_store {
     rd_buf_t registry_key;
     registry_slot_t registry[REGISTRY_SLOTS];
     long long dead_ttl_ms, succeeded_ttl_ms;   /* passed on for timer hints */
+    long long alert_recheck_ms;                /* > 0: ticks ask about alerts */
     owed_t *owed;
     size_t nowed;
     bool register_failing;      /* logged once per run of failures */
@@ -144,6 +145,11 @@ void rd_store_set_retention(rd_store_t *st, long long dead_ttl_ms, long long suc
 {
     st->dead_ttl_ms = dead_ttl_ms;
     st->succeeded_ttl_ms = succeeded_ttl_ms;
+}
+
+void rd_store_set_alerts(rd_store_t *st, long long recheck_ms)
+{
+    st->alert_recheck_ms = recheck_ms;
 }
 
 bool rd_store_ready(const rd_store_t *st)
@@ -322,8 +328,10 @@ static bool parse_reply(const op_t *op, const rd_reply_t *reply, result_t *res, 
         return rd_reply_is(reply, "PONG");
     case KIND_TICK: {
         rd_store_tick_t *t = &res->tick;
-        long long empty;
-        if (!(rd_reply_len(reply) == 6 && rd_reply_int(rd_reply_at(reply, 0), &t->promoted) &&
+        long long empty, alerts = 0;
+        size_t n = rd_reply_len(reply);
+        if (!((n == 6 || (n == 7 && rd_reply_int(rd_reply_at(reply, 6), &alerts))) &&
+              rd_reply_int(rd_reply_at(reply, 0), &t->promoted) &&
               rd_reply_int(rd_reply_at(reply, 1), &t->reclaimed) &&
               rd_reply_int(rd_reply_at(reply, 2), &t->expired) &&
               rd_reply_int(rd_reply_at(reply, 3), &t->next_in_ms) &&
@@ -331,6 +339,7 @@ static bool parse_reply(const op_t *op, const rd_reply_t *reply, result_t *res, 
               rd_reply_int(rd_reply_at(reply, 5), &empty)))
             return false;
         t->empty = empty == 1;
+        t->alerts = alerts == 1;
         return true;
     }
     case KIND_TAKE: {   /* {token, next_in_ms, name...} */
@@ -1189,6 +1198,7 @@ int rd_store_tick(rd_store_t *st, rd_store_queue_t q, int limit, long long dead_
     arg_int(&c, dead_ttl_ms);
     arg_int(&c, succeeded_ttl_ms);
     arg_str(&c, "1");   /* a timer round: the promise and `empty` */
+    if (st->alert_recheck_ms > 0) arg_int(&c, st->alert_recheck_ms);  /* and `alerts` */
     return send_call(st, &c, KIND_TICK, (callback_t){ .tick = cb }, arg);
 }
 

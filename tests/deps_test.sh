@@ -61,6 +61,22 @@ test_deps_keeps_an_existing_node() {
     return 0
 }
 
+# The alert webhooks link libcurl (docs/dead-letters.md): the build set asks
+# apt for its headers when they are missing (a dpkg-query that reports
+# libcurl4-openssl-dev absent and asks the real one about the rest).
+test_deps_installs_libcurl_when_missing() {
+    local bin out real
+    bin=$(bin_dir nocurl grep id) || fail "cannot link the tools"
+    real=$(command -v dpkg-query) || fail "no dpkg-query"
+    printf '#!/bin/sh\nfor a in "$@"; do [ "$a" = libcurl4-openssl-dev ] && exit 1; done\nexec %s "$@"\n' \
+        "$real" >"$bin/dpkg-query"
+    chmod +x "$bin/dpkg-query"
+    out=$(PATH=$bin DEPS_DRY_RUN=1 /bin/sh "$ROOT/scripts/deps.sh" 2>&1) \
+        || fail "deps.sh exited non-zero: $out"
+    [[ $out =~ apt-get[^$'\n']*\ install\ [^$'\n']*libcurl4-openssl-dev ]] \
+        || fail "no apt-get install of libcurl4-openssl-dev: $out"
+}
+
 test_deps_installs_jsonschema_and_jq_when_missing() {
     local bin out
     bin=$(bin_dir nojsonschema grep id) || fail "cannot link the tools"
@@ -136,6 +152,7 @@ EOF
 all_tests=(
     test_deps_installs_node_when_missing
     test_deps_keeps_an_existing_node
+    test_deps_installs_libcurl_when_missing
     test_deps_installs_jsonschema_and_jq_when_missing
     test_npm_pins_run_on_bookworm_node
 )

@@ -23,7 +23,10 @@
  *      batches of 10 keys as redis-cli does, SETSLOT NODE) under load loses,
  *      duplicates and reuses nothing. A key MIGRATE cannot move because the
  *      target already has it (BUSYKEY) is reported, then moved with REPLACE
- *      so the migration can finish and the damage be counted.
+ *      so the migration can finish and the damage be counted;
+ *  10. A and B stop; two instances with --alert-url deliver one event per
+ *      death from queues on every master, each exactly once, and
+ *      acknowledge each in its queue's slot (docs/dead-letters.md).
  * The cluster is always stopped: group teardown, a setup that fails half way,
  * an atexit hook and SIGINT/SIGTERM (which kill the node pids directly).
  *
@@ -44,6 +47,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "alert_receiver.h"
 #include "e2e_support.h"
 #include "retryd/buf.h"
 #include "retryd/cluster.h"
@@ -2079,6 +2083,73 @@ static void test_slot_migration_under_load(void **state)
 
 /* ======================================================================== */
 
+/* ------------------------------------------------------------------------ */
+/* 10. Alert webhooks from every master                                     */
+/* ------------------------------------------------------------------------ */
+
+static void test_alerts_from_every_master(void **state)
+{
+    (void)state;
+    /* Every instance sharing the Redis runs with the same --alert-url
+     * (docs/dead-letters.md): A and B, started without it, make way for two
+     * alerting instances C and D. */
+    assert_int_equal(e2e_daemon_stop(&g_a, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
+    assert_int_equal(e2e_daemon_stop(&g_b, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
+    assert_int_equal(recv_start(), 0);
+    recv_reset(RECV_OK);
+    e2e_daemon_t d[2] = { { 0 }, { 0 } };
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/hook", g_recv.port);
+    for (size_t i = 0; i < 2; i++) {
+        e2e_flags_t f;
+        e2e_flags(&f, "--redis-cluster", g_seeds, g_prefix, TICK_MS, "warn", "--alert-url", url,
+                  "--alert-claim-ms", "2000", NULL);
+        if (e2e_daemon_spawn(&d[i], g_bin, f.argv) != 0 ||
+            e2e_daemon_wait_status(&d[i], "/readyz", 200, READY_TIMEOUT_MS) != 0) {
+            for (size_t k = 0; k <= i; k++) e2e_daemon_stop(&d[k], SIGKILL, E2E_STOP_TIMEOUT_MS);
+            recv_stop();
+            fail_msg("an alerting retryd did not become ready");
+        }
+    }
+    cnode_t *m[MAX_NODES];
+    size_t nm = masters(m);
+    char queues[MAX_NODES][64];
+    long long ids[MAX_NODES];
+    for (size_t i = 0; i < nm; i++) {
+        int port = d[i % 2].port;
+        pick_queue_on(queues[i], sizeof queues[i], "alert", m[i]);
+        msg_t e = enqueue_to(port, queues[i], "{\"payload\":\"p\",\"max_retries\":1}");
+        msg_t claimed = claim_from(port, queues[i]);
+        assert_int_equal(claimed.id, e.id);
+        msg_t dead = settle(port, queues[i], &claimed, "fail", "\"error\":\"boom\"");
+        assert_string_equal(dead.status, "dead");
+        ids[i] = e.id;
+    }
+    for (size_t i = 0; i < nm; i++) {
+        WAIT_FOR(recv_count(queues[i], ids[i]) == 1, 20000,
+                 "queue %s on master :%d: its death was not delivered", queues[i], m[i]->port);
+        long long pending = -1;
+        for (long long deadline = e2e_mono_ms() + 20000; e2e_mono_ms() < deadline;) {
+            redisReply *r = ncmd(m[i], "XPENDING %s retryd-alerts", qkey(queues[i], "events"));
+            pending = r && r->type == REDIS_REPLY_ARRAY && r->elements > 0
+                          ? r->element[0]->integer : -1;
+            if (r) freeReplyObject(r);
+            if (pending == 0) break;
+            e2e_pause_ms(20);
+        }
+        if (pending != 0) fail_msg("queue %s: %lld alerts pending", queues[i], pending);
+    }
+    int total = 0;
+    for (size_t i = 0; i < nm; i++) total += recv_count(queues[i], 0);
+    printf("test_cluster: %d deaths on %zu masters delivered once each\n", total, nm);
+    assert_int_equal(total, (int)nm);
+    int s0 = e2e_daemon_stop(&d[0], SIGTERM, E2E_STOP_TIMEOUT_MS);
+    int s1 = e2e_daemon_stop(&d[1], SIGTERM, E2E_STOP_TIMEOUT_MS);
+    recv_stop();
+    assert_int_equal(s0, 0);
+    assert_int_equal(s1, 0);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -2098,6 +2169,7 @@ int main(void)
         T(test_calls_while_slot_migrating_stay_on_one_copy),
         T(test_redirect_limit_answers_503),
         T(test_slot_migration_under_load),
+        T(test_alerts_from_every_master),
     };
 #undef T
     int failed = cmocka_run_group_tests_name("cluster-unit", unit, NULL, NULL);

@@ -18,7 +18,8 @@
 static const char *const env_names[] = {
     "RETRYD_LISTEN", "RETRYD_REDIS", "RETRYD_REDIS_TIMEOUT_MS", "RETRYD_PREFIX",
     "RETRYD_TICK_MS", "RETRYD_LEASE_SECONDS", "RETRYD_MAX_BODY", "RETRYD_DEAD_TTL",
-    "RETRYD_SUCCEEDED_TTL", "RETRYD_LOG_LEVEL",
+    "RETRYD_SUCCEEDED_TTL", "RETRYD_LOG_LEVEL", "RETRYD_ALERT_URL", "RETRYD_ALERT_CLAIM_MS",
+    "RETRYD_ALERT_TIMEOUT_MS",
 };
 
 static int clear_env(void **state)
@@ -408,6 +409,34 @@ static void test_bad_redis_url_masks_password(void **state)
     assert_bad_url_masked(ARGS("--redis", url), "kkkkkkkk", "redis://:***@host:6379");
 }
 
+/* --alert-url takes an http(s) URL without spaces or control bytes; a bad
+ * one is refused with its credentials masked; the claim threshold and the
+ * POST timeout have bounds and defaults. */
+static void test_alert_flags(void **state)
+{
+    rd_config_t cfg;
+    assert_load_ok(&cfg, ARGS("--log-level", "info"));
+    assert_string_equal(cfg.alert_url, "");
+    assert_int_equal(cfg.alert_claim_ms, 30000);
+    assert_int_equal(cfg.alert_timeout_ms, 5000);
+    assert_load_ok(&cfg, ARGS("--alert-url", "https://hooks.example/retryd?x=1",
+                              "--alert-claim-ms", "1000", "--alert-timeout-ms", "100"));
+    assert_string_equal(cfg.alert_url, "https://hooks.example/retryd?x=1");
+    assert_int_equal(cfg.alert_claim_ms, 1000);
+    assert_int_equal(cfg.alert_timeout_ms, 100);
+    assert_load_ok(&cfg, ARGS("--alert-url=http://127.0.0.1:9/h"));
+    assert_string_equal(cfg.alert_url, "http://127.0.0.1:9/h");
+    assert_load_bad(ARGS("--alert-url", "ftp://h/x"), "alert-url");
+    assert_load_bad(ARGS("--alert-url", "hooks.example"), "alert-url");
+    assert_load_bad(ARGS("--alert-url", "http://h/a b"), "alert-url");
+    assert_load_bad(ARGS("--alert-url", "http://h/\n"), "alert-url");
+    assert_load_bad(ARGS("--alert-claim-ms", "999"), "alert-claim-ms");
+    assert_load_bad(ARGS("--alert-claim-ms", "3600001"), "alert-claim-ms");
+    assert_load_bad(ARGS("--alert-timeout-ms", "99"), "alert-timeout-ms");
+    assert_bad_url_masked(ARGS("--alert-url", "ftp://bob:s3cretpw@hooks.example"), "s3cretpw",
+                          "ftp://bob:***@hooks.example");
+}
+
 static void test_mask_url(void **state)
 {
     char out[256];
@@ -436,6 +465,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_load_without_args_keeps_defaults, clear_env,
                                         clear_env),
         cmocka_unit_test(test_duration_valid),
+        cmocka_unit_test_setup_teardown(test_alert_flags, clear_env, clear_env),
         cmocka_unit_test(test_duration_invalid),
         cmocka_unit_test(test_redis_url_host_port_db),
         cmocka_unit_test(test_redis_url_credentials),

@@ -3712,7 +3712,8 @@ static void test_timer_hints(void **state)
     /* No hint when nothing was claimed. */
     assert_int_equal(hint_of(fcall("claim", &w, -1, "20000", "1", "1", END)), -1);
 
-    /* Retention hints from succeed, succeed_many, fail (dead) and kill. */
+    /* Retention hints from succeed and succeed_many; a death (fail, kill) is
+     * due now (death_hint: the tick reports it to alerting instances). */
     queue_t s;
     queue_init(&s, "hintret");
     for (int i = 0; i < 4; i++) enqueue_ok(&s, "x", 1, 0);
@@ -3721,13 +3722,180 @@ static void test_timer_hints(void **state)
     h = hint_of(fcall("succeed", &s, c[0].id, "", "1000", END));
     assert_in_range(h, 900, 1000);
     assert_int_equal(hint_of(fcall("succeed_many", &s, -1, num(c[1].id), "", "2000", END)), -1);
-    h = hint_of(fcall("fail", &s, c[2].id, "", "dead", "0", "-1", "500", END));
-    assert_in_range(h, 400, 500);
-    h = hint_of(fcall("kill", &s, c[3].id, "", "100", END));
-    assert_in_range(h, 0, 100);
+    assert_int_equal(hint_of(fcall("fail", &s, c[2].id, "", "dead", "0", "-1", "500", END)), 0);
+    assert_true(promise(&s) <= redis_now_ms());
+    /* The queue is due now already: a second death needs nothing. */
+    assert_int_equal(hint_of(fcall("kill", &s, c[3].id, "", "100", END)), -1);
+    /* A kill on a queue without a promise is due now. */
+    queue_t k;
+    queue_init(&k, "hintkill");
+    long long kid = enqueue_ok(&k, "x", 1, 0);
+    assert_int_equal(promise(&k), -1);
+    assert_int_equal(hint_of(fcall("kill", &k, kid, "", "100", END)), 0);
     expect_error(fcall("succeed", &s, c[0].id, "", "x", END));
     expect_error(fcall("fail", &s, c[2].id, "", "e", "1", "-1", "x", END));
     expect_error(fcall("kill", &s, c[3].id, "", "x", END));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Alerts (lua/05_alerts.lua, docs/dead-letters.md)                         */
+/* ------------------------------------------------------------------------ */
+
+/* The stream id of element i of an alerts_take reply (1 + 5i). */
+static const char *take_sid(const redisReply *r, size_t i)
+{
+    assert_true(r->elements > 1 + 5 * i);
+    char *s = scratch();
+    snprintf(s, 192, "%s", r->element[1 + 5 * i]->str);
+    return s;
+}
+
+static long long group_pending(const queue_t *q)
+{
+    redisReply *r = rcmd("XPENDING", qkey(q, "events"), "retryd-alerts", END);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    long long n = r->element[0]->integer;
+    freeReplyObject(r);
+    return n;
+}
+
+/* tick with an alert recheck answers `alerts` (and creates the group); take
+ * hands each entry to one consumer and skips replays; touch keeps only a
+ * consumer's own entries; take claims back idle ones; ack counts. */
+static void test_alert_group_protocol(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "alerts");
+    long long r[TICK_N + 2];
+    /* No stream yet: no alerts, no group, and the old reply without the flag. */
+    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", "5000", END), TICK_N + 2, r);
+    assert_int_equal(r[6], 0);
+    long long id1 = make_dead(&q, "boom");
+    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", END), TICK_N + 1, r);
+    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", "5000", END), TICK_N + 2, r);
+    assert_int_equal(r[6], 1);
+    assert_in_range(r[3], 0, 5000);     /* due again within the recheck */
+    assert_int_equal(group_pending(&q), 0);
+
+    redisReply *t = fcall("alerts_take", &q, -1, "c1", "10", "5000", END);
+    assert_int_equal(t->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(t->elements, 6);
+    assert_int_equal(t->element[0]->integer, 0);
+    const char *sid1 = take_sid(t, 0);
+    assert_int_equal(parse_int(t->element[2]->str, t->element[2]->len, "id"), id1);
+    assert_string_equal(t->element[3]->str, "boom");
+    assert_string_equal(t->element[4]->str, "1");
+    freeReplyObject(t);
+    /* Nothing new for c2, and c1's entry is not idle. */
+    t = fcall("alerts_take", &q, -1, "c2", "10", "5000", END);
+    assert_int_equal(t->elements, 1);
+    freeReplyObject(t);
+    /* Pending with c1: the tick still reports it. */
+    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", "5000", END), TICK_N + 2, r);
+    assert_int_equal(r[6], 1);
+
+    /* A replay and a second death: c2 gets the death only; the replay is
+     * acknowledged at once. */
+    msg_t m;
+    expect_ok_msg(fcall("replay", &q, id1, END), &m);
+    claim_one(&q, 60000, &m);
+    assert_int_equal(m.id, id1);
+    fail_ok(&q, id1, "second", "1", -1, &m);
+    assert_string_equal(msg_str(&m, "status"), "dead");
+    t = fcall("alerts_take", &q, -1, "c2", "10", "5000", END);
+    assert_int_equal(t->elements, 6);
+    assert_int_equal(parse_int(t->element[2]->str, t->element[2]->len, "id"), id1);
+    assert_string_equal(t->element[3]->str, "second");
+    const char *sid2 = take_sid(t, 0);
+    freeReplyObject(t);
+    assert_int_equal(group_pending(&q), 2);
+
+    /* touch: c2 keeps its own entry only, and counts its failures. */
+    t = fcall("alerts_touch", &q, -1, "c2", "3", sid1, sid2, END);
+    assert_int_equal(t->elements, 1);
+    assert_string_equal(t->element[0]->str, sid2);
+    freeReplyObject(t);
+    assert_int_equal(counter(&q, "alerts_failed"), 3);
+
+    /* c1 went silent: with min_idle 0, c2 claims its entry back. */
+    t = fcall("alerts_take", &q, -1, "c2", "10", "0", END);
+    assert_true(t->elements >= 6);
+    bool got1 = false;
+    for (size_t i = 0; i < (t->elements - 1) / 5; i++) got1 |= strcmp(take_sid(t, i), sid1) == 0;
+    assert_true(got1);
+    freeReplyObject(t);
+    assert_true(counter(&q, "alerts_claimed") >= 1);
+    /* c1 no longer holds it. */
+    t = fcall("alerts_touch", &q, -1, "c1", "0", sid1, END);
+    assert_int_equal(t->elements, 0);
+    freeReplyObject(t);
+
+    assert_int_equal(int_reply(fcall("alerts_ack", &q, -1, sid1, sid2, END)), 2);
+    assert_int_equal(int_reply(fcall("alerts_ack", &q, -1, sid1, END)), 0);
+    assert_int_equal(counter(&q, "alerts_delivered"), 2);
+    assert_int_equal(group_pending(&q), 0);
+    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", "5000", END), TICK_N + 2, r);
+    assert_int_equal(r[6], 0);
+
+    /* touch keeps every one of several entries (each must stay fresh, or
+     * another instance claims it back while it is being posted). */
+    for (int i = 0; i < 3; i++) make_dead(&q, "more");
+    t = fcall("alerts_take", &q, -1, "c3", "10", "5000", END);
+    assert_int_equal(t->elements, 16);
+    const char *s3[3] = { take_sid(t, 0), take_sid(t, 1), take_sid(t, 2) };
+    freeReplyObject(t);
+    t = fcall("alerts_touch", &q, -1, "c3", "0", s3[0], s3[1], s3[2], END);
+    assert_int_equal(t->elements, 3);
+    freeReplyObject(t);
+    assert_int_equal(int_reply(fcall("alerts_ack", &q, -1, s3[0], s3[1], s3[2], END)), 3);
+
+    expect_error(fcall("alerts_take", &q, -1, "", "10", "0", END));
+    expect_error(fcall("alerts_take", &q, -1, "c", "0", "0", END));
+    expect_error(fcall("alerts_take", &q, -1, "c", "101", "0", END));
+    expect_error(fcall("alerts_take", &q, -1, "c", "1", "-1", END));
+    expect_error(fcall("alerts_touch", &q, -1, "c", "x", END));
+    expect_error(fcall("alerts_ack", &q, -1, END));
+    expect_error(fcall("tick", &q, -1, "100", "0", "0", "1", "0", END));
+}
+
+/* Once the alert group exists, the events stream is trimmed exactly and a
+ * death trimmed before delivery is counted (alerts_dropped): by emit when it
+ * was never delivered, by alerts_take when it was pending with a consumer. */
+static void test_alert_trim_counts_undelivered(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "alerttrim");
+    const char *events = qkey(&q, "events");
+    for (int i = 0; i < 10000; i++) {
+        redisReply *x = rcmd("XADD", events, "*", "event", "dead", "id", "0", "error", "e",
+                             "retry_count", "1", "at", "0", END);
+        assert_int_equal(x->type, REDIS_REPLY_STRING);
+        freeReplyObject(x);
+    }
+    long long r[TICK_N + 2];
+    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", "5000", END), TICK_N + 2, r);
+    assert_int_equal(r[6], 1);
+    /* The oldest is delivered and acknowledged: trimming it counts nothing. */
+    redisReply *t = fcall("alerts_take", &q, -1, "c", "1", "5000", END);
+    assert_int_equal(int_reply(fcall("alerts_ack", &q, -1, take_sid(t, 0), END)), 1);
+    freeReplyObject(t);
+    make_dead(&q, "one");
+    assert_int_equal(int_reply(rcmd("XLEN", events, END)), 10000);
+    assert_int_equal(counter(&q, "alerts_dropped"), 0);
+    /* The next oldest was never delivered. */
+    make_dead(&q, "two");
+    assert_int_equal(int_reply(rcmd("XLEN", events, END)), 10000);
+    assert_int_equal(counter(&q, "alerts_dropped"), 1);
+    /* Delivered to c, not acknowledged, then trimmed: counted when claimed. */
+    t = fcall("alerts_take", &q, -1, "c", "1", "5000", END);
+    freeReplyObject(t);
+    make_dead(&q, "three");
+    assert_int_equal(counter(&q, "alerts_dropped"), 1);
+    t = fcall("alerts_take", &q, -1, "c2", "1", "0", END);
+    freeReplyObject(t);
+    assert_int_equal(counter(&q, "alerts_dropped"), 2);
 }
 
 /* extend with the hint flag forwards a shortened lease's deadline as a timer
@@ -4052,6 +4220,8 @@ int main(void)
         cmocka_unit_test(test_wake_channel),
         cmocka_unit_test(test_claim_that_promotes_more_than_it_takes_wakes),
         cmocka_unit_test(test_timer_hints),
+        cmocka_unit_test(test_alert_group_protocol),
+        cmocka_unit_test(test_alert_trim_counts_undelivered),
         cmocka_unit_test(test_settle_claim_timer_hints),
         cmocka_unit_test(test_extend_timer_hint),
         cmocka_unit_test(test_tick_promise_and_empty),

@@ -3,6 +3,7 @@
 #ifndef RETRYD_API_H
 #define RETRYD_API_H
 
+#include "retryd/alerts.h"
 #include "retryd/buf.h"
 #include "retryd/config.h"
 #include "retryd/http.h"
@@ -13,6 +14,7 @@
 typedef struct rd_api {
     rd_store_t *store;          /* borrowed; NULL once the server has closed it */
     rd_waiters_t *waiters;      /* borrowed: long-poll claims */
+    rd_alerts_t *alerts;        /* borrowed: the alert sender, NULL without --alert-url */
     const rd_config_t *cfg;     /* borrowed */
     const char *auth_token;     /* NULL: no auth; else required as a Bearer token */
     rd_buf_t body;              /* owned: the JSON answer being written, reused by

@@ -26,6 +26,9 @@ typedef struct rd_config {
     long long succeeded_ttl_ms; /* --succeeded-ttl: 0 keeps succeeded forever */
     rd_log_level_t log_level;   /* --log-level debug|info|warn|error */
     char auth_token_file[512];  /* --auth-token-file: "" leaves the API open */
+    char alert_url[2048];       /* --alert-url: "" sends no alerts */
+    long long alert_claim_ms;   /* --alert-claim-ms: claim back alerts pending this long */
+    long long alert_timeout_ms; /* --alert-timeout-ms: one alert POST at most */
 } rd_config_t;
 
 void rd_config_defaults(rd_config_t *cfg);

@@ -41,6 +41,10 @@ typedef struct rd_promoter_options {
      * while the notification link is down). */
     void (*on_round)(void *arg);
     void *on_round_arg;
+    /* NULL, or told after each tick of a queue with alerts to deliver
+     * (rd_store_set_alerts). */
+    void (*on_alerts)(rd_store_queue_t queue, void *arg);
+    void *on_alerts_arg;
 } rd_promoter_options_t;
 
 /* Starts the first round at once. Borrows store until stopped. */

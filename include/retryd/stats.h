@@ -24,7 +24,8 @@
 /* The other counters of the hash, which GET /queues/{q}/stats lists when the
  * hash has them: X(name). */
 #define RD_STATS_MORE_COUNTERS(X) \
-    X(expired_dead) X(expired_succeeded) X(deleted) X(purged) X(released) X(orphans_removed)
+    X(expired_dead) X(expired_succeeded) X(deleted) X(purged) X(released) X(orphans_removed) \
+    X(alerts_delivered) X(alerts_failed) X(alerts_claimed) X(alerts_dropped)
 
 /* The gauges of the `stats` reply (messages in each state now, deaths in the
  * last 24 h): X(name). */

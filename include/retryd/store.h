@@ -106,6 +106,7 @@ typedef struct rd_store_tick {
     rd_store_head_t head;
     long long promoted, reclaimed, expired, next_in_ms, ready;
     bool empty;               /* none of the queue's keys is left */
+    bool alerts;              /* alerts to deliver (only when rd_store_set_alerts set it) */
 } rd_store_tick_t;
 
 /* queues_page. */
@@ -157,6 +158,10 @@ void rd_store_free(rd_store_t *st);
 /* The retention the finishing calls pass on for their timer hints (0: none;
  * the default until set). */
 void rd_store_set_retention(rd_store_t *st, long long dead_ttl_ms, long long succeeded_ttl_ms);
+/* recheck_ms > 0: this instance delivers alerts, and every tick asks whether
+ * the queue has alerts to deliver (rd_store_tick_t.alerts), keeping such a
+ * queue due again within recheck_ms (docs/dead-letters.md). 0: not asked. */
+void rd_store_set_alerts(rd_store_t *st, long long recheck_ms);
 
 /* True while operations can be sent (the Redis link is READY). */
 bool rd_store_ready(const rd_store_t *st);

@@ -1,0 +1,662 @@
+/* alerts.c - the alert sender: which queues to read, the events it holds,
+ * their POSTs, retries and acknowledgements (docs/dead-letters.md "Alert
+ * webhooks"). The stream protocol is in lua/05_alerts.lua; the HTTP client
+ * in webhook.c. */
+#include "retryd/alerts.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "retryd/alloc.h"
+#include "retryd/jsonw.h"
+#include "retryd/keys.h"
+#include "retryd/log.h"
+#include "retryd/message.h"
+#include "retryd/webhook.h"
+
+enum {
+    QUEUE_BUCKETS = 1024,
+    RETRY_CALL_MS = 1000,       /* after a failed Redis call */
+    BACKOFF_FIRST_MS = 1000,
+    STOP_GRACE_MS = 4000,
+    TOUCH_MAX = 1000,           /* alerts_touch's bound (05_alerts.lua) */
+};
+
+typedef enum {
+    D_WAITING,                  /* to be posted at due_at */
+    D_POSTING,
+    D_ACKING,
+    D_ACK_OWED,                 /* the receiver took it; alerts_ack again at due_at */
+} dstate_t;
+
+typedef struct queue {
+    struct rd_alerts *a;
+    char *name;
+    size_t len;
+    rd_buf_t base;              /* the queue's key base */
+    struct queue *hnext;
+    bool active;                /* woken: taken from until a take comes back empty */
+    uint64_t poll_at;           /* loop ms of the next take */
+    bool taking, touching;
+    size_t held;                /* its deliveries */
+    uint64_t failures;          /* failed POSTs not yet counted in Redis */
+} queue_t;
+
+typedef struct delivery {
+    queue_t *q;
+    char sid[48];               /* the stream entry id */
+    long long id;
+    char *body;
+    size_t len;
+    int attempts;
+    uint64_t due_at;
+    dstate_t state;
+    bool lost;                  /* another instance claimed it back */
+    struct delivery *prev, *next;
+} delivery_t;
+
+struct rd_alerts {
+    uv_loop_t *loop;
+    rd_backend_t *redis;
+    char *url;
+    char *prefix;
+    long long claim_ms, timeout_ms;
+    char consumer[128];
+    rd_webhook_t *web;
+    uv_timer_t pump, touch, grace;
+    queue_t *buckets[QUEUE_BUCKETS];
+    delivery_t *deliveries;
+    size_t held, in_flight, calls;
+    uint64_t delivered, failures;
+    bool stopping, finishing, failing;
+    int closing;                /* handles (and the webhook) still closing */
+    void (*on_stopped)(void *arg);
+    void *on_stopped_arg;
+};
+
+static void kick(rd_alerts_t *a);
+static void maybe_finish(rd_alerts_t *a);
+
+/* The URL a queue's events go to. The per-queue `alert_url` of the policy
+ * (SPEC §10) will be read here; today every queue has the flag's. */
+static const char *alert_url_for(const rd_alerts_t *a, const queue_t *q)
+{
+    (void)q;
+    return a->url;
+}
+
+/* ---------------------------------------------------------------- queues */
+
+static uint64_t hash(const char *s, size_t len)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ULL;
+    return h;
+}
+
+static queue_t *queue_get(rd_alerts_t *a, const char *name, size_t len)
+{
+    queue_t **slot = &a->buckets[hash(name, len) % QUEUE_BUCKETS];
+    for (queue_t *q = *slot; q; q = q->hnext)
+        if (q->len == len && memcmp(q->name, name, len) == 0) return q;
+    queue_t *q = rd_calloc(1, sizeof *q);
+    q->a = a;
+    q->name = rd_strndup(name, len);
+    q->len = len;
+    rd_keys_queue_base(&q->base, a->prefix, name, len);
+    q->hnext = *slot;
+    *slot = q;
+    return q;
+}
+
+static void queue_free(queue_t *q)
+{
+    rd_buf_free(&q->base);
+    rd_free(q->name);
+    rd_free(q);
+}
+
+/* A queue nothing refers to any more leaves the table. */
+static void queue_release(queue_t *q)
+{
+    if (q->active || q->held > 0 || q->taking || q->touching || q->failures > 0) return;
+    rd_alerts_t *a = q->a;
+    queue_t **p = &a->buckets[hash(q->name, q->len) % QUEUE_BUCKETS];
+    while (*p != q) p = &(*p)->hnext;
+    *p = q->hnext;
+    queue_free(q);
+}
+
+/* ---------------------------------------------------------------- Redis */
+
+/* FCALL <fn> 1 <q's base> args... */
+static int fcall(rd_alerts_t *a, const char *fn, queue_t *q, size_t nargs, const char **args,
+                 const size_t *lens, rd_redis_cb cb, void *arg)
+{
+    size_t argc = 4 + nargs;
+    const char **argv = rd_malloc(argc * sizeof *argv);
+    size_t *l = rd_malloc(argc * sizeof *l);
+    argv[0] = "FCALL";
+    argv[1] = fn;
+    argv[2] = "1";
+    argv[3] = q->base.data;
+    l[0] = 5;
+    l[1] = strlen(fn);
+    l[2] = 1;
+    l[3] = q->base.len;
+    for (size_t i = 0; i < nargs; i++) {
+        argv[4 + i] = args[i];
+        l[4 + i] = lens ? lens[i] : strlen(args[i]);
+    }
+    int rc = rd_backend_command(a->redis, (int)argc, argv, l, cb, arg);
+    rd_free(argv);
+    rd_free(l);
+    if (rc == 0) a->calls++;
+    return rc;
+}
+
+/* Logs a failed call once per run of failures. */
+static void call_failed(rd_alerts_t *a, const char *fn, const rd_reply_t *reply,
+                        rd_redis_status_t status)
+{
+    if (a->failing) return;
+    a->failing = true;
+    size_t len = 0;
+    const char *err = rd_reply_type(reply) == RD_REPLY_ERROR ? rd_reply_str(reply, &len) : NULL;
+    rd_warn("alerts: %s failed (%.*s); trying again", fn,
+            err ? (int)len : 20, err ? err : status == RD_REDIS_OK ? "unexpected reply" : "Redis unreachable");
+}
+
+/* ---------------------------------------------------------------- deliveries */
+
+static void delivery_drop(rd_alerts_t *a, delivery_t *d)
+{
+    if (d->prev) d->prev->next = d->next;
+    else a->deliveries = d->next;
+    if (d->next) d->next->prev = d->prev;
+    queue_t *q = d->q;
+    q->held--;
+    a->held--;
+    rd_free(d->body);
+    rd_free(d);
+    queue_release(q);
+}
+
+static delivery_t *delivery_find(rd_alerts_t *a, const queue_t *q, const char *sid)
+{
+    for (delivery_t *d = a->deliveries; d; d = d->next)
+        if (d->q == q && strcmp(d->sid, sid) == 0) return d;
+    return NULL;
+}
+
+/* The JSON event of one death (docs/dead-letters.md "The event"). */
+static char *event_body(const queue_t *q, const char *sid, long long id, const char *err,
+                        size_t err_len, long long retry_count, long long at_ms, size_t *len)
+{
+    rd_buf_t b = RD_BUF_INIT;
+    rd_jsonw_t w;
+    rd_jsonw_init(&w, &b);
+    char at[32];
+    rd_format_time_ms(at_ms, at);
+    rd_jsonw_object_open(&w);
+    rd_jsonw_key(&w, "event");
+    rd_jsonw_string(&w, "dead");
+    rd_jsonw_key(&w, "event_id");
+    rd_jsonw_string(&w, sid);
+    rd_jsonw_key(&w, "queue");
+    rd_jsonw_stringn(&w, q->name, q->len);
+    rd_jsonw_key(&w, "id");
+    rd_jsonw_int(&w, id);
+    rd_jsonw_key(&w, "error");
+    rd_jsonw_stringn(&w, err, err_len);
+    rd_jsonw_key(&w, "retry_count");
+    rd_jsonw_int(&w, retry_count);
+    rd_jsonw_key(&w, "at");
+    rd_jsonw_plain_string(&w, at, strlen(at));
+    rd_jsonw_object_close(&w);
+    return rd_buf_take(&b, len);
+}
+
+/* Holds the i-th death of a take's reply (sid, id, error, retry_count, at
+ * from element 1 + 5i), unless it holds that entry already (its own entry,
+ * claimed again). */
+static void delivery_add(rd_alerts_t *a, queue_t *q, const rd_reply_t *reply, size_t i)
+{
+    size_t sid_len, err_len = 0;
+    const char *sid = rd_reply_str(rd_reply_at(reply, 1 + 5 * i), &sid_len);
+    if (sid == NULL || sid_len >= sizeof ((delivery_t *)0)->sid) return;
+    char sidz[sizeof ((delivery_t *)0)->sid];
+    memcpy(sidz, sid, sid_len);
+    sidz[sid_len] = '\0';
+    if (delivery_find(a, q, sidz)) return;
+    long long id = 0, retry_count = 0, at = 0;
+    const char *err = rd_reply_str(rd_reply_at(reply, 3 + 5 * i), &err_len);
+    rd_reply_int(rd_reply_at(reply, 2 + 5 * i), &id);
+    rd_reply_int(rd_reply_at(reply, 4 + 5 * i), &retry_count);
+    rd_reply_int(rd_reply_at(reply, 5 + 5 * i), &at);
+    delivery_t *d = rd_calloc(1, sizeof *d);
+    memcpy(d->sid, sidz, sizeof d->sid);
+    d->q = q;
+    d->id = id;
+    d->body = event_body(q, d->sid, id, err ? err : "", err_len, retry_count, at, &d->len);
+    d->due_at = uv_now(a->loop);
+    d->state = D_WAITING;
+    d->next = a->deliveries;
+    if (a->deliveries) a->deliveries->prev = d;
+    a->deliveries = d;
+    q->held++;
+    a->held++;
+}
+
+static void on_acked(const rd_reply_t *reply, rd_redis_status_t status, void *arg)
+{
+    delivery_t *d = arg;
+    rd_alerts_t *a = d->q->a;
+    a->calls--;
+    long long n;
+    if (status == RD_REDIS_OK && rd_reply_int(reply, &n)) {
+        a->failing = false;
+        a->delivered++;
+        delivery_drop(a, d);
+    } else if (a->stopping) {
+        delivery_drop(a, d);  /* stays pending: claimed back, delivered again */
+    } else {
+        call_failed(a, "alerts_ack", reply, status);
+        d->state = D_ACK_OWED;
+        d->due_at = uv_now(a->loop) + RETRY_CALL_MS;
+    }
+    if (a->stopping) maybe_finish(a);
+    else kick(a);
+}
+
+static void send_ack(rd_alerts_t *a, delivery_t *d)
+{
+    const char *args[] = { d->sid };
+    d->state = D_ACKING;
+    if (fcall(a, RD_FUNCTION("alerts_ack"), d->q, 1, args, NULL, on_acked, d) != 0) {
+        if (a->stopping) {
+            delivery_drop(a, d);
+            return;
+        }
+        d->state = D_ACK_OWED;
+        d->due_at = uv_now(a->loop) + RETRY_CALL_MS;
+    }
+}
+
+static void on_posted(const rd_webhook_result_t *res, void *arg)
+{
+    delivery_t *d = arg;
+    queue_t *q = d->q;
+    rd_alerts_t *a = q->a;
+    a->in_flight--;
+    if (res->status >= 200 && res->status < 300) {
+        if (d->lost) delivery_drop(a, d);
+        else send_ack(a, d);
+    } else {
+        a->failures++;
+        q->failures++;
+        d->attempts++;
+        uint64_t backoff = RD_ALERTS_BACKOFF_MAX_MS;
+        if (d->attempts <= 7) backoff = (uint64_t)BACKOFF_FIRST_MS << (d->attempts - 1);
+        if (backoff > RD_ALERTS_BACKOFF_MAX_MS) backoff = RD_ALERTS_BACKOFF_MAX_MS;
+        char why[64];
+        if (res->error == NULL) snprintf(why, sizeof why, "HTTP %ld", res->status);
+        rd_warn("alerts: POST of queue %.*s id %lld to the alert URL failed (%s), attempt %d; "
+                "next in %llu ms", (int)q->len, q->name, d->id, res->error ? res->error : why,
+                d->attempts, (unsigned long long)backoff);
+        if (d->lost || a->stopping) {
+            delivery_drop(a, d);
+        } else {
+            d->state = D_WAITING;
+            d->due_at = uv_now(a->loop) + backoff;
+        }
+    }
+    if (a->stopping) maybe_finish(a);
+    else kick(a);
+}
+
+static void post(rd_alerts_t *a, delivery_t *d)
+{
+    d->state = D_POSTING;
+    if (rd_webhook_post(a->web, alert_url_for(a, d->q), d->body, d->len, (long)a->timeout_ms,
+                        on_posted, d) != 0) {
+        rd_warn("alerts: cannot start a POST to the alert URL; trying again");
+        d->state = D_WAITING;
+        d->due_at = uv_now(a->loop) + RETRY_CALL_MS;
+        return;
+    }
+    a->in_flight++;
+}
+
+/* ---------------------------------------------------------------- taking */
+
+static void on_taken(const rd_reply_t *reply, rd_redis_status_t status, void *arg)
+{
+    queue_t *q = arg;
+    rd_alerts_t *a = q->a;
+    a->calls--;
+    q->taking = false;
+    size_t len = rd_reply_len(reply);
+    long long more = 0;
+    if (status != RD_REDIS_OK || rd_reply_type(reply) != RD_REPLY_ARRAY || len < 1 ||
+        (len - 1) % 5 != 0 || !rd_reply_int(rd_reply_at(reply, 0), &more)) {
+        call_failed(a, "alerts_take", reply, status);
+        q->poll_at = uv_now(a->loop) + RETRY_CALL_MS;
+    } else {
+        a->failing = false;
+        size_t n = (len - 1) / 5;
+        for (size_t i = 0; i < n && !a->stopping; i++) delivery_add(a, q, reply, i);
+        if (n == 0 && more == 0) q->active = false;
+        else q->poll_at = uv_now(a->loop);
+    }
+    if (a->stopping) q->active = false;
+    queue_release(q);
+    if (a->stopping) maybe_finish(a);
+    else kick(a);
+}
+
+static void take(rd_alerts_t *a, queue_t *q)
+{
+    size_t room = RD_ALERTS_HELD_MAX - a->held;
+    char count[16], idle[24];
+    snprintf(count, sizeof count, "%zu", room < RD_ALERTS_TAKE ? room : (size_t)RD_ALERTS_TAKE);
+    snprintf(idle, sizeof idle, "%lld", a->claim_ms);
+    const char *args[] = { a->consumer, count, idle };
+    q->taking = true;
+    if (fcall(a, RD_FUNCTION("alerts_take"), q, 3, args, NULL, on_taken, q) != 0) {
+        q->taking = false;
+        q->poll_at = uv_now(a->loop) + RETRY_CALL_MS;
+    }
+}
+
+/* ---------------------------------------------------------------- the pump */
+
+static void pump(rd_alerts_t *a);
+
+static void on_pump(uv_timer_t *t)
+{
+    pump(t->data);
+}
+
+/* Runs the pump from the loop, soon (never from inside a callback chain). */
+static void kick(rd_alerts_t *a)
+{
+    if (!a->stopping) uv_timer_start(&a->pump, on_pump, 0, 0);
+}
+
+/* Does all work that is due: takes from active queues while there is room,
+ * posts due events while under the in-flight bound, acknowledges again what
+ * is owed; then sleeps until the next due time. */
+static void pump(rd_alerts_t *a)
+{
+    if (a->stopping) return;
+    uint64_t now = uv_now(a->loop), next = UINT64_MAX;
+    for (size_t b = 0; b < QUEUE_BUCKETS; b++) {
+        for (queue_t *q = a->buckets[b]; q; q = q->hnext) {
+            if (!q->active || q->taking) continue;
+            if (q->poll_at > now) {
+                if (q->poll_at < next) next = q->poll_at;
+            } else if (a->held < RD_ALERTS_HELD_MAX) {
+                take(a, q);
+                if (!q->taking && q->poll_at < next) next = q->poll_at;
+            }
+        }
+    }
+    for (delivery_t *d = a->deliveries, *dn; d; d = dn) {
+        dn = d->next;
+        if (d->state != D_WAITING && d->state != D_ACK_OWED) continue;
+        if (d->due_at > now) {
+            if (d->due_at < next) next = d->due_at;
+        } else if (d->state == D_ACK_OWED) {
+            send_ack(a, d);
+        } else if (a->in_flight < RD_ALERTS_IN_FLIGHT_MAX) {
+            post(a, d);
+            if (d->state == D_WAITING && d->due_at < next) next = d->due_at;
+        }
+    }
+    if (next != UINT64_MAX) uv_timer_start(&a->pump, on_pump, next - now, 0);
+}
+
+/* ---------------------------------------------------------------- touching */
+
+typedef struct touch_call {
+    queue_t *q;
+    uint64_t failures;          /* sent: given back if the call fails */
+    size_t n;
+    char (*sids)[48];           /* the entries it asked to keep */
+} touch_call_t;
+
+static bool reply_has(const rd_reply_t *reply, const char *sid)
+{
+    size_t n = rd_reply_len(reply), len;
+    for (size_t i = 0; i < n; i++) {
+        const char *s = rd_reply_str(rd_reply_at(reply, i), &len);
+        if (s && len == strlen(sid) && memcmp(s, sid, len) == 0) return true;
+    }
+    return false;
+}
+
+static void on_touched(const rd_reply_t *reply, rd_redis_status_t status, void *arg)
+{
+    touch_call_t *t = arg;
+    queue_t *q = t->q;
+    rd_alerts_t *a = q->a;
+    a->calls--;
+    q->touching = false;
+    if (status != RD_REDIS_OK || rd_reply_type(reply) != RD_REPLY_ARRAY) {
+        call_failed(a, "alerts_touch", reply, status);
+        q->failures += t->failures;
+    } else {
+        a->failing = false;
+        /* What it asked to keep and no longer holds was claimed back by
+         * another instance (this one was silent too long): that one sends it. */
+        for (size_t i = 0; i < t->n; i++) {
+            if (reply_has(reply, t->sids[i])) continue;
+            delivery_t *d = delivery_find(a, q, t->sids[i]);
+            if (d == NULL || d->state == D_ACKING) continue;
+            rd_warn("alerts: queue %.*s event %s was claimed back by another instance",
+                    (int)q->len, q->name, d->sid);
+            if (d->state == D_POSTING) d->lost = true;
+            else delivery_drop(a, d);
+        }
+    }
+    rd_free(t->sids);
+    rd_free(t);
+    queue_release(q);
+    if (a->stopping) maybe_finish(a);
+    else kick(a);  /* events it dropped made room for more */
+}
+
+/* Claims every held entry of q again for this consumer and reports q's
+ * failed POSTs: alerts_touch. */
+static void touch_queue(rd_alerts_t *a, queue_t *q)
+{
+    touch_call_t *t = rd_calloc(1, sizeof *t);
+    t->q = q;
+    t->sids = rd_calloc(q->held ? q->held : 1, sizeof *t->sids);
+    for (delivery_t *d = a->deliveries; d && t->n < q->held && t->n < TOUCH_MAX; d = d->next)
+        if (d->q == q) memcpy(t->sids[t->n++], d->sid, sizeof d->sid);
+    const char **args = rd_calloc(2 + t->n, sizeof *args);
+    char failures[24];
+    snprintf(failures, sizeof failures, "%llu", (unsigned long long)q->failures);
+    args[0] = a->consumer;
+    args[1] = failures;
+    for (size_t i = 0; i < t->n; i++) args[2 + i] = t->sids[i];
+    t->failures = q->failures;
+    q->touching = true;
+    q->failures = 0;
+    if (fcall(a, RD_FUNCTION("alerts_touch"), q, 2 + t->n, args, NULL, on_touched, t) != 0) {
+        q->touching = false;
+        q->failures = t->failures;
+        rd_free(t->sids);
+        rd_free(t);
+    }
+    rd_free(args);
+}
+
+static void on_touch_timer(uv_timer_t *timer)
+{
+    rd_alerts_t *a = timer->data;
+    for (size_t b = 0; b < QUEUE_BUCKETS; b++)
+        for (queue_t *q = a->buckets[b]; q; q = q->hnext)
+            if (!q->touching && (q->held > 0 || q->failures > 0)) touch_queue(a, q);
+}
+
+/* ---------------------------------------------------------------- the module */
+
+rd_alerts_t *rd_alerts_start(uv_loop_t *loop, rd_backend_t *backend,
+                             const rd_alerts_options_t *opts)
+{
+    rd_webhook_t *web = rd_webhook_new(loop);
+    if (web == NULL) return NULL;
+    rd_alerts_t *a = rd_calloc(1, sizeof *a);
+    a->loop = loop;
+    a->redis = backend;
+    a->web = web;
+    a->url = rd_strdup(opts->url);
+    a->prefix = rd_strdup(opts->prefix);
+    a->claim_ms = opts->claim_ms;
+    a->timeout_ms = opts->timeout_ms;
+    /* Unique per start: a restarted instance never holds its past life's entries. */
+    char host[64] = "retryd";
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = '\0';
+    unsigned char rnd[6] = { 0 };
+    uv_random(NULL, NULL, rnd, sizeof rnd, 0, NULL);
+    snprintf(a->consumer, sizeof a->consumer, "%s/%ld/%02x%02x%02x%02x%02x%02x", host,
+             (long)getpid(), rnd[0], rnd[1], rnd[2], rnd[3], rnd[4], rnd[5]);
+    uv_timer_init(loop, &a->pump);
+    uv_timer_init(loop, &a->touch);
+    uv_timer_init(loop, &a->grace);
+    a->pump.data = a->touch.data = a->grace.data = a;
+    uint64_t every = (uint64_t)(a->claim_ms / 3 > 0 ? a->claim_ms / 3 : 1);
+    uv_timer_start(&a->touch, on_touch_timer, every, every);
+    rd_info("alerts: posting deaths to the alert URL as consumer %s of group retryd-alerts",
+            a->consumer);
+    return a;
+}
+
+void rd_alerts_wake(rd_alerts_t *a, rd_store_queue_t qn)
+{
+    if (a == NULL || a->stopping) return;
+    queue_t *q = queue_get(a, qn.name, qn.len);
+    if (!q->active) {
+        q->active = true;
+        q->poll_at = uv_now(a->loop);
+    }
+    kick(a);
+}
+
+void rd_alerts_counts(const rd_alerts_t *a, rd_alerts_counts_t *out)
+{
+    out->delivered = a->delivered;
+    out->failures = a->failures;
+    out->held = a->held;
+    out->in_flight = a->in_flight;
+}
+
+void rd_alerts_render_metrics(const rd_alerts_t *a, rd_buf_t *out)
+{
+    rd_buf_printf(out,
+                  "# HELP retryd_alert_deliveries_total Alert events this instance delivered "
+                  "(2xx) and acknowledged.\n"
+                  "# TYPE retryd_alert_deliveries_total counter\n"
+                  "retryd_alert_deliveries_total %llu\n"
+                  "# HELP retryd_alert_failures_total Alert POSTs that failed (non-2xx, error or "
+                  "timeout).\n"
+                  "# TYPE retryd_alert_failures_total counter\n"
+                  "retryd_alert_failures_total %llu\n"
+                  "# HELP retryd_alert_held Alert events this instance holds (posting or waiting "
+                  "to retry).\n"
+                  "# TYPE retryd_alert_held gauge\n"
+                  "retryd_alert_held %zu\n"
+                  "# HELP retryd_alert_in_flight Alert POSTs in flight.\n"
+                  "# TYPE retryd_alert_in_flight gauge\n"
+                  "retryd_alert_in_flight %zu\n",
+                  (unsigned long long)a->delivered, (unsigned long long)a->failures, a->held,
+                  a->in_flight);
+}
+
+/* One of the four things maybe_finish closes (three timers and the client)
+ * has closed; the last one frees a. */
+static void closed_one(rd_alerts_t *a)
+{
+    if (--a->closing > 0) return;
+    for (size_t b = 0; b < QUEUE_BUCKETS; b++) {
+        while (a->buckets[b]) {
+            queue_t *q = a->buckets[b];
+            a->buckets[b] = q->hnext;
+            queue_free(q);
+        }
+    }
+    void (*cb)(void *) = a->on_stopped;
+    void *arg = a->on_stopped_arg;
+    rd_free(a->url);
+    rd_free(a->prefix);
+    rd_free(a);
+    if (cb) cb(arg);
+}
+
+static void on_closed(uv_handle_t *h)
+{
+    closed_one(h->data);
+}
+
+static void on_web_closed(void *arg)
+{
+    closed_one(arg);
+}
+
+/* Nothing in flight any more: close the client and the timers. */
+static void maybe_finish(rd_alerts_t *a)
+{
+    if (!a->stopping || a->finishing || a->in_flight > 0 || a->calls > 0) return;
+    a->finishing = true;
+    while (a->deliveries) delivery_drop(a, a->deliveries);
+    a->closing = 4;
+    rd_webhook_close(a->web, on_web_closed, a);
+    uv_close((uv_handle_t *)&a->pump, on_closed);
+    uv_close((uv_handle_t *)&a->touch, on_closed);
+    uv_close((uv_handle_t *)&a->grace, on_closed);
+}
+
+/* The grace is over: POSTs still in flight are aborted; their entries stay
+ * pending and are claimed back by another instance. */
+static void on_grace(uv_timer_t *t)
+{
+    rd_alerts_t *a = t->data;
+    if (a->in_flight == 0) return;
+    rd_warn("alerts: %zu POSTs still in flight at shutdown; left for another instance",
+            a->in_flight);
+    rd_webhook_abort(a->web);
+    for (delivery_t *d = a->deliveries, *dn; d; d = dn) {
+        dn = d->next;
+        if (d->state == D_POSTING) delivery_drop(a, d);
+    }
+    a->in_flight = 0;
+    maybe_finish(a);
+}
+
+void rd_alerts_stop(rd_alerts_t *a, void (*on_stopped)(void *arg), void *arg)
+{
+    a->stopping = true;
+    a->on_stopped = on_stopped;
+    a->on_stopped_arg = arg;
+    uv_timer_stop(&a->pump);
+    uv_timer_stop(&a->touch);
+    for (delivery_t *d = a->deliveries, *dn; d; d = dn) {
+        dn = d->next;
+        if (d->state == D_WAITING || d->state == D_ACK_OWED) delivery_drop(a, d);
+    }
+    for (size_t b = 0; b < QUEUE_BUCKETS; b++)
+        for (queue_t *q = a->buckets[b], *qn; q; q = qn) {
+            qn = q->hnext;
+            q->active = false;
+            q->failures = 0;
+            queue_release(q);
+        }
+    uv_timer_start(&a->grace, on_grace, STOP_GRACE_MS, 0);
+    maybe_finish(a);
+}
