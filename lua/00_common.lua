@@ -29,6 +29,10 @@ local function register(name, callback, flags)
                            flags = flags }
 end
 
+-- The queue policy's hooks (SPEC §10), filled in by 15_policy.lua: the
+-- functions here call them, so they are looked up in this table at call time.
+local flow = {}
+
 -- Every key name of a queue is spelled here and nowhere else in Lua.
 local function queue_keys(base)
   return {
@@ -46,6 +50,8 @@ local function queue_keys(base)
     events     = base .. ':events',      -- STREAM of deaths and replays, for alerting
     timer      = base .. ':timer',       -- STRING: by when (ms) the timer schedule
                                          -- will tick this queue (need_timer)
+    policy     = base .. ':policy',      -- HASH: the queue's policy (15_policy.lua)
+    bucket     = base .. ':bucket',      -- HASH tokens, at: its rate limit's bucket
   }
 end
 
@@ -174,6 +180,7 @@ end
 -- The hint for a message that just finished (dead or succeeded) when the
 -- caller gave its retention (ttl_ms > 0); -1 otherwise.
 local function retention_hint(k, now, ttl_ms)
+  ttl_ms = flow.hint_ttl(k, ttl_ms)
   if ttl_ms == nil or ttl_ms <= 0 then return -1 end
   return need_timer(k, now, now + ttl_ms)
 end
@@ -235,6 +242,7 @@ local function fail_message(k, base, id, now, err, retryable, retry_after_ms)
   retries = retries + 1
   redis.call('ZREM', k.processing, id)
   redis.call('HDEL', mkey, 'lease_token', 'lease_expires_at')
+  flow.freed(k)
   redis.call('HINCRBY', k.stats, 'failed', 1)
   if (not retryable) or retries >= max_retries then
     redis.call('HSET', mkey, 'status', 'dead', 'retry_count', retries,
@@ -248,7 +256,7 @@ local function fail_message(k, base, id, now, err, retryable, retry_after_ms)
   end
   local delay = retry_after_ms
   if delay < 0 then
-    delay = math.min(2 ^ retries, MAX_BACKOFF_S) * 1000
+    delay = flow.backoff_ms(k, id, retries)
   end
   local bucket = 'inf'
   for i = 1, #DELAY_BUCKETS do

@@ -26,6 +26,7 @@ local function succeed(keys, args)
   if err then return err end
   local now = now_ms()
   succeed_message(k, mkey, id, now)
+  flow.freed(k)
   redis.call('HINCRBY', k.stats, 'succeeded', 1)
   if args[3] == nil then return { 'ok', message_reply(mkey, id) } end
   return { 'ok', message_reply(mkey, id), retention_hint(k, now, ttl) }
@@ -73,6 +74,8 @@ end
 --   ARGV[2]  lease_token                        "" accepts any current lease
 --   ARGV[3]  lease_ms                           integer >= 1
 --   ARGV[4]  "1" (optional)                     the caller forwards timer hints
+--   ARGV[5]  "flag" (optional)                  lease_ms is the daemon's default:
+--                                               the policy's lease_seconds wins
 -- Returns {"ok", message} | {"not_found"} | {"invalid_state", status} |
 -- {"lease_mismatch"}; with ARGV[4], {"ok", message, timer}: the hint of the
 -- new deadline (need_timer), so a shortened lease is reclaimed on time.
@@ -84,6 +87,7 @@ local function extend(keys, args)
   local _, e = load_for(mkey, 'processing', token)
   if e then return e end
   local now = now_ms()
+  lease_ms = flow.lease_ms(k, lease_ms, args[5] == 'flag')
   redis.call('HSET', mkey, 'lease_expires_at', now + lease_ms, 'updated_at', now)
   redis.call('ZADD', k.processing, now + lease_ms, id)
   if args[4] ~= '1' then return { 'ok', message_reply(mkey, id) } end

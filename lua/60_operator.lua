@@ -25,6 +25,7 @@ local function kill(keys, args)
   elseif status == 'processing' then
     redis.call('ZREM', k.processing, id)
     redis.call('HDEL', mkey, 'lease_token', 'lease_expires_at')
+    flow.freed(k)
   else
     return { 'invalid_state', status }
   end
