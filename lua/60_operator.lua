@@ -178,7 +178,7 @@ end
 --   KEYS[1]  <prefix>:{q}                       queue key base
 --   ARGV[1]  top                                how many top errors (0..100)
 -- Returns a flat array of name, value: pending, ready, scheduled, processing,
--- succeeded, dead, dead_last_24h (integers), totals (flat array of the stats
+-- succeeded, dead, dead_last_24h, paused (1 while paused) (integers), totals (flat array of the stats
 -- hash), top_errors (flat array error, count, highest first).
 local function stats(keys, args)
   local k = queue_keys(keys[1])
@@ -197,6 +197,7 @@ local function stats(keys, args)
     'succeeded', redis.call('ZCARD', k.succeeded),
     'dead', redis.call('ZCARD', k.dead),
     'dead_last_24h', redis.call('ZCOUNT', k.dead, now - 86400000, '+inf'),
+    'paused', redis.call('HGET', k.policy, 'paused') == '1' and 1 or 0,
     'totals', redis.call('HGETALL', k.stats),
     'top_errors', errors,
   }

@@ -470,6 +470,12 @@ static rd_json_t *counts_json(const rd_queue_metrics_t *m)
     return o;
 }
 
+/* The pause shows beside the counts (SPEC §10). */
+static void set_paused(rd_json_t *o, const rd_queue_metrics_t *m)
+{
+    rd_json_set_bool(o, "paused", m->paused == 1);
+}
+
 static void on_stats(const rd_store_stats_result_t *res, void *arg)
 {
     call_t *c = arg;
@@ -479,6 +485,7 @@ static void on_stats(const rd_store_stats_result_t *res, void *arg)
     rd_metrics_from_stats(&m, st);
     rd_json_t *doc = rd_json_new_object();
     rd_json_set_stringn(doc, "queue", c->match.queue, c->match.queue_len);
+    set_paused(doc, &m);
     rd_json_t *counts = counts_json(&m);
     rd_json_set_int(counts, "ready", m.ready);
     rd_json_set_int(counts, "scheduled", m.scheduled);
@@ -539,6 +546,7 @@ static void on_queues(const rd_store_queues_t *res, void *arg)
         rd_json_t *q = rd_json_new_object();
         rd_json_set_stringn(q, "name", res->queues[i].name, res->queues[i].name_len);
         rd_json_set(q, "counts", counts_json(&res->queues[i]));
+        set_paused(q, &res->queues[i]);
         rd_json_set_int(q, "dead_last_24h", res->queues[i].dead_last_24h);
         rd_json_append(list, q);
     }

@@ -1625,6 +1625,27 @@ static void test_pause_and_resume(void **state)
     assert_int_equal(claim_one(q, 30, NULL, 0), 0);
     http(&r, "GET", policy_path(q), NULL);
     assert_true(rd_json_bool(e2e_jget(e2e_expect_json(&r, 200), "paused")));
+    /* It shows in stats, GET /queues and /metrics, with the claim held back. */
+    http(&r, "GET", e2e_fmt("/queues/%s/stats", q), NULL);
+    p = e2e_expect_json(&r, 200);
+    assert_true(rd_json_bool(e2e_jget(p, "paused")));
+    assert_int_equal(e2e_jint(e2e_jget(p, "totals"), "held_paused"), 1);
+    assert_int_equal(e2e_jint(e2e_jget(p, "totals"), "held_cap"), 0);
+    assert_int_equal(e2e_jint(e2e_jget(p, "totals"), "held_rate"), 0);
+    http(&r, "GET", "/queues?limit=1000", NULL);
+    rd_json_t *list = e2e_jget(e2e_expect_json(&r, 200), "queues");
+    bool listed = false;
+    for (size_t i = 0; i < rd_json_array_size(list); i++) {
+        rd_json_t *e = rd_json_array_at(list, i);
+        if (strcmp(e2e_jstr(e, "name"), q) != 0) continue;
+        assert_true(rd_json_bool(e2e_jget(e, "paused")));
+        listed = true;
+    }
+    assert_true(listed);
+    http(&r, "GET", "/metrics", NULL);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, e2e_fmt("retryd_queue_paused{queue=\"%s\"} 1\n", q)));
+    assert_non_null(strstr(r.body, e2e_fmt("retryd_held_paused_total{queue=\"%s\"} 1\n", q)));
 
     e2e_conn_t c;
     start_long_poll(&c, q, 10);
