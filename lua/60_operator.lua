@@ -178,8 +178,9 @@ end
 --   KEYS[1]  <prefix>:{q}                       queue key base
 --   ARGV[1]  top                                how many top errors (0..100)
 -- Returns a flat array of name, value: pending, ready, scheduled, processing,
--- succeeded, dead, dead_last_24h, paused (1 while paused) (integers), totals (flat array of the stats
--- hash), top_errors (flat array error, count, highest first).
+-- succeeded, dead, dead_last_24h (integers), totals (flat array of the stats
+-- hash), top_errors (flat array error, count, highest first), paused (1
+-- while the queue is paused, else 0).
 local function stats(keys, args)
   local k = queue_keys(keys[1])
   local top = to_int(args[1] or '10')
@@ -197,9 +198,9 @@ local function stats(keys, args)
     'succeeded', redis.call('ZCARD', k.succeeded),
     'dead', redis.call('ZCARD', k.dead),
     'dead_last_24h', redis.call('ZCOUNT', k.dead, now - 86400000, '+inf'),
-    'paused', redis.call('HGET', k.policy, 'paused') == '1' and 1 or 0,
     'totals', redis.call('HGETALL', k.stats),
     'top_errors', errors,
+    'paused', redis.call('HGET', k.policy, 'paused') == '1' and 1 or 0,
   }
 end
 
