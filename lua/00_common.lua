@@ -51,7 +51,7 @@ local function queue_keys(base)
     timer      = base .. ':timer',       -- STRING: by when (ms) the timer schedule
                                          -- will tick this queue (need_timer)
     policy     = base .. ':policy',      -- HASH: the queue's policy (15_policy.lua)
-    bucket     = base .. ':bucket',      -- HASH tokens, at: its rate limit's bucket
+    bucket     = base .. ':bucket',      -- STRING "<tokens> <at>": its rate limit's bucket
   }
 end
 

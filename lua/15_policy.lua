@@ -58,25 +58,30 @@ local function check_field(name, value)
 end
 
 -- The tokens of the rate limit's bucket at now (refilled since `at`, at most
--- burst), or nil when the queue has no rate limit. An absent bucket is full.
+-- burst), or nil when the queue has no rate limit. The bucket is the STRING
+-- "<tokens> <at ms>"; an absent bucket is full. Read once per call.
 local function bucket_level(k, p, now)
   local rate, burst = tonumber(p['rate_limit.per_second']), tonumber(p['rate_limit.burst'])
   if rate == nil or burst == nil then return nil end
-  local b = redis.call('HMGET', k.bucket, 'tokens', 'at')
-  local tokens, at = tonumber(b[1]), tonumber(b[2])
+  local b = redis.call('GET', k.bucket)
+  local tokens, at
+  if b then
+    local t, a = string.match(b, '^(%S+) (%d+)$')
+    tokens, at = tonumber(t), tonumber(a)
+  end
   if tokens == nil or at == nil then return burst, rate, burst end
   return math.min(burst, tokens + math.max(0, now - at) * rate / 1000), rate, burst
 end
 
--- Stores the bucket at now; it expires when it would be full again.
+-- Stores the bucket at now, in one command; it expires when it would be full
+-- again (so an idle queue keeps no bucket).
 local function bucket_store(k, tokens, rate, burst, now)
   local refill_ms = math.ceil((burst - tokens) * 1000 / rate)
   if refill_ms <= 0 then
     redis.call('DEL', k.bucket)
     return
   end
-  redis.call('HSET', k.bucket, 'tokens', string.format('%.17g', tokens), 'at', now)
-  redis.call('PEXPIRE', k.bucket, refill_ms)
+  redis.call('SET', k.bucket, string.format('%.17g %d', tokens, now), 'PX', refill_ms)
 end
 
 -- The backoff of the n-th failure in ms: min(base x 2^n, max) seconds, then
@@ -163,8 +168,10 @@ function flow.admit(k, now, count)
       local room = math.max(0, cap - redis.call('ZCARD', k.processing))
       if room < allowed then allowed, reason = room, 'cap' end
     end
-    local tokens, rate = bucket_level(k, p, now)
-    if allowed > 0 and tokens and tokens < allowed then
+    local tokens, rate = nil, nil
+    if allowed > 0 then tokens, rate = bucket_level(k, p, now) end
+    k.flow_tokens = tokens
+    if tokens and tokens < allowed then
       allowed, reason = math.floor(tokens), 'rate'
       if allowed == 0 then k.flow_retry_ms = math.max(1, math.ceil((1 - tokens) * 1000 / rate)) end
     end
@@ -175,12 +182,14 @@ function flow.admit(k, now, count)
   return allowed
 end
 
--- A claim leased `got` messages: each takes a token.
+-- A claim leased `got` messages: each takes a token (from the level admit
+-- read in this call).
 function flow.spent(k, now, got)
-  if got == 0 then return end
+  local tokens = k.flow_tokens
+  if got == 0 or tokens == nil then return end
   local p = read_policy(k)
-  local tokens, rate, burst = bucket_level(k, p, now)
-  if tokens then bucket_store(k, math.max(0, tokens - got), rate, burst, now) end
+  bucket_store(k, math.max(0, tokens - got), tonumber(p['rate_limit.per_second']),
+               tonumber(p['rate_limit.burst']), now)
 end
 
 -- policy_get: the queue's policy as stored.
