@@ -1367,6 +1367,36 @@ static void test_settle_on_a_wakes_long_poll_on_b(void **state)
     assert_true(us < 1000000);
 }
 
+/* With the cap reached, a lease that expires (reclaimed by a timer) wakes a
+ * long-poll parked on the other instance. */
+static void test_lease_expiry_wakes_capped_long_poll(void **state)
+{
+    (void)state;
+    char q[64];
+    e2e_queue_name(q, sizeof q, "capexpire");
+    e2e_response_t r = { 0 };
+    http_to(g_a.port, &r, "PUT", e2e_fmt("/queues/%s/policy", q), "{\"max_in_flight\":1}");
+    e2e_expect_json(&r, 200);
+    enqueue_to(g_a.port, q, "{\"payload\":\"1\"}");
+    long long second = enqueue_to(g_a.port, q, "{\"payload\":\"2\"}");
+    http_to(g_a.port, &r, "POST", e2e_fmt("/queues/%s/claim", q), "{\"lease_seconds\":1}");
+    long long deadline_ms = e2e_jtime(e2e_expect_json(&r, 200), "lease_expires_at");
+    e2e_response_free(&r);
+
+    lp_call_t c;
+    lp_init(&c, g_b.port, q, "{\"wait_seconds\":10}");
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, lp_thread, &c), 0);
+    pthread_join(t, NULL);
+    if (c.status != 200) fail_msg("B's long-poll answered %d %s", c.status, c.error);
+    assert_int_equal(c.id, second);
+    /* Answered after the lease ended, within a second and a tick of it. */
+    long long late = e2e_wall_ms() - deadline_ms;
+    printf("test_multi: a lease expiry woke the capped long-poll on B %lld ms after the deadline\n",
+           late);
+    assert_true(late >= 0 && late < 1500);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, test_setup, test_teardown)
 
 int main(void)
@@ -1392,6 +1422,7 @@ int main(void)
         T(test_failed_registration_is_retried),
         T(test_max_in_flight_across_instances),
         T(test_settle_on_a_wakes_long_poll_on_b),
+        T(test_lease_expiry_wakes_capped_long_poll),
         T(test_sigterm_answers_parked_waiter),
     };
     return cmocka_run_group_tests_name("multi", tests, group_setup, group_teardown);
