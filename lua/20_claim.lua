@@ -1,7 +1,8 @@
 -- Leases up to `count` claimable messages at `now` and appends each to out
 -- (a flat message with its lease): the lease-and-order logic of claim,
 -- shared with settle_claim. count is 1..100, lease_ms already checked.
--- Promotes due scheduled ids first (at most 100), then pops from the due list
+-- Promotes due scheduled ids first (at most 100; when some of them stay in
+-- the due list, wakes the waiters), then pops from the due list
 -- (retries and replays, oldest first), then from ready (fresh, FIFO). Ids
 -- whose message was deleted while they waited are dropped, and popping goes on
 -- (at most 100 such ids per call). Stops before the message that would take
@@ -9,7 +10,9 @@
 -- pending where they were, untouched, so a batch may come back short.
 -- Returns how many it appended.
 local function claim_into(k, base, now, lease_ms, count, out)
-  promote_due(k, now, math.max(count, PROMOTE_IN_CLAIM))
+  local promoted = promote_due(k, now, math.max(count, PROMOTE_IN_CLAIM))
+  -- The queue's policy may lease fewer or none (15_policy.lua); a claim held
+  -- back wakes nobody: a resume, a settlement or the next token will.
   count = flow.admit(k, now, count)
   if count == 0 then return 0 end
   local got = 0
@@ -53,6 +56,9 @@ local function claim_into(k, base, now, lease_ms, count, out)
   end
   if got < count then redis.call('HINCRBY', k.stats, 'claimed', got - count) end
   flow.spent(k, now, got)
+  -- Retries this call made due and left behind are claimable now: tell the
+  -- waiters, as a tick that promoted them would have.
+  if promoted > 0 and got == count and redis.call('LLEN', k.due) > 0 then notify(k) end
   return got
 end
 

@@ -547,6 +547,7 @@ static void deliver(const op_t *op, const result_t *res)
 }
 
 static void send_register(rd_store_t *st, const char *name, size_t len, long long in_ms);
+static void owe(rd_store_t *st, const char *name, size_t len, long long in_ms, uint64_t from_ms);
 
 /* "integer 7", "array of 0", "string \"ok\"": what came, for the log. */
 static void describe_reply(const rd_reply_t *r, char *out, size_t cap)
@@ -583,8 +584,10 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
     result_t res;
     memset(&res, 0, sizeof res);
     long long hint = -1;
+    bool hint_unknown = false;  /* the call may have written, its hint is not known */
     char detail[160];
     if (status == RD_REDIS_LOST) {
+        hint_unknown = !op->read_only;
         /* A read has no outcome to be unsure of: it simply was not done. */
         res.head.status = op->read_only ? RD_STORE_UNAVAILABLE : RD_STORE_LOST;
     } else if (status == RD_REDIS_NOT_SENT) {
@@ -603,6 +606,7 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
         res.head.detail.ptr = detail;
         res.head.detail.len = strlen(detail);
         hint = -1;
+        hint_unknown = true;
     }
     /* The hint goes to the schedule before anyone hears of the new work. An
      * enqueue that got id 1 may follow a round that found the queue without
@@ -613,6 +617,12 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
         bool first = op->kind == KIND_ENQUEUED && res.messages.count == 1 &&
                      res.messages.messages[0].id == 1;
         if (first || hint >= 0) send_register(op->st, op->queue, op->queue_len, hint);
+    } else if (op->queue && hint_unknown) {
+        /* Whatever the call did (a lease, a schedule, a first id) wants the
+         * timer, which learns of it only from the hint: owe a registration
+         * due now, sent once the link is back. Without it the queue waits
+         * for the sweep (up to a full cycle). */
+        owe(op->st, op->queue, op->queue_len, 0, uv_now(op->st->loop));
     }
     deliver(op, &res);
     free_result(op->kind, &res);

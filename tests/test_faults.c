@@ -1048,11 +1048,14 @@ static void test_auth_bearer_token(void **state)
             denied++;
         }
     }
-    /* /healthz is open with or without a token. */
-    assert_int_equal(request_fresh(&c, "GET", "/healthz", NULL, NULL, 0, &r), 0);
-    e2e_expect_json(&r, 200);
-    assert_int_equal(request_fresh(&c, "GET", "/healthz", variants[1], NULL, 0, &r), 0);
-    e2e_expect_json(&r, 200);
+    /* /healthz and /openapi.json are open with or without a token. */
+    static const char *const open_paths[] = { "/healthz", "/openapi.json" };
+    for (size_t i = 0; i < 2; i++) {
+        assert_int_equal(request_fresh(&c, "GET", open_paths[i], NULL, NULL, 0, &r), 0);
+        e2e_expect_json(&r, 200);
+        assert_int_equal(request_fresh(&c, "GET", open_paths[i], variants[1], NULL, 0, &r), 0);
+        e2e_expect_json(&r, 200);
+    }
     e2e_conn_close(&c);
 
     /* The right token: normal answers on every route. */
@@ -1664,6 +1667,68 @@ static void test_read_in_flight_when_link_drops(void **state)
             fail_msg("%s %s in flight when the link dropped: %s, expected %s", steps[i].method,
                      steps[i].path, slug, steps[i].slug);
     }
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    stop_retryd(&g_dmn[0]);
+}
+
+/* A claim in flight when Redis stops is answered outcome-unknown, and Redis
+ * does run it once it continues: the message is leased, and nobody holds
+ * the lease. The timer learns of a lease only from the claim's reply (its
+ * hint), so the daemon owes the queue a timer visit instead: the lease
+ * expires on time rather than after the registry sweep's next full cycle
+ * (RD_SWEEP_CYCLE_MS, 60 s). */
+static void test_lost_claim_lease_still_expires(void **state)
+{
+    (void)state;
+    static const char *const extra[] = { "--appendonly", "no", NULL };
+    assert_int_equal(fx_redis_start(&g_srv, extra), 0);
+    g_admin = fx_redis_connect(g_srv.port, NULL, NULL);
+    assert_non_null(g_admin);
+    const char *prefix = "losthint";
+    assert_int_equal(start_retryd(&g_dmn[0], "losthint.log", e2e_redis_url(g_srv.port), prefix,
+                                  true, "--redis-timeout-ms", "1000", NULL), 0);
+    int port = g_dmn[0].port;
+    e2e_response_t r = { 0 };
+    http(port, &r, "POST", "/queues/lh/messages", "{\"payload\":\"lease me\"}");
+    e2e_expect_json(&r, 201);
+    e2e_conn_close(&g_conn);
+    /* Wait until the sweep has passed over lh and its next pass is far off,
+     * and lh has no timer entry: from then on only a hint brings the timer. */
+    long long deadline = e2e_mono_ms() + RECOVERY_BOUND_MS;
+    while (rq_int(g_admin, "ZSCORE {%s:queues}:timers lh", prefix) != 0 ||
+           rq_int(g_admin, "HGET {%s:queues}:sweep next_at", prefix) - e2e_wall_ms() < 30000) {
+        if (e2e_mono_ms() > deadline) fail_msg("the sweep did not pass over the queue");
+        e2e_pause_ms(50);
+    }
+
+    assert_int_equal(fx_redis_pause(&g_srv), 0);
+    http(port, &r, "POST", "/queues/lh/claim", "{\"lease_seconds\":1}");
+    assert_int_equal(fx_redis_resume(&g_srv), 0);
+    if (!expect_503(&r)) fail_msg("the claim in flight was not answered outcome-unknown");
+    e2e_conn_close(&g_conn);
+
+    /* Redis ran the claim when it continued. */
+    deadline = e2e_mono_ms() + RECOVERY_BOUND_MS;
+    while (rq_int(g_admin, "ZCARD %s:{lh}:processing", prefix) != 1) {
+        if (e2e_mono_ms() > deadline) fail_msg("Redis did not run the claim that was in flight");
+        e2e_pause_ms(20);
+    }
+    long long leased_at = e2e_mono_ms();
+    /* The 1 s lease runs out and the timer puts the message back. */
+    if (e2e_daemon_wait_status(&g_dmn[0], "/readyz", 200, RECOVERY_BOUND_MS) != 0)
+        fail_msg("the link did not come back");
+    deadline = leased_at + 8000;
+    for (;;) {
+        http(port, &r, "GET", "/queues/lh/messages/1", NULL);
+        const char *status = e2e_jstr(e2e_expect_json(&r, 200), "status");
+        if (strcmp(status, "pending") == 0) break;
+        if (e2e_mono_ms() > deadline)
+            fail_msg("the lease of the lost claim did not expire within 8 s: still %s", status);
+        e2e_pause_ms(100);
+    }
+    printf("# measured a lease made by a claim whose reply was lost: back pending %lld ms "
+           "after Redis ran it (lease 1000 ms)\n", e2e_mono_ms() - leased_at);
     e2e_response_free(&r);
     e2e_conn_close(&g_conn);
     stop_retryd(&g_dmn[0]);
@@ -3196,6 +3261,7 @@ int main(void)
         T(test_unexpected_reply_shapes),
         T(test_redis_paused_sigstop),
         T(test_read_in_flight_when_link_drops),
+    T(test_lost_claim_lease_still_expires),
         T(test_redis_debug_sleep),
         T(test_redis_restarted_and_flushed),
         T(test_notification_link_killed),

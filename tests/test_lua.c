@@ -2184,6 +2184,39 @@ static void test_wake_channel(void **state)
     redisFree(sub);
 }
 
+/* A claim promotes every due retry it finds (up to 100) but leases only
+ * `count`: the ones it leaves in the due list are claimable now, and the
+ * waiters of other instances hear of it, as they would from a tick. A claim
+ * that leaves nothing behind wakes nobody. */
+static void test_claim_that_promotes_more_than_it_takes_wakes(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "promowake");
+    redisContext *sub = subscribe(qkey(&q, "wake"));
+    long long a = enqueue_ok(&q, "job", 3, 60000);
+    long long b = enqueue_ok(&q, "job", 3, 60000);
+    assert_int_equal(wake_count(sub), 0);
+    make_due(&q, a);
+    make_due(&q, b);
+
+    msg_t m;
+    claim_one(&q, 30000, &m);
+    assert_int_equal(m.id, a);
+    assert_int_equal(wake_count(sub), 1); /* b is due and nobody took it */
+    claim_one(&q, 30000, &m);
+    assert_int_equal(m.id, b);
+    assert_int_equal(wake_count(sub), 0); /* nothing promoted, nothing left */
+
+    long long c = enqueue_ok(&q, "job", 3, 60000);
+    wake_count(sub);
+    make_due(&q, c);
+    claim_one(&q, 30000, &m);
+    assert_int_equal(m.id, c);
+    assert_int_equal(wake_count(sub), 0); /* promoted one, took it */
+    redisFree(sub);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Many claims                                                              */
 /* ------------------------------------------------------------------------ */
@@ -3691,6 +3724,7 @@ int main(void)
         cmocka_unit_test(test_settle_claim_atomic),
         cmocka_unit_test(test_settle_claim_bounds),
         cmocka_unit_test(test_wake_channel),
+        cmocka_unit_test(test_claim_that_promotes_more_than_it_takes_wakes),
         cmocka_unit_test(test_timer_hints),
         cmocka_unit_test(test_settle_claim_timer_hints),
         cmocka_unit_test(test_extend_timer_hint),
