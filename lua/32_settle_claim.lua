@@ -14,6 +14,9 @@
 --                                               backoff; -1 uses min(2^n, 3600) s
 --   then, optionally, two values from a caller that forwards timer hints:
 --            dead_ttl_ms, succeeded_ttl_ms      the retention it applies
+--   and after them, optionally, one more:
+--            "flag"                             lease_ms is the daemon's default:
+--                                               the policy's lease_seconds wins
 -- Message keys are derived from KEYS[1]; they share its hash tag and slot.
 -- Every argument is checked before anything is written. Settlements apply in
 -- order, exactly as succeed and fail do (backoff, dead letters, events,
@@ -43,12 +46,13 @@ local function settle_claim(keys, args)
   if lease_ms == nil or lease_ms < 1 or lease_ms > 43200000 then return bad_arg('lease_ms') end
   if count == nil or count < 0 or count > 100 then return bad_arg('count') end
   if n == nil or n < 0 or n > 100 then return bad_arg('settlements') end
-  local hinted = #args == 5 + SETTLE_FIELDS * n
+  local lease_from = #args == 6 + SETTLE_FIELDS * n and args[#args]
+  local hinted = #args == 5 + SETTLE_FIELDS * n or lease_from
   if #args ~= 3 + SETTLE_FIELDS * n and not hinted then return bad_arg('settlements') end
   local dead_ttl, succeeded_ttl
   if hinted then
-    dead_ttl = to_int(args[#args - 1])
-    succeeded_ttl = to_int(args[#args])
+    dead_ttl = to_int(args[6 + SETTLE_FIELDS * n - 2])
+    succeeded_ttl = to_int(args[6 + SETTLE_FIELDS * n - 1])
     if dead_ttl == nil then return bad_arg('dead_ttl_ms') end
     if succeeded_ttl == nil then return bad_arg('succeeded_ttl_ms') end
   end
@@ -96,11 +100,13 @@ local function settle_claim(keys, args)
     end
   end
   if succeeded > 0 then
+    flow.freed(k)
     redis.call('HINCRBY', k.stats, 'succeeded', succeeded)
     if hinted then hint(retention_hint(k, now, succeeded_ttl)) end
   end
 
   local out = { 'ok', statuses }
+  lease_ms = flow.lease_ms(k, lease_ms, lease_from == 'flag')
   if count > 0 and claim_into(k, base, now, lease_ms, count, out) > 0 and hinted then
     hint(need_timer(k, now, now + lease_ms))
   end

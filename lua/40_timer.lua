@@ -175,6 +175,7 @@ local function tick(keys, args)
   local succeeded_ttl = to_int(args[3])
   if limit == nil or limit < 1 or limit > MAX_BATCH then return bad_arg('limit') end
   if dead_ttl == nil or succeeded_ttl == nil then return bad_arg('ttl') end
+  dead_ttl, succeeded_ttl = flow.retention(k, dead_ttl, succeeded_ttl)
   local now = now_ms()
   -- Reclaim first: an expired lease with a zero backoff becomes due at once.
   local reclaimed = reclaim_expired(k, base, now, limit)
@@ -236,8 +237,8 @@ local function tick(keys, args)
   local empty = 0
   if wait < 0 and ready == 0 and
      redis.call('EXISTS', k.due, k.ready, k.scheduled, k.processing, k.dead, k.succeeded,
-                k.pushed, k.seq, k.stats, k.errors, k.events, o.due, o.ready, o.scheduled,
-                o.processing, o.dead, o.succeeded) == 0 then
+                k.pushed, k.seq, k.stats, k.errors, k.events, k.policy, o.due, o.ready,
+                o.scheduled, o.processing, o.dead, o.succeeded) == 0 then
     empty = 1
   end
   if recheck then return { promoted, reclaimed, expired, wait, ready, empty, alerts } end

@@ -18,7 +18,8 @@
 # worker in node, bench/http_worker.mjs); 4 growth (1k vs 1M);
 # 5 memory; 6 retry latency; 7 the same with appendonly everysec; 8 Redis
 # Cluster; 9 idle queues (10,000 of them, three instances); targets.
-# BENCH_ONLY=9 runs section 9 alone.
+# 1d claim with a queue policy (none, a cap, a rate limit).
+# BENCH_ONLY=9 runs section 9 alone, BENCH_ONLY=1d section 1d.
 # QUICK=1 runs smaller counts, one repetition, and prints the 1M rows as
 # "skipped (QUICK)". Otherwise every figure marked "median of 3" is the median
 # of three repetitions. Progress goes to stderr, tables to stdout; the last
@@ -564,6 +565,42 @@ section1c() {
     done
     row "retryd's claim (count 1)" "$(get stepclaim.us)" \
         "$(fmt "$(calc "$(get stepclaim.us) - $prev")" 2)" "1.00x"
+}
+
+# What a queue policy costs a claim (docs/flow-control.md): the same claim on
+# a queue with no policy, with a max_in_flight that is never reached (the
+# cap's ZCARD every call), and with a rate limit that always has tokens (the
+# bucket's read and write every call). -P 16, N_RB/2 calls each, medians.
+section1d() {
+    say "1d. claim with a queue policy"
+    local rep kind q n=$((N_RB / 2)) vals
+    for rep in $(seq 1 "$REPS"); do
+        for kind in none cap rate; do
+            q=$(base "policy-$kind-$rep")
+            enqueue_fcall "$q" "$n"
+            case $kind in
+            cap) rcli FCALL "${FN}policy_set" 1 "$q" replace max_in_flight 1000000 >/dev/null ;;
+            rate) rcli FCALL "${FN}policy_set" 1 "$q" replace rate_limit.per_second 100000 \
+                      rate_limit.burst 100000 >/dev/null ;;
+            esac
+            rb "pclaim.$kind.$rep" fcall "$n" 50 16 FCALL "${FN}claim" 1 "$q" 30000 1
+        done
+        rcli flushall >/dev/null
+    done
+    for kind in none cap rate; do
+        vals=()
+        for rep in $(seq 1 "$REPS"); do vals+=("$(get "pclaim.$kind.$rep.us")"); done
+        put "pclaim.$kind.us" "$(median "${vals[@]}")"
+    done
+    local mc="median of $REPS"
+    [ "$REPS" = 1 ] && mc="1 run"
+    table_start "1d. claim with a queue policy (-P 16, $n calls, $mc, commandstats)" \
+        figure "µs per call" "no policy (µs)" ratio
+    row "claim, no policy" "$(get pclaim.none.us)" "" ""
+    row "claim, max_in_flight 1000000 (never reached)" "$(get pclaim.cap.us)" \
+        "$(get pclaim.none.us)" "$(ratio "$(get pclaim.cap.us)" "$(get pclaim.none.us)")"
+    row "claim, rate_limit 100000/s burst 100000 (tokens left)" "$(get pclaim.rate.us)" \
+        "$(get pclaim.none.us)" "$(ratio "$(get pclaim.rate.us)" "$(get pclaim.none.us)")"
 }
 
 # ---------------------------------------------------------------------------
@@ -1347,6 +1384,14 @@ echo "  load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 start_redis none
 say "redis-server pid $redis_pid on 127.0.0.1:$RP"
+if [ "${BENCH_ONLY:-}" = 1d ]; then
+    # Section 1d alone: what a queue policy costs a claim.
+    sec_begin "1d. claim with a policy"; section1d; sec_end
+    echo
+    echo "bench: $rows rows, $missing without a figure"
+    [ "$missing" -eq 0 ]
+    exit
+fi
 if [ "${BENCH_ONLY:-}" = 9 ]; then
     # Section 9 alone (its before/after figures in docs/benchmarks.md).
     sec_begin "9. idle queues"; section9; sec_end
@@ -1357,6 +1402,7 @@ if [ "${BENCH_ONLY:-}" = 9 ]; then
 fi
 sec_begin "1. Redis-native"; section1; sec_end
 sec_begin "1c. claim steps"; section1c; sec_end
+sec_begin "1d. claim with a policy"; section1d; sec_end
 start_retryd
 say "retryd pid $retryd_pid on 127.0.0.1:$HP"
 sec_begin "2+3. HTTP and BullMQ, interleaved"; section23; sec_end

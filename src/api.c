@@ -17,6 +17,7 @@
 #include "retryd/jsonw.h"
 #include "retryd/log.h"
 #include "retryd/metrics.h"
+#include "retryd/policy.h"
 #include "retryd/problem.h"
 #include "retryd/request.h"
 #include "retryd/router.h"
@@ -469,6 +470,12 @@ static rd_json_t *counts_json(const rd_queue_metrics_t *m)
     return o;
 }
 
+/* The pause shows beside the counts (SPEC §10). */
+static void set_paused(rd_json_t *o, const rd_queue_metrics_t *m)
+{
+    rd_json_set_bool(o, "paused", m->paused == 1);
+}
+
 static void on_stats(const rd_store_stats_result_t *res, void *arg)
 {
     call_t *c = arg;
@@ -478,6 +485,7 @@ static void on_stats(const rd_store_stats_result_t *res, void *arg)
     rd_metrics_from_stats(&m, st);
     rd_json_t *doc = rd_json_new_object();
     rd_json_set_stringn(doc, "queue", c->match.queue, c->match.queue_len);
+    set_paused(doc, &m);
     rd_json_t *counts = counts_json(&m);
     rd_json_set_int(counts, "ready", m.ready);
     rd_json_set_int(counts, "scheduled", m.scheduled);
@@ -539,6 +547,7 @@ static void on_queues(const rd_store_queues_t *res, void *arg)
         rd_json_t *q = rd_json_new_object();
         rd_json_set_stringn(q, "name", res->queues[i].name, res->queues[i].name_len);
         rd_json_set(q, "counts", counts_json(&res->queues[i]));
+        set_paused(q, &res->queues[i]);
         rd_json_set_int(q, "dead_last_24h", res->queues[i].dead_last_24h);
         rd_json_append(list, q);
     }
@@ -608,7 +617,8 @@ static void handle_enqueue(call_t *c)
         return;
     }
     int rc = rd_store_enqueue(c->api->store, queue_of(c), e.payload, e.payload_len,
-                              e.max_retries, e.delay_ms, e.idempotency_key, on_enqueued, c);
+                              e.max_retries_given ? e.max_retries : 0, e.delay_ms,
+                              e.idempotency_key, on_enqueued, c);
     rd_request_free(e.doc);
     started(c, rc);
 }
@@ -644,6 +654,9 @@ static void handle_claim(call_t *c)
         return;
     }
     c->batch = cl.batch;
+    /* A lease the request did not give is the daemon's default, which the
+     * queue's policy overrides (store.h: a negative lease_ms). */
+    if (!cl.lease_given) cl.lease_ms = -cl.lease_ms;
     if (cl.nsettle > 0) {
         c->nsettle = cl.nsettle;
         c->settle_ids = rd_malloc(cl.nsettle * sizeof *c->settle_ids);
@@ -720,8 +733,8 @@ static void handle_extend(call_t *c)
         answer_parse_failure(c, r, &errs);
         return;
     }
-    int rc = rd_store_extend(c->api->store, queue_of(c), c->match.id, s.lease_token, s.lease_ms,
-                             on_message, c);
+    int rc = rd_store_extend(c->api->store, queue_of(c), c->match.id, s.lease_token,
+                             s.lease_given ? s.lease_ms : -s.lease_ms, on_message, c);
     rd_request_free(s.doc);
     started(c, rc);
 }
@@ -800,6 +813,85 @@ static void handle_stats(call_t *c)
     started(c, rd_store_stats(c->api->store, queue_of(c), top, on_stats, c));
 }
 
+/* ---- the queue's policy (SPEC §10, docs/flow-control.md) ---- */
+
+/* A resume or a new policy may let this instance's waiters lease now (the
+ * function also published the wake for every other instance). */
+static void wake_local(call_t *c)
+{
+    if (!c->notify || c->api->waiters == NULL) return;
+    rd_store_queue_t q = { c->match.queue, c->match.queue_len };
+    rd_waiters_notify(c->api->waiters, q);
+}
+
+static void on_policy(const rd_store_policy_t *res, void *arg)
+{
+    call_t *c = arg;
+    if (respond_store_failure(c, &res->head)) return;
+    wake_local(c);
+    const rd_config_t *cfg = c->api->cfg;
+    rd_policy_defaults_t d = { cfg->lease_ms, cfg->dead_ttl_ms, cfg->succeeded_ttl_ms };
+    rd_jsonw_t w;
+    begin_json(c, &w);
+    rd_policy_write_json(&w, &res->policy, &d, c->match.queue, c->match.queue_len);
+    respond_written(c, 200, NULL);
+}
+
+static void on_paused(const rd_store_policy_t *res, void *arg)
+{
+    call_t *c = arg;
+    if (respond_store_failure(c, &res->head)) return;
+    wake_local(c);
+    rd_jsonw_t w;
+    begin_json(c, &w);
+    rd_jsonw_object_open(&w);
+    rd_jsonw_key(&w, "queue");
+    rd_jsonw_stringn(&w, c->match.queue, c->match.queue_len);
+    rd_jsonw_key(&w, "paused");
+    rd_jsonw_bool(&w, res->policy.paused);
+    rd_jsonw_object_close(&w);
+    respond_written(c, 200, NULL);
+}
+
+static void handle_policy_get(call_t *c)
+{
+    started(c, rd_store_policy_get(c->api->store, queue_of(c), on_policy, c));
+}
+
+static void handle_policy_put(call_t *c)
+{
+    rd_policy_t p;
+    rd_field_errors_t errs = { .count = 0 };
+    rd_req_result_t r = rd_request_policy(c->req->body, c->req->body_len, &p, &errs);
+    if (r != RD_REQ_OK) {
+        answer_parse_failure(c, r, &errs);
+        return;
+    }
+    c->notify = true;
+    started(c, rd_store_policy_set(c->api->store, queue_of(c), &p, on_policy, c));
+}
+
+static void handle_pause(call_t *c)
+{
+    rd_req_result_t r = rd_request_empty(c->req->body, c->req->body_len);
+    if (r != RD_REQ_OK) {
+        answer_parse_failure(c, r, NULL);
+        return;
+    }
+    started(c, rd_store_pause(c->api->store, queue_of(c), true, on_paused, c));
+}
+
+static void handle_resume(call_t *c)
+{
+    rd_req_result_t r = rd_request_empty(c->req->body, c->req->body_len);
+    if (r != RD_REQ_OK) {
+        answer_parse_failure(c, r, NULL);
+        return;
+    }
+    c->notify = true;
+    started(c, rd_store_pause(c->api->store, queue_of(c), false, on_paused, c));
+}
+
 /* GET /queues: a page of the registry, each queue's counts. */
 static void handle_queues(call_t *c)
 {
@@ -873,6 +965,10 @@ const rd_route_t rd_api_routes[] = {
     { RD_HTTP_POST, "/queues/{q}/replay", handle_replay_many, 0 },
     { RD_HTTP_GET, "/queues", handle_queues, 0 },
     { RD_HTTP_GET, "/queues/{q}/stats", handle_stats, 0 },
+    { RD_HTTP_GET, "/queues/{q}/policy", handle_policy_get, 0 },
+    { RD_HTTP_PUT, "/queues/{q}/policy", handle_policy_put, 0 },
+    { RD_HTTP_POST, "/queues/{q}/pause", handle_pause, 0 },
+    { RD_HTTP_POST, "/queues/{q}/resume", handle_resume, 0 },
     { RD_HTTP_GET, "/metrics", handle_metrics, 0 },
     { RD_HTTP_GET, "/ui", handle_ui, RD_ROUTE_PUBLIC | RD_ROUTE_PREFIX },
 };

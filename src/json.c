@@ -149,6 +149,25 @@ bool rd_json_integer(const rd_json_t *j, long long *out)
     return true;
 }
 
+size_t rd_json_object_size(const rd_json_t *obj)
+{
+    return rd_json_is_object(obj) ? (size_t)cJSON_GetArraySize(AS_C(obj)) : 0;
+}
+
+const char *rd_json_object_key_at(const rd_json_t *obj, size_t i)
+{
+    if (!rd_json_is_object(obj)) return NULL;
+    const cJSON *m = cJSON_GetArrayItem(AS_C(obj), (int)i);
+    return m ? m->string : NULL;
+}
+
+bool rd_json_number(const rd_json_t *j, double *out)
+{
+    if (j == NULL || !cJSON_IsNumber(AS_C(j)) || !isfinite(AS_C(j)->valuedouble)) return false;
+    *out = AS_C(j)->valuedouble;
+    return true;
+}
+
 size_t rd_json_array_size(const rd_json_t *j)
 {
     return rd_json_is_array(j) ? (size_t)cJSON_GetArraySize(AS_C(j)) : 0;

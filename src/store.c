@@ -53,6 +53,9 @@ typedef enum reply_kind {
     KIND_MESSAGES,              /* rd_store_messages_t: {"ok", msg...} or an outcome */
     KIND_ENQUEUED,              /* rd_store_messages_t: {"ok", id, now, timer} or duplicate */
     KIND_HINTED,                /* rd_store_messages_t: {"ok", msg..., timer} or an outcome */
+    KIND_CLAIMED,               /* rd_store_messages_t: {"ok", msg..., timer, retry_ms} */
+    KIND_POLICY,                /* rd_store_policy_t: {field, value...} or {"ok", ...} */
+    KIND_PAUSED,                /* rd_store_policy_t: 1 | 0 */
     KIND_LIST,                  /* rd_store_list_t */
     KIND_HINTED_OUTCOMES,       /* rd_store_outcomes_t: {code..., timer} */
     KIND_SETTLED,               /* rd_store_settled_t: {"ok", {status...}, msg..., timer} */
@@ -81,6 +84,7 @@ typedef union result {
     rd_store_page_t page;
     rd_store_taken_t taken;
     rd_store_done_t done;
+    rd_store_policy_t policy;
 } result_t;
 
 /* The callback of an operation: the member its kind names. */
@@ -97,6 +101,7 @@ typedef union callback {
     rd_store_page_cb page;
     rd_store_taken_cb taken;
     rd_store_done_cb done;
+    rd_store_policy_cb policy;
 } callback_t;
 
 /* What enqueue sent, to build the new message from {"ok", id, now}. */
@@ -289,8 +294,33 @@ static bool parse_stats(const rd_reply_t *reply, rd_queue_stats_t *st)
     return st->totals != NULL && st->top_errors != NULL;
 }
 
+/* policy_get's {field, value, ...}, or policy_set's {"ok", field, value, ...}
+ * or {"invalid", field, why} (the daemon checks first, so an error). */
+static bool parse_policy(const rd_reply_t *reply, rd_store_policy_t *res)
+{
+    if (!is_array(reply, 0)) return false;
+    size_t n = rd_reply_len(reply), from = 0;
+    if (n % 2 == 1) {
+        if (rd_reply_is(rd_reply_at(reply, 0), "invalid") && n == 3) {
+            res->head.status = RD_STORE_ERROR;
+            res->head.detail.ptr = rd_reply_str(rd_reply_at(reply, 2), &res->head.detail.len);
+            return res->head.detail.ptr != NULL;
+        }
+        if (!rd_reply_is(rd_reply_at(reply, 0), "ok")) return false;
+        from = 1;
+    }
+    rd_str_t pairs[2 * RD_POLICY_ARGS_MAX];
+    if (n - from > sizeof pairs / sizeof pairs[0]) return false;
+    for (size_t i = from; i < n; i++) {
+        pairs[i - from].ptr = rd_reply_str(rd_reply_at(reply, i), &pairs[i - from].len);
+        if (pairs[i - from].ptr == NULL) return false;
+    }
+    return rd_policy_from_pairs(&res->policy, pairs, n - from);
+}
+
 /* {"ok", id, now, timer}: the message is what was sent, as the function
- * stored it. */
+ * stored it; {"ok", id, now, timer, max_retries} when the function chose the
+ * retries (the request gave none). */
 static bool parse_enqueued(const rd_reply_t *reply, const enqueued_t *e, rd_store_messages_t *res,
                            long long *hint)
 {
@@ -299,9 +329,12 @@ static bool parse_enqueued(const rd_reply_t *reply, const enqueued_t *e, rd_stor
         return parse_messages(reply, 1, rd_reply_len(reply), &res->messages, &res->count);
     if (res->head.status != RD_STORE_OK) return false;
     long long id, now;
-    if (rd_reply_len(reply) != 4 || !rd_reply_int(rd_reply_at(reply, 1), &id) ||
+    long long max_retries = e->max_retries;
+    size_t n = rd_reply_len(reply);
+    if ((n != 4 && n != 5) || !rd_reply_int(rd_reply_at(reply, 1), &id) ||
         !rd_reply_int(rd_reply_at(reply, 2), &now) ||
-        !rd_reply_int(rd_reply_at(reply, 3), hint))
+        !rd_reply_int(rd_reply_at(reply, 3), hint) ||
+        (n == 5 && !rd_reply_int(rd_reply_at(reply, 4), &max_retries)))
         return false;
     res->messages = rd_calloc(1, sizeof *res->messages);
     res->count = 1;
@@ -310,7 +343,7 @@ static bool parse_enqueued(const rd_reply_t *reply, const enqueued_t *e, rd_stor
     m->id = id;
     m->status = RD_STATUS_PENDING;
     m->payload = (rd_str_t){ e->payload, e->payload_len };
-    m->max_retries = e->max_retries;
+    m->max_retries = (int)max_retries;
     m->created_at_ms = m->updated_at_ms = now;
     if (e->delay_ms > 0) m->retry_after_ms = now + e->delay_ms;
     if (e->idempotency_key)
@@ -363,6 +396,28 @@ static bool parse_reply(const op_t *op, const rd_reply_t *reply, result_t *res, 
         size_t n = rd_reply_len(reply);
         return n >= 2 && rd_reply_int(rd_reply_at(reply, n - 1), hint) &&
                parse_messages(reply, 1, n - 1, &m->messages, &m->count);
+    }
+    case KIND_CLAIMED: {    /* {"ok", msg..., timer[, retry_ms]}: a library without
+                               the policy answers no retry_ms */
+        rd_store_messages_t *m = &res->messages;
+        if (!parse_outcome(reply, &m->head)) return false;
+        if (m->head.status != RD_STORE_OK) return true;
+        size_t n = rd_reply_len(reply);
+        if (n >= 3 && rd_reply_type(rd_reply_at(reply, n - 2)) == RD_REPLY_INTEGER) {
+            if (!rd_reply_int(rd_reply_at(reply, n - 1), &m->retry_ms)) return false;
+            n--;
+        }
+        return n >= 2 && rd_reply_int(rd_reply_at(reply, n - 1), hint) &&
+               parse_messages(reply, 1, n - 1, &m->messages, &m->count);
+    }
+    case KIND_POLICY:
+        return parse_policy(reply, &res->policy);
+    case KIND_PAUSED: {
+        long long paused;
+        if (!rd_reply_int(reply, &paused)) return false;
+        rd_policy_init(&res->policy.policy);
+        res->policy.policy.paused = paused == 1;
+        return true;
     }
     case KIND_HINTED_OUTCOMES: {    /* {code..., timer} */
         rd_store_outcomes_t *o = &res->outcomes;
@@ -434,6 +489,7 @@ static void free_result(reply_kind_t kind, result_t *res)
     case KIND_MESSAGES:
     case KIND_ENQUEUED:
     case KIND_HINTED:
+    case KIND_CLAIMED:
         rd_free(res->messages.messages);
         break;
     case KIND_LIST:
@@ -456,6 +512,8 @@ static void free_result(reply_kind_t kind, result_t *res)
     case KIND_TAKE:
         rd_free(res->taken.names);
         break;
+    case KIND_POLICY:
+    case KIND_PAUSED:
     case KIND_RELEASED:
     case KIND_REPLAYED:
     case KIND_TICK:
@@ -473,7 +531,12 @@ static void deliver(const op_t *op, const result_t *res)
     case KIND_MESSAGES:
     case KIND_ENQUEUED:
     case KIND_HINTED:
+    case KIND_CLAIMED:
         op->cb.messages(&res->messages, op->arg);
+        return;
+    case KIND_POLICY:
+    case KIND_PAUSED:
+        op->cb.policy(&res->policy, op->arg);
         return;
     case KIND_LIST: op->cb.list(&res->list, op->arg); return;
     case KIND_HINTED_OUTCOMES: op->cb.outcomes(&res->outcomes, op->arg); return;
@@ -849,10 +912,11 @@ int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, si
     call_t c;
     begin_fcall(&c, st, "enqueue", q, 0);
     arg_bytes(&c, payload, len);
-    arg_int(&c, max_retries);
+    arg_int(&c, max_retries > 0 ? max_retries : RD_MAX_RETRIES_DEFAULT);
     arg_int(&c, delay_ms);
     arg_str(&c, idempotency_key ? idempotency_key : "");
     arg_str(&c, "1");   /* this caller forwards timer hints */
+    arg_str(&c, max_retries > 0 ? "request" : "default");
     enqueued_t *e = rd_malloc(sizeof *e);
     e->payload = rd_strndup(payload, len);
     e->payload_len = len;
@@ -867,10 +931,11 @@ int rd_store_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int c
 {
     call_t c;
     begin_fcall(&c, st, "claim", q, 0);
-    arg_int(&c, lease_ms);
+    arg_int(&c, lease_ms < 0 ? -lease_ms : lease_ms);
     arg_int(&c, count);
     arg_str(&c, "1");   /* this caller forwards timer hints */
-    return send_hinted(st, &c, KIND_HINTED, q, (callback_t){ .messages = cb }, arg);
+    arg_str(&c, lease_ms < 0 ? "flag" : "request");
+    return send_hinted(st, &c, KIND_CLAIMED, q, (callback_t){ .messages = cb }, arg);
 }
 
 int rd_store_succeed(rd_store_t *st, rd_store_queue_t q, long long id, const char *token,
@@ -906,8 +971,9 @@ int rd_store_extend(rd_store_t *st, rd_store_queue_t q, long long id, const char
     begin_fcall(&c, st, "extend", q, id);
     arg_int(&c, id);
     arg_str(&c, token ? token : "");
-    arg_int(&c, lease_ms);
+    arg_int(&c, lease_ms < 0 ? -lease_ms : lease_ms);
     arg_str(&c, "1");   /* this caller forwards timer hints */
+    arg_str(&c, lease_ms < 0 ? "flag" : "request");
     return send_hinted(st, &c, KIND_HINTED, q, (callback_t){ .messages = cb }, arg);
 }
 
@@ -971,7 +1037,7 @@ int rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms
     if (n > RD_SETTLE_BATCH_MAX || count < 0 || count > RD_CLAIM_COUNT_MAX) return -1;
     call_t *c = rd_malloc(sizeof *c);
     begin_fcall(c, st, "settle_claim", q, 0);
-    arg_int(c, lease_ms);
+    arg_int(c, lease_ms < 0 ? -lease_ms : lease_ms);
     arg_int(c, count);
     arg_int(c, (long long)n);
     for (size_t i = 0; i < n; i++) {
@@ -985,6 +1051,7 @@ int rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms
     }
     arg_int(c, st->dead_ttl_ms);        /* asks for the timer hint */
     arg_int(c, st->succeeded_ttl_ms);
+    arg_str(c, lease_ms < 0 ? "flag" : "request");
     int rc = send_hinted(st, c, KIND_SETTLED, q, (callback_t){ .settled = cb }, arg);
     rd_free(c);
     return rc;
@@ -1412,6 +1479,41 @@ void rd_store_check_durability(rd_store_t *st)
     argv[2] = "maxmemory-policy";
     lens[2] = strlen(argv[2]);
     rd_backend_command(st->redis, 3, argv, lens, on_config, NULL);
+}
+
+int rd_store_policy_get(rd_store_t *st, rd_store_queue_t q, rd_store_policy_cb cb, void *arg)
+{
+    call_t c;
+    begin_fcall(&c, st, "policy_get", q, 0);
+    c.argv[0] = "FCALL_RO";
+    c.lens[0] = 8;
+    return send_call(st, &c, KIND_POLICY, (callback_t){ .policy = cb }, arg);
+}
+
+int rd_store_policy_set(rd_store_t *st, rd_store_queue_t q, const rd_policy_t *p,
+                        rd_store_policy_cb cb, void *arg)
+{
+    if (!rd_backend_ready(st->redis)) return -1;
+    register_queue(st, q);  /* a queue with a policy is listed, messages or not */
+    const char *pairs[RD_POLICY_ARGS_MAX];
+    char values[RD_POLICY_ARGS_MAX / 2][32];
+    size_t n = rd_policy_args(p, pairs, values);
+    call_t c;
+    begin_fcall(&c, st, "policy_set", q, 0);
+    arg_str(&c, "replace");
+    for (size_t i = 0; i < n; i++) arg_str(&c, pairs[i]);
+    return send_call(st, &c, KIND_POLICY, (callback_t){ .policy = cb }, arg);
+}
+
+int rd_store_pause(rd_store_t *st, rd_store_queue_t q, bool paused, rd_store_policy_cb cb,
+                   void *arg)
+{
+    if (!rd_backend_ready(st->redis)) return -1;
+    register_queue(st, q);
+    call_t c;
+    begin_fcall(&c, st, "pause", q, 0);
+    arg_str(&c, paused ? "1" : "0");
+    return send_call(st, &c, KIND_PAUSED, (callback_t){ .policy = cb }, arg);
 }
 
 int rd_store_ping(rd_store_t *st, rd_store_status_cb cb, void *arg)

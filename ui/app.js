@@ -890,11 +890,20 @@
 
       this.topErrors = h('div', { class: 'top-errors', id: 'queue-top-errors', hidden: true });
 
+      // Flow control (SPEC §10): the queue's policy and a pause/resume button.
+      this.pauseState = h('span', { class: 'pause-state', id: 'pause-state', role: 'status' });
+      this.policyText = h('span', { class: 'policy-text muted', id: 'policy-text' });
+      this.btnPause = h('button', { type: 'button', class: 'btn btn-sm', id: 'pause-toggle',
+        disabled: true, onclick: () => this.togglePause() });
+      this.policyBox = h('section', { class: 'policy-strip', id: 'queue-policy',
+        'aria-label': 'Flow control' }, this.pauseState, this.policyText, this.btnPause);
+
       appendKids(main, [
         breadcrumb([{ href: '#/queues', text: 'Queues' }, { text: q }]),
         h('div', { class: 'page-head' },
           h('h1', null, h('span', { class: 'muted h-prefix', text: 'Queue ' }), h('span', { text: q })),
           this.headStats),
+        this.policyBox,
         tabs,
         this.topErrors,
         h('section', { class: 'panel panel-flush', 'aria-label': 'Messages' },
@@ -944,7 +953,57 @@
       if (this.listFailed) this.loadList();
     }
 
+    /** The policy strip: paused or running, the limits that are set. */
+    renderPolicy(p) {
+      this.policy = p;
+      setText(this.pauseState, p.paused ? 'Paused' : 'Running');
+      this.pauseState.classList.toggle('paused', !!p.paused);
+      const parts = [];
+      parts.push(p.max_in_flight ? `at most ${fmtInt(p.max_in_flight)} in flight` : 'no in-flight cap');
+      parts.push(p.rate_limit ? `${p.rate_limit.per_second}/s (burst ${fmtInt(p.rate_limit.burst)})`
+                              : 'no rate limit');
+      const b = p.backoff || {};
+      parts.push(`backoff ${b.base_seconds} s × 2ⁿ up to ${b.max_seconds} s` +
+                 (b.jitter && b.jitter !== 'none' ? `, ${b.jitter} jitter` : ''));
+      parts.push(`max ${p.max_retries} retries`, `lease ${p.lease_seconds} s`);
+      setText(this.policyText, parts.join(' · '));
+      setText(this.btnPause, p.paused ? 'Resume' : 'Pause');
+      setAttr(this.btnPause, 'aria-label', p.paused ? `Resume queue ${this.queue}` : `Pause queue ${this.queue}`);
+      this.btnPause.disabled = false;
+    }
+
+    async refreshPolicy() {
+      try {
+        this.renderPolicy(await api('GET', `${queuePath(this.queue)}/policy`, undefined,
+                                    { signal: this.ac.signal }));
+      } catch (e) {
+        if (e.name !== 'AbortError') handleError(e);
+      }
+    }
+
+    async togglePause() {
+      if (!this.policy) return;
+      const pausing = !this.policy.paused;
+      if (pausing) {
+        const ok = await confirmDialog({ title: `Pause ${this.queue}?`,
+          message: 'Workers lease nothing from this queue until it is resumed. Messages still ' +
+                   'arrive, settle, retry and expire.', count: '', ok: 'Pause' });
+        if (!ok) return;
+      }
+      this.btnPause.disabled = true;
+      try {
+        const r = await api('POST', `${queuePath(this.queue)}/${pausing ? 'pause' : 'resume'}`, {});
+        this.renderPolicy(Object.assign({}, this.policy, { paused: r.paused }));
+        toast(r.paused ? `Queue ${this.queue} paused.` : `Queue ${this.queue} resumed.`, 'success');
+      } catch (e) {
+        handleError(e);
+      } finally {
+        this.btnPause.disabled = false;
+      }
+    }
+
     async refreshCounts() {
+      this.refreshPolicy();
       if (this.countsLoading) return;
       this.countsLoading = true;
       try {

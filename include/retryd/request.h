@@ -22,6 +22,7 @@ typedef struct rd_enqueue_req {
     const char *payload;
     size_t payload_len;
     int max_retries;
+    bool max_retries_given;   /* false: the queue's policy decides (SPEC §10) */
     long long delay_ms;
     const char *idempotency_key;  /* NULL when absent; 1-255 bytes */
 } rd_enqueue_req_t;
@@ -29,6 +30,7 @@ typedef struct rd_enqueue_req {
 typedef struct rd_claim_req {
     rd_json_t *doc;
     long long lease_ms;       /* the daemon default unless given */
+    bool lease_given;         /* false: the queue's policy overrides that default */
     long long wait_ms;        /* 0 unless given */
     int count;                /* 1 unless given */
     bool batch;               /* count was given: answer {messages:[...]} */
@@ -43,6 +45,7 @@ typedef struct rd_settle_req {
     bool retryable;           /* fail: default true */
     long long retry_after_ms; /* fail: -1 unless retry_after_seconds given */
     long long lease_ms;       /* extend: the daemon default unless given */
+    bool lease_given;         /* extend: false: the queue's policy overrides that default */
 } rd_settle_req_t;
 
 typedef struct rd_ack_req {

@@ -22,6 +22,7 @@
 #include "retryd/message.h"
 #include "retryd/backend.h"
 #include "retryd/metrics.h"
+#include "retryd/policy.h"
 #include "retryd/redis.h"
 #include "retryd/stats.h"
 
@@ -55,6 +56,8 @@ typedef struct rd_store_messages {
     rd_store_head_t head;
     rd_message_t *messages;
     size_t count;
+    long long retry_ms;       /* claim: when the queue's rate limit held it back, the ms
+                                 until its next token is due; else 0 */
 } rd_store_messages_t;
 
 /* list. */
@@ -133,6 +136,12 @@ typedef struct rd_store_done {
     long long left;           /* how many queues left the registry */
 } rd_store_done_t;
 
+/* policy_get, policy_set, pause: the queue's policy as stored now. */
+typedef struct rd_store_policy {
+    rd_store_head_t head;
+    rd_policy_t policy;
+} rd_store_policy_t;
+
 /* delete and ping answer the head alone. */
 typedef void (*rd_store_status_cb)(const rd_store_head_t *res, void *arg);
 typedef void (*rd_store_messages_cb)(const rd_store_messages_t *res, void *arg);
@@ -146,6 +155,7 @@ typedef void (*rd_store_tick_cb)(const rd_store_tick_t *res, void *arg);
 typedef void (*rd_store_page_cb)(const rd_store_page_t *res, void *arg);
 typedef void (*rd_store_taken_cb)(const rd_store_taken_t *res, void *arg);
 typedef void (*rd_store_done_cb)(const rd_store_done_t *res, void *arg);
+typedef void (*rd_store_policy_cb)(const rd_store_policy_t *res, void *arg);
 
 typedef struct rd_store_queue {
     const char *name;         /* decoded queue name (bytes) */
@@ -168,12 +178,18 @@ bool rd_store_ready(const rd_store_t *st);
 /* Round-trip times of this store's Redis commands. */
 const rd_histogram_t *rd_store_rtt(const rd_store_t *st);
 
+/* Leases and retries the request did not give (SPEC §10 precedence): an
+ * enqueue's max_retries 0 means "none given" (the policy's, else 3); a
+ * lease_ms below 0 means "none given": -lease_ms is the daemon's default,
+ * which the queue's policy overrides. The function decides, in the call. */
+
 /* idempotency_key NULL for none. */
 int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, size_t len,
                      int max_retries, long long delay_ms, const char *idempotency_key,
                      rd_store_messages_cb cb, void *arg);
 /* Up to count messages; fewer when they would pass the library's REPLY_BYTES
- * (at least one when any is claimable). */
+ * (at least one when any is claimable), or when the queue's policy holds
+ * them back (pause, max_in_flight, rate_limit: res->retry_ms). */
 int rd_store_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int count,
                    rd_store_messages_cb cb, void *arg);
 /* token NULL: accept any current lease. */
@@ -302,6 +318,15 @@ void rd_store_flush_owed(rd_store_t *st);
  * warning for each that could lose messages: no AOF, or an eviction policy
  * other than noeviction. Silent when CONFIG is not allowed. */
 void rd_store_check_durability(rd_store_t *st);
+/* The queue's policy (SPEC §10). get answers the stored fields (unset ones
+ * as rd_policy_init leaves them); set replaces the whole policy with p's set
+ * fields (the pause is kept) and answers it; pause pauses or resumes. */
+int rd_store_policy_get(rd_store_t *st, rd_store_queue_t q, rd_store_policy_cb cb, void *arg);
+int rd_store_policy_set(rd_store_t *st, rd_store_queue_t q, const rd_policy_t *p,
+                        rd_store_policy_cb cb, void *arg);
+int rd_store_pause(rd_store_t *st, rd_store_queue_t q, bool paused, rd_store_policy_cb cb,
+                   void *arg);
+
 /* PING: res->status is RD_STORE_OK when Redis answered PONG. */
 int rd_store_ping(rd_store_t *st, rd_store_status_cb cb, void *arg);
 

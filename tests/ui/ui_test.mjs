@@ -494,6 +494,42 @@ test('message_detail_pretty_json_local_time', async () => {
   await page.close();
 });
 
+test('policy_shown_and_pause_resume', async () => {
+  const q = `flow-${Date.now()}`;
+  await enqueue(q, 'one');
+  await ok('PUT', `${qp(q)}/policy`, { max_in_flight: 3, rate_limit: { per_second: 2, burst: 4 },
+                                       backoff: { jitter: 'full' } });
+  const page = await openPage(hashQueue(q));
+  await waitList(page);
+  await page.waitForFunction(() => !document.querySelector('#pause-toggle').disabled);
+  eq(await page.textContent('#pause-state'), 'Running', 'the queue runs');
+  const text = await page.textContent('#policy-text');
+  check(/at most 3 in flight/.test(text), `the cap is shown: ${text}`);
+  check(/2\/s \(burst 4\)/.test(text), `the rate is shown: ${text}`);
+  check(/full jitter/.test(text), `the jitter is shown: ${text}`);
+  eq(await page.textContent('#pause-toggle'), 'Pause', 'the button pauses');
+  await page.click('#pause-toggle');
+  check(/Workers lease nothing/.test(await confirmText(page)), 'a pause asks first');
+  await page.click('#confirm-cancel');
+  await waitNoDialog(page);
+  eq((await http('GET', `${qp(q)}/policy`)).json.paused, false, 'Cancel leaves it running');
+  await page.click('#pause-toggle');
+  await confirmText(page);
+  await page.click('#confirm-ok');
+  await waitNoDialog(page);
+  await toastText(page, /paused/);
+  await page.waitForFunction(() => document.querySelector('#pause-state').textContent === 'Paused');
+  eq((await http('GET', `${qp(q)}/policy`)).json.paused, true, 'the queue is paused');
+  eq((await http('POST', `${qp(q)}/claim`)).status, 204, 'a paused queue leases nothing');
+  eq(await page.textContent('#pause-toggle'), 'Resume', 'the button resumes');
+  await page.click('#pause-toggle');
+  await toastText(page, /resumed/);
+  await page.waitForFunction(() => document.querySelector('#pause-state').textContent === 'Running');
+  eq((await http('GET', `${qp(q)}/policy`)).json.paused, false, 'resumed');
+  eq((await http('POST', `${qp(q)}/claim`)).status, 200, 'claims lease again');
+  await page.close();
+});
+
 test('replay_one_leaves_dead_list', async () => {
   const page = await openPage(hashQueue('emails', { status: 'dead', error: 'user unknown' }));
   await waitList(page);
