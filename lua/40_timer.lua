@@ -51,6 +51,10 @@ end
 --   ARGV[3]  succeeded_ttl_ms                   0 keeps succeeded forever
 --   ARGV[4]  "1" (optional)                     the caller is a timer round
 --                                               that reports to timer_done
+--   ARGV[5]  "0" (optional)                     do not sample the time series
+--                                               (docs/series.md); else it does,
+--                                               and a sample that saw activity
+--                                               asks for a tick within a minute
 -- Returns {promoted, reclaimed, expired, next_in_ms, ready}: next_in_ms is the
 -- time until the queue next needs a tick (next scheduled id, lease deadline
 -- or retention expiry; -1: none, the queue is idle); ready is how many ids
@@ -93,6 +97,8 @@ local function tick(keys, args)
     local oldest = first_score(k.succeeded)
     if oldest then due_at(oldest + succeeded_ttl) end
   end
+  -- The time series (05_series.lua); ARGV[5] "0": the caller samples none.
+  if args[5] ~= '0' and series_sample(base, k.stats, now) then due_at(now + SERIES_TICK_MS) end
   local ready = redis.call('LLEN', k.due) + redis.call('LLEN', k.ready)
   if args[4] ~= '1' then return { promoted, reclaimed, expired, wait, ready } end
   if wait >= 0 then
