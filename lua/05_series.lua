@@ -63,10 +63,11 @@ local function series_spread(key, res, from, now, d)
   if last_b < first_b then last_b = first_b end   -- TIME went back: the last bucket
   local lo = math.max(first_b, last_b - len + 1)
   local span = now - from
-  -- cum(t): how many of d happened in (from, t].
+  -- cum(t): how many of d happened in (from, t] (all at `now` when the two
+  -- samples share their millisecond).
   local function cum(i, t)
-    if span <= 0 or t >= now then return d[i] end
     if t <= from then return 0 end
+    if t >= now then return d[i] end
     return math.floor(d[i] * (t - from) / span)
   end
   local parts = {}
