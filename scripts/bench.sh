@@ -17,8 +17,9 @@
 # (W connections vs Worker concurrency W, both ways, and the same loops with a
 # worker in node, bench/http_worker.mjs); 4 growth (1k vs 1M);
 # 5 memory; 6 retry latency; 7 the same with appendonly everysec; 8 Redis
-# Cluster; 9 idle queues (10,000 of them, three instances); targets.
-# BENCH_ONLY=9 runs section 9 alone.
+# Cluster; 9 idle queues (10,000 of them, three instances); 10 the time
+# series' cost (--series on vs off); targets.
+# BENCH_ONLY=9 (or 10) runs section 9 (or 10) alone.
 # QUICK=1 runs smaller counts, one repetition, and prints the 1M rows as
 # "skipped (QUICK)". Otherwise every figure marked "median of 3" is the median
 # of three repetitions. Progress goes to stderr, tables to stdout; the last
@@ -51,6 +52,7 @@ if [ "$QUICK" = 1 ]; then
     GROWTH_BIG=0
     IDLE_WINDOW_S=5     # idle Redis CPU windows (section 9)
     IDLE_RETRY=50
+    N_SERIES=10000      # lifecycles per time-series run (section 10)
 else
     REPS=3
     N_RB=50000
@@ -63,6 +65,7 @@ else
     GROWTH_BIG=1000000
     IDLE_WINDOW_S=10
     IDLE_RETRY=200
+    N_SERIES=50000
 fi
 IDLE_PIDS=
 BURSTS=20               # growth: claim bursts of 1000
@@ -164,12 +167,12 @@ stop_redis() {
     redis_pid=""
 }
 
-start_retryd() {
+start_retryd() {            # start_retryd [FLAG...]: later flags override these
     local port
     for _ in 1 2 3; do
         port=$(free_port) || die "no free port"
         "$RETRYD_BIN" --listen "127.0.0.1:$port" --redis "redis://127.0.0.1:$RP" \
-            --prefix "$PREFIX" --tick-ms 250 --log-level warn >>"$tmp/retryd.log" 2>&1 &
+            --prefix "$PREFIX" --tick-ms 250 --log-level warn "$@" >>"$tmp/retryd.log" 2>&1 &
         retryd_pid=$!
         SERVER_PIDS="$SERVER_PIDS $retryd_pid"
         if http_ready "$port" 100 "$retryd_pid"; then
@@ -1099,6 +1102,8 @@ verdict() {
 targets() {
     local r skip="skipped (QUICK)"
     table_start "Targets" target measured goal verdict
+    row "time series: Redis CPU per lifecycle, --series on vs off (%)" "$(fmt "$(get series.pct)" 2)" \
+        "≤ +3" "$(verdict "$(get series.pct)" "<=" 3)"
     r=$(calc "$(get life.retryd) / $(get life.bull)")
     [ "$BULL_OK" = 1 ] || r="BullMQ: unavailable"
     row "Redis CPU per lifecycle ≤ 1/3 of BullMQ's (retryd / BullMQ)" "$(fmt "$r" 2)" "≤ 0.33" \
@@ -1320,6 +1325,67 @@ section9() {
 }
 
 # ---------------------------------------------------------------------------
+# 10. Time series (docs/series.md): what sampling costs the happy path
+# ---------------------------------------------------------------------------
+# Redis CPU spent in commands: the usec of every INFO commandstats line.
+cmd_usec_all() {
+    rcli info commandstats | tr -d '\r' | awk -F'[:=,]' '/^cmdstat_/ { s += $5 }
+        END { printf "%.0f", s }'
+}
+
+# series_run NAME on|off: N_SERIES lifecycles over HTTP (enqueue with 50
+# connections, then 50 workers claim + succeed, count 1) against a retryd of
+# its own started with --series on|off; NAME.us = commandstats µs (every
+# command: the lifecycle's FCALLs, the timer's rounds and ticks, the nudges)
+# per lifecycle.
+series_run() {
+    local name=$1 mode=$2 q="series-$1" u0 u1
+    start_retryd --prefix "$PREFIX-series" --series "$mode"
+    u0=$(cmd_usec_all)
+    lg_http "$name.enq" enqueue "$q" 50 "$N_SERIES" &&
+        lg_http "$name.work" work "$q" 50 "$N_SERIES" --count 1
+    u1=$(cmd_usec_all)
+    put "$name.us" "$(calc "($u1 - $u0) / $N_SERIES")"
+    stop_retryd
+}
+
+section10() {
+    local rep mode r vals
+    save_pair main
+    start_redis none
+    for rep in $(seq 1 "$REPS"); do
+        for mode in on off; do
+            say "10. time series, --series $mode, repetition $rep of $REPS"
+            series_run "series.$mode.$rep" "$mode"
+        done
+    done
+    for mode in on off; do
+        vals=()
+        for r in $(seq 1 "$REPS"); do vals+=("$(get "series.$mode.$r.us")"); done
+        put "series.$mode.us" "$(median "${vals[@]}")"
+    done
+    put series.pct "$(calc "100 * ($(get series.on.us) - $(get series.off.us)) / $(get series.off.us)")"
+    local RD_PREFIX="$PREFIX-series"
+    rd_base "series-series.on.1"
+    put series.bytes "$(rcli memory usage "$REPLY:series")"
+    put series.strlen "$(rcli strlen "$REPLY:series")"
+    rb series.read fcall 2000 4 1 FCALL "${FN}series" 1 "$REPLY" minute
+    stop_redis
+    use_pair main
+    local mc="median of $REPS alternating runs"
+    [ "$REPS" = 1 ] && mc="1 run each"
+    table_start "10. Time series (docs/series.md): Redis CPU per lifecycle with and without sampling ($mc, $N_SERIES messages each)" \
+        figure "--series on" "--series off" ratio
+    row "Redis CPU per lifecycle, enqueue + claim + succeed over HTTP, 50 workers (µs, INFO commandstats, every command)" \
+        "$(fmt "$(get series.on.us)" 2)" "$(fmt "$(get series.off.us)" 2)" \
+        "$(ratio "$(get series.on.us)" "$(get series.off.us)")"
+    row "cost of the series per lifecycle (%, goal ≤ +3)" "$(fmt "$(get series.pct)" 2)" "" ""
+    row "memory per queue: MEMORY USAGE of <base>:series (bytes; string of $(get series.strlen))" \
+        "$(fmt_int "$(get series.bytes)")" "" ""
+    row "a series read: sample + 120 minutes (µs per call, commandstats)" "$(get series.read.us)" "" ""
+}
+
+# ---------------------------------------------------------------------------
 # Main
 # ---------------------------------------------------------------------------
 t_start=$(date +%s)
@@ -1340,6 +1406,14 @@ if [ "${BENCH_ONLY:-}" = 9 ]; then
     [ "$missing" -eq 0 ]
     exit
 fi
+if [ "${BENCH_ONLY:-}" = 10 ]; then
+    # Section 10 alone (the time series' cost, docs/series.md).
+    sec_begin "10. time series"; section10; sec_end
+    echo
+    echo "bench: $rows rows, $missing without a figure"
+    [ "$missing" -eq 0 ]
+    exit
+fi
 sec_begin "1. Redis-native"; section1; sec_end
 sec_begin "1c. claim steps"; section1c; sec_end
 start_retryd
@@ -1352,6 +1426,7 @@ sec_begin "7. appendonly everysec / none"; section7; sec_end
 use_pair none 2>/dev/null || true
 sec_begin "8. Redis Cluster"; section8; sec_end
 sec_begin "9. idle queues"; section9; sec_end
+sec_begin "10. time series"; section10; sec_end
 environment
 targets
 echo
