@@ -156,13 +156,14 @@ local function series(keys, args)
   end
   local out = { (last_b - res.len + 1) * res.step, res.step }
   local cols = { {}, {}, {}, {}, {} }
+  -- The whole ring in one unpack: slot s, series i at v[s * 5 + i].
+  local v = {}
+  if #ring == res.len * SERIES_BUCKET then
+    v = { struct.unpack('<' .. string.rep('I4', 5 * res.len), ring) }
+  end
   for b = last_b - res.len + 1, last_b do
-    local at = (b % res.len) * SERIES_BUCKET
-    local v = { 0, 0, 0, 0, 0 }
-    if #ring >= at + SERIES_BUCKET then
-      v = { struct.unpack('<I4I4I4I4I4', string.sub(ring, at + 1, at + SERIES_BUCKET)) }
-    end
-    for i = 1, 5 do cols[i][#cols[i] + 1] = v[i] end
+    local at = (b % res.len) * 5
+    for i = 1, 5 do cols[i][#cols[i] + 1] = v[at + i] or 0 end
   end
   for i = 1, 5 do out[#out + 1] = cols[i] end
   return out

@@ -527,7 +527,7 @@ static void deliver(const op_t *op, const result_t *res)
 }
 
 static void send_register(rd_store_t *st, const char *name, size_t len, long long in_ms);
-static void series_nudge(rd_store_t *st, const op_t *op);
+static void series_nudge(rd_store_t *st, const op_t *op, bool hinted);
 static void owe(rd_store_t *st, const char *name, size_t len, long long in_ms, uint64_t from_ms);
 
 /* "integer 7", "array of 0", "string \"ok\"": what came, for the log. */
@@ -594,10 +594,11 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
      * keys and is removing it from the registry: it registers again
      * whatever this process remembers (docs/design.md, "Leaving the
      * registry"). */
-    if (op->queue && op->nudge && res.head.status == RD_STORE_OK) series_nudge(op->st, op);
     if (op->queue && res.head.status == RD_STORE_OK) {
         bool first = op->kind == KIND_ENQUEUED && res.messages.count == 1 &&
                      res.messages.messages[0].id == 1;
+        /* A hint within the nudge's minute stands for the nudge. */
+        if (op->nudge) series_nudge(op->st, op, hint >= 0 && hint <= SERIES_NUDGE_MS);
         if (first || hint >= 0) send_register(op->st, op->queue, op->queue_len, hint);
     } else if (op->queue && hint_unknown) {
         /* Whatever the call did (a lease, a schedule, a first id) wants the
@@ -855,7 +856,10 @@ static void register_queue(rd_store_t *st, rd_store_queue_t q)
     send_register(st, q.name, q.len, -1);
 }
 
-static void series_nudge(rd_store_t *st, const op_t *op)
+/* After a write to op's queue: `register q SERIES_NUDGE_MS` unless the slot
+ * was nudged within SERIES_NUDGE_MS, or the write's own timer hint (hinted)
+ * already brings a tick within it. */
+static void series_nudge(rd_store_t *st, const op_t *op, bool hinted)
 {
     if (!st->series) return;
     registry_slot_t *slot = &st->nudged[fnv1a(op->queue, op->queue_len) % SERIES_SLOTS];
@@ -868,7 +872,7 @@ static void series_nudge(rd_store_t *st, const op_t *op)
         slot->len = op->queue_len;
     }
     slot->at_ms = now;
-    send_register(st, op->queue, op->queue_len, SERIES_NUDGE_MS);
+    if (!hinted) send_register(st, op->queue, op->queue_len, SERIES_NUDGE_MS);
 }
 
 void rd_store_set_series(rd_store_t *st, bool on)
