@@ -1384,6 +1384,13 @@ section10() {
     put series.bytes "$(rcli memory usage "$REPLY:series")"
     put series.strlen "$(rcli strlen "$REPLY:series")"
     rb series.read fcall 2000 4 1 FCALL "${FN}series" 1 "$REPLY" minute
+    # What the series add per active queue and minute: one nudge (register
+    # q 60000) and the sample in one tick (here with nothing new to count).
+    rb series.tick1 fcall 5000 4 1 FCALL "${FN}tick" 1 "$REPLY" 100 0 0 1 1
+    rb series.tick0 fcall 5000 4 1 FCALL "${FN}tick" 1 "$REPLY" 100 0 0 1 0
+    rb series.nudge fcall 5000 4 1 FCALL "${FN}register" 1 "$PREFIX-series:queues" \
+        series-series.on.1 60000
+    put series.minute "$(calc "$(get series.nudge.us) + $(get series.tick1.us) - $(get series.tick0.us)")"
     stop_redis
     use_pair main
     local mc="median of $REPS alternating runs"
@@ -1406,6 +1413,10 @@ section10() {
     row "memory per queue: MEMORY USAGE of <base>:series (bytes; string of $(get series.strlen))" \
         "$(fmt_int "$(get series.bytes)")" "" ""
     row "a series read: sample + 120 minutes (µs per call, commandstats)" "$(get series.read.us)" "" ""
+    row "a tick of an idle-since-sampled queue, sampling vs not (µs per call)" "$(get series.tick1.us)" \
+        "$(get series.tick0.us)" "$(ratio "$(get series.tick1.us)" "$(get series.tick0.us)")"
+    row "series work per active queue and minute: a nudge + a tick's sample (µs; it does not grow with traffic)" \
+        "$(fmt "$(get series.minute)" 1)" "" ""
 }
 
 # ---------------------------------------------------------------------------
