@@ -28,13 +28,14 @@ PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 # Modules shared by the daemon and the tests (everything but main).
 LIB_SRC := alloc buf utf8 log config keys json jsonw problem http router redis cluster backend store waiters metrics auth ui \
            message request api promoter
-LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o) $(BUILD)/lua_library.o $(BUILD)/ui_assets.o \
+LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o) $(BUILD)/lua_library.o $(BUILD)/ui_assets.o $(BUILD)/openapi_doc.o \
            $(BUILD)/llhttp/llhttp.o $(BUILD)/llhttp/api.o $(BUILD)/llhttp/http.o
 
 UNIT_TESTS := test_keys test_router test_request test_message test_jsonw test_config test_problem test_metrics
 INTEG_TESTS := test_http test_lua test_e2e test_ops test_multi test_faults test_cluster
 SHELL_UNIT := fuzz_smoke.sh deps_test.sh
-SHELL_INTEG := retryctl_test.sh ui_test.sh bench_smoke.sh
+# openapi_check.sh validates the responses the suites before it received: keep it last.
+SHELL_INTEG := retryctl_test.sh ui_test.sh bench_smoke.sh examples_test.sh openapi_check.sh
 TEST_BINS := $(UNIT_TESTS:%=$(BUILD)/tests/%) $(INTEG_TESTS:%=$(BUILD)/tests/%)
 
 .PHONY: all deps test-deps run test unit bench lint clean fuzz
@@ -78,6 +79,14 @@ $(BUILD)/ui_assets.c: $(wildcard ui/*) scripts/embed_ui.sh
 $(BUILD)/ui_assets.o: $(BUILD)/ui_assets.c include/retryd/ui.h
 	$(CC) -std=c11 -Iinclude -c -o $@ $<
 
+# The OpenAPI document, served at GET /openapi.json: docs/openapi.json as is.
+$(BUILD)/openapi_doc.c: docs/openapi.json scripts/embed.sh
+	@mkdir -p $(@D)
+	scripts/embed.sh rd_openapi_json $< > $@
+
+$(BUILD)/openapi_doc.o: $(BUILD)/openapi_doc.c
+	$(CC) -std=c11 -c -o $@ $<
+
 $(BUILD)/tests/%: tests/%.c $(LIB_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -Wno-unused-parameter -o $@ $< $(LIB_OBJ) \
@@ -90,7 +99,7 @@ run: all
 # `make test` runs tests/fuzz_smoke.sh for about a minute.
 FUZZ_DIR := build/fuzz
 FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-FUZZ_SRC := $(LIB_SRC:%=src/%.c) $(BUILD)/lua_library.c $(BUILD)/ui_assets.c \
+FUZZ_SRC := $(LIB_SRC:%=src/%.c) $(BUILD)/lua_library.c $(BUILD)/ui_assets.c $(BUILD)/openapi_doc.c \
             $(LLHTTP_SRC)/llhttp.c $(LLHTTP_SRC)/api.c $(LLHTTP_SRC)/http.c
 FUZZ_SECONDS ?= 600
 

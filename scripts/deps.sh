@@ -2,9 +2,11 @@
 # deps.sh [test] - installs the Debian packages retryd needs, only when one is
 # missing. `make` (and so `make run`) needs the build set; `make test` runs
 # `deps.sh test`, which adds what only the suites need: valgrind (test_faults'
-# leak check), chromium (the browser test), and Debian's nodejs and npm when
-# there is no node (or no npm) on PATH, for the browser test and the bench
-# smoke (bookworm's nodejs is 18; tests/ui and bench pin npm packages that run
+# leak check), python3-jsonschema (tests/openapi_check.sh validates responses
+# against docs/openapi.json), jq (examples/worker.sh), chromium (the browser
+# test), and Debian's nodejs and npm when
+# there is no node (or no npm) on PATH, for the browser test, the bench
+# smoke and examples/worker.mjs (bookworm's nodejs is 18; tests/ui and bench pin npm packages that run
 # on it). Runs apt-get as root (or through sudo when available).
 # DEPS_DRY_RUN=1 prints the apt-get commands instead of running them.
 set -eu
@@ -17,8 +19,10 @@ for p in $pkgs; do
 done
 browser=""
 if [ "${1:-}" = test ]; then
-    dpkg-query -W -f='${Status}' valgrind 2>/dev/null | grep -q 'install ok installed' \
-        || missing="$missing valgrind"
+    for p in valgrind python3-jsonschema jq; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' \
+            || missing="$missing $p"
+    done
     # node from anywhere will do (Debian's, NodeSource's, nvm's): only a
     # missing one is installed, from Debian.
     command -v node >/dev/null || missing="$missing nodejs"

@@ -11,6 +11,10 @@
 #   RETRYD_TEST_REDIS_PORT  the port
 #   RETRYD_TEST_LUA         $BUILD/retryd.lua, the Functions library
 #   RETRYD_BIN              $BUILD/retryd, the daemon
+# Every suite also gets RETRYD_TEST_EXCHANGES (unless the caller set it): a
+# file in the temp dir where the C suites log each HTTP response they read,
+# which tests/openapi_check.sh (listed last) validates against
+# docs/openapi.json.
 # Every suite runs even when one fails. Totals come from cmocka's summary
 # lines; a suite that crashes, times out, is missing, or exits non-zero
 # without a FAILED line counts as at least one failure. The last line of
@@ -81,6 +85,7 @@ tmp_root=$(mktemp -d) || {
     echo "0 passed, 1 failed"
     exit 1
 }
+export RETRYD_TEST_EXCHANGES=${RETRYD_TEST_EXCHANGES:-$tmp_root/exchanges.jsonl}
 
 # ---------------------------------------------------------------------------
 # Redis

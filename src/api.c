@@ -855,6 +855,14 @@ static void handle_metrics(call_t *c)
                                      on_queues, c));
 }
 
+/* GET /openapi.json: docs/openapi.json as built in; public, like /healthz. */
+static void handle_openapi(call_t *c)
+{
+    rd_http_respond(c->ex, 200, "application/json", "Cache-Control: no-cache\r\n",
+                    rd_openapi_json, strlen(rd_openapi_json));
+    call_free(c);
+}
+
 /* The console's files are public: the page asks for the token itself. */
 static void handle_ui(call_t *c)
 {
@@ -883,6 +891,7 @@ static void handle_ui(call_t *c)
 const rd_route_t rd_api_routes[] = {
     { RD_HTTP_GET, "/healthz", handle_healthz, RD_ROUTE_PUBLIC },
     { RD_HTTP_GET, "/readyz", handle_readyz, 0 },
+    { RD_HTTP_GET, "/openapi.json", handle_openapi, RD_ROUTE_PUBLIC },
     { RD_HTTP_POST, "/queues/{q}/messages", handle_enqueue, 0 },
     { RD_HTTP_GET, "/queues/{q}/messages", handle_list, 0 },
     { RD_HTTP_GET, "/queues/{q}/messages/{id}", handle_get, 0 },

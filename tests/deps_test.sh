@@ -4,6 +4,8 @@
 #   - scripts/deps.sh test asks apt for Debian's nodejs and npm when there is
 #     no node on PATH, and leaves an existing node alone (DEPS_DRY_RUN=1: it
 #     prints the apt-get commands instead of running them);
+#   - it asks for python3-jsonschema (tests/openapi_check.sh) and jq
+#     (examples/worker.sh) when dpkg does not have them;
 #   - every npm package pinned for the tests and the bench (the lockfiles
 #     tests/ui/package-lock.json, playwright-core, and bench/package-lock.json,
 #     BullMQ) declares an engines.node range that Node 18.20.4 satisfies.
@@ -57,6 +59,22 @@ test_deps_keeps_an_existing_node() {
         || fail "deps.sh test exited non-zero: $out"
     [[ $out =~ nodejs|\ npm ]] && fail "installs node although one is on PATH: $out"
     return 0
+}
+
+test_deps_installs_jsonschema_and_jq_when_missing() {
+    local bin out
+    bin=$(bin_dir nojsonschema grep id) || fail "cannot link the tools"
+    # a dpkg that has everything but python3-jsonschema and jq
+    printf '#!/bin/sh\nfor a; do p=$a; done\ncase $p in python3-jsonschema|jq) exit 1 ;; esac\nprintf "install ok installed"\n' \
+        >"$bin/dpkg-query"
+    printf '#!/bin/sh\necho v18.20.4\n' >"$bin/node"
+    printf '#!/bin/sh\necho 9.2.0\n' >"$bin/npm"
+    chmod +x "$bin/dpkg-query" "$bin/node" "$bin/npm"
+    out=$(PATH=$bin DEPS_DRY_RUN=1 /bin/sh "$ROOT/scripts/deps.sh" test 2>&1) \
+        || fail "deps.sh test exited non-zero: $out"
+    printf '%s\n' "$out" | sed 's/^/    /'
+    [[ $out =~ apt-get[^$'\n']*\ install\ [^$'\n']*python3-jsonschema ]] || fail "python3-jsonschema is not installed"
+    [[ $out =~ apt-get[^$'\n']*\ install\ [^$'\n']*\ jq( |$|$'\n') ]] || fail "jq is not installed"
 }
 
 test_npm_pins_run_on_bookworm_node() {
@@ -118,6 +136,7 @@ EOF
 all_tests=(
     test_deps_installs_node_when_missing
     test_deps_keeps_an_existing_node
+    test_deps_installs_jsonschema_and_jq_when_missing
     test_npm_pins_run_on_bookworm_node
 )
 if (($#)); then all_tests=("$@"); fi

@@ -176,13 +176,19 @@ static inline const char *e2e_redis_url(int port)
 /* HTTP/1.1 client                                                          */
 /* ------------------------------------------------------------------------ */
 
+enum { E2E_SENT_MAX = 4, E2E_SENT_BYTES = 320 };
+
 /* One keep-alive connection. Bytes read past the end of one response stay
- * in `in` for the next one (pipelining). */
+ * in `in` for the next one (pipelining). `sent` holds "METHOD path" of the
+ * requests e2e_send_request sent whose response is not read yet, oldest
+ * first (for the exchange log, below; "" when the line did not fit). */
 typedef struct e2e_conn {
     int fd;                       /* -1 when closed */
     int port;
     char *in;
     size_t in_len, in_cap;
+    char sent[E2E_SENT_MAX][E2E_SENT_BYTES];
+    unsigned sent_first, sent_count;
 } e2e_conn_t;
 
 typedef struct e2e_response {
@@ -213,6 +219,82 @@ static inline void e2e_conn_close(e2e_conn_t *c)
     free(c->in);
     c->in = NULL;
     c->in_len = c->in_cap = 0;
+    c->sent_first = c->sent_count = 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Exchange log: when RETRYD_TEST_EXCHANGES names a file, every response    */
+/* read for a request sent by e2e_send_request is appended to it as one     */
+/* JSON line {suite, method, path, status, content_type, body} (body only   */
+/* for JSON media types), which tests/openapi_check.sh validates against    */
+/* docs/openapi.json after the suites. Requests written with e2e_send_all   */
+/* (the raw protocol tests) are not logged.                                 */
+/* ------------------------------------------------------------------------ */
+
+static inline void e2e_sent_push(e2e_conn_t *c, const char *method, const char *path)
+{
+    if (c->sent_count == E2E_SENT_MAX) {  /* a response never read: forget the oldest */
+        c->sent_first = (c->sent_first + 1) % E2E_SENT_MAX;
+        c->sent_count--;
+    }
+    char *slot = c->sent[(c->sent_first + c->sent_count) % E2E_SENT_MAX];
+    int n = snprintf(slot, E2E_SENT_BYTES, "%s %s", method, path);
+    if (n < 0 || n >= E2E_SENT_BYTES) slot[0] = '\0';
+    c->sent_count++;
+}
+
+/* Appends s[0..len) as a JSON string to out (bytes >= 0x80 as they are). */
+static inline size_t e2e_json_escape(char *out, const char *s, size_t len)
+{
+    size_t n = 0;
+    out[n++] = '"';
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch == '"' || ch == '\\') {
+            out[n++] = '\\';
+            out[n++] = (char)ch;
+        } else if (ch < 0x20 || ch == 0x7f) {
+            n += (size_t)sprintf(out + n, "\\u%04x", ch);
+        } else {
+            out[n++] = (char)ch;
+        }
+    }
+    out[n++] = '"';
+    return n;
+}
+
+static inline void e2e_log_exchange(const char *sent, int status, const char *content_type,
+                                    const char *body, size_t body_len)
+{
+    const char *file = getenv("RETRYD_TEST_EXCHANGES");
+    if (file == NULL || file[0] == '\0' || sent[0] == '\0') return;
+    const char *space = strchr(sent, ' ');
+    if (space == NULL) return;
+    bool json = strstr(content_type, "json") != NULL;
+    size_t cap = 6 * (strlen(sent) + strlen(content_type) + (json ? body_len : 0)) + 256;
+    char *line = malloc(cap);
+    if (line == NULL) return;
+    extern char *program_invocation_short_name;
+    size_t n = (size_t)snprintf(line, cap, "{\"suite\":\"%s\",\"method\":",
+                                program_invocation_short_name);
+    n += e2e_json_escape(line + n, sent, (size_t)(space - sent));
+    n += (size_t)snprintf(line + n, cap - n, ",\"path\":");
+    n += e2e_json_escape(line + n, space + 1, strlen(space + 1));
+    n += (size_t)snprintf(line + n, cap - n, ",\"status\":%d,\"content_type\":", status);
+    n += e2e_json_escape(line + n, content_type, strlen(content_type));
+    if (json) {
+        n += (size_t)snprintf(line + n, cap - n, ",\"body\":");
+        n += e2e_json_escape(line + n, body ? body : "", body ? body_len : 0);
+    }
+    n += (size_t)snprintf(line + n, cap - n, "}\n");
+    int fd = open(file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+        /* one write per line: O_APPEND keeps lines of concurrent writers whole */
+        ssize_t w = write(fd, line, n);
+        (void)w;
+        close(fd);
+    }
+    free(line);
 }
 
 static inline void e2e_response_free(e2e_response_t *r)
@@ -265,6 +347,7 @@ static inline int e2e_send_request(e2e_conn_t *c, const char *method, const char
     if (req == NULL) return -1;
     int rc = e2e_send_all(c->fd, req, len);
     free(req);
+    if (rc == 0) e2e_sent_push(c, method, path);
     return rc;
 }
 
@@ -358,6 +441,12 @@ static inline int e2e_read_response(e2e_conn_t *c, e2e_response_t *r)
     r->body_len = need;
     memmove(c->in, c->in + head_len + need, c->in_len - head_len - need);
     c->in_len -= head_len + need;
+    if (r->status >= 200 && c->sent_count > 0) {
+        e2e_log_exchange(c->sent[c->sent_first], r->status, r->content_type, r->body,
+                         r->body_len);
+        c->sent_first = (c->sent_first + 1) % E2E_SENT_MAX;
+        c->sent_count--;
+    }
 
     if (need > 0 && strstr(r->content_type, "json") != NULL) {
         bool has_nul;

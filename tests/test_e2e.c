@@ -21,6 +21,7 @@
 #include <hiredis/hiredis.h>
 
 #include "e2e_support.h"
+#include "retryd/api.h"
 #include "retryd/keys.h"
 
 enum {
@@ -489,6 +490,98 @@ static void test_wrong_method_is_405_with_allow(void **state)
     http(&r, "GET", "/queues/q/claim", NULL);
     e2e_expect_problem(&r, 405, "method-not-allowed", "/queues/q/claim");
     assert_true(e2e_list_has(r.allow, "POST"));
+    e2e_response_free(&r);
+}
+
+/* The OpenAPI document of docs/ is what GET /openapi.json serves, byte for
+ * byte, without a token when auth is on; and it has one operation for every
+ * row of the route table and no other (a route added without its
+ * description fails here). */
+static const char *method_key(rd_http_method_t m)
+{
+    switch (m) {
+    case RD_HTTP_GET: return "get";
+    case RD_HTTP_POST: return "post";
+    case RD_HTTP_PUT: return "put";
+    case RD_HTTP_PATCH: return "patch";
+    case RD_HTTP_DELETE: return "delete";
+    default: return "other";
+    }
+}
+
+static char *read_file_all(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    size_t got;
+    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) buf = realloc(buf, cap *= 2);
+    }
+    fclose(f);
+    *len = n;
+    return buf;
+}
+
+static void test_openapi_document_is_served(void **state)
+{
+    (void)state;
+    size_t file_len = 0;
+    char *file = read_file_all("docs/openapi.json", &file_len);
+    if (file == NULL) fail_msg("cannot read docs/openapi.json (run from the source tree)");
+
+    char prefix[80], token_file[128];
+    snprintf(prefix, sizeof prefix, "%s-oa", g_prefix);
+    snprintf(token_file, sizeof token_file, "/tmp/retryd-e2e-token-%ld", (long)getpid());
+    FILE *tf = fopen(token_file, "w");
+    assert_non_null(tf);
+    fputs("s3cret-openapi-token\n", tf);
+    fclose(tf);
+    assert_int_equal(start_daemon(&g_side, g_redis_port, prefix, false, "--auth-token-file",
+                                  token_file, NULL), 0);
+    unlink(token_file);
+    e2e_response_t r = { 0 };
+    http_to(g_side.port, &r, "GET", "/queues", NULL, 0);
+    e2e_expect_problem(&r, 401, "unauthorized", "/queues");
+    http_to(g_side.port, &r, "GET", "/openapi.json", NULL, 0);
+    rd_json_t *doc = e2e_expect_json(&r, 200);
+    assert_int_equal(r.body_len, file_len);
+    assert_memory_equal(r.body, file, file_len);
+    free(file);
+    assert_string_equal(e2e_jstr(doc, "openapi"), "3.1.0");
+
+    const rd_json_t *paths = e2e_jget(doc, "paths");
+    size_t described = 0;
+    for (size_t i = 0; i < rd_api_route_count; i++) {
+        const rd_route_t *rt = &rd_api_routes[i];
+        const char *key = method_key(rt->method);
+        const rd_json_t *item = rd_json_get(paths, rt->pattern);
+        if (item == NULL || rd_json_get(item, key) == NULL)
+            fail_msg("route %s %s is not in docs/openapi.json", key, rt->pattern);
+        described++;
+        if (rt->flags & RD_ROUTE_PREFIX) {   /* "/ui": also "/ui/" and "/ui/{asset}" */
+            const char *under[] = { e2e_fmt("%s/", rt->pattern), e2e_fmt("%s/{asset}", rt->pattern) };
+            for (int u = 0; u < 2; u++) {
+                item = rd_json_get(paths, under[u]);
+                if (item == NULL || rd_json_get(item, key) == NULL)
+                    fail_msg("route %s %s is not in docs/openapi.json", key, under[u]);
+                described++;
+            }
+        }
+        bool public_route = (rt->flags & RD_ROUTE_PUBLIC) != 0;
+        const rd_json_t *security = rd_json_get(rd_json_get(item, key), "security");
+        bool open = security != NULL && rd_json_array_size(security) == 0;
+        if (public_route != open)
+            fail_msg("%s %s: public in the route table: %d, in the document: %d", key,
+                     rt->pattern, public_route, open);
+    }
+    /* and no operation the table does not have: every operation of the
+     * document has an operationId. */
+    size_t operations = 0;
+    for (const char *p = r.body; (p = strstr(p, "\"operationId\":")) != NULL; p++) operations++;
+    assert_int_equal(operations, described);
     e2e_response_free(&r);
 }
 
@@ -2022,6 +2115,7 @@ int main(void)
         T(test_odd_queue_names_are_distinct),
         T(test_get_and_not_found),
         T(test_wrong_method_is_405_with_allow),
+        T(test_openapi_document_is_served),
         T(test_body_over_max_body_is_413),
         T(test_claim_nothing_due_is_204),
         T(test_claim_is_fifo),

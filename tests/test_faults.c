@@ -1048,11 +1048,14 @@ static void test_auth_bearer_token(void **state)
             denied++;
         }
     }
-    /* /healthz is open with or without a token. */
-    assert_int_equal(request_fresh(&c, "GET", "/healthz", NULL, NULL, 0, &r), 0);
-    e2e_expect_json(&r, 200);
-    assert_int_equal(request_fresh(&c, "GET", "/healthz", variants[1], NULL, 0, &r), 0);
-    e2e_expect_json(&r, 200);
+    /* /healthz and /openapi.json are open with or without a token. */
+    static const char *const open_paths[] = { "/healthz", "/openapi.json" };
+    for (size_t i = 0; i < 2; i++) {
+        assert_int_equal(request_fresh(&c, "GET", open_paths[i], NULL, NULL, 0, &r), 0);
+        e2e_expect_json(&r, 200);
+        assert_int_equal(request_fresh(&c, "GET", open_paths[i], variants[1], NULL, 0, &r), 0);
+        e2e_expect_json(&r, 200);
+    }
     e2e_conn_close(&c);
 
     /* The right token: normal answers on every route. */

@@ -23,6 +23,10 @@ typedef struct rd_api {
 extern const rd_route_t rd_api_routes[];
 extern const size_t rd_api_route_count;
 
+/* docs/openapi.json, the OpenAPI 3.1 document of this API, compiled into the
+ * binary by scripts/embed.sh (NUL-terminated) and served at GET /openapi.json. */
+extern const char rd_openapi_json[];
+
 /* The rd_http_handler_fn of the server; ctx is a rd_api_t. */
 void rd_api_handle(rd_http_exchange_t *ex, const rd_http_request_t *req, void *ctx);
 

@@ -196,8 +196,28 @@ const pageErrors = [];    // uncaught exceptions in the console
 const cspErrors = [];     // Content-Security-Policy violations
 const methods = new Set(); // HTTP methods the console used on the API
 
+// Every response a page gets from retryd is appended to RETRYD_TEST_EXCHANGES
+// (set by scripts/test.sh), one JSON line as tests/e2e_support.h writes them,
+// for tests/openapi_check.sh to validate against docs/openapi.json.
+const EXCHANGES = env.RETRYD_TEST_EXCHANGES;
+const ORIGINS = new Set([BASE, NOREDIS].filter(Boolean).map((u) => new URL(u).origin));
+function logExchange(resp) {
+  const u = new URL(resp.url());
+  if (!EXCHANGES || !ORIGINS.has(u.origin)) return;
+  const ctype = resp.headers()['content-type'] || '';
+  const write = (body) => {
+    const line = { suite: 'ui_test', method: resp.request().method(), path: u.pathname + u.search,
+                   status: resp.status(), content_type: ctype };
+    if (body !== undefined) line.body = body;
+    fs.appendFileSync(EXCHANGES, `${JSON.stringify(line)}\n`);
+  };
+  if (!/json/.test(ctype)) write();
+  else resp.text().then(write, () => {}); // a page closed meanwhile: not logged
+}
+
 async function openPage(hash, opts = {}) {
   const page = await ctx.newPage();
+  page.on('response', logExchange);
   if (opts.viewport) await page.setViewportSize(opts.viewport);
   const token = opts.token === undefined ? TOKEN : opts.token;
   if (token) {
