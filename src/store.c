@@ -690,7 +690,9 @@ static bool reads_only(const call_t *c)
             return true;
     /* `series` writes only its sample, which any later call takes again:
      * no outcome a caller could be unsure of. */
-    return c->argc > 1 && strcmp(c->argv[1], RD_FUNCTION("series")) == 0;
+    static const char series[] = RD_FUNCTION("series");
+    return c->argc > 1 && c->lens[1] == sizeof series - 1 &&
+           memcmp(c->argv[1], series, sizeof series - 1) == 0;
 }
 
 /* Takes ownership of enq (NULL for every kind but KIND_ENQUEUED); hint_q (or
