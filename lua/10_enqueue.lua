@@ -41,6 +41,7 @@ local function enqueue(keys, args)
   end
   local timer = -1
   local id = redis.call('INCR', k.seq)
+  if id == 1 then series_start(base, now) end  -- docs/series.md
   local mkey = message_key(base, id)
   if idem_key then
     redis.call('SET', idem_key, id, 'PX', IDEMPOTENCY_TTL_MS)

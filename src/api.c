@@ -44,6 +44,8 @@ struct rd_call {
     int count;
     rd_ack_req_t *ack;          /* batch acknowledgement: the ids, in order */
     rd_replay_req_t replay;     /* batch replay: what to replay */
+    int top;                    /* GET stats: how many top errors */
+    rd_json_t *series;          /* GET stats?series=: the "series" member, read first */
 };
 typedef rd_call_t call_t;
 
@@ -56,6 +58,7 @@ static void call_free(call_t *c)
     rd_request_replay_free(&c->replay);
     rd_free(c->settle_ids);
     rd_free(c->settled);
+    rd_json_free(c->series);
     rd_route_match_free(&c->match);
     rd_free(c);
 }
@@ -516,7 +519,35 @@ static void on_stats(const rd_store_stats_result_t *res, void *arg)
         rd_json_append(top, e);
     }
     rd_json_set(doc, "top_errors", top);
+    if (c->series) {
+        rd_json_set(doc, "series", c->series);
+        c->series = NULL;
+    }
     respond_json(c, 200, doc, NULL);
+}
+
+static void started(call_t *c, int rc);
+static rd_store_queue_t queue_of(const call_t *c);
+
+/* GET stats?series=: the series came (docs/series.md); now the stats. */
+static void on_series(const rd_store_series_t *res, void *arg)
+{
+    call_t *c = arg;
+    if (respond_store_failure(c, &res->head)) return;
+    static const char *const names[RD_SERIES_COUNT] = { "enqueued", "succeeded", "failed", "dead",
+                                                        "replayed" };
+    rd_json_t *o = rd_json_new_object();
+    rd_json_set_string(o, "resolution", res->step_ms == 60000 ? "minute" : "hour");
+    rd_json_set_int(o, "start", res->start_ms);
+    rd_json_set_int(o, "step_seconds", res->step_ms / 1000);
+    for (size_t i = 0; i < RD_SERIES_COUNT; i++) {
+        rd_json_t *a = rd_json_new_array();
+        for (size_t j = 0; j < res->len; j++)
+            rd_json_append(a, rd_json_new_int(res->values[i * res->len + j]));
+        rd_json_set(o, names[i], a);
+    }
+    c->series = o;
+    started(c, rd_store_stats(c->api->store, queue_of(c), c->top, on_stats, c));
 }
 
 /* ---------------------------------------------------------------- every queue */
@@ -803,14 +834,17 @@ static void handle_replay_many(call_t *c)
 
 static void handle_stats(call_t *c)
 {
-    int top;
+    const char *series;
     rd_field_errors_t errs = { .count = 0 };
-    rd_req_result_t r = rd_request_stats(c->req->query, c->req->query_len, &top, &errs);
+    rd_req_result_t r = rd_request_stats(c->req->query, c->req->query_len, &c->top, &errs);
+    rd_req_result_t rs = rd_request_series(c->req->query, c->req->query_len, &series, &errs);
+    if (r == RD_REQ_OK) r = rs;
     if (r != RD_REQ_OK) {
         answer_parse_failure(c, r, &errs);
         return;
     }
-    started(c, rd_store_stats(c->api->store, queue_of(c), top, on_stats, c));
+    if (series) started(c, rd_store_series(c->api->store, queue_of(c), series, on_series, c));
+    else started(c, rd_store_stats(c->api->store, queue_of(c), c->top, on_stats, c));
 }
 
 /* ---- the queue's policy (SPEC §10, docs/flow-control.md) ---- */

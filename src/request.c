@@ -515,6 +515,19 @@ rd_req_result_t rd_request_stats(const char *query, size_t query_len, int *top,
     return errs->count ? RD_REQ_INVALID : RD_REQ_OK;
 }
 
+rd_req_result_t rd_request_series(const char *query, size_t query_len, const char **out,
+                                  rd_field_errors_t *errs)
+{
+    char text[16];
+    long n = rd_query_get(query, query_len, "series", text, sizeof text);
+    *out = NULL;
+    if (n == -1) return RD_REQ_OK;
+    if (n >= 0 && strcmp(text, "minute") == 0) *out = "minute";
+    else if (n >= 0 && strcmp(text, "hour") == 0) *out = "hour";
+    else rd_field_errors_add(errs, "series", "invalid", "series must be minute or hour.");
+    return errs->count ? RD_REQ_INVALID : RD_REQ_OK;
+}
+
 rd_req_result_t rd_request_empty(const char *body, size_t len)
 {
     rd_json_t *doc, *marked;

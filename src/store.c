@@ -25,6 +25,13 @@ typedef struct registry_slot {
     uint64_t at_ms;
 } registry_slot_t;
 
+/* Queues this process wrote to and nudged (`register q SERIES_NUDGE_MS`) so
+ * the timer ticks them, and samples their time series, about once a minute
+ * (docs/series.md). At most one nudge per slot per SERIES_NUDGE_MS: a name
+ * that finds its slot taken by another recently nudged one is not nudged
+ * (its own ticks and readers still sample it). */
+enum { SERIES_SLOTS = 4096, SERIES_NUDGE_MS = 60000 };
+
 /* A `register` that failed, to be sent again (rd_store_flush_owed). */
 enum { OWED_MAX = 4096 };
 
@@ -46,6 +53,8 @@ struct rd_store {
     owed_t *owed;
     size_t nowed;
     bool register_failing;      /* logged once per run of failures */
+    bool series;                /* --series: ticks sample, writes nudge the timer */
+    registry_slot_t nudged[SERIES_SLOTS];  /* queues nudged for a series sample */
 };
 
 /* The shape of a reply, and so which result type and callback it has. */
@@ -63,6 +72,7 @@ typedef enum reply_kind {
     KIND_REPLAYED,              /* rd_store_replayed_t */
     KIND_STATS,                 /* rd_store_stats_result_t */
     KIND_TICK,                  /* rd_store_tick_t */
+    KIND_SERIES,                /* rd_store_series_t */
     KIND_PAGE,                  /* rd_store_page_t */
     KIND_TAKE,                  /* rd_store_taken_t */
     KIND_DONE,                  /* rd_store_done_t */
@@ -81,6 +91,7 @@ typedef union result {
     rd_store_replayed_t replayed;
     rd_store_stats_result_t stats;
     rd_store_tick_t tick;
+    rd_store_series_t series;
     rd_store_page_t page;
     rd_store_taken_t taken;
     rd_store_done_t done;
@@ -98,6 +109,7 @@ typedef union callback {
     rd_store_replayed_cb replayed;
     rd_store_stats_cb stats;
     rd_store_tick_cb tick;
+    rd_store_series_cb series;
     rd_store_page_cb page;
     rd_store_taken_cb taken;
     rd_store_done_cb done;
@@ -122,6 +134,7 @@ typedef struct op {
     rd_store_t *st;
     char *queue;                /* owned: where a timer hint goes (hinted kinds) */
     size_t queue_len;
+    bool nudge;                 /* a write to queue: nudge its series (series_nudge) */
     char what[48];              /* the function (or command) called, for the log */
 } op_t;
 
@@ -131,6 +144,7 @@ rd_store_t *rd_store_new(uv_loop_t *loop, rd_backend_t *redis, const char *prefi
     st->loop = loop;
     st->redis = redis;
     st->prefix = rd_strdup(prefix);
+    st->series = true;
     rd_keys_registry(&st->registry_key, prefix);
     return st;
 }
@@ -139,6 +153,7 @@ void rd_store_free(rd_store_t *st)
 {
     if (st == NULL) return;
     for (size_t i = 0; i < REGISTRY_SLOTS; i++) rd_free(st->registry[i].name);
+    for (size_t i = 0; i < SERIES_SLOTS; i++) rd_free(st->nudged[i].name);
     for (size_t i = 0; i < st->nowed; i++) rd_free(st->owed[i].name);
     rd_free(st->owed);
     rd_buf_free(&st->registry_key);
@@ -318,6 +333,28 @@ static bool parse_policy(const rd_reply_t *reply, rd_store_policy_t *res)
     return rd_policy_from_pairs(&res->policy, pairs, n - from);
 }
 
+/* {start_ms, step_ms, {enqueued...}, {succeeded...}, {failed...}, {dead...},
+ * {replayed...}}, every series as long as the first. */
+static bool parse_series(const rd_reply_t *reply, rd_store_series_t *res)
+{
+    if (!is_array(reply, 2 + RD_SERIES_COUNT) || rd_reply_len(reply) != 2 + RD_SERIES_COUNT ||
+        !rd_reply_int(rd_reply_at(reply, 0), &res->start_ms) ||
+        !rd_reply_int(rd_reply_at(reply, 1), &res->step_ms))
+        return false;
+    const rd_reply_t *first = rd_reply_at(reply, 2);
+    if (!is_array(first, 1)) return false;
+    size_t len = rd_reply_len(first);
+    res->values = rd_calloc(RD_SERIES_COUNT * len, sizeof *res->values);
+    res->len = len;
+    for (size_t i = 0; i < RD_SERIES_COUNT; i++) {
+        const rd_reply_t *col = rd_reply_at(reply, 2 + i);
+        if (!is_array(col, len) || rd_reply_len(col) != len) return false;
+        for (size_t j = 0; j < len; j++)
+            if (!rd_reply_int(rd_reply_at(col, j), &res->values[i * len + j])) return false;
+    }
+    return true;
+}
+
 /* {"ok", id, now, timer}: the message is what was sent, as the function
  * stored it; {"ok", id, now, timer, max_retries} when the function chose the
  * retries (the request gave none). */
@@ -387,6 +424,8 @@ static bool parse_reply(const op_t *op, const rd_reply_t *reply, result_t *res, 
         p->next_cursor.ptr = rd_reply_str(rd_reply_at(reply, 1), &p->next_cursor.len);
         return p->next_cursor.ptr != NULL && parse_strings_from(reply, 2, &p->names, &p->count);
     }
+    case KIND_SERIES:
+        return parse_series(reply, &res->series);
     case KIND_DONE:
         return rd_reply_int(reply, &res->done.left);
     case KIND_HINTED: {
@@ -506,6 +545,9 @@ static void free_result(reply_kind_t kind, result_t *res)
         rd_free(res->stats.stats.totals);
         rd_free(res->stats.stats.top_errors);
         break;
+    case KIND_SERIES:
+        rd_free(res->series.values);
+        break;
     case KIND_PAGE:
         rd_free(res->page.names);
         break;
@@ -545,6 +587,7 @@ static void deliver(const op_t *op, const result_t *res)
     case KIND_REPLAYED: op->cb.replayed(&res->replayed, op->arg); return;
     case KIND_STATS: op->cb.stats(&res->stats, op->arg); return;
     case KIND_TICK: op->cb.tick(&res->tick, op->arg); return;
+    case KIND_SERIES: op->cb.series(&res->series, op->arg); return;
     case KIND_PAGE: op->cb.page(&res->page, op->arg); return;
     case KIND_TAKE: op->cb.taken(&res->taken, op->arg); return;
     case KIND_DONE: op->cb.done(&res->done, op->arg); return;
@@ -556,6 +599,7 @@ static void deliver(const op_t *op, const result_t *res)
 }
 
 static void send_register(rd_store_t *st, const char *name, size_t len, long long in_ms);
+static void series_nudge(rd_store_t *st, const op_t *op, bool hinted);
 static void owe(rd_store_t *st, const char *name, size_t len, long long in_ms, uint64_t from_ms);
 
 /* "integer 7", "array of 0", "string \"ok\"": what came, for the log. */
@@ -625,6 +669,8 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
     if (op->queue && res.head.status == RD_STORE_OK) {
         bool first = op->kind == KIND_ENQUEUED && res.messages.count == 1 &&
                      res.messages.messages[0].id == 1;
+        /* A hint within the nudge's minute stands for the nudge. */
+        if (op->nudge) series_nudge(op->st, op, hint >= 0 && hint <= SERIES_NUDGE_MS);
         if (first || hint >= 0) send_register(op->st, op->queue, op->queue_len, hint);
     } else if (op->queue && hint_unknown) {
         /* Whatever the call did (a lease, a schedule, a first id) wants the
@@ -714,7 +760,11 @@ static bool reads_only(const call_t *c)
     for (size_t i = 0; i < sizeof reads / sizeof reads[0]; i++)
         if (c->lens[0] == strlen(reads[i]) && memcmp(c->argv[0], reads[i], c->lens[0]) == 0)
             return true;
-    return false;
+    /* `series` writes only its sample, which any later call takes again:
+     * no outcome a caller could be unsure of. */
+    static const char series[] = RD_FUNCTION("series");
+    return c->argc > 1 && c->lens[1] == sizeof series - 1 &&
+           memcmp(c->argv[1], series, sizeof series - 1) == 0;
 }
 
 /* Takes ownership of enq (NULL for every kind but KIND_ENQUEUED); hint_q (or
@@ -731,6 +781,7 @@ static int send_call_with(rd_store_t *st, call_t *c, reply_kind_t kind, enqueued
     op->st = st;
     op->queue = hint_q ? rd_strndup(hint_q->name, hint_q->len) : NULL;
     op->queue_len = hint_q ? hint_q->len : 0;
+    op->nudge = hint_q != NULL && !op->read_only;
     /* FCALL/FCALL_RO name the function second; other commands are their own name. */
     int named = c->argc > 1 && strncmp(c->argv[0], "FCALL", 5) == 0 ? 1 : 0;
     snprintf(op->what, sizeof op->what, "%.*s", (int)c->lens[named], c->argv[named]);
@@ -879,6 +930,30 @@ static void register_queue(rd_store_t *st, rd_store_queue_t q)
     send_register(st, q.name, q.len, -1);
 }
 
+/* After a write to op's queue: `register q SERIES_NUDGE_MS` unless the slot
+ * was nudged within SERIES_NUDGE_MS, or the write's own timer hint (hinted)
+ * already brings a tick within it. */
+static void series_nudge(rd_store_t *st, const op_t *op, bool hinted)
+{
+    if (!st->series) return;
+    registry_slot_t *slot = &st->nudged[fnv1a(op->queue, op->queue_len) % SERIES_SLOTS];
+    uint64_t now = uv_now(st->loop);
+    bool fresh = slot->name && now - slot->at_ms < SERIES_NUDGE_MS;
+    if (fresh) return;  /* this queue, or another one of the slot, was nudged lately */
+    if (!slot_holds(slot, op->queue, op->queue_len)) {
+        rd_free(slot->name);
+        slot->name = rd_strndup(op->queue, op->queue_len);
+        slot->len = op->queue_len;
+    }
+    slot->at_ms = now;
+    if (!hinted) send_register(st, op->queue, op->queue_len, SERIES_NUDGE_MS);
+}
+
+void rd_store_set_series(rd_store_t *st, bool on)
+{
+    st->series = on;
+}
+
 void rd_store_schedule(rd_store_t *st, rd_store_queue_t q, long long in_ms)
 {
     send_register(st, q.name, q.len, in_ms);
@@ -983,7 +1058,8 @@ int rd_store_replay(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_m
     call_t c;
     begin_fcall(&c, st, "replay", q, id);
     arg_int(&c, id);
-    return send_call(st, &c, KIND_MESSAGES, (callback_t){ .messages = cb }, arg);
+    /* Hinted for the series' nudge; replay's reply carries no timer hint. */
+    return send_hinted(st, &c, KIND_MESSAGES, q, (callback_t){ .messages = cb }, arg);
 }
 
 int rd_store_get(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_messages_cb cb, void *arg)
@@ -1107,7 +1183,8 @@ int rd_store_replay_many(rd_store_t *st, rd_store_queue_t q, const char *mode,
         arg_str(c, cursor ? cursor : "");
         if (needle) arg_str(c, needle);
     }
-    int rc = send_call(st, c, KIND_REPLAYED, (callback_t){ .replayed = cb }, arg);
+    /* Hinted for the series' nudge; its reply carries no timer hint. */
+    int rc = send_hinted(st, c, KIND_REPLAYED, q, (callback_t){ .replayed = cb }, arg);
     rd_free(c);
     return rc;
 }
@@ -1265,8 +1342,18 @@ int rd_store_tick(rd_store_t *st, rd_store_queue_t q, int limit, long long dead_
     arg_int(&c, dead_ttl_ms);
     arg_int(&c, succeeded_ttl_ms);
     arg_str(&c, "1");   /* a timer round: the promise and `empty` */
-    if (st->alert_recheck_ms > 0) arg_int(&c, st->alert_recheck_ms);  /* and `alerts` */
+    arg_int(&c, st->alert_recheck_ms > 0 ? st->alert_recheck_ms : 0);  /* and `alerts` */
+    arg_str(&c, st->series ? "1" : "0");   /* samples the time series */
     return send_call(st, &c, KIND_TICK, (callback_t){ .tick = cb }, arg);
+}
+
+int rd_store_series(rd_store_t *st, rd_store_queue_t q, const char *resolution,
+                    rd_store_series_cb cb, void *arg)
+{
+    call_t c;
+    begin_fcall(&c, st, "series", q, 0);
+    arg_str(&c, resolution);
+    return send_call(st, &c, KIND_SERIES, (callback_t){ .series = cb }, arg);
 }
 
 /* FCALL fn 1 <registry> (the registry's slot: its companions are there too). */

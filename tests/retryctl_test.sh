@@ -796,6 +796,35 @@ test_stats_match_keys() {
     expect_match "$OUT" $'\nstatsq +5 +1 +2 +2 +2\n' "queues agrees (pending processing succeeded dead dead_24h)"
 }
 
+# stats --series: the series function's buckets as a table; the counts of
+# a small workload, in the current minute (or two, across a boundary).
+test_stats_series() {
+    local q=seriesq i res sums
+    for i in 1 2 3; do fc_enqueue "$q" "s$i" >/dev/null; done
+    fc_claim "$q" 2
+    fc_succeed "$q" 1
+    fc_fail "$q" 2 "fatal" 0
+    "$RETRYCTL" replay "$q" 2 >/dev/null || fail "replay 2"
+    for res in minute hour; do
+        ctl stats "$q" --series "$res"
+        expect_rc 0 "stats --series $res"
+        expect_match "$OUT" $'\nseries per '"$res"', [0-9]+ buckets from [0-9-]+T[0-9:]+Z \(UTC\)' "$res header"
+        expect_match "$OUT" $'\n  TIME +ENQUEUED +SUCCEEDED +FAILED +DEAD +REPLAYED\n' "$res columns"
+        sums=$(printf '%s\n' "$OUT" | awk '/^  TIME/ { t = 1; next }
+            t && /^  [0-9]/ { rows++; for (i = 2; i <= 6; i++) s[i] += $i }
+            END { printf "%d: %d %d %d %d %d", rows, s[2], s[3], s[4], s[5], s[6] }')
+        expect_match "$sums" '^[12]: 3 1 1 1 1$' "$res counts (rows: enqueued succeeded failed dead replayed)"
+    done
+    expect_match "$OUT" $'\nseries per hour, 192 buckets' "8 days of hours"
+    ctl stats "$q" --series day
+    expect_rc 2 "stats --series day"
+    expect_match "$ERR" 'series must be minute or hour' "why"
+    ctl stats "$q" --series
+    expect_rc 2 "stats --series without a value"
+    ctl stats --help
+    expect_match "$OUT" '--series minute\|hour' "help names --series"
+}
+
 test_queues_lists_every_queue() {
     fc_enqueue qa x >/dev/null
     fc_enqueue qb x >/dev/null
@@ -1018,6 +1047,7 @@ all_tests=(
     test_list_limit
     test_paging_beyond_one_call
     test_stats_match_keys
+    test_stats_series
     test_queues_lists_every_queue
     test_odd_queue_name
     test_dead_letter_alert

@@ -2233,12 +2233,133 @@ static void test_shutdown_answers_in_flight_request(void **state)
     assert_int_equal(e2e_daemon_stop(&g_side, 0, E2E_STOP_TIMEOUT_MS), 0);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Time series (SPEC §12, docs/series.md)                                   */
+/* ------------------------------------------------------------------------ */
+
+static long long redis_time_ms(void)
+{
+    redisReply *t = redisCommand(g_redis, "TIME");
+    assert_non_null(t);
+    assert_int_equal(t->type, REDIS_REPLY_ARRAY);
+    long long ms = atoll(t->element[0]->str) * 1000 + atoll(t->element[1]->str) / 1000;
+    freeReplyObject(t);
+    return ms;
+}
+
+static long long series_total(const rd_json_t *series, const char *name, size_t len)
+{
+    rd_json_t *a = e2e_jget(series, name);
+    assert_true(rd_json_is_array(a));
+    assert_int_equal(rd_json_array_size(a), len);
+    long long n = 0, v;
+    for (size_t i = 0; i < len; i++) {
+        assert_true(rd_json_integer(rd_json_array_at(a, i), &v));
+        assert_true(v >= 0);
+        n += v;
+    }
+    return n;
+}
+
+static void test_stats_series(void **state)
+{
+    (void)state;
+    char q[64], token[160];
+    e2e_queue_name(q, sizeof q, "series");
+    for (int i = 0; i < 3; i++) enqueue(q, "{\"payload\":\"x\"}");
+    e2e_response_t r = { 0 };
+    assert_int_equal(claim_one(q, 30, token, sizeof token), 1);
+    http(&r, "POST", message_path(q, 1, "succeed"), "{}");
+    e2e_expect_json(&r, 200);
+    assert_int_equal(claim_one(q, 30, token, sizeof token), 2);
+    http(&r, "POST", message_path(q, 2, "fail"), "{\"error\":\"boom\",\"retryable\":false}");
+    e2e_expect_json(&r, 200);
+    http(&r, "POST", message_path(q, 2, "replay"), NULL);
+    e2e_expect_json(&r, 200);
+
+    static const struct { const char *name; long long step_s; size_t len; } res[] = {
+        { "minute", 60, 120 }, { "hour", 3600, 192 },
+    };
+    static const char *const names[] = { "enqueued", "succeeded", "failed", "dead", "replayed" };
+    static const long long want[] = { 3, 1, 1, 1, 1 };
+    for (size_t k = 0; k < 2; k++) {
+        http(&r, "GET", e2e_fmt("/queues/%s/stats?series=%s", q, res[k].name), NULL);
+        long long now = redis_time_ms();
+        rd_json_t *doc = e2e_expect_json(&r, 200);
+        assert_int_equal(e2e_jint(e2e_jget(doc, "totals"), "enqueued"), 3);
+        rd_json_t *series = e2e_jget(doc, "series");
+        assert_string_equal(e2e_jstr(series, "resolution"), res[k].name);
+        assert_int_equal(e2e_jint(series, "step_seconds"), res[k].step_s);
+        long long start = e2e_jint(series, "start"), step = res[k].step_s * 1000;
+        assert_int_equal(start % step, 0);
+        /* The last bucket is the current one. */
+        assert_true(start + (long long)(res[k].len - 1) * step <= now);
+        assert_true(now < start + (long long)(res[k].len + 1) * step);
+        for (size_t i = 0; i < 5; i++)
+            assert_int_equal(series_total(series, names[i], res[k].len), want[i]);
+    }
+
+    /* Without the parameter, no series; with a bad one, 422 on it. */
+    http(&r, "GET", e2e_fmt("/queues/%s/stats", q), NULL);
+    assert_null(rd_json_get(e2e_expect_json(&r, 200), "series"));
+    const char *bad[] = { "day", "", "MINUTE", "minute%00" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *path = e2e_fmt("/queues/%s/stats?series=%s", q, bad[i]);
+        http(&r, "GET", path, NULL);
+        rd_json_t *errors = expect_invalid(&r, e2e_fmt("/queues/%s/stats", q), 1);
+        expect_field_error(errors, "series", "invalid", "series must be minute or hour.");
+    }
+    e2e_response_free(&r);
+}
+
+/* The score of q in the timer schedule of prefix, -1 when absent. */
+static long long schedule_score(const char *prefix, const char *q)
+{
+    redisReply *z = redisCommand(g_redis, "ZSCORE {%s:queues}:timers %s", prefix, q);
+    assert_non_null(z);
+    long long v = z->type == REDIS_REPLY_STRING ? atoll(z->str) : -1;
+    freeReplyObject(z);
+    return v;
+}
+
+/* A write to a queue nudges the schedule so its series is sampled within a
+ * minute; with --series off nothing does (an enqueue of a message ready now
+ * has no timer work of its own). */
+static void test_series_nudges_the_timer(void **state)
+{
+    (void)state;
+    char q[64];
+    e2e_response_t r = { 0 };
+    e2e_queue_name(q, sizeof q, "nudge");
+    long long before = redis_time_ms();
+    enqueue(q, "{\"payload\":\"x\"}");
+    /* The nudge went out on the daemon's link before this read's command. */
+    http(&r, "GET", message_path(q, 1, NULL), NULL);
+    e2e_expect_json(&r, 200);
+    long long at = schedule_score(g_prefix, q);
+    assert_true(at >= before + 60000 && at <= redis_time_ms() + 60000);
+
+    char prefix[80];
+    snprintf(prefix, sizeof prefix, "%s-noseries", g_prefix);
+    assert_int_equal(start_daemon(&g_side, g_redis_port, prefix, true, "--series", "off", NULL), 0);
+    http_to(g_side.port, &r, "POST", messages_path(q), "{\"payload\":\"x\"}", 15);
+    e2e_expect_json(&r, 201);
+    http_to(g_side.port, &r, "GET", message_path(q, 1, NULL), NULL, 0);
+    e2e_expect_json(&r, 200);
+    assert_int_equal(schedule_score(prefix, q), -1);
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    assert_int_equal(e2e_daemon_stop(&g_side, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, test_setup, test_teardown)
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         T(test_enqueue_returns_message_and_location),
+        T(test_stats_series),
+        T(test_series_nudges_the_timer),
         T(test_payload_is_returned_byte_for_byte),
         T(test_enqueue_validation),
         T(test_malformed_bodies_are_400),

@@ -3856,7 +3856,7 @@ static void test_alert_group_protocol(void **state)
     expect_error(fcall("alerts_take", &q, -1, "c", "1", "-1", END));
     expect_error(fcall("alerts_touch", &q, -1, "c", "x", END));
     expect_error(fcall("alerts_ack", &q, -1, END));
-    expect_error(fcall("tick", &q, -1, "100", "0", "0", "1", "0", END));
+    expect_error(fcall("tick", &q, -1, "100", "0", "0", "1", "-1", END));
 }
 
 /* Once the alert group exists, the events stream is trimmed exactly and a
@@ -4470,6 +4470,203 @@ static void test_policy_retention(void **state)
     assert_int_equal(e[5], 0);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Time series (lua/05_series.lua, docs/series.md)                          */
+/* ------------------------------------------------------------------------ */
+
+enum { SERIES_MINUTES = 120, SERIES_HOURS = 192, SERIES_HEADER = 48, SERIES_BUCKET = 20 };
+
+/* One resolution of the series: start, step and the five series. */
+typedef struct {
+    long long start, step;
+    size_t len;
+    long long v[5][SERIES_HOURS];   /* enqueued, succeeded, failed, dead, replayed */
+} series_t;
+
+static void series_read(const queue_t *q, const char *resolution, series_t *s)
+{
+    redisReply *r = fcall("series", q, -1, resolution, END);
+    if (r->type == REDIS_REPLY_ERROR) fail_msg("series: %s", r->str);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->elements, 7);
+    s->start = r->element[0]->integer;
+    s->step = r->element[1]->integer;
+    s->len = r->element[2]->elements;
+    assert_true(s->len <= SERIES_HOURS);
+    for (size_t i = 0; i < 5; i++) {
+        assert_int_equal(r->element[2 + i]->elements, s->len);
+        for (size_t j = 0; j < s->len; j++) s->v[i][j] = r->element[2 + i]->element[j]->integer;
+    }
+    freeReplyObject(r);
+}
+
+static long long series_sum(const series_t *s, int i)
+{
+    long long n = 0;
+    for (size_t j = 0; j < s->len; j++) n += s->v[i][j];
+    return n;
+}
+
+/* Writes the series header: last sample at `at`, with these counters. */
+static void series_header(const queue_t *q, long long at, const double c[5])
+{
+    unsigned char h[SERIES_HEADER];
+    double d[6] = { (double)at, c[0], c[1], c[2], c[3], c[4] };
+    memcpy(h, d, sizeof h);     /* '<d': the test host is little-endian like Redis' */
+    const char *argv[] = { "SETRANGE", qkey(q, "series"), "0", (const char *)h };
+    size_t lens[] = { 8, strlen(argv[1]), 1, sizeof h };
+    freeReplyObject(command_argv(4, argv, lens));
+}
+
+static void test_series_counts_the_lifecycle(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "series");
+    long long t0 = redis_now_ms();
+    msg_t m;
+    long long dead = make_dead(&q, "boom");     /* enqueued, failed, dead */
+    expect_ok_msg(fcall("replay", &q, dead, END), &m);
+    for (int i = 0; i < 3; i++) enqueue_ok(&q, "x", 3, 0);
+    claim_one(&q, 30000, &m);
+    expect_ok_msg(fcall("succeed", &q, m.id, "", END), &m);
+
+    series_t s;
+    series_read(&q, "minute", &s);
+    long long t1 = redis_now_ms();
+    assert_int_equal(s.len, SERIES_MINUTES);
+    assert_int_equal(s.step, 60000);
+    assert_int_equal(s.start, (t1 / 60000 - SERIES_MINUTES + 1) * 60000);
+    long long want[5] = { 4, 1, 1, 1, 1 };
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(series_sum(&s, i), want[i]);
+        /* All in the current minute, or the one before if one began meanwhile. */
+        long long recent = s.v[i][SERIES_MINUTES - 1];
+        if (t0 / 60000 != t1 / 60000) recent += s.v[i][SERIES_MINUTES - 2];
+        assert_int_equal(recent, want[i]);
+    }
+    series_read(&q, "hour", &s);
+    assert_int_equal(s.len, SERIES_HOURS);
+    assert_int_equal(s.step, 3600000);
+    for (int i = 0; i < 5; i++) assert_int_equal(series_sum(&s, i), want[i]);
+
+    /* Read again: nothing counted twice. */
+    series_read(&q, "minute", &s);
+    for (int i = 0; i < 5; i++) assert_int_equal(series_sum(&s, i), want[i]);
+
+    /* A queue that does not exist: zeros, and no key made for it. */
+    queue_t none;
+    queue_init(&none, "seriesnone");
+    series_read(&none, "hour", &s);
+    for (int i = 0; i < 5; i++) assert_int_equal(series_sum(&s, i), 0);
+    assert_int_equal(exists(qkey(&none, "series")), 0);
+
+    expect_error(fcall("series", &q, -1, "day", END));
+    expect_error(fcall("series", &q, -1, END));
+    /* Bounded: one key of fixed size, with a TTL. */
+    assert_int_equal(int_reply(rcmd("STRLEN", qkey(&q, "series"), END)),
+                     SERIES_HEADER + (SERIES_MINUTES + SERIES_HOURS) * SERIES_BUCKET);
+    assert_true(int_reply(rcmd("PTTL", qkey(&q, "series"), END)) > 192LL * 3600000);
+}
+
+/* A sample 5 minutes after the last: the 4 slots it moves past held data
+ * of 2 hours ago (the ring wrapped): they read 0, the older ones keep
+ * theirs. Deltas over 150 minutes spread evenly; those before the window
+ * are not shown. The clock is faked by writing the last sample's header. */
+static void test_series_ring_wrap_and_spread(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "serieswrap");
+    enqueue_ok(&q, "x", 3, 0);
+    series_t s;
+    series_read(&q, "minute", &s);    /* sampled: the header holds enqueued = 1 */
+    /* Every bucket of both rings holds 0x01010101 of every series. */
+    char fill[(SERIES_MINUTES + SERIES_HOURS) * SERIES_BUCKET];
+    memset(fill, 1, sizeof fill);
+    const char *argv[] = { "SETRANGE", qkey(&q, "series"), "48", fill };
+    size_t lens[] = { 8, strlen(argv[1]), 2, sizeof fill };
+    freeReplyObject(command_argv(4, argv, lens));
+    const long long old = 0x01010101;
+
+    long long now = redis_now_ms();
+    double c[5] = { 1, 0, 0, 0, 0 };
+    series_header(&q, now - 5 * 60000, c);
+    series_read(&q, "minute", &s);
+    long long t = redis_now_ms();
+    /* The buckets after the last sample's read 0; it and the older keep theirs. */
+    long long moved = t / 60000 - (now - 5 * 60000) / 60000;
+    assert_in_range(moved, 5, 6);
+    for (size_t j = 0; j < SERIES_MINUTES; j++) {
+        long long want = j >= SERIES_MINUTES - (size_t)moved ? 0 : old;
+        for (int i = 0; i < 5; i++) assert_int_equal(s.v[i][j], want);
+    }
+
+    /* 300 enqueued over the last 150 minutes: 2 a minute in every full
+     * minute of the window; the 30 minutes before it are not shown. */
+    int_reply(rcmd("HSET", qkey(&q, "stats"), "enqueued", "301", END));
+    now = redis_now_ms();
+    series_header(&q, now - 150 * 60000, c);
+    series_read(&q, "minute", &s);
+    long long shown = series_sum(&s, 0);
+    for (size_t j = 0; j + 1 < SERIES_MINUTES; j++) assert_in_range(s.v[0][j], 1, 3);
+    assert_in_range(shown, 236, 242);     /* about 300 * 120 / 150 */
+    for (int i = 1; i < 5; i++) assert_int_equal(series_sum(&s, i), 0);
+    /* The hour ring has all 300 (150 minutes is 3 or 4 hours of it), and its
+     * older buckets kept their old counts. */
+    series_read(&q, "hour", &s);
+    long long fresh = 0;
+    for (size_t j = SERIES_HOURS - 4; j < SERIES_HOURS; j++)
+        if (s.v[0][j] < old) fresh += s.v[0][j];
+        else fresh += s.v[0][j] - old;
+    assert_int_equal(fresh, 300);
+    assert_int_equal(s.v[0][0], old);
+
+    /* A counter that went down (the stats hash deleted) counts nothing. */
+    int_reply(rcmd("HSET", qkey(&q, "stats"), "enqueued", "7", END));
+    series_t before;
+    series_read(&q, "hour", &before);
+    assert_memory_equal(before.v, s.v, sizeof s.v);
+}
+
+/* tick samples; a tick that saw activity asks for the next within a minute,
+ * the next that saw none asks for nothing (SPEC §8: idle costs nothing);
+ * ARGV[5] "0" samples nothing. */
+static void test_series_tick_samples_then_idle(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "seriestick");
+    enqueue_ok(&q, "x", 3, 0);
+    msg_t m;
+    claim_one(&q, 30000, &m);
+    expect_ok_msg(fcall("succeed", &q, m.id, "", END), &m);
+    long long r[TICK_N + 1];
+    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", END), TICK_N + 1, r);
+    assert_in_range(r[3], 0, 60000);    /* activity: sample again within a minute */
+    redisReply *h = rcmd("GETRANGE", qkey(&q, "series"), "0", "47", END);
+    assert_int_equal(h->len, SERIES_HEADER);
+    double hdr[6];
+    memcpy(hdr, h->str, sizeof hdr);
+    freeReplyObject(h);
+    assert_true(hdr[1] == 1 && hdr[2] == 1);    /* enqueued 1, succeeded 1 sampled */
+    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", END), TICK_N + 1, r);
+    assert_int_equal(r[3], -1);         /* idle: no more timer visits */
+    assert_int_equal(exists(qkey(&q, "timer")), 0);
+
+    /* Without sampling, a tick leaves the series alone. */
+    enqueue_ok(&q, "y", 3, 0);
+    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", "0", "0", END), TICK_N + 1, r);
+    assert_int_equal(r[3], -1);
+    h = rcmd("GETRANGE", qkey(&q, "series"), "0", "47", END);
+    memcpy(hdr, h->str, sizeof hdr);
+    freeReplyObject(h);
+    assert_true(hdr[1] == 1);
+    series_t s;
+    series_read(&q, "minute", &s);
+    assert_int_equal(series_sum(&s, 0), 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -4557,6 +4754,9 @@ int main(void)
         cmocka_unit_test(test_rate_limit_bucket),
         cmocka_unit_test(test_rate_changed_mid_bucket),
         cmocka_unit_test(test_policy_retention),
+        cmocka_unit_test(test_series_counts_the_lifecycle),
+        cmocka_unit_test(test_series_ring_wrap_and_spread),
+        cmocka_unit_test(test_series_tick_samples_then_idle),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

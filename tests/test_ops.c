@@ -1532,6 +1532,7 @@ static void test_retention(void **state)
             if (strncmp(key, base, bl) == 0) {
                 const char *suffix = key + bl;
                 if (strcmp(suffix, ":seq") == 0 || strcmp(suffix, ":stats") == 0 ||
+                    strcmp(suffix, ":series") == 0 ||
                     strcmp(suffix, ":events") == 0)
                     continue;
                 if (strcmp(suffix, ":errors") == 0) {

@@ -841,6 +841,31 @@ static void test_empty_body(void **state)
  * list
  * ------------------------------------------------------------------------- */
 
+/* ?series=minute|hour, for GET /queues/{q}/stats (docs/series.md). */
+static void test_series_query(void **state)
+{
+    const char *res;
+    rd_field_errors_t errs = { .count = 0 };
+    assert_int_equal(rd_request_series(NULL, 0, &res, &errs), RD_REQ_OK);
+    assert_null(res);
+    assert_int_equal(rd_request_series("top=5", 5, &res, &errs), RD_REQ_OK);
+    assert_null(res);
+    assert_int_equal(rd_request_series("series=minute", 13, &res, &errs), RD_REQ_OK);
+    assert_string_equal(res, "minute");
+    assert_int_equal(rd_request_series("top=1&series=hour", 17, &res, &errs), RD_REQ_OK);
+    assert_string_equal(res, "hour");
+    const char *bad[] = { "series=", "series=day", "series=Hour", "series=minutes",
+                          "series=minute%00", "series=%ZZ" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        errs.count = 0;
+        assert_int_equal(rd_request_series(bad[i], strlen(bad[i]), &res, &errs), RD_REQ_INVALID);
+        assert_null(res);
+        assert_int_equal(errs.count, 1);
+        assert_string_equal(errs.items[0].field, "series");
+        assert_string_equal(errs.items[0].code, "invalid");
+    }
+}
+
 static void test_list_defaults(void **state)
 {
     rd_list_req_t req;
@@ -1286,6 +1311,7 @@ int main(void)
         cmocka_unit_test(test_query_get_decoding),
         cmocka_unit_test(test_query_get_too_long),
         cmocka_unit_test(test_query_get_length_honoured),
+        cmocka_unit_test(test_series_query),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

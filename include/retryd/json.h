@@ -47,6 +47,8 @@ rd_json_t *rd_json_array_at(const rd_json_t *j, size_t i);
 /* Building. set_* and append take ownership of item/value nodes. */
 rd_json_t *rd_json_new_object(void);
 rd_json_t *rd_json_new_array(void);
+/* An integer node, for rd_json_append. */
+rd_json_t *rd_json_new_int(long long value);
 void rd_json_set(rd_json_t *obj, const char *name, rd_json_t *item);
 void rd_json_set_string(rd_json_t *obj, const char *name, const char *value);
 /* The set_string functions always write valid JSON: bytes that are not

@@ -110,6 +110,10 @@ rd_req_result_t rd_request_kill(const char *body, size_t len, rd_settle_req_t *o
 /* ?top=1..100 (10): how many top errors GET /queues/{q}/stats lists. */
 rd_req_result_t rd_request_stats(const char *query, size_t query_len, int *top,
                                  rd_field_errors_t *errs);
+/* ?series=minute|hour: the time series GET /queues/{q}/stats adds; *out is
+ * NULL when absent, else "minute" or "hour" (static strings). */
+rd_req_result_t rd_request_series(const char *query, size_t query_len, const char **out,
+                                  rd_field_errors_t *errs);
 /* replay takes no fields, but a body, when sent, must still be a JSON object. */
 rd_req_result_t rd_request_empty(const char *body, size_t len);
 rd_req_result_t rd_request_list(const char *query, size_t query_len, rd_list_req_t *out,

@@ -104,6 +104,16 @@ typedef struct rd_store_stats_result {
     rd_queue_stats_t stats;
 } rd_store_stats_result_t;
 
+/* series: one resolution of a queue's time series (docs/series.md). */
+enum { RD_SERIES_COUNT = 5 };   /* enqueued, succeeded, failed, dead, replayed */
+typedef struct rd_store_series {
+    rd_store_head_t head;
+    long long start_ms;       /* start of the oldest bucket */
+    long long step_ms;        /* 60000 or 3600000 */
+    size_t len;               /* buckets per series */
+    long long *values;        /* RD_SERIES_COUNT * len: series i's bucket j at [i * len + j] */
+} rd_store_series_t;
+
 /* tick. */
 typedef struct rd_store_tick {
     rd_store_head_t head;
@@ -152,6 +162,7 @@ typedef void (*rd_store_released_cb)(const rd_store_released_t *res, void *arg);
 typedef void (*rd_store_replayed_cb)(const rd_store_replayed_t *res, void *arg);
 typedef void (*rd_store_stats_cb)(const rd_store_stats_result_t *res, void *arg);
 typedef void (*rd_store_tick_cb)(const rd_store_tick_t *res, void *arg);
+typedef void (*rd_store_series_cb)(const rd_store_series_t *res, void *arg);
 typedef void (*rd_store_page_cb)(const rd_store_page_t *res, void *arg);
 typedef void (*rd_store_taken_cb)(const rd_store_taken_t *res, void *arg);
 typedef void (*rd_store_done_cb)(const rd_store_done_t *res, void *arg);
@@ -256,6 +267,14 @@ int rd_store_kill(rd_store_t *st, rd_store_queue_t q, long long id, const char *
                   rd_store_messages_cb cb, void *arg);
 /* res->stats with the top `top` errors. */
 int rd_store_stats(rd_store_t *st, rd_store_queue_t q, int top, rd_store_stats_cb cb, void *arg);
+/* Samples q's time series, then answers one resolution of it: "minute" or
+ * "hour" (RD_SERIES_NAMES). A lost link answers RD_STORE_UNAVAILABLE: the
+ * sample is idempotent, nobody asked for a state change. */
+int rd_store_series(rd_store_t *st, rd_store_queue_t q, const char *resolution,
+                    rd_store_series_cb cb, void *arg);
+/* Whether ticks sample the time series and writes nudge the timer to tick
+ * their queue about once a minute (--series, on by default). */
+void rd_store_set_series(rd_store_t *st, bool on);
 /* The timer's call: reclaim, promote, retention, at most limit of each. */
 int rd_store_tick(rd_store_t *st, rd_store_queue_t q, int limit, long long dead_ttl_ms,
                   long long succeeded_ttl_ms, rd_store_tick_cb cb, void *arg);
