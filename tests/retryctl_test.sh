@@ -1010,7 +1010,7 @@ test_pause_resume() {
     expect_rc 0 "pause"
     expect_eq "$OUT" $'queue pauseq paused\n' "pause says so"
     fc_claim "$q" 1
-    expect_eq "$(rget ZCARD "$b:processing")" 0 "a paused queue leases nothing"
+    expect_eq "$(rget ZCARD "$b:3:processing")" 0 "a paused queue leases nothing"
     ctl stats "$q"
     expect_eq "$(stat_of paused)" 1 "stats shows the pause"
     expect_eq "$(stat_of held_paused)" 1 "and the claim it held back"
@@ -1018,7 +1018,7 @@ test_pause_resume() {
     expect_rc 0 "resume"
     expect_eq "$OUT" $'queue pauseq resumed\n' "resume says so"
     fc_claim "$q" 1
-    expect_eq "$(rget ZCARD "$b:processing")" 1 "leased after the resume"
+    expect_eq "$(rget ZCARD "$b:3:processing")" 1 "leased after the resume"
     ctl pause
     expect_rc 2 "pause without a queue"
     ctl resume a b
