@@ -242,9 +242,12 @@ int rd_store_release(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_mess
  * during the call. When Redis cannot take it, logs a warning; the leases then
  * expire instead. */
 void rd_store_hand_back(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_message_t *msgs);
-enum { RD_STORE_REPLAY_IDS_MAX = 200 };
+/* 50 letters a call: a replay rewrites the record, moves the id and counts
+ * and records the event, about 90 µs per letter (test_ops
+ * test_bulk_replay_and_claim_latency holds every call under 10 ms). */
+enum { RD_STORE_REPLAY_IDS_MAX = 50 };
 
-/* Batch replay of dead letters, one bounded call: mode "ids" (ids, n <= 200),
+/* Batch replay of dead letters, one bounded call: mode "ids" (ids, n <= 50),
  * "all" or "error" (needle) with limit and cursor (NULL first). The result has
  * replayed and next_cursor: call again until next_cursor is empty. */
 int rd_store_replay_many(rd_store_t *st, rd_store_queue_t q, const char *mode,
