@@ -57,7 +57,7 @@ local function delete(keys, args)
   local g = k
   if kind == 'hash' then g = old_keys(k) end   -- retryd_v2's: its indexes
   local status = status_of(g, id)
-  if status == 'processing' then return { 'invalid_state', status } end
+  if status == 'processing' or status == 'redriving' then return { 'invalid_state', status } end
   if status == 'pending' then
     if redis.call('ZREM', g.scheduled, id) == 0 and redis.call('LREM', g.due, 1, id) == 0 then
       redis.call('LREM', g.ready, 1, id)
@@ -248,6 +248,7 @@ local function stats(keys, args)
     'succeeded', c.succeeded,
     'dead', c.dead,
     'dead_last_24h', c.recent,
+    'redriving', redis.call('ZCARD', k.redriving),
     'totals', redis.call('HGETALL', k.stats),
     'top_errors', errors,
   }
