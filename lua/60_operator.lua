@@ -248,9 +248,9 @@ local function stats(keys, args)
     'succeeded', c.succeeded,
     'dead', c.dead,
     'dead_last_24h', c.recent,
-    'redriving', redis.call('ZCARD', k.redriving),
     'totals', redis.call('HGETALL', k.stats),
     'top_errors', errors,
+    'redriving', redis.call('ZCARD', k.redriving),
   }
 end
 

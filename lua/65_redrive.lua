@@ -252,3 +252,19 @@ register('redrive_take', redrive_take)
 register('redrive_in', redrive_in)
 register('redrive_done', redrive_done)
 register('redrive_forget', redrive_forget)
+
+-- redrive_payload: the payload of a letter in redriving, after a "P" (so an
+-- empty payload is told from none), or nil when the letter is not redriving.
+-- For retryctl, which moves payloads byte for byte with redis-cli --raw and
+-- -x instead of through shell variables.
+--   KEYS[1]  <prefix>:{source}                  queue key base
+--   KEYS[2]  <prefix>:{source}:m:<id>           the letter
+--   ARGV[1]  id
+local function redrive_payload(keys, args)
+  local k = queue_keys(keys[1])
+  if not redis.call('ZSCORE', k.redriving, args[1]) then return nil end
+  local m = load_message(keys[2])
+  return m and ('P' .. m.payload)
+end
+
+register('redrive_payload', redrive_payload, { 'no-writes' })
