@@ -654,6 +654,7 @@ test_replay_to_another_queue() {
     expect_rc 0 "replay --error-contains --to"
     expect_eq "$OUT" $'redriven 2\n' "the left letter first, then the selected one"
     expect_eq "$(rget LLEN "$tb:3:ready")" 2 "two pending in the target"
+    expect_eq "$(rget SISMEMBER "$PREFIX:queues" "$t")" 1 "the target is registered"
     ctl show "$t" 1 --field payload
     expect_eq "$OUT" "$odd" "the payload arrives byte for byte"
     ctl show "$t" 1 --field origin_queue
