@@ -120,6 +120,9 @@ static void advance(redrive_t *r, bool progressed)
 {
     bool done = false;
     if (!r->resumed) {
+        /* A selection that moved on (ids used, a new cursor) is progress
+         * even when it matched nothing; one that stood still and took
+         * nothing would be called again forever. */
         size_t next_len = strlen(r->next);
         if (strcmp(r->mode, "ids") == 0) {
             r->offset += next_len ? strtoul(r->next, NULL, 10) : r->given;
@@ -135,6 +138,7 @@ static void advance(redrive_t *r, bool progressed)
             rd_free(r->cursor);
             r->cursor = rd_strdup(r->next);
         }
+        progressed = true;
     }
     r->stalls = progressed ? 0 : r->stalls + 1;
     free_batch(r);

@@ -1035,6 +1035,38 @@ static void test_redrive_to_another_queue(void **state)
     e2e_response_free(&r);
 }
 
+/* A redrive by error text walks the whole dead index even when many pages
+ * in a row match nothing (each take looks at 1000 letters): it is not
+ * mistaken for a redrive that makes no progress. */
+static void test_redrive_by_error_past_pages_without_a_match(void **state)
+{
+    (void)state;
+    enum { N = 3500 };
+    char q[64], to[64];
+    e2e_queue_name(q, sizeof q, "redrive-sparse");
+    e2e_queue_name(to, sizeof to, "redrive-sparse-to");
+    for (int i = 1; i <= N + 1; i++) {
+        redisAppendCommand(g_redis, "FCALL %s 1 %s:{%s} p%d 1 0 %s", RD_FUNCTION("enqueue"),
+                           g_prefix, q, i, "");
+        redisAppendCommand(g_redis, "FCALL %s 2 %s:{%s} %s:{%s}:m:%d %d %s", RD_FUNCTION("kill"),
+                           g_prefix, q, g_prefix, q, i, i, i <= N ? "common" : "the rare one");
+    }
+    for (int i = 0; i < 2 * (N + 1); i++) {
+        redisReply *rep = NULL;
+        if (redisGetReply(g_redis, (void **)&rep) != REDIS_OK || rep == NULL)
+            fail_msg("seeding failed at %d", i);
+        freeReplyObject(rep);
+    }
+    e2e_response_t r = { 0 };
+    http(&r, "POST", e2e_fmt("/queues/%s/replay", q),
+         e2e_fmt("{\"error_contains\":\"rare\",\"to\":\"%s\"}", to));
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "replayed"), 1);
+    http(&r, "GET", message_path(to, 1, NULL), NULL);
+    rd_json_t *m = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(e2e_jget(m, "origin"), "id"), N + 1);
+    e2e_response_free(&r);
+}
+
 static void test_extend(void **state)
 {
     (void)state;
@@ -2102,6 +2134,7 @@ int main(void)
         T(test_fail_requires_error),
         T(test_replay),
         T(test_redrive_to_another_queue),
+        T(test_redrive_by_error_past_pages_without_a_match),
         T(test_extend),
         T(test_delayed_retry_end_to_end),
         T(test_expired_lease_is_a_failure),
