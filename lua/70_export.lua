@@ -85,6 +85,7 @@ local function export(keys, args)
         obj.max_retries = tonumber(row[4])
         if obj.retry_after == '' then obj.retry_after = cjson.null end
         if not m.last_error then obj.last_error = cjson.null end
+        if m.origin_queue then obj.origin = { queue = m.origin_queue, id = m.origin_id } end
         line = cjson.encode(obj)
       else
         local esc = format == 'csv' and csv_field or tsv_field

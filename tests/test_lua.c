@@ -4500,6 +4500,40 @@ static void series_read(const queue_t *q, const char *resolution, series_t *s)
     freeReplyObject(r);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Redrive to another queue (lua/65_redrive.lua, docs/dead-letters.md §4)   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    bool resumed;
+    char next[64];
+    size_t count;
+    long long ids[8];
+    char targets[8][96];
+} taken_t;
+
+/* redrive_take's {resumed, next, {id, target, max_retries, payload}...}. */
+#define expect_taken(r, out) expect_taken_at((r), (out), __FILE__, __LINE__)
+static void expect_taken_at(redisReply *r, taken_t *out, const char *file, int line)
+{
+    memset(out, 0, sizeof *out);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_STRING)
+        FAIL_AT(file, line, "redrive_take: %s", reply_desc(r));
+    out->resumed = r->element[0]->integer == 1;
+    snprintf(out->next, sizeof out->next, "%s", r->element[1]->str);
+    out->count = r->elements - 2;
+    if (out->count > 8) FAIL_AT(file, line, "redrive_take: %zu letters", out->count);
+    for (size_t i = 0; i < out->count; i++) {
+        const redisReply *l = r->element[2 + i];
+        if (l->type != REDIS_REPLY_ARRAY || l->elements != 4)
+            FAIL_AT(file, line, "redrive_take letter %zu malformed", i);
+        out->ids[i] = l->element[0]->integer;
+        snprintf(out->targets[i], sizeof out->targets[i], "%s", l->element[1]->str);
+    }
+    freeReplyObject(r);
+}
+
 static long long series_sum(const series_t *s, int i)
 {
     long long n = 0;
@@ -4667,6 +4701,173 @@ static void test_series_tick_samples_then_idle(void **state)
     assert_int_equal(series_sum(&s, 0), 2);
 }
 
+/* redrive_in of one letter (max_retries 1, payload "x"): the new id. */
+static long long redrive_in_one(const queue_t *to, const queue_t *from, long long src_id)
+{
+    long long id;
+    expect_ints(fcall("redrive_in", to, -1, from->name, num(src_id), "1", "x", END), 1, &id);
+    return id;
+}
+
+/* The three steps one by one: a taken letter is in no index a state change
+ * reads, shows dead with redriving_to, and every other operation refuses it;
+ * step 2 repeated answers the same id and creates nothing; step 3 removes
+ * the letter and its record once. */
+static void test_redrive_steps(void **state)
+{
+    (void)state;
+    queue_t src, dst;
+    queue_init(&src, "rd-src");
+    queue_init(&dst, "rd-dst");
+    long long a = make_dead(&src, "boom a");
+    long long b = make_dead(&src, "boom b");
+    taken_t t;
+    expect_taken(fcall("redrive_take", &src, -1, dst.name, "ids", num(a), END), &t);
+    assert_false(t.resumed);
+    assert_string_equal(t.next, "");
+    assert_int_equal(t.count, 1);
+    assert_int_equal(t.ids[0], a);
+    assert_string_equal(t.targets[0], dst.name);
+    assert_int_equal(zscore(qkey(&src, "3:dead"), a), -1);
+    assert_true(zscore(qkey(&src, "3:redriving"), a) > 0);
+    msg_t m;
+    expect_ok_msg(fcall("get", &src, a, END), &m);
+    assert_string_equal(msg_str(&m, "status"), "dead");
+    assert_string_equal(msg_str(&m, "redriving_to"), dst.name);
+    /* No other operation touches it: the hole of the first design. */
+    expect_code(fcall("replay", &src, a, END), "invalid_state", "redriving");
+    expect_code(fcall("kill", &src, a, "", END), "invalid_state", "redriving");
+    expect_code(fcall("delete", &src, a, END), "invalid_state", "redriving");
+    long long r2[2];
+    redisReply *rm = fcall("replay_many", &src, -1, "ids", num(a), END);
+    assert_int_equal(rm->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(rm->element[0]->integer, 0);
+    freeReplyObject(rm);
+    expect_ints(fcall("purge", &src, -1, "0", "10", END), 2, r2);
+    assert_int_equal(r2[0], 1);   /* b only */
+    assert_int_equal(exists(mkey(&src, b)), 0);
+    assert_int_equal(exists(mkey(&src, a)), 1);
+    long long tick[TICK_N];
+    expect_ints(fcall("tick", &src, -1, "100", "1", "0", END), TICK_N, tick);
+    assert_int_equal(exists(mkey(&src, a)), 1);
+    /* Step 2, twice: one message. */
+    long long n1 = redrive_in_one(&dst, &src, a);
+    long long n2 = redrive_in_one(&dst, &src, a);
+    assert_int_equal(n1, n2);
+    assert_int_equal(llen(qkey(&dst, "3:ready")), 1);
+    expect_ok_msg(fcall("get", &dst, n1, END), &m);
+    assert_string_equal(msg_str(&m, "status"), "pending");
+    assert_string_equal(msg_str(&m, "origin_queue"), src.name);
+    assert_int_equal(msg_int(&m, "origin_id"), a);
+    assert_int_equal(msg_int(&m, "retry_count"), 0);
+    assert_int_equal(msg_int(&m, "max_retries"), 1);
+    assert_string_equal(msg_str(&m, "payload"), "x");
+    assert_no_field(&m, "idempotency_key");
+    assert_int_equal(counter(&dst, "redriven_in"), 1);
+    /* Step 3, twice: the letter leaves once. */
+    long long done;
+    done = int_reply(fcall("redrive_done", &src, -1, num(a), num(n1), END));
+    assert_int_equal(done, 1);
+    done = int_reply(fcall("redrive_done", &src, -1, num(a), num(n1), END));
+    assert_int_equal(done, 0);
+    assert_int_equal(exists(mkey(&src, a)), 0);
+    assert_int_equal(zcard(qkey(&src, "3:redriving")), 0);
+    assert_int_equal(exists(qkey(&src, "3:redrive_to")), 0);
+    assert_int_equal(counter(&src, "redriven"), 1);
+    expect_code(fcall("get", &src, a, END), "not_found", NULL);
+    /* Step 4: the key expires a day later. */
+    done = int_reply(fcall("redrive_forget", &dst, -1, src.name, num(a), END));
+    assert_int_equal(done, 1);
+    char key[256];
+    snprintf(key, sizeof key, "%s:redrive:%s:%lld", dst.base, src.name, a);
+    long long ttl = int_reply(rcmd("PTTL", key, END));
+    assert_true(ttl > 0 && ttl <= 24LL * 3600 * 1000);
+}
+
+/* A letter replayed or deleted before the take is not taken (so never
+ * copied), and one taken cannot be replayed or deleted before it lands. */
+static void test_redrive_cannot_copy_a_replayed_letter(void **state)
+{
+    (void)state;
+    queue_t src, dst;
+    queue_init(&src, "rd-race");
+    queue_init(&dst, "rd-race-dst");
+    long long a = make_dead(&src, "e");
+    long long b = make_dead(&src, "e");
+    long long c = make_dead(&src, "e");
+    msg_t m;
+    expect_ok_msg(fcall("replay", &src, a, END), &m);
+    expect_code(fcall("delete", &src, b, END), "ok", NULL);
+    taken_t t;
+    expect_taken(fcall("redrive_take", &src, -1, dst.name, "ids", num(a), num(b), num(c), END),
+                 &t);
+    assert_int_equal(t.count, 1);
+    assert_int_equal(t.ids[0], c);
+    expect_code(fcall("replay", &src, c, END), "invalid_state", "redriving");
+    long long n = redrive_in_one(&dst, &src, c);
+    assert_int_equal(int_reply(fcall("redrive_done", &src, -1, num(c), num(n), END)), 1);
+    assert_int_equal(llen(qkey(&dst, "3:ready")), 1);
+    assert_int_equal(llen(qkey(&src, "3:due")), 1);   /* a, replayed in place */
+    assert_int_equal(zcard(qkey(&src, "3:dead")), 0);
+}
+
+/* A take cut after step 1 or 2 leaves letters in redriving: the next take,
+ * whatever its target and selection, answers them first with their recorded
+ * target and selects nothing new; once they are done, it selects. */
+static void test_redrive_resumes_left_letters(void **state)
+{
+    (void)state;
+    queue_t src, dst, other;
+    queue_init(&src, "rd-resume");
+    queue_init(&dst, "rd-resume-dst");
+    queue_init(&other, "rd-resume-other");
+    long long a = make_dead(&src, "timeout");
+    long long b = make_dead(&src, "refused");
+    long long c = make_dead(&src, "timeout again");
+    taken_t t;
+    expect_taken(fcall("redrive_take", &src, -1, dst.name, "ids", num(a), END), &t);
+    long long n1 = redrive_in_one(&dst, &src, a);   /* then the call was cut */
+    expect_taken(fcall("redrive_take", &src, -1, other.name, "error", "1000", "", "timeout", END),
+                 &t);
+    assert_true(t.resumed);
+    assert_int_equal(t.count, 1);
+    assert_int_equal(t.ids[0], a);
+    assert_string_equal(t.targets[0], dst.name);
+    assert_int_equal(redrive_in_one(&dst, &src, a), n1);
+    long long done;
+    done = int_reply(fcall("redrive_done", &src, -1, num(a), num(n1), END));
+    assert_int_equal(done, 1);
+    /* Now the selection: only the letters whose error matches. */
+    expect_taken(fcall("redrive_take", &src, -1, other.name, "error", "1000", "", "timeout", END),
+                 &t);
+    assert_false(t.resumed);
+    assert_string_equal(t.next, "");
+    assert_int_equal(t.count, 1);
+    assert_int_equal(t.ids[0], c);
+    assert_string_equal(t.targets[0], other.name);
+    assert_true(zscore(qkey(&src, "3:dead"), b) > 0);
+    assert_int_equal(llen(qkey(&dst, "3:ready")), 1);
+    /* all takes what is dead (b); c is still redriving, answered first. */
+    expect_taken(fcall("redrive_take", &src, -1, other.name, "all", "1000", "", END), &t);
+    assert_true(t.resumed);
+    assert_int_equal(t.ids[0], c);
+    done = int_reply(fcall("redrive_done", &src, -1, num(c), num(redrive_in_one(&other, &src, c)), END));
+    expect_taken(fcall("redrive_take", &src, -1, other.name, "all", "1000", "", END), &t);
+    assert_false(t.resumed);
+    assert_int_equal(t.count, 1);
+    assert_int_equal(t.ids[0], b);
+    /* Stats count the letters in redriving. */
+    redisReply *r = fcall("stats", &src, -1, "0", END);
+    bool seen = false;
+    for (size_t i = 0; i + 1 < r->elements; i += 2)
+        if (strcmp(r->element[i]->str, "redriving") == 0) {
+            assert_int_equal(r->element[i + 1]->integer, 1);
+            seen = true;
+        }
+    freeReplyObject(r);
+    assert_true(seen);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -4757,6 +4958,9 @@ int main(void)
         cmocka_unit_test(test_series_counts_the_lifecycle),
         cmocka_unit_test(test_series_ring_wrap_and_spread),
         cmocka_unit_test(test_series_tick_samples_then_idle),
+        cmocka_unit_test(test_redrive_steps),
+        cmocka_unit_test(test_redrive_cannot_copy_a_replayed_letter),
+        cmocka_unit_test(test_redrive_resumes_left_letters),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

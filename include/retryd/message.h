@@ -37,6 +37,9 @@ typedef struct rd_message {
     rd_str_t idempotency_key;
     long long created_at_ms;
     long long updated_at_ms;
+    rd_str_t origin_queue;          /* a redriven message: where it was a dead letter */
+    long long origin_id;            /* its id there, -1 when none */
+    rd_str_t redriving_to;          /* a dead letter being redriven: its target queue */
 } rd_message_t;
 
 /* One settlement a worker reports (SPEC §9, settle on claim): what succeed

@@ -716,6 +716,34 @@ test('replay_all_matching_time_range', async () => {
   await page.close();
 });
 
+test('replay_dialog_redrives_to_another_queue', async () => {
+  const src = 'redrive-src';
+  const dst = 'redrive-dst';
+  const ids = await makeDead(src, [{ payload: 'r1', error: 'moved away' }, { payload: 'r2', error: 'moved away' }]);
+  const page = await openPage(hashQueue(src, { status: 'dead' }));
+  await waitList(page);
+  eq((await rowIds(page)).sort((a, b) => a - b), ids, 'two dead letters');
+  const requests = [];
+  page.on('request', (r) => { if (r.method() === 'POST') requests.push(r.postData()); });
+  await page.click('#replay-all');
+  await confirmText(page);
+  check(await page.isVisible('#confirm-target'), 'the replay dialog offers a target queue');
+  await page.fill('#confirm-target', dst);
+  await page.click('#confirm-ok');
+  await waitNoDialog(page);
+  await toastText(page, /Moved 2 messages to queue/);
+  eq(requests.map((b) => JSON.parse(b)), [{ all: true, to: dst }], 'one POST {all, to}');
+  await waitList(page);
+  eq(await rowIds(page), [], 'none left dead in the source');
+  const moved = await listAll(dst, 'pending');
+  eq(moved.map((m) => [m.payload, m.origin.queue, m.origin.id]), [['r1', src, ids[0]], ['r2', src, ids[1]]],
+     'each once in the target, with its origin');
+  await page.goto(`${BASE}/ui/#/queues/${encodeURIComponent(dst)}/messages/${moved[0].id}`);
+  await page.waitForSelector('#msg-origin');
+  eq(await page.textContent('#msg-origin'), `${src} #${ids[0]}`, 'the message page shows the origin');
+  await page.close();
+});
+
 test('export_csv_rows', async () => {
   const page = await openPage(hashQueue('emails', { status: 'dead' }));
   await waitList(page);
