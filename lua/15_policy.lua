@@ -160,7 +160,8 @@ local function check_rules(value)
     if type(r) ~= 'table' then return nil, string.format('%s[%d]', field, i - 1), 'must be an object' end
     for key in pairs(r) do
       if not RULE_KEYS[key] then
-        return nil, at .. tostring(key), 'not a rule field'
+        return nil, string.format('%s[%d]', field, i - 1),
+               'a rule has only error_contains, error_prefix, action, delay_seconds and max_times'
       end
     end
     local c = {}

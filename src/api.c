@@ -869,6 +869,7 @@ static void handle_policy_put(call_t *c)
     }
     c->notify = true;
     started(c, rd_store_policy_set(c->api->store, queue_of(c), &p, on_policy, c));
+    rd_policy_free(&p);  /* the command holds its own copy once sent */
 }
 
 static void handle_pause(call_t *c)

@@ -4668,7 +4668,7 @@ static void test_rules_validation(void **state)
           "dead_letter_rules[0].delay_seconds" },
         { "[{\"error_contains\":\"x\",\"action\":\"retry\",\"delay_seconds\":1.5}]",
           "dead_letter_rules[0].delay_seconds" },
-        { "[{\"error_contains\":\"x\",\"action\":\"dead\",\"when\":1}]", "dead_letter_rules[0].when" },
+        { "[{\"error_contains\":\"x\",\"action\":\"dead\",\"when\":1}]", "dead_letter_rules[0]" },
         { "[{\"error_contains\":\"\xff\",\"action\":\"dead\"}]", "dead_letter_rules[0].error_contains" },
     };
     policy_set(&q, "replace", "max_retries", "4");
