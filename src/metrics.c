@@ -55,6 +55,14 @@ void rd_metrics_from_stats(rd_queue_metrics_t *m, const rd_queue_stats_t *st)
 #define COUNTER(f, help) if (pair_is(k, #f)) { m->f = to_ll(v); continue; }
         RD_STATS_COUNTERS(COUNTER)
 #undef COUNTER
+        size_t rule;
+        bool dead;
+        if (rd_stats_rule_counter(k->ptr, k->len, &rule, &dead)) {
+            if (dead) m->rule_dead[rule] = to_ll(v);
+            else m->rule_retried[rule] = to_ll(v);
+            m->rules_seen |= 1UL << rule;
+            continue;
+        }
         if (pair_is(k, "delay_sum_ms")) {
             m->delay_sum_ms = to_ll(v);
             continue;
@@ -168,6 +176,21 @@ void rd_metrics_render(rd_buf_t *out, const rd_queue_metrics_t *qs, size_t n,
         put_label(out, qs[i].name, qs[i].name_len);
         rd_buf_printf(out, "\"} %.3f\n", (double)qs[i].delay_sum_ms / 1000.0);
         queue_sample(out, "retryd_retry_delay_seconds_count", &qs[i], NULL, cumulative);
+    }
+
+    family(out, "retryd_dead_letter_rule_total", "counter",
+           "Failures a dead-letter rule decided, by rule position and outcome (retried: "
+           "scheduled again; dead: sent dead).");
+    for (size_t i = 0; i < n; i++) {
+        if (!qs[i].ok) continue;
+        for (size_t r = 0; r < RD_STATS_RULES_MAX; r++) {
+            if (!(qs[i].rules_seen & (1UL << r))) continue;
+            char label[48];
+            snprintf(label, sizeof label, ",rule=\"%zu\",outcome=\"retried\"", r);
+            queue_sample(out, "retryd_dead_letter_rule_total", &qs[i], label, qs[i].rule_retried[r]);
+            snprintf(label, sizeof label, ",rule=\"%zu\",outcome=\"dead\"", r);
+            queue_sample(out, "retryd_dead_letter_rule_total", &qs[i], label, qs[i].rule_dead[r]);
+        }
     }
 
     family(out, "retryd_redis_rtt_seconds", "histogram",

@@ -5,7 +5,9 @@
 #ifndef RETRYD_STATS_H
 #define RETRYD_STATS_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "retryd/message.h"
 
@@ -29,6 +31,29 @@
 #define RD_STATS_MORE_COUNTERS(X) \
     X(expired_dead) X(expired_succeeded) X(deleted) X(purged) X(released) X(orphans_removed) \
     X(alerts_delivered) X(alerts_failed) X(alerts_claimed) X(alerts_dropped)
+
+/* The dead-letter rules' counters of the hash (SPEC §11): rule_<i>_retried
+ * (the rule scheduled the message again) and rule_<i>_dead (it went dead by
+ * the rule: a "dead" rule, or a "retry" rule past its max_times), i the
+ * rule's 0-based position, below RD_STATS_RULES_MAX. */
+#define RD_STATS_RULES_MAX 20
+
+/* Parses a rule counter's name: true with *index and *dead (false: retried). */
+static inline bool rd_stats_rule_counter(const char *name, size_t len, size_t *index, bool *dead)
+{
+    if (len < 7 || memcmp(name, "rule_", 5) != 0) return false;
+    size_t i = 5, n = 0;
+    while (i < len && i < 7 && name[i] >= '0' && name[i] <= '9') n = n * 10 + (size_t)(name[i++] - '0');
+    if (i == 5 || i >= len || name[i] != '_' || n >= RD_STATS_RULES_MAX) return false;
+    if (i == 7 && name[5] == '0') return false;
+    const char *rest = name + i + 1;
+    size_t left = len - i - 1;
+    if (left == 7 && memcmp(rest, "retried", 7) == 0) *dead = false;
+    else if (left == 4 && memcmp(rest, "dead", 4) == 0) *dead = true;
+    else return false;
+    *index = n;
+    return true;
+}
 
 /* The gauges of the `stats` reply (messages in each state now, deaths in the
  * last 24 h, 1 while the queue is paused): X(name). */
