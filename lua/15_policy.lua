@@ -222,7 +222,10 @@ function flow.recover(k, m, err, dying)
   if raw == nil then return dying end
   local rules = k.flow_rules
   if rules == nil then
-    rules = cjson.decode(raw)
+    -- Read through check_rules: a value written by hand that policy_set
+    -- would refuse counts as no rules rather than failing every failure.
+    local canon = check_rules(raw)
+    rules = canon and canon ~= '' and cjson.decode(canon) or {}
     k.flow_rules = rules
   end
   for i = 1, #rules do

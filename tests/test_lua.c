@@ -4521,6 +4521,16 @@ static void test_rules_first_match_wins(void **state)
     claim_fail(&q, id, "HTTP 400 bad request", "1", -1, &m);
     assert_string_equal(msg_str(&m, "status"), "dead");
     assert_int_equal(counter(&q, "rule_0_dead"), 1);
+    /* A list written by hand that policy_set would refuse is no rules: the
+     * failure still applies (the backoff), it does not fail the call. */
+    static const char *const garbage[] = { "not json", "[{\"error_contains\":7}]",
+                                           "[{\"error_contains\":\"x\",\"action\":\"dead\",\"max_times\":\"a\"}]" };
+    for (size_t i = 0; i < 3; i++) {
+        int_reply(rcmd("HSET", qkey(&q, "policy"), "dead_letter_rules", garbage[i], END));
+        id = enqueue_ok(&q, "job", 5, 0);
+        claim_fail(&q, id, "x 7", "1", -1, &m);
+        assert_string_equal(msg_str(&m, "status"), "pending");
+    }
 }
 
 /* retry: when the message would go dead (budget spent, or retryable false),
