@@ -4695,8 +4695,9 @@ static void test_rules_validation(void **state)
         snprintf(list + len, sizeof list - len, "%s{\"error_contains\":\"e%d\",\"action\":\"dead\"}",
                  i ? "," : "", i);
         if (i == 19) {
-            char twenty[2048];
-            snprintf(twenty, sizeof twenty, "%s]", list);
+            char twenty[sizeof list + 1];
+            memcpy(twenty, list, sizeof list);
+            strcat(twenty, "]");
             policy_set(&q, "merge", "dead_letter_rules", twenty);
         }
     }
