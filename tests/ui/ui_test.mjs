@@ -548,6 +548,7 @@ test('dead_letter_rules_in_policy_view', async () => {
   const second = await page.textContent('#policy-rule-1');
   check(/error starts with “fatal” → dead at once · 0 retried · 0 dead/.test(second),
         `the dead rule is shown: ${second}`);
+  await shot(page, 'policy-rules.png');
   await ok('PUT', `${qp(q)}/policy`, {});
   await page.reload();
   await waitList(page);
