@@ -113,6 +113,7 @@ local RULE_KEYS = { error_contains = true, error_prefix = true, action = true,
                     delay_seconds = true, max_times = true }
 
 local function valid_utf8(s)
+  if not string.find(s, '[\128-\255]') then return true end  -- ASCII: the usual case
   local i, n = 1, #s
   while i <= n do
     local c = string.byte(s, i)

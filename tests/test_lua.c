@@ -4713,6 +4713,14 @@ static void test_rules_validation(void **state)
     assert_non_null(strstr(stored, "\"max_times\":1"));
     assert_non_null(strstr(stored, "\"delay_seconds\":0"));
     assert_string_equal(policy_field(&q, "max_retries"), "4");
+    /* Text beyond ASCII is fine when it is UTF-8, and matched as bytes. */
+    policy_set(&q, "merge", "dead_letter_rules",
+               "[{\"error_contains\":\"\xc3\xa9" "chec\",\"action\":\"dead\"}]");
+    long long id = enqueue_ok(&q, "job", 4, 0);
+    msg_t m;
+    claim_one(&q, 30000, &m);
+    fail_ok(&q, id, "\xc3\xa9" "chec d'envoi", "1", -1, &m);
+    assert_string_equal(msg_str(&m, "status"), "dead");
     policy_set(&q, "merge", "dead_letter_rules", "[]");
     assert_string_equal(policy_field(&q, "dead_letter_rules"), "");
     policy_set(&q, "merge", "dead_letter_rules", "[{\"error_contains\":\"x\",\"action\":\"dead\"}]");
