@@ -210,6 +210,17 @@ local function rule_counter_fields()
   return f
 end
 
+-- The rule lists decoded so far, by their stored text. Checking and decoding
+-- a list of 20 long rules takes some 300 us, more than the rest of a failure;
+-- the library's Lua state outlives a call (until the next FUNCTION LOAD), so
+-- each list is checked once, and a failure on a queue with rules looks it up
+-- by the string HGETALL returned (Lua strings are interned: the lookup does
+-- not read the text again). Bounded: at most RULES_CACHE_MAX lists (at most
+-- some 25 KB each), then it starts again. Only what policy_set stored can be in it (the text is
+-- the key), so a change of rules is never missed.
+local RULES_CACHE_MAX = 64
+local RULES_CACHE, RULES_CACHED = {}, 0
+
 -- A failure of message m with error err, which makes it dead unless a rule
 -- says otherwise (`dying`: budget exhausted or retryable false). The first
 -- rule that matches err decides: "dead" makes it dead now; "retry", when
@@ -221,13 +232,16 @@ end
 function flow.recover(k, m, err, dying)
   local raw = read_policy(k).dead_letter_rules
   if raw == nil then return dying end
-  local rules = k.flow_rules
+  local rules = RULES_CACHE[raw]
   if rules == nil then
     -- Read through check_rules: a value written by hand that policy_set
     -- would refuse counts as no rules rather than failing every failure.
     local canon = check_rules(raw)
     rules = canon and canon ~= '' and cjson.decode(canon) or {}
-    k.flow_rules = rules
+    if RULES_CACHED >= RULES_CACHE_MAX then
+      RULES_CACHE, RULES_CACHED = {}, 0
+    end
+    RULES_CACHE[raw], RULES_CACHED = rules, RULES_CACHED + 1
   end
   for i = 1, #rules do
     local r = rules[i]
