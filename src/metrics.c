@@ -35,6 +35,24 @@ static long long to_ll(const rd_str_t *v)
     return rd_str_to_ll(v->ptr, v->len);
 }
 
+/* Parses a rule counter's name (stats.h): true with *index and *dead (false: retried). */
+static bool rule_counter(const char *name, size_t len, size_t *index, bool *dead)
+{
+    if (len < 7 || memcmp(name, "rule_", 5) != 0) return false;
+    size_t i = 5, n = 0;
+    while (i < len && i < 7 && name[i] >= '0' && name[i] <= '9')
+        n = n * 10 + (size_t)(name[i++] - '0');
+    if (i == 5 || i >= len || name[i] != '_' || n >= RD_STATS_RULES_MAX) return false;
+    if (i == 7 && name[5] == '0') return false;
+    const char *rest = name + i + 1;
+    size_t left = len - i - 1;
+    if (left == 7 && memcmp(rest, "retried", 7) == 0) *dead = false;
+    else if (left == 4 && memcmp(rest, "dead", 4) == 0) *dead = true;
+    else return false;
+    *index = n;
+    return true;
+}
+
 void rd_metrics_from_stats(rd_queue_metrics_t *m, const rd_queue_stats_t *st)
 {
     char *name = m->name;
@@ -57,7 +75,7 @@ void rd_metrics_from_stats(rd_queue_metrics_t *m, const rd_queue_stats_t *st)
 #undef COUNTER
         size_t rule;
         bool dead;
-        if (rd_stats_rule_counter(k->ptr, k->len, &rule, &dead)) {
+        if (rule_counter(k->ptr, k->len, &rule, &dead)) {
             if (dead) m->rule_dead[rule] = to_ll(v);
             else m->rule_retried[rule] = to_ll(v);
             m->rules_seen |= 1UL << rule;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "retryd/alloc.h"
 #include "retryd/config.h"
 #include "retryd/json.h"
 #include "retryd/limits.h"
@@ -22,7 +23,7 @@ void rd_policy_init(rd_policy_t *p)
 
 void rd_policy_free(rd_policy_t *p)
 {
-    free(p->rules_owned);
+    rd_free(p->rules_owned);
     p->rules_owned = NULL;
     p->rules = NULL;
     p->rules_len = 0;

@@ -5,9 +5,7 @@
 #ifndef RETRYD_STATS_H
 #define RETRYD_STATS_H
 
-#include <stdbool.h>
 #include <stddef.h>
-#include <string.h>
 
 #include "retryd/message.h"
 
@@ -37,23 +35,6 @@
  * the rule: a "dead" rule, or a "retry" rule past its max_times), i the
  * rule's 0-based position, below RD_STATS_RULES_MAX. */
 #define RD_STATS_RULES_MAX 20
-
-/* Parses a rule counter's name: true with *index and *dead (false: retried). */
-static inline bool rd_stats_rule_counter(const char *name, size_t len, size_t *index, bool *dead)
-{
-    if (len < 7 || memcmp(name, "rule_", 5) != 0) return false;
-    size_t i = 5, n = 0;
-    while (i < len && i < 7 && name[i] >= '0' && name[i] <= '9') n = n * 10 + (size_t)(name[i++] - '0');
-    if (i == 5 || i >= len || name[i] != '_' || n >= RD_STATS_RULES_MAX) return false;
-    if (i == 7 && name[5] == '0') return false;
-    const char *rest = name + i + 1;
-    size_t left = len - i - 1;
-    if (left == 7 && memcmp(rest, "retried", 7) == 0) *dead = false;
-    else if (left == 4 && memcmp(rest, "dead", 4) == 0) *dead = true;
-    else return false;
-    *index = n;
-    return true;
-}
 
 /* The gauges of the `stats` reply (messages in each state now, deaths in the
  * last 24 h, 1 while the queue is paused): X(name). */
