@@ -158,7 +158,9 @@ local function check_rules(value)
   local out = {}
   for i = 1, n do
     local r, at = list[i], string.format('%s[%d].', field, i - 1)
-    if type(r) ~= 'table' then return nil, string.format('%s[%d]', field, i - 1), 'must be an object' end
+    if type(r) ~= 'table' then
+      return nil, string.format('%s[%d]', field, i - 1), 'must be an object'
+    end
     for key in pairs(r) do
       if not RULE_KEYS[key] then
         return nil, string.format('%s[%d]', field, i - 1),

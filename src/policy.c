@@ -95,7 +95,8 @@ static void rule_error(rd_field_errors_t *errs, size_t i, const char *name, cons
 }
 
 /* A rule's optional text (error_contains / error_prefix): 1-255 bytes of UTF-8. */
-static const char *rule_text(const rd_json_t *r, size_t i, const char *name, rd_field_errors_t *errs)
+static const char *rule_text(const rd_json_t *r, size_t i, const char *name,
+                             rd_field_errors_t *errs)
 {
     rd_json_t *v = rd_json_get(r, name);
     if (v == NULL || rd_json_is_null(v)) return NULL;
@@ -172,7 +173,11 @@ static void rules_member(const rd_json_t *doc, rd_policy_t *out, rd_field_errors
         else if (!retry && (action == NULL || strcmp(action, "dead") != 0))
             rule_error(errs, i, "action", "invalid", "action must be \"retry\" or \"dead\".");
         long long delay = 0, times = 1;
-        static const struct { const char *name; long long min, max; const char *message; } nums[] = {
+        static const struct {
+            const char *name;
+            long long min, max;
+            const char *message;
+        } nums[] = {
             { "delay_seconds", 0, 86400, "delay_seconds must be an integer between 0 and 86400." },
             { "max_times", 1, 100, "max_times must be an integer between 1 and 100." },
         };
