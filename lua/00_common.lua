@@ -140,6 +140,7 @@ local function decode_record(rec)
     local t = cmsgpack.unpack(string.sub(rec, #rec - 3 - n, #rec - 4))
     m.last_error, m.retry_after, m.idempotency_key, m.token = t.e, t.r, t.i, t.t
     m.origin_queue, m.origin_id = t.oq, t.oi   -- a redriven message (65_redrive.lua)
+    m.rule_uses = t.u
     stop = #rec - 4 - n
   end
   m.payload = string.sub(rec, REC_HEADER_BYTES + 1, stop)
@@ -180,6 +181,7 @@ local function encode_record(m)
   if m.idempotency_key then t.i = m.idempotency_key; trailer = true end
   if m.token then t.t = m.token; trailer = true end
   if m.origin_queue then t.oq, t.oi = m.origin_queue, m.origin_id; trailer = true end
+  if m.rule_uses then t.u = m.rule_uses; trailer = true end
   local fmt, tail = REC_FORMAT, ''
   if trailer then
     local packed = cmsgpack.pack(t)
@@ -503,7 +505,8 @@ local function fail_message(k, base, id, now, err, retryable, retry_after_ms, m)
   redis.call('ZREM', k.processing, id)
   flow.freed(k)
   redis.call('HINCRBY', k.stats, 'failed', 1)
-  if (not retryable) or retries >= m.max_retries then
+  local dying, rule_ms = flow.recover(k, m, err, (not retryable) or retries >= m.max_retries)
+  if dying then
     m.retry_after = nil
     store_message(mkey, m)
     redis.call('ZADD', k.dead, now, id)
@@ -512,7 +515,7 @@ local function fail_message(k, base, id, now, err, retryable, retry_after_ms, m)
     emit(k, 'dead', id, err, retries, now)
     return 'dead'
   end
-  local delay = retry_after_ms
+  local delay = rule_ms or retry_after_ms
   if delay < 0 then
     delay = flow.backoff_ms(k, id, retries)
   end
@@ -573,6 +576,7 @@ local function replay_dead(k, mkey, id, now, m)
   local err = m.last_error
   leave_dead(k, mkey, id, err or '')
   m.retry_count, m.last_error, m.retry_after, m.updated_at = 0, nil, nil, now
+  m.rule_uses = nil
   store_message(mkey, m)
   push_due(k, { id })
   redis.call('HINCRBY', k.stats, 'replayed', 1)

@@ -511,6 +511,17 @@ static void on_stats(const rd_store_stats_result_t *res, void *arg)
 #undef WHEN_PRESENT
     }
     rd_json_set(doc, "totals", totals);
+    /* The dead-letter rules' counters, by position (SPEC §11). */
+    rd_json_t *rules = rd_json_new_array();
+    for (size_t r = 0; r < RD_STATS_RULES_MAX; r++) {
+        if (!(m.rules_seen & (1UL << r))) continue;
+        rd_json_t *e = rd_json_new_object();
+        rd_json_set_int(e, "rule", (long long)r);
+        rd_json_set_int(e, "retried", m.rule_retried[r]);
+        rd_json_set_int(e, "dead", m.rule_dead[r]);
+        rd_json_append(rules, e);
+    }
+    rd_json_set(doc, "dead_letter_rules", rules);
     rd_json_set_int(doc, "dead_last_24h", st->dead_last_24h);
     rd_json_t *top = rd_json_new_array();
     for (size_t i = 0; i + 1 < st->top_errors_len; i += 2) {
@@ -934,6 +945,7 @@ static void handle_policy_put(call_t *c)
     }
     c->notify = true;
     started(c, rd_store_policy_set(c->api->store, queue_of(c), &p, on_policy, c));
+    rd_policy_free(&p);  /* the command holds its own copy once sent */
 }
 
 static void handle_pause(call_t *c)

@@ -1616,6 +1616,10 @@ int rd_store_policy_set(rd_store_t *st, rd_store_queue_t q, const rd_policy_t *p
     begin_fcall(&c, st, "policy_set", q, 0);
     arg_str(&c, "replace");
     for (size_t i = 0; i < n; i++) arg_str(&c, pairs[i]);
+    if (p->rules) {
+        arg_str(&c, "dead_letter_rules");
+        arg_bytes(&c, p->rules, p->rules_len);
+    }
     return send_call(st, &c, KIND_POLICY, (callback_t){ .policy = cb }, arg);
 }
 

@@ -1044,6 +1044,35 @@ test_policy_show_and_set() {
     expect_rc 2 "missing queue"
 }
 
+# dead_letter_rules (SPEC §11): set as JSON through --set, shown, refused
+# with the rule's field named, applied by the failing call, counted in stats.
+test_policy_rules() {
+    local q=rulesq b id
+    b=$(base "$q")
+    ctl policy "$q"
+    expect_match "$OUT" "dead_letter_rules +\\[\\] \\(default\\)" "no rules by default"
+    ctl policy "$q" --set max_retries=1 \
+        --set 'dead_letter_rules=[{"error_contains":"429","action":"retry","delay_seconds":300,"max_times":2},{"error_prefix":"fatal","action":"dead"}]'
+    expect_rc 0 "set the rules"
+    expect_match "$OUT" 'dead_letter_rules +\[\{.*"error_contains":"429"' "rules shown"
+    ctl policy "$q" --set 'dead_letter_rules=[{"error_contains":"x","action":"retry","max_times":0}]'
+    expect_rc 2 "a bad rule"
+    expect_match "$ERR" "dead_letter_rules\\[0\\]\\.max_times: must be an integer between 1 and 100" "rule field and why"
+    ctl policy "$q" --set 'dead_letter_rules={'
+    expect_rc 2 "not JSON"
+    expect_match "$(rget HGET "$b:policy" dead_letter_rules)" '"delay_seconds":300' "nothing changed by the refusals"
+    id=$(fc_enqueue "$q" job 1)
+    fc_claim "$q" 1
+    fc_fail "$q" "$id" "HTTP 429" 1
+    expect_eq "$(rget ZCARD "$b:3:scheduled")" 1 "a 429 is scheduled again by the rule"
+    ctl stats "$q"
+    expect_eq "$(stat_of rule_0_retried)" 1 "counted for rule 0"
+    ctl policy "$q" --set dead_letter_rules=
+    expect_rc 0 "rules removed"
+    expect_eq "$(rget HEXISTS "$b:policy" dead_letter_rules)" 0 "no rules stored"
+    expect_eq "$(rget HGET "$b:policy" max_retries)" 1 "the other fields stay"
+}
+
 test_pause_resume() {
     local q=pauseq b
     b=$(base "$q")
@@ -1095,6 +1124,7 @@ all_tests=(
     test_odd_queue_name
     test_dead_letter_alert
     test_policy_show_and_set
+    test_policy_rules
     test_pause_resume
 )
 if (($#)); then all_tests=("$@"); fi

@@ -1772,8 +1772,12 @@ static void test_policy_get_put(void **state)
     expect_field_error(errors, "max_in_flight", "invalid", NULL);
     expect_field_error(errors, "rate_limit.per_second", "invalid", NULL);
     expect_field_error(errors, "rate_limit.burst", "required", NULL);
-    http(&r, "PUT", policy_path(q), "{\"dead_letter_rules\":[]}");
-    expect_field_error(expect_invalid(&r, policy_path(q), 1), "dead_letter_rules", "invalid", NULL);
+    http(&r, "PUT", policy_path(q),
+         "{\"dead_letter_rules\":[{\"error_contains\":\"429\",\"action\":\"retry\","
+         "\"max_times\":0},{\"action\":\"dead\"}]}");
+    errors = expect_invalid(&r, policy_path(q), 2);
+    expect_field_error(errors, "dead_letter_rules[0].max_times", "invalid", NULL);
+    expect_field_error(errors, "dead_letter_rules[1].error_contains", "required", NULL);
     http(&r, "PUT", policy_path(q), "{\"max_retires\":4}");
     expect_field_error(expect_invalid(&r, policy_path(q), 1), "max_retires", "invalid", NULL);
     http(&r, "PUT", policy_path(q), "[1]");
@@ -1802,6 +1806,81 @@ static void test_policy_backoff_over_http(void **state)
     http(&r, "POST", message_path(q, id, "fail"), "{\"error\":\"e\"}");
     rd_json_t *m = e2e_expect_json(&r, 200);
     assert_int_equal(e2e_jtime(m, "retry_after") - e2e_jtime(m, "updated_at"), 6000);
+    e2e_response_free(&r);
+}
+
+/* Seed 001's DLQ consumer as a policy (docs/dead-letters.md §2): a 429 or a
+ * "rate limit" comes back after 300 s (even when the worker says it is
+ * permanent), a 503 at once, anything else goes dead at its first failure
+ * (max_retries 1). Shown by GET policy, counted in stats and /metrics. */
+static void test_dead_letter_rules_seed_001(void **state)
+{
+    (void)state;
+    char q[64];
+    e2e_queue_name(q, sizeof q, "rules");
+    e2e_response_t r = { 0 };
+    http(&r, "PUT", policy_path(q),
+         "{\"max_retries\":1,\"dead_letter_rules\":["
+         "{\"error_contains\":\"429\",\"action\":\"retry\",\"delay_seconds\":300,\"max_times\":5},"
+         "{\"error_contains\":\"rate limit\",\"action\":\"retry\",\"delay_seconds\":300,\"max_times\":5},"
+         "{\"error_contains\":\"503\",\"action\":\"retry\",\"max_times\":3}]}");
+    rd_json_t *p = e2e_expect_json(&r, 200);
+    rd_json_t *rules = e2e_jget(p, "dead_letter_rules");
+    assert_int_equal(rd_json_array_size(rules), 3);
+    assert_string_equal(e2e_jstr(rd_json_array_at(rules, 0), "error_contains"), "429");
+    assert_int_equal(e2e_jint(rd_json_array_at(rules, 1), "delay_seconds"), 300);
+    assert_int_equal(e2e_jint(rd_json_array_at(rules, 2), "delay_seconds"), 0);
+    http(&r, "GET", policy_path(q), NULL);
+    p = e2e_expect_json(&r, 200);
+    assert_int_equal(rd_json_array_size(e2e_jget(p, "dead_letter_rules")), 3);
+
+    static const struct {
+        const char *body;
+        const char *status;
+        long long delay_ms;   /* -1: no retry_after */
+    } cases[] = {
+        { "{\"error\":\"HTTP 429 Too Many Requests\",\"retryable\":false}", "pending", 300000 },
+        { "{\"error\":\"upstream rate limit\",\"retry_after_seconds\":5}", "pending", 300000 },
+        { "{\"error\":\"503 Service Unavailable\"}", "pending", 0 },
+        { "{\"error\":\"400 bad request\"}", "dead", -1 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        long long id = enqueue(q, "{\"payload\":\"job\"}");
+        assert_int_equal(claim_one(q, 30, NULL, 0), id);
+        http(&r, "POST", message_path(q, id, "fail"), cases[i].body);
+        rd_json_t *m = e2e_expect_json(&r, 200);
+        assert_string_equal(e2e_jstr(m, "status"), cases[i].status);
+        if (cases[i].delay_ms >= 0)
+            assert_int_equal(e2e_jtime(m, "retry_after") - e2e_jtime(m, "updated_at"),
+                             cases[i].delay_ms);
+        else
+            e2e_jnull(m, "retry_after");
+        if (cases[i].delay_ms == 0) {
+            /* Back at once: the next claim takes it. */
+            assert_int_equal(claim_one(q, 30, NULL, 0), id);
+        }
+    }
+    http(&r, "GET", e2e_fmt("/queues/%s/stats", q), NULL);
+    rd_json_t *st = e2e_expect_json(&r, 200);
+    rules = e2e_jget(st, "dead_letter_rules");
+    assert_int_equal(rd_json_array_size(rules), 3);
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(e2e_jint(rd_json_array_at(rules, i), "rule"), (long long)i);
+        assert_int_equal(e2e_jint(rd_json_array_at(rules, i), "retried"), 1);
+        assert_int_equal(e2e_jint(rd_json_array_at(rules, i), "dead"), 0);
+    }
+    assert_int_equal(e2e_jint(e2e_jget(st, "totals"), "dead"), 1);
+    http(&r, "GET", "/metrics", NULL);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, e2e_fmt("retryd_dead_letter_rule_total{queue=\"%s\",rule=\"2\","
+                                           "outcome=\"retried\"} 1\n", q)));
+    /* The 503 one fails again in a settle: the rule brings it back again. */
+    http(&r, "POST", e2e_fmt("/queues/%s/claim", q),
+         e2e_fmt("{\"settle\":[{\"id\":%lld,\"outcome\":\"failed\","
+                 "\"error\":\"503\"}]}", (long long)3));
+    p = e2e_expect_json(&r, 200);
+    assert_string_equal(e2e_jstr(rd_json_array_at(e2e_jget(p, "settled"), 0), "status"), "pending");
+    assert_int_equal(queue_counter(q, "rule_2_retried"), 2);
     e2e_response_free(&r);
 }
 
@@ -2520,6 +2599,7 @@ int main(void)
         T(test_claim_settle_long_poll),
         T(test_policy_get_put),
         T(test_policy_backoff_over_http),
+        T(test_dead_letter_rules_seed_001),
         T(test_pause_and_resume),
         T(test_rate_limited_long_poll_sleeps),
         T(test_rate_limit_over_three_seconds),

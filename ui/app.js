@@ -1082,6 +1082,9 @@
         disabled: true, onclick: () => this.togglePause() });
       this.policyBox = h('section', { class: 'policy-strip', id: 'queue-policy',
         'aria-label': 'Flow control' }, this.pauseState, this.policyText, this.btnPause);
+      // Dead-letter rules (SPEC §11): the policy's list, each with its counters.
+      this.rulesBox = h('ol', { class: 'policy-rules', id: 'policy-rules', start: '0',
+        'aria-label': 'Dead-letter rules', hidden: true });
 
       appendKids(main, [
         breadcrumb([{ href: '#/queues', text: 'Queues' }, { text: q }]),
@@ -1090,6 +1093,7 @@
           this.headStats),
         this.policyBox,
         this.chart.el,
+        this.rulesBox,
         tabs,
         this.topErrors,
         h('section', { class: 'panel panel-flush', 'aria-label': 'Messages' },
@@ -1156,6 +1160,30 @@
       setText(this.btnPause, p.paused ? 'Resume' : 'Pause');
       setAttr(this.btnPause, 'aria-label', p.paused ? `Resume queue ${this.queue}` : `Pause queue ${this.queue}`);
       this.btnPause.disabled = false;
+      this.renderRules();
+    }
+
+    /** The dead-letter rules, in order (first match wins), with how often each
+     *  brought a message back or sent it dead (stats, by position). */
+    renderRules() {
+      const rules = (this.policy && this.policy.dead_letter_rules) || [];
+      const counts = new Map();
+      for (const c of (this.stats && this.stats.dead_letter_rules) || []) counts.set(c.rule, c);
+      this.rulesBox.hidden = rules.length === 0;
+      const items = rules.map((r, i) => {
+        const match = [];
+        if (r.error_contains !== undefined) match.push(`error contains “${r.error_contains}”`);
+        if (r.error_prefix !== undefined) match.push(`error starts with “${r.error_prefix}”`);
+        const action = r.action === 'retry'
+          ? `retry after ${fmtInt(r.delay_seconds || 0)} s, at most ${fmtInt(r.max_times || 1)}× per message`
+          : 'dead at once';
+        const c = counts.get(i) || { retried: 0, dead: 0 };
+        return h('li', { id: `policy-rule-${i}` },
+          h('span', { class: 'rule-match', text: `${match.join(' and ')} → ${action}` }),
+          h('span', { class: 'rule-counts muted',
+            text: ` · ${fmtInt(c.retried)} retried · ${fmtInt(c.dead)} dead` }));
+      });
+      appendKids(clear(this.rulesBox), items);
     }
 
     async refreshPolicy() {
@@ -1198,6 +1226,7 @@
                              { signal: this.ac.signal });
         this.stats = st;
         if (res === this.chart.resolution) this.chart.render(st.series || null);
+        if (this.rulesBox) this.renderRules();
         const c = st.counts || {};
         let all = 0;
         for (const s of STATES) {

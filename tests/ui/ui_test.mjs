@@ -637,6 +637,33 @@ test('policy_shown_and_pause_resume', async () => {
   await page.close();
 });
 
+test('dead_letter_rules_in_policy_view', async () => {
+  const q = `rules-${Date.now()}`;
+  await ok('PUT', `${qp(q)}/policy`, { max_retries: 1, dead_letter_rules: [
+    { error_contains: '429', action: 'retry', delay_seconds: 300, max_times: 5 },
+    { error_prefix: 'fatal', action: 'dead' }] });
+  await enqueue(q, 'one');
+  const m = (await http('POST', `${qp(q)}/claim`)).json;
+  await ok('POST', `${qp(q)}/messages/${m.id}/fail`, { error: 'HTTP 429' });
+  const page = await openPage(hashQueue(q));
+  await waitList(page);
+  await page.waitForFunction(() => /1 retried/.test(
+    (document.querySelector('#policy-rule-0') || {}).textContent || ''));
+  const first = await page.textContent('#policy-rule-0');
+  check(/error contains “429” → retry after 300 s, at most 5× per message/.test(first),
+        `the retry rule is shown: ${first}`);
+  const second = await page.textContent('#policy-rule-1');
+  check(/error starts with “fatal” → dead at once · 0 retried · 0 dead/.test(second),
+        `the dead rule is shown: ${second}`);
+  await shot(page, 'policy-rules.png');
+  await ok('PUT', `${qp(q)}/policy`, {});
+  await page.reload();
+  await waitList(page);
+  await page.waitForFunction(() => !document.querySelector('#pause-toggle').disabled);
+  check(await page.isHidden('#policy-rules'), 'no rules, no list');
+  await page.close();
+});
+
 test('replay_one_leaves_dead_list', async () => {
   const page = await openPage(hashQueue('emails', { status: 'dead', error: 'user unknown' }));
   await waitList(page);
