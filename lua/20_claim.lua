@@ -9,8 +9,9 @@
 -- (at most 100 such ids per call). Stops before the message that would take
 -- the messages past REPLY_BYTES (always at least one): the ones not taken stay
 -- pending where they were, untouched, so a batch may come back short.
+-- worker: the claim's worker (nil for none), kept in each record while leased.
 -- Returns how many it appended.
-local function claim_into(k, base, now, lease_ms, count, out)
+local function claim_into(k, base, now, lease_ms, count, out, worker)
   local promoted = promote_due(k, now, math.max(count, PROMOTE_IN_CLAIM))
   local got = 0
   local deadline = now + lease_ms
@@ -51,7 +52,7 @@ local function claim_into(k, base, now, lease_ms, count, out)
         if size then
           bytes = bytes + size
           serial = serial + 1
-          set_lease(mkey, m, now, serial)
+          set_lease(mkey, m, now, serial, worker)
           redis.call('ZADD', k.processing, deadline, id)
           out[#out + 1] = reply_message(id, m, 'processing', deadline)
           got = got + 1
@@ -73,6 +74,8 @@ end
 --   ARGV[1]  lease_ms                           integer 1..43200000
 --   ARGV[2]  count                              integer 1..100 (default 1)
 --   ARGV[3]  "1" (optional)                     the caller forwards timer hints
+--   ARGV[4]  worker (optional)                  1-128 bytes naming the claimant, kept
+--                                               with each lease ("" or absent: none)
 -- Claims as claim_into above: due retries and replays first, then fresh ids
 -- FIFO; at most REPLY_BYTES of messages (always at least one), so a batch
 -- may come back short.
@@ -87,9 +90,12 @@ local function claim(keys, args)
   local count = to_int(args[2] or '1')
   if lease_ms == nil or lease_ms < 1 or lease_ms > 43200000 then return bad_arg('lease_ms') end
   if count == nil or count < 1 or count > 100 then return bad_arg('count') end
+  local worker = args[4]
+  if worker == '' then worker = nil end
+  if worker and #worker > 128 then return bad_arg('worker') end
   local out = { 'ok' }
   local now = now_ms()
-  local got = claim_into(k, base, now, lease_ms, count, out)
+  local got = claim_into(k, base, now, lease_ms, count, out, worker)
   if args[3] == '1' then
     local timer = -1
     if got > 0 then timer = need_timer(k, now, now + lease_ms) end

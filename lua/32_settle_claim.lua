@@ -14,6 +14,8 @@
 --                                               backoff; -1 uses min(2^n, 3600) s
 --   then, optionally, two values from a caller that forwards timer hints:
 --            dead_ttl_ms, succeeded_ttl_ms      the retention it applies
+--   and after those, optionally, one more:
+--            worker                             as claim's ARGV[4] ("" for none)
 -- Message keys are derived from KEYS[1]; they share its hash tag and slot.
 -- Every argument is checked before anything is written. Settlements apply in
 -- order, exactly as succeed and fail do (backoff, dead letters, events,
@@ -43,12 +45,19 @@ local function settle_claim(keys, args)
   if lease_ms == nil or lease_ms < 1 or lease_ms > 43200000 then return bad_arg('lease_ms') end
   if count == nil or count < 0 or count > 100 then return bad_arg('count') end
   if n == nil or n < 0 or n > 100 then return bad_arg('settlements') end
-  local hinted = #args == 5 + SETTLE_FIELDS * n
-  if #args ~= 3 + SETTLE_FIELDS * n and not hinted then return bad_arg('settlements') end
+  local worker
+  if #args == 6 + SETTLE_FIELDS * n then
+    worker = args[#args]
+    if worker == '' then worker = nil end
+    if worker and #worker > 128 then return bad_arg('worker') end
+  end
+  local hinted = #args >= 5 + SETTLE_FIELDS * n
+  if #args ~= 3 + SETTLE_FIELDS * n and #args ~= 5 + SETTLE_FIELDS * n and
+     #args ~= 6 + SETTLE_FIELDS * n then return bad_arg('settlements') end
   local dead_ttl, succeeded_ttl
   if hinted then
-    dead_ttl = to_int(args[#args - 1])
-    succeeded_ttl = to_int(args[#args])
+    dead_ttl = to_int(args[4 + SETTLE_FIELDS * n])
+    succeeded_ttl = to_int(args[5 + SETTLE_FIELDS * n])
     if dead_ttl == nil then return bad_arg('dead_ttl_ms') end
     if succeeded_ttl == nil then return bad_arg('succeeded_ttl_ms') end
   end
@@ -101,7 +110,7 @@ local function settle_claim(keys, args)
   end
 
   local out = { 'ok', statuses }
-  if count > 0 and claim_into(k, base, now, lease_ms, count, out) > 0 and hinted then
+  if count > 0 and claim_into(k, base, now, lease_ms, count, out, worker) > 0 and hinted then
     hint(need_timer(k, now, now + lease_ms))
   end
   if hinted then out[#out + 1] = timer end
