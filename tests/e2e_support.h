@@ -866,7 +866,7 @@ static inline void e2e_jnull(const rd_json_t *o, const char *name)
 /* A timestamp member in the SPEC's shape, as Unix milliseconds. */
 static inline long long e2e_jtime(const rd_json_t *o, const char *name)
 {
-    long long ms;
+    long long ms = 0;
     const char *s = e2e_jstr(o, name);
     if (e2e_parse_time(s, &ms) != 0) fail_msg("%s \"%s\" is not YYYY-MM-DDTHH:MM:SS.mmmZ", name, s);
     return ms;
