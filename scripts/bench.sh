@@ -12,13 +12,15 @@
 # bench/node_modules is missing; without it the BullMQ figures read
 # "unavailable (reason)" and everything else still runs).
 #
-# Sections: 1 Redis-native path (redis-benchmark, -P 1 and -P 16);
+# Sections: 1 Redis-native path (redis-benchmark, -P 1 and -P 16); 1h the
+# history's cost on the claim+succeed path;
 # 2 HTTP path (build/loadgen); 3 BullMQ peer; 3a the worker loop
 # (W connections vs Worker concurrency W, both ways, and the same loops with a
 # worker in node, bench/http_worker.mjs); 4 growth (1k vs 1M);
 # 5 memory; 6 retry latency; 7 the same with appendonly everysec; 8 Redis
 # Cluster; 9 idle queues (10,000 of them, three instances); targets.
-# BENCH_ONLY=9 runs section 9 alone.
+# BENCH_ONLY=9 runs section 9 alone; BENCH_ONLY=1h section 1h (the history's
+# cost on the happy path) alone.
 # QUICK=1 runs smaller counts, one repetition, and prints the 1M rows as
 # "skipped (QUICK)". Otherwise every figure marked "median of 3" is the median
 # of three repetitions. Progress goes to stderr, tables to stdout; the last
@@ -564,6 +566,76 @@ section1c() {
     done
     row "retryd's claim (count 1)" "$(get stepclaim.us)" \
         "$(fmt "$(calc "$(get stepclaim.us) - $prev")" 2)" "1.00x"
+}
+
+# ---------------------------------------------------------------------------
+# 1h. The history's cost on the happy path (SPEC §11, docs/dead-letters.md §1)
+# ---------------------------------------------------------------------------
+# hist_pipe KIND BASE N [WORKER]: N FCALLs of one kind (claim, succeed of ids
+# 1..N, fail of ids 1..N) written as RESP and sent with redis-cli --pipe.
+hist_pipe() {
+    LC_ALL=C awk -v kind="$1" -v b="$2" -v n="$3" -v fn="$FN" -v w="${4:-}" '
+        function emit(k,  i) { printf "*%d\r\n", k
+            for (i = 1; i <= k; i++) printf "$%d\r\n%s\r\n", length(a[i]), a[i] }
+        BEGIN { for (id = 1; id <= n; id++) {
+            a[1] = "FCALL"; a[3] = 1; a[4] = b
+            if (kind == "claim") { a[2] = fn "claim"; a[3] = 1; a[5] = 30000; a[6] = 1
+                if (w == "") emit(6); else { a[7] = ""; a[8] = w; emit(8) } }
+            else { a[2] = fn kind; a[3] = 2; a[5] = b ":m:" id; a[6] = id; a[7] = ""
+                if (kind == "succeed") emit(7); else { a[8] = "boom"; a[9] = 1; a[10] = 0; emit(10) } }
+        } }' | redis-cli -p "$RP" --pipe >/dev/null 2>&1
+}
+
+# hist_run NAME MODE N: one lifecycle run. MODE plain: N fresh messages;
+# history: N messages that failed once (claimed, failed with retry at once,
+# promoted, all untimed); worker: fresh ones claimed with a worker. Timed: N
+# claims then N succeeds; NAME.us = Redis µs per claim+succeed (commandstats
+# of FCALL), NAME.bytes = STRLEN of message 1 before the claim.
+hist_run() {
+    local name=$1 mode=$2 n=$3 q s0 s1
+    q=$(base "hist-$name")
+    enqueue_fcall "$q" "$n"
+    if [ "$mode" = history ]; then
+        hist_pipe claim "$q" "$n"
+        hist_pipe fail "$q" "$n"
+        while [ "$(rcli FCALL "${FN}promote" 1 "$q" 1000 | head -n 1)" != 0 ]; do :; done
+    fi
+    put "$name.bytes" "$(rcli strlen "$q:m:1")"
+    s0=$(cmdstat fcall)
+    if [ "$mode" = worker ]; then hist_pipe claim "$q" "$n" "bench-host/12345"
+    else hist_pipe claim "$q" "$n"; fi
+    hist_pipe succeed "$q" "$n"
+    s1=$(cmdstat fcall)
+    put "$name.us" "$(awk -v a="$s0" -v b="$s1" -v n="$n" 'BEGIN { split(a, x, " "); split(b, y, " ")
+        if (y[1] - x[1] != 2 * n) print "n/a"; else printf "%.2f", (y[2] - x[2]) / n }')"
+    rcli del "$q:3:succeeded" "$q:3:processing" >/dev/null
+    rcli eval "for _, k in ipairs(redis.call('KEYS', ARGV[1])) do redis.call('UNLINK', k) end" 0 \
+        "$q:*" >/dev/null
+}
+
+section1h() {
+    say "1h. history: claim+succeed with and without a history"
+    local rep n=$((N_RB / 2)) m
+    # The three kinds in turn, REPS times; medians.
+    for rep in $(seq 1 "$REPS"); do
+        for m in plain history worker; do hist_run "h$m.$rep" "$m" "$n"; done
+    done
+    for m in plain history worker; do
+        local vals=()
+        for rep in $(seq 1 "$REPS"); do vals+=("$(get "h$m.$rep.us")"); done
+        put "h$m.us" "$(median "${vals[@]}")"
+        put "h$m.bytes" "$(get "h$m.1.bytes")"
+    done
+    local mc="median of $REPS alternating runs"
+    [ "$REPS" = 1 ] && mc="1 run"
+    table_start "1h. History (SPEC §11): Redis µs per claim+succeed lifecycle ($n each, pipelined, $mc, commandstats of FCALL)" \
+        "messages" "µs per lifecycle" "record bytes" "vs never failed"
+    row "never failed, claimed without a worker (no trailer: the happy path)" "$(get hplain.us)" \
+        "$(get hplain.bytes)" "1.00x"
+    row "failed once before (one history entry in the trailer)" "$(get hhistory.us)" \
+        "$(get hhistory.bytes)" "$(ratio "$(get hhistory.us)" "$(get hplain.us)")"
+    row "never failed, claimed with a worker (16 bytes; the claim rewrites the record)" \
+        "$(get hworker.us)" "$(get hplain.bytes)" "$(ratio "$(get hworker.us)" "$(get hplain.us)")"
 }
 
 # ---------------------------------------------------------------------------
@@ -1347,6 +1419,13 @@ echo "  load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 start_redis none
 say "redis-server pid $redis_pid on 127.0.0.1:$RP"
+if [ "${BENCH_ONLY:-}" = 1h ]; then
+    sec_begin "1h. history"; section1h; sec_end
+    echo
+    echo "bench: $rows rows, $missing without a figure"
+    [ "$missing" -eq 0 ]
+    exit
+fi
 if [ "${BENCH_ONLY:-}" = 9 ]; then
     # Section 9 alone (its before/after figures in docs/benchmarks.md).
     sec_begin "9. idle queues"; section9; sec_end
@@ -1357,6 +1436,7 @@ if [ "${BENCH_ONLY:-}" = 9 ]; then
 fi
 sec_begin "1. Redis-native"; section1; sec_end
 sec_begin "1c. claim steps"; section1c; sec_end
+sec_begin "1h. history"; section1h; sec_end
 start_retryd
 say "retryd pid $retryd_pid on 127.0.0.1:$HP"
 sec_begin "2+3. HTTP and BullMQ, interleaved"; section23; sec_end
