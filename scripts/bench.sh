@@ -615,10 +615,14 @@ hist_run() {
 
 section1h() {
     say "1h. history: claim+succeed with and without a history"
-    local rep n=$((N_RB / 2)) m
-    # The three kinds in turn, REPS times; medians.
+    local rep n=$((N_RB / 2)) m order=(plain history worker)
+    # One untimed run first (the keyspace grows and rehashes once), then the
+    # three kinds in turn, REPS times, each repetition starting with the next
+    # kind (so none is always first); medians.
+    hist_run hwarm plain "$n"
     for rep in $(seq 1 "$REPS"); do
-        for m in plain history worker; do hist_run "h$m.$rep" "$m" "$n"; done
+        for m in "${order[@]}"; do hist_run "h$m.$rep" "$m" "$n"; done
+        order=("${order[@]:1}" "${order[0]}")
     done
     for m in plain history worker; do
         local vals=()
