@@ -36,6 +36,10 @@ end
 -- replay_dead, kill and reply_message below.
 local history = {}
 
+-- The queue policy's hooks (SPEC §10), filled in by 15_policy.lua: the
+-- functions here call them, so they are looked up in this table at call time.
+local flow = {}
+
 -- Every key name of a queue is spelled here and nowhere else in Lua.
 -- The indexes (every key that lists ids, and the due list's push counter)
 -- carry their generation: "<base>:3:<name>" for retryd_v3, which holds only
@@ -61,6 +65,8 @@ local function queue_keys(base)
     events     = base .. ':events',      -- STREAM of deaths and replays, for alerting
     timer      = base .. ':timer',       -- STRING: by when (ms) the timer schedule
                                          -- will tick this queue (need_timer)
+    policy     = base .. ':policy',      -- HASH: the queue's policy (15_policy.lua)
+    bucket     = base .. ':bucket',      -- STRING "<tokens> <at>": its rate limit's bucket
   }
 end
 
@@ -430,6 +436,7 @@ end
 -- The hint for a message that just finished (dead or succeeded) when the
 -- caller gave its retention (ttl_ms > 0); -1 otherwise.
 local function retention_hint(k, now, ttl_ms)
+  ttl_ms = flow.hint_ttl(k, ttl_ms)
   if ttl_ms == nil or ttl_ms <= 0 then return -1 end
   return need_timer(k, now, now + ttl_ms)
 end
@@ -489,6 +496,7 @@ local function fail_message(k, base, id, now, err, retryable, retry_after_ms, m)
   history.failed(m, now, err)
   m.retry_count, m.last_error, m.updated_at, m.token = retries, err, now, nil
   redis.call('ZREM', k.processing, id)
+  flow.freed(k)
   redis.call('HINCRBY', k.stats, 'failed', 1)
   if (not retryable) or retries >= m.max_retries then
     m.retry_after = nil
@@ -501,7 +509,7 @@ local function fail_message(k, base, id, now, err, retryable, retry_after_ms, m)
   end
   local delay = retry_after_ms
   if delay < 0 then
-    delay = math.min(2 ^ retries, MAX_BACKOFF_S) * 1000
+    delay = flow.backoff_ms(k, id, retries)
   end
   local bucket = 'inf'
   for i = 1, #DELAY_BUCKETS do

@@ -5,10 +5,13 @@
 --   ARGV[3]  delay_ms                           integer >= 0; > 0 schedules it
 --   ARGV[4]  idempotency_key                    "" for none; else 1..255 bytes
 --   ARGV[5]  "1" (optional)                     the caller forwards timer hints
+--   ARGV[6]  "default" (optional, with ARGV[5]) the request gave no max_retries:
+--                                               the queue policy's replaces ARGV[2]
 -- Returns {"ok", id, now_ms}: the caller has every other field already, so
 -- the message is not read back (a third of enqueue's cost); with ARGV[5],
 -- {"ok", id, now_ms, timer}: the timer hint of a delayed message
--- (need_timer), -1 otherwise. Or {"duplicate",
+-- (need_timer), -1 otherwise; with ARGV[6] too, then the max_retries the
+-- message got. Or {"duplicate",
 -- message} when the key was used in this queue within 24 h: the original
 -- message, nothing created; when that message was deleted since (retention),
 -- {"duplicate", {"id", id}}.
@@ -25,6 +28,7 @@ local function enqueue(keys, args)
   local idem = args[4] or ''
   if #idem > 255 then return bad_arg('idempotency_key') end
   local hinting = args[5] == '1'
+  max_retries = flow.max_retries(k, max_retries, args[6] == 'default')
 
   local now = now_ms()
   local idem_key
@@ -37,6 +41,7 @@ local function enqueue(keys, args)
   end
   local timer = -1
   local id = redis.call('INCR', k.seq)
+  if id == 1 then series_start(base, now) end  -- docs/series.md
   local mkey = message_key(base, id)
   if idem_key then
     redis.call('SET', idem_key, id, 'PX', IDEMPOTENCY_TTL_MS)
@@ -55,6 +60,7 @@ local function enqueue(keys, args)
     notify(k)
   end
   redis.call('HINCRBY', k.stats, 'enqueued', 1)
+  if hinting and args[6] then return { 'ok', id, now, timer, max_retries } end
   if hinting then return { 'ok', id, now, timer } end
   return { 'ok', id, now }
 end

@@ -13,6 +13,10 @@
 -- Returns how many it appended.
 local function claim_into(k, base, now, lease_ms, count, out, worker)
   local promoted = promote_due(k, now, math.max(count, PROMOTE_IN_CLAIM))
+  -- The queue's policy may lease fewer or none (15_policy.lua); a claim held
+  -- back wakes nobody: a resume, a settlement or the next token will.
+  count = flow.admit(k, now, count)
+  if count == 0 then return 0 end
   local got = 0
   local deadline = now + lease_ms
   -- Reserve `count` serials in one call; give back the ones not used.
@@ -63,6 +67,7 @@ local function claim_into(k, base, now, lease_ms, count, out, worker)
     end
   end
   if got < count then redis.call('HINCRBY', k.stats, 'claimed', got - count) end
+  flow.spent(k, now, got)
   -- Retries this call made due and left behind are claimable now: tell the
   -- waiters, as a tick that promoted them would have.
   if promoted > 0 and got == count and redis.call('LLEN', k.due) > 0 then notify(k) end
@@ -74,7 +79,10 @@ end
 --   ARGV[1]  lease_ms                           integer 1..43200000
 --   ARGV[2]  count                              integer 1..100 (default 1)
 --   ARGV[3]  "1" (optional)                     the caller forwards timer hints
---   ARGV[4]  worker (optional)                  1-128 bytes naming the claimant, kept
+--   ARGV[4]  "flag" | "request" (optional)      where lease_ms came from: "flag"
+--                                               (the daemon's default) lets the
+--                                               policy's lease_seconds override it
+--   ARGV[5]  worker (optional, after ARGV[4])   1-128 bytes naming the claimant, kept
 --                                               with each lease ("" or absent: none)
 -- Claims as claim_into above: due retries and replays first, then fresh ids
 -- FIFO; at most REPLY_BYTES of messages (always at least one), so a batch
@@ -82,7 +90,9 @@ end
 -- Returns {"ok", message, ...}: zero messages when nothing is claimable. Each
 -- message carries lease_token (unique per claim) and lease_expires_at. With
 -- ARGV[3] a timer hint follows the messages: the one of the new leases'
--- deadline (need_timer), -1 when none was needed.
+-- deadline (need_timer), -1 when none was needed. With ARGV[4] (and ARGV[3])
+-- one more value ends the reply: when the rate limit held the claim back, the
+-- ms until its next token is due, else 0 (docs/flow-control.md).
 local function claim(keys, args)
   local base = keys[1]
   local k = queue_keys(base)
@@ -90,16 +100,18 @@ local function claim(keys, args)
   local count = to_int(args[2] or '1')
   if lease_ms == nil or lease_ms < 1 or lease_ms > 43200000 then return bad_arg('lease_ms') end
   if count == nil or count < 1 or count > 100 then return bad_arg('count') end
-  local worker = args[4]
+  local worker = args[5]
   if worker == '' then worker = nil end
   if worker and #worker > 128 then return bad_arg('worker') end
   local out = { 'ok' }
   local now = now_ms()
+  lease_ms = flow.lease_ms(k, lease_ms, args[4] == 'flag')
   local got = claim_into(k, base, now, lease_ms, count, out, worker)
   if args[3] == '1' then
     local timer = -1
     if got > 0 then timer = need_timer(k, now, now + lease_ms) end
     out[#out + 1] = timer
+    if args[4] then out[#out + 1] = k.flow_retry_ms or 0 end
   end
   return out
 end

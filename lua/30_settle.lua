@@ -26,6 +26,7 @@ local function succeed(keys, args)
   if not m then return err end
   local now = now_ms()
   succeed_message(k, mkey, id, now, m)
+  flow.freed(k)
   redis.call('HINCRBY', k.stats, 'succeeded', 1)
   local msg = reply_message(id, m, 'succeeded')
   if args[3] == nil then return { 'ok', msg } end
@@ -75,6 +76,8 @@ end
 --   ARGV[2]  lease_token                        "" accepts any current lease
 --   ARGV[3]  lease_ms                           integer >= 1
 --   ARGV[4]  "1" (optional)                     the caller forwards timer hints
+--   ARGV[5]  "flag" (optional)                  lease_ms is the daemon's default:
+--                                               the policy's lease_seconds wins
 -- Returns {"ok", message} | {"not_found"} | {"invalid_state", status} |
 -- {"lease_mismatch"}; with ARGV[4], {"ok", message, timer}: the hint of the
 -- new deadline (need_timer), so a shortened lease is reclaimed on time.
@@ -86,6 +89,7 @@ local function extend(keys, args)
   local m, e = load_for(k, mkey, id, 'processing', token)
   if not m then return e end
   local now = now_ms()
+  lease_ms = flow.lease_ms(k, lease_ms, args[5] == 'flag')
   set_updated(mkey, m, now)
   redis.call('ZADD', k.processing, now + lease_ms, id)
   local msg = reply_message(id, m, 'processing', now + lease_ms)

@@ -71,6 +71,7 @@ local function succeed_many(keys, args)
   end
   local timer = -1
   if done > 0 then
+    flow.freed(k)
     redis.call('HINCRBY', k.stats, 'succeeded', done)
     if hinting then timer = retention_hint(k, now, ttl) end
   end

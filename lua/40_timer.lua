@@ -151,6 +151,11 @@ end
 --   ARGV[4]  "1" (optional)                     the caller is a timer round
 --                                               that reports to timer_done
 --   ARGV[5]  alert_recheck_ms (optional, with ARGV[4]) the caller delivers alerts
+--                                               (0: it does not)
+--   ARGV[6]  "0" (optional)                     do not sample the time series
+--                                               (docs/series.md); else it does,
+--                                               and a sample that saw activity
+--                                               asks for a tick within a minute
 -- While any index of retryd_v2 exists, tick also drains it (drain_old), its
 -- counts are in promoted, reclaimed and expired, and the queue is due again
 -- within OLD_REVISIT_MS (at once when a batch was full).
@@ -176,6 +181,7 @@ local function tick(keys, args)
   local succeeded_ttl = to_int(args[3])
   if limit == nil or limit < 1 or limit > MAX_BATCH then return bad_arg('limit') end
   if dead_ttl == nil or succeeded_ttl == nil then return bad_arg('ttl') end
+  dead_ttl, succeeded_ttl = flow.retention(k, dead_ttl, succeeded_ttl)
   local now = now_ms()
   -- Reclaim first: an expired lease with a zero backoff becomes due at once.
   local reclaimed = reclaim_expired(k, base, now, limit)
@@ -222,12 +228,15 @@ local function tick(keys, args)
     ready = ready + redis.call('LLEN', g.due) + redis.call('LLEN', g.ready)
   end
   local recheck = args[5] and to_int(args[5])
-  if args[5] and (recheck == nil or recheck < 1) then return bad_arg('alert_recheck_ms') end
+  if args[5] and (recheck == nil or recheck < 0) then return bad_arg('alert_recheck_ms') end
+  if recheck == 0 then recheck = nil end
   local alerts = 0
   if recheck and args[4] == '1' then
     alerts = alert_work(k, now)
     if alerts == 1 then due_at(now + recheck) end
   end
+  -- The time series (05_series.lua); ARGV[6] "0": the caller samples none.
+  if args[6] ~= '0' and series_sample(base, k.stats, now) then due_at(now + SERIES_TICK_MS) end
   if args[4] ~= '1' then return { promoted, reclaimed, expired, wait, ready } end
   if wait >= 0 then
     redis.call('SET', k.timer, now + wait, 'PX', wait + TIMER_GRACE_MS)
@@ -237,8 +246,8 @@ local function tick(keys, args)
   local empty = 0
   if wait < 0 and ready == 0 and
      redis.call('EXISTS', k.due, k.ready, k.scheduled, k.processing, k.dead, k.succeeded,
-                k.pushed, k.seq, k.stats, k.errors, k.events, o.due, o.ready, o.scheduled,
-                o.processing, o.dead, o.succeeded) == 0 then
+                k.pushed, k.seq, k.stats, k.errors, k.events, k.policy, o.due, o.ready,
+                o.scheduled, o.processing, o.dead, o.succeeded) == 0 then
     empty = 1
   end
   if recheck then return { promoted, reclaimed, expired, wait, ready, empty, alerts } end

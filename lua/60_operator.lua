@@ -28,6 +28,7 @@ local function kill(keys, args)
     end
   elseif status == 'processing' then
     redis.call('ZREM', g.processing, id)
+    flow.freed(k)
   else
     return { 'invalid_state', status }
   end
@@ -218,7 +219,8 @@ end
 --   ARGV[1]  top                                how many top errors (0..100)
 -- Returns a flat array of name, value: pending, ready, scheduled, processing,
 -- succeeded, dead, dead_last_24h (integers), totals (flat array of the stats
--- hash), top_errors (flat array error, count, highest first).
+-- hash), top_errors (flat array error, count, highest first), paused (1
+-- while the queue is paused, else 0).
 local function stats(keys, args)
   local k = queue_keys(keys[1])
   local top = to_int(args[1] or '10')
@@ -252,6 +254,7 @@ local function stats(keys, args)
     'dead_last_24h', c.recent,
     'totals', redis.call('HGETALL', k.stats),
     'top_errors', errors,
+    'paused', redis.call('HGET', k.policy, 'paused') == '1' and 1 or 0,
   }
 end
 

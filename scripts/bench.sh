@@ -18,9 +18,11 @@
 # (W connections vs Worker concurrency W, both ways, and the same loops with a
 # worker in node, bench/http_worker.mjs); 4 growth (1k vs 1M);
 # 5 memory; 6 retry latency; 7 the same with appendonly everysec; 8 Redis
-# Cluster; 9 idle queues (10,000 of them, three instances); targets.
-# BENCH_ONLY=9 runs section 9 alone; BENCH_ONLY=1h section 1h (the history's
-# cost on the happy path) alone.
+# Cluster; 9 idle queues (10,000 of them, three instances); 10 the time
+# series' cost (--series on vs off); targets.
+# 1d claim with a queue policy (none, a cap, a rate limit).
+# BENCH_ONLY=9 (or 10, or 1d, or 1h) runs section 9 (or 10, or 1d, or 1h:
+# the history's cost on the happy path) alone.
 # QUICK=1 runs smaller counts, one repetition, and prints the 1M rows as
 # "skipped (QUICK)". Otherwise every figure marked "median of 3" is the median
 # of three repetitions. Progress goes to stderr, tables to stdout; the last
@@ -53,6 +55,7 @@ if [ "$QUICK" = 1 ]; then
     GROWTH_BIG=0
     IDLE_WINDOW_S=5     # idle Redis CPU windows (section 9)
     IDLE_RETRY=50
+    N_SERIES=10000      # lifecycles per time-series run (section 10)
 else
     REPS=3
     N_RB=50000
@@ -65,6 +68,7 @@ else
     GROWTH_BIG=1000000
     IDLE_WINDOW_S=10
     IDLE_RETRY=200
+    N_SERIES=50000
 fi
 IDLE_PIDS=
 BURSTS=20               # growth: claim bursts of 1000
@@ -166,12 +170,12 @@ stop_redis() {
     redis_pid=""
 }
 
-start_retryd() {
+start_retryd() {            # start_retryd [FLAG...]: later flags override these
     local port
     for _ in 1 2 3; do
         port=$(free_port) || die "no free port"
         "$RETRYD_BIN" --listen "127.0.0.1:$port" --redis "redis://127.0.0.1:$RP" \
-            --prefix "$PREFIX" --tick-ms 250 --log-level warn >>"$tmp/retryd.log" 2>&1 &
+            --prefix "$PREFIX" --tick-ms 250 --log-level warn "$@" >>"$tmp/retryd.log" 2>&1 &
         retryd_pid=$!
         SERVER_PIDS="$SERVER_PIDS $retryd_pid"
         if http_ready "$port" 100 "$retryd_pid"; then
@@ -568,6 +572,42 @@ section1c() {
         "$(fmt "$(calc "$(get stepclaim.us) - $prev")" 2)" "1.00x"
 }
 
+# What a queue policy costs a claim (docs/flow-control.md): the same claim on
+# a queue with no policy, with a max_in_flight that is never reached (the
+# cap's ZCARD every call), and with a rate limit that always has tokens (the
+# bucket's read and write every call). -P 16, N_RB/2 calls each, medians.
+section1d() {
+    say "1d. claim with a queue policy"
+    local rep kind q n=$((N_RB / 2)) vals
+    for rep in $(seq 1 "$REPS"); do
+        for kind in none cap rate; do
+            q=$(base "policy-$kind-$rep")
+            enqueue_fcall "$q" "$n"
+            case $kind in
+            cap) rcli FCALL "${FN}policy_set" 1 "$q" replace max_in_flight 1000000 >/dev/null ;;
+            rate) rcli FCALL "${FN}policy_set" 1 "$q" replace rate_limit.per_second 100000 \
+                      rate_limit.burst 100000 >/dev/null ;;
+            esac
+            rb "pclaim.$kind.$rep" fcall "$n" 50 16 FCALL "${FN}claim" 1 "$q" 30000 1
+        done
+        rcli flushall >/dev/null
+    done
+    for kind in none cap rate; do
+        vals=()
+        for rep in $(seq 1 "$REPS"); do vals+=("$(get "pclaim.$kind.$rep.us")"); done
+        put "pclaim.$kind.us" "$(median "${vals[@]}")"
+    done
+    local mc="median of $REPS"
+    [ "$REPS" = 1 ] && mc="1 run"
+    table_start "1d. claim with a queue policy (-P 16, $n calls, $mc, commandstats)" \
+        figure "µs per call" "no policy (µs)" ratio
+    row "claim, no policy" "$(get pclaim.none.us)" "" ""
+    row "claim, max_in_flight 1000000 (never reached)" "$(get pclaim.cap.us)" \
+        "$(get pclaim.none.us)" "$(ratio "$(get pclaim.cap.us)" "$(get pclaim.none.us)")"
+    row "claim, rate_limit 100000/s burst 100000 (tokens left)" "$(get pclaim.rate.us)" \
+        "$(get pclaim.none.us)" "$(ratio "$(get pclaim.rate.us)" "$(get pclaim.none.us)")"
+}
+
 # ---------------------------------------------------------------------------
 # 1h. The history's cost on the happy path (SPEC §11, docs/dead-letters.md §1)
 # ---------------------------------------------------------------------------
@@ -580,7 +620,7 @@ hist_pipe() {
         BEGIN { for (id = 1; id <= n; id++) {
             a[1] = "FCALL"; a[3] = 1; a[4] = b
             if (kind == "claim") { a[2] = fn "claim"; a[3] = 1; a[5] = 30000; a[6] = 1
-                if (w == "") emit(6); else { a[7] = ""; a[8] = w; emit(8) } }
+                if (w == "") emit(6); else { a[7] = ""; a[8] = "request"; a[9] = w; emit(9) } }
             else { a[2] = fn kind; a[3] = 2; a[5] = b ":m:" id; a[6] = id; a[7] = ""
                 if (kind == "succeed") emit(7); else { a[8] = "boom"; a[9] = 1; a[10] = 0; emit(10) } }
         } }' | redis-cli -p "$RP" --pipe >/dev/null 2>&1
@@ -1200,6 +1240,8 @@ verdict() {
 targets() {
     local r skip="skipped (QUICK)"
     table_start "Targets" target measured goal verdict
+    row "time series: Redis work per lifecycle, --series on vs off (% of commands run; section 10)" \
+        "$(fmt "$(get series.cmdpct)" 3)" "≤ +3" "$(verdict "$(get series.cmdpct)" "<=" 3)"
     r=$(calc "$(get life.retryd) / $(get life.bull)")
     [ "$BULL_OK" = 1 ] || r="BullMQ: unavailable"
     row "Redis CPU per lifecycle ≤ 1/3 of BullMQ's (retryd / BullMQ)" "$(fmt "$r" 2)" "≤ 0.33" \
@@ -1421,6 +1463,101 @@ section9() {
 }
 
 # ---------------------------------------------------------------------------
+# 10. Time series (docs/series.md): what sampling costs the happy path
+# ---------------------------------------------------------------------------
+# "calls usec cmds": calls and usec of FCALL and FCALL_RO together
+# (everything retryd sends is one of them; the commands a function runs are
+# counted again in their own lines, so their usec is left out), and cmds, how
+# many commands ran inside them (every other line but INFO's and CONFIG's).
+fcall_stat() {
+    rcli info commandstats | tr -d '\r' | awk -F'[:=,]' '
+        $1 == "cmdstat_fcall" || $1 == "cmdstat_fcall_ro" { c += $3; u += $5; next }
+        $1 ~ /^cmdstat_/ && $1 != "cmdstat_info" && $1 !~ /^cmdstat_config/ { k += $3 }
+        END { printf "%.0f %.0f %.0f", c, u, k }'
+}
+
+# series_run NAME on|off: N_SERIES lifecycles over HTTP (enqueue with 50
+# connections, then 50 workers claim + succeed, count 1) against a retryd of
+# its own started with --series on|off; NAME.us = commandstats µs of every
+# FCALL (the lifecycle's, the timer's rounds and ticks, the nudges) per
+# lifecycle, NAME.calls = FCALLs per 1000 lifecycles.
+series_run() {
+    local name=$1 mode=$2 q="series-$1" s0 s1
+    start_retryd --prefix "$PREFIX-series" --series "$mode"
+    s0=$(fcall_stat)
+    lg_http "$name.enq" enqueue "$q" 50 "$N_SERIES" &&
+        lg_http "$name.work" work "$q" 50 "$N_SERIES" --count 1
+    s1=$(fcall_stat)
+    put "$name.us" "$(awk -v a="$s0" -v b="$s1" -v n="$N_SERIES" 'BEGIN { split(a, x, " ")
+        split(b, y, " "); printf "%.3f", (y[2] - x[2]) / n }')"
+    put "$name.calls" "$(awk -v a="$s0" -v b="$s1" -v n="$N_SERIES" 'BEGIN { split(a, x, " ")
+        split(b, y, " "); printf "%.2f", (y[1] - x[1]) * 1000 / n }')"
+    put "$name.cmds" "$(awk -v a="$s0" -v b="$s1" -v n="$N_SERIES" 'BEGIN { split(a, x, " ")
+        split(b, y, " "); printf "%.3f", (y[3] - x[3]) / n }')"
+    stop_retryd
+}
+
+section10() {
+    local rep mode r vals
+    save_pair main
+    start_redis none
+    for rep in $(seq 1 "$REPS"); do
+        for mode in on off; do
+            say "10. time series, --series $mode, repetition $rep of $REPS"
+            series_run "series.$mode.$rep" "$mode"
+        done
+    done
+    local m
+    for mode in on off; do
+        for m in us calls cmds; do
+            vals=()
+            for r in $(seq 1 "$REPS"); do vals+=("$(get "series.$mode.$r.$m")"); done
+            put "series.$mode.$m" "$(median "${vals[@]}")"
+        done
+    done
+    put series.pct "$(calc "100 * ($(get series.on.us) - $(get series.off.us)) / $(get series.off.us)")"
+    put series.cmdpct "$(calc "100 * ($(get series.on.cmds) - $(get series.off.cmds)) / $(get series.off.cmds)")"
+    local RD_PREFIX="$PREFIX-series"
+    rd_base "series-series.on.1"
+    put series.bytes "$(rcli memory usage "$REPLY:series")"
+    put series.strlen "$(rcli strlen "$REPLY:series")"
+    rb series.read fcall 2000 4 1 FCALL "${FN}series" 1 "$REPLY" minute
+    # What the series add per active queue and minute: one nudge (register
+    # q 60000) and the sample in one tick (here with nothing new to count).
+    rb series.tick1 fcall 5000 4 1 FCALL "${FN}tick" 1 "$REPLY" 100 0 0 1 1
+    rb series.tick0 fcall 5000 4 1 FCALL "${FN}tick" 1 "$REPLY" 100 0 0 1 0
+    rb series.nudge fcall 5000 4 1 FCALL "${FN}register" 1 "$PREFIX-series:queues" \
+        series-series.on.1 60000
+    put series.minute "$(calc "$(get series.nudge.us) + $(get series.tick1.us) - $(get series.tick0.us)")"
+    stop_redis
+    use_pair main
+    local mc="median of $REPS alternating runs"
+    [ "$REPS" = 1 ] && mc="1 run each"
+    table_start "10. Time series (docs/series.md): Redis CPU per lifecycle with and without sampling ($mc, $N_SERIES messages each)" \
+        figure "--series on" "--series off" ratio
+    row "Redis CPU per lifecycle, enqueue + claim + succeed over HTTP, 50 workers (µs of FCALL and FCALL_RO in INFO commandstats: the lifecycle, the timer, the nudges)" \
+        "$(fmt "$(get series.on.us)" 2)" "$(fmt "$(get series.off.us)" 2)" \
+        "$(ratio "$(get series.on.us)" "$(get series.off.us)")"
+    row "  their difference (%; on a shared machine mostly run-to-run noise, see the next rows)" \
+        "$(fmt "$(get series.pct)" 2)" "" ""
+    row "Redis commands run per lifecycle, inside the functions (the work itself, free of noise)" \
+        "$(get series.on.cmds)" "$(get series.off.cmds)" \
+        "$(ratio "$(get series.on.cmds)" "$(get series.off.cmds)")"
+    row "cost of the series per lifecycle in commands run (%, goal ≤ +3)" \
+        "$(fmt "$(get series.cmdpct)" 3)" "" ""
+    row "FCALLs per 1000 lifecycles (the lifecycle's 3000, timer rounds, ticks, nudges)" \
+        "$(get series.on.calls)" "$(get series.off.calls)" \
+        "$(ratio "$(get series.on.calls)" "$(get series.off.calls)")"
+    row "memory per queue: MEMORY USAGE of <base>:series (bytes; string of $(get series.strlen))" \
+        "$(fmt_int "$(get series.bytes)")" "" ""
+    row "a series read: sample + 120 minutes (µs per call, commandstats)" "$(get series.read.us)" "" ""
+    row "a tick of an idle-since-sampled queue, sampling vs not (µs per call)" "$(get series.tick1.us)" \
+        "$(get series.tick0.us)" "$(ratio "$(get series.tick1.us)" "$(get series.tick0.us)")"
+    row "series work per active queue and minute: a nudge + a tick's sample (µs; it does not grow with traffic)" \
+        "$(fmt "$(get series.minute)" 1)" "" ""
+}
+
+# ---------------------------------------------------------------------------
 # Main
 # ---------------------------------------------------------------------------
 t_start=$(date +%s)
@@ -1440,6 +1577,14 @@ if [ "${BENCH_ONLY:-}" = 1h ]; then
     [ "$missing" -eq 0 ]
     exit
 fi
+if [ "${BENCH_ONLY:-}" = 1d ]; then
+    # Section 1d alone: what a queue policy costs a claim.
+    sec_begin "1d. claim with a policy"; section1d; sec_end
+    echo
+    echo "bench: $rows rows, $missing without a figure"
+    [ "$missing" -eq 0 ]
+    exit
+fi
 if [ "${BENCH_ONLY:-}" = 9 ]; then
     # Section 9 alone (its before/after figures in docs/benchmarks.md).
     sec_begin "9. idle queues"; section9; sec_end
@@ -1448,8 +1593,17 @@ if [ "${BENCH_ONLY:-}" = 9 ]; then
     [ "$missing" -eq 0 ]
     exit
 fi
+if [ "${BENCH_ONLY:-}" = 10 ]; then
+    # Section 10 alone (the time series' cost, docs/series.md).
+    sec_begin "10. time series"; section10; sec_end
+    echo
+    echo "bench: $rows rows, $missing without a figure"
+    [ "$missing" -eq 0 ]
+    exit
+fi
 sec_begin "1. Redis-native"; section1; sec_end
 sec_begin "1c. claim steps"; section1c; sec_end
+sec_begin "1d. claim with a policy"; section1d; sec_end
 sec_begin "1h. history"; section1h; sec_end
 start_retryd
 say "retryd pid $retryd_pid on 127.0.0.1:$HP"
@@ -1461,6 +1615,7 @@ sec_begin "7. appendonly everysec / none"; section7; sec_end
 use_pair none 2>/dev/null || true
 sec_begin "8. Redis Cluster"; section8; sec_end
 sec_begin "9. idle queues"; section9; sec_end
+sec_begin "10. time series"; section10; sec_end
 environment
 targets
 echo

@@ -17,6 +17,7 @@
 #include "retryd/jsonw.h"
 #include "retryd/log.h"
 #include "retryd/metrics.h"
+#include "retryd/policy.h"
 #include "retryd/problem.h"
 #include "retryd/request.h"
 #include "retryd/router.h"
@@ -44,6 +45,8 @@ struct rd_call {
     char *worker;               /* claim with settle: the claim's worker, or NULL */
     rd_ack_req_t *ack;          /* batch acknowledgement: the ids, in order */
     rd_replay_req_t replay;     /* batch replay: what to replay */
+    int top;                    /* GET stats: how many top errors */
+    rd_json_t *series;          /* GET stats?series=: the "series" member, read first */
 };
 typedef rd_call_t call_t;
 
@@ -57,6 +60,7 @@ static void call_free(call_t *c)
     rd_free(c->settle_ids);
     rd_free(c->settled);
     rd_free(c->worker);
+    rd_json_free(c->series);
     rd_route_match_free(&c->match);
     rd_free(c);
 }
@@ -471,6 +475,12 @@ static rd_json_t *counts_json(const rd_queue_metrics_t *m)
     return o;
 }
 
+/* The pause shows beside the counts (SPEC §10). */
+static void set_paused(rd_json_t *o, const rd_queue_metrics_t *m)
+{
+    rd_json_set_bool(o, "paused", m->paused == 1);
+}
+
 static void on_stats(const rd_store_stats_result_t *res, void *arg)
 {
     call_t *c = arg;
@@ -480,6 +490,7 @@ static void on_stats(const rd_store_stats_result_t *res, void *arg)
     rd_metrics_from_stats(&m, st);
     rd_json_t *doc = rd_json_new_object();
     rd_json_set_stringn(doc, "queue", c->match.queue, c->match.queue_len);
+    set_paused(doc, &m);
     rd_json_t *counts = counts_json(&m);
     rd_json_set_int(counts, "ready", m.ready);
     rd_json_set_int(counts, "scheduled", m.scheduled);
@@ -510,7 +521,35 @@ static void on_stats(const rd_store_stats_result_t *res, void *arg)
         rd_json_append(top, e);
     }
     rd_json_set(doc, "top_errors", top);
+    if (c->series) {
+        rd_json_set(doc, "series", c->series);
+        c->series = NULL;
+    }
     respond_json(c, 200, doc, NULL);
+}
+
+static void started(call_t *c, int rc);
+static rd_store_queue_t queue_of(const call_t *c);
+
+/* GET stats?series=: the series came (docs/series.md); now the stats. */
+static void on_series(const rd_store_series_t *res, void *arg)
+{
+    call_t *c = arg;
+    if (respond_store_failure(c, &res->head)) return;
+    static const char *const names[RD_SERIES_COUNT] = { "enqueued", "succeeded", "failed", "dead",
+                                                        "replayed" };
+    rd_json_t *o = rd_json_new_object();
+    rd_json_set_string(o, "resolution", res->step_ms == 60000 ? "minute" : "hour");
+    rd_json_set_int(o, "start", res->start_ms);
+    rd_json_set_int(o, "step_seconds", res->step_ms / 1000);
+    for (size_t i = 0; i < RD_SERIES_COUNT; i++) {
+        rd_json_t *a = rd_json_new_array();
+        for (size_t j = 0; j < res->len; j++)
+            rd_json_append(a, rd_json_new_int(res->values[i * res->len + j]));
+        rd_json_set(o, names[i], a);
+    }
+    c->series = o;
+    started(c, rd_store_stats(c->api->store, queue_of(c), c->top, on_stats, c));
 }
 
 /* ---------------------------------------------------------------- every queue */
@@ -541,6 +580,7 @@ static void on_queues(const rd_store_queues_t *res, void *arg)
         rd_json_t *q = rd_json_new_object();
         rd_json_set_stringn(q, "name", res->queues[i].name, res->queues[i].name_len);
         rd_json_set(q, "counts", counts_json(&res->queues[i]));
+        set_paused(q, &res->queues[i]);
         rd_json_set_int(q, "dead_last_24h", res->queues[i].dead_last_24h);
         rd_json_append(list, q);
     }
@@ -610,7 +650,8 @@ static void handle_enqueue(call_t *c)
         return;
     }
     int rc = rd_store_enqueue(c->api->store, queue_of(c), e.payload, e.payload_len,
-                              e.max_retries, e.delay_ms, e.idempotency_key, on_enqueued, c);
+                              e.max_retries_given ? e.max_retries : 0, e.delay_ms,
+                              e.idempotency_key, on_enqueued, c);
     rd_request_free(e.doc);
     started(c, rc);
 }
@@ -646,6 +687,9 @@ static void handle_claim(call_t *c)
         return;
     }
     c->batch = cl.batch;
+    /* A lease the request did not give is the daemon's default, which the
+     * queue's policy overrides (store.h: a negative lease_ms). */
+    if (!cl.lease_given) cl.lease_ms = -cl.lease_ms;
     if (cl.nsettle > 0) {
         c->nsettle = cl.nsettle;
         c->settle_ids = rd_malloc(cl.nsettle * sizeof *c->settle_ids);
@@ -728,8 +772,8 @@ static void handle_extend(call_t *c)
         answer_parse_failure(c, r, &errs);
         return;
     }
-    int rc = rd_store_extend(c->api->store, queue_of(c), c->match.id, s.lease_token, s.lease_ms,
-                             on_message, c);
+    int rc = rd_store_extend(c->api->store, queue_of(c), c->match.id, s.lease_token,
+                             s.lease_given ? s.lease_ms : -s.lease_ms, on_message, c);
     rd_request_free(s.doc);
     started(c, rc);
 }
@@ -798,14 +842,96 @@ static void handle_replay_many(call_t *c)
 
 static void handle_stats(call_t *c)
 {
-    int top;
+    const char *series;
     rd_field_errors_t errs = { .count = 0 };
-    rd_req_result_t r = rd_request_stats(c->req->query, c->req->query_len, &top, &errs);
+    rd_req_result_t r = rd_request_stats(c->req->query, c->req->query_len, &c->top, &errs);
+    rd_req_result_t rs = rd_request_series(c->req->query, c->req->query_len, &series, &errs);
+    if (r == RD_REQ_OK) r = rs;
     if (r != RD_REQ_OK) {
         answer_parse_failure(c, r, &errs);
         return;
     }
-    started(c, rd_store_stats(c->api->store, queue_of(c), top, on_stats, c));
+    if (series) started(c, rd_store_series(c->api->store, queue_of(c), series, on_series, c));
+    else started(c, rd_store_stats(c->api->store, queue_of(c), c->top, on_stats, c));
+}
+
+/* ---- the queue's policy (SPEC §10, docs/flow-control.md) ---- */
+
+/* A resume or a new policy may let this instance's waiters lease now (the
+ * function also published the wake for every other instance). */
+static void wake_local(call_t *c)
+{
+    if (!c->notify || c->api->waiters == NULL) return;
+    rd_store_queue_t q = { c->match.queue, c->match.queue_len };
+    rd_waiters_notify(c->api->waiters, q);
+}
+
+static void on_policy(const rd_store_policy_t *res, void *arg)
+{
+    call_t *c = arg;
+    if (respond_store_failure(c, &res->head)) return;
+    wake_local(c);
+    const rd_config_t *cfg = c->api->cfg;
+    rd_policy_defaults_t d = { cfg->lease_ms, cfg->dead_ttl_ms, cfg->succeeded_ttl_ms };
+    rd_jsonw_t w;
+    begin_json(c, &w);
+    rd_policy_write_json(&w, &res->policy, &d, c->match.queue, c->match.queue_len);
+    respond_written(c, 200, NULL);
+}
+
+static void on_paused(const rd_store_policy_t *res, void *arg)
+{
+    call_t *c = arg;
+    if (respond_store_failure(c, &res->head)) return;
+    wake_local(c);
+    rd_jsonw_t w;
+    begin_json(c, &w);
+    rd_jsonw_object_open(&w);
+    rd_jsonw_key(&w, "queue");
+    rd_jsonw_stringn(&w, c->match.queue, c->match.queue_len);
+    rd_jsonw_key(&w, "paused");
+    rd_jsonw_bool(&w, res->policy.paused);
+    rd_jsonw_object_close(&w);
+    respond_written(c, 200, NULL);
+}
+
+static void handle_policy_get(call_t *c)
+{
+    started(c, rd_store_policy_get(c->api->store, queue_of(c), on_policy, c));
+}
+
+static void handle_policy_put(call_t *c)
+{
+    rd_policy_t p;
+    rd_field_errors_t errs = { .count = 0 };
+    rd_req_result_t r = rd_request_policy(c->req->body, c->req->body_len, &p, &errs);
+    if (r != RD_REQ_OK) {
+        answer_parse_failure(c, r, &errs);
+        return;
+    }
+    c->notify = true;
+    started(c, rd_store_policy_set(c->api->store, queue_of(c), &p, on_policy, c));
+}
+
+static void handle_pause(call_t *c)
+{
+    rd_req_result_t r = rd_request_empty(c->req->body, c->req->body_len);
+    if (r != RD_REQ_OK) {
+        answer_parse_failure(c, r, NULL);
+        return;
+    }
+    started(c, rd_store_pause(c->api->store, queue_of(c), true, on_paused, c));
+}
+
+static void handle_resume(call_t *c)
+{
+    rd_req_result_t r = rd_request_empty(c->req->body, c->req->body_len);
+    if (r != RD_REQ_OK) {
+        answer_parse_failure(c, r, NULL);
+        return;
+    }
+    c->notify = true;
+    started(c, rd_store_pause(c->api->store, queue_of(c), false, on_paused, c));
 }
 
 /* GET /queues: a page of the registry, each queue's counts. */
@@ -881,6 +1007,10 @@ const rd_route_t rd_api_routes[] = {
     { RD_HTTP_POST, "/queues/{q}/replay", handle_replay_many, 0 },
     { RD_HTTP_GET, "/queues", handle_queues, 0 },
     { RD_HTTP_GET, "/queues/{q}/stats", handle_stats, 0 },
+    { RD_HTTP_GET, "/queues/{q}/policy", handle_policy_get, 0 },
+    { RD_HTTP_PUT, "/queues/{q}/policy", handle_policy_put, 0 },
+    { RD_HTTP_POST, "/queues/{q}/pause", handle_pause, 0 },
+    { RD_HTTP_POST, "/queues/{q}/resume", handle_resume, 0 },
     { RD_HTTP_GET, "/metrics", handle_metrics, 0 },
     { RD_HTTP_GET, "/ui", handle_ui, RD_ROUTE_PUBLIC | RD_ROUTE_PREFIX },
 };

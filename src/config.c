@@ -209,6 +209,14 @@ static int set_succeeded_ttl(rd_config_t *cfg, const char *v)
     return set_duration(v, 0, &cfg->succeeded_ttl_ms);
 }
 
+static int set_series(rd_config_t *cfg, const char *v)
+{
+    if (strcmp(v, "on") == 0) cfg->series = 1;
+    else if (strcmp(v, "off") == 0) cfg->series = 0;
+    else return -1;
+    return 0;
+}
+
 static int set_log_level(rd_config_t *cfg, const char *v)
 {
     return rd_log_parse_level(v, &cfg->log_level);
@@ -282,6 +290,9 @@ static const struct flag {
       false },
     { "succeeded-ttl", "DURATION", "keep succeeded messages this long, 0 forever", "1h",
       set_succeeded_ttl, false },
+    { "series", "on|off",
+      "sample each queue's time series about once a minute\n"
+      "(off: only readers sample; docs/series.md)", "on", set_series, false },
     { "log-level", "LEVEL", "debug, info, warn or error", "info", set_log_level, false },
     { "auth-token-file", "PATH",
       "require 'Authorization: Bearer <token>' on every route\n"

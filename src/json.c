@@ -149,6 +149,25 @@ bool rd_json_integer(const rd_json_t *j, long long *out)
     return true;
 }
 
+size_t rd_json_object_size(const rd_json_t *obj)
+{
+    return rd_json_is_object(obj) ? (size_t)cJSON_GetArraySize(AS_C(obj)) : 0;
+}
+
+const char *rd_json_object_key_at(const rd_json_t *obj, size_t i)
+{
+    if (!rd_json_is_object(obj)) return NULL;
+    const cJSON *m = cJSON_GetArrayItem(AS_C(obj), (int)i);
+    return m ? m->string : NULL;
+}
+
+bool rd_json_number(const rd_json_t *j, double *out)
+{
+    if (j == NULL || !cJSON_IsNumber(AS_C(j)) || !isfinite(AS_C(j)->valuedouble)) return false;
+    *out = AS_C(j)->valuedouble;
+    return true;
+}
+
 size_t rd_json_array_size(const rd_json_t *j)
 {
     return rd_json_is_array(j) ? (size_t)cJSON_GetArraySize(AS_C(j)) : 0;
@@ -224,7 +243,8 @@ void rd_json_set_stringn(rd_json_t *obj, const char *name, const char *value, si
 
 /* Integers go in as raw text: cJSON prints every number with "%1.15g" and
  * reads it back with sscanf to check it, a tenth of retryd's CPU per message. */
-void rd_json_set_int(rd_json_t *obj, const char *name, long long value)
+/* An integer as a raw node: exact for every long long (a double is not). */
+static cJSON *int_node(long long value)
 {
     char digits[24];
     char *p = digits + sizeof digits - 1;
@@ -235,7 +255,17 @@ void rd_json_set_int(rd_json_t *obj, const char *name, long long value)
         v /= 10;
     } while (v);
     if (value < 0) *--p = '-';
-    cJSON_AddItemToObject(AS_C(obj), name, cJSON_CreateRaw(p));
+    return cJSON_CreateRaw(p);
+}
+
+void rd_json_set_int(rd_json_t *obj, const char *name, long long value)
+{
+    cJSON_AddItemToObject(AS_C(obj), name, int_node(value));
+}
+
+rd_json_t *rd_json_new_int(long long value)
+{
+    return (rd_json_t *)int_node(value);
 }
 
 void rd_json_set_bool(rd_json_t *obj, const char *name, bool value)

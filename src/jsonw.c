@@ -2,6 +2,8 @@
 #include "retryd/jsonw.h"
 
 #include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "retryd/utf8.h"
@@ -166,4 +168,13 @@ void rd_jsonw_null(rd_jsonw_t *w)
 {
     separate(w);
     rd_buf_append(w->out, "null", 4);
+}
+
+void rd_jsonw_number(rd_jsonw_t *w, double v)
+{
+    char text[40];
+    int n = snprintf(text, sizeof text, "%.15g", v);
+    if (strtod(text, NULL) != v) n = snprintf(text, sizeof text, "%.17g", v);
+    separate(w);
+    rd_buf_append(w->out, text, (size_t)n);
 }

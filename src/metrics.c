@@ -49,6 +49,7 @@ void rd_metrics_from_stats(rd_queue_metrics_t *m, const rd_queue_stats_t *st)
     m->succeeded_now = st->succeeded;
     m->dead_now = st->dead;
     m->dead_last_24h = st->dead_last_24h;
+    m->paused = st->paused;
     for (size_t i = 0; i + 1 < st->totals_len; i += 2) {
         const rd_str_t *k = &st->totals[i], *v = &st->totals[i + 1];
 #define COUNTER(f, help) if (pair_is(k, #f)) { m->f = to_ll(v); continue; }
@@ -144,6 +145,10 @@ void rd_metrics_render(rd_buf_t *out, const rd_queue_metrics_t *qs, size_t n,
     family(out, "retryd_dead_last_24h", "gauge", "Dead letters that died in the last 24 hours.");
     for (size_t i = 0; i < n; i++)
         if (qs[i].ok) queue_sample(out, "retryd_dead_last_24h", &qs[i], NULL, qs[i].dead_last_24h);
+
+    family(out, "retryd_queue_paused", "gauge", "1 while the queue is paused (claims lease nothing).");
+    for (size_t i = 0; i < n; i++)
+        if (qs[i].ok) queue_sample(out, "retryd_queue_paused", &qs[i], NULL, qs[i].paused);
 
     family(out, "retryd_retry_delay_seconds", "histogram",
            "Delay before each scheduled retry (backoff or retry_after_seconds).");

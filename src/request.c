@@ -133,6 +133,8 @@ rd_req_result_t rd_request_enqueue(const char *body, size_t len, rd_enqueue_req_
     int_field(out->doc, "max_retries", 1, RD_MAX_RETRIES_MAX, &max_retries,
               "max_retries must be between 1 and " RD_LIMIT_STR(RD_MAX_RETRIES_MAX) ".", errs);
     out->max_retries = (int)max_retries;
+    rd_json_t *given = rd_json_get(out->doc, "max_retries");
+    out->max_retries_given = given != NULL && !rd_json_is_null(given);
 
     long long delay_s = 0;
     int_field(out->doc, "delay_seconds", 0, RD_DELAY_SECONDS_MAX, &delay_s,
@@ -332,6 +334,7 @@ rd_req_result_t rd_request_claim(const char *body, size_t len, const char *query
     int_query(out->doc, query, query_len, "count", 1, RD_CLAIM_COUNT_MAX, &count, count_msg,
               errs);
     out->lease_ms = lease_s > 0 ? lease_s * 1000 : default_lease_ms;
+    out->lease_given = lease_s > 0;
     out->wait_ms = wait_s * 1000;
     out->batch = count > 0;
     out->count = count > 0 ? (int)count : 1;
@@ -377,6 +380,7 @@ rd_req_result_t rd_request_extend(const char *body, size_t len, long long defaul
     int_field(out->doc, "lease_seconds", 1, RD_LEASE_SECONDS_MAX, &lease_s,
               "lease_seconds must be an integer between 1 and " RD_LIMIT_STR(RD_LEASE_SECONDS_MAX) ".", errs);
     out->lease_ms = lease_s > 0 ? lease_s * 1000 : default_lease_ms;
+    out->lease_given = lease_s > 0;
     return finish(&out->doc, errs);
 }
 
@@ -523,6 +527,19 @@ rd_req_result_t rd_request_stats(const char *query, size_t query_len, int *top,
               "top must be an integer between 1 and " RD_LIMIT_STR(RD_STATS_TOP_MAX) ".",
               errs);
     *top = (int)v;
+    return errs->count ? RD_REQ_INVALID : RD_REQ_OK;
+}
+
+rd_req_result_t rd_request_series(const char *query, size_t query_len, const char **out,
+                                  rd_field_errors_t *errs)
+{
+    char text[16];
+    long n = rd_query_get(query, query_len, "series", text, sizeof text);
+    *out = NULL;
+    if (n == -1) return RD_REQ_OK;
+    if (n >= 0 && strcmp(text, "minute") == 0) *out = "minute";
+    else if (n >= 0 && strcmp(text, "hour") == 0) *out = "hour";
+    else rd_field_errors_add(errs, "series", "invalid", "series must be minute or hour.");
     return errs->count ? RD_REQ_INVALID : RD_REQ_OK;
 }
 

@@ -209,6 +209,7 @@ int main(int argc, char **argv)
     }
     s.store = rd_store_new(s.loop, s.redis, s.cfg.prefix);
     rd_store_set_retention(s.store, s.cfg.dead_ttl_ms, s.cfg.succeeded_ttl_ms);
+    rd_store_set_series(s.store, s.cfg.series != 0);
     /* Long-poll wake-ups: a pub/sub link to the Redis (or any cluster node). */
     char notify_host[256];
     rd_redis_options_t no = ro;

@@ -25,6 +25,13 @@ typedef struct registry_slot {
     uint64_t at_ms;
 } registry_slot_t;
 
+/* Queues this process wrote to and nudged (`register q SERIES_NUDGE_MS`) so
+ * the timer ticks them, and samples their time series, about once a minute
+ * (docs/series.md). At most one nudge per slot per SERIES_NUDGE_MS: a name
+ * that finds its slot taken by another recently nudged one is not nudged
+ * (its own ticks and readers still sample it). */
+enum { SERIES_SLOTS = 4096, SERIES_NUDGE_MS = 60000 };
+
 /* A `register` that failed, to be sent again (rd_store_flush_owed). */
 enum { OWED_MAX = 4096 };
 
@@ -46,6 +53,8 @@ struct rd_store {
     owed_t *owed;
     size_t nowed;
     bool register_failing;      /* logged once per run of failures */
+    bool series;                /* --series: ticks sample, writes nudge the timer */
+    registry_slot_t nudged[SERIES_SLOTS];  /* queues nudged for a series sample */
 };
 
 /* The shape of a reply, and so which result type and callback it has. */
@@ -53,6 +62,9 @@ typedef enum reply_kind {
     KIND_MESSAGES,              /* rd_store_messages_t: {"ok", msg...} or an outcome */
     KIND_ENQUEUED,              /* rd_store_messages_t: {"ok", id, now, timer} or duplicate */
     KIND_HINTED,                /* rd_store_messages_t: {"ok", msg..., timer} or an outcome */
+    KIND_CLAIMED,               /* rd_store_messages_t: {"ok", msg..., timer, retry_ms} */
+    KIND_POLICY,                /* rd_store_policy_t: {field, value...} or {"ok", ...} */
+    KIND_PAUSED,                /* rd_store_policy_t: 1 | 0 */
     KIND_LIST,                  /* rd_store_list_t */
     KIND_HINTED_OUTCOMES,       /* rd_store_outcomes_t: {code..., timer} */
     KIND_SETTLED,               /* rd_store_settled_t: {"ok", {status...}, msg..., timer} */
@@ -60,6 +72,7 @@ typedef enum reply_kind {
     KIND_REPLAYED,              /* rd_store_replayed_t */
     KIND_STATS,                 /* rd_store_stats_result_t */
     KIND_TICK,                  /* rd_store_tick_t */
+    KIND_SERIES,                /* rd_store_series_t */
     KIND_PAGE,                  /* rd_store_page_t */
     KIND_TAKE,                  /* rd_store_taken_t */
     KIND_DONE,                  /* rd_store_done_t */
@@ -78,9 +91,11 @@ typedef union result {
     rd_store_replayed_t replayed;
     rd_store_stats_result_t stats;
     rd_store_tick_t tick;
+    rd_store_series_t series;
     rd_store_page_t page;
     rd_store_taken_t taken;
     rd_store_done_t done;
+    rd_store_policy_t policy;
 } result_t;
 
 /* The callback of an operation: the member its kind names. */
@@ -94,9 +109,11 @@ typedef union callback {
     rd_store_replayed_cb replayed;
     rd_store_stats_cb stats;
     rd_store_tick_cb tick;
+    rd_store_series_cb series;
     rd_store_page_cb page;
     rd_store_taken_cb taken;
     rd_store_done_cb done;
+    rd_store_policy_cb policy;
 } callback_t;
 
 /* What enqueue sent, to build the new message from {"ok", id, now}. */
@@ -117,6 +134,7 @@ typedef struct op {
     rd_store_t *st;
     char *queue;                /* owned: where a timer hint goes (hinted kinds) */
     size_t queue_len;
+    bool nudge;                 /* a write to queue: nudge its series (series_nudge) */
     char what[48];              /* the function (or command) called, for the log */
 } op_t;
 
@@ -126,6 +144,7 @@ rd_store_t *rd_store_new(uv_loop_t *loop, rd_backend_t *redis, const char *prefi
     st->loop = loop;
     st->redis = redis;
     st->prefix = rd_strdup(prefix);
+    st->series = true;
     rd_keys_registry(&st->registry_key, prefix);
     return st;
 }
@@ -134,6 +153,7 @@ void rd_store_free(rd_store_t *st)
 {
     if (st == NULL) return;
     for (size_t i = 0; i < REGISTRY_SLOTS; i++) rd_free(st->registry[i].name);
+    for (size_t i = 0; i < SERIES_SLOTS; i++) rd_free(st->nudged[i].name);
     for (size_t i = 0; i < st->nowed; i++) rd_free(st->owed[i].name);
     rd_free(st->owed);
     rd_buf_free(&st->registry_key);
@@ -295,8 +315,55 @@ static bool parse_stats(const rd_reply_t *reply, rd_queue_stats_t *st)
     return st->totals != NULL && st->top_errors != NULL;
 }
 
+/* policy_get's {field, value, ...}, or policy_set's {"ok", field, value, ...}
+ * or {"invalid", field, why} (the daemon checks first, so an error). */
+static bool parse_policy(const rd_reply_t *reply, rd_store_policy_t *res)
+{
+    if (!is_array(reply, 0)) return false;
+    size_t n = rd_reply_len(reply), from = 0;
+    if (n % 2 == 1) {
+        if (rd_reply_is(rd_reply_at(reply, 0), "invalid") && n == 3) {
+            res->head.status = RD_STORE_ERROR;
+            res->head.detail.ptr = rd_reply_str(rd_reply_at(reply, 2), &res->head.detail.len);
+            return res->head.detail.ptr != NULL;
+        }
+        if (!rd_reply_is(rd_reply_at(reply, 0), "ok")) return false;
+        from = 1;
+    }
+    rd_str_t pairs[2 * RD_POLICY_ARGS_MAX];
+    if (n - from > sizeof pairs / sizeof pairs[0]) return false;
+    for (size_t i = from; i < n; i++) {
+        pairs[i - from].ptr = rd_reply_str(rd_reply_at(reply, i), &pairs[i - from].len);
+        if (pairs[i - from].ptr == NULL) return false;
+    }
+    return rd_policy_from_pairs(&res->policy, pairs, n - from);
+}
+
+/* {start_ms, step_ms, {enqueued...}, {succeeded...}, {failed...}, {dead...},
+ * {replayed...}}, every series as long as the first. */
+static bool parse_series(const rd_reply_t *reply, rd_store_series_t *res)
+{
+    if (!is_array(reply, 2 + RD_SERIES_COUNT) || rd_reply_len(reply) != 2 + RD_SERIES_COUNT ||
+        !rd_reply_int(rd_reply_at(reply, 0), &res->start_ms) ||
+        !rd_reply_int(rd_reply_at(reply, 1), &res->step_ms))
+        return false;
+    const rd_reply_t *first = rd_reply_at(reply, 2);
+    if (!is_array(first, 1)) return false;
+    size_t len = rd_reply_len(first);
+    res->values = rd_calloc(RD_SERIES_COUNT * len, sizeof *res->values);
+    res->len = len;
+    for (size_t i = 0; i < RD_SERIES_COUNT; i++) {
+        const rd_reply_t *col = rd_reply_at(reply, 2 + i);
+        if (!is_array(col, len) || rd_reply_len(col) != len) return false;
+        for (size_t j = 0; j < len; j++)
+            if (!rd_reply_int(rd_reply_at(col, j), &res->values[i * len + j])) return false;
+    }
+    return true;
+}
+
 /* {"ok", id, now, timer}: the message is what was sent, as the function
- * stored it. */
+ * stored it; {"ok", id, now, timer, max_retries} when the function chose the
+ * retries (the request gave none). */
 static bool parse_enqueued(const rd_reply_t *reply, const enqueued_t *e, rd_store_messages_t *res,
                            long long *hint)
 {
@@ -305,9 +372,12 @@ static bool parse_enqueued(const rd_reply_t *reply, const enqueued_t *e, rd_stor
         return parse_messages(reply, 1, rd_reply_len(reply), &res->messages, &res->count);
     if (res->head.status != RD_STORE_OK) return false;
     long long id, now;
-    if (rd_reply_len(reply) != 4 || !rd_reply_int(rd_reply_at(reply, 1), &id) ||
+    long long max_retries = e->max_retries;
+    size_t n = rd_reply_len(reply);
+    if ((n != 4 && n != 5) || !rd_reply_int(rd_reply_at(reply, 1), &id) ||
         !rd_reply_int(rd_reply_at(reply, 2), &now) ||
-        !rd_reply_int(rd_reply_at(reply, 3), hint))
+        !rd_reply_int(rd_reply_at(reply, 3), hint) ||
+        (n == 5 && !rd_reply_int(rd_reply_at(reply, 4), &max_retries)))
         return false;
     res->messages = rd_calloc(1, sizeof *res->messages);
     res->count = 1;
@@ -316,7 +386,7 @@ static bool parse_enqueued(const rd_reply_t *reply, const enqueued_t *e, rd_stor
     m->id = id;
     m->status = RD_STATUS_PENDING;
     m->payload = (rd_str_t){ e->payload, e->payload_len };
-    m->max_retries = e->max_retries;
+    m->max_retries = (int)max_retries;
     m->created_at_ms = m->updated_at_ms = now;
     if (e->delay_ms > 0) m->retry_after_ms = now + e->delay_ms;
     if (e->idempotency_key)
@@ -360,6 +430,8 @@ static bool parse_reply(const op_t *op, const rd_reply_t *reply, result_t *res, 
         p->next_cursor.ptr = rd_reply_str(rd_reply_at(reply, 1), &p->next_cursor.len);
         return p->next_cursor.ptr != NULL && parse_strings_from(reply, 2, &p->names, &p->count);
     }
+    case KIND_SERIES:
+        return parse_series(reply, &res->series);
     case KIND_DONE:
         return rd_reply_int(reply, &res->done.left);
     case KIND_HINTED: {
@@ -369,6 +441,28 @@ static bool parse_reply(const op_t *op, const rd_reply_t *reply, result_t *res, 
         size_t n = rd_reply_len(reply);
         return n >= 2 && rd_reply_int(rd_reply_at(reply, n - 1), hint) &&
                parse_messages(reply, 1, n - 1, &m->messages, &m->count);
+    }
+    case KIND_CLAIMED: {    /* {"ok", msg..., timer[, retry_ms]}: a library without
+                               the policy answers no retry_ms */
+        rd_store_messages_t *m = &res->messages;
+        if (!parse_outcome(reply, &m->head)) return false;
+        if (m->head.status != RD_STORE_OK) return true;
+        size_t n = rd_reply_len(reply);
+        if (n >= 3 && rd_reply_type(rd_reply_at(reply, n - 2)) == RD_REPLY_INTEGER) {
+            if (!rd_reply_int(rd_reply_at(reply, n - 1), &m->retry_ms)) return false;
+            n--;
+        }
+        return n >= 2 && rd_reply_int(rd_reply_at(reply, n - 1), hint) &&
+               parse_messages(reply, 1, n - 1, &m->messages, &m->count);
+    }
+    case KIND_POLICY:
+        return parse_policy(reply, &res->policy);
+    case KIND_PAUSED: {
+        long long paused;
+        if (!rd_reply_int(reply, &paused)) return false;
+        rd_policy_init(&res->policy.policy);
+        res->policy.policy.paused = paused == 1;
+        return true;
     }
     case KIND_HINTED_OUTCOMES: {    /* {code..., timer} */
         rd_store_outcomes_t *o = &res->outcomes;
@@ -440,6 +534,7 @@ static void free_result(reply_kind_t kind, result_t *res)
     case KIND_MESSAGES:
     case KIND_ENQUEUED:
     case KIND_HINTED:
+    case KIND_CLAIMED:
         rd_free(res->messages.messages);
         break;
     case KIND_LIST:
@@ -456,12 +551,17 @@ static void free_result(reply_kind_t kind, result_t *res)
         rd_free(res->stats.stats.totals);
         rd_free(res->stats.stats.top_errors);
         break;
+    case KIND_SERIES:
+        rd_free(res->series.values);
+        break;
     case KIND_PAGE:
         rd_free(res->page.names);
         break;
     case KIND_TAKE:
         rd_free(res->taken.names);
         break;
+    case KIND_POLICY:
+    case KIND_PAUSED:
     case KIND_RELEASED:
     case KIND_REPLAYED:
     case KIND_TICK:
@@ -479,7 +579,12 @@ static void deliver(const op_t *op, const result_t *res)
     case KIND_MESSAGES:
     case KIND_ENQUEUED:
     case KIND_HINTED:
+    case KIND_CLAIMED:
         op->cb.messages(&res->messages, op->arg);
+        return;
+    case KIND_POLICY:
+    case KIND_PAUSED:
+        op->cb.policy(&res->policy, op->arg);
         return;
     case KIND_LIST: op->cb.list(&res->list, op->arg); return;
     case KIND_HINTED_OUTCOMES: op->cb.outcomes(&res->outcomes, op->arg); return;
@@ -488,6 +593,7 @@ static void deliver(const op_t *op, const result_t *res)
     case KIND_REPLAYED: op->cb.replayed(&res->replayed, op->arg); return;
     case KIND_STATS: op->cb.stats(&res->stats, op->arg); return;
     case KIND_TICK: op->cb.tick(&res->tick, op->arg); return;
+    case KIND_SERIES: op->cb.series(&res->series, op->arg); return;
     case KIND_PAGE: op->cb.page(&res->page, op->arg); return;
     case KIND_TAKE: op->cb.taken(&res->taken, op->arg); return;
     case KIND_DONE: op->cb.done(&res->done, op->arg); return;
@@ -499,6 +605,7 @@ static void deliver(const op_t *op, const result_t *res)
 }
 
 static void send_register(rd_store_t *st, const char *name, size_t len, long long in_ms);
+static void series_nudge(rd_store_t *st, const op_t *op, bool hinted);
 static void owe(rd_store_t *st, const char *name, size_t len, long long in_ms, uint64_t from_ms);
 
 /* "integer 7", "array of 0", "string \"ok\"": what came, for the log. */
@@ -568,6 +675,8 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
     if (op->queue && res.head.status == RD_STORE_OK) {
         bool first = op->kind == KIND_ENQUEUED && res.messages.count == 1 &&
                      res.messages.messages[0].id == 1;
+        /* A hint within the nudge's minute stands for the nudge. */
+        if (op->nudge) series_nudge(op->st, op, hint >= 0 && hint <= SERIES_NUDGE_MS);
         if (first || hint >= 0) send_register(op->st, op->queue, op->queue_len, hint);
     } else if (op->queue && hint_unknown) {
         /* Whatever the call did (a lease, a schedule, a first id) wants the
@@ -657,7 +766,11 @@ static bool reads_only(const call_t *c)
     for (size_t i = 0; i < sizeof reads / sizeof reads[0]; i++)
         if (c->lens[0] == strlen(reads[i]) && memcmp(c->argv[0], reads[i], c->lens[0]) == 0)
             return true;
-    return false;
+    /* `series` writes only its sample, which any later call takes again:
+     * no outcome a caller could be unsure of. */
+    static const char series[] = RD_FUNCTION("series");
+    return c->argc > 1 && c->lens[1] == sizeof series - 1 &&
+           memcmp(c->argv[1], series, sizeof series - 1) == 0;
 }
 
 /* Takes ownership of enq (NULL for every kind but KIND_ENQUEUED); hint_q (or
@@ -674,6 +787,7 @@ static int send_call_with(rd_store_t *st, call_t *c, reply_kind_t kind, enqueued
     op->st = st;
     op->queue = hint_q ? rd_strndup(hint_q->name, hint_q->len) : NULL;
     op->queue_len = hint_q ? hint_q->len : 0;
+    op->nudge = hint_q != NULL && !op->read_only;
     /* FCALL/FCALL_RO name the function second; other commands are their own name. */
     int named = c->argc > 1 && strncmp(c->argv[0], "FCALL", 5) == 0 ? 1 : 0;
     snprintf(op->what, sizeof op->what, "%.*s", (int)c->lens[named], c->argv[named]);
@@ -822,6 +936,30 @@ static void register_queue(rd_store_t *st, rd_store_queue_t q)
     send_register(st, q.name, q.len, -1);
 }
 
+/* After a write to op's queue: `register q SERIES_NUDGE_MS` unless the slot
+ * was nudged within SERIES_NUDGE_MS, or the write's own timer hint (hinted)
+ * already brings a tick within it. */
+static void series_nudge(rd_store_t *st, const op_t *op, bool hinted)
+{
+    if (!st->series) return;
+    registry_slot_t *slot = &st->nudged[fnv1a(op->queue, op->queue_len) % SERIES_SLOTS];
+    uint64_t now = uv_now(st->loop);
+    bool fresh = slot->name && now - slot->at_ms < SERIES_NUDGE_MS;
+    if (fresh) return;  /* this queue, or another one of the slot, was nudged lately */
+    if (!slot_holds(slot, op->queue, op->queue_len)) {
+        rd_free(slot->name);
+        slot->name = rd_strndup(op->queue, op->queue_len);
+        slot->len = op->queue_len;
+    }
+    slot->at_ms = now;
+    if (!hinted) send_register(st, op->queue, op->queue_len, SERIES_NUDGE_MS);
+}
+
+void rd_store_set_series(rd_store_t *st, bool on)
+{
+    st->series = on;
+}
+
 void rd_store_schedule(rd_store_t *st, rd_store_queue_t q, long long in_ms)
 {
     send_register(st, q.name, q.len, in_ms);
@@ -855,10 +993,11 @@ int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, si
     call_t c;
     begin_fcall(&c, st, "enqueue", q, 0);
     arg_bytes(&c, payload, len);
-    arg_int(&c, max_retries);
+    arg_int(&c, max_retries > 0 ? max_retries : RD_MAX_RETRIES_DEFAULT);
     arg_int(&c, delay_ms);
     arg_str(&c, idempotency_key ? idempotency_key : "");
     arg_str(&c, "1");   /* this caller forwards timer hints */
+    arg_str(&c, max_retries > 0 ? "request" : "default");
     enqueued_t *e = rd_malloc(sizeof *e);
     e->payload = rd_strndup(payload, len);
     e->payload_len = len;
@@ -873,11 +1012,12 @@ int rd_store_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int c
 {
     call_t c;
     begin_fcall(&c, st, "claim", q, 0);
-    arg_int(&c, lease_ms);
+    arg_int(&c, lease_ms < 0 ? -lease_ms : lease_ms);
     arg_int(&c, count);
     arg_str(&c, "1");   /* this caller forwards timer hints */
+    arg_str(&c, lease_ms < 0 ? "flag" : "request");
     if (worker) arg_str(&c, worker);
-    return send_hinted(st, &c, KIND_HINTED, q, (callback_t){ .messages = cb }, arg);
+    return send_hinted(st, &c, KIND_CLAIMED, q, (callback_t){ .messages = cb }, arg);
 }
 
 int rd_store_succeed(rd_store_t *st, rd_store_queue_t q, long long id, const char *token,
@@ -913,8 +1053,9 @@ int rd_store_extend(rd_store_t *st, rd_store_queue_t q, long long id, const char
     begin_fcall(&c, st, "extend", q, id);
     arg_int(&c, id);
     arg_str(&c, token ? token : "");
-    arg_int(&c, lease_ms);
+    arg_int(&c, lease_ms < 0 ? -lease_ms : lease_ms);
     arg_str(&c, "1");   /* this caller forwards timer hints */
+    arg_str(&c, lease_ms < 0 ? "flag" : "request");
     return send_hinted(st, &c, KIND_HINTED, q, (callback_t){ .messages = cb }, arg);
 }
 
@@ -924,7 +1065,8 @@ int rd_store_replay(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_m
     call_t c;
     begin_fcall(&c, st, "replay", q, id);
     arg_int(&c, id);
-    return send_call(st, &c, KIND_MESSAGES, (callback_t){ .messages = cb }, arg);
+    /* Hinted for the series' nudge; replay's reply carries no timer hint. */
+    return send_hinted(st, &c, KIND_MESSAGES, q, (callback_t){ .messages = cb }, arg);
 }
 
 int rd_store_get(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_messages_cb cb, void *arg)
@@ -978,7 +1120,7 @@ int rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms
     if (n > RD_SETTLE_BATCH_MAX || count < 0 || count > RD_CLAIM_COUNT_MAX) return -1;
     call_t *c = rd_malloc(sizeof *c);
     begin_fcall(c, st, "settle_claim", q, 0);
-    arg_int(c, lease_ms);
+    arg_int(c, lease_ms < 0 ? -lease_ms : lease_ms);
     arg_int(c, count);
     arg_int(c, (long long)n);
     for (size_t i = 0; i < n; i++) {
@@ -992,6 +1134,7 @@ int rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms
     }
     arg_int(c, st->dead_ttl_ms);        /* asks for the timer hint */
     arg_int(c, st->succeeded_ttl_ms);
+    arg_str(c, lease_ms < 0 ? "flag" : "request");
     if (worker) arg_str(c, worker);
     int rc = send_hinted(st, c, KIND_SETTLED, q, (callback_t){ .settled = cb }, arg);
     rd_free(c);
@@ -1048,7 +1191,8 @@ int rd_store_replay_many(rd_store_t *st, rd_store_queue_t q, const char *mode,
         arg_str(c, cursor ? cursor : "");
         if (needle) arg_str(c, needle);
     }
-    int rc = send_call(st, c, KIND_REPLAYED, (callback_t){ .replayed = cb }, arg);
+    /* Hinted for the series' nudge; its reply carries no timer hint. */
+    int rc = send_hinted(st, c, KIND_REPLAYED, q, (callback_t){ .replayed = cb }, arg);
     rd_free(c);
     return rc;
 }
@@ -1206,8 +1350,18 @@ int rd_store_tick(rd_store_t *st, rd_store_queue_t q, int limit, long long dead_
     arg_int(&c, dead_ttl_ms);
     arg_int(&c, succeeded_ttl_ms);
     arg_str(&c, "1");   /* a timer round: the promise and `empty` */
-    if (st->alert_recheck_ms > 0) arg_int(&c, st->alert_recheck_ms);  /* and `alerts` */
+    arg_int(&c, st->alert_recheck_ms > 0 ? st->alert_recheck_ms : 0);  /* and `alerts` */
+    arg_str(&c, st->series ? "1" : "0");   /* samples the time series */
     return send_call(st, &c, KIND_TICK, (callback_t){ .tick = cb }, arg);
+}
+
+int rd_store_series(rd_store_t *st, rd_store_queue_t q, const char *resolution,
+                    rd_store_series_cb cb, void *arg)
+{
+    call_t c;
+    begin_fcall(&c, st, "series", q, 0);
+    arg_str(&c, resolution);
+    return send_call(st, &c, KIND_SERIES, (callback_t){ .series = cb }, arg);
 }
 
 /* FCALL fn 1 <registry> (the registry's slot: its companions are there too). */
@@ -1420,6 +1574,41 @@ void rd_store_check_durability(rd_store_t *st)
     argv[2] = "maxmemory-policy";
     lens[2] = strlen(argv[2]);
     rd_backend_command(st->redis, 3, argv, lens, on_config, NULL);
+}
+
+int rd_store_policy_get(rd_store_t *st, rd_store_queue_t q, rd_store_policy_cb cb, void *arg)
+{
+    call_t c;
+    begin_fcall(&c, st, "policy_get", q, 0);
+    c.argv[0] = "FCALL_RO";
+    c.lens[0] = 8;
+    return send_call(st, &c, KIND_POLICY, (callback_t){ .policy = cb }, arg);
+}
+
+int rd_store_policy_set(rd_store_t *st, rd_store_queue_t q, const rd_policy_t *p,
+                        rd_store_policy_cb cb, void *arg)
+{
+    if (!rd_backend_ready(st->redis)) return -1;
+    register_queue(st, q);  /* a queue with a policy is listed, messages or not */
+    const char *pairs[RD_POLICY_ARGS_MAX];
+    char values[RD_POLICY_ARGS_MAX / 2][32];
+    size_t n = rd_policy_args(p, pairs, values);
+    call_t c;
+    begin_fcall(&c, st, "policy_set", q, 0);
+    arg_str(&c, "replace");
+    for (size_t i = 0; i < n; i++) arg_str(&c, pairs[i]);
+    return send_call(st, &c, KIND_POLICY, (callback_t){ .policy = cb }, arg);
+}
+
+int rd_store_pause(rd_store_t *st, rd_store_queue_t q, bool paused, rd_store_policy_cb cb,
+                   void *arg)
+{
+    if (!rd_backend_ready(st->redis)) return -1;
+    register_queue(st, q);
+    call_t c;
+    begin_fcall(&c, st, "pause", q, 0);
+    arg_str(&c, paused ? "1" : "0");
+    return send_call(st, &c, KIND_PAUSED, (callback_t){ .policy = cb }, arg);
 }
 
 int rd_store_ping(rd_store_t *st, rd_store_status_cb cb, void *arg)

@@ -40,6 +40,8 @@ struct wqueue {
     size_t n;
     waiter_t *serving;          /* the head while a claim for it is in flight */
     bool again;                 /* a wake-up arrived during that claim */
+    uv_timer_t *token;          /* the queue's rate limit held a claim back: claims again
+                                   when its next token is due (NULL until first needed) */
     sub_state_t sub;
     uint64_t idle_since_ms;
     wqueue_t *prev, *next;
@@ -87,8 +89,14 @@ static wqueue_t *get_queue(rd_waiters_t *w, rd_store_queue_t queue)
     return q;
 }
 
+static void on_token_closed(uv_handle_t *h)
+{
+    rd_free(h);
+}
+
 static void free_queue(rd_waiters_t *w, wqueue_t *q)
 {
+    if (q->token) uv_close((uv_handle_t *)q->token, on_token_closed);
     if (q->prev) q->prev->next = q->next;
     else w->queues = q->next;
     if (q->next) q->next->prev = q->prev;
@@ -151,6 +159,24 @@ static void on_deadline(uv_timer_t *t)
 
 /* ---------------------------------------------------------------- claims */
 
+static void on_token_due(uv_timer_t *t)
+{
+    wqueue_t *q = t->data;
+    if (q->n > 0) serve(q);
+}
+
+/* The rate limit held the claim back: no notification says a token came
+ * back, so claim again when it is due (docs/flow-control.md). */
+static void retry_when_token_due(wqueue_t *q, long long retry_ms)
+{
+    if (q->token == NULL) {
+        q->token = rd_malloc(sizeof *q->token);
+        uv_timer_init(q->w->loop, q->token);
+        q->token->data = q;
+    }
+    uv_timer_start(q->token, on_token_due, (uint64_t)retry_ms, 0);
+}
+
 static void on_claim(const rd_store_messages_t *res, void *arg)
 {
     wqueue_t *q = arg;
@@ -173,6 +199,8 @@ static void on_claim(const rd_store_messages_t *res, void *arg)
         q->again = true;  /* there may be more for the next in line */
     } else if (h->expired || w->stopping) {
         answer_nothing(h);
+    } else if (res->retry_ms > 0) {
+        retry_when_token_due(q, res->retry_ms);
     }
 
     if (w->stopping) {

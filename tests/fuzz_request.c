@@ -25,6 +25,7 @@
 #include "retryd/api.h"
 #include "retryd/http.h"
 #include "retryd/log.h"
+#include "retryd/policy.h"
 #include "retryd/request.h"
 #include "retryd/router.h"
 
@@ -123,6 +124,9 @@ static void fuzz_parsers(const uint8_t *data, size_t size)
     rd_list_req_t l;
     errs.count = 0;
     rd_request_list(text, path_len, &l, &errs);
+    rd_policy_t p;
+    errs.count = 0;
+    rd_request_policy(body, body_len, &p, &errs);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -403,7 +403,7 @@ test_show_history() {
     local q=histq b
     b=$(base "$q")
     fc_enqueue "$q" job 3 >/dev/null
-    rcli FCALL "${FN}claim" 1 "$b" 60000 1 "" "host-a/7" >/dev/null
+    rcli FCALL "${FN}claim" 1 "$b" 60000 1 "" "" "host-a/7" >/dev/null
     ctl show "$q" 1
     expect_match "$OUT" $'\nworker: +host-a/7\n' "show: worker while processing"
     fc_fail "$q" 1 "first error" 1
@@ -831,6 +831,35 @@ test_stats_match_keys() {
     expect_match "$OUT" $'\nstatsq +5 +1 +2 +2 +2\n' "queues agrees (pending processing succeeded dead dead_24h)"
 }
 
+# stats --series: the series function's buckets as a table; the counts of
+# a small workload, in the current minute (or two, across a boundary).
+test_stats_series() {
+    local q=seriesq i res sums
+    for i in 1 2 3; do fc_enqueue "$q" "s$i" >/dev/null; done
+    fc_claim "$q" 2
+    fc_succeed "$q" 1
+    fc_fail "$q" 2 "fatal" 0
+    "$RETRYCTL" replay "$q" 2 >/dev/null || fail "replay 2"
+    for res in minute hour; do
+        ctl stats "$q" --series "$res"
+        expect_rc 0 "stats --series $res"
+        expect_match "$OUT" $'\nseries per '"$res"', [0-9]+ buckets from [0-9-]+T[0-9:]+Z \(UTC\)' "$res header"
+        expect_match "$OUT" $'\n  TIME +ENQUEUED +SUCCEEDED +FAILED +DEAD +REPLAYED\n' "$res columns"
+        sums=$(printf '%s\n' "$OUT" | awk '/^  TIME/ { t = 1; next }
+            t && /^  [0-9]/ { rows++; for (i = 2; i <= 6; i++) s[i] += $i }
+            END { printf "%d: %d %d %d %d %d", rows, s[2], s[3], s[4], s[5], s[6] }')
+        expect_match "$sums" '^[12]: 3 1 1 1 1$' "$res counts (rows: enqueued succeeded failed dead replayed)"
+    done
+    expect_match "$OUT" $'\nseries per hour, 192 buckets' "8 days of hours"
+    ctl stats "$q" --series day
+    expect_rc 2 "stats --series day"
+    expect_match "$ERR" 'series must be minute or hour' "why"
+    ctl stats "$q" --series
+    expect_rc 2 "stats --series without a value"
+    ctl stats --help
+    expect_match "$OUT" '--series minute\|hour' "help names --series"
+}
+
 test_queues_lists_every_queue() {
     fc_enqueue qa x >/dev/null
     fc_enqueue qb x >/dev/null
@@ -960,6 +989,77 @@ test_dead_letter_alert() {
     expect_eq "${lines[4]}" "talking to smtp" "...newline included"
 }
 
+# The queue's policy (SPEC §10): shown with its defaults, changed field by
+# field in one call, a bad value refused with exit 2 and nothing changed.
+test_policy_show_and_set() {
+    local q=policyq b
+    b=$(base "$q")
+    ctl policy "$q"
+    expect_rc 0 "policy of a queue without one"
+    expect_eq "$(stat_of max_retries)" 3 "default max_retries"
+    expect_eq "$(stat_of paused)" false "not paused"
+    expect_match "$OUT" "lease_seconds +\\(daemon's flag\\)" "the daemon's flag applies"
+    ctl policy "$q" --set max_in_flight=5 --set backoff.jitter=equal --set dead_ttl=2d \
+        --set rate_limit.per_second=2.5 --set rate_limit.burst=4
+    expect_rc 0 "set several fields"
+    expect_eq "$(stat_of max_in_flight)" 5 "max_in_flight shown"
+    expect_eq "$(rget HGET "$b:policy" dead_ttl)" 172800 "dead_ttl stored in seconds"
+    expect_eq "$(rget HGET "$b:policy" backoff.jitter)" equal "jitter stored"
+    expect_eq "$(rget SISMEMBER "$PREFIX:queues" "$q")" 1 "the queue is registered"
+    ctl policy "$q" --set max_retries=4
+    expect_rc 0 "set one more"
+    expect_eq "$(stat_of max_in_flight)" 5 "the others stay"
+    expect_eq "$(stat_of max_retries)" 4 "max_retries set"
+    ctl policy "$q" --set max_retries=11
+    expect_rc 2 "max_retries out of range"
+    expect_match "$ERR" "max_retries: must be an integer between 1 and 10" "field and why"
+    ctl policy "$q" --set backoff.jitter=some
+    expect_rc 2 "bad jitter"
+    ctl policy "$q" --set nosuch=1
+    expect_rc 2 "unknown field"
+    ctl policy "$q" --set max_retries
+    expect_rc 2 "no value"
+    ctl policy "$q" --set rate_limit=5
+    expect_rc 2 "rate_limit takes only null"
+    ctl policy "$q" --set rate_limit.burst=
+    expect_rc 2 "half a rate limit"
+    expect_eq "$(rget HGET "$b:policy" max_retries)" 4 "nothing changed by the refusals"
+    ctl policy "$q" --set rate_limit=null --set max_in_flight=
+    expect_rc 0 "back to defaults"
+    expect_eq "$(rget HEXISTS "$b:policy" rate_limit.per_second)" 0 "no rate limit"
+    expect_eq "$(stat_of max_in_flight)" 0 "max_in_flight default"
+    ctl enqueue "$q" hello
+    expect_rc 0 "enqueue without --max-retries"
+    expect_eq "$(rget HGET "$b:m:1" max_retries)" 4 "takes the policy's max_retries"
+    ctl enqueue "$q" hello --max-retries 2
+    expect_eq "$(rget HGET "$b:m:2" max_retries)" 2 "the given one wins"
+    ctl policy
+    expect_rc 2 "missing queue"
+}
+
+test_pause_resume() {
+    local q=pauseq b
+    b=$(base "$q")
+    fc_enqueue "$q" one >/dev/null
+    ctl pause "$q"
+    expect_rc 0 "pause"
+    expect_eq "$OUT" $'queue pauseq paused\n' "pause says so"
+    fc_claim "$q" 1
+    expect_eq "$(rget ZCARD "$b:3:processing")" 0 "a paused queue leases nothing"
+    ctl stats "$q"
+    expect_eq "$(stat_of paused)" 1 "stats shows the pause"
+    expect_eq "$(stat_of held_paused)" 1 "and the claim it held back"
+    ctl resume "$q"
+    expect_rc 0 "resume"
+    expect_eq "$OUT" $'queue pauseq resumed\n' "resume says so"
+    fc_claim "$q" 1
+    expect_eq "$(rget ZCARD "$b:3:processing")" 1 "leased after the resume"
+    ctl pause
+    expect_rc 2 "pause without a queue"
+    ctl resume a b
+    expect_rc 2 "resume with two"
+}
+
 # ===========================================================================
 # Runner
 # ===========================================================================
@@ -983,9 +1083,12 @@ all_tests=(
     test_list_limit
     test_paging_beyond_one_call
     test_stats_match_keys
+    test_stats_series
     test_queues_lists_every_queue
     test_odd_queue_name
     test_dead_letter_alert
+    test_policy_show_and_set
+    test_pause_resume
 )
 if (($#)); then all_tests=("$@"); fi
 

@@ -271,6 +271,14 @@ static void test_flags_bounds(void **state)
     assert_int_equal(cfg.lease_ms, 43200000LL);
     assert_load_ok(&cfg, ARGS("--max-body", "1024"));
     assert_int_equal(cfg.max_body_bytes, 1024);
+    /* --series on|off (on by default) samples the time series. */
+    assert_load_ok(&cfg, ARGS("--tick-ms", "10"));
+    assert_int_equal(cfg.series, 1);
+    assert_load_ok(&cfg, ARGS("--series", "off"));
+    assert_int_equal(cfg.series, 0);
+    assert_load_ok(&cfg, ARGS("--series=on"));
+    assert_int_equal(cfg.series, 1);
+    assert_load_bad(ARGS("--series", "no"), "--series");
     /* The last occurrence wins. */
     assert_load_ok(&cfg, ARGS("--tick-ms", "10", "--tick-ms", "20"));
     assert_int_equal(cfg.tick_ms, 20);

@@ -3885,7 +3885,7 @@ static void test_alert_group_protocol(void **state)
     expect_error(fcall("alerts_take", &q, -1, "c", "1", "-1", END));
     expect_error(fcall("alerts_touch", &q, -1, "c", "x", END));
     expect_error(fcall("alerts_ack", &q, -1, END));
-    expect_error(fcall("tick", &q, -1, "100", "0", "0", "1", "0", END));
+    expect_error(fcall("tick", &q, -1, "100", "0", "0", "1", "-1", END));
 }
 
 /* Once the alert group exists, the events stream is trimmed exactly and a
@@ -4196,6 +4196,507 @@ static void test_no_hint_without_the_flag(void **state)
     assert_int_equal(promise(&q), -1);
 }
 /* ------------------------------------------------------------------------ */
+/* Queue policy and flow control (SPEC §10, docs/flow-control.md)           */
+/* ------------------------------------------------------------------------ */
+
+/* policy_set in mode ("replace" | "merge") with field, value pairs; expects "ok". */
+#define policy_set(q, mode, ...) \
+    policy_set_at(fcall("policy_set", (q), -1, (mode), __VA_ARGS__, END), __FILE__, __LINE__)
+static void policy_set_at(redisReply *r, const char *file, int line)
+{
+    if (!has_code(r, "ok")) FAIL_AT(file, line, "policy_set: %s", reply_desc(r));
+    freeReplyObject(r);
+}
+
+/* The policy's stored value of field, "" when absent. */
+static const char *policy_field(const queue_t *q, const char *field)
+{
+    redisReply *r = rcmd("HGET", qkey(q, "policy"), field, END);
+    char *out = scratch();
+    out[0] = '\0';
+    if (r->type == REDIS_REPLY_STRING) snprintf(out, 192, "%s", r->str);
+    freeReplyObject(r);
+    return out;
+}
+
+/* claim with the lease source (ARGV[4]): returns how many messages it leased
+ * (ids into out) and the trailing retry_ms (ms until the next token). */
+static size_t claim_gated(const queue_t *q, const char *lease_ms, int count, const char *source,
+                          long long *ids, long long *retry_ms)
+{
+    redisReply *r = fcall("claim", q, -1, lease_ms, num(count), "1", source, END);
+    if (!has_code(r, "ok") || r->elements < 3)
+        fail_msg("claim: %s", reply_desc(r));
+    size_t n = r->elements - 3;
+    assert_int_equal(r->element[r->elements - 1]->type, REDIS_REPLY_INTEGER);
+    *retry_ms = r->element[r->elements - 1]->integer;
+    for (size_t i = 0; i < n; i++) {
+        msg_t m;
+        msg_parse(r->element[1 + i], &m);
+        if (ids) ids[i] = m.id;
+    }
+    freeReplyObject(r);
+    return n;
+}
+
+/* The reference table holds with every default written out explicitly. */
+static void test_policy_defaults_keep_reference_table(void **state)
+{
+    static const long long delays_ms[] = { 2000, 4000, 8000, 16000 };
+    queue_t q;
+    queue_init(&q, "poldefaults");
+    policy_set(&q, "replace", "max_retries", "3", "backoff.base_seconds", "1",
+               "backoff.max_seconds", "3600", "backoff.jitter", "none", "max_in_flight", "0");
+    long long id = enqueue_ok(&q, "job", 5, 0);
+    msg_t m;
+    for (int n = 1; n <= 4; n++) {
+        claim_one(&q, 30000, &m);
+        fail_ok(&q, id, "e", "1", -1, &m);
+        assert_string_equal(msg_str(&m, "status"), "pending");
+        assert_int_equal(msg_int(&m, "retry_after") - msg_int(&m, "updated_at"), delays_ms[n - 1]);
+        make_due(&q, id);
+    }
+    claim_one(&q, 30000, &m);
+    fail_ok(&q, id, "e", "1", -1, &m);
+    assert_string_equal(msg_str(&m, "status"), "dead");
+}
+
+/* delay = min(base x 2^n, max) seconds; retry_after_seconds still wins. */
+static void test_policy_backoff_base_and_max(void **state)
+{
+    queue_t q;
+    queue_init(&q, "polbackoff");
+    policy_set(&q, "replace", "backoff.base_seconds", "3", "backoff.max_seconds", "10");
+    long long id = enqueue_ok(&q, "job", 5, 0);
+    msg_t m;
+    claim_one(&q, 30000, &m);
+    fail_ok(&q, id, "e", "1", -1, &m);
+    assert_int_equal(msg_int(&m, "retry_after") - msg_int(&m, "updated_at"), 6000);
+    make_due(&q, id);
+    claim_one(&q, 30000, &m);
+    fail_ok(&q, id, "e", "1", -1, &m);
+    assert_int_equal(msg_int(&m, "retry_after") - msg_int(&m, "updated_at"), 10000);
+    make_due(&q, id);
+    claim_one(&q, 30000, &m);
+    fail_ok(&q, id, "e", "1", 777, &m);
+    assert_int_equal(msg_int(&m, "retry_after") - msg_int(&m, "updated_at"), 777);
+}
+
+/* full: uniform in [0, delay]; equal: delay/2 + uniform in [0, delay/2]. The
+ * draws differ from one failure to the next. */
+static void test_policy_jitter(void **state)
+{
+    static const char *const kinds[] = { "full", "equal" };
+    for (int k = 0; k < 2; k++) {
+        queue_t q;
+        queue_init(&q, kinds[k]);
+        policy_set(&q, "replace", "backoff.jitter", kinds[k], "backoff.base_seconds", "5");
+        long long lo = 10000, hi = 0;
+        for (int i = 0; i < 20; i++) {
+            long long id = enqueue_ok(&q, "job", 5, 0);
+            msg_t m;
+            claim_one(&q, 30000, &m);
+            assert_int_equal(m.id, id);
+            fail_ok(&q, id, "e", "1", -1, &m);
+            long long d = msg_int(&m, "retry_after") - msg_int(&m, "updated_at");
+            assert_true(d >= (k == 0 ? 0 : 5000) && d <= 10000); /* delay 5 x 2^1 s */
+            if (d < lo) lo = d;
+            if (d > hi) hi = d;
+        }
+        assert_true(hi - lo > 100);  /* 20 draws of one value would be no jitter */
+    }
+}
+
+static void test_policy_set_validation(void **state)
+{
+    queue_t q;
+    queue_init(&q, "polvalid");
+    policy_set(&q, "replace", "max_retries", "4");
+    static const char *const bad[][2] = {
+        { "max_retries", "0" },           { "max_retries", "11" },
+        { "max_retries", "2.5" },         { "backoff.base_seconds", "3601" },
+        { "backoff.max_seconds", "0" },   { "backoff.jitter", "some" },
+        { "lease_seconds", "43201" },     { "dead_ttl", "-1" },
+        { "succeeded_ttl", "3x" },        { "max_in_flight", "1000001" },
+        { "rate_limit.per_second", "0" }, { "rate_limit.per_second", "inf" },
+        { "rate_limit.burst", "0" },      { "dead_letter_rules", "[]" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        redisReply *r = fcall("policy_set", &q, -1, "merge", bad[i][0], bad[i][1], END);
+        if (!has_code(r, "invalid") || r->elements != 3 || strcmp(r->element[1]->str, bad[i][0]) != 0)
+            fail_msg("%s=%s: %s", bad[i][0], bad[i][1], reply_desc(r));
+        freeReplyObject(r);
+    }
+    redisReply *r = fcall("policy_set", &q, -1, "merge", "rate_limit.per_second", "5", END);
+    assert_true(has_code(r, "invalid"));
+    assert_string_equal(r->element[1]->str, "rate_limit");
+    freeReplyObject(r);
+    assert_string_equal(policy_field(&q, "max_retries"), "4");  /* nothing changed */
+    expect_error(fcall("policy_set", &q, -1, "upsert", "max_retries", "3", END));
+    expect_error(fcall("policy_set", &q, -1, "merge", "max_retries", END));
+    /* Durations take a unit; merge keeps the others, "" clears one. */
+    policy_set(&q, "merge", "dead_ttl", "2d", "rate_limit.per_second", "0.5",
+               "rate_limit.burst", "3");
+    assert_string_equal(policy_field(&q, "dead_ttl"), "172800");
+    assert_string_equal(policy_field(&q, "max_retries"), "4");
+    policy_set(&q, "merge", "max_retries", "");
+    assert_string_equal(policy_field(&q, "max_retries"), "");
+    assert_string_equal(policy_field(&q, "rate_limit.per_second"), "0.5");
+    policy_set(&q, "replace", "lease_seconds", "9");
+    assert_string_equal(policy_field(&q, "dead_ttl"), "");
+    assert_int_equal(exists(qkey(&q, "bucket")), 0);
+}
+
+/* A request's value beats the policy's, which beats the caller's default. */
+static void test_policy_precedence(void **state)
+{
+    queue_t q;
+    queue_init(&q, "polprec");
+    policy_set(&q, "replace", "max_retries", "7", "lease_seconds", "5");
+    redisReply *r = fcall("enqueue", &q, -1, "a", "3", "0", "", "1", "default", END);
+    assert_true(has_code(r, "ok"));
+    assert_int_equal(r->elements, 5);
+    assert_int_equal(r->element[4]->integer, 7);
+    long long a = r->element[1]->integer;
+    freeReplyObject(r);
+    msg_t got;
+    expect_ok_msg(fcall("get", &q, a, END), &got);
+    assert_int_equal(msg_int(&got, "max_retries"), 7);
+    r = fcall("enqueue", &q, -1, "b", "2", "0", "", "1", "request", END);
+    assert_int_equal(r->element[4]->integer, 2);
+    freeReplyObject(r);
+    long long t0 = redis_now_ms(), retry;
+    long long ids[2];
+    assert_int_equal(claim_gated(&q, "60000", 1, "flag", ids, &retry), 1);
+    long long deadline = zscore(qkey(&q, "3:processing"), ids[0]);
+    assert_true(deadline >= t0 + 5000 && deadline < t0 + 6000);
+    assert_int_equal(claim_gated(&q, "60000", 1, "request", ids, &retry), 1);
+    assert_true(zscore(qkey(&q, "3:processing"), ids[0]) >= t0 + 60000);
+    /* extend: the flag's default gives way to the policy too. */
+    msg_t m;
+    r = fcall("extend", &q, ids[0], "", "60000", "1", "flag", END);
+    assert_true(has_code(r, "ok") && r->elements == 3);
+    msg_parse(r->element[1], &m);
+    freeReplyObject(r);
+    assert_true(msg_int(&m, "lease_expires_at") < t0 + 7000);
+}
+
+static void test_pause_resume(void **state)
+{
+    queue_t q;
+    queue_init(&q, "polpause");
+    enqueue_ok(&q, "a", 3, 0);
+    assert_int_equal(int_reply(fcall("pause", &q, -1, "1", END)), 1);
+    long long retry, ids[2];
+    assert_int_equal(claim_gated(&q, "30000", 2, "flag", ids, &retry), 0);
+    assert_int_equal(retry, 0);
+    assert_int_equal(counter(&q, "held_paused"), 1);
+    /* Everything else goes on; a policy write keeps the pause. */
+    enqueue_ok(&q, "b", 3, 0);
+    policy_set(&q, "replace", "max_retries", "2");
+    assert_string_equal(policy_field(&q, "paused"), "1");
+    expect_nothing_to_claim(&q);
+    assert_int_equal(int_reply(fcall("pause", &q, -1, "0", END)), 0);
+    assert_int_equal(claim_gated(&q, "30000", 2, "flag", ids, &retry), 2);
+    expect_error(fcall("pause", &q, -1, "yes", END));
+    /* An empty paused queue holds no claim back. */
+    int_reply(fcall("pause", &q, -1, "1", END));
+    expect_nothing_to_claim(&q);
+    assert_int_equal(counter(&q, "held_paused"), 2);  /* the one above with b waiting */
+}
+
+static void test_max_in_flight(void **state)
+{
+    queue_t q;
+    queue_init(&q, "polcap");
+    for (int i = 0; i < 5; i++) enqueue_ok(&q, "job", 3, 0);
+    policy_set(&q, "replace", "max_in_flight", "2");
+    long long retry, ab[5], c[5];
+    assert_int_equal(claim_gated(&q, "30000", 5, "flag", ab, &retry), 2);
+    assert_int_equal(claim_gated(&q, "30000", 1, "flag", NULL, &retry), 0);
+    assert_int_equal(retry, 0);
+    assert_int_equal(counter(&q, "held_cap"), 2);
+    msg_t m;
+    expect_ok_msg(fcall("succeed", &q, ab[0], "", END), &m);
+    assert_int_equal(claim_gated(&q, "30000", 5, "flag", c, &retry), 1);
+    /* A cap lowered below what is in flight: nothing until two have left. */
+    policy_set(&q, "merge", "max_in_flight", "1");
+    assert_int_equal(zcard(qkey(&q, "3:processing")), 2);
+    fail_ok(&q, c[0], "e", "1", 0, &m);
+    assert_int_equal(claim_gated(&q, "30000", 1, "flag", NULL, &retry), 0);
+    expect_ok_msg(fcall("succeed", &q, ab[1], "", END), &m);
+    assert_int_equal(claim_gated(&q, "30000", 3, "flag", c, &retry), 1);
+    assert_int_equal(zcard(qkey(&q, "3:processing")), 1);
+}
+
+/* A bucket of burst 3 at 10/s: three at once, then one per 100 ms; a claim
+ * held back says when the next token is due. */
+static void test_rate_limit_bucket(void **state)
+{
+    queue_t q;
+    queue_init(&q, "polrate");
+    for (int i = 0; i < 8; i++) enqueue_ok(&q, "job", 3, 0);
+    policy_set(&q, "replace", "rate_limit.per_second", "10", "rate_limit.burst", "3");
+    long long retry, ids[8];
+    assert_int_equal(claim_gated(&q, "30000", 5, "flag", ids, &retry), 3);
+    long long t0 = redis_now_ms();
+    assert_int_equal(claim_gated(&q, "30000", 1, "flag", NULL, &retry), 0);
+    assert_true(retry > 0 && retry <= 100);
+    assert_true(counter(&q, "held_rate") >= 1);
+    wait_until_ms(t0 + retry);
+    assert_int_equal(claim_gated(&q, "30000", 2, "flag", ids, &retry), 1);
+    /* The bucket expires when it would be full again: no key is left idle. */
+    long long ttl = int_reply(rcmd("PTTL", qkey(&q, "bucket"), END));
+    assert_true(ttl > 0 && ttl <= 300);
+}
+
+/* A rate changed mid-bucket keeps the tokens it had, up to the new burst;
+ * removing the rate removes the bucket. */
+static void test_rate_changed_mid_bucket(void **state)
+{
+    queue_t q;
+    queue_init(&q, "polratechange");
+    for (int i = 0; i < 10; i++) enqueue_ok(&q, "job", 3, 0);
+    policy_set(&q, "replace", "rate_limit.per_second", "0.01", "rate_limit.burst", "5");
+    long long retry;
+    assert_int_equal(claim_gated(&q, "30000", 1, "flag", NULL, &retry), 1); /* 4 left */
+    policy_set(&q, "replace", "rate_limit.per_second", "0.02", "rate_limit.burst", "2");
+    assert_int_equal(claim_gated(&q, "30000", 5, "flag", NULL, &retry), 2);
+    assert_int_equal(claim_gated(&q, "30000", 1, "flag", NULL, &retry), 0);
+    assert_true(retry > 40000 && retry <= 50000);   /* one token per 50 s */
+    policy_set(&q, "replace", "rate_limit.per_second", "0.01", "rate_limit.burst", "9");
+    assert_int_equal(claim_gated(&q, "30000", 1, "flag", NULL, &retry), 0);
+    policy_set(&q, "replace", "max_in_flight", "0");
+    assert_int_equal(exists(qkey(&q, "bucket")), 0);
+    assert_int_equal(claim_gated(&q, "30000", 5, "flag", NULL, &retry), 5);
+}
+
+/* The policy's retention wins over tick's arguments (the daemon's flags), and
+ * the timer hint of a finished message follows it. */
+static void test_policy_retention(void **state)
+{
+    queue_t q;
+    queue_init(&q, "polttl");
+    policy_set(&q, "replace", "dead_ttl", "1", "succeeded_ttl", "0");
+    long long dead = make_dead(&q, "gone soon");
+    long long ok = enqueue_ok(&q, "job", 3, 0);
+    msg_t m;
+    claim_one(&q, 30000, &m);
+    redisReply *r = fcall("succeed", &q, ok, "", "1", END);  /* daemon: 1 ms */
+    assert_true(has_code(r, "ok"));
+    freeReplyObject(r);
+    wait_until_ms(zscore(qkey(&q, "3:dead"), dead) + 1001);
+    long long t[TICK_N];
+    expect_ints(fcall("tick", &q, -1, "100", "0", "1", END), TICK_N, t);
+    assert_int_equal(t[2], 1);
+    assert_int_equal(exists(mkey(&q, dead)), 0);
+    assert_int_equal(exists(mkey(&q, ok)), 1);  /* succeeded_ttl 0 keeps it */
+    /* A queue with nothing but a policy stays registered. */
+    int_reply(rcmd("DEL", qkey(&q, "3:succeeded"), mkey(&q, ok), qkey(&q, "stats"), qkey(&q, "seq"),
+                   qkey(&q, "events"), qkey(&q, "errors"), END));
+    long long e[6];
+    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", END), 6, e);
+    assert_int_equal(e[5], 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Time series (lua/05_series.lua, docs/series.md)                          */
+/* ------------------------------------------------------------------------ */
+
+enum { SERIES_MINUTES = 120, SERIES_HOURS = 192, SERIES_HEADER = 48, SERIES_BUCKET = 20 };
+
+/* One resolution of the series: start, step and the five series. */
+typedef struct {
+    long long start, step;
+    size_t len;
+    long long v[5][SERIES_HOURS];   /* enqueued, succeeded, failed, dead, replayed */
+} series_t;
+
+static void series_read(const queue_t *q, const char *resolution, series_t *s)
+{
+    redisReply *r = fcall("series", q, -1, resolution, END);
+    if (r->type == REDIS_REPLY_ERROR) fail_msg("series: %s", r->str);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->elements, 7);
+    s->start = r->element[0]->integer;
+    s->step = r->element[1]->integer;
+    s->len = r->element[2]->elements;
+    assert_true(s->len <= SERIES_HOURS);
+    for (size_t i = 0; i < 5; i++) {
+        assert_int_equal(r->element[2 + i]->elements, s->len);
+        for (size_t j = 0; j < s->len; j++) s->v[i][j] = r->element[2 + i]->element[j]->integer;
+    }
+    freeReplyObject(r);
+}
+
+static long long series_sum(const series_t *s, int i)
+{
+    long long n = 0;
+    for (size_t j = 0; j < s->len; j++) n += s->v[i][j];
+    return n;
+}
+
+/* Writes the series header: last sample at `at`, with these counters. */
+static void series_header(const queue_t *q, long long at, const double c[5])
+{
+    unsigned char h[SERIES_HEADER];
+    double d[6] = { (double)at, c[0], c[1], c[2], c[3], c[4] };
+    memcpy(h, d, sizeof h);     /* '<d': the test host is little-endian like Redis' */
+    const char *argv[] = { "SETRANGE", qkey(q, "series"), "0", (const char *)h };
+    size_t lens[] = { 8, strlen(argv[1]), 1, sizeof h };
+    freeReplyObject(command_argv(4, argv, lens));
+}
+
+static void test_series_counts_the_lifecycle(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "series");
+    long long t0 = redis_now_ms();
+    msg_t m;
+    long long dead = make_dead(&q, "boom");     /* enqueued, failed, dead */
+    expect_ok_msg(fcall("replay", &q, dead, END), &m);
+    for (int i = 0; i < 3; i++) enqueue_ok(&q, "x", 3, 0);
+    claim_one(&q, 30000, &m);
+    expect_ok_msg(fcall("succeed", &q, m.id, "", END), &m);
+
+    series_t s;
+    series_read(&q, "minute", &s);
+    long long t1 = redis_now_ms();
+    assert_int_equal(s.len, SERIES_MINUTES);
+    assert_int_equal(s.step, 60000);
+    assert_int_equal(s.start, (t1 / 60000 - SERIES_MINUTES + 1) * 60000);
+    long long want[5] = { 4, 1, 1, 1, 1 };
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(series_sum(&s, i), want[i]);
+        /* All in the current minute, or the one before if one began meanwhile. */
+        long long recent = s.v[i][SERIES_MINUTES - 1];
+        if (t0 / 60000 != t1 / 60000) recent += s.v[i][SERIES_MINUTES - 2];
+        assert_int_equal(recent, want[i]);
+    }
+    series_read(&q, "hour", &s);
+    assert_int_equal(s.len, SERIES_HOURS);
+    assert_int_equal(s.step, 3600000);
+    for (int i = 0; i < 5; i++) assert_int_equal(series_sum(&s, i), want[i]);
+
+    /* Read again: nothing counted twice. */
+    series_read(&q, "minute", &s);
+    for (int i = 0; i < 5; i++) assert_int_equal(series_sum(&s, i), want[i]);
+
+    /* A queue that does not exist: zeros, and no key made for it. */
+    queue_t none;
+    queue_init(&none, "seriesnone");
+    series_read(&none, "hour", &s);
+    for (int i = 0; i < 5; i++) assert_int_equal(series_sum(&s, i), 0);
+    assert_int_equal(exists(qkey(&none, "series")), 0);
+
+    expect_error(fcall("series", &q, -1, "day", END));
+    expect_error(fcall("series", &q, -1, END));
+    /* Bounded: one key of fixed size, with a TTL. */
+    assert_int_equal(int_reply(rcmd("STRLEN", qkey(&q, "series"), END)),
+                     SERIES_HEADER + (SERIES_MINUTES + SERIES_HOURS) * SERIES_BUCKET);
+    assert_true(int_reply(rcmd("PTTL", qkey(&q, "series"), END)) > 192LL * 3600000);
+}
+
+/* A sample 5 minutes after the last: the 4 slots it moves past held data
+ * of 2 hours ago (the ring wrapped): they read 0, the older ones keep
+ * theirs. Deltas over 150 minutes spread evenly; those before the window
+ * are not shown. The clock is faked by writing the last sample's header. */
+static void test_series_ring_wrap_and_spread(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "serieswrap");
+    enqueue_ok(&q, "x", 3, 0);
+    series_t s;
+    series_read(&q, "minute", &s);    /* sampled: the header holds enqueued = 1 */
+    /* Every bucket of both rings holds 0x01010101 of every series. */
+    char fill[(SERIES_MINUTES + SERIES_HOURS) * SERIES_BUCKET];
+    memset(fill, 1, sizeof fill);
+    const char *argv[] = { "SETRANGE", qkey(&q, "series"), "48", fill };
+    size_t lens[] = { 8, strlen(argv[1]), 2, sizeof fill };
+    freeReplyObject(command_argv(4, argv, lens));
+    const long long old = 0x01010101;
+
+    long long now = redis_now_ms();
+    double c[5] = { 1, 0, 0, 0, 0 };
+    series_header(&q, now - 5 * 60000, c);
+    series_read(&q, "minute", &s);
+    long long t = redis_now_ms();
+    /* The buckets after the last sample's read 0; it and the older keep theirs. */
+    long long moved = t / 60000 - (now - 5 * 60000) / 60000;
+    assert_in_range(moved, 5, 6);
+    for (size_t j = 0; j < SERIES_MINUTES; j++) {
+        long long want = j >= SERIES_MINUTES - (size_t)moved ? 0 : old;
+        for (int i = 0; i < 5; i++) assert_int_equal(s.v[i][j], want);
+    }
+
+    /* 300 enqueued over the last 150 minutes: 2 a minute in every full
+     * minute of the window; the 30 minutes before it are not shown. */
+    int_reply(rcmd("HSET", qkey(&q, "stats"), "enqueued", "301", END));
+    now = redis_now_ms();
+    series_header(&q, now - 150 * 60000, c);
+    series_read(&q, "minute", &s);
+    long long shown = series_sum(&s, 0);
+    for (size_t j = 0; j + 1 < SERIES_MINUTES; j++) assert_in_range(s.v[0][j], 1, 3);
+    assert_in_range(shown, 236, 242);     /* about 300 * 120 / 150 */
+    for (int i = 1; i < 5; i++) assert_int_equal(series_sum(&s, i), 0);
+    /* The hour ring has all 300 (150 minutes is 3 or 4 hours of it), and its
+     * older buckets kept their old counts. */
+    series_read(&q, "hour", &s);
+    long long fresh = 0;
+    for (size_t j = SERIES_HOURS - 4; j < SERIES_HOURS; j++)
+        if (s.v[0][j] < old) fresh += s.v[0][j];
+        else fresh += s.v[0][j] - old;
+    assert_int_equal(fresh, 300);
+    assert_int_equal(s.v[0][0], old);
+
+    /* A counter that went down (the stats hash deleted) counts nothing. */
+    int_reply(rcmd("HSET", qkey(&q, "stats"), "enqueued", "7", END));
+    series_t before;
+    series_read(&q, "hour", &before);
+    assert_memory_equal(before.v, s.v, sizeof s.v);
+}
+
+/* tick samples; a tick that saw activity asks for the next within a minute,
+ * the next that saw none asks for nothing (SPEC §8: idle costs nothing);
+ * ARGV[5] "0" samples nothing. */
+static void test_series_tick_samples_then_idle(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "seriestick");
+    enqueue_ok(&q, "x", 3, 0);
+    msg_t m;
+    claim_one(&q, 30000, &m);
+    expect_ok_msg(fcall("succeed", &q, m.id, "", END), &m);
+    long long r[TICK_N + 1];
+    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", END), TICK_N + 1, r);
+    assert_in_range(r[3], 0, 60000);    /* activity: sample again within a minute */
+    redisReply *h = rcmd("GETRANGE", qkey(&q, "series"), "0", "47", END);
+    assert_int_equal(h->len, SERIES_HEADER);
+    double hdr[6];
+    memcpy(hdr, h->str, sizeof hdr);
+    freeReplyObject(h);
+    assert_true(hdr[1] == 1 && hdr[2] == 1);    /* enqueued 1, succeeded 1 sampled */
+    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", END), TICK_N + 1, r);
+    assert_int_equal(r[3], -1);         /* idle: no more timer visits */
+    assert_int_equal(exists(qkey(&q, "timer")), 0);
+
+    /* Without sampling, a tick leaves the series alone. */
+    enqueue_ok(&q, "y", 3, 0);
+    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", "0", "0", END), TICK_N + 1, r);
+    assert_int_equal(r[3], -1);
+    h = rcmd("GETRANGE", qkey(&q, "series"), "0", "47", END);
+    memcpy(hdr, h->str, sizeof hdr);
+    freeReplyObject(h);
+    assert_true(hdr[1] == 1);
+    series_t s;
+    series_read(&q, "minute", &s);
+    assert_int_equal(series_sum(&s, 0), 2);
+}
+
+/* ------------------------------------------------------------------------ */
 /* History of attempts and the claim's worker (SPEC §11)                    */
 /* ------------------------------------------------------------------------ */
 
@@ -4228,7 +4729,7 @@ static void test_history_every_failure_kind(void **state)
     long long id = enqueue_ok(&q, "job", 10, 0);
     msg_t m;
     /* A worker's failure, by the worker that claimed it. */
-    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "1", "", "w-1", END), &m, 1), 1);
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "1", "", "", "w-1", END), &m, 1), 1);
     assert_string_equal(msg_str(&m, "worker"), "w-1");
     assert_no_field(&m, "history");
     assert_string_equal(history_of(&q, id, &m), "");
@@ -4250,11 +4751,11 @@ static void test_history_every_failure_kind(void **state)
     /* settle_claim claims with a worker, then fails it (retry at once) and
      * claims it back for another worker in the same call. */
     make_due(&q, id);
-    expect_settled_one(fcall("settle_claim", &q, -1, "30000", "1", "0", "0", "0", "w-3", END),
+    expect_settled_one(fcall("settle_claim", &q, -1, "30000", "1", "0", "0", "0", "", "w-3", END),
                        NULL, &m);
     assert_string_equal(msg_str(&m, "worker"), "w-3");
     expect_settled_one(fcall("settle_claim", &q, -1, "30000", "1", "1", num(id), "", "failed",
-                             "e3", "1", "0", "0", "0", "w-4", END), "pending", &m);
+                             "e3", "1", "0", "0", "0", "", "w-4", END), "pending", &m);
     assert_int_equal(m.id, id);
     assert_string_equal(msg_str(&m, "worker"), "w-4");
     assert_string_equal(msg_str(&m, "history"), "1/0/w-1/e1;2/1//lease expired;3/0/w-3/e3;");
@@ -4270,14 +4771,14 @@ static void test_history_every_failure_kind(void **state)
     /* A lease handed back keeps no worker: neither a later claim without one
      * nor a kill of the pending message shows it. */
     char token[64];
-    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "1", "", "w-5", END), &m, 1), 1);
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "1", "", "", "w-5", END), &m, 1), 1);
     token_of(&m, token);
     assert_int_equal(int_reply(fcall("release", &q, -1, num(id), token, END)), 1);
     claim_one(&q, 30000, &m);
     assert_no_field(&m, "worker");
     token_of(&m, token);
     assert_int_equal(int_reply(fcall("release", &q, -1, num(id), token, END)), 1);
-    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "1", "", "w-6", END), &m, 1), 1);
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "1", "", "", "w-6", END), &m, 1), 1);
     token_of(&m, token);
     assert_int_equal(int_reply(fcall("release", &q, -1, num(id), token, END)), 1);
     expect_ok_msg(fcall("kill", &q, id, "gone", END), &m);
@@ -4309,8 +4810,8 @@ static void test_history_every_failure_kind(void **state)
     char big[130];
     memset(big, 'w', 129);
     big[129] = '\0';
-    expect_error(fcall("claim", &q, -1, "30000", "1", "", big, END));
-    expect_error(fcall("settle_claim", &q, -1, "30000", "1", "0", "0", "0", big, END));
+    expect_error(fcall("claim", &q, -1, "30000", "1", "", "", big, END));
+    expect_error(fcall("settle_claim", &q, -1, "30000", "1", "0", "0", "0", "", big, END));
     assert_int_equal(llen(qkey(&q, "3:due")), 1);
 }
 
@@ -4409,7 +4910,7 @@ static void test_history_happy_path_writes_no_trailer(void **state)
 
     id = enqueue_ok(&q, payload, 3, 0);
     freeReplyObject(rcmd("CONFIG", "RESETSTAT", END));
-    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "1", "", "host-1/42", END), &m, 1), 1);
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "1", "", "", "host-1/42", END), &m, 1), 1);
     assert_int_equal(command_calls("set"), 1);
     assert_int_equal(command_calls("setrange"), 0);
     expect_ok_msg(fcall("succeed", &q, id, msg_str(&m, "lease_token"), END), &m);
@@ -4421,6 +4922,9 @@ static void test_history_happy_path_writes_no_trailer(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_history_every_failure_kind),
+        cmocka_unit_test(test_history_keeps_twenty),
+        cmocka_unit_test(test_history_happy_path_writes_no_trailer),
         cmocka_unit_test(test_enqueue_ids_and_fields),
         cmocka_unit_test(test_enqueue_payload_binary_safe),
         cmocka_unit_test(test_enqueue_delayed),
@@ -4495,9 +4999,19 @@ int main(void)
         cmocka_unit_test(test_pending_walk_random_interleaving),
         cmocka_unit_test(test_reply_bytes_bounded),
         cmocka_unit_test(test_settle_claim_reply_bytes_bounded),
-        cmocka_unit_test(test_history_every_failure_kind),
-        cmocka_unit_test(test_history_keeps_twenty),
-        cmocka_unit_test(test_history_happy_path_writes_no_trailer),
+        cmocka_unit_test(test_policy_defaults_keep_reference_table),
+        cmocka_unit_test(test_policy_backoff_base_and_max),
+        cmocka_unit_test(test_policy_jitter),
+        cmocka_unit_test(test_policy_set_validation),
+        cmocka_unit_test(test_policy_precedence),
+        cmocka_unit_test(test_pause_resume),
+        cmocka_unit_test(test_max_in_flight),
+        cmocka_unit_test(test_rate_limit_bucket),
+        cmocka_unit_test(test_rate_changed_mid_bucket),
+        cmocka_unit_test(test_policy_retention),
+        cmocka_unit_test(test_series_counts_the_lifecycle),
+        cmocka_unit_test(test_series_ring_wrap_and_spread),
+        cmocka_unit_test(test_series_tick_samples_then_idle),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

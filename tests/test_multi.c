@@ -1296,6 +1296,200 @@ static void test_v2_instance_enqueuing_beside_v3(void **state)
     }
 }
 
+/* ------------------------------------------------------------------------ */
+/* max_in_flight across instances (SPEC §10)                                */
+/* ------------------------------------------------------------------------ */
+
+enum { CAP = 4, CAP_WORKERS = 20, CAP_MSGS = 80 };
+
+typedef struct cap_shared {
+    const char *q;
+    atomic_int held;              /* leases the workers hold right now */
+    atomic_int max_held;
+    atomic_int done;              /* messages succeeded */
+    atomic_int finished;          /* workers that have returned */
+} cap_shared_t;
+
+typedef struct cap_worker {
+    cap_shared_t *s;
+    int port;
+    char error[200];
+} cap_worker_t;
+
+/* Long-polls for one message at a time, holds it a few ms, succeeds it; until
+ * every message is done. */
+static void *cap_thread(void *arg)
+{
+    cap_worker_t *w = arg;
+    cap_shared_t *s = w->s;
+    e2e_conn_t conn = { .fd = -1 };
+    e2e_response_t r = { 0 };
+    char claim_path[256];
+    snprintf(claim_path, sizeof claim_path, "/queues/%s/claim", s->q);
+    const char *claim_body = "{\"wait_seconds\":1,\"lease_seconds\":60}";
+    long long deadline = e2e_mono_ms() + 30000;
+    while (atomic_load(&s->done) < CAP_MSGS && e2e_mono_ms() < deadline) {
+        if (conn.fd < 0 && e2e_conn_open(&conn, w->port) != 0) {
+            snprintf(w->error, sizeof w->error, "connect: %s", strerror(errno));
+            break;
+        }
+        e2e_response_free(&r);
+        if (e2e_request(&conn, "POST", claim_path, NULL, claim_body, strlen(claim_body), &r)
+            != 0) {
+            snprintf(w->error, sizeof w->error, "claim: no complete response");
+            break;
+        }
+        if (r.status == 204) continue;
+        long long id;
+        const char *token = r.json ? rd_json_string(rd_json_get(r.json, "lease_token")) : NULL;
+        if (r.status != 200 || token == NULL || !rd_json_integer(rd_json_get(r.json, "id"), &id)) {
+            snprintf(w->error, sizeof w->error, "claim: %d %.150s", r.status, r.body);
+            break;
+        }
+        int now = atomic_fetch_add(&s->held, 1) + 1;
+        for (int m = atomic_load(&s->max_held); now > m;)
+            if (atomic_compare_exchange_weak(&s->max_held, &m, now)) break;
+        e2e_pause_ms(3);  /* the work */
+        char path[300], body[200];
+        snprintf(path, sizeof path, "/queues/%s/messages/%lld/succeed", s->q, id);
+        snprintf(body, sizeof body, "{\"lease_token\":\"%s\"}", token);
+        atomic_fetch_sub(&s->held, 1);  /* before the settle is sent: never counts late */
+        e2e_response_free(&r);
+        if (e2e_request(&conn, "POST", path, NULL, body, strlen(body), &r) != 0 || r.status != 200) {
+            snprintf(w->error, sizeof w->error, "succeed: %d %.150s", r.status, r.body);
+            break;
+        }
+        atomic_fetch_add(&s->done, 1);
+    }
+    e2e_response_free(&r);
+    e2e_conn_close(&conn);
+    atomic_fetch_add(&s->finished, 1);
+    return NULL;
+}
+
+/* A field of a hash as an integer, 0 when absent. */
+static long long hget_int(const char *key, const char *field)
+{
+    redisReply *x = e2e_rcmd(g_redis, "HGET %s %s", key, field);
+    long long n = x->type == REDIS_REPLY_STRING ? atoll(x->str) : 0;
+    freeReplyObject(x);
+    return n;
+}
+
+/* 20 claimers, 10 on each instance, never hold more than the cap between
+ * them, and every message is done (settlements wake the waiters). */
+static void test_max_in_flight_across_instances(void **state)
+{
+    (void)state;
+    char q[64];
+    e2e_queue_name(q, sizeof q, "cap");
+    e2e_response_t r = { 0 };
+    http_to(g_a.port, &r, "PUT", e2e_fmt("/queues/%s/policy", q),
+            e2e_fmt("{\"max_in_flight\":%d}", CAP));
+    e2e_expect_json(&r, 200);
+    e2e_response_free(&r);
+    for (int i = 0; i < CAP_MSGS; i++) enqueue_to(i % 2 ? g_a.port : g_b.port, q, "{\"payload\":\"w\"}");
+    cap_shared_t s = { .q = q };
+    atomic_init(&s.held, 0);
+    atomic_init(&s.max_held, 0);
+    atomic_init(&s.done, 0);
+    atomic_init(&s.finished, 0);
+    cap_worker_t w[CAP_WORKERS];
+    pthread_t t[CAP_WORKERS];
+    for (int i = 0; i < CAP_WORKERS; i++) {
+        memset(&w[i], 0, sizeof w[i]);
+        w[i].s = &s;
+        w[i].port = i % 2 ? g_a.port : g_b.port;
+        assert_int_equal(pthread_create(&t[i], NULL, cap_thread, &w[i]), 0);
+    }
+    /* Redis's own count, sampled while they work. */
+    long long max_processing = 0;
+    while (atomic_load(&s.done) < CAP_MSGS) {
+        long long n = rint_cmd("ZCARD %s", qkey(q, "processing"));
+        if (n > max_processing) max_processing = n;
+        if (atomic_load(&s.finished) == CAP_WORKERS) break;
+        e2e_pause_ms(1);
+    }
+    for (int i = 0; i < CAP_WORKERS; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < CAP_WORKERS; i++)
+        if (w[i].error[0]) fail_msg("worker %d: %s", i, w[i].error);
+    printf("test_multi: cap %d, 20 claimers on 2 instances: %d done, at most %d held by the "
+           "workers, at most %lld processing in Redis\n", CAP, atomic_load(&s.done),
+           atomic_load(&s.max_held), max_processing);
+    assert_int_equal(atomic_load(&s.done), CAP_MSGS);
+    assert_true(atomic_load(&s.max_held) <= CAP);
+    assert_true(max_processing <= CAP);
+    assert_true(hget_int(qkey(q, "stats"), "held_cap") > 0);
+}
+
+/* With the cap reached, a long-poll parked on B is woken by a settlement made
+ * through A, within a second. */
+static void test_settle_on_a_wakes_long_poll_on_b(void **state)
+{
+    (void)state;
+    char q[64], token[160];
+    e2e_queue_name(q, sizeof q, "capwake");
+    e2e_response_t r = { 0 };
+    http_to(g_a.port, &r, "PUT", e2e_fmt("/queues/%s/policy", q), "{\"max_in_flight\":1}");
+    e2e_expect_json(&r, 200);
+    long long first = enqueue_to(g_a.port, q, "{\"payload\":\"1\"}");
+    long long second = enqueue_to(g_a.port, q, "{\"payload\":\"2\"}");
+    assert_int_equal(claim_one(g_a.port, q, token, sizeof token), first);
+
+    lp_call_t c;
+    lp_init(&c, g_b.port, q, "{\"wait_seconds\":10}");
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, lp_thread, &c), 0);
+    wait_sent(&c);
+    /* B has tried once and was held back by the cap: it is parked. */
+    long long deadline = e2e_mono_ms() + 5000;
+    while (hget_int(qkey(q, "stats"), "held_cap") < 1) {
+        if (e2e_mono_ms() > deadline) fail_msg("B's claim was not held back within 5 s");
+        e2e_pause_ms(2);
+    }
+    long long t0 = e2e_mono_us();
+    http_to(g_a.port, &r, "POST", e2e_fmt("/queues/%s/messages/%lld/succeed", q, first),
+            e2e_fmt("{\"lease_token\":\"%s\"}", token));
+    e2e_expect_json(&r, 200);
+    e2e_response_free(&r);
+    pthread_join(t, NULL);
+    if (c.status != 200) fail_msg("B's long-poll answered %d %s", c.status, c.error);
+    assert_int_equal(c.id, second);
+    long long us = c.done_us - t0;
+    printf("test_multi: a settlement on A woke the long-poll on B in %.3f ms\n", us / 1000.0);
+    assert_true(us < 1000000);
+}
+
+/* With the cap reached, a lease that expires (reclaimed by a timer) wakes a
+ * long-poll parked on the other instance. */
+static void test_lease_expiry_wakes_capped_long_poll(void **state)
+{
+    (void)state;
+    char q[64];
+    e2e_queue_name(q, sizeof q, "capexpire");
+    e2e_response_t r = { 0 };
+    http_to(g_a.port, &r, "PUT", e2e_fmt("/queues/%s/policy", q), "{\"max_in_flight\":1}");
+    e2e_expect_json(&r, 200);
+    enqueue_to(g_a.port, q, "{\"payload\":\"1\"}");
+    long long second = enqueue_to(g_a.port, q, "{\"payload\":\"2\"}");
+    http_to(g_a.port, &r, "POST", e2e_fmt("/queues/%s/claim", q), "{\"lease_seconds\":1}");
+    long long deadline_ms = e2e_jtime(e2e_expect_json(&r, 200), "lease_expires_at");
+    e2e_response_free(&r);
+
+    lp_call_t c;
+    lp_init(&c, g_b.port, q, "{\"wait_seconds\":10}");
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, lp_thread, &c), 0);
+    pthread_join(t, NULL);
+    if (c.status != 200) fail_msg("B's long-poll answered %d %s", c.status, c.error);
+    assert_int_equal(c.id, second);
+    /* Answered after the lease ended, within a second and a tick of it. */
+    long long late = e2e_wall_ms() - deadline_ms;
+    printf("test_multi: a lease expiry woke the capped long-poll on B %lld ms after the deadline\n",
+           late);
+    assert_true(late >= 0 && late < 1500);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, test_setup, test_teardown)
 
 int main(void)
@@ -1319,6 +1513,9 @@ int main(void)
         T(test_metrics_bounded_with_many_queues),
         T(test_queue_without_keys_leaves_registry),
         T(test_failed_registration_is_retried),
+        T(test_max_in_flight_across_instances),
+        T(test_settle_on_a_wakes_long_poll_on_b),
+        T(test_lease_expiry_wakes_capped_long_poll),
         T(test_sigterm_answers_parked_waiter),
         T(test_v2_instance_enqueuing_beside_v3),
     };

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "retryd/alloc.h"
+#include "retryd/policy.h"
 #include "retryd/request.h"
 
 #define DEFAULT_LEASE_MS 30000LL
@@ -840,6 +841,31 @@ static void test_empty_body(void **state)
  * list
  * ------------------------------------------------------------------------- */
 
+/* ?series=minute|hour, for GET /queues/{q}/stats (docs/series.md). */
+static void test_series_query(void **state)
+{
+    const char *res;
+    rd_field_errors_t errs = { .count = 0 };
+    assert_int_equal(rd_request_series(NULL, 0, &res, &errs), RD_REQ_OK);
+    assert_null(res);
+    assert_int_equal(rd_request_series("top=5", 5, &res, &errs), RD_REQ_OK);
+    assert_null(res);
+    assert_int_equal(rd_request_series("series=minute", 13, &res, &errs), RD_REQ_OK);
+    assert_string_equal(res, "minute");
+    assert_int_equal(rd_request_series("top=1&series=hour", 17, &res, &errs), RD_REQ_OK);
+    assert_string_equal(res, "hour");
+    const char *bad[] = { "series=", "series=day", "series=Hour", "series=minutes",
+                          "series=minute%00", "series=%ZZ" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        errs.count = 0;
+        assert_int_equal(rd_request_series(bad[i], strlen(bad[i]), &res, &errs), RD_REQ_INVALID);
+        assert_null(res);
+        assert_int_equal(errs.count, 1);
+        assert_string_equal(errs.items[0].field, "series");
+        assert_string_equal(errs.items[0].code, "invalid");
+    }
+}
+
 static void test_list_defaults(void **state)
 {
     rd_list_req_t req;
@@ -1117,11 +1143,133 @@ static void test_query_get_length_honoured(void **state)
     assert_string_equal(out, "");
 }
 
+/* ---------------------------------------------------------------------------
+ * queue policy (SPEC §10)
+ * ------------------------------------------------------------------------- */
+
+static void test_policy_valid(void **state)
+{
+    const char *body = "{\"max_retries\":4,\"backoff\":{\"base_seconds\":2,\"max_seconds\":90,"
+                       "\"jitter\":\"equal\"},\"lease_seconds\":45,\"dead_ttl\":\"7d\","
+                       "\"succeeded_ttl\":0,\"max_in_flight\":12,"
+                       "\"rate_limit\":{\"per_second\":0.5,\"burst\":2},\"paused\":true}";
+    rd_policy_t p;
+    rd_field_errors_t errs = { .count = 0 };
+    assert_int_equal(rd_request_policy(body, strlen(body), &p, &errs), RD_REQ_OK);
+    assert_int_equal(p.max_retries, 4);
+    assert_int_equal(p.base_seconds, 2);
+    assert_int_equal(p.max_seconds, 90);
+    assert_string_equal(p.jitter, "equal");
+    assert_int_equal(p.lease_seconds, 45);
+    assert_int_equal(p.dead_ttl_s, 7 * 86400);
+    assert_int_equal(p.succeeded_ttl_s, 0);
+    assert_int_equal(p.max_in_flight, 12);
+    assert_true(p.per_second == 0.5);
+    assert_int_equal(p.burst, 2);
+    assert_false(p.paused);  /* pause and resume change it, not PUT */
+    /* The pairs policy_set stores, and back. */
+    const char *args[RD_POLICY_ARGS_MAX];
+    char values[RD_POLICY_ARGS_MAX / 2][32];
+    size_t n = rd_policy_args(&p, args, values);
+    assert_int_equal(n, 20);
+    rd_str_t pairs[RD_POLICY_ARGS_MAX];
+    for (size_t i = 0; i < n; i++) pairs[i] = (rd_str_t){ args[i], strlen(args[i]) };
+    rd_policy_t back;
+    assert_true(rd_policy_from_pairs(&back, pairs, n));
+    assert_memory_equal(&back, &p, sizeof p);
+}
+
+static void test_policy_empty_is_all_defaults(void **state)
+{
+    const char *bodies[] = { "{}", "{\"rate_limit\":null,\"backoff\":null,\"max_retries\":null}" };
+    for (size_t i = 0; i < 2; i++) {
+        rd_policy_t p, d;
+        rd_field_errors_t errs = { .count = 0 };
+        assert_int_equal(rd_request_policy(bodies[i], strlen(bodies[i]), &p, &errs), RD_REQ_OK);
+        rd_policy_init(&d);
+        assert_memory_equal(&p, &d, sizeof p);
+        const char *args[RD_POLICY_ARGS_MAX];
+        char values[RD_POLICY_ARGS_MAX / 2][32];
+        assert_int_equal(rd_policy_args(&p, args, values), 0);
+    }
+}
+
+/* One body per bad field: exactly that field is named. */
+static void test_policy_invalid_fields(void **state)
+{
+    static const char *const cases[][3] = {
+        { "{\"max_retries\":0}", "max_retries", "invalid" },
+        { "{\"max_retries\":\"3\"}", "max_retries", "invalid" },
+        { "{\"backoff\":3}", "backoff", "invalid" },
+        { "{\"backoff\":{\"base_seconds\":3601}}", "backoff.base_seconds", "invalid" },
+        { "{\"backoff\":{\"max_seconds\":86401}}", "backoff.max_seconds", "invalid" },
+        { "{\"backoff\":{\"jitter\":\"FULL\"}}", "backoff.jitter", "invalid" },
+        { "{\"lease_seconds\":43201}", "lease_seconds", "invalid" },
+        { "{\"dead_ttl\":-5}", "dead_ttl", "invalid" },
+        { "{\"dead_ttl\":\"3651d\"}", "dead_ttl", "invalid" },
+        { "{\"succeeded_ttl\":1.5}", "succeeded_ttl", "invalid" },
+        { "{\"max_in_flight\":1000001}", "max_in_flight", "invalid" },
+        { "{\"rate_limit\":true}", "rate_limit", "invalid" },
+        { "{\"rate_limit\":{\"per_second\":100001,\"burst\":1}}", "rate_limit.per_second", "invalid" },
+        { "{\"rate_limit\":{\"per_second\":0.0001,\"burst\":1}}", "rate_limit.per_second", "invalid" },
+        { "{\"rate_limit\":{\"burst\":1}}", "rate_limit.per_second", "required" },
+        { "{\"rate_limit\":{\"per_second\":1,\"burst\":0}}", "rate_limit.burst", "invalid" },
+        { "{\"dead_letter_rules\":[]}", "dead_letter_rules", "invalid" },
+        { "{\"maxinflight\":3}", "maxinflight", "invalid" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        rd_policy_t p;
+        rd_field_errors_t errs = { .count = 0 };
+        rd_req_result_t r = rd_request_policy(cases[i][0], strlen(cases[i][0]), &p, &errs);
+        if (r != RD_REQ_INVALID) fail_msg("%s: result %d, want INVALID", cases[i][0], (int)r);
+        assert_one_error(&errs, cases[i][1], cases[i][2]);
+    }
+    const char *malformed[] = { "", "[]", "{", "\"x\"" };
+    for (size_t i = 0; i < 4; i++) {
+        rd_policy_t p;
+        rd_field_errors_t errs = { .count = 0 };
+        assert_int_equal(rd_request_policy(malformed[i], strlen(malformed[i]), &p, &errs),
+                         RD_REQ_MALFORMED);
+    }
+}
+
+/* Absent fields say "none given", so the queue's policy decides. */
+static void test_given_flags(void **state)
+{
+    rd_enqueue_req_t e;
+    rd_field_errors_t errs = { .count = 0 };
+    const char *a = "{\"payload\":\"x\"}", *b = "{\"payload\":\"x\",\"max_retries\":3}";
+    assert_int_equal(rd_request_enqueue(a, strlen(a), &e, &errs), RD_REQ_OK);
+    assert_false(e.max_retries_given);
+    rd_request_free(e.doc);
+    assert_int_equal(rd_request_enqueue(b, strlen(b), &e, &errs), RD_REQ_OK);
+    assert_true(e.max_retries_given);
+    rd_request_free(e.doc);
+    rd_claim_req_t c;
+    assert_int_equal(rd_request_claim("{}", 2, NULL, 0, DEFAULT_LEASE_MS, &c, &errs), RD_REQ_OK);
+    assert_false(c.lease_given);
+    assert_int_equal(c.lease_ms, DEFAULT_LEASE_MS);
+    rd_request_free(c.doc);
+    assert_int_equal(rd_request_claim("{}", 2, "lease_seconds=30", 16, DEFAULT_LEASE_MS, &c, &errs),
+                     RD_REQ_OK);
+    assert_true(c.lease_given);
+    rd_request_free(c.doc);
+    rd_settle_req_t s;
+    assert_int_equal(rd_request_extend("{\"lease_seconds\":5}", 19, DEFAULT_LEASE_MS, &s, &errs),
+                     RD_REQ_OK);
+    assert_true(s.lease_given);
+    rd_request_free(s.doc);
+}
+
 int main(void)
 {
     rd_alloc_init();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_enqueue_valid),
+        cmocka_unit_test(test_policy_valid),
+        cmocka_unit_test(test_policy_empty_is_all_defaults),
+        cmocka_unit_test(test_policy_invalid_fields),
+        cmocka_unit_test(test_given_flags),
         cmocka_unit_test(test_enqueue_defaults),
         cmocka_unit_test(test_enqueue_payload_kept_exactly),
         cmocka_unit_test(test_enqueue_payload_required),
@@ -1163,6 +1311,7 @@ int main(void)
         cmocka_unit_test(test_query_get_decoding),
         cmocka_unit_test(test_query_get_too_long),
         cmocka_unit_test(test_query_get_length_honoured),
+        cmocka_unit_test(test_series_query),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -524,6 +524,149 @@
     return err;
   }
 
+  // ---- Throughput charts (docs/series.md) -------------------------------------
+  // GET /queues/{q}/stats?series=minute|hour: enqueued, succeeded, failed, dead
+  // and replayed per bucket, oldest first. Drawn as inline SVG built with DOM
+  // calls (no markup strings, no style attributes); every line carries its
+  // values in data-values and every non-zero point its value in data-value and
+  // a <title>, so what is drawn can be read back.
+  const SERIES = ['enqueued', 'succeeded', 'failed', 'dead', 'replayed'];
+  const SERIES_LABEL = { enqueued: 'Enqueued', succeeded: 'Succeeded', failed: 'Failed', dead: 'Dead',
+                         replayed: 'Replayed' };
+  const RESOLUTIONS = { minute: 'Per minute, last 2 hours', hour: 'Per hour, last 8 days' };
+  const OVERVIEW_SERIES_QUEUES = 10;  // queues the overview chart adds up
+  const SVG_NS = 'http://www.w3.org/2000/svg';
+  // The chart's frame in CSS pixels; its width is the panel's (measured at
+  // each draw, drawn again when it changes), so text stays 11 px on a phone.
+  const CH = { h: 180, l: 44, r: 8, t: 10, b: 22, minW: 240 };
+
+  function svg(tag, attrs, ...kids) {
+    const el = document.createElementNS(SVG_NS, tag);
+    for (const [k, v] of Object.entries(attrs || {})) el.setAttribute(k, String(v));
+    for (const k of kids) {
+      if (k !== null && k !== undefined) el.appendChild(typeof k === 'string' ? document.createTextNode(k) : k);
+    }
+    return el;
+  }
+
+  /** Adds up the series of several queues, aligned on their bucket times (two
+   *  reads either side of a minute boundary start one bucket apart). */
+  function sumSeries(list) {
+    const all = list.filter((x) => x && Array.isArray(x.enqueued));
+    if (!all.length) return null;
+    const step = all[0].step_seconds * 1000;
+    const start = Math.max(...all.map((x) => x.start));
+    const len = all[0].enqueued.length;
+    const out = { resolution: all[0].resolution, start, step_seconds: all[0].step_seconds };
+    for (const name of SERIES) {
+      out[name] = new Array(len).fill(0);
+      for (const x of all) {
+        const shift = Math.round((start - x.start) / step);
+        for (let i = 0; i < len; i++) out[name][i] += x[name][i + shift] || 0;
+      }
+    }
+    return out;
+  }
+
+  function bucketLabel(ms, resolution) {
+    const d = new Date(ms);
+    const hm = `${pad(d.getHours())}:${pad(d.getMinutes())}`;
+    return resolution === 'hour' ? `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${hm}` : hm;
+  }
+
+  class SeriesChart {
+    /** id: the section's id; onChange(resolution) when the viewer switches. */
+    constructor(id, title, onChange) {
+      this.resolution = 'minute';
+      this.buttons = {};
+      const group = h('div', { class: 'seg-group', role: 'group', 'aria-label': 'Resolution' });
+      for (const [res, label] of [['minute', 'Minutes'], ['hour', 'Hours']]) {
+        const b = h('button', { type: 'button', class: 'btn btn-sm seg', 'data-resolution': res, text: label,
+          'aria-pressed': String(res === this.resolution),
+          onclick: () => {
+            if (this.resolution === res) return;
+            this.resolution = res;
+            for (const [r2, b2] of Object.entries(this.buttons)) setAttr(b2, 'aria-pressed', String(r2 === res));
+            onChange(res);
+          } });
+        this.buttons[res] = b;
+        group.appendChild(b);
+      }
+      const legend = h('ul', { class: 'chart-legend' },
+        SERIES.map((n) => h('li', null, h('span', { class: `swatch swatch-${n}`, 'aria-hidden': 'true' }),
+          SERIES_LABEL[n], ' ', h('span', { class: `legend-total muted`, 'data-series': n }))));
+      this.totals = {};
+      for (const el of legend.querySelectorAll('.legend-total')) this.totals[el.dataset.series] = el;
+      this.note = h('p', { class: 'chart-note muted', text: RESOLUTIONS.minute });
+      this.svg = svg('svg', { class: 'chart-svg', viewBox: `0 0 640 ${CH.h}`, role: 'img',
+                              'aria-label': title, preserveAspectRatio: 'xMidYMid meet' });
+      this.last = null;
+      this.width = 0;
+      if (window.ResizeObserver) {
+        new ResizeObserver(() => {
+          if (this.last && Math.abs(this.measure() - this.width) >= 1) this.render(this.last.series, this.last.note);
+        }).observe(this.svg);
+      }
+      this.el = h('section', { class: 'panel chart-panel', id, 'aria-label': title },
+        h('div', { class: 'panel-head' }, h('h2', { text: title }), group),
+        this.note, this.svg, legend);
+    }
+
+    measure() {
+      return Math.max(CH.minW, Math.round(this.svg.getBoundingClientRect().width || 640));
+    }
+
+    /** Draws series (an API "series" object, or null for no data yet). */
+    render(series, note) {
+      const s = series;
+      const root = this.svg;
+      this.last = { series, note };
+      this.width = this.measure();
+      const W = this.width;
+      root.setAttribute('viewBox', `0 0 ${W} ${CH.h}`);
+      while (root.firstChild) root.removeChild(root.firstChild);
+      setText(this.note, note || RESOLUTIONS[this.resolution]);
+      if (!s) { root.removeAttribute('data-start'); return; }
+      const len = s.enqueued.length;
+      const step = s.step_seconds * 1000;
+      root.setAttribute('data-resolution', s.resolution);
+      root.setAttribute('data-start', String(s.start));
+      root.setAttribute('data-step', String(s.step_seconds));
+      let max = 1;
+      for (const n of SERIES) for (const v of s[n]) if (v > max) max = v;
+      const iw = W - CH.l - CH.r;
+      const ih = CH.h - CH.t - CH.b;
+      const x = (i) => CH.l + (len > 1 ? (i * iw) / (len - 1) : 0);
+      const y = (v) => CH.t + ih - (v * ih) / max;
+      // Grid and y labels: 0, half, max.
+      for (const v of [0, max / 2, max]) {
+        const yy = y(v).toFixed(1);
+        root.appendChild(svg('line', { class: 'chart-grid', x1: CH.l, x2: W - CH.r, y1: yy, y2: yy }));
+        root.appendChild(svg('text', { class: 'chart-label', x: CH.l - 4, y: yy, 'text-anchor': 'end',
+                                       'dominant-baseline': 'middle' }, fmtInt(Math.round(v))));
+      }
+      // x labels: the oldest bucket, the middle one, the current one.
+      for (const [i, anchor] of [[0, 'start'], [Math.floor((len - 1) / 2), 'middle'], [len - 1, 'end']]) {
+        root.appendChild(svg('text', { class: 'chart-label', x: x(i).toFixed(1), y: CH.h - 6, 'text-anchor': anchor },
+          bucketLabel(s.start + i * step, s.resolution)));
+      }
+      for (const n of SERIES) {
+        const vals = s[n];
+        const g = svg('g', { class: `series series-${n}`, 'data-series': n, 'data-values': vals.join(',') });
+        g.appendChild(svg('polyline', { class: 'series-line',
+          points: vals.map((v, i) => `${x(i).toFixed(1)},${y(v).toFixed(1)}`).join(' ') }));
+        vals.forEach((v, i) => {
+          if (!v) return;
+          const t = s.start + i * step;
+          g.appendChild(svg('circle', { class: 'series-point', cx: x(i).toFixed(1), cy: y(v).toFixed(1), r: 2.5,
+            'data-t': t, 'data-value': v }, svg('title', null, `${bucketLabel(t, s.resolution)} ${SERIES_LABEL[n]}: ${fmtInt(v)}`)));
+        });
+        root.appendChild(g);
+        setText(this.totals[n], fmtInt(vals.reduce((a, b) => a + b, 0)));
+      }
+    }
+  }
+
   // ---- Overview --------------------------------------------------------------
   class OverviewView {
     start() {
@@ -542,12 +685,18 @@
       }
       this.tbody = h('tbody', null, emptyRow(7, 'Loading queues…', 'loading'));
       this.errBody = h('tbody', null, emptyRow(3, 'Loading…', 'loading'));
+      this.chart = new SeriesChart('overview-chart', 'Throughput', () => {
+        if (this.queues) this.loadChart(this.queues, this.ac.signal).catch((e) => {
+          if (e.name !== 'AbortError') handleError(e);
+        });
+      });
       const main = $('#main');
       appendKids(main, [
         h('div', { class: 'page-head' },
           h('h1', { text: 'Queues' }),
           h('p', { class: 'page-sub', text: 'Every queue of this retryd, with its messages by state.' })),
         cards,
+        this.chart.el,
         h('section', { class: 'panel', 'aria-labelledby': 'queues-h' },
           h('h2', { id: 'queues-h', text: 'Queues' }),
           h('div', { class: 'table-wrap' },
@@ -593,6 +742,8 @@
           api('GET', `${queuePath(q.name)}/stats?top=5`, undefined, { signal })
             .catch((e) => { if (e instanceof ApiError && e.status === 404) return null; throw e; }));
         this.renderErrors(stats.filter(Boolean), withDead.length < queues.filter((q) => q.counts && q.counts.dead > 0).length);
+        this.queues = queues;
+        await this.loadChart(queues, signal);
         this.loaded = true;
         markUpdated();
       } catch (e) {
@@ -605,6 +756,24 @@
       } finally {
         this.loading = false;
       }
+    }
+
+    // The chart adds up the series of the OVERVIEW_SERIES_QUEUES queues with
+    // the most messages (all of them when there are no more).
+    async loadChart(queues, signal) {
+      const size = (q) => STATES.reduce((n, st) => n + ((q.counts && q.counts[st]) || 0), 0);
+      const top = queues.slice().sort((a, b) => size(b) - size(a) || (a.name < b.name ? -1 : 1))
+        .slice(0, OVERVIEW_SERIES_QUEUES);
+      const res = this.chart.resolution;
+      const stats = await mapLimit(top, CONCURRENCY, (q) =>
+        api('GET', `${queuePath(q.name)}/stats?top=1&series=${res}`, undefined, { signal })
+          .catch((e) => { if (e instanceof ApiError && e.status === 404) return null; throw e; }));
+      const names = top.map((q) => q.name);
+      this.chart.svg.setAttribute('data-queues', JSON.stringify(names));
+      const scope = queues.length > top.length
+        ? `the ${top.length} queues with the most messages` : `all ${plural(queues.length, 'queue')}`;
+      this.chart.render(sumSeries(stats.filter(Boolean).map((st) => st.series)),
+        `${RESOLUTIONS[res]}, ${scope}`);
     }
 
     // GET /queues is paged: follow next_cursor (at most QUEUES_PAGES_MAX pages).
@@ -889,12 +1058,23 @@
         this.btnFirst, this.btnPrev, this.pageNo, this.btnNext);
 
       this.topErrors = h('div', { class: 'top-errors', id: 'queue-top-errors', hidden: true });
+      this.chart = new SeriesChart('queue-chart', `Throughput of ${q}`, () => this.refreshCounts());
+
+      // Flow control (SPEC §10): the queue's policy and a pause/resume button.
+      this.pauseState = h('span', { class: 'pause-state', id: 'pause-state', role: 'status' });
+      this.policyText = h('span', { class: 'policy-text muted', id: 'policy-text' });
+      this.btnPause = h('button', { type: 'button', class: 'btn btn-sm', id: 'pause-toggle',
+        disabled: true, onclick: () => this.togglePause() });
+      this.policyBox = h('section', { class: 'policy-strip', id: 'queue-policy',
+        'aria-label': 'Flow control' }, this.pauseState, this.policyText, this.btnPause);
 
       appendKids(main, [
         breadcrumb([{ href: '#/queues', text: 'Queues' }, { text: q }]),
         h('div', { class: 'page-head' },
           h('h1', null, h('span', { class: 'muted h-prefix', text: 'Queue ' }), h('span', { text: q })),
           this.headStats),
+        this.policyBox,
+        this.chart.el,
         tabs,
         this.topErrors,
         h('section', { class: 'panel panel-flush', 'aria-label': 'Messages' },
@@ -944,13 +1124,65 @@
       if (this.listFailed) this.loadList();
     }
 
+    /** The policy strip: paused or running, the limits that are set. */
+    renderPolicy(p) {
+      this.policy = p;
+      setText(this.pauseState, p.paused ? 'Paused' : 'Running');
+      this.pauseState.classList.toggle('paused', !!p.paused);
+      const parts = [];
+      parts.push(p.max_in_flight ? `at most ${fmtInt(p.max_in_flight)} in flight` : 'no in-flight cap');
+      parts.push(p.rate_limit ? `${p.rate_limit.per_second}/s (burst ${fmtInt(p.rate_limit.burst)})`
+                              : 'no rate limit');
+      const b = p.backoff || {};
+      parts.push(`backoff ${b.base_seconds} s × 2ⁿ up to ${b.max_seconds} s` +
+                 (b.jitter && b.jitter !== 'none' ? `, ${b.jitter} jitter` : ''));
+      parts.push(`max ${p.max_retries} retries`, `lease ${p.lease_seconds} s`);
+      setText(this.policyText, parts.join(' · '));
+      setText(this.btnPause, p.paused ? 'Resume' : 'Pause');
+      setAttr(this.btnPause, 'aria-label', p.paused ? `Resume queue ${this.queue}` : `Pause queue ${this.queue}`);
+      this.btnPause.disabled = false;
+    }
+
+    async refreshPolicy() {
+      try {
+        this.renderPolicy(await api('GET', `${queuePath(this.queue)}/policy`, undefined,
+                                    { signal: this.ac.signal }));
+      } catch (e) {
+        if (e.name !== 'AbortError') handleError(e);
+      }
+    }
+
+    async togglePause() {
+      if (!this.policy) return;
+      const pausing = !this.policy.paused;
+      if (pausing) {
+        const ok = await confirmDialog({ title: `Pause ${this.queue}?`,
+          message: 'Workers lease nothing from this queue until it is resumed. Messages still ' +
+                   'arrive, settle, retry and expire.', count: '', ok: 'Pause' });
+        if (!ok) return;
+      }
+      this.btnPause.disabled = true;
+      try {
+        const r = await api('POST', `${queuePath(this.queue)}/${pausing ? 'pause' : 'resume'}`, {});
+        this.renderPolicy(Object.assign({}, this.policy, { paused: r.paused }));
+        toast(r.paused ? `Queue ${this.queue} paused.` : `Queue ${this.queue} resumed.`, 'success');
+      } catch (e) {
+        handleError(e);
+      } finally {
+        this.btnPause.disabled = false;
+      }
+    }
+
     async refreshCounts() {
+      this.refreshPolicy();
       if (this.countsLoading) return;
       this.countsLoading = true;
       try {
-        const st = await api('GET', `${queuePath(this.queue)}/stats?top=10`, undefined,
+        const res = this.chart.resolution;
+        const st = await api('GET', `${queuePath(this.queue)}/stats?top=10&series=${res}`, undefined,
                              { signal: this.ac.signal });
         this.stats = st;
+        if (res === this.chart.resolution) this.chart.render(st.series || null);
         const c = st.counts || {};
         let all = 0;
         for (const s of STATES) {

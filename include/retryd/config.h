@@ -24,6 +24,7 @@ typedef struct rd_config {
     int max_connections;        /* --max-connections */
     long long dead_ttl_ms;      /* --dead-ttl: 0 keeps dead letters forever */
     long long succeeded_ttl_ms; /* --succeeded-ttl: 0 keeps succeeded forever */
+    int series;                 /* --series on|off: sample the per-queue time series */
     rd_log_level_t log_level;   /* --log-level debug|info|warn|error */
     char auth_token_file[512];  /* --auth-token-file: "" leaves the API open */
     char alert_url[2048];       /* --alert-url: "" sends no alerts */

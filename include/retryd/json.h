@@ -36,12 +36,19 @@ const char *rd_json_string(const rd_json_t *j);
 bool rd_json_bool(const rd_json_t *j);
 /* True when j is a number with an integral value in [-2^53, 2^53]. */
 bool rd_json_integer(const rd_json_t *j, long long *out);
+/* An object's members: how many, and the name of the i-th (NULL past the end). */
+size_t rd_json_object_size(const rd_json_t *obj);
+const char *rd_json_object_key_at(const rd_json_t *obj, size_t i);
+/* Any finite number. */
+bool rd_json_number(const rd_json_t *j, double *out);
 size_t rd_json_array_size(const rd_json_t *j);
 rd_json_t *rd_json_array_at(const rd_json_t *j, size_t i);
 
 /* Building. set_* and append take ownership of item/value nodes. */
 rd_json_t *rd_json_new_object(void);
 rd_json_t *rd_json_new_array(void);
+/* An integer node, for rd_json_append. */
+rd_json_t *rd_json_new_int(long long value);
 void rd_json_set(rd_json_t *obj, const char *name, rd_json_t *item);
 void rd_json_set_string(rd_json_t *obj, const char *name, const char *value);
 /* The set_string functions always write valid JSON: bytes that are not

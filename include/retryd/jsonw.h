@@ -39,6 +39,8 @@ void rd_jsonw_key(rd_jsonw_t *w, const char *name);
 void rd_jsonw_string(rd_jsonw_t *w, const char *s);
 void rd_jsonw_stringn(rd_jsonw_t *w, const char *s, size_t len);
 void rd_jsonw_int(rd_jsonw_t *w, long long v);
+/* A finite number in the shortest of %.15g / %.17g that reads back the same. */
+void rd_jsonw_number(rd_jsonw_t *w, double v);
 void rd_jsonw_bool(rd_jsonw_t *w, bool v);
 void rd_jsonw_null(rd_jsonw_t *w);
 /* A string the caller knows needs no escaping (an RFC 3339 timestamp from

@@ -41,6 +41,7 @@ typedef struct rd_queue_metrics {
     RD_STATS_COUNTERS(RD_METRICS_COUNTER_FIELD)       /* lifetime counters */
 #undef RD_METRICS_COUNTER_FIELD
     long long ready, scheduled, processing, succeeded_now, dead_now, dead_last_24h;
+    long long paused;           /* 1 while the queue is paused (SPEC §10) */
     long long delay_buckets[RD_DELAY_BUCKETS + 1];  /* per bucket; last: +Inf */
     long long delay_sum_ms;
 } rd_queue_metrics_t;

@@ -22,6 +22,7 @@ typedef struct rd_enqueue_req {
     const char *payload;
     size_t payload_len;
     int max_retries;
+    bool max_retries_given;   /* false: the queue's policy decides (SPEC §10) */
     long long delay_ms;
     const char *idempotency_key;  /* NULL when absent; 1-255 bytes */
 } rd_enqueue_req_t;
@@ -29,6 +30,7 @@ typedef struct rd_enqueue_req {
 typedef struct rd_claim_req {
     rd_json_t *doc;
     long long lease_ms;       /* the daemon default unless given */
+    bool lease_given;         /* false: the queue's policy overrides that default */
     long long wait_ms;        /* 0 unless given */
     int count;                /* 1 unless given */
     bool batch;               /* count was given: answer {messages:[...]} */
@@ -44,6 +46,7 @@ typedef struct rd_settle_req {
     bool retryable;           /* fail: default true */
     long long retry_after_ms; /* fail: -1 unless retry_after_seconds given */
     long long lease_ms;       /* extend: the daemon default unless given */
+    bool lease_given;         /* extend: false: the queue's policy overrides that default */
 } rd_settle_req_t;
 
 typedef struct rd_ack_req {
@@ -108,6 +111,10 @@ rd_req_result_t rd_request_kill(const char *body, size_t len, rd_settle_req_t *o
 /* ?top=1..100 (10): how many top errors GET /queues/{q}/stats lists. */
 rd_req_result_t rd_request_stats(const char *query, size_t query_len, int *top,
                                  rd_field_errors_t *errs);
+/* ?series=minute|hour: the time series GET /queues/{q}/stats adds; *out is
+ * NULL when absent, else "minute" or "hour" (static strings). */
+rd_req_result_t rd_request_series(const char *query, size_t query_len, const char **out,
+                                  rd_field_errors_t *errs);
 /* replay takes no fields, but a body, when sent, must still be a JSON object. */
 rd_req_result_t rd_request_empty(const char *body, size_t len);
 rd_req_result_t rd_request_list(const char *query, size_t query_len, rd_list_req_t *out,

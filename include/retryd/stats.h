@@ -19,7 +19,10 @@
     X(retried, "Failures scheduled for a retry.")                                       \
     X(dead, "Messages that went dead (exhausted, not retryable, or killed).")           \
     X(replayed, "Dead letters replayed.")                                               \
-    X(lease_expired, "Leases that expired before the message was settled.")
+    X(lease_expired, "Leases that expired before the message was settled.")              \
+    X(held_paused, "Claims that leased less because the queue was paused.")             \
+    X(held_cap, "Claims that leased less because of the queue's max_in_flight.")        \
+    X(held_rate, "Claims that leased less because of the queue's rate_limit.")
 
 /* The other counters of the hash, which GET /queues/{q}/stats lists when the
  * hash has them: X(name). */
@@ -28,9 +31,10 @@
     X(alerts_delivered) X(alerts_failed) X(alerts_claimed) X(alerts_dropped)
 
 /* The gauges of the `stats` reply (messages in each state now, deaths in the
- * last 24 h): X(name). */
+ * last 24 h, 1 while the queue is paused): X(name). */
 #define RD_STATS_GAUGES(X) \
-    X(pending) X(ready) X(scheduled) X(processing) X(succeeded) X(dead) X(dead_last_24h)
+    X(pending) X(ready) X(scheduled) X(processing) X(succeeded) X(dead) X(dead_last_24h) \
+    X(paused)
 
 /* The `stats` function's answer for one queue. */
 typedef struct rd_queue_stats {

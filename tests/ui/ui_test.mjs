@@ -396,6 +396,113 @@ test('overview_counts_top_errors_refresh', async () => {
   await page.close();
 });
 
+// ---------------------------------------------------------------------------
+// Throughput charts: what is drawn is what the API's series say
+// ---------------------------------------------------------------------------
+const SERIES = ['enqueued', 'succeeded', 'failed', 'dead', 'replayed'];
+
+/** The drawn series of a chart: start, step (s), resolution and the values
+ *  of each line (data-values), with every point checked against its line. */
+async function drawnSeries(page, sel) {
+  return page.$eval(sel, (svgEl, names) => {
+    const out = { start: Number(svgEl.dataset.start), step: Number(svgEl.dataset.step),
+                  resolution: svgEl.dataset.resolution, queues: svgEl.dataset.queues, bad: [] };
+    for (const n of names) {
+      const g = svgEl.querySelector(`g[data-series="${n}"]`);
+      out[n] = g ? g.dataset.values.split(',').map(Number) : null;
+      if (!g) continue;
+      for (const c of g.querySelectorAll('circle.series-point')) {
+        const i = Math.round((Number(c.dataset.t) - out.start) / (out.step * 1000));
+        if (out[n][i] !== Number(c.dataset.value) || !c.querySelector('title') ||
+            !c.querySelector('title').textContent.endsWith(`: ${Number(c.dataset.value).toLocaleString('en-US')}`)) {
+          out.bad.push(`${n}[${i}]`);
+        }
+      }
+      const points = g.querySelectorAll('circle.series-point').length;
+      if (points !== out[n].filter((v) => v > 0).length) out.bad.push(`${n}: ${points} points`);
+    }
+    return out;
+  }, SERIES);
+}
+
+/** The drawn and the API's series agree on every bucket both cover (a minute
+ *  may have begun between the two reads: the later one starts a bucket on). */
+function sameSeries(drawn, api, what) {
+  eq(drawn.bad, [], `${what}: every point is on its line with its value in a <title>`);
+  eq(drawn.resolution, api.resolution, `${what}: resolution`);
+  eq(drawn.step, api.step_seconds, `${what}: step`);
+  const step = api.step_seconds * 1000;
+  const shift = Math.round((api.start - drawn.start) / step);
+  check(shift === 0 || shift === 1, `${what}: the API's series starts at ${api.start}, the chart's at ${drawn.start}`);
+  for (const n of SERIES) {
+    eq(drawn[n].length, api[n].length, `${what}: ${n} buckets`);
+    eq(drawn[n].slice(shift), api[n].slice(0, api[n].length - shift), `${what}: ${n}`);
+  }
+}
+
+function addSeries(list) {
+  const start = Math.max(...list.map((x) => x.start));
+  const step = list[0].step_seconds * 1000;
+  const out = { resolution: list[0].resolution, start, step_seconds: list[0].step_seconds };
+  for (const n of SERIES) {
+    out[n] = new Array(list[0][n].length).fill(0);
+    for (const x of list) {
+      const shift = Math.round((start - x.start) / step);
+      for (let i = 0; i < out[n].length; i++) out[n][i] += x[n][i + shift] || 0;
+    }
+  }
+  return out;
+}
+
+test('throughput_charts_match_api', async () => {
+  const q = 'charts';
+  for (let i = 0; i < 4; i++) await enqueue(q, JSON.stringify({ chart: i }), { max_retries: 1 });
+  const msgs = await claimAll(q, 4);
+  eq(msgs.length, 4, 'claimed 4');
+  for (const m of msgs.slice(0, 2)) await ok('POST', `${qp(q)}/messages/${m.id}/succeed`, {});
+  for (const m of msgs.slice(2)) await ok('POST', `${qp(q)}/messages/${m.id}/fail`, { error: 'chart failure' });
+  await ok('POST', `${qp(q)}/messages/${msgs[2].id}/replay`);
+
+  const page = await openPage(hashQueue(q, { status: 'dead' }));
+  const sel = '#queue-chart svg.chart-svg';
+  await page.waitForSelector(`${sel}[data-start]`);
+  let drawn = await drawnSeries(page, sel);
+  let api = (await ok('GET', `${qp(q)}/stats?series=minute`)).series;
+  sameSeries(drawn, api, 'queue chart, minutes');
+  eq(SERIES.map((n) => drawn[n].reduce((a, b) => a + b, 0)), [4, 2, 2, 2, 1], 'the workload in the chart');
+  await shot(page, 'queue-chart.png');
+
+  await page.click('#queue-chart button[data-resolution="hour"]');
+  await page.waitForSelector(`${sel}[data-resolution="hour"]`);
+  drawn = await drawnSeries(page, sel);
+  api = (await ok('GET', `${qp(q)}/stats?series=hour`)).series;
+  sameSeries(drawn, api, 'queue chart, hours');
+  eq(drawn.enqueued.length, 192, '8 days of hours');
+  await page.close();
+
+  // The overview adds up the busiest queues' series.
+  const over = await openPage('/queues');
+  const osel = '#overview-chart svg.chart-svg';
+  await over.waitForSelector(`${osel}[data-start]`);
+  drawn = await drawnSeries(over, osel);
+  const names = JSON.parse(drawn.queues);
+  check(names.length > 0 && names.length <= 10, `the overview adds up 1 to 10 queues: ${names}`);
+  const all = [];
+  for (const n of names) all.push((await ok('GET', `${qp(n)}/stats?series=minute`)).series);
+  sameSeries(drawn, addSeries(all), 'overview chart');
+  await shot(over, 'overview-chart.png');
+  await over.close();
+
+  // On a phone the chart scales down with the page.
+  const phone = await openPage(hashQueue(q, { status: 'dead' }), { viewport: { width: 390, height: 844 } });
+  await phone.waitForSelector(`${sel}[data-start]`);
+  const box = await phone.$eval(sel, (e) => { const r = e.getBoundingClientRect(); return { w: r.width, h: r.height }; });
+  check(box.w <= 390 && box.w > 300 && box.h > 80, `the chart fits 390 px and stays readable: ${JSON.stringify(box)}`);
+  const o = await phone.evaluate(() => ({ doc: document.documentElement.scrollWidth, view: window.innerWidth }));
+  check(o.doc <= o.view, `no horizontal scroll with the chart: ${JSON.stringify(o)}`);
+  await phone.close();
+});
+
 test('filter_dead_by_error_text', async () => {
   const page = await openPage(hashQueue('emails', { status: 'dead' }));
   await waitList(page);
@@ -527,6 +634,42 @@ test('message_timeline_shows_failures_in_order', async () => {
   const m = (await getMsg(q, id)).json;
   eq(items.map((i) => i.at), m.history.map((e) => e.at || e.replayed_at), 'each item at its record\'s time');
   check(items.every((i, k) => k === 0 || i.at >= items[k - 1].at), 'times ascend');
+  await page.close();
+});
+
+test('policy_shown_and_pause_resume', async () => {
+  const q = `flow-${Date.now()}`;
+  await enqueue(q, 'one');
+  await ok('PUT', `${qp(q)}/policy`, { max_in_flight: 3, rate_limit: { per_second: 2, burst: 4 },
+                                       backoff: { jitter: 'full' } });
+  const page = await openPage(hashQueue(q));
+  await waitList(page);
+  await page.waitForFunction(() => !document.querySelector('#pause-toggle').disabled);
+  eq(await page.textContent('#pause-state'), 'Running', 'the queue runs');
+  const text = await page.textContent('#policy-text');
+  check(/at most 3 in flight/.test(text), `the cap is shown: ${text}`);
+  check(/2\/s \(burst 4\)/.test(text), `the rate is shown: ${text}`);
+  check(/full jitter/.test(text), `the jitter is shown: ${text}`);
+  eq(await page.textContent('#pause-toggle'), 'Pause', 'the button pauses');
+  await page.click('#pause-toggle');
+  check(/Workers lease nothing/.test(await confirmText(page)), 'a pause asks first');
+  await page.click('#confirm-cancel');
+  await waitNoDialog(page);
+  eq((await http('GET', `${qp(q)}/policy`)).json.paused, false, 'Cancel leaves it running');
+  await page.click('#pause-toggle');
+  await confirmText(page);
+  await page.click('#confirm-ok');
+  await waitNoDialog(page);
+  await toastText(page, /paused/);
+  await page.waitForFunction(() => document.querySelector('#pause-state').textContent === 'Paused');
+  eq((await http('GET', `${qp(q)}/policy`)).json.paused, true, 'the queue is paused');
+  eq((await http('POST', `${qp(q)}/claim`)).status, 204, 'a paused queue leases nothing');
+  eq(await page.textContent('#pause-toggle'), 'Resume', 'the button resumes');
+  await page.click('#pause-toggle');
+  await toastText(page, /resumed/);
+  await page.waitForFunction(() => document.querySelector('#pause-state').textContent === 'Running');
+  eq((await http('GET', `${qp(q)}/policy`)).json.paused, false, 'resumed');
+  eq((await http('POST', `${qp(q)}/claim`)).status, 200, 'claims lease again');
   await page.close();
 });
 

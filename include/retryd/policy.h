@@ -1,0 +1,65 @@
+/* policy.h - a queue's policy (SPEC §10, docs/flow-control.md): the PUT body
+ * parsed and validated, the field/value pairs the policy functions store and
+ * answer, and its JSON form with the defaults filled in. Pure: no I/O. */
+#ifndef RETRYD_POLICY_H
+#define RETRYD_POLICY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "retryd/jsonw.h"
+#include "retryd/message.h"
+#include "retryd/problem.h"
+#include "retryd/request.h"
+
+#define RD_POLICY_MAX_IN_FLIGHT_MAX 1000000
+#define RD_POLICY_TTL_SECONDS_MAX (3650LL * 86400)  /* 10 years, as the library checks */
+
+/* Every field is "not set" (its default applies) until given. */
+typedef struct rd_policy {
+    long long max_retries;      /* 0: not set (3) */
+    long long base_seconds;     /* 0: not set (1) */
+    long long max_seconds;      /* 0: not set (3600) */
+    char jitter[8];             /* "": not set ("none") */
+    long long lease_seconds;    /* 0: not set (the daemon's --lease-seconds) */
+    long long dead_ttl_s;       /* -1: not set (the daemon's --dead-ttl) */
+    long long succeeded_ttl_s;  /* -1: not set (the daemon's --succeeded-ttl) */
+    long long max_in_flight;    /* 0: no cap */
+    double per_second;          /* 0: no rate limit */
+    long long burst;
+    bool paused;
+} rd_policy_t;
+
+/* The daemon's defaults a GET fills in. */
+typedef struct rd_policy_defaults {
+    long long lease_ms, dead_ttl_ms, succeeded_ttl_ms;
+} rd_policy_defaults_t;
+
+void rd_policy_init(rd_policy_t *p);
+
+/* PUT /queues/{q}/policy: the whole object (absent or null fields take their
+ * defaults); one error per bad field, named as in the body ("backoff.jitter",
+ * "rate_limit.burst"). Durations are integer seconds or "30d"-style strings.
+ * "paused" is ignored (pause and resume change it); "dead_letter_rules" and
+ * any other field are refused. */
+rd_req_result_t rd_request_policy(const char *body, size_t len, rd_policy_t *out,
+                                  rd_field_errors_t *errs);
+
+enum { RD_POLICY_ARGS_MAX = 20 };
+/* The field, value pairs of the set fields, as policy_set takes them: names
+ * into names[], values formatted into values[] (one per pair). Returns how
+ * many strings (2 per field). */
+size_t rd_policy_args(const rd_policy_t *p, const char *out[RD_POLICY_ARGS_MAX],
+                      char values[RD_POLICY_ARGS_MAX / 2][32]);
+
+/* From policy_get's flat field, value array (n strings). False on a value no
+ * library writes. */
+bool rd_policy_from_pairs(rd_policy_t *p, const rd_str_t *pairs, size_t n);
+
+/* {"queue", "paused", "max_retries", "backoff": {...}, "lease_seconds",
+ * "dead_ttl", "succeeded_ttl", "max_in_flight", "rate_limit": null | {...}}:
+ * the effective policy, defaults filled in. */
+void rd_policy_write_json(rd_jsonw_t *w, const rd_policy_t *p, const rd_policy_defaults_t *d,
+                          const char *queue, size_t queue_len);
+
+#endif
