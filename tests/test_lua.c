@@ -4919,12 +4919,36 @@ static void test_history_happy_path_writes_no_trailer(void **state)
     assert_no_field(&m, "history");
 }
 
+/* A message retryd_v2 wrote (a HASH, no history) starts with an empty
+ * history when retryd_v3 lifts it: its old failure is its last_error only. */
+static void test_history_of_a_lifted_v2_message(void **state)
+{
+    load_v2();
+    queue_t q;
+    queue_init(&q, "historyv2");
+    msg_t m;
+    long long dead = v2_enqueue(&q, "old dead", "1", "0", "");
+    v2_claim(&q, "600000", dead, &m);
+    expect_ok_msg(fcall_v2("fail", &q, dead, msg_str(&m, "lease_token"), "old boom", "0", "-1", END), &m);
+    long long leased = v2_enqueue(&q, "old lease", "3", "0", "");
+    v2_claim(&q, "600000", leased, &m);
+    assert_string_equal(history_of(&q, dead, &m), "");
+    assert_string_equal(msg_str(&m, "last_error"), "old boom");
+    expect_ok_msg(fcall("replay", &q, dead, END), &m);
+    assert_string_equal(key_type(mkey(&q, dead)), "string");
+    assert_string_equal(history_of(&q, dead, &m), "R;");
+    fail_ok(&q, leased, "new boom", "1", -1, &m);
+    assert_string_equal(key_type(mkey(&q, leased)), "string");
+    assert_string_equal(history_of(&q, leased, &m), "1/0//new boom;");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_history_every_failure_kind),
         cmocka_unit_test(test_history_keeps_twenty),
         cmocka_unit_test(test_history_happy_path_writes_no_trailer),
+        cmocka_unit_test(test_history_of_a_lifted_v2_message),
         cmocka_unit_test(test_enqueue_ids_and_fields),
         cmocka_unit_test(test_enqueue_payload_binary_safe),
         cmocka_unit_test(test_enqueue_delayed),
