@@ -15,7 +15,7 @@ trap 'rm -f "$log"' EXIT
 
 echo "[==========] Running 1 test(s)."
 echo "[ RUN      ] bench_quick_smoke"
-BUILD=$BUILD QUICK=1 BENCH_NPM_TIMEOUT=${BENCH_NPM_TIMEOUT:-60} timeout 300 scripts/bench.sh \
+BUILD=$BUILD QUICK=1 BENCH_NPM_TIMEOUT=${BENCH_NPM_TIMEOUT:-60} timeout 540 scripts/bench.sh \
     >"$log" 2>&1
 rc=$?
 

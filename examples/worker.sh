@@ -47,6 +47,10 @@ call() {
     [ "$STATUS" != 503 ] && [ "$STATUS" != 000 ]
 }
 
+# now_ms: the wall clock in ms (bash 5's EPOCHREALTIME; loop counts drift
+# when the machine is busy).
+now_ms() { local t=${EPOCHREALTIME/[.,]/}; echo $((t / 1000)); }
+
 # extend MSG: extends its lease; 1 when the lease is lost (expired and taken).
 extend() {
     call "/messages/$(jq .id <<<"$1")/extend" \
@@ -66,13 +70,16 @@ work() {
     fi
     case $kind in
         ok) ;;
-        slow) # a job that outlives its lease extends it
-            renew=$((LEASE * 1000 / 2))
-            for ((ms = 0; ms < SLOW * 1000; ms += 200)); do
+        slow) # a job that outlives its lease extends it at each half-lease
+            ms=$(now_ms)
+            local until=$((ms + SLOW * 1000))
+            renew=$((ms + LEASE * 500))
+            while ((ms < until)); do
                 sleep 0.2
-                if ((ms + 200 >= renew)); then
+                ms=$(now_ms)
+                if ((ms >= renew)); then
                     extend "$msg" || { log "lost the lease of $(jq .id <<<"$msg") - dropping it"; return; }
-                    renew=$((ms + 200 + LEASE * 1000 / 2))
+                    renew=$((ms + LEASE * 500))
                 fi
             done ;;
         *) # a permanent error: no retry will help, dead at once

@@ -57,6 +57,8 @@ local function queue_keys(base)
     processing = g .. 'processing',      -- ZSET id -> lease deadline (ms)
     dead       = g .. 'dead',            -- ZSET id -> time of death (ms)
     succeeded  = g .. 'succeeded',       -- ZSET id -> time of success (ms)
+    redriving  = g .. 'redriving',       -- ZSET id -> when its redrive began (ms)
+    redrive_to = g .. 'redrive_to',      -- HASH id -> target queue of that redrive
     pushed     = g .. 'due_pushed',      -- STRING: ids pushed on due's far end (push_due)
     seq        = base .. ':seq',         -- STRING, last id handed out (both generations)
     stats      = base .. ':stats',       -- HASH of lifetime counters
@@ -143,6 +145,8 @@ local function decode_record(rec)
     local t = cmsgpack.unpack(string.sub(rec, #rec - 3 - n, #rec - 4))
     m.last_error, m.retry_after, m.idempotency_key, m.token = t.e, t.r, t.i, t.t
     history.decode(m, t)
+    m.origin_queue, m.origin_id = t.oq, t.oi   -- a redriven message (65_redrive.lua)
+    m.rule_uses = t.u
     stop = #rec - 4 - n
     m.trailer_bytes = n
   end
@@ -184,6 +188,8 @@ local function encode_record(m)
   if m.idempotency_key then t.i = m.idempotency_key; trailer = true end
   if m.token then t.t = m.token; trailer = true end
   if history.encode(m, t) then trailer = true end
+  if m.origin_queue then t.oq, t.oi = m.origin_queue, m.origin_id; trailer = true end
+  if m.rule_uses then t.u = m.rule_uses; trailer = true end
   local fmt, tail = REC_FORMAT, ''
   if trailer then
     local packed = cmsgpack.pack(t)
@@ -268,6 +274,9 @@ local function status_of(k, id)
   if s then return 'succeeded', s end
   s = redis.call('ZSCORE', k.dead, id)
   if s then return 'dead', s end
+  -- A dead letter on its way to another queue (65_redrive.lua): the score is its target.
+  s = k.redrive_to and redis.call('HGET', k.redrive_to, id)
+  if s then return 'redriving', s end
   return 'pending'
 end
 
@@ -277,9 +286,11 @@ end
 
 -- A message as replies carry it: {"id", id, field, value, ...}, every value a
 -- string, the fields retryd_v2's hash had in that state. score: the lease
--- deadline (processing) or the time of death (dead).
+-- deadline (processing) or the time of death (dead); for a letter being
+-- redriven (status_of's "redriving", shown as dead), its target queue.
 local function reply_message(id, m, status, score)
-  local out = { 'id', id, 'payload', m.payload, 'status', status,
+  local out = { 'id', id, 'payload', m.payload,
+                'status', status == 'redriving' and 'dead' or status,
                 'retry_count', ms_text(m.retry_count), 'max_retries', ms_text(m.max_retries),
                 'created_at', ms_text(m.created_at), 'updated_at', ms_text(m.updated_at) }
   local function add(name, value)
@@ -293,9 +304,15 @@ local function reply_message(id, m, status, score)
     add('lease_expires_at', ms_text(tonumber(score)))
   elseif status == 'dead' then
     add('dead_at', ms_text(tonumber(score)))
+  elseif status == 'redriving' then
+    add('redriving_to', score)
   end
   if m.idempotency_key then add('idempotency_key', m.idempotency_key) end
   history.reply(m, status, add)
+  if m.origin_queue then
+    add('origin_queue', m.origin_queue)
+    add('origin_id', ms_text(m.origin_id))
+  end
   return out
 end
 
@@ -498,7 +515,8 @@ local function fail_message(k, base, id, now, err, retryable, retry_after_ms, m)
   redis.call('ZREM', k.processing, id)
   flow.freed(k)
   redis.call('HINCRBY', k.stats, 'failed', 1)
-  if (not retryable) or retries >= m.max_retries then
+  local dying, rule_ms = flow.recover(k, m, err, (not retryable) or retries >= m.max_retries)
+  if dying then
     m.retry_after = nil
     store_message(mkey, m)
     redis.call('ZADD', k.dead, now, id)
@@ -507,7 +525,7 @@ local function fail_message(k, base, id, now, err, retryable, retry_after_ms, m)
     emit(k, 'dead', id, err, retries, now)
     return 'dead'
   end
-  local delay = retry_after_ms
+  local delay = rule_ms or retry_after_ms
   if delay < 0 then
     delay = flow.backoff_ms(k, id, retries)
   end
@@ -570,6 +588,7 @@ local function replay_dead(k, mkey, id, now, m)
   leave_dead(k, mkey, id, err or '')
   history.replayed(m, now)
   m.retry_count, m.last_error, m.retry_after, m.updated_at = 0, nil, nil, now
+  m.rule_uses = nil
   store_message(mkey, m)
   push_due(k, { id })
   redis.call('HINCRBY', k.stats, 'replayed', 1)

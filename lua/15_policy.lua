@@ -102,6 +102,175 @@ function flow.backoff_ms(k, id, retries)
   return half + math.random(0, delay - half)
 end
 
+-- Dead-letter rules (SPEC §11, docs/dead-letters.md §2): the policy field
+-- dead_letter_rules holds the list as a JSON array, canonical (validated by
+-- check_rules). Each rule: error_contains and/or error_prefix (1-255 bytes,
+-- both must hold when both are given), action "retry" (delay_seconds 0-86400,
+-- default 0; max_times 1-100, default 1) or "dead".
+local RULES_MAX = 20
+local RULE_TEXT_MAX = 255
+local RULE_KEYS = { error_contains = true, error_prefix = true, action = true,
+                    delay_seconds = true, max_times = true }
+
+local function valid_utf8(s)
+  if not string.find(s, '[\128-\255]') then return true end  -- ASCII: the usual case
+  local i, n = 1, #s
+  while i <= n do
+    local c = string.byte(s, i)
+    local len
+    if c < 0x80 then len = 1
+    elseif c >= 0xC2 and c <= 0xDF then len = 2
+    elseif c >= 0xE0 and c <= 0xEF then len = 3
+    elseif c >= 0xF0 and c <= 0xF4 then len = 4
+    else return false end
+    if i + len - 1 > n then return false end
+    for j = i + 1, i + len - 1 do
+      local b = string.byte(s, j)
+      if b < 0x80 or b > 0xBF then return false end
+    end
+    if len == 3 then
+      local b = string.byte(s, i + 1)
+      if (c == 0xE0 and b < 0xA0) or (c == 0xED and b > 0x9F) then return false end
+    elseif len == 4 then
+      local b = string.byte(s, i + 1)
+      if (c == 0xF0 and b < 0x90) or (c == 0xF4 and b > 0x8F) then return false end
+    end
+    i = i + len
+  end
+  return true
+end
+
+-- The canonical JSON of a rule list, or nil, the field at fault
+-- ("dead_letter_rules[2].max_times", 0-based as the API names it) and why.
+-- An empty list is "" (the field's default: no rules).
+local function check_rules(value)
+  local ok, list = pcall(cjson.decode, value)
+  local field = 'dead_letter_rules'
+  if not ok or type(list) ~= 'table' then return nil, field, 'must be a JSON array of rules' end
+  local n = 0
+  for key in pairs(list) do
+    if type(key) ~= 'number' then return nil, field, 'must be a JSON array of rules' end
+    n = n + 1
+  end
+  if n ~= #list then return nil, field, 'must be a JSON array of rules' end
+  if n > RULES_MAX then return nil, field, 'at most 20 rules' end
+  if n == 0 then return '' end
+  local out = {}
+  for i = 1, n do
+    local r, at = list[i], string.format('%s[%d].', field, i - 1)
+    if type(r) ~= 'table' then
+      return nil, string.format('%s[%d]', field, i - 1), 'must be an object'
+    end
+    for key in pairs(r) do
+      if not RULE_KEYS[key] then
+        return nil, string.format('%s[%d]', field, i - 1),
+               'a rule has only error_contains, error_prefix, action, delay_seconds and max_times'
+      end
+    end
+    local c = {}
+    for _, name in ipairs({ 'error_contains', 'error_prefix' }) do
+      local t = r[name]
+      if t ~= nil and t ~= cjson.null then
+        if type(t) ~= 'string' or #t < 1 or #t > RULE_TEXT_MAX or not valid_utf8(t) then
+          return nil, at .. name, 'must be a UTF-8 string of 1 to 255 bytes'
+        end
+        c[name] = t
+      end
+    end
+    if c.error_contains == nil and c.error_prefix == nil then
+      return nil, at .. 'error_contains', 'error_contains or error_prefix is required'
+    end
+    if r.action ~= 'retry' and r.action ~= 'dead' then
+      return nil, at .. 'action', 'must be "retry" or "dead"'
+    end
+    c.action = r.action
+    for _, f in ipairs({ { 'delay_seconds', 0, 86400, 0 }, { 'max_times', 1, 100, 1 } }) do
+      local name, v = f[1], r[f[1]]
+      if v ~= nil and v ~= cjson.null then
+        if c.action ~= 'retry' then return nil, at .. name, 'only for action "retry"' end
+        if type(v) ~= 'number' or v ~= math.floor(v) or v < f[2] or v > f[3] then
+          return nil, at .. name, string.format('must be an integer between %d and %d', f[2], f[3])
+        end
+        c[name] = v
+      elseif c.action == 'retry' then
+        c[name] = f[4]
+      end
+    end
+    out[i] = c
+  end
+  return cjson.encode(out)
+end
+
+-- The stats fields of every rule's counters (policy_set clears them when the
+-- list changes: they count by position).
+local function rule_counter_fields()
+  local f = {}
+  for i = 0, RULES_MAX - 1 do
+    f[#f + 1] = 'rule_' .. i .. '_retried'
+    f[#f + 1] = 'rule_' .. i .. '_dead'
+  end
+  return f
+end
+
+-- The rule lists decoded so far, by their stored text. Checking and decoding
+-- a list of 20 long rules takes some 300 us, more than the rest of a failure;
+-- the library's Lua state outlives a call (until the next FUNCTION LOAD), so
+-- each list is checked once, and a failure on a queue with rules looks it up
+-- by the string HGETALL returned (Lua strings are interned: the lookup does
+-- not read the text again). Bounded: at most RULES_CACHE_MAX lists (at most
+-- some 25 KB each), then it starts again. Only what policy_set stored can be in it (the text is
+-- the key), so a change of rules is never missed.
+local RULES_CACHE_MAX = 64
+local RULES_CACHE, RULES_CACHED = {}, 0
+
+-- A failure of message m with error err, which makes it dead unless a rule
+-- says otherwise (`dying`: budget exhausted or retryable false). The first
+-- rule that matches err decides: "dead" makes it dead now; "retry", when
+-- dying, schedules it again after delay_seconds while the rule brought this
+-- message back fewer than max_times times (counted in m.rule_uses by the
+-- rule's text, kept in the record's trailer), else it dies as it would have.
+-- Returns whether the message goes dead, and the rule's delay (ms) when a
+-- rule schedules it. A queue without rules pays one table lookup.
+function flow.recover(k, m, err, dying)
+  local raw = read_policy(k).dead_letter_rules
+  if raw == nil then return dying end
+  local rules = RULES_CACHE[raw]
+  if rules == nil then
+    -- Read through check_rules: a value written by hand that policy_set
+    -- would refuse counts as no rules rather than failing every failure.
+    local canon = check_rules(raw)
+    rules = canon and canon ~= '' and cjson.decode(canon) or {}
+    if RULES_CACHED >= RULES_CACHE_MAX then
+      RULES_CACHE, RULES_CACHED = {}, 0
+    end
+    RULES_CACHE[raw], RULES_CACHED = rules, RULES_CACHED + 1
+  end
+  for i = 1, #rules do
+    local r = rules[i]
+    if (r.error_prefix == nil or string.sub(err, 1, #r.error_prefix) == r.error_prefix)
+       and (r.error_contains == nil or string.find(err, r.error_contains, 1, true)) then
+      local counter = 'rule_' .. (i - 1) .. '_'
+      if r.action == 'dead' then
+        redis.call('HINCRBY', k.stats, counter .. 'dead', 1)
+        return true
+      end
+      if not dying then return false end
+      local key = (r.error_prefix or '') .. '\0' .. (r.error_contains or '')
+      local uses = m.rule_uses or {}
+      local n = tonumber(uses[key]) or 0
+      if n >= r.max_times then
+        redis.call('HINCRBY', k.stats, counter .. 'dead', 1)
+        return true
+      end
+      uses[key] = n + 1
+      m.rule_uses = uses
+      redis.call('HINCRBY', k.stats, counter .. 'retried', 1)
+      return false, r.delay_seconds * 1000
+    end
+  end
+  return dying
+end
+
 -- A message left processing: with a cap, waiters may lease again. Publishes
 -- the wake once per call.
 function flow.freed(k)
@@ -227,7 +396,11 @@ local function policy_set(keys, args)
   end
   for i = 2, #args, 2 do
     local name, value = args[i], args[i + 1]
-    if value == '' then
+    if name == 'dead_letter_rules' then
+      local v, field, why = check_rules(value == '' and '[]' or value)
+      if v == nil then return { 'invalid', field, why } end
+      if v == '' then new[name] = nil else new[name] = v end
+    elseif value == '' then
       if POLICY_FIELDS[name] == nil then return { 'invalid', name, 'unknown field' } end
       new[name] = nil
     else
@@ -245,6 +418,9 @@ local function policy_set(keys, args)
   for f, v in pairs(new) do
     flat[#flat + 1] = f
     flat[#flat + 1] = v
+  end
+  if new.dead_letter_rules ~= old.dead_letter_rules then
+    redis.call('HDEL', k.stats, unpack(rule_counter_fields()))
   end
   redis.call('DEL', k.policy)
   if #flat > 0 then redis.call('HSET', k.policy, unpack(flat)) end

@@ -60,7 +60,7 @@ local function delete(keys, args)
   local g = k
   if kind == 'hash' then g = old_keys(k) end   -- retryd_v2's: its indexes
   local status = status_of(g, id)
-  if status == 'processing' then return { 'invalid_state', status } end
+  if status == 'processing' or status == 'redriving' then return { 'invalid_state', status } end
   if status == 'pending' then
     if redis.call('ZREM', g.scheduled, id) == 0 and redis.call('LREM', g.due, 1, id) == 0 then
       redis.call('LREM', g.ready, 1, id)
@@ -255,6 +255,7 @@ local function stats(keys, args)
     'totals', redis.call('HGETALL', k.stats),
     'top_errors', errors,
     'paused', redis.call('HGET', k.policy, 'paused') == '1' and 1 or 0,
+    'redriving', redis.call('ZCARD', k.redriving),
   }
 end
 

@@ -104,6 +104,7 @@ local function export(keys, args)
         if obj.retry_after == '' then obj.retry_after = cjson.null end
         if not m.last_error then obj.last_error = cjson.null end
         obj.history, obj.history_dropped = export_history(m)
+        if m.origin_queue then obj.origin = { queue = m.origin_queue, id = m.origin_id } end
         line = cjson.encode(obj)
         if not obj.history then line = string.sub(line, 1, -2) .. ',"history":[]}' end
       else

@@ -19,6 +19,7 @@
 #include "retryd/metrics.h"
 #include "retryd/policy.h"
 #include "retryd/problem.h"
+#include "retryd/redrive.h"
 #include "retryd/request.h"
 #include "retryd/router.h"
 #include "retryd/ui.h"
@@ -494,6 +495,7 @@ static void on_stats(const rd_store_stats_result_t *res, void *arg)
     rd_json_t *counts = counts_json(&m);
     rd_json_set_int(counts, "ready", m.ready);
     rd_json_set_int(counts, "scheduled", m.scheduled);
+    rd_json_set_int(counts, "redriving", st->redriving);
     rd_json_set(doc, "counts", counts);
     rd_json_t *totals = rd_json_new_object();
 #define ALWAYS(name, help) rd_json_set_int(totals, #name, m.name);
@@ -511,6 +513,17 @@ static void on_stats(const rd_store_stats_result_t *res, void *arg)
 #undef WHEN_PRESENT
     }
     rd_json_set(doc, "totals", totals);
+    /* The dead-letter rules' counters, by position (SPEC §11). */
+    rd_json_t *rules = rd_json_new_array();
+    for (size_t r = 0; r < RD_STATS_RULES_MAX; r++) {
+        if (!(m.rules_seen & (1UL << r))) continue;
+        rd_json_t *e = rd_json_new_object();
+        rd_json_set_int(e, "rule", (long long)r);
+        rd_json_set_int(e, "retried", m.rule_retried[r]);
+        rd_json_set_int(e, "dead", m.rule_dead[r]);
+        rd_json_append(rules, e);
+    }
+    rd_json_set(doc, "dead_letter_rules", rules);
     rd_json_set_int(doc, "dead_last_24h", st->dead_last_24h);
     rd_json_t *top = rd_json_new_array();
     for (size_t i = 0; i + 1 < st->top_errors_len; i += 2) {
@@ -827,12 +840,41 @@ static void handle_succeed_many(call_t *c)
                                      c->ack->tokens, on_acked, c));
 }
 
+/* POST /queues/{q}/replay with "to": a redrive (src/redrive.c). */
+static void on_redriven(const rd_store_replayed_t *res, void *arg)
+{
+    call_t *c = arg;
+    rd_store_queue_t to = { c->replay.to, c->replay.to_len };
+    if (res->replayed > 0) rd_waiters_notify(c->api->waiters, to);
+    on_replayed_all(res, arg);
+}
+
+static void handle_redrive(call_t *c)
+{
+    if (c->replay.to_len == c->match.queue_len &&
+        memcmp(c->replay.to, c->match.queue, c->replay.to_len) == 0) {
+        rd_field_errors_t errs = { .count = 0 };
+        rd_field_errors_add(&errs, "to", "invalid",
+                            "to must name another queue; replay in place without to.");
+        answer_parse_failure(c, RD_REQ_INVALID, &errs);
+        return;
+    }
+    rd_store_queue_t to = { c->replay.to, c->replay.to_len };
+    started(c, rd_redrive_run(c->api->store, queue_of(c), to, c->replay.mode, c->replay.ids,
+                              c->replay.count, c->replay.needle, client_not_gone, on_redriven,
+                              c));
+}
+
 static void handle_replay_many(call_t *c)
 {
     rd_field_errors_t errs = { .count = 0 };
     rd_req_result_t r = rd_request_replay(c->req->body, c->req->body_len, &c->replay, &errs);
     if (r != RD_REQ_OK) {
         answer_parse_failure(c, r, &errs);
+        return;
+    }
+    if (c->replay.to) {
+        handle_redrive(c);
         return;
     }
     started(c, rd_store_replay_all(c->api->store, queue_of(c), c->replay.mode, c->replay.ids,
@@ -911,6 +953,7 @@ static void handle_policy_put(call_t *c)
     }
     c->notify = true;
     started(c, rd_store_policy_set(c->api->store, queue_of(c), &p, on_policy, c));
+    rd_policy_free(&p);  /* the command holds its own copy once sent */
 }
 
 static void handle_pause(call_t *c)

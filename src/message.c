@@ -30,6 +30,7 @@ void rd_message_init(rd_message_t *m)
     m->status = RD_STATUS_UNKNOWN;
     m->retry_after_ms = -1;
     m->lease_expires_at_ms = -1;
+    m->origin_id = -1;
 }
 
 long long rd_str_to_ll(const char *v, size_t len)
@@ -62,6 +63,9 @@ void rd_message_set_field(rd_message_t *m, const char *name, size_t name_len,
     else if (FIELD_IS("updated_at")) m->updated_at_ms = rd_str_to_ll(value, value_len);
     else if (FIELD_IS("worker")) m->worker = str;
     else if (FIELD_IS("history_dropped")) m->history_dropped = rd_str_to_ll(value, value_len);
+    else if (FIELD_IS("origin_queue")) m->origin_queue = str;
+    else if (FIELD_IS("origin_id")) m->origin_id = rd_str_to_ll(value, value_len);
+    else if (FIELD_IS("redriving_to")) m->redriving_to = str;
 }
 
 /* Civil date from days since 1970-01-01 (Howard Hinnant's algorithm): no
@@ -208,5 +212,15 @@ void rd_message_write_json(rd_jsonw_t *w, const rd_message_t *m, const char *que
     put_history(w, m->history);
     rd_jsonw_key(w, "history_dropped");
     rd_jsonw_int(w, m->history_dropped);
+    if (m->origin_queue.ptr && m->origin_id > 0) {
+        rd_jsonw_key(w, "origin");
+        rd_jsonw_object_open(w);
+        rd_jsonw_key(w, "queue");
+        rd_jsonw_stringn(w, m->origin_queue.ptr, m->origin_queue.len);
+        rd_jsonw_key(w, "id");
+        rd_jsonw_int(w, m->origin_id);
+        rd_jsonw_object_close(w);
+    }
+    if (m->redriving_to.ptr) put_optional_string(w, "redriving_to", m->redriving_to);
     rd_jsonw_object_close(w);
 }

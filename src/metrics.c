@@ -35,6 +35,24 @@ static long long to_ll(const rd_str_t *v)
     return rd_str_to_ll(v->ptr, v->len);
 }
 
+/* Parses a rule counter's name (stats.h): true with *index and *dead (false: retried). */
+static bool rule_counter(const char *name, size_t len, size_t *index, bool *dead)
+{
+    if (len < 7 || memcmp(name, "rule_", 5) != 0) return false;
+    size_t i = 5, n = 0;
+    while (i < len && i < 7 && name[i] >= '0' && name[i] <= '9')
+        n = n * 10 + (size_t)(name[i++] - '0');
+    if (i == 5 || i >= len || name[i] != '_' || n >= RD_STATS_RULES_MAX) return false;
+    if (i == 7 && name[5] == '0') return false;
+    const char *rest = name + i + 1;
+    size_t left = len - i - 1;
+    if (left == 7 && memcmp(rest, "retried", 7) == 0) *dead = false;
+    else if (left == 4 && memcmp(rest, "dead", 4) == 0) *dead = true;
+    else return false;
+    *index = n;
+    return true;
+}
+
 void rd_metrics_from_stats(rd_queue_metrics_t *m, const rd_queue_stats_t *st)
 {
     char *name = m->name;
@@ -55,6 +73,14 @@ void rd_metrics_from_stats(rd_queue_metrics_t *m, const rd_queue_stats_t *st)
 #define COUNTER(f, help) if (pair_is(k, #f)) { m->f = to_ll(v); continue; }
         RD_STATS_COUNTERS(COUNTER)
 #undef COUNTER
+        size_t rule;
+        bool dead;
+        if (rule_counter(k->ptr, k->len, &rule, &dead)) {
+            if (dead) m->rule_dead[rule] = to_ll(v);
+            else m->rule_retried[rule] = to_ll(v);
+            m->rules_seen |= 1UL << rule;
+            continue;
+        }
         if (pair_is(k, "delay_sum_ms")) {
             m->delay_sum_ms = to_ll(v);
             continue;
@@ -168,6 +194,21 @@ void rd_metrics_render(rd_buf_t *out, const rd_queue_metrics_t *qs, size_t n,
         put_label(out, qs[i].name, qs[i].name_len);
         rd_buf_printf(out, "\"} %.3f\n", (double)qs[i].delay_sum_ms / 1000.0);
         queue_sample(out, "retryd_retry_delay_seconds_count", &qs[i], NULL, cumulative);
+    }
+
+    family(out, "retryd_dead_letter_rule_total", "counter",
+           "Failures a dead-letter rule decided, by rule position and outcome (retried: "
+           "scheduled again; dead: sent dead).");
+    for (size_t i = 0; i < n; i++) {
+        if (!qs[i].ok) continue;
+        for (size_t r = 0; r < RD_STATS_RULES_MAX; r++) {
+            if (!(qs[i].rules_seen & (1UL << r))) continue;
+            char label[48];
+            snprintf(label, sizeof label, ",rule=\"%zu\",outcome=\"retried\"", r);
+            queue_sample(out, "retryd_dead_letter_rule_total", &qs[i], label, qs[i].rule_retried[r]);
+            snprintf(label, sizeof label, ",rule=\"%zu\",outcome=\"dead\"", r);
+            queue_sample(out, "retryd_dead_letter_rule_total", &qs[i], label, qs[i].rule_dead[r]);
+        }
     }
 
     family(out, "retryd_redis_rtt_seconds", "histogram",

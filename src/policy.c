@@ -5,9 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "retryd/alloc.h"
 #include "retryd/config.h"
 #include "retryd/json.h"
 #include "retryd/limits.h"
+#include "retryd/utf8.h"
 
 #define POLICY_BASE_DEFAULT 1
 #define POLICY_MAX_DEFAULT 3600
@@ -17,6 +19,14 @@ void rd_policy_init(rd_policy_t *p)
     memset(p, 0, sizeof *p);
     p->dead_ttl_s = -1;
     p->succeeded_ttl_s = -1;
+}
+
+void rd_policy_free(rd_policy_t *p)
+{
+    rd_free(p->rules_owned);
+    p->rules_owned = NULL;
+    p->rules = NULL;
+    p->rules_len = 0;
 }
 
 /* An optional integer member in [min, max] into *out (absent or null: left). */
@@ -68,9 +78,153 @@ static rd_json_t *object_member(const rd_json_t *obj, const char *name, rd_field
     return v;
 }
 
+/* Error names of rule fields ("dead_letter_rules[3].max_times"), formatted
+ * into a static table, one per error slot, which holds until the next request
+ * is parsed (the 422 is written before that), as request.c's item names. */
+static void rule_error(rd_field_errors_t *errs, size_t i, const char *name, const char *code,
+                       const char *message)
+{
+    static char names[RD_MAX_FIELD_ERRORS][64];
+    if (errs->count == RD_MAX_FIELD_ERRORS) return;
+    char *slot = names[errs->count];
+    if (name)
+        snprintf(slot, sizeof names[0], "dead_letter_rules[%zu].%s", i, name);
+    else
+        snprintf(slot, sizeof names[0], "dead_letter_rules[%zu]", i);
+    rd_field_errors_add(errs, slot, code, message);
+}
+
+/* A rule's optional text (error_contains / error_prefix): 1-255 bytes of UTF-8. */
+static const char *rule_text(const rd_json_t *r, size_t i, const char *name,
+                             rd_field_errors_t *errs)
+{
+    rd_json_t *v = rd_json_get(r, name);
+    if (v == NULL || rd_json_is_null(v)) return NULL;
+    const char *s = rd_json_string(v);
+    size_t len = s ? strlen(s) : 0;
+    if (s == NULL || len < 1 || len > RD_POLICY_RULE_TEXT_MAX || !rd_utf8_valid(s, len)) {
+        rule_error(errs, i, name, "invalid",
+                   "must be a UTF-8 string of 1 to 255 bytes (matched as plain bytes).");
+        return NULL;
+    }
+    return s;
+}
+
+static const char *const RULE_KNOWN[] = { "error_contains", "error_prefix", "action",
+                                          "delay_seconds", "max_times" };
+
+/* dead_letter_rules: checked rule by rule, and written canonical (every
+ * field in one order, the defaults of a retry rule filled in) into
+ * out->rules_owned. An empty list is no rules. */
+static void rules_member(const rd_json_t *doc, rd_policy_t *out, rd_field_errors_t *errs)
+{
+    rd_json_t *list = rd_json_get(doc, "dead_letter_rules");
+    if (list == NULL || rd_json_is_null(list)) return;
+    if (!rd_json_is_array(list)) {
+        rd_field_errors_add(errs, "dead_letter_rules", "invalid",
+                            "dead_letter_rules must be an array of rules.");
+        return;
+    }
+    size_t n = rd_json_array_size(list);
+    if (n > RD_POLICY_RULES_MAX) {
+        rd_field_errors_add(errs, "dead_letter_rules", "invalid",
+                            "dead_letter_rules holds at most 20 rules.");
+        return;
+    }
+    if (n == 0) return;
+    size_t before = errs->count;
+    rd_buf_t text = RD_BUF_INIT;
+    rd_jsonw_t w;
+    rd_jsonw_init(&w, &text);
+    rd_jsonw_array_open(&w);
+    for (size_t i = 0; i < n; i++) {
+        const rd_json_t *r = rd_json_array_at(list, i);
+        if (!rd_json_is_object(r)) {
+            rule_error(errs, i, NULL, "invalid",
+                       "a rule is an object {error_contains?, error_prefix?, action, "
+                       "delay_seconds?, max_times?}.");
+            continue;
+        }
+        for (size_t k = 0; k < rd_json_object_size(r); k++) {
+            const char *name = rd_json_object_key_at(r, k);
+            bool known = false;
+            for (size_t j = 0; !known && j < sizeof RULE_KNOWN / sizeof RULE_KNOWN[0]; j++)
+                known = strcmp(name, RULE_KNOWN[j]) == 0;
+            if (!known) {
+                /* Only known names are formatted into the error's field. */
+                rule_error(errs, i, NULL, "invalid",
+                           "a rule has only error_contains, error_prefix, action, "
+                           "delay_seconds and max_times.");
+                break;
+            }
+        }
+        const char *contains = rule_text(r, i, "error_contains", errs);
+        const char *prefix = rule_text(r, i, "error_prefix", errs);
+        rd_json_t *ec = rd_json_get(r, "error_contains"), *ep = rd_json_get(r, "error_prefix");
+        if ((ec == NULL || rd_json_is_null(ec)) && (ep == NULL || rd_json_is_null(ep)))
+            rule_error(errs, i, "error_contains", "required",
+                       "a rule needs error_contains or error_prefix (both must hold when both "
+                       "are given).");
+        rd_json_t *a = rd_json_get(r, "action");
+        const char *action = a ? rd_json_string(a) : NULL;
+        bool retry = action && strcmp(action, "retry") == 0;
+        if (a == NULL || rd_json_is_null(a))
+            rule_error(errs, i, "action", "required", "action is required: \"retry\" or \"dead\".");
+        else if (!retry && (action == NULL || strcmp(action, "dead") != 0))
+            rule_error(errs, i, "action", "invalid", "action must be \"retry\" or \"dead\".");
+        long long delay = 0, times = 1;
+        static const struct {
+            const char *name;
+            long long min, max;
+            const char *message;
+        } nums[] = {
+            { "delay_seconds", 0, 86400, "delay_seconds must be an integer between 0 and 86400." },
+            { "max_times", 1, 100, "max_times must be an integer between 1 and 100." },
+        };
+        for (size_t j = 0; j < 2; j++) {
+            rd_json_t *v = rd_json_get(r, nums[j].name);
+            if (v == NULL || rd_json_is_null(v)) continue;
+            long long x;
+            if (action && !retry) {
+                rule_error(errs, i, nums[j].name, "invalid", "only a \"retry\" rule has it.");
+            } else if (!rd_json_integer(v, &x) || x < nums[j].min || x > nums[j].max) {
+                rule_error(errs, i, nums[j].name, "invalid", nums[j].message);
+            } else {
+                *(j == 0 ? &delay : &times) = x;
+            }
+        }
+        rd_jsonw_object_open(&w);
+        if (contains) {
+            rd_jsonw_key(&w, "error_contains");
+            rd_jsonw_string(&w, contains);
+        }
+        if (prefix) {
+            rd_jsonw_key(&w, "error_prefix");
+            rd_jsonw_string(&w, prefix);
+        }
+        rd_jsonw_key(&w, "action");
+        rd_jsonw_string(&w, retry ? "retry" : "dead");
+        if (retry) {
+            rd_jsonw_key(&w, "delay_seconds");
+            rd_jsonw_int(&w, delay);
+            rd_jsonw_key(&w, "max_times");
+            rd_jsonw_int(&w, times);
+        }
+        rd_jsonw_object_close(&w);
+    }
+    rd_jsonw_array_close(&w);
+    if (errs->count != before) {
+        rd_buf_free(&text);
+        return;
+    }
+    out->rules_owned = text.data;
+    out->rules = text.data;
+    out->rules_len = text.len;
+}
+
 static const char *const KNOWN[] = { "max_retries", "backoff", "lease_seconds", "dead_ttl",
                                      "succeeded_ttl", "max_in_flight", "rate_limit", "paused",
-                                     "queue" };
+                                     "queue", "dead_letter_rules" };
 
 rd_req_result_t rd_request_policy(const char *body, size_t len, rd_policy_t *out,
                                   rd_field_errors_t *errs)
@@ -131,12 +285,10 @@ rd_req_result_t rd_request_policy(const char *body, size_t len, rd_policy_t *out
             int_member(r, "burst", "rate_limit.burst", 1, 100000, &out->burst,
                        "rate_limit.burst must be an integer between 1 and 100000.", errs);
     }
-    if (rd_json_get(doc, "dead_letter_rules"))
-        rd_field_errors_add(errs, "dead_letter_rules", "invalid",
-                            "dead_letter_rules is not supported by this retryd.");
+    rules_member(doc, out, errs);
     for (size_t i = 0; i < rd_json_object_size(doc); i++) {
         const char *name = rd_json_object_key_at(doc, i);
-        bool known = strcmp(name, "dead_letter_rules") == 0;
+        bool known = false;
         for (size_t k = 0; !known && k < sizeof KNOWN / sizeof KNOWN[0]; k++)
             known = strcmp(name, KNOWN[k]) == 0;
         if (!known) {
@@ -150,7 +302,9 @@ rd_req_result_t rd_request_policy(const char *body, size_t len, rd_policy_t *out
         }
     }
     rd_json_free(doc);
-    return errs->count == 0 ? RD_REQ_OK : RD_REQ_INVALID;
+    if (errs->count == 0) return RD_REQ_OK;
+    rd_policy_free(out);
+    return RD_REQ_INVALID;
 }
 
 size_t rd_policy_args(const rd_policy_t *p, const char *out[RD_POLICY_ARGS_MAX],
@@ -191,6 +345,11 @@ bool rd_policy_from_pairs(rd_policy_t *p, const rd_str_t *pairs, size_t n)
     if (n % 2 != 0) return false;
     for (size_t i = 0; i < n; i += 2) {
         const rd_str_t *name = &pairs[i];
+        if (str_is(name, "dead_letter_rules")) {
+            p->rules = pairs[i + 1].ptr;
+            p->rules_len = pairs[i + 1].len;
+            continue;
+        }
         char v[64];
         if (pairs[i + 1].len >= sizeof v) return false;
         memcpy(v, pairs[i + 1].ptr, pairs[i + 1].len);
@@ -220,6 +379,38 @@ bool rd_policy_from_pairs(rd_policy_t *p, const rd_str_t *pairs, size_t n)
         /* A field of a later library version is not shown. */
     }
     return true;
+}
+
+/* The stored rules, re-read and written field by field in one order (a
+ * value no library writes is left out, so the answer stays valid JSON). */
+static void write_rules(rd_jsonw_t *w, const rd_policy_t *p)
+{
+    rd_jsonw_array_open(w);
+    rd_json_t *list = p->rules ? rd_json_parse(p->rules, p->rules_len, NULL) : NULL;
+    for (size_t i = 0; list && rd_json_is_array(list) && i < rd_json_array_size(list); i++) {
+        const rd_json_t *r = rd_json_array_at(list, i);
+        if (!rd_json_is_object(r)) continue;
+        rd_jsonw_object_open(w);
+        static const char *const texts[] = { "error_contains", "error_prefix", "action" };
+        for (size_t j = 0; j < 3; j++) {
+            rd_json_t *v = rd_json_get(r, texts[j]);
+            const char *s = v ? rd_json_string(v) : NULL;
+            if (s == NULL || !rd_utf8_valid(s, strlen(s))) continue;
+            rd_jsonw_key(w, texts[j]);
+            rd_jsonw_string(w, s);
+        }
+        static const char *const nums[] = { "delay_seconds", "max_times" };
+        for (size_t j = 0; j < 2; j++) {
+            rd_json_t *v = rd_json_get(r, nums[j]);
+            long long x;
+            if (v == NULL || !rd_json_integer(v, &x)) continue;
+            rd_jsonw_key(w, nums[j]);
+            rd_jsonw_int(w, x);
+        }
+        rd_jsonw_object_close(w);
+    }
+    rd_json_free(list);
+    rd_jsonw_array_close(w);
 }
 
 void rd_policy_write_json(rd_jsonw_t *w, const rd_policy_t *p, const rd_policy_defaults_t *d,
@@ -260,5 +451,7 @@ void rd_policy_write_json(rd_jsonw_t *w, const rd_policy_t *p, const rd_policy_d
     } else {
         rd_jsonw_null(w);
     }
+    rd_jsonw_key(w, "dead_letter_rules");
+    write_rules(w, p);
     rd_jsonw_object_close(w);
 }

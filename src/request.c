@@ -427,6 +427,8 @@ rd_req_result_t rd_request_ack(const char *body, size_t len, rd_ack_req_t *out,
     return finish(&out->doc, errs);
 }
 
+static void replay_target(rd_replay_req_t *out, const rd_json_t *marked, rd_field_errors_t *errs);
+
 rd_req_result_t rd_request_replay(const char *body, size_t len, rd_replay_req_t *out,
                                   rd_field_errors_t *errs)
 {
@@ -478,6 +480,7 @@ rd_req_result_t rd_request_replay(const char *body, size_t len, rd_replay_req_t 
             out->needle = text;
         }
     }
+    replay_target(out, marked, errs);
     rd_json_free(marked);
     if (errs->count) {
         rd_request_replay_free(out);
@@ -649,25 +652,52 @@ long long rd_parse_rfc3339_ms(const char *s)
     return ((long long)t - offset_s) * 1000 + ms;
 }
 
+/* What is wrong with a queue name: 0 nothing, else an index into the
+ * messages below (field errors keep their message by pointer). */
+enum { NAME_OK, NAME_LENGTH, NAME_UTF8, NAME_CONTROL };
+static const char *const queue_name_why[] = {
+    NULL, "queue must be 1 to " RD_LIMIT_STR(RD_QUEUE_NAME_MAX) " bytes.",
+    "queue must be valid UTF-8.", "queue must not contain control characters." };
+static const char *const to_name_why[] = {
+    NULL, "to must be a queue name of 1 to " RD_LIMIT_STR(RD_QUEUE_NAME_MAX) " bytes.",
+    "to must be valid UTF-8.", "to must not contain control characters." };
+
+static int queue_name_problem(const char *name, size_t len)
+{
+    if (name == NULL || len == 0 || len > RD_QUEUE_NAME_MAX) return NAME_LENGTH;
+    const unsigned char *s = (const unsigned char *)name;
+    for (size_t i = 0; i < len;) {
+        unsigned cp;
+        size_t n = rd_utf8_sequence(s + i, len - i, &cp);
+        if (n == 0) return NAME_UTF8;
+        if (cp < 0x20 || (cp >= 0x7F && cp <= 0x9F)) return NAME_CONTROL;
+        i += n;
+    }
+    return NAME_OK;
+}
+
 bool rd_request_queue_name(const char *name, size_t len, rd_field_errors_t *errs)
 {
-    const char *why = NULL;
-    if (name == NULL || len == 0 || len > RD_QUEUE_NAME_MAX) {
-        why = "queue must be 1 to " RD_LIMIT_STR(RD_QUEUE_NAME_MAX) " bytes.";
-    } else {
-        const unsigned char *s = (const unsigned char *)name;
-        for (size_t i = 0; i < len && why == NULL;) {
-            unsigned cp;
-            size_t n = rd_utf8_sequence(s + i, len - i, &cp);
-            if (n == 0) why = "queue must be valid UTF-8.";
-            else if (cp < 0x20 || (cp >= 0x7F && cp <= 0x9F))
-                why = "queue must not contain control characters.";
-            i += n;
-        }
-    }
-    if (why == NULL) return true;
-    rd_field_errors_add(errs, "queue", "invalid", why);
+    int why = queue_name_problem(name, len);
+    if (why == NAME_OK) return true;
+    rd_field_errors_add(errs, "queue", "invalid", queue_name_why[why]);
     return false;
+}
+
+/* A batch replay's "to" (a redrive): absent or null replays in place. */
+static void replay_target(rd_replay_req_t *out, const rd_json_t *marked, rd_field_errors_t *errs)
+{
+    rd_json_t *to = rd_json_get(out->doc, "to");
+    if (to == NULL || rd_json_is_null(to)) return;
+    const char *name = rd_json_string(to);
+    int why = name == NULL ? NAME_LENGTH : queue_name_problem(name, strlen(name));
+    if (why == NAME_OK && field_has_nul(out->doc, marked, "to")) why = NAME_CONTROL;
+    if (why != NAME_OK) {
+        rd_field_errors_add(errs, "to", "invalid", to_name_why[why]);
+        return;
+    }
+    out->to = name;
+    out->to_len = strlen(name);
 }
 
 long rd_query_get(const char *query, size_t query_len, const char *name, char *out,

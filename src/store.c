@@ -78,6 +78,7 @@ typedef enum reply_kind {
     KIND_DONE,                  /* rd_store_done_t */
     KIND_DELETED,               /* rd_store_head_t: an outcome */
     KIND_PING,                  /* rd_store_head_t: PONG */
+    KIND_RAW,                   /* rd_store_raw_t: the reply, for the caller to read */
 } reply_kind_t;
 
 /* One result of any kind; every member starts with the head. */
@@ -96,6 +97,7 @@ typedef union result {
     rd_store_taken_t taken;
     rd_store_done_t done;
     rd_store_policy_t policy;
+    rd_store_raw_t raw;
 } result_t;
 
 /* The callback of an operation: the member its kind names. */
@@ -114,6 +116,7 @@ typedef union callback {
     rd_store_taken_cb taken;
     rd_store_done_cb done;
     rd_store_policy_cb policy;
+    rd_store_raw_cb raw;
 } callback_t;
 
 /* What enqueue sent, to build the new message from {"ok", id, now}. */
@@ -434,6 +437,9 @@ static bool parse_reply(const op_t *op, const rd_reply_t *reply, result_t *res, 
         return parse_series(reply, &res->series);
     case KIND_DONE:
         return rd_reply_int(reply, &res->done.left);
+    case KIND_RAW:
+        res->raw.reply = reply;
+        return true;
     case KIND_HINTED: {
         rd_store_messages_t *m = &res->messages;
         if (!parse_outcome(reply, &m->head)) return false;
@@ -568,6 +574,7 @@ static void free_result(reply_kind_t kind, result_t *res)
     case KIND_DONE:
     case KIND_DELETED:
     case KIND_PING:
+    case KIND_RAW:
         break;
     }
 }
@@ -597,6 +604,7 @@ static void deliver(const op_t *op, const result_t *res)
     case KIND_PAGE: op->cb.page(&res->page, op->arg); return;
     case KIND_TAKE: op->cb.taken(&res->taken, op->arg); return;
     case KIND_DONE: op->cb.done(&res->done, op->arg); return;
+    case KIND_RAW: op->cb.raw(&res->raw, op->arg); return;
     case KIND_DELETED:
     case KIND_PING:
         op->cb.status(&res->head, op->arg);
@@ -1197,6 +1205,25 @@ int rd_store_replay_many(rd_store_t *st, rd_store_queue_t q, const char *mode,
     return rc;
 }
 
+/* Any function of the library on q, with argv[0..argc) after KEYS[1] (the
+ * redrive's calls, src/redrive.c); the reply is the caller's to read. */
+int rd_store_fcall(rd_store_t *st, const char *fn, rd_store_queue_t q, size_t argc,
+                   const char *const *argv, const size_t *lens, rd_store_raw_cb cb, void *arg)
+{
+    if (argc + 4 > MAX_ARGS) return -1;
+    call_t *c = rd_malloc(sizeof *c);
+    begin_fcall(c, st, fn, q, 0);
+    for (size_t i = 0; i < argc; i++) arg_bytes(c, argv[i], lens[i]);
+    int rc = send_call(st, c, KIND_RAW, (callback_t){ .raw = cb }, arg);
+    rd_free(c);
+    return rc;
+}
+
+void rd_store_register_queue(rd_store_t *st, rd_store_queue_t q)
+{
+    register_queue(st, q);
+}
+
 /* ---------------------------------------------------------------- batch replay to the end */
 
 typedef struct replay_all {
@@ -1597,6 +1624,10 @@ int rd_store_policy_set(rd_store_t *st, rd_store_queue_t q, const rd_policy_t *p
     begin_fcall(&c, st, "policy_set", q, 0);
     arg_str(&c, "replace");
     for (size_t i = 0; i < n; i++) arg_str(&c, pairs[i]);
+    if (p->rules) {
+        arg_str(&c, "dead_letter_rules");
+        arg_bytes(&c, p->rules, p->rules_len);
+    }
     return send_call(st, &c, KIND_POLICY, (callback_t){ .policy = cb }, arg);
 }
 

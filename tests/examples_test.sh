@@ -25,8 +25,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$here/.." && pwd)
 BIN=${RETRYD_BIN:-$ROOT/build/retryd}
 PREFIX="extest-$$-$RANDOM"
-LEASE=2        # seconds: a "slow" job (SLOW s) outlives two leases
-SLOW=5
+LEASE=3        # seconds: a "slow" job (SLOW s) outlives two leases
+SLOW=7
 
 source "$ROOT/scripts/lib.sh" # stop_pid, free_port, redis_start, http_ready, suite_run
 

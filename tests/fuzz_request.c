@@ -126,7 +126,7 @@ static void fuzz_parsers(const uint8_t *data, size_t size)
     rd_request_list(text, path_len, &l, &errs);
     rd_policy_t p;
     errs.count = 0;
-    rd_request_policy(body, body_len, &p, &errs);
+    if (rd_request_policy(body, body_len, &p, &errs) == RD_REQ_OK) rd_policy_free(&p);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -667,6 +667,48 @@ test_replay_ids_and_wrong_state() {
     expect_eq "$OUT" $'replayed 1\n' "replayed 1"
 }
 
+test_replay_to_another_queue() {
+    local q=redrivesrc t=redrivedst b tb odd
+    b=$(base "$q")
+    tb=$(base "$t")
+    odd=$'tab\there\nline "quoted" \\ back é'
+    fc_enqueue "$q" "$odd" >/dev/null
+    fc_enqueue "$q" "m2" >/dev/null
+    fc_enqueue "$q" "m3" >/dev/null
+    fc_die "$q" 1 "e1"
+    fc_die "$q" 2 "timeout a"
+    fc_die "$q" 3 "e3"
+    # A redrive cut after its first step: letter 1 is left redriving.
+    rcli FCALL "${FN}redrive_take" 1 "$b" "$t" ids 1 >/dev/null
+    expect_eq "$(rget ZCARD "$b:3:redriving")" 1 "letter 1 left redriving"
+    ctl show "$q" 1 --field redriving_to
+    expect_eq "$OUT" "$t" "show names the target of a redrive in progress"
+    ctl replay "$q" 1
+    expect_rc 1 "replay of a redriving letter"
+    ctl replay "$q" --error-contains timeout --to "$t"
+    expect_rc 0 "replay --error-contains --to"
+    expect_eq "$OUT" $'redriven 2\n' "the left letter first, then the selected one"
+    expect_eq "$(rget LLEN "$tb:3:ready")" 2 "two pending in the target"
+    expect_eq "$(rget SISMEMBER "$PREFIX:queues" "$t")" 1 "the target is registered"
+    ctl show "$t" 1 --field payload
+    expect_eq "$OUT" "$odd" "the payload arrives byte for byte"
+    ctl show "$t" 1 --field origin_queue
+    expect_eq "$OUT" "$q" "origin queue"
+    ctl show "$t" 2 --field origin_id
+    expect_eq "$OUT" 2 "origin id"
+    ctl replay "$q" --all --to "$q"
+    expect_rc 2 "--to the same queue"
+    ctl replay "$q" 3 --to "$t"
+    expect_rc 0 "replay ID --to"
+    expect_eq "$OUT" $'redriven 1\n' "letter 3"
+    ctl replay "$q" --all --to "$t"
+    expect_eq "$OUT" $'redriven 0\n' "nothing left"
+    expect_eq "$(rget ZCARD "$b:3:dead")" 0 "no dead letter left in the source"
+    expect_eq "$(rget ZCARD "$b:3:redriving")" 0 "none redriving"
+    expect_eq "$(rget LLEN "$tb:3:ready")" 3 "each letter once in the target"
+    expect_eq "$(rget HGET "$b:stats" redriven)" 3 "redriven counter"
+}
+
 test_kill_and_delete() {
     local q=killq b
     b=$(base "$q")
@@ -1037,6 +1079,35 @@ test_policy_show_and_set() {
     expect_rc 2 "missing queue"
 }
 
+# dead_letter_rules (SPEC §11): set as JSON through --set, shown, refused
+# with the rule's field named, applied by the failing call, counted in stats.
+test_policy_rules() {
+    local q=rulesq b id
+    b=$(base "$q")
+    ctl policy "$q"
+    expect_match "$OUT" "dead_letter_rules +\\[\\] \\(default\\)" "no rules by default"
+    ctl policy "$q" --set max_retries=1 \
+        --set 'dead_letter_rules=[{"error_contains":"429","action":"retry","delay_seconds":300,"max_times":2},{"error_prefix":"fatal","action":"dead"}]'
+    expect_rc 0 "set the rules"
+    expect_match "$OUT" 'dead_letter_rules +\[\{.*"error_contains":"429"' "rules shown"
+    ctl policy "$q" --set 'dead_letter_rules=[{"error_contains":"x","action":"retry","max_times":0}]'
+    expect_rc 2 "a bad rule"
+    expect_match "$ERR" "dead_letter_rules\\[0\\]\\.max_times: must be an integer between 1 and 100" "rule field and why"
+    ctl policy "$q" --set 'dead_letter_rules={'
+    expect_rc 2 "not JSON"
+    expect_match "$(rget HGET "$b:policy" dead_letter_rules)" '"delay_seconds":300' "nothing changed by the refusals"
+    id=$(fc_enqueue "$q" job 1)
+    fc_claim "$q" 1
+    fc_fail "$q" "$id" "HTTP 429" 1
+    expect_eq "$(rget ZCARD "$b:3:scheduled")" 1 "a 429 is scheduled again by the rule"
+    ctl stats "$q"
+    expect_eq "$(stat_of rule_0_retried)" 1 "counted for rule 0"
+    ctl policy "$q" --set dead_letter_rules=
+    expect_rc 0 "rules removed"
+    expect_eq "$(rget HEXISTS "$b:policy" dead_letter_rules)" 0 "no rules stored"
+    expect_eq "$(rget HGET "$b:policy" max_retries)" 1 "the other fields stay"
+}
+
 test_pause_resume() {
     local q=pauseq b
     b=$(base "$q")
@@ -1078,6 +1149,7 @@ all_tests=(
     test_replay_error_contains
     test_replay_all
     test_replay_ids_and_wrong_state
+    test_replay_to_another_queue
     test_kill_and_delete
     test_settle_claim_from_redis_cli
     test_list_limit
@@ -1088,6 +1160,7 @@ all_tests=(
     test_odd_queue_name
     test_dead_letter_alert
     test_policy_show_and_set
+    test_policy_rules
     test_pause_resume
 )
 if (($#)); then all_tests=("$@"); fi

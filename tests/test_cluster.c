@@ -967,6 +967,68 @@ typedef struct lp_call {
     char error[160];
 } lp_call_t;
 
+
+/* Redrive (SPEC §11) between queues on two different masters: a letter a
+ * cut redrive left in the source's redriving state is completed first, to
+ * its recorded target, then the selected ones; each lands once, with
+ * origin, on the target's master, and leaves the source's. */
+static void test_redrive_across_masters(void **state)
+{
+    (void)state;
+    cnode_t *m[MAX_NODES];
+    size_t nm = masters(m);
+    assert_true(nm >= 2);
+    char src[64], dst[64];
+    pick_queue_on(src, sizeof src, "rd-src", m[0]);
+    pick_queue_on(dst, sizeof dst, "rd-dst", m[1]);
+    long long ids[3];
+    for (int i = 0; i < 3; i++) {
+        msg_t e = enqueue_to(g_a.port, src, e2e_fmt("{\"payload\":\"letter %d\",\"max_retries\":1}", i));
+        msg_t c = claim_from(g_a.port, src);
+        assert_int_equal(c.id, e.id);
+        assert_string_equal(settle(g_a.port, src, &c, "fail", "\"error\":\"boom\"").status, "dead");
+        ids[i] = e.id;
+    }
+    /* A cut redrive: step 1 ran on the source's master, nothing after. */
+    rd_buf_t base = RD_BUF_INIT;
+    queue_base(&base, src);
+    redisReply *t = ncmd(m[0], "FCALL %s 1 %s %s ids %lld", RD_FUNCTION("redrive_take"), base.data,
+                         dst, ids[0]);
+    assert_int_equal(t->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(t->elements, 3);
+    freeReplyObject(t);
+    rd_buf_free(&base);
+    e2e_response_t r = { 0 };
+    http_to(g_b.port, &r, "GET", e2e_fmt("/queues/%s/messages/%lld", e2e_url_encode(src), ids[0]),
+            NULL);
+    assert_string_equal(e2e_jstr(expect_json(&r, 200, "get redriving"), "redriving_to"), dst);
+
+    const char *path = e2e_fmt("/queues/%s/replay", e2e_url_encode(src));
+    http_to(g_b.port, &r, "POST", path, e2e_fmt("{\"ids\":[%lld],\"to\":\"%s\"}", ids[1], dst));
+    assert_int_equal(e2e_jint(expect_json(&r, 200, "redrive ids"), "replayed"), 2);
+    http_to(g_a.port, &r, "POST", path, e2e_fmt("{\"all\":true,\"to\":\"%s\"}", dst));
+    assert_int_equal(e2e_jint(expect_json(&r, 200, "redrive all"), "replayed"), 1);
+    http_to(g_a.port, &r, "POST", path, e2e_fmt("{\"all\":true,\"to\":\"%s\"}", dst));
+    assert_int_equal(e2e_jint(expect_json(&r, 200, "redrive again"), "replayed"), 0);
+
+    http_to(g_a.port, &r, "GET", e2e_fmt("/queues/%s/messages?status=pending",
+                                         e2e_url_encode(dst)), NULL);
+    rd_json_t *list = e2e_jget(expect_json(&r, 200, "list target"), "messages");
+    assert_int_equal(rd_json_array_size(list), 3);
+    for (size_t i = 0; i < 3; i++) {
+        rd_json_t *o = e2e_jget(rd_json_array_at(list, i), "origin");
+        assert_string_equal(e2e_jstr(o, "queue"), src);
+        assert_int_equal(e2e_jint(o, "id"), ids[i]);
+    }
+    e2e_response_free(&r);
+    assert_int_equal(ncmd_int(m[1], "LLEN %s", qkey(dst, "3:ready")), 3);
+    assert_int_equal(ncmd_int(m[0], "ZCARD %s", qkey(src, "3:dead")), 0);
+    assert_int_equal(ncmd_int(m[0], "ZCARD %s", qkey(src, "3:redriving")), 0);
+    assert_int_equal(ncmd_int(m[0], "HGET %s redriven", qkey(src, "stats")), 3);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(ncmd_int(m[0], "EXISTS %s", qkey(src, e2e_fmt("m:%lld", ids[i]))), 0);
+}
+
 static void *lp_thread(void *arg)
 {
     lp_call_t *c = arg;
@@ -2163,6 +2225,7 @@ int main(void)
         T(test_slot_matches_cluster_keyslot),
         T(test_queues_on_every_master_end_to_end),
         T(test_long_poll_across_masters),
+        T(test_redrive_across_masters),
         T(test_failover_under_load),
         T(test_promoted_master_has_library),
         T(test_demoted_master_links_closed),

@@ -939,6 +939,134 @@ static void test_replay(void **state)
     e2e_response_free(&r);
 }
 
+
+/* Kills a fresh message of q by one failure with error; returns its id. */
+static long long make_dead(const char *q, const char *payload, const char *error)
+{
+    long long id = enqueue(q, e2e_fmt("{\"payload\":\"%s\",\"max_retries\":2}", payload));
+    assert_int_equal(claim_one(q, 30, NULL, 0), id);
+    e2e_response_t r = { 0 };
+    http(&r, "POST", message_path(q, id, "fail"),
+         e2e_fmt("{\"error\":\"%s\",\"retryable\":false}", error));
+    e2e_expect_json(&r, 200);
+    e2e_response_free(&r);
+    return id;
+}
+
+/* POST /queues/{q}/replay with "to" (SPEC §11): ids, error_contains, all;
+ * each letter becomes a new pending message of the target with origin, and
+ * leaves the source; a bad "to" is a 422 on field to. */
+static void test_redrive_to_another_queue(void **state)
+{
+    (void)state;
+    char q[64], to[64], path[1024];
+    e2e_queue_name(q, sizeof q, "redrive-src");
+    e2e_queue_name(to, sizeof to, "redrive-dst");
+    long long a = make_dead(q, "pa", "timeout");
+    long long b = make_dead(q, "pb", "refused");
+    long long c = make_dead(q, "pc", "timeout 2");
+    long long d = make_dead(q, "pd", "other");
+    e2e_response_t r = { 0 };
+    SET(path, e2e_fmt("/queues/%s/replay", q));
+
+    http(&r, "POST", path, e2e_fmt("{\"ids\":[%lld, 999],\"to\":\"%s\"}", a, to));
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "replayed"), 1);
+    http(&r, "POST", path, e2e_fmt("{\"error_contains\":\"timeout\",\"to\":\"%s\"}", to));
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "replayed"), 1);
+    /* b stays dead in the source until "all". */
+    http(&r, "GET", message_path(q, b, NULL), NULL);
+    assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "status"), "dead");
+    http(&r, "POST", path, e2e_fmt("{\"all\":true,\"to\":\"%s\"}", to));
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "replayed"), 2);
+    http(&r, "POST", path, e2e_fmt("{\"all\":true,\"to\":\"%s\"}", to));
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "replayed"), 0);
+
+    /* The source has none of them left. */
+    long long src_ids[] = { a, b, c, d };
+    for (size_t i = 0; i < 4; i++) {
+        char p[1024];
+        SET(p, message_path(q, src_ids[i], NULL));
+        http(&r, "GET", p, NULL);
+        e2e_expect_problem(&r, 404, "not-found", p);
+    }
+    http(&r, "GET", e2e_fmt("/queues/%s/stats", q), NULL);
+    rd_json_t *st = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(e2e_jget(st, "counts"), "dead"), 0);
+    assert_int_equal(e2e_jint(e2e_jget(st, "counts"), "redriving"), 0);
+    assert_int_equal(e2e_jint(e2e_jget(st, "totals"), "redriven"), 4);
+
+    /* The target has each once, in redrive order, pending with origin. */
+    const char *payloads[] = { "pa", "pc", "pb", "pd" };
+    long long origins[] = { a, c, b, d };
+    http(&r, "GET", e2e_fmt("/queues/%s/messages?status=pending", to), NULL);
+    rd_json_t *page = e2e_expect_json(&r, 200);
+    rd_json_t *msgs = e2e_jget(page, "messages");
+    assert_int_equal(rd_json_array_size(msgs), 4);
+    for (size_t i = 0; i < 4; i++) {
+        rd_json_t *m = rd_json_array_at(msgs, i);
+        expect_message(m, (long long)i + 1, to, "pending", 0, 2);
+        assert_string_equal(e2e_jstr(m, "payload"), payloads[i]);
+        e2e_jnull(m, "last_error");
+        assert_null(rd_json_get(m, "idempotency_key"));
+        rd_json_t *o = e2e_jget(m, "origin");
+        assert_string_equal(e2e_jstr(o, "queue"), q);
+        assert_int_equal(e2e_jint(o, "id"), origins[i]);
+    }
+    http(&r, "GET", message_path(to, 1, NULL), NULL);
+    assert_string_equal(e2e_jstr(e2e_jget(e2e_expect_json(&r, 200), "origin"), "queue"), q);
+    /* A claim of the target shows it too, and a fresh budget works. */
+    assert_int_equal(claim_one(to, 30, NULL, 0), 1);
+
+    /* Bad targets. */
+    make_dead(q, "pe", "x");
+    http(&r, "POST", path, e2e_fmt("{\"all\":true,\"to\":\"%s\"}", q));
+    expect_field_error(expect_invalid(&r, path, 1), "to", "invalid", NULL);
+    http(&r, "POST", path, "{\"all\":true,\"to\":\"\"}");
+    expect_field_error(expect_invalid(&r, path, 1), "to", "invalid", NULL);
+    http(&r, "POST", path, "{\"all\":true,\"to\":\"a\\u0001b\"}");
+    expect_field_error(expect_invalid(&r, path, 1), "to", "invalid", NULL);
+    http(&r, "POST", path, "{\"all\":true,\"to\":42}");
+    expect_field_error(expect_invalid(&r, path, 1), "to", "invalid", NULL);
+    http(&r, "GET", e2e_fmt("/queues/%s/stats", q), NULL);
+    assert_int_equal(e2e_jint(e2e_jget(e2e_expect_json(&r, 200), "counts"), "dead"), 1);
+    /* "to": null replays in place. */
+    http(&r, "POST", path, "{\"all\":true,\"to\":null}");
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "replayed"), 1);
+    e2e_response_free(&r);
+}
+
+/* A redrive by error text walks the whole dead index even when many pages
+ * in a row match nothing (each take looks at 1000 letters): it is not
+ * mistaken for a redrive that makes no progress. */
+static void test_redrive_by_error_past_pages_without_a_match(void **state)
+{
+    (void)state;
+    enum { N = 3500 };
+    char q[64], to[64];
+    e2e_queue_name(q, sizeof q, "redrive-sparse");
+    e2e_queue_name(to, sizeof to, "redrive-sparse-to");
+    for (int i = 1; i <= N + 1; i++) {
+        redisAppendCommand(g_redis, "FCALL %s 1 %s:{%s} p%d 1 0 %s", RD_FUNCTION("enqueue"),
+                           g_prefix, q, i, "");
+        redisAppendCommand(g_redis, "FCALL %s 2 %s:{%s} %s:{%s}:m:%d %d %s", RD_FUNCTION("kill"),
+                           g_prefix, q, g_prefix, q, i, i, i <= N ? "common" : "the rare one");
+    }
+    for (int i = 0; i < 2 * (N + 1); i++) {
+        redisReply *rep = NULL;
+        if (redisGetReply(g_redis, (void **)&rep) != REDIS_OK || rep == NULL)
+            fail_msg("seeding failed at %d", i);
+        freeReplyObject(rep);
+    }
+    e2e_response_t r = { 0 };
+    http(&r, "POST", e2e_fmt("/queues/%s/replay", q),
+         e2e_fmt("{\"error_contains\":\"rare\",\"to\":\"%s\"}", to));
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "replayed"), 1);
+    http(&r, "GET", message_path(to, 1, NULL), NULL);
+    rd_json_t *m = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(e2e_jget(m, "origin"), "id"), N + 1);
+    e2e_response_free(&r);
+}
+
 static void test_extend(void **state)
 {
     (void)state;
@@ -1644,8 +1772,12 @@ static void test_policy_get_put(void **state)
     expect_field_error(errors, "max_in_flight", "invalid", NULL);
     expect_field_error(errors, "rate_limit.per_second", "invalid", NULL);
     expect_field_error(errors, "rate_limit.burst", "required", NULL);
-    http(&r, "PUT", policy_path(q), "{\"dead_letter_rules\":[]}");
-    expect_field_error(expect_invalid(&r, policy_path(q), 1), "dead_letter_rules", "invalid", NULL);
+    http(&r, "PUT", policy_path(q),
+         "{\"dead_letter_rules\":[{\"error_contains\":\"429\",\"action\":\"retry\","
+         "\"max_times\":0},{\"action\":\"dead\"}]}");
+    errors = expect_invalid(&r, policy_path(q), 2);
+    expect_field_error(errors, "dead_letter_rules[0].max_times", "invalid", NULL);
+    expect_field_error(errors, "dead_letter_rules[1].error_contains", "required", NULL);
     http(&r, "PUT", policy_path(q), "{\"max_retires\":4}");
     expect_field_error(expect_invalid(&r, policy_path(q), 1), "max_retires", "invalid", NULL);
     http(&r, "PUT", policy_path(q), "[1]");
@@ -1674,6 +1806,81 @@ static void test_policy_backoff_over_http(void **state)
     http(&r, "POST", message_path(q, id, "fail"), "{\"error\":\"e\"}");
     rd_json_t *m = e2e_expect_json(&r, 200);
     assert_int_equal(e2e_jtime(m, "retry_after") - e2e_jtime(m, "updated_at"), 6000);
+    e2e_response_free(&r);
+}
+
+/* Seed 001's DLQ consumer as a policy (docs/dead-letters.md §2): a 429 or a
+ * "rate limit" comes back after 300 s (even when the worker says it is
+ * permanent), a 503 at once, anything else goes dead at its first failure
+ * (max_retries 1). Shown by GET policy, counted in stats and /metrics. */
+static void test_dead_letter_rules_seed_001(void **state)
+{
+    (void)state;
+    char q[64];
+    e2e_queue_name(q, sizeof q, "rules");
+    e2e_response_t r = { 0 };
+    http(&r, "PUT", policy_path(q),
+         "{\"max_retries\":1,\"dead_letter_rules\":["
+         "{\"error_contains\":\"429\",\"action\":\"retry\",\"delay_seconds\":300,\"max_times\":5},"
+         "{\"error_contains\":\"rate limit\",\"action\":\"retry\",\"delay_seconds\":300,\"max_times\":5},"
+         "{\"error_contains\":\"503\",\"action\":\"retry\",\"max_times\":3}]}");
+    rd_json_t *p = e2e_expect_json(&r, 200);
+    rd_json_t *rules = e2e_jget(p, "dead_letter_rules");
+    assert_int_equal(rd_json_array_size(rules), 3);
+    assert_string_equal(e2e_jstr(rd_json_array_at(rules, 0), "error_contains"), "429");
+    assert_int_equal(e2e_jint(rd_json_array_at(rules, 1), "delay_seconds"), 300);
+    assert_int_equal(e2e_jint(rd_json_array_at(rules, 2), "delay_seconds"), 0);
+    http(&r, "GET", policy_path(q), NULL);
+    p = e2e_expect_json(&r, 200);
+    assert_int_equal(rd_json_array_size(e2e_jget(p, "dead_letter_rules")), 3);
+
+    static const struct {
+        const char *body;
+        const char *status;
+        long long delay_ms;   /* -1: no retry_after */
+    } cases[] = {
+        { "{\"error\":\"HTTP 429 Too Many Requests\",\"retryable\":false}", "pending", 300000 },
+        { "{\"error\":\"upstream rate limit\",\"retry_after_seconds\":5}", "pending", 300000 },
+        { "{\"error\":\"503 Service Unavailable\"}", "pending", 0 },
+        { "{\"error\":\"400 bad request\"}", "dead", -1 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        long long id = enqueue(q, "{\"payload\":\"job\"}");
+        assert_int_equal(claim_one(q, 30, NULL, 0), id);
+        http(&r, "POST", message_path(q, id, "fail"), cases[i].body);
+        rd_json_t *m = e2e_expect_json(&r, 200);
+        assert_string_equal(e2e_jstr(m, "status"), cases[i].status);
+        if (cases[i].delay_ms >= 0)
+            assert_int_equal(e2e_jtime(m, "retry_after") - e2e_jtime(m, "updated_at"),
+                             cases[i].delay_ms);
+        else
+            e2e_jnull(m, "retry_after");
+        if (cases[i].delay_ms == 0) {
+            /* Back at once: the next claim takes it. */
+            assert_int_equal(claim_one(q, 30, NULL, 0), id);
+        }
+    }
+    http(&r, "GET", e2e_fmt("/queues/%s/stats", q), NULL);
+    rd_json_t *st = e2e_expect_json(&r, 200);
+    rules = e2e_jget(st, "dead_letter_rules");
+    assert_int_equal(rd_json_array_size(rules), 3);
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(e2e_jint(rd_json_array_at(rules, i), "rule"), (long long)i);
+        assert_int_equal(e2e_jint(rd_json_array_at(rules, i), "retried"), 1);
+        assert_int_equal(e2e_jint(rd_json_array_at(rules, i), "dead"), 0);
+    }
+    assert_int_equal(e2e_jint(e2e_jget(st, "totals"), "dead"), 1);
+    http(&r, "GET", "/metrics", NULL);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, e2e_fmt("retryd_dead_letter_rule_total{queue=\"%s\",rule=\"2\","
+                                           "outcome=\"retried\"} 1\n", q)));
+    /* The 503 one fails again in a settle: the rule brings it back again. */
+    http(&r, "POST", e2e_fmt("/queues/%s/claim", q),
+         e2e_fmt("{\"settle\":[{\"id\":%lld,\"outcome\":\"failed\","
+                 "\"error\":\"503\"}]}", (long long)3));
+    p = e2e_expect_json(&r, 200);
+    assert_string_equal(e2e_jstr(rd_json_array_at(e2e_jget(p, "settled"), 0), "status"), "pending");
+    assert_int_equal(queue_counter(q, "rule_2_retried"), 2);
     e2e_response_free(&r);
 }
 
@@ -2529,6 +2736,8 @@ int main(void)
         T(test_fail_to_dead),
         T(test_fail_requires_error),
         T(test_replay),
+        T(test_redrive_to_another_queue),
+        T(test_redrive_by_error_past_pages_without_a_match),
         T(test_extend),
         T(test_delayed_retry_end_to_end),
         T(test_expired_lease_is_a_failure),
@@ -2542,6 +2751,7 @@ int main(void)
         T(test_claim_settle_long_poll),
         T(test_policy_get_put),
         T(test_policy_backoff_over_http),
+        T(test_dead_letter_rules_seed_001),
         T(test_pause_and_resume),
         T(test_rate_limited_long_poll_sleeps),
         T(test_rate_limit_over_three_seconds),

@@ -2950,6 +2950,156 @@ static void test_replay_all_stopped_part_way_says_how_many(void **state)
     stop_retryd(&g_dmn[0]);
 }
 
+
+/* Enqueues n dead letters into q (payload "p<i>", 300 bytes), pipelined:
+ * enqueue then kill. */
+static void seed_dead(redisContext *c, const char *prefix, const char *q, int n)
+{
+    char pad[300];
+    memset(pad, 'z', sizeof pad - 1);
+    pad[sizeof pad - 1] = '\0';
+    for (int i = 1; i <= n; i++) {
+        redisAppendCommand(c, "FCALL %s 1 %s:{%s} p%d%s 1 0 %s", RD_FUNCTION("enqueue"), prefix,
+                           q, i, pad, "");
+        redisAppendCommand(c, "FCALL %s 2 %s:{%s} %s:{%s}:m:%d %d cut", RD_FUNCTION("kill"),
+                           prefix, q, prefix, q, i, i);
+    }
+    for (int i = 0; i < 2 * n; i++) {
+        redisReply *r = NULL;
+        if (redisGetReply(c, (void **)&r) != REDIS_OK || r == NULL || r->type != REDIS_REPLY_ARRAY)
+            fail_msg("seeding dead letters failed at reply %d", i);
+        freeReplyObject(r);
+    }
+}
+
+/* Every letter of 1..n is in `to` exactly once (origin {from, i}, payload
+ * "p<i>..."), and `from` holds none of them, in no state. */
+static void expect_redriven_once(redisContext *c, const char *prefix, const char *from,
+                                 const char *to, int n)
+{
+    int *seen = calloc((size_t)n + 1, sizeof *seen);
+    assert_non_null(seen);
+    char cursor[256] = "";
+    long long listed = 0;
+    do {
+        redisReply *r = e2e_rcmd(c, "FCALL_RO %s 1 %s:{%s} pending 1000 %s", RD_FUNCTION("list"),
+                                 prefix, to, cursor);
+        if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
+            strcmp(r->element[0]->str, "ok") != 0)
+            fail_msg("list of the target failed");
+        snprintf(cursor, sizeof cursor, "%s", r->element[2]->str);
+        for (size_t i = 3; i < r->elements; i++) {
+            const redisReply *m = r->element[i];
+            long long origin = -1;
+            const char *oq = NULL, *payload = NULL;
+            for (size_t f = 2; f + 1 < m->elements; f += 2) {
+                const char *name = m->element[f]->str;
+                if (strcmp(name, "origin_id") == 0) origin = atoll(m->element[f + 1]->str);
+                else if (strcmp(name, "origin_queue") == 0) oq = m->element[f + 1]->str;
+                else if (strcmp(name, "payload") == 0) payload = m->element[f + 1]->str;
+            }
+            if (origin < 1 || origin > n || !oq || strcmp(oq, from) != 0 || !payload)
+                fail_msg("a target message without a good origin (%lld)", origin);
+            char want[32];
+            snprintf(want, sizeof want, "p%lldz", origin);
+            if (strncmp(payload, want, strlen(want)) != 0)
+                fail_msg("letter %lld arrived with payload %.20s", origin, payload);
+            if (seen[origin]++) fail_msg("letter %lld is in the target twice", origin);
+            listed++;
+        }
+        freeReplyObject(r);
+    } while (cursor[0]);
+    for (int i = 1; i <= n; i++)
+        if (!seen[i]) fail_msg("letter %d never reached the target", i);
+    free(seen);
+    assert_int_equal(listed, n);
+    assert_int_equal(rq_int(c, "ZCARD %s:{%s}:3:dead", prefix, from), 0);
+    assert_int_equal(rq_int(c, "ZCARD %s:{%s}:3:redriving", prefix, from), 0);
+    assert_int_equal(rq_int(c, "EXISTS %s:{%s}:3:redrive_to", prefix, from), 0);
+    redisReply *k = e2e_rcmd(c, "SCAN 0 MATCH %s:{%s}:m:* COUNT 100000", prefix, from);
+    if (k->element[1]->elements != 0) fail_msg("records are left in the source");
+    freeReplyObject(k);
+    assert_int_equal(rq_int(c, "HGET %s:{%s}:stats redriven", prefix, from), n);
+}
+
+/* A redrive cut mid-way, twice (Redis hangs past --redis-timeout-ms: 503;
+ * then retryd is SIGKILLed while Redis is stopped), then repeated by a new
+ * retryd: every letter lands in the target once and leaves the source. */
+static void test_redrive_cut_and_repeated_moves_each_letter_once(void **state)
+{
+    (void)state;
+    enum { N = 20000 };
+    static const char *const extra[] = { "--appendonly", "no", NULL };
+    assert_int_equal(fx_redis_start(&g_srv, extra), 0);
+    g_admin = fx_redis_connect(g_srv.port, NULL, NULL);
+    assert_non_null(g_admin);
+    const char *prefix = "redrivecut";
+    assert_int_equal(start_retryd(&g_dmn[0], "redrivecut.log", e2e_redis_url(g_srv.port), prefix,
+                                  true, "--redis-timeout-ms", "1000", NULL), 0);
+    seed_dead(g_admin, prefix, "rs", N);
+    static const char body[] = "{\"all\":true,\"to\":\"rt\"}";
+
+    /* 1. Redis hangs part way: the call in flight is dropped, 503. */
+    e2e_conn_t c;
+    assert_int_equal(e2e_conn_open(&c, g_dmn[0].port), 0);
+    assert_int_equal(e2e_send_request(&c, "POST", "/queues/rs/replay", NULL, body,
+                                      strlen(body)), 0);
+    long long deadline = e2e_mono_ms() + 10000;
+    while (rq_int(g_admin, "HGET %s:{rt}:stats redriven_in", prefix) == 0) {
+        if (e2e_mono_ms() > deadline) fail_msg("the redrive did not start");
+        e2e_pause_ms(1);
+    }
+    assert_int_equal(fx_redis_pause(&g_srv), 0);
+    e2e_response_t r = { 0 };
+    int rc = e2e_read_response(&c, &r);
+    assert_int_equal(fx_redis_resume(&g_srv), 0);
+    e2e_conn_close(&c);
+    if (rc != 0) fail_msg("the redrive stopped by a hanging Redis: no complete response");
+    printf("# redrive cut by a hanging Redis: %d %s\n", r.status, r.body);
+    expect_503(&r);
+    long long moved1 = rq_int(g_admin, "HGET %s:{rs}:stats redriven", prefix);
+    if (moved1 >= N) fail_msg("the redrive ended before Redis hung: make N larger");
+
+    /* 2. Repeated (once the link is back), and retryd killed while Redis
+     * is stopped. */
+    assert_int_equal(e2e_daemon_wait_up(&g_dmn[0], true, true, READY_TIMEOUT_MS), 0);
+    long long in_before = rq_int(g_admin, "HGET %s:{rt}:stats redriven_in", prefix);
+    assert_int_equal(e2e_conn_open(&c, g_dmn[0].port), 0);
+    assert_int_equal(e2e_send_request(&c, "POST", "/queues/rs/replay", NULL, body,
+                                      strlen(body)), 0);
+    deadline = e2e_mono_ms() + 10000;
+    while (rq_int(g_admin, "HGET %s:{rt}:stats redriven_in", prefix) <= in_before + 300) {
+        if (e2e_mono_ms() > deadline) {
+            e2e_response_t late = { 0 };
+            e2e_read_response(&c, &late);
+            fail_msg("the repeated redrive did not go on: %d %s", late.status,
+                     late.body ? late.body : "");
+        }
+        e2e_pause_ms(1);
+    }
+    assert_int_equal(fx_redis_pause(&g_srv), 0);
+    e2e_daemon_stop(&g_dmn[0], SIGKILL, E2E_STOP_TIMEOUT_MS);
+    assert_int_equal(fx_redis_resume(&g_srv), 0);
+    e2e_conn_close(&c);
+    long long moved2 = rq_int(g_admin, "HGET %s:{rs}:stats redriven", prefix);
+    long long left = rq_int(g_admin, "ZCARD %s:{rs}:3:redriving", prefix);
+    printf("# redrive: %lld moved before the 503, %lld before SIGKILL, %lld left redriving\n",
+           moved1, moved2, left);
+    if (moved2 >= N) fail_msg("the redrive ended before retryd was killed: make N larger");
+
+    /* 3. A new retryd, the same call: it completes the rest. */
+    assert_int_equal(start_retryd(&g_dmn[1], "redrivecut2.log", e2e_redis_url(g_srv.port), prefix,
+                                  true, NULL), 0);
+    http(g_dmn[1].port, &r, "POST", "/queues/rs/replay", body);
+    long long replayed = e2e_jint(e2e_expect_json(&r, 200), "replayed");
+    assert_true(replayed >= N - moved2 - left);
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    expect_redriven_once(g_admin, prefix, "rs", "rt", N);
+    assert_int_equal(rq_int(g_admin, "HGET %s:{rt}:stats redriven_in", prefix), N);
+    stop_retryd(&g_dmn[1]);
+}
+
 /* The same for a claim with settle (SPEC §9): the messages it claimed go
  * straight back, and its settlements stay applied. */
 static void test_settle_claim_whose_client_resets_is_handed_back(void **state)
@@ -3280,6 +3430,7 @@ int main(void)
         T(test_claim_whose_client_resets_is_handed_back),
         T(test_settle_claim_whose_client_resets_is_handed_back),
         T(test_replay_all_stopped_part_way_says_how_many),
+        T(test_redrive_cut_and_repeated_moves_each_letter_once),
         T(test_durability_warnings_at_startup),
         T(test_valgrind_clean_shutdown),
     };

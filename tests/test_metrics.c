@@ -592,6 +592,41 @@ static void test_from_stats(void **state)
     for (size_t b = 0; b <= RD_DELAY_BUCKETS; b++) assert_int_equal(m.delay_buckets[b], 0);
 }
 
+/* The dead-letter rules' counters (rule_<i>_retried, rule_<i>_dead): parsed
+ * by position, rendered with rule and outcome labels, only for rules the
+ * hash has; names that only look alike are not taken. */
+static void test_rule_counters(void **state)
+{
+    (void)state;
+    rd_str_t totals[] = {
+        S("rule_0_retried"), S("4"), S("rule_0_dead"), S("1"), S("rule_19_dead"), S("7"),
+        S("rule_20_dead"), S("9"), S("rule_01_dead"), S("9"), S("rule_3_done"), S("9"),
+        S("rule__dead"), S("9"),
+    };
+    rd_queue_stats_t st = { .totals = totals, .totals_len = sizeof totals / sizeof totals[0] };
+    char name[] = "rq";
+    rd_queue_metrics_t m;
+    m.name = name;
+    m.name_len = 2;
+    rd_metrics_from_stats(&m, &st);
+    assert_int_equal(m.rules_seen, (1UL << 0) | (1UL << 19));
+    assert_int_equal(m.rule_retried[0], 4);
+    assert_int_equal(m.rule_dead[0], 1);
+    assert_int_equal(m.rule_dead[19], 7);
+    assert_int_equal(m.rule_retried[19], 0);
+    rd_histogram_t rtt;
+    static const double bounds[] = { 0.001 };
+    rd_histogram_init(&rtt, bounds, 1);
+    size_t len;
+    char *text = render(&m, 1, &rtt, 0, &len);
+    assert_non_null(strstr(text, "# TYPE retryd_dead_letter_rule_total counter\n"));
+    assert_non_null(strstr(text, "retryd_dead_letter_rule_total{queue=\"rq\",rule=\"0\",outcome=\"retried\"} 4\n"));
+    assert_non_null(strstr(text, "retryd_dead_letter_rule_total{queue=\"rq\",rule=\"0\",outcome=\"dead\"} 1\n"));
+    assert_non_null(strstr(text, "retryd_dead_letter_rule_total{queue=\"rq\",rule=\"19\",outcome=\"dead\"} 7\n"));
+    assert_null(strstr(text, "rule=\"1\""));
+    rd_free(text);
+}
+
 /* The Lua library's bucket bounds (lua/00_common.lua DELAY_BUCKETS) and the
  * field names it writes are the ones rd_metrics_from_stats reads. */
 static void test_delay_bounds_match_lua(void **state)
@@ -853,6 +888,7 @@ int main(void)
         cmocka_unit_test(test_histogram_boundaries),
         cmocka_unit_test(test_histogram_init_clamps_bounds),
         cmocka_unit_test(test_from_stats),
+        cmocka_unit_test(test_rule_counters),
         cmocka_unit_test(test_delay_bounds_match_lua),
         cmocka_unit_test(test_render_is_valid_text_format),
         cmocka_unit_test(test_render_without_queues),

@@ -1214,7 +1214,6 @@ static void test_policy_invalid_fields(void **state)
         { "{\"rate_limit\":{\"per_second\":0.0001,\"burst\":1}}", "rate_limit.per_second", "invalid" },
         { "{\"rate_limit\":{\"burst\":1}}", "rate_limit.per_second", "required" },
         { "{\"rate_limit\":{\"per_second\":1,\"burst\":0}}", "rate_limit.burst", "invalid" },
-        { "{\"dead_letter_rules\":[]}", "dead_letter_rules", "invalid" },
         { "{\"maxinflight\":3}", "maxinflight", "invalid" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -1231,6 +1230,122 @@ static void test_policy_invalid_fields(void **state)
         assert_int_equal(rd_request_policy(malformed[i], strlen(malformed[i]), &p, &errs),
                          RD_REQ_MALFORMED);
     }
+}
+
+/* dead_letter_rules: stored canonical (one field order, a retry rule's
+ * defaults filled in), passed beside the pairs, shown by the JSON. */
+static void test_policy_rules_valid(void **state)
+{
+    const char *body = "{\"dead_letter_rules\":[{\"action\":\"retry\",\"error_contains\":\"429\","
+                       "\"delay_seconds\":300,\"max_times\":5},"
+                       "{\"error_prefix\":\"HTTP 503\",\"action\":\"retry\"},"
+                       "{\"error_contains\":\"rate limit\",\"error_prefix\":\"E\",\"action\":\"dead\","
+                       "\"delay_seconds\":null}]}";
+    rd_policy_t p;
+    rd_field_errors_t errs = { .count = 0 };
+    assert_int_equal(rd_request_policy(body, strlen(body), &p, &errs), RD_REQ_OK);
+    assert_non_null(p.rules);
+    assert_string_equal(p.rules,
+                        "[{\"error_contains\":\"429\",\"action\":\"retry\",\"delay_seconds\":300,"
+                        "\"max_times\":5},{\"error_prefix\":\"HTTP 503\",\"action\":\"retry\","
+                        "\"delay_seconds\":0,\"max_times\":1},{\"error_contains\":\"rate limit\","
+                        "\"error_prefix\":\"E\",\"action\":\"dead\"}]");
+    const char *args[RD_POLICY_ARGS_MAX];
+    char values[RD_POLICY_ARGS_MAX / 2][32];
+    assert_int_equal(rd_policy_args(&p, args, values), 0);  /* the rules go beside */
+    rd_str_t pairs[2] = { { "dead_letter_rules", 17 }, { p.rules, p.rules_len } };
+    rd_policy_t back;
+    assert_true(rd_policy_from_pairs(&back, pairs, 2));
+    rd_buf_t out = RD_BUF_INIT;
+    rd_jsonw_t w;
+    rd_jsonw_init(&w, &out);
+    rd_policy_defaults_t d = { 30000, 0, 0 };
+    rd_policy_write_json(&w, &back, &d, "q", 1);
+    rd_buf_putc(&out, '\0');
+    assert_non_null(strstr(out.data, "\"dead_letter_rules\":[{\"error_contains\":\"429\""));
+    assert_non_null(strstr(out.data, "\"action\":\"dead\"}]}"));
+    rd_buf_free(&out);
+    rd_policy_free(&p);
+    /* An empty list or null: no rules. */
+    const char *empty[] = { "{\"dead_letter_rules\":[]}", "{\"dead_letter_rules\":null}" };
+    for (size_t i = 0; i < 2; i++) {
+        assert_int_equal(rd_request_policy(empty[i], strlen(empty[i]), &p, &errs), RD_REQ_OK);
+        assert_null(p.rules);
+    }
+    /* No rules stored: the JSON shows an empty list. */
+    rd_policy_init(&back);
+    rd_jsonw_init(&w, &out);
+    rd_policy_write_json(&w, &back, &d, "q", 1);
+    rd_buf_putc(&out, '\0');
+    assert_non_null(strstr(out.data, "\"dead_letter_rules\":[]"));
+    rd_buf_free(&out);
+}
+
+/* One error per bad rule field, named dead_letter_rules[i].<name> (0-based). */
+static void test_policy_rules_invalid(void **state)
+{
+    static const char *const cases[][3] = {
+        { "{\"dead_letter_rules\":{}}", "dead_letter_rules", "invalid" },
+        { "{\"dead_letter_rules\":\"429\"}", "dead_letter_rules", "invalid" },
+        { "{\"dead_letter_rules\":[3]}", "dead_letter_rules[0]", "invalid" },
+        { "{\"dead_letter_rules\":[{\"action\":\"dead\"}]}", "dead_letter_rules[0].error_contains",
+          "required" },
+        { "{\"dead_letter_rules\":[{\"error_contains\":\"\",\"action\":\"dead\"}]}",
+          "dead_letter_rules[0].error_contains", "invalid" },
+        { "{\"dead_letter_rules\":[{\"error_prefix\":5,\"action\":\"dead\"}]}",
+          "dead_letter_rules[0].error_prefix", "invalid" },
+        { "{\"dead_letter_rules\":[{\"error_contains\":\"\\udc00x\",\"action\":\"dead\"}]}",
+          "dead_letter_rules[0].error_contains", "invalid" },
+        { "{\"dead_letter_rules\":[{\"error_contains\":\"a\",\"action\":\"dead\"},"
+          "{\"error_contains\":\"b\"}]}", "dead_letter_rules[1].action", "required" },
+        { "{\"dead_letter_rules\":[{\"error_contains\":\"a\",\"action\":\"Retry\"}]}",
+          "dead_letter_rules[0].action", "invalid" },
+        { "{\"dead_letter_rules\":[{\"error_contains\":\"a\",\"action\":\"retry\","
+          "\"delay_seconds\":86401}]}", "dead_letter_rules[0].delay_seconds", "invalid" },
+        { "{\"dead_letter_rules\":[{\"error_contains\":\"a\",\"action\":\"retry\","
+          "\"delay_seconds\":-1}]}", "dead_letter_rules[0].delay_seconds", "invalid" },
+        { "{\"dead_letter_rules\":[{\"error_contains\":\"a\",\"action\":\"retry\","
+          "\"max_times\":0}]}", "dead_letter_rules[0].max_times", "invalid" },
+        { "{\"dead_letter_rules\":[{\"error_contains\":\"a\",\"action\":\"retry\","
+          "\"max_times\":\"2\"}]}", "dead_letter_rules[0].max_times", "invalid" },
+        { "{\"dead_letter_rules\":[{\"error_contains\":\"a\",\"action\":\"dead\","
+          "\"max_times\":2}]}", "dead_letter_rules[0].max_times", "invalid" },
+        { "{\"dead_letter_rules\":[{\"error_contains\":\"a\",\"action\":\"dead\",\"regex\":\".\"}]}",
+          "dead_letter_rules[0]", "invalid" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        rd_policy_t p;
+        rd_field_errors_t errs = { .count = 0 };
+        rd_req_result_t r = rd_request_policy(cases[i][0], strlen(cases[i][0]), &p, &errs);
+        if (r != RD_REQ_INVALID) fail_msg("%s: result %d, want INVALID", cases[i][0], (int)r);
+        assert_one_error(&errs, cases[i][1], cases[i][2]);
+        assert_null(p.rules_owned);
+    }
+    /* 256 bytes of text and 21 rules are too many. */
+    char body[4096];
+    int n = snprintf(body, sizeof body, "{\"dead_letter_rules\":[{\"error_contains\":\"");
+    for (int i = 0; i < 256; i++) body[n++] = 'x';
+    snprintf(body + n, sizeof body - (size_t)n, "\",\"action\":\"dead\"}]}");
+    rd_policy_t p;
+    rd_field_errors_t errs = { .count = 0 };
+    assert_int_equal(rd_request_policy(body, strlen(body), &p, &errs), RD_REQ_INVALID);
+    assert_one_error(&errs, "dead_letter_rules[0].error_contains", "invalid");
+    n = snprintf(body, sizeof body, "{\"dead_letter_rules\":[");
+    for (int i = 0; i < 21; i++)
+        n += snprintf(body + n, sizeof body - (size_t)n, "%s{\"error_contains\":\"e\",\"action\":\"dead\"}",
+                      i ? "," : "");
+    snprintf(body + n, sizeof body - (size_t)n, "]}");
+    errs.count = 0;
+    assert_int_equal(rd_request_policy(body, strlen(body), &p, &errs), RD_REQ_INVALID);
+    assert_one_error(&errs, "dead_letter_rules", "invalid");
+    /* Errors in two rules: both named. */
+    const char *two = "{\"dead_letter_rules\":[{\"error_contains\":\"a\",\"action\":\"x\"},"
+                      "{\"error_contains\":\"b\",\"action\":\"retry\",\"max_times\":101}]}";
+    errs.count = 0;
+    assert_int_equal(rd_request_policy(two, strlen(two), &p, &errs), RD_REQ_INVALID);
+    assert_int_equal(errs.count, 2);
+    assert_string_equal(errs.items[0].field, "dead_letter_rules[0].action");
+    assert_string_equal(errs.items[1].field, "dead_letter_rules[1].max_times");
 }
 
 /* Absent fields say "none given", so the queue's policy decides. */
@@ -1306,6 +1421,8 @@ int main(void)
         cmocka_unit_test(test_policy_valid),
         cmocka_unit_test(test_policy_empty_is_all_defaults),
         cmocka_unit_test(test_policy_invalid_fields),
+        cmocka_unit_test(test_policy_rules_valid),
+        cmocka_unit_test(test_policy_rules_invalid),
         cmocka_unit_test(test_given_flags),
         cmocka_unit_test(test_enqueue_defaults),
         cmocka_unit_test(test_enqueue_payload_kept_exactly),

@@ -296,7 +296,9 @@
   // -------------------------------------------------------------------------
   // Dialogs: confirmation (says what and how many) and progress (cancellable)
   // -------------------------------------------------------------------------
-  /** Resolves to {reason} when confirmed, null when cancelled. */
+  /** Resolves to {reason, to} when confirmed, null when cancelled. With
+   *  o.target the dialog offers a target queue (a redrive: `to` is the
+   *  name typed, '' to replay in place). */
   function confirmDialog(o) {
     const dlg = $('#confirm-dialog');
     const ok = $('#confirm-ok');
@@ -309,6 +311,9 @@
     ok.className = `btn ${o.danger === false ? 'btn-primary' : 'btn-danger'}`;
     $('#confirm-extra').hidden = !o.reason;
     reason.value = '';
+    const target = $('#confirm-target');
+    $('#confirm-target-row').hidden = !o.target;
+    target.value = '';
     return new Promise((resolve) => {
       const done = (v) => {
         ok.removeEventListener('click', onOk);
@@ -317,7 +322,7 @@
         if (dlg.open) dlg.close();
         resolve(v);
       };
-      const onOk = () => done({ reason: reason.value.trim() });
+      const onOk = () => done({ reason: reason.value.trim(), to: o.target ? target.value : '' });
       const onCancel = () => done(null);
       const onEsc = (e) => { e.preventDefault(); done(null); };
       ok.addEventListener('click', onOk);
@@ -326,6 +331,16 @@
       dlg.showModal();
       (o.reason ? reason : cancel).focus();
     });
+  }
+
+  /** A batch replay's body, with `to` when the operator named a target. */
+  function withTarget(body, to) {
+    return to ? Object.assign({}, body, { to }) : body;
+  }
+
+  /** "Replayed 3 messages" or, for a redrive, "Moved 3 messages to queue “x”". */
+  function replayedText(n, to) {
+    return to ? `Moved ${plural(n, 'message')} to queue “${to}”` : `Replayed ${plural(n, 'message')}`;
   }
 
   /** A modal progress note with a Cancel button that aborts `signal`. */
@@ -1067,6 +1082,9 @@
         disabled: true, onclick: () => this.togglePause() });
       this.policyBox = h('section', { class: 'policy-strip', id: 'queue-policy',
         'aria-label': 'Flow control' }, this.pauseState, this.policyText, this.btnPause);
+      // Dead-letter rules (SPEC §11): the policy's list, each with its counters.
+      this.rulesBox = h('ol', { class: 'policy-rules', id: 'policy-rules', start: '0',
+        'aria-label': 'Dead-letter rules', hidden: true });
 
       appendKids(main, [
         breadcrumb([{ href: '#/queues', text: 'Queues' }, { text: q }]),
@@ -1075,6 +1093,7 @@
           this.headStats),
         this.policyBox,
         this.chart.el,
+        this.rulesBox,
         tabs,
         this.topErrors,
         h('section', { class: 'panel panel-flush', 'aria-label': 'Messages' },
@@ -1141,6 +1160,30 @@
       setText(this.btnPause, p.paused ? 'Resume' : 'Pause');
       setAttr(this.btnPause, 'aria-label', p.paused ? `Resume queue ${this.queue}` : `Pause queue ${this.queue}`);
       this.btnPause.disabled = false;
+      this.renderRules();
+    }
+
+    /** The dead-letter rules, in order (first match wins), with how often each
+     *  brought a message back or sent it dead (stats, by position). */
+    renderRules() {
+      const rules = (this.policy && this.policy.dead_letter_rules) || [];
+      const counts = new Map();
+      for (const c of (this.stats && this.stats.dead_letter_rules) || []) counts.set(c.rule, c);
+      this.rulesBox.hidden = rules.length === 0;
+      const items = rules.map((r, i) => {
+        const match = [];
+        if (r.error_contains !== undefined) match.push(`error contains “${r.error_contains}”`);
+        if (r.error_prefix !== undefined) match.push(`error starts with “${r.error_prefix}”`);
+        const action = r.action === 'retry'
+          ? `retry after ${fmtInt(r.delay_seconds || 0)} s, at most ${fmtInt(r.max_times || 1)}× per message`
+          : 'dead at once';
+        const c = counts.get(i) || { retried: 0, dead: 0 };
+        return h('li', { id: `policy-rule-${i}` },
+          h('span', { class: 'rule-match', text: `${match.join(' and ')} → ${action}` }),
+          h('span', { class: 'rule-counts muted',
+            text: ` · ${fmtInt(c.retried)} retried · ${fmtInt(c.dead)} dead` }));
+      });
+      appendKids(clear(this.rulesBox), items);
     }
 
     async refreshPolicy() {
@@ -1183,6 +1226,7 @@
                              { signal: this.ac.signal });
         this.stats = st;
         if (res === this.chart.resolution) this.chart.render(st.series || null);
+        if (this.rulesBox) this.renderRules();
         const c = st.counts || {};
         let all = 0;
         for (const s of STATES) {
@@ -1447,17 +1491,17 @@
         message: `The selected dead letters of queue “${this.queue}” go back to pending with a fresh ` +
           'retry budget (retry count 0, last error cleared) and are claimed before fresh messages.',
         count: `${plural(ids.length, 'message')} will be replayed.`,
-        ok: `Replay ${plural(ids.length, 'message')}`, danger: false,
+        ok: `Replay ${plural(ids.length, 'message')}`, danger: false, target: true,
       });
       if (!ok) return;
       try {
         let replayed = 0;
         for (let i = 0; i < ids.length; i += REPLAY_CHUNK) {
           const res = await api('POST', `${queuePath(this.queue)}/replay`,
-                                { ids: ids.slice(i, i + REPLAY_CHUNK) });
+                                withTarget({ ids: ids.slice(i, i + REPLAY_CHUNK) }, ok.to));
           replayed += (res && res.replayed) || 0;
         }
-        toast(`Replayed ${plural(replayed, 'message')}` +
+        toast(replayedText(replayed, ok.to) +
           (replayed < ids.length ? ` (${fmtInt(ids.length - replayed)} were no longer dead).` : '.'), 'success');
       } catch (e) {
         handleError(e);
@@ -1579,7 +1623,7 @@
           : `Every dead letter of queue “${q}” goes back to pending with a fresh retry budget. ` +
             'Letters that die after you confirm are not included.',
         count: `${plural(count, 'message')} will be replayed.`,
-        ok: `Replay ${plural(count, 'message')}`, danger: false,
+        ok: `Replay ${plural(count, 'message')}`, danger: false, target: true,
       });
       if (!ok) return;
       let replayed = 0;
@@ -1588,8 +1632,8 @@
         try {
           for (let i = 0; i < ids.length; i += REPLAY_CHUNK) {
             if (p.signal.aborted) break;
-            const res = await api('POST', `${queuePath(q)}/replay`, { ids: ids.slice(i, i + REPLAY_CHUNK) },
-                                  { signal: p.signal });
+            const res = await api('POST', `${queuePath(q)}/replay`,
+                                  withTarget({ ids: ids.slice(i, i + REPLAY_CHUNK) }, ok.to), { signal: p.signal });
             replayed += (res && res.replayed) || 0;
             p.set(`${fmtInt(Math.min(i + REPLAY_CHUNK, ids.length))} of ${fmtInt(ids.length)} sent`);
           }
@@ -1603,7 +1647,7 @@
       } else {
         try {
           const res = await api('POST', `${queuePath(q)}/replay`,
-                                f.error ? { error_contains: f.error } : { all: true });
+                                withTarget(f.error ? { error_contains: f.error } : { all: true }, ok.to));
           replayed = (res && res.replayed) || 0;
         } catch (e) {
           handleError(e);
@@ -1611,7 +1655,7 @@
           return;
         }
       }
-      toast(`Replayed ${plural(replayed, 'message')}.`, 'success');
+      toast(`${replayedText(replayed, ok.to)}.`, 'success');
       this.refreshCounts();
       if (this.f.cursor) this.navigate({ cursor: '' }); else this.loadList();
     }
@@ -1731,6 +1775,14 @@
       }
       if (m.worker !== undefined && m.worker !== null) {
         fact('Worker', h('span', { class: 'mono break', id: 'msg-worker', text: String(m.worker) }));
+      }
+      if (m.origin && m.origin.queue !== undefined) {
+        fact('Redriven from', h('a', { id: 'msg-origin', href: messageHref(m.origin.queue, m.origin.id),
+          text: `${m.origin.queue} #${m.origin.id}` }));
+      }
+      if (m.redriving_to) {
+        fact('Being redriven to', h('a', { id: 'msg-redriving', href: queueHref(m.redriving_to, {}),
+          text: m.redriving_to }));
       }
 
       // Timeline: the message's history (SPEC §11), oldest first: one item

@@ -44,6 +44,9 @@ typedef struct rd_message {
      * none, error); NULL when the message has none. Borrowed like the strings. */
     const struct rd_reply *history;
     long long history_dropped;
+    rd_str_t origin_queue;          /* a redriven message: where it was a dead letter */
+    long long origin_id;            /* its id there, -1 when none */
+    rd_str_t redriving_to;          /* a dead letter being redriven: its target queue */
 } rd_message_t;
 
 #define RD_HISTORY_FIELDS 6

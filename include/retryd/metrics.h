@@ -44,6 +44,10 @@ typedef struct rd_queue_metrics {
     long long paused;           /* 1 while the queue is paused (SPEC §10) */
     long long delay_buckets[RD_DELAY_BUCKETS + 1];  /* per bucket; last: +Inf */
     long long delay_sum_ms;
+    /* The dead-letter rules' counters by position (SPEC §11): bit i of
+     * rules_seen says the stats hash has rule i's (rule_<i>_retried, _dead). */
+    long long rule_retried[RD_STATS_RULES_MAX], rule_dead[RD_STATS_RULES_MAX];
+    unsigned long rules_seen;
 } rd_queue_metrics_t;
 
 /* Fills m's numbers from st (name is left alone). */

@@ -28,7 +28,18 @@ typedef struct rd_policy {
     double per_second;          /* 0: no rate limit */
     long long burst;
     bool paused;
+    /* dead_letter_rules (SPEC §11, docs/dead-letters.md §2): the list as the
+     * canonical JSON array policy_set stores, NULL when there are none. From
+     * a PUT it is owned (rules_owned, rd_policy_free); from policy_get it
+     * points into the reply. */
+    const char *rules;
+    size_t rules_len;
+    char *rules_owned;
 } rd_policy_t;
+
+/* At most this many rules; a rule's error_contains / error_prefix is 1-255 bytes. */
+#define RD_POLICY_RULES_MAX 20
+#define RD_POLICY_RULE_TEXT_MAX 255
 
 /* The daemon's defaults a GET fills in. */
 typedef struct rd_policy_defaults {
@@ -36,19 +47,23 @@ typedef struct rd_policy_defaults {
 } rd_policy_defaults_t;
 
 void rd_policy_init(rd_policy_t *p);
+/* Releases what a PUT's parse owns (the rules' JSON). */
+void rd_policy_free(rd_policy_t *p);
 
 /* PUT /queues/{q}/policy: the whole object (absent or null fields take their
  * defaults); one error per bad field, named as in the body ("backoff.jitter",
  * "rate_limit.burst"). Durations are integer seconds or "30d"-style strings.
- * "paused" is ignored (pause and resume change it); "dead_letter_rules" and
- * any other field are refused. */
+ * "paused" is ignored (pause and resume change it); any other field is
+ * refused. dead_letter_rules errors name the rule ("dead_letter_rules[2].action",
+ * 0-based). On RD_REQ_OK the caller calls rd_policy_free. */
 rd_req_result_t rd_request_policy(const char *body, size_t len, rd_policy_t *out,
                                   rd_field_errors_t *errs);
 
 enum { RD_POLICY_ARGS_MAX = 20 };
 /* The field, value pairs of the set fields, as policy_set takes them: names
  * into names[], values formatted into values[] (one per pair). Returns how
- * many strings (2 per field). */
+ * many strings (2 per field). The rules are not among them: the caller adds
+ * "dead_letter_rules", p->rules when p->rules is set. */
 size_t rd_policy_args(const rd_policy_t *p, const char *out[RD_POLICY_ARGS_MAX],
                       char values[RD_POLICY_ARGS_MAX / 2][32]);
 
@@ -57,8 +72,8 @@ size_t rd_policy_args(const rd_policy_t *p, const char *out[RD_POLICY_ARGS_MAX],
 bool rd_policy_from_pairs(rd_policy_t *p, const rd_str_t *pairs, size_t n);
 
 /* {"queue", "paused", "max_retries", "backoff": {...}, "lease_seconds",
- * "dead_ttl", "succeeded_ttl", "max_in_flight", "rate_limit": null | {...}}:
- * the effective policy, defaults filled in. */
+ * "dead_ttl", "succeeded_ttl", "max_in_flight", "rate_limit": null | {...},
+ * "dead_letter_rules": [...]}: the effective policy, defaults filled in. */
 void rd_policy_write_json(rd_jsonw_t *w, const rd_policy_t *p, const rd_policy_defaults_t *d,
                           const char *queue, size_t queue_len);
 

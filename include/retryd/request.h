@@ -62,6 +62,8 @@ typedef struct rd_replay_req {
     long long *ids;             /* mode ids: owned, free with rd_request_replay_free */
     size_t count;
     const char *needle;         /* mode error: the error_contains text */
+    const char *to;             /* redrive: the target queue (NULL: replay in place) */
+    size_t to_len;
 } rd_replay_req_t;
 
 typedef struct rd_list_req {

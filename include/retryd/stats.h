@@ -28,13 +28,20 @@
  * hash has them: X(name). */
 #define RD_STATS_MORE_COUNTERS(X) \
     X(expired_dead) X(expired_succeeded) X(deleted) X(purged) X(released) X(orphans_removed) \
-    X(alerts_delivered) X(alerts_failed) X(alerts_claimed) X(alerts_dropped)
+    X(alerts_delivered) X(alerts_failed) X(alerts_claimed) X(alerts_dropped) \
+    X(redriven) X(redriven_in)
+
+/* The dead-letter rules' counters of the hash (SPEC §11): rule_<i>_retried
+ * (the rule scheduled the message again) and rule_<i>_dead (it went dead by
+ * the rule: a "dead" rule, or a "retry" rule past its max_times), i the
+ * rule's 0-based position, below RD_STATS_RULES_MAX. */
+#define RD_STATS_RULES_MAX 20
 
 /* The gauges of the `stats` reply (messages in each state now, deaths in the
- * last 24 h, 1 while the queue is paused): X(name). */
+ * last 24 h, 1 while the queue is paused, letters being redriven): X(name). */
 #define RD_STATS_GAUGES(X) \
     X(pending) X(ready) X(scheduled) X(processing) X(succeeded) X(dead) X(dead_last_24h) \
-    X(paused)
+    X(paused) X(redriving)
 
 /* The `stats` function's answer for one queue. */
 typedef struct rd_queue_stats {

@@ -152,6 +152,13 @@ typedef struct rd_store_policy {
     rd_policy_t policy;
 } rd_store_policy_t;
 
+/* rd_store_fcall: the function's reply as it came (NULL unless head.status
+ * is RD_STORE_OK), valid only inside the callback. */
+typedef struct rd_store_raw {
+    rd_store_head_t head;
+    const rd_reply_t *reply;
+} rd_store_raw_t;
+
 /* delete and ping answer the head alone. */
 typedef void (*rd_store_status_cb)(const rd_store_head_t *res, void *arg);
 typedef void (*rd_store_messages_cb)(const rd_store_messages_t *res, void *arg);
@@ -167,6 +174,7 @@ typedef void (*rd_store_page_cb)(const rd_store_page_t *res, void *arg);
 typedef void (*rd_store_taken_cb)(const rd_store_taken_t *res, void *arg);
 typedef void (*rd_store_done_cb)(const rd_store_done_t *res, void *arg);
 typedef void (*rd_store_policy_cb)(const rd_store_policy_t *res, void *arg);
+typedef void (*rd_store_raw_cb)(const rd_store_raw_t *res, void *arg);
 
 typedef struct rd_store_queue {
     const char *name;         /* decoded queue name (bytes) */
@@ -263,6 +271,12 @@ int rd_store_replay_many(rd_store_t *st, rd_store_queue_t q, const char *mode,
 int rd_store_replay_all(rd_store_t *st, rd_store_queue_t q, const char *mode,
                         const long long *ids, size_t n, const char *needle,
                         bool (*go_on)(void *arg), rd_store_replayed_cb cb, void *arg);
+/* FCALL <library>_fn 1 <base of q> argv...: a function whose reply the
+ * caller reads itself (src/redrive.c). At most 600 arguments. */
+int rd_store_fcall(rd_store_t *st, const char *fn, rd_store_queue_t q, size_t argc,
+                   const char *const *argv, const size_t *lens, rd_store_raw_cb cb, void *arg);
+/* Registers q as an enqueue does (now and then, not on every call). */
+void rd_store_register_queue(rd_store_t *st, rd_store_queue_t q);
 /* Any state but processing (RD_STORE_INVALID_STATE then). */
 int rd_store_delete(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_status_cb cb,
                     void *arg);

@@ -673,6 +673,33 @@ test('policy_shown_and_pause_resume', async () => {
   await page.close();
 });
 
+test('dead_letter_rules_in_policy_view', async () => {
+  const q = `rules-${Date.now()}`;
+  await ok('PUT', `${qp(q)}/policy`, { max_retries: 1, dead_letter_rules: [
+    { error_contains: '429', action: 'retry', delay_seconds: 300, max_times: 5 },
+    { error_prefix: 'fatal', action: 'dead' }] });
+  await enqueue(q, 'one');
+  const m = (await http('POST', `${qp(q)}/claim`)).json;
+  await ok('POST', `${qp(q)}/messages/${m.id}/fail`, { error: 'HTTP 429' });
+  const page = await openPage(hashQueue(q));
+  await waitList(page);
+  await page.waitForFunction(() => /1 retried/.test(
+    (document.querySelector('#policy-rule-0') || {}).textContent || ''));
+  const first = await page.textContent('#policy-rule-0');
+  check(/error contains “429” → retry after 300 s, at most 5× per message/.test(first),
+        `the retry rule is shown: ${first}`);
+  const second = await page.textContent('#policy-rule-1');
+  check(/error starts with “fatal” → dead at once · 0 retried · 0 dead/.test(second),
+        `the dead rule is shown: ${second}`);
+  await shot(page, 'policy-rules.png');
+  await ok('PUT', `${qp(q)}/policy`, {});
+  await page.reload();
+  await waitList(page);
+  await page.waitForFunction(() => !document.querySelector('#pause-toggle').disabled);
+  check(await page.isHidden('#policy-rules'), 'no rules, no list');
+  await page.close();
+});
+
 test('replay_one_leaves_dead_list', async () => {
   const page = await openPage(hashQueue('emails', { status: 'dead', error: 'user unknown' }));
   await waitList(page);
@@ -749,6 +776,34 @@ test('replay_all_matching_time_range', async () => {
   const dead = await listAll('billing', 'dead');
   eq(dead.map((m) => m.last_error), ['gateway timeout after 30 s', 'gateway timeout after 30 s'],
      'the older letters stay dead');
+  await page.close();
+});
+
+test('replay_dialog_redrives_to_another_queue', async () => {
+  const src = 'redrive-src';
+  const dst = 'redrive-dst';
+  const ids = await makeDead(src, [{ payload: 'r1', error: 'moved away' }, { payload: 'r2', error: 'moved away' }]);
+  const page = await openPage(hashQueue(src, { status: 'dead' }));
+  await waitList(page);
+  eq((await rowIds(page)).sort((a, b) => a - b), ids, 'two dead letters');
+  const requests = [];
+  page.on('request', (r) => { if (r.method() === 'POST') requests.push(r.postData()); });
+  await page.click('#replay-all');
+  await confirmText(page);
+  check(await page.isVisible('#confirm-target'), 'the replay dialog offers a target queue');
+  await page.fill('#confirm-target', dst);
+  await page.click('#confirm-ok');
+  await waitNoDialog(page);
+  await toastText(page, /Moved 2 messages to queue/);
+  eq(requests.map((b) => JSON.parse(b)), [{ all: true, to: dst }], 'one POST {all, to}');
+  await waitList(page);
+  eq(await rowIds(page), [], 'none left dead in the source');
+  const moved = await listAll(dst, 'pending');
+  eq(moved.map((m) => [m.payload, m.origin.queue, m.origin.id]), [['r1', src, ids[0]], ['r2', src, ids[1]]],
+     'each once in the target, with its origin');
+  await page.goto(`${BASE}/ui/#/queues/${encodeURIComponent(dst)}/messages/${moved[0].id}`);
+  await page.waitForSelector('#msg-origin');
+  eq(await page.textContent('#msg-origin'), `${src} #${ids[0]}`, 'the message page shows the origin');
   await page.close();
 });
 

@@ -1,0 +1,24 @@
+/* redrive.h - dead letters of one queue into another (SPEC §11, "Redrive
+ * elsewhere"; the protocol is docs/dead-letters.md §4). */
+#ifndef RETRYD_REDRIVE_H
+#define RETRYD_REDRIVE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "retryd/store.h"
+
+/* Redrives the dead letters of `source` that mode selects ("ids" with ids[0..n),
+ * "all", or "error" with needle) into `target`, one bounded batch at a time:
+ * each batch is taken out of the source's dead index into its redriving
+ * state, enqueued in the target (idempotent per source letter), then removed
+ * from the source. Letters a cut call left redriving are completed first, to
+ * the target they were taken for. res->replayed counts the letters moved.
+ * mode, ids and needle are borrowed until the callback; go_on as for
+ * rd_store_replay_all. Returns -1 (and never calls cb) when nothing could be
+ * sent. */
+int rd_redrive_run(rd_store_t *st, rd_store_queue_t source, rd_store_queue_t target,
+                   const char *mode, const long long *ids, size_t n, const char *needle,
+                   bool (*go_on)(void *arg), rd_store_replayed_cb cb, void *arg);
+
+#endif
