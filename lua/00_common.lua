@@ -31,6 +31,11 @@ local function register(name, callback, flags)
                            flags = flags }
 end
 
+-- The per-attempt history and the claim's worker (SPEC §11, docs/dead-letters.md
+-- §1): filled by 01_history.lua, called from the record codec, fail_message,
+-- replay_dead, kill and reply_message below.
+local history = {}
+
 -- The queue policy's hooks (SPEC §10), filled in by 15_policy.lua: the
 -- functions here call them, so they are looked up in this table at call time.
 local flow = {}
@@ -139,9 +144,11 @@ local function decode_record(rec)
     local n = struct.unpack('>I4', rec, #rec - 3)
     local t = cmsgpack.unpack(string.sub(rec, #rec - 3 - n, #rec - 4))
     m.last_error, m.retry_after, m.idempotency_key, m.token = t.e, t.r, t.i, t.t
+    history.decode(m, t)
     m.origin_queue, m.origin_id = t.oq, t.oi   -- a redriven message (65_redrive.lua)
     m.rule_uses = t.u
     stop = #rec - 4 - n
+    m.trailer_bytes = n
   end
   m.payload = string.sub(rec, REC_HEADER_BYTES + 1, stop)
   return m
@@ -180,6 +187,7 @@ local function encode_record(m)
   if m.retry_after then t.r = m.retry_after; trailer = true end
   if m.idempotency_key then t.i = m.idempotency_key; trailer = true end
   if m.token then t.t = m.token; trailer = true end
+  if history.encode(m, t) then trailer = true end
   if m.origin_queue then t.oq, t.oi = m.origin_queue, m.origin_id; trailer = true end
   if m.rule_uses then t.u = m.rule_uses; trailer = true end
   local fmt, tail = REC_FORMAT, ''
@@ -246,10 +254,10 @@ end
 
 -- A new lease (claim): updated_at, lease time and serial, 15 header bytes; the
 -- whole record for an old HASH or one that kept an old token verbatim.
-local function set_lease(mkey, m, now, serial)
+local function set_lease(mkey, m, now, serial, worker)
   m.updated_at, m.lease_at, m.serial = now, now, serial
-  if m.legacy or m.token then
-    m.token = nil
+  if m.legacy or m.token or m.worker ~= worker then
+    m.token, m.worker = nil, worker
     store_message(mkey, m)
   else
     local d = clamp(now - m.created_at, -REC_MAX_DELTA, REC_MAX_DELTA)
@@ -300,6 +308,7 @@ local function reply_message(id, m, status, score)
     add('redriving_to', score)
   end
   if m.idempotency_key then add('idempotency_key', m.idempotency_key) end
+  history.reply(m, status, add)
   if m.origin_queue then
     add('origin_queue', m.origin_queue)
     add('origin_id', ms_text(m.origin_id))
@@ -479,7 +488,7 @@ end
 -- fields of unbounded size plus a fixed allowance for the others.
 local MESSAGE_OVERHEAD_BYTES = 1024
 local function record_bytes(m)
-  return #m.payload + #(m.last_error or '') + MESSAGE_OVERHEAD_BYTES
+  return #m.payload + #(m.last_error or '') + (m.trailer_bytes or 0) + MESSAGE_OVERHEAD_BYTES
 end
 
 -- Moves up to `limit` due ids from scheduled to the due list, earliest due
@@ -501,6 +510,7 @@ end
 local function fail_message(k, base, id, now, err, retryable, retry_after_ms, m)
   local mkey = message_key(base, id)
   local retries = m.retry_count + 1
+  history.failed(m, now, err)
   m.retry_count, m.last_error, m.updated_at, m.token = retries, err, now, nil
   redis.call('ZREM', k.processing, id)
   flow.freed(k)
@@ -540,6 +550,7 @@ local function reclaim_expired(k, base, now, limit)
   for i = 1, #ids do
     local m = load_message(message_key(base, ids[i]))
     if m then
+      m.lease_expired = true
       fail_message(k, base, ids[i], now, 'lease expired', true, -1, m)
       failed = failed + 1
     else
@@ -575,6 +586,7 @@ end
 local function replay_dead(k, mkey, id, now, m)
   local err = m.last_error
   leave_dead(k, mkey, id, err or '')
+  history.replayed(m, now)
   m.retry_count, m.last_error, m.retry_after, m.updated_at = 0, nil, nil, now
   m.rule_uses = nil
   store_message(mkey, m)

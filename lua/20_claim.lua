@@ -9,8 +9,9 @@
 -- (at most 100 such ids per call). Stops before the message that would take
 -- the messages past REPLY_BYTES (always at least one): the ones not taken stay
 -- pending where they were, untouched, so a batch may come back short.
+-- worker: the claim's worker (nil for none), kept in each record while leased.
 -- Returns how many it appended.
-local function claim_into(k, base, now, lease_ms, count, out)
+local function claim_into(k, base, now, lease_ms, count, out, worker)
   local promoted = promote_due(k, now, math.max(count, PROMOTE_IN_CLAIM))
   -- The queue's policy may lease fewer or none (15_policy.lua); a claim held
   -- back wakes nobody: a resume, a settlement or the next token will.
@@ -55,7 +56,7 @@ local function claim_into(k, base, now, lease_ms, count, out)
         if size then
           bytes = bytes + size
           serial = serial + 1
-          set_lease(mkey, m, now, serial)
+          set_lease(mkey, m, now, serial, worker)
           redis.call('ZADD', k.processing, deadline, id)
           out[#out + 1] = reply_message(id, m, 'processing', deadline)
           got = got + 1
@@ -81,6 +82,8 @@ end
 --   ARGV[4]  "flag" | "request" (optional)      where lease_ms came from: "flag"
 --                                               (the daemon's default) lets the
 --                                               policy's lease_seconds override it
+--   ARGV[5]  worker (optional, after ARGV[4])   1-128 bytes naming the claimant, kept
+--                                               with each lease ("" or absent: none)
 -- Claims as claim_into above: due retries and replays first, then fresh ids
 -- FIFO; at most REPLY_BYTES of messages (always at least one), so a batch
 -- may come back short.
@@ -97,10 +100,13 @@ local function claim(keys, args)
   local count = to_int(args[2] or '1')
   if lease_ms == nil or lease_ms < 1 or lease_ms > 43200000 then return bad_arg('lease_ms') end
   if count == nil or count < 1 or count > 100 then return bad_arg('count') end
+  local worker = args[5]
+  if worker == '' then worker = nil end
+  if worker and #worker > 128 then return bad_arg('worker') end
   local out = { 'ok' }
   local now = now_ms()
   lease_ms = flow.lease_ms(k, lease_ms, args[4] == 'flag')
-  local got = claim_into(k, base, now, lease_ms, count, out)
+  local got = claim_into(k, base, now, lease_ms, count, out, worker)
   if args[3] == '1' then
     local timer = -1
     if got > 0 then timer = need_timer(k, now, now + lease_ms) end

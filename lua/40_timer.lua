@@ -72,6 +72,7 @@ local function drain_old(k, base, now, dead_ttl, succeeded_ttl)
     redis.call('ZREM', o.processing, ids[i])
     local m = load_legacy(message_key(base, ids[i]))
     if m then
+      m.lease_expired = true
       fail_message(k, base, ids[i], now, 'lease expired', true, -1, m)
       reclaimed = reclaimed + 1
     end

@@ -33,6 +33,8 @@ local function kill(keys, args)
     return { 'invalid_state', status }
   end
   local now = now_ms()
+  if status ~= 'processing' then m.worker = nil end   -- a released lease's, kept stale
+  history.failed(m, now, reason)
   m.last_error, m.updated_at, m.retry_after, m.token = reason, now, nil, nil
   store_message(mkey, m)
   redis.call('ZADD', k.dead, now, id)

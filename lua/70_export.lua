@@ -44,6 +44,23 @@ local function tsv_field(s)
   return s
 end
 
+-- The history as JSON objects (SPEC §11 entries) and the dropped count.
+local function export_history(m)
+  local out = {}
+  local h = m.history or {}
+  for i = 1, #h do
+    local e = h[i]
+    if #e == 1 then
+      out[i] = { replayed_at = iso_time(m.created_at + e[1]) }
+    else
+      out[i] = { attempt = e[2], error = e[4], at = iso_time(m.created_at + e[1]),
+                 lease_expired = e[3] % 2 == 1, worker = e[5] or cjson.null }
+    end
+  end
+  if #out == 0 then out = nil end   -- cjson would write {}: the caller writes []
+  return out, m.history_dropped or 0
+end
+
 local EXPORT_COLUMNS = { 'id', 'status', 'retry_count', 'max_retries', 'created_at',
                          'updated_at', 'retry_after', 'last_error', 'payload' }
 
@@ -53,9 +70,10 @@ local EXPORT_COLUMNS = { 'id', 'status', 'retry_count', 'max_retries', 'created_
 --   ARGV[2]  status                             as for list
 --   ARGV[3]  limit                              integer 1..1000
 --   ARGV[4]  cursor                             as for list
--- csv: RFC 4180 rows of EXPORT_COLUMNS (the header is the caller's, see
--- retryctl); jsonl: one JSON object per line with the same fields; tsv: the
--- same columns tab-separated with \t, \n, \r, \\ escaped. Pages like list:
+-- csv: RFC 4180 rows of EXPORT_COLUMNS and history_count (the header is the
+-- caller's, see retryctl); jsonl: one JSON object per line with the same
+-- fields, history (the array as GET shows it) and history_dropped instead of
+-- the count; tsv: EXPORT_COLUMNS tab-separated with \t, \n, \r, \\ escaped. Pages like list:
 -- the same order and cursors, at most 1000 ids looked at per call, and a
 -- chunk stops before the line that would take it past REPLY_BYTES (at least
 -- one line), so a chunk may hold fewer than limit lines: follow next_cursor.
@@ -85,11 +103,16 @@ local function export(keys, args)
         obj.max_retries = tonumber(row[4])
         if obj.retry_after == '' then obj.retry_after = cjson.null end
         if not m.last_error then obj.last_error = cjson.null end
+        obj.history, obj.history_dropped = export_history(m)
         if m.origin_queue then obj.origin = { queue = m.origin_queue, id = m.origin_id } end
         line = cjson.encode(obj)
+        if not obj.history then line = string.sub(line, 1, -2) .. ',"history":[]}' end
       else
         local esc = format == 'csv' and csv_field or tsv_field
         for c = 1, #row do row[c] = esc(row[c]) end
+        if format == 'csv' then
+          row[#row + 1] = ms_text(#(m.history or {}) + (m.history_dropped or 0))
+        end
         line = table.concat(row, format == 'csv' and ',' or '\t')
       end
     end

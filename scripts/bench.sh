@@ -12,7 +12,8 @@
 # bench/node_modules is missing; without it the BullMQ figures read
 # "unavailable (reason)" and everything else still runs).
 #
-# Sections: 1 Redis-native path (redis-benchmark, -P 1 and -P 16);
+# Sections: 1 Redis-native path (redis-benchmark, -P 1 and -P 16); 1h the
+# history's cost on the claim+succeed path;
 # 2 HTTP path (build/loadgen); 3 BullMQ peer; 3a the worker loop
 # (W connections vs Worker concurrency W, both ways, and the same loops with a
 # worker in node, bench/http_worker.mjs); 4 growth (1k vs 1M);
@@ -20,7 +21,8 @@
 # Cluster; 9 idle queues (10,000 of them, three instances); 10 the time
 # series' cost (--series on vs off); targets.
 # 1d claim with a queue policy (none, a cap, a rate limit).
-# BENCH_ONLY=9 (or 10, or 1d) runs section 9 (or 10, or 1d) alone.
+# BENCH_ONLY=9 (or 10, or 1d, or 1h) runs section 9 (or 10, or 1d, or 1h:
+# the history's cost on the happy path) alone.
 # QUICK=1 runs smaller counts, one repetition, and prints the 1M rows as
 # "skipped (QUICK)". Otherwise every figure marked "median of 3" is the median
 # of three repetitions. Progress goes to stderr, tables to stdout; the last
@@ -604,6 +606,90 @@ section1d() {
         "$(get pclaim.none.us)" "$(ratio "$(get pclaim.cap.us)" "$(get pclaim.none.us)")"
     row "claim, rate_limit 100000/s burst 100000 (tokens left)" "$(get pclaim.rate.us)" \
         "$(get pclaim.none.us)" "$(ratio "$(get pclaim.rate.us)" "$(get pclaim.none.us)")"
+}
+
+# ---------------------------------------------------------------------------
+# 1h. The history's cost on the happy path (SPEC §11, docs/dead-letters.md §1)
+# ---------------------------------------------------------------------------
+# hist_pipe KIND BASE N [WORKER]: N FCALLs of one kind (claim, succeed of ids
+# 1..N, fail of ids 1..N) written as RESP and sent with redis-cli --pipe.
+hist_pipe() {
+    LC_ALL=C awk -v kind="$1" -v b="$2" -v n="$3" -v fn="$FN" -v w="${4:-}" '
+        function emit(k,  i) { printf "*%d\r\n", k
+            for (i = 1; i <= k; i++) printf "$%d\r\n%s\r\n", length(a[i]), a[i] }
+        BEGIN { for (id = 1; id <= n; id++) {
+            a[1] = "FCALL"; a[3] = 1; a[4] = b
+            if (kind == "claim") { a[2] = fn "claim"; a[3] = 1; a[5] = 30000; a[6] = 1
+                if (w == "") emit(6); else { a[7] = ""; a[8] = "request"; a[9] = w; emit(9) } }
+            else { a[2] = fn kind; a[3] = 2; a[5] = b ":m:" id; a[6] = id; a[7] = ""
+                if (kind == "succeed") emit(7); else { a[8] = "boom"; a[9] = 1; a[10] = 0; emit(10) } }
+        } }' | redis-cli -p "$RP" --pipe >/dev/null 2>&1
+}
+
+# hist_run NAME MODE N: one lifecycle run. MODE plain: N fresh messages;
+# history: N messages that failed once (claimed, failed with retry at once,
+# promoted, all untimed); worker: fresh ones claimed with a worker. Timed: N
+# claims then N succeeds; NAME.us = Redis µs per claim+succeed (commandstats
+# of FCALL), NAME.cpu = Redis CPU µs per claim+succeed (INFO cpu, user + sys:
+# less inflated than the former when other processes take the cores),
+# NAME.bytes = STRLEN of message 1 before the claim.
+hist_run() {
+    local name=$1 mode=$2 n=$3 q s0 s1
+    q=$(base "hist-$name")
+    enqueue_fcall "$q" "$n"
+    if [ "$mode" = history ]; then
+        hist_pipe claim "$q" "$n"
+        hist_pipe fail "$q" "$n"
+        while [ "$(rcli FCALL "${FN}promote" 1 "$q" 1000 | head -n 1)" != 0 ]; do :; done
+    fi
+    put "$name.bytes" "$(rcli strlen "$q:m:1")"
+    local c0 c1
+    c0=$(redis_cpu_us)
+    s0=$(cmdstat fcall)
+    if [ "$mode" = worker ]; then hist_pipe claim "$q" "$n" "bench-host/12345"
+    else hist_pipe claim "$q" "$n"; fi
+    hist_pipe succeed "$q" "$n"
+    s1=$(cmdstat fcall)
+    c1=$(redis_cpu_us)
+    put "$name.cpu" "$(awk -v a="$c0" -v b="$c1" -v n="$n" 'BEGIN { printf "%.2f", (b - a) / n }')"
+    put "$name.us" "$(awk -v a="$s0" -v b="$s1" -v n="$n" 'BEGIN { split(a, x, " "); split(b, y, " ")
+        if (y[1] - x[1] != 2 * n) print "n/a"; else printf "%.2f", (y[2] - x[2]) / n }')"
+    rcli del "$q:3:succeeded" "$q:3:processing" >/dev/null
+    rcli eval "for _, k in ipairs(redis.call('KEYS', ARGV[1])) do redis.call('UNLINK', k) end" 0 \
+        "$q:*" >/dev/null
+}
+
+section1h() {
+    say "1h. history: claim+succeed with and without a history"
+    local rep n=$((N_RB / 2)) m order=(plain history worker)
+    # One untimed run first (the keyspace grows and rehashes once), then the
+    # three kinds in turn, REPS times, each repetition starting with the next
+    # kind (so none is always first); medians.
+    hist_run hwarm plain "$n"
+    for rep in $(seq 1 "$REPS"); do
+        for m in "${order[@]}"; do hist_run "h$m.$rep" "$m" "$n"; done
+        order=("${order[@]:1}" "${order[0]}")
+    done
+    for m in plain history worker; do
+        local vals=()
+        for rep in $(seq 1 "$REPS"); do vals+=("$(get "h$m.$rep.us")"); done
+        put "h$m.us" "$(median "${vals[@]}")"
+        vals=()
+        for rep in $(seq 1 "$REPS"); do vals+=("$(get "h$m.$rep.cpu")"); done
+        put "h$m.cpu" "$(fmt "$(median "${vals[@]}")" 2)"
+        put "h$m.bytes" "$(get "h$m.1.bytes")"
+    done
+    local mc="median of $REPS alternating runs"
+    [ "$REPS" = 1 ] && mc="1 run"
+    table_start "1h. History (SPEC §11): Redis per claim+succeed lifecycle ($n each, pipelined, $mc)" \
+        "messages (record bytes before the claim)" "µs (commandstats of FCALL)" "Redis CPU µs (INFO cpu)" \
+        "commandstats vs never failed"
+    row "never failed, claimed without a worker: the happy path ($(get hplain.bytes))" \
+        "$(get hplain.us)" "$(get hplain.cpu)" "1.00x"
+    row "failed once before: one history entry in the trailer ($(get hhistory.bytes))" \
+        "$(get hhistory.us)" "$(get hhistory.cpu)" "$(ratio "$(get hhistory.us)" "$(get hplain.us)")"
+    row "never failed, claimed with a 16-byte worker: the claim rewrites the record ($(get hworker.bytes))" \
+        "$(get hworker.us)" "$(get hworker.cpu)" "$(ratio "$(get hworker.us)" "$(get hplain.us)")"
 }
 
 # ---------------------------------------------------------------------------
@@ -1484,6 +1570,13 @@ echo "  load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 start_redis none
 say "redis-server pid $redis_pid on 127.0.0.1:$RP"
+if [ "${BENCH_ONLY:-}" = 1h ]; then
+    sec_begin "1h. history"; section1h; sec_end
+    echo
+    echo "bench: $rows rows, $missing without a figure"
+    [ "$missing" -eq 0 ]
+    exit
+fi
 if [ "${BENCH_ONLY:-}" = 1d ]; then
     # Section 1d alone: what a queue policy costs a claim.
     sec_begin "1d. claim with a policy"; section1d; sec_end
@@ -1511,6 +1604,7 @@ fi
 sec_begin "1. Redis-native"; section1; sec_end
 sec_begin "1c. claim steps"; section1c; sec_end
 sec_begin "1d. claim with a policy"; section1d; sec_end
+sec_begin "1h. history"; section1h; sec_end
 start_retryd
 say "retryd pid $retryd_pid on 127.0.0.1:$HP"
 sec_begin "2+3. HTTP and BullMQ, interleaved"; section23; sec_end

@@ -43,6 +43,7 @@ struct rd_call {
     size_t nsettle;
     long long lease_ms, wait_ms;
     int count;
+    char *worker;               /* claim with settle: the claim's worker, or NULL */
     rd_ack_req_t *ack;          /* batch acknowledgement: the ids, in order */
     rd_replay_req_t replay;     /* batch replay: what to replay */
     int top;                    /* GET stats: how many top errors */
@@ -59,6 +60,7 @@ static void call_free(call_t *c)
     rd_request_replay_free(&c->replay);
     rd_free(c->settle_ids);
     rd_free(c->settled);
+    rd_free(c->worker);
     rd_json_free(c->series);
     rd_route_match_free(&c->match);
     rd_free(c);
@@ -364,7 +366,7 @@ static void on_settle_claimed(const rd_store_settled_t *res, void *arg)
      * waits as a plain long-poll claim does. */
     if (res->count == 0 && c->wait_ms > 0 && c->api->waiters) {
         rd_store_queue_t q = { c->match.queue, c->match.queue_len };
-        rd_waiters_park(c->api->waiters, q, c->lease_ms, c->count, c->wait_ms, c->ex,
+        rd_waiters_park(c->api->waiters, q, c->lease_ms, c->count, c->worker, c->wait_ms, c->ex,
                         on_settle_waited, c);
         return;
     }
@@ -708,23 +710,29 @@ static void handle_claim(call_t *c)
         c->lease_ms = cl.lease_ms;
         c->wait_ms = cl.wait_ms;
         c->count = cl.count;
-        int rc = rd_store_settle_claim(api->store, q, cl.lease_ms, cl.count, cl.nsettle,
+        if (cl.worker) c->worker = rd_strdup(cl.worker);
+        int rc = rd_store_settle_claim(api->store, q, cl.lease_ms, cl.count, cl.worker, cl.nsettle,
                                        cl.settle, on_settle_claimed, c);
         rd_request_free(cl.doc);
         started(c, rc);
         return;
     }
+    /* The worker outlives the parsed body only as the waiter's copy. */
+    char *worker = cl.worker ? rd_strdup(cl.worker) : NULL;
     rd_request_free(cl.doc);
     if (cl.wait_ms > 0 && api->waiters) {
         if (!rd_store_ready(api->store)) {
+            rd_free(worker);
             started(c, -1);
             return;
         }
-        rd_waiters_park(api->waiters, q, cl.lease_ms, cl.count, cl.wait_ms, c->ex, on_claimed,
-                        c);
+        rd_waiters_park(api->waiters, q, cl.lease_ms, cl.count, worker, cl.wait_ms, c->ex,
+                        on_claimed, c);
+        rd_free(worker);
         return;
     }
-    started(c, rd_store_claim(api->store, q, cl.lease_ms, cl.count, on_claimed, c));
+    started(c, rd_store_claim(api->store, q, cl.lease_ms, cl.count, worker, on_claimed, c));
+    rd_free(worker);
 }
 
 /* The transitions of one leased message answer "... needs a processing message". */

@@ -1,6 +1,8 @@
 /* message.c - message fields and the message's JSON form. */
 #include "retryd/message.h"
 
+#include "retryd/redis.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +61,8 @@ void rd_message_set_field(rd_message_t *m, const char *name, size_t name_len,
     else if (FIELD_IS("idempotency_key")) m->idempotency_key = str;
     else if (FIELD_IS("created_at")) m->created_at_ms = rd_str_to_ll(value, value_len);
     else if (FIELD_IS("updated_at")) m->updated_at_ms = rd_str_to_ll(value, value_len);
+    else if (FIELD_IS("worker")) m->worker = str;
+    else if (FIELD_IS("history_dropped")) m->history_dropped = rd_str_to_ll(value, value_len);
     else if (FIELD_IS("origin_queue")) m->origin_queue = str;
     else if (FIELD_IS("origin_id")) m->origin_id = rd_str_to_ll(value, value_len);
     else if (FIELD_IS("redriving_to")) m->redriving_to = str;
@@ -145,6 +149,42 @@ static void put_optional_string(rd_jsonw_t *w, const char *name, rd_str_t s)
     else rd_jsonw_null(w);
 }
 
+/* The history array: {attempt, error, at, lease_expired, worker} per failure,
+ * {replayed_at} per replay mark, oldest first. */
+static void put_history(rd_jsonw_t *w, const rd_reply_t *h)
+{
+    rd_jsonw_key(w, "history");
+    rd_jsonw_array_open(w);
+    size_t n = rd_reply_len(h);
+    for (size_t i = 0; i + RD_HISTORY_FIELDS <= n; i += RD_HISTORY_FIELDS) {
+        size_t len[RD_HISTORY_FIELDS];
+        const char *f[RD_HISTORY_FIELDS];
+        for (size_t j = 0; j < RD_HISTORY_FIELDS; j++) {
+            f[j] = rd_reply_str(rd_reply_at(h, i + j), &len[j]);
+            if (f[j] == NULL) {
+                f[j] = "";
+                len[j] = 0;
+            }
+        }
+        long long at = rd_str_to_ll(f[1], len[1]);
+        rd_jsonw_object_open(w);
+        if (len[0] == 8 && memcmp(f[0], "replayed", 8) == 0) {
+            put_time(w, "replayed_at", at);
+        } else {
+            rd_jsonw_key(w, "attempt");
+            rd_jsonw_int(w, rd_str_to_ll(f[2], len[2]));
+            rd_jsonw_key(w, "error");
+            rd_jsonw_stringn(w, f[5], len[5]);
+            put_time(w, "at", at);
+            rd_jsonw_key(w, "lease_expired");
+            rd_jsonw_bool(w, len[3] == 1 && f[3][0] == '1');
+            put_optional_string(w, "worker", (rd_str_t){ len[4] ? f[4] : NULL, len[4] });
+        }
+        rd_jsonw_object_close(w);
+    }
+    rd_jsonw_array_close(w);
+}
+
 void rd_message_write_json(rd_jsonw_t *w, const rd_message_t *m, const char *queue,
                            size_t queue_len, bool with_token)
 {
@@ -168,6 +208,10 @@ void rd_message_write_json(rd_jsonw_t *w, const rd_message_t *m, const char *que
     if (m->idempotency_key.ptr) put_optional_string(w, "idempotency_key", m->idempotency_key);
     put_time(w, "created_at", m->created_at_ms);
     put_time(w, "updated_at", m->updated_at_ms);
+    put_optional_string(w, "worker", m->worker);
+    put_history(w, m->history);
+    rd_jsonw_key(w, "history_dropped");
+    rd_jsonw_int(w, m->history_dropped);
     if (m->origin_queue.ptr && m->origin_id > 0) {
         rd_jsonw_key(w, "origin");
         rd_jsonw_object_open(w);

@@ -296,10 +296,25 @@ rd_req_result_t rd_request_claim(const char *body, size_t len, const char *query
 {
     out->doc = NULL;
     out->nsettle = 0;
+    out->worker = NULL;
     rd_json_t *marked;
     rd_req_result_t r = parse_object(body, len, true, &out->doc, &marked);
     if (r != RD_REQ_OK) return r;
     settle_field(out, marked, errs);
+    rd_json_t *worker = rd_json_get(out->doc, "worker");
+    if (worker && !rd_json_is_null(worker)) {
+        const char *s = rd_json_string(worker);
+        size_t s_len = s ? strlen(s) : 0;
+        if (s == NULL || s_len == 0 || s_len > RD_WORKER_MAX ||
+            field_has_nul(out->doc, marked, "worker"))
+            rd_field_errors_add(errs, "worker", "invalid",
+                                "worker must be a string of 1 to " RD_LIMIT_STR(RD_WORKER_MAX)
+                                " bytes.");
+        else if (!is_text(s))
+            rd_field_errors_add(errs, "worker", "invalid", "worker must be valid UTF-8.");
+        else
+            out->worker = s;
+    }
     rd_json_free(marked);
 
     const char *lease_msg =

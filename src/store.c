@@ -212,6 +212,12 @@ static bool parse_message(const rd_reply_t *flat, rd_message_t *m)
             if (!rd_reply_int(rd_reply_at(flat, i + 1), &m->id)) return false;
             continue;
         }
+        if (name_len == 7 && memcmp(name, "history", 7) == 0) {
+            /* The one array among the values: kept as it is, for the JSON. */
+            m->history = rd_reply_at(flat, i + 1);
+            if (rd_reply_type(m->history) != RD_REPLY_ARRAY) return false;
+            continue;
+        }
         if (value == NULL) return false;
         rd_message_set_field(m, name, name_len, value, value_len);
     }
@@ -1010,7 +1016,7 @@ int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, si
 }
 
 int rd_store_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int count,
-                   rd_store_messages_cb cb, void *arg)
+                   const char *worker, rd_store_messages_cb cb, void *arg)
 {
     call_t c;
     begin_fcall(&c, st, "claim", q, 0);
@@ -1018,6 +1024,7 @@ int rd_store_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int c
     arg_int(&c, count);
     arg_str(&c, "1");   /* this caller forwards timer hints */
     arg_str(&c, lease_ms < 0 ? "flag" : "request");
+    if (worker) arg_str(&c, worker);
     return send_hinted(st, &c, KIND_CLAIMED, q, (callback_t){ .messages = cb }, arg);
 }
 
@@ -1116,7 +1123,7 @@ int rd_store_succeed_many(rd_store_t *st, rd_store_queue_t q, size_t n, const lo
 }
 
 int rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int count,
-                          size_t n, const rd_settlement_t *items, rd_store_settled_cb cb, void *arg)
+                          const char *worker, size_t n, const rd_settlement_t *items, rd_store_settled_cb cb, void *arg)
 {
     if (n > RD_SETTLE_BATCH_MAX || count < 0 || count > RD_CLAIM_COUNT_MAX) return -1;
     call_t *c = rd_malloc(sizeof *c);
@@ -1136,6 +1143,7 @@ int rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms
     arg_int(c, st->dead_ttl_ms);        /* asks for the timer hint */
     arg_int(c, st->succeeded_ttl_ms);
     arg_str(c, lease_ms < 0 ? "flag" : "request");
+    if (worker) arg_str(c, worker);
     int rc = send_hinted(st, c, KIND_SETTLED, q, (callback_t){ .settled = cb }, arg);
     rd_free(c);
     return rc;

@@ -23,6 +23,7 @@ typedef struct waiter {
     rd_http_exchange_t *ex;
     long long lease_ms;
     int count;
+    char *worker;               /* the claim's worker, or NULL */
     rd_store_messages_cb cb;    /* NULL once answered */
     void *arg;
     uv_timer_t deadline;
@@ -108,7 +109,9 @@ static void free_queue(rd_waiters_t *w, wqueue_t *q)
 
 static void on_waiter_closed(uv_handle_t *h)
 {
-    rd_free(h->data);
+    waiter_t *waiter = h->data;
+    rd_free(waiter->worker);
+    rd_free(waiter);
 }
 
 /* Answers the waiter (exactly once) and takes it out of its line. */
@@ -225,7 +228,7 @@ static void serve(wqueue_t *q)
     q->again = false;
     if (h == NULL) return;
     rd_store_queue_t queue = { q->name, q->len };
-    if (rd_store_claim(w->store, queue, h->lease_ms, h->count, on_claim, q) != 0)
+    if (rd_store_claim(w->store, queue, h->lease_ms, h->count, h->worker, on_claim, q) != 0)
         return;  /* Redis is away: stay parked; the deadline answers */
     q->serving = h;
     w->claims_in_flight++;
@@ -313,7 +316,7 @@ rd_waiters_t *rd_waiters_new(uv_loop_t *loop, rd_store_t *store,
 }
 
 void rd_waiters_park(rd_waiters_t *w, rd_store_queue_t queue, long long lease_ms, int count,
-                     long long wait_ms, rd_http_exchange_t *ex, rd_store_messages_cb cb, void *arg)
+                     const char *worker, long long wait_ms, rd_http_exchange_t *ex, rd_store_messages_cb cb, void *arg)
 {
     wqueue_t *q = get_queue(w, queue);
     waiter_t *h = rd_calloc(1, sizeof *h);
@@ -321,6 +324,7 @@ void rd_waiters_park(rd_waiters_t *w, rd_store_queue_t queue, long long lease_ms
     h->ex = ex;
     h->lease_ms = lease_ms;
     h->count = count;
+    h->worker = worker ? rd_strdup(worker) : NULL;
     h->cb = cb;
     h->arg = arg;
     uv_timer_init(w->loop, &h->deadline);

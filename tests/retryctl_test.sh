@@ -80,7 +80,8 @@ end
 local leased = state == "processing"
 local v = ({ payload = string.sub(rec, 25, stop), status = state, retry_count = rc,
              max_retries = mr, created_at = created, updated_at = created + du,
-             last_error = t.e, retry_after = t.r, idempotency_key = t.i,
+             last_error = t.e == true and t.h[#t.h][4] or t.e, retry_after = t.r,
+             idempotency_key = t.i, history_count = #(t.h or {}) + (t.d or 0),
              lease_token = leased and (t.t or string.format("%x.%x", created + dl, serial)),
              lease_expires_at = leased and score, dead_at = state == "dead" and score })[ARGV[1]]
 if ARGV[2] then return v and 1 or 0 end
@@ -196,7 +197,7 @@ csv_row() {                # csv_row B ID
     csv "$(rget HGET "$k" last_error)"
     printf ','
     csv "$(rget HGET "$k" payload)"
-    printf '\n'
+    printf ',%s\n' "$(rget HGET "$k" history_count)"
 }
 
 stat_of() {                # stat_of NAME: the value of a line "NAME value" in OUT
@@ -395,6 +396,40 @@ test_enqueue_then_show() {
     expect_eq "$(rget HGET "$(base "$q"):m:4" payload)" "--dashes" "a payload after --"
 }
 
+# The history (SPEC §11): show prints one line per record, oldest first,
+# with the worker of each failed lease; export has it (JSONL in full, CSV a
+# count).
+test_show_history() {
+    local q=histq b
+    b=$(base "$q")
+    fc_enqueue "$q" job 3 >/dev/null
+    rcli FCALL "${FN}claim" 1 "$b" 60000 1 "" "" "host-a/7" >/dev/null
+    ctl show "$q" 1
+    expect_match "$OUT" $'\nworker: +host-a/7\n' "show: worker while processing"
+    fc_fail "$q" 1 "first error" 1
+    rcli ZADD "$b:3:scheduled" XX 0 1 >/dev/null
+    fc_claim "$q" 1
+    rcli FCALL "${FN}kill" 2 "$b" "$b:m:1" 1 "" >/dev/null
+    ctl replay "$q" 1
+    expect_rc 0 "replay"
+    ctl show "$q" 1
+    expect_rc 0 "show"
+    [[ $OUT == *$'\nworker:'* ]] && fail "show: no worker once the lease is over"
+    expect_match "$OUT" $'\nhistory_dropped: +0\nhistory:\n' "show: history after the fields"
+    expect_match "$OUT" \
+        $'\n  [0-9T:.-]+Z  attempt 1 failed  worker: host-a/7  error: first error\n  [0-9T:.-]+Z  attempt 2 failed  error: killed by operator\n  [0-9T:.-]+Z  replayed\n$' \
+        "show: the three records in order"
+    ctl export "$q" --format jsonl
+    expect_match "$OUT" '"history":\[\{' "jsonl: the history array"
+    expect_match "$OUT" '"worker":"host-a\\/7"' "jsonl: the worker of the failed lease (cjson writes / as \\/)"
+    expect_match "$OUT" '"replayed_at":"' "jsonl: the replay mark"
+    ctl export "$q" --format csv
+    expect_match "$OUT" $',job,3\n$' "csv: history_count"
+    fc_enqueue "$q" fresh >/dev/null
+    ctl export "$q" --format jsonl
+    expect_match "$OUT" '"history":\[\][,}]' "jsonl: an empty history is []"
+}
+
 test_show_missing_exits_1() {
     ctl show nothere 7
     expect_rc 1 "show of a missing message"
@@ -419,7 +454,7 @@ test_export_csv_escapes() {
         fc_die "$q" $((i + 1)) "${errors[i]}"
     done
     {
-        printf 'id,status,retry_count,max_retries,created_at,updated_at,retry_after,last_error,payload\n'
+        printf 'id,status,retry_count,max_retries,created_at,updated_at,retry_after,last_error,payload,history_count\n'
         for ((id = 1; id < ${#payloads[@]}; id++)); do
             csv_row "$b" "$id"
         done
@@ -434,7 +469,7 @@ test_export_csv_escapes() {
     # Without a status: every state in turn, the pending one first, then
     # the dead letters in the order they died.
     {
-        printf 'id,status,retry_count,max_retries,created_at,updated_at,retry_after,last_error,payload\n'
+        printf 'id,status,retry_count,max_retries,created_at,updated_at,retry_after,last_error,payload,history_count\n'
         csv_row "$b" "${#payloads[@]}"
         for ((id = 1; id < ${#payloads[@]}; id++)); do
             csv_row "$b" "$id"
@@ -467,7 +502,7 @@ test_export_csv_formulas_neutralised() {
     ctl export "$q" dead --format csv
     expect_rc 0 "export csv"
     local -a want=(
-        'id,status,retry_count,max_retries,created_at,updated_at,retry_after,last_error,payload'
+        'id,status,retry_count,max_retries,created_at,updated_at,retry_after,last_error,payload,history_count'
         ",\"'=cmd|' /C calc'!A0\",\"'=HYPERLINK(\"\"http://evil.example\"\",\"\"click\"\")\""
         ",plain,\"'+1+1\""
         ",\"'-x\",\"'-2\""
@@ -482,8 +517,8 @@ test_export_csv_formulas_neutralised() {
     expect_eq "${got[0]}" "${want[0]}" "header"
     local i
     for ((i = 1; i < ${#want[@]}; i++)); do
-        [[ ${got[i]} == "$i,dead,"*"${want[i]}" ]] ||
-            fail "row $i is '${got[i]}', want it to end with '${want[i]}'"
+        [[ ${got[i]} == "$i,dead,"*"${want[i]},1" ]] ||
+            fail "row $i is '${got[i]}', want it to end with '${want[i]},1' (one failure)'"
     done
     # jsonl is data, not a spreadsheet: the payload comes back unchanged.
     ctl export "$q" dead --format jsonl
@@ -1106,6 +1141,7 @@ all_tests=(
     test_load
     test_enqueue_then_show
     test_show_missing_exits_1
+    test_show_history
     test_export_csv_escapes
     test_export_csv_formulas_neutralised
     test_export_jsonl_round_trip

@@ -2441,6 +2441,156 @@ static void test_shutdown_answers_in_flight_request(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
+/* History and worker (SPEC §11)                                            */
+/* ------------------------------------------------------------------------ */
+
+/* Entry i of m's history: a failure with these fields (worker NULL: null). */
+static void expect_failure_entry(const rd_json_t *m, size_t i, long long attempt,
+                                 const char *error, bool lease_expired, const char *worker)
+{
+    rd_json_t *h = e2e_jget(m, "history");
+    assert_true(rd_json_is_array(h));
+    assert_true(i < rd_json_array_size(h));
+    rd_json_t *e = rd_json_array_at(h, i);
+    assert_int_equal(e2e_jint(e, "attempt"), attempt);
+    assert_string_equal(e2e_jstr(e, "error"), error);
+    assert_true(e2e_jtime(e, "at") >= e2e_jtime(m, "created_at"));
+    assert_true(rd_json_is_bool(e2e_jget(e, "lease_expired")));
+    assert_int_equal(rd_json_bool(e2e_jget(e, "lease_expired")), lease_expired);
+    if (worker) assert_string_equal(e2e_jstr(e, "worker"), worker);
+    else e2e_jnull(e, "worker");
+}
+
+static size_t history_len(const rd_json_t *m)
+{
+    rd_json_t *h = e2e_jget(m, "history");
+    assert_true(rd_json_is_array(h));
+    return rd_json_array_size(h);
+}
+
+/* GET shows the history after a lease expiry, a worker's failure, a failed
+ * settlement and a replay; the worker while processing and in each entry. */
+static void test_history_and_worker(void **state)
+{
+    (void)state;
+    char q[64];
+    e2e_queue_name(q, sizeof q, "history");
+    enqueue(q, "{\"payload\":\"x\",\"max_retries\":5}");
+    char claim[128], get[1024];
+    SET(claim, e2e_fmt("/queues/%s/claim", q));
+    SET(get, message_path(q, 1, NULL));
+    e2e_response_t r = { 0 };
+    http(&r, "POST", claim, "{\"lease_seconds\":1,\"worker\":\"host-a/1\"}");
+    rd_json_t *m = e2e_expect_json(&r, 200);
+    assert_string_equal(e2e_jstr(m, "worker"), "host-a/1");
+    assert_int_equal(history_len(m), 0);
+    assert_int_equal(e2e_jint(m, "history_dropped"), 0);
+    http(&r, "GET", get, NULL);
+    m = e2e_expect_json(&r, 200);
+    assert_string_equal(e2e_jstr(m, "status"), "processing");
+    assert_string_equal(e2e_jstr(m, "worker"), "host-a/1");
+
+    /* The lease expires: an entry with the claim's worker. */
+    long long deadline = e2e_mono_ms() + 3000;
+    for (;;) {
+        http(&r, "GET", get, NULL);
+        m = e2e_expect_json(&r, 200);
+        if (strcmp(e2e_jstr(m, "status"), "processing") != 0) break;
+        if (e2e_mono_ms() > deadline) fail_msg("still processing 3 s after a 1 s lease");
+        e2e_pause_ms(50);
+    }
+    e2e_jnull(m, "worker");
+    assert_int_equal(history_len(m), 1);
+    expect_failure_entry(m, 0, 1, "lease expired", true, "host-a/1");
+
+    /* A worker's failure. */
+    deadline = e2e_mono_ms() + 4000;
+    for (;;) {
+        http(&r, "POST", claim, "{\"worker\":\"w2\"}");
+        if (r.status == 200) break;
+        assert_int_equal(r.status, 204);
+        if (e2e_mono_ms() > deadline) fail_msg("not claimable 4 s after the lease expired");
+        e2e_pause_ms(50);
+    }
+    assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "worker"), "w2");
+    http(&r, "POST", message_path(q, 1, "fail"), "{\"error\":\"boom\",\"retry_after_seconds\":0}");
+    m = e2e_expect_json(&r, 200);
+    e2e_jnull(m, "worker");
+    expect_failure_entry(m, 1, 2, "boom", false, "w2");
+
+    /* Settle-and-claim: the failed settlement's entry has the worker of the
+     * lease it ends; the claim's own worker is the next lease's. */
+    http(&r, "POST", claim, "{\"worker\":\"w3\"}");
+    e2e_expect_json(&r, 200);
+    http(&r, "POST", claim,
+         "{\"settle\":[{\"id\":1,\"outcome\":\"failed\",\"error\":\"e3\",\"retryable\":false}],"
+         "\"worker\":\"w4\"}");
+    e2e_expect_json(&r, 200);
+    http(&r, "GET", get, NULL);
+    m = e2e_expect_json(&r, 200);
+    assert_string_equal(e2e_jstr(m, "status"), "dead");
+    assert_int_equal(history_len(m), 3);
+    expect_failure_entry(m, 0, 1, "lease expired", true, "host-a/1");
+    expect_failure_entry(m, 1, 2, "boom", false, "w2");
+    expect_failure_entry(m, 2, 3, "e3", false, "w3");
+
+    /* A replay: a mark; last_error goes, the history stays. */
+    http(&r, "POST", message_path(q, 1, "replay"), NULL);
+    m = e2e_expect_json(&r, 200);
+    e2e_jnull(m, "last_error");
+    assert_int_equal(history_len(m), 4);
+    rd_json_t *mark = rd_json_array_at(e2e_jget(m, "history"), 3);
+    assert_true(e2e_jtime(mark, "replayed_at") >= e2e_jtime(m, "created_at"));
+    assert_int_equal(e2e_jint(m, "history_dropped"), 0);
+
+    /* A listing page shows it too. */
+    http(&r, "GET", e2e_fmt("%s?status=pending", messages_path(q)), NULL);
+    rd_json_t *list = e2e_jget(e2e_expect_json(&r, 200), "messages");
+    assert_int_equal(rd_json_array_size(list), 1);
+    assert_int_equal(history_len(rd_json_array_at(list, 0)), 4);
+    e2e_response_free(&r);
+}
+
+/* worker must be 1-128 bytes of UTF-8: 422 with field worker otherwise, on
+ * a plain claim, a long-poll and a settle-and-claim, and nothing is claimed. */
+static void test_claim_worker_validation(void **state)
+{
+    (void)state;
+    char q[64];
+    e2e_queue_name(q, sizeof q, "workerval");
+    enqueue(q, "{\"payload\":\"x\"}");
+    char path[128];
+    snprintf(path, sizeof path, "/queues/%s/claim", q);
+    char long_worker[160];
+    snprintf(long_worker, sizeof long_worker, "{\"worker\":\"%0129d\"}", 0);
+    const char *bodies[] = {
+        "{\"worker\":\"\"}",
+        long_worker,
+        "{\"worker\":\"\xff\xfe\"}",
+        "{\"worker\":\"a\\ud800b\"}",
+        "{\"worker\":17}",
+        "{\"worker\":\"ok\",\"wait_seconds\":\"x\",\"count\":0}",
+        "{\"worker\":\"\",\"wait_seconds\":5}",
+        "{\"worker\":\"\",\"settle\":[{\"id\":1,\"outcome\":\"succeeded\"}]}",
+    };
+    const size_t errors[] = { 1, 1, 1, 1, 1, 2, 1, 1 };
+    e2e_response_t r = { 0 };
+    for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+        http(&r, "POST", path, bodies[i]);
+        rd_json_t *errs = expect_invalid(&r, path, errors[i]);
+        if (i != 5) expect_field_error(errs, "worker", "invalid", NULL);
+    }
+    /* 128 bytes is the limit, and the message was never claimed before. */
+    char max_worker[160];
+    snprintf(max_worker, sizeof max_worker, "{\"worker\":\"%0128d\"}", 0);
+    http(&r, "POST", path, max_worker);
+    rd_json_t *m = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(m, "retry_count"), 0);
+    assert_int_equal(strlen(e2e_jstr(m, "worker")), 128);
+    e2e_response_free(&r);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Time series (SPEC §12, docs/series.md)                                   */
 /* ------------------------------------------------------------------------ */
 
@@ -2591,6 +2741,8 @@ int main(void)
         T(test_extend),
         T(test_delayed_retry_end_to_end),
         T(test_expired_lease_is_a_failure),
+        T(test_history_and_worker),
+        T(test_claim_worker_validation),
         T(test_list_and_paging),
         T(test_list_validation),
         T(test_text_must_be_utf8),

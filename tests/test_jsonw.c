@@ -250,6 +250,9 @@ static char *cjson_message_text(const rd_message_t *m, const char *queue, size_t
     if (m->idempotency_key.ptr) cjson_optional(o, "idempotency_key", m->idempotency_key);
     cjson_time(o, "created_at", m->created_at_ms);
     cjson_time(o, "updated_at", m->updated_at_ms);
+    cjson_optional(o, "worker", m->worker);
+    rd_json_set(o, "history", rd_json_new_array());   /* no history reply here */
+    rd_json_set_int(o, "history_dropped", m->history_dropped);
     char *text = rd_json_print(o, NULL);
     rd_json_free(o);
     return text;
@@ -276,6 +279,8 @@ static void test_messages_match_cjson(void **state)
     set(&full, "idempotency_key", "k\xC3", 2);
     set(&full, "created_at", "1796028000000", 13);
     set(&full, "updated_at", "1796028036259", 13);
+    set(&full, "worker", "host-1/7", 8);
+    set(&full, "history_dropped", "3", 1);
     rd_message_init(&bare);
     bare.id = 1;
     set(&bare, "status", "pending", 7);

@@ -187,7 +187,7 @@ static redisReply *fcall_v2(const char *fn, const queue_t *q, long long id, ...)
 /* ------------------------------------------------------------------------ */
 
 #define MAX_FIELDS 20
-#define MAX_VALUE 256
+#define MAX_VALUE 1024
 
 typedef struct {
     char name[32];
@@ -212,6 +212,29 @@ static long long parse_int(const char *s, size_t len, const char *what)
     return v;
 }
 
+/* The history array (six strings per entry) as one text: per failure
+ * "<attempt>/<lease_expired>/<worker>/<error>;", per replay mark "R;"; each
+ * entry's time must be a positive integer. */
+static void history_text(const redisReply *v, field_t *f)
+{
+    assert_int_equal(v->elements % 6, 0);
+    f->value[0] = '\0';
+    f->len = 0;
+    for (size_t e = 0; e < v->elements; e += 6) {
+        for (size_t j = 0; j < 6; j++) assert_int_equal(v->element[e + j]->type, REDIS_REPLY_STRING);
+        assert_true(parse_int(v->element[e + 1]->str, v->element[e + 1]->len, "history at") > 0);
+        char one[MAX_VALUE];
+        if (strcmp(v->element[e]->str, "replayed") == 0)
+            snprintf(one, sizeof one, "R;");
+        else
+            snprintf(one, sizeof one, "%s/%s/%s/%.40s;", v->element[e + 2]->str,
+                     v->element[e + 3]->str, v->element[e + 4]->str, v->element[e + 5]->str);
+        assert_true(f->len + strlen(one) < MAX_VALUE);
+        memcpy(f->value + f->len, one, strlen(one) + 1);
+        f->len += strlen(one);
+    }
+}
+
 static void msg_parse(const redisReply *r, msg_t *m)
 {
     memset(m, 0, sizeof *m);
@@ -231,6 +254,11 @@ static void msg_parse(const redisReply *r, msg_t *m)
     for (size_t i = 2; i < r->elements; i += 2) {
         const redisReply *k = r->element[i], *v = r->element[i + 1];
         assert_int_equal(k->type, REDIS_REPLY_STRING);
+        if (v->type == REDIS_REPLY_ARRAY && strcmp(k->str, "history") == 0) {
+            history_text(v, &m->f[m->nfields]);
+            strcpy(m->f[m->nfields++].name, "history");
+            continue;
+        }
         assert_int_equal(v->type, REDIS_REPLY_STRING);
         assert_true(m->nfields < MAX_FIELDS);
         assert_true(k->len < sizeof m->f[0].name);
@@ -1616,13 +1644,14 @@ static void test_list_bad_arguments(void **state)
 static void test_export_csv_neutralises_formulas(void **state)
 {
     static const struct { const char *payload, *error, *tail; } rows[] = {
+        /* each row ends with history_count: one failure each */
         { "=1+1", "=HYPERLINK(\"http://x\",\"y\")",
-          ",\"'=HYPERLINK(\"\"http://x\"\",\"\"y\"\")\",\"'=1+1\"" },
-        { "+SUM(A1)", "plain error", ",plain error,\"'+SUM(A1)\"" },
-        { "-2+3", "@cmd|' /C calc'!A0", ",\"'@cmd|' /C calc'!A0\",\"'-2+3\"" },
-        { "\tlead tab", "\rlead cr", ",\"'\rlead cr\",\"'\tlead tab\"" },
-        { "a=b, c", "x-y", ",x-y,\"a=b, c\"" },
-        { "'quoted", "", ",,'quoted" },
+          ",\"'=HYPERLINK(\"\"http://x\"\",\"\"y\"\")\",\"'=1+1\",1" },
+        { "+SUM(A1)", "plain error", ",plain error,\"'+SUM(A1)\",1" },
+        { "-2+3", "@cmd|' /C calc'!A0", ",\"'@cmd|' /C calc'!A0\",\"'-2+3\",1" },
+        { "\tlead tab", "\rlead cr", ",\"'\rlead cr\",\"'\tlead tab\",1" },
+        { "a=b, c", "x-y", ",x-y,\"a=b, c\",1" },
+        { "'quoted", "", ",,'quoted,1" },
     };
     const size_t n = sizeof rows / sizeof rows[0];
     queue_t q;
@@ -4701,6 +4730,252 @@ static void test_series_tick_samples_then_idle(void **state)
     assert_int_equal(series_sum(&s, 0), 2);
 }
 
+/* ------------------------------------------------------------------------ */
+/* History of attempts and the claim's worker (SPEC §11)                    */
+/* ------------------------------------------------------------------------ */
+
+/* The message's history as history_text writes it ("" when it has none). */
+static const char *history_of(const queue_t *q, long long id, msg_t *m)
+{
+    expect_ok_msg(fcall("get", q, id, END), m);
+    const field_t *f = msg_field(m, "history");
+    return f ? f->value : "";
+}
+
+/* {"ok", {status?}, message, timer} of a settle_claim that asked for hints,
+ * with zero settlements (status NULL) or one: the claimed message into m. */
+static void expect_settled_one(redisReply *r, const char *status, msg_t *m)
+{
+    assert_true(has_code(r, "ok"));
+    assert_int_equal(r->elements, 4);
+    assert_int_equal(r->element[1]->elements, status ? 1 : 0);
+    if (status) assert_string_equal(r->element[1]->element[0]->str, status);
+    msg_parse(r->element[2], m);
+    freeReplyObject(r);
+}
+
+/* Every kind of failure appends {attempt, error, at, lease_expired, worker}
+ * and every replay a mark; the worker is shown while processing only. */
+static void test_history_every_failure_kind(void **state)
+{
+    queue_t q;
+    queue_init(&q, "history");
+    long long id = enqueue_ok(&q, "job", 10, 0);
+    msg_t m;
+    /* A worker's failure, by the worker that claimed it. */
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "1", "", "", "w-1", END), &m, 1), 1);
+    assert_string_equal(msg_str(&m, "worker"), "w-1");
+    assert_no_field(&m, "history");
+    assert_string_equal(history_of(&q, id, &m), "");
+    assert_string_equal(msg_str(&m, "worker"), "w-1");
+    fail_ok(&q, id, "e1", "1", 0, &m);
+    assert_no_field(&m, "worker");
+    assert_string_equal(msg_str(&m, "history_dropped"), "0");
+    assert_string_equal(history_of(&q, id, &m), "1/0/w-1/e1;");
+    assert_string_equal(msg_str(&m, "last_error"), "e1");
+    /* A lease expiry, claimed without a worker. */
+    claim_one(&q, 1, &m);
+    assert_no_field(&m, "worker");
+    wait_until_ms(msg_int(&m, "lease_expires_at"));
+    long long r[2];
+    expect_ints(fcall("reclaim", &q, -1, "100", END), 2, r);
+    assert_int_equal(r[0], 1);
+    assert_string_equal(history_of(&q, id, &m), "1/0/w-1/e1;2/1//lease expired;");
+    assert_string_equal(msg_str(&m, "last_error"), "lease expired");
+    /* settle_claim claims with a worker, then fails it (retry at once) and
+     * claims it back for another worker in the same call. */
+    make_due(&q, id);
+    expect_settled_one(fcall("settle_claim", &q, -1, "30000", "1", "0", "0", "0", "", "w-3", END),
+                       NULL, &m);
+    assert_string_equal(msg_str(&m, "worker"), "w-3");
+    expect_settled_one(fcall("settle_claim", &q, -1, "30000", "1", "1", num(id), "", "failed",
+                             "e3", "1", "0", "0", "0", "", "w-4", END), "pending", &m);
+    assert_int_equal(m.id, id);
+    assert_string_equal(msg_str(&m, "worker"), "w-4");
+    assert_string_equal(msg_str(&m, "history"), "1/0/w-1/e1;2/1//lease expired;3/0/w-3/e3;");
+    /* A kill of the lease: its worker goes into the entry. */
+    expect_ok_msg(fcall("kill", &q, id, "", END), &m);
+    assert_string_equal(msg_str(&m, "status"), "dead");
+    assert_no_field(&m, "worker");
+    /* A replay appends a mark; last_error goes, the history stays. */
+    expect_ok_msg(fcall("replay", &q, id, END), &m);
+    assert_no_field(&m, "last_error");
+    assert_string_equal(history_of(&q, id, &m),
+                        "1/0/w-1/e1;2/1//lease expired;3/0/w-3/e3;4/0/w-4/killed by operator;R;");
+    /* A lease handed back keeps no worker: neither a later claim without one
+     * nor a kill of the pending message shows it. */
+    char token[64];
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "1", "", "", "w-5", END), &m, 1), 1);
+    token_of(&m, token);
+    assert_int_equal(int_reply(fcall("release", &q, -1, num(id), token, END)), 1);
+    claim_one(&q, 30000, &m);
+    assert_no_field(&m, "worker");
+    token_of(&m, token);
+    assert_int_equal(int_reply(fcall("release", &q, -1, num(id), token, END)), 1);
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "1", "", "", "w-6", END), &m, 1), 1);
+    token_of(&m, token);
+    assert_int_equal(int_reply(fcall("release", &q, -1, num(id), token, END)), 1);
+    expect_ok_msg(fcall("kill", &q, id, "gone", END), &m);
+    /* replay_many marks too. */
+    long long rm[1];
+    redisReply *rr = fcall("replay_many", &q, -1, "ids", num(id), END);
+    assert_int_equal(rr->type, REDIS_REPLY_ARRAY);
+    rm[0] = rr->element[0]->integer;
+    freeReplyObject(rr);
+    assert_int_equal(rm[0], 1);
+    assert_string_equal(history_of(&q, id, &m),
+                        "1/0/w-1/e1;2/1//lease expired;3/0/w-3/e3;4/0/w-4/killed by operator;R;"
+                        "1/0//gone;R;");
+    assert_string_equal(msg_str(&m, "history_dropped"), "0");
+    /* export: JSONL has the whole array, CSV the count. */
+    redisReply *ex = fcall("export", &q, -1, "jsonl", "", "100", "", END);
+    assert_int_equal(ex->elements, 2);
+    assert_non_null(strstr(ex->element[1]->str, "\"attempt\":4"));
+    assert_non_null(strstr(ex->element[1]->str, "\"history_dropped\":0"));
+    assert_non_null(strstr(ex->element[1]->str, "\"worker\":\"w-4\""));
+    assert_non_null(strstr(ex->element[1]->str, "\"lease_expired\":true"));
+    assert_non_null(strstr(ex->element[1]->str, "{\"replayed_at\":\""));
+    freeReplyObject(ex);
+    ex = fcall("export", &q, -1, "csv", "", "100", "", END);
+    assert_int_equal(ex->elements, 2);
+    assert_int_equal(strcmp(ex->element[1]->str + ex->element[1]->len - 6, ",job,7"), 0);
+    freeReplyObject(ex);
+    /* Bad workers are refused before anything is written. */
+    char big[130];
+    memset(big, 'w', 129);
+    big[129] = '\0';
+    expect_error(fcall("claim", &q, -1, "30000", "1", "", "", big, END));
+    expect_error(fcall("settle_claim", &q, -1, "30000", "1", "0", "0", "0", "", big, END));
+    assert_int_equal(llen(qkey(&q, "3:due")), 1);
+}
+
+/* The last 20 entries are kept, older ones counted; an entry keeps at most
+ * 1 KiB of its error, cut between characters, and last_error all of it. */
+static void test_history_keeps_twenty(void **state)
+{
+    queue_t q;
+    queue_init(&q, "historycap");
+    long long id = enqueue_ok(&q, "job", 10, 0);
+    msg_t m;
+    for (int round = 1; round <= 2; round++) {
+        for (int i = 1; i <= 10; i++) {
+            char err[32];
+            snprintf(err, sizeof err, "r%d-e%d", round, i);
+            claim_one(&q, 30000, &m);
+            fail_ok(&q, id, err, "1", 0, &m);
+        }
+        assert_string_equal(msg_str(&m, "status"), "dead");
+        expect_ok_msg(fcall("replay", &q, id, END), &m);
+    }
+    const char *h = history_of(&q, id, &m);
+    assert_string_equal(msg_str(&m, "history_dropped"), "2");
+    assert_int_equal(strncmp(h, "3/0//r1-e3;", 11), 0);
+    int entries = 0;
+    for (const char *p = h; *p; p++) entries += *p == ';';
+    assert_int_equal(entries, 20);
+    assert_true(strstr(h, "10/0//r2-e10;R;") != NULL);
+
+    /* "a" then 1000 "é" (2 bytes each): byte 1024 starts a character. */
+    char err[2002];
+    err[0] = 'a';
+    for (int i = 0; i < 1000; i++) memcpy(err + 1 + 2 * i, "\xc3\xa9", 2);
+    err[2001] = '\0';
+    claim_one(&q, 30000, &m);
+    freeReplyObject(fcall("fail", &q, id, "", err, "1", "0", END));
+    redisReply *r = fcall("get", &q, id, END);
+    const redisReply *msg = r->element[1], *hist = NULL;
+    for (size_t i = 2; i + 1 < msg->elements; i += 2) {
+        if (strcmp(msg->element[i]->str, "history") == 0) hist = msg->element[i + 1];
+        if (strcmp(msg->element[i]->str, "last_error") == 0)
+            assert_int_equal(msg->element[i + 1]->len, 2001);
+        if (strcmp(msg->element[i]->str, "history_dropped") == 0)
+            assert_string_equal(msg->element[i + 1]->str, "3");
+    }
+    assert_non_null(hist);
+    assert_int_equal(hist->elements, 20 * 6);
+    const redisReply *cut = hist->element[hist->elements - 1];
+    assert_int_equal(cut->len, 1023);
+    assert_memory_equal(cut->str, err, 1023);
+    freeReplyObject(r);
+}
+
+/* calls= of cmdstat_<name> in INFO commandstats (0 when never called). */
+static long long command_calls(const char *name)
+{
+    redisReply *r = rcmd("INFO", "commandstats", END);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    char needle[64];
+    snprintf(needle, sizeof needle, "cmdstat_%s:calls=", name);
+    const char *p = strstr(r->str, needle);
+    long long n = p ? strtoll(p + strlen(needle), NULL, 10) : 0;
+    freeReplyObject(r);
+    return n;
+}
+
+/* The happy path pays nothing for the history: a claim and a succeed of a
+ * message that never failed, claimed without a worker, write header bytes
+ * with SETRANGE only and leave no trailer. A claim with a worker rewrites
+ * the record once (SET) to keep it. */
+static void test_history_happy_path_writes_no_trailer(void **state)
+{
+    queue_t q;
+    queue_init(&q, "historyhappy");
+    char payload[101];
+    memset(payload, 'p', 100);
+    payload[100] = '\0';
+    long long id = enqueue_ok(&q, payload, 3, 0);
+    redisReply *before = rcmd("GET", mkey(&q, id), END);
+    assert_int_equal(before->len, 124);
+    freeReplyObject(rcmd("CONFIG", "RESETSTAT", END));
+    msg_t m;
+    claim_one(&q, 30000, &m);
+    expect_ok_msg(fcall("succeed", &q, id, msg_str(&m, "lease_token"), END), &m);
+    assert_int_equal(command_calls("set"), 0);
+    assert_int_equal(command_calls("setrange"), 2);
+    redisReply *after = rcmd("GET", mkey(&q, id), END);
+    assert_int_equal(after->len, 124);
+    assert_int_equal((unsigned char)after->str[0], 0x01);     /* no trailer */
+    assert_memory_equal(after->str, before->str, 9);           /* format .. created_at */
+    assert_memory_equal(after->str + 24, payload, 100);
+    freeReplyObject(before);
+    freeReplyObject(after);
+    assert_no_field(&m, "history");
+    assert_no_field(&m, "worker");
+
+    id = enqueue_ok(&q, payload, 3, 0);
+    freeReplyObject(rcmd("CONFIG", "RESETSTAT", END));
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "1", "", "", "host-1/42", END), &m, 1), 1);
+    assert_int_equal(command_calls("set"), 1);
+    assert_int_equal(command_calls("setrange"), 0);
+    expect_ok_msg(fcall("succeed", &q, id, msg_str(&m, "lease_token"), END), &m);
+    assert_int_equal(command_calls("set"), 1);
+    assert_no_field(&m, "worker");
+    assert_no_field(&m, "history");
+}
+
+/* A message retryd_v2 wrote (a HASH, no history) starts with an empty
+ * history when retryd_v3 lifts it: its old failure is its last_error only. */
+static void test_history_of_a_lifted_v2_message(void **state)
+{
+    load_v2();
+    queue_t q;
+    queue_init(&q, "historyv2");
+    msg_t m;
+    long long dead = v2_enqueue(&q, "old dead", "1", "0", "");
+    v2_claim(&q, "600000", dead, &m);
+    expect_ok_msg(fcall_v2("fail", &q, dead, msg_str(&m, "lease_token"), "old boom", "0", "-1", END), &m);
+    long long leased = v2_enqueue(&q, "old lease", "3", "0", "");
+    v2_claim(&q, "600000", leased, &m);
+    assert_string_equal(history_of(&q, dead, &m), "");
+    assert_string_equal(msg_str(&m, "last_error"), "old boom");
+    expect_ok_msg(fcall("replay", &q, dead, END), &m);
+    assert_string_equal(key_type(mkey(&q, dead)), "string");
+    assert_string_equal(history_of(&q, dead, &m), "R;");
+    fail_ok(&q, leased, "new boom", "1", -1, &m);
+    assert_string_equal(key_type(mkey(&q, leased)), "string");
+    assert_string_equal(history_of(&q, leased, &m), "1/0//new boom;");
+}
+
 /* redrive_in of one letter (max_retries 1, payload "x"): the new id. */
 static long long redrive_in_one(const queue_t *to, const queue_t *from, long long src_id)
 {
@@ -5129,6 +5404,10 @@ static void test_rules_validation(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_history_every_failure_kind),
+        cmocka_unit_test(test_history_keeps_twenty),
+        cmocka_unit_test(test_history_happy_path_writes_no_trailer),
+        cmocka_unit_test(test_history_of_a_lifted_v2_message),
         cmocka_unit_test(test_enqueue_ids_and_fields),
         cmocka_unit_test(test_enqueue_payload_binary_safe),
         cmocka_unit_test(test_enqueue_delayed),

@@ -1376,6 +1376,43 @@ static void test_given_flags(void **state)
     rd_request_free(s.doc);
 }
 
+/* worker (SPEC §11): 1-128 bytes of UTF-8 without U+0000, body only. */
+static void test_claim_worker(void **state)
+{
+    char body[256];
+    char name[130];
+    memset(name, 'w', 128);
+    name[128] = '\0';
+    snprintf(body, sizeof body, "{\"worker\":\"%s\"}", name);
+    rd_claim_req_t req;
+    rd_field_errors_t errs = { .count = 0 };
+    assert_int_equal(rd_request_claim(body, strlen(body), NULL, 0, DEFAULT_LEASE_MS, &req, &errs),
+                     RD_REQ_OK);
+    assert_string_equal(req.worker, name);
+    rd_request_free(req.doc);
+    const char *escaped = "{\"worker\":\"h\\u00e9/1\"}";
+    assert_int_equal(rd_request_claim(escaped, strlen(escaped), NULL, 0, DEFAULT_LEASE_MS, &req,
+                                      &errs), RD_REQ_OK);
+    assert_string_equal(req.worker, "h\xc3\xa9/1");
+    rd_request_free(req.doc);
+    assert_int_equal(rd_request_claim("{}", 2, "worker=x", 8, DEFAULT_LEASE_MS, &req, &errs),
+                     RD_REQ_OK);
+    assert_null(req.worker);    /* the query string does not carry it */
+    rd_request_free(req.doc);
+    assert_claim_ok("{\"worker\":null}", NULL, DEFAULT_LEASE_MS, 0, 1, false);
+
+    name[128] = 'w';
+    name[129] = '\0';
+    snprintf(body, sizeof body, "{\"worker\":\"%s\"}", name);
+    assert_claim_invalid(body, NULL, "worker");
+    assert_claim_invalid("{\"worker\":\"\"}", NULL, "worker");
+    assert_claim_invalid("{\"worker\":7}", NULL, "worker");
+    assert_claim_invalid("{\"worker\":[\"a\"]}", NULL, "worker");
+    assert_claim_invalid("{\"worker\":\"a\\u0000b\"}", NULL, "worker");
+    assert_claim_invalid("{\"worker\":\"\xff\"}", NULL, "worker");
+    assert_claim_invalid("{\"worker\":\"\\ud800\"}", NULL, "worker");
+}
+
 int main(void)
 {
     rd_alloc_init();
@@ -1408,6 +1445,7 @@ int main(void)
         cmocka_unit_test(test_claim_out_of_range),
         cmocka_unit_test(test_claim_several_errors),
         cmocka_unit_test(test_claim_malformed),
+        cmocka_unit_test(test_claim_worker),
         cmocka_unit_test(test_succeed),
         cmocka_unit_test(test_succeed_bad_token),
         cmocka_unit_test(test_fail_valid),

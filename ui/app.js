@@ -423,7 +423,7 @@
   // CSV (RFC 4180: fields with " , CR or LF quoted, quotes doubled, CRLF rows)
   // -------------------------------------------------------------------------
   const CSV_COLUMNS = ['id', 'queue', 'status', 'retry_count', 'max_retries', 'retry_after',
-    'last_error', 'lease_expires_at', 'created_at', 'updated_at', 'payload'];
+    'last_error', 'lease_expires_at', 'created_at', 'updated_at', 'payload', 'history_count'];
 
   // Payloads and errors come from producers and workers: a cell a spreadsheet
   // would run as a formula (it starts with = + - @ TAB or CR) is neutralised as
@@ -1669,7 +1669,8 @@
       try {
         await scanAll(q, f, p.signal, (msgs, calls, total) => {
           for (const m of msgs) {
-            parts.push(csvRow(CSV_COLUMNS.map((c) => m[c])));
+            parts.push(csvRow(CSV_COLUMNS.map((c) => (c === 'history_count'
+              ? (Array.isArray(m.history) ? m.history.length : 0) + (m.history_dropped || 0) : m[c]))));
             n++;
           }
           p.set(`${plural(n, 'row')} so far` + (hasFilter(f)
@@ -1772,6 +1773,9 @@
       if (m.idempotency_key !== undefined && m.idempotency_key !== null) {
         fact('Idempotency key', h('span', { class: 'mono break', text: String(m.idempotency_key) }));
       }
+      if (m.worker !== undefined && m.worker !== null) {
+        fact('Worker', h('span', { class: 'mono break', id: 'msg-worker', text: String(m.worker) }));
+      }
       if (m.origin && m.origin.queue !== undefined) {
         fact('Redriven from', h('a', { id: 'msg-origin', href: messageHref(m.origin.queue, m.origin.id),
           text: `${m.origin.queue} #${m.origin.id}` }));
@@ -1781,7 +1785,36 @@
           text: m.redriving_to }));
       }
 
-      // Retry history: retryd keeps the latest attempt, not one entry per attempt.
+      // Timeline: the message's history (SPEC §11), oldest first: one item
+      // per failure (a worker's, a lease expiry, a kill) and per replay.
+      const records = Array.isArray(m.history) ? m.history : [];
+      const dropped = m.history_dropped || 0;
+      const timeline = h('ol', { class: 'timeline', id: 'history-timeline' });
+      for (const r of records) {
+        if (r.replayed_at !== undefined) {
+          timeline.appendChild(h('li', { class: 'tl-item tl-replayed' },
+            h('div', { class: 'tl-head' }, timeEl(r.replayed_at, true),
+              h('span', { class: 'tl-what', text: 'Replayed' }))));
+          continue;
+        }
+        const head = h('div', { class: 'tl-head' }, timeEl(r.at, true),
+          h('span', { class: 'tl-what', text: `Attempt ${r.attempt} failed` }));
+        if (r.lease_expired) head.appendChild(h('span', { class: 'tl-badge', text: 'lease expired' }));
+        if (r.worker !== null && r.worker !== undefined) {
+          head.appendChild(h('span', { class: 'muted mono break', text: `worker ${r.worker}` }));
+        }
+        timeline.appendChild(h('li', { class: 'tl-item tl-failed' }, head,
+          h('pre', { class: 'code error-text tl-error', text: String(r.error) })));
+      }
+      const timelineBody = records.length === 0
+        ? h('p', { class: 'muted', id: 'history-empty', text: 'No failures recorded.' })
+        : timeline;
+      const timelineNote = dropped > 0
+        ? h('p', { class: 'note', id: 'history-dropped',
+                   text: `${plural(dropped, 'older record')} not kept (the last 20 are).` })
+        : null;
+
+      // Retry budget: counts and times of the current attempt.
       const hist = h('dl', { class: 'facts' });
       const hfact = (k, v) => { hist.appendChild(h('dt', { text: k })); hist.appendChild(h('dd', null, v)); };
       const left = Math.max(0, (m.max_retries || 0) - (m.retry_count || 0));
@@ -1826,9 +1859,9 @@
           h('section', { class: 'panel', 'aria-labelledby': 'm-details' },
             h('h2', { id: 'm-details', text: 'Details' }), dl),
           h('section', { class: 'panel', 'aria-labelledby': 'm-history' },
-            h('h2', { id: 'm-history', text: 'Retry history' }), hist,
-            h('p', { class: 'note', text: 'retryd keeps the latest attempt of a message (retry count, last error, ' +
-              'times), not one entry per attempt.' }))),
+            h('h2', { id: 'm-history', text: 'Retry budget' }), hist)),
+        h('section', { class: 'panel', 'aria-labelledby': 'm-timeline' },
+          h('h2', { id: 'm-timeline', text: 'Timeline' }), timelineBody, timelineNote),
         h('section', { class: 'panel', 'aria-labelledby': 'm-error' },
           h('h2', { id: 'm-error', text: 'Last error' }), errBox),
         h('section', { class: 'panel', 'aria-labelledby': 'm-payload' },

@@ -37,10 +37,19 @@ typedef struct rd_message {
     rd_str_t idempotency_key;
     long long created_at_ms;
     long long updated_at_ms;
+    rd_str_t worker;                /* the claim's worker, while processing */
+    /* The per-attempt history (SPEC §11) as the functions return it: a flat
+     * array reply, RD_HISTORY_FIELDS strings per entry (kind "failed" |
+     * "replayed", at ms, attempt, lease_expired "1" | "0", worker "" for
+     * none, error); NULL when the message has none. Borrowed like the strings. */
+    const struct rd_reply *history;
+    long long history_dropped;
     rd_str_t origin_queue;          /* a redriven message: where it was a dead letter */
     long long origin_id;            /* its id there, -1 when none */
     rd_str_t redriving_to;          /* a dead letter being redriven: its target queue */
 } rd_message_t;
+
+#define RD_HISTORY_FIELDS 6
 
 /* One settlement a worker reports (SPEC §9, settle on claim): what succeed
  * or fail would be told about one message. Strings are borrowed. */

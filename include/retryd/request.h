@@ -34,6 +34,7 @@ typedef struct rd_claim_req {
     long long wait_ms;        /* 0 unless given */
     int count;                /* 1 unless given */
     bool batch;               /* count was given: answer {messages:[...]} */
+    const char *worker;       /* NULL when absent; 1-RD_WORKER_MAX bytes of UTF-8 */
     size_t nsettle;           /* settle given: 1..RD_SETTLE_BATCH_MAX items, else 0 */
     rd_settlement_t settle[RD_SETTLE_BATCH_MAX];  /* in request order */
 } rd_claim_req_t;

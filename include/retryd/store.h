@@ -208,9 +208,10 @@ int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, si
                      rd_store_messages_cb cb, void *arg);
 /* Up to count messages; fewer when they would pass the library's REPLY_BYTES
  * (at least one when any is claimable), or when the queue's policy holds
- * them back (pause, max_in_flight, rate_limit: res->retry_ms). */
+ * them back (pause, max_in_flight, rate_limit: res->retry_ms). worker: NULL,
+ * or 1-128 bytes kept with each lease (SPEC §11). */
 int rd_store_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int count,
-                   rd_store_messages_cb cb, void *arg);
+                   const char *worker, rd_store_messages_cb cb, void *arg);
 /* token NULL: accept any current lease. */
 int rd_store_succeed(rd_store_t *st, rd_store_queue_t q, long long id, const char *token,
                      rd_store_messages_cb cb, void *arg);
@@ -240,7 +241,7 @@ int rd_store_succeed_many(rd_store_t *st, rd_store_queue_t q, size_t n, const lo
  * ("not_found", "invalid_state", "lease_mismatch"); res->messages the claimed
  * ones. The items are read only during the call. */
 int rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int count,
-                          size_t n, const rd_settlement_t *items, rd_store_settled_cb cb, void *arg);
+                          const char *worker, size_t n, const rd_settlement_t *items, rd_store_settled_cb cb, void *arg);
 /* Hands claimed messages back (no failure counted); res->released. */
 int rd_store_release(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_message_t *msgs,
                      rd_store_released_cb cb, void *arg);

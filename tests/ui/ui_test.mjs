@@ -595,9 +595,45 @@ test('message_detail_pretty_json_local_time', async () => {
   }, m.created_at);
   eq(created[2], local, 'shown in local time');
   const text = await page.innerText('main');
-  check(text.includes('1 of 1') && text.includes('Retry history'), 'retry count and history section');
+  check(text.includes('1 of 1') && text.includes('Retry budget'), 'retry count and budget section');
   check(await page.isVisible('#msg-replay'), 'a dead letter offers Replay');
   await shot(page, 'message.png');
+  await page.close();
+});
+
+// SPEC §11: the message page draws the history as a timeline, oldest first:
+// each failure with its attempt, worker and error, and the replay marks.
+test('message_timeline_shows_failures_in_order', async () => {
+  const q = 'timeline';
+  const { id } = await enqueue(q, 'tl', { max_retries: 2 });
+  let r = await ok('POST', `${qp(q)}/claim`, { worker: 'ui-worker/1' });
+  eq(r.worker, 'ui-worker/1', 'the claim shows its worker');
+  await ok('POST', `${qp(q)}/messages/${id}/fail`, { error: 'first failure', retry_after_seconds: 0 });
+  r = await ok('POST', `${qp(q)}/claim`, { worker: 'ui-worker/2' });
+  eq(r.id, id, 'claimed again');
+  await ok('POST', `${qp(q)}/messages/${id}/fail`, { error: 'second failure' });
+  await ok('POST', `${qp(q)}/messages/${id}/replay`, {});
+  r = await ok('POST', `${qp(q)}/claim`, {});
+  await ok('POST', `${qp(q)}/messages/${id}/fail`, { error: 'third failure', retryable: false });
+  const page = await openPage(`/queues/${q}/messages/${id}`);
+  await page.waitForSelector('#history-timeline');
+  const items = await page.$$eval('#history-timeline > li', (lis) => lis.map((li) => ({
+    cls: li.className, text: li.innerText,
+    at: li.querySelector('time') && li.querySelector('time').getAttribute('datetime'),
+  })));
+  eq(items.length, 4, 'three failures and one replay');
+  eq(items.map((i) => i.cls), ['tl-item tl-failed', 'tl-item tl-failed', 'tl-item tl-replayed', 'tl-item tl-failed'],
+    'in the order they happened');
+  check(items[0].text.includes('Attempt 1 failed') && items[0].text.includes('worker ui-worker/1') &&
+        items[0].text.includes('first failure'), `first item: ${items[0].text}`);
+  check(items[1].text.includes('Attempt 2 failed') && items[1].text.includes('worker ui-worker/2') &&
+        items[1].text.includes('second failure'), `second item: ${items[1].text}`);
+  check(items[2].text.includes('Replayed'), `third item: ${items[2].text}`);
+  check(items[3].text.includes('Attempt 1 failed') && !items[3].text.includes('worker') &&
+        items[3].text.includes('third failure'), `fourth item: ${items[3].text}`);
+  const m = (await getMsg(q, id)).json;
+  eq(items.map((i) => i.at), m.history.map((e) => e.at || e.replayed_at), 'each item at its record\'s time');
+  check(items.every((i, k) => k === 0 || i.at >= items[k - 1].at), 'times ascend');
   await page.close();
 });
 
@@ -776,14 +812,15 @@ test('export_csv_rows', async () => {
   await waitList(page);
   const rows = await downloadCsv(page);
   eq(rows[0], ['id', 'queue', 'status', 'retry_count', 'max_retries', 'retry_after', 'last_error',
-    'lease_expires_at', 'created_at', 'updated_at', 'payload'], 'the header');
+    'lease_expires_at', 'created_at', 'updated_at', 'payload', 'history_count'], 'the header');
   const dead = await listAll('emails', 'dead');
   eq(rows.length - 1, dead.length, 'one row per dead letter');
   for (const m of dead) {
     const r = rows.find((x) => x[0] === String(m.id));
     check(r, `a row for message ${m.id}`);
     eq(r, [String(m.id), m.queue, m.status, String(m.retry_count), String(m.max_retries), m.retry_after || '',
-      m.last_error || '', m.lease_expires_at || '', m.created_at, m.updated_at, m.payload].map(sheetCell),
+      m.last_error || '', m.lease_expires_at || '', m.created_at, m.updated_at, m.payload,
+      String(m.history.length + m.history_dropped)].map(sheetCell),
     `row of message ${m.id}`);
   }
   eq(rows.find((x) => x[0] === String(seed.csvId))[10], CSV_PAYLOAD, 'quotes, comma and CRLF survive');
@@ -808,7 +845,7 @@ test('export_csv_neutralises_formulas', async () => {
   const [dl] = await Promise.all([page.waitForEvent('download', { timeout: 60000 }), page.click('#export-csv')]);
   const text = fs.readFileSync(await dl.path(), 'utf8');
   check(text.includes('"\'=HYPERLINK(""http://evil.example"",""click"")"'), 'the formula payload is quoted behind \'');
-  check(text.includes(',a=b\r\n'), 'a harmless cell stays as it is');
+  check(text.includes(',a=b,1\r\n'), 'a harmless cell stays as it is (then history_count)');
   const rows = parseCsv(text);
   const want = [
     ["'=HYPERLINK(\"http://evil.example\",\"click\")", "'+cmd|' /C calc'!A0"],
