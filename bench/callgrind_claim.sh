@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# callgrind_claim.sh - redis-server's instructions per claim (docs/benchmarks.md
+# "The claim in instructions"): a private redis-server under valgrind
+# --tool=callgrind with retryd's library and bench/claim_steps.lua loaded,
+# N 100-byte messages enqueued (not counted), the counters zeroed, then N
+# calls of one function counted. Instructions do not depend on the machine's
+# neighbours, so steps can be compared where µs cannot.
+#
+#   bench/callgrind_claim.sh LUA_LIB FUNCTION [N=10000]
+#
+# FUNCTION: "claim" (retryd's claim, count 1, with timer hints, as the daemon
+# calls it) or a function of bench/claim_steps.lua (claim_step0 .. claim_step7).
+set -euo pipefail
+LUA_LIB=$1 FN=$2 N=${3:-10000}
+source "$(dirname "$0")/../scripts/lib.sh"
+STEPS="$(dirname "$0")/claim_steps.lua"
+OUT=$(mktemp -d "${TMPDIR:-/tmp}/retryd-cgclaim.XXXXXX")
+P=$(free_port)
+vg=""
+cleanup() { [ -z "$vg" ] || stop_pid "$vg"; rm -rf "$OUT"; }
+trap cleanup EXIT
+valgrind --tool=callgrind --callgrind-out-file="$OUT/callgrind.out" \
+    redis-server --port "$P" --bind 127.0.0.1 --save '' --appendonly no >"$OUT/redis.log" 2>&1 &
+vg=$!
+for _ in $(seq 150); do [ "$(redis_ping "$P")" = PONG ] && break; sleep 0.2; done
+redis-cli -p "$P" -x FUNCTION LOAD REPLACE <"$LUA_LIB" >/dev/null
+redis-cli -p "$P" -x FUNCTION LOAD REPLACE <"$STEPS" >/dev/null
+payload=$(head -c 100 /dev/zero | tr '\0' x)
+redis-benchmark -p "$P" -n $((N + N / 5)) -P 16 -c 4 -q \
+    FCALL retryd_v3_enqueue 1 'retryd:{b}' "$payload" 3 0 >/dev/null
+callgrind_control -z "$vg" >/dev/null 2>&1
+if [ "$FN" = claim ]; then
+    redis-benchmark -p "$P" -n "$N" -P 16 -c 4 -q FCALL retryd_v3_claim 1 'retryd:{b}' 30000 1 1 >/dev/null
+else
+    redis-benchmark -p "$P" -n "$N" -P 16 -c 4 -q FCALL "$FN" 1 'retryd:{b}' >/dev/null
+fi
+callgrind_control -d "$vg" >/dev/null 2>&1
+redis-cli -p "$P" shutdown nosave >/dev/null 2>&1 || true
+wait "$vg" 2>/dev/null || true
+vg=""
+total=$(callgrind_annotate "$OUT/callgrind.out.1" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }')
+echo "$FN: $((total / N)) instructions per call ($N calls, redis-benchmark -P 16 -c 4)"
