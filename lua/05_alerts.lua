@@ -67,9 +67,10 @@ end
 -- First claims back entries idle for min_idle_ms (XAUTOCLAIM, counted as
 -- alerts_claimed; entries trimmed meanwhile as alerts_dropped), then reads new
 -- ones (XREADGROUP). Entries other than deaths are acknowledged at once.
--- Returns {more, stream_id, id, error, retry_count, at, ...} (five values per
--- death; error cut to ALERT_ERROR_BYTES); more is 1 when either read came
--- back full.
+-- Returns {more, url, stream_id, id, error, retry_count, at, ...} (five
+-- values per death; error cut to ALERT_ERROR_BYTES); more is 1 when either
+-- read came back full; url is the queue's policy alert_url, read in this call,
+-- or "" when not set (the caller's --alert-url applies).
 local function alerts_take(keys, args)
   local k = queue_keys(keys[1])
   local consumer = args[1]
@@ -77,8 +78,9 @@ local function alerts_take(keys, args)
   if consumer == nil or consumer == '' then return bad_arg('consumer') end
   if count == nil or count < 1 or count > ALERT_TAKE_MAX then return bad_arg('count') end
   if min_idle == nil or min_idle < 0 then return bad_arg('min_idle_ms') end
-  if alert_group(k, now_ms()) == nil then return { 0 } end
-  local out, ack = { 0 }, {}
+  local url = flow.alert_url(k) or ''
+  if alert_group(k, now_ms()) == nil then return { 0, url } end
+  local out, ack = { 0, url }, {}
   local function take(entries)
     for i = 1, #entries do
       local e = entries[i]

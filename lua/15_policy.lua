@@ -16,6 +16,7 @@ local POLICY_FIELDS = {
   ['max_in_flight']         = { kind = 'int', min = 0, max = 1000000 },
   ['rate_limit.per_second'] = { kind = 'number', min = 0.001, max = 100000 },
   ['rate_limit.burst']      = { kind = 'int', min = 1, max = 100000 },
+  ['alert_url']             = { kind = 'url', max = 2048 },
 }
 local DURATION_UNITS = { s = 1, m = 60, h = 3600, d = 86400 }
 
@@ -31,10 +32,27 @@ local function read_policy(k)
   return p
 end
 
+local valid_utf8
+
+-- An alert_url (docs/dead-letters.md §3): an absolute http:// or https:// URL
+-- with a host, 1-2048 bytes of UTF-8 without spaces or control characters
+-- (C0, DEL, C1), as policy.c's rd_policy_alert_url_valid.
+local function valid_url(s, max)
+  if #s < 1 or #s > max or not valid_utf8(s) then return false end
+  if not (string.find(s, '^https?://[^/?#]')) then return false end
+  if string.find(s, '[%z\1-\32\127]') or string.find(s, '\194[\128-\159]') then return false end
+  return true
+end
+
 -- The canonical string of a field's value, or nil and why it is wrong.
 local function check_field(name, value)
   local f = POLICY_FIELDS[name]
   if f == nil then return nil, 'unknown field' end
+  if f.kind == 'url' then
+    if valid_url(value, f.max) then return value end
+    return nil, 'must be an absolute http:// or https:// URL of 1 to 2048 bytes of UTF-8, ' ..
+                'without spaces or control characters'
+  end
   if f.kind == 'enum' then
     if f.values[value] then return value end
     return nil, 'must be none, full or equal'
@@ -112,7 +130,7 @@ local RULE_TEXT_MAX = 255
 local RULE_KEYS = { error_contains = true, error_prefix = true, action = true,
                     delay_seconds = true, max_times = true }
 
-local function valid_utf8(s)
+function valid_utf8(s)
   if not string.find(s, '[\128-\255]') then return true end  -- ASCII: the usual case
   local i, n = 1, #s
   while i <= n do
@@ -269,6 +287,15 @@ function flow.recover(k, m, err, dying)
     end
   end
   return dying
+end
+
+-- The queue's alert_url (alerts_take), or nil when not set: the daemon's
+-- --alert-url applies. A value written by hand that policy_set would refuse
+-- counts as not set.
+function flow.alert_url(k)
+  local url = read_policy(k).alert_url
+  if url == nil or check_field('alert_url', url) == nil then return nil end
+  return url
 end
 
 -- A message left processing: with a cap, waiters may lease again. Publishes

@@ -50,6 +50,7 @@ typedef struct delivery {
     long long id;
     char *body;
     size_t len;
+    char *url;                  /* the queue's policy alert_url of its take, or NULL */
     int attempts;
     uint64_t due_at;
     dstate_t state;
@@ -79,12 +80,12 @@ struct rd_alerts {
 static void kick(rd_alerts_t *a);
 static void maybe_finish(rd_alerts_t *a);
 
-/* The URL a queue's events go to. The per-queue `alert_url` of the policy
- * (SPEC §10) will be read here; today every queue has the flag's. */
-static const char *alert_url_for(const rd_alerts_t *a, const queue_t *q)
+/* The URL a delivery goes to: its queue's policy alert_url as alerts_take
+ * answered it with the delivery (read in that call, held only with it), else
+ * the daemon's --alert-url. */
+static const char *alert_url_for(const rd_alerts_t *a, const delivery_t *d)
 {
-    (void)q;
-    return a->url;
+    return d->url ? d->url : a->url;
 }
 
 /* ---------------------------------------------------------------- queues */
@@ -180,6 +181,7 @@ static void delivery_drop(rd_alerts_t *a, delivery_t *d)
     q->held--;
     a->held--;
     rd_free(d->body);
+    rd_free(d->url);
     rd_free(d);
     queue_release(q);
 }
@@ -220,23 +222,25 @@ static char *event_body(const queue_t *q, const char *sid, long long id, const c
 }
 
 /* Holds the i-th death of a take's reply (sid, id, error, retry_count, at
- * from element 1 + 5i), unless it holds that entry already (its own entry,
- * claimed again). */
+ * from element 2 + 5i; the queue's alert_url is element 1, "" when not set),
+ * unless it holds that entry already (its own entry, claimed again). */
 static void delivery_add(rd_alerts_t *a, queue_t *q, const rd_reply_t *reply, size_t i)
 {
-    size_t sid_len, err_len = 0;
-    const char *sid = rd_reply_str(rd_reply_at(reply, 1 + 5 * i), &sid_len);
+    size_t sid_len, err_len = 0, url_len = 0;
+    const char *sid = rd_reply_str(rd_reply_at(reply, 2 + 5 * i), &sid_len);
     if (sid == NULL || sid_len >= sizeof ((delivery_t *)0)->sid) return;
     char sidz[sizeof ((delivery_t *)0)->sid];
     memcpy(sidz, sid, sid_len);
     sidz[sid_len] = '\0';
     if (delivery_find(a, q, sidz)) return;
     long long id = 0, retry_count = 0, at = 0;
-    const char *err = rd_reply_str(rd_reply_at(reply, 3 + 5 * i), &err_len);
-    rd_reply_int(rd_reply_at(reply, 2 + 5 * i), &id);
-    rd_reply_int(rd_reply_at(reply, 4 + 5 * i), &retry_count);
-    rd_reply_int(rd_reply_at(reply, 5 + 5 * i), &at);
+    const char *err = rd_reply_str(rd_reply_at(reply, 4 + 5 * i), &err_len);
+    rd_reply_int(rd_reply_at(reply, 3 + 5 * i), &id);
+    rd_reply_int(rd_reply_at(reply, 5 + 5 * i), &retry_count);
+    rd_reply_int(rd_reply_at(reply, 6 + 5 * i), &at);
+    const char *url = rd_reply_str(rd_reply_at(reply, 1), &url_len);
     delivery_t *d = rd_calloc(1, sizeof *d);
+    if (url && url_len > 0) d->url = rd_strndup(url, url_len);
     memcpy(d->sid, sidz, sizeof d->sid);
     d->q = q;
     d->id = id;
@@ -303,8 +307,9 @@ static void on_posted(const rd_webhook_result_t *res, void *arg)
         if (backoff > RD_ALERTS_BACKOFF_MAX_MS) backoff = RD_ALERTS_BACKOFF_MAX_MS;
         char why[64];
         if (res->error == NULL) snprintf(why, sizeof why, "HTTP %ld", res->status);
-        rd_warn("alerts: POST of queue %.*s id %lld to the alert URL failed (%s), attempt %d; "
-                "next in %llu ms", (int)q->len, q->name, d->id, res->error ? res->error : why,
+        rd_warn("alerts: POST of queue %.*s id %lld to %s failed (%s), attempt %d; "
+                "next in %llu ms", (int)q->len, q->name, d->id,
+                d->url ? "the queue's alert_url" : "--alert-url", res->error ? res->error : why,
                 d->attempts, (unsigned long long)backoff);
         if (d->lost || a->stopping) {
             delivery_drop(a, d);
@@ -320,7 +325,7 @@ static void on_posted(const rd_webhook_result_t *res, void *arg)
 static void post(rd_alerts_t *a, delivery_t *d)
 {
     d->state = D_POSTING;
-    if (rd_webhook_post(a->web, alert_url_for(a, d->q), d->body, d->len, (long)a->timeout_ms,
+    if (rd_webhook_post(a->web, alert_url_for(a, d), d->body, d->len, (long)a->timeout_ms,
                         on_posted, d) != 0) {
         rd_warn("alerts: cannot start a POST to the alert URL; trying again");
         d->state = D_WAITING;
@@ -340,13 +345,13 @@ static void on_taken(const rd_reply_t *reply, rd_redis_status_t status, void *ar
     q->taking = false;
     size_t len = rd_reply_len(reply);
     long long more = 0;
-    if (status != RD_REDIS_OK || rd_reply_type(reply) != RD_REPLY_ARRAY || len < 1 ||
-        (len - 1) % 5 != 0 || !rd_reply_int(rd_reply_at(reply, 0), &more)) {
+    if (status != RD_REDIS_OK || rd_reply_type(reply) != RD_REPLY_ARRAY || len < 2 ||
+        (len - 2) % 5 != 0 || !rd_reply_int(rd_reply_at(reply, 0), &more)) {
         call_failed(a, "alerts_take", reply, status);
         q->poll_at = uv_now(a->loop) + RETRY_CALL_MS;
     } else {
         a->failing = false;
-        size_t n = (len - 1) / 5;
+        size_t n = (len - 2) / 5;
         for (size_t i = 0; i < n && !a->stopping; i++) delivery_add(a, q, reply, i);
         if (n == 0 && more == 0) q->active = false;
         else q->poll_at = uv_now(a->loop);

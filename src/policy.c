@@ -25,6 +25,10 @@ void rd_policy_free(rd_policy_t *p)
 {
     rd_free(p->rules_owned);
     p->rules_owned = NULL;
+    rd_free(p->alert_url_owned);
+    p->alert_url_owned = NULL;
+    p->alert_url = NULL;
+    p->alert_url_len = 0;
     p->rules = NULL;
     p->rules_len = 0;
 }
@@ -222,16 +226,59 @@ static void rules_member(const rd_json_t *doc, rd_policy_t *out, rd_field_errors
     out->rules_len = text.len;
 }
 
+bool rd_policy_alert_url_valid(const char *s, size_t len)
+{
+    if (s == NULL || len < 1 || len > RD_POLICY_ALERT_URL_MAX || !rd_utf8_valid(s, len))
+        return false;
+    size_t scheme;
+    if (len > 7 && memcmp(s, "http://", 7) == 0) scheme = 7;
+    else if (len > 8 && memcmp(s, "https://", 8) == 0) scheme = 8;
+    else return false;
+    if (s[scheme] == '/' || s[scheme] == '?' || s[scheme] == '#') return false;  /* no host */
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c <= 0x20 || c == 0x7f) return false;
+        /* C1 controls, U+0080-U+009F: C2 80-C2 9F */
+        if (c == 0xc2 && i + 1 < len && (unsigned char)s[i + 1] <= 0x9f) return false;
+    }
+    return true;
+}
+
+/* alert_url: a string rd_policy_alert_url_valid takes, or absent/null. A
+ * document with an escaped U+0000 (has_nul) is read again with it as U+0001,
+ * which the check refuses (cJSON would cut the string short there). */
+static void alert_url_member(const rd_json_t *doc, const char *body, size_t len, bool has_nul,
+                             rd_policy_t *out, rd_field_errors_t *errs)
+{
+    rd_json_t *v = rd_json_get(doc, "alert_url");
+    if (v == NULL || rd_json_is_null(v)) return;
+    rd_json_t *marked = has_nul ? rd_json_parse_nul_marked(body, len) : NULL;
+    if (marked) v = rd_json_get(marked, "alert_url");
+    const char *s = v ? rd_json_string(v) : NULL;
+    size_t n = s ? strlen(s) : 0;
+    if (!rd_policy_alert_url_valid(s, n)) {
+        rd_field_errors_add(errs, "alert_url", "invalid",
+                            "alert_url must be null or an absolute http:// or https:// URL of 1 to "
+                            "2048 bytes of UTF-8, without spaces or control characters.");
+    } else {
+        out->alert_url_owned = rd_strndup(s, n);
+        out->alert_url = out->alert_url_owned;
+        out->alert_url_len = n;
+    }
+    rd_json_free(marked);
+}
+
 static const char *const KNOWN[] = { "max_retries", "backoff", "lease_seconds", "dead_ttl",
                                      "succeeded_ttl", "max_in_flight", "rate_limit", "paused",
-                                     "queue", "dead_letter_rules" };
+                                     "queue", "dead_letter_rules", "alert_url" };
 
 rd_req_result_t rd_request_policy(const char *body, size_t len, rd_policy_t *out,
                                   rd_field_errors_t *errs)
 {
     rd_policy_init(out);
     if (body == NULL || len == 0) return RD_REQ_MALFORMED;
-    rd_json_t *doc = rd_json_parse(body, len, NULL);
+    bool has_nul = false;
+    rd_json_t *doc = rd_json_parse(body, len, &has_nul);
     if (doc == NULL || !rd_json_is_object(doc)) {
         rd_json_free(doc);
         return RD_REQ_MALFORMED;
@@ -286,6 +333,7 @@ rd_req_result_t rd_request_policy(const char *body, size_t len, rd_policy_t *out
                        "rate_limit.burst must be an integer between 1 and 100000.", errs);
     }
     rules_member(doc, out, errs);
+    alert_url_member(doc, body, len, has_nul, out, errs);
     for (size_t i = 0; i < rd_json_object_size(doc); i++) {
         const char *name = rd_json_object_key_at(doc, i);
         bool known = false;
@@ -348,6 +396,15 @@ bool rd_policy_from_pairs(rd_policy_t *p, const rd_str_t *pairs, size_t n)
         if (str_is(name, "dead_letter_rules")) {
             p->rules = pairs[i + 1].ptr;
             p->rules_len = pairs[i + 1].len;
+            continue;
+        }
+        if (str_is(name, "alert_url")) {
+            /* Shown only as the library checks it (a hand-written value
+             * that is no URL is shown as not set, as alerts_take treats it). */
+            if (rd_policy_alert_url_valid(pairs[i + 1].ptr, pairs[i + 1].len)) {
+                p->alert_url = pairs[i + 1].ptr;
+                p->alert_url_len = pairs[i + 1].len;
+            }
             continue;
         }
         char v[64];
@@ -453,5 +510,8 @@ void rd_policy_write_json(rd_jsonw_t *w, const rd_policy_t *p, const rd_policy_d
     }
     rd_jsonw_key(w, "dead_letter_rules");
     write_rules(w, p);
+    rd_jsonw_key(w, "alert_url");
+    if (p->alert_url) rd_jsonw_stringn(w, p->alert_url, p->alert_url_len);
+    else rd_jsonw_null(w);
     rd_jsonw_object_close(w);
 }

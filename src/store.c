@@ -1628,6 +1628,10 @@ int rd_store_policy_set(rd_store_t *st, rd_store_queue_t q, const rd_policy_t *p
         arg_str(&c, "dead_letter_rules");
         arg_bytes(&c, p->rules, p->rules_len);
     }
+    if (p->alert_url) {
+        arg_str(&c, "alert_url");
+        arg_bytes(&c, p->alert_url, p->alert_url_len);
+    }
     return send_call(st, &c, KIND_POLICY, (callback_t){ .policy = cb }, arg);
 }
 

@@ -3770,12 +3770,13 @@ static void test_timer_hints(void **state)
 /* Alerts (lua/05_alerts.lua, docs/dead-letters.md)                         */
 /* ------------------------------------------------------------------------ */
 
-/* The stream id of element i of an alerts_take reply (1 + 5i). */
+/* The stream id of element i of an alerts_take reply (2 + 5i; element 1 is the
+ * queue's alert_url). */
 static const char *take_sid(const redisReply *r, size_t i)
 {
-    assert_true(r->elements > 1 + 5 * i);
+    assert_true(r->elements > 2 + 5 * i);
     char *s = scratch();
-    snprintf(s, 192, "%s", r->element[1 + 5 * i]->str);
+    snprintf(s, 192, "%s", r->element[2 + 5 * i]->str);
     return s;
 }
 
@@ -3809,16 +3810,16 @@ static void test_alert_group_protocol(void **state)
 
     redisReply *t = fcall("alerts_take", &q, -1, "c1", "10", "5000", END);
     assert_int_equal(t->type, REDIS_REPLY_ARRAY);
-    assert_int_equal(t->elements, 6);
+    assert_int_equal(t->elements, 7);
     assert_int_equal(t->element[0]->integer, 0);
     const char *sid1 = take_sid(t, 0);
-    assert_int_equal(parse_int(t->element[2]->str, t->element[2]->len, "id"), id1);
-    assert_string_equal(t->element[3]->str, "boom");
-    assert_string_equal(t->element[4]->str, "1");
+    assert_int_equal(parse_int(t->element[3]->str, t->element[3]->len, "id"), id1);
+    assert_string_equal(t->element[4]->str, "boom");
+    assert_string_equal(t->element[5]->str, "1");
     freeReplyObject(t);
     /* Nothing new for c2, and c1's entry is not idle. */
     t = fcall("alerts_take", &q, -1, "c2", "10", "5000", END);
-    assert_int_equal(t->elements, 1);
+    assert_int_equal(t->elements, 2);
     freeReplyObject(t);
     /* Pending with c1: the tick still reports it. */
     expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", "5000", END), TICK_N + 2, r);
@@ -3833,9 +3834,9 @@ static void test_alert_group_protocol(void **state)
     fail_ok(&q, id1, "second", "1", -1, &m);
     assert_string_equal(msg_str(&m, "status"), "dead");
     t = fcall("alerts_take", &q, -1, "c2", "10", "5000", END);
-    assert_int_equal(t->elements, 6);
-    assert_int_equal(parse_int(t->element[2]->str, t->element[2]->len, "id"), id1);
-    assert_string_equal(t->element[3]->str, "second");
+    assert_int_equal(t->elements, 7);
+    assert_int_equal(parse_int(t->element[3]->str, t->element[3]->len, "id"), id1);
+    assert_string_equal(t->element[4]->str, "second");
     const char *sid2 = take_sid(t, 0);
     freeReplyObject(t);
     assert_int_equal(group_pending(&q), 2);
@@ -3849,9 +3850,9 @@ static void test_alert_group_protocol(void **state)
 
     /* c1 went silent: with min_idle 0, c2 claims its entry back. */
     t = fcall("alerts_take", &q, -1, "c2", "10", "0", END);
-    assert_true(t->elements >= 6);
+    assert_true(t->elements >= 7);
     bool got1 = false;
-    for (size_t i = 0; i < (t->elements - 1) / 5; i++) got1 |= strcmp(take_sid(t, i), sid1) == 0;
+    for (size_t i = 0; i < (t->elements - 2) / 5; i++) got1 |= strcmp(take_sid(t, i), sid1) == 0;
     assert_true(got1);
     freeReplyObject(t);
     assert_true(counter(&q, "alerts_claimed") >= 1);
@@ -3871,7 +3872,7 @@ static void test_alert_group_protocol(void **state)
      * another instance claims it back while it is being posted). */
     for (int i = 0; i < 3; i++) make_dead(&q, "more");
     t = fcall("alerts_take", &q, -1, "c3", "10", "5000", END);
-    assert_int_equal(t->elements, 16);
+    assert_int_equal(t->elements, 17);
     const char *s3[3] = { take_sid(t, 0), take_sid(t, 1), take_sid(t, 2) };
     freeReplyObject(t);
     t = fcall("alerts_touch", &q, -1, "c3", "0", s3[0], s3[1], s3[2], END);
@@ -4345,6 +4346,67 @@ static void test_policy_set_validation(void **state)
     policy_set(&q, "replace", "lease_seconds", "9");
     assert_string_equal(policy_field(&q, "dead_ttl"), "");
     assert_int_equal(exists(qkey(&q, "bucket")), 0);
+}
+
+/* alert_url: policy_set takes an absolute http(s) URL of 1-2048 bytes of
+ * UTF-8 without spaces or control characters, and refuses anything else with
+ * field alert_url; alerts_take answers it as element 1 ("" when not set or
+ * when a value written by hand is no URL), read in the same call. */
+static void test_policy_alert_url(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "polurl");
+    char long_url[2100];
+    memset(long_url, 'a', sizeof long_url - 1);
+    long_url[sizeof long_url - 1] = '\0';
+    memcpy(long_url, "http://x/", 9);
+    long_url[2049] = '\0';  /* 2049 bytes */
+    static const char *const bad[] = {
+        "ftp://h/x", "http://", "https:///path", "/relative", "example.com/x",
+        "HTTP://h/", "http://h/a b", "http://h/\t", "http://h/\x7f", "http://h/\xc2\x85",
+        "http://h/\xff", "http://h/\xed\xa0\x80", "javascript:alert(1)",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0] + 1; i++) {
+        const char *v = i < sizeof bad / sizeof bad[0] ? bad[i] : long_url;
+        redisReply *r = fcall("policy_set", &q, -1, "merge", "alert_url", v, END);
+        if (!has_code(r, "invalid") || r->elements != 3 ||
+            strcmp(r->element[1]->str, "alert_url") != 0)
+            fail_msg("alert_url=%s: %s", v, reply_desc(r));
+        freeReplyObject(r);
+    }
+    assert_string_equal(policy_field(&q, "alert_url"), "");
+    long_url[2048] = '\0';  /* 2048 bytes: the most */
+    policy_set(&q, "merge", "alert_url", long_url);
+    assert_int_equal(int_reply(rcmd("HSTRLEN", qkey(&q, "policy"), "alert_url", END)), 2048);
+    policy_set(&q, "merge", "alert_url", "https://h\xc3\xa9.example:8443/hook?q=\xe2\x82\xac#f");
+    assert_string_equal(policy_field(&q, "alert_url"),
+                        "https://h\xc3\xa9.example:8443/hook?q=\xe2\x82\xac#f");
+
+    /* alerts_take answers the URL with and without deaths. */
+    redisReply *t = fcall("alerts_take", &q, -1, "c", "10", "5000", END);
+    assert_int_equal(t->elements, 2);
+    assert_string_equal(t->element[1]->str, "https://h\xc3\xa9.example:8443/hook?q=\xe2\x82\xac#f");
+    freeReplyObject(t);
+    make_dead(&q, "boom");
+    policy_set(&q, "merge", "alert_url", "http://127.0.0.1:9/q");
+    t = fcall("alerts_take", &q, -1, "c", "10", "5000", END);
+    assert_int_equal(t->elements, 7);
+    assert_string_equal(t->element[1]->str, "http://127.0.0.1:9/q");
+    assert_string_equal(t->element[4]->str, "boom");
+    freeReplyObject(t);
+    /* "" clears it: the daemon's --alert-url applies. */
+    policy_set(&q, "merge", "alert_url", "");
+    assert_string_equal(policy_field(&q, "alert_url"), "");
+    t = fcall("alerts_take", &q, -1, "c", "10", "5000", END);
+    assert_string_equal(t->element[1]->str, "");
+    freeReplyObject(t);
+    /* A value written by hand that policy_set would refuse counts as not set. */
+    redisReply *x = rcmd("HSET", qkey(&q, "policy"), "alert_url", "file:///etc/passwd", END);
+    freeReplyObject(x);
+    t = fcall("alerts_take", &q, -1, "c", "10", "5000", END);
+    assert_string_equal(t->element[1]->str, "");
+    freeReplyObject(t);
 }
 
 /* A request's value beats the policy's, which beats the caller's default. */
@@ -5486,6 +5548,7 @@ int main(void)
         cmocka_unit_test(test_policy_backoff_base_and_max),
         cmocka_unit_test(test_policy_jitter),
         cmocka_unit_test(test_policy_set_validation),
+        cmocka_unit_test(test_policy_alert_url),
         cmocka_unit_test(test_policy_precedence),
         cmocka_unit_test(test_pause_resume),
         cmocka_unit_test(test_max_in_flight),

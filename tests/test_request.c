@@ -1263,7 +1263,7 @@ static void test_policy_rules_valid(void **state)
     rd_policy_write_json(&w, &back, &d, "q", 1);
     rd_buf_putc(&out, '\0');
     assert_non_null(strstr(out.data, "\"dead_letter_rules\":[{\"error_contains\":\"429\""));
-    assert_non_null(strstr(out.data, "\"action\":\"dead\"}]}"));
+    assert_non_null(strstr(out.data, "\"action\":\"dead\"}],\"alert_url\":null}"));
     rd_buf_free(&out);
     rd_policy_free(&p);
     /* An empty list or null: no rules. */
@@ -1279,6 +1279,83 @@ static void test_policy_rules_valid(void **state)
     rd_buf_putc(&out, '\0');
     assert_non_null(strstr(out.data, "\"dead_letter_rules\":[]"));
     rd_buf_free(&out);
+}
+
+/* alert_url: an absolute http(s) URL of 1-2048 bytes of UTF-8 without
+ * spaces or control characters, passed beside the pairs and shown by the
+ * JSON (null when not set); anything else is one error on field alert_url. */
+static void test_policy_alert_url(void **state)
+{
+    const char *body = "{\"alert_url\":\"https://hooks.example:8443/q?\\u00e9=1#f\"}";
+    rd_policy_t p;
+    rd_field_errors_t errs = { .count = 0 };
+    assert_int_equal(rd_request_policy(body, strlen(body), &p, &errs), RD_REQ_OK);
+    assert_non_null(p.alert_url);
+    assert_string_equal(p.alert_url, "https://hooks.example:8443/q?\xc3\xa9=1#f");
+    assert_int_equal(p.alert_url_len, strlen(p.alert_url));
+    const char *args[RD_POLICY_ARGS_MAX];
+    char values[RD_POLICY_ARGS_MAX / 2][32];
+    assert_int_equal(rd_policy_args(&p, args, values), 0);  /* the URL goes beside */
+    rd_str_t pairs[2] = { { "alert_url", 9 }, { p.alert_url, p.alert_url_len } };
+    rd_policy_t back;
+    assert_true(rd_policy_from_pairs(&back, pairs, 2));
+    rd_buf_t out = RD_BUF_INIT;
+    rd_jsonw_t w;
+    rd_jsonw_init(&w, &out);
+    rd_policy_defaults_t d = { 30000, 0, 0 };
+    rd_policy_write_json(&w, &back, &d, "q", 1);
+    rd_buf_putc(&out, '\0');
+    assert_non_null(strstr(out.data, "\"alert_url\":\"https://hooks.example:8443/q?\xc3\xa9=1#f\"}"));
+    rd_buf_free(&out);
+    rd_policy_free(&p);
+    assert_null(p.alert_url);
+    /* null or absent: not set, shown as null. */
+    const char *unset[] = { "{\"alert_url\":null}", "{}" };
+    for (size_t i = 0; i < 2; i++) {
+        assert_int_equal(rd_request_policy(unset[i], strlen(unset[i]), &p, &errs), RD_REQ_OK);
+        assert_null(p.alert_url);
+    }
+    rd_policy_init(&back);
+    rd_jsonw_init(&w, &out);
+    rd_policy_write_json(&w, &back, &d, "q", 1);
+    rd_buf_putc(&out, '\0');
+    assert_non_null(strstr(out.data, "\"alert_url\":null}"));
+    rd_buf_free(&out);
+    /* A stored value no library writes is shown as not set. */
+    rd_str_t odd[2] = { { "alert_url", 9 }, { "file:///x", 9 } };
+    assert_true(rd_policy_from_pairs(&back, odd, 2));
+    assert_null(back.alert_url);
+    /* 2048 bytes is the most. */
+    static char big[2100];
+    snprintf(big, sizeof big, "{\"alert_url\":\"http://h/");
+    size_t at = strlen(big);
+    memset(big + at, 'a', 2048 - 9);
+    snprintf(big + at + 2048 - 9, 3, "\"}");
+    assert_int_equal(rd_request_policy(big, strlen(big), &p, &errs), RD_REQ_OK);
+    assert_int_equal(p.alert_url_len, 2048);
+    rd_policy_free(&p);
+    memset(big + at, 'a', 2049 - 9);
+    snprintf(big + at + 2049 - 9, 3, "\"}");
+    errs.count = 0;
+    assert_int_equal(rd_request_policy(big, strlen(big), &p, &errs), RD_REQ_INVALID);
+    assert_one_error(&errs, "alert_url", "invalid");
+
+    static const char *const bad[] = {
+        "{\"alert_url\":\"\"}", "{\"alert_url\":3}", "{\"alert_url\":{}}",
+        "{\"alert_url\":\"ftp://h/x\"}", "{\"alert_url\":\"http://\"}",
+        "{\"alert_url\":\"https:///x\"}", "{\"alert_url\":\"/hook\"}",
+        "{\"alert_url\":\"hooks.example/x\"}", "{\"alert_url\":\"HTTP://h/\"}",
+        "{\"alert_url\":\"http://h/a b\"}", "{\"alert_url\":\"http://h/\\t\"}",
+        "{\"alert_url\":\"http://h/\\u007f\"}", "{\"alert_url\":\"http://h/\\u0085\"}",
+        "{\"alert_url\":\"http://h/\\u0000x\"}", "{\"alert_url\":\"http://h/\\ud800\"}",
+        "{\"alert_url\":\"http://h/\xff\"}", "{\"alert_url\":\"javascript:x\"}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        errs.count = 0;
+        rd_req_result_t r = rd_request_policy(bad[i], strlen(bad[i]), &p, &errs);
+        if (r != RD_REQ_INVALID) fail_msg("%s: result %d, want INVALID", bad[i], (int)r);
+        assert_one_error(&errs, "alert_url", "invalid");
+    }
 }
 
 /* One error per bad rule field, named dead_letter_rules[i].<name> (0-based). */
@@ -1423,6 +1500,7 @@ int main(void)
         cmocka_unit_test(test_policy_invalid_fields),
         cmocka_unit_test(test_policy_rules_valid),
         cmocka_unit_test(test_policy_rules_invalid),
+        cmocka_unit_test(test_policy_alert_url),
         cmocka_unit_test(test_given_flags),
         cmocka_unit_test(test_enqueue_defaults),
         cmocka_unit_test(test_enqueue_payload_kept_exactly),

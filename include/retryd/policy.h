@@ -35,11 +35,21 @@ typedef struct rd_policy {
     const char *rules;
     size_t rules_len;
     char *rules_owned;
+    /* alert_url (docs/dead-letters.md §3): where this queue's alerts go, NULL
+     * when not set (the daemon's --alert-url). Owned and pointing as rules. */
+    const char *alert_url;
+    size_t alert_url_len;
+    char *alert_url_owned;
 } rd_policy_t;
 
 /* At most this many rules; a rule's error_contains / error_prefix is 1-255 bytes. */
 #define RD_POLICY_RULES_MAX 20
 #define RD_POLICY_RULE_TEXT_MAX 255
+
+/* An alert_url is an absolute http:// or https:// URL (a host after the
+ * "//") of 1-2048 bytes of UTF-8, without spaces or control characters. */
+#define RD_POLICY_ALERT_URL_MAX 2048
+bool rd_policy_alert_url_valid(const char *s, size_t len);
 
 /* The daemon's defaults a GET fills in. */
 typedef struct rd_policy_defaults {
@@ -47,7 +57,7 @@ typedef struct rd_policy_defaults {
 } rd_policy_defaults_t;
 
 void rd_policy_init(rd_policy_t *p);
-/* Releases what a PUT's parse owns (the rules' JSON). */
+/* Releases what a PUT's parse owns (the rules' JSON, the alert_url). */
 void rd_policy_free(rd_policy_t *p);
 
 /* PUT /queues/{q}/policy: the whole object (absent or null fields take their
@@ -62,8 +72,9 @@ rd_req_result_t rd_request_policy(const char *body, size_t len, rd_policy_t *out
 enum { RD_POLICY_ARGS_MAX = 20 };
 /* The field, value pairs of the set fields, as policy_set takes them: names
  * into names[], values formatted into values[] (one per pair). Returns how
- * many strings (2 per field). The rules are not among them: the caller adds
- * "dead_letter_rules", p->rules when p->rules is set. */
+ * many strings (2 per field). The rules and the alert_url are not among them:
+ * the caller adds "dead_letter_rules", p->rules when p->rules is set, and
+ * "alert_url", p->alert_url when that is. */
 size_t rd_policy_args(const rd_policy_t *p, const char *out[RD_POLICY_ARGS_MAX],
                       char values[RD_POLICY_ARGS_MAX / 2][32]);
 
@@ -73,7 +84,7 @@ bool rd_policy_from_pairs(rd_policy_t *p, const rd_str_t *pairs, size_t n);
 
 /* {"queue", "paused", "max_retries", "backoff": {...}, "lease_seconds",
  * "dead_ttl", "succeeded_ttl", "max_in_flight", "rate_limit": null | {...},
- * "dead_letter_rules": [...]}: the effective policy, defaults filled in. */
+ * "dead_letter_rules": [...], "alert_url": null | "..."}: the effective policy, defaults filled in. */
 void rd_policy_write_json(rd_jsonw_t *w, const rd_policy_t *p, const rd_policy_defaults_t *d,
                           const char *queue, size_t queue_len);
 
