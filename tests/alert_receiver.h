@@ -3,7 +3,9 @@
  * connection, that answers each POST as g_recv.mode says: 204 (RECV_OK),
  * 500 (RECV_FAIL), nothing at all (RECV_STALL: it reads the request and
  * waits until the sender gives up), or 204 after SLOW_MS (RECV_SLOW). It
- * records the bodies it answered 2xx. Its threads never call cmocka. */
+ * records the bodies it answered 2xx, and which of its two listening ports
+ * (port, 0; port2, 1: a second receiver, for per-queue alert URLs) each came
+ * to. Its threads never call cmocka. */
 #ifndef RETRYD_TEST_ALERT_RECEIVER_H
 #define RETRYD_TEST_ALERT_RECEIVER_H
 
@@ -35,22 +37,25 @@ enum { SLOW_MS = 200 };
 
 static struct {
     int fd, port;
+    int fd2, port2;               /* the second receiver */
     pthread_t thread;
     atomic_int mode;
     atomic_bool stop;
     atomic_int requests, failed, stalled;
     pthread_mutex_t lock;
     char *delivered[MAX_EVENTS];  /* bodies answered 2xx, in order */
+    int at[MAX_EVENTS];           /* the receiver (0, 1) each came to */
     int ndelivered;
 } g_recv;
 
-static inline void recv_record(const char *body, size_t len)
+static inline void recv_record(const char *body, size_t len, int which)
 {
     pthread_mutex_lock(&g_recv.lock);
     if (g_recv.ndelivered < MAX_EVENTS) {
         char *copy = malloc(len + 1);
         memcpy(copy, body, len);
         copy[len] = '\0';
+        g_recv.at[g_recv.ndelivered] = which;
         g_recv.delivered[g_recv.ndelivered++] = copy;
     }
     pthread_mutex_unlock(&g_recv.lock);
@@ -60,7 +65,7 @@ static inline void recv_record(const char *body, size_t len)
  * says when it has been read whole. */
 static inline void *recv_conn(void *arg)
 {
-    int fd = (int)(intptr_t)arg;
+    int fd = (int)((intptr_t)arg >> 1), which = (int)((intptr_t)arg & 1);
     struct timeval tv = { 0, 200000 };
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     char buf[65536];
@@ -104,7 +109,7 @@ static inline void *recv_conn(void *arg)
         const char *answer = "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n";
         if (mode == RECV_SLOW) e2e_pause_ms(SLOW_MS);
         if (mode == RECV_OK || mode == RECV_SLOW) {
-            recv_record(buf + head, body_len);
+            recv_record(buf + head, body_len, which);
             answer = "HTTP/1.1 204 No Content\r\n\r\n";
         } else {
             atomic_fetch_add(&g_recv.failed, 1);
@@ -122,29 +127,43 @@ static inline void *recv_main(void *arg)
 {
     (void)arg;
     while (!atomic_load(&g_recv.stop)) {
-        struct pollfd p = { g_recv.fd, POLLIN, 0 };
-        if (poll(&p, 1, 100) <= 0) continue;
-        int fd = accept(g_recv.fd, NULL, NULL);
-        if (fd < 0) continue;
-        pthread_t t;
-        if (pthread_create(&t, NULL, recv_conn, (void *)(intptr_t)fd) == 0) pthread_detach(t);
-        else close(fd);
+        struct pollfd p[2] = { { g_recv.fd, POLLIN, 0 }, { g_recv.fd2, POLLIN, 0 } };
+        if (poll(p, 2, 100) <= 0) continue;
+        for (int which = 0; which < 2; which++) {
+            if (!(p[which].revents & POLLIN)) continue;
+            int fd = accept(p[which].fd, NULL, NULL);
+            if (fd < 0) continue;
+            pthread_t t;
+            if (pthread_create(&t, NULL, recv_conn, (void *)(((intptr_t)fd << 1) | which)) == 0)
+                pthread_detach(t);
+            else
+                close(fd);
+        }
     }
     return NULL;
+}
+
+/* A listening socket on a free loopback port: its fd, the port in *port. */
+static inline int recv_listen(int *port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t len = sizeof a;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 64) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0)
+        return -1;
+    *port = ntohs(a.sin_port);
+    return fd;
 }
 
 static inline int recv_start(void)
 {
     pthread_mutex_init(&g_recv.lock, NULL);
-    g_recv.fd = socket(AF_INET, SOCK_STREAM, 0);
-    int one = 1;
-    setsockopt(g_recv.fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    socklen_t len = sizeof a;
-    if (bind(g_recv.fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(g_recv.fd, 64) != 0 ||
-        getsockname(g_recv.fd, (struct sockaddr *)&a, &len) != 0)
-        return -1;
-    g_recv.port = ntohs(a.sin_port);
+    g_recv.fd = recv_listen(&g_recv.port);
+    g_recv.fd2 = recv_listen(&g_recv.port2);
+    if (g_recv.fd < 0 || g_recv.fd2 < 0) return -1;
     return pthread_create(&g_recv.thread, NULL, recv_main, NULL);
 }
 
@@ -153,6 +172,7 @@ static inline void recv_stop(void)
     atomic_store(&g_recv.stop, true);
     pthread_join(g_recv.thread, NULL);
     close(g_recv.fd);
+    close(g_recv.fd2);
     e2e_pause_ms(300);  /* connection threads see the flag within their 200 ms read timeout */
     for (int i = 0; i < g_recv.ndelivered; i++) free(g_recv.delivered[i]);
 }
@@ -169,8 +189,9 @@ static inline void recv_reset(recv_mode_t mode)
     atomic_store(&g_recv.mode, mode);
 }
 
-/* How many delivered bodies name queue q (and, id > 0, message id). */
-static inline int recv_count(const char *q, long long id)
+/* How many delivered bodies came to receiver which (0, 1; -1: either) and
+ * name queue q (and, id > 0, message id). */
+static inline int recv_count_at(int which, const char *q, long long id)
 {
     size_t cap = strlen(q) + 16;
     char *want_q = malloc(cap), want_id[48];
@@ -179,11 +200,17 @@ static inline int recv_count(const char *q, long long id)
     int n = 0;
     pthread_mutex_lock(&g_recv.lock);
     for (int i = 0; i < g_recv.ndelivered; i++)
-        if (strstr(g_recv.delivered[i], want_q) && (id <= 0 || strstr(g_recv.delivered[i], want_id)))
+        if ((which < 0 || g_recv.at[i] == which) && strstr(g_recv.delivered[i], want_q) &&
+            (id <= 0 || strstr(g_recv.delivered[i], want_id)))
             n++;
     pthread_mutex_unlock(&g_recv.lock);
     free(want_q);
     return n;
+}
+
+static inline int recv_count(const char *q, long long id)
+{
+    return recv_count_at(-1, q, id);
 }
 
 /* Polls until cond() holds (bounded); fails the test with what when not. */

@@ -13,7 +13,10 @@
  *   5. a stalled receiver holds at most RD_ALERTS_IN_FLIGHT_MAX POSTs and
  *      claims go on meanwhile;
  *   6. SIGTERM mid-POST: the instance exits 0 within the drain, and the entry
- *      it left pending is delivered by another.
+ *      it left pending is delivered by another;
+ *   7. a queue whose policy sets alert_url gets its deaths at that receiver,
+ *      another queue at --alert-url's, and a cleared alert_url sends the
+ *      queue's next death back to --alert-url.
  *
  * Needs RETRYD_TEST_REDIS_PORT and RETRYD_BIN (scripts/test.sh sets both).
  * The receiver runs one thread per connection; the threads never call
@@ -382,6 +385,51 @@ static int test_teardown(void **state)
     return 0;
 }
 
+/* ------------------------------------------------------------------------ */
+/* 7. A queue's policy alert_url overrides --alert-url for that queue       */
+/* ------------------------------------------------------------------------ */
+
+static void test_policy_alert_url_routes_a_queue(void **state)
+{
+    (void)state;
+    char qa[64], qb[64];
+    e2e_queue_name(qa, sizeof qa, "ownurl");
+    e2e_queue_name(qb, sizeof qb, "flagurl");
+    recv_reset(RECV_OK);
+    e2e_daemon_t *a = &g_a;
+    assert_int_equal(start_daemon(a, true, "2000"), 0);
+    char own[64];
+    snprintf(own, sizeof own, "http://127.0.0.1:%d/own", g_recv.port2);
+    e2e_response_t r = { 0 };
+    e2e_http_via(g_conns, 3, a->port, &r, "PUT", e2e_fmt("/queues/%s/policy", qa),
+                 e2e_fmt("{\"alert_url\":\"%s\"}", own));
+    assert_int_equal(r.status, 200);
+    e2e_http_via(g_conns, 3, a->port, &r, "GET", e2e_fmt("/queues/%s/policy", qb), NULL);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "\"alert_url\":null"));
+    e2e_response_free(&r);
+    long long ida = make_death(a->port, qa, "to its own receiver");
+    long long idb = make_death(a->port, qb, "to the flag's receiver");
+    WAIT_FOR(recv_count_at(1, qa, ida) == 1, DELIVER_TIMEOUT_MS,
+             "queue %s's death did not reach its alert_url", qa);
+    WAIT_FOR(recv_count_at(0, qb, idb) == 1, DELIVER_TIMEOUT_MS,
+             "queue %s's death did not reach --alert-url", qb);
+    WAIT_FOR(group_pending(qa) == 0 && group_pending(qb) == 0, DELIVER_TIMEOUT_MS,
+             "entries pending");
+    assert_int_equal(recv_count_at(0, qa, 0), 0);
+    assert_int_equal(recv_count_at(1, qb, 0), 0);
+    /* Cleared: the queue's next death goes to --alert-url (nothing cached). */
+    e2e_http_via(g_conns, 3, a->port, &r, "PUT", e2e_fmt("/queues/%s/policy", qa), "{}");
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "\"alert_url\":null"));
+    e2e_response_free(&r);
+    long long ida2 = make_death(a->port, qa, "back to the flag's");
+    WAIT_FOR(recv_count_at(0, qa, ida2) == 1, DELIVER_TIMEOUT_MS,
+             "queue %s's death after the clear did not reach --alert-url", qa);
+    assert_int_equal(recv_count_at(1, qa, 0), 1);
+    assert_int_equal(e2e_daemon_stop(a, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
+}
+
 #define T(fn) cmocka_unit_test_teardown(fn, test_teardown)
 
 int main(void)
@@ -393,6 +441,7 @@ int main(void)
         T(test_without_alert_url_nothing_is_sent),
         T(test_stalled_receiver_never_slows_claims),
         T(test_sigterm_mid_post_leaves_entry_for_another),
+        T(test_policy_alert_url_routes_a_queue),
     };
     return cmocka_run_group_tests_name("alerts", tests, group_setup, group_teardown);
 }
