@@ -1108,6 +1108,28 @@ test_policy_rules() {
     expect_eq "$(rget HGET "$b:policy" max_retries)" 1 "the other fields stay"
 }
 
+# alert_url (docs/dead-letters.md §3): set through --set, shown, refused with
+# the field named (the library's check), cleared with an empty value.
+test_policy_alert_url() {
+    local q=alerturlq b
+    b=$(base "$q")
+    ctl policy "$q"
+    expect_match "$OUT" "alert_url +\\(daemon's flag\\)" "no alert_url by default"
+    ctl policy "$q" --set alert_url=https://hooks.example/q?a=1
+    expect_rc 0 "set the alert_url"
+    expect_match "$OUT" 'alert_url +https://hooks\.example/q\?a=1' "alert_url shown"
+    expect_eq "$(rget HGET "$b:policy" alert_url)" "https://hooks.example/q?a=1" "alert_url stored"
+    ctl policy "$q" --set alert_url=ftp://hooks.example/q
+    expect_rc 2 "not http(s)"
+    expect_match "$ERR" "alert_url: must be an absolute http:// or https:// URL" "field and why"
+    ctl policy "$q" --set 'alert_url=http://h/a b'
+    expect_rc 2 "a space"
+    expect_eq "$(rget HGET "$b:policy" alert_url)" "https://hooks.example/q?a=1" "nothing changed by the refusals"
+    ctl policy "$q" --set alert_url=
+    expect_rc 0 "alert_url cleared"
+    expect_eq "$(rget HEXISTS "$b:policy" alert_url)" 0 "no alert_url stored"
+}
+
 test_pause_resume() {
     local q=pauseq b
     b=$(base "$q")
@@ -1161,6 +1183,7 @@ all_tests=(
     test_dead_letter_alert
     test_policy_show_and_set
     test_policy_rules
+    test_policy_alert_url
     test_pause_resume
 )
 if (($#)); then all_tests=("$@"); fi
