@@ -404,6 +404,14 @@ static void test_policy_alert_url_routes_a_queue(void **state)
     e2e_http_via(g_conns, 3, a->port, &r, "PUT", e2e_fmt("/queues/%s/policy", qa),
                  e2e_fmt("{\"alert_url\":\"%s\"}", own));
     assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, own));
+    /* Refused with the field named: nothing changed. */
+    e2e_http_via(g_conns, 3, a->port, &r, "PUT", e2e_fmt("/queues/%s/policy", qa),
+                 "{\"alert_url\":\"ftp://127.0.0.1/x\"}");
+    e2e_expect_invalid_field(&r, "alert_url");
+    e2e_http_via(g_conns, 3, a->port, &r, "GET", e2e_fmt("/queues/%s/policy", qa), NULL);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, own));
     e2e_http_via(g_conns, 3, a->port, &r, "GET", e2e_fmt("/queues/%s/policy", qb), NULL);
     assert_int_equal(r.status, 200);
     assert_non_null(strstr(r.body, "\"alert_url\":null"));
