@@ -75,6 +75,58 @@ local function delete(keys, args)
   return { 'ok' }
 end
 
+-- Walks the dead letters of both generations, for replay_many's and
+-- redrive_take's "all" and "error" modes: retryd_v2's first, then the new
+-- ones (ids only move from the old generation to the new, so none is
+-- skipped), and only letters that were dead when the first call ran (the
+-- cursor "<cutoff>;<generation>;<score>:<id>" carries that time), so a letter
+-- that dies again is not taken twice by one operation. At most `limit` index
+-- entries per call; stops early once REPLY_BYTES of error text was read or
+-- full() says so. Ids whose message is gone are dropped (orphans_removed).
+-- visit(g, id, m, score) acts on each letter whose last_error holds needle
+-- (every letter when needle is nil); g is its generation's keys.
+-- Returns the next cursor ("" when the walk is done), or nil for a bad one.
+local function walk_dead(k, base, now, cursor, limit, needle, visit, full)
+  local cutoff, gen, after = now, '2', ''
+  if cursor ~= '' then
+    local c, g, rest = string.match(cursor, '^(%d+);([23]);(.*)$')
+    if not c then return nil end
+    cutoff, gen, after = tonumber(c), g, rest
+  end
+  local scanned, budget = 0, limit
+  local function stop() return scanned >= REPLY_BYTES or full() end
+  while true do
+    local g = k
+    if gen == '2' then g = old_keys(k) end
+    local ids, scores, c = zset_page(g.dead, after, budget)
+    if not ids then return nil end
+    budget = budget - #ids
+    local stopped = false
+    for i = 1, #ids do
+      if tonumber(scores[i]) > cutoff then c = ''; break end
+      local m = load_message(message_key(base, ids[i]))
+      if not m then
+        drop_orphan(g, g.dead, ids[i])
+      else
+        local err = m.last_error or ''
+        scanned = scanned + #err
+        if needle == nil or string.find(err, needle, 1, true) then
+          visit(g, ids[i], m, scores[i])
+        end
+      end
+      if stop() and i < #ids then
+        c = scores[i] .. ':' .. ids[i]
+        stopped = true
+        break
+      end
+    end
+    if c ~= '' then return cutoff .. ';' .. gen .. ';' .. c end
+    if gen == '3' then return '' end
+    gen, after = '3', ''
+    if stopped or budget <= 0 or stop() then return cutoff .. ';3;' end
+  end
+end
+
 -- replay_many: batch replay of dead letters, a bounded batch per call.
 --   KEYS[1]  <prefix>:{q}                       queue key base
 --   ARGV[1]  mode                               "ids" | "all" | "error"
@@ -122,53 +174,17 @@ local function replay_many(keys, args)
   elseif mode == 'all' or mode == 'error' then
     local limit = to_int(args[2])
     if limit == nil or limit < 1 or limit > MAX_BATCH then return bad_arg('limit') end
-    local cursor = args[3] or ''
-    -- The cursor "<cutoff>;<generation>;<score>:<id>": retryd_v2's dead
-    -- letters (generation 2) are walked first, then the new ones (3).
-    local cutoff, gen, after = now, '2', ''
-    if cursor ~= '' then
-      local c, g, rest = string.match(cursor, '^(%d+);([23]);(.*)$')
-      if not c then return { 'bad_cursor' } end
-      cutoff, gen, after = tonumber(c), g, rest
-    end
-    local needle = args[4] or ''
-    local scanned, budget = 0, limit
-    while true do
-      local g = k
-      if gen == '2' then g = old_keys(k) end
-      local ids, scores, c = zset_page(g.dead, after, budget)
-      if not ids then return { 'bad_cursor' } end
-      budget = budget - #ids
-      local stopped = false
-      for i = 1, #ids do
-        if tonumber(scores[i]) > cutoff then c = ''; break end
-        local mkey = message_key(base, ids[i])
-        local m = load_message(mkey)
-        if not m then
-          drop_orphan(g, g.dead, ids[i])
-        else
-          local err = m.last_error or ''
-          scanned = scanned + #err
-          if mode == 'all' or string.find(err, needle, 1, true) then
-            if m.legacy then lift(k, mkey, ids[i], m, 'dead', scores[i]) end
-            replay_dead(k, mkey, ids[i], now, m)
-            replayed = replayed + 1
-          end
-        end
-        if scanned >= REPLY_BYTES and i < #ids then
-          c = scores[i] .. ':' .. ids[i]
-          stopped = true
-          break
-        end
-      end
-      if c ~= '' then next_cursor = cutoff .. ';' .. gen .. ';' .. c; break end
-      if gen == '3' then break end
-      gen, after = '3', ''
-      if stopped or budget <= 0 or scanned >= REPLY_BYTES then
-        next_cursor = cutoff .. ';3;'
-        break
-      end
-    end
+    local needle = nil
+    if mode == 'error' then needle = args[4] or '' end
+    next_cursor = walk_dead(k, base, now, args[3] or '', limit, needle,
+      function(g, id, m, score)
+        local mkey = message_key(base, id)
+        if m.legacy then lift(k, mkey, id, m, 'dead', score) end
+        replay_dead(k, mkey, id, now, m)
+        replayed = replayed + 1
+      end,
+      function() return false end)
+    if next_cursor == nil then return { 'bad_cursor' } end
   else
     return bad_arg('mode')
   end

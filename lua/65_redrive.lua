@@ -107,53 +107,18 @@ local function redrive_take(keys, args)
   if mode ~= 'all' and mode ~= 'error' then return bad_arg('mode') end
   local limit = to_int(args[3])
   if limit == nil or limit < 1 or limit > MAX_BATCH then return bad_arg('limit') end
-  local cursor = args[4] or ''
-  -- The cursor of replay_many: "<cutoff>;<generation>;<score>:<id>", old
-  -- generation first; only letters dead when the first call ran.
-  local cutoff, gen, after = now, '2', ''
-  if cursor ~= '' then
-    local c, g, rest = string.match(cursor, '^(%d+);([23]);(.*)$')
-    if not c then return { 'bad_cursor' } end
-    cutoff, gen, after = tonumber(c), g, rest
-  end
-  local needle = args[5] or ''
-  local scanned, budget = 0, limit
-  while true do
-    local g = k
-    if gen == '2' then g = old_keys(k) end
-    local ids, scores, c = zset_page(g.dead, after, budget)
-    if not ids then return { 'bad_cursor' } end
-    budget = budget - #ids
-    local stopped = false
-    for i = 1, #ids do
-      if tonumber(scores[i]) > cutoff then c = ''; break end
-      local m = load_message(message_key(base, ids[i]))
-      if not m then
-        drop_orphan(g, g.dead, ids[i])
-      else
-        local err = m.last_error or ''
-        scanned = scanned + #err
-        if mode == 'all' or string.find(err, needle, 1, true) then
-          take(g, ids[i], m, scores[i])
-          taken = taken + 1
-        end
-      end
-      if (scanned >= REPLY_BYTES or bytes >= REPLY_BYTES or taken >= REDRIVE_BATCH)
-         and i < #ids then
-        c = scores[i] .. ':' .. ids[i]
-        stopped = true
-        break
-      end
-    end
-    if c ~= '' then out[2] = cutoff .. ';' .. gen .. ';' .. c; break end
-    if gen == '3' then break end
-    gen, after = '3', ''
-    if stopped or budget <= 0 or scanned >= REPLY_BYTES or bytes >= REPLY_BYTES
-       or taken >= REDRIVE_BATCH then
-      out[2] = cutoff .. ';3;'
-      break
-    end
-  end
+  local needle = nil
+  if mode == 'error' then needle = args[5] or '' end
+  -- replay_many's walk and cursor, old generation first, only letters dead
+  -- when the first call ran.
+  local cursor = walk_dead(k, base, now, args[4] or '', limit, needle,
+    function(g, id, m, score)
+      take(g, id, m, score)
+      taken = taken + 1
+    end,
+    function() return bytes >= REPLY_BYTES or taken >= REDRIVE_BATCH end)
+  if cursor == nil then return { 'bad_cursor' } end
+  out[2] = cursor
   return out
 end
 
