@@ -21,7 +21,7 @@ STEPS="$(dirname "$0")/claim_steps.lua"
 OUT=$(mktemp -d "${TMPDIR:-/tmp}/retryd-cgclaim.XXXXXX")
 P=$(free_port)
 vg=""
-cleanup() { [ -z "$vg" ] || stop_pid "$vg"; rm -rf "$OUT"; }
+cleanup() { [ -z "$vg" ] || stop_pid "$vg"; [ -n "${KEEP:-}" ] && cp "$OUT"/callgrind.out.* "$KEEP" 2>/dev/null; rm -rf "$OUT"; }
 trap cleanup EXIT
 valgrind --tool=callgrind --callgrind-out-file="$OUT/callgrind.out" \
     redis-server --port "$P" --bind 127.0.0.1 --save '' --appendonly no >"$OUT/redis.log" 2>&1 &

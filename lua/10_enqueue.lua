@@ -41,10 +41,11 @@ local function enqueue(keys, args)
   end
   local timer = -1
   local id = redis.call('INCR', k.seq)
+  local id_arg = int_arg(id)
   if id == 1 then series_start(base, now) end  -- docs/series.md
-  local mkey = message_key(base, id)
+  local mkey = message_key(base, id_arg)
   if idem_key then
-    redis.call('SET', idem_key, id, 'PX', IDEMPOTENCY_TTL_MS)
+    redis.call('SET', idem_key, id_arg, 'PX', int_arg(IDEMPOTENCY_TTL_MS))
   end
   local m = { payload = payload, retry_count = 0, max_retries = max_retries, created_at = now,
               updated_at = now, lease_at = now, serial = 0 }
@@ -52,14 +53,14 @@ local function enqueue(keys, args)
   if delay_ms > 0 then
     m.retry_after = now + delay_ms
     store_message(mkey, m)
-    redis.call('ZADD', k.scheduled, now + delay_ms, id)
+    redis.call('ZADD', k.scheduled, int_arg(now + delay_ms), id_arg)
     if hinting then timer = need_timer(k, now, now + delay_ms) end
   else
     store_message(mkey, m)
-    redis.call('LPUSH', k.ready, id)
+    redis.call('LPUSH', k.ready, id_arg)
     notify(k)
   end
-  redis.call('HINCRBY', k.stats, 'enqueued', 1)
+  redis.call('HINCRBY', k.stats, 'enqueued', '1')
   if hinting and args[6] then return { 'ok', id, now, timer, max_retries } end
   if hinting then return { 'ok', id, now, timer } end
   return { 'ok', id, now }

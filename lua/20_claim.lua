@@ -20,7 +20,8 @@ local function claim_into(k, base, now, lease_ms, count, out, worker)
   local got = 0
   local deadline = now + lease_ms
   -- Reserve `count` serials in one call; give back the ones not used.
-  local serial = redis.call('HINCRBY', k.stats, 'claimed', count) - count
+  local serial = redis.call('HINCRBY', k.stats, 'claimed', int_arg(count)) - count
+  local deadline_arg = int_arg(deadline)
   local skipped = 0
   local bytes, full = 0, false
   -- The new generation's due then ready list, then, only when they did not
@@ -36,7 +37,7 @@ local function claim_into(k, base, now, lease_ms, count, out, worker)
       due, ready = o.due, o.ready
     end
     while not full and got < count and skipped <= 100 do
-      local popped = redis.call('LMPOP', 2, due, ready, 'RIGHT', 'COUNT', count - got)
+      local popped = redis.call('LMPOP', '2', due, ready, 'RIGHT', 'COUNT', int_arg(count - got))
       if not popped then break end
       local from, ids = popped[1], popped[2]
       for i = 1, #ids do
@@ -57,7 +58,7 @@ local function claim_into(k, base, now, lease_ms, count, out, worker)
           bytes = bytes + size
           serial = serial + 1
           set_lease(mkey, m, now, serial, worker)
-          redis.call('ZADD', k.processing, deadline, id)
+          redis.call('ZADD', k.processing, deadline_arg, id)
           out[#out + 1] = reply_message(id, m, 'processing', deadline)
           got = got + 1
         else
@@ -66,7 +67,7 @@ local function claim_into(k, base, now, lease_ms, count, out, worker)
       end
     end
   end
-  if got < count then redis.call('HINCRBY', k.stats, 'claimed', got - count) end
+  if got < count then redis.call('HINCRBY', k.stats, 'claimed', int_arg(got - count)) end
   flow.spent(k, now, got)
   -- Retries this call made due and left behind are claimable now: tell the
   -- waiters, as a tick that promoted them would have.

@@ -1,10 +1,10 @@
 -- Moves a processing message (checked by load_for, m its message) to
 -- succeeded at now: the indexes and 5 header bytes (updated_at). The caller
 -- counts it in the stats (once per call for a batch).
+-- m: as take_leased returned it (the id is off the processing index).
 local function succeed_message(k, mkey, id, now, m)
-  redis.call('ZREM', k.processing, id)
   set_updated(mkey, m, now)
-  redis.call('ZADD', k.succeeded, now, id)
+  redis.call('ZADD', k.succeeded, int_arg(now), id)
 end
 
 -- succeed: a processing message is done.
@@ -22,12 +22,12 @@ local function succeed(keys, args)
   local ttl = to_int(args[3] or '0')
   if ttl == nil then return bad_arg('succeeded_ttl_ms') end
   local k = queue_keys(base)
-  local m, err = load_for(k, mkey, id, 'processing', token)
+  local m, err = take_leased(k, mkey, id, token)
   if not m then return err end
   local now = now_ms()
   succeed_message(k, mkey, id, now, m)
   flow.freed(k)
-  redis.call('HINCRBY', k.stats, 'succeeded', 1)
+  redis.call('HINCRBY', k.stats, 'succeeded', '1')
   local msg = reply_message(id, m, 'succeeded')
   if args[3] == nil then return { 'ok', msg } end
   return { 'ok', msg, retention_hint(k, now, ttl) }

@@ -92,7 +92,12 @@ local function settle_claim(keys, args)
     local mkey = message_key(base, id)
     local succeeding = args[at + 2] == 'succeeded'
     -- A success writes header bytes only: it reads no more than the header.
-    local m, e = load_for(k, mkey, id, 'processing', args[at + 1], succeeding)
+    local m, e
+    if succeeding then
+      m, e = take_leased(k, mkey, id, args[at + 1], true)
+    else
+      m, e = load_for(k, mkey, id, 'processing', args[at + 1])
+    end
     if not m then
       statuses[#statuses + 1] = e[1]
     elseif succeeding then
@@ -111,7 +116,7 @@ local function settle_claim(keys, args)
   end
   if succeeded > 0 then
     flow.freed(k)
-    redis.call('HINCRBY', k.stats, 'succeeded', succeeded)
+    redis.call('HINCRBY', k.stats, 'succeeded', int_arg(succeeded))
     if hinted then hint(retention_hint(k, now, succeeded_ttl)) end
   end
 

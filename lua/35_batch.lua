@@ -60,7 +60,7 @@ local function succeed_many(keys, args)
   for i = 1, #args, 2 do
     local id, token = args[i], args[i + 1]
     local mkey = message_key(base, id)
-    local m, err = load_for(k, mkey, id, 'processing', token, true)
+    local m, err = take_leased(k, mkey, id, token, true)
     if not m then
       out[#out + 1] = err[1]
     else
@@ -72,7 +72,7 @@ local function succeed_many(keys, args)
   local timer = -1
   if done > 0 then
     flow.freed(k)
-    redis.call('HINCRBY', k.stats, 'succeeded', done)
+    redis.call('HINCRBY', k.stats, 'succeeded', int_arg(done))
     if hinting then timer = retention_hint(k, now, ttl) end
   end
   if hinting then out[#out + 1] = timer end

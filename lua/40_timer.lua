@@ -240,8 +240,10 @@ local function tick(keys, args)
   if args[4] ~= '1' then return { promoted, reclaimed, expired, wait, ready } end
   if wait >= 0 then
     redis.call('SET', k.timer, now + wait, 'PX', wait + TIMER_GRACE_MS)
+    k.timer_at = now + wait
   else
     redis.call('DEL', k.timer)
+    k.timer_at = false
   end
   local empty = 0
   if wait < 0 and ready == 0 and
