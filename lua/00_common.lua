@@ -46,7 +46,7 @@ local flow = {}
 -- ids whose record is a STRING; retryd_v2's "<base>:<name>" hold only ids
 -- whose record is a HASH (old_keys). The rest is shared by both generations
 -- (docs/storage.md "Two generations of indexes").
-local function queue_keys(base)
+local function key_names(base)
   local g = base .. ':3:'
   return {
     base       = base,
@@ -70,6 +70,24 @@ local function queue_keys(base)
     policy     = base .. ':policy',      -- HASH: the queue's policy (15_policy.lua)
     bucket     = base .. ':bucket',      -- STRING "<tokens> <at>": its rate limit's bucket
   }
+end
+
+-- A call's table of its queue's keys. The names are built once per queue and
+-- kept (a call's own scratch fields, such as the policy it read, go in the
+-- table it gets, never in the kept names): building them was a twentieth of
+-- a claim. At most KEY_NAMES_KEPT queues' names are kept; then they are
+-- dropped all at once and built again as calls come.
+local KEY_NAMES_KEPT = 1000
+local kept_names, kept_count = {}, 0
+local function queue_keys(base)
+  local mt = kept_names[base]
+  if not mt then
+    if kept_count >= KEY_NAMES_KEPT then kept_names, kept_count = {}, 0 end
+    mt = { __index = key_names(base) }
+    kept_names[base] = mt
+    kept_count = kept_count + 1
+  end
+  return setmetatable({}, mt)
 end
 
 -- The indexes retryd_v2 wrote (the old generation), beside the shared keys a
@@ -307,8 +325,15 @@ end
 local function reply_message(id, m, status, score)
   local out = { 'id', id, 'payload', m.payload,
                 'status', status == 'redriving' and 'dead' or status,
-                'retry_count', ms_text(m.retry_count), 'max_retries', ms_text(m.max_retries),
+                'retry_count', int_arg(m.retry_count), 'max_retries', int_arg(m.max_retries),
                 'created_at', ms_text(m.created_at), 'updated_at', ms_text(m.updated_at) }
+  if status == 'processing' and not (m.retry_after or m.last_error or m.idempotency_key
+                                     or m.history or m.origin_queue or m.worker) then
+    -- A claim's usual message: nothing optional.
+    out[15], out[16] = 'lease_token', lease_token(m)
+    out[17], out[18] = 'lease_expires_at', ms_text(tonumber(score))
+    return out
+  end
   local function add(name, value)
     out[#out + 1] = name
     out[#out + 1] = value

@@ -4491,6 +4491,40 @@ static void test_max_in_flight(void **state)
     assert_int_equal(zcard(qkey(&q, "3:processing")), 1);
 }
 
+/* The library keeps each queue's key names between calls, for at most 1000
+ * queues at a time: 1,100 queues in turn (past the bound, so the kept names
+ * are dropped and built again), each claim answers from its own queue, and a
+ * pause read by one call is not seen by the next queue's call. */
+static void test_many_queues_keep_their_own_keys(void **state)
+{
+    enum { QUEUES = 1100 };
+    queue_t *qs = calloc(QUEUES, sizeof *qs);
+    assert_non_null(qs);
+    char payload[32];
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < QUEUES; i++) {
+            if (round == 0) {
+                queue_t q;
+                queue_init(&q, "kept");
+                qs[i] = q;
+            }
+            snprintf(payload, sizeof payload, "p-%d-%d", i, round);
+            enqueue_ok(&qs[i], payload, 3, 0);
+        }
+        int_reply(fcall("pause", &qs[0], -1, "1", END));
+        expect_nothing_to_claim(&qs[0]);
+        int_reply(fcall("pause", &qs[0], -1, "0", END));
+        for (int i = 0; i < QUEUES; i++) {
+            msg_t m;
+            claim_one(&qs[i], 30000, &m);
+            snprintf(payload, sizeof payload, "p-%d-%d", i, round);
+            assert_string_equal(msg_str(&m, "payload"), payload);
+            expect_ok_msg(fcall("succeed", &qs[i], m.id, "", END), &m);
+        }
+    }
+    free(qs);
+}
+
 /* A bucket of burst 3 at 10/s: three at once, then one per 100 ms; a claim
  * held back says when the next token is due. */
 static void test_rate_limit_bucket(void **state)
@@ -5554,6 +5588,7 @@ int main(void)
         cmocka_unit_test(test_policy_precedence),
         cmocka_unit_test(test_pause_resume),
         cmocka_unit_test(test_max_in_flight),
+        cmocka_unit_test(test_many_queues_keep_their_own_keys),
         cmocka_unit_test(test_rate_limit_bucket),
         cmocka_unit_test(test_rate_changed_mid_bucket),
         cmocka_unit_test(test_policy_retention),
