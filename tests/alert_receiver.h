@@ -42,6 +42,7 @@ static struct {
     atomic_int mode;
     atomic_bool stop;
     atomic_int requests, failed, stalled;
+    atomic_int conns;             /* connection threads still running */
     pthread_mutex_t lock;
     char *delivered[MAX_EVENTS];  /* bodies answered 2xx, in order */
     int at[MAX_EVENTS];           /* the receiver (0, 1) each came to */
@@ -120,6 +121,7 @@ static inline void *recv_conn(void *arg)
     }
 out:
     close(fd);
+    atomic_fetch_sub(&g_recv.conns, 1);
     return NULL;
 }
 
@@ -134,10 +136,13 @@ static inline void *recv_main(void *arg)
             int fd = accept(p[which].fd, NULL, NULL);
             if (fd < 0) continue;
             pthread_t t;
-            if (pthread_create(&t, NULL, recv_conn, (void *)(((intptr_t)fd << 1) | which)) == 0)
+            atomic_fetch_add(&g_recv.conns, 1);
+            if (pthread_create(&t, NULL, recv_conn, (void *)(((intptr_t)fd << 1) | which)) == 0) {
                 pthread_detach(t);
-            else
+            } else {
+                atomic_fetch_sub(&g_recv.conns, 1);
                 close(fd);
+            }
         }
     }
     return NULL;
@@ -173,7 +178,15 @@ static inline void recv_stop(void)
     pthread_join(g_recv.thread, NULL);
     close(g_recv.fd);
     close(g_recv.fd2);
-    e2e_pause_ms(300);  /* connection threads see the flag within their 200 ms read timeout */
+    /* Connection threads see the flag within their 200 ms read timeout (or
+     * after a SLOW_MS answer); the bodies are freed once none is left. */
+    long long deadline = e2e_mono_ms() + 5000;
+    while (atomic_load(&g_recv.conns) > 0 && e2e_mono_ms() < deadline) e2e_pause_ms(10);
+    if (atomic_load(&g_recv.conns) > 0) {
+        fprintf(stderr, "alert receiver: %d connection threads still running after 5 s\n",
+                atomic_load(&g_recv.conns));
+        return;   /* they may still record: the bodies are left to the exit */
+    }
     for (int i = 0; i < g_recv.ndelivered; i++) free(g_recv.delivered[i]);
 }
 

@@ -1985,13 +1985,20 @@ static void test_rate_limited_long_poll_sleeps(void **state)
     e2e_expect_json(&r, 200);
     enqueue(q, "{\"payload\":\"a\"}");
     long long second = enqueue(q, "{\"payload\":\"b\"}");
+    /* The next token is due 1.25 s after the claim that takes this one:
+     * no sooner than 1.25 s after a clock read before that claim, no later
+     * than 1.25 s after one read after it. */
+    long long before_token = e2e_mono_ms();
     assert_true(claim_one(q, 30, NULL, 0) > 0);  /* takes the only token */
     long long held = queue_counter(q, "held_rate");
     long long t0 = e2e_mono_ms();
     http(&r, "POST", e2e_fmt("/queues/%s/claim", q), "{\"wait_seconds\":5}");
-    long long took = e2e_mono_ms() - t0;
+    long long end = e2e_mono_ms(), took = end - t0;
     assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "id"), second);
-    assert_true(took >= 900 && took < 2500);     /* a token per 1.25 s */
+    if (end - before_token < 900 || took >= 2500)   /* a token per 1.25 s */
+        fail_msg("claimed %lld ms after the token was taken (%lld ms after the long-poll was "
+                 "sent), want at least 900 (and under 2500 after it was sent)",
+                 end - before_token, took);
     /* Every claim the rate limit held back counts in held_rate: a busy loop
      * would count hundreds. */
     long long tries = queue_counter(q, "held_rate") - held;

@@ -987,22 +987,70 @@ static void expect_claims_ran(const latency_t *l, const char *label)
     if (l->n < 1) fail_msg("%s: no claim on another queue ran during the replay", label);
 }
 
-/* "A few milliseconds per call at most", measured where Redis measures it:
- * fails when SLOWLOG holds a call slower than 10 ms whose function name
- * contains `fn`. */
-static void expect_no_slow_calls(const char *fn)
+/* How long Redis's main thread has waited for a CPU, in us (run_delay of
+ * /proc/PID/schedstat, PID from INFO server); -1 when this host does not say
+ * (e.g. Redis runs elsewhere). Printed with a slow round, to tell why. */
+static long long redis_run_delay_us(void)
 {
+    redisReply *info = rcmd("INFO server");
+    const char *at = info->type == REDIS_REPLY_STRING ? strstr(info->str, "process_id:") : NULL;
+    long pid = at ? strtol(at + strlen("process_id:"), NULL, 10) : 0;
+    freeReplyObject(info);
+    long long run_ns = -1, delay_ns = -1;
+    FILE *f = pid > 0 ? fopen(e2e_fmt("/proc/%ld/schedstat", pid), "r") : NULL;
+    if (f == NULL) return -1;
+    int got = fscanf(f, "%lld %lld", &run_ns, &delay_ns);
+    fclose(f);
+    return got == 2 && run_ns > 0 ? delay_ns / 1000 : -1;
+}
+
+/* SLOWLOG entries from here on are the calls being measured; returns
+ * redis_run_delay_us() now. */
+static long long slow_round_begin(void)
+{
+    freeReplyObject(rcmd("SLOWLOG RESET"));
+    return redis_run_delay_us();
+}
+
+enum { SLOW_ROUNDS = 5 };
+
+/* "A few milliseconds per call at most", measured where Redis measures it:
+ * SLOWLOG (10 ms) since slow_round_begin, calls of the batch replay and of
+ * the claims beside it (function names matched whole; the setup's calls came
+ * before). SLOWLOG times a call by the wall clock, which on a loaded host
+ * includes the time Redis waited for a CPU while it ran, so a round with a
+ * slow call is measured again (true: the caller runs another round); a call
+ * slow by its own work is slow in every round, and the test fails when all
+ * SLOW_ROUNDS rounds had one. */
+static bool slow_round(const char *label, int round, long long delay0)
+{
+    static const char *const fns[] = { RD_FUNCTION("replay_many"), RD_FUNCTION("claim") };
+    long long now = delay0 >= 0 ? redis_run_delay_us() : -1;
     redisReply *slow = rcmd("SLOWLOG GET 128");
     assert_int_equal(slow->type, REDIS_REPLY_ARRAY);
+    long long worst = 0;
+    const char *worst_fn = NULL;
     for (size_t i = 0; i < slow->elements; i++) {
         const redisReply *e = slow->element[i];
         const redisReply *args = e->element[3];
-        if (args->elements < 2 || strstr(args->element[1]->str, fn) == NULL) continue;
-        long long us = e->element[2]->integer;
-        freeReplyObject(slow);
-        fail_msg("a %s call held Redis for %lld us (SLOWLOG; want under 10 ms)", fn, us);
+        if (args->elements < 2) continue;
+        for (size_t f = 0; f < sizeof fns / sizeof fns[0]; f++)
+            if (strcmp(args->element[1]->str, fns[f]) == 0 && e->element[2]->integer > worst) {
+                worst = e->element[2]->integer;
+                worst_fn = fns[f];
+            }
     }
     freeReplyObject(slow);
+    if (worst_fn == NULL) return false;
+    printf("test_ops: %s, round %d: a %s call took %lld us by the wall clock (Redis waited %lld "
+           "us for a CPU in the round)%s\n", label, round, worst_fn, worst,
+           now >= 0 ? now - delay0 : -1LL, round < SLOW_ROUNDS ? ": measured again" : "");
+    fflush(stdout);
+    if (round >= SLOW_ROUNDS)
+        fail_msg("%s: a call held Redis for 10 ms or more in each of %d rounds, the last a %s "
+                 "call for %lld us (SLOWLOG; want under 10 ms)", label, SLOW_ROUNDS, worst_fn,
+                 worst);
+    return true;
 }
 
 static void test_bulk_replay_and_claim_latency(void **state)
@@ -1021,30 +1069,43 @@ static void test_bulk_replay_and_claim_latency(void **state)
     snprintf(was, sizeof was, "%s", old->element[1]->str);
     freeReplyObject(old);
     freeReplyObject(rcmd("CONFIG SET slowlog-log-slower-than 10000"));
-    freeReplyObject(rcmd("SLOWLOG RESET"));
 
     assert_int_equal(fcall_kill_all(q, ids, BULK_DEAD + 100, false), BULK_DEAD);
-    assert_int_equal(dead_total(q), BULK_DEAD);
-    latency_t all = replay_under_probe(q, other, "{\"all\":true}", "all 1500");
-    long long replayed_total = all.replayed;
-    assert_int_equal(all.replayed, BULK_DEAD);
-    assert_int_equal(dead_total(q), 0);
-    assert_int_equal(rint_cmd("ZCARD %s", qkey(q, ":errors")), 0);
-    assert_int_equal(rint_cmd("LLEN %s", qkey(q, ":3:due")), BULK_DEAD);
-    assert_int_equal(hget_int(qkey(q, ":stats"), "replayed"), replayed_total);
+    long long replayed_total = 0;
+    latency_t all;
+    for (int round = 1;; round++) {
+        if (round > 1)   /* the 1500 are due again: dead again */
+            assert_int_equal(fcall_kill_all(q, ids, BULK_DEAD + 100, false), BULK_DEAD);
+        assert_int_equal(dead_total(q), BULK_DEAD);
+        long long delay0 = slow_round_begin();
+        all = replay_under_probe(q, other, "{\"all\":true}", "all 1500");
+        replayed_total += all.replayed;
+        assert_int_equal(all.replayed, BULK_DEAD);
+        assert_int_equal(dead_total(q), 0);
+        assert_int_equal(rint_cmd("ZCARD %s", qkey(q, ":errors")), 0);
+        assert_int_equal(rint_cmd("LLEN %s", qkey(q, ":3:due")), BULK_DEAD);
+        assert_int_equal(hget_int(qkey(q, ":stats"), "replayed"), replayed_total);
+        if (!slow_round("all 1500", round, delay0)) break;
+    }
 
     /* Again, half smtp and half dns (many with the same time of death, so
      * the cursor walks ties): error_contains replays exactly the smtp half. */
     assert_int_equal(fcall_kill_all(q, ids, BULK_DEAD + 100, true), BULK_DEAD);
-    latency_t err = replay_under_probe(q, other, "{\"error_contains\":\"smtp\"}",
-                                       "error_contains over 1500");
-    assert_int_equal(err.replayed, BULK_DEAD / 2);
-    assert_int_equal(dead_total(q), BULK_DEAD / 2);
-    assert_false(rnil("ZSCORE %s %s", qkey(q, ":errors"), "dns: no such host"));
-    assert_true(rnil("ZSCORE %s %s", qkey(q, ":errors"), "smtp: 421 too many connections"));
-
-    expect_no_slow_calls("replay_many");
-    expect_no_slow_calls("claim");
+    latency_t err;
+    for (int round = 1;; round++) {
+        if (round > 1)   /* the smtp half is due again: dead again, of smtp */
+            assert_int_equal(fcall_kill_all(q, ids, BULK_DEAD + 100, true), BULK_DEAD / 2);
+        assert_int_equal(dead_total(q), BULK_DEAD);
+        long long delay0 = slow_round_begin();
+        err = replay_under_probe(q, other, "{\"error_contains\":\"smtp\"}",
+                                 "error_contains over 1500");
+        replayed_total += err.replayed;
+        assert_int_equal(err.replayed, BULK_DEAD / 2);
+        assert_int_equal(dead_total(q), BULK_DEAD / 2);
+        assert_false(rnil("ZSCORE %s %s", qkey(q, ":errors"), "dns: no such host"));
+        assert_true(rnil("ZSCORE %s %s", qkey(q, ":errors"), "smtp: 421 too many connections"));
+        if (!slow_round("error_contains over 1500", round, delay0)) break;
+    }
     freeReplyObject(rcmd("CONFIG SET slowlog-log-slower-than %s", was));
 
     /* ids: the 750 dns ones and 250 that are not dead, 1000 in one body. */
@@ -1061,7 +1122,7 @@ static void test_bulk_replay_and_claim_latency(void **state)
     rd_buf_free(&body);
     assert_int_equal(by_ids.replayed, BULK_DEAD / 2);
     assert_int_equal(dead_total(q), 0);
-    assert_int_equal(hget_int(qkey(q, ":stats"), "replayed"), replayed_total + BULK_DEAD);
+    assert_int_equal(hget_int(qkey(q, ":stats"), "replayed"), replayed_total + BULK_DEAD / 2);
 
     expect_claims_ran(&all, "all");
     expect_claims_ran(&err, "error_contains");
