@@ -6,16 +6,18 @@
 # calls of one function counted. Instructions do not depend on the machine's
 # neighbours, so steps can be compared where µs cannot.
 #
-#   bench/callgrind_claim.sh LUA_LIB FUNCTION [N=10000]
+#   bench/callgrind_claim.sh LUA_LIB FUNCTION [N=10000] [COUNT=1]
 #
 # FUNCTION: "claim" (retryd's claim, count 1, with timer hints, as the daemon
 # calls it), "settle_claim" (the worker loop's call as the daemon makes it:
 # succeed message i, claim message i+1, count 1, with timer hints; ids are
 # claimed FIFO, so call i settles id i), "enqueue" (as the daemon calls it,
 # max_retries defaulted) or a function of bench/claim_steps.lua (claim_step0
-# .. claim_step7).
+# .. claim_step7). COUNT (claim and settle_claim): messages per call; the
+# figure is then per call of COUNT messages (settle_claim settles the COUNT
+# claimed by the call before).
 set -euo pipefail
-LUA_LIB=$1 FN=$2 N=${3:-10000}
+LUA_LIB=$1 FN=$2 N=${3:-10000} COUNT=${4:-1}
 source "$(dirname "$0")/../scripts/lib.sh"
 STEPS="$(dirname "$0")/claim_steps.lua"
 OUT=$(mktemp -d "${TMPDIR:-/tmp}/retryd-cgclaim.XXXXXX")
@@ -30,26 +32,28 @@ for _ in $(seq 150); do [ "$(redis_ping "$P")" = PONG ] && break; sleep 0.2; don
 redis-cli -p "$P" -x FUNCTION LOAD REPLACE <"$LUA_LIB" >/dev/null
 redis-cli -p "$P" -x FUNCTION LOAD REPLACE <"$STEPS" >/dev/null
 payload=$(head -c 100 /dev/zero | tr '\0' x)
-redis-benchmark -p "$P" -n $((N + N / 5)) -P 16 -c 4 -q \
+redis-benchmark -p "$P" -n $(((N + N / 5) * COUNT)) -P 16 -c 4 -q \
     FCALL retryd_v3_enqueue 1 'retryd:{b}' "$payload" 3 0 >/dev/null
 [ "$FN" != settle_claim ] ||
-    redis-cli -p "$P" FCALL retryd_v3_claim 1 'retryd:{b}' 30000 1 1 >/dev/null
+    redis-cli -p "$P" FCALL retryd_v3_claim 1 'retryd:{b}' 30000 "$COUNT" 1 >/dev/null
 callgrind_control -z "$vg" >/dev/null 2>&1
 if [ "$FN" = claim ]; then
-    redis-benchmark -p "$P" -n "$N" -P 16 -c 4 -q FCALL retryd_v3_claim 1 'retryd:{b}' 30000 1 1 >/dev/null
+    redis-benchmark -p "$P" -n "$N" -P 16 -c 4 -q FCALL retryd_v3_claim 1 'retryd:{b}' 30000 "$COUNT" 1 >/dev/null
 elif [ "$FN" = enqueue ]; then
     redis-benchmark -p "$P" -n "$N" -P 16 -c 4 -q \
         FCALL retryd_v3_enqueue 1 'retryd:{b}' "$payload" 3 0 '' 1 default >/dev/null
 elif [ "$FN" = settle_claim ]; then
     # Message 1 is claimed before the counters are zeroed (below, uncounted).
     # In the protocol's own framing (as a client library sends it).
-    seq "$N" | awk '{
-        n = split("FCALL retryd_v3_settle_claim 1 retryd:{b} 30000 1 1 " $1 " - succeeded - 1 -1 2592000000 3600000 flag", a, " ")
+    seq "$N" | awk -v c="$COUNT" '{
+        s = ""
+        for (j = 0; j < c; j++) s = s " " (($1 - 1) * c + j + 1) " - succeeded - 1 -1"
+        n = split("FCALL retryd_v3_settle_claim 1 retryd:{b} 30000 " c " " c s " 2592000000 3600000 flag", a, " ")
         printf "*%d\r\n", n
         for (i = 1; i <= n; i++) { v = (a[i] == "-") ? "" : a[i]; printf "$%d\r\n%s\r\n", length(v), v }
     }' | redis-cli -p "$P" --pipe >/dev/null
     settled=$(redis-cli -p "$P" HGET 'retryd:{b}:stats' succeeded)
-    [ "$settled" = "$N" ] || { echo "settle_claim: $settled of $N settled" >&2; exit 1; }
+    [ "$settled" = $((N * COUNT)) ] || { echo "settle_claim: $settled of $((N * COUNT)) settled" >&2; exit 1; }
 else
     redis-benchmark -p "$P" -n "$N" -P 16 -c 4 -q FCALL "$FN" 1 'retryd:{b}' >/dev/null
 fi
@@ -60,4 +64,4 @@ vg=""
 total=$(callgrind_annotate "$OUT/callgrind.out.1" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }')
 how="redis-benchmark -P 16 -c 4"
 [ "$FN" != settle_claim ] || how="redis-cli --pipe, one connection, in order"
-echo "$FN: $((total / N)) instructions per call ($N calls, $how)"
+echo "$FN: $((total / N)) instructions per call of $COUNT ($N calls, $how)"

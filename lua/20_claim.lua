@@ -59,7 +59,7 @@ local function claim_into(k, base, now, lease_ms, count, out, worker)
           serial = serial + 1
           set_lease(mkey, m, now, serial, worker)
           redis.call('ZADD', k.processing, deadline_arg, id)
-          out[#out + 1] = reply_message(id, m, 'processing', deadline)
+          out[#out + 1] = leased_reply(id, m, deadline)
           got = got + 1
         else
           skipped = skipped + 1
@@ -89,7 +89,10 @@ end
 -- FIFO; at most REPLY_BYTES of messages (always at least one), so a batch
 -- may come back short.
 -- Returns {"ok", message, ...}: zero messages when nothing is claimable. Each
--- message carries lease_token (unique per claim) and lease_expires_at. With
+-- message is leased_reply's positional array (00_common.lua): {id, payload,
+-- retry_count, max_retries, created_at, updated_at, lease_expires_at,
+-- lease_token (unique per claim)}, then its optional fields as name, value
+-- pairs. With
 -- ARGV[3] a timer hint follows the messages: the one of the new leases'
 -- deadline (need_timer), -1 when none was needed. With ARGV[4] (and ARGV[3])
 -- one more value ends the reply: when the rate limit held the claim back, the

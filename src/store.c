@@ -196,13 +196,12 @@ static bool is_array(const rd_reply_t *r, size_t min_len)
     return rd_reply_type(r) == RD_REPLY_ARRAY && rd_reply_len(r) >= min_len;
 }
 
-static bool parse_message(const rd_reply_t *flat, rd_message_t *m)
+/* The name, value pairs of flat from element `from` on into m. */
+static bool parse_fields(const rd_reply_t *flat, size_t from, rd_message_t *m)
 {
-    rd_message_init(m);
-    if (!is_array(flat, 2)) return false;
     size_t n = rd_reply_len(flat);
-    if (n % 2 != 0) return false;
-    for (size_t i = 0; i < n; i += 2) {
+    if ((n - from) % 2 != 0) return false;
+    for (size_t i = from; i < n; i += 2) {
         size_t name_len, value_len;
         const char *name = rd_reply_str(rd_reply_at(flat, i), &name_len);
         const char *value = rd_reply_str(rd_reply_at(flat, i + 1), &value_len);
@@ -221,8 +220,59 @@ static bool parse_message(const rd_reply_t *flat, rd_message_t *m)
         if (value == NULL) return false;
         rd_message_set_field(m, name, name_len, value, value_len);
     }
+    return true;
+}
+
+/* A message as {"id", id, field, value, ...} (reply_message in the library). */
+static bool parse_message(const rd_reply_t *flat, rd_message_t *m)
+{
+    rd_message_init(m);
+    if (!is_array(flat, 2) || !parse_fields(flat, 0, m)) return false;
     /* {"id", id} alone: an idempotent duplicate whose message was deleted. */
-    return m->id > 0 && (m->status != RD_STATUS_UNKNOWN || n == 2);
+    return m->id > 0 && (m->status != RD_STATUS_UNKNOWN || rd_reply_len(flat) == 2);
+}
+
+/* A message a claim leased (leased_reply in the library): {id, payload,
+ * retry_count, max_retries, created_at, updated_at, lease_expires_at,
+ * lease_token} by position, numbers as integers, then optional name, value
+ * pairs. */
+enum { LEASED_HEAD = 8 };
+static bool parse_leased(const rd_reply_t *r, rd_message_t *m)
+{
+    rd_message_init(m);
+    if (!is_array(r, LEASED_HEAD)) return false;
+    size_t payload_len, token_len;
+    const char *payload = rd_reply_str(rd_reply_at(r, 1), &payload_len);
+    const char *token = rd_reply_str(rd_reply_at(r, 7), &token_len);
+    long long retry_count, max_retries;
+    if (payload == NULL || token == NULL || !rd_reply_int(rd_reply_at(r, 0), &m->id) ||
+        !rd_reply_int(rd_reply_at(r, 2), &retry_count) ||
+        !rd_reply_int(rd_reply_at(r, 3), &max_retries) ||
+        !rd_reply_int(rd_reply_at(r, 4), &m->created_at_ms) ||
+        !rd_reply_int(rd_reply_at(r, 5), &m->updated_at_ms) ||
+        !rd_reply_int(rd_reply_at(r, 6), &m->lease_expires_at_ms))
+        return false;
+    m->status = RD_STATUS_PROCESSING;
+    m->payload = (rd_str_t){ payload, payload_len };
+    m->lease_token = (rd_str_t){ token, token_len };
+    m->retry_count = (int)retry_count;
+    m->max_retries = (int)max_retries;
+    return parse_fields(r, LEASED_HEAD, m) && m->id > 0;
+}
+
+/* Parses leased messages from reply elements [from, to) into *out. */
+static bool parse_leased_messages(const rd_reply_t *reply, size_t from, size_t to,
+                                  rd_message_t **out, size_t *count)
+{
+    *count = 0;
+    if (!is_array(reply, from) || to > rd_reply_len(reply)) return false;
+    if (to == from) return true;
+    *out = rd_calloc(to - from, sizeof **out);
+    for (size_t i = from; i < to; i++) {
+        if (!parse_leased(rd_reply_at(reply, i), &(*out)[*count])) return false;
+        (*count)++;
+    }
+    return true;
 }
 
 /* Parses messages from reply elements [from, to) into *out (*count of them). */
@@ -289,7 +339,7 @@ static bool parse_settled(const rd_reply_t *reply, rd_store_settled_t *res, long
     size_t n = rd_reply_len(reply);
     if (!rd_reply_int(rd_reply_at(reply, n - 1), hint)) return false;
     if (!parse_strings(rd_reply_at(reply, 1), &res->outcomes, &res->settled)) return false;
-    return parse_messages(reply, 2, n - 1, &res->messages, &res->count);
+    return parse_leased_messages(reply, 2, n - 1, &res->messages, &res->count);
 }
 
 static bool parse_stats(const rd_reply_t *reply, rd_queue_stats_t *st)
@@ -459,7 +509,7 @@ static bool parse_reply(const op_t *op, const rd_reply_t *reply, result_t *res, 
             n--;
         }
         return n >= 2 && rd_reply_int(rd_reply_at(reply, n - 1), hint) &&
-               parse_messages(reply, 1, n - 1, &m->messages, &m->count);
+               parse_leased_messages(reply, 1, n - 1, &m->messages, &m->count);
     }
     case KIND_POLICY:
         return parse_policy(reply, &res->policy);

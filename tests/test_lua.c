@@ -235,23 +235,64 @@ static void history_text(const redisReply *v, field_t *f)
     }
 }
 
+static void msg_add(msg_t *m, const char *name, const char *value, size_t len)
+{
+    assert_true(m->nfields < MAX_FIELDS);
+    assert_true(strlen(name) < sizeof m->f[0].name);
+    assert_true(len < MAX_VALUE);
+    field_t *f = &m->f[m->nfields++];
+    strcpy(f->name, name);
+    memcpy(f->value, value, len);
+    f->value[len] = '\0';
+    f->len = len;
+}
+
+/* A value that is an integer reply or a decimal string: the id (enqueue
+ * replies with INCR's integer, others with the id they were given or read). */
+static long long int_or_text(const redisReply *v, const char *what)
+{
+    if (v->type == REDIS_REPLY_INTEGER) return v->integer;
+    if (v->type != REDIS_REPLY_STRING) fail_msg("%s has reply type %d", what, v->type);
+    return parse_int(v->str, v->len, what);
+}
+
+/* A message a claim leased, by position (leased_reply in lua/00_common.lua):
+ * {id, payload, retry_count, max_retries, created_at, updated_at,
+ * lease_expires_at, lease_token}, numbers as integer replies, then optional
+ * name, value pairs. Read into the same fields as reply_message's form,
+ * status "processing" added, so the assertions read either alike. */
+static size_t msg_parse_leased(const redisReply *r, msg_t *m)
+{
+    static const char *const ints[] = { NULL, NULL, "retry_count", "max_retries", "created_at",
+                                        "updated_at", "lease_expires_at" };
+    assert_true(r->elements >= 8 && r->elements % 2 == 0);
+    m->id = int_or_text(r->element[0], "id");
+    assert_int_equal(r->element[1]->type, REDIS_REPLY_STRING);
+    msg_add(m, "payload", r->element[1]->str, r->element[1]->len);
+    msg_add(m, "status", "processing", strlen("processing"));
+    for (size_t i = 2; i <= 6; i++) {
+        if (r->element[i]->type != REDIS_REPLY_INTEGER)
+            fail_msg("leased %s is reply type %d, not an integer", ints[i], r->element[i]->type);
+        char text[32];
+        int n = snprintf(text, sizeof text, "%lld", r->element[i]->integer);
+        msg_add(m, ints[i], text, (size_t)n);
+    }
+    assert_int_equal(r->element[7]->type, REDIS_REPLY_STRING);
+    msg_add(m, "lease_token", r->element[7]->str, r->element[7]->len);
+    return 8;
+}
+
 static void msg_parse(const redisReply *r, msg_t *m)
 {
     memset(m, 0, sizeof *m);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     assert_true(r->elements >= 2 && r->elements % 2 == 0);
-    assert_int_equal(r->element[0]->type, REDIS_REPLY_STRING);
-    assert_string_equal(r->element[0]->str, "id");
-    const redisReply *id = r->element[1];
-    /* enqueue replies with the INCR result (integer), the others with the id
-     * they were given or read (string): accept both. */
-    if (id->type == REDIS_REPLY_INTEGER)
-        m->id = id->integer;
-    else if (id->type == REDIS_REPLY_STRING)
-        m->id = parse_int(id->str, id->len, "id");
+    size_t first = 2;
+    if (r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "id") == 0)
+        m->id = int_or_text(r->element[1], "id");
     else
-        fail_msg("id has reply type %d", id->type);
-    for (size_t i = 2; i < r->elements; i += 2) {
+        first = msg_parse_leased(r, m);
+    for (size_t i = first; i < r->elements; i += 2) {
         const redisReply *k = r->element[i], *v = r->element[i + 1];
         assert_int_equal(k->type, REDIS_REPLY_STRING);
         if (v->type == REDIS_REPLY_ARRAY && strcmp(k->str, "history") == 0) {
@@ -2963,7 +3004,7 @@ static void test_reply_bytes_bounded(void **state)
     r = fcall("claim", &q, -1, "600000", "1", END);
     assert_true(has_code(r, "ok"));
     assert_int_equal(r->elements, 2);
-    assert_int_equal(parse_int(r->element[1]->element[1]->str, r->element[1]->element[1]->len, "id"),
+    assert_int_equal(parse_int(r->element[1]->element[0]->str, r->element[1]->element[0]->len, "id"),
                      (long long)got + 1);
     freeReplyObject(r);
 

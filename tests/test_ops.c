@@ -845,11 +845,11 @@ static size_t fcall_claim(const char *q, long long *ids)
     assert_string_equal(reply->element[0]->str, "ok");
     size_t n = 0;
     for (size_t i = 1; i < reply->elements; i++) {
+        /* A leased message: {id, payload, ...} by position (leased_reply). */
         redisReply *msg = reply->element[i];
-        assert_true(msg->elements >= 2);
-        assert_string_equal(msg->element[0]->str, "id");
-        ids[n++] = msg->element[1]->type == REDIS_REPLY_INTEGER ? msg->element[1]->integer
-                                                                : strtoll(msg->element[1]->str, NULL, 10);
+        assert_true(msg->elements >= 8);
+        ids[n++] = msg->element[0]->type == REDIS_REPLY_INTEGER ? msg->element[0]->integer
+                                                                : strtoll(msg->element[0]->str, NULL, 10);
     }
     freeReplyObject(reply);
     return n;
