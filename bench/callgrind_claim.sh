@@ -13,13 +13,15 @@
 # succeed message i, claim message i+1, count 1, with timer hints; ids are
 # claimed FIFO, so call i settles id i), "enqueue" (as the daemon calls it,
 # max_retries defaulted) or a function of bench/claim_steps.lua (claim_step0
-# .. claim_step7). COUNT (claim and settle_claim): messages per call; the
+# .. claim_step7) or of bench/lua_costs.lua (cost_nothing, cost_ten_calls,
+# ...: the price of pieces of Lua). COUNT (claim and settle_claim): messages per call; the
 # figure is then per call of COUNT messages (settle_claim settles the COUNT
 # claimed by the call before).
 set -euo pipefail
 LUA_LIB=$1 FN=$2 N=${3:-10000} COUNT=${4:-1}
 source "$(dirname "$0")/../scripts/lib.sh"
 STEPS="$(dirname "$0")/claim_steps.lua"
+COSTS="$(dirname "$0")/lua_costs.lua"
 OUT=$(mktemp -d "${TMPDIR:-/tmp}/retryd-cgclaim.XXXXXX")
 P=$(free_port)
 vg=""
@@ -31,6 +33,7 @@ vg=$!
 for _ in $(seq 150); do [ "$(redis_ping "$P")" = PONG ] && break; sleep 0.2; done
 redis-cli -p "$P" -x FUNCTION LOAD REPLACE <"$LUA_LIB" >/dev/null
 redis-cli -p "$P" -x FUNCTION LOAD REPLACE <"$STEPS" >/dev/null
+redis-cli -p "$P" -x FUNCTION LOAD REPLACE <"$COSTS" >/dev/null
 payload=$(head -c 100 /dev/zero | tr '\0' x)
 redis-benchmark -p "$P" -n $(((N + N / 5) * COUNT)) -P 16 -c 4 -q \
     FCALL retryd_v3_enqueue 1 'retryd:{b}' "$payload" 3 0 >/dev/null

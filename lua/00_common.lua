@@ -133,12 +133,15 @@ end
 -- in each settle-and-claim); "%d" costs a quarter of that, and the counts
 -- up to 1000 are spelled once (on first use: the library's load-time code
 -- cannot reach the string library) and kept.
+-- The last larger one is kept too: a call passes its "now" more than once.
 local INT_TEXT = {}
+local last_int, last_text
 local function int_arg(n)
   local s = INT_TEXT[n]
   if s then return s end
+  if n == last_int then return last_text end
   s = string.format('%d', n)
-  if n >= 0 and n <= 1000 then INT_TEXT[n] = s end
+  if n >= 0 and n <= 1000 then INT_TEXT[n] = s else last_int, last_text = n, s end
   return s
 end
 
