@@ -764,7 +764,8 @@ test_settle_claim_from_redis_cli() {
     run redis-cli -h 127.0.0.1 -p "$PORT" --raw FCALL "${FN}settle_claim" 1 "$b" 30000 1 2 \
         1 "$token" succeeded '' 1 -1   2 '' failed 'smtp timeout' 1 -1
     expect_rc 0 "redis-cli FCALL settle_claim"
-    expect_eq "$(printf '%s' "$OUT" | head -n 5 | tr '\n' ' ')" "ok succeeded pending id 3 " \
+    # The claimed message by position: id, payload, retry_count, max_retries, ...
+    expect_eq "$(printf '%s' "$OUT" | head -n 7 | tr '\n' ' ')" "ok succeeded pending 3 three 0 3 " \
         "ok, a status per settlement, then the claimed message"
     expect_eq "$(rget HGET "$b:m:1" status)" succeeded "1 succeeded"
     expect_eq "$(rget HGET "$b:m:2" status)" pending "2 waits for its retry"
