@@ -218,7 +218,20 @@ local function decode_legacy(fields)
   return m
 end
 
+-- The header (format byte fmt), the payload and tail (the packed trailer or "").
+local function encode_plain(m, fmt, tail)
+  local created = m.created_at
+  return struct.pack(REC_HEADER, fmt, clamp(m.retry_count, 0, 255), clamp(m.max_retries, 0, 255),
+                     created, clamp(m.updated_at - created, -REC_MAX_DELTA, REC_MAX_DELTA),
+                     clamp(m.lease_at - created, -REC_MAX_DELTA, REC_MAX_DELTA), m.serial)
+         .. m.payload .. tail
+end
+
 local function encode_record(m)
+  if not (m.last_error or m.retry_after or m.idempotency_key or m.token or m.worker
+          or m.history or m.origin_queue or m.rule_uses) then
+    return encode_plain(m, REC_FORMAT, '')   -- the usual record: no trailer table to build
+  end
   local t, trailer = {}, false
   if m.last_error then t.e = m.last_error; trailer = true end
   if m.retry_after then t.r = m.retry_after; trailer = true end
@@ -232,11 +245,7 @@ local function encode_record(m)
     local packed = cmsgpack.pack(t)
     fmt, tail = REC_FORMAT + REC_TRAILER, packed .. struct.pack('>I4', #packed)
   end
-  local created = m.created_at
-  return struct.pack(REC_HEADER, fmt, clamp(m.retry_count, 0, 255), clamp(m.max_retries, 0, 255),
-                     created, clamp(m.updated_at - created, -REC_MAX_DELTA, REC_MAX_DELTA),
-                     clamp(m.lease_at - created, -REC_MAX_DELTA, REC_MAX_DELTA), m.serial)
-         .. m.payload .. tail
+  return encode_plain(m, fmt, tail)
 end
 
 -- The message at mkey, decoded (either layout), or nil when there is none.

@@ -21,13 +21,19 @@ local POLICY_FIELDS = {
 local DURATION_UNITS = { s = 1, m = 60, h = 3600, d = 86400 }
 
 -- The call's policy as a table field -> string, read once per call (k is
--- built afresh by every call).
+-- built afresh by every call). Read only: a queue without a policy (the
+-- usual case) shares one empty table instead of allocating its own.
+local NO_POLICY = {}
 local function read_policy(k)
   local p = k.flow_policy
   if p then return p end
-  p = {}
   local raw = redis.call('HGETALL', k.policy)
-  for i = 1, #raw, 2 do p[raw[i]] = raw[i + 1] end
+  if #raw == 0 then
+    p = NO_POLICY
+  else
+    p = {}
+    for i = 1, #raw, 2 do p[raw[i]] = raw[i + 1] end
+  end
   k.flow_policy = p
   return p
 end
