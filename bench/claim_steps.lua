@@ -12,10 +12,13 @@
 --   claim_step5  the claimed serial: HGET stats before, HINCRBY after
 --   claim_step6  GET of the message record and its header decoded (struct):
 --                skips deleted ids, and the lease is written from it
---   claim_step7  the whole message in the reply (every field as a string)
--- Step 7 is what claim does for count 1, minus its loop bookkeeping.
+--   claim_step7  the whole message in the reply, by position as claim
+--                answers it (leased_reply in lua/00_common.lua)
+-- Step 7 is what claim does for count 1, minus its loop bookkeeping (and
+-- claim keeps its key names between calls: step 2 builds them each call).
 --   KEYS[1]  <prefix>:{q}                       queue key base (retryd's layout)
--- Returns {"ok", id} (steps 0-6) or {"ok", {"id", id, field, value, ...}} (7),
+-- Returns {"ok", id} (steps 0-6) or {"ok", {id, payload, retry_count,
+-- max_retries, created_at, updated_at, lease_expires_at, lease_token}} (7),
 -- or {"ok"} when nothing is ready.
 local function queue_keys(base)
   return {
@@ -66,11 +69,8 @@ local function step(level)
     redis.call('ZADD', k.processing, deadline, id)
     local out = { 'ok', id }
     if level >= 7 then
-      out[2] = { 'id', id, 'payload', string.sub(rec, 25), 'status', 'processing',
-                 'retry_count', string.format('%d', rc), 'max_retries', string.format('%d', mr),
-                 'created_at', string.format('%d', created), 'updated_at', string.format('%d', now),
-                 'lease_token', string.format('%x.%x', now, serial + 1),
-                 'lease_expires_at', string.format('%d', deadline) }
+      out[2] = { id, string.sub(rec, 25), rc, mr, created, now, deadline,
+                 string.format('%x.%x', now, serial + 1) }
     end
     if level >= 5 then redis.call('HINCRBY', k.stats, 'claimed', 1) end
     return out

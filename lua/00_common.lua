@@ -134,12 +134,16 @@ end
 -- up to 1000 are spelled once (on first use: the library's load-time code
 -- cannot reach the string library) and kept.
 -- The last larger one is kept too: a call passes its "now" more than once.
+-- One outside int64 (to_int takes "1e19"), which "%d" would wrap to -2^63, or
+-- NaN, is passed as the number, as before.
 local INT_TEXT = {}
+local INT_ARG_MAX = 2 ^ 63
 local last_int, last_text
 local function int_arg(n)
   local s = INT_TEXT[n]
   if s then return s end
   if n == last_int then return last_text end
+  if not (n > -INT_ARG_MAX and n < INT_ARG_MAX) then return n end
   s = string.format('%d', n)
   if n >= 0 and n <= 1000 then INT_TEXT[n] = s else last_int, last_text = n, s end
   return s

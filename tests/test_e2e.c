@@ -2558,6 +2558,107 @@ static void test_history_and_worker(void **state)
     e2e_response_free(&r);
 }
 
+/* A leased message as a claim answers it (m) is the message GET shows right
+ * after: the same JSON, every field, but for the lease_token only a claim
+ * shows (claim and settle_claim answer it by position, get by name;
+ * leased_reply in lua/00_common.lua). */
+static void expect_shown_as_get(const char *q, const rd_json_t *m)
+{
+    char *claimed = rd_json_print(m, NULL);
+    char token[256];
+    snprintf(token, sizeof token, "\"lease_token\":\"%s\",", e2e_jstr(m, "lease_token"));
+    char *at = strstr(claimed, token);
+    if (at == NULL) fail_msg("no %s in the claim's %s", token, claimed);
+    memmove(at, at + strlen(token), strlen(at + strlen(token)) + 1);
+    e2e_response_t r = { 0 };
+    http(&r, "GET", message_path(q, e2e_jint(m, "id"), NULL), NULL);
+    char *got = rd_json_print(e2e_expect_json(&r, 200), NULL);
+    if (strcmp(claimed, got) != 0) fail_msg("claim answered\n%s\nGET answers\n%s", claimed, got);
+    rd_free(claimed);
+    rd_free(got);
+    e2e_response_free(&r);
+}
+
+/* Every optional field a leased message can carry reaches the claim's JSON
+ * as GET shows it: origin_queue and origin_id (redriven), retry_after and
+ * last_error (failed), history with history_dropped > 0, worker,
+ * idempotency_key; through a claim of one, of 10, a settle-and-claim and a
+ * long-poll that waited for a retry. */
+static void test_claimed_message_is_shown_as_get(void **state)
+{
+    (void)state;
+    char src[64], q[64], path[128];
+    e2e_queue_name(src, sizeof src, "asget-src");
+    e2e_queue_name(q, sizeof q, "asget");
+    snprintf(path, sizeof path, "/queues/%s/claim", q);
+    long long dead = make_dead(src, "redriven", "gone");
+    e2e_response_t r = { 0 };
+    http(&r, "POST", e2e_fmt("/queues/%s/replay", src),
+         e2e_fmt("{\"ids\":[%lld],\"to\":\"%s\"}", dead, q));
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "replayed"), 1);
+
+    /* Message 1 (max_retries 2, from the source): past 20 history entries,
+     * each failure under a worker; replayed whenever it dies (every second
+     * failure), the last failure a retry due at once. */
+    for (int i = 0; i < 23; i++) {
+        http(&r, "POST", path, "{\"worker\":\"w0\"}");
+        rd_json_t *m = e2e_expect_json(&r, 200);
+        assert_int_equal(e2e_jint(m, "id"), 1);
+        expect_shown_as_get(q, m);
+        http(&r, "POST", message_path(q, 1, "fail"),
+             e2e_fmt("{\"error\":\"e%d\",\"retry_after_seconds\":0}", i));
+        m = e2e_expect_json(&r, 200);
+        if (strcmp(e2e_jstr(m, "status"), "dead") == 0) {
+            http(&r, "POST", message_path(q, 1, "replay"), NULL);
+            e2e_expect_json(&r, 200);
+        }
+    }
+    enqueue(q, "{\"payload\":\"keyed\",\"idempotency_key\":\"k-1\"}");
+
+    /* A claim of 10: the retry (due first), then the keyed one. */
+    http(&r, "POST", path, "{\"count\":10,\"worker\":\"w1\"}");
+    rd_json_t *list = e2e_jget(e2e_expect_json(&r, 200), "messages");
+    assert_int_equal(rd_json_array_size(list), 2);
+    rd_json_t *m = rd_json_array_at(list, 0);
+    assert_int_equal(e2e_jint(m, "id"), 1);
+    assert_true(e2e_jint(m, "history_dropped") > 0);
+    assert_string_equal(e2e_jstr(e2e_jget(m, "origin"), "queue"), src);
+    e2e_jtime(m, "retry_after");
+    e2e_jstr(m, "last_error");
+    expect_shown_as_get(q, m);
+    m = rd_json_array_at(list, 1);
+    assert_string_equal(e2e_jstr(m, "idempotency_key"), "k-1");
+    expect_shown_as_get(q, m);
+
+    /* Settle-and-claim: 1 fails its last retry (dead), 2 succeeds; 1 is
+     * replayed; a settlement of 2 again (invalid-state) and 1 comes back. */
+    http(&r, "POST", path,
+         "{\"settle\":[{\"id\":1,\"outcome\":\"failed\",\"error\":\"e-s\"},"
+         "{\"id\":2,\"outcome\":\"succeeded\"}]}");
+    assert_int_equal(rd_json_array_size(e2e_jget(e2e_expect_json(&r, 200), "messages")), 0);
+    http(&r, "POST", message_path(q, 1, "replay"), NULL);
+    e2e_expect_json(&r, 200);
+    http(&r, "POST", path,
+         "{\"worker\":\"w2\",\"settle\":[{\"id\":2,\"outcome\":\"succeeded\"}]}");
+    list = e2e_jget(e2e_expect_json(&r, 200), "messages");
+    assert_int_equal(rd_json_array_size(list), 1);
+    m = rd_json_array_at(list, 0);
+    assert_int_equal(e2e_jint(m, "id"), 1);
+    assert_string_equal(e2e_jstr(m, "worker"), "w2");
+    expect_shown_as_get(q, m);
+
+    /* A long-poll that waits for the retry due in 1 s (without a worker). */
+    http(&r, "POST", message_path(q, 1, "fail"), "{\"error\":\"e-w\",\"retry_after_seconds\":1}");
+    e2e_expect_json(&r, 200);
+    http(&r, "POST", path, "{\"wait_seconds\":5}");
+    m = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(m, "id"), 1);
+    assert_string_equal(e2e_jstr(m, "last_error"), "e-w");
+    e2e_jnull(m, "worker");
+    expect_shown_as_get(q, m);
+    e2e_response_free(&r);
+}
+
 /* worker must be 1-128 bytes of UTF-8: 422 with field worker otherwise, on
  * a plain claim, a long-poll and a settle-and-claim, and nothing is claimed. */
 static void test_claim_worker_validation(void **state)
@@ -2749,6 +2850,7 @@ int main(void)
         T(test_delayed_retry_end_to_end),
         T(test_expired_lease_is_a_failure),
         T(test_history_and_worker),
+        T(test_claimed_message_is_shown_as_get),
         T(test_claim_worker_validation),
         T(test_list_and_paging),
         T(test_list_validation),

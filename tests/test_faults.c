@@ -1316,7 +1316,20 @@ static const char *fake_library(void)
            "                           flags = ro and { 'no-writes' } or nil }\n"
            "end\n"
            "reg(" FN("enqueue") ", function() return { 'ok' } end)\n"
-           "reg(" FN("claim") ", function() return {} end)\n"
+           /* claim by count: {} or leased messages (by position) cut short,
+            * with an odd tail, a history that is not an array, an integer
+            * payload, a message that is not an array. */
+           "local leased = { ['2'] = { 1, 'p', 0, 3, 1, 2, 3 },\n"
+           "  ['3'] = { 1, 'p', 0, 3, 1, 2, 3, 'tok', 'worker' },\n"
+           "  ['4'] = { 1, 'p', 0, 3, 1, 2, 3, 'tok', 'history', 'x' },\n"
+           "  ['5'] = { 1, 7, 0, 3, 1, 2, 3, 'tok' }, ['6'] = 'x' }\n"
+           "reg(" FN("claim") ", function(k, a)\n"
+           "  if leased[a[2]] then return { 'ok', leased[a[2]], -1 } end\n"
+           "  return {}\n"
+           "end)\n"
+           "reg(" FN("settle_claim") ", function()\n"
+           "  return { 'ok', { 'succeeded' }, leased['3'], -1 }\n"
+           "end)\n"
            "reg(" FN("succeed") ", function() return nil end)\n"
            "reg(" FN("fail") ", function() return { 'ok', 'not a message' } end)\n"
            "reg(" FN("extend") ", function() return { 'ok', { 'id' } } end)\n"
@@ -1367,7 +1380,12 @@ static void test_unexpected_reply_shapes(void **state)
         { "POST", "/queues/q/messages", "{\"payload\":\"p\"}" },
         { "POST", "/queues/q/messages", "{\"payload\":\"p\",\"idempotency_key\":\"k\"}" },
         { "POST", "/queues/q/claim", NULL },
+        { "POST", "/queues/q/claim", "{\"count\":2}" },
+        { "POST", "/queues/q/claim", "{\"count\":3}" },
+        { "POST", "/queues/q/claim", "{\"count\":4}" },
         { "POST", "/queues/q/claim", "{\"count\":5}" },
+        { "POST", "/queues/q/claim", "{\"count\":6}" },
+        { "POST", "/queues/q/claim", "{\"settle\":[{\"id\":1,\"outcome\":\"succeeded\"}]}" },
         { "POST", "/queues/q/messages/1/succeed", NULL },
         { "POST", "/queues/q/messages/1/fail", "{\"error\":\"e\"}" },
         { "POST", "/queues/q/messages/1/extend", NULL },

@@ -820,6 +820,23 @@ static void test_numeric_arguments_reject_infinity(void **state)
     expect_error(fcall("extend", &q, m.id, "", "inf", END));
 }
 
+/* Integers past int64 (to_int takes "1e19"): int_arg must not spell them as
+ * "%d" does, wrapped to -2^63, which made a delay of 1e19 ms due at once. */
+static void test_numeric_arguments_past_int64(void **state)
+{
+    queue_t q;
+    queue_init(&q, "huge");
+    msg_t m;
+    expect_enqueued(&q, fcall("enqueue", &q, -1, "later", "3", "1e19", END), &m);
+    redisReply *r = rcmd("ZSCORE", qkey(&q, "3:scheduled"), num(m.id), END);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    double score = strtod(r->str, NULL);
+    freeReplyObject(r);
+    if (score < 1e19) fail_msg("scheduled at %.17g, want 1e19 ms from now", score);
+    expect_nothing_to_claim(&q);
+    assert_int_equal(llen(qkey(&q, "3:due")), 0);
+}
+
 /* ------------------------------------------------------------------------ */
 /* claim                                                                    */
 /* ------------------------------------------------------------------------ */
@@ -5557,6 +5574,7 @@ int main(void)
         cmocka_unit_test(test_enqueue_delayed),
         cmocka_unit_test(test_enqueue_bad_arguments),
         cmocka_unit_test(test_numeric_arguments_reject_infinity),
+        cmocka_unit_test(test_numeric_arguments_past_int64),
         cmocka_unit_test(test_claim_fifo_and_lease),
         cmocka_unit_test(test_claim_count),
         cmocka_unit_test(test_claim_bad_arguments),
