@@ -579,6 +579,7 @@ static void on_queues(const rd_store_queues_t *res, void *arg)
         long long exported = 0;
         for (size_t i = 0; i < res->count; i++) exported += res->queues[i].ok;
         rd_metrics_render_registry(&text, res->total, res->total - exported);
+        if (c->api->coalescer) rd_coalescer_render_metrics(c->api->coalescer, &text);
         if (c->api->alerts) rd_alerts_render_metrics(c->api->alerts, &text);
         rd_http_respond(c->ex, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, text.data,
                         text.len);
@@ -711,8 +712,11 @@ static void handle_claim(call_t *c)
         c->wait_ms = cl.wait_ms;
         c->count = cl.count;
         if (cl.worker) c->worker = rd_strdup(cl.worker);
-        int rc = rd_store_settle_claim(api->store, q, cl.lease_ms, cl.count, cl.worker, cl.nsettle,
-                                       cl.settle, on_settle_claimed, c);
+        int rc = api->coalescer
+                     ? rd_coalescer_settle_claim(api->coalescer, q, cl.lease_ms, cl.count, cl.worker,
+                                                 cl.nsettle, cl.settle, on_settle_claimed, c)
+                     : rd_store_settle_claim(api->store, q, cl.lease_ms, cl.count, cl.worker,
+                                             cl.nsettle, cl.settle, on_settle_claimed, c);
         rd_request_free(cl.doc);
         started(c, rc);
         return;

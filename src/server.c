@@ -17,6 +17,7 @@
 #include "retryd/api.h"
 #include "retryd/auth.h"
 #include "retryd/backend.h"
+#include "retryd/coalesce.h"
 #include "retryd/config.h"
 #include "retryd/http.h"
 #include "retryd/log.h"
@@ -34,6 +35,7 @@ typedef struct server {
     rd_config_t cfg;
     rd_backend_t *redis;
     rd_store_t *store;
+    rd_coalescer_t *coalescer;    /* settle-and-claim requests sent together */
     rd_api_t api;
     rd_http_server_t *http;
     rd_promoter_t *promoter;
@@ -56,6 +58,9 @@ static void on_redis_closed(void *arg)
     /* A response still being written may yet report that it was not
      * delivered (a shutdown past its deadline): no store to hand back to. */
     s->api.store = NULL;
+    s->api.coalescer = NULL;
+    rd_coalescer_free(s->coalescer);
+    s->coalescer = NULL;
     rd_store_free(s->store);
     s->store = NULL;
     uv_close((uv_handle_t *)&s->sigint, on_handle_closed);
@@ -234,7 +239,9 @@ int main(int argc, char **argv)
         }
         rd_store_set_alerts(s.store, s.cfg.alert_claim_ms);
     }
+    s.coalescer = rd_coalescer_new(s.store);
     s.api.store = s.store;
+    s.api.coalescer = s.coalescer;
     s.api.waiters = s.waiters;
     s.api.alerts = s.alerts;
     s.api.cfg = &s.cfg;
@@ -252,6 +259,7 @@ int main(int argc, char **argv)
         if (s.alerts) rd_alerts_stop(s.alerts, NULL, NULL);
         rd_waiters_close(s.waiters, NULL, NULL);
         rd_backend_close(s.redis, true, NULL, NULL);
+        rd_coalescer_free(s.coalescer);
         rd_store_free(s.store);
         uv_run(s.loop, UV_RUN_DEFAULT);
         uv_loop_close(s.loop);

@@ -1540,6 +1540,114 @@ static void test_claim_with_settle(void **state)
     e2e_response_free(&r);
 }
 
+static bool redis_has_blocked_fcall(long long after_id);
+
+/* A /metrics counter of the group's daemon. */
+static long long daemon_counter(const char *name)
+{
+    e2e_response_t r = { 0 };
+    http(&r, "GET", "/metrics", NULL);
+    assert_int_equal(r.status, 200);
+    const char *at = strstr(r.body, e2e_fmt("\n%s ", name));
+    if (at == NULL) fail_msg("/metrics has no %s", name);
+    long long v = strtoll(at + strlen(name) + 2, NULL, 10);
+    e2e_response_free(&r);
+    return v;
+}
+
+/* Settle-and-claim requests for one queue that come while a call for it is
+ * in flight go together in one call (docs/coalescing.md), and each gets its
+ * own answer: its settlements' outcomes, at most its count of messages, its
+ * worker on its leases. Redis holds writes while eight requests arrive on
+ * eight connections: one call goes out, the rest wait in the queue's line;
+ * the one with another worker goes in a call of its own. */
+static void test_settle_claims_sent_together(void **state)
+{
+    (void)state;
+    enum { K = 8 };
+    char q[64], tokens[K][160];
+    e2e_queue_name(q, sizeof q, "together");
+    for (int i = 0; i < 2 * K + 1; i++) enqueue(q, e2e_fmt("{\"payload\":\"t%d\"}", i + 1));
+    for (int i = 0; i < K; i++) assert_int_equal(claim_one(q, 60, tokens[i], sizeof tokens[i]), i + 1);
+    long long requests0 = daemon_counter("retryd_settle_claim_requests_total");
+    long long calls0 = daemon_counter("retryd_settle_claim_calls_total");
+
+    freeReplyObject(e2e_rcmd(g_redis, "CLIENT PAUSE 5000 WRITE"));
+    g_paused = true;
+    e2e_conn_t c[K];
+    const char *path = e2e_fmt("/queues/%s/claim", q);
+    char path_copy[256];
+    SET(path_copy, path);
+    for (int i = 0; i < K; i++) {
+        char body[512];
+        if (i == 5)         /* another lease's token: nothing done to it */
+            SET(body, e2e_fmt("{\"settle\":[{\"id\":%d,\"lease_token\":\"%s-not\","
+                              "\"outcome\":\"succeeded\"}]}", i + 1, tokens[i]));
+        else if (i == 6)    /* two messages */
+            SET(body, e2e_fmt("{\"count\":2,\"settle\":[{\"id\":%d,\"lease_token\":\"%s\","
+                              "\"outcome\":\"succeeded\"}]}", i + 1, tokens[i]));
+        else if (i == 7)    /* its own worker: a call of its own */
+            SET(body, e2e_fmt("{\"worker\":\"w-7\",\"settle\":[{\"id\":%d,\"lease_token\":"
+                              "\"%s\",\"outcome\":\"succeeded\"}]}", i + 1, tokens[i]));
+        else
+            SET(body, e2e_fmt("{\"settle\":[{\"id\":%d,\"lease_token\":\"%s\","
+                              "\"outcome\":\"succeeded\"}]}", i + 1, tokens[i]));
+        assert_int_equal(e2e_conn_open(&c[i], g_daemon.port), 0);
+        assert_int_equal(e2e_send_request(&c[i], "POST", path_copy, NULL, body, strlen(body)), 0);
+    }
+    long long deadline = e2e_mono_ms() + 3000;
+    while (!redis_has_blocked_fcall(0)) {
+        if (e2e_mono_ms() > deadline) fail_msg("no call reached Redis");
+        e2e_pause_ms(10);
+    }
+    freeReplyObject(e2e_rcmd(g_redis, "CLIENT UNPAUSE"));
+    g_paused = false;
+
+    bool seen[2 * K + 2] = { false };
+    long long worker_msg = 0;
+    for (int i = 0; i < K; i++) {
+        e2e_response_t r = { 0 };
+        assert_int_equal(e2e_read_response(&c[i], &r), 0);
+        const long long id = i + 1;
+        const char *status = i == 5 ? "lease-mismatch" : "succeeded";
+        rd_json_t *messages = expect_settled(&r, 1, &id, &status);
+        size_t want = i == 6 ? 2 : 1;
+        if (rd_json_array_size(messages) != want)
+            fail_msg("request %d got %zu messages: %s", i, rd_json_array_size(messages), r.body);
+        for (size_t j = 0; j < want; j++) {
+            rd_json_t *m = rd_json_array_at(messages, j);
+            long long got = e2e_jint(m, "id");
+            assert_in_range(got, K + 1, 2 * K + 1);
+            assert_false(seen[got]);
+            seen[got] = true;
+            if (i == 7) {
+                worker_msg = got;
+                assert_string_equal(e2e_jstr(m, "worker"), "w-7");
+            } else {
+                e2e_jnull(m, "worker");
+            }
+        }
+        e2e_response_free(&r);
+        e2e_conn_close(&c[i]);
+    }
+    e2e_response_t r = { 0 };
+    http(&r, "GET", message_path(q, worker_msg, NULL), NULL);
+    assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "worker"), "w-7");
+    http(&r, "GET", message_path(q, 6, NULL), NULL);
+    assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "status"), "processing");
+    http(&r, "GET", e2e_fmt("/queues/%s/stats", q), NULL);
+    rd_json_t *totals = e2e_jget(e2e_expect_json(&r, 200), "totals");
+    assert_int_equal(e2e_jint(totals, "succeeded"), K - 1);
+    assert_int_equal(e2e_jint(totals, "claimed"), K + K + 1);   /* all of them */
+    e2e_response_free(&r);
+
+    long long requests = daemon_counter("retryd_settle_claim_requests_total") - requests0;
+    long long calls = daemon_counter("retryd_settle_claim_calls_total") - calls0;
+    assert_int_equal(requests, K);
+    if (calls >= K) fail_msg("%lld requests took %lld calls: none were sent together", requests, calls);
+    assert_true(calls >= 2);   /* w-7 cannot share a call */
+}
+
 static void test_claim_settle_validation(void **state)
 {
     (void)state;
@@ -2856,6 +2964,7 @@ int main(void)
         T(test_list_validation),
         T(test_text_must_be_utf8),
         T(test_claim_with_settle),
+        T(test_settle_claims_sent_together),
         T(test_claim_settle_validation),
         T(test_claim_settle_long_poll),
         T(test_policy_get_put),

@@ -5,6 +5,7 @@
 
 #include "retryd/alerts.h"
 #include "retryd/buf.h"
+#include "retryd/coalesce.h"
 #include "retryd/config.h"
 #include "retryd/http.h"
 #include "retryd/router.h"
@@ -13,6 +14,7 @@
 
 typedef struct rd_api {
     rd_store_t *store;          /* borrowed; NULL once the server has closed it */
+    rd_coalescer_t *coalescer;  /* borrowed: settle-and-claim goes through it; NULL with store */
     rd_waiters_t *waiters;      /* borrowed: long-poll claims */
     rd_alerts_t *alerts;        /* borrowed: the alert sender, NULL without --alert-url */
     const rd_config_t *cfg;     /* borrowed */

@@ -1,0 +1,333 @@
+/* coalesce.c - settle-and-claim requests of one queue sent together
+ * (docs/coalescing.md, include/retryd/coalesce.h).
+ *
+ * A queue with a settle_claim call in flight has a line: the requests that
+ * came for it since wait there, in arrival order, with copies of what they
+ * send. When the call returns, its answer is split among the requests it
+ * carried, then the leading requests of the line that share a lease and a
+ * worker (and fit one call: 100 settlements, 100 messages) go in the next
+ * call. A line with nothing in flight and nothing waiting is removed. */
+#include "retryd/coalesce.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "retryd/alloc.h"
+#include "retryd/limits.h"
+
+typedef struct request {
+    struct request *next;
+    long long lease_ms;             /* negative: the daemon's default (store.h) */
+    char *worker;                   /* owned; NULL: none */
+    int count;
+    size_t n;
+    rd_settlement_t *items;         /* its settlements until sent */
+    bool owns_items;                /* items and their strings are copies it frees */
+    rd_store_settled_cb cb;
+    void *arg;
+} request_t;
+
+typedef struct line {
+    struct line *next;              /* in its bucket */
+    rd_coalescer_t *co;
+    char *name;
+    size_t len;
+    request_t *waiting, *last;      /* in arrival order */
+    request_t *sent;                /* those the call in flight carries, in order */
+} line_t;
+
+enum { BUCKETS = 64 };
+
+struct rd_coalescer {
+    rd_store_t *store;
+    line_t *buckets[BUCKETS];
+    rd_coalescer_counts_t counts;
+};
+
+rd_coalescer_t *rd_coalescer_new(rd_store_t *store)
+{
+    rd_coalescer_t *co = rd_calloc(1, sizeof *co);
+    co->store = store;
+    return co;
+}
+
+/* ------------------------------------------------------------- requests */
+
+static char *copy_or_null(const char *s)
+{
+    return s ? rd_strdup(s) : NULL;
+}
+
+static request_t *request_new(long long lease_ms, int count, const char *worker, size_t n,
+                              const rd_settlement_t *items, rd_store_settled_cb cb, void *arg)
+{
+    request_t *r = rd_calloc(1, sizeof *r);
+    r->lease_ms = lease_ms;
+    r->worker = copy_or_null(worker);
+    r->count = count;
+    r->n = n;
+    r->items = (rd_settlement_t *)items;   /* borrowed until keep_items copies them */
+    r->cb = cb;
+    r->arg = arg;
+    return r;
+}
+
+/* A request that has to wait keeps copies: the caller's items live only
+ * during its call. */
+static void keep_items(request_t *r)
+{
+    const rd_settlement_t *from = r->items;
+    r->items = r->n ? rd_malloc(r->n * sizeof *r->items) : NULL;
+    for (size_t i = 0; i < r->n; i++) {
+        r->items[i] = from[i];
+        r->items[i].lease_token = copy_or_null(from[i].lease_token);
+        r->items[i].error = copy_or_null(from[i].error);
+    }
+    r->owns_items = true;
+}
+
+static void drop_items(request_t *r)
+{
+    if (r->owns_items) {
+        /* The copies keep_items made: this request's own strings. */
+        for (size_t i = 0; i < r->n; i++) {
+            rd_free((char *)r->items[i].lease_token);
+            rd_free((char *)r->items[i].error);
+        }
+        rd_free(r->items);
+    }
+    r->items = NULL;
+    r->owns_items = false;
+}
+
+static void request_free(request_t *r)
+{
+    drop_items(r);
+    rd_free(r->worker);
+    rd_free(r);
+}
+
+static bool same_call(const request_t *a, const request_t *b)
+{
+    if (a->lease_ms != b->lease_ms || (a->worker == NULL) != (b->worker == NULL)) return false;
+    return a->worker == NULL || strcmp(a->worker, b->worker) == 0;
+}
+
+/* ---------------------------------------------------------------- lines */
+
+static line_t **bucket_of(rd_coalescer_t *co, const char *name, size_t len)
+{
+    uint64_t h = 1469598103934665603ULL;   /* FNV-1a */
+    for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)name[i]) * 1099511628211ULL;
+    return &co->buckets[h % BUCKETS];
+}
+
+static line_t *line_find(rd_coalescer_t *co, rd_store_queue_t q)
+{
+    for (line_t *l = *bucket_of(co, q.name, q.len); l; l = l->next)
+        if (l->len == q.len && memcmp(l->name, q.name, q.len) == 0) return l;
+    return NULL;
+}
+
+static line_t *line_new(rd_coalescer_t *co, rd_store_queue_t q)
+{
+    line_t *l = rd_calloc(1, sizeof *l);
+    l->co = co;
+    l->name = rd_strndup(q.name, q.len);
+    l->len = q.len;
+    line_t **b = bucket_of(co, q.name, q.len);
+    l->next = *b;
+    *b = l;
+    return l;
+}
+
+static void line_free(line_t *l)
+{
+    for (line_t **p = bucket_of(l->co, l->name, l->len); *p; p = &(*p)->next) {
+        if (*p == l) {
+            *p = l->next;
+            break;
+        }
+    }
+    rd_free(l->name);
+    rd_free(l);
+}
+
+static void on_settled(const rd_store_settled_t *res, void *arg);
+
+/* Sends the leading requests of l's line that make one call (the first
+ * always fits: its sizes were checked when it came). They move to l->sent,
+ * whether or not the call could be sent. Returns rd_store_settle_claim's. */
+static int send_line(line_t *l)
+{
+    request_t *first = l->waiting, *r = first, *taken = NULL;
+    size_t n = 0;
+    int count = 0;
+    while (r && (r == first || (same_call(first, r) && n + r->n <= RD_SETTLE_BATCH_MAX &&
+                                count + r->count <= RD_CLAIM_COUNT_MAX))) {
+        n += r->n;
+        count += r->count;
+        taken = r;
+        r = r->next;
+    }
+    l->waiting = r;
+    if (r == NULL) l->last = NULL;
+    taken->next = NULL;
+    l->sent = first;
+
+    rd_settlement_t *all = n ? rd_malloc(n * sizeof *all) : NULL;
+    size_t at = 0;
+    for (request_t *x = first; x; x = x->next) {
+        if (x->n) memcpy(all + at, x->items, x->n * sizeof *all);
+        at += x->n;
+    }
+    /* The store answers later, never from inside this call (store.h). */
+    rd_store_queue_t q = { l->name, l->len };
+    int rc = rd_store_settle_claim(l->co->store, q, first->lease_ms, count, first->worker, n, all,
+                                   on_settled, l);
+    rd_free(all);
+    /* The call has its arguments (or was refused): the copies can go. */
+    for (request_t *x = first; x; x = x->next) drop_items(x);
+    if (rc == 0) l->co->counts.calls++;
+    return rc;
+}
+
+/* Answers each request of list with head (a failure), and frees them. */
+static void answer_failed(request_t *list, rd_store_head_t head)
+{
+    while (list) {
+        request_t *next = list->next;
+        rd_store_settled_t part = { .head = head };
+        list->cb(&part, list->arg);
+        request_free(list);
+        list = next;
+    }
+}
+
+/* After a call returned: the line's next call, or the line's end. A call
+ * that cannot be sent answers its requests as unavailable; their callbacks
+ * may add to the line, so this loops until a call is out or none waits. */
+static void line_go_on(line_t *l)
+{
+    while (l->waiting) {
+        if (send_line(l) == 0) return;
+        request_t *failed = l->sent;
+        l->sent = NULL;
+        answer_failed(failed, (rd_store_head_t){ .status = RD_STORE_UNAVAILABLE });
+    }
+    line_free(l);
+}
+
+/* A combined call's answer, split: each request gets its own settlements'
+ * outcomes (in order) and the claimed messages in order, up to its count. */
+static void on_settled(const rd_store_settled_t *res, void *arg)
+{
+    line_t *l = arg;
+    request_t *batch = l->sent;
+    l->sent = NULL;
+    size_t settlements = 0;
+    for (request_t *r = batch; r; r = r->next) settlements += r->n;
+    if (res->head.status != RD_STORE_OK || res->settled != settlements) {
+        rd_store_head_t head = res->head;
+        if (head.status == RD_STORE_OK) {
+            static const char why[] = "settle_claim answered another number of outcomes";
+            head = (rd_store_head_t){ .status = RD_STORE_ERROR, .detail = { why, sizeof why - 1 } };
+        }
+        answer_failed(batch, head);
+    } else {
+        size_t outcome = 0, message = 0;
+        while (batch) {
+            request_t *r = batch;
+            batch = r->next;
+            size_t left = res->count - message;
+            rd_store_settled_t part = {
+                .head = res->head,
+                .outcomes = res->outcomes + outcome,
+                .settled = r->n,
+                .messages = res->messages + message,
+                .count = left < (size_t)r->count ? left : (size_t)r->count,
+            };
+            outcome += part.settled;
+            message += part.count;
+            r->cb(&part, r->arg);
+            request_free(r);
+        }
+    }
+    line_go_on(l);
+}
+
+/* ------------------------------------------------------------- requests */
+
+int rd_coalescer_settle_claim(rd_coalescer_t *co, rd_store_queue_t q, long long lease_ms,
+                              int count, const char *worker, size_t n,
+                              const rd_settlement_t *items, rd_store_settled_cb cb, void *arg)
+{
+    if (n > RD_SETTLE_BATCH_MAX || count < 0 || count > RD_CLAIM_COUNT_MAX) return -1;
+    request_t *r = request_new(lease_ms, count, worker, n, items, cb, arg);
+    line_t *l = line_find(co, q);
+    if (l) {
+        /* A call for this queue is out (or its answer is being handed out):
+         * this one waits for the next. */
+        keep_items(r);
+        if (l->last) l->last->next = r;
+        else l->waiting = r;
+        l->last = r;
+        co->counts.requests++;
+        return 0;
+    }
+    l = line_new(co, q);
+    l->waiting = l->last = r;
+    if (send_line(l) != 0) {
+        request_free(l->sent);
+        line_free(l);
+        return -1;
+    }
+    co->counts.requests++;
+    return 0;
+}
+
+rd_coalescer_counts_t rd_coalescer_counts(const rd_coalescer_t *co)
+{
+    return co->counts;
+}
+
+void rd_coalescer_render_metrics(const rd_coalescer_t *co, rd_buf_t *out)
+{
+    rd_buf_printf(out,
+                  "# HELP retryd_settle_claim_requests_total Settle-and-claim requests this "
+                  "instance accepted.\n"
+                  "# TYPE retryd_settle_claim_requests_total counter\n"
+                  "retryd_settle_claim_requests_total %llu\n"
+                  "# HELP retryd_settle_claim_calls_total settle_claim function calls they took "
+                  "(fewer: requests for one queue sent together, docs/coalescing.md).\n"
+                  "# TYPE retryd_settle_claim_calls_total counter\n"
+                  "retryd_settle_claim_calls_total %llu\n",
+                  co->counts.requests, co->counts.calls);
+}
+
+static void free_list(request_t *r)
+{
+    while (r) {
+        request_t *next = r->next;
+        request_free(r);
+        r = next;
+    }
+}
+
+void rd_coalescer_free(rd_coalescer_t *co)
+{
+    if (co == NULL) return;
+    for (size_t b = 0; b < BUCKETS; b++) {
+        line_t *l = co->buckets[b];
+        while (l) {
+            line_t *next = l->next;
+            free_list(l->waiting);
+            free_list(l->sent);
+            rd_free(l->name);
+            rd_free(l);
+            l = next;
+        }
+    }
+    rd_free(co);
+}
