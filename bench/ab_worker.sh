@@ -3,16 +3,17 @@
 # redis-server: for a change that claims to make the loop faster, the figure
 # before and after on the same machine at the same hour (docs/benchmarks.md).
 #
-#   bench/ab_worker.sh BUILD_A BUILD_B [REPS=3] [N=50000] [W=50]
+#   [MODE=settle|work] [COUNT=1] bench/ab_worker.sh BUILD_A BUILD_B [REPS=3] [N=50000] [W=50]
 #
 # BUILD_x is a build directory holding retryd and loadgen (e.g. the build/ of
 # a worktree at the older commit). Each turn: FLUSHALL, start that build's
 # retryd (it loads its own Functions library), enqueue N 100-byte messages
 # through HTTP (untimed), then `loadgen settle` (settle-and-claim, one request
-# per message) with W connections; prints processed msgs/s and Redis CPU per
+# per message; MODE=work: claim then succeed, a batch ack when COUNT > 1)
+# with W connections, COUNT messages per claim; prints processed msgs/s and Redis CPU per
 # message (INFO cpu) per turn, then the medians and B / A.
 set -euo pipefail
-A=$1 B=$2 REPS=${3:-3} N=${4:-50000} W=${5:-50}
+A=$1 B=$2 REPS=${3:-3} N=${4:-50000} W=${5:-50} MODE=${MODE:-settle} COUNT=${COUNT:-1}
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/retryd-ab.XXXXXX")
@@ -44,7 +45,8 @@ turn() {   # turn BUILD: one run; prints "rate redis_us_per_msg"
     for _ in $(seq 100); do http_ready "$hp" && break; sleep 0.1; done
     "$build/loadgen" enqueue --port "$hp" --queue ab --conns 50 --messages "$N" >/dev/null
     r0=$(redis_cpu_us)
-    out=$("$build/loadgen" settle --port "$hp" --queue ab --conns "$W" --messages "$N")
+    out=$("$build/loadgen" "$MODE" --port "$hp" --queue ab --conns "$W" --messages "$N" \
+          --count "$COUNT")
     r1=$(redis_cpu_us)
     stop_pid "$retryd_pid"
     retryd_pid=""
@@ -62,7 +64,7 @@ for i in $(seq "$REPS"); do
 done
 ra=$(cut -d' ' -f1 "$tmp/a" | median) rb=$(cut -d' ' -f1 "$tmp/b" | median)
 ca=$(cut -d' ' -f2 "$tmp/a" | median) cb=$(cut -d' ' -f2 "$tmp/b" | median)
-echo "settle-and-claim W=$W, N=$N, median of $REPS:"
+echo "loadgen $MODE, count $COUNT, W=$W, N=$N, median of $REPS:"
 echo "  A: $ra msgs/s, $ca us Redis CPU per message"
 echo "  B: $rb msgs/s, $cb us Redis CPU per message"
 awk -v ra="$ra" -v rb="$rb" -v ca="$ca" -v cb="$cb" \

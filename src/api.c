@@ -302,6 +302,15 @@ static void on_claimed(const rd_store_messages_t *res, void *arg)
     respond_written(c, 200, NULL);
 }
 
+/* A claim sent through the coalescer as a settle-and-claim of no settlements
+ * (it may share a call with others: docs/coalescing.md): answered as a claim. */
+static void on_claimed_together(const rd_store_settled_t *res, void *arg)
+{
+    rd_store_messages_t claimed = { .head = res->head, .messages = res->messages,
+                                    .count = res->count };
+    on_claimed(&claimed, arg);
+}
+
 /* A Lua outcome code in the API's spelling ('-' for '_', as the problem
  * types): "not_found" -> "not-found". out holds 16 bytes. */
 static void api_code(rd_str_t code, char out[16])
@@ -735,7 +744,10 @@ static void handle_claim(call_t *c)
         rd_free(worker);
         return;
     }
-    started(c, rd_store_claim(api->store, q, cl.lease_ms, cl.count, worker, on_claimed, c));
+    started(c, api->coalescer
+                   ? rd_coalescer_settle_claim(api->coalescer, q, cl.lease_ms, cl.count, worker, 0,
+                                               NULL, on_claimed_together, c)
+                   : rd_store_claim(api->store, q, cl.lease_ms, cl.count, worker, on_claimed, c));
     rd_free(worker);
 }
 

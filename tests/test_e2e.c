@@ -1648,6 +1648,77 @@ static void test_settle_claims_sent_together(void **state)
     assert_true(calls >= 2);   /* w-7 cannot share a call */
 }
 
+/* Plain claims (no settle, no wait) take the same way: eight of them while
+ * Redis holds writes, one asking for three; each gets its own messages,
+ * none twice, in fewer calls than requests; the 204 of an empty queue too. */
+static void test_claims_sent_together(void **state)
+{
+    (void)state;
+    enum { K = 8 };
+    char q[64];
+    e2e_queue_name(q, sizeof q, "claimtogether");
+    for (int i = 0; i < K + 2; i++) enqueue(q, e2e_fmt("{\"payload\":\"c%d\"}", i + 1));
+    long long requests0 = daemon_counter("retryd_settle_claim_requests_total");
+    long long calls0 = daemon_counter("retryd_settle_claim_calls_total");
+
+    freeReplyObject(e2e_rcmd(g_redis, "CLIENT PAUSE 5000 WRITE"));
+    g_paused = true;
+    e2e_conn_t c[K];
+    char path[256];
+    SET(path, e2e_fmt("/queues/%s/claim", q));
+    for (int i = 0; i < K; i++) {
+        const char *body = i == 3 ? "{\"count\":3}" : "{}";
+        assert_int_equal(e2e_conn_open(&c[i], g_daemon.port), 0);
+        assert_int_equal(e2e_send_request(&c[i], "POST", path, NULL, body, strlen(body)), 0);
+    }
+    long long deadline = e2e_mono_ms() + 3000;
+    while (!redis_has_blocked_fcall(0)) {
+        if (e2e_mono_ms() > deadline) fail_msg("no call reached Redis");
+        e2e_pause_ms(10);
+    }
+    freeReplyObject(e2e_rcmd(g_redis, "CLIENT UNPAUSE"));
+    g_paused = false;
+
+    bool seen[K + 3] = { false };
+    int claimed = 0;
+    for (int i = 0; i < K; i++) {
+        e2e_response_t r = { 0 };
+        assert_int_equal(e2e_read_response(&c[i], &r), 0);
+        if (r.status == 204) {
+            e2e_response_free(&r);
+            e2e_conn_close(&c[i]);
+            continue;
+        }
+        rd_json_t *doc = e2e_expect_json(&r, 200);
+        rd_json_t *list = i == 3 ? e2e_jget(doc, "messages") : NULL;
+        size_t n = list ? rd_json_array_size(list) : 1;
+        assert_in_range(n, 1, i == 3 ? 3 : 1);
+        for (size_t j = 0; j < n; j++) {
+            rd_json_t *m = list ? rd_json_array_at(list, j) : doc;
+            assert_string_equal(e2e_jstr(m, "status"), "processing");
+            long long id = e2e_jint(m, "id");
+            assert_in_range(id, 1, K + 2);
+            assert_false(seen[id]);
+            seen[id] = true;
+            claimed++;
+        }
+        e2e_response_free(&r);
+        e2e_conn_close(&c[i]);
+    }
+    /* Ten messages for ten asked: every request got what it asked for. */
+    assert_int_equal(claimed, K + 2);
+    long long requests = daemon_counter("retryd_settle_claim_requests_total") - requests0;
+    long long calls = daemon_counter("retryd_settle_claim_calls_total") - calls0;
+    assert_int_equal(requests, K);
+    if (calls >= K) fail_msg("%lld claims took %lld calls: none were sent together", requests, calls);
+
+    /* Nothing left: a claim alone is still answered 204. */
+    e2e_response_t r = { 0 };
+    http(&r, "POST", path, "{}");
+    e2e_expect_no_content(&r);
+    e2e_response_free(&r);
+}
+
 static void test_claim_settle_validation(void **state)
 {
     (void)state;
@@ -2965,6 +3036,7 @@ int main(void)
         T(test_text_must_be_utf8),
         T(test_claim_with_settle),
         T(test_settle_claims_sent_together),
+        T(test_claims_sent_together),
         T(test_claim_settle_validation),
         T(test_claim_settle_long_poll),
         T(test_policy_get_put),
