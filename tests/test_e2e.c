@@ -1648,6 +1648,71 @@ static void test_settle_claims_sent_together(void **state)
     assert_true(calls >= 2);   /* w-7 cannot share a call */
 }
 
+/* A request sent together with others still gets a message when one is
+ * claimable (SPEC §4: a batch claim is cut by bytes, "always at least one
+ * message"): five requests of one message each share a call whose claim the
+ * library cuts at 4 MiB of payloads, four messages of 1 MB; the fifth, which
+ * got none of them, still gets the sixth message, as alone it would. */
+static void test_settle_claims_together_each_get_one(void **state)
+{
+    (void)state;
+    enum { K = 6, PAYLOAD = 1000000 };
+    char q[64];
+    e2e_queue_name(q, sizeof q, "together-big");
+    char *body = malloc(PAYLOAD + 64);
+    for (int i = 0; i < K; i++) {
+        int at = snprintf(body, 64, "{\"payload\":\"%d", i);
+        memset(body + at, 'x', PAYLOAD);
+        strcpy(body + at + PAYLOAD, "\"}");
+        enqueue(q, body);
+    }
+    free(body);
+    long long requests0 = daemon_counter("retryd_settle_claim_requests_total");
+    long long calls0 = daemon_counter("retryd_settle_claim_calls_total");
+
+    freeReplyObject(e2e_rcmd(g_redis, "CLIENT PAUSE 5000 WRITE"));
+    g_paused = true;
+    e2e_conn_t c[K];
+    char path[256];
+    SET(path, e2e_fmt("/queues/%s/claim", q));
+    for (int i = 0; i < K; i++) {
+        char req[128];
+        SET(req, e2e_fmt("{\"settle\":[{\"id\":%d,\"outcome\":\"succeeded\"}]}", 1000 + i));
+        assert_int_equal(e2e_conn_open(&c[i], g_daemon.port), 0);
+        assert_int_equal(e2e_send_request(&c[i], "POST", path, NULL, req, strlen(req)), 0);
+    }
+    long long deadline = e2e_mono_ms() + 3000;
+    while (!redis_has_blocked_fcall(0)) {
+        if (e2e_mono_ms() > deadline) fail_msg("no call reached Redis");
+        e2e_pause_ms(10);
+    }
+    freeReplyObject(e2e_rcmd(g_redis, "CLIENT UNPAUSE"));
+    g_paused = false;
+
+    bool seen[K + 1] = { false };
+    for (int i = 0; i < K; i++) {
+        e2e_response_t r = { 0 };
+        assert_int_equal(e2e_read_response(&c[i], &r), 0);
+        const long long id = 1000 + i;
+        const char *status = "not-found";
+        rd_json_t *messages = expect_settled(&r, 1, &id, &status);
+        if (rd_json_array_size(messages) != 1)
+            fail_msg("request %d got %zu messages while one was claimable", i,
+                     rd_json_array_size(messages));
+        long long got = e2e_jint(rd_json_array_at(messages, 0), "id");
+        assert_in_range(got, 1, K);
+        assert_false(seen[got]);
+        seen[got] = true;
+        e2e_response_free(&r);
+        e2e_conn_close(&c[i]);
+    }
+    long long requests = daemon_counter("retryd_settle_claim_requests_total") - requests0;
+    long long calls = daemon_counter("retryd_settle_claim_calls_total") - calls0;
+    assert_int_equal(requests, K);
+    if (calls >= requests) fail_msg("%lld requests took %lld calls: none were sent together",
+                                    requests, calls);
+}
+
 static void test_claim_settle_validation(void **state)
 {
     (void)state;
@@ -2965,6 +3030,7 @@ int main(void)
         T(test_text_must_be_utf8),
         T(test_claim_with_settle),
         T(test_settle_claims_sent_together),
+        T(test_settle_claims_together_each_get_one),
         T(test_claim_settle_validation),
         T(test_claim_settle_long_poll),
         T(test_policy_get_put),
