@@ -24,6 +24,10 @@ typedef struct request {
     size_t n;
     rd_settlement_t *items;         /* its settlements until sent */
     bool owns_items;                /* items and their strings are copies it frees */
+    /* Its settlements' outcomes (owned copies), once a call applied them but
+     * was cut short before its turn to claim: it waits again, to claim only. */
+    rd_str_t *outcomes;
+    size_t settled;
     rd_store_settled_cb cb;
     void *arg;
 } request_t;
@@ -101,8 +105,23 @@ static void drop_items(request_t *r)
     r->owns_items = false;
 }
 
+/* Keeps the outcomes a call gave r (the reply's strings live only during
+ * its callback) and leaves it nothing more to settle. */
+static void keep_outcomes(request_t *r, const rd_str_t *outcomes, size_t settled)
+{
+    r->outcomes = settled ? rd_malloc(settled * sizeof *r->outcomes) : NULL;
+    for (size_t i = 0; i < settled; i++) {
+        r->outcomes[i].ptr = rd_strndup(outcomes[i].ptr ? outcomes[i].ptr : "", outcomes[i].len);
+        r->outcomes[i].len = outcomes[i].len;
+    }
+    r->settled = settled;
+    r->n = 0;
+}
+
 static void request_free(request_t *r)
 {
+    for (size_t i = 0; i < r->settled; i++) rd_free((char *)r->outcomes[i].ptr);
+    rd_free(r->outcomes);
     drop_items(r);
     rd_free(r->worker);
     rd_free(r);
@@ -193,12 +212,16 @@ static int send_line(line_t *l)
     return rc;
 }
 
-/* Answers each request of list with head (a failure), and frees them. */
+/* Answers each request of list with head (a failure), and frees them. A
+ * request whose settlements an earlier call applied answers them, with no
+ * messages: they stand whatever happens to its claim. */
 static void answer_failed(request_t *list, rd_store_head_t head)
 {
     while (list) {
         request_t *next = list->next;
         rd_store_settled_t part = { .head = head };
+        if (list->outcomes || list->settled)
+            part = (rd_store_settled_t){ .outcomes = list->outcomes, .settled = list->settled };
         list->cb(&part, list->arg);
         request_free(list);
         list = next;
@@ -220,7 +243,12 @@ static void line_go_on(line_t *l)
 }
 
 /* A combined call's answer, split: each request gets its own settlements'
- * outcomes (in order) and the claimed messages in order, up to its count. */
+ * outcomes (in order) and the claimed messages in order, up to its count.
+ * A call that claimed some but fewer than all asked for was cut short (by
+ * the reply's bytes, the queue's policy, or it ran dry): a request it left
+ * with none, which alone would have had one if any was claimable, keeps its
+ * outcomes and goes first in the line again, to claim only. Each such call
+ * answers at least its first request, or claims nothing and answers all. */
 static void on_settled(const rd_store_settled_t *res, void *arg)
 {
     line_t *l = arg;
@@ -236,7 +264,10 @@ static void on_settled(const rd_store_settled_t *res, void *arg)
         }
         answer_failed(batch, head);
     } else {
-        size_t outcome = 0, message = 0;
+        size_t outcome = 0, message = 0, asked = 0;
+        for (request_t *r = batch; r; r = r->next) asked += (size_t)r->count;
+        bool cut = res->count > 0 && res->count < asked;
+        request_t *again = NULL, *again_last = NULL;
         while (batch) {
             request_t *r = batch;
             batch = r->next;
@@ -250,8 +281,26 @@ static void on_settled(const rd_store_settled_t *res, void *arg)
             };
             outcome += part.settled;
             message += part.count;
+            if (cut && part.count == 0 && r->count > 0) {
+                if (part.settled) keep_outcomes(r, part.outcomes, part.settled);
+                r->next = NULL;
+                if (again_last) again_last->next = r;
+                else again = r;
+                again_last = r;
+                continue;
+            }
+            if (r->outcomes || r->settled) {
+                part.outcomes = r->outcomes;
+                part.settled = r->settled;
+            }
             r->cb(&part, r->arg);
             request_free(r);
+        }
+        /* Ahead of those that came during the callbacks. */
+        if (again) {
+            again_last->next = l->waiting;
+            if (l->waiting == NULL) l->last = again_last;
+            l->waiting = again;
         }
     }
     line_go_on(l);
