@@ -3,10 +3,11 @@
  *
  * A queue with a settle_claim call in flight has a line: the requests that
  * came for it since wait there, in arrival order, with copies of what they
- * send. When the call returns, its answer is split among the requests it
- * carried, then the leading requests of the line that share a lease and a
- * worker (and fit one call: 100 settlements, 100 messages) go in the next
- * call. A line with nothing in flight and nothing waiting is removed. */
+ * send. When the line's calls have returned, each answer split among the
+ * requests it carried, every request waiting goes out at once: each run of
+ * them that shares a lease and a worker (and fits one call: 100
+ * settlements, 100 messages) in one call, in their order. A line with
+ * nothing in flight and nothing waiting is removed. */
 #include "retryd/coalesce.h"
 
 #include <stdbool.h>
@@ -38,8 +39,14 @@ typedef struct line {
     char *name;
     size_t len;
     request_t *waiting, *last;      /* in arrival order */
-    request_t *sent;                /* those the call in flight carries, in order */
+    size_t out;                     /* its calls in flight */
 } line_t;
+
+/* One settle_claim call in flight and the requests it carries, in order. */
+typedef struct batch {
+    line_t *line;
+    request_t *sent;
+} batch_t;
 
 enum { BUCKETS = 64 };
 
@@ -176,9 +183,10 @@ static void line_free(line_t *l)
 static void on_settled(const rd_store_settled_t *res, void *arg);
 
 /* Sends the leading requests of l's line that make one call (the first
- * always fits: its sizes were checked when it came). They move to l->sent,
- * whether or not the call could be sent. Returns rd_store_settle_claim's. */
-static int send_line(line_t *l)
+ * always fits: its sizes were checked when it came), taking them off the
+ * line. Returns the call in flight, or NULL when it could not be sent; then
+ * *refused holds its requests. */
+static batch_t *send_line(line_t *l, request_t **refused)
 {
     request_t *first = l->waiting, *r = first, *taken = NULL;
     size_t n = 0;
@@ -193,7 +201,9 @@ static int send_line(line_t *l)
     l->waiting = r;
     if (r == NULL) l->last = NULL;
     taken->next = NULL;
-    l->sent = first;
+    batch_t *b = rd_malloc(sizeof *b);
+    b->line = l;
+    b->sent = first;
 
     rd_settlement_t *all = n ? rd_malloc(n * sizeof *all) : NULL;
     size_t at = 0;
@@ -204,12 +214,18 @@ static int send_line(line_t *l)
     /* The store answers later, never from inside this call (store.h). */
     rd_store_queue_t q = { l->name, l->len };
     int rc = rd_store_settle_claim(l->co->store, q, first->lease_ms, count, first->worker, n, all,
-                                   on_settled, l);
+                                   on_settled, b);
     rd_free(all);
     /* The call has its arguments (or was refused): the copies can go. */
     for (request_t *x = first; x; x = x->next) drop_items(x);
-    if (rc == 0) l->co->counts.calls++;
-    return rc;
+    if (rc != 0) {
+        *refused = first;
+        rd_free(b);
+        return NULL;
+    }
+    l->co->counts.calls++;
+    l->out++;
+    return b;
 }
 
 /* Answers each request of list with head (a failure), and frees them. A
@@ -228,18 +244,21 @@ static void answer_failed(request_t *list, rd_store_head_t head)
     }
 }
 
-/* After a call returned: the line's next call, or the line's end. A call
- * that cannot be sent answers its requests as unavailable; their callbacks
- * may add to the line, so this loops until a call is out or none waits. */
+/* After the line's calls returned: every request waiting goes out at once,
+ * each run of them that shares a lease and a worker in one call, in their
+ * order (the link runs them in that order, as it would have alone: a request
+ * that cannot share a call waits for no other call than the ones it came
+ * behind). A call that cannot be sent answers its requests as unavailable;
+ * their callbacks may add to the line, so this loops until none waits. A
+ * line with nothing in flight is removed. */
 static void line_go_on(line_t *l)
 {
     while (l->waiting) {
-        if (send_line(l) == 0) return;
-        request_t *failed = l->sent;
-        l->sent = NULL;
-        answer_failed(failed, (rd_store_head_t){ .status = RD_STORE_UNAVAILABLE });
+        request_t *failed = NULL;
+        if (send_line(l, &failed) == NULL)
+            answer_failed(failed, (rd_store_head_t){ .status = RD_STORE_UNAVAILABLE });
     }
-    line_free(l);
+    if (l->out == 0) line_free(l);
 }
 
 /* A combined call's answer, split: each request gets its own settlements'
@@ -251,9 +270,11 @@ static void line_go_on(line_t *l)
  * answers at least its first request, or claims nothing and answers all. */
 static void on_settled(const rd_store_settled_t *res, void *arg)
 {
-    line_t *l = arg;
-    request_t *batch = l->sent;
-    l->sent = NULL;
+    batch_t *b = arg;
+    line_t *l = b->line;
+    request_t *batch = b->sent;
+    rd_free(b);
+    l->out--;
     size_t settlements = 0;
     for (request_t *r = batch; r; r = r->next) settlements += r->n;
     if (res->head.status != RD_STORE_OK || res->settled != settlements) {
@@ -303,7 +324,7 @@ static void on_settled(const rd_store_settled_t *res, void *arg)
             l->waiting = again;
         }
     }
-    line_go_on(l);
+    if (l->out == 0) line_go_on(l);
 }
 
 /* ------------------------------------------------------------- requests */
@@ -327,8 +348,9 @@ int rd_coalescer_settle_claim(rd_coalescer_t *co, rd_store_queue_t q, long long 
     }
     l = line_new(co, q);
     l->waiting = l->last = r;
-    if (send_line(l) != 0) {
-        request_free(l->sent);
+    request_t *refused = NULL;
+    if (send_line(l, &refused) == NULL) {
+        request_free(refused);
         line_free(l);
         return -1;
     }
@@ -372,7 +394,6 @@ void rd_coalescer_free(rd_coalescer_t *co)
         while (l) {
             line_t *next = l->next;
             free_list(l->waiting);
-            free_list(l->sent);
             rd_free(l->name);
             rd_free(l);
             l = next;
