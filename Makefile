@@ -32,7 +32,8 @@ LIB_SRC := alloc buf utf8 log config keys json jsonw problem policy http router 
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o) $(BUILD)/lua_library.o $(BUILD)/ui_assets.o $(BUILD)/openapi_doc.o \
            $(BUILD)/llhttp/llhttp.o $(BUILD)/llhttp/api.o $(BUILD)/llhttp/http.o
 
-UNIT_TESTS := test_keys test_router test_request test_message test_jsonw test_config test_problem test_metrics
+UNIT_TESTS := test_keys test_router test_request test_message test_jsonw test_config test_problem test_metrics \
+              test_coalesce
 INTEG_TESTS := test_http test_lua test_e2e test_ops test_multi test_faults test_cluster test_alerts
 SHELL_UNIT := fuzz_smoke.sh deps_test.sh
 # openapi_check.sh validates the responses the suites before it received: keep it last.
@@ -92,6 +93,9 @@ $(BUILD)/tests/%: tests/%.c $(LIB_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -Wno-unused-parameter -o $@ $< $(LIB_OBJ) \
 	    $(LDFLAGS) $(PKG_LIBS) -lcmocka $(LDLIBS)
+
+# test_coalesce stands in for the store's settle_claim (tests/test_coalesce.c).
+$(BUILD)/tests/test_coalesce: LDFLAGS += -Wl,--wrap=rd_store_settle_claim
 
 run: all
 	scripts/run.sh $(BUILD)/retryd

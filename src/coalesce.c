@@ -3,10 +3,11 @@
  *
  * A queue with a settle_claim call in flight has a line: the requests that
  * came for it since wait there, in arrival order, with copies of what they
- * send. When the call returns, its answer is split among the requests it
- * carried, then the leading requests of the line that share a lease and a
- * worker (and fit one call: 100 settlements, 100 messages) go in the next
- * call. A line with nothing in flight and nothing waiting is removed. */
+ * send. When the line's calls have returned, each answer split among the
+ * requests it carried, every request waiting goes out at once: each run of
+ * them that shares a lease and a worker (and fits one call: 100
+ * settlements, 100 messages) in one call, in their order. A line with
+ * nothing in flight and nothing waiting is removed. */
 #include "retryd/coalesce.h"
 
 #include <stdbool.h>
@@ -24,6 +25,10 @@ typedef struct request {
     size_t n;
     rd_settlement_t *items;         /* its settlements until sent */
     bool owns_items;                /* items and their strings are copies it frees */
+    /* Its settlements' outcomes (owned copies), once a call applied them but
+     * was cut short before its turn to claim: it waits again, to claim only. */
+    rd_str_t *outcomes;
+    size_t settled;
     rd_store_settled_cb cb;
     void *arg;
 } request_t;
@@ -34,8 +39,14 @@ typedef struct line {
     char *name;
     size_t len;
     request_t *waiting, *last;      /* in arrival order */
-    request_t *sent;                /* those the call in flight carries, in order */
+    size_t out;                     /* its calls in flight */
 } line_t;
+
+/* One settle_claim call in flight and the requests it carries, in order. */
+typedef struct batch {
+    line_t *line;
+    request_t *sent;
+} batch_t;
 
 enum { BUCKETS = 64 };
 
@@ -101,8 +112,23 @@ static void drop_items(request_t *r)
     r->owns_items = false;
 }
 
+/* Keeps the outcomes a call gave r (the reply's strings live only during
+ * its callback) and leaves it nothing more to settle. */
+static void keep_outcomes(request_t *r, const rd_str_t *outcomes, size_t settled)
+{
+    r->outcomes = settled ? rd_malloc(settled * sizeof *r->outcomes) : NULL;
+    for (size_t i = 0; i < settled; i++) {
+        r->outcomes[i].ptr = rd_strndup(outcomes[i].ptr ? outcomes[i].ptr : "", outcomes[i].len);
+        r->outcomes[i].len = outcomes[i].len;
+    }
+    r->settled = settled;
+    r->n = 0;
+}
+
 static void request_free(request_t *r)
 {
+    for (size_t i = 0; i < r->settled; i++) rd_free((char *)r->outcomes[i].ptr);
+    rd_free(r->outcomes);
     drop_items(r);
     rd_free(r->worker);
     rd_free(r);
@@ -157,9 +183,10 @@ static void line_free(line_t *l)
 static void on_settled(const rd_store_settled_t *res, void *arg);
 
 /* Sends the leading requests of l's line that make one call (the first
- * always fits: its sizes were checked when it came). They move to l->sent,
- * whether or not the call could be sent. Returns rd_store_settle_claim's. */
-static int send_line(line_t *l)
+ * always fits: its sizes were checked when it came), taking them off the
+ * line. Returns the call in flight, or NULL when it could not be sent; then
+ * *refused holds its requests. */
+static batch_t *send_line(line_t *l, request_t **refused)
 {
     request_t *first = l->waiting, *r = first, *taken = NULL;
     size_t n = 0;
@@ -174,7 +201,9 @@ static int send_line(line_t *l)
     l->waiting = r;
     if (r == NULL) l->last = NULL;
     taken->next = NULL;
-    l->sent = first;
+    batch_t *b = rd_malloc(sizeof *b);
+    b->line = l;
+    b->sent = first;
 
     rd_settlement_t *all = n ? rd_malloc(n * sizeof *all) : NULL;
     size_t at = 0;
@@ -185,47 +214,67 @@ static int send_line(line_t *l)
     /* The store answers later, never from inside this call (store.h). */
     rd_store_queue_t q = { l->name, l->len };
     int rc = rd_store_settle_claim(l->co->store, q, first->lease_ms, count, first->worker, n, all,
-                                   on_settled, l);
+                                   on_settled, b);
     rd_free(all);
     /* The call has its arguments (or was refused): the copies can go. */
     for (request_t *x = first; x; x = x->next) drop_items(x);
-    if (rc == 0) l->co->counts.calls++;
-    return rc;
+    if (rc != 0) {
+        *refused = first;
+        rd_free(b);
+        return NULL;
+    }
+    l->co->counts.calls++;
+    l->out++;
+    return b;
 }
 
-/* Answers each request of list with head (a failure), and frees them. */
+/* Answers each request of list with head (a failure), and frees them. A
+ * request whose settlements an earlier call applied answers them, with no
+ * messages: they stand whatever happens to its claim. */
 static void answer_failed(request_t *list, rd_store_head_t head)
 {
     while (list) {
         request_t *next = list->next;
         rd_store_settled_t part = { .head = head };
+        if (list->outcomes || list->settled)
+            part = (rd_store_settled_t){ .outcomes = list->outcomes, .settled = list->settled };
         list->cb(&part, list->arg);
         request_free(list);
         list = next;
     }
 }
 
-/* After a call returned: the line's next call, or the line's end. A call
- * that cannot be sent answers its requests as unavailable; their callbacks
- * may add to the line, so this loops until a call is out or none waits. */
+/* After the line's calls returned: every request waiting goes out at once,
+ * each run of them that shares a lease and a worker in one call, in their
+ * order (the link runs them in that order, as it would have alone: a request
+ * that cannot share a call waits for no other call than the ones it came
+ * behind). A call that cannot be sent answers its requests as unavailable;
+ * their callbacks may add to the line, so this loops until none waits. A
+ * line with nothing in flight is removed. */
 static void line_go_on(line_t *l)
 {
     while (l->waiting) {
-        if (send_line(l) == 0) return;
-        request_t *failed = l->sent;
-        l->sent = NULL;
-        answer_failed(failed, (rd_store_head_t){ .status = RD_STORE_UNAVAILABLE });
+        request_t *failed = NULL;
+        if (send_line(l, &failed) == NULL)
+            answer_failed(failed, (rd_store_head_t){ .status = RD_STORE_UNAVAILABLE });
     }
-    line_free(l);
+    if (l->out == 0) line_free(l);
 }
 
 /* A combined call's answer, split: each request gets its own settlements'
- * outcomes (in order) and the claimed messages in order, up to its count. */
+ * outcomes (in order) and the claimed messages in order, up to its count.
+ * A call that claimed some but fewer than all asked for was cut short (by
+ * the reply's bytes, the queue's policy, or it ran dry): a request it left
+ * with none, which alone would have had one if any was claimable, keeps its
+ * outcomes and goes first in the line again, to claim only. Each such call
+ * answers at least its first request, or claims nothing and answers all. */
 static void on_settled(const rd_store_settled_t *res, void *arg)
 {
-    line_t *l = arg;
-    request_t *batch = l->sent;
-    l->sent = NULL;
+    batch_t *b = arg;
+    line_t *l = b->line;
+    request_t *batch = b->sent;
+    rd_free(b);
+    l->out--;
     size_t settlements = 0;
     for (request_t *r = batch; r; r = r->next) settlements += r->n;
     if (res->head.status != RD_STORE_OK || res->settled != settlements) {
@@ -236,7 +285,10 @@ static void on_settled(const rd_store_settled_t *res, void *arg)
         }
         answer_failed(batch, head);
     } else {
-        size_t outcome = 0, message = 0;
+        size_t outcome = 0, message = 0, asked = 0;
+        for (request_t *r = batch; r; r = r->next) asked += (size_t)r->count;
+        bool cut = res->count > 0 && res->count < asked;
+        request_t *again = NULL, *again_last = NULL;
         while (batch) {
             request_t *r = batch;
             batch = r->next;
@@ -250,11 +302,29 @@ static void on_settled(const rd_store_settled_t *res, void *arg)
             };
             outcome += part.settled;
             message += part.count;
+            if (cut && part.count == 0 && r->count > 0) {
+                if (part.settled) keep_outcomes(r, part.outcomes, part.settled);
+                r->next = NULL;
+                if (again_last) again_last->next = r;
+                else again = r;
+                again_last = r;
+                continue;
+            }
+            if (r->outcomes || r->settled) {
+                part.outcomes = r->outcomes;
+                part.settled = r->settled;
+            }
             r->cb(&part, r->arg);
             request_free(r);
         }
+        /* Ahead of those that came during the callbacks. */
+        if (again) {
+            again_last->next = l->waiting;
+            if (l->waiting == NULL) l->last = again_last;
+            l->waiting = again;
+        }
     }
-    line_go_on(l);
+    if (l->out == 0) line_go_on(l);
 }
 
 /* ------------------------------------------------------------- requests */
@@ -278,8 +348,9 @@ int rd_coalescer_settle_claim(rd_coalescer_t *co, rd_store_queue_t q, long long 
     }
     l = line_new(co, q);
     l->waiting = l->last = r;
-    if (send_line(l) != 0) {
-        request_free(l->sent);
+    request_t *refused = NULL;
+    if (send_line(l, &refused) == NULL) {
+        request_free(refused);
         line_free(l);
         return -1;
     }
@@ -323,7 +394,6 @@ void rd_coalescer_free(rd_coalescer_t *co)
         while (l) {
             line_t *next = l->next;
             free_list(l->waiting);
-            free_list(l->sent);
             rd_free(l->name);
             rd_free(l);
             l = next;

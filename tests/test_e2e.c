@@ -1555,6 +1555,17 @@ static long long daemon_counter(const char *name)
     return v;
 }
 
+/* Asked on another connection after requests were sent to the group's
+ * daemon, an answer it gives without Redis: by then it has read them all, so
+ * they wait behind a call held in Redis rather than come after it. */
+static void daemon_has_read_them(void)
+{
+    e2e_response_t r = { 0 };
+    http(&r, "GET", "/healthz", NULL);
+    assert_int_equal(r.status, 200);
+    e2e_response_free(&r);
+}
+
 /* Settle-and-claim requests for one queue that come while a call for it is
  * in flight go together in one call (docs/coalescing.md), and each gets its
  * own answer: its settlements' outcomes, at most its count of messages, its
@@ -1600,6 +1611,7 @@ static void test_settle_claims_sent_together(void **state)
         if (e2e_mono_ms() > deadline) fail_msg("no call reached Redis");
         e2e_pause_ms(10);
     }
+    daemon_has_read_them();
     freeReplyObject(e2e_rcmd(g_redis, "CLIENT UNPAUSE"));
     g_paused = false;
 
@@ -1648,6 +1660,72 @@ static void test_settle_claims_sent_together(void **state)
     assert_true(calls >= 2);   /* w-7 cannot share a call */
 }
 
+/* A request sent together with others still gets a message when one is
+ * claimable (SPEC §4: a batch claim is cut by bytes, "always at least one
+ * message"): five requests of one message each share a call whose claim the
+ * library cuts at 4 MiB of payloads, four messages of 1 MB; the fifth, which
+ * got none of them, still gets the sixth message, as alone it would. */
+static void test_settle_claims_together_each_get_one(void **state)
+{
+    (void)state;
+    enum { K = 6, PAYLOAD = 1000000 };
+    char q[64];
+    e2e_queue_name(q, sizeof q, "together-big");
+    char *body = malloc(PAYLOAD + 64);
+    for (int i = 0; i < K; i++) {
+        int at = snprintf(body, 64, "{\"payload\":\"%d", i);
+        memset(body + at, 'x', PAYLOAD);
+        strcpy(body + at + PAYLOAD, "\"}");
+        enqueue(q, body);
+    }
+    free(body);
+    long long requests0 = daemon_counter("retryd_settle_claim_requests_total");
+    long long calls0 = daemon_counter("retryd_settle_claim_calls_total");
+
+    freeReplyObject(e2e_rcmd(g_redis, "CLIENT PAUSE 5000 WRITE"));
+    g_paused = true;
+    e2e_conn_t c[K];
+    char path[256];
+    SET(path, e2e_fmt("/queues/%s/claim", q));
+    for (int i = 0; i < K; i++) {
+        char req[128];
+        SET(req, e2e_fmt("{\"settle\":[{\"id\":%d,\"outcome\":\"succeeded\"}]}", 1000 + i));
+        assert_int_equal(e2e_conn_open(&c[i], g_daemon.port), 0);
+        assert_int_equal(e2e_send_request(&c[i], "POST", path, NULL, req, strlen(req)), 0);
+    }
+    long long deadline = e2e_mono_ms() + 3000;
+    while (!redis_has_blocked_fcall(0)) {
+        if (e2e_mono_ms() > deadline) fail_msg("no call reached Redis");
+        e2e_pause_ms(10);
+    }
+    daemon_has_read_them();
+    freeReplyObject(e2e_rcmd(g_redis, "CLIENT UNPAUSE"));
+    g_paused = false;
+
+    bool seen[K + 1] = { false };
+    for (int i = 0; i < K; i++) {
+        e2e_response_t r = { 0 };
+        assert_int_equal(e2e_read_response(&c[i], &r), 0);
+        const long long id = 1000 + i;
+        const char *status = "not-found";
+        rd_json_t *messages = expect_settled(&r, 1, &id, &status);
+        if (rd_json_array_size(messages) != 1)
+            fail_msg("request %d got %zu messages while one was claimable", i,
+                     rd_json_array_size(messages));
+        long long got = e2e_jint(rd_json_array_at(messages, 0), "id");
+        assert_in_range(got, 1, K);
+        assert_false(seen[got]);
+        seen[got] = true;
+        e2e_response_free(&r);
+        e2e_conn_close(&c[i]);
+    }
+    long long requests = daemon_counter("retryd_settle_claim_requests_total") - requests0;
+    long long calls = daemon_counter("retryd_settle_claim_calls_total") - calls0;
+    assert_int_equal(requests, K);
+    if (calls >= requests) fail_msg("%lld requests took %lld calls: none were sent together",
+                                    requests, calls);
+}
+
 /* Plain claims (no settle, no wait) take the same way: eight of them while
  * Redis holds writes, one asking for three; each gets its own messages,
  * none twice, in fewer calls than requests; the 204 of an empty queue too. */
@@ -1676,6 +1754,7 @@ static void test_claims_sent_together(void **state)
         if (e2e_mono_ms() > deadline) fail_msg("no call reached Redis");
         e2e_pause_ms(10);
     }
+    daemon_has_read_them();
     freeReplyObject(e2e_rcmd(g_redis, "CLIENT UNPAUSE"));
     g_paused = false;
 
@@ -2626,6 +2705,77 @@ static void test_shutdown_answers_in_flight_request(void **state)
     assert_int_equal(e2e_daemon_stop(&g_side, 0, E2E_STOP_TIMEOUT_MS), 0);
 }
 
+/* SIGTERM while settle-and-claim requests wait in their queue's line behind
+ * a call in flight (docs/coalescing.md): every one is still carried out and
+ * answered, then the daemon exits 0. */
+static void test_shutdown_answers_settle_claims_in_line(void **state)
+{
+    (void)state;
+    enum { K = 4 };
+    char prefix[80];
+    snprintf(prefix, sizeof prefix, "%s-stopline", g_prefix);
+    long long last_client = redis_last_client_id();
+    assert_int_equal(start_daemon(&g_side, g_redis_port, prefix, true, "--tick-ms", "60000",
+                                  NULL), 0);
+    e2e_response_t r = { 0 };
+    for (int i = 0; i < K; i++) {
+        http_to(g_side.port, &r, "POST", "/queues/line/messages", "{\"payload\":\"p\"}", 15);
+        e2e_expect_json(&r, 201);
+    }
+    e2e_response_free(&r);
+
+    freeReplyObject(e2e_rcmd(g_redis, "CLIENT PAUSE 5000 WRITE"));
+    g_paused = true;
+    e2e_conn_t c[K];
+    for (int i = 0; i < K; i++) {
+        char body[128];
+        SET(body, e2e_fmt("{\"settle\":[{\"id\":%d,\"outcome\":\"succeeded\"}]}", 100 + i));
+        assert_int_equal(e2e_conn_open(&c[i], g_side.port), 0);
+        assert_int_equal(e2e_send_request(&c[i], "POST", "/queues/line/claim", NULL, body,
+                                          strlen(body)), 0);
+    }
+    long long deadline = e2e_mono_ms() + 3000;
+    while (!redis_has_blocked_fcall(last_client)) {
+        if (e2e_mono_ms() > deadline) fail_msg("no call reached Redis");
+        e2e_pause_ms(10);
+    }
+    /* An answer the daemon gives without Redis, asked after the requests
+     * were sent: it has read them all by then. */
+    http_to(g_side.port, &r, "GET", "/healthz", NULL, 0);
+    assert_int_equal(r.status, 200);
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+
+    assert_int_equal(kill(g_side.pid, SIGTERM), 0);
+    deadline = e2e_mono_ms() + 3000;
+    for (;;) {
+        int fd = e2e_connect(g_side.port);
+        if (fd < 0) break;
+        close(fd);
+        if (e2e_mono_ms() > deadline) fail_msg("still accepting 3 s after SIGTERM");
+        e2e_pause_ms(10);
+    }
+    freeReplyObject(e2e_rcmd(g_redis, "CLIENT UNPAUSE"));
+    g_paused = false;
+
+    bool seen[K + 1] = { false };
+    for (int i = 0; i < K; i++) {
+        e2e_response_t a = { 0 };
+        if (e2e_read_response(&c[i], &a) != 0) fail_msg("request %d got no response", i);
+        const long long id = 100 + i;
+        const char *status = "not-found";
+        rd_json_t *messages = expect_settled(&a, 1, &id, &status);
+        assert_int_equal(rd_json_array_size(messages), 1);
+        long long got = e2e_jint(rd_json_array_at(messages, 0), "id");
+        assert_in_range(got, 1, K);
+        assert_false(seen[got]);
+        seen[got] = true;
+        e2e_response_free(&a);
+        e2e_conn_close(&c[i]);
+    }
+    assert_int_equal(e2e_daemon_stop(&g_side, 0, E2E_STOP_TIMEOUT_MS), 0);
+}
+
 /* ------------------------------------------------------------------------ */
 /* History and worker (SPEC §11)                                            */
 /* ------------------------------------------------------------------------ */
@@ -3036,6 +3186,7 @@ int main(void)
         T(test_text_must_be_utf8),
         T(test_claim_with_settle),
         T(test_settle_claims_sent_together),
+        T(test_settle_claims_together_each_get_one),
         T(test_claims_sent_together),
         T(test_claim_settle_validation),
         T(test_claim_settle_long_poll),
@@ -3053,6 +3204,7 @@ int main(void)
         T(test_no_redis_is_503_and_keeps_running),
         T(test_redis_started_later_is_picked_up),
         T(test_shutdown_answers_in_flight_request),
+        T(test_shutdown_answers_settle_claims_in_line),
     };
     int failed = cmocka_run_group_tests_name("e2e", tests, group_setup, group_teardown);
     if (failed == 0 && g_stop_failed) {

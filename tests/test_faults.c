@@ -1641,6 +1641,64 @@ static void test_redis_paused_sigstop(void **state)
     free(log.items);
 }
 
+/* Settle-and-claim requests of one queue wait in its line behind a call in
+ * flight when Redis stops (docs/coalescing.md): the held call is answered
+ * outcome-unknown when the link drops at the timeout, every request waiting
+ * behind it 503 too, none left hanging; after SIGCONT the queue's line works
+ * again (it was not left behind half-used). */
+static void test_settle_claim_line_when_link_drops(void **state)
+{
+    (void)state;
+    enum { K = 5 };
+    static const char *const extra[] = { "--appendonly", "no", NULL };
+    assert_int_equal(fx_redis_start(&g_srv, extra), 0);
+    assert_int_equal(start_retryd(&g_dmn[0], "lostline.log", e2e_redis_url(g_srv.port),
+                                  "lostline", true, "--redis-timeout-ms", "1000", NULL), 0);
+    int port = g_dmn[0].port;
+    e2e_response_t r = { 0 };
+    /* Two: the call that was out may yet run when Redis goes on. */
+    for (int i = 0; i < 2; i++) {
+        http(port, &r, "POST", "/queues/ll/messages", "{\"payload\":\"m\"}");
+        e2e_expect_json(&r, 201);
+    }
+
+    assert_int_equal(fx_redis_pause(&g_srv), 0);
+    e2e_conn_t c[K];
+    static const char body[] = "{\"settle\":[{\"id\":99,\"outcome\":\"succeeded\"}]}";
+    for (int i = 0; i < K; i++) {
+        assert_int_equal(e2e_conn_open(&c[i], port), 0);
+        assert_int_equal(e2e_send_request(&c[i], "POST", "/queues/ll/claim", NULL, body,
+                                          sizeof body - 1), 0);
+    }
+    long long t0 = e2e_mono_ms();
+    int unknown = 0;
+    for (int i = 0; i < K; i++) {
+        e2e_response_t a = { 0 };
+        if (e2e_read_response(&c[i], &a) != 0) fail_msg("request %d got no response", i);
+        unknown += expect_503(&a);
+        e2e_response_free(&a);
+        e2e_conn_close(&c[i]);
+    }
+    long long took = e2e_mono_ms() - t0;
+    if (took > UNAVAILABLE_BOUND_MS) fail_msg("the line took %lld ms to be answered", took);
+    assert_int_equal(unknown, 1);   /* the call that was out */
+
+    assert_int_equal(fx_redis_resume(&g_srv), 0);
+    long long deadline = e2e_mono_ms() + RECOVERY_BOUND_MS;
+    for (;;) {
+        http(port, &r, "POST", "/queues/ll/claim", body);
+        if (r.status == 200) break;
+        expect_503(&r);
+        if (e2e_mono_ms() > deadline) fail_msg("no settle-and-claim served after SIGCONT");
+        e2e_pause_ms(50);
+    }
+    rd_json_t *m = e2e_jget(r.json, "messages");
+    assert_int_equal(rd_json_array_size(m), 1);
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    stop_retryd(&g_dmn[0]);
+}
+
 /* The command of each request below is in flight when Redis stops (SIGSTOP
  * for longer than --redis-timeout-ms): a read has no outcome to be unsure
  * of, so GET, a listing and stats answer backend-unavailable; a write keeps
@@ -3440,6 +3498,7 @@ int main(void)
         T(test_unexpected_reply_shapes),
         T(test_redis_paused_sigstop),
         T(test_read_in_flight_when_link_drops),
+        T(test_settle_claim_line_when_link_drops),
     T(test_lost_claim_lease_still_expires),
         T(test_redis_debug_sleep),
         T(test_redis_restarted_and_flushed),

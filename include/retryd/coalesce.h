@@ -1,8 +1,8 @@
 /* coalesce.h - settle-and-claim requests of one queue sent together
  * (docs/coalescing.md): while a settle_claim call for a queue is in flight,
- * the next requests for that queue wait in its line; when the call returns,
- * the requests in the line that share a lease and a worker go in one call,
- * and its answer is split among them in their order. One request alone is
+ * the next requests for that queue wait in its line; when it returns, they
+ * all go out, those in a row that share a lease and a worker in one call,
+ * and each answer is split among its requests in their order. One request alone is
  * sent at once, as before; only requests that would have queued behind
  * Redis wait, and they then share one function call's fixed cost.
  *
