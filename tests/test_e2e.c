@@ -1566,6 +1566,49 @@ static void daemon_has_read_them(void)
     e2e_response_free(&r);
 }
 
+/* Redis holds write commands (the test's requests then meet in the daemon). */
+static void hold_writes(void)
+{
+    freeReplyObject(e2e_rcmd(g_redis, "CLIENT PAUSE 5000 WRITE"));
+    g_paused = true;
+}
+
+/* Once a call is held in Redis and the group's daemon has read what was
+ * sent to it, Redis runs writes again. */
+static void release_held_writes(void)
+{
+    long long deadline = e2e_mono_ms() + 3000;
+    while (!redis_has_blocked_fcall(0)) {
+        if (e2e_mono_ms() > deadline) fail_msg("no call reached Redis");
+        e2e_pause_ms(10);
+    }
+    daemon_has_read_them();
+    freeReplyObject(e2e_rcmd(g_redis, "CLIENT UNPAUSE"));
+    g_paused = false;
+}
+
+/* The coalescer's counters of the group's daemon, to compare before and after. */
+typedef struct sharing {
+    long long requests, calls;
+} sharing_t;
+
+static sharing_t sharing_now(void)
+{
+    return (sharing_t){ daemon_counter("retryd_settle_claim_requests_total"),
+                        daemon_counter("retryd_settle_claim_calls_total") };
+}
+
+/* n requests were sent since `before`, in fewer calls than requests.
+ * Returns the calls. */
+static long long expect_shared(sharing_t before, long long n)
+{
+    sharing_t now = sharing_now();
+    assert_int_equal(now.requests - before.requests, n);
+    long long calls = now.calls - before.calls;
+    if (calls >= n) fail_msg("%lld requests took %lld calls: none were sent together", n, calls);
+    return calls;
+}
+
 /* Settle-and-claim requests for one queue that come while a call for it is
  * in flight go together in one call (docs/coalescing.md), and each gets its
  * own answer: its settlements' outcomes, at most its count of messages, its
@@ -1580,11 +1623,9 @@ static void test_settle_claims_sent_together(void **state)
     e2e_queue_name(q, sizeof q, "together");
     for (int i = 0; i < 2 * K + 1; i++) enqueue(q, e2e_fmt("{\"payload\":\"t%d\"}", i + 1));
     for (int i = 0; i < K; i++) assert_int_equal(claim_one(q, 60, tokens[i], sizeof tokens[i]), i + 1);
-    long long requests0 = daemon_counter("retryd_settle_claim_requests_total");
-    long long calls0 = daemon_counter("retryd_settle_claim_calls_total");
+    sharing_t before = sharing_now();
 
-    freeReplyObject(e2e_rcmd(g_redis, "CLIENT PAUSE 5000 WRITE"));
-    g_paused = true;
+    hold_writes();
     e2e_conn_t c[K];
     const char *path = e2e_fmt("/queues/%s/claim", q);
     char path_copy[256];
@@ -1606,14 +1647,7 @@ static void test_settle_claims_sent_together(void **state)
         assert_int_equal(e2e_conn_open(&c[i], g_daemon.port), 0);
         assert_int_equal(e2e_send_request(&c[i], "POST", path_copy, NULL, body, strlen(body)), 0);
     }
-    long long deadline = e2e_mono_ms() + 3000;
-    while (!redis_has_blocked_fcall(0)) {
-        if (e2e_mono_ms() > deadline) fail_msg("no call reached Redis");
-        e2e_pause_ms(10);
-    }
-    daemon_has_read_them();
-    freeReplyObject(e2e_rcmd(g_redis, "CLIENT UNPAUSE"));
-    g_paused = false;
+    release_held_writes();
 
     bool seen[2 * K + 2] = { false };
     long long worker_msg = 0;
@@ -1653,11 +1687,7 @@ static void test_settle_claims_sent_together(void **state)
     assert_int_equal(e2e_jint(totals, "claimed"), K + K + 1);   /* all of them */
     e2e_response_free(&r);
 
-    long long requests = daemon_counter("retryd_settle_claim_requests_total") - requests0;
-    long long calls = daemon_counter("retryd_settle_claim_calls_total") - calls0;
-    assert_int_equal(requests, K);
-    if (calls >= K) fail_msg("%lld requests took %lld calls: none were sent together", requests, calls);
-    assert_true(calls >= 2);   /* w-7 cannot share a call */
+    assert_true(expect_shared(before, K) >= 2);   /* w-7 cannot share a call */
 }
 
 /* A request sent together with others still gets a message when one is
@@ -1679,11 +1709,9 @@ static void test_settle_claims_together_each_get_one(void **state)
         enqueue(q, body);
     }
     free(body);
-    long long requests0 = daemon_counter("retryd_settle_claim_requests_total");
-    long long calls0 = daemon_counter("retryd_settle_claim_calls_total");
+    sharing_t before = sharing_now();
 
-    freeReplyObject(e2e_rcmd(g_redis, "CLIENT PAUSE 5000 WRITE"));
-    g_paused = true;
+    hold_writes();
     e2e_conn_t c[K];
     char path[256];
     SET(path, e2e_fmt("/queues/%s/claim", q));
@@ -1693,14 +1721,7 @@ static void test_settle_claims_together_each_get_one(void **state)
         assert_int_equal(e2e_conn_open(&c[i], g_daemon.port), 0);
         assert_int_equal(e2e_send_request(&c[i], "POST", path, NULL, req, strlen(req)), 0);
     }
-    long long deadline = e2e_mono_ms() + 3000;
-    while (!redis_has_blocked_fcall(0)) {
-        if (e2e_mono_ms() > deadline) fail_msg("no call reached Redis");
-        e2e_pause_ms(10);
-    }
-    daemon_has_read_them();
-    freeReplyObject(e2e_rcmd(g_redis, "CLIENT UNPAUSE"));
-    g_paused = false;
+    release_held_writes();
 
     bool seen[K + 1] = { false };
     for (int i = 0; i < K; i++) {
@@ -1719,11 +1740,7 @@ static void test_settle_claims_together_each_get_one(void **state)
         e2e_response_free(&r);
         e2e_conn_close(&c[i]);
     }
-    long long requests = daemon_counter("retryd_settle_claim_requests_total") - requests0;
-    long long calls = daemon_counter("retryd_settle_claim_calls_total") - calls0;
-    assert_int_equal(requests, K);
-    if (calls >= requests) fail_msg("%lld requests took %lld calls: none were sent together",
-                                    requests, calls);
+    expect_shared(before, K);
 }
 
 /* Plain claims (no settle, no wait) take the same way: eight of them while
@@ -1736,11 +1753,9 @@ static void test_claims_sent_together(void **state)
     char q[64];
     e2e_queue_name(q, sizeof q, "claimtogether");
     for (int i = 0; i < K + 2; i++) enqueue(q, e2e_fmt("{\"payload\":\"c%d\"}", i + 1));
-    long long requests0 = daemon_counter("retryd_settle_claim_requests_total");
-    long long calls0 = daemon_counter("retryd_settle_claim_calls_total");
+    sharing_t before = sharing_now();
 
-    freeReplyObject(e2e_rcmd(g_redis, "CLIENT PAUSE 5000 WRITE"));
-    g_paused = true;
+    hold_writes();
     e2e_conn_t c[K];
     char path[256];
     SET(path, e2e_fmt("/queues/%s/claim", q));
@@ -1749,14 +1764,7 @@ static void test_claims_sent_together(void **state)
         assert_int_equal(e2e_conn_open(&c[i], g_daemon.port), 0);
         assert_int_equal(e2e_send_request(&c[i], "POST", path, NULL, body, strlen(body)), 0);
     }
-    long long deadline = e2e_mono_ms() + 3000;
-    while (!redis_has_blocked_fcall(0)) {
-        if (e2e_mono_ms() > deadline) fail_msg("no call reached Redis");
-        e2e_pause_ms(10);
-    }
-    daemon_has_read_them();
-    freeReplyObject(e2e_rcmd(g_redis, "CLIENT UNPAUSE"));
-    g_paused = false;
+    release_held_writes();
 
     bool seen[K + 3] = { false };
     int claimed = 0;
@@ -1786,10 +1794,7 @@ static void test_claims_sent_together(void **state)
     }
     /* Ten messages for ten asked: every request got what it asked for. */
     assert_int_equal(claimed, K + 2);
-    long long requests = daemon_counter("retryd_settle_claim_requests_total") - requests0;
-    long long calls = daemon_counter("retryd_settle_claim_calls_total") - calls0;
-    assert_int_equal(requests, K);
-    if (calls >= K) fail_msg("%lld claims took %lld calls: none were sent together", requests, calls);
+    expect_shared(before, K);
 
     /* Nothing left: a claim alone is still answered 204. */
     e2e_response_t r = { 0 };
