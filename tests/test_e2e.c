@@ -2655,6 +2655,21 @@ static bool redis_has_blocked_fcall(long long after_id)
     return found;
 }
 
+/* SIGTERM to the test's own daemon; returns once its listener is closed
+ * (then the signal has been handled). */
+static void sigterm_side_daemon(void)
+{
+    assert_int_equal(kill(g_side.pid, SIGTERM), 0);
+    long long deadline = e2e_mono_ms() + 3000;
+    for (;;) {
+        int fd = e2e_connect(g_side.port);
+        if (fd < 0) break;
+        close(fd);
+        if (e2e_mono_ms() > deadline) fail_msg("still accepting 3 s after SIGTERM");
+        e2e_pause_ms(10);
+    }
+}
+
 static void test_shutdown_answers_in_flight_request(void **state)
 {
     (void)state;
@@ -2682,16 +2697,7 @@ static void test_shutdown_answers_in_flight_request(void **state)
         e2e_pause_ms(10);
     }
 
-    assert_int_equal(kill(g_side.pid, SIGTERM), 0);
-    /* Once the listener is closed the signal has been handled. */
-    deadline = e2e_mono_ms() + 3000;
-    for (;;) {
-        int fd = e2e_connect(g_side.port);
-        if (fd < 0) break;
-        close(fd);
-        if (e2e_mono_ms() > deadline) fail_msg("still accepting 3 s after SIGTERM");
-        e2e_pause_ms(10);
-    }
+    sigterm_side_daemon();
     x = e2e_rcmd(g_redis, "CLIENT UNPAUSE");
     freeReplyObject(x);
     g_paused = false;
@@ -2751,15 +2757,7 @@ static void test_shutdown_answers_settle_claims_in_line(void **state)
     e2e_response_free(&r);
     e2e_conn_close(&g_conn);
 
-    assert_int_equal(kill(g_side.pid, SIGTERM), 0);
-    deadline = e2e_mono_ms() + 3000;
-    for (;;) {
-        int fd = e2e_connect(g_side.port);
-        if (fd < 0) break;
-        close(fd);
-        if (e2e_mono_ms() > deadline) fail_msg("still accepting 3 s after SIGTERM");
-        e2e_pause_ms(10);
-    }
+    sigterm_side_daemon();
     freeReplyObject(e2e_rcmd(g_redis, "CLIENT UNPAUSE"));
     g_paused = false;
 
