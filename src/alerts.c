@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "retryd/alloc.h"
+#include "retryd/hash.h"
 #include "retryd/jsonw.h"
 #include "retryd/keys.h"
 #include "retryd/log.h"
@@ -90,16 +91,9 @@ static const char *alert_url_for(const rd_alerts_t *a, const delivery_t *d)
 
 /* ---------------------------------------------------------------- queues */
 
-static uint64_t hash(const char *s, size_t len)
-{
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ULL;
-    return h;
-}
-
 static queue_t *queue_get(rd_alerts_t *a, const char *name, size_t len)
 {
-    queue_t **slot = &a->buckets[hash(name, len) % QUEUE_BUCKETS];
+    queue_t **slot = &a->buckets[rd_hash(name, len) % QUEUE_BUCKETS];
     for (queue_t *q = *slot; q; q = q->hnext)
         if (q->len == len && memcmp(q->name, name, len) == 0) return q;
     queue_t *q = rd_calloc(1, sizeof *q);
@@ -124,7 +118,7 @@ static void queue_release(queue_t *q)
 {
     if (q->active || q->held > 0 || q->taking || q->touching || q->failures > 0) return;
     rd_alerts_t *a = q->a;
-    queue_t **p = &a->buckets[hash(q->name, q->len) % QUEUE_BUCKETS];
+    queue_t **p = &a->buckets[rd_hash(q->name, q->len) % QUEUE_BUCKETS];
     while (*p != q) p = &(*p)->hnext;
     *p = q->hnext;
     queue_free(q);

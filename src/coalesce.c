@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "retryd/alloc.h"
+#include "retryd/hash.h"
 #include "retryd/limits.h"
 
 typedef struct request {
@@ -144,9 +145,7 @@ static bool same_call(const request_t *a, const request_t *b)
 
 static line_t **bucket_of(rd_coalescer_t *co, const char *name, size_t len)
 {
-    uint64_t h = 1469598103934665603ULL;   /* FNV-1a */
-    for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)name[i]) * 1099511628211ULL;
-    return &co->buckets[h % BUCKETS];
+    return &co->buckets[rd_hash(name, len) % BUCKETS];
 }
 
 static line_t *line_find(rd_coalescer_t *co, rd_store_queue_t q)

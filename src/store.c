@@ -9,6 +9,7 @@
 #include "retryd/alloc.h"
 #include "retryd/backend.h"
 #include "retryd/buf.h"
+#include "retryd/hash.h"
 #include "retryd/keys.h"
 #include "retryd/limits.h"
 #include "retryd/log.h"
@@ -870,16 +871,9 @@ static int send_hinted(rd_store_t *st, call_t *c, reply_kind_t kind, rd_store_qu
 
 /* ---------------------------------------------------------------- registry */
 
-static uint64_t fnv1a(const char *s, size_t len)
-{
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ULL;
-    return h;
-}
-
 static registry_slot_t *registry_slot(rd_store_t *st, const char *name, size_t len)
 {
-    return &st->registry[fnv1a(name, len) % REGISTRY_SLOTS];
+    return &st->registry[rd_hash(name, len) % REGISTRY_SLOTS];
 }
 
 static bool slot_holds(const registry_slot_t *slot, const char *name, size_t len)
@@ -1000,7 +994,7 @@ static void register_queue(rd_store_t *st, rd_store_queue_t q)
 static void series_nudge(rd_store_t *st, const op_t *op, bool hinted)
 {
     if (!st->series) return;
-    registry_slot_t *slot = &st->nudged[fnv1a(op->queue, op->queue_len) % SERIES_SLOTS];
+    registry_slot_t *slot = &st->nudged[rd_hash(op->queue, op->queue_len) % SERIES_SLOTS];
     uint64_t now = uv_now(st->loop);
     bool fresh = slot->name && now - slot->at_ms < SERIES_NUDGE_MS;
     if (fresh) return;  /* this queue, or another one of the slot, was nudged lately */
