@@ -1803,6 +1803,73 @@ static void test_claims_sent_together(void **state)
     e2e_response_free(&r);
 }
 
+/* A client that vanishes (RST) while its settle-and-claim waits in the
+ * queue's line loses nothing: its settlement still applies (it was sent),
+ * the message the shared call leased for it goes back (release, no failure
+ * counted) and the next claim gets it; the others get theirs. */
+static void test_vanished_client_in_line_loses_nothing(void **state)
+{
+    (void)state;
+    enum { K = 3 };
+    char q[64], tokens[K][160];
+    e2e_queue_name(q, sizeof q, "together-gone");
+    for (int i = 0; i < 2 * K; i++) enqueue(q, e2e_fmt("{\"payload\":\"g%d\"}", i + 1));
+    for (int i = 0; i < K; i++) assert_int_equal(claim_one(q, 60, tokens[i], sizeof tokens[i]), i + 1);
+
+    hold_writes();
+    e2e_conn_t c[K];
+    char path[256];
+    SET(path, e2e_fmt("/queues/%s/claim", q));
+    for (int i = 0; i < K; i++) {
+        char body[512];
+        SET(body, e2e_fmt("{\"settle\":[{\"id\":%d,\"lease_token\":\"%s\","
+                          "\"outcome\":\"succeeded\"}]}", i + 1, tokens[i]));
+        assert_int_equal(e2e_conn_open(&c[i], g_daemon.port), 0);
+        assert_int_equal(e2e_send_request(&c[i], "POST", path, NULL, body, strlen(body)), 0);
+    }
+    daemon_has_read_them();
+    struct linger reset = { 1, 0 };
+    assert_int_equal(setsockopt(c[1].fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset), 0);
+    e2e_conn_close(&c[1]);   /* RST while its request waits */
+    release_held_writes();
+
+    bool seen[2 * K + 1] = { false };
+    for (int i = 0; i < K; i += 2) {
+        e2e_response_t r = { 0 };
+        assert_int_equal(e2e_read_response(&c[i], &r), 0);
+        const long long id = i + 1;
+        const char *status = "succeeded";
+        rd_json_t *messages = expect_settled(&r, 1, &id, &status);
+        assert_int_equal(rd_json_array_size(messages), 1);
+        long long got = e2e_jint(rd_json_array_at(messages, 0), "id");
+        assert_in_range(got, K + 1, 2 * K);
+        seen[got] = true;
+        e2e_response_free(&r);
+        e2e_conn_close(&c[i]);
+    }
+    /* The vanished client's settlement stands; its lease is handed back. */
+    e2e_response_t r = { 0 };
+    http(&r, "GET", message_path(q, 2, NULL), NULL);
+    assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "status"), "succeeded");
+    long long deadline = e2e_mono_ms() + 5000;
+    for (;;) {
+        redisReply *x = e2e_rcmd(g_redis, "ZCARD %s:{%s}:3:processing", g_prefix, q);
+        long long leased = x->integer;
+        freeReplyObject(x);
+        if (leased == 2) break;
+        if (e2e_mono_ms() > deadline) fail_msg("%lld leases, want 2: the vanished one's was kept", leased);
+        e2e_pause_ms(10);
+    }
+    long long left = 0;
+    for (long long id = K + 1; id <= 2 * K; id++) if (!seen[id]) left = id;
+    assert_int_equal(claim_one(q, 60, NULL, 0), left);
+    http(&r, "GET", e2e_fmt("/queues/%s/stats", q), NULL);
+    rd_json_t *totals = e2e_jget(e2e_expect_json(&r, 200), "totals");
+    assert_int_equal(e2e_jint(totals, "succeeded"), K);
+    assert_int_equal(e2e_jint(totals, "failed"), 0);
+    e2e_response_free(&r);
+}
+
 static void test_claim_settle_validation(void **state)
 {
     (void)state;
@@ -3191,6 +3258,7 @@ int main(void)
         T(test_settle_claims_sent_together),
         T(test_settle_claims_together_each_get_one),
         T(test_claims_sent_together),
+        T(test_vanished_client_in_line_loses_nothing),
         T(test_claim_settle_validation),
         T(test_claim_settle_long_poll),
         T(test_policy_get_put),
