@@ -181,6 +181,11 @@ bool rd_store_ready(const rd_store_t *st)
     return rd_backend_ready(st->redis);
 }
 
+bool rd_store_started(const rd_store_t *st)
+{
+    return rd_backend_started(st->redis);
+}
+
 const rd_histogram_t *rd_store_rtt(const rd_store_t *st)
 {
     return rd_backend_rtt(st->redis);

@@ -194,6 +194,8 @@ void rd_store_set_alerts(rd_store_t *st, long long recheck_ms);
 
 /* True while operations can be sent (the Redis link is READY). */
 bool rd_store_ready(const rd_store_t *st);
+/* True once every link has had its first connect attempt (rd_backend_started). */
+bool rd_store_started(const rd_store_t *st);
 /* Round-trip times of this store's Redis commands. */
 const rd_histogram_t *rd_store_rtt(const rd_store_t *st);
 
