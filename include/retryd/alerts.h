@@ -20,7 +20,7 @@
 typedef struct rd_alerts rd_alerts_t;
 
 typedef struct rd_alerts_options {
-    const char *url;            /* --alert-url */
+    const char *url;            /* --alert-url, or NULL: only queues' own alert_url */
     const char *prefix;         /* --prefix */
     long long claim_ms;         /* --alert-claim-ms: pending this long with a silent
                                    instance, an entry is claimed back */
