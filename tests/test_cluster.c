@@ -2263,9 +2263,8 @@ static void test_slot_migration_under_load(void **state)
 static void test_alerts_from_every_master(void **state)
 {
     (void)state;
-    /* Every instance sharing the Redis runs with the same --alert-url
-     * (docs/dead-letters.md): A and B, started without it, make way for two
-     * alerting instances C and D. */
+    /* A and B, started without --alert-url, make way for two alerting
+     * instances C and D (A and B would only hand their finds over). */
     assert_int_equal(e2e_daemon_stop(&g_a, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
     assert_int_equal(e2e_daemon_stop(&g_b, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
     assert_int_equal(recv_start(), 0);
