@@ -119,7 +119,8 @@ local function registry_keys(registry)
     names  = tag .. ':names',     -- ZSET name -> 0: the same names, paged by name
     timers = tag .. ':timers',    -- ZSET name -> when (ms) the timer must tick it
     taken  = tag .. ':taken',     -- HASH name -> token of the timer round ticking it
-    sweep  = tag .. ':sweep',     -- HASH cursor, next_at, cycle_at, takes
+    sweep  = tag .. ':sweep',     -- HASH cursor, next_at, cycle_at, takes, alert_url_until
+    alerts = tag .. ':alerts',    -- ZSET name -> when (ms): alerts for an --alert-url instance
   }
 end
 

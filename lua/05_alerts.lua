@@ -64,6 +64,9 @@ end
 --   ARGV[2]  count                              1..100, per source
 --   ARGV[3]  min_idle_ms                        entries pending this long with
 --                                               another (dead) consumer are claimed
+--   ARGV[4]  "0" (optional)                     the caller has no --alert-url: a
+--                                               queue without its own alert_url
+--                                               is not taken from (answers {0, ""})
 -- First claims back entries idle for min_idle_ms (XAUTOCLAIM, counted as
 -- alerts_claimed; entries trimmed meanwhile as alerts_dropped), then reads new
 -- ones (XREADGROUP). Entries other than deaths are acknowledged at once.
@@ -79,6 +82,7 @@ local function alerts_take(keys, args)
   if count == nil or count < 1 or count > ALERT_TAKE_MAX then return bad_arg('count') end
   if min_idle == nil or min_idle < 0 then return bad_arg('min_idle_ms') end
   local url = flow.alert_url(k) or ''
+  if url == '' and args[4] == '0' then return { 0, '' } end
   if alert_group(k, now_ms()) == nil then return { 0, url } end
   local out, ack = { 0, url }, {}
   local function take(entries)

@@ -150,12 +150,17 @@ end
 --   ARGV[3]  succeeded_ttl_ms                   0 keeps succeeded forever
 --   ARGV[4]  "1" (optional)                     the caller is a timer round
 --                                               that reports to timer_done
---   ARGV[5]  alert_recheck_ms (optional, with ARGV[4]) the caller delivers alerts
+--   ARGV[5]  alert_recheck_ms (optional, with ARGV[4]) the caller looks for alerts
 --                                               (0: it does not)
 --   ARGV[6]  "0" (optional)                     do not sample the time series
 --                                               (docs/series.md); else it does,
 --                                               and a sample that saw activity
 --                                               asks for a tick within a minute
+--   ARGV[7]  "0" or "1" (optional, with ARGV[5]) "1": some instance runs with
+--                                               --alert-url (timer_take's
+--                                               fleet_alert_url), so a queue
+--                                               without its own alert_url has
+--                                               a destination too; absent: "1"
 -- While any index of retryd_v2 exists, tick also drains it (drain_old), its
 -- counts are in promoted, reclaimed and expired, and the queue is due again
 -- within OLD_REVISIT_MS (at once when a batch was full).
@@ -168,11 +173,14 @@ end
 -- 1 when none of the queue's keys is left (it may leave the registry), and
 -- the queue's timer promise becomes now + next_in_ms (the caller reports
 -- that to the schedule), or is deleted. Publishes on the wake channel when it
--- promoted anything. With ARGV[5] (an alerting instance's round), `alerts`
--- follows `empty`: 1 when the queue's events stream has alerts not yet
--- delivered or not yet acknowledged (05_alerts.lua); the queue is then due
--- again within alert_recheck_ms, so that entries a dead instance left
--- pending are claimed back.
+-- promoted anything. With ARGV[5] > 0, `alerts` follows `empty`: when the
+-- queue has an alert destination (its policy's alert_url, or with ARGV[7]
+-- "1" the fleet's --alert-url) and its events stream has alerts not yet
+-- delivered or not yet acknowledged (05_alerts.lua), 2 when the queue has its
+-- own alert_url (any instance delivers them), 1 when not (an --alert-url
+-- instance does); else 0. The queue is then due again within
+-- alert_recheck_ms, so that entries a dead instance left pending are claimed
+-- back. A queue without a destination costs no command for this.
 local function tick(keys, args)
   local base = keys[1]
   local k = queue_keys(base)
@@ -232,8 +240,12 @@ local function tick(keys, args)
   if recheck == 0 then recheck = nil end
   local alerts = 0
   if recheck and args[4] == '1' then
-    alerts = alert_work(k, now)
-    if alerts == 1 then due_at(now + recheck) end
+    local own = flow.alert_url(k) ~= nil
+    if own or args[7] ~= '0' then
+      alerts = alert_work(k, now)
+      if alerts == 1 then due_at(now + recheck) end
+      if alerts == 1 and own then alerts = 2 end
+    end
   end
   -- The time series (05_series.lua); ARGV[6] "0": the caller samples none.
   if args[6] ~= '0' and series_sample(base, k.stats, now) then due_at(now + SERIES_TICK_MS) end

@@ -28,8 +28,7 @@ end
 -- `batch` names of an SSCAN of the registry are put in the names index and
 -- made due now, so a schedule write that was lost is made good; a new pass
 -- over the registry starts at most every `cycle` ms.
-local function sweep(r, now, batch, every, cycle)
-  local st = redis.call('HMGET', r.sweep, 'cursor', 'next_at', 'cycle_at')
+local function sweep(r, now, batch, every, cycle, st)
   if now < (tonumber(st[2]) or 0) then return end
   local cursor, cycle_at = st[1] or '0', tonumber(st[3]) or now
   if cursor == '0' then cycle_at = now end
@@ -53,11 +52,23 @@ end
 --   ARGV[3]  sweep_batch                        integer 0..1000 (0: no sweep)
 --   ARGV[4]  sweep_every_ms                     integer >= 1
 --   ARGV[5]  sweep_cycle_ms                     integer >= 0
+--   ARGV[6]  "0" or "1" (optional)              the caller reads the alert
+--                                               fields below; "1": it runs with
+--                                               --alert-url
+--   ARGV[7]  alert_lease_ms (with ARGV[6] "1")  integer >= 1
 -- Runs the sweep when its time has come, then takes the entries due now
 -- (earliest first): each moves to now + lease_ms and taken[name] becomes this
 -- round's token.
 -- Returns {token, next_in_ms, name...}: token 0 when nothing was due;
 -- next_in_ms until the earliest entry left (-1: none).
+-- With ARGV[6], {token, next_in_ms, fleet_alert_url, n, alert_name x n,
+-- name...}: fleet_alert_url is 1 while an instance with --alert-url took a
+-- round in the last ALERT_MARK_MS (the sweep hash's alert_url_until; every
+-- tick then looks for alerts of queues without their own alert_url, and
+-- hands them over here, timer_done's "a"); the n alert names are the queues
+-- handed over that are due, for an ARGV[6] "1" caller only, each leased to it
+-- for alert_lease_ms (docs/dead-letters.md "Alert webhooks"). An "1" caller
+-- also renews alert_url_until (a write at most every ALERT_MARK_RENEW_MS).
 local function timer_take(keys, args)
   local r = registry_keys(keys[1])
   local limit, lease = to_int(args[1]), to_int(args[2])
@@ -66,8 +77,38 @@ local function timer_take(keys, args)
   if lease == nil or lease < 1 then return bad_arg('lease_ms') end
   if batch == nil or batch < 0 or batch > MAX_BATCH then return bad_arg('sweep_batch') end
   if every == nil or every < 1 or cycle == nil or cycle < 0 then return bad_arg('sweep') end
+  local alerting, alert_lease = args[6], to_int(args[7])
+  if alerting ~= nil and alerting ~= '0' and alerting ~= '1' then return bad_arg('alerting') end
+  if alerting == '1' and (alert_lease == nil or alert_lease < 1) then
+    return bad_arg('alert_lease_ms')
+  end
   local now = now_ms()
-  if batch > 0 then sweep(r, now, batch, every, cycle) end
+  -- One read of the sweep hash serves the sweep and the alert mark.
+  local st = redis.call('HMGET', r.sweep, 'cursor', 'next_at', 'cycle_at', 'alert_url_until')
+  if batch > 0 then sweep(r, now, batch, every, cycle, st) end
+  local head = nil
+  if alerting then
+    local ALERT_MARK_MS, ALERT_MARK_RENEW_MS = 24 * 3600 * 1000, 3600 * 1000
+    local until_ms = tonumber(st[4]) or 0
+    if alerting == '1' and until_ms < now + ALERT_MARK_MS - ALERT_MARK_RENEW_MS then
+      until_ms = now + ALERT_MARK_MS
+      redis.call('HSET', r.sweep, 'alert_url_until', until_ms)
+    end
+    local handed = {}
+    if alerting == '1' and until_ms > now then
+      handed = redis.call('ZRANGE', r.alerts, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
+      if #handed > 0 then
+        local scores = {}
+        for i = 1, #handed do
+          scores[#scores + 1] = now + alert_lease
+          scores[#scores + 1] = handed[i]
+        end
+        redis.call('ZADD', r.alerts, unpack(scores))
+      end
+    end
+    head = { until_ms > now and 1 or 0, #handed }
+    for i = 1, #handed do head[#head + 1] = handed[i] end
+  end
   local due = redis.call('ZRANGE', r.timers, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
   local token = 0
   if #due > 0 then
@@ -86,6 +127,9 @@ local function timer_take(keys, args)
   local first = redis.call('ZRANGE', r.timers, 0, 0, 'WITHSCORES')
   if first[2] then wait = math.max(0, tonumber(first[2]) - now) end
   local out = { token, wait }
+  if head then
+    for i = 1, #head do out[#out + 1] = head[i] end
+  end
   for i = 1, #due do out[#out + 1] = due[i] end
   return out
 end
@@ -94,11 +138,18 @@ end
 --   KEYS[1]  <prefix>:queues                    the registry SET
 --   ARGV[1]  token                              from timer_take
 --   ARGV     name, next_in_ms, empty, ...       per queue: next_in_ms -1 (idle)
---                                               or >= 0; empty "1" or "0"
+--                                               or >= 0; empty "1" or "0",
+--                                               or "a" / "n": not empty, and
+--                                               its tick found alerts for an
+--                                               --alert-url instance / none
 -- For a queue still taken by this token (nobody registered it since the
 -- take): next_in_ms >= 0 sets its entry to now + next_in_ms, -1 removes the
 -- entry, and empty "1" removes the queue from the registry. For any other
 -- queue the entry may only go down (ZADD LT) and the queue stays.
+-- "a" hands the queue to the alerting instances (the alerts ZSET, due now,
+-- given out by timer_take); "n" takes it out of that set, only while the
+-- token holds (a death since the tick registered the queue: its next tick
+-- decides).
 -- Returns how many queues left the registry.
 local function timer_done(keys, args)
   local r = registry_keys(keys[1])
@@ -113,12 +164,16 @@ local function timer_done(keys, args)
   local removed = 0
   for i = 2, #args, 3 do
     local q, wait, empty = args[i], to_int(args[i + 1]), args[i + 2] == '1'
+    local alerts = args[i + 2]
+    if alerts == 'a' then redis.call('ZADD', r.alerts, now, q) end
     if redis.call('HGET', r.taken, q) == token then
       redis.call('HDEL', r.taken, q)
+      if alerts == 'n' then redis.call('ZREM', r.alerts, q) end
       if empty then
         redis.call('SREM', r.set, q)
         redis.call('ZREM', r.names, q)
         redis.call('ZREM', r.timers, q)
+        redis.call('ZREM', r.alerts, q)
         removed = removed + 1
       elseif wait >= 0 then
         redis.call('ZADD', r.timers, now + wait, q)

@@ -233,6 +233,10 @@ static void delivery_add(rd_alerts_t *a, queue_t *q, const rd_reply_t *reply, si
     rd_reply_int(rd_reply_at(reply, 5 + 5 * i), &retry_count);
     rd_reply_int(rd_reply_at(reply, 6 + 5 * i), &at);
     const char *url = rd_reply_str(rd_reply_at(reply, 1), &url_len);
+    /* Without --alert-url, alerts_take takes nothing for a queue without an
+     * alert_url; should one come anyway, it stays pending for an instance
+     * that has somewhere to send it (claimed back). */
+    if ((url == NULL || url_len == 0) && a->url == NULL) return;
     delivery_t *d = rd_calloc(1, sizeof *d);
     if (url && url_len > 0) d->url = rd_strndup(url, url_len);
     memcpy(d->sid, sidz, sizeof d->sid);
@@ -362,9 +366,10 @@ static void take(rd_alerts_t *a, queue_t *q)
     char count[16], idle[24];
     snprintf(count, sizeof count, "%zu", room < RD_ALERTS_TAKE ? room : (size_t)RD_ALERTS_TAKE);
     snprintf(idle, sizeof idle, "%lld", a->claim_ms);
-    const char *args[] = { a->consumer, count, idle };
+    /* Without --alert-url only queues with their own alert_url are taken from. */
+    const char *args[] = { a->consumer, count, idle, a->url ? "1" : "0" };
     q->taking = true;
-    if (fcall(a, RD_FUNCTION("alerts_take"), q, 3, args, NULL, on_taken, q) != 0) {
+    if (fcall(a, RD_FUNCTION("alerts_take"), q, 4, args, NULL, on_taken, q) != 0) {
         q->taking = false;
         q->poll_at = uv_now(a->loop) + RETRY_CALL_MS;
     }
@@ -514,7 +519,7 @@ rd_alerts_t *rd_alerts_start(uv_loop_t *loop, rd_backend_t *backend,
     a->loop = loop;
     a->redis = backend;
     a->web = web;
-    a->url = rd_strdup(opts->url);
+    a->url = opts->url ? rd_strdup(opts->url) : NULL;
     a->prefix = rd_strdup(opts->prefix);
     a->claim_ms = opts->claim_ms;
     a->timeout_ms = opts->timeout_ms;
@@ -532,8 +537,8 @@ rd_alerts_t *rd_alerts_start(uv_loop_t *loop, rd_backend_t *backend,
     a->pump.data = a->touch.data = a->grace.data = a;
     uint64_t every = (uint64_t)(a->claim_ms / 3 > 0 ? a->claim_ms / 3 : 1);
     uv_timer_start(&a->touch, on_touch_timer, every, every);
-    rd_info("alerts: posting deaths to the alert URL as consumer %s of group retryd-alerts",
-            a->consumer);
+    rd_info("alerts: posting deaths to %s as consumer %s of group retryd-alerts",
+            a->url ? "the alert URL" : "queues' own alert_url", a->consumer);
     return a;
 }
 

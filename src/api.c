@@ -660,6 +660,12 @@ static void handle_healthz(call_t *c)
 
 static void handle_readyz(call_t *c)
 {
+    /* In a cluster not before every master has had its first connect
+     * attempt (docs/cluster.md "Readiness"), though PING finds one at once. */
+    if (!rd_store_started(c->api->store)) {
+        respond_unavailable(c);
+        return;
+    }
     started(c, rd_store_ping(c->api->store, on_pinged, c));
 }
 

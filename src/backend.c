@@ -38,6 +38,11 @@ bool rd_backend_ready(const rd_backend_t *b)
     return b->cluster ? rd_cluster_ready(b->cluster) : rd_redis_ready(b->single);
 }
 
+bool rd_backend_started(const rd_backend_t *b)
+{
+    return b->cluster ? rd_cluster_started(b->cluster) : rd_redis_attempted(b->single);
+}
+
 int rd_backend_command(rd_backend_t *b, int argc, const char **argv, const size_t *lens,
                        rd_redis_cb cb, void *arg)
 {

@@ -225,6 +225,7 @@ typedef struct ccall {
     int slot;
     int tries;                  /* MOVED redirects followed */
     int waits;                  /* retries after TRYAGAIN, ASK, CLUSTERDOWN, no link */
+    uint64_t deadline_ms;       /* loop time: waits for a connecting link end here */
     uv_timer_t retry;
     int argc;
     const char **argv;
@@ -329,12 +330,23 @@ static node_t *any_ready_master(const rd_cluster_t *c)
     return NULL;
 }
 
+/* Whether a call for n may wait for its link: a connect attempt is under way
+ * (at start, or after a drop), which ends READY or failed within the
+ * handshake's deadline. A link waiting out its reconnect backoff fails fast. */
+static bool worth_waiting(const node_t *n)
+{
+    return n != NULL && n->link != NULL && rd_redis_connecting(n->link);
+}
+
 static void send_call(ccall_t *k)
 {
     rd_cluster_t *c = k->c;
     node_t *n = k->slot >= 0 ? c->slot_owner[k->slot] : any_ready_master(c);
     if (n == NULL || n->link == NULL || !rd_redis_ready(n->link)) {
-        retry_later(k);
+        if (worth_waiting(n) && !c->closing && uv_now(c->loop) < k->deadline_ms)
+            uv_timer_start(&k->retry, on_retry, RETRY_DELAY_MS, 0);
+        else
+            retry_later(k);
         return;
     }
     if (rd_redis_command(n->link, k->argc, k->argv, k->lens, on_call_reply, k) != 0)
@@ -347,7 +359,8 @@ int rd_cluster_command(rd_cluster_t *c, int argc, const char **argv, const size_
     if (c->closing || !c->map_known) return -1;
     int slot = rd_cluster_command_slot(argc, argv, lens);
     node_t *n = slot >= 0 ? c->slot_owner[slot] : any_ready_master(c);
-    if (n == NULL || n->link == NULL || !rd_redis_ready(n->link)) {
+    bool ready = n != NULL && n->link != NULL && rd_redis_ready(n->link);
+    if (!ready && !worth_waiting(n)) {
         if (n == NULL || n->link == NULL) refresh(c);
         return -1;
     }
@@ -372,6 +385,15 @@ int rd_cluster_command(rd_cluster_t *c, int argc, const char **argv, const size_
     }
     uv_timer_init(c->loop, &k->retry);
     k->retry.data = k;
+    k->deadline_ms = uv_now(c->loop) + (uint64_t)(c->opts.timeout_ms > 0 ? c->opts.timeout_ms
+                                                                          : 5000);
+    if (!ready) {
+        /* Its master's link is connecting: the call waits for it (polled every
+         * RETRY_DELAY_MS) until its deadline, as it would wait for a reply. */
+        c->calls++;
+        uv_timer_start(&k->retry, on_retry, RETRY_DELAY_MS, 0);
+        return 0;
+    }
     if (rd_redis_command(n->link, argc, k->argv, k->lens, on_call_reply, k) != 0) {
         uv_close((uv_handle_t *)&k->retry, on_ccall_closed);
         return -1;
@@ -424,6 +446,17 @@ rd_cluster_t *rd_cluster_start(uv_loop_t *loop, const char *seeds, const rd_redi
 bool rd_cluster_ready(const rd_cluster_t *c)
 {
     return c->map_known && !c->closing && any_ready_master(c);
+}
+
+/* /readyz waits for this: a request for a master still connecting at start
+ * would otherwise get the 503 that readiness promised away. After the first
+ * attempts, a master that is down leaves the others available. */
+bool rd_cluster_started(const rd_cluster_t *c)
+{
+    if (!c->map_known || c->closing) return false;
+    for (const node_t *n = c->nodes; n; n = n->next)
+        if (n->master && (n->link == NULL || !rd_redis_attempted(n->link))) return false;
+    return true;
 }
 
 const rd_histogram_t *rd_cluster_rtt(rd_cluster_t *c)

@@ -298,7 +298,9 @@ static const struct flag {
       "require 'Authorization: Bearer <token>' on every route\n"
       "but /healthz; the token is the file's first line", NULL, set_auth_token_file, false },
     { "alert-url", "URL",
-      "POST one JSON event per death to this http(s) URL\n"
+      "POST one JSON event per death to this http(s) URL;\n"
+      "instances without it hand theirs over, and any\n"
+      "instance delivers to a queue's policy alert_url\n"
       "(docs/dead-letters.md)", NULL, set_alert_url, true },
     { "alert-claim-ms", "N",
       "an alert another instance left pending this long\n"

@@ -28,6 +28,7 @@ struct rd_promoter {
     long long wake_in_ms;         /* earliest due time reported this round, -1 none */
     bool full_batch;              /* more work is waiting: another round at once */
     bool take_failing;            /* logged once per run of failures */
+    bool fleet_alert_url;         /* this round's ticks look for --alert-url's alerts */
 
     bool busy;                    /* a store call is in flight */
     bool stopping;
@@ -128,9 +129,17 @@ static void on_ticked(const rd_store_tick_t *res, void *arg)
             next_in_ms = 0;  /* more waiting: due again at once */
         }
         earliest(p, next_in_ms);
-        p->reports[p->nreports++] = (rd_timer_report_t){ q, next_in_ms, res->empty };
+        /* Alerts to the queue's own alert_url are sent by whoever ticks it;
+         * alerts for --alert-url by this instance if it has the flag, else
+         * handed to one that has (timer_done, then its timer_take). */
+        rd_timer_alerts_t said = RD_TIMER_ALERTS_UNSAID;
+        bool deliver = res->alerts == 2 || (res->alerts == 1 && p->opts.alert_url);
+        if (res->alerts == 1 && !p->opts.alert_url) said = RD_TIMER_ALERTS_HANDOFF;
+        else if (res->alerts == 0 && res->alerts_checked && p->fleet_alert_url)
+            said = RD_TIMER_ALERTS_NONE;
+        p->reports[p->nreports++] = (rd_timer_report_t){ q, next_in_ms, res->empty, said };
         if (res->ready > 0 && p->opts.on_claimable) p->opts.on_claimable(q, p->opts.on_claimable_arg);
-        if (res->alerts && p->opts.on_alerts) p->opts.on_alerts(q, p->opts.on_alerts_arg);
+        if (deliver && p->opts.on_alerts) p->opts.on_alerts(q, p->opts.on_alerts_arg);
     } else {
         rd_warn("promoter: tick of queue %.*s failed (%.*s)", (int)q.len, q.name,
                 (int)res->head.detail.len, res->head.detail.ptr ? res->head.detail.ptr : "");
@@ -169,6 +178,12 @@ static void on_taken(const rd_store_taken_t *res, void *arg)
     if (p->take_failing) rd_info("promoter: the timer schedule answers again");
     p->take_failing = false;
     p->token = res->token;
+    p->fleet_alert_url = res->fleet_alert_url || p->opts.alert_url;
+    rd_store_set_fleet_alert_url(p->store, res->fleet_alert_url);
+    for (size_t i = 0; i < res->alert_count && p->opts.on_alerts; i++) {
+        rd_store_queue_t q = { res->alert_names[i].ptr, res->alert_names[i].len };
+        p->opts.on_alerts(q, p->opts.on_alerts_arg);
+    }
     earliest(p, res->next_in_ms);
     p->full_batch = res->count >= TAKE_LIMIT;
     p->count = res->count;

@@ -39,6 +39,7 @@ struct rd_redis {
     conn_state_t state;
     uint64_t state_since_ms;
     int backoff_ms;
+    bool attempted;             /* a connect attempt has ended (READY or failed) */
 
     char *host, *username, *password;
     int port, db, timeout_ms;
@@ -164,6 +165,7 @@ static void after_link_down(rd_redis_t *r)
 {
     r->ac = NULL;
     set_state(r, CLOSED);
+    r->attempted = true;
     if (r->closing) {
         uv_close((uv_handle_t *)&r->reconnect_timer, on_handle_closed);
         uv_close((uv_handle_t *)&r->watchdog, on_handle_closed);
@@ -275,6 +277,7 @@ static void on_handshake_reply(redisAsyncContext *ac, void *reply, void *privdat
     if (strcmp(step, "READY") == 0) {
         r->backoff_ms = BACKOFF_MIN_MS;
         set_state(r, READY);
+        r->attempted = true;
         /* FUNCTION LOAD answers the library's name, which carries its version. */
         if (r->library && x->type == REDIS_REPLY_STRING)
             rd_info("redis: link ready at %s:%d (library %.*s loaded)", r->host, r->port,
@@ -505,6 +508,16 @@ const rd_histogram_t *rd_redis_rtt(const rd_redis_t *r)
 bool rd_redis_ready(const rd_redis_t *r)
 {
     return r->state == READY && !r->closing;
+}
+
+bool rd_redis_connecting(const rd_redis_t *r)
+{
+    return (r->state == CONNECTING || r->state == LOADING) && !r->closing;
+}
+
+bool rd_redis_attempted(const rd_redis_t *r)
+{
+    return r->attempted;
 }
 
 /* ---------------------------------------------------------------- flushing */

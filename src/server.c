@@ -40,7 +40,8 @@ typedef struct server {
     rd_http_server_t *http;
     rd_promoter_t *promoter;
     rd_waiters_t *waiters;
-    rd_alerts_t *alerts;          /* NULL without --alert-url */
+    rd_alerts_t *alerts;          /* NULL without --alert-url until a policy alert_url needs it */
+    bool alerts_failed;           /* libcurl could not be set up: not tried again */
     uv_signal_t sigint, sigterm;
     uv_timer_t drain_timer;
     bool stopping, http_drained, promoter_stopped, waiters_closed, alerts_stopped, redis_closing;
@@ -139,10 +140,30 @@ static void on_claimable(rd_store_queue_t queue, void *arg)
     if (s->waiters) rd_waiters_notify(s->waiters, queue);
 }
 
+/* Starts the alert sender: at start with --alert-url; without it, the first
+ * time a tick finds alerts to a queue's own alert_url (docs/dead-letters.md
+ * "Alert webhooks"), so an instance of a fleet without alerts never starts it. */
+static bool start_alerts(server_t *s)
+{
+    if (s->alerts) return true;
+    if (s->alerts_failed) return false;
+    rd_alerts_options_t ao = {
+        .url = s->cfg.alert_url[0] ? s->cfg.alert_url : NULL, .prefix = s->cfg.prefix,
+        .claim_ms = s->cfg.alert_claim_ms, .timeout_ms = s->cfg.alert_timeout_ms,
+    };
+    s->alerts = rd_alerts_start(s->loop, s->redis, &ao);
+    s->api.alerts = s->alerts;
+    if (s->alerts == NULL) s->alerts_failed = true;
+    return s->alerts != NULL;
+}
+
 static void on_alerts(rd_store_queue_t queue, void *arg)
 {
     server_t *s = arg;
-    if (s->alerts && !s->stopping) rd_alerts_wake(s->alerts, queue);
+    if (s->stopping) return;
+    if (start_alerts(s)) rd_alerts_wake(s->alerts, queue);
+    else rd_warn("alerts: cannot set up libcurl; the alerts of queue %.*s wait",
+                 (int)queue.len, queue.name);
 }
 
 static void on_promoter_round(void *arg)
@@ -222,12 +243,7 @@ int main(int argc, char **argv)
     no.host = notify_host;
     s.waiters = rd_waiters_new(s.loop, s.store, &no, s.cfg.prefix);
     if (s.cfg.alert_url[0]) {
-        rd_alerts_options_t ao = {
-            .url = s.cfg.alert_url, .prefix = s.cfg.prefix, .claim_ms = s.cfg.alert_claim_ms,
-            .timeout_ms = s.cfg.alert_timeout_ms,
-        };
-        s.alerts = rd_alerts_start(s.loop, s.redis, &ao);
-        if (s.alerts == NULL) {
+        if (!start_alerts(&s)) {
             rd_error("retryd: cannot set up libcurl for --alert-url");
             rd_waiters_close(s.waiters, NULL, NULL);
             rd_backend_close(s.redis, true, NULL, NULL);
@@ -237,8 +253,10 @@ int main(int argc, char **argv)
             rd_free(token);
             return 1;
         }
-        rd_store_set_alerts(s.store, s.cfg.alert_claim_ms);
     }
+    /* Every instance looks for alerts: of queues with their own alert_url
+     * always, of the rest while the fleet has an --alert-url instance. */
+    rd_store_set_alerts(s.store, s.cfg.alert_claim_ms, s.cfg.alert_url[0] != '\0');
     s.coalescer = rd_coalescer_new(s.store);
     s.api.store = s.store;
     s.api.coalescer = s.coalescer;
@@ -277,7 +295,7 @@ int main(int argc, char **argv)
         .tick_ms = s.cfg.tick_ms, .batch = 500, .dead_ttl_ms = s.cfg.dead_ttl_ms,
         .succeeded_ttl_ms = s.cfg.succeeded_ttl_ms, .on_claimable = on_claimable,
         .on_claimable_arg = &s, .on_round = on_promoter_round, .on_round_arg = &s,
-        .on_alerts = on_alerts, .on_alerts_arg = &s,
+        .on_alerts = on_alerts, .on_alerts_arg = &s, .alert_url = s.cfg.alert_url[0] != '\0',
     };
     s.promoter = rd_promoter_start(s.loop, s.store, &po);
 

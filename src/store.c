@@ -51,6 +51,8 @@ struct rd_store {
     registry_slot_t registry[REGISTRY_SLOTS];
     long long dead_ttl_ms, succeeded_ttl_ms;   /* passed on for timer hints */
     long long alert_recheck_ms;                /* > 0: ticks ask about alerts */
+    bool alert_url;                            /* this instance runs with --alert-url */
+    bool fleet_alert_url;                      /* timer_take: some instance does */
     owed_t *owed;
     size_t nowed;
     bool register_failing;      /* logged once per run of failures */
@@ -171,14 +173,25 @@ void rd_store_set_retention(rd_store_t *st, long long dead_ttl_ms, long long suc
     st->succeeded_ttl_ms = succeeded_ttl_ms;
 }
 
-void rd_store_set_alerts(rd_store_t *st, long long recheck_ms)
+void rd_store_set_alerts(rd_store_t *st, long long recheck_ms, bool alert_url)
 {
     st->alert_recheck_ms = recheck_ms;
+    st->alert_url = alert_url;
+}
+
+void rd_store_set_fleet_alert_url(rd_store_t *st, bool on)
+{
+    st->fleet_alert_url = on;
 }
 
 bool rd_store_ready(const rd_store_t *st)
 {
     return rd_backend_ready(st->redis);
+}
+
+bool rd_store_started(const rd_store_t *st)
+{
+    return rd_backend_started(st->redis);
 }
 
 const rd_histogram_t *rd_store_rtt(const rd_store_t *st)
@@ -469,14 +482,25 @@ static bool parse_reply(const op_t *op, const rd_reply_t *reply, result_t *res, 
               rd_reply_int(rd_reply_at(reply, 5), &empty)))
             return false;
         t->empty = empty == 1;
-        t->alerts = alerts == 1;
+        t->alerts = alerts == 1 || alerts == 2 ? (int)alerts : 0;
+        t->alerts_checked = n == 7;
         return true;
     }
-    case KIND_TAKE: {   /* {token, next_in_ms, name...} */
+    case KIND_TAKE: {   /* {token, next_in_ms, fleet_alert_url, n, alert name x n, name...} */
         rd_store_taken_t *t = &res->taken;
-        return is_array(reply, 2) && rd_reply_int(rd_reply_at(reply, 0), &t->token) &&
-               rd_reply_int(rd_reply_at(reply, 1), &t->next_in_ms) &&
-               parse_strings_from(reply, 2, &t->names, &t->count);
+        long long fleet, n;
+        if (!is_array(reply, 4) || !rd_reply_int(rd_reply_at(reply, 0), &t->token) ||
+            !rd_reply_int(rd_reply_at(reply, 1), &t->next_in_ms) ||
+            !rd_reply_int(rd_reply_at(reply, 2), &fleet) ||
+            !rd_reply_int(rd_reply_at(reply, 3), &n) || n < 0 ||
+            (size_t)n > rd_reply_len(reply) - 4 ||
+            !parse_strings_from(reply, 4, &t->alert_names, &t->count))
+            return false;
+        t->fleet_alert_url = fleet == 1;
+        t->alert_count = (size_t)n;
+        t->names = t->alert_names + n;
+        t->count -= (size_t)n;
+        return true;
     }
     case KIND_PAGE: {   /* {total, next_cursor, name...} */
         rd_store_page_t *p = &res->page;
@@ -615,7 +639,7 @@ static void free_result(reply_kind_t kind, result_t *res)
         rd_free(res->page.names);
         break;
     case KIND_TAKE:
-        rd_free(res->taken.names);
+        rd_free(res->taken.alert_names);  /* names point into it */
         break;
     case KIND_POLICY:
     case KIND_PAUSED:
@@ -1423,6 +1447,9 @@ int rd_store_tick(rd_store_t *st, rd_store_queue_t q, int limit, long long dead_
     arg_str(&c, "1");   /* a timer round: the promise and `empty` */
     arg_int(&c, st->alert_recheck_ms > 0 ? st->alert_recheck_ms : 0);  /* and `alerts` */
     arg_str(&c, st->series ? "1" : "0");   /* samples the time series */
+    /* Queues without their own alert_url have a destination only in a fleet
+     * with --alert-url (otherwise their ticks look at no stream). */
+    arg_str(&c, st->alert_url || st->fleet_alert_url ? "1" : "0");
     return send_call(st, &c, KIND_TICK, (callback_t){ .tick = cb }, arg);
 }
 
@@ -1470,6 +1497,8 @@ int rd_store_timer_take(rd_store_t *st, int limit, long long lease_ms, int sweep
     arg_int(&c, sweep_batch);
     arg_int(&c, sweep_every_ms);
     arg_int(&c, sweep_cycle_ms);
+    arg_str(&c, st->alert_url ? "1" : "0");  /* and the alert fields */
+    arg_int(&c, st->alert_recheck_ms > 0 ? st->alert_recheck_ms : 1);  /* alert lease */
     return send_call(st, &c, KIND_TAKE, (callback_t){ .taken = cb }, arg);
 }
 
@@ -1483,7 +1512,9 @@ int rd_store_timer_done(rd_store_t *st, long long token, const rd_timer_report_t
     for (size_t i = 0; i < n; i++) {
         arg_bytes(c, reports[i].queue.name, reports[i].queue.len);
         arg_int(c, reports[i].next_in_ms < 0 ? -1 : reports[i].next_in_ms);
-        arg_str(c, reports[i].empty ? "1" : "0");
+        arg_str(c, reports[i].empty ? "1"
+                   : reports[i].alerts == RD_TIMER_ALERTS_HANDOFF ? "a"
+                   : reports[i].alerts == RD_TIMER_ALERTS_NONE ? "n" : "0");
     }
     int rc = send_call(st, c, KIND_DONE, (callback_t){ .done = cb }, arg);
     rd_free(c);

@@ -16,7 +16,16 @@
  *      it left pending is delivered by another;
  *   7. a queue whose policy sets alert_url gets its deaths at that receiver,
  *      another queue at --alert-url's, and a cleared alert_url sends the
- *      queue's next death back to --alert-url.
+ *      queue's next death back to --alert-url;
+ *   8. two instances with --alert-url and one without: deaths made through
+ *      each reach the receiver within 2 s, whichever instance ticks them;
+ *   9. deaths made through an instance without the flag while the only
+ *      alerting one is down reach the receiver within 2 s of its restart;
+ *  10. a policy alert_url alone (no instance has --alert-url) delivers;
+ *  11. a fleet without alerts (test 4) runs no stream-group command at all
+ *      (INFO commandstats) and writes no alert mark.
+ *
+ * Every test is a fleet of its own: a fresh --prefix (test_setup).
  *
  * Needs RETRYD_TEST_REDIS_PORT and RETRYD_BIN (scripts/test.sh sets both).
  * The receiver runs one thread per connection; the threads never call
@@ -38,6 +47,7 @@
 enum {
     READY_TIMEOUT_MS = 10000,
     TICK_MS = 100,
+    FLEET_DELIVER_MS = 2000,      /* every death reaches an alerting instance within this */
     CLAIM_MS = 2000,              /* --alert-claim-ms of every instance */
     DELIVER_TIMEOUT_MS = 30000,   /* bound on waiting for a delivery */
 };
@@ -47,7 +57,7 @@ static int g_redis_port;
 static char g_prefix[64];
 static redisContext *g_redis;
 static e2e_conn_t g_conns[3];
-static e2e_daemon_t g_a, g_b;     /* each test's instances */
+static e2e_daemon_t g_a, g_b, g_c; /* each test's instances */
 
 /* ------------------------------------------------------------------------ */
 /* Daemons, Redis, HTTP                                                     */
@@ -99,6 +109,24 @@ static long long timer_promise(const char *q)
     long long n = r->type == REDIS_REPLY_STRING ? atoll(r->str) : 0;
     freeReplyObject(r);
     return n;
+}
+
+/* The fleet's alert mark: until when an --alert-url instance counts as
+ * running (timer_take writes it in the registry's sweep hash); 0 without. */
+static long long alert_mark(void)
+{
+    redisReply *r = e2e_rcmd(g_redis, "HGET {%s:queues}:sweep alert_url_until", g_prefix);
+    long long n = r->type == REDIS_REPLY_STRING ? atoll(r->str) : 0;
+    freeReplyObject(r);
+    return n;
+}
+
+/* An alerting instance has taken a round: every instance's next round knows
+ * the fleet has --alert-url. */
+static void wait_alert_mark(void)
+{
+    WAIT_FOR(alert_mark() > e2e_wall_ms(), DELIVER_TIMEOUT_MS,
+             "no alerting instance took a timer round");
 }
 
 static bool group_exists(const char *q)
@@ -285,20 +313,49 @@ static void test_crash_mid_delivery_is_claimed_back(void **state)
 /* 4. Without --alert-url: nothing is read or sent                          */
 /* ------------------------------------------------------------------------ */
 
+/* Calls of cmd in INFO commandstats since the last CONFIG RESETSTAT (those
+ * inside functions included). */
+static long long command_calls(const char *cmd)
+{
+    redisReply *r = e2e_rcmd(g_redis, "INFO commandstats");
+    char want[64];
+    snprintf(want, sizeof want, "cmdstat_%s:calls=", cmd);
+    const char *at = r->type == REDIS_REPLY_STRING ? strstr(r->str, want) : NULL;
+    long long n = at ? atoll(at + strlen(want)) : 0;
+    freeReplyObject(r);
+    return n;
+}
+
 static void test_without_alert_url_nothing_is_sent(void **state)
 {
     (void)state;
+    static const char *const group_cmds[] = { "xinfo", "xgroup", "xreadgroup", "xautoclaim",
+                                              "xclaim", "xpending", "xack" };
     char q[64];
     e2e_queue_name(q, sizeof q, "quiet");
     recv_reset(RECV_OK);
     e2e_daemon_t *a = &g_a;
     assert_int_equal(start_daemon(a, false, NULL), 0);
+    freeReplyObject(e2e_rcmd(g_redis, "CONFIG RESETSTAT"));
     make_death(a->port, q, "boom");
     /* The death made the queue due at once; its tick then promises the next
      * one later (the series' next sample, within a minute, or the dead
      * letter's retention, 30 days): wait for that. */
     WAIT_FOR(timer_promise(q) > e2e_wall_ms() + 30000LL, DELIVER_TIMEOUT_MS,
              "the death's tick did not run");
+    /* A fleet without alerts pays nothing: no stream-group command ran
+     * (ticks, timer_take and timer_done included), no mark, no hand-over. */
+    for (size_t i = 0; i < sizeof group_cmds / sizeof group_cmds[0]; i++)
+        if (command_calls(group_cmds[i]) != 0)
+            fail_msg("%s ran %lld times in a fleet without alerts", group_cmds[i],
+                     command_calls(group_cmds[i]));
+    printf("test_alerts: fleet without alerts: %lld FCALLs, no stream-group command\n",
+           command_calls("fcall"));
+    assert_true(command_calls("fcall") > 0);
+    assert_int_equal(alert_mark(), 0);
+    redisReply *r = e2e_rcmd(g_redis, "EXISTS {%s:queues}:alerts", g_prefix);
+    assert_int_equal(r->integer, 0);
+    freeReplyObject(r);
     assert_false(group_exists(q));
     assert_int_equal(atomic_load(&g_recv.requests), 0);
     assert_int_equal(metric(a->port, "retryd_alert_deliveries_total"), -1);
@@ -382,6 +439,17 @@ static int test_teardown(void **state)
     (void)state;
     if (g_a.pid > 0) e2e_daemon_stop(&g_a, SIGKILL, E2E_STOP_TIMEOUT_MS);
     if (g_b.pid > 0) e2e_daemon_stop(&g_b, SIGKILL, E2E_STOP_TIMEOUT_MS);
+    if (g_c.pid > 0) e2e_daemon_stop(&g_c, SIGKILL, E2E_STOP_TIMEOUT_MS);
+    return 0;
+}
+
+/* Each test is a fleet of its own: what an earlier test's instances wrote
+ * (the alert mark of --alert-url instances) is under another prefix. */
+static int test_setup(void **state)
+{
+    (void)state;
+    static int serial;
+    snprintf(g_prefix, sizeof g_prefix, "alerts%d-%d", (int)getpid(), ++serial);
     return 0;
 }
 
@@ -438,7 +506,132 @@ static void test_policy_alert_url_routes_a_queue(void **state)
     assert_int_equal(e2e_daemon_stop(a, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
 }
 
-#define T(fn) cmocka_unit_test_teardown(fn, test_teardown)
+/* ------------------------------------------------------------------------ */
+/* 8. A mixed fleet: every death reaches an alerting instance within 2 s    */
+/* ------------------------------------------------------------------------ */
+
+static void test_mixed_fleet_delivers_every_death(void **state)
+{
+    (void)state;
+    enum { DEATHS = 5 };
+    recv_reset(RECV_OK);
+    e2e_daemon_t *a = &g_a, *b = &g_b, *c = &g_c;
+    assert_int_equal(start_daemon(a, true, "2000"), 0);
+    assert_int_equal(start_daemon(b, true, "2000"), 0);
+    assert_int_equal(start_daemon(c, false, NULL), 0);
+    wait_alert_mark();
+    e2e_daemon_t *via[DEATHS] = { c, a, c, b, c };
+    char qs[DEATHS][64];
+    long long ids[DEATHS];
+    /* One death at a time, each ticked before the next: five deaths made at
+     * once would all be ticked by the same round, of one instance. Every
+     * one must arrive within 2 s of the first. */
+    long long t0 = e2e_mono_ms();
+    for (int i = 0; i < DEATHS; i++) {
+        e2e_queue_name(qs[i], sizeof qs[i], "mixed");
+        ids[i] = make_death(via[i]->port, qs[i], "boom");
+        WAIT_FOR(timer_promise(qs[i]) > e2e_wall_ms() + 500, DELIVER_TIMEOUT_MS,
+                 "queue %s: the death's tick did not run", qs[i]);
+    }
+    int got = 0;
+    for (long long deadline = t0 + FLEET_DELIVER_MS; e2e_mono_ms() < deadline;) {
+        got = 0;
+        for (int i = 0; i < DEATHS; i++) got += recv_count(qs[i], ids[i]) == 1;
+        if (got == DEATHS) break;
+        e2e_pause_ms(20);
+    }
+    printf("test_alerts: mixed fleet: %d of %d deaths delivered after %lld ms\n", got, DEATHS,
+           e2e_mono_ms() - t0);
+    if (got != DEATHS)
+        fail_msg("%d of %d deaths reached the receiver within %d ms", got, DEATHS,
+                 FLEET_DELIVER_MS);
+    for (int i = 0; i < DEATHS; i++)
+        WAIT_FOR(group_pending(qs[i]) == 0, DELIVER_TIMEOUT_MS, "queue %s: entries pending",
+                 qs[i]);
+    int total = 0;
+    for (int i = 0; i < DEATHS; i++) total += recv_count(qs[i], 0);
+    assert_int_equal(total, DEATHS);
+    assert_int_equal(metric(c->port, "retryd_alert_deliveries_total"), -1);
+    assert_int_equal(e2e_daemon_stop(a, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
+    assert_int_equal(e2e_daemon_stop(b, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
+    assert_int_equal(e2e_daemon_stop(c, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* 9. Deaths while the alerting instance is down: delivered after restart   */
+/* ------------------------------------------------------------------------ */
+
+static void test_deaths_while_alerting_down_after_restart(void **state)
+{
+    (void)state;
+    enum { DEATHS = 3 };
+    recv_reset(RECV_OK);
+    e2e_daemon_t *a = &g_a, *c = &g_c;
+    assert_int_equal(start_daemon(a, true, "2000"), 0);
+    assert_int_equal(start_daemon(c, false, NULL), 0);
+    wait_alert_mark();
+    assert_int_equal(e2e_daemon_stop(a, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
+    char qs[DEATHS][64];
+    long long ids[DEATHS];
+    for (int i = 0; i < DEATHS; i++) {
+        e2e_queue_name(qs[i], sizeof qs[i], "down");
+        ids[i] = make_death(c->port, qs[i], "while down");
+    }
+    /* C ticked every one (its promise moved past the death's "now"). */
+    for (int i = 0; i < DEATHS; i++)
+        WAIT_FOR(timer_promise(qs[i]) > e2e_wall_ms() + 500, DELIVER_TIMEOUT_MS,
+                 "queue %s: the death's tick did not run", qs[i]);
+    assert_int_equal(atomic_load(&g_recv.requests), 0);
+    assert_int_equal(start_daemon(a, true, "2000"), 0);
+    long long t0 = e2e_mono_ms();
+    int got = 0;
+    for (long long deadline = t0 + FLEET_DELIVER_MS; e2e_mono_ms() < deadline;) {
+        got = 0;
+        for (int i = 0; i < DEATHS; i++) got += recv_count(qs[i], ids[i]) == 1;
+        if (got == DEATHS) break;
+        e2e_pause_ms(20);
+    }
+    printf("test_alerts: after the restart: %d of %d deaths delivered in %lld ms\n", got,
+           DEATHS, e2e_mono_ms() - t0);
+    if (got != DEATHS)
+        fail_msg("%d of %d deaths made while the alerting instance was down were delivered "
+                 "within %d ms of its restart", got, DEATHS, FLEET_DELIVER_MS);
+    assert_int_equal(e2e_daemon_stop(a, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
+    assert_int_equal(e2e_daemon_stop(c, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* 10. A policy alert_url alone makes alerts flow                           */
+/* ------------------------------------------------------------------------ */
+
+static void test_policy_alert_url_without_flag(void **state)
+{
+    (void)state;
+    char q[64];
+    e2e_queue_name(q, sizeof q, "policyonly");
+    recv_reset(RECV_OK);
+    e2e_daemon_t *c = &g_c;
+    assert_int_equal(start_daemon(c, false, NULL), 0);
+    char own[64];
+    snprintf(own, sizeof own, "http://127.0.0.1:%d/own", g_recv.port2);
+    e2e_response_t r = { 0 };
+    e2e_http_via(g_conns, 3, c->port, &r, "PUT", e2e_fmt("/queues/%s/policy", q),
+                 e2e_fmt("{\"alert_url\":\"%s\"}", own));
+    assert_int_equal(r.status, 200);
+    e2e_response_free(&r);
+    long long id = make_death(c->port, q, "policy only");
+    long long t0 = e2e_mono_ms();
+    WAIT_FOR(recv_count_at(1, q, id) == 1, FLEET_DELIVER_MS,
+             "queue %s's death did not reach its alert_url within %d ms (no --alert-url)", q,
+             FLEET_DELIVER_MS);
+    printf("test_alerts: policy alert_url alone: delivered after %lld ms\n", e2e_mono_ms() - t0);
+    WAIT_FOR(group_pending(q) == 0, DELIVER_TIMEOUT_MS, "the event stays pending");
+    assert_int_equal(recv_count_at(0, q, 0), 0);
+    assert_int_equal(metric(c->port, "retryd_alert_deliveries_total"), 1);
+    assert_int_equal(e2e_daemon_stop(c, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, test_setup, test_teardown)
 
 int main(void)
 {
@@ -450,6 +643,9 @@ int main(void)
         T(test_stalled_receiver_never_slows_claims),
         T(test_sigterm_mid_post_leaves_entry_for_another),
         T(test_policy_alert_url_routes_a_queue),
+        T(test_mixed_fleet_delivers_every_death),
+        T(test_deaths_while_alerting_down_after_restart),
+        T(test_policy_alert_url_without_flag),
     };
     return cmocka_run_group_tests_name("alerts", tests, group_setup, group_teardown);
 }

@@ -8,6 +8,9 @@
  * masters, 1 replica each, client ports 20000-29999) and two daemons, A and
  * B, with --redis-cluster, and proves in order:
  *   1. rd_cluster_slot agrees with CLUSTER KEYSLOT on 650 keys;
+ *  1b. with one master SIGSTOPped at start, /readyz stays 503 until its
+ *      link's first attempt ends, an enqueue for its slots sent meanwhile
+ *      waits for the link, and one sent right after /readyz is 200 gets 201;
  *   2. queues on every master work end to end through both instances, GET
  *      /queues and /metrics see them all, the library is on every master;
  *   3. long-poll wake-ups cross masters (enqueue through B, claim parked on A);
@@ -625,9 +628,13 @@ static int test_setup(void **state)
 
 static void settle_slot(void);
 
+static pid_t g_stopped_pid;       /* a master a test SIGSTOPped: resumed here */
+
 static int test_teardown(void **state)
 {
     (void)state;
+    if (g_stopped_pid > 0) kill(g_stopped_pid, SIGCONT);
+    g_stopped_pid = 0;
     settle_slot();
     for (size_t i = 0; i < 2; i++) e2e_conn_close(&g_conns[i]);
     fflush(stdout);
@@ -806,6 +813,110 @@ static void test_slot_matches_cluster_keyslot(void **state)
            n - mismatches);
     assert_true(n >= 500);
     assert_int_equal(mismatches, 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Readiness at start: every master's link has had its first attempt        */
+/* ------------------------------------------------------------------------ */
+
+
+static pid_t node_pid(cnode_t *n)
+{
+    redisReply *r = ncmd(n, "INFO server");
+    pid_t pid = 0;
+    const char *at = r && r->type == REDIS_REPLY_STRING ? strstr(r->str, "process_id:") : NULL;
+    if (at) pid = (pid_t)atol(at + strlen("process_id:"));
+    if (r) freeReplyObject(r);
+    return pid;
+}
+
+/* One master is SIGSTOPped before retryd starts: its TCP connect completes
+ * (the kernel accepts) but the handshake hangs. /readyz must stay 503 until
+ * that link's first attempt has ended; an enqueue for its slots sent
+ * meanwhile waits for the link, and one sent right after /readyz turns 200
+ * is answered 201, never 503. The stop stays well under the cluster's node
+ * timeout (2 s) so no failover starts. */
+static void test_ready_waits_for_every_master(void **state)
+{
+    (void)state;
+    enum { STOPPED_MS = 900, EARLY_AT_MS = 500 };
+    const char *last_seed = strrchr(g_seeds, ',');
+    int control_port = last_seed ? atoi(strrchr(last_seed, ':') + 1) : 0;
+    cnode_t *m[MAX_NODES], *held = NULL;
+    size_t nm = masters(m);
+    for (size_t i = 0; i < nm && held == NULL; i++)
+        if (m[i]->port != control_port && m[i] != g_slot_owner[registry_slot()]) held = m[i];
+    if (held == NULL) fail_msg("no master to hold back");
+    char q1[64], q2[64];
+    pick_queue_on(q1, sizeof q1, "early", held);
+    pick_queue_on(q2, sizeof q2, "after", held);
+    pid_t pid = node_pid(held);
+    if (pid <= 0) fail_msg("no process_id for master :%d", held->port);
+    redisFree(held->ctx);         /* the test's own link would stall too */
+    held->ctx = NULL;
+
+    e2e_daemon_t d = { 0 };
+    e2e_flags_t f;
+    e2e_flags(&f, "--redis-cluster", g_seeds, g_prefix, TICK_MS, "warn", "--redis-timeout-ms",
+              "8000", NULL);
+    assert_int_equal(kill(pid, SIGSTOP), 0);
+    g_stopped_pid = pid;
+    long long t0 = e2e_mono_ms();
+    if (e2e_daemon_spawn(&d, g_bin, f.argv) != 0) fail_msg("cannot start retryd");
+    e2e_conn_t early = { .fd = -1 };
+    int answered = 0, ready_early = 0;
+    bool sent = false;
+    while (e2e_mono_ms() - t0 < STOPPED_MS) {
+        int st = e2e_status_once(d.port, "GET", "/readyz");
+        if (st == 200) ready_early++;
+        if (st > 0) answered++;
+        if (!sent && e2e_mono_ms() - t0 >= EARLY_AT_MS && st > 0) {
+            if (e2e_conn_open(&early, d.port) != 0 ||
+                e2e_send_request(&early, "POST",
+                                 e2e_fmt("/queues/%s/messages", e2e_url_encode(q1)), NULL,
+                                 "{\"payload\":\"early\"}", 19) != 0)
+                fail_msg("cannot send the early enqueue");
+            sent = true;
+        }
+        e2e_pause_ms(20);
+    }
+    kill(pid, SIGCONT);
+    g_stopped_pid = 0;
+    printf("test_cluster: /readyz answered %d times while master :%d was stopped, %d of them "
+           "200\n", answered, held->port, ready_early);
+    if (ready_early > 0) {
+        e2e_daemon_stop(&d, SIGKILL, E2E_STOP_TIMEOUT_MS);
+        fail_msg("/readyz was 200 %d times while master :%d's link was connecting",
+                 ready_early, held->port);
+    }
+    if (answered == 0 || !sent) {
+        e2e_daemon_stop(&d, SIGKILL, E2E_STOP_TIMEOUT_MS);
+        fail_msg("retryd did not answer while the master was stopped");
+    }
+    if (e2e_daemon_wait_status(&d, "/readyz", 200, READY_TIMEOUT_MS) != 0) {
+        e2e_daemon_stop(&d, SIGKILL, E2E_STOP_TIMEOUT_MS);
+        fail_msg("retryd did not become ready after the master resumed");
+    }
+    printf("test_cluster: ready %lld ms after start (master resumed at %d ms)\n",
+           e2e_mono_ms() - t0, STOPPED_MS);
+    e2e_response_t r = { 0 };
+    e2e_http_via(g_conns, 2, d.port, &r, "POST",
+                 e2e_fmt("/queues/%s/messages", e2e_url_encode(q2)), "{\"payload\":\"after\"}");
+    int after = r.status;
+    char body[256];
+    snprintf(body, sizeof body, "%s", r.body ? r.body : "");
+    e2e_response_free(&r);
+    int early_status = e2e_read_response(&early, &r) == 0 ? r.status : -1;
+    char early_body[256];
+    snprintf(early_body, sizeof early_body, "%s", r.body ? r.body : "");
+    e2e_response_free(&r);
+    e2e_conn_close(&early);
+    int stopped = e2e_daemon_stop(&d, SIGTERM, E2E_STOP_TIMEOUT_MS);
+    if (after != 201) fail_msg("enqueue right after /readyz 200: %d %s", after, body);
+    if (early_status != 201)
+        fail_msg("the enqueue sent while the master's link was connecting: %d %s", early_status,
+                 early_body);
+    assert_int_equal(stopped, 0);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -2152,9 +2263,8 @@ static void test_slot_migration_under_load(void **state)
 static void test_alerts_from_every_master(void **state)
 {
     (void)state;
-    /* Every instance sharing the Redis runs with the same --alert-url
-     * (docs/dead-letters.md): A and B, started without it, make way for two
-     * alerting instances C and D. */
+    /* A and B, started without --alert-url, make way for two alerting
+     * instances C and D (A and B would only hand their finds over). */
     assert_int_equal(e2e_daemon_stop(&g_a, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
     assert_int_equal(e2e_daemon_stop(&g_b, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
     assert_int_equal(recv_start(), 0);
@@ -2223,6 +2333,7 @@ int main(void)
 #define T(fn) cmocka_unit_test_setup_teardown(fn, test_setup, test_teardown)
     const struct CMUnitTest live[] = {
         T(test_slot_matches_cluster_keyslot),
+        T(test_ready_waits_for_every_master),
         T(test_queues_on_every_master_end_to_end),
         T(test_long_poll_across_masters),
         T(test_redrive_across_masters),

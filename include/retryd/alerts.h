@@ -4,8 +4,9 @@
  * library's alerts_take, alerts_ack and alerts_touch. At least once across
  * instances (entries a dead instance left pending are claimed back), never
  * twice by two healthy ones (each keeps its entries fresh). It only visits
- * the queues the timer round reports with undelivered alerts
- * (rd_alerts_wake), holds a bounded number of events, and posts a bounded
+ * the queues the timer round reports with undelivered alerts, or that
+ * timer_take hands over (rd_alerts_wake); without --alert-url, only queues
+ * with their own alert_url, holds a bounded number of events, and posts a bounded
  * number at once with a timeout: a slow receiver never slows the engine. */
 #ifndef RETRYD_ALERTS_H
 #define RETRYD_ALERTS_H
@@ -20,7 +21,7 @@
 typedef struct rd_alerts rd_alerts_t;
 
 typedef struct rd_alerts_options {
-    const char *url;            /* --alert-url */
+    const char *url;            /* --alert-url, or NULL: only queues' own alert_url */
     const char *prefix;         /* --prefix */
     long long claim_ms;         /* --alert-claim-ms: pending this long with a silent
                                    instance, an entry is claimed back */

@@ -16,7 +16,7 @@ typedef struct rd_api {
     rd_store_t *store;          /* borrowed; NULL once the server has closed it */
     rd_coalescer_t *coalescer;  /* borrowed: settle-and-claim goes through it; NULL with store */
     rd_waiters_t *waiters;      /* borrowed: long-poll claims */
-    rd_alerts_t *alerts;        /* borrowed: the alert sender, NULL without --alert-url */
+    rd_alerts_t *alerts;        /* borrowed: the alert sender, NULL until one is started */
     const rd_config_t *cfg;     /* borrowed */
     const char *auth_token;     /* NULL: no auth; else required as a Bearer token */
     rd_buf_t body;              /* owned: the JSON answer being written, reused by

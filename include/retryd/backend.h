@@ -18,6 +18,9 @@ typedef struct rd_backend rd_backend_t;
 rd_backend_t *rd_backend_start(uv_loop_t *loop, const rd_redis_options_t *opts,
                                const char *cluster_seeds);
 bool rd_backend_ready(const rd_backend_t *b);
+/* True once every link has had its first connect attempt (in a cluster, the
+ * link of every master in the slot map; docs/cluster.md "Readiness"). */
+bool rd_backend_started(const rd_backend_t *b);
 int rd_backend_command(rd_backend_t *b, int argc, const char **argv, const size_t *lens,
                        rd_redis_cb cb, void *arg);
 const rd_histogram_t *rd_backend_rtt(rd_backend_t *b);

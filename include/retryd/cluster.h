@@ -28,11 +28,18 @@ int rd_cluster_command_slot(int argc, const char **argv, const size_t *lens);
  * port in opts are ignored. Returns NULL when seeds cannot be parsed. */
 rd_cluster_t *rd_cluster_start(uv_loop_t *loop, const char *seeds, const rd_redis_options_t *opts);
 
-/* True once a slot map is known and every slot's master link is ready. */
+/* True once a slot map is known and some master link is READY: calls can be
+ * sent (those for a master still connecting wait for it). */
 bool rd_cluster_ready(const rd_cluster_t *c);
+/* True once a slot map is known and every master in it has had its first
+ * connect attempt (ended READY or failed): what /readyz waits for. */
+bool rd_cluster_started(const rd_cluster_t *c);
 
 /* As rd_redis_command, routed; cb may also get RD_REDIS_NOT_SENT when no
- * master could take the call after redirects and retries. */
+ * master could take the call after redirects and retries. A call for a master
+ * whose link is connecting is accepted and waits for it, at most the link's
+ * timeout_ms; -1 (cb never called) when the map is unknown or the master's
+ * link is down between attempts. */
 int rd_cluster_command(rd_cluster_t *c, int argc, const char **argv, const size_t *lens,
                        rd_redis_cb cb, void *arg);
 

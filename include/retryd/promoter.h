@@ -41,10 +41,14 @@ typedef struct rd_promoter_options {
      * while the notification link is down). */
     void (*on_round)(void *arg);
     void *on_round_arg;
-    /* NULL, or told after each tick of a queue with alerts to deliver
-     * (rd_store_set_alerts). */
+    /* NULL, or told of each queue with alerts this instance should deliver:
+     * its tick found alerts to the queue's own alert_url (any instance sends
+     * those), or, with alert_url, alerts for --alert-url, or timer_take
+     * handed the queue over (rd_store_set_alerts). A tick that found alerts
+     * for --alert-url in an instance without it hands them over instead. */
     void (*on_alerts)(rd_store_queue_t queue, void *arg);
     void *on_alerts_arg;
+    bool alert_url;               /* this instance runs with --alert-url */
 } rd_promoter_options_t;
 
 /* Starts the first round at once. Borrows store until stopped. */

@@ -88,6 +88,12 @@ typedef struct rd_redis_options {
 rd_redis_t *rd_redis_start(uv_loop_t *loop, const rd_redis_options_t *opts);
 
 bool rd_redis_ready(const rd_redis_t *r);
+/* True while a connect attempt is under way (connecting or in the handshake):
+ * it ends READY, or failed within the handshake's deadline (timeout_ms). */
+bool rd_redis_connecting(const rd_redis_t *r);
+/* True once a connect attempt has ended, READY or failed (the link may have
+ * gone down again since). */
+bool rd_redis_attempted(const rd_redis_t *r);
 
 /* Round-trip times of the commands answered on this link, in seconds. */
 const rd_histogram_t *rd_redis_rtt(const rd_redis_t *r);

@@ -119,7 +119,9 @@ typedef struct rd_store_tick {
     rd_store_head_t head;
     long long promoted, reclaimed, expired, next_in_ms, ready;
     bool empty;               /* none of the queue's keys is left */
-    bool alerts;              /* alerts to deliver (only when rd_store_set_alerts set it) */
+    int alerts;               /* alerts to deliver: 0 none, 1 for an --alert-url instance,
+                                 2 to the queue's own alert_url (any instance) */
+    bool alerts_checked;      /* the tick looked (rd_store_set_alerts set a recheck) */
 } rd_store_tick_t;
 
 /* queues_page. */
@@ -138,6 +140,9 @@ typedef struct rd_store_taken {
     long long next_in_ms;
     rd_str_t *names;
     size_t count;
+    bool fleet_alert_url;     /* an instance with --alert-url took a round in the last day */
+    rd_str_t *alert_names;    /* queues with alerts handed to this --alert-url instance */
+    size_t alert_count;
 } rd_store_taken_t;
 
 /* timer_done. */
@@ -187,13 +192,21 @@ void rd_store_free(rd_store_t *st);
 /* The retention the finishing calls pass on for their timer hints (0: none;
  * the default until set). */
 void rd_store_set_retention(rd_store_t *st, long long dead_ttl_ms, long long succeeded_ttl_ms);
-/* recheck_ms > 0: this instance delivers alerts, and every tick asks whether
- * the queue has alerts to deliver (rd_store_tick_t.alerts), keeping such a
- * queue due again within recheck_ms (docs/dead-letters.md). 0: not asked. */
-void rd_store_set_alerts(rd_store_t *st, long long recheck_ms);
+/* recheck_ms > 0: every tick asks whether the queue has alerts to deliver
+ * (rd_store_tick_t.alerts; a queue without an alert destination costs no
+ * command), keeping such a queue due again within recheck_ms; 0: not asked.
+ * alert_url: this instance runs with --alert-url (its rounds say so to
+ * timer_take, which hands it the queues other instances found alerts in;
+ * docs/dead-letters.md "Alert webhooks"). */
+void rd_store_set_alerts(rd_store_t *st, long long recheck_ms, bool alert_url);
+/* What the last timer_take said: an instance with --alert-url runs in the
+ * fleet, so ticks look for alerts of queues without their own alert_url. */
+void rd_store_set_fleet_alert_url(rd_store_t *st, bool on);
 
 /* True while operations can be sent (the Redis link is READY). */
 bool rd_store_ready(const rd_store_t *st);
+/* True once every link has had its first connect attempt (rd_backend_started). */
+bool rd_store_started(const rd_store_t *st);
 /* Round-trip times of this store's Redis commands. */
 const rd_histogram_t *rd_store_rtt(const rd_store_t *st);
 
@@ -335,10 +348,16 @@ int rd_store_timer_take(rd_store_t *st, int limit, long long lease_ms, int sweep
                         long long sweep_every_ms, long long sweep_cycle_ms, rd_store_taken_cb cb,
                         void *arg);
 /* What a round's ticks found, per queue it took. */
+typedef enum rd_timer_alerts {
+    RD_TIMER_ALERTS_UNSAID,   /* nothing to say (not looked, or delivered here) */
+    RD_TIMER_ALERTS_NONE,     /* looked: none; the queue leaves the hand-over set */
+    RD_TIMER_ALERTS_HANDOFF,  /* alerts for an --alert-url instance: hand them over */
+} rd_timer_alerts_t;
 typedef struct rd_timer_report {
     rd_store_queue_t queue;
     long long next_in_ms;     /* from its tick; -1: idle */
     bool empty;               /* no key left: it may leave the registry */
+    rd_timer_alerts_t alerts;
 } rd_timer_report_t;
 enum { RD_STORE_REPORTS_MAX = 64 };
 /* Reports n (1..RD_STORE_REPORTS_MAX) ticks of the round token; res->left
