@@ -1317,6 +1317,120 @@ static void test_list_validation(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Strict input: raw control bytes, numbers, query values, odd names        */
+/* ------------------------------------------------------------------------ */
+
+/* body with its "@" replaced by the raw byte b, sent as is (length given,
+ * so a NUL goes out too). */
+static void http_with_byte(e2e_response_t *r, const char *method, const char *path,
+                           const char *body, char b)
+{
+    char buf[512];
+    size_t len = strlen(body);
+    assert_true(len < sizeof buf);
+    memcpy(buf, body, len);
+    char *at = memchr(buf, '@', len);
+    assert_non_null(at);
+    *at = b;
+    http_to(g_daemon.port, r, method, path, buf, len);
+}
+
+/* RFC 8259 allows no raw control byte in a string. cJSON took them, and a
+ * raw NUL cut the string there: "head\0tail" was stored as "head", two
+ * idempotency keys differing after one were "the same", and an error, a
+ * redrive's "to", a rule's error_contains and alert_url were cut too. Each
+ * is now 400 malformed-request and nothing is done. */
+static void test_raw_control_bytes_are_400(void **state)
+{
+    (void)state;
+    char q[64], path[1024];
+    e2e_queue_name(q, sizeof q, "rawctl");
+    SET(path, messages_path(q));
+    e2e_response_t r = { 0 };
+    static const char bytes[] = { '\0', '\x01', '\t', '\n', '\x1f' };
+    for (size_t i = 0; i < sizeof bytes; i++) {
+        http_with_byte(&r, "POST", path, "{\"payload\":\"head@tail\"}", bytes[i]);
+        e2e_expect_problem(&r, 400, "malformed-request", path);
+        http_with_byte(&r, "POST", path, "{\"payload\":\"x\",\"idempotency_key\":\"order@-41\"}",
+                       bytes[i]);
+        e2e_expect_problem(&r, 400, "malformed-request", path);
+    }
+    /* Nothing was enqueued: the first real message is id 1, and keys that
+     * differ after the byte position are two messages. */
+    http(&r, "POST", path, "{\"payload\":\"a\",\"idempotency_key\":\"order\\u0001-41\"}");
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 201), "id"), 1);
+    http(&r, "POST", path, "{\"payload\":\"b\",\"idempotency_key\":\"order\\u0001-42\"}");
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 201), "id"), 2);
+    http(&r, "GET", message_path(q, 1, NULL), NULL);
+    assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "payload"), "a");
+
+    /* fail's error and a settlement's error: the message stays processing. */
+    char token[128], fpath[1024];
+    assert_int_equal(claim_one(q, 30, token, sizeof token), 1);
+    SET(fpath, message_path(q, 1, "fail"));
+    http_with_byte(&r, "POST", fpath, "{\"error\":\"disk full@ on /dev/sda1\"}", '\0');
+    e2e_expect_problem(&r, 400, "malformed-request", fpath);
+    char cpath[1024];
+    SET(cpath, e2e_fmt("/queues/%s/claim", q));
+    http_with_byte(&r, "POST", cpath,
+                   "{\"settle\":[{\"id\":1,\"outcome\":\"failed\",\"error\":\"disk@full\"}]}", '\0');
+    e2e_expect_problem(&r, 400, "malformed-request", cpath);
+    http(&r, "GET", message_path(q, 1, NULL), NULL);
+    rd_json_t *m = e2e_expect_json(&r, 200);
+    assert_string_equal(e2e_jstr(m, "status"), "processing");
+    e2e_jnull(m, "last_error");
+
+    /* A redrive's "to" and a replay's error_contains: the letter stays dead. */
+    char dq[64], rpath[1024];
+    e2e_queue_name(dq, sizeof dq, "rawctl-dead");
+    long long dead = make_dead(dq, "p", "smtp timeout");
+    SET(rpath, e2e_fmt("/queues/%s/replay", dq));
+    http_with_byte(&r, "POST", rpath, e2e_fmt("{\"all\":true,\"to\":\"%s@x\"}", dq), '\0');
+    e2e_expect_problem(&r, 400, "malformed-request", rpath);
+    http_with_byte(&r, "POST", rpath, "{\"error_contains\":\"smtp@\"}", '\0');
+    e2e_expect_problem(&r, 400, "malformed-request", rpath);
+    http(&r, "GET", message_path(dq, dead, NULL), NULL);
+    assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "status"), "dead");
+
+    /* A rule's error_contains and alert_url: the policy is unchanged. */
+    char ppath[1024];
+    SET(ppath, e2e_fmt("/queues/%s/policy", dq));
+    http_with_byte(&r, "PUT", ppath,
+                   "{\"dead_letter_rules\":[{\"error_contains\":\"4@29\",\"action\":\"dead\"}]}",
+                   '\0');
+    e2e_expect_problem(&r, 400, "malformed-request", ppath);
+    http_with_byte(&r, "PUT", ppath, "{\"alert_url\":\"http://127.0.0.1:9/a@b\"}", '\0');
+    e2e_expect_problem(&r, 400, "malformed-request", ppath);
+    http(&r, "GET", ppath, NULL);
+    m = e2e_expect_json(&r, 200);
+    assert_int_equal(rd_json_array_size(e2e_jget(m, "dead_letter_rules")), 0);
+    e2e_jnull(m, "alert_url");
+    e2e_response_free(&r);
+}
+
+/* Numbers are strict JSON: "010" was read as 10. */
+static void test_leading_zeros_are_400(void **state)
+{
+    (void)state;
+    char q[64], path[1024];
+    e2e_queue_name(q, sizeof q, "zeros");
+    SET(path, messages_path(q));
+    e2e_response_t r = { 0 };
+    static const char *const bad[] = { "010", "-01", "00", "01.5", "1.", ".5", "+3" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        http(&r, "POST", path, e2e_fmt("{\"payload\":\"x\",\"max_retries\":%s}", bad[i]));
+        e2e_expect_problem(&r, 400, "malformed-request", path);
+    }
+    http(&r, "PUT", e2e_fmt("/queues/%s/policy", q), "{\"max_in_flight\":007}");
+    e2e_expect_problem(&r, 400, "malformed-request", NULL);
+    http(&r, "POST", path, "{\"payload\":\"x\",\"max_retries\":10,\"delay_seconds\":0}");
+    rd_json_t *m = e2e_expect_json(&r, 201);
+    assert_int_equal(e2e_jint(m, "id"), 1);
+    assert_int_equal(e2e_jint(m, "max_retries"), 10);
+    e2e_response_free(&r);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Text is UTF-8 (SPEC §5 "Text")                                           */
 /* ------------------------------------------------------------------------ */
 
@@ -3253,6 +3367,8 @@ int main(void)
         T(test_claim_worker_validation),
         T(test_list_and_paging),
         T(test_list_validation),
+        T(test_raw_control_bytes_are_400),
+        T(test_leading_zeros_are_400),
         T(test_text_must_be_utf8),
         T(test_claim_with_settle),
         T(test_settle_claims_sent_together),

@@ -73,6 +73,22 @@ static void assert_enqueue_malformed(const char *body, size_t len)
     assert_int_equal(errs.count, 0);
 }
 
+/* {"payload":"x","max_retries":<number>} and a policy with the number in a
+ * nested object, in a static buffer each. */
+static const char *body_with_number(const char *number)
+{
+    static char buf[128];
+    snprintf(buf, sizeof buf, "{\"payload\":\"x\",\"max_retries\":%s}", number);
+    return buf;
+}
+
+static const char *policy_with_number(const char *number)
+{
+    static char buf[128];
+    snprintf(buf, sizeof buf, "{\"backoff\":{\"base_seconds\":%s}}", number);
+    return buf;
+}
+
 /* ---------------------------------------------------------------------------
  * enqueue
  * ------------------------------------------------------------------------- */
@@ -268,6 +284,126 @@ static void test_enqueue_malformed(void **state)
     for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++)
         assert_enqueue_malformed(bodies[i], strlen(bodies[i]));
     assert_enqueue_malformed(NULL, 0);
+}
+
+/* Parses body with the parser of kind k (0 enqueue, 1 fail, 2 claim with
+ * settle, 3 batch replay, 4 policy): its result. */
+static rd_req_result_t parse_as(int k, const char *body, size_t len)
+{
+    rd_field_errors_t errs = { .count = 0 };
+    rd_req_result_t r = RD_REQ_MALFORMED;
+    switch (k) {
+    case 0: {
+        rd_enqueue_req_t e;
+        r = rd_request_enqueue(body, len, &e, &errs);
+        if (r == RD_REQ_OK) rd_request_free(e.doc);
+        break;
+    }
+    case 1: {
+        rd_settle_req_t s;
+        r = rd_request_fail(body, len, &s, &errs);
+        if (r == RD_REQ_OK) rd_request_free(s.doc);
+        break;
+    }
+    case 2: {
+        rd_claim_req_t c;
+        r = rd_request_claim(body, len, NULL, 0, DEFAULT_LEASE_MS, &c, &errs);
+        if (r == RD_REQ_OK) rd_request_free(c.doc);
+        break;
+    }
+    case 3: {
+        rd_replay_req_t rp;
+        r = rd_request_replay(body, len, &rp, &errs);
+        if (r == RD_REQ_OK) rd_request_replay_free(&rp);
+        break;
+    }
+    default: {
+        rd_policy_t p;
+        r = rd_request_policy(body, len, &p, &errs);
+        if (r == RD_REQ_OK) rd_policy_free(&p);
+        break;
+    }
+    }
+    return r;
+}
+
+/* RFC 8259 allows no raw control byte (U+0000-U+001F) in a string; cJSON
+ * takes them, and a raw NUL cut the string short there ("head\0tail" was
+ * stored as "head", two idempotency keys differing after it were one).
+ * Every such byte in every field is refused as invalid JSON, before any
+ * field is looked at; the same text with the byte escaped is accepted. */
+static void test_raw_control_bytes_in_strings_refused(void **state)
+{
+    /* Each template has one "@" where a byte goes into a string value. */
+    static const struct {
+        int kind;
+        const char *body;
+    } cases[] = {
+        { 0, "{\"payload\":\"head@tail\"}" },
+        { 0, "{\"payload\":\"x\",\"idempotency_key\":\"order@-42\"}" },
+        { 1, "{\"error\":\"disk full@ on /dev/sda1\"}" },
+        { 2, "{\"settle\":[{\"id\":1,\"outcome\":\"failed\",\"error\":\"disk@full\"}]}" },
+        { 3, "{\"all\":true,\"to\":\"other@queue\"}" },
+        { 3, "{\"error_contains\":\"smtp@timeout\"}" },
+        { 4, "{\"dead_letter_rules\":[{\"error_contains\":\"42@9\",\"action\":\"dead\"}]}" },
+        { 4, "{\"alert_url\":\"http://127.0.0.1:9/a@b\"}" },
+        { 0, "{\"pay@load\":\"x\",\"payload\":\"x\"}" },   /* in a member name too */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char body[256];
+        const char *at = strchr(cases[i].body, '@');
+        size_t head = (size_t)(at - cases[i].body);
+        /* Escaped, the text is fine. */
+        snprintf(body, sizeof body, "%.*s\\u0001%s", (int)head, cases[i].body, at + 1);
+        rd_req_result_t escaped = parse_as(cases[i].kind, body, strlen(body));
+        if (escaped == RD_REQ_MALFORMED) fail_msg("%s: the escaped form is malformed", body);
+        for (int b = 0; b < 0x20; b++) {
+            memcpy(body, cases[i].body, head);
+            body[head] = (char)b;
+            size_t len = head + 1 + (size_t)snprintf(body + head + 1, sizeof body - head - 1,
+                                                     "%s", at + 1);
+            rd_req_result_t r = parse_as(cases[i].kind, body, len);
+            if (r != RD_REQ_MALFORMED)
+                fail_msg("%s with raw byte 0x%02x: result %d, want MALFORMED", cases[i].body, b,
+                         (int)r);
+        }
+    }
+    /* Outside strings only space, tab, CR and LF are whitespace. */
+    static const char outside[][20] = { "{\x01\"payload\":\"x\"}", "{\"payload\":\"x\"}\x0b",
+                                        "\x0c{\"payload\":\"x\"}", "{\"payload\":\x00\"x\"}" };
+    for (size_t i = 0; i < sizeof outside / sizeof outside[0]; i++)
+        assert_enqueue_malformed(outside[i], 17);
+    static const char ws[] = " \t\r\n{ \t\r\n\"payload\" \t\r\n: \t\r\n\"x\" \t\r\n} \t\r\n";
+    assert_int_equal(parse_as(0, ws, strlen(ws)), RD_REQ_OK);
+}
+
+/* Numbers are strict JSON: no leading zeros ("010" was read as 10), no
+ * "+", no bare "." or exponent. */
+static void test_numbers_are_strict_json(void **state)
+{
+    static const char *const bad[] = { "010", "-01", "00", "-00", "01.5", "1.", ".5", "-.5",
+                                       "1.e2", "1e", "1e+", "-", "+1", "0x10", "1.5.3", "--1",
+                                       "1ee2", "1E+-2" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *body = body_with_number(bad[i]);
+        rd_req_result_t r = parse_as(0, body, strlen(body));
+        if (r != RD_REQ_MALFORMED) fail_msg("%s: result %d, want MALFORMED", body, (int)r);
+        body = policy_with_number(bad[i]);
+        r = parse_as(4, body, strlen(body));
+        if (r != RD_REQ_MALFORMED) fail_msg("%s: result %d, want MALFORMED", body, (int)r);
+    }
+    /* Valid JSON numbers still parse (the field may then refuse the value). */
+    static const char *const good[] = { "0", "-0", "3", "10", "0.5", "-0.5", "1e2", "1E+2",
+                                        "1.5e-3", "0e0", "100" };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        const char *body = body_with_number(good[i]);
+        if (parse_as(0, body, strlen(body)) == RD_REQ_MALFORMED) fail_msg("%s: malformed", body);
+        body = policy_with_number(good[i]);
+        if (parse_as(4, body, strlen(body)) == RD_REQ_MALFORMED) fail_msg("%s: malformed", body);
+    }
+    /* Digits inside strings are not numbers. */
+    const char *s = "{\"payload\":\"007 -01 010\",\"idempotency_key\":\"00\"}";
+    assert_int_equal(parse_as(0, s, strlen(s)), RD_REQ_OK);
 }
 
 static void test_enqueue_length_honoured(void **state)
@@ -1512,6 +1648,8 @@ int main(void)
         cmocka_unit_test(test_enqueue_delay_seconds),
         cmocka_unit_test(test_enqueue_several_errors),
         cmocka_unit_test(test_enqueue_malformed),
+        cmocka_unit_test(test_raw_control_bytes_in_strings_refused),
+        cmocka_unit_test(test_numbers_are_strict_json),
         cmocka_unit_test(test_enqueue_length_honoured),
         cmocka_unit_test(test_text_fields_must_be_utf8),
         cmocka_unit_test(test_text_valid_utf8_accepted),
