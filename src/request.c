@@ -714,10 +714,14 @@ long rd_query_get(const char *query, size_t query_len, const char *name, char *o
         if ((size_t)(key_end - p) == name_len && memcmp(p, name, name_len) == 0) {
             const char *v = eq ? eq + 1 : pair_end;
             size_t v_len = (size_t)(pair_end - v);
-            if (v_len >= cap) return -2;
-            long n = rd_percent_decode(v, v_len, out, true);
-            if (n < 0 || memchr(out, '\0', (size_t)n) != NULL) return -2;
-            return n;
+            /* The limit is on the decoded value ("%C3%A9" is 2 bytes), so it
+             * is decoded first; a value no longer than cap - 1 fits as is. */
+            char *decoded = v_len < cap ? out : rd_malloc(v_len + 1);
+            long n = rd_percent_decode(v, v_len, decoded, true);
+            bool ok = n >= 0 && (size_t)n < cap && memchr(decoded, '\0', (size_t)n) == NULL;
+            if (ok && decoded != out) memcpy(out, decoded, (size_t)n + 1);
+            if (decoded != out) rd_free(decoded);
+            return ok ? n : -2;
         }
         p = pair_end + 1;
     }

@@ -1430,6 +1430,111 @@ static void test_leading_zeros_are_400(void **state)
     e2e_response_free(&r);
 }
 
+/* Query values are limited by their decoded length: a 192-byte
+ * error_contains with punctuation (272 characters encoded) and 43 x U+00E9
+ * (86 bytes, 258 characters) were 422; they filter as any other. */
+static void test_query_limits_apply_to_decoded_values(void **state)
+{
+    (void)state;
+    char q[64];
+    e2e_queue_name(q, sizeof q, "decoded");
+    char punct[200], accents[100];
+    size_t n = 0;
+    for (int i = 0; i < 20; i++) n += (size_t)snprintf(punct + n, sizeof punct - n, "a:/");
+    while (n < 192) punct[n++] = 'b';
+    punct[n] = '\0';
+    n = 0;
+    for (int i = 0; i < 43; i++) n += (size_t)snprintf(accents + n, sizeof accents - n, "\xC3\xA9");
+    const char *errors[] = { punct, accents };
+    long long ids[2];
+    for (int i = 0; i < 2; i++) {
+        size_t len;
+        char *body = e2e_json_with_string("error", e2e_fmt("%s (x)", errors[i]), &len);
+        ids[i] = enqueue(q, e2e_fmt("{\"payload\":\"p%d\",\"max_retries\":1}", i));
+        assert_int_equal(claim_one(q, 30, NULL, 0), ids[i]);
+        e2e_response_t f = { 0 };
+        http_to(g_daemon.port, &f, "POST", message_path(q, ids[i], "fail"), body, len);
+        assert_string_equal(e2e_jstr(e2e_expect_json(&f, 200), "status"), "dead");
+        e2e_response_free(&f);
+        rd_free(body);
+    }
+    /* punct encoded: "a%3A%2F" x 20 + "b" x 132 = 272 characters. */
+    char enc[1024];
+    n = 0;
+    for (int i = 0; i < 20; i++) n += (size_t)snprintf(enc + n, sizeof enc - n, "a%%3A%%2F");
+    for (int i = 0; i < 132; i++) enc[n++] = 'b';
+    enc[n] = '\0';
+    assert_int_equal(strlen(enc), 272);
+    const char *queries[] = { enc, e2e_url_encode(accents) };
+    e2e_response_t r = { 0 };
+    for (int i = 0; i < 2; i++) {
+        http(&r, "GET", e2e_fmt("%s?status=dead&error_contains=%s", messages_path(q), queries[i]),
+             NULL);
+        rd_json_t *list = e2e_jget(e2e_expect_json(&r, 200), "messages");
+        assert_int_equal(rd_json_array_size(list), 1);
+        assert_int_equal(e2e_jint(rd_json_array_at(list, 0), "id"), ids[i]);
+    }
+    /* 256 decoded bytes are still refused, on the field. */
+    char big[300];
+    memset(big, 'x', 256);
+    big[256] = '\0';
+    char path[1024];
+    SET(path, messages_path(q));
+    http(&r, "GET", e2e_fmt("%s?error_contains=%s", path, big), NULL);
+    expect_field_error(expect_invalid(&r, path, 1), "error_contains", "invalid", NULL);
+    e2e_response_free(&r);
+}
+
+/* GET /queues pages by name: a page that ends on a 200-byte name, or on a
+ * name with non-ASCII letters, gave a next_cursor that the next request
+ * refused (the encoded cursor was length-checked), so every later queue was
+ * out of reach. Paging one queue a page goes through all of them. */
+static void test_queues_cursor_on_long_and_non_ascii_names(void **state)
+{
+    (void)state;
+    char prefix[80];
+    snprintf(prefix, sizeof prefix, "%s-qcur", g_prefix);
+    assert_int_equal(start_daemon(&g_side, g_redis_port, prefix, true, NULL), 0);
+    enum { NAMES = 4 };
+    char names[NAMES][256];
+    for (int i = 0; i < 200; i++) names[0][i] = "a :/"[i % 4];   /* 200 bytes, 500 encoded */
+    names[0][200] = '\0';
+    names[1][0] = '\0';                     /* 200 bytes of U+00E9, 600 encoded */
+    for (int i = 0; i < 100; i++) strcat(names[1], "\xC3\xA9");
+    snprintf(names[2], sizeof names[2], "b-caf\xC3\xA9-\xE6\x97\xA5\xE6\x9C\xAC");
+    snprintf(names[3], sizeof names[3], "\xE6\x97\xA5-last");
+    e2e_response_t r = { 0 };
+    for (int i = 0; i < NAMES; i++) {
+        http_to(g_side.port, &r, "POST", messages_path(e2e_url_encode(names[i])),
+                "{\"payload\":\"x\"}", 15);
+        e2e_expect_json(&r, 201);
+    }
+    char cursor[256] = "";
+    int seen = 0;
+    for (int page = 0;; page++) {
+        if (page > NAMES) fail_msg("GET /queues does not end");
+        const char *path = cursor[0] ? e2e_fmt("/queues?limit=1&cursor=%s", e2e_url_encode(cursor))
+                                     : "/queues?limit=1";
+        http_to(g_side.port, &r, "GET", path, NULL, 0);
+        rd_json_t *doc = e2e_expect_json(&r, 200);
+        rd_json_t *list = e2e_jget(doc, "queues");
+        if (rd_json_array_size(list) == 1) {
+            const char *name = e2e_jstr(rd_json_array_at(list, 0), "name");
+            /* Name order is byte order: "a :/...", "b-caf...", U+00E9s, U+65E5. */
+            static const int order[NAMES] = { 0, 2, 1, 3 };
+            assert_true(seen < NAMES);
+            assert_string_equal(name, names[order[seen]]);
+            seen++;
+        }
+        rd_json_t *next = rd_json_get(doc, "next_cursor");
+        assert_non_null(next);
+        if (rd_json_is_null(next)) break;
+        snprintf(cursor, sizeof cursor, "%s", rd_json_string(next));
+    }
+    assert_int_equal(seen, NAMES);
+    e2e_response_free(&r);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Text is UTF-8 (SPEC §5 "Text")                                           */
 /* ------------------------------------------------------------------------ */
@@ -3369,6 +3474,8 @@ int main(void)
         T(test_list_validation),
         T(test_raw_control_bytes_are_400),
         T(test_leading_zeros_are_400),
+        T(test_query_limits_apply_to_decoded_values),
+        T(test_queues_cursor_on_long_and_non_ascii_names),
         T(test_text_must_be_utf8),
         T(test_claim_with_settle),
         T(test_settle_claims_sent_together),

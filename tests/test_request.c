@@ -1268,6 +1268,69 @@ static void test_query_get_too_long(void **state)
     assert_string_equal(out, "1");
 }
 
+/* The limit is on the decoded value: "%C3%A9" is 6 characters but 2 bytes,
+ * and a value of cap - 1 bytes fits however it was encoded. */
+static void test_query_get_limit_is_on_decoded_value(void **state)
+{
+    char out[8];
+    assert_int_equal(qget("a=%C3%A9%C3%A9%C3%A9", "a", out, sizeof out), 6);
+    assert_string_equal(out, "\xC3\xA9\xC3\xA9\xC3\xA9");
+    assert_int_equal(qget("a=%41%42%43%44%45%46%47", "a", out, sizeof out), 7);
+    assert_string_equal(out, "ABCDEFG");
+    assert_int_equal(qget("a=%41%42%43%44%45%46%47%48", "a", out, sizeof out), -2);
+    assert_int_equal(qget("a=+++++++", "a", out, sizeof out), 7);
+    assert_string_equal(out, "       ");
+
+    /* GET /queues/{q}/messages?error_contains=: 255 bytes, any encoding. */
+    char query[1024], want[256];
+    size_t n = 0, w = 0;
+    n += (size_t)snprintf(query, sizeof query, "error_contains=");
+    for (int i = 0; i < 43; i++) {   /* 43 x U+00E9 (86 bytes, 258 characters) */
+        n += (size_t)snprintf(query + n, sizeof query - n, "%%C3%%A9");
+        want[w++] = '\xC3';
+        want[w++] = '\xA9';
+    }
+    want[w] = '\0';
+    rd_list_req_t l;
+    rd_field_errors_t errs = { .count = 0 };
+    assert_int_equal(rd_request_list(query, n, &l, &errs), RD_REQ_OK);
+    assert_string_equal(l.error_contains, want);
+
+    /* 192 bytes with punctuation, 272 characters encoded. */
+    n = (size_t)snprintf(query, sizeof query, "error_contains=");
+    w = 0;
+    for (int i = 0; i < 20; i++) {   /* 40 bytes encoded */
+        n += (size_t)snprintf(query + n, sizeof query - n, "a%%3A%%2F");
+        memcpy(want + w, "a:/", 3);
+        w += 3;
+    }
+    while (w < 192) {
+        n += (size_t)snprintf(query + n, sizeof query - n, "b");
+        want[w++] = 'b';
+    }
+    want[w] = '\0';
+    assert_int_equal(n - strlen("error_contains="), 272);
+    errs.count = 0;
+    assert_int_equal(rd_request_list(query, n, &l, &errs), RD_REQ_OK);
+    assert_string_equal(l.error_contains, want);
+
+    /* 256 decoded bytes are still too many. */
+    n = (size_t)snprintf(query, sizeof query, "error_contains=");
+    for (int i = 0; i < 256; i++) query[n++] = 'x';
+    errs.count = 0;
+    assert_int_equal(rd_request_list(query, n, &l, &errs), RD_REQ_INVALID);
+    assert_one_error(&errs, "error_contains", "invalid");
+
+    /* GET /queues?cursor=: a 200-byte name of U+00E9 (600 characters). */
+    rd_queues_req_t qr;
+    n = (size_t)snprintf(query, sizeof query, "limit=1&cursor=");
+    for (int i = 0; i < 100; i++) n += (size_t)snprintf(query + n, sizeof query - n, "%%C3%%A9");
+    errs.count = 0;
+    assert_int_equal(rd_request_queues(query, n, &qr, &errs), RD_REQ_OK);
+    assert_int_equal(qr.cursor_len, 200);
+    assert_memory_equal(qr.cursor, "\xC3\xA9\xC3\xA9", 4);
+}
+
 static void test_query_get_length_honoured(void **state)
 {
     char out[16];
@@ -1682,6 +1745,7 @@ int main(void)
         cmocka_unit_test(test_query_get_decoding),
         cmocka_unit_test(test_query_get_too_long),
         cmocka_unit_test(test_query_get_length_honoured),
+        cmocka_unit_test(test_query_get_limit_is_on_decoded_value),
         cmocka_unit_test(test_series_query),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

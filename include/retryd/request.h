@@ -133,7 +133,8 @@ long long rd_parse_rfc3339_ms(const char *s);
 bool rd_request_queue_name(const char *name, size_t len, rd_field_errors_t *errs);
 
 /* The decoded value of name in a query string, into out (cap bytes). Returns
- * the length, -1 when absent, -2 when undecodable or too long. */
+ * the length, -1 when absent, -2 when undecodable or too long: the limit,
+ * cap - 1 bytes, is on the decoded value, however long its encoding. */
 long rd_query_get(const char *query, size_t query_len, const char *name, char *out,
                   size_t cap);
 
