@@ -623,6 +623,10 @@ long long rd_parse_rfc3339_ms(const char *s)
         return -1;
     if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60 || y < 1970)
         return -1;
+    /* A day the month has not (2026-02-31) is no time; timegm would move it on. */
+    static const int days[12] = { 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31 };
+    bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    if (d > days[mo - 1] + (mo == 2 && leap)) return -1;
     const char *p = s + used;
     long long ms = 0;
     if (*p == '.') {
@@ -654,17 +658,22 @@ long long rd_parse_rfc3339_ms(const char *s)
 
 /* What is wrong with a queue name: 0 nothing, else an index into the
  * messages below (field errors keep their message by pointer). */
-enum { NAME_OK, NAME_LENGTH, NAME_UTF8, NAME_CONTROL };
+enum { NAME_OK, NAME_LENGTH, NAME_UTF8, NAME_CONTROL, NAME_DOTS };
 static const char *const queue_name_why[] = {
     NULL, "queue must be 1 to " RD_LIMIT_STR(RD_QUEUE_NAME_MAX) " bytes.",
-    "queue must be valid UTF-8.", "queue must not contain control characters." };
+    "queue must be valid UTF-8.", "queue must not contain control characters.",
+    "queue must not be \".\" or \"..\"." };
 static const char *const to_name_why[] = {
     NULL, "to must be a queue name of 1 to " RD_LIMIT_STR(RD_QUEUE_NAME_MAX) " bytes.",
-    "to must be valid UTF-8.", "to must not contain control characters." };
+    "to must be valid UTF-8.", "to must not contain control characters.",
+    "to must not be \".\" or \"..\"." };
 
 static int queue_name_problem(const char *name, size_t len)
 {
     if (name == NULL || len == 0 || len > RD_QUEUE_NAME_MAX) return NAME_LENGTH;
+    /* Browsers and curl collapse "." and ".." path segments: such a queue
+     * could not be reached from the console again. */
+    if ((len == 1 || len == 2) && memcmp(name, "..", len) == 0) return NAME_DOTS;
     const unsigned char *s = (const unsigned char *)name;
     for (size_t i = 0; i < len;) {
         unsigned cp;

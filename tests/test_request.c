@@ -1209,6 +1209,52 @@ static void test_queue_name_control_characters(void **state)
     QBAD("\0", CTRL_MSG);
 }
 
+/* "." and ".." are path steps to browsers and curl, which collapse them:
+ * such a queue could not be reached again, so the names are refused. */
+static void test_queue_name_dots(void **state)
+{
+    QBAD(".", "queue must not be \".\" or \"..\".");
+    QBAD("..", "queue must not be \".\" or \"..\".");
+    QOK("...");
+    QOK(".a");
+    QOK("a.");
+    QOK("a..b");
+    /* A redrive's "to" is a queue name too. */
+    rd_replay_req_t r;
+    rd_field_errors_t errs = { .count = 0 };
+    const char *body = "{\"all\":true,\"to\":\"..\"}";
+    assert_int_equal(rd_request_replay(body, strlen(body), &r, &errs), RD_REQ_INVALID);
+    assert_one_error(&errs, "to", "invalid");
+    errs.count = 0;
+    body = "{\"all\":true,\"to\":\"...\"}";
+    assert_int_equal(rd_request_replay(body, strlen(body), &r, &errs), RD_REQ_OK);
+    rd_request_replay_free(&r);
+}
+
+/* A date that is not on the calendar is no time: timegm would have moved
+ * 2026-02-31 to 2026-03-03. */
+static void test_rfc3339_impossible_dates(void **state)
+{
+    static const char *const bad[] = { "2026-02-31T00:00:00Z", "2026-02-29T00:00:00Z",
+                                       "2026-04-31T12:00:00Z", "2026-06-31T00:00:00Z",
+                                       "2026-09-31T00:00:00Z", "2026-11-31T00:00:00Z",
+                                       "2100-02-29T00:00:00Z", "2026-01-32T00:00:00Z",
+                                       "2026-00-10T00:00:00Z", "2026-13-01T00:00:00Z" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (rd_parse_rfc3339_ms(bad[i]) != -1) fail_msg("%s was accepted", bad[i]);
+    assert_true(rd_parse_rfc3339_ms("2028-02-29T00:00:00Z") > 0);   /* a leap year */
+    assert_true(rd_parse_rfc3339_ms("2000-02-29T00:00:00Z") > 0);
+    assert_true(rd_parse_rfc3339_ms("2026-02-28T23:59:59Z") > 0);
+    assert_true(rd_parse_rfc3339_ms("2026-12-31T00:00:00Z") > 0);
+    assert_int_equal(rd_parse_rfc3339_ms("2026-03-01T00:00:00Z") -
+                         rd_parse_rfc3339_ms("2026-02-28T00:00:00Z"), 86400000LL);
+    rd_list_req_t l;
+    rd_field_errors_t errs = { .count = 0 };
+    const char *q = "since=2026-02-31T00:00:00Z";
+    assert_int_equal(rd_request_list(q, strlen(q), &l, &errs), RD_REQ_INVALID);
+    assert_one_error(&errs, "since", "invalid");
+}
+
 /* ---------------------------------------------------------------------------
  * rd_query_get
  * ------------------------------------------------------------------------- */
@@ -1741,6 +1787,8 @@ int main(void)
         cmocka_unit_test(test_queue_name_length),
         cmocka_unit_test(test_queue_name_bad_utf8),
         cmocka_unit_test(test_queue_name_control_characters),
+        cmocka_unit_test(test_queue_name_dots),
+        cmocka_unit_test(test_rfc3339_impossible_dates),
         cmocka_unit_test(test_query_get),
         cmocka_unit_test(test_query_get_decoding),
         cmocka_unit_test(test_query_get_too_long),

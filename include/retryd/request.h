@@ -125,11 +125,12 @@ rd_req_result_t rd_request_queues(const char *query, size_t query_len, rd_queues
                                   rd_field_errors_t *errs);
 
 /* RFC 3339 ("2026-11-30T07:01:39Z", fractions and offsets allowed) to epoch
- * ms; -1 when invalid. */
+ * ms; -1 when invalid, a day the month has not (2026-02-31) included. */
 long long rd_parse_rfc3339_ms(const char *s);
 
 /* Checks a decoded queue name: 1-255 bytes of valid UTF-8, no control
- * characters. Adds a "queue" error and returns false otherwise. */
+ * characters, not "." or "..". Adds a "queue" error and returns false
+ * otherwise. */
 bool rd_request_queue_name(const char *name, size_t len, rd_field_errors_t *errs);
 
 /* The decoded value of name in a query string, into out (cap bytes). Returns
