@@ -23,7 +23,6 @@
 #define RD_HTTP_MAX_BUFFERED_BYTES (64 * 1024)    /* input held while an exchange is pending */
 #define RD_HTTP_MAX_WRITE_QUEUE_BYTES (1024 * 1024)
 #define RD_HTTP_KEEP_BUF_BYTES (64 * 1024)        /* larger per-request buffers are released */
-#define RD_HTTP_MAX_INSTANCE_BYTES 256
 #define RD_HTTP_BACKLOG 511
 
 /* The request headers we keep; every other header is only counted. */
@@ -441,7 +440,6 @@ static void conn_fail(rd_http_conn_t *c, rd_problem_t p, const char *detail)
         const char *q = memchr(c->url.data, '?', c->url.len);
         if (q) url_len = (size_t)(q - c->url.data);
     }
-    if (url_len > RD_HTTP_MAX_INSTANCE_BYTES) url_len = RD_HTTP_MAX_INSTANCE_BYTES;
 
     size_t len;
     char *body = rd_problem_body(p, detail, c->url.data ? c->url.data : "", url_len, NULL, &len);
