@@ -374,7 +374,9 @@ static void test_queue_name_rules(void **state)
     char path[1024];
     SET(path, messages_path(name));
     http(&r, "POST", path, "{\"payload\":\"x\"}");
-    expect_field_error(expect_invalid(&r, path, 1), "queue", "invalid", NULL);
+    char instance[257];   /* a problem's instance is the path's first 256 bytes */
+    snprintf(instance, sizeof instance, "%.256s", path);
+    expect_field_error(expect_invalid(&r, instance, 1), "queue", "invalid", NULL);
 
     /* 255 bytes is still a name (and it is free: its first id is 1). */
     char q[64];
@@ -1532,6 +1534,120 @@ static void test_queues_cursor_on_long_and_non_ascii_names(void **state)
         snprintf(cursor, sizeof cursor, "%s", rd_json_string(next));
     }
     assert_int_equal(seen, NAMES);
+    e2e_response_free(&r);
+}
+
+/* "." and ".." as a queue: browsers and curl collapse such path steps, so
+ * the console could not manage the queue. Refused, raw or encoded. */
+static void test_dot_queue_names_refused(void **state)
+{
+    (void)state;
+    static const char *const names[] = { ".", "..", "%2E", "%2e%2E", ".%2E" };
+    e2e_response_t r = { 0 };
+    char path[256];
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        SET(path, messages_path(names[i]));
+        http(&r, "POST", path, "{\"payload\":\"x\"}");
+        expect_field_error(expect_invalid(&r, path, 1), "queue", "invalid",
+                           "queue must not be \".\" or \"..\".");
+        SET(path, e2e_fmt("/queues/%s/stats", names[i]));
+        http(&r, "GET", path, NULL);
+        expect_field_error(expect_invalid(&r, path, 1), "queue", "invalid", NULL);
+    }
+    /* ... nor a redrive's target; "..." is a name like any other. */
+    char q[64];
+    e2e_queue_name(q, sizeof q, "dots");
+    long long dead = make_dead(q, "p", "boom");
+    SET(path, e2e_fmt("/queues/%s/replay", q));
+    http(&r, "POST", path, "{\"all\":true,\"to\":\"..\"}");
+    expect_field_error(expect_invalid(&r, path, 1), "to", "invalid", NULL);
+    http(&r, "GET", message_path(q, dead, NULL), NULL);
+    assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "status"), "dead");
+    char three[80];
+    snprintf(three, sizeof three, "...%s", q);
+    assert_int_equal(enqueue(three, "{\"payload\":\"x\"}"), 1);
+    e2e_response_free(&r);
+}
+
+/* since/until on a day the calendar has not (2026-02-31 was read as
+ * 2026-03-03) are 422 on the field. */
+static void test_impossible_dates_refused(void **state)
+{
+    (void)state;
+    char q[64], path[256];
+    e2e_queue_name(q, sizeof q, "dates");
+    enqueue(q, "{\"payload\":\"x\"}");
+    SET(path, messages_path(q));
+    e2e_response_t r = { 0 };
+    static const char *const bad[] = { "2026-02-31T00:00:00Z", "2026-02-29T10:00:00Z",
+                                       "2026-04-31T00:00:00Z" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        http(&r, "GET", e2e_fmt("%s?since=%s", path, bad[i]), NULL);
+        expect_field_error(expect_invalid(&r, path, 1), "since", "invalid", NULL);
+        http(&r, "GET", e2e_fmt("%s?until=%s", path, bad[i]), NULL);
+        expect_field_error(expect_invalid(&r, path, 1), "until", "invalid", NULL);
+    }
+    http(&r, "GET", e2e_fmt("%s?since=2028-02-29T00:00:00Z", path), NULL);
+    e2e_expect_json(&r, 200);
+    e2e_response_free(&r);
+}
+
+/* Each message has one path: /messages/001 was message 1. A non-canonical
+ * id (leading zero, sign) is 404, on every message route. */
+static void test_non_canonical_message_id_is_404(void **state)
+{
+    (void)state;
+    char q[64], path[256];
+    e2e_queue_name(q, sizeof q, "canon");
+    assert_int_equal(enqueue(q, "{\"payload\":\"x\"}"), 1);
+    e2e_response_t r = { 0 };
+    static const char *const ids[] = { "001", "01", "+1", "-1", "1.0", "0x1" };
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+        SET(path, e2e_fmt("/queues/%s/messages/%s", q, ids[i]));
+        http(&r, "GET", path, NULL);
+        e2e_expect_problem(&r, 404, "not-found", path);
+        SET(path, e2e_fmt("/queues/%s/messages/%s/kill", q, ids[i]));
+        http(&r, "POST", path, "{}");
+        e2e_expect_problem(&r, 404, "not-found", path);
+    }
+    http(&r, "GET", message_path(q, 1, NULL), NULL);
+    assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "status"), "pending");
+    e2e_response_free(&r);
+}
+
+/* A problem's instance is the request's path, cut to its first 256 bytes on
+ * a character boundary: a 12 KB path was echoed whole. */
+static void test_problem_instance_is_truncated(void **state)
+{
+    (void)state;
+    enum { LONG = 12 * 1024 };
+    char *path = malloc(LONG + 1);
+    assert_non_null(path);
+    memcpy(path, "/nope/", 6);
+    /* U+00E9 percent-encoded is 6 bytes: byte 256 falls inside one. */
+    for (size_t n = 6; n < LONG; n++) path[n] = "%C3%A9"[(n - 6) % 6];
+    path[LONG] = '\0';
+    e2e_response_t r = { 0 };
+    http(&r, "GET", path, NULL);
+    rd_json_t *p = e2e_expect_problem(&r, 404, "not-found", NULL);
+    const char *instance = e2e_jstr(p, "instance");
+    size_t n = strlen(instance);
+    if (n > 256) fail_msg("instance is %zu bytes", n);
+    assert_true(n >= 250);
+    assert_memory_equal(instance, path, n);
+    free(path);
+
+    /* Multi-byte characters are not split: a queue of 200 x U+00E9. */
+    char name[512] = "", raw[2048] = "";
+    for (int i = 0; i < 200; i++) strcat(name, "\xC3\xA9");
+    snprintf(raw, sizeof raw, "/queues/%s/bogus", name);
+    http(&r, "GET", raw, NULL);
+    p = e2e_expect_problem(&r, 404, "not-found", NULL);
+    instance = e2e_jstr(p, "instance");
+    n = strlen(instance);
+    assert_true(n <= 256 && n >= 253);
+    assert_memory_equal(instance, raw, n);
+    assert_null(strstr(instance, "\xEF\xBF\xBD"));   /* no U+FFFD from a cut sequence */
     e2e_response_free(&r);
 }
 
@@ -3476,6 +3592,10 @@ int main(void)
         T(test_leading_zeros_are_400),
         T(test_query_limits_apply_to_decoded_values),
         T(test_queues_cursor_on_long_and_non_ascii_names),
+        T(test_dot_queue_names_refused),
+        T(test_impossible_dates_refused),
+        T(test_non_canonical_message_id_is_404),
+        T(test_problem_instance_is_truncated),
         T(test_text_must_be_utf8),
         T(test_claim_with_settle),
         T(test_settle_claims_sent_together),
