@@ -587,6 +587,89 @@ static void test_openapi_document_is_served(void **state)
     e2e_response_free(&r);
 }
 
+/* With --auth-token-file the public rows of the route table (/healthz,
+ * /openapi.json, the console's files under /ui) answer without the token
+ * and every other route is 401; README's flag row and --help name exactly
+ * those public routes (they said "every route but /healthz"). */
+static void test_public_routes_are_documented(void **state)
+{
+    (void)state;
+    char prefix[80], token_file[128];
+    snprintf(prefix, sizeof prefix, "%s-pub", g_prefix);
+    snprintf(token_file, sizeof token_file, "/tmp/retryd-e2e-pub-token-%ld", (long)getpid());
+    FILE *tf = fopen(token_file, "w");
+    assert_non_null(tf);
+    fputs("s3cret-public-token\n", tf);
+    fclose(tf);
+    assert_int_equal(start_daemon(&g_side, g_redis_port, prefix, false, "--auth-token-file",
+                                  token_file, NULL), 0);
+    unlink(token_file);
+
+    size_t readme_len = 0;
+    char *readme = read_file_all("README.md", &readme_len);
+    if (readme == NULL) fail_msg("cannot read README.md (run from the source tree)");
+    readme = realloc(readme, readme_len + 1);
+    readme[readme_len] = '\0';
+    char *row = strstr(readme, "| `--auth-token-file` |");
+    assert_non_null(row);
+    char *eol = strchr(row, '\n');
+    if (eol) *eol = '\0';
+    char help[16384];
+    rd_config_t cfg;
+    const char *argv[] = { "retryd", "--help", NULL };
+    assert_int_equal(rd_config_load(&cfg, 2, (char **)argv, help, sizeof help), 1);
+    char *flag = strstr(help, "--auth-token-file");
+    assert_non_null(flag);
+    char *next = strstr(flag + 2, "\n  --");
+    if (next) *next = '\0';
+
+    e2e_response_t r = { 0 };
+    for (size_t i = 0; i < rd_api_route_count; i++) {
+        const rd_route_t *rt = &rd_api_routes[i];
+        char path[256];
+        size_t n = 0;
+        for (const char *p = rt->pattern; *p && n + 2 < sizeof path; p++) {
+            if (*p == '{') {
+                bool queue = p[1] == 'q';
+                p = strchr(p, '}');
+                n += (size_t)snprintf(path + n, sizeof path - n, "%s", queue ? "pubq" : "1");
+            } else {
+                path[n++] = *p;
+            }
+        }
+        path[n] = '\0';
+        const char *method = rt->method == RD_HTTP_GET ? "GET" : rt->method == RD_HTTP_POST
+                                 ? "POST" : rt->method == RD_HTTP_PUT ? "PUT" : "DELETE";
+        const char *body = rt->method == RD_HTTP_GET || rt->method == RD_HTTP_DELETE ? NULL : "{}";
+        bool public_route = (rt->flags & RD_ROUTE_PUBLIC) != 0;
+        const char *paths[2] = { path, rt->flags & RD_ROUTE_PREFIX ? e2e_fmt("%s/app.js", path) : NULL };
+        for (int k = 0; k < 2 && paths[k]; k++) {
+            http_to(g_side.port, &r, method, paths[k], body, body ? strlen(body) : 0);
+            if (public_route && (r.status == 401 || r.status >= 500))
+                fail_msg("%s %s is public in the route table, answered %d", method, paths[k],
+                         r.status);
+            if (!public_route && r.status != 401)
+                fail_msg("%s %s without the token: %d, want 401", method, paths[k], r.status);
+        }
+        if (!public_route) continue;
+        const char *named = rt->flags & RD_ROUTE_PREFIX ? e2e_fmt("`%s/*`", rt->pattern)
+                                                        : e2e_fmt("`%s`", rt->pattern);
+        if (strstr(row, named) == NULL)
+            fail_msg("README's --auth-token-file row does not name the public route %s: %s", named,
+                     row);
+        const char *bare = rt->flags & RD_ROUTE_PREFIX ? e2e_fmt("%s/*", rt->pattern) : rt->pattern;
+        if (strstr(flag, bare) == NULL)
+            fail_msg("--help for --auth-token-file does not name the public route %s: %s", bare,
+                     flag);
+    }
+    /* and no other route is called public there. */
+    static const char *const private_routes[] = { "`/readyz`", "`/metrics`", "`/queues`" };
+    for (size_t i = 0; i < 3; i++)
+        if (strstr(row, private_routes[i])) fail_msg("README names %s as public", private_routes[i]);
+    free(readme);
+    e2e_response_free(&r);
+}
+
 static void test_body_over_max_body_is_413(void **state)
 {
     (void)state;
@@ -3567,6 +3650,7 @@ int main(void)
         T(test_get_and_not_found),
         T(test_wrong_method_is_405_with_allow),
         T(test_openapi_document_is_served),
+        T(test_public_routes_are_documented),
         T(test_body_over_max_body_is_413),
         T(test_claim_nothing_due_is_204),
         T(test_claim_is_fifo),
