@@ -118,8 +118,12 @@ static bool strict_json(const char *text, size_t len)
         unsigned char c = (unsigned char)text[i];
         if (in_string) {
             if (c < 0x20) return false;
-            if (c == '\\') i++;   /* the escaped byte, whatever it is */
-            else if (c == '"') in_string = false;
+            if (c == '\\') {
+                /* The escaped byte is checked and skipped: \" does not end the string. */
+                if (++i < len && (unsigned char)text[i] < 0x20) return false;
+            } else if (c == '"') {
+                in_string = false;
+            }
             continue;
         }
         if (c == '"') {

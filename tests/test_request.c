@@ -373,6 +373,9 @@ static void test_raw_control_bytes_in_strings_refused(void **state)
                                         "\x0c{\"payload\":\"x\"}", "{\"payload\":\x00\"x\"}" };
     for (size_t i = 0; i < sizeof outside / sizeof outside[0]; i++)
         assert_enqueue_malformed(outside[i], 17);
+    /* ... nor after a backslash, as if escaped. */
+    static const char escaped_raw[] = "{\"payload\":\"a\\\x01b\"}";
+    assert_enqueue_malformed(escaped_raw, sizeof escaped_raw - 1);
     static const char ws[] = " \t\r\n{ \t\r\n\"payload\" \t\r\n: \t\r\n\"x\" \t\r\n} \t\r\n";
     assert_int_equal(parse_as(0, ws, strlen(ws)), RD_REQ_OK);
 }
