@@ -1091,8 +1091,9 @@ void rd_api_handle(rd_http_exchange_t *ex, const rd_http_request_t *req, void *c
     rd_route_outcome_t outcome = rd_router_match(rd_api_routes, rd_api_route_count, req->method,
                                                  req->path, req->path_len, &c->match);
     /* Auth comes before any routing answer, so that without the token not
-     * even the shape of the API shows; the public rows (/healthz and the
-     * console's files) need none. */
+     * even the shape of the API shows; the public rows (/healthz,
+     * /openapi.json and the console's files, none of which holds data)
+     * need none (README, --auth-token-file). */
     bool public_route = outcome == RD_ROUTE_MATCHED && (c->match.route->flags & RD_ROUTE_PUBLIC);
     if (!public_route && !rd_auth_check(c->api->auth_token, req->authorization)) {
         respond_problem(c, RD_PROBLEM_UNAUTHORIZED,

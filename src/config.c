@@ -286,17 +286,23 @@ static const struct flag {
       "long: idle keep-alive and slow senders", "60s", set_idle_timeout, false },
     { "max-connections", "N", "open HTTP connections at most", "4096", set_max_connections,
       false },
-    { "dead-ttl", "DURATION", "keep dead letters this long, 0 forever", "30d", set_dead_ttl,
-      false },
-    { "succeeded-ttl", "DURATION", "keep succeeded messages this long, 0 forever", "1h",
-      set_succeeded_ttl, false },
+    { "dead-ttl", "DURATION",
+      "keep dead letters this long, 0 forever, where the\n"
+      "queue policy sets no dead_ttl; instances sharing a\n"
+      "Redis with different values apply either: set\n"
+      "fleet-wide retention in the queue policy", "30d", set_dead_ttl, false },
+    { "succeeded-ttl", "DURATION",
+      "keep succeeded messages this long, 0 forever, where\n"
+      "the queue policy sets no succeeded_ttl (fleet-wide:\n"
+      "the queue policy, as for --dead-ttl)", "1h", set_succeeded_ttl, false },
     { "series", "on|off",
       "sample each queue's time series about once a minute\n"
       "(off: only readers sample; docs/series.md)", "on", set_series, false },
     { "log-level", "LEVEL", "debug, info, warn or error", "info", set_log_level, false },
     { "auth-token-file", "PATH",
       "require 'Authorization: Bearer <token>' on every route\n"
-      "but /healthz; the token is the file's first line", NULL, set_auth_token_file, false },
+      "but the public /healthz, /openapi.json, /ui and /ui/*\n"
+      "(no data); the token is the file's first line", NULL, set_auth_token_file, false },
     { "alert-url", "URL",
       "POST one JSON event per death to this http(s) URL;\n"
       "instances without it hand theirs over, and any\n"

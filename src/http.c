@@ -23,7 +23,6 @@
 #define RD_HTTP_MAX_BUFFERED_BYTES (64 * 1024)    /* input held while an exchange is pending */
 #define RD_HTTP_MAX_WRITE_QUEUE_BYTES (1024 * 1024)
 #define RD_HTTP_KEEP_BUF_BYTES (64 * 1024)        /* larger per-request buffers are released */
-#define RD_HTTP_MAX_INSTANCE_BYTES 256
 #define RD_HTTP_BACKLOG 511
 
 /* The request headers we keep; every other header is only counted. */
@@ -32,12 +31,13 @@ typedef enum rd_http_header_id {
     RD_HDR_AUTHORIZATION,
     RD_HDR_EXPECT,
     RD_HDR_TRANSFER_ENCODING,
+    RD_HDR_HOST,
     RD_HDR_COUNT,
     RD_HDR_OTHER = RD_HDR_COUNT,
 } rd_http_header_id_t;
 
 static const char *const header_names[RD_HDR_COUNT] = {
-    "content-type", "authorization", "expect", "transfer-encoding",
+    "content-type", "authorization", "expect", "transfer-encoding", "host",
 };
 
 typedef struct rd_http_conn rd_http_conn_t;
@@ -65,6 +65,7 @@ struct rd_http_conn {
     rd_buf_t header[RD_HDR_COUNT];
     unsigned header_seen;         /* bit per rd_http_header_id_t */
     unsigned te_headers;          /* Transfer-Encoding lines seen */
+    unsigned host_headers;        /* Host lines seen */
     char field[24];               /* current header name, if short enough to matter */
     size_t field_len;
     rd_http_header_id_t cur_header;
@@ -441,7 +442,6 @@ static void conn_fail(rd_http_conn_t *c, rd_problem_t p, const char *detail)
         const char *q = memchr(c->url.data, '?', c->url.len);
         if (q) url_len = (size_t)(q - c->url.data);
     }
-    if (url_len > RD_HTTP_MAX_INSTANCE_BYTES) url_len = RD_HTTP_MAX_INSTANCE_BYTES;
 
     size_t len;
     char *body = rd_problem_body(p, detail, c->url.data ? c->url.data : "", url_len, NULL, &len);
@@ -473,6 +473,10 @@ static void conn_fail_parse(rd_http_conn_t *c, llhttp_errno_t err)
     case 501:
         conn_fail(c, RD_PROBLEM_NOT_IMPLEMENTED,
                   "only the chunked transfer coding is supported");
+        return;
+    case 400:
+        conn_fail(c, RD_PROBLEM_MALFORMED_REQUEST,
+                  "an HTTP/1.1 request needs exactly one Host header");
         return;
     default:
         break;
@@ -507,6 +511,7 @@ static int on_message_begin(llhttp_t *p)
     for (int i = 0; i < RD_HDR_COUNT; i++) rd_buf_reset(&c->header[i]);
     c->header_seen = 0;
     c->te_headers = 0;
+    c->host_headers = 0;
     c->field_len = 0;
     c->cur_header = RD_HDR_OTHER;
     c->head_bytes = 0;
@@ -570,6 +575,7 @@ static int on_header_field_complete(llhttp_t *p)
             rd_buf_append(&c->header[i], "", 0);
             c->header_seen |= 1u << i;
             if (i == RD_HDR_TRANSFER_ENCODING) c->te_headers++;
+            if (i == RD_HDR_HOST) c->host_headers++;
             break;
         }
     }
@@ -626,6 +632,12 @@ static int on_headers_complete(llhttp_t *p)
     bool has_length = (p->flags & F_CONTENT_LENGTH) != 0;
     if (has_length && p->content_length > s->max_body_bytes) {
         c->fail_status = 413;
+        return HPE_USER;
+    }
+    /* RFC 9112 3.2: an HTTP/1.1 request has exactly one Host (1.0 may omit it). */
+    bool http11 = p->http_major > 1 || (p->http_major == 1 && p->http_minor >= 1);
+    if ((http11 && c->host_headers == 0) || c->host_headers > 1) {
+        c->fail_status = 400;
         return HPE_USER;
     }
     bool expects_body = (has_length && p->content_length > 0) || (p->flags & F_CHUNKED);

@@ -82,8 +82,71 @@ static bool lone_surrogates(const char *text, size_t len, rd_buf_t *out)
     return found;
 }
 
+/* Length of the JSON number at p[0..n) (RFC 8259 6: -?(0|[1-9][0-9]*)
+ * (.[0-9]+)?([eE][+-]?[0-9]+)?), or 0 when p does not start one. */
+static size_t number_length(const char *p, size_t n)
+{
+    size_t i = 0;
+#define DIGIT(k) ((k) < n && p[k] >= '0' && p[k] <= '9')
+    if (i < n && p[i] == '-') i++;
+    if (!DIGIT(i)) return 0;
+    if (p[i] == '0') i++;
+    else while (DIGIT(i)) i++;
+    if (i < n && p[i] == '.') {
+        if (!DIGIT(i + 1)) return 0;
+        for (i++; DIGIT(i); i++) {}
+    }
+    if (i < n && (p[i] == 'e' || p[i] == 'E')) {
+        i++;
+        if (i < n && (p[i] == '+' || p[i] == '-')) i++;
+        if (!DIGIT(i)) return 0;
+        while (DIGIT(i)) i++;
+    }
+#undef DIGIT
+    return i;
+}
+
+/* What strict JSON (RFC 8259) refuses and cJSON takes: a raw control byte
+ * (U+0000-U+001F) inside a string, where a NUL would cut it short; one
+ * outside a string other than the four whitespace bytes (cJSON skips every
+ * byte up to space); a number that is not in JSON's grammar (leading zeros
+ * "010", "1.", ".5", "+1"). cJSON still checks the rest of the syntax. */
+static bool strict_json(const char *text, size_t len)
+{
+    bool in_string = false;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)text[i];
+        if (in_string) {
+            if (c < 0x20) return false;
+            if (c == '\\') {
+                /* The escaped byte is checked and skipped: \" does not end the string. */
+                if (++i < len && (unsigned char)text[i] < 0x20) return false;
+            } else if (c == '"') {
+                in_string = false;
+            }
+            continue;
+        }
+        if (c == '"') {
+            in_string = true;
+        } else if (c < 0x20) {
+            if (c != '\t' && c != '\n' && c != '\r') return false;
+        } else if (c == '-' || c == '+' || c == '.' || (c >= '0' && c <= '9')) {
+            size_t n = number_length(text + i, len - i);
+            if (n == 0) return false;
+            i += n;
+            /* A number runs to the next delimiter: "01", "1.2.3", "1e5e" are one bad token. */
+            if (i < len && (text[i] == '.' || text[i] == '+' || text[i] == '-' ||
+                            text[i] == 'e' || text[i] == 'E' || (text[i] >= '0' && text[i] <= '9')))
+                return false;
+            i--;
+        }
+    }
+    return true;
+}
+
 rd_json_t *rd_json_parse(const char *text, size_t len, bool *has_nul)
 {
+    if (!strict_json(text, len)) return NULL;
     rd_buf_t rewritten = RD_BUF_INIT;
     if (lone_surrogates(text, len, NULL)) {
         lone_surrogates(text, len, &rewritten);

@@ -55,7 +55,14 @@ char *rd_problem_body(rd_problem_t p, const char *detail, const char *instance,
     rd_json_set_string(doc, "title", problems[p].title);
     rd_json_set_int(doc, "status", problems[p].status);
     rd_json_set_string(doc, "detail", detail ? detail : problems[p].title);
-    rd_json_set_stringn(doc, "instance", instance ? instance : "", instance ? instance_len : 0);
+    if (instance == NULL) instance_len = 0;
+    if (instance_len > RD_PROBLEM_INSTANCE_MAX) {
+        /* Cut before the character that byte RD_PROBLEM_INSTANCE_MAX is in. */
+        instance_len = RD_PROBLEM_INSTANCE_MAX;
+        while (instance_len > 0 && ((unsigned char)instance[instance_len] & 0xC0) == 0x80)
+            instance_len--;
+    }
+    rd_json_set_stringn(doc, "instance", instance ? instance : "", instance_len);
     if (errs && errs->count > 0) {
         rd_json_t *list = rd_json_new_array();
         for (size_t i = 0; i < errs->count; i++) {

@@ -623,6 +623,10 @@ long long rd_parse_rfc3339_ms(const char *s)
         return -1;
     if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60 || y < 1970)
         return -1;
+    /* A day the month has not (2026-02-31) is no time; timegm would move it on. */
+    static const int days[12] = { 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31 };
+    bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    if (d > days[mo - 1] + (mo == 2 && leap)) return -1;
     const char *p = s + used;
     long long ms = 0;
     if (*p == '.') {
@@ -654,17 +658,22 @@ long long rd_parse_rfc3339_ms(const char *s)
 
 /* What is wrong with a queue name: 0 nothing, else an index into the
  * messages below (field errors keep their message by pointer). */
-enum { NAME_OK, NAME_LENGTH, NAME_UTF8, NAME_CONTROL };
+enum { NAME_OK, NAME_LENGTH, NAME_UTF8, NAME_CONTROL, NAME_DOTS };
 static const char *const queue_name_why[] = {
     NULL, "queue must be 1 to " RD_LIMIT_STR(RD_QUEUE_NAME_MAX) " bytes.",
-    "queue must be valid UTF-8.", "queue must not contain control characters." };
+    "queue must be valid UTF-8.", "queue must not contain control characters.",
+    "queue must not be \".\" or \"..\"." };
 static const char *const to_name_why[] = {
     NULL, "to must be a queue name of 1 to " RD_LIMIT_STR(RD_QUEUE_NAME_MAX) " bytes.",
-    "to must be valid UTF-8.", "to must not contain control characters." };
+    "to must be valid UTF-8.", "to must not contain control characters.",
+    "to must not be \".\" or \"..\"." };
 
 static int queue_name_problem(const char *name, size_t len)
 {
     if (name == NULL || len == 0 || len > RD_QUEUE_NAME_MAX) return NAME_LENGTH;
+    /* Browsers and curl collapse "." and ".." path segments: such a queue
+     * could not be reached from the console again. */
+    if ((len == 1 || len == 2) && memcmp(name, "..", len) == 0) return NAME_DOTS;
     const unsigned char *s = (const unsigned char *)name;
     for (size_t i = 0; i < len;) {
         unsigned cp;
@@ -714,10 +723,14 @@ long rd_query_get(const char *query, size_t query_len, const char *name, char *o
         if ((size_t)(key_end - p) == name_len && memcmp(p, name, name_len) == 0) {
             const char *v = eq ? eq + 1 : pair_end;
             size_t v_len = (size_t)(pair_end - v);
-            if (v_len >= cap) return -2;
-            long n = rd_percent_decode(v, v_len, out, true);
-            if (n < 0 || memchr(out, '\0', (size_t)n) != NULL) return -2;
-            return n;
+            /* The limit is on the decoded value ("%C3%A9" is 2 bytes), so it
+             * is decoded first; a value no longer than cap - 1 fits as is. */
+            char *decoded = v_len < cap ? out : rd_malloc(v_len + 1);
+            long n = rd_percent_decode(v, v_len, decoded, true);
+            bool ok = n >= 0 && (size_t)n < cap && memchr(decoded, '\0', (size_t)n) == NULL;
+            if (ok && decoded != out) memcpy(out, decoded, (size_t)n + 1);
+            if (decoded != out) rd_free(decoded);
+            return ok ? n : -2;
         }
         p = pair_end + 1;
     }

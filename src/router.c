@@ -77,9 +77,11 @@ static bool path_matches(const char *pattern, const char *path, size_t len,
     return s == end;
 }
 
+/* Only the canonical decimal form: "001" is not message 1 (one path per
+ * message, as Location gives it). */
 static bool parse_id(const char *s, size_t len, long long *out)
 {
-    if (len == 0 || len > 15) return false;
+    if (len == 0 || len > 15 || s[0] == '0') return false;
     long long v = 0;
     for (size_t i = 0; i < len; i++) {
         if (s[i] < '0' || s[i] > '9') return false;

@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -337,6 +338,44 @@ static void test_help(void **state)
     assert_int_equal(load(&cfg, err, sizeof err, ARGS("--tick-ms", "5", "--help")), 1);
 }
 
+/* Instances sharing a Redis with different --dead-ttl/--succeeded-ttl apply
+ * one or the other, as whichever ticks a queue: --help and README say that
+ * retention for the whole fleet belongs in the queue's policy. */
+static void test_help_says_fleet_retention_is_policy(void **state)
+{
+    rd_config_t cfg;
+    char err[16384];
+    assert_int_equal(load(&cfg, err, sizeof err, ARGS("--help")), 1);
+    static const char *const flags[][2] = { { "--dead-ttl", "dead_ttl" },
+                                            { "--succeeded-ttl", "succeeded_ttl" } };
+    FILE *f = fopen("README.md", "r");
+    if (f == NULL) fail_msg("cannot read README.md (run from the source tree)");
+    static char readme[1 << 17];
+    size_t n = fread(readme, 1, sizeof readme - 1, f);
+    fclose(f);
+    readme[n] = '\0';
+    for (int i = 0; i < 2; i++) {
+        char *at = strstr(err, flags[i][0]);
+        assert_non_null(at);
+        char entry[512];
+        const char *end = strstr(at + 2, "\n  --");
+        snprintf(entry, sizeof entry, "%.*s", end ? (int)(end - at) : (int)strlen(at), at);
+        if (strstr(entry, "policy") == NULL || strstr(entry, flags[i][1]) == NULL)
+            fail_msg("--help for %s does not send fleet-wide retention to the policy's %s: %s",
+                     flags[i][0], flags[i][1], entry);
+        char row_start[64];
+        snprintf(row_start, sizeof row_start, "| `%s` |", flags[i][0]);
+        char *row = strstr(readme, row_start);
+        assert_non_null(row);
+        char line[1024];
+        const char *eol = strchr(row, '\n');
+        snprintf(line, sizeof line, "%.*s", eol ? (int)(eol - row) : (int)strlen(row), row);
+        if (strstr(line, "policy") == NULL || strstr(line, flags[i][1]) == NULL)
+            fail_msg("README's %s row does not send fleet-wide retention to the policy: %s",
+                     flags[i][0], line);
+    }
+}
+
 /* ---------------------------------------------------------------------------
  * Environment
  * ------------------------------------------------------------------------- */
@@ -484,6 +523,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_flags_bad_values, clear_env, clear_env),
         cmocka_unit_test_setup_teardown(test_flags_usage_errors, clear_env, clear_env),
         cmocka_unit_test_setup_teardown(test_help, clear_env, clear_env),
+        cmocka_unit_test_setup_teardown(test_help_says_fleet_retention_is_policy, clear_env,
+                                        clear_env),
         cmocka_unit_test_setup_teardown(test_env_applied, clear_env, clear_env),
         cmocka_unit_test_setup_teardown(test_flags_override_env, clear_env, clear_env),
         cmocka_unit_test_setup_teardown(test_env_bad_value, clear_env, clear_env),

@@ -374,7 +374,9 @@ static void test_queue_name_rules(void **state)
     char path[1024];
     SET(path, messages_path(name));
     http(&r, "POST", path, "{\"payload\":\"x\"}");
-    expect_field_error(expect_invalid(&r, path, 1), "queue", "invalid", NULL);
+    char instance[257];   /* a problem's instance is the path's first 256 bytes */
+    snprintf(instance, sizeof instance, "%.256s", path);
+    expect_field_error(expect_invalid(&r, instance, 1), "queue", "invalid", NULL);
 
     /* 255 bytes is still a name (and it is free: its first id is 1). */
     char q[64];
@@ -582,6 +584,89 @@ static void test_openapi_document_is_served(void **state)
     size_t operations = 0;
     for (const char *p = r.body; (p = strstr(p, "\"operationId\":")) != NULL; p++) operations++;
     assert_int_equal(operations, described);
+    e2e_response_free(&r);
+}
+
+/* With --auth-token-file the public rows of the route table (/healthz,
+ * /openapi.json, the console's files under /ui) answer without the token
+ * and every other route is 401; README's flag row and --help name exactly
+ * those public routes (they said "every route but /healthz"). */
+static void test_public_routes_are_documented(void **state)
+{
+    (void)state;
+    char prefix[80], token_file[128];
+    snprintf(prefix, sizeof prefix, "%s-pub", g_prefix);
+    snprintf(token_file, sizeof token_file, "/tmp/retryd-e2e-pub-token-%ld", (long)getpid());
+    FILE *tf = fopen(token_file, "w");
+    assert_non_null(tf);
+    fputs("s3cret-public-token\n", tf);
+    fclose(tf);
+    assert_int_equal(start_daemon(&g_side, g_redis_port, prefix, false, "--auth-token-file",
+                                  token_file, NULL), 0);
+    unlink(token_file);
+
+    size_t readme_len = 0;
+    char *readme = read_file_all("README.md", &readme_len);
+    if (readme == NULL) fail_msg("cannot read README.md (run from the source tree)");
+    readme = realloc(readme, readme_len + 1);
+    readme[readme_len] = '\0';
+    char *row = strstr(readme, "| `--auth-token-file` |");
+    assert_non_null(row);
+    char *eol = strchr(row, '\n');
+    if (eol) *eol = '\0';
+    char help[16384];
+    rd_config_t cfg;
+    const char *argv[] = { "retryd", "--help", NULL };
+    assert_int_equal(rd_config_load(&cfg, 2, (char **)argv, help, sizeof help), 1);
+    char *flag = strstr(help, "--auth-token-file");
+    assert_non_null(flag);
+    char *next = strstr(flag + 2, "\n  --");
+    if (next) *next = '\0';
+
+    e2e_response_t r = { 0 };
+    for (size_t i = 0; i < rd_api_route_count; i++) {
+        const rd_route_t *rt = &rd_api_routes[i];
+        char path[256];
+        size_t n = 0;
+        for (const char *p = rt->pattern; *p && n + 2 < sizeof path; p++) {
+            if (*p == '{') {
+                bool queue = p[1] == 'q';
+                p = strchr(p, '}');
+                n += (size_t)snprintf(path + n, sizeof path - n, "%s", queue ? "pubq" : "1");
+            } else {
+                path[n++] = *p;
+            }
+        }
+        path[n] = '\0';
+        const char *method = rt->method == RD_HTTP_GET ? "GET" : rt->method == RD_HTTP_POST
+                                 ? "POST" : rt->method == RD_HTTP_PUT ? "PUT" : "DELETE";
+        const char *body = rt->method == RD_HTTP_GET || rt->method == RD_HTTP_DELETE ? NULL : "{}";
+        bool public_route = (rt->flags & RD_ROUTE_PUBLIC) != 0;
+        const char *paths[2] = { path, rt->flags & RD_ROUTE_PREFIX ? e2e_fmt("%s/app.js", path) : NULL };
+        for (int k = 0; k < 2 && paths[k]; k++) {
+            http_to(g_side.port, &r, method, paths[k], body, body ? strlen(body) : 0);
+            if (public_route && (r.status == 401 || r.status >= 500))
+                fail_msg("%s %s is public in the route table, answered %d", method, paths[k],
+                         r.status);
+            if (!public_route && r.status != 401)
+                fail_msg("%s %s without the token: %d, want 401", method, paths[k], r.status);
+        }
+        if (!public_route) continue;
+        const char *named = rt->flags & RD_ROUTE_PREFIX ? e2e_fmt("`%s/*`", rt->pattern)
+                                                        : e2e_fmt("`%s`", rt->pattern);
+        if (strstr(row, named) == NULL)
+            fail_msg("README's --auth-token-file row does not name the public route %s: %s", named,
+                     row);
+        const char *bare = rt->flags & RD_ROUTE_PREFIX ? e2e_fmt("%s/*", rt->pattern) : rt->pattern;
+        if (strstr(flag, bare) == NULL)
+            fail_msg("--help for --auth-token-file does not name the public route %s: %s", bare,
+                     flag);
+    }
+    /* and no other route is called public there. */
+    static const char *const private_routes[] = { "`/readyz`", "`/metrics`", "`/queues`" };
+    for (size_t i = 0; i < 3; i++)
+        if (strstr(row, private_routes[i])) fail_msg("README names %s as public", private_routes[i]);
+    free(readme);
     e2e_response_free(&r);
 }
 
@@ -1313,6 +1398,339 @@ static void test_list_validation(void **state)
     rd_json_t *errors = expect_invalid(&r, path, 2);
     expect_field_error(errors, "status", "invalid", NULL);
     expect_field_error(errors, "limit", "invalid", NULL);
+    e2e_response_free(&r);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Strict input: raw control bytes, numbers, query values, odd names        */
+/* ------------------------------------------------------------------------ */
+
+/* body with its "@" replaced by the raw byte b, sent as is (length given,
+ * so a NUL goes out too). */
+static void http_with_byte(e2e_response_t *r, const char *method, const char *path,
+                           const char *body, char b)
+{
+    char buf[512];
+    size_t len = strlen(body);
+    assert_true(len < sizeof buf);
+    memcpy(buf, body, len);
+    char *at = memchr(buf, '@', len);
+    assert_non_null(at);
+    *at = b;
+    http_to(g_daemon.port, r, method, path, buf, len);
+}
+
+/* RFC 8259 allows no raw control byte in a string. cJSON took them, and a
+ * raw NUL cut the string there: "head\0tail" was stored as "head", two
+ * idempotency keys differing after one were "the same", and an error, a
+ * redrive's "to", a rule's error_contains and alert_url were cut too. Each
+ * is now 400 malformed-request and nothing is done. */
+static void test_raw_control_bytes_are_400(void **state)
+{
+    (void)state;
+    char q[64], path[1024];
+    e2e_queue_name(q, sizeof q, "rawctl");
+    SET(path, messages_path(q));
+    e2e_response_t r = { 0 };
+    static const char bytes[] = { '\0', '\x01', '\t', '\n', '\x1f' };
+    for (size_t i = 0; i < sizeof bytes; i++) {
+        http_with_byte(&r, "POST", path, "{\"payload\":\"head@tail\"}", bytes[i]);
+        e2e_expect_problem(&r, 400, "malformed-request", path);
+        http_with_byte(&r, "POST", path, "{\"payload\":\"x\",\"idempotency_key\":\"order@-41\"}",
+                       bytes[i]);
+        e2e_expect_problem(&r, 400, "malformed-request", path);
+    }
+    /* Nothing was enqueued: the first real message is id 1, and keys that
+     * differ after the byte position are two messages. */
+    http(&r, "POST", path, "{\"payload\":\"a\",\"idempotency_key\":\"order\\u0001-41\"}");
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 201), "id"), 1);
+    http(&r, "POST", path, "{\"payload\":\"b\",\"idempotency_key\":\"order\\u0001-42\"}");
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 201), "id"), 2);
+    http(&r, "GET", message_path(q, 1, NULL), NULL);
+    assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "payload"), "a");
+
+    /* fail's error and a settlement's error: the message stays processing. */
+    char token[128], fpath[1024];
+    assert_int_equal(claim_one(q, 30, token, sizeof token), 1);
+    SET(fpath, message_path(q, 1, "fail"));
+    http_with_byte(&r, "POST", fpath, "{\"error\":\"disk full@ on /dev/sda1\"}", '\0');
+    e2e_expect_problem(&r, 400, "malformed-request", fpath);
+    char cpath[1024];
+    SET(cpath, e2e_fmt("/queues/%s/claim", q));
+    http_with_byte(&r, "POST", cpath,
+                   "{\"settle\":[{\"id\":1,\"outcome\":\"failed\",\"error\":\"disk@full\"}]}", '\0');
+    e2e_expect_problem(&r, 400, "malformed-request", cpath);
+    http(&r, "GET", message_path(q, 1, NULL), NULL);
+    rd_json_t *m = e2e_expect_json(&r, 200);
+    assert_string_equal(e2e_jstr(m, "status"), "processing");
+    e2e_jnull(m, "last_error");
+
+    /* A redrive's "to" and a replay's error_contains: the letter stays dead. */
+    char dq[64], rpath[1024];
+    e2e_queue_name(dq, sizeof dq, "rawctl-dead");
+    long long dead = make_dead(dq, "p", "smtp timeout");
+    SET(rpath, e2e_fmt("/queues/%s/replay", dq));
+    http_with_byte(&r, "POST", rpath, e2e_fmt("{\"all\":true,\"to\":\"%s@x\"}", dq), '\0');
+    e2e_expect_problem(&r, 400, "malformed-request", rpath);
+    http_with_byte(&r, "POST", rpath, "{\"error_contains\":\"smtp@\"}", '\0');
+    e2e_expect_problem(&r, 400, "malformed-request", rpath);
+    http(&r, "GET", message_path(dq, dead, NULL), NULL);
+    assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "status"), "dead");
+
+    /* A rule's error_contains and alert_url: the policy is unchanged. */
+    char ppath[1024];
+    SET(ppath, e2e_fmt("/queues/%s/policy", dq));
+    http_with_byte(&r, "PUT", ppath,
+                   "{\"dead_letter_rules\":[{\"error_contains\":\"4@29\",\"action\":\"dead\"}]}",
+                   '\0');
+    e2e_expect_problem(&r, 400, "malformed-request", ppath);
+    http_with_byte(&r, "PUT", ppath, "{\"alert_url\":\"http://127.0.0.1:9/a@b\"}", '\0');
+    e2e_expect_problem(&r, 400, "malformed-request", ppath);
+    http(&r, "GET", ppath, NULL);
+    m = e2e_expect_json(&r, 200);
+    assert_int_equal(rd_json_array_size(e2e_jget(m, "dead_letter_rules")), 0);
+    e2e_jnull(m, "alert_url");
+    e2e_response_free(&r);
+}
+
+/* Numbers are strict JSON: "010" was read as 10. */
+static void test_leading_zeros_are_400(void **state)
+{
+    (void)state;
+    char q[64], path[1024];
+    e2e_queue_name(q, sizeof q, "zeros");
+    SET(path, messages_path(q));
+    e2e_response_t r = { 0 };
+    static const char *const bad[] = { "010", "-01", "00", "01.5", "1.", ".5", "+3" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        http(&r, "POST", path, e2e_fmt("{\"payload\":\"x\",\"max_retries\":%s}", bad[i]));
+        e2e_expect_problem(&r, 400, "malformed-request", path);
+    }
+    http(&r, "PUT", e2e_fmt("/queues/%s/policy", q), "{\"max_in_flight\":007}");
+    e2e_expect_problem(&r, 400, "malformed-request", NULL);
+    http(&r, "POST", path, "{\"payload\":\"x\",\"max_retries\":10,\"delay_seconds\":0}");
+    rd_json_t *m = e2e_expect_json(&r, 201);
+    assert_int_equal(e2e_jint(m, "id"), 1);
+    assert_int_equal(e2e_jint(m, "max_retries"), 10);
+    e2e_response_free(&r);
+}
+
+/* Query values are limited by their decoded length: a 192-byte
+ * error_contains with punctuation (272 characters encoded) and 43 x U+00E9
+ * (86 bytes, 258 characters) were 422; they filter as any other. */
+static void test_query_limits_apply_to_decoded_values(void **state)
+{
+    (void)state;
+    char q[64];
+    e2e_queue_name(q, sizeof q, "decoded");
+    char punct[200], accents[100];
+    size_t n = 0;
+    for (int i = 0; i < 20; i++) n += (size_t)snprintf(punct + n, sizeof punct - n, "a:/");
+    while (n < 192) punct[n++] = 'b';
+    punct[n] = '\0';
+    n = 0;
+    for (int i = 0; i < 43; i++) n += (size_t)snprintf(accents + n, sizeof accents - n, "\xC3\xA9");
+    const char *errors[] = { punct, accents };
+    long long ids[2];
+    for (int i = 0; i < 2; i++) {
+        size_t len;
+        char *body = e2e_json_with_string("error", e2e_fmt("%s (x)", errors[i]), &len);
+        ids[i] = enqueue(q, e2e_fmt("{\"payload\":\"p%d\",\"max_retries\":1}", i));
+        assert_int_equal(claim_one(q, 30, NULL, 0), ids[i]);
+        e2e_response_t f = { 0 };
+        http_to(g_daemon.port, &f, "POST", message_path(q, ids[i], "fail"), body, len);
+        assert_string_equal(e2e_jstr(e2e_expect_json(&f, 200), "status"), "dead");
+        e2e_response_free(&f);
+        rd_free(body);
+    }
+    /* punct encoded: "a%3A%2F" x 20 + "b" x 132 = 272 characters. */
+    char enc[1024];
+    n = 0;
+    for (int i = 0; i < 20; i++) n += (size_t)snprintf(enc + n, sizeof enc - n, "a%%3A%%2F");
+    for (int i = 0; i < 132; i++) enc[n++] = 'b';
+    enc[n] = '\0';
+    assert_int_equal(strlen(enc), 272);
+    const char *queries[] = { enc, e2e_url_encode(accents) };
+    e2e_response_t r = { 0 };
+    for (int i = 0; i < 2; i++) {
+        http(&r, "GET", e2e_fmt("%s?status=dead&error_contains=%s", messages_path(q), queries[i]),
+             NULL);
+        rd_json_t *list = e2e_jget(e2e_expect_json(&r, 200), "messages");
+        assert_int_equal(rd_json_array_size(list), 1);
+        assert_int_equal(e2e_jint(rd_json_array_at(list, 0), "id"), ids[i]);
+    }
+    /* 256 decoded bytes are still refused, on the field. */
+    char big[300];
+    memset(big, 'x', 256);
+    big[256] = '\0';
+    char path[1024];
+    SET(path, messages_path(q));
+    http(&r, "GET", e2e_fmt("%s?error_contains=%s", path, big), NULL);
+    expect_field_error(expect_invalid(&r, path, 1), "error_contains", "invalid", NULL);
+    e2e_response_free(&r);
+}
+
+/* GET /queues pages by name: a page that ends on a 200-byte name, or on a
+ * name with non-ASCII letters, gave a next_cursor that the next request
+ * refused (the encoded cursor was length-checked), so every later queue was
+ * out of reach. Paging one queue a page goes through all of them. */
+static void test_queues_cursor_on_long_and_non_ascii_names(void **state)
+{
+    (void)state;
+    char prefix[80];
+    snprintf(prefix, sizeof prefix, "%s-qcur", g_prefix);
+    assert_int_equal(start_daemon(&g_side, g_redis_port, prefix, true, NULL), 0);
+    enum { NAMES = 4 };
+    char names[NAMES][256];
+    for (int i = 0; i < 200; i++) names[0][i] = "a :/"[i % 4];   /* 200 bytes, 500 encoded */
+    names[0][200] = '\0';
+    names[1][0] = '\0';                     /* 200 bytes of U+00E9, 600 encoded */
+    for (int i = 0; i < 100; i++) strcat(names[1], "\xC3\xA9");
+    snprintf(names[2], sizeof names[2], "b-caf\xC3\xA9-\xE6\x97\xA5\xE6\x9C\xAC");
+    snprintf(names[3], sizeof names[3], "\xE6\x97\xA5-last");
+    e2e_response_t r = { 0 };
+    for (int i = 0; i < NAMES; i++) {
+        http_to(g_side.port, &r, "POST", messages_path(e2e_url_encode(names[i])),
+                "{\"payload\":\"x\"}", 15);
+        e2e_expect_json(&r, 201);
+    }
+    char cursor[256] = "";
+    int seen = 0;
+    for (int page = 0;; page++) {
+        if (page > NAMES) fail_msg("GET /queues does not end");
+        const char *path = cursor[0] ? e2e_fmt("/queues?limit=1&cursor=%s", e2e_url_encode(cursor))
+                                     : "/queues?limit=1";
+        http_to(g_side.port, &r, "GET", path, NULL, 0);
+        rd_json_t *doc = e2e_expect_json(&r, 200);
+        rd_json_t *list = e2e_jget(doc, "queues");
+        if (rd_json_array_size(list) == 1) {
+            const char *name = e2e_jstr(rd_json_array_at(list, 0), "name");
+            /* Name order is byte order: "a :/...", "b-caf...", U+00E9s, U+65E5. */
+            static const int order[NAMES] = { 0, 2, 1, 3 };
+            assert_true(seen < NAMES);
+            assert_string_equal(name, names[order[seen]]);
+            seen++;
+        }
+        rd_json_t *next = rd_json_get(doc, "next_cursor");
+        assert_non_null(next);
+        if (rd_json_is_null(next)) break;
+        snprintf(cursor, sizeof cursor, "%s", rd_json_string(next));
+    }
+    assert_int_equal(seen, NAMES);
+    e2e_response_free(&r);
+}
+
+/* "." and ".." as a queue: browsers and curl collapse such path steps, so
+ * the console could not manage the queue. Refused, raw or encoded. */
+static void test_dot_queue_names_refused(void **state)
+{
+    (void)state;
+    static const char *const names[] = { ".", "..", "%2E", "%2e%2E", ".%2E" };
+    e2e_response_t r = { 0 };
+    char path[256];
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        SET(path, messages_path(names[i]));
+        http(&r, "POST", path, "{\"payload\":\"x\"}");
+        expect_field_error(expect_invalid(&r, path, 1), "queue", "invalid",
+                           "queue must not be \".\" or \"..\".");
+        SET(path, e2e_fmt("/queues/%s/stats", names[i]));
+        http(&r, "GET", path, NULL);
+        expect_field_error(expect_invalid(&r, path, 1), "queue", "invalid", NULL);
+    }
+    /* ... nor a redrive's target; "..." is a name like any other. */
+    char q[64];
+    e2e_queue_name(q, sizeof q, "dots");
+    long long dead = make_dead(q, "p", "boom");
+    SET(path, e2e_fmt("/queues/%s/replay", q));
+    http(&r, "POST", path, "{\"all\":true,\"to\":\"..\"}");
+    expect_field_error(expect_invalid(&r, path, 1), "to", "invalid", NULL);
+    http(&r, "GET", message_path(q, dead, NULL), NULL);
+    assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "status"), "dead");
+    char three[80];
+    snprintf(three, sizeof three, "...%s", q);
+    assert_int_equal(enqueue(three, "{\"payload\":\"x\"}"), 1);
+    e2e_response_free(&r);
+}
+
+/* since/until on a day the calendar has not (2026-02-31 was read as
+ * 2026-03-03) are 422 on the field. */
+static void test_impossible_dates_refused(void **state)
+{
+    (void)state;
+    char q[64], path[256];
+    e2e_queue_name(q, sizeof q, "dates");
+    enqueue(q, "{\"payload\":\"x\"}");
+    SET(path, messages_path(q));
+    e2e_response_t r = { 0 };
+    static const char *const bad[] = { "2026-02-31T00:00:00Z", "2026-02-29T10:00:00Z",
+                                       "2026-04-31T00:00:00Z" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        http(&r, "GET", e2e_fmt("%s?since=%s", path, bad[i]), NULL);
+        expect_field_error(expect_invalid(&r, path, 1), "since", "invalid", NULL);
+        http(&r, "GET", e2e_fmt("%s?until=%s", path, bad[i]), NULL);
+        expect_field_error(expect_invalid(&r, path, 1), "until", "invalid", NULL);
+    }
+    http(&r, "GET", e2e_fmt("%s?since=2028-02-29T00:00:00Z", path), NULL);
+    e2e_expect_json(&r, 200);
+    e2e_response_free(&r);
+}
+
+/* Each message has one path: /messages/001 was message 1. A non-canonical
+ * id (leading zero, sign) is 404, on every message route. */
+static void test_non_canonical_message_id_is_404(void **state)
+{
+    (void)state;
+    char q[64], path[256];
+    e2e_queue_name(q, sizeof q, "canon");
+    assert_int_equal(enqueue(q, "{\"payload\":\"x\"}"), 1);
+    e2e_response_t r = { 0 };
+    static const char *const ids[] = { "001", "01", "+1", "-1", "1.0", "0x1" };
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+        SET(path, e2e_fmt("/queues/%s/messages/%s", q, ids[i]));
+        http(&r, "GET", path, NULL);
+        e2e_expect_problem(&r, 404, "not-found", path);
+        SET(path, e2e_fmt("/queues/%s/messages/%s/kill", q, ids[i]));
+        http(&r, "POST", path, "{}");
+        e2e_expect_problem(&r, 404, "not-found", path);
+    }
+    http(&r, "GET", message_path(q, 1, NULL), NULL);
+    assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "status"), "pending");
+    e2e_response_free(&r);
+}
+
+/* A problem's instance is the request's path, cut to its first 256 bytes on
+ * a character boundary: a 12 KB path was echoed whole. */
+static void test_problem_instance_is_truncated(void **state)
+{
+    (void)state;
+    enum { LONG = 12 * 1024 };
+    char *path = malloc(LONG + 1);
+    assert_non_null(path);
+    memcpy(path, "/nope/", 6);
+    /* U+00E9 percent-encoded is 6 bytes: byte 256 falls inside one. */
+    for (size_t n = 6; n < LONG; n++) path[n] = "%C3%A9"[(n - 6) % 6];
+    path[LONG] = '\0';
+    e2e_response_t r = { 0 };
+    http(&r, "GET", path, NULL);
+    rd_json_t *p = e2e_expect_problem(&r, 404, "not-found", NULL);
+    const char *instance = e2e_jstr(p, "instance");
+    size_t n = strlen(instance);
+    if (n > 256) fail_msg("instance is %zu bytes", n);
+    assert_true(n >= 250);
+    assert_memory_equal(instance, path, n);
+    free(path);
+
+    /* Multi-byte characters are not split: a queue of 200 x U+00E9. */
+    char name[512] = "", raw[2048] = "";
+    for (int i = 0; i < 200; i++) strcat(name, "\xC3\xA9");
+    snprintf(raw, sizeof raw, "/queues/%s/bogus", name);
+    http(&r, "GET", raw, NULL);
+    p = e2e_expect_problem(&r, 404, "not-found", NULL);
+    instance = e2e_jstr(p, "instance");
+    n = strlen(instance);
+    assert_true(n <= 256 && n >= 253);
+    assert_memory_equal(instance, raw, n);
+    assert_null(strstr(instance, "\xEF\xBF\xBD"));   /* no U+FFFD from a cut sequence */
     e2e_response_free(&r);
 }
 
@@ -3232,6 +3650,7 @@ int main(void)
         T(test_get_and_not_found),
         T(test_wrong_method_is_405_with_allow),
         T(test_openapi_document_is_served),
+        T(test_public_routes_are_documented),
         T(test_body_over_max_body_is_413),
         T(test_claim_nothing_due_is_204),
         T(test_claim_is_fifo),
@@ -3253,6 +3672,14 @@ int main(void)
         T(test_claim_worker_validation),
         T(test_list_and_paging),
         T(test_list_validation),
+        T(test_raw_control_bytes_are_400),
+        T(test_leading_zeros_are_400),
+        T(test_query_limits_apply_to_decoded_values),
+        T(test_queues_cursor_on_long_and_non_ascii_names),
+        T(test_dot_queue_names_refused),
+        T(test_impossible_dates_refused),
+        T(test_non_canonical_message_id_is_404),
+        T(test_problem_instance_is_truncated),
         T(test_text_must_be_utf8),
         T(test_claim_with_settle),
         T(test_settle_claims_sent_together),

@@ -668,7 +668,7 @@ static void test_slowloris_is_dropped_others_served(void **state)
                                   "--idle-timeout", "2s", NULL), 0);
     int port = g_dmn[0].port;
     static const char *const opening[2] = {
-        "POST /queues/slow/messages HTTP/1.1\r\nContent-Length: 100\r\n\r\n",
+        "POST /queues/slow/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n",
         "POST /queues/slow/messages HTTP/1.1\r\nHost: x\r\nX-Slow: ",
     };
     int slow[2];
@@ -3446,7 +3446,7 @@ static void test_valgrind_clean_shutdown(void **state)
     int cut = e2e_connect(port);
     assert_true(cut >= 0);
     static const char partial[] =
-        "POST /queues/v/messages HTTP/1.1\r\nContent-Length: 50\r\n\r\n{\"pay";
+        "POST /queues/v/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{\"pay";
     assert_int_equal(e2e_send_all(cut, partial, sizeof partial - 1), 0);
     close(cut);
     /* The server is still fine. */

@@ -618,6 +618,41 @@ static void test_malformed(void **state)
     assert_int_equal(t.handler_calls, 0);
 }
 
+/* RFC 9112 3.2: an HTTP/1.1 request without Host, or with two, is 400
+ * and never reaches the handler; HTTP/1.0 may omit it. */
+static void test_host_required_in_http11(void **state)
+{
+    (void)state;
+    response_t r;
+    static const char *const bad[] = {
+        "GET /x HTTP/1.1\r\n\r\n",
+        "POST /x HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc",
+        "GET /x HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+        "GET /x HTTP/1.1\r\nX-Host: a\r\n\r\n",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        client_t *cl = client_open();
+        client_sends(cl, bad[i]);
+        read_response(cl, &r);
+        expect_problem(&r, 400, "/problems/malformed-request");
+        assert_non_null(strstr(r.body, "Host"));
+        expect_closed(cl);
+    }
+    assert_int_equal(t.handler_calls, 0);
+
+    client_t *cl = client_open();
+    client_sends(cl, "GET /ten HTTP/1.0\r\n\r\n");
+    read_response(cl, &r);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "path=/ten "));
+    expect_closed(cl);
+    cl = client_open();
+    client_sends(cl, "GET /lower HTTP/1.1\r\nhOsT: x\r\n\r\n");
+    read_response(cl, &r);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(t.handler_calls, 2);
+}
+
 static void test_huge_header(void **state)
 {
     (void)state;
@@ -881,6 +916,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_chunked_body, setup, teardown),
         cmocka_unit_test_setup_teardown(test_body_too_large, setup, teardown),
         cmocka_unit_test_setup_teardown(test_malformed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_host_required_in_http11, setup, teardown),
         cmocka_unit_test_setup_teardown(test_huge_header, setup, teardown),
         cmocka_unit_test_setup_teardown(test_query_string, setup, teardown),
         cmocka_unit_test_setup_teardown(test_head_and_204, setup, teardown),

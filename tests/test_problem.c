@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "retryd/alloc.h"
@@ -140,6 +141,52 @@ static void test_body_instance_length_honoured(void **state)
     rd_json_free(doc);
 }
 
+/* A path of up to 16 KiB was echoed whole: instance keeps its first 256
+ * bytes, cut before a character that would be split (no U+FFFD). */
+static void test_body_instance_truncated(void **state)
+{
+    enum { LONG = 16 * 1024 };
+    char *path = malloc(LONG);
+    assert_non_null(path);
+    memset(path, 'a', LONG);
+    rd_json_t *doc = body_of(RD_PROBLEM_NOT_FOUND, NULL, path, LONG, NULL);
+    const char *instance = str_member(doc, "instance");
+    assert_int_equal(strlen(instance), 256);
+    assert_memory_equal(instance, path, 256);
+    rd_json_free(doc);
+
+    /* 255 ASCII bytes, then U+00E9 across bytes 255-256: cut before it. */
+    memcpy(path + 255, "\xC3\xA9", 2);
+    doc = body_of(RD_PROBLEM_NOT_FOUND, NULL, path, LONG, NULL);
+    instance = str_member(doc, "instance");
+    assert_int_equal(strlen(instance), 255);
+    rd_json_free(doc);
+    /* U+65E5 (3 bytes) at 254-256, and a 4-byte emoji at 253-256. */
+    memset(path, 'a', LONG);
+    memcpy(path + 254, "\xE6\x97\xA5", 3);
+    doc = body_of(RD_PROBLEM_NOT_FOUND, NULL, path, LONG, NULL);
+    assert_int_equal(strlen(str_member(doc, "instance")), 254);
+    rd_json_free(doc);
+    memset(path, 'a', LONG);
+    memcpy(path + 253, "\xF0\x9F\x8E\x89", 4);
+    doc = body_of(RD_PROBLEM_NOT_FOUND, NULL, path, LONG, NULL);
+    assert_int_equal(strlen(str_member(doc, "instance")), 253);
+    rd_json_free(doc);
+    /* A character that ends at byte 256 stays whole. */
+    memset(path, 'a', LONG);
+    memcpy(path + 254, "\xC3\xA9", 2);
+    doc = body_of(RD_PROBLEM_NOT_FOUND, NULL, path, LONG, NULL);
+    instance = str_member(doc, "instance");
+    assert_int_equal(strlen(instance), 256);
+    assert_memory_equal(instance + 254, "\xC3\xA9", 2);
+    rd_json_free(doc);
+    /* 256 bytes exactly: all of it. */
+    doc = body_of(RD_PROBLEM_NOT_FOUND, NULL, path, 256, NULL);
+    assert_int_equal(strlen(str_member(doc, "instance")), 256);
+    rd_json_free(doc);
+    free(path);
+}
+
 static void test_body_errors_array(void **state)
 {
     rd_field_errors_t errs = { .count = 0 };
@@ -210,6 +257,7 @@ int main(void)
         cmocka_unit_test(test_body_every_problem),
         cmocka_unit_test(test_body_without_detail_or_instance),
         cmocka_unit_test(test_body_instance_length_honoured),
+        cmocka_unit_test(test_body_instance_truncated),
         cmocka_unit_test(test_body_errors_array),
         cmocka_unit_test(test_body_no_errors_when_empty),
         cmocka_unit_test(test_body_escaping),

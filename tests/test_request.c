@@ -73,6 +73,22 @@ static void assert_enqueue_malformed(const char *body, size_t len)
     assert_int_equal(errs.count, 0);
 }
 
+/* {"payload":"x","max_retries":<number>} and a policy with the number in a
+ * nested object, in a static buffer each. */
+static const char *body_with_number(const char *number)
+{
+    static char buf[128];
+    snprintf(buf, sizeof buf, "{\"payload\":\"x\",\"max_retries\":%s}", number);
+    return buf;
+}
+
+static const char *policy_with_number(const char *number)
+{
+    static char buf[128];
+    snprintf(buf, sizeof buf, "{\"backoff\":{\"base_seconds\":%s}}", number);
+    return buf;
+}
+
 /* ---------------------------------------------------------------------------
  * enqueue
  * ------------------------------------------------------------------------- */
@@ -268,6 +284,129 @@ static void test_enqueue_malformed(void **state)
     for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++)
         assert_enqueue_malformed(bodies[i], strlen(bodies[i]));
     assert_enqueue_malformed(NULL, 0);
+}
+
+/* Parses body with the parser of kind k (0 enqueue, 1 fail, 2 claim with
+ * settle, 3 batch replay, 4 policy): its result. */
+static rd_req_result_t parse_as(int k, const char *body, size_t len)
+{
+    rd_field_errors_t errs = { .count = 0 };
+    rd_req_result_t r = RD_REQ_MALFORMED;
+    switch (k) {
+    case 0: {
+        rd_enqueue_req_t e;
+        r = rd_request_enqueue(body, len, &e, &errs);
+        if (r == RD_REQ_OK) rd_request_free(e.doc);
+        break;
+    }
+    case 1: {
+        rd_settle_req_t s;
+        r = rd_request_fail(body, len, &s, &errs);
+        if (r == RD_REQ_OK) rd_request_free(s.doc);
+        break;
+    }
+    case 2: {
+        rd_claim_req_t c;
+        r = rd_request_claim(body, len, NULL, 0, DEFAULT_LEASE_MS, &c, &errs);
+        if (r == RD_REQ_OK) rd_request_free(c.doc);
+        break;
+    }
+    case 3: {
+        rd_replay_req_t rp;
+        r = rd_request_replay(body, len, &rp, &errs);
+        if (r == RD_REQ_OK) rd_request_replay_free(&rp);
+        break;
+    }
+    default: {
+        rd_policy_t p;
+        r = rd_request_policy(body, len, &p, &errs);
+        if (r == RD_REQ_OK) rd_policy_free(&p);
+        break;
+    }
+    }
+    return r;
+}
+
+/* RFC 8259 allows no raw control byte (U+0000-U+001F) in a string; cJSON
+ * takes them, and a raw NUL cut the string short there ("head\0tail" was
+ * stored as "head", two idempotency keys differing after it were one).
+ * Every such byte in every field is refused as invalid JSON, before any
+ * field is looked at; the same text with the byte escaped is accepted. */
+static void test_raw_control_bytes_in_strings_refused(void **state)
+{
+    /* Each template has one "@" where a byte goes into a string value. */
+    static const struct {
+        int kind;
+        const char *body;
+    } cases[] = {
+        { 0, "{\"payload\":\"head@tail\"}" },
+        { 0, "{\"payload\":\"x\",\"idempotency_key\":\"order@-42\"}" },
+        { 1, "{\"error\":\"disk full@ on /dev/sda1\"}" },
+        { 2, "{\"settle\":[{\"id\":1,\"outcome\":\"failed\",\"error\":\"disk@full\"}]}" },
+        { 3, "{\"all\":true,\"to\":\"other@queue\"}" },
+        { 3, "{\"error_contains\":\"smtp@timeout\"}" },
+        { 4, "{\"dead_letter_rules\":[{\"error_contains\":\"42@9\",\"action\":\"dead\"}]}" },
+        { 4, "{\"alert_url\":\"http://127.0.0.1:9/a@b\"}" },
+        { 0, "{\"pay@load\":\"x\",\"payload\":\"x\"}" },   /* in a member name too */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char body[256];
+        const char *at = strchr(cases[i].body, '@');
+        size_t head = (size_t)(at - cases[i].body);
+        /* Escaped, the text is fine. */
+        snprintf(body, sizeof body, "%.*s\\u0001%s", (int)head, cases[i].body, at + 1);
+        rd_req_result_t escaped = parse_as(cases[i].kind, body, strlen(body));
+        if (escaped == RD_REQ_MALFORMED) fail_msg("%s: the escaped form is malformed", body);
+        for (int b = 0; b < 0x20; b++) {
+            memcpy(body, cases[i].body, head);
+            body[head] = (char)b;
+            size_t len = head + 1 + (size_t)snprintf(body + head + 1, sizeof body - head - 1,
+                                                     "%s", at + 1);
+            rd_req_result_t r = parse_as(cases[i].kind, body, len);
+            if (r != RD_REQ_MALFORMED)
+                fail_msg("%s with raw byte 0x%02x: result %d, want MALFORMED", cases[i].body, b,
+                         (int)r);
+        }
+    }
+    /* Outside strings only space, tab, CR and LF are whitespace. */
+    static const char outside[][20] = { "{\x01\"payload\":\"x\"}", "{\"payload\":\"x\"}\x0b",
+                                        "\x0c{\"payload\":\"x\"}", "{\"payload\":\x00\"x\"}" };
+    for (size_t i = 0; i < sizeof outside / sizeof outside[0]; i++)
+        assert_enqueue_malformed(outside[i], 17);
+    /* ... nor after a backslash, as if escaped. */
+    static const char escaped_raw[] = "{\"payload\":\"a\\\x01b\"}";
+    assert_enqueue_malformed(escaped_raw, sizeof escaped_raw - 1);
+    static const char ws[] = " \t\r\n{ \t\r\n\"payload\" \t\r\n: \t\r\n\"x\" \t\r\n} \t\r\n";
+    assert_int_equal(parse_as(0, ws, strlen(ws)), RD_REQ_OK);
+}
+
+/* Numbers are strict JSON: no leading zeros ("010" was read as 10), no
+ * "+", no bare "." or exponent. */
+static void test_numbers_are_strict_json(void **state)
+{
+    static const char *const bad[] = { "010", "-01", "00", "-00", "01.5", "1.", ".5", "-.5",
+                                       "1.e2", "1e", "1e+", "-", "+1", "0x10", "1.5.3", "--1",
+                                       "1ee2", "1E+-2" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *body = body_with_number(bad[i]);
+        rd_req_result_t r = parse_as(0, body, strlen(body));
+        if (r != RD_REQ_MALFORMED) fail_msg("%s: result %d, want MALFORMED", body, (int)r);
+        body = policy_with_number(bad[i]);
+        r = parse_as(4, body, strlen(body));
+        if (r != RD_REQ_MALFORMED) fail_msg("%s: result %d, want MALFORMED", body, (int)r);
+    }
+    /* Valid JSON numbers still parse (the field may then refuse the value). */
+    static const char *const good[] = { "0", "-0", "3", "10", "0.5", "-0.5", "1e2", "1E+2",
+                                        "1.5e-3", "0e0", "100" };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        const char *body = body_with_number(good[i]);
+        if (parse_as(0, body, strlen(body)) == RD_REQ_MALFORMED) fail_msg("%s: malformed", body);
+        body = policy_with_number(good[i]);
+        if (parse_as(4, body, strlen(body)) == RD_REQ_MALFORMED) fail_msg("%s: malformed", body);
+    }
+    /* Digits inside strings are not numbers. */
+    const char *s = "{\"payload\":\"007 -01 010\",\"idempotency_key\":\"00\"}";
+    assert_int_equal(parse_as(0, s, strlen(s)), RD_REQ_OK);
 }
 
 static void test_enqueue_length_honoured(void **state)
@@ -1073,6 +1212,52 @@ static void test_queue_name_control_characters(void **state)
     QBAD("\0", CTRL_MSG);
 }
 
+/* "." and ".." are path steps to browsers and curl, which collapse them:
+ * such a queue could not be reached again, so the names are refused. */
+static void test_queue_name_dots(void **state)
+{
+    QBAD(".", "queue must not be \".\" or \"..\".");
+    QBAD("..", "queue must not be \".\" or \"..\".");
+    QOK("...");
+    QOK(".a");
+    QOK("a.");
+    QOK("a..b");
+    /* A redrive's "to" is a queue name too. */
+    rd_replay_req_t r;
+    rd_field_errors_t errs = { .count = 0 };
+    const char *body = "{\"all\":true,\"to\":\"..\"}";
+    assert_int_equal(rd_request_replay(body, strlen(body), &r, &errs), RD_REQ_INVALID);
+    assert_one_error(&errs, "to", "invalid");
+    errs.count = 0;
+    body = "{\"all\":true,\"to\":\"...\"}";
+    assert_int_equal(rd_request_replay(body, strlen(body), &r, &errs), RD_REQ_OK);
+    rd_request_replay_free(&r);
+}
+
+/* A date that is not on the calendar is no time: timegm would have moved
+ * 2026-02-31 to 2026-03-03. */
+static void test_rfc3339_impossible_dates(void **state)
+{
+    static const char *const bad[] = { "2026-02-31T00:00:00Z", "2026-02-29T00:00:00Z",
+                                       "2026-04-31T12:00:00Z", "2026-06-31T00:00:00Z",
+                                       "2026-09-31T00:00:00Z", "2026-11-31T00:00:00Z",
+                                       "2100-02-29T00:00:00Z", "2026-01-32T00:00:00Z",
+                                       "2026-00-10T00:00:00Z", "2026-13-01T00:00:00Z" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (rd_parse_rfc3339_ms(bad[i]) != -1) fail_msg("%s was accepted", bad[i]);
+    assert_true(rd_parse_rfc3339_ms("2028-02-29T00:00:00Z") > 0);   /* a leap year */
+    assert_true(rd_parse_rfc3339_ms("2000-02-29T00:00:00Z") > 0);
+    assert_true(rd_parse_rfc3339_ms("2026-02-28T23:59:59Z") > 0);
+    assert_true(rd_parse_rfc3339_ms("2026-12-31T00:00:00Z") > 0);
+    assert_int_equal(rd_parse_rfc3339_ms("2026-03-01T00:00:00Z") -
+                         rd_parse_rfc3339_ms("2026-02-28T00:00:00Z"), 86400000LL);
+    rd_list_req_t l;
+    rd_field_errors_t errs = { .count = 0 };
+    const char *q = "since=2026-02-31T00:00:00Z";
+    assert_int_equal(rd_request_list(q, strlen(q), &l, &errs), RD_REQ_INVALID);
+    assert_one_error(&errs, "since", "invalid");
+}
+
 /* ---------------------------------------------------------------------------
  * rd_query_get
  * ------------------------------------------------------------------------- */
@@ -1130,6 +1315,69 @@ static void test_query_get_too_long(void **state)
     assert_int_equal(qget("a=1234", "a", out, sizeof out), -2);
     assert_int_equal(qget("b=1234&a=1", "a", out, sizeof out), 1);
     assert_string_equal(out, "1");
+}
+
+/* The limit is on the decoded value: "%C3%A9" is 6 characters but 2 bytes,
+ * and a value of cap - 1 bytes fits however it was encoded. */
+static void test_query_get_limit_is_on_decoded_value(void **state)
+{
+    char out[8];
+    assert_int_equal(qget("a=%C3%A9%C3%A9%C3%A9", "a", out, sizeof out), 6);
+    assert_string_equal(out, "\xC3\xA9\xC3\xA9\xC3\xA9");
+    assert_int_equal(qget("a=%41%42%43%44%45%46%47", "a", out, sizeof out), 7);
+    assert_string_equal(out, "ABCDEFG");
+    assert_int_equal(qget("a=%41%42%43%44%45%46%47%48", "a", out, sizeof out), -2);
+    assert_int_equal(qget("a=+++++++", "a", out, sizeof out), 7);
+    assert_string_equal(out, "       ");
+
+    /* GET /queues/{q}/messages?error_contains=: 255 bytes, any encoding. */
+    char query[1024], want[256];
+    size_t n = 0, w = 0;
+    n += (size_t)snprintf(query, sizeof query, "error_contains=");
+    for (int i = 0; i < 43; i++) {   /* 43 x U+00E9 (86 bytes, 258 characters) */
+        n += (size_t)snprintf(query + n, sizeof query - n, "%%C3%%A9");
+        want[w++] = '\xC3';
+        want[w++] = '\xA9';
+    }
+    want[w] = '\0';
+    rd_list_req_t l;
+    rd_field_errors_t errs = { .count = 0 };
+    assert_int_equal(rd_request_list(query, n, &l, &errs), RD_REQ_OK);
+    assert_string_equal(l.error_contains, want);
+
+    /* 192 bytes with punctuation, 272 characters encoded. */
+    n = (size_t)snprintf(query, sizeof query, "error_contains=");
+    w = 0;
+    for (int i = 0; i < 20; i++) {   /* 40 bytes encoded */
+        n += (size_t)snprintf(query + n, sizeof query - n, "a%%3A%%2F");
+        memcpy(want + w, "a:/", 3);
+        w += 3;
+    }
+    while (w < 192) {
+        n += (size_t)snprintf(query + n, sizeof query - n, "b");
+        want[w++] = 'b';
+    }
+    want[w] = '\0';
+    assert_int_equal(n - strlen("error_contains="), 272);
+    errs.count = 0;
+    assert_int_equal(rd_request_list(query, n, &l, &errs), RD_REQ_OK);
+    assert_string_equal(l.error_contains, want);
+
+    /* 256 decoded bytes are still too many. */
+    n = (size_t)snprintf(query, sizeof query, "error_contains=");
+    for (int i = 0; i < 256; i++) query[n++] = 'x';
+    errs.count = 0;
+    assert_int_equal(rd_request_list(query, n, &l, &errs), RD_REQ_INVALID);
+    assert_one_error(&errs, "error_contains", "invalid");
+
+    /* GET /queues?cursor=: a 200-byte name of U+00E9 (600 characters). */
+    rd_queues_req_t qr;
+    n = (size_t)snprintf(query, sizeof query, "limit=1&cursor=");
+    for (int i = 0; i < 100; i++) n += (size_t)snprintf(query + n, sizeof query - n, "%%C3%%A9");
+    errs.count = 0;
+    assert_int_equal(rd_request_queues(query, n, &qr, &errs), RD_REQ_OK);
+    assert_int_equal(qr.cursor_len, 200);
+    assert_memory_equal(qr.cursor, "\xC3\xA9\xC3\xA9", 4);
 }
 
 static void test_query_get_length_honoured(void **state)
@@ -1512,6 +1760,8 @@ int main(void)
         cmocka_unit_test(test_enqueue_delay_seconds),
         cmocka_unit_test(test_enqueue_several_errors),
         cmocka_unit_test(test_enqueue_malformed),
+        cmocka_unit_test(test_raw_control_bytes_in_strings_refused),
+        cmocka_unit_test(test_numbers_are_strict_json),
         cmocka_unit_test(test_enqueue_length_honoured),
         cmocka_unit_test(test_text_fields_must_be_utf8),
         cmocka_unit_test(test_text_valid_utf8_accepted),
@@ -1540,10 +1790,13 @@ int main(void)
         cmocka_unit_test(test_queue_name_length),
         cmocka_unit_test(test_queue_name_bad_utf8),
         cmocka_unit_test(test_queue_name_control_characters),
+        cmocka_unit_test(test_queue_name_dots),
+        cmocka_unit_test(test_rfc3339_impossible_dates),
         cmocka_unit_test(test_query_get),
         cmocka_unit_test(test_query_get_decoding),
         cmocka_unit_test(test_query_get_too_long),
         cmocka_unit_test(test_query_get_length_honoured),
+        cmocka_unit_test(test_query_get_limit_is_on_decoded_value),
         cmocka_unit_test(test_series_query),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

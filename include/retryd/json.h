@@ -11,7 +11,11 @@
 
 typedef struct rd_json rd_json_t;
 
-/* Parses text[0..len). Returns NULL when it is not exactly one JSON value.
+/* Parses text[0..len). Returns NULL when it is not exactly one JSON value
+ * by RFC 8259's strict grammar: a raw control byte (below 0x20) inside a
+ * string, or outside one other than space, tab, CR and LF, and a number
+ * with a leading zero ("010", "-01") or another form JSON has not ("1.",
+ * ".5", "+1") make it invalid, though cJSON alone would take them.
  * *has_nul is set when a string in it contains an escaped U+0000, which
  * cJSON would silently cut short: callers refuse such strings instead.
  * Strings are NOT checked for UTF-8 (callers check the fields they take); a

@@ -44,8 +44,13 @@ void rd_field_errors_add(rd_field_errors_t *errs, const char *field, const char 
 int rd_problem_status(rd_problem_t p);
 const char *rd_problem_slug(rd_problem_t p);
 
+/* The longest instance a problem echoes, in bytes: a longer one (a path of
+ * up to 16 KiB) is cut to its first RD_PROBLEM_INSTANCE_MAX bytes, at a
+ * UTF-8 character boundary. */
+#define RD_PROBLEM_INSTANCE_MAX 256
+
 /* The problem+json document; the caller frees it with rd_free. detail and
- * errs may be NULL. */
+ * errs may be NULL; instance is cut as said above. */
 char *rd_problem_body(rd_problem_t p, const char *detail, const char *instance,
                       size_t instance_len, const rd_field_errors_t *errs, size_t *len);
 

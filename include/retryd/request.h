@@ -125,15 +125,17 @@ rd_req_result_t rd_request_queues(const char *query, size_t query_len, rd_queues
                                   rd_field_errors_t *errs);
 
 /* RFC 3339 ("2026-11-30T07:01:39Z", fractions and offsets allowed) to epoch
- * ms; -1 when invalid. */
+ * ms; -1 when invalid, a day the month has not (2026-02-31) included. */
 long long rd_parse_rfc3339_ms(const char *s);
 
 /* Checks a decoded queue name: 1-255 bytes of valid UTF-8, no control
- * characters. Adds a "queue" error and returns false otherwise. */
+ * characters, not "." or "..". Adds a "queue" error and returns false
+ * otherwise. */
 bool rd_request_queue_name(const char *name, size_t len, rd_field_errors_t *errs);
 
 /* The decoded value of name in a query string, into out (cap bytes). Returns
- * the length, -1 when absent, -2 when undecodable or too long. */
+ * the length, -1 when absent, -2 when undecodable or too long: the limit,
+ * cap - 1 bytes, is on the decoded value, however long its encoding. */
 long rd_query_get(const char *query, size_t query_len, const char *name, char *out,
                   size_t cap);
 
