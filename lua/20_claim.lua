@@ -19,8 +19,10 @@ local function claim_into(k, base, now, lease_ms, count, out, worker)
   if count == 0 then return 0 end
   local got = 0
   local deadline = now + lease_ms
-  -- Reserve `count` serials in one call; give back the ones not used.
-  local serial = redis.call('HINCRBY', k.stats, 'claimed', int_arg(count)) - count
+  -- Reserve `count` serials in one call once a message is found; give back
+  -- the ones not used. A claim that finds nothing writes nothing: no stats
+  -- hash appears for a queue name that never had a message.
+  local serial
   local deadline_arg = int_arg(deadline)
   local skipped = 0
   local bytes, full = 0, false
@@ -56,6 +58,9 @@ local function claim_into(k, base, now, lease_ms, count, out, worker)
         end
         if size then
           bytes = bytes + size
+          if not serial then
+            serial = redis.call('HINCRBY', k.stats, 'claimed', int_arg(count)) - count
+          end
           serial = serial + 1
           set_lease(mkey, m, now, serial, worker)
           redis.call('ZADD', k.processing, deadline_arg, id)
@@ -67,7 +72,7 @@ local function claim_into(k, base, now, lease_ms, count, out, worker)
       end
     end
   end
-  if got < count then redis.call('HINCRBY', k.stats, 'claimed', int_arg(got - count)) end
+  if serial and got < count then redis.call('HINCRBY', k.stats, 'claimed', int_arg(got - count)) end
   flow.spent(k, now, got)
   -- Retries this call made due and left behind are claimable now: tell the
   -- waiters, as a tick that promoted them would have.

@@ -696,6 +696,26 @@ static void describe_reply(const rd_reply_t *r, char *out, size_t cap)
              shown, len > n ? "..." : "");
 }
 
+/* Whether a claim or settle-and-claim that answered OK changed nothing: no
+ * message leased and no settlement applied (each not_found, invalid_state or
+ * lease_mismatch). The library wrote no key for it, so it must not nudge
+ * the queue into the registry either: a claim on a name that never had a
+ * message leaves no trace (README "Claim order"; docs/design.md "Claims that
+ * find nothing"). */
+static bool claimed_nothing(reply_kind_t kind, const result_t *res)
+{
+    if (kind == KIND_CLAIMED) return res->messages.count == 0;
+    if (kind != KIND_SETTLED || res->settled.count > 0) return false;
+    for (size_t i = 0; i < res->settled.settled; i++) {
+        const rd_str_t *o = &res->settled.outcomes[i];
+        bool applied = (o->len == 9 && memcmp(o->ptr, "succeeded", 9) == 0) ||
+                       (o->len == 7 && memcmp(o->ptr, "pending", 7) == 0) ||
+                       (o->len == 4 && memcmp(o->ptr, "dead", 4) == 0);
+        if (applied) return false;
+    }
+    return true;
+}
+
 static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *arg)
 {
     op_t *op = arg;
@@ -735,7 +755,8 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
         bool first = op->kind == KIND_ENQUEUED && res.messages.count == 1 &&
                      res.messages.messages[0].id == 1;
         /* A hint within the nudge's minute stands for the nudge. */
-        if (op->nudge) series_nudge(op->st, op, hint >= 0 && hint <= SERIES_NUDGE_MS);
+        if (op->nudge && !claimed_nothing(op->kind, &res))
+            series_nudge(op->st, op, hint >= 0 && hint <= SERIES_NUDGE_MS);
         if (first || hint >= 0) send_register(op->st, op->queue, op->queue_len, hint);
     } else if (op->queue && hint_unknown) {
         /* Whatever the call did (a lease, a schedule, a first id) wants the

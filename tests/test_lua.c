@@ -5562,6 +5562,30 @@ static void test_rules_validation(void **state)
     assert_string_equal(policy_field(&q, "dead_letter_rules"), "");
 }
 
+/* A claim that finds nothing writes nothing: no stats hash (its serials were
+ * reserved before looking) for a queue name that never had a message. */
+static void test_claim_on_unknown_queue_writes_nothing(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "ghost");
+    redisReply *r = fcall("claim", &q, -1, "30000", "10", "1", "flag", "w", END);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    freeReplyObject(r);
+    r = fcall("settle_claim", &q, -1, "30000", "5", "0", "0", "0", "flag", END);
+    freeReplyObject(r);
+    r = fcall("settle_claim", &q, -1, "30000", "5", "1", "7", "", "failed", "x", "1", "-1", END);
+    freeReplyObject(r);
+    r = rcmd("KEYS", qkey(&q, "*"), END);
+    if (r->elements != 0) fail_msg("%zu keys, e.g. %s", r->elements, r->element[0]->str);
+    freeReplyObject(r);
+    /* With messages the serials still count what was claimed. */
+    enqueue_ok(&q, "a", 3, 0);
+    msg_t m[2];
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "10", END), m, 2), 1);
+    assert_int_equal(counter(&q, "claimed"), 1);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Declared keys: each function's KEYS are its base and what it derives     */
 /* ------------------------------------------------------------------------ */
@@ -5832,6 +5856,7 @@ int main(void)
         cmocka_unit_test(test_rules_no_match_keeps_backoff),
         cmocka_unit_test(test_rules_validation),
         cmocka_unit_test(test_declared_keys_match_the_base),
+        cmocka_unit_test(test_claim_on_unknown_queue_writes_nothing),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
