@@ -89,6 +89,9 @@ local function key_names(base)
                                          -- will tick this queue (need_timer)
     policy     = base .. ':policy',      -- HASH: the queue's policy (15_policy.lua)
     bucket     = base .. ':bucket',      -- STRING "<tokens> <at>": its rate limit's bucket
+    claims     = base .. ':claim:',      -- + a claim's nonce: STRING "<id> <token> ..." of
+                                         -- what it leased, for LOST_CLAIM_KEEP_MS
+                                         -- (release_lost, 35_batch.lua)
   }
 end
 

@@ -5586,6 +5586,69 @@ static void test_claim_on_unknown_queue_writes_nothing(void **state)
     assert_int_equal(counter(&q, "claimed"), 1);
 }
 
+#define expect_nothing_claimed(r) expect_code_at((r), "ok", NULL, __FILE__, __LINE__)
+
+/* release_lost hands back what a claim tagged with a nonce leased (counted
+ * released, retry_count untouched), once; a nonce given up before its claim
+ * ran makes that claim hand everything back itself. */
+static void test_release_lost(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "lost");
+    for (int i = 0; i < 4; i++)
+        enqueue_ok(&q, "job", 1, 0);
+    msg_t m[4];
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "2", "", "request", "",
+                                          "inst.1", END), m, 4), 2);
+    assert_int_equal(exists(qkey(&q, "claim:inst.1")), 1);
+    assert_int_equal(int_reply(fcall("release_lost", &q, -1, "inst.1", END)), 2);
+    assert_int_equal(exists(qkey(&q, "claim:inst.1")), 0);
+    assert_int_equal(zcard(qkey(&q, "3:processing")), 0);
+    assert_int_equal(counter(&q, "released"), 2);
+    assert_int_equal(counter(&q, "failed"), 0);
+    msg_t g;
+    expect_ok_msg(fcall("get", &q, 1, END), &g);
+    assert_string_equal(msg_str(&g, "status"), "pending");
+    assert_int_equal(msg_int(&g, "retry_count"), 0);
+    /* Once only. */
+    assert_int_equal(int_reply(fcall("release_lost", &q, -1, "inst.1", END)), 0);
+
+    /* A settle-and-claim's lease, and one since settled: only the one still
+     * under that lease goes back. */
+    redisReply *r = fcall("settle_claim", &q, -1, "30000", "2", "0", "0", "0", "request", "",
+                          "inst.2", END);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->elements, 5);   /* ok, {}, two messages, the hint */
+    assert_string_equal(r->element[2]->element[0]->str, "1");
+    freeReplyObject(r);
+    expect_ok_msg(fcall("succeed", &q, 1, "", END), &g);
+    assert_int_equal(int_reply(fcall("release_lost", &q, -1, "inst.2", END)), 1);
+    assert_int_equal(counter(&q, "released"), 3);
+
+    /* Given up before the claim ran: the claim answers nothing and leaves
+     * everything pending. */
+    assert_int_equal(int_reply(fcall("release_lost", &q, -1, "inst.3", END)), 0);
+    expect_nothing_claimed(fcall("claim", &q, -1, "30000", "3", "", "request", "", "inst.3", END));
+    assert_int_equal(zcard(qkey(&q, "3:processing")), 0);
+    assert_int_equal(counter(&q, "released"), 6);
+    assert_int_equal(counter(&q, "failed"), 0);
+    /* In their order: 2, 3, 4. */
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "3", END), m, 4), 3);
+    assert_int_equal(m[0].id, 2);
+    assert_int_equal(m[1].id, 3);
+    assert_int_equal(m[2].id, 4);
+
+    expect_error(fcall("release_lost", &q, -1, END));
+    const char *many[11];
+    for (int i = 0; i < 11; i++) many[i] = "n";
+    expect_error(fcall_bin("release_lost", &q, -1, 11, many, NULL));
+    char big[80];
+    memset(big, 'n', 65);
+    big[65] = '\0';
+    expect_error(fcall("claim", &q, -1, "30000", "1", "", "request", "", big, END));
+}
+
 /* ------------------------------------------------------------------------ */
 /* Declared keys: each function's KEYS are its base and what it derives     */
 /* ------------------------------------------------------------------------ */
@@ -5857,6 +5920,7 @@ int main(void)
         cmocka_unit_test(test_rules_validation),
         cmocka_unit_test(test_declared_keys_match_the_base),
         cmocka_unit_test(test_claim_on_unknown_queue_writes_nothing),
+        cmocka_unit_test(test_release_lost),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
