@@ -1119,9 +1119,16 @@ static void on_lost_released(const rd_store_released_t *res, void *arg)
                     "answer was lost were handed back", res->released, (int)b->claims[0].len,
                     b->claims[0].queue, b->n);
         for (size_t i = 0; i < b->n; i++) rd_free(b->claims[i].queue);
+    } else if (res->head.status == RD_STORE_ERROR) {
+        /* Redis answered with an error: asking again would not help. */
+        rd_warn("store: handing back what %zu claim(s) with a lost answer leased in queue "
+                "\"%.*s\" failed (%.*s); their leases will expire instead", b->n,
+                (int)b->claims[0].len, b->claims[0].queue, (int)res->head.detail.len,
+                res->head.detail.ptr ? res->head.detail.ptr : "");
+        for (size_t i = 0; i < b->n; i++) rd_free(b->claims[i].queue);
     } else {
-        /* Not done (the link dropped again, or Redis refused): try again
-         * next round. */
+        /* Not done (the link dropped again, or is down): try again next
+         * round. */
         for (size_t i = 0; i < b->n; i++) {
             lose_claim(b->st, b->claims[i].queue, b->claims[i].len, b->claims[i].nonce);
             rd_free(b->claims[i].queue);
