@@ -688,6 +688,7 @@ static void test_claims_on_unknown_queues_write_nothing(void **state)
             e2e_expect_no_content(&r);
         }
     }
+    e2e_response_free(&r);
     /* Long-polls that time out, several at once. */
     enum { POLLS = 8 };
     e2e_conn_t polls[POLLS];
@@ -700,6 +701,7 @@ static void test_claims_on_unknown_queues_write_nothing(void **state)
     for (int i = 0; i < POLLS; i++) {
         assert_int_equal(e2e_read_response(&polls[i], &r), 0);
         e2e_expect_no_content(&r);
+        e2e_response_free(&r);
         e2e_conn_close(&polls[i]);
     }
     /* Asked through the daemon (on its link, after every claim's command). */
