@@ -26,8 +26,28 @@ local LIBRARY = 'retryd_v3'
 
 -- Registers one function under its versioned name; flags as for
 -- redis.register_function (e.g. { 'no-writes' } for FCALL_RO).
-local function register(name, callback, flags)
-  redis.register_function{ function_name = LIBRARY .. '_' .. name, callback = callback,
+-- shape: the KEYS it declares, checked before it runs, so that a direct
+-- FCALL cannot make it act on keys of two queues (or of two messages):
+--   nil        KEYS[1] alone, a queue base: it must end in "}" (its hash tag)
+--   'message'  the base, then "<base>:m:<ARGV[1]>" exactly
+--   'registry' KEYS[1] alone, the registry SET (45_registry.lua)
+-- Anything else is refused with an error naming the KEYS expected, and
+-- nothing is done.
+local function register(name, callback, flags, shape)
+  local nkeys = shape == 'message' and 2 or 1
+  local want = shape == 'message' and '<prefix>:{<queue>} <prefix>:{<queue>}:m:<ARGV[1]>'
+               or shape == 'registry' and '<prefix>:queues' or '<prefix>:{<queue>}'
+  local refusal = 'ERR retryd: ' .. LIBRARY .. '_' .. name .. ' takes ' .. nkeys
+                  .. (nkeys == 1 and ' key' or ' keys') .. ': KEYS must be ' .. want
+  local checked = function(keys, args)
+    local base = keys[1]
+    if #keys ~= nkeys or (shape ~= 'registry' and string.byte(base, -1) ~= 125)
+       or (nkeys == 2 and (args[1] == nil or keys[2] ~= base .. ':m:' .. args[1])) then
+      return redis.error_reply(refusal)
+    end
+    return callback(keys, args)
+  end
+  redis.register_function{ function_name = LIBRARY .. '_' .. name, callback = checked,
                            flags = flags }
 end
 
@@ -69,6 +89,9 @@ local function key_names(base)
                                          -- will tick this queue (need_timer)
     policy     = base .. ':policy',      -- HASH: the queue's policy (15_policy.lua)
     bucket     = base .. ':bucket',      -- STRING "<tokens> <at>": its rate limit's bucket
+    claims     = base .. ':claim:',      -- + a claim's nonce: STRING "<id> <token> ..." of
+                                         -- what it leased, for LOST_CLAIM_KEEP_MS
+                                         -- (release_lost, 35_batch.lua)
   }
 end
 

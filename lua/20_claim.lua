@@ -10,8 +10,14 @@
 -- the messages past REPLY_BYTES (always at least one): the ones not taken stay
 -- pending where they were, untouched, so a batch may come back short.
 -- worker: the claim's worker (nil for none), kept in each record while leased.
+-- nonce: the daemon's tag of this call (nil for none): what it leased is
+-- kept under k.claims .. nonce for 15 s, so that the daemon can hand it back
+-- if the answer never reaches it (release_lost, docs/durability.md "A claim
+-- whose answer is lost"); when release_lost already gave the nonce up (the
+-- call ran late), everything leased goes straight back and nothing is
+-- answered.
 -- Returns how many it appended.
-local function claim_into(k, base, now, lease_ms, count, out, worker)
+local function claim_into(k, base, now, lease_ms, count, out, worker, nonce)
   local promoted = promote_due(k, now, math.max(count, PROMOTE_IN_CLAIM))
   -- The queue's policy may lease fewer or none (15_policy.lua); a claim held
   -- back wakes nobody: a resume, a settlement or the next token will.
@@ -19,8 +25,10 @@ local function claim_into(k, base, now, lease_ms, count, out, worker)
   if count == 0 then return 0 end
   local got = 0
   local deadline = now + lease_ms
-  -- Reserve `count` serials in one call; give back the ones not used.
-  local serial = redis.call('HINCRBY', k.stats, 'claimed', int_arg(count)) - count
+  -- Reserve `count` serials in one call once a message is found; give back
+  -- the ones not used. A claim that finds nothing writes nothing: no stats
+  -- hash appears for a queue name that never had a message.
+  local serial
   local deadline_arg = int_arg(deadline)
   local skipped = 0
   local bytes, full = 0, false
@@ -56,6 +64,9 @@ local function claim_into(k, base, now, lease_ms, count, out, worker)
         end
         if size then
           bytes = bytes + size
+          if not serial then
+            serial = redis.call('HINCRBY', k.stats, 'claimed', int_arg(count)) - count
+          end
           serial = serial + 1
           set_lease(mkey, m, now, serial, worker)
           redis.call('ZADD', k.processing, deadline_arg, id)
@@ -67,7 +78,24 @@ local function claim_into(k, base, now, lease_ms, count, out, worker)
       end
     end
   end
-  if got < count then redis.call('HINCRBY', k.stats, 'claimed', int_arg(got - count)) end
+  if serial and got < count then redis.call('HINCRBY', k.stats, 'claimed', int_arg(got - count)) end
+  if nonce and got > 0 then
+    local first, rec = #out - got, ''
+    for i = first + 1, #out do rec = rec .. out[i][1] .. ' ' .. out[i][8] .. ' ' end
+    -- 15 s (LOST_CLAIM_KEEP_MS in store.c is the daemon's side of it).
+    if not redis.call('SET', k.claims .. nonce, rec, 'NX', 'PX', '15000') then
+      -- Given up by release_lost before this call ran: hand all back, in
+      -- order, at the claim end (as release does).
+      for i = #out, first + 1, -1 do
+        redis.call('ZREM', k.processing, out[i][1])
+        redis.call('RPUSH', k.due, out[i][1])
+        out[i] = nil
+      end
+      redis.call('HINCRBY', k.stats, 'released', got)
+      notify(k)
+      got = 0
+    end
+  end
   flow.spent(k, now, got)
   -- Retries this call made due and left behind are claimable now: tell the
   -- waiters, as a tick that promoted them would have.
@@ -85,6 +113,8 @@ end
 --                                               policy's lease_seconds override it
 --   ARGV[5]  worker (optional, after ARGV[4])   1-128 bytes naming the claimant, kept
 --                                               with each lease ("" or absent: none)
+--   ARGV[6]  nonce (optional, after ARGV[5])    1-64 bytes, unique per call: the
+--                                               daemon's tag for release_lost ("": none)
 -- Claims as claim_into above: due retries and replays first, then fresh ids
 -- FIFO; at most REPLY_BYTES of messages (always at least one), so a batch
 -- may come back short.
@@ -107,10 +137,13 @@ local function claim(keys, args)
   local worker = args[5]
   if worker == '' then worker = nil end
   if worker and #worker > 128 then return bad_arg('worker') end
+  local nonce = args[6]
+  if nonce == '' then nonce = nil end
+  if nonce and #nonce > 64 then return bad_arg('nonce') end
   local out = { 'ok' }
   local now = now_ms()
   lease_ms = flow.lease_ms(k, lease_ms, args[4] == 'flag')
-  local got = claim_into(k, base, now, lease_ms, count, out, worker)
+  local got = claim_into(k, base, now, lease_ms, count, out, worker, nonce)
   if args[3] == '1' then
     local timer = -1
     if got > 0 then timer = need_timer(k, now, now + lease_ms) end

@@ -115,8 +115,8 @@ local function replay(keys, args)
   return { 'ok', reply_message(id, m, 'pending') }
 end
 
-register('succeed', succeed)
-register('fail', fail)
-register('extend', extend)
-register('replay', replay)
+register('succeed', succeed, nil, 'message')
+register('fail', fail, nil, 'message')
+register('extend', extend, nil, 'message')
+register('replay', replay, nil, 'message')
 

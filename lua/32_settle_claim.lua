@@ -20,6 +20,8 @@
 --                                               ("request" or "": the request's)
 --   and after that, optionally, one more:
 --            worker                             as claim's ARGV[5] ("" for none)
+--   and after that, optionally, one more:
+--            nonce                              as claim's ARGV[6] ("" for none)
 -- Message keys are derived from KEYS[1]; they share its hash tag and slot.
 -- Every argument is checked before anything is written. Settlements apply in
 -- order, exactly as succeed and fail do (backoff, dead letters, events,
@@ -50,15 +52,18 @@ local function settle_claim(keys, args)
   if count == nil or count < 0 or count > 100 then return bad_arg('count') end
   if n == nil or n < 0 or n > 100 then return bad_arg('settlements') end
   local lease_from = #args >= 6 + SETTLE_FIELDS * n and args[6 + SETTLE_FIELDS * n]
-  local worker
-  if #args == 7 + SETTLE_FIELDS * n then
-    worker = args[#args]
+  local worker, nonce
+  if #args >= 7 + SETTLE_FIELDS * n then
+    worker = args[7 + SETTLE_FIELDS * n]
     if worker == '' then worker = nil end
     if worker and #worker > 128 then return bad_arg('worker') end
+    nonce = args[8 + SETTLE_FIELDS * n]
+    if nonce == '' then nonce = nil end
+    if nonce and #nonce > 64 then return bad_arg('nonce') end
   end
   local hinted = #args == 5 + SETTLE_FIELDS * n or lease_from
   if #args ~= 3 + SETTLE_FIELDS * n and not hinted then return bad_arg('settlements') end
-  if #args > 7 + SETTLE_FIELDS * n then return bad_arg('settlements') end
+  if #args > 8 + SETTLE_FIELDS * n then return bad_arg('settlements') end
   local dead_ttl, succeeded_ttl
   if hinted then
     dead_ttl = to_int(args[6 + SETTLE_FIELDS * n - 2])
@@ -122,7 +127,7 @@ local function settle_claim(keys, args)
 
   local out = { 'ok', statuses }
   lease_ms = flow.lease_ms(k, lease_ms, lease_from == 'flag')
-  if count > 0 and claim_into(k, base, now, lease_ms, count, out, worker) > 0 and hinted then
+  if count > 0 and claim_into(k, base, now, lease_ms, count, out, worker, nonce) > 0 and hinted then
     hint(need_timer(k, now, now + lease_ms))
   end
   if hinted then out[#out + 1] = timer end

@@ -82,3 +82,45 @@ end
 register('release', release)
 register('succeed_many', succeed_many)
 
+-- release_lost: hand back what claims leased when their answer never reached
+-- the daemon (the link dropped, or Redis stalled past the daemon's timeout:
+-- the client got 503 outcome-unknown). docs/durability.md "A claim whose
+-- answer is lost".
+--   KEYS[1]  <prefix>:{q}                       queue key base
+--   ARGV     nonce, ...                         1..10, as claim and settle_claim
+--                                               carried them
+-- For each nonce whose claim ran (its record <base>:claim:<nonce> is there),
+-- every message still under the lease that claim made goes back to the claim
+-- end of the due list, pending, exactly as release does (counted released,
+-- not failed: retry_count, history and the retry budget untouched), and the
+-- record is deleted. A nonce whose claim has not run yet (its command still
+-- on its way) is given up: an empty record is left for 15 s, and that claim,
+-- when it runs, hands back everything it leased. At most 10 nonces of at
+-- most 100 messages each per call.
+-- Returns the number of messages released.
+register('release_lost', function(keys, args)
+  local k = queue_keys(keys[1])
+  if #args == 0 or #args > 10 then return bad_arg('nonces') end
+  local released = 0
+  for i = 1, #args do
+    local nonce = args[i]
+    if nonce == '' or #nonce > 64 then return bad_arg('nonce') end
+  end
+  for i = 1, #args do
+    local key = k.claims .. args[i]
+    local rec = redis.call('GET', key)
+    if not rec then
+      redis.call('SET', key, '', 'PX', '15000')
+    elseif rec ~= '' then
+      local leased = {}
+      for id, token in string.gmatch(rec, '(%S+) (%S+) ') do
+        leased[#leased + 1] = id
+        leased[#leased + 1] = token
+      end
+      redis.call('DEL', key)
+      if #leased > 0 then released = released + release(keys, leased) end
+    end
+  end
+  return released
+end)
+

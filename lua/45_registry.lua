@@ -211,7 +211,7 @@ local function queues_page(keys, args)
   return out
 end
 
-register('register', register_queue)
-register('timer_take', timer_take)
-register('timer_done', timer_done)
-register('queues_page', queues_page, { 'no-writes' })
+register('register', register_queue, nil, 'registry')
+register('timer_take', timer_take, nil, 'registry')
+register('timer_done', timer_done, nil, 'registry')
+register('queues_page', queues_page, { 'no-writes' }, 'registry')

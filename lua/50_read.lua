@@ -366,5 +366,5 @@ local function list(keys, args)
   return out
 end
 
-register('get', get, { 'no-writes' })
+register('get', get, { 'no-writes' }, 'message')
 register('list', list, { 'no-writes' })

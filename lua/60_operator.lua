@@ -275,8 +275,8 @@ local function stats(keys, args)
   }
 end
 
-register('kill', kill)
-register('delete', delete)
+register('kill', kill, nil, 'message')
+register('delete', delete, nil, 'message')
 register('replay_many', replay_many)
 register('purge', purge)
 register('stats', stats, { 'no-writes' })

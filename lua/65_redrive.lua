@@ -232,4 +232,4 @@ local function redrive_payload(keys, args)
   return m and ('P' .. m.payload)
 end
 
-register('redrive_payload', redrive_payload, { 'no-writes' })
+register('redrive_payload', redrive_payload, { 'no-writes' }, 'message')

@@ -43,6 +43,28 @@ typedef struct owed {
     uint64_t due_ms;
 } owed_t;
 
+/* Claims whose answer was lost (the link dropped with the call in flight):
+ * their nonces, handed to `release_lost` once the link is back
+ * (rd_store_flush_owed; docs/durability.md "A claim whose answer is lost").
+ * The library keeps a claim's record LOST_CLAIM_KEEP_MS after it ran (the
+ * literal in 20_claim.lua and 35_batch.lua). An entry leaves the list only
+ * when a release_lost for it was answered; past LOST_MAX entries the oldest
+ * is dropped (its messages' leases run out instead, as before). */
+enum { LOST_MAX = 1024, LOST_PER_CALL = 10, NONCE_MAX = 40, LOST_CLAIM_KEEP_MS = 15000 };
+
+typedef struct lost_claim {
+    char *queue;                /* owned */
+    size_t len;
+    char nonce[NONCE_MAX];
+} lost_claim_t;
+
+/* One release_lost in flight: what it carried, put back if it fails. */
+typedef struct lost_release {
+    rd_store_t *st;
+    size_t n;
+    lost_claim_t claims[LOST_PER_CALL];
+} lost_release_t;
+
 struct rd_store {
     uv_loop_t *loop;
     rd_backend_t *redis;
@@ -58,6 +80,10 @@ struct rd_store {
     bool register_failing;      /* logged once per run of failures */
     bool series;                /* --series: ticks sample, writes nudge the timer */
     registry_slot_t nudged[SERIES_SLOTS];  /* queues nudged for a series sample */
+    char instance[17];          /* random hex: claim nonces are "<instance>.<seq>" */
+    unsigned long long nonce_seq;
+    lost_claim_t *lost;         /* claims whose answer was lost, oldest first */
+    size_t nlost;
 };
 
 /* The shape of a reply, and so which result type and callback it has. */
@@ -142,6 +168,7 @@ typedef struct op {
     size_t queue_len;
     bool nudge;                 /* a write to queue: nudge its series (series_nudge) */
     char what[48];              /* the function (or command) called, for the log */
+    char nonce[NONCE_MAX];      /* a claim's nonce ("" for none): lost answer -> lose_claim */
 } op_t;
 
 rd_store_t *rd_store_new(uv_loop_t *loop, rd_backend_t *redis, const char *prefix)
@@ -152,6 +179,14 @@ rd_store_t *rd_store_new(uv_loop_t *loop, rd_backend_t *redis, const char *prefi
     st->prefix = rd_strdup(prefix);
     st->series = true;
     rd_keys_registry(&st->registry_key, prefix);
+    /* Unique per process start: nonces of two instances (or two runs of one)
+     * never meet. */
+    unsigned char r[8];
+    if (uv_random(NULL, NULL, r, sizeof r, 0, NULL) != 0) {
+        uint64_t t = uv_hrtime() ^ ((uint64_t)uv_os_getpid() << 32);
+        memcpy(r, &t, sizeof r);
+    }
+    for (size_t i = 0; i < sizeof r; i++) snprintf(st->instance + 2 * i, 3, "%02x", r[i]);
     return st;
 }
 
@@ -162,6 +197,8 @@ void rd_store_free(rd_store_t *st)
     for (size_t i = 0; i < SERIES_SLOTS; i++) rd_free(st->nudged[i].name);
     for (size_t i = 0; i < st->nowed; i++) rd_free(st->owed[i].name);
     rd_free(st->owed);
+    for (size_t i = 0; i < st->nlost; i++) rd_free(st->lost[i].queue);
+    rd_free(st->lost);
     rd_buf_free(&st->registry_key);
     rd_free(st->prefix);
     rd_free(st);
@@ -689,6 +726,7 @@ static void deliver(const op_t *op, const result_t *res)
 
 static void send_register(rd_store_t *st, const char *name, size_t len, long long in_ms);
 static void series_nudge(rd_store_t *st, const op_t *op, bool hinted);
+static void lose_claim(rd_store_t *st, const char *queue, size_t len, const char *nonce);
 static void owe(rd_store_t *st, const char *name, size_t len, long long in_ms, uint64_t from_ms);
 
 /* "integer 7", "array of 0", "string \"ok\"": what came, for the log. */
@@ -718,6 +756,26 @@ static void describe_reply(const rd_reply_t *r, char *out, size_t cap)
     shown[n] = '\0';
     snprintf(out, cap, "%s \"%s\"%s", rd_reply_type(r) == RD_REPLY_STATUS ? "status" : "string",
              shown, len > n ? "..." : "");
+}
+
+/* Whether a claim or settle-and-claim that answered OK changed nothing: no
+ * message leased and no settlement applied (each not_found, invalid_state or
+ * lease_mismatch). The library wrote no key for it, so it must not nudge
+ * the queue into the registry either: a claim on a name that never had a
+ * message leaves no trace (README "Claim order"; docs/design.md "Claims that
+ * find nothing"). */
+static bool claimed_nothing(reply_kind_t kind, const result_t *res)
+{
+    if (kind == KIND_CLAIMED) return res->messages.count == 0;
+    if (kind != KIND_SETTLED || res->settled.count > 0) return false;
+    for (size_t i = 0; i < res->settled.settled; i++) {
+        const rd_str_t *o = &res->settled.outcomes[i];
+        bool applied = (o->len == 9 && memcmp(o->ptr, "succeeded", 9) == 0) ||
+                       (o->len == 7 && memcmp(o->ptr, "pending", 7) == 0) ||
+                       (o->len == 4 && memcmp(o->ptr, "dead", 4) == 0);
+        if (applied) return false;
+    }
+    return true;
 }
 
 static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *arg)
@@ -759,7 +817,8 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
         bool first = op->kind == KIND_ENQUEUED && res.messages.count == 1 &&
                      res.messages.messages[0].id == 1;
         /* A hint within the nudge's minute stands for the nudge. */
-        if (op->nudge) series_nudge(op->st, op, hint >= 0 && hint <= SERIES_NUDGE_MS);
+        if (op->nudge && !claimed_nothing(op->kind, &res))
+            series_nudge(op->st, op, hint >= 0 && hint <= SERIES_NUDGE_MS);
         if (first || hint >= 0) send_register(op->st, op->queue, op->queue_len, hint);
     } else if (op->queue && hint_unknown) {
         /* Whatever the call did (a lease, a schedule, a first id) wants the
@@ -768,6 +827,10 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
          * for the sweep (up to a full cycle). */
         owe(op->st, op->queue, op->queue_len, 0, uv_now(op->st->loop));
     }
+    /* A claim that may have leased messages for a client that will never
+     * hear of them: hand them back once the link is back. */
+    if (status == RD_REDIS_LOST && op->nonce[0] && op->queue)
+        lose_claim(op->st, op->queue, op->queue_len, op->nonce);
     deliver(op, &res);
     free_result(op->kind, &res);
     free_op(op);
@@ -789,6 +852,7 @@ typedef struct call {
     size_t lens[MAX_ARGS];
     char numbers[MAX_ARGS][24];     /* storage for formatted integers */
     char fn[48];                    /* the versioned function name */
+    char nonce[NONCE_MAX];          /* a claim's nonce (arg_nonce), "" for none */
     rd_buf_t base, mkey;
 } call_t;
 
@@ -796,6 +860,7 @@ typedef struct call {
 static void call_init(call_t *c)
 {
     c->argc = 0;
+    c->nonce[0] = '\0';
     c->base = (rd_buf_t)RD_BUF_INIT;
     c->mkey = (rd_buf_t)RD_BUF_INIT;
 }
@@ -817,6 +882,15 @@ static void arg_int(call_t *c, long long v)
 {
     int n = snprintf(c->numbers[c->argc], sizeof c->numbers[0], "%lld", v);
     arg_bytes(c, c->numbers[c->argc], (size_t)n);
+}
+
+/* A claim's nonce, "<instance>.<seq>": unique per call, so release_lost can
+ * find what this call leased if its answer is lost. */
+static void arg_nonce(call_t *c, rd_store_t *st)
+{
+    int n = snprintf(c->nonce, sizeof c->nonce, "%s.%llx", st->instance, ++st->nonce_seq);
+    assert(n > 0 && (size_t)n < sizeof c->nonce);
+    arg_bytes(c, c->nonce, (size_t)n);
 }
 
 /* FCALL <library>_fn numkeys base [mkey]: id > 0 adds the message key. Every
@@ -871,6 +945,7 @@ static int send_call_with(rd_store_t *st, call_t *c, reply_kind_t kind, enqueued
     op->queue = hint_q ? rd_strndup(hint_q->name, hint_q->len) : NULL;
     op->queue_len = hint_q ? hint_q->len : 0;
     op->nudge = hint_q != NULL && !op->read_only;
+    memcpy(op->nonce, c->nonce, sizeof op->nonce);
     /* FCALL/FCALL_RO name the function second; other commands are their own name. */
     int named = c->argc > 1 && strncmp(c->argv[0], "FCALL", 5) == 0 ? 1 : 0;
     snprintf(op->what, sizeof op->what, "%.*s", (int)c->lens[named], c->argv[named]);
@@ -1041,8 +1116,88 @@ void rd_store_schedule(rd_store_t *st, rd_store_queue_t q, long long in_ms)
     send_register(st, q.name, q.len, in_ms);
 }
 
+/* Keeps a claim whose answer was lost for rd_store_flush_owed. */
+static void lose_claim(rd_store_t *st, const char *queue, size_t len, const char *nonce)
+{
+    if (st->nlost == LOST_MAX) {
+        rd_warn("store: more than %d claims with a lost answer wait to be handed back; the "
+                "oldest (queue \"%.*s\") is dropped: its leases will expire instead", LOST_MAX,
+                (int)st->lost[0].len, st->lost[0].queue);
+        rd_free(st->lost[0].queue);
+        memmove(st->lost, st->lost + 1, (st->nlost - 1) * sizeof *st->lost);
+        st->nlost--;
+    }
+    if (st->lost == NULL) st->lost = rd_malloc(LOST_MAX * sizeof *st->lost);
+    lost_claim_t *l = &st->lost[st->nlost++];
+    l->queue = rd_strndup(queue, len);
+    l->len = len;
+    snprintf(l->nonce, sizeof l->nonce, "%s", nonce);
+}
+
+static void on_lost_released(const rd_store_released_t *res, void *arg)
+{
+    lost_release_t *b = arg;
+    if (res->head.status == RD_STORE_OK) {
+        if (res->released > 0)
+            rd_warn("store: %lld message(s) of queue \"%.*s\" leased by %zu claim(s) whose "
+                    "answer was lost were handed back", res->released, (int)b->claims[0].len,
+                    b->claims[0].queue, b->n);
+        for (size_t i = 0; i < b->n; i++) rd_free(b->claims[i].queue);
+    } else if (res->head.status == RD_STORE_ERROR) {
+        /* Redis answered with an error: asking again would not help. */
+        rd_warn("store: handing back what %zu claim(s) with a lost answer leased in queue "
+                "\"%.*s\" failed (%.*s); their leases will expire instead", b->n,
+                (int)b->claims[0].len, b->claims[0].queue, (int)res->head.detail.len,
+                res->head.detail.ptr ? res->head.detail.ptr : "");
+        for (size_t i = 0; i < b->n; i++) rd_free(b->claims[i].queue);
+    } else {
+        /* Not done (the link dropped again, or is down): try again next
+         * round. */
+        for (size_t i = 0; i < b->n; i++) {
+            lose_claim(b->st, b->claims[i].queue, b->claims[i].len, b->claims[i].nonce);
+            rd_free(b->claims[i].queue);
+        }
+    }
+    rd_free(b);
+}
+
+/* Sends release_lost for the lost claims of one queue (up to LOST_PER_CALL,
+ * the oldest first): they leave the list while the call is out. */
+static void flush_lost(rd_store_t *st)
+{
+    while (st->nlost > 0 && rd_backend_ready(st->redis)) {
+        lost_release_t *b = rd_malloc(sizeof *b);
+        b->st = st;
+        b->n = 0;
+        size_t kept = 0;
+        const lost_claim_t *first = &st->lost[0];
+        char *queue = first->queue;
+        size_t len = first->len;
+        for (size_t i = 0; i < st->nlost; i++) {
+            lost_claim_t *l = &st->lost[i];
+            if (b->n < LOST_PER_CALL && l->len == len && memcmp(l->queue, queue, len) == 0)
+                b->claims[b->n++] = *l;
+            else
+                st->lost[kept++] = *l;
+        }
+        st->nlost = kept;
+        call_t *c = rd_malloc(sizeof *c);
+        rd_store_queue_t q = { b->claims[0].queue, b->claims[0].len };
+        begin_fcall(c, st, "release_lost", q, 0);
+        for (size_t i = 0; i < b->n; i++) arg_str(c, b->claims[i].nonce);
+        int rc = send_call(st, c, KIND_RELEASED, (callback_t){ .released = on_lost_released }, b);
+        rd_free(c);
+        if (rc != 0) {
+            rd_store_released_t failed = { .head = { .status = RD_STORE_UNAVAILABLE } };
+            on_lost_released(&failed, b);
+            return;
+        }
+    }
+}
+
 void rd_store_flush_owed(rd_store_t *st)
 {
+    flush_lost(st);
     if (st->nowed == 0 || !rd_backend_ready(st->redis)) return;
     owed_t *list = st->owed;
     size_t n = st->nowed;
@@ -1092,7 +1247,8 @@ int rd_store_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int c
     arg_int(&c, count);
     arg_str(&c, "1");   /* this caller forwards timer hints */
     arg_str(&c, lease_ms < 0 ? "flag" : "request");
-    if (worker) arg_str(&c, worker);
+    arg_str(&c, worker ? worker : "");
+    arg_nonce(&c, st);
     return send_hinted(st, &c, KIND_CLAIMED, q, (callback_t){ .messages = cb }, arg);
 }
 
@@ -1211,7 +1367,8 @@ int rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms
     arg_int(c, st->dead_ttl_ms);        /* asks for the timer hint */
     arg_int(c, st->succeeded_ttl_ms);
     arg_str(c, lease_ms < 0 ? "flag" : "request");
-    if (worker) arg_str(c, worker);
+    arg_str(c, worker ? worker : "");
+    if (count > 0) arg_nonce(c, st);
     int rc = send_hinted(st, c, KIND_SETTLED, q, (callback_t){ .settled = cb }, arg);
     rd_free(c);
     return rc;

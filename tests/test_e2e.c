@@ -723,6 +723,97 @@ static void test_claim_nothing_due_is_204(void **state)
     e2e_response_free(&r);
 }
 
+/* Keys in Redis whose name holds `needle` (SCAN, so a busy Redis is not held). */
+static long long keys_matching(const char *needle)
+{
+    long long n = 0;
+    char cursor[32] = "0";
+    do {
+        redisReply *x = e2e_rcmd(g_redis, "SCAN %s MATCH *%s* COUNT 1000", cursor, needle);
+        assert_int_equal(x->type, REDIS_REPLY_ARRAY);
+        SET(cursor, x->element[0]->str);
+        n += (long long)x->element[1]->elements;
+        freeReplyObject(x);
+    } while (strcmp(cursor, "0") != 0);
+    return n;
+}
+
+/* 20,000 claims on names that never had a message left 20,000 permanent
+ * stats keys, and the series nudge put the names in /queues, the console
+ * and /metrics. A claim that finds nothing writes nothing, whichever way it
+ * comes (a plain claim, a batch, a settle-and-claim whose settlements find
+ * nothing, a long-poll that times out), and the registry never hears of the
+ * name. A daemon with its own prefix (and --series on, the default, so every
+ * name could be nudged) makes the claims, so its registry holds nothing else. */
+static void test_claims_on_unknown_queues_write_nothing(void **state)
+{
+    (void)state;
+    char prefix[80];
+    snprintf(prefix, sizeof prefix, "%s-ghost", g_prefix);
+    assert_int_equal(start_daemon(&g_side, g_redis_port, prefix, true, "--series", "on", NULL), 0);
+    redisReply *x;
+    char stem[64];
+    e2e_queue_name(stem, sizeof stem, "ghost");
+    e2e_response_t r = { 0 };
+    for (int i = 0; i < 1000; i++) {
+        const char *path = e2e_fmt("/queues/%s-%d/claim", stem, i);
+        const char *body;
+        switch (i % 4) {
+        case 0: body = "{}"; break;
+        case 1: body = "{\"count\":10}"; break;
+        case 2: body = "{\"count\":5,\"settle\":[{\"id\":1,\"outcome\":\"succeeded\"},"
+                       "{\"id\":2,\"outcome\":\"failed\",\"error\":\"x\"}]}"; break;
+        default: body = "{\"lease_seconds\":5,\"worker\":\"w1\"}"; break;
+        }
+        http_to(g_side.port, &r, "POST", path, body, strlen(body));
+        if (i % 4 == 2) {
+            e2e_expect_json(&r, 200);   /* the settlements' outcomes, no message */
+            assert_non_null(strstr(r.body, "not-found"));
+        } else {
+            e2e_expect_no_content(&r);
+        }
+    }
+    e2e_response_free(&r);
+    /* Long-polls that time out, several at once. */
+    enum { POLLS = 8 };
+    e2e_conn_t polls[POLLS];
+    for (int i = 0; i < POLLS; i++) {
+        assert_int_equal(e2e_conn_open(&polls[i], g_side.port), 0);
+        const char *body = "{\"wait_seconds\":1}";
+        assert_int_equal(e2e_send_request(&polls[i], "POST", e2e_fmt("/queues/%s-poll%d/claim",
+                                          stem, i), NULL, body, strlen(body)), 0);
+    }
+    for (int i = 0; i < POLLS; i++) {
+        assert_int_equal(e2e_read_response(&polls[i], &r), 0);
+        e2e_expect_no_content(&r);
+        e2e_response_free(&r);
+        e2e_conn_close(&polls[i]);
+    }
+    /* Asked through the daemon (on its link, after every claim's command). */
+    http_to(g_side.port, &r, "GET", "/queues?limit=1000", NULL, 0);
+    e2e_expect_json(&r, 200);
+    if (strstr(r.body, stem)) fail_msg("GET /queues lists a name only claimed: %.300s", r.body);
+    http_to(g_side.port, &r, "GET", "/metrics", NULL, 0);
+    assert_int_equal(r.status, 200);
+    if (strstr(r.body, stem)) fail_msg("/metrics names a queue only claimed");
+    assert_non_null(strstr(r.body, "retryd_registered_queues 0"));
+    /* No key of any of the names, and no registry (its SET and the names
+     * ZSET; the timer's own sweep bookkeeping exists for any daemon). */
+    long long left = keys_matching(stem);
+    if (left != 0) {
+        redisReply *k = e2e_rcmd(g_redis, "SCAN 0 MATCH *%s* COUNT 1000", stem);
+        fail_msg("%lld keys left by claims that found nothing, e.g. %s", left,
+                 k->element[1]->elements ? k->element[1]->element[0]->str : "?");
+    }
+    x = e2e_rcmd(g_redis, "EXISTS %s:queues {%s:queues}:names {%s:queues}:timers", prefix,
+                 prefix, prefix);
+    assert_int_equal(x->integer, 0);
+    freeReplyObject(x);
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    assert_int_equal(e2e_daemon_stop(&g_side, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
+}
+
 static void test_claim_is_fifo(void **state)
 {
     (void)state;
@@ -3653,6 +3744,7 @@ int main(void)
         T(test_public_routes_are_documented),
         T(test_body_over_max_body_is_413),
         T(test_claim_nothing_due_is_204),
+        T(test_claims_on_unknown_queues_write_nothing),
         T(test_claim_is_fifo),
         T(test_claim_sets_lease),
         T(test_claim_count),

@@ -1789,9 +1789,11 @@ static void test_lost_claim_lease_still_expires(void **state)
     if (!expect_503(&r)) fail_msg("the claim in flight was not answered outcome-unknown");
     e2e_conn_close(&g_conn);
 
-    /* Redis ran the claim when it continued. */
+    /* Redis ran the claim when it continued (the daemon may hand the message
+     * back at once since test_lost_claims_are_handed_back; either way it
+     * must be pending again in time). */
     deadline = e2e_mono_ms() + RECOVERY_BOUND_MS;
-    while (rq_int(g_admin, "ZCARD %s:{lh}:3:processing", prefix) != 1) {
+    while (rq_int(g_admin, "HGET %s:{lh}:stats claimed", prefix) != 1) {
         if (e2e_mono_ms() > deadline) fail_msg("Redis did not run the claim that was in flight");
         e2e_pause_ms(20);
     }
@@ -1810,6 +1812,150 @@ static void test_lost_claim_lease_still_expires(void **state)
     }
     printf("# measured a lease made by a claim whose reply was lost: back pending %lld ms "
            "after Redis ran it (lease 1000 ms)\n", e2e_mono_ms() - leased_at);
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    stop_retryd(&g_dmn[0]);
+}
+
+/* Sends one request with Redis stopped (SIGSTOP): the call it makes is in
+ * flight when the link's timeout drops the link, so it is answered 503
+ * outcome-unknown; then SIGCONT, and Redis runs the call it had read. Waits
+ * until the daemon's link is ready again. */
+static void request_answer_lost(int port, const char *path, const char *body)
+{
+    e2e_response_t r = { 0 };
+    assert_int_equal(fx_redis_pause(&g_srv), 0);
+    http(port, &r, "POST", path, body);
+    bool unknown = expect_503(&r);
+    assert_int_equal(fx_redis_resume(&g_srv), 0);
+    if (!unknown) fail_msg("%s %s: the call in flight was not answered outcome-unknown: %s", path, body, r.body);
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    if (e2e_daemon_wait_status(&g_dmn[0], "/readyz", 200, RECOVERY_BOUND_MS) != 0)
+        fail_msg("the link did not come back");
+}
+
+/* Waits (10 s at most) until the queue's stats count `released` messages;
+ * returns how long it took. */
+static long long wait_released(const char *prefix, const char *q, long long released)
+{
+    long long t0 = e2e_mono_ms();
+    for (;;) {
+        long long now = rq_int(g_admin, "HGET %s:{%s}:stats released", prefix, q);
+        if (now == released) return e2e_mono_ms() - t0;
+        if (now > released) fail_msg("%lld released, expected %lld", now, released);
+        if (e2e_mono_ms() - t0 > 10000)
+            fail_msg("10 s after Redis continued, %lld messages released, expected %lld "
+                     "(processing: %lld)", now, released,
+                     rq_int(g_admin, "ZCARD %s:{%s}:3:processing", prefix, q));
+        e2e_pause_ms(20);
+    }
+}
+
+/* Message id is pending with no failure: retry_count 0, no history. */
+static void expect_untouched_pending(int port, const char *q, long long id)
+{
+    e2e_response_t r = { 0 };
+    http(port, &r, "GET", e2e_fmt("/queues/%s/messages/%lld", q, id), NULL);
+    rd_json_t *m = e2e_expect_json(&r, 200);
+    assert_string_equal(e2e_jstr(m, "status"), "pending");
+    assert_int_equal(e2e_jint(m, "retry_count"), 0);
+    rd_json_t *h = e2e_jget(m, "history");
+    assert_true(h == NULL || rd_json_array_size(h) == 0);
+    e2e_response_free(&r);
+}
+
+/* A claim whose answer is lost (Redis stopped past --redis-timeout-ms, the
+ * client answered 503 outcome-unknown) used to strand its messages:
+ * processing under a lease nobody holds, a failure at its expiry, dead
+ * without ever reaching a worker with max_retries 1. Now the daemon tags
+ * each claim with a nonce and, once Redis answers again, hands back what
+ * that claim leased: pending, counted released, not failed. A plain claim,
+ * a batch, a settle-and-claim (its settlement stands) and a long-poll. */
+static void test_lost_claims_are_handed_back(void **state)
+{
+    (void)state;
+    static const char *const extra[] = { "--appendonly", "no", NULL };
+    assert_int_equal(fx_redis_start(&g_srv, extra), 0);
+    g_admin = fx_redis_connect(g_srv.port, NULL, NULL);
+    assert_non_null(g_admin);
+    const char *prefix = "lostc";
+    assert_int_equal(start_retryd(&g_dmn[0], "lostc.log", e2e_redis_url(g_srv.port), prefix,
+                                  true, "--redis-timeout-ms", "1000", NULL), 0);
+    int port = g_dmn[0].port;
+    e2e_response_t r = { 0 };
+    for (int i = 1; i <= 5; i++) {
+        http(port, &r, "POST", "/queues/lc/messages", "{\"payload\":\"job\",\"max_retries\":1}");
+        assert_int_equal(e2e_jint(e2e_expect_json(&r, 201), "id"), i);
+    }
+    e2e_conn_close(&g_conn);
+
+    /* A plain claim: message 1 (a 3 s lease, which would kill it at expiry). */
+    request_answer_lost(port, "/queues/lc/claim", "{\"lease_seconds\":3}");
+    long long back_ms = wait_released(prefix, "lc", 1);
+    expect_untouched_pending(port, "lc", 1);
+    /* It reaches a worker: claimed next, with its whole retry budget. */
+    http(port, &r, "POST", "/queues/lc/claim", "{\"lease_seconds\":30}");
+    rd_json_t *m = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(m, "id"), 1);
+    assert_int_equal(e2e_jint(m, "retry_count"), 0);
+    http(port, &r, "POST", "/queues/lc/messages/1/succeed",
+         e2e_fmt("{\"lease_token\":\"%s\"}", e2e_jstr(m, "lease_token")));
+    e2e_expect_json(&r, 200);
+    e2e_conn_close(&g_conn);
+
+    /* A batch: messages 2 and 3. */
+    request_answer_lost(port, "/queues/lc/claim", "{\"count\":2,\"lease_seconds\":3}");
+    wait_released(prefix, "lc", 3);
+    expect_untouched_pending(port, "lc", 2);
+    expect_untouched_pending(port, "lc", 3);
+
+    /* A settle-and-claim: the settlement of 2 stands (Redis ran it), the 3 it
+     * leased comes back. */
+    http(port, &r, "POST", "/queues/lc/claim", "{\"lease_seconds\":30}");
+    m = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(m, "id"), 2);
+    char body[256];
+    snprintf(body, sizeof body, "{\"lease_seconds\":3,\"settle\":[{\"id\":2,\"lease_token\":\"%s\","
+             "\"outcome\":\"succeeded\"}]}", e2e_jstr(m, "lease_token"));
+    e2e_conn_close(&g_conn);
+    request_answer_lost(port, "/queues/lc/claim", body);
+    wait_released(prefix, "lc", 4);
+    char status[32];
+    assert_string_equal(e2e_message_field(g_admin, "lostc:{lc}", 2, "status", status,
+                                          sizeof status), "succeeded");
+    expect_untouched_pending(port, "lc", 3);
+
+    /* A long-poll whose first claim finds message 4. A long-poll subscribes
+     * to the queue's wake channel before it claims, so one served before
+     * Redis stops (it takes 3, then settled) leaves the subscription up. */
+    http(port, &r, "POST", "/queues/lc/claim", "{\"wait_seconds\":1,\"lease_seconds\":30}");
+    m = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(m, "id"), 3);
+    http(port, &r, "POST", "/queues/lc/messages/3/succeed",
+         e2e_fmt("{\"lease_token\":\"%s\"}", e2e_jstr(m, "lease_token")));
+    e2e_expect_json(&r, 200);
+    e2e_conn_close(&g_conn);
+    request_answer_lost(port, "/queues/lc/claim", "{\"wait_seconds\":5,\"lease_seconds\":3}");
+    wait_released(prefix, "lc", 5);
+    expect_untouched_pending(port, "lc", 4);
+
+    /* Past every lost lease's deadline: nothing failed, nothing dead, and a
+     * worker gets 4 and 5 with their whole budget. */
+    long long past = e2e_mono_ms() + 3500;
+    while (e2e_mono_ms() < past) {
+        assert_int_equal(rq_int(g_admin, "ZCARD lostc:{lc}:3:processing"), 0);
+        e2e_pause_ms(100);
+    }
+    assert_int_equal(rq_int(g_admin, "HGET lostc:{lc}:stats failed"), 0);
+    assert_int_equal(rq_int(g_admin, "HGET lostc:{lc}:stats dead"), 0);
+    http(port, &r, "POST", "/queues/lc/claim", "{\"count\":10}");
+    rd_json_t *list = e2e_jget(e2e_expect_json(&r, 200), "messages");
+    assert_int_equal(rd_json_array_size(list), 2);
+    for (size_t i = 0; i < 2; i++)
+        assert_int_equal(e2e_jint(rd_json_array_at(list, i), "retry_count"), 0);
+    printf("# measured a lost claim's message back pending %lld ms after the link was ready again "
+           "(--redis-timeout-ms 1000)\n", back_ms);
     e2e_response_free(&r);
     e2e_conn_close(&g_conn);
     stop_retryd(&g_dmn[0]);
@@ -3500,6 +3646,7 @@ int main(void)
         T(test_read_in_flight_when_link_drops),
         T(test_settle_claim_line_when_link_drops),
     T(test_lost_claim_lease_still_expires),
+        T(test_lost_claims_are_handed_back),
         T(test_redis_debug_sleep),
         T(test_redis_restarted_and_flushed),
         T(test_notification_link_killed),
