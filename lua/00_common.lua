@@ -183,13 +183,15 @@ local function decode_record(rec)
   local stop = #rec
   if fmt >= REC_TRAILER then
     local n = struct.unpack('>I4', rec, #rec - 3)
-    local t = cmsgpack.unpack(string.sub(rec, #rec - 3 - n, #rec - 4))
+    local packed = string.sub(rec, #rec - 3 - n, #rec - 4)
+    local t = cmsgpack.unpack(packed)
     m.last_error, m.retry_after, m.idempotency_key, m.token = t.e, t.r, t.i, t.t
     history.decode(m, t)
     m.origin_queue, m.origin_id = t.oq, t.oi   -- a redriven message (65_redrive.lua)
     m.rule_uses = t.u
     stop = #rec - 4 - n
     m.trailer_bytes = n
+    m.trailer = packed   -- what record_bytes measures of the optional fields
   end
   m.payload = string.sub(rec, REC_HEADER_BYTES + 1, stop)
   return m
@@ -402,8 +404,8 @@ local PROMOTE_IN_CLAIM = 100
 local MAX_BATCH = 1000
 -- The byte budget of one reply: a listing page, an export chunk or a batch
 -- claim stops before the message that would take it past this many bytes of
--- message fields (payload, last_error, ...), and always carries at least one
--- message. Listing filters scan at most this many bytes of error text per call.
+-- message fields (payload, last_error, ...) as the daemon's JSON writes them
+-- (escaped: record_bytes), and always carries at least one message. Listing filters scan at most this many bytes of error text per call.
 local REPLY_BYTES = 4 * 1024 * 1024
 local MAX_BACKOFF_S = 3600
 
@@ -565,11 +567,32 @@ local function drop_orphan(k, index, id)
   redis.call('HINCRBY', k.stats, 'orphans_removed', 1)
 end
 
--- What a message weighs in a reply, as REPLY_BYTES counts it: its two
--- fields of unbounded size plus a fixed allowance for the others.
+-- What a string takes in the daemon's JSON answer (jsonw.c): a control
+-- byte up to six ("\u0001"), '"' and '\\' two, anything else one. cjson
+-- escapes those bytes too (and '/' and DEL, so it counts high), in C: its
+-- output's length is the measure, about 2 ms a MiB. A short string is
+-- counted at its worst, cheaper than measuring. (A byte of broken UTF-8,
+-- only ever written without the API, is answered as U+FFFD: 3 bytes, here 1.)
+local function json_bytes(s)
+  local n = #s
+  if n <= 64 then return 6 * n end
+  return #cjson.encode(s) - 2
+end
+
+-- What a message weighs in a reply, as REPLY_BYTES counts it: its payload
+-- and its optional fields (last_error, the history's errors, worker,
+-- idempotency key: the record's trailer) as JSON writes them, plus a fixed
+-- allowance for the other fields and for each history entry's. room: the
+-- budget left; a message whose raw bytes alone pass it is not measured (it
+-- does not fit whatever its escapes), its raw size answered.
 local MESSAGE_OVERHEAD_BYTES = 1024
-local function record_bytes(m)
-  return #m.payload + #(m.last_error or '') + (m.trailer_bytes or 0) + MESSAGE_OVERHEAD_BYTES
+local HISTORY_ENTRY_BYTES = 128
+local function record_bytes(m, room)
+  local n = #m.payload + (m.trailer_bytes or #(m.last_error or '')) + MESSAGE_OVERHEAD_BYTES
+  if n > room then return n end
+  n = json_bytes(m.payload) + MESSAGE_OVERHEAD_BYTES + HISTORY_ENTRY_BYTES * #(m.history or {})
+  if m.trailer then return n + json_bytes(m.trailer) end
+  return n + json_bytes(m.last_error or '')
 end
 
 -- Moves up to `limit` due ids from scheduled to the due list, earliest due

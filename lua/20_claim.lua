@@ -45,7 +45,7 @@ local function claim_into(k, base, now, lease_ms, count, out, worker)
         local mkey = message_key(base, id)
         local m
         if gen == 2 then m = load_legacy(mkey) else m = load_message(mkey) end
-        local size = m and record_bytes(m)
+        local size = m and record_bytes(m, REPLY_BYTES - bytes)
         if size and got > 0 and bytes + size > REPLY_BYTES then
           -- This one and the rest go back to the claim end in their order.
           local back = {}

@@ -353,7 +353,7 @@ local function list(keys, args)
       if ok and to_ms and updated > to_ms then ok = false end
       if not ok then return scanned >= REPLY_BYTES and 'last' or 'skip' end
     end
-    local size = record_bytes(m)
+    local size = record_bytes(m, REPLY_BYTES - bytes)
     if #out > 3 and bytes + size > REPLY_BYTES then return 'full' end
     bytes = bytes + size
     out[#out + 1] = reply_message(id, m, section_status(k, section, id))

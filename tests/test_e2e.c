@@ -3216,6 +3216,76 @@ static void test_series_nudges_the_timer(void **state)
     assert_int_equal(e2e_daemon_stop(&g_side, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
 }
 
+/* ------------------------------------------------------------------------ */
+/* What a reply weighs                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* Enqueues n messages to q of prefix whose payload is len bytes of 0x01,
+ * each written by JSON as "\u0001" (6 bytes), straight through the
+ * library (the API takes at most --max-body of escaped JSON). */
+static void enqueue_escaped(const char *prefix, const char *q, int n, size_t len)
+{
+    char *payload = malloc(len);
+    assert_non_null(payload);
+    memset(payload, 0x01, len);
+    const char *base = e2e_fmt("%s:{%s}", prefix, q);
+    for (int i = 0; i < n; i++) {
+        redisReply *x = e2e_rcmd(g_redis, "FCALL " RD_FUNCTION("enqueue") " 1 %s %b 3 0 %s",
+                                 base, payload, len, "");
+        assert_int_equal(x->type, REDIS_REPLY_ARRAY);
+        freeReplyObject(x);
+    }
+    free(payload);
+}
+
+#define WIRE_BUDGET (4 * 1024 * 1024)
+#define WIRE_SLACK (64 * 1024)     /* the answer's own framing and fixed fields */
+
+/* The 4 MiB reply budget counts bytes as JSON writes them: a page or a batch
+ * claim of payloads that escape six-fold stays under about 4 MiB, and always
+ * carries one message, even one alone past it. */
+static void test_reply_budget_counts_escaped_bytes(void **state)
+{
+    (void)state;
+    char q[64];
+    e2e_queue_name(q, sizeof q, "escaped");
+    enum { N_MSG = 12, PAYLOAD = 400 * 1024 };   /* 2.4 MiB each on the wire */
+    enqueue_escaped(g_prefix, q, N_MSG, PAYLOAD);
+    e2e_response_t r = { 0 };
+
+    size_t seen = 0;
+    char cursor[256] = "";
+    for (int page = 0; page < 3 * N_MSG; page++) {
+        http(&r, "GET", e2e_fmt("%s?limit=100%s%s", messages_path(q), cursor[0] ? "&cursor=" : "",
+                                e2e_url_encode(cursor)), NULL);
+        rd_json_t *doc = e2e_expect_json(&r, 200);
+        size_t got = rd_json_array_size(e2e_jget(doc, "messages"));
+        if (r.body_len > WIRE_BUDGET + WIRE_SLACK)
+            fail_msg("a page of %zu messages is %zu bytes", got, r.body_len);
+        assert_true(got >= 1 || rd_json_is_null(e2e_jget(doc, "next_cursor")));
+        seen += got;
+        rd_json_t *next = e2e_jget(doc, "next_cursor");
+        if (rd_json_is_null(next)) break;
+        SET(cursor, rd_json_string(next));
+    }
+    assert_int_equal(seen, N_MSG);
+
+    http(&r, "POST", e2e_fmt("/queues/%s/claim?count=100", q), NULL);
+    rd_json_t *doc = e2e_expect_json(&r, 200);
+    size_t got = rd_json_array_size(e2e_jget(doc, "messages"));
+    if (r.body_len > WIRE_BUDGET + WIRE_SLACK)
+        fail_msg("a claim of %zu messages is %zu bytes", got, r.body_len);
+    assert_int_equal(got, 1);
+
+    /* One message alone over the budget still comes, one per claim. */
+    char big[64];
+    e2e_queue_name(big, sizeof big, "escaped-big");
+    enqueue_escaped(g_prefix, big, 2, 1024 * 1024);
+    http(&r, "POST", e2e_fmt("/queues/%s/claim?count=100", big), NULL);
+    assert_int_equal(rd_json_array_size(e2e_jget(e2e_expect_json(&r, 200), "messages")), 1);
+    e2e_response_free(&r);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, test_setup, test_teardown)
 
 int main(void)
@@ -3276,6 +3346,7 @@ int main(void)
         T(test_redis_started_later_is_picked_up),
         T(test_shutdown_answers_in_flight_request),
         T(test_shutdown_answers_settle_claims_in_line),
+        T(test_reply_budget_counts_escaped_bytes),
     };
     int failed = cmocka_run_group_tests_name("e2e", tests, group_setup, group_teardown);
     if (failed == 0 && g_stop_failed) {
