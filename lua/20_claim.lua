@@ -23,7 +23,7 @@ local function claim_into(k, base, now, lease_ms, count, out, worker)
   local serial = redis.call('HINCRBY', k.stats, 'claimed', int_arg(count)) - count
   local deadline_arg = int_arg(deadline)
   local skipped = 0
-  local bytes, full = 0, false
+  local reply, full = budget.new(), false
   -- The new generation's due then ready list, then, only when they did not
   -- fill the count, retryd_v2's: each id taken from those is lifted
   -- (set_lease rewrites its HASH as a record, and it joins the new
@@ -45,8 +45,7 @@ local function claim_into(k, base, now, lease_ms, count, out, worker)
         local mkey = message_key(base, id)
         local m
         if gen == 2 then m = load_legacy(mkey) else m = load_message(mkey) end
-        local size = m and record_bytes(m, REPLY_BYTES - bytes)
-        if size and got > 0 and bytes + size > REPLY_BYTES then
+        if m and not budget.take(reply, m) then
           -- This one and the rest go back to the claim end in their order.
           local back = {}
           for j = #ids, i, -1 do back[#back + 1] = ids[j] end
@@ -54,8 +53,7 @@ local function claim_into(k, base, now, lease_ms, count, out, worker)
           full = true
           break
         end
-        if size then
-          bytes = bytes + size
+        if m then
           serial = serial + 1
           set_lease(mkey, m, now, serial, worker)
           redis.call('ZADD', k.processing, deadline_arg, id)

@@ -3238,6 +3238,24 @@ static void enqueue_escaped(const char *prefix, const char *q, int n, size_t len
     free(payload);
 }
 
+/* Enqueues n messages to q of prefix whose payload is len bytes of unit
+ * repeated (cut at len). */
+static void enqueue_text(const char *prefix, const char *q, int n, const char *unit, size_t len)
+{
+    char *payload = malloc(len);
+    assert_non_null(payload);
+    size_t u = strlen(unit);
+    for (size_t i = 0; i < len; i++) payload[i] = unit[i % u];
+    const char *base = e2e_fmt("%s:{%s}", prefix, q);
+    for (int i = 0; i < n; i++) {
+        redisReply *x = e2e_rcmd(g_redis, "FCALL " RD_FUNCTION("enqueue") " 1 %s %b 3 0 %s",
+                                 base, payload, len, "");
+        assert_int_equal(x->type, REDIS_REPLY_ARRAY);
+        freeReplyObject(x);
+    }
+    free(payload);
+}
+
 #define WIRE_BUDGET (4 * 1024 * 1024)
 #define WIRE_SLACK (64 * 1024)     /* the answer's own framing and fixed fields */
 
@@ -3276,6 +3294,21 @@ static void test_reply_budget_counts_escaped_bytes(void **state)
     if (r.body_len > WIRE_BUDGET + WIRE_SLACK)
         fail_msg("a claim of %zu messages is %zu bytes", got, r.body_len);
     assert_int_equal(got, 1);
+
+    /* The budget is no tighter than the wire: 100 payloads of 40000 bytes of
+     * plain text all fit one page; of JSON text (4 of its
+     * 10 bytes quotes, written \") only as many as 4 MiB of output holds. */
+    char plain[64], quoted[64];
+    e2e_queue_name(plain, sizeof plain, "escaped-plain");
+    e2e_queue_name(quoted, sizeof quoted, "escaped-quoted");
+    enqueue_text(g_prefix, plain, 100, "plain text, ", 40000);
+    enqueue_text(g_prefix, quoted, 100, "{\"a\":\"b\"},", 40000);
+    http(&r, "GET", e2e_fmt("%s?limit=100", messages_path(plain)), NULL);
+    assert_int_equal(rd_json_array_size(e2e_jget(e2e_expect_json(&r, 200), "messages")), 100);
+    http(&r, "GET", e2e_fmt("%s?limit=100", messages_path(quoted)), NULL);
+    got = rd_json_array_size(e2e_jget(e2e_expect_json(&r, 200), "messages"));
+    if (r.body_len > WIRE_BUDGET + WIRE_SLACK || got < 60)
+        fail_msg("a page of %zu quoted messages is %zu bytes", got, r.body_len);
 
     /* One message alone over the budget still comes, one per claim. */
     char big[64];
