@@ -207,13 +207,15 @@ local function decode_record(rec)
   local stop = #rec
   if fmt >= REC_TRAILER then
     local n = struct.unpack('>I4', rec, #rec - 3)
-    local t = cmsgpack.unpack(string.sub(rec, #rec - 3 - n, #rec - 4))
+    local packed = string.sub(rec, #rec - 3 - n, #rec - 4)
+    local t = cmsgpack.unpack(packed)
     m.last_error, m.retry_after, m.idempotency_key, m.token = t.e, t.r, t.i, t.t
     history.decode(m, t)
     m.origin_queue, m.origin_id = t.oq, t.oi   -- a redriven message (65_redrive.lua)
     m.rule_uses = t.u
     stop = #rec - 4 - n
     m.trailer_bytes = n
+    m.trailer = packed   -- what record_bytes measures of the optional fields
   end
   m.payload = string.sub(rec, REC_HEADER_BYTES + 1, stop)
   return m
@@ -426,8 +428,8 @@ local PROMOTE_IN_CLAIM = 100
 local MAX_BATCH = 1000
 -- The byte budget of one reply: a listing page, an export chunk or a batch
 -- claim stops before the message that would take it past this many bytes of
--- message fields (payload, last_error, ...), and always carries at least one
--- message. Listing filters scan at most this many bytes of error text per call.
+-- message fields (payload, last_error, ...) as the daemon's JSON writes them
+-- (escaped: record_bytes), and always carries at least one message. Listing filters scan at most this many bytes of error text per call.
 local REPLY_BYTES = 4 * 1024 * 1024
 local MAX_BACKOFF_S = 3600
 
@@ -589,11 +591,106 @@ local function drop_orphan(k, index, id)
   redis.call('HINCRBY', k.stats, 'orphans_removed', 1)
 end
 
--- What a message weighs in a reply, as REPLY_BYTES counts it: its two
--- fields of unbounded size plus a fixed allowance for the others.
-local MESSAGE_OVERHEAD_BYTES = 1024
-local function record_bytes(m)
-  return #m.payload + #(m.last_error or '') + (m.trailer_bytes or 0) + MESSAGE_OVERHEAD_BYTES
+-- What a reply weighs, as REPLY_BYTES counts it: each message's payload and
+-- optional fields (last_error, the history's errors, worker, idempotency
+-- key: the record's trailer) as the daemon's JSON writes them (jsonw.c: a
+-- control byte takes up to six bytes, "\u0001", '"' and '\\' two, anything
+-- else one), plus a fixed allowance for the other fields and for each
+-- history entry's. (A byte of broken UTF-8, only ever written without the
+-- API, is answered as U+FFFD: counted 1, written 3.)
+--
+-- Escapes are counted with plain finds when a string has no control byte
+-- and few quotes, else measured with cjson, which escapes the same bytes
+-- (and '/' and DEL too, so it counts high), in C: about 2 ms a MiB of text,
+-- 14 of control bytes. And only when they could matter: while
+-- even six-fold escapes would fit, a message is taken unmeasured; near the
+-- bound, what was taken unmeasured is measured once, in pieces, stopping as
+-- soon as the bound is passed. A reply of small messages measures nothing.
+-- One module table (the library's main chunk may hold 200 locals at most):
+-- budget.new() then budget.take(b, m) per message.
+local budget = {
+  MESSAGE_OVERHEAD_BYTES = 1024,
+  HISTORY_ENTRY_BYTES = 128,
+  PIECE_BYTES = 256 * 1024,
+  FEW_ESCAPES = 512,
+  -- Bytes 0x00-0x1f but tab, newline and return: six on the wire
+  -- ("\u0001"; \b and \f take two, counted six here). Spelled out: the
+  -- library's load runs without the string library.
+  CONTROL = {
+    '\0', '\1', '\2', '\3', '\4', '\5', '\6', '\7', '\8', '\11', '\12', '\14', '\15', '\16',
+    '\17', '\18', '\19', '\20', '\21', '\22', '\23', '\24', '\25', '\26', '\27', '\28', '\29',
+    '\30', '\31'
+  },
+  TWO_BYTE = { '"', '\\', '\n', '\r', '\t' },
+}
+
+-- How many bytes of s are escaped in two, when s has no control byte and at
+-- most FEW_ESCAPES of them; else nil. Plain finds are memchr: a MiB without
+-- them is looked through in about 0.3 ms, where cjson takes 2.
+function budget.few_escapes(s)
+  local find, control, two = string.find, budget.CONTROL, budget.TWO_BYTE
+  for i = 1, #control do
+    if find(s, control[i], 1, true) then return nil end
+  end
+  local n = 0
+  for i = 1, #two do
+    local c, at = two[i], 1
+    while true do
+      at = find(s, c, at, true)
+      if not at then break end
+      n = n + 1
+      if n > budget.FEW_ESCAPES then return nil end
+      at = at + 1
+    end
+  end
+  return n
+end
+
+-- The bytes escaping adds to s, or some value above cap once it passes cap.
+function budget.escape_extra(s, cap)
+  local n = #s
+  if n <= 64 then return 5 * n end   -- cheaper to assume the worst
+  local few = budget.few_escapes(s)
+  if few then return few end
+  local extra, step = 0, budget.PIECE_BYTES
+  for i = 1, n, step do
+    local piece = string.sub(s, i, i + step - 1)
+    extra = extra + #cjson.encode(piece) - 2 - #piece
+    if extra > cap then return extra end
+  end
+  return extra
+end
+
+function budget.new()
+  return { bytes = 0, taken = 0, unmeasured = {}, unmeasured_bytes = 0 }
+end
+
+-- Counts m into b and answers true when it fits (the first message always
+-- does); false, counting nothing that matters, when it would pass
+-- REPLY_BYTES (the reply ends there).
+function budget.take(b, m)
+  local text = m.trailer or m.last_error or ''
+  local size = #m.payload + #text + budget.MESSAGE_OVERHEAD_BYTES +
+               budget.HISTORY_ENTRY_BYTES * #(m.history or {})
+  local first = b.taken == 0
+  if not first and b.bytes + size > REPLY_BYTES then return false end
+  local text_bytes = #m.payload + #text
+  local u = b.unmeasured
+  u[#u + 1], u[#u + 2] = m.payload, text
+  if first or b.bytes + size + 5 * (b.unmeasured_bytes + text_bytes) <= REPLY_BYTES then
+    b.unmeasured_bytes = b.unmeasured_bytes + text_bytes
+    b.bytes, b.taken = b.bytes + size, b.taken + 1
+    return true
+  end
+  -- Near the bound: measure what was taken unmeasured, then this one.
+  local room = REPLY_BYTES - b.bytes - size
+  for i = 1, #u do
+    room = room - budget.escape_extra(u[i], room)
+    if room < 0 then return false end
+  end
+  b.unmeasured, b.unmeasured_bytes = {}, 0
+  b.bytes, b.taken = REPLY_BYTES - room, b.taken + 1
+  return true
 end
 
 -- Moves up to `limit` due ids from scheduled to the due list, earliest due

@@ -31,7 +31,7 @@ local function claim_into(k, base, now, lease_ms, count, out, worker, nonce)
   local serial
   local deadline_arg = int_arg(deadline)
   local skipped = 0
-  local bytes, full = 0, false
+  local reply, full = budget.new(), false
   -- The new generation's due then ready list, then, only when they did not
   -- fill the count, retryd_v2's: each id taken from those is lifted
   -- (set_lease rewrites its HASH as a record, and it joins the new
@@ -53,8 +53,7 @@ local function claim_into(k, base, now, lease_ms, count, out, worker, nonce)
         local mkey = message_key(base, id)
         local m
         if gen == 2 then m = load_legacy(mkey) else m = load_message(mkey) end
-        local size = m and record_bytes(m)
-        if size and got > 0 and bytes + size > REPLY_BYTES then
+        if m and not budget.take(reply, m) then
           -- This one and the rest go back to the claim end in their order.
           local back = {}
           for j = #ids, i, -1 do back[#back + 1] = ids[j] end
@@ -62,8 +61,7 @@ local function claim_into(k, base, now, lease_ms, count, out, worker, nonce)
           full = true
           break
         end
-        if size then
-          bytes = bytes + size
+        if m then
           if not serial then
             serial = redis.call('HINCRBY', k.stats, 'claimed', int_arg(count)) - count
           end

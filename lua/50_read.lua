@@ -338,7 +338,7 @@ local function list(keys, args)
   if (args[6] or '') ~= '' and to_ms == nil then return bad_arg('to_ms') end
   local filtered = needle ~= '' or from_ms ~= nil or to_ms ~= nil
   local out = { 'ok', listing_total(k, status), '' }
-  local bytes, scanned = 0, 0
+  local reply, scanned = budget.new(), 0
   local function visit(id, section)
     local m = load_message(message_key(base, id))
     if not m then return 'skip' end   -- an orphan index entry
@@ -353,9 +353,7 @@ local function list(keys, args)
       if ok and to_ms and updated > to_ms then ok = false end
       if not ok then return scanned >= REPLY_BYTES and 'last' or 'skip' end
     end
-    local size = record_bytes(m)
-    if #out > 3 and bytes + size > REPLY_BYTES then return 'full' end
-    bytes = bytes + size
+    if not budget.take(reply, m) then return 'full' end
     out[#out + 1] = reply_message(id, m, section_status(k, section, id))
     if #out - 3 >= limit or scanned >= REPLY_BYTES then return 'last' end
     return 'take'

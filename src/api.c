@@ -590,6 +590,7 @@ static void on_queues(const rd_store_queues_t *res, void *arg)
         rd_metrics_render_registry(&text, res->total, res->total - exported);
         if (c->api->coalescer) rd_coalescer_render_metrics(c->api->coalescer, &text);
         if (c->api->alerts) rd_alerts_render_metrics(c->api->alerts, &text);
+        if (c->api->http) rd_http_server_render_metrics(c->api->http, &text);
         rd_http_respond(c->ex, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, text.data,
                         text.len);
         rd_buf_free(&text);
@@ -1081,6 +1082,26 @@ const rd_route_t rd_api_routes[] = {
 };
 const size_t rd_api_route_count = sizeof rd_api_routes / sizeof rd_api_routes[0];
 
+static const char no_token_detail[] = "This server needs 'Authorization: Bearer <token>'.";
+static const char wrong_token_detail[] = "The bearer token is wrong.";
+static const char auth_challenge[] = "WWW-Authenticate: Bearer realm=\"retryd\"\r\n";
+
+bool rd_api_check_head(const rd_http_request_t *head, void *ctx, rd_http_refusal_t *refusal)
+{
+    const rd_api_t *api = ctx;
+    if (rd_auth_check(api->auth_token, head->authorization)) return true;
+    rd_route_match_t m;
+    rd_route_outcome_t outcome = rd_router_match(rd_api_routes, rd_api_route_count, head->method,
+                                                 head->path, head->path_len, &m);
+    bool public_route = outcome == RD_ROUTE_MATCHED && (m.route->flags & RD_ROUTE_PUBLIC);
+    rd_route_match_free(&m);
+    if (public_route) return true;
+    refusal->problem = RD_PROBLEM_UNAUTHORIZED;
+    refusal->detail = head->authorization ? wrong_token_detail : no_token_detail;
+    refusal->extra_headers = auth_challenge;
+    return false;
+}
+
 void rd_api_handle(rd_http_exchange_t *ex, const rd_http_request_t *req, void *ctx)
 {
     call_t *c = rd_calloc(1, sizeof *c);
@@ -1097,9 +1118,8 @@ void rd_api_handle(rd_http_exchange_t *ex, const rd_http_request_t *req, void *c
     bool public_route = outcome == RD_ROUTE_MATCHED && (c->match.route->flags & RD_ROUTE_PUBLIC);
     if (!public_route && !rd_auth_check(c->api->auth_token, req->authorization)) {
         respond_problem(c, RD_PROBLEM_UNAUTHORIZED,
-                        req->authorization ? "The bearer token is wrong."
-                                           : "This server needs 'Authorization: Bearer <token>'.",
-                        NULL, "WWW-Authenticate: Bearer realm=\"retryd\"\r\n");
+                        req->authorization ? wrong_token_detail : no_token_detail, NULL,
+                        auth_challenge);
         return;
     }
     switch (outcome) {

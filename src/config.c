@@ -199,6 +199,22 @@ static int set_max_connections(rd_config_t *cfg, const char *v)
     return set_int(v, 1, 1000000, &cfg->max_connections);
 }
 
+static int set_max_pending_body(rd_config_t *cfg, const char *v)
+{
+    long long n;
+    if (parse_int(v, 65536, 1LL << 40, &n)) return -1;
+    cfg->max_pending_body_bytes = (size_t)n;
+    return 0;
+}
+
+static int set_max_pending_output(rd_config_t *cfg, const char *v)
+{
+    long long n;
+    if (parse_int(v, 65536, 1LL << 40, &n)) return -1;
+    cfg->max_pending_output_bytes = (size_t)n;
+    return 0;
+}
+
 static int set_dead_ttl(rd_config_t *cfg, const char *v)
 {
     return set_duration(v, 0, &cfg->dead_ttl_ms);
@@ -286,6 +302,14 @@ static const struct flag {
       "long: idle keep-alive and slow senders", "60s", set_idle_timeout, false },
     { "max-connections", "N", "open HTTP connections at most", "4096", set_max_connections,
       false },
+    { "max-pending-body-bytes", "BYTES",
+      "request bodies being read, all connections together;\n"
+      "past it a new body gets 503 before it is read", "268435456", set_max_pending_body, false },
+    { "max-pending-output-bytes", "BYTES",
+      "answers queued and not yet taken by their clients, all\n"
+      "connections together; past it the connections with the\n"
+      "most unread are closed (their claims handed back)", "268435456",
+      set_max_pending_output, false },
     { "dead-ttl", "DURATION",
       "keep dead letters this long, 0 forever, where the\n"
       "queue policy sets no dead_ttl; instances sharing a\n"
@@ -302,7 +326,9 @@ static const struct flag {
     { "auth-token-file", "PATH",
       "require 'Authorization: Bearer <token>' on every route\n"
       "but the public /healthz, /openapi.json, /ui and /ui/*\n"
-      "(no data); the token is the file's first line", NULL, set_auth_token_file, false },
+      "(no data); the token is the file's first line\n"
+      "(a request without it gets 401 before its body is read)", NULL,
+      set_auth_token_file, false },
     { "alert-url", "URL",
       "POST one JSON event per death to this http(s) URL;\n"
       "instances without it hand theirs over, and any\n"
@@ -327,7 +353,7 @@ static const struct flag *find_flag(const char *name)
 /* --help, built from the table once. */
 static const char *usage(void)
 {
-    static char text[4096];
+    static char text[8192];
     if (text[0]) return text;
     size_t n = (size_t)snprintf(text, sizeof text, "usage: retryd [options]   (each option is "
                                 "also RETRYD_<NAME>, e.g. RETRYD_LISTEN)\n");

@@ -23,6 +23,9 @@
 #define RD_HTTP_MAX_BUFFERED_BYTES (64 * 1024)    /* input held while an exchange is pending */
 #define RD_HTTP_MAX_WRITE_QUEUE_BYTES (1024 * 1024)
 #define RD_HTTP_KEEP_BUF_BYTES (64 * 1024)        /* larger per-request buffers are released */
+#define RD_HTTP_MAX_PENDING_BODY_DEFAULT ((size_t)256 << 20)
+#define RD_HTTP_MAX_PENDING_OUTPUT_DEFAULT ((size_t)256 << 20)
+#define RD_HTTP_FAIL_REFUSED 1                    /* fail_status: the head check said no */
 #define RD_HTTP_BACKLOG 511
 
 /* The request headers we keep; every other header is only counted. */
@@ -73,6 +76,13 @@ struct rd_http_conn {
     size_t path_len;              /* url split, set at on_url_complete */
     bool has_query;
     int fail_status;              /* set by a callback that returns HPE_USER */
+    rd_http_refusal_t refusal;    /* fail_status RD_HTTP_FAIL_REFUSED: what to answer */
+    size_t body_counted;          /* bytes of this body in server->pending_body_bytes */
+    size_t out_bytes;             /* bytes of this connection's writes not yet done */
+    bool out_counted;             /* out_bytes are in server->pending_output_bytes */
+    bool out_listed;              /* on server->out */
+    rd_http_conn_t *out_prev;     /* server->out: connections with output queued */
+    rd_http_conn_t *out_next;
 
     bool headers_done;            /* further header callbacks are trailers */
     bool pending;                 /* handler called, rd_http_respond not yet */
@@ -106,8 +116,17 @@ struct rd_http_server {
     uv_tcp_t listener;
     uv_timer_t sweep;
     rd_http_handler_fn handler;
+    rd_http_head_fn on_head;
     void *handler_ctx;
     size_t max_body_bytes;
+    size_t max_pending_body_bytes;
+    size_t pending_body_bytes;    /* bodies being read or held by a pending exchange */
+    size_t max_pending_output_bytes;
+    size_t pending_output_bytes;  /* writes not yet done, of connections not closed */
+    rd_http_conn_t *out;          /* connections with pending output, any order */
+    unsigned long long refused_at_head;      /* the head check said no (a wrong token) */
+    unsigned long long refused_body_budget;  /* past max_pending_body_bytes */
+    unsigned long long slow_readers_closed;  /* past max_pending_output_bytes */
     size_t max_connections;
     uint64_t idle_timeout_ms;
     size_t conn_count;            /* accepted connections, not counting rejected ones */
@@ -131,6 +150,7 @@ typedef struct rd_http_write {
     rd_http_conn_t *conn;
     rd_http_delivery_fn on_delivery;  /* told whether these bytes reached the socket */
     void *delivery_arg;
+    size_t len;
     char data[];
 } rd_http_write_t;
 
@@ -221,6 +241,74 @@ static void on_reject_close(uv_handle_t *handle)
 }
 
 /* ------------------------------------------------------------------ */
+/* What connections hold: bodies being read, answers not yet sent    */
+/* ------------------------------------------------------------------ */
+
+static void body_release(rd_http_conn_t *c)
+{
+    assert(c->server->pending_body_bytes >= c->body_counted);
+    c->server->pending_body_bytes -= c->body_counted;
+    c->body_counted = 0;
+}
+
+/* Counts n more bytes of c's body; false when that would pass the budget. */
+static bool body_count(rd_http_conn_t *c, size_t n)
+{
+    rd_http_server_t *s = c->server;
+    if (n > s->max_pending_body_bytes - s->pending_body_bytes) return false;
+    s->pending_body_bytes += n;
+    c->body_counted += n;
+    return true;
+}
+
+static void out_unlist(rd_http_conn_t *c)
+{
+    if (!c->out_listed) return;
+    if (c->out_prev) c->out_prev->out_next = c->out_next;
+    else c->server->out = c->out_next;
+    if (c->out_next) c->out_next->out_prev = c->out_prev;
+    c->out_prev = c->out_next = NULL;
+    c->out_listed = false;
+}
+
+/* A closed connection's output is dropped with it (its writes are cancelled,
+ * or, while its exchange is pending, freed when it is answered): no longer
+ * counted against the budget. */
+static void out_release(rd_http_conn_t *c)
+{
+    if (!c->out_counted) return;
+    assert(c->server->pending_output_bytes >= c->out_bytes);
+    c->server->pending_output_bytes -= c->out_bytes;
+    c->out_counted = false;
+    out_unlist(c);
+}
+
+/* Past max_pending_output_bytes, closes the connections with the most bytes
+ * their client has not taken, largest first, until the total fits: a client
+ * that does not read cannot make the daemon hold its answers without bound.
+ * Their answers count as not delivered (claims hand their messages back). */
+static void shed_slow_readers(rd_http_server_t *s)
+{
+    while (s->pending_output_bytes > s->max_pending_output_bytes) {
+        rd_http_conn_t *worst = NULL;
+        size_t worst_unsent = 0;
+        for (rd_http_conn_t *x = s->out; x; x = x->out_next) {
+            size_t unsent = uv_stream_get_write_queue_size((uv_stream_t *)&x->tcp);
+            if (unsent > worst_unsent) {
+                worst = x;
+                worst_unsent = unsent;
+            }
+        }
+        if (worst == NULL) return;  /* what is left is in the sockets, freed next turn */
+        rd_warn("http: closing a connection that does not read its answers: %zu bytes unsent, "
+                "%zu queued on all connections (--max-pending-output-bytes %zu)",
+                worst_unsent, s->pending_output_bytes, s->max_pending_output_bytes);
+        s->slow_readers_closed++;
+        conn_close(worst);
+    }
+}
+
+/* ------------------------------------------------------------------ */
 /* Writing                                                            */
 /* ------------------------------------------------------------------ */
 
@@ -247,9 +335,16 @@ static void on_write(uv_write_t *req, int status)
     rd_http_conn_t *c = w->conn;
     rd_http_delivery_fn done = w->on_delivery;
     void *done_arg = w->delivery_arg;
+    size_t len = w->len;
     rd_free(w);
     assert(c->writes_pending > 0);
     c->writes_pending--;
+    assert(c->out_bytes >= len);
+    c->out_bytes -= len;
+    if (c->out_counted) {
+        c->server->pending_output_bytes -= len;
+        if (c->out_bytes == 0) out_unlist(c);
+    }
     /* Cancelled by a close (UV_ECANCELED) or failed: not delivered. */
     if (done) done(status == 0, done_arg);
     if (c->closing) return;
@@ -267,10 +362,14 @@ static void on_write(uv_write_t *req, int status)
 
 /* Queues bytes on the socket; the write request owns a copy. On failure the
  * connection is closed (its delivery callback, if any, is told so at the
- * close) and -1 returned. */
+ * close) and -1 returned; also when these bytes took the output queued on
+ * all connections past its bound and this connection was the one closed
+ * (its write is then cancelled: not delivered). */
 static int conn_write(rd_http_conn_t *c, rd_http_write_t *w, size_t len)
 {
+    rd_http_server_t *s = c->server;
     w->conn = c;
+    w->len = len;
     uv_buf_t b = uv_buf_init(w->data, (unsigned)len);
     int r = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write);
     if (r < 0) {
@@ -284,6 +383,20 @@ static int conn_write(rd_http_conn_t *c, rd_http_write_t *w, size_t len)
         return -1;
     }
     c->writes_pending++;
+    c->out_bytes += len;
+    if (!c->out_counted) return 0;
+    s->pending_output_bytes += len;
+    if (!c->out_listed) {
+        c->out_listed = true;
+        c->out_prev = NULL;
+        c->out_next = s->out;
+        if (s->out) s->out->out_prev = c;
+        s->out = c;
+    }
+    if (s->pending_output_bytes > s->max_pending_output_bytes) {
+        shed_slow_readers(s);
+        if (c->closing || c->client_gone) return -1;
+    }
     return 0;
 }
 
@@ -355,6 +468,8 @@ static void on_conn_close(uv_handle_t *handle)
     rd_http_conn_t *c = handle->data;
     rd_http_server_t *s = c->server;
     assert(!c->pending && c->list == NULL);
+    assert(!c->out_counted && c->out_bytes == 0);
+    body_release(c);
     if (c->on_lost) c->on_lost(false, c->lost_arg);
     free_buffers(c);
     rd_free(c);
@@ -375,6 +490,7 @@ static void conn_close(rd_http_conn_t *c)
 {
     if (c->closing) return;
     list_remove(c);
+    out_release(c);
     if (c->pending) {
         c->client_gone = true;
         stop_reading(c);
@@ -434,8 +550,10 @@ static void conn_end(rd_http_conn_t *c, bool linger)
     list_push(&c->server->idle, c);
 }
 
-/* Answers a request the parser refused, then ends the connection. */
-static void conn_fail(rd_http_conn_t *c, rd_problem_t p, const char *detail)
+/* Answers a request the parser (or a head check) refused, then ends the
+ * connection. extra_headers as in rd_http_respond, or NULL. */
+static void conn_fail(rd_http_conn_t *c, rd_problem_t p, const char *detail,
+                      const char *extra_headers)
 {
     size_t url_len = c->path_len ? c->path_len : c->url.len;
     if (!c->path_len && c->url.data) {
@@ -446,8 +564,8 @@ static void conn_fail(rd_http_conn_t *c, rd_problem_t p, const char *detail)
     size_t len;
     char *body = rd_problem_body(p, detail, c->url.data ? c->url.data : "", url_len, NULL, &len);
     rd_debug("http: %d %s", rd_problem_status(p), detail);
-    int r = conn_send(c, rd_problem_status(p), "application/problem+json", NULL, body, len, false,
-                      false, NULL, NULL);
+    int r = conn_send(c, rd_problem_status(p), "application/problem+json", extra_headers, body,
+                      len, false, false, NULL, NULL);
     rd_free(body);
     if (r == 0) conn_end(c, true);
 }
@@ -459,36 +577,45 @@ static void conn_fail_parse(rd_http_conn_t *c, llhttp_errno_t err)
     case 413:
         snprintf(detail, sizeof detail, "request body exceeds %zu bytes",
                  c->server->max_body_bytes);
-        conn_fail(c, RD_PROBLEM_PAYLOAD_TOO_LARGE, detail);
+        conn_fail(c, RD_PROBLEM_PAYLOAD_TOO_LARGE, detail, NULL);
         return;
     case 431:
         snprintf(detail, sizeof detail, "request line and headers exceed %d bytes",
                  RD_HTTP_MAX_HEAD_BYTES);
-        conn_fail(c, RD_PROBLEM_HEADERS_TOO_LARGE, detail);
+        conn_fail(c, RD_PROBLEM_HEADERS_TOO_LARGE, detail, NULL);
         return;
     case 417:
         conn_fail(c, RD_PROBLEM_EXPECTATION_FAILED,
-                  "only the 100-continue expectation is supported");
+                  "only the 100-continue expectation is supported", NULL);
         return;
     case 501:
         conn_fail(c, RD_PROBLEM_NOT_IMPLEMENTED,
-                  "only the chunked transfer coding is supported");
+                  "only the chunked transfer coding is supported", NULL);
+        return;
+    case 503:
+        snprintf(detail, sizeof detail,
+                 "the request bodies being read already hold --max-pending-body-bytes "
+                 "(%zu bytes); retry later", c->server->max_pending_body_bytes);
+        conn_fail(c, RD_PROBLEM_BACKEND_UNAVAILABLE, detail, "Retry-After: 1\r\n");
+        return;
+    case RD_HTTP_FAIL_REFUSED:
+        conn_fail(c, c->refusal.problem, c->refusal.detail, c->refusal.extra_headers);
         return;
     case 400:
         conn_fail(c, RD_PROBLEM_MALFORMED_REQUEST,
-                  "an HTTP/1.1 request needs exactly one Host header");
+                  "an HTTP/1.1 request needs exactly one Host header", NULL);
         return;
     default:
         break;
     }
     if (err == HPE_INVALID_TRANSFER_ENCODING) {
         conn_fail(c, RD_PROBLEM_NOT_IMPLEMENTED,
-                  "only the chunked transfer coding is supported");
+                  "only the chunked transfer coding is supported", NULL);
         return;
     }
     snprintf(detail, sizeof detail, "the request could not be parsed: %s",
              llhttp_get_error_reason(&c->parser));
-    conn_fail(c, RD_PROBLEM_MALFORMED_REQUEST, detail);
+    conn_fail(c, RD_PROBLEM_MALFORMED_REQUEST, detail, NULL);
 }
 
 /* ------------------------------------------------------------------ */
@@ -508,6 +635,8 @@ static int on_message_begin(llhttp_t *p)
     rd_http_conn_t *c = p->data;
     rd_buf_reset(&c->url);
     rd_buf_reset(&c->body);
+    body_release(c);
+    c->fail_status = 0;
     for (int i = 0; i < RD_HDR_COUNT; i++) rd_buf_reset(&c->header[i]);
     c->header_seen = 0;
     c->te_headers = 0;
@@ -617,6 +746,8 @@ static void send_continue(rd_http_conn_t *c)
     conn_write(c, w, sizeof msg - 1);
 }
 
+static void fill_request_head(rd_http_conn_t *c);
+
 static int on_headers_complete(llhttp_t *p)
 {
     rd_http_conn_t *c = p->data;
@@ -641,12 +772,31 @@ static int on_headers_complete(llhttp_t *p)
         return HPE_USER;
     }
     bool expects_body = (has_length && p->content_length > 0) || (p->flags & F_CHUNKED);
-    if ((c->header_seen & (1u << RD_HDR_EXPECT)) && !(p->http_major == 1 && p->http_minor == 0)) {
-        if (!header_is(c, RD_HDR_EXPECT, "100-continue")) {
-            c->fail_status = 417;
+    bool expect = (c->header_seen & (1u << RD_HDR_EXPECT)) &&
+                  !(p->http_major == 1 && p->http_minor == 0);
+    if (expect && !header_is(c, RD_HDR_EXPECT, "100-continue")) {
+        c->fail_status = 417;
+        return HPE_USER;
+    }
+    if (expects_body && s->on_head) {
+        /* Before a byte of the body is read or 100 Continue invites it: a
+         * request without the token never makes the daemon hold its body. */
+        fill_request_head(c);
+        c->req.body = NULL;
+        c->req.body_len = 0;
+        if (!s->on_head(&c->req, s->handler_ctx, &c->refusal)) {
+            s->refused_at_head++;
+            c->fail_status = RD_HTTP_FAIL_REFUSED;
             return HPE_USER;
         }
-        if (expects_body) send_continue(c);
+    }
+    if (has_length && p->content_length > 0 && !body_count(c, (size_t)p->content_length)) {
+        s->refused_body_budget++;
+        c->fail_status = 503;
+        return HPE_USER;
+    }
+    if (expect && expects_body) {
+        send_continue(c);
         if (c->closing) return HPE_USER;  /* the write failed */
     }
     if (has_length && p->content_length > 0) rd_buf_reserve(&c->body, (size_t)p->content_length);
@@ -658,6 +808,13 @@ static int on_body(llhttp_t *p, const char *at, size_t n)
     rd_http_conn_t *c = p->data;
     if (c->body.len + n > c->server->max_body_bytes) {
         c->fail_status = 413;
+        return HPE_USER;
+    }
+    /* A chunked body is counted as it comes (a Content-Length one was whole). */
+    if (c->body.len + n > c->body_counted &&
+        !body_count(c, c->body.len + n - c->body_counted)) {
+        c->server->refused_body_budget++;
+        c->fail_status = 503;
         return HPE_USER;
     }
     rd_buf_append(&c->body, at, n);
@@ -689,13 +846,12 @@ static size_t origin_offset(const char *url, size_t len)
     return skip;
 }
 
-static int on_message_complete(llhttp_t *p)
+/* Sets c->req's method, path, query and headers (not the body) from what
+ * the parser has seen: once the headers are complete, and again at the end. */
+static void fill_request_head(rd_http_conn_t *c)
 {
-    rd_http_conn_t *c = p->data;
     rd_http_request_t *r = &c->req;
     if (c->url.data == NULL) rd_buf_append(&c->url, "", 0);
-    if (c->body.data == NULL) rd_buf_append(&c->body, "", 0);
-
     char *url = c->url.data;
     size_t start = origin_offset(url, c->path_len);
     if (c->has_query) url[c->path_len] = '\0';
@@ -710,13 +866,21 @@ static int on_message_complete(llhttp_t *p)
     }
     r->query = c->has_query ? url + c->path_len + 1 : NULL;
     r->query_len = c->has_query ? c->url.len - c->path_len - 1 : 0;
-    r->body = c->body.data;
-    r->body_len = c->body.len;
     r->content_type = (c->header_seen & (1u << RD_HDR_CONTENT_TYPE))
                           ? c->header[RD_HDR_CONTENT_TYPE].data : NULL;
     r->authorization = (c->header_seen & (1u << RD_HDR_AUTHORIZATION))
                            ? c->header[RD_HDR_AUTHORIZATION].data : NULL;
-    r->method = method_of(p->method);
+    r->method = method_of(c->parser.method);
+}
+
+static int on_message_complete(llhttp_t *p)
+{
+    rd_http_conn_t *c = p->data;
+    rd_http_request_t *r = &c->req;
+    if (c->body.data == NULL) rd_buf_append(&c->body, "", 0);
+    fill_request_head(c);
+    r->body = c->body.data;
+    r->body_len = c->body.len;
     c->is_head = r->method == RD_HTTP_HEAD;
     c->http10 = p->http_major == 1 && p->http_minor == 0;
     /* Upgrade and CONNECT are not spoken here: answer, then close. */
@@ -878,6 +1042,7 @@ void rd_http_respond(rd_http_exchange_t *ex, int status, const char *content_typ
     assert(c->pending && status >= 200 && status <= 999);
     c->pending = false;
     s->in_flight--;
+    body_release(c);  /* the handler is done with the request */
     rd_http_delivery_fn done = c->on_delivery;
     void *done_arg = c->delivery_arg;
     c->on_delivery = NULL;
@@ -967,6 +1132,7 @@ static rd_http_conn_t *conn_new(rd_http_server_t *s)
     c->server = s;
     c->ex.conn = c;
     c->cur_header = RD_HDR_OTHER;
+    c->out_counted = true;
     uv_tcp_init(s->loop, &c->tcp);
     c->tcp.data = c;
     s->conn_count++;
@@ -1020,7 +1186,13 @@ int rd_http_server_start(uv_loop_t *loop, const rd_http_options_t *opts,
     rd_http_server_t *s = rd_calloc(1, sizeof *s);
     s->loop = loop;
     s->handler = opts->handler;
+    s->on_head = opts->on_head;
     s->handler_ctx = opts->handler_ctx;
+    s->max_pending_body_bytes = opts->max_pending_body_bytes ? opts->max_pending_body_bytes
+                                                             : RD_HTTP_MAX_PENDING_BODY_DEFAULT;
+    s->max_pending_output_bytes = opts->max_pending_output_bytes
+                                      ? opts->max_pending_output_bytes
+                                      : RD_HTTP_MAX_PENDING_OUTPUT_DEFAULT;
     s->max_body_bytes = opts->max_body_bytes;
     s->max_connections = opts->max_connections ? opts->max_connections : RD_HTTP_MAX_CONNS_DEFAULT;
     s->idle_timeout_ms = opts->idle_timeout_ms ? opts->idle_timeout_ms
@@ -1066,6 +1238,31 @@ int rd_http_server_port(const rd_http_server_t *server)
 size_t rd_http_server_in_flight(const rd_http_server_t *server)
 {
     return server->in_flight;
+}
+
+void rd_http_server_render_metrics(const rd_http_server_t *s, rd_buf_t *out)
+{
+    rd_buf_printf(out,
+                  "# HELP retryd_http_refused_total Requests answered at their headers, body "
+                  "unread: unauthorized (no or a wrong token), body_budget "
+                  "(--max-pending-body-bytes).\n"
+                  "# TYPE retryd_http_refused_total counter\n"
+                  "retryd_http_refused_total{reason=\"unauthorized\"} %llu\n"
+                  "retryd_http_refused_total{reason=\"body_budget\"} %llu\n"
+                  "# HELP retryd_http_pending_body_bytes Request bodies being read or held by "
+                  "requests not yet answered.\n"
+                  "# TYPE retryd_http_pending_body_bytes gauge\n"
+                  "retryd_http_pending_body_bytes %zu\n"
+                  "# HELP retryd_http_pending_output_bytes Answers written and not yet taken "
+                  "by their sockets.\n"
+                  "# TYPE retryd_http_pending_output_bytes gauge\n"
+                  "retryd_http_pending_output_bytes %zu\n"
+                  "# HELP retryd_http_slow_readers_closed_total Connections closed because "
+                  "the output queued on all connections passed --max-pending-output-bytes.\n"
+                  "# TYPE retryd_http_slow_readers_closed_total counter\n"
+                  "retryd_http_slow_readers_closed_total %llu\n",
+                  s->refused_at_head, s->refused_body_budget, s->pending_body_bytes,
+                  s->pending_output_bytes, s->slow_readers_closed);
 }
 
 static void stop_list(rd_http_conn_list_t *l)

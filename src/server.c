@@ -98,6 +98,7 @@ static void on_http_drained(void *arg)
 {
     server_t *s = arg;
     s->http = NULL;
+    s->api.http = NULL;
     s->http_drained = true;
     rd_waiters_close(s->waiters, on_waiters_closed, s);
 }
@@ -201,7 +202,7 @@ int main(int argc, char **argv)
     server_t s;
     memset(&s, 0, sizeof s);
     rd_config_defaults(&s.cfg);
-    char err[2048];
+    char err[8192];  /* --help is written here whole */
     int rc = rd_config_load(&s.cfg, argc, argv, err, sizeof err);
     if (rc != 0) {
         fprintf(rc > 0 ? stdout : stderr, "%s%s", err, rc > 0 ? "" : "\n");
@@ -269,6 +270,9 @@ int main(int argc, char **argv)
         .max_body_bytes = s.cfg.max_body_bytes, .handler = rd_api_handle, .handler_ctx = &s.api,
         .max_connections = (size_t)s.cfg.max_connections,
         .idle_timeout_ms = (uint64_t)s.cfg.idle_timeout_ms,
+        .max_pending_body_bytes = s.cfg.max_pending_body_bytes,
+        .max_pending_output_bytes = s.cfg.max_pending_output_bytes,
+        .on_head = rd_api_check_head,
     };
     rc = rd_http_server_start(s.loop, &ho, &s.http);
     if (rc != 0) {
@@ -284,6 +288,7 @@ int main(int argc, char **argv)
         rd_free(token);
         return 1;
     }
+    s.api.http = s.http;
     if (s.cfg.redis_cluster[0])
         rd_info("retryd: listening on http://%s:%d, Redis Cluster %s, prefix %s",
                 s.cfg.listen_host, rd_http_server_port(s.http), s.cfg.redis_cluster, s.cfg.prefix);

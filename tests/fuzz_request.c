@@ -5,7 +5,9 @@
  * The first byte picks the mode:
  *   even: the rest is written to a connection the server adopts (one end of
  *         a socketpair); the loop runs until the server has answered and
- *         closed it. The store's Redis link never connects, so every route
+ *         closed it. With bit 1 set (0x02) the server is one that needs the
+ *         bearer token "fuzz-token" (refused at the headers, body unread)
+ *         and holds at most 2048 bytes of bodies at once. The store's Redis link never connects, so every route
  *         that reaches Redis answers 503: everything before it is exercised.
  *   odd:  the rest is split at the first NUL into a path and a body that go
  *         straight to the router and to every request parser (faster).
@@ -33,7 +35,9 @@ extern const char rd_lua_library[];
 
 static uv_loop_t *loop;
 static rd_http_server_t *server;
+static rd_http_server_t *auth_server;
 static rd_api_t api;
+static rd_api_t auth_api;
 static rd_config_t cfg;
 
 static void setup_once(void)
@@ -50,15 +54,21 @@ static void setup_once(void)
     api.store = rd_store_new(loop, redis, "fuzz");
     api.cfg = &cfg;
     rd_http_options_t ho = { .host = "127.0.0.1", .port = 0, .max_body_bytes = 4096,
-                             .handler = rd_api_handle, .handler_ctx = &api };
+                             .on_head = rd_api_check_head, .handler = rd_api_handle,
+                             .handler_ctx = &api };
     if (rd_http_server_start(loop, &ho, &server) != 0) abort();
+    auth_api = api;
+    auth_api.auth_token = "fuzz-token";
+    ho.handler_ctx = &auth_api;
+    ho.max_pending_body_bytes = 2048;
+    if (rd_http_server_start(loop, &ho, &auth_server) != 0) abort();
 }
 
-static void fuzz_http(const uint8_t *data, size_t size)
+static void fuzz_http(rd_http_server_t *srv, const uint8_t *data, size_t size)
 {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) abort();
-    if (rd_http_server_adopt(server, sv[0]) != 0) abort();
+    if (rd_http_server_adopt(srv, sv[0]) != 0) abort();
     fcntl(sv[1], F_SETFL, O_NONBLOCK);
     size_t sent = 0;
     bool write_closed = false;
@@ -137,7 +147,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         ready = true;
     }
     if (size == 0) return 0;
-    if (data[0] % 2 == 0) fuzz_http(data + 1, size - 1);
+    if (data[0] % 2 == 0) fuzz_http(data[0] & 2 ? auth_server : server, data + 1, size - 1);
     else fuzz_parsers(data + 1, size - 1);
     return 0;
 }

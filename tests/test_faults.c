@@ -1034,7 +1034,10 @@ static void test_auth_bearer_token(void **state)
     int denied = 0;
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
         for (int v = 0; v < 8; v++) {
-            if (c.fd < 0) assert_int_equal(e2e_conn_open(&c, port), 0);
+            if (c.fd < 0) {
+                e2e_conn_close(&c);  /* what the closed one had read */
+                assert_int_equal(e2e_conn_open(&c, port), 0);
+            }
             const route_t *rt = &routes[i];
             assert_int_equal(e2e_send_request(&c, rt->method, rt->path,
                                               variants[v][0] ? variants[v] : NULL, rt->body,
@@ -1053,8 +1056,14 @@ static void test_auth_bearer_token(void **state)
             denied++;
         }
     }
-    /* /healthz and /openapi.json are open with or without a token. */
+    /* /healthz and /openapi.json are open with or without a token. (A
+     * refused request with a body closed its connection: a 401 at its
+     * headers, the body unread.) */
     static const char *const open_paths[] = { "/healthz", "/openapi.json" };
+    if (c.fd < 0) {
+        e2e_conn_close(&c);
+        assert_int_equal(e2e_conn_open(&c, port), 0);
+    }
     for (size_t i = 0; i < 2; i++) {
         assert_int_equal(request_fresh(&c, "GET", open_paths[i], NULL, NULL, 0, &r), 0);
         e2e_expect_json(&r, 200);

@@ -17,6 +17,7 @@ typedef struct rd_api {
     rd_coalescer_t *coalescer;  /* borrowed: settle-and-claim goes through it; NULL with store */
     rd_waiters_t *waiters;      /* borrowed: long-poll claims */
     rd_alerts_t *alerts;        /* borrowed: the alert sender, NULL until one is started */
+    rd_http_server_t *http;     /* borrowed: the server, for /metrics; NULL before it starts */
     const rd_config_t *cfg;     /* borrowed */
     const char *auth_token;     /* NULL: no auth; else required as a Bearer token */
     rd_buf_t body;              /* owned: the JSON answer being written, reused by
@@ -30,6 +31,11 @@ extern const size_t rd_api_route_count;
 /* docs/openapi.json, the OpenAPI 3.1 document of this API, compiled into the
  * binary by scripts/embed.sh (NUL-terminated) and served at GET /openapi.json. */
 extern const char rd_openapi_json[];
+
+/* The rd_http_head_fn of the server; ctx is a rd_api_t. Refuses with 401
+ * a request that needs the bearer token and lacks it (or has a wrong one),
+ * so that its body is never read; everything else goes on. */
+bool rd_api_check_head(const rd_http_request_t *head, void *ctx, rd_http_refusal_t *refusal);
 
 /* The rd_http_handler_fn of the server; ctx is a rd_api_t. */
 void rd_api_handle(rd_http_exchange_t *ex, const rd_http_request_t *req, void *ctx);

@@ -22,6 +22,8 @@ typedef struct rd_config {
     size_t max_body_bytes;      /* --max-body */
     long long idle_timeout_ms;  /* --idle-timeout: no complete request for this long closes */
     int max_connections;        /* --max-connections */
+    size_t max_pending_body_bytes;   /* --max-pending-body-bytes: bodies being read, in all */
+    size_t max_pending_output_bytes; /* --max-pending-output-bytes: answers not yet sent, in all */
     long long dead_ttl_ms;      /* --dead-ttl: 0 keeps dead letters forever */
     long long succeeded_ttl_ms; /* --succeeded-ttl: 0 keeps succeeded forever */
     int series;                 /* --series on|off: sample the per-queue time series */

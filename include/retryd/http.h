@@ -50,6 +50,24 @@ typedef struct rd_http_server rd_http_server_t;
 typedef void (*rd_http_handler_fn)(rd_http_exchange_t *ex, const rd_http_request_t *req,
                                    void *ctx);
 
+/* How a head check refuses a request (rd_http_head_fn). detail and
+ * extra_headers (complete header lines, or NULL) must be static strings. */
+typedef struct rd_http_refusal {
+    rd_problem_t problem;
+    const char *detail;
+    const char *extra_headers;
+} rd_http_refusal_t;
+
+/* Called when a request that has a body has its headers complete, before any
+ * of the body is read and before 100 Continue is sent. head has method,
+ * path, query, content_type and authorization (body NULL, body_len 0), valid
+ * only during the call. Returns true to read the body and call the handler
+ * as usual; false to refuse: the server answers *refusal at once, shuts its
+ * sending side, reads and drops what the client still sends for at most
+ * 2 s, and closes. Bodiless requests always go to the handler. */
+typedef bool (*rd_http_head_fn)(const rd_http_request_t *head, void *ctx,
+                                rd_http_refusal_t *refusal);
+
 typedef struct rd_http_options {
     const char *host;          /* e.g. "127.0.0.1" */
     int port;                  /* 0 picks a free port (see rd_http_server_port) */
@@ -57,8 +75,17 @@ typedef struct rd_http_options {
     size_t max_connections;    /* 0: 4096; past it a new connection is closed at once */
     uint64_t idle_timeout_ms;  /* 0: 60 s; a connection without a complete request for
                                   this long is closed (idle keep-alive and slow senders) */
+    size_t max_pending_body_bytes;   /* 0: 256 MiB; the bodies being read (or held by a
+                                        request not yet answered) on all connections at
+                                        most: a body that would pass it gets 503 before it
+                                        is read (its Content-Length counts from the headers) */
+    size_t max_pending_output_bytes; /* 0: 256 MiB; answers written and not yet taken by
+                                        their sockets, on all connections at most: past it
+                                        the connections with the most unsent bytes are
+                                        closed (their answers count as not delivered) */
+    rd_http_head_fn on_head;   /* NULL: every request goes to the handler */
     rd_http_handler_fn handler;
-    void *handler_ctx;
+    void *handler_ctx;         /* given to on_head and handler */
 } rd_http_options_t;
 
 /* Binds and starts listening. Returns 0, or a negative libuv error code (then
@@ -81,6 +108,11 @@ void rd_http_server_stop(rd_http_server_t *server, void (*on_drained)(void *arg)
 
 /* Number of exchanges waiting for rd_http_respond. */
 size_t rd_http_server_in_flight(const rd_http_server_t *server);
+
+/* Appends the server's Prometheus samples to out (buf.h): requests refused
+ * at their headers, bodies being read, answers queued, slow readers closed. */
+struct rd_buf;
+void rd_http_server_render_metrics(const rd_http_server_t *server, struct rd_buf *out);
 
 /* Sends the response and ends the exchange (ex is invalid afterwards).
  * extra_headers is NULL or complete header lines, each ending in "\r\n".
