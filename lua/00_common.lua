@@ -444,6 +444,18 @@ end
 -- trimmed exactly instead, and every death trimmed before the group
 -- delivered it is counted in the stats as alerts_dropped.
 local function emit(k, event, id, err, retries, now)
+  -- An entry keeps the error's first 4 KiB (whole UTF-8 characters), all an
+  -- alert carries (ALERT_ERROR_BYTES): 10000 entries of a 1 MiB error would
+  -- otherwise pin 10 GiB. The message keeps its whole last_error.
+  if err and #err > 4096 then
+    local cut = 4096
+    while cut > 0 do
+      local b = string.byte(err, cut + 1)
+      if b < 0x80 or b >= 0xC0 then break end
+      cut = cut - 1
+    end
+    err = string.sub(err, 1, cut)
+  end
   local over = redis.call('XLEN', k.events) + 1 - EVENTS_MAXLEN
   local group = over > 0 and alert_group_info(k.events)
   if not group then

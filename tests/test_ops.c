@@ -1028,9 +1028,9 @@ enum { SLOW_ROUNDS = 5 };
  * slow call is measured again (true: the caller runs another round); a call
  * slow by its own work is slow in every round, and the test fails when all
  * SLOW_ROUNDS rounds had one. */
-static bool slow_round(const char *label, int round, long long delay0)
+static bool slow_round_of(const char *label, int round, long long delay0,
+                          const char *const *fns, size_t nfns)
 {
-    static const char *const fns[] = { RD_FUNCTION("replay_many"), RD_FUNCTION("claim") };
     long long now = delay0 >= 0 ? redis_run_delay_us() : -1;
     redisReply *slow = rcmd("SLOWLOG GET 128");
     assert_int_equal(slow->type, REDIS_REPLY_ARRAY);
@@ -1040,7 +1040,7 @@ static bool slow_round(const char *label, int round, long long delay0)
         const redisReply *e = slow->element[i];
         const redisReply *args = e->element[3];
         if (args->elements < 2) continue;
-        for (size_t f = 0; f < sizeof fns / sizeof fns[0]; f++)
+        for (size_t f = 0; f < nfns; f++)
             if (strcmp(args->element[1]->str, fns[f]) == 0 && e->element[2]->integer > worst) {
                 worst = e->element[2]->integer;
                 worst_fn = fns[f];
@@ -1057,6 +1057,102 @@ static bool slow_round(const char *label, int round, long long delay0)
                  "call for %lld us (SLOWLOG; want under 10 ms)", label, SLOW_ROUNDS, worst_fn,
                  worst);
     return true;
+}
+
+static bool slow_round(const char *label, int round, long long delay0)
+{
+    static const char *const fns[] = { RD_FUNCTION("replay_many"), RD_FUNCTION("claim") };
+    return slow_round_of(label, round, delay0, fns, sizeof fns / sizeof fns[0]);
+}
+
+enum { RULE_ERROR_BYTES = 1024 * 1024, RULE_FAILS = 3 };
+
+static const char *entry_field(const redisReply *entry, const char *field);
+
+/* 20 recovery rules, each an error_contains of 255 bytes that shares its
+ * first 254 with the error (the worst case of a plain substring search: every
+ * position matches for 254 bytes), and a 1 MiB error that none matches: a
+ * fail must still hold Redis well under 10 ms (rules look at the error's
+ * first 4 KiB, README "Recovery rules"); the error is kept whole and a rule
+ * that matches inside the first 4 KiB still decides. */
+static void test_fail_with_many_rules_and_huge_error(void **state)
+{
+    (void)state;
+    char q[64], edge[64];
+    queue_name(q, sizeof q, "rules-cost");
+    queue_name(edge, sizeof edge, "rules-edge");
+    char needle[256];
+    rd_buf_t body = RD_BUF_INIT;
+    rd_buf_puts(&body, "{\"dead_letter_rules\":[");
+    for (int i = 0; i < 20; i++) {
+        memset(needle, 'a', 254);
+        needle[254] = "0123456789ABCDEFGHIJ"[i];
+        needle[255] = '\0';
+        rd_buf_printf(&body, "%s{\"error_contains\":\"%s\",\"action\":\"dead\"}", i ? "," : "",
+                      needle);
+    }
+    rd_buf_puts(&body, "]}");
+    e2e_response_t r = { 0 };
+    for (int i = 0; i < 2; i++) {
+        http(&r, "PUT", qpath(i ? edge : q, "/policy"), body.data);
+        if (r.status != 200) fail_msg("PUT policy: %d %s", r.status, r.body);
+    }
+    resp_free(&r);
+    rd_buf_free(&body);
+
+    char *err = malloc(RULE_ERROR_BYTES + 1);
+    memset(err, 'a', RULE_ERROR_BYTES);
+    err[RULE_ERROR_BYTES] = '\0';
+    char was[32];
+    redisReply *old = rcmd("CONFIG GET slowlog-log-slower-than");
+    snprintf(was, sizeof was, "%s", old->element[1]->str);
+    freeReplyObject(old);
+    freeReplyObject(rcmd("CONFIG SET slowlog-log-slower-than 10000"));
+    static const char *const fns[] = { RD_FUNCTION("fail") };
+    long long ids[100];
+    for (int round = 1;; round++) {
+        fcall_enqueue(q, RULE_FAILS, 10);
+        long long delay0 = slow_round_begin();
+        size_t n = fcall_claim(q, ids);   /* retries due again may come first */
+        assert_true(n >= 1);
+        for (size_t i = 0; i < n; i++) {
+            redisReply *x = rcmd("FCALL " RD_FUNCTION("fail") " 2 %s %s %lld %s %b 1 -1",
+                                 qkey(q, ""), qkey(q, e2e_fmt(":m:%lld", ids[i])), ids[i], "",
+                                 err, (size_t)RULE_ERROR_BYTES);
+            if (x->type == REDIS_REPLY_ERROR) fail_msg("FCALL fail: %s", x->str);
+            freeReplyObject(x);
+        }
+        if (!slow_round_of("fail, 20 rules, 1 MiB error", round, delay0, fns, 1)) break;
+    }
+    freeReplyObject(rcmd("CONFIG SET slowlog-log-slower-than %s", was));
+    /* None matched: each failure was scheduled again, its error kept whole. */
+    assert_int_equal(hget_int(qkey(q, ":stats"), "rule_0_dead"), 0);
+    http(&r, "GET", message_path(q, ids[0], NULL), NULL);
+    rd_json_t *m = e2e_expect_json(&r, 200);
+    assert_string_equal(e2e_jstr(m, "status"), "pending");
+    assert_int_equal(strlen(e2e_jstr(m, "last_error")), RULE_ERROR_BYTES);
+    resp_free(&r);
+    /* Rule 0's needle ending at byte 4096 matches; ending at byte 4097 it is
+     * past what rules look at. */
+    for (int past = 0; past <= 1; past++) {
+        memset(err, 'a', RULE_ERROR_BYTES);
+        err[4095 + past] = '0';
+        fcall_enqueue(edge, 1, 10);
+        assert_int_equal(fcall_claim(edge, ids), 1);
+        freeReplyObject(rcmd("FCALL " RD_FUNCTION("fail") " 2 %s %s %lld %s %b 1 -1",
+                             qkey(edge, ""), qkey(edge, e2e_fmt(":m:%lld", ids[0])), ids[0], "",
+                             err, (size_t)RULE_ERROR_BYTES));
+        expect_status(edge, ids[0], past ? "pending" : "dead");
+        assert_int_equal(hget_int(qkey(edge, ":stats"), "rule_0_dead"), 1);
+    }
+    /* The death's event keeps the error's first 4 KiB, as much as an alert
+     * carries (the message keeps all of it). */
+    redisReply *ev = rcmd("XREVRANGE %s + - COUNT 1", qkey(edge, ":events"));
+    assert_int_equal(ev->elements, 1);
+    assert_string_equal(entry_field(ev->element[0], "event"), "dead");
+    assert_int_equal(strlen(entry_field(ev->element[0], "error")), 4096);
+    freeReplyObject(ev);
+    free(err);
 }
 
 static void test_bulk_replay_and_claim_latency(void **state)
@@ -1714,6 +1810,7 @@ int main(void)
         T(test_stats_after_mixed_workload),
         T(test_top_errors_exact_long_string),
         T(test_top_errors_valid_utf8),
+        T(test_fail_with_many_rules_and_huge_error),
         T(test_metrics_endpoint),
         T(test_events_dead_then_replayed),
         T(test_retention),
