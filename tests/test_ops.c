@@ -1586,6 +1586,116 @@ static void test_metrics_endpoint(void **state)
 /* ------------------------------------------------------------------------ */
 
 /* The value of field in one XRANGE entry's field list, or NULL. */
+enum { SNAP_QUEUES = 20, SNAP_SCRAPES = 8, SNAP_MAX_AGE_MS = 5000 };
+
+/* The stats calls Redis ran for queues of prefix since the SLOWLOG was reset
+ * with slowlog-log-slower-than 0 (every command logged). */
+static long long stats_calls_logged(const char *prefix)
+{
+    redisReply *slow = rcmd("SLOWLOG GET -1");
+    const char *want = e2e_fmt("%s:{", prefix);
+    long long n = 0;
+    for (size_t i = 0; i < slow->elements; i++) {
+        const redisReply *args = slow->element[i]->element[3];
+        if (args->elements >= 4 && strcmp(args->element[1]->str, RD_FUNCTION("stats")) == 0 &&
+            strncmp(args->element[3]->str, want, strlen(want)) == 0)
+            n++;
+    }
+    freeReplyObject(slow);
+    return n;
+}
+
+/* The ready count of queue q and the snapshot's age in one /metrics text. */
+static long long scraped_ready(const char *text, const char *q, double *age_s)
+{
+    *age_s = metric_or_fail(text, "retryd_queue_metrics_age_seconds", NULL, NULL, NULL);
+    if (*age_s < 0 || *age_s > SNAP_MAX_AGE_MS / 1000.0 + 0.5)
+        fail_msg("retryd_queue_metrics_age_seconds is %g, want 0-5", *age_s);
+    return (long long)metric_or_fail(text, "retryd_queue_messages", q, "state", "ready");
+}
+
+/* /metrics serves the per-queue series from one snapshot shared by every
+ * scrape (README "Metrics"): SNAP_SCRAPES scrapes sent at once, and more
+ * after them, cost one fan-out (one stats call per queue), not one each;
+ * the snapshot is at most 5 s old, so a change shows within about 5 s. */
+static void test_metrics_scrapes_share_one_snapshot(void **state)
+{
+    (void)state;
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "opssnap%ld", (long)getpid());
+    if (start_daemon(&g_side, prefix, NULL) != 0) fail_msg("snapshot daemon did not start");
+    e2e_response_t r = { 0 };
+    for (int i = 0; i < SNAP_QUEUES; i++) {
+        http_to(g_side.port, &r, "POST", e2e_fmt("/queues/snap-%d/messages", i),
+                "{\"payload\":\"x\"}");
+        assert_int_equal(r.status, 201);
+    }
+    char was_slower[32], was_len[32];
+    redisReply *old = rcmd("CONFIG GET slowlog-log-slower-than");
+    snprintf(was_slower, sizeof was_slower, "%s", old->element[1]->str);
+    freeReplyObject(old);
+    old = rcmd("CONFIG GET slowlog-max-len");
+    snprintf(was_len, sizeof was_len, "%s", old->element[1]->str);
+    freeReplyObject(old);
+    freeReplyObject(rcmd("CONFIG SET slowlog-max-len 100000"));
+    freeReplyObject(rcmd("CONFIG SET slowlog-log-slower-than 0"));
+    freeReplyObject(rcmd("SLOWLOG RESET"));
+
+    long long t0 = e2e_mono_ms();
+    static e2e_conn_t conns[SNAP_SCRAPES];
+    for (int i = 0; i < SNAP_SCRAPES; i++) {
+        assert_int_equal(e2e_conn_open(&conns[i], g_side.port), 0);
+        assert_int_equal(e2e_send_request(&conns[i], "GET", "/metrics", NULL, NULL, 0), 0);
+    }
+    double age;
+    for (int i = 0; i < SNAP_SCRAPES; i++) {
+        e2e_response_t m = { 0 };
+        assert_int_equal(e2e_read_response(&conns[i], &m), 0);
+        assert_int_equal(m.status, 200);
+        for (int q = 0; q < SNAP_QUEUES; q++)
+            assert_int_equal(scraped_ready(m.body, e2e_fmt("snap-%d", q), &age), 1);
+        e2e_response_free(&m);
+        e2e_conn_close(&conns[i]);
+    }
+    int more = 0;
+    while (more < 4 && e2e_mono_ms() - t0 < SNAP_MAX_AGE_MS - 1000) {
+        http_to(g_side.port, &r, "GET", "/metrics", NULL);
+        assert_int_equal(r.status, 200);
+        assert_int_equal(scraped_ready(r.body, "snap-0", &age), 1);
+        more++;
+    }
+    long long calls = stats_calls_logged(prefix);
+    bool in_time = e2e_mono_ms() - t0 < SNAP_MAX_AGE_MS;
+    freeReplyObject(rcmd("CONFIG SET slowlog-log-slower-than %s", was_slower));
+    freeReplyObject(rcmd("CONFIG SET slowlog-max-len %s", was_len));
+    freeReplyObject(rcmd("SLOWLOG RESET"));
+    printf("test_ops: %d concurrent and %d later /metrics scrapes of %d queues made %lld stats "
+           "calls\n", SNAP_SCRAPES, more, SNAP_QUEUES, calls);
+    if (in_time && calls != SNAP_QUEUES)
+        fail_msg("%d + %d scrapes within 5 s made %lld stats calls, want %d (one fan-out)",
+                 SNAP_SCRAPES, more, calls, SNAP_QUEUES);
+
+    /* A change shows once the snapshot is read again: within 5 s (and a
+     * scrape's time). */
+    http_to(g_side.port, &r, "POST", "/queues/snap-0/messages", "{\"payload\":\"y\"}");
+    assert_int_equal(r.status, 201);
+    long long t1 = e2e_mono_ms(), seen;
+    for (;;) {
+        http_to(g_side.port, &r, "GET", "/metrics", NULL);
+        assert_int_equal(r.status, 200);
+        seen = scraped_ready(r.body, "snap-0", &age);
+        if (seen == 2) break;
+        if (e2e_mono_ms() - t1 > SNAP_MAX_AGE_MS + 2000)
+            fail_msg("/metrics still shows %lld ready in snap-0 %d ms after the enqueue", seen,
+                     SNAP_MAX_AGE_MS + 2000);
+        e2e_pause_ms(100);
+    }
+    printf("test_ops: an enqueue showed in /metrics %lld ms later (snapshot at most 5 s old)\n",
+           e2e_mono_ms() - t1);
+    resp_free(&r);
+    e2e_daemon_stop(&g_side, SIGTERM, E2E_STOP_TIMEOUT_MS);
+}
+
 static const char *entry_field(const redisReply *entry, const char *field)
 {
     const redisReply *fields = entry->element[1];
@@ -1812,6 +1922,7 @@ int main(void)
         T(test_top_errors_valid_utf8),
         T(test_fail_with_many_rules_and_huge_error),
         T(test_metrics_endpoint),
+        T(test_metrics_scrapes_share_one_snapshot),
         T(test_events_dead_then_replayed),
         T(test_retention),
         T(test_queues_lists_every_queue),
