@@ -1093,6 +1093,19 @@ int rd_store_succeed(rd_store_t *st, rd_store_queue_t q, long long id, const cha
     return send_hinted(st, &c, KIND_HINTED, q, (callback_t){ .messages = cb }, arg);
 }
 
+/* A failure's error as sent: at most RD_LAST_ERROR_MAX bytes, cut before a
+ * UTF-8 sequence as the library would cut it, so Redis never reads the rest
+ * (a 1 MiB argument alone costs it about a millisecond). */
+static void arg_error(call_t *c, const char *error)
+{
+    size_t len = strlen(error);
+    if (len > RD_LAST_ERROR_MAX) {
+        len = RD_LAST_ERROR_MAX;
+        while (len > 0 && ((unsigned char)error[len] & 0xC0) == 0x80) len--;
+    }
+    arg_bytes(c, error, len);
+}
+
 int rd_store_fail(rd_store_t *st, rd_store_queue_t q, long long id, const char *token,
                   const char *error, bool retryable, long long retry_after_ms,
                   rd_store_messages_cb cb, void *arg)
@@ -1101,7 +1114,7 @@ int rd_store_fail(rd_store_t *st, rd_store_queue_t q, long long id, const char *
     begin_fcall(&c, st, "fail", q, id);
     arg_int(&c, id);
     arg_str(&c, token ? token : "");
-    arg_str(&c, error);
+    arg_error(&c, error);
     arg_str(&c, retryable ? "1" : "0");
     arg_int(&c, retry_after_ms < 0 ? -1 : retry_after_ms);
     arg_int(&c, st->dead_ttl_ms);
@@ -1190,7 +1203,7 @@ int rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms
         arg_int(c, s->id);
         arg_str(c, s->lease_token ? s->lease_token : "");
         arg_str(c, s->failed ? "failed" : "succeeded");
-        arg_str(c, s->failed && s->error ? s->error : "");
+        arg_error(c, s->failed && s->error ? s->error : "");
         arg_str(c, s->retryable ? "1" : "0");
         arg_int(c, s->failed && s->retry_after_ms >= 0 ? s->retry_after_ms : -1);
     }
