@@ -4,9 +4,9 @@ load the shared Redis (issue 19 item 9).
 
 Starts its own redis-server and two retryd instances, A and B, on free
 loopback ports (same prefix, --max-body 2 MiB so a 1 MiB error fits in a
-fail body). A prober sends enqueues one after another through B (another
-instance) and through A (the loaded one) and reports their p50 and p99, in
-three phases of --seconds each:
+fail body). A prober sends enqueues through B (another instance) and through A (the
+loaded one), one due every 10 ms (open loop: latency counts from when each
+was due), and reports their p50 and p99, in three phases of --seconds each:
 
   baseline  nothing else runs;
   rules     one client loops enqueue, claim, fail on a queue with 20
@@ -88,14 +88,25 @@ def expect(status, body, want, what):
         sys.exit(f"{what}: answered {status}, want {want}: {body[:200]!r}")
 
 
+PROBE_INTERVAL_S = 0.01
+
+
 def probe(port, stop, out):
+    """Open loop: enqueue i is due at start + i * 10 ms; its latency runs from
+    when it was due (a probe held up delays the next ones, and they count
+    that wait), so the percentiles are what a client arriving at any moment
+    sees, not only the ones lucky enough to be sent between two stalls."""
     c = Conn(port)
     lat = []
+    due = time.perf_counter()
     while not stop.is_set():
-        t0 = time.perf_counter()
+        now = time.perf_counter()
+        if now < due:
+            time.sleep(due - now)
         status, body = c.request("POST", "/queues/probe/messages", '{"payload":"p"}')
-        lat.append(time.perf_counter() - t0)
+        lat.append(time.perf_counter() - due)
         expect(status, body, 201, "probe enqueue")
+        due += PROBE_INTERVAL_S
     c.close()
     out.extend(lat)
 
