@@ -2140,7 +2140,7 @@ static void test_policy_backoff_over_http(void **state)
 }
 
 /* GET /metrics into r until its text has line: the per-queue series come
- * from a snapshot at most RD_METRICS_SNAPSHOT_MS old (README "Metrics"), so
+ * from a snapshot at most RD_METRICS_SNAPSHOT_MS old (docs/design.md "Listing"), so
  * a change shows within that (bounded: 2 s more, then the test fails). */
 static void metrics_with(e2e_response_t *r, const char *line)
 {

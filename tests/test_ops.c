@@ -1689,7 +1689,7 @@ static long long scraped_ready(const char *text, const char *q, double *age_s)
 }
 
 /* /metrics serves the per-queue series from one snapshot shared by every
- * scrape (README "Metrics"): SNAP_SCRAPES scrapes sent at once, and more
+ * scrape (docs/design.md "Listing"): SNAP_SCRAPES scrapes sent at once, and more
  * after them, cost one fan-out (one stats call per queue), not one each;
  * the snapshot is at most 5 s old, so a change shows within about 5 s. */
 static void test_metrics_scrapes_share_one_snapshot(void **state)

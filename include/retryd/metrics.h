@@ -33,7 +33,7 @@ extern const long long rd_delay_bucket_bounds[RD_DELAY_BUCKETS];
 enum { RD_METRICS_MAX_QUEUES = 1000 };
 
 /* GET /metrics serves the per-queue series from one snapshot that all
- * scrapes share, read again when older than this (README "Metrics"). */
+ * scrapes share, read again when older than this (docs/design.md "Listing"). */
 enum { RD_METRICS_SNAPSHOT_MS = 5000 };
 
 /* One queue's numbers, copied out of a `stats` reply. */
