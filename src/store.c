@@ -1525,8 +1525,7 @@ typedef struct fanout {
     long long total;
     char *next_cursor;          /* the page's, NULL at the end */
     size_t next_cursor_len;
-    bool linked;                /* in st's turn list: stats still to send */
-    struct fanout *next;
+    struct fanout *next;        /* in st's turn list while stats are still to send */
 } fanout_t;
 
 typedef struct fanout_slot {
@@ -1589,10 +1588,8 @@ static void fanout_pump(rd_store_t *st)
         st->fanout_head = f->next;
         if (st->fanout_head == NULL) st->fanout_tail = NULL;
         f->next = NULL;
-        f->linked = false;
         fanout_send_one(f);
-        if (f->sent < f->count) {
-            f->linked = true;  /* its next call waits for the others' turns */
+        if (f->sent < f->count) {  /* its next call waits for the others' turns */
             if (st->fanout_tail) st->fanout_tail->next = f;
             else st->fanout_head = f;
             st->fanout_tail = f;
@@ -1611,7 +1608,6 @@ static void fanout_start(fanout_t *f)
         fanout_finish(f);
         return;
     }
-    f->linked = true;
     if (st->fanout_tail) st->fanout_tail->next = f;
     else st->fanout_head = f;
     st->fanout_tail = f;

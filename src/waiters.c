@@ -379,7 +379,8 @@ static void on_sweep(uv_timer_t *t)
             free_queue(w, q);
         }
     }
-    if (done == RELEASE_BATCH) uv_timer_start(&w->sweep, on_sweep, 0, SWEEP_EVERY_MS);
+    /* 1 ms, not 0: libuv runs a timer due now again in the same pass. */
+    if (done == RELEASE_BATCH) uv_timer_start(&w->sweep, on_sweep, 1, SWEEP_EVERY_MS);
 }
 
 /* ---------------------------------------------------------------- API */
