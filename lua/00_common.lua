@@ -469,7 +469,32 @@ end
 -- Once alerting instances read the stream (the alert group exists), it is
 -- trimmed exactly instead, and every death trimmed before the group
 -- delivered it is counted in the stats as alerts_dropped.
+-- s cut to at most n bytes, never inside a UTF-8 sequence (a field of flow:
+-- the chunk has no room for more top-level locals).
+function flow.cut_text(s, n)
+  if #s <= n then return s end
+  local cut = n
+  while cut > 0 do
+    local b = string.byte(s, cut + 1)
+    if b < 0x80 or b >= 0xC0 then break end
+    cut = cut - 1
+  end
+  return string.sub(s, 1, cut)
+end
+
+-- A failure keeps at most this many bytes of its error as last_error (whole
+-- UTF-8 characters; README "A message"): every byte of it is copied
+-- several times by each call that reads or rewrites the message (about 1 ms
+-- of Redis per MiB per copy on a 2-core host), so a 1 MiB error made each
+-- later fail of that message cost Redis 8-10 ms. The daemon cuts the same
+-- way before sending (RD_LAST_ERROR_MAX, include/retryd/limits.h).
+flow.ERROR_MAX_BYTES = 65536
+
 local function emit(k, event, id, err, retries, now)
+  -- An entry keeps the error's first 4 KiB (whole UTF-8 characters), all an
+  -- alert carries (ALERT_ERROR_BYTES): 10000 entries of long errors would
+  -- otherwise pin gigabytes.
+  if err then err = flow.cut_text(err, 4096) end
   local over = redis.call('XLEN', k.events) + 1 - EVENTS_MAXLEN
   local group = over > 0 and alert_group_info(k.events)
   if not group then
@@ -711,6 +736,7 @@ end
 -- change). retry_after_ms < 0 means "use the backoff table". Returns the new
 -- status, and for "pending" the time the retry is due.
 local function fail_message(k, base, id, now, err, retryable, retry_after_ms, m)
+  err = flow.cut_text(err, flow.ERROR_MAX_BYTES)
   local mkey = message_key(base, id)
   local retries = m.retry_count + 1
   history.failed(m, now, err)

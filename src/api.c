@@ -588,6 +588,7 @@ static void on_queues(const rd_store_queues_t *res, void *arg)
         long long exported = 0;
         for (size_t i = 0; i < res->count; i++) exported += res->queues[i].ok;
         rd_metrics_render_registry(&text, res->total, res->total - exported);
+        rd_metrics_render_snapshot_age(&text, res->age_ms);
         if (c->api->coalescer) rd_coalescer_render_metrics(c->api->coalescer, &text);
         if (c->api->alerts) rd_alerts_render_metrics(c->api->alerts, &text);
         if (c->api->http) rd_http_server_render_metrics(c->api->http, &text);
@@ -1014,12 +1015,12 @@ static void handle_queues(call_t *c)
                                      on_queues, c));
 }
 
-/* GET /metrics: the first RD_METRICS_MAX_QUEUES queues. */
+/* GET /metrics: the first RD_METRICS_MAX_QUEUES queues, from the snapshot
+ * every scrape shares (at most RD_METRICS_SNAPSHOT_MS old). */
 static void handle_metrics(call_t *c)
 {
     c->metrics = true;
-    started(c, rd_store_queues_stats(c->api->store, NULL, 0, RD_METRICS_MAX_QUEUES,
-                                     on_queues, c));
+    started(c, rd_store_queues_snapshot(c->api->store, RD_METRICS_SNAPSHOT_MS, on_queues, c));
 }
 
 /* GET /openapi.json: docs/openapi.json as built in; public, like /healthz. */

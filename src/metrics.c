@@ -239,3 +239,11 @@ void rd_metrics_render_registry(rd_buf_t *out, long long registered, long long o
            "queues, the first by name, are exported).");
     rd_buf_printf(out, "retryd_queue_series_omitted %lld\n", omitted);
 }
+
+void rd_metrics_render_snapshot_age(rd_buf_t *out, long long age_ms)
+{
+    family(out, "retryd_queue_metrics_age_seconds", "gauge",
+           "Age of the snapshot the per-queue series come from (read again once older than "
+           "5 s, shared by every scrape).");
+    rd_buf_printf(out, "retryd_queue_metrics_age_seconds %.3f\n", age_ms / 1000.0);
+}

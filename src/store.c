@@ -84,6 +84,13 @@ struct rd_store {
     unsigned long long nonce_seq;
     lost_claim_t *lost;         /* claims whose answer was lost, oldest first */
     size_t nlost;
+    /* Fan-outs (GET /queues, the /metrics snapshot) with stats still to send,
+     * served in turn; at most RD_STORE_FANOUT_IN_FLIGHT stats in flight for all
+     * of them together. */
+    struct fanout *fanout_head, *fanout_tail;
+    size_t fanout_in_flight;
+    bool fanout_pumping;
+    struct snapshot *snapshot;  /* the /metrics snapshot, NULL until first asked */
 };
 
 /* The shape of a reply, and so which result type and callback it has. */
@@ -190,9 +197,12 @@ rd_store_t *rd_store_new(uv_loop_t *loop, rd_backend_t *redis, const char *prefi
     return st;
 }
 
+static void snapshot_free(rd_store_t *st);
+
 void rd_store_free(rd_store_t *st)
 {
     if (st == NULL) return;
+    snapshot_free(st);
     for (size_t i = 0; i < REGISTRY_SLOTS; i++) rd_free(st->registry[i].name);
     for (size_t i = 0; i < SERIES_SLOTS; i++) rd_free(st->nudged[i].name);
     for (size_t i = 0; i < st->nowed; i++) rd_free(st->owed[i].name);
@@ -1263,6 +1273,19 @@ int rd_store_succeed(rd_store_t *st, rd_store_queue_t q, long long id, const cha
     return send_hinted(st, &c, KIND_HINTED, q, (callback_t){ .messages = cb }, arg);
 }
 
+/* A failure's error as sent: at most RD_LAST_ERROR_MAX bytes, cut before a
+ * UTF-8 sequence as the library would cut it, so Redis never reads the rest
+ * (a 1 MiB argument alone costs it about a millisecond). */
+static void arg_error(call_t *c, const char *error)
+{
+    size_t len = strlen(error);
+    if (len > RD_LAST_ERROR_MAX) {
+        len = RD_LAST_ERROR_MAX;
+        while (len > 0 && ((unsigned char)error[len] & 0xC0) == 0x80) len--;
+    }
+    arg_bytes(c, error, len);
+}
+
 int rd_store_fail(rd_store_t *st, rd_store_queue_t q, long long id, const char *token,
                   const char *error, bool retryable, long long retry_after_ms,
                   rd_store_messages_cb cb, void *arg)
@@ -1271,7 +1294,7 @@ int rd_store_fail(rd_store_t *st, rd_store_queue_t q, long long id, const char *
     begin_fcall(&c, st, "fail", q, id);
     arg_int(&c, id);
     arg_str(&c, token ? token : "");
-    arg_str(&c, error);
+    arg_error(&c, error);
     arg_str(&c, retryable ? "1" : "0");
     arg_int(&c, retry_after_ms < 0 ? -1 : retry_after_ms);
     arg_int(&c, st->dead_ttl_ms);
@@ -1360,7 +1383,7 @@ int rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms
         arg_int(c, s->id);
         arg_str(c, s->lease_token ? s->lease_token : "");
         arg_str(c, s->failed ? "failed" : "succeeded");
-        arg_str(c, s->failed && s->error ? s->error : "");
+        arg_error(c, s->failed && s->error ? s->error : "");
         arg_str(c, s->retryable ? "1" : "0");
         arg_int(c, s->failed && s->retry_after_ms >= 0 ? s->retry_after_ms : -1);
     }
@@ -1690,6 +1713,7 @@ typedef struct fanout {
     long long total;
     char *next_cursor;          /* the page's, NULL at the end */
     size_t next_cursor_len;
+    struct fanout *next;        /* in st's turn list while stats are still to send */
 } fanout_t;
 
 typedef struct fanout_slot {
@@ -1721,24 +1745,61 @@ static void fanout_finish(fanout_t *f)
 
 static void on_fanout_stats(const rd_store_stats_result_t *res, void *arg);
 
-/* Keeps at most RD_STORE_FANOUT_IN_FLIGHT stats calls in flight until every
- * queue of the page has had one; finishes when the last returns. */
-static void fanout_pump(fanout_t *f)
+/* Sends the next stats call of f (one queue); a call that cannot be sent
+ * counts as a failed queue. */
+static void fanout_send_one(fanout_t *f)
 {
-    while (f->outstanding < RD_STORE_FANOUT_IN_FLIGHT && f->sent < f->count) {
-        rd_queue_metrics_t *m = &f->queues[f->sent];
-        fanout_slot_t *slot = rd_malloc(sizeof *slot);
-        slot->f = f;
-        slot->index = f->sent++;
-        rd_store_queue_t q = { m->name, m->name_len };
-        if (rd_store_stats(f->st, q, 0, on_fanout_stats, slot) == 0) {
-            f->outstanding++;
-        } else {
-            f->any_failed = true;
-            rd_free(slot);
+    rd_queue_metrics_t *m = &f->queues[f->sent];
+    fanout_slot_t *slot = rd_malloc(sizeof *slot);
+    slot->f = f;
+    slot->index = f->sent++;
+    rd_store_queue_t q = { m->name, m->name_len };
+    if (rd_store_stats(f->st, q, 0, on_fanout_stats, slot) == 0) {
+        f->outstanding++;
+        f->st->fanout_in_flight++;
+    } else {
+        f->any_failed = true;
+        rd_free(slot);
+    }
+}
+
+/* Keeps at most RD_STORE_FANOUT_IN_FLIGHT stats calls in flight across every
+ * fan-out, one call per fan-out in turn, so eight clients listing 1000 queues
+ * each put no more calls before another client's command in Redis than one
+ * does; a fan-out finishes when its last call returns. */
+static void fanout_pump(rd_store_t *st)
+{
+    if (st->fanout_pumping) return;  /* a callback below started a fan-out: served here */
+    st->fanout_pumping = true;
+    while (st->fanout_head && st->fanout_in_flight < RD_STORE_FANOUT_IN_FLIGHT) {
+        fanout_t *f = st->fanout_head;
+        st->fanout_head = f->next;
+        if (st->fanout_head == NULL) st->fanout_tail = NULL;
+        f->next = NULL;
+        fanout_send_one(f);
+        if (f->sent < f->count) {  /* its next call waits for the others' turns */
+            if (st->fanout_tail) st->fanout_tail->next = f;
+            else st->fanout_head = f;
+            st->fanout_tail = f;
+        } else if (f->outstanding == 0) {
+            fanout_finish(f);
         }
     }
-    if (f->outstanding == 0 && f->sent == f->count) fanout_finish(f);
+    st->fanout_pumping = false;
+}
+
+/* Puts a fan-out whose page came in line for its stats calls. */
+static void fanout_start(fanout_t *f)
+{
+    rd_store_t *st = f->st;
+    if (f->count == 0) {
+        fanout_finish(f);
+        return;
+    }
+    if (st->fanout_tail) st->fanout_tail->next = f;
+    else st->fanout_head = f;
+    st->fanout_tail = f;
+    fanout_pump(st);
 }
 
 /* A stats answer with no key behind it: a queue whose keys are all gone. */
@@ -1764,7 +1825,10 @@ static void on_fanout_stats(const rd_store_stats_result_t *res, void *arg)
     }
     rd_free(slot);
     f->outstanding--;
-    fanout_pump(f);
+    rd_store_t *st = f->st;
+    st->fanout_in_flight--;
+    if (f->outstanding == 0 && f->sent == f->count) fanout_finish(f);
+    fanout_pump(st);
 }
 
 static void on_fanout_page(const rd_store_page_t *res, void *arg)
@@ -1787,7 +1851,7 @@ static void on_fanout_page(const rd_store_page_t *res, void *arg)
         f->queues[i].name = rd_strndup(res->names[i].ptr, res->names[i].len);
         f->queues[i].name_len = res->names[i].len;
     }
-    fanout_pump(f);
+    fanout_start(f);
 }
 
 int rd_store_queues_stats(rd_store_t *st, const char *cursor, size_t cursor_len, int limit,
@@ -1800,6 +1864,129 @@ int rd_store_queues_stats(rd_store_t *st, const char *cursor, size_t cursor_len,
     int rc = rd_store_queues_page(st, cursor, cursor_len, limit, on_fanout_page, f);
     if (rc != 0) rd_free(f);
     return rc;
+}
+
+/* ---------------------------------------------------------------- the /metrics snapshot */
+
+typedef struct snap_waiter {
+    rd_store_queues_cb cb;
+    void *arg;
+    struct snap_waiter *next;
+} snap_waiter_t;
+
+/* The first RD_METRICS_MAX_QUEUES queues' numbers, as one fan-out read them,
+ * shared by every scrape while younger than the scrape's max age. */
+typedef struct snapshot {
+    rd_store_t *st;
+    bool valid;                 /* a fan-out has filled it */
+    uint64_t taken_ms;          /* uv_now when that fan-out finished */
+    rd_queue_metrics_t *queues; /* owned, count of them */
+    size_t count;
+    long long total;
+    bool refreshing;            /* a fan-out is under way: scrapes wait for it */
+    snap_waiter_t *waiters, *waiters_tail;
+    uv_timer_t *deliver;        /* answers waiters of a fresh snapshot from the loop */
+} snapshot_t;
+
+static void free_queue_metrics(rd_queue_metrics_t *qs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) rd_free(qs[i].name);
+    rd_free(qs);
+}
+
+/* Answers every waiter now: with the snapshot, or with head when not OK. */
+static void snapshot_answer(snapshot_t *sn, const rd_store_head_t *head)
+{
+    snap_waiter_t *w = sn->waiters;
+    sn->waiters = sn->waiters_tail = NULL;
+    rd_store_queues_t res = { .head = *head };
+    if (head->status == RD_STORE_OK) {
+        res.queues = sn->queues;
+        res.count = sn->count;
+        res.total = sn->total;
+        res.age_ms = (long long)(uv_now(sn->st->loop) - sn->taken_ms);
+    }
+    /* A callback may ask again (a pipelined scrape): it joins a new list. */
+    while (w) {
+        snap_waiter_t *next = w->next;
+        w->cb(&res, w->arg);
+        rd_free(w);
+        w = next;
+    }
+}
+
+static void on_snapshot_deliver(uv_timer_t *t)
+{
+    snapshot_t *sn = t->data;
+    if (sn->refreshing) return;  /* the refresh answers them */
+    rd_store_head_t ok = { .status = RD_STORE_OK };
+    snapshot_answer(sn, &ok);
+}
+
+static void on_snapshot_fanout(const rd_store_queues_t *res, void *arg)
+{
+    snapshot_t *sn = arg;
+    sn->refreshing = false;
+    if (res->head.status == RD_STORE_OK) {
+        free_queue_metrics(sn->queues, sn->count);
+        sn->count = res->count;
+        sn->queues = rd_calloc(res->count ? res->count : 1, sizeof *sn->queues);
+        for (size_t i = 0; i < res->count; i++) {
+            sn->queues[i] = res->queues[i];
+            sn->queues[i].name = rd_strndup(res->queues[i].name, res->queues[i].name_len);
+        }
+        sn->total = res->total;
+        sn->taken_ms = uv_now(sn->st->loop);
+        sn->valid = true;
+    }
+    snapshot_answer(sn, &res->head);
+}
+
+static void on_deliver_closed(uv_handle_t *h)
+{
+    rd_free(h);
+}
+
+static void snapshot_free(rd_store_t *st)
+{
+    snapshot_t *sn = st->snapshot;
+    if (sn == NULL) return;
+    /* Nothing should be waiting by now (the link closed first and answered
+     * the refresh); answer any that are, exactly once. */
+    rd_store_head_t away = { .status = RD_STORE_UNAVAILABLE };
+    snapshot_answer(sn, &away);
+    uv_close((uv_handle_t *)sn->deliver, on_deliver_closed);
+    free_queue_metrics(sn->queues, sn->count);
+    rd_free(sn);
+    st->snapshot = NULL;
+}
+
+int rd_store_queues_snapshot(rd_store_t *st, long long max_age_ms, rd_store_queues_cb cb,
+                             void *arg)
+{
+    snapshot_t *sn = st->snapshot;
+    if (sn == NULL) {
+        sn = st->snapshot = rd_calloc(1, sizeof *sn);
+        sn->st = st;
+        sn->deliver = rd_malloc(sizeof *sn->deliver);
+        uv_timer_init(st->loop, sn->deliver);
+        sn->deliver->data = sn;
+    }
+    uint64_t now = uv_now(st->loop);
+    bool fresh = sn->valid && now - sn->taken_ms <= (uint64_t)(max_age_ms > 0 ? max_age_ms : 0);
+    if (!fresh && !sn->refreshing) {
+        if (rd_store_queues_stats(st, NULL, 0, RD_METRICS_MAX_QUEUES, on_snapshot_fanout, sn) != 0)
+            return -1;
+        sn->refreshing = true;
+    }
+    snap_waiter_t *w = rd_calloc(1, sizeof *w);
+    w->cb = cb;
+    w->arg = arg;
+    if (sn->waiters_tail) sn->waiters_tail->next = w;
+    else sn->waiters = w;
+    sn->waiters_tail = w;
+    if (!sn->refreshing) uv_timer_start(sn->deliver, on_snapshot_deliver, 0, 0);
+    return 0;
 }
 
 static void on_config(const rd_reply_t *reply, rd_redis_status_t status, void *arg)

@@ -7,11 +7,18 @@
 
 #include "retryd/alloc.h"
 #include "retryd/buf.h"
+#include "retryd/hash.h"
 #include "retryd/keys.h"
 
 enum {
-    SWEEP_EVERY_MS = 5000,
-    UNSUBSCRIBE_AFTER_IDLE_MS = 30000,
+    SWEEP_EVERY_MS = 250,
+    /* A queue whose last waiter left keeps its subscription this long, so a
+     * worker that polls in a loop causes no subscribe/unsubscribe churn. */
+    UNSUBSCRIBE_AFTER_IDLE_MS = 1000,
+    /* Queues released in one sweep at most; a full batch sweeps again on the
+     * next loop turn, so thousands go within a second without one long turn. */
+    RELEASE_BATCH = 1000,
+    MIN_BUCKETS = 64,
 };
 
 typedef enum sub_state { SUB_NONE, SUB_PENDING, SUB_ACTIVE, SUB_LEAVING } sub_state_t;
@@ -43,7 +50,11 @@ struct wqueue {
     uv_timer_t *token;          /* the queue's rate limit held a claim back: claims again
                                    when its next token is due (NULL until first needed) */
     sub_state_t sub;
-    uint64_t idle_since_ms;
+    uint64_t hash;              /* rd_hash of name */
+    wqueue_t *hnext;            /* next in its bucket */
+    uint64_t idle_since_ms;     /* when n last fell to 0 */
+    bool idle;                  /* on the idle list: no waiter, not yet released */
+    wqueue_t *idle_prev, *idle_next;
     wqueue_t *prev, *next;
 };
 
@@ -52,7 +63,10 @@ struct rd_waiters {
     rd_store_t *store;
     rd_redis_t *notify;
     char *prefix;
-    wqueue_t *queues;
+    wqueue_t *queues;           /* every queue, for the rounds over all of them */
+    wqueue_t **buckets;         /* name -> queue, chained; nbuckets a power of 2 */
+    size_t nbuckets, nqueues;
+    wqueue_t *idle_head, *idle_tail; /* queues without waiters, oldest idle first */
     size_t parked;
     uv_timer_t sweep;
     bool stopping;              /* rd_waiters_stop: parks are answered at once */
@@ -69,9 +83,46 @@ static void maybe_finish_stop(rd_waiters_t *w);
 
 static wqueue_t *find_queue(rd_waiters_t *w, const char *name, size_t len)
 {
-    for (wqueue_t *q = w->queues; q; q = q->next)
-        if (q->len == len && memcmp(q->name, name, len) == 0) return q;
+    uint64_t hash = rd_hash(name, len);
+    for (wqueue_t *q = w->buckets[hash & (w->nbuckets - 1)]; q; q = q->hnext)
+        if (q->hash == hash && q->len == len && memcmp(q->name, name, len) == 0) return q;
     return NULL;
+}
+
+/* Re-spreads every queue over nbuckets buckets (a power of 2). */
+static void rehash(rd_waiters_t *w, size_t nbuckets)
+{
+    rd_free(w->buckets);
+    w->buckets = rd_calloc(nbuckets, sizeof *w->buckets);
+    w->nbuckets = nbuckets;
+    for (wqueue_t *q = w->queues; q; q = q->next) {
+        wqueue_t **b = &w->buckets[q->hash & (nbuckets - 1)];
+        q->hnext = *b;
+        *b = q;
+    }
+}
+
+static void idle_remove(rd_waiters_t *w, wqueue_t *q)
+{
+    if (!q->idle) return;
+    if (q->idle_prev) q->idle_prev->idle_next = q->idle_next;
+    else w->idle_head = q->idle_next;
+    if (q->idle_next) q->idle_next->idle_prev = q->idle_prev;
+    else w->idle_tail = q->idle_prev;
+    q->idle_prev = q->idle_next = NULL;
+    q->idle = false;
+}
+
+/* q has no waiter since now: the sweep releases it once idle long enough. */
+static void idle_append(rd_waiters_t *w, wqueue_t *q, uint64_t now)
+{
+    idle_remove(w, q);
+    q->idle_since_ms = now;
+    q->idle = true;
+    q->idle_prev = w->idle_tail;
+    if (w->idle_tail) w->idle_tail->idle_next = q;
+    else w->idle_head = q;
+    w->idle_tail = q;
 }
 
 static wqueue_t *get_queue(rd_waiters_t *w, rd_store_queue_t queue)
@@ -83,9 +134,17 @@ static wqueue_t *get_queue(rd_waiters_t *w, rd_store_queue_t queue)
     q->name = rd_strndup(queue.name, queue.len);
     q->len = queue.len;
     rd_keys_wake(&q->channel, w->prefix, queue.name, queue.len);
+    q->hash = rd_hash(queue.name, queue.len);
     q->next = w->queues;
     if (w->queues) w->queues->prev = q;
     w->queues = q;
+    if (++w->nqueues > w->nbuckets) {
+        rehash(w, w->nbuckets * 2);
+    } else {
+        wqueue_t **b = &w->buckets[q->hash & (w->nbuckets - 1)];
+        q->hnext = *b;
+        *b = q;
+    }
     return q;
 }
 
@@ -97,9 +156,17 @@ static void on_token_closed(uv_handle_t *h)
 static void free_queue(rd_waiters_t *w, wqueue_t *q)
 {
     if (q->token) uv_close((uv_handle_t *)q->token, on_token_closed);
+    idle_remove(w, q);
+    wqueue_t **b = &w->buckets[q->hash & (w->nbuckets - 1)];
+    while (*b != q) b = &(*b)->hnext;
+    *b = q->hnext;
     if (q->prev) q->prev->next = q->next;
     else w->queues = q->next;
     if (q->next) q->next->prev = q->prev;
+    w->nqueues--;
+    /* Shrink, with hysteresis, so a burst of names does not pin its table. */
+    if (w->nbuckets > MIN_BUCKETS && w->nqueues < w->nbuckets / 4 && !w->closing)
+        rehash(w, w->nbuckets / 2);
     rd_buf_free(&q->channel);
     rd_free(q->name);
     rd_free(q);
@@ -125,7 +192,7 @@ static void finish_waiter(waiter_t *h, const rd_store_messages_t *res)
     else q->tail = h->prev;
     q->n--;
     w->parked--;
-    if (q->n == 0) q->idle_since_ms = uv_now(w->loop);
+    if (q->n == 0) idle_append(w, q, uv_now(w->loop));
     rd_store_messages_cb cb = h->cb;
     h->cb = NULL;
     uv_timer_stop(&h->deadline);
@@ -250,10 +317,19 @@ static void on_pubsub(rd_pubsub_event_t event, void *arg)
     case RD_PUBSUB_UNSUBSCRIBED:
     case RD_PUBSUB_DROPPED:
         q->sub = SUB_NONE;
-        /* A waiter parked while we were leaving: subscribe again. */
-        if (event == RD_PUBSUB_UNSUBSCRIBED && q->n > 0 && !q->w->stopping &&
-            rd_redis_subscribe(q->w->notify, q->channel.data, q->channel.len, on_pubsub, q) == 0)
-            q->sub = SUB_PENDING;
+        if (q->w->stopping) break;
+        if (q->n > 0) {
+            /* A waiter parked while we were leaving: subscribe again (after a
+             * drop, on_notify_ready does that). */
+            if (event == RD_PUBSUB_UNSUBSCRIBED &&
+                rd_redis_subscribe(q->w->notify, q->channel.data, q->channel.len, on_pubsub,
+                                   q) == 0)
+                q->sub = SUB_PENDING;
+        } else if (event == RD_PUBSUB_UNSUBSCRIBED && !q->serving) {
+            free_queue(q->w, q);  /* released: nothing refers to q any more */
+        } else if (!q->idle) {
+            idle_append(q->w, q, uv_now(q->w->loop));  /* the sweep frees it */
+        }
         break;
     }
 }
@@ -277,22 +353,34 @@ static void on_notify_ready(void *arg)
     }
 }
 
+/* Releases the queues idle for UNSUBSCRIBE_AFTER_IDLE_MS, oldest first, at
+ * most RELEASE_BATCH a round: unsubscribes (the queue is freed when Redis
+ * confirms) or frees one that holds no subscription. Only idle queues are
+ * visited, so a round costs nothing for queues with waiters. */
 static void on_sweep(uv_timer_t *t)
 {
     rd_waiters_t *w = t->data;
     uint64_t now = uv_now(w->loop);
-    wqueue_t *next;
-    for (wqueue_t *q = w->queues; q; q = next) {
-        next = q->next;
-        if (q->n > 0 || q->serving || now - q->idle_since_ms < UNSUBSCRIBE_AFTER_IDLE_MS)
-            continue;
-        if (q->sub == SUB_ACTIVE) {
-            if (rd_redis_unsubscribe(w->notify, q->channel.data, q->channel.len) == 0)
-                q->sub = SUB_LEAVING;
-        } else if (q->sub == SUB_NONE) {
+    size_t done = 0;
+    while (w->idle_head && done < RELEASE_BATCH &&
+           now - w->idle_head->idle_since_ms >= UNSUBSCRIBE_AFTER_IDLE_MS) {
+        wqueue_t *q = w->idle_head;
+        done++;
+        if (q->serving || q->sub == SUB_PENDING) {
+            idle_append(w, q, now);  /* look again once its claim or SUBSCRIBE is answered */
+        } else if (q->sub == SUB_ACTIVE) {
+            if (rd_redis_unsubscribe(w->notify, q->channel.data, q->channel.len) != 0)
+                break;  /* the link is not ready: its drop will clear every subscription */
+            q->sub = SUB_LEAVING;
+            idle_remove(w, q);
+        } else if (q->sub == SUB_LEAVING) {
+            idle_remove(w, q);  /* the UNSUBSCRIBE under way frees it */
+        } else {
             free_queue(w, q);
         }
     }
+    /* 1 ms, not 0: libuv runs a timer due now again in the same pass. */
+    if (done == RELEASE_BATCH) uv_timer_start(&w->sweep, on_sweep, 1, SWEEP_EVERY_MS);
 }
 
 /* ---------------------------------------------------------------- API */
@@ -304,6 +392,8 @@ rd_waiters_t *rd_waiters_new(uv_loop_t *loop, rd_store_t *store,
     w->loop = loop;
     w->store = store;
     w->prefix = rd_strdup(prefix);
+    w->nbuckets = MIN_BUCKETS;
+    w->buckets = rd_calloc(w->nbuckets, sizeof *w->buckets);
     rd_redis_options_t opts = *link;
     opts.library = NULL;
     opts.on_ready = on_notify_ready;
@@ -334,6 +424,7 @@ void rd_waiters_park(rd_waiters_t *w, rd_store_queue_t queue, long long lease_ms
     else q->head = h;
     q->tail = h;
     q->n++;
+    idle_remove(w, q);
     w->parked++;
     if (w->stopping) {
         answer_nothing(h);
@@ -370,6 +461,7 @@ static void on_notify_closed(void *arg)
     while (w->queues) free_queue(w, w->queues);
     void (*cb)(void *) = w->on_closed;
     void *cb_arg = w->on_closed_arg;
+    rd_free(w->buckets);
     rd_free(w->prefix);
     rd_free(w);
     if (cb) cb(cb_arg);

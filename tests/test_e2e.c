@@ -2648,6 +2648,24 @@ static void test_policy_backoff_over_http(void **state)
     e2e_response_free(&r);
 }
 
+/* GET /metrics into r until its text has line: the per-queue series come
+ * from a snapshot at most RD_METRICS_SNAPSHOT_MS old (docs/design.md "Listing"), so
+ * a change shows within that (bounded: 2 s more, then the test fails). */
+static void metrics_with(e2e_response_t *r, const char *line)
+{
+    char want[512];
+    snprintf(want, sizeof want, "%s", line);
+    long long t0 = e2e_mono_ms();
+    for (;;) {
+        http(r, "GET", "/metrics", NULL);
+        assert_int_equal(r->status, 200);
+        if (strstr(r->body, want)) return;
+        if (e2e_mono_ms() - t0 > RD_METRICS_SNAPSHOT_MS + 2000)
+            fail_msg("/metrics lacks \"%s\" after %d ms", want, RD_METRICS_SNAPSHOT_MS + 2000);
+        e2e_pause_ms(50);
+    }
+}
+
 /* Seed 001's DLQ consumer as a policy (docs/dead-letters.md §2): a 429 or a
  * "rate limit" comes back after 300 s (even when the worker says it is
  * permanent), a 503 at once, anything else goes dead at its first failure
@@ -2709,10 +2727,8 @@ static void test_dead_letter_rules_seed_001(void **state)
         assert_int_equal(e2e_jint(rd_json_array_at(rules, i), "dead"), 0);
     }
     assert_int_equal(e2e_jint(e2e_jget(st, "totals"), "dead"), 1);
-    http(&r, "GET", "/metrics", NULL);
-    assert_int_equal(r.status, 200);
-    assert_non_null(strstr(r.body, e2e_fmt("retryd_dead_letter_rule_total{queue=\"%s\",rule=\"2\","
-                                           "outcome=\"retried\"} 1\n", q)));
+    metrics_with(&r, e2e_fmt("retryd_dead_letter_rule_total{queue=\"%s\",rule=\"2\","
+                             "outcome=\"retried\"} 1\n", q));
     /* The 503 one fails again in a settle: the rule brings it back again. */
     http(&r, "POST", e2e_fmt("/queues/%s/claim", q),
          e2e_fmt("{\"settle\":[{\"id\":%lld,\"outcome\":\"failed\","
@@ -2780,9 +2796,7 @@ static void test_pause_and_resume(void **state)
         listed = true;
     }
     assert_true(listed);
-    http(&r, "GET", "/metrics", NULL);
-    assert_int_equal(r.status, 200);
-    assert_non_null(strstr(r.body, e2e_fmt("retryd_queue_paused{queue=\"%s\"} 1\n", q)));
+    metrics_with(&r, e2e_fmt("retryd_queue_paused{queue=\"%s\"} 1\n", q));
     assert_non_null(strstr(r.body, e2e_fmt("retryd_held_paused_total{queue=\"%s\"} 1\n", q)));
 
     e2e_conn_t c;

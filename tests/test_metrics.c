@@ -868,6 +868,7 @@ static void test_render_registry_gauges(void **state)
     rd_buf_t out = RD_BUF_INIT;
     rd_metrics_render(&out, NULL, 0, &rtt, 0);
     rd_metrics_render_registry(&out, 12345, 11345);
+    rd_metrics_render_snapshot_age(&out, 4250);
     size_t len;
     char *text = rd_buf_take(&out, &len);
     parse_exposition(&g_exp, text, len);
@@ -878,6 +879,8 @@ static void test_render_registry_gauges(void **state)
                                              NULL), 11345);
     assert_non_null(strstr(text, "# TYPE retryd_registered_queues gauge\n"));
     assert_non_null(strstr(text, "# TYPE retryd_queue_series_omitted gauge\n"));
+    assert_true(sample_value(&g_exp, "retryd_queue_metrics_age_seconds", NULL, NULL, NULL) ==
+                4.25);
     rd_free(text);
 }
 

@@ -1028,9 +1028,9 @@ enum { SLOW_ROUNDS = 5 };
  * slow call is measured again (true: the caller runs another round); a call
  * slow by its own work is slow in every round, and the test fails when all
  * SLOW_ROUNDS rounds had one. */
-static bool slow_round(const char *label, int round, long long delay0)
+static bool slow_round_of(const char *label, int round, long long delay0,
+                          const char *const *fns, size_t nfns, long long own_cpu_us)
 {
-    static const char *const fns[] = { RD_FUNCTION("replay_many"), RD_FUNCTION("claim") };
     long long now = delay0 >= 0 ? redis_run_delay_us() : -1;
     redisReply *slow = rcmd("SLOWLOG GET 128");
     assert_int_equal(slow->type, REDIS_REPLY_ARRAY);
@@ -1040,7 +1040,7 @@ static bool slow_round(const char *label, int round, long long delay0)
         const redisReply *e = slow->element[i];
         const redisReply *args = e->element[3];
         if (args->elements < 2) continue;
-        for (size_t f = 0; f < sizeof fns / sizeof fns[0]; f++)
+        for (size_t f = 0; f < nfns; f++)
             if (strcmp(args->element[1]->str, fns[f]) == 0 && e->element[2]->integer > worst) {
                 worst = e->element[2]->integer;
                 worst_fn = fns[f];
@@ -1048,6 +1048,15 @@ static bool slow_round(const char *label, int round, long long delay0)
     }
     freeReplyObject(slow);
     if (worst_fn == NULL) return false;
+    /* own_cpu_us >= 0: the most CPU Redis's main thread used for one of the
+     * calls. A call slow by the wall clock whose own work was small found no
+     * CPU on a loaded host: not slow by its work. */
+    if (own_cpu_us >= 0 && own_cpu_us < 10000) {
+        printf("test_ops: %s, round %d: a %s call took %lld us by the wall clock but used "
+               "%lld us of CPU: not slow by its own work\n", label, round, worst_fn, worst,
+               own_cpu_us);
+        return false;
+    }
     printf("test_ops: %s, round %d: a %s call took %lld us by the wall clock (Redis waited %lld "
            "us for a CPU in the round)%s\n", label, round, worst_fn, worst,
            now >= 0 ? now - delay0 : -1LL, round < SLOW_ROUNDS ? ": measured again" : "");
@@ -1057,6 +1066,167 @@ static bool slow_round(const char *label, int round, long long delay0)
                  "call for %lld us (SLOWLOG; want under 10 ms)", label, SLOW_ROUNDS, worst_fn,
                  worst);
     return true;
+}
+
+static bool slow_round(const char *label, int round, long long delay0)
+{
+    static const char *const fns[] = { RD_FUNCTION("replay_many"), RD_FUNCTION("claim") };
+    return slow_round_of(label, round, delay0, fns, sizeof fns / sizeof fns[0], -1);
+}
+
+enum { RULE_ERROR_BYTES = 1024 * 1024, RULE_FAILS = 10 };
+
+static const char *entry_field(const redisReply *entry, const char *field);
+
+/* CPU time Redis's main thread has used, in us (INFO cpu); it moves only
+ * while Redis works, not while it waits for a CPU. */
+static long long redis_main_cpu_us(void)
+{
+    redisReply *info = rcmd("INFO cpu");
+    double sys = -1, user = -1;
+    const char *at = strstr(info->str, "used_cpu_sys_main_thread:");
+    if (at) sys = strtod(at + strlen("used_cpu_sys_main_thread:"), NULL);
+    at = strstr(info->str, "used_cpu_user_main_thread:");
+    if (at) user = strtod(at + strlen("used_cpu_user_main_thread:"), NULL);
+    freeReplyObject(info);
+    if (sys < 0 || user < 0) fail_msg("INFO cpu has no used_cpu_*_main_thread");
+    return (long long)((sys + user) * 1e6);
+}
+
+/* 20 recovery rules, each an error_contains of 255 bytes that shares its
+ * first 254 with the error (the worst case of a plain substring search: every
+ * position matches for 254 bytes), and a 1 MiB error that none matches: a
+ * fail must hold Redis under 10 ms (rules look at the error's first 4 KiB,
+ * docs/dead-letters.md §2), measured by SLOWLOG as slow_round does; a call
+ * slow by the wall clock counts only if the calls also used 10 ms of Redis's
+ * CPU each (INFO cpu around the round's calls), so a loaded host that keeps Redis waiting for
+ * a CPU does not fail it, while 300 ms of substring search does. last_error
+ * keeps the first 64 KiB, a rule that matches inside the first 4 KiB still
+ * decides, and the death's event keeps the first 4 KiB. */
+static void test_fail_with_many_rules_and_huge_error(void **state)
+{
+    (void)state;
+    char q[64], edge[64];
+    queue_name(q, sizeof q, "rules-cost");
+    queue_name(edge, sizeof edge, "rules-edge");
+    char needle[256];
+    rd_buf_t body = RD_BUF_INIT;
+    rd_buf_puts(&body, "{\"dead_letter_rules\":[");
+    for (int i = 0; i < 20; i++) {
+        memset(needle, 'a', 254);
+        needle[254] = "0123456789ABCDEFGHIJ"[i];
+        needle[255] = '\0';
+        rd_buf_printf(&body, "%s{\"error_contains\":\"%s\",\"action\":\"dead\"}", i ? "," : "",
+                      needle);
+    }
+    rd_buf_puts(&body, "]}");
+    e2e_response_t r = { 0 };
+    for (int i = 0; i < 2; i++) {
+        http(&r, "PUT", qpath(i ? edge : q, "/policy"), body.data);
+        if (r.status != 200) fail_msg("PUT policy: %d %s", r.status, r.body);
+    }
+    resp_free(&r);
+    rd_buf_free(&body);
+
+    static char err[RULE_ERROR_BYTES + 1];   /* static: a failed assert leaks nothing */
+    memset(err, 'a', RULE_ERROR_BYTES);
+    err[RULE_ERROR_BYTES] = '\0';
+    char was[32];
+    redisReply *old = rcmd("CONFIG GET slowlog-log-slower-than");
+    snprintf(was, sizeof was, "%s", old->element[1]->str);
+    freeReplyObject(old);
+    freeReplyObject(rcmd("CONFIG SET slowlog-log-slower-than 10000"));
+    static const char *const fns[] = { RD_FUNCTION("fail") };
+    long long ids[100];
+    for (int round = 1;; round++) {
+        fcall_enqueue(q, RULE_FAILS, 10);
+        long long delay0 = slow_round_begin();
+        size_t n = fcall_claim(q, ids);   /* retries due again may come first */
+        assert_true(n >= 1);
+        long long cpu0 = redis_main_cpu_us();
+        for (size_t i = 0; i < n; i++) {
+            redisReply *x = rcmd("FCALL " RD_FUNCTION("fail") " 2 %s %s %lld %s %b 1 -1",
+                                 qkey(q, ""), qkey(q, e2e_fmt(":m:%lld", ids[i])), ids[i], "",
+                                 err, (size_t)RULE_ERROR_BYTES);
+            if (x->type == REDIS_REPLY_ERROR) fail_msg("FCALL fail: %s", x->str);
+            freeReplyObject(x);
+        }
+        /* Averaged over the round's calls: the kernel counts CPU time in ticks. */
+        long long own = (redis_main_cpu_us() - cpu0) / (long long)n;
+        printf("test_ops: fail, 20 rules, 1 MiB error, round %d: %zu calls, %lld us of Redis CPU "
+               "each\n", round, n, own);
+        if (!slow_round_of("fail, 20 rules, 1 MiB error", round, delay0, fns, 1, own)) break;
+    }
+    freeReplyObject(rcmd("CONFIG SET slowlog-log-slower-than %s", was));
+    /* None matched: each failure was scheduled again, its error kept up to 64 KiB. */
+    assert_int_equal(hget_int(qkey(q, ":stats"), "rule_0_dead"), 0);
+    http(&r, "GET", message_path(q, ids[0], NULL), NULL);
+    rd_json_t *m = e2e_expect_json(&r, 200);
+    assert_string_equal(e2e_jstr(m, "status"), "pending");
+    assert_int_equal(strlen(e2e_jstr(m, "last_error")), 65536);   /* README: at most 64 KiB */
+    resp_free(&r);
+    /* Rule 0's needle ending at byte 4096 matches; ending at byte 4097 it is
+     * past what rules look at. */
+    for (int past = 0; past <= 1; past++) {
+        memset(err, 'a', RULE_ERROR_BYTES);
+        err[4095 + past] = '0';
+        fcall_enqueue(edge, 1, 10);
+        assert_int_equal(fcall_claim(edge, ids), 1);
+        freeReplyObject(rcmd("FCALL " RD_FUNCTION("fail") " 2 %s %s %lld %s %b 1 -1",
+                             qkey(edge, ""), qkey(edge, e2e_fmt(":m:%lld", ids[0])), ids[0], "",
+                             err, (size_t)RULE_ERROR_BYTES));
+        expect_status(edge, ids[0], past ? "pending" : "dead");
+        assert_int_equal(hget_int(qkey(edge, ":stats"), "rule_0_dead"), 1);
+    }
+    /* The death's event keeps the error's first 4 KiB, as much as an alert
+     * carries (the message keeps all of it). */
+    redisReply *ev = rcmd("XREVRANGE %s + - COUNT 1", qkey(edge, ":events"));
+    assert_int_equal(ev->elements, 1);
+    assert_string_equal(entry_field(ev->element[0], "event"), "dead");
+    assert_int_equal(strlen(entry_field(ev->element[0], "error")), 4096);
+    freeReplyObject(ev);
+}
+
+/* Bytes Redis has read from its clients (INFO stats). */
+static long long redis_net_input_bytes(void)
+{
+    redisReply *info = rcmd("INFO stats");
+    const char *at = strstr(info->str, "total_net_input_bytes:");
+    long long n = at ? strtoll(at + strlen("total_net_input_bytes:"), NULL, 10) : -1;
+    freeReplyObject(info);
+    if (n < 0) fail_msg("INFO stats has no total_net_input_bytes");
+    return n;
+}
+
+/* A fail's error past 64 KiB is cut (README "A message"): before a
+ * UTF-8 sequence, and by the daemon before it is sent, so Redis never reads
+ * the rest of a 1 MB error. */
+static void test_long_error_kept_to_64_kib(void **state)
+{
+    (void)state;
+    enum { ERR = 1000000, KEEP = 65536 };
+    char q[64];
+    queue_name(q, sizeof q, "long-error");
+    static char body[ERR + 64];
+    int n = snprintf(body, sizeof body, "{\"error\":\"");
+    memset(body + n, 'a', KEEP - 1);               /* bytes 0..65534 */
+    memcpy(body + n + KEEP - 1, "\xc3\xa9", 2);    /* "é" across byte 65536 */
+    memset(body + n + KEEP + 1, 'b', ERR - KEEP - 1);
+    snprintf(body + n + ERR, sizeof body - n - ERR, "\"}");
+    long long id = enqueue_max(q, 3);
+    claim_one(q, id, NULL, 0);
+    long long in0 = redis_net_input_bytes();
+    settle(q, id, "fail", body, "pending");
+    long long read = redis_net_input_bytes() - in0;
+    printf("test_ops: a fail with a %d-byte error made Redis read %lld bytes\n", ERR, read);
+    if (read > 4 * KEEP) fail_msg("Redis read %lld bytes for the fail, want at most %d", read,
+                                  4 * KEEP);
+    e2e_response_t r = { 0 };
+    http(&r, "GET", message_path(q, id, NULL), NULL);
+    const char *e = e2e_jstr(e2e_expect_json(&r, 200), "last_error");
+    assert_int_equal(strlen(e), KEEP - 1);
+    assert_int_equal(strspn(e, "a"), KEEP - 1);
+    resp_free(&r);
 }
 
 static void test_bulk_replay_and_claim_latency(void **state)
@@ -1490,6 +1660,116 @@ static void test_metrics_endpoint(void **state)
 /* ------------------------------------------------------------------------ */
 
 /* The value of field in one XRANGE entry's field list, or NULL. */
+enum { SNAP_QUEUES = 20, SNAP_SCRAPES = 8, SNAP_MAX_AGE_MS = 5000 };
+
+/* The stats calls Redis ran for queues of prefix since the SLOWLOG was reset
+ * with slowlog-log-slower-than 0 (every command logged). */
+static long long stats_calls_logged(const char *prefix)
+{
+    redisReply *slow = rcmd("SLOWLOG GET -1");
+    const char *want = e2e_fmt("%s:{", prefix);
+    long long n = 0;
+    for (size_t i = 0; i < slow->elements; i++) {
+        const redisReply *args = slow->element[i]->element[3];
+        if (args->elements >= 4 && strcmp(args->element[1]->str, RD_FUNCTION("stats")) == 0 &&
+            strncmp(args->element[3]->str, want, strlen(want)) == 0)
+            n++;
+    }
+    freeReplyObject(slow);
+    return n;
+}
+
+/* The ready count of queue q and the snapshot's age in one /metrics text. */
+static long long scraped_ready(const char *text, const char *q, double *age_s)
+{
+    *age_s = metric_or_fail(text, "retryd_queue_metrics_age_seconds", NULL, NULL, NULL);
+    if (*age_s < 0 || *age_s > SNAP_MAX_AGE_MS / 1000.0 + 0.5)
+        fail_msg("retryd_queue_metrics_age_seconds is %g, want 0-5", *age_s);
+    return (long long)metric_or_fail(text, "retryd_queue_messages", q, "state", "ready");
+}
+
+/* /metrics serves the per-queue series from one snapshot shared by every
+ * scrape (docs/design.md "Listing"): SNAP_SCRAPES scrapes sent at once, and more
+ * after them, cost one fan-out (one stats call per queue), not one each;
+ * the snapshot is at most 5 s old, so a change shows within about 5 s. */
+static void test_metrics_scrapes_share_one_snapshot(void **state)
+{
+    (void)state;
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "opssnap%ld", (long)getpid());
+    if (start_daemon(&g_side, prefix, NULL) != 0) fail_msg("snapshot daemon did not start");
+    e2e_response_t r = { 0 };
+    for (int i = 0; i < SNAP_QUEUES; i++) {
+        http_to(g_side.port, &r, "POST", e2e_fmt("/queues/snap-%d/messages", i),
+                "{\"payload\":\"x\"}");
+        assert_int_equal(r.status, 201);
+    }
+    char was_slower[32], was_len[32];
+    redisReply *old = rcmd("CONFIG GET slowlog-log-slower-than");
+    snprintf(was_slower, sizeof was_slower, "%s", old->element[1]->str);
+    freeReplyObject(old);
+    old = rcmd("CONFIG GET slowlog-max-len");
+    snprintf(was_len, sizeof was_len, "%s", old->element[1]->str);
+    freeReplyObject(old);
+    freeReplyObject(rcmd("CONFIG SET slowlog-max-len 100000"));
+    freeReplyObject(rcmd("CONFIG SET slowlog-log-slower-than 0"));
+    freeReplyObject(rcmd("SLOWLOG RESET"));
+
+    long long t0 = e2e_mono_ms();
+    static e2e_conn_t conns[SNAP_SCRAPES];
+    for (int i = 0; i < SNAP_SCRAPES; i++) {
+        assert_int_equal(e2e_conn_open(&conns[i], g_side.port), 0);
+        assert_int_equal(e2e_send_request(&conns[i], "GET", "/metrics", NULL, NULL, 0), 0);
+    }
+    double age;
+    for (int i = 0; i < SNAP_SCRAPES; i++) {
+        e2e_response_t m = { 0 };
+        assert_int_equal(e2e_read_response(&conns[i], &m), 0);
+        assert_int_equal(m.status, 200);
+        for (int q = 0; q < SNAP_QUEUES; q++)
+            assert_int_equal(scraped_ready(m.body, e2e_fmt("snap-%d", q), &age), 1);
+        e2e_response_free(&m);
+        e2e_conn_close(&conns[i]);
+    }
+    int more = 0;
+    while (more < 4 && e2e_mono_ms() - t0 < SNAP_MAX_AGE_MS - 1000) {
+        http_to(g_side.port, &r, "GET", "/metrics", NULL);
+        assert_int_equal(r.status, 200);
+        assert_int_equal(scraped_ready(r.body, "snap-0", &age), 1);
+        more++;
+    }
+    long long calls = stats_calls_logged(prefix);
+    bool in_time = e2e_mono_ms() - t0 < SNAP_MAX_AGE_MS;
+    freeReplyObject(rcmd("CONFIG SET slowlog-log-slower-than %s", was_slower));
+    freeReplyObject(rcmd("CONFIG SET slowlog-max-len %s", was_len));
+    freeReplyObject(rcmd("SLOWLOG RESET"));
+    printf("test_ops: %d concurrent and %d later /metrics scrapes of %d queues made %lld stats "
+           "calls\n", SNAP_SCRAPES, more, SNAP_QUEUES, calls);
+    if (in_time && calls != SNAP_QUEUES)
+        fail_msg("%d + %d scrapes within 5 s made %lld stats calls, want %d (one fan-out)",
+                 SNAP_SCRAPES, more, calls, SNAP_QUEUES);
+
+    /* A change shows once the snapshot is read again: within 5 s (and a
+     * scrape's time). */
+    http_to(g_side.port, &r, "POST", "/queues/snap-0/messages", "{\"payload\":\"y\"}");
+    assert_int_equal(r.status, 201);
+    long long t1 = e2e_mono_ms(), seen;
+    for (;;) {
+        http_to(g_side.port, &r, "GET", "/metrics", NULL);
+        assert_int_equal(r.status, 200);
+        seen = scraped_ready(r.body, "snap-0", &age);
+        if (seen == 2) break;
+        if (e2e_mono_ms() - t1 > SNAP_MAX_AGE_MS + 2000)
+            fail_msg("/metrics still shows %lld ready in snap-0 %d ms after the enqueue", seen,
+                     SNAP_MAX_AGE_MS + 2000);
+        e2e_pause_ms(100);
+    }
+    printf("test_ops: an enqueue showed in /metrics %lld ms later (snapshot at most 5 s old)\n",
+           e2e_mono_ms() - t1);
+    resp_free(&r);
+    e2e_daemon_stop(&g_side, SIGTERM, E2E_STOP_TIMEOUT_MS);
+}
+
 static const char *entry_field(const redisReply *entry, const char *field)
 {
     const redisReply *fields = entry->element[1];
@@ -1722,7 +2002,10 @@ int main(void)
         T(test_stats_after_mixed_workload),
         T(test_top_errors_exact_long_string),
         T(test_top_errors_valid_utf8),
+        T(test_fail_with_many_rules_and_huge_error),
+        T(test_long_error_kept_to_64_kib),
         T(test_metrics_endpoint),
+        T(test_metrics_scrapes_share_one_snapshot),
         T(test_events_dead_then_replayed),
         T(test_retention),
         T(test_queues_lists_every_queue),

@@ -29,6 +29,9 @@
 #define RD_TEXT_FILTER_MAX 1000           /* bytes of a batch replay's error_contains */
 #define RD_LIST_FILTER_MAX 255            /* bytes of a listing's error_contains */
 #define RD_KILL_REASON_MAX 1000           /* bytes of a kill's reason */
+#define RD_LAST_ERROR_MAX 65536           /* bytes of a failure's error kept as last_error
+                                             (longer: cut before a UTF-8 sequence; the
+                                             library cuts the same way) */
 #define RD_STATS_TOP_DEFAULT 10           /* top errors of GET /queues/{q}/stats */
 #define RD_STATS_TOP_MAX 100
 

@@ -32,6 +32,10 @@ extern const long long rd_delay_bucket_bounds[RD_DELAY_BUCKETS];
  * first by name), so a scrape reads a bounded number of stats. */
 enum { RD_METRICS_MAX_QUEUES = 1000 };
 
+/* GET /metrics serves the per-queue series from one snapshot that all
+ * scrapes share, read again when older than this (docs/design.md "Listing"). */
+enum { RD_METRICS_SNAPSHOT_MS = 5000 };
+
 /* One queue's numbers, copied out of a `stats` reply. */
 typedef struct rd_queue_metrics {
     char *name;                 /* owned */
@@ -63,5 +67,8 @@ void rd_metrics_render(rd_buf_t *out, const rd_queue_metrics_t *qs, size_t n,
  * of them the per-queue series leave out (RD_METRICS_MAX_QUEUES, or stats
  * that could not be read). */
 void rd_metrics_render_registry(rd_buf_t *out, long long registered, long long omitted);
+
+/* Appends the age of the snapshot the per-queue series come from, in seconds. */
+void rd_metrics_render_snapshot_age(rd_buf_t *out, long long age_ms);
 
 #endif

@@ -326,17 +326,30 @@ typedef struct rd_store_queues {
     size_t count;
     long long total;          /* how many queues are registered */
     rd_str_t next_cursor;     /* len 0 at the end */
+    long long age_ms;         /* rd_store_queues_snapshot: how old the numbers are; else 0 */
 } rd_store_queues_t;
 typedef void (*rd_store_queues_cb)(const rd_store_queues_t *res, void *arg);
 enum { RD_STORE_FANOUT_IN_FLIGHT = 16 };
 
-/* rd_store_queues_page, then each of its queues' stats with at most
- * RD_STORE_FANOUT_IN_FLIGHT calls in flight; the callback runs once the last
+/* rd_store_queues_page, then each of its queues' stats; at most
+ * RD_STORE_FANOUT_IN_FLIGHT stats calls are in flight for all fan-outs of st
+ * together (each fan-out sends one in turn); the callback runs once the last
  * returned. A queue whose stats show none of its keys is handed to the timer
  * at once (rd_store_schedule with 0), which removes it from the registry
  * (docs/design.md "Leaving the registry"). */
 int rd_store_queues_stats(rd_store_t *st, const char *cursor, size_t cursor_len, int limit,
                           rd_store_queues_cb cb, void *arg);
+
+/* The first RD_METRICS_MAX_QUEUES queues' numbers (GET /metrics) from one
+ * snapshot that st shares among its callers: answered from it while it is at
+ * most max_age_ms old (res->age_ms says how old), else after one new
+ * fan-out (rd_store_queues_stats) that every caller arriving meanwhile waits
+ * for, so concurrent scrapes cause one fan-out, not one each. Returns -1
+ * (cb never called) when that fan-out cannot start; else cb runs exactly
+ * once, from the loop; res is valid only inside cb. A failed refresh answers
+ * its waiters with the failure and keeps the old snapshot. */
+int rd_store_queues_snapshot(rd_store_t *st, long long max_age_ms, rd_store_queues_cb cb,
+                             void *arg);
 
 /* ---- the timer schedule (promoter.c) ---- */
 
