@@ -579,9 +579,12 @@ rd_req_result_t rd_request_list(const char *query, size_t query_len, rd_list_req
     }
     n = rd_query_get(query, query_len, "error_contains", out->error_contains,
                      sizeof out->error_contains);
-    if (n == -2) {
+    /* Text, as every string the API takes (README "Text is UTF-8"). */
+    if (n == -2 || (n >= 0 && !rd_utf8_valid(out->error_contains, (size_t)n))) {
         rd_field_errors_add(errs, "error_contains", "invalid",
-                            "error_contains must be at most " RD_LIMIT_STR(RD_LIST_FILTER_MAX) " bytes of text.");
+                            "error_contains must be at most " RD_LIMIT_STR(RD_LIST_FILTER_MAX)
+                            " bytes of UTF-8 text once percent-decoded (each % followed by two "
+                            "hex digits, %XX, and no %00).");
         out->error_contains[0] = '\0';
     }
     out->since_ms = out->until_ms = -1;

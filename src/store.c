@@ -65,6 +65,24 @@ typedef struct lost_release {
     lost_claim_t claims[LOST_PER_CALL];
 } lost_release_t;
 
+/* A hand-back (`release` of what was claimed for a client that is gone,
+ * rd_store_hand_back) whose call ended without an answer, or could not be
+ * sent: sent again by rd_store_flush_owed until Redis answers it. `release`
+ * only takes a message still under the lease it names, so sending it again
+ * after one that ran changes nothing. At most HAND_BACK_MAX wait; past that
+ * the oldest is dropped (its leases expire instead). */
+enum { HAND_BACK_MAX = 1024 };
+
+typedef struct hand_back {
+    struct hand_back *next;
+    rd_store_t *st;
+    char *queue;                /* owned */
+    size_t len, n;
+    long long ids[RD_CLAIM_COUNT_MAX];
+    char *tokens[RD_CLAIM_COUNT_MAX];   /* owned */
+    size_t token_lens[RD_CLAIM_COUNT_MAX];
+} hand_back_t;
+
 struct rd_store {
     uv_loop_t *loop;
     rd_backend_t *redis;
@@ -91,6 +109,8 @@ struct rd_store {
     size_t fanout_in_flight;
     bool fanout_pumping;
     struct snapshot *snapshot;  /* the /metrics snapshot, NULL until first asked */
+    hand_back_t *hand_backs, *hand_backs_tail;  /* failed hand-backs, oldest first */
+    size_t nhand_backs;
 };
 
 /* The shape of a reply, and so which result type and callback it has. */
@@ -178,6 +198,13 @@ typedef struct op {
     char nonce[NONCE_MAX];      /* a claim's nonce ("" for none): lost answer -> lose_claim */
 } op_t;
 
+static void hand_back_free(hand_back_t *h)
+{
+    for (size_t i = 0; i < h->n; i++) rd_free(h->tokens[i]);
+    rd_free(h->queue);
+    rd_free(h);
+}
+
 rd_store_t *rd_store_new(uv_loop_t *loop, rd_backend_t *redis, const char *prefix)
 {
     rd_store_t *st = rd_calloc(1, sizeof *st);
@@ -209,6 +236,11 @@ void rd_store_free(rd_store_t *st)
     rd_free(st->owed);
     for (size_t i = 0; i < st->nlost; i++) rd_free(st->lost[i].queue);
     rd_free(st->lost);
+    while (st->hand_backs) {
+        hand_back_t *h = st->hand_backs;
+        st->hand_backs = h->next;
+        hand_back_free(h);
+    }
     rd_buf_free(&st->registry_key);
     rd_free(st->prefix);
     rd_free(st);
@@ -737,6 +769,7 @@ static void deliver(const op_t *op, const result_t *res)
 static void send_register(rd_store_t *st, const char *name, size_t len, long long in_ms);
 static void series_nudge(rd_store_t *st, const op_t *op, bool hinted);
 static void lose_claim(rd_store_t *st, const char *queue, size_t len, const char *nonce);
+static void flush_hand_backs(rd_store_t *st);
 static void owe(rd_store_t *st, const char *name, size_t len, long long in_ms, uint64_t from_ms);
 
 /* "integer 7", "array of 0", "string \"ok\"": what came, for the log. */
@@ -1208,6 +1241,7 @@ static void flush_lost(rd_store_t *st)
 void rd_store_flush_owed(rd_store_t *st)
 {
     flush_lost(st);
+    flush_hand_backs(st);
     if (st->nowed == 0 || !rd_backend_ready(st->redis)) return;
     owed_t *list = st->owed;
     size_t n = st->nowed;
@@ -1413,21 +1447,94 @@ int rd_store_release(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_mess
     return rc;
 }
 
+static void send_hand_back(rd_store_t *st, hand_back_t *h);
+
+/* Keeps a hand-back that Redis did not answer for rd_store_flush_owed. */
+static void keep_hand_back(rd_store_t *st, hand_back_t *h)
+{
+    if (st->nhand_backs == HAND_BACK_MAX) {
+        hand_back_t *old = st->hand_backs;
+        rd_warn("store: more than %d hand-backs of departed clients' messages wait for Redis; "
+                "the oldest (queue \"%.*s\") is dropped: its leases will expire instead",
+                HAND_BACK_MAX, (int)old->len, old->queue);
+        st->hand_backs = old->next;
+        if (st->hand_backs == NULL) st->hand_backs_tail = NULL;
+        st->nhand_backs--;
+        hand_back_free(old);
+    }
+    h->next = NULL;
+    if (st->hand_backs_tail) st->hand_backs_tail->next = h;
+    else st->hand_backs = h;
+    st->hand_backs_tail = h;
+    st->nhand_backs++;
+}
+
 static void on_handed_back(const rd_store_released_t *res, void *arg)
 {
-    (void)arg;
-    if (res->head.status != RD_STORE_OK)
-        rd_warn("store: handing back messages of a departed client failed; their leases "
-                "will expire instead");
+    hand_back_t *h = arg;
+    if (res->head.status == RD_STORE_OK || res->head.status == RD_STORE_ERROR) {
+        /* Done, or Redis refused it: asking again would not help. */
+        if (res->head.status == RD_STORE_ERROR)
+            rd_warn("store: handing back messages of a departed client in queue \"%.*s\" "
+                    "failed (%.*s); their leases will expire instead", (int)h->len, h->queue,
+                    (int)res->head.detail.len, res->head.detail.ptr ? res->head.detail.ptr : "");
+        hand_back_free(h);
+        return;
+    }
+    /* No answer (the link dropped, or the call was not sent after all): sent
+     * again once the link is back (docs/durability.md "A claim whose answer
+     * is lost"). */
+    rd_warn("store: handing back messages of a departed client in queue \"%.*s\" got no "
+            "answer; sending it again when Redis answers", (int)h->len, h->queue);
+    keep_hand_back(h->st, h);
+}
+
+static void send_hand_back(rd_store_t *st, hand_back_t *h)
+{
+    call_t *c = rd_malloc(sizeof *c);
+    rd_store_queue_t q = { h->queue, h->len };
+    begin_fcall(c, st, "release", q, 0);
+    for (size_t i = 0; i < h->n; i++) {
+        arg_int(c, h->ids[i]);
+        arg_bytes(c, h->tokens[i], h->token_lens[i]);
+    }
+    int rc = send_call(st, c, KIND_RELEASED, (callback_t){ .released = on_handed_back }, h);
+    rd_free(c);
+    if (rc != 0) keep_hand_back(st, h);
 }
 
 void rd_store_hand_back(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_message_t *msgs)
 {
     for (size_t from = 0; from < n; from += RD_CLAIM_COUNT_MAX) {
         size_t batch = n - from < RD_CLAIM_COUNT_MAX ? n - from : RD_CLAIM_COUNT_MAX;
-        if (rd_store_release(st, q, batch, msgs + from, on_handed_back, NULL) != 0)
-            rd_warn("store: cannot hand back messages of a departed client now; their leases "
-                    "will expire instead");
+        hand_back_t *h = rd_calloc(1, sizeof *h);
+        h->st = st;
+        h->queue = rd_strndup(q.name, q.len);
+        h->len = q.len;
+        h->n = batch;
+        for (size_t i = 0; i < batch; i++) {
+            const rd_message_t *m = &msgs[from + i];
+            h->ids[i] = m->id;
+            h->tokens[i] = rd_strndup(m->lease_token.ptr ? m->lease_token.ptr : "",
+                                      m->lease_token.len);
+            h->token_lens[i] = m->lease_token.len;
+        }
+        send_hand_back(st, h);
+    }
+}
+
+/* Sends the hand-backs kept by keep_hand_back again, oldest first. */
+static void flush_hand_backs(rd_store_t *st)
+{
+    size_t n = st->nhand_backs;
+    while (n-- > 0 && st->hand_backs && rd_backend_ready(st->redis)) {
+        hand_back_t *h = st->hand_backs;
+        st->hand_backs = h->next;
+        if (st->hand_backs == NULL) st->hand_backs_tail = NULL;
+        st->nhand_backs--;
+        size_t before = st->nhand_backs;
+        send_hand_back(st, h);
+        if (st->nhand_backs > before) break;   /* not sent: kept again; next round */
     }
 }
 

@@ -3120,6 +3120,131 @@ static void test_claim_whose_client_resets_is_handed_back(void **state)
     stop_retryd(&g_dmn[0]);
 }
 
+/* Whether every byte to and from the Redis at redis_port (loopback) has been
+ * read: no socket of Redis's has anything unread, and no socket to it has
+ * anything left to send. */
+static bool redis_sockets_drained(int redis_port)
+{
+    FILE *f = fopen("/proc/net/tcp", "r");
+    if (f == NULL) return false;
+    char line[512], port_hex[16];
+    snprintf(port_hex, sizeof port_hex, ":%04X", redis_port);
+    bool drained = true;
+    while (fgets(line, sizeof line, f)) {
+        char l[64], r[64];
+        unsigned long tx, rx;
+        if (sscanf(line, " %*d: %63s %63s %*x %lx:%lx", l, r, &tx, &rx) != 4) continue;
+        size_t ll = strlen(l), rl = strlen(r);
+        bool ours = ll > 5 && strcmp(l + ll - 5, port_hex) == 0;
+        bool to_us = rl > 5 && strcmp(r + rl - 5, port_hex) == 0;
+        if ((ours && rx != 0) || (to_us && tx != 0)) drained = false;
+    }
+    fclose(f);
+    return drained;
+}
+
+/* A claim whose client reset is handed back with `release`. When that call's
+ * answer was lost too (Redis held it past --redis-timeout-ms and the link
+ * dropped), the message stayed processing under a lease nobody holds: a
+ * failure at its expiry, dead with max_retries 1, never seen by a worker.
+ * The hand-back is sent again once the link is back (release only takes a
+ * message still under the lease it names, so a second one changes nothing
+ * after a first that ran). */
+static void test_lost_hand_back_is_sent_again(void **state)
+{
+    (void)state;
+    static const char *const extra[] = { "--appendonly", "no", NULL };
+    assert_int_equal(fx_redis_start(&g_srv, extra), 0);
+    g_admin = fx_redis_connect(g_srv.port, NULL, NULL);
+    assert_non_null(g_admin);
+    redisContext *second = fx_redis_connect(g_srv.port, NULL, NULL);
+    assert_non_null(second);
+    assert_int_equal(redisSetTimeout(second, (struct timeval){ 20, 0 }), REDIS_OK);
+    const char *prefix = "lostback";
+    assert_int_equal(start_retryd(&g_dmn[0], "lostback.log", e2e_redis_url(g_srv.port), prefix,
+                                  true, "--redis-timeout-ms", "3000", "--log-level", "debug", NULL), 0);
+    int port = g_dmn[0].port;
+    e2e_response_t r = { 0 };
+    http(port, &r, "POST", "/queues/lb/messages", "{\"payload\":\"keep me\",\"max_retries\":1}");
+    e2e_expect_json(&r, 201);
+    e2e_conn_close(&g_conn);
+
+    /* Redis holds every command for FIRST_PAUSE_MS (CLIENT PAUSE ALL); meanwhile the
+     * claim reaches it and its client resets. */
+    enum { FIRST_PAUSE_MS = 1500, SECOND_PAUSE_MS = 6000 };
+    redisReply *x = e2e_rcmd(g_admin, "CLIENT PAUSE %d ALL", FIRST_PAUSE_MS);
+    long long paused_at = e2e_mono_ms();
+    freeReplyObject(x);
+    e2e_conn_t c;
+    assert_int_equal(e2e_conn_open(&c, port), 0);
+    const char *body = "{\"lease_seconds\":60}";
+    assert_int_equal(e2e_send_request(&c, "POST", "/queues/lb/claim", NULL, body, strlen(body)), 0);
+    int client_port = local_port_of(c.fd);
+    long long deadline = paused_at + FIRST_PAUSE_MS;
+    while (server_unread_bytes(port, client_port) != 0) {
+        if (e2e_mono_ms() > deadline) fail_msg("the daemon never read the claim");
+        e2e_pause_ms(5);
+    }
+    struct linger lg = { 1, 0 };
+    assert_int_equal(setsockopt(c.fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
+    e2e_conn_close(&c);   /* RST */
+    char log[PATH_MAX];
+    SET(log, tmp_path("lostback.log"));
+    for (;;) {
+        char *text = fx_read_file(log);
+        bool seen = text && strstr(text, "http: read failed") != NULL;
+        free(text);
+        if (seen) break;
+        if (e2e_mono_ms() > deadline) fail_msg("the daemon never saw the reset");
+        e2e_pause_ms(5);
+    }
+    /* Redis has read the claim: a second pause sent now is held behind it
+     * and starts right after the claim runs, so the release that hands the
+     * message back waits SECOND_PAUSE_MS, past the daemon's timeout. */
+    while (!redis_sockets_drained(g_srv.port)) {
+        if (e2e_mono_ms() > deadline) fail_msg("Redis did not read the claim");
+        e2e_pause_ms(5);
+    }
+    assert_int_equal(redisAppendCommand(second, "CLIENT PAUSE %d ALL", SECOND_PAUSE_MS), REDIS_OK);
+    int done = 0;
+    while (!done) assert_int_equal(redisBufferWrite(second, &done), REDIS_OK);
+    if (e2e_mono_ms() >= deadline) fail_msg("the second pause was sent after the first ended");
+    void *reply = NULL;
+    assert_int_equal(redisGetReply(second, &reply), REDIS_OK);   /* the claim has run */
+    freeReplyObject(reply);
+    /* Every client waits out the second pause; this PING is answered when it
+     * ends (the daemon's link dropped meanwhile). */
+    reply = redisCommand(second, "PING");
+    assert_non_null(reply);
+    freeReplyObject(reply);
+    redisFree(second);
+    assert_int_equal(rq_int(g_admin, "HGET %s:{lb}:stats claimed", prefix), 1);
+
+    /* Once the link is back the message is pending again: released, not
+     * failed, long before its 60 s lease. */
+    deadline = e2e_mono_ms() + RECOVERY_BOUND_MS;
+    while (rq_int(g_admin, "HGET %s:{lb}:stats released", prefix) != 1) {
+        if (e2e_mono_ms() > deadline)
+            fail_msg("the message leased for a client that reset, whose hand-back was lost, is "
+                     "not handed back (processing: %lld)",
+                     rq_int(g_admin, "ZCARD %s:{lb}:3:processing", prefix));
+        e2e_pause_ms(20);
+    }
+    char *text = fx_read_file(log);
+    bool dropped = text && strstr(text, "down, reconnecting") != NULL;
+    free(text);
+    if (!dropped) fail_msg("the link never dropped: the hand-back was not lost");
+    assert_int_equal(rq_int(g_admin, "HGET %s:{lb}:stats failed", prefix), 0);
+    expect_untouched_pending(port, "lb", 1);
+    http(port, &r, "POST", "/queues/lb/claim", NULL);
+    rd_json_t *m = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(m, "id"), 1);
+    assert_int_equal(e2e_jint(m, "retry_count"), 0);
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    stop_retryd(&g_dmn[0]);
+}
+
 /* A batch replay whose Redis hangs part way (the call in flight is dropped
  * at --redis-timeout-ms) answers a 503 whose detail says how many dead
  * letters it did replay, never "nothing was done" or no count at all. */
@@ -3666,6 +3791,7 @@ int main(void)
         T(test_half_closed_clients_get_their_answers),
         T(test_pipelined_long_polls_after_half_close),
         T(test_claim_whose_client_resets_is_handed_back),
+        T(test_lost_hand_back_is_sent_again),
         T(test_settle_claim_whose_client_resets_is_handed_back),
         T(test_replay_all_stopped_part_way_says_how_many),
         T(test_redrive_cut_and_repeated_moves_each_letter_once),

@@ -1380,6 +1380,46 @@ static void test_query_get_limit_is_on_decoded_value(void **state)
     assert_memory_equal(qr.cursor, "\xC3\xA9\xC3\xA9", 4);
 }
 
+/* GET /queues/{q}/messages?error_contains= is text like every string the
+ * API accepts (README "Text is UTF-8"): invalid UTF-8 once percent-decoded
+ * (%FF, the overlong NUL %C0%80, a lone surrogate %ED%A0%80) is 422 on the
+ * field, as the replay body's error_contains is, not a filter that quietly
+ * matches nothing; and a value that cannot be decoded says why. */
+static void test_list_error_contains_is_utf8_text(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {
+        "error_contains=%FF", "error_contains=%C0%80", "error_contains=%ED%A0%80",
+        "error_contains=disk%E9full",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        rd_list_req_t l;
+        rd_field_errors_t errs = { .count = 0 };
+        if (rd_request_list(bad[i], strlen(bad[i]), &l, &errs) != RD_REQ_INVALID)
+            fail_msg("%s was taken", bad[i]);
+        assert_one_error(&errs, "error_contains", "invalid");
+        assert_non_null(strstr(errs.items[0].message, "UTF-8"));
+        assert_string_equal(l.error_contains, "");
+    }
+    /* Not decodable: the message names the rule that was broken. */
+    static const char *const undecodable[] = { "error_contains=%4", "error_contains=%zz",
+                                               "error_contains=a%00b" };
+    for (size_t i = 0; i < sizeof undecodable / sizeof undecodable[0]; i++) {
+        rd_list_req_t l;
+        rd_field_errors_t errs = { .count = 0 };
+        assert_int_equal(rd_request_list(undecodable[i], strlen(undecodable[i]), &l, &errs),
+                         RD_REQ_INVALID);
+        assert_one_error(&errs, "error_contains", "invalid");
+        assert_non_null(strstr(errs.items[0].message, "%XX"));
+    }
+    /* Valid UTF-8 still filters. */
+    rd_list_req_t l;
+    rd_field_errors_t errs = { .count = 0 };
+    const char *good = "error_contains=disk%C3%A9";
+    assert_int_equal(rd_request_list(good, strlen(good), &l, &errs), RD_REQ_OK);
+    assert_string_equal(l.error_contains, "disk\xC3\xA9");
+}
+
 static void test_query_get_length_honoured(void **state)
 {
     char out[16];
@@ -1797,6 +1837,7 @@ int main(void)
         cmocka_unit_test(test_query_get_too_long),
         cmocka_unit_test(test_query_get_length_honoured),
         cmocka_unit_test(test_query_get_limit_is_on_decoded_value),
+        cmocka_unit_test(test_list_error_contains_is_utf8_text),
         cmocka_unit_test(test_series_query),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -261,8 +261,10 @@ int rd_store_release(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_mess
 /* rd_store_release for messages claimed for a client that is gone (a
  * departed long-poll, a claim whose answer could not be delivered), with no
  * one to answer: only each message's id and lease_token are read, and only
- * during the call. When Redis cannot take it, logs a warning; the leases then
- * expire instead. */
+ * during the call. A call that gets no answer (the link dropped, or it could
+ * not be sent) is kept and sent again by rd_store_flush_owed until Redis
+ * answers it (at most 1,024 kept; docs/durability.md); one that Redis answers
+ * with an error is logged, and those leases expire instead. */
 void rd_store_hand_back(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_message_t *msgs);
 /* 50 letters a call: a replay rewrites the record, moves the id and counts
  * and records the event, about 90 µs per letter (test_ops
