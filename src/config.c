@@ -327,7 +327,8 @@ static const struct flag {
       "require 'Authorization: Bearer <token>' on every route\n"
       "but the public /healthz, /openapi.json, /ui and /ui/*\n"
       "(no data); the token is the file's first line\n"
-      "(a request without it gets 401 before its body is read)", NULL,
+      "(a request without it gets 401 before its body is read;\n"
+      "a body needs it on the public routes too)", NULL,
       set_auth_token_file, false },
     { "alert-url", "URL",
       "POST one JSON event per death to this http(s) URL;\n"

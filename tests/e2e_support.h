@@ -945,7 +945,7 @@ static inline void e2e_http_on(e2e_conn_t *c, int port, e2e_response_t *r, const
                                size_t body_len)
 {
     e2e_response_free(r);
-    if (c->fd >= 0 && c->port != port) e2e_conn_close(c);
+    if (c->port != port || c->fd < 0) e2e_conn_close(c);  /* frees what a closed one read */
     if (c->fd < 0 && e2e_conn_open(c, port) != 0)
         fail_msg("connect to 127.0.0.1:%d: %s", port, strerror(errno));
     if (e2e_request(c, method, path, extra, body, body_len, r) != 0) {

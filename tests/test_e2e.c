@@ -3892,6 +3892,55 @@ static void test_unauthorized_body_is_refused_unread(void **state)
     assert_int_equal(e2e_daemon_stop(&g_side, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
 }
 
+/* The public routes (/healthz, /openapi.json, /ui) take no body: without
+ * the token a request with one is refused at its headers like any other, so
+ * that GETs of /healthz with 1 MiB bodies cannot fill
+ * --max-pending-body-bytes and make every authorised body get 503. */
+static void test_public_route_body_needs_token(void **state)
+{
+    (void)state;
+    char prefix[80];
+    snprintf(prefix, sizeof prefix, "%s-pubbody", g_prefix);
+    const char *file = write_token_file("s3cret-pubbody-token");
+    assert_int_equal(start_daemon(&g_side, g_redis_port, prefix, false, "--auth-token-file", file,
+                                  "--max-pending-body-bytes", "3000000", NULL), 0);
+    unlink(file);
+    static const char *paths[] = { "/healthz", "/openapi.json", "/ui/", "/healthz" };
+    enum { N = 4 };
+    int fds[N];
+    static char buf[65536];
+    for (int i = 0; i < N; i++) {
+        fds[i] = raw_connect(g_side.port, 3000, 0);
+        const char *head = e2e_fmt("GET %s HTTP/1.1\r\nHost: t\r\nContent-Length: 1048576\r\n%s\r\n",
+                                   paths[i], i == 3 ? "Expect: 100-continue\r\n" : "");
+        assert_int_equal(e2e_send_all(fds[i], head, strlen(head)), 0);
+        memset(buf, 'a', 4096);
+        if (i != 3) assert_int_equal(e2e_send_all(fds[i], buf, 4096), 0);
+    }
+    for (int i = 0; i < N; i++) {
+        int status = raw_response(fds[i], buf, sizeof buf);
+        if (status != 401)
+            fail_msg("GET %s with a body and no token: expected 401 at the headers, got %d: %.200s",
+                     paths[i], status, status < 0 ? "(nothing in 3 s)" : buf);
+        assert_non_null(strstr(buf, "/problems/unauthorized"));
+        expect_closed(fds[i]);
+        close(fds[i]);
+    }
+    const char *tok = "s3cret-pubbody-token";
+    assert_int_equal(metric_as(g_side.port, tok, "retryd_http_pending_body_bytes"), 0);
+    /* Bodiless, they stay public; with the token a body is still read. */
+    int fd = raw_connect(g_side.port, 3000, 0);
+    const char *get = "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n";
+    assert_int_equal(e2e_send_all(fd, get, strlen(get)), 0);
+    assert_int_equal(raw_response(fd, buf, sizeof buf), 200);
+    const char *with = e2e_fmt("GET /healthz HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n"
+                               "Authorization: Bearer %s\r\n\r\nab", tok);
+    assert_int_equal(e2e_send_all(fd, with, strlen(with)), 0);
+    assert_int_equal(raw_response(fd, buf, sizeof buf), 200);
+    close(fd);
+    assert_int_equal(e2e_daemon_stop(&g_side, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
+}
+
 /* --max-pending-body-bytes bounds the bodies being read at once: a body
  * that would pass it gets 503 (Retry-After) before it is read; once the
  * first body is in and answered, the next one is taken. */
@@ -4197,6 +4246,7 @@ int main(void)
         T(test_shutdown_answers_in_flight_request),
         T(test_shutdown_answers_settle_claims_in_line),
         T(test_unauthorized_body_is_refused_unread),
+        T(test_public_route_body_needs_token),
         T(test_pending_body_budget_is_503),
         T(test_reply_budget_counts_escaped_bytes),
         T(test_slow_readers_closed_and_claims_handed_back),

@@ -33,8 +33,9 @@ extern const size_t rd_api_route_count;
 extern const char rd_openapi_json[];
 
 /* The rd_http_head_fn of the server; ctx is a rd_api_t. Refuses with 401
- * a request that needs the bearer token and lacks it (or has a wrong one),
- * so that its body is never read; everything else goes on. */
+ * a request with a body that lacks the bearer token (or has a wrong one),
+ * on any route (the public ones take no body), so that its body is never
+ * read; everything else goes on. */
 bool rd_api_check_head(const rd_http_request_t *head, void *ctx, rd_http_refusal_t *refusal);
 
 /* The rd_http_handler_fn of the server; ctx is a rd_api_t. */
