@@ -881,10 +881,12 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
 
 /* ---------------------------------------------------------------- calls */
 
-/* FCALL name numkeys base, then at most RD_ACK_BATCH_MAX (id, token) pairs, a
- * mode and RD_STORE_REPLAY_IDS_MAX ids, or settle_claim's 3 + 6 per settlement
- * + 2. */
-enum { MAX_ARGS = 10 + 6 * RD_SETTLE_BATCH_MAX };
+/* FCALL name numkeys base (4), then at most RD_ACK_BATCH_MAX (id, token)
+ * pairs, a mode and RD_STORE_REPLAY_IDS_MAX ids, or the longest call,
+ * settle_claim's: lease, count and n (3), 6 per settlement, then dead_ttl,
+ * succeeded_ttl, the lease's origin, worker and the claim's nonce (5). */
+enum { SETTLE_CLAIM_MAX_ARGS = 4 + 3 + 6 * RD_SETTLE_BATCH_MAX + 5,
+       MAX_ARGS = SETTLE_CLAIM_MAX_ARGS };
 _Static_assert(2 * RD_ACK_BATCH_MAX <= 6 * RD_SETTLE_BATCH_MAX &&
                RD_STORE_REPLAY_IDS_MAX <= 6 * RD_SETTLE_BATCH_MAX, "every call fits MAX_ARGS");
 _Static_assert(5 + 3 * RD_STORE_REPORTS_MAX <= MAX_ARGS, "timer_done's reports fit a call");

@@ -2118,6 +2118,42 @@ static long long expect_shared(sharing_t before, long long n)
     return calls;
 }
 
+/* A settle-and-claim at the limits: 100 settlements (each a failure with
+ * its error and retry_after, the longest argv a call has) and a count. The
+ * call must fit the store's argument vector: with the claim's nonce it was
+ * one argument past it, and the daemon aborted on an assertion. */
+static void test_settle_claim_at_the_limits(void **state)
+{
+    (void)state;
+    char q[64];
+    e2e_queue_name(q, sizeof q, "settle100");
+    for (int i = 0; i < 101; i++) enqueue(q, e2e_fmt("{\"payload\":\"m%d\"}", i + 1));
+    char path[1024];
+    SET(path, e2e_fmt("/queues/%s/claim", q));
+    e2e_response_t r = { 0 };
+    http(&r, "POST", path, "{\"count\":100}");
+    rd_json_t *doc = e2e_expect_json(&r, 200);
+    assert_int_equal(rd_json_array_size(e2e_jget(doc, "messages")), 100);
+    rd_buf_t body = RD_BUF_INIT;
+    rd_buf_append(&body, "{\"count\":1,\"settle\":[", 21);
+    for (int i = 1; i <= 100; i++) {
+        const char *item = e2e_fmt("%s{\"id\":%d,\"outcome\":\"failed\",\"error\":\"e%d\","
+                                   "\"retryable\":true,\"retry_after_seconds\":60}",
+                                   i > 1 ? "," : "", i, i);
+        rd_buf_append(&body, item, strlen(item));
+    }
+    rd_buf_append(&body, "]}", 3);
+    http(&r, "POST", path, body.data);
+    rd_buf_free(&body);
+    static long long ids[100];
+    static const char *st[100];
+    for (int i = 0; i < 100; i++) { ids[i] = i + 1; st[i] = "pending"; }
+    rd_json_t *list = expect_settled(&r, 100, ids, st);
+    assert_int_equal(rd_json_array_size(list), 1);
+    assert_int_equal(e2e_jint(rd_json_array_at(list, 0), "id"), 101);
+    e2e_response_free(&r);
+}
+
 /* Settle-and-claim requests for one queue that come while a call for it is
  * in flight go together in one call (docs/coalescing.md), and each gets its
  * own answer: its settlements' outcomes, at most its count of messages, its
@@ -4224,6 +4260,7 @@ int main(void)
         T(test_problem_instance_is_truncated),
         T(test_text_must_be_utf8),
         T(test_claim_with_settle),
+        T(test_settle_claim_at_the_limits),
         T(test_settle_claims_sent_together),
         T(test_settle_claims_together_each_get_one),
         T(test_claims_sent_together),
