@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # callgrind_claim.sh - redis-server's instructions per claim (docs/benchmarks.md
+# "Instructions per call"; the claim step by step: docs/benchmarks-history.md
 # "The claim in instructions"): a private redis-server under valgrind
 # --tool=callgrind with retryd's library and bench/claim_steps.lua loaded,
 # N 100-byte messages enqueued (not counted), the counters zeroed, then N

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # callgrind_http.sh - the daemon's instructions per request on the lean HTTP
-# path (docs/benchmarks.md "Lean HTTP path"): a private redis-server, retryd
+# path (docs/benchmarks-history.md "Lean HTTP path"): a private redis-server, retryd
 # under valgrind --tool=callgrind, N messages enqueued (not counted), then the
 # counters zeroed and N settle-and-claim requests of one worker counted.
 #

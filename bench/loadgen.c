@@ -12,7 +12,7 @@
  *       succeed what they got (one POST .../succeed per message; batch
  *       acknowledgement POST /queues/Q/succeed when C > 1) until M succeeded.
  *   loadgen settle   --port P --queue Q --conns W --messages M [--count C]
- *       W workers loop settle-and-claim (SPEC §9): each request settles what
+ *       W workers loop settle-and-claim (docs/reference.md "Settle and claim"): each request settles what
  *       the worker holds as succeeded and claims the next C (count 1: one
  *       message per request), POST /queues/Q/claim {"count":C,"settle":[...]},
  *       until M succeeded.

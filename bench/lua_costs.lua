@@ -1,8 +1,8 @@
 #!lua name=retryd_bench_costs
 -- lua_costs.lua - for bench/callgrind_claim.sh only: what pieces of Lua cost
 -- inside a Redis function, in redis-server's instructions, so a change to
--- the library can be priced before it is made (docs/benchmarks.md "The
--- worker loop's calls in instructions"). Each function does one thing ten
+-- the library can be priced before it is made (docs/benchmarks.md
+-- "Instructions per call"). Each function does one thing ten
 -- times (cost_nothing: the FCALL alone) and returns 1.
 --   KEYS[1]  any key (never written)
 local function cost_nothing(keys, args)

@@ -4,7 +4,7 @@
 #   RETRYD_URL=http://127.0.0.1:8080 QUEUE=jobs bash worker.sh
 #
 # Loop: POST /queues/{q}/claim with the settlements of what it finished and a
-# long-poll (SPEC §9: settle and take the next in one atomic call). Jobs follow
+# long-poll (docs/reference.md "Settle and claim": settle and take the next in one atomic call). Jobs follow
 # a tiny convention: the payload is JSON {"work": "ok" | "slow" | "permanent"};
 # "slow" works longer than a lease and extends it meanwhile, "permanent" fails
 # with retryable: false (dead at once, no retries); a job that is not JSON fails

@@ -609,7 +609,7 @@ section1d() {
 }
 
 # ---------------------------------------------------------------------------
-# 1h. The history's cost on the happy path (SPEC §11, docs/dead-letters.md §1)
+# 1h. The history's cost on the happy path (docs/reference.md "History", docs/dead-letters.md §1)
 # ---------------------------------------------------------------------------
 # hist_pipe KIND BASE N [WORKER]: N FCALLs of one kind (claim, succeed of ids
 # 1..N, fail of ids 1..N) written as RESP and sent with redis-cli --pipe.
@@ -681,7 +681,7 @@ section1h() {
     done
     local mc="median of $REPS alternating runs"
     [ "$REPS" = 1 ] && mc="1 run"
-    table_start "1h. History (SPEC §11): Redis per claim+succeed lifecycle ($n each, pipelined, $mc)" \
+    table_start "1h. History (docs/reference.md#history): Redis per claim+succeed lifecycle ($n each, pipelined, $mc)" \
         "messages (record bytes before the claim)" "µs (commandstats of FCALL)" "Redis CPU µs (INFO cpu)" \
         "commandstats vs never failed"
     row "never failed, claimed without a worker: the happy path ($(get hplain.bytes))" \
@@ -1373,7 +1373,7 @@ section8() {
 
 
 # ---------------------------------------------------------------------------
-# 9. Idle queues: what 10,000 of them cost Redis (SPEC §8: cost follows work)
+# 9. Idle queues: what 10,000 of them cost Redis (docs/reference.md "Cost follows work")
 # ---------------------------------------------------------------------------
 # A fresh redis-server and three retryd (--tick-ms 250) sharing it; 10,000
 # queues get one ready message each through HTTP (so each retryd registers

@@ -1075,14 +1075,14 @@
       this.topErrors = h('div', { class: 'top-errors', id: 'queue-top-errors', hidden: true });
       this.chart = new SeriesChart('queue-chart', `Throughput of ${q}`, () => this.refreshCounts());
 
-      // Flow control (SPEC §10): the queue's policy and a pause/resume button.
+      // Flow control (docs/reference.md "Pause, caps and rate limits"): the queue's policy and a pause/resume button.
       this.pauseState = h('span', { class: 'pause-state', id: 'pause-state', role: 'status' });
       this.policyText = h('span', { class: 'policy-text muted', id: 'policy-text' });
       this.btnPause = h('button', { type: 'button', class: 'btn btn-sm', id: 'pause-toggle',
         disabled: true, onclick: () => this.togglePause() });
       this.policyBox = h('section', { class: 'policy-strip', id: 'queue-policy',
         'aria-label': 'Flow control' }, this.pauseState, this.policyText, this.btnPause);
-      // Dead-letter rules (SPEC §11): the policy's list, each with its counters.
+      // Dead-letter rules (docs/reference.md "Recovery rules"): the policy's list, each with its counters.
       this.rulesBox = h('ol', { class: 'policy-rules', id: 'policy-rules', start: '0',
         'aria-label': 'Dead-letter rules', hidden: true });
 
@@ -1785,7 +1785,7 @@
           text: m.redriving_to }));
       }
 
-      // Timeline: the message's history (SPEC §11), oldest first: one item
+      // Timeline: the message's history (docs/reference.md "History"), oldest first: one item
       // per failure (a worker's, a lease expiry, a kill) and per replay.
       const records = Array.isArray(m.history) ? m.history : [];
       const dropped = m.history_dropped || 0;
