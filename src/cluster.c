@@ -82,6 +82,7 @@ struct rd_cluster {
     node_t *nodes;              /* every node ever seen */
     node_t *slot_owner[SLOTS];
     bool map_known;
+    bool started;               /* latched: every master of a map had its first attempt */
     rd_redis_t *control;        /* library-less link for CLUSTER SLOTS */
     node_t *control_node;
     uint64_t control_since_ms;
@@ -135,6 +136,8 @@ static void ensure_link(rd_cluster_t *c, node_t *n)
 
 static void refresh(rd_cluster_t *c);
 
+static bool every_master_attempted(const rd_cluster_t *c);
+
 static void on_slots(const rd_reply_t *reply, rd_redis_status_t status, void *arg)
 {
     rd_cluster_t *c = arg;
@@ -143,6 +146,8 @@ static void on_slots(const rd_reply_t *reply, rd_redis_status_t status, void *ar
         rd_warn("cluster: CLUSTER SLOTS failed; will ask again");
         return;
     }
+    /* The start is over once the map before this one had every master tried. */
+    if (every_master_attempted(c)) c->started = true;
     node_t *owner[SLOTS];
     memset(owner, 0, sizeof owner);
     for (size_t i = 0; i < rd_reply_len(reply); i++) {
@@ -451,12 +456,19 @@ bool rd_cluster_ready(const rd_cluster_t *c)
 /* /readyz waits for this: a request for a master still connecting at start
  * would otherwise get the 503 that readiness promised away. After the first
  * attempts, a master that is down leaves the others available. */
-bool rd_cluster_started(const rd_cluster_t *c)
+static bool every_master_attempted(const rd_cluster_t *c)
 {
-    if (!c->map_known || c->closing) return false;
+    if (!c->map_known) return false;
     for (const node_t *n = c->nodes; n; n = n->next)
         if (n->master && (n->link == NULL || !rd_redis_attempted(n->link))) return false;
     return true;
+}
+
+/* Latched: a master that joins the map later (a failover's promoted replica)
+ * does not make /readyz 503 while its handshake runs; the others serve. */
+bool rd_cluster_started(const rd_cluster_t *c)
+{
+    return !c->closing && (c->started || every_master_attempted(c));
 }
 
 const rd_histogram_t *rd_cluster_rtt(rd_cluster_t *c)

@@ -2322,6 +2322,107 @@ static void test_alerts_from_every_master(void **state)
     assert_int_equal(s1, 0);
 }
 
+/* ------------------------------------------------------------------------ */
+/* 10. Readiness after start: a master that joins the map later             */
+/* ------------------------------------------------------------------------ */
+
+/* /readyz waits at start for every master's first connect attempt; after
+ * that it stays 200 while any master answers. A failover promotes a replica
+ * retryd has no link to: it is SIGSTOPped right after its promotion, so the
+ * new link's handshake hangs (the kernel accepts the connect), and an enqueue
+ * for its slots makes retryd learn the new map. While that handshake hangs
+ * /readyz must stay 200 (it was 503 until the handshake ended). The stop
+ * stays under the cluster's node timeout (2 s): no second failover. */
+static void test_ready_stays_after_start(void **state)
+{
+    (void)state;
+    enum { STOPPED_MS = 1200 };
+    const char *last_seed = strrchr(g_seeds, ',');
+    int control_port = last_seed ? atoi(strrchr(last_seed, ':') + 1) : 0;
+    e2e_daemon_t d = { 0 };
+    e2e_flags_t f;
+    e2e_flags(&f, "--redis-cluster", g_seeds, g_prefix, TICK_MS, "warn", "--redis-timeout-ms",
+              "8000", NULL);
+    if (e2e_daemon_spawn(&d, g_bin, f.argv) != 0) fail_msg("cannot start retryd");
+    if (e2e_daemon_wait_status(&d, "/readyz", 200, READY_TIMEOUT_MS) != 0) {
+        e2e_daemon_stop(&d, SIGKILL, E2E_STOP_TIMEOUT_MS);
+        fail_msg("retryd did not become ready");
+    }
+    cnode_t *m[MAX_NODES], *old = NULL, *replica = NULL;
+    size_t nm = masters(m);
+    long long deadline = e2e_mono_ms() + 10000;
+    for (size_t i = 0; i < nm && replica == NULL; i++) {
+        if (m[i]->port == control_port || m[i] == g_slot_owner[registry_slot()]) continue;
+        old = m[i];
+        while ((replica = replica_of(old)) == NULL && e2e_mono_ms() < deadline) e2e_pause_ms(100);
+    }
+    if (replica == NULL) {
+        e2e_daemon_stop(&d, SIGKILL, E2E_STOP_TIMEOUT_MS);
+        fail_msg("no master with a replica in sync");
+    }
+    char q[64];
+    pick_queue_on(q, sizeof q, "latched", old);
+    msg_t before = enqueue_to(d.port, q, "{\"payload\":\"before\"}");
+    assert_string_equal(before.status, "pending");
+
+    redisReply *r = ncmd(replica, "CLUSTER FAILOVER");
+    bool asked = r && r->type != REDIS_REPLY_ERROR;
+    if (r) freeReplyObject(r);
+    long long t0 = e2e_mono_ms();
+    bool promoted = false;
+    while (asked && !promoted && e2e_mono_ms() - t0 < FAILOVER_TIMEOUT_MS) {
+        promoted = node_is_master(replica) && !node_is_master(old);
+        if (!promoted) e2e_pause_ms(20);
+    }
+    pid_t pid = promoted ? node_pid(replica) : 0;
+    if (pid <= 0) {
+        e2e_daemon_stop(&d, SIGKILL, E2E_STOP_TIMEOUT_MS);
+        fail_msg("the replica :%d was not promoted (or has no process_id)", replica->port);
+    }
+    g_promoted = replica;
+    g_demoted = old;
+    redisFree(replica->ctx);      /* the test's own link would stall too */
+    replica->ctx = NULL;
+    assert_int_equal(kill(pid, SIGSTOP), 0);
+    g_stopped_pid = pid;
+    t0 = e2e_mono_ms();
+    /* The old master answers MOVED: retryd asks for the map and links the
+     * promoted one, whose handshake hangs. */
+    e2e_conn_t moved = { .fd = -1 };
+    if (e2e_conn_open(&moved, d.port) != 0 ||
+        e2e_send_request(&moved, "POST", e2e_fmt("/queues/%s/messages", e2e_url_encode(q)), NULL,
+                         "{\"payload\":\"moved\"}", 19) != 0) {
+        kill(pid, SIGCONT);
+        g_stopped_pid = 0;
+        e2e_daemon_stop(&d, SIGKILL, E2E_STOP_TIMEOUT_MS);
+        fail_msg("cannot send the enqueue");
+    }
+    int answered = 0, not_ready = 0;
+    while (e2e_mono_ms() - t0 < STOPPED_MS) {
+        int st = e2e_status_once(d.port, "GET", "/readyz");
+        if (st > 0) answered++;
+        if (st == 503) not_ready++;
+        e2e_pause_ms(20);
+    }
+    kill(pid, SIGCONT);
+    g_stopped_pid = 0;
+    printf("test_cluster: /readyz answered %d times while the promoted :%d was stopped, %d of "
+           "them 503\n", answered, replica->port, not_ready);
+    e2e_response_t resp = { 0 };
+    int moved_status = e2e_read_response(&moved, &resp) == 0 ? resp.status : -1;
+    e2e_response_free(&resp);
+    e2e_conn_close(&moved);
+    int stopped = e2e_daemon_stop(&d, SIGTERM, E2E_STOP_TIMEOUT_MS);
+    if (load_slot_map(10000) != 0) fail_msg("the nodes did not agree on the slot map");
+    if (answered == 0) fail_msg("retryd did not answer /readyz while the master was stopped");
+    if (not_ready > 0)
+        fail_msg("/readyz was 503 %d of %d times after start while one new master's handshake "
+                 "hung", not_ready, answered);
+    if (moved_status != 201) fail_msg("the enqueue for the promoted master's slots: %d",
+                                      moved_status);
+    assert_int_equal(stopped, 0);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -2344,6 +2445,7 @@ int main(void)
         T(test_redirect_limit_answers_503),
         T(test_slot_migration_under_load),
         T(test_alerts_from_every_master),
+        T(test_ready_stays_after_start),
     };
 #undef T
     int failed = cmocka_run_group_tests_name("cluster-unit", unit, NULL, NULL);
