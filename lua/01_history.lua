@@ -5,7 +5,7 @@
 -- wrote. The module `history`: the record codec (02_record.lua) and the
 -- lifecycle (04_lifecycle.lua) call it.
 --
--- Trailer keys (beside e, r, i, t of 00_common.lua):
+-- Trailer keys (beside e, r, i, t of 02_record.lua):
 --   w  the worker named by the claim of the current lease (1-128 bytes)
 --   h  the history, oldest first, at most HISTORY_MAX entries:
 --        a failure   {at - created_at (ms), attempt, flags, error[, worker]}

@@ -32,7 +32,7 @@ local promote_due = lifecycle.promote_due
 -- Returns how many it appended.
 local function claim_into(k, base, now, lease_ms, count, out, worker, nonce)
   local promoted = promote_due(k, now, math.max(count, PROMOTE_IN_CLAIM))
-  -- The queue's policy may lease fewer or none (15_policy.lua); a claim held
+  -- The queue's policy may lease fewer or none (03_policy.lua); a claim held
   -- back wakes nobody: a resume, a settlement or the next token will.
   count = flow.admit(k, now, count)
   if count == 0 then return 0 end
@@ -134,7 +134,7 @@ end
 -- FIFO; at most REPLY_BYTES of messages (always at least one), so a batch
 -- may come back short.
 -- Returns {"ok", message, ...}: zero messages when nothing is claimable. Each
--- message is leased_reply's positional array (00_common.lua): {id, payload,
+-- message is leased_reply's positional array (02_record.lua): {id, payload,
 -- retry_count, max_retries, created_at, updated_at, lease_expires_at,
 -- lease_token (unique per claim)}, then its optional fields as name, value
 -- pairs. With

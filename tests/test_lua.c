@@ -256,7 +256,7 @@ static long long int_or_text(const redisReply *v, const char *what)
     return parse_int(v->str, v->len, what);
 }
 
-/* A message a claim leased, by position (leased_reply in lua/00_common.lua):
+/* A message a claim leased, by position (leased_reply in lua/02_record.lua):
  * {id, payload, retry_count, max_retries, created_at, updated_at,
  * lease_expires_at, lease_token}, numbers as integer replies, then optional
  * name, value pairs. Read into the same fields as reply_message's form,
