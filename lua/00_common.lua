@@ -3,6 +3,29 @@
 -- call of one function below. Files in lua/ are concatenated in name order by
 -- the Makefile into build/retryd.lua and loaded with FUNCTION LOAD REPLACE.
 --
+-- The library as modules (docs/design.md "The Functions library"). Lua 5.1
+-- (Redis's) refuses a chunk with more than 200 active locals, and the whole
+-- library is one chunk, so the main chunk holds one local per module and
+-- nothing else. Each file is one module:
+--   local <module> = {}      the module table, the file's only top-level local
+--   do                       its body: locals here stop counting at `end`
+--     local a, b = common.a, common.b    what it uses of earlier modules,
+--                                        copied into locals once (an upvalue
+--                                        costs less than a table field)
+--     ... local functions, register(...) of the library functions ...
+--     <module>.x = x         what later modules may use
+--   end
+-- A file without exports is just `do ... end`. A module uses only modules of
+-- files before it (the name order): nothing is filled in later. Mind the 60
+-- upvalues a Lua 5.1 function may have (the locals of its block it uses).
+--   00_common     key names, integer arguments, time, bounds, timer hints,
+--                 the reply budget, register()
+--   01_history    the per-attempt history in the record's trailer
+--   02_record     the message record: decode, encode, load, store, replies
+--   03_policy     the queue policy and flow control (module `flow`)
+--   04_lifecycle  failures, deaths, events, retention, replays, retryd_v2 lifts
+--   05_alerts, 05_series, 10_enqueue ... 70_export: the functions
+--
 -- Conventions shared by every function:
 --   KEYS[1]  the queue's key base "<prefix>:{<escaped queue>}". It is never a
 --            key itself; it carries the hash tag, so the caller (and Redis
@@ -15,6 +38,9 @@
 --            "invalid_state", "lease_mismatch"); a message is a flat array
 --            {"id", <id>, field, value, ...}. redis.error_reply is used only for
 --            arguments no correct caller sends.
+
+local common = {}
+do
 
 -- The library's name carries its API version (the first line says the same;
 -- C has RD_LIBRARY_NAME in keys.h). Every function is registered as
@@ -51,15 +77,6 @@ local function register(name, callback, flags, shape)
                            flags = flags }
 end
 
--- The per-attempt history and the claim's worker (SPEC §11, docs/dead-letters.md
--- §1): filled by 01_history.lua, called from the record codec, fail_message,
--- replay_dead, kill and reply_message below.
-local history = {}
-
--- The queue policy's hooks (SPEC §10), filled in by 15_policy.lua: the
--- functions here call them, so they are looked up in this table at call time.
-local flow = {}
-
 -- Every key name of a queue is spelled here and nowhere else in Lua.
 -- The indexes (every key that lists ids, and the due list's push counter)
 -- carry their generation: "<base>:3:<name>" for retryd_v3, which holds only
@@ -87,11 +104,13 @@ local function key_names(base)
     events     = base .. ':events',      -- STREAM of deaths and replays, for alerting
     timer      = base .. ':timer',       -- STRING: by when (ms) the timer schedule
                                          -- will tick this queue (need_timer)
-    policy     = base .. ':policy',      -- HASH: the queue's policy (15_policy.lua)
+    policy     = base .. ':policy',      -- HASH: the queue's policy (03_policy.lua)
     bucket     = base .. ':bucket',      -- STRING "<tokens> <at>": its rate limit's bucket
     claims     = base .. ':claim:',      -- + a claim's nonce: STRING "<id> <token> ..." of
                                          -- what it leased, for LOST_CLAIM_KEEP_MS
                                          -- (release_lost, 35_batch.lua)
+    v2         = {},                     -- not a key: what this Lua state knows of
+                                         -- retryd_v2's data in the queue (v2_seen)
   }
 end
 
@@ -116,16 +135,18 @@ end
 -- The indexes retryd_v2 wrote (the old generation), beside the shared keys a
 -- removal from them touches. retryd_v3 reads them, drains them and removes
 -- ids from them; it never adds an id to them. due_pushed is a field of the
--- stats hash there. Built once per call, only by the paths that need it.
+-- stats hash there. Built on first use, only by the paths that need it, and
+-- kept with the queue's names.
 local function old_keys(k)
-  local o = k.old
+  local v2 = k.v2
+  local o = v2.keys
   if o then return o end
   local base = k.base
   o = { due = base .. ':due', ready = base .. ':ready', scheduled = base .. ':scheduled',
         processing = base .. ':processing', dead = base .. ':dead',
         succeeded = base .. ':succeeded', stats = k.stats, errors = k.errors,
         events = k.events, legacy = true }
-  k.old = o
+  v2.keys = o
   return o
 end
 
@@ -183,43 +204,31 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- The message record (docs/storage.md): one STRING per message at
--- "<base>:m:<id>", a 24-byte header, the payload, and a trailer of the
--- optional fields when there are any. status, lease_expires_at and dead_at
--- are not stored: the indexes say them.
-local REC_HEADER = '>BBBI6i5i5I5'
-local REC_HEADER_BYTES = 24
-local REC_FORMAT = 1           -- the format byte; REC_TRAILER is added when a trailer follows
-local REC_TRAILER = 0x80
-local REC_MAX_DELTA = 2 ^ 39 - 1
--- Offsets (0-based, for SETRANGE) of the header fields claim and settle write.
-local REC_AT_UPDATED = '9'     -- updated_at delta (i5), then lease time delta (i5), serial (I5)
-local REC_HEADER_LAST = '23'   -- GETRANGE's end of the header
+-- Whether retryd_v2's indexes may hold ids of the queue (docs/storage.md "Two
+-- generations of indexes"). Only a retryd_v2 instance adds ids to them, and
+-- it marks nothing, so retryd_v3 learns of them by meeting its data: a HASH
+-- record, or an old index that tick's probe (v2_probe, 40_timer.lua) finds.
+-- What it met is kept in this Lua state with the queue's names (k.v2), never
+-- in Redis (a Lua state of a fresh load, a replica promoted, knows nothing:
+-- each queue's first tick probes):
+--   until_ms  v2 data was met within OLD_ACTIVE_MS before then: a claim that
+--             its own lists did not fill pops the old ones, and every tick
+--             drains them (a v2 instance may still be enqueuing)
+--   probe_at  otherwise, when a tick looks at the old indexes next (one EXISTS)
+-- So a queue without v2 data pays nothing for the old generation in claim,
+-- settle_claim and tick, but one EXISTS per OLD_PROBE_MS in a tick.
+local OLD_ACTIVE_MS = 600000
+local OLD_PROBE_MS = 60000
 
--- A message decoded into a table: payload, retry_count, max_retries,
--- created_at, updated_at, lease_at and serial (the lease token's parts),
--- and, when present, retry_after, last_error, idempotency_key, token (a
--- lease token kept verbatim). legacy is true for a HASH of the old layout.
-local function decode_record(rec)
-  local fmt, rc, mr, created, dupd, dlease, serial = struct.unpack(REC_HEADER, rec)
-  local m = { retry_count = rc, max_retries = mr, created_at = created,
-              updated_at = created + dupd, lease_at = created + dlease, serial = serial }
-  local stop = #rec
-  if fmt >= REC_TRAILER then
-    local n = struct.unpack('>I4', rec, #rec - 3)
-    local packed = string.sub(rec, #rec - 3 - n, #rec - 4)
-    local t = cmsgpack.unpack(packed)
-    m.last_error, m.retry_after, m.idempotency_key, m.token = t.e, t.r, t.i, t.t
-    history.decode(m, t)
-    m.origin_queue, m.origin_id = t.oq, t.oi   -- a redriven message (65_redrive.lua)
-    m.rule_uses = t.u
-    stop = #rec - 4 - n
-    m.trailer_bytes = n
-    m.trailer = packed   -- what record_bytes measures of the optional fields
-  end
-  m.payload = string.sub(rec, REC_HEADER_BYTES + 1, stop)
-  return m
+local function v2_seen(k, now)
+  k.v2.until_ms = (now or now_ms()) + OLD_ACTIVE_MS
 end
+
+local function v2_active(k, now)
+  local u = k.v2.until_ms
+  return u ~= nil and now < u
+end
+
 
 local function clamp(n, lo, hi)
   if n < lo then return lo end
@@ -227,200 +236,8 @@ local function clamp(n, lo, hi)
   return n
 end
 
--- A HASH of the old layout (retryd_v2), from HGETALL, as decode_record's table.
-local function decode_legacy(fields)
-  local h = {}
-  for i = 1, #fields, 2 do h[fields[i]] = fields[i + 1] end
-  local m = { payload = h.payload or '', retry_count = tonumber(h.retry_count) or 0,
-              max_retries = tonumber(h.max_retries) or 3, created_at = tonumber(h.created_at) or 0,
-              last_error = h.last_error, retry_after = tonumber(h.retry_after),
-              idempotency_key = h.idempotency_key, legacy = true }
-  m.updated_at = tonumber(h.updated_at) or m.created_at
-  m.lease_at, m.serial = m.created_at, 0
-  if h.lease_token then
-    local a, b = string.match(h.lease_token, '^(%x+)%.(%x+)$')
-    if a and #a <= 12 and #b <= 10 then
-      m.lease_at, m.serial = tonumber(a, 16), tonumber(b, 16)
-    else
-      m.token = h.lease_token
-    end
-  end
-  return m
-end
-
--- The header (format byte fmt), the payload and tail (the packed trailer or "").
-local function encode_plain(m, fmt, tail)
-  local created = m.created_at
-  return struct.pack(REC_HEADER, fmt, clamp(m.retry_count, 0, 255), clamp(m.max_retries, 0, 255),
-                     created, clamp(m.updated_at - created, -REC_MAX_DELTA, REC_MAX_DELTA),
-                     clamp(m.lease_at - created, -REC_MAX_DELTA, REC_MAX_DELTA), m.serial)
-         .. m.payload .. tail
-end
-
-local function encode_record(m)
-  if not (m.last_error or m.retry_after or m.idempotency_key or m.token or m.worker
-          or m.history or m.origin_queue or m.rule_uses) then
-    return encode_plain(m, REC_FORMAT, '')   -- the usual record: no trailer table to build
-  end
-  local t, trailer = {}, false
-  if m.last_error then t.e = m.last_error; trailer = true end
-  if m.retry_after then t.r = m.retry_after; trailer = true end
-  if m.idempotency_key then t.i = m.idempotency_key; trailer = true end
-  if m.token then t.t = m.token; trailer = true end
-  if history.encode(m, t) then trailer = true end
-  if m.origin_queue then t.oq, t.oi = m.origin_queue, m.origin_id; trailer = true end
-  if m.rule_uses then t.u = m.rule_uses; trailer = true end
-  local fmt, tail = REC_FORMAT, ''
-  if trailer then
-    local packed = cmsgpack.pack(t)
-    fmt, tail = REC_FORMAT + REC_TRAILER, packed .. struct.pack('>I4', #packed)
-  end
-  return encode_plain(m, fmt, tail)
-end
-
--- The message at mkey, decoded (either layout), or nil when there is none.
-local function load_message(mkey)
-  local rec = redis.pcall('GET', mkey)
-  if type(rec) == 'table' then return decode_legacy(redis.call('HGETALL', mkey)) end
-  if not rec then return nil end
-  return decode_record(rec)
-end
-
--- Writes the whole record (converting an old HASH: SET replaces it).
-local function store_message(mkey, m)
-  redis.call('SET', mkey, encode_record(m))
-end
-
--- A record named by an index of the old generation: a HASH there (one
--- HGETALL), read as the new layout if it is not one.
-local function load_legacy(mkey)
-  local h = redis.pcall('HGETALL', mkey)
-  if h.err then return load_message(mkey) end
-  if #h == 0 then return nil end
-  return decode_legacy(h)
-end
-
-local function lease_token(m)
-  return m.token or string.format('%x.%x', m.lease_at, m.serial)
-end
-
--- The header alone, where nothing of the message is sent back (a settlement
--- answers its new state only): a table as decode_record's without payload
--- and optional fields. A record with a trailer, or an old HASH, is read whole.
-local function load_header(mkey)
-  local h = redis.pcall('GETRANGE', mkey, '0', REC_HEADER_LAST)
-  if type(h) == 'table' then return decode_legacy(redis.call('HGETALL', mkey)) end
-  if h == '' then return nil end
-  if string.byte(h, 1) >= REC_TRAILER then return load_message(mkey) end
-  local _, rc, mr, created, dupd, dlease, serial = struct.unpack(REC_HEADER, h)
-  return { retry_count = rc, max_retries = mr, created_at = created, updated_at = created + dupd,
-           lease_at = created + dlease, serial = serial }
-end
-
--- Sets updated_at to now: 5 header bytes, or the whole record for an old HASH.
-local function set_updated(mkey, m, now)
-  m.updated_at = now
-  if m.legacy then
-    store_message(mkey, m)
-  else
-    redis.call('SETRANGE', mkey, REC_AT_UPDATED,
-               struct.pack('>i5', clamp(now - m.created_at, -REC_MAX_DELTA, REC_MAX_DELTA)))
-  end
-end
-
--- A new lease (claim): updated_at, lease time and serial, 15 header bytes; the
--- whole record for an old HASH or one that kept an old token verbatim.
-local function set_lease(mkey, m, now, serial, worker)
-  m.updated_at, m.lease_at, m.serial = now, now, serial
-  if m.legacy or m.token or m.worker ~= worker then
-    m.token, m.worker = nil, worker
-    store_message(mkey, m)
-  else
-    local d = clamp(now - m.created_at, -REC_MAX_DELTA, REC_MAX_DELTA)
-    redis.call('SETRANGE', mkey, REC_AT_UPDATED, struct.pack('>i5i5I5', d, d, serial))
-  end
-end
-
--- A message's state is the index that holds its id. Returns the status and,
--- for processing (the lease deadline), succeeded and dead (the time), the score.
-local function status_of(k, id)
-  local s = redis.call('ZSCORE', k.processing, id)
-  if s then return 'processing', s end
-  s = redis.call('ZSCORE', k.succeeded, id)
-  if s then return 'succeeded', s end
-  s = redis.call('ZSCORE', k.dead, id)
-  if s then return 'dead', s end
-  -- A dead letter on its way to another queue (65_redrive.lua): the score is its target.
-  s = k.redrive_to and redis.call('HGET', k.redrive_to, id)
-  if s then return 'redriving', s end
-  return 'pending'
-end
-
 local function ms_text(n)
   return string.format('%d', n)
-end
-
--- The fields a message has only sometimes, appended to out as name, value
--- pairs (every value a string; history an array), after the ones its state
--- gives (see reply_message).
-local function optional_fields(out, m, status)
-  local function add(name, value)
-    out[#out + 1] = name
-    out[#out + 1] = value
-  end
-  if m.retry_after then add('retry_after', ms_text(m.retry_after)) end
-  if m.last_error then add('last_error', m.last_error) end
-  if m.idempotency_key then add('idempotency_key', m.idempotency_key) end
-  history.reply(m, status, add)
-  if m.origin_queue then
-    add('origin_queue', m.origin_queue)
-    add('origin_id', ms_text(m.origin_id))
-  end
-end
-
--- A message as replies carry it: {"id", id, field, value, ...}, every value a
--- string, the fields retryd_v2's hash had in that state. score: the lease
--- deadline (processing) or the time of death (dead); for a letter being
--- redriven (status_of's "redriving", shown as dead), its target queue.
-local function reply_message(id, m, status, score)
-  local out = { 'id', id, 'payload', m.payload,
-                'status', status == 'redriving' and 'dead' or status,
-                'retry_count', int_arg(m.retry_count), 'max_retries', int_arg(m.max_retries),
-                'created_at', ms_text(m.created_at), 'updated_at', ms_text(m.updated_at) }
-  if status == 'processing' then
-    out[15], out[16] = 'lease_token', lease_token(m)
-    out[17], out[18] = 'lease_expires_at', ms_text(tonumber(score))
-  elseif status == 'dead' then
-    out[15], out[16] = 'dead_at', ms_text(tonumber(score))
-  elseif status == 'redriving' then
-    out[15], out[16] = 'redriving_to', score
-  end
-  optional_fields(out, m, status)
-  return out
-end
-
--- A message a claim just leased, as claim and settle_claim return it: by
--- position, so that neither Redis nor the daemon spends on field names or
--- number formatting (a fifth of a claim's instructions went there):
---   {id, payload, retry_count, max_retries, created_at, updated_at,
---    lease_expires_at, lease_token}
--- the numbers as integers, then, only when the message has them, its
--- optional fields as name, value pairs as reply_message spells them.
-local function leased_reply(id, m, deadline)
-  local out = { id, m.payload, m.retry_count, m.max_retries, m.created_at, m.updated_at,
-                deadline, lease_token(m) }
-  if m.retry_after or m.last_error or m.idempotency_key or m.history or m.origin_queue
-     or m.worker then
-    optional_fields(out, m, 'processing')
-  end
-  return out
-end
-
--- The message at mkey as a reply (its state from the indexes), or nil.
-local function message_reply(k, mkey, id)
-  local m = load_message(mkey)
-  if not m then return nil end
-  return reply_message(id, m, status_of(m.legacy and old_keys(k) or k, id))
 end
 
 -- Bounds of one call: bulk work is done in batches; callers loop.
@@ -465,13 +282,8 @@ local function stream_id_after(a, b)
   return tonumber(aseq) > tonumber(bseq)
 end
 
--- Appends one event to the queue's stream (trimmed to about EVENTS_MAXLEN).
--- Once alerting instances read the stream (the alert group exists), it is
--- trimmed exactly instead, and every death trimmed before the group
--- delivered it is counted in the stats as alerts_dropped.
--- s cut to at most n bytes, never inside a UTF-8 sequence (a field of flow:
--- the chunk has no room for more top-level locals).
-function flow.cut_text(s, n)
+-- s cut to at most n bytes, never inside a UTF-8 sequence.
+local function cut_text(s, n)
   if #s <= n then return s end
   local cut = n
   while cut > 0 do
@@ -480,69 +292,6 @@ function flow.cut_text(s, n)
     cut = cut - 1
   end
   return string.sub(s, 1, cut)
-end
-
--- A failure keeps at most this many bytes of its error as last_error (whole
--- UTF-8 characters; README "A message"): every byte of it is copied
--- several times by each call that reads or rewrites the message (about 1 ms
--- of Redis per MiB per copy on a 2-core host), so a 1 MiB error made each
--- later fail of that message cost Redis 8-10 ms. The daemon cuts the same
--- way before sending (RD_LAST_ERROR_MAX, include/retryd/limits.h).
-flow.ERROR_MAX_BYTES = 65536
-
-local function emit(k, event, id, err, retries, now)
-  -- An entry keeps the error's first 4 KiB (whole UTF-8 characters), all an
-  -- alert carries (ALERT_ERROR_BYTES): 10000 entries of long errors would
-  -- otherwise pin gigabytes.
-  if err then err = flow.cut_text(err, 4096) end
-  local over = redis.call('XLEN', k.events) + 1 - EVENTS_MAXLEN
-  local group = over > 0 and alert_group_info(k.events)
-  if not group then
-    redis.call('XADD', k.events, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'event', event, 'id', id,
-               'error', err or '', 'retry_count', retries or 0, 'at', now)
-    return
-  end
-  local gone, dropped = redis.call('XRANGE', k.events, '-', '+', 'COUNT', over), 0
-  for i = 1, #gone do
-    if gone[i][2][2] == 'dead' and stream_id_after(gone[i][1], group['last-delivered-id']) then
-      dropped = dropped + 1
-    end
-  end
-  if dropped > 0 then redis.call('HINCRBY', k.stats, 'alerts_dropped', dropped) end
-  redis.call('XADD', k.events, 'MAXLEN', EVENTS_MAXLEN, '*', 'event', event, 'id', id,
-             'error', err or '', 'retry_count', retries or 0, 'at', now)
-end
-
--- The error text top_errors groups by: at most ERROR_KEY_BYTES, cut before a
--- UTF-8 continuation byte so a character is never split, marked with "...".
-local function error_key(err)
-  err = err or ''
-  if #err <= ERROR_KEY_BYTES then return err end
-  local cut = ERROR_KEY_BYTES
-  while cut > 0 do
-    local b = string.byte(err, cut + 1)
-    if b < 0x80 or b >= 0xC0 then break end
-    cut = cut - 1
-  end
-  return string.sub(err, 1, cut) .. '...'
-end
-
--- top_errors counts the dead letters that are dead now, by error text.
-local function count_error(k, err, by)
-  local key = error_key(err)
-  local n = tonumber(redis.call('ZINCRBY', k.errors, by, key))
-  if n <= 0 then redis.call('ZREM', k.errors, key) end
-end
-
--- A dead letter leaves the dead set (replay, delete, purge, retention).
--- err: its last_error when the caller has read the message already.
-local function leave_dead(k, mkey, id, err)
-  if err == nil then
-    local m = load_message(mkey)
-    err = m and m.last_error
-  end
-  redis.call('ZREM', k.dead, id)
-  count_error(k, err, -1)
 end
 
 -- Wakes long-poll waiters on every retryd subscribed to the queue. The message
@@ -582,38 +331,12 @@ local function need_timer(k, now, due)
   return in_ms
 end
 
--- The hint for a message that just finished (dead or succeeded) when the
--- caller gave its retention (ttl_ms > 0); -1 otherwise.
-local function retention_hint(k, now, ttl_ms)
-  ttl_ms = flow.hint_ttl(k, ttl_ms)
-  if ttl_ms == nil or ttl_ms <= 0 then return -1 end
-  return need_timer(k, now, now + ttl_ms)
-end
-
 -- Every push onto the far end of the due list goes through here: the
 -- due_pushed counter lets a pending listing's cursor keep its place while
 -- claims pop the other end (see SECTIONS in 50_read.lua).
 local function push_due(k, ids)
   redis.call('LPUSH', k.due, unpack(ids))
   redis.call('INCRBY', k.pushed, int_arg(#ids))
-end
-
--- Lifts a message of retryd_v2 (m: its HASH as decode_legacy read it) from
--- an index of the old generation into the same index of the new one, with the
--- same score, and rewrites its record in the new layout, in the same call: an
--- old index never names a STRING record, a new one never a HASH.
-local function lift(k, mkey, id, m, index, score)
-  redis.call('ZREM', old_keys(k)[index], id)
-  redis.call('ZADD', k[index], score, id)
-  m.legacy = nil
-  store_message(mkey, m)
-end
-
--- An index entry whose message record is gone (eviction under a maxmemory
--- policy, a manual DEL) is dropped from the index and counted.
-local function drop_orphan(k, index, id)
-  redis.call('ZREM', index, id)
-  redis.call('HINCRBY', k.stats, 'orphans_removed', 1)
 end
 
 -- What a reply weighs, as REPLY_BYTES counts it: each message's payload and
@@ -718,146 +441,18 @@ function budget.take(b, m)
   return true
 end
 
--- Moves up to `limit` due ids from scheduled to the due list, earliest due
--- first, behind ids promoted earlier. Returns how many it moved.
-local function promote_due(k, now, limit)
-  local due = redis.call('ZRANGE', k.scheduled, '-inf', int_arg(now), 'BYSCORE', 'LIMIT', '0',
-                         int_arg(limit))
-  local n = #due
-  if n == 0 then return 0 end
-  redis.call('ZREM', k.scheduled, unpack(due))
-  push_due(k, due)
-  return n
-end
-
--- Settles one failure of a processing message (also used for an expired lease).
--- m: the message, as load_message read it (the whole record); it is
--- updated in place and written back whole (its error and retry_after
--- change). retry_after_ms < 0 means "use the backoff table". Returns the new
--- status, and for "pending" the time the retry is due.
-local function fail_message(k, base, id, now, err, retryable, retry_after_ms, m)
-  err = flow.cut_text(err, flow.ERROR_MAX_BYTES)
-  local mkey = message_key(base, id)
-  local retries = m.retry_count + 1
-  history.failed(m, now, err)
-  m.retry_count, m.last_error, m.updated_at, m.token = retries, err, now, nil
-  redis.call('ZREM', k.processing, id)
-  flow.freed(k)
-  redis.call('HINCRBY', k.stats, 'failed', '1')
-  local dying, rule_ms = flow.recover(k, m, err, (not retryable) or retries >= m.max_retries)
-  if dying then
-    m.retry_after = nil
-    store_message(mkey, m)
-    redis.call('ZADD', k.dead, int_arg(now), id)
-    redis.call('HINCRBY', k.stats, 'dead', '1')
-    count_error(k, err, 1)
-    emit(k, 'dead', id, err, retries, now)
-    return 'dead'
-  end
-  local delay = rule_ms or retry_after_ms
-  if delay < 0 then
-    delay = flow.backoff_ms(k, id, retries)
-  end
-  local bucket = 'inf'
-  for i = 1, #DELAY_BUCKETS do
-    if delay <= DELAY_BUCKETS[i] * 1000 then bucket = DELAY_BUCKETS[i]; break end
-  end
-  redis.call('HINCRBY', k.stats, 'delay_le_' .. bucket, '1')
-  redis.call('HINCRBY', k.stats, 'delay_sum_ms', int_arg(delay))
-  local due = now + delay
-  m.retry_after = due
-  store_message(mkey, m)
-  redis.call('ZADD', k.scheduled, int_arg(due), id)
-  redis.call('HINCRBY', k.stats, 'retried', '1')
-  return 'pending', due
-end
-
--- Fails every lease whose deadline has passed, at most `limit` of them.
-local function reclaim_expired(k, base, now, limit)
-  local ids = redis.call('ZRANGE', k.processing, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
-  local failed = 0
-  for i = 1, #ids do
-    local m = load_message(message_key(base, ids[i]))
-    if m then
-      m.lease_expired = true
-      fail_message(k, base, ids[i], now, 'lease expired', true, -1, m)
-      failed = failed + 1
-    else
-      redis.call('ZREM', k.processing, ids[i])  -- deleted while leased
-    end
-  end
-  if failed > 0 then
-    redis.call('HINCRBY', k.stats, 'lease_expired', failed)
-  end
-  return #ids
-end
-
--- Deletes finished messages older than ttl_ms from one index (0 keeps forever).
-local function expire_finished(k, base, index, now, ttl_ms, limit, counter)
-  if ttl_ms <= 0 then return 0 end
-  local ids = redis.call('ZRANGE', index, '-inf', now - ttl_ms, 'BYSCORE', 'LIMIT', 0, limit)
-  local n = #ids
-  if n == 0 then return 0 end
-  for i = 1, n do
-    local mkey = message_key(base, ids[i])
-    if index == k.dead then leave_dead(k, mkey, ids[i]) end
-    redis.call('UNLINK', mkey)
-  end
-  redis.call('ZREM', index, unpack(ids))
-  redis.call('HINCRBY', k.stats, counter, n)
-  return n
-end
-
--- A dead letter goes back to pending with a fresh retry budget, claimed
--- before fresh messages (reference: retry_count 0, last_error and
--- retry_after cleared). m: the message, as load_message read it. The caller
--- publishes the wake-up.
-local function replay_dead(k, mkey, id, now, m)
-  local err = m.last_error
-  leave_dead(k, mkey, id, err or '')
-  history.replayed(m, now)
-  m.retry_count, m.last_error, m.retry_after, m.updated_at = 0, nil, nil, now
-  m.rule_uses = nil
-  store_message(mkey, m)
-  push_due(k, { id })
-  redis.call('HINCRBY', k.stats, 'replayed', 1)
-  emit(k, 'replayed', id, err, 0, now)
-end
-
--- Looks up a message for a transition from state `want`: returns the
--- message (load_message's table; with header_only, load_header's) and the
--- index score, or nil and the reply when it cannot go on. A HASH of
--- retryd_v2 is checked against the old indexes and, when it can go on,
--- lifted into the new ones first (the caller then handles a STRING record).
-local function load_for(k, mkey, id, want, token, header_only)
-  local m
-  if header_only then m = load_header(mkey) else m = load_message(mkey) end
-  if not m then return nil, { 'not_found' } end
-  local status, score = status_of(m.legacy and old_keys(k) or k, id)
-  if status ~= want then return nil, { 'invalid_state', status } end
-  if token ~= '' and lease_token(m) ~= token then return nil, { 'lease_mismatch' } end
-  if m.legacy then lift(k, mkey, id, m, want, score) end
-  return m, score
-end
-
--- Takes a leased message off the processing index, for a settlement that ends
--- its lease with a success: load_for(..., 'processing', ...) and the ZREM of
--- the id, where the ZREM's answer is the state check (one command fewer on
--- the worker loop). Returns the message, or nil and load_for's reply when it
--- cannot go on (then nothing changed).
-local function take_leased(k, mkey, id, token, header_only)
-  local m
-  if header_only then m = load_header(mkey) else m = load_message(mkey) end
-  if not m then return nil, { 'not_found' } end
-  if not m.legacy and (token == '' or lease_token(m) == token)
-     and redis.call('ZREM', k.processing, id) == 1 then
-    return m
-  end
-  -- Not processing, another lease, or a HASH of retryd_v2 (lifted first):
-  -- answered and checked as load_for does.
-  local e
-  m, e = load_for(k, mkey, id, 'processing', token, header_only)
-  if not m then return nil, e end
-  redis.call('ZREM', k.processing, id)
-  return m
+-- What the later modules use.
+common.LIBRARY, common.register = LIBRARY, register
+common.queue_keys, common.old_keys, common.registry_keys = queue_keys, old_keys, registry_keys
+common.idempotency_key, common.message_key = idempotency_key, message_key
+common.int_arg, common.now_ms, common.clamp, common.ms_text = int_arg, now_ms, clamp, ms_text
+common.OLD_PROBE_MS, common.v2_seen, common.v2_active = OLD_PROBE_MS, v2_seen, v2_active
+common.PROMOTE_IN_CLAIM, common.MAX_BATCH, common.REPLY_BYTES = PROMOTE_IN_CLAIM, MAX_BATCH, REPLY_BYTES
+common.MAX_BACKOFF_S, common.TIMER_GRACE_MS = MAX_BACKOFF_S, TIMER_GRACE_MS
+common.IDEMPOTENCY_TTL_MS, common.EVENTS_MAXLEN = IDEMPOTENCY_TTL_MS, EVENTS_MAXLEN
+common.ERROR_KEY_BYTES, common.DELAY_BUCKETS = ERROR_KEY_BYTES, DELAY_BUCKETS
+common.ALERT_GROUP, common.alert_group_info = ALERT_GROUP, alert_group_info
+common.stream_id_after, common.cut_text = stream_id_after, cut_text
+common.notify, common.bad_arg, common.to_int = notify, bad_arg, to_int
+common.need_timer, common.push_due, common.budget = need_timer, push_due, budget
 end

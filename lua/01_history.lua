@@ -2,9 +2,10 @@
 -- docs/dead-letters.md §1). Both live in the record's trailer (docs/storage.md),
 -- so a message that never failed and was claimed without a worker has no
 -- trailer for them: claim and succeed of it write the header bytes they always
--- wrote. The hooks are the `history` table declared in 00_common.lua.
+-- wrote. The module `history`: the record codec (02_record.lua) and the
+-- lifecycle (04_lifecycle.lua) call it.
 --
--- Trailer keys (beside e, r, i, t of 00_common.lua):
+-- Trailer keys (beside e, r, i, t of 02_record.lua):
 --   w  the worker named by the claim of the current lease (1-128 bytes)
 --   h  the history, oldest first, at most HISTORY_MAX entries:
 --        a failure   {at - created_at (ms), attempt, flags, error[, worker]}
@@ -13,6 +14,9 @@
 --   d  how many older entries were dropped (absent when none)
 --   e  true (instead of the text) when last_error is the newest entry's
 --      error, so a failure stores its error once
+
+local history = {}
+do
 
 local HISTORY_MAX = 20
 -- An entry keeps at most this many bytes of its error (whole UTF-8
@@ -114,4 +118,5 @@ function history.reply(m, status, add)
   end
   add('history_dropped', string.format('%d', m.history_dropped or 0))
   add('history', flat)
+end
 end

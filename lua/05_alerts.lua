@@ -1,4 +1,3 @@
-
 -- Alert webhooks (SPEC §11; docs/dead-letters.md "Alert webhooks"). Every
 -- death appends a "dead" entry to the queue's events stream (emit); retryd
 -- instances started with --alert-url read the stream through the consumer
@@ -8,6 +7,13 @@
 -- instance left pending is claimed back by alerts_take once it has been idle
 -- longer than the caller's threshold; a healthy instance keeps its entries
 -- fresh with alerts_touch.
+
+local alerts = {}
+do
+local ALERT_GROUP, alert_group_info = common.ALERT_GROUP, common.alert_group_info
+local bad_arg, need_timer, now_ms = common.bad_arg, common.need_timer, common.now_ms
+local queue_keys, register = common.queue_keys, common.register
+local stream_id_after, to_int = common.stream_id_after, common.to_int
 
 -- Deaths older than this when a queue's group is created are not sent.
 local ALERT_BACKLOG_MS = 3600 * 1000
@@ -170,3 +176,7 @@ end
 register('alerts_take', alerts_take)
 register('alerts_ack', alerts_ack)
 register('alerts_touch', alerts_touch)
+
+alerts.death_hint = death_hint
+alerts.alert_work = alert_work
+end

@@ -16,6 +16,10 @@
 -- Buckets after the last sample's and before now are zero: a sample zeroes
 -- the slots it moves past. The key expires SERIES_TTL_MS after the last
 -- sample (by then every bucket of it is out of both windows).
+local timeseries = {}
+do
+local bad_arg, now_ms, queue_keys = common.bad_arg, common.now_ms, common.queue_keys
+local register = common.register
 
 local SERIES_COUNTERS = { 'enqueued', 'succeeded', 'failed', 'dead', 'replayed' }
 local SERIES_HEADER = 48
@@ -170,3 +174,8 @@ local function series(keys, args)
 end
 
 register('series', series)
+
+timeseries.series_start = series_start
+timeseries.series_sample = series_sample
+timeseries.SERIES_TICK_MS = SERIES_TICK_MS
+end

@@ -1,3 +1,13 @@
+-- enqueue: the one function that creates a message.
+do
+local IDEMPOTENCY_TTL_MS, bad_arg = common.IDEMPOTENCY_TTL_MS, common.bad_arg
+local idempotency_key, int_arg = common.idempotency_key, common.int_arg
+local message_key, need_timer, notify = common.message_key, common.need_timer, common.notify
+local now_ms, queue_keys, register = common.now_ms, common.queue_keys, common.register
+local to_int = common.to_int
+local message_reply, store_message = record.message_reply, record.store_message
+local series_start = timeseries.series_start
+
 -- enqueue: create a pending message.
 --   KEYS[1]  <prefix>:{q}                       queue key base
 --   ARGV[1]  payload                            opaque bytes, stored as given
@@ -67,4 +77,4 @@ local function enqueue(keys, args)
 end
 
 register('enqueue', enqueue)
-
+end

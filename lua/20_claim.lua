@@ -1,3 +1,16 @@
+-- The claim: leasing claimable messages (claim_into, shared with
+-- settle_claim), and the claim function. Module `leasing`.
+local leasing = {}
+do
+local v2_seen, v2_active = common.v2_seen, common.v2_active
+local PROMOTE_IN_CLAIM, bad_arg, budget = common.PROMOTE_IN_CLAIM, common.bad_arg, common.budget
+local int_arg, message_key, need_timer = common.int_arg, common.message_key, common.need_timer
+local notify, now_ms, old_keys = common.notify, common.now_ms, common.old_keys
+local queue_keys, register, to_int = common.queue_keys, common.register, common.to_int
+local leased_reply, load_legacy = record.leased_reply, record.load_legacy
+local load_message, set_lease = record.load_message, record.set_lease
+local promote_due = lifecycle.promote_due
+
 -- Leases up to `count` claimable messages at `now` and appends each to out
 -- (a flat message with its lease): the lease-and-order logic of claim,
 -- shared with settle_claim. count is 1..100, lease_ms already checked.
@@ -19,7 +32,7 @@
 -- Returns how many it appended.
 local function claim_into(k, base, now, lease_ms, count, out, worker, nonce)
   local promoted = promote_due(k, now, math.max(count, PROMOTE_IN_CLAIM))
-  -- The queue's policy may lease fewer or none (15_policy.lua); a claim held
+  -- The queue's policy may lease fewer or none (03_policy.lua); a claim held
   -- back wakes nobody: a resume, a settlement or the next token will.
   count = flow.admit(k, now, count)
   if count == 0 then return 0 end
@@ -37,10 +50,13 @@ local function claim_into(k, base, now, lease_ms, count, out, worker, nonce)
   -- (set_lease rewrites its HASH as a record, and it joins the new
   -- processing index). LMPOP pops from the first non-empty list of the two:
   -- one call where an RPOP of each list was two.
+  -- retryd_v2's lists only while its data was met here lately (v2_active,
+  -- 00_common.lua): otherwise a claim costs nothing for them, and the tick's
+  -- probe finds whatever a v2 instance enqueued since.
   local due, ready = k.due, k.ready
   for gen = 1, 2 do
     if gen == 2 then
-      if full or got >= count or skipped > 100 then break end
+      if full or got >= count or skipped > 100 or not v2_active(k, now) then break end
       local o = old_keys(k)
       due, ready = o.due, o.ready
     end
@@ -48,6 +64,7 @@ local function claim_into(k, base, now, lease_ms, count, out, worker, nonce)
       local popped = redis.call('LMPOP', '2', due, ready, 'RIGHT', 'COUNT', int_arg(count - got))
       if not popped then break end
       local from, ids = popped[1], popped[2]
+      if gen == 2 then v2_seen(k, now) end
       for i = 1, #ids do
         local id = ids[i]
         local mkey = message_key(base, id)
@@ -117,7 +134,7 @@ end
 -- FIFO; at most REPLY_BYTES of messages (always at least one), so a batch
 -- may come back short.
 -- Returns {"ok", message, ...}: zero messages when nothing is claimable. Each
--- message is leased_reply's positional array (00_common.lua): {id, payload,
+-- message is leased_reply's positional array (02_record.lua): {id, payload,
 -- retry_count, max_retries, created_at, updated_at, lease_expires_at,
 -- lease_token (unique per claim)}, then its optional fields as name, value
 -- pairs. With
@@ -152,3 +169,6 @@ local function claim(keys, args)
 end
 
 register('claim', claim)
+
+leasing.claim_into = claim_into
+end

@@ -1,3 +1,15 @@
+-- Settlements of one message: succeed, fail, extend, replay. Module `settle`.
+local settle = {}
+do
+local bad_arg, int_arg, need_timer = common.bad_arg, common.int_arg, common.need_timer
+local notify, now_ms, queue_keys = common.notify, common.now_ms, common.queue_keys
+local register, to_int = common.register, common.to_int
+local reply_message, set_updated = record.reply_message, record.set_updated
+local fail_message, load_for = lifecycle.fail_message, lifecycle.load_for
+local replay_dead, retention_hint = lifecycle.replay_dead, lifecycle.retention_hint
+local take_leased = lifecycle.take_leased
+local death_hint = alerts.death_hint
+
 -- Moves a processing message (checked by load_for, m its message) to
 -- succeeded at now: the indexes and 5 header bytes (updated_at). The caller
 -- counts it in the stats (once per call for a batch).
@@ -120,3 +132,5 @@ register('fail', fail, nil, 'message')
 register('extend', extend, nil, 'message')
 register('replay', replay, nil, 'message')
 
+settle.succeed_message = succeed_message
+end

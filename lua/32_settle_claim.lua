@@ -1,3 +1,14 @@
+-- settle_claim: the worker loop's settle-then-claim in one call.
+do
+local bad_arg, int_arg, message_key = common.bad_arg, common.int_arg, common.message_key
+local need_timer, now_ms, queue_keys = common.need_timer, common.now_ms, common.queue_keys
+local register, to_int = common.register, common.to_int
+local fail_message, load_for = lifecycle.fail_message, lifecycle.load_for
+local retention_hint, take_leased = lifecycle.retention_hint, lifecycle.take_leased
+local death_hint = alerts.death_hint
+local claim_into = leasing.claim_into
+local succeed_message = settle.succeed_message
+
 -- settle_claim: the worker loop in one call (SPEC §9): settle what the worker
 -- finished, then lease what it takes next.
 --   KEYS[1]  <prefix>:{q}                       queue key base
@@ -51,7 +62,7 @@ local function settle_claim(keys, args)
   if lease_ms == nil or lease_ms < 1 or lease_ms > 43200000 then return bad_arg('lease_ms') end
   if count == nil or count < 0 or count > 100 then return bad_arg('count') end
   if n == nil or n < 0 or n > 100 then return bad_arg('settlements') end
-  local lease_from = #args >= 6 + SETTLE_FIELDS * n and args[6 + SETTLE_FIELDS * n]
+  local lease_source = #args >= 6 + SETTLE_FIELDS * n and args[6 + SETTLE_FIELDS * n]
   local worker, nonce
   if #args >= 7 + SETTLE_FIELDS * n then
     worker = args[7 + SETTLE_FIELDS * n]
@@ -61,7 +72,7 @@ local function settle_claim(keys, args)
     if nonce == '' then nonce = nil end
     if nonce and #nonce > 64 then return bad_arg('nonce') end
   end
-  local hinted = #args == 5 + SETTLE_FIELDS * n or lease_from
+  local hinted = #args == 5 + SETTLE_FIELDS * n or lease_source
   if #args ~= 3 + SETTLE_FIELDS * n and not hinted then return bad_arg('settlements') end
   if #args > 8 + SETTLE_FIELDS * n then return bad_arg('settlements') end
   local dead_ttl, succeeded_ttl
@@ -126,7 +137,7 @@ local function settle_claim(keys, args)
   end
 
   local out = { 'ok', statuses }
-  lease_ms = flow.lease_ms(k, lease_ms, lease_from == 'flag')
+  lease_ms = flow.lease_ms(k, lease_ms, lease_source == 'flag')
   if count > 0 and claim_into(k, base, now, lease_ms, count, out, worker, nonce) > 0 and hinted then
     hint(need_timer(k, now, now + lease_ms))
   end
@@ -135,3 +146,4 @@ local function settle_claim(keys, args)
 end
 
 register('settle_claim', settle_claim)
+end

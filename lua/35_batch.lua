@@ -1,3 +1,14 @@
+-- Batches of leased messages: release, succeed_many, release_lost.
+do
+local bad_arg, int_arg, message_key = common.bad_arg, common.int_arg, common.message_key
+local notify, now_ms, old_keys = common.notify, common.now_ms, common.old_keys
+local queue_keys, register, to_int = common.queue_keys, common.register, common.to_int
+local lease_token, load_header = record.lease_token, record.load_header
+local load_legacy, set_updated = record.load_legacy, record.set_updated
+local lift, retention_hint = lifecycle.lift, lifecycle.retention_hint
+local take_leased = lifecycle.take_leased
+local succeed_message = settle.succeed_message
+
 -- release: hand leased messages back without counting a failure (a long-poll
 -- client went away before its claim was answered).
 --   KEYS[1]  <prefix>:{q}                       queue key base
@@ -123,4 +134,4 @@ register('release_lost', function(keys, args)
   end
   return released
 end)
-
+end

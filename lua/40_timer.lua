@@ -1,6 +1,19 @@
+-- The timer's functions: tick (one queue's timer work, retryd_v2's drain
+-- included), and promote and reclaim, two of its steps on their own.
 -- promote and reclaim are tick's first two steps on their own. No daemon
 -- calls them: they are for operators at redis-cli (docs/operators.md
 -- "Reference") and for the tests and the benchmark.
+do
+local OLD_PROBE_MS, v2_seen, v2_active = common.OLD_PROBE_MS, common.v2_seen, common.v2_active
+local MAX_BATCH, TIMER_GRACE_MS, bad_arg = common.MAX_BATCH, common.TIMER_GRACE_MS, common.bad_arg
+local message_key, notify, now_ms = common.message_key, common.notify, common.now_ms
+local old_keys, push_due, queue_keys = common.old_keys, common.push_due, common.queue_keys
+local register, to_int = common.register, common.to_int
+local load_legacy, store_message = record.load_legacy, record.store_message
+local expire_finished, fail_message = lifecycle.expire_finished, lifecycle.fail_message
+local promote_due, reclaim_expired = lifecycle.promote_due, lifecycle.reclaim_expired
+local alert_work = alerts.alert_work
+local SERIES_TICK_MS, series_sample = timeseries.SERIES_TICK_MS, timeseries.series_sample
 
 -- promote: move due scheduled ids to the due list (claimed before fresh ids).
 --   KEYS[1]  <prefix>:{q}                       queue key base
@@ -54,6 +67,23 @@ local OLD_LIFT = 200
 -- While they exist, the timer comes back at least this often: a retryd_v2
 -- instance may still be enqueuing into them, and hints nothing for that.
 local OLD_REVISIT_MS = 1000
+
+-- Whether this tick drains retryd_v2's indexes: while its data was met in
+-- the queue lately (v2_active), or at the queue's first tick in this Lua
+-- state and then every OLD_PROBE_MS (a v2 instance may have enqueued since),
+-- one EXISTS says whether any of them exists; the answer marks the queue
+-- (v2_seen). Otherwise nothing: no command, no key name built.
+local function v2_probe(k, now)
+  local v2 = k.v2
+  if not v2_active(k, now) and now < (v2.probe_at or 0) then return false end
+  v2.probe_at = now + OLD_PROBE_MS
+  local o = old_keys(k)
+  if redis.call('EXISTS', o.due, o.ready, o.scheduled, o.processing, o.dead, o.succeeded) == 0 then
+    return false
+  end
+  v2_seen(k, now)
+  return true
+end
 
 -- One tick's work on the old generation, every id it moves lifted: expired
 -- leases are failed into the new indexes (lease expired, as reclaim does),
@@ -197,10 +227,10 @@ local function tick(keys, args)
   if promoted > 0 then notify(k) end
   local expired = expire_finished(k, base, k.dead, now, dead_ttl, limit, 'expired_dead')
     + expire_finished(k, base, k.succeeded, now, succeeded_ttl, limit, 'expired_succeeded')
-  -- retryd_v2's indexes: one EXISTS when there are none.
-  local o = old_keys(k)
-  local old = redis.call('EXISTS', o.due, o.ready, o.scheduled, o.processing, o.dead,
-                         o.succeeded) > 0
+  -- retryd_v2's indexes, while its data was met here lately or when the
+  -- probe is due (v2_probe): else nothing is spent on them.
+  local old = v2_probe(k, now)
+  local o = old and old_keys(k)
   local old_full = false
   if old then
     local p, r, e
@@ -258,6 +288,7 @@ local function tick(keys, args)
     k.timer_at = false
   end
   local empty = 0
+  o = old_keys(k)   -- a queue leaves the registry only with no v2 index left either
   if wait < 0 and ready == 0 and
      redis.call('EXISTS', k.due, k.ready, k.scheduled, k.processing, k.dead, k.succeeded,
                 k.pushed, k.seq, k.stats, k.errors, k.events, k.policy, o.due, o.ready,
@@ -271,4 +302,4 @@ end
 register('promote', promote)
 register('reclaim', reclaim)
 register('tick', tick)
-
+end

@@ -3,6 +3,9 @@
 -- touch is in its slot (registry_keys), none is a queue's. A queue's functions
 -- answer timer hints; the daemon hands them to `register`, outside the queue's
 -- atomic call, and the timer visits only the queues the schedule names.
+do
+local MAX_BATCH, bad_arg, now_ms = common.MAX_BATCH, common.bad_arg, common.now_ms
+local register, registry_keys, to_int = common.register, common.registry_keys, common.to_int
 
 -- register: a queue exists and, with in_ms >= 0, has timer work due within in_ms.
 --   KEYS[1]  <prefix>:queues                    the registry SET
@@ -215,3 +218,4 @@ register('register', register_queue, nil, 'registry')
 register('timer_take', timer_take, nil, 'registry')
 register('timer_done', timer_done, nil, 'registry')
 register('queues_page', queues_page, { 'no-writes' }, 'registry')
+end

@@ -1,3 +1,13 @@
+-- Reads: get, and the listings (list; their walk is shared with export).
+-- Module `read`.
+local read = {}
+do
+local MAX_BATCH, REPLY_BYTES, bad_arg = common.MAX_BATCH, common.REPLY_BYTES, common.bad_arg
+local budget, message_key, old_keys = common.budget, common.message_key, common.old_keys
+local queue_keys, register, to_int = common.queue_keys, common.register, common.to_int
+local load_message, message_reply = record.load_message, record.message_reply
+local reply_message = record.reply_message
+
 -- get: one message.
 --   KEYS[1]  <prefix>:{q}                       queue key base
 --   KEYS[2]  <prefix>:{q}:m:<id>                the message
@@ -366,3 +376,10 @@ end
 
 register('get', get, { 'no-writes' }, 'message')
 register('list', list, { 'no-writes' })
+
+read.zset_page = zset_page
+read.walk = walk
+read.SECTION_STATUS = SECTION_STATUS
+read.OLD_SECTIONS = OLD_SECTIONS
+read.valid_status = valid_status
+end

@@ -1,3 +1,19 @@
+-- An operator's calls: kill, delete, replay_many, purge, stats. Module
+-- `operator` (walk_dead, shared with redrive).
+local operator = {}
+do
+local v2_seen = common.v2_seen
+local MAX_BATCH, REPLY_BYTES, bad_arg = common.MAX_BATCH, common.REPLY_BYTES, common.bad_arg
+local message_key, notify, now_ms = common.message_key, common.notify, common.now_ms
+local old_keys, queue_keys, register = common.old_keys, common.queue_keys, common.register
+local to_int = common.to_int
+local load_message, reply_message = record.load_message, record.reply_message
+local status_of, store_message = record.status_of, record.store_message
+local count_error, drop_orphan, emit = lifecycle.count_error, lifecycle.drop_orphan, lifecycle.emit
+local leave_dead, lift, replay_dead = lifecycle.leave_dead, lifecycle.lift, lifecycle.replay_dead
+local death_hint = alerts.death_hint
+local zset_page = read.zset_page
+
 -- kill: mark a pending or processing message dead by hand (an operator's
 -- decision; counts as a death, not as a failure).
 --   KEYS[1]  <prefix>:{q}                       queue key base
@@ -21,6 +37,7 @@ local function kill(keys, args)
   -- The record's type says which generation's indexes hold the id; the dead
   -- letter is a record in the new ones either way.
   local g = m.legacy and old_keys(k) or k
+  if m.legacy then v2_seen(k) end
   local status = status_of(g, id)
   if status == 'pending' then
     if redis.call('ZREM', g.scheduled, id) == 0 and redis.call('LREM', g.due, 1, id) == 0 then
@@ -58,7 +75,7 @@ local function delete(keys, args)
   local kind = redis.call('TYPE', mkey)['ok']
   if kind == 'none' then return { 'not_found' } end
   local g = k
-  if kind == 'hash' then g = old_keys(k) end   -- retryd_v2's: its indexes
+  if kind == 'hash' then g = old_keys(k); v2_seen(k) end   -- retryd_v2's: its indexes
   local status = status_of(g, id)
   if status == 'processing' or status == 'redriving' then return { 'invalid_state', status } end
   if status == 'pending' then
@@ -281,3 +298,5 @@ register('replay_many', replay_many)
 register('purge', purge)
 register('stats', stats, { 'no-writes' })
 
+operator.walk_dead = walk_dead
+end

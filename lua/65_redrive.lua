@@ -12,6 +12,15 @@
 -- answer invalid_state "redriving"; purge and retention walk only dead),
 -- and every redrive_take first answers the letters left in redriving by a
 -- cut call, so the next redrive on the queue completes them.
+do
+local MAX_BATCH, REPLY_BYTES, bad_arg = common.MAX_BATCH, common.REPLY_BYTES, common.bad_arg
+local message_key, notify, now_ms = common.message_key, common.notify, common.now_ms
+local old_keys, queue_keys, register = common.old_keys, common.queue_keys, common.register
+local to_int = common.to_int
+local load_message, store_message = record.load_message, record.store_message
+local drop_orphan, emit, leave_dead = lifecycle.drop_orphan, lifecycle.emit, lifecycle.leave_dead
+local lift = lifecycle.lift
+local walk_dead = operator.walk_dead
 
 -- Letters answered per take: at most this many, and a reply stops after
 -- REPLY_BYTES of payloads (at least one letter).
@@ -233,3 +242,4 @@ local function redrive_payload(keys, args)
 end
 
 register('redrive_payload', redrive_payload, { 'no-writes' }, 'message')
+end

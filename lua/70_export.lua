@@ -1,3 +1,12 @@
+-- export: pages of messages as CSV, JSON lines or TSV.
+do
+local MAX_BATCH, REPLY_BYTES, bad_arg = common.MAX_BATCH, common.REPLY_BYTES, common.bad_arg
+local message_key, ms_text, queue_keys = common.message_key, common.ms_text, common.queue_keys
+local register, to_int = common.register, common.to_int
+local load_message = record.load_message
+local OLD_SECTIONS, SECTION_STATUS = read.OLD_SECTIONS, read.SECTION_STATUS
+local valid_status, walk = read.valid_status, read.walk
+
 -- RFC 3339 UTC with milliseconds from epoch ms (Howard Hinnant's civil_from_days).
 local function iso_time(ms)
   if not ms or ms == '' then return '' end
@@ -129,3 +138,4 @@ local function export(keys, args)
 end
 
 register('export', export, { 'no-writes' })
+end

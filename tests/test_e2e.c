@@ -3519,7 +3519,7 @@ static void test_history_and_worker(void **state)
 /* A leased message as a claim answers it (m) is the message GET shows right
  * after: the same JSON, every field, but for the lease_token only a claim
  * shows (claim and settle_claim answer it by position, get by name;
- * leased_reply in lua/00_common.lua). */
+ * leased_reply in lua/02_record.lua). */
 static void expect_shown_as_get(const char *q, const rd_json_t *m)
 {
     char *claimed = rd_json_print(m, NULL);

@@ -256,7 +256,7 @@ static long long int_or_text(const redisReply *v, const char *what)
     return parse_int(v->str, v->len, what);
 }
 
-/* A message a claim leased, by position (leased_reply in lua/00_common.lua):
+/* A message a claim leased, by position (leased_reply in lua/02_record.lua):
  * {id, payload, retry_count, max_retries, created_at, updated_at,
  * lease_expires_at, lease_token}, numbers as integer replies, then optional
  * name, value pairs. Read into the same fields as reply_message's form,
@@ -3292,6 +3292,47 @@ static void test_library_versions_side_by_side(void **state)
     free(other);
 }
 
+/* Room to grow (docs/design.md "The Functions library"): Lua 5.1 refuses a
+ * chunk with more than 200 active locals, and the library is one chunk. With
+ * 100 more top-level locals after its "#!lua" line it still loads (it held
+ * 193 of them before it was split into modules); then the real library is
+ * loaded again, so the tests after this one are unaffected. */
+static void test_library_has_room_for_100_locals(void **state)
+{
+    enum { EXTRA = 100 };
+    size_t n;
+    char *code = read_file(getenv("RETRYD_TEST_LUA"), &n);
+    assert_non_null(code);
+    const char *eol = memchr(code, '\n', n);
+    assert_non_null(eol);
+    size_t head = (size_t)(eol - code) + 1;
+    size_t cap = n + EXTRA * 40 + 1, len = head;
+    char *grown = malloc(cap);
+    assert_non_null(grown);
+    memcpy(grown, code, head);
+    for (int i = 0; i < EXTRA; i++)
+        len += (size_t)snprintf(grown + len, cap - len, "local room_test_%d = %d\n", i, i);
+    memcpy(grown + len, code + head, n - head);
+    len += n - head;
+    const char *argv[] = { "FUNCTION", "LOAD", "REPLACE", grown };
+    const size_t lens[] = { 8, 4, 7, len };
+    redisReply *r = command_argv(4, argv, lens);
+    bool loaded = r->type == REDIS_REPLY_STRING && strcmp(r->str, RD_LIBRARY_NAME) == 0;
+    char why[256];
+    snprintf(why, sizeof why, "%s", reply_desc(r));
+    freeReplyObject(r);
+    free(grown);
+    load_library(code, n, true, RD_LIBRARY_NAME);
+    free(code);
+    if (!loaded) fail_msg("the library with %d more top-level locals: %s", EXTRA, why);
+    queue_t q;
+    queue_init(&q, "room");
+    msg_t m;
+    enqueue_ok(&q, "after the reload", 3, 0);
+    claim_one(&q, 30000, &m);
+    assert_string_equal(msg_str(&m, "payload"), "after the reload");
+}
+
 /* ------------------------------------------------------------------------ */
 /* Rolling upgrade from retryd_v2 (docs/storage.md "Two generations of      */
 /* indexes"): the previous release's library, main's lua/ before the record, */
@@ -5884,6 +5925,7 @@ int main(void)
         cmocka_unit_test(test_no_hint_without_the_flag),
         cmocka_unit_test(test_export_csv_neutralises_formulas),
         cmocka_unit_test(test_library_versions_side_by_side),
+        cmocka_unit_test(test_library_has_room_for_100_locals),
         cmocka_unit_test(test_v2_claim_never_meets_a_record),
         cmocka_unit_test(test_v2_messages_served_by_v3),
         cmocka_unit_test(test_v2_enqueues_not_starved),

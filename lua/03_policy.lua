@@ -1,7 +1,13 @@
 -- Queue policy and flow control (SPEC §10; the design is docs/flow-control.md).
 -- The policy is the HASH k.policy, read once per call; absent fields have their
 -- defaults, and a queue without the key behaves as if no policy existed. The
--- functions of the other files call in through the `flow` table.
+-- functions of the later files call in through the module table `flow`.
+
+local flow = {}
+do
+local register, queue_keys, now_ms = common.register, common.queue_keys, common.now_ms
+local notify, bad_arg, to_int = common.notify, common.bad_arg, common.to_int
+local MAX_BACKOFF_S = common.MAX_BACKOFF_S
 
 -- Every policy field, by its API name (nested ones dotted), with its range.
 -- Durations are seconds; they may be given with an s, m, h or d suffix.
@@ -136,9 +142,8 @@ local RULE_TEXT_MAX = 255
 -- Rules look at the error's first this many bytes only (README "Recovery
 -- rules"): a plain substring search costs up to error bytes x needle bytes,
 -- so 20 rules of 255 bytes over a 1 MiB error held Redis 300 ms; over 4 KiB,
--- well under 1 ms. The error itself is kept whole. (A field of flow: the
--- chunk has no room for more top-level locals.)
-flow.RULE_MATCH_BYTES = 4096
+-- well under 1 ms. The error itself is kept whole.
+local RULE_MATCH_BYTES = 4096
 local RULE_KEYS = { error_contains = true, error_prefix = true, action = true,
                     delay_seconds = true, max_times = true }
 
@@ -265,7 +270,7 @@ local RULES_CACHE, RULES_CACHED = {}, 0
 function flow.recover(k, m, err, dying)
   local raw = read_policy(k).dead_letter_rules
   if raw == nil then return dying end
-  if #err > flow.RULE_MATCH_BYTES then err = string.sub(err, 1, flow.RULE_MATCH_BYTES) end
+  if #err > RULE_MATCH_BYTES then err = string.sub(err, 1, RULE_MATCH_BYTES) end
   local rules = RULES_CACHE[raw]
   if rules == nil then
     -- Read through check_rules: a value written by hand that policy_set
@@ -345,10 +350,12 @@ function flow.hint_ttl(k, ttl_ms)
   return best
 end
 
--- The lease of a claim or extend: from_flag means the caller's value is its
--- daemon's default, which the policy's lease_seconds overrides.
-function flow.lease_ms(k, lease_ms, from_flag)
-  if not from_flag then return lease_ms end
+-- The lease of a claim or extend: daemon_default means the caller's value is
+-- its daemon's default lease, not the request's (the ARGV "flag": on the wire
+-- since retryd_v2, so it keeps that spelling), which the policy's
+-- lease_seconds overrides.
+function flow.lease_ms(k, lease_ms, daemon_default)
+  if not daemon_default then return lease_ms end
   local s = tonumber(read_policy(k).lease_seconds)
   return s and s * 1000 or lease_ms
 end
@@ -497,3 +504,4 @@ end
 register('policy_get', policy_get, { 'no-writes' })
 register('policy_set', policy_set)
 register('pause', pause)
+end
