@@ -1433,6 +1433,72 @@ static void test_v2_instance_enqueuing_beside_v3(void **state)
     }
 }
 
+/* The previous release's library (tests/fixtures/retryd_v3.lua, main as it
+ * landed on 2026-12-01) loaded by one of its instances on the same Redis:
+ * every instance loads its own library on connect with FUNCTION LOAD
+ * REPLACE. This release's claim, settle-and-claim and timer take arguments
+ * and give replies the previous one does not, so the two must not share a
+ * library name: under one name, the old instance's load replaced this
+ * release's functions, its settle-and-claim answered 500 and its timer did
+ * nothing. Both keep working on the same keys: a message the old library
+ * enqueued is claimed here, and this instance's timer still ends a lease. */
+static void test_previous_release_library_beside(void **state)
+{
+    (void)state;
+    FILE *f = fopen("tests/fixtures/retryd_v3.lua", "rb");
+    if (f == NULL) fail_msg("cannot read tests/fixtures/retryd_v3.lua (run from the source tree)");
+    static char code[256 * 1024];
+    size_t n = fread(code, 1, sizeof code, f);
+    fclose(f);
+    assert_true(n > 0 && n < sizeof code);
+    redisReply *r = redisCommand(g_redis, "FUNCTION LOAD REPLACE %b", code, n);
+    assert_non_null(r);
+    if (r->type != REDIS_REPLY_STRING) fail_msg("FUNCTION LOAD of retryd_v3: %s", r->str);
+    freeReplyObject(r);
+
+    char q[32], base[128];
+    e2e_queue_name(q, sizeof q, "prevrel");
+    snprintf(base, sizeof base, "%s:{%s}", g_prefix, q);
+    r = redisCommand(g_redis, "FCALL retryd_v3_enqueue 1 %s %s 3 0", base, "from the old one");
+    assert_non_null(r);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 2) fail_msg("retryd_v3_enqueue failed");
+    long long old_id = r->element[1]->integer;
+    freeReplyObject(r);
+
+    /* A settle-and-claim (the call whose arguments changed) takes it. */
+    e2e_response_t resp = { 0 };
+    http_to(g_a.port, &resp, "POST", e2e_fmt("/queues/%s/claim", q),
+            "{\"count\":1,\"lease_seconds\":1,\"settle\":[{\"id\":999,\"outcome\":\"succeeded\"}]}");
+    rd_json_t *doc = e2e_expect_json(&resp, 200);
+    rd_json_t *msgs = e2e_jget(doc, "messages");
+    assert_int_equal(rd_json_array_size(msgs), 1);
+    assert_int_equal(e2e_jint(rd_json_array_at(msgs, 0), "id"), old_id);
+    assert_string_equal(e2e_jstr(rd_json_array_at(msgs, 0), "payload"), "from the old one");
+    e2e_response_free(&resp);
+
+    /* This release's timer ends the 1 s lease (only the timer does). */
+    const char *path = e2e_fmt("/queues/%s/messages/%lld", q, old_id);
+    char mpath[256];
+    snprintf(mpath, sizeof mpath, "%s", path);
+    long long t0 = e2e_mono_ms();
+    const char *status = "";
+    char last[64] = "";
+    while (e2e_mono_ms() - t0 < 8000) {
+        http_to(g_b.port, &resp, "GET", mpath, NULL);
+        rd_json_t *m = e2e_expect_json(&resp, 200);
+        status = e2e_jstr(m, "status");
+        snprintf(last, sizeof last, "%s", status);
+        bool back = strcmp(status, "pending") == 0 && e2e_jint(m, "retry_count") == 1;
+        e2e_response_free(&resp);
+        if (back) break;
+        e2e_pause_ms(100);
+    }
+    r = redisCommand(g_redis, "FUNCTION DELETE retryd_v3");
+    if (r) freeReplyObject(r);
+    if (strcmp(last, "pending") != 0)
+        fail_msg("the lease did not end in 8 s beside the old library (status %s)", last);
+}
+
 /* ------------------------------------------------------------------------ */
 /* max_in_flight across instances (SPEC §10)                                */
 /* ------------------------------------------------------------------------ */
@@ -1656,6 +1722,7 @@ int main(void)
         T(test_lease_expiry_wakes_capped_long_poll),
         T(test_sigterm_answers_parked_waiter),
         T(test_v2_instance_enqueuing_beside_v3),
+        T(test_previous_release_library_beside),
     };
     return cmocka_run_group_tests_name("multi", tests, group_setup, group_teardown);
 }
