@@ -136,7 +136,7 @@ static void ensure_link(rd_cluster_t *c, node_t *n)
 
 static void refresh(rd_cluster_t *c);
 
-static bool every_master_attempted(const rd_cluster_t *c);
+static void latch_started(rd_cluster_t *c);
 
 static void on_slots(const rd_reply_t *reply, rd_redis_status_t status, void *arg)
 {
@@ -146,8 +146,7 @@ static void on_slots(const rd_reply_t *reply, rd_redis_status_t status, void *ar
         rd_warn("cluster: CLUSTER SLOTS failed; will ask again");
         return;
     }
-    /* The start is over once the map before this one had every master tried. */
-    if (every_master_attempted(c)) c->started = true;
+    latch_started(c);  /* before the new map's masters count */
     node_t *owner[SLOTS];
     memset(owner, 0, sizeof owner);
     for (size_t i = 0; i < rd_reply_len(reply); i++) {
@@ -305,6 +304,7 @@ static void on_call_reply(const rd_reply_t *reply, rd_redis_status_t status, voi
             finish(k, NULL, RD_REDIS_NOT_SENT);  /* it never ran */
             return;
         }
+        latch_started(c);  /* before n counts as a master */
         c->slot_owner[slot] = n;
         n->master = true;
         ensure_link(c, n);
@@ -462,6 +462,14 @@ static bool every_master_attempted(const rd_cluster_t *c)
     for (const node_t *n = c->nodes; n; n = n->next)
         if (n->master && (n->link == NULL || !rd_redis_attempted(n->link))) return false;
     return true;
+}
+
+/* The start is over once every master of the map had its first attempt: a
+ * master that joins later (a new map, or a MOVED naming a node) does not
+ * undo it. Called before either adds a master. */
+static void latch_started(rd_cluster_t *c)
+{
+    if (!c->started && every_master_attempted(c)) c->started = true;
 }
 
 /* Latched: a master that joins the map later (a failover's promoted replica)
