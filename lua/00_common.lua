@@ -54,7 +54,7 @@ local LIBRARY = 'retryd_v4'
 -- redis.register_function (e.g. { 'no-writes' } for FCALL_RO).
 -- shape: the KEYS it declares, checked before it runs, so that a direct
 -- FCALL cannot make it act on keys of two queues (or of two messages):
---   nil        KEYS[1] alone, a queue base: it must end in "}" (its hash tag)
+--   nil        KEYS[1] alone, a queue base: it must end in its hash tag ":{...}"
 --   'message'  the base, then "<base>:m:<ARGV[1]>" exactly
 --   'registry' KEYS[1] alone, the registry SET (45_registry.lua)
 -- Anything else is refused with an error naming the KEYS expected, and
@@ -67,7 +67,12 @@ local function register(name, callback, flags, shape)
                   .. (nkeys == 1 and ' key' or ' keys') .. ': KEYS must be ' .. want
   local checked = function(keys, args)
     local base = keys[1]
-    if #keys ~= nkeys or (shape ~= 'registry' and string.byte(base, -1) ~= 125)
+    -- A queue base ends in its own hash tag ":{<escaped name>}" (the name's
+    -- braces are escaped, so the tag holds none); the registry is
+    -- "<prefix>:queues".
+    if #keys ~= nkeys
+       or (shape == 'registry' and string.sub(base, -7) ~= ':queues')
+       or (shape ~= 'registry' and not string.find(base, ':{[^{}]*}$'))
        or (nkeys == 2 and (args[1] == nil or keys[2] ~= base .. ':m:' .. args[1])) then
       return redis.error_reply(refusal)
     end

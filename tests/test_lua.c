@@ -5845,6 +5845,15 @@ static void test_declared_keys_match_the_base(void **state)
     expect_keys_refused(&qa, &qb, fcall_keys("succeed", "2", 2, as_base, "1", "", END));
     expect_keys_refused(&qa, &qb, fcall_keys("claim", "1", 1, as_base, "30000", "1", END));
     expect_keys_refused(&qa, &qb, fcall_keys("enqueue", "1", 1, as_base, "x", "3", "0", END));
+    /* A base without a hash tag of its own ("x}", "p:q}"): in a cluster its
+     * keys would spread over slots. */
+    const char *no_tag[] = { "x}" }, *no_tag2[] = { "retryd-test:keys-a}" };
+    expect_keys_refused(&qa, &qb, fcall_keys("enqueue", "1", 1, no_tag, "x", "3", "0", END));
+    expect_keys_refused(&qa, &qb, fcall_keys("claim", "1", 1, no_tag2, "30000", "1", END));
+    /* A registry function given a queue base instead of "<prefix>:queues". */
+    const char *a_base[] = { qa.base };
+    expect_keys_refused(&qa, &qb, fcall_keys("register", "1", 1, a_base, "keys-b", "0", END));
+    expect_keys_refused(&qa, &qb, fcall_keys("queues_page", "1", 1, a_base, "", "10", END));
 
     /* The right keys still work. */
     msg_t m;
