@@ -149,10 +149,10 @@ static bool start_alerts(server_t *s)
     if (s->alerts) return true;
     if (s->alerts_failed) return false;
     rd_alerts_options_t ao = {
-        .url = s->cfg.alert_url[0] ? s->cfg.alert_url : NULL, .prefix = s->cfg.prefix,
+        .url = s->cfg.alert_url[0] ? s->cfg.alert_url : NULL,
         .claim_ms = s->cfg.alert_claim_ms, .timeout_ms = s->cfg.alert_timeout_ms,
     };
-    s->alerts = rd_alerts_start(s->loop, s->redis, &ao);
+    s->alerts = rd_alerts_start(s->loop, s->store, &ao);
     s->api.alerts = s->alerts;
     if (s->alerts == NULL) s->alerts_failed = true;
     return s->alerts != NULL;

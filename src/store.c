@@ -93,67 +93,56 @@ struct rd_store {
     struct snapshot *snapshot;  /* the /metrics snapshot, NULL until first asked */
 };
 
-/* The shape of a reply, and so which result type and callback it has. */
-typedef enum reply_kind {
-    KIND_MESSAGES,              /* rd_store_messages_t: {"ok", msg...} or an outcome */
-    KIND_ENQUEUED,              /* rd_store_messages_t: {"ok", id, now, timer} or duplicate */
-    KIND_HINTED,                /* rd_store_messages_t: {"ok", msg..., timer} or an outcome */
-    KIND_CLAIMED,               /* rd_store_messages_t: {"ok", msg..., timer, retry_ms} */
-    KIND_POLICY,                /* rd_store_policy_t: {field, value...} or {"ok", ...} */
-    KIND_PAUSED,                /* rd_store_policy_t: 1 | 0 */
-    KIND_LIST,                  /* rd_store_list_t */
-    KIND_HINTED_OUTCOMES,       /* rd_store_outcomes_t: {code..., timer} */
-    KIND_SETTLED,               /* rd_store_settled_t: {"ok", {status...}, msg..., timer} */
-    KIND_RELEASED,              /* rd_store_released_t */
-    KIND_REPLAYED,              /* rd_store_replayed_t */
-    KIND_STATS,                 /* rd_store_stats_result_t */
-    KIND_TICK,                  /* rd_store_tick_t */
-    KIND_SERIES,                /* rd_store_series_t */
-    KIND_PAGE,                  /* rd_store_page_t */
-    KIND_TAKE,                  /* rd_store_taken_t */
-    KIND_DONE,                  /* rd_store_done_t */
-    KIND_DELETED,               /* rd_store_head_t: an outcome */
-    KIND_PING,                  /* rd_store_head_t: PONG */
-    KIND_RAW,                   /* rd_store_raw_t: the reply, for the caller to read */
-} reply_kind_t;
+/* ---------------------------------------------------------------- the table of operations */
 
-/* One result of any kind; every member starts with the head. */
-typedef union result {
-    rd_store_head_t head;
-    rd_store_messages_t messages;
-    rd_store_list_t list;
-    rd_store_outcomes_t outcomes;
-    rd_store_settled_t settled;
-    rd_store_released_t released;
-    rd_store_replayed_t replayed;
-    rd_store_stats_result_t stats;
-    rd_store_tick_t tick;
-    rd_store_series_t series;
-    rd_store_page_t page;
-    rd_store_taken_t taken;
-    rd_store_done_t done;
-    rd_store_policy_t policy;
-    rd_store_raw_t raw;
-} result_t;
+/* A callback of any operation as an op keeps it: the row's deliver casts it
+ * back to the operation's own type (rd_store_<result>_cb). */
+typedef void (*any_cb_t)(void);
 
-/* The callback of an operation: the member its kind names. */
-typedef union callback {
-    rd_store_status_cb status;
-    rd_store_messages_cb messages;
-    rd_store_list_cb list;
-    rd_store_outcomes_cb outcomes;
-    rd_store_settled_cb settled;
-    rd_store_released_cb released;
-    rd_store_replayed_cb replayed;
-    rd_store_stats_cb stats;
-    rd_store_tick_cb tick;
-    rd_store_series_cb series;
-    rd_store_page_cb page;
-    rd_store_taken_cb taken;
-    rd_store_done_cb done;
-    rd_store_policy_cb policy;
-    rd_store_raw_cb raw;
-} callback_t;
+/* What a row's command is. */
+enum {
+    F_RO = 1,           /* FCALL_RO or a plain read: it cannot write, so a lost answer
+                           is UNAVAILABLE (not done), never LOST */
+    F_NO_OUTCOME = 2,   /* writes nothing a caller could be unsure of (series' sample):
+                           a lost answer is UNAVAILABLE too */
+    F_REGISTRY = 4,     /* KEYS[1] is the registry (its slot), not a queue's base */
+    F_COMMAND = 8,      /* a Redis command (the row's name), not a library function */
+    F_HINTED = 16,      /* the reply may carry a timer hint for q, and a write nudges
+                           q's series (series_nudge) */
+};
+
+/* One row per library function (and per plain command the store sends),
+ * the way redis's command table has one per command: the function's name,
+ * what kind of call it is, its typed result and the parser that fills it,
+ * what frees it, and the thunk that hands it to the operation's callback.
+ * The argv builder is the operation's rd_store_<name> below: it starts with
+ * begin_op(c, st, OP_<NAME>, ...) and ends with send_op(); docs/design.md "How to
+ * add a library function". */
+typedef struct op_def {
+    const char *name;
+    unsigned flags;
+    size_t result_size;         /* the result type's, at most RESULT_BYTES */
+    /* Fills res (zeroed) from a reply that is not an error reply; kept is
+     * what the builder kept for it (NULL: nothing), *hint the call's timer
+     * hint (-1 none). False: a reply of another shape (RD_STORE_ERROR). A
+     * parser may set res's head (an outcome other than OK). */
+    bool (*parse)(const rd_reply_t *reply, const void *kept, void *res, long long *hint);
+    void (*free)(void *res);    /* what parse allocated (NULL: nothing) */
+    void (*deliver)(any_cb_t cb, const void *res, void *arg);
+} op_def_t;
+
+typedef enum op_id {
+    OP_ENQUEUE, OP_CLAIM, OP_SETTLE_CLAIM, OP_SUCCEED, OP_SUCCEED_MANY, OP_FAIL, OP_EXTEND,
+    OP_RELEASE, OP_RELEASE_LOST, OP_REPLAY, OP_REPLAY_MANY, OP_KILL, OP_DELETE, OP_GET,
+    OP_LIST, OP_STATS, OP_SERIES, OP_TICK, OP_POLICY_GET, OP_POLICY_SET, OP_PAUSE,
+    OP_ALERTS_TAKE, OP_ALERTS_ACK, OP_ALERTS_TOUCH,
+    OP_REDRIVE_TAKE, OP_REDRIVE_IN, OP_REDRIVE_DONE, OP_REDRIVE_FORGET,
+    OP_REGISTER, OP_TIMER_TAKE, OP_TIMER_DONE, OP_QUEUES_PAGE,
+    OP_PING, OP_CONFIG_GET,
+    OP_COUNT
+} op_id_t;
+
+static const op_def_t ops[OP_COUNT];
 
 /* What enqueue sent, to build the new message from {"ok", id, now}. */
 typedef struct enqueued {
@@ -165,13 +154,14 @@ typedef struct enqueued {
 } enqueued_t;
 
 typedef struct op {
-    reply_kind_t kind;
-    bool read_only;             /* the command cannot write (see reads_only) */
-    callback_t cb;
+    const op_def_t *def;
+    bool read_only;             /* F_RO or F_NO_OUTCOME */
+    any_cb_t cb;
     void *arg;
-    enqueued_t *enq;            /* KIND_ENQUEUED */
+    void *kept;                 /* owned: what the builder kept for the parser */
+    void (*kept_free)(void *kept);
     rd_store_t *st;
-    char *queue;                /* owned: where a timer hint goes (hinted kinds) */
+    char *queue;                /* owned: where a timer hint goes (F_HINTED rows) */
     size_t queue_len;
     bool nudge;                 /* a write to queue: nudge its series (series_nudge) */
     char what[48];              /* the function (or command) called, for the log */
@@ -508,230 +498,491 @@ static bool parse_enqueued(const rd_reply_t *reply, const enqueued_t *e, rd_stor
     return true;
 }
 
-/* Parses the reply of op into res; *hint is the call's timer hint (-1 none). */
-static bool parse_reply(const op_t *op, const rd_reply_t *reply, result_t *res, long long *hint)
+
+
+/* ---------------------------------------------------------------- the rows' parsers */
+
+/* Each is a row's parse (op_def_t): reply -> its typed result. */
+
+static bool parse_enqueue_reply(const rd_reply_t *r, const void *kept, void *res, long long *hint)
 {
-    switch (op->kind) {
-    case KIND_ENQUEUED:
-        return parse_enqueued(reply, op->enq, &res->messages, hint);
-    case KIND_PING:
-        return rd_reply_is(reply, "PONG");
-    case KIND_TICK: {
-        rd_store_tick_t *t = &res->tick;
-        long long empty, alerts = 0;
-        size_t n = rd_reply_len(reply);
-        if (!((n == 6 || (n == 7 && rd_reply_int(rd_reply_at(reply, 6), &alerts))) &&
-              rd_reply_int(rd_reply_at(reply, 0), &t->promoted) &&
-              rd_reply_int(rd_reply_at(reply, 1), &t->reclaimed) &&
-              rd_reply_int(rd_reply_at(reply, 2), &t->expired) &&
-              rd_reply_int(rd_reply_at(reply, 3), &t->next_in_ms) &&
-              rd_reply_int(rd_reply_at(reply, 4), &t->ready) &&
-              rd_reply_int(rd_reply_at(reply, 5), &empty)))
-            return false;
-        t->empty = empty == 1;
-        t->alerts = alerts == 1 || alerts == 2 ? (int)alerts : 0;
-        t->alerts_checked = n == 7;
-        return true;
-    }
-    case KIND_TAKE: {   /* {token, next_in_ms, fleet_alert_url, n, alert name x n, name...} */
-        rd_store_taken_t *t = &res->taken;
-        long long fleet, n;
-        if (!is_array(reply, 4) || !rd_reply_int(rd_reply_at(reply, 0), &t->token) ||
-            !rd_reply_int(rd_reply_at(reply, 1), &t->next_in_ms) ||
-            !rd_reply_int(rd_reply_at(reply, 2), &fleet) ||
-            !rd_reply_int(rd_reply_at(reply, 3), &n) || n < 0 ||
-            (size_t)n > rd_reply_len(reply) - 4 ||
-            !parse_strings_from(reply, 4, &t->alert_names, &t->count))
-            return false;
-        t->fleet_alert_url = fleet == 1;
-        t->alert_count = (size_t)n;
-        t->names = t->alert_names + n;
-        t->count -= (size_t)n;
-        return true;
-    }
-    case KIND_PAGE: {   /* {total, next_cursor, name...} */
-        rd_store_page_t *p = &res->page;
-        if (!is_array(reply, 2) || !rd_reply_int(rd_reply_at(reply, 0), &p->total)) return false;
-        p->next_cursor.ptr = rd_reply_str(rd_reply_at(reply, 1), &p->next_cursor.len);
-        return p->next_cursor.ptr != NULL && parse_strings_from(reply, 2, &p->names, &p->count);
-    }
-    case KIND_SERIES:
-        return parse_series(reply, &res->series);
-    case KIND_DONE:
-        return rd_reply_int(reply, &res->done.left);
-    case KIND_RAW:
-        res->raw.reply = reply;
-        return true;
-    case KIND_HINTED: {
-        rd_store_messages_t *m = &res->messages;
-        if (!parse_outcome(reply, &m->head)) return false;
-        if (m->head.status != RD_STORE_OK) return true;
-        size_t n = rd_reply_len(reply);
-        return n >= 2 && rd_reply_int(rd_reply_at(reply, n - 1), hint) &&
-               parse_messages(reply, 1, n - 1, &m->messages, &m->count);
-    }
-    case KIND_CLAIMED: {    /* {"ok", msg..., timer[, retry_ms]}: a library without
-                               the policy answers no retry_ms */
-        rd_store_messages_t *m = &res->messages;
-        if (!parse_outcome(reply, &m->head)) return false;
-        if (m->head.status != RD_STORE_OK) return true;
-        size_t n = rd_reply_len(reply);
-        if (n >= 3 && rd_reply_type(rd_reply_at(reply, n - 2)) == RD_REPLY_INTEGER) {
-            if (!rd_reply_int(rd_reply_at(reply, n - 1), &m->retry_ms)) return false;
-            n--;
-        }
-        return n >= 2 && rd_reply_int(rd_reply_at(reply, n - 1), hint) &&
-               parse_leased_messages(reply, 1, n - 1, &m->messages, &m->count);
-    }
-    case KIND_POLICY:
-        return parse_policy(reply, &res->policy);
-    case KIND_PAUSED: {
-        long long paused;
-        if (!rd_reply_int(reply, &paused)) return false;
-        rd_policy_init(&res->policy.policy);
-        res->policy.policy.paused = paused == 1;
-        return true;
-    }
-    case KIND_HINTED_OUTCOMES: {    /* {code..., timer} */
-        rd_store_outcomes_t *o = &res->outcomes;
-        if (!is_array(reply, 1)) return false;
-        size_t n = rd_reply_len(reply);
-        if (!rd_reply_int(rd_reply_at(reply, n - 1), hint)) return false;
-        o->outcomes = rd_calloc(n, sizeof *o->outcomes);
-        for (size_t i = 0; i + 1 < n; i++) {
-            o->outcomes[i].ptr = rd_reply_str(rd_reply_at(reply, i), &o->outcomes[i].len);
-            if (o->outcomes[i].ptr == NULL) return false;
-        }
-        o->count = n - 1;
-        return true;
-    }
-    case KIND_RELEASED:
-        return rd_reply_int(reply, &res->released.released);
-    case KIND_STATS:
-        return parse_stats(reply, &res->stats.stats);
-    case KIND_DELETED:
-        return parse_outcome(reply, &res->head);
-    case KIND_REPLAYED: {
-        rd_store_replayed_t *r = &res->replayed;
-        if (!is_array(reply, 1)) return false;
-        if (rd_reply_is(rd_reply_at(reply, 0), "bad_cursor")) {
-            r->head.status = RD_STORE_BAD_CURSOR;
-            return true;
-        }
-        if (rd_reply_len(reply) != 2 || !rd_reply_int(rd_reply_at(reply, 0), &r->replayed))
-            return false;
-        r->next_cursor.ptr = rd_reply_str(rd_reply_at(reply, 1), &r->next_cursor.len);
-        return r->next_cursor.ptr != NULL;
-    }
-    case KIND_SETTLED:
-        return parse_settled(reply, &res->settled, hint);
-    case KIND_MESSAGES: {
-        rd_store_messages_t *m = &res->messages;
-        if (!parse_outcome(reply, &m->head)) return false;
-        if (m->head.status != RD_STORE_OK && m->head.status != RD_STORE_DUPLICATE) return true;
-        return parse_messages(reply, 1, rd_reply_len(reply), &m->messages, &m->count);
-    }
-    case KIND_LIST: {
-        rd_store_list_t *l = &res->list;
-        if (!parse_outcome(reply, &l->head)) return false;
-        if (l->head.status != RD_STORE_OK) return true;
-        if (!is_array(reply, 3) || !rd_reply_int(rd_reply_at(reply, 1), &l->total))
-            return false;
-        l->next_cursor.ptr = rd_reply_str(rd_reply_at(reply, 2), &l->next_cursor.len);
-        return l->next_cursor.ptr != NULL &&
-               parse_messages(reply, 3, rd_reply_len(reply), &l->messages, &l->count);
-    }
-    }
-    return false;
+    return parse_enqueued(r, kept, res, hint);
 }
+
+/* get, replay: {"ok", msg} or an outcome. */
+static bool parse_message_reply(const rd_reply_t *r, const void *kept, void *res, long long *hint)
+{
+    (void)kept, (void)hint;
+    rd_store_messages_t *m = res;
+    if (!parse_outcome(r, &m->head)) return false;
+    if (m->head.status != RD_STORE_OK && m->head.status != RD_STORE_DUPLICATE) return true;
+    return parse_messages(r, 1, rd_reply_len(r), &m->messages, &m->count);
+}
+
+/* succeed, fail, extend, kill: {"ok", msg..., timer} or an outcome. */
+static bool parse_hinted_reply(const rd_reply_t *r, const void *kept, void *res, long long *hint)
+{
+    (void)kept;
+    rd_store_messages_t *m = res;
+    if (!parse_outcome(r, &m->head)) return false;
+    if (m->head.status != RD_STORE_OK) return true;
+    size_t n = rd_reply_len(r);
+    return n >= 2 && rd_reply_int(rd_reply_at(r, n - 1), hint) &&
+           parse_messages(r, 1, n - 1, &m->messages, &m->count);
+}
+
+/* claim: {"ok", leased..., timer[, retry_ms]}; a library without the policy
+ * answers no retry_ms. */
+static bool parse_claim_reply(const rd_reply_t *r, const void *kept, void *res, long long *hint)
+{
+    (void)kept;
+    rd_store_messages_t *m = res;
+    if (!parse_outcome(r, &m->head)) return false;
+    if (m->head.status != RD_STORE_OK) return true;
+    size_t n = rd_reply_len(r);
+    if (n >= 3 && rd_reply_type(rd_reply_at(r, n - 2)) == RD_REPLY_INTEGER) {
+        if (!rd_reply_int(rd_reply_at(r, n - 1), &m->retry_ms)) return false;
+        n--;
+    }
+    return n >= 2 && rd_reply_int(rd_reply_at(r, n - 1), hint) &&
+           parse_leased_messages(r, 1, n - 1, &m->messages, &m->count);
+}
+
+static bool parse_settle_claim_reply(const rd_reply_t *r, const void *kept, void *res,
+                                     long long *hint)
+{
+    (void)kept;
+    return parse_settled(r, res, hint);
+}
+
+/* succeed_many: {code..., timer}. */
+static bool parse_succeed_many_reply(const rd_reply_t *r, const void *kept, void *res,
+                                     long long *hint)
+{
+    (void)kept;
+    rd_store_outcomes_t *o = res;
+    if (!is_array(r, 1)) return false;
+    size_t n = rd_reply_len(r);
+    if (!rd_reply_int(rd_reply_at(r, n - 1), hint)) return false;
+    o->outcomes = rd_calloc(n, sizeof *o->outcomes);
+    for (size_t i = 0; i + 1 < n; i++) {
+        o->outcomes[i].ptr = rd_reply_str(rd_reply_at(r, i), &o->outcomes[i].len);
+        if (o->outcomes[i].ptr == NULL) return false;
+    }
+    o->count = n - 1;
+    return true;
+}
+
+/* release, release_lost: how many were handed back. */
+static bool parse_released_reply(const rd_reply_t *r, const void *kept, void *res, long long *hint)
+{
+    (void)kept, (void)hint;
+    return rd_reply_int(r, &((rd_store_released_t *)res)->released);
+}
+
+/* replay_many: {replayed, next_cursor} or {"bad_cursor"}. */
+static bool parse_replayed_reply(const rd_reply_t *r, const void *kept, void *res, long long *hint)
+{
+    (void)kept, (void)hint;
+    rd_store_replayed_t *p = res;
+    if (!is_array(r, 1)) return false;
+    if (rd_reply_is(rd_reply_at(r, 0), "bad_cursor")) {
+        p->head.status = RD_STORE_BAD_CURSOR;
+        return true;
+    }
+    if (rd_reply_len(r) != 2 || !rd_reply_int(rd_reply_at(r, 0), &p->replayed)) return false;
+    p->next_cursor.ptr = rd_reply_str(rd_reply_at(r, 1), &p->next_cursor.len);
+    return p->next_cursor.ptr != NULL;
+}
+
+/* delete: an outcome alone. */
+static bool parse_outcome_reply(const rd_reply_t *r, const void *kept, void *res, long long *hint)
+{
+    (void)kept, (void)hint;
+    return parse_outcome(r, res);
+}
+
+/* list: {"ok", total, next_cursor, msg...} or an outcome. */
+static bool parse_list_reply(const rd_reply_t *r, const void *kept, void *res, long long *hint)
+{
+    (void)kept, (void)hint;
+    rd_store_list_t *l = res;
+    if (!parse_outcome(r, &l->head)) return false;
+    if (l->head.status != RD_STORE_OK) return true;
+    if (!is_array(r, 3) || !rd_reply_int(rd_reply_at(r, 1), &l->total)) return false;
+    l->next_cursor.ptr = rd_reply_str(rd_reply_at(r, 2), &l->next_cursor.len);
+    return l->next_cursor.ptr != NULL &&
+           parse_messages(r, 3, rd_reply_len(r), &l->messages, &l->count);
+}
+
+static bool parse_stats_reply(const rd_reply_t *r, const void *kept, void *res, long long *hint)
+{
+    (void)kept, (void)hint;
+    return parse_stats(r, &((rd_store_stats_result_t *)res)->stats);
+}
+
+static bool parse_series_reply(const rd_reply_t *r, const void *kept, void *res, long long *hint)
+{
+    (void)kept, (void)hint;
+    return parse_series(r, res);
+}
+
+/* tick: {promoted, reclaimed, expired, next_in_ms, ready, empty[, alerts]}. */
+static bool parse_tick_reply(const rd_reply_t *r, const void *kept, void *res, long long *hint)
+{
+    (void)kept, (void)hint;
+    rd_store_tick_t *t = res;
+    long long empty, alerts = 0;
+    size_t n = rd_reply_len(r);
+    if (!((n == 6 || (n == 7 && rd_reply_int(rd_reply_at(r, 6), &alerts))) &&
+          rd_reply_int(rd_reply_at(r, 0), &t->promoted) &&
+          rd_reply_int(rd_reply_at(r, 1), &t->reclaimed) &&
+          rd_reply_int(rd_reply_at(r, 2), &t->expired) &&
+          rd_reply_int(rd_reply_at(r, 3), &t->next_in_ms) &&
+          rd_reply_int(rd_reply_at(r, 4), &t->ready) &&
+          rd_reply_int(rd_reply_at(r, 5), &empty)))
+        return false;
+    t->empty = empty == 1;
+    t->alerts = alerts == 1 || alerts == 2 ? (int)alerts : 0;
+    t->alerts_checked = n == 7;
+    return true;
+}
+
+static bool parse_policy_reply(const rd_reply_t *r, const void *kept, void *res, long long *hint)
+{
+    (void)kept, (void)hint;
+    return parse_policy(r, res);
+}
+
+/* pause: 1 | 0, the pause as it is now. */
+static bool parse_paused_reply(const rd_reply_t *r, const void *kept, void *res, long long *hint)
+{
+    (void)kept, (void)hint;
+    rd_store_policy_t *p = res;
+    long long paused;
+    if (!rd_reply_int(r, &paused)) return false;
+    rd_policy_init(&p->policy);
+    p->policy.paused = paused == 1;
+    return true;
+}
+
+/* alerts_take: {more, url, (stream_id, id, error, retry_count, at)...}. An
+ * entry's fields are read as the sender always read them: a missing string
+ * stays NULL, a number that is not one stays 0. */
+static bool parse_alerts_take_reply(const rd_reply_t *r, const void *kept, void *res,
+                                    long long *hint)
+{
+    (void)kept, (void)hint;
+    rd_store_alerts_taken_t *t = res;
+    size_t len = rd_reply_len(r);
+    if (!is_array(r, 2) || (len - 2) % 5 != 0 || !rd_reply_int(rd_reply_at(r, 0), &t->more))
+        return false;
+    t->url.ptr = rd_reply_str(rd_reply_at(r, 1), &t->url.len);
+    t->count = (len - 2) / 5;
+    t->alerts = rd_calloc(t->count ? t->count : 1, sizeof *t->alerts);
+    for (size_t i = 0; i < t->count; i++) {
+        rd_store_alert_t *a = &t->alerts[i];
+        size_t at = 2 + 5 * i;
+        a->stream_id.ptr = rd_reply_str(rd_reply_at(r, at), &a->stream_id.len);
+        rd_reply_int(rd_reply_at(r, at + 1), &a->id);
+        a->error.ptr = rd_reply_str(rd_reply_at(r, at + 2), &a->error.len);
+        rd_reply_int(rd_reply_at(r, at + 3), &a->retry_count);
+        rd_reply_int(rd_reply_at(r, at + 4), &a->at_ms);
+    }
+    return true;
+}
+
+/* One number (register, alerts_ack, redrive_done, redrive_forget). */
+static bool parse_count_reply(const rd_reply_t *r, const void *kept, void *res, long long *hint)
+{
+    (void)kept, (void)hint;
+    return rd_reply_int(r, &((rd_store_count_t *)res)->n);
+}
+
+/* An array whose elements are read as strings where they are strings
+ * (alerts_touch, CONFIG GET). */
+static bool parse_strings_reply(const rd_reply_t *r, const void *kept, void *res, long long *hint)
+{
+    (void)kept, (void)hint;
+    rd_store_strings_t *s = res;
+    if (!is_array(r, 0)) return false;
+    s->count = rd_reply_len(r);
+    s->strings = rd_calloc(s->count ? s->count : 1, sizeof *s->strings);
+    for (size_t i = 0; i < s->count; i++)
+        s->strings[i].ptr = rd_reply_str(rd_reply_at(r, i), &s->strings[i].len);
+    return true;
+}
+
+/* redrive_take: {resumed, next, {id, target, max_retries, payload}...} or
+ * {"bad_cursor"}. */
+static bool parse_redrive_take_reply(const rd_reply_t *r, const void *kept, void *res,
+                                     long long *hint)
+{
+    (void)kept, (void)hint;
+    rd_store_redrive_taken_t *t = res;
+    if (rd_reply_len(r) == 1 && rd_reply_is(rd_reply_at(r, 0), "bad_cursor")) {
+        t->head.status = RD_STORE_BAD_CURSOR;
+        return true;
+    }
+    long long resumed;
+    if (!is_array(r, 2) || !rd_reply_int(rd_reply_at(r, 0), &resumed)) return false;
+    t->next.ptr = rd_reply_str(rd_reply_at(r, 1), &t->next.len);
+    if (t->next.ptr == NULL) return false;
+    t->resumed = resumed == 1;
+    size_t count = rd_reply_len(r) - 2;
+    t->letters = rd_calloc(count ? count : 1, sizeof *t->letters);
+    for (size_t i = 0; i < count; i++) {
+        const rd_reply_t *e = rd_reply_at(r, 2 + i);
+        rd_store_letter_t *l = &t->letters[i];
+        if (!is_array(e, 4) || rd_reply_len(e) != 4 || !rd_reply_int(rd_reply_at(e, 0), &l->id) ||
+            (l->target.ptr = rd_reply_str(rd_reply_at(e, 1), &l->target.len)) == NULL ||
+            !rd_reply_int(rd_reply_at(e, 2), &l->max_retries) ||
+            (l->payload.ptr = rd_reply_str(rd_reply_at(e, 3), &l->payload.len)) == NULL)
+            return false;
+        t->count = i + 1;
+    }
+    return true;
+}
+
+/* redrive_in: {new_id...}. */
+static bool parse_ids_reply(const rd_reply_t *r, const void *kept, void *res, long long *hint)
+{
+    (void)kept, (void)hint;
+    rd_store_ids_t *s = res;
+    if (!is_array(r, 0)) return false;
+    s->count = rd_reply_len(r);
+    s->ids = rd_calloc(s->count ? s->count : 1, sizeof *s->ids);
+    for (size_t i = 0; i < s->count; i++)
+        if (!rd_reply_int(rd_reply_at(r, i), &s->ids[i])) return false;
+    return true;
+}
+
+/* timer_take: {token, next_in_ms, fleet_alert_url, n, alert name x n, name...}. */
+static bool parse_timer_take_reply(const rd_reply_t *r, const void *kept, void *res,
+                                   long long *hint)
+{
+    (void)kept, (void)hint;
+    rd_store_taken_t *t = res;
+    long long fleet, n;
+    if (!is_array(r, 4) || !rd_reply_int(rd_reply_at(r, 0), &t->token) ||
+        !rd_reply_int(rd_reply_at(r, 1), &t->next_in_ms) ||
+        !rd_reply_int(rd_reply_at(r, 2), &fleet) ||
+        !rd_reply_int(rd_reply_at(r, 3), &n) || n < 0 ||
+        (size_t)n > rd_reply_len(r) - 4 ||
+        !parse_strings_from(r, 4, &t->alert_names, &t->count))
+        return false;
+    t->fleet_alert_url = fleet == 1;
+    t->alert_count = (size_t)n;
+    t->names = t->alert_names + n;
+    t->count -= (size_t)n;
+    return true;
+}
+
+static bool parse_timer_done_reply(const rd_reply_t *r, const void *kept, void *res,
+                                   long long *hint)
+{
+    (void)kept, (void)hint;
+    return rd_reply_int(r, &((rd_store_done_t *)res)->left);
+}
+
+/* queues_page: {total, next_cursor, name...}. */
+static bool parse_page_reply(const rd_reply_t *r, const void *kept, void *res, long long *hint)
+{
+    (void)kept, (void)hint;
+    rd_store_page_t *p = res;
+    if (!is_array(r, 2) || !rd_reply_int(rd_reply_at(r, 0), &p->total)) return false;
+    p->next_cursor.ptr = rd_reply_str(rd_reply_at(r, 1), &p->next_cursor.len);
+    return p->next_cursor.ptr != NULL && parse_strings_from(r, 2, &p->names, &p->count);
+}
+
+static bool parse_pong_reply(const rd_reply_t *r, const void *kept, void *res, long long *hint)
+{
+    (void)kept, (void)res, (void)hint;
+    return rd_reply_is(r, "PONG");
+}
+
+/* ---------------------------------------------------------------- the rows' frees */
+
+static void free_messages(void *res)
+{
+    rd_free(((rd_store_messages_t *)res)->messages);
+}
+
+static void free_list(void *res)
+{
+    rd_free(((rd_store_list_t *)res)->messages);
+}
+
+static void free_outcomes(void *res)
+{
+    rd_free(((rd_store_outcomes_t *)res)->outcomes);
+}
+
+static void free_settled(void *res)
+{
+    rd_store_settled_t *s = res;
+    rd_free(s->outcomes);
+    rd_free(s->messages);
+}
+
+static void free_stats(void *res)
+{
+    rd_store_stats_result_t *s = res;
+    rd_free(s->stats.totals);
+    rd_free(s->stats.top_errors);
+}
+
+static void free_series(void *res)
+{
+    rd_free(((rd_store_series_t *)res)->values);
+}
+
+static void free_page(void *res)
+{
+    rd_free(((rd_store_page_t *)res)->names);
+}
+
+static void free_taken(void *res)
+{
+    rd_free(((rd_store_taken_t *)res)->alert_names);  /* names point into it */
+}
+
+static void free_alerts_taken(void *res)
+{
+    rd_free(((rd_store_alerts_taken_t *)res)->alerts);
+}
+
+static void free_strings(void *res)
+{
+    rd_free(((rd_store_strings_t *)res)->strings);
+}
+
+static void free_redrive_taken(void *res)
+{
+    rd_free(((rd_store_redrive_taken_t *)res)->letters);
+}
+
+static void free_ids(void *res)
+{
+    rd_free(((rd_store_ids_t *)res)->ids);
+}
+
+/* ---------------------------------------------------------------- the table */
+
+/* deliver_<cb>: hands a result to a callback of type rd_store_<cb>_cb. */
+#define DELIVER(result_type, cb_type)                                              \
+    static void deliver_##cb_type(any_cb_t cb, const void *res, void *arg)       \
+    {                                                                            \
+        ((cb_type)cb)((const result_type *)res, arg);                            \
+    }
+DELIVER(rd_store_head_t, rd_store_status_cb)
+DELIVER(rd_store_messages_t, rd_store_messages_cb)
+DELIVER(rd_store_list_t, rd_store_list_cb)
+DELIVER(rd_store_outcomes_t, rd_store_outcomes_cb)
+DELIVER(rd_store_settled_t, rd_store_settled_cb)
+DELIVER(rd_store_released_t, rd_store_released_cb)
+DELIVER(rd_store_replayed_t, rd_store_replayed_cb)
+DELIVER(rd_store_stats_result_t, rd_store_stats_cb)
+DELIVER(rd_store_tick_t, rd_store_tick_cb)
+DELIVER(rd_store_series_t, rd_store_series_cb)
+DELIVER(rd_store_page_t, rd_store_page_cb)
+DELIVER(rd_store_taken_t, rd_store_taken_cb)
+DELIVER(rd_store_done_t, rd_store_done_cb)
+DELIVER(rd_store_policy_t, rd_store_policy_cb)
+DELIVER(rd_store_count_t, rd_store_count_cb)
+DELIVER(rd_store_strings_t, rd_store_strings_cb)
+DELIVER(rd_store_alerts_taken_t, rd_store_alerts_taken_cb)
+DELIVER(rd_store_redrive_taken_t, rd_store_redrive_taken_cb)
+DELIVER(rd_store_ids_t, rd_store_ids_cb)
+#undef DELIVER
+
+/* Every result fits the buffer on_reply parses into. */
+enum { RESULT_BYTES = 512 };
+#define FITS(type) (sizeof(type) + 0 * sizeof(char[sizeof(type) <= RESULT_BYTES ? 1 : -1]))
+
+/* ROW(id, name, flags, result type, parse, free, callback type) */
+#define ROW(id, name, flags, type, parse, free, cb_type) \
+    [id] = { name, flags, FITS(type), parse, free, deliver_##cb_type }
+
+static const op_def_t ops[OP_COUNT] = {
+    ROW(OP_ENQUEUE, "enqueue", F_HINTED, rd_store_messages_t, parse_enqueue_reply,
+        free_messages, rd_store_messages_cb),
+    ROW(OP_CLAIM, "claim", F_HINTED, rd_store_messages_t, parse_claim_reply, free_messages,
+        rd_store_messages_cb),
+    ROW(OP_SETTLE_CLAIM, "settle_claim", F_HINTED, rd_store_settled_t, parse_settle_claim_reply,
+        free_settled, rd_store_settled_cb),
+    ROW(OP_SUCCEED, "succeed", F_HINTED, rd_store_messages_t, parse_hinted_reply, free_messages,
+        rd_store_messages_cb),
+    ROW(OP_SUCCEED_MANY, "succeed_many", F_HINTED, rd_store_outcomes_t,
+        parse_succeed_many_reply, free_outcomes, rd_store_outcomes_cb),
+    ROW(OP_FAIL, "fail", F_HINTED, rd_store_messages_t, parse_hinted_reply, free_messages,
+        rd_store_messages_cb),
+    ROW(OP_EXTEND, "extend", F_HINTED, rd_store_messages_t, parse_hinted_reply, free_messages,
+        rd_store_messages_cb),
+    ROW(OP_RELEASE, "release", 0, rd_store_released_t, parse_released_reply, NULL,
+        rd_store_released_cb),
+    ROW(OP_RELEASE_LOST, "release_lost", 0, rd_store_released_t, parse_released_reply, NULL,
+        rd_store_released_cb),
+    /* replay and replay_many are hinted for the series' nudge; their replies
+     * carry no timer hint. */
+    ROW(OP_REPLAY, "replay", F_HINTED, rd_store_messages_t, parse_message_reply, free_messages,
+        rd_store_messages_cb),
+    ROW(OP_REPLAY_MANY, "replay_many", F_HINTED, rd_store_replayed_t, parse_replayed_reply,
+        NULL, rd_store_replayed_cb),
+    ROW(OP_KILL, "kill", F_HINTED, rd_store_messages_t, parse_hinted_reply, free_messages,
+        rd_store_messages_cb),
+    ROW(OP_DELETE, "delete", 0, rd_store_head_t, parse_outcome_reply, NULL, rd_store_status_cb),
+    ROW(OP_GET, "get", F_RO, rd_store_messages_t, parse_message_reply, free_messages,
+        rd_store_messages_cb),
+    ROW(OP_LIST, "list", F_RO, rd_store_list_t, parse_list_reply, free_list, rd_store_list_cb),
+    ROW(OP_STATS, "stats", F_RO, rd_store_stats_result_t, parse_stats_reply, free_stats,
+        rd_store_stats_cb),
+    ROW(OP_SERIES, "series", F_NO_OUTCOME, rd_store_series_t, parse_series_reply, free_series,
+        rd_store_series_cb),
+    ROW(OP_TICK, "tick", 0, rd_store_tick_t, parse_tick_reply, NULL, rd_store_tick_cb),
+    ROW(OP_POLICY_GET, "policy_get", F_RO, rd_store_policy_t, parse_policy_reply, NULL,
+        rd_store_policy_cb),
+    ROW(OP_POLICY_SET, "policy_set", 0, rd_store_policy_t, parse_policy_reply, NULL,
+        rd_store_policy_cb),
+    ROW(OP_PAUSE, "pause", 0, rd_store_policy_t, parse_paused_reply, NULL, rd_store_policy_cb),
+    ROW(OP_ALERTS_TAKE, "alerts_take", 0, rd_store_alerts_taken_t, parse_alerts_take_reply,
+        free_alerts_taken, rd_store_alerts_taken_cb),
+    ROW(OP_ALERTS_ACK, "alerts_ack", 0, rd_store_count_t, parse_count_reply, NULL,
+        rd_store_count_cb),
+    ROW(OP_ALERTS_TOUCH, "alerts_touch", 0, rd_store_strings_t, parse_strings_reply,
+        free_strings, rd_store_strings_cb),
+    ROW(OP_REDRIVE_TAKE, "redrive_take", 0, rd_store_redrive_taken_t, parse_redrive_take_reply,
+        free_redrive_taken, rd_store_redrive_taken_cb),
+    ROW(OP_REDRIVE_IN, "redrive_in", 0, rd_store_ids_t, parse_ids_reply, free_ids,
+        rd_store_ids_cb),
+    ROW(OP_REDRIVE_DONE, "redrive_done", 0, rd_store_count_t, parse_count_reply, NULL,
+        rd_store_count_cb),
+    ROW(OP_REDRIVE_FORGET, "redrive_forget", 0, rd_store_count_t, parse_count_reply, NULL,
+        rd_store_count_cb),
+    ROW(OP_REGISTER, "register", F_REGISTRY, rd_store_count_t, parse_count_reply, NULL,
+        rd_store_count_cb),
+    ROW(OP_TIMER_TAKE, "timer_take", F_REGISTRY, rd_store_taken_t, parse_timer_take_reply,
+        free_taken, rd_store_taken_cb),
+    ROW(OP_TIMER_DONE, "timer_done", F_REGISTRY, rd_store_done_t, parse_timer_done_reply, NULL,
+        rd_store_done_cb),
+    ROW(OP_QUEUES_PAGE, "queues_page", F_REGISTRY | F_RO, rd_store_page_t, parse_page_reply,
+        free_page, rd_store_page_cb),
+    ROW(OP_PING, "PING", F_COMMAND | F_RO, rd_store_head_t, parse_pong_reply, NULL,
+        rd_store_status_cb),
+    ROW(OP_CONFIG_GET, "CONFIG", F_COMMAND | F_RO, rd_store_strings_t, parse_strings_reply,
+        free_strings, rd_store_strings_cb),
+};
+#undef ROW
+#undef FITS
+
+
+/* ---------------------------------------------------------------- calls */
 
 static void free_op(op_t *op)
 {
     rd_free(op->queue);
-    if (op->enq) {
-        rd_free(op->enq->payload);
-        rd_free(op->enq->idempotency_key);
-        rd_free(op->enq);
-    }
+    if (op->kept) op->kept_free(op->kept);
     rd_free(op);
-}
-
-static void free_result(reply_kind_t kind, result_t *res)
-{
-    switch (kind) {
-    case KIND_MESSAGES:
-    case KIND_ENQUEUED:
-    case KIND_HINTED:
-    case KIND_CLAIMED:
-        rd_free(res->messages.messages);
-        break;
-    case KIND_LIST:
-        rd_free(res->list.messages);
-        break;
-    case KIND_HINTED_OUTCOMES:
-        rd_free(res->outcomes.outcomes);
-        break;
-    case KIND_SETTLED:
-        rd_free(res->settled.outcomes);
-        rd_free(res->settled.messages);
-        break;
-    case KIND_STATS:
-        rd_free(res->stats.stats.totals);
-        rd_free(res->stats.stats.top_errors);
-        break;
-    case KIND_SERIES:
-        rd_free(res->series.values);
-        break;
-    case KIND_PAGE:
-        rd_free(res->page.names);
-        break;
-    case KIND_TAKE:
-        rd_free(res->taken.alert_names);  /* names point into it */
-        break;
-    case KIND_POLICY:
-    case KIND_PAUSED:
-    case KIND_RELEASED:
-    case KIND_REPLAYED:
-    case KIND_TICK:
-    case KIND_DONE:
-    case KIND_DELETED:
-    case KIND_PING:
-    case KIND_RAW:
-        break;
-    }
-}
-
-/* Runs op's callback with res as its kind's result type. */
-static void deliver(const op_t *op, const result_t *res)
-{
-    switch (op->kind) {
-    case KIND_MESSAGES:
-    case KIND_ENQUEUED:
-    case KIND_HINTED:
-    case KIND_CLAIMED:
-        op->cb.messages(&res->messages, op->arg);
-        return;
-    case KIND_POLICY:
-    case KIND_PAUSED:
-        op->cb.policy(&res->policy, op->arg);
-        return;
-    case KIND_LIST: op->cb.list(&res->list, op->arg); return;
-    case KIND_HINTED_OUTCOMES: op->cb.outcomes(&res->outcomes, op->arg); return;
-    case KIND_SETTLED: op->cb.settled(&res->settled, op->arg); return;
-    case KIND_RELEASED: op->cb.released(&res->released, op->arg); return;
-    case KIND_REPLAYED: op->cb.replayed(&res->replayed, op->arg); return;
-    case KIND_STATS: op->cb.stats(&res->stats, op->arg); return;
-    case KIND_TICK: op->cb.tick(&res->tick, op->arg); return;
-    case KIND_SERIES: op->cb.series(&res->series, op->arg); return;
-    case KIND_PAGE: op->cb.page(&res->page, op->arg); return;
-    case KIND_TAKE: op->cb.taken(&res->taken, op->arg); return;
-    case KIND_DONE: op->cb.done(&res->done, op->arg); return;
-    case KIND_RAW: op->cb.raw(&res->raw, op->arg); return;
-    case KIND_DELETED:
-    case KIND_PING:
-        op->cb.status(&res->head, op->arg);
-        return;
-    }
 }
 
 static void send_register(rd_store_t *st, const char *name, size_t len, long long in_ms);
@@ -768,18 +1019,20 @@ static void describe_reply(const rd_reply_t *r, char *out, size_t cap)
              shown, len > n ? "..." : "");
 }
 
+
 /* Whether a claim or settle-and-claim that answered OK changed nothing: no
  * message leased and no settlement applied (each not_found, invalid_state or
  * lease_mismatch). The library wrote no key for it, so it must not nudge
  * the queue into the registry either: a claim on a name that never had a
  * message leaves no trace (README "Claim order"; docs/design.md "Claims that
  * find nothing"). */
-static bool claimed_nothing(reply_kind_t kind, const result_t *res)
+static bool claimed_nothing(const op_def_t *def, const void *res)
 {
-    if (kind == KIND_CLAIMED) return res->messages.count == 0;
-    if (kind != KIND_SETTLED || res->settled.count > 0) return false;
-    for (size_t i = 0; i < res->settled.settled; i++) {
-        const rd_str_t *o = &res->settled.outcomes[i];
+    if (def == &ops[OP_CLAIM]) return ((const rd_store_messages_t *)res)->count == 0;
+    const rd_store_settled_t *s = res;
+    if (def != &ops[OP_SETTLE_CLAIM] || s->count > 0) return false;
+    for (size_t i = 0; i < s->settled; i++) {
+        const rd_str_t *o = &s->outcomes[i];
         bool applied = (o->len == 9 && memcmp(o->ptr, "succeeded", 9) == 0) ||
                        (o->len == 7 && memcmp(o->ptr, "pending", 7) == 0) ||
                        (o->len == 4 && memcmp(o->ptr, "dead", 4) == 0);
@@ -788,33 +1041,38 @@ static bool claimed_nothing(reply_kind_t kind, const result_t *res)
     return true;
 }
 
+/* The one completion path of every operation: the reply (or the lost link)
+ * becomes the row's typed result, the timer hears of its hint, the callback
+ * runs, and the result is freed. */
 static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *arg)
 {
     op_t *op = arg;
-    result_t res;
-    memset(&res, 0, sizeof res);
+    const op_def_t *def = op->def;
+    _Alignas(max_align_t) unsigned char res[RESULT_BYTES];
+    rd_store_head_t *head = (rd_store_head_t *)res;
+    memset(res, 0, def->result_size);
     long long hint = -1;
     bool hint_unknown = false;  /* the call may have written, its hint is not known */
     char detail[160];
     if (status == RD_REDIS_LOST) {
         hint_unknown = !op->read_only;
         /* A read has no outcome to be unsure of: it simply was not done. */
-        res.head.status = op->read_only ? RD_STORE_UNAVAILABLE : RD_STORE_LOST;
+        head->status = op->read_only ? RD_STORE_UNAVAILABLE : RD_STORE_LOST;
     } else if (status == RD_REDIS_NOT_SENT) {
-        res.head.status = RD_STORE_UNAVAILABLE;
+        head->status = RD_STORE_UNAVAILABLE;
     } else if (rd_reply_type(reply) == RD_REPLY_ERROR) {
-        res.head.status = RD_STORE_ERROR;
-        res.head.detail.ptr = rd_reply_str(reply, &res.head.detail.len);
-    } else if (!parse_reply(op, reply, &res, &hint)) {
+        head->status = RD_STORE_ERROR;
+        head->detail.ptr = rd_reply_str(reply, &head->detail.len);
+    } else if (!def->parse(reply, op->kept, res, &hint)) {
         char got[64];
         describe_reply(reply, got, sizeof got);
-        free_result(op->kind, &res);
-        memset(&res, 0, sizeof res);
-        res.head.status = RD_STORE_ERROR;
+        if (def->free) def->free(res);
+        memset(res, 0, def->result_size);
+        head->status = RD_STORE_ERROR;
         snprintf(detail, sizeof detail, "unexpected reply to %s: %s", op->what, got);
         rd_error("store: %s (another version of the library?)", detail);
-        res.head.detail.ptr = detail;
-        res.head.detail.len = strlen(detail);
+        head->detail.ptr = detail;
+        head->detail.len = strlen(detail);
         hint = -1;
         hint_unknown = true;
     }
@@ -823,11 +1081,11 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
      * keys and is removing it from the registry: it registers again
      * whatever this process remembers (docs/design.md, "Leaving the
      * registry"). */
-    if (op->queue && res.head.status == RD_STORE_OK) {
-        bool first = op->kind == KIND_ENQUEUED && res.messages.count == 1 &&
-                     res.messages.messages[0].id == 1;
+    if (op->queue && head->status == RD_STORE_OK) {
+        const rd_store_messages_t *m = (const rd_store_messages_t *)res;
+        bool first = def == &ops[OP_ENQUEUE] && m->count == 1 && m->messages[0].id == 1;
         /* A hint within the nudge's minute stands for the nudge. */
-        if (op->nudge && !claimed_nothing(op->kind, &res))
+        if (op->nudge && !claimed_nothing(def, res))
             series_nudge(op->st, op, hint >= 0 && hint <= SERIES_NUDGE_MS);
         if (first || hint >= 0) send_register(op->st, op->queue, op->queue_len, hint);
     } else if (op->queue && hint_unknown) {
@@ -841,12 +1099,10 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
      * hear of them: hand them back once the link is back. */
     if (status == RD_REDIS_LOST && op->nonce[0] && op->queue)
         lose_claim(op->st, op->queue, op->queue_len, op->nonce);
-    deliver(op, &res);
-    free_result(op->kind, &res);
+    def->deliver(op->cb, res, op->arg);
+    if (def->free) def->free(res);
     free_op(op);
 }
-
-/* ---------------------------------------------------------------- calls */
 
 /* FCALL name numkeys base, then at most RD_ACK_BATCH_MAX (id, token) pairs, a
  * mode and RD_STORE_REPLAY_IDS_MAX ids, or settle_claim's 3 + 6 per settlement
@@ -856,7 +1112,11 @@ _Static_assert(2 * RD_ACK_BATCH_MAX <= 6 * RD_SETTLE_BATCH_MAX &&
                RD_STORE_REPLAY_IDS_MAX <= 6 * RD_SETTLE_BATCH_MAX, "every call fits MAX_ARGS");
 _Static_assert(5 + 3 * RD_STORE_REPORTS_MAX <= MAX_ARGS, "timer_done's reports fit a call");
 
+/* One command being built: its row, its argv and what the row's parser
+ * will need. */
 typedef struct call {
+    const op_def_t *def;
+    rd_store_queue_t q;             /* the queue of a queue's function */
     int argc;
     const char *argv[MAX_ARGS];
     size_t lens[MAX_ARGS];
@@ -864,16 +1124,9 @@ typedef struct call {
     char fn[48];                    /* the versioned function name */
     char nonce[NONCE_MAX];          /* a claim's nonce (arg_nonce), "" for none */
     rd_buf_t base, mkey;
+    void *kept;                     /* for the parser (owned until send) */
+    void (*kept_free)(void *kept);
 } call_t;
-
-/* Not a memset: the argument arrays are large and filled as they are used. */
-static void call_init(call_t *c)
-{
-    c->argc = 0;
-    c->nonce[0] = '\0';
-    c->base = (rd_buf_t)RD_BUF_INIT;
-    c->mkey = (rd_buf_t)RD_BUF_INIT;
-}
 
 static void arg_bytes(call_t *c, const char *s, size_t len)
 {
@@ -903,62 +1156,65 @@ static void arg_nonce(call_t *c, rd_store_t *st)
     arg_bytes(c, c->nonce, (size_t)n);
 }
 
-/* FCALL <library>_fn numkeys base [mkey]: id > 0 adds the message key. Every
- * call goes through here, so the library's version is added in one place. */
-static void begin_fcall(call_t *c, rd_store_t *st, const char *fn, rd_store_queue_t q,
-                        long long id)
+static const rd_store_queue_t NO_QUEUE = { NULL, 0 };
+
+/* Starts the command of row id: FCALL (FCALL_RO for a read) <library>_name
+ * with KEYS[1] the queue's base (id > 0 adds the message key as KEYS[2]) or
+ * the registry; a plain command is its name. Every call goes through here,
+ * so the library's version is added in one place. Not a memset: the
+ * argument arrays are large and filled as they are used. */
+static void begin_op(call_t *c, rd_store_t *st, op_id_t id, rd_store_queue_t q, long long msg_id)
 {
-    call_init(c);
-    rd_keys_queue_base(&c->base, st->prefix, q.name, q.len);
-    arg_str(c, "FCALL");
-    int n = snprintf(c->fn, sizeof c->fn, "%s", RD_FUNCTION(""));
-    assert(n > 0 && strlen(fn) < sizeof c->fn - (size_t)n);
-    memcpy(c->fn + n, fn, strlen(fn) + 1);
+    const op_def_t *def = &ops[id];
+    c->def = def;
+    c->q = q;
+    c->argc = 0;
+    c->nonce[0] = '\0';
+    c->base = (rd_buf_t)RD_BUF_INIT;
+    c->mkey = (rd_buf_t)RD_BUF_INIT;
+    c->kept = NULL;
+    c->kept_free = NULL;
+    if (def->flags & F_COMMAND) {
+        arg_str(c, def->name);
+        return;
+    }
+    arg_str(c, def->flags & F_RO ? "FCALL_RO" : "FCALL");
+    int n = snprintf(c->fn, sizeof c->fn, "%s%s", RD_FUNCTION(""), def->name);
+    assert(n > 0 && (size_t)n < sizeof c->fn);
     arg_str(c, c->fn);
-    arg_str(c, id > 0 ? "2" : "1");
+    if (def->flags & F_REGISTRY) {
+        arg_str(c, "1");
+        arg_bytes(c, st->registry_key.data, st->registry_key.len);
+        return;
+    }
+    rd_keys_queue_base(&c->base, st->prefix, q.name, q.len);
+    arg_str(c, msg_id > 0 ? "2" : "1");
     arg_bytes(c, c->base.data, c->base.len);
-    if (id > 0) {
-        rd_keys_message(&c->mkey, c->base.data, c->base.len, id);
+    if (msg_id > 0) {
+        rd_keys_message(&c->mkey, c->base.data, c->base.len, msg_id);
         arg_bytes(c, c->mkey.data, c->mkey.len);
     }
 }
 
-/* Whether a command only reads, decided here once for every operation by
- * its verb: FCALL_RO (the library's no-writes functions; Redis refuses a
- * write inside one) and the plain reads the store sends. Anything else may
- * write. */
-static bool reads_only(const call_t *c)
+/* send_op: sends c; cb is the operation's callback (its row's type), run exactly
+ * once from the loop unless this returns -1. */
+static int send_op(rd_store_t *st, call_t *c, any_cb_t cb, void *arg)
 {
-    static const char *const reads[] = { "FCALL_RO", "SMEMBERS", "PING" };
-    for (size_t i = 0; i < sizeof reads / sizeof reads[0]; i++)
-        if (c->lens[0] == strlen(reads[i]) && memcmp(c->argv[0], reads[i], c->lens[0]) == 0)
-            return true;
-    /* `series` writes only its sample, which any later call takes again:
-     * no outcome a caller could be unsure of. */
-    static const char series[] = RD_FUNCTION("series");
-    return c->argc > 1 && c->lens[1] == sizeof series - 1 &&
-           memcmp(c->argv[1], series, sizeof series - 1) == 0;
-}
-
-/* Takes ownership of enq (NULL for every kind but KIND_ENQUEUED); hint_q (or
- * NULL) is the queue a timer hint in the reply goes to (copied). */
-static int send_call_with(rd_store_t *st, call_t *c, reply_kind_t kind, enqueued_t *enq,
-                          const rd_store_queue_t *hint_q, callback_t cb, void *arg)
-{
+    const op_def_t *def = c->def;
     op_t *op = rd_malloc(sizeof *op);
-    op->kind = kind;
-    op->read_only = reads_only(c);
+    op->def = def;
+    op->read_only = (def->flags & (F_RO | F_NO_OUTCOME)) != 0;
     op->cb = cb;
     op->arg = arg;
-    op->enq = enq;
+    op->kept = c->kept;
+    op->kept_free = c->kept_free;
     op->st = st;
-    op->queue = hint_q ? rd_strndup(hint_q->name, hint_q->len) : NULL;
-    op->queue_len = hint_q ? hint_q->len : 0;
-    op->nudge = hint_q != NULL && !op->read_only;
+    bool hinted = (def->flags & F_HINTED) != 0;
+    op->queue = hinted ? rd_strndup(c->q.name, c->q.len) : NULL;
+    op->queue_len = hinted ? c->q.len : 0;
+    op->nudge = hinted && !op->read_only;
     memcpy(op->nonce, c->nonce, sizeof op->nonce);
-    /* FCALL/FCALL_RO name the function second; other commands are their own name. */
-    int named = c->argc > 1 && strncmp(c->argv[0], "FCALL", 5) == 0 ? 1 : 0;
-    snprintf(op->what, sizeof op->what, "%.*s", (int)c->lens[named], c->argv[named]);
+    snprintf(op->what, sizeof op->what, "%s", def->flags & F_COMMAND ? def->name : c->fn);
     int rc = rd_backend_command(st->redis, c->argc, c->argv, c->lens, on_reply, op);
     if (rc != 0) free_op(op);
     rd_buf_free(&c->base);
@@ -966,17 +1222,7 @@ static int send_call_with(rd_store_t *st, call_t *c, reply_kind_t kind, enqueued
     return rc;
 }
 
-static int send_call(rd_store_t *st, call_t *c, reply_kind_t kind, callback_t cb, void *arg)
-{
-    return send_call_with(st, c, kind, NULL, NULL, cb, arg);
-}
-
-/* A call whose reply may carry a timer hint for q. */
-static int send_hinted(rd_store_t *st, call_t *c, reply_kind_t kind, rd_store_queue_t q,
-                       callback_t cb, void *arg)
-{
-    return send_call_with(st, c, kind, NULL, &q, cb, arg);
-}
+#define CB(cb) ((any_cb_t)(cb))
 
 /* ---------------------------------------------------------------- registry */
 
@@ -1022,12 +1268,12 @@ typedef struct registration {
     uint64_t sent_ms;
 } registration_t;
 
-static void on_register(const rd_reply_t *reply, rd_redis_status_t status, void *arg)
+static void on_register(const rd_store_count_t *res, void *arg)
 {
     registration_t *g = arg;
     rd_store_t *st = g->st;
     registry_slot_t *slot = registry_slot(st, g->name, g->len);
-    if (status == RD_REDIS_OK && rd_reply_type(reply) == RD_REPLY_INTEGER) {
+    if (res->head.status == RD_STORE_OK) {
         /* Registered: enqueues may skip `register` for a while. */
         if (!slot_holds(slot, g->name, g->len)) {
             rd_free(slot->name);
@@ -1039,14 +1285,13 @@ static void on_register(const rd_reply_t *reply, rd_redis_status_t status, void 
         st->register_failing = false;
     } else {
         if (!st->register_failing) {
-            size_t len = 0;
-            const char *why = status == RD_REDIS_OK ? rd_reply_str(reply, &len) : NULL;
-            if (why == NULL) {
-                why = status == RD_REDIS_LOST ? "the link dropped" : "not sent";
-                len = strlen(why);
+            rd_str_t why = res->head.detail;
+            if (why.ptr == NULL) {
+                why.ptr = res->head.status == RD_STORE_LOST ? "the link dropped" : "not sent";
+                why.len = strlen(why.ptr);
             }
             rd_warn("store: registering queue %.*s failed (%.*s); sending it again each tick",
-                    (int)g->len, g->name, (int)len, why);
+                    (int)g->len, g->name, (int)why.len, why.ptr);
         }
         st->register_failing = true;
         if (slot_holds(slot, g->name, g->len)) {
@@ -1069,11 +1314,11 @@ static void send_register(rd_store_t *st, const char *name, size_t len, long lon
     g->len = len;
     g->in_ms = in_ms;
     g->sent_ms = uv_now(st->loop);
-    char ms[24];
-    int n = snprintf(ms, sizeof ms, "%lld", in_ms < 0 ? -1LL : in_ms);
-    const char *argv[] = { "FCALL", RD_FUNCTION("register"), "1", st->registry_key.data, name, ms };
-    size_t lens[] = { 5, strlen(argv[1]), 1, st->registry_key.len, len, (size_t)n };
-    if (rd_backend_command(st->redis, 6, argv, lens, on_register, g) != 0) {
+    call_t c;
+    begin_op(&c, st, OP_REGISTER, NO_QUEUE, 0);
+    arg_bytes(&c, name, len);
+    arg_int(&c, in_ms < 0 ? -1LL : in_ms);
+    if (send_op(st, &c, CB(on_register), g) != 0) {
         owe(st, name, len, in_ms, g->sent_ms);
         rd_free(g->name);
         rd_free(g);
@@ -1193,9 +1438,9 @@ static void flush_lost(rd_store_t *st)
         st->nlost = kept;
         call_t *c = rd_malloc(sizeof *c);
         rd_store_queue_t q = { b->claims[0].queue, b->claims[0].len };
-        begin_fcall(c, st, "release_lost", q, 0);
+        begin_op(c, st, OP_RELEASE_LOST, q, 0);
         for (size_t i = 0; i < b->n; i++) arg_str(c, b->claims[i].nonce);
-        int rc = send_call(st, c, KIND_RELEASED, (callback_t){ .released = on_lost_released }, b);
+        int rc = send_op(st, c, CB(on_lost_released), b);
         rd_free(c);
         if (rc != 0) {
             rd_store_released_t failed = { .head = { .status = RD_STORE_UNAVAILABLE } };
@@ -1225,6 +1470,14 @@ void rd_store_flush_owed(rd_store_t *st)
 
 /* ---------------------------------------------------------------- queue calls */
 
+static void enqueued_free(void *kept)
+{
+    enqueued_t *e = kept;
+    rd_free(e->payload);
+    rd_free(e->idempotency_key);
+    rd_free(e);
+}
+
 int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, size_t len,
                      int max_retries, long long delay_ms, const char *idempotency_key,
                      rd_store_messages_cb cb, void *arg)
@@ -1232,7 +1485,7 @@ int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, si
     if (!rd_backend_ready(st->redis)) return -1;
     register_queue(st, q);
     call_t c;
-    begin_fcall(&c, st, "enqueue", q, 0);
+    begin_op(&c, st, OP_ENQUEUE, q, 0);
     arg_bytes(&c, payload, len);
     arg_int(&c, max_retries > 0 ? max_retries : RD_MAX_RETRIES_DEFAULT);
     arg_int(&c, delay_ms);
@@ -1245,32 +1498,34 @@ int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, si
     e->idempotency_key = idempotency_key ? rd_strdup(idempotency_key) : NULL;
     e->max_retries = max_retries;
     e->delay_ms = delay_ms;
-    return send_call_with(st, &c, KIND_ENQUEUED, e, &q, (callback_t){ .messages = cb }, arg);
+    c.kept = e;
+    c.kept_free = enqueued_free;
+    return send_op(st, &c, CB(cb), arg);
 }
 
 int rd_store_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int count,
                    const char *worker, rd_store_messages_cb cb, void *arg)
 {
     call_t c;
-    begin_fcall(&c, st, "claim", q, 0);
+    begin_op(&c, st, OP_CLAIM, q, 0);
     arg_int(&c, lease_ms < 0 ? -lease_ms : lease_ms);
     arg_int(&c, count);
     arg_str(&c, "1");   /* this caller forwards timer hints */
     arg_str(&c, lease_ms < 0 ? "flag" : "request");
     arg_str(&c, worker ? worker : "");
     arg_nonce(&c, st);
-    return send_hinted(st, &c, KIND_CLAIMED, q, (callback_t){ .messages = cb }, arg);
+    return send_op(st, &c, CB(cb), arg);
 }
 
 int rd_store_succeed(rd_store_t *st, rd_store_queue_t q, long long id, const char *token,
                      rd_store_messages_cb cb, void *arg)
 {
     call_t c;
-    begin_fcall(&c, st, "succeed", q, id);
+    begin_op(&c, st, OP_SUCCEED, q, id);
     arg_int(&c, id);
     arg_str(&c, token ? token : "");
     arg_int(&c, st->succeeded_ttl_ms);
-    return send_hinted(st, &c, KIND_HINTED, q, (callback_t){ .messages = cb }, arg);
+    return send_op(st, &c, CB(cb), arg);
 }
 
 /* A failure's error as sent: at most RD_LAST_ERROR_MAX bytes, cut before a
@@ -1291,47 +1546,45 @@ int rd_store_fail(rd_store_t *st, rd_store_queue_t q, long long id, const char *
                   rd_store_messages_cb cb, void *arg)
 {
     call_t c;
-    begin_fcall(&c, st, "fail", q, id);
+    begin_op(&c, st, OP_FAIL, q, id);
     arg_int(&c, id);
     arg_str(&c, token ? token : "");
     arg_error(&c, error);
     arg_str(&c, retryable ? "1" : "0");
     arg_int(&c, retry_after_ms < 0 ? -1 : retry_after_ms);
     arg_int(&c, st->dead_ttl_ms);
-    return send_hinted(st, &c, KIND_HINTED, q, (callback_t){ .messages = cb }, arg);
+    return send_op(st, &c, CB(cb), arg);
 }
 
 int rd_store_extend(rd_store_t *st, rd_store_queue_t q, long long id, const char *token,
                     long long lease_ms, rd_store_messages_cb cb, void *arg)
 {
     call_t c;
-    begin_fcall(&c, st, "extend", q, id);
+    begin_op(&c, st, OP_EXTEND, q, id);
     arg_int(&c, id);
     arg_str(&c, token ? token : "");
     arg_int(&c, lease_ms < 0 ? -lease_ms : lease_ms);
     arg_str(&c, "1");   /* this caller forwards timer hints */
     arg_str(&c, lease_ms < 0 ? "flag" : "request");
-    return send_hinted(st, &c, KIND_HINTED, q, (callback_t){ .messages = cb }, arg);
+    return send_op(st, &c, CB(cb), arg);
 }
 
 int rd_store_replay(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_messages_cb cb,
                     void *arg)
 {
     call_t c;
-    begin_fcall(&c, st, "replay", q, id);
+    begin_op(&c, st, OP_REPLAY, q, id);
     arg_int(&c, id);
     /* Hinted for the series' nudge; replay's reply carries no timer hint. */
-    return send_hinted(st, &c, KIND_MESSAGES, q, (callback_t){ .messages = cb }, arg);
+    return send_op(st, &c, CB(cb), arg);
 }
 
 int rd_store_get(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_messages_cb cb, void *arg)
 {
     call_t c;
-    begin_fcall(&c, st, "get", q, id);
-    c.argv[0] = "FCALL_RO";
-    c.lens[0] = 8;
+    begin_op(&c, st, OP_GET, q, id);
     arg_int(&c, id);
-    return send_call(st, &c, KIND_MESSAGES, (callback_t){ .messages = cb }, arg);
+    return send_op(st, &c, CB(cb), arg);
 }
 
 int rd_store_list(rd_store_t *st, rd_store_queue_t q, const char *status, int limit,
@@ -1339,9 +1592,7 @@ int rd_store_list(rd_store_t *st, rd_store_queue_t q, const char *status, int li
                   long long until_ms, rd_store_list_cb cb, void *arg)
 {
     call_t c;
-    begin_fcall(&c, st, "list", q, 0);
-    c.argv[0] = "FCALL_RO";
-    c.lens[0] = 8;
+    begin_op(&c, st, OP_LIST, q, 0);
     arg_str(&c, status ? status : "");
     arg_int(&c, limit);
     arg_str(&c, cursor ? cursor : "");
@@ -1350,7 +1601,7 @@ int rd_store_list(rd_store_t *st, rd_store_queue_t q, const char *status, int li
     else arg_str(&c, "");
     if (until_ms >= 0) arg_int(&c, until_ms);
     else arg_str(&c, "");
-    return send_call(st, &c, KIND_LIST, (callback_t){ .list = cb }, arg);
+    return send_op(st, &c, CB(cb), arg);
 }
 
 int rd_store_succeed_many(rd_store_t *st, rd_store_queue_t q, size_t n, const long long *ids,
@@ -1358,13 +1609,13 @@ int rd_store_succeed_many(rd_store_t *st, rd_store_queue_t q, size_t n, const lo
 {
     if (n == 0 || n > RD_ACK_BATCH_MAX) return -1;
     call_t *c = rd_malloc(sizeof *c);
-    begin_fcall(c, st, "succeed_many", q, 0);
+    begin_op(c, st, OP_SUCCEED_MANY, q, 0);
     for (size_t i = 0; i < n; i++) {
         arg_int(c, ids[i]);
         arg_str(c, tokens[i] ? tokens[i] : "");
     }
     arg_int(c, st->succeeded_ttl_ms);
-    int rc = send_hinted(st, c, KIND_HINTED_OUTCOMES, q, (callback_t){ .outcomes = cb }, arg);
+    int rc = send_op(st, c, CB(cb), arg);
     rd_free(c);
     return rc;
 }
@@ -1374,7 +1625,7 @@ int rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms
 {
     if (n > RD_SETTLE_BATCH_MAX || count < 0 || count > RD_CLAIM_COUNT_MAX) return -1;
     call_t *c = rd_malloc(sizeof *c);
-    begin_fcall(c, st, "settle_claim", q, 0);
+    begin_op(c, st, OP_SETTLE_CLAIM, q, 0);
     arg_int(c, lease_ms < 0 ? -lease_ms : lease_ms);
     arg_int(c, count);
     arg_int(c, (long long)n);
@@ -1392,7 +1643,7 @@ int rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms
     arg_str(c, lease_ms < 0 ? "flag" : "request");
     arg_str(c, worker ? worker : "");
     if (count > 0) arg_nonce(c, st);
-    int rc = send_hinted(st, c, KIND_SETTLED, q, (callback_t){ .settled = cb }, arg);
+    int rc = send_op(st, c, CB(cb), arg);
     rd_free(c);
     return rc;
 }
@@ -1402,13 +1653,13 @@ int rd_store_release(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_mess
 {
     if (n == 0 || n > RD_CLAIM_COUNT_MAX) return -1;
     call_t *c = rd_malloc(sizeof *c);
-    begin_fcall(c, st, "release", q, 0);
+    begin_op(c, st, OP_RELEASE, q, 0);
     for (size_t i = 0; i < n; i++) {
         arg_int(c, msgs[i].id);
         arg_bytes(c, msgs[i].lease_token.ptr ? msgs[i].lease_token.ptr : "",
                   msgs[i].lease_token.len);
     }
-    int rc = send_call(st, c, KIND_RELEASED, (callback_t){ .released = cb }, arg);
+    int rc = send_op(st, c, CB(cb), arg);
     rd_free(c);
     return rc;
 }
@@ -1438,7 +1689,7 @@ int rd_store_replay_many(rd_store_t *st, rd_store_queue_t q, const char *mode,
     bool by_id = strcmp(mode, "ids") == 0;
     if (by_id && (n == 0 || n > RD_STORE_REPLAY_IDS_MAX)) return -1;
     call_t *c = rd_malloc(sizeof *c);
-    begin_fcall(c, st, "replay_many", q, 0);
+    begin_op(c, st, OP_REPLAY_MANY, q, 0);
     arg_str(c, mode);
     if (by_id) {
         for (size_t i = 0; i < n; i++) arg_int(c, ids[i]);
@@ -1448,21 +1699,7 @@ int rd_store_replay_many(rd_store_t *st, rd_store_queue_t q, const char *mode,
         if (needle) arg_str(c, needle);
     }
     /* Hinted for the series' nudge; its reply carries no timer hint. */
-    int rc = send_hinted(st, c, KIND_REPLAYED, q, (callback_t){ .replayed = cb }, arg);
-    rd_free(c);
-    return rc;
-}
-
-/* Any function of the library on q, with argv[0..argc) after KEYS[1] (the
- * redrive's calls, src/redrive.c); the reply is the caller's to read. */
-int rd_store_fcall(rd_store_t *st, const char *fn, rd_store_queue_t q, size_t argc,
-                   const char *const *argv, const size_t *lens, rd_store_raw_cb cb, void *arg)
-{
-    if (argc + 4 > MAX_ARGS) return -1;
-    call_t *c = rd_malloc(sizeof *c);
-    begin_fcall(c, st, fn, q, 0);
-    for (size_t i = 0; i < argc; i++) arg_bytes(c, argv[i], lens[i]);
-    int rc = send_call(st, c, KIND_RAW, (callback_t){ .raw = cb }, arg);
+    int rc = send_op(st, c, CB(cb), arg);
     rd_free(c);
     return rc;
 }
@@ -1590,37 +1827,35 @@ int rd_store_delete(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_s
                     void *arg)
 {
     call_t c;
-    begin_fcall(&c, st, "delete", q, id);
+    begin_op(&c, st, OP_DELETE, q, id);
     arg_int(&c, id);
-    return send_call(st, &c, KIND_DELETED, (callback_t){ .status = cb }, arg);
+    return send_op(st, &c, CB(cb), arg);
 }
 
 int rd_store_kill(rd_store_t *st, rd_store_queue_t q, long long id, const char *reason,
                   rd_store_messages_cb cb, void *arg)
 {
     call_t c;
-    begin_fcall(&c, st, "kill", q, id);
+    begin_op(&c, st, OP_KILL, q, id);
     arg_int(&c, id);
     arg_str(&c, reason ? reason : "");
     arg_int(&c, st->dead_ttl_ms);
-    return send_hinted(st, &c, KIND_HINTED, q, (callback_t){ .messages = cb }, arg);
+    return send_op(st, &c, CB(cb), arg);
 }
 
 int rd_store_stats(rd_store_t *st, rd_store_queue_t q, int top, rd_store_stats_cb cb, void *arg)
 {
     call_t c;
-    begin_fcall(&c, st, "stats", q, 0);
-    c.argv[0] = "FCALL_RO";
-    c.lens[0] = 8;
+    begin_op(&c, st, OP_STATS, q, 0);
     arg_int(&c, top);
-    return send_call(st, &c, KIND_STATS, (callback_t){ .stats = cb }, arg);
+    return send_op(st, &c, CB(cb), arg);
 }
 
 int rd_store_tick(rd_store_t *st, rd_store_queue_t q, int limit, long long dead_ttl_ms,
                   long long succeeded_ttl_ms, rd_store_tick_cb cb, void *arg)
 {
     call_t c;
-    begin_fcall(&c, st, "tick", q, 0);
+    begin_op(&c, st, OP_TICK, q, 0);
     arg_int(&c, limit);
     arg_int(&c, dead_ttl_ms);
     arg_int(&c, succeeded_ttl_ms);
@@ -1630,40 +1865,26 @@ int rd_store_tick(rd_store_t *st, rd_store_queue_t q, int limit, long long dead_
     /* Queues without their own alert_url have a destination only in a fleet
      * with --alert-url (otherwise their ticks look at no stream). */
     arg_str(&c, st->alert_url || st->fleet_alert_url ? "1" : "0");
-    return send_call(st, &c, KIND_TICK, (callback_t){ .tick = cb }, arg);
+    return send_op(st, &c, CB(cb), arg);
 }
 
 int rd_store_series(rd_store_t *st, rd_store_queue_t q, const char *resolution,
                     rd_store_series_cb cb, void *arg)
 {
     call_t c;
-    begin_fcall(&c, st, "series", q, 0);
+    begin_op(&c, st, OP_SERIES, q, 0);
     arg_str(&c, resolution);
-    return send_call(st, &c, KIND_SERIES, (callback_t){ .series = cb }, arg);
-}
-
-/* FCALL fn 1 <registry> (the registry's slot: its companions are there too). */
-static void begin_registry_fcall(call_t *c, rd_store_t *st, const char *fn)
-{
-    call_init(c);
-    arg_str(c, "FCALL");
-    int n = snprintf(c->fn, sizeof c->fn, "%s%s", RD_FUNCTION(""), fn);
-    assert(n > 0 && (size_t)n < sizeof c->fn);
-    arg_str(c, c->fn);
-    arg_str(c, "1");
-    arg_bytes(c, st->registry_key.data, st->registry_key.len);
+    return send_op(st, &c, CB(cb), arg);
 }
 
 int rd_store_queues_page(rd_store_t *st, const char *cursor, size_t cursor_len, int limit,
                          rd_store_page_cb cb, void *arg)
 {
     call_t c;
-    begin_registry_fcall(&c, st, "queues_page");
-    c.argv[0] = "FCALL_RO";
-    c.lens[0] = 8;
+    begin_op(&c, st, OP_QUEUES_PAGE, NO_QUEUE, 0);
     arg_bytes(&c, cursor ? cursor : "", cursor ? cursor_len : 0);
     arg_int(&c, limit);
-    return send_call(st, &c, KIND_PAGE, (callback_t){ .page = cb }, arg);
+    return send_op(st, &c, CB(cb), arg);
 }
 
 int rd_store_timer_take(rd_store_t *st, int limit, long long lease_ms, int sweep_batch,
@@ -1671,7 +1892,7 @@ int rd_store_timer_take(rd_store_t *st, int limit, long long lease_ms, int sweep
                         void *arg)
 {
     call_t c;
-    begin_registry_fcall(&c, st, "timer_take");
+    begin_op(&c, st, OP_TIMER_TAKE, NO_QUEUE, 0);
     arg_int(&c, limit);
     arg_int(&c, lease_ms);
     arg_int(&c, sweep_batch);
@@ -1679,7 +1900,7 @@ int rd_store_timer_take(rd_store_t *st, int limit, long long lease_ms, int sweep
     arg_int(&c, sweep_cycle_ms);
     arg_str(&c, st->alert_url ? "1" : "0");  /* and the alert fields */
     arg_int(&c, st->alert_recheck_ms > 0 ? st->alert_recheck_ms : 1);  /* alert lease */
-    return send_call(st, &c, KIND_TAKE, (callback_t){ .taken = cb }, arg);
+    return send_op(st, &c, CB(cb), arg);
 }
 
 int rd_store_timer_done(rd_store_t *st, long long token, const rd_timer_report_t *reports,
@@ -1687,7 +1908,7 @@ int rd_store_timer_done(rd_store_t *st, long long token, const rd_timer_report_t
 {
     if (n == 0 || n > RD_STORE_REPORTS_MAX) return -1;
     call_t *c = rd_malloc(sizeof *c);
-    begin_registry_fcall(c, st, "timer_done");
+    begin_op(c, st, OP_TIMER_DONE, NO_QUEUE, 0);
     arg_int(c, token);
     for (size_t i = 0; i < n; i++) {
         arg_bytes(c, reports[i].queue.name, reports[i].queue.len);
@@ -1696,7 +1917,7 @@ int rd_store_timer_done(rd_store_t *st, long long token, const rd_timer_report_t
                    : reports[i].alerts == RD_TIMER_ALERTS_HANDOFF ? "a"
                    : reports[i].alerts == RD_TIMER_ALERTS_NONE ? "n" : "0");
     }
-    int rc = send_call(st, c, KIND_DONE, (callback_t){ .done = cb }, arg);
+    int rc = send_op(st, c, CB(cb), arg);
     rd_free(c);
     return rc;
 }
@@ -1989,46 +2210,49 @@ int rd_store_queues_snapshot(rd_store_t *st, long long max_age_ms, rd_store_queu
     return 0;
 }
 
-static void on_config(const rd_reply_t *reply, rd_redis_status_t status, void *arg)
+static bool str_is(rd_str_t s, const char *z)
+{
+    return s.ptr && s.len == strlen(z) && memcmp(s.ptr, z, s.len) == 0;
+}
+
+static void on_config(const rd_store_strings_t *res, void *arg)
 {
     (void)arg;
-    if (status != RD_REDIS_OK || rd_reply_type(reply) != RD_REPLY_ARRAY) {
+    if (res->head.status != RD_STORE_OK) {
         rd_debug("store: cannot read Redis's CONFIG; durability not checked");
         return;
     }
-    for (size_t i = 0; i + 1 < rd_reply_len(reply); i += 2) {
-        const rd_reply_t *name = rd_reply_at(reply, i), *value = rd_reply_at(reply, i + 1);
-        size_t len;
-        const char *v = rd_reply_str(value, &len);
-        if (v == NULL) continue;
-        if (rd_reply_is(name, "appendonly") && !rd_reply_is(value, "yes"))
+    for (size_t i = 0; i + 1 < res->count; i += 2) {
+        rd_str_t name = res->strings[i], value = res->strings[i + 1];
+        if (value.ptr == NULL) continue;
+        if (str_is(name, "appendonly") && !str_is(value, "yes"))
             rd_warn("durability: Redis runs without AOF (appendonly no): a Redis crash loses "
                     "every message since the last snapshot; see docs/durability.md");
-        else if (rd_reply_is(name, "appendfsync") && rd_reply_is(value, "no"))
+        else if (str_is(name, "appendfsync") && str_is(value, "no"))
             rd_warn("durability: appendfsync no: a machine crash can lose ~30 s of messages");
-        else if (rd_reply_is(name, "maxmemory-policy") && !rd_reply_is(value, "noeviction"))
+        else if (str_is(name, "maxmemory-policy") && !str_is(value, "noeviction"))
             rd_warn("durability: maxmemory-policy is %.*s: under memory pressure Redis may "
-                    "evict message keys; use noeviction", (int)len, v);
+                    "evict message keys; use noeviction", (int)value.len, value.ptr);
     }
 }
 
 void rd_store_check_durability(rd_store_t *st)
 {
-    const char *argv[] = { "CONFIG", "GET", "ap*" };
-    size_t lens[] = { 6, 3, 3 };
-    rd_backend_command(st->redis, 3, argv, lens, on_config, NULL);
-    argv[2] = "maxmemory-policy";
-    lens[2] = strlen(argv[2]);
-    rd_backend_command(st->redis, 3, argv, lens, on_config, NULL);
+    static const char *const patterns[] = { "ap*", "maxmemory-policy" };
+    for (size_t i = 0; i < 2; i++) {
+        call_t c;
+        begin_op(&c, st, OP_CONFIG_GET, NO_QUEUE, 0);
+        arg_str(&c, "GET");
+        arg_str(&c, patterns[i]);
+        send_op(st, &c, CB(on_config), NULL);
+    }
 }
 
 int rd_store_policy_get(rd_store_t *st, rd_store_queue_t q, rd_store_policy_cb cb, void *arg)
 {
     call_t c;
-    begin_fcall(&c, st, "policy_get", q, 0);
-    c.argv[0] = "FCALL_RO";
-    c.lens[0] = 8;
-    return send_call(st, &c, KIND_POLICY, (callback_t){ .policy = cb }, arg);
+    begin_op(&c, st, OP_POLICY_GET, q, 0);
+    return send_op(st, &c, CB(cb), arg);
 }
 
 int rd_store_policy_set(rd_store_t *st, rd_store_queue_t q, const rd_policy_t *p,
@@ -2040,7 +2264,7 @@ int rd_store_policy_set(rd_store_t *st, rd_store_queue_t q, const rd_policy_t *p
     char values[RD_POLICY_ARGS_MAX / 2][32];
     size_t n = rd_policy_args(p, pairs, values);
     call_t c;
-    begin_fcall(&c, st, "policy_set", q, 0);
+    begin_op(&c, st, OP_POLICY_SET, q, 0);
     arg_str(&c, "replace");
     for (size_t i = 0; i < n; i++) arg_str(&c, pairs[i]);
     if (p->rules) {
@@ -2051,7 +2275,7 @@ int rd_store_policy_set(rd_store_t *st, rd_store_queue_t q, const rd_policy_t *p
         arg_str(&c, "alert_url");
         arg_bytes(&c, p->alert_url, p->alert_url_len);
     }
-    return send_call(st, &c, KIND_POLICY, (callback_t){ .policy = cb }, arg);
+    return send_op(st, &c, CB(cb), arg);
 }
 
 int rd_store_pause(rd_store_t *st, rd_store_queue_t q, bool paused, rd_store_policy_cb cb,
@@ -2060,15 +2284,128 @@ int rd_store_pause(rd_store_t *st, rd_store_queue_t q, bool paused, rd_store_pol
     if (!rd_backend_ready(st->redis)) return -1;
     register_queue(st, q);
     call_t c;
-    begin_fcall(&c, st, "pause", q, 0);
+    begin_op(&c, st, OP_PAUSE, q, 0);
     arg_str(&c, paused ? "1" : "0");
-    return send_call(st, &c, KIND_PAUSED, (callback_t){ .policy = cb }, arg);
+    return send_op(st, &c, CB(cb), arg);
 }
 
 int rd_store_ping(rd_store_t *st, rd_store_status_cb cb, void *arg)
 {
     call_t c;
-    call_init(&c);
-    arg_str(&c, "PING");
-    return send_call(st, &c, KIND_PING, (callback_t){ .status = cb }, arg);
+    begin_op(&c, st, OP_PING, NO_QUEUE, 0);
+    return send_op(st, &c, CB(cb), arg);
+}
+
+/* ---------------------------------------------------------------- alerts */
+
+int rd_store_alerts_take(rd_store_t *st, rd_store_queue_t q, const char *consumer, int count,
+                         long long min_idle_ms, bool alert_url, rd_store_alerts_taken_cb cb,
+                         void *arg)
+{
+    call_t c;
+    begin_op(&c, st, OP_ALERTS_TAKE, q, 0);
+    arg_str(&c, consumer);
+    arg_int(&c, count);
+    arg_int(&c, min_idle_ms);
+    arg_str(&c, alert_url ? "1" : "0");
+    return send_op(st, &c, CB(cb), arg);
+}
+
+int rd_store_alerts_ack(rd_store_t *st, rd_store_queue_t q, size_t n, const char *const *sids,
+                        rd_store_count_cb cb, void *arg)
+{
+    if (n == 0 || n + 4 > MAX_ARGS) return -1;
+    call_t *c = rd_malloc(sizeof *c);
+    begin_op(c, st, OP_ALERTS_ACK, q, 0);
+    for (size_t i = 0; i < n; i++) arg_str(c, sids[i]);
+    int rc = send_op(st, c, CB(cb), arg);
+    rd_free(c);
+    return rc;
+}
+
+int rd_store_alerts_touch(rd_store_t *st, rd_store_queue_t q, const char *consumer,
+                          long long failures, size_t n, const char *const *sids,
+                          rd_store_strings_cb cb, void *arg)
+{
+    if (n + 6 > MAX_ARGS) return -1;
+    call_t *c = rd_malloc(sizeof *c);
+    begin_op(c, st, OP_ALERTS_TOUCH, q, 0);
+    arg_str(c, consumer);
+    arg_int(c, failures);
+    for (size_t i = 0; i < n; i++) arg_str(c, sids[i]);
+    int rc = send_op(st, c, CB(cb), arg);
+    rd_free(c);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- redrive */
+
+int rd_store_redrive_take(rd_store_t *st, rd_store_queue_t source, rd_store_queue_t target,
+                          const char *mode, const long long *ids, size_t n, int limit,
+                          const char *cursor, const char *needle,
+                          rd_store_redrive_taken_cb cb, void *arg)
+{
+    bool by_id = strcmp(mode, "ids") == 0;
+    if (by_id && n > RD_STORE_REPLAY_IDS_MAX) return -1;
+    call_t *c = rd_malloc(sizeof *c);
+    begin_op(c, st, OP_REDRIVE_TAKE, source, 0);
+    arg_bytes(c, target.name, target.len);
+    arg_str(c, mode);
+    if (by_id) {
+        for (size_t i = 0; i < n; i++) arg_int(c, ids[i]);
+    } else {
+        arg_int(c, limit);
+        arg_str(c, cursor ? cursor : "");
+        if (needle) arg_str(c, needle);
+    }
+    int rc = send_op(st, c, CB(cb), arg);
+    rd_free(c);
+    return rc;
+}
+
+int rd_store_redrive_in(rd_store_t *st, rd_store_queue_t target, rd_store_queue_t source,
+                        size_t n, const rd_store_letter_t *letters, rd_store_ids_cb cb,
+                        void *arg)
+{
+    if (5 + 3 * n > MAX_ARGS) return -1;
+    call_t *c = rd_malloc(sizeof *c);
+    begin_op(c, st, OP_REDRIVE_IN, target, 0);
+    arg_bytes(c, source.name, source.len);
+    for (size_t i = 0; i < n; i++) {
+        arg_int(c, letters[i].id);
+        arg_int(c, letters[i].max_retries);
+        arg_bytes(c, letters[i].payload.ptr, letters[i].payload.len);
+    }
+    int rc = send_op(st, c, CB(cb), arg);
+    rd_free(c);
+    return rc;
+}
+
+int rd_store_redrive_done(rd_store_t *st, rd_store_queue_t source, size_t n,
+                          const long long *ids, const long long *new_ids, rd_store_count_cb cb,
+                          void *arg)
+{
+    if (4 + 2 * n > MAX_ARGS) return -1;
+    call_t *c = rd_malloc(sizeof *c);
+    begin_op(c, st, OP_REDRIVE_DONE, source, 0);
+    for (size_t i = 0; i < n; i++) {
+        arg_int(c, ids[i]);
+        arg_int(c, new_ids[i]);
+    }
+    int rc = send_op(st, c, CB(cb), arg);
+    rd_free(c);
+    return rc;
+}
+
+int rd_store_redrive_forget(rd_store_t *st, rd_store_queue_t target, rd_store_queue_t source,
+                            size_t n, const long long *ids, rd_store_count_cb cb, void *arg)
+{
+    if (5 + n > MAX_ARGS) return -1;
+    call_t *c = rd_malloc(sizeof *c);
+    begin_op(c, st, OP_REDRIVE_FORGET, target, 0);
+    arg_bytes(c, source.name, source.len);
+    for (size_t i = 0; i < n; i++) arg_int(c, ids[i]);
+    int rc = send_op(st, c, CB(cb), arg);
+    rd_free(c);
+    return rc;
 }

@@ -14,7 +14,6 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "retryd/backend.h"
 #include "retryd/buf.h"
 #include "retryd/store.h"
 
@@ -22,7 +21,6 @@ typedef struct rd_alerts rd_alerts_t;
 
 typedef struct rd_alerts_options {
     const char *url;            /* --alert-url, or NULL: only queues' own alert_url */
-    const char *prefix;         /* --prefix */
     long long claim_ms;         /* --alert-claim-ms: pending this long with a silent
                                    instance, an entry is claimed back */
     long long timeout_ms;       /* --alert-timeout-ms: one POST, connect included */
@@ -42,8 +40,9 @@ typedef struct rd_alerts_counts {
     uint64_t held, in_flight;   /* now */
 } rd_alerts_counts_t;
 
-/* NULL when libcurl cannot be set up. Borrows backend until stopped. */
-rd_alerts_t *rd_alerts_start(uv_loop_t *loop, rd_backend_t *backend,
+/* NULL when libcurl cannot be set up. Borrows st until stopped: every call
+ * to Redis is one of the store's alerts operations. */
+rd_alerts_t *rd_alerts_start(uv_loop_t *loop, rd_store_t *st,
                              const rd_alerts_options_t *opts);
 
 /* The timer round found undelivered alerts in queue q. */

@@ -157,12 +157,61 @@ typedef struct rd_store_policy {
     rd_policy_t policy;
 } rd_store_policy_t;
 
-/* rd_store_fcall: the function's reply as it came (NULL unless head.status
- * is RD_STORE_OK), valid only inside the callback. */
-typedef struct rd_store_raw {
+/* One number: register, alerts_ack, redrive_done, redrive_forget. */
+typedef struct rd_store_count {
     rd_store_head_t head;
-    const rd_reply_t *reply;
-} rd_store_raw_t;
+    long long n;
+} rd_store_count_t;
+
+/* A flat array of strings (alerts_touch, CONFIG GET): strings[i].ptr is NULL
+ * for an element that is not a string. */
+typedef struct rd_store_strings {
+    rd_store_head_t head;
+    rd_str_t *strings;
+    size_t count;
+} rd_store_strings_t;
+
+/* alerts_take: one death of the queue's events stream (docs/dead-letters.md
+ * "Delivery protocol"). A field the entry lacks is as the library sent it:
+ * stream_id.ptr NULL for none, numbers 0 when not a number. */
+typedef struct rd_store_alert {
+    rd_str_t stream_id;
+    long long id;
+    rd_str_t error;
+    long long retry_count;
+    long long at_ms;
+} rd_store_alert_t;
+
+typedef struct rd_store_alerts_taken {
+    rd_store_head_t head;
+    long long more;           /* 1: more may be waiting, take again */
+    rd_str_t url;             /* the queue's policy alert_url, len 0 when not set */
+    rd_store_alert_t *alerts;
+    size_t count;
+} rd_store_alerts_taken_t;
+
+/* redrive_take: a letter taken into the redriving state. */
+typedef struct rd_store_letter {
+    long long id;
+    rd_str_t target;          /* the queue it is redriven to */
+    long long max_retries;
+    rd_str_t payload;
+} rd_store_letter_t;
+
+typedef struct rd_store_redrive_taken {
+    rd_store_head_t head;     /* RD_STORE_BAD_CURSOR for a cursor the library refused */
+    bool resumed;             /* the letters a cut redrive left, not a new selection */
+    rd_str_t next;            /* where the next take starts ("" done; ids: how many used) */
+    rd_store_letter_t *letters;
+    size_t count;
+} rd_store_redrive_taken_t;
+
+/* redrive_in: the id each letter has in the target, in order. */
+typedef struct rd_store_ids {
+    rd_store_head_t head;
+    long long *ids;
+    size_t count;
+} rd_store_ids_t;
 
 /* delete and ping answer the head alone. */
 typedef void (*rd_store_status_cb)(const rd_store_head_t *res, void *arg);
@@ -179,7 +228,11 @@ typedef void (*rd_store_page_cb)(const rd_store_page_t *res, void *arg);
 typedef void (*rd_store_taken_cb)(const rd_store_taken_t *res, void *arg);
 typedef void (*rd_store_done_cb)(const rd_store_done_t *res, void *arg);
 typedef void (*rd_store_policy_cb)(const rd_store_policy_t *res, void *arg);
-typedef void (*rd_store_raw_cb)(const rd_store_raw_t *res, void *arg);
+typedef void (*rd_store_count_cb)(const rd_store_count_t *res, void *arg);
+typedef void (*rd_store_strings_cb)(const rd_store_strings_t *res, void *arg);
+typedef void (*rd_store_alerts_taken_cb)(const rd_store_alerts_taken_t *res, void *arg);
+typedef void (*rd_store_redrive_taken_cb)(const rd_store_redrive_taken_t *res, void *arg);
+typedef void (*rd_store_ids_cb)(const rd_store_ids_t *res, void *arg);
 
 typedef struct rd_store_queue {
     const char *name;         /* decoded queue name (bytes) */
@@ -284,10 +337,49 @@ int rd_store_replay_many(rd_store_t *st, rd_store_queue_t q, const char *mode,
 int rd_store_replay_all(rd_store_t *st, rd_store_queue_t q, const char *mode,
                         const long long *ids, size_t n, const char *needle,
                         bool (*go_on)(void *arg), rd_store_replayed_cb cb, void *arg);
-/* FCALL <library>_fn 1 <base of q> argv...: a function whose reply the
- * caller reads itself (src/redrive.c). At most 600 arguments. */
-int rd_store_fcall(rd_store_t *st, const char *fn, rd_store_queue_t q, size_t argc,
-                   const char *const *argv, const size_t *lens, rd_store_raw_cb cb, void *arg);
+
+/* ---- alerts (src/alerts.c; lua/05_alerts.lua) ---- */
+
+/* Takes up to count (1..100) deaths of q's events stream for consumer:
+ * entries pending longer than min_idle_ms with another consumer first, then
+ * new ones. alert_url: this instance has --alert-url (without it, a queue
+ * without its own alert_url answers nothing). */
+int rd_store_alerts_take(rd_store_t *st, rd_store_queue_t q, const char *consumer, int count,
+                         long long min_idle_ms, bool alert_url, rd_store_alerts_taken_cb cb,
+                         void *arg);
+/* Acknowledges the stream entries sids[0..n) (1..100); res->n of them. */
+int rd_store_alerts_ack(rd_store_t *st, rd_store_queue_t q, size_t n, const char *const *sids,
+                        rd_store_count_cb cb, void *arg);
+/* Claims sids[0..n) (0..1000) again for consumer and counts failures failed
+ * POSTs; res->strings are the entries the consumer still holds. */
+int rd_store_alerts_touch(rd_store_t *st, rd_store_queue_t q, const char *consumer,
+                          long long failures, size_t n, const char *const *sids,
+                          rd_store_strings_cb cb, void *arg);
+
+/* ---- redrive (src/redrive.c; lua/65_redrive.lua) ---- */
+
+/* Step 1 on the source: the letters a cut redrive left, else the next
+ * selection: mode "ids" (ids[0..n), n <= RD_STORE_REPLAY_IDS_MAX), or "all" /
+ * "error" (needle) from cursor (NULL first) with limit. */
+int rd_store_redrive_take(rd_store_t *st, rd_store_queue_t source, rd_store_queue_t target,
+                          const char *mode, const long long *ids, size_t n, int limit,
+                          const char *cursor, const char *needle,
+                          rd_store_redrive_taken_cb cb, void *arg);
+/* Step 2 on the target: letters[0..n) (one target, n <= RD_STORE_REPLAY_IDS_MAX)
+ * enqueued once per source letter; res->ids their ids in target. */
+int rd_store_redrive_in(rd_store_t *st, rd_store_queue_t target, rd_store_queue_t source,
+                        size_t n, const rd_store_letter_t *letters, rd_store_ids_cb cb,
+                        void *arg);
+/* Step 3 on the source: letter ids[i] became new_ids[i] (n <= RD_STORE_REPLAY_IDS_MAX);
+ * res->n is how many were still redriving. */
+int rd_store_redrive_done(rd_store_t *st, rd_store_queue_t source, size_t n,
+                          const long long *ids, const long long *new_ids, rd_store_count_cb cb,
+                          void *arg);
+/* Step 4 on the target: the idempotency keys of source's ids[0..n) expire a
+ * day later. */
+int rd_store_redrive_forget(rd_store_t *st, rd_store_queue_t target, rd_store_queue_t source,
+                            size_t n, const long long *ids, rd_store_count_cb cb, void *arg);
+
 /* Registers q as an enqueue does (now and then, not on every call). */
 void rd_store_register_queue(rd_store_t *st, rd_store_queue_t q);
 /* Any state but processing (RD_STORE_INVALID_STATE then). */
