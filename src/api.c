@@ -20,6 +20,7 @@
 #include "retryd/policy.h"
 #include "retryd/problem.h"
 #include "retryd/redrive.h"
+#include "retryd/replay.h"
 #include "retryd/request.h"
 #include "retryd/router.h"
 #include "retryd/ui.h"
@@ -577,7 +578,7 @@ static void on_series(const rd_store_series_t *res, void *arg)
 /* ---------------------------------------------------------------- every queue */
 
 /* GET /queues and /metrics: a page of the registry with each queue's numbers. */
-static void on_queues(const rd_store_queues_t *res, void *arg)
+static void on_queues(const rd_fanout_queues_t *res, void *arg)
 {
     call_t *c = arg;
     if (respond_store_failure(c, &res->head)) return;
@@ -901,9 +902,9 @@ static void handle_replay_many(call_t *c)
         handle_redrive(c);
         return;
     }
-    started(c, rd_store_replay_all(c->api->store, queue_of(c), c->replay.mode, c->replay.ids,
-                                   c->replay.count, c->replay.needle, client_not_gone,
-                                   on_replayed_all, c));
+    started(c, rd_replay_all(c->api->store, queue_of(c), c->replay.mode, c->replay.ids,
+                             c->replay.count, c->replay.needle, client_not_gone,
+                             on_replayed_all, c));
 }
 
 static void handle_stats(call_t *c)
@@ -1011,8 +1012,8 @@ static void handle_queues(call_t *c)
                         NULL);
         return;
     }
-    started(c, rd_store_queues_stats(c->api->store, q.cursor, q.cursor_len, q.limit,
-                                     on_queues, c));
+    started(c, rd_fanout_queues_stats(c->api->fanout, q.cursor, q.cursor_len, q.limit,
+                                      on_queues, c));
 }
 
 /* GET /metrics: the first RD_METRICS_MAX_QUEUES queues, from the snapshot
@@ -1020,7 +1021,7 @@ static void handle_queues(call_t *c)
 static void handle_metrics(call_t *c)
 {
     c->metrics = true;
-    started(c, rd_store_queues_snapshot(c->api->store, RD_METRICS_SNAPSHOT_MS, on_queues, c));
+    started(c, rd_fanout_snapshot(c->api->fanout, RD_METRICS_SNAPSHOT_MS, on_queues, c));
 }
 
 /* GET /openapi.json: docs/openapi.json as built in; public, like /healthz. */

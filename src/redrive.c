@@ -232,7 +232,6 @@ static void send_run(redrive_t *r)
                                       .payload = { l->payload, l->payload_len } };
     }
     rd_store_queue_t q = { first->target, first->target_len };
-    rd_store_register_queue(r->st, q);
     if (rd_store_redrive_in(r->st, q, source_q(r), k, run, on_in, r) != 0)
         finish(r, RD_STORE_UNAVAILABLE, NULL);
     rd_free(run);

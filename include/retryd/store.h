@@ -8,10 +8,14 @@
  *
  * Timer hints and the registry (docs/design.md "Timers and the registry"):
  * the calls that create timer work (a delayed enqueue, a claim, a fail, a
- * succeed, a kill) may answer a hint, which the store forwards to the timer
- * schedule with the `register` function before it runs the callback; an
- * enqueue registers its queue. A `register` that fails is kept and sent again
- * by rd_store_flush_owed until it succeeds. */
+ * succeed, a kill) may answer a hint, which the store hands to its write
+ * hooks before it runs the callback; src/registry.c forwards it to the
+ * timer schedule with `register`. An enqueue (policy_set, pause,
+ * redrive_in) asks the hooks first, so that its queue is registered. A
+ * claim whose answer is lost goes to the lost-claim hook (src/lost_claims.c).
+ *
+ * Each operation is one row of the table in store.c (docs/design.md "How to
+ * add a library function"). */
 #ifndef RETRYD_STORE_H
 #define RETRYD_STORE_H
 
@@ -91,7 +95,7 @@ typedef struct rd_store_released {
     long long released;
 } rd_store_released_t;
 
-/* replay_many; replay_all too, with the total replayed. */
+/* replay_many; rd_replay_all (replay.h) too, with the total replayed. */
 typedef struct rd_store_replayed {
     rd_store_head_t head;
     long long replayed;
@@ -328,15 +332,7 @@ enum { RD_STORE_REPLAY_IDS_MAX = 50 };
 int rd_store_replay_many(rd_store_t *st, rd_store_queue_t q, const char *mode,
                          const long long *ids, size_t n, int limit, const char *cursor,
                          const char *needle, rd_store_replayed_cb cb, void *arg);
-/* Batch replay to the end: rd_store_replay_many again and again, one bounded
- * call at a time, until the cursor ends; res->replayed is the total. ids,
- * mode and needle are borrowed until the callback. go_on (NULL: always) is
- * asked before each further call: false stops with RD_STORE_UNAVAILABLE (the
- * client has gone). A call that makes no progress stops with RD_STORE_ERROR;
- * any other failure stops with that call's status. */
-int rd_store_replay_all(rd_store_t *st, rd_store_queue_t q, const char *mode,
-                        const long long *ids, size_t n, const char *needle,
-                        bool (*go_on)(void *arg), rd_store_replayed_cb cb, void *arg);
+
 
 /* ---- alerts (src/alerts.c; lua/05_alerts.lua) ---- */
 
@@ -380,8 +376,6 @@ int rd_store_redrive_done(rd_store_t *st, rd_store_queue_t source, size_t n,
 int rd_store_redrive_forget(rd_store_t *st, rd_store_queue_t target, rd_store_queue_t source,
                             size_t n, const long long *ids, rd_store_count_cb cb, void *arg);
 
-/* Registers q as an enqueue does (now and then, not on every call). */
-void rd_store_register_queue(rd_store_t *st, rd_store_queue_t q);
 /* Any state but processing (RD_STORE_INVALID_STATE then). */
 int rd_store_delete(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_status_cb cb,
                     void *arg);
@@ -395,8 +389,8 @@ int rd_store_stats(rd_store_t *st, rd_store_queue_t q, int top, rd_store_stats_c
  * sample is idempotent, nobody asked for a state change. */
 int rd_store_series(rd_store_t *st, rd_store_queue_t q, const char *resolution,
                     rd_store_series_cb cb, void *arg);
-/* Whether ticks sample the time series and writes nudge the timer to tick
- * their queue about once a minute (--series, on by default). */
+/* Whether ticks sample the time series (--series, on by default; the
+ * registry's nudges are rd_registry_new's). */
 void rd_store_set_series(rd_store_t *st, bool on);
 /* The timer's call: reclaim, promote, retention, at most limit of each. */
 int rd_store_tick(rd_store_t *st, rd_store_queue_t q, int limit, long long dead_ttl_ms,
@@ -406,42 +400,6 @@ int rd_store_tick(rd_store_t *st, rd_store_queue_t q, int limit, long long dead_
  * res->total is how many are registered, res->next_cursor empty at the end. */
 int rd_store_queues_page(rd_store_t *st, const char *cursor, size_t cursor_len, int limit,
                          rd_store_page_cb cb, void *arg);
-
-/* ---- every queue (GET /queues, /metrics) ---- */
-
-/* A page of the registry with each queue's numbers. */
-typedef struct rd_store_queues {
-    rd_store_head_t head;     /* the page's read; RD_STORE_UNAVAILABLE also when a queue's
-                                 stats could not be read and Redis is not ready */
-    rd_queue_metrics_t *queues; /* count of them, in name order; ok false for a queue whose
-                                   stats could not be read */
-    size_t count;
-    long long total;          /* how many queues are registered */
-    rd_str_t next_cursor;     /* len 0 at the end */
-    long long age_ms;         /* rd_store_queues_snapshot: how old the numbers are; else 0 */
-} rd_store_queues_t;
-typedef void (*rd_store_queues_cb)(const rd_store_queues_t *res, void *arg);
-enum { RD_STORE_FANOUT_IN_FLIGHT = 16 };
-
-/* rd_store_queues_page, then each of its queues' stats; at most
- * RD_STORE_FANOUT_IN_FLIGHT stats calls are in flight for all fan-outs of st
- * together (each fan-out sends one in turn); the callback runs once the last
- * returned. A queue whose stats show none of its keys is handed to the timer
- * at once (rd_store_schedule with 0), which removes it from the registry
- * (docs/design.md "Leaving the registry"). */
-int rd_store_queues_stats(rd_store_t *st, const char *cursor, size_t cursor_len, int limit,
-                          rd_store_queues_cb cb, void *arg);
-
-/* The first RD_METRICS_MAX_QUEUES queues' numbers (GET /metrics) from one
- * snapshot that st shares among its callers: answered from it while it is at
- * most max_age_ms old (res->age_ms says how old), else after one new
- * fan-out (rd_store_queues_stats) that every caller arriving meanwhile waits
- * for, so concurrent scrapes cause one fan-out, not one each. Returns -1
- * (cb never called) when that fan-out cannot start; else cb runs exactly
- * once, from the loop; res is valid only inside cb. A failed refresh answers
- * its waiters with the failure and keeps the old snapshot. */
-int rd_store_queues_snapshot(rd_store_t *st, long long max_age_ms, rd_store_queues_cb cb,
-                             void *arg);
 
 /* ---- the timer schedule (promoter.c) ---- */
 
@@ -469,16 +427,16 @@ enum { RD_STORE_REPORTS_MAX = 64 };
  * is how many queues left the registry. */
 int rd_store_timer_done(rd_store_t *st, long long token, const rd_timer_report_t *reports,
                         size_t n, rd_store_done_cb cb, void *arg);
-/* Registers q and, with in_ms >= 0, has the timer tick it within in_ms.
- * Fire and forget: a failure is kept for rd_store_flush_owed. */
-void rd_store_schedule(rd_store_t *st, rd_store_queue_t q, long long in_ms);
-/* Sends again every registration and timer hint that failed (the promoter
- * calls it each round); no-op while Redis is not ready. */
-void rd_store_flush_owed(rd_store_t *st);
-/* Reads Redis's persistence and eviction settings (CONFIG GET) and logs a
- * warning for each that could lose messages: no AOF, or an eviction policy
- * other than noeviction. Silent when CONFIG is not allowed. */
-void rd_store_check_durability(rd_store_t *st);
+/* register (the registry's slot): q exists; with in_ms >= 0 the timer
+ * ticks it within in_ms. res->n is 1. Sent by src/registry.c. */
+int rd_store_register(rd_store_t *st, rd_store_queue_t q, long long in_ms, rd_store_count_cb cb,
+                      void *arg);
+/* release_lost: hands back what the claims with nonces[0..n) (1..10) leased,
+ * as release does; res->released. Sent by src/lost_claims.c. */
+int rd_store_release_lost(rd_store_t *st, rd_store_queue_t q, size_t n,
+                          const char *const *nonces, rd_store_released_cb cb, void *arg);
+/* CONFIG GET pattern: res->strings are name, value pairs. */
+int rd_store_config_get(rd_store_t *st, const char *pattern, rd_store_strings_cb cb, void *arg);
 /* The queue's policy (SPEC §10). get answers the stored fields (unset ones
  * as rd_policy_init leaves them); set replaces the whole policy with p's set
  * fields (the pause is kept) and answers it; pause pauses or resumes. */
@@ -490,5 +448,34 @@ int rd_store_pause(rd_store_t *st, rd_store_queue_t q, bool paused, rd_store_pol
 
 /* PING: res->status is RD_STORE_OK when Redis answered PONG. */
 int rd_store_ping(rd_store_t *st, rd_store_status_cb cb, void *arg);
+
+/* ---- hooks: what the modules above the store keep of its calls ---- */
+
+/* What a write to a queue answered, for the timer schedule. */
+typedef struct rd_store_written {
+    long long hint_ms;        /* the reply's timer hint: -1 none, else tick within it */
+    bool first;               /* an enqueue that got id 1 */
+    bool changed;             /* the call wrote (a claim that took nothing did not) */
+    bool unknown;             /* the answer was lost (or unreadable): the call may have
+                                 written and its hint is not known; the rest is unset */
+} rd_store_written_t;
+
+/* before (NULL: none) runs before an enqueue, policy_set, pause or
+ * redrive_in of q is sent; written (NULL: none) after each write to a queue
+ * (the hinted rows) has answered OK or unknown, before its callback. Both
+ * from the loop; arg is theirs. src/registry.c installs them. */
+void rd_store_set_write_hooks(rd_store_t *st, void (*before)(void *arg, rd_store_queue_t q),
+                              void (*written)(void *arg, rd_store_queue_t q,
+                                              const rd_store_written_t *w),
+                              void *arg);
+/* A claim's nonce: "<instance>.<seq>", shorter than this. */
+enum { RD_STORE_NONCE_MAX = 40 };
+/* lost (NULL: none) runs when a claim or settle-and-claim with a nonce lost
+ * its answer (the link dropped with it in flight), before its callback:
+ * what it leased may be handed back with release_lost once the link is
+ * back. src/lost_claims.c installs it. */
+void rd_store_set_lost_claim_hook(rd_store_t *st,
+                                  void (*lost)(void *arg, rd_store_queue_t q, const char *nonce),
+                                  void *arg);
 
 #endif
