@@ -22,7 +22,7 @@ static bool is_array(const rd_reply_t *r, size_t min_len)
 }
 
 /* The name, value pairs of flat from element `from` on into m. */
-static bool parse_fields(const rd_reply_t *flat, size_t from, rd_message_t *m)
+static bool parse_fields_into(const rd_reply_t *flat, size_t from, rd_message_t *m)
 {
     size_t n = rd_reply_len(flat);
     if ((n - from) % 2 != 0) return false;
@@ -37,9 +37,15 @@ static bool parse_fields(const rd_reply_t *flat, size_t from, rd_message_t *m)
             continue;
         }
         if (name_len == 7 && memcmp(name, "history", 7) == 0) {
-            /* The one array among the values: kept as it is, for the JSON. */
-            m->history = rd_reply_at(flat, i + 1);
-            if (rd_reply_type(m->history) != RD_REPLY_ARRAY) return false;
+            /* The one array among the values: its strings, for the JSON. */
+            const rd_reply_t *h = rd_reply_at(flat, i + 1);
+            if (rd_reply_type(h) != RD_REPLY_ARRAY || m->history) return false;
+            size_t len = rd_reply_len(h);
+            rd_str_t *strs = rd_calloc(len ? len : 1, sizeof *strs);
+            for (size_t j = 0; j < len; j++)
+                strs[j].ptr = rd_reply_str(rd_reply_at(h, j), &strs[j].len);
+            m->history = strs;
+            m->history_len = len;
             continue;
         }
         if (value == NULL) return false;
@@ -48,13 +54,38 @@ static bool parse_fields(const rd_reply_t *flat, size_t from, rd_message_t *m)
     return true;
 }
 
+/* Frees what a parse allocated in m (its history's array). */
+static void message_drop(rd_message_t *m)
+{
+    rd_free((rd_str_t *)m->history);
+    m->history = NULL;
+    m->history_len = 0;
+}
+
+/* The name, value pairs of flat from element `from` on into m; on false m
+ * holds nothing to free. */
+static bool parse_fields(const rd_reply_t *flat, size_t from, rd_message_t *m)
+{
+    if (parse_fields_into(flat, from, m)) return true;
+    message_drop(m);
+    return false;
+}
+
+static void free_messages_of(rd_message_t *msgs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) message_drop(&msgs[i]);
+    rd_free(msgs);
+}
+
 /* A message as {"id", id, field, value, ...} (reply_message in the library). */
 static bool parse_message(const rd_reply_t *flat, rd_message_t *m)
 {
     rd_message_init(m);
     if (!is_array(flat, 2) || !parse_fields(flat, 0, m)) return false;
     /* {"id", id} alone: an idempotent duplicate whose message was deleted. */
-    return m->id > 0 && (m->status != RD_STATUS_UNKNOWN || rd_reply_len(flat) == 2);
+    if (m->id > 0 && (m->status != RD_STATUS_UNKNOWN || rd_reply_len(flat) == 2)) return true;
+    message_drop(m);
+    return false;
 }
 
 /* A message a claim leased (leased_reply in the library): {id, payload,
@@ -82,7 +113,10 @@ static bool parse_leased(const rd_reply_t *r, rd_message_t *m)
     m->lease_token = (rd_str_t){ token, token_len };
     m->retry_count = (int)retry_count;
     m->max_retries = (int)max_retries;
-    return parse_fields(r, LEASED_HEAD, m) && m->id > 0;
+    if (!parse_fields(r, LEASED_HEAD, m)) return false;
+    if (m->id > 0) return true;
+    message_drop(m);
+    return false;
 }
 
 /* Parses leased messages from reply elements [from, to) into *out. */
@@ -347,7 +381,7 @@ bool rd_store_parse_succeed_many(const rd_reply_t *r, const void *kept, void *re
     return true;
 }
 
-/* release, release_lost: how many were handed back. */
+/* release, release_lost: how many were released. */
 bool rd_store_parse_released(const rd_reply_t *r, const void *kept, void *res, long long *hint)
 {
     (void)kept, (void)hint;
@@ -579,12 +613,14 @@ bool rd_store_parse_pong(const rd_reply_t *r, const void *kept, void *res, long 
 
 void rd_result_free_messages(void *res)
 {
-    rd_free(((rd_store_messages_t *)res)->messages);
+    rd_store_messages_t *m = res;
+    free_messages_of(m->messages, m->count);
 }
 
 void rd_result_free_list(void *res)
 {
-    rd_free(((rd_store_list_t *)res)->messages);
+    rd_store_list_t *l = res;
+    free_messages_of(l->messages, l->count);
 }
 
 void rd_result_free_outcomes(void *res)
@@ -596,7 +632,7 @@ void rd_result_free_settled(void *res)
 {
     rd_store_settled_t *s = res;
     rd_free(s->outcomes);
-    rd_free(s->messages);
+    free_messages_of(s->messages, s->count);
 }
 
 void rd_result_free_stats(void *res)
