@@ -109,7 +109,7 @@ static void queue_free(queue_t *q)
 }
 
 /* A queue nothing refers to any more leaves the table. */
-static void queue_release(queue_t *q)
+static void queue_drop_if_idle(queue_t *q)
 {
     if (q->active || q->held > 0 || q->taking || q->touching || q->failures > 0) return;
     rd_alerts_t *a = q->a;
@@ -152,7 +152,7 @@ static void delivery_drop(rd_alerts_t *a, delivery_t *d)
     rd_free(d->body);
     rd_free(d->url);
     rd_free(d);
-    queue_release(q);
+    queue_drop_if_idle(q);
 }
 
 static delivery_t *delivery_find(rd_alerts_t *a, const queue_t *q, const char *sid)
@@ -320,7 +320,7 @@ static void on_taken(const rd_store_alerts_taken_t *res, void *arg)
         else q->poll_at = uv_now(a->loop);
     }
     if (a->stopping) q->active = false;
-    queue_release(q);
+    queue_drop_if_idle(q);
     if (a->stopping) maybe_finish(a);
     else kick(a);
 }
@@ -433,7 +433,7 @@ static void on_touched(const rd_store_strings_t *res, void *arg)
     }
     rd_free(t->sids);
     rd_free(t);
-    queue_release(q);
+    queue_drop_if_idle(q);
     if (a->stopping) maybe_finish(a);
     else kick(a);  /* events it dropped made room for more */
 }
@@ -514,14 +514,6 @@ void rd_alerts_wake(rd_alerts_t *a, rd_store_queue_t qn)
         q->poll_at = uv_now(a->loop);
     }
     kick(a);
-}
-
-void rd_alerts_counts(const rd_alerts_t *a, rd_alerts_counts_t *out)
-{
-    out->delivered = a->delivered;
-    out->failures = a->failures;
-    out->held = a->held;
-    out->in_flight = a->in_flight;
 }
 
 void rd_alerts_render_metrics(const rd_alerts_t *a, rd_buf_t *out)
@@ -621,7 +613,7 @@ void rd_alerts_stop(rd_alerts_t *a, void (*on_stopped)(void *arg), void *arg)
             qn = q->hnext;
             q->active = false;
             q->failures = 0;
-            queue_release(q);
+            queue_drop_if_idle(q);
         }
     uv_timer_start(&a->grace, on_grace, STOP_GRACE_MS, 0);
     maybe_finish(a);

@@ -11,7 +11,6 @@
 #ifndef RETRYD_ALERTS_H
 #define RETRYD_ALERTS_H
 
-#include <stdint.h>
 #include <uv.h>
 
 #include "retryd/buf.h"
@@ -33,13 +32,6 @@ enum {
     RD_ALERTS_BACKOFF_MAX_MS = 60000,
 };
 
-/* Process-wide counters for /metrics. */
-typedef struct rd_alerts_counts {
-    uint64_t delivered;         /* events the receiver took (2xx) and were acknowledged */
-    uint64_t failures;          /* POSTs that failed (non-2xx, error, timeout) */
-    uint64_t held, in_flight;   /* now */
-} rd_alerts_counts_t;
-
 /* NULL when libcurl cannot be set up. Borrows st until stopped: every call
  * to Redis is one of the store's alerts operations. */
 rd_alerts_t *rd_alerts_start(uv_loop_t *loop, rd_store_t *st,
@@ -47,8 +39,6 @@ rd_alerts_t *rd_alerts_start(uv_loop_t *loop, rd_store_t *st,
 
 /* The timer round found undelivered alerts in queue q. */
 void rd_alerts_wake(rd_alerts_t *a, rd_store_queue_t q);
-
-void rd_alerts_counts(const rd_alerts_t *a, rd_alerts_counts_t *out);
 
 /* Appends the retryd_alert_* families (Prometheus text) to out. */
 void rd_alerts_render_metrics(const rd_alerts_t *a, rd_buf_t *out);
