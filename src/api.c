@@ -42,7 +42,8 @@ struct rd_call {
     long long *settle_ids;
     char (*settled)[16];
     size_t nsettle;
-    long long lease_ms, wait_ms;
+    rd_lease_t lease;
+    long long wait_ms;
     int count;
     char *worker;               /* claim with settle: the claim's worker, or NULL */
     rd_ack_req_t *ack;          /* batch acknowledgement: the ids, in order */
@@ -244,7 +245,7 @@ static void on_claim_delivered(bool delivered, void *arg)
      * deadline): then the leases expire instead. */
     if (!delivered && k->api->store) {
         rd_store_queue_t q = { k->queue, k->queue_len };
-        rd_store_hand_back(k->api->store, q, k->count, k->messages);
+        rd_store_release_orphans(k->api->store, q, k->count, k->messages);
     }
     for (size_t i = 0; i < k->count; i++) rd_free((char *)k->messages[i].lease_token.ptr);
     rd_free(k->messages);
@@ -252,7 +253,7 @@ static void on_claim_delivered(bool delivered, void *arg)
     rd_free(k);
 }
 
-static void hand_back_if_undelivered(call_t *c, const rd_message_t *messages, size_t count)
+static void release_if_undelivered(call_t *c, const rd_message_t *messages, size_t count)
 {
     claimed_t *k = rd_malloc(sizeof *k);
     k->api = c->api;
@@ -290,7 +291,7 @@ static void on_claimed(const rd_store_messages_t *res, void *arg)
         call_free(c);
         return;
     }
-    hand_back_if_undelivered(c, res->messages, res->count);
+    release_if_undelivered(c, res->messages, res->count);
     if (!c->batch) {
         respond_message(c, 200, &res->messages[0], true, NULL);
         return;
@@ -324,7 +325,7 @@ static void api_code(rd_str_t code, char out[16])
 /* 200 {"settled":[{id, status}...], "messages":[...]} of a claim with settle. */
 static void respond_settled(call_t *c, const rd_message_t *messages, size_t count)
 {
-    if (count > 0) hand_back_if_undelivered(c, messages, count);
+    if (count > 0) release_if_undelivered(c, messages, count);
     rd_jsonw_t w;
     begin_json(c, &w);
     rd_jsonw_object_open(&w);
@@ -376,7 +377,7 @@ static void on_settle_claimed(const rd_store_settled_t *res, void *arg)
      * waits as a plain long-poll claim does. */
     if (res->count == 0 && c->wait_ms > 0 && c->api->waiters) {
         rd_store_queue_t q = { c->match.queue, c->match.queue_len };
-        rd_waiters_park(c->api->waiters, q, c->lease_ms, c->count, c->worker, c->wait_ms, c->ex,
+        rd_waiters_park(c->api->waiters, q, c->lease, c->count, c->worker, c->wait_ms, c->ex,
                         on_settle_waited, c);
         return;
     }
@@ -720,20 +721,20 @@ static void handle_claim(call_t *c)
     }
     c->batch = cl.batch;
     /* A lease the request did not give is the daemon's default, which the
-     * queue's policy overrides (store.h: a negative lease_ms). */
-    if (!cl.lease_given) cl.lease_ms = -cl.lease_ms;
+     * queue's policy overrides (store.h, rd_lease_t). */
+    rd_lease_t lease = { cl.lease_ms, cl.lease_given };
     if (cl.nsettle > 0) {
         c->nsettle = cl.nsettle;
         c->settle_ids = rd_malloc(cl.nsettle * sizeof *c->settle_ids);
         for (size_t i = 0; i < cl.nsettle; i++) c->settle_ids[i] = cl.settle[i].id;
-        c->lease_ms = cl.lease_ms;
+        c->lease = lease;
         c->wait_ms = cl.wait_ms;
         c->count = cl.count;
         if (cl.worker) c->worker = rd_strdup(cl.worker);
         int rc = api->coalescer
-                     ? rd_coalescer_settle_claim(api->coalescer, q, cl.lease_ms, cl.count, cl.worker,
+                     ? rd_coalescer_settle_claim(api->coalescer, q, lease, cl.count, cl.worker,
                                                  cl.nsettle, cl.settle, on_settle_claimed, c)
-                     : rd_store_settle_claim(api->store, q, cl.lease_ms, cl.count, cl.worker,
+                     : rd_store_settle_claim(api->store, q, lease, cl.count, cl.worker,
                                              cl.nsettle, cl.settle, on_settle_claimed, c);
         rd_request_free(cl.doc);
         started(c, rc);
@@ -748,15 +749,15 @@ static void handle_claim(call_t *c)
             started(c, -1);
             return;
         }
-        rd_waiters_park(api->waiters, q, cl.lease_ms, cl.count, worker, cl.wait_ms, c->ex,
+        rd_waiters_park(api->waiters, q, lease, cl.count, worker, cl.wait_ms, c->ex,
                         on_claimed, c);
         rd_free(worker);
         return;
     }
     started(c, api->coalescer
-                   ? rd_coalescer_settle_claim(api->coalescer, q, cl.lease_ms, cl.count, worker, 0,
+                   ? rd_coalescer_settle_claim(api->coalescer, q, lease, cl.count, worker, 0,
                                                NULL, on_claimed_together, c)
-                   : rd_store_claim(api->store, q, cl.lease_ms, cl.count, worker, on_claimed, c));
+                   : rd_store_claim(api->store, q, lease, cl.count, worker, on_claimed, c));
     rd_free(worker);
 }
 
@@ -810,8 +811,9 @@ static void handle_extend(call_t *c)
         answer_parse_failure(c, r, &errs);
         return;
     }
-    int rc = rd_store_extend(c->api->store, queue_of(c), c->match.id, s.lease_token,
-                             s.lease_given ? s.lease_ms : -s.lease_ms, on_message, c);
+    rd_lease_t lease = { s.lease_ms, s.lease_given };
+    int rc = rd_store_extend(c->api->store, queue_of(c), c->match.id, s.lease_token, lease,
+                             on_message, c);
     rd_request_free(s.doc);
     started(c, rc);
 }

@@ -1,5 +1,5 @@
 /* lost_claims.c - the list of claims whose answer was lost, and the
- * release_lost calls that hand back what they leased (docs/durability.md
+ * release_lost calls that release what they leased (docs/durability.md
  * "A claim whose answer is lost"). */
 #include "retryd/lost_claims.h"
 

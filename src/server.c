@@ -64,7 +64,7 @@ static void on_redis_closed(void *arg)
     server_t *s = arg;
     s->redis = NULL;
     /* A response still being written may yet report that it was not
-     * delivered (a shutdown past its deadline): no store to hand back to. */
+     * delivered (a shutdown past its deadline): no store to release to. */
     s->api.store = NULL;
     s->api.coalescer = NULL;
     s->api.fanout = NULL;
@@ -185,7 +185,7 @@ static void on_promoter_round(void *arg)
 {
     server_t *s = arg;
     /* What failed to reach Redis since the last round: lost claims' leases
-     * handed back, then the registrations owed. */
+     * released, then the registrations owed. */
     if (s->lost_claims) rd_lost_claims_flush(s->lost_claims);
     if (s->registry) rd_registry_flush_owed(s->registry);
     if (s->waiters) rd_waiters_poll_if_deaf(s->waiters);

@@ -398,7 +398,7 @@ _Static_assert(5 + 3 * RD_STORE_REPORTS_MAX <= MAX_ARGS, "timer_done's reports f
 
 /* One command being built: its row, its argv and what the row's parser
  * will need. */
-typedef struct call {
+typedef struct cmd {
     const op_def_t *def;
     rd_store_queue_t q;             /* the queue of a queue's function */
     int argc;
@@ -410,9 +410,9 @@ typedef struct call {
     rd_buf_t base, mkey;
     void *kept;                     /* for the parser (owned until send) */
     void (*kept_free)(void *kept);
-} call_t;
+} cmd_t;
 
-static void arg_bytes(call_t *c, const char *s, size_t len)
+static void arg_bytes(cmd_t *c, const char *s, size_t len)
 {
     assert(c->argc < MAX_ARGS);
     c->argv[c->argc] = s;
@@ -420,12 +420,12 @@ static void arg_bytes(call_t *c, const char *s, size_t len)
     c->argc++;
 }
 
-static void arg_str(call_t *c, const char *s)
+static void arg_str(cmd_t *c, const char *s)
 {
     arg_bytes(c, s, strlen(s));
 }
 
-static void arg_int(call_t *c, long long v)
+static void arg_int(cmd_t *c, long long v)
 {
     int n = snprintf(c->numbers[c->argc], sizeof c->numbers[0], "%lld", v);
     arg_bytes(c, c->numbers[c->argc], (size_t)n);
@@ -433,7 +433,7 @@ static void arg_int(call_t *c, long long v)
 
 /* A claim's nonce, "<instance>.<seq>": unique per call, so release_lost can
  * find what this call leased if its answer is lost. */
-static void arg_nonce(call_t *c, rd_store_t *st)
+static void arg_nonce(cmd_t *c, rd_store_t *st)
 {
     int n = snprintf(c->nonce, sizeof c->nonce, "%s.%llx", st->instance, ++st->nonce_seq);
     assert(n > 0 && (size_t)n < sizeof c->nonce);
@@ -447,7 +447,7 @@ static const rd_store_queue_t NO_QUEUE = { NULL, 0 };
  * the registry; a plain command is its name. Every call goes through here,
  * so the library's version is added in one place. Not a memset: the
  * argument arrays are large and filled as they are used. */
-static void begin_op(call_t *c, rd_store_t *st, op_id_t id, rd_store_queue_t q, long long msg_id)
+static void begin_op(cmd_t *c, rd_store_t *st, op_id_t id, rd_store_queue_t q, long long msg_id)
 {
     const op_def_t *def = &ops[id];
     c->def = def;
@@ -482,7 +482,7 @@ static void begin_op(call_t *c, rd_store_t *st, op_id_t id, rd_store_queue_t q, 
 
 /* send_op: sends c; cb is the operation's callback (its row's type), run exactly
  * once from the loop unless this returns -1. */
-static int send_op(rd_store_t *st, call_t *c, any_cb_t cb, void *arg)
+static int send_op(rd_store_t *st, cmd_t *c, any_cb_t cb, void *arg)
 {
     const op_def_t *def = c->def;
     op_t *op = rd_malloc(sizeof *op);
@@ -513,7 +513,7 @@ static int send_op(rd_store_t *st, call_t *c, any_cb_t cb, void *arg)
 int rd_store_register(rd_store_t *st, rd_store_queue_t q, long long in_ms, rd_store_count_cb cb,
                       void *arg)
 {
-    call_t c;
+    cmd_t c;
     begin_op(&c, st, OP_REGISTER, NO_QUEUE, 0);
     arg_bytes(&c, q.name, q.len);
     arg_int(&c, in_ms < 0 ? -1LL : in_ms);
@@ -524,7 +524,7 @@ int rd_store_release_lost(rd_store_t *st, rd_store_queue_t q, size_t n,
                           const char *const *nonces, rd_store_released_cb cb, void *arg)
 {
     if (n == 0 || n + 4 > MAX_ARGS) return -1;
-    call_t c;
+    cmd_t c;
     begin_op(&c, st, OP_RELEASE_LOST, q, 0);
     for (size_t i = 0; i < n; i++) arg_str(&c, nonces[i]);
     return send_op(st, &c, CB(cb), arg);
@@ -552,7 +552,7 @@ int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, si
 {
     if (!rd_backend_ready(st->redis)) return -1;
     before_write(st, q);
-    call_t c;
+    cmd_t c;
     begin_op(&c, st, OP_ENQUEUE, q, 0);
     arg_bytes(&c, payload, len);
     arg_int(&c, max_retries > 0 ? max_retries : RD_MAX_RETRIES_DEFAULT);
@@ -571,15 +571,15 @@ int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, si
     return send_op(st, &c, CB(cb), arg);
 }
 
-int rd_store_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int count,
+int rd_store_claim(rd_store_t *st, rd_store_queue_t q, rd_lease_t lease, int count,
                    const char *worker, rd_store_messages_cb cb, void *arg)
 {
-    call_t c;
+    cmd_t c;
     begin_op(&c, st, OP_CLAIM, q, 0);
-    arg_int(&c, lease_ms < 0 ? -lease_ms : lease_ms);
+    arg_int(&c, lease.ms);
     arg_int(&c, count);
     arg_str(&c, "1");   /* this caller forwards timer hints */
-    arg_str(&c, lease_ms < 0 ? "flag" : "request");
+    arg_str(&c, lease.given ? "request" : "flag");
     arg_str(&c, worker ? worker : "");
     arg_nonce(&c, st);
     return send_op(st, &c, CB(cb), arg);
@@ -588,7 +588,7 @@ int rd_store_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int c
 int rd_store_succeed(rd_store_t *st, rd_store_queue_t q, long long id, const char *token,
                      rd_store_messages_cb cb, void *arg)
 {
-    call_t c;
+    cmd_t c;
     begin_op(&c, st, OP_SUCCEED, q, id);
     arg_int(&c, id);
     arg_str(&c, token ? token : "");
@@ -599,7 +599,7 @@ int rd_store_succeed(rd_store_t *st, rd_store_queue_t q, long long id, const cha
 /* A failure's error as sent: at most RD_LAST_ERROR_MAX bytes, cut before a
  * UTF-8 sequence as the library would cut it, so Redis never reads the rest
  * (a 1 MiB argument alone costs it about a millisecond). */
-static void arg_error(call_t *c, const char *error)
+static void arg_error(cmd_t *c, const char *error)
 {
     size_t len = strlen(error);
     if (len > RD_LAST_ERROR_MAX) {
@@ -613,7 +613,7 @@ int rd_store_fail(rd_store_t *st, rd_store_queue_t q, long long id, const char *
                   const char *error, bool retryable, long long retry_after_ms,
                   rd_store_messages_cb cb, void *arg)
 {
-    call_t c;
+    cmd_t c;
     begin_op(&c, st, OP_FAIL, q, id);
     arg_int(&c, id);
     arg_str(&c, token ? token : "");
@@ -625,22 +625,22 @@ int rd_store_fail(rd_store_t *st, rd_store_queue_t q, long long id, const char *
 }
 
 int rd_store_extend(rd_store_t *st, rd_store_queue_t q, long long id, const char *token,
-                    long long lease_ms, rd_store_messages_cb cb, void *arg)
+                    rd_lease_t lease, rd_store_messages_cb cb, void *arg)
 {
-    call_t c;
+    cmd_t c;
     begin_op(&c, st, OP_EXTEND, q, id);
     arg_int(&c, id);
     arg_str(&c, token ? token : "");
-    arg_int(&c, lease_ms < 0 ? -lease_ms : lease_ms);
+    arg_int(&c, lease.ms);
     arg_str(&c, "1");   /* this caller forwards timer hints */
-    arg_str(&c, lease_ms < 0 ? "flag" : "request");
+    arg_str(&c, lease.given ? "request" : "flag");
     return send_op(st, &c, CB(cb), arg);
 }
 
 int rd_store_replay(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_messages_cb cb,
                     void *arg)
 {
-    call_t c;
+    cmd_t c;
     begin_op(&c, st, OP_REPLAY, q, id);
     arg_int(&c, id);
     /* Hinted for the series' nudge; replay's reply carries no timer hint. */
@@ -649,7 +649,7 @@ int rd_store_replay(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_m
 
 int rd_store_get(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_messages_cb cb, void *arg)
 {
-    call_t c;
+    cmd_t c;
     begin_op(&c, st, OP_GET, q, id);
     arg_int(&c, id);
     return send_op(st, &c, CB(cb), arg);
@@ -659,7 +659,7 @@ int rd_store_list(rd_store_t *st, rd_store_queue_t q, const char *status, int li
                   const char *cursor, const char *error_contains, long long since_ms,
                   long long until_ms, rd_store_list_cb cb, void *arg)
 {
-    call_t c;
+    cmd_t c;
     begin_op(&c, st, OP_LIST, q, 0);
     arg_str(&c, status ? status : "");
     arg_int(&c, limit);
@@ -676,7 +676,7 @@ int rd_store_succeed_many(rd_store_t *st, rd_store_queue_t q, size_t n, const lo
                           const char *const *tokens, rd_store_outcomes_cb cb, void *arg)
 {
     if (n == 0 || n > RD_ACK_BATCH_MAX) return -1;
-    call_t *c = rd_malloc(sizeof *c);
+    cmd_t *c = rd_malloc(sizeof *c);
     begin_op(c, st, OP_SUCCEED_MANY, q, 0);
     for (size_t i = 0; i < n; i++) {
         arg_int(c, ids[i]);
@@ -688,13 +688,13 @@ int rd_store_succeed_many(rd_store_t *st, rd_store_queue_t q, size_t n, const lo
     return rc;
 }
 
-int rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int count,
+int rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, rd_lease_t lease, int count,
                           const char *worker, size_t n, const rd_settlement_t *items, rd_store_settled_cb cb, void *arg)
 {
     if (n > RD_SETTLE_BATCH_MAX || count < 0 || count > RD_CLAIM_COUNT_MAX) return -1;
-    call_t *c = rd_malloc(sizeof *c);
+    cmd_t *c = rd_malloc(sizeof *c);
     begin_op(c, st, OP_SETTLE_CLAIM, q, 0);
-    arg_int(c, lease_ms < 0 ? -lease_ms : lease_ms);
+    arg_int(c, lease.ms);
     arg_int(c, count);
     arg_int(c, (long long)n);
     for (size_t i = 0; i < n; i++) {
@@ -708,7 +708,7 @@ int rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms
     }
     arg_int(c, st->dead_ttl_ms);        /* asks for the timer hint */
     arg_int(c, st->succeeded_ttl_ms);
-    arg_str(c, lease_ms < 0 ? "flag" : "request");
+    arg_str(c, lease.given ? "request" : "flag");
     arg_str(c, worker ? worker : "");
     if (count > 0) arg_nonce(c, st);
     int rc = send_op(st, c, CB(cb), arg);
@@ -720,7 +720,7 @@ int rd_store_release(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_mess
                      rd_store_released_cb cb, void *arg)
 {
     if (n == 0 || n > RD_CLAIM_COUNT_MAX) return -1;
-    call_t *c = rd_malloc(sizeof *c);
+    cmd_t *c = rd_malloc(sizeof *c);
     begin_op(c, st, OP_RELEASE, q, 0);
     for (size_t i = 0; i < n; i++) {
         arg_int(c, msgs[i].id);
@@ -732,7 +732,7 @@ int rd_store_release(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_mess
     return rc;
 }
 
-static void on_handed_back(const rd_store_released_t *res, void *arg)
+static void on_orphans_released(const rd_store_released_t *res, void *arg)
 {
     (void)arg;
     if (res->head.status != RD_STORE_OK)
@@ -740,11 +740,11 @@ static void on_handed_back(const rd_store_released_t *res, void *arg)
                 "will expire instead");
 }
 
-void rd_store_hand_back(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_message_t *msgs)
+void rd_store_release_orphans(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_message_t *msgs)
 {
     for (size_t from = 0; from < n; from += RD_CLAIM_COUNT_MAX) {
         size_t batch = n - from < RD_CLAIM_COUNT_MAX ? n - from : RD_CLAIM_COUNT_MAX;
-        if (rd_store_release(st, q, batch, msgs + from, on_handed_back, NULL) != 0)
+        if (rd_store_release(st, q, batch, msgs + from, on_orphans_released, NULL) != 0)
             rd_warn("store: cannot hand back messages of a departed client now; their leases "
                     "will expire instead");
     }
@@ -756,7 +756,7 @@ int rd_store_replay_many(rd_store_t *st, rd_store_queue_t q, const char *mode,
 {
     bool by_id = strcmp(mode, "ids") == 0;
     if (by_id && (n == 0 || n > RD_STORE_REPLAY_IDS_MAX)) return -1;
-    call_t *c = rd_malloc(sizeof *c);
+    cmd_t *c = rd_malloc(sizeof *c);
     begin_op(c, st, OP_REPLAY_MANY, q, 0);
     arg_str(c, mode);
     if (by_id) {
@@ -775,7 +775,7 @@ int rd_store_replay_many(rd_store_t *st, rd_store_queue_t q, const char *mode,
 int rd_store_delete(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_status_cb cb,
                     void *arg)
 {
-    call_t c;
+    cmd_t c;
     begin_op(&c, st, OP_DELETE, q, id);
     arg_int(&c, id);
     return send_op(st, &c, CB(cb), arg);
@@ -784,7 +784,7 @@ int rd_store_delete(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_s
 int rd_store_kill(rd_store_t *st, rd_store_queue_t q, long long id, const char *reason,
                   rd_store_messages_cb cb, void *arg)
 {
-    call_t c;
+    cmd_t c;
     begin_op(&c, st, OP_KILL, q, id);
     arg_int(&c, id);
     arg_str(&c, reason ? reason : "");
@@ -794,7 +794,7 @@ int rd_store_kill(rd_store_t *st, rd_store_queue_t q, long long id, const char *
 
 int rd_store_stats(rd_store_t *st, rd_store_queue_t q, int top, rd_store_stats_cb cb, void *arg)
 {
-    call_t c;
+    cmd_t c;
     begin_op(&c, st, OP_STATS, q, 0);
     arg_int(&c, top);
     return send_op(st, &c, CB(cb), arg);
@@ -803,7 +803,7 @@ int rd_store_stats(rd_store_t *st, rd_store_queue_t q, int top, rd_store_stats_c
 int rd_store_tick(rd_store_t *st, rd_store_queue_t q, int limit, long long dead_ttl_ms,
                   long long succeeded_ttl_ms, rd_store_tick_cb cb, void *arg)
 {
-    call_t c;
+    cmd_t c;
     begin_op(&c, st, OP_TICK, q, 0);
     arg_int(&c, limit);
     arg_int(&c, dead_ttl_ms);
@@ -820,7 +820,7 @@ int rd_store_tick(rd_store_t *st, rd_store_queue_t q, int limit, long long dead_
 int rd_store_series(rd_store_t *st, rd_store_queue_t q, const char *resolution,
                     rd_store_series_cb cb, void *arg)
 {
-    call_t c;
+    cmd_t c;
     begin_op(&c, st, OP_SERIES, q, 0);
     arg_str(&c, resolution);
     return send_op(st, &c, CB(cb), arg);
@@ -829,7 +829,7 @@ int rd_store_series(rd_store_t *st, rd_store_queue_t q, const char *resolution,
 int rd_store_queues_page(rd_store_t *st, const char *cursor, size_t cursor_len, int limit,
                          rd_store_page_cb cb, void *arg)
 {
-    call_t c;
+    cmd_t c;
     begin_op(&c, st, OP_QUEUES_PAGE, NO_QUEUE, 0);
     arg_bytes(&c, cursor ? cursor : "", cursor ? cursor_len : 0);
     arg_int(&c, limit);
@@ -840,7 +840,7 @@ int rd_store_timer_take(rd_store_t *st, int limit, long long lease_ms, int sweep
                         long long sweep_every_ms, long long sweep_cycle_ms, rd_store_taken_cb cb,
                         void *arg)
 {
-    call_t c;
+    cmd_t c;
     begin_op(&c, st, OP_TIMER_TAKE, NO_QUEUE, 0);
     arg_int(&c, limit);
     arg_int(&c, lease_ms);
@@ -856,7 +856,7 @@ int rd_store_timer_done(rd_store_t *st, long long token, const rd_timer_report_t
                         size_t n, rd_store_done_cb cb, void *arg)
 {
     if (n == 0 || n > RD_STORE_REPORTS_MAX) return -1;
-    call_t *c = rd_malloc(sizeof *c);
+    cmd_t *c = rd_malloc(sizeof *c);
     begin_op(c, st, OP_TIMER_DONE, NO_QUEUE, 0);
     arg_int(c, token);
     for (size_t i = 0; i < n; i++) {
@@ -873,7 +873,7 @@ int rd_store_timer_done(rd_store_t *st, long long token, const rd_timer_report_t
 
 int rd_store_config_get(rd_store_t *st, const char *pattern, rd_store_strings_cb cb, void *arg)
 {
-    call_t c;
+    cmd_t c;
     begin_op(&c, st, OP_CONFIG_GET, NO_QUEUE, 0);
     arg_str(&c, "GET");
     arg_str(&c, pattern);
@@ -882,7 +882,7 @@ int rd_store_config_get(rd_store_t *st, const char *pattern, rd_store_strings_cb
 
 int rd_store_policy_get(rd_store_t *st, rd_store_queue_t q, rd_store_policy_cb cb, void *arg)
 {
-    call_t c;
+    cmd_t c;
     begin_op(&c, st, OP_POLICY_GET, q, 0);
     return send_op(st, &c, CB(cb), arg);
 }
@@ -895,7 +895,7 @@ int rd_store_policy_set(rd_store_t *st, rd_store_queue_t q, const rd_policy_t *p
     const char *pairs[RD_POLICY_ARGS_MAX];
     char values[RD_POLICY_ARGS_MAX / 2][32];
     size_t n = rd_policy_args(p, pairs, values);
-    call_t c;
+    cmd_t c;
     begin_op(&c, st, OP_POLICY_SET, q, 0);
     arg_str(&c, "replace");
     for (size_t i = 0; i < n; i++) arg_str(&c, pairs[i]);
@@ -915,7 +915,7 @@ int rd_store_pause(rd_store_t *st, rd_store_queue_t q, bool paused, rd_store_pol
 {
     if (!rd_backend_ready(st->redis)) return -1;
     before_write(st, q);
-    call_t c;
+    cmd_t c;
     begin_op(&c, st, OP_PAUSE, q, 0);
     arg_str(&c, paused ? "1" : "0");
     return send_op(st, &c, CB(cb), arg);
@@ -923,7 +923,7 @@ int rd_store_pause(rd_store_t *st, rd_store_queue_t q, bool paused, rd_store_pol
 
 int rd_store_ping(rd_store_t *st, rd_store_status_cb cb, void *arg)
 {
-    call_t c;
+    cmd_t c;
     begin_op(&c, st, OP_PING, NO_QUEUE, 0);
     return send_op(st, &c, CB(cb), arg);
 }
@@ -934,7 +934,7 @@ int rd_store_alerts_take(rd_store_t *st, rd_store_queue_t q, const char *consume
                          long long min_idle_ms, bool alert_url, rd_store_alerts_taken_cb cb,
                          void *arg)
 {
-    call_t c;
+    cmd_t c;
     begin_op(&c, st, OP_ALERTS_TAKE, q, 0);
     arg_str(&c, consumer);
     arg_int(&c, count);
@@ -947,7 +947,7 @@ int rd_store_alerts_ack(rd_store_t *st, rd_store_queue_t q, size_t n, const char
                         rd_store_count_cb cb, void *arg)
 {
     if (n == 0 || n + 4 > MAX_ARGS) return -1;
-    call_t *c = rd_malloc(sizeof *c);
+    cmd_t *c = rd_malloc(sizeof *c);
     begin_op(c, st, OP_ALERTS_ACK, q, 0);
     for (size_t i = 0; i < n; i++) arg_str(c, sids[i]);
     int rc = send_op(st, c, CB(cb), arg);
@@ -960,7 +960,7 @@ int rd_store_alerts_touch(rd_store_t *st, rd_store_queue_t q, const char *consum
                           rd_store_strings_cb cb, void *arg)
 {
     if (n + 6 > MAX_ARGS) return -1;
-    call_t *c = rd_malloc(sizeof *c);
+    cmd_t *c = rd_malloc(sizeof *c);
     begin_op(c, st, OP_ALERTS_TOUCH, q, 0);
     arg_str(c, consumer);
     arg_int(c, failures);
@@ -979,7 +979,7 @@ int rd_store_redrive_take(rd_store_t *st, rd_store_queue_t source, rd_store_queu
 {
     bool by_id = strcmp(mode, "ids") == 0;
     if (by_id && n > RD_STORE_REPLAY_IDS_MAX) return -1;
-    call_t *c = rd_malloc(sizeof *c);
+    cmd_t *c = rd_malloc(sizeof *c);
     begin_op(c, st, OP_REDRIVE_TAKE, source, 0);
     arg_bytes(c, target.name, target.len);
     arg_str(c, mode);
@@ -1001,7 +1001,7 @@ int rd_store_redrive_in(rd_store_t *st, rd_store_queue_t target, rd_store_queue_
 {
     if (5 + 3 * n > MAX_ARGS) return -1;
     before_write(st, target);
-    call_t *c = rd_malloc(sizeof *c);
+    cmd_t *c = rd_malloc(sizeof *c);
     begin_op(c, st, OP_REDRIVE_IN, target, 0);
     arg_bytes(c, source.name, source.len);
     for (size_t i = 0; i < n; i++) {
@@ -1019,7 +1019,7 @@ int rd_store_redrive_done(rd_store_t *st, rd_store_queue_t source, size_t n,
                           void *arg)
 {
     if (4 + 2 * n > MAX_ARGS) return -1;
-    call_t *c = rd_malloc(sizeof *c);
+    cmd_t *c = rd_malloc(sizeof *c);
     begin_op(c, st, OP_REDRIVE_DONE, source, 0);
     for (size_t i = 0; i < n; i++) {
         arg_int(c, ids[i]);
@@ -1034,7 +1034,7 @@ int rd_store_redrive_forget(rd_store_t *st, rd_store_queue_t target, rd_store_qu
                             size_t n, const long long *ids, rd_store_count_cb cb, void *arg)
 {
     if (5 + n > MAX_ARGS) return -1;
-    call_t *c = rd_malloc(sizeof *c);
+    cmd_t *c = rd_malloc(sizeof *c);
     begin_op(c, st, OP_REDRIVE_FORGET, target, 0);
     arg_bytes(c, source.name, source.len);
     for (size_t i = 0; i < n; i++) arg_int(c, ids[i]);

@@ -267,10 +267,14 @@ bool rd_store_started(const rd_store_t *st);
 /* Round-trip times of this store's Redis commands. */
 const rd_histogram_t *rd_store_rtt(const rd_store_t *st);
 
-/* Leases and retries the request did not give (SPEC §10 precedence): an
- * enqueue's max_retries 0 means "none given" (the policy's, else 3); a
- * lease_ms below 0 means "none given": -lease_ms is the daemon's default,
- * which the queue's policy overrides. The function decides, in the call. */
+/* Leases and retries the request did not give (README "Queue policy"
+ * precedence): an enqueue's max_retries 0 means "none given" (the policy's,
+ * else 3); a lease not given is the daemon's default (its ms), which the
+ * queue's policy overrides. The function decides, in the call. */
+typedef struct rd_lease {
+    long long ms;             /* the request's lease, or the daemon's default */
+    bool given;               /* false: the request gave none (the policy's wins) */
+} rd_lease_t;
 
 /* idempotency_key NULL for none. */
 int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, size_t len,
@@ -280,7 +284,7 @@ int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, si
  * (at least one when any is claimable), or when the queue's policy holds
  * them back (pause, max_in_flight, rate_limit: res->retry_ms). worker: NULL,
  * or 1-128 bytes kept with each lease (SPEC §11). */
-int rd_store_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int count,
+int rd_store_claim(rd_store_t *st, rd_store_queue_t q, rd_lease_t lease, int count,
                    const char *worker, rd_store_messages_cb cb, void *arg);
 /* token NULL: accept any current lease. */
 int rd_store_succeed(rd_store_t *st, rd_store_queue_t q, long long id, const char *token,
@@ -290,7 +294,7 @@ int rd_store_fail(rd_store_t *st, rd_store_queue_t q, long long id, const char *
                   const char *error, bool retryable, long long retry_after_ms,
                   rd_store_messages_cb cb, void *arg);
 int rd_store_extend(rd_store_t *st, rd_store_queue_t q, long long id, const char *token,
-                    long long lease_ms, rd_store_messages_cb cb, void *arg);
+                    rd_lease_t lease, rd_store_messages_cb cb, void *arg);
 int rd_store_replay(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_messages_cb cb,
                     void *arg);
 int rd_store_get(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_messages_cb cb, void *arg);
@@ -310,9 +314,9 @@ int rd_store_succeed_many(rd_store_t *st, rd_store_queue_t q, size_t n, const lo
  * state of item i ("succeeded", "pending", "dead") or why nothing was done
  * ("not_found", "invalid_state", "lease_mismatch"); res->messages the claimed
  * ones. The items are read only during the call. */
-int rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int count,
+int rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, rd_lease_t lease, int count,
                           const char *worker, size_t n, const rd_settlement_t *items, rd_store_settled_cb cb, void *arg);
-/* Hands claimed messages back (no failure counted); res->released. */
+/* Releases claimed messages (pending again, no failure counted); res->released. */
 int rd_store_release(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_message_t *msgs,
                      rd_store_released_cb cb, void *arg);
 /* rd_store_release for messages claimed for a client that is gone (a
@@ -320,7 +324,8 @@ int rd_store_release(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_mess
  * one to answer: only each message's id and lease_token are read, and only
  * during the call. When Redis cannot take it, logs a warning; the leases then
  * expire instead. */
-void rd_store_hand_back(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_message_t *msgs);
+void rd_store_release_orphans(rd_store_t *st, rd_store_queue_t q, size_t n,
+                              const rd_message_t *msgs);
 /* 50 letters a call: a replay rewrites the record, moves the id and counts
  * and records the event, about 90 µs per letter (test_ops
  * test_bulk_replay_and_claim_latency holds every call under 10 ms). */
@@ -431,7 +436,7 @@ int rd_store_timer_done(rd_store_t *st, long long token, const rd_timer_report_t
  * ticks it within in_ms. res->n is 1. Sent by src/registry.c. */
 int rd_store_register(rd_store_t *st, rd_store_queue_t q, long long in_ms, rd_store_count_cb cb,
                       void *arg);
-/* release_lost: hands back what the claims with nonces[0..n) (1..10) leased,
+/* release_lost: releases what the claims with nonces[0..n) (1..10) leased,
  * as release does; res->released. Sent by src/lost_claims.c. */
 int rd_store_release_lost(rd_store_t *st, rd_store_queue_t q, size_t n,
                           const char *const *nonces, rd_store_released_cb cb, void *arg);
@@ -472,7 +477,7 @@ void rd_store_set_write_hooks(rd_store_t *st, void (*before)(void *arg, rd_store
 enum { RD_STORE_NONCE_MAX = 40 };
 /* lost (NULL: none) runs when a claim or settle-and-claim with a nonce lost
  * its answer (the link dropped with it in flight), before its callback:
- * what it leased may be handed back with release_lost once the link is
+ * what it leased may be released with release_lost once the link is
  * back. src/lost_claims.c installs it. */
 void rd_store_set_lost_claim_hook(rd_store_t *st,
                                   void (*lost)(void *arg, rd_store_queue_t q, const char *nonce),
