@@ -267,8 +267,8 @@ bool rd_store_started(const rd_store_t *st);
 /* Round-trip times of this store's Redis commands. */
 const rd_histogram_t *rd_store_rtt(const rd_store_t *st);
 
-/* Leases and retries the request did not give (README "Queue policy"
- * precedence): an enqueue's max_retries 0 means "none given" (the policy's,
+/* Leases and retries the request did not give (docs/flow-control.md
+ * "Precedence"): an enqueue's max_retries 0 means "none given" (the policy's,
  * else 3); a lease not given is the daemon's default (its ms), which the
  * queue's policy overrides. The function decides, in the call. */
 typedef struct rd_lease {
