@@ -26,7 +26,8 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
 # Modules shared by the daemon and the tests (everything but main).
-LIB_SRC := alloc buf utf8 log config keys json jsonw problem policy http router redis cluster backend store coalesce waiters metrics auth ui \
+LIB_SRC := alloc buf utf8 log config keys json jsonw problem policy http http_write router redis cluster backend store store_replies \
+           registry lost_claims fanout replay durability coalesce waiters metrics auth ui \
            webhook alerts redrive \
            message request api promoter
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o) $(BUILD)/lua_library.o $(BUILD)/ui_assets.o $(BUILD)/openapi_doc.o \

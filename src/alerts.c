@@ -12,7 +12,6 @@
 #include "retryd/alloc.h"
 #include "retryd/hash.h"
 #include "retryd/jsonw.h"
-#include "retryd/keys.h"
 #include "retryd/log.h"
 #include "retryd/message.h"
 #include "retryd/webhook.h"
@@ -36,7 +35,6 @@ typedef struct queue {
     struct rd_alerts *a;
     char *name;
     size_t len;
-    rd_buf_t base;              /* the queue's key base */
     struct queue *hnext;
     bool active;                /* woken: taken from until a take comes back empty */
     uint64_t poll_at;           /* loop ms of the next take */
@@ -61,9 +59,8 @@ typedef struct delivery {
 
 struct rd_alerts {
     uv_loop_t *loop;
-    rd_backend_t *redis;
+    rd_store_t *st;
     char *url;
-    char *prefix;
     long long claim_ms, timeout_ms;
     char consumer[128];
     rd_webhook_t *web;
@@ -100,7 +97,6 @@ static queue_t *queue_get(rd_alerts_t *a, const char *name, size_t len)
     q->a = a;
     q->name = rd_strndup(name, len);
     q->len = len;
-    rd_keys_queue_base(&q->base, a->prefix, name, len);
     q->hnext = *slot;
     *slot = q;
     return q;
@@ -108,13 +104,12 @@ static queue_t *queue_get(rd_alerts_t *a, const char *name, size_t len)
 
 static void queue_free(queue_t *q)
 {
-    rd_buf_free(&q->base);
     rd_free(q->name);
     rd_free(q);
 }
 
 /* A queue nothing refers to any more leaves the table. */
-static void queue_release(queue_t *q)
+static void queue_drop_if_idle(queue_t *q)
 {
     if (q->active || q->held > 0 || q->taking || q->touching || q->failures > 0) return;
     rd_alerts_t *a = q->a;
@@ -126,42 +121,22 @@ static void queue_release(queue_t *q)
 
 /* ---------------------------------------------------------------- Redis */
 
-/* FCALL <fn> 1 <q's base> args... */
-static int fcall(rd_alerts_t *a, const char *fn, queue_t *q, size_t nargs, const char **args,
-                 const size_t *lens, rd_redis_cb cb, void *arg)
+static rd_store_queue_t queue_of(const queue_t *q)
 {
-    size_t argc = 4 + nargs;
-    const char **argv = rd_malloc(argc * sizeof *argv);
-    size_t *l = rd_malloc(argc * sizeof *l);
-    argv[0] = "FCALL";
-    argv[1] = fn;
-    argv[2] = "1";
-    argv[3] = q->base.data;
-    l[0] = 5;
-    l[1] = strlen(fn);
-    l[2] = 1;
-    l[3] = q->base.len;
-    for (size_t i = 0; i < nargs; i++) {
-        argv[4 + i] = args[i];
-        l[4 + i] = lens ? lens[i] : strlen(args[i]);
-    }
-    int rc = rd_backend_command(a->redis, (int)argc, argv, l, cb, arg);
-    rd_free(argv);
-    rd_free(l);
-    if (rc == 0) a->calls++;
-    return rc;
+    return (rd_store_queue_t){ q->name, q->len };
 }
 
 /* Logs a failed call once per run of failures. */
-static void call_failed(rd_alerts_t *a, const char *fn, const rd_reply_t *reply,
-                        rd_redis_status_t status)
+static void call_failed(rd_alerts_t *a, const char *fn, const rd_store_head_t *head)
 {
     if (a->failing) return;
     a->failing = true;
-    size_t len = 0;
-    const char *err = rd_reply_type(reply) == RD_REPLY_ERROR ? rd_reply_str(reply, &len) : NULL;
-    rd_warn("alerts: %s failed (%.*s); trying again", fn,
-            err ? (int)len : 20, err ? err : status == RD_REDIS_OK ? "unexpected reply" : "Redis unreachable");
+    const char *why = head->status == RD_STORE_ERROR ? "unexpected reply" : "Redis unreachable";
+    if (head->status == RD_STORE_ERROR && head->detail.ptr)
+        rd_warn("alerts: %s failed (%.*s); trying again", fn, (int)head->detail.len,
+                head->detail.ptr);
+    else
+        rd_warn("alerts: %s failed (%s); trying again", fn, why);
 }
 
 /* ---------------------------------------------------------------- deliveries */
@@ -177,7 +152,7 @@ static void delivery_drop(rd_alerts_t *a, delivery_t *d)
     rd_free(d->body);
     rd_free(d->url);
     rd_free(d);
-    queue_release(q);
+    queue_drop_if_idle(q);
 }
 
 static delivery_t *delivery_find(rd_alerts_t *a, const queue_t *q, const char *sid)
@@ -215,34 +190,26 @@ static char *event_body(const queue_t *q, const char *sid, long long id, const c
     return rd_buf_take(&b, len);
 }
 
-/* Holds the i-th death of a take's reply (sid, id, error, retry_count, at
- * from element 2 + 5i; the queue's alert_url is element 1, "" when not set),
- * unless it holds that entry already (its own entry, claimed again). */
-static void delivery_add(rd_alerts_t *a, queue_t *q, const rd_reply_t *reply, size_t i)
+/* Holds death e of a take whose queue's alert_url is url ("" when not
+ * set), unless it holds that entry already (its own entry, claimed again). */
+static void delivery_add(rd_alerts_t *a, queue_t *q, rd_str_t url, const rd_store_alert_t *e)
 {
-    size_t sid_len, err_len = 0, url_len = 0;
-    const char *sid = rd_reply_str(rd_reply_at(reply, 2 + 5 * i), &sid_len);
-    if (sid == NULL || sid_len >= sizeof ((delivery_t *)0)->sid) return;
+    if (e->stream_id.ptr == NULL || e->stream_id.len >= sizeof ((delivery_t *)0)->sid) return;
     char sidz[sizeof ((delivery_t *)0)->sid];
-    memcpy(sidz, sid, sid_len);
-    sidz[sid_len] = '\0';
+    memcpy(sidz, e->stream_id.ptr, e->stream_id.len);
+    sidz[e->stream_id.len] = '\0';
     if (delivery_find(a, q, sidz)) return;
-    long long id = 0, retry_count = 0, at = 0;
-    const char *err = rd_reply_str(rd_reply_at(reply, 4 + 5 * i), &err_len);
-    rd_reply_int(rd_reply_at(reply, 3 + 5 * i), &id);
-    rd_reply_int(rd_reply_at(reply, 5 + 5 * i), &retry_count);
-    rd_reply_int(rd_reply_at(reply, 6 + 5 * i), &at);
-    const char *url = rd_reply_str(rd_reply_at(reply, 1), &url_len);
     /* Without --alert-url, alerts_take takes nothing for a queue without an
      * alert_url; should one come anyway, it stays pending for an instance
      * that has somewhere to send it (claimed back). */
-    if ((url == NULL || url_len == 0) && a->url == NULL) return;
+    if ((url.ptr == NULL || url.len == 0) && a->url == NULL) return;
     delivery_t *d = rd_calloc(1, sizeof *d);
-    if (url && url_len > 0) d->url = rd_strndup(url, url_len);
+    if (url.ptr && url.len > 0) d->url = rd_strndup(url.ptr, url.len);
     memcpy(d->sid, sidz, sizeof d->sid);
     d->q = q;
-    d->id = id;
-    d->body = event_body(q, d->sid, id, err ? err : "", err_len, retry_count, at, &d->len);
+    d->id = e->id;
+    d->body = event_body(q, d->sid, e->id, e->error.ptr ? e->error.ptr : "", e->error.len,
+                         e->retry_count, e->at_ms, &d->len);
     d->due_at = uv_now(a->loop);
     d->state = D_WAITING;
     d->next = a->deliveries;
@@ -252,20 +219,19 @@ static void delivery_add(rd_alerts_t *a, queue_t *q, const rd_reply_t *reply, si
     a->held++;
 }
 
-static void on_acked(const rd_reply_t *reply, rd_redis_status_t status, void *arg)
+static void on_acked(const rd_store_count_t *res, void *arg)
 {
     delivery_t *d = arg;
     rd_alerts_t *a = d->q->a;
     a->calls--;
-    long long n;
-    if (status == RD_REDIS_OK && rd_reply_int(reply, &n)) {
+    if (res->head.status == RD_STORE_OK) {
         a->failing = false;
         a->delivered++;
         delivery_drop(a, d);
     } else if (a->stopping) {
         delivery_drop(a, d);  /* stays pending: claimed back, delivered again */
     } else {
-        call_failed(a, "alerts_ack", reply, status);
+        call_failed(a, "alerts_ack", &res->head);
         d->state = D_ACK_OWED;
         d->due_at = uv_now(a->loop) + RETRY_CALL_MS;
     }
@@ -275,9 +241,11 @@ static void on_acked(const rd_reply_t *reply, rd_redis_status_t status, void *ar
 
 static void send_ack(rd_alerts_t *a, delivery_t *d)
 {
-    const char *args[] = { d->sid };
+    const char *sids[] = { d->sid };
     d->state = D_ACKING;
-    if (fcall(a, RD_FUNCTION("alerts_ack"), d->q, 1, args, NULL, on_acked, d) != 0) {
+    if (rd_store_alerts_ack(a->st, queue_of(d->q), 1, sids, on_acked, d) == 0) {
+        a->calls++;
+    } else {
         if (a->stopping) {
             delivery_drop(a, d);
             return;
@@ -335,27 +303,24 @@ static void post(rd_alerts_t *a, delivery_t *d)
 
 /* ---------------------------------------------------------------- taking */
 
-static void on_taken(const rd_reply_t *reply, rd_redis_status_t status, void *arg)
+static void on_taken(const rd_store_alerts_taken_t *res, void *arg)
 {
     queue_t *q = arg;
     rd_alerts_t *a = q->a;
     a->calls--;
     q->taking = false;
-    size_t len = rd_reply_len(reply);
-    long long more = 0;
-    if (status != RD_REDIS_OK || rd_reply_type(reply) != RD_REPLY_ARRAY || len < 2 ||
-        (len - 2) % 5 != 0 || !rd_reply_int(rd_reply_at(reply, 0), &more)) {
-        call_failed(a, "alerts_take", reply, status);
+    if (res->head.status != RD_STORE_OK) {
+        call_failed(a, "alerts_take", &res->head);
         q->poll_at = uv_now(a->loop) + RETRY_CALL_MS;
     } else {
         a->failing = false;
-        size_t n = (len - 2) / 5;
-        for (size_t i = 0; i < n && !a->stopping; i++) delivery_add(a, q, reply, i);
-        if (n == 0 && more == 0) q->active = false;
+        for (size_t i = 0; i < res->count && !a->stopping; i++)
+            delivery_add(a, q, res->url, &res->alerts[i]);
+        if (res->count == 0 && res->more == 0) q->active = false;
         else q->poll_at = uv_now(a->loop);
     }
     if (a->stopping) q->active = false;
-    queue_release(q);
+    queue_drop_if_idle(q);
     if (a->stopping) maybe_finish(a);
     else kick(a);
 }
@@ -363,13 +328,13 @@ static void on_taken(const rd_reply_t *reply, rd_redis_status_t status, void *ar
 static void take(rd_alerts_t *a, queue_t *q)
 {
     size_t room = RD_ALERTS_HELD_MAX - a->held;
-    char count[16], idle[24];
-    snprintf(count, sizeof count, "%zu", room < RD_ALERTS_TAKE ? room : (size_t)RD_ALERTS_TAKE);
-    snprintf(idle, sizeof idle, "%lld", a->claim_ms);
-    /* Without --alert-url only queues with their own alert_url are taken from. */
-    const char *args[] = { a->consumer, count, idle, a->url ? "1" : "0" };
+    int count = room < RD_ALERTS_TAKE ? (int)room : RD_ALERTS_TAKE;
     q->taking = true;
-    if (fcall(a, RD_FUNCTION("alerts_take"), q, 4, args, NULL, on_taken, q) != 0) {
+    /* Without --alert-url only queues with their own alert_url are taken from. */
+    if (rd_store_alerts_take(a->st, queue_of(q), a->consumer, count, a->claim_ms, a->url != NULL,
+                             on_taken, q) == 0) {
+        a->calls++;
+    } else {
         q->taking = false;
         q->poll_at = uv_now(a->loop) + RETRY_CALL_MS;
     }
@@ -432,32 +397,32 @@ typedef struct touch_call {
     char (*sids)[48];           /* the entries it asked to keep */
 } touch_call_t;
 
-static bool reply_has(const rd_reply_t *reply, const char *sid)
+static bool holds(const rd_store_strings_t *res, const char *sid)
 {
-    size_t n = rd_reply_len(reply), len;
-    for (size_t i = 0; i < n; i++) {
-        const char *s = rd_reply_str(rd_reply_at(reply, i), &len);
-        if (s && len == strlen(sid) && memcmp(s, sid, len) == 0) return true;
+    size_t len = strlen(sid);
+    for (size_t i = 0; i < res->count; i++) {
+        const rd_str_t *s = &res->strings[i];
+        if (s->ptr && s->len == len && memcmp(s->ptr, sid, len) == 0) return true;
     }
     return false;
 }
 
-static void on_touched(const rd_reply_t *reply, rd_redis_status_t status, void *arg)
+static void on_touched(const rd_store_strings_t *res, void *arg)
 {
     touch_call_t *t = arg;
     queue_t *q = t->q;
     rd_alerts_t *a = q->a;
     a->calls--;
     q->touching = false;
-    if (status != RD_REDIS_OK || rd_reply_type(reply) != RD_REPLY_ARRAY) {
-        call_failed(a, "alerts_touch", reply, status);
+    if (res->head.status != RD_STORE_OK) {
+        call_failed(a, "alerts_touch", &res->head);
         q->failures += t->failures;
     } else {
         a->failing = false;
         /* What it asked to keep and no longer holds was claimed back by
          * another instance (this one was silent too long): that one sends it. */
         for (size_t i = 0; i < t->n; i++) {
-            if (reply_has(reply, t->sids[i])) continue;
+            if (holds(res, t->sids[i])) continue;
             delivery_t *d = delivery_find(a, q, t->sids[i]);
             if (d == NULL || d->state == D_ACKING) continue;
             rd_warn("alerts: queue %.*s event %s was claimed back by another instance",
@@ -468,7 +433,7 @@ static void on_touched(const rd_reply_t *reply, rd_redis_status_t status, void *
     }
     rd_free(t->sids);
     rd_free(t);
-    queue_release(q);
+    queue_drop_if_idle(q);
     if (a->stopping) maybe_finish(a);
     else kick(a);  /* events it dropped made room for more */
 }
@@ -482,22 +447,21 @@ static void touch_queue(rd_alerts_t *a, queue_t *q)
     t->sids = rd_calloc(q->held ? q->held : 1, sizeof *t->sids);
     for (delivery_t *d = a->deliveries; d && t->n < q->held && t->n < TOUCH_MAX; d = d->next)
         if (d->q == q) memcpy(t->sids[t->n++], d->sid, sizeof d->sid);
-    const char **args = rd_calloc(2 + t->n, sizeof *args);
-    char failures[24];
-    snprintf(failures, sizeof failures, "%llu", (unsigned long long)q->failures);
-    args[0] = a->consumer;
-    args[1] = failures;
-    for (size_t i = 0; i < t->n; i++) args[2 + i] = t->sids[i];
+    const char **sids = rd_calloc(t->n ? t->n : 1, sizeof *sids);
+    for (size_t i = 0; i < t->n; i++) sids[i] = t->sids[i];
     t->failures = q->failures;
     q->touching = true;
     q->failures = 0;
-    if (fcall(a, RD_FUNCTION("alerts_touch"), q, 2 + t->n, args, NULL, on_touched, t) != 0) {
+    if (rd_store_alerts_touch(a->st, queue_of(q), a->consumer, (long long)t->failures, t->n, sids,
+                              on_touched, t) == 0) {
+        a->calls++;
+    } else {
         q->touching = false;
         q->failures = t->failures;
         rd_free(t->sids);
         rd_free(t);
     }
-    rd_free(args);
+    rd_free(sids);
 }
 
 static void on_touch_timer(uv_timer_t *timer)
@@ -510,17 +474,16 @@ static void on_touch_timer(uv_timer_t *timer)
 
 /* ---------------------------------------------------------------- the module */
 
-rd_alerts_t *rd_alerts_start(uv_loop_t *loop, rd_backend_t *backend,
+rd_alerts_t *rd_alerts_start(uv_loop_t *loop, rd_store_t *st,
                              const rd_alerts_options_t *opts)
 {
     rd_webhook_t *web = rd_webhook_new(loop);
     if (web == NULL) return NULL;
     rd_alerts_t *a = rd_calloc(1, sizeof *a);
     a->loop = loop;
-    a->redis = backend;
+    a->st = st;
     a->web = web;
     a->url = opts->url ? rd_strdup(opts->url) : NULL;
-    a->prefix = rd_strdup(opts->prefix);
     a->claim_ms = opts->claim_ms;
     a->timeout_ms = opts->timeout_ms;
     /* Unique per start: a restarted instance never holds its past life's entries. */
@@ -551,14 +514,6 @@ void rd_alerts_wake(rd_alerts_t *a, rd_store_queue_t qn)
         q->poll_at = uv_now(a->loop);
     }
     kick(a);
-}
-
-void rd_alerts_counts(const rd_alerts_t *a, rd_alerts_counts_t *out)
-{
-    out->delivered = a->delivered;
-    out->failures = a->failures;
-    out->held = a->held;
-    out->in_flight = a->in_flight;
 }
 
 void rd_alerts_render_metrics(const rd_alerts_t *a, rd_buf_t *out)
@@ -598,7 +553,6 @@ static void closed_one(rd_alerts_t *a)
     void (*cb)(void *) = a->on_stopped;
     void *arg = a->on_stopped_arg;
     rd_free(a->url);
-    rd_free(a->prefix);
     rd_free(a);
     if (cb) cb(arg);
 }
@@ -659,7 +613,7 @@ void rd_alerts_stop(rd_alerts_t *a, void (*on_stopped)(void *arg), void *arg)
             qn = q->hnext;
             q->active = false;
             q->failures = 0;
-            queue_release(q);
+            queue_drop_if_idle(q);
         }
     uv_timer_start(&a->grace, on_grace, STOP_GRACE_MS, 0);
     maybe_finish(a);

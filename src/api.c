@@ -20,6 +20,7 @@
 #include "retryd/policy.h"
 #include "retryd/problem.h"
 #include "retryd/redrive.h"
+#include "retryd/replay.h"
 #include "retryd/request.h"
 #include "retryd/router.h"
 #include "retryd/ui.h"
@@ -41,7 +42,8 @@ struct rd_call {
     long long *settle_ids;
     char (*settled)[16];
     size_t nsettle;
-    long long lease_ms, wait_ms;
+    rd_lease_t lease;
+    long long wait_ms;
     int count;
     char *worker;               /* claim with settle: the claim's worker, or NULL */
     rd_ack_req_t *ack;          /* batch acknowledgement: the ids, in order */
@@ -243,7 +245,7 @@ static void on_claim_delivered(bool delivered, void *arg)
      * deadline): then the leases expire instead. */
     if (!delivered && k->api->store) {
         rd_store_queue_t q = { k->queue, k->queue_len };
-        rd_store_hand_back(k->api->store, q, k->count, k->messages);
+        rd_store_release_orphans(k->api->store, q, k->count, k->messages);
     }
     for (size_t i = 0; i < k->count; i++) rd_free((char *)k->messages[i].lease_token.ptr);
     rd_free(k->messages);
@@ -251,7 +253,7 @@ static void on_claim_delivered(bool delivered, void *arg)
     rd_free(k);
 }
 
-static void hand_back_if_undelivered(call_t *c, const rd_message_t *messages, size_t count)
+static void release_if_undelivered(call_t *c, const rd_message_t *messages, size_t count)
 {
     claimed_t *k = rd_malloc(sizeof *k);
     k->api = c->api;
@@ -289,7 +291,7 @@ static void on_claimed(const rd_store_messages_t *res, void *arg)
         call_free(c);
         return;
     }
-    hand_back_if_undelivered(c, res->messages, res->count);
+    release_if_undelivered(c, res->messages, res->count);
     if (!c->batch) {
         respond_message(c, 200, &res->messages[0], true, NULL);
         return;
@@ -323,7 +325,7 @@ static void api_code(rd_str_t code, char out[16])
 /* 200 {"settled":[{id, status}...], "messages":[...]} of a claim with settle. */
 static void respond_settled(call_t *c, const rd_message_t *messages, size_t count)
 {
-    if (count > 0) hand_back_if_undelivered(c, messages, count);
+    if (count > 0) release_if_undelivered(c, messages, count);
     rd_jsonw_t w;
     begin_json(c, &w);
     rd_jsonw_object_open(&w);
@@ -375,7 +377,7 @@ static void on_settle_claimed(const rd_store_settled_t *res, void *arg)
      * waits as a plain long-poll claim does. */
     if (res->count == 0 && c->wait_ms > 0 && c->api->waiters) {
         rd_store_queue_t q = { c->match.queue, c->match.queue_len };
-        rd_waiters_park(c->api->waiters, q, c->lease_ms, c->count, c->worker, c->wait_ms, c->ex,
+        rd_waiters_park(c->api->waiters, q, c->lease, c->count, c->worker, c->wait_ms, c->ex,
                         on_settle_waited, c);
         return;
     }
@@ -577,7 +579,7 @@ static void on_series(const rd_store_series_t *res, void *arg)
 /* ---------------------------------------------------------------- every queue */
 
 /* GET /queues and /metrics: a page of the registry with each queue's numbers. */
-static void on_queues(const rd_store_queues_t *res, void *arg)
+static void on_queues(const rd_fanout_queues_t *res, void *arg)
 {
     call_t *c = arg;
     if (respond_store_failure(c, &res->head)) return;
@@ -719,20 +721,20 @@ static void handle_claim(call_t *c)
     }
     c->batch = cl.batch;
     /* A lease the request did not give is the daemon's default, which the
-     * queue's policy overrides (store.h: a negative lease_ms). */
-    if (!cl.lease_given) cl.lease_ms = -cl.lease_ms;
+     * queue's policy overrides (store.h, rd_lease_t). */
+    rd_lease_t lease = { cl.lease_ms, cl.lease_given };
     if (cl.nsettle > 0) {
         c->nsettle = cl.nsettle;
         c->settle_ids = rd_malloc(cl.nsettle * sizeof *c->settle_ids);
         for (size_t i = 0; i < cl.nsettle; i++) c->settle_ids[i] = cl.settle[i].id;
-        c->lease_ms = cl.lease_ms;
+        c->lease = lease;
         c->wait_ms = cl.wait_ms;
         c->count = cl.count;
         if (cl.worker) c->worker = rd_strdup(cl.worker);
         int rc = api->coalescer
-                     ? rd_coalescer_settle_claim(api->coalescer, q, cl.lease_ms, cl.count, cl.worker,
+                     ? rd_coalescer_settle_claim(api->coalescer, q, lease, cl.count, cl.worker,
                                                  cl.nsettle, cl.settle, on_settle_claimed, c)
-                     : rd_store_settle_claim(api->store, q, cl.lease_ms, cl.count, cl.worker,
+                     : rd_store_settle_claim(api->store, q, lease, cl.count, cl.worker,
                                              cl.nsettle, cl.settle, on_settle_claimed, c);
         rd_request_free(cl.doc);
         started(c, rc);
@@ -747,15 +749,15 @@ static void handle_claim(call_t *c)
             started(c, -1);
             return;
         }
-        rd_waiters_park(api->waiters, q, cl.lease_ms, cl.count, worker, cl.wait_ms, c->ex,
+        rd_waiters_park(api->waiters, q, lease, cl.count, worker, cl.wait_ms, c->ex,
                         on_claimed, c);
         rd_free(worker);
         return;
     }
     started(c, api->coalescer
-                   ? rd_coalescer_settle_claim(api->coalescer, q, cl.lease_ms, cl.count, worker, 0,
+                   ? rd_coalescer_settle_claim(api->coalescer, q, lease, cl.count, worker, 0,
                                                NULL, on_claimed_together, c)
-                   : rd_store_claim(api->store, q, cl.lease_ms, cl.count, worker, on_claimed, c));
+                   : rd_store_claim(api->store, q, lease, cl.count, worker, on_claimed, c));
     rd_free(worker);
 }
 
@@ -809,8 +811,9 @@ static void handle_extend(call_t *c)
         answer_parse_failure(c, r, &errs);
         return;
     }
-    int rc = rd_store_extend(c->api->store, queue_of(c), c->match.id, s.lease_token,
-                             s.lease_given ? s.lease_ms : -s.lease_ms, on_message, c);
+    rd_lease_t lease = { s.lease_ms, s.lease_given };
+    int rc = rd_store_extend(c->api->store, queue_of(c), c->match.id, s.lease_token, lease,
+                             on_message, c);
     rd_request_free(s.doc);
     started(c, rc);
 }
@@ -901,9 +904,9 @@ static void handle_replay_many(call_t *c)
         handle_redrive(c);
         return;
     }
-    started(c, rd_store_replay_all(c->api->store, queue_of(c), c->replay.mode, c->replay.ids,
-                                   c->replay.count, c->replay.needle, client_not_gone,
-                                   on_replayed_all, c));
+    started(c, rd_replay_all(c->api->store, queue_of(c), c->replay.mode, c->replay.ids,
+                             c->replay.count, c->replay.needle, client_not_gone,
+                             on_replayed_all, c));
 }
 
 static void handle_stats(call_t *c)
@@ -1011,8 +1014,8 @@ static void handle_queues(call_t *c)
                         NULL);
         return;
     }
-    started(c, rd_store_queues_stats(c->api->store, q.cursor, q.cursor_len, q.limit,
-                                     on_queues, c));
+    started(c, rd_fanout_queues_stats(c->api->fanout, q.cursor, q.cursor_len, q.limit,
+                                      on_queues, c));
 }
 
 /* GET /metrics: the first RD_METRICS_MAX_QUEUES queues, from the snapshot
@@ -1020,7 +1023,7 @@ static void handle_queues(call_t *c)
 static void handle_metrics(call_t *c)
 {
     c->metrics = true;
-    started(c, rd_store_queues_snapshot(c->api->store, RD_METRICS_SNAPSHOT_MS, on_queues, c));
+    started(c, rd_fanout_snapshot(c->api->fanout, RD_METRICS_SNAPSHOT_MS, on_queues, c));
 }
 
 /* GET /openapi.json: docs/openapi.json as built in; public, like /healthz. */

@@ -20,7 +20,7 @@
 
 typedef struct request {
     struct request *next;
-    long long lease_ms;             /* negative: the daemon's default (store.h) */
+    rd_lease_t lease;
     char *worker;                   /* owned; NULL: none */
     int count;
     size_t n;
@@ -54,7 +54,10 @@ enum { BUCKETS = 64 };
 struct rd_coalescer {
     rd_store_t *store;
     line_t *buckets[BUCKETS];
-    rd_coalescer_counts_t counts;
+    struct {
+        unsigned long long requests;    /* accepted, since start */
+        unsigned long long calls;       /* settle_claim calls they took */
+    } counts;
 };
 
 rd_coalescer_t *rd_coalescer_new(rd_store_t *store)
@@ -71,11 +74,11 @@ static char *copy_or_null(const char *s)
     return s ? rd_strdup(s) : NULL;
 }
 
-static request_t *request_new(long long lease_ms, int count, const char *worker, size_t n,
+static request_t *request_new(rd_lease_t lease, int count, const char *worker, size_t n,
                               const rd_settlement_t *items, rd_store_settled_cb cb, void *arg)
 {
     request_t *r = rd_calloc(1, sizeof *r);
-    r->lease_ms = lease_ms;
+    r->lease = lease;
     r->worker = copy_or_null(worker);
     r->count = count;
     r->n = n;
@@ -137,7 +140,8 @@ static void request_free(request_t *r)
 
 static bool same_call(const request_t *a, const request_t *b)
 {
-    if (a->lease_ms != b->lease_ms || (a->worker == NULL) != (b->worker == NULL)) return false;
+    if (a->lease.ms != b->lease.ms || a->lease.given != b->lease.given ||
+        (a->worker == NULL) != (b->worker == NULL)) return false;
     return a->worker == NULL || strcmp(a->worker, b->worker) == 0;
 }
 
@@ -212,7 +216,7 @@ static batch_t *send_line(line_t *l, request_t **refused)
     }
     /* The store answers later, never from inside this call (store.h). */
     rd_store_queue_t q = { l->name, l->len };
-    int rc = rd_store_settle_claim(l->co->store, q, first->lease_ms, count, first->worker, n, all,
+    int rc = rd_store_settle_claim(l->co->store, q, first->lease, count, first->worker, n, all,
                                    on_settled, b);
     rd_free(all);
     /* The call has its arguments (or was refused): the copies can go. */
@@ -328,12 +332,12 @@ static void on_settled(const rd_store_settled_t *res, void *arg)
 
 /* ------------------------------------------------------------- requests */
 
-int rd_coalescer_settle_claim(rd_coalescer_t *co, rd_store_queue_t q, long long lease_ms,
+int rd_coalescer_settle_claim(rd_coalescer_t *co, rd_store_queue_t q, rd_lease_t lease,
                               int count, const char *worker, size_t n,
                               const rd_settlement_t *items, rd_store_settled_cb cb, void *arg)
 {
     if (n > RD_SETTLE_BATCH_MAX || count < 0 || count > RD_CLAIM_COUNT_MAX) return -1;
-    request_t *r = request_new(lease_ms, count, worker, n, items, cb, arg);
+    request_t *r = request_new(lease, count, worker, n, items, cb, arg);
     line_t *l = line_find(co, q);
     if (l) {
         /* A call for this queue is out (or its answer is being handed out):
@@ -355,11 +359,6 @@ int rd_coalescer_settle_claim(rd_coalescer_t *co, rd_store_queue_t q, long long 
     }
     co->counts.requests++;
     return 0;
-}
-
-rd_coalescer_counts_t rd_coalescer_counts(const rd_coalescer_t *co)
-{
-    return co->counts;
 }
 
 void rd_coalescer_render_metrics(const rd_coalescer_t *co, rd_buf_t *out)

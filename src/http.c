@@ -1,5 +1,5 @@
 /* http.c - the HTTP/1.1 server: libuv TCP, llhttp parsing, keep-alive, one exchange at a time per connection. */
-#include "retryd/http.h"
+#include "retryd/http_conn.h"
 
 #include <assert.h>
 #include <stdint.h>
@@ -8,151 +8,13 @@
 #include <strings.h>
 #include <time.h>
 
-#include <llhttp.h>
-
 #include "retryd/alloc.h"
 #include "retryd/buf.h"
 #include "retryd/log.h"
 
-#define RD_HTTP_MAX_HEAD_BYTES (16 * 1024)        /* request line + headers (and trailers) */
-#define RD_HTTP_MAX_CONNS_DEFAULT 4096
-#define RD_HTTP_IDLE_TIMEOUT_MS_DEFAULT 60000     /* without a complete request */
-#define RD_HTTP_LINGER_MS 2000                    /* reading and discarding after an error reply */
-#define RD_HTTP_SWEEP_MS 1000                     /* granularity of both timeouts above */
-#define RD_HTTP_READ_BUF_BYTES (64 * 1024)
-#define RD_HTTP_MAX_BUFFERED_BYTES (64 * 1024)    /* input held while an exchange is pending */
-#define RD_HTTP_MAX_WRITE_QUEUE_BYTES (1024 * 1024)
-#define RD_HTTP_KEEP_BUF_BYTES (64 * 1024)        /* larger per-request buffers are released */
-#define RD_HTTP_MAX_PENDING_BODY_DEFAULT ((size_t)256 << 20)
-#define RD_HTTP_MAX_PENDING_OUTPUT_DEFAULT ((size_t)256 << 20)
-#define RD_HTTP_FAIL_REFUSED 1                    /* fail_status: the head check said no */
-#define RD_HTTP_BACKLOG 511
-
-/* The request headers we keep; every other header is only counted. */
-typedef enum rd_http_header_id {
-    RD_HDR_CONTENT_TYPE = 0,
-    RD_HDR_AUTHORIZATION,
-    RD_HDR_EXPECT,
-    RD_HDR_TRANSFER_ENCODING,
-    RD_HDR_HOST,
-    RD_HDR_COUNT,
-    RD_HDR_OTHER = RD_HDR_COUNT,
-} rd_http_header_id_t;
-
 static const char *const header_names[RD_HDR_COUNT] = {
     "content-type", "authorization", "expect", "transfer-encoding", "host",
 };
-
-typedef struct rd_http_conn rd_http_conn_t;
-
-typedef struct rd_http_conn_list {
-    rd_http_conn_t *head;
-    rd_http_conn_t *tail;
-} rd_http_conn_list_t;
-
-struct rd_http_exchange {
-    rd_http_conn_t *conn;
-};
-
-struct rd_http_conn {
-    uv_tcp_t tcp;                 /* handle.data points back here */
-    uv_shutdown_t shutdown_req;
-    llhttp_t parser;
-    rd_http_server_t *server;
-    struct rd_http_exchange ex;
-    rd_http_request_t req;
-
-    rd_buf_t url;
-    rd_buf_t body;
-    rd_buf_t in;                  /* unparsed input kept while parsing is suspended */
-    rd_buf_t header[RD_HDR_COUNT];
-    unsigned header_seen;         /* bit per rd_http_header_id_t */
-    unsigned te_headers;          /* Transfer-Encoding lines seen */
-    unsigned host_headers;        /* Host lines seen */
-    char field[24];               /* current header name, if short enough to matter */
-    size_t field_len;
-    rd_http_header_id_t cur_header;
-    size_t head_bytes;
-    size_t path_len;              /* url split, set at on_url_complete */
-    bool has_query;
-    int fail_status;              /* set by a callback that returns HPE_USER */
-    rd_http_refusal_t refusal;    /* fail_status RD_HTTP_FAIL_REFUSED: what to answer */
-    size_t body_counted;          /* bytes of this body in server->pending_body_bytes */
-    size_t out_bytes;             /* bytes of this connection's writes not yet done */
-    bool out_counted;             /* out_bytes are in server->pending_output_bytes */
-    bool out_listed;              /* on server->out */
-    rd_http_conn_t *out_prev;     /* server->out: connections with output queued */
-    rd_http_conn_t *out_next;
-
-    bool headers_done;            /* further header callbacks are trailers */
-    bool pending;                 /* handler called, rd_http_respond not yet */
-    bool in_dispatch;             /* inside the handler call */
-    bool feeding_in;              /* conn_feed is parsing from c->in */
-    bool keep_alive;              /* of the current request */
-    bool http10;
-    bool is_head;
-    bool client_gone;             /* reset or failed: nothing more reaches the client */
-    bool peer_eof;                /* the client closed its sending side (perhaps only that) */
-    bool write_blocked;           /* parsing suspended until writes drain */
-    bool reading;
-    bool shutting;                /* uv_shutdown issued: final response on its way */
-    bool linger_wanted;
-    bool lingering;               /* write side closed, discarding input until EOF */
-    bool closing;                 /* uv_close issued */
-    unsigned writes_pending;
-    rd_http_delivery_fn on_delivery;  /* for the pending exchange's response, or NULL */
-    void *delivery_arg;
-    rd_http_delivery_fn on_lost;  /* a response that never got to a write: told at close */
-    void *lost_arg;
-
-    rd_http_conn_list_t *list;    /* idle or linger list, or NULL */
-    rd_http_conn_t *prev;
-    rd_http_conn_t *next;
-    uint64_t since_ms;            /* loop time of entering the list */
-};
-
-struct rd_http_server {
-    uv_loop_t *loop;
-    uv_tcp_t listener;
-    uv_timer_t sweep;
-    rd_http_handler_fn handler;
-    rd_http_head_fn on_head;
-    void *handler_ctx;
-    size_t max_body_bytes;
-    size_t max_pending_body_bytes;
-    size_t pending_body_bytes;    /* bodies being read or held by a pending exchange */
-    size_t max_pending_output_bytes;
-    size_t pending_output_bytes;  /* writes not yet done, of connections not closed */
-    rd_http_conn_t *out;          /* connections with pending output, any order */
-    unsigned long long refused_at_head;      /* the head check said no (a wrong token) */
-    unsigned long long refused_body_budget;  /* past max_pending_body_bytes */
-    unsigned long long slow_readers_closed;  /* past max_pending_output_bytes */
-    size_t max_connections;
-    uint64_t idle_timeout_ms;
-    size_t conn_count;            /* accepted connections, not counting rejected ones */
-    size_t handles;               /* open handles of ours: listener, timer, sockets */
-    size_t in_flight;
-    bool stopping;
-    bool sweep_closing;
-    void (*on_drained)(void *arg);
-    void *drained_arg;
-    rd_http_conn_list_t idle;     /* oldest first: no pending exchange */
-    rd_http_conn_list_t linger;
-    time_t date_sec;
-    char date[40];
-    /* One read buffer for all connections: libuv hands it to read_cb before the
-     * next alloc_cb, and whatever must outlive read_cb is copied into conn->in. */
-    char read_buf[RD_HTTP_READ_BUF_BYTES];
-};
-
-typedef struct rd_http_write {
-    uv_write_t req;
-    rd_http_conn_t *conn;
-    rd_http_delivery_fn on_delivery;  /* told whether these bytes reached the socket */
-    void *delivery_arg;
-    size_t len;
-    char data[];
-} rd_http_write_t;
 
 static void conn_feed(rd_http_conn_t *c, const char *data, size_t len);
 static void conn_resume(rd_http_conn_t *c);
@@ -241,217 +103,6 @@ static void on_reject_close(uv_handle_t *handle)
 }
 
 /* ------------------------------------------------------------------ */
-/* What connections hold: bodies being read, answers not yet sent    */
-/* ------------------------------------------------------------------ */
-
-static void body_release(rd_http_conn_t *c)
-{
-    assert(c->server->pending_body_bytes >= c->body_counted);
-    c->server->pending_body_bytes -= c->body_counted;
-    c->body_counted = 0;
-}
-
-/* Counts n more bytes of c's body; false when that would pass the budget. */
-static bool body_count(rd_http_conn_t *c, size_t n)
-{
-    rd_http_server_t *s = c->server;
-    if (n > s->max_pending_body_bytes - s->pending_body_bytes) return false;
-    s->pending_body_bytes += n;
-    c->body_counted += n;
-    return true;
-}
-
-static void out_unlist(rd_http_conn_t *c)
-{
-    if (!c->out_listed) return;
-    if (c->out_prev) c->out_prev->out_next = c->out_next;
-    else c->server->out = c->out_next;
-    if (c->out_next) c->out_next->out_prev = c->out_prev;
-    c->out_prev = c->out_next = NULL;
-    c->out_listed = false;
-}
-
-/* A closed connection's output is dropped with it (its writes are cancelled,
- * or, while its exchange is pending, freed when it is answered): no longer
- * counted against the budget. */
-static void out_release(rd_http_conn_t *c)
-{
-    if (!c->out_counted) return;
-    assert(c->server->pending_output_bytes >= c->out_bytes);
-    c->server->pending_output_bytes -= c->out_bytes;
-    c->out_counted = false;
-    out_unlist(c);
-}
-
-/* Past max_pending_output_bytes, closes the connections with the most bytes
- * their client has not taken, largest first, until the total fits: a client
- * that does not read cannot make the daemon hold its answers without bound.
- * Their answers count as not delivered (claims hand their messages back). */
-static void shed_slow_readers(rd_http_server_t *s)
-{
-    while (s->pending_output_bytes > s->max_pending_output_bytes) {
-        rd_http_conn_t *worst = NULL;
-        size_t worst_unsent = 0;
-        for (rd_http_conn_t *x = s->out; x; x = x->out_next) {
-            size_t unsent = uv_stream_get_write_queue_size((uv_stream_t *)&x->tcp);
-            if (unsent > worst_unsent) {
-                worst = x;
-                worst_unsent = unsent;
-            }
-        }
-        if (worst == NULL) return;  /* what is left is in the sockets, freed next turn */
-        rd_warn("http: closing a connection that does not read its answers: %zu bytes unsent, "
-                "%zu queued on all connections (--max-pending-output-bytes %zu)",
-                worst_unsent, s->pending_output_bytes, s->max_pending_output_bytes);
-        s->slow_readers_closed++;
-        conn_close(worst);
-    }
-}
-
-/* ------------------------------------------------------------------ */
-/* Writing                                                            */
-/* ------------------------------------------------------------------ */
-
-static const char *http_date(rd_http_server_t *s)
-{
-    time_t now = time(NULL);
-    if (now != s->date_sec) {
-        static const char days[7][4] = { "Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat" };
-        static const char months[12][4] = { "Jan", "Feb", "Mar", "Apr", "May", "Jun",
-                                            "Jul", "Aug", "Sep", "Oct", "Nov", "Dec" };
-        struct tm tm;
-        gmtime_r(&now, &tm);
-        snprintf(s->date, sizeof s->date, "%s, %02d %s %04d %02d:%02d:%02d GMT",
-                 days[tm.tm_wday % 7], tm.tm_mday, months[tm.tm_mon % 12], tm.tm_year + 1900,
-                 tm.tm_hour, tm.tm_min, tm.tm_sec);
-        s->date_sec = now;
-    }
-    return s->date;
-}
-
-static void on_write(uv_write_t *req, int status)
-{
-    rd_http_write_t *w = (rd_http_write_t *)req;
-    rd_http_conn_t *c = w->conn;
-    rd_http_delivery_fn done = w->on_delivery;
-    void *done_arg = w->delivery_arg;
-    size_t len = w->len;
-    rd_free(w);
-    assert(c->writes_pending > 0);
-    c->writes_pending--;
-    assert(c->out_bytes >= len);
-    c->out_bytes -= len;
-    if (c->out_counted) {
-        c->server->pending_output_bytes -= len;
-        if (c->out_bytes == 0) out_unlist(c);
-    }
-    /* Cancelled by a close (UV_ECANCELED) or failed: not delivered. */
-    if (done) done(status == 0, done_arg);
-    if (c->closing) return;
-    if (status < 0) {
-        rd_debug("http: write failed: %s", uv_strerror(status));
-        conn_close(c);
-        return;
-    }
-    if (c->write_blocked && !c->shutting &&
-        uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) <= RD_HTTP_MAX_WRITE_QUEUE_BYTES) {
-        c->write_blocked = false;
-        if (!c->pending) conn_resume(c);
-    }
-}
-
-/* Queues bytes on the socket; the write request owns a copy. On failure the
- * connection is closed (its delivery callback, if any, is told so at the
- * close) and -1 returned; also when these bytes took the output queued on
- * all connections past its bound and this connection was the one closed
- * (its write is then cancelled: not delivered). */
-static int conn_write(rd_http_conn_t *c, rd_http_write_t *w, size_t len)
-{
-    rd_http_server_t *s = c->server;
-    w->conn = c;
-    w->len = len;
-    uv_buf_t b = uv_buf_init(w->data, (unsigned)len);
-    int r = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write);
-    if (r < 0) {
-        if (w->on_delivery) {
-            c->on_lost = w->on_delivery;
-            c->lost_arg = w->delivery_arg;
-        }
-        rd_free(w);
-        rd_debug("http: write failed: %s", uv_strerror(r));
-        conn_close(c);
-        return -1;
-    }
-    c->writes_pending++;
-    c->out_bytes += len;
-    if (!c->out_counted) return 0;
-    s->pending_output_bytes += len;
-    if (!c->out_listed) {
-        c->out_listed = true;
-        c->out_prev = NULL;
-        c->out_next = s->out;
-        if (s->out) s->out->out_prev = c;
-        s->out = c;
-    }
-    if (s->pending_output_bytes > s->max_pending_output_bytes) {
-        shed_slow_readers(s);
-        if (c->closing || c->client_gone) return -1;
-    }
-    return 0;
-}
-
-static char *put(char *p, const char *s, size_t n)
-{
-    memcpy(p, s, n);
-    return p + n;
-}
-
-static int conn_send(rd_http_conn_t *c, int status, const char *content_type,
-                     const char *extra_headers, const char *body, size_t body_len, bool keep_alive,
-                     bool head_only, rd_http_delivery_fn on_delivery, void *delivery_arg)
-{
-    /* RFC 9110 8.6: no Content-Length (and no body) on 204 and 304. HEAD gets
-     * the length the body would have had. */
-    bool no_length = status == 204 || status == 304;
-    size_t send_body = (no_length || head_only) ? 0 : body_len;
-
-    char line[128];
-    int line_len = snprintf(line, sizeof line, "HTTP/1.1 %d %s\r\nDate: %s\r\n", status,
-                            rd_http_reason(status), http_date(c->server));
-    assert(line_len > 0 && (size_t)line_len < sizeof line);
-    char length[48];
-    int length_len = no_length ? 0
-                               : snprintf(length, sizeof length, "Content-Length: %zu\r\n",
-                                          body_len);
-    const char *conn_hdr = "";
-    if (!keep_alive) conn_hdr = "Connection: close\r\n";
-    else if (c->http10) conn_hdr = "Connection: keep-alive\r\n";
-    size_t ct_len = content_type ? strlen(content_type) : 0;
-    size_t extra_len = extra_headers ? strlen(extra_headers) : 0;
-    size_t conn_len = strlen(conn_hdr);
-
-    size_t total = (size_t)line_len + (size_t)length_len + conn_len + extra_len + 2 + send_body +
-                   (content_type ? ct_len + sizeof "Content-Type: \r\n" - 1 : 0);
-    rd_http_write_t *w = rd_malloc(sizeof *w + total);
-    w->on_delivery = on_delivery;
-    w->delivery_arg = delivery_arg;
-    char *p = w->data;
-    p = put(p, line, (size_t)line_len);
-    p = put(p, length, (size_t)length_len);
-    if (content_type) {
-        p = put(p, "Content-Type: ", 14);
-        p = put(p, content_type, ct_len);
-        p = put(p, "\r\n", 2);
-    }
-    p = put(p, conn_hdr, conn_len);
-    p = put(p, extra_headers ? extra_headers : "", extra_len);
-    p = put(p, "\r\n", 2);
-    if (send_body) p = put(p, body, send_body);
-    assert((size_t)(p - w->data) == total);
-    return conn_write(c, w, total);
-}
-
-/* ------------------------------------------------------------------ */
 /* Connection shutdown                                                */
 /* ------------------------------------------------------------------ */
 
@@ -469,7 +120,7 @@ static void on_conn_close(uv_handle_t *handle)
     rd_http_server_t *s = c->server;
     assert(!c->pending && c->list == NULL);
     assert(!c->out_counted && c->out_bytes == 0);
-    body_release(c);
+    rd_http_body_release(c);
     if (c->on_lost) c->on_lost(false, c->lost_arg);
     free_buffers(c);
     rd_free(c);
@@ -490,7 +141,7 @@ static void conn_close(rd_http_conn_t *c)
 {
     if (c->closing) return;
     list_remove(c);
-    out_release(c);
+    rd_http_out_release(c);
     if (c->pending) {
         c->client_gone = true;
         stop_reading(c);
@@ -564,7 +215,7 @@ static void conn_fail(rd_http_conn_t *c, rd_problem_t p, const char *detail,
     size_t len;
     char *body = rd_problem_body(p, detail, c->url.data ? c->url.data : "", url_len, NULL, &len);
     rd_debug("http: %d %s", rd_problem_status(p), detail);
-    int r = conn_send(c, rd_problem_status(p), "application/problem+json", extra_headers, body,
+    int r = rd_http_conn_send(c, rd_problem_status(p), "application/problem+json", extra_headers, body,
                       len, false, false, NULL, NULL);
     rd_free(body);
     if (r == 0) conn_end(c, true);
@@ -635,7 +286,7 @@ static int on_message_begin(llhttp_t *p)
     rd_http_conn_t *c = p->data;
     rd_buf_reset(&c->url);
     rd_buf_reset(&c->body);
-    body_release(c);
+    rd_http_body_release(c);
     c->fail_status = 0;
     for (int i = 0; i < RD_HDR_COUNT; i++) rd_buf_reset(&c->header[i]);
     c->header_seen = 0;
@@ -743,7 +394,7 @@ static void send_continue(rd_http_conn_t *c)
     w->on_delivery = NULL;
     w->delivery_arg = NULL;
     memcpy(w->data, msg, sizeof msg - 1);
-    conn_write(c, w, sizeof msg - 1);
+    rd_http_conn_write(c, w, sizeof msg - 1);
 }
 
 static void fill_request_head(rd_http_conn_t *c);
@@ -790,7 +441,7 @@ static int on_headers_complete(llhttp_t *p)
             return HPE_USER;
         }
     }
-    if (has_length && p->content_length > 0 && !body_count(c, (size_t)p->content_length)) {
+    if (has_length && p->content_length > 0 && !rd_http_body_count(c, (size_t)p->content_length)) {
         s->refused_body_budget++;
         c->fail_status = 503;
         return HPE_USER;
@@ -812,7 +463,7 @@ static int on_body(llhttp_t *p, const char *at, size_t n)
     }
     /* A chunked body is counted as it comes (a Content-Length one was whole). */
     if (c->body.len + n > c->body_counted &&
-        !body_count(c, c->body.len + n - c->body_counted)) {
+        !rd_http_body_count(c, c->body.len + n - c->body_counted)) {
         c->server->refused_body_budget++;
         c->fail_status = 503;
         return HPE_USER;
@@ -1042,7 +693,7 @@ void rd_http_respond(rd_http_exchange_t *ex, int status, const char *content_typ
     assert(c->pending && status >= 200 && status <= 999);
     c->pending = false;
     s->in_flight--;
-    body_release(c);  /* the handler is done with the request */
+    rd_http_body_release(c);  /* the handler is done with the request */
     rd_http_delivery_fn done = c->on_delivery;
     void *done_arg = c->delivery_arg;
     c->on_delivery = NULL;
@@ -1058,7 +709,7 @@ void rd_http_respond(rd_http_exchange_t *ex, int status, const char *content_typ
      * then; conn_resume ends the connection once they are answered). */
     bool keep = c->keep_alive && !s->stopping &&
                 !(c->peer_eof && c->in.len == 0 && !c->feeding_in);
-    if (conn_send(c, status, content_type, extra_headers, body, body_len, keep, c->is_head, done,
+    if (rd_http_conn_send(c, status, content_type, extra_headers, body, body_len, keep, c->is_head, done,
                   done_arg) < 0)
         return;
     if (!keep) {
@@ -1185,6 +836,8 @@ int rd_http_server_start(uv_loop_t *loop, const rd_http_options_t *opts,
 
     rd_http_server_t *s = rd_calloc(1, sizeof *s);
     s->loop = loop;
+    s->close_conn = conn_close;
+    s->resume_conn = conn_resume;
     s->handler = opts->handler;
     s->on_head = opts->on_head;
     s->handler_ctx = opts->handler_ctx;
@@ -1289,38 +942,3 @@ void rd_http_server_stop(rd_http_server_t *server, void (*on_drained)(void *arg)
     /* Pending exchanges close their connection in rd_http_respond. */
 }
 
-const char *rd_http_reason(int status)
-{
-    switch (status) {
-    case 100: return "Continue";
-    case 200: return "OK";
-    case 201: return "Created";
-    case 202: return "Accepted";
-    case 204: return "No Content";
-    case 301: return "Moved Permanently";
-    case 302: return "Found";
-    case 304: return "Not Modified";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 409: return "Conflict";
-    case 410: return "Gone";
-    case 411: return "Length Required";
-    case 413: return "Payload Too Large";
-    case 414: return "URI Too Long";
-    case 415: return "Unsupported Media Type";
-    case 417: return "Expectation Failed";
-    case 422: return "Unprocessable Entity";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 502: return "Bad Gateway";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    default: return "Unknown";
-    }
-}

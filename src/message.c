@@ -1,7 +1,6 @@
 /* message.c - message fields and the message's JSON form. */
 #include "retryd/message.h"
 
-#include "retryd/redis.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -151,16 +150,17 @@ static void put_optional_string(rd_jsonw_t *w, const char *name, rd_str_t s)
 
 /* The history array: {attempt, error, at, lease_expired, worker} per failure,
  * {replayed_at} per replay mark, oldest first. */
-static void put_history(rd_jsonw_t *w, const rd_reply_t *h)
+static void put_history(rd_jsonw_t *w, const rd_str_t *h, size_t n)
 {
     rd_jsonw_key(w, "history");
     rd_jsonw_array_open(w);
-    size_t n = rd_reply_len(h);
+    if (h == NULL) n = 0;
     for (size_t i = 0; i + RD_HISTORY_FIELDS <= n; i += RD_HISTORY_FIELDS) {
         size_t len[RD_HISTORY_FIELDS];
         const char *f[RD_HISTORY_FIELDS];
         for (size_t j = 0; j < RD_HISTORY_FIELDS; j++) {
-            f[j] = rd_reply_str(rd_reply_at(h, i + j), &len[j]);
+            f[j] = h[i + j].ptr;
+            len[j] = h[i + j].len;
             if (f[j] == NULL) {
                 f[j] = "";
                 len[j] = 0;
@@ -209,7 +209,7 @@ void rd_message_write_json(rd_jsonw_t *w, const rd_message_t *m, const char *que
     put_time(w, "created_at", m->created_at_ms);
     put_time(w, "updated_at", m->updated_at_ms);
     put_optional_string(w, "worker", m->worker);
-    put_history(w, m->history);
+    put_history(w, m->history, m->history_len);
     rd_jsonw_key(w, "history_dropped");
     rd_jsonw_int(w, m->history_dropped);
     if (m->origin_queue.ptr && m->origin_id > 0) {

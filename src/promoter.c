@@ -204,7 +204,6 @@ static void start_round(rd_promoter_t *p)
         arm(p, 0);
         return;
     }
-    rd_store_flush_owed(p->store);
     if (p->opts.on_round) p->opts.on_round(p->opts.on_round_arg);
     if (rd_store_timer_take(p->store, TAKE_LIMIT, TAKE_LEASE_MS, RD_SWEEP_BATCH,
                             RD_SWEEP_EVERY_MS, RD_SWEEP_CYCLE_MS, on_taken, p) != 0) {

@@ -94,22 +94,6 @@ static bool failed(redrive_t *r, const rd_store_head_t *head)
     return true;
 }
 
-static void unexpected(redrive_t *r, const char *what)
-{
-    char detail[120];
-    snprintf(detail, sizeof detail, "unexpected reply to %s", what);
-    rd_error("redrive: %s (another version of the library?)", detail);
-    finish(r, RD_STORE_ERROR, detail);
-}
-
-/* Sends fn on q with argv; a call that cannot be sent ends the redrive. */
-static void send_call(redrive_t *r, const char *fn, rd_store_queue_t q, size_t argc,
-                 const char **argv, const size_t *lens, rd_store_raw_cb cb)
-{
-    if (rd_store_fcall(r->st, fn, q, argc, argv, lens, cb, r) != 0)
-        finish(r, RD_STORE_UNAVAILABLE, NULL);
-}
-
 static rd_store_queue_t source_q(const redrive_t *r)
 {
     return (rd_store_queue_t){ r->source, r->source_len };
@@ -159,7 +143,7 @@ static void advance(redrive_t *r, bool progressed)
     if (take(r) != 0) finish(r, RD_STORE_UNAVAILABLE, NULL);
 }
 
-static void on_forgotten(const rd_store_raw_t *res, void *arg)
+static void on_forgotten(const rd_store_count_t *res, void *arg)
 {
     (void)arg;
     if (res->head.status != RD_STORE_OK)
@@ -169,33 +153,18 @@ static void on_forgotten(const rd_store_raw_t *res, void *arg)
 /* Step 4 for letters [from, to) (one target), fire and forget. */
 static void forget(redrive_t *r, size_t from, size_t to)
 {
-    size_t argc = 1 + (to - from);
-    const char **argv = rd_calloc(argc, sizeof *argv);
-    size_t *lens = rd_calloc(argc, sizeof *lens);
-    char (*num)[24] = rd_calloc(argc, sizeof *num);
-    argv[0] = r->source;
-    lens[0] = r->source_len;
-    for (size_t i = from; i < to; i++) {
-        size_t a = 1 + i - from;
-        lens[a] = (size_t)snprintf(num[a], sizeof num[a], "%lld", r->letters[i].id);
-        argv[a] = num[a];
-    }
+    long long *ids = rd_calloc(to - from, sizeof *ids);
+    for (size_t i = from; i < to; i++) ids[i - from] = r->letters[i].id;
     rd_store_queue_t q = { r->letters[from].target, r->letters[from].target_len };
-    rd_store_fcall(r->st, "redrive_forget", q, argc, argv, lens, on_forgotten, NULL);
-    rd_free(num);
-    rd_free(lens);
-    rd_free(argv);
+    rd_store_redrive_forget(r->st, q, source_q(r), to - from, ids, on_forgotten, NULL);
+    rd_free(ids);
 }
 
-static void on_done(const rd_store_raw_t *res, void *arg)
+static void on_done(const rd_store_count_t *res, void *arg)
 {
     redrive_t *r = arg;
     if (failed(r, &res->head)) return;
-    long long left;
-    if (!rd_reply_int(res->reply, &left)) {
-        unexpected(r, "redrive_done");
-        return;
-    }
+    long long left = res->n;
     for (size_t from = 0; from < r->count;) {
         size_t to = from + 1;
         while (to < r->count && r->letters[to].target_len == r->letters[from].target_len &&
@@ -212,40 +181,35 @@ static void on_done(const rd_store_raw_t *res, void *arg)
 /* Step 3: every letter of the batch leaves the source. */
 static void send_done(redrive_t *r)
 {
-    size_t argc = 2 * r->count;
-    const char **argv = rd_calloc(argc, sizeof *argv);
-    size_t *lens = rd_calloc(argc, sizeof *lens);
-    char (*num)[24] = rd_calloc(argc, sizeof *num);
+    long long *ids = rd_calloc(r->count, sizeof *ids);
+    long long *new_ids = rd_calloc(r->count, sizeof *new_ids);
     for (size_t i = 0; i < r->count; i++) {
-        lens[2 * i] = (size_t)snprintf(num[2 * i], sizeof num[0], "%lld", r->letters[i].id);
-        lens[2 * i + 1] =
-            (size_t)snprintf(num[2 * i + 1], sizeof num[0], "%lld", r->letters[i].new_id);
-        argv[2 * i] = num[2 * i];
-        argv[2 * i + 1] = num[2 * i + 1];
+        ids[i] = r->letters[i].id;
+        new_ids[i] = r->letters[i].new_id;
     }
-    send_call(r, "redrive_done", source_q(r), argc, argv, lens, on_done);
-    rd_free(num);
-    rd_free(lens);
-    rd_free(argv);
+    if (rd_store_redrive_done(r->st, source_q(r), r->count, ids, new_ids, on_done, r) != 0)
+        finish(r, RD_STORE_UNAVAILABLE, NULL);
+    rd_free(new_ids);
+    rd_free(ids);
 }
 
 static void send_run(redrive_t *r);
+static void send_run(redrive_t *r);
 
-static void on_in(const rd_store_raw_t *res, void *arg)
+static void on_in(const rd_store_ids_t *res, void *arg)
 {
     redrive_t *r = arg;
     if (failed(r, &res->head)) return;
     size_t n = r->run_end - r->run;
-    if (rd_reply_type(res->reply) != RD_REPLY_ARRAY || rd_reply_len(res->reply) != n) {
-        unexpected(r, "redrive_in");
+    if (res->count != n) {
+        char detail[120];
+        snprintf(detail, sizeof detail, "unexpected reply to redrive_in: %zu ids for %zu letters",
+                 res->count, n);
+        rd_error("redrive: %s (another version of the library?)", detail);
+        finish(r, RD_STORE_ERROR, detail);
         return;
     }
-    for (size_t i = 0; i < n; i++) {
-        if (!rd_reply_int(rd_reply_at(res->reply, i), &r->letters[r->run + i].new_id)) {
-            unexpected(r, "redrive_in");
-            return;
-        }
-    }
+    for (size_t i = 0; i < n; i++) r->letters[r->run + i].new_id = res->ids[i];
     r->run = r->run_end;
     if (r->run < r->count) send_run(r);
     else send_done(r);
@@ -260,76 +224,49 @@ static void send_run(redrive_t *r)
            memcmp(r->letters[r->run_end].target, first->target, first->target_len) == 0)
         r->run_end++;
     size_t k = r->run_end - r->run;
-    size_t argc = 1 + 3 * k;
-    const char **argv = rd_calloc(argc, sizeof *argv);
-    size_t *lens = rd_calloc(argc, sizeof *lens);
-    char (*num)[24] = rd_calloc(argc, sizeof *num);
-    argv[0] = r->source;
-    lens[0] = r->source_len;
+    rd_store_letter_t *run = rd_calloc(k, sizeof *run);
     for (size_t i = 0; i < k; i++) {
-        letter_t *l = &r->letters[r->run + i];
-        size_t a = 1 + 3 * i;
-        lens[a] = (size_t)snprintf(num[a], sizeof num[0], "%lld", l->id);
-        argv[a] = num[a];
-        lens[a + 1] = (size_t)snprintf(num[a + 1], sizeof num[0], "%lld", l->max_retries);
-        argv[a + 1] = num[a + 1];
-        argv[a + 2] = l->payload;
-        lens[a + 2] = l->payload_len;
+        const letter_t *l = &r->letters[r->run + i];
+        run[i] = (rd_store_letter_t){ .id = l->id, .target = { l->target, l->target_len },
+                                      .max_retries = l->max_retries,
+                                      .payload = { l->payload, l->payload_len } };
     }
     rd_store_queue_t q = { first->target, first->target_len };
-    rd_store_register_queue(r->st, q);
-    send_call(r, "redrive_in", q, argc, argv, lens, on_in);
-    rd_free(num);
-    rd_free(lens);
-    rd_free(argv);
+    if (rd_store_redrive_in(r->st, q, source_q(r), k, run, on_in, r) != 0)
+        finish(r, RD_STORE_UNAVAILABLE, NULL);
+    rd_free(run);
 }
 
-/* {resumed, next, {id, target, max_retries, payload}...} into r's batch. */
-static bool parse_take(redrive_t *r, const rd_reply_t *reply)
+/* The take's letters into r's batch (copied: the batch outlives the reply). */
+static void keep_take(redrive_t *r, const rd_store_redrive_taken_t *res)
 {
-    long long resumed;
-    size_t next_len;
-    if (rd_reply_type(reply) != RD_REPLY_ARRAY || rd_reply_len(reply) < 2 ||
-        !rd_reply_int(rd_reply_at(reply, 0), &resumed))
-        return false;
-    const char *next = rd_reply_str(rd_reply_at(reply, 1), &next_len);
-    if (next == NULL) return false;
-    r->resumed = resumed == 1;
-    r->next = rd_strndup(next, next_len);
-    size_t count = rd_reply_len(reply) - 2;
-    r->letters = rd_calloc(count ? count : 1, sizeof *r->letters);
-    for (size_t i = 0; i < count; i++) {
-        const rd_reply_t *e = rd_reply_at(reply, 2 + i);
+    r->resumed = res->resumed;
+    r->next = rd_strndup(res->next.ptr, res->next.len);
+    r->letters = rd_calloc(res->count ? res->count : 1, sizeof *r->letters);
+    for (size_t i = 0; i < res->count; i++) {
+        const rd_store_letter_t *in = &res->letters[i];
         letter_t *l = &r->letters[i];
-        const char *target, *payload;
-        if (rd_reply_type(e) != RD_REPLY_ARRAY || rd_reply_len(e) != 4 ||
-            !rd_reply_int(rd_reply_at(e, 0), &l->id) ||
-            (target = rd_reply_str(rd_reply_at(e, 1), &l->target_len)) == NULL ||
-            !rd_reply_int(rd_reply_at(e, 2), &l->max_retries) ||
-            (payload = rd_reply_str(rd_reply_at(e, 3), &l->payload_len)) == NULL)
-            return false;
-        l->target = rd_strndup(target, l->target_len);
-        l->payload = rd_malloc(l->payload_len + 1);
-        memcpy(l->payload, payload, l->payload_len);
-        l->payload[l->payload_len] = '\0';
-        r->count = i + 1;
+        l->id = in->id;
+        l->max_retries = in->max_retries;
+        l->target = rd_strndup(in->target.ptr, in->target.len);
+        l->target_len = in->target.len;
+        l->payload = rd_malloc(in->payload.len + 1);
+        memcpy(l->payload, in->payload.ptr, in->payload.len);
+        l->payload[in->payload.len] = '\0';
+        l->payload_len = in->payload.len;
     }
-    return true;
+    r->count = res->count;
 }
 
-static void on_take(const rd_store_raw_t *res, void *arg)
+static void on_take(const rd_store_redrive_taken_t *res, void *arg)
 {
     redrive_t *r = arg;
-    if (failed(r, &res->head)) return;
-    if (rd_reply_type(res->reply) == RD_REPLY_ARRAY && rd_reply_len(res->reply) == 1 &&
-        rd_reply_is(rd_reply_at(res->reply, 0), "bad_cursor")) {
+    if (res->head.status == RD_STORE_BAD_CURSOR) {
         finish(r, RD_STORE_BAD_CURSOR, NULL);
         return;
     }
-    if (!parse_take(r, res->reply)) {
-        unexpected(r, "redrive_take");
-        return;
-    }
+    if (failed(r, &res->head)) return;
+    keep_take(r, res);
     if (r->count == 0) {
         /* Nothing taken: a resumed take dropped orphans, a selection moved on. */
         advance(r, r->resumed);
@@ -343,34 +280,15 @@ static void on_take(const rd_store_raw_t *res, void *arg)
  * -1 when it could not be sent. */
 static int take(redrive_t *r)
 {
-    const char *argv[3 + TAKE_IDS_MAX];
-    size_t lens[3 + TAKE_IDS_MAX];
-    char num[TAKE_IDS_MAX][24];
-    char limit[24];
-    size_t argc = 0;
-    argv[argc] = r->target;
-    lens[argc++] = r->target_len;
-    argv[argc] = r->mode;
-    lens[argc++] = strlen(r->mode);
+    rd_store_queue_t target = { r->target, r->target_len };
     if (strcmp(r->mode, "ids") == 0) {
         size_t k = r->n - r->offset < TAKE_IDS_MAX ? r->n - r->offset : TAKE_IDS_MAX;
-        for (size_t i = 0; i < k; i++) {
-            lens[argc] = (size_t)snprintf(num[i], sizeof num[i], "%lld", r->ids[r->offset + i]);
-            argv[argc++] = num[i];
-        }
         r->given = k;
-    } else {
-        lens[argc] = (size_t)snprintf(limit, sizeof limit, "%d", TAKE_LIMIT);
-        argv[argc++] = limit;
-        argv[argc] = r->cursor ? r->cursor : "";
-        lens[argc] = strlen(argv[argc]);
-        argc++;
-        if (r->needle) {
-            argv[argc] = r->needle;
-            lens[argc++] = strlen(r->needle);
-        }
+        return rd_store_redrive_take(r->st, source_q(r), target, r->mode, r->ids + r->offset, k,
+                                     0, NULL, NULL, on_take, r);
     }
-    return rd_store_fcall(r->st, "redrive_take", source_q(r), argc, argv, lens, on_take, r);
+    return rd_store_redrive_take(r->st, source_q(r), target, r->mode, NULL, 0, TAKE_LIMIT,
+                                 r->cursor, r->needle, on_take, r);
 }
 
 int rd_redrive_run(rd_store_t *st, rd_store_queue_t source, rd_store_queue_t target,

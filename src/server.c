@@ -24,6 +24,10 @@
 #include "retryd/promoter.h"
 #include "retryd/redis.h"
 #include "retryd/store.h"
+#include "retryd/durability.h"
+#include "retryd/fanout.h"
+#include "retryd/lost_claims.h"
+#include "retryd/registry.h"
 #include "retryd/waiters.h"
 
 extern const char rd_lua_library[];
@@ -35,6 +39,9 @@ typedef struct server {
     rd_config_t cfg;
     rd_backend_t *redis;
     rd_store_t *store;
+    rd_registry_t *registry;      /* above the store, freed with it */
+    rd_lost_claims_t *lost_claims;
+    rd_fanout_t *fanout;
     rd_coalescer_t *coalescer;    /* settle-and-claim requests sent together */
     rd_api_t api;
     rd_http_server_t *http;
@@ -57,11 +64,18 @@ static void on_redis_closed(void *arg)
     server_t *s = arg;
     s->redis = NULL;
     /* A response still being written may yet report that it was not
-     * delivered (a shutdown past its deadline): no store to hand back to. */
+     * delivered (a shutdown past its deadline): no store to release to. */
     s->api.store = NULL;
     s->api.coalescer = NULL;
+    s->api.fanout = NULL;
     rd_coalescer_free(s->coalescer);
     s->coalescer = NULL;
+    rd_fanout_free(s->fanout);
+    s->fanout = NULL;
+    rd_lost_claims_free(s->lost_claims);
+    s->lost_claims = NULL;
+    rd_registry_free(s->registry);
+    s->registry = NULL;
     rd_store_free(s->store);
     s->store = NULL;
     uv_close((uv_handle_t *)&s->sigint, on_handle_closed);
@@ -132,7 +146,7 @@ static void on_waiters_closed(void *arg)
 static void on_command_link_ready(void *arg)
 {
     server_t *s = arg;
-    if (s->store) rd_store_check_durability(s->store);
+    if (s->store) rd_durability_check(s->store);
 }
 
 static void on_claimable(rd_store_queue_t queue, void *arg)
@@ -149,10 +163,10 @@ static bool start_alerts(server_t *s)
     if (s->alerts) return true;
     if (s->alerts_failed) return false;
     rd_alerts_options_t ao = {
-        .url = s->cfg.alert_url[0] ? s->cfg.alert_url : NULL, .prefix = s->cfg.prefix,
+        .url = s->cfg.alert_url[0] ? s->cfg.alert_url : NULL,
         .claim_ms = s->cfg.alert_claim_ms, .timeout_ms = s->cfg.alert_timeout_ms,
     };
-    s->alerts = rd_alerts_start(s->loop, s->redis, &ao);
+    s->alerts = rd_alerts_start(s->loop, s->store, &ao);
     s->api.alerts = s->alerts;
     if (s->alerts == NULL) s->alerts_failed = true;
     return s->alerts != NULL;
@@ -170,6 +184,10 @@ static void on_alerts(rd_store_queue_t queue, void *arg)
 static void on_promoter_round(void *arg)
 {
     server_t *s = arg;
+    /* What failed to reach Redis since the last round: lost claims' leases
+     * released, then the registrations owed. */
+    if (s->lost_claims) rd_lost_claims_flush(s->lost_claims);
+    if (s->registry) rd_registry_flush_owed(s->registry);
     if (s->waiters) rd_waiters_poll_if_deaf(s->waiters);
 }
 
@@ -258,8 +276,12 @@ int main(int argc, char **argv)
     /* Every instance looks for alerts: of queues with their own alert_url
      * always, of the rest while the fleet has an --alert-url instance. */
     rd_store_set_alerts(s.store, s.cfg.alert_claim_ms, s.cfg.alert_url[0] != '\0');
+    s.registry = rd_registry_new(s.loop, s.store, s.cfg.series != 0);
+    s.lost_claims = rd_lost_claims_new(s.store);
+    s.fanout = rd_fanout_new(s.loop, s.store, s.registry);
     s.coalescer = rd_coalescer_new(s.store);
     s.api.store = s.store;
+    s.api.fanout = s.fanout;
     s.api.coalescer = s.coalescer;
     s.api.waiters = s.waiters;
     s.api.alerts = s.alerts;

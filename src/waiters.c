@@ -28,7 +28,7 @@ typedef struct wqueue wqueue_t;
 typedef struct waiter {
     wqueue_t *q;
     rd_http_exchange_t *ex;
-    long long lease_ms;
+    rd_lease_t lease;
     int count;
     char *worker;               /* the claim's worker, or NULL */
     rd_store_messages_cb cb;    /* NULL once answered */
@@ -258,7 +258,7 @@ static void on_claim(const rd_store_messages_t *res, void *arg)
         if (!rd_http_exchange_client_alive(h->ex)) {
             /* The client left during the claim: the messages go straight back. */
             rd_store_queue_t queue = { q->name, q->len };
-            rd_store_hand_back(w->store, queue, res->count, res->messages);
+            rd_store_release_orphans(w->store, queue, res->count, res->messages);
             answer_nothing(h);
         } else {
             finish_waiter(h, res);
@@ -295,7 +295,7 @@ static void serve(wqueue_t *q)
     q->again = false;
     if (h == NULL) return;
     rd_store_queue_t queue = { q->name, q->len };
-    if (rd_store_claim(w->store, queue, h->lease_ms, h->count, h->worker, on_claim, q) != 0)
+    if (rd_store_claim(w->store, queue, h->lease, h->count, h->worker, on_claim, q) != 0)
         return;  /* Redis is away: stay parked; the deadline answers */
     q->serving = h;
     w->claims_in_flight++;
@@ -405,14 +405,14 @@ rd_waiters_t *rd_waiters_new(uv_loop_t *loop, rd_store_t *store,
     return w;
 }
 
-void rd_waiters_park(rd_waiters_t *w, rd_store_queue_t queue, long long lease_ms, int count,
+void rd_waiters_park(rd_waiters_t *w, rd_store_queue_t queue, rd_lease_t lease, int count,
                      const char *worker, long long wait_ms, rd_http_exchange_t *ex, rd_store_messages_cb cb, void *arg)
 {
     wqueue_t *q = get_queue(w, queue);
     waiter_t *h = rd_calloc(1, sizeof *h);
     h->q = q;
     h->ex = ex;
-    h->lease_ms = lease_ms;
+    h->lease = lease;
     h->count = count;
     h->worker = worker ? rd_strdup(worker) : NULL;
     h->cb = cb;

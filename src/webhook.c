@@ -244,11 +244,6 @@ int rd_webhook_post(rd_webhook_t *w, const char *url, const char *body, size_t l
     return 0;
 }
 
-size_t rd_webhook_in_flight(const rd_webhook_t *w)
-{
-    return w->in_flight;
-}
-
 void rd_webhook_abort(rd_webhook_t *w)
 {
     while (w->requests) {

@@ -52,6 +52,7 @@ static void setup_once(void)
                               .library = rd_lua_library };
     rd_backend_t *redis = rd_backend_start(loop, &ro, NULL);
     api.store = rd_store_new(loop, redis, "fuzz");
+    api.fanout = rd_fanout_new(loop, api.store, rd_registry_new(loop, api.store, true));
     api.cfg = &cfg;
     rd_http_options_t ho = { .host = "127.0.0.1", .port = 0, .max_body_bytes = 4096,
                              .on_head = rd_api_check_head, .handler = rd_api_handle,

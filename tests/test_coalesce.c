@@ -38,10 +38,10 @@ static sent_call_t g_calls[CALLS_MAX];
 static size_t g_ncalls;
 static bool g_refuse;               /* the store cannot send (Redis not ready) */
 
-int __wrap_rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int count,
+int __wrap_rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, rd_lease_t lease, int count,
                                  const char *worker, size_t n, const rd_settlement_t *items,
                                  rd_store_settled_cb cb, void *arg);
-int __wrap_rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int count,
+int __wrap_rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, rd_lease_t lease, int count,
                                  const char *worker, size_t n, const rd_settlement_t *items,
                                  rd_store_settled_cb cb, void *arg)
 {
@@ -51,7 +51,7 @@ int __wrap_rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, long long l
     assert_true(g_ncalls < CALLS_MAX);
     sent_call_t *c = &g_calls[g_ncalls++];
     memset(c, 0, sizeof *c);
-    c->lease_ms = lease_ms;
+    c->lease_ms = lease.ms;
     c->count = count;
     snprintf(c->worker, sizeof c->worker, "%s", worker ? worker : "");
     c->n = n;
@@ -131,7 +131,8 @@ static int request(int i, long long lease_ms, const char *worker, int count)
     snprintf(token, sizeof token, "t-%d", i);
     item.lease_token = token;
     rd_store_queue_t q = { "q", 1 };
-    return rd_coalescer_settle_claim(g_co, q, lease_ms, count, worker, 1, &item, on_answer,
+    rd_lease_t lease = { lease_ms, true };
+    return rd_coalescer_settle_claim(g_co, q, lease, count, worker, 1, &item, on_answer,
                                      &g_reqs[i]);
 }
 

@@ -11,10 +11,8 @@
 #ifndef RETRYD_ALERTS_H
 #define RETRYD_ALERTS_H
 
-#include <stdint.h>
 #include <uv.h>
 
-#include "retryd/backend.h"
 #include "retryd/buf.h"
 #include "retryd/store.h"
 
@@ -22,7 +20,6 @@ typedef struct rd_alerts rd_alerts_t;
 
 typedef struct rd_alerts_options {
     const char *url;            /* --alert-url, or NULL: only queues' own alert_url */
-    const char *prefix;         /* --prefix */
     long long claim_ms;         /* --alert-claim-ms: pending this long with a silent
                                    instance, an entry is claimed back */
     long long timeout_ms;       /* --alert-timeout-ms: one POST, connect included */
@@ -35,21 +32,13 @@ enum {
     RD_ALERTS_BACKOFF_MAX_MS = 60000,
 };
 
-/* Process-wide counters for /metrics. */
-typedef struct rd_alerts_counts {
-    uint64_t delivered;         /* events the receiver took (2xx) and were acknowledged */
-    uint64_t failures;          /* POSTs that failed (non-2xx, error, timeout) */
-    uint64_t held, in_flight;   /* now */
-} rd_alerts_counts_t;
-
-/* NULL when libcurl cannot be set up. Borrows backend until stopped. */
-rd_alerts_t *rd_alerts_start(uv_loop_t *loop, rd_backend_t *backend,
+/* NULL when libcurl cannot be set up. Borrows st until stopped: every call
+ * to Redis is one of the store's alerts operations. */
+rd_alerts_t *rd_alerts_start(uv_loop_t *loop, rd_store_t *st,
                              const rd_alerts_options_t *opts);
 
 /* The timer round found undelivered alerts in queue q. */
 void rd_alerts_wake(rd_alerts_t *a, rd_store_queue_t q);
-
-void rd_alerts_counts(const rd_alerts_t *a, rd_alerts_counts_t *out);
 
 /* Appends the retryd_alert_* families (Prometheus text) to out. */
 void rd_alerts_render_metrics(const rd_alerts_t *a, rd_buf_t *out);

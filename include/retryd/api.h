@@ -9,11 +9,13 @@
 #include "retryd/config.h"
 #include "retryd/http.h"
 #include "retryd/router.h"
+#include "retryd/fanout.h"
 #include "retryd/store.h"
 #include "retryd/waiters.h"
 
 typedef struct rd_api {
     rd_store_t *store;          /* borrowed; NULL once the server has closed it */
+    rd_fanout_t *fanout;        /* borrowed: GET /queues and /metrics; NULL with store */
     rd_coalescer_t *coalescer;  /* borrowed: settle-and-claim goes through it; NULL with store */
     rd_waiters_t *waiters;      /* borrowed: long-poll claims */
     rd_alerts_t *alerts;        /* borrowed: the alert sender, NULL until one is started */

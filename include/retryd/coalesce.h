@@ -32,16 +32,9 @@ void rd_coalescer_free(rd_coalescer_t *co);
  * items and worker are copied when the request has to wait. Returns -1 when
  * the request is refused (bad sizes) or, sent at once, could not be sent
  * (then cb is not called); else 0. */
-int rd_coalescer_settle_claim(rd_coalescer_t *co, rd_store_queue_t q, long long lease_ms,
+int rd_coalescer_settle_claim(rd_coalescer_t *co, rd_store_queue_t q, rd_lease_t lease,
                               int count, const char *worker, size_t n,
                               const rd_settlement_t *items, rd_store_settled_cb cb, void *arg);
-
-/* Requests accepted and the settle_claim calls they took, since start. */
-typedef struct rd_coalescer_counts {
-    unsigned long long requests;
-    unsigned long long calls;
-} rd_coalescer_counts_t;
-rd_coalescer_counts_t rd_coalescer_counts(const rd_coalescer_t *co);
 
 /* Appends the two counters in the Prometheus text format (/metrics). */
 void rd_coalescer_render_metrics(const rd_coalescer_t *co, rd_buf_t *out);

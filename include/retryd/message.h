@@ -1,5 +1,6 @@
 /* message.h - a message as the functions return it, its JSON form, and a
- * worker's settlement of one.
+ * worker's settlement of one. No Redis type appears here: the store's
+ * parsers (store_replies.c) fill these from the replies.
  *
  * A message's strings are borrowed from the Redis reply it was read from and
  * are valid only inside the callback that delivered it. */
@@ -38,11 +39,14 @@ typedef struct rd_message {
     long long created_at_ms;
     long long updated_at_ms;
     rd_str_t worker;                /* the claim's worker, while processing */
-    /* The per-attempt history (SPEC §11) as the functions return it: a flat
-     * array reply, RD_HISTORY_FIELDS strings per entry (kind "failed" |
-     * "replayed", at ms, attempt, lease_expired "1" | "0", worker "" for
-     * none, error); NULL when the message has none. Borrowed like the strings. */
-    const struct rd_reply *history;
+    /* The per-attempt history (docs/dead-letters.md §1) as the functions
+     * return it: history_len strings, RD_HISTORY_FIELDS per entry (kind
+     * "failed" | "replayed", at ms, attempt, lease_expired "1" | "0", worker
+     * "" for none, error; ptr NULL for an element that was not a string);
+     * NULL when the message has none. The array belongs to the result that
+     * delivered the message, its strings to the reply. */
+    const rd_str_t *history;
+    size_t history_len;
     long long history_dropped;
     rd_str_t origin_queue;          /* a redriven message: where it was a dead letter */
     long long origin_id;            /* its id there, -1 when none */

@@ -1,6 +1,7 @@
-/* policy.h - a queue's policy (SPEC §10, docs/flow-control.md): the PUT body
- * parsed and validated, the field/value pairs the policy functions store and
- * answer, and its JSON form with the defaults filled in. Pure: no I/O. */
+/* policy.h - a queue's policy (docs/flow-control.md): the field/value pairs
+ * the policy functions store and answer, and its JSON form with the defaults
+ * filled in. The PUT body's parser is request.h's rd_request_policy. Pure:
+ * no I/O. */
 #ifndef RETRYD_POLICY_H
 #define RETRYD_POLICY_H
 
@@ -9,8 +10,6 @@
 
 #include "retryd/jsonw.h"
 #include "retryd/message.h"
-#include "retryd/problem.h"
-#include "retryd/request.h"
 
 #define RD_POLICY_MAX_IN_FLIGHT_MAX 1000000
 #define RD_POLICY_TTL_SECONDS_MAX (3650LL * 86400)  /* 10 years, as the library checks */
@@ -59,15 +58,6 @@ typedef struct rd_policy_defaults {
 void rd_policy_init(rd_policy_t *p);
 /* Releases what a PUT's parse owns (the rules' JSON, the alert_url). */
 void rd_policy_free(rd_policy_t *p);
-
-/* PUT /queues/{q}/policy: the whole object (absent or null fields take their
- * defaults); one error per bad field, named as in the body ("backoff.jitter",
- * "rate_limit.burst"). Durations are integer seconds or "30d"-style strings.
- * "paused" is ignored (pause and resume change it); any other field is
- * refused. dead_letter_rules errors name the rule ("dead_letter_rules[2].action",
- * 0-based). On RD_REQ_OK the caller calls rd_policy_free. */
-rd_req_result_t rd_request_policy(const char *body, size_t len, rd_policy_t *out,
-                                  rd_field_errors_t *errs);
 
 enum { RD_POLICY_ARGS_MAX = 20 };
 /* The field, value pairs of the set fields, as policy_set takes them: names

@@ -37,8 +37,9 @@ typedef struct rd_promoter_options {
      * long-poll safety net). */
     void (*on_claimable)(rd_store_queue_t queue, void *arg);
     void *on_claimable_arg;
-    /* NULL, or called at the start of every round (the long-poll safety net
-     * while the notification link is down). */
+    /* NULL, or called at the start of every round (what failed to reach
+     * Redis is sent again: registry.h, lost_claims.h; the long-poll safety
+     * net while the notification link is down). */
     void (*on_round)(void *arg);
     void *on_round_arg;
     /* NULL, or told of each queue with alerts this instance should deliver:

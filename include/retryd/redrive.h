@@ -15,7 +15,7 @@
  * from the source. Letters a cut call left redriving are completed first, to
  * the target they were taken for. res->replayed counts the letters moved.
  * mode, ids and needle are borrowed until the callback; go_on as for
- * rd_store_replay_all. Returns -1 (and never calls cb) when nothing could be
+ * rd_replay_all. Returns -1 (and never calls cb) when nothing could be
  * sent. */
 int rd_redrive_run(rd_store_t *st, rd_store_queue_t source, rd_store_queue_t target,
                    const char *mode, const long long *ids, size_t n, const char *needle,

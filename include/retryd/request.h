@@ -13,6 +13,7 @@
 #include "retryd/json.h"
 #include "retryd/limits.h"
 #include "retryd/message.h"
+#include "retryd/policy.h"
 #include "retryd/problem.h"
 
 typedef enum rd_req_result { RD_REQ_OK, RD_REQ_MALFORMED, RD_REQ_INVALID } rd_req_result_t;
@@ -140,5 +141,14 @@ long rd_query_get(const char *query, size_t query_len, const char *name, char *o
                   size_t cap);
 
 void rd_request_free(rd_json_t *doc);
+
+/* PUT /queues/{q}/policy: the whole object (absent or null fields take their
+ * defaults); one error per bad field, named as in the body ("backoff.jitter",
+ * "rate_limit.burst"). Durations are integer seconds or "30d"-style strings.
+ * "paused" is ignored (pause and resume change it); any other field is
+ * refused. dead_letter_rules errors name the rule ("dead_letter_rules[2].action",
+ * 0-based). On RD_REQ_OK the caller calls rd_policy_free. */
+rd_req_result_t rd_request_policy(const char *body, size_t len, rd_policy_t *out,
+                                  rd_field_errors_t *errs);
 
 #endif

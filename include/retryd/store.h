@@ -8,10 +8,14 @@
  *
  * Timer hints and the registry (docs/design.md "Timers and the registry"):
  * the calls that create timer work (a delayed enqueue, a claim, a fail, a
- * succeed, a kill) may answer a hint, which the store forwards to the timer
- * schedule with the `register` function before it runs the callback; an
- * enqueue registers its queue. A `register` that fails is kept and sent again
- * by rd_store_flush_owed until it succeeds. */
+ * succeed, a kill) may answer a hint, which the store hands to its write
+ * hooks before it runs the callback; src/registry.c forwards it to the
+ * timer schedule with `register`. An enqueue (policy_set, pause,
+ * redrive_in) asks the hooks first, so that its queue is registered. A
+ * claim whose answer is lost goes to the lost-claim hook (src/lost_claims.c).
+ *
+ * Each operation is one row of the table in store.c (docs/design.md "How to
+ * add a library function"). */
 #ifndef RETRYD_STORE_H
 #define RETRYD_STORE_H
 
@@ -91,7 +95,7 @@ typedef struct rd_store_released {
     long long released;
 } rd_store_released_t;
 
-/* replay_many; replay_all too, with the total replayed. */
+/* replay_many; rd_replay_all (replay.h) too, with the total replayed. */
 typedef struct rd_store_replayed {
     rd_store_head_t head;
     long long replayed;
@@ -157,12 +161,61 @@ typedef struct rd_store_policy {
     rd_policy_t policy;
 } rd_store_policy_t;
 
-/* rd_store_fcall: the function's reply as it came (NULL unless head.status
- * is RD_STORE_OK), valid only inside the callback. */
-typedef struct rd_store_raw {
+/* One number: register, alerts_ack, redrive_done, redrive_forget. */
+typedef struct rd_store_count {
     rd_store_head_t head;
-    const rd_reply_t *reply;
-} rd_store_raw_t;
+    long long n;
+} rd_store_count_t;
+
+/* A flat array of strings (alerts_touch, CONFIG GET): strings[i].ptr is NULL
+ * for an element that is not a string. */
+typedef struct rd_store_strings {
+    rd_store_head_t head;
+    rd_str_t *strings;
+    size_t count;
+} rd_store_strings_t;
+
+/* alerts_take: one death of the queue's events stream (docs/dead-letters.md
+ * "Delivery protocol"). A field the entry lacks is as the library sent it:
+ * stream_id.ptr NULL for none, numbers 0 when not a number. */
+typedef struct rd_store_alert {
+    rd_str_t stream_id;
+    long long id;
+    rd_str_t error;
+    long long retry_count;
+    long long at_ms;
+} rd_store_alert_t;
+
+typedef struct rd_store_alerts_taken {
+    rd_store_head_t head;
+    long long more;           /* 1: more may be waiting, take again */
+    rd_str_t url;             /* the queue's policy alert_url, len 0 when not set */
+    rd_store_alert_t *alerts;
+    size_t count;
+} rd_store_alerts_taken_t;
+
+/* redrive_take: a letter taken into the redriving state. */
+typedef struct rd_store_letter {
+    long long id;
+    rd_str_t target;          /* the queue it is redriven to */
+    long long max_retries;
+    rd_str_t payload;
+} rd_store_letter_t;
+
+typedef struct rd_store_redrive_taken {
+    rd_store_head_t head;     /* RD_STORE_BAD_CURSOR for a cursor the library refused */
+    bool resumed;             /* the letters a cut redrive left, not a new selection */
+    rd_str_t next;            /* where the next take starts ("" done; ids: how many used) */
+    rd_store_letter_t *letters;
+    size_t count;
+} rd_store_redrive_taken_t;
+
+/* redrive_in: the id each letter has in the target, in order. */
+typedef struct rd_store_ids {
+    rd_store_head_t head;
+    long long *ids;
+    size_t count;
+} rd_store_ids_t;
 
 /* delete and ping answer the head alone. */
 typedef void (*rd_store_status_cb)(const rd_store_head_t *res, void *arg);
@@ -179,7 +232,11 @@ typedef void (*rd_store_page_cb)(const rd_store_page_t *res, void *arg);
 typedef void (*rd_store_taken_cb)(const rd_store_taken_t *res, void *arg);
 typedef void (*rd_store_done_cb)(const rd_store_done_t *res, void *arg);
 typedef void (*rd_store_policy_cb)(const rd_store_policy_t *res, void *arg);
-typedef void (*rd_store_raw_cb)(const rd_store_raw_t *res, void *arg);
+typedef void (*rd_store_count_cb)(const rd_store_count_t *res, void *arg);
+typedef void (*rd_store_strings_cb)(const rd_store_strings_t *res, void *arg);
+typedef void (*rd_store_alerts_taken_cb)(const rd_store_alerts_taken_t *res, void *arg);
+typedef void (*rd_store_redrive_taken_cb)(const rd_store_redrive_taken_t *res, void *arg);
+typedef void (*rd_store_ids_cb)(const rd_store_ids_t *res, void *arg);
 
 typedef struct rd_store_queue {
     const char *name;         /* decoded queue name (bytes) */
@@ -210,10 +267,14 @@ bool rd_store_started(const rd_store_t *st);
 /* Round-trip times of this store's Redis commands. */
 const rd_histogram_t *rd_store_rtt(const rd_store_t *st);
 
-/* Leases and retries the request did not give (SPEC §10 precedence): an
- * enqueue's max_retries 0 means "none given" (the policy's, else 3); a
- * lease_ms below 0 means "none given": -lease_ms is the daemon's default,
- * which the queue's policy overrides. The function decides, in the call. */
+/* Leases and retries the request did not give (docs/flow-control.md
+ * "Precedence"): an enqueue's max_retries 0 means "none given" (the policy's,
+ * else 3); a lease not given is the daemon's default (its ms), which the
+ * queue's policy overrides. The function decides, in the call. */
+typedef struct rd_lease {
+    long long ms;             /* the request's lease, or the daemon's default */
+    bool given;               /* false: the request gave none (the policy's wins) */
+} rd_lease_t;
 
 /* idempotency_key NULL for none. */
 int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, size_t len,
@@ -223,7 +284,7 @@ int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, si
  * (at least one when any is claimable), or when the queue's policy holds
  * them back (pause, max_in_flight, rate_limit: res->retry_ms). worker: NULL,
  * or 1-128 bytes kept with each lease (SPEC §11). */
-int rd_store_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int count,
+int rd_store_claim(rd_store_t *st, rd_store_queue_t q, rd_lease_t lease, int count,
                    const char *worker, rd_store_messages_cb cb, void *arg);
 /* token NULL: accept any current lease. */
 int rd_store_succeed(rd_store_t *st, rd_store_queue_t q, long long id, const char *token,
@@ -233,7 +294,7 @@ int rd_store_fail(rd_store_t *st, rd_store_queue_t q, long long id, const char *
                   const char *error, bool retryable, long long retry_after_ms,
                   rd_store_messages_cb cb, void *arg);
 int rd_store_extend(rd_store_t *st, rd_store_queue_t q, long long id, const char *token,
-                    long long lease_ms, rd_store_messages_cb cb, void *arg);
+                    rd_lease_t lease, rd_store_messages_cb cb, void *arg);
 int rd_store_replay(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_messages_cb cb,
                     void *arg);
 int rd_store_get(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_messages_cb cb, void *arg);
@@ -253,19 +314,20 @@ int rd_store_succeed_many(rd_store_t *st, rd_store_queue_t q, size_t n, const lo
  * state of item i ("succeeded", "pending", "dead") or why nothing was done
  * ("not_found", "invalid_state", "lease_mismatch"); res->messages the claimed
  * ones. The items are read only during the call. */
-int rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, long long lease_ms, int count,
+int rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, rd_lease_t lease, int count,
                           const char *worker, size_t n, const rd_settlement_t *items, rd_store_settled_cb cb, void *arg);
-/* Hands claimed messages back (no failure counted); res->released. */
+/* Releases claimed messages (pending again, no failure counted); res->released. */
 int rd_store_release(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_message_t *msgs,
                      rd_store_released_cb cb, void *arg);
 /* rd_store_release for messages claimed for a client that is gone (a
  * departed long-poll, a claim whose answer could not be delivered), with no
  * one to answer: only each message's id and lease_token are read, and only
  * during the call. A call that gets no answer (the link dropped, or it could
- * not be sent) is kept and sent again by rd_store_flush_owed until Redis
- * answers it (at most 1,024 kept; docs/durability.md); one that Redis answers
- * with an error is logged, and those leases expire instead. */
-void rd_store_hand_back(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_message_t *msgs);
+ * not be sent) is sent again until Redis answers it, by the orphans hook
+ * (rd_store_set_orphans_hook; at most 1,024 kept, docs/durability.md); one
+ * that Redis answers with an error is logged, and those leases expire. */
+void rd_store_release_orphans(rd_store_t *st, rd_store_queue_t q, size_t n,
+                              const rd_message_t *msgs);
 /* 50 letters a call: a replay rewrites the record, moves the id and counts
  * and records the event, about 90 µs per letter (test_ops
  * test_bulk_replay_and_claim_latency holds every call under 10 ms). */
@@ -277,21 +339,50 @@ enum { RD_STORE_REPLAY_IDS_MAX = 50 };
 int rd_store_replay_many(rd_store_t *st, rd_store_queue_t q, const char *mode,
                          const long long *ids, size_t n, int limit, const char *cursor,
                          const char *needle, rd_store_replayed_cb cb, void *arg);
-/* Batch replay to the end: rd_store_replay_many again and again, one bounded
- * call at a time, until the cursor ends; res->replayed is the total. ids,
- * mode and needle are borrowed until the callback. go_on (NULL: always) is
- * asked before each further call: false stops with RD_STORE_UNAVAILABLE (the
- * client has gone). A call that makes no progress stops with RD_STORE_ERROR;
- * any other failure stops with that call's status. */
-int rd_store_replay_all(rd_store_t *st, rd_store_queue_t q, const char *mode,
-                        const long long *ids, size_t n, const char *needle,
-                        bool (*go_on)(void *arg), rd_store_replayed_cb cb, void *arg);
-/* FCALL <library>_fn 1 <base of q> argv...: a function whose reply the
- * caller reads itself (src/redrive.c). At most 600 arguments. */
-int rd_store_fcall(rd_store_t *st, const char *fn, rd_store_queue_t q, size_t argc,
-                   const char *const *argv, const size_t *lens, rd_store_raw_cb cb, void *arg);
-/* Registers q as an enqueue does (now and then, not on every call). */
-void rd_store_register_queue(rd_store_t *st, rd_store_queue_t q);
+
+
+/* ---- alerts (src/alerts.c; lua/05_alerts.lua) ---- */
+
+/* Takes up to count (1..100) deaths of q's events stream for consumer:
+ * entries pending longer than min_idle_ms with another consumer first, then
+ * new ones. alert_url: this instance has --alert-url (without it, a queue
+ * without its own alert_url answers nothing). */
+int rd_store_alerts_take(rd_store_t *st, rd_store_queue_t q, const char *consumer, int count,
+                         long long min_idle_ms, bool alert_url, rd_store_alerts_taken_cb cb,
+                         void *arg);
+/* Acknowledges the stream entries sids[0..n) (1..100); res->n of them. */
+int rd_store_alerts_ack(rd_store_t *st, rd_store_queue_t q, size_t n, const char *const *sids,
+                        rd_store_count_cb cb, void *arg);
+/* Claims sids[0..n) (0..1000) again for consumer and counts failures failed
+ * POSTs; res->strings are the entries the consumer still holds. */
+int rd_store_alerts_touch(rd_store_t *st, rd_store_queue_t q, const char *consumer,
+                          long long failures, size_t n, const char *const *sids,
+                          rd_store_strings_cb cb, void *arg);
+
+/* ---- redrive (src/redrive.c; lua/65_redrive.lua) ---- */
+
+/* Step 1 on the source: the letters a cut redrive left, else the next
+ * selection: mode "ids" (ids[0..n), n <= RD_STORE_REPLAY_IDS_MAX), or "all" /
+ * "error" (needle) from cursor (NULL first) with limit. */
+int rd_store_redrive_take(rd_store_t *st, rd_store_queue_t source, rd_store_queue_t target,
+                          const char *mode, const long long *ids, size_t n, int limit,
+                          const char *cursor, const char *needle,
+                          rd_store_redrive_taken_cb cb, void *arg);
+/* Step 2 on the target: letters[0..n) (one target, n <= RD_STORE_REPLAY_IDS_MAX)
+ * enqueued once per source letter; res->ids their ids in target. */
+int rd_store_redrive_in(rd_store_t *st, rd_store_queue_t target, rd_store_queue_t source,
+                        size_t n, const rd_store_letter_t *letters, rd_store_ids_cb cb,
+                        void *arg);
+/* Step 3 on the source: letter ids[i] became new_ids[i] (n <= RD_STORE_REPLAY_IDS_MAX);
+ * res->n is how many were still redriving. */
+int rd_store_redrive_done(rd_store_t *st, rd_store_queue_t source, size_t n,
+                          const long long *ids, const long long *new_ids, rd_store_count_cb cb,
+                          void *arg);
+/* Step 4 on the target: the idempotency keys of source's ids[0..n) expire a
+ * day later. */
+int rd_store_redrive_forget(rd_store_t *st, rd_store_queue_t target, rd_store_queue_t source,
+                            size_t n, const long long *ids, rd_store_count_cb cb, void *arg);
+
 /* Any state but processing (RD_STORE_INVALID_STATE then). */
 int rd_store_delete(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_status_cb cb,
                     void *arg);
@@ -305,8 +396,8 @@ int rd_store_stats(rd_store_t *st, rd_store_queue_t q, int top, rd_store_stats_c
  * sample is idempotent, nobody asked for a state change. */
 int rd_store_series(rd_store_t *st, rd_store_queue_t q, const char *resolution,
                     rd_store_series_cb cb, void *arg);
-/* Whether ticks sample the time series and writes nudge the timer to tick
- * their queue about once a minute (--series, on by default). */
+/* Whether ticks sample the time series (--series, on by default; the
+ * registry's nudges are rd_registry_new's). */
 void rd_store_set_series(rd_store_t *st, bool on);
 /* The timer's call: reclaim, promote, retention, at most limit of each. */
 int rd_store_tick(rd_store_t *st, rd_store_queue_t q, int limit, long long dead_ttl_ms,
@@ -316,42 +407,6 @@ int rd_store_tick(rd_store_t *st, rd_store_queue_t q, int limit, long long dead_
  * res->total is how many are registered, res->next_cursor empty at the end. */
 int rd_store_queues_page(rd_store_t *st, const char *cursor, size_t cursor_len, int limit,
                          rd_store_page_cb cb, void *arg);
-
-/* ---- every queue (GET /queues, /metrics) ---- */
-
-/* A page of the registry with each queue's numbers. */
-typedef struct rd_store_queues {
-    rd_store_head_t head;     /* the page's read; RD_STORE_UNAVAILABLE also when a queue's
-                                 stats could not be read and Redis is not ready */
-    rd_queue_metrics_t *queues; /* count of them, in name order; ok false for a queue whose
-                                   stats could not be read */
-    size_t count;
-    long long total;          /* how many queues are registered */
-    rd_str_t next_cursor;     /* len 0 at the end */
-    long long age_ms;         /* rd_store_queues_snapshot: how old the numbers are; else 0 */
-} rd_store_queues_t;
-typedef void (*rd_store_queues_cb)(const rd_store_queues_t *res, void *arg);
-enum { RD_STORE_FANOUT_IN_FLIGHT = 16 };
-
-/* rd_store_queues_page, then each of its queues' stats; at most
- * RD_STORE_FANOUT_IN_FLIGHT stats calls are in flight for all fan-outs of st
- * together (each fan-out sends one in turn); the callback runs once the last
- * returned. A queue whose stats show none of its keys is handed to the timer
- * at once (rd_store_schedule with 0), which removes it from the registry
- * (docs/design.md "Leaving the registry"). */
-int rd_store_queues_stats(rd_store_t *st, const char *cursor, size_t cursor_len, int limit,
-                          rd_store_queues_cb cb, void *arg);
-
-/* The first RD_METRICS_MAX_QUEUES queues' numbers (GET /metrics) from one
- * snapshot that st shares among its callers: answered from it while it is at
- * most max_age_ms old (res->age_ms says how old), else after one new
- * fan-out (rd_store_queues_stats) that every caller arriving meanwhile waits
- * for, so concurrent scrapes cause one fan-out, not one each. Returns -1
- * (cb never called) when that fan-out cannot start; else cb runs exactly
- * once, from the loop; res is valid only inside cb. A failed refresh answers
- * its waiters with the failure and keeps the old snapshot. */
-int rd_store_queues_snapshot(rd_store_t *st, long long max_age_ms, rd_store_queues_cb cb,
-                             void *arg);
 
 /* ---- the timer schedule (promoter.c) ---- */
 
@@ -379,16 +434,16 @@ enum { RD_STORE_REPORTS_MAX = 64 };
  * is how many queues left the registry. */
 int rd_store_timer_done(rd_store_t *st, long long token, const rd_timer_report_t *reports,
                         size_t n, rd_store_done_cb cb, void *arg);
-/* Registers q and, with in_ms >= 0, has the timer tick it within in_ms.
- * Fire and forget: a failure is kept for rd_store_flush_owed. */
-void rd_store_schedule(rd_store_t *st, rd_store_queue_t q, long long in_ms);
-/* Sends again every registration and timer hint that failed (the promoter
- * calls it each round); no-op while Redis is not ready. */
-void rd_store_flush_owed(rd_store_t *st);
-/* Reads Redis's persistence and eviction settings (CONFIG GET) and logs a
- * warning for each that could lose messages: no AOF, or an eviction policy
- * other than noeviction. Silent when CONFIG is not allowed. */
-void rd_store_check_durability(rd_store_t *st);
+/* register (the registry's slot): q exists; with in_ms >= 0 the timer
+ * ticks it within in_ms. res->n is 1. Sent by src/registry.c. */
+int rd_store_register(rd_store_t *st, rd_store_queue_t q, long long in_ms, rd_store_count_cb cb,
+                      void *arg);
+/* release_lost: releases what the claims with nonces[0..n) (1..10) leased,
+ * as release does; res->released. Sent by src/lost_claims.c. */
+int rd_store_release_lost(rd_store_t *st, rd_store_queue_t q, size_t n,
+                          const char *const *nonces, rd_store_released_cb cb, void *arg);
+/* CONFIG GET pattern: res->strings are name, value pairs. */
+int rd_store_config_get(rd_store_t *st, const char *pattern, rd_store_strings_cb cb, void *arg);
 /* The queue's policy (SPEC §10). get answers the stored fields (unset ones
  * as rd_policy_init leaves them); set replaces the whole policy with p's set
  * fields (the pause is kept) and answers it; pause pauses or resumes. */
@@ -400,5 +455,42 @@ int rd_store_pause(rd_store_t *st, rd_store_queue_t q, bool paused, rd_store_pol
 
 /* PING: res->status is RD_STORE_OK when Redis answered PONG. */
 int rd_store_ping(rd_store_t *st, rd_store_status_cb cb, void *arg);
+
+/* ---- hooks: what the modules above the store keep of its calls ---- */
+
+/* What a write to a queue answered, for the timer schedule. */
+typedef struct rd_store_written {
+    long long hint_ms;        /* the reply's timer hint: -1 none, else tick within it */
+    bool first;               /* an enqueue that got id 1 */
+    bool changed;             /* the call wrote (a claim that took nothing did not) */
+    bool unknown;             /* the answer was lost (or unreadable): the call may have
+                                 written and its hint is not known; the rest is unset */
+} rd_store_written_t;
+
+/* before (NULL: none) runs before an enqueue, policy_set, pause or
+ * redrive_in of q is sent; written (NULL: none) after each write to a queue
+ * (the hinted rows) has answered OK or unknown, before its callback. Both
+ * from the loop; arg is theirs. src/registry.c installs them. */
+void rd_store_set_write_hooks(rd_store_t *st, void (*before)(void *arg, rd_store_queue_t q),
+                              void (*written)(void *arg, rd_store_queue_t q,
+                                              const rd_store_written_t *w),
+                              void *arg);
+/* A claim's nonce: "<instance>.<seq>", shorter than this. */
+enum { RD_STORE_NONCE_MAX = 40 };
+/* lost (NULL: none) runs when a claim or settle-and-claim with a nonce lost
+ * its answer (the link dropped with it in flight), before its callback:
+ * what it leased may be released with release_lost once the link is
+ * back. src/lost_claims.c installs it. */
+void rd_store_set_lost_claim_hook(rd_store_t *st,
+                                  void (*lost)(void *arg, rd_store_queue_t q, const char *nonce),
+                                  void *arg);
+/* release (NULL: none) takes over rd_store_release_orphans: it releases
+ * the messages with rd_store_release and sends a call that got no answer
+ * again once Redis answers (src/lost_claims.c installs it). Without it a
+ * release that fails is logged and those leases expire instead. */
+void rd_store_set_orphans_hook(rd_store_t *st,
+                               void (*release)(void *arg, rd_store_queue_t q, size_t n,
+                                               const rd_message_t *msgs),
+                               void *arg);
 
 #endif

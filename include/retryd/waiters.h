@@ -24,7 +24,7 @@ rd_waiters_t *rd_waiters_new(uv_loop_t *loop, rd_store_t *store,
 
 /* Parks a claim on queue for at most wait_ms. ex is borrowed to see whether
  * the client is still there; cb gets the result exactly once. */
-void rd_waiters_park(rd_waiters_t *w, rd_store_queue_t queue, long long lease_ms, int count,
+void rd_waiters_park(rd_waiters_t *w, rd_store_queue_t queue, rd_lease_t lease, int count,
                      const char *worker,
                      long long wait_ms, rd_http_exchange_t *ex, rd_store_messages_cb cb, void *arg);
 

@@ -30,9 +30,6 @@ rd_webhook_t *rd_webhook_new(uv_loop_t *loop);
 int rd_webhook_post(rd_webhook_t *w, const char *url, const char *body, size_t len,
                     long timeout_ms, rd_webhook_cb cb, void *arg);
 
-/* Transfers in flight. */
-size_t rd_webhook_in_flight(const rd_webhook_t *w);
-
 /* Aborts every transfer in flight; their callbacks do not run. */
 void rd_webhook_abort(rd_webhook_t *w);
 
