@@ -164,7 +164,7 @@ local function registry_keys(registry)
   local tag = '{' .. registry .. '}'
   if close and close > open + 1 then tag = registry end
   return {
-    set    = registry,            -- SET of queue names (SPEC §2)
+    set    = registry,            -- SET of queue names (docs/design.md "Where the state lives")
     names  = tag .. ':names',     -- ZSET name -> 0: the same names, paged by name
     timers = tag .. ':timers',    -- ZSET name -> when (ms) the timer must tick it
     taken  = tag .. ':taken',     -- HASH name -> token of the timer round ticking it

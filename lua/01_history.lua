@@ -1,4 +1,4 @@
--- The per-attempt history of a message and the worker of its lease (SPEC §11,
+-- The per-attempt history of a message and the worker of its lease (docs/reference.md "History",
 -- docs/dead-letters.md §1). Both live in the record's trailer (docs/storage.md),
 -- so a message that never failed and was claimed without a worker has no
 -- trailer for them: claim and succeed of it write the header bytes they always

@@ -1,4 +1,4 @@
--- Queue policy and flow control (SPEC §10; the design is docs/flow-control.md).
+-- Queue policy and flow control (docs/reference.md "Queue policy and flow control"; the design is docs/flow-control.md).
 -- The policy is the HASH k.policy, read once per call; absent fields have their
 -- defaults, and a queue without the key behaves as if no policy existed. The
 -- functions of the later files call in through the module table `flow`.
@@ -132,7 +132,7 @@ function flow.backoff_ms(k, id, retries)
   return half + math.random(0, delay - half)
 end
 
--- Dead-letter rules (SPEC §11, docs/dead-letters.md §2): the policy field
+-- Dead-letter rules (docs/reference.md "Recovery rules", docs/dead-letters.md §2): the policy field
 -- dead_letter_rules holds the list as a JSON array, canonical (validated by
 -- check_rules). Each rule: error_contains and/or error_prefix (1-255 bytes,
 -- both must hold when both are given), action "retry" (delay_seconds 0-86400,

@@ -1,4 +1,4 @@
--- Alert webhooks (SPEC §11; docs/dead-letters.md "Alert webhooks"). Every
+-- Alert webhooks (docs/reference.md "Alerts"; docs/dead-letters.md "Alert webhooks"). Every
 -- death appends a "dead" entry to the queue's events stream (emit); retryd
 -- instances started with --alert-url read the stream through the consumer
 -- group ALERT_GROUP, one consumer each, with the three functions below, and

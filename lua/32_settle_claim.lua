@@ -9,7 +9,7 @@ local death_hint = alerts.death_hint
 local claim_into = leasing.claim_into
 local succeed_message = settle.succeed_message
 
--- settle_claim: the worker loop in one call (SPEC §9): settle what the worker
+-- settle_claim: the worker loop in one call (docs/reference.md "Settle and claim"): settle what the worker
 -- finished, then lease what it takes next.
 --   KEYS[1]  <prefix>:{q}                       queue key base
 --   ARGV[1]  lease_ms                           integer 1..43200000

@@ -1,4 +1,4 @@
--- Redrive to another queue (SPEC §11, docs/dead-letters.md §4): dead letters
+-- Redrive to another queue (docs/reference.md "Redrive", docs/dead-letters.md §4): dead letters
 -- of a source queue become new pending messages of a target queue, each
 -- exactly once. The two queues may be in different slots (different cluster
 -- masters), so the caller (src/redrive.c, retryctl) sequences calls that each

@@ -53,7 +53,7 @@ local function tsv_field(s)
   return s
 end
 
--- The history as JSON objects (SPEC §11 entries) and the dropped count.
+-- The history as JSON objects (docs/reference.md "History" entries) and the dropped count.
 local function export_history(m)
   local out = {}
   local h = m.history or {}

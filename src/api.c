@@ -1,4 +1,4 @@
-/* api.c - the route table and one handler per route (SPEC §5).
+/* api.c - the route table and one handler per route (README.md "HTTP API").
  *
  * A handler validates its input (request.c), starts its store operation and
  * hands the store's return code to started(): the store's callback answers
@@ -37,7 +37,7 @@ struct rd_call {
     bool notify;                /* a message may have become claimable: wake long-polls */
     bool metrics;               /* the fan-out answers /metrics, not GET /queues */
     bool batch;                 /* claim with count: answer {messages:[...]} */
-    /* claim with settle (SPEC §9): the ids in request order, their outcomes
+    /* claim with settle (docs/reference.md "Settle and claim"): the ids in request order, their outcomes
      * once applied, and the claim to park when nothing was claimable. */
     long long *settle_ids;
     char (*settled)[16];
@@ -487,7 +487,7 @@ static rd_json_t *counts_json(const rd_queue_metrics_t *m)
     return o;
 }
 
-/* The pause shows beside the counts (SPEC §10). */
+/* The pause shows beside the counts (docs/reference.md "Pause, caps and rate limits"). */
 static void set_paused(rd_json_t *o, const rd_queue_metrics_t *m)
 {
     rd_json_set_bool(o, "paused", m->paused == 1);
@@ -524,7 +524,7 @@ static void on_stats(const rd_store_stats_result_t *res, void *arg)
 #undef WHEN_PRESENT
     }
     rd_json_set(doc, "totals", totals);
-    /* The dead-letter rules' counters, by position (SPEC §11). */
+    /* The dead-letter rules' counters, by position (docs/reference.md "Recovery rules"). */
     rd_json_t *rules = rd_json_new_array();
     for (size_t r = 0; r < RD_STATS_RULES_MAX; r++) {
         if (!(m.rules_seen & (1UL << r))) continue;
@@ -924,7 +924,7 @@ static void handle_stats(call_t *c)
     else started(c, rd_store_stats(c->api->store, queue_of(c), c->top, on_stats, c));
 }
 
-/* ---- the queue's policy (SPEC §10, docs/flow-control.md) ---- */
+/* ---- the queue's policy (docs/reference.md "Queue policy and flow control", docs/flow-control.md) ---- */
 
 /* A resume or a new policy may let this instance's waiters lease now (the
  * function also published the wake for every other instance). */

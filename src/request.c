@@ -51,7 +51,7 @@ static bool field_has_nul(const rd_json_t *doc, const rd_json_t *marked, const c
     return a && b && strlen(a) != strlen(b);
 }
 
-/* Every string the API accepts must be valid UTF-8 (SPEC §5 "Text"): JSON
+/* Every string the API accepts must be valid UTF-8 (docs/reference.md "Text"): JSON
  * text is Unicode, and whatever is stored comes back in JSON answers. */
 static bool is_text(const char *s)
 {

@@ -734,7 +734,7 @@ static inline const char *const *e2e_flags(e2e_flags_t *f, const char *redis_fla
 /* What the daemon answers                                                  */
 /* ------------------------------------------------------------------------ */
 
-/* Parses "YYYY-MM-DDTHH:MM:SS.mmmZ" (exactly that shape, SPEC §3) into Unix
+/* Parses "YYYY-MM-DDTHH:MM:SS.mmmZ" (exactly that shape, docs/reference.md "Messages") into Unix
  * milliseconds. Returns 0, or -1 when s has any other shape. */
 static inline int e2e_parse_time(const char *s, long long *ms)
 {
@@ -863,7 +863,7 @@ static inline void e2e_jnull(const rd_json_t *o, const char *name)
     if (!rd_json_is_null(e2e_jget(o, name))) fail_msg("member \"%s\" is not null", name);
 }
 
-/* A timestamp member in the SPEC's shape, as Unix milliseconds. */
+/* A timestamp member in the shape of docs/reference.md "Messages", as Unix milliseconds. */
 static inline long long e2e_jtime(const rd_json_t *o, const char *name)
 {
     long long ms = 0;

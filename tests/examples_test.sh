@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # examples_test.sh - the example workers of examples/ (worker.sh, worker.py,
 # worker.mjs) against a real build/retryd, each the same way:
-#   - a mix of jobs ({"work":"ok"|"slow"|"permanent"}, SPEC §9's settle and
-#     claim with long-poll): ok -> succeeded; permanent -> dead with its
+#   - a mix of jobs ({"work":"ok"|"slow"|"permanent"}, docs/reference.md "Settle and claim"
+#     with long-poll): ok -> succeeded; permanent -> dead with its
 #     error, not retried; slow (longer than its lease) -> succeeded after its
 #     lease was extended (lease_expires_at seen moving, no lease expired, no
 #     second claim);

@@ -396,7 +396,7 @@ test_enqueue_then_show() {
     expect_eq "$(rget HGET "$(base "$q"):m:4" payload)" "--dashes" "a payload after --"
 }
 
-# The history (SPEC §11): show prints one line per record, oldest first,
+# The history (docs/reference.md "History"): show prints one line per record, oldest first,
 # with the worker of each failed lease; export has it (JSONL in full, CSV a
 # count).
 test_show_history() {
@@ -480,7 +480,7 @@ test_export_csv_escapes() {
     cmp -s "$TMP/expected-all.csv" "$TMP/out" || fail "export of every status differs"
 }
 
-# CSV injection (SPEC §6): cells a spreadsheet would run as a
+# CSV injection (docs/reference.md "Operator CLI (retryctl)"): cells a spreadsheet would run as a
 # formula come out behind a single quote, quoted; the bytes are spelled out
 # here rather than computed by csv().
 test_export_csv_formulas_neutralised() {
@@ -1032,7 +1032,7 @@ test_dead_letter_alert() {
     expect_eq "${lines[4]}" "talking to smtp" "...newline included"
 }
 
-# The queue's policy (SPEC §10): shown with its defaults, changed field by
+# The queue's policy (docs/reference.md "Queue policy and flow control"): shown with its defaults, changed field by
 # field in one call, a bad value refused with exit 2 and nothing changed.
 test_policy_show_and_set() {
     local q=policyq b
@@ -1080,7 +1080,7 @@ test_policy_show_and_set() {
     expect_rc 2 "missing queue"
 }
 
-# dead_letter_rules (SPEC §11): set as JSON through --set, shown, refused
+# dead_letter_rules (docs/reference.md "Recovery rules"): set as JSON through --set, shown, refused
 # with the rule's field named, applied by the failing call, counted in stats.
 test_policy_rules() {
     local q=rulesq b id

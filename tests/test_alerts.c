@@ -1,4 +1,4 @@
-/* test_alerts.c - end-to-end tests of the alert webhooks (SPEC §11,
+/* test_alerts.c - end-to-end tests of the alert webhooks (docs/reference.md "Alerts",
  * docs/dead-letters.md "Alert webhooks"): retryd instances started with
  * --alert-url against a receiver in this process that answers 2xx, fails
  * (500) or stalls (reads the request, never answers) on command.

@@ -1,5 +1,5 @@
 /* test_cluster.c - tests of retryd on Redis Cluster (docs/cluster.md,
- * SPEC §2 and §8).
+ * docs/design.md "Where the state lives", docs/reference.md "Scale").
  *
  * Group "cluster-unit" needs no network: known CRC16 slot values and the
  * slot a command routes to (rd_cluster_slot, rd_cluster_command_slot).
@@ -1079,7 +1079,7 @@ typedef struct lp_call {
 } lp_call_t;
 
 
-/* Redrive (SPEC §11) between queues on two different masters: a letter a
+/* Redrive (docs/reference.md "Redrive") between queues on two different masters: a letter a
  * cut redrive left in the source's redriving state is completed first, to
  * its recorded target, then the selected ones; each lands once, with
  * origin, on the target's master, and leaves the source's. */

@@ -1,5 +1,5 @@
 /* test_config.c - unit tests for config.c: defaults, durations, redis:// URLs,
- * flags and RETRYD_* environment variables (SPEC §7). */
+ * flags and RETRYD_* environment variables (docs/reference.md "Daemon"). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -421,7 +421,7 @@ static void test_env_bad_value(void **state)
 
 
 /* A bad --redis URL (or RETRYD_REDIS) is named in the error, but never its
- * password (SPEC §7): the message goes to stderr and into logs. */
+ * password (docs/reference.md "Daemon"): the message goes to stderr and into logs. */
 static void assert_bad_url_masked(const char *const *args, const char *secret,
                                   const char *want_masked)
 {

@@ -1,7 +1,7 @@
 /* test_e2e.c - end-to-end tests: the real build/retryd, forked on a free port
  * against a throwaway redis-server, spoken to over HTTP/1.1 sockets. Each
  * assertion is about what a client sees (status, Content-Type, headers, body
- * fields, SPEC §3-§5, §7), plus what Redis holds where the SPEC names a key.
+ * fields, docs/reference.md "Messages", "Leases", "Daemon", README.md "HTTP API"), plus what Redis holds where docs/design.md "Where the state lives" names a key.
  *
  * Needs RETRYD_TEST_REDIS_PORT and RETRYD_BIN (scripts/test.sh sets both).
  * The group starts one daemon with a prefix of its own ("e2e<pid>"); tests
@@ -294,7 +294,7 @@ static void test_payload_is_returned_byte_for_byte(void **state)
     expect_payload_round_trip(q, big);
     free(big);
 
-    /* U+0000 may be refused, but is never cut short (SPEC §5). */
+    /* U+0000 may be refused, but is never cut short (docs/reference.md "Text"). */
     e2e_response_t r = { 0 };
     http(&r, "POST", messages_path(q), "{\"payload\":\"a\\u0000b\"}");
     if (r.status == 201) assert_non_null(strstr(r.body, "\"payload\":\"a\\u0000b\""));
@@ -698,7 +698,7 @@ static void test_body_over_max_body_is_413(void **state)
     free(body);
     e2e_response_free(&r);
     e2e_conn_close(&g_conn);
-    /* SIGINT stops it as cleanly as SIGTERM (SPEC §7). */
+    /* SIGINT stops it as cleanly as SIGTERM (docs/reference.md "Daemon"). */
     assert_int_equal(e2e_daemon_stop(&g_side, SIGINT, E2E_STOP_TIMEOUT_MS), 0);
 }
 
@@ -1129,7 +1129,7 @@ static long long make_dead(const char *q, const char *payload, const char *error
     return id;
 }
 
-/* POST /queues/{q}/replay with "to" (SPEC §11): ids, error_contains, all;
+/* POST /queues/{q}/replay with "to" (docs/reference.md "Redrive"): ids, error_contains, all;
  * each letter becomes a new pending message of the target with origin, and
  * leaves the source; a bad "to" is a 422 on field to. */
 static void test_redrive_to_another_queue(void **state)
@@ -1826,7 +1826,7 @@ static void test_problem_instance_is_truncated(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Text is UTF-8 (SPEC §5 "Text")                                           */
+/* Text is UTF-8 (docs/reference.md "Text")                                           */
 /* ------------------------------------------------------------------------ */
 
 /* Strictly well-formed UTF-8 (Unicode's table 3-7, byte ranges spelled out
@@ -1940,7 +1940,7 @@ static void test_text_must_be_utf8(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Settle and claim in one call (SPEC §9)                                   */
+/* Settle and claim in one call (docs/reference.md "Settle and claim")                                   */
 /* ------------------------------------------------------------------------ */
 
 /* The settled list of a 200 {settled, messages}: n items, item i with
@@ -2236,7 +2236,7 @@ static void test_settle_claims_sent_together(void **state)
 }
 
 /* A request sent together with others still gets a message when one is
- * claimable (SPEC §4: a batch claim is cut by bytes, "always at least one
+ * claimable (docs/reference.md "Bounded work and replies": a batch claim is cut by bytes, "always at least one
  * message"): five requests of one message each share a call whose claim the
  * library cuts at 4 MiB of payloads, four messages of 1 MB; the fifth, which
  * got none of them, still gets the sixth message, as alone it would. */
@@ -2564,7 +2564,7 @@ static void test_claim_settle_long_poll(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Queue policy and flow control (SPEC §10)                                 */
+/* Queue policy and flow control (docs/reference.md "Queue policy and flow control")                                 */
 /* ------------------------------------------------------------------------ */
 
 static const char *policy_path(const char *q)
@@ -3218,7 +3218,7 @@ static pid_t start_redis(int port)
     return -1;
 }
 
-/* Redis that was not there at start-up is picked up once it is (SPEC §7:
+/* Redis that was not there at start-up is picked up once it is (docs/reference.md "Daemon":
  * reconnect with backoff, 503 meanwhile). */
 static void test_redis_started_later_is_picked_up(void **state)
 {
@@ -3406,7 +3406,7 @@ static void test_shutdown_answers_settle_claims_in_line(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
-/* History and worker (SPEC §11)                                            */
+/* History and worker (docs/reference.md "History")                                            */
 /* ------------------------------------------------------------------------ */
 
 /* Entry i of m's history: a failure with these fields (worker NULL: null). */
@@ -3657,7 +3657,7 @@ static void test_claim_worker_validation(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Time series (SPEC §12, docs/series.md)                                   */
+/* Time series (docs/reference.md "Time series", docs/series.md)                                   */
 /* ------------------------------------------------------------------------ */
 
 static long long redis_time_ms(void)

@@ -1,4 +1,4 @@
-/* test_faults.c - fault injection against the real build/retryd (SPEC §5
+/* test_faults.c - fault injection against the real build/retryd (docs/reference.md "Errors"
  * and §7): HTTP limits and hostile clients (431, 501, 417, Expect,
  * slowloris, the connection cap, idle keep-alive), bearer-token auth and
  * Redis ACL users, a Redis that is paused (SIGSTOP, DEBUG SLEEP), restarted,
@@ -140,7 +140,7 @@ static int start_retryd(e2e_daemon_t *d, const char *log, const char *url, const
     return 0;
 }
 
-/* SIGTERM and a clean exit within 5 s (SPEC §7). */
+/* SIGTERM and a clean exit within 5 s (docs/reference.md "Daemon"). */
 static void stop_retryd(e2e_daemon_t *d)
 {
     int status = e2e_daemon_stop(d, SIGTERM, E2E_STOP_TIMEOUT_MS);
@@ -1230,7 +1230,7 @@ static void test_redis_acl_user(void **state)
     assert_int_equal(x->elements, 0);
     freeReplyObject(x);
 
-    /* redis://:password@ (SPEC §7): the default user. */
+    /* redis://:password@ (docs/reference.md "Daemon"): the default user. */
     assert_int_equal(start_retryd(&g_dmn[2], "acl-default.log", dflt, "acldef", true, NULL), 0);
     http(g_dmn[2].port, &r, "POST", "/queues/acl/messages", "{\"payload\":\"via default\"}");
     assert_int_equal(e2e_jint(e2e_expect_json(&r, 201), "id"), 1);
@@ -1288,7 +1288,7 @@ static int wait_exit(e2e_daemon_t *d, int bound_ms)
 }
 
 /* A bad --redis URL (or RETRYD_REDIS, or --redis-cluster) is refused with
- * exit 2 and named on stderr with its password masked (SPEC §7). */
+ * exit 2 and named on stderr with its password masked (docs/reference.md "Daemon"). */
 static void test_bad_redis_url_password_not_echoed(void **state)
 {
     (void)state;
@@ -1360,7 +1360,7 @@ static const char *fake_library(void)
 }
 
 /* Every reply of an unexpected shape is an error answer (500, or 503), never
- * a crash; the daemon logs what it got and stops cleanly (SPEC §8 "Rolling upgrade"). */
+ * a crash; the daemon logs what it got and stops cleanly (docs/reference.md "Rolling upgrade"). */
 static void test_unexpected_reply_shapes(void **state)
 {
     (void)state;
@@ -3461,7 +3461,7 @@ static void test_redrive_cut_and_repeated_moves_each_letter_once(void **state)
     stop_retryd(&g_dmn[1]);
 }
 
-/* The same for a claim with settle (SPEC §9): the messages it claimed go
+/* The same for a claim with settle (docs/reference.md "Settle and claim"): the messages it claimed go
  * straight back, and its settlements stay applied. */
 static void test_settle_claim_whose_client_resets_is_handed_back(void **state)
 {

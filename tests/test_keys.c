@@ -1,5 +1,5 @@
 /* test_keys.c - unit tests for keys.c: the injective queue-name escape and the
- * key names built from it (SPEC §2). */
+ * key names built from it (docs/design.md "Where the state lives"). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -313,7 +313,7 @@ static void test_registry(void **state)
 
 /* The library the daemon loads names itself RD_LIBRARY_NAME, and registers
  * its functions under RD_FUNCTION(name): versioned functions for rolling
- * upgrades (SPEC §8). */
+ * upgrades (docs/reference.md "Rolling upgrade"). */
 extern const char rd_lua_library[];
 
 static void test_library_name_matches_lua(void **state)

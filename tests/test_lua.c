@@ -1698,7 +1698,7 @@ static void test_list_bad_arguments(void **state)
 
 /* CSV injection (OWASP): a cell that starts with = + - @ TAB or CR would be
  * run as a formula by a spreadsheet; export writes it quoted behind a single
- * quote. Other cells keep RFC 4180 quoting only (SPEC §6). */
+ * quote. Other cells keep RFC 4180 quoting only (docs/reference.md "Operator CLI (retryctl)"). */
 static void test_export_csv_neutralises_formulas(void **state)
 {
     static const struct { const char *payload, *error, *tail; } rows[] = {
@@ -1884,7 +1884,7 @@ static void test_succeed_many(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
-/* settle_claim (SPEC §9)                                                   */
+/* settle_claim (docs/reference.md "Settle and claim")                                                   */
 /* ------------------------------------------------------------------------ */
 
 /* One settlement's six ARGV: id, token, outcome, error, retryable, retry_after_ms. */
@@ -3162,7 +3162,7 @@ static int group_setup(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Versions side by side (rolling upgrade, SPEC §8)                         */
+/* Versions side by side (rolling upgrade, docs/reference.md "Rolling upgrade")                         */
 /* ------------------------------------------------------------------------ */
 
 /* FUNCTION LOAD [REPLACE] code; fails the test unless Redis names the library. */
@@ -4296,7 +4296,7 @@ static void test_no_hint_without_the_flag(void **state)
     assert_int_equal(promise(&q), -1);
 }
 /* ------------------------------------------------------------------------ */
-/* Queue policy and flow control (SPEC §10, docs/flow-control.md)           */
+/* Queue policy and flow control (docs/reference.md "Queue policy and flow control", docs/flow-control.md)           */
 /* ------------------------------------------------------------------------ */
 
 /* policy_set in mode ("replace" | "merge") with field, value pairs; expects "ok". */
@@ -4895,7 +4895,7 @@ static void test_series_ring_wrap_and_spread(void **state)
 }
 
 /* tick samples; a tick that saw activity asks for the next within a minute,
- * the next that saw none asks for nothing (SPEC §8: idle costs nothing);
+ * the next that saw none asks for nothing (docs/reference.md "Cost follows work": idle costs nothing);
  * ARGV[5] "0" samples nothing. */
 static void test_series_tick_samples_then_idle(void **state)
 {
@@ -4933,7 +4933,7 @@ static void test_series_tick_samples_then_idle(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
-/* History of attempts and the claim's worker (SPEC §11)                    */
+/* History of attempts and the claim's worker (docs/reference.md "History")                    */
 /* ------------------------------------------------------------------------ */
 
 /* The message's history as history_text writes it ("" when it has none). */
@@ -5346,7 +5346,7 @@ static void test_redrive_resumes_left_letters(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Dead-letter rules (SPEC §11, docs/dead-letters.md §2)                    */
+/* Dead-letter rules (docs/reference.md "Recovery rules", docs/dead-letters.md §2)                    */
 /* ------------------------------------------------------------------------ */
 
 /* Claims the message (it must be id) and fails it; m is its new state. */

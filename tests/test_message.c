@@ -1,5 +1,5 @@
 /* test_message.c - unit tests for message.c: timestamps, statuses, hash
- * fields and the message's JSON form (SPEC §3). */
+ * fields and the message's JSON form (docs/reference.md "Messages"). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -428,7 +428,7 @@ static void test_json_lengths_honoured(void **state)
     rd_json_free(j);
 }
 
-/* SPEC §3: the payload is returned byte-for-byte. A payload with an embedded
+/* docs/reference.md "Messages": the payload is returned byte-for-byte. A payload with an embedded
  * NUL (possible through FCALL/redis-cli) must come out as "\u0000", not cut. */
 static void test_json_payload_with_nul_not_truncated(void **state)
 {
@@ -447,7 +447,7 @@ static void test_json_payload_with_nul_not_truncated(void **state)
     if (!whole) fail_msg("payload cut at the NUL: %s", shown);
 }
 
-/* Nothing retryd answers is invalid JSON (SPEC §5 "Text"): text stored
+/* Nothing retryd answers is invalid JSON (docs/reference.md "Text"): text stored
  * before the API checked UTF-8, or written through FCALL/redis-cli, comes out
  * with each byte that does not start a valid sequence as U+FFFD; valid text
  * around it (and a NUL) is kept. */

@@ -1,5 +1,5 @@
 /* test_multi.c - end-to-end tests of several retryd instances sharing one
- * Redis (SPEC §8): long-poll wake-ups across instances, waiter order and
+ * Redis (docs/reference.md "Scale"): long-poll wake-ups across instances, waiter order and
  * disconnects, batch claim and batch acknowledgement under concurrency,
  * idempotent enqueue from many clients at once, delayed delivery, idle
  * queues (2000 of them cost Redis nothing per tick; a due retry, an expired
@@ -894,7 +894,7 @@ static void test_delayed_enqueue_wakes_long_poll(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
-/* 11. Idle queues cost nothing; the registry (SPEC §8 "Cost follows work")  */
+/* 11. Idle queues cost nothing; the registry (docs/reference.md "Cost follows work")  */
 /* ------------------------------------------------------------------------ */
 
 enum {
@@ -911,7 +911,7 @@ static void idle_name(char *out, size_t cap, int i)
 }
 
 /* IDLE_QUEUES queues, each with one ready message (nothing scheduled, leased
- * or expiring: idle in SPEC §8's sense), enqueued through A once per group. */
+ * or expiring: idle in the sense of docs/reference.md "Cost follows work"), enqueued through A once per group. */
 static void ensure_idle_queues(void)
 {
     if (g_idle_made) return;
@@ -1500,7 +1500,7 @@ static void test_previous_release_library_beside(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
-/* max_in_flight across instances (SPEC §10)                                */
+/* max_in_flight across instances (docs/reference.md "Pause, caps and rate limits")                                */
 /* ------------------------------------------------------------------------ */
 
 enum { CAP = 4, CAP_WORKERS = 20, CAP_MSGS = 80 };

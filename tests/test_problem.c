@@ -1,5 +1,5 @@
 /* test_problem.c - unit tests for problem.c: the error table and the RFC 9457
- * problem+json bodies (SPEC §5). */
+ * problem+json bodies (docs/reference.md "Errors"). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>

@@ -1,5 +1,5 @@
 /* test_request.c - unit tests for request.c: body and query validation into
- * request structs, queue-name checks and query-string lookup (SPEC §5). */
+ * request structs, queue-name checks and query-string lookup (docs/reference.md "Validation"). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -422,7 +422,7 @@ static void test_enqueue_length_honoured(void **state)
 }
 
 /* ---------------------------------------------------------------------------
- * Text: every accepted JSON string is valid UTF-8 (SPEC §5 "Text")
+ * Text: every accepted JSON string is valid UTF-8 (docs/reference.md "Text")
  * ------------------------------------------------------------------------- */
 
 /* Strings that are not valid UTF-8 once JSON escapes are undone: raw bytes
@@ -1432,7 +1432,7 @@ static void test_query_get_length_honoured(void **state)
 }
 
 /* ---------------------------------------------------------------------------
- * queue policy (SPEC §10)
+ * queue policy (docs/reference.md "Queue policy and flow control")
  * ------------------------------------------------------------------------- */
 
 static void test_policy_valid(void **state)
@@ -1741,7 +1741,7 @@ static void test_given_flags(void **state)
     rd_request_free(s.doc);
 }
 
-/* worker (SPEC §11): 1-128 bytes of UTF-8 without U+0000, body only. */
+/* worker (docs/reference.md "History"): 1-128 bytes of UTF-8 without U+0000, body only. */
 static void test_claim_worker(void **state)
 {
     char body[256];

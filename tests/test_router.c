@@ -1,6 +1,6 @@
 /* test_router.c - unit tests for router.c over the API's route table
  * (rd_api_routes): every route, path parameters, 404/405 outcomes, prefix
- * rows and percent-decoding (SPEC §5). Pure: nothing of the table's handlers
+ * rows and percent-decoding (docs/reference.md "Queue names and ids"). Pure: nothing of the table's handlers
  * runs. */
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,4 +1,4 @@
-/* alerts.h - the alert sender (SPEC §11; docs/dead-letters.md "Alert
+/* alerts.h - the alert sender (docs/reference.md "Alerts"; docs/dead-letters.md "Alert
  * webhooks"): POSTs one JSON event per death to the alert URL, reading each
  * queue's events stream through the consumer group `retryd-alerts` with the
  * library's alerts_take, alerts_ack and alerts_touch. At least once across

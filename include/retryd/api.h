@@ -26,7 +26,7 @@ typedef struct rd_api {
                                  * every answer (start RD_BUF_INIT, rd_buf_free it) */
 } rd_api_t;
 
-/* Every route of the API (SPEC §5): {method, pattern, handler, flags}. */
+/* Every route of the API (README.md "HTTP API"): {method, pattern, handler, flags}. */
 extern const rd_route_t rd_api_routes[];
 extern const size_t rd_api_route_count;
 

@@ -1,4 +1,4 @@
-/* limits.h - the API's bounds (SPEC §5), each spelled once: request.c checks
+/* limits.h - the API's bounds (docs/reference.md "Validation"), each spelled once: request.c checks
  * them and names them in its error messages (RD_LIMIT_STR), config.c bounds
  * its flags with them, and store.c sizes its calls by them. The library's own
  * batch bounds (MAX_BATCH, REPLY_BYTES) are in lua/00_common.lua.
@@ -22,7 +22,7 @@
 #define RD_QUEUE_NAME_MAX 255             /* bytes */
 #define RD_IDEMPOTENCY_KEY_MAX 255        /* bytes */
 #define RD_LEASE_TOKEN_MAX 128            /* bytes */
-#define RD_WORKER_MAX 128                 /* bytes of a claim's worker (SPEC §11) */
+#define RD_WORKER_MAX 128                 /* bytes of a claim's worker (docs/reference.md "History") */
 #define RD_ACK_BATCH_MAX 100              /* items of POST /queues/{q}/succeed */
 #define RD_SETTLE_BATCH_MAX 100           /* settlements of a claim with settle */
 #define RD_REPLAY_IDS_MAX 1000            /* ids of one batch replay request */

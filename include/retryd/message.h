@@ -55,7 +55,7 @@ typedef struct rd_message {
 
 #define RD_HISTORY_FIELDS 6
 
-/* One settlement a worker reports (SPEC §9, settle on claim): what succeed
+/* One settlement a worker reports (docs/reference.md "Settle and claim", settle on claim): what succeed
  * or fail would be told about one message. Strings are borrowed. */
 typedef struct rd_settlement {
     long long id;
@@ -83,7 +83,7 @@ void rd_message_set_field(rd_message_t *m, const char *name, size_t name_len,
 /* RFC 3339 UTC with milliseconds: "2026-11-30T07:01:39.123Z" (out >= 32 bytes). */
 void rd_format_time_ms(long long epoch_ms, char *out);
 
-/* Writes the message's JSON object (SPEC §3) as the next value of w;
+/* Writes the message's JSON object (docs/reference.md "Messages") as the next value of w;
  * lease_token only when with_token. */
 void rd_message_write_json(rd_jsonw_t *w, const rd_message_t *m, const char *queue,
                            size_t queue_len, bool with_token);

@@ -45,10 +45,10 @@ typedef struct rd_queue_metrics {
     RD_STATS_COUNTERS(RD_METRICS_COUNTER_FIELD)       /* lifetime counters */
 #undef RD_METRICS_COUNTER_FIELD
     long long ready, scheduled, processing, succeeded_now, dead_now, dead_last_24h;
-    long long paused;           /* 1 while the queue is paused (SPEC §10) */
+    long long paused;           /* 1 while the queue is paused (docs/reference.md "Pause, caps and rate limits") */
     long long delay_buckets[RD_DELAY_BUCKETS + 1];  /* per bucket; last: +Inf */
     long long delay_sum_ms;
-    /* The dead-letter rules' counters by position (SPEC §11): bit i of
+    /* The dead-letter rules' counters by position (docs/reference.md "Recovery rules"): bit i of
      * rules_seen says the stats hash has rule i's (rule_<i>_retried, _dead). */
     long long rule_retried[RD_STATS_RULES_MAX], rule_dead[RD_STATS_RULES_MAX];
     unsigned long rules_seen;

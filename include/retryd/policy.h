@@ -27,7 +27,7 @@ typedef struct rd_policy {
     double per_second;          /* 0: no rate limit */
     long long burst;
     bool paused;
-    /* dead_letter_rules (SPEC §11, docs/dead-letters.md §2): the list as the
+    /* dead_letter_rules (docs/reference.md "Recovery rules", docs/dead-letters.md §2): the list as the
      * canonical JSON array policy_set stores, NULL when there are none. From
      * a PUT it is owned (rules_owned, rd_policy_free); from policy_get it
      * points into the reply. */

@@ -1,5 +1,4 @@
-/* redrive.h - dead letters of one queue into another (SPEC §11, "Redrive
- * elsewhere"; the protocol is docs/dead-letters.md §4). */
+/* redrive.h - dead letters of one queue into another (docs/reference.md "Redrive"; the protocol is docs/dead-letters.md §4). */
 #ifndef RETRYD_REDRIVE_H
 #define RETRYD_REDRIVE_H
 

@@ -1,5 +1,5 @@
 /* request.h - request bodies and query strings: parsing and validation into
- * plain structs, with every bad field reported (SPEC §5). Pure: no I/O.
+ * plain structs, with every bad field reported (docs/reference.md "Validation"). Pure: no I/O.
  *
  * A parse function returns RD_REQ_OK; RD_REQ_MALFORMED when the body is not a
  * JSON object (a 400); RD_REQ_INVALID with errs filled (a 422). Strings in the
@@ -23,7 +23,7 @@ typedef struct rd_enqueue_req {
     const char *payload;
     size_t payload_len;
     int max_retries;
-    bool max_retries_given;   /* false: the queue's policy decides (SPEC §10) */
+    bool max_retries_given;   /* false: the queue's policy decides (docs/reference.md "Queue policy and flow control") */
     long long delay_ms;
     const char *idempotency_key;  /* NULL when absent; 1-255 bytes */
 } rd_enqueue_req_t;
@@ -86,7 +86,7 @@ typedef struct rd_queues_req {
 rd_req_result_t rd_request_enqueue(const char *body, size_t len, rd_enqueue_req_t *out,
                                    rd_field_errors_t *errs);
 /* Fields may come in the body or the query string (the body wins). settle
- * (SPEC §9) comes only in the body: a list of 1-100 {id, lease_token?,
+ * (docs/reference.md "Settle and claim") comes only in the body: a list of 1-100 {id, lease_token?,
  * outcome: "succeeded"|"failed", error? (required for failed), retryable?,
  * retry_after_seconds?}, each checked as the succeed and fail routes check
  * theirs; errors name the item, e.g. field "settle[2].error". */

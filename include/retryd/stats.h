@@ -31,7 +31,7 @@
     X(alerts_delivered) X(alerts_failed) X(alerts_claimed) X(alerts_dropped) \
     X(redriven) X(redriven_in)
 
-/* The dead-letter rules' counters of the hash (SPEC §11): rule_<i>_retried
+/* The dead-letter rules' counters of the hash (docs/reference.md "Recovery rules"): rule_<i>_retried
  * (the rule scheduled the message again) and rule_<i>_dead (it went dead by
  * the rule: a "dead" rule, or a "retry" rule past its max_times), i the
  * rule's 0-based position, below RD_STATS_RULES_MAX. */

@@ -283,7 +283,7 @@ int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, si
 /* Up to count messages; fewer when they would pass the library's REPLY_BYTES
  * (at least one when any is claimable), or when the queue's policy holds
  * them back (pause, max_in_flight, rate_limit: res->retry_ms). worker: NULL,
- * or 1-128 bytes kept with each lease (SPEC §11). */
+ * or 1-128 bytes kept with each lease (docs/reference.md "History"). */
 int rd_store_claim(rd_store_t *st, rd_store_queue_t q, rd_lease_t lease, int count,
                    const char *worker, rd_store_messages_cb cb, void *arg);
 /* token NULL: accept any current lease. */
@@ -308,7 +308,7 @@ int rd_store_list(rd_store_t *st, rd_store_queue_t q, const char *status, int li
  * res->outcomes[i] is "succeeded", "not_found", "invalid_state" or "lease_mismatch". */
 int rd_store_succeed_many(rd_store_t *st, rd_store_queue_t q, size_t n, const long long *ids,
                           const char *const *tokens, rd_store_outcomes_cb cb, void *arg);
-/* Settle and claim in one call (SPEC §9): applies items[0..n) (n 0..100) as
+/* Settle and claim in one call (docs/reference.md "Settle and claim"): applies items[0..n) (n 0..100) as
  * succeed and fail would, in order, then claims up to count (0..100) as
  * rd_store_claim does. res->outcomes[i] (res->settled of them) is the new
  * state of item i ("succeeded", "pending", "dead") or why nothing was done
@@ -444,7 +444,7 @@ int rd_store_release_lost(rd_store_t *st, rd_store_queue_t q, size_t n,
                           const char *const *nonces, rd_store_released_cb cb, void *arg);
 /* CONFIG GET pattern: res->strings are name, value pairs. */
 int rd_store_config_get(rd_store_t *st, const char *pattern, rd_store_strings_cb cb, void *arg);
-/* The queue's policy (SPEC §10). get answers the stored fields (unset ones
+/* The queue's policy (docs/reference.md "Queue policy and flow control"). get answers the stored fields (unset ones
  * as rd_policy_init leaves them); set replaces the whole policy with p's set
  * fields (the pause is kept) and answers it; pause pauses or resumes. */
 int rd_store_policy_get(rd_store_t *st, rd_store_queue_t q, rd_store_policy_cb cb, void *arg);

@@ -601,7 +601,7 @@ test('message_detail_pretty_json_local_time', async () => {
   await page.close();
 });
 
-// SPEC §11: the message page draws the history as a timeline, oldest first:
+// docs/reference.md "History": the message page draws the history as a timeline, oldest first:
 // each failure with its attempt, worker and error, and the replay marks.
 test('message_timeline_shows_failures_in_order', async () => {
   const q = 'timeline';
