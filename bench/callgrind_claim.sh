@@ -17,7 +17,8 @@
 # .. claim_step7) or of bench/lua_costs.lua (cost_nothing, cost_ten_calls,
 # ...: the price of pieces of Lua). COUNT (claim and settle_claim): messages per call; the
 # figure is then per call of COUNT messages (settle_claim settles the COUNT
-# claimed by the call before).
+# claimed by the call before). NONCE=1 (claim): each call carries a nonce, as
+# the daemon's do, so it writes its lost-claim record (docs/durability.md).
 set -euo pipefail
 LUA_LIB=$1 FN=$2 N=${3:-10000} COUNT=${4:-1}
 source "$(dirname "$0")/../scripts/lib.sh"
@@ -42,7 +43,12 @@ redis-benchmark -p "$P" -n $(((N + N / 5) * COUNT)) -P 16 -c 4 -q \
     redis-cli -p "$P" FCALL retryd_v4_claim 1 'retryd:{b}' 30000 "$COUNT" 1 >/dev/null
 callgrind_control -z "$vg" >/dev/null 2>&1
 if [ "$FN" = claim ]; then
-    redis-benchmark -p "$P" -n "$N" -P 16 -c 4 -q FCALL retryd_v4_claim 1 'retryd:{b}' 30000 "$COUNT" 1 >/dev/null
+    if [ "${NONCE:-0}" = 1 ]; then  # as the daemon calls it: no worker, a nonce per call
+        redis-benchmark -p "$P" -n "$N" -P 16 -c 4 -q -r 1000000000 \
+            FCALL retryd_v4_claim 1 'retryd:{b}' 30000 "$COUNT" 1 '' "n.__rand_int__" >/dev/null
+    else
+        redis-benchmark -p "$P" -n "$N" -P 16 -c 4 -q FCALL retryd_v4_claim 1 'retryd:{b}' 30000 "$COUNT" 1 >/dev/null
+    fi
 elif [ "$FN" = enqueue ]; then
     redis-benchmark -p "$P" -n "$N" -P 16 -c 4 -q \
         FCALL retryd_v4_enqueue 1 'retryd:{b}' "$payload" 3 0 '' 1 default >/dev/null

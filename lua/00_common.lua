@@ -72,7 +72,7 @@ local function register(name, callback, flags, shape)
     -- "<prefix>:queues".
     if #keys ~= nkeys
        or (shape == 'registry' and string.sub(base, -7) ~= ':queues')
-       or (shape ~= 'registry' and not string.find(base, ':{[^{}]*}$'))
+       or (shape ~= 'registry' and not string.find(base, '^.*:{[^{}]*}$'))
        or (nkeys == 2 and (args[1] == nil or keys[2] ~= base .. ':m:' .. args[1])) then
       return redis.error_reply(refusal)
     end
@@ -415,7 +415,10 @@ function budget.escape_extra(s, cap)
 end
 
 function budget.new()
-  return { bytes = 0, taken = 0, unmeasured = {}, unmeasured_bytes = 0 }
+  -- unmeasured (the strings taken without measuring) is made at the second
+  -- message: most replies carry one, and a table is a few thousand
+  -- instructions of a claim's budget.
+  return { bytes = 0, taken = 0, unmeasured_bytes = 0 }
 end
 
 -- Counts m into b and answers true when it fits (the first message always
@@ -423,14 +426,23 @@ end
 -- REPLY_BYTES (the reply ends there).
 function budget.take(b, m)
   local text = m.trailer or m.last_error or ''
-  local size = #m.payload + #text + budget.MESSAGE_OVERHEAD_BYTES +
-               budget.HISTORY_ENTRY_BYTES * #(m.history or {})
-  local first = b.taken == 0
-  if not first and b.bytes + size > REPLY_BYTES then return false end
+  local history = m.history
   local text_bytes = #m.payload + #text
+  local size = text_bytes + budget.MESSAGE_OVERHEAD_BYTES +
+               (history and budget.HISTORY_ENTRY_BYTES * #history or 0)
+  if b.taken == 0 then
+    b.first_payload, b.first_text = m.payload, text
+    b.unmeasured_bytes, b.bytes, b.taken = text_bytes, size, 1
+    return true
+  end
+  if b.bytes + size > REPLY_BYTES then return false end
   local u = b.unmeasured
+  if u == nil then
+    u = { b.first_payload, b.first_text }
+    b.unmeasured = u
+  end
   u[#u + 1], u[#u + 2] = m.payload, text
-  if first or b.bytes + size + 5 * (b.unmeasured_bytes + text_bytes) <= REPLY_BYTES then
+  if b.bytes + size + 5 * (b.unmeasured_bytes + text_bytes) <= REPLY_BYTES then
     b.unmeasured_bytes = b.unmeasured_bytes + text_bytes
     b.bytes, b.taken = b.bytes + size, b.taken + 1
     return true

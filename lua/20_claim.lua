@@ -44,7 +44,8 @@ local function claim_into(k, base, now, lease_ms, count, out, worker, nonce)
   local serial
   local deadline_arg = int_arg(deadline)
   local skipped = 0
-  local reply, full = budget.new(), false
+  -- A claim of one takes one message, which always fits the budget.
+  local reply, full = count > 1 and budget.new() or nil, false
   -- The new generation's due then ready list, then, only when they did not
   -- fill the count, retryd_v2's: each id taken from those is lifted
   -- (set_lease rewrites its HASH as a record, and it joins the new
@@ -70,7 +71,7 @@ local function claim_into(k, base, now, lease_ms, count, out, worker, nonce)
         local mkey = message_key(base, id)
         local m
         if gen == 2 then m = load_legacy(mkey) else m = load_message(mkey) end
-        if m and not budget.take(reply, m) then
+        if m and reply and not budget.take(reply, m) then
           -- This one and the rest go back to the claim end in their order.
           local back = {}
           for j = #ids, i, -1 do back[#back + 1] = ids[j] end
