@@ -6,7 +6,8 @@
  * faults a real Redis never gives on cue.
  *
  * Waiting is always on a condition with a bounded deadline: ut_run_until
- * turns the loop until cond holds or timeout_ms passed, and never sleeps. */
+ * turns the loop until cond holds or timeout_ms passed, and never sleeps.
+ * cond is evaluated once per turn (it may itself make a call and wait). */
 #ifndef RETRYD_UNIT_SUPPORT_H
 #define RETRYD_UNIT_SUPPORT_H
 
@@ -46,10 +47,12 @@ static inline void ut_wake_closed(uv_handle_t *h)
         uv_timer_init((loop), &ut_wake_);                                           \
         uv_timer_start(&ut_wake_, ut_on_wake, 5, 5);                                \
         long long ut_deadline_ = e2e_mono_ms() + (timeout_ms);                      \
-        while (!(cond) && e2e_mono_ms() < ut_deadline_) uv_run((loop), UV_RUN_ONCE); \
+        bool ut_held_;                                                              \
+        while (!(ut_held_ = (cond)) && e2e_mono_ms() < ut_deadline_)                \
+            uv_run((loop), UV_RUN_ONCE);                                            \
         uv_close((uv_handle_t *)&ut_wake_, ut_wake_closed);                         \
         uv_run((loop), UV_RUN_NOWAIT);                                              \
-        (bool)(cond);                                                               \
+        ut_held_;                                                                   \
     })
 
 /* Turns the loop for ms (a measurement window, not a wait for a condition). */
