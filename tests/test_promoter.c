@@ -99,8 +99,11 @@ static void fixture_close(fixture_t *f)
 {
     rd_promoter_stop(f->promoter, on_stopped, f);
     assert_true(ut_run_until(&f->loop, f->stopped, 5000));
-    ut_store_close(&f->s, &f->loop);
+    /* As server.c does: the link first, then what sits above the store. */
+    rd_backend_close(f->s.backend, true, ut_on_backend_closed, &f->s);
+    assert_true(ut_run_until(&f->loop, f->s.closed, 5000));
     rd_registry_free(f->registry);
+    rd_store_free(f->s.store);
     ut_loop_close(&f->loop);
     free(f);
 }

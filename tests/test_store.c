@@ -239,6 +239,15 @@ static void test_wrong_reply_shape_is_an_error(void **state)
         "*-1\r\n",                                  /* a nil array */
         "*2\r\n*1\r\n:1\r\n*1\r\n*0\r\n",           /* nested arrays */
         "*3\r\n$2\r\nok\r\n:1\r\n*2\r\n:5\r\n$1\r\nx\r\n",
+        /* Near misses: "ok" with a message of the wrong inside. A leased
+         * message whose history is not an array; a message with two
+         * histories; outcomes that are not strings; an unknown code. */
+        "*3\r\n$2\r\nok\r\n*10\r\n:1\r\n$1\r\np\r\n:0\r\n:3\r\n:1\r\n:1\r\n:1\r\n"
+        "$1\r\nt\r\n$7\r\nhistory\r\n:5\r\n:-1\r\n",
+        "*2\r\n$2\r\nok\r\n*6\r\n$2\r\nid\r\n:1\r\n$7\r\nhistory\r\n*1\r\n$1\r\na\r\n"
+        "$7\r\nhistory\r\n*0\r\n",
+        "*3\r\n$2\r\nok\r\n*2\r\n$9\r\nsucceeded\r\n:5\r\n:0\r\n",
+        "*2\r\n$7\r\nunknown\r\n$1\r\nx\r\n",
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         fake_answer(shapes[i]);
