@@ -45,7 +45,7 @@ typedef struct fixture {
     char url[64];
 } fixture_t;
 
-static fixture_t *fixture_open(void)
+static fixture_t *fixture_open_with(long long timeout_ms)
 {
     fixture_t *f = calloc(1, sizeof *f);
     assert_int_equal(uv_loop_init(&f->loop), 0);
@@ -53,10 +53,15 @@ static fixture_t *fixture_open(void)
     f->q = ut_queue(f->qbuf, sizeof f->qbuf, "alert");
     snprintf(f->url, sizeof f->url, "http://127.0.0.1:%d/hook", g_recv.port);
     assert_true(ut_run_until(&f->loop, rd_store_ready(f->s.store), 10000));
-    rd_alerts_options_t ao = { .url = f->url, .claim_ms = 30000, .timeout_ms = 2000 };
+    rd_alerts_options_t ao = { .url = f->url, .claim_ms = 30000, .timeout_ms = timeout_ms };
     f->alerts = rd_alerts_start(&f->loop, f->s.store, &ao);
     assert_non_null(f->alerts);
     return f;
+}
+
+static fixture_t *fixture_open(void)
+{
+    return fixture_open_with(2000);
 }
 
 static void on_stopped(void *arg)
@@ -163,6 +168,30 @@ static void test_failed_post_is_retried(void **state)
     fixture_close(f);
 }
 
+/* A receiver that never answers: the POST times out (--alert-timeout-ms),
+ * counts as a failure, and the event is sent again; the engine's calls go
+ * on meanwhile. */
+static void test_stalled_receiver_times_out_and_is_retried(void **state)
+{
+    (void)state;
+    recv_reset(RECV_STALL);
+    fixture_t *f = fixture_open_with(400);
+    long long id = kill_one(f, "stall");
+    rd_alerts_wake(f->alerts, f->q);
+    assert_true(ut_run_until(&f->loop, atomic_load(&g_recv.stalled) >= 1, 10000));
+    long long stalled_at = e2e_mono_ms();
+    assert_true(ut_run_until(&f->loop, metric(f, "retryd_alert_failures_total") >= 1, 5000));
+    assert_true(e2e_mono_ms() - stalled_at >= 300);
+    got_t get = { 0 };
+    assert_int_equal(rd_store_get(f->s.store, f->q, id, on_messages, &get), 0);
+    assert_true(ut_run_until(&f->loop, get.calls == 1, 2000));
+    assert_int_equal(get.mstatus, RD_STATUS_DEAD);
+    atomic_store(&g_recv.mode, RECV_OK);
+    assert_true(ut_run_until(&f->loop, recv_count(f->qbuf, id) == 1, 15000));
+    assert_true(ut_run_until(&f->loop, metric(f, "retryd_alert_held") == 0, 5000));
+    fixture_close(f);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -182,6 +211,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_death_delivered_once),
         cmocka_unit_test(test_failed_post_is_retried),
+        cmocka_unit_test(test_stalled_receiver_times_out_and_is_retried),
     };
     if (ut_test_redis_port() == 0) {
         fprintf(stderr, "test_alerts_unit: RETRYD_TEST_REDIS_PORT is not set (run it through scripts/test.sh)\n");

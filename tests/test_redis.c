@@ -194,6 +194,34 @@ static void test_missing_library_is_loaded_again(void **state)
     link_close(&l);
 }
 
+/* Redis keeps answering "Function not found" (the reload did not take):
+ * the FCALL is resent once, then its error is the answer; never a loop. */
+static void test_missing_function_resent_only_once(void **state)
+{
+    (void)state;
+    fake_start(FAKE_ANSWER, "-ERR Function not found\r\n");
+    link_t l;
+    link_open(&l, g_fake.port, 2000, rd_lua_library);
+    assert_true(ut_run_until(&l.loop, rd_redis_ready(l.r), 5000));
+    got_t call;
+    assert_int_equal(SEND(l.r, &call, "FCALL", "retryd_v4_get", "0"), 0);
+    assert_true(ut_run_until(&l.loop, call.done, 5000));
+    assert_int_equal(call.status, RD_REDIS_OK);
+    assert_int_equal(call.type, RD_REPLY_ERROR);
+    assert_string_equal(call.str, "ERR Function not found");
+    ut_run_for(&l.loop, 100);
+    assert_int_equal(call.calls, 1);
+    assert_int_equal(atomic_load(&g_fake.commands), 2);   /* sent, resent once */
+    /* A plain command is never resent. */
+    got_t get;
+    assert_int_equal(SEND(l.r, &get, "GET", "k"), 0);
+    assert_true(ut_run_until(&l.loop, get.done, 5000));
+    ut_run_for(&l.loop, 100);
+    assert_int_equal(atomic_load(&g_fake.commands), 3);
+    link_close(&l);
+    fake_stop();
+}
+
 /* A command Redis does not answer within timeout_ms (SIGSTOP): the link is
  * dropped and it completes LOST; once Redis runs again the link is READY
  * again and commands are answered. */
@@ -317,6 +345,7 @@ int main(void)
         cmocka_unit_test(test_connect_command_and_reply_types),
         cmocka_unit_test(test_command_while_not_ready_fails_at_once),
         cmocka_unit_test(test_missing_library_is_loaded_again),
+        cmocka_unit_test(test_missing_function_resent_only_once),
         cmocka_unit_test(test_timeout_answers_lost_then_ready_again),
         cmocka_unit_test(test_restart_drops_then_reconnects_with_library),
         cmocka_unit_test(test_reconnect_backoff_doubles_and_resets),

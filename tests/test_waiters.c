@@ -239,6 +239,41 @@ static void test_departed_client_hands_messages_back(void **state)
     fixture_close(f);
 }
 
+/* Redis stops answering while a claim waits: the claim in flight is lost
+ * with the link, and the waiter hears so (not "nothing due"). */
+static void test_redis_gone_while_parked(void **state)
+{
+    (void)state;
+    fake_start(FAKE_ANSWER, "*2\r\n$2\r\nok\r\n:-1\r\n");   /* a claim that found nothing */
+    fixture_t *f = calloc(1, sizeof *f);
+    assert_int_equal(uv_loop_init(&f->loop), 0);
+    ut_store_open(&f->s, &f->loop, g_fake.port, 300, "unit");
+    f->q = ut_queue(f->qbuf, sizeof f->qbuf, "gone");
+    f->ex.alive = true;
+    /* The store talks to the fake, the notification link to the real one. */
+    rd_redis_options_t link = { .host = "127.0.0.1", .port = ut_test_redis_port(),
+                                .timeout_ms = 1000 };
+    f->w = rd_waiters_new(&f->loop, f->s.store, &link, "unit");
+    assert_true(ut_run_until(&f->loop, rd_store_ready(f->s.store), 5000));
+    got_t g = { 0 };
+    uint64_t before = answered(f);
+    rd_waiters_park(f->w, f->q, LEASE, 1, NULL, 2000, EX(&f->ex), on_messages, &g);
+    /* Subscribed, it claimed once: nothing. */
+    assert_true(ut_run_until(&f->loop, answered(f) > before, 5000));
+    assert_int_equal(g.calls, 0);
+    assert_int_equal(atomic_load(&g_fake.commands), 1);
+    /* The next claim (a notify) gets no answer: lost after the deadline. */
+    atomic_store(&g_fake.mode, FAKE_SILENT);
+    rd_waiters_notify(f->w, f->q);
+    long long sent = e2e_mono_ms();
+    assert_true(ut_run_until(&f->loop, g.calls == 1, 5000));
+    assert_int_equal(g.status, RD_STORE_LOST);
+    assert_true(g.at_ms - sent < 1500);   /* the link's deadline, before the wait's */
+    assert_int_equal(rd_waiters_count(f->w), 0);
+    fixture_close(f);
+    fake_stop();
+}
+
 int main(void)
 {
     rd_log_set_level(RD_LOG_ERROR + 1);
@@ -248,6 +283,7 @@ int main(void)
         cmocka_unit_test(test_wait_runs_out),
         cmocka_unit_test(test_first_come_first_served_and_stop),
         cmocka_unit_test(test_departed_client_hands_messages_back),
+        cmocka_unit_test(test_redis_gone_while_parked),
     };
     if (ut_test_redis_port() == 0) {
         fprintf(stderr, "test_waiters: RETRYD_TEST_REDIS_PORT is not set (run it through scripts/test.sh)\n");
