@@ -36,6 +36,8 @@ LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o) $(BUILD)/lua_library.o $(BUILD)/ui_assets.o
 UNIT_TESTS := test_keys test_router test_request test_message test_jsonw test_config test_problem test_metrics \
               test_coalesce
 INTEG_TESTS := test_http test_lua test_e2e test_ops test_multi test_faults test_cluster test_alerts
+# The in-process suites: real modules on a real loop (tests/unit_support.h).
+INTEG_TESTS += test_redis test_store test_waiters test_promoter test_alerts_unit
 SHELL_UNIT := fuzz_smoke.sh deps_test.sh
 # openapi_check.sh validates the responses the suites before it received: keep it last.
 SHELL_INTEG := retryctl_test.sh ui_test.sh bench_smoke.sh examples_test.sh openapi_check.sh
@@ -97,6 +99,8 @@ $(BUILD)/tests/%: tests/%.c $(LIB_OBJ)
 
 # test_coalesce stands in for the store's settle_claim (tests/test_coalesce.c).
 $(BUILD)/tests/test_coalesce: LDFLAGS += -Wl,--wrap=rd_store_settle_claim
+# test_waiters stands in for the HTTP exchange a parked claim watches.
+$(BUILD)/tests/test_waiters: LDFLAGS += -Wl,--wrap=rd_http_exchange_client_alive
 
 run: all
 	scripts/run.sh $(BUILD)/retryd

@@ -1,0 +1,359 @@
+/* test_store.c - src/store.c in process: the store on a real backend link
+ * and loop. Against the redis-server of scripts/test.sh, operations end to
+ * end (enqueue, claim, settle_claim, get); against a fake RESP server
+ * (unit_support.h), the parsers' refusal of replies of the wrong shape
+ * (RD_STORE_ERROR, never a crash), an error reply, and a link that drops
+ * or goes silent mid-call: a write is LOST (outcome unknown, and the write
+ * hook hears so), a read UNAVAILABLE (README "Errors"; docs/durability.md). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "unit_support.h"
+
+/* ------------------------------------------------------------------------ */
+/* What a callback saw (copied: results live only inside the callback)     */
+/* ------------------------------------------------------------------------ */
+
+typedef struct got {
+    int calls;
+    rd_store_status_t status;
+    char detail[256];
+    char state[32];
+    size_t count;
+    long long id;
+    rd_status_t mstatus;
+    char payload[64];
+    char token[64];
+    int retry_count;
+    size_t settled;
+    char outcome[32];
+} got_t;
+
+static void copy_str(char *dst, size_t cap, rd_str_t s)
+{
+    snprintf(dst, cap, "%.*s", s.ptr ? (int)s.len : 0, s.ptr ? s.ptr : "");
+}
+
+static void copy_head(got_t *g, const rd_store_head_t *h)
+{
+    g->calls++;
+    g->status = h->status;
+    copy_str(g->detail, sizeof g->detail, h->detail);
+    copy_str(g->state, sizeof g->state, h->state);
+}
+
+static void copy_message(got_t *g, const rd_message_t *m)
+{
+    g->id = m->id;
+    g->mstatus = m->status;
+    g->retry_count = m->retry_count;
+    copy_str(g->payload, sizeof g->payload, m->payload);
+    copy_str(g->token, sizeof g->token, m->lease_token);
+}
+
+static void on_messages(const rd_store_messages_t *res, void *arg)
+{
+    got_t *g = arg;
+    copy_head(g, &res->head);
+    g->count = res->count;
+    if (res->count > 0) copy_message(g, &res->messages[0]);
+}
+
+static void on_settled(const rd_store_settled_t *res, void *arg)
+{
+    got_t *g = arg;
+    copy_head(g, &res->head);
+    g->settled = res->settled;
+    g->count = res->count;
+    if (res->settled > 0) copy_str(g->outcome, sizeof g->outcome, res->outcomes[0]);
+    if (res->count > 0) copy_message(g, &res->messages[0]);
+}
+
+static void on_status(const rd_store_head_t *res, void *arg)
+{
+    copy_head(arg, res);
+}
+
+/* The rest answer only the head here. */
+static void on_tick(const rd_store_tick_t *res, void *arg) { copy_head(arg, &res->head); }
+static void on_taken(const rd_store_taken_t *res, void *arg) { copy_head(arg, &res->head); }
+static void on_alerts(const rd_store_alerts_taken_t *res, void *arg) { copy_head(arg, &res->head); }
+static void on_stats(const rd_store_stats_result_t *res, void *arg) { copy_head(arg, &res->head); }
+static void on_list(const rd_store_list_t *res, void *arg) { copy_head(arg, &res->head); }
+static void on_series(const rd_store_series_t *res, void *arg) { copy_head(arg, &res->head); }
+static void on_policy(const rd_store_policy_t *res, void *arg) { copy_head(arg, &res->head); }
+
+/* The write hook's calls. */
+static struct {
+    int calls;
+    rd_store_written_t last;
+} g_written;
+
+static void on_written(void *arg, rd_store_queue_t q, const rd_store_written_t *w)
+{
+    (void)arg;
+    (void)q;
+    g_written.calls++;
+    g_written.last = *w;
+}
+
+typedef struct fixture {
+    uv_loop_t loop;
+    ut_store_t s;
+    char qbuf[64];
+    rd_store_queue_t q;
+} fixture_t;
+
+static fixture_t *fixture_open(int port, int timeout_ms)
+{
+    fixture_t *f = calloc(1, sizeof *f);
+    assert_int_equal(uv_loop_init(&f->loop), 0);
+    ut_store_open(&f->s, &f->loop, port, timeout_ms, "unit");
+    f->q = ut_queue(f->qbuf, sizeof f->qbuf, "store");
+    memset(&g_written, 0, sizeof g_written);
+    rd_store_set_write_hooks(f->s.store, NULL, on_written, NULL);
+    assert_true(ut_run_until(&f->loop, rd_store_ready(f->s.store), 10000));
+    return f;
+}
+
+static void fixture_close(fixture_t *f)
+{
+    ut_store_close(&f->s, &f->loop);
+    ut_loop_close(&f->loop);
+    free(f);
+}
+
+static const rd_lease_t LEASE = { 30000, true };
+
+/* ------------------------------------------------------------------------ */
+/* End to end, against Redis                                                */
+/* ------------------------------------------------------------------------ */
+
+static void test_enqueue_claim_settle_get(void **state)
+{
+    (void)state;
+    fixture_t *f = fixture_open(ut_test_redis_port(), 5000);
+    got_t enq = { 0 }, claim = { 0 }, settle = { 0 }, get = { 0 }, again = { 0 };
+
+    assert_int_equal(rd_store_enqueue(f->s.store, f->q, "hello", 5, 0, 0, NULL, on_messages, &enq), 0);
+    assert_true(ut_run_until(&f->loop, enq.calls == 1, 5000));
+    assert_int_equal(enq.status, RD_STORE_OK);
+    assert_int_equal(enq.count, 1);
+    assert_true(enq.id >= 1);
+    assert_int_equal(enq.mstatus, RD_STATUS_PENDING);
+    assert_string_equal(enq.payload, "hello");
+    /* The write hook heard of it before the callback. */
+    assert_int_equal(g_written.calls, 1);
+    assert_false(g_written.last.unknown);
+    assert_true(g_written.last.changed);
+
+    /* The same idempotency key twice: the original comes back. */
+    got_t k1 = { 0 }, k2 = { 0 };
+    assert_int_equal(rd_store_enqueue(f->s.store, f->q, "k", 1, 0, 0, "key-1", on_messages, &k1), 0);
+    assert_int_equal(rd_store_enqueue(f->s.store, f->q, "k", 1, 0, 0, "key-1", on_messages, &k2), 0);
+    assert_true(ut_run_until(&f->loop, k2.calls == 1, 5000));
+    assert_int_equal(k1.status, RD_STORE_OK);
+    assert_int_equal(k2.status, RD_STORE_DUPLICATE);
+    assert_int_equal(k2.id, k1.id);
+
+    assert_int_equal(rd_store_claim(f->s.store, f->q, LEASE, 1, "w1", on_messages, &claim), 0);
+    assert_true(ut_run_until(&f->loop, claim.calls == 1, 5000));
+    assert_int_equal(claim.status, RD_STORE_OK);
+    assert_int_equal(claim.count, 1);
+    assert_int_equal(claim.id, enq.id);
+    assert_int_equal(claim.mstatus, RD_STATUS_PROCESSING);
+    assert_true(strlen(claim.token) > 0);
+
+    /* Settle it and claim the next (the keyed one) in one call. */
+    rd_settlement_t item = { .id = claim.id, .lease_token = claim.token, .failed = false };
+    assert_int_equal(rd_store_settle_claim(f->s.store, f->q, LEASE, 1, "w1", 1, &item,
+                                           on_settled, &settle), 0);
+    assert_true(ut_run_until(&f->loop, settle.calls == 1, 5000));
+    assert_int_equal(settle.status, RD_STORE_OK);
+    assert_int_equal(settle.settled, 1);
+    assert_string_equal(settle.outcome, "succeeded");
+    assert_int_equal(settle.count, 1);
+    assert_int_equal(settle.id, k1.id);
+
+    assert_int_equal(rd_store_get(f->s.store, f->q, enq.id, on_messages, &get), 0);
+    assert_true(ut_run_until(&f->loop, get.calls == 1, 5000));
+    assert_int_equal(get.status, RD_STORE_OK);
+    assert_int_equal(get.mstatus, RD_STATUS_SUCCEEDED);
+    assert_string_equal(get.payload, "hello");
+
+    /* Settling it again: the lease is gone. */
+    assert_int_equal(rd_store_settle_claim(f->s.store, f->q, LEASE, 0, NULL, 1, &item,
+                                           on_settled, &again), 0);
+    assert_true(ut_run_until(&f->loop, again.calls == 1, 5000));
+    assert_int_equal(again.status, RD_STORE_OK);
+    assert_string_not_equal(again.outcome, "succeeded");
+
+    got_t missing = { 0 };
+    assert_int_equal(rd_store_get(f->s.store, f->q, 999999, on_messages, &missing), 0);
+    assert_true(ut_run_until(&f->loop, missing.calls == 1, 5000));
+    assert_int_equal(missing.status, RD_STORE_NOT_FOUND);
+    fixture_close(f);
+}
+
+/* Redis not ready: -1 at once, the callback never runs. */
+static void test_not_ready_fails_at_once(void **state)
+{
+    (void)state;
+    fake_start(FAKE_REFUSE, NULL);
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    ut_store_t s;
+    ut_store_open(&s, &loop, g_fake.port, 1000, "unit");
+    char qb[64];
+    rd_store_queue_t q = ut_queue(qb, sizeof qb, "nr");
+    got_t g = { 0 };
+    assert_int_equal(rd_store_enqueue(s.store, q, "x", 1, 0, 0, NULL, on_messages, &g), -1);
+    assert_true(ut_run_until(&loop, atomic_load(&g_fake.accepts) >= 1, 5000));
+    assert_int_equal(rd_store_get(s.store, q, 1, on_messages, &g), -1);
+    assert_int_equal(rd_store_ping(s.store, on_status, &g), -1);
+    ut_run_for(&loop, 50);
+    assert_int_equal(g.calls, 0);
+    ut_store_close(&s, &loop);
+    ut_loop_close(&loop);
+    fake_stop();
+}
+
+/* ------------------------------------------------------------------------ */
+/* Against the fake server                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Each reply of the wrong shape is RD_STORE_ERROR naming the call, and the
+ * store goes on working. */
+static void test_wrong_reply_shape_is_an_error(void **state)
+{
+    (void)state;
+    fake_start(FAKE_ANSWER, "+OK\r\n");
+    fixture_t *f = fixture_open(g_fake.port, 2000);
+    static const char *const shapes[] = {
+        ":42\r\n",                                  /* an integer */
+        "$5\r\nhello\r\n",                          /* a string */
+        "*1\r\n$3\r\nfoo\r\n",                      /* an array of the wrong length */
+        "*-1\r\n",                                  /* a nil array */
+        "*2\r\n*1\r\n:1\r\n*1\r\n*0\r\n",           /* nested arrays */
+        "*3\r\n$2\r\nok\r\n:1\r\n*2\r\n:5\r\n$1\r\nx\r\n",
+        /* Near misses: "ok" with a message of the wrong inside. A leased
+         * message whose history is not an array; a message with two
+         * histories; outcomes that are not strings; an unknown code. */
+        "*3\r\n$2\r\nok\r\n*10\r\n:1\r\n$1\r\np\r\n:0\r\n:3\r\n:1\r\n:1\r\n:1\r\n"
+        "$1\r\nt\r\n$7\r\nhistory\r\n:5\r\n:-1\r\n",
+        "*2\r\n$2\r\nok\r\n*6\r\n$2\r\nid\r\n:1\r\n$7\r\nhistory\r\n*1\r\n$1\r\na\r\n"
+        "$7\r\nhistory\r\n*0\r\n",
+        "*3\r\n$2\r\nok\r\n*2\r\n$9\r\nsucceeded\r\n:5\r\n:0\r\n",
+        "*2\r\n$7\r\nunknown\r\n$1\r\nx\r\n",
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        fake_answer(shapes[i]);
+        got_t enq = { 0 }, claim = { 0 }, get = { 0 }, settle = { 0 };
+        int writes = g_written.calls;
+        assert_int_equal(rd_store_enqueue(f->s.store, f->q, "x", 1, 0, 0, NULL, on_messages, &enq), 0);
+        assert_int_equal(rd_store_claim(f->s.store, f->q, LEASE, 5, NULL, on_messages, &claim), 0);
+        assert_int_equal(rd_store_get(f->s.store, f->q, 1, on_messages, &get), 0);
+        rd_settlement_t item = { .id = 1, .failed = true, .error = "e", .retryable = true,
+                                 .retry_after_ms = -1 };
+        assert_int_equal(rd_store_settle_claim(f->s.store, f->q, LEASE, 2, NULL, 1, &item,
+                                               on_settled, &settle), 0);
+        got_t more[7];
+        memset(more, 0, sizeof more);
+        assert_int_equal(rd_store_tick(f->s.store, f->q, 100, 0, 0, on_tick, &more[0]), 0);
+        assert_int_equal(rd_store_timer_take(f->s.store, 10, 1000, 0, 1000, 60000, on_taken,
+                                             &more[1]), 0);
+        assert_int_equal(rd_store_alerts_take(f->s.store, f->q, "c", 4, 1000, true, on_alerts,
+                                              &more[2]), 0);
+        assert_int_equal(rd_store_stats(f->s.store, f->q, 3, on_stats, &more[3]), 0);
+        assert_int_equal(rd_store_list(f->s.store, f->q, NULL, 10, NULL, NULL, -1, -1, on_list,
+                                       &more[4]), 0);
+        assert_int_equal(rd_store_series(f->s.store, f->q, "minute", on_series, &more[5]), 0);
+        assert_int_equal(rd_store_policy_get(f->s.store, f->q, on_policy, &more[6]), 0);
+        assert_true(ut_run_until(&f->loop, settle.calls == 1 && more[6].calls == 1, 5000));
+        got_t *all[] = { &enq, &claim, &get, &settle, &more[0], &more[1], &more[2], &more[3],
+                         &more[4], &more[5], &more[6] };
+        for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) {
+            if (all[j]->calls != 1 || all[j]->status != RD_STORE_ERROR)
+                fail_msg("shape %zu, call %zu: %d calls, status %d", i, j, all[j]->calls,
+                         (int)all[j]->status);
+            assert_non_null(strstr(all[j]->detail, "unexpected reply to"));
+            assert_int_equal(all[j]->count, 0);
+        }
+        /* The writes' hint is not known: the schedule hears so. */
+        assert_true(g_written.calls > writes);
+        assert_true(g_written.last.unknown);
+        assert_true(rd_store_ready(f->s.store));
+    }
+    /* An error reply is RD_STORE_ERROR with Redis's text. */
+    fake_answer("-ERR something broke\r\n");
+    got_t err = { 0 };
+    assert_int_equal(rd_store_get(f->s.store, f->q, 1, on_messages, &err), 0);
+    assert_true(ut_run_until(&f->loop, err.calls == 1, 5000));
+    assert_int_equal(err.status, RD_STORE_ERROR);
+    assert_string_equal(err.detail, "ERR something broke");
+    fixture_close(f);
+    fake_stop();
+}
+
+/* The link drops with calls in flight: the write's outcome is unknown
+ * (LOST, and the write hook hears so), the read was simply not done. */
+static void test_link_drop_mid_call(void **state)
+{
+    (void)state;
+    fake_start(FAKE_DROP, NULL);
+    fixture_t *f = fixture_open(g_fake.port, 5000);
+    got_t enq = { 0 }, get = { 0 };
+    long long sent = e2e_mono_ms();
+    assert_int_equal(rd_store_enqueue(f->s.store, f->q, "x", 1, 0, 0, NULL, on_messages, &enq), 0);
+    assert_int_equal(rd_store_get(f->s.store, f->q, 1, on_messages, &get), 0);
+    assert_true(ut_run_until(&f->loop, enq.calls == 1 && get.calls == 1, 5000));
+    assert_int_equal(enq.status, RD_STORE_LOST);
+    assert_int_equal(get.status, RD_STORE_UNAVAILABLE);
+    assert_true(e2e_mono_ms() - sent < 2000);   /* the drop, not the deadline */
+    assert_int_equal(g_written.calls, 1);
+    assert_true(g_written.last.unknown);
+    assert_true(atomic_load(&g_fake.commands) >= 1);
+    fixture_close(f);
+    fake_stop();
+}
+
+/* A call Redis never answers: LOST after the deadline, then the store is
+ * READY again after the reconnect. */
+static void test_silent_redis_times_out(void **state)
+{
+    (void)state;
+    fake_start(FAKE_SILENT, NULL);
+    fixture_t *f = fixture_open(g_fake.port, 300);
+    got_t claim = { 0 }, ping = { 0 };
+    long long sent = e2e_mono_ms();
+    assert_int_equal(rd_store_claim(f->s.store, f->q, LEASE, 1, NULL, on_messages, &claim), 0);
+    assert_true(ut_run_until(&f->loop, claim.calls == 1, 5000));
+    assert_int_equal(claim.status, RD_STORE_LOST);
+    assert_true(e2e_mono_ms() - sent >= 290);
+    assert_true(ut_run_until(&f->loop, rd_store_ready(f->s.store), 5000));
+    assert_int_equal(rd_store_ping(f->s.store, on_status, &ping), 0);
+    assert_true(ut_run_until(&f->loop, ping.calls == 1, 5000));
+    assert_int_equal(ping.status, RD_STORE_OK);
+    fixture_close(f);
+    fake_stop();
+}
+
+int main(void)
+{
+    rd_log_set_level(RD_LOG_ERROR + 1);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_enqueue_claim_settle_get),
+        cmocka_unit_test(test_not_ready_fails_at_once),
+        cmocka_unit_test(test_wrong_reply_shape_is_an_error),
+        cmocka_unit_test(test_link_drop_mid_call),
+        cmocka_unit_test(test_silent_redis_times_out),
+    };
+    if (ut_test_redis_port() == 0) {
+        fprintf(stderr, "test_store: RETRYD_TEST_REDIS_PORT is not set (run it through scripts/test.sh)\n");
+        return 1;
+    }
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

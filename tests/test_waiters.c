@@ -1,0 +1,293 @@
+/* test_waiters.c - src/waiters.c in process (docs/long-poll.md): parked
+ * claims on a real loop and store, against the redis-server of
+ * scripts/test.sh. A parked claim is served when Redis's pub/sub says its
+ * queue was written to, when the process notifies it (rd_waiters_notify),
+ * by the promoter's safety net while the notification link is down
+ * (rd_waiters_poll_if_deaf), and answered "nothing" when its wait runs out
+ * or the waiters stop. The HTTP exchange a waiter watches is the test's
+ * (the Makefile wraps rd_http_exchange_client_alive). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "unit_support.h"
+#include "retryd/waiters.h"
+
+/* The stand-in for a client's exchange: alive while .alive. */
+typedef struct fake_ex {
+    bool alive;
+} fake_ex_t;
+
+bool __wrap_rd_http_exchange_client_alive(const rd_http_exchange_t *ex);
+bool __wrap_rd_http_exchange_client_alive(const rd_http_exchange_t *ex)
+{
+    return ((const fake_ex_t *)(const void *)ex)->alive;
+}
+
+#define EX(f) ((rd_http_exchange_t *)(void *)(f))
+
+typedef struct got {
+    int calls;
+    rd_store_status_t status;
+    size_t count;
+    long long id;
+    long long at_ms;
+} got_t;
+
+static void on_messages(const rd_store_messages_t *res, void *arg)
+{
+    got_t *g = arg;
+    g->calls++;
+    g->status = res->head.status;
+    g->count = res->count;
+    g->id = res->count ? res->messages[0].id : 0;
+    g->at_ms = e2e_mono_ms();
+}
+
+typedef struct fixture {
+    uv_loop_t loop;
+    ut_store_t s;
+    rd_waiters_t *w;
+    bool w_closed;
+    char qbuf[64];
+    rd_store_queue_t q;
+    fake_ex_t ex;
+} fixture_t;
+
+static const rd_lease_t LEASE = { 30000, true };
+
+/* notify_port: where the notification link connects (the test's Redis, or
+ * a dead port to make it deaf). */
+static fixture_t *fixture_open(int notify_port)
+{
+    fixture_t *f = calloc(1, sizeof *f);
+    assert_int_equal(uv_loop_init(&f->loop), 0);
+    ut_store_open(&f->s, &f->loop, ut_test_redis_port(), 5000, "unit");
+    f->q = ut_queue(f->qbuf, sizeof f->qbuf, "wait");
+    f->ex.alive = true;
+    rd_redis_options_t link = { .host = "127.0.0.1", .port = notify_port, .timeout_ms = 1000 };
+    f->w = rd_waiters_new(&f->loop, f->s.store, &link, "unit");
+    assert_true(ut_run_until(&f->loop, rd_store_ready(f->s.store), 10000));
+    return f;
+}
+
+static void on_w_closed(void *arg)
+{
+    ((fixture_t *)arg)->w_closed = true;
+}
+
+static void fixture_close(fixture_t *f)
+{
+    rd_waiters_close(f->w, on_w_closed, f);
+    assert_true(ut_run_until(&f->loop, f->w_closed, 5000));
+    ut_store_close(&f->s, &f->loop);
+    ut_loop_close(&f->loop);
+    free(f);
+}
+
+static uint64_t answered(fixture_t *f)
+{
+    return rd_store_rtt(f->s.store)->count;
+}
+
+static void enqueue(fixture_t *f, long long *id)
+{
+    got_t g = { 0 };
+    assert_int_equal(rd_store_enqueue(f->s.store, f->q, "p", 1, 0, 0, NULL, on_messages, &g), 0);
+    assert_true(ut_run_until(&f->loop, g.calls == 1, 5000));
+    assert_int_equal(g.status, RD_STORE_OK);
+    *id = g.id;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Tests                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Parked on an empty queue, the claim is served by the enqueue's PUBLISH:
+ * nothing else tells this process of the write. */
+static void test_parked_claim_woken_by_pubsub(void **state)
+{
+    (void)state;
+    fixture_t *f = fixture_open(ut_test_redis_port());
+    got_t g = { 0 };
+    uint64_t before = answered(f);
+    long long parked = e2e_mono_ms();
+    rd_waiters_park(f->w, f->q, LEASE, 1, NULL, 10000, EX(&f->ex), on_messages, &g);
+    assert_int_equal(rd_waiters_count(f->w), 1);
+    /* Once subscribed it claims once (nothing yet) and stays parked. */
+    assert_true(ut_run_until(&f->loop, answered(f) > before, 5000));
+    assert_int_equal(g.calls, 0);
+    assert_int_equal(rd_waiters_count(f->w), 1);
+
+    long long id;
+    enqueue(f, &id);
+    assert_true(ut_run_until(&f->loop, g.calls == 1, 5000));
+    assert_int_equal(g.status, RD_STORE_OK);
+    assert_int_equal(g.count, 1);
+    assert_int_equal(g.id, id);
+    assert_true(g.at_ms - parked < 5000);   /* long before its 10 s wait */
+    assert_int_equal(rd_waiters_count(f->w), 0);
+    fixture_close(f);
+}
+
+/* The notification link is down (nothing listens where it connects): no
+ * PUBLISH reaches it, so the claim waits until rd_waiters_notify, or
+ * rd_waiters_poll_if_deaf, serves it. */
+static void test_parked_claim_woken_by_notify_when_deaf(void **state)
+{
+    (void)state;
+    fake_start(FAKE_REFUSE, NULL);
+    fixture_t *f = fixture_open(g_fake.port);
+    got_t g = { 0 }, h = { 0 };
+    uint64_t before = answered(f);
+    rd_waiters_park(f->w, f->q, LEASE, 1, NULL, 10000, EX(&f->ex), on_messages, &g);
+    assert_true(ut_run_until(&f->loop, answered(f) > before, 5000));   /* claimed nothing */
+    long long id;
+    enqueue(f, &id);
+    ut_run_for(&f->loop, 300);
+    assert_int_equal(g.calls, 0);   /* deaf: the PUBLISH never came */
+    rd_waiters_notify(f->w, f->q);
+    assert_true(ut_run_until(&f->loop, g.calls == 1, 5000));
+    assert_int_equal(g.count, 1);
+    assert_int_equal(g.id, id);
+
+    /* The promoter's safety net does the same while the link is down. */
+    before = answered(f);
+    rd_waiters_park(f->w, f->q, LEASE, 1, NULL, 10000, EX(&f->ex), on_messages, &h);
+    assert_true(ut_run_until(&f->loop, answered(f) > before, 5000));
+    enqueue(f, &id);
+    assert_int_equal(h.calls, 0);
+    rd_waiters_poll_if_deaf(f->w);
+    assert_true(ut_run_until(&f->loop, h.calls == 1, 5000));
+    assert_int_equal(h.count, 1);
+    assert_int_equal(h.id, id);
+    fixture_close(f);
+    fake_stop();
+}
+
+/* Nothing arrives: answered "nothing claimed" when the wait runs out. */
+static void test_wait_runs_out(void **state)
+{
+    (void)state;
+    fixture_t *f = fixture_open(ut_test_redis_port());
+    got_t g = { 0 };
+    long long parked = e2e_mono_ms();
+    rd_waiters_park(f->w, f->q, LEASE, 1, NULL, 300, EX(&f->ex), on_messages, &g);
+    assert_true(ut_run_until(&f->loop, g.calls == 1, 5000));
+    assert_int_equal(g.status, RD_STORE_OK);
+    assert_int_equal(g.count, 0);
+    assert_true(g.at_ms - parked >= 290);
+    assert_true(g.at_ms - parked < 3000);
+    assert_int_equal(rd_waiters_count(f->w), 0);
+    ut_run_for(&f->loop, 50);
+    assert_int_equal(g.calls, 1);
+    fixture_close(f);
+}
+
+/* First come, first served: two waiters, one message, the first gets it;
+ * stopping answers the other at once, and a park after that too. */
+static void test_first_come_first_served_and_stop(void **state)
+{
+    (void)state;
+    fixture_t *f = fixture_open(ut_test_redis_port());
+    got_t a = { 0 }, b = { 0 }, c = { 0 };
+    uint64_t before = answered(f);
+    rd_waiters_park(f->w, f->q, LEASE, 1, NULL, 10000, EX(&f->ex), on_messages, &a);
+    rd_waiters_park(f->w, f->q, LEASE, 1, NULL, 10000, EX(&f->ex), on_messages, &b);
+    assert_true(ut_run_until(&f->loop, answered(f) > before, 5000));
+    long long id;
+    enqueue(f, &id);
+    assert_true(ut_run_until(&f->loop, a.calls == 1, 5000));
+    assert_int_equal(a.id, id);
+    ut_run_for(&f->loop, 100);
+    assert_int_equal(b.calls, 0);
+    assert_int_equal(rd_waiters_count(f->w), 1);
+    rd_waiters_stop(f->w);
+    assert_int_equal(b.calls, 1);
+    assert_int_equal(b.count, 0);
+    rd_waiters_park(f->w, f->q, LEASE, 1, NULL, 10000, EX(&f->ex), on_messages, &c);
+    assert_int_equal(c.calls, 1);
+    assert_int_equal(c.count, 0);
+    fixture_close(f);
+}
+
+/* The client left while it waited: the message its claim took goes back
+ * (pending again, no failure counted) and the next claim gets it. */
+static void test_departed_client_hands_messages_back(void **state)
+{
+    (void)state;
+    fixture_t *f = fixture_open(ut_test_redis_port());
+    fake_ex_t gone = { true };
+    got_t g = { 0 };
+    uint64_t before = answered(f);
+    rd_waiters_park(f->w, f->q, LEASE, 1, NULL, 10000, EX(&gone), on_messages, &g);
+    assert_true(ut_run_until(&f->loop, answered(f) > before, 5000));
+    gone.alive = false;
+    long long id;
+    enqueue(f, &id);
+    assert_true(ut_run_until(&f->loop, g.calls == 1, 5000));
+    assert_int_equal(g.count, 0);
+    /* The release was sent before the answer, on the same link: a claim
+     * sent now runs after it. */
+    got_t get = { 0 };
+    assert_int_equal(rd_store_claim(f->s.store, f->q, LEASE, 1, NULL, on_messages, &get), 0);
+    assert_true(ut_run_until(&f->loop, get.calls == 1, 5000));
+    assert_int_equal(get.count, 1);
+    assert_int_equal(get.id, id);
+    fixture_close(f);
+}
+
+/* Redis stops answering while a claim waits: the claim in flight is lost
+ * with the link, and the waiter hears so (not "nothing due"). */
+static void test_redis_gone_while_parked(void **state)
+{
+    (void)state;
+    fake_start(FAKE_ANSWER, "*2\r\n$2\r\nok\r\n:-1\r\n");   /* a claim that found nothing */
+    fixture_t *f = calloc(1, sizeof *f);
+    assert_int_equal(uv_loop_init(&f->loop), 0);
+    ut_store_open(&f->s, &f->loop, g_fake.port, 300, "unit");
+    f->q = ut_queue(f->qbuf, sizeof f->qbuf, "gone");
+    f->ex.alive = true;
+    /* The store talks to the fake, the notification link to the real one. */
+    rd_redis_options_t link = { .host = "127.0.0.1", .port = ut_test_redis_port(),
+                                .timeout_ms = 1000 };
+    f->w = rd_waiters_new(&f->loop, f->s.store, &link, "unit");
+    assert_true(ut_run_until(&f->loop, rd_store_ready(f->s.store), 5000));
+    got_t g = { 0 };
+    uint64_t before = answered(f);
+    rd_waiters_park(f->w, f->q, LEASE, 1, NULL, 2000, EX(&f->ex), on_messages, &g);
+    /* Subscribed, it claimed once: nothing. */
+    assert_true(ut_run_until(&f->loop, answered(f) > before, 5000));
+    assert_int_equal(g.calls, 0);
+    assert_int_equal(atomic_load(&g_fake.commands), 1);
+    /* The next claim (a notify) gets no answer: lost after the deadline. */
+    atomic_store(&g_fake.mode, FAKE_SILENT);
+    rd_waiters_notify(f->w, f->q);
+    long long sent = e2e_mono_ms();
+    assert_true(ut_run_until(&f->loop, g.calls == 1, 5000));
+    assert_int_equal(g.status, RD_STORE_LOST);
+    assert_true(g.at_ms - sent < 1500);   /* the link's deadline, before the wait's */
+    assert_int_equal(rd_waiters_count(f->w), 0);
+    fixture_close(f);
+    fake_stop();
+}
+
+int main(void)
+{
+    rd_log_set_level(RD_LOG_ERROR + 1);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parked_claim_woken_by_pubsub),
+        cmocka_unit_test(test_parked_claim_woken_by_notify_when_deaf),
+        cmocka_unit_test(test_wait_runs_out),
+        cmocka_unit_test(test_first_come_first_served_and_stop),
+        cmocka_unit_test(test_departed_client_hands_messages_back),
+        cmocka_unit_test(test_redis_gone_while_parked),
+    };
+    if (ut_test_redis_port() == 0) {
+        fprintf(stderr, "test_waiters: RETRYD_TEST_REDIS_PORT is not set (run it through scripts/test.sh)\n");
+        return 1;
+    }
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
