@@ -231,6 +231,10 @@ static inline long long claim_one(const char *q, int lease_seconds, char *token,
     return id;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Claim                                                                    */
+/* ------------------------------------------------------------------------ */
+
 /* lease_expires_at is the claim's own time (updated_at) + lease_seconds. */
 static inline void expect_lease(const rd_json_t *m, long long lease_s)
 {
@@ -240,6 +244,10 @@ static inline void expect_lease(const rd_json_t *m, long long lease_s)
     assert_true(claimed_at > now - 5000 && claimed_at < now + 2000);
     assert_true(e2e_jstr(m, "lease_token")[0] != '\0');
 }
+
+/* ------------------------------------------------------------------------ */
+/* Settling: succeed, fail, replay, extend                                  */
+/* ------------------------------------------------------------------------ */
 
 /* Kills a fresh message of q by one failure with error; returns its id. */
 static inline long long make_dead(const char *q, const char *payload, const char *error)
@@ -319,6 +327,10 @@ static inline rd_json_t *expect_settled(const e2e_response_t *r, size_t n, const
 
 static inline bool redis_has_blocked_fcall(long long after_id);
 
+/* ------------------------------------------------------------------------ */
+/* Concurrency                                                              */
+/* ------------------------------------------------------------------------ */
+
 typedef struct worker {
     pthread_t thread;
     const char *queue;
@@ -326,6 +338,10 @@ typedef struct worker {
     int done;                     /* messages this worker settled */
     char error[256];              /* first problem seen, "" when none */
 } worker_t;
+
+/* ------------------------------------------------------------------------ */
+/* Redis faults                                                             */
+/* ------------------------------------------------------------------------ */
 
 /* True when a client newer than after_id is blocked in an FCALL. */
 static inline bool redis_has_blocked_fcall(long long after_id)
@@ -345,6 +361,10 @@ static inline bool redis_has_blocked_fcall(long long after_id)
     freeReplyObject(x);
     return found;
 }
+
+/* ------------------------------------------------------------------------ */
+/* Memory a client can pin (issue 19 items 2 and 3)                         */
+/* ------------------------------------------------------------------------ */
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, test_setup, test_teardown)
 

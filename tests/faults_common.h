@@ -153,6 +153,10 @@ static inline void stop_retryd(e2e_daemon_t *d)
         fail_msg("retryd after SIGTERM: %s %d", status < 0 ? "killed," : "exit", status);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Requests and what they answer                                            */
+/* ------------------------------------------------------------------------ */
+
 static inline int read_fresh(e2e_conn_t *c, e2e_response_t *r)
 {
     e2e_response_free(r);
@@ -480,6 +484,10 @@ static inline void expect_enqueues_accounted(const sent_log_t *log, const stored
            "in Redis\n", what, log->n, created, unknown, unknown_applied, unavailable, n);
 }
 
+/* ========================================================================= */
+/* 3. Redis faults                                                           */
+/* ========================================================================= */
+
 /* True when someone (a parked long-poll) listens on q's wake channel. */
 static inline bool wake_subscribed(redisContext *c, const char *prefix, const char *q)
 {
@@ -603,6 +611,10 @@ static inline int sum_created(loader_t *w)
     for (int i = 0; i < LOADERS; i++) n += atomic_load(&w[i].created);
     return n;
 }
+
+/* ========================================================================= */
+/* 7. valgrind: no leak after a graceful shutdown                            */
+/* ========================================================================= */
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, test_setup, test_teardown)
 

@@ -408,7 +408,6 @@ static inline void expect_code_at(redisReply *r, const char *code, const char *d
         FAIL_AT(file, line, "expected {\"%s\"%s%s%s}, got %s", code, detail ? ", \"" : "",
                 detail ? detail : "", detail ? "\"" : "", desc);
 }
-
 #define expect_ok_msg(r, m) expect_msg_at((r), "ok", (m), __FILE__, __LINE__)
 static inline void expect_msg_at(redisReply *r, const char *code, msg_t *m, const char *file, int line)
 {
@@ -675,6 +674,10 @@ static inline void token_of(const msg_t *m, char out[64])
 {
     snprintf(out, 64, "%.63s", msg_str(m, "lease_token"));
 }
+
+/* ------------------------------------------------------------------------ */
+/* Bounded work, orphans, walks under claims, reply bytes                   */
+/* ------------------------------------------------------------------------ */
 
 /* A listing page without copying the messages: ids, the bytes of every
  * message field (names and values), the next cursor. Returns how many. */

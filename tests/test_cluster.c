@@ -40,6 +40,10 @@
 
 #include "cluster_support.h"
 
+/* ======================================================================== */
+/* Group 1: no network                                                      */
+/* ======================================================================== */
+
 /* Values from the Redis Cluster specification (CRC16 XMODEM check value of
  * "123456789" is 0x31C3 = 12739) and from CLUSTER KEYSLOT. */
 static void test_slot_known_values(void **state)

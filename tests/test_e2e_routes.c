@@ -944,6 +944,10 @@ static void test_problem_instance_is_truncated(void **state)
     e2e_response_free(&r);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Text is UTF-8 (docs/reference.md "Text")                                           */
+/* ------------------------------------------------------------------------ */
+
 static void test_text_must_be_utf8(void **state)
 {
     (void)state;

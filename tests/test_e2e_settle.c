@@ -7,6 +7,10 @@
 #define E2E_SUITE "test_e2e_settle"
 #include "e2e_common.h"
 
+/* ------------------------------------------------------------------------ */
+/* Settle and claim in one call (docs/reference.md "Settle and claim")                                   */
+/* ------------------------------------------------------------------------ */
+
 static void test_claim_with_settle(void **state)
 {
     (void)state;

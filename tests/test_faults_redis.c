@@ -754,6 +754,10 @@ static void test_notification_link_killed(void **state)
     stored_free(m, count);
 }
 
+/* ========================================================================= */
+/* 4. Durability: kill -9 Redis under load, appendfsync always               */
+/* ========================================================================= */
+
 static int sum_503(loader_t *w)
 {
     int n = 0;

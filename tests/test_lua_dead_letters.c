@@ -203,6 +203,10 @@ static void expect_taken_at(redisReply *r, taken_t *out, const char *file, int l
     freeReplyObject(r);
 }
 
+/* ------------------------------------------------------------------------ */
+/* History of attempts and the claim's worker (docs/reference.md "History")                    */
+/* ------------------------------------------------------------------------ */
+
 /* redrive_in of one letter (max_retries 1, payload "x"): the new id. */
 static long long redrive_in_one(const queue_t *to, const queue_t *from, long long src_id)
 {

@@ -37,6 +37,10 @@ static void series_read(const queue_t *q, const char *resolution, series_t *s)
     freeReplyObject(r);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Redrive to another queue (lua/65_redrive.lua, docs/dead-letters.md §4)   */
+/* ------------------------------------------------------------------------ */
+
 static long long series_sum(const series_t *s, int i)
 {
     long long n = 0;

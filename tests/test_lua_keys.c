@@ -7,6 +7,10 @@
 #define LUA_SUITE "test_lua_keys"
 #include "lua_support.h"
 
+/* ------------------------------------------------------------------------ */
+/* Dead-letter rules (docs/reference.md "Recovery rules", docs/dead-letters.md §2)                    */
+/* ------------------------------------------------------------------------ */
+
 /* A claim that finds nothing writes nothing: no stats hash (its serials were
  * reserved before looking) for a queue name that never had a message. */
 static void test_claim_on_unknown_queue_writes_nothing(void **state)

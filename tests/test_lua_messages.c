@@ -7,6 +7,11 @@
 #define LUA_SUITE "test_lua_messages"
 #include "lua_support.h"
 
+/* ------------------------------------------------------------------------ */
+/* Reply shapes (each takes ownership of the reply and frees it). Each is a */
+/* macro over an _at function so a failure names the test's line.           */
+/* ------------------------------------------------------------------------ */
+
 /* {code, message}; expect_ok_msg for code "ok". */
 #define expect_msg(r, code, m) expect_msg_at((r), (code), (m), __FILE__, __LINE__)
 
@@ -32,6 +37,10 @@ static void expect_strings_at(redisReply *r, size_t n, const char *const *want,
                 bad_at < n ? want[bad_at] : "", bad_at, desc);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Redis state                                                              */
+/* ------------------------------------------------------------------------ */
+
 /* Sets retry_count or max_retries of message id (a byte each in the record's
  * header, docs/storage.md): test setup for counts the API cannot reach. */
 static void hset(const queue_t *q, long long id, const char *field, const char *value)
@@ -42,6 +51,10 @@ static void hset(const queue_t *q, long long id, const char *field, const char *
                            "struct.pack('B', tonumber(ARGV[2])))",
                    "1", mkey(q, id), num(offset), value, END));
 }
+
+/* ------------------------------------------------------------------------ */
+/* Function wrappers                                                        */
+/* ------------------------------------------------------------------------ */
 
 /* One page of list: returns how many messages; ids, total and next cursor
  * (copied to next, "" at the end) out. */
@@ -1324,6 +1337,10 @@ static void test_claim_every_id_once(void **state)
     assert_int_equal(zcard(qkey(&q, "3:processing")), N);
     assert_int_equal(counter(&q, "claimed"), N);
 }
+
+/* ------------------------------------------------------------------------ */
+/* Bounded work, orphans, walks under claims, reply bytes                   */
+/* ------------------------------------------------------------------------ */
 
 /* Every list and export call on a queue whose seq is 5,000,000 with a few
  * messages stays far below 10 ms (SLOWLOG), and a walk ends in few pages:

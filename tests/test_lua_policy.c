@@ -8,6 +8,10 @@
 #define LUA_SUITE "test_lua_policy"
 #include "lua_support.h"
 
+/* ------------------------------------------------------------------------ */
+/* Queue policy and flow control (docs/reference.md "Queue policy and flow control", docs/flow-control.md)           */
+/* ------------------------------------------------------------------------ */
+
 /* claim with the lease source (ARGV[4]): returns how many messages it leased
  * (ids into out) and the trailing retry_ms (ms until the next token). */
 static size_t claim_gated(const queue_t *q, const char *lease_ms, int count, const char *source,

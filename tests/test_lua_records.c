@@ -7,6 +7,10 @@
 #define LUA_SUITE "test_lua_records"
 #include "lua_support.h"
 
+/* ------------------------------------------------------------------------ */
+/* Redis state                                                              */
+/* ------------------------------------------------------------------------ */
+
 /* One field of message id as `get` answers it, "" when it has none. */
 static void get_field(const queue_t *q, long long id, const char *field, char *out, size_t size)
 {
@@ -28,6 +32,12 @@ static void get_field(const queue_t *q, long long id, const char *field, char *o
 
 /* The byte budget of one reply (REPLY_BYTES in lua/00_common.lua). */
 enum { REPLY_BYTES = 4 * 1024 * 1024 };
+
+/* Orphans in the dead index (ids whose hash is gone: eviction, manual DEL):
+ * replay_many removes and counts them and always makes progress. */
+/* ------------------------------------------------------------------------ */
+/* The record layout and the upgrade from retryd_v2's HASH (docs/storage.md) */
+/* ------------------------------------------------------------------------ */
 
 /* A pending 100-byte message is one STRING of 24 + 100 bytes; claim and
  * succeed change header bytes only (the length stays), and the key takes

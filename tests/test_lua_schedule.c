@@ -137,6 +137,10 @@ static void test_timer_hints(void **state)
     expect_error(fcall("kill", &s, c[3].id, "", "x", END));
 }
 
+/* ------------------------------------------------------------------------ */
+/* Alerts (lua/05_alerts.lua, docs/dead-letters.md)                         */
+/* ------------------------------------------------------------------------ */
+
 /* extend with the hint flag forwards a shortened lease's deadline as a timer
  * hint (and lowers the promise); a longer one needs none; without the flag
  * the reply is {"ok", message} and the promise is left alone. */

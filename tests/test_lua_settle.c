@@ -7,6 +7,10 @@
 #define LUA_SUITE "test_lua_settle"
 #include "lua_support.h"
 
+/* ------------------------------------------------------------------------ */
+/* settle_claim (docs/reference.md "Settle and claim")                                                   */
+/* ------------------------------------------------------------------------ */
+
 /* Every outcome in one call, each exactly as succeed and fail leave it, and
  * the claim after them. */
 static void test_settle_claim_mixed_outcomes(void **state)
@@ -389,6 +393,10 @@ static void test_claim_that_promotes_more_than_it_takes_wakes(void **state)
     assert_int_equal(wake_count(sub), 0); /* promoted one, took it */
     redisFree(sub);
 }
+
+/* ------------------------------------------------------------------------ */
+/* Dead-letter rules (docs/reference.md "Recovery rules", docs/dead-letters.md §2)                    */
+/* ------------------------------------------------------------------------ */
 
 #define expect_nothing_claimed(r) expect_code_at((r), "ok", NULL, __FILE__, __LINE__)
 

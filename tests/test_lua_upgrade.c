@@ -8,6 +8,10 @@
 #define LUA_SUITE "test_lua_upgrade"
 #include "lua_support.h"
 
+/* ------------------------------------------------------------------------ */
+/* Versions side by side (rolling upgrade, docs/reference.md "Rolling upgrade")                         */
+/* ------------------------------------------------------------------------ */
+
 /* The names of the functions of library lib (FUNCTION LIST), comma-joined. */
 static void library_functions(const char *lib, char *out, size_t cap, size_t *count)
 {
@@ -162,6 +166,12 @@ static void test_library_has_room_for_100_locals(void **state)
     claim_one(&q, 30000, &m);
     assert_string_equal(msg_str(&m, "payload"), "after the reload");
 }
+
+/* ------------------------------------------------------------------------ */
+/* Rolling upgrade from retryd_v2 (docs/storage.md "Two generations of      */
+/* indexes"): the previous release's library, main's lua/ before the record, */
+/* loaded beside this one in the same Redis.                                 */
+/* ------------------------------------------------------------------------ */
 
 /* The message as `get` of one library answers it. */
 static void get_with(bool v2, const queue_t *q, long long id, msg_t *m)
