@@ -408,6 +408,9 @@ static inline void expect_code_at(redisReply *r, const char *code, const char *d
         FAIL_AT(file, line, "expected {\"%s\"%s%s%s}, got %s", code, detail ? ", \"" : "",
                 detail ? detail : "", detail ? "\"" : "", desc);
 }
+
+/* {code, message}; expect_ok_msg for code "ok". */
+#define expect_msg(r, code, m) expect_msg_at((r), (code), (m), __FILE__, __LINE__)
 #define expect_ok_msg(r, m) expect_msg_at((r), "ok", (m), __FILE__, __LINE__)
 static inline void expect_msg_at(redisReply *r, const char *code, msg_t *m, const char *file, int line)
 {
@@ -924,6 +927,7 @@ static inline int group_teardown(void **state)
     g_redis = NULL;
     return 0;
 }
+
 /* ------------------------------------------------------------------------ */
 /* Queue policy and flow control (docs/reference.md "Queue policy and flow control", docs/flow-control.md)           */
 /* ------------------------------------------------------------------------ */

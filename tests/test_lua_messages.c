@@ -12,9 +12,6 @@
 /* macro over an _at function so a failure names the test's line.           */
 /* ------------------------------------------------------------------------ */
 
-/* {code, message}; expect_ok_msg for code "ok". */
-#define expect_msg(r, code, m) expect_msg_at((r), (code), (m), __FILE__, __LINE__)
-
 /* An array of n strings, each as expected. */
 #define expect_strings(r, n, want) expect_strings_at((r), (n), (want), __FILE__, __LINE__)
 static void expect_strings_at(redisReply *r, size_t n, const char *const *want,
