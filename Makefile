@@ -35,7 +35,12 @@ LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o) $(BUILD)/lua_library.o $(BUILD)/ui_assets.o
 
 UNIT_TESTS := test_keys test_router test_request test_message test_jsonw test_config test_problem test_metrics \
               test_coalesce
-INTEG_TESTS := test_http test_lua test_e2e test_ops test_multi test_faults test_cluster test_alerts
+# test_lua_*, test_e2e_* and test_faults_* share tests/lua_support.h, e2e_common.h, faults_common.h.
+LUA_TESTS := test_lua_messages test_lua_settle test_lua_schedule test_lua_records test_lua_upgrade \
+             test_lua_policy test_lua_history test_lua_dead_letters test_lua_keys
+E2E_TESTS := test_e2e_routes test_e2e_lifecycle test_e2e_settle test_e2e_policy test_e2e_links
+FAULTS_TESTS := test_faults_http test_faults_redis test_faults_crash
+INTEG_TESTS := test_http $(LUA_TESTS) $(E2E_TESTS) test_ops test_multi $(FAULTS_TESTS) test_cluster test_alerts
 # The in-process suites: real modules on a real loop (tests/unit_support.h).
 INTEG_TESTS += test_redis test_store test_waiters test_promoter test_alerts_unit
 SHELL_UNIT := fuzz_smoke.sh deps_test.sh

@@ -1,7 +1,7 @@
 #!/bin/sh
 # deps.sh [test] - installs the Debian packages retryd needs, only when one is
 # missing. `make` (and so `make run`) needs the build set; `make test` runs
-# `deps.sh test`, which adds what only the suites need: valgrind (test_faults'
+# `deps.sh test`, which adds what only the suites need: valgrind (test_faults_crash'
 # leak check), python3-jsonschema (tests/openapi_check.sh validates responses
 # against docs/openapi.json), jq (examples/worker.sh), chromium (the browser
 # test), and Debian's nodejs and npm when

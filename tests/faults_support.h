@@ -1,4 +1,4 @@
-/* faults_support.h - helpers for the fault-injection suite (test_faults.c):
+/* faults_support.h - helpers for the fault-injection suites (test_faults_*.c):
  * private redis-server processes a test may stop, pause, kill and restart,
  * temp dirs, and a few reads of what Redis holds (build/retryd with its
  * stderr in a file is e2e_daemon_spawn_logged, in e2e_support.h).

@@ -2,7 +2,7 @@
  * docs/coalescing.md) against a store that only records its calls: the
  * link's wrapper (-Wl,--wrap=rd_store_settle_claim, Makefile) stands in for
  * rd_store_settle_claim, so each test decides when and how a call returns.
- * What Redis does with a call is test_e2e's part. */
+ * What Redis does with a call is test_e2e_settle's part. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>

@@ -1,0 +1,500 @@
+/* test_e2e_policy.c - end-to-end tests of build/retryd over HTTP against a real
+ * redis-server: queue policy and flow control over HTTP (docs/reference.md
+ * "Queue policy and flow control") and the time series (docs/series.md).
+ *
+ * The group's daemon, setup, and the helpers the e2e suites share: e2e_common.h. */
+
+#define E2E_SUITE "test_e2e_policy"
+#include "e2e_common.h"
+
+/* ------------------------------------------------------------------------ */
+/* Queue policy and flow control (docs/reference.md "Queue policy and flow control")                                 */
+/* ------------------------------------------------------------------------ */
+
+static const char *policy_path(const char *q)
+{
+    return e2e_fmt("/queues/%s/policy", q);
+}
+
+/* A counter of q's stats hash, 0 when never counted. */
+static long long queue_counter(const char *q, const char *name)
+{
+    redisReply *x = e2e_rcmd(g_redis, "HGET %s:{%s}:stats %s", g_prefix, q, name);
+    long long n = x->type == REDIS_REPLY_STRING ? atoll(x->str) : 0;
+    freeReplyObject(x);
+    return n;
+}
+
+/* GET on a queue without a policy answers the effective defaults; PUT takes
+ * the whole object (absent fields back to their defaults) and answers it;
+ * each bad field has its own 422 entry. */
+static void test_policy_get_put(void **state)
+{
+    (void)state;
+    char q[64];
+    e2e_queue_name(q, sizeof q, "policy");
+    e2e_response_t r = { 0 };
+    http(&r, "GET", policy_path(q), NULL);
+    rd_json_t *p = e2e_expect_json(&r, 200);
+    assert_string_equal(e2e_jstr(p, "queue"), q);
+    assert_false(rd_json_bool(e2e_jget(p, "paused")));
+    assert_int_equal(e2e_jint(p, "max_retries"), 3);
+    rd_json_t *b = e2e_jget(p, "backoff");
+    assert_int_equal(e2e_jint(b, "base_seconds"), 1);
+    assert_int_equal(e2e_jint(b, "max_seconds"), 3600);
+    assert_string_equal(e2e_jstr(b, "jitter"), "none");
+    assert_int_equal(e2e_jint(p, "lease_seconds"), 30);        /* the daemon's */
+    assert_int_equal(e2e_jint(p, "dead_ttl"), 30 * 86400);
+    assert_int_equal(e2e_jint(p, "succeeded_ttl"), 3600);
+    assert_int_equal(e2e_jint(p, "max_in_flight"), 0);
+    e2e_jnull(p, "rate_limit");
+
+    http(&r, "PUT", policy_path(q),
+         "{\"max_retries\":6,\"backoff\":{\"base_seconds\":2,\"max_seconds\":60,"
+         "\"jitter\":\"full\"},\"lease_seconds\":7,\"dead_ttl\":\"2d\",\"succeeded_ttl\":0,"
+         "\"max_in_flight\":4,\"rate_limit\":{\"per_second\":2.5,\"burst\":3}}");
+    p = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(p, "max_retries"), 6);
+    assert_string_equal(e2e_jstr(e2e_jget(p, "backoff"), "jitter"), "full");
+    assert_int_equal(e2e_jint(p, "dead_ttl"), 172800);
+    assert_int_equal(e2e_jint(p, "succeeded_ttl"), 0);
+    assert_int_equal(e2e_jint(e2e_jget(p, "rate_limit"), "burst"), 3);
+    http(&r, "GET", policy_path(q), NULL);
+    p = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(p, "lease_seconds"), 7);
+    assert_int_equal(e2e_jint(p, "max_in_flight"), 4);
+    assert_int_equal(e2e_jint(e2e_jget(p, "backoff"), "max_seconds"), 60);
+
+    /* Precedence: the request's field over the policy over the flag. */
+    long long id = enqueue(q, "{\"payload\":\"a\"}");
+    http(&r, "GET", message_path(q, id, NULL), NULL);
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "max_retries"), 6);
+    enqueue(q, "{\"payload\":\"b\",\"max_retries\":2}");
+    http(&r, "POST", e2e_fmt("/queues/%s/claim", q), NULL);
+    expect_lease(e2e_expect_json(&r, 200), 7);
+    http(&r, "POST", e2e_fmt("/queues/%s/claim", q), "{\"lease_seconds\":11}");
+    p = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(p, "max_retries"), 2);
+    expect_lease(p, 11);
+
+    rd_json_t *errors;
+    http(&r, "PUT", policy_path(q),
+         "{\"max_retries\":11,\"backoff\":{\"base_seconds\":0,\"jitter\":\"half\"},"
+         "\"lease_seconds\":0,\"dead_ttl\":\"soon\",\"max_in_flight\":-1,"
+         "\"rate_limit\":{\"per_second\":0}}");
+    errors = expect_invalid(&r, policy_path(q), 8);
+    expect_field_error(errors, "max_retries", "invalid", NULL);
+    expect_field_error(errors, "backoff.base_seconds", "invalid", NULL);
+    expect_field_error(errors, "backoff.jitter", "invalid", NULL);
+    expect_field_error(errors, "lease_seconds", "invalid", NULL);
+    expect_field_error(errors, "dead_ttl", "invalid", NULL);
+    expect_field_error(errors, "max_in_flight", "invalid", NULL);
+    expect_field_error(errors, "rate_limit.per_second", "invalid", NULL);
+    expect_field_error(errors, "rate_limit.burst", "required", NULL);
+    http(&r, "PUT", policy_path(q),
+         "{\"dead_letter_rules\":[{\"error_contains\":\"429\",\"action\":\"retry\","
+         "\"max_times\":0},{\"action\":\"dead\"}]}");
+    errors = expect_invalid(&r, policy_path(q), 2);
+    expect_field_error(errors, "dead_letter_rules[0].max_times", "invalid", NULL);
+    expect_field_error(errors, "dead_letter_rules[1].error_contains", "required", NULL);
+    http(&r, "PUT", policy_path(q), "{\"max_retires\":4}");
+    expect_field_error(expect_invalid(&r, policy_path(q), 1), "max_retires", "invalid", NULL);
+    http(&r, "PUT", policy_path(q), "[1]");
+    e2e_expect_problem(&r, 400, "malformed-request", policy_path(q));
+
+    /* {} is the whole policy: every field back to its default. */
+    http(&r, "PUT", policy_path(q), "{}");
+    p = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(p, "max_retries"), 3);
+    assert_int_equal(e2e_jint(p, "lease_seconds"), 30);
+    e2e_jnull(p, "rate_limit");
+    e2e_response_free(&r);
+}
+
+/* The policy's backoff reaches a failure through HTTP: base 3 -> 6 s. */
+static void test_policy_backoff_over_http(void **state)
+{
+    (void)state;
+    char q[64];
+    e2e_queue_name(q, sizeof q, "polbackoff");
+    e2e_response_t r = { 0 };
+    http(&r, "PUT", policy_path(q), "{\"backoff\":{\"base_seconds\":3}}");
+    e2e_expect_json(&r, 200);
+    long long id = enqueue(q, "{\"payload\":\"a\"}");
+    assert_int_equal(claim_one(q, 30, NULL, 0), id);
+    http(&r, "POST", message_path(q, id, "fail"), "{\"error\":\"e\"}");
+    rd_json_t *m = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jtime(m, "retry_after") - e2e_jtime(m, "updated_at"), 6000);
+    e2e_response_free(&r);
+}
+
+/* GET /metrics into r until its text has line: the per-queue series come
+ * from a snapshot at most RD_METRICS_SNAPSHOT_MS old (docs/design.md "Listing"), so
+ * a change shows within that (bounded: 2 s more, then the test fails). */
+static void metrics_with(e2e_response_t *r, const char *line)
+{
+    char want[512];
+    snprintf(want, sizeof want, "%s", line);
+    long long t0 = e2e_mono_ms();
+    for (;;) {
+        http(r, "GET", "/metrics", NULL);
+        assert_int_equal(r->status, 200);
+        if (strstr(r->body, want)) return;
+        if (e2e_mono_ms() - t0 > RD_METRICS_SNAPSHOT_MS + 2000)
+            fail_msg("/metrics lacks \"%s\" after %d ms", want, RD_METRICS_SNAPSHOT_MS + 2000);
+        e2e_pause_ms(50);
+    }
+}
+
+/* Seed 001's DLQ consumer as a policy (docs/dead-letters.md §2): a 429 or a
+ * "rate limit" comes back after 300 s (even when the worker says it is
+ * permanent), a 503 at once, anything else goes dead at its first failure
+ * (max_retries 1). Shown by GET policy, counted in stats and /metrics. */
+static void test_dead_letter_rules_seed_001(void **state)
+{
+    (void)state;
+    char q[64];
+    e2e_queue_name(q, sizeof q, "rules");
+    e2e_response_t r = { 0 };
+    http(&r, "PUT", policy_path(q),
+         "{\"max_retries\":1,\"dead_letter_rules\":["
+         "{\"error_contains\":\"429\",\"action\":\"retry\",\"delay_seconds\":300,\"max_times\":5},"
+         "{\"error_contains\":\"rate limit\",\"action\":\"retry\",\"delay_seconds\":300,\"max_times\":5},"
+         "{\"error_contains\":\"503\",\"action\":\"retry\",\"max_times\":3}]}");
+    rd_json_t *p = e2e_expect_json(&r, 200);
+    rd_json_t *rules = e2e_jget(p, "dead_letter_rules");
+    assert_int_equal(rd_json_array_size(rules), 3);
+    assert_string_equal(e2e_jstr(rd_json_array_at(rules, 0), "error_contains"), "429");
+    assert_int_equal(e2e_jint(rd_json_array_at(rules, 1), "delay_seconds"), 300);
+    assert_int_equal(e2e_jint(rd_json_array_at(rules, 2), "delay_seconds"), 0);
+    http(&r, "GET", policy_path(q), NULL);
+    p = e2e_expect_json(&r, 200);
+    assert_int_equal(rd_json_array_size(e2e_jget(p, "dead_letter_rules")), 3);
+
+    static const struct {
+        const char *body;
+        const char *status;
+        long long delay_ms;   /* -1: no retry_after */
+    } cases[] = {
+        { "{\"error\":\"HTTP 429 Too Many Requests\",\"retryable\":false}", "pending", 300000 },
+        { "{\"error\":\"upstream rate limit\",\"retry_after_seconds\":5}", "pending", 300000 },
+        { "{\"error\":\"503 Service Unavailable\"}", "pending", 0 },
+        { "{\"error\":\"400 bad request\"}", "dead", -1 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        long long id = enqueue(q, "{\"payload\":\"job\"}");
+        assert_int_equal(claim_one(q, 30, NULL, 0), id);
+        http(&r, "POST", message_path(q, id, "fail"), cases[i].body);
+        rd_json_t *m = e2e_expect_json(&r, 200);
+        assert_string_equal(e2e_jstr(m, "status"), cases[i].status);
+        if (cases[i].delay_ms >= 0)
+            assert_int_equal(e2e_jtime(m, "retry_after") - e2e_jtime(m, "updated_at"),
+                             cases[i].delay_ms);
+        else
+            e2e_jnull(m, "retry_after");
+        if (cases[i].delay_ms == 0) {
+            /* Back at once: the next claim takes it. */
+            assert_int_equal(claim_one(q, 30, NULL, 0), id);
+        }
+    }
+    http(&r, "GET", e2e_fmt("/queues/%s/stats", q), NULL);
+    rd_json_t *st = e2e_expect_json(&r, 200);
+    rules = e2e_jget(st, "dead_letter_rules");
+    assert_int_equal(rd_json_array_size(rules), 3);
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(e2e_jint(rd_json_array_at(rules, i), "rule"), (long long)i);
+        assert_int_equal(e2e_jint(rd_json_array_at(rules, i), "retried"), 1);
+        assert_int_equal(e2e_jint(rd_json_array_at(rules, i), "dead"), 0);
+    }
+    assert_int_equal(e2e_jint(e2e_jget(st, "totals"), "dead"), 1);
+    metrics_with(&r, e2e_fmt("retryd_dead_letter_rule_total{queue=\"%s\",rule=\"2\","
+                             "outcome=\"retried\"} 1\n", q));
+    /* The 503 one fails again in a settle: the rule brings it back again. */
+    http(&r, "POST", e2e_fmt("/queues/%s/claim", q),
+         e2e_fmt("{\"settle\":[{\"id\":%lld,\"outcome\":\"failed\","
+                 "\"error\":\"503\"}]}", (long long)3));
+    p = e2e_expect_json(&r, 200);
+    assert_string_equal(e2e_jstr(rd_json_array_at(e2e_jget(p, "settled"), 0), "status"), "pending");
+    assert_int_equal(queue_counter(q, "rule_2_retried"), 2);
+    e2e_response_free(&r);
+}
+
+/* A long-poll claim that started on its own connection. */
+static void start_long_poll(e2e_conn_t *c, const char *q, int wait_s)
+{
+    assert_int_equal(e2e_conn_open(c, g_daemon.port), 0);
+    const char *body = e2e_fmt("{\"wait_seconds\":%d}", wait_s);
+    assert_int_equal(e2e_send_request(c, "POST", e2e_fmt("/queues/%s/claim", q), NULL, body,
+                                      strlen(body)), 0);
+}
+
+/* Waits (bounded) until the daemon has parked a claim on q, seen as its
+ * subscription to the queue's wake channel. */
+static void wait_subscribed(const char *q)
+{
+    long long t0 = e2e_mono_ms();
+    for (;;) {
+        redisReply *x = e2e_rcmd(g_redis, "PUBSUB NUMSUB %s:{%s}:wake", g_prefix, q);
+        bool on = x->elements == 2 && x->element[1]->integer > 0;
+        freeReplyObject(x);
+        if (on) return;
+        if (e2e_mono_ms() - t0 > 5000) fail_msg("no subscription to %s's wake within 5 s", q);
+        e2e_pause_ms(5);
+    }
+}
+
+/* While paused nothing is leased (a long-poll waits, enqueue goes on); a
+ * resume wakes the long-poll at once. */
+static void test_pause_and_resume(void **state)
+{
+    (void)state;
+    char q[64];
+    e2e_queue_name(q, sizeof q, "pause");
+    e2e_response_t r = { 0 };
+    http(&r, "POST", e2e_fmt("/queues/%s/pause", q), NULL);
+    rd_json_t *p = e2e_expect_json(&r, 200);
+    assert_string_equal(e2e_jstr(p, "queue"), q);
+    assert_true(rd_json_bool(e2e_jget(p, "paused")));
+    long long id = enqueue(q, "{\"payload\":\"a\"}");
+    assert_int_equal(claim_one(q, 30, NULL, 0), 0);
+    http(&r, "GET", policy_path(q), NULL);
+    assert_true(rd_json_bool(e2e_jget(e2e_expect_json(&r, 200), "paused")));
+    /* It shows in stats, GET /queues and /metrics, with the claim held back. */
+    http(&r, "GET", e2e_fmt("/queues/%s/stats", q), NULL);
+    p = e2e_expect_json(&r, 200);
+    assert_true(rd_json_bool(e2e_jget(p, "paused")));
+    assert_int_equal(e2e_jint(e2e_jget(p, "totals"), "held_paused"), 1);
+    assert_int_equal(e2e_jint(e2e_jget(p, "totals"), "held_cap"), 0);
+    assert_int_equal(e2e_jint(e2e_jget(p, "totals"), "held_rate"), 0);
+    http(&r, "GET", "/queues?limit=1000", NULL);
+    rd_json_t *list = e2e_jget(e2e_expect_json(&r, 200), "queues");
+    bool listed = false;
+    for (size_t i = 0; i < rd_json_array_size(list); i++) {
+        rd_json_t *e = rd_json_array_at(list, i);
+        if (strcmp(e2e_jstr(e, "name"), q) != 0) continue;
+        assert_true(rd_json_bool(e2e_jget(e, "paused")));
+        listed = true;
+    }
+    assert_true(listed);
+    metrics_with(&r, e2e_fmt("retryd_queue_paused{queue=\"%s\"} 1\n", q));
+    assert_non_null(strstr(r.body, e2e_fmt("retryd_held_paused_total{queue=\"%s\"} 1\n", q)));
+
+    e2e_conn_t c;
+    start_long_poll(&c, q, 10);
+    wait_subscribed(q);
+    enqueue(q, "{\"payload\":\"b\"}");
+    /* The enqueue's wake-up made the parked claim try again: held back too
+     * (claim_one, the park's first try, this one). */
+    for (long long t = e2e_mono_ms();;) {
+        long long held = queue_counter(q, "held_paused");
+        if (held >= 3) break;
+        if (e2e_mono_ms() - t > 5000) fail_msg("held_paused is %lld, not 3, after 5 s", held);
+        e2e_pause_ms(5);
+    }
+    redisReply *x = e2e_rcmd(g_redis, "ZCARD %s:{%s}:processing", g_prefix, q);
+    assert_int_equal(x->integer, 0);
+    freeReplyObject(x);
+    long long t0 = e2e_mono_ms();
+    http(&r, "POST", e2e_fmt("/queues/%s/resume", q), "");
+    assert_false(rd_json_bool(e2e_jget(e2e_expect_json(&r, 200), "paused")));
+    e2e_response_t w = { 0 };
+    assert_int_equal(e2e_read_response(&c, &w), 0);
+    assert_true(e2e_mono_ms() - t0 < 1000);
+    assert_int_equal(e2e_jint(e2e_expect_json(&w, 200), "id"), id);
+    e2e_response_free(&w);
+    e2e_conn_close(&c);
+    e2e_response_free(&r);
+}
+
+/* A long-poll held back by the rate limit sleeps until the next token is due
+ * and then claims: a handful of calls, not a busy loop. */
+static void test_rate_limited_long_poll_sleeps(void **state)
+{
+    (void)state;
+    char q[64];
+    e2e_queue_name(q, sizeof q, "ratewait");
+    e2e_response_t r = { 0 };
+    http(&r, "PUT", policy_path(q), "{\"rate_limit\":{\"per_second\":0.8,\"burst\":1}}");
+    e2e_expect_json(&r, 200);
+    enqueue(q, "{\"payload\":\"a\"}");
+    long long second = enqueue(q, "{\"payload\":\"b\"}");
+    /* The next token is due 1.25 s after the claim that takes this one:
+     * no sooner than 1.25 s after a clock read before that claim, no later
+     * than 1.25 s after one read after it. */
+    long long before_token = e2e_mono_ms();
+    assert_true(claim_one(q, 30, NULL, 0) > 0);  /* takes the only token */
+    long long held = queue_counter(q, "held_rate");
+    long long t0 = e2e_mono_ms();
+    http(&r, "POST", e2e_fmt("/queues/%s/claim", q), "{\"wait_seconds\":5}");
+    long long end = e2e_mono_ms(), took = end - t0;
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "id"), second);
+    if (end - before_token < 900 || took >= 2500)   /* a token per 1.25 s */
+        fail_msg("claimed %lld ms after the token was taken (%lld ms after the long-poll was "
+                 "sent), want at least 900 (and under 2500 after it was sent)",
+                 end - before_token, took);
+    /* Every claim the rate limit held back counts in held_rate: a busy loop
+     * would count hundreds. */
+    long long tries = queue_counter(q, "held_rate") - held;
+    if (tries > 2) fail_msg("the rate-limited long-poll claimed %lld times in %lld ms", tries, took);
+    e2e_response_free(&r);
+}
+
+/* Over 3 s at 20/s with burst 5, a worker that long-polls in a loop leases
+ * 5 + 20 x 3 messages, within 15 %. */
+static void test_rate_limit_over_three_seconds(void **state)
+{
+    (void)state;
+    char q[64];
+    e2e_queue_name(q, sizeof q, "rate3s");
+    e2e_response_t r = { 0 };
+    for (int i = 0; i < 120; i++) enqueue(q, "{\"payload\":\"x\"}");
+    http(&r, "PUT", policy_path(q), "{\"rate_limit\":{\"per_second\":20,\"burst\":5}}");
+    e2e_expect_json(&r, 200);
+    long long t0 = e2e_mono_ms(), leased = 0;
+    while (e2e_mono_ms() - t0 < 3000) {
+        http(&r, "POST", e2e_fmt("/queues/%s/claim", q), "{\"wait_seconds\":1}");
+        if (r.status == 200 && e2e_mono_ms() - t0 <= 3000) leased++;
+        else if (r.status != 200) e2e_expect_no_content(&r);
+    }
+    if (leased < 55 || leased > 75) fail_msg("leased %lld in 3 s, want 65 +- 15%%", leased);
+    e2e_response_free(&r);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Time series (docs/reference.md "Time series", docs/series.md)                                   */
+/* ------------------------------------------------------------------------ */
+
+static long long redis_time_ms(void)
+{
+    redisReply *t = redisCommand(g_redis, "TIME");
+    assert_non_null(t);
+    assert_int_equal(t->type, REDIS_REPLY_ARRAY);
+    long long ms = atoll(t->element[0]->str) * 1000 + atoll(t->element[1]->str) / 1000;
+    freeReplyObject(t);
+    return ms;
+}
+
+static long long series_total(const rd_json_t *series, const char *name, size_t len)
+{
+    rd_json_t *a = e2e_jget(series, name);
+    assert_true(rd_json_is_array(a));
+    assert_int_equal(rd_json_array_size(a), len);
+    long long n = 0, v;
+    for (size_t i = 0; i < len; i++) {
+        assert_true(rd_json_integer(rd_json_array_at(a, i), &v));
+        assert_true(v >= 0);
+        n += v;
+    }
+    return n;
+}
+
+static void test_stats_series(void **state)
+{
+    (void)state;
+    char q[64], token[160];
+    e2e_queue_name(q, sizeof q, "series");
+    for (int i = 0; i < 3; i++) enqueue(q, "{\"payload\":\"x\"}");
+    e2e_response_t r = { 0 };
+    assert_int_equal(claim_one(q, 30, token, sizeof token), 1);
+    http(&r, "POST", message_path(q, 1, "succeed"), "{}");
+    e2e_expect_json(&r, 200);
+    assert_int_equal(claim_one(q, 30, token, sizeof token), 2);
+    http(&r, "POST", message_path(q, 2, "fail"), "{\"error\":\"boom\",\"retryable\":false}");
+    e2e_expect_json(&r, 200);
+    http(&r, "POST", message_path(q, 2, "replay"), NULL);
+    e2e_expect_json(&r, 200);
+
+    static const struct { const char *name; long long step_s; size_t len; } res[] = {
+        { "minute", 60, 120 }, { "hour", 3600, 192 },
+    };
+    static const char *const names[] = { "enqueued", "succeeded", "failed", "dead", "replayed" };
+    static const long long want[] = { 3, 1, 1, 1, 1 };
+    for (size_t k = 0; k < 2; k++) {
+        http(&r, "GET", e2e_fmt("/queues/%s/stats?series=%s", q, res[k].name), NULL);
+        long long now = redis_time_ms();
+        rd_json_t *doc = e2e_expect_json(&r, 200);
+        assert_int_equal(e2e_jint(e2e_jget(doc, "totals"), "enqueued"), 3);
+        rd_json_t *series = e2e_jget(doc, "series");
+        assert_string_equal(e2e_jstr(series, "resolution"), res[k].name);
+        assert_int_equal(e2e_jint(series, "step_seconds"), res[k].step_s);
+        long long start = e2e_jint(series, "start"), step = res[k].step_s * 1000;
+        assert_int_equal(start % step, 0);
+        /* The last bucket is the current one. */
+        assert_true(start + (long long)(res[k].len - 1) * step <= now);
+        assert_true(now < start + (long long)(res[k].len + 1) * step);
+        for (size_t i = 0; i < 5; i++)
+            assert_int_equal(series_total(series, names[i], res[k].len), want[i]);
+    }
+
+    /* Without the parameter, no series; with a bad one, 422 on it. */
+    http(&r, "GET", e2e_fmt("/queues/%s/stats", q), NULL);
+    assert_null(rd_json_get(e2e_expect_json(&r, 200), "series"));
+    const char *bad[] = { "day", "", "MINUTE", "minute%00" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *path = e2e_fmt("/queues/%s/stats?series=%s", q, bad[i]);
+        http(&r, "GET", path, NULL);
+        rd_json_t *errors = expect_invalid(&r, e2e_fmt("/queues/%s/stats", q), 1);
+        expect_field_error(errors, "series", "invalid", "series must be minute or hour.");
+    }
+    e2e_response_free(&r);
+}
+
+/* The score of q in the timer schedule of prefix, -1 when absent. */
+static long long schedule_score(const char *prefix, const char *q)
+{
+    redisReply *z = redisCommand(g_redis, "ZSCORE {%s:queues}:timers %s", prefix, q);
+    assert_non_null(z);
+    long long v = z->type == REDIS_REPLY_STRING ? atoll(z->str) : -1;
+    freeReplyObject(z);
+    return v;
+}
+
+/* A write to a queue nudges the schedule so its series is sampled within a
+ * minute; with --series off nothing does (an enqueue of a message ready now
+ * has no timer work of its own). */
+static void test_series_nudges_the_timer(void **state)
+{
+    (void)state;
+    char q[64];
+    e2e_response_t r = { 0 };
+    e2e_queue_name(q, sizeof q, "nudge");
+    long long before = redis_time_ms();
+    enqueue(q, "{\"payload\":\"x\"}");
+    /* The nudge went out on the daemon's link before this read's command. */
+    http(&r, "GET", message_path(q, 1, NULL), NULL);
+    e2e_expect_json(&r, 200);
+    long long at = schedule_score(g_prefix, q);
+    assert_true(at >= before + 60000 && at <= redis_time_ms() + 60000);
+
+    char prefix[80];
+    snprintf(prefix, sizeof prefix, "%s-noseries", g_prefix);
+    assert_int_equal(start_daemon(&g_side, g_redis_port, prefix, true, "--series", "off", NULL), 0);
+    http_to(g_side.port, &r, "POST", messages_path(q), "{\"payload\":\"x\"}", 15);
+    e2e_expect_json(&r, 201);
+    http_to(g_side.port, &r, "GET", message_path(q, 1, NULL), NULL, 0);
+    e2e_expect_json(&r, 200);
+    assert_int_equal(schedule_score(prefix, q), -1);
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    assert_int_equal(e2e_daemon_stop(&g_side, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(test_stats_series),
+        T(test_series_nudges_the_timer),
+        T(test_policy_get_put),
+        T(test_policy_backoff_over_http),
+        T(test_dead_letter_rules_seed_001),
+        T(test_pause_and_resume),
+        T(test_rate_limited_long_poll_sleeps),
+        T(test_rate_limit_over_three_seconds),
+    };
+    int failed = cmocka_run_group_tests_name("e2e_policy", tests, group_setup, group_teardown);
+    if (failed == 0 && g_stop_failed) {
+        printf("FAIL " E2E_SUITE ": retryd did not exit 0 within 5 s of SIGTERM\n");
+        return 1;
+    }
+    return failed;
+}

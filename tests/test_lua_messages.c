@@ -1,0 +1,1471 @@
+/* test_lua_messages.c - integration tests of the Redis Functions library (lua/) against
+ * a real redis-server: enqueue, claim, succeed, fail, extend, replay, reclaim,
+ * promote, tick, get, list, export, idempotency, release and succeed_many.
+ *
+ * Shared helpers, setup and the environment the tests need: lua_support.h. */
+
+#define LUA_SUITE "test_lua_messages"
+#include "lua_support.h"
+
+/* ------------------------------------------------------------------------ */
+/* Reply shapes (each takes ownership of the reply and frees it). Each is a */
+/* macro over an _at function so a failure names the test's line.           */
+/* ------------------------------------------------------------------------ */
+
+/* An array of n strings, each as expected. */
+#define expect_strings(r, n, want) expect_strings_at((r), (n), (want), __FILE__, __LINE__)
+static void expect_strings_at(redisReply *r, size_t n, const char *const *want,
+                              const char *file, int line)
+{
+    char desc[256];
+    snprintf(desc, sizeof desc, "%s", reply_desc(r));
+    bool good = r->type == REDIS_REPLY_ARRAY && r->elements == n;
+    size_t bad_at = n;
+    for (size_t i = 0; good && i < n; i++) {
+        good = r->element[i]->type == REDIS_REPLY_STRING && strcmp(r->element[i]->str, want[i]) == 0;
+        if (!good) {
+            bad_at = i;
+            snprintf(desc, sizeof desc, "%s at %zu", reply_desc(r->element[i]), i);
+        }
+    }
+    freeReplyObject(r);
+    if (!good)
+        FAIL_AT(file, line, "expected %zu strings (\"%s\" at %zu), got %s", n,
+                bad_at < n ? want[bad_at] : "", bad_at, desc);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Redis state                                                              */
+/* ------------------------------------------------------------------------ */
+
+/* Sets retry_count or max_retries of message id (a byte each in the record's
+ * header, docs/storage.md): test setup for counts the API cannot reach. */
+static void hset(const queue_t *q, long long id, const char *field, const char *value)
+{
+    long long offset = strcmp(field, "retry_count") == 0 ? 1 : 2;
+    assert_true(offset == 1 || strcmp(field, "max_retries") == 0);
+    int_reply(rcmd("EVAL", "return redis.call('SETRANGE', KEYS[1], ARGV[1], "
+                           "struct.pack('B', tonumber(ARGV[2])))",
+                   "1", mkey(q, id), num(offset), value, END));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Function wrappers                                                        */
+/* ------------------------------------------------------------------------ */
+
+/* One page of list: returns how many messages; ids, total and next cursor
+ * (copied to next, "" at the end) out. */
+static size_t list_page(const queue_t *q, const char *status, int limit, const char *cursor,
+                        long long *ids, size_t max_ids, long long *total, char *next, size_t next_size)
+{
+    redisReply *r = fcall("list", q, -1, status, num(limit), cursor, END);
+    if (!has_code(r, "ok"))
+        fail_msg("list %s cursor \"%s\": %s", status, cursor, reply_desc(r));
+    assert_true(r->elements >= 3);
+    assert_int_equal(r->element[1]->type, REDIS_REPLY_INTEGER);
+    *total = r->element[1]->integer;
+    assert_int_equal(r->element[2]->type, REDIS_REPLY_STRING);
+    assert_true(r->element[2]->len < next_size);
+    memcpy(next, r->element[2]->str, r->element[2]->len + 1);
+    size_t n = r->elements - 3;
+    assert_true(n <= max_ids);
+    assert_true(n <= (size_t)limit);
+    for (size_t i = 0; i < n; i++) {
+        msg_t m;
+        msg_parse(r->element[3 + i], &m);
+        if (status[0] != '\0')
+            assert_string_equal(msg_str(&m, "status"), status);
+        ids[i] = m.id;
+    }
+    freeReplyObject(r);
+    return n;
+}
+
+/* Walks a whole listing with pages of `limit`; returns how many ids. */
+static size_t list_all(const queue_t *q, const char *status, int limit, long long *ids,
+                       size_t max_ids, long long want_total)
+{
+    char cursor[128] = "", next[128];
+    size_t n = 0;
+    for (int page = 0; page < 1000; page++) {
+        long long total;
+        size_t got = list_page(q, status, limit, cursor, ids + n, max_ids - n, &total, next, sizeof next);
+        assert_int_equal(total, want_total);
+        n += got;
+        if (next[0] == '\0')
+            return n;
+        assert_string_not_equal(next, cursor);
+        strcpy(cursor, next);
+    }
+    fail_msg("listing of %s did not end", status);
+    return 0;
+}
+
+#define assert_ids(got, n, want, want_n) assert_ids_at((got), (n), (want), (want_n), __FILE__, __LINE__)
+static void assert_ids_at(const long long *got, size_t n, const long long *want, size_t want_n,
+                          const char *file, int line)
+{
+    char a[256] = "", b[256] = "";
+    for (size_t i = 0; i < n && strlen(a) < 200; i++)
+        snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld", i ? "," : "", got[i]);
+    for (size_t i = 0; i < want_n && strlen(b) < 200; i++)
+        snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", i ? "," : "", want[i]);
+    if (strcmp(a, b) != 0)
+        FAIL_AT(file, line, "ids [%s], expected [%s]", a, b);
+}
+
+/* ------------------------------------------------------------------------ */
+/* enqueue                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static void test_enqueue_ids_and_fields(void **state)
+{
+    queue_t q;
+    queue_init(&q, "enqueue");
+    long long t0 = redis_now_ms();
+    for (long long i = 1; i <= 3; i++) {
+        msg_t m;
+        expect_enqueued(&q, fcall("enqueue", &q, -1, "job", "4", "0", END), &m);
+        assert_int_equal(m.id, i);
+        assert_string_equal(msg_str(&m, "payload"), "job");
+        assert_string_equal(msg_str(&m, "status"), "pending");
+        assert_int_equal(msg_int(&m, "retry_count"), 0);
+        assert_int_equal(msg_int(&m, "max_retries"), 4);
+        assert_int_equal(msg_int(&m, "created_at"), msg_int(&m, "updated_at"));
+        assert_in_range(msg_int(&m, "created_at"), t0, redis_now_ms());
+        assert_no_field(&m, "retry_after");
+        assert_no_field(&m, "last_error");
+        assert_no_field(&m, "lease_token");
+        assert_no_field(&m, "lease_expires_at");
+    }
+    assert_int_equal(llen(qkey(&q, "3:ready")), 3);
+    assert_int_equal(zcard(qkey(&q, "3:scheduled")), 0);
+    assert_int_equal(counter(&q, "enqueued"), 3);
+
+    /* Ids are per queue. */
+    queue_t other;
+    queue_init(&other, "enqueue-other");
+    assert_int_equal(enqueue_ok(&other, "job", 3, 0), 1);
+}
+
+static void test_enqueue_payload_binary_safe(void **state)
+{
+    static const char payload[] = "a\0b\"c'\n\r\\{q}:%s\x01\xff\0end\"";
+    const size_t n = sizeof payload - 1;
+    const char *args[] = { payload, "3", "0" };
+    const size_t lens[] = { n, 1, 1 };
+    queue_t q;
+    queue_init(&q, "binary");
+    msg_t m;
+
+    expect_enqueued(&q, fcall_bin("enqueue", &q, -1, 3, args, lens), &m);
+    const field_t *f = msg_field(&m, "payload");
+    assert_non_null(f);
+    assert_int_equal(f->len, n);
+    assert_memory_equal(f->value, payload, n);
+
+    expect_ok_msg(fcall("get", &q, m.id, END), &m);
+    f = msg_field(&m, "payload");
+    assert_non_null(f);
+    assert_int_equal(f->len, n);
+    assert_memory_equal(f->value, payload, n);
+
+    claim_one(&q, 30000, &m);
+    f = msg_field(&m, "payload");
+    assert_non_null(f);
+    assert_int_equal(f->len, n);
+    assert_memory_equal(f->value, payload, n);
+
+    /* The empty payload is a payload too. */
+    expect_enqueued(&q, fcall("enqueue", &q, -1, "", "3", "0", END), &m);
+    assert_non_null(msg_field(&m, "payload"));
+    assert_int_equal(msg_field(&m, "payload")->len, 0);
+}
+
+static void test_enqueue_delayed(void **state)
+{
+    queue_t q;
+    queue_init(&q, "delayed");
+    msg_t m;
+    expect_enqueued(&q, fcall("enqueue", &q, -1, "later", "3", "60000", END), &m);
+    assert_string_equal(msg_str(&m, "status"), "pending");
+    assert_int_equal(msg_int(&m, "retry_after"), msg_int(&m, "created_at") + 60000);
+    assert_int_equal(zscore(qkey(&q, "3:scheduled"), m.id), msg_int(&m, "retry_after"));
+    assert_int_equal(llen(qkey(&q, "3:ready")), 0);
+    expect_nothing_to_claim(&q);
+
+    long long r[2];
+    expect_ints(fcall("promote", &q, -1, "100", END), 2, r);
+    assert_int_equal(r[0], 0);
+    assert_in_range(r[1], 1, 60000);
+    expect_nothing_to_claim(&q);
+
+    /* Once due, it is claimable. */
+    make_due(&q, m.id);
+    claim_one(&q, 30000, &m);
+    assert_int_equal(m.id, 1);
+}
+
+static void test_enqueue_bad_arguments(void **state)
+{
+    queue_t q;
+    queue_init(&q, "badenq");
+    static const char *const bad_max[] = { "0", "11", "x", "1.5", "", "-3" };
+    for (size_t i = 0; i < sizeof bad_max / sizeof bad_max[0]; i++)
+        expect_error(fcall("enqueue", &q, -1, "p", bad_max[i], "0", END));
+    expect_error(fcall("enqueue", &q, -1, "p", "3", "-1", END));
+    expect_error(fcall("enqueue", &q, -1, "p", "3", "soon", END));
+    expect_error(fcall("enqueue", &q, -1, END));
+    /* Nothing was created, not even an id. */
+    assert_int_equal(exists(qkey(&q, "seq")), 0);
+    assert_int_equal(counter(&q, "enqueued"), 0);
+
+    /* Both ends of the range are fine. */
+    assert_int_equal(enqueue_ok(&q, "p", 1, 0), 1);
+    assert_int_equal(enqueue_ok(&q, "p", 10, 0), 2);
+}
+
+/* Numbers that parse but are not finite must not become timestamps. */
+static void test_numeric_arguments_reject_infinity(void **state)
+{
+    queue_t q;
+    queue_init(&q, "inf");
+    expect_error(fcall("enqueue", &q, -1, "p", "3", "inf", END));
+    enqueue_ok(&q, "p", 3, 0);
+    expect_error(fcall("claim", &q, -1, "inf", "1", END));
+    msg_t m;
+    claim_one(&q, 30000, &m);
+    expect_error(fcall("fail", &q, m.id, "", "e", "1", "inf", END));
+    expect_error(fcall("extend", &q, m.id, "", "inf", END));
+}
+
+/* Integers past int64 (to_int takes "1e19"): int_arg must not spell them as
+ * "%d" does, wrapped to -2^63, which made a delay of 1e19 ms due at once. */
+static void test_numeric_arguments_past_int64(void **state)
+{
+    queue_t q;
+    queue_init(&q, "huge");
+    msg_t m;
+    expect_enqueued(&q, fcall("enqueue", &q, -1, "later", "3", "1e19", END), &m);
+    redisReply *r = rcmd("ZSCORE", qkey(&q, "3:scheduled"), num(m.id), END);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    double score = strtod(r->str, NULL);
+    freeReplyObject(r);
+    if (score < 1e19) fail_msg("scheduled at %.17g, want 1e19 ms from now", score);
+    expect_nothing_to_claim(&q);
+    assert_int_equal(llen(qkey(&q, "3:due")), 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* claim                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static void test_claim_fifo_and_lease(void **state)
+{
+    queue_t q;
+    queue_init(&q, "fifo");
+    for (int i = 0; i < 3; i++)
+        enqueue_ok(&q, "job", 3, 0);
+    for (long long want = 1; want <= 3; want++) {
+        msg_t m;
+        long long before = redis_now_ms();
+        claim_one(&q, 30000, &m);
+        assert_int_equal(m.id, want);
+        assert_string_equal(msg_str(&m, "status"), "processing");
+        assert_true(msg_field(&m, "lease_token")->len > 0);
+        assert_in_range(msg_int(&m, "updated_at"), before, redis_now_ms());
+        assert_int_equal(msg_int(&m, "lease_expires_at"), msg_int(&m, "updated_at") + 30000);
+        assert_int_equal(zscore(qkey(&q, "3:processing"), m.id), msg_int(&m, "lease_expires_at"));
+    }
+    expect_nothing_to_claim(&q);
+    assert_int_equal(counter(&q, "claimed"), 3);
+}
+
+static void test_claim_count(void **state)
+{
+    queue_t q;
+    queue_init(&q, "count");
+    for (int i = 0; i < 5; i++)
+        enqueue_ok(&q, "job", 3, 0);
+    msg_t m[8];
+    size_t n = expect_ok_msgs(fcall("claim", &q, -1, "45000", "3", END), m, 8);
+    assert_int_equal(n, 3);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(m[i].id, (long long)i + 1);
+        assert_string_equal(msg_str(&m[i], "status"), "processing");
+        assert_int_equal(msg_int(&m[i], "lease_expires_at"), msg_int(&m[i], "updated_at") + 45000);
+        assert_int_equal(zscore(qkey(&q, "3:processing"), m[i].id), msg_int(&m[i], "lease_expires_at"));
+        for (size_t j = 0; j < i; j++)
+            assert_string_not_equal(msg_str(&m[i], "lease_token"), msg_str(&m[j], "lease_token"));
+    }
+    /* Fewer left than asked for: what is there. */
+    n = expect_ok_msgs(fcall("claim", &q, -1, "45000", "100", END), m, 8);
+    assert_int_equal(n, 2);
+    assert_int_equal(m[0].id, 4);
+    assert_int_equal(m[1].id, 5);
+    assert_string_not_equal(msg_str(&m[0], "lease_token"), msg_str(&m[1], "lease_token"));
+    expect_code(fcall("claim", &q, -1, "45000", "10", END), "ok", NULL);
+    assert_int_equal(counter(&q, "claimed"), 5);
+    assert_int_equal(zcard(qkey(&q, "3:processing")), 5);
+}
+
+static void test_claim_bad_arguments(void **state)
+{
+    queue_t q;
+    queue_init(&q, "badclaim");
+    enqueue_ok(&q, "job", 3, 0);
+    expect_error(fcall("claim", &q, -1, "0", "1", END));
+    expect_error(fcall("claim", &q, -1, "x", "1", END));
+    expect_error(fcall("claim", &q, -1, "1000", "0", END));
+    expect_error(fcall("claim", &q, -1, "1000", "101", END));
+    expect_error(fcall("claim", &q, -1, END));
+    assert_int_equal(llen(qkey(&q, "3:ready")), 1);
+}
+
+static void test_claim_due_retry_before_fresh(void **state)
+{
+    queue_t q;
+    queue_init(&q, "dueretry");
+    for (int i = 0; i < 3; i++)
+        enqueue_ok(&q, "job", 3, 0);
+    msg_t m;
+    claim_one(&q, 30000, &m);
+    assert_int_equal(m.id, 1);
+    fail_ok(&q, 1, "flaky", "1", 0, &m);
+    assert_string_equal(msg_str(&m, "status"), "pending");
+    assert_int_equal(msg_int(&m, "retry_after"), msg_int(&m, "updated_at"));
+    assert_int_equal(zscore(qkey(&q, "3:scheduled"), 1), msg_int(&m, "retry_after"));
+
+    /* Id 1 is due: it goes before 2 and 3, which were enqueued later but never failed. */
+    claim_one(&q, 30000, &m);
+    assert_int_equal(m.id, 1);
+    assert_int_equal(msg_int(&m, "retry_count"), 1);
+    assert_string_equal(msg_str(&m, "last_error"), "flaky");
+    claim_one(&q, 30000, &m);
+    assert_int_equal(m.id, 2);
+    claim_one(&q, 30000, &m);
+    assert_int_equal(m.id, 3);
+    expect_nothing_to_claim(&q);
+}
+
+static void test_claim_replayed_next(void **state)
+{
+    queue_t q;
+    queue_init(&q, "replaynext");
+    long long dead = make_dead(&q, "broken");
+    enqueue_ok(&q, "job", 3, 0);
+    enqueue_ok(&q, "job", 3, 0);
+    msg_t m;
+    expect_ok_msg(fcall("replay", &q, dead, END), &m);
+    claim_one(&q, 30000, &m);
+    assert_int_equal(m.id, dead);
+    claim_one(&q, 30000, &m);
+    assert_int_equal(m.id, 2);
+}
+
+static void test_claim_skips_deleted(void **state)
+{
+    queue_t q;
+    queue_init(&q, "deleted");
+    for (int i = 0; i < 3; i++)
+        enqueue_ok(&q, "job", 3, 0);
+    int_reply(rcmd("DEL", mkey(&q, 1), END));
+    msg_t ms[4];
+    size_t n = expect_ok_msgs(fcall("claim", &q, -1, "30000", "3", END), ms, 4);
+    assert_int_equal(n, 2);
+    assert_int_equal(ms[0].id, 2);
+    assert_int_equal(ms[1].id, 3);
+    assert_string_not_equal(msg_str(&ms[0], "lease_token"), msg_str(&ms[1], "lease_token"));
+    assert_int_equal(exists(mkey(&q, 1)), 0); /* not brought back as a stub */
+    assert_int_equal(zscore(qkey(&q, "3:processing"), 1), -1);
+    assert_int_equal(llen(qkey(&q, "3:ready")), 0);
+    assert_int_equal(counter(&q, "claimed"), 2);
+
+    /* Lease tokens stay unique after the claimed counter was wound back. */
+    enqueue_ok(&q, "job", 3, 0);
+    msg_t m;
+    claim_one(&q, 30000, &m);
+    assert_int_equal(m.id, 4);
+    for (size_t i = 0; i < 2; i++)
+        assert_string_not_equal(msg_str(&m, "lease_token"), msg_str(&ms[i], "lease_token"));
+}
+
+/* A deleted id at the head of ready must not hide the message behind it:
+ * a claim of one returns the next live message, not nothing. */
+static void test_claim_skips_deleted_head(void **state)
+{
+    queue_t q;
+    queue_init(&q, "deletedhead");
+    enqueue_ok(&q, "job", 3, 0);
+    enqueue_ok(&q, "job", 3, 0);
+    int_reply(rcmd("DEL", mkey(&q, 1), END));
+    msg_t m;
+    claim_one(&q, 30000, &m);
+    assert_int_equal(m.id, 2);
+}
+
+/* ------------------------------------------------------------------------ */
+/* succeed, fail, extend: tokens and states                                 */
+/* ------------------------------------------------------------------------ */
+
+typedef redisReply *(*settle_fn)(const queue_t *q, long long id, const char *token);
+
+static redisReply *do_succeed(const queue_t *q, long long id, const char *token)
+{
+    return fcall("succeed", q, id, token, END);
+}
+
+static redisReply *do_fail(const queue_t *q, long long id, const char *token)
+{
+    return fcall("fail", q, id, token, "boom", "1", "-1", END);
+}
+
+static redisReply *do_extend(const queue_t *q, long long id, const char *token)
+{
+    return fcall("extend", q, id, token, "30000", END);
+}
+
+static void check_settle(settle_fn op, const char *after)
+{
+    queue_t q;
+    queue_init(&q, "settle");
+    for (int i = 0; i < 3; i++)
+        enqueue_ok(&q, "job", 3, 0);
+    msg_t m, got;
+
+    expect_code(op(&q, 999, ""), "not_found", NULL);
+    expect_code(op(&q, 1, ""), "invalid_state", "pending");
+
+    claim_one(&q, 30000, &m);
+    assert_int_equal(m.id, 1);
+    expect_code(op(&q, 1, "not-the-token"), "lease_mismatch", NULL);
+    expect_ok_msg(fcall("get", &q, 1, END), &got);
+    assert_string_equal(msg_str(&got, "status"), "processing");
+    assert_string_equal(msg_str(&got, "lease_token"), msg_str(&m, "lease_token"));
+
+    expect_ok_msg(op(&q, 1, msg_str(&m, "lease_token")), &got);
+    assert_int_equal(got.id, 1);
+    assert_string_equal(msg_str(&got, "status"), after);
+
+    /* "" accepts whatever lease is current. */
+    claim_one(&q, 30000, &m);
+    assert_int_equal(m.id, 2);
+    expect_ok_msg(op(&q, 2, ""), &got);
+    assert_string_equal(msg_str(&got, "status"), after);
+}
+
+static void test_succeed_tokens_and_states(void **state) { check_settle(do_succeed, "succeeded"); }
+static void test_fail_tokens_and_states(void **state) { check_settle(do_fail, "pending"); }
+static void test_extend_tokens_and_states(void **state) { check_settle(do_extend, "processing"); }
+
+static void test_succeed_moves_to_succeeded(void **state)
+{
+    queue_t q;
+    queue_init(&q, "succeed");
+    long long id = enqueue_ok(&q, "job", 3, 0);
+    msg_t m;
+    claim_one(&q, 30000, &m);
+    expect_ok_msg(fcall("succeed", &q, id, msg_str(&m, "lease_token"), END), &m);
+    assert_string_equal(msg_str(&m, "status"), "succeeded");
+    assert_no_field(&m, "lease_token");
+    assert_no_field(&m, "lease_expires_at");
+    assert_int_equal(zscore(qkey(&q, "3:processing"), id), -1);
+    assert_int_equal(zscore(qkey(&q, "3:succeeded"), id), msg_int(&m, "updated_at"));
+    assert_int_equal(counter(&q, "succeeded"), 1);
+    /* Settled once: no second time, with or without a token. */
+    expect_code(fcall("succeed", &q, id, "", END), "invalid_state", "succeeded");
+    expect_code(fcall("fail", &q, id, "", "late", "1", "-1", END), "invalid_state", "succeeded");
+}
+
+/* ------------------------------------------------------------------------ */
+/* fail: backoff and dead letters                                           */
+/* ------------------------------------------------------------------------ */
+
+static void test_fail_backoff_then_dead(void **state)
+{
+    static const long long delays_ms[] = { 2000, 4000, 8000, 16000 };
+    queue_t q;
+    queue_init(&q, "backoff");
+    long long id = enqueue_ok(&q, "job", 5, 0);
+    msg_t m;
+    char error[32];
+
+    for (int n = 1; n <= 4; n++) {
+        claim_one(&q, 30000, &m);
+        assert_int_equal(m.id, id);
+        snprintf(error, sizeof error, "error %d", n);
+        fail_ok(&q, id, error, "1", -1, &m);
+        assert_string_equal(msg_str(&m, "status"), "pending");
+        assert_int_equal(msg_int(&m, "retry_count"), n);
+        assert_string_equal(msg_str(&m, "last_error"), error);
+        assert_int_equal(msg_int(&m, "retry_after") - msg_int(&m, "updated_at"), delays_ms[n - 1]);
+        assert_int_equal(zscore(qkey(&q, "3:scheduled"), id), msg_int(&m, "retry_after"));
+        assert_int_equal(zscore(qkey(&q, "3:processing"), id), -1);
+        assert_no_field(&m, "lease_token");
+        assert_no_field(&m, "lease_expires_at");
+        expect_nothing_to_claim(&q); /* not due yet */
+        make_due(&q, id);
+    }
+    claim_one(&q, 30000, &m);
+    fail_ok(&q, id, "error 5", "1", -1, &m);
+    assert_string_equal(msg_str(&m, "status"), "dead");
+    assert_int_equal(msg_int(&m, "retry_count"), 5);
+    assert_string_equal(msg_str(&m, "last_error"), "error 5");
+    assert_no_field(&m, "retry_after");
+    assert_int_equal(zscore(qkey(&q, "3:dead"), id), msg_int(&m, "updated_at"));
+    assert_int_equal(zscore(qkey(&q, "3:scheduled"), id), -1);
+    assert_int_equal(zscore(qkey(&q, "3:processing"), id), -1);
+    expect_nothing_to_claim(&q);
+    assert_int_equal(counter(&q, "failed"), 5);
+    assert_int_equal(counter(&q, "retried"), 4);
+    assert_int_equal(counter(&q, "dead"), 1);
+}
+
+static void test_fail_dead_at_once(void **state)
+{
+    queue_t q;
+    queue_init(&q, "deadnow");
+    msg_t m;
+
+    /* max_retries 1: the first failure is the last. */
+    long long a = enqueue_ok(&q, "job", 1, 0);
+    claim_one(&q, 30000, &m);
+    fail_ok(&q, a, "once", "1", -1, &m);
+    assert_string_equal(msg_str(&m, "status"), "dead");
+    assert_int_equal(msg_int(&m, "retry_count"), 1);
+    assert_true(zscore(qkey(&q, "3:dead"), a) > 0);
+
+    /* retryable "0": dead with retries left. */
+    long long b = enqueue_ok(&q, "job", 5, 0);
+    claim_one(&q, 30000, &m);
+    fail_ok(&q, b, "poison", "0", -1, &m);
+    assert_string_equal(msg_str(&m, "status"), "dead");
+    assert_int_equal(msg_int(&m, "retry_count"), 1);
+    assert_string_equal(msg_str(&m, "last_error"), "poison");
+    assert_true(zscore(qkey(&q, "3:dead"), b) > 0);
+    assert_int_equal(zcard(qkey(&q, "3:scheduled")), 0);
+}
+
+static void test_fail_retry_after_override(void **state)
+{
+    queue_t q;
+    queue_init(&q, "override");
+    long long id = enqueue_ok(&q, "job", 5, 0);
+    msg_t m;
+    claim_one(&q, 30000, &m);
+    fail_ok(&q, id, "slow down", "1", 12345, &m);
+    assert_string_equal(msg_str(&m, "status"), "pending");
+    assert_int_equal(msg_int(&m, "retry_after") - msg_int(&m, "updated_at"), 12345);
+    assert_int_equal(zscore(qkey(&q, "3:scheduled"), id), msg_int(&m, "retry_after"));
+    expect_error(fcall("fail", &q, id, "", "e", "1", "x", END));
+    expect_error(fcall("fail", &q, id, END));
+}
+
+static void test_fail_backoff_cap(void **state)
+{
+    queue_t q;
+    queue_init(&q, "cap");
+    long long id = enqueue_ok(&q, "job", 10, 0);
+    msg_t m;
+
+    /* The largest backoff reachable with max_retries 10: n = 9, 512 s. */
+    claim_one(&q, 30000, &m);
+    hset(&q, id, "retry_count", "8");
+    fail_ok(&q, id, "e", "1", -1, &m);
+    assert_int_equal(msg_int(&m, "retry_count"), 9);
+    assert_int_equal(msg_int(&m, "retry_after") - msg_int(&m, "updated_at"), 512000);
+
+    /* 2^12 s is past the cap: 3600 s. max_retries is raised by hand, since
+     * 10 (the API's limit) dies before the cap is ever reached. */
+    make_due(&q, id);
+    claim_one(&q, 30000, &m);
+    hset(&q, id, "max_retries", "20");
+    hset(&q, id, "retry_count", "11");
+    fail_ok(&q, id, "e", "1", -1, &m);
+    assert_string_equal(msg_str(&m, "status"), "pending");
+    assert_int_equal(msg_int(&m, "retry_count"), 12);
+    assert_int_equal(msg_int(&m, "retry_after") - msg_int(&m, "updated_at"), 3600000);
+
+    /* n = 10 with max_retries 10 is dead. */
+    make_due(&q, id);
+    claim_one(&q, 30000, &m);
+    hset(&q, id, "max_retries", "10");
+    hset(&q, id, "retry_count", "9");
+    fail_ok(&q, id, "e", "1", -1, &m);
+    assert_string_equal(msg_str(&m, "status"), "dead");
+    assert_int_equal(msg_int(&m, "retry_count"), 10);
+}
+
+/* ------------------------------------------------------------------------ */
+/* replay, extend                                                           */
+/* ------------------------------------------------------------------------ */
+
+static void test_replay(void **state)
+{
+    queue_t q;
+    queue_init(&q, "replay");
+    long long id = enqueue_ok(&q, "job", 2, 0);
+    msg_t m;
+    claim_one(&q, 30000, &m);
+    fail_ok(&q, id, "first", "1", -1, &m);
+    expect_code(fcall("replay", &q, id, END), "invalid_state", "pending");
+    make_due(&q, id);
+    claim_one(&q, 30000, &m);
+    expect_code(fcall("replay", &q, id, END), "invalid_state", "processing");
+    fail_ok(&q, id, "second", "1", -1, &m);
+    assert_string_equal(msg_str(&m, "status"), "dead");
+    assert_int_equal(msg_int(&m, "retry_count"), 2);
+    long long died_at = msg_int(&m, "updated_at");
+
+    expect_ok_msg(fcall("replay", &q, id, END), &m);
+    assert_string_equal(msg_str(&m, "status"), "pending");
+    assert_int_equal(msg_int(&m, "retry_count"), 0);
+    assert_int_equal(msg_int(&m, "max_retries"), 2);
+    assert_string_equal(msg_str(&m, "payload"), "job");
+    assert_true(msg_int(&m, "updated_at") >= died_at);
+    assert_no_field(&m, "last_error");
+    assert_no_field(&m, "retry_after");
+    assert_no_field(&m, "dead_at");
+    assert_no_field(&m, "lease_token");
+    assert_int_equal(zscore(qkey(&q, "3:dead"), id), -1);
+    assert_int_equal(llen(qkey(&q, "3:due")), 1);
+    assert_int_equal(counter(&q, "replayed"), 1);
+
+    expect_code(fcall("replay", &q, id, END), "invalid_state", "pending");
+    expect_code(fcall("replay", &q, 999, END), "not_found", NULL);
+
+    claim_one(&q, 30000, &m);
+    expect_ok_msg(fcall("succeed", &q, id, "", END), &m);
+    expect_code(fcall("replay", &q, id, END), "invalid_state", "succeeded");
+    assert_int_equal(counter(&q, "replayed"), 1);
+}
+
+static void test_extend(void **state)
+{
+    queue_t q;
+    queue_init(&q, "extend");
+    long long id = enqueue_ok(&q, "job", 3, 0);
+    msg_t m, e;
+    claim_one(&q, 1000, &m);
+    long long first = msg_int(&m, "lease_expires_at");
+
+    expect_ok_msg(fcall("extend", &q, id, msg_str(&m, "lease_token"), "600000", END), &e);
+    assert_string_equal(msg_str(&e, "status"), "processing");
+    assert_string_equal(msg_str(&e, "lease_token"), msg_str(&m, "lease_token"));
+    assert_int_equal(msg_int(&e, "lease_expires_at"), msg_int(&e, "updated_at") + 600000);
+    assert_true(msg_int(&e, "lease_expires_at") > first);
+    assert_int_equal(zscore(qkey(&q, "3:processing"), id), msg_int(&e, "lease_expires_at"));
+
+    /* A lease can be shortened too: the deadline is now + lease_ms. */
+    expect_ok_msg(fcall("extend", &q, id, "", "5000", END), &e);
+    assert_int_equal(msg_int(&e, "lease_expires_at"), msg_int(&e, "updated_at") + 5000);
+    assert_int_equal(zscore(qkey(&q, "3:processing"), id), msg_int(&e, "lease_expires_at"));
+
+    expect_error(fcall("extend", &q, id, "", "0", END));
+    expect_error(fcall("extend", &q, id, "", END));
+}
+
+/* ------------------------------------------------------------------------ */
+/* reclaim, promote, tick                                                   */
+/* ------------------------------------------------------------------------ */
+
+static void test_reclaim_expired_lease(void **state)
+{
+    queue_t q;
+    queue_init(&q, "reclaim");
+    long long r[2];
+    expect_ints(fcall("reclaim", &q, -1, "100", END), 2, r);
+    assert_int_equal(r[0], 0);
+    assert_int_equal(r[1], -1);
+
+    long long short_id = enqueue_ok(&q, "job", 3, 0);
+    long long long_id = enqueue_ok(&q, "job", 3, 0);
+    msg_t m;
+    claim_one(&q, 1, &m);
+    assert_int_equal(m.id, short_id);
+    long long deadline = msg_int(&m, "lease_expires_at");
+    claim_one(&q, 60000, &m);
+    assert_int_equal(m.id, long_id);
+
+    wait_until_ms(deadline);
+    expect_ints(fcall("reclaim", &q, -1, "100", END), 2, r);
+    assert_int_equal(r[0], 1);
+    assert_in_range(r[1], 1, 60000);
+
+    expect_ok_msg(fcall("get", &q, short_id, END), &m);
+    assert_string_equal(msg_str(&m, "status"), "pending");
+    assert_string_equal(msg_str(&m, "last_error"), "lease expired");
+    assert_int_equal(msg_int(&m, "retry_count"), 1);
+    assert_int_equal(msg_int(&m, "retry_after") - msg_int(&m, "updated_at"), 2000);
+    assert_no_field(&m, "lease_token");
+    assert_no_field(&m, "lease_expires_at");
+    assert_int_equal(zscore(qkey(&q, "3:processing"), short_id), -1);
+    assert_int_equal(zscore(qkey(&q, "3:scheduled"), short_id), msg_int(&m, "retry_after"));
+    assert_int_equal(counter(&q, "lease_expired"), 1);
+    assert_int_equal(counter(&q, "failed"), 1);
+
+    /* The old holder's token no longer settles it. */
+    expect_code(fcall("succeed", &q, short_id, "", END), "invalid_state", "pending");
+
+    /* The other lease is untouched. */
+    expect_ok_msg(fcall("get", &q, long_id, END), &m);
+    assert_string_equal(msg_str(&m, "status"), "processing");
+
+    /* Nothing more to do. */
+    expect_ints(fcall("reclaim", &q, -1, "100", END), 2, r);
+    assert_int_equal(r[0], 0);
+
+    expect_error(fcall("reclaim", &q, -1, "0", END));
+    expect_error(fcall("reclaim", &q, -1, "1001", END));
+}
+
+static void test_reclaim_last_retry_is_dead(void **state)
+{
+    queue_t q;
+    queue_init(&q, "reclaimdead");
+    long long id = enqueue_ok(&q, "job", 1, 0);
+    msg_t m;
+    claim_one(&q, 1, &m);
+    wait_until_ms(msg_int(&m, "lease_expires_at"));
+    long long r[2];
+    expect_ints(fcall("reclaim", &q, -1, "100", END), 2, r);
+    assert_int_equal(r[0], 1);
+    assert_int_equal(r[1], -1);
+    expect_ok_msg(fcall("get", &q, id, END), &m);
+    assert_string_equal(msg_str(&m, "status"), "dead");
+    assert_string_equal(msg_str(&m, "last_error"), "lease expired");
+    assert_true(zscore(qkey(&q, "3:dead"), id) > 0);
+}
+
+static void test_promote(void **state)
+{
+    queue_t q;
+    queue_init(&q, "promote");
+    long long r[2];
+    expect_ints(fcall("promote", &q, -1, "10", END), 2, r);
+    assert_int_equal(r[0], 0);
+    assert_int_equal(r[1], -1);
+
+    for (int i = 0; i < 5; i++)
+        enqueue_ok(&q, "job", 3, 60000);
+    expect_ints(fcall("promote", &q, -1, "10", END), 2, r);
+    assert_int_equal(r[0], 0);
+    assert_in_range(r[1], 1, 60000);
+
+    /* All five due, id 5 earliest: due order is 5, 4, 3, 2, 1. */
+    for (long long id = 1; id <= 5; id++)
+        int_reply(rcmd("ZADD", qkey(&q, "3:scheduled"), "XX", num(6 - id), num(id), END));
+    expect_ints(fcall("promote", &q, -1, "3", END), 2, r);
+    assert_int_equal(r[0], 3);
+    assert_int_equal(r[1], 0); /* more are due already */
+    assert_int_equal(llen(qkey(&q, "3:due")), 3);
+    assert_int_equal(zcard(qkey(&q, "3:scheduled")), 2);
+
+    /* Within one batch the earliest due sits at the claim end (the right). */
+    redisReply *ready = rcmd("LRANGE", qkey(&q, "3:due"), "0", "-1", END);
+    assert_int_equal(ready->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(ready->elements, 3);
+    for (size_t i = 0; i < 3; i++)
+        assert_string_equal(ready->element[i]->str, num(3 + (long long)i));
+    freeReplyObject(ready);
+
+    expect_ints(fcall("promote", &q, -1, "3", END), 2, r);
+    assert_int_equal(r[0], 2);
+    assert_int_equal(r[1], -1);
+    expect_ints(fcall("promote", &q, -1, "3", END), 2, r);
+    assert_int_equal(r[0], 0);
+    assert_int_equal(r[1], -1);
+
+    expect_error(fcall("promote", &q, -1, "0", END));
+    expect_error(fcall("promote", &q, -1, "1001", END));
+    expect_error(fcall("promote", &q, -1, END));
+}
+
+/* Ids promoted by one call and not claimed yet must still go before ids that
+ * fell due later and were promoted by a later call: due order across calls,
+ * as the spec orders retries (oldest first), not the reverse. */
+static void test_promoted_batches_keep_due_order(void **state)
+{
+    queue_t q;
+    queue_init(&q, "promoteorder");
+    for (int i = 0; i < 4; i++)
+        enqueue_ok(&q, "job", 3, 60000);
+    /* Due order 1, 2, 3, 4; the timer promotes two per call. */
+    for (long long id = 1; id <= 4; id++)
+        int_reply(rcmd("ZADD", qkey(&q, "3:scheduled"), "XX", num(id), num(id), END));
+    long long r[2];
+    expect_ints(fcall("promote", &q, -1, "2", END), 2, r);
+    assert_int_equal(r[0], 2);
+    expect_ints(fcall("promote", &q, -1, "2", END), 2, r);
+    assert_int_equal(r[0], 2);
+    msg_t m[4];
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "4", END), m, 4), 4);
+    long long got[4];
+    for (int i = 0; i < 4; i++)
+        got[i] = m[i].id;
+    const long long want[] = { 1, 2, 3, 4 };
+    assert_ids(got, 4, want, 4);
+}
+
+static void test_tick(void **state)
+{
+    queue_t q;
+    queue_init(&q, "tick");
+    long long r[TICK_N];
+    expect_ints(fcall("tick", &q, -1, "100", "1", "1", END), TICK_N, r);
+    assert_int_equal(r[0], 0);
+    assert_int_equal(r[1], 0);
+    assert_int_equal(r[2], 0);
+    assert_int_equal(r[3], -1);
+    assert_int_equal(r[4], 0);
+
+    msg_t m;
+    long long dead = make_dead(&q, "gone");
+    long long dead_at = zscore(qkey(&q, "3:dead"), dead);
+    long long done = enqueue_ok(&q, "job", 3, 0);
+    claim_one(&q, 60000, &m);
+    expect_ok_msg(fcall("succeed", &q, done, "", END), &m);
+    long long done_at = msg_int(&m, "updated_at");
+    long long leased = enqueue_ok(&q, "job", 3, 0);
+    claim_one(&q, 1, &m);
+    assert_int_equal(m.id, leased);
+    long long deadline = msg_int(&m, "lease_expires_at");
+    long long due = enqueue_ok(&q, "job", 3, 60000);
+    make_due(&q, due);
+
+    wait_until_ms(deadline > dead_at + 1 ? deadline : dead_at + 1);
+    expect_ints(fcall("tick", &q, -1, "100", "1", "0", END), TICK_N, r);
+    assert_int_equal(r[0], 1);    /* promoted: due */
+    assert_int_equal(r[1], 1);    /* reclaimed: leased */
+    assert_int_equal(r[2], 1);    /* expired: dead */
+    assert_int_equal(r[3], 2000); /* leased's first backoff, now the only schedule */
+    assert_int_equal(r[4], 1);    /* ready: due */
+
+    assert_int_equal(exists(mkey(&q, dead)), 0);
+    assert_int_equal(zscore(qkey(&q, "3:dead"), dead), -1);
+    assert_int_equal(counter(&q, "expired_dead"), 1);
+    assert_int_equal(exists(mkey(&q, done)), 1); /* succeeded_ttl 0 keeps it */
+    expect_ok_msg(fcall("get", &q, leased, END), &m);
+    assert_string_equal(msg_str(&m, "status"), "pending");
+    assert_string_equal(msg_str(&m, "last_error"), "lease expired");
+    assert_int_equal(counter(&q, "lease_expired"), 1);
+    assert_int_equal(llen(qkey(&q, "3:due")), 1);
+    claim_one(&q, 60000, &m);
+    assert_int_equal(m.id, due);
+
+    /* next_in_ms is the nearer of the next schedule and the next deadline. */
+    expect_ints(fcall("tick", &q, -1, "100", "0", "0", END), TICK_N, r);
+    assert_int_equal(r[0] + r[1] + r[2], 0);
+    assert_in_range(r[3], 0, 2000);
+    assert_int_equal(r[4], 0);
+
+    /* Succeeded messages expire by their own ttl. */
+    wait_until_ms(done_at + 1);
+    expect_ints(fcall("tick", &q, -1, "100", "0", "1", END), TICK_N, r);
+    assert_int_equal(r[2], 1);
+    assert_int_equal(exists(mkey(&q, done)), 0);
+    assert_int_equal(zscore(qkey(&q, "3:succeeded"), done), -1);
+    assert_int_equal(counter(&q, "expired_succeeded"), 1);
+
+    expect_error(fcall("tick", &q, -1, "0", "0", "0", END));
+    expect_error(fcall("tick", &q, -1, "100", "x", "0", END));
+    expect_error(fcall("tick", &q, -1, "100", "0", END));
+}
+
+static void test_tick_next_in_ms_from_lease(void **state)
+{
+    queue_t q;
+    queue_init(&q, "ticklease");
+    enqueue_ok(&q, "job", 3, 0);
+    msg_t m;
+    claim_one(&q, 5000, &m);
+    enqueue_ok(&q, "job", 3, 60000);
+    long long r[TICK_N];
+    expect_ints(fcall("tick", &q, -1, "100", "0", "0", END), TICK_N, r);
+    assert_int_equal(r[0] + r[1] + r[2], 0);
+    assert_in_range(r[3], 1, 5000);
+}
+
+static void test_tick_dead_ttl_zero_keeps(void **state)
+{
+    queue_t q;
+    queue_init(&q, "keep");
+    long long dead = make_dead(&q, "kept");
+    wait_until_ms(zscore(qkey(&q, "3:dead"), dead) + 2);
+    long long r[TICK_N];
+    expect_ints(fcall("tick", &q, -1, "100", "0", "0", END), TICK_N, r);
+    assert_int_equal(r[2], 0);
+    assert_int_equal(exists(mkey(&q, dead)), 1);
+    assert_true(zscore(qkey(&q, "3:dead"), dead) > 0);
+    assert_int_equal(counter(&q, "expired_dead"), 0);
+}
+
+static void test_tick_limit(void **state)
+{
+    queue_t q;
+    queue_init(&q, "ticklimit");
+    for (int i = 0; i < 5; i++)
+        enqueue_ok(&q, "job", 3, 60000);
+    for (long long id = 1; id <= 5; id++)
+        make_due(&q, id);
+    long long r[TICK_N];
+    expect_ints(fcall("tick", &q, -1, "2", "0", "0", END), TICK_N, r);
+    assert_int_equal(r[0], 2);
+    assert_int_equal(r[3], 0);
+    assert_int_equal(r[4], 2);
+    assert_int_equal(zcard(qkey(&q, "3:scheduled")), 3);
+}
+
+/* ------------------------------------------------------------------------ */
+/* get, list                                                                */
+/* ------------------------------------------------------------------------ */
+
+static void test_get(void **state)
+{
+    queue_t q;
+    queue_init(&q, "get");
+    long long id = enqueue_ok(&q, "hello", 7, 0);
+    msg_t m;
+    expect_ok_msg(fcall("get", &q, id, END), &m);
+    assert_int_equal(m.id, id);
+    assert_string_equal(msg_str(&m, "payload"), "hello");
+    assert_string_equal(msg_str(&m, "status"), "pending");
+    assert_int_equal(msg_int(&m, "max_retries"), 7);
+    expect_code(fcall("get", &q, 999, END), "not_found", NULL);
+}
+
+/* Ids 1 dead, 2 succeeded, 3 processing, 4 and 5 ready, 6 scheduled. */
+static void make_one_of_each(const queue_t *q)
+{
+    msg_t m;
+    for (int i = 0; i < 5; i++)
+        enqueue_ok(q, "job", 1, 0);
+    enqueue_ok(q, "job", 1, 60000);
+    claim_one(q, 60000, &m);
+    fail_ok(q, 1, "bad", "1", -1, &m);
+    claim_one(q, 60000, &m);
+    expect_ok_msg(fcall("succeed", q, 2, "", END), &m);
+    claim_one(q, 60000, &m);
+}
+
+static void test_list_by_status(void **state)
+{
+    queue_t q;
+    queue_init(&q, "liststatus");
+    make_one_of_each(&q);
+    struct { const char *status; long long ids[6]; size_t n; } cases[] = {
+        { "pending", { 4, 5, 6 }, 3 },
+        { "processing", { 3 }, 1 },
+        { "succeeded", { 2 }, 1 },
+        { "dead", { 1 }, 1 },
+        { "", { 4, 5, 6, 3, 2, 1 }, 6 },   /* pending, processing, succeeded, dead */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        long long ids[16], total;
+        char next[128];
+        size_t n = list_page(&q, cases[c].status, 100, "", ids, 16, &total, next, sizeof next);
+        assert_int_equal(total, cases[c].n);
+        assert_string_equal(next, "");
+        assert_ids(ids, n, cases[c].ids, cases[c].n);
+    }
+
+    /* An empty queue lists nothing. */
+    queue_t empty;
+    queue_init(&empty, "listempty");
+    long long ids[4], total;
+    char next[128];
+    assert_int_equal(list_page(&empty, "", 10, "", ids, 4, &total, next, sizeof next), 0);
+    assert_int_equal(total, 0);
+    assert_string_equal(next, "");
+    assert_int_equal(list_page(&empty, "dead", 10, "", ids, 4, &total, next, sizeof next), 0);
+    assert_int_equal(list_page(&empty, "pending", 10, "", ids, 4, &total, next, sizeof next), 0);
+}
+
+static void test_list_pages_dead(void **state)
+{
+    queue_t q;
+    queue_init(&q, "listdead");
+    for (int i = 0; i < 5; i++)
+        make_dead(&q, "bad");
+    long long ids[16];
+    const long long want[] = { 1, 2, 3, 4, 5 };
+    assert_ids(ids, list_all(&q, "dead", 2, ids, 16, 5), want, 5);
+}
+
+static void test_list_pages_pending(void **state)
+{
+    queue_t q;
+    queue_init(&q, "listpending");
+    for (int i = 0; i < 3; i++)
+        enqueue_ok(&q, "job", 3, 0);
+    enqueue_ok(&q, "job", 3, 50000);
+    enqueue_ok(&q, "job", 3, 40000);
+    long long ids[16];
+    const long long want[] = { 1, 2, 3, 5, 4 }; /* ready in claim order, then by due time */
+    assert_ids(ids, list_all(&q, "pending", 2, ids, 16, 5), want, 5);
+    /* A page boundary exactly at the end of ready. */
+    assert_ids(ids, list_all(&q, "pending", 3, ids, 16, 5), want, 5);
+    assert_ids(ids, list_all(&q, "pending", 1, ids, 16, 5), want, 5);
+}
+
+static void test_list_pages_all(void **state)
+{
+    queue_t q;
+    queue_init(&q, "listall");
+    for (int i = 0; i < 5; i++)
+        enqueue_ok(&q, "job", 3, 0);
+    long long ids[16];
+    const long long want[] = { 1, 2, 3, 4, 5 };   /* pending in claim order */
+    assert_ids(ids, list_all(&q, "", 2, ids, 16, 5), want, 5);
+
+    long long total;
+    char next[128];
+    size_t n = list_page(&q, "", 2, "", ids, 16, &total, next, sizeof next);
+    assert_int_equal(n, 2);
+    assert_string_not_equal(next, "");
+}
+
+/* The message a cursor points at leaves the index between two pages. */
+static void test_list_cursor_member_removed(void **state)
+{
+    queue_t q;
+    queue_init(&q, "listremoved");
+    for (int i = 0; i < 5; i++)
+        make_dead(&q, "bad");
+    long long ids[16], total;
+    char next[128];
+    size_t n = list_page(&q, "dead", 2, "", ids, 16, &total, next, sizeof next);
+    assert_int_equal(n, 2);
+    msg_t m;
+    expect_ok_msg(fcall("replay", &q, ids[1], END), &m);
+    n = list_page(&q, "dead", 2, next, ids, 16, &total, next, sizeof next);
+    const long long want[] = { 3, 4 };
+    assert_ids(ids, n, want, 2);
+    assert_int_equal(total, 4);
+}
+
+/* Many dead letters share one score when one reclaim kills them all. A
+ * cursor whose member left the index must still lead to the rest. */
+static void test_list_cursor_member_removed_in_large_tie(void **state)
+{
+    enum { N = 100 };
+    queue_t q;
+    queue_init(&q, "listtie");
+    for (int i = 0; i < N; i++)
+        enqueue_ok(&q, "job", 1, 0);
+    msg_t *m = calloc(N, sizeof *m);
+    assert_non_null(m);
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "1", num(N), END), m, N), N);
+    wait_until_ms(msg_int(&m[0], "lease_expires_at"));
+    free(m);
+    long long r[2];
+    expect_ints(fcall("reclaim", &q, -1, "1000", END), 2, r);
+    assert_int_equal(r[0], N);
+
+    long long ids[N + 1], total;
+    bool seen[N + 1] = { false };
+    char cursor[128] = "", next[128];
+    size_t listed = 0;
+    for (int page = 0; page < 8; page++) {
+        size_t n = list_page(&q, "dead", 10, cursor, ids, N, &total, next, sizeof next);
+        assert_int_equal(n, 10);
+        for (size_t i = 0; i < n; i++) {
+            assert_false(seen[ids[i]]);
+            seen[ids[i]] = true;
+            listed++;
+        }
+        strcpy(cursor, next);
+    }
+    msg_t replayed;
+    expect_ok_msg(fcall("replay", &q, ids[9], END), &replayed);
+    for (int page = 0; page < 100 && cursor[0] != '\0'; page++) {
+        size_t n = list_page(&q, "dead", 10, cursor, ids, N, &total, next, sizeof next);
+        for (size_t i = 0; i < n; i++) {
+            assert_false(seen[ids[i]]);
+            seen[ids[i]] = true;
+            listed++;
+        }
+        strcpy(cursor, next);
+    }
+    if (listed != N)
+        fail_msg("the listing reached %zu of %d dead letters: the page after the removed "
+                 "cursor member came back short with next_cursor \"\"", listed, N);
+}
+
+static void test_list_bad_arguments(void **state)
+{
+    queue_t q;
+    queue_init(&q, "listbad");
+    make_one_of_each(&q);
+    static const struct { const char *status, *cursor; } bad[] = {
+        { "dead", "abc" }, { "dead", "12" }, { "processing", "1:x" },
+        { "pending", "x:1" }, { "pending", "r:-1" }, { "pending", "r:x" },
+        { "pending", "s:nope" }, { "pending", "nonsense" },
+        { "", "abc" }, { "", "-5" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_code(fcall("list", &q, -1, bad[i].status, "10", bad[i].cursor, END), "bad_cursor", NULL);
+    expect_error(fcall("list", &q, -1, "bogus", "10", "", END));
+    expect_error(fcall("list", &q, -1, "dead", "0", "", END));
+    expect_error(fcall("list", &q, -1, "dead", "1001", "", END));
+    expect_error(fcall("list", &q, -1, END));
+}
+
+/* ------------------------------------------------------------------------ */
+/* export                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* CSV injection (OWASP): a cell that starts with = + - @ TAB or CR would be
+ * run as a formula by a spreadsheet; export writes it quoted behind a single
+ * quote. Other cells keep RFC 4180 quoting only (docs/reference.md "Operator CLI (retryctl)"). */
+static void test_export_csv_neutralises_formulas(void **state)
+{
+    static const struct { const char *payload, *error, *tail; } rows[] = {
+        /* each row ends with history_count: one failure each */
+        { "=1+1", "=HYPERLINK(\"http://x\",\"y\")",
+          ",\"'=HYPERLINK(\"\"http://x\"\",\"\"y\"\")\",\"'=1+1\",1" },
+        { "+SUM(A1)", "plain error", ",plain error,\"'+SUM(A1)\",1" },
+        { "-2+3", "@cmd|' /C calc'!A0", ",\"'@cmd|' /C calc'!A0\",\"'-2+3\",1" },
+        { "\tlead tab", "\rlead cr", ",\"'\rlead cr\",\"'\tlead tab\",1" },
+        { "a=b, c", "x-y", ",x-y,\"a=b, c\",1" },
+        { "'quoted", "", ",,'quoted,1" },
+    };
+    const size_t n = sizeof rows / sizeof rows[0];
+    queue_t q;
+    queue_init(&q, "export-csv");
+    for (size_t i = 0; i < n; i++) {
+        msg_t m;
+        long long id = enqueue_ok(&q, rows[i].payload, 1, 0);
+        claim_one(&q, 60000, &m);
+        assert_int_equal(m.id, id);
+        fail_ok(&q, id, rows[i].error, "1", -1, &m);
+    }
+    redisReply *r = fcall("export", &q, -1, "csv", "dead", "100", "", END);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != n + 1)
+        fail_msg("export csv: %s", reply_desc(r));
+    /* Dead letters come oldest death first: row i is message i + 1. */
+    for (size_t i = 0; i < n; i++) {
+        const redisReply *line = r->element[1 + i];
+        assert_int_equal(line->type, REDIS_REPLY_STRING);
+        size_t tail = strlen(rows[i].tail);
+        if (line->len < tail || memcmp(line->str + line->len - tail, rows[i].tail, tail) != 0)
+            fail_msg("row %zu is \"%s\", want it to end with \"%s\"", i + 1, line->str,
+                     rows[i].tail);
+        char head[32];
+        snprintf(head, sizeof head, "%zu,dead,", i + 1);
+        assert_memory_equal(line->str, head, strlen(head));
+    }
+    freeReplyObject(r);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Idempotency, release, succeed_many, the wake channel                     */
+/* ------------------------------------------------------------------------ */
+
+static void test_enqueue_idempotency_key(void **state)
+{
+    queue_t q;
+    queue_init(&q, "idem");
+    msg_t m, d;
+    expect_enqueued(&q, fcall("enqueue", &q, -1, "first", "3", "0", "order-17", END), &m);
+    assert_int_equal(m.id, 1);
+    assert_string_equal(msg_str(&m, "idempotency_key"), "order-17");
+
+    /* The same key again: the original message, nothing created. */
+    expect_msg(fcall("enqueue", &q, -1, "second", "5", "60000", "order-17", END), "duplicate", &d);
+    assert_int_equal(d.id, 1);
+    assert_string_equal(msg_str(&d, "payload"), "first");
+    assert_int_equal(msg_int(&d, "max_retries"), 3);
+    assert_no_field(&d, "retry_after");
+    assert_int_equal(llen(qkey(&q, "3:ready")), 1);
+    assert_int_equal(zcard(qkey(&q, "3:scheduled")), 0);
+    assert_int_equal(counter(&q, "enqueued"), 1);
+    long long ttl = int_reply(rcmd("PTTL", qkey(&q, "idem:order-17"), END));
+    assert_in_range(ttl, 1, 24LL * 3600 * 1000);
+
+    /* Still the original after it changed state. */
+    claim_one(&q, 30000, &m);
+    expect_msg(fcall("enqueue", &q, -1, "third", "3", "0", "order-17", END), "duplicate", &d);
+    assert_int_equal(d.id, 1);
+    assert_string_equal(msg_str(&d, "status"), "processing");
+
+    /* Other keys, no key, and other queues are independent. */
+    assert_int_equal(enqueue_ok(&q, "x", 3, 0), 2);
+    expect_enqueued(&q, fcall("enqueue", &q, -1, "y", "3", "0", "order-18", END), &m);
+    assert_int_equal(m.id, 3);
+    expect_enqueued(&q, fcall("enqueue", &q, -1, "z", "3", "0", "", END), &m);
+    assert_int_equal(m.id, 4);
+    assert_no_field(&m, "idempotency_key");
+    expect_enqueued(&q, fcall("enqueue", &q, -1, "z", "3", "0", "", END), &m);
+    assert_int_equal(m.id, 5);
+    queue_t other;
+    queue_init(&other, "idem-other");
+    expect_enqueued(&other, fcall("enqueue", &other, -1, "first", "3", "0", "order-17", END), &m);
+    assert_int_equal(m.id, 1);
+
+    /* The original is gone (retention): only its id comes back. */
+    int_reply(rcmd("DEL", mkey(&q, 1), END));
+    expect_msg(fcall("enqueue", &q, -1, "again", "3", "0", "order-17", END), "duplicate", &d);
+    assert_int_equal(d.id, 1);
+    assert_int_equal(d.nfields, 0);
+
+    /* 1..255 bytes. */
+    char key[257];
+    memset(key, 'k', 256);
+    key[256] = '\0';
+    expect_error(fcall("enqueue", &q, -1, "p", "3", "0", key, END));
+    key[255] = '\0';
+    expect_enqueued(&q, fcall("enqueue", &q, -1, "p", "3", "0", key, END), &m);
+    assert_int_equal(m.id, 6);
+}
+
+static void test_release(void **state)
+{
+    queue_t q;
+    queue_init(&q, "release");
+    for (int i = 0; i < 4; i++)
+        enqueue_ok(&q, "job", 3, 0);
+    msg_t m[4];
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "3", END), m, 4), 3);
+    char t1[64], t2[64];
+    snprintf(t1, sizeof t1, "%.63s", msg_str(&m[0], "lease_token"));
+    snprintf(t2, sizeof t2, "%.63s", msg_str(&m[1], "lease_token"));
+
+    /* Only an exact current lease is released. */
+    assert_int_equal(int_reply(fcall("release", &q, -1, "1", "nope", "2", "", "4", "", "999", "x", END)), 0);
+    assert_int_equal(int_reply(fcall("release", &q, -1, END)), 0);
+    assert_int_equal(zcard(qkey(&q, "3:processing")), 3);
+
+    assert_int_equal(int_reply(fcall("release", &q, -1, "1", t1, "2", t2, END)), 2);
+    msg_t g;
+    expect_ok_msg(fcall("get", &q, 1, END), &g);
+    assert_string_equal(msg_str(&g, "status"), "pending");
+    assert_int_equal(msg_int(&g, "retry_count"), 0);
+    assert_no_field(&g, "lease_token");
+    assert_no_field(&g, "lease_expires_at");
+    assert_no_field(&g, "last_error");
+    assert_int_equal(zscore(qkey(&q, "3:processing"), 1), -1);
+    assert_int_equal(zscore(qkey(&q, "3:processing"), 2), -1);
+    assert_int_equal(counter(&q, "released"), 2);
+    assert_int_equal(counter(&q, "failed"), 0);
+    /* Released twice is released once. */
+    assert_int_equal(int_reply(fcall("release", &q, -1, "1", t1, END)), 0);
+
+    /* Back at the claim end, in their claim order, before fresh id 4. */
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "4", END), m, 4), 3);
+    assert_int_equal(m[0].id, 1);
+    assert_int_equal(m[1].id, 2);
+    assert_int_equal(m[2].id, 4);
+
+    expect_error(fcall("release", &q, -1, "1", END));
+    const char *args[202];
+    for (size_t i = 0; i < 202; i++)
+        args[i] = (i % 2) ? "t" : "1";
+    expect_error(fcall_bin("release", &q, -1, 202, args, NULL));
+}
+
+static void test_succeed_many(void **state)
+{
+    queue_t q;
+    queue_init(&q, "succeedmany");
+    for (int i = 0; i < 5; i++)
+        enqueue_ok(&q, "job", 3, 0);
+    msg_t m[3];
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "3", END), m, 3), 3);
+    static const char *const want[] = { "succeeded", "succeeded", "lease_mismatch",
+                                        "invalid_state", "not_found" };
+    expect_strings(fcall("succeed_many", &q, -1, "1", msg_str(&m[0], "lease_token"), "2", "",
+                         "3", "wrong", "4", "", "999", "", END), 5, want);
+    msg_t g;
+    for (long long id = 1; id <= 2; id++) {
+        expect_ok_msg(fcall("get", &q, id, END), &g);
+        assert_string_equal(msg_str(&g, "status"), "succeeded");
+        assert_no_field(&g, "lease_token");
+        assert_int_equal(zscore(qkey(&q, "3:succeeded"), id), msg_int(&g, "updated_at"));
+        assert_int_equal(zscore(qkey(&q, "3:processing"), id), -1);
+    }
+    expect_ok_msg(fcall("get", &q, 3, END), &g);
+    assert_string_equal(msg_str(&g, "status"), "processing");
+    assert_int_equal(counter(&q, "succeeded"), 2);
+
+    /* The same id twice in one batch settles once. */
+    static const char *const twice[] = { "succeeded", "invalid_state" };
+    expect_strings(fcall("succeed_many", &q, -1, "3", msg_str(&m[2], "lease_token"),
+                         "3", msg_str(&m[2], "lease_token"), END), 2, twice);
+    assert_int_equal(counter(&q, "succeeded"), 3);
+
+    expect_error(fcall("succeed_many", &q, -1, END));
+    expect_error(fcall("succeed_many", &q, -1, "1", END));
+    const char *args[202];
+    for (size_t i = 0; i < 202; i++)
+        args[i] = (i % 2) ? "" : "5";
+    expect_error(fcall_bin("succeed_many", &q, -1, 202, args, NULL));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Many claims                                                              */
+/* ------------------------------------------------------------------------ */
+
+static void test_claim_every_id_once(void **state)
+{
+    enum { N = 200, BATCH = 7 };
+    queue_t q;
+    queue_init(&q, "many");
+    for (int i = 0; i < N; i++)
+        enqueue_ok(&q, "job", 3, 0);
+    int seen[N + 1] = { 0 };
+    size_t claimed = 0;
+    msg_t m[BATCH];
+    for (int round = 0; round < N; round++) {
+        size_t n = expect_ok_msgs(fcall("claim", &q, -1, "30000", num(BATCH), END), m, BATCH);
+        if (n == 0)
+            break;
+        assert_true(n == BATCH || claimed + n == N);
+        for (size_t i = 0; i < n; i++) {
+            assert_in_range(m[i].id, 1, N);
+            seen[m[i].id]++;
+        }
+        claimed += n;
+    }
+    assert_int_equal(claimed, N);
+    for (int id = 1; id <= N; id++)
+        if (seen[id] != 1)
+            fail_msg("id %d claimed %d times", id, seen[id]);
+    assert_int_equal(zcard(qkey(&q, "3:processing")), N);
+    assert_int_equal(counter(&q, "claimed"), N);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Bounded work, orphans, walks under claims, reply bytes                   */
+/* ------------------------------------------------------------------------ */
+
+/* Every list and export call on a queue whose seq is 5,000,000 with a few
+ * messages stays far below 10 ms (SLOWLOG), and a walk ends in few pages:
+ * gaps in ids cost nothing. */
+static void test_list_bounded_work(void **state)
+{
+    queue_t q;
+    queue_init(&q, "bounded");
+    freeReplyObject(rcmd("SET", qkey(&q, "seq"), "5000000", END));
+    long long dead = make_dead(&q, "bang");              /* 5000001 */
+    long long pending = enqueue_ok(&q, "only", 3, 0);    /* 5000002 */
+    assert_int_equal(pending, 5000002);
+    enqueue_ok(&q, "later", 3, 600000);                 /* 5000003, scheduled */
+
+    redisReply *old = rcmd("CONFIG", "GET", "slowlog-log-slower-than", END);
+    assert_int_equal(old->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(old->elements, 2);
+    char was[32];
+    snprintf(was, sizeof was, "%s", old->element[1]->str);
+    freeReplyObject(old);
+    freeReplyObject(rcmd("CONFIG", "SET", "slowlog-log-slower-than", "10000", END));
+    freeReplyObject(rcmd("SLOWLOG", "RESET", END));
+
+    static const char *const statuses[] = { "", "pending", "dead", "succeeded", "processing" };
+    static const char *const needles[] = { "", "zzz", "ang" };
+    for (size_t s = 0; s < sizeof statuses / sizeof statuses[0]; s++) {
+        for (size_t n = 0; n < sizeof needles / sizeof needles[0]; n++) {
+            for (int bounds = 0; bounds < 2; bounds++) {
+                char cursor[256] = "", next[256];
+                int pages = 0;
+                bool seen_pending = false, seen_dead = false;
+                do {
+                    redisReply *r = fcall("list", &q, -1, statuses[s], "1000", cursor, needles[n],
+                                          bounds ? "0" : "", bounds ? "99999999999999" : "", END);
+                    long long ids[1000], bytes;
+                    size_t got = raw_page(r, ids, 1000, &bytes, next, sizeof next);
+                    for (size_t i = 0; i < got; i++) {
+                        seen_pending |= ids[i] == pending;
+                        seen_dead |= ids[i] == dead;
+                    }
+                    snprintf(cursor, sizeof cursor, "%s", next);
+                } while (cursor[0] != '\0' && ++pages < 5);
+                if (cursor[0] != '\0')
+                    fail_msg("list status \"%s\" error_contains \"%s\": not at the end after 5 "
+                             "pages of 1000 (cursor %s)", statuses[s], needles[n], cursor);
+                bool all = statuses[s][0] == '\0';
+                if ((all || strcmp(statuses[s], "pending") == 0) && needles[n][0] == '\0')
+                    assert_true(seen_pending);
+                if ((all || strcmp(statuses[s], "dead") == 0) && strcmp(needles[n], "zzz") != 0)
+                    assert_true(seen_dead);
+            }
+        }
+        char cursor[256] = "", next[256];
+        int pages = 0;
+        do {
+            redisReply *r = fcall("export", &q, -1, "jsonl", statuses[s], "1000", cursor, END);
+            long long ids[1000], bytes;
+            raw_export(r, ids, 1000, &bytes, next, sizeof next);
+            snprintf(cursor, sizeof cursor, "%s", next);
+        } while (cursor[0] != '\0' && ++pages < 5);
+        assert_string_equal(cursor, "");
+    }
+
+    redisReply *slow = rcmd("SLOWLOG", "GET", "10", END);
+    freeReplyObject(rcmd("CONFIG", "SET", "slowlog-log-slower-than", was, END));
+    assert_int_equal(slow->type, REDIS_REPLY_ARRAY);
+    if (slow->elements > 0) {
+        const redisReply *e = slow->element[0];
+        long long us = e->element[2]->integer;
+        const redisReply *args = e->element[3];
+        char what[256] = "";
+        for (size_t i = 0; i < args->elements && strlen(what) < 200; i++)
+            snprintf(what + strlen(what), sizeof what - strlen(what), " \"%s\"", args->element[i]->str);
+        size_t n = slow->elements;
+        freeReplyObject(slow);
+        fail_msg("%zu slow calls; e.g. %lld us:%s", n, us, what);
+    }
+    freeReplyObject(slow);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_enqueue_ids_and_fields),
+        cmocka_unit_test(test_enqueue_payload_binary_safe),
+        cmocka_unit_test(test_enqueue_delayed),
+        cmocka_unit_test(test_enqueue_bad_arguments),
+        cmocka_unit_test(test_numeric_arguments_reject_infinity),
+        cmocka_unit_test(test_numeric_arguments_past_int64),
+        cmocka_unit_test(test_claim_fifo_and_lease),
+        cmocka_unit_test(test_claim_count),
+        cmocka_unit_test(test_claim_bad_arguments),
+        cmocka_unit_test(test_claim_due_retry_before_fresh),
+        cmocka_unit_test(test_claim_replayed_next),
+        cmocka_unit_test(test_claim_skips_deleted),
+        cmocka_unit_test(test_claim_skips_deleted_head),
+        cmocka_unit_test(test_succeed_tokens_and_states),
+        cmocka_unit_test(test_fail_tokens_and_states),
+        cmocka_unit_test(test_extend_tokens_and_states),
+        cmocka_unit_test(test_succeed_moves_to_succeeded),
+        cmocka_unit_test(test_fail_backoff_then_dead),
+        cmocka_unit_test(test_fail_dead_at_once),
+        cmocka_unit_test(test_fail_retry_after_override),
+        cmocka_unit_test(test_fail_backoff_cap),
+        cmocka_unit_test(test_replay),
+        cmocka_unit_test(test_extend),
+        cmocka_unit_test(test_reclaim_expired_lease),
+        cmocka_unit_test(test_reclaim_last_retry_is_dead),
+        cmocka_unit_test(test_promote),
+        cmocka_unit_test(test_promoted_batches_keep_due_order),
+        cmocka_unit_test(test_tick),
+        cmocka_unit_test(test_tick_next_in_ms_from_lease),
+        cmocka_unit_test(test_tick_dead_ttl_zero_keeps),
+        cmocka_unit_test(test_tick_limit),
+        cmocka_unit_test(test_get),
+        cmocka_unit_test(test_list_by_status),
+        cmocka_unit_test(test_list_pages_dead),
+        cmocka_unit_test(test_list_pages_pending),
+        cmocka_unit_test(test_list_pages_all),
+        cmocka_unit_test(test_list_cursor_member_removed),
+        cmocka_unit_test(test_list_cursor_member_removed_in_large_tie),
+        cmocka_unit_test(test_list_bad_arguments),
+        cmocka_unit_test(test_claim_every_id_once),
+        cmocka_unit_test(test_enqueue_idempotency_key),
+        cmocka_unit_test(test_release),
+        cmocka_unit_test(test_succeed_many),
+        cmocka_unit_test(test_export_csv_neutralises_formulas),
+        cmocka_unit_test(test_list_bounded_work),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

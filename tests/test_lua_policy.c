@@ -1,0 +1,414 @@
+/* test_lua_policy.c - integration tests of the Redis Functions library (lua/) against
+ * a real redis-server: queue policy and flow control (docs/reference.md
+ * "Queue policy and flow control"): backoff, jitter, pause, max in flight,
+ * rate limits, retention.
+ *
+ * Shared helpers, setup and the environment the tests need: lua_support.h. */
+
+#define LUA_SUITE "test_lua_policy"
+#include "lua_support.h"
+
+/* ------------------------------------------------------------------------ */
+/* Queue policy and flow control (docs/reference.md "Queue policy and flow control", docs/flow-control.md)           */
+/* ------------------------------------------------------------------------ */
+
+/* claim with the lease source (ARGV[4]): returns how many messages it leased
+ * (ids into out) and the trailing retry_ms (ms until the next token). */
+static size_t claim_gated(const queue_t *q, const char *lease_ms, int count, const char *source,
+                          long long *ids, long long *retry_ms)
+{
+    redisReply *r = fcall("claim", q, -1, lease_ms, num(count), "1", source, END);
+    if (!has_code(r, "ok") || r->elements < 3)
+        fail_msg("claim: %s", reply_desc(r));
+    size_t n = r->elements - 3;
+    assert_int_equal(r->element[r->elements - 1]->type, REDIS_REPLY_INTEGER);
+    *retry_ms = r->element[r->elements - 1]->integer;
+    for (size_t i = 0; i < n; i++) {
+        msg_t m;
+        msg_parse(r->element[1 + i], &m);
+        if (ids) ids[i] = m.id;
+    }
+    freeReplyObject(r);
+    return n;
+}
+
+/* The reference table holds with every default written out explicitly. */
+static void test_policy_defaults_keep_reference_table(void **state)
+{
+    static const long long delays_ms[] = { 2000, 4000, 8000, 16000 };
+    queue_t q;
+    queue_init(&q, "poldefaults");
+    policy_set(&q, "replace", "max_retries", "3", "backoff.base_seconds", "1",
+               "backoff.max_seconds", "3600", "backoff.jitter", "none", "max_in_flight", "0");
+    long long id = enqueue_ok(&q, "job", 5, 0);
+    msg_t m;
+    for (int n = 1; n <= 4; n++) {
+        claim_one(&q, 30000, &m);
+        fail_ok(&q, id, "e", "1", -1, &m);
+        assert_string_equal(msg_str(&m, "status"), "pending");
+        assert_int_equal(msg_int(&m, "retry_after") - msg_int(&m, "updated_at"), delays_ms[n - 1]);
+        make_due(&q, id);
+    }
+    claim_one(&q, 30000, &m);
+    fail_ok(&q, id, "e", "1", -1, &m);
+    assert_string_equal(msg_str(&m, "status"), "dead");
+}
+
+/* delay = min(base x 2^n, max) seconds; retry_after_seconds still wins. */
+static void test_policy_backoff_base_and_max(void **state)
+{
+    queue_t q;
+    queue_init(&q, "polbackoff");
+    policy_set(&q, "replace", "backoff.base_seconds", "3", "backoff.max_seconds", "10");
+    long long id = enqueue_ok(&q, "job", 5, 0);
+    msg_t m;
+    claim_one(&q, 30000, &m);
+    fail_ok(&q, id, "e", "1", -1, &m);
+    assert_int_equal(msg_int(&m, "retry_after") - msg_int(&m, "updated_at"), 6000);
+    make_due(&q, id);
+    claim_one(&q, 30000, &m);
+    fail_ok(&q, id, "e", "1", -1, &m);
+    assert_int_equal(msg_int(&m, "retry_after") - msg_int(&m, "updated_at"), 10000);
+    make_due(&q, id);
+    claim_one(&q, 30000, &m);
+    fail_ok(&q, id, "e", "1", 777, &m);
+    assert_int_equal(msg_int(&m, "retry_after") - msg_int(&m, "updated_at"), 777);
+}
+
+/* full: uniform in [0, delay]; equal: delay/2 + uniform in [0, delay/2]. The
+ * draws differ from one failure to the next. */
+static void test_policy_jitter(void **state)
+{
+    static const char *const kinds[] = { "full", "equal" };
+    for (int k = 0; k < 2; k++) {
+        queue_t q;
+        queue_init(&q, kinds[k]);
+        policy_set(&q, "replace", "backoff.jitter", kinds[k], "backoff.base_seconds", "5");
+        long long lo = 10000, hi = 0;
+        for (int i = 0; i < 20; i++) {
+            long long id = enqueue_ok(&q, "job", 5, 0);
+            msg_t m;
+            claim_one(&q, 30000, &m);
+            assert_int_equal(m.id, id);
+            fail_ok(&q, id, "e", "1", -1, &m);
+            long long d = msg_int(&m, "retry_after") - msg_int(&m, "updated_at");
+            assert_true(d >= (k == 0 ? 0 : 5000) && d <= 10000); /* delay 5 x 2^1 s */
+            if (d < lo) lo = d;
+            if (d > hi) hi = d;
+        }
+        assert_true(hi - lo > 100);  /* 20 draws of one value would be no jitter */
+    }
+}
+
+static void test_policy_set_validation(void **state)
+{
+    queue_t q;
+    queue_init(&q, "polvalid");
+    policy_set(&q, "replace", "max_retries", "4");
+    static const char *const bad[][2] = {
+        { "max_retries", "0" },           { "max_retries", "11" },
+        { "max_retries", "2.5" },         { "backoff.base_seconds", "3601" },
+        { "backoff.max_seconds", "0" },   { "backoff.jitter", "some" },
+        { "lease_seconds", "43201" },     { "dead_ttl", "-1" },
+        { "succeeded_ttl", "3x" },        { "max_in_flight", "1000001" },
+        { "rate_limit.per_second", "0" }, { "rate_limit.per_second", "inf" },
+        { "rate_limit.burst", "0" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        redisReply *r = fcall("policy_set", &q, -1, "merge", bad[i][0], bad[i][1], END);
+        if (!has_code(r, "invalid") || r->elements != 3 || strcmp(r->element[1]->str, bad[i][0]) != 0)
+            fail_msg("%s=%s: %s", bad[i][0], bad[i][1], reply_desc(r));
+        freeReplyObject(r);
+    }
+    redisReply *r = fcall("policy_set", &q, -1, "merge", "rate_limit.per_second", "5", END);
+    assert_true(has_code(r, "invalid"));
+    assert_string_equal(r->element[1]->str, "rate_limit");
+    freeReplyObject(r);
+    assert_string_equal(policy_field(&q, "max_retries"), "4");  /* nothing changed */
+    expect_error(fcall("policy_set", &q, -1, "upsert", "max_retries", "3", END));
+    expect_error(fcall("policy_set", &q, -1, "merge", "max_retries", END));
+    /* Durations take a unit; merge keeps the others, "" clears one. */
+    policy_set(&q, "merge", "dead_ttl", "2d", "rate_limit.per_second", "0.5",
+               "rate_limit.burst", "3");
+    assert_string_equal(policy_field(&q, "dead_ttl"), "172800");
+    assert_string_equal(policy_field(&q, "max_retries"), "4");
+    policy_set(&q, "merge", "max_retries", "");
+    assert_string_equal(policy_field(&q, "max_retries"), "");
+    assert_string_equal(policy_field(&q, "rate_limit.per_second"), "0.5");
+    policy_set(&q, "replace", "lease_seconds", "9");
+    assert_string_equal(policy_field(&q, "dead_ttl"), "");
+    assert_int_equal(exists(qkey(&q, "bucket")), 0);
+}
+
+/* alert_url: policy_set takes an absolute http(s) URL of 1-2048 bytes of
+ * UTF-8 without spaces or control characters, and refuses anything else with
+ * field alert_url; alerts_take answers it as element 1 ("" when not set or
+ * when a value written by hand is no URL), read in the same call. */
+static void test_policy_alert_url(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "polurl");
+    char long_url[2100];
+    memset(long_url, 'a', sizeof long_url - 1);
+    long_url[sizeof long_url - 1] = '\0';
+    memcpy(long_url, "http://x/", 9);
+    long_url[2049] = '\0';  /* 2049 bytes */
+    static const char *const bad[] = {
+        "ftp://h/x", "http://", "https:///path", "/relative", "example.com/x",
+        "HTTP://h/", "http://h/a b", "http://h/\t", "http://h/\x7f", "http://h/\xc2\x85",
+        "http://h/\xff", "http://h/\xed\xa0\x80", "javascript:alert(1)",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0] + 1; i++) {
+        const char *v = i < sizeof bad / sizeof bad[0] ? bad[i] : long_url;
+        redisReply *r = fcall("policy_set", &q, -1, "merge", "alert_url", v, END);
+        if (!has_code(r, "invalid") || r->elements != 3 ||
+            strcmp(r->element[1]->str, "alert_url") != 0)
+            fail_msg("alert_url=%s: %s", v, reply_desc(r));
+        freeReplyObject(r);
+    }
+    assert_string_equal(policy_field(&q, "alert_url"), "");
+    long_url[2048] = '\0';  /* 2048 bytes: the most */
+    policy_set(&q, "merge", "alert_url", long_url);
+    assert_int_equal(int_reply(rcmd("HSTRLEN", qkey(&q, "policy"), "alert_url", END)), 2048);
+    policy_set(&q, "merge", "alert_url", "https://h\xc3\xa9.example:8443/hook?q=\xe2\x82\xac#f");
+    assert_string_equal(policy_field(&q, "alert_url"),
+                        "https://h\xc3\xa9.example:8443/hook?q=\xe2\x82\xac#f");
+
+    /* alerts_take answers the URL with and without deaths. */
+    redisReply *t = fcall("alerts_take", &q, -1, "c", "10", "5000", END);
+    assert_int_equal(t->elements, 2);
+    assert_string_equal(t->element[1]->str, "https://h\xc3\xa9.example:8443/hook?q=\xe2\x82\xac#f");
+    freeReplyObject(t);
+    make_dead(&q, "boom");
+    policy_set(&q, "merge", "alert_url", "http://127.0.0.1:9/q");
+    t = fcall("alerts_take", &q, -1, "c", "10", "5000", END);
+    assert_int_equal(t->elements, 7);
+    assert_string_equal(t->element[1]->str, "http://127.0.0.1:9/q");
+    assert_string_equal(t->element[4]->str, "boom");
+    freeReplyObject(t);
+    /* "" clears it: the daemon's --alert-url applies. */
+    policy_set(&q, "merge", "alert_url", "");
+    assert_string_equal(policy_field(&q, "alert_url"), "");
+    t = fcall("alerts_take", &q, -1, "c", "10", "5000", END);
+    assert_string_equal(t->element[1]->str, "");
+    freeReplyObject(t);
+    /* A value written by hand that policy_set would refuse counts as not set. */
+    redisReply *x = rcmd("HSET", qkey(&q, "policy"), "alert_url", "file:///etc/passwd", END);
+    freeReplyObject(x);
+    t = fcall("alerts_take", &q, -1, "c", "10", "5000", END);
+    assert_string_equal(t->element[1]->str, "");
+    freeReplyObject(t);
+}
+
+/* A request's value beats the policy's, which beats the caller's default. */
+static void test_policy_precedence(void **state)
+{
+    queue_t q;
+    queue_init(&q, "polprec");
+    policy_set(&q, "replace", "max_retries", "7", "lease_seconds", "5");
+    redisReply *r = fcall("enqueue", &q, -1, "a", "3", "0", "", "1", "default", END);
+    assert_true(has_code(r, "ok"));
+    assert_int_equal(r->elements, 5);
+    assert_int_equal(r->element[4]->integer, 7);
+    long long a = r->element[1]->integer;
+    freeReplyObject(r);
+    msg_t got;
+    expect_ok_msg(fcall("get", &q, a, END), &got);
+    assert_int_equal(msg_int(&got, "max_retries"), 7);
+    r = fcall("enqueue", &q, -1, "b", "2", "0", "", "1", "request", END);
+    assert_int_equal(r->element[4]->integer, 2);
+    freeReplyObject(r);
+    /* Each lease is bracketed by Redis clock reads before and after its call. */
+    long long t0 = redis_now_ms(), retry;
+    long long ids[2];
+    assert_int_equal(claim_gated(&q, "60000", 1, "flag", ids, &retry), 1);
+    long long t1 = redis_now_ms();
+    long long deadline = zscore(qkey(&q, "3:processing"), ids[0]);
+    assert_in_range(deadline, t0 + 5000, t1 + 5000);
+    assert_int_equal(claim_gated(&q, "60000", 1, "request", ids, &retry), 1);
+    assert_true(zscore(qkey(&q, "3:processing"), ids[0]) >= t0 + 60000);
+    /* extend: the flag's default gives way to the policy too. */
+    msg_t m;
+    t0 = redis_now_ms();
+    r = fcall("extend", &q, ids[0], "", "60000", "1", "flag", END);
+    t1 = redis_now_ms();
+    assert_true(has_code(r, "ok") && r->elements == 3);
+    msg_parse(r->element[1], &m);
+    freeReplyObject(r);
+    assert_in_range(msg_int(&m, "lease_expires_at"), t0 + 5000, t1 + 5000);
+}
+
+static void test_pause_resume(void **state)
+{
+    queue_t q;
+    queue_init(&q, "polpause");
+    enqueue_ok(&q, "a", 3, 0);
+    assert_int_equal(int_reply(fcall("pause", &q, -1, "1", END)), 1);
+    long long retry, ids[2];
+    assert_int_equal(claim_gated(&q, "30000", 2, "flag", ids, &retry), 0);
+    assert_int_equal(retry, 0);
+    assert_int_equal(counter(&q, "held_paused"), 1);
+    /* Everything else goes on; a policy write keeps the pause. */
+    enqueue_ok(&q, "b", 3, 0);
+    policy_set(&q, "replace", "max_retries", "2");
+    assert_string_equal(policy_field(&q, "paused"), "1");
+    expect_nothing_to_claim(&q);
+    assert_int_equal(int_reply(fcall("pause", &q, -1, "0", END)), 0);
+    assert_int_equal(claim_gated(&q, "30000", 2, "flag", ids, &retry), 2);
+    expect_error(fcall("pause", &q, -1, "yes", END));
+    /* An empty paused queue holds no claim back. */
+    int_reply(fcall("pause", &q, -1, "1", END));
+    expect_nothing_to_claim(&q);
+    assert_int_equal(counter(&q, "held_paused"), 2);  /* the one above with b waiting */
+}
+
+static void test_max_in_flight(void **state)
+{
+    queue_t q;
+    queue_init(&q, "polcap");
+    for (int i = 0; i < 5; i++) enqueue_ok(&q, "job", 3, 0);
+    policy_set(&q, "replace", "max_in_flight", "2");
+    long long retry, ab[5], c[5];
+    assert_int_equal(claim_gated(&q, "30000", 5, "flag", ab, &retry), 2);
+    assert_int_equal(claim_gated(&q, "30000", 1, "flag", NULL, &retry), 0);
+    assert_int_equal(retry, 0);
+    assert_int_equal(counter(&q, "held_cap"), 2);
+    msg_t m;
+    expect_ok_msg(fcall("succeed", &q, ab[0], "", END), &m);
+    assert_int_equal(claim_gated(&q, "30000", 5, "flag", c, &retry), 1);
+    /* A cap lowered below what is in flight: nothing until two have left. */
+    policy_set(&q, "merge", "max_in_flight", "1");
+    assert_int_equal(zcard(qkey(&q, "3:processing")), 2);
+    fail_ok(&q, c[0], "e", "1", 0, &m);
+    assert_int_equal(claim_gated(&q, "30000", 1, "flag", NULL, &retry), 0);
+    expect_ok_msg(fcall("succeed", &q, ab[1], "", END), &m);
+    assert_int_equal(claim_gated(&q, "30000", 3, "flag", c, &retry), 1);
+    assert_int_equal(zcard(qkey(&q, "3:processing")), 1);
+}
+
+/* The library keeps each queue's key names between calls, for at most 1000
+ * queues at a time: 1,100 queues in turn (past the bound, so the kept names
+ * are dropped and built again), each claim answers from its own queue, and a
+ * pause read by one call is not seen by the next queue's call. */
+static void test_many_queues_keep_their_own_keys(void **state)
+{
+    enum { QUEUES = 1100 };
+    queue_t *qs = calloc(QUEUES, sizeof *qs);
+    assert_non_null(qs);
+    char payload[32];
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < QUEUES; i++) {
+            if (round == 0) {
+                queue_t q;
+                queue_init(&q, "kept");
+                qs[i] = q;
+            }
+            snprintf(payload, sizeof payload, "p-%d-%d", i, round);
+            enqueue_ok(&qs[i], payload, 3, 0);
+        }
+        int_reply(fcall("pause", &qs[0], -1, "1", END));
+        expect_nothing_to_claim(&qs[0]);
+        int_reply(fcall("pause", &qs[0], -1, "0", END));
+        for (int i = 0; i < QUEUES; i++) {
+            msg_t m;
+            claim_one(&qs[i], 30000, &m);
+            snprintf(payload, sizeof payload, "p-%d-%d", i, round);
+            assert_string_equal(msg_str(&m, "payload"), payload);
+            expect_ok_msg(fcall("succeed", &qs[i], m.id, "", END), &m);
+        }
+    }
+    free(qs);
+}
+
+/* A bucket of burst 3 at 4/s: three at once, then one per 250 ms; a claim
+ * held back says when the next token is due. (Each step must run within a
+ * token's 250 ms of the one before it: 100 ms was close for a loaded host.) */
+static void test_rate_limit_bucket(void **state)
+{
+    queue_t q;
+    queue_init(&q, "polrate");
+    for (int i = 0; i < 8; i++) enqueue_ok(&q, "job", 3, 0);
+    policy_set(&q, "replace", "rate_limit.per_second", "4", "rate_limit.burst", "3");
+    long long retry, ids[8];
+    assert_int_equal(claim_gated(&q, "30000", 5, "flag", ids, &retry), 3);
+    assert_int_equal(claim_gated(&q, "30000", 1, "flag", NULL, &retry), 0);
+    /* retry counts from the held claim's clock, so the wait starts after it
+     * (a clock read before the call can be earlier and wake too soon). */
+    long long t0 = redis_now_ms();
+    assert_true(retry > 0 && retry <= 250);
+    assert_true(counter(&q, "held_rate") >= 1);
+    wait_until_ms(t0 + retry);
+    assert_int_equal(claim_gated(&q, "30000", 2, "flag", ids, &retry), 1);
+    /* The bucket expires when it would be full again: no key is left idle. */
+    long long ttl = int_reply(rcmd("PTTL", qkey(&q, "bucket"), END));
+    assert_true(ttl > 0 && ttl <= 750);
+}
+
+/* A rate changed mid-bucket keeps the tokens it had, up to the new burst;
+ * removing the rate removes the bucket. */
+static void test_rate_changed_mid_bucket(void **state)
+{
+    queue_t q;
+    queue_init(&q, "polratechange");
+    for (int i = 0; i < 10; i++) enqueue_ok(&q, "job", 3, 0);
+    policy_set(&q, "replace", "rate_limit.per_second", "0.01", "rate_limit.burst", "5");
+    long long retry;
+    assert_int_equal(claim_gated(&q, "30000", 1, "flag", NULL, &retry), 1); /* 4 left */
+    policy_set(&q, "replace", "rate_limit.per_second", "0.02", "rate_limit.burst", "2");
+    assert_int_equal(claim_gated(&q, "30000", 5, "flag", NULL, &retry), 2);
+    assert_int_equal(claim_gated(&q, "30000", 1, "flag", NULL, &retry), 0);
+    assert_true(retry > 40000 && retry <= 50000);   /* one token per 50 s */
+    policy_set(&q, "replace", "rate_limit.per_second", "0.01", "rate_limit.burst", "9");
+    assert_int_equal(claim_gated(&q, "30000", 1, "flag", NULL, &retry), 0);
+    policy_set(&q, "replace", "max_in_flight", "0");
+    assert_int_equal(exists(qkey(&q, "bucket")), 0);
+    assert_int_equal(claim_gated(&q, "30000", 5, "flag", NULL, &retry), 5);
+}
+
+/* The policy's retention wins over tick's arguments (the daemon's flags), and
+ * the timer hint of a finished message follows it. */
+static void test_policy_retention(void **state)
+{
+    queue_t q;
+    queue_init(&q, "polttl");
+    policy_set(&q, "replace", "dead_ttl", "1", "succeeded_ttl", "0");
+    long long dead = make_dead(&q, "gone soon");
+    long long ok = enqueue_ok(&q, "job", 3, 0);
+    msg_t m;
+    claim_one(&q, 30000, &m);
+    redisReply *r = fcall("succeed", &q, ok, "", "1", END);  /* daemon: 1 ms */
+    assert_true(has_code(r, "ok"));
+    freeReplyObject(r);
+    wait_until_ms(zscore(qkey(&q, "3:dead"), dead) + 1001);
+    long long t[TICK_N];
+    expect_ints(fcall("tick", &q, -1, "100", "0", "1", END), TICK_N, t);
+    assert_int_equal(t[2], 1);
+    assert_int_equal(exists(mkey(&q, dead)), 0);
+    assert_int_equal(exists(mkey(&q, ok)), 1);  /* succeeded_ttl 0 keeps it */
+    /* A queue with nothing but a policy stays registered. */
+    int_reply(rcmd("DEL", qkey(&q, "3:succeeded"), mkey(&q, ok), qkey(&q, "stats"), qkey(&q, "seq"),
+                   qkey(&q, "events"), qkey(&q, "errors"), END));
+    long long e[6];
+    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", END), 6, e);
+    assert_int_equal(e[5], 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_policy_defaults_keep_reference_table),
+        cmocka_unit_test(test_policy_backoff_base_and_max),
+        cmocka_unit_test(test_policy_jitter),
+        cmocka_unit_test(test_policy_set_validation),
+        cmocka_unit_test(test_policy_alert_url),
+        cmocka_unit_test(test_policy_precedence),
+        cmocka_unit_test(test_pause_resume),
+        cmocka_unit_test(test_max_in_flight),
+        cmocka_unit_test(test_many_queues_keep_their_own_keys),
+        cmocka_unit_test(test_rate_limit_bucket),
+        cmocka_unit_test(test_rate_changed_mid_bucket),
+        cmocka_unit_test(test_policy_retention),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

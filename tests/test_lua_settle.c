@@ -1,0 +1,478 @@
+/* test_lua_settle.c - integration tests of the Redis Functions library (lua/) against
+ * a real redis-server: settle_claim (docs/reference.md "Settle and claim"), the
+ * wake channel, and release_lost.
+ *
+ * Shared helpers, setup and the environment the tests need: lua_support.h. */
+
+#define LUA_SUITE "test_lua_settle"
+#include "lua_support.h"
+
+/* ------------------------------------------------------------------------ */
+/* settle_claim (docs/reference.md "Settle and claim")                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Every outcome in one call, each exactly as succeed and fail leave it, and
+ * the claim after them. */
+static void test_settle_claim_mixed_outcomes(void **state)
+{
+    queue_t q;
+    queue_init(&q, "settlemix");
+    for (int i = 0; i < 6; i++)
+        enqueue_ok(&q, "job", 3, 0);
+    msg_t m[6];
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "4", END), m, 6), 4);
+    char t1[64], t2[64], t3[64], t4[64];
+    token_of(&m[0], t1);
+    token_of(&m[1], t2);
+    token_of(&m[2], t3);
+    token_of(&m[3], t4);
+
+    settle_t items[] = {
+        SUCCEEDED(1, t1),
+        FAILED(2, t2, "smtp timeout", "1", -1),     /* retry in 2 s */
+        FAILED(3, "", "poison", "0", -1),           /* dead now */
+        FAILED(4, t4, "slow down", "1", 7000),      /* retry_after overrides the backoff */
+        SUCCEEDED(999, ""),                         /* no such message */
+        SUCCEEDED(5, ""),                           /* pending, not processing */
+        SUCCEEDED(1, t1),                           /* settled a moment ago */
+    };
+    static const char *const want[] = { "succeeded", "pending", "dead", "pending", "not_found",
+                                        "invalid_state", "invalid_state" };
+    long long before = redis_now_ms();
+    msg_t got[4];
+    size_t n = expect_settled(settle_claim(&q, 45000, 3, 7, items), 7, want, got, 4);
+    long long after = redis_now_ms();
+
+    /* The claim ran after them: 5 and 6 are what is claimable (2 and 4 are
+     * not due yet), with claim's lease. */
+    assert_int_equal(n, 2);
+    assert_int_equal(got[0].id, 5);
+    assert_int_equal(got[1].id, 6);
+    for (size_t i = 0; i < n; i++) {
+        assert_string_equal(msg_str(&got[i], "status"), "processing");
+        assert_string_equal(msg_str(&got[i], "payload"), "job");
+        assert_int_equal(msg_int(&got[i], "lease_expires_at"), msg_int(&got[i], "updated_at") + 45000);
+        assert_int_equal(zscore(qkey(&q, "3:processing"), got[i].id), msg_int(&got[i], "lease_expires_at"));
+    }
+    assert_string_not_equal(msg_str(&got[0], "lease_token"), msg_str(&got[1], "lease_token"));
+
+    msg_t g;
+    expect_ok_msg(fcall("get", &q, 1, END), &g);
+    assert_string_equal(msg_str(&g, "status"), "succeeded");
+    assert_no_field(&g, "lease_token");
+    assert_no_field(&g, "lease_expires_at");
+    assert_in_range(msg_int(&g, "updated_at"), before, after);
+    assert_int_equal(zscore(qkey(&q, "3:succeeded"), 1), msg_int(&g, "updated_at"));
+    assert_int_equal(zscore(qkey(&q, "3:processing"), 1), -1);
+
+    expect_ok_msg(fcall("get", &q, 2, END), &g);
+    assert_string_equal(msg_str(&g, "status"), "pending");
+    assert_int_equal(msg_int(&g, "retry_count"), 1);
+    assert_string_equal(msg_str(&g, "last_error"), "smtp timeout");
+    assert_int_equal(msg_int(&g, "retry_after") - msg_int(&g, "updated_at"), 2000);
+    assert_int_equal(zscore(qkey(&q, "3:scheduled"), 2), msg_int(&g, "retry_after"));
+    assert_no_field(&g, "lease_token");
+
+    expect_ok_msg(fcall("get", &q, 3, END), &g);
+    assert_string_equal(msg_str(&g, "status"), "dead");
+    assert_int_equal(msg_int(&g, "retry_count"), 1);
+    assert_string_equal(msg_str(&g, "last_error"), "poison");
+    assert_int_equal(zscore(qkey(&q, "3:dead"), 3), msg_int(&g, "updated_at"));
+    assert_int_equal(zscore(qkey(&q, "3:processing"), 3), -1);
+    /* The dead letter is counted in top_errors and in the events stream. */
+    redisReply *r = rcmd("ZSCORE", qkey(&q, "errors"), "poison", END);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    assert_string_equal(r->str, "1");
+    freeReplyObject(r);
+    r = rcmd("XREVRANGE", qkey(&q, "events"), "+", "-", "COUNT", "1", END);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->elements, 1);
+    const redisReply *fields = r->element[0]->element[1];
+    assert_string_equal(fields->element[1]->str, "dead");
+    assert_string_equal(fields->element[3]->str, "3");
+    assert_string_equal(fields->element[5]->str, "poison");
+    freeReplyObject(r);
+
+    expect_ok_msg(fcall("get", &q, 4, END), &g);
+    assert_string_equal(msg_str(&g, "status"), "pending");
+    assert_int_equal(msg_int(&g, "retry_after") - msg_int(&g, "updated_at"), 7000);
+
+    assert_int_equal(counter(&q, "succeeded"), 1);
+    assert_int_equal(counter(&q, "failed"), 3);
+    assert_int_equal(counter(&q, "retried"), 2);
+    assert_int_equal(counter(&q, "dead"), 1);
+    assert_int_equal(counter(&q, "delay_le_2"), 1);
+    assert_int_equal(counter(&q, "delay_le_8"), 1);
+    assert_int_equal(counter(&q, "claimed"), 6);
+    assert_int_equal(zcard(qkey(&q, "3:processing")), 2);
+}
+
+/* The failure path is fail's: the backoff table, then dead at max_retries,
+ * and a failure due at once is claimed back in the same call, before fresh
+ * messages (due retries first). */
+static void test_settle_claim_backoff_then_dead(void **state)
+{
+    static const long long delays_ms[] = { 2000, 4000, 8000, 16000 };
+    static const char *const pending[] = { "pending" }, *const dead[] = { "dead" };
+    queue_t q;
+    queue_init(&q, "settlebackoff");
+    long long id = enqueue_ok(&q, "job", 5, 0);
+    msg_t m, got[2];
+    char token[64];
+    for (int n = 1; n <= 4; n++) {
+        claim_one(&q, 30000, &m);
+        assert_int_equal(m.id, id);
+        token_of(&m, token);
+        settle_t f = FAILED(id, token, "again", "1", -1);
+        /* count 0: settle only. */
+        assert_int_equal(expect_settled(settle_claim(&q, 30000, 0, 1, &f), 1, pending, got, 0), 0);
+        expect_ok_msg(fcall("get", &q, id, END), &m);
+        assert_int_equal(msg_int(&m, "retry_count"), n);
+        assert_int_equal(msg_int(&m, "retry_after") - msg_int(&m, "updated_at"), delays_ms[n - 1]);
+        make_due(&q, id);
+    }
+    claim_one(&q, 30000, &m);
+    token_of(&m, token);
+    settle_t f = FAILED(id, token, "last", "1", -1);
+    assert_int_equal(expect_settled(settle_claim(&q, 30000, 1, 1, &f), 1, dead, got, 1), 0);
+    expect_ok_msg(fcall("get", &q, id, END), &m);
+    assert_string_equal(msg_str(&m, "status"), "dead");
+    assert_int_equal(msg_int(&m, "retry_count"), 5);
+    assert_no_field(&m, "retry_after");
+    assert_int_equal(zscore(qkey(&q, "3:dead"), id), msg_int(&m, "updated_at"));
+    assert_int_equal(counter(&q, "failed"), 5);
+    assert_int_equal(counter(&q, "retried"), 4);
+    assert_int_equal(counter(&q, "dead"), 1);
+
+    /* retry_after 0: due at once, so the claim in the same call takes it
+     * back, before the fresh message enqueued after it. */
+    long long a = enqueue_ok(&q, "again", 3, 0);
+    claim_one(&q, 30000, &m);
+    assert_int_equal(m.id, a);
+    long long fresh = enqueue_ok(&q, "fresh", 3, 0);
+    token_of(&m, token);
+    settle_t now = FAILED(a, token, "transient", "1", 0);
+    assert_int_equal(expect_settled(settle_claim(&q, 30000, 2, 1, &now), 1, pending, got, 2), 2);
+    assert_int_equal(got[0].id, a);
+    assert_int_equal(msg_int(&got[0], "retry_count"), 1);
+    assert_string_equal(msg_str(&got[0], "last_error"), "transient");
+    assert_string_not_equal(msg_str(&got[0], "lease_token"), token);
+    assert_int_equal(got[1].id, fresh);
+}
+
+/* Settlements apply when nothing is claimable, and a claim of an empty
+ * queue counts nothing. */
+static void test_settle_claim_nothing_claimable(void **state)
+{
+    static const char *const want[] = { "succeeded", "succeeded" };
+    queue_t q;
+    queue_init(&q, "settleempty");
+    enqueue_ok(&q, "job", 3, 0);
+    enqueue_ok(&q, "job", 3, 0);
+    msg_t m[2];
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "2", END), m, 2), 2);
+    settle_t items[] = { SUCCEEDED(1, ""), SUCCEEDED(2, "") };
+    msg_t got[1];
+    assert_int_equal(expect_settled(settle_claim(&q, 30000, 100, 2, items), 2, want, got, 0), 0);
+    assert_int_equal(zcard(qkey(&q, "3:succeeded")), 2);
+    assert_int_equal(zcard(qkey(&q, "3:processing")), 0);
+    assert_int_equal(counter(&q, "succeeded"), 2);
+    assert_int_equal(counter(&q, "claimed"), 2);
+
+    /* No settlement at all is a plain claim. */
+    assert_int_equal(expect_settled(settle_claim(&q, 30000, 1, 0, NULL), 0, NULL, got, 0), 0);
+}
+
+/* A lease token that is not the current one changes nothing; "" accepts
+ * whatever lease is current. */
+static void test_settle_claim_lease_mismatch(void **state)
+{
+    static const char *const mismatch[] = { "lease_mismatch", "lease_mismatch" };
+    static const char *const ok[] = { "succeeded", "pending" };
+    queue_t q;
+    queue_init(&q, "settlelease");
+    enqueue_ok(&q, "job", 3, 0);
+    enqueue_ok(&q, "job", 3, 0);
+    msg_t m[2], got[1];
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "2", END), m, 2), 2);
+    settle_t wrong[] = { SUCCEEDED(1, "not-the-token"), FAILED(2, "1.1", "e", "1", -1) };
+    assert_int_equal(expect_settled(settle_claim(&q, 30000, 1, 2, wrong), 2, mismatch, got, 1), 0);
+    for (int i = 0; i < 2; i++) {
+        msg_t g;
+        expect_ok_msg(fcall("get", &q, m[i].id, END), &g);
+        assert_string_equal(msg_str(&g, "status"), "processing");
+        assert_string_equal(msg_str(&g, "lease_token"), msg_str(&m[i], "lease_token"));
+        assert_int_equal(zscore(qkey(&q, "3:processing"), m[i].id), msg_int(&m[i], "lease_expires_at"));
+    }
+    assert_int_equal(counter(&q, "failed"), 0);
+    char t1[64];
+    token_of(&m[0], t1);
+    settle_t right[] = { SUCCEEDED(1, t1), FAILED(2, "", "e", "1", -1) };
+    assert_int_equal(expect_settled(settle_claim(&q, 30000, 1, 2, right), 2, ok, got, 1), 0);
+}
+
+/* Every argument is checked before anything is written: a bad item anywhere
+ * leaves the good ones before it unapplied, and nothing is claimed. */
+static void test_settle_claim_atomic(void **state)
+{
+    queue_t q;
+    queue_init(&q, "settleatomic");
+    for (int i = 0; i < 3; i++)
+        enqueue_ok(&q, "job", 3, 0);
+    msg_t m[2];
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "2", END), m, 2), 2);
+    const settle_t bad_last[][2] = {
+        { SUCCEEDED(1, ""), { 2, "", "bogus", "", "1", -1 } },
+        { SUCCEEDED(1, ""), FAILED(2, "", "e", "maybe", -1) },
+        { SUCCEEDED(1, ""), { 0, "", "succeeded", "", "1", -1 } },
+    };
+    for (size_t i = 0; i < sizeof bad_last / sizeof bad_last[0]; i++)
+        expect_error(settle_claim(&q, 30000, 1, 2, bad_last[i]));
+    settle_t one = SUCCEEDED(1, "");
+    expect_error(settle_claim(&q, 0, 1, 1, &one));
+    expect_error(settle_claim(&q, 43200001, 1, 1, &one));
+    expect_error(settle_claim(&q, 30000, 101, 1, &one));
+    expect_error(settle_claim(&q, 30000, -1, 1, &one));
+    expect_error(fcall("settle_claim", &q, -1, "30000", "1", "1", "1", "", "failed", "e", "1", "x", END));
+    /* n must match the arguments that follow. */
+    expect_error(fcall("settle_claim", &q, -1, "30000", "1", "2", "1", "", "succeeded", "", "1", "-1", END));
+    expect_error(fcall("settle_claim", &q, -1, "30000", "1", "1", END));
+    expect_error(fcall("settle_claim", &q, -1, "30000", "1", END));
+
+    for (long long id = 1; id <= 2; id++) {
+        msg_t g;
+        expect_ok_msg(fcall("get", &q, id, END), &g);
+        assert_string_equal(msg_str(&g, "status"), "processing");
+    }
+    assert_int_equal(llen(qkey(&q, "3:ready")), 1);
+    assert_int_equal(counter(&q, "succeeded"), 0);
+    assert_int_equal(counter(&q, "claimed"), 2);
+}
+
+/* At most 100 settlements and 100 claims in one call. */
+static void test_settle_claim_bounds(void **state)
+{
+    queue_t q;
+    queue_init(&q, "settlebounds");
+    for (int i = 0; i < 201; i++)
+        enqueue_ok(&q, "job", 3, 0);
+    msg_t *m = calloc(100, sizeof *m);
+    assert_non_null(m);
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "100", END), m, 100), 100);
+    settle_t items[101];
+    const char *want[100];
+    for (int i = 0; i < 101; i++) {
+        settle_t s = SUCCEEDED(i + 1, "");
+        items[i] = s;
+        if (i < 100)
+            want[i] = "succeeded";
+    }
+    expect_error(settle_claim(&q, 30000, 1, 101, items));
+    assert_int_equal(counter(&q, "succeeded"), 0);
+    assert_int_equal(expect_settled(settle_claim(&q, 30000, 100, 100, items), 100, want, m, 100), 100);
+    assert_int_equal(m[0].id, 101);
+    assert_int_equal(m[99].id, 200);
+    assert_int_equal(counter(&q, "succeeded"), 100);
+    assert_int_equal(zcard(qkey(&q, "3:processing")), 100);
+    free(m);
+}
+
+/* A second connection subscribed to one channel. */
+static redisContext *subscribe(const char *channel)
+{
+    struct timeval tv = { 5, 0 };
+    redisContext *sub = redisConnectWithTimeout("127.0.0.1", atoi(getenv("RETRYD_TEST_REDIS_PORT")), tv);
+    assert_non_null(sub);
+    assert_int_equal(sub->err, 0);
+    redisSetTimeout(sub, tv);
+    redisReply *r = redisCommand(sub, "SUBSCRIBE %s", channel);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    freeReplyObject(r);
+    return sub;
+}
+
+/* How many wake messages arrived since the last call. Everything the main
+ * connection did has been answered, so its publishes reach sub before the
+ * reply to this PING. */
+static int wake_count(redisContext *sub)
+{
+    assert_int_equal(redisAppendCommand(sub, "PING"), REDIS_OK);
+    for (int n = 0;;) {
+        void *v = NULL;
+        if (redisGetReply(sub, &v) != REDIS_OK)
+            fail_msg("subscriber: %s", sub->errstr);
+        redisReply *r = v;
+        assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+        assert_true(r->elements >= 1);
+        bool pong = strcmp(r->element[0]->str, "pong") == 0;
+        if (!pong) {
+            assert_string_equal(r->element[0]->str, "message");
+            n++;
+        }
+        freeReplyObject(r);
+        if (pong)
+            return n;
+    }
+}
+
+static void test_wake_channel(void **state)
+{
+    queue_t q;
+    queue_init(&q, "wake");
+    redisContext *sub = subscribe(qkey(&q, "wake"));
+    assert_int_equal(wake_count(sub), 0);
+
+    long long a = enqueue_ok(&q, "job", 1, 0);
+    assert_int_equal(wake_count(sub), 1); /* ready now */
+    long long b = enqueue_ok(&q, "job", 3, 60000);
+    assert_int_equal(wake_count(sub), 0); /* not before it is due */
+
+    msg_t m;
+    claim_one(&q, 30000, &m);
+    fail_ok(&q, a, "bad", "1", -1, &m);
+    wake_count(sub);
+    expect_ok_msg(fcall("replay", &q, a, END), &m);
+    assert_int_equal(wake_count(sub), 1);
+
+    long long r[TICK_N];
+    expect_ints(fcall("promote", &q, -1, "10", END), 2, r);
+    assert_int_equal(wake_count(sub), 0); /* nothing moved */
+    make_due(&q, b);
+    expect_ints(fcall("promote", &q, -1, "10", END), 2, r);
+    assert_int_equal(r[0], 1);
+    assert_int_equal(wake_count(sub), 1);
+
+    claim_one(&q, 30000, &m);
+    char token[64];
+    snprintf(token, sizeof token, "%.63s", msg_str(&m, "lease_token"));
+    wake_count(sub);
+    assert_int_equal(int_reply(fcall("release", &q, -1, num(m.id), token, END)), 1);
+    assert_int_equal(wake_count(sub), 1);
+
+    long long c = enqueue_ok(&q, "job", 3, 60000);
+    wake_count(sub);
+    expect_ints(fcall("tick", &q, -1, "100", "0", "0", END), TICK_N, r);
+    assert_int_equal(wake_count(sub), 0);
+    make_due(&q, c);
+    expect_ints(fcall("tick", &q, -1, "100", "0", "0", END), TICK_N, r);
+    assert_int_equal(r[0], 1);
+    assert_int_equal(wake_count(sub), 1);
+    redisFree(sub);
+}
+
+/* A claim promotes every due retry it finds (up to 100) but leases only
+ * `count`: the ones it leaves in the due list are claimable now, and the
+ * waiters of other instances hear of it, as they would from a tick. A claim
+ * that leaves nothing behind wakes nobody. */
+static void test_claim_that_promotes_more_than_it_takes_wakes(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "promowake");
+    redisContext *sub = subscribe(qkey(&q, "wake"));
+    long long a = enqueue_ok(&q, "job", 3, 60000);
+    long long b = enqueue_ok(&q, "job", 3, 60000);
+    assert_int_equal(wake_count(sub), 0);
+    make_due(&q, a);
+    make_due(&q, b);
+
+    msg_t m;
+    claim_one(&q, 30000, &m);
+    assert_int_equal(m.id, a);
+    assert_int_equal(wake_count(sub), 1); /* b is due and nobody took it */
+    claim_one(&q, 30000, &m);
+    assert_int_equal(m.id, b);
+    assert_int_equal(wake_count(sub), 0); /* nothing promoted, nothing left */
+
+    long long c = enqueue_ok(&q, "job", 3, 60000);
+    wake_count(sub);
+    make_due(&q, c);
+    claim_one(&q, 30000, &m);
+    assert_int_equal(m.id, c);
+    assert_int_equal(wake_count(sub), 0); /* promoted one, took it */
+    redisFree(sub);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Dead-letter rules (docs/reference.md "Recovery rules", docs/dead-letters.md §2)                    */
+/* ------------------------------------------------------------------------ */
+
+#define expect_nothing_claimed(r) expect_code_at((r), "ok", NULL, __FILE__, __LINE__)
+
+/* release_lost hands back what a claim tagged with a nonce leased (counted
+ * released, retry_count untouched), once; a nonce given up before its claim
+ * ran makes that claim hand everything back itself. */
+static void test_release_lost(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "lost");
+    for (int i = 0; i < 4; i++)
+        enqueue_ok(&q, "job", 1, 0);
+    msg_t m[4];
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "2", "", "request", "",
+                                          "inst.1", END), m, 4), 2);
+    assert_int_equal(exists(qkey(&q, "claim:inst.1")), 1);
+    assert_int_equal(int_reply(fcall("release_lost", &q, -1, "inst.1", END)), 2);
+    assert_int_equal(exists(qkey(&q, "claim:inst.1")), 0);
+    assert_int_equal(zcard(qkey(&q, "3:processing")), 0);
+    assert_int_equal(counter(&q, "released"), 2);
+    assert_int_equal(counter(&q, "failed"), 0);
+    msg_t g;
+    expect_ok_msg(fcall("get", &q, 1, END), &g);
+    assert_string_equal(msg_str(&g, "status"), "pending");
+    assert_int_equal(msg_int(&g, "retry_count"), 0);
+    /* Once only. */
+    assert_int_equal(int_reply(fcall("release_lost", &q, -1, "inst.1", END)), 0);
+
+    /* A settle-and-claim's lease, and one since settled: only the one still
+     * under that lease goes back. */
+    redisReply *r = fcall("settle_claim", &q, -1, "30000", "2", "0", "0", "0", "request", "",
+                          "inst.2", END);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->elements, 5);   /* ok, {}, two messages, the hint */
+    assert_string_equal(r->element[2]->element[0]->str, "1");
+    freeReplyObject(r);
+    expect_ok_msg(fcall("succeed", &q, 1, "", END), &g);
+    assert_int_equal(int_reply(fcall("release_lost", &q, -1, "inst.2", END)), 1);
+    assert_int_equal(counter(&q, "released"), 3);
+
+    /* Given up before the claim ran: the claim answers nothing and leaves
+     * everything pending. */
+    assert_int_equal(int_reply(fcall("release_lost", &q, -1, "inst.3", END)), 0);
+    expect_nothing_claimed(fcall("claim", &q, -1, "30000", "3", "", "request", "", "inst.3", END));
+    assert_int_equal(zcard(qkey(&q, "3:processing")), 0);
+    assert_int_equal(counter(&q, "released"), 6);
+    assert_int_equal(counter(&q, "failed"), 0);
+    /* In their order: 2, 3, 4. */
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "3", END), m, 4), 3);
+    assert_int_equal(m[0].id, 2);
+    assert_int_equal(m[1].id, 3);
+    assert_int_equal(m[2].id, 4);
+
+    expect_error(fcall("release_lost", &q, -1, END));
+    const char *many[11];
+    for (int i = 0; i < 11; i++) many[i] = "n";
+    expect_error(fcall_bin("release_lost", &q, -1, 11, many, NULL));
+    char big[80];
+    memset(big, 'n', 65);
+    big[65] = '\0';
+    expect_error(fcall("claim", &q, -1, "30000", "1", "", "request", "", big, END));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_settle_claim_mixed_outcomes),
+        cmocka_unit_test(test_settle_claim_backoff_then_dead),
+        cmocka_unit_test(test_settle_claim_nothing_claimable),
+        cmocka_unit_test(test_settle_claim_lease_mismatch),
+        cmocka_unit_test(test_settle_claim_atomic),
+        cmocka_unit_test(test_settle_claim_bounds),
+        cmocka_unit_test(test_wake_channel),
+        cmocka_unit_test(test_claim_that_promotes_more_than_it_takes_wakes),
+        cmocka_unit_test(test_release_lost),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
