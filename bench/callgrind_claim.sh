@@ -45,7 +45,7 @@ callgrind_control -z "$vg" >/dev/null 2>&1
 if [ "$FN" = claim ]; then
     if [ "${NONCE:-0}" = 1 ]; then  # as the daemon calls it: no worker, a nonce per call
         redis-benchmark -p "$P" -n "$N" -P 16 -c 4 -q -r 1000000000 \
-            FCALL retryd_v4_claim 1 'retryd:{b}' 30000 "$COUNT" 1 '' "n.__rand_int__" >/dev/null
+            FCALL retryd_v4_claim 1 'retryd:{b}' 30000 "$COUNT" 1 default '' "n.__rand_int__" >/dev/null
     else
         redis-benchmark -p "$P" -n "$N" -P 16 -c 4 -q FCALL retryd_v4_claim 1 'retryd:{b}' 30000 "$COUNT" 1 >/dev/null
     fi
@@ -58,7 +58,7 @@ elif [ "$FN" = settle_claim ]; then
     seq "$N" | awk -v c="$COUNT" '{
         s = ""
         for (j = 0; j < c; j++) s = s " " (($1 - 1) * c + j + 1) " - succeeded - 1 -1"
-        n = split("FCALL retryd_v4_settle_claim 1 retryd:{b} 30000 " c " " c s " 2592000000 3600000 flag", a, " ")
+        n = split("FCALL retryd_v4_settle_claim 1 retryd:{b} 30000 " c " " c s " 2592000000 3600000 default", a, " ")
         printf "*%d\r\n", n
         for (i = 1; i <= n; i++) { v = (a[i] == "-") ? "" : a[i]; printf "$%d\r\n%s\r\n", length(v), v }
     }' | redis-cli -p "$P" --pipe >/dev/null

@@ -3,245 +3,245 @@
 -- claim and settle, a message's state from the indexes. Module `record`.
 local record = {}
 do
-local int_arg, old_keys, clamp, ms_text = common.int_arg, common.old_keys, common.clamp,
-                                          common.ms_text
-local v2_seen = common.v2_seen
+  local int_arg, old_keys, clamp, ms_text = common.int_arg, common.old_keys, common.clamp,
+                                            common.ms_text
+  local v2_seen = common.v2_seen
 
--- The message record (docs/storage.md): one STRING per message at
--- "<base>:m:<id>", a 24-byte header, the payload, and a trailer of the
--- optional fields when there are any. status, lease_expires_at and dead_at
--- are not stored: the indexes say them.
-local REC_HEADER = '>BBBI6i5i5I5'
-local REC_HEADER_BYTES = 24
-local REC_FORMAT = 1           -- the format byte; REC_TRAILER is added when a trailer follows
-local REC_TRAILER = 0x80
-local REC_MAX_DELTA = 2 ^ 39 - 1
--- Offsets (0-based, for SETRANGE) of the header fields claim and settle write.
-local REC_AT_UPDATED = '9'     -- updated_at delta (i5), then lease time delta (i5), serial (I5)
-local REC_HEADER_LAST = '23'   -- GETRANGE's end of the header
+  -- The message record (docs/storage.md): one STRING per message at
+  -- "<base>:m:<id>", a 24-byte header, the payload, and a trailer of the
+  -- optional fields when there are any. status, lease_expires_at and dead_at
+  -- are not stored: the indexes say them.
+  local REC_HEADER = '>BBBI6i5i5I5'
+  local REC_HEADER_BYTES = 24
+  local REC_FORMAT = 1           -- the format byte; REC_TRAILER is added when a trailer follows
+  local REC_TRAILER = 0x80
+  local REC_MAX_DELTA = 2 ^ 39 - 1
+  -- Offsets (0-based, for SETRANGE) of the header fields claim and settle write.
+  local REC_AT_UPDATED = '9'     -- updated_at delta (i5), then lease time delta (i5), serial (I5)
+  local REC_HEADER_LAST = '23'   -- GETRANGE's end of the header
 
--- A message decoded into a table: payload, retry_count, max_retries,
--- created_at, updated_at, lease_at and serial (the lease token's parts),
--- and, when present, retry_after, last_error, idempotency_key, token (a
--- lease token kept verbatim). legacy is true for a HASH of the old layout.
-local function decode_record(rec)
-  local fmt, rc, mr, created, dupd, dlease, serial = struct.unpack(REC_HEADER, rec)
-  local m = { retry_count = rc, max_retries = mr, created_at = created,
-              updated_at = created + dupd, lease_at = created + dlease, serial = serial }
-  local stop = #rec
-  if fmt >= REC_TRAILER then
-    local n = struct.unpack('>I4', rec, #rec - 3)
-    local packed = string.sub(rec, #rec - 3 - n, #rec - 4)
-    local t = cmsgpack.unpack(packed)
-    m.last_error, m.retry_after, m.idempotency_key, m.token = t.e, t.r, t.i, t.t
-    history.decode(m, t)
-    m.origin_queue, m.origin_id = t.oq, t.oi   -- a redriven message (65_redrive.lua)
-    m.rule_uses = t.u
-    stop = #rec - 4 - n
-    m.trailer_bytes = n
-    m.trailer = packed   -- what record_bytes measures of the optional fields
+  -- A message decoded into a table: payload, retry_count, max_retries,
+  -- created_at, updated_at, lease_at and serial (the lease token's parts),
+  -- and, when present, retry_after, last_error, idempotency_key, token (a
+  -- lease token kept verbatim). legacy is true for a HASH of the old layout.
+  local function decode_record(rec)
+    local fmt, rc, mr, created, dupd, dlease, serial = struct.unpack(REC_HEADER, rec)
+    local m = { retry_count = rc, max_retries = mr, created_at = created,
+                updated_at = created + dupd, lease_at = created + dlease, serial = serial }
+    local stop = #rec
+    if fmt >= REC_TRAILER then
+      local n = struct.unpack('>I4', rec, #rec - 3)
+      local packed = string.sub(rec, #rec - 3 - n, #rec - 4)
+      local t = cmsgpack.unpack(packed)
+      m.last_error, m.retry_after, m.idempotency_key, m.token = t.e, t.r, t.i, t.t
+      history.decode(m, t)
+      m.origin_queue, m.origin_id = t.oq, t.oi   -- a redriven message (65_redrive.lua)
+      m.rule_uses = t.u
+      stop = #rec - 4 - n
+      m.trailer_bytes = n
+      m.trailer = packed   -- what record_bytes measures of the optional fields
+    end
+    m.payload = string.sub(rec, REC_HEADER_BYTES + 1, stop)
+    return m
   end
-  m.payload = string.sub(rec, REC_HEADER_BYTES + 1, stop)
-  return m
-end
 
--- A HASH of the old layout (retryd_v2), from HGETALL, as decode_record's table.
-local function decode_legacy(fields)
-  local h = {}
-  for i = 1, #fields, 2 do h[fields[i]] = fields[i + 1] end
-  local m = { payload = h.payload or '', retry_count = tonumber(h.retry_count) or 0,
-              max_retries = tonumber(h.max_retries) or 3, created_at = tonumber(h.created_at) or 0,
-              last_error = h.last_error, retry_after = tonumber(h.retry_after),
-              idempotency_key = h.idempotency_key, legacy = true }
-  m.updated_at = tonumber(h.updated_at) or m.created_at
-  m.lease_at, m.serial = m.created_at, 0
-  if h.lease_token then
-    local a, b = string.match(h.lease_token, '^(%x+)%.(%x+)$')
-    if a and #a <= 12 and #b <= 10 then
-      m.lease_at, m.serial = tonumber(a, 16), tonumber(b, 16)
+  -- A HASH of the old layout (retryd_v2), from HGETALL, as decode_record's table.
+  local function decode_legacy(fields)
+    local h = {}
+    for i = 1, #fields, 2 do h[fields[i]] = fields[i + 1] end
+    local m = { payload = h.payload or '', retry_count = tonumber(h.retry_count) or 0,
+                max_retries = tonumber(h.max_retries) or 3, created_at = tonumber(h.created_at) or 0,
+                last_error = h.last_error, retry_after = tonumber(h.retry_after),
+                idempotency_key = h.idempotency_key, legacy = true }
+    m.updated_at = tonumber(h.updated_at) or m.created_at
+    m.lease_at, m.serial = m.created_at, 0
+    if h.lease_token then
+      local a, b = string.match(h.lease_token, '^(%x+)%.(%x+)$')
+      if a and #a <= 12 and #b <= 10 then
+        m.lease_at, m.serial = tonumber(a, 16), tonumber(b, 16)
+      else
+        m.token = h.lease_token
+      end
+    end
+    return m
+  end
+
+  -- The header (format byte fmt), the payload and tail (the packed trailer or "").
+  local function encode_plain(m, fmt, tail)
+    local created = m.created_at
+    return struct.pack(REC_HEADER, fmt, clamp(m.retry_count, 0, 255), clamp(m.max_retries, 0, 255),
+                       created, clamp(m.updated_at - created, -REC_MAX_DELTA, REC_MAX_DELTA),
+                       clamp(m.lease_at - created, -REC_MAX_DELTA, REC_MAX_DELTA), m.serial)
+           .. m.payload .. tail
+  end
+
+  local function encode_record(m)
+    if not (m.last_error or m.retry_after or m.idempotency_key or m.token or m.worker
+            or m.history or m.origin_queue or m.rule_uses) then
+      return encode_plain(m, REC_FORMAT, '')   -- the usual record: no trailer table to build
+    end
+    local t, trailer = {}, false
+    if m.last_error then t.e = m.last_error; trailer = true end
+    if m.retry_after then t.r = m.retry_after; trailer = true end
+    if m.idempotency_key then t.i = m.idempotency_key; trailer = true end
+    if m.token then t.t = m.token; trailer = true end
+    if history.encode(m, t) then trailer = true end
+    if m.origin_queue then t.oq, t.oi = m.origin_queue, m.origin_id; trailer = true end
+    if m.rule_uses then t.u = m.rule_uses; trailer = true end
+    local fmt, tail = REC_FORMAT, ''
+    if trailer then
+      local packed = cmsgpack.pack(t)
+      fmt, tail = REC_FORMAT + REC_TRAILER, packed .. struct.pack('>I4', #packed)
+    end
+    return encode_plain(m, fmt, tail)
+  end
+
+  -- The message at mkey, decoded (either layout), or nil when there is none.
+  local function load_message(mkey)
+    local rec = redis.pcall('GET', mkey)
+    if type(rec) == 'table' then return decode_legacy(redis.call('HGETALL', mkey)) end
+    if not rec then return nil end
+    return decode_record(rec)
+  end
+
+  -- Writes the whole record (converting an old HASH: SET replaces it).
+  local function store_message(mkey, m)
+    redis.call('SET', mkey, encode_record(m))
+  end
+
+  -- A record named by an index of the old generation: a HASH there (one
+  -- HGETALL), read as the new layout if it is not one.
+  local function load_legacy(mkey)
+    local h = redis.pcall('HGETALL', mkey)
+    if h.err then return load_message(mkey) end
+    if #h == 0 then return nil end
+    return decode_legacy(h)
+  end
+
+  local function lease_token(m)
+    return m.token or string.format('%x.%x', m.lease_at, m.serial)
+  end
+
+  -- The header alone, where nothing of the message is sent back (a settlement
+  -- answers its new state only): a table as decode_record's without payload
+  -- and optional fields. A record with a trailer, or an old HASH, is read whole.
+  local function load_header(mkey)
+    local h = redis.pcall('GETRANGE', mkey, '0', REC_HEADER_LAST)
+    if type(h) == 'table' then return decode_legacy(redis.call('HGETALL', mkey)) end
+    if h == '' then return nil end
+    if string.byte(h, 1) >= REC_TRAILER then return load_message(mkey) end
+    local _, rc, mr, created, dupd, dlease, serial = struct.unpack(REC_HEADER, h)
+    return { retry_count = rc, max_retries = mr, created_at = created, updated_at = created + dupd,
+             lease_at = created + dlease, serial = serial }
+  end
+
+  -- Sets updated_at to now: 5 header bytes, or the whole record for an old HASH.
+  local function set_updated(mkey, m, now)
+    m.updated_at = now
+    if m.legacy then
+      store_message(mkey, m)
     else
-      m.token = h.lease_token
+      redis.call('SETRANGE', mkey, REC_AT_UPDATED,
+                 struct.pack('>i5', clamp(now - m.created_at, -REC_MAX_DELTA, REC_MAX_DELTA)))
     end
   end
-  return m
-end
 
--- The header (format byte fmt), the payload and tail (the packed trailer or "").
-local function encode_plain(m, fmt, tail)
-  local created = m.created_at
-  return struct.pack(REC_HEADER, fmt, clamp(m.retry_count, 0, 255), clamp(m.max_retries, 0, 255),
-                     created, clamp(m.updated_at - created, -REC_MAX_DELTA, REC_MAX_DELTA),
-                     clamp(m.lease_at - created, -REC_MAX_DELTA, REC_MAX_DELTA), m.serial)
-         .. m.payload .. tail
-end
-
-local function encode_record(m)
-  if not (m.last_error or m.retry_after or m.idempotency_key or m.token or m.worker
-          or m.history or m.origin_queue or m.rule_uses) then
-    return encode_plain(m, REC_FORMAT, '')   -- the usual record: no trailer table to build
+  -- A new lease (claim): updated_at, lease time and serial, 15 header bytes; the
+  -- whole record for an old HASH or one that kept an old token verbatim.
+  local function set_lease(mkey, m, now, serial, worker)
+    m.updated_at, m.lease_at, m.serial = now, now, serial
+    if m.legacy or m.token or m.worker ~= worker then
+      m.token, m.worker = nil, worker
+      store_message(mkey, m)
+    else
+      local d = clamp(now - m.created_at, -REC_MAX_DELTA, REC_MAX_DELTA)
+      redis.call('SETRANGE', mkey, REC_AT_UPDATED, struct.pack('>i5i5I5', d, d, serial))
+    end
   end
-  local t, trailer = {}, false
-  if m.last_error then t.e = m.last_error; trailer = true end
-  if m.retry_after then t.r = m.retry_after; trailer = true end
-  if m.idempotency_key then t.i = m.idempotency_key; trailer = true end
-  if m.token then t.t = m.token; trailer = true end
-  if history.encode(m, t) then trailer = true end
-  if m.origin_queue then t.oq, t.oi = m.origin_queue, m.origin_id; trailer = true end
-  if m.rule_uses then t.u = m.rule_uses; trailer = true end
-  local fmt, tail = REC_FORMAT, ''
-  if trailer then
-    local packed = cmsgpack.pack(t)
-    fmt, tail = REC_FORMAT + REC_TRAILER, packed .. struct.pack('>I4', #packed)
+
+  -- A message's state is the index that holds its id. Returns the status and,
+  -- for processing (the lease deadline), succeeded and dead (the time), the score.
+  local function status_of(k, id)
+    local s = redis.call('ZSCORE', k.processing, id)
+    if s then return 'processing', s end
+    s = redis.call('ZSCORE', k.succeeded, id)
+    if s then return 'succeeded', s end
+    s = redis.call('ZSCORE', k.dead, id)
+    if s then return 'dead', s end
+    -- A dead letter on its way to another queue (65_redrive.lua): the score is its target.
+    s = k.redrive_to and redis.call('HGET', k.redrive_to, id)
+    if s then return 'redriving', s end
+    return 'pending'
   end
-  return encode_plain(m, fmt, tail)
-end
 
--- The message at mkey, decoded (either layout), or nil when there is none.
-local function load_message(mkey)
-  local rec = redis.pcall('GET', mkey)
-  if type(rec) == 'table' then return decode_legacy(redis.call('HGETALL', mkey)) end
-  if not rec then return nil end
-  return decode_record(rec)
-end
-
--- Writes the whole record (converting an old HASH: SET replaces it).
-local function store_message(mkey, m)
-  redis.call('SET', mkey, encode_record(m))
-end
-
--- A record named by an index of the old generation: a HASH there (one
--- HGETALL), read as the new layout if it is not one.
-local function load_legacy(mkey)
-  local h = redis.pcall('HGETALL', mkey)
-  if h.err then return load_message(mkey) end
-  if #h == 0 then return nil end
-  return decode_legacy(h)
-end
-
-local function lease_token(m)
-  return m.token or string.format('%x.%x', m.lease_at, m.serial)
-end
-
--- The header alone, where nothing of the message is sent back (a settlement
--- answers its new state only): a table as decode_record's without payload
--- and optional fields. A record with a trailer, or an old HASH, is read whole.
-local function load_header(mkey)
-  local h = redis.pcall('GETRANGE', mkey, '0', REC_HEADER_LAST)
-  if type(h) == 'table' then return decode_legacy(redis.call('HGETALL', mkey)) end
-  if h == '' then return nil end
-  if string.byte(h, 1) >= REC_TRAILER then return load_message(mkey) end
-  local _, rc, mr, created, dupd, dlease, serial = struct.unpack(REC_HEADER, h)
-  return { retry_count = rc, max_retries = mr, created_at = created, updated_at = created + dupd,
-           lease_at = created + dlease, serial = serial }
-end
-
--- Sets updated_at to now: 5 header bytes, or the whole record for an old HASH.
-local function set_updated(mkey, m, now)
-  m.updated_at = now
-  if m.legacy then
-    store_message(mkey, m)
-  else
-    redis.call('SETRANGE', mkey, REC_AT_UPDATED,
-               struct.pack('>i5', clamp(now - m.created_at, -REC_MAX_DELTA, REC_MAX_DELTA)))
+  -- The fields a message has only sometimes, appended to out as name, value
+  -- pairs (every value a string; history an array), after the ones its state
+  -- gives (see reply_message).
+  local function optional_fields(out, m, status)
+    local function add(name, value)
+      out[#out + 1] = name
+      out[#out + 1] = value
+    end
+    if m.retry_after then add('retry_after', ms_text(m.retry_after)) end
+    if m.last_error then add('last_error', m.last_error) end
+    if m.idempotency_key then add('idempotency_key', m.idempotency_key) end
+    history.reply(m, status, add)
+    if m.origin_queue then
+      add('origin_queue', m.origin_queue)
+      add('origin_id', ms_text(m.origin_id))
+    end
   end
-end
 
--- A new lease (claim): updated_at, lease time and serial, 15 header bytes; the
--- whole record for an old HASH or one that kept an old token verbatim.
-local function set_lease(mkey, m, now, serial, worker)
-  m.updated_at, m.lease_at, m.serial = now, now, serial
-  if m.legacy or m.token or m.worker ~= worker then
-    m.token, m.worker = nil, worker
-    store_message(mkey, m)
-  else
-    local d = clamp(now - m.created_at, -REC_MAX_DELTA, REC_MAX_DELTA)
-    redis.call('SETRANGE', mkey, REC_AT_UPDATED, struct.pack('>i5i5I5', d, d, serial))
+  -- A message as replies carry it: {"id", id, field, value, ...}, every value a
+  -- string, the fields retryd_v2's hash had in that state. score: the lease
+  -- deadline (processing) or the time of death (dead); for a letter being
+  -- redriven (status_of's "redriving", shown as dead), its target queue.
+  local function reply_message(id, m, status, score)
+    local out = { 'id', id, 'payload', m.payload,
+                  'status', status == 'redriving' and 'dead' or status,
+                  'retry_count', int_arg(m.retry_count), 'max_retries', int_arg(m.max_retries),
+                  'created_at', ms_text(m.created_at), 'updated_at', ms_text(m.updated_at) }
+    if status == 'processing' then
+      out[15], out[16] = 'lease_token', lease_token(m)
+      out[17], out[18] = 'lease_expires_at', ms_text(tonumber(score))
+    elseif status == 'dead' then
+      out[15], out[16] = 'dead_at', ms_text(tonumber(score))
+    elseif status == 'redriving' then
+      out[15], out[16] = 'redriving_to', score
+    end
+    optional_fields(out, m, status)
+    return out
   end
-end
 
--- A message's state is the index that holds its id. Returns the status and,
--- for processing (the lease deadline), succeeded and dead (the time), the score.
-local function status_of(k, id)
-  local s = redis.call('ZSCORE', k.processing, id)
-  if s then return 'processing', s end
-  s = redis.call('ZSCORE', k.succeeded, id)
-  if s then return 'succeeded', s end
-  s = redis.call('ZSCORE', k.dead, id)
-  if s then return 'dead', s end
-  -- A dead letter on its way to another queue (65_redrive.lua): the score is its target.
-  s = k.redrive_to and redis.call('HGET', k.redrive_to, id)
-  if s then return 'redriving', s end
-  return 'pending'
-end
-
--- The fields a message has only sometimes, appended to out as name, value
--- pairs (every value a string; history an array), after the ones its state
--- gives (see reply_message).
-local function optional_fields(out, m, status)
-  local function add(name, value)
-    out[#out + 1] = name
-    out[#out + 1] = value
+  -- A message a claim just leased, as claim and settle_claim return it: by
+  -- position, so that neither Redis nor the daemon spends on field names or
+  -- number formatting (a fifth of a claim's instructions went there):
+  --   {id, payload, retry_count, max_retries, created_at, updated_at,
+  --    lease_expires_at, lease_token}
+  -- the numbers as integers, then, only when the message has them, its
+  -- optional fields as name, value pairs as reply_message spells them.
+  local function leased_reply(id, m, deadline)
+    local out = { id, m.payload, m.retry_count, m.max_retries, m.created_at, m.updated_at,
+                  deadline, lease_token(m) }
+    if m.retry_after or m.last_error or m.idempotency_key or m.history or m.origin_queue
+       or m.worker then
+      optional_fields(out, m, 'processing')
+    end
+    return out
   end
-  if m.retry_after then add('retry_after', ms_text(m.retry_after)) end
-  if m.last_error then add('last_error', m.last_error) end
-  if m.idempotency_key then add('idempotency_key', m.idempotency_key) end
-  history.reply(m, status, add)
-  if m.origin_queue then
-    add('origin_queue', m.origin_queue)
-    add('origin_id', ms_text(m.origin_id))
+
+  -- The message at mkey as a reply (its state from the indexes), or nil.
+  local function message_reply(k, mkey, id)
+    local m = load_message(mkey)
+    if not m then return nil end
+    if m.legacy then v2_seen(k) end
+    return reply_message(id, m, status_of(m.legacy and old_keys(k) or k, id))
   end
-end
 
--- A message as replies carry it: {"id", id, field, value, ...}, every value a
--- string, the fields retryd_v2's hash had in that state. score: the lease
--- deadline (processing) or the time of death (dead); for a letter being
--- redriven (status_of's "redriving", shown as dead), its target queue.
-local function reply_message(id, m, status, score)
-  local out = { 'id', id, 'payload', m.payload,
-                'status', status == 'redriving' and 'dead' or status,
-                'retry_count', int_arg(m.retry_count), 'max_retries', int_arg(m.max_retries),
-                'created_at', ms_text(m.created_at), 'updated_at', ms_text(m.updated_at) }
-  if status == 'processing' then
-    out[15], out[16] = 'lease_token', lease_token(m)
-    out[17], out[18] = 'lease_expires_at', ms_text(tonumber(score))
-  elseif status == 'dead' then
-    out[15], out[16] = 'dead_at', ms_text(tonumber(score))
-  elseif status == 'redriving' then
-    out[15], out[16] = 'redriving_to', score
-  end
-  optional_fields(out, m, status)
-  return out
-end
-
--- A message a claim just leased, as claim and settle_claim return it: by
--- position, so that neither Redis nor the daemon spends on field names or
--- number formatting (a fifth of a claim's instructions went there):
---   {id, payload, retry_count, max_retries, created_at, updated_at,
---    lease_expires_at, lease_token}
--- the numbers as integers, then, only when the message has them, its
--- optional fields as name, value pairs as reply_message spells them.
-local function leased_reply(id, m, deadline)
-  local out = { id, m.payload, m.retry_count, m.max_retries, m.created_at, m.updated_at,
-                deadline, lease_token(m) }
-  if m.retry_after or m.last_error or m.idempotency_key or m.history or m.origin_queue
-     or m.worker then
-    optional_fields(out, m, 'processing')
-  end
-  return out
-end
-
--- The message at mkey as a reply (its state from the indexes), or nil.
-local function message_reply(k, mkey, id)
-  local m = load_message(mkey)
-  if not m then return nil end
-  if m.legacy then v2_seen(k) end
-  return reply_message(id, m, status_of(m.legacy and old_keys(k) or k, id))
-end
-
-record.decode_legacy, record.load_message, record.store_message = decode_legacy, load_message,
-                                                                  store_message
-record.load_legacy, record.lease_token, record.load_header = load_legacy, lease_token, load_header
-record.set_updated, record.set_lease, record.status_of = set_updated, set_lease, status_of
-record.optional_fields, record.reply_message = optional_fields, reply_message
-record.leased_reply, record.message_reply = leased_reply, message_reply
+  record.decode_legacy, record.load_message, record.store_message = decode_legacy, load_message,
+                                                                    store_message
+  record.load_legacy, record.lease_token, record.load_header = load_legacy, lease_token, load_header
+  record.set_updated, record.set_lease, record.status_of = set_updated, set_lease, status_of
+  record.optional_fields, record.reply_message = optional_fields, reply_message
+  record.leased_reply, record.message_reply = leased_reply, message_reply
 end

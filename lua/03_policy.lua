@@ -5,503 +5,502 @@
 
 local flow = {}
 do
-local register, queue_keys, now_ms = common.register, common.queue_keys, common.now_ms
-local notify, bad_arg, to_int = common.notify, common.bad_arg, common.to_int
-local MAX_BACKOFF_S = common.MAX_BACKOFF_S
+  local register, queue_keys, now_ms = common.register, common.queue_keys, common.now_ms
+  local notify, bad_arg, to_int = common.notify, common.bad_arg, common.to_int
+  local MAX_BACKOFF_S = common.MAX_BACKOFF_S
 
--- Every policy field, by its API name (nested ones dotted), with its range.
--- Durations are seconds; they may be given with an s, m, h or d suffix.
-local POLICY_FIELDS = {
-  ['max_retries']           = { kind = 'int', min = 1, max = 10 },
-  ['backoff.base_seconds']  = { kind = 'int', min = 1, max = 3600 },
-  ['backoff.max_seconds']   = { kind = 'int', min = 1, max = 86400 },
-  ['backoff.jitter']        = { kind = 'enum', values = { none = true, full = true, equal = true } },
-  ['lease_seconds']         = { kind = 'int', min = 1, max = 43200 },
-  ['dead_ttl']              = { kind = 'duration', min = 0, max = 3650 * 86400 },
-  ['succeeded_ttl']         = { kind = 'duration', min = 0, max = 3650 * 86400 },
-  ['max_in_flight']         = { kind = 'int', min = 0, max = 1000000 },
-  ['rate_limit.per_second'] = { kind = 'number', min = 0.001, max = 100000 },
-  ['rate_limit.burst']      = { kind = 'int', min = 1, max = 100000 },
-  ['alert_url']             = { kind = 'url', max = 2048 },
-}
-local DURATION_UNITS = { s = 1, m = 60, h = 3600, d = 86400 }
+  -- Every policy field, by its API name (nested ones dotted), with its range.
+  -- Durations are seconds; they may be given with an s, m, h or d suffix.
+  local POLICY_FIELDS = {
+    ['max_retries']           = { kind = 'int', min = 1, max = 10 },
+    ['backoff.base_seconds']  = { kind = 'int', min = 1, max = 3600 },
+    ['backoff.max_seconds']   = { kind = 'int', min = 1, max = 86400 },
+    ['backoff.jitter']        = { kind = 'enum', values = { none = true, full = true, equal = true } },
+    ['lease_seconds']         = { kind = 'int', min = 1, max = 43200 },
+    ['dead_ttl']              = { kind = 'duration', min = 0, max = 3650 * 86400 },
+    ['succeeded_ttl']         = { kind = 'duration', min = 0, max = 3650 * 86400 },
+    ['max_in_flight']         = { kind = 'int', min = 0, max = 1000000 },
+    ['rate_limit.per_second'] = { kind = 'number', min = 0.001, max = 100000 },
+    ['rate_limit.burst']      = { kind = 'int', min = 1, max = 100000 },
+    ['alert_url']             = { kind = 'url', max = 2048 },
+  }
+  local DURATION_UNITS = { s = 1, m = 60, h = 3600, d = 86400 }
 
--- The call's policy as a table field -> string, read once per call (k is
--- built afresh by every call). Read only: a queue without a policy (the
--- usual case) shares one empty table instead of allocating its own.
-local NO_POLICY = {}
-local function read_policy(k)
-  local p = k.flow_policy
-  if p then return p end
-  local raw = redis.call('HGETALL', k.policy)
-  if #raw == 0 then
-    p = NO_POLICY
-  else
-    p = {}
-    for i = 1, #raw, 2 do p[raw[i]] = raw[i + 1] end
-  end
-  k.flow_policy = p
-  return p
-end
-
-local valid_utf8
-
--- An alert_url (docs/dead-letters.md §3): an absolute http:// or https:// URL
--- with a host, 1-2048 bytes of UTF-8 without spaces or control characters
--- (C0, DEL, C1), as policy.c's rd_policy_alert_url_valid.
-local function valid_url(s, max)
-  if #s < 1 or #s > max or not valid_utf8(s) then return false end
-  if not (string.find(s, '^https?://[^/?#]')) then return false end
-  if string.find(s, '[%z\1-\32\127]') or string.find(s, '\194[\128-\159]') then return false end
-  return true
-end
-
--- The canonical string of a field's value, or nil and why it is wrong.
-local function check_field(name, value)
-  local f = POLICY_FIELDS[name]
-  if f == nil then return nil, 'unknown field' end
-  if f.kind == 'url' then
-    if valid_url(value, f.max) then return value end
-    return nil, 'must be an absolute http:// or https:// URL of 1 to 2048 bytes of UTF-8, ' ..
-                'without spaces or control characters'
-  end
-  if f.kind == 'enum' then
-    if f.values[value] then return value end
-    return nil, 'must be none, full or equal'
-  end
-  local n
-  if f.kind == 'duration' then
-    local digits, unit = string.match(value, '^(%d+)([smhd]?)$')
-    n = digits and tonumber(digits) * (DURATION_UNITS[unit] or 1)
-  elseif f.kind == 'number' then
-    n = tonumber(value)
-    if n and (n ~= n or n == math.huge or n == -math.huge) then n = nil end
-  else
-    n = to_int(value)
-  end
-  if n == nil or n < f.min or n > f.max then
-    return nil, string.format('must be %s between %s and %s',
-                              f.kind == 'number' and 'a number' or 'an integer', f.min, f.max)
-  end
-  if f.kind == 'number' then return string.format('%.17g', n) end
-  return string.format('%d', n)
-end
-
--- The tokens of the rate limit's bucket at now (refilled since `at`, at most
--- burst), or nil when the queue has no rate limit. The bucket is the STRING
--- "<tokens> <at ms>"; an absent bucket is full. Read once per call.
-local function bucket_level(k, p, now)
-  local rate, burst = tonumber(p['rate_limit.per_second']), tonumber(p['rate_limit.burst'])
-  if rate == nil or burst == nil then return nil end
-  local b = redis.call('GET', k.bucket)
-  local tokens, at
-  if b then
-    local t, a = string.match(b, '^(%S+) (%d+)$')
-    tokens, at = tonumber(t), tonumber(a)
-  end
-  if tokens == nil or at == nil then return burst, rate, burst end
-  return math.min(burst, tokens + math.max(0, now - at) * rate / 1000), rate, burst
-end
-
--- Stores the bucket at now, in one command; it expires when it would be full
--- again (so an idle queue keeps no bucket).
-local function bucket_store(k, tokens, rate, burst, now)
-  local refill_ms = math.ceil((burst - tokens) * 1000 / rate)
-  if refill_ms <= 0 then
-    redis.call('DEL', k.bucket)
-    return
-  end
-  redis.call('SET', k.bucket, string.format('%.17g %d', tokens, now), 'PX', refill_ms)
-end
-
--- The backoff of the n-th failure in ms: min(base x 2^n, max) seconds, then
--- the jitter, drawn here (Redis 7 replicates effects, not the call) from a
--- generator seeded with Redis's clock and the message id.
-function flow.backoff_ms(k, id, retries)
-  local p = read_policy(k)
-  local base = tonumber(p['backoff.base_seconds']) or 1
-  local max = tonumber(p['backoff.max_seconds']) or MAX_BACKOFF_S
-  local delay = math.min(base * 2 ^ retries, max) * 1000
-  local jitter = p['backoff.jitter']
-  if jitter ~= 'full' and jitter ~= 'equal' then return delay end
-  local t = redis.call('TIME')
-  math.randomseed(((tonumber(t[1]) % 2000) * 1000000 + tonumber(t[2]) +
-                   (tonumber(id) or 0) * 7919) % 2147483647)
-  if jitter == 'full' then return math.random(0, delay) end
-  local half = math.floor(delay / 2)
-  return half + math.random(0, delay - half)
-end
-
--- Dead-letter rules (docs/reference.md "Recovery rules", docs/dead-letters.md §2): the policy field
--- dead_letter_rules holds the list as a JSON array, canonical (validated by
--- check_rules). Each rule: error_contains and/or error_prefix (1-255 bytes,
--- both must hold when both are given), action "retry" (delay_seconds 0-86400,
--- default 0; max_times 1-100, default 1) or "dead".
-local RULES_MAX = 20
-local RULE_TEXT_MAX = 255
--- Rules look at the error's first this many bytes only (README "Recovery
--- rules"): a plain substring search costs up to error bytes x needle bytes,
--- so 20 rules of 255 bytes over a 1 MiB error held Redis 300 ms; over 4 KiB,
--- well under 1 ms. The error itself is kept whole.
-local RULE_MATCH_BYTES = 4096
-local RULE_KEYS = { error_contains = true, error_prefix = true, action = true,
-                    delay_seconds = true, max_times = true }
-
-function valid_utf8(s)
-  if not string.find(s, '[\128-\255]') then return true end  -- ASCII: the usual case
-  local i, n = 1, #s
-  while i <= n do
-    local c = string.byte(s, i)
-    local len
-    if c < 0x80 then len = 1
-    elseif c >= 0xC2 and c <= 0xDF then len = 2
-    elseif c >= 0xE0 and c <= 0xEF then len = 3
-    elseif c >= 0xF0 and c <= 0xF4 then len = 4
-    else return false end
-    if i + len - 1 > n then return false end
-    for j = i + 1, i + len - 1 do
-      local b = string.byte(s, j)
-      if b < 0x80 or b > 0xBF then return false end
-    end
-    if len == 3 then
-      local b = string.byte(s, i + 1)
-      if (c == 0xE0 and b < 0xA0) or (c == 0xED and b > 0x9F) then return false end
-    elseif len == 4 then
-      local b = string.byte(s, i + 1)
-      if (c == 0xF0 and b < 0x90) or (c == 0xF4 and b > 0x8F) then return false end
-    end
-    i = i + len
-  end
-  return true
-end
-
--- The canonical JSON of a rule list, or nil, the field at fault
--- ("dead_letter_rules[2].max_times", 0-based as the API names it) and why.
--- An empty list is "" (the field's default: no rules).
-local function check_rules(value)
-  local ok, list = pcall(cjson.decode, value)
-  local field = 'dead_letter_rules'
-  if not ok or type(list) ~= 'table' then return nil, field, 'must be a JSON array of rules' end
-  local n = 0
-  for key in pairs(list) do
-    if type(key) ~= 'number' then return nil, field, 'must be a JSON array of rules' end
-    n = n + 1
-  end
-  if n ~= #list then return nil, field, 'must be a JSON array of rules' end
-  if n > RULES_MAX then return nil, field, 'at most 20 rules' end
-  if n == 0 then return '' end
-  local out = {}
-  for i = 1, n do
-    local r, at = list[i], string.format('%s[%d].', field, i - 1)
-    if type(r) ~= 'table' then
-      return nil, string.format('%s[%d]', field, i - 1), 'must be an object'
-    end
-    for key in pairs(r) do
-      if not RULE_KEYS[key] then
-        return nil, string.format('%s[%d]', field, i - 1),
-               'a rule has only error_contains, error_prefix, action, delay_seconds and max_times'
-      end
-    end
-    local c = {}
-    for _, name in ipairs({ 'error_contains', 'error_prefix' }) do
-      local t = r[name]
-      if t ~= nil and t ~= cjson.null then
-        if type(t) ~= 'string' or #t < 1 or #t > RULE_TEXT_MAX or not valid_utf8(t) then
-          return nil, at .. name, 'must be a UTF-8 string of 1 to 255 bytes'
-        end
-        c[name] = t
-      end
-    end
-    if c.error_contains == nil and c.error_prefix == nil then
-      return nil, at .. 'error_contains', 'error_contains or error_prefix is required'
-    end
-    if r.action ~= 'retry' and r.action ~= 'dead' then
-      return nil, at .. 'action', 'must be "retry" or "dead"'
-    end
-    c.action = r.action
-    for _, f in ipairs({ { 'delay_seconds', 0, 86400, 0 }, { 'max_times', 1, 100, 1 } }) do
-      local name, v = f[1], r[f[1]]
-      if v ~= nil and v ~= cjson.null then
-        if c.action ~= 'retry' then return nil, at .. name, 'only for action "retry"' end
-        if type(v) ~= 'number' or v ~= math.floor(v) or v < f[2] or v > f[3] then
-          return nil, at .. name, string.format('must be an integer between %d and %d', f[2], f[3])
-        end
-        c[name] = v
-      elseif c.action == 'retry' then
-        c[name] = f[4]
-      end
-    end
-    out[i] = c
-  end
-  return cjson.encode(out)
-end
-
--- The stats fields of every rule's counters (policy_set clears them when the
--- list changes: they count by position).
-local function rule_counter_fields()
-  local f = {}
-  for i = 0, RULES_MAX - 1 do
-    f[#f + 1] = 'rule_' .. i .. '_retried'
-    f[#f + 1] = 'rule_' .. i .. '_dead'
-  end
-  return f
-end
-
--- The rule lists decoded so far, by their stored text. Checking and decoding
--- a list of 20 long rules takes some 300 us, more than the rest of a failure;
--- the library's Lua state outlives a call (until the next FUNCTION LOAD), so
--- each list is checked once, and a failure on a queue with rules looks it up
--- by the string HGETALL returned (Lua strings are interned: the lookup does
--- not read the text again). Bounded: at most RULES_CACHE_MAX lists (at most
--- some 25 KB each), then it starts again. Only what policy_set stored can be in it (the text is
--- the key), so a change of rules is never missed.
-local RULES_CACHE_MAX = 64
-local RULES_CACHE, RULES_CACHED = {}, 0
-
--- A failure of message m with error err, which makes it dead unless a rule
--- says otherwise (`dying`: budget exhausted or retryable false). The first
--- rule that matches err decides: "dead" makes it dead now; "retry", when
--- dying, schedules it again after delay_seconds while the rule brought this
--- message back fewer than max_times times (counted in m.rule_uses by the
--- rule's text, kept in the record's trailer), else it dies as it would have.
--- Returns whether the message goes dead, and the rule's delay (ms) when a
--- rule schedules it. A queue without rules pays one table lookup. Rules
--- match within err's first RULE_MATCH_BYTES.
-function flow.recover(k, m, err, dying)
-  local raw = read_policy(k).dead_letter_rules
-  if raw == nil then return dying end
-  if #err > RULE_MATCH_BYTES then err = string.sub(err, 1, RULE_MATCH_BYTES) end
-  local rules = RULES_CACHE[raw]
-  if rules == nil then
-    -- Read through check_rules: a value written by hand that policy_set
-    -- would refuse counts as no rules rather than failing every failure.
-    local canon = check_rules(raw)
-    rules = canon and canon ~= '' and cjson.decode(canon) or {}
-    if RULES_CACHED >= RULES_CACHE_MAX then
-      RULES_CACHE, RULES_CACHED = {}, 0
-    end
-    RULES_CACHE[raw], RULES_CACHED = rules, RULES_CACHED + 1
-  end
-  for i = 1, #rules do
-    local r = rules[i]
-    if (r.error_prefix == nil or string.sub(err, 1, #r.error_prefix) == r.error_prefix)
-       and (r.error_contains == nil or string.find(err, r.error_contains, 1, true)) then
-      local counter = 'rule_' .. (i - 1) .. '_'
-      if r.action == 'dead' then
-        redis.call('HINCRBY', k.stats, counter .. 'dead', 1)
-        return true
-      end
-      if not dying then return false end
-      local key = (r.error_prefix or '') .. '\0' .. (r.error_contains or '')
-      local uses = m.rule_uses or {}
-      local n = tonumber(uses[key]) or 0
-      if n >= r.max_times then
-        redis.call('HINCRBY', k.stats, counter .. 'dead', 1)
-        return true
-      end
-      uses[key] = n + 1
-      m.rule_uses = uses
-      redis.call('HINCRBY', k.stats, counter .. 'retried', 1)
-      return false, r.delay_seconds * 1000
-    end
-  end
-  return dying
-end
-
--- The queue's alert_url (alerts_take), or nil when not set: the daemon's
--- --alert-url applies. A value written by hand that policy_set would refuse
--- counts as not set.
-function flow.alert_url(k)
-  local url = read_policy(k).alert_url
-  if url == nil or check_field('alert_url', url) == nil then return nil end
-  return url
-end
-
--- A message left processing: with a cap, waiters may lease again. Publishes
--- the wake once per call.
-function flow.freed(k)
-  if k.flow_woke then return end
-  local cap = tonumber(read_policy(k).max_in_flight)
-  if cap and cap > 0 then
-    notify(k)
-    k.flow_woke = true
-  end
-end
-
--- The retention tick applies: the policy's, else the daemon's (ms).
-function flow.retention(k, dead_ttl_ms, succeeded_ttl_ms)
-  local p = read_policy(k)
-  local dead, succeeded = tonumber(p.dead_ttl), tonumber(p.succeeded_ttl)
-  return dead and dead * 1000 or dead_ttl_ms, succeeded and succeeded * 1000 or succeeded_ttl_ms
-end
-
--- The retention a timer hint is computed for. A policy that sets either
--- retention makes it the shortest one set (an early tick only finds nothing
--- due and promises the right time); without, the caller's.
-function flow.hint_ttl(k, ttl_ms)
-  local p = read_policy(k)
-  if p.dead_ttl == nil and p.succeeded_ttl == nil then return ttl_ms end
-  local best = -1
-  for _, f in ipairs({ 'dead_ttl', 'succeeded_ttl' }) do
-    local v = tonumber(p[f])
-    if v and v > 0 and (best < 0 or v * 1000 < best) then best = v * 1000 end
-  end
-  if ttl_ms and ttl_ms > 0 and (best < 0 or ttl_ms < best) then best = ttl_ms end
-  return best
-end
-
--- The lease of a claim or extend: daemon_default means the caller's value is
--- its daemon's default lease, not the request's (the ARGV "flag": on the wire
--- since retryd_v2, so it keeps that spelling), which the policy's
--- lease_seconds overrides.
-function flow.lease_ms(k, lease_ms, daemon_default)
-  if not daemon_default then return lease_ms end
-  local s = tonumber(read_policy(k).lease_seconds)
-  return s and s * 1000 or lease_ms
-end
-
--- The retries of an enqueue that gave none: the policy's, else the caller's.
-function flow.max_retries(k, max_retries, defaulted)
-  if not defaulted then return max_retries end
-  return tonumber(read_policy(k).max_retries) or max_retries
-end
-
--- How many of `count` a claim may lease now (pause, then cap, then rate). A
--- claim held back while something is claimable counts in held_<reason>.
--- Sets k.flow_retry_ms: when the rate limit held it back, the ms until the
--- next token is due; else 0 (the waiters wait for a wake-up).
-function flow.admit(k, now, count)
-  k.flow_retry_ms = 0
-  local p = read_policy(k)
-  if p.paused == nil and p.max_in_flight == nil and p['rate_limit.per_second'] == nil then
-    return count
-  end
-  local allowed, reason = count, nil
-  if p.paused == '1' then
-    allowed, reason = 0, 'paused'
-  else
-    local cap = tonumber(p.max_in_flight) or 0
-    if cap > 0 then
-      local room = math.max(0, cap - redis.call('ZCARD', k.processing))
-      if room < allowed then allowed, reason = room, 'cap' end
-    end
-    local tokens, rate = nil, nil
-    if allowed > 0 then tokens, rate = bucket_level(k, p, now) end
-    k.flow_tokens = tokens
-    if tokens and tokens < allowed then
-      allowed, reason = math.floor(tokens), 'rate'
-      if allowed == 0 then k.flow_retry_ms = math.max(1, math.ceil((1 - tokens) * 1000 / rate)) end
-    end
-  end
-  if reason and redis.call('LLEN', k.due) + redis.call('LLEN', k.ready) > allowed then
-    redis.call('HINCRBY', k.stats, 'held_' .. reason, 1)
-  end
-  return allowed
-end
-
--- A claim leased `got` messages: each takes a token (from the level admit
--- read in this call).
-function flow.spent(k, now, got)
-  local tokens = k.flow_tokens
-  if got == 0 or tokens == nil then return end
-  local p = read_policy(k)
-  bucket_store(k, math.max(0, tokens - got), tonumber(p['rate_limit.per_second']),
-               tonumber(p['rate_limit.burst']), now)
-end
-
--- policy_get: the queue's policy as stored.
---   KEYS[1]  <prefix>:{q}                       queue key base
--- Returns a flat array field, value of the fields set (see POLICY_FIELDS;
--- `paused` 1 while paused): absent ones have their defaults.
-local function policy_get(keys, args)
-  return redis.call('HGETALL', queue_keys(keys[1]).policy)
-end
-
--- policy_set: replace or change the queue's policy.
---   KEYS[1]  <prefix>:{q}                       queue key base
---   ARGV[1]  mode                               "replace": the fields given are
---                                               the whole policy (others back to
---                                               their defaults); "merge": change
---                                               only those given
---   ARGV[2..] field, value, ...                 API names (POLICY_FIELDS); value
---                                               "" sets the field back to its default
--- A rate limit needs both per_second and burst. The pause is kept. The rate
--- limit's bucket keeps the tokens it had (at most the new burst); a removed
--- rate deletes it. Publishes the wake (a looser limit may let waiters lease).
--- Returns {"ok", field, value, ...} (the policy now, as policy_get) or
--- {"invalid", field, why}: nothing changed.
-local function policy_set(keys, args)
-  local k = queue_keys(keys[1])
-  local mode = args[1]
-  if mode ~= 'replace' and mode ~= 'merge' then return bad_arg('mode') end
-  if #args % 2 ~= 1 then return bad_arg('pairs') end
-  local old = read_policy(k)
-  local new = {}
-  if mode == 'merge' then
-    for f, v in pairs(old) do new[f] = v end
-  else
-    new.paused = old.paused
-  end
-  for i = 2, #args, 2 do
-    local name, value = args[i], args[i + 1]
-    if name == 'dead_letter_rules' then
-      local v, field, why = check_rules(value == '' and '[]' or value)
-      if v == nil then return { 'invalid', field, why } end
-      if v == '' then new[name] = nil else new[name] = v end
-    elseif value == '' then
-      if POLICY_FIELDS[name] == nil then return { 'invalid', name, 'unknown field' } end
-      new[name] = nil
+  -- The call's policy as a table field -> string, read once per call (k is
+  -- built afresh by every call). Read only: a queue without a policy (the
+  -- usual case) shares one empty table instead of allocating its own.
+  local NO_POLICY = {}
+  local function read_policy(k)
+    local p = k.flow_policy
+    if p then return p end
+    local raw = redis.call('HGETALL', k.policy)
+    if #raw == 0 then
+      p = NO_POLICY
     else
-      local v, why = check_field(name, value)
-      if v == nil then return { 'invalid', name, why } end
-      new[name] = v
+      p = {}
+      for i = 1, #raw, 2 do p[raw[i]] = raw[i + 1] end
+    end
+    k.flow_policy = p
+    return p
+  end
+
+  local valid_utf8
+
+  -- An alert_url (docs/dead-letters.md §3): an absolute http:// or https:// URL
+  -- with a host, 1-2048 bytes of UTF-8 without spaces or control characters
+  -- (C0, DEL, C1), as policy.c's rd_policy_alert_url_valid.
+  local function valid_url(s, max)
+    if #s < 1 or #s > max or not valid_utf8(s) then return false end
+    if not (string.find(s, '^https?://[^/?#]')) then return false end
+    if string.find(s, '[%z\1-\32\127]') or string.find(s, '\194[\128-\159]') then return false end
+    return true
+  end
+
+  -- The canonical string of a field's value, or nil and why it is wrong.
+  local function check_field(name, value)
+    local f = POLICY_FIELDS[name]
+    if f == nil then return nil, 'unknown field' end
+    if f.kind == 'url' then
+      if valid_url(value, f.max) then return value end
+      return nil, 'must be an absolute http:// or https:// URL of 1 to 2048 bytes of UTF-8, ' ..
+                  'without spaces or control characters'
+    end
+    if f.kind == 'enum' then
+      if f.values[value] then return value end
+      return nil, 'must be none, full or equal'
+    end
+    local n
+    if f.kind == 'duration' then
+      local digits, unit = string.match(value, '^(%d+)([smhd]?)$')
+      n = digits and tonumber(digits) * (DURATION_UNITS[unit] or 1)
+    elseif f.kind == 'number' then
+      n = tonumber(value)
+      if n and (n ~= n or n == math.huge or n == -math.huge) then n = nil end
+    else
+      n = to_int(value)
+    end
+    if n == nil or n < f.min or n > f.max then
+      return nil, string.format('must be %s between %s and %s',
+                                f.kind == 'number' and 'a number' or 'an integer', f.min, f.max)
+    end
+    if f.kind == 'number' then return string.format('%.17g', n) end
+    return string.format('%d', n)
+  end
+
+  -- The tokens of the rate limit's bucket at now (refilled since `at`, at most
+  -- burst), or nil when the queue has no rate limit. The bucket is the STRING
+  -- "<tokens> <at ms>"; an absent bucket is full. Read once per call.
+  local function bucket_level(k, p, now)
+    local rate, burst = tonumber(p['rate_limit.per_second']), tonumber(p['rate_limit.burst'])
+    if rate == nil or burst == nil then return nil end
+    local b = redis.call('GET', k.bucket)
+    local tokens, at
+    if b then
+      local t, a = string.match(b, '^(%S+) (%d+)$')
+      tokens, at = tonumber(t), tonumber(a)
+    end
+    if tokens == nil or at == nil then return burst, rate, burst end
+    return math.min(burst, tokens + math.max(0, now - at) * rate / 1000), rate, burst
+  end
+
+  -- Stores the bucket at now, in one command; it expires when it would be full
+  -- again (so an idle queue keeps no bucket).
+  local function bucket_store(k, tokens, rate, burst, now)
+    local refill_ms = math.ceil((burst - tokens) * 1000 / rate)
+    if refill_ms <= 0 then
+      redis.call('DEL', k.bucket)
+      return
+    end
+    redis.call('SET', k.bucket, string.format('%.17g %d', tokens, now), 'PX', refill_ms)
+  end
+
+  -- The backoff of the n-th failure in ms: min(base x 2^n, max) seconds, then
+  -- the jitter, drawn here (Redis 7 replicates effects, not the call) from a
+  -- generator seeded with Redis's clock and the message id.
+  function flow.backoff_ms(k, id, retries)
+    local p = read_policy(k)
+    local base = tonumber(p['backoff.base_seconds']) or 1
+    local max = tonumber(p['backoff.max_seconds']) or MAX_BACKOFF_S
+    local delay = math.min(base * 2 ^ retries, max) * 1000
+    local jitter = p['backoff.jitter']
+    if jitter ~= 'full' and jitter ~= 'equal' then return delay end
+    local t = redis.call('TIME')
+    math.randomseed(((tonumber(t[1]) % 2000) * 1000000 + tonumber(t[2]) +
+                     (tonumber(id) or 0) * 7919) % 2147483647)
+    if jitter == 'full' then return math.random(0, delay) end
+    local half = math.floor(delay / 2)
+    return half + math.random(0, delay - half)
+  end
+
+  -- Dead-letter rules (docs/reference.md "Recovery rules", docs/dead-letters.md §2): the policy field
+  -- dead_letter_rules holds the list as a JSON array, canonical (validated by
+  -- check_rules). Each rule: error_contains and/or error_prefix (1-255 bytes,
+  -- both must hold when both are given), action "retry" (delay_seconds 0-86400,
+  -- default 0; max_times 1-100, default 1) or "dead".
+  local RULES_MAX = 20
+  local RULE_TEXT_MAX = 255
+  -- Rules look at the error's first this many bytes only (README "Recovery
+  -- rules"): a plain substring search costs up to error bytes x needle bytes,
+  -- so 20 rules of 255 bytes over a 1 MiB error held Redis 300 ms; over 4 KiB,
+  -- well under 1 ms. The error itself is kept whole.
+  local RULE_MATCH_BYTES = 4096
+  local RULE_KEYS = { error_contains = true, error_prefix = true, action = true,
+                      delay_seconds = true, max_times = true }
+
+  function valid_utf8(s)
+    if not string.find(s, '[\128-\255]') then return true end  -- ASCII: the usual case
+    local i, n = 1, #s
+    while i <= n do
+      local c = string.byte(s, i)
+      local len
+      if c < 0x80 then len = 1
+      elseif c >= 0xC2 and c <= 0xDF then len = 2
+      elseif c >= 0xE0 and c <= 0xEF then len = 3
+      elseif c >= 0xF0 and c <= 0xF4 then len = 4
+      else return false end
+      if i + len - 1 > n then return false end
+      for j = i + 1, i + len - 1 do
+        local b = string.byte(s, j)
+        if b < 0x80 or b > 0xBF then return false end
+      end
+      if len == 3 then
+        local b = string.byte(s, i + 1)
+        if (c == 0xE0 and b < 0xA0) or (c == 0xED and b > 0x9F) then return false end
+      elseif len == 4 then
+        local b = string.byte(s, i + 1)
+        if (c == 0xF0 and b < 0x90) or (c == 0xF4 and b > 0x8F) then return false end
+      end
+      i = i + len
+    end
+    return true
+  end
+
+  -- The canonical JSON of a rule list, or nil, the field at fault
+  -- ("dead_letter_rules[2].max_times", 0-based as the API names it) and why.
+  -- An empty list is "" (the field's default: no rules).
+  local function check_rules(value)
+    local ok, list = pcall(cjson.decode, value)
+    local field = 'dead_letter_rules'
+    if not ok or type(list) ~= 'table' then return nil, field, 'must be a JSON array of rules' end
+    local n = 0
+    for key in pairs(list) do
+      if type(key) ~= 'number' then return nil, field, 'must be a JSON array of rules' end
+      n = n + 1
+    end
+    if n ~= #list then return nil, field, 'must be a JSON array of rules' end
+    if n > RULES_MAX then return nil, field, 'at most 20 rules' end
+    if n == 0 then return '' end
+    local out = {}
+    for i = 1, n do
+      local r, at = list[i], string.format('%s[%d].', field, i - 1)
+      if type(r) ~= 'table' then
+        return nil, string.format('%s[%d]', field, i - 1), 'must be an object'
+      end
+      for key in pairs(r) do
+        if not RULE_KEYS[key] then
+          return nil, string.format('%s[%d]', field, i - 1),
+                 'a rule has only error_contains, error_prefix, action, delay_seconds and max_times'
+        end
+      end
+      local c = {}
+      for _, name in ipairs({ 'error_contains', 'error_prefix' }) do
+        local t = r[name]
+        if t ~= nil and t ~= cjson.null then
+          if type(t) ~= 'string' or #t < 1 or #t > RULE_TEXT_MAX or not valid_utf8(t) then
+            return nil, at .. name, 'must be a UTF-8 string of 1 to 255 bytes'
+          end
+          c[name] = t
+        end
+      end
+      if c.error_contains == nil and c.error_prefix == nil then
+        return nil, at .. 'error_contains', 'error_contains or error_prefix is required'
+      end
+      if r.action ~= 'retry' and r.action ~= 'dead' then
+        return nil, at .. 'action', 'must be "retry" or "dead"'
+      end
+      c.action = r.action
+      for _, f in ipairs({ { 'delay_seconds', 0, 86400, 0 }, { 'max_times', 1, 100, 1 } }) do
+        local name, v = f[1], r[f[1]]
+        if v ~= nil and v ~= cjson.null then
+          if c.action ~= 'retry' then return nil, at .. name, 'only for action "retry"' end
+          if type(v) ~= 'number' or v ~= math.floor(v) or v < f[2] or v > f[3] then
+            return nil, at .. name, string.format('must be an integer between %d and %d', f[2], f[3])
+          end
+          c[name] = v
+        elseif c.action == 'retry' then
+          c[name] = f[4]
+        end
+      end
+      out[i] = c
+    end
+    return cjson.encode(out)
+  end
+
+  -- The stats fields of every rule's counters (policy_set clears them when the
+  -- list changes: they count by position).
+  local function rule_counter_fields()
+    local f = {}
+    for i = 0, RULES_MAX - 1 do
+      f[#f + 1] = 'rule_' .. i .. '_retried'
+      f[#f + 1] = 'rule_' .. i .. '_dead'
+    end
+    return f
+  end
+
+  -- The rule lists decoded so far, by their stored text. Checking and decoding
+  -- a list of 20 long rules takes some 300 us, more than the rest of a failure;
+  -- the library's Lua state outlives a call (until the next FUNCTION LOAD), so
+  -- each list is checked once, and a failure on a queue with rules looks it up
+  -- by the string HGETALL returned (Lua strings are interned: the lookup does
+  -- not read the text again). Bounded: at most RULES_CACHE_MAX lists (at most
+  -- some 25 KB each), then it starts again. Only what policy_set stored can be in it (the text is
+  -- the key), so a change of rules is never missed.
+  local RULES_CACHE_MAX = 64
+  local RULES_CACHE, RULES_CACHED = {}, 0
+
+  -- A failure of message m with error err, which makes it dead unless a rule
+  -- says otherwise (`dying`: budget exhausted or retryable false). The first
+  -- rule that matches err decides: "dead" makes it dead now; "retry", when
+  -- dying, schedules it again after delay_seconds while the rule brought this
+  -- message back fewer than max_times times (counted in m.rule_uses by the
+  -- rule's text, kept in the record's trailer), else it dies as it would have.
+  -- Returns whether the message goes dead, and the rule's delay (ms) when a
+  -- rule schedules it. A queue without rules pays one table lookup. Rules
+  -- match within err's first RULE_MATCH_BYTES.
+  function flow.recover(k, m, err, dying)
+    local raw = read_policy(k).dead_letter_rules
+    if raw == nil then return dying end
+    if #err > RULE_MATCH_BYTES then err = string.sub(err, 1, RULE_MATCH_BYTES) end
+    local rules = RULES_CACHE[raw]
+    if rules == nil then
+      -- Read through check_rules: a value written by hand that policy_set
+      -- would refuse counts as no rules rather than failing every failure.
+      local canon = check_rules(raw)
+      rules = canon and canon ~= '' and cjson.decode(canon) or {}
+      if RULES_CACHED >= RULES_CACHE_MAX then
+        RULES_CACHE, RULES_CACHED = {}, 0
+      end
+      RULES_CACHE[raw], RULES_CACHED = rules, RULES_CACHED + 1
+    end
+    for i = 1, #rules do
+      local r = rules[i]
+      if (r.error_prefix == nil or string.sub(err, 1, #r.error_prefix) == r.error_prefix)
+         and (r.error_contains == nil or string.find(err, r.error_contains, 1, true)) then
+        local counter = 'rule_' .. (i - 1) .. '_'
+        if r.action == 'dead' then
+          redis.call('HINCRBY', k.stats, counter .. 'dead', 1)
+          return true
+        end
+        if not dying then return false end
+        local key = (r.error_prefix or '') .. '\0' .. (r.error_contains or '')
+        local uses = m.rule_uses or {}
+        local n = tonumber(uses[key]) or 0
+        if n >= r.max_times then
+          redis.call('HINCRBY', k.stats, counter .. 'dead', 1)
+          return true
+        end
+        uses[key] = n + 1
+        m.rule_uses = uses
+        redis.call('HINCRBY', k.stats, counter .. 'retried', 1)
+        return false, r.delay_seconds * 1000
+      end
+    end
+    return dying
+  end
+
+  -- The queue's alert_url (alerts_take), or nil when not set: the daemon's
+  -- --alert-url applies. A value written by hand that policy_set would refuse
+  -- counts as not set.
+  function flow.alert_url(k)
+    local url = read_policy(k).alert_url
+    if url == nil or check_field('alert_url', url) == nil then return nil end
+    return url
+  end
+
+  -- A message left processing: with a cap, waiters may lease again. Publishes
+  -- the wake once per call.
+  function flow.freed(k)
+    if k.flow_woke then return end
+    local cap = tonumber(read_policy(k).max_in_flight)
+    if cap and cap > 0 then
+      notify(k)
+      k.flow_woke = true
     end
   end
-  if (new['rate_limit.per_second'] == nil) ~= (new['rate_limit.burst'] == nil) then
-    return { 'invalid', 'rate_limit', 'needs both per_second and burst' }
-  end
-  local now = now_ms()
-  local tokens, rate, burst = bucket_level(k, old, now)
-  local flat = {}
-  for f, v in pairs(new) do
-    flat[#flat + 1] = f
-    flat[#flat + 1] = v
-  end
-  if new.dead_letter_rules ~= old.dead_letter_rules then
-    redis.call('HDEL', k.stats, unpack(rule_counter_fields()))
-  end
-  redis.call('DEL', k.policy)
-  if #flat > 0 then redis.call('HSET', k.policy, unpack(flat)) end
-  k.flow_policy = nil
-  local _, new_rate, new_burst = bucket_level(k, read_policy(k), now)
-  if new_rate == nil then
-    redis.call('DEL', k.bucket)
-  elseif tokens then
-    bucket_store(k, math.min(tokens, new_burst), new_rate, new_burst, now)
-  end
-  notify(k)
-  local out = { 'ok' }
-  for i = 1, #flat do out[#out + 1] = flat[i] end
-  return out
-end
 
--- pause: pause ("1") or resume ("0") the queue's claims.
---   KEYS[1]  <prefix>:{q}                       queue key base
---   ARGV[1]  "1" | "0"
--- A resume publishes the wake. Returns 1 when the queue is now paused, else 0.
-local function pause(keys, args)
-  local k = queue_keys(keys[1])
-  if args[1] == '1' then
-    redis.call('HSET', k.policy, 'paused', '1')
-    return 1
+  -- The retention tick applies: the policy's, else the daemon's (ms).
+  function flow.retention(k, dead_ttl_ms, succeeded_ttl_ms)
+    local p = read_policy(k)
+    local dead, succeeded = tonumber(p.dead_ttl), tonumber(p.succeeded_ttl)
+    return dead and dead * 1000 or dead_ttl_ms, succeeded and succeeded * 1000 or succeeded_ttl_ms
   end
-  if args[1] ~= '0' then return bad_arg('paused') end
-  redis.call('HDEL', k.policy, 'paused')
-  notify(k)
-  return 0
-end
 
-register('policy_get', policy_get, { 'no-writes' })
-register('policy_set', policy_set)
-register('pause', pause)
+  -- The retention a timer hint is computed for. A policy that sets either
+  -- retention makes it the shortest one set (an early tick only finds nothing
+  -- due and promises the right time); without, the caller's.
+  function flow.hint_ttl(k, ttl_ms)
+    local p = read_policy(k)
+    if p.dead_ttl == nil and p.succeeded_ttl == nil then return ttl_ms end
+    local best = -1
+    for _, f in ipairs({ 'dead_ttl', 'succeeded_ttl' }) do
+      local v = tonumber(p[f])
+      if v and v > 0 and (best < 0 or v * 1000 < best) then best = v * 1000 end
+    end
+    if ttl_ms and ttl_ms > 0 and (best < 0 or ttl_ms < best) then best = ttl_ms end
+    return best
+  end
+
+  -- The lease of a claim or extend: daemon_default means the caller's value is
+  -- its daemon's default lease, not the request's (the ARGV "default"; it was
+  -- "flag" until retryd_v4), which the policy's lease_seconds overrides.
+  function flow.lease_ms(k, lease_ms, daemon_default)
+    if not daemon_default then return lease_ms end
+    local s = tonumber(read_policy(k).lease_seconds)
+    return s and s * 1000 or lease_ms
+  end
+
+  -- The retries of an enqueue that gave none: the policy's, else the caller's.
+  function flow.max_retries(k, max_retries, defaulted)
+    if not defaulted then return max_retries end
+    return tonumber(read_policy(k).max_retries) or max_retries
+  end
+
+  -- How many of `count` a claim may lease now (pause, then cap, then rate). A
+  -- claim held back while something is claimable counts in held_<reason>.
+  -- Sets k.flow_retry_ms: when the rate limit held it back, the ms until the
+  -- next token is due; else 0 (the waiters wait for a wake-up).
+  function flow.admit(k, now, count)
+    k.flow_retry_ms = 0
+    local p = read_policy(k)
+    if p.paused == nil and p.max_in_flight == nil and p['rate_limit.per_second'] == nil then
+      return count
+    end
+    local allowed, reason = count, nil
+    if p.paused == '1' then
+      allowed, reason = 0, 'paused'
+    else
+      local cap = tonumber(p.max_in_flight) or 0
+      if cap > 0 then
+        local room = math.max(0, cap - redis.call('ZCARD', k.processing))
+        if room < allowed then allowed, reason = room, 'cap' end
+      end
+      local tokens, rate = nil, nil
+      if allowed > 0 then tokens, rate = bucket_level(k, p, now) end
+      k.flow_tokens = tokens
+      if tokens and tokens < allowed then
+        allowed, reason = math.floor(tokens), 'rate'
+        if allowed == 0 then k.flow_retry_ms = math.max(1, math.ceil((1 - tokens) * 1000 / rate)) end
+      end
+    end
+    if reason and redis.call('LLEN', k.due) + redis.call('LLEN', k.ready) > allowed then
+      redis.call('HINCRBY', k.stats, 'held_' .. reason, 1)
+    end
+    return allowed
+  end
+
+  -- A claim leased `got` messages: each takes a token (from the level admit
+  -- read in this call).
+  function flow.spent(k, now, got)
+    local tokens = k.flow_tokens
+    if got == 0 or tokens == nil then return end
+    local p = read_policy(k)
+    bucket_store(k, math.max(0, tokens - got), tonumber(p['rate_limit.per_second']),
+                 tonumber(p['rate_limit.burst']), now)
+  end
+
+  -- policy_get: the queue's policy as stored.
+  --   KEYS[1]  <prefix>:{q}                       queue key base
+  -- Returns a flat array field, value of the fields set (see POLICY_FIELDS;
+  -- `paused` 1 while paused): absent ones have their defaults.
+  local function policy_get(keys, args)
+    return redis.call('HGETALL', queue_keys(keys[1]).policy)
+  end
+
+  -- policy_set: replace or change the queue's policy.
+  --   KEYS[1]  <prefix>:{q}                       queue key base
+  --   ARGV[1]  mode                               "replace": the fields given are
+  --                                               the whole policy (others back to
+  --                                               their defaults); "merge": change
+  --                                               only those given
+  --   ARGV[2..] field, value, ...                 API names (POLICY_FIELDS); value
+  --                                               "" sets the field back to its default
+  -- A rate limit needs both per_second and burst. The pause is kept. The rate
+  -- limit's bucket keeps the tokens it had (at most the new burst); a removed
+  -- rate deletes it. Publishes the wake (a looser limit may let waiters lease).
+  -- Returns {"ok", field, value, ...} (the policy now, as policy_get) or
+  -- {"invalid", field, why}: nothing changed.
+  local function policy_set(keys, args)
+    local k = queue_keys(keys[1])
+    local mode = args[1]
+    if mode ~= 'replace' and mode ~= 'merge' then return bad_arg('mode') end
+    if #args % 2 ~= 1 then return bad_arg('pairs') end
+    local old = read_policy(k)
+    local new = {}
+    if mode == 'merge' then
+      for f, v in pairs(old) do new[f] = v end
+    else
+      new.paused = old.paused
+    end
+    for i = 2, #args, 2 do
+      local name, value = args[i], args[i + 1]
+      if name == 'dead_letter_rules' then
+        local v, field, why = check_rules(value == '' and '[]' or value)
+        if v == nil then return { 'invalid', field, why } end
+        if v == '' then new[name] = nil else new[name] = v end
+      elseif value == '' then
+        if POLICY_FIELDS[name] == nil then return { 'invalid', name, 'unknown field' } end
+        new[name] = nil
+      else
+        local v, why = check_field(name, value)
+        if v == nil then return { 'invalid', name, why } end
+        new[name] = v
+      end
+    end
+    if (new['rate_limit.per_second'] == nil) ~= (new['rate_limit.burst'] == nil) then
+      return { 'invalid', 'rate_limit', 'needs both per_second and burst' }
+    end
+    local now = now_ms()
+    local tokens, rate, burst = bucket_level(k, old, now)
+    local flat = {}
+    for f, v in pairs(new) do
+      flat[#flat + 1] = f
+      flat[#flat + 1] = v
+    end
+    if new.dead_letter_rules ~= old.dead_letter_rules then
+      redis.call('HDEL', k.stats, unpack(rule_counter_fields()))
+    end
+    redis.call('DEL', k.policy)
+    if #flat > 0 then redis.call('HSET', k.policy, unpack(flat)) end
+    k.flow_policy = nil
+    local _, new_rate, new_burst = bucket_level(k, read_policy(k), now)
+    if new_rate == nil then
+      redis.call('DEL', k.bucket)
+    elseif tokens then
+      bucket_store(k, math.min(tokens, new_burst), new_rate, new_burst, now)
+    end
+    notify(k)
+    local out = { 'ok' }
+    for i = 1, #flat do out[#out + 1] = flat[i] end
+    return out
+  end
+
+  -- pause: pause ("1") or resume ("0") the queue's claims.
+  --   KEYS[1]  <prefix>:{q}                       queue key base
+  --   ARGV[1]  "1" | "0"
+  -- A resume publishes the wake. Returns 1 when the queue is now paused, else 0.
+  local function pause(keys, args)
+    local k = queue_keys(keys[1])
+    if args[1] == '1' then
+      redis.call('HSET', k.policy, 'paused', '1')
+      return 1
+    end
+    if args[1] ~= '0' then return bad_arg('paused') end
+    redis.call('HDEL', k.policy, 'paused')
+    notify(k)
+    return 0
+  end
+
+  register('policy_get', policy_get, { 'no-writes' })
+  register('policy_set', policy_set)
+  register('pause', pause)
 end

@@ -5,259 +5,259 @@
 -- indexes. Module `lifecycle`.
 local lifecycle = {}
 do
-local queue_keys, old_keys, message_key = common.queue_keys, common.old_keys, common.message_key
-local int_arg, now_ms, to_int, notify = common.int_arg, common.now_ms, common.to_int, common.notify
-local cut_text, need_timer, push_due = common.cut_text, common.need_timer, common.push_due
-local alert_group_info, stream_id_after = common.alert_group_info, common.stream_id_after
-local v2_seen = common.v2_seen
-local EVENTS_MAXLEN, ERROR_KEY_BYTES = common.EVENTS_MAXLEN, common.ERROR_KEY_BYTES
-local DELAY_BUCKETS = common.DELAY_BUCKETS
-local load_message, store_message, load_header = record.load_message, record.store_message,
-                                                 record.load_header
-local lease_token, status_of = record.lease_token, record.status_of
+  local queue_keys, old_keys, message_key = common.queue_keys, common.old_keys, common.message_key
+  local int_arg, now_ms, to_int, notify = common.int_arg, common.now_ms, common.to_int, common.notify
+  local cut_text, need_timer, push_due = common.cut_text, common.need_timer, common.push_due
+  local alert_group_info, stream_id_after = common.alert_group_info, common.stream_id_after
+  local v2_seen = common.v2_seen
+  local EVENTS_MAXLEN, ERROR_KEY_BYTES = common.EVENTS_MAXLEN, common.ERROR_KEY_BYTES
+  local DELAY_BUCKETS = common.DELAY_BUCKETS
+  local load_message, store_message, load_header = record.load_message, record.store_message,
+                                                   record.load_header
+  local lease_token, status_of = record.lease_token, record.status_of
 
--- A failure keeps at most this many bytes of its error as last_error (whole
--- UTF-8 characters; README "A message"): every byte of it is copied
--- several times by each call that reads or rewrites the message (about 1 ms
--- of Redis per MiB per copy on a 2-core host), so a 1 MiB error made each
--- later fail of that message cost Redis 8-10 ms. The daemon cuts the same
--- way before sending (RD_LAST_ERROR_MAX, include/retryd/limits.h).
-local ERROR_MAX_BYTES = 65536
+  -- A failure keeps at most this many bytes of its error as last_error (whole
+  -- UTF-8 characters; README "A message"): every byte of it is copied
+  -- several times by each call that reads or rewrites the message (about 1 ms
+  -- of Redis per MiB per copy on a 2-core host), so a 1 MiB error made each
+  -- later fail of that message cost Redis 8-10 ms. The daemon cuts the same
+  -- way before sending (RD_LAST_ERROR_MAX, include/retryd/limits.h).
+  local ERROR_MAX_BYTES = 65536
 
--- Appends one event to the queue's stream (trimmed to about EVENTS_MAXLEN).
--- Once alerting instances read the stream (the alert group exists), it is
--- trimmed exactly instead, and every death trimmed before the group
--- delivered it is counted in the stats as alerts_dropped.
-local function emit(k, event, id, err, retries, now)
-  -- An entry keeps the error's first 4 KiB (whole UTF-8 characters), all an
-  -- alert carries (ALERT_ERROR_BYTES): 10000 entries of long errors would
-  -- otherwise pin gigabytes.
-  if err then err = cut_text(err, 4096) end
-  local over = redis.call('XLEN', k.events) + 1 - EVENTS_MAXLEN
-  local group = over > 0 and alert_group_info(k.events)
-  if not group then
-    redis.call('XADD', k.events, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'event', event, 'id', id,
+  -- Appends one event to the queue's stream (trimmed to about EVENTS_MAXLEN).
+  -- Once alerting instances read the stream (the alert group exists), it is
+  -- trimmed exactly instead, and every death trimmed before the group
+  -- delivered it is counted in the stats as alerts_dropped.
+  local function emit(k, event, id, err, retries, now)
+    -- An entry keeps the error's first 4 KiB (whole UTF-8 characters), all an
+    -- alert carries (ALERT_ERROR_BYTES): 10000 entries of long errors would
+    -- otherwise pin gigabytes.
+    if err then err = cut_text(err, 4096) end
+    local over = redis.call('XLEN', k.events) + 1 - EVENTS_MAXLEN
+    local group = over > 0 and alert_group_info(k.events)
+    if not group then
+      redis.call('XADD', k.events, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'event', event, 'id', id,
+                 'error', err or '', 'retry_count', retries or 0, 'at', now)
+      return
+    end
+    local gone, dropped = redis.call('XRANGE', k.events, '-', '+', 'COUNT', over), 0
+    for i = 1, #gone do
+      if gone[i][2][2] == 'dead' and stream_id_after(gone[i][1], group['last-delivered-id']) then
+        dropped = dropped + 1
+      end
+    end
+    if dropped > 0 then redis.call('HINCRBY', k.stats, 'alerts_dropped', dropped) end
+    redis.call('XADD', k.events, 'MAXLEN', EVENTS_MAXLEN, '*', 'event', event, 'id', id,
                'error', err or '', 'retry_count', retries or 0, 'at', now)
-    return
   end
-  local gone, dropped = redis.call('XRANGE', k.events, '-', '+', 'COUNT', over), 0
-  for i = 1, #gone do
-    if gone[i][2][2] == 'dead' and stream_id_after(gone[i][1], group['last-delivered-id']) then
-      dropped = dropped + 1
+
+  -- The error text top_errors groups by: at most ERROR_KEY_BYTES, cut before a
+  -- UTF-8 continuation byte so a character is never split, marked with "...".
+  local function error_key(err)
+    err = err or ''
+    if #err <= ERROR_KEY_BYTES then return err end
+    local cut = ERROR_KEY_BYTES
+    while cut > 0 do
+      local b = string.byte(err, cut + 1)
+      if b < 0x80 or b >= 0xC0 then break end
+      cut = cut - 1
     end
+    return string.sub(err, 1, cut) .. '...'
   end
-  if dropped > 0 then redis.call('HINCRBY', k.stats, 'alerts_dropped', dropped) end
-  redis.call('XADD', k.events, 'MAXLEN', EVENTS_MAXLEN, '*', 'event', event, 'id', id,
-             'error', err or '', 'retry_count', retries or 0, 'at', now)
-end
 
--- The error text top_errors groups by: at most ERROR_KEY_BYTES, cut before a
--- UTF-8 continuation byte so a character is never split, marked with "...".
-local function error_key(err)
-  err = err or ''
-  if #err <= ERROR_KEY_BYTES then return err end
-  local cut = ERROR_KEY_BYTES
-  while cut > 0 do
-    local b = string.byte(err, cut + 1)
-    if b < 0x80 or b >= 0xC0 then break end
-    cut = cut - 1
+  -- top_errors counts the dead letters that are dead now, by error text.
+  local function count_error(k, err, by)
+    local key = error_key(err)
+    local n = tonumber(redis.call('ZINCRBY', k.errors, by, key))
+    if n <= 0 then redis.call('ZREM', k.errors, key) end
   end
-  return string.sub(err, 1, cut) .. '...'
-end
 
--- top_errors counts the dead letters that are dead now, by error text.
-local function count_error(k, err, by)
-  local key = error_key(err)
-  local n = tonumber(redis.call('ZINCRBY', k.errors, by, key))
-  if n <= 0 then redis.call('ZREM', k.errors, key) end
-end
-
--- A dead letter leaves the dead set (replay, delete, purge, retention).
--- err: its last_error when the caller has read the message already.
-local function leave_dead(k, mkey, id, err)
-  if err == nil then
-    local m = load_message(mkey)
-    err = m and m.last_error
+  -- A dead letter leaves the dead set (replay, delete, purge, retention).
+  -- err: its last_error when the caller has read the message already.
+  local function leave_dead(k, mkey, id, err)
+    if err == nil then
+      local m = load_message(mkey)
+      err = m and m.last_error
+    end
+    redis.call('ZREM', k.dead, id)
+    count_error(k, err, -1)
   end
-  redis.call('ZREM', k.dead, id)
-  count_error(k, err, -1)
-end
 
--- The hint for a message that just finished (dead or succeeded) when the
--- caller gave its retention (ttl_ms > 0); -1 otherwise.
-local function retention_hint(k, now, ttl_ms)
-  ttl_ms = flow.hint_ttl(k, ttl_ms)
-  if ttl_ms == nil or ttl_ms <= 0 then return -1 end
-  return need_timer(k, now, now + ttl_ms)
-end
+  -- The hint for a message that just finished (dead or succeeded) when the
+  -- caller gave its retention (ttl_ms > 0); -1 otherwise.
+  local function retention_hint(k, now, ttl_ms)
+    ttl_ms = flow.hint_ttl(k, ttl_ms)
+    if ttl_ms == nil or ttl_ms <= 0 then return -1 end
+    return need_timer(k, now, now + ttl_ms)
+  end
 
--- Lifts a message of retryd_v2 (m: its HASH as decode_legacy read it) from
--- an index of the old generation into the same index of the new one, with the
--- same score, and rewrites its record in the new layout, in the same call: an
--- old index never names a STRING record, a new one never a HASH.
-local function lift(k, mkey, id, m, index, score)
-  v2_seen(k)
-  redis.call('ZREM', old_keys(k)[index], id)
-  redis.call('ZADD', k[index], score, id)
-  m.legacy = nil
-  store_message(mkey, m)
-end
-
--- An index entry whose message record is gone (eviction under a maxmemory
--- policy, a manual DEL) is dropped from the index and counted.
-local function drop_orphan(k, index, id)
-  redis.call('ZREM', index, id)
-  redis.call('HINCRBY', k.stats, 'orphans_removed', 1)
-end
-
--- Moves up to `limit` due ids from scheduled to the due list, earliest due
--- first, behind ids promoted earlier. Returns how many it moved.
-local function promote_due(k, now, limit)
-  local due = redis.call('ZRANGE', k.scheduled, '-inf', int_arg(now), 'BYSCORE', 'LIMIT', '0',
-                         int_arg(limit))
-  local n = #due
-  if n == 0 then return 0 end
-  redis.call('ZREM', k.scheduled, unpack(due))
-  push_due(k, due)
-  return n
-end
-
--- Settles one failure of a processing message (also used for an expired lease).
--- m: the message, as load_message read it (the whole record); it is
--- updated in place and written back whole (its error and retry_after
--- change). retry_after_ms < 0 means "use the backoff table". Returns the new
--- status, and for "pending" the time the retry is due.
-local function fail_message(k, base, id, now, err, retryable, retry_after_ms, m)
-  err = cut_text(err, ERROR_MAX_BYTES)
-  local mkey = message_key(base, id)
-  local retries = m.retry_count + 1
-  history.failed(m, now, err)
-  m.retry_count, m.last_error, m.updated_at, m.token = retries, err, now, nil
-  redis.call('ZREM', k.processing, id)
-  flow.freed(k)
-  redis.call('HINCRBY', k.stats, 'failed', '1')
-  local dying, rule_ms = flow.recover(k, m, err, (not retryable) or retries >= m.max_retries)
-  if dying then
-    m.retry_after = nil
+  -- Lifts a message of retryd_v2 (m: its HASH as decode_legacy read it) from
+  -- an index of the old generation into the same index of the new one, with the
+  -- same score, and rewrites its record in the new layout, in the same call: an
+  -- old index never names a STRING record, a new one never a HASH.
+  local function lift(k, mkey, id, m, index, score)
+    v2_seen(k)
+    redis.call('ZREM', old_keys(k)[index], id)
+    redis.call('ZADD', k[index], score, id)
+    m.legacy = nil
     store_message(mkey, m)
-    redis.call('ZADD', k.dead, int_arg(now), id)
-    redis.call('HINCRBY', k.stats, 'dead', '1')
-    count_error(k, err, 1)
-    emit(k, 'dead', id, err, retries, now)
-    return 'dead'
   end
-  local delay = rule_ms or retry_after_ms
-  if delay < 0 then
-    delay = flow.backoff_ms(k, id, retries)
-  end
-  local bucket = 'inf'
-  for i = 1, #DELAY_BUCKETS do
-    if delay <= DELAY_BUCKETS[i] * 1000 then bucket = DELAY_BUCKETS[i]; break end
-  end
-  redis.call('HINCRBY', k.stats, 'delay_le_' .. bucket, '1')
-  redis.call('HINCRBY', k.stats, 'delay_sum_ms', int_arg(delay))
-  local due = now + delay
-  m.retry_after = due
-  store_message(mkey, m)
-  redis.call('ZADD', k.scheduled, int_arg(due), id)
-  redis.call('HINCRBY', k.stats, 'retried', '1')
-  return 'pending', due
-end
 
--- Fails every lease whose deadline has passed, at most `limit` of them.
-local function reclaim_expired(k, base, now, limit)
-  local ids = redis.call('ZRANGE', k.processing, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
-  local failed = 0
-  for i = 1, #ids do
-    local m = load_message(message_key(base, ids[i]))
-    if m then
-      m.lease_expired = true
-      fail_message(k, base, ids[i], now, 'lease expired', true, -1, m)
-      failed = failed + 1
-    else
-      redis.call('ZREM', k.processing, ids[i])  -- deleted while leased
+  -- An index entry whose message record is gone (eviction under a maxmemory
+  -- policy, a manual DEL) is dropped from the index and counted.
+  local function drop_orphan(k, index, id)
+    redis.call('ZREM', index, id)
+    redis.call('HINCRBY', k.stats, 'orphans_removed', 1)
+  end
+
+  -- Moves up to `limit` due ids from scheduled to the due list, earliest due
+  -- first, behind ids promoted earlier. Returns how many it moved.
+  local function promote_due(k, now, limit)
+    local due = redis.call('ZRANGE', k.scheduled, '-inf', int_arg(now), 'BYSCORE', 'LIMIT', '0',
+                           int_arg(limit))
+    local n = #due
+    if n == 0 then return 0 end
+    redis.call('ZREM', k.scheduled, unpack(due))
+    push_due(k, due)
+    return n
+  end
+
+  -- Settles one failure of a processing message (also used for an expired lease).
+  -- m: the message, as load_message read it (the whole record); it is
+  -- updated in place and written back whole (its error and retry_after
+  -- change). retry_after_ms < 0 means "use the backoff table". Returns the new
+  -- status, and for "pending" the time the retry is due.
+  local function fail_message(k, base, id, now, err, retryable, retry_after_ms, m)
+    err = cut_text(err, ERROR_MAX_BYTES)
+    local mkey = message_key(base, id)
+    local retries = m.retry_count + 1
+    history.failed(m, now, err)
+    m.retry_count, m.last_error, m.updated_at, m.token = retries, err, now, nil
+    redis.call('ZREM', k.processing, id)
+    flow.freed(k)
+    redis.call('HINCRBY', k.stats, 'failed', '1')
+    local dying, rule_ms = flow.recover(k, m, err, (not retryable) or retries >= m.max_retries)
+    if dying then
+      m.retry_after = nil
+      store_message(mkey, m)
+      redis.call('ZADD', k.dead, int_arg(now), id)
+      redis.call('HINCRBY', k.stats, 'dead', '1')
+      count_error(k, err, 1)
+      emit(k, 'dead', id, err, retries, now)
+      return 'dead'
     end
+    local delay = rule_ms or retry_after_ms
+    if delay < 0 then
+      delay = flow.backoff_ms(k, id, retries)
+    end
+    local bucket = 'inf'
+    for i = 1, #DELAY_BUCKETS do
+      if delay <= DELAY_BUCKETS[i] * 1000 then bucket = DELAY_BUCKETS[i]; break end
+    end
+    redis.call('HINCRBY', k.stats, 'delay_le_' .. bucket, '1')
+    redis.call('HINCRBY', k.stats, 'delay_sum_ms', int_arg(delay))
+    local due = now + delay
+    m.retry_after = due
+    store_message(mkey, m)
+    redis.call('ZADD', k.scheduled, int_arg(due), id)
+    redis.call('HINCRBY', k.stats, 'retried', '1')
+    return 'pending', due
   end
-  if failed > 0 then
-    redis.call('HINCRBY', k.stats, 'lease_expired', failed)
+
+  -- Fails every lease whose deadline has passed, at most `limit` of them.
+  local function reclaim_expired(k, base, now, limit)
+    local ids = redis.call('ZRANGE', k.processing, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
+    local failed = 0
+    for i = 1, #ids do
+      local m = load_message(message_key(base, ids[i]))
+      if m then
+        m.lease_expired = true
+        fail_message(k, base, ids[i], now, 'lease expired', true, -1, m)
+        failed = failed + 1
+      else
+        redis.call('ZREM', k.processing, ids[i])  -- deleted while leased
+      end
+    end
+    if failed > 0 then
+      redis.call('HINCRBY', k.stats, 'lease_expired', failed)
+    end
+    return #ids
   end
-  return #ids
-end
 
--- Deletes finished messages older than ttl_ms from one index (0 keeps forever).
-local function expire_finished(k, base, index, now, ttl_ms, limit, counter)
-  if ttl_ms <= 0 then return 0 end
-  local ids = redis.call('ZRANGE', index, '-inf', now - ttl_ms, 'BYSCORE', 'LIMIT', 0, limit)
-  local n = #ids
-  if n == 0 then return 0 end
-  for i = 1, n do
-    local mkey = message_key(base, ids[i])
-    if index == k.dead then leave_dead(k, mkey, ids[i]) end
-    redis.call('UNLINK', mkey)
+  -- Deletes finished messages older than ttl_ms from one index (0 keeps forever).
+  local function expire_finished(k, base, index, now, ttl_ms, limit, counter)
+    if ttl_ms <= 0 then return 0 end
+    local ids = redis.call('ZRANGE', index, '-inf', now - ttl_ms, 'BYSCORE', 'LIMIT', 0, limit)
+    local n = #ids
+    if n == 0 then return 0 end
+    for i = 1, n do
+      local mkey = message_key(base, ids[i])
+      if index == k.dead then leave_dead(k, mkey, ids[i]) end
+      redis.call('UNLINK', mkey)
+    end
+    redis.call('ZREM', index, unpack(ids))
+    redis.call('HINCRBY', k.stats, counter, n)
+    return n
   end
-  redis.call('ZREM', index, unpack(ids))
-  redis.call('HINCRBY', k.stats, counter, n)
-  return n
-end
 
--- A dead letter goes back to pending with a fresh retry budget, claimed
--- before fresh messages (reference: retry_count 0, last_error and
--- retry_after cleared). m: the message, as load_message read it. The caller
--- publishes the wake-up.
-local function replay_dead(k, mkey, id, now, m)
-  local err = m.last_error
-  leave_dead(k, mkey, id, err or '')
-  history.replayed(m, now)
-  m.retry_count, m.last_error, m.retry_after, m.updated_at = 0, nil, nil, now
-  m.rule_uses = nil
-  store_message(mkey, m)
-  push_due(k, { id })
-  redis.call('HINCRBY', k.stats, 'replayed', 1)
-  emit(k, 'replayed', id, err, 0, now)
-end
+  -- A dead letter goes back to pending with a fresh retry budget, claimed
+  -- before fresh messages (reference: retry_count 0, last_error and
+  -- retry_after cleared). m: the message, as load_message read it. The caller
+  -- publishes the wake-up.
+  local function replay_dead(k, mkey, id, now, m)
+    local err = m.last_error
+    leave_dead(k, mkey, id, err or '')
+    history.replayed(m, now)
+    m.retry_count, m.last_error, m.retry_after, m.updated_at = 0, nil, nil, now
+    m.rule_uses = nil
+    store_message(mkey, m)
+    push_due(k, { id })
+    redis.call('HINCRBY', k.stats, 'replayed', 1)
+    emit(k, 'replayed', id, err, 0, now)
+  end
 
--- Looks up a message for a transition from state `want`: returns the
--- message (load_message's table; with header_only, load_header's) and the
--- index score, or nil and the reply when it cannot go on. A HASH of
--- retryd_v2 is checked against the old indexes and, when it can go on,
--- lifted into the new ones first (the caller then handles a STRING record).
-local function load_for(k, mkey, id, want, token, header_only)
-  local m
-  if header_only then m = load_header(mkey) else m = load_message(mkey) end
-  if not m then return nil, { 'not_found' } end
-  local status, score = status_of(m.legacy and old_keys(k) or k, id)
-  if status ~= want then return nil, { 'invalid_state', status } end
-  if token ~= '' and lease_token(m) ~= token then return nil, { 'lease_mismatch' } end
-  if m.legacy then lift(k, mkey, id, m, want, score) end
-  return m, score
-end
+  -- Looks up a message for a transition from state `want`: returns the
+  -- message (load_message's table; with header_only, load_header's) and the
+  -- index score, or nil and the reply when it cannot go on. A HASH of
+  -- retryd_v2 is checked against the old indexes and, when it can go on,
+  -- lifted into the new ones first (the caller then handles a STRING record).
+  local function load_for(k, mkey, id, want, token, header_only)
+    local m
+    if header_only then m = load_header(mkey) else m = load_message(mkey) end
+    if not m then return nil, { 'not_found' } end
+    local status, score = status_of(m.legacy and old_keys(k) or k, id)
+    if status ~= want then return nil, { 'invalid_state', status } end
+    if token ~= '' and lease_token(m) ~= token then return nil, { 'lease_mismatch' } end
+    if m.legacy then lift(k, mkey, id, m, want, score) end
+    return m, score
+  end
 
--- Takes a leased message off the processing index, for a settlement that ends
--- its lease with a success: load_for(..., 'processing', ...) and the ZREM of
--- the id, where the ZREM's answer is the state check (one command fewer on
--- the worker loop). Returns the message, or nil and load_for's reply when it
--- cannot go on (then nothing changed).
-local function take_leased(k, mkey, id, token, header_only)
-  local m
-  if header_only then m = load_header(mkey) else m = load_message(mkey) end
-  if not m then return nil, { 'not_found' } end
-  if not m.legacy and (token == '' or lease_token(m) == token)
-     and redis.call('ZREM', k.processing, id) == 1 then
+  -- Takes a leased message off the processing index, for a settlement that ends
+  -- its lease with a success: load_for(..., 'processing', ...) and the ZREM of
+  -- the id, where the ZREM's answer is the state check (one command fewer on
+  -- the worker loop). Returns the message, or nil and load_for's reply when it
+  -- cannot go on (then nothing changed).
+  local function take_leased(k, mkey, id, token, header_only)
+    local m
+    if header_only then m = load_header(mkey) else m = load_message(mkey) end
+    if not m then return nil, { 'not_found' } end
+    if not m.legacy and (token == '' or lease_token(m) == token)
+       and redis.call('ZREM', k.processing, id) == 1 then
+      return m
+    end
+    -- Not processing, another lease, or a HASH of retryd_v2 (lifted first):
+    -- answered and checked as load_for does.
+    local e
+    m, e = load_for(k, mkey, id, 'processing', token, header_only)
+    if not m then return nil, e end
+    redis.call('ZREM', k.processing, id)
     return m
   end
-  -- Not processing, another lease, or a HASH of retryd_v2 (lifted first):
-  -- answered and checked as load_for does.
-  local e
-  m, e = load_for(k, mkey, id, 'processing', token, header_only)
-  if not m then return nil, e end
-  redis.call('ZREM', k.processing, id)
-  return m
-end
 
-lifecycle.emit, lifecycle.count_error, lifecycle.leave_dead = emit, count_error, leave_dead
-lifecycle.retention_hint, lifecycle.lift, lifecycle.drop_orphan = retention_hint, lift, drop_orphan
-lifecycle.promote_due, lifecycle.fail_message = promote_due, fail_message
-lifecycle.reclaim_expired, lifecycle.expire_finished = reclaim_expired, expire_finished
-lifecycle.replay_dead, lifecycle.load_for, lifecycle.take_leased = replay_dead, load_for,
-                                                                   take_leased
+  lifecycle.emit, lifecycle.count_error, lifecycle.leave_dead = emit, count_error, leave_dead
+  lifecycle.retention_hint, lifecycle.lift, lifecycle.drop_orphan = retention_hint, lift, drop_orphan
+  lifecycle.promote_due, lifecycle.fail_message = promote_due, fail_message
+  lifecycle.reclaim_expired, lifecycle.expire_finished = reclaim_expired, expire_finished
+  lifecycle.replay_dead, lifecycle.load_for, lifecycle.take_leased = replay_dead, load_for,
+                                                                     take_leased
 end

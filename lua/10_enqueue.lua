@@ -1,80 +1,80 @@
 -- enqueue: the one function that creates a message.
 do
-local IDEMPOTENCY_TTL_MS, bad_arg = common.IDEMPOTENCY_TTL_MS, common.bad_arg
-local idempotency_key, int_arg = common.idempotency_key, common.int_arg
-local message_key, need_timer, notify = common.message_key, common.need_timer, common.notify
-local now_ms, queue_keys, register = common.now_ms, common.queue_keys, common.register
-local to_int = common.to_int
-local message_reply, store_message = record.message_reply, record.store_message
-local series_start = timeseries.series_start
+  local IDEMPOTENCY_TTL_MS, bad_arg = common.IDEMPOTENCY_TTL_MS, common.bad_arg
+  local idempotency_key, int_arg = common.idempotency_key, common.int_arg
+  local message_key, need_timer, notify = common.message_key, common.need_timer, common.notify
+  local now_ms, queue_keys, register = common.now_ms, common.queue_keys, common.register
+  local to_int = common.to_int
+  local message_reply, store_message = record.message_reply, record.store_message
+  local series_start = timeseries.series_start
 
--- enqueue: create a pending message.
---   KEYS[1]  <prefix>:{q}                       queue key base
---   ARGV[1]  payload                            opaque bytes, stored as given
---   ARGV[2]  max_retries                        integer 1..10
---   ARGV[3]  delay_ms                           integer >= 0; > 0 schedules it
---   ARGV[4]  idempotency_key                    "" for none; else 1..255 bytes
---   ARGV[5]  "1" (optional)                     the caller forwards timer hints
---   ARGV[6]  "default" (optional, with ARGV[5]) the request gave no max_retries:
---                                               the queue policy's replaces ARGV[2]
--- Returns {"ok", id, now_ms}: the caller has every other field already, so
--- the message is not read back (a third of enqueue's cost); with ARGV[5],
--- {"ok", id, now_ms, timer}: the timer hint of a delayed message
--- (need_timer), -1 otherwise; with ARGV[6] too, then the max_retries the
--- message got. Or {"duplicate",
--- message} when the key was used in this queue within 24 h: the original
--- message, nothing created; when that message was deleted since (retention),
--- {"duplicate", {"id", id}}.
--- Publishes on the queue's wake channel when the message is ready now.
-local function enqueue(keys, args)
-  local base = keys[1]
-  local k = queue_keys(base)
-  local payload = args[1]
-  local max_retries = to_int(args[2])
-  local delay_ms = to_int(args[3] or '0')
-  if payload == nil then return bad_arg('payload') end
-  if max_retries == nil or max_retries < 1 or max_retries > 10 then return bad_arg('max_retries') end
-  if delay_ms == nil or delay_ms < 0 then return bad_arg('delay_ms') end
-  local idem = args[4] or ''
-  if #idem > 255 then return bad_arg('idempotency_key') end
-  local hinting = args[5] == '1'
-  max_retries = flow.max_retries(k, max_retries, args[6] == 'default')
+  -- enqueue: create a pending message.
+  --   KEYS[1]  <prefix>:{q}                       queue key base
+  --   ARGV[1]  payload                            opaque bytes, stored as given
+  --   ARGV[2]  max_retries                        integer 1..10
+  --   ARGV[3]  delay_ms                           integer >= 0; > 0 schedules it
+  --   ARGV[4]  idempotency_key                    "" for none; else 1..255 bytes
+  --   ARGV[5]  "1" (optional)                     the caller forwards timer hints
+  --   ARGV[6]  "default" (optional, with ARGV[5]) the request gave no max_retries:
+  --                                               the queue policy's replaces ARGV[2]
+  -- Returns {"ok", id, now_ms}: the caller has every other field already, so
+  -- the message is not read back (a third of enqueue's cost); with ARGV[5],
+  -- {"ok", id, now_ms, timer}: the timer hint of a delayed message
+  -- (need_timer), -1 otherwise; with ARGV[6] too, then the max_retries the
+  -- message got. Or {"duplicate",
+  -- message} when the key was used in this queue within 24 h: the original
+  -- message, nothing created; when that message was deleted since (retention),
+  -- {"duplicate", {"id", id}}.
+  -- Publishes on the queue's wake channel when the message is ready now.
+  local function enqueue(keys, args)
+    local base = keys[1]
+    local k = queue_keys(base)
+    local payload = args[1]
+    local max_retries = to_int(args[2])
+    local delay_ms = to_int(args[3] or '0')
+    if payload == nil then return bad_arg('payload') end
+    if max_retries == nil or max_retries < 1 or max_retries > 10 then return bad_arg('max_retries') end
+    if delay_ms == nil or delay_ms < 0 then return bad_arg('delay_ms') end
+    local idem = args[4] or ''
+    if #idem > 255 then return bad_arg('idempotency_key') end
+    local hinting = args[5] == '1'
+    max_retries = flow.max_retries(k, max_retries, args[6] == 'default')
 
-  local now = now_ms()
-  local idem_key
-  if idem ~= '' then
-    idem_key = idempotency_key(base, idem)
-    local seen = redis.call('GET', idem_key)
-    if seen then
-      return { 'duplicate', message_reply(k, message_key(base, seen), seen) or { 'id', seen } }
+    local now = now_ms()
+    local idem_key
+    if idem ~= '' then
+      idem_key = idempotency_key(base, idem)
+      local seen = redis.call('GET', idem_key)
+      if seen then
+        return { 'duplicate', message_reply(k, message_key(base, seen), seen) or { 'id', seen } }
+      end
     end
+    local timer = -1
+    local id = redis.call('INCR', k.seq)
+    local id_arg = int_arg(id)
+    if id == 1 then series_start(base, now) end  -- docs/series.md
+    local mkey = message_key(base, id_arg)
+    if idem_key then
+      redis.call('SET', idem_key, id_arg, 'PX', int_arg(IDEMPOTENCY_TTL_MS))
+    end
+    local m = { payload = payload, retry_count = 0, max_retries = max_retries, created_at = now,
+                updated_at = now, lease_at = now, serial = 0 }
+    if idem_key then m.idempotency_key = idem end
+    if delay_ms > 0 then
+      m.retry_after = now + delay_ms
+      store_message(mkey, m)
+      redis.call('ZADD', k.scheduled, int_arg(now + delay_ms), id_arg)
+      if hinting then timer = need_timer(k, now, now + delay_ms) end
+    else
+      store_message(mkey, m)
+      redis.call('LPUSH', k.ready, id_arg)
+      notify(k)
+    end
+    redis.call('HINCRBY', k.stats, 'enqueued', '1')
+    if hinting and args[6] then return { 'ok', id, now, timer, max_retries } end
+    if hinting then return { 'ok', id, now, timer } end
+    return { 'ok', id, now }
   end
-  local timer = -1
-  local id = redis.call('INCR', k.seq)
-  local id_arg = int_arg(id)
-  if id == 1 then series_start(base, now) end  -- docs/series.md
-  local mkey = message_key(base, id_arg)
-  if idem_key then
-    redis.call('SET', idem_key, id_arg, 'PX', int_arg(IDEMPOTENCY_TTL_MS))
-  end
-  local m = { payload = payload, retry_count = 0, max_retries = max_retries, created_at = now,
-              updated_at = now, lease_at = now, serial = 0 }
-  if idem_key then m.idempotency_key = idem end
-  if delay_ms > 0 then
-    m.retry_after = now + delay_ms
-    store_message(mkey, m)
-    redis.call('ZADD', k.scheduled, int_arg(now + delay_ms), id_arg)
-    if hinting then timer = need_timer(k, now, now + delay_ms) end
-  else
-    store_message(mkey, m)
-    redis.call('LPUSH', k.ready, id_arg)
-    notify(k)
-  end
-  redis.call('HINCRBY', k.stats, 'enqueued', '1')
-  if hinting and args[6] then return { 'ok', id, now, timer, max_retries } end
-  if hinting then return { 'ok', id, now, timer } end
-  return { 'ok', id, now }
-end
 
-register('enqueue', enqueue)
+  register('enqueue', enqueue)
 end

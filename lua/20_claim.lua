@@ -2,174 +2,174 @@
 -- settle_claim), and the claim function. Module `leasing`.
 local leasing = {}
 do
-local v2_seen, v2_active = common.v2_seen, common.v2_active
-local PROMOTE_IN_CLAIM, bad_arg, budget = common.PROMOTE_IN_CLAIM, common.bad_arg, common.budget
-local int_arg, message_key, need_timer = common.int_arg, common.message_key, common.need_timer
-local notify, now_ms, old_keys = common.notify, common.now_ms, common.old_keys
-local queue_keys, register, to_int = common.queue_keys, common.register, common.to_int
-local leased_reply, load_legacy = record.leased_reply, record.load_legacy
-local load_message, set_lease = record.load_message, record.set_lease
-local promote_due = lifecycle.promote_due
+  local v2_seen, v2_active = common.v2_seen, common.v2_active
+  local PROMOTE_IN_CLAIM, bad_arg, budget = common.PROMOTE_IN_CLAIM, common.bad_arg, common.budget
+  local int_arg, message_key, need_timer = common.int_arg, common.message_key, common.need_timer
+  local notify, now_ms, old_keys = common.notify, common.now_ms, common.old_keys
+  local queue_keys, register, to_int = common.queue_keys, common.register, common.to_int
+  local leased_reply, load_legacy = record.leased_reply, record.load_legacy
+  local load_message, set_lease = record.load_message, record.set_lease
+  local promote_due = lifecycle.promote_due
 
--- Leases up to `count` claimable messages at `now` and appends each to out
--- (a flat message with its lease): the lease-and-order logic of claim,
--- shared with settle_claim. count is 1..100, lease_ms already checked.
--- Promotes due scheduled ids first (at most 100; when some of them stay in
--- the due list, wakes the waiters), then pops from the due list
--- (retries and replays, oldest first), then from ready (fresh, FIFO); then,
--- if those did not fill the count, from retryd_v2's due and ready lists. Ids
--- whose message was deleted while they waited are dropped, and popping goes on
--- (at most 100 such ids per call). Stops before the message that would take
--- the messages past REPLY_BYTES (always at least one): the ones not taken stay
--- pending where they were, untouched, so a batch may come back short.
--- worker: the claim's worker (nil for none), kept in each record while leased.
--- nonce: the daemon's tag of this call (nil for none): what it leased is
--- kept under k.claims .. nonce for 15 s, so that the daemon can hand it back
--- if the answer never reaches it (release_lost, docs/durability.md "A claim
--- whose answer is lost"); when release_lost already gave the nonce up (the
--- call ran late), everything leased goes straight back and nothing is
--- answered.
--- Returns how many it appended.
-local function claim_into(k, base, now, lease_ms, count, out, worker, nonce)
-  local promoted = promote_due(k, now, math.max(count, PROMOTE_IN_CLAIM))
-  -- The queue's policy may lease fewer or none (03_policy.lua); a claim held
-  -- back wakes nobody: a resume, a settlement or the next token will.
-  count = flow.admit(k, now, count)
-  if count == 0 then return 0 end
-  local got = 0
-  local deadline = now + lease_ms
-  -- Reserve `count` serials in one call once a message is found; give back
-  -- the ones not used. A claim that finds nothing writes nothing: no stats
-  -- hash appears for a queue name that never had a message.
-  local serial
-  local deadline_arg = int_arg(deadline)
-  local skipped = 0
-  -- A claim of one takes one message, which always fits the budget.
-  local reply, full = count > 1 and budget.new() or nil, false
-  -- The new generation's due then ready list, then, only when they did not
-  -- fill the count, retryd_v2's: each id taken from those is lifted
-  -- (set_lease rewrites its HASH as a record, and it joins the new
-  -- processing index). LMPOP pops from the first non-empty list of the two:
-  -- one call where an RPOP of each list was two.
-  -- retryd_v2's lists only while its data was met here lately (v2_active,
-  -- 00_common.lua): otherwise a claim costs nothing for them, and the tick's
-  -- probe finds whatever a v2 instance enqueued since.
-  local due, ready = k.due, k.ready
-  for gen = 1, 2 do
-    if gen == 2 then
-      if full or got >= count or skipped > 100 or not v2_active(k, now) then break end
-      local o = old_keys(k)
-      due, ready = o.due, o.ready
-    end
-    while not full and got < count and skipped <= 100 do
-      local popped = redis.call('LMPOP', '2', due, ready, 'RIGHT', 'COUNT', int_arg(count - got))
-      if not popped then break end
-      local from, ids = popped[1], popped[2]
-      if gen == 2 then v2_seen(k, now) end
-      for i = 1, #ids do
-        local id = ids[i]
-        local mkey = message_key(base, id)
-        local m
-        if gen == 2 then m = load_legacy(mkey) else m = load_message(mkey) end
-        if m and reply and not budget.take(reply, m) then
-          -- This one and the rest go back to the claim end in their order.
-          local back = {}
-          for j = #ids, i, -1 do back[#back + 1] = ids[j] end
-          redis.call('RPUSH', from, unpack(back))
-          full = true
-          break
-        end
-        if m then
-          if not serial then
-            serial = redis.call('HINCRBY', k.stats, 'claimed', int_arg(count)) - count
+  -- Leases up to `count` claimable messages at `now` and appends each to out
+  -- (a flat message with its lease): the lease-and-order logic of claim,
+  -- shared with settle_claim. count is 1..100, lease_ms already checked.
+  -- Promotes due scheduled ids first (at most 100; when some of them stay in
+  -- the due list, wakes the waiters), then pops from the due list
+  -- (retries and replays, oldest first), then from ready (fresh, FIFO); then,
+  -- if those did not fill the count, from retryd_v2's due and ready lists. Ids
+  -- whose message was deleted while they waited are dropped, and popping goes on
+  -- (at most 100 such ids per call). Stops before the message that would take
+  -- the messages past REPLY_BYTES (always at least one): the ones not taken stay
+  -- pending where they were, untouched, so a batch may come back short.
+  -- worker: the claim's worker (nil for none), kept in each record while leased.
+  -- nonce: the daemon's tag of this call (nil for none): what it leased is
+  -- kept under k.claims .. nonce for 15 s, so that the daemon can hand it back
+  -- if the answer never reaches it (release_lost, docs/durability.md "A claim
+  -- whose answer is lost"); when release_lost already gave the nonce up (the
+  -- call ran late), everything leased goes straight back and nothing is
+  -- answered.
+  -- Returns how many it appended.
+  local function claim_into(k, base, now, lease_ms, count, out, worker, nonce)
+    local promoted = promote_due(k, now, math.max(count, PROMOTE_IN_CLAIM))
+    -- The queue's policy may lease fewer or none (03_policy.lua); a claim held
+    -- back wakes nobody: a resume, a settlement or the next token will.
+    count = flow.admit(k, now, count)
+    if count == 0 then return 0 end
+    local got = 0
+    local deadline = now + lease_ms
+    -- Reserve `count` serials in one call once a message is found; give back
+    -- the ones not used. A claim that finds nothing writes nothing: no stats
+    -- hash appears for a queue name that never had a message.
+    local serial
+    local deadline_arg = int_arg(deadline)
+    local skipped = 0
+    -- A claim of one takes one message, which always fits the budget.
+    local reply, full = count > 1 and budget.new() or nil, false
+    -- The new generation's due then ready list, then, only when they did not
+    -- fill the count, retryd_v2's: each id taken from those is lifted
+    -- (set_lease rewrites its HASH as a record, and it joins the new
+    -- processing index). LMPOP pops from the first non-empty list of the two:
+    -- one call where an RPOP of each list was two.
+    -- retryd_v2's lists only while its data was met here lately (v2_active,
+    -- 00_common.lua): otherwise a claim costs nothing for them, and the tick's
+    -- probe finds whatever a v2 instance enqueued since.
+    local due, ready = k.due, k.ready
+    for gen = 1, 2 do
+      if gen == 2 then
+        if full or got >= count or skipped > 100 or not v2_active(k, now) then break end
+        local o = old_keys(k)
+        due, ready = o.due, o.ready
+      end
+      while not full and got < count and skipped <= 100 do
+        local popped = redis.call('LMPOP', '2', due, ready, 'RIGHT', 'COUNT', int_arg(count - got))
+        if not popped then break end
+        local from, ids = popped[1], popped[2]
+        if gen == 2 then v2_seen(k, now) end
+        for i = 1, #ids do
+          local id = ids[i]
+          local mkey = message_key(base, id)
+          local m
+          if gen == 2 then m = load_legacy(mkey) else m = load_message(mkey) end
+          if m and reply and not budget.take(reply, m) then
+            -- This one and the rest go back to the claim end in their order.
+            local back = {}
+            for j = #ids, i, -1 do back[#back + 1] = ids[j] end
+            redis.call('RPUSH', from, unpack(back))
+            full = true
+            break
           end
-          serial = serial + 1
-          set_lease(mkey, m, now, serial, worker)
-          redis.call('ZADD', k.processing, deadline_arg, id)
-          out[#out + 1] = leased_reply(id, m, deadline)
-          got = got + 1
-        else
-          skipped = skipped + 1
+          if m then
+            if not serial then
+              serial = redis.call('HINCRBY', k.stats, 'claimed', int_arg(count)) - count
+            end
+            serial = serial + 1
+            set_lease(mkey, m, now, serial, worker)
+            redis.call('ZADD', k.processing, deadline_arg, id)
+            out[#out + 1] = leased_reply(id, m, deadline)
+            got = got + 1
+          else
+            skipped = skipped + 1
+          end
         end
       end
     end
-  end
-  if serial and got < count then redis.call('HINCRBY', k.stats, 'claimed', int_arg(got - count)) end
-  if nonce and got > 0 then
-    local first, rec = #out - got, ''
-    for i = first + 1, #out do rec = rec .. out[i][1] .. ' ' .. out[i][8] .. ' ' end
-    -- 15 s (LOST_CLAIM_KEEP_MS in store.c is the daemon's side of it).
-    if not redis.call('SET', k.claims .. nonce, rec, 'NX', 'PX', '15000') then
-      -- Given up by release_lost before this call ran: hand all back, in
-      -- order, at the claim end (as release does).
-      for i = #out, first + 1, -1 do
-        redis.call('ZREM', k.processing, out[i][1])
-        redis.call('RPUSH', k.due, out[i][1])
-        out[i] = nil
+    if serial and got < count then redis.call('HINCRBY', k.stats, 'claimed', int_arg(got - count)) end
+    if nonce and got > 0 then
+      local first, rec = #out - got, ''
+      for i = first + 1, #out do rec = rec .. out[i][1] .. ' ' .. out[i][8] .. ' ' end
+      -- 15 s (LOST_CLAIM_KEEP_MS in store.c is the daemon's side of it).
+      if not redis.call('SET', k.claims .. nonce, rec, 'NX', 'PX', '15000') then
+        -- Given up by release_lost before this call ran: hand all back, in
+        -- order, at the claim end (as release does).
+        for i = #out, first + 1, -1 do
+          redis.call('ZREM', k.processing, out[i][1])
+          redis.call('RPUSH', k.due, out[i][1])
+          out[i] = nil
+        end
+        redis.call('HINCRBY', k.stats, 'released', got)
+        notify(k)
+        got = 0
       end
-      redis.call('HINCRBY', k.stats, 'released', got)
-      notify(k)
-      got = 0
     end
+    flow.spent(k, now, got)
+    -- Retries this call made due and left behind are claimable now: tell the
+    -- waiters, as a tick that promoted them would have.
+    if promoted > 0 and got == count and redis.call('LLEN', k.due) > 0 then notify(k) end
+    return got
   end
-  flow.spent(k, now, got)
-  -- Retries this call made due and left behind are claimable now: tell the
-  -- waiters, as a tick that promoted them would have.
-  if promoted > 0 and got == count and redis.call('LLEN', k.due) > 0 then notify(k) end
-  return got
-end
 
--- claim: lease up to `count` messages, due retries before fresh ones.
---   KEYS[1]  <prefix>:{q}                       queue key base
---   ARGV[1]  lease_ms                           integer 1..43200000
---   ARGV[2]  count                              integer 1..100 (default 1)
---   ARGV[3]  "1" (optional)                     the caller forwards timer hints
---   ARGV[4]  "flag" | "request" (optional)      where lease_ms came from: "flag"
---                                               (the daemon's default) lets the
---                                               policy's lease_seconds override it
---   ARGV[5]  worker (optional, after ARGV[4])   1-128 bytes naming the claimant, kept
---                                               with each lease ("" or absent: none)
---   ARGV[6]  nonce (optional, after ARGV[5])    1-64 bytes, unique per call: the
---                                               daemon's tag for release_lost ("": none)
--- Claims as claim_into above: due retries and replays first, then fresh ids
--- FIFO; at most REPLY_BYTES of messages (always at least one), so a batch
--- may come back short.
--- Returns {"ok", message, ...}: zero messages when nothing is claimable. Each
--- message is leased_reply's positional array (02_record.lua): {id, payload,
--- retry_count, max_retries, created_at, updated_at, lease_expires_at,
--- lease_token (unique per claim)}, then its optional fields as name, value
--- pairs. With
--- ARGV[3] a timer hint follows the messages: the one of the new leases'
--- deadline (need_timer), -1 when none was needed. With ARGV[4] (and ARGV[3])
--- one more value ends the reply: when the rate limit held the claim back, the
--- ms until its next token is due, else 0 (docs/flow-control.md).
-local function claim(keys, args)
-  local base = keys[1]
-  local k = queue_keys(base)
-  local lease_ms = to_int(args[1])
-  local count = to_int(args[2] or '1')
-  if lease_ms == nil or lease_ms < 1 or lease_ms > 43200000 then return bad_arg('lease_ms') end
-  if count == nil or count < 1 or count > 100 then return bad_arg('count') end
-  local worker = args[5]
-  if worker == '' then worker = nil end
-  if worker and #worker > 128 then return bad_arg('worker') end
-  local nonce = args[6]
-  if nonce == '' then nonce = nil end
-  if nonce and #nonce > 64 then return bad_arg('nonce') end
-  local out = { 'ok' }
-  local now = now_ms()
-  lease_ms = flow.lease_ms(k, lease_ms, args[4] == 'flag')
-  local got = claim_into(k, base, now, lease_ms, count, out, worker, nonce)
-  if args[3] == '1' then
-    local timer = -1
-    if got > 0 then timer = need_timer(k, now, now + lease_ms) end
-    out[#out + 1] = timer
-    if args[4] then out[#out + 1] = k.flow_retry_ms or 0 end
+  -- claim: lease up to `count` messages, due retries before fresh ones.
+  --   KEYS[1]  <prefix>:{q}                       queue key base
+  --   ARGV[1]  lease_ms                           integer 1..43200000
+  --   ARGV[2]  count                              integer 1..100 (default 1)
+  --   ARGV[3]  "1" (optional)                     the caller forwards timer hints
+  --   ARGV[4]  "default" | "request" (optional)   where lease_ms came from: "default"
+  --                                               (the daemon's default) lets the
+  --                                               policy's lease_seconds override it
+  --   ARGV[5]  worker (optional, after ARGV[4])   1-128 bytes naming the claimant, kept
+  --                                               with each lease ("" or absent: none)
+  --   ARGV[6]  nonce (optional, after ARGV[5])    1-64 bytes, unique per call: the
+  --                                               daemon's tag for release_lost ("": none)
+  -- Claims as claim_into above: due retries and replays first, then fresh ids
+  -- FIFO; at most REPLY_BYTES of messages (always at least one), so a batch
+  -- may come back short.
+  -- Returns {"ok", message, ...}: zero messages when nothing is claimable. Each
+  -- message is leased_reply's positional array (02_record.lua): {id, payload,
+  -- retry_count, max_retries, created_at, updated_at, lease_expires_at,
+  -- lease_token (unique per claim)}, then its optional fields as name, value
+  -- pairs. With
+  -- ARGV[3] a timer hint follows the messages: the one of the new leases'
+  -- deadline (need_timer), -1 when none was needed. With ARGV[4] (and ARGV[3])
+  -- one more value ends the reply: when the rate limit held the claim back, the
+  -- ms until its next token is due, else 0 (docs/flow-control.md).
+  local function claim(keys, args)
+    local base = keys[1]
+    local k = queue_keys(base)
+    local lease_ms = to_int(args[1])
+    local count = to_int(args[2] or '1')
+    if lease_ms == nil or lease_ms < 1 or lease_ms > 43200000 then return bad_arg('lease_ms') end
+    if count == nil or count < 1 or count > 100 then return bad_arg('count') end
+    local worker = args[5]
+    if worker == '' then worker = nil end
+    if worker and #worker > 128 then return bad_arg('worker') end
+    local nonce = args[6]
+    if nonce == '' then nonce = nil end
+    if nonce and #nonce > 64 then return bad_arg('nonce') end
+    local out = { 'ok' }
+    local now = now_ms()
+    lease_ms = flow.lease_ms(k, lease_ms, args[4] == 'default')
+    local got = claim_into(k, base, now, lease_ms, count, out, worker, nonce)
+    if args[3] == '1' then
+      local timer = -1
+      if got > 0 then timer = need_timer(k, now, now + lease_ms) end
+      out[#out + 1] = timer
+      if args[4] then out[#out + 1] = k.flow_retry_ms or 0 end
+    end
+    return out
   end
-  return out
-end
 
-register('claim', claim)
+  register('claim', claim)
 
-leasing.claim_into = claim_into
+  leasing.claim_into = claim_into
 end

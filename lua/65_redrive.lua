@@ -13,233 +13,233 @@
 -- and every redrive_take first answers the letters left in redriving by a
 -- cut call, so the next redrive on the queue completes them.
 do
-local MAX_BATCH, REPLY_BYTES, bad_arg = common.MAX_BATCH, common.REPLY_BYTES, common.bad_arg
-local message_key, notify, now_ms = common.message_key, common.notify, common.now_ms
-local old_keys, queue_keys, register = common.old_keys, common.queue_keys, common.register
-local to_int = common.to_int
-local load_message, store_message = record.load_message, record.store_message
-local drop_orphan, emit, leave_dead = lifecycle.drop_orphan, lifecycle.emit, lifecycle.leave_dead
-local lift = lifecycle.lift
-local walk_dead = operator.walk_dead
+  local MAX_BATCH, REPLY_BYTES, bad_arg = common.MAX_BATCH, common.REPLY_BYTES, common.bad_arg
+  local message_key, notify, now_ms = common.message_key, common.notify, common.now_ms
+  local old_keys, queue_keys, register = common.old_keys, common.queue_keys, common.register
+  local to_int = common.to_int
+  local load_message, store_message = record.load_message, record.store_message
+  local drop_orphan, emit, leave_dead = lifecycle.drop_orphan, lifecycle.emit, lifecycle.leave_dead
+  local lift = lifecycle.lift
+  local walk_dead = operator.walk_dead
 
--- Letters answered per take: at most this many, and a reply stops after
--- REPLY_BYTES of payloads (at least one letter).
-local REDRIVE_BATCH = 100
--- How long a target keeps its idempotency key once the source is done.
-local REDRIVE_FORGET_MS = 24 * 3600 * 1000
+  -- Letters answered per take: at most this many, and a reply stops after
+  -- REPLY_BYTES of payloads (at least one letter).
+  local REDRIVE_BATCH = 100
+  -- How long a target keeps its idempotency key once the source is done.
+  local REDRIVE_FORGET_MS = 24 * 3600 * 1000
 
--- "<target base>:redrive:<source queue>:<source id>" STRING -> the new id.
--- The id is digits, so the last ':' splits it from any queue name.
-local function redrive_key(base, src_queue, src_id)
-  return base .. ':redrive:' .. src_queue .. ':' .. src_id
-end
-
--- redrive_take: step 1, in the source's slot.
---   KEYS[1]  <prefix>:{source}                  queue key base
---   ARGV[1]  target                             target queue name (decoded)
---   ARGV[2]  mode                               "ids" | "all" | "error"
---   ids:     ARGV[3..] ids (at most 1000)
---   all:     ARGV[3] limit (1..1000), ARGV[4] cursor ("" first)
---   error:   as all, and ARGV[5] needle (plain substring of last_error)
--- When letters are left in redriving (a cut call), answers up to
--- REDRIVE_BATCH of them, each with its recorded target, and selects nothing
--- new: {1, "", letter...}. Otherwise moves the selected dead letters to
--- redriving (the record is kept) and answers {0, next, letter...}: next is
--- "" when the selection is done, else for ids the count of ids used (call
--- again with the rest), for all/error the cursor (replay_many's). A letter
--- is {id, target, max_retries, payload}.
-local function redrive_take(keys, args)
-  local base = keys[1]
-  local k = queue_keys(base)
-  local target, mode = args[1], args[2]
-  if target == nil or target == '' then return bad_arg('target') end
-  local now = now_ms()
-  local out = { 0, '' }
-  local bytes = 0
-  local function answer(id, to, m)
-    out[#out + 1] = { tonumber(id), to, m.max_retries, m.payload }
-    bytes = bytes + #m.payload
+  -- "<target base>:redrive:<source queue>:<source id>" STRING -> the new id.
+  -- The id is digits, so the last ':' splits it from any queue name.
+  local function redrive_key(base, src_queue, src_id)
+    return base .. ':redrive:' .. src_queue .. ':' .. src_id
   end
-  local left = redis.call('ZRANGE', k.redriving, 0, REDRIVE_BATCH - 1)
-  if #left > 0 then
-    out[1] = 1
-    for i = 1, #left do
-      local to = redis.call('HGET', k.redrive_to, left[i])
-      local m = load_message(message_key(base, left[i]))
-      if to and m then
-        answer(left[i], to, m)
-      else   -- an orphan (its record evicted or deleted by hand)
-        redis.call('ZREM', k.redriving, left[i])
-        redis.call('HDEL', k.redrive_to, left[i])
-        redis.call('HINCRBY', k.stats, 'orphans_removed', 1)
-      end
-      if bytes >= REPLY_BYTES then break end
+
+  -- redrive_take: step 1, in the source's slot.
+  --   KEYS[1]  <prefix>:{source}                  queue key base
+  --   ARGV[1]  target                             target queue name (decoded)
+  --   ARGV[2]  mode                               "ids" | "all" | "error"
+  --   ids:     ARGV[3..] ids (at most 1000)
+  --   all:     ARGV[3] limit (1..1000), ARGV[4] cursor ("" first)
+  --   error:   as all, and ARGV[5] needle (plain substring of last_error)
+  -- When letters are left in redriving (a cut call), answers up to
+  -- REDRIVE_BATCH of them, each with its recorded target, and selects nothing
+  -- new: {1, "", letter...}. Otherwise moves the selected dead letters to
+  -- redriving (the record is kept) and answers {0, next, letter...}: next is
+  -- "" when the selection is done, else for ids the count of ids used (call
+  -- again with the rest), for all/error the cursor (replay_many's). A letter
+  -- is {id, target, max_retries, payload}.
+  local function redrive_take(keys, args)
+    local base = keys[1]
+    local k = queue_keys(base)
+    local target, mode = args[1], args[2]
+    if target == nil or target == '' then return bad_arg('target') end
+    local now = now_ms()
+    local out = { 0, '' }
+    local bytes = 0
+    local function answer(id, to, m)
+      out[#out + 1] = { tonumber(id), to, m.max_retries, m.payload }
+      bytes = bytes + #m.payload
     end
-    return out
-  end
-  -- Takes one dead letter (its generation's index g, its record m).
-  local function take(g, id, m, score)
-    local mkey = message_key(base, id)
-    if m.legacy then lift(k, mkey, id, m, 'dead', score) end
-    leave_dead(k, mkey, id, m.last_error or '')
-    redis.call('ZADD', k.redriving, now, id)
-    redis.call('HSET', k.redrive_to, id, target)
-    answer(id, target, m)
-  end
-  local taken = 0
-  if mode == 'ids' then
-    if #args - 2 > MAX_BATCH then return bad_arg('ids') end
-    for i = 3, #args do
-      local id = args[i]
-      local g = k
-      local score = redis.call('ZSCORE', k.dead, id)
-      if not score then
-        g = old_keys(k)
-        score = redis.call('ZSCORE', g.dead, id)
+    local left = redis.call('ZRANGE', k.redriving, 0, REDRIVE_BATCH - 1)
+    if #left > 0 then
+      out[1] = 1
+      for i = 1, #left do
+        local to = redis.call('HGET', k.redrive_to, left[i])
+        local m = load_message(message_key(base, left[i]))
+        if to and m then
+          answer(left[i], to, m)
+        else   -- an orphan (its record evicted or deleted by hand)
+          redis.call('ZREM', k.redriving, left[i])
+          redis.call('HDEL', k.redrive_to, left[i])
+          redis.call('HINCRBY', k.stats, 'orphans_removed', 1)
+        end
+        if bytes >= REPLY_BYTES then break end
       end
-      if score then
-        local m = load_message(message_key(base, id))
-        if m then
-          take(g, id, m, score)
-          taken = taken + 1
-        else
-          drop_orphan(g, g.dead, id)
+      return out
+    end
+    -- Takes one dead letter (its generation's index g, its record m).
+    local function take(g, id, m, score)
+      local mkey = message_key(base, id)
+      if m.legacy then lift(k, mkey, id, m, 'dead', score) end
+      leave_dead(k, mkey, id, m.last_error or '')
+      redis.call('ZADD', k.redriving, now, id)
+      redis.call('HSET', k.redrive_to, id, target)
+      answer(id, target, m)
+    end
+    local taken = 0
+    if mode == 'ids' then
+      if #args - 2 > MAX_BATCH then return bad_arg('ids') end
+      for i = 3, #args do
+        local id = args[i]
+        local g = k
+        local score = redis.call('ZSCORE', k.dead, id)
+        if not score then
+          g = old_keys(k)
+          score = redis.call('ZSCORE', g.dead, id)
+        end
+        if score then
+          local m = load_message(message_key(base, id))
+          if m then
+            take(g, id, m, score)
+            taken = taken + 1
+          else
+            drop_orphan(g, g.dead, id)
+          end
+        end
+        if (bytes >= REPLY_BYTES or taken >= REDRIVE_BATCH) and i < #args then
+          out[2] = tostring(i - 2)
+          break
         end
       end
-      if (bytes >= REPLY_BYTES or taken >= REDRIVE_BATCH) and i < #args then
-        out[2] = tostring(i - 2)
-        break
+      return out
+    end
+    if mode ~= 'all' and mode ~= 'error' then return bad_arg('mode') end
+    local limit = to_int(args[3])
+    if limit == nil or limit < 1 or limit > MAX_BATCH then return bad_arg('limit') end
+    local needle = nil
+    if mode == 'error' then needle = args[5] or '' end
+    -- replay_many's walk and cursor, old generation first, only letters dead
+    -- when the first call ran.
+    local cursor = walk_dead(k, base, now, args[4] or '', limit, needle,
+      function(g, id, m, score)
+        take(g, id, m, score)
+        taken = taken + 1
+      end,
+      function() return bytes >= REPLY_BYTES or taken >= REDRIVE_BATCH end)
+    if cursor == nil then return { 'bad_cursor' } end
+    out[2] = cursor
+    return out
+  end
+
+  -- redrive_in: step 2, in the target's slot: the idempotent enqueue.
+  --   KEYS[1]  <prefix>:{target}                  queue key base
+  --   ARGV[1]  source                             source queue name (decoded)
+  --   ARGV[2..] triples: source id, max_retries (1..255), payload
+  -- Each letter not seen before becomes a new pending message (fresh budget,
+  -- no idempotency key, origin {source, source id}) and its key
+  -- redrive_key -> the new id is kept (no expiry until redrive_forget). A
+  -- letter seen before answers the id it got then, and creates nothing.
+  -- Publishes on the wake channel when it created any.
+  -- Returns {new id, ...} in the order given.
+  local function redrive_in(keys, args)
+    local base = keys[1]
+    local k = queue_keys(base)
+    local source = args[1]
+    if source == nil or source == '' then return bad_arg('source') end
+    if (#args - 1) % 3 ~= 0 or #args - 1 > 3 * MAX_BATCH then return bad_arg('letters') end
+    local now = now_ms()
+    local out, created = {}, 0
+    for i = 2, #args, 3 do
+      local src_id, max_retries, payload = to_int(args[i]), to_int(args[i + 1]), args[i + 2]
+      if src_id == nil or src_id < 1 then return bad_arg('id') end
+      if max_retries == nil or max_retries < 1 or max_retries > 255 then
+        return bad_arg('max_retries')
       end
+      local key = redrive_key(base, source, src_id)
+      local seen = redis.call('GET', key)
+      if seen then
+        out[#out + 1] = tonumber(seen)
+      else
+        local id = redis.call('INCR', k.seq)
+        store_message(message_key(base, id),
+                      { payload = payload, retry_count = 0, max_retries = max_retries,
+                        created_at = now, updated_at = now, lease_at = now, serial = 0,
+                        origin_queue = source, origin_id = src_id })
+        redis.call('LPUSH', k.ready, id)
+        redis.call('SET', key, id)
+        created = created + 1
+        out[#out + 1] = id
+      end
+    end
+    if created > 0 then
+      redis.call('HINCRBY', k.stats, 'enqueued', created)
+      redis.call('HINCRBY', k.stats, 'redriven_in', created)
+      notify(k)
     end
     return out
   end
-  if mode ~= 'all' and mode ~= 'error' then return bad_arg('mode') end
-  local limit = to_int(args[3])
-  if limit == nil or limit < 1 or limit > MAX_BATCH then return bad_arg('limit') end
-  local needle = nil
-  if mode == 'error' then needle = args[5] or '' end
-  -- replay_many's walk and cursor, old generation first, only letters dead
-  -- when the first call ran.
-  local cursor = walk_dead(k, base, now, args[4] or '', limit, needle,
-    function(g, id, m, score)
-      take(g, id, m, score)
-      taken = taken + 1
-    end,
-    function() return bytes >= REPLY_BYTES or taken >= REDRIVE_BATCH end)
-  if cursor == nil then return { 'bad_cursor' } end
-  out[2] = cursor
-  return out
-end
 
--- redrive_in: step 2, in the target's slot: the idempotent enqueue.
---   KEYS[1]  <prefix>:{target}                  queue key base
---   ARGV[1]  source                             source queue name (decoded)
---   ARGV[2..] triples: source id, max_retries (1..255), payload
--- Each letter not seen before becomes a new pending message (fresh budget,
--- no idempotency key, origin {source, source id}) and its key
--- redrive_key -> the new id is kept (no expiry until redrive_forget). A
--- letter seen before answers the id it got then, and creates nothing.
--- Publishes on the wake channel when it created any.
--- Returns {new id, ...} in the order given.
-local function redrive_in(keys, args)
-  local base = keys[1]
-  local k = queue_keys(base)
-  local source = args[1]
-  if source == nil or source == '' then return bad_arg('source') end
-  if (#args - 1) % 3 ~= 0 or #args - 1 > 3 * MAX_BATCH then return bad_arg('letters') end
-  local now = now_ms()
-  local out, created = {}, 0
-  for i = 2, #args, 3 do
-    local src_id, max_retries, payload = to_int(args[i]), to_int(args[i + 1]), args[i + 2]
-    if src_id == nil or src_id < 1 then return bad_arg('id') end
-    if max_retries == nil or max_retries < 1 or max_retries > 255 then
-      return bad_arg('max_retries')
+  -- redrive_done: step 3, in the source's slot: the letters leave.
+  --   KEYS[1]  <prefix>:{source}                  queue key base
+  --   ARGV[1..] pairs: source id, the id redrive_in answered for it
+  -- A letter still in redriving is deleted (its record too), counted as
+  -- redriven and announced by a "redriven" event; any other id is left alone.
+  -- Returns how many left.
+  local function redrive_done(keys, args)
+    local base = keys[1]
+    local k = queue_keys(base)
+    if #args % 2 ~= 0 or #args > 2 * MAX_BATCH then return bad_arg('ids') end
+    local now = now_ms()
+    local done = 0
+    for i = 1, #args, 2 do
+      local id = args[i]
+      if redis.call('ZREM', k.redriving, id) == 1 then
+        redis.call('HDEL', k.redrive_to, id)
+        redis.call('UNLINK', message_key(base, id))
+        emit(k, 'redriven', id, nil, 0, now)
+        done = done + 1
+      end
     end
-    local key = redrive_key(base, source, src_id)
-    local seen = redis.call('GET', key)
-    if seen then
-      out[#out + 1] = tonumber(seen)
-    else
-      local id = redis.call('INCR', k.seq)
-      store_message(message_key(base, id),
-                    { payload = payload, retry_count = 0, max_retries = max_retries,
-                      created_at = now, updated_at = now, lease_at = now, serial = 0,
-                      origin_queue = source, origin_id = src_id })
-      redis.call('LPUSH', k.ready, id)
-      redis.call('SET', key, id)
-      created = created + 1
-      out[#out + 1] = id
+    if done > 0 then redis.call('HINCRBY', k.stats, 'redriven', done) end
+    return done
+  end
+
+  -- redrive_forget: step 4, in the target's slot: once the source is done, a
+  -- letter's idempotency key is kept one more day (a concurrent caller that
+  -- took the same letter still gets the same id), then expires.
+  --   KEYS[1]  <prefix>:{target}                  queue key base
+  --   ARGV[1]  source                             source queue name
+  --   ARGV[2..] source ids
+  -- Returns how many keys were found.
+  local function redrive_forget(keys, args)
+    local base = keys[1]
+    local source = args[1]
+    if source == nil or source == '' or #args - 1 > MAX_BATCH then return bad_arg('source') end
+    local n = 0
+    for i = 2, #args do
+      n = n + redis.call('PEXPIRE', redrive_key(base, source, args[i]), REDRIVE_FORGET_MS)
     end
+    return n
   end
-  if created > 0 then
-    redis.call('HINCRBY', k.stats, 'enqueued', created)
-    redis.call('HINCRBY', k.stats, 'redriven_in', created)
-    notify(k)
+
+  register('redrive_take', redrive_take)
+  register('redrive_in', redrive_in)
+  register('redrive_done', redrive_done)
+  register('redrive_forget', redrive_forget)
+
+  -- redrive_payload: the payload of a letter in redriving, after a "P" (so an
+  -- empty payload is told from none), or nil when the letter is not redriving.
+  -- For retryctl, which moves payloads byte for byte with redis-cli --raw and
+  -- -x instead of through shell variables.
+  --   KEYS[1]  <prefix>:{source}                  queue key base
+  --   KEYS[2]  <prefix>:{source}:m:<id>           the letter
+  --   ARGV[1]  id
+  local function redrive_payload(keys, args)
+    local k = queue_keys(keys[1])
+    if not redis.call('ZSCORE', k.redriving, args[1]) then return nil end
+    local m = load_message(keys[2])
+    return m and ('P' .. m.payload)
   end
-  return out
-end
 
--- redrive_done: step 3, in the source's slot: the letters leave.
---   KEYS[1]  <prefix>:{source}                  queue key base
---   ARGV[1..] pairs: source id, the id redrive_in answered for it
--- A letter still in redriving is deleted (its record too), counted as
--- redriven and announced by a "redriven" event; any other id is left alone.
--- Returns how many left.
-local function redrive_done(keys, args)
-  local base = keys[1]
-  local k = queue_keys(base)
-  if #args % 2 ~= 0 or #args > 2 * MAX_BATCH then return bad_arg('ids') end
-  local now = now_ms()
-  local done = 0
-  for i = 1, #args, 2 do
-    local id = args[i]
-    if redis.call('ZREM', k.redriving, id) == 1 then
-      redis.call('HDEL', k.redrive_to, id)
-      redis.call('UNLINK', message_key(base, id))
-      emit(k, 'redriven', id, nil, 0, now)
-      done = done + 1
-    end
-  end
-  if done > 0 then redis.call('HINCRBY', k.stats, 'redriven', done) end
-  return done
-end
-
--- redrive_forget: step 4, in the target's slot: once the source is done, a
--- letter's idempotency key is kept one more day (a concurrent caller that
--- took the same letter still gets the same id), then expires.
---   KEYS[1]  <prefix>:{target}                  queue key base
---   ARGV[1]  source                             source queue name
---   ARGV[2..] source ids
--- Returns how many keys were found.
-local function redrive_forget(keys, args)
-  local base = keys[1]
-  local source = args[1]
-  if source == nil or source == '' or #args - 1 > MAX_BATCH then return bad_arg('source') end
-  local n = 0
-  for i = 2, #args do
-    n = n + redis.call('PEXPIRE', redrive_key(base, source, args[i]), REDRIVE_FORGET_MS)
-  end
-  return n
-end
-
-register('redrive_take', redrive_take)
-register('redrive_in', redrive_in)
-register('redrive_done', redrive_done)
-register('redrive_forget', redrive_forget)
-
--- redrive_payload: the payload of a letter in redriving, after a "P" (so an
--- empty payload is told from none), or nil when the letter is not redriving.
--- For retryctl, which moves payloads byte for byte with redis-cli --raw and
--- -x instead of through shell variables.
---   KEYS[1]  <prefix>:{source}                  queue key base
---   KEYS[2]  <prefix>:{source}:m:<id>           the letter
---   ARGV[1]  id
-local function redrive_payload(keys, args)
-  local k = queue_keys(keys[1])
-  if not redis.call('ZSCORE', k.redriving, args[1]) then return nil end
-  local m = load_message(keys[2])
-  return m and ('P' .. m.payload)
-end
-
-register('redrive_payload', redrive_payload, { 'no-writes' }, 'message')
+  register('redrive_payload', redrive_payload, { 'no-writes' }, 'message')
 end

@@ -592,7 +592,7 @@ int rd_store_claim(rd_store_t *st, rd_store_queue_t q, rd_lease_t lease, int cou
     arg_int(&c, lease.ms);
     arg_int(&c, count);
     arg_str(&c, "1");   /* this caller forwards timer hints */
-    arg_str(&c, lease.given ? "request" : "flag");
+    arg_str(&c, lease.given ? "request" : "default");
     arg_str(&c, worker ? worker : "");
     arg_nonce(&c, st);
     return send_op(st, &c, CB(cb), arg);
@@ -646,7 +646,7 @@ int rd_store_extend(rd_store_t *st, rd_store_queue_t q, long long id, const char
     arg_str(&c, token ? token : "");
     arg_int(&c, lease.ms);
     arg_str(&c, "1");   /* this caller forwards timer hints */
-    arg_str(&c, lease.given ? "request" : "flag");
+    arg_str(&c, lease.given ? "request" : "default");
     return send_op(st, &c, CB(cb), arg);
 }
 
@@ -721,7 +721,7 @@ int rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, rd_lease_t lease, 
     }
     arg_int(c, st->dead_ttl_ms);        /* asks for the timer hint */
     arg_int(c, st->succeeded_ttl_ms);
-    arg_str(c, lease.given ? "request" : "flag");
+    arg_str(c, lease.given ? "request" : "default");
     arg_str(c, worker ? worker : "");
     if (count > 0) arg_nonce(c, st);
     int rc = send_op(st, c, CB(cb), arg);

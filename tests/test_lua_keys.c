@@ -18,10 +18,10 @@ static void test_claim_on_unknown_queue_writes_nothing(void **state)
     (void)state;
     queue_t q;
     queue_init(&q, "ghost");
-    redisReply *r = fcall("claim", &q, -1, "30000", "10", "1", "flag", "w", END);
+    redisReply *r = fcall("claim", &q, -1, "30000", "10", "1", "default", "w", END);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     freeReplyObject(r);
-    r = fcall("settle_claim", &q, -1, "30000", "5", "0", "0", "0", "flag", END);
+    r = fcall("settle_claim", &q, -1, "30000", "5", "0", "0", "0", "default", END);
     freeReplyObject(r);
     r = fcall("settle_claim", &q, -1, "30000", "5", "1", "7", "", "failed", "x", "1", "-1", END);
     freeReplyObject(r);

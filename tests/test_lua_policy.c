@@ -222,7 +222,7 @@ static void test_policy_precedence(void **state)
     /* Each lease is bracketed by Redis clock reads before and after its call. */
     long long t0 = redis_now_ms(), retry;
     long long ids[2];
-    assert_int_equal(claim_gated(&q, "60000", 1, "flag", ids, &retry), 1);
+    assert_int_equal(claim_gated(&q, "60000", 1, "default", ids, &retry), 1);
     long long t1 = redis_now_ms();
     long long deadline = zscore(qkey(&q, "3:processing"), ids[0]);
     assert_in_range(deadline, t0 + 5000, t1 + 5000);
@@ -231,7 +231,7 @@ static void test_policy_precedence(void **state)
     /* extend: the flag's default gives way to the policy too. */
     msg_t m;
     t0 = redis_now_ms();
-    r = fcall("extend", &q, ids[0], "", "60000", "1", "flag", END);
+    r = fcall("extend", &q, ids[0], "", "60000", "1", "default", END);
     t1 = redis_now_ms();
     assert_true(has_code(r, "ok") && r->elements == 3);
     msg_parse(r->element[1], &m);
@@ -246,7 +246,7 @@ static void test_pause_resume(void **state)
     enqueue_ok(&q, "a", 3, 0);
     assert_int_equal(int_reply(fcall("pause", &q, -1, "1", END)), 1);
     long long retry, ids[2];
-    assert_int_equal(claim_gated(&q, "30000", 2, "flag", ids, &retry), 0);
+    assert_int_equal(claim_gated(&q, "30000", 2, "default", ids, &retry), 0);
     assert_int_equal(retry, 0);
     assert_int_equal(counter(&q, "held_paused"), 1);
     /* Everything else goes on; a policy write keeps the pause. */
@@ -255,7 +255,7 @@ static void test_pause_resume(void **state)
     assert_string_equal(policy_field(&q, "paused"), "1");
     expect_nothing_to_claim(&q);
     assert_int_equal(int_reply(fcall("pause", &q, -1, "0", END)), 0);
-    assert_int_equal(claim_gated(&q, "30000", 2, "flag", ids, &retry), 2);
+    assert_int_equal(claim_gated(&q, "30000", 2, "default", ids, &retry), 2);
     expect_error(fcall("pause", &q, -1, "yes", END));
     /* An empty paused queue holds no claim back. */
     int_reply(fcall("pause", &q, -1, "1", END));
@@ -270,20 +270,20 @@ static void test_max_in_flight(void **state)
     for (int i = 0; i < 5; i++) enqueue_ok(&q, "job", 3, 0);
     policy_set(&q, "replace", "max_in_flight", "2");
     long long retry, ab[5], c[5];
-    assert_int_equal(claim_gated(&q, "30000", 5, "flag", ab, &retry), 2);
-    assert_int_equal(claim_gated(&q, "30000", 1, "flag", NULL, &retry), 0);
+    assert_int_equal(claim_gated(&q, "30000", 5, "default", ab, &retry), 2);
+    assert_int_equal(claim_gated(&q, "30000", 1, "default", NULL, &retry), 0);
     assert_int_equal(retry, 0);
     assert_int_equal(counter(&q, "held_cap"), 2);
     msg_t m;
     expect_ok_msg(fcall("succeed", &q, ab[0], "", END), &m);
-    assert_int_equal(claim_gated(&q, "30000", 5, "flag", c, &retry), 1);
+    assert_int_equal(claim_gated(&q, "30000", 5, "default", c, &retry), 1);
     /* A cap lowered below what is in flight: nothing until two have left. */
     policy_set(&q, "merge", "max_in_flight", "1");
     assert_int_equal(zcard(qkey(&q, "3:processing")), 2);
     fail_ok(&q, c[0], "e", "1", 0, &m);
-    assert_int_equal(claim_gated(&q, "30000", 1, "flag", NULL, &retry), 0);
+    assert_int_equal(claim_gated(&q, "30000", 1, "default", NULL, &retry), 0);
     expect_ok_msg(fcall("succeed", &q, ab[1], "", END), &m);
-    assert_int_equal(claim_gated(&q, "30000", 3, "flag", c, &retry), 1);
+    assert_int_equal(claim_gated(&q, "30000", 3, "default", c, &retry), 1);
     assert_int_equal(zcard(qkey(&q, "3:processing")), 1);
 }
 
@@ -331,15 +331,15 @@ static void test_rate_limit_bucket(void **state)
     for (int i = 0; i < 8; i++) enqueue_ok(&q, "job", 3, 0);
     policy_set(&q, "replace", "rate_limit.per_second", "4", "rate_limit.burst", "3");
     long long retry, ids[8];
-    assert_int_equal(claim_gated(&q, "30000", 5, "flag", ids, &retry), 3);
-    assert_int_equal(claim_gated(&q, "30000", 1, "flag", NULL, &retry), 0);
+    assert_int_equal(claim_gated(&q, "30000", 5, "default", ids, &retry), 3);
+    assert_int_equal(claim_gated(&q, "30000", 1, "default", NULL, &retry), 0);
     /* retry counts from the held claim's clock, so the wait starts after it
      * (a clock read before the call can be earlier and wake too soon). */
     long long t0 = redis_now_ms();
     assert_true(retry > 0 && retry <= 250);
     assert_true(counter(&q, "held_rate") >= 1);
     wait_until_ms(t0 + retry);
-    assert_int_equal(claim_gated(&q, "30000", 2, "flag", ids, &retry), 1);
+    assert_int_equal(claim_gated(&q, "30000", 2, "default", ids, &retry), 1);
     /* The bucket expires when it would be full again: no key is left idle. */
     long long ttl = int_reply(rcmd("PTTL", qkey(&q, "bucket"), END));
     assert_true(ttl > 0 && ttl <= 750);
@@ -354,16 +354,16 @@ static void test_rate_changed_mid_bucket(void **state)
     for (int i = 0; i < 10; i++) enqueue_ok(&q, "job", 3, 0);
     policy_set(&q, "replace", "rate_limit.per_second", "0.01", "rate_limit.burst", "5");
     long long retry;
-    assert_int_equal(claim_gated(&q, "30000", 1, "flag", NULL, &retry), 1); /* 4 left */
+    assert_int_equal(claim_gated(&q, "30000", 1, "default", NULL, &retry), 1); /* 4 left */
     policy_set(&q, "replace", "rate_limit.per_second", "0.02", "rate_limit.burst", "2");
-    assert_int_equal(claim_gated(&q, "30000", 5, "flag", NULL, &retry), 2);
-    assert_int_equal(claim_gated(&q, "30000", 1, "flag", NULL, &retry), 0);
+    assert_int_equal(claim_gated(&q, "30000", 5, "default", NULL, &retry), 2);
+    assert_int_equal(claim_gated(&q, "30000", 1, "default", NULL, &retry), 0);
     assert_true(retry > 40000 && retry <= 50000);   /* one token per 50 s */
     policy_set(&q, "replace", "rate_limit.per_second", "0.01", "rate_limit.burst", "9");
-    assert_int_equal(claim_gated(&q, "30000", 1, "flag", NULL, &retry), 0);
+    assert_int_equal(claim_gated(&q, "30000", 1, "default", NULL, &retry), 0);
     policy_set(&q, "replace", "max_in_flight", "0");
     assert_int_equal(exists(qkey(&q, "bucket")), 0);
-    assert_int_equal(claim_gated(&q, "30000", 5, "flag", NULL, &retry), 5);
+    assert_int_equal(claim_gated(&q, "30000", 5, "default", NULL, &retry), 5);
 }
 
 /* The policy's retention wins over tick's arguments (the daemon's flags), and
