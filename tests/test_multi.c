@@ -1487,6 +1487,7 @@ static void test_previous_release_library_beside(void **state)
         http_to(g_b.port, &resp, "GET", mpath, NULL);
         rd_json_t *m = e2e_expect_json(&resp, 200);
         status = e2e_jstr(m, "status");
+        if (status == NULL) status = "(none)";
         snprintf(last, sizeof last, "%s", status);
         bool back = strcmp(status, "pending") == 0 && e2e_jint(m, "retry_count") == 1;
         e2e_response_free(&resp);
