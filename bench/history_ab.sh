@@ -26,7 +26,7 @@ rcli() { redis-cli -p "$port" "$@"; }
 # The before library under the name retryd_ab (first line and LIBRARY).
 lib_a=$(sed -n '1s/^#!lua name=//p' "$after")
 lib_b=$(sed -n '1s/^#!lua name=//p' "$before")
-sed -e "1s/.*/#!lua name=retryd_ab/" -e "s/^local LIBRARY = '$lib_b'/local LIBRARY = 'retryd_ab'/" \
+sed -e "1s/.*/#!lua name=retryd_ab/" -e "s/^\( *\)local LIBRARY = '$lib_b'/\1local LIBRARY = 'retryd_ab'/" \
     "$before" >"$tmp/before.lua"
 rcli -x FUNCTION LOAD REPLACE <"$tmp/before.lua" >/dev/null || exit 1
 rcli -x FUNCTION LOAD REPLACE <"$after" >/dev/null || exit 1

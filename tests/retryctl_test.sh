@@ -340,7 +340,7 @@ test_load() {
     expect_eq "$(rcli --raw FCALL claim 0)" old "the older version still answers"
     rcli FUNCTION DELETE retryd >/dev/null
     # ...and retryctl refuses to load a library of a version it does not call.
-    sed -e "1s/.*/#!lua name=retryd_v0/" -e "s/^local LIBRARY = '$LIB'/local LIBRARY = 'retryd_v0'/" \
+    sed -e "1s/.*/#!lua name=retryd_v0/" -e "s/^\( *\)local LIBRARY = '$LIB'/\1local LIBRARY = 'retryd_v0'/" \
         "$LUA" >"$TMP/v0.lua"
     run env RETRYD_LUA="$TMP/v0.lua" "$RETRYCTL" load
     expect_rc 1 "load of another version"

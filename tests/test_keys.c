@@ -320,7 +320,7 @@ static void test_library_name_matches_lua(void **state)
 {
     const char *first = "#!lua name=" RD_LIBRARY_NAME "\n";
     assert_memory_equal(rd_lua_library, first, strlen(first));
-    assert_non_null(strstr(rd_lua_library, "\nlocal LIBRARY = '" RD_LIBRARY_NAME "'\n"));
+    assert_non_null(strstr(rd_lua_library, "\n  local LIBRARY = '" RD_LIBRARY_NAME "'\n"));
     assert_string_equal(RD_FUNCTION("claim"), RD_LIBRARY_NAME "_claim");
     /* Every function goes through the versioning helper. */
     assert_null(strstr(rd_lua_library, "\nredis.register_function"));
