@@ -13,7 +13,7 @@ do
   local ALERT_GROUP, alert_group_info = common.ALERT_GROUP, common.alert_group_info
   local bad_arg, need_timer, now_ms = common.bad_arg, common.need_timer, common.now_ms
   local queue_keys, register = common.queue_keys, common.register
-  local stream_id_after, to_int = common.stream_id_after, common.to_int
+  local stream_id_after, to_int, cut_text = common.stream_id_after, common.to_int, common.cut_text
 
   -- Deaths older than this when a queue's group is created are not sent.
   local ALERT_BACKLOG_MS = 3600 * 1000
@@ -23,17 +23,6 @@ do
   -- alerts_touch looks at most at this many of the consumer's pending entries.
   local ALERT_TOUCH_MAX = 1000
 
-  -- s cut to at most n bytes, never inside a UTF-8 sequence.
-  local function cut_text(s, n)
-    if #s <= n then return s end
-    local cut = n
-    while cut > 0 do
-      local b = string.byte(s, cut + 1)
-      if b < 0x80 or b >= 0xC0 then break end
-      cut = cut - 1
-    end
-    return string.sub(s, 1, cut)
-  end
 
   -- The alert group of the queue's events stream, created when missing at
   -- "ALERT_BACKLOG_MS ago"; nil when the queue has no stream.

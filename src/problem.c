@@ -5,6 +5,7 @@
 
 #include "retryd/alloc.h"
 #include "retryd/json.h"
+#include "retryd/utf8.h"
 
 static const struct {
     int status;
@@ -56,12 +57,7 @@ char *rd_problem_body(rd_problem_t p, const char *detail, const char *instance,
     rd_json_set_int(doc, "status", problems[p].status);
     rd_json_set_string(doc, "detail", detail ? detail : problems[p].title);
     if (instance == NULL) instance_len = 0;
-    if (instance_len > RD_PROBLEM_INSTANCE_MAX) {
-        /* Cut before the character that byte RD_PROBLEM_INSTANCE_MAX is in. */
-        instance_len = RD_PROBLEM_INSTANCE_MAX;
-        while (instance_len > 0 && ((unsigned char)instance[instance_len] & 0xC0) == 0x80)
-            instance_len--;
-    }
+    instance_len = rd_utf8_cut(instance, instance_len, RD_PROBLEM_INSTANCE_MAX);
     rd_json_set_stringn(doc, "instance", instance ? instance : "", instance_len);
     if (errs && errs->count > 0) {
         rd_json_t *list = rd_json_new_array();

@@ -14,6 +14,7 @@
 #include "retryd/limits.h"
 #include "retryd/log.h"
 #include "retryd/store_replies.h"
+#include "retryd/utf8.h"
 
 enum { NONCE_MAX = RD_STORE_NONCE_MAX };
 
@@ -614,12 +615,7 @@ int rd_store_succeed(rd_store_t *st, rd_store_queue_t q, long long id, const cha
  * (a 1 MiB argument alone costs it about a millisecond). */
 static void arg_error(cmd_t *c, const char *error)
 {
-    size_t len = strlen(error);
-    if (len > RD_LAST_ERROR_MAX) {
-        len = RD_LAST_ERROR_MAX;
-        while (len > 0 && ((unsigned char)error[len] & 0xC0) == 0x80) len--;
-    }
-    arg_bytes(c, error, len);
+    arg_bytes(c, error, rd_utf8_cut(error, strlen(error), RD_LAST_ERROR_MAX));
 }
 
 int rd_store_fail(rd_store_t *st, rd_store_queue_t q, long long id, const char *token,

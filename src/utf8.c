@@ -57,3 +57,11 @@ void rd_utf8_repair(const char *s, size_t len, rd_buf_t *out)
     }
     rd_buf_append(out, s + run, len - run);
 }
+
+size_t rd_utf8_cut(const char *s, size_t len, size_t max)
+{
+    if (len <= max) return len;
+    size_t cut = max;
+    while (cut > 0 && ((unsigned char)s[cut] & 0xC0) == 0x80) cut--;
+    return cut;
+}

@@ -22,4 +22,8 @@ bool rd_utf8_valid(const char *s, size_t len);
  * they are. */
 void rd_utf8_repair(const char *s, size_t len, rd_buf_t *out);
 
+/* The length of s[0..len) cut to at most max bytes, never inside a UTF-8
+ * sequence: a cut at byte max moves back to the start of its character. */
+size_t rd_utf8_cut(const char *s, size_t len, size_t max);
+
 #endif
