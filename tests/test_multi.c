@@ -1357,6 +1357,24 @@ static void test_sigterm_answers_parked_waiter(void **state)
 /* indexes")                                                                */
 /* ------------------------------------------------------------------------ */
 
+/* Loads tests/fixtures/<name>.lua, a previous release's library, as one of
+ * its instances would on connect. */
+static void load_fixture_library(const char *name)
+{
+    char path[128];
+    snprintf(path, sizeof path, "tests/fixtures/%s.lua", name);
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) fail_msg("cannot read %s (run from the source tree)", path);
+    static char code[256 * 1024];
+    size_t n = fread(code, 1, sizeof code, f);
+    fclose(f);
+    assert_true(n > 0 && n < sizeof code);
+    redisReply *r = redisCommand(g_redis, "FUNCTION LOAD REPLACE %b", code, n);
+    assert_non_null(r);
+    if (r->type != REDIS_REPLY_STRING) fail_msg("FUNCTION LOAD of %s: %s", name, r->str);
+    freeReplyObject(r);
+}
+
 /* A retryd_v2 instance on the same Redis keeps enqueuing (its library,
  * tests/fixtures/retryd_v2.lua, called as its daemon would) while the
  * retryd_v3 instances have a backlog of their own. Their timer lifts the v2
@@ -1366,16 +1384,8 @@ static void test_sigterm_answers_parked_waiter(void **state)
 static void test_v2_instance_enqueuing_beside_v3(void **state)
 {
     (void)state;
-    FILE *f = fopen("tests/fixtures/retryd_v2.lua", "rb");
-    if (f == NULL) fail_msg("cannot read tests/fixtures/retryd_v2.lua (run from the source tree)");
-    static char code[256 * 1024];
-    size_t n = fread(code, 1, sizeof code, f);
-    fclose(f);
-    assert_true(n > 0 && n < sizeof code);
-    redisReply *r = redisCommand(g_redis, "FUNCTION LOAD REPLACE %b", code, n);
-    assert_non_null(r);
-    if (r->type != REDIS_REPLY_STRING) fail_msg("FUNCTION LOAD of retryd_v2: %s", r->str);
-    freeReplyObject(r);
+    load_fixture_library("retryd_v2");
+    redisReply *r;
 
     char q[32];
     e2e_queue_name(q, sizeof q, "v2beside");
@@ -1445,16 +1455,8 @@ static void test_v2_instance_enqueuing_beside_v3(void **state)
 static void test_previous_release_library_beside(void **state)
 {
     (void)state;
-    FILE *f = fopen("tests/fixtures/retryd_v3.lua", "rb");
-    if (f == NULL) fail_msg("cannot read tests/fixtures/retryd_v3.lua (run from the source tree)");
-    static char code[256 * 1024];
-    size_t n = fread(code, 1, sizeof code, f);
-    fclose(f);
-    assert_true(n > 0 && n < sizeof code);
-    redisReply *r = redisCommand(g_redis, "FUNCTION LOAD REPLACE %b", code, n);
-    assert_non_null(r);
-    if (r->type != REDIS_REPLY_STRING) fail_msg("FUNCTION LOAD of retryd_v3: %s", r->str);
-    freeReplyObject(r);
+    load_fixture_library("retryd_v3");
+    redisReply *r;
 
     char q[32], base[128];
     e2e_queue_name(q, sizeof q, "prevrel");
