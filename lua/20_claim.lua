@@ -98,7 +98,7 @@ do
     if nonce and got > 0 then
       local first, rec = #out - got, ''
       for i = first + 1, #out do rec = rec .. out[i][1] .. ' ' .. out[i][8] .. ' ' end
-      -- 15 s (LOST_CLAIM_KEEP_MS in store.c is the daemon's side of it).
+      -- 15 s (LOST_CLAIM_KEEP_MS in lost_claims.c is the daemon's side of it).
       if not redis.call('SET', k.claims .. nonce, rec, 'NX', 'PX', '15000') then
         -- Given up by release_lost before this call ran: hand all back, in
         -- order, at the claim end (as release does).
