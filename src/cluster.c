@@ -358,11 +358,57 @@ static void send_call(ccall_t *k)
         retry_later(k);
 }
 
+/* A command with no key (PING for /readyz, CONFIG GET) goes to every ready
+ * master and the first success answers: "any master answers" must not hang
+ * on the one master that stopped answering (docs/cluster.md "Readiness"). */
+typedef struct fanout {
+    rd_cluster_t *c;
+    rd_redis_cb cb;
+    void *arg;
+    int outstanding;
+    bool answered;
+} fanout_t;
+
+static void on_fanout_reply(const rd_reply_t *reply, rd_redis_status_t status, void *arg)
+{
+    fanout_t *f = arg;
+    rd_cluster_t *c = f->c;
+    f->outstanding--;
+    bool ok = status == RD_REDIS_OK && rd_reply_type(reply) != RD_REPLY_ERROR;
+    if (!f->answered && (ok || f->outstanding == 0)) {
+        f->answered = true;
+        f->cb(reply, status, f->arg);
+    }
+    if (f->outstanding > 0) return;
+    rd_free(f);
+    c->calls--;
+    maybe_free(c);
+}
+
+static int fan_out(rd_cluster_t *c, int argc, const char **argv, const size_t *lens,
+                   rd_redis_cb cb, void *arg)
+{
+    fanout_t *f = rd_calloc(1, sizeof *f);
+    *f = (fanout_t){ .c = c, .cb = cb, .arg = arg };
+    c->calls++;
+    f->outstanding = 1;  /* held while sending, so no reply frees it early */
+    for (node_t *n = c->nodes; n; n = n->next) {
+        if (!n->master || n->link == NULL || !rd_redis_ready(n->link)) continue;
+        if (rd_redis_command(n->link, argc, argv, lens, on_fanout_reply, f) == 0) f->outstanding++;
+    }
+    if (--f->outstanding > 0) return 0;
+    rd_free(f);  /* sent to none: nothing was called back */
+    c->calls--;
+    refresh(c);
+    return -1;
+}
+
 int rd_cluster_command(rd_cluster_t *c, int argc, const char **argv, const size_t *lens,
                        rd_redis_cb cb, void *arg)
 {
     if (c->closing || !c->map_known) return -1;
     int slot = rd_cluster_command_slot(argc, argv, lens);
+    if (slot < 0) return fan_out(c, argc, argv, lens, cb, arg);
     node_t *n = slot >= 0 ? c->slot_owner[slot] : any_ready_master(c);
     bool ready = n != NULL && n->link != NULL && rd_redis_ready(n->link);
     if (!ready && !worth_waiting(n)) {

@@ -426,13 +426,18 @@ static inline int queue_slot_live(const char *q)
     return (int)s;
 }
 
-static inline int registry_slot(void)
+static inline int registry_slot_of(const char *prefix)
 {
     rd_buf_t b = RD_BUF_INIT;
-    rd_keys_registry(&b, g_prefix);
+    rd_keys_registry(&b, prefix);
     int s = (int)rd_cluster_slot(b.data, b.len);
     rd_buf_free(&b);
     return s;
+}
+
+static inline int registry_slot(void)
+{
+    return registry_slot_of(g_prefix);
 }
 
 /* A fresh queue name "<tag>-<n>" whose slot (CLUSTER KEYSLOT of its key

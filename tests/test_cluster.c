@@ -1722,6 +1722,64 @@ static void test_alerts_from_every_master(void **state)
  * for its slots makes retryd learn the new map. While that handshake hangs
  * /readyz must stay 200 (it was 503 until the handshake ended). The stop
  * stays under the cluster's node timeout (2 s): no second failover. */
+/* /readyz asks every ready master and the first answer wins: one master
+ * that stops answering (whichever a keyless PING used to go to: the first
+ * ready master in the daemon's list) must not turn it 503. Each master is
+ * stopped in turn, so the test does not depend on that order. */
+static void test_ready_while_one_master_hangs(void **state)
+{
+    (void)state;
+    enum { STOPPED_MS = 800 };
+    char prefix[96];
+    snprintf(prefix, sizeof prefix, "%s-hangs", g_prefix);
+    e2e_daemon_t d = { 0 };
+    e2e_flags_t f;
+    e2e_flags(&f, "--redis-cluster", g_seeds, prefix, TICK_MS, "warn", "--redis-timeout-ms",
+              "8000", NULL);
+    if (e2e_daemon_spawn(&d, g_bin, f.argv) != 0) fail_msg("cannot start retryd");
+    if (e2e_daemon_wait_status(&d, "/readyz", 200, READY_TIMEOUT_MS) != 0) {
+        e2e_daemon_stop(&d, SIGKILL, E2E_STOP_TIMEOUT_MS);
+        fail_msg("retryd did not become ready");
+    }
+    cnode_t *m[MAX_NODES];
+    size_t nm = masters(m);
+    int bad_port = 0, bad_answered = 0, bad_ok = 0;
+    for (size_t i = 0; i < nm && bad_port == 0; i++) {
+        pid_t pid = node_pid(m[i]);
+        if (pid <= 0) {
+            e2e_daemon_stop(&d, SIGKILL, E2E_STOP_TIMEOUT_MS);
+            fail_msg("no process_id for master :%d", m[i]->port);
+        }
+        redisFree(m[i]->ctx);     /* the test's own link would stall too */
+        m[i]->ctx = NULL;
+        assert_int_equal(kill(pid, SIGSTOP), 0);
+        g_stopped_pid = pid;
+        long long t0 = e2e_mono_ms();
+        int answered = 0, ok = 0;
+        while (e2e_mono_ms() - t0 < STOPPED_MS) {
+            int st = e2e_status_once(d.port, "GET", "/readyz");
+            if (st > 0) answered++;
+            if (st == 200) ok++;
+            e2e_pause_ms(20);
+        }
+        kill(pid, SIGCONT);
+        g_stopped_pid = 0;
+        printf("test_cluster: /readyz answered %d times while master :%d was stopped, %d of "
+               "them 200\n", answered, m[i]->port, ok);
+        if (answered < 10 || ok != answered) {
+            bad_port = m[i]->port;
+            bad_answered = answered;
+            bad_ok = ok;
+        }
+    }
+    int stopped = e2e_daemon_stop(&d, SIGTERM, E2E_STOP_TIMEOUT_MS);
+    if (load_slot_map(10000) != 0) fail_msg("the nodes did not agree on the slot map");
+    if (bad_port != 0)
+        fail_msg("/readyz: %d answers in %d ms, %d of them 200, while master :%d hung",
+                 bad_answered, STOPPED_MS, bad_ok, bad_port);
+    assert_int_equal(stopped, 0);
+}
+
 static void test_ready_stays_after_start(void **state)
 {
     (void)state;
@@ -1746,7 +1804,7 @@ static void test_ready_stays_after_start(void **state)
     size_t nm = masters(m);
     long long deadline = e2e_mono_ms() + 10000;
     for (size_t i = 0; i < nm && replica == NULL; i++) {
-        if (m[i]->port == control_port || m[i] == g_slot_owner[registry_slot()]) continue;
+        if (m[i]->port == control_port || m[i] == g_slot_owner[registry_slot_of(prefix)]) continue;
         old = m[i];
         while ((replica = replica_of(old)) == NULL && e2e_mono_ms() < deadline) e2e_pause_ms(100);
     }
@@ -1839,6 +1897,7 @@ int main(void)
         T(test_redirect_limit_answers_503),
         T(test_slot_migration_under_load),
         T(test_alerts_from_every_master),
+        T(test_ready_while_one_master_hangs),
         T(test_ready_stays_after_start),
     };
 #undef T
