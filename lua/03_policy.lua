@@ -352,7 +352,7 @@ do
 
   -- The lease of a claim or extend: daemon_default means the caller's value is
   -- its daemon's default lease, not the request's (the ARGV "default"; it was
-  -- "flag" until retryd_v4), which the policy's lease_seconds overrides.
+  -- "flag" until retryd_v5), which the policy's lease_seconds overrides.
   function flow.lease_ms(k, lease_ms, daemon_default)
     if not daemon_default then return lease_ms end
     local s = tonumber(read_policy(k).lease_seconds)

@@ -1443,8 +1443,8 @@ static void test_v2_instance_enqueuing_beside_v3(void **state)
     }
 }
 
-/* The previous release's library (tests/fixtures/retryd_v3.lua, main as it
- * landed on 2026-12-01) loaded by one of its instances on the same Redis:
+/* The previous release's library (tests/fixtures/retryd_v4.lua, main as it
+ * landed on 2026-12-02) loaded by one of its instances on the same Redis:
  * every instance loads its own library on connect with FUNCTION LOAD
  * REPLACE. This release's claim, settle-and-claim and timer take arguments
  * and give replies the previous one does not, so the two must not share a
@@ -1455,15 +1455,15 @@ static void test_v2_instance_enqueuing_beside_v3(void **state)
 static void test_previous_release_library_beside(void **state)
 {
     (void)state;
-    load_fixture_library("retryd_v3");
+    load_fixture_library("retryd_v4");
     redisReply *r;
 
     char q[32], base[128];
     e2e_queue_name(q, sizeof q, "prevrel");
     snprintf(base, sizeof base, "%s:{%s}", g_prefix, q);
-    r = redisCommand(g_redis, "FCALL retryd_v3_enqueue 1 %s %s 3 0", base, "from the old one");
+    r = redisCommand(g_redis, "FCALL retryd_v4_enqueue 1 %s %s 3 0", base, "from the old one");
     assert_non_null(r);
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 2) fail_msg("retryd_v3_enqueue failed");
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 2) fail_msg("retryd_v4_enqueue failed");
     long long old_id = r->element[1]->integer;
     freeReplyObject(r);
 
@@ -1496,7 +1496,7 @@ static void test_previous_release_library_beside(void **state)
         if (back) break;
         e2e_pause_ms(100);
     }
-    r = redisCommand(g_redis, "FUNCTION DELETE retryd_v3");
+    r = redisCommand(g_redis, "FUNCTION DELETE retryd_v4");
     if (r) freeReplyObject(r);
     if (strcmp(last, "pending") != 0)
         fail_msg("the lease did not end in 8 s beside the old library (status %s)", last);
