@@ -170,6 +170,7 @@ do
       taken  = tag .. ':taken',     -- HASH name -> token of the timer round ticking it
       sweep  = tag .. ':sweep',     -- HASH cursor, next_at, cycle_at, takes, alert_url_until
       alerts = tag .. ':alerts',    -- ZSET name -> when (ms): alerts for an --alert-url instance
+      dlq    = tag .. ':dlq',       -- HASH name -> its dead_letter_queue (dlq_link)
     }
   end
 

@@ -169,8 +169,9 @@ do
     s = redis.call('ZSCORE', k.dead, id)
     if s then return 'dead', s end
     -- A dead letter on its way to another queue (65_redrive.lua): the score is its target.
+    -- A death's move to the dead_letter_queue marks it with a "\1" (04_lifecycle.lua).
     s = k.redrive_to and redis.call('HGET', k.redrive_to, id)
-    if s then return 'redriving', s end
+    if s then return 'redriving', string.byte(s, 1) == 1 and string.sub(s, 2) or s end
     return 'pending'
   end
 

@@ -23,6 +23,12 @@ do
     ['rate_limit.per_second'] = { kind = 'number', min = 0.001, max = 100000 },
     ['rate_limit.burst']      = { kind = 'int', min = 1, max = 100000 },
     ['alert_url']             = { kind = 'url', max = 2048 },
+    -- The message lifecycle (docs/lifecycle.md, docs/reference.md "Expiry",
+    -- "Dead-letter queue").
+    ['message_ttl']           = { kind = 'duration', min = 0, max = 2592000 },
+    ['on_expiry']             = { kind = 'enum', values = { dead = true, delete = true },
+                                  why = 'must be dead or delete' },
+    ['dead_letter_queue']     = { kind = 'queue', max = 255 },
   }
   local DURATION_UNITS = { s = 1, m = 60, h = 3600, d = 86400 }
 
@@ -67,7 +73,18 @@ do
     end
     if f.kind == 'enum' then
       if f.values[value] then return value end
-      return nil, 'must be none, full or equal'
+      return nil, f.why or 'must be none, full or equal'
+    end
+    if f.kind == 'queue' then
+      -- A queue name as the API takes one (docs/reference.md "Queue names"):
+      -- 1-255 bytes of UTF-8 without control characters.
+      if #value >= 1 and #value <= f.max and valid_utf8(value) and value ~= '.'
+         and value ~= '..' and not string.find(value, '[%z\1-\31\127]')
+         and not string.find(value, '\194[\128-\159]') then
+        return value
+      end
+      return nil, 'must be a queue name: 1 to 255 bytes of UTF-8 without control characters, ' ..
+                  'not . or ..'
     end
     local n
     if f.kind == 'duration' then
@@ -357,6 +374,19 @@ do
     if not daemon_default then return lease_ms end
     local s = tonumber(read_policy(k).lease_seconds)
     return s and s * 1000 or lease_ms
+  end
+
+  -- The queue its deaths move to (docs/lifecycle.md "Dead-letter queue"), or
+  -- nil. A value written by hand that policy_set would refuse counts as none.
+  function flow.dead_letter_queue(k)
+    local q = read_policy(k).dead_letter_queue
+    if q == nil or check_field('dead_letter_queue', q) == nil then return nil end
+    return q
+  end
+
+  -- What an expiry does: 'dead' (the default) or 'delete'.
+  function flow.on_expiry(k)
+    return read_policy(k).on_expiry == 'delete' and 'delete' or 'dead'
   end
 
   -- The retries of an enqueue that gave none: the policy's, else the caller's.

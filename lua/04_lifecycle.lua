@@ -122,6 +122,41 @@ do
     return n
   end
 
+  -- The mark on a redrive_to value of a death's move to the queue's
+  -- dead_letter_queue: a byte no queue name has. redrive_take answers such a
+  -- letter with max_retries 0, so the target gives it its own budget.
+  local DEAD_LETTER_MARK = '\1'
+
+  -- A death (docs/lifecycle.md "Dead-letter queue"): m (its last_error,
+  -- history and retry_count already updated, off every index) is stored and
+  -- becomes a dead letter, or, when the queue has a dead_letter_queue, starts
+  -- its move there: redriving, the target recorded, the source keeping no
+  -- dead letter once the move is done. The dead event fires here either way,
+  -- counted as dead (and dead_lettered). Returns the new state.
+  local function bury(k, mkey, id, m, now)
+    local err = m.last_error
+    m.retry_after = nil
+    store_message(mkey, m)
+    redis.call('HINCRBY', k.stats, 'dead', '1')
+    emit(k, 'dead', id, err, m.retry_count, now)
+    local target = flow.dead_letter_queue(k)
+    if target then
+      redis.call('ZADD', k.redriving, int_arg(now), id)
+      redis.call('HSET', k.redrive_to, id, DEAD_LETTER_MARK .. target)
+      redis.call('HINCRBY', k.stats, 'dead_lettered', '1')
+      return 'redriving'
+    end
+    redis.call('ZADD', k.dead, int_arg(now), id)
+    count_error(k, err, 1)
+    return 'dead'
+  end
+
+  -- A redrive_to value: the target queue, and whether it is a death's move.
+  local function redrive_target(value)
+    if string.sub(value, 1, 1) == DEAD_LETTER_MARK then return string.sub(value, 2), true end
+    return value, false
+  end
+
   -- Settles one failure of a processing message (also used for an expired lease).
   -- m: the message, as load_message read it (the whole record); it is
   -- updated in place and written back whole (its error and retry_after
@@ -137,15 +172,7 @@ do
     flow.freed(k)
     redis.call('HINCRBY', k.stats, 'failed', '1')
     local dying, rule_ms = flow.recover(k, m, err, (not retryable) or retries >= m.max_retries)
-    if dying then
-      m.retry_after = nil
-      store_message(mkey, m)
-      redis.call('ZADD', k.dead, int_arg(now), id)
-      redis.call('HINCRBY', k.stats, 'dead', '1')
-      count_error(k, err, 1)
-      emit(k, 'dead', id, err, retries, now)
-      return 'dead'
-    end
+    if dying then return bury(k, mkey, id, m, now) end
     local delay = rule_ms or retry_after_ms
     if delay < 0 then
       delay = flow.backoff_ms(k, id, retries)
@@ -254,6 +281,7 @@ do
     return m
   end
 
+  lifecycle.bury, lifecycle.redrive_target = bury, redrive_target
   lifecycle.emit, lifecycle.count_error, lifecycle.leave_dead = emit, count_error, leave_dead
   lifecycle.retention_hint, lifecycle.lift, lifecycle.drop_orphan = retention_hint, lift, drop_orphan
   lifecycle.promote_due, lifecycle.fail_message = promote_due, fail_message

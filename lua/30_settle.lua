@@ -73,7 +73,7 @@ do
     if not m then return e end
     local now = now_ms()
     local status, due = fail_message(k, base, id, now, err, retryable, retry_after_ms, m)
-    local msg = reply_message(id, m, status, now)
+    local msg = reply_message(id, m, status, status == 'redriving' and flow.dead_letter_queue(k) or now)
     if args[6] == nil then return { 'ok', msg } end
     local timer
     if status == 'pending' then timer = need_timer(k, now, due)

@@ -123,7 +123,8 @@ do
       else
         local status, due = fail_message(k, base, id, now, args[at + 3], args[at + 4] == '1',
                                          to_int(args[at + 5]), m)
-        statuses[#statuses + 1] = status
+        -- A death that moves to the dead_letter_queue is a death to the worker.
+        statuses[#statuses + 1] = status == 'redriving' and 'dead' or status
         if hinted then
           if status == 'pending' then hint(need_timer(k, now, due))
           else hint(death_hint(k, now)) end

@@ -67,6 +67,8 @@ do
   -- While they exist, the timer comes back at least this often: a retryd_v2
   -- instance may still be enqueuing into them, and hints nothing for that.
   local OLD_REVISIT_MS = 1000
+  -- While letters are moving to another queue, the timer comes back this often.
+  local MOVE_RECHECK_MS = 1000
 
   -- Whether this tick drains retryd_v2's indexes: while its data was met in
   -- the queue lately (v2_active), or at the queue's first tick in this Lua
@@ -203,7 +205,9 @@ do
   -- 1 when none of the queue's keys is left (it may leave the registry), and
   -- the queue's timer promise becomes now + next_in_ms (the caller reports
   -- that to the schedule), or is deleted. Publishes on the wake channel when it
-  -- promoted anything. With ARGV[5] > 0, `alerts` follows `empty`: when the
+  -- promoted anything. `alerts` and `moving` follow `empty` (with ARGV[4]):
+  -- moving is how many letters wait in redriving (the caller moves them,
+  -- redrive_take mode "left"). `alerts` is -1 without ARGV[5] > 0; with it: when the
   -- queue has an alert destination (its policy's alert_url, or with ARGV[7]
   -- "1" the fleet's --alert-url) and its events stream has alerts not yet
   -- delivered or not yet acknowledged (05_alerts.lua), 2 when the queue has its
@@ -265,10 +269,15 @@ do
       end
       ready = ready + redis.call('LLEN', g.due) + redis.call('LLEN', g.ready)
     end
+    -- Letters in redriving (deaths moving to the dead_letter_queue, or a
+    -- redrive cut short): the round's instance moves them (docs/lifecycle.md
+    -- "Dead-letter queue"), and the queue comes due again until none is left.
+    local moving = redis.call('ZCARD', k.redriving)
+    if moving > 0 then due_at(now + MOVE_RECHECK_MS) end
     local recheck = args[5] and to_int(args[5])
     if args[5] and (recheck == nil or recheck < 0) then return bad_arg('alert_recheck_ms') end
     if recheck == 0 then recheck = nil end
-    local alerts = 0
+    local alerts = recheck and 0 or -1   -- -1: not looked for (no ARGV[5] > 0)
     if recheck and args[4] == '1' then
       local own = flow.alert_url(k) ~= nil
       if own or args[7] ~= '0' then
@@ -295,8 +304,7 @@ do
                   o.scheduled, o.processing, o.dead, o.succeeded) == 0 then
       empty = 1
     end
-    if recheck then return { promoted, reclaimed, expired, wait, ready, empty, alerts } end
-    return { promoted, reclaimed, expired, wait, ready, empty }
+    return { promoted, reclaimed, expired, wait, ready, empty, alerts, moving }
   end
 
   register('promote', promote)

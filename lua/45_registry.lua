@@ -218,4 +218,43 @@ do
   register('timer_take', timer_take, nil, 'registry')
   register('timer_done', timer_done, nil, 'registry')
   register('queues_page', queues_page, { 'no-writes' }, 'registry')
+  -- dlq_link: record (or clear) a queue's dead-letter queue in the graph of
+  -- every queue's, refusing a cycle (docs/lifecycle.md "Cycles"). The daemon
+  -- calls it before policy_set writes the field; retryctl does the same.
+  --   KEYS[1]  <prefix>:queues                    the registry SET
+  --   ARGV[1]  queue name                         1..255 bytes
+  --   ARGV[2]  target                             its dead_letter_queue, "" for none
+  -- Follows the targets from ARGV[2] (at most DLQ_CHAIN_MAX hops); when the
+  -- chain comes back to ARGV[1] (or ARGV[2] is ARGV[1]) nothing is written.
+  -- Returns {"ok"} | {"cycle", q1, q2, ...} (the chain from the queue back
+  -- to it) | {"too_long"} (a chain past DLQ_CHAIN_MAX queues).
+  local DLQ_CHAIN_MAX = 100
+  local function dlq_link(keys, args)
+    local r = registry_keys(keys[1])
+    local q, target = args[1], args[2]
+    if q == nil or #q < 1 or #q > 255 then return bad_arg('name') end
+    if target == nil or #target > 255 then return bad_arg('target') end
+    if target == '' then
+      redis.call('HDEL', r.dlq, q)
+      return { 'ok' }
+    end
+    local chain, at = { q }, target
+    for _ = 1, DLQ_CHAIN_MAX do
+      chain[#chain + 1] = at
+      if at == q then
+        local out = { 'cycle' }
+        for i = 1, #chain do out[#out + 1] = chain[i] end
+        return out
+      end
+      at = redis.call('HGET', r.dlq, at)
+      if not at then
+        redis.call('HSET', r.dlq, q, target)
+        return { 'ok' }
+      end
+    end
+    return { 'too_long' }
+  end
+
+  register('dlq_link', dlq_link, nil, 'registry')
+
 end

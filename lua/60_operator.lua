@@ -9,8 +9,9 @@ do
   local to_int = common.to_int
   local load_message, reply_message = record.load_message, record.reply_message
   local status_of, store_message = record.status_of, record.store_message
-  local count_error, drop_orphan, emit = lifecycle.count_error, lifecycle.drop_orphan, lifecycle.emit
+  local drop_orphan = lifecycle.drop_orphan
   local leave_dead, lift, replay_dead = lifecycle.leave_dead, lifecycle.lift, lifecycle.replay_dead
+  local bury = lifecycle.bury
   local death_hint = alerts.death_hint
   local zset_page = read.zset_page
 
@@ -52,13 +53,9 @@ do
     local now = now_ms()
     if status ~= 'processing' then m.worker = nil end   -- a released lease's, kept stale
     history.failed(m, now, reason)
-    m.last_error, m.updated_at, m.retry_after, m.token = reason, now, nil, nil
-    store_message(mkey, m)
-    redis.call('ZADD', k.dead, now, id)
-    redis.call('HINCRBY', k.stats, 'dead', 1)
-    count_error(k, reason, 1)
-    emit(k, 'dead', id, reason, m.retry_count, now)
-    local msg = reply_message(id, m, 'dead', now)
+    m.last_error, m.updated_at, m.token = reason, now, nil
+    local state = bury(k, mkey, id, m, now)
+    local msg = reply_message(id, m, state, state == 'dead' and now or flow.dead_letter_queue(k))
     if args[3] == nil then return { 'ok', msg } end
     return { 'ok', msg, death_hint(k, now) }
   end

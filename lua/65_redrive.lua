@@ -19,7 +19,7 @@ do
   local to_int = common.to_int
   local load_message, store_message = record.load_message, record.store_message
   local drop_orphan, emit, leave_dead = lifecycle.drop_orphan, lifecycle.emit, lifecycle.leave_dead
-  local lift = lifecycle.lift
+  local lift, redrive_target = lifecycle.lift, lifecycle.redrive_target
   local walk_dead = operator.walk_dead
 
   -- Letters answered per take: at most this many, and a reply stops after
@@ -36,29 +36,37 @@ do
 
   -- redrive_take: step 1, in the source's slot.
   --   KEYS[1]  <prefix>:{source}                  queue key base
-  --   ARGV[1]  target                             target queue name (decoded)
-  --   ARGV[2]  mode                               "ids" | "all" | "error"
+  --   ARGV[1]  target                             target queue name (decoded); "" with
+  --                                               mode "left"
+  --   ARGV[2]  mode                               "ids" | "all" | "error" | "left"
   --   ids:     ARGV[3..] ids (at most 1000)
   --   all:     ARGV[3] limit (1..1000), ARGV[4] cursor ("" first)
   --   error:   as all, and ARGV[5] needle (plain substring of last_error)
-  -- When letters are left in redriving (a cut call), answers up to
-  -- REDRIVE_BATCH of them, each with its recorded target, and selects nothing
-  -- new: {1, "", letter...}. Otherwise moves the selected dead letters to
-  -- redriving (the record is kept) and answers {0, next, letter...}: next is
-  -- "" when the selection is done, else for ids the count of ids used (call
-  -- again with the rest), for all/error the cursor (replay_many's). A letter
-  -- is {id, target, max_retries, payload}.
+  --   left:    only the letters already in redriving (the moves of deaths
+  --            to the dead_letter_queue, docs/lifecycle.md); selects nothing
+  -- When letters are left in redriving (a cut call, or deaths moving to the
+  -- dead_letter_queue), answers up to REDRIVE_BATCH of them, each with its
+  -- recorded target, and selects nothing new: {1, "", letter...}. Otherwise
+  -- moves the selected dead letters to redriving (the record is kept) and
+  -- answers {0, next, letter...}: next is "" when the selection is done, else
+  -- for ids the count of ids used (call again with the rest), for all/error
+  -- the cursor (replay_many's). A letter is {id, target, max_retries,
+  -- payload, priority, history}: max_retries 0 for a death's move (the target
+  -- gives its own budget); history "" or the packed history (history_blob).
   local function redrive_take(keys, args)
     local base = keys[1]
     local k = queue_keys(base)
     local target, mode = args[1], args[2]
-    if target == nil or target == '' then return bad_arg('target') end
+    if target == nil or (target == '' and mode ~= 'left') then return bad_arg('target') end
     local now = now_ms()
     local out = { 0, '' }
     local bytes = 0
-    local function answer(id, to, m)
-      out[#out + 1] = { tonumber(id), to, m.max_retries, m.payload }
-      bytes = bytes + #m.payload
+    local function answer(id, to, m, own_budget)
+      local blob = m.history and cmsgpack.pack({ c = m.created_at, h = m.history,
+                                                 d = m.history_dropped }) or ''
+      out[#out + 1] = { tonumber(id), to, own_budget and 0 or m.max_retries, m.payload,
+                        m.priority or 0, blob }
+      bytes = bytes + #m.payload + #blob
     end
     local left = redis.call('ZRANGE', k.redriving, 0, REDRIVE_BATCH - 1)
     if #left > 0 then
@@ -67,7 +75,8 @@ do
         local to = redis.call('HGET', k.redrive_to, left[i])
         local m = load_message(message_key(base, left[i]))
         if to and m then
-          answer(left[i], to, m)
+          local name, own = redrive_target(to)
+          answer(left[i], name, m, own)
         else   -- an orphan (its record evicted or deleted by hand)
           redis.call('ZREM', k.redriving, left[i])
           redis.call('HDEL', k.redrive_to, left[i])
@@ -77,6 +86,7 @@ do
       end
       return out
     end
+    if mode == 'left' then return out end
     -- Takes one dead letter (its generation's index g, its record m).
     local function take(g, id, m, score)
       local mkey = message_key(base, id)
@@ -134,37 +144,58 @@ do
   -- redrive_in: step 2, in the target's slot: the idempotent enqueue.
   --   KEYS[1]  <prefix>:{target}                  queue key base
   --   ARGV[1]  source                             source queue name (decoded)
-  --   ARGV[2..] triples: source id, max_retries (1..255), payload
+  --   ARGV[2..] fives: source id, max_retries (0..255; 0: the target's policy
+  --            max_retries, else 3), priority (0..9), history ("" or as
+  --            redrive_take answers it), payload (last: retryctl sends it with
+  --            redis-cli -x)
   -- Each letter not seen before becomes a new pending message (fresh budget,
-  -- no idempotency key, origin {source, source id}) and its key
+  -- no idempotency key, origin {source, source id}, the source's history
+  -- kept, its times moved to the new created_at) and its key
   -- redrive_key -> the new id is kept (no expiry until redrive_forget). A
   -- letter seen before answers the id it got then, and creates nothing.
   -- Publishes on the wake channel when it created any.
   -- Returns {new id, ...} in the order given.
+  local LETTER_FIELDS = 5
   local function redrive_in(keys, args)
     local base = keys[1]
     local k = queue_keys(base)
     local source = args[1]
     if source == nil or source == '' then return bad_arg('source') end
-    if (#args - 1) % 3 ~= 0 or #args - 1 > 3 * MAX_BATCH then return bad_arg('letters') end
+    if (#args - 1) % LETTER_FIELDS ~= 0 or #args - 1 > LETTER_FIELDS * MAX_BATCH then
+      return bad_arg('letters')
+    end
     local now = now_ms()
     local out, created = {}, 0
-    for i = 2, #args, 3 do
-      local src_id, max_retries, payload = to_int(args[i]), to_int(args[i + 1]), args[i + 2]
+    for i = 2, #args, LETTER_FIELDS do
+      local src_id, max_retries, priority = to_int(args[i]), to_int(args[i + 1]), to_int(args[i + 2])
+      local blob, payload = args[i + 3], args[i + 4]
       if src_id == nil or src_id < 1 then return bad_arg('id') end
-      if max_retries == nil or max_retries < 1 or max_retries > 255 then
+      if max_retries == nil or max_retries < 0 or max_retries > 255 then
         return bad_arg('max_retries')
       end
+      if priority == nil or priority < 0 or priority > 9 then return bad_arg('priority') end
       local key = redrive_key(base, source, src_id)
       local seen = redis.call('GET', key)
       if seen then
         out[#out + 1] = tonumber(seen)
       else
         local id = redis.call('INCR', k.seq)
-        store_message(message_key(base, id),
-                      { payload = payload, retry_count = 0, max_retries = max_retries,
-                        created_at = now, updated_at = now, lease_at = now, serial = 0,
-                        origin_queue = source, origin_id = src_id })
+        if max_retries == 0 then max_retries = flow.max_retries(k, 3, true) end
+        local m = { payload = payload, retry_count = 0, max_retries = max_retries,
+                    created_at = now, updated_at = now, lease_at = now, serial = 0,
+                    origin_queue = source, origin_id = src_id }
+        if blob ~= '' then
+          local ok, h = pcall(cmsgpack.unpack, blob)
+          if ok and type(h) == 'table' and type(h.h) == 'table' then
+            local shift = (tonumber(h.c) or now) - now
+            for j = 1, #h.h do
+              local e = h.h[j]
+              if type(e) == 'table' and type(e[1]) == 'number' then e[1] = e[1] + shift end
+            end
+            m.history, m.history_dropped = h.h, tonumber(h.d) or 0
+          end
+        end
+        store_message(message_key(base, id), m)
         redis.call('LPUSH', k.ready, id)
         redis.call('SET', key, id)
         created = created + 1

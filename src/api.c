@@ -50,6 +50,7 @@ struct rd_call {
     rd_replay_req_t replay;     /* batch replay: what to replay */
     int top;                    /* GET stats: how many top errors */
     rd_json_t *series;          /* GET stats?series=: the "series" member, read first */
+    rd_policy_t *policy;        /* PUT policy: kept while dlq_link checks the target */
 };
 typedef rd_call_t call_t;
 
@@ -64,6 +65,10 @@ static void call_free(call_t *c)
     rd_free(c->settled);
     rd_free(c->worker);
     rd_json_free(c->series);
+    if (c->policy) {
+        rd_policy_free(c->policy);
+        rd_free(c->policy);
+    }
     rd_route_match_free(&c->match);
     rd_free(c);
 }
@@ -969,18 +974,49 @@ static void handle_policy_get(call_t *c)
     started(c, rd_store_policy_get(c->api->store, queue_of(c), on_policy, c));
 }
 
+/* dlq_link answered: the target leads into no cycle (and is recorded), so
+ * the policy is written; else 422 on dead_letter_queue, nothing written. */
+static void on_dlq_linked(const rd_store_strings_t *res, void *arg)
+{
+    call_t *c = arg;
+    if (respond_store_failure(c, &res->head)) return;
+    const rd_str_t *first = res->count > 0 ? &res->strings[0] : NULL;
+    if (first == NULL || first->ptr == NULL || first->len != 2 || memcmp(first->ptr, "ok", 2) != 0) {
+        bool cycle = first && first->ptr && first->len == 5 && memcmp(first->ptr, "cycle", 5) == 0;
+        rd_field_errors_t errs = { .count = 0 };
+        rd_field_errors_add(&errs, "dead_letter_queue", "invalid",
+                            cycle ? "dead_letter_queue leads back to this queue (a cycle of "
+                                    "dead-letter queues)."
+                                  : "dead_letter_queue starts a chain of more than 100 queues.");
+        answer_parse_failure(c, RD_REQ_INVALID, &errs);
+        return;
+    }
+    started(c, rd_store_policy_set(c->api->store, queue_of(c), c->policy, on_policy, c));
+}
+
 static void handle_policy_put(call_t *c)
 {
     rd_policy_t p;
     rd_field_errors_t errs = { .count = 0 };
     rd_req_result_t r = rd_request_policy(c->req->body, c->req->body_len, &p, &errs);
+    if (r == RD_REQ_OK && p.dead_letter_queue && p.dead_letter_queue_len == c->match.queue_len &&
+        memcmp(p.dead_letter_queue, c->match.queue, c->match.queue_len) == 0) {
+        rd_policy_free(&p);
+        rd_field_errors_add(&errs, "dead_letter_queue", "invalid",
+                            "dead_letter_queue must be another queue, not this one.");
+        r = RD_REQ_INVALID;
+    }
     if (r != RD_REQ_OK) {
         answer_parse_failure(c, r, &errs);
         return;
     }
     c->notify = true;
-    started(c, rd_store_policy_set(c->api->store, queue_of(c), &p, on_policy, c));
-    rd_policy_free(&p);  /* the command holds its own copy once sent */
+    /* The graph of dead-letter queues first (the registry's slot), then the
+     * policy (the queue's): docs/lifecycle.md "Cycles". */
+    c->policy = rd_malloc(sizeof *c->policy);
+    *c->policy = p;
+    rd_store_queue_t target = { p.dead_letter_queue, p.dead_letter_queue_len };
+    started(c, rd_store_dlq_link(c->api->store, queue_of(c), target, on_dlq_linked, c));
 }
 
 static void handle_pause(call_t *c)

@@ -19,6 +19,7 @@ void rd_policy_init(rd_policy_t *p)
     memset(p, 0, sizeof *p);
     p->dead_ttl_s = -1;
     p->succeeded_ttl_s = -1;
+    p->message_ttl_s = -1;
 }
 
 void rd_policy_free(rd_policy_t *p)
@@ -31,6 +32,10 @@ void rd_policy_free(rd_policy_t *p)
     p->alert_url_len = 0;
     p->rules = NULL;
     p->rules_len = 0;
+    rd_free(p->dead_letter_queue_owned);
+    p->dead_letter_queue_owned = NULL;
+    p->dead_letter_queue = NULL;
+    p->dead_letter_queue_len = 0;
 }
 
 bool rd_policy_alert_url_valid(const char *s, size_t len)
@@ -74,6 +79,8 @@ size_t rd_policy_args(const rd_policy_t *p, const char *out[RD_POLICY_ARGS_MAX],
         PAIR("rate_limit.per_second", "%.17g", p->per_second);
         PAIR("rate_limit.burst", "%lld", p->burst);
     }
+    if (p->message_ttl_s >= 0) PAIR("message_ttl", "%lld", p->message_ttl_s);
+    if (p->on_expiry[0]) PAIR("on_expiry", "%s", p->on_expiry);
 #undef PAIR
     return n;
 }
@@ -103,6 +110,11 @@ bool rd_policy_from_pairs(rd_policy_t *p, const rd_str_t *pairs, size_t n)
             }
             continue;
         }
+        if (str_is(name, "dead_letter_queue")) {
+            p->dead_letter_queue = pairs[i + 1].ptr;
+            p->dead_letter_queue_len = pairs[i + 1].len;
+            continue;
+        }
         char v[64];
         if (pairs[i + 1].len >= sizeof v) return false;
         memcpy(v, pairs[i + 1].ptr, pairs[i + 1].len);
@@ -111,6 +123,11 @@ bool rd_policy_from_pairs(rd_policy_t *p, const rd_str_t *pairs, size_t n)
         if (str_is(name, "backoff.jitter")) {
             if (pairs[i + 1].len >= sizeof p->jitter) return false;
             memcpy(p->jitter, v, pairs[i + 1].len + 1);
+            continue;
+        }
+        if (str_is(name, "on_expiry")) {
+            if (pairs[i + 1].len >= sizeof p->on_expiry) return false;
+            memcpy(p->on_expiry, v, pairs[i + 1].len + 1);
             continue;
         }
         if (str_is(name, "rate_limit.per_second")) {
@@ -129,6 +146,7 @@ bool rd_policy_from_pairs(rd_policy_t *p, const rd_str_t *pairs, size_t n)
         else if (str_is(name, "max_in_flight")) p->max_in_flight = x;
         else if (str_is(name, "rate_limit.burst")) p->burst = x;
         else if (str_is(name, "paused")) p->paused = x == 1;
+        else if (str_is(name, "message_ttl")) p->message_ttl_s = x;
         /* A field of a later library version is not shown. */
     }
     return true;
@@ -209,5 +227,14 @@ void rd_policy_write_json(rd_jsonw_t *w, const rd_policy_t *p, const rd_policy_d
     rd_jsonw_key(w, "alert_url");
     if (p->alert_url) rd_jsonw_stringn(w, p->alert_url, p->alert_url_len);
     else rd_jsonw_null(w);
+    rd_jsonw_key(w, "message_ttl");
+    rd_jsonw_int(w, p->message_ttl_s > 0 ? p->message_ttl_s : 0);
+    rd_jsonw_key(w, "on_expiry");
+    rd_jsonw_string(w, strcmp(p->on_expiry, "delete") == 0 ? "delete" : "dead");
+    rd_jsonw_key(w, "dead_letter_queue");
+    if (p->dead_letter_queue && rd_utf8_valid(p->dead_letter_queue, p->dead_letter_queue_len))
+        rd_jsonw_stringn(w, p->dead_letter_queue, p->dead_letter_queue_len);
+    else
+        rd_jsonw_null(w);
     rd_jsonw_object_close(w);
 }

@@ -140,6 +140,7 @@ static void on_ticked(const rd_store_tick_t *res, void *arg)
         p->reports[p->nreports++] = (rd_timer_report_t){ q, next_in_ms, res->empty, said };
         if (res->ready > 0 && p->opts.on_claimable) p->opts.on_claimable(q, p->opts.on_claimable_arg);
         if (deliver && p->opts.on_alerts) p->opts.on_alerts(q, p->opts.on_alerts_arg);
+        if (res->moving > 0 && p->opts.on_moving) p->opts.on_moving(q, p->opts.on_moving_arg);
     } else {
         rd_warn("promoter: tick of queue %.*s failed (%.*s)", (int)q.len, q.name,
                 (int)res->head.detail.len, res->head.detail.ptr ? res->head.detail.ptr : "");

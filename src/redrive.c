@@ -30,6 +30,9 @@ typedef struct letter {
     long long max_retries;
     char *payload;              /* owned */
     size_t payload_len;
+    long long priority;
+    char *history;              /* owned: opaque, as redrive_take answered it */
+    size_t history_len;
 } letter_t;
 
 typedef struct redrive {
@@ -60,6 +63,7 @@ static void free_batch(redrive_t *r)
     for (size_t i = 0; i < r->count; i++) {
         rd_free(r->letters[i].target);
         rd_free(r->letters[i].payload);
+        rd_free(r->letters[i].history);
     }
     rd_free(r->letters);
     r->letters = NULL;
@@ -229,7 +233,9 @@ static void send_run(redrive_t *r)
         const letter_t *l = &r->letters[r->run + i];
         run[i] = (rd_store_letter_t){ .id = l->id, .target = { l->target, l->target_len },
                                       .max_retries = l->max_retries,
-                                      .payload = { l->payload, l->payload_len } };
+                                      .payload = { l->payload, l->payload_len },
+                                      .priority = l->priority,
+                                      .history = { l->history, l->history_len } };
     }
     rd_store_queue_t q = { first->target, first->target_len };
     if (rd_store_redrive_in(r->st, q, source_q(r), k, run, on_in, r) != 0)
@@ -254,6 +260,11 @@ static void keep_take(redrive_t *r, const rd_store_redrive_taken_t *res)
         memcpy(l->payload, in->payload.ptr, in->payload.len);
         l->payload[in->payload.len] = '\0';
         l->payload_len = in->payload.len;
+        l->priority = in->priority;
+        l->history = rd_malloc(in->history.len + 1);
+        if (in->history.len) memcpy(l->history, in->history.ptr, in->history.len);
+        l->history[in->history.len] = '\0';
+        l->history_len = in->history.len;
     }
     r->count = res->count;
 }

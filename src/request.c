@@ -965,9 +965,41 @@ static void alert_url_member(const rd_json_t *doc, const char *body, size_t len,
     rd_json_free(marked);
 }
 
+/* dead_letter_queue: a queue name (as the path's, field dead_letter_queue), or
+ * absent/null. That it is not the queue itself, and leads into no cycle, is
+ * checked by the caller (api.c, dlq_link). */
+static const char *const dlq_name_why[] = {
+    NULL, "dead_letter_queue must be null or a queue name of 1 to "
+          RD_LIMIT_STR(RD_QUEUE_NAME_MAX) " bytes.",
+    "dead_letter_queue must be valid UTF-8.",
+    "dead_letter_queue must not contain control characters.",
+    "dead_letter_queue must not be \".\" or \"..\"." };
+
+static void dead_letter_queue_member(const rd_json_t *doc, const char *body, size_t len,
+                                     bool has_nul, rd_policy_t *out, rd_field_errors_t *errs)
+{
+    rd_json_t *v = rd_json_get(doc, "dead_letter_queue");
+    if (v == NULL || rd_json_is_null(v)) return;
+    const char *name = rd_json_string(v);
+    int why = name == NULL ? NAME_LENGTH : queue_name_problem(name, strlen(name));
+    if (why == NAME_OK && has_nul) {
+        rd_json_t *marked = rd_json_parse_nul_marked(body, len);
+        if (field_has_nul(doc, marked, "dead_letter_queue")) why = NAME_CONTROL;
+        rd_json_free(marked);
+    }
+    if (why != NAME_OK) {
+        rd_field_errors_add(errs, "dead_letter_queue", "invalid", dlq_name_why[why]);
+        return;
+    }
+    out->dead_letter_queue_owned = rd_strdup(name);
+    out->dead_letter_queue = out->dead_letter_queue_owned;
+    out->dead_letter_queue_len = strlen(name);
+}
+
 static const char *const KNOWN[] = { "max_retries", "backoff", "lease_seconds", "dead_ttl",
                                      "succeeded_ttl", "max_in_flight", "rate_limit", "paused",
-                                     "queue", "dead_letter_rules", "alert_url" };
+                                     "queue", "dead_letter_rules", "alert_url", "message_ttl",
+                                     "on_expiry", "dead_letter_queue" };
 
 rd_req_result_t rd_request_policy(const char *body, size_t len, rd_policy_t *out,
                                   rd_field_errors_t *errs)
@@ -1031,6 +1063,29 @@ rd_req_result_t rd_request_policy(const char *body, size_t len, rd_policy_t *out
     }
     rules_member(doc, out, errs);
     alert_url_member(doc, body, len, has_nul, out, errs);
+    rd_json_t *mt = rd_json_get(doc, "message_ttl");
+    if (mt && !rd_json_is_null(mt)) {
+        long long s = -1;
+        ttl_member(doc, "message_ttl", &s,
+                   "message_ttl must be whole seconds (0: no expiry) or a duration like \"1h\", "
+                   "at most 30d.", errs);
+        if (s > RD_POLICY_MESSAGE_TTL_MAX)
+            rd_field_errors_add(errs, "message_ttl", "invalid",
+                                "message_ttl must be whole seconds (0: no expiry) or a duration "
+                                "like \"1h\", at most 30d.");
+        else if (s >= 0)
+            out->message_ttl_s = s;
+    }
+    rd_json_t *oe = rd_json_get(doc, "on_expiry");
+    if (oe && !rd_json_is_null(oe)) {
+        const char *s = rd_json_string(oe);
+        if (s && (strcmp(s, "dead") == 0 || strcmp(s, "delete") == 0))
+            snprintf(out->on_expiry, sizeof out->on_expiry, "%s", s);
+        else
+            rd_field_errors_add(errs, "on_expiry", "invalid",
+                                "on_expiry must be \"dead\" or \"delete\".");
+    }
+    dead_letter_queue_member(doc, body, len, has_nul, out, errs);
     for (size_t i = 0; i < rd_json_object_size(doc); i++) {
         const char *name = rd_json_object_key_at(doc, i);
         bool known = false;

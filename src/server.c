@@ -19,6 +19,7 @@
 #include "retryd/backend.h"
 #include "retryd/coalesce.h"
 #include "retryd/config.h"
+#include "retryd/dlq.h"
 #include "retryd/http.h"
 #include "retryd/log.h"
 #include "retryd/promoter.h"
@@ -48,6 +49,7 @@ typedef struct server {
     rd_promoter_t *promoter;
     rd_waiters_t *waiters;
     rd_alerts_t *alerts;          /* NULL without --alert-url until a policy alert_url needs it */
+    rd_dlq_t *dlq;                /* moves deaths to their dead_letter_queue */
     bool alerts_failed;           /* libcurl could not be set up: not tried again */
     uv_signal_t sigint, sigterm;
     uv_timer_t drain_timer;
@@ -74,6 +76,8 @@ static void on_redis_closed(void *arg)
     s->fanout = NULL;
     rd_lost_claims_free(s->lost_claims);
     s->lost_claims = NULL;
+    rd_dlq_free(s->dlq);
+    s->dlq = NULL;
     rd_registry_free(s->registry);
     s->registry = NULL;
     rd_store_free(s->store);
@@ -172,6 +176,12 @@ static bool start_alerts(server_t *s)
     return s->alerts != NULL;
 }
 
+static void on_moving(rd_store_queue_t queue, void *arg)
+{
+    server_t *s = arg;
+    if (s->dlq) rd_dlq_move(s->dlq, queue);
+}
+
 static void on_alerts(rd_store_queue_t queue, void *arg)
 {
     server_t *s = arg;
@@ -207,6 +217,7 @@ static void on_signal(uv_signal_t *sig, int signum)
     rd_info("retryd: %s received, shutting down", signum == SIGINT ? "SIGINT" : "SIGTERM");
     uv_timer_start(&s->drain_timer, on_drain_timeout, DRAIN_TIMEOUT_MS, 0);
     rd_promoter_stop(s->promoter, on_promoter_stopped, s);
+    rd_dlq_stop(s->dlq);
     if (s->alerts) rd_alerts_stop(s->alerts, on_alerts_stopped, s);
     else s->alerts_stopped = true;
     rd_waiters_stop(s->waiters);
@@ -323,7 +334,9 @@ int main(int argc, char **argv)
         .succeeded_ttl_ms = s.cfg.succeeded_ttl_ms, .on_claimable = on_claimable,
         .on_claimable_arg = &s, .on_round = on_promoter_round, .on_round_arg = &s,
         .on_alerts = on_alerts, .on_alerts_arg = &s, .alert_url = s.cfg.alert_url[0] != '\0',
+        .on_moving = on_moving, .on_moving_arg = &s,
     };
+    s.dlq = rd_dlq_new(s.store);
     s.promoter = rd_promoter_start(s.loop, s.store, &po);
 
     uv_signal_init(s.loop, &s.sigint);

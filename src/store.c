@@ -84,7 +84,7 @@ typedef enum op_id {
     OP_LIST, OP_STATS, OP_SERIES, OP_TICK, OP_POLICY_GET, OP_POLICY_SET, OP_PAUSE,
     OP_ALERTS_TAKE, OP_ALERTS_ACK, OP_ALERTS_TOUCH,
     OP_REDRIVE_TAKE, OP_REDRIVE_IN, OP_REDRIVE_DONE, OP_REDRIVE_FORGET,
-    OP_REGISTER, OP_TIMER_TAKE, OP_TIMER_DONE, OP_QUEUES_PAGE,
+    OP_REGISTER, OP_TIMER_TAKE, OP_TIMER_DONE, OP_QUEUES_PAGE, OP_DLQ_LINK,
     OP_PING, OP_CONFIG_GET,
     OP_COUNT
 } op_id_t;
@@ -301,6 +301,8 @@ static const op_def_t ops[OP_COUNT] = {
         rd_store_parse_timer_done, NULL, rd_store_done_cb),
     ROW(OP_QUEUES_PAGE, "queues_page", F_REGISTRY | F_RO, rd_store_page_t,
         rd_store_parse_page, rd_result_free_page, rd_store_page_cb),
+    ROW(OP_DLQ_LINK, "dlq_link", F_REGISTRY, rd_store_strings_t,
+        rd_store_parse_strings, rd_result_free_strings, rd_store_strings_cb),
     ROW(OP_PING, "PING", F_COMMAND | F_RO, rd_store_head_t,
         rd_store_parse_pong, NULL, rd_store_status_cb),
     ROW(OP_CONFIG_GET, "CONFIG", F_COMMAND | F_RO, rd_store_strings_t,
@@ -531,6 +533,16 @@ int rd_store_register(rd_store_t *st, rd_store_queue_t q, long long in_ms, rd_st
     begin_op(&c, st, OP_REGISTER, NO_QUEUE, 0);
     arg_bytes(&c, q.name, q.len);
     arg_int(&c, in_ms < 0 ? -1LL : in_ms);
+    return send_op(st, &c, CB(cb), arg);
+}
+
+int rd_store_dlq_link(rd_store_t *st, rd_store_queue_t q, rd_store_queue_t target,
+                      rd_store_strings_cb cb, void *arg)
+{
+    cmd_t c;
+    begin_op(&c, st, OP_DLQ_LINK, NO_QUEUE, 0);
+    arg_bytes(&c, q.name, q.len);
+    arg_bytes(&c, target.name ? target.name : "", target.len);
     return send_op(st, &c, CB(cb), arg);
 }
 
@@ -920,6 +932,10 @@ int rd_store_policy_set(rd_store_t *st, rd_store_queue_t q, const rd_policy_t *p
         arg_str(&c, "alert_url");
         arg_bytes(&c, p->alert_url, p->alert_url_len);
     }
+    if (p->dead_letter_queue) {
+        arg_str(&c, "dead_letter_queue");
+        arg_bytes(&c, p->dead_letter_queue, p->dead_letter_queue_len);
+    }
     return send_op(st, &c, CB(cb), arg);
 }
 
@@ -1012,7 +1028,7 @@ int rd_store_redrive_in(rd_store_t *st, rd_store_queue_t target, rd_store_queue_
                         size_t n, const rd_store_letter_t *letters, rd_store_ids_cb cb,
                         void *arg)
 {
-    if (5 + 3 * n > MAX_ARGS) return -1;
+    if (5 + 5 * n > MAX_ARGS) return -1;
     before_write(st, target);
     cmd_t *c = rd_malloc(sizeof *c);
     begin_op(c, st, OP_REDRIVE_IN, target, 0);
@@ -1020,6 +1036,8 @@ int rd_store_redrive_in(rd_store_t *st, rd_store_queue_t target, rd_store_queue_
     for (size_t i = 0; i < n; i++) {
         arg_int(c, letters[i].id);
         arg_int(c, letters[i].max_retries);
+        arg_int(c, letters[i].priority);
+        arg_bytes(c, letters[i].history.ptr ? letters[i].history.ptr : "", letters[i].history.len);
         arg_bytes(c, letters[i].payload.ptr, letters[i].payload.len);
     }
     int rc = send_op(st, c, CB(cb), arg);

@@ -435,14 +435,15 @@ bool rd_store_parse_series(const rd_reply_t *r, const void *kept, void *res, lon
     return parse_series(r, res);
 }
 
-/* tick: {promoted, reclaimed, expired, next_in_ms, ready, empty[, alerts]}. */
+/* tick: {promoted, reclaimed, expired, next_in_ms, ready, empty, alerts, moving}. */
 bool rd_store_parse_tick(const rd_reply_t *r, const void *kept, void *res, long long *hint)
 {
     (void)kept, (void)hint;
     rd_store_tick_t *t = res;
     long long empty, alerts = 0;
     size_t n = rd_reply_len(r);
-    if (!((n == 6 || (n == 7 && rd_reply_int(rd_reply_at(r, 6), &alerts))) &&
+    if (!(n == 8 && rd_reply_int(rd_reply_at(r, 6), &alerts) &&
+          rd_reply_int(rd_reply_at(r, 7), &t->moving) &&
           rd_reply_int(rd_reply_at(r, 0), &t->promoted) &&
           rd_reply_int(rd_reply_at(r, 1), &t->reclaimed) &&
           rd_reply_int(rd_reply_at(r, 2), &t->expired) &&
@@ -452,7 +453,7 @@ bool rd_store_parse_tick(const rd_reply_t *r, const void *kept, void *res, long 
         return false;
     t->empty = empty == 1;
     t->alerts = alerts == 1 || alerts == 2 ? (int)alerts : 0;
-    t->alerts_checked = n == 7;
+    t->alerts_checked = alerts >= 0;
     return true;
 }
 
@@ -521,7 +522,7 @@ bool rd_store_parse_strings(const rd_reply_t *r, const void *kept, void *res, lo
     return true;
 }
 
-/* redrive_take: {resumed, next, {id, target, max_retries, payload}...} or
+/* redrive_take: {resumed, next, {id, target, max_retries, payload, priority, history}...} or
  * {"bad_cursor"}. */
 bool rd_store_parse_redrive_take(const rd_reply_t *r, const void *kept, void *res,
                                      long long *hint)
@@ -542,10 +543,12 @@ bool rd_store_parse_redrive_take(const rd_reply_t *r, const void *kept, void *re
     for (size_t i = 0; i < count; i++) {
         const rd_reply_t *e = rd_reply_at(r, 2 + i);
         rd_store_letter_t *l = &t->letters[i];
-        if (!is_array(e, 4) || rd_reply_len(e) != 4 || !rd_reply_int(rd_reply_at(e, 0), &l->id) ||
+        if (!is_array(e, 6) || rd_reply_len(e) != 6 || !rd_reply_int(rd_reply_at(e, 0), &l->id) ||
             (l->target.ptr = rd_reply_str(rd_reply_at(e, 1), &l->target.len)) == NULL ||
             !rd_reply_int(rd_reply_at(e, 2), &l->max_retries) ||
-            (l->payload.ptr = rd_reply_str(rd_reply_at(e, 3), &l->payload.len)) == NULL)
+            (l->payload.ptr = rd_reply_str(rd_reply_at(e, 3), &l->payload.len)) == NULL ||
+            !rd_reply_int(rd_reply_at(e, 4), &l->priority) ||
+            (l->history.ptr = rd_reply_str(rd_reply_at(e, 5), &l->history.len)) == NULL)
             return false;
         t->count = i + 1;
     }

@@ -37,8 +37,9 @@
 
 #define END ((const char *)NULL)
 
-/* tick replies {promoted, reclaimed, expired, next_in_ms, ready}. */
-enum { TICK_N = 5 };
+/* tick replies {promoted, reclaimed, expired, next_in_ms, ready}; a timer
+ * round's tick (ARGV[4] "1") adds {empty, alerts (-1: not looked for), moving}. */
+enum { TICK_N = 5, TICK_ROUND_N = 8 };
 
 static redisContext *g_redis;
 

@@ -38,13 +38,14 @@ static void test_alert_group_protocol(void **state)
     (void)state;
     queue_t q;
     queue_init(&q, "alerts");
-    long long r[TICK_N + 2];
-    /* No stream yet: no alerts, no group, and the old reply without the flag. */
-    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", "5000", END), TICK_N + 2, r);
+    long long r[TICK_ROUND_N];
+    /* No stream yet: no alerts, no group; without a recheck, not looked for. */
+    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", "5000", END), TICK_ROUND_N, r);
     assert_int_equal(r[6], 0);
     long long id1 = make_dead(&q, "boom");
-    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", END), TICK_N + 1, r);
-    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", "5000", END), TICK_N + 2, r);
+    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", END), TICK_ROUND_N, r);
+    assert_int_equal(r[6], -1);
+    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", "5000", END), TICK_ROUND_N, r);
     assert_int_equal(r[6], 1);
     assert_in_range(r[3], 0, 5000);     /* due again within the recheck */
     assert_int_equal(group_pending(&q), 0);
@@ -63,7 +64,7 @@ static void test_alert_group_protocol(void **state)
     assert_int_equal(t->elements, 2);
     freeReplyObject(t);
     /* Pending with c1: the tick still reports it. */
-    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", "5000", END), TICK_N + 2, r);
+    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", "5000", END), TICK_ROUND_N, r);
     assert_int_equal(r[6], 1);
 
     /* A replay and a second death: c2 gets the death only; the replay is
@@ -106,7 +107,7 @@ static void test_alert_group_protocol(void **state)
     assert_int_equal(int_reply(fcall("alerts_ack", &q, -1, sid1, END)), 0);
     assert_int_equal(counter(&q, "alerts_delivered"), 2);
     assert_int_equal(group_pending(&q), 0);
-    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", "5000", END), TICK_N + 2, r);
+    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", "5000", END), TICK_ROUND_N, r);
     assert_int_equal(r[6], 0);
 
     /* touch keeps every one of several entries (each must stay fresh, or
@@ -145,8 +146,8 @@ static void test_alert_trim_counts_undelivered(void **state)
         assert_int_equal(x->type, REDIS_REPLY_STRING);
         freeReplyObject(x);
     }
-    long long r[TICK_N + 2];
-    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", "5000", END), TICK_N + 2, r);
+    long long r[TICK_ROUND_N];
+    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", "5000", END), TICK_ROUND_N, r);
     assert_int_equal(r[6], 1);
     /* The oldest is delivered and acknowledged: trimming it counts nothing. */
     redisReply *t = fcall("alerts_take", &q, -1, "c", "1", "5000", END);
@@ -181,7 +182,7 @@ typedef struct {
     char targets[8][96];
 } taken_t;
 
-/* redrive_take's {resumed, next, {id, target, max_retries, payload}...}. */
+/* redrive_take's {resumed, next, {id, target, max_retries, payload, priority, history}...}. */
 #define expect_taken(r, out) expect_taken_at((r), (out), __FILE__, __LINE__)
 static void expect_taken_at(redisReply *r, taken_t *out, const char *file, int line)
 {
@@ -195,7 +196,7 @@ static void expect_taken_at(redisReply *r, taken_t *out, const char *file, int l
     if (out->count > 8) FAIL_AT(file, line, "redrive_take: %zu letters", out->count);
     for (size_t i = 0; i < out->count; i++) {
         const redisReply *l = r->element[2 + i];
-        if (l->type != REDIS_REPLY_ARRAY || l->elements != 4)
+        if (l->type != REDIS_REPLY_ARRAY || l->elements != 6)
             FAIL_AT(file, line, "redrive_take letter %zu malformed", i);
         out->ids[i] = l->element[0]->integer;
         snprintf(out->targets[i], sizeof out->targets[i], "%s", l->element[1]->str);
@@ -207,11 +208,13 @@ static void expect_taken_at(redisReply *r, taken_t *out, const char *file, int l
 /* History of attempts and the claim's worker (docs/reference.md "History")                    */
 /* ------------------------------------------------------------------------ */
 
-/* redrive_in of one letter (max_retries 1, payload "x"): the new id. */
+/* redrive_in of one letter (max_retries 1, priority 0, no history, payload
+ * "x"): the new id. */
 static long long redrive_in_one(const queue_t *to, const queue_t *from, long long src_id)
 {
     long long id = 0;
-    expect_ints(fcall("redrive_in", to, -1, from->name, num(src_id), "1", "x", END), 1, &id);
+    expect_ints(fcall("redrive_in", to, -1, from->name, num(src_id), "1", "0", "", "x", END), 1,
+                &id);
     return id;
 }
 

@@ -182,8 +182,8 @@ static void test_series_tick_samples_then_idle(void **state)
     msg_t m;
     claim_one(&q, 30000, &m);
     expect_ok_msg(fcall("succeed", &q, m.id, "", END), &m);
-    long long r[TICK_N + 1];
-    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", END), TICK_N + 1, r);
+    long long r[TICK_ROUND_N];
+    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", END), TICK_ROUND_N, r);
     assert_in_range(r[3], 0, 60000);    /* activity: sample again within a minute */
     redisReply *h = rcmd("GETRANGE", qkey(&q, "series"), "0", "47", END);
     assert_int_equal(h->len, SERIES_HEADER);
@@ -191,13 +191,13 @@ static void test_series_tick_samples_then_idle(void **state)
     memcpy(hdr, h->str, sizeof hdr);
     freeReplyObject(h);
     assert_true(hdr[1] == 1 && hdr[2] == 1);    /* enqueued 1, succeeded 1 sampled */
-    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", END), TICK_N + 1, r);
+    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", END), TICK_ROUND_N, r);
     assert_int_equal(r[3], -1);         /* idle: no more timer visits */
     assert_int_equal(exists(qkey(&q, "timer")), 0);
 
     /* Without sampling, a tick leaves the series alone. */
     enqueue_ok(&q, "y", 3, 0);
-    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", "0", "0", END), TICK_N + 1, r);
+    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", "0", "0", END), TICK_ROUND_N, r);
     assert_int_equal(r[3], -1);
     h = rcmd("GETRANGE", qkey(&q, "series"), "0", "47", END);
     memcpy(hdr, h->str, sizeof hdr);

@@ -180,15 +180,15 @@ static void test_tick_promise_and_empty(void **state)
 {
     queue_t q;
     queue_init(&q, "tickempty");
-    long long r[TICK_N + 1];
-    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", END), TICK_N + 1, r);
+    long long r[TICK_ROUND_N];
+    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", END), TICK_ROUND_N, r);
     assert_int_equal(r[3], -1);
     assert_int_equal(r[5], 1);           /* no key at all */
     assert_int_equal(exists(qkey(&q, "timer")), 0);
 
     enqueue_ok(&q, "x", 3, 7000);
     long long now = redis_now_ms();
-    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", END), TICK_N + 1, r);
+    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "1", END), TICK_ROUND_N, r);
     assert_in_range(r[3], 6000, 7000);
     assert_int_equal(r[5], 0);
     assert_in_range(promise(&q), now + r[3], redis_now_ms() + r[3]);
@@ -200,10 +200,10 @@ static void test_tick_promise_and_empty(void **state)
     msg_t m;
     claim_one(&s, 30000, &m);
     expect_ok_msg(fcall("succeed", &s, m.id, "", END), &m);
-    expect_ints(fcall("tick", &s, -1, "100", "0", "60000", "1", END), TICK_N + 1, r);
+    expect_ints(fcall("tick", &s, -1, "100", "0", "60000", "1", END), TICK_ROUND_N, r);
     assert_in_range(r[3], 59000, 60000);
     /* Without retention the queue is idle: no promise, not empty (seq, stats). */
-    expect_ints(fcall("tick", &s, -1, "100", "0", "0", "1", END), TICK_N + 1, r);
+    expect_ints(fcall("tick", &s, -1, "100", "0", "0", "1", END), TICK_ROUND_N, r);
     assert_int_equal(r[3], -1);
     assert_int_equal(r[5], 0);
     assert_int_equal(exists(qkey(&s, "timer")), 0);

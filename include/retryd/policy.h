@@ -39,7 +39,18 @@ typedef struct rd_policy {
     const char *alert_url;
     size_t alert_url_len;
     char *alert_url_owned;
+    /* The message lifecycle (docs/reference.md "Expiry", "Dead-letter queue"). */
+    long long message_ttl_s;    /* -1: not set (0, no expiry) */
+    char on_expiry[8];          /* "": not set ("dead") */
+    /* dead_letter_queue: where this queue's deaths move, NULL when not set.
+     * Owned and pointing as rules. */
+    const char *dead_letter_queue;
+    size_t dead_letter_queue_len;
+    char *dead_letter_queue_owned;
 } rd_policy_t;
+
+/* message_ttl is at most 30 days, as ttl_seconds on enqueue. */
+#define RD_POLICY_MESSAGE_TTL_MAX 2592000
 
 /* At most this many rules; a rule's error_contains / error_prefix is 1-255 bytes. */
 #define RD_POLICY_RULES_MAX 20
@@ -62,9 +73,9 @@ void rd_policy_free(rd_policy_t *p);
 enum { RD_POLICY_ARGS_MAX = 20 };
 /* The field, value pairs of the set fields, as policy_set takes them: names
  * into names[], values formatted into values[] (one per pair). Returns how
- * many strings (2 per field). The rules and the alert_url are not among them:
- * the caller adds "dead_letter_rules", p->rules when p->rules is set, and
- * "alert_url", p->alert_url when that is. */
+ * many strings (2 per field). The rules, the alert_url and the
+ * dead_letter_queue are not among them: the caller adds "dead_letter_rules",
+ * p->rules when p->rules is set, and so on for the others. */
 size_t rd_policy_args(const rd_policy_t *p, const char *out[RD_POLICY_ARGS_MAX],
                       char values[RD_POLICY_ARGS_MAX / 2][32]);
 
@@ -74,7 +85,9 @@ bool rd_policy_from_pairs(rd_policy_t *p, const rd_str_t *pairs, size_t n);
 
 /* {"queue", "paused", "max_retries", "backoff": {...}, "lease_seconds",
  * "dead_ttl", "succeeded_ttl", "max_in_flight", "rate_limit": null | {...},
- * "dead_letter_rules": [...], "alert_url": null | "..."}: the effective policy, defaults filled in. */
+ * "dead_letter_rules": [...], "alert_url": null | "...", "message_ttl",
+ * "on_expiry", "dead_letter_queue": null | "..."}: the effective policy,
+ * defaults filled in. */
 void rd_policy_write_json(rd_jsonw_t *w, const rd_policy_t *p, const rd_policy_defaults_t *d,
                           const char *queue, size_t queue_len);
 

@@ -49,6 +49,10 @@ typedef struct rd_promoter_options {
      * for --alert-url in an instance without it hands them over instead. */
     void (*on_alerts)(rd_store_queue_t queue, void *arg);
     void *on_alerts_arg;
+    /* A tick found letters waiting to move to another queue (deaths moving to
+     * the dead_letter_queue, rd_store_tick_t.moving): dlq.h moves them. */
+    void (*on_moving)(rd_store_queue_t queue, void *arg);
+    void *on_moving_arg;
     bool alert_url;               /* this instance runs with --alert-url */
 } rd_promoter_options_t;
 

@@ -22,7 +22,9 @@
     X(lease_expired, "Leases that expired before the message was settled.")              \
     X(held_paused, "Claims that leased less because the queue was paused.")             \
     X(held_cap, "Claims that leased less because of the queue's max_in_flight.")        \
-    X(held_rate, "Claims that leased less because of the queue's rate_limit.")
+    X(held_rate, "Claims that leased less because of the queue's rate_limit.")            \
+    X(expired, "Pending messages past their expires_at, gone dead or deleted.")        \
+    X(dead_lettered, "Deaths moved to the queue's dead_letter_queue.")
 
 /* The other counters of the hash, which GET /queues/{q}/stats lists when the
  * hash has them: X(name). */

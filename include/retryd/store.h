@@ -126,6 +126,8 @@ typedef struct rd_store_tick {
     int alerts;               /* alerts to deliver: 0 none, 1 for an --alert-url instance,
                                  2 to the queue's own alert_url (any instance) */
     bool alerts_checked;      /* the tick looked (rd_store_set_alerts set a recheck) */
+    long long moving;         /* letters waiting in redriving: deaths moving to the
+                                 dead_letter_queue, or a redrive cut short */
 } rd_store_tick_t;
 
 /* queues_page. */
@@ -198,8 +200,10 @@ typedef struct rd_store_alerts_taken {
 typedef struct rd_store_letter {
     long long id;
     rd_str_t target;          /* the queue it is redriven to */
-    long long max_retries;
+    long long max_retries;    /* 0: a death's move, the target gives its own budget */
     rd_str_t payload;
+    long long priority;       /* 0-9 */
+    rd_str_t history;         /* opaque: the packed history, or empty (lua/65_redrive.lua) */
 } rd_store_letter_t;
 
 typedef struct rd_store_redrive_taken {
@@ -407,6 +411,13 @@ int rd_store_tick(rd_store_t *st, rd_store_queue_t q, int limit, long long dead_
  * res->total is how many are registered, res->next_cursor empty at the end. */
 int rd_store_queues_page(rd_store_t *st, const char *cursor, size_t cursor_len, int limit,
                          rd_store_page_cb cb, void *arg);
+
+/* Records q's dead_letter_queue (target; len 0: none) in the registry's
+ * graph, unless it leads back to q (docs/lifecycle.md "Cycles"): res->strings
+ * is {"ok"}, {"cycle", q, ..., q} (the chain) or {"too_long"}; nothing is
+ * written for the last two. Sent before policy_set writes the field. */
+int rd_store_dlq_link(rd_store_t *st, rd_store_queue_t q, rd_store_queue_t target,
+                      rd_store_strings_cb cb, void *arg);
 
 /* ---- the timer schedule (promoter.c) ---- */
 
