@@ -529,6 +529,64 @@ static void test_redrive_across_masters(void **state)
         assert_int_equal(ncmd_int(m[0], "EXISTS %s", qkey(src, e2e_fmt("m:%lld", ids[i]))), 0);
 }
 
+/* Policy dead_letter_queue with source and target on two masters: each
+ * death moves into the target once (checked by payload), within 2 s of the
+ * last one, and the source keeps nothing of it. */
+static void test_dead_letter_queue_across_masters(void **state)
+{
+    (void)state;
+    cnode_t *m[MAX_NODES];
+    size_t nm = masters(m);
+    assert_true(nm >= 2);
+    char src[64], dst[64];
+    pick_queue_on(src, sizeof src, "dlq-src", m[0]);
+    pick_queue_on(dst, sizeof dst, "dlq-dst", m[1]);
+    e2e_response_t r = { 0 };
+    http_to(g_a.port, &r, "PUT", e2e_fmt("/queues/%s/policy", e2e_url_encode(src)),
+            e2e_fmt("{\"dead_letter_queue\":\"%s\"}", dst));
+    expect_json(&r, 200, "put policy");
+    long long ids[3];
+    for (int i = 0; i < 3; i++) {
+        msg_t e = enqueue_to(g_a.port, src, e2e_fmt("{\"payload\":\"death %d\",\"max_retries\":1}", i));
+        msg_t c = claim_from(g_a.port, src);
+        assert_int_equal(c.id, e.id);
+        assert_string_equal(settle(g_a.port, src, &c, "fail", "\"error\":\"boom\"").status, "dead");
+        ids[i] = e.id;
+    }
+    long long t0 = e2e_mono_ms();
+    size_t n = 0;
+    rd_json_t *list = NULL;
+    while (e2e_mono_ms() - t0 < 4000) {
+        http_to(g_b.port, &r, "GET", e2e_fmt("/queues/%s/messages?status=pending",
+                                             e2e_url_encode(dst)), NULL);
+        list = e2e_jget(expect_json(&r, 200, "list target"), "messages");
+        n = rd_json_array_size(list);
+        if (n >= 3) break;
+        e2e_pause_ms(20);
+    }
+    long long took = e2e_mono_ms() - t0;
+    printf("test_cluster: 3 deaths moved across masters in %lld ms\n", took);
+    assert_int_equal(n, 3);
+    assert_true(took <= 2000);
+    for (int i = 0; i < 3; i++) {
+        int seen = 0;
+        for (size_t j = 0; j < n; j++) {
+            rd_json_t *msg = rd_json_array_at(list, j);
+            if (strcmp(e2e_jstr(msg, "payload"), e2e_fmt("death %d", i)) != 0) continue;
+            seen++;
+            assert_int_equal(e2e_jint(e2e_jget(msg, "origin"), "id"), ids[i]);
+        }
+        assert_int_equal(seen, 1);
+    }
+    e2e_response_free(&r);
+    assert_int_equal(ncmd_int(m[1], "LLEN %s", qkey(dst, "3:ready")), 3);
+    assert_int_equal(ncmd_int(m[0], "ZCARD %s", qkey(src, "3:dead")), 0);
+    assert_int_equal(ncmd_int(m[0], "ZCARD %s", qkey(src, "3:redriving")), 0);
+    assert_int_equal(ncmd_int(m[0], "HGET %s dead_lettered", qkey(src, "stats")), 3);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(ncmd_int(m[0], "EXISTS %s", qkey(src, e2e_fmt("m:%lld", ids[i]))), 0);
+}
+
 static void *lp_thread(void *arg)
 {
     lp_call_t *c = arg;
@@ -1890,6 +1948,7 @@ int main(void)
         T(test_queues_on_every_master_end_to_end),
         T(test_long_poll_across_masters),
         T(test_redrive_across_masters),
+        T(test_dead_letter_queue_across_masters),
         T(test_failover_under_load),
         T(test_promoted_master_has_library),
         T(test_demoted_master_links_closed),
