@@ -1131,6 +1131,36 @@ test_policy_alert_url() {
     expect_eq "$(rget HEXISTS "$b:policy" alert_url)" 0 "no alert_url stored"
 }
 
+test_policy_dead_letter_queue() {
+    local a=dlqa b=dlqb c=dlqc ba
+    ba=$(base "$a")
+    ctl policy "$a"
+    expect_match "$OUT" "dead_letter_queue +none \\(default\\)" "no dead_letter_queue by default"
+    ctl policy "$a" --set dead_letter_queue="$b"
+    expect_rc 0 "a -> b"
+    expect_match "$OUT" "dead_letter_queue +$b" "dead_letter_queue shown"
+    expect_eq "$(rget HGET "$ba:policy" dead_letter_queue)" "$b" "dead_letter_queue stored"
+    ctl policy "$b" --set dead_letter_queue="$c"
+    expect_rc 0 "b -> c"
+    ctl policy "$c" --set dead_letter_queue="$a"
+    expect_rc 2 "c -> a closes a cycle"
+    expect_match "$ERR" "dead_letter_queue: $a leads back to $c" "the cycle is named"
+    expect_eq "$(rget HEXISTS "$(base "$c"):policy" dead_letter_queue)" 0 "nothing stored for c"
+    ctl policy "$a" --set dead_letter_queue="$a"
+    expect_rc 2 "itself"
+    ctl policy "$b" --set dead_letter_queue=
+    expect_rc 0 "b's cleared"
+    ctl policy "$c" --set dead_letter_queue="$a"
+    expect_rc 0 "c -> a once b leads nowhere"
+    ctl policy "$a" --set message_ttl=1h --set on_expiry=delete
+    expect_rc 0 "message_ttl and on_expiry"
+    expect_eq "$(rget HGET "$ba:policy" message_ttl)" 3600 "message_ttl stored in seconds"
+    expect_match "$OUT" "on_expiry +delete" "on_expiry shown"
+    ctl policy "$a" --set on_expiry=later
+    expect_rc 2 "a bad on_expiry"
+    expect_match "$ERR" "on_expiry: must be dead or delete" "field and why"
+}
+
 test_pause_resume() {
     local q=pauseq b
     b=$(base "$q")
@@ -1185,6 +1215,7 @@ all_tests=(
     test_policy_show_and_set
     test_policy_rules
     test_policy_alert_url
+    test_policy_dead_letter_queue
     test_pause_resume
 )
 if (($#)); then all_tests=("$@"); fi
