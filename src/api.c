@@ -994,11 +994,14 @@ static void on_dlq_linked(const rd_store_strings_t *res, void *arg)
     started(c, rd_store_policy_set(c->api->store, queue_of(c), c->policy, on_policy, c));
 }
 
-static void handle_policy_put(call_t *c)
+/* PUT replaces the whole policy; PATCH changes the fields given (null puts
+ * one back to its default). */
+static void policy_write(call_t *c, bool patch)
 {
     rd_policy_t p;
     rd_field_errors_t errs = { .count = 0 };
     rd_req_result_t r = rd_request_policy(c->req->body, c->req->body_len, &p, &errs);
+    p.patch = patch;
     if (r == RD_REQ_OK && p.dead_letter_queue && p.dead_letter_queue_len == c->match.queue_len &&
         memcmp(p.dead_letter_queue, c->match.queue, c->match.queue_len) == 0) {
         rd_policy_free(&p);
@@ -1011,12 +1014,26 @@ static void handle_policy_put(call_t *c)
         return;
     }
     c->notify = true;
-    /* The graph of dead-letter queues first (the registry's slot), then the
-     * policy (the queue's): docs/lifecycle.md "Cycles". */
     c->policy = rd_malloc(sizeof *c->policy);
     *c->policy = p;
+    if (patch && !p.dead_letter_queue && !(p.nulls & RD_POLICY_NULL(dead_letter_queue))) {
+        started(c, rd_store_policy_set(c->api->store, queue_of(c), c->policy, on_policy, c));
+        return;
+    }
+    /* The graph of dead-letter queues first (the registry's slot), then the
+     * policy (the queue's): docs/lifecycle.md "Cycles". */
     rd_store_queue_t target = { p.dead_letter_queue, p.dead_letter_queue_len };
     started(c, rd_store_dlq_link(c->api->store, queue_of(c), target, on_dlq_linked, c));
+}
+
+static void handle_policy_put(call_t *c)
+{
+    policy_write(c, false);
+}
+
+static void handle_policy_patch(call_t *c)
+{
+    policy_write(c, true);
 }
 
 static void handle_pause(call_t *c)
@@ -1115,6 +1132,7 @@ const rd_route_t rd_api_routes[] = {
     { RD_HTTP_GET, "/queues/{q}/stats", handle_stats, 0 },
     { RD_HTTP_GET, "/queues/{q}/policy", handle_policy_get, 0 },
     { RD_HTTP_PUT, "/queues/{q}/policy", handle_policy_put, 0 },
+    { RD_HTTP_PATCH, "/queues/{q}/policy", handle_policy_patch, 0 },
     { RD_HTTP_POST, "/queues/{q}/pause", handle_pause, 0 },
     { RD_HTTP_POST, "/queues/{q}/resume", handle_resume, 0 },
     { RD_HTTP_GET, "/metrics", handle_metrics, 0 },

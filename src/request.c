@@ -1086,6 +1086,15 @@ rd_req_result_t rd_request_policy(const char *body, size_t len, rd_policy_t *out
                                 "on_expiry must be \"dead\" or \"delete\".");
     }
     dead_letter_queue_member(doc, body, len, has_nul, out, errs);
+    static const char *const nullable[] = {
+#define RD_POLICY_NAME(name) #name,
+        RD_POLICY_FIELDS(RD_POLICY_NAME)
+#undef RD_POLICY_NAME
+    };
+    for (size_t i = 0; i < RD_POLICY_FIELD_COUNT; i++) {
+        rd_json_t *v = rd_json_get(doc, nullable[i]);
+        if (v && rd_json_is_null(v)) out->nulls |= 1u << i;
+    }
     for (size_t i = 0; i < rd_json_object_size(doc); i++) {
         const char *name = rd_json_object_key_at(doc, i);
         bool known = false;

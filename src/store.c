@@ -922,8 +922,22 @@ int rd_store_policy_set(rd_store_t *st, rd_store_queue_t q, const rd_policy_t *p
     size_t n = rd_policy_args(p, pairs, values);
     cmd_t c;
     begin_op(&c, st, OP_POLICY_SET, q, 0);
-    arg_str(&c, "replace");
+    arg_str(&c, p->patch ? "merge" : "replace");
     for (size_t i = 0; i < n; i++) arg_str(&c, pairs[i]);
+    /* A PATCH's nulls: those fields back to their defaults ("" in merge). */
+    static const char *const stored[RD_POLICY_FIELD_COUNT][3] = {
+        { "max_retries" }, { "backoff.base_seconds", "backoff.max_seconds", "backoff.jitter" },
+        { "lease_seconds" }, { "dead_ttl" }, { "succeeded_ttl" }, { "max_in_flight" },
+        { "rate_limit.per_second", "rate_limit.burst" }, { "dead_letter_rules" }, { "alert_url" },
+        { "message_ttl" }, { "on_expiry" }, { "dead_letter_queue" },
+    };
+    for (size_t i = 0; p->patch && i < RD_POLICY_FIELD_COUNT; i++) {
+        if (!(p->nulls & (1u << i))) continue;
+        for (size_t j = 0; j < 3 && stored[i][j]; j++) {
+            arg_str(&c, stored[i][j]);
+            arg_str(&c, "");
+        }
+    }
     if (p->rules) {
         arg_str(&c, "dead_letter_rules");
         arg_bytes(&c, p->rules, p->rules_len);

@@ -356,6 +356,42 @@ static void test_move_cut_after_the_target_is_not_doubled(void **state)
     assert_int_equal(e2e_daemon_stop(&other, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
 }
 
+/* PATCH changes only the fields it gives; null puts one back to its default;
+ * a dead_letter_queue closing a cycle is refused there too. */
+static void test_policy_patch(void **state)
+{
+    (void)state;
+    char q[64], other[64], path[1024];
+    e2e_queue_name(q, sizeof q, "patch");
+    e2e_queue_name(other, sizeof other, "patch-dlq");
+    put_policy(q, "{\"max_retries\":5,\"max_in_flight\":7}");
+    SET(path, e2e_fmt("/queues/%s/policy", q));
+    e2e_response_t r = { 0 };
+    http(&r, "PATCH", path, e2e_fmt("{\"dead_letter_queue\":\"%s\",\"message_ttl\":\"1h\"}", other));
+    rd_json_t *p = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(p, "max_retries"), 5);
+    assert_int_equal(e2e_jint(p, "max_in_flight"), 7);
+    assert_int_equal(e2e_jint(p, "message_ttl"), 3600);
+    assert_string_equal(e2e_jstr(p, "dead_letter_queue"), other);
+    http(&r, "PATCH", path, "{\"max_retries\":null}");
+    p = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(p, "max_retries"), 3);
+    assert_int_equal(e2e_jint(p, "max_in_flight"), 7);
+    assert_string_equal(e2e_jstr(p, "dead_letter_queue"), other);
+    char opath[1024];
+    SET(opath, e2e_fmt("/queues/%s/policy", other));
+    http(&r, "PATCH", opath, e2e_fmt("{\"dead_letter_queue\":\"%s\"}", q));
+    expect_field_error(expect_invalid(&r, opath, 1), "dead_letter_queue", "invalid", NULL);
+    http(&r, "PATCH", path, "{\"on_expiry\":\"later\"}");
+    expect_field_error(expect_invalid(&r, path, 1), "on_expiry", "invalid", NULL);
+    http(&r, "PATCH", path, "{\"dead_letter_queue\":null}");
+    e2e_jnull(e2e_expect_json(&r, 200), "dead_letter_queue");
+    /* Now the other way round closes no cycle. */
+    http(&r, "PATCH", opath, e2e_fmt("{\"dead_letter_queue\":\"%s\"}", q));
+    assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "dead_letter_queue"), q);
+    e2e_response_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -363,6 +399,7 @@ int main(void)
         T(test_chain_followed_and_cycles_refused),
         T(test_move_completes_after_kill9),
         T(test_move_cut_after_the_target_is_not_doubled),
+        T(test_policy_patch),
     };
     int failed = cmocka_run_group_tests_name("e2e_dlq", tests, group_setup, group_teardown);
     if (failed == 0 && g_stop_failed) {

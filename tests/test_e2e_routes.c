@@ -428,7 +428,8 @@ static void test_public_routes_are_documented(void **state)
         }
         path[n] = '\0';
         const char *method = rt->method == RD_HTTP_GET ? "GET" : rt->method == RD_HTTP_POST
-                                 ? "POST" : rt->method == RD_HTTP_PUT ? "PUT" : "DELETE";
+                                 ? "POST" : rt->method == RD_HTTP_PUT ? "PUT"
+                                 : rt->method == RD_HTTP_PATCH ? "PATCH" : "DELETE";
         const char *body = rt->method == RD_HTTP_GET || rt->method == RD_HTTP_DELETE ? NULL : "{}";
         bool public_route = (rt->flags & RD_ROUTE_PUBLIC) != 0;
         const char *paths[2] = { path, rt->flags & RD_ROUTE_PREFIX ? e2e_fmt("%s/app.js", path) : NULL };

@@ -47,7 +47,26 @@ typedef struct rd_policy {
     const char *dead_letter_queue;
     size_t dead_letter_queue_len;
     char *dead_letter_queue_owned;
+    /* The top-level fields the body gave as null (RD_POLICY_NULL_* bits): a
+     * PATCH puts those back to their defaults (docs/reference.md "Queue
+     * policy and flow control"). */
+    unsigned nulls;
+    bool patch;                 /* a PATCH: only the fields given change */
 } rd_policy_t;
+
+/* The fields a PATCH can put back to their defaults with null, in this order;
+ * each bit is 1 << its index. */
+#define RD_POLICY_FIELDS(X)                                                            \
+    X(max_retries) X(backoff) X(lease_seconds) X(dead_ttl) X(succeeded_ttl)            \
+    X(max_in_flight) X(rate_limit) X(dead_letter_rules) X(alert_url) X(message_ttl)    \
+    X(on_expiry) X(dead_letter_queue)
+enum {
+#define RD_POLICY_NULL_BIT(name) RD_POLICY_NULL_INDEX_##name,
+    RD_POLICY_FIELDS(RD_POLICY_NULL_BIT)
+#undef RD_POLICY_NULL_BIT
+    RD_POLICY_FIELD_COUNT
+};
+#define RD_POLICY_NULL(name) (1u << RD_POLICY_NULL_INDEX_##name)
 
 /* message_ttl is at most 30 days, as ttl_seconds on enqueue. */
 #define RD_POLICY_MESSAGE_TTL_MAX 2592000
