@@ -1082,6 +1082,17 @@
         disabled: true, onclick: () => this.togglePause() });
       this.policyBox = h('section', { class: 'policy-strip', id: 'queue-policy',
         'aria-label': 'Flow control' }, this.pauseState, this.policyText, this.btnPause);
+      // The dead-letter queue (docs/reference.md "Dead-letter queue"): where every death of
+      // this queue moves; set with PATCH, so the other fields stay as they are.
+      this.dlqInput = h('input', { type: 'text', id: 'dlq-input', class: 'input input-sm',
+        maxlength: '255', placeholder: 'none: deaths stay here', autocomplete: 'off',
+        'aria-label': 'Dead-letter queue' });
+      this.btnDlq = h('button', { type: 'submit', class: 'btn btn-sm', id: 'dlq-save',
+        text: 'Save', disabled: true });
+      this.dlqForm = h('form', { class: 'policy-strip', id: 'queue-dlq',
+        'aria-label': 'Dead-letter queue', onsubmit: (e) => { e.preventDefault(); this.saveDlq(); } },
+        h('label', { for: 'dlq-input', class: 'muted', text: 'Dead-letter queue' }),
+        this.dlqInput, this.btnDlq);
       // Dead-letter rules (docs/reference.md "Recovery rules"): the policy's list, each with its counters.
       this.rulesBox = h('ol', { class: 'policy-rules', id: 'policy-rules', start: '0',
         'aria-label': 'Dead-letter rules', hidden: true });
@@ -1092,6 +1103,7 @@
           h('h1', null, h('span', { class: 'muted h-prefix', text: 'Queue ' }), h('span', { text: q })),
           this.headStats),
         this.policyBox,
+        this.dlqForm,
         this.chart.el,
         this.rulesBox,
         tabs,
@@ -1156,7 +1168,11 @@
       parts.push(`backoff ${b.base_seconds} s × 2ⁿ up to ${b.max_seconds} s` +
                  (b.jitter && b.jitter !== 'none' ? `, ${b.jitter} jitter` : ''));
       parts.push(`max ${p.max_retries} retries`, `lease ${p.lease_seconds} s`);
+      if (p.message_ttl) parts.push(`expire after ${fmtInt(p.message_ttl)} s (${p.on_expiry})`);
+      if (p.dead_letter_queue) parts.push(`deaths move to ${p.dead_letter_queue}`);
       setText(this.policyText, parts.join(' · '));
+      if (document.activeElement !== this.dlqInput) this.dlqInput.value = p.dead_letter_queue || '';
+      this.btnDlq.disabled = false;
       setText(this.btnPause, p.paused ? 'Resume' : 'Pause');
       setAttr(this.btnPause, 'aria-label', p.paused ? `Resume queue ${this.queue}` : `Pause queue ${this.queue}`);
       this.btnPause.disabled = false;
@@ -1192,6 +1208,24 @@
                                     { signal: this.ac.signal }));
       } catch (e) {
         if (e.name !== 'AbortError') handleError(e);
+      }
+    }
+
+    /** PATCH the policy's dead_letter_queue (empty: none); a cycle is 422. */
+    async saveDlq() {
+      const name = this.dlqInput.value.trim();
+      this.btnDlq.disabled = true;
+      try {
+        const p = await api('PATCH', `${queuePath(this.queue)}/policy`,
+                            { dead_letter_queue: name || null });
+        this.dlqInput.blur();
+        this.renderPolicy(p);
+        toast(name ? `Deaths of ${this.queue} now move to ${name}.`
+                   : `Deaths of ${this.queue} now stay here.`, 'success');
+      } catch (e) {
+        handleError(e);
+      } finally {
+        this.btnDlq.disabled = false;
       }
     }
 
@@ -1777,7 +1811,7 @@
         fact('Worker', h('span', { class: 'mono break', id: 'msg-worker', text: String(m.worker) }));
       }
       if (m.origin && m.origin.queue !== undefined) {
-        fact('Redriven from', h('a', { id: 'msg-origin', href: messageHref(m.origin.queue, m.origin.id),
+        fact('Origin', h('a', { id: 'msg-origin', href: messageHref(m.origin.queue, m.origin.id),
           text: `${m.origin.queue} #${m.origin.id}` }));
       }
       if (m.redriving_to) {

@@ -1025,9 +1025,53 @@ test('top_error_link_filters_long_punctuated_error', async () => {
   await page.close();
 });
 
-test('only_get_post_delete_no_csp_violation', async () => {
-  const extra = [...methods].filter((m) => !['GET', 'POST', 'DELETE'].includes(m));
-  eq(extra, [], 'the console used only GET, POST and DELETE');
+test('dead_letter_queue_set_in_policy_view', async () => {
+  const q = `dlqv-${Date.now()}`;
+  const target = `${q}-dlq`;
+  await ok('PUT', `${qp(q)}/policy`, { max_retries: 4 });
+  await ok('PUT', `${qp(target)}/policy`, { dead_letter_queue: q });
+  await enqueue(q, 'one');
+  const page = await openPage(hashQueue(q));
+  await waitList(page);
+  await page.waitForFunction(() => !document.querySelector('#dlq-save').disabled);
+  eq(await page.inputValue('#dlq-input'), '', 'no dead-letter queue yet');
+  // The target leads back here: refused, nothing changed.
+  await page.fill('#dlq-input', target);
+  await page.click('#dlq-save');
+  await toastText(page, /cycle/);
+  eq((await http('GET', `${qp(q)}/policy`)).json.dead_letter_queue, null, 'a cycle is refused');
+  await ok('PATCH', `${qp(target)}/policy`, { dead_letter_queue: null });
+  await page.fill('#dlq-input', target);
+  await page.click('#dlq-save');
+  await toastText(page, /now move to/);
+  const pol = (await http('GET', `${qp(q)}/policy`)).json;
+  eq(pol.dead_letter_queue, target, 'the dead-letter queue is set');
+  eq(pol.max_retries, 4, 'the other fields stay');
+  check(/deaths move to/.test(await page.textContent('#policy-text')), 'the strip says where deaths go');
+  // A death moves there, and its message names where it came from.
+  const m = (await http('POST', `${qp(q)}/claim`)).json;
+  await ok('POST', `${qp(q)}/messages/${m.id}/kill`, {});
+  let moved = null;
+  for (let i = 0; i < 100 && !moved; i++) {
+    const l = (await http('GET', `${qp(target)}/messages?status=pending`)).json;
+    moved = l.messages[0] || null;
+    if (!moved) await new Promise((r) => setTimeout(r, 50));
+  }
+  check(moved, 'the death moved to the dead-letter queue');
+  const detail = await openPage(`/queues/${encodeURIComponent(target)}/messages/${moved.id}`);
+  await detail.waitForSelector('#msg-origin');
+  eq(await detail.textContent('#msg-origin'), `${q} #${m.id}`, 'the origin is shown');
+  await detail.close();
+  await page.fill('#dlq-input', '');
+  await page.click('#dlq-save');
+  await toastText(page, /stay here/);
+  eq((await http('GET', `${qp(q)}/policy`)).json.dead_letter_queue, null, 'cleared');
+  await page.close();
+});
+
+test('only_get_post_patch_delete_no_csp_violation', async () => {
+  const extra = [...methods].filter((m) => !['GET', 'POST', 'PATCH', 'DELETE'].includes(m));
+  eq(extra, [], 'the console used only GET, POST, PATCH and DELETE');
   eq(cspErrors, [], 'no Content-Security-Policy violation');
   eq(pageErrors, [], 'no uncaught exception');
   eq(dialogs, [], 'no alert/confirm/prompt ever fired');
