@@ -1475,6 +1475,11 @@ static void test_policy_empty_is_all_defaults(void **state)
         rd_field_errors_t errs = { .count = 0 };
         assert_int_equal(rd_request_policy(bodies[i], strlen(bodies[i]), &p, &errs), RD_REQ_OK);
         rd_policy_init(&d);
+        /* The nulls are kept apart, for a PATCH; nothing else is set. */
+        assert_int_equal(p.nulls, i == 0 ? 0u : RD_POLICY_NULL(rate_limit) |
+                                                RD_POLICY_NULL(backoff) |
+                                                RD_POLICY_NULL(max_retries));
+        p.nulls = 0;
         assert_memory_equal(&p, &d, sizeof p);
         const char *args[RD_POLICY_ARGS_MAX];
         char values[RD_POLICY_ARGS_MAX / 2][32];
