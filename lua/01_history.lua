@@ -11,6 +11,11 @@
 --        a failure   {at - created_at (ms), attempt, flags, error[, worker]}
 --                    flags: 1 = the lease expired
 --        a replay    {at - created_at (ms)}
+--        a snooze    {at - created_at (ms), attempt, flags, "", "", until - created_at (ms)}
+--                    flags: 2 = a snooze (docs/reference.md "Snooze"); shaped as
+--                    a failure so that retryd_v4, which reads every entry of
+--                    more than one value as a failure, shows it as one (attempt,
+--                    empty error) instead of failing on it
 --   d  how many older entries were dropped (absent when none)
 --   e  true (instead of the text) when last_error is the newest entry's
 --      error, so a failure stores its error once
@@ -23,6 +28,7 @@ do
   -- characters); last_error keeps the whole text.
   local HISTORY_ERROR_BYTES = 1024
   local HISTORY_LEASE_EXPIRED = 1
+  local HISTORY_SNOOZED = 2
 
   -- err cut to at most HISTORY_ERROR_BYTES, before a continuation byte.
   local function history_error(err)
@@ -88,10 +94,27 @@ do
     history_push(m, { now - m.created_at })
   end
 
+  -- Whether a history entry (not a replay mark) is a snooze mark.
+  local function is_snooze(e)
+    return #e >= 6 and math.floor(e[3] / HISTORY_SNOOZED) % 2 == 1
+  end
+  history.is_snooze = is_snooze
+
+  -- A snooze mark: the current attempt was put off until `due` (ms) without
+  -- counting (retry_count stays). attempt is the one put off (retry_count + 1),
+  -- as a failure's, for retryd_v4's reading. The lease's worker leaves the
+  -- record, as a failure's does.
+  function history.snoozed(m, now, due)
+    history_push(m, { now - m.created_at, m.retry_count + 1, HISTORY_SNOOZED, '', '',
+                      due - m.created_at })
+    m.worker = nil
+  end
+
   -- The reply fields: worker while processing; history_dropped and history
-  -- (a flat array, six strings per entry: kind "failed" | "replayed", at (ms),
-  -- attempt, lease_expired "1" | "0", worker ("" for none), error) when the
-  -- message has a history.
+  -- (a flat array, six strings per entry: kind "failed" | "replayed" |
+  -- "snoozed", at (ms), attempt (a snooze: until, ms), lease_expired "1" | "0",
+  -- worker ("" for none), error; "" where a kind has none) when the message
+  -- has a history.
   function history.reply(m, status, add)
     if status == 'processing' and m.worker then add('worker', m.worker) end
     local h = m.history
@@ -104,6 +127,13 @@ do
         flat[#flat + 1] = 'replayed'
         flat[#flat + 1] = at
         flat[#flat + 1] = ''
+        flat[#flat + 1] = ''
+        flat[#flat + 1] = ''
+        flat[#flat + 1] = ''
+      elseif is_snooze(e) then
+        flat[#flat + 1] = 'snoozed'
+        flat[#flat + 1] = at
+        flat[#flat + 1] = string.format('%d', m.created_at + e[6])
         flat[#flat + 1] = ''
         flat[#flat + 1] = ''
         flat[#flat + 1] = ''

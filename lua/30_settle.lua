@@ -1,10 +1,11 @@
--- Settlements of one message: succeed, fail, extend, replay. Module `settle`.
+-- Settlements of one message: succeed, fail, snooze, extend, replay. Module `settle`.
 local settle = {}
 do
   local bad_arg, int_arg, need_timer = common.bad_arg, common.int_arg, common.need_timer
   local notify, now_ms, queue_keys = common.notify, common.now_ms, common.queue_keys
   local register, to_int = common.register, common.to_int
   local reply_message, set_updated = record.reply_message, record.set_updated
+  local store_message = record.store_message
   local fail_message, load_for = lifecycle.fail_message, lifecycle.load_for
   local replay_dead, retention_hint = lifecycle.replay_dead, lifecycle.retention_hint
   local take_leased = lifecycle.take_leased
@@ -43,6 +44,53 @@ do
     local msg = reply_message(id, m, 'succeeded')
     if args[3] == nil then return { 'ok', msg } end
     return { 'ok', msg, retention_hint(k, now, ttl) }
+  end
+
+  -- The longest snooze: 30 days, as enqueue's delay_seconds (RD_DELAY_SECONDS_MAX).
+  local SNOOZE_MAX_MS = 2592000000
+
+  -- Moves a processing message back to pending, due at `due` (ms): scheduled
+  -- with retry_after = due, a snooze mark in its history; retry_count and
+  -- last_error stay (docs/reference.md "Snooze"). The whole record is written
+  -- (retry_after and the history are in its trailer). The caller counts it
+  -- (snoozed) and frees the lease's place (flow.freed).
+  -- m: as take_leased returned it, read whole (the id is off the processing index).
+  local function snooze_message(k, mkey, id, now, due, m)
+    history.snoozed(m, now, due)
+    m.updated_at, m.retry_after, m.token = now, due, nil
+    store_message(mkey, m)
+    redis.call('ZADD', k.scheduled, int_arg(due), id)
+  end
+
+  -- snooze: a processing message is put off: pending again, claimable after
+  -- delay_ms, no attempt counted (docs/reference.md "Snooze").
+  --   KEYS[1]  <prefix>:{q}                       queue key base
+  --   KEYS[2]  <prefix>:{q}:m:<id>                the message
+  --   ARGV[1]  id
+  --   ARGV[2]  lease_token                        "" accepts any current lease
+  --   ARGV[3]  delay_ms                           integer 0..2592000000 (30 days);
+  --                                               0: due now, the next claim takes it
+  --   ARGV[4]  "1" (optional)                     the caller forwards timer hints
+  -- Lease rules as succeed's. Counted as snoozed; retry_count, last_error and
+  -- the retry budget stay; the history gets a {snoozed_at, until} mark.
+  -- Returns {"ok", message} (status pending, retry_after the time it is due) |
+  -- {"not_found"} | {"invalid_state", status} | {"lease_mismatch"}; with
+  -- ARGV[4], {"ok", message, timer}: the hint of the time it is due (need_timer).
+  local function snooze(keys, args)
+    local base, mkey, id, token = keys[1], keys[2], args[1], args[2] or ''
+    local delay = to_int(args[3])
+    if delay == nil or delay < 0 or delay > SNOOZE_MAX_MS then return bad_arg('delay_ms') end
+    local k = queue_keys(base)
+    local m, err = take_leased(k, mkey, id, token)
+    if not m then return err end
+    local now = now_ms()
+    local due = now + delay
+    snooze_message(k, mkey, id, now, due, m)
+    flow.freed(k)
+    redis.call('HINCRBY', k.stats, 'snoozed', '1')
+    local msg = reply_message(id, m, 'pending')
+    if args[4] ~= '1' then return { 'ok', msg } end
+    return { 'ok', msg, need_timer(k, now, due) }
   end
 
   -- fail: a processing message failed; retry with backoff or move to dead.
@@ -129,8 +177,10 @@ do
 
   register('succeed', succeed, nil, 'message')
   register('fail', fail, nil, 'message')
+  register('snooze', snooze, nil, 'message')
   register('extend', extend, nil, 'message')
   register('replay', replay, nil, 'message')
 
-  settle.succeed_message = succeed_message
+  settle.succeed_message, settle.snooze_message = succeed_message, snooze_message
+  settle.SNOOZE_MAX_MS = SNOOZE_MAX_MS
 end

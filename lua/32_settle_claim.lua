@@ -7,7 +7,8 @@ do
   local retention_hint, take_leased = lifecycle.retention_hint, lifecycle.take_leased
   local death_hint = alerts.death_hint
   local claim_into = leasing.claim_into
-  local succeed_message = settle.succeed_message
+  local succeed_message, snooze_message = settle.succeed_message, settle.snooze_message
+  local SNOOZE_MAX_MS = settle.SNOOZE_MAX_MS
 
   -- settle_claim: the worker loop in one call (docs/reference.md "Settle and claim"): settle what the worker
   -- finished, then lease what it takes next.
@@ -18,11 +19,13 @@ do
   --   ARGV[4 + 6*(i-1) ..], for each settlement i = 1..n, six values:
   --            id                                 the message id
   --            lease_token                        "" accepts any current lease
-  --            outcome                            "succeeded" | "failed"
+  --            outcome                            "succeeded" | "failed" | "snoozed"
   --            error                              failed: kept as last_error ("" otherwise)
   --            retryable                          failed: "1" | "0" (0: dead now)
   --            retry_after_ms                     failed: integer >= 0 overrides the
   --                                               backoff; -1 uses min(2^n, 3600) s
+  --                                               snoozed: the delay, 0..2592000000
+  --                                               (as snooze's delay_ms)
   --   then, optionally, two values from a caller that forwards timer hints:
   --            dead_ttl_ms, succeeded_ttl_ms      the retention it applies
   --   and after them, optionally, one more:
@@ -35,13 +38,13 @@ do
   --            nonce                              as claim's ARGV[6] ("" for none)
   -- Message keys are derived from KEYS[1]; they share its hash tag and slot.
   -- Every argument is checked before anything is written. Settlements apply in
-  -- order, exactly as succeed and fail do (backoff, dead letters, events,
+  -- order, exactly as succeed, fail and snooze do (backoff, dead letters, events,
   -- errors, counters), then the claim runs as claim does (due retries first,
-  -- at most REPLY_BYTES of messages, always one); a failure due at once
-  -- (retry_after_ms 0) may be claimed back in the same call. Nothing is read
-  -- back for a settlement: its new state is the whole answer.
+  -- at most REPLY_BYTES of messages, always one); a failure or a snooze due at
+  -- once (retry_after_ms 0) may be claimed back in the same call. Nothing is
+  -- read back for a settlement: its new state is the whole answer.
   -- Returns {"ok", {status_1, ..., status_n}, message, ...}: status_i is
-  -- "succeeded" | "pending" | "dead" (the message's new state) or "not_found" |
+  -- "succeeded" | "pending" (a retry or a snooze) | "dead" (the message's new state) or "not_found" |
   -- "invalid_state" | "lease_mismatch" (nothing done to it); then zero to count
   -- claimed messages, as claim returns them. One bad item does not stop the others.
   -- With the two optional values a timer hint ends the reply: the earliest of
@@ -51,6 +54,7 @@ do
   -- From redis-cli: succeed 41, fail 42 with the backoff, claim the next one:
   --   FCALL retryd_v5_settle_claim 1 'retryd:{emails}' 30000 1 2 \
   --     41 '' succeeded '' 1 -1   42 '' failed 'smtp timeout' 1 -1
+  -- and snooze 43 for a minute:   43 '' snoozed '' 1 60000
   local SETTLE_FIELDS = 6
 
   local function settle_claim(keys, args)
@@ -86,17 +90,22 @@ do
       local at = 4 + SETTLE_FIELDS * i
       local id, outcome = to_int(args[at]), args[at + 2]
       if id == nil or id < 1 then return bad_arg('id') end
-      if outcome == 'failed' then
-        if args[at + 4] ~= '1' and args[at + 4] ~= '0' then return bad_arg('retryable') end
-        if to_int(args[at + 5]) == nil then return bad_arg('retry_after_ms') end
-      elseif outcome ~= 'succeeded' then
-        return bad_arg('outcome')
+      if outcome ~= 'succeeded' then
+        if outcome == 'failed' then
+          if args[at + 4] ~= '1' and args[at + 4] ~= '0' then return bad_arg('retryable') end
+          if to_int(args[at + 5]) == nil then return bad_arg('retry_after_ms') end
+        elseif outcome == 'snoozed' then
+          local delay = to_int(args[at + 5])
+          if delay == nil or delay < 0 or delay > SNOOZE_MAX_MS then return bad_arg('delay_ms') end
+        else
+          return bad_arg('outcome')
+        end
       end
     end
 
     local now = now_ms()
     local statuses = {}
-    local succeeded = 0
+    local succeeded, snoozed = 0, 0
     local timer = -1
     -- The earliest hint of all the work this call creates (see need_timer).
     local function hint(t)
@@ -106,11 +115,15 @@ do
       local at = 4 + SETTLE_FIELDS * i
       local id = args[at]
       local mkey = message_key(base, id)
-      local succeeding = args[at + 2] == 'succeeded'
+      local outcome = args[at + 2]
+      local succeeding = outcome == 'succeeded'
+      local snoozing = not succeeding and outcome == 'snoozed'
       -- A success writes header bytes only: it reads no more than the header.
       local m, e
       if succeeding then
         m, e = take_leased(k, mkey, id, args[at + 1], true)
+      elseif snoozing then
+        m, e = take_leased(k, mkey, id, args[at + 1])
       else
         m, e = load_for(k, mkey, id, 'processing', args[at + 1])
       end
@@ -120,6 +133,12 @@ do
         succeed_message(k, mkey, id, now, m)
         succeeded = succeeded + 1
         statuses[#statuses + 1] = 'succeeded'
+      elseif snoozing then
+        local due = now + to_int(args[at + 5])
+        snooze_message(k, mkey, id, now, due, m)
+        snoozed = snoozed + 1
+        statuses[#statuses + 1] = 'pending'
+        if hinted then hint(need_timer(k, now, due)) end
       else
         local status, due = fail_message(k, base, id, now, args[at + 3], args[at + 4] == '1',
                                          to_int(args[at + 5]), m)
@@ -135,6 +154,10 @@ do
       flow.freed(k)
       redis.call('HINCRBY', k.stats, 'succeeded', int_arg(succeeded))
       if hinted then hint(retention_hint(k, now, succeeded_ttl)) end
+    end
+    if snoozed > 0 then
+      flow.freed(k)
+      redis.call('HINCRBY', k.stats, 'snoozed', int_arg(snoozed))
     end
 
     local out = { 'ok', statuses }

@@ -4,6 +4,7 @@ do
   local message_key, ms_text, queue_keys = common.message_key, common.ms_text, common.queue_keys
   local register, to_int = common.register, common.to_int
   local load_message = record.load_message
+  local is_snooze = history.is_snooze
   local OLD_SECTIONS, SECTION_STATUS = read.OLD_SECTIONS, read.SECTION_STATUS
   local valid_status, walk = read.valid_status, read.walk
 
@@ -61,6 +62,9 @@ do
       local e = h[i]
       if #e == 1 then
         out[i] = { replayed_at = iso_time(m.created_at + e[1]) }
+      elseif is_snooze(e) then
+        out[i] = { snoozed_at = iso_time(m.created_at + e[1]),
+                   ['until'] = iso_time(m.created_at + e[6]) }
       else
         out[i] = { attempt = e[2], error = e[4], at = iso_time(m.created_at + e[1]),
                    lease_expired = e[3] % 2 == 1, worker = e[5] or cjson.null }

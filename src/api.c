@@ -410,6 +410,10 @@ static void on_acked(const rd_store_outcomes_t *res, void *arg)
 {
     call_t *c = arg;
     if (respond_store_failure(c, &res->head)) return;
+    if (c->notify) {
+        rd_store_queue_t q = { c->match.queue, c->match.queue_len };
+        rd_waiters_notify(c->api->waiters, q);
+    }
     const rd_ack_req_t *ack = c->ack;
     rd_json_t *doc = rd_json_new_object();
     rd_json_t *list = rd_json_new_array();
@@ -423,6 +427,15 @@ static void on_acked(const rd_store_outcomes_t *res, void *arg)
     }
     rd_json_set(doc, "results", list);
     respond_json(c, 200, doc, NULL);
+}
+
+/* A batch acknowledgement with snoozes, sent as a settle-and-claim of count
+ * 0: answered as succeed_many's. */
+static void on_acked_settled(const rd_store_settled_t *res, void *arg)
+{
+    rd_store_outcomes_t acked = { .head = res->head, .outcomes = res->outcomes,
+                                  .count = res->settled };
+    on_acked(&acked, arg);
 }
 
 static void on_deleted(const rd_store_head_t *res, void *arg)
@@ -805,6 +818,25 @@ static void handle_fail(call_t *c)
     started(c, rc);
 }
 
+static void handle_snooze(call_t *c)
+{
+    leased_transition(c, "snooze");
+    rd_settle_req_t s;
+    rd_field_errors_t errs = { .count = 0 };
+    rd_req_result_t r = rd_request_snooze(c->req->body, c->req->body_len, &s, &errs);
+    if (r != RD_REQ_OK) {
+        answer_parse_failure(c, r, &errs);
+        return;
+    }
+    /* Due now: this instance's long-polls may take it at once (their claim
+     * promotes it); the timer hint brings the others' (docs/reference.md "Snooze"). */
+    c->notify = s.delay_ms == 0;
+    int rc = rd_store_snooze(c->api->store, queue_of(c), c->match.id, s.lease_token, s.delay_ms,
+                             on_message, c);
+    rd_request_free(s.doc);
+    started(c, rc);
+}
+
 static void handle_extend(call_t *c)
 {
     leased_transition(c, "extend");
@@ -868,8 +900,31 @@ static void handle_succeed_many(call_t *c)
         answer_parse_failure(c, r, &errs);
         return;
     }
-    started(c, rd_store_succeed_many(c->api->store, queue_of(c), c->ack->count, c->ack->ids,
-                                     c->ack->tokens, on_acked, c));
+    const rd_ack_req_t *ack = c->ack;
+    if (!ack->any_snoozed) {
+        started(c, rd_store_succeed_many(c->api->store, queue_of(c), ack->count, ack->ids,
+                                         ack->tokens, on_acked, c));
+        return;
+    }
+    /* With a snooze among them, the batch is a settle-and-claim that claims
+     * nothing: one atomic call still, each item as the snooze route or
+     * succeed_many would apply it (docs/reference.md "Snooze"). */
+    rd_settlement_t *items = rd_calloc(ack->count, sizeof *items);
+    bool due_now = false;
+    for (size_t i = 0; i < ack->count; i++) {
+        items[i].id = ack->ids[i];
+        items[i].lease_token = ack->tokens[i];
+        items[i].retryable = true;
+        items[i].snoozed = ack->snoozed[i];
+        items[i].delay_ms = ack->delay_ms[i];
+        due_now = due_now || (ack->snoozed[i] && ack->delay_ms[i] == 0);
+    }
+    c->notify = due_now;
+    rd_lease_t unused = { c->api->cfg->lease_ms, true };
+    int rc = rd_store_settle_claim(c->api->store, queue_of(c), unused, 0, NULL, ack->count, items,
+                                   on_acked_settled, c);
+    rd_free(items);
+    started(c, rc);
 }
 
 /* POST /queues/{q}/replay with "to": a redrive (src/redrive.c). */
@@ -1123,6 +1178,7 @@ const rd_route_t rd_api_routes[] = {
     { RD_HTTP_POST, "/queues/{q}/messages/{id}/succeed", handle_succeed, 0 },
     { RD_HTTP_POST, "/queues/{q}/messages/{id}/fail", handle_fail, 0 },
     { RD_HTTP_POST, "/queues/{q}/messages/{id}/replay", handle_replay, 0 },
+    { RD_HTTP_POST, "/queues/{q}/messages/{id}/snooze", handle_snooze, 0 },
     { RD_HTTP_POST, "/queues/{q}/messages/{id}/extend", handle_extend, 0 },
     { RD_HTTP_POST, "/queues/{q}/succeed", handle_succeed_many, 0 },
     { RD_HTTP_POST, "/queues/{q}/messages/{id}/kill", handle_kill, 0 },

@@ -149,7 +149,8 @@ static void put_optional_string(rd_jsonw_t *w, const char *name, rd_str_t s)
 }
 
 /* The history array: {attempt, error, at, lease_expired, worker} per failure,
- * {replayed_at} per replay mark, oldest first. */
+ * {replayed_at} per replay mark, {snoozed_at, until} per snooze mark, oldest
+ * first (docs/reference.md "History"). */
 static void put_history(rd_jsonw_t *w, const rd_str_t *h, size_t n)
 {
     rd_jsonw_key(w, "history");
@@ -170,6 +171,9 @@ static void put_history(rd_jsonw_t *w, const rd_str_t *h, size_t n)
         rd_jsonw_object_open(w);
         if (len[0] == 8 && memcmp(f[0], "replayed", 8) == 0) {
             put_time(w, "replayed_at", at);
+        } else if (len[0] == 7 && memcmp(f[0], "snoozed", 7) == 0) {
+            put_time(w, "snoozed_at", at);
+            put_time(w, "until", rd_str_to_ll(f[2], len[2]));
         } else {
             rd_jsonw_key(w, "attempt");
             rd_jsonw_int(w, rd_str_to_ll(f[2], len[2]));

@@ -237,6 +237,22 @@ static void check_failure(const rd_json_t *obj, const rd_json_t *marked, const c
     }
 }
 
+/* A snooze's delay_seconds in obj (required, 0..RD_DELAY_SECONDS_MAX) into
+ * *delay_ms (docs/reference.md "Snooze"). */
+static void check_delay(const rd_json_t *obj, long long *delay_ms, const field_sink_t *k)
+{
+    rd_json_t *v = rd_json_get(obj, "delay_seconds");
+    long long delay_s;
+    if (v == NULL || rd_json_is_null(v))
+        sink_add(k, "delay_seconds", "required", "delay_seconds is required.");
+    else if (!rd_json_integer(v, &delay_s) || delay_s < 0 || delay_s > RD_DELAY_SECONDS_MAX)
+        sink_add(k, "delay_seconds", "invalid",
+                 "delay_seconds must be an integer between 0 and "
+                 RD_LIMIT_STR(RD_DELAY_SECONDS_MAX) " (30 days).");
+    else
+        *delay_ms = delay_s * 1000;
+}
+
 static void token_field(rd_settle_req_t *out, rd_field_errors_t *errs)
 {
     field_sink_t k = { errs, NULL, 0 };
@@ -253,7 +269,7 @@ static void settle_field(rd_claim_req_t *out, const rd_json_t *marked, rd_field_
         rd_field_errors_add(errs, "settle", "invalid",
                             "settle must be an array of 1 to " RD_LIMIT_STR(RD_SETTLE_BATCH_MAX)
                             " {id, lease_token?, outcome, "
-                            "error?, retryable?, retry_after_seconds?} objects.");
+                            "error?, retryable?, retry_after_seconds?, delay_seconds?} objects.");
         return;
     }
     rd_json_t *marked_items = marked ? rd_json_get(marked, "settle") : NULL;
@@ -280,12 +296,17 @@ static void settle_field(rd_claim_req_t *out, const rd_json_t *marked, rd_field_
         if (v == NULL || rd_json_is_null(v))
             sink_add(&k, "outcome", "required", "outcome is required.");
         else if (outcome == NULL ||
-                 (strcmp(outcome, "succeeded") != 0 && strcmp(outcome, "failed") != 0))
-            sink_add(&k, "outcome", "invalid", "outcome must be \"succeeded\" or \"failed\".");
+                 (strcmp(outcome, "succeeded") != 0 && strcmp(outcome, "failed") != 0 &&
+                  strcmp(outcome, "snoozed") != 0))
+            sink_add(&k, "outcome", "invalid",
+                     "outcome must be \"succeeded\", \"failed\" or \"snoozed\".");
         else if (strcmp(outcome, "failed") == 0) {
             /* A success takes no more fields, as the succeed route takes none. */
             s->failed = true;
             check_failure(item, marked_item, &s->error, &s->retryable, &s->retry_after_ms, &k);
+        } else if (strcmp(outcome, "snoozed") == 0) {
+            s->snoozed = true;
+            check_delay(item, &s->delay_ms, &k);
         }
     }
     out->nsettle = n;
@@ -368,6 +389,21 @@ rd_req_result_t rd_request_fail(const char *body, size_t len, rd_settle_req_t *o
     return finish(&out->doc, errs);
 }
 
+rd_req_result_t rd_request_snooze(const char *body, size_t len, rd_settle_req_t *out,
+                                  rd_field_errors_t *errs)
+{
+    memset(out, 0, sizeof *out);
+    rd_json_t *marked;
+    /* An empty body is {}: 422, delay_seconds is required. */
+    rd_req_result_t r = parse_object(body, len, true, &out->doc, &marked);
+    rd_json_free(marked);
+    if (r != RD_REQ_OK) return r;
+    field_sink_t k = { errs, NULL, 0 };
+    check_token(out->doc, &out->lease_token, &k);
+    check_delay(out->doc, &out->delay_ms, &k);
+    return finish(&out->doc, errs);
+}
+
 rd_req_result_t rd_request_extend(const char *body, size_t len, long long default_lease_ms,
                                   rd_settle_req_t *out, rd_field_errors_t *errs)
 {
@@ -398,7 +434,7 @@ rd_req_result_t rd_request_ack(const char *body, size_t len, rd_ack_req_t *out,
     if (!rd_json_is_array(items) || n == 0 || n > RD_ACK_BATCH_MAX) {
         rd_field_errors_add(errs, "messages", items ? "invalid" : "required",
                             "messages must be an array of 1 to " RD_LIMIT_STR(RD_ACK_BATCH_MAX)
-                            " {id, lease_token?} objects.");
+                            " {id, lease_token?, outcome?, delay_seconds?} objects.");
         return finish(&out->doc, errs);
     }
     /* Field names point into a static table: errors outlive this call. */
@@ -419,10 +455,25 @@ rd_req_result_t rd_request_ack(const char *body, size_t len, rd_ack_req_t *out,
                 snprintf(names[i][1], sizeof names[i][1], "messages[%zu].lease_token", i);
                 rd_field_errors_add(errs, names[i][1], "invalid",
                                     "lease_token must be the string a claim returned.");
-                continue;
+            } else {
+                out->tokens[i] = t;
             }
-            out->tokens[i] = t;
         }
+        /* outcome: "succeeded" (the default) or "snoozed" with its delay
+         * (docs/reference.md "Snooze"); a failure carries an error, which
+         * the settle items of a claim and the fail route take. */
+        field_sink_t k = { errs, "messages", i };
+        rd_json_t *v = rd_json_get(item, "outcome");
+        const char *outcome = rd_json_string(v);
+        if (v == NULL || rd_json_is_null(v) || (outcome && strcmp(outcome, "succeeded") == 0))
+            continue;
+        if (outcome == NULL || strcmp(outcome, "snoozed") != 0) {
+            sink_add(&k, "outcome", "invalid", "outcome must be \"succeeded\" or \"snoozed\".");
+            continue;
+        }
+        out->snoozed[i] = true;
+        out->any_snoozed = true;
+        check_delay(item, &out->delay_ms[i], &k);
     }
     out->count = n;
     return finish(&out->doc, errs);

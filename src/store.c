@@ -79,7 +79,8 @@ typedef struct op_def {
 } op_def_t;
 
 typedef enum op_id {
-    OP_ENQUEUE, OP_CLAIM, OP_SETTLE_CLAIM, OP_SUCCEED, OP_SUCCEED_MANY, OP_FAIL, OP_EXTEND,
+    OP_ENQUEUE, OP_CLAIM, OP_SETTLE_CLAIM, OP_SUCCEED, OP_SUCCEED_MANY, OP_FAIL, OP_SNOOZE,
+    OP_EXTEND,
     OP_RELEASE, OP_RELEASE_LOST, OP_REPLAY, OP_REPLAY_MANY, OP_KILL, OP_DELETE, OP_GET,
     OP_LIST, OP_STATS, OP_SERIES, OP_TICK, OP_POLICY_GET, OP_POLICY_SET, OP_PAUSE,
     OP_ALERTS_TAKE, OP_ALERTS_ACK, OP_ALERTS_TOUCH,
@@ -246,6 +247,8 @@ static const op_def_t ops[OP_COUNT] = {
     ROW(OP_SUCCEED_MANY, "succeed_many", F_HINTED, rd_store_outcomes_t,
         rd_store_parse_succeed_many, rd_result_free_outcomes, rd_store_outcomes_cb),
     ROW(OP_FAIL, "fail", F_HINTED, rd_store_messages_t,
+        rd_store_parse_hinted, rd_result_free_messages, rd_store_messages_cb),
+    ROW(OP_SNOOZE, "snooze", F_HINTED, rd_store_messages_t,
         rd_store_parse_hinted, rd_result_free_messages, rd_store_messages_cb),
     ROW(OP_EXTEND, "extend", F_HINTED, rd_store_messages_t,
         rd_store_parse_hinted, rd_result_free_messages, rd_store_messages_cb),
@@ -645,6 +648,18 @@ int rd_store_fail(rd_store_t *st, rd_store_queue_t q, long long id, const char *
     return send_op(st, &c, CB(cb), arg);
 }
 
+int rd_store_snooze(rd_store_t *st, rd_store_queue_t q, long long id, const char *token,
+                    long long delay_ms, rd_store_messages_cb cb, void *arg)
+{
+    cmd_t c;
+    begin_op(&c, st, OP_SNOOZE, q, id);
+    arg_int(&c, id);
+    arg_str(&c, token ? token : "");
+    arg_int(&c, delay_ms);
+    arg_str(&c, "1");   /* this caller forwards timer hints */
+    return send_op(st, &c, CB(cb), arg);
+}
+
 int rd_store_extend(rd_store_t *st, rd_store_queue_t q, long long id, const char *token,
                     rd_lease_t lease, rd_store_messages_cb cb, void *arg)
 {
@@ -722,10 +737,12 @@ int rd_store_settle_claim(rd_store_t *st, rd_store_queue_t q, rd_lease_t lease, 
         const rd_settlement_t *s = &items[i];
         arg_int(c, s->id);
         arg_str(c, s->lease_token ? s->lease_token : "");
-        arg_str(c, s->failed ? "failed" : "succeeded");
+        arg_str(c, s->failed ? "failed" : s->snoozed ? "snoozed" : "succeeded");
         arg_error(c, s->failed && s->error ? s->error : "");
-        arg_str(c, s->retryable ? "1" : "0");
-        arg_int(c, s->failed && s->retry_after_ms >= 0 ? s->retry_after_ms : -1);
+        arg_str(c, s->retryable || !s->failed ? "1" : "0");
+        /* A snooze's delay goes in the retry_after_ms slot. */
+        if (s->snoozed) arg_int(c, s->delay_ms);
+        else arg_int(c, s->failed && s->retry_after_ms >= 0 ? s->retry_after_ms : -1);
     }
     arg_int(c, st->dead_ttl_ms);        /* asks for the timer hint */
     arg_int(c, st->succeeded_ttl_ms);

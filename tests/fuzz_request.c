@@ -125,6 +125,8 @@ static void fuzz_parsers(const uint8_t *data, size_t size)
     if (rd_request_fail(body, body_len, &s, &errs) == RD_REQ_OK) rd_request_free(s.doc);
     errs.count = 0;
     if (rd_request_extend(body, body_len, 30000, &s, &errs) == RD_REQ_OK) rd_request_free(s.doc);
+    errs.count = 0;
+    if (rd_request_snooze(body, body_len, &s, &errs) == RD_REQ_OK) rd_request_free(s.doc);
     rd_ack_req_t *ack = rd_malloc(sizeof *ack);
     errs.count = 0;
     if (rd_request_ack(body, body_len, ack, &errs) == RD_REQ_OK) rd_request_free(ack->doc);

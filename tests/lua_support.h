@@ -225,8 +225,9 @@ static inline long long parse_int(const char *s, size_t len, const char *what)
 }
 
 /* The history array (six strings per entry) as one text: per failure
- * "<attempt>/<lease_expired>/<worker>/<error>;", per replay mark "R;"; each
- * entry's time must be a positive integer. */
+ * "<attempt>/<lease_expired>/<worker>/<error>;", per replay mark "R;", per
+ * snooze mark "S<until - at, ms>;" (its other values empty); each entry's
+ * time must be a positive integer. */
 static inline void history_text(const redisReply *v, field_t *f)
 {
     assert_int_equal(v->elements % 6, 0);
@@ -236,9 +237,15 @@ static inline void history_text(const redisReply *v, field_t *f)
         for (size_t j = 0; j < 6; j++) assert_int_equal(v->element[e + j]->type, REDIS_REPLY_STRING);
         assert_true(parse_int(v->element[e + 1]->str, v->element[e + 1]->len, "history at") > 0);
         char one[MAX_VALUE];
-        if (strcmp(v->element[e]->str, "replayed") == 0)
+        if (strcmp(v->element[e]->str, "replayed") == 0) {
             snprintf(one, sizeof one, "R;");
-        else
+        } else if (strcmp(v->element[e]->str, "snoozed") == 0) {
+            for (size_t j = 3; j < 6; j++) assert_int_equal(v->element[e + j]->len, 0);
+            long long at = parse_int(v->element[e + 1]->str, v->element[e + 1]->len, "history at");
+            long long until = parse_int(v->element[e + 2]->str, v->element[e + 2]->len,
+                                        "history until");
+            snprintf(one, sizeof one, "S%lld;", until - at);
+        } else
             snprintf(one, sizeof one, "%s/%s/%s/%.40s;", v->element[e + 2]->str,
                      v->element[e + 3]->str, v->element[e + 4]->str, v->element[e + 5]->str);
         assert_true(f->len + strlen(one) < MAX_VALUE);

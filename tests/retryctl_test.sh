@@ -220,7 +220,7 @@ test_help_and_usage() {
     expect_match "$OUT" "Exit status:" "help names the exit statuses"
     expect_match "$OUT" "Redis failed" "help says a Redis failure exits 1"
     local c
-    for c in load queues stats list show enqueue replay kill delete purge export; do
+    for c in load queues stats list show enqueue replay kill snooze delete purge export; do
         ctl "$c" --help
         expect_rc 0 "$c --help"
         expect_match "$OUT" "^Usage: retryctl $c" "$c --help prints its usage"
@@ -269,6 +269,14 @@ test_help_and_usage() {
     expect_rc 2 "replay a non-numeric id"
     ctl kill q
     expect_rc 2 "kill without an id"
+    ctl snooze q
+    expect_rc 2 "snooze without an id"
+    ctl snooze q 1 --delay 31d
+    expect_rc 2 "snooze --delay 31d"
+    ctl snooze q 1 --delay -1
+    expect_rc 2 "snooze --delay -1"
+    ctl snooze q 1 --frob
+    expect_rc 2 "snooze with an unknown option"
     ctl delete q 1 2
     expect_rc 2 "delete with two ids"
     ctl purge q dead
@@ -750,6 +758,59 @@ test_kill_and_delete() {
     expect_eq "$(stat_of dead)" 1 "one dead letter left"
 }
 
+# snooze (docs/reference.md "Snooze"): a processing message back to pending
+# until now + --delay, retry_count and last_error kept, a history mark,
+# counted; the timer hint is forwarded; lease rules as succeed's.
+test_snooze() {
+    local q=snoozeq b
+    b=$(base "$q")
+    fc_enqueue "$q" one >/dev/null
+    ctl snooze "$q" 1
+    expect_rc 1 "snooze a pending message"
+    expect_match "$ERR" "message 1 is pending, not processing" "the state is named"
+    ctl snooze "$q" 42
+    expect_rc 1 "snooze a missing message"
+    expect_match "$ERR" "message 42 not found" "missing is named"
+    fc_claim "$q" 1
+    fc_fail "$q" 1 "first error" 1
+    rcli ZADD "$b:3:scheduled" XX 0 1 >/dev/null
+    fc_claim "$q" 1
+    expect_eq "$(rget HGET "$b:m:1" status)" processing "message 1 is leased again"
+    local token
+    token=$(rget HGET "$b:m:1" lease_token)
+    ctl snooze "$q" 1 --lease-token "$token-not" --delay 60
+    expect_rc 1 "snooze under another lease"
+    expect_match "$ERR" "not its current lease" "the lease mismatch is named"
+    expect_eq "$(rget HGET "$b:m:1" status)" processing "still leased"
+    ctl snooze "$q" 1 --lease-token "$token" --delay 1m
+    expect_rc 0 "snooze with its lease token"
+    local until updated
+    until=$(rget HGET "$b:m:1" retry_after)
+    updated=$(rget HGET "$b:m:1" updated_at)
+    expect_eq "$OUT" "snoozed 1 until $(iso "$until")"$'\n' "snooze says until when"
+    expect_eq "$((until - updated))" 60000 "due a minute after the snooze"
+    expect_eq "$(rget HGET "$b:m:1" status)" pending "pending again"
+    expect_eq "$(rget HGET "$b:m:1" retry_count)" 1 "retry_count kept"
+    expect_eq "$(rget HGET "$b:m:1" last_error)" "first error" "last_error kept"
+    expect_eq "$(rget ZSCORE "$b:3:scheduled" 1)" "$until" "scheduled until then"
+    expect_eq "$(rget ZCARD "$b:3:processing")" 0 "the lease is gone"
+    expect_match "$(rget ZSCORE "{$PREFIX:queues}:timers" "$q")" '^[0-9]+$' "the timer hint went to the schedule"
+    ctl show "$q" 1
+    expect_match "$OUT" $'\n  [0-9T:.-]+Z  attempt 1 failed  error: first error\n  [0-9T:.-]+Z  snoozed until '"$(iso "$until")"$'\n$' \
+        "show lists the snooze mark"
+    ctl stats "$q"
+    expect_eq "$(stat_of snoozed)" 1 "stats counts it"
+    expect_eq "$(stat_of failed)" 1 "and no failure"
+    rcli ZADD "$b:3:scheduled" XX 0 1 >/dev/null
+    fc_claim "$q" 1
+    ctl snooze "$q" 1
+    expect_rc 0 "snooze without a token or delay"
+    expect_eq "$(rget HGET "$b:m:1" retry_after)" "$(rget HGET "$b:m:1" updated_at)" "delay 0: due now"
+    fc_claim "$q" 1
+    expect_eq "$(rget HGET "$b:m:1" status)" processing "the next claim takes it"
+    expect_eq "$(rget HGET "$b:stats" snoozed)" 2 "counted twice"
+}
+
 # Settle and claim in one call, driven from redis-cli exactly as the README
 # and docs/design.md show it: succeed one, fail one, claim the next.
 test_settle_claim_from_redis_cli() {
@@ -1204,6 +1265,7 @@ all_tests=(
     test_replay_ids_and_wrong_state
     test_replay_to_another_queue
     test_kill_and_delete
+    test_snooze
     test_settle_claim_from_redis_cli
     test_list_limit
     test_paging_beyond_one_call

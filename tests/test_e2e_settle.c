@@ -1,6 +1,8 @@
 /* test_e2e_settle.c - end-to-end tests of build/retryd over HTTP against a real
  * redis-server: settle and claim in one call (docs/reference.md "Settle
- * and claim"): limits, calls sent together, long polls, vanished clients.
+ * and claim"): limits, calls sent together, long polls, vanished clients;
+ * snooze (docs/reference.md "Snooze"): the route, the settle and batch
+ * acknowledgement outcome, and what it does not count.
  *
  * The group's daemon, setup, and the helpers the e2e suites share: e2e_common.h. */
 
@@ -608,6 +610,282 @@ static void test_claim_settle_long_poll(void **state)
     e2e_conn_close(&c);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Snooze (docs/reference.md "Snooze")                                      */
+/* ------------------------------------------------------------------------ */
+
+/* The snooze mark at history[i]: {snoozed_at, until} and nothing else;
+ * returns until (ms). */
+static long long expect_snooze_mark(const rd_json_t *m, size_t i, long long delay_ms)
+{
+    rd_json_t *h = e2e_jget(m, "history");
+    if (rd_json_array_size(h) <= i) fail_msg("history has no entry %zu", i);
+    rd_json_t *mark = rd_json_array_at(h, i);
+    long long at = e2e_jtime(mark, "snoozed_at"), until = e2e_jtime(mark, "until");
+    assert_int_equal(until - at, delay_ms);
+    assert_null(rd_json_get(mark, "attempt"));
+    assert_null(rd_json_get(mark, "error"));
+    return until;
+}
+
+/* A /metrics sample of one queue, -1 when absent. */
+static long long queue_metric(const char *family, const char *q)
+{
+    e2e_response_t r = { 0 };
+    http(&r, "GET", "/metrics", NULL);
+    assert_int_equal(r.status, 200);
+    const char *at = strstr(r.body, e2e_fmt("\n%s{queue=\"%s\"} ", family, q));
+    long long v = at ? strtoll(strchr(at, '}') + 2, NULL, 10) : -1;
+    e2e_response_free(&r);
+    return v;
+}
+
+/* POST .../snooze: the message goes back to pending until now +
+ * delay_seconds, its attempts and last error as they were; lease rules
+ * (404, 409) as succeed's; 422 on delay_seconds; counted in stats and
+ * /metrics. */
+static void test_snooze_route(void **state)
+{
+    (void)state;
+    char q[64], token[160];
+    e2e_queue_name(q, sizeof q, "snooze");
+    long long id = enqueue(q, "{\"payload\":\"later\"}");
+    e2e_response_t r = { 0 };
+    const char *path = message_path(q, id, "snooze");
+    char spath[256];
+    SET(spath, path);
+
+    http(&r, "POST", spath, "{\"delay_seconds\":60}");
+    rd_json_t *p = e2e_expect_problem(&r, 409, "invalid-state", spath);
+    assert_non_null(strstr(e2e_jstr(p, "detail"), "is pending; snooze needs a processing message"));
+    http(&r, "POST", message_path(q, 999, "snooze"), "{\"delay_seconds\":60}");
+    e2e_expect_problem(&r, 404, "not-found", NULL);
+
+    assert_int_equal(claim_one(q, 30, token, sizeof token), id);
+    http(&r, "POST", spath, e2e_fmt("{\"delay_seconds\":60,\"lease_token\":\"%s-not\"}", token));
+    e2e_expect_problem(&r, 409, "lease-mismatch", spath);
+    const struct { const char *body, *field, *code; } bad[] = {
+        { "", "delay_seconds", "required" },
+        { "{}", "delay_seconds", "required" },
+        { "{\"delay_seconds\":null}", "delay_seconds", "required" },
+        { "{\"delay_seconds\":-1}", "delay_seconds", "invalid" },
+        { "{\"delay_seconds\":2592001}", "delay_seconds", "invalid" },
+        { "{\"delay_seconds\":\"60\"}", "delay_seconds", "invalid" },
+        { "{\"delay_seconds\":1.5}", "delay_seconds", "invalid" },
+        { "{\"delay_seconds\":1,\"lease_token\":7}", "lease_token", "invalid" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        http(&r, "POST", spath, bad[i].body);
+        if (r.status != 422) fail_msg("case %zu: %d %s", i, r.status, r.body);
+        expect_field_error(expect_invalid(&r, spath, 1), bad[i].field, bad[i].code, NULL);
+    }
+    http(&r, "POST", spath, "[60]");
+    e2e_expect_problem(&r, 400, "malformed-request", spath);
+
+    /* Still processing under its lease after all that. */
+    http(&r, "GET", message_path(q, id, NULL), NULL);
+    assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "status"), "processing");
+
+    http(&r, "POST", spath, e2e_fmt("{\"delay_seconds\":60,\"lease_token\":\"%s\"}", token));
+    rd_json_t *m = e2e_expect_json(&r, 200);
+    expect_message(m, id, q, "pending", 0, 3);
+    e2e_jnull(m, "last_error");
+    e2e_jnull(m, "lease_expires_at");
+    assert_null(rd_json_get(m, "lease_token"));
+    assert_int_equal(e2e_jtime(m, "retry_after") - e2e_jtime(m, "updated_at"), 60000);
+    assert_int_equal(expect_snooze_mark(m, 0, 60000), e2e_jtime(m, "retry_after"));
+    assert_int_equal(e2e_jtime(rd_json_array_at(e2e_jget(m, "history"), 0), "snoozed_at"),
+                     e2e_jtime(m, "updated_at"));
+    assert_int_equal(e2e_jint(m, "history_dropped"), 0);
+    /* GET shows the same; it is not claimable before its time. */
+    http(&r, "GET", message_path(q, id, NULL), NULL);
+    m = e2e_expect_json(&r, 200);
+    assert_string_equal(e2e_jstr(m, "status"), "pending");
+    expect_snooze_mark(m, 0, 60000);
+    assert_int_equal(claim_one(q, 30, NULL, 0), 0);
+    http(&r, "POST", spath, "{\"delay_seconds\":0}");
+    e2e_expect_problem(&r, 409, "invalid-state", spath);
+
+    /* delay 0: the next claim takes it. */
+    long long fresh = enqueue(q, "{\"payload\":\"fresh\"}");
+    freeReplyObject(e2e_rcmd(g_redis, e2e_fmt("ZADD %s:{%s}:3:scheduled XX 0 %lld", g_prefix, q,
+                                              id)));
+    assert_int_equal(claim_one(q, 30, NULL, 0), id);
+    http(&r, "POST", spath, "{\"delay_seconds\":0}");
+    m = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jtime(m, "retry_after"), e2e_jtime(m, "updated_at"));
+    expect_snooze_mark(m, 1, 0);
+    assert_int_equal(claim_one(q, 30, NULL, 0), id);
+    assert_int_equal(claim_one(q, 30, NULL, 0), fresh);
+
+    http(&r, "GET", e2e_fmt("/queues/%s/stats", q), NULL);
+    rd_json_t *totals = e2e_jget(e2e_expect_json(&r, 200), "totals");
+    assert_int_equal(e2e_jint(totals, "snoozed"), 2);
+    assert_int_equal(e2e_jint(totals, "failed"), 0);
+    assert_int_equal(e2e_jint(totals, "claimed"), 4);
+    e2e_response_free(&r);
+    /* /metrics reads a snapshot at most 5 s old: poll until it shows them. */
+    long long deadline = e2e_mono_ms() + 8000;
+    while (queue_metric("retryd_snoozed_total", q) != 2) {
+        if (e2e_mono_ms() > deadline)
+            fail_msg("/metrics: retryd_snoozed_total{queue=\"%s\"} is %lld, not 2", q,
+                     queue_metric("retryd_snoozed_total", q));
+        e2e_pause_ms(100);
+    }
+}
+
+/* Claim's settle items and the batch acknowledgement's items take
+ * "outcome": "snoozed" with delay_seconds (422 on the item's field), status
+ * pending; a snooze due now comes back in the same answer's messages. */
+static void test_snoozed_settle_and_ack_items(void **state)
+{
+    (void)state;
+    char q[64], t1[160];
+    e2e_queue_name(q, sizeof q, "snoozeitems");
+    for (int i = 0; i < 5; i++) enqueue(q, e2e_fmt("{\"payload\":\"m%d\"}", i + 1));
+    assert_int_equal(claim_one(q, 30, t1, sizeof t1), 1);
+    assert_int_equal(claim_one(q, 30, NULL, 0), 2);
+    assert_int_equal(claim_one(q, 30, NULL, 0), 3);
+    char path[256], ack[256];
+    SET(path, e2e_fmt("/queues/%s/claim", q));
+    SET(ack, e2e_fmt("/queues/%s/succeed", q));
+    e2e_response_t r = { 0 };
+
+    const struct { const char *where, *body, *field, *code; } bad[] = {
+        { path, "{\"settle\":[{\"id\":1,\"outcome\":\"snoozed\"}]}", "settle[0].delay_seconds",
+          "required" },
+        { path, "{\"settle\":[{\"id\":2,\"outcome\":\"succeeded\"},{\"id\":1,\"outcome\":\"snoozed\","
+                "\"delay_seconds\":2592001}]}", "settle[1].delay_seconds", "invalid" },
+        { path, "{\"settle\":[{\"id\":1,\"outcome\":\"snoozed\",\"delay_seconds\":-5}]}",
+          "settle[0].delay_seconds", "invalid" },
+        { ack, "{\"messages\":[{\"id\":1,\"outcome\":\"snoozed\"}]}", "messages[0].delay_seconds",
+          "required" },
+        { ack, "{\"messages\":[{\"id\":2},{\"id\":1,\"outcome\":\"snoozed\",\"delay_seconds\":\"1\"}]}",
+          "messages[1].delay_seconds", "invalid" },
+        { ack, "{\"messages\":[{\"id\":1,\"outcome\":\"failed\",\"error\":\"e\"}]}",
+          "messages[0].outcome", "invalid" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        http(&r, "POST", bad[i].where, bad[i].body);
+        if (r.status != 422) fail_msg("case %zu: %d %s", i, r.status, r.body);
+        expect_field_error(expect_invalid(&r, bad[i].where, 1), bad[i].field, bad[i].code, NULL);
+    }
+    http(&r, "GET", e2e_fmt("/queues/%s/stats", q), NULL);
+    assert_int_equal(e2e_jint(e2e_jget(e2e_expect_json(&r, 200), "totals"), "snoozed"), 0);
+
+    /* Settle: succeed 2, snooze 1 (its token) for a minute, snooze 3 for
+     * now, fail an unknown one; claim 2: 3 first (due now), then 4. */
+    http(&r, "POST", path,
+         e2e_fmt("{\"count\":2,\"settle\":[{\"id\":2,\"outcome\":\"succeeded\"},{\"id\":1,"
+                 "\"lease_token\":\"%s\",\"outcome\":\"snoozed\",\"delay_seconds\":60},"
+                 "{\"id\":3,\"outcome\":\"snoozed\",\"delay_seconds\":0},"
+                 "{\"id\":99,\"outcome\":\"snoozed\",\"delay_seconds\":0}]}", t1));
+    static const long long ids[] = { 2, 1, 3, 99 };
+    static const char *const st[] = { "succeeded", "pending", "pending", "not-found" };
+    rd_json_t *list = expect_settled(&r, 4, ids, st);
+    assert_int_equal(rd_json_array_size(list), 2);
+    rd_json_t *m = rd_json_array_at(list, 0);
+    expect_message(m, 3, q, "processing", 0, 3);
+    expect_snooze_mark(m, 0, 0);
+    expect_message(rd_json_array_at(list, 1), 4, q, "processing", 0, 3);
+    http(&r, "GET", message_path(q, 1, NULL), NULL);
+    m = e2e_expect_json(&r, 200);
+    expect_message(m, 1, q, "pending", 0, 3);
+    assert_int_equal(e2e_jtime(m, "retry_after") - e2e_jtime(m, "updated_at"), 60000);
+    expect_snooze_mark(m, 0, 60000);
+
+    /* Batch acknowledgement: succeed 4, snooze 3 for 30 s; the settled
+     * message 2 and the pending message 1 answer as before. */
+    http(&r, "POST", ack,
+         "{\"messages\":[{\"id\":4},{\"id\":3,\"outcome\":\"snoozed\",\"delay_seconds\":30},"
+         "{\"id\":2,\"outcome\":\"snoozed\",\"delay_seconds\":30},{\"id\":1,\"outcome\":"
+         "\"succeeded\"}]}");
+    rd_json_t *results = e2e_jget(e2e_expect_json(&r, 200), "results");
+    static const char *const want[] = { "succeeded", "pending", "invalid-state", "invalid-state" };
+    static const long long want_ids[] = { 4, 3, 2, 1 };
+    assert_int_equal(rd_json_array_size(results), 4);
+    for (size_t i = 0; i < 4; i++) {
+        assert_int_equal(e2e_jint(rd_json_array_at(results, i), "id"), want_ids[i]);
+        assert_string_equal(e2e_jstr(rd_json_array_at(results, i), "status"), want[i]);
+    }
+    http(&r, "GET", message_path(q, 3, NULL), NULL);
+    m = e2e_expect_json(&r, 200);
+    expect_message(m, 3, q, "pending", 0, 3);
+    assert_int_equal(e2e_jtime(m, "retry_after") - e2e_jtime(m, "updated_at"), 30000);
+    expect_snooze_mark(m, 1, 30000);
+    http(&r, "GET", message_path(q, 4, NULL), NULL);
+    assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "status"), "succeeded");
+
+    http(&r, "GET", e2e_fmt("/queues/%s/stats", q), NULL);
+    rd_json_t *totals = e2e_jget(e2e_expect_json(&r, 200), "totals");
+    assert_int_equal(e2e_jint(totals, "snoozed"), 3);
+    assert_int_equal(e2e_jint(totals, "succeeded"), 2);
+    assert_int_equal(e2e_jint(totals, "failed"), 0);
+    e2e_response_free(&r);
+}
+
+/* Snooze does not count an attempt (issue 21 "Tests"): a message with
+ * max_retries 1 snoozed three times (by the route, a settle item and a
+ * batch acknowledgement) is dead only after the one failure that follows,
+ * with retry_count 1, and its history shows the three marks and that failure. */
+static void test_snooze_does_not_count_an_attempt(void **state)
+{
+    (void)state;
+    char q[64], token[160];
+    e2e_queue_name(q, sizeof q, "snoozecount");
+    long long id = enqueue(q, "{\"payload\":\"once\",\"max_retries\":1}");
+    e2e_response_t r = { 0 };
+
+    /* 1: the route. */
+    assert_int_equal(claim_one(q, 30, token, sizeof token), id);
+    http(&r, "POST", message_path(q, id, "snooze"),
+         e2e_fmt("{\"delay_seconds\":0,\"lease_token\":\"%s\"}", token));
+    expect_message(e2e_expect_json(&r, 200), id, q, "pending", 0, 1);
+
+    /* 2: a settle item; due now, it is claimed back in the same answer. */
+    assert_int_equal(claim_one(q, 30, token, sizeof token), id);
+    http(&r, "POST", e2e_fmt("/queues/%s/claim", q),
+         e2e_fmt("{\"settle\":[{\"id\":%lld,\"lease_token\":\"%s\",\"outcome\":\"snoozed\","
+                 "\"delay_seconds\":0}]}", id, token));
+    const long long settle_ids[] = { id };
+    static const char *const st[] = { "pending" };
+    rd_json_t *list = expect_settled(&r, 1, settle_ids, st);
+    assert_int_equal(rd_json_array_size(list), 1);
+    expect_message(rd_json_array_at(list, 0), id, q, "processing", 0, 1);
+    SET(token, e2e_jstr(rd_json_array_at(list, 0), "lease_token"));
+
+    /* 3: a batch acknowledgement item. */
+    http(&r, "POST", e2e_fmt("/queues/%s/succeed", q),
+         e2e_fmt("{\"messages\":[{\"id\":%lld,\"lease_token\":\"%s\",\"outcome\":\"snoozed\","
+                 "\"delay_seconds\":0}]}", id, token));
+    rd_json_t *res = rd_json_array_at(e2e_jget(e2e_expect_json(&r, 200), "results"), 0);
+    assert_string_equal(e2e_jstr(res, "status"), "pending");
+    http(&r, "GET", message_path(q, id, NULL), NULL);
+    expect_message(e2e_expect_json(&r, 200), id, q, "pending", 0, 1);
+
+    /* The one failure ends it: max_retries 1 was never spent by the snoozes. */
+    assert_int_equal(claim_one(q, 30, token, sizeof token), id);
+    http(&r, "POST", message_path(q, id, "fail"),
+         e2e_fmt("{\"error\":\"the one failure\",\"lease_token\":\"%s\"}", token));
+    rd_json_t *m = e2e_expect_json(&r, 200);
+    expect_message(m, id, q, "dead", 1, 1);
+    assert_string_equal(e2e_jstr(m, "last_error"), "the one failure");
+    rd_json_t *h = e2e_jget(m, "history");
+    assert_int_equal(rd_json_array_size(h), 4);
+    for (size_t i = 0; i < 3; i++) expect_snooze_mark(m, i, 0);
+    rd_json_t *f = rd_json_array_at(h, 3);
+    assert_int_equal(e2e_jint(f, "attempt"), 1);
+    assert_string_equal(e2e_jstr(f, "error"), "the one failure");
+
+    http(&r, "GET", e2e_fmt("/queues/%s/stats", q), NULL);
+    rd_json_t *totals = e2e_jget(e2e_expect_json(&r, 200), "totals");
+    assert_int_equal(e2e_jint(totals, "snoozed"), 3);
+    assert_int_equal(e2e_jint(totals, "failed"), 1);
+    assert_int_equal(e2e_jint(totals, "retried"), 0);
+    assert_int_equal(e2e_jint(totals, "dead"), 1);
+    e2e_response_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -619,6 +897,9 @@ int main(void)
         T(test_vanished_client_in_line_loses_nothing),
         T(test_claim_settle_validation),
         T(test_claim_settle_long_poll),
+        T(test_snooze_route),
+        T(test_snoozed_settle_and_ack_items),
+        T(test_snooze_does_not_count_an_attempt),
     };
     int failed = cmocka_run_group_tests_name("e2e_settle", tests, group_setup, group_teardown);
     if (failed == 0 && g_stop_failed) {

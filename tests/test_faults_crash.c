@@ -1195,10 +1195,16 @@ static void test_valgrind_clean_shutdown(void **state)
         { "POST", "/queues/v/messages/2/fail", "{\"error\":\"bad\"}", 200 },   /* dead */
         { "POST", "/queues/v/messages/2/replay", NULL, 200 },
         { "POST", "/queues/v/claim", "{\"count\":5}", 200 },                    /* 2, 3 */
+        { "POST", "/queues/v/messages/3/snooze", "{\"delay_seconds\":0}", 200 },
+        { "POST", "/queues/v/claim", NULL, 200 },                               /* 3 again */
+        { "POST", "/queues/v/claim",
+          "{\"settle\":[{\"id\":3,\"outcome\":\"snoozed\",\"delay_seconds\":0}]}", 200 },
         { "POST", "/queues/v/messages/2/fail", "{\"error\":\"worse\",\"retryable\":false}", 200 },
         { "POST", "/queues/v/replay", "{\"all\":true}", 200 },
         { "POST", "/queues/v/replay", "{\"ids\":[1,2,3]}", 200 },
         { "POST", "/queues/v/succeed", "{\"messages\":[{\"id\":3},{\"id\":99}]}", 200 },
+        { "POST", "/queues/v/succeed",
+          "{\"messages\":[{\"id\":3,\"outcome\":\"snoozed\",\"delay_seconds\":0}]}", 200 },
         { "POST", "/queues/v/messages/4/kill", "{\"reason\":\"manual\"}", 200 },
         { "DELETE", "/queues/v/messages/4", NULL, 204 },
         { "POST", "/queues/empty/claim", "{\"wait_seconds\":1}", 204 },         /* long-poll */

@@ -533,6 +533,7 @@ static void test_auth_bearer_token(void **state)
         { "POST", "/queues/a/succeed", "{\"messages\":[{\"id\":1}]}" },
         { "POST", "/queues/a/messages/1/fail", "{\"error\":\"x\"}" },
         { "POST", "/queues/a/messages/1/extend", NULL },
+        { "POST", "/queues/a/messages/1/snooze", "{\"delay_seconds\":0}" },
         { "POST", "/queues/a/messages/1/replay", NULL },
         { "POST", "/queues/a/messages/1/kill", NULL },
         { "POST", "/queues/a/replay", "{\"all\":true}" },

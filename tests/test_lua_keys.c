@@ -165,6 +165,7 @@ static void test_declared_keys_match_the_base(void **state)
     expect_keys_refused(&qa, &qb, fcall_keys("succeed", "2", 2, ab1, "1", "", END));
     expect_keys_refused(&qa, &qb, fcall_keys("fail", "2", 2, ab1, "1", "", "x", "1", "-1", END));
     expect_keys_refused(&qa, &qb, fcall_keys("extend", "2", 2, ab1, "1", "", "60000", END));
+    expect_keys_refused(&qa, &qb, fcall_keys("snooze", "2", 2, ab1, "1", "", "0", END));
     expect_keys_refused(&qa, &qb, fcall_keys("replay", "2", 2, ab2, "2", END));
     expect_keys_refused(&qa, &qb, fcall_keys("kill", "2", 2, ab3, "3", "", END));
     expect_keys_refused(&qa, &qb, fcall_keys("delete", "2", 2, ab3, "3", END));
@@ -173,6 +174,7 @@ static void test_declared_keys_match_the_base(void **state)
     /* Its own queue's key of another id (12 for 1), or no id at all. */
     expect_keys_refused(&qa, &qb, fcall_keys("succeed", "2", 2, a12, "1", "", END));
     expect_keys_refused(&qa, &qb, fcall_keys("kill", "2", 2, a3, "1", "", END));
+    expect_keys_refused(&qa, &qb, fcall_keys("snooze", "2", 2, a12, "1", "", "0", END));
     expect_keys_refused(&qa, &qb, fcall_keys("delete", "2", 2, a3, END));
     /* The message key missing, or one too many. */
     expect_keys_refused(&qa, &qb, fcall_keys("succeed", "1", 1, ab1, "1", "", END));

@@ -1,6 +1,6 @@
 /* test_lua_settle.c - integration tests of the Redis Functions library (lua/) against
- * a real redis-server: settle_claim (docs/reference.md "Settle and claim"), the
- * wake channel, and release_lost.
+ * a real redis-server: settle_claim (docs/reference.md "Settle and claim"), snooze
+ * (docs/reference.md "Snooze"), the wake channel, and release_lost.
  *
  * Shared helpers, setup and the environment the tests need: lua_support.h. */
 
@@ -277,6 +277,345 @@ static void test_settle_claim_bounds(void **state)
     free(m);
 }
 
+/* ------------------------------------------------------------------------ */
+/* snooze (docs/reference.md "Snooze")                                      */
+/* ------------------------------------------------------------------------ */
+
+#define SNOOZED(id, token, delay) { (id), (token), "snoozed", "", "1", (delay) }
+
+/* snooze with the caller's hint flag: {"ok", message, timer}; the message
+ * into m, the hint returned. */
+static long long snooze_hinted(const queue_t *q, long long id, const char *token,
+                               long long delay_ms, msg_t *m)
+{
+    redisReply *r = fcall("snooze", q, id, token, num(delay_ms), "1", END);
+    if (!has_code(r, "ok") || r->elements != 3 || r->element[2]->type != REDIS_REPLY_INTEGER) {
+        const char *desc = reply_desc(r);
+        freeReplyObject(r);
+        fail_msg("expected {\"ok\", message, timer}, got %s", desc);
+    }
+    msg_parse(r->element[1], m);
+    long long hint = r->element[2]->integer;
+    freeReplyObject(r);
+    return hint;
+}
+
+/* A snooze puts the attempt off without counting it: retry_count and
+ * last_error stay, the message waits in scheduled until now + delay with
+ * retry_after saying so, the history gets a mark (not a failure), and it is
+ * counted snoozed, nothing else. */
+static void test_snooze_keeps_attempts(void **state)
+{
+    queue_t q;
+    queue_init(&q, "snoozekeep");
+    long long id = enqueue_ok(&q, "job", 3, 0);
+    msg_t m, g;
+    claim_one(&q, 30000, &m);
+    fail_ok(&q, id, "e1", "1", 0, &m);
+    claim_one(&q, 30000, &m);
+    assert_int_equal(m.id, id);
+    char token[64];
+    token_of(&m, token);
+
+    long long before = redis_now_ms();
+    long long hint = snooze_hinted(&q, id, token, 60000, &g);
+    long long after = redis_now_ms();
+    assert_string_equal(msg_str(&g, "status"), "pending");
+    assert_int_equal(msg_int(&g, "retry_count"), 1);
+    assert_string_equal(msg_str(&g, "last_error"), "e1");
+    assert_in_range(msg_int(&g, "updated_at"), before, after);
+    assert_int_equal(msg_int(&g, "retry_after"), msg_int(&g, "updated_at") + 60000);
+    assert_no_field(&g, "lease_token");
+    assert_no_field(&g, "lease_expires_at");
+    assert_string_equal(msg_str(&g, "history"), "1/0//e1;S60000;");
+    /* The queue had no promise: the hint asks for a tick when it is due. */
+    assert_int_equal(hint, 60000);
+
+    /* What Redis holds says the same. */
+    expect_ok_msg(fcall("get", &q, id, END), &g);
+    assert_string_equal(msg_str(&g, "status"), "pending");
+    assert_int_equal(msg_int(&g, "retry_count"), 1);
+    assert_string_equal(msg_str(&g, "last_error"), "e1");
+    assert_string_equal(msg_str(&g, "history"), "1/0//e1;S60000;");
+    assert_int_equal(zscore(qkey(&q, "3:scheduled"), id), msg_int(&g, "retry_after"));
+    assert_int_equal(zscore(qkey(&q, "3:processing"), id), -1);
+    expect_nothing_to_claim(&q);
+
+    assert_int_equal(counter(&q, "snoozed"), 1);
+    assert_int_equal(counter(&q, "failed"), 1);
+    assert_int_equal(counter(&q, "retried"), 1);
+    assert_int_equal(counter(&q, "dead"), 0);
+    assert_int_equal(counter(&q, "succeeded"), 0);
+
+    /* Without the hint flag: {"ok", message}, as before any hint. */
+    make_due(&q, id);
+    claim_one(&q, 30000, &m);
+    expect_ok_msg(fcall("snooze", &q, id, "", "1000", END), &g);
+    assert_string_equal(msg_str(&g, "history"), "1/0//e1;S60000;S1000;");
+    assert_int_equal(msg_int(&g, "retry_count"), 1);
+    assert_int_equal(counter(&q, "snoozed"), 2);
+}
+
+/* Lease rules as succeed's: not_found, invalid_state with the state,
+ * lease_mismatch for another lease's token; "" takes any current lease.
+ * Bad arguments are refused before anything is done. */
+static void test_snooze_lease_rules(void **state)
+{
+    queue_t q;
+    queue_init(&q, "snoozelease");
+    long long id = enqueue_ok(&q, "job", 3, 0);
+    expect_code(fcall("snooze", &q, 999, "", "0", END), "not_found", NULL);
+    expect_code(fcall("snooze", &q, id, "", "0", END), "invalid_state", "pending");
+    msg_t m, g;
+    claim_one(&q, 30000, &m);
+    expect_code(fcall("snooze", &q, id, "1.1", "0", END), "lease_mismatch", NULL);
+    static const char *const bad[] = { "-1", "2592000001", "x", "1.5", "" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_error(fcall("snooze", &q, id, "", bad[i], END));
+    expect_ok_msg(fcall("get", &q, id, END), &g);
+    assert_string_equal(msg_str(&g, "status"), "processing");
+    assert_string_equal(msg_str(&g, "lease_token"), msg_str(&m, "lease_token"));
+    assert_int_equal(counter(&q, "snoozed"), 0);
+
+    expect_ok_msg(fcall("snooze", &q, id, msg_str(&m, "lease_token"), "2592000000", END), &g);
+    assert_int_equal(msg_int(&g, "retry_after") - msg_int(&g, "updated_at"), 2592000000LL);
+    /* The old lease's token no longer settles anything. */
+    expect_code(fcall("succeed", &q, id, msg_str(&m, "lease_token"), END), "invalid_state",
+                "pending");
+    expect_code(fcall("snooze", &q, id, "", "0", END), "invalid_state", "pending");
+
+    /* succeeded and dead messages are not processing either. */
+    make_due(&q, id);
+    claim_one(&q, 30000, &m);
+    expect_ok_msg(fcall("succeed", &q, id, "", END), &g);
+    expect_code(fcall("snooze", &q, id, "", "0", END), "invalid_state", "succeeded");
+    long long dead = make_dead(&q, "boom");
+    expect_code(fcall("snooze", &q, dead, "", "0", END), "invalid_state", "dead");
+    assert_int_equal(counter(&q, "snoozed"), 1);
+}
+
+/* delay 0: due now, so the next claim takes it (its promotion), before
+ * fresh messages, as a due retry. */
+static void test_snooze_zero_claimable_at_once(void **state)
+{
+    queue_t q;
+    queue_init(&q, "snoozezero");
+    long long id = enqueue_ok(&q, "job", 3, 0);
+    msg_t m, g;
+    claim_one(&q, 30000, &m);
+    long long fresh = enqueue_ok(&q, "fresh", 3, 0);
+    expect_ok_msg(fcall("snooze", &q, id, msg_str(&m, "lease_token"), "0", END), &g);
+    assert_int_equal(msg_int(&g, "retry_after"), msg_int(&g, "updated_at"));
+    claim_one(&q, 30000, &g);
+    assert_int_equal(g.id, id);
+    assert_int_equal(msg_int(&g, "retry_count"), 0);
+    assert_string_not_equal(msg_str(&g, "lease_token"), msg_str(&m, "lease_token"));
+    claim_one(&q, 30000, &g);
+    assert_int_equal(g.id, fresh);
+    assert_int_equal(counter(&q, "claimed"), 3);
+}
+
+/* delay > 0: not claimable (nor promoted) before until, claimable once Redis
+ * TIME passes it. Polls Redis TIME with a deadline; nothing sleeps past it. */
+static void test_snooze_not_claimable_before_until(void **state)
+{
+    queue_t q;
+    queue_init(&q, "snoozelater");
+    long long id = enqueue_ok(&q, "job", 3, 0);
+    msg_t m, g;
+    claim_one(&q, 30000, &m);
+    expect_ok_msg(fcall("snooze", &q, id, "", "200", END), &g);
+    long long until = msg_int(&g, "retry_after");
+    assert_int_equal(until, msg_int(&g, "updated_at") + 200);
+
+    long long promoted[2];
+    expect_ints(fcall("promote", &q, -1, "100", END), 2, promoted);
+    if (redis_now_ms() < until) {
+        assert_int_equal(promoted[0], 0);
+        assert_in_range(promoted[1], 0, 200);
+    }
+    const struct timespec pause = { 0, 5 * 1000 * 1000 };
+    int empty = 0;
+    for (;;) {
+        long long t = redis_now_ms();
+        if (t > until + 5000) fail_msg("not claimable 5 s after until");
+        redisReply *r = fcall("claim", &q, -1, "30000", "1", END);
+        assert_true(has_code(r, "ok"));
+        size_t n = r->elements - 1;
+        if (n == 1) msg_parse(r->element[1], &g);
+        freeReplyObject(r);
+        if (n == 1) break;
+        empty++;
+        nanosleep(&pause, NULL);
+    }
+    assert_int_equal(g.id, id);
+    /* Leased at or after until, never before. */
+    assert_true(msg_int(&g, "updated_at") >= until);
+    assert_int_equal(msg_int(&g, "retry_count"), 0);
+    printf(LUA_SUITE ": snoozed 200 ms: %d empty claims before it came back\n", empty);
+}
+
+/* The history's bound and drop counting hold for snooze marks too, and
+ * last_error survives its failure's entry being dropped. */
+static void test_snooze_history_bound(void **state)
+{
+    queue_t q;
+    queue_init(&q, "snoozebound");
+    long long id = enqueue_ok(&q, "job", 3, 0);
+    msg_t m, g;
+    claim_one(&q, 30000, &m);
+    fail_ok(&q, id, "the one failure", "1", 0, &m);
+    for (int i = 0; i < 20; i++) {
+        claim_one(&q, 30000, &m);
+        assert_int_equal(m.id, id);
+        expect_ok_msg(fcall("snooze", &q, id, "", "0", END), &g);
+    }
+    expect_ok_msg(fcall("get", &q, id, END), &g);
+    assert_int_equal(msg_int(&g, "history_dropped"), 1);
+    char want[MAX_VALUE] = "";
+    for (int i = 0; i < 20; i++) strcat(want, "S0;");
+    assert_string_equal(msg_str(&g, "history"), want);
+    assert_string_equal(msg_str(&g, "last_error"), "the one failure");
+    assert_int_equal(msg_int(&g, "retry_count"), 1);
+    assert_int_equal(counter(&q, "snoozed"), 20);
+
+    /* An empty error text stays one after a snooze mark (whose error slot is
+     * empty too). */
+    claim_one(&q, 30000, &m);
+    fail_ok(&q, id, "", "1", 0, &m);
+    claim_one(&q, 30000, &m);
+    expect_ok_msg(fcall("snooze", &q, id, "", "0", END), &g);
+    assert_string_equal(msg_str(&g, "last_error"), "");
+    expect_ok_msg(fcall("get", &q, id, END), &g);
+    assert_string_equal(msg_str(&g, "last_error"), "");
+    assert_int_equal(msg_int(&g, "retry_count"), 2);
+    assert_int_equal(msg_int(&g, "history_dropped"), 3);
+}
+
+/* settle_claim's "snoozed": the delay in the retry_after_ms slot, status
+ * pending, applied in order among successes and failures; a snooze due now
+ * is claimed back in the same call, before fresh messages. */
+static void test_settle_claim_snoozed(void **state)
+{
+    queue_t q;
+    queue_init(&q, "settlesnooze");
+    for (int i = 0; i < 6; i++)
+        enqueue_ok(&q, "job", 3, 0);
+    msg_t m[6];
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "30000", "4", END), m, 6), 4);
+    char t1[64], t2[64], t3[64];
+    token_of(&m[0], t1);
+    token_of(&m[1], t2);
+    token_of(&m[2], t3);
+    settle_t items[] = {
+        SUCCEEDED(1, t1),
+        FAILED(2, t2, "smtp timeout", "1", -1),
+        SNOOZED(3, t3, 60000),
+        SNOOZED(4, "", 0),
+        SNOOZED(999, "", 0),
+        SNOOZED(5, "", 0),          /* pending, not processing */
+        SNOOZED(3, t3, 0),          /* snoozed a moment ago */
+        SNOOZED(1, "1.1", 0),
+    };
+    static const char *const want[] = { "succeeded", "pending", "pending", "pending", "not_found",
+                                        "invalid_state", "invalid_state", "invalid_state" };
+    msg_t got[2];
+    size_t n = expect_settled(settle_claim(&q, 30000, 2, 8, items), 8, want, got, 2);
+    assert_int_equal(n, 2);
+    assert_int_equal(got[0].id, 4);    /* due now: first */
+    assert_int_equal(msg_int(&got[0], "retry_count"), 0);
+    assert_int_equal(got[1].id, 5);
+
+    msg_t g;
+    expect_ok_msg(fcall("get", &q, 3, END), &g);
+    assert_string_equal(msg_str(&g, "status"), "pending");
+    assert_int_equal(msg_int(&g, "retry_count"), 0);
+    assert_no_field(&g, "last_error");
+    assert_string_equal(msg_str(&g, "history"), "S60000;");
+    assert_int_equal(zscore(qkey(&q, "3:scheduled"), 3), msg_int(&g, "updated_at") + 60000);
+    expect_ok_msg(fcall("get", &q, 2, END), &g);
+    assert_int_equal(msg_int(&g, "retry_count"), 1);
+    assert_string_equal(msg_str(&g, "history"), "1/0//smtp timeout;");
+
+    assert_int_equal(counter(&q, "snoozed"), 2);
+    assert_int_equal(counter(&q, "succeeded"), 1);
+    assert_int_equal(counter(&q, "failed"), 1);
+    assert_int_equal(counter(&q, "retried"), 1);
+
+    /* A bad delay anywhere refuses the whole call. */
+    static const long long bad[] = { -1, 2592000001LL };
+    for (size_t i = 0; i < 2; i++) {
+        settle_t two[] = { SUCCEEDED(4, ""), SNOOZED(5, "", bad[i]) };
+        expect_error(settle_claim(&q, 30000, 1, 2, two));
+    }
+    expect_error(fcall("settle_claim", &q, -1, "30000", "0", "1", "4", "", "snoozed", "", "1", "x",
+                       END));
+    expect_ok_msg(fcall("get", &q, 4, END), &g);
+    assert_string_equal(msg_str(&g, "status"), "processing");
+    assert_int_equal(counter(&q, "succeeded"), 1);
+    assert_int_equal(counter(&q, "snoozed"), 2);
+
+    /* With the caller's retention values: the hint covers the snooze's due time. */
+    token_of(&got[0], t1);
+    redisReply *r = fcall("settle_claim", &q, -1, "30000", "0", "1", "4", t1, "snoozed", "", "1",
+                          "700", "0", "0", END);
+    assert_true(has_code(r, "ok"));
+    assert_int_equal(r->elements, 3);   /* ok, statuses, the hint */
+    assert_string_equal(r->element[1]->element[0]->str, "pending");
+    assert_int_equal(r->element[2]->type, REDIS_REPLY_INTEGER);
+    /* Nothing here asked for a tick before: the promise is the snooze's. */
+    assert_int_equal(r->element[2]->integer, 700);
+    freeReplyObject(r);
+}
+
+/* A snooze mark is shaped so that the previous release's library reads it
+ * (as a failure entry with no error) instead of failing: during a rolling
+ * upgrade a retryd_v4 instance gets, claims and exports a snoozed message
+ * (docs/operators.md "From retryd_v4 to retryd_v5"). */
+static void test_snooze_mark_read_by_retryd_v4(void **state)
+{
+    size_t len = 0;
+    char *code = read_file("tests/fixtures/retryd_v4.lua", &len);
+    if (code == NULL) fail_msg("cannot read tests/fixtures/retryd_v4.lua (run from the source tree)");
+    load_library(code, len, true, "retryd_v4");
+    free(code);
+
+    queue_t q;
+    queue_init(&q, "snoozev4");
+    long long id = enqueue_ok(&q, "job", 3, 0);
+    msg_t m, g;
+    claim_one(&q, 30000, &m);
+    expect_ok_msg(fcall("snooze", &q, id, "", "0", END), &g);
+
+    redisReply *r = fcall_lib("retryd_v4_", "get", &q, id, 0, NULL, NULL);
+    bool got = has_code(r, "ok") && r->elements == 2;
+    if (got) msg_parse(r->element[1], &g);
+    const char *desc = reply_desc(r);
+    if (!got) fail_msg("retryd_v4_get of a snoozed message: %s", desc);
+    freeReplyObject(r);
+    assert_string_equal(msg_str(&g, "history"), "1/0//;");
+    const char *claim_args[] = { "30000", "1" };
+    r = fcall_lib("retryd_v4_", "claim", &q, -1, 2, claim_args, NULL);
+    got = has_code(r, "ok") && r->elements == 2;
+    if (got) msg_parse(r->element[1], &g);
+    desc = reply_desc(r);
+    if (!got) fail_msg("retryd_v4_claim of a snoozed message: %s", desc);
+    freeReplyObject(r);
+    assert_int_equal(g.id, id);
+    assert_int_equal(zscore(qkey(&q, "3:processing"), id), msg_int(&g, "lease_expires_at"));
+    const char *export_args[] = { "jsonl", "", "10", "" };
+    r = fcall_lib("retryd_v4_", "export", &q, -1, 4, export_args, NULL);
+    got = r->type == REDIS_REPLY_ARRAY && r->elements == 2;
+    desc = reply_desc(r);
+    freeReplyObject(r);
+    if (!got) fail_msg("retryd_v4_export of a snoozed message: %s", desc);
+
+    /* And this release still reads its own mark after the old one's claim. */
+    expect_ok_msg(fcall("get", &q, id, END), &g);
+    assert_string_equal(msg_str(&g, "history"), "S0;");
+    freeReplyObject(rcmd("FUNCTION", "DELETE", "retryd_v4", END));
+}
+
 /* A second connection subscribed to one channel. */
 static redisContext *subscribe(const char *channel)
 {
@@ -470,6 +809,13 @@ int main(void)
         cmocka_unit_test(test_settle_claim_lease_mismatch),
         cmocka_unit_test(test_settle_claim_atomic),
         cmocka_unit_test(test_settle_claim_bounds),
+        cmocka_unit_test(test_snooze_keeps_attempts),
+        cmocka_unit_test(test_snooze_lease_rules),
+        cmocka_unit_test(test_snooze_zero_claimable_at_once),
+        cmocka_unit_test(test_snooze_not_claimable_before_until),
+        cmocka_unit_test(test_snooze_history_bound),
+        cmocka_unit_test(test_settle_claim_snoozed),
+        cmocka_unit_test(test_snooze_mark_read_by_retryd_v4),
         cmocka_unit_test(test_wake_channel),
         cmocka_unit_test(test_claim_that_promotes_more_than_it_takes_wakes),
         cmocka_unit_test(test_release_lost),

@@ -471,6 +471,14 @@ static rd_req_result_t parse_extend(const char *body, rd_field_errors_t *errs)
     return r;
 }
 
+static rd_req_result_t parse_snooze(const char *body, rd_field_errors_t *errs)
+{
+    rd_settle_req_t req;
+    rd_req_result_t r = rd_request_snooze(body, strlen(body), &req, errs);
+    rd_request_free(req.doc);
+    return r;
+}
+
 static rd_req_result_t parse_kill(const char *body, rd_field_errors_t *errs)
 {
     rd_settle_req_t req;
@@ -507,6 +515,7 @@ static void test_text_fields_must_be_utf8(void **state)
         { parse_fail, "{\"error\":\"e\",\"lease_token\":\"", "\"}", "lease_token" },
         { parse_succeed, "{\"lease_token\":\"", "\"}", "lease_token" },
         { parse_extend, "{\"lease_token\":\"", "\"}", "lease_token" },
+        { parse_snooze, "{\"delay_seconds\":1,\"lease_token\":\"", "\"}", "lease_token" },
         { parse_kill, "{\"reason\":\"", "\"}", "reason" },
         { parse_replay, "{\"error_contains\":\"", "\"}", "error_contains" },
         { parse_ack, "{\"messages\":[{\"id\":1,\"lease_token\":\"", "\"}]}",
@@ -755,6 +764,32 @@ static void test_claim_settle(void **state)
     assert_null(req.settle[3].lease_token);
     rd_request_free(req.doc);
 
+    /* A snooze (docs/reference.md "Snooze") takes delay_seconds, required. */
+    body = "{\"settle\":[{\"id\":5,\"outcome\":\"snoozed\",\"delay_seconds\":30,"
+           "\"lease_token\":\"1a.3\"},{\"id\":6,\"outcome\":\"snoozed\",\"delay_seconds\":0}]}";
+    assert_int_equal(rd_request_claim(body, strlen(body), NULL, 0, DEFAULT_LEASE_MS, &req, &errs),
+                     RD_REQ_OK);
+    assert_int_equal(req.nsettle, 2);
+    assert_true(req.settle[0].snoozed);
+    assert_false(req.settle[0].failed);
+    assert_int_equal(req.settle[0].delay_ms, 30000);
+    assert_string_equal(req.settle[0].lease_token, "1a.3");
+    assert_true(req.settle[1].snoozed);
+    assert_int_equal(req.settle[1].delay_ms, 0);
+    rd_request_free(req.doc);
+    assert_claim_invalid("{\"settle\":[{\"id\":1,\"outcome\":\"snoozed\",\"delay_seconds\":-1}]}",
+                         NULL, "settle[0].delay_seconds");
+    assert_claim_invalid("{\"settle\":[{\"id\":1,\"outcome\":\"succeeded\"},{\"id\":2,"
+                         "\"outcome\":\"snoozed\",\"delay_seconds\":2592001}]}",
+                         NULL, "settle[1].delay_seconds");
+    assert_claim_invalid("{\"settle\":[{\"id\":1,\"outcome\":\"snooze\"}]}", NULL,
+                         "settle[0].outcome");
+    {
+        claim_result_t c = claim("{\"settle\":[{\"id\":1,\"outcome\":\"snoozed\"}]}", NULL);
+        assert_int_equal(c.r, RD_REQ_INVALID);
+        assert_one_error(&c.errs, "settle[0].delay_seconds", "required");
+    }
+
     /* Absent or null: a plain claim. */
     assert_int_equal(rd_request_claim("{\"settle\":null}", 15, NULL, 0, DEFAULT_LEASE_MS, &req,
                                       &errs), RD_REQ_OK);
@@ -962,6 +997,99 @@ static void test_extend(void **state)
     rd_field_errors_t e = { .count = 0 };
     assert_int_equal(rd_request_extend("3", 1, 45000, &req, &e), RD_REQ_MALFORMED);
     assert_null(req.doc);
+}
+
+/* POST .../snooze (docs/reference.md "Snooze"): delay_seconds is required,
+ * 0..2592000; an empty body is {} and so 422 on it. */
+static void test_snooze(void **state)
+{
+    rd_settle_req_t req;
+    rd_field_errors_t errs = { .count = 0 };
+    const char *body = "{\"delay_seconds\":0}";
+    assert_int_equal(rd_request_snooze(body, strlen(body), &req, &errs), RD_REQ_OK);
+    assert_int_equal(req.delay_ms, 0);
+    assert_null(req.lease_token);
+    rd_request_free(req.doc);
+    body = "{\"delay_seconds\":2592000,\"lease_token\":\"1a.2\"}";
+    assert_int_equal(rd_request_snooze(body, strlen(body), &req, &errs), RD_REQ_OK);
+    assert_int_equal(req.delay_ms, 2592000000LL);
+    assert_string_equal(req.lease_token, "1a.2");
+    rd_request_free(req.doc);
+    assert_int_equal(errs.count, 0);
+
+    static const char *const missing[] = { "", "{}", "{\"delay_seconds\":null}" };
+    for (size_t i = 0; i < sizeof missing / sizeof missing[0]; i++) {
+        rd_field_errors_t e = { .count = 0 };
+        rd_req_result_t r = rd_request_snooze(missing[i], strlen(missing[i]), &req, &e);
+        rd_request_free(req.doc);
+        if (r != RD_REQ_INVALID) fail_msg("'%s': result %d", missing[i], (int)r);
+        assert_one_error(&e, "delay_seconds", "required");
+    }
+    static const char *const bad[] = { "{\"delay_seconds\":-1}", "{\"delay_seconds\":2592001}",
+                                       "{\"delay_seconds\":\"5\"}", "{\"delay_seconds\":1.5}",
+                                       "{\"delay_seconds\":true}" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        rd_field_errors_t e = { .count = 0 };
+        rd_req_result_t r = rd_request_snooze(bad[i], strlen(bad[i]), &req, &e);
+        rd_request_free(req.doc);
+        if (r != RD_REQ_INVALID) fail_msg("%s: result %d", bad[i], (int)r);
+        assert_one_error(&e, "delay_seconds", "invalid");
+    }
+    rd_field_errors_t e = { .count = 0 };
+    body = "{\"delay_seconds\":1,\"lease_token\":7}";
+    assert_int_equal(rd_request_snooze(body, strlen(body), &req, &e), RD_REQ_INVALID);
+    assert_one_error(&e, "lease_token", "invalid");
+    e.count = 0;
+    assert_int_equal(rd_request_snooze("[]", 2, &req, &e), RD_REQ_MALFORMED);
+    assert_int_equal(e.count, 0);
+}
+
+/* Batch acknowledgement items may be snoozed (docs/reference.md "Snooze"):
+ * outcome "succeeded" (the default) or "snoozed" with delay_seconds. */
+static void test_ack_snoozed_items(void **state)
+{
+    const char *body = "{\"messages\":[{\"id\":1},{\"id\":2,\"outcome\":\"snoozed\","
+                       "\"delay_seconds\":60,\"lease_token\":\"1a.2\"},"
+                       "{\"id\":3,\"outcome\":\"succeeded\",\"delay_seconds\":\"ignored\"},"
+                       "{\"id\":4,\"outcome\":null}]}";
+    rd_ack_req_t req;
+    rd_field_errors_t errs = { .count = 0 };
+    assert_int_equal(rd_request_ack(body, strlen(body), &req, &errs), RD_REQ_OK);
+    assert_int_equal(req.count, 4);
+    assert_true(req.any_snoozed);
+    assert_false(req.snoozed[0]);
+    assert_true(req.snoozed[1]);
+    assert_int_equal(req.delay_ms[1], 60000);
+    assert_string_equal(req.tokens[1], "1a.2");
+    assert_false(req.snoozed[2]);
+    assert_false(req.snoozed[3]);
+    rd_request_free(req.doc);
+
+    body = "{\"messages\":[{\"id\":1},{\"id\":2}]}";
+    assert_int_equal(rd_request_ack(body, strlen(body), &req, &errs), RD_REQ_OK);
+    assert_false(req.any_snoozed);
+    rd_request_free(req.doc);
+
+    static const struct {
+        const char *body, *field, *code;
+    } bad[] = {
+        { "{\"messages\":[{\"id\":1},{\"id\":2,\"outcome\":\"snoozed\"}]}",
+          "messages[1].delay_seconds", "required" },
+        { "{\"messages\":[{\"id\":1,\"outcome\":\"snoozed\",\"delay_seconds\":-1}]}",
+          "messages[0].delay_seconds", "invalid" },
+        { "{\"messages\":[{\"id\":1,\"outcome\":\"snoozed\",\"delay_seconds\":2592001}]}",
+          "messages[0].delay_seconds", "invalid" },
+        { "{\"messages\":[{\"id\":1,\"outcome\":\"failed\",\"error\":\"e\"}]}",
+          "messages[0].outcome", "invalid" },
+        { "{\"messages\":[{\"id\":1,\"outcome\":5}]}", "messages[0].outcome", "invalid" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        rd_field_errors_t e = { .count = 0 };
+        rd_req_result_t r = rd_request_ack(bad[i].body, strlen(bad[i].body), &req, &e);
+        rd_request_free(req.doc);
+        if (r != RD_REQ_INVALID) fail_msg("%s: result %d", bad[i].body, (int)r);
+        assert_one_error(&e, bad[i].field, bad[i].code);
+    }
 }
 
 static void test_empty_body(void **state)
@@ -1825,6 +1953,8 @@ int main(void)
         cmocka_unit_test(test_fail_invalid),
         cmocka_unit_test(test_fail_several_errors_and_malformed),
         cmocka_unit_test(test_extend),
+        cmocka_unit_test(test_snooze),
+        cmocka_unit_test(test_ack_snoozed_items),
         cmocka_unit_test(test_empty_body),
         cmocka_unit_test(test_list_defaults),
         cmocka_unit_test(test_list_status),

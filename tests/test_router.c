@@ -28,6 +28,7 @@
 #define ROUTE_FAIL "POST /queues/{q}/messages/{id}/fail"
 #define ROUTE_REPLAY "POST /queues/{q}/messages/{id}/replay"
 #define ROUTE_EXTEND "POST /queues/{q}/messages/{id}/extend"
+#define ROUTE_SNOOZE "POST /queues/{q}/messages/{id}/snooze"
 #define ROUTE_UI "GET /ui"
 
 /* The API's table, as the server matches it. */
@@ -155,6 +156,8 @@ static void test_every_route_matches(void **state)
                  9);
     assert_route(RD_HTTP_POST, "/queues/emails/messages/10/extend", ROUTE_EXTEND,
                  "emails", 10);
+    assert_route(RD_HTTP_POST, "/queues/emails/messages/11/snooze", ROUTE_SNOOZE,
+                 "emails", 11);
 }
 
 static void test_head_matches_get_routes(void **state)

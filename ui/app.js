@@ -1820,7 +1820,7 @@
       }
 
       // Timeline: the message's history (docs/reference.md "History"), oldest first: one item
-      // per failure (a worker's, a lease expiry, a kill) and per replay.
+      // per failure (a worker's, a lease expiry, a kill), per replay and per snooze.
       const records = Array.isArray(m.history) ? m.history : [];
       const dropped = m.history_dropped || 0;
       const timeline = h('ol', { class: 'timeline', id: 'history-timeline' });
@@ -1829,6 +1829,13 @@
           timeline.appendChild(h('li', { class: 'tl-item tl-replayed' },
             h('div', { class: 'tl-head' }, timeEl(r.replayed_at, true),
               h('span', { class: 'tl-what', text: 'Replayed' }))));
+          continue;
+        }
+        if (r.snoozed_at !== undefined) {
+          timeline.appendChild(h('li', { class: 'tl-item tl-snoozed' },
+            h('div', { class: 'tl-head' }, timeEl(r.snoozed_at, true),
+              h('span', { class: 'tl-what', text: 'Snoozed' }),
+              h('span', { class: 'muted' }, 'until ', timeEl(r.until, true)))));
           continue;
         }
         const head = h('div', { class: 'tl-head' }, timeEl(r.at, true),

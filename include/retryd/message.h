@@ -55,15 +55,17 @@ typedef struct rd_message {
 
 #define RD_HISTORY_FIELDS 6
 
-/* One settlement a worker reports (docs/reference.md "Settle and claim", settle on claim): what succeed
- * or fail would be told about one message. Strings are borrowed. */
+/* One settlement a worker reports (docs/reference.md "Settle and claim", settle on claim): what succeed,
+ * fail or snooze would be told about one message. Strings are borrowed. */
 typedef struct rd_settlement {
     long long id;
     const char *lease_token;        /* NULL: accept any current lease */
-    bool failed;                    /* false: succeeded */
+    bool failed;                    /* false: succeeded (or snoozed) */
+    bool snoozed;                   /* put off for delay_ms (docs/reference.md "Snooze"); failed is false */
     const char *error;              /* failed: kept as last_error */
     bool retryable;                 /* failed: false -> dead now */
     long long retry_after_ms;       /* failed: -1 for the backoff table */
+    long long delay_ms;             /* snoozed: 0..RD_DELAY_SECONDS_MAX * 1000 */
 } rd_settlement_t;
 
 /* The decimal integer in s[0..len), or -1 when it is not one (Redis replies

@@ -48,6 +48,7 @@ typedef struct rd_settle_req {
     long long retry_after_ms; /* fail: -1 unless retry_after_seconds given */
     long long lease_ms;       /* extend: the daemon default unless given */
     bool lease_given;         /* extend: false: the queue's policy overrides that default */
+    long long delay_ms;       /* snooze: required (delay_seconds) */
 } rd_settle_req_t;
 
 typedef struct rd_ack_req {
@@ -55,6 +56,9 @@ typedef struct rd_ack_req {
     size_t count;                               /* 1..RD_ACK_BATCH_MAX */
     long long ids[RD_ACK_BATCH_MAX];
     const char *tokens[RD_ACK_BATCH_MAX];                    /* NULL: any lease */
+    bool snoozed[RD_ACK_BATCH_MAX];     /* outcome "snoozed" (else succeeded) ... */
+    long long delay_ms[RD_ACK_BATCH_MAX];                    /* ... for delay_seconds */
+    bool any_snoozed;
 } rd_ack_req_t;
 
 typedef struct rd_replay_req {
@@ -87,9 +91,10 @@ rd_req_result_t rd_request_enqueue(const char *body, size_t len, rd_enqueue_req_
                                    rd_field_errors_t *errs);
 /* Fields may come in the body or the query string (the body wins). settle
  * (docs/reference.md "Settle and claim") comes only in the body: a list of 1-100 {id, lease_token?,
- * outcome: "succeeded"|"failed", error? (required for failed), retryable?,
- * retry_after_seconds?}, each checked as the succeed and fail routes check
- * theirs; errors name the item, e.g. field "settle[2].error". */
+ * outcome: "succeeded"|"failed"|"snoozed", error? (required for failed), retryable?,
+ * retry_after_seconds?, delay_seconds? (required for snoozed)}, each checked as the
+ * succeed, fail and snooze routes check theirs; errors name the item, e.g. field
+ * "settle[2].error". */
 rd_req_result_t rd_request_claim(const char *body, size_t len, const char *query,
                                  size_t query_len, long long default_lease_ms,
                                  rd_claim_req_t *out, rd_field_errors_t *errs);
@@ -97,10 +102,15 @@ rd_req_result_t rd_request_succeed(const char *body, size_t len, rd_settle_req_t
                                    rd_field_errors_t *errs);
 rd_req_result_t rd_request_fail(const char *body, size_t len, rd_settle_req_t *out,
                                 rd_field_errors_t *errs);
+/* {lease_token?, delay_seconds (required, 0-2592000)} (docs/reference.md "Snooze");
+ * an empty body is {} (422 on delay_seconds). */
+rd_req_result_t rd_request_snooze(const char *body, size_t len, rd_settle_req_t *out,
+                                  rd_field_errors_t *errs);
 rd_req_result_t rd_request_extend(const char *body, size_t len, long long default_lease_ms,
                                   rd_settle_req_t *out, rd_field_errors_t *errs);
-/* {messages:[{id, lease_token?}, ...]} with 1-100 items; errors name the item,
- * e.g. field "messages[3].id". */
+/* {messages:[{id, lease_token?, outcome? ("succeeded" or "snoozed"),
+ * delay_seconds? (required for snoozed)}, ...]} with 1-100 items; errors name
+ * the item, e.g. field "messages[3].id". */
 rd_req_result_t rd_request_ack(const char *body, size_t len, rd_ack_req_t *out,
                                rd_field_errors_t *errs);
 /* {ids:[...]} (1-1000) | {all:true} | {error_contains:"..."} (1-1000 bytes):

@@ -19,6 +19,7 @@
     X(retried, "Failures scheduled for a retry.")                                       \
     X(dead, "Messages that went dead (exhausted, not retryable, or killed).")           \
     X(replayed, "Dead letters replayed.")                                               \
+    X(snoozed, "Messages snoozed: back to pending without an attempt counted.")         \
     X(lease_expired, "Leases that expired before the message was settled.")              \
     X(held_paused, "Claims that leased less because the queue was paused.")             \
     X(held_cap, "Claims that leased less because of the queue's max_in_flight.")        \

@@ -297,6 +297,11 @@ int rd_store_succeed(rd_store_t *st, rd_store_queue_t q, long long id, const cha
 int rd_store_fail(rd_store_t *st, rd_store_queue_t q, long long id, const char *token,
                   const char *error, bool retryable, long long retry_after_ms,
                   rd_store_messages_cb cb, void *arg);
+/* Puts a processing message off (docs/reference.md "Snooze"): pending again,
+ * due in delay_ms (0..RD_DELAY_SECONDS_MAX * 1000), no attempt counted; token
+ * NULL: accept any current lease. res: the message, as succeed's. */
+int rd_store_snooze(rd_store_t *st, rd_store_queue_t q, long long id, const char *token,
+                    long long delay_ms, rd_store_messages_cb cb, void *arg);
 int rd_store_extend(rd_store_t *st, rd_store_queue_t q, long long id, const char *token,
                     rd_lease_t lease, rd_store_messages_cb cb, void *arg);
 int rd_store_replay(rd_store_t *st, rd_store_queue_t q, long long id, rd_store_messages_cb cb,
@@ -313,8 +318,8 @@ int rd_store_list(rd_store_t *st, rd_store_queue_t q, const char *status, int li
 int rd_store_succeed_many(rd_store_t *st, rd_store_queue_t q, size_t n, const long long *ids,
                           const char *const *tokens, rd_store_outcomes_cb cb, void *arg);
 /* Settle and claim in one call (docs/reference.md "Settle and claim"): applies items[0..n) (n 0..100) as
- * succeed and fail would, in order, then claims up to count (0..100) as
- * rd_store_claim does. res->outcomes[i] (res->settled of them) is the new
+ * succeed, fail and snooze would, in order, then claims up to count (0..100) as
+ * rd_store_claim does (count 0: settle only). res->outcomes[i] (res->settled of them) is the new
  * state of item i ("succeeded", "pending", "dead") or why nothing was done
  * ("not_found", "invalid_state", "lease_mismatch"); res->messages the claimed
  * ones. The items are read only during the call. */

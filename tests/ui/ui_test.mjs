@@ -602,7 +602,7 @@ test('message_detail_pretty_json_local_time', async () => {
 });
 
 // docs/reference.md "History": the message page draws the history as a timeline, oldest first:
-// each failure with its attempt, worker and error, and the replay marks.
+// each failure with its attempt, worker and error, and the replay and snooze marks.
 test('message_timeline_shows_failures_in_order', async () => {
   const q = 'timeline';
   const { id } = await enqueue(q, 'tl', { max_retries: 2 });
@@ -611,6 +611,9 @@ test('message_timeline_shows_failures_in_order', async () => {
   await ok('POST', `${qp(q)}/messages/${id}/fail`, { error: 'first failure', retry_after_seconds: 0 });
   r = await ok('POST', `${qp(q)}/claim`, { worker: 'ui-worker/2' });
   eq(r.id, id, 'claimed again');
+  await ok('POST', `${qp(q)}/messages/${id}/snooze`, { delay_seconds: 0 });
+  r = await ok('POST', `${qp(q)}/claim`, { worker: 'ui-worker/2' });
+  eq(r.id, id, 'claimed again after the snooze');
   await ok('POST', `${qp(q)}/messages/${id}/fail`, { error: 'second failure' });
   await ok('POST', `${qp(q)}/messages/${id}/replay`, {});
   r = await ok('POST', `${qp(q)}/claim`, {});
@@ -621,18 +624,21 @@ test('message_timeline_shows_failures_in_order', async () => {
     cls: li.className, text: li.innerText,
     at: li.querySelector('time') && li.querySelector('time').getAttribute('datetime'),
   })));
-  eq(items.length, 4, 'three failures and one replay');
-  eq(items.map((i) => i.cls), ['tl-item tl-failed', 'tl-item tl-failed', 'tl-item tl-replayed', 'tl-item tl-failed'],
-    'in the order they happened');
+  eq(items.length, 5, 'three failures, one snooze and one replay');
+  eq(items.map((i) => i.cls), ['tl-item tl-failed', 'tl-item tl-snoozed', 'tl-item tl-failed', 'tl-item tl-replayed',
+    'tl-item tl-failed'], 'in the order they happened');
   check(items[0].text.includes('Attempt 1 failed') && items[0].text.includes('worker ui-worker/1') &&
         items[0].text.includes('first failure'), `first item: ${items[0].text}`);
-  check(items[1].text.includes('Attempt 2 failed') && items[1].text.includes('worker ui-worker/2') &&
-        items[1].text.includes('second failure'), `second item: ${items[1].text}`);
-  check(items[2].text.includes('Replayed'), `third item: ${items[2].text}`);
-  check(items[3].text.includes('Attempt 1 failed') && !items[3].text.includes('worker') &&
-        items[3].text.includes('third failure'), `fourth item: ${items[3].text}`);
+  check(items[1].text.includes('Snoozed') && items[1].text.includes('until') && !items[1].text.includes('failed'),
+    `second item: ${items[1].text}`);
+  check(items[2].text.includes('Attempt 2 failed') && items[2].text.includes('worker ui-worker/2') &&
+        items[2].text.includes('second failure'), `third item: ${items[2].text}`);
+  check(items[3].text.includes('Replayed'), `fourth item: ${items[3].text}`);
+  check(items[4].text.includes('Attempt 1 failed') && !items[4].text.includes('worker') &&
+        items[4].text.includes('third failure'), `fifth item: ${items[4].text}`);
   const m = (await getMsg(q, id)).json;
-  eq(items.map((i) => i.at), m.history.map((e) => e.at || e.replayed_at), 'each item at its record\'s time');
+  eq(items.map((i) => i.at), m.history.map((e) => e.at || e.replayed_at || e.snoozed_at),
+    'each item at its record\'s time');
   check(items.every((i, k) => k === 0 || i.at >= items[k - 1].at), 'times ascend');
   await page.close();
 });
