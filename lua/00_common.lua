@@ -95,6 +95,9 @@ do
       due        = g .. 'due',             -- LIST of due retries and replays, claimed
                                            -- from the right before ready
       ready      = g .. 'ready',           -- LIST of fresh ids, claimed from the right
+      priority   = g .. 'priority',        -- ZSET: the priority lane, claimable ids of
+                                           -- priority 1-9 (record.lane_score), popped
+                                           -- before due and ready (docs/lifecycle.md)
       scheduled  = g .. 'scheduled',       -- ZSET id -> retry_after (ms)
       processing = g .. 'processing',      -- ZSET id -> lease deadline (ms)
       dead       = g .. 'dead',            -- ZSET id -> time of death (ms)
@@ -116,6 +119,9 @@ do
                                            -- (release_lost, 35_batch.lua)
       v2         = {},                     -- not a key: what this Lua state knows of
                                            -- retryd_v2's data in the queue (v2_seen)
+      known      = {},                     -- not a key: what this Lua state knows of the
+                                           -- queue's use of features (priorities: whether
+                                           -- it used the lane, record.priorities_used)
     }
   end
 
