@@ -369,8 +369,11 @@ do
   -- The expiry of an enqueue that gave no ttl: the policy's message_ttl
   -- (seconds, a canonical integer string) in ms, or nil when it has none.
   function flow.message_ttl_ms(k)
-    local s = tonumber(read_policy(k).message_ttl)
-    return s and s * 1000 or nil
+    local s = (k.flow_policy or read_policy(k)).message_ttl   -- read once per call
+    if s then
+      s = tonumber(s)
+      return s and s * 1000 or nil
+    end
   end
 
   -- How many of `count` a claim may lease now (pause, then cap, then rate). A

@@ -119,7 +119,9 @@ do
   -- (docs/lifecycle.md "Priority"); a queue without priorities reads nothing.
   -- Returns how many it moved.
   local function promote_due(k, now, limit)
-    if not priorities_used(k) then
+    local lane = k.known.priorities   -- priorities_used, without its call once known
+    if lane == nil then lane = priorities_used(k) end
+    if not lane then
       local due = redis.call('ZRANGE', k.scheduled, '-inf', int_arg(now), 'BYSCORE', 'LIMIT', '0',
                              int_arg(limit))
       local n = #due

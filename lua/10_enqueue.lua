@@ -6,7 +6,8 @@ do
   local now_ms, queue_keys, register = common.now_ms, common.queue_keys, common.register
   local to_int = common.to_int
   local message_reply, store_message = record.message_reply, record.store_message
-  local priorities_mark, to_ready = record.priorities_mark, record.to_ready
+  local LANE_FRESH, lane_add, priorities_mark = record.LANE_FRESH, record.lane_add,
+                                                record.priorities_mark
   local series_start = timeseries.series_start
 
   -- enqueue: create a pending message.
@@ -50,13 +51,17 @@ do
     local idem = args[4] or ''
     if #idem > 255 then return bad_arg('idempotency_key') end
     local hinting = args[5] == '1'
-    local ttl_ms, priority = nil, 0
-    if args[7] ~= nil and args[7] ~= '' then
-      ttl_ms = to_int(args[7])
+    local ttl_ms, priority = args[7], args[8]
+    if ttl_ms == '' then
+      ttl_ms = nil
+    elseif ttl_ms then
+      ttl_ms = to_int(ttl_ms)
       if ttl_ms == nil or ttl_ms < 1 or ttl_ms > 2592000000 then return bad_arg('ttl_ms') end
     end
-    if args[8] ~= nil and args[8] ~= '' then
-      priority = to_int(args[8])
+    if priority == '' or priority == nil then
+      priority = 0
+    else
+      priority = to_int(priority)
       if priority == nil or priority < 0 or priority > 9 then return bad_arg('priority') end
     end
     max_retries = flow.max_retries(k, max_retries, args[6] == 'default')
@@ -79,7 +84,8 @@ do
       redis.call('SET', idem_key, id_arg, 'PX', int_arg(IDEMPOTENCY_TTL_MS))
     end
     local m = { payload = payload, retry_count = 0, max_retries = max_retries, created_at = now,
-                updated_at = now, lease_at = now, serial = 0, priority = priority }
+                updated_at = now, lease_at = now, serial = 0 }
+    if priority > 0 then m.priority = priority end
     if idem_key then m.idempotency_key = idem end
     if ttl_ms == nil then ttl_ms = flow.message_ttl_ms(k) end   -- none given: the policy's
     if ttl_ms then m.expires_at = now + ttl_ms end
@@ -92,7 +98,11 @@ do
       if hinting then timer = need_timer(k, now, now + delay_ms) end
     else
       store_message(mkey, m)
-      to_ready(k, id_arg, priority)
+      if priority > 0 then
+        lane_add(k, id_arg, priority, LANE_FRESH, id)
+      else
+        redis.call('LPUSH', k.ready, id_arg)
+      end
       notify(k)
     end
     redis.call('HINCRBY', k.stats, 'enqueued', '1')

@@ -62,7 +62,9 @@ do
     -- priorities: otherwise the loop starts at 1 and runs the commands it
     -- always ran.
     local due, ready = k.due, k.ready
-    for gen = priorities_used(k) and 0 or 1, 2 do
+    local lane = k.known.priorities   -- priorities_used, without its call once known
+    if lane == nil then lane = priorities_used(k) end
+    for gen = lane and 0 or 1, 2 do
       if gen == 2 then
         if full or got >= count or skipped > 100 or not v2_active(k, now) then break end
         local o = old_keys(k)
