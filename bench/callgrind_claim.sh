@@ -21,7 +21,10 @@
 # the daemon's do, so it writes its lost-claim record (docs/durability.md).
 # PRIORITY=P (1-9): every message is enqueued (and the enqueue measured) with
 # priority P, so the queue uses the priority lane and claims pop it
-# (docs/lifecycle.md "Priority"); without it the queue never used priorities.
+# (docs/lifecycle.md "Priority"); PRIORITY=0: the queue used priorities (one
+# message of priority 1, enqueued and claimed before the count) but every
+# message is priority 0, so each claim pops the empty lane, then the lists;
+# without it the queue never used priorities.
 set -euo pipefail
 LUA_LIB=$1 FN=$2 N=${3:-10000} COUNT=${4:-1}
 source "$(dirname "$0")/../scripts/lib.sh"
@@ -43,6 +46,10 @@ payload=$(head -c 100 /dev/zero | tr '\0' x)
 PRIORITY=${PRIORITY:-}
 fill=()   # the enqueue's ARGV[5..8] for a priority (none: the shortest form)
 [ -z "$PRIORITY" ] || fill=('' 1 default '' "$PRIORITY")
+if [ "$PRIORITY" = 0 ]; then
+    redis-cli -p "$P" FCALL retryd_v5_enqueue 1 'retryd:{b}' marker 3 0 '' 1 default '' 1 >/dev/null
+    redis-cli -p "$P" FCALL retryd_v5_claim 1 'retryd:{b}' 30000 1 1 >/dev/null
+fi
 redis-benchmark -p "$P" -n $(((N + N / 5) * COUNT)) -P 16 -c 4 -q \
     FCALL retryd_v5_enqueue 1 'retryd:{b}' "$payload" 3 0 "${fill[@]}" >/dev/null
 [ "$FN" != settle_claim ] ||
