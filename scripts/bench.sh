@@ -619,8 +619,9 @@ section1d() {
 # lane's ZPOPMIN takes each), and one that used priorities but whose messages
 # are priority 0 (each claim pops the empty lane, then the lists: the one
 # command more); then redis-server's instructions per such claim under
-# callgrind (bench/callgrind_claim.sh PRIORITY=, 2,000 claims; not in QUICK,
-# and only where valgrind is installed).
+# callgrind (bench/callgrind_claim.sh PRIORITY=, 2,000 claims: about 3 min,
+# so only with BENCH_ONLY=1p or CALLGRIND=1, never in QUICK, and only where
+# valgrind is installed; the full run keeps its 10 minutes).
 section1p() {
     say "1p. priorities"
     local kind q n=$((N_RB / 4)) calls prio
@@ -645,6 +646,8 @@ section1p() {
         put "prio.$kind.cmds" "$(calc "$calls / $n")"
         if [ "$QUICK" = 1 ]; then
             put "prio.$kind.ir" "skipped (QUICK)"
+        elif [ "${BENCH_ONLY:-}" != 1p ] && [ "${CALLGRIND:-0}" != 1 ]; then
+            put "prio.$kind.ir" "skipped (BENCH_ONLY=1p runs it)"
         elif ! command -v valgrind >/dev/null; then
             put "prio.$kind.ir" "skipped (no valgrind)"
         else
