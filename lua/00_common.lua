@@ -21,7 +21,8 @@
 --   00_common     key names, integer arguments, time, bounds, timer hints,
 --                 the reply budget, register()
 --   01_history    the per-attempt history in the record's trailer
---   02_record     the message record: decode, encode, load, store, replies
+--   02_record     the message record: decode, encode, load, store, replies;
+--                 the priority lane's helpers (where a pending id goes)
 --   03_policy     the queue policy and flow control (module `flow`)
 --   04_lifecycle  failures, deaths, events, retention, replays, retryd_v2 lifts
 --   05_alerts, 05_series, 10_enqueue ... 70_export: the functions
