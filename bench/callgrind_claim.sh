@@ -19,6 +19,12 @@
 # figure is then per call of COUNT messages (settle_claim settles the COUNT
 # claimed by the call before). NONCE=1 (claim): each call carries a nonce, as
 # the daemon's do, so it writes its lost-claim record (docs/durability.md).
+# PRIORITY=P (1-9): every message is enqueued (and the enqueue measured) with
+# priority P, so the queue uses the priority lane and claims pop it
+# (docs/lifecycle.md "Priority"); PRIORITY=0: the queue used priorities (one
+# message of priority 1, enqueued and claimed before the count) but every
+# message is priority 0, so each claim pops the empty lane, then the lists;
+# without it the queue never used priorities.
 set -euo pipefail
 LUA_LIB=$1 FN=$2 N=${3:-10000} COUNT=${4:-1}
 source "$(dirname "$0")/../scripts/lib.sh"
@@ -37,8 +43,15 @@ redis-cli -p "$P" -x FUNCTION LOAD REPLACE <"$LUA_LIB" >/dev/null
 redis-cli -p "$P" -x FUNCTION LOAD REPLACE <"$STEPS" >/dev/null
 redis-cli -p "$P" -x FUNCTION LOAD REPLACE <"$COSTS" >/dev/null
 payload=$(head -c 100 /dev/zero | tr '\0' x)
+PRIORITY=${PRIORITY:-}
+fill=()   # the enqueue's ARGV[5..8] for a priority (none: the shortest form)
+[ -z "$PRIORITY" ] || fill=('' 1 default '' "$PRIORITY")
+if [ "$PRIORITY" = 0 ]; then
+    redis-cli -p "$P" FCALL retryd_v5_enqueue 1 'retryd:{b}' marker 3 0 '' 1 default '' 1 >/dev/null
+    redis-cli -p "$P" FCALL retryd_v5_claim 1 'retryd:{b}' 30000 1 1 >/dev/null
+fi
 redis-benchmark -p "$P" -n $(((N + N / 5) * COUNT)) -P 16 -c 4 -q \
-    FCALL retryd_v5_enqueue 1 'retryd:{b}' "$payload" 3 0 >/dev/null
+    FCALL retryd_v5_enqueue 1 'retryd:{b}' "$payload" 3 0 "${fill[@]}" >/dev/null
 [ "$FN" != settle_claim ] ||
     redis-cli -p "$P" FCALL retryd_v5_claim 1 'retryd:{b}' 30000 "$COUNT" 1 >/dev/null
 callgrind_control -z "$vg" >/dev/null 2>&1
@@ -50,8 +63,9 @@ if [ "$FN" = claim ]; then
         redis-benchmark -p "$P" -n "$N" -P 16 -c 4 -q FCALL retryd_v5_claim 1 'retryd:{b}' 30000 "$COUNT" 1 >/dev/null
     fi
 elif [ "$FN" = enqueue ]; then
+    # As the daemon calls it: hints, max_retries defaulted, ttl_ms and priority ("" none).
     redis-benchmark -p "$P" -n "$N" -P 16 -c 4 -q \
-        FCALL retryd_v5_enqueue 1 'retryd:{b}' "$payload" 3 0 '' 1 default >/dev/null
+        FCALL retryd_v5_enqueue 1 'retryd:{b}' "$payload" 3 0 '' 1 default '' "${PRIORITY:-}" >/dev/null
 elif [ "$FN" = settle_claim ]; then
     # Message 1 is claimed before the counters are zeroed (below, uncounted).
     # In the protocol's own framing (as a client library sends it).
@@ -74,4 +88,4 @@ vg=""
 total=$(callgrind_annotate "$OUT/callgrind.out.1" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }')
 how="redis-benchmark -P 16 -c 4"
 [ "$FN" != settle_claim ] || how="redis-cli --pipe, one connection, in order"
-echo "$FN: $((total / N)) instructions per call of $COUNT ($N calls, $how)"
+echo "$FN: $((total / N)) instructions per call of $COUNT ($N calls, $how${PRIORITY:+, priority $PRIORITY})"

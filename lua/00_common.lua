@@ -21,7 +21,8 @@
 --   00_common     key names, integer arguments, time, bounds, timer hints,
 --                 the reply budget, register()
 --   01_history    the per-attempt history in the record's trailer
---   02_record     the message record: decode, encode, load, store, replies
+--   02_record     the message record: decode, encode, load, store, replies;
+--                 the priority lane's helpers (where a pending id goes)
 --   03_policy     the queue policy and flow control (module `flow`)
 --   04_lifecycle  failures, deaths, events, retention, replays, retryd_v2 lifts
 --   05_alerts, 05_series, 10_enqueue ... 70_export: the functions
@@ -95,6 +96,9 @@ do
       due        = g .. 'due',             -- LIST of due retries and replays, claimed
                                            -- from the right before ready
       ready      = g .. 'ready',           -- LIST of fresh ids, claimed from the right
+      priority   = g .. 'priority',        -- ZSET: the priority lane, claimable ids of
+                                           -- priority 1-9 (record.lane_score), popped
+                                           -- before due and ready (docs/lifecycle.md)
       scheduled  = g .. 'scheduled',       -- ZSET id -> retry_after (ms)
       processing = g .. 'processing',      -- ZSET id -> lease deadline (ms)
       dead       = g .. 'dead',            -- ZSET id -> time of death (ms)
@@ -116,6 +120,9 @@ do
                                            -- (release_lost, 35_batch.lua)
       v2         = {},                     -- not a key: what this Lua state knows of
                                            -- retryd_v2's data in the queue (v2_seen)
+      known      = {},                     -- not a key: what this Lua state knows of the
+                                           -- queue's use of features (priorities: whether
+                                           -- it used the lane, record.priorities_used)
     }
   end
 

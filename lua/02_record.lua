@@ -1,11 +1,12 @@
 -- The message record (docs/storage.md) and the replies that carry a
 -- message: decode, encode, load and store either layout, the header writes of
--- claim and settle, a message's state from the indexes. Module `record`.
+-- claim and settle, a message's state from the indexes, and the priority
+-- lane's helpers (where a pending id goes by its priority). Module `record`.
 local record = {}
 do
   local int_arg, old_keys, clamp, ms_text = common.int_arg, common.old_keys, common.clamp,
                                             common.ms_text
-  local v2_seen = common.v2_seen
+  local v2_seen, message_key, push_due = common.v2_seen, common.message_key, common.push_due
 
   -- The message record (docs/storage.md): one STRING per message at
   -- "<base>:m:<id>", a 24-byte header, the payload, and a trailer of the
@@ -13,27 +14,41 @@ do
   -- are not stored: the indexes say them.
   local REC_HEADER = '>BBBI6i5i5I5'
   local REC_HEADER_BYTES = 24
-  local REC_FORMAT = 1           -- the format byte; REC_TRAILER is added when a trailer follows
+  -- The format byte: REC_FORMAT + 2 * priority (0-9, bits 1-4), plus
+  -- REC_TRAILER when a trailer follows (docs/lifecycle.md "What is stored"; a
+  -- retryd_v4 library looks only at REC_TRAILER, so it reads such a record).
+  local REC_FORMAT = 1
   local REC_TRAILER = 0x80
+  local REC_MAX_PRIORITY = 9
   local REC_MAX_DELTA = 2 ^ 39 - 1
   -- Offsets (0-based, for SETRANGE) of the header fields claim and settle write.
   local REC_AT_UPDATED = '9'     -- updated_at delta (i5), then lease time delta (i5), serial (I5)
   local REC_HEADER_LAST = '23'   -- GETRANGE's end of the header
 
+  -- The priority a format byte holds (decode_record and load_header compute
+  -- it inline: a call is a few hundred instructions of every claim).
+  local function format_priority(fmt)
+    if fmt >= REC_TRAILER then fmt = fmt - REC_TRAILER end
+    return clamp(math.floor(fmt / 2), 0, REC_MAX_PRIORITY)
+  end
+
   -- A message decoded into a table: payload, retry_count, max_retries,
-  -- created_at, updated_at, lease_at and serial (the lease token's parts),
-  -- and, when present, retry_after, last_error, idempotency_key, token (a
-  -- lease token kept verbatim). legacy is true for a HASH of the old layout.
+  -- priority, created_at, updated_at, lease_at and serial (the lease token's
+  -- parts), and, when present, retry_after, last_error, idempotency_key,
+  -- expires_at, token (a lease token kept verbatim). legacy is true for a
+  -- HASH of the old layout.
   local function decode_record(rec)
     local fmt, rc, mr, created, dupd, dlease, serial = struct.unpack(REC_HEADER, rec)
     local m = { retry_count = rc, max_retries = mr, created_at = created,
-                updated_at = created + dupd, lease_at = created + dlease, serial = serial }
+                updated_at = created + dupd, lease_at = created + dlease, serial = serial,
+                priority = (fmt % REC_TRAILER - REC_FORMAT) / 2 }   -- format_priority, inline
     local stop = #rec
     if fmt >= REC_TRAILER then
       local n = struct.unpack('>I4', rec, #rec - 3)
       local packed = string.sub(rec, #rec - 3 - n, #rec - 4)
       local t = cmsgpack.unpack(packed)
       m.last_error, m.retry_after, m.idempotency_key, m.token = t.e, t.r, t.i, t.t
+      m.expires_at = t.x   -- docs/lifecycle.md "What is stored"
       history.decode(m, t)
       m.origin_queue, m.origin_id = t.oq, t.oi   -- a redriven message (65_redrive.lua)
       m.rule_uses = t.u
@@ -52,7 +67,7 @@ do
     local m = { payload = h.payload or '', retry_count = tonumber(h.retry_count) or 0,
                 max_retries = tonumber(h.max_retries) or 3, created_at = tonumber(h.created_at) or 0,
                 last_error = h.last_error, retry_after = tonumber(h.retry_after),
-                idempotency_key = h.idempotency_key, legacy = true }
+                idempotency_key = h.idempotency_key, priority = 0, legacy = true }
     m.updated_at = tonumber(h.updated_at) or m.created_at
     m.lease_at, m.serial = m.created_at, 0
     if h.lease_token then
@@ -76,22 +91,26 @@ do
   end
 
   local function encode_record(m)
+    local fmt = REC_FORMAT
+    local p = m.priority
+    if p and p > 0 then fmt = REC_FORMAT + 2 * clamp(p, 0, REC_MAX_PRIORITY) end
     if not (m.last_error or m.retry_after or m.idempotency_key or m.token or m.worker
-            or m.history or m.origin_queue or m.rule_uses) then
-      return encode_plain(m, REC_FORMAT, '')   -- the usual record: no trailer table to build
+            or m.history or m.origin_queue or m.rule_uses or m.expires_at) then
+      return encode_plain(m, fmt, '')   -- the usual record: no trailer table to build
     end
     local t, trailer = {}, false
     if m.last_error then t.e = m.last_error; trailer = true end
     if m.retry_after then t.r = m.retry_after; trailer = true end
     if m.idempotency_key then t.i = m.idempotency_key; trailer = true end
+    if m.expires_at then t.x = m.expires_at; trailer = true end
     if m.token then t.t = m.token; trailer = true end
     if history.encode(m, t) then trailer = true end
     if m.origin_queue then t.oq, t.oi = m.origin_queue, m.origin_id; trailer = true end
     if m.rule_uses then t.u = m.rule_uses; trailer = true end
-    local fmt, tail = REC_FORMAT, ''
+    local tail = ''
     if trailer then
       local packed = cmsgpack.pack(t)
-      fmt, tail = REC_FORMAT + REC_TRAILER, packed .. struct.pack('>I4', #packed)
+      fmt, tail = fmt + REC_TRAILER, packed .. struct.pack('>I4', #packed)
     end
     return encode_plain(m, fmt, tail)
   end
@@ -130,9 +149,82 @@ do
     if type(h) == 'table' then return decode_legacy(redis.call('HGETALL', mkey)) end
     if h == '' then return nil end
     if string.byte(h, 1) >= REC_TRAILER then return load_message(mkey) end
-    local _, rc, mr, created, dupd, dlease, serial = struct.unpack(REC_HEADER, h)
+    local fmt, rc, mr, created, dupd, dlease, serial = struct.unpack(REC_HEADER, h)
     return { retry_count = rc, max_retries = mr, created_at = created, updated_at = created + dupd,
-             lease_at = created + dlease, serial = serial }
+             lease_at = created + dlease, serial = serial, priority = (fmt - REC_FORMAT) / 2 }
+  end
+
+  -- The priority lane (docs/lifecycle.md "Priority: one more command, only
+  -- where used"): k.priority, a ZSET of the pending, claimable ids of
+  -- priority 1-9 (priority 0 keeps the due and ready lists). A score orders by
+  -- priority (9 first), then by class (LANE_DUE: a due retry, a replay, an id
+  -- handed back; LANE_FRESH: a fresh message), then by seq (due: when it
+  -- became due, ms, 0 for an id handed back, claimed next; fresh: its id, so
+  -- FIFO), so within one priority docs/reference.md "Claim order" holds.
+  -- Every score is an exact double (below 2^49).
+  local LANE_BAND = 2 ^ 44
+  local LANE_DUE, LANE_FRESH = 0, 1
+  local function lane_score(p, class, seq)
+    return ((REC_MAX_PRIORITY - p) * 2 + class) * LANE_BAND + seq
+  end
+
+  -- Whether the queue ever used priorities: the stats field `priorities`, set
+  -- by the first id that enters the lane and never cleared, read once per
+  -- queue by this Lua state and kept with its names (k.known.priorities). Every
+  -- writer of the lane runs in this state (the queue's master), so the kept
+  -- value holds; a fresh state reads it again (and tick looks at the lane
+  -- itself once a minute while it is false: 40_timer.lua). A queue that never
+  -- used priorities spends no command on them.
+  local function priorities_used(k)
+    local known = k.known
+    local used = known.priorities
+    if used == nil then
+      used = redis.call('HGET', k.stats, 'priorities') == '1'
+      known.priorities = used
+    end
+    return used
+  end
+
+  -- The queue used priorities from now on.
+  local function priorities_mark(k)
+    if k.known.priorities == true then return end
+    redis.call('HSET', k.stats, 'priorities', '1')
+    k.known.priorities = true
+  end
+
+  -- Puts id (a string) in the lane: priority p (1-9), class, seq.
+  local function lane_add(k, id, p, class, seq)
+    priorities_mark(k)
+    redis.call('ZADD', k.priority, int_arg(lane_score(p, class, seq)), id)
+  end
+
+  -- The priority of message id from its record's format byte (GETRANGE 0 0):
+  -- 0 for a HASH of retryd_v2 or a record that is gone.
+  local function priority_of(base, id)
+    local b = redis.pcall('GETRANGE', message_key(base, id), '0', '0')
+    if type(b) ~= 'string' or b == '' then return 0 end
+    return format_priority(string.byte(b))
+  end
+
+  -- Where a pending id goes, by its priority p (nil or 0: the lists):
+  --   to_ready      a fresh message: the far end of ready, or the lane (fresh, seq its id)
+  --   to_due        a retry made due, a replay (seq: when it became due): the
+  --                 far end of due (push_due), or the lane
+  --   to_claim_end  an id handed back (release, a lost claim): the claim end
+  --                 of due, or first of its priority in the lane; p nil: read
+  --                 from the record, only on a queue that used priorities
+  local function to_ready(k, id, p)
+    if p and p > 0 then lane_add(k, id, p, LANE_FRESH, tonumber(id))
+    else redis.call('LPUSH', k.ready, id) end
+  end
+
+  local function to_due(k, id, p, seq)
+    if p and p > 0 then lane_add(k, id, p, LANE_DUE, seq) else push_due(k, { id }) end
+  end
+
+  local function to_claim_end(k, base, id, p)
+    if p == nil then p = priorities_used(k) and priority_of(base, id) or 0 end
+    if p > 0 then lane_add(k, id, p, LANE_DUE, 0) else redis.call('RPUSH', k.due, id) end
   end
 
   -- Sets updated_at to now: 5 header bytes, or the whole record for an old HASH.
@@ -186,6 +278,9 @@ do
     if m.retry_after then add('retry_after', ms_text(m.retry_after)) end
     if m.last_error then add('last_error', m.last_error) end
     if m.idempotency_key then add('idempotency_key', m.idempotency_key) end
+    local p = m.priority
+    if p and p > 0 then add('priority', int_arg(p)) end
+    if m.expires_at then add('expires_at', ms_text(m.expires_at)) end
     history.reply(m, status, add)
     if m.origin_queue then
       add('origin_queue', m.origin_queue)
@@ -225,7 +320,7 @@ do
     local out = { id, m.payload, m.retry_count, m.max_retries, m.created_at, m.updated_at,
                   deadline, lease_token(m) }
     if m.retry_after or m.last_error or m.idempotency_key or m.history or m.origin_queue
-       or m.worker then
+       or m.worker or m.expires_at or m.priority ~= 0 then
       optional_fields(out, m, 'processing')
     end
     return out
@@ -245,4 +340,9 @@ do
   record.set_updated, record.set_lease, record.status_of = set_updated, set_lease, status_of
   record.optional_fields, record.reply_message = optional_fields, reply_message
   record.leased_reply, record.message_reply = leased_reply, message_reply
+  record.LANE_BAND, record.LANE_DUE, record.LANE_FRESH = LANE_BAND, LANE_DUE, LANE_FRESH
+  record.lane_score, record.priorities_used, record.priorities_mark = lane_score, priorities_used,
+                                                                      priorities_mark
+  record.lane_add, record.priority_of = lane_add, priority_of
+  record.to_ready, record.to_due, record.to_claim_end = to_ready, to_due, to_claim_end
 end

@@ -8,6 +8,7 @@ do
   local register, queue_keys, now_ms = common.register, common.queue_keys, common.now_ms
   local notify, bad_arg, to_int = common.notify, common.bad_arg, common.to_int
   local MAX_BACKOFF_S = common.MAX_BACKOFF_S
+  local priorities_used = record.priorities_used
 
   -- Every policy field, by its API name (nested ones dotted), with its range.
   -- Durations are seconds; they may be given with an s, m, h or d suffix.
@@ -395,6 +396,16 @@ do
     return tonumber(read_policy(k).max_retries) or max_retries
   end
 
+  -- The expiry of an enqueue that gave no ttl: the policy's message_ttl
+  -- (seconds, a canonical integer string) in ms, or nil when it has none.
+  function flow.message_ttl_ms(k)
+    local s = (k.flow_policy or read_policy(k)).message_ttl   -- read once per call
+    if s then
+      s = tonumber(s)
+      return s and s * 1000 or nil
+    end
+  end
+
   -- How many of `count` a claim may lease now (pause, then cap, then rate). A
   -- claim held back while something is claimable counts in held_<reason>.
   -- Sets k.flow_retry_ms: when the rate limit held it back, the ms until the
@@ -422,7 +433,8 @@ do
         if allowed == 0 then k.flow_retry_ms = math.max(1, math.ceil((1 - tokens) * 1000 / rate)) end
       end
     end
-    if reason and redis.call('LLEN', k.due) + redis.call('LLEN', k.ready) > allowed then
+    if reason and redis.call('LLEN', k.due) + redis.call('LLEN', k.ready)
+                  + (priorities_used(k) and redis.call('ZCARD', k.priority) or 0) > allowed then
       redis.call('HINCRBY', k.stats, 'held_' .. reason, 1)
     end
     return allowed

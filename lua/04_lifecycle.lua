@@ -15,6 +15,8 @@ do
   local load_message, store_message, load_header = record.load_message, record.store_message,
                                                    record.load_header
   local lease_token, status_of = record.lease_token, record.status_of
+  local LANE_DUE, lane_score, priority_of = record.LANE_DUE, record.lane_score, record.priority_of
+  local priorities_used, to_due = record.priorities_used, record.to_due
 
   -- A failure keeps at most this many bytes of its error as last_error (whole
   -- UTF-8 characters; README "A message"): every byte of it is copied
@@ -111,15 +113,42 @@ do
   end
 
   -- Moves up to `limit` due ids from scheduled to the due list, earliest due
-  -- first, behind ids promoted earlier. Returns how many it moved.
+  -- first, behind ids promoted earlier. On a queue that used priorities, each
+  -- id's priority is read from its record (GETRANGE 0 0): one of 1-9 goes
+  -- into the lane instead, as a due retry that became due at its retry_after
+  -- (docs/lifecycle.md "Priority"); a queue without priorities reads nothing.
+  -- Returns how many it moved.
   local function promote_due(k, now, limit)
-    local due = redis.call('ZRANGE', k.scheduled, '-inf', int_arg(now), 'BYSCORE', 'LIMIT', '0',
-                           int_arg(limit))
-    local n = #due
-    if n == 0 then return 0 end
-    redis.call('ZREM', k.scheduled, unpack(due))
-    push_due(k, due)
-    return n
+    local lane = k.known.priorities   -- priorities_used, without its call once known
+    if lane == nil then lane = priorities_used(k) end
+    if not lane then
+      local due = redis.call('ZRANGE', k.scheduled, '-inf', int_arg(now), 'BYSCORE', 'LIMIT', '0',
+                             int_arg(limit))
+      local n = #due
+      if n == 0 then return 0 end
+      redis.call('ZREM', k.scheduled, unpack(due))
+      push_due(k, due)
+      return n
+    end
+    local rows = redis.call('ZRANGE', k.scheduled, '-inf', int_arg(now), 'BYSCORE', 'LIMIT', '0',
+                            int_arg(limit), 'WITHSCORES')
+    if #rows == 0 then return 0 end
+    local ids, plain, lane = {}, {}, {}
+    for i = 1, #rows, 2 do
+      local id = rows[i]
+      ids[#ids + 1] = id
+      local p = priority_of(k.base, id)
+      if p > 0 then
+        lane[#lane + 1] = int_arg(lane_score(p, LANE_DUE, tonumber(rows[i + 1])))
+        lane[#lane + 1] = id
+      else
+        plain[#plain + 1] = id
+      end
+    end
+    redis.call('ZREM', k.scheduled, unpack(ids))
+    if #plain > 0 then push_due(k, plain) end
+    if #lane > 0 then redis.call('ZADD', k.priority, unpack(lane)) end
+    return #ids
   end
 
   -- The mark on a redrive_to value of a death's move to the queue's
@@ -238,7 +267,7 @@ do
     m.retry_count, m.last_error, m.retry_after, m.updated_at = 0, nil, nil, now
     m.rule_uses = nil
     store_message(mkey, m)
-    push_due(k, { id })
+    to_due(k, id, m.priority, now)   -- the lane for a priority above 0
     redis.call('HINCRBY', k.stats, 'replayed', 1)
     emit(k, 'replayed', id, err, 0, now)
   end

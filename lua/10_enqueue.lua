@@ -6,6 +6,8 @@ do
   local now_ms, queue_keys, register = common.now_ms, common.queue_keys, common.register
   local to_int = common.to_int
   local message_reply, store_message = record.message_reply, record.store_message
+  local LANE_FRESH, lane_add, priorities_mark = record.LANE_FRESH, record.lane_add,
+                                                record.priorities_mark
   local series_start = timeseries.series_start
 
   -- enqueue: create a pending message.
@@ -17,11 +19,22 @@ do
   --   ARGV[5]  "1" (optional)                     the caller forwards timer hints
   --   ARGV[6]  "default" (optional, with ARGV[5]) the request gave no max_retries:
   --                                               the queue policy's replaces ARGV[2]
+  --                                               ("request" or "": it does not)
+  --   ARGV[7]  ttl_ms (optional, after ARGV[6])   integer 1..2592000000: the message
+  --                                               expires that long after now
+  --                                               (expires_at); "" or absent: none
+  --                                               given, the policy's message_ttl
+  --                                               applies (flow.message_ttl_ms)
+  --   ARGV[8]  priority (optional, with ARGV[7])  integer 0..9 ("": 0); 1-9 goes into
+  --                                               the priority lane (docs/lifecycle.md
+  --                                               "Priority"), claimed highest first
   -- Returns {"ok", id, now_ms}: the caller has every other field already, so
   -- the message is not read back (a third of enqueue's cost); with ARGV[5],
   -- {"ok", id, now_ms, timer}: the timer hint of a delayed message
   -- (need_timer), -1 otherwise; with ARGV[6] too, then the max_retries the
-  -- message got. Or {"duplicate",
+  -- message got; with ARGV[7] (as the daemon always sends), always
+  -- {"ok", id, now_ms, timer, max_retries, expires_at (ms) or -1} (timer -1
+  -- without ARGV[5] "1"). Or {"duplicate",
   -- message} when the key was used in this queue within 24 h: the original
   -- message, nothing created; when that message was deleted since (retention),
   -- {"duplicate", {"id", id}}.
@@ -38,6 +51,19 @@ do
     local idem = args[4] or ''
     if #idem > 255 then return bad_arg('idempotency_key') end
     local hinting = args[5] == '1'
+    local ttl_ms, priority = args[7], args[8]
+    if ttl_ms == '' then
+      ttl_ms = nil
+    elseif ttl_ms then
+      ttl_ms = to_int(ttl_ms)
+      if ttl_ms == nil or ttl_ms < 1 or ttl_ms > 2592000000 then return bad_arg('ttl_ms') end
+    end
+    if priority == '' or priority == nil then
+      priority = 0
+    else
+      priority = to_int(priority)
+      if priority == nil or priority < 0 or priority > 9 then return bad_arg('priority') end
+    end
     max_retries = flow.max_retries(k, max_retries, args[6] == 'default')
 
     local now = now_ms()
@@ -59,18 +85,28 @@ do
     end
     local m = { payload = payload, retry_count = 0, max_retries = max_retries, created_at = now,
                 updated_at = now, lease_at = now, serial = 0 }
+    if priority > 0 then m.priority = priority end
     if idem_key then m.idempotency_key = idem end
+    if ttl_ms == nil then ttl_ms = flow.message_ttl_ms(k) end   -- none given: the policy's
+    if ttl_ms then m.expires_at = now + ttl_ms end
     if delay_ms > 0 then
       m.retry_after = now + delay_ms
       store_message(mkey, m)
       redis.call('ZADD', k.scheduled, int_arg(now + delay_ms), id_arg)
+      -- Its promotion reads the priority only on a queue that used priorities.
+      if priority > 0 then priorities_mark(k) end
       if hinting then timer = need_timer(k, now, now + delay_ms) end
     else
       store_message(mkey, m)
-      redis.call('LPUSH', k.ready, id_arg)
+      if priority > 0 then
+        lane_add(k, id_arg, priority, LANE_FRESH, id)
+      else
+        redis.call('LPUSH', k.ready, id_arg)
+      end
       notify(k)
     end
     redis.call('HINCRBY', k.stats, 'enqueued', '1')
+    if args[7] then return { 'ok', id, now, timer, max_retries, m.expires_at or -1 } end
     if hinting and args[6] then return { 'ok', id, now, timer, max_retries } end
     if hinting then return { 'ok', id, now, timer } end
     return { 'ok', id, now }

@@ -9,19 +9,23 @@ do
   local queue_keys, register, to_int = common.queue_keys, common.register, common.to_int
   local leased_reply, load_legacy = record.leased_reply, record.load_legacy
   local load_message, set_lease = record.load_message, record.set_lease
+  local priorities_used, to_claim_end = record.priorities_used, record.to_claim_end
   local promote_due = lifecycle.promote_due
 
   -- Leases up to `count` claimable messages at `now` and appends each to out
   -- (a flat message with its lease): the lease-and-order logic of claim,
   -- shared with settle_claim. count is 1..100, lease_ms already checked.
-  -- Promotes due scheduled ids first (at most 100; when some of them stay in
-  -- the due list, wakes the waiters), then pops from the due list
-  -- (retries and replays, oldest first), then from ready (fresh, FIFO); then,
-  -- if those did not fill the count, from retryd_v2's due and ready lists. Ids
+  -- Promotes due scheduled ids first (at most 100; when some of them stay
+  -- claimable, wakes the waiters), then, on a queue that used priorities, pops
+  -- the priority lane (highest priority first, docs/lifecycle.md "Priority"),
+  -- then the due list (retries and replays, oldest first), then ready (fresh,
+  -- FIFO); then, if those did not fill the count, retryd_v2's due and ready
+  -- lists. Ids
   -- whose message was deleted while they waited are dropped, and popping goes on
   -- (at most 100 such ids per call). Stops before the message that would take
   -- the messages past REPLY_BYTES (always at least one): the ones not taken stay
-  -- pending where they were, untouched, so a batch may come back short.
+  -- pending where they were (lane ids with their scores), so a batch may come
+  -- back short.
   -- worker: the claim's worker (nil for none), kept in each record while leased.
   -- nonce: the daemon's tag of this call (nil for none): what it leased is
   -- kept under k.claims .. nonce for 15 s, so that the daemon can hand it back
@@ -54,17 +58,33 @@ do
     -- retryd_v2's lists only while its data was met here lately (v2_active,
     -- 00_common.lua): otherwise a claim costs nothing for them, and the tick's
     -- probe finds whatever a v2 instance enqueued since.
+    -- Generation 0 is the priority lane (ZPOPMIN), only on a queue that used
+    -- priorities: otherwise the loop starts at 1 and runs the commands it
+    -- always ran.
     local due, ready = k.due, k.ready
-    for gen = 1, 2 do
+    local lane = k.known.priorities   -- priorities_used, without its call once known
+    if lane == nil then lane = priorities_used(k) end
+    for gen = lane and 0 or 1, 2 do
       if gen == 2 then
         if full or got >= count or skipped > 100 or not v2_active(k, now) then break end
         local o = old_keys(k)
         due, ready = o.due, o.ready
       end
       while not full and got < count and skipped <= 100 do
-        local popped = redis.call('LMPOP', '2', due, ready, 'RIGHT', 'COUNT', int_arg(count - got))
-        if not popped then break end
-        local from, ids = popped[1], popped[2]
+        local from, ids, scores
+        if gen == 0 then
+          local rows = redis.call('ZPOPMIN', k.priority, int_arg(count - got))
+          if #rows == 0 then break end
+          ids, scores = {}, {}
+          for i = 1, #rows, 2 do
+            ids[#ids + 1], scores[#scores + 1] = rows[i], rows[i + 1]
+          end
+        else
+          local popped = redis.call('LMPOP', '2', due, ready, 'RIGHT', 'COUNT',
+                                    int_arg(count - got))
+          if not popped then break end
+          from, ids = popped[1], popped[2]
+        end
         if gen == 2 then v2_seen(k, now) end
         for i = 1, #ids do
           local id = ids[i]
@@ -72,10 +92,16 @@ do
           local m
           if gen == 2 then m = load_legacy(mkey) else m = load_message(mkey) end
           if m and reply and not budget.take(reply, m) then
-            -- This one and the rest go back to the claim end in their order.
+            -- This one and the rest go back where they were, in their order:
+            -- the lane's with their scores, the lists' at the claim end.
             local back = {}
-            for j = #ids, i, -1 do back[#back + 1] = ids[j] end
-            redis.call('RPUSH', from, unpack(back))
+            if gen == 0 then
+              for j = i, #ids do back[#back + 1], back[#back + 2] = scores[j], ids[j] end
+              redis.call('ZADD', k.priority, unpack(back))
+            else
+              for j = #ids, i, -1 do back[#back + 1] = ids[j] end
+              redis.call('RPUSH', from, unpack(back))
+            end
             full = true
             break
           end
@@ -101,10 +127,10 @@ do
       -- 15 s (LOST_CLAIM_KEEP_MS in lost_claims.c is the daemon's side of it).
       if not redis.call('SET', k.claims .. nonce, rec, 'NX', 'PX', '15000') then
         -- Given up by release_lost before this call ran: hand all back, in
-        -- order, at the claim end (as release does).
+        -- order, at the claim end (as release does; the lane for a priority).
         for i = #out, first + 1, -1 do
           redis.call('ZREM', k.processing, out[i][1])
-          redis.call('RPUSH', k.due, out[i][1])
+          to_claim_end(k, base, out[i][1], nil)
           out[i] = nil
         end
         redis.call('HINCRBY', k.stats, 'released', got)
@@ -115,7 +141,10 @@ do
     flow.spent(k, now, got)
     -- Retries this call made due and left behind are claimable now: tell the
     -- waiters, as a tick that promoted them would have.
-    if promoted > 0 and got == count and redis.call('LLEN', k.due) > 0 then notify(k) end
+    if promoted > 0 and got == count and (redis.call('LLEN', k.due) > 0 or
+       (priorities_used(k) and redis.call('ZCARD', k.priority) > 0)) then
+      notify(k)
+    end
     return got
   end
 

@@ -5,6 +5,7 @@ do
   local queue_keys, register, to_int = common.queue_keys, common.register, common.to_int
   local lease_token, load_header = record.lease_token, record.load_header
   local load_legacy, set_updated = record.load_legacy, record.set_updated
+  local to_claim_end = record.to_claim_end
   local lift, retention_hint = lifecycle.lift, lifecycle.retention_hint
   local take_leased = lifecycle.take_leased
   local succeed_message = settle.succeed_message
@@ -14,7 +15,9 @@ do
   --   KEYS[1]  <prefix>:{q}                       queue key base
   --   ARGV     id1, lease_token1, id2, lease_token2, ...   (at most 100 pairs)
   -- Each message still under that lease goes back to the claim end of the due
-  -- list (it is claimed next), pending, as it was before the claim. Publishes on the wake channel.
+  -- list (it is claimed next), pending, as it was before the claim; one of
+  -- priority 1-9 goes first of its priority into the lane (docs/lifecycle.md
+  -- "Priority"). Publishes on the wake channel.
   -- Returns the number released.
   local function release(keys, args)
     local base = keys[1]
@@ -37,7 +40,7 @@ do
       if m and lease_token(m) == token then
         redis.call('ZREM', k.processing, id)
         set_updated(mkey, m, now)
-        redis.call('RPUSH', k.due, id)
+        to_claim_end(k, base, id, m.priority)
         released = released + 1
       end
     end

@@ -10,6 +10,7 @@ do
   local old_keys, push_due, queue_keys = common.old_keys, common.push_due, common.queue_keys
   local register, to_int = common.register, common.to_int
   local load_legacy, store_message = record.load_legacy, record.store_message
+  local priorities_mark, priorities_used = record.priorities_mark, record.priorities_used
   local expire_finished, fail_message = lifecycle.expire_finished, lifecycle.fail_message
   local promote_due, reclaim_expired = lifecycle.promote_due, lifecycle.reclaim_expired
   local alert_work = alerts.alert_work
@@ -84,6 +85,21 @@ do
       return false
     end
     v2_seen(k, now)
+    return true
+  end
+
+  -- Whether the queue uses the priority lane. While this Lua state holds
+  -- that it never did (record.priorities_used), a tick looks at the lane itself
+  -- once every OLD_PROBE_MS (one EXISTS), so a lane written while the state
+  -- held something else (its slot migrated away and back, the stats field
+  -- lost) is claimed again within a minute of ticks.
+  local function lane_probe(k, now)
+    if priorities_used(k) then return true end
+    local known = k.known
+    if now < (known.lane_probe_at or 0) then return false end
+    known.lane_probe_at = now + OLD_PROBE_MS
+    if redis.call('EXISTS', k.priority) == 0 then return false end
+    priorities_mark(k)
     return true
   end
 
@@ -227,6 +243,7 @@ do
     local now = now_ms()
     -- Reclaim first: an expired lease with a zero backoff becomes due at once.
     local reclaimed = reclaim_expired(k, base, now, limit)
+    local lane = lane_probe(k, now)
     local promoted = promote_due(k, now, limit)
     if promoted > 0 then notify(k) end
     local expired = expire_finished(k, base, k.dead, now, dead_ttl, limit, 'expired_dead')
@@ -269,6 +286,7 @@ do
       end
       ready = ready + redis.call('LLEN', g.due) + redis.call('LLEN', g.ready)
     end
+    if lane then ready = ready + redis.call('ZCARD', k.priority) end
     -- Letters in redriving (deaths moving to the dead_letter_queue, or a
     -- redrive cut short): the round's instance moves them (docs/lifecycle.md
     -- "Dead-letter queue"), and the queue comes due again until none is left.
@@ -301,7 +319,7 @@ do
     if wait < 0 and ready == 0 and
        redis.call('EXISTS', k.due, k.ready, k.scheduled, k.processing, k.dead, k.succeeded,
                   k.pushed, k.seq, k.stats, k.errors, k.events, k.policy, o.due, o.ready,
-                  o.scheduled, o.processing, o.dead, o.succeeded) == 0 then
+                  o.scheduled, o.processing, o.dead, o.succeeded, k.priority) == 0 then
       empty = 1
     end
     return { promoted, reclaimed, expired, wait, ready, empty, alerts, moving }

@@ -5,8 +5,11 @@ do
   local MAX_BATCH, REPLY_BYTES, bad_arg = common.MAX_BATCH, common.REPLY_BYTES, common.bad_arg
   local budget, message_key, old_keys = common.budget, common.message_key, common.old_keys
   local queue_keys, register, to_int = common.queue_keys, common.register, common.to_int
+  local now_ms = common.now_ms
   local load_message, message_reply = record.load_message, record.message_reply
   local reply_message = record.reply_message
+  local LANE_BAND, LANE_DUE, priorities_used = record.LANE_BAND, record.LANE_DUE,
+                                               record.priorities_used
 
   -- get: one message.
   --   KEYS[1]  <prefix>:{q}                       queue key base
@@ -66,7 +69,11 @@ do
   -- The sections a listing walks. In each, a cursor of the section's own says
   -- where the next page starts, so that an id that stays in the section is
   -- never passed over while workers claim, and the only move between pending
-  -- sections (promotion: scheduled -> due) is caught by a second pass over due:
+  -- sections (promotion: scheduled -> due, or -> the priority lane) is caught
+  -- by a second pass over due (and over the lane):
+  --   lane   the priority lane (a ZSET, docs/lifecycle.md "Priority"), first:
+  --          "<score>:<id>" (zset_start); nothing on a queue that never used
+  --          priorities.
   --   due    "<pushed>:<left>": when the due_pushed counter was <pushed>,
   --          <left> entries, counted from the far end, were still to come.
   --          Promotion and replay push on the far end (push_due counts them),
@@ -81,7 +88,15 @@ do
   --   later  due again, from its far end: the ids pushed since the first pass
   --          over due ended (the listing's mark: due_pushed then). A scheduled
   --          id promoted before the walk reached it is there.
-  -- open(k, rest, mark) gives the section's state (rest nil: from its start),
+  --   lanelater  the lane's due ids (class LANE_DUE) whose seq (when they
+  --          became due) is at least the lane mark, priority by priority:
+  --          "<score>:<id>". The lane mark, taken as the first pass over the
+  --          lane starts, is the earlier of now and the first scheduled id's
+  --          due time: a promoted id's seq is its due time, at least that of
+  --          the first id scheduled when the pass began (or, scheduled later,
+  --          at least the time then), so an id promoted into the lane after
+  --          the pass began is there.
+  -- open(k, rest, mark, lane_mark) gives the section's state (rest nil: from its start),
   -- nil for a malformed cursor; fetch(k, st, n) the next ids, up to n, in
   -- order, and whether the section ends with them; after(st, ids, i) the
   -- cursor just past the i-th id of the last fetch.
@@ -179,6 +194,84 @@ do
   SECTIONS.succeeded = zset_section('succeeded')
   SECTIONS.dead = zset_section('dead')
 
+  -- The lane's two sections cost no command on a queue that never used
+  -- priorities (record.priorities_used).
+  local function lane_section(sec)
+    return {
+      open = function(k, rest, mark, lane_mark)
+        if not priorities_used(k) then return { none = true } end
+        return sec.open(k, rest, mark, lane_mark)
+      end,
+      fetch = function(k, st, n)
+        if st.none then return {}, true end
+        return sec.fetch(k, st, n)
+      end,
+      after = sec.after,
+    }
+  end
+
+  -- The lane's bands (score / LANE_BAND: (9 - priority) * 2 + class) of due
+  -- ids (class LANE_DUE): even, 0 (priority 9) to LAST_DUE_BAND (priority 1).
+  local LAST_DUE_BAND = 16 + LANE_DUE
+
+  -- The ranks [lo, hi) of the due ids of band `band` whose seq is at least from.
+  local function band_ranks(k, band, from)
+    local lo = redis.call('ZCOUNT', k.priority, '-inf', string.format('(%d', band * LANE_BAND + from))
+    local hi = redis.call('ZCOUNT', k.priority, '-inf', string.format('(%d', (band + 1) * LANE_BAND))
+    return lo, hi
+  end
+
+  SECTIONS.lane = lane_section(zset_section('priority'))
+  SECTIONS.lanelater = lane_section({
+    open = function(k, rest, mark, lane_mark)
+      local st = { from = lane_mark or 0, band = 0, start = 0 }
+      if rest == nil then return st end
+      local score = string.match(rest, '^(%d+):%d+$')
+      if not score then return nil end
+      st.start = zset_start(k.priority, rest)
+      st.band = math.floor(tonumber(score) / LANE_BAND)
+      if st.band % 2 == 1 then st.band = st.band + 1 end
+      return st
+    end,
+    fetch = function(k, st, n)
+      -- The first band with an id at or after rank st.start, and its ranks.
+      local function seek()
+        while st.band <= LAST_DUE_BAND do
+          local lo, hi = band_ranks(k, st.band, st.from)
+          if math.max(st.start, lo) < hi then return math.max(st.start, lo), hi end
+          st.band = st.band + 2
+        end
+      end
+      local first, hi = seek()
+      if not first then return {}, true end
+      local ids, scores = zset_range(k.priority, first, math.min(n, hi - first))
+      st.scores, st.start = scores, first + #ids
+      return ids, st.start >= hi and seek() == nil
+    end,
+    after = function(st, ids, i)
+      return st.scores[i] .. ':' .. ids[i]
+    end,
+  })
+
+  -- How many ids lanelater has still to see from its start (lane mark from).
+  local function lanelater_size(k, from)
+    if not priorities_used(k) then return 0 end
+    local n = 0
+    for band = 0, LAST_DUE_BAND, 2 do
+      local lo, hi = band_ranks(k, band, from or 0)
+      n = n + hi - lo
+    end
+    return n
+  end
+
+  -- The lane mark of a first pass over the lane that starts now (above).
+  local function lane_mark_now(k)
+    local now = now_ms()
+    local first = redis.call('ZRANGE', k.scheduled, 0, 0, 'WITHSCORES')[2]
+    if first and tonumber(first) < now then return tonumber(first) end
+    return now
+  end
+
   -- The sections of retryd_v2's indexes ("v2due" ...): the same walks over
   -- the old generation's keys (docs/storage.md "Two generations of indexes").
   local OLD_SECTIONS = { v2due = 'due', v2ready = 'ready', v2scheduled = 'scheduled',
@@ -201,21 +294,31 @@ do
   -- "<section>:<mark>:<its cursor>".
   local LISTINGS = {
     [''] = { 'v2due', 'v2ready', 'v2scheduled', 'v2later', 'v2processing', 'v2succeeded',
-             'v2dead', 'due', 'ready', 'scheduled', 'later', 'processing', 'succeeded', 'dead' },
-    pending = { 'v2due', 'v2ready', 'v2scheduled', 'v2later', 'due', 'ready', 'scheduled',
-                'later' },
+             'v2dead', 'lane', 'due', 'ready', 'scheduled', 'later', 'lanelater', 'processing',
+             'succeeded', 'dead' },
+    pending = { 'v2due', 'v2ready', 'v2scheduled', 'v2later', 'lane', 'due', 'ready',
+                'scheduled', 'later', 'lanelater' },
     processing = { 'v2processing', 'processing' },
     succeeded = { 'v2succeeded', 'succeeded' },
     dead = { 'v2dead', 'dead' },
   }
   local CARRIES_MARK = { ready = true, scheduled = true, v2ready = true, v2scheduled = true }
   local ENDS_DUE = { due = true, v2due = true }
+  -- The sections from the first pass over the lane to the second: their
+  -- cursors start with the lane mark, "<lane mark>@<section>:...".
+  local LANE_MARKED = { lane = true, due = true, ready = true, scheduled = true, later = true,
+                        lanelater = true }
 
-  -- How many ids a section holds now (later: that the walk has still to see).
-  local function section_size(k, name, mark)
+  -- How many ids a section holds now (later, lanelater: that the walk has
+  -- still to see).
+  local function section_size(k, name, mark, lane_mark)
     local _, g, plain = section_of(k, name)
     if plain == 'later' then
       return math.min(redis.call('LLEN', g.due), math.max(0, due_pushed(g) - (mark or 0)))
+    end
+    if plain == 'lanelater' then return lanelater_size(k, lane_mark) end
+    if plain == 'lane' then
+      return priorities_used(k) and redis.call('ZCARD', k.priority) or 0
     end
     if plain == 'due' or plain == 'ready' then return redis.call('LLEN', g[plain]) end
     return redis.call('ZCARD', g[plain])
@@ -226,7 +329,7 @@ do
     local total = 0
     local names = LISTINGS[status]
     for i = 1, #names do
-      if names[i] ~= 'later' and names[i] ~= 'v2later' then
+      if names[i] ~= 'later' and names[i] ~= 'v2later' and names[i] ~= 'lanelater' then
         total = total + section_size(k, names[i])
       end
     end
@@ -246,6 +349,12 @@ do
   local function walk(k, status, cursor, step, visit)
     local names = LISTINGS[status]
     local si, rest, mark = 1, nil, nil
+    local here = cursor
+    local lane_mark
+    do
+      local lm, c = string.match(cursor, '^(%d+)@(.*)$')
+      if lm then lane_mark, cursor = tonumber(lm), c end
+    end
     if cursor ~= '' then
       if #names == 1 then
         rest = cursor
@@ -266,16 +375,16 @@ do
     end
     local function rest_empty(from)
       for i = from, #names do
-        if section_size(k, names[i], mark) > 0 then return false end
+        if section_size(k, names[i], mark, lane_mark) > 0 then return false end
       end
       return true
     end
-    local here = cursor
     local examined = 0
     while si <= #names do
       local name = names[si]
       local sec, g = section_of(k, name)
-      local st = sec.open(g, rest, mark)
+      if name == 'lane' and rest == nil and priorities_used(k) then lane_mark = lane_mark_now(k) end
+      local st = sec.open(g, rest, mark, lane_mark)
       if not st then return nil end
       rest = nil
       local ended
@@ -290,6 +399,7 @@ do
           here = sec.after(st, ids, i)
           if CARRIES_MARK[name] then here = mark .. ':' .. here end
           if #names > 1 then here = name .. ':' .. here end
+          if lane_mark and LANE_MARKED[name] then here = lane_mark .. '@' .. here end
           if verdict == 'last' or examined >= MAX_BATCH then
             if i == #ids and ended and rest_empty(si + 1) then return '' end
             return here
@@ -304,8 +414,8 @@ do
   -- The state of an id met in a listing's section, and its score (lease
   -- deadline, time of death) where the reply shows one.
   local SECTION_STATUS = { due = 'pending', ready = 'pending', scheduled = 'pending',
-                           later = 'pending', succeeded = 'succeeded', processing = 'processing',
-                           dead = 'dead' }
+                           later = 'pending', lane = 'pending', lanelater = 'pending',
+                           succeeded = 'succeeded', processing = 'processing', dead = 'dead' }
   local function section_status(k, section, id)
     local _, g, plain = section_of(k, section)
     local status = SECTION_STATUS[plain]
@@ -325,8 +435,8 @@ do
   --                                               next_cursor of the previous page
   --   ARGV[4]  error_contains                     "" or text last_error must contain
   --   ARGV[5]  from_ms, ARGV[6] to_ms             "" or bounds on updated_at (epoch ms)
-  -- Order: pending in claim order (due retries and replays, fresh, then
-  -- scheduled by due time); processing by lease deadline; succeeded and dead by
+  -- Order: pending in claim order (the priority lane, highest first; due
+  -- retries and replays, fresh, then scheduled by due time); processing by lease deadline; succeeded and dead by
   -- the time they got there; without status, each of those in turn (pending,
   -- processing, succeeded, dead). A message that stays in the listed state
   -- during a whole walk is listed, whatever workers claim meanwhile.

@@ -9,11 +9,22 @@ do
   local to_int = common.to_int
   local load_message, reply_message = record.load_message, record.reply_message
   local status_of, store_message = record.status_of, record.store_message
+  local priorities_used = record.priorities_used
   local drop_orphan = lifecycle.drop_orphan
   local leave_dead, lift, replay_dead = lifecycle.leave_dead, lifecycle.lift, lifecycle.replay_dead
   local bury = lifecycle.bury
   local death_hint = alerts.death_hint
   local zset_page = read.zset_page
+
+  -- Takes a pending id out of the index that holds it: scheduled, the
+  -- priority lane (a queue that used priorities: an id of priority 1-9 may
+  -- also sit in a list, promoted while this state held otherwise), the due
+  -- list, ready (LREM: O(length of the list)). g: its generation's keys.
+  local function leave_pending(k, g, id)
+    if redis.call('ZREM', g.scheduled, id) == 1 then return end
+    if g == k and priorities_used(k) and redis.call('ZREM', k.priority, id) == 1 then return end
+    if redis.call('LREM', g.due, 1, id) == 0 then redis.call('LREM', g.ready, 1, id) end
+  end
 
   -- kill: mark a pending or processing message dead by hand (an operator's
   -- decision; counts as a death, not as a failure).
@@ -41,9 +52,7 @@ do
     if m.legacy then v2_seen(k) end
     local status = status_of(g, id)
     if status == 'pending' then
-      if redis.call('ZREM', g.scheduled, id) == 0 and redis.call('LREM', g.due, 1, id) == 0 then
-        redis.call('LREM', g.ready, 1, id)
-      end
+      leave_pending(k, g, id)
     elseif status == 'processing' then
       redis.call('ZREM', g.processing, id)
       flow.freed(k)
@@ -64,7 +73,8 @@ do
   --   KEYS[1]  <prefix>:{q}                       queue key base
   --   KEYS[2]  <prefix>:{q}:m:<id>                the message
   --   ARGV[1]  id
-  -- A pending id is taken out of its list with LREM (O(length of the list)).
+  -- A pending id is taken out of its index (leave_pending; a list's with LREM,
+  -- O(length of the list)).
   -- Returns {"ok"} | {"not_found"} | {"invalid_state", "processing"}.
   local function delete(keys, args)
     local base, mkey, id = keys[1], keys[2], args[1]
@@ -76,9 +86,7 @@ do
     local status = status_of(g, id)
     if status == 'processing' or status == 'redriving' then return { 'invalid_state', status } end
     if status == 'pending' then
-      if redis.call('ZREM', g.scheduled, id) == 0 and redis.call('LREM', g.due, 1, id) == 0 then
-        redis.call('LREM', g.ready, 1, id)
-      end
+      leave_pending(k, g, id)
     elseif status == 'dead' then
       leave_dead(g, mkey, id)
     else
@@ -272,6 +280,8 @@ do
       c.dead = c.dead + redis.call('ZCARD', g.dead)
       c.recent = c.recent + redis.call('ZCOUNT', g.dead, now - 86400000, '+inf')
     end
+    -- The priority lane's ids are ready too (docs/lifecycle.md "Priority").
+    if priorities_used(k) then c.ready = c.ready + redis.call('ZCARD', k.priority) end
     local errors = {}
     if top > 0 then errors = redis.call('ZRANGE', k.errors, '+inf', 1, 'BYSCORE', 'REV', 'LIMIT', 0, top, 'WITHSCORES') end
     return {

@@ -21,8 +21,10 @@
 # Cluster; 9 idle queues (10,000 of them, three instances); 10 the time
 # series' cost (--series on vs off); targets.
 # 1d claim with a queue policy (none, a cap, a rate limit).
-# BENCH_ONLY=9 (or 10, or 1d, or 1h) runs section 9 (or 10, or 1d, or 1h:
-# the history's cost on the happy path) alone.
+# 1p priorities: Redis commands and instructions per claim of a queue that
+# never used priorities and of one that did.
+# BENCH_ONLY=9 (or 10, or 1d, or 1h, or 1p) runs section 9 (or 10, or 1d, or
+# 1h: the history's cost on the happy path, or 1p) alone.
 # QUICK=1 runs smaller counts, one repetition, and prints the 1M rows as
 # "skipped (QUICK)". Otherwise every figure marked "median of 3" is the median
 # of three repetitions. Progress goes to stderr, tables to stdout; the last
@@ -606,6 +608,63 @@ section1d() {
         "$(get pclaim.none.us)" "$(ratio "$(get pclaim.cap.us)" "$(get pclaim.none.us)")"
     row "claim, rate_limit 100000/s burst 100000 (tokens left)" "$(get pclaim.rate.us)" \
         "$(get pclaim.none.us)" "$(ratio "$(get pclaim.rate.us)" "$(get pclaim.none.us)")"
+}
+
+# ---------------------------------------------------------------------------
+# 1p. Priorities (docs/lifecycle.md "Priority: one more command, only where used")
+# ---------------------------------------------------------------------------
+# Redis commands per claim of count 1 (INFO commandstats: every command but
+# FCALL, CONFIG and INFO, over N claims with timer hints) on three queues: one
+# that never used priorities, one whose messages all have priority 5 (the
+# lane's ZPOPMIN takes each), and one that used priorities but whose messages
+# are priority 0 (each claim pops the empty lane, then the lists: the one
+# command more); then redis-server's instructions per such claim under
+# callgrind (bench/callgrind_claim.sh PRIORITY=, 2,000 claims: about 3 min,
+# so only with BENCH_ONLY=1p or CALLGRIND=1, never in QUICK, and only where
+# valgrind is installed; the full run keeps its 10 minutes).
+section1p() {
+    say "1p. priorities"
+    local kind q n=$((N_RB / 4)) calls prio
+    for kind in none lane lists; do
+        q=$(base "prio-$kind")
+        local fill=()
+        case $kind in
+        none) prio="" ;;
+        lane) prio=5; fill=('' 1 default '' 5) ;;
+        lists) prio=0
+            rcli FCALL "${FN}enqueue" 1 "$q" marker 3 0 '' 1 default '' 1 >/dev/null
+            rcli FCALL "${FN}claim" 1 "$q" 30000 1 1 >/dev/null ;;
+        esac
+        redis-benchmark -p "$RP" -n "$n" -c 8 -P 32 -q FCALL "${FN}enqueue" 1 "$q" "$PAYLOAD" 3 0 \
+            "${fill[@]}" >/dev/null 2>&1
+        rcli config resetstat >/dev/null
+        redis-benchmark -p "$RP" -n "$n" -c 4 -P 16 -q FCALL "${FN}claim" 1 "$q" 30000 1 1 \
+            >/dev/null 2>&1
+        calls=$(rcli info commandstats | tr -d '\r' | awk -F'[:=,]' '
+            /^cmdstat_/ && $1 != "cmdstat_fcall" && $1 != "cmdstat_config" &&
+            $1 != "cmdstat_info" { s += $3 } END { print s + 0 }')
+        put "prio.$kind.cmds" "$(calc "$calls / $n")"
+        if [ "$QUICK" = 1 ]; then
+            put "prio.$kind.ir" "skipped (QUICK)"
+        elif [ "${BENCH_ONLY:-}" != 1p ] && [ "${CALLGRIND:-0}" != 1 ]; then
+            put "prio.$kind.ir" "skipped (BENCH_ONLY=1p runs it)"
+        elif ! command -v valgrind >/dev/null; then
+            put "prio.$kind.ir" "skipped (no valgrind)"
+        else
+            local out
+            out=$(PRIORITY=$prio bench/callgrind_claim.sh "$LUA_LIB" claim 2000 1 2>&1)
+            put "prio.$kind.ir" "$(printf '%s\n' "$out" | awk '/instructions per call/ { print $2; exit }')"
+        fi
+    done
+    rcli flushall >/dev/null
+    table_start "1p. claim with and without priorities (-P 16, $n claims of 1, commandstats; callgrind, 2,000 claims)" \
+        queue "Redis commands per claim" "instructions per claim" "instructions vs never used"
+    row "never used priorities" "$(fmt "$(get prio.none.cmds)" 2)" "$(get prio.none.ir)" ""
+    row "every message priority 5 (the lane)" "$(fmt "$(get prio.lane.cmds)" 2)" \
+        "$(get prio.lane.ir)" "$(ratio "$(get prio.lane.ir)" "$(get prio.none.ir)")"
+    row "used priorities, every message priority 0 (empty lane, then the lists)" \
+        "$(fmt "$(get prio.lists.cmds)" 2)" "$(get prio.lists.ir)" \
+        "$(ratio "$(get prio.lists.ir)" "$(get prio.none.ir)")"
 }
 
 # ---------------------------------------------------------------------------
@@ -1577,6 +1636,13 @@ if [ "${BENCH_ONLY:-}" = 1h ]; then
     [ "$missing" -eq 0 ]
     exit
 fi
+if [ "${BENCH_ONLY:-}" = 1p ]; then
+    sec_begin "1p. priorities"; section1p; sec_end
+    echo
+    echo "bench: $rows rows, $missing without a figure"
+    [ "$missing" -eq 0 ]
+    exit
+fi
 if [ "${BENCH_ONLY:-}" = 1d ]; then
     # Section 1d alone: what a queue policy costs a claim.
     sec_begin "1d. claim with a policy"; section1d; sec_end
@@ -1604,6 +1670,7 @@ fi
 sec_begin "1. Redis-native"; section1; sec_end
 sec_begin "1c. claim steps"; section1c; sec_end
 sec_begin "1d. claim with a policy"; section1d; sec_end
+sec_begin "1p. priorities"; section1p; sec_end
 sec_begin "1h. history"; section1h; sec_end
 start_retryd
 say "retryd pid $retryd_pid on 127.0.0.1:$HP"

@@ -701,8 +701,8 @@ static void handle_enqueue(call_t *c)
         return;
     }
     int rc = rd_store_enqueue(c->api->store, queue_of(c), e.payload, e.payload_len,
-                              e.max_retries_given ? e.max_retries : 0, e.delay_ms,
-                              e.idempotency_key, on_enqueued, c);
+                              e.max_retries_given ? e.max_retries : 0, e.delay_ms, e.ttl_ms,
+                              e.priority, e.idempotency_key, on_enqueued, c);
     rd_request_free(e.doc);
     started(c, rc);
 }

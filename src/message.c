@@ -29,6 +29,7 @@ void rd_message_init(rd_message_t *m)
     m->status = RD_STATUS_UNKNOWN;
     m->retry_after_ms = -1;
     m->lease_expires_at_ms = -1;
+    m->expires_at_ms = -1;
     m->origin_id = -1;
 }
 
@@ -53,6 +54,8 @@ void rd_message_set_field(rd_message_t *m, const char *name, size_t name_len,
     else if (FIELD_IS("status")) m->status = rd_status_parse(value, value_len);
     else if (FIELD_IS("retry_count")) m->retry_count = (int)rd_str_to_ll(value, value_len);
     else if (FIELD_IS("max_retries")) m->max_retries = (int)rd_str_to_ll(value, value_len);
+    else if (FIELD_IS("priority")) m->priority = (int)rd_str_to_ll(value, value_len);
+    else if (FIELD_IS("expires_at")) m->expires_at_ms = rd_str_to_ll(value, value_len);
     else if (FIELD_IS("retry_after")) m->retry_after_ms = rd_str_to_ll(value, value_len);
     else if (FIELD_IS("last_error")) m->last_error = str;
     else if (FIELD_IS("lease_expires_at")) m->lease_expires_at_ms = rd_str_to_ll(value, value_len);
@@ -205,6 +208,8 @@ void rd_message_write_json(rd_jsonw_t *w, const rd_message_t *m, const char *que
     rd_jsonw_int(w, m->retry_count);
     rd_jsonw_key(w, "max_retries");
     rd_jsonw_int(w, m->max_retries);
+    rd_jsonw_key(w, "priority");
+    rd_jsonw_int(w, m->priority);
     put_time(w, "retry_after", m->retry_after_ms);
     put_optional_string(w, "last_error", m->last_error);
     put_time(w, "lease_expires_at", m->lease_expires_at_ms);
@@ -212,6 +217,7 @@ void rd_message_write_json(rd_jsonw_t *w, const rd_message_t *m, const char *que
     if (m->idempotency_key.ptr) put_optional_string(w, "idempotency_key", m->idempotency_key);
     put_time(w, "created_at", m->created_at_ms);
     put_time(w, "updated_at", m->updated_at_ms);
+    put_time(w, "expires_at", m->expires_at_ms);
     put_optional_string(w, "worker", m->worker);
     put_history(w, m->history, m->history_len);
     rd_jsonw_key(w, "history_dropped");

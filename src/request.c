@@ -143,6 +143,17 @@ rd_req_result_t rd_request_enqueue(const char *body, size_t len, rd_enqueue_req_
               " (30 days).", errs);
     out->delay_ms = delay_s * 1000;
 
+    long long ttl_s = -1;
+    int_field(out->doc, "ttl_seconds", 1, RD_TTL_SECONDS_MAX, &ttl_s,
+              "ttl_seconds must be an integer between 1 and " RD_LIMIT_STR(RD_TTL_SECONDS_MAX)
+              " (30 days).", errs);
+    out->ttl_ms = ttl_s > 0 ? ttl_s * 1000 : -1;
+
+    long long priority = 0;
+    int_field(out->doc, "priority", 0, RD_PRIORITY_MAX, &priority,
+              "priority must be an integer between 0 and " RD_LIMIT_STR(RD_PRIORITY_MAX) ".", errs);
+    out->priority = (int)priority;
+
     rd_json_t *key = rd_json_get(out->doc, "idempotency_key");
     if (key && !rd_json_is_null(key)) {
         const char *k = rd_json_string(key);

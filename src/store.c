@@ -576,8 +576,8 @@ static void enqueued_free(void *kept)
 }
 
 int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, size_t len,
-                     int max_retries, long long delay_ms, const char *idempotency_key,
-                     rd_store_messages_cb cb, void *arg)
+                     int max_retries, long long delay_ms, long long ttl_ms, int priority,
+                     const char *idempotency_key, rd_store_messages_cb cb, void *arg)
 {
     if (!rd_backend_ready(st->redis)) return -1;
     before_write(st, q);
@@ -589,12 +589,17 @@ int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, si
     arg_str(&c, idempotency_key ? idempotency_key : "");
     arg_str(&c, "1");   /* this caller forwards timer hints */
     arg_str(&c, max_retries > 0 ? "request" : "default");
+    if (ttl_ms > 0) arg_int(&c, ttl_ms);
+    else arg_str(&c, "");   /* none given: the policy's message_ttl */
+    if (priority > 0) arg_int(&c, priority);
+    else arg_str(&c, "");
     rd_store_enqueued_t *e = rd_malloc(sizeof *e);
     e->payload = rd_strndup(payload, len);
     e->payload_len = len;
     e->idempotency_key = idempotency_key ? rd_strdup(idempotency_key) : NULL;
     e->max_retries = max_retries;
     e->delay_ms = delay_ms;
+    e->priority = priority;
     c.kept = e;
     c.kept_free = enqueued_free;
     return send_op(st, &c, CB(cb), arg);

@@ -273,9 +273,11 @@ static bool parse_series(const rd_reply_t *reply, rd_store_series_t *res)
     return true;
 }
 
-/* {"ok", id, now, timer}: the message is what was sent, as the function
- * stored it; {"ok", id, now, timer, max_retries} when the function chose the
- * retries (the request gave none). */
+/* {"ok", id, now, timer, max_retries, expires_at or -1} (the daemon's
+ * ARGV, lua/10_enqueue.lua): the message is what was sent, as the function
+ * stored it, with the retries and the expiry the function chose (the
+ * policy's when the request gave none). The shorter {"ok", id, now, timer[,
+ * max_retries]} of the older ARGV are read too. */
 static bool parse_enqueued(const rd_reply_t *reply, const rd_store_enqueued_t *e, rd_store_messages_t *res,
                            long long *hint)
 {
@@ -284,12 +286,13 @@ static bool parse_enqueued(const rd_reply_t *reply, const rd_store_enqueued_t *e
         return parse_messages(reply, 1, rd_reply_len(reply), &res->messages, &res->count);
     if (res->head.status != RD_STORE_OK) return false;
     long long id, now;
-    long long max_retries = e->max_retries;
+    long long max_retries = e->max_retries, expires_at = -1;
     size_t n = rd_reply_len(reply);
-    if ((n != 4 && n != 5) || !rd_reply_int(rd_reply_at(reply, 1), &id) ||
+    if (n < 4 || n > 6 || !rd_reply_int(rd_reply_at(reply, 1), &id) ||
         !rd_reply_int(rd_reply_at(reply, 2), &now) ||
         !rd_reply_int(rd_reply_at(reply, 3), hint) ||
-        (n == 5 && !rd_reply_int(rd_reply_at(reply, 4), &max_retries)))
+        (n >= 5 && !rd_reply_int(rd_reply_at(reply, 4), &max_retries)) ||
+        (n == 6 && !rd_reply_int(rd_reply_at(reply, 5), &expires_at)))
         return false;
     res->messages = rd_calloc(1, sizeof *res->messages);
     res->count = 1;
@@ -299,6 +302,8 @@ static bool parse_enqueued(const rd_reply_t *reply, const rd_store_enqueued_t *e
     m->status = RD_STATUS_PENDING;
     m->payload = (rd_str_t){ e->payload, e->payload_len };
     m->max_retries = (int)max_retries;
+    m->priority = e->priority;
+    m->expires_at_ms = expires_at;
     m->created_at_ms = m->updated_at_ms = now;
     if (e->delay_ms > 0) m->retry_after_ms = now + e->delay_ms;
     if (e->idempotency_key)

@@ -546,6 +546,20 @@ static inline long long llen(const char *key) { return int_reply(rcmd("LLEN", ke
 static inline long long zcard(const char *key) { return int_reply(rcmd("ZCARD", key, END)); }
 static inline long long exists(const char *key) { return int_reply(rcmd("EXISTS", key, END)); }
 
+/* calls= of cmdstat_<name> in INFO commandstats since the last CONFIG
+ * RESETSTAT (0 when never called). */
+static inline long long command_calls(const char *name)
+{
+    redisReply *r = rcmd("INFO", "commandstats", END);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    char needle[64];
+    snprintf(needle, sizeof needle, "cmdstat_%s:calls=", name);
+    const char *p = strstr(r->str, needle);
+    long long n = p ? strtoll(p + strlen(needle), NULL, 10) : 0;
+    freeReplyObject(r);
+    return n;
+}
+
 /* A lifetime counter of the queue, 0 when never counted. */
 static inline long long counter(const queue_t *q, const char *name)
 {
@@ -574,6 +588,26 @@ static inline long long enqueue_ok(const queue_t *q, const char *payload, int ma
     msg_t m;
     expect_enqueued(q, fcall("enqueue", q, -1, payload, num(max_retries), num(delay_ms), END), &m);
     return m.id;
+}
+
+/* enqueue with ARGV[7] and ARGV[8] as the daemon sends them (no timer hints):
+ * ttl_ms (-1: "", none given) and priority; the reply is then always
+ * {"ok", id, now_ms, timer, max_retries, expires_at or -1}. Returns the id;
+ * *expires_at (when not NULL) gets the reply's expiry. */
+static inline long long enqueue_with(const queue_t *q, const char *payload, long long delay_ms,
+                                     long long ttl_ms, int priority, long long *expires_at)
+{
+    redisReply *r = fcall("enqueue", q, -1, payload, "3", num(delay_ms), "", "", "",
+                          ttl_ms < 0 ? "" : num(ttl_ms), num(priority), END);
+    if (!has_code(r, "ok") || r->elements != 6)
+        fail_msg("enqueue with ttl and priority: %s", reply_desc(r));
+    for (size_t i = 1; i < 6; i++)
+        assert_int_equal(r->element[i]->type, REDIS_REPLY_INTEGER);
+    long long id = r->element[1]->integer;
+    if (expires_at)
+        *expires_at = r->element[5]->integer;
+    freeReplyObject(r);
+    return id;
 }
 
 /* Claims exactly one message; fails the test when none comes back. */

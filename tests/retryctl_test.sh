@@ -82,6 +82,7 @@ local v = ({ payload = string.sub(rec, 25, stop), status = state, retry_count = 
              max_retries = mr, created_at = created, updated_at = created + du,
              last_error = t.e == true and t.h[#t.h][4] or t.e, retry_after = t.r,
              idempotency_key = t.i, history_count = #(t.h or {}) + (t.d or 0),
+             priority = (fmt % 128 - 1) / 2, expires_at = t.x,
              lease_token = leased and (t.t or string.format("%x.%x", created + dl, serial)),
              lease_expires_at = leased and score, dead_at = state == "dead" and score })[ARGV[1]]
 if ARGV[2] then return v and 1 or 0 end
@@ -259,6 +260,15 @@ test_help_and_usage() {
     expect_rc 2 "enqueue --delay 31d"
     ctl enqueue q x --frob
     expect_rc 2 "enqueue with an unknown option"
+    for bad in 10 -1 x 3.5 ""; do
+        ctl enqueue q x --priority "$bad"
+        expect_rc 2 "enqueue --priority '$bad'"
+    done
+    expect_match "$ERR" "priority must be an integer between 0 and 9" "priority message"
+    for bad in 0 31d -5 1.5; do
+        ctl enqueue q x --ttl "$bad"
+        expect_rc 2 "enqueue --ttl '$bad'"
+    done
     ctl replay q
     expect_rc 2 "replay without ids or mode"
     ctl replay q 1 --all
@@ -402,6 +412,33 @@ test_enqueue_then_show() {
     ctl enqueue "$q" -- --dashes
     expect_rc 0 "enqueue -- PAYLOAD"
     expect_eq "$(rget HGET "$(base "$q"):m:4" payload)" "--dashes" "a payload after --"
+}
+
+# --priority and --ttl (docs/reference.md "Priority"): show prints both, the
+# claim takes the higher priority first.
+test_enqueue_priority_and_ttl() {
+    local q=prio
+    ctl enqueue "$q" low
+    expect_rc 0 "enqueue without a priority"
+    ctl enqueue "$q" high --priority 7 --ttl 1h
+    expect_rc 0 "enqueue --priority 7 --ttl 1h"
+    expect_eq "$OUT" $'2\n' "second id"
+    local created
+    created=$(rget HGET "$(base "$q"):m:2" created_at)
+    expect_eq "$(rget HGET "$(base "$q"):m:2" expires_at)" $((created + 3600000)) "expires_at = now + ttl"
+    expect_eq "$(rget ZCARD "$(base "$q"):3:priority")" 1 "the id is in the priority lane"
+    ctl show "$q" 2
+    expect_rc 0 "show"
+    expect_match "$OUT" $'\npriority: +7\n' "show: priority"
+    expect_match "$OUT" $'\nexpires_at: +'"$(iso $((created + 3600000)))"$'\n' "show: expires_at in RFC 3339"
+    ctl show "$q" 1
+    [[ $OUT == *priority:* || $OUT == *expires_at:* ]] && fail "a priority-0 message shows neither"
+    ctl enqueue "$q" soon --ttl 90
+    expect_eq "$(rget HGET "$(base "$q"):m:3" expires_at)" \
+        $(($(rget HGET "$(base "$q"):m:3" created_at) + 90000)) "--ttl in seconds"
+    local first
+    first=$(rcli --raw FCALL "${FN}claim" 1 "$(base "$q")" 60000 1 | sed -n 2p)
+    expect_eq "$first" 2 "the claim takes priority 7 first"
 }
 
 # The history (docs/reference.md "History"): show prints one line per record, oldest first,
@@ -1254,6 +1291,7 @@ all_tests=(
     test_redis_unreachable_exits_1
     test_load
     test_enqueue_then_show
+    test_enqueue_priority_and_ttl
     test_show_missing_exits_1
     test_show_history
     test_export_csv_escapes

@@ -132,6 +132,69 @@ static void test_enqueue_validation(void **state)
     e2e_response_free(&r);
 }
 
+/* priority and ttl_seconds (docs/reference.md "Priority", "Validation"):
+ * shown on the 201, GET, the listing and the claim; claimed highest first;
+ * 422 on the field outside its range, a string or a fraction. */
+static void test_enqueue_priority_and_ttl(void **state)
+{
+    (void)state;
+    char q[64];
+    e2e_queue_name(q, sizeof q, "prio");
+    char path[128];
+    snprintf(path, sizeof path, "%s", messages_path(q));
+    e2e_response_t r = { 0 };
+
+    static const char *const bad_priority[] = { "-1", "10", "\"3\"", "3.5" };
+    for (size_t i = 0; i < sizeof bad_priority / sizeof bad_priority[0]; i++) {
+        http(&r, "POST", path, e2e_fmt("{\"payload\":\"x\",\"priority\":%s}", bad_priority[i]));
+        expect_field_error(expect_invalid(&r, path, 1), "priority", "invalid",
+                           "priority must be an integer between 0 and 9.");
+    }
+    static const char *const bad_ttl[] = { "0", "2592001", "\"60\"" };
+    for (size_t i = 0; i < sizeof bad_ttl / sizeof bad_ttl[0]; i++) {
+        http(&r, "POST", path, e2e_fmt("{\"payload\":\"x\",\"ttl_seconds\":%s}", bad_ttl[i]));
+        expect_field_error(expect_invalid(&r, path, 1), "ttl_seconds", "invalid",
+                           "ttl_seconds must be an integer between 1 and 2592000 (30 days).");
+    }
+
+    http(&r, "POST", path, "{\"payload\":\"low\"}");
+    rd_json_t *m = e2e_expect_json(&r, 201);
+    assert_int_equal(e2e_jint(m, "id"), 1);   /* nothing above created a message */
+    assert_int_equal(e2e_jint(m, "priority"), 0);
+    e2e_jnull(m, "expires_at");
+    http(&r, "POST", path, "{\"payload\":\"high\",\"priority\":9,\"ttl_seconds\":60}");
+    m = e2e_expect_json(&r, 201);
+    assert_int_equal(e2e_jint(m, "priority"), 9);
+    long long created = e2e_jtime(m, "created_at");
+    assert_int_equal(e2e_jtime(m, "expires_at"), created + 60000);
+    http(&r, "GET", message_path(q, 2, NULL), NULL);
+    m = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(m, "priority"), 9);
+    assert_int_equal(e2e_jtime(m, "expires_at"), created + 60000);
+    http(&r, "GET", message_path(q, 1, NULL), NULL);
+    m = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(m, "priority"), 0);
+    e2e_jnull(m, "expires_at");
+
+    /* The listing shows the lane first, as claims take it. */
+    http(&r, "GET", e2e_fmt("%s?status=pending", path), NULL);
+    rd_json_t *list = e2e_jget(e2e_expect_json(&r, 200), "messages");
+    assert_int_equal(rd_json_array_size(list), 2);
+    assert_int_equal(e2e_jint(rd_json_array_at(list, 0), "id"), 2);
+    assert_int_equal(e2e_jint(rd_json_array_at(list, 0), "priority"), 9);
+
+    http(&r, "POST", e2e_fmt("/queues/%s/claim", q), "{\"count\":2}");
+    list = e2e_jget(e2e_expect_json(&r, 200), "messages");
+    assert_int_equal(rd_json_array_size(list), 2);
+    assert_int_equal(e2e_jint(rd_json_array_at(list, 0), "id"), 2);
+    assert_int_equal(e2e_jint(rd_json_array_at(list, 0), "priority"), 9);
+    assert_int_equal(e2e_jtime(rd_json_array_at(list, 0), "expires_at"), created + 60000);
+    assert_int_equal(e2e_jint(rd_json_array_at(list, 1), "id"), 1);
+    assert_int_equal(e2e_jint(rd_json_array_at(list, 1), "priority"), 0);
+    e2e_jnull(rd_json_array_at(list, 1), "expires_at");
+    e2e_response_free(&r);
+}
+
 static void test_malformed_bodies_are_400(void **state)
 {
     (void)state;
@@ -1031,6 +1094,7 @@ int main(void)
         T(test_enqueue_returns_message_and_location),
         T(test_payload_is_returned_byte_for_byte),
         T(test_enqueue_validation),
+        T(test_enqueue_priority_and_ttl),
         T(test_malformed_bodies_are_400),
         T(test_queue_name_rules),
         T(test_odd_queue_names_are_distinct),

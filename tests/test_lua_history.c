@@ -377,19 +377,6 @@ static void test_history_keeps_twenty(void **state)
     freeReplyObject(r);
 }
 
-/* calls= of cmdstat_<name> in INFO commandstats (0 when never called). */
-static long long command_calls(const char *name)
-{
-    redisReply *r = rcmd("INFO", "commandstats", END);
-    assert_int_equal(r->type, REDIS_REPLY_STRING);
-    char needle[64];
-    snprintf(needle, sizeof needle, "cmdstat_%s:calls=", name);
-    const char *p = strstr(r->str, needle);
-    long long n = p ? strtoll(p + strlen(needle), NULL, 10) : 0;
-    freeReplyObject(r);
-    return n;
-}
-
 /* The happy path pays nothing for the history: a claim and a succeed of a
  * message that never failed, claimed without a worker, write header bytes
  * with SETRANGE only and leave no trailer. A claim with a worker rewrites

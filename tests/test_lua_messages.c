@@ -1418,6 +1418,392 @@ static void test_list_bounded_work(void **state)
     freeReplyObject(slow);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Priority and expiry fields (docs/reference.md "Priority",               */
+/* docs/lifecycle.md "Priority: one more command, only where used")         */
+/* ------------------------------------------------------------------------ */
+
+/* The priority field of m: 0 when absent (the library names it only above 0). */
+static int priority_of(const msg_t *m)
+{
+    return msg_field(m, "priority") ? (int)msg_int(m, "priority") : 0;
+}
+
+/* The record's format byte (docs/storage.md): 1 + 2 * priority, + 0x80 with a trailer. */
+static int format_byte(const queue_t *q, long long id)
+{
+    redisReply *r = rcmd("GETRANGE", mkey(q, id), "0", "0", END);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    assert_int_equal(r->len, 1);
+    int b = (unsigned char)r->str[0];
+    freeReplyObject(r);
+    return b;
+}
+
+/* Claims up to count (one call); their ids in order into ids, each one's
+ * priority into prios (when not NULL). Returns how many. */
+static size_t claim_ids(const queue_t *q, int count, long long *ids, int *prios)
+{
+    static msg_t m[100];
+    size_t n = expect_ok_msgs(fcall("claim", q, -1, "600000", num(count), END), m, 100);
+    for (size_t i = 0; i < n; i++) {
+        ids[i] = m[i].id;
+        if (prios)
+            prios[i] = priority_of(&m[i]);
+    }
+    return n;
+}
+
+static void test_enqueue_priority_and_expiry(void **state)
+{
+    queue_t q;
+    queue_init(&q, "prio-enqueue");
+    long long t0 = redis_now_ms(), expires;
+    long long id = enqueue_with(&q, "job", 0, 60000, 4, &expires);
+    msg_t m;
+    expect_ok_msg(fcall("get", &q, id, END), &m);
+    assert_int_equal(msg_int(&m, "priority"), 4);
+    assert_int_equal(msg_int(&m, "expires_at"), msg_int(&m, "created_at") + 60000);
+    assert_int_equal(expires, msg_int(&m, "expires_at"));
+    assert_in_range(msg_int(&m, "created_at"), t0, redis_now_ms());
+    assert_int_equal(format_byte(&q, id), 0x80 + 1 + 2 * 4);   /* expires_at is in the trailer */
+    assert_int_equal(counter(&q, "priorities"), 1);
+
+    /* Priority alone costs no trailer; none at all is the plain record. */
+    id = enqueue_with(&q, "job", 0, -1, 9, &expires);
+    assert_int_equal(expires, -1);
+    assert_int_equal(format_byte(&q, id), 1 + 2 * 9);
+    expect_ok_msg(fcall("get", &q, id, END), &m);
+    assert_int_equal(msg_int(&m, "priority"), 9);
+    assert_no_field(&m, "expires_at");
+    id = enqueue_with(&q, "job", 0, -1, 0, &expires);
+    assert_int_equal(format_byte(&q, id), 1);
+    expect_ok_msg(fcall("get", &q, id, END), &m);
+    assert_no_field(&m, "priority");
+    assert_no_field(&m, "expires_at");
+    assert_int_equal(llen(qkey(&q, "3:ready")), 1);
+    assert_int_equal(zcard(qkey(&q, "3:priority")), 2);
+
+    /* A delayed message keeps its priority and expiry in the record; the
+     * older ARGV shapes answer as they did. */
+    id = enqueue_with(&q, "later", 600000, 1000, 2, &expires);
+    assert_int_equal(zscore(qkey(&q, "3:scheduled"), id) > 0, 1);
+    expect_ok_msg(fcall("get", &q, id, END), &m);
+    assert_int_equal(msg_int(&m, "priority"), 2);
+    assert_int_equal(msg_int(&m, "expires_at"), msg_int(&m, "created_at") + 1000);
+    redisReply *r = fcall("enqueue", &q, -1, "old", "3", "0", "", "1", "default", END);
+    assert_true(has_code(r, "ok"));
+    assert_int_equal(r->elements, 5);
+    freeReplyObject(r);
+
+    /* No ttl given: the policy's message_ttl (seconds) applies; a request's wins. */
+    queue_t p;
+    queue_init(&p, "prio-policy-ttl");
+    int_reply(rcmd("HSET", qkey(&p, "policy"), "message_ttl", "30", END));
+    id = enqueue_with(&p, "job", 0, -1, 0, &expires);
+    expect_ok_msg(fcall("get", &p, id, END), &m);
+    assert_int_equal(msg_int(&m, "expires_at"), msg_int(&m, "created_at") + 30000);
+    assert_int_equal(expires, msg_int(&m, "expires_at"));
+    id = enqueue_with(&p, "job", 0, 5000, 0, &expires);
+    expect_ok_msg(fcall("get", &p, id, END), &m);
+    assert_int_equal(msg_int(&m, "expires_at"), msg_int(&m, "created_at") + 5000);
+    /* A queue that only ever had priority 0 never marks the stats. */
+    assert_int_equal(counter(&p, "priorities"), 0);
+    assert_int_equal(exists(qkey(&p, "3:priority")), 0);
+}
+
+static void test_enqueue_priority_bad_arguments(void **state)
+{
+    queue_t q;
+    queue_init(&q, "prio-bad");
+    static const char *const bad_priority[] = { "-1", "10", "x", "3.5", "1e1000" };
+    for (size_t i = 0; i < sizeof bad_priority / sizeof bad_priority[0]; i++)
+        expect_error(fcall("enqueue", &q, -1, "job", "3", "0", "", "", "", "", bad_priority[i], END));
+    static const char *const bad_ttl[] = { "0", "-5", "2592000001", "1.5", "x" };
+    for (size_t i = 0; i < sizeof bad_ttl / sizeof bad_ttl[0]; i++)
+        expect_error(fcall("enqueue", &q, -1, "job", "3", "0", "", "", "", bad_ttl[i], "", END));
+    assert_int_equal(exists(qkey(&q, "seq")), 0);
+    assert_int_equal(enqueue_with(&q, "job", 0, 2592000000LL, 9, NULL), 1);
+}
+
+/* A queue holding, by id: 1 a due retry of priority 5, 2 a due retry of
+ * priority 0, 3 a replayed dead letter of priority 5, then fresh 4 (p0),
+ * 5 (p5), 6 (p9), 7 (p5), 8 (p0), 9 (p1). Claimed highest priority first,
+ * and within one priority due retries and replays, then fresh FIFO. */
+static const long long PRIO_MIX_ORDER[] = { 6, 1, 3, 5, 7, 9, 2, 4, 8 };
+static const int PRIO_MIX_PRIORITY[] = { 9, 5, 5, 5, 5, 1, 0, 0, 0 };
+enum { PRIO_MIX_N = 9 };
+
+static void build_priority_mix(const queue_t *q)
+{
+    msg_t m;
+    assert_int_equal(enqueue_with(q, "retry5", 0, -1, 5, NULL), 1);
+    claim_one(q, 600000, &m);
+    assert_int_equal(m.id, 1);
+    assert_int_equal(priority_of(&m), 5);
+    fail_ok(q, 1, "flaky", "1", -1, &m);
+    /* A retry keeps its priority. */
+    assert_string_equal(msg_str(&m, "status"), "pending");
+    assert_int_equal(msg_int(&m, "priority"), 5);
+    assert_int_equal(enqueue_with(q, "retry0", 0, -1, 0, NULL), 2);
+    claim_one(q, 600000, &m);
+    assert_int_equal(m.id, 2);
+    fail_ok(q, 2, "flaky", "1", -1, &m);
+    assert_int_equal(enqueue_with(q, "dead5", 0, -1, 5, NULL), 3);
+    claim_one(q, 600000, &m);
+    assert_int_equal(m.id, 3);
+    fail_ok(q, 3, "broken", "0", -1, &m);
+    assert_string_equal(msg_str(&m, "status"), "dead");
+    expect_ok_msg(fcall("replay", q, 3, END), &m);
+    assert_int_equal(msg_int(&m, "priority"), 5);
+    static const int fresh[] = { 0, 5, 9, 5, 0, 1 };
+    for (size_t i = 0; i < 6; i++)
+        assert_int_equal(enqueue_with(q, "fresh", 0, -1, fresh[i], NULL), 4 + (long long)i);
+    make_due(q, 1);
+    make_due(q, 2);
+}
+
+static void test_priority_claim_order(void **state)
+{
+    queue_t q;
+    queue_init(&q, "prio-order");
+    build_priority_mix(&q);
+    for (size_t i = 0; i < PRIO_MIX_N; i++) {
+        long long id;
+        int prio;
+        assert_int_equal(claim_ids(&q, 1, &id, &prio), 1);
+        if (id != PRIO_MIX_ORDER[i])
+            fail_msg("claim %zu took id %lld, expected %lld", i + 1, id, PRIO_MIX_ORDER[i]);
+        assert_int_equal(prio, PRIO_MIX_PRIORITY[i]);
+    }
+    expect_nothing_to_claim(&q);
+
+    /* A batch claim takes the same order. */
+    queue_t b;
+    queue_init(&b, "prio-order-batch");
+    build_priority_mix(&b);
+    long long ids[10];
+    int prios[10];
+    assert_int_equal(claim_ids(&b, 10, ids, prios), PRIO_MIX_N);
+    assert_ids(ids, PRIO_MIX_N, PRIO_MIX_ORDER, PRIO_MIX_N);
+    assert_memory_equal(prios, PRIO_MIX_PRIORITY, sizeof PRIO_MIX_PRIORITY);
+    assert_int_equal(exists(qkey(&b, "3:priority")), 0);
+    assert_int_equal(counter(&b, "claimed"), PRIO_MIX_N + 3);
+
+    /* settle_claim claims through the same path. */
+    queue_t s;
+    queue_init(&s, "prio-order-settle");
+    build_priority_mix(&s);
+    static msg_t out[10];
+    static const char *const none[1];
+    assert_int_equal(expect_settled(settle_claim(&s, 600000, 10, 0, NULL), 0, none, out, 10),
+                     PRIO_MIX_N);
+    for (size_t i = 0; i < PRIO_MIX_N; i++)
+        assert_int_equal(out[i].id, PRIO_MIX_ORDER[i]);
+}
+
+/* A retry made due goes back into the lane by its priority, as a due
+ * retry: before fresh ones of its priority, after every higher one. */
+static void test_priority_retry_keeps_priority(void **state)
+{
+    queue_t q;
+    queue_init(&q, "prio-retry");
+    assert_int_equal(enqueue_with(&q, "a", 0, -1, 3, NULL), 1);
+    msg_t m;
+    claim_one(&q, 600000, &m);
+    fail_ok(&q, 1, "flaky", "1", -1, &m);
+    assert_int_equal(enqueue_with(&q, "b", 0, -1, 3, NULL), 2);
+    assert_int_equal(enqueue_with(&q, "c", 0, -1, 4, NULL), 3);
+    assert_int_equal(enqueue_with(&q, "d", 0, -1, 0, NULL), 4);
+    make_due(&q, 1);
+    long long pr[2];
+    expect_ints(fcall("promote", &q, -1, "100", END), 2, pr);
+    assert_int_equal(pr[0], 1);
+    assert_true(zscore(qkey(&q, "3:priority"), 1) > 0);
+    assert_int_equal(llen(qkey(&q, "3:due")), 0);
+    long long ids[4];
+    assert_int_equal(claim_ids(&q, 4, ids, NULL), 4);
+    static const long long want[] = { 3, 1, 2, 4 };
+    assert_ids(ids, 4, want, 4);
+    expect_ok_msg(fcall("get", &q, 1, END), &m);
+    assert_int_equal(msg_int(&m, "priority"), 3);
+    assert_int_equal(msg_int(&m, "retry_count"), 1);
+}
+
+/* release and a lost claim's give-back put a lane id first of its priority;
+ * a priority-0 id goes to the due list's claim end as before. */
+static void test_priority_release_and_lost_claim(void **state)
+{
+    queue_t q;
+    queue_init(&q, "prio-release");
+    assert_int_equal(enqueue_with(&q, "a", 0, -1, 4, NULL), 1);
+    assert_int_equal(enqueue_with(&q, "b", 0, -1, 4, NULL), 2);
+    assert_int_equal(enqueue_with(&q, "c", 0, -1, 5, NULL), 3);
+    assert_int_equal(enqueue_with(&q, "d", 0, -1, 0, NULL), 4);
+    msg_t m[4];
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "600000", "2", END), m, 4), 2);
+    assert_int_equal(m[0].id, 3);
+    assert_int_equal(m[1].id, 1);
+    assert_int_equal(int_reply(fcall("release", &q, -1, "1", msg_str(&m[1], "lease_token"), END)), 1);
+    assert_true(zscore(qkey(&q, "3:priority"), 1) > 0);
+    long long ids[4];
+    assert_int_equal(claim_ids(&q, 1, ids, NULL), 1);
+    assert_int_equal(ids[0], 1);   /* before 2, which never left */
+
+    /* A claim whose nonce release_lost gave up hands back all it leased. */
+    assert_int_equal(int_reply(fcall("release_lost", &q, -1, "n-1", END)), 0);
+    redisReply *r = fcall("claim", &q, -1, "600000", "2", "1", "default", "", "n-1", END);
+    assert_true(has_code(r, "ok"));
+    assert_int_equal(r->elements, 3);   /* no message, the hint, the rate's wait */
+    freeReplyObject(r);
+    assert_true(zscore(qkey(&q, "3:priority"), 2) > 0);
+    assert_int_equal(llen(qkey(&q, "3:due")), 1);   /* 4, priority 0 */
+    assert_int_equal(llen(qkey(&q, "3:ready")), 0);
+    assert_int_equal(claim_ids(&q, 4, ids, NULL), 2);
+    static const long long want[] = { 2, 4 };
+    assert_ids(ids, 2, want, 2);
+}
+
+/* The pending listing walks the lane first, in claim order, with a cursor
+ * that keeps its place; an id promoted into the lane behind the cursor
+ * while the walk goes on is listed at the end (lanelater); delete and kill
+ * take lane ids out of the lane; counts include the lane. */
+static void test_priority_listing_and_operators(void **state)
+{
+    queue_t q;
+    queue_init(&q, "prio-list");
+    assert_int_equal(enqueue_with(&q, "a", 0, -1, 0, NULL), 1);
+    assert_int_equal(enqueue_with(&q, "b", 0, -1, 2, NULL), 2);
+    assert_int_equal(enqueue_with(&q, "c", 0, -1, 7, NULL), 3);
+    assert_int_equal(enqueue_with(&q, "d", 0, -1, 2, NULL), 4);
+    assert_int_equal(enqueue_with(&q, "e", 600000, -1, 9, NULL), 5);
+    long long ids[16];
+    static const long long order[] = { 3, 2, 4, 1, 5 };
+    assert_int_equal(list_all(&q, "pending", 1, ids, 16, 5), 5);
+    assert_ids(ids, 5, order, 5);
+    assert_int_equal(list_all(&q, "", 2, ids, 16, 5), 5);
+    assert_ids(ids, 5, order, 5);
+    msg_t m;
+    redisReply *r = fcall("list", &q, -1, "pending", "1", "", END);
+    assert_true(has_code(r, "ok") && r->elements == 4);
+    msg_parse(r->element[3], &m);
+    freeReplyObject(r);
+    assert_int_equal(m.id, 3);
+    assert_int_equal(msg_int(&m, "priority"), 7);
+
+    /* Walk one page into the lane, then make 5 (priority 9) due and promote
+     * it: it lands before the cursor, and the walk's second pass finds it. */
+    long long total, got[4];
+    char cursor[128], next[128];
+    assert_int_equal(list_page(&q, "pending", 2, "", got, 4, &total, next, sizeof next), 2);
+    assert_int_equal(got[1], 2);
+    int_reply(rcmd("ZADD", qkey(&q, "3:scheduled"), "XX", num(redis_now_ms()), "5", END));
+    long long pr[2];
+    expect_ints(fcall("promote", &q, -1, "100", END), 2, pr);
+    assert_int_equal(pr[0], 1);
+    bool seen5 = false;
+    for (int page = 0; page < 20 && next[0] != '\0'; page++) {
+        strcpy(cursor, next);
+        size_t n = list_page(&q, "pending", 2, cursor, got, 4, &total, next, sizeof next);
+        for (size_t i = 0; i < n; i++)
+            seen5 = seen5 || got[i] == 5;
+    }
+    assert_string_equal(next, "");
+    assert_true(seen5);
+
+    long long s[14];
+    redisReply *st = fcall("stats", &q, -1, "0", END);
+    assert_true(st->type == REDIS_REPLY_ARRAY && st->elements >= 14);
+    for (size_t i = 0; i < 14; i += 2) s[i / 2] = st->element[i + 1]->integer;
+    freeReplyObject(st);
+    assert_int_equal(s[0], 5);   /* pending */
+    assert_int_equal(s[1], 5);   /* ready: the lane's 4 and ready's 1 */
+    long long tick[TICK_N];
+    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "0", "0", "0", END), TICK_N, tick);
+    assert_int_equal(tick[4], 5);
+
+    /* delete and kill take an id out of the lane. */
+    expect_code(fcall("delete", &q, 4, END), "ok", NULL);
+    assert_int_equal(zscore(qkey(&q, "3:priority"), 4), -1);
+    expect_ok_msg(fcall("kill", &q, 3, "", END), &m);
+    assert_string_equal(msg_str(&m, "status"), "dead");
+    assert_int_equal(zscore(qkey(&q, "3:priority"), 3), -1);
+    assert_int_equal(zcard(qkey(&q, "3:priority")), 2);   /* 5 and 2 */
+    assert_int_equal(claim_ids(&q, 10, ids, NULL), 3);
+    static const long long left[] = { 5, 2, 1 };
+    assert_ids(ids, 3, left, 3);
+}
+
+/* A paused queue counts a claim it held back while only the lane had
+ * something claimable (flow.admit looks at the lane too). */
+static void test_priority_held_claims_count_the_lane(void **state)
+{
+    queue_t q;
+    queue_init(&q, "prio-held");
+    enqueue_with(&q, "a", 0, -1, 6, NULL);
+    int_reply(fcall("pause", &q, -1, "1", END));
+    expect_nothing_to_claim(&q);
+    assert_int_equal(counter(&q, "held_paused"), 1);
+}
+
+/* A queue that never used priorities runs no command for them: claim,
+ * promotion, batch claims and release run what they ran before the lane
+ * (no ZPOPMIN, ZCARD, GETRANGE of a format byte, HGET of the flag). */
+static void test_no_priorities_no_lane_commands(void **state)
+{
+    queue_t q;
+    queue_init(&q, "prio-none");
+    for (int i = 0; i < 8; i++)
+        enqueue_with(&q, "job", 0, -1, 0, NULL);
+    msg_t m;
+    claim_one(&q, 600000, &m);   /* this Lua state reads the queue's flag once */
+    fail_ok(&q, m.id, "flaky", "1", -1, &m);
+    make_due(&q, m.id);
+    freeReplyObject(rcmd("CONFIG", "RESETSTAT", END));
+    long long ids[8];
+    assert_int_equal(claim_ids(&q, 1, ids, NULL), 1);   /* promotes the retry, takes it */
+    assert_int_equal(ids[0], 1);
+    assert_int_equal(claim_ids(&q, 3, ids, NULL), 3);
+    static msg_t held[3];
+    assert_int_equal(expect_ok_msgs(fcall("claim", &q, -1, "600000", "2", "", "", "", "n-2", END),
+                                    held, 3), 2);
+    assert_int_equal(int_reply(fcall("release", &q, -1, num(held[0].id),
+                                     msg_str(&held[0], "lease_token"), END)), 1);
+    assert_int_equal(command_calls("zpopmin"), 0);
+    assert_int_equal(command_calls("zcard"), 0);
+    assert_int_equal(command_calls("hget"), 0);
+    assert_int_equal(command_calls("hset"), 0);
+    assert_int_equal(command_calls("getrange"), 1);   /* release's header read */
+    assert_int_equal(command_calls("lmpop"), 3);
+    assert_int_equal(command_calls("zrange"), 3);     /* each claim's promotion */
+    assert_int_equal(exists(qkey(&q, "3:priority")), 0);
+    assert_int_equal(counter(&q, "priorities"), 0);
+}
+
+/* A lane this Lua state does not know of (written while it held otherwise:
+ * here, the flag lost and the library loaded again) is found by tick's
+ * probe and claimed again. */
+static void test_priority_lane_found_by_tick(void **state)
+{
+    queue_t q;
+    queue_init(&q, "prio-probe");
+    assert_int_equal(enqueue_with(&q, "a", 0, -1, 3, NULL), 1);
+    int_reply(rcmd("HDEL", qkey(&q, "stats"), "priorities", END));
+    size_t len = 0;
+    char *code = read_file(getenv("RETRYD_TEST_LUA"), &len);
+    assert_non_null(code);
+    load_library(code, len, true, RD_LIBRARY_NAME);
+    free(code);
+    expect_nothing_to_claim(&q);
+    long long tick[TICK_N];
+    expect_ints(fcall("tick", &q, -1, "100", "0", "0", "0", "0", "0", END), TICK_N, tick);
+    assert_int_equal(tick[4], 1);
+    assert_int_equal(counter(&q, "priorities"), 1);
+    long long id;
+    assert_int_equal(claim_ids(&q, 1, &id, NULL), 1);
+    assert_int_equal(id, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1466,6 +1852,15 @@ int main(void)
         cmocka_unit_test(test_succeed_many),
         cmocka_unit_test(test_export_csv_neutralises_formulas),
         cmocka_unit_test(test_list_bounded_work),
+        cmocka_unit_test(test_enqueue_priority_and_expiry),
+        cmocka_unit_test(test_enqueue_priority_bad_arguments),
+        cmocka_unit_test(test_priority_claim_order),
+        cmocka_unit_test(test_priority_retry_keeps_priority),
+        cmocka_unit_test(test_priority_release_and_lost_claim),
+        cmocka_unit_test(test_priority_listing_and_operators),
+        cmocka_unit_test(test_priority_held_claims_count_the_lane),
+        cmocka_unit_test(test_no_priorities_no_lane_commands),
+        cmocka_unit_test(test_priority_lane_found_by_tick),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

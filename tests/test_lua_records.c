@@ -351,27 +351,52 @@ static void test_pending_walk_under_claims(void **state)
     walk_under_claims(true, "");
 }
 
+/* A random priority for the walks with priorities: 0 half the time. */
+static int random_priority(bool priorities)
+{
+    return priorities && rand() % 2 ? 1 + rand() % 9 : 0;
+}
+
+/* One message enqueued (with a random priority when priorities), then
+ * failed once without retry: a dead letter. */
+static long long make_dead_random(const queue_t *q, bool priorities)
+{
+    if (!priorities)
+        return make_dead(q, "e");
+    msg_t m;
+    long long id = enqueue_with(q, "x", 0, -1, random_priority(true), NULL);
+    claim_one(q, 600000, &m);
+    assert_int_equal(m.id, id);
+    fail_ok(q, id, "e", "0", -1, &m);
+    assert_string_equal(msg_str(&m, "status"), "dead");
+    return id;
+}
+
 /* The same property under a random mix of claims, releases, replays,
- * promotions, deletes and enqueues between pages, for several seeds. */
-static void test_pending_walk_random_interleaving(void **state)
+ * promotions, deletes and enqueues between pages, for several seeds. With
+ * priorities, messages of priority 1-9 are in the lane (docs/lifecycle.md
+ * "Priority"), listed first and again at the end (lanelater), and a
+ * promotion makes a scheduled id due at Redis's time (as time passing would:
+ * a due time is never earlier than the id's scheduling). */
+static void random_walks(bool priorities)
 {
     enum { MAX_ID = 400 };
     for (unsigned seed = 1; seed <= 24; seed++) {
-        srand(seed);
+        srand(seed + (priorities ? 1000u : 0u));
         const char *status = seed % 3 == 0 ? "" : "pending";
         bool export = seed % 2 == 0;
         int limit = 1 + (int)(seed % 5);
         queue_t q;
-        queue_init(&q, "walkrandom");
+        queue_init(&q, priorities ? "walkprio" : "walkrandom");
         long long dead[40];
         int ndead = 0;
         for (int i = 0; i < 30; i++)
-            dead[ndead++] = make_dead(&q, "e");
+            dead[ndead++] = make_dead_random(&q, priorities);
         msg_t m;
         for (int i = 0; i < 12; i++)
             expect_ok_msg(fcall("replay", &q, dead[i], END), &m);
         for (int i = 0; i < 60; i++)
-            enqueue_ok(&q, "job", 3, i % 7 == 0 ? 600000 : 0);
+            enqueue_with(&q, "job", i % 7 == 0 ? 600000 : 0, -1, random_priority(priorities), NULL);
         long long max_id = 90;
         bool stayed[MAX_ID] = { false };
         int seen[MAX_ID] = { 0 };
@@ -419,7 +444,8 @@ static void test_pending_walk_random_interleaving(void **state)
                 } else if (what == 3 && next_dead < ndead) {   /* replay: far end of due */
                     freeReplyObject(fcall("replay", &q, dead[next_dead++], END)); /* maybe deleted */
                 } else if (what == 4 && max_id + 1 < MAX_ID) {  /* enqueue */
-                    max_id = enqueue_ok(&q, "job", 3, rand() % 2 ? 0 : 600000);
+                    int prio = random_priority(priorities);
+                    max_id = enqueue_with(&q, "job", rand() % 2 ? 0 : 600000, -1, prio, NULL);
                 } else if (what == 5) {   /* delete a random pending one (LREM) */
                     long long id = 1 + rand() % max_id;
                     redisReply *r = fcall("delete", &q, id, END);
@@ -428,8 +454,9 @@ static void test_pending_walk_random_interleaving(void **state)
                     freeReplyObject(r);
                 } else if (what == 6) {   /* scheduled ones become due and are promoted */
                     redisReply *r = rcmd("ZRANGE", qkey(&q, "3:scheduled"), "0", "1", END);
+                    const char *due = priorities ? num(redis_now_ms()) : "0";
                     for (size_t i = 0; i < r->elements; i++)
-                        int_reply(rcmd("ZADD", qkey(&q, "3:scheduled"), "XX", "0",
+                        int_reply(rcmd("ZADD", qkey(&q, "3:scheduled"), "XX", due,
                                        r->element[i]->str, END));
                     freeReplyObject(r);
                     long long pr[2];
@@ -440,9 +467,22 @@ static void test_pending_walk_random_interleaving(void **state)
         assert_true(page < 1000);
         for (long long id = 1; id <= max_id; id++)
             if (stayed[id] && seen[id] == 0)
-                fail_msg("seed %u (%s %s, limit %d): message %lld stayed pending but was not listed",
-                         seed, export ? "export" : "list", status[0] ? status : "(all)", limit, id);
+                fail_msg("seed %u (%s %s, limit %d%s): message %lld stayed pending but was not "
+                         "listed", seed, export ? "export" : "list", status[0] ? status : "(all)",
+                         limit, priorities ? ", priorities" : "", id);
+        if (priorities)
+            assert_int_equal(counter(&q, "priorities"), 1);
     }
+}
+
+static void test_pending_walk_random_interleaving(void **state)
+{
+    random_walks(false);
+}
+
+static void test_pending_walk_random_interleaving_with_priorities(void **state)
+{
+    random_walks(true);
 }
 
 /* Listing pages, export chunks and batch claims stop at REPLY_BYTES of
@@ -584,6 +624,53 @@ static void test_settle_claim_reply_bytes_bounded(void **state)
     assert_int_equal(counter(&q, "claimed"), 1 + (long long)got);
 }
 
+/* A batch claim that stops at REPLY_BYTES gives the lane's ids it does not
+ * take back with their scores: the lane's order is as before, and the next
+ * claim takes the next one (docs/lifecycle.md "Priority"). */
+static void test_priority_budget_give_back(void **state)
+{
+    enum { N = 10, MIB = 1024 * 1024 };
+    queue_t q;
+    queue_init(&q, "priobig");
+    char *payload = malloc(MIB);
+    assert_non_null(payload);
+    memset(payload, 'z', MIB);
+    for (int i = 0; i < N; i++) {
+        const char *args[] = { payload, "3", "0", "", "", "", "", num(1 + i % 4) };
+        const size_t lens[] = { MIB, 1, 1, 0, 0, 0, 0, 1 };
+        redisReply *r = fcall_bin("enqueue", &q, -1, 8, args, lens);
+        assert_true(has_code(r, "ok"));
+        freeReplyObject(r);
+    }
+    free(payload);
+    /* The lane's order before: ids and scores, best first. */
+    redisReply *before = rcmd("ZRANGE", qkey(&q, "3:priority"), "0", "-1", "WITHSCORES", END);
+    assert_int_equal(before->elements, 2 * N);
+
+    redisReply *r = fcall("claim", &q, -1, "600000", "10", END);
+    assert_true(has_code(r, "ok"));
+    size_t got = r->elements - 1;
+    if (got < 1 || got >= N)
+        fail_msg("claim of 10 returned %zu of 1 MiB each", got);
+    for (size_t i = 0; i < got; i++) {
+        const redisReply *id = r->element[1 + i]->element[0];
+        assert_int_equal(int_or_text(id, "id"), atoll(before->element[2 * i]->str));
+    }
+    freeReplyObject(r);
+    redisReply *after = rcmd("ZRANGE", qkey(&q, "3:priority"), "0", "-1", "WITHSCORES", END);
+    assert_int_equal(after->elements, 2 * (N - got));
+    for (size_t i = 0; i < after->elements; i++)
+        assert_string_equal(after->element[i]->str, before->element[2 * got + i]->str);
+    freeReplyObject(after);
+
+    r = fcall("claim", &q, -1, "600000", "1", END);
+    assert_int_equal(r->elements, 2);
+    assert_int_equal(int_or_text(r->element[1]->element[0], "id"),
+                     atoll(before->element[2 * got]->str));
+    freeReplyObject(r);
+    freeReplyObject(before);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -592,8 +679,10 @@ int main(void)
         cmocka_unit_test(test_record_is_compact),
         cmocka_unit_test(test_pending_walk_under_claims),
         cmocka_unit_test(test_pending_walk_random_interleaving),
+        cmocka_unit_test(test_pending_walk_random_interleaving_with_priorities),
         cmocka_unit_test(test_reply_bytes_bounded),
         cmocka_unit_test(test_settle_claim_reply_bytes_bounded),
+        cmocka_unit_test(test_priority_budget_give_back),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -198,6 +198,8 @@ static void test_message_init(void **state)
     assert_null(m.lease_token.ptr);
     assert_int_equal(m.created_at_ms, 0);
     assert_int_equal(m.updated_at_ms, 0);
+    assert_int_equal(m.priority, 0);
+    assert_int_equal(m.expires_at_ms, -1);
 }
 
 static void test_set_every_field(void **state)
@@ -220,6 +222,10 @@ static void test_set_every_field(void **state)
     assert_int_equal(m.created_at_ms, 1796028000000LL);
     set(&m, "updated_at", "1796028036258");
     assert_int_equal(m.updated_at_ms, 1796028036258LL);
+    set(&m, "priority", "7");
+    assert_int_equal(m.priority, 7);
+    set(&m, "expires_at", "1796028096258");
+    assert_int_equal(m.expires_at_ms, 1796028096258LL);
 
     const char *err = "connection refused";
     set(&m, "last_error", err);
@@ -351,6 +357,23 @@ static void test_json_pending_message(void **state)
     assert_json_string(j, "created_at", "1970-01-01T00:00:00.000Z");
     assert_json_string(j, "updated_at", "1970-01-01T00:00:00.000Z");
     assert_null(rd_json_get(j, "lease_token"));
+    /* Always shown: priority 0 and no expiry by default (docs/reference.md "Messages"). */
+    assert_json_int(j, "priority", 0);
+    assert_json_null(j, "expires_at");
+    rd_json_free(j);
+}
+
+/* A message's priority and expires_at (set from the library's optional
+ * fields) are in its JSON, expires_at as the other times are. */
+static void test_json_priority_and_expiry(void **state)
+{
+    rd_message_t m;
+    leased_message(&m);
+    set(&m, "priority", "9");
+    set(&m, "expires_at", "1796028096258");
+    rd_json_t *j = round_trip(&m, "emails", 6, true, NULL);
+    assert_json_int(j, "priority", 9);
+    assert_json_string(j, "expires_at", "2026-11-30T08:41:36.258Z");
     rd_json_free(j);
 }
 
@@ -511,6 +534,7 @@ int main(void)
         cmocka_unit_test(test_json_leased_message_with_token),
         cmocka_unit_test(test_json_without_token),
         cmocka_unit_test(test_json_pending_message),
+        cmocka_unit_test(test_json_priority_and_expiry),
         cmocka_unit_test(test_json_retrying_message),
         cmocka_unit_test(test_json_dead_and_succeeded),
         cmocka_unit_test(test_json_token_absent),

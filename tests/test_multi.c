@@ -1496,10 +1496,24 @@ static void test_previous_release_library_beside(void **state)
         if (back) break;
         e2e_pause_ms(100);
     }
+    /* A record with a priority (format byte 1 + 2p) and an expiry (trailer
+     * key x) is read by the old library as it is (docs/lifecycle.md "What is
+     * stored"): it looks only at the trailer bit. */
+    http_to(g_a.port, &resp, "POST", e2e_fmt("/queues/%s/messages", q),
+            "{\"payload\":\"urgent\",\"priority\":5,\"ttl_seconds\":600}");
+    long long prio_id = e2e_jint(e2e_expect_json(&resp, 201), "id");
+    e2e_response_free(&resp);
+    r = redisCommand(g_redis, "FCALL retryd_v4_get 2 %s %s:m:%lld %lld", base, base, prio_id, prio_id);
+    bool read_old = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+                    r->element[1]->type == REDIS_REPLY_ARRAY && r->element[1]->elements >= 4 &&
+                    strcmp(r->element[1]->element[3]->str, "urgent") == 0;
+    if (r) freeReplyObject(r);
+
     r = redisCommand(g_redis, "FUNCTION DELETE retryd_v4");
     if (r) freeReplyObject(r);
     if (strcmp(last, "pending") != 0)
         fail_msg("the lease did not end in 8 s beside the old library (status %s)", last);
+    if (!read_old) fail_msg("retryd_v4_get did not read a record with a priority and an expiry");
 }
 
 /* ------------------------------------------------------------------------ */

@@ -253,6 +253,48 @@ static void test_enqueue_delay_seconds(void **state)
         assert_enqueue_invalid(bad[i], "delay_seconds", "invalid", NULL);
 }
 
+/* priority 0-9 (default 0) and ttl_seconds 1-2592000 (default: none, -1),
+ * docs/reference.md "Validation". */
+static void test_enqueue_priority_and_ttl(void **state)
+{
+    const struct { const char *body; int priority; long long ttl_ms; } ok[] = {
+        { "{\"payload\":\"p\"}", 0, -1 },
+        { "{\"payload\":\"p\",\"priority\":null,\"ttl_seconds\":null}", 0, -1 },
+        { "{\"payload\":\"p\",\"priority\":0,\"ttl_seconds\":1}", 0, 1000 },
+        { "{\"payload\":\"p\",\"priority\":9,\"ttl_seconds\":2592000}", 9, 2592000000LL },
+        { "{\"payload\":\"p\",\"priority\":3.0}", 3, -1 },
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        rd_enqueue_req_t req;
+        rd_field_errors_t errs = { .count = 0 };
+        assert_int_equal(rd_request_enqueue(ok[i].body, strlen(ok[i].body), &req, &errs),
+                         RD_REQ_OK);
+        assert_int_equal(req.priority, ok[i].priority);
+        assert_int_equal(req.ttl_ms, ok[i].ttl_ms);
+        rd_request_free(req.doc);
+    }
+    const char *bad_priority[] = {
+        "{\"payload\":\"p\",\"priority\":-1}",
+        "{\"payload\":\"p\",\"priority\":10}",
+        "{\"payload\":\"p\",\"priority\":\"3\"}",
+        "{\"payload\":\"p\",\"priority\":3.5}",
+        "{\"payload\":\"p\",\"priority\":true}",
+    };
+    for (size_t i = 0; i < sizeof bad_priority / sizeof bad_priority[0]; i++)
+        assert_enqueue_invalid(bad_priority[i], "priority", "invalid",
+                               "priority must be an integer between 0 and 9.");
+    const char *bad_ttl[] = {
+        "{\"payload\":\"p\",\"ttl_seconds\":0}",
+        "{\"payload\":\"p\",\"ttl_seconds\":2592001}",
+        "{\"payload\":\"p\",\"ttl_seconds\":-1}",
+        "{\"payload\":\"p\",\"ttl_seconds\":1.5}",
+        "{\"payload\":\"p\",\"ttl_seconds\":\"60\"}",
+    };
+    for (size_t i = 0; i < sizeof bad_ttl / sizeof bad_ttl[0]; i++)
+        assert_enqueue_invalid(bad_ttl[i], "ttl_seconds", "invalid",
+                               "ttl_seconds must be an integer between 1 and 2592000 (30 days).");
+}
+
 static void test_enqueue_several_errors(void **state)
 {
     const char *body = "{\"payload\":1,\"max_retries\":0,\"delay_seconds\":-1}";
@@ -1931,6 +1973,7 @@ int main(void)
         cmocka_unit_test(test_enqueue_nul_elsewhere_not_blamed_on_payload),
         cmocka_unit_test(test_enqueue_max_retries),
         cmocka_unit_test(test_enqueue_delay_seconds),
+        cmocka_unit_test(test_enqueue_priority_and_ttl),
         cmocka_unit_test(test_enqueue_several_errors),
         cmocka_unit_test(test_enqueue_malformed),
         cmocka_unit_test(test_raw_control_bytes_in_strings_refused),

@@ -1804,6 +1804,10 @@
       fact('Status', statusPill(m.status));
       fact('Created', timeEl(m.created_at, true));
       fact('Updated', timeEl(m.updated_at, true));
+      // docs/reference.md "Priority" and "Messages": 0-9, claimed highest first; expires_at or none.
+      fact('Priority', h('span', { class: 'mono', id: 'msg-priority', text: String(m.priority || 0) }));
+      fact('Expires', m.expires_at ? h('span', { id: 'msg-expires' }, timeEl(m.expires_at, true))
+        : h('span', { class: 'muted', id: 'msg-expires', text: 'never' }));
       if (m.idempotency_key !== undefined && m.idempotency_key !== null) {
         fact('Idempotency key', h('span', { class: 'mono break', text: String(m.idempotency_key) }));
       }

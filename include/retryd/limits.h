@@ -15,6 +15,8 @@
 #define RD_MAX_RETRIES_MAX 10
 #define RD_LEASE_SECONDS_MAX 43200        /* 12 h: a claim's lease, and --lease-seconds */
 #define RD_DELAY_SECONDS_MAX 2592000      /* 30 days: delay_seconds, retry_after_seconds */
+#define RD_TTL_SECONDS_MAX 2592000        /* 30 days: an enqueue's ttl_seconds (at least 1) */
+#define RD_PRIORITY_MAX 9                 /* an enqueue's priority: 0 (default) to 9 */
 #define RD_WAIT_SECONDS_MAX 30            /* a long-poll claim's wait_seconds */
 #define RD_CLAIM_COUNT_MAX 100            /* messages per claim */
 #define RD_LIST_LIMIT_DEFAULT 100         /* a page of messages (and of GET /queues) */

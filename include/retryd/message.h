@@ -31,6 +31,7 @@ typedef struct rd_message {
     rd_str_t payload;
     int retry_count;
     int max_retries;
+    int priority;                   /* 0-9, claimed highest first (docs/reference.md "Priority") */
     long long retry_after_ms;       /* epoch ms, -1 when none */
     rd_str_t last_error;
     long long lease_expires_at_ms;  /* epoch ms, -1 when not leased */
@@ -38,6 +39,7 @@ typedef struct rd_message {
     rd_str_t idempotency_key;
     long long created_at_ms;
     long long updated_at_ms;
+    long long expires_at_ms;        /* epoch ms, -1 when the message does not expire */
     rd_str_t worker;                /* the claim's worker, while processing */
     /* The per-attempt history (docs/dead-letters.md §1) as the functions
      * return it: history_len strings, RD_HISTORY_FIELDS per entry (kind

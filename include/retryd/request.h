@@ -25,6 +25,8 @@ typedef struct rd_enqueue_req {
     int max_retries;
     bool max_retries_given;   /* false: the queue's policy decides (docs/reference.md "Queue policy and flow control") */
     long long delay_ms;
+    long long ttl_ms;             /* -1 unless ttl_seconds given: the policy's message_ttl applies */
+    int priority;                 /* 0 unless given */
     const char *idempotency_key;  /* NULL when absent; 1-255 bytes */
 } rd_enqueue_req_t;
 

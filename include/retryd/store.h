@@ -280,10 +280,11 @@ typedef struct rd_lease {
     bool given;               /* false: the request gave none (the policy's wins) */
 } rd_lease_t;
 
-/* idempotency_key NULL for none. */
+/* ttl_ms -1: none given (the queue policy's message_ttl applies); priority
+ * 0-9 (docs/reference.md "Priority"); idempotency_key NULL for none. */
 int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, size_t len,
-                     int max_retries, long long delay_ms, const char *idempotency_key,
-                     rd_store_messages_cb cb, void *arg);
+                     int max_retries, long long delay_ms, long long ttl_ms, int priority,
+                     const char *idempotency_key, rd_store_messages_cb cb, void *arg);
 /* Up to count messages; fewer when they would pass the library's REPLY_BYTES
  * (at least one when any is claimable), or when the queue's policy holds
  * them back (pause, max_in_flight, rate_limit: res->retry_ms). worker: NULL,

@@ -24,6 +24,7 @@ typedef struct rd_store_enqueued {
     char *idempotency_key;
     int max_retries;
     long long delay_ms;
+    int priority;
 } rd_store_enqueued_t;
 
 bool rd_store_parse_enqueue(const rd_reply_t *r, const void *kept, void *res, long long *hint);

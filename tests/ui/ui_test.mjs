@@ -601,6 +601,24 @@ test('message_detail_pretty_json_local_time', async () => {
   await page.close();
 });
 
+// docs/reference.md "Priority": the message page shows a message's priority and expires_at.
+test('message_shows_priority_and_expiry', async () => {
+  const q = 'prio-ui';
+  const hi = (await ok('POST', `${qp(q)}/messages`, { payload: 'hi', priority: 7, ttl_seconds: 3600 })).id;
+  const lo = (await ok('POST', `${qp(q)}/messages`, { payload: 'lo' })).id;
+  const m = (await getMsg(q, hi)).json;
+  let page = await openPage(`/queues/${q}/messages/${hi}`);
+  await page.waitForSelector('#msg-priority');
+  eq(await page.textContent('#msg-priority'), '7', 'the priority');
+  eq(await page.getAttribute('#msg-expires time', 'datetime'), m.expires_at, 'expires_at as a time');
+  await page.close();
+  page = await openPage(`/queues/${q}/messages/${lo}`);
+  await page.waitForSelector('#msg-priority');
+  eq(await page.textContent('#msg-priority'), '0', 'priority 0 by default');
+  eq(await page.textContent('#msg-expires'), 'never', 'no expiry');
+  await page.close();
+});
+
 // docs/reference.md "History": the message page draws the history as a timeline, oldest first:
 // each failure with its attempt, worker and error, and the replay and snooze marks.
 test('message_timeline_shows_failures_in_order', async () => {
