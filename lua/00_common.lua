@@ -100,6 +100,9 @@ do
                                            -- priority 1-9 (record.lane_score), popped
                                            -- before due and ready (docs/lifecycle.md)
       scheduled  = g .. 'scheduled',       -- ZSET id -> retry_after (ms)
+      expiring   = g .. 'expiring',        -- ZSET id -> expires_at (ms) of the pending
+                                           -- messages that have one (docs/lifecycle.md
+                                           -- "Expiry": the tick ends them)
       processing = g .. 'processing',      -- ZSET id -> lease deadline (ms)
       dead       = g .. 'dead',            -- ZSET id -> time of death (ms)
       succeeded  = g .. 'succeeded',       -- ZSET id -> time of success (ms)

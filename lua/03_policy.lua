@@ -402,7 +402,7 @@ do
     local s = (k.flow_policy or read_policy(k)).message_ttl   -- read once per call
     if s then
       s = tonumber(s)
-      return s and s * 1000 or nil
+      if s and s > 0 then return s * 1000 end   -- 0: no expiry
     end
   end
 

@@ -186,6 +186,32 @@ do
     return value, false
   end
 
+  -- A message with an expiry is pending again (enqueue, a retry, a snooze, a
+  -- release): it joins the expiring index, which the tick ends it from
+  -- (docs/lifecycle.md "Expiry"). Returns its expires_at, or nil.
+  local function expiry_track(k, id, m)
+    local at = m.expires_at
+    if at then redis.call('ZADD', k.expiring, int_arg(at), id) end
+    return at
+  end
+
+  -- An expired message ends (m off every pending index and off expiring, or
+  -- a processing one whose failure came after its expiry): the policy's
+  -- on_expiry "delete" deletes it, else it dies with last_error err
+  -- ("expired" for a pending one) and a history entry, as any death (bury:
+  -- the dead_letter_queue applies). Counted as expired. Returns the state:
+  -- "deleted", "dead" or "redriving".
+  local function end_expired(k, mkey, id, m, now, err)
+    redis.call('HINCRBY', k.stats, 'expired', '1')
+    if flow.on_expiry(k) == 'delete' then
+      redis.call('UNLINK', mkey)
+      return 'deleted'
+    end
+    if err == 'expired' then history.failed(m, now, err) end
+    m.last_error, m.updated_at, m.token = err, now, nil
+    return bury(k, mkey, id, m, now)
+  end
+
   -- Settles one failure of a processing message (also used for an expired lease).
   -- m: the message, as load_message read it (the whole record); it is
   -- updated in place and written back whole (its error and retry_after
@@ -202,6 +228,8 @@ do
     redis.call('HINCRBY', k.stats, 'failed', '1')
     local dying, rule_ms = flow.recover(k, m, err, (not retryable) or retries >= m.max_retries)
     if dying then return bury(k, mkey, id, m, now) end
+    -- Never interrupted while processing; a failure after the expiry ends it.
+    if m.expires_at and m.expires_at <= now then return end_expired(k, mkey, id, m, now, err) end
     local delay = rule_ms or retry_after_ms
     if delay < 0 then
       delay = flow.backoff_ms(k, id, retries)
@@ -216,8 +244,31 @@ do
     m.retry_after = due
     store_message(mkey, m)
     redis.call('ZADD', k.scheduled, int_arg(due), id)
+    expiry_track(k, id, m)
     redis.call('HINCRBY', k.stats, 'retried', '1')
     return 'pending', due
+  end
+
+  -- Ends the pending messages whose expires_at has passed, at most `limit`
+  -- (the tick's step; docs/lifecycle.md "Expiry"). Each leaves the index that
+  -- holds it: scheduled or the lane (ZREM), or due or ready (LREM from the
+  -- claim end, where the oldest are). An entry whose message is not pending
+  -- any more (a stale one) is dropped. Returns how many it looked at.
+  local function expire_pending(k, base, now, limit)
+    local ids = redis.call('ZRANGE', k.expiring, '-inf', int_arg(now), 'BYSCORE', 'LIMIT', '0',
+                           int_arg(limit))
+    if #ids == 0 then return 0 end
+    redis.call('ZREM', k.expiring, unpack(ids))
+    for i = 1, #ids do
+      local id = ids[i]
+      local mkey = message_key(base, id)
+      local m = load_message(mkey)
+      local was = m and (redis.call('ZREM', k.scheduled, id) == 1
+        or (m.priority > 0 and redis.call('ZREM', k.priority, id) == 1)
+        or redis.call('LREM', k.due, -1, id) == 1 or redis.call('LREM', k.ready, -1, id) == 1)
+      if was then end_expired(k, mkey, id, m, now, 'expired') end
+    end
+    return #ids
   end
 
   -- Fails every lease whose deadline has passed, at most `limit` of them.
@@ -264,7 +315,9 @@ do
     local err = m.last_error
     leave_dead(k, mkey, id, err or '')
     history.replayed(m, now)
+    -- A fresh budget, and no expiry: a replayed expired message would end again.
     m.retry_count, m.last_error, m.retry_after, m.updated_at = 0, nil, nil, now
+    m.expires_at = nil
     m.rule_uses = nil
     store_message(mkey, m)
     to_due(k, id, m.priority, now)   -- the lane for a priority above 0
@@ -311,6 +364,8 @@ do
   end
 
   lifecycle.bury, lifecycle.redrive_target = bury, redrive_target
+  lifecycle.expiry_track, lifecycle.end_expired = expiry_track, end_expired
+  lifecycle.expire_pending = expire_pending
   lifecycle.emit, lifecycle.count_error, lifecycle.leave_dead = emit, count_error, leave_dead
   lifecycle.retention_hint, lifecycle.lift, lifecycle.drop_orphan = retention_hint, lift, drop_orphan
   lifecycle.promote_due, lifecycle.fail_message = promote_due, fail_message

@@ -9,6 +9,7 @@ do
   local LANE_FRESH, lane_add, priorities_mark = record.LANE_FRESH, record.lane_add,
                                                 record.priorities_mark
   local series_start = timeseries.series_start
+  local expiry_track = lifecycle.expiry_track
 
   -- enqueue: create a pending message.
   --   KEYS[1]  <prefix>:{q}                       queue key base
@@ -89,13 +90,18 @@ do
     if idem_key then m.idempotency_key = idem end
     if ttl_ms == nil then ttl_ms = flow.message_ttl_ms(k) end   -- none given: the policy's
     if ttl_ms then m.expires_at = now + ttl_ms end
+    -- The expiry's time is on the timer's schedule: the tick ends it then.
+    if expiry_track(k, id_arg, m) and hinting then timer = need_timer(k, now, m.expires_at) end
     if delay_ms > 0 then
       m.retry_after = now + delay_ms
       store_message(mkey, m)
       redis.call('ZADD', k.scheduled, int_arg(now + delay_ms), id_arg)
       -- Its promotion reads the priority only on a queue that used priorities.
       if priority > 0 then priorities_mark(k) end
-      if hinting then timer = need_timer(k, now, now + delay_ms) end
+      if hinting then
+        local t = need_timer(k, now, now + delay_ms)
+        if t >= 0 and (timer < 0 or t < timer) then timer = t end
+      end
     else
       store_message(mkey, m)
       if priority > 0 then

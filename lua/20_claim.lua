@@ -11,6 +11,7 @@ do
   local load_message, set_lease = record.load_message, record.set_lease
   local priorities_used, to_claim_end = record.priorities_used, record.to_claim_end
   local promote_due = lifecycle.promote_due
+  local end_expired, expiry_track = lifecycle.end_expired, lifecycle.expiry_track
 
   -- Leases up to `count` claimable messages at `now` and appends each to out
   -- (a flat message with its lease): the lease-and-order logic of claim,
@@ -50,6 +51,7 @@ do
     local skipped = 0
     -- A claim of one takes one message, which always fits the budget.
     local reply, full = count > 1 and budget.new() or nil, false
+    local expiring   -- id -> message, of the leased ones with an expiry (made on first use)
     -- The new generation's due then ready list, then, only when they did not
     -- fill the count, retryd_v2's: each id taken from those is lifted
     -- (set_lease rewrites its HASH as a record, and it joins the new
@@ -91,6 +93,18 @@ do
           local mkey = message_key(base, id)
           local m
           if gen == 2 then m = load_legacy(mkey) else m = load_message(mkey) end
+          if m and m.expires_at then
+            -- Leased, it leaves the expiring index; past its expiry, it is
+            -- ended as the tick would have and not delivered.
+            redis.call('ZREM', k.expiring, id)
+            if m.expires_at <= now then
+              end_expired(k, mkey, id, m, now, 'expired')
+              m = nil
+            else
+              expiring = expiring or {}
+              expiring[id] = m
+            end
+          end
           if m and reply and not budget.take(reply, m) then
             -- This one and the rest go back where they were, in their order:
             -- the lane's with their scores, the lists' at the claim end.
@@ -102,6 +116,7 @@ do
               for j = #ids, i, -1 do back[#back + 1] = ids[j] end
               redis.call('RPUSH', from, unpack(back))
             end
+            if m.expires_at then expiry_track(k, id, m) end   -- still pending
             full = true
             break
           end
@@ -131,6 +146,8 @@ do
         for i = #out, first + 1, -1 do
           redis.call('ZREM', k.processing, out[i][1])
           to_claim_end(k, base, out[i][1], nil)
+          local m = expiring and expiring[out[i][1]]
+          if m then expiry_track(k, out[i][1], m) end
           out[i] = nil
         end
         redis.call('HINCRBY', k.stats, 'released', got)

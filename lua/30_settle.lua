@@ -8,7 +8,7 @@ do
   local store_message = record.store_message
   local fail_message, load_for = lifecycle.fail_message, lifecycle.load_for
   local replay_dead, retention_hint = lifecycle.replay_dead, lifecycle.retention_hint
-  local take_leased = lifecycle.take_leased
+  local take_leased, expiry_track = lifecycle.take_leased, lifecycle.expiry_track
   local death_hint = alerts.death_hint
 
   -- Moves a processing message (checked by load_for, m its message) to
@@ -60,6 +60,12 @@ do
     m.updated_at, m.retry_after, m.token = now, due, nil
     store_message(mkey, m)
     redis.call('ZADD', k.scheduled, int_arg(due), id)
+    -- Pending again: an expiry ends it even while snoozed (the tick, at its
+    -- expires_at; at once when that has passed). Returns when the timer must
+    -- come: the due time, or the expiry when that is sooner.
+    local at = expiry_track(k, id, m)
+    if at and at < due then return at end
+    return due
   end
 
   -- snooze: a processing message is put off: pending again, claimable after
@@ -85,12 +91,12 @@ do
     if not m then return err end
     local now = now_ms()
     local due = now + delay
-    snooze_message(k, mkey, id, now, due, m)
+    local wake = snooze_message(k, mkey, id, now, due, m)
     flow.freed(k)
     redis.call('HINCRBY', k.stats, 'snoozed', '1')
     local msg = reply_message(id, m, 'pending')
     if args[4] ~= '1' then return { 'ok', msg } end
-    return { 'ok', msg, need_timer(k, now, due) }
+    return { 'ok', msg, need_timer(k, now, wake) }
   end
 
   -- fail: a processing message failed; retry with backoff or move to dead.
@@ -121,6 +127,8 @@ do
     if not m then return e end
     local now = now_ms()
     local status, due = fail_message(k, base, id, now, err, retryable, retry_after_ms, m)
+    -- Deleted by its expiry (on_expiry "delete"): answered as it was, dead.
+    if status == 'deleted' then status = 'dead' end
     local msg = reply_message(id, m, status, status == 'redriving' and flow.dead_letter_queue(k) or now)
     if args[6] == nil then return { 'ok', msg } end
     local timer

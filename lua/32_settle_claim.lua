@@ -135,15 +135,16 @@ do
         statuses[#statuses + 1] = 'succeeded'
       elseif snoozing then
         local due = now + to_int(args[at + 5])
-        snooze_message(k, mkey, id, now, due, m)
+        local wake = snooze_message(k, mkey, id, now, due, m)
         snoozed = snoozed + 1
         statuses[#statuses + 1] = 'pending'
-        if hinted then hint(need_timer(k, now, due)) end
+        if hinted then hint(need_timer(k, now, wake)) end
       else
         local status, due = fail_message(k, base, id, now, args[at + 3], args[at + 4] == '1',
                                          to_int(args[at + 5]), m)
         -- A death that moves to the dead_letter_queue is a death to the worker.
-        statuses[#statuses + 1] = status == 'redriving' and 'dead' or status
+        -- (and one its expiry deleted, on_expiry "delete").
+        statuses[#statuses + 1] = (status == 'redriving' or status == 'deleted') and 'dead' or status
         if hinted then
           if status == 'pending' then hint(need_timer(k, now, due))
           else hint(death_hint(k, now)) end

@@ -7,7 +7,7 @@ do
   local load_legacy, set_updated = record.load_legacy, record.set_updated
   local to_claim_end = record.to_claim_end
   local lift, retention_hint = lifecycle.lift, lifecycle.retention_hint
-  local take_leased = lifecycle.take_leased
+  local take_leased, expiry_track = lifecycle.take_leased, lifecycle.expiry_track
   local succeed_message = settle.succeed_message
 
   -- release: hand leased messages back without counting a failure (a long-poll
@@ -41,6 +41,7 @@ do
         redis.call('ZREM', k.processing, id)
         set_updated(mkey, m, now)
         to_claim_end(k, base, id, m.priority)
+        expiry_track(k, id, m)
         released = released + 1
       end
     end

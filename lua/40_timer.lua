@@ -13,6 +13,7 @@ do
   local priorities_mark, priorities_used = record.priorities_mark, record.priorities_used
   local expire_finished, fail_message = lifecycle.expire_finished, lifecycle.fail_message
   local promote_due, reclaim_expired = lifecycle.promote_due, lifecycle.reclaim_expired
+  local expire_pending = lifecycle.expire_pending
   local alert_work = alerts.alert_work
   local SERIES_TICK_MS, series_sample = timeseries.SERIES_TICK_MS, timeseries.series_sample
 
@@ -244,9 +245,11 @@ do
     -- Reclaim first: an expired lease with a zero backoff becomes due at once.
     local reclaimed = reclaim_expired(k, base, now, limit)
     local lane = lane_probe(k, now)
+    -- Expiry before promotion: an expired scheduled id leaves with one ZREM.
+    local ended = expire_pending(k, base, now, limit)
     local promoted = promote_due(k, now, limit)
     if promoted > 0 then notify(k) end
-    local expired = expire_finished(k, base, k.dead, now, dead_ttl, limit, 'expired_dead')
+    local expired = ended + expire_finished(k, base, k.dead, now, dead_ttl, limit, 'expired_dead')
       + expire_finished(k, base, k.succeeded, now, succeeded_ttl, limit, 'expired_succeeded')
     -- retryd_v2's indexes, while its data was met here lately or when the
     -- probe is due (v2_probe): else nothing is spent on them.
@@ -276,6 +279,7 @@ do
       local g = gens[i]
       due_at(first_score(g.scheduled))
       due_at(first_score(g.processing))
+      if g == k then due_at(first_score(k.expiring)) end
       if dead_ttl > 0 then
         local oldest = first_score(g.dead)
         if oldest then due_at(oldest + dead_ttl) end
@@ -319,7 +323,7 @@ do
     if wait < 0 and ready == 0 and
        redis.call('EXISTS', k.due, k.ready, k.scheduled, k.processing, k.dead, k.succeeded,
                   k.pushed, k.seq, k.stats, k.errors, k.events, k.policy, o.due, o.ready,
-                  o.scheduled, o.processing, o.dead, o.succeeded, k.priority) == 0 then
+                  o.scheduled, o.processing, o.dead, o.succeeded, k.priority, k.expiring) == 0 then
       empty = 1
     end
     return { promoted, reclaimed, expired, wait, ready, empty, alerts, moving }

@@ -21,6 +21,7 @@ do
   -- also sit in a list, promoted while this state held otherwise), the due
   -- list, ready (LREM: O(length of the list)). g: its generation's keys.
   local function leave_pending(k, g, id)
+    if g == k then redis.call('ZREM', k.expiring, id) end
     if redis.call('ZREM', g.scheduled, id) == 1 then return end
     if g == k and priorities_used(k) and redis.call('ZREM', k.priority, id) == 1 then return end
     if redis.call('LREM', g.due, 1, id) == 0 then redis.call('LREM', g.ready, 1, id) end

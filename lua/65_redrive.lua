@@ -20,6 +20,8 @@ do
   local load_message, store_message = record.load_message, record.store_message
   local drop_orphan, emit, leave_dead = lifecycle.drop_orphan, lifecycle.emit, lifecycle.leave_dead
   local lift, redrive_target = lifecycle.lift, lifecycle.redrive_target
+  local expiry_track, to_ready = lifecycle.expiry_track, record.to_ready
+  local int_arg = common.int_arg
   local walk_dead = operator.walk_dead
 
   -- Letters answered per take: at most this many, and a reply stops after
@@ -195,8 +197,12 @@ do
             m.history, m.history_dropped = h.h, tonumber(h.d) or 0
           end
         end
+        if priority > 0 then m.priority = priority end
+        local ttl = flow.message_ttl_ms(k)   -- the target's expiry, as its enqueue's
+        if ttl then m.expires_at = now + ttl end
         store_message(message_key(base, id), m)
-        redis.call('LPUSH', k.ready, id)
+        to_ready(k, int_arg(id), priority)   -- the lane for a priority above 0
+        expiry_track(k, int_arg(id), m)
         redis.call('SET', key, id)
         created = created + 1
         out[#out + 1] = id

@@ -199,6 +199,44 @@ static void test_every_cause_of_death_moves_once(void **state)
     e2e_response_free(&r);
 }
 
+/* An expiry is a death like the others: the expired message moves, with
+ * its "expired" history entry, and gets the target's own message_ttl. */
+static void test_expiry_moves_to_the_dead_letter_queue(void **state)
+{
+    (void)state;
+    char src[64], dst[64];
+    e2e_queue_name(src, sizeof src, "exp-src");
+    e2e_queue_name(dst, sizeof dst, "exp-dst");
+    put_policy(dst, "{\"message_ttl\":\"1h\"}");
+    put_policy(src, e2e_fmt("{\"dead_letter_queue\":\"%s\"}", dst));
+    e2e_response_t r = { 0 };
+    http(&r, "POST", messages_path(src), "{\"payload\":\"stale\",\"ttl_seconds\":1,\"priority\":7}");
+    rd_json_t *m = e2e_expect_json(&r, 201);
+    long long id = e2e_jint(m, "id");
+    long long expires_at = e2e_jtime(m, "expires_at");
+    assert_int_equal(expires_at - e2e_jtime(m, "created_at"), 1000);
+    long long deadline = e2e_mono_ms() + 1000 + MOVE_MS;
+    while (rd_json_array_size(pending_of(&r, dst)) == 0) {
+        if (e2e_mono_ms() > deadline) fail_msg("the expired message did not move");
+        e2e_pause_ms(20);
+    }
+    rd_json_t *msgs = pending_of(&r, dst);
+    assert_int_equal(rd_json_array_size(msgs), 1);
+    m = rd_json_array_at(msgs, 0);
+    assert_string_equal(e2e_jstr(m, "payload"), "stale");
+    assert_int_equal(e2e_jint(m, "priority"), 7);
+    assert_int_equal(e2e_jint(e2e_jget(m, "origin"), "id"), id);
+    rd_json_t *h = e2e_jget(m, "history");
+    assert_int_equal(rd_json_array_size(h), 1);
+    assert_string_equal(e2e_jstr(rd_json_array_at(h, 0), "error"), "expired");
+    assert_true(e2e_jtime(rd_json_array_at(h, 0), "at") >= expires_at);
+    /* The target's own expiry: an hour from its arrival. */
+    assert_int_equal(e2e_jtime(m, "expires_at") - e2e_jtime(m, "created_at"), 3600 * 1000);
+    assert_int_equal(stat_total(src, "expired"), 1);
+    assert_int_equal(stat_total(src, "dead_lettered"), 1);
+    e2e_response_free(&r);
+}
+
 /* A -> B -> C is followed; a PUT that would close a cycle, or name the queue
  * itself, is refused with 422 on dead_letter_queue and changes nothing. */
 static void test_chain_followed_and_cycles_refused(void **state)
@@ -396,6 +434,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         T(test_every_cause_of_death_moves_once),
+        T(test_expiry_moves_to_the_dead_letter_queue),
         T(test_chain_followed_and_cycles_refused),
         T(test_move_completes_after_kill9),
         T(test_move_cut_after_the_target_is_not_doubled),
