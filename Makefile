@@ -142,8 +142,7 @@ clean:
 # make bench [QUICK=1]: scripts/bench.sh starts its own redis-server and retryd
 # on free ports, runs redis-benchmark, build/loadgen (bench/loadgen.c) and the
 # BullMQ peer (bench/, npm) against them and prints the tables recorded in
-# docs/benchmarks.md. Full: under 10 minutes on 2 cores; QUICK=1: under 2 (BENCH_ONLY=1p
-# adds section 1p's callgrind rows: about 3 minutes).
+# docs/benchmarks.md. Full: under 10 minutes on 2 cores; QUICK=1: under 2.
 QUICK ?= 0
 
 $(BUILD)/loadgen: bench/loadgen.c $(BUILD)/llhttp/llhttp.o $(BUILD)/llhttp/api.o \
