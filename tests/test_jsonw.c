@@ -243,6 +243,7 @@ static char *cjson_message_text(const rd_message_t *m, const char *queue, size_t
     rd_json_set_string(o, "status", rd_status_name(m->status));
     rd_json_set_int(o, "retry_count", m->retry_count);
     rd_json_set_int(o, "max_retries", m->max_retries);
+    rd_json_set_int(o, "priority", m->priority);
     cjson_time(o, "retry_after", m->retry_after_ms);
     cjson_optional(o, "last_error", m->last_error);
     cjson_time(o, "lease_expires_at", m->lease_expires_at_ms);
@@ -250,6 +251,7 @@ static char *cjson_message_text(const rd_message_t *m, const char *queue, size_t
     if (m->idempotency_key.ptr) cjson_optional(o, "idempotency_key", m->idempotency_key);
     cjson_time(o, "created_at", m->created_at_ms);
     cjson_time(o, "updated_at", m->updated_at_ms);
+    cjson_time(o, "expires_at", m->expires_at_ms);
     cjson_optional(o, "worker", m->worker);
     rd_json_set(o, "history", rd_json_new_array());   /* no history reply here */
     rd_json_set_int(o, "history_dropped", m->history_dropped);
@@ -279,6 +281,8 @@ static void test_messages_match_cjson(void **state)
     set(&full, "idempotency_key", "k\xC3", 2);
     set(&full, "created_at", "1796028000000", 13);
     set(&full, "updated_at", "1796028036259", 13);
+    set(&full, "priority", "7", 1);
+    set(&full, "expires_at", "1796028096259", 13);
     set(&full, "worker", "host-1/7", 8);
     set(&full, "history_dropped", "3", 1);
     rd_message_init(&bare);
