@@ -281,6 +281,8 @@ static void test_messages_match_cjson(void **state)
     set(&full, "idempotency_key", "k\xC3", 2);
     set(&full, "created_at", "1796028000000", 13);
     set(&full, "updated_at", "1796028036259", 13);
+    set(&full, "priority", "7", 1);
+    set(&full, "expires_at", "1796028096259", 13);
     set(&full, "worker", "host-1/7", 8);
     set(&full, "history_dropped", "3", 1);
     set(&full, "priority", "7", 1);
