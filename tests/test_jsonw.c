@@ -285,8 +285,6 @@ static void test_messages_match_cjson(void **state)
     set(&full, "expires_at", "1796028096259", 13);
     set(&full, "worker", "host-1/7", 8);
     set(&full, "history_dropped", "3", 1);
-    set(&full, "priority", "7", 1);
-    set(&full, "expires_at", "1796028100000", 13);
     rd_message_init(&bare);
     bare.id = 1;
     set(&bare, "status", "pending", 7);
