@@ -760,17 +760,32 @@ bool rd_request_queue_name(const char *name, size_t len, rd_field_errors_t *errs
 }
 
 /* A batch replay's "to" (a redrive): absent or null replays in place. */
+/* A member that names a queue (a redrive's "to", the policy's
+ * dead_letter_queue): NAME_OK and *name NULL when absent or null, NAME_OK
+ * and *name the name when it is one, else what is wrong with it (a U+0000,
+ * which cJSON cut short, is a control character). */
+static int queue_name_member(const rd_json_t *doc, const rd_json_t *marked, const char *field,
+                             const char **name)
+{
+    *name = NULL;
+    rd_json_t *v = rd_json_get(doc, field);
+    if (v == NULL || rd_json_is_null(v)) return NAME_OK;
+    const char *s = rd_json_string(v);
+    int why = s == NULL ? NAME_LENGTH : queue_name_problem(s, strlen(s));
+    if (why == NAME_OK && field_has_nul(doc, marked, field)) why = NAME_CONTROL;
+    if (why == NAME_OK) *name = s;
+    return why;
+}
+
 static void replay_target(rd_replay_req_t *out, const rd_json_t *marked, rd_field_errors_t *errs)
 {
-    rd_json_t *to = rd_json_get(out->doc, "to");
-    if (to == NULL || rd_json_is_null(to)) return;
-    const char *name = rd_json_string(to);
-    int why = name == NULL ? NAME_LENGTH : queue_name_problem(name, strlen(name));
-    if (why == NAME_OK && field_has_nul(out->doc, marked, "to")) why = NAME_CONTROL;
+    const char *name;
+    int why = queue_name_member(out->doc, marked, "to", &name);
     if (why != NAME_OK) {
         rd_field_errors_add(errs, "to", "invalid", to_name_why[why]);
         return;
     }
+    if (name == NULL) return;
     out->to = name;
     out->to_len = strlen(name);
 }
@@ -1040,22 +1055,17 @@ static const char *const dlq_name_why[] = {
 static void dead_letter_queue_member(const rd_json_t *doc, const char *body, size_t len,
                                      bool has_nul, rd_policy_t *out, rd_field_errors_t *errs)
 {
-    rd_json_t *v = rd_json_get(doc, "dead_letter_queue");
-    if (v == NULL || rd_json_is_null(v)) return;
-    const char *name = rd_json_string(v);
-    int why = name == NULL ? NAME_LENGTH : queue_name_problem(name, strlen(name));
-    if (why == NAME_OK && has_nul) {
-        rd_json_t *marked = rd_json_parse_nul_marked(body, len);
-        if (field_has_nul(doc, marked, "dead_letter_queue")) why = NAME_CONTROL;
-        rd_json_free(marked);
-    }
+    rd_json_t *marked = has_nul ? rd_json_parse_nul_marked(body, len) : NULL;
+    const char *name;
+    int why = queue_name_member(doc, marked, "dead_letter_queue", &name);
     if (why != NAME_OK) {
         rd_field_errors_add(errs, "dead_letter_queue", "invalid", dlq_name_why[why]);
-        return;
+    } else if (name) {
+        out->dead_letter_queue_owned = rd_strdup(name);
+        out->dead_letter_queue = out->dead_letter_queue_owned;
+        out->dead_letter_queue_len = strlen(name);
     }
-    out->dead_letter_queue_owned = rd_strdup(name);
-    out->dead_letter_queue = out->dead_letter_queue_owned;
-    out->dead_letter_queue_len = strlen(name);
+    rd_json_free(marked);
 }
 
 static const char *const KNOWN[] = { "max_retries", "backoff", "lease_seconds", "dead_ttl",
