@@ -285,6 +285,28 @@ static void test_chain_followed_and_cycles_refused(void **state)
     e2e_response_free(&r);
 }
 
+/* On a daemon of its own under prefix (whose timer never ticks in time), src
+ * gets dst as its dead_letter_queue and one message with payload, killed
+ * by hand; then that daemon is killed -9, so its death's move is left in
+ * src's redriving state. Returns the message's id. */
+static long long die_then_kill9(const char *prefix, const char *src, const char *dst,
+                                const char *payload)
+{
+    assert_int_equal(start_daemon(&g_side, g_redis_port, prefix, true, "--tick-ms", "60000", NULL),
+                     0);
+    e2e_response_t r = { 0 };
+    side_http(g_side.port, &r, "PUT", e2e_fmt("/queues/%s/policy", src),
+              e2e_fmt("{\"dead_letter_queue\":\"%s\"}", dst));
+    e2e_expect_json(&r, 200);
+    side_http(g_side.port, &r, "POST", messages_path(src), e2e_fmt("{\"payload\":\"%s\"}", payload));
+    long long id = e2e_jint(e2e_expect_json(&r, 201), "id");
+    side_http(g_side.port, &r, "POST", message_path(src, id, "kill"), NULL);
+    e2e_expect_json(&r, 200);
+    e2e_response_free(&r);
+    e2e_daemon_stop(&g_side, SIGKILL, E2E_STOP_TIMEOUT_MS);
+    return id;
+}
+
 /* The instance that caused a death is killed (kill -9) right after it: the
  * letter waits in the source's redriving state, and another instance's
  * timer completes the move, once. */
@@ -295,18 +317,8 @@ static void test_move_completes_after_kill9(void **state)
     snprintf(prefix, sizeof prefix, "%s-k9", g_prefix);
     e2e_queue_name(src, sizeof src, "k9-src");
     e2e_queue_name(dst, sizeof dst, "k9-dst");
-    /* A timer that never ticks in time: the death's own instance cannot move it. */
-    assert_int_equal(start_daemon(&g_side, g_redis_port, prefix, true, "--tick-ms", "60000", NULL),
-                     0);
+    die_then_kill9(prefix, src, dst, "once");
     e2e_response_t r = { 0 };
-    side_http(g_side.port, &r, "PUT", e2e_fmt("/queues/%s/policy", src),
-            e2e_fmt("{\"dead_letter_queue\":\"%s\"}", dst));
-    e2e_expect_json(&r, 200);
-    side_http(g_side.port, &r, "POST", messages_path(src), "{\"payload\":\"once\"}");
-    long long id = e2e_jint(e2e_expect_json(&r, 201), "id");
-    side_http(g_side.port, &r, "POST", message_path(src, id, "kill"), NULL);
-    e2e_expect_json(&r, 200);
-    e2e_daemon_stop(&g_side, SIGKILL, E2E_STOP_TIMEOUT_MS);
     redisReply *x = redisCommand(g_redis, "ZCARD %s:{%s}:3:redriving", prefix, src);
     assert_int_equal(x->integer, 1);
     freeReplyObject(x);
@@ -346,17 +358,8 @@ static void test_move_cut_after_the_target_is_not_doubled(void **state)
     e2e_queue_name(dst, sizeof dst, "cut-dst");
     snprintf(sbase, sizeof sbase, "%s:{%s}", prefix, src);
     snprintf(dbase, sizeof dbase, "%s:{%s}", prefix, dst);
-    assert_int_equal(start_daemon(&g_side, g_redis_port, prefix, true, "--tick-ms", "60000", NULL),
-                     0);
+    die_then_kill9(prefix, src, dst, "cut");
     e2e_response_t r = { 0 };
-    side_http(g_side.port, &r, "PUT", e2e_fmt("/queues/%s/policy", src),
-            e2e_fmt("{\"dead_letter_queue\":\"%s\"}", dst));
-    e2e_expect_json(&r, 200);
-    side_http(g_side.port, &r, "POST", messages_path(src), "{\"payload\":\"cut\"}");
-    long long id = e2e_jint(e2e_expect_json(&r, 201), "id");
-    side_http(g_side.port, &r, "POST", message_path(src, id, "kill"), NULL);
-    e2e_expect_json(&r, 200);
-    e2e_daemon_stop(&g_side, SIGKILL, E2E_STOP_TIMEOUT_MS);
 
     /* Steps 1 and 2 by hand, as the dead instance had sent them. */
     redisReply *x = redisCommand(g_redis, "FCALL retryd_v5_redrive_take 1 %s %s left", sbase, "");
