@@ -1780,6 +1780,19 @@ static void test_alerts_from_every_master(void **state)
  * for its slots makes retryd learn the new map. While that handshake hangs
  * /readyz must stay 200 (it was 503 until the handshake ended). The stop
  * stays under the cluster's node timeout (2 s): no second failover. */
+/* Asks /readyz every 20 ms until ms have passed since t0: *answered counts
+ * the answers, *with the ones of status `status`. */
+static void poll_readyz(int port, long long t0, int ms, int status, int *answered, int *with)
+{
+    *answered = *with = 0;
+    while (e2e_mono_ms() - t0 < ms) {
+        int st = e2e_status_once(port, "GET", "/readyz");
+        if (st > 0) (*answered)++;
+        if (st == status) (*with)++;
+        e2e_pause_ms(20);
+    }
+}
+
 /* /readyz asks every ready master and the first answer wins: one master
  * that stops answering (whichever a keyless PING used to go to: the first
  * ready master in the daemon's list) must not turn it 503. Each master is
@@ -1812,14 +1825,8 @@ static void test_ready_while_one_master_hangs(void **state)
         m[i]->ctx = NULL;
         assert_int_equal(kill(pid, SIGSTOP), 0);
         g_stopped_pid = pid;
-        long long t0 = e2e_mono_ms();
-        int answered = 0, ok = 0;
-        while (e2e_mono_ms() - t0 < STOPPED_MS) {
-            int st = e2e_status_once(d.port, "GET", "/readyz");
-            if (st > 0) answered++;
-            if (st == 200) ok++;
-            e2e_pause_ms(20);
-        }
+        int answered, ok;
+        poll_readyz(d.port, e2e_mono_ms(), STOPPED_MS, 200, &answered, &ok);
         kill(pid, SIGCONT);
         g_stopped_pid = 0;
         printf("test_cluster: /readyz answered %d times while master :%d was stopped, %d of "
@@ -1907,13 +1914,8 @@ static void test_ready_stays_after_start(void **state)
         e2e_daemon_stop(&d, SIGKILL, E2E_STOP_TIMEOUT_MS);
         fail_msg("cannot send the enqueue");
     }
-    int answered = 0, not_ready = 0;
-    while (e2e_mono_ms() - t0 < STOPPED_MS) {
-        int st = e2e_status_once(d.port, "GET", "/readyz");
-        if (st > 0) answered++;
-        if (st == 503) not_ready++;
-        e2e_pause_ms(20);
-    }
+    int answered, not_ready;
+    poll_readyz(d.port, t0, STOPPED_MS, 503, &answered, &not_ready);
     kill(pid, SIGCONT);
     g_stopped_pid = 0;
     printf("test_cluster: /readyz answered %d times while the promoted :%d was stopped, %d of "
