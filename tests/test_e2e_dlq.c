@@ -425,6 +425,12 @@ static void test_policy_patch(void **state)
     expect_field_error(expect_invalid(&r, opath, 1), "dead_letter_queue", "invalid", NULL);
     http(&r, "PATCH", path, "{\"on_expiry\":\"later\"}");
     expect_field_error(expect_invalid(&r, path, 1), "on_expiry", "invalid", NULL);
+    http(&r, "PATCH", path, "{\"message_ttl\":\"31d\"}");
+    expect_field_error(expect_invalid(&r, path, 1), "message_ttl", "invalid", NULL);
+    http(&r, "PATCH", path, "{\"message_ttl\":-1}");
+    expect_field_error(expect_invalid(&r, path, 1), "message_ttl", "invalid", NULL);
+    http(&r, "GET", path, NULL);
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "message_ttl"), 3600);   /* unchanged */
     http(&r, "PATCH", path, "{\"dead_letter_queue\":null}");
     e2e_jnull(e2e_expect_json(&r, 200), "dead_letter_queue");
     /* Now the other way round closes no cycle. */
