@@ -231,6 +231,31 @@ static void test_enqueue_hints_the_expiry(void **state)
     assert_in_range(t2, 0, 1000);
 }
 
+/* Gaps in the data: an expiring entry whose record is gone (evicted, deleted
+ * by hand) or whose message is not pending (processing, dead) is dropped by
+ * the tick, which ends nothing and counts nothing for it. */
+static void test_stale_entries_are_dropped(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "staleexp");
+    long long at;
+    long long gone = enqueue_with(&q, "gone", 0, 60000, 0, &at);
+    int_reply(rcmd("DEL", mkey(&q, gone), END));
+    long long busy = enqueue_with(&q, "busy", 0, 60000, 0, NULL);
+    msg_t m;
+    claim_one(&q, 30000, &m);
+    long long past = redis_now_ms() - 1;
+    int_reply(rcmd("ZADD", qkey(&q, "3:expiring"), num(past), num(gone), END));
+    int_reply(rcmd("ZADD", qkey(&q, "3:expiring"), num(past), num(busy), END));
+    tick(&q);
+    assert_int_equal(zcard(qkey(&q, "3:expiring")), 0);
+    assert_int_equal(counter(&q, "expired"), 0);
+    get_msg(&q, busy, &m);
+    assert_string_equal(msg_str(&m, "status"), "processing");
+    (void)at;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -240,6 +265,7 @@ int main(void)
         cmocka_unit_test(test_policy_ttl_and_delete),
         cmocka_unit_test(test_back_to_pending_keeps_the_expiry),
         cmocka_unit_test(test_enqueue_hints_the_expiry),
+        cmocka_unit_test(test_stale_entries_are_dropped),
     };
     return cmocka_run_group_tests_name(LUA_SUITE, tests, group_setup, NULL);
 }
