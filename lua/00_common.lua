@@ -1,4 +1,4 @@
-#!lua name=retryd_v5
+#!lua name=retryd_v6
 -- retryd: the Redis Functions library. Every state change of a message is one
 -- call of one function below. Files in lua/ are concatenated in name order by
 -- the Makefile into build/retryd.lua and loaded with FUNCTION LOAD REPLACE.
@@ -45,11 +45,11 @@ do
 
   -- The library's name carries its API version (the first line says the same;
   -- C has RD_LIBRARY_NAME in keys.h). Every function is registered as
-  -- "<LIBRARY>_<name>" ("retryd_v5_claim"): function names are global in Redis,
+  -- "<LIBRARY>_<name>" ("retryd_v6_claim"): function names are global in Redis,
   -- so versions can be loaded side by side during a rolling upgrade, each
   -- daemon calling its own. Bump it whenever a function's KEYS, ARGV or reply
   -- change (docs/operators.md "Rolling upgrade").
-  local LIBRARY = 'retryd_v5'
+  local LIBRARY = 'retryd_v6'
 
   -- Registers one function under its versioned name; flags as for
   -- redis.register_function (e.g. { 'no-writes' } for FCALL_RO).
@@ -109,6 +109,17 @@ do
       redriving  = g .. 'redriving',       -- ZSET id -> when its redrive began (ms)
       redrive_to = g .. 'redrive_to',      -- HASH id -> target queue of that redrive
       pushed     = g .. 'due_pushed',      -- STRING: ids pushed on due's far end (push_due)
+      -- Fairness groups (docs/fairness.md), only on a queue that uses them:
+      group_ids  = g .. 'gq:',             -- + group: ZSET of the group's claimable ids
+                                           -- (scored as the priority lane)
+      rotation   = g .. 'rotation',        -- ZSET group -> lease serial of its last service
+      held       = g .. 'gheld',           -- ZSET group -> when (ms) its rate limit has a
+                                           -- token again
+      group_bucket = g .. 'gbucket:',      -- + group: STRING, its rate limit's bucket
+      group_names = g .. 'groups',         -- ZSET group -> 0: the groups with messages
+      gcount     = g .. 'gcount',          -- HASH p<group>, i<group>: pending, processing
+      grouped    = g .. 'grouped',         -- ZSET id -> id: the ids in every group's set
+                                           -- (listings and counts walk it)
       seq        = base .. ':seq',         -- STRING, last id handed out (both generations)
       stats      = base .. ':stats',       -- HASH of lifetime counters
       wake       = base .. ':wake',        -- pub/sub channel: "work may be claimable"

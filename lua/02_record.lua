@@ -52,6 +52,7 @@ do
       history.decode(m, t)
       m.origin_queue, m.origin_id = t.oq, t.oi   -- a redriven message (65_redrive.lua)
       m.rule_uses = t.u
+      m.group = t.g   -- docs/fairness.md
       stop = #rec - 4 - n
       m.trailer_bytes = n
       m.trailer = packed   -- what record_bytes measures of the optional fields
@@ -95,7 +96,7 @@ do
     local p = m.priority
     if p and p > 0 then fmt = REC_FORMAT + 2 * clamp(p, 0, REC_MAX_PRIORITY) end
     if not (m.last_error or m.retry_after or m.idempotency_key or m.token or m.worker
-            or m.history or m.origin_queue or m.rule_uses or m.expires_at) then
+            or m.history or m.origin_queue or m.rule_uses or m.expires_at or m.group) then
       return encode_plain(m, fmt, '')   -- the usual record: no trailer table to build
     end
     local t, trailer = {}, false
@@ -107,6 +108,7 @@ do
     if history.encode(m, t) then trailer = true end
     if m.origin_queue then t.oq, t.oi = m.origin_queue, m.origin_id; trailer = true end
     if m.rule_uses then t.u = m.rule_uses; trailer = true end
+    if m.group then t.g = m.group; trailer = true end
     local tail = ''
     if trailer then
       local packed = cmsgpack.pack(t)
@@ -206,25 +208,40 @@ do
     return format_priority(string.byte(b))
   end
 
-  -- Where a pending id goes, by its priority p (nil or 0: the lists):
+  -- The group of message id (its record read whole), or nil.
+  local function group_of(base, id)
+    local m = load_message(message_key(base, id))
+    return m and m.group
+  end
+
+  -- Where a pending id goes, by its group g (nil: none) and priority p (nil
+  -- or 0: none). A grouped id goes to its group's claimable set, scored as
+  -- the lane (docs/fairness.md); an ungrouped one as below, and on a queue
+  -- that uses groups its member of the rotation joins:
   --   to_ready      a fresh message: the far end of ready, or the lane (fresh, seq its id)
   --   to_due        a retry made due, a replay (seq: when it became due): the
   --                 far end of due (push_due), or the lane
   --   to_claim_end  an id handed back (release, a lost claim): the claim end
   --                 of due, or first of its priority in the lane; p nil: read
   --                 from the record, only on a queue that used priorities
-  local function to_ready(k, id, p)
+  local function to_ready(k, id, p, g)
+    if g then return groups.claimable(k, g, id, lane_score(p or 0, LANE_FRESH, tonumber(id))) end
     if p and p > 0 then lane_add(k, id, p, LANE_FRESH, tonumber(id))
     else redis.call('LPUSH', k.ready, id) end
+    groups.ungrouped_claimable(k)
   end
 
-  local function to_due(k, id, p, seq)
+  local function to_due(k, id, p, seq, g)
+    if g then return groups.claimable(k, g, id, lane_score(p or 0, LANE_DUE, seq)) end
     if p and p > 0 then lane_add(k, id, p, LANE_DUE, seq) else push_due(k, { id }) end
+    groups.ungrouped_claimable(k)
   end
 
-  local function to_claim_end(k, base, id, p)
+  local function to_claim_end(k, base, id, p, g)
+    if g then return groups.claimable(k, g, id, lane_score(p or 0, LANE_DUE, 0)) end
     if p == nil then p = priorities_used(k) and priority_of(base, id) or 0 end
     if p > 0 then lane_add(k, id, p, LANE_DUE, 0) else redis.call('RPUSH', k.due, id) end
+    groups.ungrouped_claimable(k)
   end
 
   -- Sets updated_at to now: 5 header bytes, or the whole record for an old HASH.
@@ -281,6 +298,7 @@ do
     local p = m.priority
     if p and p > 0 then add('priority', int_arg(p)) end
     if m.expires_at then add('expires_at', ms_text(m.expires_at)) end
+    if m.group then add('group', m.group) end
     history.reply(m, status, add)
     if m.origin_queue then
       add('origin_queue', m.origin_queue)
@@ -320,7 +338,7 @@ do
     local out = { id, m.payload, m.retry_count, m.max_retries, m.created_at, m.updated_at,
                   deadline, lease_token(m) }
     if m.retry_after or m.last_error or m.idempotency_key or m.history or m.origin_queue
-       or m.worker or m.expires_at or m.priority ~= 0 then
+       or m.worker or m.expires_at or m.priority ~= 0 or m.group then
       optional_fields(out, m, 'processing')
     end
     return out
@@ -343,6 +361,6 @@ do
   record.LANE_BAND, record.LANE_DUE, record.LANE_FRESH = LANE_BAND, LANE_DUE, LANE_FRESH
   record.lane_score, record.priorities_used, record.priorities_mark = lane_score, priorities_used,
                                                                       priorities_mark
-  record.lane_add, record.priority_of = lane_add, priority_of
+  record.lane_add, record.priority_of, record.group_of = lane_add, priority_of, group_of
   record.to_ready, record.to_due, record.to_claim_end = to_ready, to_due, to_claim_end
 end

@@ -30,6 +30,12 @@ do
     ['on_expiry']             = { kind = 'enum', values = { dead = true, delete = true },
                                   why = 'must be dead or delete' },
     ['dead_letter_queue']     = { kind = 'queue', max = 255 },
+    -- Fairness groups (docs/fairness.md, docs/reference.md "Fairness groups").
+    ['group_max_in_flight']   = { kind = 'int', min = 0, max = 1000000 },
+    ['group_rate_limit.per_second'] = { kind = 'number', min = 0.001, max = 100000 },
+    ['group_rate_limit.burst'] = { kind = 'int', min = 1, max = 100000 },
+    ['fifo_groups']           = { kind = 'enum', values = { ['true'] = true, ['false'] = true },
+                                  why = 'must be true or false' },
   }
   local DURATION_UNITS = { s = 1, m = 60, h = 3600, d = 86400 }
 
@@ -105,31 +111,41 @@ do
     return string.format('%d', n)
   end
 
-  -- The tokens of the rate limit's bucket at now (refilled since `at`, at most
-  -- burst), or nil when the queue has no rate limit. The bucket is the STRING
-  -- "<tokens> <at ms>"; an absent bucket is full. Read once per call.
-  local function bucket_level(k, p, now)
-    local rate, burst = tonumber(p['rate_limit.per_second']), tonumber(p['rate_limit.burst'])
-    if rate == nil or burst == nil then return nil end
-    local b = redis.call('GET', k.bucket)
+  -- The tokens at now of the token bucket at key (refilled since `at`, at
+  -- most burst). The bucket is the STRING "<tokens> <at ms>"; an absent
+  -- bucket is full.
+  local function bucket_read(key, rate, burst, now)
+    local b = redis.call('GET', key)
     local tokens, at
     if b then
       local t, a = string.match(b, '^(%S+) (%d+)$')
       tokens, at = tonumber(t), tonumber(a)
     end
-    if tokens == nil or at == nil then return burst, rate, burst end
-    return math.min(burst, tokens + math.max(0, now - at) * rate / 1000), rate, burst
+    if tokens == nil or at == nil then return burst end
+    return math.min(burst, tokens + math.max(0, now - at) * rate / 1000)
   end
 
-  -- Stores the bucket at now, in one command; it expires when it would be full
-  -- again (so an idle queue keeps no bucket).
-  local function bucket_store(k, tokens, rate, burst, now)
+  -- Stores the bucket at key at now, in one command; it expires when it
+  -- would be full again (so an idle queue or group keeps no bucket).
+  local function bucket_write(key, tokens, rate, burst, now)
     local refill_ms = math.ceil((burst - tokens) * 1000 / rate)
     if refill_ms <= 0 then
-      redis.call('DEL', k.bucket)
+      redis.call('DEL', key)
       return
     end
-    redis.call('SET', k.bucket, string.format('%.17g %d', tokens, now), 'PX', refill_ms)
+    redis.call('SET', key, string.format('%.17g %d', tokens, now), 'PX', refill_ms)
+  end
+
+  -- The tokens of the queue's rate limit at now, its rate and burst, or nil
+  -- when the queue has none. Read once per call.
+  local function bucket_level(k, p, now)
+    local rate, burst = tonumber(p['rate_limit.per_second']), tonumber(p['rate_limit.burst'])
+    if rate == nil or burst == nil then return nil end
+    return bucket_read(k.bucket, rate, burst, now), rate, burst
+  end
+
+  local function bucket_store(k, tokens, rate, burst, now)
+    bucket_write(k.bucket, tokens, rate, burst, now)
   end
 
   -- The backoff of the n-th failure in ms: min(base x 2^n, max) seconds, then
@@ -450,6 +466,60 @@ do
                  tonumber(p['rate_limit.burst']), now)
   end
 
+  -- Whether a claim may lease a message of group g now (docs/fairness.md
+  -- "Limits and strict order"): fifo_groups, then group_max_in_flight, then
+  -- group_rate_limit, on top of what admit allowed the whole claim. A group
+  -- held back leaves the rotation (groups.hold): until one of its leases ends
+  -- for the first two (counted held_group_cap for the cap), until its next
+  -- token for the rate (counted held_group_rate; groups.hold keeps when).
+  -- Reads the group's bucket for group_spent.
+  function flow.group_admit(k, g, now)
+    local p = read_policy(k)
+    local cap = tonumber(p.group_max_in_flight) or 0
+    local fifo = p.fifo_groups == 'true'
+    local rate = tonumber(p['group_rate_limit.per_second'])
+    k.group_tokens = nil
+    if cap <= 0 and not fifo and rate == nil then return true end
+    if cap > 0 or fifo then
+      local pending, processing = groups.counts(k, g)
+      -- Strict order: none of the group processing, none waiting for a retry
+      -- (every pending one is in its claimable set).
+      if fifo and (processing > 0 or pending > redis.call('ZCARD', k.group_ids .. g)) then
+        groups.hold(k, g)
+        return false
+      end
+      if cap > 0 and processing >= cap then
+        redis.call('HINCRBY', k.stats, 'held_group_cap', 1)
+        groups.hold(k, g)
+        return false
+      end
+    end
+    local burst = tonumber(p['group_rate_limit.burst'])
+    if rate and burst then
+      local tokens = bucket_read(k.group_bucket .. g, rate, burst, now)
+      if tokens < 1 then
+        local wait = math.max(1, math.ceil((1 - tokens) * 1000 / rate))
+        redis.call('HINCRBY', k.stats, 'held_group_rate', 1)
+        groups.hold(k, g, now + wait)
+        return false
+      end
+      k.group_tokens = tokens
+    end
+    return true
+  end
+
+  -- A claim leased one message of group g: it takes a token of the group's
+  -- bucket (the level group_admit read).
+  function flow.group_spent(k, g, now)
+    local tokens = k.group_tokens
+    if tokens == nil then return end
+    k.group_tokens = nil
+    local p = read_policy(k)
+    bucket_write(k.group_bucket .. g, math.max(0, tokens - 1),
+                 tonumber(p['group_rate_limit.per_second']), tonumber(p['group_rate_limit.burst']),
+                 now)
+  end
+
   -- policy_get: the queue's policy as stored.
   --   KEYS[1]  <prefix>:{q}                       queue key base
   -- Returns a flat array field, value of the fields set (see POLICY_FIELDS;
@@ -500,6 +570,9 @@ do
     end
     if (new['rate_limit.per_second'] == nil) ~= (new['rate_limit.burst'] == nil) then
       return { 'invalid', 'rate_limit', 'needs both per_second and burst' }
+    end
+    if (new['group_rate_limit.per_second'] == nil) ~= (new['group_rate_limit.burst'] == nil) then
+      return { 'invalid', 'group_rate_limit', 'needs both per_second and burst' }
     end
     local now = now_ms()
     local tokens, rate, burst = bucket_level(k, old, now)

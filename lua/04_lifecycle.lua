@@ -17,6 +17,7 @@ do
   local lease_token, status_of = record.lease_token, record.status_of
   local LANE_DUE, lane_score, priority_of = record.LANE_DUE, record.lane_score, record.priority_of
   local priorities_used, to_due = record.priorities_used, record.to_due
+  local priorities_mark = record.priorities_mark
 
   -- A failure keeps at most this many bytes of its error as last_error (whole
   -- UTF-8 characters; README "A message"): every byte of it is copied
@@ -121,7 +122,9 @@ do
   local function promote_due(k, now, limit)
     local lane = k.known.priorities   -- priorities_used, without its call once known
     if lane == nil then lane = priorities_used(k) end
-    if not lane then
+    local grouped = k.known.groups
+    if grouped == nil then grouped = groups.used(k) end
+    if not lane and not grouped then
       local due = redis.call('ZRANGE', k.scheduled, '-inf', int_arg(now), 'BYSCORE', 'LIMIT', '0',
                              int_arg(limit))
       local n = #due
@@ -133,12 +136,22 @@ do
     local rows = redis.call('ZRANGE', k.scheduled, '-inf', int_arg(now), 'BYSCORE', 'LIMIT', '0',
                             int_arg(limit), 'WITHSCORES')
     if #rows == 0 then return 0 end
+    -- On a queue that uses groups each record is read whole (the group is in
+    -- its trailer): a grouped id goes to its group's set (docs/fairness.md).
     local ids, plain, lane = {}, {}, {}
     for i = 1, #rows, 2 do
       local id = rows[i]
       ids[#ids + 1] = id
-      local p = priority_of(k.base, id)
-      if p > 0 then
+      local p, g = 0, nil
+      if grouped then
+        local m = load_message(message_key(k.base, id))
+        if m then p, g = m.priority, m.group end
+      else
+        p = priority_of(k.base, id)
+      end
+      if g then
+        groups.claimable(k, g, id, lane_score(p, LANE_DUE, tonumber(rows[i + 1])))
+      elseif p > 0 then
         lane[#lane + 1] = int_arg(lane_score(p, LANE_DUE, tonumber(rows[i + 1])))
         lane[#lane + 1] = id
       else
@@ -147,7 +160,11 @@ do
     end
     redis.call('ZREM', k.scheduled, unpack(ids))
     if #plain > 0 then push_due(k, plain) end
-    if #lane > 0 then redis.call('ZADD', k.priority, unpack(lane)) end
+    if #lane > 0 then
+      priorities_mark(k)
+      redis.call('ZADD', k.priority, unpack(lane))
+    end
+    if #plain + #lane > 0 then groups.ungrouped_claimable(k) end
     return #ids
   end
 
@@ -227,9 +244,16 @@ do
     flow.freed(k)
     redis.call('HINCRBY', k.stats, 'failed', '1')
     local dying, rule_ms = flow.recover(k, m, err, (not retryable) or retries >= m.max_retries)
-    if dying then return bury(k, mkey, id, m, now) end
+    local g = m.group
+    if dying then
+      if g then groups.left_processing(k, g, false) end
+      return bury(k, mkey, id, m, now)
+    end
     -- Never interrupted while processing; a failure after the expiry ends it.
-    if m.expires_at and m.expires_at <= now then return end_expired(k, mkey, id, m, now, err) end
+    if m.expires_at and m.expires_at <= now then
+      if g then groups.left_processing(k, g, false) end
+      return end_expired(k, mkey, id, m, now, err)
+    end
     local delay = rule_ms or retry_after_ms
     if delay < 0 then
       delay = flow.backoff_ms(k, id, retries)
@@ -245,6 +269,7 @@ do
     store_message(mkey, m)
     redis.call('ZADD', k.scheduled, int_arg(due), id)
     expiry_track(k, id, m)
+    if g then groups.left_processing(k, g, true) end
     redis.call('HINCRBY', k.stats, 'retried', '1')
     return 'pending', due
   end
@@ -263,10 +288,16 @@ do
       local id = ids[i]
       local mkey = message_key(base, id)
       local m = load_message(mkey)
+      local g = m and m.group
       local was = m and (redis.call('ZREM', k.scheduled, id) == 1
-        or (m.priority > 0 and redis.call('ZREM', k.priority, id) == 1)
-        or redis.call('LREM', k.due, -1, id) == 1 or redis.call('LREM', k.ready, -1, id) == 1)
-      if was then end_expired(k, mkey, id, m, now, 'expired') end
+        or (g and groups.unclaimable(k, g, id))
+        or (not g and m.priority > 0 and redis.call('ZREM', k.priority, id) == 1)
+        or (not g and (redis.call('LREM', k.due, -1, id) == 1
+                       or redis.call('LREM', k.ready, -1, id) == 1)))
+      if was then
+        if g then groups.removed(k, g) end
+        end_expired(k, mkey, id, m, now, 'expired')
+      end
     end
     return #ids
   end
@@ -320,7 +351,8 @@ do
     m.expires_at = nil
     m.rule_uses = nil
     store_message(mkey, m)
-    to_due(k, id, m.priority, now)   -- the lane for a priority above 0
+    to_due(k, id, m.priority, now, m.group)   -- the lane for a priority above 0; a group's set
+    if m.group then groups.added(k, m.group) end
     redis.call('HINCRBY', k.stats, 'replayed', 1)
     emit(k, 'replayed', id, err, 0, now)
   end

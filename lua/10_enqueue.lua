@@ -8,6 +8,7 @@ do
   local message_reply, store_message = record.message_reply, record.store_message
   local LANE_FRESH, lane_add, priorities_mark = record.LANE_FRESH, record.lane_add,
                                                 record.priorities_mark
+  local lane_score = record.lane_score
   local series_start = timeseries.series_start
   local expiry_track = lifecycle.expiry_track
 
@@ -29,6 +30,8 @@ do
   --   ARGV[8]  priority (optional, with ARGV[7])  integer 0..9 ("": 0); 1-9 goes into
   --                                               the priority lane (docs/lifecycle.md
   --                                               "Priority"), claimed highest first
+  --   ARGV[9]  group (optional, with ARGV[8])     1-128 bytes ("": none): the message's
+  --                                               fairness group (docs/fairness.md)
   -- Returns {"ok", id, now_ms}: the caller has every other field already, so
   -- the message is not read back (a third of enqueue's cost); with ARGV[5],
   -- {"ok", id, now_ms, timer}: the timer hint of a delayed message
@@ -65,6 +68,9 @@ do
       priority = to_int(priority)
       if priority == nil or priority < 0 or priority > 9 then return bad_arg('priority') end
     end
+    local group = args[9]
+    if group == '' then group = nil end
+    if group and #group > 128 then return bad_arg('group') end
     max_retries = flow.max_retries(k, max_retries, args[6] == 'default')
 
     local now = now_ms()
@@ -87,6 +93,10 @@ do
     local m = { payload = payload, retry_count = 0, max_retries = max_retries, created_at = now,
                 updated_at = now, lease_at = now, serial = 0 }
     if priority > 0 then m.priority = priority end
+    if group then
+      m.group = group
+      groups.added(k, group)
+    end
     if idem_key then m.idempotency_key = idem end
     if ttl_ms == nil then ttl_ms = flow.message_ttl_ms(k) end   -- none given: the policy's
     if ttl_ms then m.expires_at = now + ttl_ms end
@@ -104,10 +114,15 @@ do
       end
     else
       store_message(mkey, m)
-      if priority > 0 then
-        lane_add(k, id_arg, priority, LANE_FRESH, id)
+      if group then
+        groups.claimable(k, group, id_arg, lane_score(priority, LANE_FRESH, id))
       else
-        redis.call('LPUSH', k.ready, id_arg)
+        if priority > 0 then
+          lane_add(k, id_arg, priority, LANE_FRESH, id)
+        else
+          redis.call('LPUSH', k.ready, id_arg)
+        end
+        groups.ungrouped_claimable(k)
       end
       notify(k)
     end

@@ -12,6 +12,10 @@ do
   local priorities_used, to_claim_end = record.priorities_used, record.to_claim_end
   local promote_due = lifecycle.promote_due
   local end_expired, expiry_track = lifecycle.end_expired, lifecycle.expiry_track
+  local UNGROUPED = groups.UNGROUPED
+  -- A claim visits at most this many groups (docs/fairness.md): its work
+  -- stays bounded however many groups are held back.
+  local GROUP_VISITS = 200
 
   -- Leases up to `count` claimable messages at `now` and appends each to out
   -- (a flat message with its lease): the lease-and-order logic of claim,
@@ -21,7 +25,9 @@ do
   -- the priority lane (highest priority first, docs/lifecycle.md "Priority"),
   -- then the due list (retries and replays, oldest first), then ready (fresh,
   -- FIFO); then, if those did not fill the count, retryd_v2's due and ready
-  -- lists. Ids
+  -- lists. On a queue that uses groups, the groups take turns instead
+  -- (docs/fairness.md): each turn leases one message of the group served
+  -- least recently, in that order inside the group. Ids
   -- whose message was deleted while they waited are dropped, and popping goes on
   -- (at most 100 such ids per call). Stops before the message that would take
   -- the messages past REPLY_BYTES (always at least one): the ones not taken stay
@@ -52,89 +58,164 @@ do
     -- A claim of one takes one message, which always fits the budget.
     local reply, full = count > 1 and budget.new() or nil, false
     local expiring   -- id -> message, of the leased ones with an expiry (made on first use)
-    -- The new generation's due then ready list, then, only when they did not
-    -- fill the count, retryd_v2's: each id taken from those is lifted
-    -- (set_lease rewrites its HASH as a record, and it joins the new
-    -- processing index). LMPOP pops from the first non-empty list of the two:
-    -- one call where an RPOP of each list was two.
-    -- retryd_v2's lists only while its data was met here lately (v2_active,
-    -- 00_common.lua): otherwise a claim costs nothing for them, and the tick's
-    -- probe finds whatever a v2 instance enqueued since.
-    -- Generation 0 is the priority lane (ZPOPMIN), only on a queue that used
-    -- priorities: otherwise the loop starts at 1 and runs the commands it
-    -- always ran.
-    local due, ready = k.due, k.ready
-    local lane = k.known.priorities   -- priorities_used, without its call once known
-    if lane == nil then lane = priorities_used(k) end
-    for gen = lane and 0 or 1, 2 do
-      if gen == 2 then
-        if full or got >= count or skipped > 100 or not v2_active(k, now) then break end
-        local o = old_keys(k)
-        due, ready = o.due, o.ready
-      end
-      while not full and got < count and skipped <= 100 do
-        local from, ids, scores
-        if gen == 0 then
-          local rows = redis.call('ZPOPMIN', k.priority, int_arg(count - got))
-          if #rows == 0 then break end
-          ids, scores = {}, {}
-          for i = 1, #rows, 2 do
-            ids[#ids + 1], scores[#scores + 1] = rows[i], rows[i + 1]
-          end
+
+    -- Leases id (m: its message, nil when the record is gone). Returns
+    -- "leased", "gone" (no record, or ended by its expiry; counted in
+    -- skipped) or "full" (it does not fit the reply: the caller puts it back
+    -- where it was, still pending; full is set).
+    local function lease(id, mkey, m)
+      if m and m.expires_at then
+        -- Leased, it leaves the expiring index; past its expiry, it is
+        -- ended as the tick would have and not delivered.
+        redis.call('ZREM', k.expiring, id)
+        if m.expires_at <= now then
+          if m.group then groups.removed(k, m.group) end
+          end_expired(k, mkey, id, m, now, 'expired')
+          m = nil
         else
-          local popped = redis.call('LMPOP', '2', due, ready, 'RIGHT', 'COUNT',
-                                    int_arg(count - got))
-          if not popped then break end
-          from, ids = popped[1], popped[2]
+          expiring = expiring or {}
+          expiring[id] = m
         end
-        if gen == 2 then v2_seen(k, now) end
-        for i = 1, #ids do
-          local id = ids[i]
-          local mkey = message_key(base, id)
-          local m
-          if gen == 2 then m = load_legacy(mkey) else m = load_message(mkey) end
-          if m and m.expires_at then
-            -- Leased, it leaves the expiring index; past its expiry, it is
-            -- ended as the tick would have and not delivered.
-            redis.call('ZREM', k.expiring, id)
-            if m.expires_at <= now then
-              end_expired(k, mkey, id, m, now, 'expired')
-              m = nil
-            else
-              expiring = expiring or {}
-              expiring[id] = m
+      end
+      if not m then
+        skipped = skipped + 1
+        return 'gone'
+      end
+      if reply and not budget.take(reply, m) then
+        if m.expires_at then expiry_track(k, id, m) end   -- still pending
+        full = true
+        return 'full'
+      end
+      if not serial then
+        serial = redis.call('HINCRBY', k.stats, 'claimed', int_arg(count)) - count
+      end
+      serial = serial + 1
+      set_lease(mkey, m, now, serial, worker)
+      redis.call('ZADD', k.processing, deadline_arg, id)
+      out[#out + 1] = leased_reply(id, m, deadline)
+      got = got + 1
+      return 'leased'
+    end
+
+    -- Leases up to `want` ungrouped messages: the priority lane (generation
+    -- 0, only on a queue that used priorities), then the new generation's due
+    -- then ready list, then, only when they did not fill the count,
+    -- retryd_v2's: each id taken from those is lifted (set_lease rewrites its
+    -- HASH as a record, and it joins the new processing index). LMPOP pops
+    -- from the first non-empty list of the two: one call where an RPOP of
+    -- each list was two. retryd_v2's lists only while its data was met here
+    -- lately (v2_active, 00_common.lua): otherwise a claim costs nothing for
+    -- them, and the tick's probe finds whatever a v2 instance enqueued since.
+    -- Returns how many it leased.
+    local function take_ungrouped(want)
+      local before = got
+      local stop = before + want
+      local due, ready = k.due, k.ready
+      local lane = k.known.priorities   -- priorities_used, without its call once known
+      if lane == nil then lane = priorities_used(k) end
+      for gen = lane and 0 or 1, 2 do
+        if gen == 2 then
+          if full or got >= stop or skipped > 100 or not v2_active(k, now) then break end
+          local o = old_keys(k)
+          due, ready = o.due, o.ready
+        end
+        while not full and got < stop and skipped <= 100 do
+          local from, ids, scores
+          if gen == 0 then
+            local rows = redis.call('ZPOPMIN', k.priority, int_arg(stop - got))
+            if #rows == 0 then break end
+            ids, scores = {}, {}
+            for i = 1, #rows, 2 do
+              ids[#ids + 1], scores[#scores + 1] = rows[i], rows[i + 1]
             end
-          end
-          if m and reply and not budget.take(reply, m) then
-            -- This one and the rest go back where they were, in their order:
-            -- the lane's with their scores, the lists' at the claim end.
-            local back = {}
-            if gen == 0 then
-              for j = i, #ids do back[#back + 1], back[#back + 2] = scores[j], ids[j] end
-              redis.call('ZADD', k.priority, unpack(back))
-            else
-              for j = #ids, i, -1 do back[#back + 1] = ids[j] end
-              redis.call('RPUSH', from, unpack(back))
-            end
-            if m.expires_at then expiry_track(k, id, m) end   -- still pending
-            full = true
-            break
-          end
-          if m then
-            if not serial then
-              serial = redis.call('HINCRBY', k.stats, 'claimed', int_arg(count)) - count
-            end
-            serial = serial + 1
-            set_lease(mkey, m, now, serial, worker)
-            redis.call('ZADD', k.processing, deadline_arg, id)
-            out[#out + 1] = leased_reply(id, m, deadline)
-            got = got + 1
           else
-            skipped = skipped + 1
+            local popped = redis.call('LMPOP', '2', due, ready, 'RIGHT', 'COUNT',
+                                      int_arg(stop - got))
+            if not popped then break end
+            from, ids = popped[1], popped[2]
+          end
+          if gen == 2 then v2_seen(k, now) end
+          for i = 1, #ids do
+            local id = ids[i]
+            local mkey = message_key(base, id)
+            local m
+            if gen == 2 then m = load_legacy(mkey) else m = load_message(mkey) end
+            if lease(id, mkey, m) == 'full' then
+              -- This one and the rest go back where they were, in their order:
+              -- the lane's with their scores, the lists' at the claim end.
+              local back = {}
+              if gen == 0 then
+                for j = i, #ids do back[#back + 1], back[#back + 2] = scores[j], ids[j] end
+                redis.call('ZADD', k.priority, unpack(back))
+              else
+                for j = #ids, i, -1 do back[#back + 1] = ids[j] end
+                redis.call('RPUSH', from, unpack(back))
+              end
+              break
+            end
           end
         end
+      end
+      return got - before
+    end
+
+    -- Leases one message of group g (docs/fairness.md), when the group's
+    -- limits let it (flow.group_admit; a group held back leaves the
+    -- rotation). Returns true when it leased one.
+    local function take_grouped(g)
+      if not flow.group_admit(k, g, now) then return false end
+      while skipped <= 100 do
+        local id, score = groups.pop(k, g)
+        if not id then return false end
+        local mkey = message_key(base, id)
+        local r = lease(id, mkey, load_message(mkey))
+        if r == 'full' then
+          groups.unpop(k, g, id, score)
+          return false
+        end
+        if r == 'leased' then
+          groups.leased(k, g)
+          flow.group_spent(k, g, now)
+          return true
+        end
+      end
+      return false
+    end
+
+    local grouped = k.known.groups
+    if grouped == nil then grouped = groups.used(k) end
+    if not grouped then
+      take_ungrouped(count)
+    else
+      -- Round-robin over the rotation, least recently served first: one
+      -- message per group, then round again while the batch has room. Each
+      -- visit either leases (the group goes to the back) or takes the group
+      -- out of the rotation, so the rounds end; at most GROUP_VISITS visits.
+      groups.unhold(k, now)
+      local visits = 0
+      while not full and got < count and skipped <= 100 and visits < GROUP_VISITS do
+        local names = groups.next_names(k, count - got)
+        if #names == 0 then break end
+        for i = 1, #names do
+          if full or got >= count or visits >= GROUP_VISITS then break end
+          visits = visits + 1
+          local g = names[i]
+          if g == UNGROUPED then
+            if take_ungrouped(1) > 0 then groups.served(k, g, serial)
+            elseif not full then groups.hold(k, g) end   -- nothing ungrouped left
+          elseif take_grouped(g) then
+            groups.served(k, g, serial)
+          end
+        end
+      end
+      -- Ungrouped ids the rotation does not name (enqueued by an instance of
+      -- an older release) are still claimed, after the groups.
+      if not full and got < count and skipped <= 100 and visits < GROUP_VISITS
+         and take_ungrouped(count - got) > 0 then
+        groups.join(k, UNGROUPED)
       end
     end
+
     if serial and got < count then redis.call('HINCRBY', k.stats, 'claimed', int_arg(got - count)) end
     if nonce and got > 0 then
       local first, rec = #out - got, ''
@@ -142,12 +223,16 @@ do
       -- 15 s (LOST_CLAIM_KEEP_MS in lost_claims.c is the daemon's side of it).
       if not redis.call('SET', k.claims .. nonce, rec, 'NX', 'PX', '15000') then
         -- Given up by release_lost before this call ran: hand all back, in
-        -- order, at the claim end (as release does; the lane for a priority).
+        -- order, at the claim end (as release does; the lane for a priority,
+        -- a group's set for a grouped one).
         for i = #out, first + 1, -1 do
-          redis.call('ZREM', k.processing, out[i][1])
-          to_claim_end(k, base, out[i][1], nil)
-          local m = expiring and expiring[out[i][1]]
-          if m then expiry_track(k, out[i][1], m) end
+          local id = out[i][1]
+          redis.call('ZREM', k.processing, id)
+          local m = expiring and expiring[id]
+          local g = grouped and record.group_of(base, id) or nil
+          to_claim_end(k, base, id, nil, g)
+          if g then groups.left_processing(k, g, true) end
+          if m then expiry_track(k, id, m) end
           out[i] = nil
         end
         redis.call('HINCRBY', k.stats, 'released', got)
@@ -156,10 +241,17 @@ do
       end
     end
     flow.spent(k, now, got)
+    -- Nothing leased while groups wait for their rate limit's tokens: the
+    -- caller retries when the first returns (a long-poll, on any instance).
+    if got == 0 and grouped and (k.flow_retry_ms or 0) == 0 then
+      local first = redis.call('ZRANGE', k.held, '0', '0', 'WITHSCORES')
+      if first[2] then k.flow_retry_ms = math.max(1, tonumber(first[2]) - now) end
+    end
     -- Retries this call made due and left behind are claimable now: tell the
     -- waiters, as a tick that promoted them would have.
     if promoted > 0 and got == count and (redis.call('LLEN', k.due) > 0 or
-       (priorities_used(k) and redis.call('ZCARD', k.priority) > 0)) then
+       (priorities_used(k) and redis.call('ZCARD', k.priority) > 0) or
+       (grouped and groups.ready_count(k) > 0)) then
       notify(k)
     end
     return got

@@ -40,7 +40,8 @@ do
       if m and lease_token(m) == token then
         redis.call('ZREM', k.processing, id)
         set_updated(mkey, m, now)
-        to_claim_end(k, base, id, m.priority)
+        to_claim_end(k, base, id, m.priority, m.group)
+        if m.group then groups.left_processing(k, m.group, true) end
         expiry_track(k, id, m)
         released = released + 1
       end

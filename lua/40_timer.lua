@@ -291,6 +291,7 @@ do
       ready = ready + redis.call('LLEN', g.due) + redis.call('LLEN', g.ready)
     end
     if lane then ready = ready + redis.call('ZCARD', k.priority) end
+    if groups.used(k) then ready = ready + groups.ready_count(k) end   -- docs/fairness.md
     -- Letters in redriving (deaths moving to the dead_letter_queue, or a
     -- redrive cut short): the round's instance moves them (docs/lifecycle.md
     -- "Dead-letter queue"), and the queue comes due again until none is left.
@@ -323,7 +324,8 @@ do
     if wait < 0 and ready == 0 and
        redis.call('EXISTS', k.due, k.ready, k.scheduled, k.processing, k.dead, k.succeeded,
                   k.pushed, k.seq, k.stats, k.errors, k.events, k.policy, o.due, o.ready,
-                  o.scheduled, o.processing, o.dead, o.succeeded, k.priority, k.expiring) == 0 then
+                  o.scheduled, o.processing, o.dead, o.succeeded, k.priority, k.expiring,
+                  k.gcount) == 0 then
       empty = 1
     end
     return { promoted, reclaimed, expired, wait, ready, empty, alerts, moving }

@@ -193,6 +193,9 @@ do
   SECTIONS.processing = zset_section('processing')
   SECTIONS.succeeded = zset_section('succeeded')
   SECTIONS.dead = zset_section('dead')
+  -- The claimable ids of every group (docs/fairness.md), by id; walked after
+  -- scheduled, so an id promoted into a group's set is not skipped.
+  SECTIONS.grouped = zset_section('grouped')
 
   -- The lane's two sections cost no command on a queue that never used
   -- priorities (record.priorities_used).
@@ -294,10 +297,10 @@ do
   -- "<section>:<mark>:<its cursor>".
   local LISTINGS = {
     [''] = { 'v2due', 'v2ready', 'v2scheduled', 'v2later', 'v2processing', 'v2succeeded',
-             'v2dead', 'lane', 'due', 'ready', 'scheduled', 'later', 'lanelater', 'processing',
-             'succeeded', 'dead' },
+             'v2dead', 'lane', 'due', 'ready', 'scheduled', 'later', 'lanelater', 'grouped',
+             'processing', 'succeeded', 'dead' },
     pending = { 'v2due', 'v2ready', 'v2scheduled', 'v2later', 'lane', 'due', 'ready',
-                'scheduled', 'later', 'lanelater' },
+                'scheduled', 'later', 'lanelater', 'grouped' },
     processing = { 'v2processing', 'processing' },
     succeeded = { 'v2succeeded', 'succeeded' },
     dead = { 'v2dead', 'dead' },

@@ -19,9 +19,17 @@ do
   -- Takes a pending id out of the index that holds it: scheduled, the
   -- priority lane (a queue that used priorities: an id of priority 1-9 may
   -- also sit in a list, promoted while this state held otherwise), the due
-  -- list, ready (LREM: O(length of the list)). g: its generation's keys.
-  local function leave_pending(k, g, id)
+  -- list, ready (LREM: O(length of the list)); a grouped one, its group's
+  -- set (docs/fairness.md), and it leaves the group's pending count. g: its
+  -- generation's keys; m: the message.
+  local function leave_pending(k, g, id, m)
     if g == k then redis.call('ZREM', k.expiring, id) end
+    local group = m and m.group
+    if group then
+      groups.removed(k, group)
+      if redis.call('ZREM', g.scheduled, id) == 0 then groups.unclaimable(k, group, id) end
+      return
+    end
     if redis.call('ZREM', g.scheduled, id) == 1 then return end
     if g == k and priorities_used(k) and redis.call('ZREM', k.priority, id) == 1 then return end
     if redis.call('LREM', g.due, 1, id) == 0 then redis.call('LREM', g.ready, 1, id) end
@@ -53,9 +61,10 @@ do
     if m.legacy then v2_seen(k) end
     local status = status_of(g, id)
     if status == 'pending' then
-      leave_pending(k, g, id)
+      leave_pending(k, g, id, m)
     elseif status == 'processing' then
       redis.call('ZREM', g.processing, id)
+      if m.group then groups.left_processing(k, m.group, false) end
       flow.freed(k)
     else
       return { 'invalid_state', status }
@@ -87,7 +96,7 @@ do
     local status = status_of(g, id)
     if status == 'processing' or status == 'redriving' then return { 'invalid_state', status } end
     if status == 'pending' then
-      leave_pending(k, g, id)
+      leave_pending(k, g, id, kind == 'string' and load_message(mkey) or nil)
     elseif status == 'dead' then
       leave_dead(g, mkey, id)
     else
@@ -281,8 +290,11 @@ do
       c.dead = c.dead + redis.call('ZCARD', g.dead)
       c.recent = c.recent + redis.call('ZCOUNT', g.dead, now - 86400000, '+inf')
     end
-    -- The priority lane's ids are ready too (docs/lifecycle.md "Priority").
+    -- The priority lane's ids are ready too (docs/lifecycle.md "Priority"),
+    -- and so are those in groups' sets (docs/fairness.md).
     if priorities_used(k) then c.ready = c.ready + redis.call('ZCARD', k.priority) end
+    local grouped = groups.used(k)
+    if grouped then c.ready = c.ready + groups.ready_count(k) end
     local errors = {}
     if top > 0 then errors = redis.call('ZRANGE', k.errors, '+inf', 1, 'BYSCORE', 'REV', 'LIMIT', 0, top, 'WITHSCORES') end
     return {
@@ -297,6 +309,7 @@ do
       'top_errors', errors,
       'paused', redis.call('HGET', k.policy, 'paused') == '1' and 1 or 0,
       'redriving', redis.call('ZCARD', k.redriving),
+      'groups', grouped and redis.call('ZCARD', k.group_names) or 0,
     }
   end
 

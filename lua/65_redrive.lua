@@ -54,7 +54,8 @@ do
   -- for ids the count of ids used (call again with the rest), for all/error
   -- the cursor (replay_many's). A letter is {id, target, max_retries,
   -- payload, priority, history}: max_retries 0 for a death's move (the target
-  -- gives its own budget); history "" or the packed history (history_blob).
+  -- gives its own budget); history "" or the packed history and group
+  -- (history_blob).
   local function redrive_take(keys, args)
     local base = keys[1]
     local k = queue_keys(base)
@@ -64,8 +65,11 @@ do
     local out = { 0, '' }
     local bytes = 0
     local function answer(id, to, m, own_budget)
-      local blob = m.history and cmsgpack.pack({ c = m.created_at, h = m.history,
-                                                 d = m.history_dropped }) or ''
+      -- The group rides in the same packed table (docs/fairness.md): the
+      -- moved message keeps it.
+      local blob = (m.history or m.group) and cmsgpack.pack({ c = m.created_at, h = m.history,
+                                                              d = m.history_dropped,
+                                                              g = m.group }) or ''
       out[#out + 1] = { tonumber(id), to, own_budget and 0 or m.max_retries, m.payload,
                         m.priority or 0, blob }
       bytes = bytes + #m.payload + #blob
@@ -188,6 +192,9 @@ do
                     origin_queue = source, origin_id = src_id }
         if blob ~= '' then
           local ok, h = pcall(cmsgpack.unpack, blob)
+          if ok and type(h) == 'table' and type(h.g) == 'string' and #h.g >= 1 and #h.g <= 128 then
+            m.group = h.g
+          end
           if ok and type(h) == 'table' and type(h.h) == 'table' then
             local shift = (tonumber(h.c) or now) - now
             for j = 1, #h.h do
@@ -201,7 +208,8 @@ do
         local ttl = flow.message_ttl_ms(k)   -- the target's expiry, as its enqueue's
         if ttl then m.expires_at = now + ttl end
         store_message(message_key(base, id), m)
-        to_ready(k, int_arg(id), priority)   -- the lane for a priority above 0
+        if m.group then groups.added(k, m.group) end
+        to_ready(k, int_arg(id), priority, m.group)   -- the lane for a priority above 0
         expiry_track(k, int_arg(id), m)
         redis.call('SET', key, id)
         created = created + 1

@@ -568,52 +568,55 @@ static void test_settle_claim_snoozed(void **state)
     freeReplyObject(r);
 }
 
-/* A snooze mark is shaped so that the previous release's library reads it
- * (as a failure entry with no error) instead of failing: during a rolling
- * upgrade a retryd_v4 instance gets, claims and exports a snoozed message
- * (docs/operators.md "From retryd_v4 to retryd_v5"). */
-static void test_snooze_mark_read_by_retryd_v4(void **state)
+/* A grouped message's record is read by the previous release's library
+ * (its group is one more key of the trailer, which retryd_v5 skips): during
+ * a rolling upgrade a retryd_v5 instance gets it, and its claim, which
+ * serves the lists only, leaves it for this release
+ * (docs/operators.md "From retryd_v5 to retryd_v6"). */
+static void test_group_record_read_by_retryd_v5(void **state)
 {
+    (void)state;
     size_t len = 0;
-    char *code = read_file("tests/fixtures/retryd_v4.lua", &len);
-    if (code == NULL) fail_msg("cannot read tests/fixtures/retryd_v4.lua (run from the source tree)");
-    load_library(code, len, true, "retryd_v4");
+    char *code = read_file("tests/fixtures/retryd_v5.lua", &len);
+    if (code == NULL) fail_msg("cannot read tests/fixtures/retryd_v5.lua (run from the source tree)");
+    load_library(code, len, true, "retryd_v5");
     free(code);
 
     queue_t q;
-    queue_init(&q, "snoozev4");
-    long long id = enqueue_ok(&q, "job", 3, 0);
-    msg_t m, g;
-    claim_one(&q, 30000, &m);
-    expect_ok_msg(fcall("snooze", &q, id, "", "0", END), &g);
+    queue_init(&q, "groupv5");
+    msg_t g;
+    redisReply *e = fcall("enqueue", &q, -1, "job", "3", "0", "", "1", "default", "", "",
+                          "tenant-7", END);
+    if (!has_code(e, "ok") || e->elements < 2) fail_msg("enqueue with a group: %s", reply_desc(e));
+    long long id = e->element[1]->integer;
+    freeReplyObject(e);
 
-    redisReply *r = fcall_lib("retryd_v4_", "get", &q, id, 0, NULL, NULL);
+    redisReply *r = fcall_lib("retryd_v5_", "get", &q, id, 0, NULL, NULL);
     bool got = has_code(r, "ok") && r->elements == 2;
     if (got) msg_parse(r->element[1], &g);
     const char *desc = reply_desc(r);
-    if (!got) fail_msg("retryd_v4_get of a snoozed message: %s", desc);
+    if (!got) fail_msg("retryd_v5_get of a grouped message: %s", desc);
     freeReplyObject(r);
-    assert_string_equal(msg_str(&g, "history"), "1/0//;");
+    assert_string_equal(msg_str(&g, "payload"), "job");
+    /* The old library claims from the lists only: it leaves the group's
+     * message where it is, and answers without an error. */
     const char *claim_args[] = { "30000", "1" };
-    r = fcall_lib("retryd_v4_", "claim", &q, -1, 2, claim_args, NULL);
-    got = has_code(r, "ok") && r->elements == 2;
-    if (got) msg_parse(r->element[1], &g);
+    r = fcall_lib("retryd_v5_", "claim", &q, -1, 2, claim_args, NULL);
+    got = has_code(r, "ok");
     desc = reply_desc(r);
-    if (!got) fail_msg("retryd_v4_claim of a snoozed message: %s", desc);
+    if (!got) fail_msg("retryd_v5_claim beside a grouped message: %s", desc);
     freeReplyObject(r);
-    assert_int_equal(g.id, id);
-    assert_int_equal(zscore(qkey(&q, "3:processing"), id), msg_int(&g, "lease_expires_at"));
-    const char *export_args[] = { "jsonl", "", "10", "" };
-    r = fcall_lib("retryd_v4_", "export", &q, -1, 4, export_args, NULL);
+    /* This release exports it (its listings walk the groups' ids) and
+     * claims it, with its group. */
+    r = fcall("export", &q, -1, "jsonl", "", "10", "", END);
     got = r->type == REDIS_REPLY_ARRAY && r->elements == 2;
     desc = reply_desc(r);
     freeReplyObject(r);
-    if (!got) fail_msg("retryd_v4_export of a snoozed message: %s", desc);
-
-    /* And this release still reads its own mark after the old one's claim. */
-    expect_ok_msg(fcall("get", &q, id, END), &g);
-    assert_string_equal(msg_str(&g, "history"), "S0;");
-    freeReplyObject(rcmd("FUNCTION", "DELETE", "retryd_v4", END));
+    if (!got) fail_msg("export of a grouped message: %s", desc);
+    claim_one(&q, 30000, &g);
+    assert_int_equal(g.id, id);
+    assert_string_equal(msg_str(&g, "group"), "tenant-7");
+    freeReplyObject(rcmd("FUNCTION", "DELETE", "retryd_v5", END));
 }
 
 /* A second connection subscribed to one channel. */
@@ -815,7 +818,7 @@ int main(void)
         cmocka_unit_test(test_snooze_not_claimable_before_until),
         cmocka_unit_test(test_snooze_history_bound),
         cmocka_unit_test(test_settle_claim_snoozed),
-        cmocka_unit_test(test_snooze_mark_read_by_retryd_v4),
+        cmocka_unit_test(test_group_record_read_by_retryd_v5),
         cmocka_unit_test(test_wake_channel),
         cmocka_unit_test(test_claim_that_promotes_more_than_it_takes_wakes),
         cmocka_unit_test(test_release_lost),

@@ -1443,7 +1443,7 @@ static void test_v2_instance_enqueuing_beside_v3(void **state)
     }
 }
 
-/* The previous release's library (tests/fixtures/retryd_v4.lua, main as it
+/* The previous release's library (tests/fixtures/retryd_v5.lua, main as it
  * landed on 2026-12-02) loaded by one of its instances on the same Redis:
  * every instance loads its own library on connect with FUNCTION LOAD
  * REPLACE. This release's claim, settle-and-claim and timer take arguments
@@ -1455,15 +1455,15 @@ static void test_v2_instance_enqueuing_beside_v3(void **state)
 static void test_previous_release_library_beside(void **state)
 {
     (void)state;
-    load_fixture_library("retryd_v4");
+    load_fixture_library("retryd_v5");
     redisReply *r;
 
     char q[32], base[128];
     e2e_queue_name(q, sizeof q, "prevrel");
     snprintf(base, sizeof base, "%s:{%s}", g_prefix, q);
-    r = redisCommand(g_redis, "FCALL retryd_v4_enqueue 1 %s %s 3 0", base, "from the old one");
+    r = redisCommand(g_redis, "FCALL retryd_v5_enqueue 1 %s %s 3 0", base, "from the old one");
     assert_non_null(r);
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 2) fail_msg("retryd_v4_enqueue failed");
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 2) fail_msg("retryd_v5_enqueue failed");
     long long old_id = r->element[1]->integer;
     freeReplyObject(r);
 
@@ -1503,17 +1503,17 @@ static void test_previous_release_library_beside(void **state)
             "{\"payload\":\"urgent\",\"priority\":5,\"ttl_seconds\":600}");
     long long prio_id = e2e_jint(e2e_expect_json(&resp, 201), "id");
     e2e_response_free(&resp);
-    r = redisCommand(g_redis, "FCALL retryd_v4_get 2 %s %s:m:%lld %lld", base, base, prio_id, prio_id);
+    r = redisCommand(g_redis, "FCALL retryd_v5_get 2 %s %s:m:%lld %lld", base, base, prio_id, prio_id);
     bool read_old = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
                     r->element[1]->type == REDIS_REPLY_ARRAY && r->element[1]->elements >= 4 &&
                     strcmp(r->element[1]->element[3]->str, "urgent") == 0;
     if (r) freeReplyObject(r);
 
-    r = redisCommand(g_redis, "FUNCTION DELETE retryd_v4");
+    r = redisCommand(g_redis, "FUNCTION DELETE retryd_v5");
     if (r) freeReplyObject(r);
     if (strcmp(last, "pending") != 0)
         fail_msg("the lease did not end in 8 s beside the old library (status %s)", last);
-    if (!read_old) fail_msg("retryd_v4_get did not read a record with a priority and an expiry");
+    if (!read_old) fail_msg("retryd_v5_get did not read a record with a priority and an expiry");
 }
 
 /* ------------------------------------------------------------------------ */
