@@ -27,6 +27,8 @@
 # without it the queue never used priorities.
 set -euo pipefail
 LUA_LIB=$1 FN=$2 N=${3:-10000} COUNT=${4:-1}
+# The library's name (its first line): its functions are called <name>_<function>.
+LIB=$(sed -n '1s/^#!lua name=//p' "$LUA_LIB")
 source "$(dirname "$0")/../scripts/lib.sh"
 STEPS="$(dirname "$0")/claim_steps.lua"
 COSTS="$(dirname "$0")/lua_costs.lua"
@@ -47,32 +49,32 @@ PRIORITY=${PRIORITY:-}
 fill=()   # the enqueue's ARGV[5..8] for a priority (none: the shortest form)
 [ -z "$PRIORITY" ] || fill=('' 1 default '' "$PRIORITY")
 if [ "$PRIORITY" = 0 ]; then
-    redis-cli -p "$P" FCALL retryd_v6_enqueue 1 'retryd:{b}' marker 3 0 '' 1 default '' 1 >/dev/null
-    redis-cli -p "$P" FCALL retryd_v6_claim 1 'retryd:{b}' 30000 1 1 >/dev/null
+    redis-cli -p "$P" FCALL ${LIB}_enqueue 1 'retryd:{b}' marker 3 0 '' 1 default '' 1 >/dev/null
+    redis-cli -p "$P" FCALL ${LIB}_claim 1 'retryd:{b}' 30000 1 1 >/dev/null
 fi
 redis-benchmark -p "$P" -n $(((N + N / 5) * COUNT)) -P 16 -c 4 -q \
-    FCALL retryd_v6_enqueue 1 'retryd:{b}' "$payload" 3 0 "${fill[@]}" >/dev/null
+    FCALL ${LIB}_enqueue 1 'retryd:{b}' "$payload" 3 0 "${fill[@]}" >/dev/null
 [ "$FN" != settle_claim ] ||
-    redis-cli -p "$P" FCALL retryd_v6_claim 1 'retryd:{b}' 30000 "$COUNT" 1 >/dev/null
+    redis-cli -p "$P" FCALL ${LIB}_claim 1 'retryd:{b}' 30000 "$COUNT" 1 >/dev/null
 callgrind_control -z "$vg" >/dev/null 2>&1
 if [ "$FN" = claim ]; then
     if [ "${NONCE:-0}" = 1 ]; then  # as the daemon calls it: no worker, a nonce per call
         redis-benchmark -p "$P" -n "$N" -P 16 -c 4 -q -r 1000000000 \
-            FCALL retryd_v6_claim 1 'retryd:{b}' 30000 "$COUNT" 1 default '' "n.__rand_int__" >/dev/null
+            FCALL ${LIB}_claim 1 'retryd:{b}' 30000 "$COUNT" 1 default '' "n.__rand_int__" >/dev/null
     else
-        redis-benchmark -p "$P" -n "$N" -P 16 -c 4 -q FCALL retryd_v6_claim 1 'retryd:{b}' 30000 "$COUNT" 1 >/dev/null
+        redis-benchmark -p "$P" -n "$N" -P 16 -c 4 -q FCALL ${LIB}_claim 1 'retryd:{b}' 30000 "$COUNT" 1 >/dev/null
     fi
 elif [ "$FN" = enqueue ]; then
     # As the daemon calls it: hints, max_retries defaulted, ttl_ms and priority ("" none).
     redis-benchmark -p "$P" -n "$N" -P 16 -c 4 -q \
-        FCALL retryd_v6_enqueue 1 'retryd:{b}' "$payload" 3 0 '' 1 default '' "${PRIORITY:-}" >/dev/null
+        FCALL ${LIB}_enqueue 1 'retryd:{b}' "$payload" 3 0 '' 1 default '' "${PRIORITY:-}" >/dev/null
 elif [ "$FN" = settle_claim ]; then
     # Message 1 is claimed before the counters are zeroed (below, uncounted).
     # In the protocol's own framing (as a client library sends it).
     seq "$N" | awk -v c="$COUNT" '{
         s = ""
         for (j = 0; j < c; j++) s = s " " (($1 - 1) * c + j + 1) " - succeeded - 1 -1"
-        n = split("FCALL retryd_v6_settle_claim 1 retryd:{b} 30000 " c " " c s " 2592000000 3600000 default", a, " ")
+        n = split("FCALL ${LIB}_settle_claim 1 retryd:{b} 30000 " c " " c s " 2592000000 3600000 default", a, " ")
         printf "*%d\r\n", n
         for (i = 1; i <= n; i++) { v = (a[i] == "-") ? "" : a[i]; printf "$%d\r\n%s\r\n", length(v), v }
     }' | redis-cli -p "$P" --pipe >/dev/null

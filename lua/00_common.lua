@@ -112,12 +112,13 @@ do
       -- Fairness groups (docs/fairness.md), only on a queue that uses them:
       group_ids  = g .. 'gq:',             -- + group: ZSET of the group's claimable ids
                                            -- (scored as the priority lane)
-      rotation   = g .. 'rotation',        -- ZSET group -> lease serial of its last service
+      rotation   = g .. 'rotation',        -- LIST of groups, least recently served first
+      rotating   = g .. 'rotating',        -- SET: the same names (none twice in the LIST)
       held       = g .. 'gheld',           -- ZSET group -> when (ms) its rate limit has a
                                            -- token again
       group_bucket = g .. 'gbucket:',      -- + group: STRING, its rate limit's bucket
       group_names = g .. 'groups',         -- ZSET group -> 0: the groups with messages
-      gcount     = g .. 'gcount',          -- HASH p<group>, i<group>: pending, processing
+      gcount     = g .. 'gcount',          -- HASH i<group>: processing, s<group>: scheduled
       grouped    = g .. 'grouped',         -- ZSET id -> id: the ids in every group's set
                                            -- (listings and counts walk it)
       seq        = base .. ':seq',         -- STRING, last id handed out (both generations)

@@ -31,17 +31,37 @@ do
     k.known.groups = true
   end
 
-  -- The group joins the rotation unless it is in it: scored with the
-  -- queue's lease serial now (the `claimed` counter), as if served just now,
-  -- so it comes after every group that has waited since. Returns true when
-  -- it joined.
+  -- The rotation is a LIST of group names, least recently served at the
+  -- left: a claim's LMOVE left to right takes the next group and puts it
+  -- last in one command. The SET k.rotating holds the same names, so a
+  -- group is never in the LIST twice. A group joins at the right end, as if
+  -- served just now: after every group that has waited since (a stream of
+  -- new groups cannot starve a group with a backlog). Returns true when it
+  -- joined.
   local function join(k, g)
-    if redis.call('ZSCORE', k.rotation, g) then return false end
-    local serial = redis.call('HGET', k.stats, 'claimed') or '0'
-    redis.call('ZADD', k.rotation, serial, g)
+    if redis.call('SADD', k.rotating, g) == 0 then return false end
+    redis.call('RPUSH', k.rotation, g)
     return true
   end
   groups.join = join
+
+  -- The next group to serve (nil when none), moved to the back.
+  function groups.next_group(k)
+    return redis.call('LMOVE', k.rotation, k.rotation, 'LEFT', 'RIGHT')
+  end
+
+  -- The group next_group just gave goes back to the front, not served (the
+  -- claim ran out of room).
+  function groups.unvisit(k)
+    redis.call('LMOVE', k.rotation, k.rotation, 'RIGHT', 'LEFT')
+  end
+
+  -- The group next_group just gave (the last of the LIST) leaves the
+  -- rotation: it has nothing claimable, or a limit holds it back.
+  local function leave_last(k, g)
+    redis.call('RPOP', k.rotation)
+    redis.call('SREM', k.rotating, g)
+  end
 
   -- An ungrouped id became claimable on a queue that uses groups: its member
   -- of the rotation joins (a queue without groups spends nothing here).
@@ -51,133 +71,132 @@ do
     if used then join(k, UNGROUPED) end
   end
 
-  -- The count `field` (p<g>: pending, i<g>: processing) of group g changes by
-  -- n; a count at 0 is deleted, and the group leaves the paged names once
-  -- both of its counts are gone (no key or field is left for it).
-  local function count(k, prefix, g, n)
-    local v = redis.call('HINCRBY', k.gcount, prefix .. g, n)
-    if v > 0 then
-      if v == n then redis.call('ZADD', k.group_names, 'NX', '0', g) end
-      return
-    end
-    redis.call('HDEL', k.gcount, prefix .. g)
-    local other = prefix == 'p' and 'i' or 'p'
-    if redis.call('HEXISTS', k.gcount, other .. g) == 0 then
-      redis.call('ZREM', k.group_names, g)
-    end
+  -- Group g has no message left (no claimable id, none processing, none
+  -- scheduled): it leaves the paged names. Its other keys are gone already.
+  local function gone_if_empty(k, g)
+    if redis.call('EXISTS', k.group_ids .. g) == 1 then return end
+    local c = redis.call('HMGET', k.gcount, 'i' .. g, 's' .. g)
+    if c[1] or c[2] then return end
+    redis.call('ZREM', k.group_names, g)
+  end
+  groups.gone_if_empty = gone_if_empty
+
+  -- The count field (i<g>: processing, s<g>: pending but not claimable, i.e.
+  -- scheduled) of group g changes by n; at 0 it is deleted. Returns the count.
+  local function count(k, field, n)
+    local v = redis.call('HINCRBY', k.gcount, field, n)
+    if v <= 0 then redis.call('HDEL', k.gcount, field) end
+    return v
   end
 
   -- Id (of group g) is claimable: into the group's set with the priority
   -- lane's score (record.lane_score), and the group into the rotation.
   function groups.claimable(k, g, id, score)
+    mark(k)
     if redis.call('ZADD', k.group_ids .. g, int_arg(score), id) == 1 then
       redis.call('ZADD', k.grouped, id, id)
+      redis.call('ZADD', k.group_names, 'NX', '0', g)
     end
     join(k, g)
   end
 
-  -- Id (of group g) leaves the group's claimable set, if it is there (an
-  -- expiry, a kill, a delete, a claim that found it past its expiry); the
-  -- group leaves the rotation with its last id. Returns true when it was there.
-  function groups.unclaimable(k, g, id)
-    local set = k.group_ids .. g
-    if redis.call('ZREM', set, id) == 0 then return false end
-    redis.call('ZREM', k.grouped, id)
-    if redis.call('EXISTS', set) == 0 then
-      redis.call('ZREM', k.rotation, g)
-      redis.call('ZREM', k.held, g)
+  -- A message of group g enters (n = 1) or leaves (n = -1) the scheduled
+  -- index: a delayed enqueue, a retry, a snooze; its promotion, an expiry,
+  -- a kill or delete of a scheduled one.
+  function groups.scheduled(k, g, n)
+    if n > 0 then
+      mark(k)
+      redis.call('ZADD', k.group_names, 'NX', '0', g)
     end
+    if count(k, 's' .. g, n) <= 0 then gone_if_empty(k, g) end
+  end
+
+  -- Id (of group g) leaves the group's claimable set, if it is there (an
+  -- expiry, a kill, a delete). A group whose set empties stays in the
+  -- rotation until a claim meets it there and takes it out. Returns true
+  -- when it was there.
+  function groups.unclaimable(k, g, id)
+    if redis.call('ZREM', k.group_ids .. g, id) == 0 then return false end
+    redis.call('ZREM', k.grouped, id)
+    gone_if_empty(k, g)
     return true
-  end
-
-  -- A new message of group g is pending (enqueue, replay, a redrive's).
-  function groups.added(k, g)
-    mark(k)
-    count(k, 'p', g, 1)
-  end
-
-  -- A pending message of group g is gone (expiry, kill, delete, a death's move).
-  function groups.removed(k, g)
-    count(k, 'p', g, -1)
   end
 
   -- A message of group g was leased.
   function groups.leased(k, g)
-    count(k, 'p', g, -1)
-    count(k, 'i', g, 1)
+    redis.call('HINCRBY', k.gcount, 'i' .. g, 1)
   end
 
-  -- A leased message of group g left processing, pending again when
-  -- to_pending (a retry, a snooze, a release), else done (succeeded, dead).
-  -- Its place is free: a group the cap or strict order held out of the
-  -- rotation joins it again when it has a claimable id, and the waiters are
-  -- told (on any instance: the wake channel).
-  function groups.left_processing(k, g, to_pending)
-    count(k, 'i', g, -1)
-    if to_pending then count(k, 'p', g, 1) end
+  -- A leased message of group g left processing (the caller puts it where
+  -- it goes next). Its place is free: a group the cap or strict order held
+  -- out of the rotation joins it again when it has a claimable id, and the
+  -- waiters are told (on any instance: the wake channel).
+  function groups.left_processing(k, g)
+    if count(k, 'i' .. g, -1) <= 0 then gone_if_empty(k, g) end
     if redis.call('EXISTS', k.group_ids .. g) == 1 and join(k, g) then notify(k) end
   end
 
-  -- Takes the next id of group g: ZPOPMIN of its set. Returns the id and its
-  -- score, or nil when the set is empty (the group then leaves the rotation).
+  -- Takes the next id of group g (the group next_group just gave): ZPOPMIN
+  -- of its set. Returns the id and its score, or nil when the set is empty
+  -- (the group then leaves the rotation).
   function groups.pop(k, g)
     local row = redis.call('ZPOPMIN', k.group_ids .. g)
     if #row == 0 then
-      redis.call('ZREM', k.rotation, g)
+      leave_last(k, g)
       return nil
     end
     redis.call('ZREM', k.grouped, row[1])
     return row[1], row[2]
   end
 
-  -- An id groups.pop took goes back, with its score (a claim that ran out of room).
+  -- An id groups.pop took goes back, with its score, and its group back to
+  -- the front of the rotation (a claim that ran out of room serves it next).
   function groups.unpop(k, g, id, score)
     redis.call('ZADD', k.group_ids .. g, score, id)
     redis.call('ZADD', k.grouped, id, id)
-  end
-
-  -- Group g was just served by the lease with this serial: to the back of
-  -- the rotation, or out of it when it has no claimable id left.
-  function groups.served(k, g, serial)
-    if g ~= UNGROUPED and redis.call('EXISTS', k.group_ids .. g) == 0 then
-      redis.call('ZREM', k.rotation, g)
-    else
-      redis.call('ZADD', k.rotation, 'XX', int_arg(serial), g)
-    end
+    redis.call('LMOVE', k.rotation, k.rotation, 'RIGHT', 'LEFT')
   end
 
   -- The groups whose rate-limit token is due again by now go back into the
-  -- rotation (at most 100 per call; the rest at the next claim).
-  function groups.unhold(k, now)
-    local due = redis.call('ZRANGE', k.held, '-inf', int_arg(now), 'BYSCORE', 'LIMIT', '0', '100')
-    if #due == 0 then return end
+  -- rotation, at most 100 per call (the rest at the next claim). rated:
+  -- whether the policy has a group_rate_limit; without one every held group
+  -- is due (the limit was removed), and once none is left this Lua state
+  -- knows it (k.known.held_empty, cleared by hold; every writer runs here),
+  -- so a queue without a group rate limit spends no command on it.
+  function groups.unhold(k, now, rated)
+    local known = k.known
+    if not rated and known.held_empty then return end
+    local due = redis.call('ZRANGE', k.held, '-inf', rated and int_arg(now) or '+inf', 'BYSCORE',
+                           'LIMIT', '0', '100')
+    if #due == 0 then
+      if not rated then known.held_empty = true end
+      return
+    end
     redis.call('ZREM', k.held, unpack(due))
     for i = 1, #due do join(k, due[i]) end
   end
 
-  -- Group g is held out of the rotation: by its rate limit until `until_ms`
-  -- (then the next claim puts it back), or, until_ms nil, until one of its
-  -- leases ends (left_processing puts it back).
+  -- Group g (the group next_group just gave) is held out of the rotation:
+  -- by its rate limit until `until_ms` (then the next claim puts it back),
+  -- or, until_ms nil, until one of its leases ends (left_processing puts it
+  -- back) or, for the ungrouped member, until an ungrouped id is claimable.
   function groups.hold(k, g, until_ms)
-    redis.call('ZREM', k.rotation, g)
-    if until_ms then redis.call('ZADD', k.held, int_arg(until_ms), g) end
+    leave_last(k, g)
+    if until_ms then
+      redis.call('ZADD', k.held, int_arg(until_ms), g)
+      k.known.held_empty = false
+    end
   end
 
-  -- Group g's counts: pending, processing, and its claimable ids.
-  function groups.counts(k, g)
-    local c = redis.call('HMGET', k.gcount, 'p' .. g, 'i' .. g)
+  -- Group g's processing count, and its count of scheduled messages.
+  function groups.busy(k, g)
+    local c = redis.call('HMGET', k.gcount, 'i' .. g, 's' .. g)
     return tonumber(c[1]) or 0, tonumber(c[2]) or 0
   end
 
   -- How many ids all groups' claimable sets hold.
   function groups.ready_count(k)
     return redis.call('ZCARD', k.grouped)
-  end
-
-  -- The next group in the rotation after `names` rows: up to n names, least
-  -- recently served first.
-  function groups.next_names(k, n)
-    return redis.call('ZRANGE', k.rotation, '0', int_arg(n - 1))
   end
 
   -- groups: a page of the queue's groups, by name (GET /queues/{q}/groups).
@@ -187,7 +206,8 @@ do
   --   ARGV[2]  limit                              integer 1..1000
   -- Each group with a pending or processing message once, in name order; a
   -- group that empties between pages is not shown. Work per call: one ZRANGE
-  -- BYLEX and one HMGET of the page.
+  -- BYLEX, one HMGET and a ZCARD per group of the page: pending is the
+  -- group's claimable ids and its scheduled ones, processing its leases.
   -- Returns {"ok", next_cursor or "", group, pending, processing, ...}.
   local function page(keys, args)
     local k = common.queue_keys(keys[1])
@@ -202,14 +222,15 @@ do
     if #names == 0 then return out end
     local fields = {}
     for i = 1, #names do
-      fields[#fields + 1] = 'p' .. names[i]
       fields[#fields + 1] = 'i' .. names[i]
+      fields[#fields + 1] = 's' .. names[i]
     end
     local c = redis.call('HMGET', k.gcount, unpack(fields))
     for i = 1, #names do
-      out[#out + 1] = names[i]
+      local g = names[i]
+      out[#out + 1] = g
+      out[#out + 1] = redis.call('ZCARD', k.group_ids .. g) + (tonumber(c[2 * i]) or 0)
       out[#out + 1] = tonumber(c[2 * i - 1]) or 0
-      out[#out + 1] = tonumber(c[2 * i]) or 0
     end
     return out
   end

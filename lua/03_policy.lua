@@ -481,10 +481,10 @@ do
     k.group_tokens = nil
     if cap <= 0 and not fifo and rate == nil then return true end
     if cap > 0 or fifo then
-      local pending, processing = groups.counts(k, g)
+      local processing, scheduled = groups.busy(k, g)
       -- Strict order: none of the group processing, none waiting for a retry
-      -- (every pending one is in its claimable set).
-      if fifo and (processing > 0 or pending > redis.call('ZCARD', k.group_ids .. g)) then
+      -- (scheduled).
+      if fifo and (processing > 0 or scheduled > 0) then
         groups.hold(k, g)
         return false
       end
@@ -506,6 +506,11 @@ do
       k.group_tokens = tokens
     end
     return true
+  end
+
+  -- Whether the policy has a group_rate_limit.
+  function flow.group_rated(k)
+    return read_policy(k)['group_rate_limit.per_second'] ~= nil
   end
 
   -- A claim leased one message of group g: it takes a token of the group's

@@ -150,6 +150,7 @@ do
         p = priority_of(k.base, id)
       end
       if g then
+        groups.scheduled(k, g, -1)
         groups.claimable(k, g, id, lane_score(p, LANE_DUE, tonumber(rows[i + 1])))
       elseif p > 0 then
         lane[#lane + 1] = int_arg(lane_score(p, LANE_DUE, tonumber(rows[i + 1])))
@@ -246,12 +247,12 @@ do
     local dying, rule_ms = flow.recover(k, m, err, (not retryable) or retries >= m.max_retries)
     local g = m.group
     if dying then
-      if g then groups.left_processing(k, g, false) end
+      if g then groups.left_processing(k, g) end
       return bury(k, mkey, id, m, now)
     end
     -- Never interrupted while processing; a failure after the expiry ends it.
     if m.expires_at and m.expires_at <= now then
-      if g then groups.left_processing(k, g, false) end
+      if g then groups.left_processing(k, g) end
       return end_expired(k, mkey, id, m, now, err)
     end
     local delay = rule_ms or retry_after_ms
@@ -269,7 +270,10 @@ do
     store_message(mkey, m)
     redis.call('ZADD', k.scheduled, int_arg(due), id)
     expiry_track(k, id, m)
-    if g then groups.left_processing(k, g, true) end
+    if g then
+      groups.scheduled(k, g, 1)
+      groups.left_processing(k, g)
+    end
     redis.call('HINCRBY', k.stats, 'retried', '1')
     return 'pending', due
   end
@@ -289,13 +293,14 @@ do
       local mkey = message_key(base, id)
       local m = load_message(mkey)
       local g = m and m.group
-      local was = m and (redis.call('ZREM', k.scheduled, id) == 1
+      local sched = m and redis.call('ZREM', k.scheduled, id) == 1
+      if sched and g then groups.scheduled(k, g, -1) end
+      local was = m and (sched
         or (g and groups.unclaimable(k, g, id))
         or (not g and m.priority > 0 and redis.call('ZREM', k.priority, id) == 1)
         or (not g and (redis.call('LREM', k.due, -1, id) == 1
                        or redis.call('LREM', k.ready, -1, id) == 1)))
       if was then
-        if g then groups.removed(k, g) end
         end_expired(k, mkey, id, m, now, 'expired')
       end
     end
@@ -352,7 +357,6 @@ do
     m.rule_uses = nil
     store_message(mkey, m)
     to_due(k, id, m.priority, now, m.group)   -- the lane for a priority above 0; a group's set
-    if m.group then groups.added(k, m.group) end
     redis.call('HINCRBY', k.stats, 'replayed', 1)
     emit(k, 'replayed', id, err, 0, now)
   end

@@ -93,10 +93,7 @@ do
     local m = { payload = payload, retry_count = 0, max_retries = max_retries, created_at = now,
                 updated_at = now, lease_at = now, serial = 0 }
     if priority > 0 then m.priority = priority end
-    if group then
-      m.group = group
-      groups.added(k, group)
-    end
+    if group then m.group = group end
     if idem_key then m.idempotency_key = idem end
     if ttl_ms == nil then ttl_ms = flow.message_ttl_ms(k) end   -- none given: the policy's
     if ttl_ms then m.expires_at = now + ttl_ms end
@@ -106,6 +103,7 @@ do
       m.retry_after = now + delay_ms
       store_message(mkey, m)
       redis.call('ZADD', k.scheduled, int_arg(now + delay_ms), id_arg)
+      if group then groups.scheduled(k, group, 1) end
       -- Its promotion reads the priority only on a queue that used priorities.
       if priority > 0 then priorities_mark(k) end
       if hinting then

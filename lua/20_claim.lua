@@ -17,22 +17,178 @@ do
   -- stays bounded however many groups are held back.
   local GROUP_VISITS = 200
 
+  -- A claim's state while it leases (claim_into fills it per call): k,
+  -- base, now, the count reserved, out, worker, deadline (and its argument
+  -- text), got, skipped (ids dropped), reply (the REPLY_BYTES budget, nil for
+  -- a claim of one), full (the budget ran out), serial (the last lease
+  -- serial used, nil before the first), expiring (id -> message, of the
+  -- leased ones with an expiry, made on first use). One table, filled
+  -- afresh by each call (a claim never runs inside another): a table made
+  -- per call cost about 1,000 instructions of every claim.
+  local CLAIM = {}
+
+  -- The sources a claim pops, by generation: the priority lane (0), the
+  -- new generation's due then ready list (1), retryd_v2's (2), a group's
+  -- claimable set (3).
+  local GEN_LANE, GEN_LISTS, GEN_V2, GEN_GROUP = 0, 1, 2, 3
+
+  -- Leases up to `want` messages, into c. Without g, ungrouped ones: the
+  -- priority lane (only on a queue that used priorities: highest priority
+  -- first, docs/lifecycle.md "Priority"), then the new generation's due list
+  -- (retries and replays, oldest first) then ready (fresh, FIFO), then,
+  -- only when they did not fill the count, retryd_v2's: each id taken from
+  -- those is lifted (set_lease rewrites its HASH as a record, and it joins
+  -- the new processing index). LMPOP pops from the first non-empty list of
+  -- the two: one call where an RPOP of each list was two. retryd_v2's lists
+  -- only while its data was met here lately (v2_active, 00_common.lua):
+  -- otherwise a claim costs nothing for them, and the tick's probe finds
+  -- whatever a v2 instance enqueued since. With g, one message of group g
+  -- (want is 1), the group next_group just gave, from its set
+  -- (docs/fairness.md). Ids whose record is gone, or that are past their
+  -- expiry (ended as the tick would have, not delivered), are dropped and
+  -- counted in c.skipped. Returns how many it leased.
+  -- The lease is written out here, not called: a Lua call per message was
+  -- 3% of a claim's instructions.
+  local function take(c, want, g)
+    local k, base, now = c.k, c.base, c.now
+    local before = c.got
+    local stop = before + want
+    local due, ready = k.due, k.ready
+    local first, last = GEN_GROUP, GEN_GROUP
+    if not g then
+      local lane = k.known.priorities   -- priorities_used, without its call once known
+      if lane == nil then lane = priorities_used(k) end
+      first, last = lane and GEN_LANE or GEN_LISTS, GEN_V2
+    end
+    for gen = first, last do
+      if gen == GEN_V2 then
+        if c.full or c.got >= stop or c.skipped > 100 or not v2_active(k, now) then break end
+        local o = old_keys(k)
+        due, ready = o.due, o.ready
+      end
+      while not c.full and c.got < stop and c.skipped <= 100 do
+        local from, ids, scores
+        if gen == GEN_GROUP then
+          local id, score = groups.pop(k, g)
+          if not id then break end
+          ids, scores = { id }, { score }
+        elseif gen == GEN_LANE then
+          local rows = redis.call('ZPOPMIN', k.priority, int_arg(stop - c.got))
+          if #rows == 0 then break end
+          ids, scores = {}, {}
+          for i = 1, #rows, 2 do
+            ids[#ids + 1], scores[#scores + 1] = rows[i], rows[i + 1]
+          end
+        else
+          local popped = redis.call('LMPOP', '2', due, ready, 'RIGHT', 'COUNT',
+                                    int_arg(stop - c.got))
+          if not popped then break end
+          from, ids = popped[1], popped[2]
+        end
+        if gen == GEN_V2 then v2_seen(k, now) end
+        for i = 1, #ids do
+          local id = ids[i]
+          local mkey = message_key(base, id)
+          local m
+          if gen == GEN_V2 then m = load_legacy(mkey) else m = load_message(mkey) end
+          if m and m.expires_at then
+            -- Leased, it leaves the expiring index; past its expiry, it is
+            -- ended as the tick would have and not delivered.
+            redis.call('ZREM', k.expiring, id)
+            if m.expires_at <= now then
+              end_expired(k, mkey, id, m, now, 'expired')
+              if g then groups.gone_if_empty(k, g) end
+              m = nil
+            else
+              local e = c.expiring or {}
+              c.expiring = e
+              e[id] = m
+            end
+          end
+          if not m then
+            c.skipped = c.skipped + 1
+          elseif c.reply and not budget.take(c.reply, m) then
+            if m.expires_at then expiry_track(k, id, m) end   -- still pending
+            c.full = true
+            -- This one and the rest go back where they were, in their order:
+            -- the lane's and the group's with their scores, the lists' at
+            -- the claim end.
+            if gen == GEN_GROUP then
+              groups.unpop(k, g, id, scores[1])
+            elseif gen == GEN_LANE then
+              local back = {}
+              for j = i, #ids do back[#back + 1], back[#back + 2] = scores[j], ids[j] end
+              redis.call('ZADD', k.priority, unpack(back))
+            else
+              local back = {}
+              for j = #ids, i, -1 do back[#back + 1] = ids[j] end
+              redis.call('RPUSH', from, unpack(back))
+            end
+            break
+          else
+            local serial = c.serial
+            if not serial then
+              serial = redis.call('HINCRBY', k.stats, 'claimed', int_arg(c.count)) - c.count
+            end
+            serial = serial + 1
+            c.serial = serial
+            set_lease(mkey, m, now, serial, c.worker)
+            redis.call('ZADD', k.processing, c.deadline_arg, id)
+            local out = c.out
+            out[#out + 1] = leased_reply(id, m, c.deadline)
+            c.got = c.got + 1
+            if g then
+              groups.leased(k, g)
+              flow.group_spent(k, g, now)
+            end
+          end
+        end
+      end
+    end
+    return c.got - before
+  end
+
+  -- Round-robin over the rotation, least recently served first
+  -- (docs/fairness.md): each visit takes the next group and puts it last
+  -- (LMOVE), then leases one of its messages, or takes the group out of the
+  -- rotation (nothing claimable, or a limit holds it back). So a batch takes
+  -- one message per group, then goes round again while it has room; at most
+  -- GROUP_VISITS visits per call. Ungrouped ids the rotation does not name
+  -- (enqueued by an instance of an older release) are still claimed, after
+  -- the groups.
+  local function take_rotation(c)
+    local k = c.k
+    groups.unhold(k, c.now, flow.group_rated(k))
+    local visits = 0
+    while not c.full and c.got < c.count and c.skipped <= 100 and visits < GROUP_VISITS do
+      local g = groups.next_group(k)
+      if not g then break end
+      visits = visits + 1
+      if g == UNGROUPED then
+        if take(c, 1) == 0 then
+          if c.full then groups.unvisit(k) else groups.hold(k, g) end
+        end
+      elseif flow.group_admit(k, g, c.now) then
+        take(c, 1, g)
+      end
+    end
+    if not c.full and c.got < c.count and c.skipped <= 100 and visits < GROUP_VISITS
+       and take(c, c.count - c.got) > 0 then
+      groups.join(k, UNGROUPED)
+    end
+  end
+
   -- Leases up to `count` claimable messages at `now` and appends each to out
   -- (a flat message with its lease): the lease-and-order logic of claim,
   -- shared with settle_claim. count is 1..100, lease_ms already checked.
   -- Promotes due scheduled ids first (at most 100; when some of them stay
-  -- claimable, wakes the waiters), then, on a queue that used priorities, pops
-  -- the priority lane (highest priority first, docs/lifecycle.md "Priority"),
-  -- then the due list (retries and replays, oldest first), then ready (fresh,
-  -- FIFO); then, if those did not fill the count, retryd_v2's due and ready
-  -- lists. On a queue that uses groups, the groups take turns instead
-  -- (docs/fairness.md): each turn leases one message of the group served
-  -- least recently, in that order inside the group. Ids
-  -- whose message was deleted while they waited are dropped, and popping goes on
-  -- (at most 100 such ids per call). Stops before the message that would take
-  -- the messages past REPLY_BYTES (always at least one): the ones not taken stay
-  -- pending where they were (lane ids with their scores), so a batch may come
-  -- back short.
+  -- claimable, wakes the waiters), then takes ungrouped messages in the
+  -- order of take, or, on a queue that uses groups, the groups'
+  -- turns (take_rotation). Ids whose message was deleted while they waited
+  -- are dropped, and popping goes on (at most 100 such ids per call). Stops
+  -- before the message that would take the messages past REPLY_BYTES
+  -- (always at least one): the ones not taken stay pending where they were
+  -- (lane and group ids with their scores), so a batch may come back short.
   -- worker: the claim's worker (nil for none), kept in each record while leased.
   -- nonce: the daemon's tag of this call (nil for none): what it leased is
   -- kept under k.claims .. nonce for 15 s, so that the daemon can hand it back
@@ -47,176 +203,23 @@ do
     -- back wakes nobody: a resume, a settlement or the next token will.
     count = flow.admit(k, now, count)
     if count == 0 then return 0 end
-    local got = 0
-    local deadline = now + lease_ms
-    -- Reserve `count` serials in one call once a message is found; give back
-    -- the ones not used. A claim that finds nothing writes nothing: no stats
-    -- hash appears for a queue name that never had a message.
-    local serial
-    local deadline_arg = int_arg(deadline)
-    local skipped = 0
+    -- Serials are reserved, `count` in one call, once a message is found;
+    -- the ones not used are given back. A claim that finds nothing writes
+    -- nothing: no stats hash appears for a queue name that never had a message.
     -- A claim of one takes one message, which always fits the budget.
-    local reply, full = count > 1 and budget.new() or nil, false
-    local expiring   -- id -> message, of the leased ones with an expiry (made on first use)
-
-    -- Leases id (m: its message, nil when the record is gone). Returns
-    -- "leased", "gone" (no record, or ended by its expiry; counted in
-    -- skipped) or "full" (it does not fit the reply: the caller puts it back
-    -- where it was, still pending; full is set).
-    local function lease(id, mkey, m)
-      if m and m.expires_at then
-        -- Leased, it leaves the expiring index; past its expiry, it is
-        -- ended as the tick would have and not delivered.
-        redis.call('ZREM', k.expiring, id)
-        if m.expires_at <= now then
-          if m.group then groups.removed(k, m.group) end
-          end_expired(k, mkey, id, m, now, 'expired')
-          m = nil
-        else
-          expiring = expiring or {}
-          expiring[id] = m
-        end
-      end
-      if not m then
-        skipped = skipped + 1
-        return 'gone'
-      end
-      if reply and not budget.take(reply, m) then
-        if m.expires_at then expiry_track(k, id, m) end   -- still pending
-        full = true
-        return 'full'
-      end
-      if not serial then
-        serial = redis.call('HINCRBY', k.stats, 'claimed', int_arg(count)) - count
-      end
-      serial = serial + 1
-      set_lease(mkey, m, now, serial, worker)
-      redis.call('ZADD', k.processing, deadline_arg, id)
-      out[#out + 1] = leased_reply(id, m, deadline)
-      got = got + 1
-      return 'leased'
-    end
-
-    -- Leases up to `want` ungrouped messages: the priority lane (generation
-    -- 0, only on a queue that used priorities), then the new generation's due
-    -- then ready list, then, only when they did not fill the count,
-    -- retryd_v2's: each id taken from those is lifted (set_lease rewrites its
-    -- HASH as a record, and it joins the new processing index). LMPOP pops
-    -- from the first non-empty list of the two: one call where an RPOP of
-    -- each list was two. retryd_v2's lists only while its data was met here
-    -- lately (v2_active, 00_common.lua): otherwise a claim costs nothing for
-    -- them, and the tick's probe finds whatever a v2 instance enqueued since.
-    -- Returns how many it leased.
-    local function take_ungrouped(want)
-      local before = got
-      local stop = before + want
-      local due, ready = k.due, k.ready
-      local lane = k.known.priorities   -- priorities_used, without its call once known
-      if lane == nil then lane = priorities_used(k) end
-      for gen = lane and 0 or 1, 2 do
-        if gen == 2 then
-          if full or got >= stop or skipped > 100 or not v2_active(k, now) then break end
-          local o = old_keys(k)
-          due, ready = o.due, o.ready
-        end
-        while not full and got < stop and skipped <= 100 do
-          local from, ids, scores
-          if gen == 0 then
-            local rows = redis.call('ZPOPMIN', k.priority, int_arg(stop - got))
-            if #rows == 0 then break end
-            ids, scores = {}, {}
-            for i = 1, #rows, 2 do
-              ids[#ids + 1], scores[#scores + 1] = rows[i], rows[i + 1]
-            end
-          else
-            local popped = redis.call('LMPOP', '2', due, ready, 'RIGHT', 'COUNT',
-                                      int_arg(stop - got))
-            if not popped then break end
-            from, ids = popped[1], popped[2]
-          end
-          if gen == 2 then v2_seen(k, now) end
-          for i = 1, #ids do
-            local id = ids[i]
-            local mkey = message_key(base, id)
-            local m
-            if gen == 2 then m = load_legacy(mkey) else m = load_message(mkey) end
-            if lease(id, mkey, m) == 'full' then
-              -- This one and the rest go back where they were, in their order:
-              -- the lane's with their scores, the lists' at the claim end.
-              local back = {}
-              if gen == 0 then
-                for j = i, #ids do back[#back + 1], back[#back + 2] = scores[j], ids[j] end
-                redis.call('ZADD', k.priority, unpack(back))
-              else
-                for j = #ids, i, -1 do back[#back + 1] = ids[j] end
-                redis.call('RPUSH', from, unpack(back))
-              end
-              break
-            end
-          end
-        end
-      end
-      return got - before
-    end
-
-    -- Leases one message of group g (docs/fairness.md), when the group's
-    -- limits let it (flow.group_admit; a group held back leaves the
-    -- rotation). Returns true when it leased one.
-    local function take_grouped(g)
-      if not flow.group_admit(k, g, now) then return false end
-      while skipped <= 100 do
-        local id, score = groups.pop(k, g)
-        if not id then return false end
-        local mkey = message_key(base, id)
-        local r = lease(id, mkey, load_message(mkey))
-        if r == 'full' then
-          groups.unpop(k, g, id, score)
-          return false
-        end
-        if r == 'leased' then
-          groups.leased(k, g)
-          flow.group_spent(k, g, now)
-          return true
-        end
-      end
-      return false
-    end
-
+    local deadline = now + lease_ms
+    local c = CLAIM
+    c.k, c.base, c.now, c.count, c.out, c.worker = k, base, now, count, out, worker
+    c.deadline, c.deadline_arg, c.got, c.skipped = deadline, int_arg(deadline), 0, 0
+    c.reply, c.full, c.serial, c.expiring = count > 1 and budget.new() or nil, false, nil, nil
     local grouped = k.known.groups
     if grouped == nil then grouped = groups.used(k) end
-    if not grouped then
-      take_ungrouped(count)
-    else
-      -- Round-robin over the rotation, least recently served first: one
-      -- message per group, then round again while the batch has room. Each
-      -- visit either leases (the group goes to the back) or takes the group
-      -- out of the rotation, so the rounds end; at most GROUP_VISITS visits.
-      groups.unhold(k, now)
-      local visits = 0
-      while not full and got < count and skipped <= 100 and visits < GROUP_VISITS do
-        local names = groups.next_names(k, count - got)
-        if #names == 0 then break end
-        for i = 1, #names do
-          if full or got >= count or visits >= GROUP_VISITS then break end
-          visits = visits + 1
-          local g = names[i]
-          if g == UNGROUPED then
-            if take_ungrouped(1) > 0 then groups.served(k, g, serial)
-            elseif not full then groups.hold(k, g) end   -- nothing ungrouped left
-          elseif take_grouped(g) then
-            groups.served(k, g, serial)
-          end
-        end
-      end
-      -- Ungrouped ids the rotation does not name (enqueued by an instance of
-      -- an older release) are still claimed, after the groups.
-      if not full and got < count and skipped <= 100 and visits < GROUP_VISITS
-         and take_ungrouped(count - got) > 0 then
-        groups.join(k, UNGROUPED)
-      end
-    end
+    if grouped then take_rotation(c) else take(c, count) end
+    local got = c.got
 
-    if serial and got < count then redis.call('HINCRBY', k.stats, 'claimed', int_arg(got - count)) end
+    if c.serial and got < count then
+      redis.call('HINCRBY', k.stats, 'claimed', int_arg(got - count))
+    end
     if nonce and got > 0 then
       local first, rec = #out - got, ''
       for i = first + 1, #out do rec = rec .. out[i][1] .. ' ' .. out[i][8] .. ' ' end
@@ -228,10 +231,10 @@ do
         for i = #out, first + 1, -1 do
           local id = out[i][1]
           redis.call('ZREM', k.processing, id)
-          local m = expiring and expiring[id]
+          local m = c.expiring and c.expiring[id]
           local g = grouped and record.group_of(base, id) or nil
           to_claim_end(k, base, id, nil, g)
-          if g then groups.left_processing(k, g, true) end
+          if g then groups.left_processing(k, g) end
           if m then expiry_track(k, id, m) end
           out[i] = nil
         end

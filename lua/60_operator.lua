@@ -26,8 +26,8 @@ do
     if g == k then redis.call('ZREM', k.expiring, id) end
     local group = m and m.group
     if group then
-      groups.removed(k, group)
-      if redis.call('ZREM', g.scheduled, id) == 0 then groups.unclaimable(k, group, id) end
+      if redis.call('ZREM', g.scheduled, id) == 1 then groups.scheduled(k, group, -1)
+      else groups.unclaimable(k, group, id) end
       return
     end
     if redis.call('ZREM', g.scheduled, id) == 1 then return end
@@ -64,7 +64,7 @@ do
       leave_pending(k, g, id, m)
     elseif status == 'processing' then
       redis.call('ZREM', g.processing, id)
-      if m.group then groups.left_processing(k, m.group, false) end
+      if m.group then groups.left_processing(k, m.group) end
       flow.freed(k)
     else
       return { 'invalid_state', status }

@@ -208,7 +208,6 @@ do
         local ttl = flow.message_ttl_ms(k)   -- the target's expiry, as its enqueue's
         if ttl then m.expires_at = now + ttl end
         store_message(message_key(base, id), m)
-        if m.group then groups.added(k, m.group) end
         to_ready(k, int_arg(id), priority, m.group)   -- the lane for a priority above 0
         expiry_track(k, int_arg(id), m)
         redis.call('SET', key, id)

@@ -21,9 +21,10 @@
 # Cluster; 9 idle queues (10,000 of them, three instances); 10 the time
 # series' cost (--series on vs off); targets.
 # 1d claim with a queue policy (none, a cap, a rate limit).
+# 1g fairness groups: a claim with 100,000 active groups against one without.
 # 1p priorities: Redis commands and instructions per claim of a queue that
 # never used priorities and of one that did.
-# BENCH_ONLY=9 (or 10, or 1d, or 1h, or 1p) runs section 9 (or 10, or 1d, or
+# BENCH_ONLY=9 (or 10, or 1d, or 1g, or 1h, or 1p) runs section 9 (or 10, or 1d, or 1g, or
 # 1h: the history's cost on the happy path, or 1p) alone.
 # QUICK=1 runs smaller counts, one repetition, and prints the 1M rows as
 # "skipped (QUICK)". Otherwise every figure marked "median of 3" is the median
@@ -1627,10 +1628,68 @@ echo "- $(redis-server --version | cut -d' ' -f1-3); node $(node --version 2>/de
 echo "- redis-server, retryd (--tick-ms 250), loadgen, redis-benchmark and node share the machine;"
 echo "  load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
 
+# ---------------------------------------------------------------------------
+# 1g. Fairness groups (docs/fairness.md "How a claim finds the next group")
+# ---------------------------------------------------------------------------
+# Redis's µs per claim of count 1 (commandstats, -P 16) on a queue without
+# groups and on one with GROUPS_ACTIVE active groups (two messages each, all
+# enqueued first through redis-cli --pipe, untimed), so every claim goes
+# through the rotation with that many groups in it; alternating, medians.
+# The target is at most 1.3x. Also the Redis commands per claim of each.
+GROUPS_ACTIVE=${GROUPS_ACTIVE:-100000}
+fill_groups() {   # fill_groups BASE GROUPS: two messages per group g0..g<GROUPS-1>, as RESP
+    awk -v q="$1" -v n="$2" -v fn="${FN}enqueue" -v p="$PAYLOAD" 'BEGIN {
+        split(fn " 1 " q " " p " 3 0 - 1 default - -", a, " ")
+        for (r = 0; r < 2; r++) for (i = 0; i < n; i++) {
+            a[12] = "g" i
+            printf "*13\r\n$5\r\nFCALL\r\n"
+            for (j = 1; j <= 12; j++) { v = (a[j] == "-") ? "" : a[j]; printf "$%d\r\n%s\r\n", length(v), v }
+        } }' | redis-cli -p "$RP" --pipe >/dev/null
+}
+section1g() {
+    say "1g. fairness groups"
+    local rep kind q n=$((N_RB / 2)) vals groups=$GROUPS_ACTIVE
+    [ "$QUICK" = 1 ] && groups=$((GROUPS_ACTIVE / 10))
+    for rep in $(seq 1 "$REPS"); do
+        for kind in none groups; do
+            q=$(base "groups-$kind-$rep")
+            if [ "$kind" = none ]; then enqueue_fcall "$q" $((groups * 2)); else fill_groups "$q" "$groups"; fi
+            rcli config resetstat >/dev/null
+            rb "gclaim.$kind.$rep" fcall "$n" 50 16 FCALL "${FN}claim" 1 "$q" 30000 1 1
+            put "gclaim.$kind.$rep.cmds" "$(rcli info commandstats | tr -d '\r' | awk -F'[:=,]' -v n="$n" '
+                /^cmdstat_/ && $1 != "cmdstat_fcall" && $1 != "cmdstat_config" &&
+                $1 != "cmdstat_info" { s += $3 } END { printf "%.2f", (s + 0) / n }')"
+            [ "$kind" = groups ] && put "gclaim.active.$rep" "$(rcli llen "$q:3:rotation")"
+            rcli flushall >/dev/null
+        done
+    done
+    for kind in none groups; do
+        vals=()
+        for rep in $(seq 1 "$REPS"); do vals+=("$(get "gclaim.$kind.$rep.us")"); done
+        put "gclaim.$kind.us" "$(median "${vals[@]}")"
+    done
+    local mc="median of $REPS"
+    [ "$REPS" = 1 ] && mc="1 run"
+    table_start "1g. claim with $groups active groups (-P 16, $n claims of 1, $mc, commandstats)" \
+        figure "µs per call" "no groups (µs)" ratio
+    row "claim, no groups ($(get gclaim.none.1.cmds) Redis commands per claim)" \
+        "$(get gclaim.none.us)" "" ""
+    row "claim, $groups groups, $(get gclaim.active.1) in the rotation at the end ($(get gclaim.groups.1.cmds) commands per claim)" \
+        "$(get gclaim.groups.us)" "$(get gclaim.none.us)" \
+        "$(ratio "$(get gclaim.groups.us)" "$(get gclaim.none.us)")"
+}
+
 start_redis none
 say "redis-server pid $redis_pid on 127.0.0.1:$RP"
 if [ "${BENCH_ONLY:-}" = 1h ]; then
     sec_begin "1h. history"; section1h; sec_end
+    echo
+    echo "bench: $rows rows, $missing without a figure"
+    [ "$missing" -eq 0 ]
+    exit
+fi
+if [ "${BENCH_ONLY:-}" = 1g ]; then
+    sec_begin "1g. fairness groups"; section1g; sec_end
     echo
     echo "bench: $rows rows, $missing without a figure"
     [ "$missing" -eq 0 ]
@@ -1671,6 +1730,7 @@ sec_begin "1. Redis-native"; section1; sec_end
 sec_begin "1c. claim steps"; section1c; sec_end
 sec_begin "1d. claim with a policy"; section1d; sec_end
 sec_begin "1p. priorities"; section1p; sec_end
+sec_begin "1g. fairness groups"; section1g; sec_end
 sec_begin "1h. history"; section1h; sec_end
 start_retryd
 say "retryd pid $retryd_pid on 127.0.0.1:$HP"
