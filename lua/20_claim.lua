@@ -19,13 +19,19 @@ do
 
   -- A claim's state while it leases (claim_into fills it per call): k,
   -- base, now, the count reserved, out, worker, deadline (and its argument
-  -- text), got, skipped (ids dropped), reply (the REPLY_BYTES budget, nil for
-  -- a claim of one), full (the budget ran out), serial (the last lease
-  -- serial used, nil before the first), expiring (id -> message, of the
-  -- leased ones with an expiry, made on first use). One table, filled
+  -- text), got, skipped (ids dropped), reply (the REPLY_BYTES budget, false
+  -- for a claim of one), full (the budget ran out), serial (the last lease
+  -- serial used, false before the first), expiring (id -> message, of the
+  -- leased ones with an expiry, made on first use), limited (the policy
+  -- sets a per-group limit). One table, filled
   -- afresh by each call (a claim never runs inside another): a table made
   -- per call cost about 1,000 instructions of every claim.
-  local CLAIM = {}
+  -- Every field is there from the start and never set to nil (false
+  -- instead): a field added or removed per call made Lua 5.1 rehash the
+  -- table (thousands of instructions per claim).
+  local CLAIM = { k = false, base = false, now = 0, count = 0, out = false, worker = false,
+                  deadline = 0, deadline_arg = false, got = 0, skipped = 0, reply = false,
+                  full = false, serial = false, expiring = false, limited = false }
 
   -- The sources a claim pops, by generation: the priority lane (0), the
   -- new generation's due then ready list (1), retryd_v2's (2), a group's
@@ -51,7 +57,10 @@ do
   -- 3% of a claim's instructions.
   local function take(c, want, g)
     local k, base, now = c.k, c.base, c.now
-    local before = c.got
+    -- The state the loop changes, in locals while it runs (back in c at the end).
+    local got, skipped, full, serial, expiring = c.got, c.skipped, c.full, c.serial, c.expiring
+    local reply, count, out, worker = c.reply, c.count, c.out, c.worker or nil
+    local before = got
     local stop = before + want
     local due, ready = k.due, k.ready
     local first, last = GEN_GROUP, GEN_GROUP
@@ -62,11 +71,11 @@ do
     end
     for gen = first, last do
       if gen == GEN_V2 then
-        if c.full or c.got >= stop or c.skipped > 100 or not v2_active(k, now) then break end
+        if full or got >= stop or skipped > 100 or not v2_active(k, now) then break end
         local o = old_keys(k)
         due, ready = o.due, o.ready
       end
-      while not c.full and c.got < stop and c.skipped <= 100 do
+      while not full and got < stop and skipped <= 100 do
         local from, ids, scores
         if gen == GEN_GROUP then
           -- The group's next id, its lowest score.
@@ -78,7 +87,7 @@ do
           redis.call('ZREM', k.grouped, row[1])
           ids, scores = { row[1] }, { row[2] }
         elseif gen == GEN_LANE then
-          local rows = redis.call('ZPOPMIN', k.priority, int_arg(stop - c.got))
+          local rows = redis.call('ZPOPMIN', k.priority, int_arg(stop - got))
           if #rows == 0 then break end
           ids, scores = {}, {}
           for i = 1, #rows, 2 do
@@ -86,7 +95,7 @@ do
           end
         else
           local popped = redis.call('LMPOP', '2', due, ready, 'RIGHT', 'COUNT',
-                                    int_arg(stop - c.got))
+                                    int_arg(stop - got))
           if not popped then break end
           from, ids = popped[1], popped[2]
         end
@@ -105,16 +114,16 @@ do
               if g then groups.gone_if_empty(k, g) end
               m = nil
             else
-              local e = c.expiring or {}
-              c.expiring = e
+              local e = expiring or {}
+              expiring = e
               e[id] = m
             end
           end
           if not m then
-            c.skipped = c.skipped + 1
-          elseif c.reply and not budget.take(c.reply, m) then
+            skipped = skipped + 1
+          elseif reply and not budget.take(reply, m) then
             if m.expires_at then expiry_track(k, id, m) end   -- still pending
-            c.full = true
+            full = true
             -- This one and the rest go back where they were, in their order:
             -- the lane's and the group's with their scores, the lists' at
             -- the claim end.
@@ -131,17 +140,14 @@ do
             end
             break
           else
-            local serial = c.serial
             if not serial then
-              serial = redis.call('HINCRBY', k.stats, 'claimed', int_arg(c.count)) - c.count
+              serial = redis.call('HINCRBY', k.stats, 'claimed', int_arg(count)) - count
             end
             serial = serial + 1
-            c.serial = serial
-            set_lease(mkey, m, now, serial, c.worker)
+            set_lease(mkey, m, now, serial, worker)
             redis.call('ZADD', k.processing, c.deadline_arg, id)
-            local out = c.out
             out[#out + 1] = leased_reply(id, m, c.deadline)
-            c.got = c.got + 1
+            got = got + 1
             if g then
               redis.call('HINCRBY', k.gcount, 'i' .. g, 1)   -- its processing count
               if c.limited then flow.group_spent(k, g, now) end
@@ -150,7 +156,8 @@ do
         end
       end
     end
-    return c.got - before
+    c.got, c.skipped, c.full, c.serial, c.expiring = got, skipped, full, serial, expiring
+    return got - before
   end
 
   -- Round-robin over the rotation, least recently served first
@@ -219,10 +226,10 @@ do
     -- A claim of one takes one message, which always fits the budget.
     local deadline = now + lease_ms
     local c = CLAIM
-    c.k, c.base, c.now, c.count, c.out, c.worker = k, base, now, count, out, worker
+    c.k, c.base, c.now, c.count, c.out, c.worker = k, base, now, count, out, worker or false
     c.deadline, c.deadline_arg, c.got, c.skipped = deadline, int_arg(deadline), 0, 0
-    c.reply, c.full, c.serial, c.expiring = count > 1 and budget.new() or nil, false, nil, nil
-    c.limited = nil
+    c.reply, c.full, c.serial, c.expiring = count > 1 and budget.new() or false, false, false, false
+    c.limited = false
     local grouped = k.known.groups
     if grouped == nil then grouped = groups.used(k) end
     if grouped then take_rotation(c) else take(c, count) end
