@@ -694,6 +694,53 @@ static void test_groups_paged(void **state)
             assert_string_not_equal(group_of(&g_msgs[i]), group_of(&g_msgs[j]));
 }
 
+/* Listings, exports and stats see grouped pending messages. */
+static void test_listing_export_stats(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "listing");
+    long long a = enqueue_group(&q, "pa", "a", 0, 0);
+    long long b = enqueue_group(&q, "pb", "b", 3, 0);
+    long long s = enqueue_group(&q, "ps", "a", 0, 60000);
+    long long u = enqueue_group(&q, "pu", "", 0, 0);
+    assert_int_equal(stat_value(&q, "ready"), 3);
+    assert_int_equal(stat_value(&q, "pending"), 4);
+    assert_int_equal(stat_value(&q, "scheduled"), 1);
+    redisReply *r = fcall("list", &q, -1, "pending", "100", "", END);
+    assert_true(has_code(r, "ok"));
+    assert_int_equal(r->element[1]->integer, 4);
+    assert_int_equal(r->elements - 3, 4);
+    int found = 0;
+    for (size_t i = 3; i < r->elements; i++) {
+        msg_t m;
+        msg_parse(r->element[i], &m);
+        assert_string_equal(msg_str(&m, "status"), "pending");
+        if (m.id == a || m.id == s) assert_string_equal(msg_str(&m, "group"), "a");
+        if (m.id == b) assert_string_equal(msg_str(&m, "group"), "b");
+        if (m.id == u) assert_no_field(&m, "group");
+        found += m.id == a || m.id == b || m.id == s || m.id == u;
+    }
+    freeReplyObject(r);
+    assert_int_equal(found, 4);
+    /* The whole listing too. */
+    r = fcall("list", &q, -1, "", "100", "", END);
+    assert_true(has_code(r, "ok"));
+    assert_int_equal(r->elements - 3, 4);
+    freeReplyObject(r);
+    const char *formats[] = { "csv", "tsv", "jsonl" };
+    for (size_t f = 0; f < 3; f++) {
+        r = fcall("export", &q, -1, formats[f], "pending", "100", "", END);
+        assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+        assert_int_equal(r->elements, 5);
+        for (size_t i = 1; i < r->elements; i++)
+            if (strstr(r->element[i]->str, "pending") == NULL)
+                fail_msg("export %s: no status in \"%s\"", formats[f], r->element[i]->str);
+        freeReplyObject(r);
+    }
+}
+
+
 /* A queue that never had a grouped message has none of the groups' keys. */
 static void test_no_groups_no_keys(void **state)
 {
@@ -765,6 +812,7 @@ int main(void)
         cmocka_unit_test(test_fifo_groups),
         cmocka_unit_test(test_counts_follow_every_path),
         cmocka_unit_test(test_groups_paged),
+        cmocka_unit_test(test_listing_export_stats),
         cmocka_unit_test(test_no_groups_no_keys),
         cmocka_unit_test(test_queue_limits_on_top),
     };
