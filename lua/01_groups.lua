@@ -101,14 +101,19 @@ do
   end
 
   -- A message of group g enters (n = 1) or leaves (n = -1) the scheduled
-  -- index: a delayed enqueue, a retry, a snooze; its promotion, an expiry,
-  -- a kill or delete of a scheduled one.
+  -- index: a delayed enqueue, a retry, a snooze; its promotion (after it
+  -- joined its set), an expiry, a kill or delete of a scheduled one. When
+  -- none of the group is scheduled any more and it has a claimable id, the
+  -- group joins the rotation: fifo_groups held it out while one waited
+  -- (flow.group_admit), and only a promotion would have put it back.
   function groups.scheduled(k, g, n)
     if n > 0 then
       mark(k)
       redis.call('ZADD', k.group_names, 'NX', '0', g)
     end
-    if count(k, 's' .. g, n) <= 0 then gone_if_empty(k, g) end
+    if count(k, 's' .. g, n) > 0 then return end
+    if redis.call('EXISTS', k.group_ids .. g) == 0 then return gone_if_empty(k, g) end
+    if join(k, g) then notify(k) end
   end
 
   -- Id (of group g) leaves the group's claimable set, if it is there (an

@@ -513,6 +513,42 @@ static void test_fifo_groups(void **state)
     expect_no_group_keys(&q);
 }
 
+/* fifo_groups: a kill or delete of the group's scheduled retry, or its
+ * expiry, lets the group's next message be claimed. */
+static void test_fifo_group_after_its_retry_leaves(void **state)
+{
+    (void)state;
+    const char *how[] = { "kill", "delete", "expire" };
+    for (size_t w = 0; w < 3; w++) {
+        queue_t q;
+        queue_init(&q, how[w]);
+        policy_set(&q, "merge", "fifo_groups", "true");
+        long long first = enqueue_full(&q, "first", "a", 0, 0, "5", w == 2 ? 400 : -1);
+        long long second = enqueue_group(&q, "second", "a", 0, 0);
+        assert_int_equal(claim_n(&q, 60000, 1), 1);
+        assert_int_equal(g_msgs[0].id, first);
+        msg_t m = g_msgs[0];
+        assert_string_equal(fail_msg_after(&q, &m, "1", 60000), "pending");
+        assert_int_equal(claim_n(&q, 60000, 1), 0);   /* held: its retry waits */
+        if (w == 0) {
+            expect_ok_msg(fcall("kill", &q, first, END), &m);
+            assert_string_equal(msg_str(&m, "status"), "dead");
+        } else if (w == 1) {
+            expect_code(fcall("delete", &q, first, END), "ok", NULL);
+        } else {
+            wait_until_ms(msg_int(&m, "expires_at"));
+            tick(&q);
+            expect_ok_msg(fcall("get", &q, first, END), &m);
+            assert_string_equal(msg_str(&m, "status"), "dead");
+        }
+        expect_group(&q, "a", 1, 0);
+        if (claim_n(&q, 60000, 1) != 1)
+            fail_msg("after the %s of its retry, group a's next message is never claimed", how[w]);
+        assert_int_equal(g_msgs[0].id, second);
+    }
+}
+
+
 /* ------------------------------------------------------------------------ */
 /* Counts and keys                                                          */
 /* ------------------------------------------------------------------------ */
@@ -810,6 +846,7 @@ int main(void)
         cmocka_unit_test(test_group_max_in_flight),
         cmocka_unit_test(test_group_rate_limit),
         cmocka_unit_test(test_fifo_groups),
+        cmocka_unit_test(test_fifo_group_after_its_retry_leaves),
         cmocka_unit_test(test_counts_follow_every_path),
         cmocka_unit_test(test_groups_paged),
         cmocka_unit_test(test_listing_export_stats),
