@@ -25,9 +25,19 @@ do
     return used
   end
 
+  -- join, below: marking the queue puts the ungrouped member in the rotation.
+  local join
+
+  -- The first grouped message of the queue: from now on claims go through the
+  -- rotation, so ungrouped messages already claimable join it as its first
+  -- member (else they would wait until every group is empty, or until the
+  -- next ungrouped enqueue). Once per queue: HSET adds the field once.
   local function mark(k)
     if k.known.groups == true then return end
-    redis.call('HSET', k.stats, 'groups_used', '1')
+    if redis.call('HSET', k.stats, 'groups_used', '1') == 1
+       and redis.call('EXISTS', k.due, k.ready, k.priority) > 0 then
+      join(k, UNGROUPED)
+    end
     k.known.groups = true
   end
 
@@ -38,7 +48,7 @@ do
   -- served just now: after every group that has waited since (a stream of
   -- new groups cannot starve a group with a backlog). Returns true when it
   -- joined.
-  local function join(k, g)
+  function join(k, g)
     if redis.call('SADD', k.rotating, g) == 0 then return false end
     redis.call('RPUSH', k.rotation, g)
     return true

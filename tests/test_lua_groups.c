@@ -336,6 +336,28 @@ static void test_due_before_fresh_and_ungrouped_turn(void **state)
     }
 }
 
+/* An ungrouped backlog that was there before the queue's first grouped
+ * message takes its turns too: it is not left until every group is empty. */
+static void test_ungrouped_backlog_before_first_group(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "oldbacklog");
+    long long u1 = enqueue_group(&q, "plain", "", 0, 0);
+    enqueue_group(&q, "plain", "", 0, 0);
+    for (int i = 0; i < 5; i++) enqueue_group(&q, "a", "a", 0, 0);
+    int plain = 0;
+    for (int c = 0; c < 4; c++) {
+        assert_int_equal(claim_n(&q, 60000, 1), 1);
+        if (group_of(&g_msgs[0])[0] == '\0') {
+            assert_int_equal(g_msgs[0].id, u1 + plain);
+            plain++;
+        }
+    }
+    if (plain != 2) fail_msg("%d of 2 ungrouped messages in the first 4 claims", plain);
+}
+
+
 /* ------------------------------------------------------------------------ */
 /* Limits                                                                   */
 /* ------------------------------------------------------------------------ */
@@ -843,6 +865,7 @@ int main(void)
         cmocka_unit_test(test_batch_goes_round),
         cmocka_unit_test(test_priority_inside_a_group),
         cmocka_unit_test(test_due_before_fresh_and_ungrouped_turn),
+        cmocka_unit_test(test_ungrouped_backlog_before_first_group),
         cmocka_unit_test(test_group_max_in_flight),
         cmocka_unit_test(test_group_rate_limit),
         cmocka_unit_test(test_fifo_groups),
