@@ -22,7 +22,8 @@ do
   -- text), got, skipped (ids dropped), reply (the REPLY_BYTES budget, nil for
   -- a claim of one), full (the budget ran out), serial (the last lease
   -- serial used, nil before the first), expiring (id -> message, of the
-  -- leased ones with an expiry, made on first use). One table, filled
+  -- leased ones with an expiry, made on first use), cut (the rotation's
+  -- visits ran out, take_rotation). One table, filled
   -- afresh by each call (a claim never runs inside another): a table made
   -- per call cost about 1,000 instructions of every claim.
   local CLAIM = {}
@@ -172,6 +173,9 @@ do
         take(c, 1, g)
       end
     end
+    -- The visits ran out before the rotation did: groups further on may
+    -- have claimable messages (the ones visited were emptied or held back).
+    c.cut = visits >= GROUP_VISITS
     if not c.full and c.got < c.count and c.skipped <= 100 and visits < GROUP_VISITS
        and take(c, c.count - c.got) > 0 then
       groups.join(k, UNGROUPED)
@@ -212,6 +216,7 @@ do
     c.k, c.base, c.now, c.count, c.out, c.worker = k, base, now, count, out, worker
     c.deadline, c.deadline_arg, c.got, c.skipped = deadline, int_arg(deadline), 0, 0
     c.reply, c.full, c.serial, c.expiring = count > 1 and budget.new() or nil, false, nil, nil
+    c.cut = false
     local grouped = k.known.groups
     if grouped == nil then grouped = groups.used(k) end
     if grouped then take_rotation(c) else take(c, count) end
@@ -246,9 +251,16 @@ do
     flow.spent(k, now, got)
     -- Nothing leased while groups wait for their rate limit's tokens: the
     -- caller retries when the first returns (a long-poll, on any instance).
+    -- Nothing leased because the visits ran out: the caller retries at once
+    -- (each claim takes the groups it visited out of the rotation, so the
+    -- next goes further; no wake-up would come for what is claimable now).
     if got == 0 and grouped and (k.flow_retry_ms or 0) == 0 then
-      local first = redis.call('ZRANGE', k.held, '0', '0', 'WITHSCORES')
-      if first[2] then k.flow_retry_ms = math.max(1, tonumber(first[2]) - now) end
+      if c.cut then
+        k.flow_retry_ms = 1
+      else
+        local first = redis.call('ZRANGE', k.held, '0', '0', 'WITHSCORES')
+        if first[2] then k.flow_retry_ms = math.max(1, tonumber(first[2]) - now) end
+      end
     end
     -- Retries this call made due and left behind are claimable now: tell the
     -- waiters, as a tick that promoted them would have.
@@ -283,7 +295,9 @@ do
   -- ARGV[3] a timer hint follows the messages: the one of the new leases'
   -- deadline (need_timer), -1 when none was needed. With ARGV[4] (and ARGV[3])
   -- one more value ends the reply: when the rate limit held the claim back, the
-  -- ms until its next token is due, else 0 (docs/flow-control.md).
+  -- ms until its next token is due, else 0 (docs/flow-control.md); 1 when a
+  -- claim that took nothing ran out of group visits (docs/fairness.md): claim
+  -- again.
   local function claim(keys, args)
     local base = keys[1]
     local k = queue_keys(base)

@@ -571,6 +571,44 @@ static void test_fifo_group_after_its_retry_leaves(void **state)
 }
 
 
+/* More than a claim's 200 visits of groups that cannot serve (emptied by a
+ * delete, or at their group_max_in_flight) before one that can: the claim
+ * that comes back empty says to claim again at once (retry 1 ms), and the
+ * next claims reach the group. */
+static void test_claim_past_groups_that_cannot_serve(void **state)
+{
+    (void)state;
+    for (int w = 0; w < 2; w++) {
+        queue_t q;
+        queue_init(&q, w == 0 ? "stale" : "capped");
+        if (w == 1) policy_set(&q, "merge", "group_max_in_flight", "1");
+        enum { N = 450 };
+        for (int i = 0; i < N; i++) {
+            char g[16];
+            snprintf(g, sizeof g, "g%03d", i);
+            long long id = enqueue_group(&q, "x", g, 0, 0);
+            if (w == 0) expect_code(fcall("delete", &q, id, END), "ok", NULL);
+            else enqueue_group(&q, "y", g, 0, 0);
+        }
+        if (w == 1)
+            for (int i = 0; i < N; i += 50) assert_int_equal(claim_n(&q, 60000, 50), 50);
+        long long want = enqueue_group(&q, "late", "zz", 0, 0);
+        long long retry = 0;
+        int claims = 0;
+        size_t got = 0;
+        do {
+            got = claim_flow(&q, 1, &retry);
+            claims++;
+            if (got == 0 && retry == 0)
+                fail_msg("%s: claim %d came back empty and says nothing: group zz waits", q.name,
+                         claims);
+        } while (got == 0 && claims < 10);
+        assert_int_equal(got, 1);
+        assert_int_equal(g_msgs[0].id, want);
+        assert_in_range(claims, 2, 4);   /* 200 visits each */
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 /* Counts and keys                                                          */
 /* ------------------------------------------------------------------------ */
@@ -870,6 +908,7 @@ int main(void)
         cmocka_unit_test(test_group_rate_limit),
         cmocka_unit_test(test_fifo_groups),
         cmocka_unit_test(test_fifo_group_after_its_retry_leaves),
+        cmocka_unit_test(test_claim_past_groups_that_cannot_serve),
         cmocka_unit_test(test_counts_follow_every_path),
         cmocka_unit_test(test_groups_paged),
         cmocka_unit_test(test_listing_export_stats),
