@@ -731,6 +731,59 @@ static void test_counts_follow_every_path(void **state)
     expect_no_group_keys(&q);
 }
 
+/* The paths that lease or hand back many at once: settle_claim settles and
+ * claims in turn, and a claim whose nonce release_lost gave up hands back
+ * what it leased into the groups' sets, the counts as before the claim. */
+static void test_settle_claim_and_lost_claims(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "lostclaim");
+    long long a1 = enqueue_group(&q, "a1", "a", 0, 0);
+    long long b1 = enqueue_group(&q, "b1", "b", 0, 0);
+    long long a2 = enqueue_group(&q, "a2", "a", 0, 0);
+    assert_int_equal(int_reply(fcall("release_lost", &q, -1, "n-1", END)), 0);
+    redisReply *r = fcall("claim", &q, -1, "600000", "3", "1", "default", "", "n-1", END);
+    assert_true(has_code(r, "ok"));
+    assert_int_equal(r->elements, 3);   /* no message, the hint, the rate's wait */
+    freeReplyObject(r);
+    expect_group(&q, "a", 2, 0);
+    expect_group(&q, "b", 1, 0);
+    assert_int_equal(stat_value(&q, "processing"), 0);
+    assert_int_equal(stat_value(&q, "ready"), 3);
+    /* Handed back to the front of each group (the rotation turned on: b
+     * comes first now). */
+    assert_int_equal(claim_n(&q, 60000, 2), 2);
+    assert_int_equal(g_msgs[0].id, b1);
+    assert_int_equal(g_msgs[1].id, a1);
+    {
+        msg_t swap = g_msgs[0];
+        g_msgs[0] = g_msgs[1];
+        g_msgs[1] = swap;
+    }
+    static msg_t got[4];
+    char ta[64], tb[64];
+    token_of(&g_msgs[0], ta);
+    token_of(&g_msgs[1], tb);
+    const settle_t items[] = { SUCCEEDED(a1, ta), FAILED(b1, tb, "later", "1", 60000) };
+    const char *want[] = { "succeeded", "pending" };
+    assert_int_equal(expect_settled(settle_claim(&q, 30000, 2, 2, items), 2, want, got, 4), 1);
+    assert_int_equal(got[0].id, a2);
+    expect_group(&q, "a", 0, 1);
+    expect_group(&q, "b", 1, 0);
+    make_due(&q, b1);
+    char t2[64];
+    token_of(&got[0], t2);
+    const settle_t last[] = { SUCCEEDED(a2, t2) };
+    const char *ok[] = { "succeeded" };
+    assert_int_equal(expect_settled(settle_claim(&q, 30000, 5, 1, last), 1, ok, got, 4), 1);
+    assert_int_equal(got[0].id, b1);
+    token_of(&got[0], t2);
+    const settle_t done[] = { SUCCEEDED(b1, t2) };
+    assert_int_equal(expect_settled(settle_claim(&q, 30000, 5, 1, done), 1, ok, got, 4), 0);
+    expect_no_group_keys(&q);
+}
+
 /* Paging 10,000 groups by 1,000: each group once, in name order. */
 static void test_groups_paged(void **state)
 {
@@ -910,6 +963,7 @@ int main(void)
         cmocka_unit_test(test_fifo_group_after_its_retry_leaves),
         cmocka_unit_test(test_claim_past_groups_that_cannot_serve),
         cmocka_unit_test(test_counts_follow_every_path),
+        cmocka_unit_test(test_settle_claim_and_lost_claims),
         cmocka_unit_test(test_groups_paged),
         cmocka_unit_test(test_listing_export_stats),
         cmocka_unit_test(test_no_groups_no_keys),
