@@ -208,7 +208,7 @@ static void test_backlog_does_not_delay_other_groups(void **state)
     queue_t q;
     queue_init(&q, "fairbig");
     for (int i = 0; i < 2000; i++) enqueue_group(&q, "big", "big", 0, 0);
-    char names[10][8];
+    char names[10][16];
     for (int g = 0; g < 10; g++) {
         snprintf(names[g], sizeof names[g], "s%d", g);
         for (int i = 0; i < 5; i++) enqueue_group(&q, "small", names[g], 0, 0);
@@ -474,7 +474,7 @@ static void test_fifo_groups(void **state)
     policy_set(&q, "merge", "fifo_groups", "true");
     enum { GROUPS = 4, EACH = 12 };
     long long ids[GROUPS][EACH];
-    char names[GROUPS][4];
+    char names[GROUPS][16];
     for (int g = 0; g < GROUPS; g++) snprintf(names[g], sizeof names[g], "f%d", g);
     for (int i = 0; i < EACH; i++)
         for (int g = 0; g < GROUPS; g++)
