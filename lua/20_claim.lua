@@ -166,16 +166,20 @@ do
       if not g then break end
       visits = visits + 1
       if g == UNGROUPED then
+        -- Nothing taken: out of the rotation when there is nothing, but not
+        -- when the claim ran out of room or of ids to drop (more than 100
+        -- expired or gone in front): it is served first next time.
         if take(c, 1) == 0 then
-          if c.full then groups.unvisit(k) else groups.hold(k, g) end
+          if c.full or c.skipped > 100 then groups.unvisit(k) else groups.hold(k, g) end
         end
       elseif flow.group_admit(k, g, c.now) then
         take(c, 1, g)
       end
     end
-    -- The visits ran out before the rotation did: groups further on may
-    -- have claimable messages (the ones visited were emptied or held back).
-    c.cut = visits >= GROUP_VISITS
+    -- The visits (or the ids it may drop) ran out before the rotation did:
+    -- groups further on may have claimable messages (the ones visited were
+    -- emptied or held back).
+    c.cut = visits >= GROUP_VISITS or c.skipped > 100
     if not c.full and c.got < c.count and c.skipped <= 100 and visits < GROUP_VISITS
        and take(c, c.count - c.got) > 0 then
       groups.join(k, UNGROUPED)
@@ -296,8 +300,8 @@ do
   -- deadline (need_timer), -1 when none was needed. With ARGV[4] (and ARGV[3])
   -- one more value ends the reply: when the rate limit held the claim back, the
   -- ms until its next token is due, else 0 (docs/flow-control.md); 1 when a
-  -- claim that took nothing ran out of group visits (docs/fairness.md): claim
-  -- again.
+  -- claim that took nothing ran out of group visits or dropped more than 100
+  -- ids (docs/fairness.md): claim again.
   local function claim(keys, args)
     local base = keys[1]
     local k = queue_keys(base)

@@ -358,6 +358,33 @@ static void test_ungrouped_backlog_before_first_group(void **state)
 }
 
 
+/* More than a claim's 100 dropped ids (expired ungrouped ones the tick has
+ * not ended yet) in front of the ungrouped messages: the claim stops there,
+ * but the ungrouped member keeps its place, so the ungrouped message behind
+ * them still takes its turn before the group's backlog is done. */
+static void test_ungrouped_turn_past_expired_ids(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "expiredturn");
+    long long at = 0;
+    for (int i = 0; i < 150; i++) enqueue_with(&q, "old", 0, 300, 0, &at);
+    long long fresh = enqueue_group(&q, "fresh", "", 0, 0);
+    for (int i = 0; i < 20; i++) enqueue_group(&q, "a", "a", 0, 0);
+    wait_until_ms(at);
+    long long retry = 0;
+    int claims = 0, before = -1;
+    for (int i = 0; i < 20 && before < 0; i++) {
+        size_t n = claim_flow(&q, 1, &retry);
+        claims++;
+        if (n == 0 && retry == 0) fail_msg("claim %d: empty, and no retry said", claims);
+        if (n == 1 && g_msgs[0].id == fresh) before = i;
+    }
+    if (before < 0) fail_msg("the ungrouped message was not claimed in 20 claims");
+    assert_in_range(before, 1, 4);
+    assert_int_equal(counter(&q, "expired"), 150);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Limits                                                                   */
 /* ------------------------------------------------------------------------ */
@@ -961,6 +988,7 @@ int main(void)
         cmocka_unit_test(test_priority_inside_a_group),
         cmocka_unit_test(test_due_before_fresh_and_ungrouped_turn),
         cmocka_unit_test(test_ungrouped_backlog_before_first_group),
+        cmocka_unit_test(test_ungrouped_turn_past_expired_ids),
         cmocka_unit_test(test_group_max_in_flight),
         cmocka_unit_test(test_group_rate_limit),
         cmocka_unit_test(test_fifo_groups),
