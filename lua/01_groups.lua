@@ -25,9 +25,19 @@ do
     return used
   end
 
+  -- join, below: marking the queue puts the ungrouped member in the rotation.
+  local join
+
+  -- The first grouped message of the queue: from now on claims go through the
+  -- rotation, so ungrouped messages already claimable join it as its first
+  -- member (else they would wait until every group is empty, or until the
+  -- next ungrouped enqueue). Once per queue: HSET adds the field once.
   local function mark(k)
     if k.known.groups == true then return end
-    redis.call('HSET', k.stats, 'groups_used', '1')
+    if redis.call('HSET', k.stats, 'groups_used', '1') == 1
+       and redis.call('EXISTS', k.due, k.ready, k.priority) > 0 then
+      join(k, UNGROUPED)
+    end
     k.known.groups = true
   end
 
@@ -38,7 +48,7 @@ do
   -- served just now: after every group that has waited since (a stream of
   -- new groups cannot starve a group with a backlog). Returns true when it
   -- joined.
-  local function join(k, g)
+  function join(k, g)
     if redis.call('SADD', k.rotating, g) == 0 then return false end
     redis.call('RPUSH', k.rotation, g)
     return true
@@ -90,14 +100,13 @@ do
     end
   end
 
-  -- The scheduled count of group g changes by n; at 0 it is deleted and the
-  -- group may be gone.
+  -- The scheduled count of group g changes by n; at 0 it is deleted.
+  -- Returns true when it reached 0.
   local function count_scheduled(k, g, n)
     local field = 's' .. g
-    if redis.call('HINCRBY', k.gcount, field, n) <= 0 then
-      redis.call('HDEL', k.gcount, field)
-      gone_if_empty(k, g)
-    end
+    if redis.call('HINCRBY', k.gcount, field, n) > 0 then return false end
+    redis.call('HDEL', k.gcount, field)
+    return true
   end
 
   -- Id (of group g) is claimable: into the group's set with the priority
@@ -112,14 +121,21 @@ do
   end
 
   -- A message of group g enters (n = 1) or leaves (n = -1) the scheduled
-  -- index: a delayed enqueue, a retry, a snooze; its promotion, an expiry,
-  -- a kill or delete of a scheduled one.
+  -- index: a delayed enqueue, a retry, a snooze; its promotion (after it
+  -- joined its set), an expiry, a kill or delete of a scheduled one. When
+  -- none of the group is scheduled any more and it has a claimable id, the
+  -- group joins the rotation: fifo_groups held it out while one waited
+  -- (flow.group_admit), and only a promotion would have put it back.
   function groups.scheduled(k, g, n)
     if n > 0 then
       mark(k)
       named(k, g)
     end
-    count_scheduled(k, g, n)
+    if not count_scheduled(k, g, n) then return end
+    -- Its last scheduled message left: a group that strict order held out
+    -- of the rotation may go on (or, with nothing left, it is gone).
+    if redis.call('EXISTS', k.group_ids .. g) == 0 then return gone_if_empty(k, g) end
+    if join(k, g) then notify(k) end
   end
 
   -- Id (of group g) leaves the group's claimable set, if it is there (an

@@ -150,8 +150,8 @@ do
         p = priority_of(k.base, id)
       end
       if g then
-        groups.scheduled(k, g, -1)
         groups.claimable(k, g, id, lane_score(p, LANE_DUE, tonumber(rows[i + 1])))
+        groups.scheduled(k, g, -1)
       elseif p > 0 then
         lane[#lane + 1] = int_arg(lane_score(p, LANE_DUE, tonumber(rows[i + 1])))
         lane[#lane + 1] = id

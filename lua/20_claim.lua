@@ -23,7 +23,8 @@ do
   -- for a claim of one), full (the budget ran out), serial (the last lease
   -- serial used, false before the first), expiring (id -> message, of the
   -- leased ones with an expiry, made on first use), limited (the policy
-  -- sets a per-group limit). One table, filled
+  -- sets a per-group limit), cut (the rotation's visits ran out,
+  -- take_rotation). One table, filled
   -- afresh by each call (a claim never runs inside another): a table made
   -- per call cost about 1,000 instructions of every claim.
   -- Every field is there from the start and never set to nil (false
@@ -31,7 +32,8 @@ do
   -- table (thousands of instructions per claim).
   local CLAIM = { k = false, base = false, now = 0, count = 0, out = false, worker = false,
                   deadline = 0, deadline_arg = false, got = 0, skipped = 0, reply = false,
-                  full = false, serial = false, expiring = false, limited = false }
+                  full = false, serial = false, expiring = false, limited = false,
+                  cut = false }
 
   -- The sources a claim pops, by generation: the priority lane (0), the
   -- new generation's due then ready list (1), retryd_v2's (2), a group's
@@ -182,13 +184,20 @@ do
       if not g then break end
       visits = visits + 1
       if g == UNGROUPED then
+        -- Nothing taken: out of the rotation when there is nothing, but not
+        -- when the claim ran out of room or of ids to drop (more than 100
+        -- expired or gone in front): it is served first next time.
         if take(c, 1) == 0 then
-          if c.full then groups.unvisit(k) else groups.hold(k, g) end
+          if c.full or c.skipped > 100 then groups.unvisit(k) else groups.hold(k, g) end
         end
       elseif not limited or flow.group_admit(k, g, c.now) then
         take(c, 1, g)
       end
     end
+    -- The visits (or the ids it may drop) ran out before the rotation did:
+    -- groups further on may have claimable messages (the ones visited were
+    -- emptied or held back).
+    c.cut = visits >= GROUP_VISITS or c.skipped > 100
     if not c.full and c.got < c.count and c.skipped <= 100 and visits < GROUP_VISITS
        and take(c, c.count - c.got) > 0 then
       groups.join(k, UNGROUPED)
@@ -229,7 +238,7 @@ do
     c.k, c.base, c.now, c.count, c.out, c.worker = k, base, now, count, out, worker or false
     c.deadline, c.deadline_arg, c.got, c.skipped = deadline, int_arg(deadline), 0, 0
     c.reply, c.full, c.serial, c.expiring = count > 1 and budget.new() or false, false, false, false
-    c.limited = false
+    c.limited, c.cut = false, false
     local grouped = k.known.groups
     if grouped == nil then grouped = groups.used(k) end
     if grouped then take_rotation(c) else take(c, count) end
@@ -264,9 +273,16 @@ do
     flow.spent(k, now, got)
     -- Nothing leased while groups wait for their rate limit's tokens: the
     -- caller retries when the first returns (a long-poll, on any instance).
+    -- Nothing leased because the visits ran out: the caller retries at once
+    -- (each claim takes the groups it visited out of the rotation, so the
+    -- next goes further; no wake-up would come for what is claimable now).
     if got == 0 and grouped and (k.flow_retry_ms or 0) == 0 then
-      local first = redis.call('ZRANGE', k.held, '0', '0', 'WITHSCORES')
-      if first[2] then k.flow_retry_ms = math.max(1, tonumber(first[2]) - now) end
+      if c.cut then
+        k.flow_retry_ms = 1
+      else
+        local first = redis.call('ZRANGE', k.held, '0', '0', 'WITHSCORES')
+        if first[2] then k.flow_retry_ms = math.max(1, tonumber(first[2]) - now) end
+      end
     end
     -- Retries this call made due and left behind are claimable now: tell the
     -- waiters, as a tick that promoted them would have.
@@ -301,7 +317,9 @@ do
   -- ARGV[3] a timer hint follows the messages: the one of the new leases'
   -- deadline (need_timer), -1 when none was needed. With ARGV[4] (and ARGV[3])
   -- one more value ends the reply: when the rate limit held the claim back, the
-  -- ms until its next token is due, else 0 (docs/flow-control.md).
+  -- ms until its next token is due, else 0 (docs/flow-control.md); 1 when a
+  -- claim that took nothing ran out of group visits or dropped more than 100
+  -- ids (docs/fairness.md): claim again.
   local function claim(keys, args)
     local base = keys[1]
     local k = queue_keys(base)
