@@ -51,6 +51,7 @@ do
   function join(k, g)
     if redis.call('SADD', k.rotating, g) == 0 then return false end
     redis.call('RPUSH', k.rotation, g)
+    if k.known.waiting_empty == false then redis.call('SREM', k.waiting, g) end
     return true
   end
   groups.join = join
@@ -62,7 +63,8 @@ do
   end
 
   -- The group the claim's turn just gave (the last of the LIST) leaves the
-  -- rotation: it has nothing claimable, or a limit holds it back.
+  -- rotation: it has nothing claimable (groups.leave), or a limit holds it
+  -- back (groups.hold).
   local function leave_last(k, g)
     redis.call('RPOP', k.rotation)
     redis.call('SREM', k.rotating, g)
@@ -189,12 +191,35 @@ do
   -- by its rate limit until `until_ms` (then the next claim puts it back),
   -- or, until_ms nil, until one of its leases ends (left_processing puts it
   -- back) or, for the ungrouped member, until an ungrouped id is claimable.
+  groups.leave = leave_last
+
   function groups.hold(k, g, until_ms)
     leave_last(k, g)
     if until_ms then
       redis.call('ZADD', k.held, int_arg(until_ms), g)
       k.known.held_empty = false
+    else
+      -- Held by the cap or strict order: kept in k.waiting, so that a policy
+      -- without them puts it back (unwait) if no lease of it ends first.
+      redis.call('SADD', k.waiting, g)
+      k.known.waiting_empty = false
     end
+  end
+
+  -- The policy has neither group_max_in_flight nor fifo_groups (any more):
+  -- groups they held go back into the rotation, at most 100 per claim. Once
+  -- none is left this Lua state knows it (k.known.waiting_empty; a fresh
+  -- state looks once), so a queue that never held one spends nothing.
+  function groups.unwait(k)
+    local known = k.known
+    if known.waiting_empty then return end
+    local names = redis.call('SPOP', k.waiting, '100')
+    if #names == 0 then
+      known.waiting_empty = true
+      return
+    end
+    known.waiting_empty = false
+    for i = 1, #names do join(k, names[i]) end
   end
 
   -- Group g's processing count, and its count of scheduled messages.

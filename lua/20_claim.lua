@@ -83,7 +83,7 @@ do
           -- The group's next id, its lowest score.
           local row = redis.call('ZPOPMIN', k.group_ids .. g)
           if #row == 0 then
-            groups.hold(k, g)   -- nothing claimable: out of the rotation
+            groups.leave(k, g)   -- nothing claimable: out of the rotation
             break
           end
           redis.call('ZREM', k.grouped, row[1])
@@ -174,9 +174,10 @@ do
   -- called (as the lease is in take).
   local function take_rotation(c)
     local k = c.k
-    local limited, rated = flow.group_limits(k)
+    local limited, rated, waits = flow.group_limits(k)
     c.limited = limited
     if rated or not k.known.held_empty then groups.unhold(k, c.now, rated) end
+    if not waits and k.known.waiting_empty ~= true then groups.unwait(k) end
     local rotation = k.rotation
     local visits = 0
     while not c.full and c.got < c.count and c.skipped <= 100 and visits < GROUP_VISITS do
@@ -188,7 +189,7 @@ do
         -- when the claim ran out of room or of ids to drop (more than 100
         -- expired or gone in front): it is served first next time.
         if take(c, 1) == 0 then
-          if c.full or c.skipped > 100 then groups.unvisit(k) else groups.hold(k, g) end
+          if c.full or c.skipped > 100 then groups.unvisit(k) else groups.leave(k, g) end
         end
       elseif not limited or flow.group_admit(k, g, c.now) then
         take(c, 1, g)

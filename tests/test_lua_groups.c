@@ -602,6 +602,89 @@ static void test_fifo_group_after_its_retry_leaves(void **state)
 }
 
 
+/* fifo_groups with a delayed message: the group waits for it (strict order),
+ * then serves it in its enqueue order, not as a due retry ahead of the
+ * group's earlier message. */
+static void test_fifo_delayed_message_keeps_its_place(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "fifodelay");
+    policy_set(&q, "merge", "fifo_groups", "true");
+    long long m1 = enqueue_group(&q, "m1", "a", 0, 0);
+    long long m2 = enqueue_group(&q, "m2", "a", 0, 300);
+    long long m3 = enqueue_group(&q, "m3", "a", 0, 0);
+    /* m2 is scheduled: the group waits (its order would break otherwise). */
+    assert_int_equal(claim_n(&q, 60000, 5), 0);
+    make_due(&q, m2);
+    long long want[] = { m1, m2, m3 };
+    for (int i = 0; i < 3; i++) {
+        if (claim_n(&q, 60000, 5) != 1) fail_msg("claim %d of the fifo group took none or more", i);
+        assert_int_equal(g_msgs[0].id, want[i]);
+        succeed_msg(&q, &g_msgs[0]);
+    }
+    expect_group(&q, "a", 0, 0);
+}
+
+/* A group held back by group_max_in_flight or fifo_groups is served again
+ * once the policy no longer has the limit, without waiting for one of its
+ * leases to end. */
+static void test_loosened_policy_releases_held_groups(void **state)
+{
+    (void)state;
+    const char *fields[][2] = { { "group_max_in_flight", "1" }, { "fifo_groups", "true" } };
+    for (size_t w = 0; w < 2; w++) {
+        queue_t q;
+        queue_init(&q, w == 0 ? "loosecap" : "loosefifo");
+        policy_set(&q, "merge", fields[w][0], fields[w][1]);
+        for (int i = 0; i < 3; i++) enqueue_group(&q, "x", "a", 0, 0);
+        assert_int_equal(claim_n(&q, 60000, 5), 1);   /* the group is held after one */
+        assert_int_equal(claim_n(&q, 60000, 5), 0);
+        policy_set(&q, "merge", fields[w][0], "");
+        if (claim_n(&q, 60000, 5) != 2)
+            fail_msg("with %s removed, the held group's two messages were not claimed", fields[w][0]);
+        expect_group(&q, "a", 0, 3);
+        assert_int_equal(exists(qkey(&q, "3:gwaiting")), 0);
+    }
+}
+
+/* Group names at the edges of the record's short form (a trailer of the
+ * group alone, read without the general decode: fixstr up to 31 bytes) and
+ * beyond it read back whole, alone and beside other optional fields; the
+ * library refuses a name the daemon would refuse. */
+static void test_group_names_round_trip(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "names");
+    const size_t lens[] = { 1, 30, 31, 32, 56, 57, 127, 128 };
+    char name[129];
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+        for (size_t j = 0; j < lens[i]; j++) name[j] = (char)('a' + (j + i) % 26);
+        name[lens[i]] = '\0';
+        for (int with_ttl = 0; with_ttl < 2; with_ttl++) {
+            long long id = enqueue_full(&q, "p", name, 0, 0, "3", with_ttl ? 60000 : -1);
+            msg_t m;
+            expect_ok_msg(fcall("get", &q, id, END), &m);
+            if (strcmp(group_of(&m), name) != 0)
+                fail_msg("a group of %zu bytes came back as \"%s\"", lens[i], group_of(&m));
+            assert_string_equal(msg_str(&m, "payload"), "p");
+        }
+    }
+    /* Two-byte UTF-8 is a name; a broken sequence, a control byte, or 129
+     * bytes are not. */
+    long long id = enqueue_group(&q, "p", "\xc3\xa9t\xc3\xa9", 0, 0);
+    msg_t m;
+    expect_ok_msg(fcall("get", &q, id, END), &m);
+    assert_string_equal(group_of(&m), "\xc3\xa9t\xc3\xa9");
+    char long_name[130];
+    memset(long_name, 'z', 129);
+    long_name[129] = '\0';
+    const char *bad[] = { "\xc3", "a\x01" "b", "tab\there", long_name };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_error(fcall("enqueue", &q, -1, "p", "3", "0", "", "", "", "", "", bad[i], END));
+}
+
 /* More than a claim's 200 visits of groups that cannot serve (emptied by a
  * delete, or at their group_max_in_flight) before one that can: the claim
  * that comes back empty says to claim again at once (retry 1 ms), and the
@@ -993,6 +1076,9 @@ int main(void)
         cmocka_unit_test(test_group_rate_limit),
         cmocka_unit_test(test_fifo_groups),
         cmocka_unit_test(test_fifo_group_after_its_retry_leaves),
+        cmocka_unit_test(test_fifo_delayed_message_keeps_its_place),
+        cmocka_unit_test(test_loosened_policy_releases_held_groups),
+        cmocka_unit_test(test_group_names_round_trip),
         cmocka_unit_test(test_claim_past_groups_that_cannot_serve),
         cmocka_unit_test(test_counts_follow_every_path),
         cmocka_unit_test(test_settle_claim_and_lost_claims),
