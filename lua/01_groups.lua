@@ -45,18 +45,13 @@ do
   end
   groups.join = join
 
-  -- The next group to serve (nil when none), moved to the back.
-  function groups.next_group(k)
-    return redis.call('LMOVE', k.rotation, k.rotation, 'LEFT', 'RIGHT')
-  end
-
-  -- The group next_group just gave goes back to the front, not served (the
+  -- The group the claim's turn just gave goes back to the front, not served (the
   -- claim ran out of room).
   function groups.unvisit(k)
     redis.call('LMOVE', k.rotation, k.rotation, 'RIGHT', 'LEFT')
   end
 
-  -- The group next_group just gave (the last of the LIST) leaves the
+  -- The group the claim's turn just gave (the last of the LIST) leaves the
   -- rotation: it has nothing claimable, or a limit holds it back.
   local function leave_last(k, g)
     redis.call('RPOP', k.rotation)
@@ -76,17 +71,33 @@ do
   local function gone_if_empty(k, g)
     if redis.call('EXISTS', k.group_ids .. g) == 1 then return end
     local c = redis.call('HMGET', k.gcount, 'i' .. g, 's' .. g)
-    if c[1] or c[2] then return end
+    if (c[1] and c[1] ~= '0') or c[2] then return end
+    redis.call('HDEL', k.gcount, 'i' .. g)
     redis.call('ZREM', k.group_names, g)
   end
   groups.gone_if_empty = gone_if_empty
 
-  -- The count field (i<g>: processing, s<g>: pending but not claimable, i.e.
-  -- scheduled) of group g changes by n; at 0 it is deleted. Returns the count.
-  local function count(k, field, n)
-    local v = redis.call('HINCRBY', k.gcount, field, n)
-    if v <= 0 then redis.call('HDEL', k.gcount, field) end
-    return v
+  -- A group's counts (gcount): i<g>, its processing messages, made (at 0)
+  -- when the group gets its first message and kept until it has none, so
+  -- a claim's HINCRBY never creates a field (creating one cost a claim
+  -- twice the instructions of the HINCRBY); s<g>, its scheduled ones
+  -- (pending, not claimable yet), deleted at 0.
+
+  -- Group g is new to the paged names: its processing count starts at 0.
+  local function named(k, g)
+    if redis.call('ZADD', k.group_names, 'NX', '0', g) == 1 then
+      redis.call('HSET', k.gcount, 'i' .. g, '0')
+    end
+  end
+
+  -- The scheduled count of group g changes by n; at 0 it is deleted and the
+  -- group may be gone.
+  local function count_scheduled(k, g, n)
+    local field = 's' .. g
+    if redis.call('HINCRBY', k.gcount, field, n) <= 0 then
+      redis.call('HDEL', k.gcount, field)
+      gone_if_empty(k, g)
+    end
   end
 
   -- Id (of group g) is claimable: into the group's set with the priority
@@ -95,7 +106,7 @@ do
     mark(k)
     if redis.call('ZADD', k.group_ids .. g, int_arg(score), id) == 1 then
       redis.call('ZADD', k.grouped, id, id)
-      redis.call('ZADD', k.group_names, 'NX', '0', g)
+      named(k, g)
     end
     join(k, g)
   end
@@ -106,9 +117,9 @@ do
   function groups.scheduled(k, g, n)
     if n > 0 then
       mark(k)
-      redis.call('ZADD', k.group_names, 'NX', '0', g)
+      named(k, g)
     end
-    if count(k, 's' .. g, n) <= 0 then gone_if_empty(k, g) end
+    count_scheduled(k, g, n)
   end
 
   -- Id (of group g) leaves the group's claimable set, if it is there (an
@@ -122,34 +133,16 @@ do
     return true
   end
 
-  -- A message of group g was leased.
-  function groups.leased(k, g)
-    redis.call('HINCRBY', k.gcount, 'i' .. g, 1)
-  end
-
   -- A leased message of group g left processing (the caller puts it where
   -- it goes next). Its place is free: a group the cap or strict order held
   -- out of the rotation joins it again when it has a claimable id, and the
   -- waiters are told (on any instance: the wake channel).
   function groups.left_processing(k, g)
-    if count(k, 'i' .. g, -1) <= 0 then gone_if_empty(k, g) end
+    if redis.call('HINCRBY', k.gcount, 'i' .. g, -1) <= 0 then gone_if_empty(k, g) end
     if redis.call('EXISTS', k.group_ids .. g) == 1 and join(k, g) then notify(k) end
   end
 
-  -- Takes the next id of group g (the group next_group just gave): ZPOPMIN
-  -- of its set. Returns the id and its score, or nil when the set is empty
-  -- (the group then leaves the rotation).
-  function groups.pop(k, g)
-    local row = redis.call('ZPOPMIN', k.group_ids .. g)
-    if #row == 0 then
-      leave_last(k, g)
-      return nil
-    end
-    redis.call('ZREM', k.grouped, row[1])
-    return row[1], row[2]
-  end
-
-  -- An id groups.pop took goes back, with its score, and its group back to
+  -- An id the claim popped from group g's set goes back, with its score, and its group back to
   -- the front of the rotation (a claim that ran out of room serves it next).
   function groups.unpop(k, g, id, score)
     redis.call('ZADD', k.group_ids .. g, score, id)
@@ -176,7 +169,7 @@ do
     for i = 1, #due do join(k, due[i]) end
   end
 
-  -- Group g (the group next_group just gave) is held out of the rotation:
+  -- Group g (the group the claim's turn just gave) is held out of the rotation:
   -- by its rate limit until `until_ms` (then the next claim puts it back),
   -- or, until_ms nil, until one of its leases ends (left_processing puts it
   -- back) or, for the ungrouped member, until an ungrouped id is claimable.

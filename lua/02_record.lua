@@ -32,6 +32,11 @@ do
     return clamp(math.floor(fmt / 2), 0, REC_MAX_PRIORITY)
   end
 
+  -- The first bytes of a trailer that holds only a group of 0-31 bytes:
+  -- msgpack's map of one pair (0x81), the key "g" (a fixstr of one byte,
+  -- 0xA1), then the value's fixstr header (0xA0 + its length) and bytes.
+  local GROUP_ONLY = '\129\161g'
+
   -- A message decoded into a table: payload, retry_count, max_retries,
   -- priority, created_at, updated_at, lease_at and serial (the lease token's
   -- parts), and, when present, retry_after, last_error, idempotency_key,
@@ -46,13 +51,20 @@ do
     if fmt >= REC_TRAILER then
       local n = struct.unpack('>I4', rec, #rec - 3)
       local packed = string.sub(rec, #rec - 3 - n, #rec - 4)
-      local t = cmsgpack.unpack(packed)
-      m.last_error, m.retry_after, m.idempotency_key, m.token = t.e, t.r, t.i, t.t
-      m.expires_at = t.x   -- docs/lifecycle.md "What is stored"
-      history.decode(m, t)
-      m.origin_queue, m.origin_id = t.oq, t.oi   -- a redriven message (65_redrive.lua)
-      m.rule_uses = t.u
-      m.group = t.g   -- docs/fairness.md
+      local len = n >= 4 and string.byte(packed, 4) - 0xA0   -- a fixstr: 0 to 31
+      if len == n - 4 and len <= 31 and string.sub(packed, 1, 3) == GROUP_ONLY then
+        -- A trailer of the group alone (the usual grouped message): read as
+        -- cmsgpack.pack wrote it, without the general decode and its table.
+        m.group = string.sub(packed, 5)
+      else
+        local t = cmsgpack.unpack(packed)
+        m.last_error, m.retry_after, m.idempotency_key, m.token = t.e, t.r, t.i, t.t
+        m.expires_at = t.x   -- docs/lifecycle.md "What is stored"
+        history.decode(m, t)
+        m.origin_queue, m.origin_id = t.oq, t.oi   -- a redriven message (65_redrive.lua)
+        m.rule_uses = t.u
+        m.group = t.g   -- docs/fairness.md
+      end
       stop = #rec - 4 - n
       m.trailer_bytes = n
       m.trailer = packed   -- what record_bytes measures of the optional fields
@@ -338,8 +350,10 @@ do
     local out = { id, m.payload, m.retry_count, m.max_retries, m.created_at, m.updated_at,
                   deadline, lease_token(m) }
     if m.retry_after or m.last_error or m.idempotency_key or m.history or m.origin_queue
-       or m.worker or m.expires_at or m.priority ~= 0 or m.group then
+       or m.worker or m.expires_at or m.priority ~= 0 then
       optional_fields(out, m, 'processing')
+    elseif m.group then
+      out[9], out[10] = 'group', m.group   -- the one optional field (docs/fairness.md)
     end
     return out
   end

@@ -508,9 +508,12 @@ do
     return true
   end
 
-  -- Whether the policy has a group_rate_limit.
-  function flow.group_rated(k)
-    return read_policy(k)['group_rate_limit.per_second'] ~= nil
+  -- Whether the policy sets any per-group limit (group_max_in_flight,
+  -- group_rate_limit, fifo_groups), and whether it has a group_rate_limit.
+  function flow.group_limits(k)
+    local p = read_policy(k)
+    local rated = p['group_rate_limit.per_second'] ~= nil
+    return rated or p.group_max_in_flight ~= nil or p.fifo_groups == 'true', rated
   end
 
   -- A claim leased one message of group g: it takes a token of the group's

@@ -43,7 +43,7 @@ do
   -- only while its data was met here lately (v2_active, 00_common.lua):
   -- otherwise a claim costs nothing for them, and the tick's probe finds
   -- whatever a v2 instance enqueued since. With g, one message of group g
-  -- (want is 1), the group next_group just gave, from its set
+  -- (want is 1), the group the claim's turn just gave, from its set
   -- (docs/fairness.md). Ids whose record is gone, or that are past their
   -- expiry (ended as the tick would have, not delivered), are dropped and
   -- counted in c.skipped. Returns how many it leased.
@@ -69,9 +69,14 @@ do
       while not c.full and c.got < stop and c.skipped <= 100 do
         local from, ids, scores
         if gen == GEN_GROUP then
-          local id, score = groups.pop(k, g)
-          if not id then break end
-          ids, scores = { id }, { score }
+          -- The group's next id, its lowest score.
+          local row = redis.call('ZPOPMIN', k.group_ids .. g)
+          if #row == 0 then
+            groups.hold(k, g)   -- nothing claimable: out of the rotation
+            break
+          end
+          redis.call('ZREM', k.grouped, row[1])
+          ids, scores = { row[1] }, { row[2] }
         elseif gen == GEN_LANE then
           local rows = redis.call('ZPOPMIN', k.priority, int_arg(stop - c.got))
           if #rows == 0 then break end
@@ -138,8 +143,8 @@ do
             out[#out + 1] = leased_reply(id, m, c.deadline)
             c.got = c.got + 1
             if g then
-              groups.leased(k, g)
-              flow.group_spent(k, g, now)
+              redis.call('HINCRBY', k.gcount, 'i' .. g, 1)   -- its processing count
+              if c.limited then flow.group_spent(k, g, now) end
             end
           end
         end
@@ -156,19 +161,24 @@ do
   -- GROUP_VISITS visits per call. Ungrouped ids the rotation does not name
   -- (enqueued by an instance of an older release) are still claimed, after
   -- the groups.
+  -- The turn (LMOVE) and the group's pop and count are written out, not
+  -- called (as the lease is in take).
   local function take_rotation(c)
     local k = c.k
-    groups.unhold(k, c.now, flow.group_rated(k))
+    local limited, rated = flow.group_limits(k)
+    c.limited = limited
+    if rated or not k.known.held_empty then groups.unhold(k, c.now, rated) end
+    local rotation = k.rotation
     local visits = 0
     while not c.full and c.got < c.count and c.skipped <= 100 and visits < GROUP_VISITS do
-      local g = groups.next_group(k)
+      local g = redis.call('LMOVE', rotation, rotation, 'LEFT', 'RIGHT')
       if not g then break end
       visits = visits + 1
       if g == UNGROUPED then
         if take(c, 1) == 0 then
           if c.full then groups.unvisit(k) else groups.hold(k, g) end
         end
-      elseif flow.group_admit(k, g, c.now) then
+      elseif not limited or flow.group_admit(k, g, c.now) then
         take(c, 1, g)
       end
     end
@@ -212,6 +222,7 @@ do
     c.k, c.base, c.now, c.count, c.out, c.worker = k, base, now, count, out, worker
     c.deadline, c.deadline_arg, c.got, c.skipped = deadline, int_arg(deadline), 0, 0
     c.reply, c.full, c.serial, c.expiring = count > 1 and budget.new() or nil, false, nil, nil
+    c.limited = nil
     local grouped = k.known.groups
     if grouped == nil then grouped = groups.used(k) end
     if grouped then take_rotation(c) else take(c, count) end

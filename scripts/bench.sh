@@ -778,6 +778,11 @@ section23_rep() {
         lg_http "http.enqueue_ns.$rep" enqueue "$q" 50 "$N_NODE"
         lg_http "http.n50s1.$rep" node-settle "$q" 50 "$N_NODE"
     fi
+    # The same settle-and-claim loop on a queue of 1,000 fairness groups
+    # (docs/fairness.md), its messages enqueued round-robin over the groups.
+    q="h-settleg-$rep"
+    fill_groups "$(base "$q")" 1000 $((N_HTTP / 1000))
+    lg_http "http.s50c1g.$rep" settle "$q" 50 "$N_HTTP" --count 1
     bull_run "$rep" 1000 50 "$N_HTTP"
     # W=1, both ways; then BullMQ c=1.
     q="h-w1-$rep"
@@ -1023,6 +1028,9 @@ section3_tables() {
                 "$(ratio "$(get "http.${way%%:*}.rate")" "$(get "bull.c${w%%:*}")")"
         done
     done
+    row "processed msgs/s, W=50, settle-and-claim, 1,000 fairness groups" \
+        "$(fmt_int "$(get http.s50c1g.rate)")" "$(b fmt_int "$(get bull.c50)")" \
+        "$(ratio "$(get http.s50c1g.rate)" "$(get bull.c50)")"
     local nu="node: not installed"
     for way in "n50c1:claim -> succeed" "n50s1:settle-and-claim"; do
         row "processed msgs/s, W=50, ${way#*:}, the worker in node's http module ($N_NODE messages)" \
@@ -1318,6 +1326,13 @@ targets() {
     [ "$BULL_OK" = 1 ] || r="BullMQ: unavailable"
     row "worker loop W=50, settle-and-claim (one request per message), vs BullMQ c=50" \
         "$(fmtx "$r")" "≥ 1.5x" "$(verdict "$r" ">=" 1.5)"
+    r=$(calc "$(get http.s50c1g.rate) / $(get bull.c50)")
+    [ "$BULL_OK" = 1 ] || r="BullMQ: unavailable"
+    row "worker loop W=50 with 1,000 fairness groups, vs BullMQ c=50" \
+        "$(fmtx "$r")" "≥ 1.5x" "$(verdict "$r" ">=" 1.5)"
+    r=$(calc "$(get gclaim.groups.us) / $(get gclaim.none.us)")
+    row "claim with 100,000 active groups vs without groups (Redis µs per call)" \
+        "$(fmtx "$r")" "≤ 1.3x" "$(verdict "$r" "<=" 1.3)"
     r=$(calc "$(get http.s1c1.rate) / $(get bull.c1)")
     [ "$BULL_OK" = 1 ] || r="BullMQ: unavailable"
     row "worker loop W=1, settle-and-claim, vs BullMQ c=1" "$(fmtx "$r")" "≥ 1.2x" \
@@ -1637,10 +1652,10 @@ echo "  load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
 # through the rotation with that many groups in it; alternating, medians.
 # The target is at most 1.3x. Also the Redis commands per claim of each.
 GROUPS_ACTIVE=${GROUPS_ACTIVE:-100000}
-fill_groups() {   # fill_groups BASE GROUPS: two messages per group g0..g<GROUPS-1>, as RESP
-    awk -v q="$1" -v n="$2" -v fn="${FN}enqueue" -v p="$PAYLOAD" 'BEGIN {
+fill_groups() {   # fill_groups BASE GROUPS [ROUNDS=2]: ROUNDS messages per group g0..g<GROUPS-1>, as RESP
+    awk -v q="$1" -v n="$2" -v rounds="${3:-2}" -v fn="${FN}enqueue" -v p="$PAYLOAD" 'BEGIN {
         split(fn " 1 " q " " p " 3 0 - 1 default - -", a, " ")
-        for (r = 0; r < 2; r++) for (i = 0; i < n; i++) {
+        for (r = 0; r < rounds; r++) for (i = 0; i < n; i++) {
             a[12] = "g" i
             printf "*13\r\n$5\r\nFCALL\r\n"
             for (j = 1; j <= 12; j++) { v = (a[j] == "-") ? "" : a[j]; printf "$%d\r\n%s\r\n", length(v), v }

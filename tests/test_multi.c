@@ -4,8 +4,10 @@
  * idempotent enqueue from many clients at once, delayed delivery, idle
  * queues (2000 of them cost Redis nothing per tick; a due retry, an expired
  * lease, GET /queues paging, /metrics, leaving the registry, a failed
- * registration; docs/design.md "Timers and the registry"), and shutdown with
- * a parked waiter (docs/long-poll.md).
+ * registration; docs/design.md "Timers and the registry"), shutdown with
+ * a parked waiter (docs/long-poll.md), and fairness groups across instances
+ * (per-group caps, strict order per group, wake-ups by a group's capacity
+ * or token; docs/fairness.md).
  *
  * Needs RETRYD_TEST_REDIS_PORT and RETRYD_BIN (scripts/test.sh sets both).
  * The group forks two daemons, A and B, on free ports with the same prefix
@@ -1710,6 +1712,316 @@ static void test_lease_expiry_wakes_capped_long_poll(void **state)
     assert_true(late >= 0 && late < 1500);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Fairness groups across instances (docs/reference.md "Fairness groups")   */
+/* ------------------------------------------------------------------------ */
+
+enum {
+    G_GROUPS = 4,                 /* groups per test */
+    G_CAP = 2,                    /* group_max_in_flight */
+    G_CAP_WORKERS = 20,
+    G_CAP_PER_GROUP = 20,
+    G_FIFO_WORKERS = 8,
+    G_FIFO_PER_GROUP = 20,
+};
+
+typedef struct group_shared {
+    const char *q;
+    bool fifo;                    /* the strict-order test: check the order too */
+    int total;                    /* messages to finish */
+    atomic_int held[G_GROUPS];    /* leases the workers hold now, per group */
+    atomic_int max_held[G_GROUPS];
+    atomic_int next[G_GROUPS];    /* fifo: the sequence number due next */
+    atomic_int done;
+    atomic_int finished;
+    atomic_int fails;             /* failures the fifo workers injected */
+    char violation[200];          /* the first broken rule a worker saw */
+    pthread_mutex_t lock;
+} group_shared_t;
+
+typedef struct group_worker {
+    group_shared_t *s;
+    int port;
+    char error[200];
+} group_worker_t;
+
+static void group_violation(group_shared_t *s, const char *fmt, ...)
+{
+    pthread_mutex_lock(&s->lock);
+    if (!s->violation[0]) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(s->violation, sizeof s->violation, fmt, ap);
+        va_end(ap);
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Long-polls for one message at a time, holds it a few ms and succeeds it,
+ * until every message is done. Payloads are "<group index>:<sequence>" and
+ * the group is "g<index>". In the fifo test a message whose sequence is 3
+ * mod 7 fails once (retry_after_seconds 0) and must come back before its
+ * group's later ones; the worker checks each delivery against the next
+ * sequence its group owes. */
+static void *group_thread(void *arg)
+{
+    group_worker_t *w = arg;
+    group_shared_t *s = w->s;
+    e2e_conn_t conn = { .fd = -1 };
+    e2e_response_t r = { 0 };
+    char claim_path[256];
+    snprintf(claim_path, sizeof claim_path, "/queues/%s/claim", s->q);
+    const char *claim_body = "{\"wait_seconds\":1,\"lease_seconds\":60}";
+    long long deadline = e2e_mono_ms() + 40000;
+    while (atomic_load(&s->done) < s->total && e2e_mono_ms() < deadline) {
+        if (conn.fd < 0 && e2e_conn_open(&conn, w->port) != 0) {
+            snprintf(w->error, sizeof w->error, "connect: %s", strerror(errno));
+            break;
+        }
+        e2e_response_free(&r);
+        if (e2e_request(&conn, "POST", claim_path, NULL, claim_body, strlen(claim_body), &r)
+            != 0) {
+            snprintf(w->error, sizeof w->error, "claim: no complete response");
+            break;
+        }
+        if (r.status == 204) continue;
+        long long id, retries = 0;
+        const char *token = r.json ? rd_json_string(rd_json_get(r.json, "lease_token")) : NULL;
+        const char *payload = r.json ? rd_json_string(rd_json_get(r.json, "payload")) : NULL;
+        const char *group = r.json ? rd_json_string(rd_json_get(r.json, "group")) : NULL;
+        int gi = -1, seq = -1;
+        if (r.status != 200 || token == NULL || payload == NULL ||
+            !rd_json_integer(rd_json_get(r.json, "id"), &id) ||
+            sscanf(payload, "%d:%d", &gi, &seq) != 2 || gi < 0 || gi >= G_GROUPS) {
+            snprintf(w->error, sizeof w->error, "claim: %d %.150s", r.status, r.body);
+            break;
+        }
+        rd_json_integer(rd_json_get(r.json, "retry_count"), &retries);
+        char want_group[16];
+        snprintf(want_group, sizeof want_group, "g%d", gi);
+        if (group == NULL || strcmp(group, want_group) != 0)
+            group_violation(s, "message %lld of %s came with group %s", id, want_group,
+                            group ? group : "null");
+        int now = atomic_fetch_add(&s->held[gi], 1) + 1;
+        for (int m = atomic_load(&s->max_held[gi]); now > m;)
+            if (atomic_compare_exchange_weak(&s->max_held[gi], &m, now)) break;
+        if (s->fifo && atomic_load(&s->next[gi]) != seq)
+            group_violation(s, "group g%d delivered %d while %d was due", gi, seq,
+                            atomic_load(&s->next[gi]));
+        e2e_pause_ms(2);  /* the work */
+        bool failing = s->fifo && seq % 7 == 3 && retries == 0;
+        char path[300], body[200];
+        snprintf(path, sizeof path, "/queues/%s/messages/%lld/%s", s->q, id,
+                 failing ? "fail" : "succeed");
+        if (failing)
+            snprintf(body, sizeof body, "{\"lease_token\":\"%s\",\"error\":\"once\","
+                     "\"retry_after_seconds\":0}", token);
+        else
+            snprintf(body, sizeof body, "{\"lease_token\":\"%s\"}", token);
+        if (!failing && s->fifo) atomic_store(&s->next[gi], seq + 1);
+        atomic_fetch_sub(&s->held[gi], 1);  /* before the settle is sent: never counts late */
+        e2e_response_free(&r);
+        if (e2e_request(&conn, "POST", path, NULL, body, strlen(body), &r) != 0 || r.status != 200) {
+            snprintf(w->error, sizeof w->error, "settle: %d %.150s", r.status, r.body);
+            break;
+        }
+        if (failing) atomic_fetch_add(&s->fails, 1);
+        else atomic_fetch_add(&s->done, 1);
+    }
+    e2e_response_free(&r);
+    e2e_conn_close(&conn);
+    atomic_fetch_add(&s->finished, 1);
+    return NULL;
+}
+
+/* Runs `workers` group_threads, alternating between A and B, until s->total
+ * messages are done; while they work, samples Redis's own processing count
+ * of each group (the gcount hash) into max_redis. */
+static void run_group_workers(group_shared_t *s, int workers, long long *max_redis)
+{
+    group_worker_t w[G_CAP_WORKERS];
+    pthread_t t[G_CAP_WORKERS];
+    assert_true(workers <= G_CAP_WORKERS);
+    for (int i = 0; i < workers; i++) {
+        memset(&w[i], 0, sizeof w[i]);
+        w[i].s = s;
+        w[i].port = i % 2 ? g_a.port : g_b.port;
+        assert_int_equal(pthread_create(&t[i], NULL, group_thread, &w[i]), 0);
+    }
+    *max_redis = 0;
+    while (atomic_load(&s->done) < s->total && atomic_load(&s->finished) < workers) {
+        for (int g = 0; g < G_GROUPS; g++) {
+            long long n = hget_int(qkey(s->q, "3:gcount"), e2e_fmt("ig%d", g));
+            if (n > *max_redis) *max_redis = n;
+        }
+        e2e_pause_ms(1);
+    }
+    for (int i = 0; i < workers; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < workers; i++)
+        if (w[i].error[0]) fail_msg("worker %d: %s", i, w[i].error);
+    if (s->violation[0]) fail_msg("%s", s->violation);
+}
+
+static void group_shared_init(group_shared_t *s, const char *q, bool fifo, int total)
+{
+    memset(s, 0, sizeof *s);
+    s->q = q;
+    s->fifo = fifo;
+    s->total = total;
+    for (int g = 0; g < G_GROUPS; g++) {
+        atomic_init(&s->held[g], 0);
+        atomic_init(&s->max_held[g], 0);
+        atomic_init(&s->next[g], 0);
+    }
+    atomic_init(&s->done, 0);
+    atomic_init(&s->finished, 0);
+    atomic_init(&s->fails, 0);
+    pthread_mutex_init(&s->lock, NULL);
+}
+
+/* Enqueues per_group messages to each of the G_GROUPS groups, sequence by
+ * sequence (so the groups interleave), alternating between A and B. */
+static void enqueue_groups(const char *q, int per_group)
+{
+    for (int seq = 0; seq < per_group; seq++)
+        for (int g = 0; g < G_GROUPS; g++)
+            enqueue_to((seq + g) % 2 ? g_a.port : g_b.port, q,
+                       e2e_fmt("{\"payload\":\"%d:%d\",\"group\":\"g%d\"}", g, seq, g));
+}
+
+/* 20 claimers, 10 on each instance, never hold more than group_max_in_flight
+ * of one group between them (nor does Redis count more), and every message
+ * is done: a settlement puts a capped group back and wakes the waiters. */
+static void test_group_caps_across_instances(void **state)
+{
+    (void)state;
+    char q[64];
+    e2e_queue_name(q, sizeof q, "gcap");
+    e2e_response_t r = { 0 };
+    http_to(g_a.port, &r, "PUT", e2e_fmt("/queues/%s/policy", q),
+            e2e_fmt("{\"group_max_in_flight\":%d}", G_CAP));
+    e2e_expect_json(&r, 200);
+    e2e_response_free(&r);
+    enqueue_groups(q, G_CAP_PER_GROUP);
+    group_shared_t s;
+    group_shared_init(&s, q, false, G_GROUPS * G_CAP_PER_GROUP);
+    long long max_redis;
+    run_group_workers(&s, G_CAP_WORKERS, &max_redis);
+    int max_held = 0;
+    for (int g = 0; g < G_GROUPS; g++)
+        if (atomic_load(&s.max_held[g]) > max_held) max_held = atomic_load(&s.max_held[g]);
+    printf("test_multi: group cap %d, 20 claimers on 2 instances: %d done, at most %d of one "
+           "group held by the workers, at most %lld processing in Redis\n", G_CAP,
+           atomic_load(&s.done), max_held, max_redis);
+    assert_int_equal(atomic_load(&s.done), G_GROUPS * G_CAP_PER_GROUP);
+    assert_true(max_held <= G_CAP);
+    assert_true(max_redis <= G_CAP);
+    assert_true(hget_int(qkey(q, "stats"), "held_group_cap") > 0);
+    /* Every group empty: no key or field of them is left. */
+    assert_int_equal(rint_cmd("EXISTS %s", qkey(q, "3:gcount")), 0);
+    assert_int_equal(rint_cmd("EXISTS %s", qkey(q, "3:groups")), 0);
+    assert_int_equal(rint_cmd("EXISTS %s", qkey(q, "3:grouped")), 0);
+}
+
+/* fifo_groups with 8 claimers on 2 instances: each group's messages are
+ * finished in exactly their enqueue order, a failed one is delivered again
+ * before its group's later ones, and never two of a group are in flight. */
+static void test_fifo_groups_across_instances(void **state)
+{
+    (void)state;
+    char q[64];
+    e2e_queue_name(q, sizeof q, "gfifo");
+    e2e_response_t r = { 0 };
+    http_to(g_a.port, &r, "PUT", e2e_fmt("/queues/%s/policy", q), "{\"fifo_groups\":true}");
+    e2e_expect_json(&r, 200);
+    e2e_response_free(&r);
+    enqueue_groups(q, G_FIFO_PER_GROUP);
+    group_shared_t s;
+    group_shared_init(&s, q, true, G_GROUPS * G_FIFO_PER_GROUP);
+    long long max_redis;
+    run_group_workers(&s, G_FIFO_WORKERS, &max_redis);
+    int max_held = 0;
+    for (int g = 0; g < G_GROUPS; g++)
+        if (atomic_load(&s.max_held[g]) > max_held) max_held = atomic_load(&s.max_held[g]);
+    printf("test_multi: fifo_groups, 8 claimers on 2 instances: %d done in order, %d failed "
+           "once and came back first, at most %d of one group in flight\n",
+           atomic_load(&s.done), atomic_load(&s.fails), max_held);
+    assert_int_equal(atomic_load(&s.done), G_GROUPS * G_FIFO_PER_GROUP);
+    for (int g = 0; g < G_GROUPS; g++) assert_int_equal(atomic_load(&s.next[g]), G_FIFO_PER_GROUP);
+    assert_true(atomic_load(&s.fails) >= G_GROUPS * 2);
+    assert_int_equal(max_held, 1);
+    assert_true(max_redis <= 1);
+}
+
+/* A long-poll on B held back by a group's cap (the only claimable message
+ * is of a group at its cap) is woken by a settlement of that group on A. */
+static void test_group_capacity_wakes_long_poll_on_b(void **state)
+{
+    (void)state;
+    char q[64], token[160];
+    e2e_queue_name(q, sizeof q, "gwake");
+    e2e_response_t r = { 0 };
+    http_to(g_a.port, &r, "PUT", e2e_fmt("/queues/%s/policy", q), "{\"group_max_in_flight\":1}");
+    e2e_expect_json(&r, 200);
+    long long first = enqueue_to(g_a.port, q, "{\"payload\":\"1\",\"group\":\"t\"}");
+    long long second = enqueue_to(g_a.port, q, "{\"payload\":\"2\",\"group\":\"t\"}");
+    assert_int_equal(claim_one(g_a.port, q, token, sizeof token), first);
+
+    lp_call_t c;
+    lp_init(&c, g_b.port, q, "{\"wait_seconds\":10}");
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, lp_thread, &c), 0);
+    wait_sent(&c);
+    /* B has tried once and was held back by the group's cap: it is parked. */
+    long long deadline = e2e_mono_ms() + 5000;
+    while (hget_int(qkey(q, "stats"), "held_group_cap") < 1) {
+        if (e2e_mono_ms() > deadline) fail_msg("B's claim was not held back within 5 s");
+        e2e_pause_ms(2);
+    }
+    long long t0 = e2e_mono_us();
+    http_to(g_a.port, &r, "POST", e2e_fmt("/queues/%s/messages/%lld/succeed", q, first),
+            e2e_fmt("{\"lease_token\":\"%s\"}", token));
+    e2e_expect_json(&r, 200);
+    e2e_response_free(&r);
+    pthread_join(t, NULL);
+    if (c.status != 200) fail_msg("B's long-poll answered %d %s", c.status, c.error);
+    assert_int_equal(c.id, second);
+    long long us = c.done_us - t0;
+    printf("test_multi: a settlement on A woke the group-capped long-poll on B in %.3f ms\n",
+           us / 1000.0);
+    assert_true(us < 1000000);
+}
+
+/* A long-poll on B held back by a group's rate limit (no token left) is
+ * answered when the next token is due, not at the end of its wait. */
+static void test_group_token_wakes_long_poll_on_b(void **state)
+{
+    (void)state;
+    char q[64], token[160];
+    e2e_queue_name(q, sizeof q, "gtoken");
+    e2e_response_t r = { 0 };
+    http_to(g_a.port, &r, "PUT", e2e_fmt("/queues/%s/policy", q),
+            "{\"group_rate_limit\":{\"per_second\":2,\"burst\":1}}");
+    e2e_expect_json(&r, 200);
+    e2e_response_free(&r);
+    enqueue_to(g_a.port, q, "{\"payload\":\"1\",\"group\":\"t\"}");
+    long long second = enqueue_to(g_a.port, q, "{\"payload\":\"2\",\"group\":\"t\"}");
+    claim_one(g_a.port, q, token, sizeof token);   /* the burst's one token */
+    long long t0 = e2e_mono_ms();
+    lp_call_t c;
+    lp_init(&c, g_b.port, q, "{\"wait_seconds\":10}");
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, lp_thread, &c), 0);
+    pthread_join(t, NULL);
+    if (c.status != 200) fail_msg("B's long-poll answered %d %s", c.status, c.error);
+    assert_int_equal(c.id, second);
+    long long waited = c.done_ms - t0;
+    printf("test_multi: a group-rate-limited long-poll on B was answered after %lld ms "
+           "(one token per 500 ms)\n", waited);
+    assert_true(waited < 2000);
+    assert_true(hget_int(qkey(q, "stats"), "held_group_rate") >= 1);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, test_setup, test_teardown)
 
 int main(void)
@@ -1737,6 +2049,10 @@ int main(void)
         T(test_max_in_flight_across_instances),
         T(test_settle_on_a_wakes_long_poll_on_b),
         T(test_lease_expiry_wakes_capped_long_poll),
+        T(test_group_caps_across_instances),
+        T(test_fifo_groups_across_instances),
+        T(test_group_capacity_wakes_long_poll_on_b),
+        T(test_group_token_wakes_long_poll_on_b),
         T(test_sigterm_answers_parked_waiter),
         T(test_v2_instance_enqueuing_beside_v3),
         T(test_previous_release_library_beside),
