@@ -1,10 +1,11 @@
 /* api.c - the route table and one handler per route (README.md "HTTP API").
  *
  * A handler validates its input (request.c), starts its store operation and
- * hands the store's return code to started(): the store's callback answers
+ * hands the store's return code to rd_api_started(): the store's callback answers
  * (respond_json, or respond_store_failure for every store outcome other than
- * OK), and a store that could not start answers 503 through started(). */
+ * OK), and a store that could not start answers 503 through rd_api_started(). */
 #include "retryd/api.h"
+#include "retryd/api_call.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,33 +26,6 @@
 #include "retryd/router.h"
 #include "retryd/ui.h"
 
-/* One request waiting for the store; freed after its response. */
-struct rd_call {
-    rd_api_t *api;
-    rd_http_exchange_t *ex;
-    const rd_http_request_t *req;
-    rd_route_match_t match;
-    /* a transition of one message, for its invalid-state answer: "succeed"
-     * needs "a processing" message ... (set by its handler) */
-    const char *verb, *needs;
-    bool notify;                /* a message may have become claimable: wake long-polls */
-    bool metrics;               /* the fan-out answers /metrics, not GET /queues */
-    bool batch;                 /* claim with count: answer {messages:[...]} */
-    /* claim with settle (docs/reference.md "Settle and claim"): the ids in request order, their outcomes
-     * once applied, and the claim to park when nothing was claimable. */
-    long long *settle_ids;
-    char (*settled)[16];
-    size_t nsettle;
-    rd_lease_t lease;
-    long long wait_ms;
-    int count;
-    char *worker;               /* claim with settle: the claim's worker, or NULL */
-    rd_ack_req_t *ack;          /* batch acknowledgement: the ids, in order */
-    rd_replay_req_t replay;     /* batch replay: what to replay */
-    int top;                    /* GET stats: how many top errors */
-    rd_json_t *series;          /* GET stats?series=: the "series" member, read first */
-    rd_policy_t *policy;        /* PUT policy: kept while dlq_link checks the target */
-};
 typedef rd_call_t call_t;
 
 static void call_free(call_t *c)
@@ -73,7 +47,7 @@ static void call_free(call_t *c)
     rd_free(c);
 }
 
-static void respond_json(call_t *c, int status, rd_json_t *doc, const char *extra_headers)
+void rd_api_respond_json(call_t *c, int status, rd_json_t *doc, const char *extra_headers)
 {
     size_t len;
     char *body = rd_json_print(doc, &len);
@@ -89,7 +63,7 @@ static void respond_json(call_t *c, int status, rd_json_t *doc, const char *extr
  * past RD_API_BODY_KEEP_BYTES is given back rather than kept. */
 #define RD_API_BODY_KEEP_BYTES (64 * 1024)
 
-static void begin_json(call_t *c, rd_jsonw_t *w)
+void rd_api_begin_json(call_t *c, rd_jsonw_t *w)
 {
     rd_buf_t *b = &c->api->body;
     if (b->cap > RD_API_BODY_KEEP_BYTES) rd_buf_free(b);
@@ -97,7 +71,7 @@ static void begin_json(call_t *c, rd_jsonw_t *w)
     rd_jsonw_init(w, b);
 }
 
-static void respond_written(call_t *c, int status, const char *extra_headers)
+void rd_api_respond_written(call_t *c, int status, const char *extra_headers)
 {
     const rd_buf_t *b = &c->api->body;
     rd_http_respond(c->ex, status, "application/json", extra_headers, b->data, b->len);
@@ -109,12 +83,12 @@ static void respond_message(call_t *c, int status, const rd_message_t *m, bool w
                             const char *extra_headers)
 {
     rd_jsonw_t w;
-    begin_json(c, &w);
+    rd_api_begin_json(c, &w);
     rd_message_write_json(&w, m, c->match.queue, c->match.queue_len, with_token);
-    respond_written(c, status, extra_headers);
+    rd_api_respond_written(c, status, extra_headers);
 }
 
-static void respond_problem(call_t *c, rd_problem_t p, const char *detail,
+void rd_api_respond_problem(call_t *c, rd_problem_t p, const char *detail,
                             const rd_field_errors_t *errs, const char *extra_headers)
 {
     rd_http_respond_problem(c->ex, p, detail, errs, extra_headers);
@@ -123,13 +97,14 @@ static void respond_problem(call_t *c, rd_problem_t p, const char *detail,
 
 static void respond_unavailable(call_t *c)
 {
-    respond_problem(c, RD_PROBLEM_BACKEND_UNAVAILABLE, "Redis is not reachable; nothing was done.",
+    rd_api_respond_problem(c, RD_PROBLEM_BACKEND_UNAVAILABLE,
+                           "Redis is not reachable; nothing was done.",
                     NULL, "Retry-After: 1\r\n");
 }
 
 /* Maps a store outcome other than OK to its problem; returns true when it
  * answered. */
-static bool respond_store_failure(call_t *c, const rd_store_head_t *res)
+bool rd_api_respond_store_failure(call_t *c, const rd_store_head_t *res)
 {
     char detail[256];
     switch (res->status) {
@@ -138,24 +113,25 @@ static bool respond_store_failure(call_t *c, const rd_store_head_t *res)
         return false;
     case RD_STORE_NOT_FOUND:
         snprintf(detail, sizeof detail, "message %lld does not exist in this queue.", c->match.id);
-        respond_problem(c, RD_PROBLEM_NOT_FOUND, detail, NULL, NULL);
+        rd_api_respond_problem(c, RD_PROBLEM_NOT_FOUND, detail, NULL, NULL);
         return true;
     case RD_STORE_INVALID_STATE:
         snprintf(detail, sizeof detail, "message %lld is %.*s; %s needs %s message.",
                  c->match.id, (int)res->state.len, res->state.ptr, c->verb ? c->verb : "this",
                  c->needs ? c->needs : "another");
-        respond_problem(c, RD_PROBLEM_INVALID_STATE, detail, NULL, NULL);
+        rd_api_respond_problem(c, RD_PROBLEM_INVALID_STATE, detail, NULL, NULL);
         return true;
     case RD_STORE_LEASE_MISMATCH:
         snprintf(detail, sizeof detail,
                  "lease_token is not the current lease of message %lld (the lease expired and "
                  "the message was claimed again, or the token is wrong).", c->match.id);
-        respond_problem(c, RD_PROBLEM_LEASE_MISMATCH, detail, NULL, NULL);
+        rd_api_respond_problem(c, RD_PROBLEM_LEASE_MISMATCH, detail, NULL, NULL);
         return true;
     case RD_STORE_BAD_CURSOR: {
         rd_field_errors_t errs = { .count = 0 };
         rd_field_errors_add(&errs, "cursor", "invalid", "cursor must be a next_cursor value.");
-        respond_problem(c, RD_PROBLEM_VALIDATION_FAILED, "The query has invalid fields.", &errs,
+        rd_api_respond_problem(c, RD_PROBLEM_VALIDATION_FAILED, "The query has invalid fields.",
+                               &errs,
                         NULL);
         return true;
     }
@@ -163,7 +139,7 @@ static bool respond_store_failure(call_t *c, const rd_store_head_t *res)
         respond_unavailable(c);
         return true;
     case RD_STORE_LOST:
-        respond_problem(c, RD_PROBLEM_OUTCOME_UNKNOWN,
+        rd_api_respond_problem(c, RD_PROBLEM_OUTCOME_UNKNOWN,
                         "The link to Redis dropped after the command was sent; it may or may "
                         "not have been applied. Read the message before retrying.",
                         NULL, "Retry-After: 1\r\n");
@@ -171,7 +147,7 @@ static bool respond_store_failure(call_t *c, const rd_store_head_t *res)
     case RD_STORE_ERROR:
         rd_error("api: Redis error on %.*s: %.*s", (int)c->req->path_len, c->req->path,
                  (int)res->detail.len, res->detail.ptr);
-        respond_problem(c, RD_PROBLEM_INTERNAL, "Redis answered with an error; see the log.",
+        rd_api_respond_problem(c, RD_PROBLEM_INTERNAL, "Redis answered with an error; see the log.",
                         NULL, NULL);
         return true;
     }
@@ -183,14 +159,14 @@ static bool respond_store_failure(call_t *c, const rd_store_head_t *res)
 static void on_message(const rd_store_messages_t *res, void *arg)
 {
     call_t *c = arg;
-    if (respond_store_failure(c, &res->head)) return;
+    if (rd_api_respond_store_failure(c, &res->head)) return;
     if (c->notify) {
         rd_store_queue_t q = { c->match.queue, c->match.queue_len };
         rd_waiters_notify(c->api->waiters, q);
     }
     if (res->count != 1) {
         rd_store_head_t bad = { .status = RD_STORE_ERROR };
-        respond_store_failure(c, &bad);
+        rd_api_respond_store_failure(c, &bad);
         return;
     }
     respond_message(c, 200, &res->messages[0], false, NULL);
@@ -199,7 +175,7 @@ static void on_message(const rd_store_messages_t *res, void *arg)
 static void on_enqueued(const rd_store_messages_t *res, void *arg)
 {
     call_t *c = arg;
-    if (respond_store_failure(c, &res->head)) return;
+    if (rd_api_respond_store_failure(c, &res->head)) return;
     const rd_message_t *m = &res->messages[0];
     if (res->head.status == RD_STORE_DUPLICATE) {
         /* Idempotent repeat: the original, 200, nothing created. */
@@ -208,7 +184,7 @@ static void on_enqueued(const rd_store_messages_t *res, void *arg)
             return;
         }
         rd_jsonw_t w;  /* the original was deleted by retention */
-        begin_json(c, &w);
+        rd_api_begin_json(c, &w);
         rd_jsonw_object_open(&w);
         rd_jsonw_key(&w, "id");
         rd_jsonw_int(&w, m->id);
@@ -219,7 +195,7 @@ static void on_enqueued(const rd_store_messages_t *res, void *arg)
         rd_jsonw_key(&w, "deleted");
         rd_jsonw_bool(&w, true);
         rd_jsonw_object_close(&w);
-        respond_written(c, 200, NULL);
+        rd_api_respond_written(c, 200, NULL);
         return;
     }
     if (m->status == RD_STATUS_PENDING && m->retry_after_ms < 0) {
@@ -290,7 +266,7 @@ static void write_messages(const call_t *c, rd_jsonw_t *w, const rd_message_t *m
 static void on_claimed(const rd_store_messages_t *res, void *arg)
 {
     call_t *c = arg;
-    if (respond_store_failure(c, &res->head)) return;
+    if (rd_api_respond_store_failure(c, &res->head)) return;
     if (res->count == 0) {
         rd_http_respond(c->ex, 204, NULL, NULL, NULL, 0);
         call_free(c);
@@ -302,11 +278,11 @@ static void on_claimed(const rd_store_messages_t *res, void *arg)
         return;
     }
     rd_jsonw_t w;
-    begin_json(c, &w);
+    rd_api_begin_json(c, &w);
     rd_jsonw_object_open(&w);
     write_messages(c, &w, res->messages, res->count, true);
     rd_jsonw_object_close(&w);
-    respond_written(c, 200, NULL);
+    rd_api_respond_written(c, 200, NULL);
 }
 
 /* A claim sent through the coalescer as a settle-and-claim of no settlements
@@ -332,7 +308,7 @@ static void respond_settled(call_t *c, const rd_message_t *messages, size_t coun
 {
     if (count > 0) release_if_undelivered(c, messages, count);
     rd_jsonw_t w;
-    begin_json(c, &w);
+    rd_api_begin_json(c, &w);
     rd_jsonw_object_open(&w);
     rd_jsonw_key(&w, "settled");
     rd_jsonw_array_open(&w);
@@ -347,7 +323,7 @@ static void respond_settled(call_t *c, const rd_message_t *messages, size_t coun
     rd_jsonw_array_close(&w);
     write_messages(c, &w, messages, count, true);
     rd_jsonw_object_close(&w);
-    respond_written(c, 200, NULL);
+    rd_api_respond_written(c, 200, NULL);
 }
 
 /* The claim a settle-and-claim parked for: its settlements stand whatever
@@ -368,12 +344,12 @@ static void on_settle_waited(const rd_store_messages_t *res, void *arg)
 static void on_settle_claimed(const rd_store_settled_t *res, void *arg)
 {
     call_t *c = arg;
-    if (respond_store_failure(c, &res->head)) return;
+    if (rd_api_respond_store_failure(c, &res->head)) return;
     if (res->settled != c->nsettle) {
         rd_error("api: settle_claim answered %zu outcomes for %zu settlements", res->settled,
                  c->nsettle);
         rd_store_head_t bad = { .status = RD_STORE_ERROR };
-        respond_store_failure(c, &bad);
+        rd_api_respond_store_failure(c, &bad);
         return;
     }
     c->settled = rd_malloc(c->nsettle * sizeof *c->settled);
@@ -392,9 +368,9 @@ static void on_settle_claimed(const rd_store_settled_t *res, void *arg)
 static void on_listed(const rd_store_list_t *res, void *arg)
 {
     call_t *c = arg;
-    if (respond_store_failure(c, &res->head)) return;
+    if (rd_api_respond_store_failure(c, &res->head)) return;
     rd_jsonw_t w;
-    begin_json(c, &w);
+    rd_api_begin_json(c, &w);
     rd_jsonw_object_open(&w);
     write_messages(c, &w, res->messages, res->count, false);
     rd_jsonw_key(&w, "next_cursor");
@@ -403,13 +379,13 @@ static void on_listed(const rd_store_list_t *res, void *arg)
     rd_jsonw_key(&w, "total");
     rd_jsonw_int(&w, res->total);
     rd_jsonw_object_close(&w);
-    respond_written(c, 200, NULL);
+    rd_api_respond_written(c, 200, NULL);
 }
 
 static void on_acked(const rd_store_outcomes_t *res, void *arg)
 {
     call_t *c = arg;
-    if (respond_store_failure(c, &res->head)) return;
+    if (rd_api_respond_store_failure(c, &res->head)) return;
     if (c->notify) {
         rd_store_queue_t q = { c->match.queue, c->match.queue_len };
         rd_waiters_notify(c->api->waiters, q);
@@ -426,7 +402,7 @@ static void on_acked(const rd_store_outcomes_t *res, void *arg)
         rd_json_append(list, item);
     }
     rd_json_set(doc, "results", list);
-    respond_json(c, 200, doc, NULL);
+    rd_api_respond_json(c, 200, doc, NULL);
 }
 
 /* A batch acknowledgement with snoozes, sent as a settle-and-claim of count
@@ -441,7 +417,7 @@ static void on_acked_settled(const rd_store_settled_t *res, void *arg)
 static void on_deleted(const rd_store_head_t *res, void *arg)
 {
     call_t *c = arg;
-    if (respond_store_failure(c, res)) return;
+    if (rd_api_respond_store_failure(c, res)) return;
     rd_http_respond(c->ex, 204, NULL, NULL, NULL, 0);
     call_free(c);
 }
@@ -476,7 +452,7 @@ static void respond_replay_stopped(call_t *c, const rd_store_replayed_t *res)
     snprintf(detail, sizeof detail,
              "The batch replay stopped after %lld dead letters were replayed: %s. The rest are "
              "still dead; replay again to go on.", res->replayed, why);
-    respond_problem(c, p, detail, NULL, headers);
+    rd_api_respond_problem(c, p, detail, NULL, headers);
 }
 
 static void on_replayed_all(const rd_store_replayed_t *res, void *arg)
@@ -489,10 +465,10 @@ static void on_replayed_all(const rd_store_replayed_t *res, void *arg)
         respond_replay_stopped(c, res);
         return;
     }
-    if (respond_store_failure(c, &res->head)) return;
+    if (rd_api_respond_store_failure(c, &res->head)) return;
     rd_json_t *doc = rd_json_new_object();
     rd_json_set_int(doc, "replayed", res->replayed);
-    respond_json(c, 200, doc, NULL);
+    rd_api_respond_json(c, 200, doc, NULL);
 }
 
 static rd_json_t *counts_json(const rd_queue_metrics_t *m)
@@ -514,7 +490,7 @@ static void set_paused(rd_json_t *o, const rd_queue_metrics_t *m)
 static void on_stats(const rd_store_stats_result_t *res, void *arg)
 {
     call_t *c = arg;
-    if (respond_store_failure(c, &res->head)) return;
+    if (rd_api_respond_store_failure(c, &res->head)) return;
     const rd_queue_stats_t *st = &res->stats;
     rd_queue_metrics_t m = { .name = NULL };
     rd_metrics_from_stats(&m, st);
@@ -554,6 +530,8 @@ static void on_stats(const rd_store_stats_result_t *res, void *arg)
     }
     rd_json_set(doc, "dead_letter_rules", rules);
     rd_json_set_int(doc, "dead_last_24h", st->dead_last_24h);
+    /* Fairness groups with messages now (docs/reference.md "Fairness groups"). */
+    rd_json_set_int(doc, "groups", st->groups);
     rd_json_t *top = rd_json_new_array();
     for (size_t i = 0; i + 1 < st->top_errors_len; i += 2) {
         rd_json_t *e = rd_json_new_object();
@@ -567,17 +545,15 @@ static void on_stats(const rd_store_stats_result_t *res, void *arg)
         rd_json_set(doc, "series", c->series);
         c->series = NULL;
     }
-    respond_json(c, 200, doc, NULL);
+    rd_api_respond_json(c, 200, doc, NULL);
 }
 
-static void started(call_t *c, int rc);
-static rd_store_queue_t queue_of(const call_t *c);
 
 /* GET stats?series=: the series came (docs/series.md); now the stats. */
 static void on_series(const rd_store_series_t *res, void *arg)
 {
     call_t *c = arg;
-    if (respond_store_failure(c, &res->head)) return;
+    if (rd_api_respond_store_failure(c, &res->head)) return;
     static const char *const names[RD_SERIES_COUNT] = { "enqueued", "succeeded", "failed", "dead",
                                                         "replayed" };
     rd_json_t *o = rd_json_new_object();
@@ -591,7 +567,7 @@ static void on_series(const rd_store_series_t *res, void *arg)
         rd_json_set(o, names[i], a);
     }
     c->series = o;
-    started(c, rd_store_stats(c->api->store, queue_of(c), c->top, on_stats, c));
+    rd_api_started(c, rd_store_stats(c->api->store, rd_api_queue_of(c), c->top, on_stats, c));
 }
 
 /* ---------------------------------------------------------------- every queue */
@@ -600,7 +576,7 @@ static void on_series(const rd_store_series_t *res, void *arg)
 static void on_queues(const rd_fanout_queues_t *res, void *arg)
 {
     call_t *c = arg;
-    if (respond_store_failure(c, &res->head)) return;
+    if (rd_api_respond_store_failure(c, &res->head)) return;
     if (c->metrics) {
         rd_buf_t text = RD_BUF_INIT;
         rd_metrics_render(&text, res->queues, res->count, rd_store_rtt(c->api->store),
@@ -634,7 +610,7 @@ static void on_queues(const rd_fanout_queues_t *res, void *arg)
                                                   res->next_cursor.len);
     else rd_json_set_null(doc, "next_cursor");
     rd_json_set_int(doc, "total", res->total);
-    respond_json(c, 200, doc, NULL);
+    rd_api_respond_json(c, 200, doc, NULL);
 }
 
 static void on_pinged(const rd_store_head_t *res, void *arg)
@@ -646,29 +622,30 @@ static void on_pinged(const rd_store_head_t *res, void *arg)
     }
     rd_json_t *doc = rd_json_new_object();
     rd_json_set_string(doc, "status", "ready");
-    respond_json(c, 200, doc, NULL);
+    rd_api_respond_json(c, 200, doc, NULL);
 }
 
 /* ---------------------------------------------------------------- handlers */
 
 /* The one path of a store operation that could not start (Redis not ready:
  * its callback never runs): 503, nothing was done. */
-static void started(call_t *c, int rc)
+void rd_api_started(call_t *c, int rc)
 {
     if (rc != 0) respond_unavailable(c);
 }
 
-static void answer_parse_failure(call_t *c, rd_req_result_t r, const rd_field_errors_t *errs)
+void rd_api_answer_parse_failure(call_t *c, rd_req_result_t r, const rd_field_errors_t *errs)
 {
     if (r == RD_REQ_MALFORMED)
-        respond_problem(c, RD_PROBLEM_MALFORMED_REQUEST,
+        rd_api_respond_problem(c, RD_PROBLEM_MALFORMED_REQUEST,
                         "The body must be a JSON object.", NULL, NULL);
     else
-        respond_problem(c, RD_PROBLEM_VALIDATION_FAILED, "The request has invalid fields.", errs,
+        rd_api_respond_problem(c, RD_PROBLEM_VALIDATION_FAILED, "The request has invalid fields.",
+                               errs,
                         NULL);
 }
 
-static rd_store_queue_t queue_of(const call_t *c)
+rd_store_queue_t rd_api_queue_of(const call_t *c)
 {
     return (rd_store_queue_t){ c->match.queue, c->match.queue_len };
 }
@@ -677,7 +654,7 @@ static void handle_healthz(call_t *c)
 {
     rd_json_t *doc = rd_json_new_object();
     rd_json_set_string(doc, "status", "ok");
-    respond_json(c, 200, doc, NULL);
+    rd_api_respond_json(c, 200, doc, NULL);
 }
 
 static void handle_readyz(call_t *c)
@@ -688,7 +665,7 @@ static void handle_readyz(call_t *c)
         respond_unavailable(c);
         return;
     }
-    started(c, rd_store_ping(c->api->store, on_pinged, c));
+    rd_api_started(c, rd_store_ping(c->api->store, on_pinged, c));
 }
 
 static void handle_enqueue(call_t *c)
@@ -697,14 +674,14 @@ static void handle_enqueue(call_t *c)
     rd_field_errors_t errs = { .count = 0 };
     rd_req_result_t r = rd_request_enqueue(c->req->body, c->req->body_len, &e, &errs);
     if (r != RD_REQ_OK) {
-        answer_parse_failure(c, r, &errs);
+        rd_api_answer_parse_failure(c, r, &errs);
         return;
     }
-    int rc = rd_store_enqueue(c->api->store, queue_of(c), e.payload, e.payload_len,
+    int rc = rd_store_enqueue(c->api->store, rd_api_queue_of(c), e.payload, e.payload_len,
                               e.max_retries_given ? e.max_retries : 0, e.delay_ms, e.ttl_ms,
-                              e.priority, e.idempotency_key, on_enqueued, c);
+                              e.priority, e.group, e.idempotency_key, on_enqueued, c);
     rd_request_free(e.doc);
-    started(c, rc);
+    rd_api_started(c, rc);
 }
 
 static void handle_list(call_t *c)
@@ -713,28 +690,28 @@ static void handle_list(call_t *c)
     rd_field_errors_t errs = { .count = 0 };
     rd_req_result_t r = rd_request_list(c->req->query, c->req->query_len, &l, &errs);
     if (r != RD_REQ_OK) {
-        answer_parse_failure(c, r, &errs);
+        rd_api_answer_parse_failure(c, r, &errs);
         return;
     }
-    started(c, rd_store_list(c->api->store, queue_of(c), l.status, l.limit, l.cursor,
+    rd_api_started(c, rd_store_list(c->api->store, rd_api_queue_of(c), l.status, l.limit, l.cursor,
                              l.error_contains, l.since_ms, l.until_ms, on_listed, c));
 }
 
 static void handle_get(call_t *c)
 {
-    started(c, rd_store_get(c->api->store, queue_of(c), c->match.id, on_message, c));
+    rd_api_started(c, rd_store_get(c->api->store, rd_api_queue_of(c), c->match.id, on_message, c));
 }
 
 static void handle_claim(call_t *c)
 {
     rd_api_t *api = c->api;
-    rd_store_queue_t q = queue_of(c);
+    rd_store_queue_t q = rd_api_queue_of(c);
     rd_claim_req_t cl;
     rd_field_errors_t errs = { .count = 0 };
     rd_req_result_t r = rd_request_claim(c->req->body, c->req->body_len, c->req->query,
                                          c->req->query_len, api->cfg->lease_ms, &cl, &errs);
     if (r != RD_REQ_OK) {
-        answer_parse_failure(c, r, &errs);
+        rd_api_answer_parse_failure(c, r, &errs);
         return;
     }
     c->batch = cl.batch;
@@ -755,7 +732,7 @@ static void handle_claim(call_t *c)
                      : rd_store_settle_claim(api->store, q, lease, cl.count, cl.worker,
                                              cl.nsettle, cl.settle, on_settle_claimed, c);
         rd_request_free(cl.doc);
-        started(c, rc);
+        rd_api_started(c, rc);
         return;
     }
     /* The worker outlives the parsed body only as the waiter's copy. */
@@ -764,7 +741,7 @@ static void handle_claim(call_t *c)
     if (cl.wait_ms > 0 && api->waiters) {
         if (!rd_store_ready(api->store)) {
             rd_free(worker);
-            started(c, -1);
+            rd_api_started(c, -1);
             return;
         }
         rd_waiters_park(api->waiters, q, lease, cl.count, worker, cl.wait_ms, c->ex,
@@ -772,7 +749,7 @@ static void handle_claim(call_t *c)
         rd_free(worker);
         return;
     }
-    started(c, api->coalescer
+    rd_api_started(c, api->coalescer
                    ? rd_coalescer_settle_claim(api->coalescer, q, lease, cl.count, worker, 0,
                                                NULL, on_claimed_together, c)
                    : rd_store_claim(api->store, q, lease, cl.count, worker, on_claimed, c));
@@ -793,13 +770,13 @@ static void handle_succeed(call_t *c)
     rd_field_errors_t errs = { .count = 0 };
     rd_req_result_t r = rd_request_succeed(c->req->body, c->req->body_len, &s, &errs);
     if (r != RD_REQ_OK) {
-        answer_parse_failure(c, r, &errs);
+        rd_api_answer_parse_failure(c, r, &errs);
         return;
     }
-    int rc = rd_store_succeed(c->api->store, queue_of(c), c->match.id, s.lease_token,
+    int rc = rd_store_succeed(c->api->store, rd_api_queue_of(c), c->match.id, s.lease_token,
                               on_message, c);
     rd_request_free(s.doc);
-    started(c, rc);
+    rd_api_started(c, rc);
 }
 
 static void handle_fail(call_t *c)
@@ -809,13 +786,13 @@ static void handle_fail(call_t *c)
     rd_field_errors_t errs = { .count = 0 };
     rd_req_result_t r = rd_request_fail(c->req->body, c->req->body_len, &s, &errs);
     if (r != RD_REQ_OK) {
-        answer_parse_failure(c, r, &errs);
+        rd_api_answer_parse_failure(c, r, &errs);
         return;
     }
-    int rc = rd_store_fail(c->api->store, queue_of(c), c->match.id, s.lease_token, s.error,
+    int rc = rd_store_fail(c->api->store, rd_api_queue_of(c), c->match.id, s.lease_token, s.error,
                            s.retryable, s.retry_after_ms, on_message, c);
     rd_request_free(s.doc);
-    started(c, rc);
+    rd_api_started(c, rc);
 }
 
 static void handle_snooze(call_t *c)
@@ -825,16 +802,17 @@ static void handle_snooze(call_t *c)
     rd_field_errors_t errs = { .count = 0 };
     rd_req_result_t r = rd_request_snooze(c->req->body, c->req->body_len, &s, &errs);
     if (r != RD_REQ_OK) {
-        answer_parse_failure(c, r, &errs);
+        rd_api_answer_parse_failure(c, r, &errs);
         return;
     }
     /* Due now: this instance's long-polls may take it at once (their claim
      * promotes it); the timer hint brings the others' (docs/reference.md "Snooze"). */
     c->notify = s.delay_ms == 0;
-    int rc = rd_store_snooze(c->api->store, queue_of(c), c->match.id, s.lease_token, s.delay_ms,
+    int rc = rd_store_snooze(c->api->store, rd_api_queue_of(c), c->match.id, s.lease_token,
+                             s.delay_ms,
                              on_message, c);
     rd_request_free(s.doc);
-    started(c, rc);
+    rd_api_started(c, rc);
 }
 
 static void handle_extend(call_t *c)
@@ -845,14 +823,14 @@ static void handle_extend(call_t *c)
     rd_req_result_t r = rd_request_extend(c->req->body, c->req->body_len, c->api->cfg->lease_ms,
                                           &s, &errs);
     if (r != RD_REQ_OK) {
-        answer_parse_failure(c, r, &errs);
+        rd_api_answer_parse_failure(c, r, &errs);
         return;
     }
     rd_lease_t lease = { s.lease_ms, s.lease_given };
-    int rc = rd_store_extend(c->api->store, queue_of(c), c->match.id, s.lease_token, lease,
+    int rc = rd_store_extend(c->api->store, rd_api_queue_of(c), c->match.id, s.lease_token, lease,
                              on_message, c);
     rd_request_free(s.doc);
-    started(c, rc);
+    rd_api_started(c, rc);
 }
 
 static void handle_replay(call_t *c)
@@ -862,10 +840,11 @@ static void handle_replay(call_t *c)
     c->notify = true;
     rd_req_result_t r = rd_request_empty(c->req->body, c->req->body_len);
     if (r != RD_REQ_OK) {
-        answer_parse_failure(c, r, NULL);
+        rd_api_answer_parse_failure(c, r, NULL);
         return;
     }
-    started(c, rd_store_replay(c->api->store, queue_of(c), c->match.id, on_message, c));
+    rd_api_started(c, rd_store_replay(c->api->store, rd_api_queue_of(c), c->match.id, on_message,
+                                      c));
 }
 
 static void handle_kill(call_t *c)
@@ -876,19 +855,20 @@ static void handle_kill(call_t *c)
     rd_field_errors_t errs = { .count = 0 };
     rd_req_result_t r = rd_request_kill(c->req->body, c->req->body_len, &k, &errs);
     if (r != RD_REQ_OK) {
-        answer_parse_failure(c, r, &errs);
+        rd_api_answer_parse_failure(c, r, &errs);
         return;
     }
-    int rc = rd_store_kill(c->api->store, queue_of(c), c->match.id, k.error, on_message, c);
+    int rc = rd_store_kill(c->api->store, rd_api_queue_of(c), c->match.id, k.error, on_message, c);
     rd_request_free(k.doc);
-    started(c, rc);
+    rd_api_started(c, rc);
 }
 
 static void handle_delete(call_t *c)
 {
     c->verb = "delete";
     c->needs = "a non-processing";
-    started(c, rd_store_delete(c->api->store, queue_of(c), c->match.id, on_deleted, c));
+    rd_api_started(c, rd_store_delete(c->api->store, rd_api_queue_of(c), c->match.id, on_deleted,
+                                      c));
 }
 
 static void handle_succeed_many(call_t *c)
@@ -897,12 +877,13 @@ static void handle_succeed_many(call_t *c)
     c->ack = rd_malloc(sizeof *c->ack);
     rd_req_result_t r = rd_request_ack(c->req->body, c->req->body_len, c->ack, &errs);
     if (r != RD_REQ_OK) {
-        answer_parse_failure(c, r, &errs);
+        rd_api_answer_parse_failure(c, r, &errs);
         return;
     }
     const rd_ack_req_t *ack = c->ack;
     if (!ack->any_snoozed) {
-        started(c, rd_store_succeed_many(c->api->store, queue_of(c), ack->count, ack->ids,
+        rd_api_started(c, rd_store_succeed_many(c->api->store, rd_api_queue_of(c), ack->count,
+                                                ack->ids,
                                          ack->tokens, on_acked, c));
         return;
     }
@@ -921,10 +902,11 @@ static void handle_succeed_many(call_t *c)
     }
     c->notify = due_now;
     rd_lease_t unused = { c->api->cfg->lease_ms, true };
-    int rc = rd_store_settle_claim(c->api->store, queue_of(c), unused, 0, NULL, ack->count, items,
+    int rc = rd_store_settle_claim(c->api->store, rd_api_queue_of(c), unused, 0, NULL, ack->count,
+                                   items,
                                    on_acked_settled, c);
     rd_free(items);
-    started(c, rc);
+    rd_api_started(c, rc);
 }
 
 /* POST /queues/{q}/replay with "to": a redrive (src/redrive.c). */
@@ -943,11 +925,12 @@ static void handle_redrive(call_t *c)
         rd_field_errors_t errs = { .count = 0 };
         rd_field_errors_add(&errs, "to", "invalid",
                             "to must name another queue; replay in place without to.");
-        answer_parse_failure(c, RD_REQ_INVALID, &errs);
+        rd_api_answer_parse_failure(c, RD_REQ_INVALID, &errs);
         return;
     }
     rd_store_queue_t to = { c->replay.to, c->replay.to_len };
-    started(c, rd_redrive_run(c->api->store, queue_of(c), to, c->replay.mode, c->replay.ids,
+    rd_api_started(c, rd_redrive_run(c->api->store, rd_api_queue_of(c), to, c->replay.mode,
+                                     c->replay.ids,
                               c->replay.count, c->replay.needle, client_not_gone, on_redriven,
                               c));
 }
@@ -957,14 +940,15 @@ static void handle_replay_many(call_t *c)
     rd_field_errors_t errs = { .count = 0 };
     rd_req_result_t r = rd_request_replay(c->req->body, c->req->body_len, &c->replay, &errs);
     if (r != RD_REQ_OK) {
-        answer_parse_failure(c, r, &errs);
+        rd_api_answer_parse_failure(c, r, &errs);
         return;
     }
     if (c->replay.to) {
         handle_redrive(c);
         return;
     }
-    started(c, rd_replay_all(c->api->store, queue_of(c), c->replay.mode, c->replay.ids,
+    rd_api_started(c, rd_replay_all(c->api->store, rd_api_queue_of(c), c->replay.mode,
+                                    c->replay.ids,
                              c->replay.count, c->replay.needle, client_not_gone,
                              on_replayed_all, c));
 }
@@ -977,139 +961,12 @@ static void handle_stats(call_t *c)
     rd_req_result_t rs = rd_request_series(c->req->query, c->req->query_len, &series, &errs);
     if (r == RD_REQ_OK) r = rs;
     if (r != RD_REQ_OK) {
-        answer_parse_failure(c, r, &errs);
+        rd_api_answer_parse_failure(c, r, &errs);
         return;
     }
-    if (series) started(c, rd_store_series(c->api->store, queue_of(c), series, on_series, c));
-    else started(c, rd_store_stats(c->api->store, queue_of(c), c->top, on_stats, c));
-}
-
-/* ---- the queue's policy (docs/reference.md "Queue policy and flow control", docs/flow-control.md) ---- */
-
-/* A resume or a new policy may let this instance's waiters lease now (the
- * function also published the wake for every other instance). */
-static void wake_local(call_t *c)
-{
-    if (!c->notify || c->api->waiters == NULL) return;
-    rd_store_queue_t q = { c->match.queue, c->match.queue_len };
-    rd_waiters_notify(c->api->waiters, q);
-}
-
-static void on_policy(const rd_store_policy_t *res, void *arg)
-{
-    call_t *c = arg;
-    if (respond_store_failure(c, &res->head)) return;
-    wake_local(c);
-    const rd_config_t *cfg = c->api->cfg;
-    rd_policy_defaults_t d = { cfg->lease_ms, cfg->dead_ttl_ms, cfg->succeeded_ttl_ms };
-    rd_jsonw_t w;
-    begin_json(c, &w);
-    rd_policy_write_json(&w, &res->policy, &d, c->match.queue, c->match.queue_len);
-    respond_written(c, 200, NULL);
-}
-
-static void on_paused(const rd_store_policy_t *res, void *arg)
-{
-    call_t *c = arg;
-    if (respond_store_failure(c, &res->head)) return;
-    wake_local(c);
-    rd_jsonw_t w;
-    begin_json(c, &w);
-    rd_jsonw_object_open(&w);
-    rd_jsonw_key(&w, "queue");
-    rd_jsonw_stringn(&w, c->match.queue, c->match.queue_len);
-    rd_jsonw_key(&w, "paused");
-    rd_jsonw_bool(&w, res->policy.paused);
-    rd_jsonw_object_close(&w);
-    respond_written(c, 200, NULL);
-}
-
-static void handle_policy_get(call_t *c)
-{
-    started(c, rd_store_policy_get(c->api->store, queue_of(c), on_policy, c));
-}
-
-/* dlq_link answered: the target leads into no cycle (and is recorded), so
- * the policy is written; else 422 on dead_letter_queue, nothing written. */
-static void on_dlq_linked(const rd_store_strings_t *res, void *arg)
-{
-    call_t *c = arg;
-    if (respond_store_failure(c, &res->head)) return;
-    const rd_str_t *first = res->count > 0 ? &res->strings[0] : NULL;
-    if (first == NULL || first->ptr == NULL || first->len != 2 || memcmp(first->ptr, "ok", 2) != 0) {
-        bool cycle = first && first->ptr && first->len == 5 && memcmp(first->ptr, "cycle", 5) == 0;
-        rd_field_errors_t errs = { .count = 0 };
-        rd_field_errors_add(&errs, "dead_letter_queue", "invalid",
-                            cycle ? "dead_letter_queue leads back to this queue (a cycle of "
-                                    "dead-letter queues)."
-                                  : "dead_letter_queue starts a chain of more than 100 queues.");
-        answer_parse_failure(c, RD_REQ_INVALID, &errs);
-        return;
-    }
-    started(c, rd_store_policy_set(c->api->store, queue_of(c), c->policy, on_policy, c));
-}
-
-/* PUT replaces the whole policy; PATCH changes the fields given (null puts
- * one back to its default). */
-static void policy_write(call_t *c, bool patch)
-{
-    rd_policy_t p;
-    rd_field_errors_t errs = { .count = 0 };
-    rd_req_result_t r = rd_request_policy(c->req->body, c->req->body_len, &p, &errs);
-    p.patch = patch;
-    if (r == RD_REQ_OK && p.dead_letter_queue && p.dead_letter_queue_len == c->match.queue_len &&
-        memcmp(p.dead_letter_queue, c->match.queue, c->match.queue_len) == 0) {
-        rd_policy_free(&p);
-        rd_field_errors_add(&errs, "dead_letter_queue", "invalid",
-                            "dead_letter_queue must be another queue, not this one.");
-        r = RD_REQ_INVALID;
-    }
-    if (r != RD_REQ_OK) {
-        answer_parse_failure(c, r, &errs);
-        return;
-    }
-    c->notify = true;
-    c->policy = rd_malloc(sizeof *c->policy);
-    *c->policy = p;
-    if (patch && !p.dead_letter_queue && !(p.nulls & RD_POLICY_NULL(dead_letter_queue))) {
-        started(c, rd_store_policy_set(c->api->store, queue_of(c), c->policy, on_policy, c));
-        return;
-    }
-    /* The graph of dead-letter queues first (the registry's slot), then the
-     * policy (the queue's): docs/lifecycle.md "Cycles". */
-    rd_store_queue_t target = { p.dead_letter_queue, p.dead_letter_queue_len };
-    started(c, rd_store_dlq_link(c->api->store, queue_of(c), target, on_dlq_linked, c));
-}
-
-static void handle_policy_put(call_t *c)
-{
-    policy_write(c, false);
-}
-
-static void handle_policy_patch(call_t *c)
-{
-    policy_write(c, true);
-}
-
-static void handle_pause(call_t *c)
-{
-    rd_req_result_t r = rd_request_empty(c->req->body, c->req->body_len);
-    if (r != RD_REQ_OK) {
-        answer_parse_failure(c, r, NULL);
-        return;
-    }
-    started(c, rd_store_pause(c->api->store, queue_of(c), true, on_paused, c));
-}
-
-static void handle_resume(call_t *c)
-{
-    rd_req_result_t r = rd_request_empty(c->req->body, c->req->body_len);
-    if (r != RD_REQ_OK) {
-        answer_parse_failure(c, r, NULL);
-        return;
-    }
-    c->notify = true;
-    started(c, rd_store_pause(c->api->store, queue_of(c), false, on_paused, c));
+    if (series) rd_api_started(c, rd_store_series(c->api->store, rd_api_queue_of(c), series,
+                                                  on_series, c));
+    else rd_api_started(c, rd_store_stats(c->api->store, rd_api_queue_of(c), c->top, on_stats, c));
 }
 
 /* GET /queues: a page of the registry, each queue's counts. */
@@ -1118,11 +975,12 @@ static void handle_queues(call_t *c)
     rd_queues_req_t q;
     rd_field_errors_t errs = { .count = 0 };
     if (rd_request_queues(c->req->query, c->req->query_len, &q, &errs) != RD_REQ_OK) {
-        respond_problem(c, RD_PROBLEM_VALIDATION_FAILED, "The query has invalid fields.", &errs,
+        rd_api_respond_problem(c, RD_PROBLEM_VALIDATION_FAILED, "The query has invalid fields.",
+                               &errs,
                         NULL);
         return;
     }
-    started(c, rd_fanout_queues_stats(c->api->fanout, q.cursor, q.cursor_len, q.limit,
+    rd_api_started(c, rd_fanout_queues_stats(c->api->fanout, q.cursor, q.cursor_len, q.limit,
                                       on_queues, c));
 }
 
@@ -1131,7 +989,7 @@ static void handle_queues(call_t *c)
 static void handle_metrics(call_t *c)
 {
     c->metrics = true;
-    started(c, rd_fanout_snapshot(c->api->fanout, RD_METRICS_SNAPSHOT_MS, on_queues, c));
+    rd_api_started(c, rd_fanout_snapshot(c->api->fanout, RD_METRICS_SNAPSHOT_MS, on_queues, c));
 }
 
 /* GET /openapi.json: docs/openapi.json as built in; public, like /healthz. */
@@ -1156,7 +1014,8 @@ static void handle_ui(call_t *c)
     }
     const rd_ui_asset_t *a = rd_ui_find(req->path, req->path_len);
     if (a == NULL) {
-        respond_problem(c, RD_PROBLEM_NOT_FOUND, "The console has no such file.", NULL, NULL);
+        rd_api_respond_problem(c, RD_PROBLEM_NOT_FOUND, "The console has no such file.", NULL,
+                               NULL);
         return;
     }
     rd_http_respond(c->ex, 200, a->content_type, rd_ui_headers, a->data, a->len);
@@ -1186,11 +1045,12 @@ const rd_route_t rd_api_routes[] = {
     { RD_HTTP_POST, "/queues/{q}/replay", handle_replay_many, 0 },
     { RD_HTTP_GET, "/queues", handle_queues, 0 },
     { RD_HTTP_GET, "/queues/{q}/stats", handle_stats, 0 },
-    { RD_HTTP_GET, "/queues/{q}/policy", handle_policy_get, 0 },
-    { RD_HTTP_PUT, "/queues/{q}/policy", handle_policy_put, 0 },
-    { RD_HTTP_PATCH, "/queues/{q}/policy", handle_policy_patch, 0 },
-    { RD_HTTP_POST, "/queues/{q}/pause", handle_pause, 0 },
-    { RD_HTTP_POST, "/queues/{q}/resume", handle_resume, 0 },
+    { RD_HTTP_GET, "/queues/{q}/groups", rd_api_handle_groups, 0 },
+    { RD_HTTP_GET, "/queues/{q}/policy", rd_api_handle_policy_get, 0 },
+    { RD_HTTP_PUT, "/queues/{q}/policy", rd_api_handle_policy_put, 0 },
+    { RD_HTTP_PATCH, "/queues/{q}/policy", rd_api_handle_policy_patch, 0 },
+    { RD_HTTP_POST, "/queues/{q}/pause", rd_api_handle_pause, 0 },
+    { RD_HTTP_POST, "/queues/{q}/resume", rd_api_handle_resume, 0 },
     { RD_HTTP_GET, "/metrics", handle_metrics, 0 },
     { RD_HTTP_GET, "/ui", handle_ui, RD_ROUTE_PUBLIC | RD_ROUTE_PREFIX },
 };
@@ -1228,17 +1088,17 @@ void rd_api_handle(rd_http_exchange_t *ex, const rd_http_request_t *req, void *c
      * need none (README, --auth-token-file). */
     bool public_route = outcome == RD_ROUTE_MATCHED && (c->match.route->flags & RD_ROUTE_PUBLIC);
     if (!public_route && !rd_auth_check(c->api->auth_token, req->authorization)) {
-        respond_problem(c, RD_PROBLEM_UNAUTHORIZED,
+        rd_api_respond_problem(c, RD_PROBLEM_UNAUTHORIZED,
                         req->authorization ? wrong_token_detail : no_token_detail, NULL,
                         auth_challenge);
         return;
     }
     switch (outcome) {
     case RD_ROUTE_NO_PATH:
-        respond_problem(c, RD_PROBLEM_NOT_FOUND, "No route matches this path.", NULL, NULL);
+        rd_api_respond_problem(c, RD_PROBLEM_NOT_FOUND, "No route matches this path.", NULL, NULL);
         return;
     case RD_ROUTE_BAD_ID:
-        respond_problem(c, RD_PROBLEM_NOT_FOUND, "Message ids are positive integers.", NULL,
+        rd_api_respond_problem(c, RD_PROBLEM_NOT_FOUND, "Message ids are positive integers.", NULL,
                         NULL);
         return;
     case RD_ROUTE_NO_METHOD: {
@@ -1246,7 +1106,7 @@ void rd_api_handle(rd_http_exchange_t *ex, const rd_http_request_t *req, void *c
         snprintf(allow, sizeof allow, "Allow: %s\r\n", c->match.allow);
         char detail[128];
         snprintf(detail, sizeof detail, "This path accepts %s.", c->match.allow);
-        respond_problem(c, RD_PROBLEM_METHOD_NOT_ALLOWED, detail, NULL, allow);
+        rd_api_respond_problem(c, RD_PROBLEM_METHOD_NOT_ALLOWED, detail, NULL, allow);
         return;
     }
     case RD_ROUTE_MATCHED:
@@ -1259,7 +1119,8 @@ void rd_api_handle(rd_http_exchange_t *ex, const rd_http_request_t *req, void *c
         if (!c->match.queue_decoded)
             rd_field_errors_add(&errs, "queue", "invalid", "queue has a broken percent-escape.");
         if (errs.count > 0 || !rd_request_queue_name(c->match.queue, c->match.queue_len, &errs)) {
-            respond_problem(c, RD_PROBLEM_VALIDATION_FAILED, "The queue name is invalid.", &errs,
+            rd_api_respond_problem(c, RD_PROBLEM_VALIDATION_FAILED, "The queue name is invalid.",
+                                   &errs,
                             NULL);
             return;
         }

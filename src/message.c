@@ -68,6 +68,7 @@ void rd_message_set_field(rd_message_t *m, const char *name, size_t name_len,
     else if (FIELD_IS("origin_queue")) m->origin_queue = str;
     else if (FIELD_IS("origin_id")) m->origin_id = rd_str_to_ll(value, value_len);
     else if (FIELD_IS("redriving_to")) m->redriving_to = str;
+    else if (FIELD_IS("group")) m->group = str;
 }
 
 /* Civil date from days since 1970-01-01 (Howard Hinnant's algorithm): no
@@ -210,6 +211,7 @@ void rd_message_write_json(rd_jsonw_t *w, const rd_message_t *m, const char *que
     rd_jsonw_int(w, m->max_retries);
     rd_jsonw_key(w, "priority");
     rd_jsonw_int(w, m->priority);
+    put_optional_string(w, "group", m->group);
     put_time(w, "retry_after", m->retry_after_ms);
     put_optional_string(w, "last_error", m->last_error);
     put_time(w, "lease_expires_at", m->lease_expires_at_ms);

@@ -68,6 +68,7 @@ void rd_metrics_from_stats(rd_queue_metrics_t *m, const rd_queue_stats_t *st)
     m->dead_now = st->dead;
     m->dead_last_24h = st->dead_last_24h;
     m->paused = st->paused;
+    m->groups = st->groups;
     for (size_t i = 0; i + 1 < st->totals_len; i += 2) {
         const rd_str_t *k = &st->totals[i], *v = &st->totals[i + 1];
 #define COUNTER(f, help) if (pair_is(k, #f)) { m->f = to_ll(v); continue; }
@@ -175,6 +176,11 @@ void rd_metrics_render(rd_buf_t *out, const rd_queue_metrics_t *qs, size_t n,
     family(out, "retryd_queue_paused", "gauge", "1 while the queue is paused (claims lease nothing).");
     for (size_t i = 0; i < n; i++)
         if (qs[i].ok) queue_sample(out, "retryd_queue_paused", &qs[i], NULL, qs[i].paused);
+
+    family(out, "retryd_queue_groups", "gauge",
+           "Fairness groups with a pending or processing message (ungrouped messages not counted).");
+    for (size_t i = 0; i < n; i++)
+        if (qs[i].ok) queue_sample(out, "retryd_queue_groups", &qs[i], NULL, qs[i].groups);
 
     family(out, "retryd_retry_delay_seconds", "histogram",
            "Delay before each scheduled retry (backoff or retry_after_seconds).");

@@ -1,6 +1,7 @@
 /* policy.c - a queue's policy: the PUT body, the stored pairs, the JSON. */
 #include "retryd/policy.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,8 @@ void rd_policy_init(rd_policy_t *p)
     p->dead_ttl_s = -1;
     p->succeeded_ttl_s = -1;
     p->message_ttl_s = -1;
+    p->group_max_in_flight = -1;
+    p->fifo_groups = -1;
 }
 
 void rd_policy_free(rd_policy_t *p)
@@ -81,7 +84,14 @@ size_t rd_policy_args(const rd_policy_t *p, const char *out[RD_POLICY_ARGS_MAX],
     }
     if (p->message_ttl_s >= 0) PAIR("message_ttl", "%lld", p->message_ttl_s);
     if (p->on_expiry[0]) PAIR("on_expiry", "%s", p->on_expiry);
+    if (p->group_max_in_flight >= 0) PAIR("group_max_in_flight", "%lld", p->group_max_in_flight);
+    if (p->group_per_second > 0) {
+        PAIR("group_rate_limit.per_second", "%.17g", p->group_per_second);
+        PAIR("group_rate_limit.burst", "%lld", p->group_burst);
+    }
+    if (p->fifo_groups >= 0) PAIR("fifo_groups", "%s", p->fifo_groups ? "true" : "false");
 #undef PAIR
+    assert(n <= RD_POLICY_ARGS_MAX);
     return n;
 }
 
@@ -130,9 +140,15 @@ bool rd_policy_from_pairs(rd_policy_t *p, const rd_str_t *pairs, size_t n)
             memcpy(p->on_expiry, v, pairs[i + 1].len + 1);
             continue;
         }
-        if (str_is(name, "rate_limit.per_second")) {
-            p->per_second = strtod(v, &end);
+        if (str_is(name, "rate_limit.per_second") || str_is(name, "group_rate_limit.per_second")) {
+            double *rate = name->ptr[0] == 'g' ? &p->group_per_second : &p->per_second;
+            *rate = strtod(v, &end);
             if (*end != '\0') return false;
+            continue;
+        }
+        if (str_is(name, "fifo_groups")) {
+            if (strcmp(v, "true") != 0 && strcmp(v, "false") != 0) return false;
+            p->fifo_groups = v[0] == 't';
             continue;
         }
         long long x = strtoll(v, &end, 10);
@@ -147,6 +163,8 @@ bool rd_policy_from_pairs(rd_policy_t *p, const rd_str_t *pairs, size_t n)
         else if (str_is(name, "rate_limit.burst")) p->burst = x;
         else if (str_is(name, "paused")) p->paused = x == 1;
         else if (str_is(name, "message_ttl")) p->message_ttl_s = x;
+        else if (str_is(name, "group_max_in_flight")) p->group_max_in_flight = x;
+        else if (str_is(name, "group_rate_limit.burst")) p->group_burst = x;
         /* A field of a later library version is not shown. */
     }
     return true;
@@ -184,6 +202,21 @@ static void write_rules(rd_jsonw_t *w, const rd_policy_t *p)
     rd_jsonw_array_close(w);
 }
 
+/* A token bucket's {per_second, burst}, or null when per_second is 0. */
+static void write_rate(rd_jsonw_t *w, double per_second, long long burst)
+{
+    if (per_second <= 0) {
+        rd_jsonw_null(w);
+        return;
+    }
+    rd_jsonw_object_open(w);
+    rd_jsonw_key(w, "per_second");
+    rd_jsonw_number(w, per_second);
+    rd_jsonw_key(w, "burst");
+    rd_jsonw_int(w, burst);
+    rd_jsonw_object_close(w);
+}
+
 void rd_policy_write_json(rd_jsonw_t *w, const rd_policy_t *p, const rd_policy_defaults_t *d,
                           const char *queue, size_t queue_len)
 {
@@ -212,16 +245,7 @@ void rd_policy_write_json(rd_jsonw_t *w, const rd_policy_t *p, const rd_policy_d
     rd_jsonw_key(w, "max_in_flight");
     rd_jsonw_int(w, p->max_in_flight);
     rd_jsonw_key(w, "rate_limit");
-    if (p->per_second > 0) {
-        rd_jsonw_object_open(w);
-        rd_jsonw_key(w, "per_second");
-        rd_jsonw_number(w, p->per_second);
-        rd_jsonw_key(w, "burst");
-        rd_jsonw_int(w, p->burst);
-        rd_jsonw_object_close(w);
-    } else {
-        rd_jsonw_null(w);
-    }
+    write_rate(w, p->per_second, p->burst);
     rd_jsonw_key(w, "dead_letter_rules");
     write_rules(w, p);
     rd_jsonw_key(w, "alert_url");
@@ -236,5 +260,11 @@ void rd_policy_write_json(rd_jsonw_t *w, const rd_policy_t *p, const rd_policy_d
         rd_jsonw_stringn(w, p->dead_letter_queue, p->dead_letter_queue_len);
     else
         rd_jsonw_null(w);
+    rd_jsonw_key(w, "group_max_in_flight");
+    rd_jsonw_int(w, p->group_max_in_flight > 0 ? p->group_max_in_flight : 0);
+    rd_jsonw_key(w, "group_rate_limit");
+    write_rate(w, p->group_per_second, p->group_burst);
+    rd_jsonw_key(w, "fifo_groups");
+    rd_jsonw_bool(w, p->fifo_groups == 1);
     rd_jsonw_object_close(w);
 }

@@ -82,7 +82,7 @@ typedef enum op_id {
     OP_ENQUEUE, OP_CLAIM, OP_SETTLE_CLAIM, OP_SUCCEED, OP_SUCCEED_MANY, OP_FAIL, OP_SNOOZE,
     OP_EXTEND,
     OP_RELEASE, OP_RELEASE_LOST, OP_REPLAY, OP_REPLAY_MANY, OP_KILL, OP_DELETE, OP_GET,
-    OP_LIST, OP_STATS, OP_SERIES, OP_TICK, OP_POLICY_GET, OP_POLICY_SET, OP_PAUSE,
+    OP_LIST, OP_STATS, OP_GROUPS, OP_SERIES, OP_TICK, OP_POLICY_GET, OP_POLICY_SET, OP_PAUSE,
     OP_ALERTS_TAKE, OP_ALERTS_ACK, OP_ALERTS_TOUCH,
     OP_REDRIVE_TAKE, OP_REDRIVE_IN, OP_REDRIVE_DONE, OP_REDRIVE_FORGET,
     OP_REGISTER, OP_TIMER_TAKE, OP_TIMER_DONE, OP_QUEUES_PAGE, OP_DLQ_LINK,
@@ -225,6 +225,7 @@ DELIVER(rd_store_strings_t, rd_store_strings_cb)
 DELIVER(rd_store_alerts_taken_t, rd_store_alerts_taken_cb)
 DELIVER(rd_store_redrive_taken_t, rd_store_redrive_taken_cb)
 DELIVER(rd_store_ids_t, rd_store_ids_cb)
+DELIVER(rd_store_groups_t, rd_store_groups_cb)
 #undef DELIVER
 
 /* Every result fits the buffer on_reply parses into. */
@@ -272,6 +273,8 @@ static const op_def_t ops[OP_COUNT] = {
         rd_store_parse_list, rd_result_free_list, rd_store_list_cb),
     ROW(OP_STATS, "stats", F_RO, rd_store_stats_result_t,
         rd_store_parse_stats, rd_result_free_stats, rd_store_stats_cb),
+    ROW(OP_GROUPS, "groups", F_RO, rd_store_groups_t,
+        rd_store_parse_groups, rd_result_free_groups, rd_store_groups_cb),
     ROW(OP_SERIES, "series", F_NO_OUTCOME, rd_store_series_t,
         rd_store_parse_series, rd_result_free_series, rd_store_series_cb),
     ROW(OP_TICK, "tick", 0, rd_store_tick_t,
@@ -572,12 +575,14 @@ static void enqueued_free(void *kept)
     rd_store_enqueued_t *e = kept;
     rd_free(e->payload);
     rd_free(e->idempotency_key);
+    rd_free(e->group);
     rd_free(e);
 }
 
 int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, size_t len,
                      int max_retries, long long delay_ms, long long ttl_ms, int priority,
-                     const char *idempotency_key, rd_store_messages_cb cb, void *arg)
+                     const char *group, const char *idempotency_key, rd_store_messages_cb cb,
+                     void *arg)
 {
     if (!rd_backend_ready(st->redis)) return -1;
     before_write(st, q);
@@ -593,6 +598,8 @@ int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, si
     else arg_str(&c, "");   /* none given: the policy's message_ttl */
     if (priority > 0) arg_int(&c, priority);
     else arg_str(&c, "");
+    bool grouped = group && group[0];
+    arg_str(&c, grouped ? group : "");   /* "": none */
     rd_store_enqueued_t *e = rd_malloc(sizeof *e);
     e->payload = rd_strndup(payload, len);
     e->payload_len = len;
@@ -600,6 +607,7 @@ int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, si
     e->max_retries = max_retries;
     e->delay_ms = delay_ms;
     e->priority = priority;
+    e->group = grouped ? rd_strdup(group) : NULL;
     c.kept = e;
     c.kept_free = enqueued_free;
     return send_op(st, &c, CB(cb), arg);
@@ -847,6 +855,16 @@ int rd_store_stats(rd_store_t *st, rd_store_queue_t q, int top, rd_store_stats_c
     return send_op(st, &c, CB(cb), arg);
 }
 
+int rd_store_groups(rd_store_t *st, rd_store_queue_t q, const char *cursor, size_t cursor_len,
+                    int limit, rd_store_groups_cb cb, void *arg)
+{
+    cmd_t c;
+    begin_op(&c, st, OP_GROUPS, q, 0);
+    arg_bytes(&c, cursor ? cursor : "", cursor ? cursor_len : 0);
+    arg_int(&c, limit);
+    return send_op(st, &c, CB(cb), arg);
+}
+
 int rd_store_tick(rd_store_t *st, rd_store_queue_t q, int limit, long long dead_ttl_ms,
                   long long succeeded_ttl_ms, rd_store_tick_cb cb, void *arg)
 {
@@ -951,7 +969,8 @@ int rd_store_policy_set(rd_store_t *st, rd_store_queue_t q, const rd_policy_t *p
         { "max_retries" }, { "backoff.base_seconds", "backoff.max_seconds", "backoff.jitter" },
         { "lease_seconds" }, { "dead_ttl" }, { "succeeded_ttl" }, { "max_in_flight" },
         { "rate_limit.per_second", "rate_limit.burst" }, { "dead_letter_rules" }, { "alert_url" },
-        { "message_ttl" }, { "on_expiry" }, { "dead_letter_queue" },
+        { "message_ttl" }, { "on_expiry" }, { "dead_letter_queue" }, { "group_max_in_flight" },
+        { "group_rate_limit.per_second", "group_rate_limit.burst" }, { "fifo_groups" },
     };
     for (size_t i = 0; p->patch && i < RD_POLICY_FIELD_COUNT; i++) {
         if (!(p->nulls & (1u << i))) continue;

@@ -308,6 +308,7 @@ static bool parse_enqueued(const rd_reply_t *reply, const rd_store_enqueued_t *e
     if (e->delay_ms > 0) m->retry_after_ms = now + e->delay_ms;
     if (e->idempotency_key)
         m->idempotency_key = (rd_str_t){ e->idempotency_key, strlen(e->idempotency_key) };
+    if (e->group) m->group = (rd_str_t){ e->group, strlen(e->group) };
     return true;
 }
 
@@ -611,6 +612,30 @@ bool rd_store_parse_page(const rd_reply_t *r, const void *kept, void *res, long 
     return p->next_cursor.ptr != NULL && parse_strings_from(r, 2, &p->names, &p->count);
 }
 
+/* groups: {"ok", next_cursor, (group, pending, processing)...}. */
+bool rd_store_parse_groups(const rd_reply_t *r, const void *kept, void *res, long long *hint)
+{
+    (void)kept, (void)hint;
+    rd_store_groups_t *g = res;
+    size_t len = rd_reply_len(r);
+    if (!is_array(r, 2) || (len - 2) % 3 != 0 || !rd_reply_is(rd_reply_at(r, 0), "ok"))
+        return false;
+    g->next_cursor.ptr = rd_reply_str(rd_reply_at(r, 1), &g->next_cursor.len);
+    if (g->next_cursor.ptr == NULL) return false;
+    size_t n = (len - 2) / 3;
+    g->groups = rd_calloc(n ? n : 1, sizeof *g->groups);
+    for (size_t i = 0; i < n; i++) {
+        rd_store_group_t *e = &g->groups[i];
+        size_t at = 2 + 3 * i;
+        e->name.ptr = rd_reply_str(rd_reply_at(r, at), &e->name.len);
+        if (e->name.ptr == NULL || !rd_reply_int(rd_reply_at(r, at + 1), &e->pending) ||
+            !rd_reply_int(rd_reply_at(r, at + 2), &e->processing))
+            return false;
+        g->count = i + 1;
+    }
+    return true;
+}
+
 bool rd_store_parse_pong(const rd_reply_t *r, const void *kept, void *res, long long *hint)
 {
     (void)kept, (void)res, (void)hint;
@@ -683,6 +708,11 @@ void rd_result_free_redrive_taken(void *res)
 void rd_result_free_ids(void *res)
 {
     rd_free(((rd_store_ids_t *)res)->ids);
+}
+
+void rd_result_free_groups(void *res)
+{
+    rd_free(((rd_store_groups_t *)res)->groups);
 }
 
 /* "integer 7", "array of 0", "string \"ok\"": what came, for the log. */

@@ -231,6 +231,45 @@ static inline long long claim_one(const char *q, int lease_seconds, char *token,
     return id;
 }
 
+/* A leased message as a claim answers it (m) is the message GET shows right
+ * after: the same JSON, every field, but for the lease_token only a claim
+ * shows (claim and settle_claim answer it by position, get by name;
+ * leased_reply in lua/02_record.lua). */
+static inline void expect_shown_as_get(const char *q, const rd_json_t *m)
+{
+    char *claimed = rd_json_print(m, NULL);
+    char token[256];
+    snprintf(token, sizeof token, "\"lease_token\":\"%s\",", e2e_jstr(m, "lease_token"));
+    char *at = strstr(claimed, token);
+    if (at == NULL) fail_msg("no %s in the claim's %s", token, claimed);
+    memmove(at, at + strlen(token), strlen(at + strlen(token)) + 1);
+    e2e_response_t r = { 0 };
+    http(&r, "GET", message_path(q, e2e_jint(m, "id"), NULL), NULL);
+    char *got = rd_json_print(e2e_expect_json(&r, 200), NULL);
+    if (strcmp(claimed, got) != 0) fail_msg("claim answered\n%s\nGET answers\n%s", claimed, got);
+    rd_free(claimed);
+    rd_free(got);
+    e2e_response_free(&r);
+}
+
+/* GET /metrics into r until its text has line: the per-queue series come
+ * from a snapshot at most RD_METRICS_SNAPSHOT_MS old (docs/design.md "Listing"), so
+ * a change shows within that (bounded: 2 s more, then the test fails). */
+static inline void metrics_with(e2e_response_t *r, const char *line)
+{
+    char want[512];
+    snprintf(want, sizeof want, "%s", line);
+    long long t0 = e2e_mono_ms();
+    for (;;) {
+        http(r, "GET", "/metrics", NULL);
+        assert_int_equal(r->status, 200);
+        if (strstr(r->body, want)) return;
+        if (e2e_mono_ms() - t0 > RD_METRICS_SNAPSHOT_MS + 2000)
+            fail_msg("/metrics lacks \"%s\" after %d ms", want, RD_METRICS_SNAPSHOT_MS + 2000);
+        e2e_pause_ms(50);
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 /* Claim                                                                    */
 /* ------------------------------------------------------------------------ */

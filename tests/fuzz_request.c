@@ -137,6 +137,9 @@ static void fuzz_parsers(const uint8_t *data, size_t size)
     rd_list_req_t l;
     errs.count = 0;
     rd_request_list(text, path_len, &l, &errs);
+    rd_groups_req_t g;
+    errs.count = 0;
+    rd_request_groups(text, path_len, &g, &errs);
     rd_policy_t p;
     errs.count = 0;
     if (rd_request_policy(body, body_len, &p, &errs) == RD_REQ_OK) rd_policy_free(&p);

@@ -37,7 +37,7 @@ fail() {
 
 check() { "$PY" "$here/openapi_check.py" "$DOC" "$@" 2>&1; }
 
-MSG='{"id":7,"queue":"q","payload":"p","status":"pending","retry_count":0,"max_retries":3,"priority":0,"retry_after":null,"last_error":null,"lease_expires_at":null,"created_at":"2026-12-01T10:00:00.000Z","updated_at":"2026-12-01T10:00:00.000Z","expires_at":null,"worker":null,"history":[{"attempt":1,"error":"e","at":"2026-12-01T10:00:00.000Z","lease_expired":true,"worker":"w"},{"replayed_at":"2026-12-01T10:00:00.000Z"}],"history_dropped":0}'
+MSG='{"id":7,"queue":"q","payload":"p","status":"pending","retry_count":0,"max_retries":3,"priority":0,"group":null,"retry_after":null,"last_error":null,"lease_expires_at":null,"created_at":"2026-12-01T10:00:00.000Z","updated_at":"2026-12-01T10:00:00.000Z","expires_at":null,"worker":null,"history":[{"attempt":1,"error":"e","at":"2026-12-01T10:00:00.000Z","lease_expired":true,"worker":"w"},{"replayed_at":"2026-12-01T10:00:00.000Z"}],"history_dropped":0}'
 
 # exchange METHOD PATH STATUS CONTENT_TYPE [BODY]: one line of the log.
 exchange() {

@@ -221,7 +221,7 @@ test_help_and_usage() {
     expect_match "$OUT" "Exit status:" "help names the exit statuses"
     expect_match "$OUT" "Redis failed" "help says a Redis failure exits 1"
     local c
-    for c in load queues stats list show enqueue replay kill snooze delete purge export; do
+    for c in load queues stats list show enqueue replay kill snooze delete purge export groups; do
         ctl "$c" --help
         expect_rc 0 "$c --help"
         expect_match "$OUT" "^Usage: retryctl $c" "$c --help prints its usage"
@@ -1282,6 +1282,85 @@ test_pause_resume() {
     expect_rc 2 "resume with two"
 }
 
+# Fairness groups (docs/reference.md "Fairness groups"): enqueue --group
+# (checked as the daemon checks it), the groups table paged by its cursor,
+# stats' groups count, and the policy's three fields.
+test_groups() {
+    local q=groupsq b i out page cursor="" seen=""
+    b=$(base "$q")
+    for i in 3 1 2 5 4; do
+        ctl enqueue "$q" "m$i" --group "g$i"
+        expect_rc 0 "enqueue to group g$i"
+    done
+    ctl enqueue "$q" again --group=g2
+    expect_rc 0 "a second message of g2"
+    ctl enqueue "$q" plain
+    expect_rc 0 "an ungrouped message"
+    ctl enqueue "$q" wide --group $'t\xc3\xa9nant'
+    expect_rc 0 "a group of UTF-8 text"
+    expect_eq "$(rget ZCARD "$b:3:groups")" 6 "six groups hold messages"
+    ctl groups "$q"
+    expect_rc 0 "groups"
+    expect_match "$OUT" $'^GROUP +PENDING +PROCESSING\n' "a header"
+    expect_match "$OUT" $'\ng2 +2 +0\n' "g2 has two pending"
+    expect_match "$OUT" $'\nt\xc3\xa9nant +1 +0\n' "the UTF-8 group as it is"
+    expect_match "$OUT" $'next cursor: none\n$' "one page holds them"
+    # Two a page: every group once, in name order, then "none".
+    for page in 1 2 3 4; do
+        if [ -n "$cursor" ]; then ctl groups "$q" --limit 2 --cursor "$cursor"
+        else ctl groups "$q" --limit 2; fi
+        expect_rc 0 "page $page"
+        seen+="$(awk 'NR > 1 && !/^next cursor:/ { print $1 }' <<< "$OUT") "
+        cursor=$(sed -n 's/^next cursor: //p' <<< "$OUT")
+        [ "$cursor" = none ] && break
+        expect_match "$cursor" '^[0-9a-f]+$' "the cursor is hex"
+    done
+    expect_eq "$(printf '%s' "$seen" | tr '\n' ' ')" $'g1 g2 g3 g4 g5 t\xc3\xa9nant ' "every group once, in name order"
+    expect_eq "$page" 3 "three pages of two"
+    ctl stats "$q"
+    expect_eq "$(stat_of groups)" 6 "stats counts the groups"
+    fc_claim "$q" 7
+    ctl groups "$q"
+    expect_match "$OUT" $'\ng2 +1 +1\n' "a claim moved one of g2 to processing"
+    # What the daemon refuses, retryctl refuses (exit 2, nothing enqueued).
+    ctl enqueue "$q" x --group ''
+    expect_rc 2 "an empty group"
+    ctl enqueue "$q" x --group "$(printf 'g%.0s' {1..129})"
+    expect_rc 2 "a group of 129 bytes"
+    ctl enqueue "$q" x --group "$(printf 'g%.0s' {1..128})"
+    expect_rc 0 "a group of 128 bytes"
+    ctl enqueue "$q" x --group $'a\tb'
+    expect_rc 2 "a control character"
+    ctl enqueue "$q" x --group $'a\x80'
+    expect_rc 2 "invalid UTF-8"
+    ctl groups "$q" --limit 0
+    expect_rc 2 "limit 0"
+    ctl groups "$q" --limit 1001
+    expect_rc 2 "limit 1001"
+    ctl groups "$q" --cursor g1
+    expect_rc 2 "a cursor that is no hex"
+    ctl groups
+    expect_rc 2 "groups without a queue"
+    # The policy's fields.
+    ctl policy "$q"
+    expect_match "$OUT" $'\nfifo_groups +false \\(default\\)\n' "fifo_groups default"
+    expect_match "$OUT" $'\ngroup_max_in_flight +0 \\(default\\)\n' "group_max_in_flight default"
+    ctl policy "$q" --set fifo_groups=true --set group_max_in_flight=2 \
+        --set group_rate_limit.per_second=1.5 --set group_rate_limit.burst=3
+    expect_rc 0 "set the group fields"
+    expect_eq "$(rget HGET "$b:policy" fifo_groups)" true "fifo_groups stored"
+    expect_eq "$(stat_of group_rate_limit.burst)" 3 "burst shown"
+    ctl policy "$q" --set fifo_groups=yes
+    expect_rc 2 "fifo_groups takes true or false"
+    ctl policy "$q" --set group_rate_limit=5
+    expect_rc 2 "group_rate_limit takes only null"
+    ctl policy "$q" --set group_rate_limit=null --set fifo_groups=
+    expect_rc 0 "back to defaults"
+    expect_eq "$(rget HEXISTS "$b:policy" group_rate_limit.per_second)" 0 "no group rate"
+    expect_eq "$(rget HEXISTS "$b:policy" fifo_groups)" 0 "no fifo_groups"
+    expect_eq "$(stat_of group_max_in_flight)" 2 "the cap stays"
+}
+
 # ===========================================================================
 # Runner
 # ===========================================================================
@@ -1317,6 +1396,7 @@ all_tests=(
     test_policy_alert_url
     test_policy_dead_letter_queue
     test_pause_resume
+    test_groups
 )
 if (($#)); then all_tests=("$@"); fi
 

@@ -764,27 +764,6 @@ static void test_history_and_worker(void **state)
     e2e_response_free(&r);
 }
 
-/* A leased message as a claim answers it (m) is the message GET shows right
- * after: the same JSON, every field, but for the lease_token only a claim
- * shows (claim and settle_claim answer it by position, get by name;
- * leased_reply in lua/02_record.lua). */
-static void expect_shown_as_get(const char *q, const rd_json_t *m)
-{
-    char *claimed = rd_json_print(m, NULL);
-    char token[256];
-    snprintf(token, sizeof token, "\"lease_token\":\"%s\",", e2e_jstr(m, "lease_token"));
-    char *at = strstr(claimed, token);
-    if (at == NULL) fail_msg("no %s in the claim's %s", token, claimed);
-    memmove(at, at + strlen(token), strlen(at + strlen(token)) + 1);
-    e2e_response_t r = { 0 };
-    http(&r, "GET", message_path(q, e2e_jint(m, "id"), NULL), NULL);
-    char *got = rd_json_print(e2e_expect_json(&r, 200), NULL);
-    if (strcmp(claimed, got) != 0) fail_msg("claim answered\n%s\nGET answers\n%s", claimed, got);
-    rd_free(claimed);
-    rd_free(got);
-    e2e_response_free(&r);
-}
-
 /* Every optional field a leased message can carry reaches the claim's JSON
  * as GET shows it: origin_queue and origin_id (redriven), retry_after and
  * last_error (failed), history with history_dropped > 0, worker,

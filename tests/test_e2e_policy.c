@@ -128,24 +128,6 @@ static void test_policy_backoff_over_http(void **state)
     e2e_response_free(&r);
 }
 
-/* GET /metrics into r until its text has line: the per-queue series come
- * from a snapshot at most RD_METRICS_SNAPSHOT_MS old (docs/design.md "Listing"), so
- * a change shows within that (bounded: 2 s more, then the test fails). */
-static void metrics_with(e2e_response_t *r, const char *line)
-{
-    char want[512];
-    snprintf(want, sizeof want, "%s", line);
-    long long t0 = e2e_mono_ms();
-    for (;;) {
-        http(r, "GET", "/metrics", NULL);
-        assert_int_equal(r->status, 200);
-        if (strstr(r->body, want)) return;
-        if (e2e_mono_ms() - t0 > RD_METRICS_SNAPSHOT_MS + 2000)
-            fail_msg("/metrics lacks \"%s\" after %d ms", want, RD_METRICS_SNAPSHOT_MS + 2000);
-        e2e_pause_ms(50);
-    }
-}
-
 /* Seed 001's DLQ consumer as a policy (docs/dead-letters.md §2): a 429 or a
  * "rate limit" comes back after 300 s (even when the worker says it is
  * permanent), a 503 at once, anything else goes dead at its first failure

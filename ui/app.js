@@ -17,6 +17,7 @@
  *   #/queues/<q>?status=&error=&since=&until=&limit=&cursor=
  *                                             a queue's messages
  *   #/queues/<q>/messages/<id>                one message
+ *   #/queues/<q>/groups?cursor=               a queue's fairness groups (groups.js)
  */
 'use strict';
 
@@ -979,6 +980,9 @@
       document.title = `${q} — retryd`;
       const main = $('#main');
       this.headStats = h('p', { class: 'page-sub head-stats', text: '' });
+      // Fairness groups (docs/reference.md "Fairness groups"): shown once the queue has any.
+      this.groupsLink = h('a', { class: 'groups-link', id: 'queue-groups-link', hidden: true,
+        href: `#/queues/${enc(q)}/groups` });
       this.tabs = {};
       const tabs = h('nav', { class: 'tabs', 'aria-label': 'Message state' });
       for (const t of TABS) {
@@ -1101,7 +1105,7 @@
         breadcrumb([{ href: '#/queues', text: 'Queues' }, { text: q }]),
         h('div', { class: 'page-head' },
           h('h1', null, h('span', { class: 'muted h-prefix', text: 'Queue ' }), h('span', { text: q })),
-          this.headStats),
+          this.headStats, this.groupsLink),
         this.policyBox,
         this.dlqForm,
         this.chart.el,
@@ -1273,6 +1277,9 @@
         setText(this.headStats, `${fmtInt(t.enqueued || 0)} enqueued · ${fmtInt(t.failed || 0)} failed · ` +
           `${fmtInt(t.retried || 0)} retried · ${fmtInt(t.replayed || 0)} replayed · ` +
           `${fmtInt(st.dead_last_24h || 0)} died in the last 24 h`);
+        const ng = typeof st.groups === 'number' ? st.groups : 0;
+        this.groupsLink.hidden = ng === 0;
+        setText(this.groupsLink, `${fmtInt(ng)} fairness ${ng === 1 ? 'group' : 'groups'} ›`);
         this.renderTopErrors();
         markUpdated();
       } catch (e) {
@@ -1966,6 +1973,17 @@
     }
   }
 
+  // A queue's fairness groups: ui/groups.js's view, given the helpers here.
+  let GroupsViewClass = null;
+  function groupsView() {
+    if (!GroupsViewClass) {
+      if (typeof window.retrydGroupsView !== 'function') return NotFoundView;
+      GroupsViewClass = window.retrydGroupsView({ h, appendKids, clear, setText, api, ApiError,
+        queuePath, queueHref, breadcrumb, emptyRow, errorNote, handleError, markUpdated, fmtInt, enc });
+    }
+    return GroupsViewClass;
+  }
+
   // -------------------------------------------------------------------------
   // Router
   // -------------------------------------------------------------------------
@@ -1981,6 +1999,7 @@
     if (dec[0] !== 'queues') return { name: 'notfound' };
     if (dec.length === 1) return { name: 'overview' };
     if (dec.length === 2) return { name: 'queue', queue: dec[1], params };
+    if (dec.length === 3 && dec[2] === 'groups') return { name: 'groups', queue: dec[1], params };
     if (dec.length === 4 && dec[2] === 'messages' && /^[1-9][0-9]*$/.test(dec[3])) {
       return { name: 'message', queue: dec[1], id: dec[3], params };
     }
@@ -1998,7 +2017,7 @@
     const main = clear($('#main'));
     setText($('#updated-at'), '');
     const V = r.name === 'overview' ? OverviewView : r.name === 'queue' ? QueueView
-      : r.name === 'message' ? MessageView : NotFoundView;
+      : r.name === 'message' ? MessageView : r.name === 'groups' ? groupsView() : NotFoundView;
     view = new V();
     view.start(r);
     if (moveFocus) main.focus({ preventScroll: true });

@@ -25,6 +25,9 @@
 #define RD_IDEMPOTENCY_KEY_MAX 255        /* bytes */
 #define RD_LEASE_TOKEN_MAX 128            /* bytes */
 #define RD_WORKER_MAX 128                 /* bytes of a claim's worker (docs/reference.md "History") */
+#define RD_GROUP_MAX 128                  /* bytes of an enqueue's group (docs/reference.md
+                                             "Fairness groups") */
+#define RD_GROUPS_LIMIT_DEFAULT 100       /* a page of GET /queues/{q}/groups */
 #define RD_ACK_BATCH_MAX 100              /* items of POST /queues/{q}/succeed */
 #define RD_SETTLE_BATCH_MAX 100           /* settlements of a claim with settle */
 #define RD_REPLAY_IDS_MAX 1000            /* ids of one batch replay request */

@@ -53,6 +53,8 @@ typedef struct rd_message {
     rd_str_t origin_queue;          /* a redriven message: where it was a dead letter */
     long long origin_id;            /* its id there, -1 when none */
     rd_str_t redriving_to;          /* a dead letter being redriven: its target queue */
+    rd_str_t group;                 /* its fairness group (docs/reference.md "Fairness
+                                       groups"); ptr NULL for none */
 } rd_message_t;
 
 #define RD_HISTORY_FIELDS 6

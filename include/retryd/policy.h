@@ -47,6 +47,11 @@ typedef struct rd_policy {
     const char *dead_letter_queue;
     size_t dead_letter_queue_len;
     char *dead_letter_queue_owned;
+    /* Fairness groups (docs/reference.md "Fairness groups"). */
+    long long group_max_in_flight;  /* -1: not set (0, no cap per group) */
+    double group_per_second;        /* 0: no rate limit per group */
+    long long group_burst;
+    int fifo_groups;                /* -1: not set (false); else 0 or 1 */
     /* The top-level fields the body gave as null (RD_POLICY_NULL_* bits): a
      * PATCH puts those back to their defaults (docs/reference.md "Queue
      * policy and flow control"). */
@@ -59,7 +64,8 @@ typedef struct rd_policy {
 #define RD_POLICY_FIELDS(X)                                                            \
     X(max_retries) X(backoff) X(lease_seconds) X(dead_ttl) X(succeeded_ttl)            \
     X(max_in_flight) X(rate_limit) X(dead_letter_rules) X(alert_url) X(message_ttl)    \
-    X(on_expiry) X(dead_letter_queue)
+    X(on_expiry) X(dead_letter_queue) X(group_max_in_flight) X(group_rate_limit)       \
+    X(fifo_groups)
 enum {
 #define RD_POLICY_NULL_BIT(name) RD_POLICY_NULL_INDEX_##name,
     RD_POLICY_FIELDS(RD_POLICY_NULL_BIT)
@@ -89,7 +95,8 @@ void rd_policy_init(rd_policy_t *p);
 /* Releases what a PUT's parse owns (the rules' JSON, the alert_url). */
 void rd_policy_free(rd_policy_t *p);
 
-enum { RD_POLICY_ARGS_MAX = 20 };
+/* Every field rd_policy_args can give: 16 pairs. */
+enum { RD_POLICY_ARGS_MAX = 32 };
 /* The field, value pairs of the set fields, as policy_set takes them: names
  * into names[], values formatted into values[] (one per pair). Returns how
  * many strings (2 per field). The rules, the alert_url and the
@@ -105,7 +112,8 @@ bool rd_policy_from_pairs(rd_policy_t *p, const rd_str_t *pairs, size_t n);
 /* {"queue", "paused", "max_retries", "backoff": {...}, "lease_seconds",
  * "dead_ttl", "succeeded_ttl", "max_in_flight", "rate_limit": null | {...},
  * "dead_letter_rules": [...], "alert_url": null | "...", "message_ttl",
- * "on_expiry", "dead_letter_queue": null | "..."}: the effective policy,
+ * "on_expiry", "dead_letter_queue": null | "...", "group_max_in_flight",
+ * "group_rate_limit": null | {...}, "fifo_groups"}: the effective policy,
  * defaults filled in. */
 void rd_policy_write_json(rd_jsonw_t *w, const rd_policy_t *p, const rd_policy_defaults_t *d,
                           const char *queue, size_t queue_len);

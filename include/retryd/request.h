@@ -28,6 +28,10 @@ typedef struct rd_enqueue_req {
     long long ttl_ms;             /* -1 unless ttl_seconds given: the policy's message_ttl applies */
     int priority;                 /* 0 unless given */
     const char *idempotency_key;  /* NULL when absent; 1-255 bytes */
+    const char *group;            /* NULL when absent or null; 1-RD_GROUP_MAX bytes of UTF-8
+                                     without control characters (docs/reference.md
+                                     "Fairness groups") */
+    size_t group_len;
 } rd_enqueue_req_t;
 
 typedef struct rd_claim_req {
@@ -89,6 +93,15 @@ typedef struct rd_queues_req {
     size_t cursor_len;
 } rd_queues_req_t;
 
+/* GET /queues/{q}/groups: ?limit=1..1000 (100)&cursor=<next_cursor>, the
+ * cursor the hex of the last group of the previous page (docs/reference.md
+ * "Fairness groups"). */
+typedef struct rd_groups_req {
+    int limit;
+    char cursor[RD_GROUP_MAX];   /* the group name it stands for; cursor_len 0: the first page */
+    size_t cursor_len;
+} rd_groups_req_t;
+
 rd_req_result_t rd_request_enqueue(const char *body, size_t len, rd_enqueue_req_t *out,
                                    rd_field_errors_t *errs);
 /* Fields may come in the body or the query string (the body wins). settle
@@ -136,6 +149,8 @@ rd_req_result_t rd_request_list(const char *query, size_t query_len, rd_list_req
                                 rd_field_errors_t *errs);
 rd_req_result_t rd_request_queues(const char *query, size_t query_len, rd_queues_req_t *out,
                                   rd_field_errors_t *errs);
+rd_req_result_t rd_request_groups(const char *query, size_t query_len, rd_groups_req_t *out,
+                                  rd_field_errors_t *errs);
 
 /* RFC 3339 ("2026-11-30T07:01:39Z", fractions and offsets allowed) to epoch
  * ms; -1 when invalid, a day the month has not (2026-02-31) included. */
@@ -145,6 +160,19 @@ long long rd_parse_rfc3339_ms(const char *s);
  * characters, not "." or "..". Adds a "queue" error and returns false
  * otherwise. */
 bool rd_request_queue_name(const char *name, size_t len, rd_field_errors_t *errs);
+
+/* What is wrong with a name a request gives (a queue name, a group). */
+typedef enum rd_name_problem {
+    RD_NAME_OK, RD_NAME_LENGTH, RD_NAME_UTF8, RD_NAME_CONTROL, RD_NAME_DOTS
+} rd_name_problem_t;
+
+/* The member field of doc naming a queue (a redrive's "to", the policy's
+ * dead_letter_queue; marked: doc's NUL-marked twin, or NULL): RD_NAME_OK and
+ * *name NULL when absent or null, RD_NAME_OK and *name the name when it is
+ * one, else what is wrong with it (a U+0000, which cJSON cut short, is a
+ * control character). */
+int rd_request_queue_name_member(const rd_json_t *doc, const rd_json_t *marked,
+                                 const char *field, const char **name);
 
 /* The decoded value of name in a query string, into out (cap bytes). Returns
  * the length, -1 when absent, -2 when undecodable or too long: the limit,

@@ -24,6 +24,9 @@
     X(held_paused, "Claims that leased less because the queue was paused.")             \
     X(held_cap, "Claims that leased less because of the queue's max_in_flight.")        \
     X(held_rate, "Claims that leased less because of the queue's rate_limit.")            \
+    X(held_group_cap, "Times a claim passed over a group at the queue's group_max_in_flight.") \
+    X(held_group_rate, "Times a claim passed over a group without a token of its "      \
+                       "group_rate_limit.")                                              \
     X(expired, "Pending messages past their expires_at, gone dead or deleted.")        \
     X(dead_lettered, "Deaths moved to the queue's dead_letter_queue.")
 
@@ -41,10 +44,12 @@
 #define RD_STATS_RULES_MAX 20
 
 /* The gauges of the `stats` reply (messages in each state now, deaths in the
- * last 24 h, 1 while the queue is paused, letters being redriven): X(name). */
+ * last 24 h, 1 while the queue is paused, letters being redriven, fairness
+ * groups with a pending or processing message): X(name). A library without
+ * one answers 0 for it. */
 #define RD_STATS_GAUGES(X) \
     X(pending) X(ready) X(scheduled) X(processing) X(succeeded) X(dead) X(dead_last_24h) \
-    X(paused) X(redriving)
+    X(paused) X(redriving) X(groups)
 
 /* The `stats` function's answer for one queue. */
 typedef struct rd_queue_stats {

@@ -139,6 +139,20 @@ typedef struct rd_store_page {
     rd_str_t next_cursor;     /* len 0 at the end */
 } rd_store_page_t;
 
+/* groups: one page of a queue's fairness groups (docs/reference.md
+ * "Fairness groups"). */
+typedef struct rd_store_group {
+    rd_str_t name;            /* the group's bytes */
+    long long pending, processing;
+} rd_store_group_t;
+
+typedef struct rd_store_groups {
+    rd_store_head_t head;
+    rd_store_group_t *groups;
+    size_t count;
+    rd_str_t next_cursor;     /* the last name of the page; len 0 at the end */
+} rd_store_groups_t;
+
 /* timer_take. */
 typedef struct rd_store_taken {
     rd_store_head_t head;
@@ -234,6 +248,7 @@ typedef void (*rd_store_tick_cb)(const rd_store_tick_t *res, void *arg);
 typedef void (*rd_store_series_cb)(const rd_store_series_t *res, void *arg);
 typedef void (*rd_store_page_cb)(const rd_store_page_t *res, void *arg);
 typedef void (*rd_store_taken_cb)(const rd_store_taken_t *res, void *arg);
+typedef void (*rd_store_groups_cb)(const rd_store_groups_t *res, void *arg);
 typedef void (*rd_store_done_cb)(const rd_store_done_t *res, void *arg);
 typedef void (*rd_store_policy_cb)(const rd_store_policy_t *res, void *arg);
 typedef void (*rd_store_count_cb)(const rd_store_count_t *res, void *arg);
@@ -281,10 +296,13 @@ typedef struct rd_lease {
 } rd_lease_t;
 
 /* ttl_ms -1: none given (the queue policy's message_ttl applies); priority
- * 0-9 (docs/reference.md "Priority"); idempotency_key NULL for none. */
+ * 0-9 (docs/reference.md "Priority"); group NULL or "" for none, else
+ * 1-RD_GROUP_MAX bytes (docs/reference.md "Fairness groups");
+ * idempotency_key NULL for none. */
 int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, size_t len,
                      int max_retries, long long delay_ms, long long ttl_ms, int priority,
-                     const char *idempotency_key, rd_store_messages_cb cb, void *arg);
+                     const char *group, const char *idempotency_key, rd_store_messages_cb cb,
+                     void *arg);
 /* Up to count messages; fewer when they would pass the library's REPLY_BYTES
  * (at least one when any is claimable), or when the queue's policy holds
  * them back (pause, max_in_flight, rate_limit: res->retry_ms). worker: NULL,
@@ -401,6 +419,12 @@ int rd_store_kill(rd_store_t *st, rd_store_queue_t q, long long id, const char *
                   rd_store_messages_cb cb, void *arg);
 /* res->stats with the top `top` errors. */
 int rd_store_stats(rd_store_t *st, rd_store_queue_t q, int top, rd_store_stats_cb cb, void *arg);
+/* One page of q's fairness groups in name order, after the name cursor
+ * (NULL or len 0: the first page), at most limit (1..1000): each group with
+ * a pending or processing message once (res->groups); res->next_cursor is
+ * empty at the end. */
+int rd_store_groups(rd_store_t *st, rd_store_queue_t q, const char *cursor, size_t cursor_len,
+                    int limit, rd_store_groups_cb cb, void *arg);
 /* Samples q's time series, then answers one resolution of it: "minute" or
  * "hour" (RD_SERIES_NAMES). A lost link answers RD_STORE_UNAVAILABLE: the
  * sample is idempotent, nobody asked for a state change. */

@@ -25,6 +25,7 @@ typedef struct rd_store_enqueued {
     int max_retries;
     long long delay_ms;
     int priority;
+    char *group;                /* NULL: none */
 } rd_store_enqueued_t;
 
 bool rd_store_parse_enqueue(const rd_reply_t *r, const void *kept, void *res, long long *hint);
@@ -50,6 +51,7 @@ bool rd_store_parse_ids(const rd_reply_t *r, const void *kept, void *res, long l
 bool rd_store_parse_timer_take(const rd_reply_t *r, const void *kept, void *res, long long *hint);
 bool rd_store_parse_timer_done(const rd_reply_t *r, const void *kept, void *res, long long *hint);
 bool rd_store_parse_page(const rd_reply_t *r, const void *kept, void *res, long long *hint);
+bool rd_store_parse_groups(const rd_reply_t *r, const void *kept, void *res, long long *hint);
 bool rd_store_parse_pong(const rd_reply_t *r, const void *kept, void *res, long long *hint);
 
 /* What a parser allocated in res (the row's free). */
@@ -65,6 +67,7 @@ void rd_result_free_alerts_taken(void *res);
 void rd_result_free_strings(void *res);
 void rd_result_free_redrive_taken(void *res);
 void rd_result_free_ids(void *res);
+void rd_result_free_groups(void *res);
 
 /* "integer 7", "array of 0", "string \"ok\"": what came, for the log. */
 void rd_reply_describe(const rd_reply_t *r, char *out, size_t cap);

@@ -327,13 +327,15 @@ test('ui_served_with_csp', async () => {
   check(/style-src 'self'/.test(csp), 'CSP forbids inline style');
   check(!/<script>[^<]/.test(page.text) && !/\sstyle=|<style|\son[a-z]+=/i.test(page.text),
         'index.html has no inline script, style or handler');
-  for (const f of ['app.js', 'app.css', 'favicon.svg']) {
+  for (const f of ['app.js', 'groups.js', 'app.css', 'favicon.svg']) {
     eq((await http('GET', `/ui/${f}`, undefined, { token: '' })).status, 200, `/ui/${f} is served`);
   }
-  const js = (await http('GET', '/ui/app.js', undefined, { token: '' })).text
-    .replace(/\/\*[\s\S]*?\*\//g, '').replace(/^\s*\/\/.*$/gm, ''); // comments may name them
-  check(!/innerHTML|outerHTML|insertAdjacentHTML|document\.write|eval\(|new Function/.test(js),
-        'app.js never parses HTML or code from strings');
+  for (const f of ['app.js', 'groups.js']) {
+    const js = (await http('GET', `/ui/${f}`, undefined, { token: '' })).text
+      .replace(/\/\*[\s\S]*?\*\//g, '').replace(/^\s*\/\/.*$/gm, ''); // comments may name them
+    check(!/innerHTML|outerHTML|insertAdjacentHTML|document\.write|eval\(|new Function/.test(js),
+          `${f} never parses HTML or code from strings`);
+  }
   eq((await http('GET', '/queues', undefined, { token: '' })).status, 401, 'the API refuses without the token');
 });
 
@@ -570,7 +572,8 @@ test('xss_payload_shows_literally', async () => {
   await page.goto(`${BASE}/ui/#/queues`);
   await page.waitForSelector('#queues-table tbody tr[data-queue]');
   await sleep(500);
-  eq(await page.evaluate(() => document.scripts.length), 1, 'no script element was added');
+  eq(await page.evaluate(() => [...document.scripts].map((s) => s.getAttribute('src'))), ['groups.js', 'app.js'],
+     'no script element was added (the page\'s own two)');
   eq(await page.evaluate(() => document.querySelectorAll('img:not(.brand img)').length), 0, 'no img element was added');
   eq(dialogs.length - before, 0, 'no dialog fired');
   await page.close();
@@ -1090,6 +1093,46 @@ test('dead_letter_queue_set_in_policy_view', async () => {
   await page.click('#dlq-save');
   await toastText(page, /stay here/);
   eq((await http('GET', `${qp(q)}/policy`)).json.dead_letter_queue, null, 'cleared');
+  await page.close();
+});
+
+// Fairness groups (docs/reference.md "Fairness groups"): the queue page links
+// to its groups once it has any; the groups view shows each group (as text,
+// however odd its name) with its counts, paged by the API's cursor.
+test('groups_view_pages_with_cursor', async () => {
+  const q = `groups-${Date.now()}`;
+  const N = 130;   // more than a page of 100
+  for (let i = 0; i < N; i++) await enqueue(q, `m${i}`, { group: `g${String(i).padStart(3, '0')}` });
+  await enqueue(q, 'second', { group: 'g000' });
+  await enqueue(q, 'odd', { group: XSS });
+  await enqueue(q, 'plain');
+  const claimed = (await http('POST', `${qp(q)}/claim`)).json;
+  const page = await openPage(hashQueue(q));
+  await page.waitForSelector('#queue-groups-link:not([hidden])');
+  eq(await page.textContent('#queue-groups-link'), `${N + 1} fairness groups ›`, 'the link counts the groups');
+  await page.click('#queue-groups-link');
+  await page.waitForSelector('#groups-table tbody th.group-name');
+  const rows = async () => page.$$eval('#groups-table tbody tr', (trs) => trs.map((tr) =>
+    [...tr.children].map((c) => c.textContent)));
+  let first = await rows();
+  eq(first.length, 100, 'a page of 100');
+  // The API's own first page, row by row.
+  const api = (await ok('GET', `${qp(q)}/groups?limit=100`)).groups;
+  eq(first, api.map((g) => [g.group, String(g.pending), String(g.processing)]), 'the rows are the API\'s');
+  const g000 = first.find((r) => r[0] === 'g000');
+  eq(g000.slice(1), claimed.group === 'g000' ? ['1', '1'] : ['2', '0'], 'g000 has two messages');
+  check(await page.isVisible('#groups-next'), 'a next page');
+  await page.click('#groups-next');
+  await page.waitForFunction(() => document.querySelectorAll('#groups-table tbody th.group-name').length === 31);
+  const second = await rows();
+  const names = new Set([...first, ...second].map((r) => r[0]));
+  eq(names.size, N + 1, 'every group once over the two pages');
+  check(names.has(XSS), 'an odd group name shows literally');
+  check(await page.isHidden('#groups-next'), 'no page after the last');
+  check(/cursor=/.test(await page.evaluate(() => location.hash)), 'the page is a link of its own');
+  await page.click('#groups-first');
+  await page.waitForFunction(() => document.querySelectorAll('#groups-table tbody th.group-name').length === 100);
+  await shot(page, 'groups.png');
   await page.close();
 });
 

@@ -1,0 +1,141 @@
+/* api_policy.c - the queue's policy routes: GET, PUT and PATCH
+ * /queues/{q}/policy, pause and resume (docs/reference.md "Queue policy and
+ * flow control", docs/flow-control.md). */
+#include "retryd/api_call.h"
+
+#include <string.h>
+
+#include "retryd/alloc.h"
+#include "retryd/waiters.h"
+
+typedef rd_call_t call_t;
+
+/* A resume or a new policy may let this instance's waiters lease now (the
+ * function also published the wake for every other instance). */
+static void wake_local(call_t *c)
+{
+    if (!c->notify || c->api->waiters == NULL) return;
+    rd_store_queue_t q = { c->match.queue, c->match.queue_len };
+    rd_waiters_notify(c->api->waiters, q);
+}
+
+static void on_policy(const rd_store_policy_t *res, void *arg)
+{
+    call_t *c = arg;
+    if (rd_api_respond_store_failure(c, &res->head)) return;
+    wake_local(c);
+    const rd_config_t *cfg = c->api->cfg;
+    rd_policy_defaults_t d = { cfg->lease_ms, cfg->dead_ttl_ms, cfg->succeeded_ttl_ms };
+    rd_jsonw_t w;
+    rd_api_begin_json(c, &w);
+    rd_policy_write_json(&w, &res->policy, &d, c->match.queue, c->match.queue_len);
+    rd_api_respond_written(c, 200, NULL);
+}
+
+static void on_paused(const rd_store_policy_t *res, void *arg)
+{
+    call_t *c = arg;
+    if (rd_api_respond_store_failure(c, &res->head)) return;
+    wake_local(c);
+    rd_jsonw_t w;
+    rd_api_begin_json(c, &w);
+    rd_jsonw_object_open(&w);
+    rd_jsonw_key(&w, "queue");
+    rd_jsonw_stringn(&w, c->match.queue, c->match.queue_len);
+    rd_jsonw_key(&w, "paused");
+    rd_jsonw_bool(&w, res->policy.paused);
+    rd_jsonw_object_close(&w);
+    rd_api_respond_written(c, 200, NULL);
+}
+
+void rd_api_handle_policy_get(call_t *c)
+{
+    rd_api_started(c, rd_store_policy_get(c->api->store, rd_api_queue_of(c), on_policy, c));
+}
+
+/* dlq_link answered: the target leads into no cycle (and is recorded), so
+ * the policy is written; else 422 on dead_letter_queue, nothing written. */
+static void on_dlq_linked(const rd_store_strings_t *res, void *arg)
+{
+    call_t *c = arg;
+    if (rd_api_respond_store_failure(c, &res->head)) return;
+    const rd_str_t *first = res->count > 0 ? &res->strings[0] : NULL;
+    if (first == NULL || first->ptr == NULL || first->len != 2 || memcmp(first->ptr, "ok",
+                                                                         2) != 0) {
+        bool cycle = first && first->ptr && first->len == 5 && memcmp(first->ptr, "cycle", 5) == 0;
+        rd_field_errors_t errs = { .count = 0 };
+        rd_field_errors_add(&errs, "dead_letter_queue", "invalid",
+                            cycle ? "dead_letter_queue leads back to this queue (a cycle of "
+                                    "dead-letter queues)."
+                                  : "dead_letter_queue starts a chain of more than 100 queues.");
+        rd_api_answer_parse_failure(c, RD_REQ_INVALID, &errs);
+        return;
+    }
+    rd_api_started(c, rd_store_policy_set(c->api->store, rd_api_queue_of(c), c->policy, on_policy,
+                                          c));
+}
+
+/* PUT replaces the whole policy; PATCH changes the fields given (null puts
+ * one back to its default). */
+static void policy_write(call_t *c, bool patch)
+{
+    rd_policy_t p;
+    rd_field_errors_t errs = { .count = 0 };
+    rd_req_result_t r = rd_request_policy(c->req->body, c->req->body_len, &p, &errs);
+    p.patch = patch;
+    if (r == RD_REQ_OK && p.dead_letter_queue && p.dead_letter_queue_len == c->match.queue_len &&
+        memcmp(p.dead_letter_queue, c->match.queue, c->match.queue_len) == 0) {
+        rd_policy_free(&p);
+        rd_field_errors_add(&errs, "dead_letter_queue", "invalid",
+                            "dead_letter_queue must be another queue, not this one.");
+        r = RD_REQ_INVALID;
+    }
+    if (r != RD_REQ_OK) {
+        rd_api_answer_parse_failure(c, r, &errs);
+        return;
+    }
+    c->notify = true;
+    c->policy = rd_malloc(sizeof *c->policy);
+    *c->policy = p;
+    if (patch && !p.dead_letter_queue && !(p.nulls & RD_POLICY_NULL(dead_letter_queue))) {
+        rd_api_started(c, rd_store_policy_set(c->api->store, rd_api_queue_of(c), c->policy,
+                                              on_policy, c));
+        return;
+    }
+    /* The graph of dead-letter queues first (the registry's slot), then the
+     * policy (the queue's): docs/lifecycle.md "Cycles". */
+    rd_store_queue_t target = { p.dead_letter_queue, p.dead_letter_queue_len };
+    rd_api_started(c, rd_store_dlq_link(c->api->store, rd_api_queue_of(c), target, on_dlq_linked,
+                                        c));
+}
+
+void rd_api_handle_policy_put(call_t *c)
+{
+    policy_write(c, false);
+}
+
+void rd_api_handle_policy_patch(call_t *c)
+{
+    policy_write(c, true);
+}
+
+void rd_api_handle_pause(call_t *c)
+{
+    rd_req_result_t r = rd_request_empty(c->req->body, c->req->body_len);
+    if (r != RD_REQ_OK) {
+        rd_api_answer_parse_failure(c, r, NULL);
+        return;
+    }
+    rd_api_started(c, rd_store_pause(c->api->store, rd_api_queue_of(c), true, on_paused, c));
+}
+
+void rd_api_handle_resume(call_t *c)
+{
+    rd_req_result_t r = rd_request_empty(c->req->body, c->req->body_len);
+    if (r != RD_REQ_OK) {
+        rd_api_answer_parse_failure(c, r, NULL);
+        return;
+    }
+    c->notify = true;
+    rd_api_started(c, rd_store_pause(c->api->store, rd_api_queue_of(c), false, on_paused, c));
+}
