@@ -155,9 +155,17 @@ do
   -- it goes next). Its place is free: a group the cap or strict order held
   -- out of the rotation joins it again when it has a claimable id, and the
   -- waiters are told (on any instance: the wake channel).
-  function groups.left_processing(k, g)
-    if redis.call('HINCRBY', k.gcount, 'i' .. g, -1) <= 0 then gone_if_empty(k, g) end
-    if redis.call('EXISTS', k.group_ids .. g) == 1 and join(k, g) then notify(k) end
+  -- waits: whether the policy has group_max_in_flight or fifo_groups
+  -- (flow.group_waits). Without them a group with a claimable id is in the
+  -- rotation already (only an empty one leaves it, or one its rate limit
+  -- holds, which the claims put back), so a lease that ends while its group
+  -- has more costs the one HINCRBY.
+  function groups.left_processing(k, g, waits)
+    local left = redis.call('HINCRBY', k.gcount, 'i' .. g, -1)
+    if left > 0 and not waits then return end
+    local claimable = redis.call('EXISTS', k.group_ids .. g) == 1
+    if left <= 0 and not claimable then gone_if_empty(k, g) end
+    if waits and claimable and join(k, g) then notify(k) end
   end
 
   -- An id the claim popped from group g's set goes back, with its score, and its group back to

@@ -520,6 +520,14 @@ do
     return rated or waits, rated, waits
   end
 
+  -- Whether the policy has group_max_in_flight or fifo_groups: the limits
+  -- that hold a group until one of its leases ends (groups.left_processing).
+  function flow.group_waits(k)
+    local p = read_policy(k)
+    local cap = tonumber(p.group_max_in_flight)
+    return (cap ~= nil and cap > 0) or p.fifo_groups == 'true'
+  end
+
   -- Whether the policy has fifo_groups (a group's set is then ordered by
   -- enqueue, docs/fairness.md "Limits and strict order").
   function flow.fifo_groups(k)

@@ -256,12 +256,12 @@ do
     local dying, rule_ms = flow.recover(k, m, err, (not retryable) or retries >= m.max_retries)
     local g = m.group
     if dying then
-      if g then groups.left_processing(k, g) end
+      if g then groups.left_processing(k, g, flow.group_waits(k)) end
       return bury(k, mkey, id, m, now)
     end
     -- Never interrupted while processing; a failure after the expiry ends it.
     if m.expires_at and m.expires_at <= now then
-      if g then groups.left_processing(k, g) end
+      if g then groups.left_processing(k, g, flow.group_waits(k)) end
       return end_expired(k, mkey, id, m, now, err)
     end
     local delay = rule_ms or retry_after_ms
@@ -281,7 +281,7 @@ do
     expiry_track(k, id, m)
     if g then
       groups.scheduled(k, g, 1)
-      groups.left_processing(k, g)
+      groups.left_processing(k, g, flow.group_waits(k))
     end
     redis.call('HINCRBY', k.stats, 'retried', '1')
     return 'pending', due

@@ -339,7 +339,7 @@ do
           local m = expiring and expiring[id]
           local g = grouped and record.group_of(base, id) or nil
           to_claim_end(k, base, id, nil, g)
-          if g then groups.left_processing(k, g) end
+          if g then groups.left_processing(k, g, flow.group_waits(k)) end
           if m then expiry_track(k, id, m) end
           out[i] = nil
         end

@@ -18,7 +18,7 @@ do
   local function succeed_message(k, mkey, id, now, m)
     set_updated(mkey, m, now)
     redis.call('ZADD', k.succeeded, int_arg(now), id)
-    if m.group then groups.left_processing(k, m.group) end
+    if m.group then groups.left_processing(k, m.group, flow.group_waits(k)) end
   end
 
   -- succeed: a processing message is done.
@@ -63,7 +63,7 @@ do
     redis.call('ZADD', k.scheduled, int_arg(due), id)
     if m.group then
       groups.scheduled(k, m.group, 1)
-      groups.left_processing(k, m.group)
+      groups.left_processing(k, m.group, flow.group_waits(k))
     end
     -- Pending again: an expiry ends it even while snoozed (the tick, at its
     -- expires_at; at once when that has passed). Returns when the timer must

@@ -41,7 +41,7 @@ do
         redis.call('ZREM', k.processing, id)
         set_updated(mkey, m, now)
         to_claim_end(k, base, id, m.priority, m.group)
-        if m.group then groups.left_processing(k, m.group) end
+        if m.group then groups.left_processing(k, m.group, flow.group_waits(k)) end
         expiry_track(k, id, m)
         released = released + 1
       end

@@ -64,7 +64,7 @@ do
       leave_pending(k, g, id, m)
     elseif status == 'processing' then
       redis.call('ZREM', g.processing, id)
-      if m.group then groups.left_processing(k, m.group) end
+      if m.group then groups.left_processing(k, m.group, flow.group_waits(k)) end
       flow.freed(k)
     else
       return { 'invalid_state', status }
