@@ -244,6 +244,7 @@ static char *cjson_message_text(const rd_message_t *m, const char *queue, size_t
     rd_json_set_int(o, "retry_count", m->retry_count);
     rd_json_set_int(o, "max_retries", m->max_retries);
     rd_json_set_int(o, "priority", m->priority);
+    cjson_optional(o, "group", m->group);
     cjson_time(o, "retry_after", m->retry_after_ms);
     cjson_optional(o, "last_error", m->last_error);
     cjson_time(o, "lease_expires_at", m->lease_expires_at_ms);
@@ -284,6 +285,7 @@ static void test_messages_match_cjson(void **state)
     set(&full, "priority", "7", 1);
     set(&full, "expires_at", "1796028096259", 13);
     set(&full, "worker", "host-1/7", 8);
+    set(&full, "group", "t\xc3\xa9nant \"7\"\x01\xff", 13);
     set(&full, "history_dropped", "3", 1);
     rd_message_init(&bare);
     bare.id = 1;
