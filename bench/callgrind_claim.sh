@@ -71,10 +71,10 @@ elif [ "$FN" = enqueue ]; then
 elif [ "$FN" = settle_claim ]; then
     # Message 1 is claimed before the counters are zeroed (below, uncounted).
     # In the protocol's own framing (as a client library sends it).
-    seq "$N" | awk -v c="$COUNT" '{
+    seq "$N" | awk -v c="$COUNT" -v lib="$LIB" '{
         s = ""
         for (j = 0; j < c; j++) s = s " " (($1 - 1) * c + j + 1) " - succeeded - 1 -1"
-        n = split("FCALL ${LIB}_settle_claim 1 retryd:{b} 30000 " c " " c s " 2592000000 3600000 default", a, " ")
+        n = split("FCALL " lib "_settle_claim 1 retryd:{b} 30000 " c " " c s " 2592000000 3600000 default", a, " ")
         printf "*%d\r\n", n
         for (i = 1; i <= n; i++) { v = (a[i] == "-") ? "" : a[i]; printf "$%d\r\n%s\r\n", length(v), v }
     }' | redis-cli -p "$P" --pipe >/dev/null

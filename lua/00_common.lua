@@ -116,6 +116,7 @@ do
       rotating   = g .. 'rotating',        -- SET: the same names (none twice in the LIST)
       held       = g .. 'gheld',           -- ZSET group -> when (ms) its rate limit has a
                                            -- token again
+      waiting    = g .. 'gwaiting',        -- SET: groups the cap or strict order holds back
       group_bucket = g .. 'gbucket:',      -- + group: STRING, its rate limit's bucket
       group_names = g .. 'groups',         -- ZSET group -> 0: the groups with messages
       gcount     = g .. 'gcount',          -- HASH i<group>: processing, s<group>: scheduled

@@ -25,9 +25,19 @@ do
     return used
   end
 
+  -- join, below: marking the queue puts the ungrouped member in the rotation.
+  local join
+
+  -- The first grouped message of the queue: from now on claims go through the
+  -- rotation, so ungrouped messages already claimable join it as its first
+  -- member (else they would wait until every group is empty, or until the
+  -- next ungrouped enqueue). Once per queue: HSET adds the field once.
   local function mark(k)
     if k.known.groups == true then return end
-    redis.call('HSET', k.stats, 'groups_used', '1')
+    if redis.call('HSET', k.stats, 'groups_used', '1') == 1
+       and redis.call('EXISTS', k.due, k.ready, k.priority) > 0 then
+      join(k, UNGROUPED)
+    end
     k.known.groups = true
   end
 
@@ -38,9 +48,10 @@ do
   -- served just now: after every group that has waited since (a stream of
   -- new groups cannot starve a group with a backlog). Returns true when it
   -- joined.
-  local function join(k, g)
+  function join(k, g)
     if redis.call('SADD', k.rotating, g) == 0 then return false end
     redis.call('RPUSH', k.rotation, g)
+    if k.known.waiting_empty == false then redis.call('SREM', k.waiting, g) end
     return true
   end
   groups.join = join
@@ -52,7 +63,8 @@ do
   end
 
   -- The group the claim's turn just gave (the last of the LIST) leaves the
-  -- rotation: it has nothing claimable, or a limit holds it back.
+  -- rotation: it has nothing claimable (groups.leave), or a limit holds it
+  -- back (groups.hold).
   local function leave_last(k, g)
     redis.call('RPOP', k.rotation)
     redis.call('SREM', k.rotating, g)
@@ -90,14 +102,13 @@ do
     end
   end
 
-  -- The scheduled count of group g changes by n; at 0 it is deleted and the
-  -- group may be gone.
+  -- The scheduled count of group g changes by n; at 0 it is deleted.
+  -- Returns true when it reached 0.
   local function count_scheduled(k, g, n)
     local field = 's' .. g
-    if redis.call('HINCRBY', k.gcount, field, n) <= 0 then
-      redis.call('HDEL', k.gcount, field)
-      gone_if_empty(k, g)
-    end
+    if redis.call('HINCRBY', k.gcount, field, n) > 0 then return false end
+    redis.call('HDEL', k.gcount, field)
+    return true
   end
 
   -- Id (of group g) is claimable: into the group's set with the priority
@@ -112,14 +123,21 @@ do
   end
 
   -- A message of group g enters (n = 1) or leaves (n = -1) the scheduled
-  -- index: a delayed enqueue, a retry, a snooze; its promotion, an expiry,
-  -- a kill or delete of a scheduled one.
+  -- index: a delayed enqueue, a retry, a snooze; its promotion (after it
+  -- joined its set), an expiry, a kill or delete of a scheduled one. When
+  -- none of the group is scheduled any more and it has a claimable id, the
+  -- group joins the rotation: fifo_groups held it out while one waited
+  -- (flow.group_admit), and only a promotion would have put it back.
   function groups.scheduled(k, g, n)
     if n > 0 then
       mark(k)
       named(k, g)
     end
-    count_scheduled(k, g, n)
+    if not count_scheduled(k, g, n) then return end
+    -- Its last scheduled message left: a group that strict order held out
+    -- of the rotation may go on (or, with nothing left, it is gone).
+    if redis.call('EXISTS', k.group_ids .. g) == 0 then return gone_if_empty(k, g) end
+    if join(k, g) then notify(k) end
   end
 
   -- Id (of group g) leaves the group's claimable set, if it is there (an
@@ -173,12 +191,35 @@ do
   -- by its rate limit until `until_ms` (then the next claim puts it back),
   -- or, until_ms nil, until one of its leases ends (left_processing puts it
   -- back) or, for the ungrouped member, until an ungrouped id is claimable.
+  groups.leave = leave_last
+
   function groups.hold(k, g, until_ms)
     leave_last(k, g)
     if until_ms then
       redis.call('ZADD', k.held, int_arg(until_ms), g)
       k.known.held_empty = false
+    else
+      -- Held by the cap or strict order: kept in k.waiting, so that a policy
+      -- without them puts it back (unwait) if no lease of it ends first.
+      redis.call('SADD', k.waiting, g)
+      k.known.waiting_empty = false
     end
+  end
+
+  -- The policy has neither group_max_in_flight nor fifo_groups (any more):
+  -- groups they held go back into the rotation, at most 100 per claim. Once
+  -- none is left this Lua state knows it (k.known.waiting_empty; a fresh
+  -- state looks once), so a queue that never held one spends nothing.
+  function groups.unwait(k)
+    local known = k.known
+    if known.waiting_empty then return end
+    local names = redis.call('SPOP', k.waiting, '100')
+    if #names == 0 then
+      known.waiting_empty = true
+      return
+    end
+    known.waiting_empty = false
+    for i = 1, #names do join(k, names[i]) end
   end
 
   -- Group g's processing count, and its count of scheduled messages.

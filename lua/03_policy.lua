@@ -509,11 +509,27 @@ do
   end
 
   -- Whether the policy sets any per-group limit (group_max_in_flight,
-  -- group_rate_limit, fifo_groups), and whether it has a group_rate_limit.
+  -- group_rate_limit, fifo_groups), whether it has a group_rate_limit, and
+  -- whether it has group_max_in_flight or fifo_groups (the limits that hold
+  -- a group until one of its leases ends).
   function flow.group_limits(k)
     local p = read_policy(k)
     local rated = p['group_rate_limit.per_second'] ~= nil
-    return rated or p.group_max_in_flight ~= nil or p.fifo_groups == 'true', rated
+    local cap = tonumber(p.group_max_in_flight)
+    local waits = (cap ~= nil and cap > 0) or p.fifo_groups == 'true'
+    return rated or waits, rated, waits
+  end
+
+  -- Whether the policy has fifo_groups (a group's set is then ordered by
+  -- enqueue, docs/fairness.md "Limits and strict order").
+  function flow.fifo_groups(k)
+    return read_policy(k).fifo_groups == 'true'
+  end
+
+  -- Whether s is a group name: 1-128 bytes of UTF-8 without control
+  -- characters (C0, DEL), as the daemon checks before it sends one.
+  function flow.valid_group(s)
+    return #s >= 1 and #s <= 128 and valid_utf8(s) and not string.find(s, '[%z\1-\31\127]')
   end
 
   -- A claim leased one message of group g: it takes a token of the group's

@@ -16,6 +16,7 @@ do
                                                    record.load_header
   local lease_token, status_of = record.lease_token, record.status_of
   local LANE_DUE, lane_score, priority_of = record.LANE_DUE, record.lane_score, record.priority_of
+  local LANE_FRESH = record.LANE_FRESH
   local priorities_used, to_due = record.priorities_used, record.to_due
   local priorities_mark = record.priorities_mark
 
@@ -137,8 +138,12 @@ do
                             int_arg(limit), 'WITHSCORES')
     if #rows == 0 then return 0 end
     -- On a queue that uses groups each record is read whole (the group is in
-    -- its trailer): a grouped id goes to its group's set (docs/fairness.md).
+    -- its trailer): a grouped id goes to its group's set (docs/fairness.md),
+    -- as a due retry, or, with fifo_groups, in its enqueue order (a group's
+    -- set is then ordered by id: a delayed message or a retry takes its
+    -- place among the group's messages, never ahead of an earlier one).
     local ids, plain, lane = {}, {}, {}
+    local fifo = grouped and flow.fifo_groups(k)
     for i = 1, #rows, 2 do
       local id = rows[i]
       ids[#ids + 1] = id
@@ -150,8 +155,12 @@ do
         p = priority_of(k.base, id)
       end
       if g then
+        if fifo then
+          groups.claimable(k, g, id, lane_score(p, LANE_FRESH, tonumber(id)))
+        else
+          groups.claimable(k, g, id, lane_score(p, LANE_DUE, tonumber(rows[i + 1])))
+        end
         groups.scheduled(k, g, -1)
-        groups.claimable(k, g, id, lane_score(p, LANE_DUE, tonumber(rows[i + 1])))
       elseif p > 0 then
         lane[#lane + 1] = int_arg(lane_score(p, LANE_DUE, tonumber(rows[i + 1])))
         lane[#lane + 1] = id

@@ -70,7 +70,7 @@ do
     end
     local group = args[9]
     if group == '' then group = nil end
-    if group and #group > 128 then return bad_arg('group') end
+    if group and not flow.valid_group(group) then return bad_arg('group') end
     max_retries = flow.max_retries(k, max_retries, args[6] == 'default')
 
     local now = now_ms()

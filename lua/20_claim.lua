@@ -19,13 +19,21 @@ do
 
   -- A claim's state while it leases (claim_into fills it per call): k,
   -- base, now, the count reserved, out, worker, deadline (and its argument
-  -- text), got, skipped (ids dropped), reply (the REPLY_BYTES budget, nil for
-  -- a claim of one), full (the budget ran out), serial (the last lease
-  -- serial used, nil before the first), expiring (id -> message, of the
-  -- leased ones with an expiry, made on first use). One table, filled
+  -- text), got, skipped (ids dropped), reply (the REPLY_BYTES budget, false
+  -- for a claim of one), full (the budget ran out), serial (the last lease
+  -- serial used, false before the first), expiring (id -> message, of the
+  -- leased ones with an expiry, made on first use), limited (the policy
+  -- sets a per-group limit), cut (the rotation's visits ran out,
+  -- take_rotation). One table, filled
   -- afresh by each call (a claim never runs inside another): a table made
   -- per call cost about 1,000 instructions of every claim.
-  local CLAIM = {}
+  -- Every field is there from the start and never set to nil (false
+  -- instead): a field added or removed per call made Lua 5.1 rehash the
+  -- table (thousands of instructions per claim).
+  local CLAIM = { k = false, base = false, now = 0, count = 0, out = false, worker = false,
+                  deadline = 0, deadline_arg = false, got = 0, skipped = 0, reply = false,
+                  full = false, serial = false, expiring = false, limited = false,
+                  cut = false }
 
   -- The sources a claim pops, by generation: the priority lane (0), the
   -- new generation's due then ready list (1), retryd_v2's (2), a group's
@@ -51,7 +59,10 @@ do
   -- 3% of a claim's instructions.
   local function take(c, want, g)
     local k, base, now = c.k, c.base, c.now
-    local before = c.got
+    -- The state the loop changes, in locals while it runs (back in c at the end).
+    local got, skipped, full, serial, expiring = c.got, c.skipped, c.full, c.serial, c.expiring
+    local reply, count, out, worker = c.reply, c.count, c.out, c.worker or nil
+    local before = got
     local stop = before + want
     local due, ready = k.due, k.ready
     local first, last = GEN_GROUP, GEN_GROUP
@@ -62,23 +73,23 @@ do
     end
     for gen = first, last do
       if gen == GEN_V2 then
-        if c.full or c.got >= stop or c.skipped > 100 or not v2_active(k, now) then break end
+        if full or got >= stop or skipped > 100 or not v2_active(k, now) then break end
         local o = old_keys(k)
         due, ready = o.due, o.ready
       end
-      while not c.full and c.got < stop and c.skipped <= 100 do
+      while not full and got < stop and skipped <= 100 do
         local from, ids, scores
         if gen == GEN_GROUP then
           -- The group's next id, its lowest score.
           local row = redis.call('ZPOPMIN', k.group_ids .. g)
           if #row == 0 then
-            groups.hold(k, g)   -- nothing claimable: out of the rotation
+            groups.leave(k, g)   -- nothing claimable: out of the rotation
             break
           end
           redis.call('ZREM', k.grouped, row[1])
           ids, scores = { row[1] }, { row[2] }
         elseif gen == GEN_LANE then
-          local rows = redis.call('ZPOPMIN', k.priority, int_arg(stop - c.got))
+          local rows = redis.call('ZPOPMIN', k.priority, int_arg(stop - got))
           if #rows == 0 then break end
           ids, scores = {}, {}
           for i = 1, #rows, 2 do
@@ -86,7 +97,7 @@ do
           end
         else
           local popped = redis.call('LMPOP', '2', due, ready, 'RIGHT', 'COUNT',
-                                    int_arg(stop - c.got))
+                                    int_arg(stop - got))
           if not popped then break end
           from, ids = popped[1], popped[2]
         end
@@ -105,16 +116,16 @@ do
               if g then groups.gone_if_empty(k, g) end
               m = nil
             else
-              local e = c.expiring or {}
-              c.expiring = e
+              local e = expiring or {}
+              expiring = e
               e[id] = m
             end
           end
           if not m then
-            c.skipped = c.skipped + 1
-          elseif c.reply and not budget.take(c.reply, m) then
+            skipped = skipped + 1
+          elseif reply and not budget.take(reply, m) then
             if m.expires_at then expiry_track(k, id, m) end   -- still pending
-            c.full = true
+            full = true
             -- This one and the rest go back where they were, in their order:
             -- the lane's and the group's with their scores, the lists' at
             -- the claim end.
@@ -131,17 +142,14 @@ do
             end
             break
           else
-            local serial = c.serial
             if not serial then
-              serial = redis.call('HINCRBY', k.stats, 'claimed', int_arg(c.count)) - c.count
+              serial = redis.call('HINCRBY', k.stats, 'claimed', int_arg(count)) - count
             end
             serial = serial + 1
-            c.serial = serial
-            set_lease(mkey, m, now, serial, c.worker)
+            set_lease(mkey, m, now, serial, worker)
             redis.call('ZADD', k.processing, c.deadline_arg, id)
-            local out = c.out
             out[#out + 1] = leased_reply(id, m, c.deadline)
-            c.got = c.got + 1
+            got = got + 1
             if g then
               redis.call('HINCRBY', k.gcount, 'i' .. g, 1)   -- its processing count
               if c.limited then flow.group_spent(k, g, now) end
@@ -150,7 +158,8 @@ do
         end
       end
     end
-    return c.got - before
+    c.got, c.skipped, c.full, c.serial, c.expiring = got, skipped, full, serial, expiring
+    return got - before
   end
 
   -- Round-robin over the rotation, least recently served first
@@ -165,9 +174,10 @@ do
   -- called (as the lease is in take).
   local function take_rotation(c)
     local k = c.k
-    local limited, rated = flow.group_limits(k)
+    local limited, rated, waits = flow.group_limits(k)
     c.limited = limited
     if rated or not k.known.held_empty then groups.unhold(k, c.now, rated) end
+    if not waits and k.known.waiting_empty ~= true then groups.unwait(k) end
     local rotation = k.rotation
     local visits = 0
     while not c.full and c.got < c.count and c.skipped <= 100 and visits < GROUP_VISITS do
@@ -175,13 +185,20 @@ do
       if not g then break end
       visits = visits + 1
       if g == UNGROUPED then
+        -- Nothing taken: out of the rotation when there is nothing, but not
+        -- when the claim ran out of room or of ids to drop (more than 100
+        -- expired or gone in front): it is served first next time.
         if take(c, 1) == 0 then
-          if c.full then groups.unvisit(k) else groups.hold(k, g) end
+          if c.full or c.skipped > 100 then groups.unvisit(k) else groups.leave(k, g) end
         end
       elseif not limited or flow.group_admit(k, g, c.now) then
         take(c, 1, g)
       end
     end
+    -- The visits (or the ids it may drop) ran out before the rotation did:
+    -- groups further on may have claimable messages (the ones visited were
+    -- emptied or held back).
+    c.cut = visits >= GROUP_VISITS or c.skipped > 100
     if not c.full and c.got < c.count and c.skipped <= 100 and visits < GROUP_VISITS
        and take(c, c.count - c.got) > 0 then
       groups.join(k, UNGROUPED)
@@ -218,17 +235,94 @@ do
     -- nothing: no stats hash appears for a queue name that never had a message.
     -- A claim of one takes one message, which always fits the budget.
     local deadline = now + lease_ms
-    local c = CLAIM
-    c.k, c.base, c.now, c.count, c.out, c.worker = k, base, now, count, out, worker
-    c.deadline, c.deadline_arg, c.got, c.skipped = deadline, int_arg(deadline), 0, 0
-    c.reply, c.full, c.serial, c.expiring = count > 1 and budget.new() or nil, false, nil, nil
-    c.limited = nil
+    local deadline_arg = int_arg(deadline)
+    local reply = count > 1 and budget.new() or false
     local grouped = k.known.groups
     if grouped == nil then grouped = groups.used(k) end
-    if grouped then take_rotation(c) else take(c, count) end
-    local got = c.got
+    local got, serial, expiring, cut = 0, false, false, false
+    if grouped then
+      local c = CLAIM
+      c.k, c.base, c.now, c.count, c.out, c.worker = k, base, now, count, out, worker or false
+      c.deadline, c.deadline_arg, c.got, c.skipped = deadline, deadline_arg, 0, 0
+      c.reply, c.full, c.serial, c.expiring = reply, false, false, false
+      c.limited, c.cut = false, false
+      take_rotation(c)
+      got, serial, expiring, cut = c.got, c.serial, c.expiring, c.cut
+    else
+      -- A queue without groups: take's lists, written out here with its
+      -- state in locals (through take and its state table, the claim cost
+      -- 3.5% more instructions; docs/fairness.md "What it costs").
+      local skipped, full = 0, false
+      local due, ready = k.due, k.ready
+      local lane = k.known.priorities   -- priorities_used, without its call once known
+      if lane == nil then lane = priorities_used(k) end
+      for gen = lane and GEN_LANE or GEN_LISTS, GEN_V2 do
+        if gen == GEN_V2 then
+          if full or got >= count or skipped > 100 or not v2_active(k, now) then break end
+          local o = old_keys(k)
+          due, ready = o.due, o.ready
+        end
+        while not full and got < count and skipped <= 100 do
+          local from, ids, scores
+          if gen == GEN_LANE then
+            local rows = redis.call('ZPOPMIN', k.priority, int_arg(count - got))
+            if #rows == 0 then break end
+            ids, scores = {}, {}
+            for i = 1, #rows, 2 do
+              ids[#ids + 1], scores[#scores + 1] = rows[i], rows[i + 1]
+            end
+          else
+            local popped = redis.call('LMPOP', '2', due, ready, 'RIGHT', 'COUNT',
+                                      int_arg(count - got))
+            if not popped then break end
+            from, ids = popped[1], popped[2]
+          end
+          if gen == GEN_V2 then v2_seen(k, now) end
+          for i = 1, #ids do
+            local id = ids[i]
+            local mkey = message_key(base, id)
+            local m
+            if gen == GEN_V2 then m = load_legacy(mkey) else m = load_message(mkey) end
+            if m and m.expires_at then
+              redis.call('ZREM', k.expiring, id)
+              if m.expires_at <= now then
+                end_expired(k, mkey, id, m, now, 'expired')
+                m = nil
+              else
+                expiring = expiring or {}
+                expiring[id] = m
+              end
+            end
+            if not m then
+              skipped = skipped + 1
+            elseif reply and not budget.take(reply, m) then
+              if m.expires_at then expiry_track(k, id, m) end   -- still pending
+              full = true
+              local back = {}
+              if gen == GEN_LANE then
+                for j = i, #ids do back[#back + 1], back[#back + 2] = scores[j], ids[j] end
+                redis.call('ZADD', k.priority, unpack(back))
+              else
+                for j = #ids, i, -1 do back[#back + 1] = ids[j] end
+                redis.call('RPUSH', from, unpack(back))
+              end
+              break
+            else
+              if not serial then
+                serial = redis.call('HINCRBY', k.stats, 'claimed', int_arg(count)) - count
+              end
+              serial = serial + 1
+              set_lease(mkey, m, now, serial, worker)
+              redis.call('ZADD', k.processing, deadline_arg, id)
+              out[#out + 1] = leased_reply(id, m, deadline)
+              got = got + 1
+            end
+          end
+        end
+      end
+    end
 
-    if c.serial and got < count then
+    if serial and got < count then
       redis.call('HINCRBY', k.stats, 'claimed', int_arg(got - count))
     end
     if nonce and got > 0 then
@@ -242,7 +336,7 @@ do
         for i = #out, first + 1, -1 do
           local id = out[i][1]
           redis.call('ZREM', k.processing, id)
-          local m = c.expiring and c.expiring[id]
+          local m = expiring and expiring[id]
           local g = grouped and record.group_of(base, id) or nil
           to_claim_end(k, base, id, nil, g)
           if g then groups.left_processing(k, g) end
@@ -257,9 +351,16 @@ do
     flow.spent(k, now, got)
     -- Nothing leased while groups wait for their rate limit's tokens: the
     -- caller retries when the first returns (a long-poll, on any instance).
+    -- Nothing leased because the visits ran out: the caller retries at once
+    -- (each claim takes the groups it visited out of the rotation, so the
+    -- next goes further; no wake-up would come for what is claimable now).
     if got == 0 and grouped and (k.flow_retry_ms or 0) == 0 then
-      local first = redis.call('ZRANGE', k.held, '0', '0', 'WITHSCORES')
-      if first[2] then k.flow_retry_ms = math.max(1, tonumber(first[2]) - now) end
+      if cut then
+        k.flow_retry_ms = 1
+      else
+        local first = redis.call('ZRANGE', k.held, '0', '0', 'WITHSCORES')
+        if first[2] then k.flow_retry_ms = math.max(1, tonumber(first[2]) - now) end
+      end
     end
     -- Retries this call made due and left behind are claimable now: tell the
     -- waiters, as a tick that promoted them would have.
@@ -294,7 +395,9 @@ do
   -- ARGV[3] a timer hint follows the messages: the one of the new leases'
   -- deadline (need_timer), -1 when none was needed. With ARGV[4] (and ARGV[3])
   -- one more value ends the reply: when the rate limit held the claim back, the
-  -- ms until its next token is due, else 0 (docs/flow-control.md).
+  -- ms until its next token is due, else 0 (docs/flow-control.md); 1 when a
+  -- claim that took nothing ran out of group visits or dropped more than 100
+  -- ids (docs/fairness.md): claim again.
   local function claim(keys, args)
     local base = keys[1]
     local k = queue_keys(base)

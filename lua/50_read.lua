@@ -418,6 +418,7 @@ do
   -- deadline, time of death) where the reply shows one.
   local SECTION_STATUS = { due = 'pending', ready = 'pending', scheduled = 'pending',
                            later = 'pending', lane = 'pending', lanelater = 'pending',
+                           grouped = 'pending',
                            succeeded = 'succeeded', processing = 'processing', dead = 'dead' }
   local function section_status(k, section, id)
     local _, g, plain = section_of(k, section)

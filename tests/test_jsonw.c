@@ -283,6 +283,7 @@ static void test_messages_match_cjson(void **state)
     set(&full, "created_at", "1796028000000", 13);
     set(&full, "updated_at", "1796028036259", 13);
     set(&full, "priority", "7", 1);
+    set(&full, "group", "tenant-7", 8);
     set(&full, "expires_at", "1796028096259", 13);
     set(&full, "worker", "host-1/7", 8);
     set(&full, "group", "t\xc3\xa9nant \"7\"\x01\xff", 13);
