@@ -717,10 +717,9 @@ rd_req_result_t rd_request_groups(const char *query, size_t query_len, rd_groups
     out->limit = (int)limit;
     char hex[2 * RD_GROUP_MAX + 2];
     long n = rd_query_get(query, query_len, "cursor", hex, sizeof hex);
-    long bytes = n > 0 ? rd_hex_decode(hex, (size_t)n, out->cursor, sizeof out->cursor) : n;
-    if (n == -2 || bytes < 0 || (n > 0 && bytes == 0)) {
-        if (n != -1)
-            rd_field_errors_add(errs, "cursor", "invalid", "cursor must be a next_cursor value.");
+    long bytes = n > 0 ? rd_hex_decode(hex, (size_t)n, out->cursor, sizeof out->cursor) : 0;
+    if (n == -2 || bytes < 0) {   /* absent or empty: the first page */
+        rd_field_errors_add(errs, "cursor", "invalid", "cursor must be a next_cursor value.");
         bytes = 0;
     }
     out->cursor_len = (size_t)bytes;
