@@ -370,6 +370,15 @@ do
     emit(k, 'replayed', id, err, 0, now)
   end
 
+  -- Whether the queue uses groups: a header-only read is then one command
+  -- too many (a grouped record's group is in its trailer, which load_header
+  -- reads with a second command), so the record is read whole at once.
+  local function groups_known(k)
+    local used = k.known.groups
+    if used == nil then used = groups.used(k) end
+    return used
+  end
+
   -- Looks up a message for a transition from state `want`: returns the
   -- message (load_message's table; with header_only, load_header's) and the
   -- index score, or nil and the reply when it cannot go on. A HASH of
@@ -377,7 +386,7 @@ do
   -- lifted into the new ones first (the caller then handles a STRING record).
   local function load_for(k, mkey, id, want, token, header_only)
     local m
-    if header_only then m = load_header(mkey) else m = load_message(mkey) end
+    if header_only and not groups_known(k) then m = load_header(mkey) else m = load_message(mkey) end
     if not m then return nil, { 'not_found' } end
     local status, score = status_of(m.legacy and old_keys(k) or k, id)
     if status ~= want then return nil, { 'invalid_state', status } end
@@ -393,7 +402,7 @@ do
   -- cannot go on (then nothing changed).
   local function take_leased(k, mkey, id, token, header_only)
     local m
-    if header_only then m = load_header(mkey) else m = load_message(mkey) end
+    if header_only and not groups_known(k) then m = load_header(mkey) else m = load_message(mkey) end
     if not m then return nil, { 'not_found' } end
     if not m.legacy and (token == '' or lease_token(m) == token)
        and redis.call('ZREM', k.processing, id) == 1 then

@@ -4,6 +4,7 @@ do
   local notify, now_ms, old_keys = common.notify, common.now_ms, common.old_keys
   local queue_keys, register, to_int = common.queue_keys, common.register, common.to_int
   local lease_token, load_header = record.lease_token, record.load_header
+  local load_message = record.load_message
   local load_legacy, set_updated = record.load_legacy, record.set_updated
   local to_claim_end = record.to_claim_end
   local lift, retention_hint = lifecycle.lift, lifecycle.retention_hint
@@ -30,7 +31,7 @@ do
       local mkey = message_key(base, id)
       local m
       if redis.call('ZSCORE', k.processing, id) then
-        m = load_header(mkey)
+        m = groups.used(k) and load_message(mkey) or load_header(mkey)   -- as take_leased
       else
         -- Leased by retryd_v2: lifted (under the same lease) before it goes back.
         local s = redis.call('ZSCORE', old_keys(k).processing, id)
