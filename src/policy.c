@@ -21,6 +21,7 @@ void rd_policy_init(rd_policy_t *p)
     p->dead_ttl_s = -1;
     p->succeeded_ttl_s = -1;
     p->message_ttl_s = -1;
+    p->max_in_flight = -1;
     p->group_max_in_flight = -1;
     p->fifo_groups = -1;
 }
@@ -77,7 +78,8 @@ size_t rd_policy_args(const rd_policy_t *p, const char *out[RD_POLICY_ARGS_MAX],
     if (p->lease_seconds > 0) PAIR("lease_seconds", "%lld", p->lease_seconds);
     if (p->dead_ttl_s >= 0) PAIR("dead_ttl", "%lld", p->dead_ttl_s);
     if (p->succeeded_ttl_s >= 0) PAIR("succeeded_ttl", "%lld", p->succeeded_ttl_s);
-    if (p->max_in_flight > 0) PAIR("max_in_flight", "%lld", p->max_in_flight);
+    /* 0 is sent too: a PATCH with max_in_flight 0 removes the cap. */
+    if (p->max_in_flight >= 0) PAIR("max_in_flight", "%lld", p->max_in_flight);
     if (p->per_second > 0) {
         PAIR("rate_limit.per_second", "%.17g", p->per_second);
         PAIR("rate_limit.burst", "%lld", p->burst);
@@ -243,7 +245,7 @@ void rd_policy_write_json(rd_jsonw_t *w, const rd_policy_t *p, const rd_policy_d
     rd_jsonw_key(w, "succeeded_ttl");
     rd_jsonw_int(w, p->succeeded_ttl_s >= 0 ? p->succeeded_ttl_s : d->succeeded_ttl_ms / 1000);
     rd_jsonw_key(w, "max_in_flight");
-    rd_jsonw_int(w, p->max_in_flight);
+    rd_jsonw_int(w, p->max_in_flight > 0 ? p->max_in_flight : 0);
     rd_jsonw_key(w, "rate_limit");
     write_rate(w, p->per_second, p->burst);
     rd_jsonw_key(w, "dead_letter_rules");

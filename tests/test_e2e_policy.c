@@ -288,6 +288,28 @@ static void test_pause_and_resume(void **state)
     e2e_response_free(&r);
 }
 
+/* A PATCH of max_in_flight 0 removes the cap (it was dropped before it
+ * reached Redis, so the cap stayed), and GET answers 0. */
+static void test_patch_max_in_flight_zero_removes_cap(void **state)
+{
+    (void)state;
+    char q[64];
+    e2e_queue_name(q, sizeof q, "capzero");
+    e2e_response_t r = { 0 };
+    http(&r, "PUT", policy_path(q), "{\"max_in_flight\":1}");
+    e2e_expect_json(&r, 200);
+    long long first = enqueue(q, "{\"payload\":\"a\"}");
+    long long second = enqueue(q, "{\"payload\":\"b\"}");
+    assert_int_equal(claim_one(q, 30, NULL, 0), first);
+    assert_int_equal(claim_one(q, 30, NULL, 0), 0);   /* at the cap */
+    http(&r, "PATCH", policy_path(q), "{\"max_in_flight\":0}");
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "max_in_flight"), 0);
+    http(&r, "GET", policy_path(q), NULL);
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "max_in_flight"), 0);
+    assert_int_equal(claim_one(q, 30, NULL, 0), second);
+    e2e_response_free(&r);
+}
+
 /* A long-poll held back by the rate limit sleeps until the next token is due
  * and then claims: a handful of calls, not a busy loop. */
 static void test_rate_limited_long_poll_sleeps(void **state)
@@ -470,6 +492,7 @@ int main(void)
         T(test_policy_backoff_over_http),
         T(test_dead_letter_rules_seed_001),
         T(test_pause_and_resume),
+        T(test_patch_max_in_flight_zero_removes_cap),
         T(test_rate_limited_long_poll_sleeps),
         T(test_rate_limit_over_three_seconds),
     };

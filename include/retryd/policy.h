@@ -23,7 +23,7 @@ typedef struct rd_policy {
     long long lease_seconds;    /* 0: not set (the daemon's --lease-seconds) */
     long long dead_ttl_s;       /* -1: not set (the daemon's --dead-ttl) */
     long long succeeded_ttl_s;  /* -1: not set (the daemon's --succeeded-ttl) */
-    long long max_in_flight;    /* 0: no cap */
+    long long max_in_flight;    /* 0: no cap; -1: not given (rd_policy_init) */
     double per_second;          /* 0: no rate limit */
     long long burst;
     bool paused;
