@@ -12,7 +12,7 @@ void rd_hex_encode(const char *s, size_t len, rd_buf_t *out)
     }
 }
 
-static int digit(char c)
+int rd_hex_digit(char c)
 {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -24,7 +24,7 @@ long rd_hex_decode(const char *s, size_t len, char *out, size_t cap)
 {
     if (len % 2 != 0 || len / 2 > cap) return -1;
     for (size_t i = 0; i < len; i += 2) {
-        int hi = digit(s[i]), lo = digit(s[i + 1]);
+        int hi = rd_hex_digit(s[i]), lo = rd_hex_digit(s[i + 1]);
         if (hi < 0 || lo < 0) return -1;
         out[i / 2] = (char)(hi << 4 | lo);
     }

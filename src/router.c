@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "retryd/alloc.h"
+#include "retryd/hex.h"
 
 static const char *method_name(rd_http_method_t m)
 {
@@ -20,21 +21,13 @@ static const char *method_name(rd_http_method_t m)
     }
 }
 
-static int hex_value(char c)
-{
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
 long rd_percent_decode(const char *s, size_t len, char *out, bool plus_is_space)
 {
     size_t n = 0;
     for (size_t i = 0; i < len; i++) {
         if (s[i] == '%') {
             if (i + 2 >= len) return -1;
-            int hi = hex_value(s[i + 1]), lo = hex_value(s[i + 2]);
+            int hi = rd_hex_digit(s[i + 1]), lo = rd_hex_digit(s[i + 2]);
             if (hi < 0 || lo < 0) return -1;
             out[n++] = (char)(hi * 16 + lo);
             i += 2;

@@ -11,6 +11,9 @@
 /* Appends s[0..len) to out as 2 * len lower-case hex digits. */
 void rd_hex_encode(const char *s, size_t len, rd_buf_t *out);
 
+/* The value of one hex digit (either case), or -1 when c is none. */
+int rd_hex_digit(char c);
+
 /* Decodes the hex digits s[0..len) (either case) into out (cap bytes).
  * Returns the number of bytes, or -1 when len is odd, a character is no hex
  * digit, or the bytes would not fit. */
