@@ -1644,18 +1644,20 @@ static void test_max_in_flight_across_instances(void **state)
     assert_true(hget_int(qkey(q, "stats"), "held_cap") > 0);
 }
 
-/* With the cap reached, a long-poll parked on B is woken by a settlement made
- * through A, within a second. */
-static void test_settle_on_a_wakes_long_poll_on_b(void **state)
+/* With a cap of one reached (policy: the PUT body; both messages enqueued
+ * with body), a long-poll parked on B, held back once (the stats counter
+ * held), is woken by a settlement of the first message made through A,
+ * within a second; it gets the second. Prints what woke it. */
+static void expect_settle_on_a_wakes_b(const char *tag, const char *policy, const char *body_1,
+                                       const char *body_2, const char *held, const char *what)
 {
-    (void)state;
     char q[64], token[160];
-    e2e_queue_name(q, sizeof q, "capwake");
+    e2e_queue_name(q, sizeof q, tag);
     e2e_response_t r = { 0 };
-    http_to(g_a.port, &r, "PUT", e2e_fmt("/queues/%s/policy", q), "{\"max_in_flight\":1}");
+    http_to(g_a.port, &r, "PUT", e2e_fmt("/queues/%s/policy", q), policy);
     e2e_expect_json(&r, 200);
-    long long first = enqueue_to(g_a.port, q, "{\"payload\":\"1\"}");
-    long long second = enqueue_to(g_a.port, q, "{\"payload\":\"2\"}");
+    long long first = enqueue_to(g_a.port, q, body_1);
+    long long second = enqueue_to(g_a.port, q, body_2);
     assert_int_equal(claim_one(g_a.port, q, token, sizeof token), first);
 
     lp_call_t c;
@@ -1663,10 +1665,10 @@ static void test_settle_on_a_wakes_long_poll_on_b(void **state)
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, lp_thread, &c), 0);
     wait_sent(&c);
-    /* B has tried once and was held back by the cap: it is parked. */
+    /* B has tried once and was held back: it is parked. */
     long long deadline = e2e_mono_ms() + 5000;
-    while (hget_int(qkey(q, "stats"), "held_cap") < 1) {
-        if (e2e_mono_ms() > deadline) fail_msg("B's claim was not held back within 5 s");
+    while (hget_int(qkey(q, "stats"), held) < 1) {
+        if (e2e_mono_ms() > deadline) fail_msg("B's claim was not held back within 5 s (%s)", held);
         e2e_pause_ms(2);
     }
     long long t0 = e2e_mono_us();
@@ -1678,8 +1680,18 @@ static void test_settle_on_a_wakes_long_poll_on_b(void **state)
     if (c.status != 200) fail_msg("B's long-poll answered %d %s", c.status, c.error);
     assert_int_equal(c.id, second);
     long long us = c.done_us - t0;
-    printf("test_multi: a settlement on A woke the long-poll on B in %.3f ms\n", us / 1000.0);
+    printf("test_multi: a settlement on A woke the %s long-poll on B in %.3f ms\n", what,
+           us / 1000.0);
     assert_true(us < 1000000);
+}
+
+/* With the cap reached, a long-poll parked on B is woken by a settlement made
+ * through A, within a second. */
+static void test_settle_on_a_wakes_long_poll_on_b(void **state)
+{
+    (void)state;
+    expect_settle_on_a_wakes_b("capwake", "{\"max_in_flight\":1}", "{\"payload\":\"1\"}",
+                               "{\"payload\":\"2\"}", "held_cap", "capped");
 }
 
 /* With the cap reached, a lease that expires (reclaimed by a timer) wakes a
@@ -1958,38 +1970,10 @@ static void test_fifo_groups_across_instances(void **state)
 static void test_group_capacity_wakes_long_poll_on_b(void **state)
 {
     (void)state;
-    char q[64], token[160];
-    e2e_queue_name(q, sizeof q, "gwake");
-    e2e_response_t r = { 0 };
-    http_to(g_a.port, &r, "PUT", e2e_fmt("/queues/%s/policy", q), "{\"group_max_in_flight\":1}");
-    e2e_expect_json(&r, 200);
-    long long first = enqueue_to(g_a.port, q, "{\"payload\":\"1\",\"group\":\"t\"}");
-    long long second = enqueue_to(g_a.port, q, "{\"payload\":\"2\",\"group\":\"t\"}");
-    assert_int_equal(claim_one(g_a.port, q, token, sizeof token), first);
-
-    lp_call_t c;
-    lp_init(&c, g_b.port, q, "{\"wait_seconds\":10}");
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, lp_thread, &c), 0);
-    wait_sent(&c);
-    /* B has tried once and was held back by the group's cap: it is parked. */
-    long long deadline = e2e_mono_ms() + 5000;
-    while (hget_int(qkey(q, "stats"), "held_group_cap") < 1) {
-        if (e2e_mono_ms() > deadline) fail_msg("B's claim was not held back within 5 s");
-        e2e_pause_ms(2);
-    }
-    long long t0 = e2e_mono_us();
-    http_to(g_a.port, &r, "POST", e2e_fmt("/queues/%s/messages/%lld/succeed", q, first),
-            e2e_fmt("{\"lease_token\":\"%s\"}", token));
-    e2e_expect_json(&r, 200);
-    e2e_response_free(&r);
-    pthread_join(t, NULL);
-    if (c.status != 200) fail_msg("B's long-poll answered %d %s", c.status, c.error);
-    assert_int_equal(c.id, second);
-    long long us = c.done_us - t0;
-    printf("test_multi: a settlement on A woke the group-capped long-poll on B in %.3f ms\n",
-           us / 1000.0);
-    assert_true(us < 1000000);
+    expect_settle_on_a_wakes_b("gwake", "{\"group_max_in_flight\":1}",
+                               "{\"payload\":\"1\",\"group\":\"t\"}",
+                               "{\"payload\":\"2\",\"group\":\"t\"}", "held_group_cap",
+                               "group-capped");
 }
 
 /* A long-poll on B held back by a group's rate limit (no token left) is
