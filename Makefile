@@ -12,7 +12,7 @@ BUILD   := build$(if $(filter 1,$(SANITIZE)),/san,)
 
 LLHTTP_SRC := /usr/share/llhttp
 LLHTTP_INC := /usr/share/include/llhttp
-PKGS       := libuv hiredis libcjson libcurl
+PKGS       := libuv hiredis libcjson libcurl libcrypto libxml-2.0
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wstrict-prototypes
 CFLAGS  := -std=c11 -O2 -g -D_GNU_SOURCE $(WARN) -Iinclude -I$(LLHTTP_INC) -MMD -MP
@@ -29,7 +29,12 @@ PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 LIB_SRC := alloc buf utf8 hex log config keys json jsonw problem policy http http_write router redis cluster backend store store_replies \
            registry lost_claims fanout replay durability coalesce waiters metrics auth ui \
            webhook alerts redrive dlq \
-           message request request_policy api api_policy api_groups promoter
+           message request request_policy api api_policy api_groups promoter \
+           $(SQS_CODEC_SRC) $(SQS_AUTH_SRC) $(SQS_FACE_SRC)
+# The SQS endpoint (src/sqs/, docs/sqs.md): the wire protocols, SigV4, the actions.
+SQS_CODEC_SRC :=
+SQS_AUTH_SRC :=
+SQS_FACE_SRC :=
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o) $(BUILD)/lua_library.o $(BUILD)/ui_assets.o $(BUILD)/openapi_doc.o \
            $(BUILD)/llhttp/llhttp.o $(BUILD)/llhttp/api.o $(BUILD)/llhttp/http.o
 

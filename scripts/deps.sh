@@ -3,7 +3,8 @@
 # missing. `make` (and so `make run`) needs the build set; `make test` runs
 # `deps.sh test`, which adds what only the suites need: valgrind (test_faults_crash'
 # leak check), python3-jsonschema (tests/openapi_check.sh validates responses
-# against docs/openapi.json), jq (examples/worker.sh), chromium (the browser
+# against docs/openapi.json), jq (examples/worker.sh), awscli, python3-boto3 and
+# Celery (python3-celery, -kombu, -pycurl) for the SQS client tests, chromium (the browser
 # test), and Debian's nodejs and npm when
 # there is no node (or no npm) on PATH, for the browser test, the bench
 # smoke and examples/worker.mjs (bookworm's nodejs is 18; tests/ui and bench pin npm packages that run
@@ -11,7 +12,7 @@
 # DEPS_DRY_RUN=1 prints the apt-get commands instead of running them.
 set -eu
 pkgs="pkg-config libhiredis-dev libuv1-dev libcjson-dev libcmocka-dev node-llhttp clang libclang-rt-14-dev
-      redis-server redis-tools curl libcurl4-openssl-dev"
+      redis-server redis-tools curl libcurl4-openssl-dev libssl-dev libxml2-dev"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' \
@@ -19,7 +20,10 @@ for p in $pkgs; do
 done
 browser=""
 if [ "${1:-}" = test ]; then
-    for p in valgrind python3-jsonschema jq; do
+    # awscli, python3-boto3 and Celery on kombu's sqs:// (python3-pycurl) drive the
+    # SQS endpoint in tests/sqs_clients_test.sh, as their users run them.
+    for p in valgrind python3-jsonschema jq awscli python3-boto3 python3-celery python3-kombu \
+             python3-pycurl; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' \
             || missing="$missing $p"
     done

@@ -112,6 +112,7 @@ static void free_buffers(rd_http_conn_t *c)
     rd_buf_free(&c->body);
     rd_buf_free(&c->in);
     for (int i = 0; i < RD_HDR_COUNT; i++) rd_buf_free(&c->header[i]);
+    rd_buf_free(&c->all_headers);
 }
 
 static void on_conn_close(uv_handle_t *handle)
@@ -289,6 +290,9 @@ static int on_message_begin(llhttp_t *p)
     rd_http_body_release(c);
     c->fail_status = 0;
     for (int i = 0; i < RD_HDR_COUNT; i++) rd_buf_reset(&c->header[i]);
+    rd_buf_reset(&c->all_headers);
+    c->all_headers_count = 0;
+    c->in_value = false;
     c->header_seen = 0;
     c->te_headers = 0;
     c->host_headers = 0;
@@ -331,10 +335,37 @@ static int on_url_complete(llhttp_t *p)
     return 0;
 }
 
+/* keep_headers: the name and value bytes go to c->all_headers as they come
+ * (the head limit bounds them); each ends with a NUL at its *_complete. */
+static void keep_header_bytes(rd_http_conn_t *c, const char *at, size_t n, bool lower)
+{
+    if (!c->server->keep_headers || c->headers_done) return;
+    size_t start = c->all_headers.len;
+    rd_buf_append(&c->all_headers, at, n);
+    if (lower)
+        for (size_t i = start; i < c->all_headers.len; i++)
+            if (c->all_headers.data[i] >= 'A' && c->all_headers.data[i] <= 'Z')
+                c->all_headers.data[i] = (char)(c->all_headers.data[i] + ('a' - 'A'));
+}
+
+static void keep_header_end(rd_http_conn_t *c, bool value)
+{
+    if (!c->server->keep_headers || c->headers_done) return;
+    rd_buf_t *b = &c->all_headers;
+    if (value) {
+        while (b->len > 0 && b->data[b->len - 1] != '\0' &&
+               (b->data[b->len - 1] == ' ' || b->data[b->len - 1] == '\t'))
+            b->len--;
+        c->all_headers_count++;
+    }
+    rd_buf_append(b, "", 1);
+}
+
 static int on_header_field(llhttp_t *p, const char *at, size_t n)
 {
     rd_http_conn_t *c = p->data;
     if (count_head(c, n + 4)) return HPE_USER;
+    keep_header_bytes(c, at, n, true);
     if (c->field_len + n < sizeof c->field) memcpy(c->field + c->field_len, at, n);
     c->field_len += n;
     return 0;
@@ -344,6 +375,8 @@ static int on_header_field_complete(llhttp_t *p)
 {
     rd_http_conn_t *c = p->data;
     c->cur_header = RD_HDR_OTHER;
+    keep_header_end(c, false);
+    c->in_value = true;
     size_t n = c->field_len;
     c->field_len = 0;
     if (c->headers_done || n >= sizeof c->field) return 0;
@@ -366,6 +399,7 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n)
 {
     rd_http_conn_t *c = p->data;
     if (count_head(c, n)) return HPE_USER;
+    keep_header_bytes(c, at, n, false);
     if (c->cur_header != RD_HDR_OTHER) rd_buf_append(&c->header[c->cur_header], at, n);
     return 0;
 }
@@ -373,6 +407,8 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n)
 static int on_header_value_complete(llhttp_t *p)
 {
     rd_http_conn_t *c = p->data;
+    if (c->in_value) keep_header_end(c, true);
+    c->in_value = false;
     if (c->cur_header == RD_HDR_OTHER) return 0;
     rd_buf_t *b = &c->header[c->cur_header];
     rd_buf_append(b, "", 0);
@@ -522,6 +558,9 @@ static void fill_request_head(rd_http_conn_t *c)
     r->authorization = (c->header_seen & (1u << RD_HDR_AUTHORIZATION))
                            ? c->header[RD_HDR_AUTHORIZATION].data : NULL;
     r->method = method_of(c->parser.method);
+    r->headers = c->server->keep_headers ? c->all_headers.data : NULL;
+    r->header_count = c->server->keep_headers ? c->all_headers_count : 0;
+    r->headers_len = c->server->keep_headers ? c->all_headers.len : 0;
 }
 
 static int on_message_complete(llhttp_t *p)
@@ -840,6 +879,7 @@ int rd_http_server_start(uv_loop_t *loop, const rd_http_options_t *opts,
     s->resume_conn = conn_resume;
     s->handler = opts->handler;
     s->on_head = opts->on_head;
+    s->keep_headers = opts->keep_headers;
     s->handler_ctx = opts->handler_ctx;
     s->max_pending_body_bytes = opts->max_pending_body_bytes ? opts->max_pending_body_bytes
                                                              : RD_HTTP_MAX_PENDING_BODY_DEFAULT;
@@ -942,3 +982,39 @@ void rd_http_server_stop(rd_http_server_t *server, void (*on_drained)(void *arg)
     /* Pending exchanges close their connection in rd_http_respond. */
 }
 
+
+bool rd_http_request_header_next(const rd_http_request_t *req, size_t *pos, const char **name,
+                                 const char **value)
+{
+    if (req->headers == NULL || *pos >= req->headers_len) return false;
+    *name = req->headers + *pos;
+    *value = *name + strlen(*name) + 1;
+    *pos = (size_t)(*value + strlen(*value) + 1 - req->headers);
+    return true;
+}
+
+const char *rd_http_request_header(const rd_http_request_t *req, const char *lname)
+{
+    if (req->headers == NULL) return NULL;
+    const char *p = req->headers;
+    for (size_t i = 0; i < req->header_count; i++) {
+        const char *v = p + strlen(p) + 1;
+        if (strcmp(p, lname) == 0) return v;
+        p = v + strlen(v) + 1;
+    }
+    return NULL;
+}
+
+const char *rd_http_method_name(rd_http_method_t m)
+{
+    switch (m) {
+    case RD_HTTP_GET: return "GET";
+    case RD_HTTP_HEAD: return "HEAD";
+    case RD_HTTP_POST: return "POST";
+    case RD_HTTP_PUT: return "PUT";
+    case RD_HTTP_PATCH: return "PATCH";
+    case RD_HTTP_DELETE: return "DELETE";
+    case RD_HTTP_OPTIONS: return "OPTIONS";
+    default: return "";
+    }
+}

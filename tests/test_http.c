@@ -89,6 +89,20 @@ static void on_request(rd_http_exchange_t *ex, const rd_http_request_t *req, voi
         rd_http_respond(ex, 204, NULL, NULL, NULL, 0);
         return;
     }
+    if (req->path_len == 8 && memcmp(req->path, "/headers", 8) == 0) {
+        /* keep_headers: every header as name=value|, then the lookups. */
+        rd_buf_t h = RD_BUF_INIT;
+        size_t pos = 0;
+        const char *name, *value;
+        while (rd_http_request_header_next(req, &pos, &name, &value))
+            rd_buf_printf(&h, "%s=%s|", name, value);
+        const char *target = rd_http_request_header(req, "x-amz-target");
+        rd_buf_printf(&h, "count=%zu target=%s method=%s", req->header_count,
+                      target ? target : "-", rd_http_method_name(req->method));
+        rd_http_respond(ex, 200, "text/plain", NULL, h.data, h.len);
+        rd_buf_free(&h);
+        return;
+    }
     rd_buf_t b = RD_BUF_INIT;
     rd_buf_printf(&b, "method=%s path=%.*s query=%s%.*s body=%zu:%s ct=%s auth=%s",
                   method_name(req->method), (int)req->path_len, req->path,
@@ -432,6 +446,7 @@ static int setup(void **state)
         .max_body_bytes = MAX_BODY,
         .handler = on_request,
         .handler_ctx = &t,
+        .keep_headers = true,
     };
     assert_int_equal(rd_http_server_start(&t.loop, &opts, &t.server), 0);
     t.port = rd_http_server_port(t.server);
@@ -687,6 +702,29 @@ static void test_query_string(void **state)
     assert_non_null(strstr(r.body, "path=/abs query=z body"));
 }
 
+/* keep_headers: every header line reaches the handler, names lowercased,
+ * values trimmed, repeats kept in order, long names whole (the SQS endpoint
+ * signs and reads headers the API never looks at). */
+static void test_all_headers_kept(void **state)
+{
+    (void)state;
+    response_t r;
+    client_t *cl = client_open();
+    client_sends(cl, "POST /headers HTTP/1.1\r\nHost: h:1\r\nX-Amz-Target:  AmazonSQS.SendMessage \r\n"
+                     "X-Amz-A-Rather-Long-Header-Name-Past-24-Bytes: v1\r\nX-Dup: a\r\nx-dup: b\r\n"
+                     "X-Empty:\r\nContent-Length: 2\r\n\r\n{}");
+    read_response(cl, &r);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(r.body, "host=h:1|x-amz-target=AmazonSQS.SendMessage|"
+                                "x-amz-a-rather-long-header-name-past-24-bytes=v1|x-dup=a|x-dup=b|"
+                                "x-empty=|content-length=2|count=7 target=AmazonSQS.SendMessage "
+                                "method=POST");
+    /* The next request on the connection starts afresh. */
+    client_sends(cl, "GET /headers HTTP/1.1\r\nHost: x\r\n\r\n");
+    read_response(cl, &r);
+    assert_string_equal(r.body, "host=x|count=1 target=- method=GET");
+}
+
 static void test_head_and_204(void **state)
 {
     (void)state;
@@ -919,6 +957,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_host_required_in_http11, setup, teardown),
         cmocka_unit_test_setup_teardown(test_huge_header, setup, teardown),
         cmocka_unit_test_setup_teardown(test_query_string, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_all_headers_kept, setup, teardown),
         cmocka_unit_test_setup_teardown(test_head_and_204, setup, teardown),
         cmocka_unit_test_setup_teardown(test_expect_continue, setup, teardown),
         cmocka_unit_test_setup_teardown(test_disconnect_while_pending, setup, teardown),

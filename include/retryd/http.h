@@ -42,7 +42,23 @@ typedef struct rd_http_request {
     size_t body_len;
     const char *content_type;  /* header value or NULL */
     const char *authorization; /* header value or NULL */
+    /* With rd_http_options_t.keep_headers: every header line, as header_count
+     * pairs "name\0value\0" packed in headers (names lowercased, values with
+     * their surrounding blanks removed, repeated names kept in order); else
+     * NULL and 0. Read them with rd_http_request_header(_next). */
+    const char *headers;
+    size_t header_count;
+    size_t headers_len;        /* bytes of headers */
 } rd_http_request_t;
+
+/* The value of the first header named lname (lowercase), or NULL (needs
+ * keep_headers). */
+const char *rd_http_request_header(const rd_http_request_t *req, const char *lname);
+/* Iterates the headers: *pos 0 starts (a byte offset); returns false at the end. */
+bool rd_http_request_header_next(const rd_http_request_t *req, size_t *pos, const char **name,
+                                 const char **value);
+/* "GET", "POST", ... ("" for RD_HTTP_OTHER). */
+const char *rd_http_method_name(rd_http_method_t m);
 
 typedef struct rd_http_exchange rd_http_exchange_t;
 typedef struct rd_http_server rd_http_server_t;
@@ -84,6 +100,7 @@ typedef struct rd_http_options {
                                         the connections with the most unsent bytes are
                                         closed (their answers count as not delivered) */
     rd_http_head_fn on_head;   /* NULL: every request goes to the handler */
+    bool keep_headers;         /* keep every header (rd_http_request_t.headers) */
     rd_http_handler_fn handler;
     void *handler_ctx;         /* given to on_head and handler */
 } rd_http_options_t;

@@ -72,6 +72,9 @@ struct rd_http_conn {
     char field[24];               /* current header name, if short enough to matter */
     size_t field_len;
     rd_http_header_id_t cur_header;
+    rd_buf_t all_headers;         /* server->keep_headers: "name\0value\0"... (names lowercased) */
+    size_t all_headers_count;
+    bool in_value;                /* all_headers: a value is being appended */
     size_t head_bytes;
     size_t path_len;              /* url split, set at on_url_complete */
     bool has_query;
@@ -123,6 +126,7 @@ struct rd_http_server {
     rd_http_handler_fn handler;
     rd_http_head_fn on_head;
     void *handler_ctx;
+    bool keep_headers;            /* rd_http_options_t.keep_headers */
     size_t max_body_bytes;
     size_t max_pending_body_bytes;
     size_t pending_body_bytes;    /* bodies being read or held by a pending exchange */

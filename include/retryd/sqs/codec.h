@@ -1,0 +1,53 @@
+/* sqs/codec.h - the SQS wire protocols: a request in, an answer out
+ * (docs/sqs.md "One engine, a second face").
+ *
+ * Decoding turns a request of either protocol into an rd_sqs_call_t;
+ * encoding writes a result given in the JSON protocol's output shape (the
+ * same cJSON tree for both protocols) as that protocol's answer: JSON as is
+ * for the JSON protocol, XML (libxml2's xmlwriter) with SQS's element names,
+ * flattened lists and ResponseMetadata for the query protocol. */
+#ifndef RETRYD_SQS_CODEC_H
+#define RETRYD_SQS_CODEC_H
+
+#include <stddef.h>
+
+#include "retryd/buf.h"
+#include "retryd/sqs/call.h"
+#include "retryd/sqs/errors.h"
+
+/* What the request head says. content_type and target (X-Amz-Target) may be
+ * NULL; query (without '?') may be NULL; body is body_len bytes. */
+typedef struct rd_sqs_wire {
+    const char *content_type;
+    const char *target;
+    const char *query;
+    size_t query_len;
+    const char *body;
+    size_t body_len;
+} rd_sqs_wire_t;
+
+/* Decodes w into *out (out->params owned by the caller: rd_sqs_call_clear).
+ * Returns NULL, or the error to answer (MALFORMED_QUERY, SERIALIZATION,
+ * MISSING_PARAMETER for no action, INVALID_ACTION for an unknown X-Amz-Target
+ * shape) with why[] saying what is wrong; out->protocol is set either way so
+ * that the error can be answered in the client's protocol. Never reads past
+ * the given lengths; bytes such as NUL inside values are kept (the actions
+ * check them). */
+const rd_sqs_error_t *rd_sqs_decode(const rd_sqs_wire_t *w, rd_sqs_call_t *out, char *why,
+                                    size_t why_len);
+void rd_sqs_call_clear(rd_sqs_call_t *c);
+
+/* Appends the answer to out: result is the action's output in the JSON
+ * protocol's shape (NULL: an action with an empty output, e.g. DeleteQueue).
+ * *content_type is a static string. */
+void rd_sqs_encode_result(rd_buf_t *out, rd_sqs_protocol_t p, const char *action,
+                          const cJSON *result, const char *request_id, const char **content_type);
+
+/* Appends the error answer to out and, to headers, the complete header lines
+ * it needs ("x-amzn-query-error: <query_code>;Sender\r\n" for JSON).
+ * message may be NULL. */
+void rd_sqs_encode_error(rd_buf_t *out, rd_buf_t *headers, rd_sqs_protocol_t p,
+                         const rd_sqs_error_t *e, const char *message, const char *request_id,
+                         const char **content_type);
+
+#endif
