@@ -29,7 +29,7 @@ PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 LIB_SRC := alloc buf utf8 hex log config keys json jsonw problem policy http http_write router redis cluster backend store store_replies \
            registry lost_claims fanout replay durability coalesce waiters metrics auth ui \
            webhook alerts redrive dlq \
-           message request request_policy api api_policy api_groups promoter \
+           message request request_policy api api_policy api_groups promoter handback \
            $(SQS_CODEC_SRC) $(SQS_AUTH_SRC) $(SQS_FACE_SRC)
 # The SQS endpoint (src/sqs/, docs/sqs.md): the wire protocols, SigV4, the actions.
 SQS_CODEC_SRC :=

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "retryd/alloc.h"
+#include "retryd/handback.h"
 #include "retryd/auth.h"
 #include "retryd/buf.h"
 #include "retryd/json.h"
@@ -210,46 +211,11 @@ static void on_enqueued(const rd_store_messages_t *res, void *arg)
 }
 
 /* Claimed messages while their answer is on its way: if it cannot be
- * delivered (the client reset), they go straight back, as a departed
- * long-poll's do. */
-typedef struct claimed {
-    rd_api_t *api;
-    char *queue;
-    size_t queue_len, count;
-    rd_message_t *messages;     /* id and lease_token (owned copy) only */
-} claimed_t;
-
-static void on_claim_delivered(bool delivered, void *arg)
-{
-    claimed_t *k = arg;
-    /* api->store is NULL once the server closed it (a shutdown past its
-     * deadline): then the leases expire instead. */
-    if (!delivered && k->api->store) {
-        rd_store_queue_t q = { k->queue, k->queue_len };
-        rd_store_release_orphans(k->api->store, q, k->count, k->messages);
-    }
-    for (size_t i = 0; i < k->count; i++) rd_free((char *)k->messages[i].lease_token.ptr);
-    rd_free(k->messages);
-    rd_free(k->queue);
-    rd_free(k);
-}
-
+ * delivered (the client reset), they go straight back (handback.h). */
 static void release_if_undelivered(call_t *c, const rd_message_t *messages, size_t count)
 {
-    claimed_t *k = rd_malloc(sizeof *k);
-    k->api = c->api;
-    k->queue = rd_strndup(c->match.queue, c->match.queue_len);
-    k->queue_len = c->match.queue_len;
-    k->count = count;
-    k->messages = rd_calloc(count, sizeof *k->messages);
-    for (size_t i = 0; i < count; i++) {
-        const rd_str_t *token = &messages[i].lease_token;
-        rd_message_init(&k->messages[i]);
-        k->messages[i].id = messages[i].id;
-        k->messages[i].lease_token.ptr = rd_strndup(token->ptr ? token->ptr : "", token->len);
-        k->messages[i].lease_token.len = token->len;
-    }
-    rd_http_on_delivery(c->ex, on_claim_delivered, k);
+    rd_store_queue_t q = { c->match.queue, c->match.queue_len };
+    rd_handback_if_undelivered(c->ex, &c->api->store, q, messages, count);
 }
 
 /* The member "messages": [...] of an answer's object. */
