@@ -144,7 +144,7 @@ lint:
 clean:
 	rm -rf build
 
--include $(wildcard $(BUILD)/*.d $(BUILD)/tests/*.d)
+-include $(wildcard $(BUILD)/*.d $(BUILD)/sqs/*.d $(BUILD)/tests/*.d)
 
 # ---- bench (docs/benchmarks.md) ----
 # make bench [QUICK=1]: scripts/bench.sh starts its own redis-server and retryd
