@@ -25,21 +25,22 @@ endif
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
+# The SQS endpoint (src/sqs/, docs/sqs.md): the wire protocols, SigV4, the actions.
+# (Set before LIB_SRC: its := expands them where it stands.)
+SQS_CODEC_SRC :=
+SQS_AUTH_SRC := sqs/sigv4 sqs/errors
+SQS_FACE_SRC :=
 # Modules shared by the daemon and the tests (everything but main).
 LIB_SRC := alloc buf utf8 hex log config keys json jsonw problem policy http http_write router redis cluster backend store store_replies \
            registry lost_claims fanout replay durability coalesce waiters metrics auth ui \
            webhook alerts redrive dlq \
            message request request_policy api api_policy api_groups promoter handback \
            $(SQS_CODEC_SRC) $(SQS_AUTH_SRC) $(SQS_FACE_SRC)
-# The SQS endpoint (src/sqs/, docs/sqs.md): the wire protocols, SigV4, the actions.
-SQS_CODEC_SRC :=
-SQS_AUTH_SRC :=
-SQS_FACE_SRC :=
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o) $(BUILD)/lua_library.o $(BUILD)/ui_assets.o $(BUILD)/openapi_doc.o \
            $(BUILD)/llhttp/llhttp.o $(BUILD)/llhttp/api.o $(BUILD)/llhttp/http.o
 
 UNIT_TESTS := test_keys test_router test_request test_request_groups test_message test_jsonw test_config test_problem test_metrics \
-              test_coalesce
+              test_coalesce test_sqs_sigv4
 # test_lua_*, test_e2e_* and test_faults_* share tests/lua_support.h, e2e_common.h, faults_common.h.
 LUA_TESTS := test_lua_messages test_lua_settle test_lua_schedule test_lua_records test_lua_upgrade \
              test_lua_policy test_lua_history test_lua_dead_letters test_lua_keys test_lua_expiry \
@@ -143,7 +144,7 @@ lint:
 clean:
 	rm -rf build
 
--include $(wildcard $(BUILD)/*.d $(BUILD)/tests/*.d)
+-include $(wildcard $(BUILD)/*.d $(BUILD)/sqs/*.d $(BUILD)/tests/*.d)
 
 # ---- bench (docs/benchmarks.md) ----
 # make bench [QUICK=1]: scripts/bench.sh starts its own redis-server and retryd

@@ -15,25 +15,47 @@ typedef struct rd_sqs_key rd_sqs_key_t;
 typedef struct rd_sqs_keys rd_sqs_keys_t;
 
 /* Reads FILE: one key per line, "ACCESS_KEY_ID SECRET [queue-pattern ...]"
- * (glob patterns on queue names, fnmatch; none = every queue); blank lines
- * and lines starting with '#' are skipped. Returns NULL with why[] naming the
- * line number and what is wrong (never the secret). */
+ * separated by blanks (glob patterns on queue names, fnmatch; none = every
+ * queue); blank lines and lines starting with '#' are skipped. An id is
+ * 1-128 of A-Z a-z 0-9 _ -, a secret 1-256 of those and + / = . ~, a line at
+ * most 4096 bytes; an id may appear once. Returns NULL with why[] naming the
+ * line number and what is wrong (never the secret), also for a file with no
+ * key. The secrets are wiped (OPENSSL_cleanse) by rd_sqs_keys_free. */
 rd_sqs_keys_t *rd_sqs_keys_load(const char *path, char *why, size_t why_len);
 void rd_sqs_keys_free(rd_sqs_keys_t *keys);
 size_t rd_sqs_keys_count(const rd_sqs_keys_t *keys);
 
 /* Checks req's signature (service "sqs", any region the request names) at
- * time now_s (Unix seconds). body is the request body (its SHA-256 is the
- * payload hash unless x-amz-content-sha256 gives one). Returns NULL and
- * *key when the signature is good; else the error to answer
- * (MISSING_AUTH_TOKEN without any signature, INCOMPLETE_SIGNATURE for a
- * malformed one, INVALID_CLIENT_TOKEN_ID for an unknown key,
- * SIGNATURE_DOES_NOT_MATCH, REQUEST_EXPIRED for a request time more than 15
- * minutes off or a presigned URL past X-Amz-Expires) with why[] a message
- * fit for the client (no secret in it). Needs the server's keep_headers. */
+ * time now_s (Unix seconds): the Authorization header form or the presigned
+ * query form (X-Amz-Algorithm ... X-Amz-Signature), exactly as
+ * docs/sqs.md "Authentication" describes. The payload hash is always the
+ * SHA-256 of req->body: x-amz-content-sha256 may repeat it, and
+ * UNSIGNED-PAYLOAD passes only without a body. Returns NULL and *key (valid
+ * as long as keys) when the signature is good; else *key = NULL and the
+ * error to answer, with why[] a message in AWS's wording fit for the client
+ * (never the secret):
+ *   MISSING_AUTH_TOKEN        neither form is present;
+ *   INCOMPLETE_SIGNATURE      a malformed one: a part missing, a bad date or
+ *                             credential, host (or the date header) not
+ *                             signed, a signed header absent, both forms;
+ *   INVALID_CLIENT_TOKEN_ID   an access key id not in keys;
+ *   SIGNATURE_DOES_NOT_MATCH  a wrong signature, a scope that is not
+ *                             DATE/REGION/sqs/aws4_request with the request's
+ *                             day, or a request time more than 15 minutes
+ *                             off (SQS's own answer: "Signature expired: ...");
+ *   REQUEST_EXPIRED           a presigned URL past X-Amz-Date + X-Amz-Expires.
+ * Needs the server's keep_headers (req->headers). */
 const rd_sqs_error_t *rd_sqs_sigv4_check(const rd_sqs_keys_t *keys, const rd_http_request_t *req,
                                           long long now_s, const rd_sqs_key_t **key, char *why,
                                           size_t why_len);
+
+/* The same check for another service name in the credential scope (the
+ * AWS SigV4 test suite signs for "service"); rd_sqs_sigv4_check is this
+ * with "sqs". */
+const rd_sqs_error_t *rd_sqs_sigv4_check_service(const rd_sqs_keys_t *keys,
+                                                  const rd_http_request_t *req, const char *service,
+                                                  long long now_s, const rd_sqs_key_t **key,
+                                                  char *why, size_t why_len);
 
 /* The key's id (for SenderId), and whether it may use queue name[0..len). */
 const char *rd_sqs_key_id(const rd_sqs_key_t *key);
