@@ -32,7 +32,7 @@ LIB_SRC := alloc buf utf8 hex log config keys json jsonw problem policy http htt
            message request request_policy api api_policy api_groups promoter \
            $(SQS_CODEC_SRC) $(SQS_AUTH_SRC) $(SQS_FACE_SRC)
 # The SQS endpoint (src/sqs/, docs/sqs.md): the wire protocols, SigV4, the actions.
-SQS_CODEC_SRC :=
+SQS_CODEC_SRC := sqs/errors sqs/decode sqs/encode sqs/attributes
 SQS_AUTH_SRC :=
 SQS_FACE_SRC :=
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o) $(BUILD)/lua_library.o $(BUILD)/ui_assets.o $(BUILD)/openapi_doc.o \
