@@ -26,7 +26,7 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
 # Modules shared by the daemon and the tests (everything but main).
-LIB_SRC := alloc buf utf8 hex log config keys json jsonw problem policy http http_write router redis cluster backend store store_replies \
+LIB_SRC = alloc buf utf8 hex log config keys json jsonw problem policy http http_write router redis cluster backend store store_replies \
            registry lost_claims fanout replay durability coalesce waiters metrics auth ui \
            webhook alerts redrive dlq \
            message request request_policy api api_policy api_groups promoter \
@@ -39,7 +39,7 @@ LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o) $(BUILD)/lua_library.o $(BUILD)/ui_assets.o
            $(BUILD)/llhttp/llhttp.o $(BUILD)/llhttp/api.o $(BUILD)/llhttp/http.o
 
 UNIT_TESTS := test_keys test_router test_request test_request_groups test_message test_jsonw test_config test_problem test_metrics \
-              test_coalesce
+              test_coalesce test_sqs_codec
 # test_lua_*, test_e2e_* and test_faults_* share tests/lua_support.h, e2e_common.h, faults_common.h.
 LUA_TESTS := test_lua_messages test_lua_settle test_lua_schedule test_lua_records test_lua_upgrade \
              test_lua_policy test_lua_history test_lua_dead_letters test_lua_keys test_lua_expiry \

@@ -136,10 +136,19 @@ static void xml_close(xml_t *x, rd_buf_t *out)
     rd_buf_free(&x->scratch);
 }
 
+/* An element name: the model's names are XML names already; any other
+ * byte (a name the result should not have) becomes '_', so the element
+ * is still well-formed. */
 static void start(xml_t *x, const char *name)
 {
     rd_buf_reset(&x->scratch);
-    clean_text(name, &x->scratch, true);
+    for (const char *p = name; *p; p++) {
+        char c = *p;
+        bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_' ||
+                  (p > name && ((c >= '0' && c <= '9') || c == '-' || c == '.'));
+        rd_buf_putc(&x->scratch, ok ? c : '_');
+    }
+    if (x->scratch.len == 0) rd_buf_putc(&x->scratch, '_');
     xmlTextWriterStartElement(x->w, X(x->scratch.data));
 }
 
