@@ -117,8 +117,8 @@ $(BUILD)/tests/test_waiters: LDFLAGS += -Wl,--wrap=rd_http_exchange_client_alive
 run: all
 	scripts/run.sh $(BUILD)/retryd
 
-# libFuzzer over the request path (clang). `make fuzz` runs FUZZ_SECONDS (600);
-# `make test` runs tests/fuzz_smoke.sh for about a minute.
+# libFuzzer over the request path and the SQS codec (clang). `make fuzz` runs
+# FUZZ_SECONDS (600) each; `make test` runs tests/fuzz_smoke.sh for about a minute.
 FUZZ_DIR := build/fuzz
 FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 FUZZ_SRC := $(LIB_SRC:%=src/%.c) $(BUILD)/lua_library.c $(BUILD)/ui_assets.c $(BUILD)/openapi_doc.c \
@@ -130,10 +130,19 @@ $(FUZZ_DIR)/fuzz_request: tests/fuzz_request.c $(FUZZ_SRC) $(wildcard include/re
 	clang -std=c11 -D_GNU_SOURCE $(FUZZ_FLAGS) -Iinclude -I$(LLHTTP_INC) $(PKG_CFLAGS) \
 	    -o $@ tests/fuzz_request.c $(FUZZ_SRC) $(PKG_LIBS) -lm
 
-fuzz: deps $(FUZZ_DIR)/fuzz_request
+# The SQS codec alone (tests/fuzz_sqs.c): decode, both encoders, the packer.
+FUZZ_SQS_SRC := $(SQS_CODEC_SRC:%=src/%.c) src/alloc.c src/buf.c src/utf8.c src/hex.c src/json.c
+
+$(FUZZ_DIR)/fuzz_sqs: tests/fuzz_sqs.c $(FUZZ_SQS_SRC) $(wildcard include/retryd/*.h include/retryd/sqs/*.h)
+	@mkdir -p $(@D)
+	clang -std=c11 -D_GNU_SOURCE $(FUZZ_FLAGS) -Iinclude $(PKG_CFLAGS) \
+	    -o $@ tests/fuzz_sqs.c $(FUZZ_SQS_SRC) $(PKG_LIBS) -lm
+
+fuzz: deps $(FUZZ_DIR)/fuzz_request $(FUZZ_DIR)/fuzz_sqs
 	FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz_smoke.sh
 
-test: all test-deps $(TEST_BINS) $(BUILD)/retryd.lua $(FUZZ_DIR)/fuzz_request $(BUILD)/loadgen
+test: all test-deps $(TEST_BINS) $(BUILD)/retryd.lua $(FUZZ_DIR)/fuzz_request $(FUZZ_DIR)/fuzz_sqs \
+      $(BUILD)/loadgen
 	BUILD=$(BUILD) scripts/test.sh $(UNIT_TESTS) $(SHELL_UNIT) -- $(INTEG_TESTS) $(SHELL_INTEG)
 
 lint:
