@@ -298,9 +298,9 @@ int rd_sqs_attributes_pack(const cJSON *attrs, rd_buf_t *out, size_t *size, char
                  RD_SQS_MAX_ATTRIBUTES);
         return -1;
     }
-    const cJSON *items[RD_SQS_MAX_ATTRIBUTES];
+    const cJSON *items[RD_SQS_MAX_ATTRIBUTES] = { 0 };
     int k = 0;
-    for (const cJSON *c = attrs->child; c; c = c->next) items[k++] = c;
+    for (const cJSON *c = attrs->child; c && k < n; c = c->next) items[k++] = c;
     qsort(items, (size_t)n, sizeof items[0], by_name);
     rd_buf_t blob = RD_BUF_INIT;
     int rc = 0;
