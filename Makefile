@@ -27,8 +27,8 @@ PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
 # The SQS endpoint (src/sqs/, docs/sqs.md): the wire protocols, SigV4, the actions.
 # (Set before LIB_SRC: its := expands them where it stands.)
-SQS_CODEC_SRC :=
-SQS_AUTH_SRC := sqs/sigv4 sqs/errors
+SQS_CODEC_SRC := sqs/errors sqs/decode sqs/encode sqs/attributes
+SQS_AUTH_SRC := sqs/sigv4
 SQS_FACE_SRC :=
 # Modules shared by the daemon and the tests (everything but main).
 LIB_SRC := alloc buf utf8 hex log config keys json jsonw problem policy http http_write router redis cluster backend store store_replies \
@@ -40,7 +40,7 @@ LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o) $(BUILD)/lua_library.o $(BUILD)/ui_assets.o
            $(BUILD)/llhttp/llhttp.o $(BUILD)/llhttp/api.o $(BUILD)/llhttp/http.o
 
 UNIT_TESTS := test_keys test_router test_request test_request_groups test_message test_jsonw test_config test_problem test_metrics \
-              test_coalesce test_sqs_sigv4
+              test_coalesce test_sqs_sigv4 test_sqs_codec test_sqs_names
 # test_lua_*, test_e2e_* and test_faults_* share tests/lua_support.h, e2e_common.h, faults_common.h.
 LUA_TESTS := test_lua_messages test_lua_settle test_lua_schedule test_lua_records test_lua_upgrade \
              test_lua_policy test_lua_history test_lua_dead_letters test_lua_keys test_lua_expiry \
@@ -118,8 +118,8 @@ $(BUILD)/tests/test_waiters: LDFLAGS += -Wl,--wrap=rd_http_exchange_client_alive
 run: all
 	scripts/run.sh $(BUILD)/retryd
 
-# libFuzzer over the request path (clang). `make fuzz` runs FUZZ_SECONDS (600);
-# `make test` runs tests/fuzz_smoke.sh for about a minute.
+# libFuzzer over the request path and the SQS codec (clang). `make fuzz` runs
+# FUZZ_SECONDS (600) each; `make test` runs tests/fuzz_smoke.sh for about a minute.
 FUZZ_DIR := build/fuzz
 FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 FUZZ_SRC := $(LIB_SRC:%=src/%.c) $(BUILD)/lua_library.c $(BUILD)/ui_assets.c $(BUILD)/openapi_doc.c \
@@ -131,10 +131,19 @@ $(FUZZ_DIR)/fuzz_request: tests/fuzz_request.c $(FUZZ_SRC) $(wildcard include/re
 	clang -std=c11 -D_GNU_SOURCE $(FUZZ_FLAGS) -Iinclude -I$(LLHTTP_INC) $(PKG_CFLAGS) \
 	    -o $@ tests/fuzz_request.c $(FUZZ_SRC) $(PKG_LIBS) -lm
 
-fuzz: deps $(FUZZ_DIR)/fuzz_request
+# The SQS codec alone (tests/fuzz_sqs.c): decode, both encoders, the packer.
+FUZZ_SQS_SRC := $(SQS_CODEC_SRC:%=src/%.c) src/alloc.c src/buf.c src/utf8.c src/hex.c src/json.c
+
+$(FUZZ_DIR)/fuzz_sqs: tests/fuzz_sqs.c $(FUZZ_SQS_SRC) $(wildcard include/retryd/*.h include/retryd/sqs/*.h)
+	@mkdir -p $(@D)
+	clang -std=c11 -D_GNU_SOURCE $(FUZZ_FLAGS) -Iinclude $(PKG_CFLAGS) \
+	    -o $@ tests/fuzz_sqs.c $(FUZZ_SQS_SRC) $(PKG_LIBS) -lm
+
+fuzz: deps $(FUZZ_DIR)/fuzz_request $(FUZZ_DIR)/fuzz_sqs
 	FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz_smoke.sh
 
-test: all test-deps $(TEST_BINS) $(BUILD)/retryd.lua $(FUZZ_DIR)/fuzz_request $(BUILD)/loadgen
+test: all test-deps $(TEST_BINS) $(BUILD)/retryd.lua $(FUZZ_DIR)/fuzz_request $(FUZZ_DIR)/fuzz_sqs \
+      $(BUILD)/loadgen
 	BUILD=$(BUILD) scripts/test.sh $(UNIT_TESTS) $(SHELL_UNIT) -- $(INTEG_TESTS) $(SHELL_INTEG)
 
 lint:

@@ -181,6 +181,11 @@ void rd_json_free(rd_json_t *doc)
     cJSON_Delete(AS_C(doc));
 }
 
+struct cJSON *rd_json_cjson(rd_json_t *doc)
+{
+    return AS_C(doc);
+}
+
 bool rd_json_is_object(const rd_json_t *j) { return j && cJSON_IsObject(AS_C(j)); }
 bool rd_json_is_array(const rd_json_t *j) { return j && cJSON_IsArray(AS_C(j)); }
 bool rd_json_is_string(const rd_json_t *j) { return j && cJSON_IsString(AS_C(j)); }

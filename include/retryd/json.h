@@ -23,6 +23,10 @@ typedef struct rd_json rd_json_t;
  * not text, comes out as the bytes ED A0 80, which that check refuses. */
 rd_json_t *rd_json_parse(const char *text, size_t len, bool *has_nul);
 void rd_json_free(rd_json_t *doc);
+/* The document as the cJSON tree it is, for the SQS codec whose interface is
+ * cJSON (include/retryd/sqs/call.h): the same pointer, still owned by the
+ * caller (cJSON_Delete or rd_json_free). */
+struct cJSON *rd_json_cjson(rd_json_t *doc);
 /* The same document with every escaped U+0000 read as U+0001: comparing a
  * string's length in both tells whether that string contained a NUL. */
 rd_json_t *rd_json_parse_nul_marked(const char *text, size_t len);

@@ -18,7 +18,8 @@ typedef struct rd_sqs_call {
     /* The input in the JSON protocol's shape, an object: "QueueUrl": "...",
      * "Attributes": {"VisibilityTimeout": "30"}, "MessageAttributes":
      * {"n": {"DataType": "String", "StringValue": "v"}}, "Entries": [{...}],
-     * "AttributeNames": ["All"], "Tags": {"k": "v"}, "TagKeys": ["k"].
+     * "AttributeNames": ["All"], "Tags": {"k": "v"} (CreateQueue's member
+     * is "tags", as in SQS's model), "TagKeys": ["k"].
      * From the query protocol every scalar is a string; from the JSON
      * protocol numbers and booleans stay what the client sent. Binary values
      * are base64 text in both. */

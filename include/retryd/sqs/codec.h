@@ -30,9 +30,14 @@ typedef struct rd_sqs_wire {
  * Returns NULL, or the error to answer (MALFORMED_QUERY, SERIALIZATION,
  * MISSING_PARAMETER for no action, INVALID_ACTION for an unknown X-Amz-Target
  * shape) with why[] saying what is wrong; out->protocol is set either way so
- * that the error can be answered in the client's protocol. Never reads past
- * the given lengths; bytes such as NUL inside values are kept (the actions
- * check them). */
+ * that the error can be answered in the client's protocol, and out->action
+ * too once it is known. Never reads past the given lengths. Bytes that are
+ * not UTF-8 are kept for the actions to check; a value holding U+0000 (which
+ * a cJSON string cannot) is refused: INVALID_MESSAGE_CONTENTS in a
+ * MessageBody, INVALID_PARAMETER_VALUE elsewhere, MALFORMED_QUERY in a query
+ * parameter's name. The query protocol's Action, Version and X-Amz-* (a
+ * presigned query) are not in params; a form body is read when Content-Type
+ * is form-urlencoded or absent; at most 2000 parameters. */
 const rd_sqs_error_t *rd_sqs_decode(const rd_sqs_wire_t *w, rd_sqs_call_t *out, char *why,
                                     size_t why_len);
 void rd_sqs_call_clear(rd_sqs_call_t *c);
