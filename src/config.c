@@ -108,15 +108,20 @@ int rd_config_parse_redis_url(rd_config_t *cfg, const char *url)
     return 0;
 }
 
-static int parse_listen(rd_config_t *cfg, const char *v)
+/* HOST:PORT into host (cap bytes) and *port. */
+static int parse_host_port(const char *v, char *host, size_t cap, int *port)
 {
     const char *colon = strrchr(v, ':');
-    long long port;
-    if (colon == NULL || parse_int(colon + 1, 0, 65535, &port)) return -1;
-    if (copy_bounded(cfg->listen_host, sizeof cfg->listen_host, v, (size_t)(colon - v)))
-        return -1;
-    cfg->listen_port = (int)port;
+    long long n;
+    if (colon == NULL || parse_int(colon + 1, 0, 65535, &n)) return -1;
+    if (copy_bounded(host, cap, v, (size_t)(colon - v))) return -1;
+    *port = (int)n;
     return 0;
+}
+
+static int parse_listen(rd_config_t *cfg, const char *v)
+{
+    return parse_host_port(v, cfg->listen_host, sizeof cfg->listen_host, &cfg->listen_port);
 }
 
 /* ---------------------------------------------------------------- the flags */
@@ -255,6 +260,38 @@ static int set_alert_url(rd_config_t *cfg, const char *v)
     return copy_bounded(cfg->alert_url, sizeof cfg->alert_url, v, strlen(v));
 }
 
+/* --sqs-listen "" turns the SQS endpoint off (the default). */
+static int set_sqs_listen(rd_config_t *cfg, const char *v)
+{
+    if (*v == '\0') {
+        cfg->sqs_listen_host[0] = '\0';
+        cfg->sqs_listen_port = -1;
+        return 0;
+    }
+    return parse_host_port(v, cfg->sqs_listen_host, sizeof cfg->sqs_listen_host,
+                           &cfg->sqs_listen_port);
+}
+
+/* An AWS account id: 12 digits. */
+static int set_sqs_account(rd_config_t *cfg, const char *v)
+{
+    if (strlen(v) != 12 || strspn(v, "0123456789") != 12) return -1;
+    return copy_bounded(cfg->sqs_account, sizeof cfg->sqs_account, v, 12);
+}
+
+/* A region name as AWS spells them: lowercase letters, digits and '-'. */
+static int set_sqs_region(rd_config_t *cfg, const char *v)
+{
+    size_t n = strlen(v);
+    if (n == 0 || strspn(v, "abcdefghijklmnopqrstuvwxyz0123456789-") != n) return -1;
+    return copy_bounded(cfg->sqs_region, sizeof cfg->sqs_region, v, n);
+}
+
+static int set_sqs_credentials(rd_config_t *cfg, const char *v)
+{
+    return copy_bounded(cfg->sqs_credentials, sizeof cfg->sqs_credentials, v, strlen(v));
+}
+
 static int set_alert_claim_ms(rd_config_t *cfg, const char *v)
 {
     long long n;
@@ -335,6 +372,17 @@ static const struct flag {
       "instances without it hand theirs over, and any\n"
       "instance delivers to a queue's policy alert_url\n"
       "(docs/dead-letters.md)", NULL, set_alert_url, true },
+    { "sqs-listen", "HOST:PORT",
+      "serve Amazon SQS's API here too (docs/sqs.md); off\n"
+      "unless given; without --sqs-credentials it must be a\n"
+      "loopback address", NULL, set_sqs_listen, false },
+    { "sqs-account", "ID", "the account in SQS queue URLs and ARNs", "000000000000",
+      set_sqs_account, false },
+    { "sqs-region", "NAME", "the region in SQS ARNs", "us-east-1", set_sqs_region, false },
+    { "sqs-credentials", "PATH",
+      "require AWS Signature Version 4 on the SQS endpoint by\n"
+      "these keys: one per line, 'ACCESS_KEY_ID SECRET\n"
+      "[queue-pattern ...]'", NULL, set_sqs_credentials, false },
     { "alert-claim-ms", "N",
       "an alert another instance left pending this long\n"
       "is claimed back and sent", "30000", set_alert_claim_ms, false },

@@ -7,7 +7,8 @@
 #   - it asks for python3-jsonschema (tests/openapi_check.sh) and jq
 #     (examples/worker.sh) when dpkg does not have them;
 #   - every npm package pinned for the tests and the bench (the lockfiles
-#     tests/ui/package-lock.json, playwright-core, and bench/package-lock.json,
+#     tests/ui/package-lock.json, playwright-core, tests/sqs/package-lock.json
+#     (@aws-sdk/client-sqs, sqs-consumer) and bench/package-lock.json,
 #     BullMQ) declares an engines.node range that Node 18.20.4 satisfies.
 # Needs node (scripts/deps.sh test installs it). Runs no server. Output is
 # cmocka's plain-text format, which scripts/test.sh counts.
@@ -95,7 +96,8 @@ test_deps_installs_jsonschema_and_jq_when_missing() {
 
 test_npm_pins_run_on_bookworm_node() {
     command -v node >/dev/null || fail "node is not installed (scripts/deps.sh test installs it)"
-    node - "$BOOKWORM_NODE" "$ROOT/tests/ui/package-lock.json" "$ROOT/bench/package-lock.json" <<'EOF' \
+    node - "$BOOKWORM_NODE" "$ROOT/tests/ui/package-lock.json" "$ROOT/bench/package-lock.json" \
+        "$ROOT/tests/sqs/package-lock.json" <<'EOF' \
         || fail "a pinned package does not accept Node $BOOKWORM_NODE"
 // Just enough of semver's ranges for engines fields: ||, comparator sets,
 // >= > <= < = ^ ~, x-ranges, "a - b". Anything else counts as a failure.

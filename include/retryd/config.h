@@ -30,6 +30,11 @@ typedef struct rd_config {
     rd_log_level_t log_level;   /* --log-level debug|info|warn|error */
     char auth_token_file[512];  /* --auth-token-file: "" leaves the API open */
     char alert_url[2048];       /* --alert-url: "" sends no alerts */
+    char sqs_listen_host[64];   /* --sqs-listen host:port: "" (the default) serves no SQS */
+    int sqs_listen_port;
+    char sqs_account[16];       /* --sqs-account: 12 digits in queue URLs and ARNs */
+    char sqs_region[32];        /* --sqs-region: in ARNs */
+    char sqs_credentials[512];  /* --sqs-credentials: "" checks no signature */
     long long alert_claim_ms;   /* --alert-claim-ms: claim back alerts pending this long */
     long long alert_timeout_ms; /* --alert-timeout-ms: one alert POST at most */
 } rd_config_t;
