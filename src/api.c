@@ -144,6 +144,15 @@ bool rd_api_respond_store_failure(call_t *c, const rd_store_head_t *res)
                         "not have been applied. Read the message before retrying.",
                         NULL, "Retry-After: 1\r\n");
         return true;
+    case RD_STORE_TOO_LARGE: {
+        /* enqueue answers it itself (on_enqueued: the limit); here for the switch */
+        rd_field_errors_t errs = { .count = 0 };
+        rd_field_errors_add(&errs, "payload", "too_large",
+                            "payload is longer than the queue policy's max_payload_bytes.");
+        rd_api_respond_problem(c, RD_PROBLEM_PAYLOAD_TOO_LARGE,
+                               "The payload is longer than the queue allows.", &errs, NULL);
+        return true;
+    }
     case RD_STORE_ERROR:
         rd_error("api: Redis error on %.*s: %.*s", (int)c->req->path_len, c->req->path,
                  (int)res->detail.len, res->detail.ptr);
@@ -175,6 +184,17 @@ static void on_message(const rd_store_messages_t *res, void *arg)
 static void on_enqueued(const rd_store_messages_t *res, void *arg)
 {
     call_t *c = arg;
+    if (res->head.status == RD_STORE_TOO_LARGE) {
+        /* 413 on the field, naming the queue policy's limit. */
+        char why[160];
+        snprintf(why, sizeof why, "payload must be at most %lld bytes (the queue policy's "
+                 "max_payload_bytes).", res->payload_limit);
+        rd_field_errors_t errs = { .count = 0 };
+        rd_field_errors_add(&errs, "payload", "too_large", why);
+        rd_api_respond_problem(c, RD_PROBLEM_PAYLOAD_TOO_LARGE,
+                               "The payload is longer than the queue allows.", &errs, NULL);
+        return;
+    }
     if (rd_api_respond_store_failure(c, &res->head)) return;
     const rd_message_t *m = &res->messages[0];
     if (res->head.status == RD_STORE_DUPLICATE) {

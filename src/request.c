@@ -162,11 +162,11 @@ rd_req_result_t rd_request_enqueue(const char *body, size_t len, rd_enqueue_req_
     rd_json_t *given = rd_json_get(out->doc, "max_retries");
     out->max_retries_given = given != NULL && !rd_json_is_null(given);
 
-    long long delay_s = 0;
+    long long delay_s = -1;   /* none given: the queue policy's delay_seconds applies */
     int_field(out->doc, "delay_seconds", 0, RD_DELAY_SECONDS_MAX, &delay_s,
               "delay_seconds must be an integer between 0 and " RD_LIMIT_STR(RD_DELAY_SECONDS_MAX)
               " (30 days).", errs);
-    out->delay_ms = delay_s * 1000;
+    out->delay_ms = delay_s < 0 ? -1 : delay_s * 1000;
 
     long long ttl_s = -1;
     int_field(out->doc, "ttl_seconds", 1, RD_TTL_SECONDS_MAX, &ttl_s,

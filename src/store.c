@@ -590,7 +590,8 @@ int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, si
     begin_op(&c, st, OP_ENQUEUE, q, 0);
     arg_bytes(&c, payload, len);
     arg_int(&c, max_retries > 0 ? max_retries : RD_MAX_RETRIES_DEFAULT);
-    arg_int(&c, delay_ms);
+    if (delay_ms >= 0) arg_int(&c, delay_ms);
+    else arg_str(&c, "");   /* none given: the policy's delay_seconds */
     arg_str(&c, idempotency_key ? idempotency_key : "");
     arg_str(&c, "1");   /* this caller forwards timer hints */
     arg_str(&c, max_retries > 0 ? "request" : "default");

@@ -124,7 +124,7 @@ static void test_enqueue_defaults(void **state)
         assert_int_equal(req.payload_len, 1);
         assert_int_equal(req.max_retries, RD_MAX_RETRIES_DEFAULT);
         assert_int_equal(req.max_retries, 3);
-        assert_int_equal(req.delay_ms, 0);
+        assert_int_equal(req.delay_ms, -1);   /* none given: the policy's delay_seconds */
         rd_request_free(req.doc);
     }
 }
