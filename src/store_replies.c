@@ -197,6 +197,17 @@ static bool parse_settled(const rd_reply_t *reply, rd_store_settled_t *res, long
 {
     if (!is_array(reply, 3) || !rd_reply_is(rd_reply_at(reply, 0), "ok")) return false;
     size_t n = rd_reply_len(reply);
+    res->policy_wait_ms = -1;
+    res->queue_known = true;
+    /* A claim that leased nothing: {"ok", {status...}, timer, wait_ms, known}. */
+    if (n == 5 && rd_reply_type(rd_reply_at(reply, 2)) == RD_REPLY_INTEGER) {
+        long long known;
+        if (!rd_reply_int(rd_reply_at(reply, 3), &res->policy_wait_ms) ||
+            !rd_reply_int(rd_reply_at(reply, 4), &known))
+            return false;
+        res->queue_known = known == 1;
+        n -= 2;
+    }
     if (!rd_reply_int(rd_reply_at(reply, n - 1), hint)) return false;
     if (!parse_strings(rd_reply_at(reply, 1), &res->outcomes, &res->settled)) return false;
     return parse_leased_messages(reply, 2, n - 1, &res->messages, &res->count);
@@ -240,7 +251,10 @@ static bool parse_policy(const rd_reply_t *reply, rd_store_policy_t *res)
             res->head.detail.ptr = rd_reply_str(rd_reply_at(reply, 2), &res->head.detail.len);
             return res->head.detail.ptr != NULL;
         }
-        if (!rd_reply_is(rd_reply_at(reply, 0), "ok")) return false;
+        res->created = rd_reply_is(rd_reply_at(reply, 0), "created");
+        if (!res->created && !rd_reply_is(rd_reply_at(reply, 0), "ok") &&
+            !rd_reply_is(rd_reply_at(reply, 0), "exists"))
+            return false;
         from = 1;
     }
     rd_str_t pairs[2 * RD_POLICY_ARGS_MAX];

@@ -38,7 +38,7 @@ typedef struct rd_claim_req {
     rd_json_t *doc;
     long long lease_ms;       /* the daemon default unless given */
     bool lease_given;         /* false: the queue's policy overrides that default */
-    long long wait_ms;        /* 0 unless given */
+    long long wait_ms;        /* -1 unless given: the queue policy's wait_seconds applies */
     int count;                /* 1 unless given */
     bool batch;               /* count was given: answer {messages:[...]} */
     const char *worker;       /* NULL when absent; 1-RD_WORKER_MAX bytes of UTF-8 */

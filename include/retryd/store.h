@@ -95,6 +95,8 @@ typedef struct rd_store_settled {
     size_t settled;
     rd_message_t *messages;
     size_t count;
+    long long policy_wait_ms; /* as rd_store_messages_t's: when its claim leased nothing */
+    bool queue_known;
 } rd_store_settled_t;
 
 /* release. */
@@ -183,6 +185,8 @@ typedef struct rd_store_done {
 typedef struct rd_store_policy {
     rd_store_head_t head;
     rd_policy_t policy;
+    bool created;             /* rd_store_policy_create: it wrote the policy (else the
+                                 queue had one, answered unchanged) */
 } rd_store_policy_t;
 
 /* One number: register, alerts_ack, redrive_done, redrive_forget. */
@@ -502,6 +506,13 @@ int rd_store_config_get(rd_store_t *st, const char *pattern, rd_store_strings_cb
 int rd_store_policy_get(rd_store_t *st, rd_store_queue_t q, rd_store_policy_cb cb, void *arg);
 int rd_store_policy_set(rd_store_t *st, rd_store_queue_t q, const rd_policy_t *p,
                         rd_store_policy_cb cb, void *arg);
+/* Writes p (as a PUT would) only when the queue has no policy yet, and
+ * answers the policy stored now either way, res->created saying which
+ * (SQS's CreateQueue compares the attributes itself). Registers the queue as
+ * policy_set does. A field the library refuses answers RD_STORE_ERROR with
+ * its reason in detail, as policy_set. */
+int rd_store_policy_create(rd_store_t *st, rd_store_queue_t q, const rd_policy_t *p,
+                           rd_store_policy_cb cb, void *arg);
 int rd_store_pause(rd_store_t *st, rd_store_queue_t q, bool paused, rd_store_policy_cb cb,
                    void *arg);
 
