@@ -40,9 +40,9 @@ do
   -- {"ok", id, now_ms, timer}: the timer hint of a delayed message
   -- (need_timer), -1 otherwise; with ARGV[6] too, then the max_retries the
   -- message got; with ARGV[7] (as the daemon always sends), always
-  -- {"ok", id, now_ms, timer, max_retries, expires_at (ms) or -1,
-  -- retry_after (ms: when a delay, given or the policy's, makes it due) or -1}
-  -- (timer -1 without ARGV[5] "1"). Or {"duplicate",
+  -- {"ok", id, now_ms, timer, max_retries, expires_at (ms) or -1} (timer -1
+  -- without ARGV[5] "1"), and retry_after (ms) after them when the policy's
+  -- delay_seconds applied (ARGV[3] ""), which the caller cannot know. Or {"duplicate",
   -- message} when the key was used in this queue within 24 h: the original
   -- message, nothing created; when that message was deleted since (retention),
   -- {"duplicate", {"id", id}}. Or {"too_large", limit}: the payload is
@@ -78,9 +78,14 @@ do
     if group == '' then group = nil end
     if group and not flow.valid_group(group) then return bad_arg('group') end
     max_retries = flow.max_retries(k, max_retries, args[6] == 'default')
-    if delay_ms == '' then delay_ms = flow.delay_ms(k) end   -- none given: the policy's
-    local limit = flow.payload_over(k, #payload)
-    if limit then return { 'too_large', limit } end
+    local defaulted = delay_ms == ''
+    if defaulted then delay_ms = flow.delay_ms(k) end   -- none given: the policy's
+    -- No policy limit is below PAYLOAD_LIMIT_MIN (1024): a payload that fits
+    -- it reads nothing for the check.
+    if #payload > 1024 then
+      local limit = flow.payload_over(k, #payload)
+      if limit then return { 'too_large', limit } end
+    end
 
     local now = now_ms()
     local idem_key
@@ -135,7 +140,10 @@ do
     end
     redis.call('HINCRBY', k.stats, 'enqueued', '1')
     if args[7] then
-      return { 'ok', id, now, timer, max_retries, m.expires_at or -1, m.retry_after or -1 }
+      if defaulted and delay_ms > 0 then   -- the policy's delay: the caller cannot know it
+        return { 'ok', id, now, timer, max_retries, m.expires_at or -1, m.retry_after }
+      end
+      return { 'ok', id, now, timer, max_retries, m.expires_at or -1 }
     end
     if hinting and args[6] then return { 'ok', id, now, timer, max_retries } end
     if hinting then return { 'ok', id, now, timer } end

@@ -304,7 +304,8 @@ static bool parse_enqueued(const rd_reply_t *reply, const rd_store_enqueued_t *e
     if (res->head.status != RD_STORE_OK) return false;
     long long id, now;
     long long max_retries = e->max_retries, expires_at = -1;
-    long long retry_after = e->delay_ms > 0 ? -2 : -1;   /* -2: now + delay_ms */
+    long long retry_after = e->delay_ms > 0 ? -2 : -1;   /* -2: now + delay_ms; n == 7: the
+                                                            policy's delay */
     size_t n = rd_reply_len(reply);
     if (n < 4 || n > 7 || !rd_reply_int(rd_reply_at(reply, 1), &id) ||
         !rd_reply_int(rd_reply_at(reply, 2), &now) ||

@@ -599,9 +599,9 @@ static inline long long enqueue_with(const queue_t *q, const char *payload, long
 {
     redisReply *r = fcall("enqueue", q, -1, payload, "3", num(delay_ms), "", "", "",
                           ttl_ms < 0 ? "" : num(ttl_ms), num(priority), END);
-    if (!has_code(r, "ok") || r->elements != 7)
+    if (!has_code(r, "ok") || r->elements != 6)
         fail_msg("enqueue with ttl and priority: %s", reply_desc(r));
-    for (size_t i = 1; i < 7; i++)
+    for (size_t i = 1; i < 6; i++)
         assert_int_equal(r->element[i]->type, REDIS_REPLY_INTEGER);
     long long id = r->element[1]->integer;
     if (expires_at)

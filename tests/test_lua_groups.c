@@ -28,7 +28,7 @@ static long long enqueue_full(const queue_t *q, const char *payload, const char 
 {
     redisReply *r = fcall("enqueue", q, -1, payload, max_retries, num(delay_ms), "", "", "",
                           ttl_ms < 0 ? "" : num(ttl_ms), num(priority), group ? group : "", END);
-    if (!has_code(r, "ok") || r->elements != 7 || r->element[1]->type != REDIS_REPLY_INTEGER)
+    if (!has_code(r, "ok") || r->elements != 6 || r->element[1]->type != REDIS_REPLY_INTEGER)
         fail_msg("enqueue in group %s: %s", group ? group : "(none)", reply_desc(r));
     long long id = r->element[1]->integer;
     freeReplyObject(r);
