@@ -24,6 +24,12 @@ do
   -- Offsets (0-based, for SETRANGE) of the header fields claim and settle write.
   local REC_AT_UPDATED = '9'     -- updated_at delta (i5), then lease time delta (i5), serial (I5)
   local REC_HEADER_LAST = '23'   -- GETRANGE's end of the header
+  -- retry_count and max_retries have a header byte each (0-254 exactly, 255:
+  -- "255 or more"); a value past REC_COUNT_BYTE_MAX is kept in the trailer
+  -- too (keys rc and mr), so it reads back exactly. max_retries -1 is
+  -- "unlimited" (never dies of retries): its header byte is 255, so a
+  -- retryd_v6 library, which reads the byte alone, sees 255 retries.
+  local REC_COUNT_BYTE_MAX = 254
 
   -- The priority a format byte holds (decode_record and load_header compute
   -- it inline: a call is a few hundred instructions of every claim).
@@ -64,6 +70,8 @@ do
         m.origin_queue, m.origin_id = t.oq, t.oi   -- a redriven message (65_redrive.lua)
         m.rule_uses = t.u
         m.group = t.g   -- docs/fairness.md
+        if t.rc then m.retry_count = t.rc end   -- past the header byte
+        if t.mr then m.max_retries = t.mr end
       end
       stop = #rec - 4 - n
       m.trailer_bytes = n
@@ -97,7 +105,9 @@ do
   -- The header (format byte fmt), the payload and tail (the packed trailer or "").
   local function encode_plain(m, fmt, tail)
     local created = m.created_at
-    return struct.pack(REC_HEADER, fmt, clamp(m.retry_count, 0, 255), clamp(m.max_retries, 0, 255),
+    local mr = m.max_retries
+    if mr < 0 then mr = 255 end   -- unlimited
+    return struct.pack(REC_HEADER, fmt, clamp(m.retry_count, 0, 255), clamp(mr, 0, 255),
                        created, clamp(m.updated_at - created, -REC_MAX_DELTA, REC_MAX_DELTA),
                        clamp(m.lease_at - created, -REC_MAX_DELTA, REC_MAX_DELTA), m.serial)
            .. m.payload .. tail
@@ -107,11 +117,19 @@ do
     local fmt = REC_FORMAT
     local p = m.priority
     if p and p > 0 then fmt = REC_FORMAT + 2 * clamp(p, 0, REC_MAX_PRIORITY) end
+    local wide = m.retry_count > REC_COUNT_BYTE_MAX or m.max_retries > REC_COUNT_BYTE_MAX
+                 or m.max_retries < 0
     if not (m.last_error or m.retry_after or m.idempotency_key or m.token or m.worker
-            or m.history or m.origin_queue or m.rule_uses or m.expires_at or m.group) then
+            or m.history or m.origin_queue or m.rule_uses or m.expires_at or m.group
+            or wide) then
       return encode_plain(m, fmt, '')   -- the usual record: no trailer table to build
     end
     local t, trailer = {}, false
+    if wide then
+      if m.retry_count > REC_COUNT_BYTE_MAX then t.rc = m.retry_count end
+      if m.max_retries > REC_COUNT_BYTE_MAX or m.max_retries < 0 then t.mr = m.max_retries end
+      trailer = true
+    end
     if m.last_error then t.e = m.last_error; trailer = true end
     if m.retry_after then t.r = m.retry_after; trailer = true end
     if m.idempotency_key then t.i = m.idempotency_key; trailer = true end

@@ -7,13 +7,15 @@ local flow = {}
 do
   local register, queue_keys, now_ms = common.register, common.queue_keys, common.now_ms
   local notify, bad_arg, to_int = common.notify, common.bad_arg, common.to_int
+  local int_arg = common.int_arg
   local MAX_BACKOFF_S = common.MAX_BACKOFF_S
   local priorities_used = record.priorities_used
 
   -- Every policy field, by its API name (nested ones dotted), with its range.
   -- Durations are seconds; they may be given with an s, m, h or d suffix.
   local POLICY_FIELDS = {
-    ['max_retries']           = { kind = 'int', min = 1, max = 10 },
+    -- max_retries: 1-1000, or "unlimited" (stored as given; a message gets -1).
+    ['max_retries']           = { kind = 'int', min = 1, max = 1000, unlimited = true },
     ['backoff.base_seconds']  = { kind = 'int', min = 1, max = 3600 },
     ['backoff.max_seconds']   = { kind = 'int', min = 1, max = 86400 },
     ['backoff.jitter']        = { kind = 'enum', values = { none = true, full = true, equal = true } },
@@ -36,7 +38,30 @@ do
     ['group_rate_limit.burst'] = { kind = 'int', min = 1, max = 100000 },
     ['fifo_groups']           = { kind = 'enum', values = { ['true'] = true, ['false'] = true },
                                   why = 'must be true or false' },
+    -- What a lease that runs out does (docs/reference.md "Queue policy and
+    -- flow control"): "backoff" (the default) schedules the retry by the
+    -- backoff table; "redeliver" makes it due at once (SQS's visibility
+    -- timeout). Either way it counts as a failed attempt.
+    ['lease_expiry']          = { kind = 'enum', values = { backoff = true, redeliver = true },
+                                  why = 'must be backoff or redeliver' },
+    -- The defaults of an enqueue and a claim that give none, and the
+    -- enqueue's size limit (docs/sqs.md section 3).
+    ['delay_seconds']         = { kind = 'int', min = 0, max = 900 },
+    ['max_payload_bytes']     = { kind = 'int', min = 1024, max = 1048576 },
+    ['wait_seconds']          = { kind = 'int', min = 0, max = 20 },
+    -- Only stored and shown: the queue was made through the SQS endpoint,
+    -- and its ContentBasedDeduplication.
+    ['sqs']                   = { kind = 'enum', values = { ['true'] = true, ['false'] = true },
+                                  why = 'must be true or false' },
+    ['content_based_dedup']   = { kind = 'enum', values = { ['true'] = true, ['false'] = true },
+                                  why = 'must be true or false' },
   }
+  -- Written by policy_set itself (ms), never given: when the policy was
+  -- first set, and last changed.
+  local POLICY_STAMPS = { created_at = true, updated_at = true }
+  -- The smallest max_payload_bytes: an enqueue of a payload no longer than
+  -- this never reads the policy for its size check.
+  local PAYLOAD_LIMIT_MIN = 1024
   local DURATION_UNITS = { s = 1, m = 60, h = 3600, d = 86400 }
 
   -- The call's policy as a table field -> string, read once per call (k is
@@ -93,6 +118,7 @@ do
       return nil, 'must be a queue name: 1 to 255 bytes of UTF-8 without control characters, ' ..
                   'not . or ..'
     end
+    if f.unlimited and value == 'unlimited' then return value end
     local n
     if f.kind == 'duration' then
       local digits, unit = string.match(value, '^(%d+)([smhd]?)$')
@@ -104,8 +130,9 @@ do
       n = to_int(value)
     end
     if n == nil or n < f.min or n > f.max then
-      return nil, string.format('must be %s between %s and %s',
-                                f.kind == 'number' and 'a number' or 'an integer', f.min, f.max)
+      return nil, string.format('must be %s between %s and %s%s',
+                                f.kind == 'number' and 'a number' or 'an integer', f.min, f.max,
+                                f.unlimited and ' or unlimited' or '')
     end
     if f.kind == 'number' then return string.format('%.17g', n) end
     return string.format('%d', n)
@@ -407,9 +434,46 @@ do
   end
 
   -- The retries of an enqueue that gave none: the policy's, else the caller's.
+  -- "unlimited" is -1 (02_record.lua keeps it).
   function flow.max_retries(k, max_retries, defaulted)
     if not defaulted then return max_retries end
-    return tonumber(read_policy(k).max_retries) or max_retries
+    local v = read_policy(k).max_retries
+    if v == 'unlimited' then return -1 end
+    return tonumber(v) or max_retries
+  end
+
+  -- The retry_after_ms of a lease expiry's failure (fail_message): 0 with
+  -- lease_expiry "redeliver" (due at once), else -1 (the backoff table).
+  function flow.expiry_retry_ms(k)
+    return read_policy(k).lease_expiry == 'redeliver' and 0 or -1
+  end
+
+  -- The delay (ms) of an enqueue that gave none: the policy's delay_seconds,
+  -- else 0.
+  function flow.delay_ms(k)
+    local s = tonumber(read_policy(k).delay_seconds)
+    return s and s * 1000 or 0
+  end
+
+  -- The policy's max_payload_bytes when a payload of `bytes` is longer, else
+  -- nil. A payload of at most PAYLOAD_LIMIT_MIN bytes fits every limit, so
+  -- its enqueue reads no policy for this.
+  function flow.payload_over(k, bytes)
+    if bytes <= PAYLOAD_LIMIT_MIN then return nil end
+    local limit = tonumber(read_policy(k).max_payload_bytes)
+    if limit and bytes > limit then return limit end
+    return nil
+  end
+
+  -- A claim that took nothing (docs/reference.md "Claim"): the policy's
+  -- wait_seconds in ms (-1 when not set), and whether the queue is known (it
+  -- has a policy, or it ever had a message: its id counter or stats exist).
+  -- Only then: the claim's usual path pays nothing.
+  function flow.empty_claim(k)
+    local p = read_policy(k)
+    local s = tonumber(p.wait_seconds)
+    local known = p ~= NO_POLICY or redis.call('EXISTS', k.seq, k.stats) > 0
+    return s and s * 1000 or -1, known and 1 or 0
   end
 
   -- The expiry of an enqueue that gave no ttl: the policy's message_ttl
@@ -560,23 +624,31 @@ do
     return redis.call('HGETALL', queue_keys(keys[1]).policy)
   end
 
-  -- policy_set: replace or change the queue's policy.
+  -- policy_set: replace or change the queue's policy, or create it.
   --   KEYS[1]  <prefix>:{q}                       queue key base
   --   ARGV[1]  mode                               "replace": the fields given are
   --                                               the whole policy (others back to
   --                                               their defaults); "merge": change
-  --                                               only those given
+  --                                               only those given; "create": as
+  --                                               replace, but only when the queue
+  --                                               has no policy yet (no HASH)
   --   ARGV[2..] field, value, ...                 API names (POLICY_FIELDS); value
   --                                               "" sets the field back to its default
   -- A rate limit needs both per_second and burst. The pause is kept. The rate
   -- limit's bucket keeps the tokens it had (at most the new burst); a removed
   -- rate deletes it. Publishes the wake (a looser limit may let waiters lease).
+  -- The policy's created_at and updated_at (ms) are written here, never
+  -- given: created_at at the first set that leaves any field, updated_at at
+  -- every set that changes one (a policy that ends up empty is deleted, its
+  -- stamps with it).
   -- Returns {"ok", field, value, ...} (the policy now, as policy_get) or
-  -- {"invalid", field, why}: nothing changed.
+  -- {"invalid", field, why}: nothing changed. Mode "create" answers
+  -- {"created", field, value, ...} when it wrote the policy, {"exists",
+  -- field, value, ...} (the stored one, unchanged) when the queue had one.
   local function policy_set(keys, args)
     local k = queue_keys(keys[1])
     local mode = args[1]
-    if mode ~= 'replace' and mode ~= 'merge' then return bad_arg('mode') end
+    if mode ~= 'replace' and mode ~= 'merge' and mode ~= 'create' then return bad_arg('mode') end
     if #args % 2 ~= 1 then return bad_arg('pairs') end
     local old = read_policy(k)
     local new = {}
@@ -587,6 +659,7 @@ do
     end
     for i = 2, #args, 2 do
       local name, value = args[i], args[i + 1]
+      if POLICY_STAMPS[name] then return { 'invalid', name, 'read-only: set by the library' } end
       if name == 'dead_letter_rules' then
         local v, field, why = check_rules(value == '' and '[]' or value)
         if v == nil then return { 'invalid', field, why } end
@@ -606,7 +679,31 @@ do
     if (new['group_rate_limit.per_second'] == nil) ~= (new['group_rate_limit.burst'] == nil) then
       return { 'invalid', 'group_rate_limit', 'needs both per_second and burst' }
     end
+    if mode == 'create' and old ~= NO_POLICY then
+      local out = { 'exists' }
+      for f, v in pairs(old) do out[#out + 1], out[#out + 2] = f, v end
+      return out
+    end
     local now = now_ms()
+    -- The stamps: kept from the old policy, then created_at at the first
+    -- set, updated_at when a field changed (the pause is pause's).
+    new.created_at, new.updated_at = old.created_at, old.updated_at
+    local changed, any = false, false
+    for f, v in pairs(new) do
+      if not POLICY_STAMPS[f] and f ~= 'paused' then
+        any = true
+        if old[f] ~= v then changed = true end
+      end
+    end
+    for f in pairs(old) do
+      if not POLICY_STAMPS[f] and new[f] == nil then changed = true end
+    end
+    if any then
+      new.created_at = new.created_at or int_arg(now)
+      if changed or new.updated_at == nil then new.updated_at = int_arg(now) end
+    else
+      new.created_at, new.updated_at = nil, nil
+    end
     local tokens, rate, burst = bucket_level(k, old, now)
     local flat = {}
     for f, v in pairs(new) do
@@ -626,7 +723,7 @@ do
       bucket_store(k, math.min(tokens, new_burst), new_rate, new_burst, now)
     end
     notify(k)
-    local out = { 'ok' }
+    local out = { mode == 'create' and 'created' or 'ok' }
     for i = 1, #flat do out[#out + 1] = flat[i] end
     return out
   end

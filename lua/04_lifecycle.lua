@@ -253,7 +253,10 @@ do
     redis.call('ZREM', k.processing, id)
     flow.freed(k)
     redis.call('HINCRBY', k.stats, 'failed', '1')
-    local dying, rule_ms = flow.recover(k, m, err, (not retryable) or retries >= m.max_retries)
+    -- max_retries -1: unlimited, never dies of retries (docs/reference.md
+    -- "Queue policy and flow control").
+    local spent = m.max_retries >= 0 and retries >= m.max_retries
+    local dying, rule_ms = flow.recover(k, m, err, (not retryable) or spent)
     local g = m.group
     if dying then
       if g then groups.left_processing(k, g, flow.group_waits(k)) end
@@ -316,15 +319,20 @@ do
     return #ids
   end
 
-  -- Fails every lease whose deadline has passed, at most `limit` of them.
+  -- Fails every lease whose deadline has passed, at most `limit` of them:
+  -- each counts as a failed attempt (retry_count + 1, a history entry with
+  -- lease_expired, the death rule). The backoff table schedules the retry,
+  -- unless the policy's lease_expiry is "redeliver" (flow.expiry_retry_ms):
+  -- then it is due at once (SQS's visibility timeout running out).
   local function reclaim_expired(k, base, now, limit)
     local ids = redis.call('ZRANGE', k.processing, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
     local failed = 0
+    local after = #ids > 0 and flow.expiry_retry_ms(k) or -1
     for i = 1, #ids do
       local m = load_message(message_key(base, ids[i]))
       if m then
         m.lease_expired = true
-        fail_message(k, base, ids[i], now, 'lease expired', true, -1, m)
+        fail_message(k, base, ids[i], now, 'lease expired', true, after, m)
         failed = failed + 1
       else
         redis.call('ZREM', k.processing, ids[i])  -- deleted while leased

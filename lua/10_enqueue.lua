@@ -16,7 +16,10 @@ do
   --   KEYS[1]  <prefix>:{q}                       queue key base
   --   ARGV[1]  payload                            opaque bytes, stored as given
   --   ARGV[2]  max_retries                        integer 1..10
-  --   ARGV[3]  delay_ms                           integer >= 0; > 0 schedules it
+  --   ARGV[3]  delay_ms                           integer >= 0; > 0 schedules it; ""
+  --                                               (or absent): none given, the
+  --                                               policy's delay_seconds applies
+  --                                               (flow.delay_ms), else 0
   --   ARGV[4]  idempotency_key                    "" for none; else 1..255 bytes
   --   ARGV[5]  "1" (optional)                     the caller forwards timer hints
   --   ARGV[6]  "default" (optional, with ARGV[5]) the request gave no max_retries:
@@ -38,20 +41,23 @@ do
   -- (need_timer), -1 otherwise; with ARGV[6] too, then the max_retries the
   -- message got; with ARGV[7] (as the daemon always sends), always
   -- {"ok", id, now_ms, timer, max_retries, expires_at (ms) or -1} (timer -1
-  -- without ARGV[5] "1"). Or {"duplicate",
+  -- without ARGV[5] "1"), and retry_after (ms) after them when the policy's
+  -- delay_seconds applied (ARGV[3] ""), which the caller cannot know. Or {"duplicate",
   -- message} when the key was used in this queue within 24 h: the original
   -- message, nothing created; when that message was deleted since (retention),
-  -- {"duplicate", {"id", id}}.
+  -- {"duplicate", {"id", id}}. Or {"too_large", limit}: the payload is
+  -- longer than the policy's max_payload_bytes (limit), nothing created.
   -- Publishes on the queue's wake channel when the message is ready now.
   local function enqueue(keys, args)
     local base = keys[1]
     local k = queue_keys(base)
     local payload = args[1]
     local max_retries = to_int(args[2])
-    local delay_ms = to_int(args[3] or '0')
+    local delay_ms = args[3] or ''
+    if delay_ms ~= '' then delay_ms = to_int(delay_ms) end
     if payload == nil then return bad_arg('payload') end
     if max_retries == nil or max_retries < 1 or max_retries > 10 then return bad_arg('max_retries') end
-    if delay_ms == nil or delay_ms < 0 then return bad_arg('delay_ms') end
+    if delay_ms == nil or (delay_ms ~= '' and delay_ms < 0) then return bad_arg('delay_ms') end
     local idem = args[4] or ''
     if #idem > 255 then return bad_arg('idempotency_key') end
     local hinting = args[5] == '1'
@@ -72,6 +78,14 @@ do
     if group == '' then group = nil end
     if group and not flow.valid_group(group) then return bad_arg('group') end
     max_retries = flow.max_retries(k, max_retries, args[6] == 'default')
+    local defaulted = delay_ms == ''
+    if defaulted then delay_ms = flow.delay_ms(k) end   -- none given: the policy's
+    -- No policy limit is below PAYLOAD_LIMIT_MIN (1024): a payload that fits
+    -- it reads nothing for the check.
+    if #payload > 1024 then
+      local limit = flow.payload_over(k, #payload)
+      if limit then return { 'too_large', limit } end
+    end
 
     local now = now_ms()
     local idem_key
@@ -125,7 +139,12 @@ do
       notify(k)
     end
     redis.call('HINCRBY', k.stats, 'enqueued', '1')
-    if args[7] then return { 'ok', id, now, timer, max_retries, m.expires_at or -1 } end
+    if args[7] then
+      if defaulted and delay_ms > 0 then   -- the policy's delay: the caller cannot know it
+        return { 'ok', id, now, timer, max_retries, m.expires_at or -1, m.retry_after }
+      end
+      return { 'ok', id, now, timer, max_retries, m.expires_at or -1 }
+    end
     if hinting and args[6] then return { 'ok', id, now, timer, max_retries } end
     if hinting then return { 'ok', id, now, timer } end
     return { 'ok', id, now }

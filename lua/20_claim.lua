@@ -397,7 +397,12 @@ do
   -- one more value ends the reply: when the rate limit held the claim back, the
   -- ms until its next token is due, else 0 (docs/flow-control.md); 1 when a
   -- claim that took nothing ran out of group visits or dropped more than 100
-  -- ids (docs/fairness.md): claim again.
+  -- ids (docs/fairness.md): claim again. A claim that leased nothing then
+  -- adds two more (with ARGV[4]): the policy's wait_seconds in ms (-1 when
+  -- not set: the caller's default long poll applies) and whether the queue
+  -- is known, 1 or 0 (it has a policy, or it ever had a message): so
+  -- {"ok", timer, retry_ms, wait_ms, known}. Only then: a claim that leases
+  -- pays nothing for them.
   local function claim(keys, args)
     local base = keys[1]
     local k = queue_keys(base)
@@ -419,7 +424,14 @@ do
       local timer = -1
       if got > 0 then timer = need_timer(k, now, now + lease_ms) end
       out[#out + 1] = timer
-      if args[4] then out[#out + 1] = k.flow_retry_ms or 0 end
+      if args[4] then
+        out[#out + 1] = k.flow_retry_ms or 0
+        if got == 0 then
+          local wait_ms, known = flow.empty_claim(k)
+          out[#out + 1] = wait_ms
+          out[#out + 1] = known
+        end
+      end
     end
     return out
   end

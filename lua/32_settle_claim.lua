@@ -49,7 +49,9 @@ do
   -- claimed messages, as claim returns them. One bad item does not stop the others.
   -- With the two optional values a timer hint ends the reply: the earliest of
   -- the new work (retries, retention, leases) the queue's promise did not cover
-  -- (need_timer), -1 when none.
+  -- (need_timer), -1 when none. When they are given and the claim (count > 0)
+  -- leased nothing, two more follow, as claim's: the policy's wait_seconds in
+  -- ms (-1: not set) and whether the queue is known (1 or 0).
   --
   -- From redis-cli: succeed 41, fail 42 with the backoff, claim the next one:
   --   FCALL retryd_v7_settle_claim 1 'retryd:{emails}' 30000 1 2 \
@@ -163,10 +165,15 @@ do
 
     local out = { 'ok', statuses }
     lease_ms = flow.lease_ms(k, lease_ms, lease_source == 'default')
-    if count > 0 and claim_into(k, base, now, lease_ms, count, out, worker, nonce) > 0 and hinted then
-      hint(need_timer(k, now, now + lease_ms))
-    end
+    local got = count > 0 and claim_into(k, base, now, lease_ms, count, out, worker, nonce) or 0
+    if got > 0 and hinted then hint(need_timer(k, now, now + lease_ms)) end
     if hinted then out[#out + 1] = timer end
+    if hinted and count > 0 and got == 0 then
+      -- As claim's empty reply: the policy's wait_ms, whether the queue is known.
+      local wait_ms, known = flow.empty_claim(k)
+      out[#out + 1] = wait_ms
+      out[#out + 1] = known
+    end
     return out
   end
 

@@ -117,12 +117,13 @@ do
     local full = false
     local ids = redis.call('ZRANGE', o.processing, '-inf', now, 'BYSCORE', 'LIMIT', 0, OLD_BATCH)
     local reclaimed = 0
+    local after = #ids > 0 and flow.expiry_retry_ms(k) or -1   -- lease_expiry, as reclaim
     for i = 1, #ids do
       redis.call('ZREM', o.processing, ids[i])
       local m = load_legacy(message_key(base, ids[i]))
       if m then
         m.lease_expired = true
-        fail_message(k, base, ids[i], now, 'lease expired', true, -1, m)
+        fail_message(k, base, ids[i], now, 'lease expired', true, after, m)
         reclaimed = reclaimed + 1
       end
     end

@@ -150,8 +150,8 @@ do
   -- redrive_in: step 2, in the target's slot: the idempotent enqueue.
   --   KEYS[1]  <prefix>:{target}                  queue key base
   --   ARGV[1]  source                             source queue name (decoded)
-  --   ARGV[2..] fives: source id, max_retries (0..255; 0: the target's policy
-  --            max_retries, else 3), priority (0..9), history ("" or as
+  --   ARGV[2..] fives: source id, max_retries (-1..1000; 0: the target's policy
+  --            max_retries, else 3; -1: unlimited), priority (0..9), history ("" or as
   --            redrive_take answers it), payload (last: retryctl sends it with
   --            redis-cli -x)
   -- Each letter not seen before becomes a new pending message (fresh budget,
@@ -176,7 +176,7 @@ do
       local src_id, max_retries, priority = to_int(args[i]), to_int(args[i + 1]), to_int(args[i + 2])
       local blob, payload = args[i + 3], args[i + 4]
       if src_id == nil or src_id < 1 then return bad_arg('id') end
-      if max_retries == nil or max_retries < 0 or max_retries > 255 then
+      if max_retries == nil or max_retries < -1 or max_retries > 1000 then
         return bad_arg('max_retries')
       end
       if priority == nil or priority < 0 or priority > 9 then return bad_arg('priority') end

@@ -145,6 +145,7 @@ bool rd_api_respond_store_failure(call_t *c, const rd_store_head_t *res)
                         "not have been applied. Read the message before retrying.",
                         NULL, "Retry-After: 1\r\n");
         return true;
+    case RD_STORE_TOO_LARGE:   /* only enqueue's, which answers it itself (on_enqueued) */
     case RD_STORE_ERROR:
         rd_error("api: Redis error on %.*s: %.*s", (int)c->req->path_len, c->req->path,
                  (int)res->detail.len, res->detail.ptr);
@@ -176,6 +177,17 @@ static void on_message(const rd_store_messages_t *res, void *arg)
 static void on_enqueued(const rd_store_messages_t *res, void *arg)
 {
     call_t *c = arg;
+    if (res->head.status == RD_STORE_TOO_LARGE) {
+        /* 413 on the field, naming the queue policy's limit. */
+        char why[160];
+        snprintf(why, sizeof why, "payload must be at most %lld bytes (the queue policy's "
+                 "max_payload_bytes).", res->payload_limit);
+        rd_field_errors_t errs = { .count = 0 };
+        rd_field_errors_add(&errs, "payload", "invalid", why);
+        rd_api_respond_problem(c, RD_PROBLEM_PAYLOAD_TOO_LARGE,
+                               "The payload is longer than the queue allows.", &errs, NULL);
+        return;
+    }
     if (rd_api_respond_store_failure(c, &res->head)) return;
     const rd_message_t *m = &res->messages[0];
     if (res->head.status == RD_STORE_DUPLICATE) {
@@ -229,10 +241,27 @@ static void write_messages(const call_t *c, rd_jsonw_t *w, const rd_message_t *m
     rd_jsonw_array_close(w);
 }
 
+static void on_claimed(const rd_store_messages_t *res, void *arg);
+
+/* A claim that gave no wait_seconds and got nothing waits the queue policy's
+ * wait_seconds (docs/reference.md "Claim"), parked as a long-poll. Returns
+ * whether it took the call over. */
+static bool wait_by_policy(call_t *c, const rd_store_messages_t *res)
+{
+    if (res->count != 0 || c->wait_ms >= 0 || c->api->waiters == NULL) return false;
+    rd_store_queue_t q = rd_api_queue_of(c);
+    if (res->policy_wait_ms <= 0) return false;
+    c->wait_ms = res->policy_wait_ms;
+    rd_waiters_park(c->api->waiters, q, c->lease, c->count, c->worker, c->wait_ms, c->ex,
+                    on_claimed, c);
+    return true;
+}
+
 static void on_claimed(const rd_store_messages_t *res, void *arg)
 {
     call_t *c = arg;
     if (rd_api_respond_store_failure(c, &res->head)) return;
+    if (wait_by_policy(c, res)) return;
     if (res->count == 0) {
         rd_http_respond(c->ex, 204, NULL, NULL, NULL, 0);
         call_free(c);
@@ -256,7 +285,8 @@ static void on_claimed(const rd_store_messages_t *res, void *arg)
 static void on_claimed_together(const rd_store_settled_t *res, void *arg)
 {
     rd_store_messages_t claimed = { .head = res->head, .messages = res->messages,
-                                    .count = res->count };
+                                    .count = res->count,
+                                    .policy_wait_ms = res->policy_wait_ms };
     on_claimed(&claimed, arg);
 }
 
@@ -320,8 +350,9 @@ static void on_settle_claimed(const rd_store_settled_t *res, void *arg)
     }
     c->settled = rd_malloc(c->nsettle * sizeof *c->settled);
     for (size_t i = 0; i < c->nsettle; i++) api_code(res->outcomes[i], c->settled[i]);
-    /* Settled at once; with wait_seconds and nothing claimable, the claim
-     * waits as a plain long-poll claim does. */
+    /* Settled at once; with wait_seconds (none given: the queue policy's) and
+     * nothing claimable, the claim waits as a plain long-poll claim does. */
+    if (c->wait_ms < 0 && res->count == 0 && c->count > 0) c->wait_ms = res->policy_wait_ms;
     if (res->count == 0 && c->wait_ms > 0 && c->api->waiters) {
         rd_store_queue_t q = { c->match.queue, c->match.queue_len };
         rd_waiters_park(c->api->waiters, q, c->lease, c->count, c->worker, c->wait_ms, c->ex,
@@ -701,9 +732,14 @@ static void handle_claim(call_t *c)
         rd_api_started(c, rc);
         return;
     }
-    /* The worker outlives the parsed body only as the waiter's copy. */
+    /* The worker outlives the parsed body only as the waiter's copy, or as
+     * the call's (a claim without wait_seconds may claim again or park by
+     * the policy: wait_by_policy). */
     char *worker = cl.worker ? rd_strdup(cl.worker) : NULL;
     rd_request_free(cl.doc);
+    c->lease = lease;
+    c->count = cl.count;
+    c->wait_ms = cl.wait_ms;
     if (cl.wait_ms > 0 && api->waiters) {
         if (!rd_store_ready(api->store)) {
             rd_free(worker);
@@ -715,11 +751,11 @@ static void handle_claim(call_t *c)
         rd_free(worker);
         return;
     }
+    c->worker = worker;   /* freed with the call */
     rd_api_started(c, api->coalescer
                    ? rd_coalescer_settle_claim(api->coalescer, q, lease, cl.count, worker, 0,
                                                NULL, on_claimed_together, c)
                    : rd_store_claim(api->store, q, lease, cl.count, worker, on_claimed, c));
-    rd_free(worker);
 }
 
 /* The transitions of one leased message answer "... needs a processing message". */

@@ -302,6 +302,8 @@ static void on_settled(const rd_store_settled_t *res, void *arg)
                 .settled = r->n,
                 .messages = res->messages + message,
                 .count = left < (size_t)r->count ? left : (size_t)r->count,
+                .policy_wait_ms = res->policy_wait_ms,
+                .queue_known = res->queue_known,
             };
             outcome += part.settled;
             message += part.count;

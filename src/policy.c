@@ -24,6 +24,10 @@ void rd_policy_init(rd_policy_t *p)
     p->max_in_flight = -1;
     p->group_max_in_flight = -1;
     p->fifo_groups = -1;
+    p->delay_seconds = -1;
+    p->wait_seconds = -1;
+    p->sqs = -1;
+    p->content_based_dedup = -1;
 }
 
 void rd_policy_free(rd_policy_t *p)
@@ -72,6 +76,7 @@ size_t rd_policy_args(const rd_policy_t *p, const char *out[RD_POLICY_ARGS_MAX],
         n += 2;                                                         \
     } while (0)
     if (p->max_retries > 0) PAIR("max_retries", "%lld", p->max_retries);
+    else if (p->max_retries == RD_POLICY_UNLIMITED) PAIR("max_retries", "%s", "unlimited");
     if (p->base_seconds > 0) PAIR("backoff.base_seconds", "%lld", p->base_seconds);
     if (p->max_seconds > 0) PAIR("backoff.max_seconds", "%lld", p->max_seconds);
     if (p->jitter[0]) PAIR("backoff.jitter", "%s", p->jitter);
@@ -92,6 +97,13 @@ size_t rd_policy_args(const rd_policy_t *p, const char *out[RD_POLICY_ARGS_MAX],
         PAIR("group_rate_limit.burst", "%lld", p->group_burst);
     }
     if (p->fifo_groups >= 0) PAIR("fifo_groups", "%s", p->fifo_groups ? "true" : "false");
+    if (p->lease_expiry[0]) PAIR("lease_expiry", "%s", p->lease_expiry);
+    if (p->delay_seconds >= 0) PAIR("delay_seconds", "%lld", p->delay_seconds);
+    if (p->max_payload_bytes > 0) PAIR("max_payload_bytes", "%lld", p->max_payload_bytes);
+    if (p->wait_seconds >= 0) PAIR("wait_seconds", "%lld", p->wait_seconds);
+    if (p->sqs >= 0) PAIR("sqs", "%s", p->sqs ? "true" : "false");
+    if (p->content_based_dedup >= 0)
+        PAIR("content_based_dedup", "%s", p->content_based_dedup ? "true" : "false");
 #undef PAIR
     assert(n <= RD_POLICY_ARGS_MAX);
     return n;
@@ -148,9 +160,21 @@ bool rd_policy_from_pairs(rd_policy_t *p, const rd_str_t *pairs, size_t n)
             if (*end != '\0') return false;
             continue;
         }
-        if (str_is(name, "fifo_groups")) {
+        int *flag = str_is(name, "fifo_groups") ? &p->fifo_groups
+                    : str_is(name, "sqs") ? &p->sqs
+                    : str_is(name, "content_based_dedup") ? &p->content_based_dedup : NULL;
+        if (flag) {
             if (strcmp(v, "true") != 0 && strcmp(v, "false") != 0) return false;
-            p->fifo_groups = v[0] == 't';
+            *flag = v[0] == 't';
+            continue;
+        }
+        if (str_is(name, "lease_expiry")) {
+            if (strcmp(v, "backoff") != 0 && strcmp(v, "redeliver") != 0) return false;
+            memcpy(p->lease_expiry, v, pairs[i + 1].len + 1);
+            continue;
+        }
+        if (str_is(name, "max_retries") && strcmp(v, "unlimited") == 0) {
+            p->max_retries = RD_POLICY_UNLIMITED;
             continue;
         }
         long long x = strtoll(v, &end, 10);
@@ -167,6 +191,11 @@ bool rd_policy_from_pairs(rd_policy_t *p, const rd_str_t *pairs, size_t n)
         else if (str_is(name, "message_ttl")) p->message_ttl_s = x;
         else if (str_is(name, "group_max_in_flight")) p->group_max_in_flight = x;
         else if (str_is(name, "group_rate_limit.burst")) p->group_burst = x;
+        else if (str_is(name, "delay_seconds")) p->delay_seconds = x;
+        else if (str_is(name, "max_payload_bytes")) p->max_payload_bytes = x;
+        else if (str_is(name, "wait_seconds")) p->wait_seconds = x;
+        else if (str_is(name, "created_at")) p->created_at_ms = x;
+        else if (str_is(name, "updated_at")) p->updated_at_ms = x;
         /* A field of a later library version is not shown. */
     }
     return true;
@@ -228,7 +257,8 @@ void rd_policy_write_json(rd_jsonw_t *w, const rd_policy_t *p, const rd_policy_d
     rd_jsonw_key(w, "paused");
     rd_jsonw_bool(w, p->paused);
     rd_jsonw_key(w, "max_retries");
-    rd_jsonw_int(w, p->max_retries > 0 ? p->max_retries : RD_MAX_RETRIES_DEFAULT);
+    if (p->max_retries == RD_POLICY_UNLIMITED) rd_jsonw_string(w, "unlimited");
+    else rd_jsonw_int(w, p->max_retries > 0 ? p->max_retries : RD_MAX_RETRIES_DEFAULT);
     rd_jsonw_key(w, "backoff");
     rd_jsonw_object_open(w);
     rd_jsonw_key(w, "base_seconds");
@@ -268,5 +298,25 @@ void rd_policy_write_json(rd_jsonw_t *w, const rd_policy_t *p, const rd_policy_d
     write_rate(w, p->group_per_second, p->group_burst);
     rd_jsonw_key(w, "fifo_groups");
     rd_jsonw_bool(w, p->fifo_groups == 1);
+    rd_jsonw_key(w, "lease_expiry");
+    rd_jsonw_string(w, strcmp(p->lease_expiry, "redeliver") == 0 ? "redeliver" : "backoff");
+    rd_jsonw_key(w, "delay_seconds");
+    rd_jsonw_int(w, p->delay_seconds > 0 ? p->delay_seconds : 0);
+    rd_jsonw_key(w, "max_payload_bytes");
+    if (p->max_payload_bytes > 0) rd_jsonw_int(w, p->max_payload_bytes);
+    else rd_jsonw_null(w);
+    rd_jsonw_key(w, "wait_seconds");
+    rd_jsonw_int(w, p->wait_seconds > 0 ? p->wait_seconds : 0);
+    rd_jsonw_key(w, "sqs");
+    rd_jsonw_bool(w, p->sqs == 1);
+    rd_jsonw_key(w, "content_based_dedup");
+    rd_jsonw_bool(w, p->content_based_dedup == 1);
+    static const char *const stamps[] = { "created_at", "updated_at" };
+    for (size_t i = 0; i < 2; i++) {
+        long long ms = i == 0 ? p->created_at_ms : p->updated_at_ms;
+        rd_jsonw_key(w, stamps[i]);
+        if (ms > 0) rd_jsonw_int(w, ms);
+        else rd_jsonw_null(w);
+    }
     rd_jsonw_object_close(w);
 }

@@ -162,11 +162,11 @@ rd_req_result_t rd_request_enqueue(const char *body, size_t len, rd_enqueue_req_
     rd_json_t *given = rd_json_get(out->doc, "max_retries");
     out->max_retries_given = given != NULL && !rd_json_is_null(given);
 
-    long long delay_s = 0;
+    long long delay_s = -1;   /* none given: the queue policy's delay_seconds applies */
     int_field(out->doc, "delay_seconds", 0, RD_DELAY_SECONDS_MAX, &delay_s,
               "delay_seconds must be an integer between 0 and " RD_LIMIT_STR(RD_DELAY_SECONDS_MAX)
               " (30 days).", errs);
-    out->delay_ms = delay_s * 1000;
+    out->delay_ms = delay_s < 0 ? -1 : delay_s * 1000;
 
     long long ttl_s = -1;
     int_field(out->doc, "ttl_seconds", 1, RD_TTL_SECONDS_MAX, &ttl_s,
@@ -382,7 +382,7 @@ rd_req_result_t rd_request_claim(const char *body, size_t len, const char *query
         "wait_seconds must be an integer between 0 and " RD_LIMIT_STR(RD_WAIT_SECONDS_MAX) ".";
     const char *count_msg =
         "count must be an integer between 1 and " RD_LIMIT_STR(RD_CLAIM_COUNT_MAX) ".";
-    long long lease_s = -1, wait_s = 0, count = -1;
+    long long lease_s = -1, wait_s = -1, count = -1;   /* wait -1: none given */
     int_field(out->doc, "lease_seconds", 1, RD_LEASE_SECONDS_MAX, &lease_s, lease_msg, errs);
     int_query(out->doc, query, query_len, "lease_seconds", 1, RD_LEASE_SECONDS_MAX, &lease_s,
               lease_msg, errs);
@@ -394,7 +394,7 @@ rd_req_result_t rd_request_claim(const char *body, size_t len, const char *query
               errs);
     out->lease_ms = lease_s > 0 ? lease_s * 1000 : default_lease_ms;
     out->lease_given = lease_s > 0;
-    out->wait_ms = wait_s * 1000;
+    out->wait_ms = wait_s < 0 ? -1 : wait_s * 1000;
     out->batch = count > 0;
     out->count = count > 0 ? (int)count : 1;
     return finish(&out->doc, errs);

@@ -293,11 +293,53 @@ static void dead_letter_queue_member(const rd_json_t *doc, const char *body, siz
     rd_json_free(marked);
 }
 
+/* A boolean member into *out as 0 or 1 (absent or null: left). */
+static void bool_member(const rd_json_t *doc, const char *name, int *out, const char *why,
+                        rd_field_errors_t *errs)
+{
+    rd_json_t *v = rd_json_get(doc, name);
+    if (v == NULL || rd_json_is_null(v)) return;
+    if (rd_json_is_bool(v)) *out = rd_json_bool(v) ? 1 : 0;
+    else rd_field_errors_add(errs, name, "invalid", why);
+}
+
+/* The SQS endpoint's fields (docs/sqs.md section 3); any face may set them. */
+static void sqs_members(const rd_json_t *doc, rd_policy_t *out, rd_field_errors_t *errs)
+{
+    rd_json_t *le = rd_json_get(doc, "lease_expiry");
+    if (le && !rd_json_is_null(le)) {
+        const char *s = rd_json_string(le);
+        if (s && (strcmp(s, "backoff") == 0 || strcmp(s, "redeliver") == 0))
+            snprintf(out->lease_expiry, sizeof out->lease_expiry, "%s", s);
+        else
+            rd_field_errors_add(errs, "lease_expiry", "invalid",
+                                "lease_expiry must be \"backoff\" or \"redeliver\".");
+    }
+    int_member(doc, "delay_seconds", "delay_seconds", 0, RD_POLICY_DELAY_SECONDS_MAX,
+               &out->delay_seconds, "delay_seconds must be an integer between 0 and "
+               RD_LIMIT_STR(RD_POLICY_DELAY_SECONDS_MAX) ".", errs);
+    int_member(doc, "max_payload_bytes", "max_payload_bytes", RD_POLICY_PAYLOAD_BYTES_MIN,
+               RD_POLICY_PAYLOAD_BYTES_MAX, &out->max_payload_bytes,
+               "max_payload_bytes must be null or an integer between "
+               RD_LIMIT_STR(RD_POLICY_PAYLOAD_BYTES_MIN) " and "
+               RD_LIMIT_STR(RD_POLICY_PAYLOAD_BYTES_MAX) ".", errs);
+    int_member(doc, "wait_seconds", "wait_seconds", 0, RD_POLICY_WAIT_SECONDS_MAX,
+               &out->wait_seconds, "wait_seconds must be an integer between 0 and "
+               RD_LIMIT_STR(RD_POLICY_WAIT_SECONDS_MAX) ".", errs);
+    bool_member(doc, "sqs", &out->sqs, "sqs must be a boolean.", errs);
+    bool_member(doc, "content_based_dedup", &out->content_based_dedup,
+                "content_based_dedup must be a boolean.", errs);
+}
+
+/* created_at and updated_at are read-only: a body that carries them (a GET's
+ * answer sent back) is taken, and they are ignored, as queue and paused. */
 static const char *const KNOWN[] = { "max_retries", "backoff", "lease_seconds", "dead_ttl",
                                      "succeeded_ttl", "max_in_flight", "rate_limit", "paused",
                                      "queue", "dead_letter_rules", "alert_url", "message_ttl",
                                      "on_expiry", "dead_letter_queue", "group_max_in_flight",
-                                     "group_rate_limit", "fifo_groups" };
+                                     "group_rate_limit", "fifo_groups", "lease_expiry",
+                                     "delay_seconds", "max_payload_bytes", "wait_seconds", "sqs",
+                                     "content_based_dedup", "created_at", "updated_at" };
 
 rd_req_result_t rd_request_policy(const char *body, size_t len, rd_policy_t *out,
                                   rd_field_errors_t *errs)
@@ -310,8 +352,14 @@ rd_req_result_t rd_request_policy(const char *body, size_t len, rd_policy_t *out
         rd_json_free(doc);
         return RD_REQ_MALFORMED;
     }
-    int_member(doc, "max_retries", "max_retries", 1, RD_MAX_RETRIES_MAX, &out->max_retries,
-               "max_retries must be between 1 and " RD_LIMIT_STR(RD_MAX_RETRIES_MAX) ".", errs);
+    const char *retries_why = "max_retries must be an integer between 1 and "
+                              RD_LIMIT_STR(RD_POLICY_MAX_RETRIES_MAX) " or \"unlimited\".";
+    rd_json_t *mr = rd_json_get(doc, "max_retries");
+    const char *mr_text = mr ? rd_json_string(mr) : NULL;
+    if (mr_text && strcmp(mr_text, "unlimited") == 0) out->max_retries = RD_POLICY_UNLIMITED;
+    else if (mr_text) rd_field_errors_add(errs, "max_retries", "invalid", retries_why);
+    else int_member(doc, "max_retries", "max_retries", 1, RD_POLICY_MAX_RETRIES_MAX,
+                    &out->max_retries, retries_why, errs);
     rd_json_t *b = object_member(doc, "backoff", errs);
     if (b) {
         int_member(b, "base_seconds", "backoff.base_seconds", 1, 3600, &out->base_seconds,
@@ -376,6 +424,7 @@ rd_req_result_t rd_request_policy(const char *body, size_t len, rd_policy_t *out
         if (rd_json_is_bool(fg)) out->fifo_groups = rd_json_bool(fg) ? 1 : 0;
         else rd_field_errors_add(errs, "fifo_groups", "invalid", "fifo_groups must be a boolean.");
     }
+    sqs_members(doc, out, errs);
     static const char *const nullable[] = {
 #define RD_POLICY_NAME(name) #name,
         RD_POLICY_FIELDS(RD_POLICY_NAME)

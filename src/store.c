@@ -590,7 +590,8 @@ int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, si
     begin_op(&c, st, OP_ENQUEUE, q, 0);
     arg_bytes(&c, payload, len);
     arg_int(&c, max_retries > 0 ? max_retries : RD_MAX_RETRIES_DEFAULT);
-    arg_int(&c, delay_ms);
+    if (delay_ms >= 0) arg_int(&c, delay_ms);
+    else arg_str(&c, "");   /* none given: the policy's delay_seconds */
     arg_str(&c, idempotency_key ? idempotency_key : "");
     arg_str(&c, "1");   /* this caller forwards timer hints */
     arg_str(&c, max_retries > 0 ? "request" : "default");
@@ -952,8 +953,9 @@ int rd_store_policy_get(rd_store_t *st, rd_store_queue_t q, rd_store_policy_cb c
     return send_op(st, &c, CB(cb), arg);
 }
 
-int rd_store_policy_set(rd_store_t *st, rd_store_queue_t q, const rd_policy_t *p,
-                        rd_store_policy_cb cb, void *arg)
+/* policy_set in mode "replace", "merge" or "create". */
+static int policy_write(rd_store_t *st, rd_store_queue_t q, const rd_policy_t *p,
+                        const char *mode, rd_store_policy_cb cb, void *arg)
 {
     if (!rd_backend_ready(st->redis)) return -1;
     before_write(st, q);  /* a queue with a policy is listed, messages or not */
@@ -962,7 +964,7 @@ int rd_store_policy_set(rd_store_t *st, rd_store_queue_t q, const rd_policy_t *p
     size_t n = rd_policy_args(p, pairs, values);
     cmd_t c;
     begin_op(&c, st, OP_POLICY_SET, q, 0);
-    arg_str(&c, p->patch ? "merge" : "replace");
+    arg_str(&c, mode);
     for (size_t i = 0; i < n; i++) arg_str(&c, pairs[i]);
     /* A PATCH's nulls: those fields back to their defaults ("" in merge). */
     static const char *const stored[RD_POLICY_FIELD_COUNT][3] = {
@@ -971,6 +973,8 @@ int rd_store_policy_set(rd_store_t *st, rd_store_queue_t q, const rd_policy_t *p
         { "rate_limit.per_second", "rate_limit.burst" }, { "dead_letter_rules" }, { "alert_url" },
         { "message_ttl" }, { "on_expiry" }, { "dead_letter_queue" }, { "group_max_in_flight" },
         { "group_rate_limit.per_second", "group_rate_limit.burst" }, { "fifo_groups" },
+        { "lease_expiry" }, { "delay_seconds" }, { "max_payload_bytes" }, { "wait_seconds" },
+        { "sqs" }, { "content_based_dedup" },
     };
     for (size_t i = 0; p->patch && i < RD_POLICY_FIELD_COUNT; i++) {
         if (!(p->nulls & (1u << i))) continue;
@@ -992,6 +996,18 @@ int rd_store_policy_set(rd_store_t *st, rd_store_queue_t q, const rd_policy_t *p
         arg_bytes(&c, p->dead_letter_queue, p->dead_letter_queue_len);
     }
     return send_op(st, &c, CB(cb), arg);
+}
+
+int rd_store_policy_set(rd_store_t *st, rd_store_queue_t q, const rd_policy_t *p,
+                        rd_store_policy_cb cb, void *arg)
+{
+    return policy_write(st, q, p, p->patch ? "merge" : "replace", cb, arg);
+}
+
+int rd_store_policy_create(rd_store_t *st, rd_store_queue_t q, const rd_policy_t *p,
+                           rd_store_policy_cb cb, void *arg)
+{
+    return policy_write(st, q, p, "create", cb, arg);
 }
 
 int rd_store_pause(rd_store_t *st, rd_store_queue_t q, bool paused, rd_store_policy_cb cb,

@@ -160,6 +160,7 @@ static bool parse_outcome(const rd_reply_t *reply, rd_store_head_t *res)
     if (rd_reply_is(code, "not_found")) res->status = RD_STORE_NOT_FOUND;
     else if (rd_reply_is(code, "lease_mismatch")) res->status = RD_STORE_LEASE_MISMATCH;
     else if (rd_reply_is(code, "bad_cursor")) res->status = RD_STORE_BAD_CURSOR;
+    else if (rd_reply_is(code, "too_large")) res->status = RD_STORE_TOO_LARGE;
     else if (rd_reply_is(code, "invalid_state")) {
         res->status = RD_STORE_INVALID_STATE;
         res->state.ptr = rd_reply_str(rd_reply_at(reply, 1), &res->state.len);
@@ -196,6 +197,17 @@ static bool parse_settled(const rd_reply_t *reply, rd_store_settled_t *res, long
 {
     if (!is_array(reply, 3) || !rd_reply_is(rd_reply_at(reply, 0), "ok")) return false;
     size_t n = rd_reply_len(reply);
+    res->policy_wait_ms = -1;
+    res->queue_known = true;
+    /* A claim that leased nothing: {"ok", {status...}, timer, wait_ms, known}. */
+    if (n == 5 && rd_reply_type(rd_reply_at(reply, 2)) == RD_REPLY_INTEGER) {
+        long long known;
+        if (!rd_reply_int(rd_reply_at(reply, 3), &res->policy_wait_ms) ||
+            !rd_reply_int(rd_reply_at(reply, 4), &known))
+            return false;
+        res->queue_known = known == 1;
+        n -= 2;
+    }
     if (!rd_reply_int(rd_reply_at(reply, n - 1), hint)) return false;
     if (!parse_strings(rd_reply_at(reply, 1), &res->outcomes, &res->settled)) return false;
     return parse_leased_messages(reply, 2, n - 1, &res->messages, &res->count);
@@ -239,7 +251,10 @@ static bool parse_policy(const rd_reply_t *reply, rd_store_policy_t *res)
             res->head.detail.ptr = rd_reply_str(rd_reply_at(reply, 2), &res->head.detail.len);
             return res->head.detail.ptr != NULL;
         }
-        if (!rd_reply_is(rd_reply_at(reply, 0), "ok")) return false;
+        res->created = rd_reply_is(rd_reply_at(reply, 0), "created");
+        if (!res->created && !rd_reply_is(rd_reply_at(reply, 0), "ok") &&
+            !rd_reply_is(rd_reply_at(reply, 0), "exists"))
+            return false;
         from = 1;
     }
     rd_str_t pairs[2 * RD_POLICY_ARGS_MAX];
@@ -284,15 +299,20 @@ static bool parse_enqueued(const rd_reply_t *reply, const rd_store_enqueued_t *e
     if (!parse_outcome(reply, &res->head)) return false;
     if (res->head.status == RD_STORE_DUPLICATE)
         return parse_messages(reply, 1, rd_reply_len(reply), &res->messages, &res->count);
+    if (res->head.status == RD_STORE_TOO_LARGE)   /* {"too_large", limit} */
+        return rd_reply_int(rd_reply_at(reply, 1), &res->payload_limit);
     if (res->head.status != RD_STORE_OK) return false;
     long long id, now;
     long long max_retries = e->max_retries, expires_at = -1;
+    long long retry_after = e->delay_ms > 0 ? -2 : -1;   /* -2: now + delay_ms; n == 7: the
+                                                            policy's delay */
     size_t n = rd_reply_len(reply);
-    if (n < 4 || n > 6 || !rd_reply_int(rd_reply_at(reply, 1), &id) ||
+    if (n < 4 || n > 7 || !rd_reply_int(rd_reply_at(reply, 1), &id) ||
         !rd_reply_int(rd_reply_at(reply, 2), &now) ||
         !rd_reply_int(rd_reply_at(reply, 3), hint) ||
         (n >= 5 && !rd_reply_int(rd_reply_at(reply, 4), &max_retries)) ||
-        (n == 6 && !rd_reply_int(rd_reply_at(reply, 5), &expires_at)))
+        (n >= 6 && !rd_reply_int(rd_reply_at(reply, 5), &expires_at)) ||
+        (n == 7 && !rd_reply_int(rd_reply_at(reply, 6), &retry_after)))
         return false;
     res->messages = rd_calloc(1, sizeof *res->messages);
     res->count = 1;
@@ -305,7 +325,7 @@ static bool parse_enqueued(const rd_reply_t *reply, const rd_store_enqueued_t *e
     m->priority = e->priority;
     m->expires_at_ms = expires_at;
     m->created_at_ms = m->updated_at_ms = now;
-    if (e->delay_ms > 0) m->retry_after_ms = now + e->delay_ms;
+    m->retry_after_ms = retry_after == -2 ? now + e->delay_ms : retry_after;
     if (e->idempotency_key)
         m->idempotency_key = (rd_str_t){ e->idempotency_key, strlen(e->idempotency_key) };
     if (e->group) m->group = (rd_str_t){ e->group, strlen(e->group) };
@@ -345,15 +365,26 @@ bool rd_store_parse_hinted(const rd_reply_t *r, const void *kept, void *res, lon
            parse_messages(r, 1, n - 1, &m->messages, &m->count);
 }
 
-/* claim: {"ok", leased..., timer[, retry_ms]}; a library without the policy
- * answers no retry_ms. */
+/* claim: {"ok", leased..., timer[, retry_ms]}, and when it leased nothing
+ * {"ok", timer, retry_ms, policy_wait_ms, known}; a library without the
+ * policy answers no retry_ms. */
 bool rd_store_parse_claim(const rd_reply_t *r, const void *kept, void *res, long long *hint)
 {
     (void)kept;
     rd_store_messages_t *m = res;
+    m->policy_wait_ms = -1;
+    m->queue_known = true;
     if (!parse_outcome(r, &m->head)) return false;
     if (m->head.status != RD_STORE_OK) return true;
     size_t n = rd_reply_len(r);
+    if (n == 5 && rd_reply_type(rd_reply_at(r, 1)) == RD_REPLY_INTEGER) {
+        long long known;
+        if (!rd_reply_int(rd_reply_at(r, 3), &m->policy_wait_ms) ||
+            !rd_reply_int(rd_reply_at(r, 4), &known))
+            return false;
+        m->queue_known = known == 1;
+        n -= 2;
+    }
     if (n >= 3 && rd_reply_type(rd_reply_at(r, n - 2)) == RD_REPLY_INTEGER) {
         if (!rd_reply_int(rd_reply_at(r, n - 1), &m->retry_ms)) return false;
         n--;

@@ -1151,9 +1151,9 @@ test_policy_show_and_set() {
     expect_rc 0 "set one more"
     expect_eq "$(stat_of max_in_flight)" 5 "the others stay"
     expect_eq "$(stat_of max_retries)" 4 "max_retries set"
-    ctl policy "$q" --set max_retries=11
+    ctl policy "$q" --set max_retries=1001
     expect_rc 2 "max_retries out of range"
-    expect_match "$ERR" "max_retries: must be an integer between 1 and 10" "field and why"
+    expect_match "$ERR" "max_retries: must be an integer between 1 and 1000 or unlimited" "field and why"
     ctl policy "$q" --set backoff.jitter=some
     expect_rc 2 "bad jitter"
     ctl policy "$q" --set nosuch=1

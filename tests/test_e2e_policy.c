@@ -79,7 +79,7 @@ static void test_policy_get_put(void **state)
 
     rd_json_t *errors;
     http(&r, "PUT", policy_path(q),
-         "{\"max_retries\":11,\"backoff\":{\"base_seconds\":0,\"jitter\":\"half\"},"
+         "{\"max_retries\":1001,\"backoff\":{\"base_seconds\":0,\"jitter\":\"half\"},"
          "\"lease_seconds\":0,\"dead_ttl\":\"soon\",\"max_in_flight\":-1,"
          "\"rate_limit\":{\"per_second\":0}}");
     errors = expect_invalid(&r, policy_path(q), 8);
@@ -223,6 +223,102 @@ static void wait_subscribed(const char *q)
         if (e2e_mono_ms() - t0 > 5000) fail_msg("no subscription to %s's wake within 5 s", q);
         e2e_pause_ms(5);
     }
+}
+
+/* The SQS endpoint's policy fields over HTTP (docs/reference.md "Queue
+ * policy and flow control"): shown by GET with their defaults, set by PUT and
+ * PATCH, each checked; created_at and updated_at are the library's (a GET's
+ * answer sent back is taken). The enqueue's default delay and size limit,
+ * and a claim's default long poll, come from them. */
+static void test_sqs_policy_fields(void **state)
+{
+    (void)state;
+    char q[64];
+    e2e_queue_name(q, sizeof q, "sqspolicy");
+    e2e_response_t r = { 0 };
+    http(&r, "GET", policy_path(q), NULL);
+    rd_json_t *p = e2e_expect_json(&r, 200);
+    assert_string_equal(e2e_jstr(p, "lease_expiry"), "backoff");
+    assert_int_equal(e2e_jint(p, "delay_seconds"), 0);
+    e2e_jnull(p, "max_payload_bytes");
+    assert_int_equal(e2e_jint(p, "wait_seconds"), 0);
+    assert_false(rd_json_bool(e2e_jget(p, "sqs")));
+    assert_false(rd_json_bool(e2e_jget(p, "content_based_dedup")));
+    e2e_jnull(p, "created_at");
+    e2e_jnull(p, "updated_at");
+
+    long long before = e2e_wall_ms();
+    http(&r, "PUT", policy_path(q),
+         "{\"max_retries\":\"unlimited\",\"lease_expiry\":\"redeliver\",\"delay_seconds\":2,"
+         "\"max_payload_bytes\":1024,\"wait_seconds\":1,\"sqs\":true,"
+         "\"content_based_dedup\":true}");
+    p = e2e_expect_json(&r, 200);
+    assert_string_equal(e2e_jstr(p, "max_retries"), "unlimited");
+    assert_string_equal(e2e_jstr(p, "lease_expiry"), "redeliver");
+    assert_int_equal(e2e_jint(p, "delay_seconds"), 2);
+    assert_int_equal(e2e_jint(p, "max_payload_bytes"), 1024);
+    assert_int_equal(e2e_jint(p, "wait_seconds"), 1);
+    assert_true(rd_json_bool(e2e_jget(p, "sqs")));
+    assert_true(rd_json_bool(e2e_jget(p, "content_based_dedup")));
+    long long created = e2e_jint(p, "created_at");
+    assert_true(created >= before - 1000 && created <= e2e_wall_ms() + 1000);
+    assert_int_equal(e2e_jint(p, "updated_at"), created);
+    /* The answer sent back as it is: the same policy, the stamps ignored. */
+    char *back = strdup(r.body);
+    http(&r, "PUT", policy_path(q), back);
+    free(back);
+    p = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(p, "created_at"), created);
+    assert_string_equal(e2e_jstr(p, "lease_expiry"), "redeliver");
+
+    /* No delay_seconds: the policy's; the message's max_retries -1 is unlimited. */
+    http(&r, "POST", messages_path(q), "{\"payload\":\"later\"}");
+    p = e2e_expect_json(&r, 201);
+    assert_int_equal(e2e_jint(p, "max_retries"), -1);
+    assert_int_equal(e2e_jtime(p, "retry_after") - e2e_jtime(p, "created_at"), 2000);
+    /* A payload past max_payload_bytes: 413 on the field, naming the limit. */
+    char body[1200];
+    snprintf(body, sizeof body, "{\"payload\":\"%01025d\",\"delay_seconds\":0}", 0);
+    http(&r, "POST", messages_path(q), body);
+    p = e2e_expect_problem(&r, 413, "payload-too-large", messages_path(q));
+    rd_json_t *errors = e2e_jget(p, "errors");
+    assert_int_equal(rd_json_array_size(errors), 1);
+    assert_string_equal(e2e_jstr(rd_json_array_at(errors, 0), "field"), "payload");
+    assert_non_null(strstr(e2e_jstr(rd_json_array_at(errors, 0), "message"), "1024"));
+    assert_int_equal(queue_counter(q, "enqueued"), 1);
+
+    /* A claim without wait_seconds waits the policy's: parked until a send. */
+    e2e_conn_t c;
+    assert_int_equal(e2e_conn_open(&c, g_daemon.port), 0);
+    assert_int_equal(e2e_send_request(&c, "POST", e2e_fmt("/queues/%s/claim", q), NULL, NULL, 0),
+                     0);
+    wait_subscribed(q);
+    long long id = enqueue(q, "{\"payload\":\"now\",\"delay_seconds\":0}");
+    e2e_response_t lp = { 0 };
+    assert_int_equal(e2e_read_response(&c, &lp), 0);
+    assert_int_equal(e2e_jint(e2e_expect_json(&lp, 200), "id"), id);
+    e2e_response_free(&lp);
+    e2e_conn_close(&c);
+    /* wait_seconds 0 given: no wait. */
+    http(&r, "POST", e2e_fmt("/queues/%s/claim", q), "{\"wait_seconds\":0}");
+    assert_int_equal(r.status, 204);
+
+    http(&r, "PUT", policy_path(q),
+         "{\"lease_expiry\":\"never\",\"delay_seconds\":901,\"max_payload_bytes\":1023,"
+         "\"wait_seconds\":21,\"sqs\":\"yes\",\"content_based_dedup\":1,"
+         "\"max_retries\":\"forever\"}");
+    errors = expect_invalid(&r, policy_path(q), 7);
+    static const char *const fields[] = { "lease_expiry", "delay_seconds", "max_payload_bytes",
+                                          "wait_seconds", "sqs", "content_based_dedup",
+                                          "max_retries" };
+    for (size_t i = 0; i < 7; i++) expect_field_error(errors, fields[i], "invalid", NULL);
+    /* PATCH null puts one back to its default. */
+    http(&r, "PATCH", policy_path(q), "{\"delay_seconds\":null,\"max_retries\":1000}");
+    p = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(p, "delay_seconds"), 0);
+    assert_int_equal(e2e_jint(p, "max_retries"), 1000);
+    assert_int_equal(e2e_jint(p, "wait_seconds"), 1);
+    e2e_response_free(&r);
 }
 
 /* While paused nothing is leased (a long-poll waits, enqueue goes on); a
@@ -492,6 +588,7 @@ int main(void)
         T(test_policy_backoff_over_http),
         T(test_dead_letter_rules_seed_001),
         T(test_pause_and_resume),
+        T(test_sqs_policy_fields),
         T(test_patch_max_in_flight_zero_removes_cap),
         T(test_rate_limited_long_poll_sleeps),
         T(test_rate_limit_over_three_seconds),

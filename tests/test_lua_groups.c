@@ -56,20 +56,24 @@ static size_t claim_n(const queue_t *q, long long lease_ms, int count)
 }
 
 /* A claim as the daemon makes it (timer hints, the policy's lease): returns
- * how many, into g_msgs; *retry_ms gets the reply's last value, the ms until
- * a rate limit's next token (0 when no limit held the claim back). */
+ * how many, into g_msgs; *retry_ms gets the value after the hint, the ms
+ * until a rate limit's next token (0 when no limit held the claim back). A
+ * claim that leased nothing ends with two more (the policy's wait_ms, known). */
 static size_t claim_flow(const queue_t *q, int count, long long *retry_ms)
 {
     redisReply *r = fcall("claim", q, -1, "30000", num(count), "1", "default", END);
-    if (!has_code(r, "ok") || r->elements < 3 ||
-        r->element[r->elements - 1]->type != REDIS_REPLY_INTEGER ||
-        r->element[r->elements - 2]->type != REDIS_REPLY_INTEGER)
+    size_t n = 0;
+    while (r->type == REDIS_REPLY_ARRAY && 1 + n < r->elements &&
+           r->element[1 + n]->type == REDIS_REPLY_ARRAY)
+        n++;
+    if (!has_code(r, "ok") || r->elements != 1 + n + 2 + (n == 0 ? 2 : 0) ||
+        r->element[1 + n]->type != REDIS_REPLY_INTEGER ||
+        r->element[2 + n]->type != REDIS_REPLY_INTEGER)
         fail_msg("claim with flow: %s", reply_desc(r));
-    size_t n = r->elements - 3;
     assert_true(n <= sizeof g_msgs / sizeof g_msgs[0]);
     for (size_t i = 0; i < n; i++)
         msg_parse(r->element[1 + i], &g_msgs[i]);
-    *retry_ms = r->element[r->elements - 1]->integer;
+    *retry_ms = r->element[2 + n]->integer;
     freeReplyObject(r);
     return n;
 }
@@ -859,7 +863,8 @@ static void test_settle_claim_and_lost_claims(void **state)
     assert_int_equal(int_reply(fcall("release_lost", &q, -1, "n-1", END)), 0);
     redisReply *r = fcall("claim", &q, -1, "600000", "3", "1", "default", "", "n-1", END);
     assert_true(has_code(r, "ok"));
-    assert_int_equal(r->elements, 3);   /* no message, the hint, the rate's wait */
+    /* No message: the hint, the rate's wait, the policy's wait_ms, known. */
+    assert_int_equal(r->elements, 5);
     freeReplyObject(r);
     expect_group(&q, "a", 2, 0);
     expect_group(&q, "b", 1, 0);

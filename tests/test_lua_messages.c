@@ -1654,7 +1654,11 @@ static void test_priority_release_and_lost_claim(void **state)
     assert_int_equal(int_reply(fcall("release_lost", &q, -1, "n-1", END)), 0);
     redisReply *r = fcall("claim", &q, -1, "600000", "2", "1", "default", "", "n-1", END);
     assert_true(has_code(r, "ok"));
-    assert_int_equal(r->elements, 3);   /* no message, the hint, the rate's wait */
+    /* No message: the hint, the rate's wait, the policy's wait_ms (-1: none),
+     * known (1: the queue had messages). */
+    assert_int_equal(r->elements, 5);
+    assert_int_equal(r->element[3]->integer, -1);
+    assert_int_equal(r->element[4]->integer, 1);
     freeReplyObject(r);
     assert_true(zscore(qkey(&q, "3:priority"), 2) > 0);
     assert_int_equal(llen(qkey(&q, "3:due")), 1);   /* 4, priority 0 */

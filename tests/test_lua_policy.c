@@ -13,16 +13,20 @@
 /* ------------------------------------------------------------------------ */
 
 /* claim with the lease source (ARGV[4]): returns how many messages it leased
- * (ids into out) and the trailing retry_ms (ms until the next token). */
+ * (ids into out) and the retry_ms after the hint (ms until the next token).
+ * A claim that leased nothing ends with two more: the policy's wait_ms and
+ * whether the queue is known. */
 static size_t claim_gated(const queue_t *q, const char *lease_ms, int count, const char *source,
                           long long *ids, long long *retry_ms)
 {
     redisReply *r = fcall("claim", q, -1, lease_ms, num(count), "1", source, END);
     if (!has_code(r, "ok") || r->elements < 3)
         fail_msg("claim: %s", reply_desc(r));
-    size_t n = r->elements - 3;
-    assert_int_equal(r->element[r->elements - 1]->type, REDIS_REPLY_INTEGER);
-    *retry_ms = r->element[r->elements - 1]->integer;
+    size_t n = 0;
+    while (1 + n < r->elements && r->element[1 + n]->type == REDIS_REPLY_ARRAY) n++;
+    assert_int_equal(r->elements, 1 + n + 2 + (n == 0 ? 2 : 0));
+    assert_int_equal(r->element[1 + n + 1]->type, REDIS_REPLY_INTEGER);
+    *retry_ms = r->element[1 + n + 1]->integer;
     for (size_t i = 0; i < n; i++) {
         msg_t m;
         msg_parse(r->element[1 + i], &m);
@@ -106,7 +110,7 @@ static void test_policy_set_validation(void **state)
     queue_init(&q, "polvalid");
     policy_set(&q, "replace", "max_retries", "4");
     static const char *const bad[][2] = {
-        { "max_retries", "0" },           { "max_retries", "11" },
+        { "max_retries", "0" },           { "max_retries", "1001" },
         { "max_retries", "2.5" },         { "backoff.base_seconds", "3601" },
         { "backoff.max_seconds", "0" },   { "backoff.jitter", "some" },
         { "lease_seconds", "43201" },     { "dead_ttl", "-1" },
@@ -394,6 +398,297 @@ static void test_policy_retention(void **state)
     assert_int_equal(e[5], 0);
 }
 
+/* ------------------------------------------------------------------------ */
+/* The SQS endpoint's policy fields (docs/reference.md "Queue policy and    */
+/* flow control", docs/sqs.md section 3)                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Claims one message with a 1 ms lease and waits (on Redis's clock) until it
+ * has run out. */
+static void claim_and_let_lapse(const queue_t *q, long long id)
+{
+    msg_t m;
+    claim_one(q, 1, &m);
+    assert_int_equal(m.id, id);
+    wait_until_ms(zscore(qkey(q, "3:processing"), id) + 1);
+}
+
+/* lease_expiry "redeliver": a lease that runs out counts the attempt (retry
+ * count, the history's lease_expired, the death rule) but schedules no
+ * backoff: the message is claimable at once, by reclaim and by the tick.
+ * "backoff" (the default) schedules it by the table; an explicit fail keeps
+ * the backoff on a redeliver queue too. */
+static void test_lease_expiry_redeliver(void **state)
+{
+    queue_t q, b;
+    queue_init(&q, "redeliver");
+    queue_init(&b, "expirybackoff");
+    policy_set(&q, "replace", "lease_expiry", "redeliver", "max_retries", "3");
+    long long id = enqueue_ok(&q, "job", 3, 0);
+    claim_and_let_lapse(&q, id);
+    long long rc[2];
+    expect_ints(fcall("reclaim", &q, -1, "100", END), 2, rc);
+    assert_int_equal(rc[0], 1);
+    msg_t m;
+    claim_one(&q, 1, &m);   /* due at once: this claim promotes and takes it */
+    assert_int_equal(m.id, id);
+    assert_int_equal(msg_int(&m, "retry_count"), 1);
+    assert_string_equal(msg_str(&m, "history"), "1/1//lease expired;");
+    wait_until_ms(zscore(qkey(&q, "3:processing"), id) + 1);
+    long long t[TICK_N];
+    expect_ints(fcall("tick", &q, -1, "100", "0", "0", END), TICK_N, t);
+    assert_int_equal(t[1], 1);   /* reclaimed */
+    assert_int_equal(t[4], 1);   /* and claimable in the same tick */
+    assert_int_equal(llen(qkey(&q, "3:due")), 1);
+    claim_and_let_lapse(&q, id);
+    expect_ints(fcall("tick", &q, -1, "100", "0", "0", END), TICK_N, t);
+    expect_ok_msg(fcall("get", &q, id, END), &m);
+    assert_string_equal(msg_str(&m, "status"), "dead");   /* the third attempt: budget spent */
+    assert_int_equal(msg_int(&m, "retry_count"), 3);
+    assert_int_equal(counter(&q, "lease_expired"), 3);
+
+    /* An explicit failure keeps the backoff table on a redeliver queue. */
+    id = enqueue_ok(&q, "job", 3, 0);
+    claim_one(&q, 30000, &m);
+    fail_ok(&q, id, "e", "1", -1, &m);
+    assert_int_equal(msg_int(&m, "retry_after") - msg_int(&m, "updated_at"), 2000);
+
+    /* The default: the lease expiry is scheduled by the backoff table. */
+    id = enqueue_ok(&b, "job", 3, 0);
+    claim_and_let_lapse(&b, id);
+    expect_ints(fcall("reclaim", &b, -1, "100", END), 2, rc);
+    expect_ok_msg(fcall("get", &b, id, END), &m);
+    assert_int_equal(msg_int(&m, "retry_after") - msg_int(&m, "updated_at"), 2000);
+    assert_true(zscore(qkey(&b, "3:scheduled"), id) > 0);
+}
+
+/* Fails message id `times` times (retry_after 0: due at once), claiming it
+ * before each. */
+static void fail_times(const queue_t *q, long long id, int times, msg_t *m)
+{
+    for (int i = 0; i < times; i++) {
+        claim_one(q, 30000, m);
+        assert_int_equal(m->id, id);
+        fail_ok(q, id, "again", "1", 0, m);
+    }
+}
+
+/* max_retries up to 1000 and "unlimited" (-1 in the message): retry_count and
+ * max_retries read back exactly past the header's byte, and a message with
+ * max_retries M is delivered M times, the M-th failure kills it. */
+static void test_wide_retry_counters(void **state)
+{
+    queue_t q, u;
+    queue_init(&q, "wide");
+    queue_init(&u, "unlimited");
+    policy_set(&q, "replace", "max_retries", "300");
+    policy_set(&u, "replace", "max_retries", "unlimited");
+    msg_t m;
+    redisReply *r = fcall("enqueue", &q, -1, "job", "3", "0", "", "", "default", END);
+    assert_true(has_code(r, "ok"));
+    long long id = r->element[1]->integer;
+    freeReplyObject(r);
+    fail_times(&q, id, 299, &m);
+    expect_ok_msg(fcall("get", &q, id, END), &m);
+    assert_string_equal(msg_str(&m, "status"), "pending");
+    assert_int_equal(msg_int(&m, "retry_count"), 299);
+    assert_int_equal(msg_int(&m, "max_retries"), 300);
+    claim_one(&q, 30000, &m);   /* the 300th delivery */
+    assert_int_equal(msg_int(&m, "retry_count"), 299);
+    fail_ok(&q, id, "last", "1", 0, &m);
+    assert_string_equal(msg_str(&m, "status"), "dead");
+    assert_int_equal(msg_int(&m, "retry_count"), 300);
+
+    r = fcall("enqueue", &u, -1, "job", "3", "0", "", "1", "default", END);
+    assert_true(has_code(r, "ok") && r->elements == 5);
+    assert_int_equal(r->element[4]->integer, -1);   /* the max_retries it got */
+    id = r->element[1]->integer;
+    freeReplyObject(r);
+    fail_times(&u, id, 260, &m);
+    assert_string_equal(msg_str(&m, "status"), "pending");
+    claim_one(&u, 30000, &m);   /* the leased reply reads it exactly too */
+    assert_int_equal(msg_int(&m, "retry_count"), 260);
+    assert_int_equal(msg_int(&m, "max_retries"), -1);
+    /* A non-retryable failure still ends it. */
+    fail_ok(&u, id, "fatal", "0", -1, &m);
+    assert_string_equal(msg_str(&m, "status"), "dead");
+    assert_int_equal(msg_int(&m, "retry_count"), 261);
+    assert_int_equal(msg_int(&m, "max_retries"), -1);
+}
+
+/* The fields' ranges, and the stamps, which only the library writes. */
+static void test_policy_new_fields_validation(void **state)
+{
+    queue_t q;
+    queue_init(&q, "polnew");
+    static const char *const bad[][2] = {
+        { "lease_expiry", "later" },        { "delay_seconds", "901" },
+        { "delay_seconds", "-1" },          { "max_payload_bytes", "1023" },
+        { "max_payload_bytes", "1048577" }, { "wait_seconds", "21" },
+        { "sqs", "yes" },                   { "content_based_dedup", "1" },
+        { "max_retries", "Unlimited" },     { "created_at", "5" },
+        { "updated_at", "5" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        redisReply *r = fcall("policy_set", &q, -1, "merge", bad[i][0], bad[i][1], END);
+        if (!has_code(r, "invalid") || r->elements != 3 || strcmp(r->element[1]->str, bad[i][0]) != 0)
+            fail_msg("%s=%s: %s", bad[i][0], bad[i][1], reply_desc(r));
+        freeReplyObject(r);
+    }
+    assert_int_equal(exists(qkey(&q, "policy")), 0);
+    policy_set(&q, "replace", "lease_expiry", "redeliver", "delay_seconds", "900",
+               "max_payload_bytes", "1048576", "wait_seconds", "20", "sqs", "true",
+               "content_based_dedup", "false", "max_retries", "1000");
+    policy_set(&q, "merge", "delay_seconds", "0", "wait_seconds", "0", "max_payload_bytes", "1024",
+               "max_retries", "unlimited");
+    redisReply *r = rcmd("HGET", qkey(&q, "policy"), "max_retries", END);
+    assert_string_equal(r->str, "unlimited");
+    freeReplyObject(r);
+}
+
+static long long policy_stamp(const queue_t *q, const char *name)
+{
+    redisReply *r = rcmd("HGET", qkey(q, "policy"), name, END);
+    long long v = r->type == REDIS_REPLY_STRING ? atoll(r->str) : -1;
+    freeReplyObject(r);
+    return v;
+}
+
+/* created_at at the first set, updated_at at each set that changes a field;
+ * a policy set back to nothing is gone, stamps and all. */
+static void test_policy_stamps(void **state)
+{
+    queue_t q;
+    queue_init(&q, "polstamps");
+    long long before = redis_now_ms();
+    policy_set(&q, "replace", "delay_seconds", "5");
+    long long created = policy_stamp(&q, "created_at");
+    assert_true(created >= before && created <= redis_now_ms());
+    assert_int_equal(policy_stamp(&q, "updated_at"), created);
+    wait_until_ms(created + 2);
+    policy_set(&q, "merge", "delay_seconds", "5");   /* no change */
+    assert_int_equal(policy_stamp(&q, "updated_at"), created);
+    policy_set(&q, "merge", "wait_seconds", "3");
+    assert_int_equal(policy_stamp(&q, "created_at"), created);
+    assert_true(policy_stamp(&q, "updated_at") >= created + 2);
+    freeReplyObject(fcall("pause", &q, -1, "1", END));
+    freeReplyObject(fcall("pause", &q, -1, "0", END));
+    assert_int_equal(policy_stamp(&q, "created_at"), created);
+    redisReply *r = fcall("policy_set", &q, -1, "replace", END);
+    assert_true(has_code(r, "ok") && r->elements == 1);
+    freeReplyObject(r);
+    assert_int_equal(exists(qkey(&q, "policy")), 0);
+}
+
+/* Mode "create" writes the policy only when the queue has none, and answers
+ * the stored one either way. */
+static void test_policy_create(void **state)
+{
+    queue_t q;
+    queue_init(&q, "polcreate");
+    redisReply *r = fcall("policy_set", &q, -1, "create", "sqs", "true", "lease_expiry",
+                          "redeliver", END);
+    assert_true(has_code(r, "created"));
+    assert_int_equal(r->elements, 1 + 2 * 4);   /* the two fields and the two stamps */
+    freeReplyObject(r);
+    r = fcall("policy_set", &q, -1, "create", "sqs", "false", END);
+    assert_true(has_code(r, "exists"));
+    assert_int_equal(r->elements, 1 + 2 * 4);
+    bool redeliver = false;
+    for (size_t i = 1; i + 1 < r->elements; i += 2)
+        if (strcmp(r->element[i]->str, "lease_expiry") == 0)
+            redeliver = strcmp(r->element[i + 1]->str, "redeliver") == 0;
+    assert_true(redeliver);
+    freeReplyObject(r);
+    r = rcmd("HGET", qkey(&q, "policy"), "sqs", END);
+    assert_string_equal(r->str, "true");   /* unchanged */
+    freeReplyObject(r);
+    r = fcall("policy_set", &q, -1, "create", "wait_seconds", "99", END);
+    assert_true(has_code(r, "invalid"));
+    freeReplyObject(r);
+    r = fcall("policy_set", &q, -1, "merge", "sqs", "false", END);
+    assert_true(has_code(r, "ok"));   /* the other modes answer "ok" as before */
+    freeReplyObject(r);
+}
+
+/* delay_seconds: the delay of an enqueue whose ARGV[3] is "" (none given). */
+static void test_policy_delay_default(void **state)
+{
+    queue_t q;
+    queue_init(&q, "poldelay");
+    redisReply *r = fcall("enqueue", &q, -1, "now", "3", "", END);   /* no policy: 0 */
+    assert_true(has_code(r, "ok"));
+    freeReplyObject(r);
+    assert_int_equal(llen(qkey(&q, "3:ready")), 1);
+    policy_set(&q, "replace", "delay_seconds", "5");
+    msg_t m;
+    expect_enqueued(&q, fcall("enqueue", &q, -1, "later", "3", "", END), &m);
+    assert_int_equal(msg_int(&m, "retry_after") - msg_int(&m, "created_at"), 5000);
+    assert_true(zscore(qkey(&q, "3:scheduled"), m.id) > 0);
+    expect_enqueued(&q, fcall("enqueue", &q, -1, "given", "3", "0", END), &m);
+    assert_no_field(&m, "retry_after");   /* a delay given wins, 0 too */
+    expect_enqueued(&q, fcall("enqueue", &q, -1, "given", "3", "1000", END), &m);
+    assert_int_equal(msg_int(&m, "retry_after") - msg_int(&m, "created_at"), 1000);
+}
+
+/* max_payload_bytes: a longer payload is refused in the enqueue, nothing
+ * created; without it any payload is taken. */
+static void test_policy_max_payload_bytes(void **state)
+{
+    queue_t q;
+    queue_init(&q, "polsize");
+    static char big[2049];
+    memset(big, 'x', sizeof big - 1);
+    redisReply *r = fcall("enqueue", &q, -1, big, "3", "0", END);
+    assert_true(has_code(r, "ok"));
+    freeReplyObject(r);
+    policy_set(&q, "replace", "max_payload_bytes", "1024");
+    big[1025] = '\0';
+    r = fcall("enqueue", &q, -1, big, "3", "0", END);
+    if (!has_code(r, "too_large") || r->elements != 2 || r->element[1]->integer != 1024)
+        fail_msg("enqueue of 1025 bytes past 1024: %s", reply_desc(r));
+    freeReplyObject(r);
+    assert_int_equal(counter(&q, "enqueued"), 1);
+    big[1024] = '\0';
+    r = fcall("enqueue", &q, -1, big, "3", "0", END);
+    assert_true(has_code(r, "ok"));
+    freeReplyObject(r);
+    assert_int_equal(counter(&q, "enqueued"), 2);
+}
+
+/* A claim that leases nothing answers the policy's wait (ms, -1 when not set)
+ * and whether the queue is known (a policy, or it had messages). */
+static void expect_empty_claim(const queue_t *q, long long wait_ms, long long known)
+{
+    redisReply *r = fcall("claim", q, -1, "30000", "1", "1", "default", END);
+    if (!has_code(r, "ok") || r->elements != 5)
+        fail_msg("empty claim: %s", reply_desc(r));
+    assert_int_equal(r->element[3]->integer, wait_ms);
+    assert_int_equal(r->element[4]->integer, known);
+    freeReplyObject(r);
+}
+
+static void test_empty_claim_answers_wait_and_known(void **state)
+{
+    queue_t q, p;
+    queue_init(&q, "emptyclaim");
+    queue_init(&p, "emptywait");
+    expect_empty_claim(&q, -1, 0);
+    assert_int_equal(exists(qkey(&q, "stats")), 0);   /* it wrote nothing */
+    long long id = enqueue_ok(&q, "job", 3, 0);
+    msg_t m;
+    claim_one(&q, 30000, &m);
+    assert_int_equal(m.id, id);
+    expect_empty_claim(&q, -1, 1);
+    policy_set(&p, "replace", "wait_seconds", "7");
+    expect_empty_claim(&p, 7000, 1);
+    /* A claim that leases answers as before: hint and retry_ms after it. */
+    enqueue_ok(&p, "job", 3, 0);
+    redisReply *r = fcall("claim", &p, -1, "30000", "1", "1", "default", END);
+    assert_int_equal(r->elements, 4);
+    freeReplyObject(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -409,6 +704,14 @@ int main(void)
         cmocka_unit_test(test_rate_limit_bucket),
         cmocka_unit_test(test_rate_changed_mid_bucket),
         cmocka_unit_test(test_policy_retention),
+        cmocka_unit_test(test_lease_expiry_redeliver),
+        cmocka_unit_test(test_wide_retry_counters),
+        cmocka_unit_test(test_policy_new_fields_validation),
+        cmocka_unit_test(test_policy_stamps),
+        cmocka_unit_test(test_policy_create),
+        cmocka_unit_test(test_policy_delay_default),
+        cmocka_unit_test(test_policy_max_payload_bytes),
+        cmocka_unit_test(test_empty_claim_answers_wait_and_known),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -619,6 +619,55 @@ static void test_group_record_read_by_retryd_v5(void **state)
     freeReplyObject(rcmd("FUNCTION", "DELETE", "retryd_v5", END));
 }
 
+/* A record whose retry_count and max_retries are past the header's byte
+ * (max_retries unlimited, 256 failures) is read by the previous release's
+ * library without an error: retryd_v6 reads the header bytes alone and
+ * sees 255 for both (docs/storage.md); this release reads them exactly. */
+static void test_wide_counters_read_by_retryd_v6(void **state)
+{
+    (void)state;
+    size_t len = 0;
+    char *code = read_file("tests/fixtures/retryd_v6.lua", &len);
+    if (code == NULL) fail_msg("cannot read tests/fixtures/retryd_v6.lua (run from the source tree)");
+    load_library(code, len, true, "retryd_v6");
+    free(code);
+
+    queue_t q;
+    queue_init(&q, "widev6");
+    policy_set(&q, "replace", "max_retries", "unlimited");
+    redisReply *e = fcall("enqueue", &q, -1, "job", "3", "0", "", "", "default", END);
+    if (!has_code(e, "ok") || e->elements < 2) fail_msg("enqueue: %s", reply_desc(e));
+    long long id = e->element[1]->integer;
+    freeReplyObject(e);
+    msg_t m;
+    for (int i = 0; i < 256; i++) {
+        claim_one(&q, 30000, &m);
+        fail_ok(&q, id, "again", "1", 0, &m);
+    }
+    make_due(&q, id);
+
+    redisReply *r = fcall_lib("retryd_v6_", "get", &q, id, 0, NULL, NULL);
+    bool got = has_code(r, "ok") && r->elements == 2;
+    if (got) msg_parse(r->element[1], &m);
+    const char *desc = reply_desc(r);
+    if (!got) fail_msg("retryd_v6_get of a wide record: %s", desc);
+    freeReplyObject(r);
+    assert_int_equal(msg_int(&m, "retry_count"), 255);
+    assert_int_equal(msg_int(&m, "max_retries"), 255);
+    assert_string_equal(msg_str(&m, "payload"), "job");
+    expect_ok_msg(fcall("get", &q, id, END), &m);
+    assert_int_equal(msg_int(&m, "retry_count"), 256);
+    assert_int_equal(msg_int(&m, "max_retries"), -1);
+    /* Its claim leases it, as any message. */
+    const char *claim_args[] = { "30000", "1" };
+    r = fcall_lib("retryd_v6_", "claim", &q, -1, 2, claim_args, NULL);
+    got = has_code(r, "ok") && r->elements >= 2 && r->element[1]->type == REDIS_REPLY_ARRAY;
+    desc = reply_desc(r);
+    freeReplyObject(r);
+    if (!got) fail_msg("retryd_v6_claim of a wide record: %s", desc);
+    freeReplyObject(rcmd("FUNCTION", "DELETE", "retryd_v6", END));
+}
+
 /* A second connection subscribed to one channel. */
 static redisContext *subscribe(const char *channel)
 {
@@ -819,6 +868,7 @@ int main(void)
         cmocka_unit_test(test_snooze_history_bound),
         cmocka_unit_test(test_settle_claim_snoozed),
         cmocka_unit_test(test_group_record_read_by_retryd_v5),
+        cmocka_unit_test(test_wide_counters_read_by_retryd_v6),
         cmocka_unit_test(test_wake_channel),
         cmocka_unit_test(test_claim_that_promotes_more_than_it_takes_wakes),
         cmocka_unit_test(test_release_lost),

@@ -124,7 +124,7 @@ static void test_enqueue_defaults(void **state)
         assert_int_equal(req.payload_len, 1);
         assert_int_equal(req.max_retries, RD_MAX_RETRIES_DEFAULT);
         assert_int_equal(req.max_retries, 3);
-        assert_int_equal(req.delay_ms, 0);
+        assert_int_equal(req.delay_ms, -1);   /* none given: the policy's delay_seconds */
         rd_request_free(req.doc);
     }
 }
@@ -674,13 +674,13 @@ static void assert_claim_invalid(const char *body, const char *query, const char
 
 static void test_claim_defaults(void **state)
 {
-    assert_claim_ok(NULL, NULL, DEFAULT_LEASE_MS, 0, 1, false);
-    assert_claim_ok("", NULL, DEFAULT_LEASE_MS, 0, 1, false);
-    assert_claim_ok(" \r\n", "", DEFAULT_LEASE_MS, 0, 1, false);
-    assert_claim_ok("{}", NULL, DEFAULT_LEASE_MS, 0, 1, false);
+    assert_claim_ok(NULL, NULL, DEFAULT_LEASE_MS, -1, 1, false);
+    assert_claim_ok("", NULL, DEFAULT_LEASE_MS, -1, 1, false);
+    assert_claim_ok(" \r\n", "", DEFAULT_LEASE_MS, -1, 1, false);
+    assert_claim_ok("{}", NULL, DEFAULT_LEASE_MS, -1, 1, false);
     assert_claim_ok("{\"lease_seconds\":null,\"wait_seconds\":null,\"count\":null}", NULL,
-                    DEFAULT_LEASE_MS, 0, 1, false);
-    assert_claim_ok(NULL, "other=1", DEFAULT_LEASE_MS, 0, 1, false);
+                    DEFAULT_LEASE_MS, -1, 1, false);
+    assert_claim_ok(NULL, "other=1", DEFAULT_LEASE_MS, -1, 1, false);
 
     /* The default lease is the caller's, not a constant. */
     rd_claim_req_t req;
@@ -694,36 +694,36 @@ static void test_claim_body_fields(void **state)
 {
     assert_claim_ok("{\"lease_seconds\":60,\"wait_seconds\":5,\"count\":10}", NULL, 60000, 5000,
                     10, true);
-    assert_claim_ok("{\"lease_seconds\":1}", NULL, 1000, 0, 1, false);
-    assert_claim_ok("{\"lease_seconds\":43200}", NULL, 43200000LL, 0, 1, false);
+    assert_claim_ok("{\"lease_seconds\":1}", NULL, 1000, -1, 1, false);   /* -1: none given */
+    assert_claim_ok("{\"lease_seconds\":43200}", NULL, 43200000LL, -1, 1, false);
     assert_claim_ok("{\"wait_seconds\":0}", NULL, DEFAULT_LEASE_MS, 0, 1, false);
     assert_claim_ok("{\"wait_seconds\":30}", NULL, DEFAULT_LEASE_MS, 30000, 1, false);
-    assert_claim_ok("{\"count\":100}", NULL, DEFAULT_LEASE_MS, 0, 100, true);
+    assert_claim_ok("{\"count\":100}", NULL, DEFAULT_LEASE_MS, -1, 100, true);
     /* Batch form whenever count was given, even count 1. */
-    assert_claim_ok("{\"count\":1}", NULL, DEFAULT_LEASE_MS, 0, 1, true);
+    assert_claim_ok("{\"count\":1}", NULL, DEFAULT_LEASE_MS, -1, 1, true);
 }
 
 static void test_claim_query_fields(void **state)
 {
-    assert_claim_ok(NULL, "lease_seconds=5&count=3", 5000, 0, 3, true);
+    assert_claim_ok(NULL, "lease_seconds=5&count=3", 5000, -1, 3, true);
     assert_claim_ok("", "wait_seconds=30", DEFAULT_LEASE_MS, 30000, 1, false);
-    assert_claim_ok("{}", "count=1", DEFAULT_LEASE_MS, 0, 1, true);
-    assert_claim_ok(NULL, "count=%31%30", DEFAULT_LEASE_MS, 0, 10, true);
-    assert_claim_ok(NULL, "a=b&lease_seconds=43200&x", 43200000LL, 0, 1, false);
+    assert_claim_ok("{}", "count=1", DEFAULT_LEASE_MS, -1, 1, true);
+    assert_claim_ok(NULL, "count=%31%30", DEFAULT_LEASE_MS, -1, 10, true);
+    assert_claim_ok(NULL, "a=b&lease_seconds=43200&x", 43200000LL, -1, 1, false);
 }
 
 static void test_claim_body_wins_over_query(void **state)
 {
-    assert_claim_ok("{\"lease_seconds\":7}", "lease_seconds=5", 7000, 0, 1, false);
-    assert_claim_ok("{\"count\":2}", "count=9", DEFAULT_LEASE_MS, 0, 2, true);
+    assert_claim_ok("{\"lease_seconds\":7}", "lease_seconds=5", 7000, -1, 1, false);
+    assert_claim_ok("{\"count\":2}", "count=9", DEFAULT_LEASE_MS, -1, 2, true);
     assert_claim_ok("{\"wait_seconds\":1}", "wait_seconds=2&count=4", DEFAULT_LEASE_MS, 1000,
                     4, true);
     /* A null in the body leaves the query's value. */
-    assert_claim_ok("{\"lease_seconds\":null}", "lease_seconds=5", 5000, 0, 1, false);
+    assert_claim_ok("{\"lease_seconds\":null}", "lease_seconds=5", 5000, -1, 1, false);
     /* A bad body value is reported even when the query has a good one. */
     assert_claim_invalid("{\"lease_seconds\":0}", "lease_seconds=5", "lease_seconds");
     /* A good body value hides a bad query value. */
-    assert_claim_ok("{\"count\":5}", "count=1000", DEFAULT_LEASE_MS, 0, 5, true);
+    assert_claim_ok("{\"count\":5}", "count=1000", DEFAULT_LEASE_MS, -1, 5, true);
 }
 
 static void test_claim_out_of_range(void **state)
@@ -1939,7 +1939,7 @@ static void test_claim_worker(void **state)
                      RD_REQ_OK);
     assert_null(req.worker);    /* the query string does not carry it */
     rd_request_free(req.doc);
-    assert_claim_ok("{\"worker\":null}", NULL, DEFAULT_LEASE_MS, 0, 1, false);
+    assert_claim_ok("{\"worker\":null}", NULL, DEFAULT_LEASE_MS, -1, 1, false);
 
     name[128] = 'w';
     name[129] = '\0';

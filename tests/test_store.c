@@ -198,6 +198,89 @@ static void test_enqueue_claim_settle_get(void **state)
     fixture_close(f);
 }
 
+/* The results the SQS endpoint reads (docs/sqs.md section 5): create-only
+ * policy, the enqueue's size limit, and the empty claim's policy wait and
+ * whether the queue is known. */
+static struct {
+    int calls;
+    bool created;
+    int sqs;
+    long long wait_seconds;
+    rd_store_status_t status;
+} g_pol;
+
+static void on_policy_made(const rd_store_policy_t *res, void *arg)
+{
+    (void)arg;
+    g_pol.calls++;
+    g_pol.status = res->head.status;
+    g_pol.created = res->created;
+    g_pol.sqs = res->policy.sqs;
+    g_pol.wait_seconds = res->policy.wait_seconds;
+}
+
+static struct {
+    int calls;
+    rd_store_status_t status;
+    long long payload_limit, policy_wait_ms;
+    bool queue_known;
+    size_t count;
+} g_res;
+
+static void on_result(const rd_store_messages_t *res, void *arg)
+{
+    (void)arg;
+    g_res.calls++;
+    g_res.status = res->head.status;
+    g_res.payload_limit = res->payload_limit;
+    g_res.policy_wait_ms = res->policy_wait_ms;
+    g_res.queue_known = res->queue_known;
+    g_res.count = res->count;
+}
+
+static void test_policy_create_and_sqs_results(void **state)
+{
+    (void)state;
+    fixture_t *f = fixture_open(ut_test_redis_port(), 5000);
+    memset(&g_res, 0, sizeof g_res);
+    assert_int_equal(rd_store_claim(f->s.store, f->q, LEASE, 1, NULL, on_result, NULL), 0);
+    assert_true(ut_run_until(&f->loop, g_res.calls == 1, 5000));
+    assert_int_equal(g_res.count, 0);
+    assert_false(g_res.queue_known);   /* never heard of */
+    assert_int_equal(g_res.policy_wait_ms, -1);
+
+    rd_policy_t p;
+    rd_policy_init(&p);
+    p.sqs = 1;
+    p.wait_seconds = 4;
+    p.max_payload_bytes = 1024;
+    memset(&g_pol, 0, sizeof g_pol);
+    assert_int_equal(rd_store_policy_create(f->s.store, f->q, &p, on_policy_made, NULL), 0);
+    assert_true(ut_run_until(&f->loop, g_pol.calls == 1, 5000));
+    assert_int_equal(g_pol.status, RD_STORE_OK);
+    assert_true(g_pol.created);
+    p.wait_seconds = 9;
+    assert_int_equal(rd_store_policy_create(f->s.store, f->q, &p, on_policy_made, NULL), 0);
+    assert_true(ut_run_until(&f->loop, g_pol.calls == 2, 5000));
+    assert_false(g_pol.created);
+    assert_int_equal(g_pol.wait_seconds, 4);   /* the stored one */
+    assert_int_equal(g_pol.sqs, 1);
+
+    assert_int_equal(rd_store_claim(f->s.store, f->q, LEASE, 1, NULL, on_result, NULL), 0);
+    assert_true(ut_run_until(&f->loop, g_res.calls == 2, 5000));
+    assert_true(g_res.queue_known);
+    assert_int_equal(g_res.policy_wait_ms, 4000);
+
+    static char big[1100];
+    memset(big, 'x', sizeof big);
+    assert_int_equal(rd_store_enqueue(f->s.store, f->q, big, sizeof big, 0, -1, -1, 0, NULL, NULL,
+                                      on_result, NULL), 0);
+    assert_true(ut_run_until(&f->loop, g_res.calls == 3, 5000));
+    assert_int_equal(g_res.status, RD_STORE_TOO_LARGE);
+    assert_int_equal(g_res.payload_limit, 1024);
+    fixture_close(f);
+}
+
 /* Redis not ready: -1 at once, the callback never runs. */
 static void test_not_ready_fails_at_once(void **state)
 {
@@ -346,6 +429,7 @@ int main(void)
     rd_log_set_level(RD_LOG_ERROR + 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_enqueue_claim_settle_get),
+        cmocka_unit_test(test_policy_create_and_sqs_results),
         cmocka_unit_test(test_not_ready_fails_at_once),
         cmocka_unit_test(test_wrong_reply_shape_is_an_error),
         cmocka_unit_test(test_link_drop_mid_call),

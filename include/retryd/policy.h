@@ -16,7 +16,8 @@
 
 /* Every field is "not set" (its default applies) until given. */
 typedef struct rd_policy {
-    long long max_retries;      /* 0: not set (3) */
+    long long max_retries;      /* 0: not set (3); 1..RD_POLICY_MAX_RETRIES_MAX;
+                                   RD_POLICY_UNLIMITED: "unlimited" */
     long long base_seconds;     /* 0: not set (1) */
     long long max_seconds;      /* 0: not set (3600) */
     char jitter[8];             /* "": not set ("none") */
@@ -52,6 +53,17 @@ typedef struct rd_policy {
     double group_per_second;        /* 0: no rate limit per group */
     long long group_burst;
     int fifo_groups;                /* -1: not set (false); else 0 or 1 */
+    /* The SQS endpoint's fields (docs/reference.md "Queue policy and flow
+     * control", docs/sqs.md section 3). */
+    char lease_expiry[12];          /* "": not set ("backoff"); or "redeliver" */
+    long long delay_seconds;        /* -1: not set (0): an enqueue's default delay */
+    long long max_payload_bytes;    /* 0: not set (no limit beyond --max-body) */
+    long long wait_seconds;         /* -1: not set (0): a claim's default long poll */
+    int sqs;                        /* -1: not set (false); else 0 or 1 */
+    int content_based_dedup;        /* -1: not set (false); else 0 or 1 */
+    /* Written by the library's policy_set (ms), read-only: 0 when not set. */
+    long long created_at_ms;
+    long long updated_at_ms;
     /* The top-level fields the body gave as null (RD_POLICY_NULL_* bits): a
      * PATCH puts those back to their defaults (docs/reference.md "Queue
      * policy and flow control"). */
@@ -65,7 +77,8 @@ typedef struct rd_policy {
     X(max_retries) X(backoff) X(lease_seconds) X(dead_ttl) X(succeeded_ttl)            \
     X(max_in_flight) X(rate_limit) X(dead_letter_rules) X(alert_url) X(message_ttl)    \
     X(on_expiry) X(dead_letter_queue) X(group_max_in_flight) X(group_rate_limit)       \
-    X(fifo_groups)
+    X(fifo_groups) X(lease_expiry) X(delay_seconds) X(max_payload_bytes) X(wait_seconds) \
+    X(sqs) X(content_based_dedup)
 enum {
 #define RD_POLICY_NULL_BIT(name) RD_POLICY_NULL_INDEX_##name,
     RD_POLICY_FIELDS(RD_POLICY_NULL_BIT)
@@ -73,6 +86,15 @@ enum {
     RD_POLICY_FIELD_COUNT
 };
 #define RD_POLICY_NULL(name) (1u << RD_POLICY_NULL_INDEX_##name)
+
+/* max_retries of a policy: 1..1000, or "unlimited" (RD_POLICY_UNLIMITED;
+ * a message then has max_retries -1, docs/reference.md "Messages"). */
+#define RD_POLICY_MAX_RETRIES_MAX 1000
+#define RD_POLICY_UNLIMITED (-1)
+#define RD_POLICY_DELAY_SECONDS_MAX 900
+#define RD_POLICY_PAYLOAD_BYTES_MIN 1024
+#define RD_POLICY_PAYLOAD_BYTES_MAX 1048576
+#define RD_POLICY_WAIT_SECONDS_MAX 20
 
 /* message_ttl is at most 30 days, as ttl_seconds on enqueue. */
 #define RD_POLICY_MESSAGE_TTL_MAX 2592000
@@ -95,8 +117,8 @@ void rd_policy_init(rd_policy_t *p);
 /* Releases what a PUT's parse owns (the rules' JSON, the alert_url). */
 void rd_policy_free(rd_policy_t *p);
 
-/* Every field rd_policy_args can give: 16 pairs. */
-enum { RD_POLICY_ARGS_MAX = 32 };
+/* Every field rd_policy_args can give: 22 pairs. */
+enum { RD_POLICY_ARGS_MAX = 44 };
 /* The field, value pairs of the set fields, as policy_set takes them: names
  * into names[], values formatted into values[] (one per pair). Returns how
  * many strings (2 per field). The rules, the alert_url and the
@@ -113,8 +135,11 @@ bool rd_policy_from_pairs(rd_policy_t *p, const rd_str_t *pairs, size_t n);
  * "dead_ttl", "succeeded_ttl", "max_in_flight", "rate_limit": null | {...},
  * "dead_letter_rules": [...], "alert_url": null | "...", "message_ttl",
  * "on_expiry", "dead_letter_queue": null | "...", "group_max_in_flight",
- * "group_rate_limit": null | {...}, "fifo_groups"}: the effective policy,
- * defaults filled in. */
+ * "group_rate_limit": null | {...}, "fifo_groups", "lease_expiry",
+ * "delay_seconds", "max_payload_bytes": null | n, "wait_seconds", "sqs",
+ * "content_based_dedup", "created_at": null | ms, "updated_at": null | ms}:
+ * the effective policy, defaults filled in; max_retries is a number or
+ * "unlimited". */
 void rd_policy_write_json(rd_jsonw_t *w, const rd_policy_t *p, const rd_policy_defaults_t *d,
                           const char *queue, size_t queue_len);
 

@@ -24,7 +24,7 @@ typedef struct rd_enqueue_req {
     size_t payload_len;
     int max_retries;
     bool max_retries_given;   /* false: the queue's policy decides (docs/reference.md "Queue policy and flow control") */
-    long long delay_ms;
+    long long delay_ms;       /* -1 unless delay_seconds is given: the policy's delay_seconds */
     long long ttl_ms;             /* -1 unless ttl_seconds given: the policy's message_ttl applies */
     int priority;                 /* 0 unless given */
     const char *idempotency_key;  /* NULL when absent; 1-255 bytes */
@@ -38,7 +38,7 @@ typedef struct rd_claim_req {
     rd_json_t *doc;
     long long lease_ms;       /* the daemon default unless given */
     bool lease_given;         /* false: the queue's policy overrides that default */
-    long long wait_ms;        /* 0 unless given */
+    long long wait_ms;        /* -1 unless given: the queue policy's wait_seconds applies */
     int count;                /* 1 unless given */
     bool batch;               /* count was given: answer {messages:[...]} */
     const char *worker;       /* NULL when absent; 1-RD_WORKER_MAX bytes of UTF-8 */

@@ -44,6 +44,8 @@ typedef enum rd_store_status {
     RD_STORE_UNAVAILABLE,     /* not done: not sent after all (cluster redirects ran out),
                                  or a read whose link dropped (a read has no outcome) */
     RD_STORE_ERROR,           /* Redis answered something we did not expect; see detail */
+    RD_STORE_TOO_LARGE,       /* enqueue: the payload is longer than the queue policy's
+                                 max_payload_bytes (rd_store_messages_t.payload_limit) */
 } rd_store_status_t;
 
 /* Every result starts with this head: how the operation went. Each
@@ -62,6 +64,12 @@ typedef struct rd_store_messages {
     size_t count;
     long long retry_ms;       /* claim: when the queue's rate limit held it back, the ms
                                  until its next token is due; else 0 */
+    /* claim, only when it leased nothing (else -1 and true): the queue
+     * policy's wait_seconds in ms (-1: not set), and whether the queue is
+     * known (it has a policy, or it ever had a message). */
+    long long policy_wait_ms;
+    bool queue_known;
+    long long payload_limit;  /* enqueue, RD_STORE_TOO_LARGE: max_payload_bytes */
 } rd_store_messages_t;
 
 /* list. */
@@ -87,6 +95,8 @@ typedef struct rd_store_settled {
     size_t settled;
     rd_message_t *messages;
     size_t count;
+    long long policy_wait_ms; /* as rd_store_messages_t's: when its claim leased nothing */
+    bool queue_known;
 } rd_store_settled_t;
 
 /* release. */
@@ -175,6 +185,8 @@ typedef struct rd_store_done {
 typedef struct rd_store_policy {
     rd_store_head_t head;
     rd_policy_t policy;
+    bool created;             /* rd_store_policy_create: it wrote the policy (else the
+                                 queue had one, answered unchanged) */
 } rd_store_policy_t;
 
 /* One number: register, alerts_ack, redrive_done, redrive_forget. */
@@ -295,7 +307,10 @@ typedef struct rd_lease {
     bool given;               /* false: the request gave none (the policy's wins) */
 } rd_lease_t;
 
-/* ttl_ms -1: none given (the queue policy's message_ttl applies); priority
+/* delay_ms -1: none given (the queue policy's delay_seconds applies, else 0).
+ * A payload longer than the policy's max_payload_bytes answers
+ * RD_STORE_TOO_LARGE (res->payload_limit), nothing created.
+ * ttl_ms -1: none given (the queue policy's message_ttl applies); priority
  * 0-9 (docs/reference.md "Priority"); group NULL or "" for none, else
  * 1-RD_GROUP_MAX bytes (docs/reference.md "Fairness groups");
  * idempotency_key NULL for none. */
@@ -491,6 +506,13 @@ int rd_store_config_get(rd_store_t *st, const char *pattern, rd_store_strings_cb
 int rd_store_policy_get(rd_store_t *st, rd_store_queue_t q, rd_store_policy_cb cb, void *arg);
 int rd_store_policy_set(rd_store_t *st, rd_store_queue_t q, const rd_policy_t *p,
                         rd_store_policy_cb cb, void *arg);
+/* Writes p (as a PUT would) only when the queue has no policy yet, and
+ * answers the policy stored now either way, res->created saying which
+ * (SQS's CreateQueue compares the attributes itself). Registers the queue as
+ * policy_set does. A field the library refuses answers RD_STORE_ERROR with
+ * its reason in detail, as policy_set. */
+int rd_store_policy_create(rd_store_t *st, rd_store_queue_t q, const rd_policy_t *p,
+                           rd_store_policy_cb cb, void *arg);
 int rd_store_pause(rd_store_t *st, rd_store_queue_t q, bool paused, rd_store_policy_cb cb,
                    void *arg);
 
