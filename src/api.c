@@ -677,9 +677,11 @@ static void handle_enqueue(call_t *c)
         rd_api_answer_parse_failure(c, r, &errs);
         return;
     }
-    int rc = rd_store_enqueue(c->api->store, rd_api_queue_of(c), e.payload, e.payload_len,
-                              e.max_retries_given ? e.max_retries : 0, e.delay_ms, e.ttl_ms,
-                              e.priority, e.group, e.idempotency_key, on_enqueued, c);
+    rd_enqueue_t in = { .payload = e.payload, .len = e.payload_len,
+                        .max_retries = e.max_retries_given ? e.max_retries : 0,
+                        .delay_ms = e.delay_ms, .ttl_ms = e.ttl_ms, .priority = e.priority,
+                        .group = e.group, .idempotency_key = e.idempotency_key };
+    int rc = rd_store_enqueue(c->api->store, rd_api_queue_of(c), &in, on_enqueued, c);
     rd_request_free(e.doc);
     rd_api_started(c, rc);
 }

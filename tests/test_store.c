@@ -138,7 +138,9 @@ static void test_enqueue_claim_settle_get(void **state)
     fixture_t *f = fixture_open(ut_test_redis_port(), 5000);
     got_t enq = { 0 }, claim = { 0 }, settle = { 0 }, get = { 0 }, again = { 0 };
 
-    assert_int_equal(rd_store_enqueue(f->s.store, f->q, "hello", 5, 0, 0, -1, 0, NULL, NULL, on_messages, &enq), 0);
+    assert_int_equal(rd_store_enqueue(f->s.store, f->q,
+            &(rd_enqueue_t){ .payload = "hello", .len = 5, .ttl_ms = -1 },
+            on_messages, &enq), 0);
     assert_true(ut_run_until(&f->loop, enq.calls == 1, 5000));
     assert_int_equal(enq.status, RD_STORE_OK);
     assert_int_equal(enq.count, 1);
@@ -152,8 +154,12 @@ static void test_enqueue_claim_settle_get(void **state)
 
     /* The same idempotency key twice: the original comes back. */
     got_t k1 = { 0 }, k2 = { 0 };
-    assert_int_equal(rd_store_enqueue(f->s.store, f->q, "k", 1, 0, 0, -1, 0, NULL, "key-1", on_messages, &k1), 0);
-    assert_int_equal(rd_store_enqueue(f->s.store, f->q, "k", 1, 0, 0, -1, 0, NULL, "key-1", on_messages, &k2), 0);
+    assert_int_equal(rd_store_enqueue(f->s.store, f->q,
+            &(rd_enqueue_t){ .payload = "k", .len = 1, .ttl_ms = -1, .idempotency_key = "key-1" },
+            on_messages, &k1), 0);
+    assert_int_equal(rd_store_enqueue(f->s.store, f->q,
+            &(rd_enqueue_t){ .payload = "k", .len = 1, .ttl_ms = -1, .idempotency_key = "key-1" },
+            on_messages, &k2), 0);
     assert_true(ut_run_until(&f->loop, k2.calls == 1, 5000));
     assert_int_equal(k1.status, RD_STORE_OK);
     assert_int_equal(k2.status, RD_STORE_DUPLICATE);
@@ -210,7 +216,9 @@ static void test_not_ready_fails_at_once(void **state)
     char qb[64];
     rd_store_queue_t q = ut_queue(qb, sizeof qb, "nr");
     got_t g = { 0 };
-    assert_int_equal(rd_store_enqueue(s.store, q, "x", 1, 0, 0, -1, 0, NULL, NULL, on_messages, &g), -1);
+    assert_int_equal(rd_store_enqueue(s.store, q,
+            &(rd_enqueue_t){ .payload = "x", .len = 1, .ttl_ms = -1 },
+            on_messages, &g), -1);
     assert_true(ut_run_until(&loop, atomic_load(&g_fake.accepts) >= 1, 5000));
     assert_int_equal(rd_store_get(s.store, q, 1, on_messages, &g), -1);
     assert_int_equal(rd_store_ping(s.store, on_status, &g), -1);
@@ -253,7 +261,9 @@ static void test_wrong_reply_shape_is_an_error(void **state)
         fake_answer(shapes[i]);
         got_t enq = { 0 }, claim = { 0 }, get = { 0 }, settle = { 0 };
         int writes = g_written.calls;
-        assert_int_equal(rd_store_enqueue(f->s.store, f->q, "x", 1, 0, 0, -1, 0, NULL, NULL, on_messages, &enq), 0);
+        assert_int_equal(rd_store_enqueue(f->s.store, f->q,
+                &(rd_enqueue_t){ .payload = "x", .len = 1, .ttl_ms = -1 },
+                on_messages, &enq), 0);
         assert_int_equal(rd_store_claim(f->s.store, f->q, LEASE, 5, NULL, on_messages, &claim), 0);
         assert_int_equal(rd_store_get(f->s.store, f->q, 1, on_messages, &get), 0);
         rd_settlement_t item = { .id = 1, .failed = true, .error = "e", .retryable = true,
@@ -307,7 +317,9 @@ static void test_link_drop_mid_call(void **state)
     fixture_t *f = fixture_open(g_fake.port, 5000);
     got_t enq = { 0 }, get = { 0 };
     long long sent = e2e_mono_ms();
-    assert_int_equal(rd_store_enqueue(f->s.store, f->q, "x", 1, 0, 0, -1, 0, NULL, NULL, on_messages, &enq), 0);
+    assert_int_equal(rd_store_enqueue(f->s.store, f->q,
+            &(rd_enqueue_t){ .payload = "x", .len = 1, .ttl_ms = -1 },
+            on_messages, &enq), 0);
     assert_int_equal(rd_store_get(f->s.store, f->q, 1, on_messages, &get), 0);
     assert_true(ut_run_until(&f->loop, enq.calls == 1 && get.calls == 1, 5000));
     assert_int_equal(enq.status, RD_STORE_LOST);
