@@ -27,7 +27,7 @@ PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
 # Modules shared by the daemon and the tests (everything but main).
 LIB_SRC := alloc buf utf8 hex log config keys json jsonw problem policy http http_write router redis cluster backend store store_settings store_replies \
-           registry lost_claims fanout replay durability coalesce waiters metrics auth ui \
+           registry lost_claims fanout replay queue_clear durability coalesce waiters metrics auth ui \
            webhook alerts redrive dlq \
            message request request_policy api api_policy api_groups promoter
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o) $(BUILD)/lua_library.o $(BUILD)/ui_assets.o $(BUILD)/openapi_doc.o \

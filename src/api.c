@@ -20,6 +20,7 @@
 #include "retryd/metrics.h"
 #include "retryd/policy.h"
 #include "retryd/problem.h"
+#include "retryd/queue_clear.h"
 #include "retryd/redrive.h"
 #include "retryd/replay.h"
 #include "retryd/request.h"
@@ -873,6 +874,22 @@ static void handle_delete(call_t *c)
                                       c));
 }
 
+/* DELETE /queues/{q}: every key of the queue, in bounded calls
+ * (src/queue_clear.c), then its registry entries. */
+static void on_dropped(const rd_store_cleared_t *res, void *arg)
+{
+    call_t *c = arg;
+    if (rd_api_respond_store_failure(c, &res->head)) return;
+    rd_http_respond(c->ex, 204, NULL, NULL, NULL, 0);
+    call_free(c);
+}
+
+static void handle_drop_queue(call_t *c)
+{
+    rd_api_started(c, rd_queue_clear(c->api->store, rd_api_queue_of(c), RD_QUEUE_DROP,
+                                     client_not_gone, on_dropped, c));
+}
+
 static void handle_succeed_many(call_t *c)
 {
     rd_field_errors_t errs = { .count = 0 };
@@ -1046,6 +1063,7 @@ const rd_route_t rd_api_routes[] = {
     { RD_HTTP_DELETE, "/queues/{q}/messages/{id}", handle_delete, 0 },
     { RD_HTTP_POST, "/queues/{q}/replay", handle_replay_many, 0 },
     { RD_HTTP_GET, "/queues", handle_queues, 0 },
+    { RD_HTTP_DELETE, "/queues/{q}", handle_drop_queue, 0 },
     { RD_HTTP_GET, "/queues/{q}/stats", handle_stats, 0 },
     { RD_HTTP_GET, "/queues/{q}/groups", rd_api_handle_groups, 0 },
     { RD_HTTP_GET, "/queues/{q}/policy", rd_api_handle_policy_get, 0 },
