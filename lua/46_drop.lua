@@ -120,7 +120,8 @@ do
   -- (with each record its idempotency key and redrive marker).
   -- Returns {"more", deleted}: call again; {"unregister", deleted}: nothing is
   -- left but the mark and the pause: run queue_forget, then call again with
-  -- "unregistered"; {"done", deleted}: the queue's keys are gone (a later
+  -- "unregistered" (a message that came meanwhile is deleted, and the
+  -- answer is "unregister" again); {"done", deleted}: the queue's keys are gone (a later
   -- enqueue makes a new queue, id 1). A claim's lost-answer record
   -- (k.claims, 15 s) and an idempotency key whose message retention deleted
   -- earlier expire by themselves.
@@ -140,7 +141,9 @@ do
       rest[#rest + 1] = key
     end
     redis.call('UNLINK', unpack(rest))
-    if mode ~= 'unregistered' then return { 'unregister', c.deleted } end
+    -- Done only when nothing came since the caller's queue_forget: an
+    -- enqueue meanwhile may have registered the queue again.
+    if mode ~= 'unregistered' or c.deleted > 0 then return { 'unregister', c.deleted } end
     redis.call('UNLINK', k.policy, k.bucket, k.dropping)
     return { 'done', c.deleted }
   end
