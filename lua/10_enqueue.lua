@@ -86,27 +86,28 @@ do
     local group = args[9]
     if group == '' then group = nil end
     if group and not flow.valid_group(group) then return bad_arg('group') end
-    local attributes, window, flags = args[10], args[11], args[12]
-    if attributes == '' then attributes = nil end
-    if attributes and #attributes > MAX_ATTRIBUTE_BYTES then return bad_arg('attributes') end
-    if window == nil or window == '' or window == '0' then
-      window = IDEMPOTENCY_TTL_MS
-    else
-      window = to_int(window)
-      if window == nil or window < 1 or window > IDEMPOTENCY_TTL_MS then
-        return bad_arg('idempotency_window_ms')
+    -- ARGV[10..12]: one test when they are not given (the HTTP API's enqueue).
+    local attributes, window, first_receive = args[10], IDEMPOTENCY_TTL_MS, nil
+    if attributes then
+      if attributes == '' then attributes = nil end
+      if attributes and #attributes > MAX_ATTRIBUTE_BYTES then return bad_arg('attributes') end
+      local w, flags = args[11], args[12]
+      if w and w ~= '' and w ~= '0' then
+        window = to_int(w)
+        if window == nil or window < 1 or window > IDEMPOTENCY_TTL_MS then
+          return bad_arg('idempotency_window_ms')
+        end
       end
-    end
-    local first_receive = nil
-    if flags and flags ~= '' then
-      if string.find(flags, '[^ef]') then return bad_arg('flags') end
-      -- The queue must exist: only the queue's own keys can say so in its
-      -- slot (the registry is another slot), so a policy or a message ever (seq).
-      if string.find(flags, 'e', 1, true) and (redis.call('EXISTS', k.dropping) == 1
-         or redis.call('EXISTS', k.policy, k.seq) == 0) then
-        return { 'not_found' }
+      if flags and flags ~= '' then
+        if string.find(flags, '[^ef]') then return bad_arg('flags') end
+        -- The queue must exist: only the queue's own keys can say so in its
+        -- slot (the registry is another slot), so a policy or a message ever (seq).
+        if string.find(flags, 'e', 1, true) and (redis.call('EXISTS', k.dropping) == 1
+           or redis.call('EXISTS', k.policy, k.seq) == 0) then
+          return { 'not_found' }
+        end
+        if string.find(flags, 'f', 1, true) then first_receive = 0 end
       end
-      if string.find(flags, 'f', 1, true) then first_receive = 0 end
     end
     max_retries = flow.max_retries(k, max_retries, args[6] == 'default')
 
@@ -132,7 +133,10 @@ do
     if priority > 0 then m.priority = priority end
     if group then m.group = group end
     if idem_key then m.idempotency_key = idem end
-    m.attributes, m.first_receive = attributes, first_receive
+    -- Set only when given: a nil stored into a key the table lacks makes Lua
+    -- 5.1 grow (rehash) it.
+    if attributes then m.attributes = attributes end
+    if first_receive then m.first_receive = first_receive end
     if ttl_ms == nil then ttl_ms = flow.message_ttl_ms(k) end   -- none given: the policy's
     if ttl_ms then m.expires_at = now + ttl_ms end
     -- The expiry's time is on the timer's schedule: the tick ends it then.
