@@ -141,6 +141,11 @@ do
       rest[#rest + 1] = key
     end
     redis.call('UNLINK', unpack(rest))
+    -- What this Lua state knows of the queue's features (groups, priorities)
+    -- went with its keys: a queue of the same name starts afresh.
+    for _, known in ipairs({ k.known, k.v2 }) do
+      for key in pairs(known) do known[key] = nil end
+    end
     -- Done only when nothing came since the caller's queue_forget: an
     -- enqueue meanwhile may have registered the queue again.
     if mode ~= 'unregistered' or c.deleted > 0 then return { 'unregister', c.deleted } end

@@ -185,6 +185,31 @@ static void test_drop_queue_enqueue_meanwhile(void **state)
     assert_int_equal(keys_of(&q), 0);
 }
 
+/* A queue dropped after it used groups and priorities: the new queue of the
+ * same name starts afresh, its claims spend nothing on either (this Lua
+ * state's knowledge of the old one went with the drop). */
+static void test_drop_forgets_what_the_queue_used(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "dropknown");
+    freeReplyObject(fcall("enqueue", &q, -1, "g", "3", "0", "", "", "", "", "4", "grp", END));
+    msg_t m;
+    claim_one(&q, 30000, &m);
+    for (;;) {
+        redisReply *r = fcall("drop_queue", &q, -1, "unregistered", END);
+        bool done = strcmp(r->element[0]->str, "done") == 0;
+        freeReplyObject(r);
+        if (done) break;
+    }
+    assert_int_equal(enqueue_ok(&q, "plain", 3, 0), 1);
+    claim_one(&q, 30000, &m);
+    assert_string_equal(msg_str(&m, "payload"), "plain");
+    assert_int_equal(exists(qkey(&q, "3:rotation")), 0);
+    assert_int_equal(exists(qkey(&q, "3:rotating")), 0);
+    assert_int_equal(counter(&q, "priorities"), 0);
+}
+
 /* purge_all: every message in every state goes, in bounded calls; the
  * queue's policy, tags and counters stay, the counts end at 0, and a
  * settlement of a purged leased message answers not_found. */
@@ -351,6 +376,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_drop_queue_every_state),
         cmocka_unit_test(test_drop_queue_enqueue_meanwhile),
+        cmocka_unit_test(test_drop_forgets_what_the_queue_used),
         cmocka_unit_test(test_purge_all_every_state),
         cmocka_unit_test(test_tags),
         cmocka_unit_test(test_dlq_sources),
