@@ -24,10 +24,13 @@ do
     return c.left > 0 and c.bytes < REPLY_BYTES
   end
 
-  -- Deletes the records of ids (strings). Returns whether the batch has room.
+  -- Deletes the records of ids (strings) in order, until the batch has read
+  -- REPLY_BYTES of records (always at least one). Returns how many it took:
+  -- the caller removes those from their index, the rest stay for the next call.
   local function delete_records(c, ids)
     local base = c.base
     for i = 1, #ids do
+      if c.bytes >= REPLY_BYTES then return i - 1 end
       local id = ids[i]
       local mkey = message_key(base, id)
       if c.drop then
@@ -45,7 +48,33 @@ do
       end
       c.deleted = c.deleted + redis.call('UNLINK', mkey)
     end
-    return spend(c, #ids)
+    return #ids
+  end
+
+  -- The ids of a ZSET from its lowest score, their records, then the ids
+  -- (also from also, a second index holding them). Returns whether the ZSET
+  -- is empty and the batch has room.
+  local function clear_zset(c, key, also)
+    while true do
+      local ids = redis.call('ZRANGE', key, '0', int_arg(c.left - 1))
+      if #ids == 0 then return true end
+      local n = delete_records(c, ids)
+      if n == 0 then return false end   -- the bytes ran out (ranks 0..-1 are all)
+      redis.call('ZREMRANGEBYRANK', key, '0', int_arg(n - 1))
+      if also then redis.call('ZREM', also, unpack(ids, 1, n)) end
+      if not spend(c, n) or n < #ids then return false end
+    end
+  end
+
+  -- The same for a LIST, from its left end.
+  local function clear_list(c, key)
+    while true do
+      local ids = redis.call('LRANGE', key, '0', int_arg(c.left - 1))
+      if #ids == 0 then return true end
+      local n = delete_records(c, ids)
+      redis.call('LTRIM', key, int_arg(n), '-1')
+      if not spend(c, n) or n < #ids then return false end
+    end
   end
 
   -- The fairness groups (docs/fairness.md): each group's claimable ids with
@@ -56,14 +85,8 @@ do
       local g = redis.call('ZRANGE', k.group_names, '0', '0')[1]
       if not g then return true end
       local set = k.group_ids .. g
-      local rows = redis.call('ZPOPMIN', set, int_arg(c.left))
-      local ids = {}
-      for i = 1, #rows, 2 do ids[#ids + 1] = rows[i] end
-      if #ids > 0 then
-        redis.call('ZREM', k.grouped, unpack(ids))
-        if not delete_records(c, ids) then return false end
-      end
-      redis.call('UNLINK', set, k.group_bucket .. g)
+      if not clear_zset(c, set, k.grouped) then return false end
+      redis.call('UNLINK', k.group_bucket .. g)
       redis.call('ZREM', k.group_names, g)
       if not spend(c, 1) then return false end
     end
@@ -77,22 +100,12 @@ do
     local o = old_keys(k)
     local lists = { k.due, k.ready, o.due, o.ready }
     for i = 1, #lists do
-      while true do
-        local ids = redis.call('LPOP', lists[i], int_arg(c.left))
-        if not ids then break end
-        if not delete_records(c, ids) then return false end
-      end
+      if not clear_list(c, lists[i]) then return false end
     end
     local sets = { k.priority, k.grouped, k.scheduled, k.processing, k.succeeded, k.dead,
                    k.redriving, k.expiring, o.scheduled, o.processing, o.succeeded, o.dead }
     for i = 1, #sets do
-      while true do
-        local rows = redis.call('ZPOPMIN', sets[i], int_arg(c.left))
-        if #rows == 0 then break end
-        local ids = {}
-        for j = 1, #rows, 2 do ids[#ids + 1] = rows[j] end
-        if not delete_records(c, ids) then return false end
-      end
+      if not clear_zset(c, sets[i]) then return false end
     end
     return true
   end

@@ -214,6 +214,44 @@ static void test_drop_queue_enqueue_meanwhile(void **state)
     assert_int_equal(keys_of(&q), 0);
 }
 
+/* Large records: a drop call reads at most about REPLY_BYTES (4 MiB) of
+ * them, so 40 of 256 KiB (10 MiB) take several calls, each leaving the
+ * rest where it was. */
+static void test_drop_queue_bounded_by_bytes(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "dropbig");
+    size_t n = 256 * 1024;
+    char *big = malloc(n);
+    assert_non_null(big);
+    memset(big, 'b', n);
+    for (int i = 0; i < 40; i++) {
+        const char *args[] = { big, "3", "0", "" };
+        const size_t lens[] = { n, 1, 1, 0 };
+        freeReplyObject(fcall_bin("enqueue", &q, -1, 4, args, lens));
+        if (i % 2) freeReplyObject(fcall("enqueue", &q, -1, "s", "3", "600000", "", END));
+    }
+    free(big);
+    int calls = 0;
+    long long deleted = 0, first = -1;
+    for (;;) {
+        redisReply *r = fcall("drop_queue", &q, -1, "unregistered", END);
+        long long d = r->element[1]->integer;
+        bool done = strcmp(r->element[0]->str, "done") == 0;
+        freeReplyObject(r);
+        deleted += d;
+        if (first < 0) first = d;
+        calls++;
+        if (done) break;
+        assert_true(calls < 100);
+    }
+    assert_int_equal(deleted, 60);
+    assert_int_equal(first, 16);   /* the ready list's first 16 records of 256 KiB: 4 MiB */
+    assert_true(calls >= 3);
+    assert_int_equal(keys_of(&q), 0);
+}
+
 /* A queue dropped after it used groups and priorities: the new queue of the
  * same name starts afresh, its claims spend nothing on either (this Lua
  * state's knowledge of the old one went with the drop). */
@@ -406,6 +444,7 @@ int main(void)
         cmocka_unit_test(test_drop_queue_every_state),
         cmocka_unit_test(test_drop_queue_enqueue_meanwhile),
         cmocka_unit_test(test_drop_forgets_what_the_queue_used),
+        cmocka_unit_test(test_drop_queue_bounded_by_bytes),
         cmocka_unit_test(test_purge_all_every_state),
         cmocka_unit_test(test_tags),
         cmocka_unit_test(test_dlq_sources),
