@@ -131,6 +131,8 @@ do
                                            -- will tick this queue (need_timer)
       policy     = base .. ':policy',      -- HASH: the queue's policy (03_policy.lua)
       bucket     = base .. ':bucket',      -- STRING "<tokens> <at>": its rate limit's bucket
+      tags       = base .. ':tags',        -- HASH tag -> value (66_tags.lua)
+      dropping   = base .. ':dropping',    -- STRING: a drop_queue runs (46_drop.lua)
       claims     = base .. ':claim:',      -- + a claim's nonce: STRING "<id> <token> ..." of
                                            -- what it leased, for LOST_CLAIM_KEEP_MS
                                            -- (release_lost, 35_batch.lua)
@@ -200,6 +202,13 @@ do
   -- "<base>:idem:<key>" STRING -> id of the message enqueued with that key.
   local function idempotency_key(base, key)
     return base .. ':idem:' .. key
+  end
+
+  -- "<target base>:redrive:<source queue>:<source id>" STRING -> the id a
+  -- redriven letter got in the target (65_redrive.lua; drop_queue deletes it).
+  -- The id is digits, so the last ':' splits it from any queue name.
+  local function redrive_key(base, src_queue, src_id)
+    return base .. ':redrive:' .. src_queue .. ':' .. src_id
   end
 
   -- An integer as a command argument. Lua formats a number argument with
@@ -486,6 +495,7 @@ do
   common.LIBRARY, common.register = LIBRARY, register
   common.queue_keys, common.old_keys, common.registry_keys = queue_keys, old_keys, registry_keys
   common.idempotency_key, common.message_key = idempotency_key, message_key
+  common.redrive_key = redrive_key
   common.int_arg, common.now_ms, common.clamp, common.ms_text = int_arg, now_ms, clamp, ms_text
   common.OLD_PROBE_MS, common.v2_seen, common.v2_active = OLD_PROBE_MS, v2_seen, v2_active
   common.PROMOTE_IN_CLAIM, common.MAX_BATCH, common.REPLY_BYTES = PROMOTE_IN_CLAIM, MAX_BATCH, REPLY_BYTES

@@ -46,8 +46,10 @@ do
   -- A message decoded into a table: payload, retry_count, max_retries,
   -- priority, created_at, updated_at, lease_at and serial (the lease token's
   -- parts), and, when present, retry_after, last_error, idempotency_key,
-  -- expires_at, token (a lease token kept verbatim). legacy is true for a
-  -- HASH of the old layout.
+  -- expires_at, token (a lease token kept verbatim), attributes (opaque
+  -- bytes: the SQS face's packed MessageAttributes), first_receive (0: the
+  -- first claim is to record its time; else that time, ms). legacy is true
+  -- for a HASH of the old layout.
   local function decode_record(rec)
     local fmt, rc, mr, created, dupd, dlease, serial = struct.unpack(REC_HEADER, rec)
     local m = { retry_count = rc, max_retries = mr, created_at = created,
@@ -72,6 +74,7 @@ do
         m.group = t.g   -- docs/fairness.md
         if t.rc then m.retry_count = t.rc end   -- past the header byte
         if t.mr then m.max_retries = t.mr end
+        m.attributes, m.first_receive = t.a, t.f   -- enqueue's ARGV[10] and flag f
       end
       stop = #rec - 4 - n
       m.trailer_bytes = n
@@ -121,7 +124,7 @@ do
                  or m.max_retries < 0
     if not (m.last_error or m.retry_after or m.idempotency_key or m.token or m.worker
             or m.history or m.origin_queue or m.rule_uses or m.expires_at or m.group
-            or wide) then
+            or wide or m.attributes or m.first_receive) then
       return encode_plain(m, fmt, '')   -- the usual record: no trailer table to build
     end
     local t, trailer = {}, false
@@ -139,6 +142,8 @@ do
     if m.origin_queue then t.oq, t.oi = m.origin_queue, m.origin_id; trailer = true end
     if m.rule_uses then t.u = m.rule_uses; trailer = true end
     if m.group then t.g = m.group; trailer = true end
+    if m.attributes then t.a = m.attributes; trailer = true end
+    if m.first_receive then t.f = m.first_receive; trailer = true end
     local tail = ''
     if trailer then
       local packed = cmsgpack.pack(t)
@@ -286,11 +291,14 @@ do
   end
 
   -- A new lease (claim): updated_at, lease time and serial, 15 header bytes; the
-  -- whole record for an old HASH or one that kept an old token verbatim.
+  -- whole record for an old HASH, one that kept an old token verbatim, or the
+  -- first claim of a message enqueued with flag f (its time goes in the
+  -- trailer: first_receive).
   local function set_lease(mkey, m, now, serial, worker)
     m.updated_at, m.lease_at, m.serial = now, now, serial
-    if m.legacy or m.token or m.worker ~= worker then
+    if m.legacy or m.token or m.worker ~= worker or m.first_receive == 0 then
       m.token, m.worker = nil, worker
+      if m.first_receive == 0 then m.first_receive = now end
       store_message(mkey, m)
     else
       local d = clamp(now - m.created_at, -REC_MAX_DELTA, REC_MAX_DELTA)
@@ -329,6 +337,9 @@ do
     if p and p > 0 then add('priority', int_arg(p)) end
     if m.expires_at then add('expires_at', ms_text(m.expires_at)) end
     if m.group then add('group', m.group) end
+    if m.attributes then add('attributes', m.attributes) end
+    local first = m.first_receive
+    if first and first > 0 then add('first_received_at', ms_text(first)) end
     history.reply(m, status, add)
     if m.origin_queue then
       add('origin_queue', m.origin_queue)
@@ -368,7 +379,7 @@ do
     local out = { id, m.payload, m.retry_count, m.max_retries, m.created_at, m.updated_at,
                   deadline, lease_token(m) }
     if m.retry_after or m.last_error or m.idempotency_key or m.history or m.origin_queue
-       or m.worker or m.expires_at or m.priority ~= 0 then
+       or m.worker or m.expires_at or m.priority ~= 0 or m.attributes or m.first_receive then
       optional_fields(out, m, 'processing')
     elseif m.group then
       out[9], out[10] = 'group', m.group   -- the one optional field (docs/fairness.md)

@@ -178,4 +178,5 @@ do
   timeseries.series_start = series_start
   timeseries.series_sample = series_sample
   timeseries.SERIES_TICK_MS = SERIES_TICK_MS
+  timeseries.series_key = series_key   -- drop_queue deletes it (46_drop.lua)
 end

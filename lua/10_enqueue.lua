@@ -11,6 +11,8 @@ do
   local lane_score = record.lane_score
   local series_start = timeseries.series_start
   local expiry_track = lifecycle.expiry_track
+  -- SQS's largest message: the attributes alone may take as much.
+  local MAX_ATTRIBUTE_BYTES = 262144
 
   -- enqueue: create a pending message.
   --   KEYS[1]  <prefix>:{q}                       queue key base
@@ -35,6 +37,19 @@ do
   --                                               "Priority"), claimed highest first
   --   ARGV[9]  group (optional, with ARGV[8])     1-128 bytes ("": none): the message's
   --                                               fairness group (docs/fairness.md)
+  --   ARGV[10] attributes (optional, with ARGV[9]) opaque bytes, at most 262144 ("": none):
+  --                                               kept in the record's trailer and answered
+  --                                               as the field `attributes` by every reply
+  --                                               that carries the message (the SQS face
+  --                                               keeps its packed MessageAttributes here)
+  --   ARGV[11] idempotency window (optional, after ARGV[10])  ms, 1..86400000: how long
+  --                                               ARGV[4] dedups ("" or "0": 24 h)
+  --   ARGV[12] flags (optional, after ARGV[11])   letters ("": none): "e" the queue must
+  --                                               exist (a policy or a message ever, and
+  --                                               no drop_queue running), else nothing is
+  --                                               written and the reply is {"not_found"};
+  --                                               "f" the first claim records its time in
+  --                                               the trailer (first_received_at, ms)
   -- Returns {"ok", id, now_ms}: the caller has every other field already, so
   -- the message is not read back (a third of enqueue's cost); with ARGV[5],
   -- {"ok", id, now_ms, timer}: the timer hint of a delayed message
@@ -45,8 +60,9 @@ do
   -- delay_seconds applied (ARGV[3] ""), which the caller cannot know. Or {"duplicate",
   -- message} when the key was used in this queue within 24 h: the original
   -- message, nothing created; when that message was deleted since (retention),
-  -- {"duplicate", {"id", id}}. Or {"too_large", limit}: the payload is
-  -- longer than the policy's max_payload_bytes (limit), nothing created.
+  -- {"duplicate", {"id", id}}. {"not_found"}: flag "e" and no such queue.
+  -- Or {"too_large", limit}: the payload is longer than the policy's
+  -- max_payload_bytes (limit), nothing created.
   -- Publishes on the queue's wake channel when the message is ready now.
   local function enqueue(keys, args)
     local base = keys[1]
@@ -77,6 +93,29 @@ do
     local group = args[9]
     if group == '' then group = nil end
     if group and not flow.valid_group(group) then return bad_arg('group') end
+    -- ARGV[10..12]: one test when they are not given (the HTTP API's enqueue).
+    local attributes, window, first_receive = args[10], IDEMPOTENCY_TTL_MS, nil
+    if attributes then
+      if attributes == '' then attributes = nil end
+      if attributes and #attributes > MAX_ATTRIBUTE_BYTES then return bad_arg('attributes') end
+      local w, flags = args[11], args[12]
+      if w and w ~= '' and w ~= '0' then
+        window = to_int(w)
+        if window == nil or window < 1 or window > IDEMPOTENCY_TTL_MS then
+          return bad_arg('idempotency_window_ms')
+        end
+      end
+      if flags and flags ~= '' then
+        if string.find(flags, '[^ef]') then return bad_arg('flags') end
+        -- The queue must exist: only the queue's own keys can say so in its
+        -- slot (the registry is another slot), so a policy or a message ever (seq).
+        if string.find(flags, 'e', 1, true) and (redis.call('EXISTS', k.dropping) == 1
+           or redis.call('EXISTS', k.policy, k.seq) == 0) then
+          return { 'not_found' }
+        end
+        if string.find(flags, 'f', 1, true) then first_receive = 0 end
+      end
+    end
     max_retries = flow.max_retries(k, max_retries, args[6] == 'default')
     local defaulted = delay_ms == ''
     if defaulted then delay_ms = flow.delay_ms(k) end   -- none given: the policy's
@@ -102,13 +141,17 @@ do
     if id == 1 then series_start(base, now) end  -- docs/series.md
     local mkey = message_key(base, id_arg)
     if idem_key then
-      redis.call('SET', idem_key, id_arg, 'PX', int_arg(IDEMPOTENCY_TTL_MS))
+      redis.call('SET', idem_key, id_arg, 'PX', int_arg(window))
     end
     local m = { payload = payload, retry_count = 0, max_retries = max_retries, created_at = now,
                 updated_at = now, lease_at = now, serial = 0 }
     if priority > 0 then m.priority = priority end
     if group then m.group = group end
     if idem_key then m.idempotency_key = idem end
+    -- Set only when given: a nil stored into a key the table lacks makes Lua
+    -- 5.1 grow (rehash) it.
+    if attributes then m.attributes = attributes end
+    if first_receive then m.first_receive = first_receive end
     if ttl_ms == nil then ttl_ms = flow.message_ttl_ms(k) end   -- none given: the policy's
     if ttl_ms then m.expires_at = now + ttl_ms end
     -- The expiry's time is on the timer's schedule: the tick ends it then.

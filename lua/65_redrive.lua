@@ -30,11 +30,8 @@ do
   -- How long a target keeps its idempotency key once the source is done.
   local REDRIVE_FORGET_MS = 24 * 3600 * 1000
 
-  -- "<target base>:redrive:<source queue>:<source id>" STRING -> the new id.
-  -- The id is digits, so the last ':' splits it from any queue name.
-  local function redrive_key(base, src_queue, src_id)
-    return base .. ':redrive:' .. src_queue .. ':' .. src_id
-  end
+  -- "<target base>:redrive:<source queue>:<source id>" (00_common.lua).
+  local redrive_key = common.redrive_key
 
   -- redrive_take: step 1, in the source's slot.
   --   KEYS[1]  <prefix>:{source}                  queue key base

@@ -21,6 +21,7 @@
 #include "retryd/metrics.h"
 #include "retryd/policy.h"
 #include "retryd/problem.h"
+#include "retryd/queue_clear.h"
 #include "retryd/redrive.h"
 #include "retryd/replay.h"
 #include "retryd/request.h"
@@ -674,9 +675,11 @@ static void handle_enqueue(call_t *c)
         rd_api_answer_parse_failure(c, r, &errs);
         return;
     }
-    int rc = rd_store_enqueue(c->api->store, rd_api_queue_of(c), e.payload, e.payload_len,
-                              e.max_retries_given ? e.max_retries : 0, e.delay_ms, e.ttl_ms,
-                              e.priority, e.group, e.idempotency_key, on_enqueued, c);
+    rd_enqueue_t in = { .payload = e.payload, .len = e.payload_len,
+                        .max_retries = e.max_retries_given ? e.max_retries : 0,
+                        .delay_ms = e.delay_ms, .ttl_ms = e.ttl_ms, .priority = e.priority,
+                        .group = e.group, .idempotency_key = e.idempotency_key };
+    int rc = rd_store_enqueue(c->api->store, rd_api_queue_of(c), &in, on_enqueued, c);
     rd_request_free(e.doc);
     rd_api_started(c, rc);
 }
@@ -873,6 +876,22 @@ static void handle_delete(call_t *c)
                                       c));
 }
 
+/* DELETE /queues/{q}: every key of the queue, in bounded calls
+ * (src/queue_clear.c), then its registry entries. */
+static void on_dropped(const rd_store_cleared_t *res, void *arg)
+{
+    call_t *c = arg;
+    if (rd_api_respond_store_failure(c, &res->head)) return;
+    rd_http_respond(c->ex, 204, NULL, NULL, NULL, 0);
+    call_free(c);
+}
+
+static void handle_drop_queue(call_t *c)
+{
+    rd_api_started(c, rd_queue_clear(c->api->store, rd_api_queue_of(c), RD_QUEUE_DROP,
+                                     client_not_gone, on_dropped, c));
+}
+
 static void handle_succeed_many(call_t *c)
 {
     rd_field_errors_t errs = { .count = 0 };
@@ -1046,6 +1065,7 @@ const rd_route_t rd_api_routes[] = {
     { RD_HTTP_DELETE, "/queues/{q}/messages/{id}", handle_delete, 0 },
     { RD_HTTP_POST, "/queues/{q}/replay", handle_replay_many, 0 },
     { RD_HTTP_GET, "/queues", handle_queues, 0 },
+    { RD_HTTP_DELETE, "/queues/{q}", handle_drop_queue, 0 },
     { RD_HTTP_GET, "/queues/{q}/stats", handle_stats, 0 },
     { RD_HTTP_GET, "/queues/{q}/groups", rd_api_handle_groups, 0 },
     { RD_HTTP_GET, "/queues/{q}/policy", rd_api_handle_policy_get, 0 },

@@ -31,6 +31,7 @@ void rd_message_init(rd_message_t *m)
     m->lease_expires_at_ms = -1;
     m->expires_at_ms = -1;
     m->origin_id = -1;
+    m->first_received_at_ms = -1;
 }
 
 long long rd_str_to_ll(const char *v, size_t len)
@@ -69,6 +70,8 @@ void rd_message_set_field(rd_message_t *m, const char *name, size_t name_len,
     else if (FIELD_IS("origin_id")) m->origin_id = rd_str_to_ll(value, value_len);
     else if (FIELD_IS("redriving_to")) m->redriving_to = str;
     else if (FIELD_IS("group")) m->group = str;
+    else if (FIELD_IS("attributes")) m->attributes = str;
+    else if (FIELD_IS("first_received_at")) m->first_received_at_ms = rd_str_to_ll(value, value_len);
 }
 
 /* Civil date from days since 1970-01-01 (Howard Hinnant's algorithm): no

@@ -16,29 +16,7 @@
 #include "retryd/store_replies.h"
 #include "retryd/utf8.h"
 
-enum { NONCE_MAX = RD_STORE_NONCE_MAX };
-
-struct rd_store {
-    uv_loop_t *loop;
-    rd_backend_t *redis;
-    char *prefix;
-    rd_buf_t registry_key;
-    long long dead_ttl_ms, succeeded_ttl_ms;   /* passed on for timer hints */
-    long long alert_recheck_ms;                /* > 0: ticks ask about alerts */
-    bool alert_url;                            /* this instance runs with --alert-url */
-    bool fleet_alert_url;                      /* timer_take: some instance does */
-    bool series;                /* --series: ticks sample */
-    char instance[17];          /* random hex: claim nonces are "<instance>.<seq>" */
-    unsigned long long nonce_seq;
-    /* The modules above that keep what calls leave behind (store.h "hooks"). */
-    void (*before_write)(void *arg, rd_store_queue_t q);
-    void (*written)(void *arg, rd_store_queue_t q, const rd_store_written_t *w);
-    void *write_arg;
-    void (*claim_lost)(void *arg, rd_store_queue_t q, const char *nonce);
-    void *lost_arg;
-    void (*release_orphans)(void *arg, rd_store_queue_t q, size_t n, const rd_message_t *msgs);
-    void *orphans_arg;
-};
+#include "store_internal.h"
 
 /* ---------------------------------------------------------------- the table of operations */
 
@@ -86,6 +64,8 @@ typedef enum op_id {
     OP_ALERTS_TAKE, OP_ALERTS_ACK, OP_ALERTS_TOUCH,
     OP_REDRIVE_TAKE, OP_REDRIVE_IN, OP_REDRIVE_DONE, OP_REDRIVE_FORGET,
     OP_REGISTER, OP_TIMER_TAKE, OP_TIMER_DONE, OP_QUEUES_PAGE, OP_DLQ_LINK,
+    OP_DROP_QUEUE, OP_PURGE_ALL, OP_QUEUE_FORGET, OP_DLQ_SOURCES, OP_TAGS_SET, OP_TAGS_REMOVE,
+    OP_TAGS_GET,
     OP_PING, OP_CONFIG_GET,
     OP_COUNT
 } op_id_t;
@@ -106,97 +86,6 @@ typedef struct op {
     char what[48];              /* the function (or command) called, for the log */
     char nonce[NONCE_MAX];      /* a claim's nonce ("" for none): lost answer -> claim_lost */
 } op_t;
-
-rd_store_t *rd_store_new(uv_loop_t *loop, rd_backend_t *redis, const char *prefix)
-{
-    rd_store_t *st = rd_calloc(1, sizeof *st);
-    st->loop = loop;
-    st->redis = redis;
-    st->prefix = rd_strdup(prefix);
-    st->series = true;
-    rd_keys_registry(&st->registry_key, prefix);
-    /* Unique per process start: nonces of two instances (or two runs of one)
-     * never meet. */
-    unsigned char r[8];
-    if (uv_random(NULL, NULL, r, sizeof r, 0, NULL) != 0) {
-        uint64_t t = uv_hrtime() ^ ((uint64_t)uv_os_getpid() << 32);
-        memcpy(r, &t, sizeof r);
-    }
-    for (size_t i = 0; i < sizeof r; i++) snprintf(st->instance + 2 * i, 3, "%02x", r[i]);
-    return st;
-}
-
-void rd_store_free(rd_store_t *st)
-{
-    if (st == NULL) return;
-    rd_buf_free(&st->registry_key);
-    rd_free(st->prefix);
-    rd_free(st);
-}
-
-void rd_store_set_retention(rd_store_t *st, long long dead_ttl_ms, long long succeeded_ttl_ms)
-{
-    st->dead_ttl_ms = dead_ttl_ms;
-    st->succeeded_ttl_ms = succeeded_ttl_ms;
-}
-
-void rd_store_set_alerts(rd_store_t *st, long long recheck_ms, bool alert_url)
-{
-    st->alert_recheck_ms = recheck_ms;
-    st->alert_url = alert_url;
-}
-
-void rd_store_set_fleet_alert_url(rd_store_t *st, bool on)
-{
-    st->fleet_alert_url = on;
-}
-
-void rd_store_set_series(rd_store_t *st, bool on)
-{
-    st->series = on;
-}
-
-void rd_store_set_write_hooks(rd_store_t *st, void (*before)(void *arg, rd_store_queue_t q),
-                              void (*written)(void *arg, rd_store_queue_t q,
-                                              const rd_store_written_t *w),
-                              void *arg)
-{
-    st->before_write = before;
-    st->written = written;
-    st->write_arg = arg;
-}
-
-void rd_store_set_lost_claim_hook(rd_store_t *st,
-                                  void (*lost)(void *arg, rd_store_queue_t q, const char *nonce),
-                                  void *arg)
-{
-    st->claim_lost = lost;
-    st->lost_arg = arg;
-}
-
-void rd_store_set_orphans_hook(rd_store_t *st,
-                               void (*release)(void *arg, rd_store_queue_t q, size_t n,
-                                               const rd_message_t *msgs),
-                               void *arg)
-{
-    st->release_orphans = release;
-    st->orphans_arg = arg;
-}
-
-bool rd_store_ready(const rd_store_t *st)
-{
-    return rd_backend_ready(st->redis);
-}
-
-bool rd_store_started(const rd_store_t *st)
-{
-    return rd_backend_started(st->redis);
-}
-
-const rd_histogram_t *rd_store_rtt(const rd_store_t *st)
-{
-    return rd_backend_rtt(st->redis);
-}
 
 /* ---------------------------------------------------------------- the table */
 
@@ -226,6 +115,7 @@ DELIVER(rd_store_alerts_taken_t, rd_store_alerts_taken_cb)
 DELIVER(rd_store_redrive_taken_t, rd_store_redrive_taken_cb)
 DELIVER(rd_store_ids_t, rd_store_ids_cb)
 DELIVER(rd_store_groups_t, rd_store_groups_cb)
+DELIVER(rd_store_cleared_t, rd_store_cleared_cb)
 #undef DELIVER
 
 /* Every result fits the buffer on_reply parses into. */
@@ -308,6 +198,20 @@ static const op_def_t ops[OP_COUNT] = {
     ROW(OP_QUEUES_PAGE, "queues_page", F_REGISTRY | F_RO, rd_store_page_t,
         rd_store_parse_page, rd_result_free_page, rd_store_page_cb),
     ROW(OP_DLQ_LINK, "dlq_link", F_REGISTRY, rd_store_strings_t,
+        rd_store_parse_strings, rd_result_free_strings, rd_store_strings_cb),
+    ROW(OP_DROP_QUEUE, "drop_queue", 0, rd_store_cleared_t,
+        rd_store_parse_cleared, NULL, rd_store_cleared_cb),
+    ROW(OP_PURGE_ALL, "purge_all", 0, rd_store_cleared_t,
+        rd_store_parse_cleared, NULL, rd_store_cleared_cb),
+    ROW(OP_QUEUE_FORGET, "queue_forget", F_REGISTRY, rd_store_count_t,
+        rd_store_parse_count, NULL, rd_store_count_cb),
+    ROW(OP_DLQ_SOURCES, "dlq_sources", F_REGISTRY | F_RO, rd_store_strings_t,
+        rd_store_parse_strings, rd_result_free_strings, rd_store_strings_cb),
+    ROW(OP_TAGS_SET, "tags_set", 0, rd_store_count_t,
+        rd_store_parse_tags, NULL, rd_store_count_cb),
+    ROW(OP_TAGS_REMOVE, "tags_remove", 0, rd_store_count_t,
+        rd_store_parse_tags, NULL, rd_store_count_cb),
+    ROW(OP_TAGS_GET, "tags_get", F_RO, rd_store_strings_t,
         rd_store_parse_strings, rd_result_free_strings, rd_store_strings_cb),
     ROW(OP_PING, "PING", F_COMMAND | F_RO, rd_store_head_t,
         rd_store_parse_pong, NULL, rd_store_status_cb),
@@ -576,39 +480,50 @@ static void enqueued_free(void *kept)
     rd_free(e->payload);
     rd_free(e->idempotency_key);
     rd_free(e->group);
+    rd_free(e->attributes);
     rd_free(e);
 }
 
-int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, size_t len,
-                     int max_retries, long long delay_ms, long long ttl_ms, int priority,
-                     const char *group, const char *idempotency_key, rd_store_messages_cb cb,
-                     void *arg)
+int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const rd_enqueue_t *in,
+                     rd_store_messages_cb cb, void *arg)
 {
     if (!rd_backend_ready(st->redis)) return -1;
     before_write(st, q);
     cmd_t c;
     begin_op(&c, st, OP_ENQUEUE, q, 0);
-    arg_bytes(&c, payload, len);
+    int max_retries = in->max_retries;
+    arg_bytes(&c, in->payload, in->len);
     arg_int(&c, max_retries > 0 ? max_retries : RD_MAX_RETRIES_DEFAULT);
-    if (delay_ms >= 0) arg_int(&c, delay_ms);
+    if (in->delay_ms >= 0) arg_int(&c, in->delay_ms);
     else arg_str(&c, "");   /* none given: the policy's delay_seconds */
-    arg_str(&c, idempotency_key ? idempotency_key : "");
+    arg_str(&c, in->idempotency_key ? in->idempotency_key : "");
     arg_str(&c, "1");   /* this caller forwards timer hints */
     arg_str(&c, max_retries > 0 ? "request" : "default");
-    if (ttl_ms > 0) arg_int(&c, ttl_ms);
+    if (in->ttl_ms > 0) arg_int(&c, in->ttl_ms);
     else arg_str(&c, "");   /* none given: the policy's message_ttl */
-    if (priority > 0) arg_int(&c, priority);
+    if (in->priority > 0) arg_int(&c, in->priority);
     else arg_str(&c, "");
-    bool grouped = group && group[0];
-    arg_str(&c, grouped ? group : "");   /* "": none */
+    bool grouped = in->group && in->group[0];
+    arg_str(&c, grouped ? in->group : "");   /* "": none */
+    /* ARGV[10..12] only when one is used: the usual enqueue sends what it did. */
+    bool attributes = in->attributes != NULL;
+    if (attributes || in->idempotency_window_ms > 0 || in->must_exist ||
+        in->record_first_receive) {
+        arg_bytes(&c, attributes ? in->attributes : "", attributes ? in->attributes_len : 0);
+        arg_int(&c, in->idempotency_window_ms > 0 ? in->idempotency_window_ms : 0);
+        arg_str(&c, in->must_exist ? (in->record_first_receive ? "ef" : "e")
+                                   : (in->record_first_receive ? "f" : ""));
+    }
     rd_store_enqueued_t *e = rd_malloc(sizeof *e);
-    e->payload = rd_strndup(payload, len);
-    e->payload_len = len;
-    e->idempotency_key = idempotency_key ? rd_strdup(idempotency_key) : NULL;
+    e->payload = rd_strndup(in->payload, in->len);
+    e->payload_len = in->len;
+    e->idempotency_key = in->idempotency_key ? rd_strdup(in->idempotency_key) : NULL;
     e->max_retries = max_retries;
-    e->delay_ms = delay_ms;
-    e->priority = priority;
-    e->group = grouped ? rd_strdup(group) : NULL;
+    e->delay_ms = in->delay_ms;
+    e->priority = in->priority;
+    e->group = grouped ? rd_strdup(in->group) : NULL;
+    e->attributes = attributes ? rd_strndup(in->attributes, in->attributes_len) : NULL;
+    e->attributes_len = attributes ? in->attributes_len : 0;
     c.kept = e;
     c.kept_free = enqueued_free;
     return send_op(st, &c, CB(cb), arg);
@@ -1025,6 +940,73 @@ int rd_store_ping(rd_store_t *st, rd_store_status_cb cb, void *arg)
 {
     cmd_t c;
     begin_op(&c, st, OP_PING, NO_QUEUE, 0);
+    return send_op(st, &c, CB(cb), arg);
+}
+
+/* ---------------------------------------------------------------- emptying a queue, tags */
+
+int rd_store_drop_queue(rd_store_t *st, rd_store_queue_t q, bool unregistered,
+                        rd_store_cleared_cb cb, void *arg)
+{
+    cmd_t c;
+    begin_op(&c, st, OP_DROP_QUEUE, q, 0);
+    arg_str(&c, unregistered ? "unregistered" : "");
+    return send_op(st, &c, CB(cb), arg);
+}
+
+int rd_store_purge_all(rd_store_t *st, rd_store_queue_t q, rd_store_cleared_cb cb, void *arg)
+{
+    cmd_t c;
+    begin_op(&c, st, OP_PURGE_ALL, q, 0);
+    return send_op(st, &c, CB(cb), arg);
+}
+
+int rd_store_queue_forget(rd_store_t *st, rd_store_queue_t q, rd_store_count_cb cb, void *arg)
+{
+    cmd_t c;
+    begin_op(&c, st, OP_QUEUE_FORGET, NO_QUEUE, 0);
+    arg_bytes(&c, q.name, q.len);
+    return send_op(st, &c, CB(cb), arg);
+}
+
+int rd_store_dlq_sources(rd_store_t *st, rd_store_queue_t q, const char *cursor, int count,
+                         rd_store_strings_cb cb, void *arg)
+{
+    cmd_t c;
+    begin_op(&c, st, OP_DLQ_SOURCES, NO_QUEUE, 0);
+    arg_bytes(&c, q.name, q.len);
+    arg_str(&c, cursor && cursor[0] ? cursor : "0");
+    arg_int(&c, count);
+    return send_op(st, &c, CB(cb), arg);
+}
+
+/* tags_set (n pairs) and tags_remove (n keys): the strings as ARGV. */
+static int tags_change(rd_store_t *st, op_id_t id, rd_store_queue_t q, size_t n,
+                       const rd_str_t *strs, rd_store_count_cb cb, void *arg)
+{
+    if (n == 0 || n > 2 * RD_TAGS_MAX) return -1;
+    cmd_t c;
+    begin_op(&c, st, id, q, 0);
+    for (size_t i = 0; i < n; i++) arg_bytes(&c, strs[i].ptr, strs[i].len);
+    return send_op(st, &c, CB(cb), arg);
+}
+
+int rd_store_tags_set(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_str_t *strs,
+                      rd_store_count_cb cb, void *arg)
+{
+    return n > RD_TAGS_MAX ? -1 : tags_change(st, OP_TAGS_SET, q, 2 * n, strs, cb, arg);
+}
+
+int rd_store_tags_remove(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_str_t *keys,
+                         rd_store_count_cb cb, void *arg)
+{
+    return n > RD_TAGS_MAX ? -1 : tags_change(st, OP_TAGS_REMOVE, q, n, keys, cb, arg);
+}
+
+int rd_store_tags_get(rd_store_t *st, rd_store_queue_t q, rd_store_strings_cb cb, void *arg)
+{
+    cmd_t c;
+    begin_op(&c, st, OP_TAGS_GET, q, 0);
     return send_op(st, &c, CB(cb), arg);
 }
 

@@ -301,6 +301,7 @@ static bool parse_enqueued(const rd_reply_t *reply, const rd_store_enqueued_t *e
         return parse_messages(reply, 1, rd_reply_len(reply), &res->messages, &res->count);
     if (res->head.status == RD_STORE_TOO_LARGE)   /* {"too_large", limit} */
         return rd_reply_int(rd_reply_at(reply, 1), &res->payload_limit);
+    if (res->head.status == RD_STORE_NOT_FOUND) return rd_reply_len(reply) == 1;   /* flag e */
     if (res->head.status != RD_STORE_OK) return false;
     long long id, now;
     long long max_retries = e->max_retries, expires_at = -1;
@@ -329,6 +330,7 @@ static bool parse_enqueued(const rd_reply_t *reply, const rd_store_enqueued_t *e
     if (e->idempotency_key)
         m->idempotency_key = (rd_str_t){ e->idempotency_key, strlen(e->idempotency_key) };
     if (e->group) m->group = (rd_str_t){ e->group, strlen(e->group) };
+    if (e->attributes) m->attributes = (rd_str_t){ e->attributes, e->attributes_len };
     return true;
 }
 
@@ -665,6 +667,36 @@ bool rd_store_parse_groups(const rd_reply_t *r, const void *kept, void *res, lon
         g->count = i + 1;
     }
     return true;
+}
+
+/* drop_queue's and purge_all's {"more" | "unregister" | "done", deleted}. */
+bool rd_store_parse_cleared(const rd_reply_t *r, const void *kept, void *res, long long *hint)
+{
+    (void)kept, (void)hint;
+    rd_store_cleared_t *c = res;
+    if (!is_array(r, 2) || !rd_reply_int(rd_reply_at(r, 1), &c->deleted)) return false;
+    const rd_reply_t *state = rd_reply_at(r, 0);
+    if (rd_reply_is(state, "more")) c->state = RD_CLEAR_MORE;
+    else if (rd_reply_is(state, "unregister")) c->state = RD_CLEAR_UNREGISTER;
+    else if (rd_reply_is(state, "done")) c->state = RD_CLEAR_DONE;
+    else return false;
+    return true;
+}
+
+/* tags_set's and tags_remove's {"ok", count}; {"too_many", count}: the set
+ * would pass RD_TAGS_MAX, nothing changed (RD_STORE_INVALID_STATE). */
+bool rd_store_parse_tags(const rd_reply_t *r, const void *kept, void *res, long long *hint)
+{
+    (void)kept, (void)hint;
+    rd_store_count_t *c = res;
+    if (!is_array(r, 2) || !rd_reply_int(rd_reply_at(r, 1), &c->n)) return false;
+    const rd_reply_t *code = rd_reply_at(r, 0);
+    if (rd_reply_is(code, "too_many")) {
+        c->head.status = RD_STORE_INVALID_STATE;
+        c->head.state = (rd_str_t){ "too_many", 8 };
+        return true;
+    }
+    return rd_reply_is(code, "ok");
 }
 
 bool rd_store_parse_pong(const rd_reply_t *r, const void *kept, void *res, long long *hint)

@@ -82,7 +82,9 @@ static void fixture_close(fixture_t *f)
 static long long kill_one(fixture_t *f, const char *error)
 {
     got_t enq = { 0 }, claim = { 0 }, fail = { 0 };
-    assert_int_equal(rd_store_enqueue(f->s.store, f->q, "p", 1, 1, 0, -1, 0, NULL, NULL, on_messages, &enq), 0);
+    assert_int_equal(rd_store_enqueue(f->s.store, f->q,
+            &(rd_enqueue_t){ .payload = "p", .len = 1, .max_retries = 1, .ttl_ms = -1 },
+            on_messages, &enq), 0);
     assert_true(ut_run_until(&f->loop, enq.calls == 1, 5000));
     rd_lease_t lease = { 30000, true };
     assert_int_equal(rd_store_claim(f->s.store, f->q, lease, 1, NULL, on_messages, &claim), 0);

@@ -1088,6 +1088,54 @@ static void test_text_must_be_utf8(void **state)
     e2e_response_free(&r);
 }
 
+/* DELETE /queues/{q}: the queue's messages in every state, its policy and
+ * its keys go (nothing with its hash tag is left in Redis but the claim's
+ * 15-second lost-answer record), GET /queues no
+ * longer lists it, a second DELETE is 204 too, and the next enqueue makes
+ * a new queue (id 1). */
+static void test_delete_queue_drops_everything(void **state)
+{
+    (void)state;
+    char q[64];
+    e2e_queue_name(q, sizeof q, "dropq");
+    e2e_response_t r = { 0 };
+    for (int i = 0; i < 5; i++)
+        enqueue(q, e2e_fmt("{\"payload\":\"p\",\"idempotency_key\":\"k%d\"}", i));
+    for (int i = 0; i < 5; i++) enqueue(q, "{\"payload\":\"d\",\"delay_seconds\":600}");
+    enqueue(q, "{\"payload\":\"x\"}");
+    char token[128];
+    claim_one(q, 60, token, sizeof token);
+    http(&r, "PUT", e2e_fmt("/queues/%s/policy", q), "{\"lease_seconds\":90}");
+    e2e_expect_json(&r, 200);
+
+    http(&r, "DELETE", e2e_fmt("/queues/%s", q), NULL);
+    e2e_expect_no_content(&r);
+    redisReply *keys = redisCommand(g_redis, "KEYS *{%s}*", q);
+    assert_non_null(keys);
+    /* Only the claim's lost-answer record (docs/durability.md "A claim whose
+     * answer is lost") may be left, expiring within 15 s by itself. */
+    for (size_t i = 0; i < keys->elements; i++) {
+        const char *k = keys->element[i]->str;
+        if (strstr(k, "}:claim:") == NULL) fail_msg("left after the drop: %s", k);
+        redisReply *ttl = redisCommand(g_redis, "PTTL %s", k);
+        assert_true(ttl->integer > 0 && ttl->integer <= 15000);
+        freeReplyObject(ttl);
+    }
+    assert_true(keys->elements <= 1);
+    freeReplyObject(keys);
+    http(&r, "GET", "/queues?limit=1000", NULL);
+    rd_json_t *list = e2e_jget(e2e_expect_json(&r, 200), "queues");
+    for (size_t i = 0; i < rd_json_array_size(list); i++)
+        assert_string_not_equal(e2e_jstr(rd_json_array_at(list, i), "name"), q);
+    http(&r, "DELETE", e2e_fmt("/queues/%s", q), NULL);
+    e2e_expect_no_content(&r);
+    assert_int_equal(enqueue(q, "{\"payload\":\"again\"}"), 1);
+    /* Its policy is gone: lease_seconds is the default again. */
+    http(&r, "GET", e2e_fmt("/queues/%s/policy", q), NULL);
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "lease_seconds"), 30);
+    e2e_response_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1114,6 +1162,7 @@ int main(void)
         T(test_non_canonical_message_id_is_404),
         T(test_problem_instance_is_truncated),
         T(test_text_must_be_utf8),
+        T(test_delete_queue_drops_everything),
     };
     int failed = cmocka_run_group_tests_name("e2e_routes", tests, group_setup, group_teardown);
     if (failed == 0 && g_stop_failed) {

@@ -1808,9 +1808,183 @@ static void test_priority_lane_found_by_tick(void **state)
     assert_int_equal(id, 1);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Enqueue's ARGV[10..12]: attributes, the idempotency window, flags e and f  */
+/* ------------------------------------------------------------------------ */
+
+/* enqueue as the daemon sends it, with ARGV[10..12]; returns the reply. */
+static redisReply *enqueue_sqs(const queue_t *q, const char *payload, const char *idem,
+                               const char *attrs, size_t attrs_len, const char *window,
+                               const char *flags)
+{
+    const char *args[] = { payload, "3", "0", idem, "1", "default", "", "", "", attrs, window, flags };
+    size_t lens[12];
+    for (size_t i = 0; i < 12; i++) lens[i] = strlen(args[i]);
+    lens[9] = attrs_len;
+    return fcall_bin("enqueue", q, -1, 12, args, lens);
+}
+
+static long long enqueued_id(redisReply *r)
+{
+    if (!has_code(r, "ok") || r->elements != 6) fail_msg("enqueue: %s", reply_desc(r));
+    long long id = r->element[1]->integer;
+    freeReplyObject(r);
+    return id;
+}
+
+/* The attributes (binary) come back in every reply that carries the
+ * message: get, list, claim, settle_claim's claims. */
+static void test_enqueue_attributes_answered(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "attrs");
+    static const char attrs[] = "\x00\x01k\x00v\xff";
+    const size_t alen = sizeof attrs - 1;
+    long long id = enqueued_id(enqueue_sqs(&q, "body", "", attrs, alen, "", ""));
+    msg_t m;
+    expect_ok_msg(fcall("get", &q, id, END), &m);
+    const field_t *f = msg_field(&m, "attributes");
+    assert_non_null(f);
+    assert_int_equal(f->len, alen);
+    assert_memory_equal(f->value, attrs, alen);
+    assert_no_field(&m, "first_received_at");
+
+    redisReply *r = fcall("list", &q, -1, "", "10", "", "", "", "", END);
+    assert_true(has_code(r, "ok") && r->elements == 4);
+    msg_parse(r->element[3], &m);
+    freeReplyObject(r);
+    assert_int_equal(msg_field(&m, "attributes")->len, alen);
+
+    claim_one(&q, 30000, &m);
+    assert_int_equal(m.id, id);
+    assert_memory_equal(msg_field(&m, "attributes")->value, attrs, alen);
+
+    /* Failed and claimed again through settle_claim: still there. */
+    long long id2 = enqueued_id(enqueue_sqs(&q, "two", "", "A", 1, "", ""));
+    const char *sc[] = { "30000", "2", "1", num(id), "", "failed", "x", "1", "0" };
+    r = fcall_bin("settle_claim", &q, -1, 9, sc, NULL);
+    assert_true(has_code(r, "ok") && r->elements >= 3);
+    size_t seen = 0;
+    for (size_t i = 2; i < r->elements; i++) {
+        if (r->element[i]->type != REDIS_REPLY_ARRAY) continue;
+        msg_parse(r->element[i], &m);
+        if (m.id == id) assert_memory_equal(msg_field(&m, "attributes")->value, attrs, alen);
+        else if (m.id == id2) assert_string_equal(msg_str(&m, "attributes"), "A");
+        seen++;
+    }
+    freeReplyObject(r);
+    assert_int_equal(seen, 2);
+}
+
+static void test_enqueue_attributes_bounded(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "attrsmax");
+    size_t n = 262144;
+    char *big = malloc(n + 1);
+    assert_non_null(big);
+    memset(big, 'a', n + 1);
+    long long id = enqueued_id(enqueue_sqs(&q, "p", "", big, n, "", ""));
+    assert_true(id > 0);
+    expect_error(enqueue_sqs(&q, "p", "", big, n + 1, "", ""));
+    free(big);
+    /* Nothing more was made. */
+    redisReply *seq = rcmd("GET", qkey(&q, "seq"), END);
+    assert_string_equal(seq->str, "1");
+    freeReplyObject(seq);
+}
+
+/* ARGV[11]: the key dedups for the window given; "" and "0" keep 24 h. */
+static void test_enqueue_idempotency_window(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "window");
+    long long id = enqueued_id(enqueue_sqs(&q, "p", "k5", "", 0, "300000", ""));
+    long long pttl = int_reply(rcmd("PTTL", qkey(&q, "idem:k5"), END));
+    assert_true(pttl > 290000 && pttl <= 300000);
+    redisReply *r = enqueue_sqs(&q, "p", "k5", "", 0, "300000", "");
+    assert_true(has_code(r, "duplicate"));
+    freeReplyObject(r);
+    enqueued_id(enqueue_sqs(&q, "p", "k24", "", 0, "0", ""));
+    pttl = int_reply(rcmd("PTTL", qkey(&q, "idem:k24"), END));
+    assert_true(pttl > 86300000 && pttl <= 86400000);
+    enqueued_id(enqueue_sqs(&q, "p", "kd", "", 0, "", ""));
+    assert_true(int_reply(rcmd("PTTL", qkey(&q, "idem:kd"), END)) > 86300000);
+    expect_error(enqueue_sqs(&q, "p", "kx", "", 0, "86400001", ""));
+    expect_error(enqueue_sqs(&q, "p", "kx", "", 0, "-1", ""));
+    expect_error(enqueue_sqs(&q, "p", "kx", "", 0, "", "x"));
+    /* A short window runs out: the key may be used again. */
+    enqueued_id(enqueue_sqs(&q, "p", "k1", "", 0, "1", ""));
+    wait_until_ms(redis_now_ms() + 5);
+    assert_true(enqueued_id(enqueue_sqs(&q, "p", "k1", "", 0, "1", "")) > id);
+}
+
+/* Flag e: a queue with neither a policy nor a message ever answers
+ * not_found and nothing is written; with either, the enqueue is made. */
+static void test_enqueue_flag_must_exist(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "mustexist");
+    redisReply *r = enqueue_sqs(&q, "p", "", "", 0, "", "e");
+    assert_true(has_code(r, "not_found"));
+    assert_int_equal(r->elements, 1);
+    freeReplyObject(r);
+    r = rcmd("KEYS", qkey(&q, "*"), END);
+    assert_int_equal(r->elements, 0);
+    freeReplyObject(r);
+    policy_set(&q, "merge", "lease_seconds", "60");
+    assert_int_equal(enqueued_id(enqueue_sqs(&q, "p", "", "", 0, "", "e")), 1);
+
+    queue_t q2;
+    queue_init(&q2, "mustexist2");
+    enqueue_ok(&q2, "p", 3, 0);   /* a message ever: the queue exists */
+    assert_int_equal(enqueued_id(enqueue_sqs(&q2, "p", "", "", 0, "", "ef")), 2);
+}
+
+/* Flag f: the first claim records its time; later claims keep it; a
+ * message without f has no trailer and no field. */
+static void test_enqueue_flag_first_receive(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "firstrecv");
+    long long id = enqueued_id(enqueue_sqs(&q, "p", "", "", 0, "", "f"));
+    msg_t m;
+    expect_ok_msg(fcall("get", &q, id, END), &m);
+    assert_no_field(&m, "first_received_at");
+    claim_one(&q, 30000, &m);
+    long long first = msg_int(&m, "first_received_at");
+    assert_int_equal(first, msg_int(&m, "updated_at"));
+    fail_ok(&q, id, "again", "1", 0, &m);
+    wait_until_ms(first + 2);
+    claim_one(&q, 30000, &m);
+    assert_int_equal(m.id, id);
+    assert_true(msg_int(&m, "updated_at") > first);
+    assert_int_equal(msg_int(&m, "first_received_at"), first);
+    expect_ok_msg(fcall("get", &q, id, END), &m);
+    assert_int_equal(msg_int(&m, "first_received_at"), first);
+
+    long long plain = enqueue_ok(&q, "plain", 3, 0);
+    claim_one(&q, 30000, &m);
+    assert_int_equal(m.id, plain);
+    assert_no_field(&m, "first_received_at");
+    redisReply *b = rcmd("GETRANGE", mkey(&q, plain), "0", "0", END);
+    assert_true((unsigned char)b->str[0] < 0x80);   /* no trailer */
+    freeReplyObject(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_enqueue_attributes_answered),
+        cmocka_unit_test(test_enqueue_attributes_bounded),
+        cmocka_unit_test(test_enqueue_idempotency_window),
+        cmocka_unit_test(test_enqueue_flag_must_exist),
+        cmocka_unit_test(test_enqueue_flag_first_receive),
         cmocka_unit_test(test_enqueue_ids_and_fields),
         cmocka_unit_test(test_enqueue_payload_binary_safe),
         cmocka_unit_test(test_enqueue_delayed),

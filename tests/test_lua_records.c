@@ -671,6 +671,68 @@ static void test_priority_budget_give_back(void **state)
     freeReplyObject(before);
 }
 
+/* A retryd_v6 instance beside this library (a rolling upgrade) reads a
+ * record with this release's trailer fields (attributes, first receive):
+ * get, claim and settle answer as usual; a claim by v6 keeps them (it
+ * writes the header only); a write of the whole record by v6 (its failure)
+ * keeps what v6 knows and drops the rest (docs/storage.md). */
+static void test_sqs_fields_read_by_retryd_v6(void **state)
+{
+    (void)state;
+    size_t len = 0;
+    char *code = read_file("tests/fixtures/retryd_v6.lua", &len);
+    if (code == NULL) fail_msg("cannot read tests/fixtures/retryd_v6.lua (run from the source tree)");
+    load_library(code, len, true, "retryd_v6");
+    free(code);
+
+    queue_t q;
+    queue_init(&q, "sqsv6");
+    const char *args[] = { "job", "3", "0", "", "1", "default", "", "", "", "ATTR\x01", "300000", "f" };
+    redisReply *e = fcall_bin("enqueue", &q, -1, 12, args, NULL);
+    if (!has_code(e, "ok")) fail_msg("enqueue: %s", reply_desc(e));
+    long long id = e->element[1]->integer;
+    freeReplyObject(e);
+
+    /* v6 claims it first: its lease writes the header only, the trailer stays. */
+    const char *claim_args[] = { "30000", "1" };
+    redisReply *r = fcall_lib("retryd_v6_", "claim", &q, -1, 2, claim_args, NULL);
+    if (!has_code(r, "ok") || r->elements != 2) fail_msg("retryd_v6_claim: %s", reply_desc(r));
+    msg_t m;
+    msg_parse(r->element[1], &m);
+    freeReplyObject(r);
+    assert_int_equal(m.id, id);
+    assert_string_equal(msg_str(&m, "payload"), "job");
+    expect_ok_msg(fcall("get", &q, id, END), &m);
+    assert_string_equal(msg_str(&m, "attributes"), "ATTR\x01");
+    assert_no_field(&m, "first_received_at");   /* v6 does not record it */
+
+    /* v6 fails it (retryable, due at once), this release claims it. */
+    const char *fail_args[] = { "", "boom", "1", "0" };
+    r = fcall_lib("retryd_v6_", "fail", &q, id, 4, fail_args, NULL);
+    if (!has_code(r, "ok")) fail_msg("retryd_v6_fail: %s", reply_desc(r));
+    freeReplyObject(r);
+    claim_one(&q, 30000, &m);
+    assert_int_equal(m.id, id);
+    assert_string_equal(msg_str(&m, "last_error"), "boom");
+    /* v6's failure rewrote the record with the fields it knows. */
+    assert_no_field(&m, "attributes");
+    assert_no_field(&m, "first_received_at");
+
+    /* v6 reads the record with both fields, and settles it. */
+    r = fcall_lib("retryd_v6_", "get", &q, id, 0, NULL, NULL);
+    if (!has_code(r, "ok") || r->elements != 2) fail_msg("retryd_v6_get: %s", reply_desc(r));
+    msg_parse(r->element[1], &m);
+    freeReplyObject(r);
+    assert_string_equal(msg_str(&m, "status"), "processing");
+    const char *succeed_args[] = { "" };
+    r = fcall_lib("retryd_v6_", "succeed", &q, id, 1, succeed_args, NULL);
+    if (!has_code(r, "ok")) fail_msg("retryd_v6_succeed: %s", reply_desc(r));
+    freeReplyObject(r);
+    expect_ok_msg(fcall("get", &q, id, END), &m);
+    assert_string_equal(msg_str(&m, "status"), "succeeded");
+    freeReplyObject(rcmd("FUNCTION", "DELETE", "retryd_v6", END));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -683,6 +745,7 @@ int main(void)
         cmocka_unit_test(test_reply_bytes_bounded),
         cmocka_unit_test(test_settle_claim_reply_bytes_bounded),
         cmocka_unit_test(test_priority_budget_give_back),
+        cmocka_unit_test(test_sqs_fields_read_by_retryd_v6),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -155,8 +155,9 @@ static void test_due_message_promoted_by_a_tick(void **state)
     promoter_start(f);
     got_t enq = { 0 };
     long long enqueued = e2e_mono_ms();
-    assert_int_equal(rd_store_enqueue(f->s.store, f->q, "later", 5, 0, 500, -1, 0, NULL, NULL, on_messages,
-                                      &enq), 0);
+    assert_int_equal(rd_store_enqueue(f->s.store, f->q,
+            &(rd_enqueue_t){ .payload = "later", .len = 5, .delay_ms = 500, .ttl_ms = -1 },
+            on_messages, &enq), 0);
     assert_true(ut_run_until(&f->loop, enq.calls == 1, 5000));
     assert_int_equal(enq.status, RD_STORE_OK);
     assert_int_equal(call_claim(f, LEASE).count, 0);   /* not due yet */
@@ -178,7 +179,9 @@ static void test_expired_lease_is_reclaimed(void **state)
     (void)state;
     fixture_t *f = fixture_open(ut_test_redis_port());
     got_t enq = { 0 };
-    assert_int_equal(rd_store_enqueue(f->s.store, f->q, "x", 1, 5, 0, -1, 0, NULL, NULL, on_messages, &enq), 0);
+    assert_int_equal(rd_store_enqueue(f->s.store, f->q,
+            &(rd_enqueue_t){ .payload = "x", .len = 1, .max_retries = 5, .ttl_ms = -1 },
+            on_messages, &enq), 0);
     assert_true(ut_run_until(&f->loop, enq.calls == 1, 5000));
     rd_lease_t short_lease = { 300, true };
     long long claimed = e2e_mono_ms();

@@ -24,6 +24,7 @@
 #define ROUTE_LIST "GET /queues/{q}/messages"
 #define ROUTE_GET "GET /queues/{q}/messages/{id}"
 #define ROUTE_CLAIM "POST /queues/{q}/claim"
+#define ROUTE_DROP_QUEUE "DELETE /queues/{q}"
 #define ROUTE_SUCCEED "POST /queues/{q}/messages/{id}/succeed"
 #define ROUTE_FAIL "POST /queues/{q}/messages/{id}/fail"
 #define ROUTE_REPLAY "POST /queues/{q}/messages/{id}/replay"
@@ -158,6 +159,8 @@ static void test_every_route_matches(void **state)
                  "emails", 10);
     assert_route(RD_HTTP_POST, "/queues/emails/messages/11/snooze", ROUTE_SNOOZE,
                  "emails", 11);
+    assert_route(RD_HTTP_DELETE, "/queues/emails", ROUTE_DROP_QUEUE, "emails", 0);
+    assert_no_method(RD_HTTP_GET, "/queues/emails", "DELETE");
 }
 
 static void test_head_matches_get_routes(void **state)
@@ -223,7 +226,7 @@ static void test_allow_list_not_reused(void **state)
 static void test_unknown_paths(void **state)
 {
     const char *paths[] = {
-        "", "/", "/queues/q", "/queues/q/", "/queues/q/messages/1/unknown",
+        "", "/", "/queues/q/", "/queues/q/messages/1/unknown",
         "/queues/q/messages/1/succeed/", "/queues/q/messages/1/succeed/x", "/queues/q/claim/",
         "/queues/q/other", "/queue/q/messages", "/QUEUES/q/messages", "/healthz/",
         "/healthzz", "/health", "healthz", "//healthz", "/queues/q/messages/1/", "/readyz/x",

@@ -13,6 +13,9 @@
 
 #include "unit_support.h"
 
+#include "retryd/limits.h"
+#include "retryd/queue_clear.h"
+
 /* ------------------------------------------------------------------------ */
 /* What a callback saw (copied: results live only inside the callback)     */
 /* ------------------------------------------------------------------------ */
@@ -30,6 +33,13 @@ typedef struct got {
     int retry_count;
     size_t settled;
     char outcome[32];
+    char attributes[64];
+    size_t attributes_len;     /* SIZE_MAX: none (ptr NULL) */
+    long long first_received_ms, updated_ms;
+    long long n;               /* a count's, or a clear's deleted */
+    rd_clear_state_t clear;
+    char strings[8][64];       /* the first strings of a strings result */
+    size_t strings_count;
 } got_t;
 
 static void copy_str(char *dst, size_t cap, rd_str_t s)
@@ -52,6 +62,35 @@ static void copy_message(got_t *g, const rd_message_t *m)
     g->retry_count = m->retry_count;
     copy_str(g->payload, sizeof g->payload, m->payload);
     copy_str(g->token, sizeof g->token, m->lease_token);
+    g->attributes_len = m->attributes.ptr ? m->attributes.len : SIZE_MAX;
+    if (m->attributes.ptr && m->attributes.len <= sizeof g->attributes)
+        memcpy(g->attributes, m->attributes.ptr, m->attributes.len);
+    g->first_received_ms = m->first_received_at_ms;
+    g->updated_ms = m->updated_at_ms;
+}
+
+static void on_count(const rd_store_count_t *res, void *arg)
+{
+    got_t *g = arg;
+    copy_head(g, &res->head);
+    g->n = res->n;
+}
+
+static void on_cleared(const rd_store_cleared_t *res, void *arg)
+{
+    got_t *g = arg;
+    copy_head(g, &res->head);
+    g->n = res->deleted;
+    g->clear = res->state;
+}
+
+static void on_strings(const rd_store_strings_t *res, void *arg)
+{
+    got_t *g = arg;
+    copy_head(g, &res->head);
+    g->strings_count = res->count;
+    for (size_t i = 0; i < res->count && i < 8; i++)
+        copy_str(g->strings[i], sizeof g->strings[i], res->strings[i]);
 }
 
 static void on_messages(const rd_store_messages_t *res, void *arg)
@@ -138,7 +177,9 @@ static void test_enqueue_claim_settle_get(void **state)
     fixture_t *f = fixture_open(ut_test_redis_port(), 5000);
     got_t enq = { 0 }, claim = { 0 }, settle = { 0 }, get = { 0 }, again = { 0 };
 
-    assert_int_equal(rd_store_enqueue(f->s.store, f->q, "hello", 5, 0, 0, -1, 0, NULL, NULL, on_messages, &enq), 0);
+    assert_int_equal(rd_store_enqueue(f->s.store, f->q,
+            &(rd_enqueue_t){ .payload = "hello", .len = 5, .ttl_ms = -1 },
+            on_messages, &enq), 0);
     assert_true(ut_run_until(&f->loop, enq.calls == 1, 5000));
     assert_int_equal(enq.status, RD_STORE_OK);
     assert_int_equal(enq.count, 1);
@@ -152,8 +193,12 @@ static void test_enqueue_claim_settle_get(void **state)
 
     /* The same idempotency key twice: the original comes back. */
     got_t k1 = { 0 }, k2 = { 0 };
-    assert_int_equal(rd_store_enqueue(f->s.store, f->q, "k", 1, 0, 0, -1, 0, NULL, "key-1", on_messages, &k1), 0);
-    assert_int_equal(rd_store_enqueue(f->s.store, f->q, "k", 1, 0, 0, -1, 0, NULL, "key-1", on_messages, &k2), 0);
+    assert_int_equal(rd_store_enqueue(f->s.store, f->q,
+            &(rd_enqueue_t){ .payload = "k", .len = 1, .ttl_ms = -1, .idempotency_key = "key-1" },
+            on_messages, &k1), 0);
+    assert_int_equal(rd_store_enqueue(f->s.store, f->q,
+            &(rd_enqueue_t){ .payload = "k", .len = 1, .ttl_ms = -1, .idempotency_key = "key-1" },
+            on_messages, &k2), 0);
     assert_true(ut_run_until(&f->loop, k2.calls == 1, 5000));
     assert_int_equal(k1.status, RD_STORE_OK);
     assert_int_equal(k2.status, RD_STORE_DUPLICATE);
@@ -273,11 +318,122 @@ static void test_policy_create_and_sqs_results(void **state)
 
     static char big[1100];
     memset(big, 'x', sizeof big);
-    assert_int_equal(rd_store_enqueue(f->s.store, f->q, big, sizeof big, 0, -1, -1, 0, NULL, NULL,
-                                      on_result, NULL), 0);
+    rd_enqueue_t in = { .payload = big, .len = sizeof big, .delay_ms = -1, .ttl_ms = -1 };
+    assert_int_equal(rd_store_enqueue(f->s.store, f->q, &in, on_result, NULL), 0);
     assert_true(ut_run_until(&f->loop, g_res.calls == 3, 5000));
     assert_int_equal(g_res.status, RD_STORE_TOO_LARGE);
     assert_int_equal(g_res.payload_limit, 1024);
+    fixture_close(f);
+}
+
+/* rd_enqueue_t's SQS fields through the store: the attributes come back in
+ * the enqueue's answer, a claim's and a get's; the first receive is kept;
+ * must_exist on a queue that never existed is RD_STORE_NOT_FOUND. */
+static void test_enqueue_attributes_first_receive_must_exist(void **state)
+{
+    (void)state;
+    fixture_t *f = fixture_open(ut_test_redis_port(), 5000);
+    static const char attrs[] = "a\0b";
+    got_t enq = { 0 }, claim = { 0 }, get = { 0 }, missing = { 0 };
+    rd_enqueue_t in = { .payload = "m", .len = 1, .ttl_ms = -1, .attributes = attrs,
+                        .attributes_len = 3, .idempotency_key = "dedup",
+                        .idempotency_window_ms = 300000, .record_first_receive = true };
+    assert_int_equal(rd_store_enqueue(f->s.store, f->q, &in, on_messages, &enq), 0);
+    assert_true(ut_run_until(&f->loop, enq.calls == 1, 5000));
+    assert_int_equal(enq.status, RD_STORE_OK);
+    assert_int_equal(enq.attributes_len, 3);
+    assert_memory_equal(enq.attributes, attrs, 3);
+    assert_int_equal(enq.first_received_ms, -1);
+
+    assert_int_equal(rd_store_claim(f->s.store, f->q, LEASE, 1, NULL, on_messages, &claim), 0);
+    assert_true(ut_run_until(&f->loop, claim.calls == 1, 5000));
+    assert_int_equal(claim.id, enq.id);
+    assert_int_equal(claim.attributes_len, 3);
+    assert_memory_equal(claim.attributes, attrs, 3);
+    assert_int_equal(claim.first_received_ms, claim.updated_ms);
+
+    assert_int_equal(rd_store_get(f->s.store, f->q, enq.id, on_messages, &get), 0);
+    assert_true(ut_run_until(&f->loop, get.calls == 1, 5000));
+    assert_int_equal(get.first_received_ms, claim.updated_ms);
+    assert_memory_equal(get.attributes, attrs, 3);
+
+    char name[64];
+    rd_store_queue_t none = ut_queue(name, sizeof name, "never");
+    in = (rd_enqueue_t){ .payload = "x", .len = 1, .ttl_ms = -1, .must_exist = true };
+    assert_int_equal(rd_store_enqueue(f->s.store, none, &in, on_messages, &missing), 0);
+    assert_true(ut_run_until(&f->loop, missing.calls == 1, 5000));
+    assert_int_equal(missing.status, RD_STORE_NOT_FOUND);
+    assert_int_equal(missing.count, 0);
+    fixture_close(f);
+}
+
+/* Tags, dlq_sources, and rd_queue_clear (src/queue_clear.c) through the
+ * store: purge_all keeps the queue and its tags, drop removes everything. */
+static void test_tags_clear_and_dlq_sources(void **state)
+{
+    (void)state;
+    fixture_t *f = fixture_open(ut_test_redis_port(), 5000);
+    got_t set = { 0 }, tags = { 0 }, rm = { 0 };
+    rd_str_t pairs[] = { { "team", 4 }, { "a", 1 }, { "env", 3 }, { "", 0 } };
+    assert_int_equal(rd_store_tags_set(f->s.store, f->q, 2, pairs, on_count, &set), 0);
+    assert_true(ut_run_until(&f->loop, set.calls == 1, 5000));
+    assert_int_equal(set.status, RD_STORE_OK);
+    assert_int_equal(set.n, 2);
+    assert_int_equal(rd_store_tags_remove(f->s.store, f->q, 1, &pairs[2], on_count, &rm), 0);
+    assert_true(ut_run_until(&f->loop, rm.calls == 1, 5000));
+    assert_int_equal(rm.n, 1);
+    assert_int_equal(rd_store_tags_set(f->s.store, f->q, RD_TAGS_MAX + 1, pairs, on_count, &set),
+                     -1);
+
+    for (int i = 0; i < 1200; i++) {
+        got_t e = { 0 };
+        assert_int_equal(rd_store_enqueue(f->s.store, f->q,
+                &(rd_enqueue_t){ .payload = "p", .len = 1, .ttl_ms = -1 }, on_messages, &e), 0);
+        assert_true(ut_run_until(&f->loop, e.calls == 1, 5000));
+    }
+    got_t purged = { 0 };
+    assert_int_equal(rd_queue_clear(f->s.store, f->q, RD_QUEUE_PURGE_ALL, NULL, on_cleared,
+                                    &purged), 0);
+    assert_true(ut_run_until(&f->loop, purged.calls == 1, 10000));
+    assert_int_equal(purged.status, RD_STORE_OK);
+    assert_int_equal(purged.clear, RD_CLEAR_DONE);
+    assert_int_equal(purged.n, 1200);
+    assert_int_equal(rd_store_tags_get(f->s.store, f->q, on_strings, &tags), 0);
+    assert_true(ut_run_until(&f->loop, tags.calls == 1, 5000));
+    assert_int_equal(tags.strings_count, 2);
+    assert_string_equal(tags.strings[0], "team");
+
+    /* q's dead-letter queue is "dlq-of-store": it is that one's source. */
+    char dlq_name[64];
+    rd_store_queue_t dlq = ut_queue(dlq_name, sizeof dlq_name, "dlq-of-store");
+    got_t linked = { 0 }, sources = { 0 };
+    assert_int_equal(rd_store_dlq_link(f->s.store, f->q, dlq, on_strings, &linked), 0);
+    assert_true(ut_run_until(&f->loop, linked.calls == 1, 5000));
+    assert_string_equal(linked.strings[0], "ok");
+    assert_int_equal(rd_store_dlq_sources(f->s.store, dlq, NULL, 1000, on_strings, &sources), 0);
+    assert_true(ut_run_until(&f->loop, sources.calls == 1, 5000));
+    assert_int_equal(sources.status, RD_STORE_OK);
+    assert_string_equal(sources.strings[0], "0");
+    bool found = false;
+    for (size_t i = 1; i < sources.strings_count && i < 8; i++)
+        found = found || (strlen(sources.strings[i]) == f->q.len &&
+                          memcmp(sources.strings[i], f->q.name, f->q.len) == 0);
+    assert_true(found);
+
+    got_t dropped = { 0 }, after = { 0 }, gone = { 0 };
+    assert_int_equal(rd_queue_clear(f->s.store, f->q, RD_QUEUE_DROP, NULL, on_cleared, &dropped),
+                     0);
+    assert_true(ut_run_until(&f->loop, dropped.calls == 1, 10000));
+    assert_int_equal(dropped.status, RD_STORE_OK);
+    assert_int_equal(dropped.clear, RD_CLEAR_DONE);
+    assert_int_equal(rd_store_tags_get(f->s.store, f->q, on_strings, &after), 0);
+    assert_true(ut_run_until(&f->loop, after.calls == 1, 5000));
+    assert_int_equal(after.strings_count, 0);
+    assert_int_equal(rd_store_dlq_sources(f->s.store, dlq, "0", 1000, on_strings, &gone), 0);
+    assert_true(ut_run_until(&f->loop, gone.calls == 1, 5000));
+    for (size_t i = 1; i < gone.strings_count && i < 8; i++)
+        assert_false(strlen(gone.strings[i]) == f->q.len &&
+                     memcmp(gone.strings[i], f->q.name, f->q.len) == 0);
     fixture_close(f);
 }
 
@@ -293,7 +449,9 @@ static void test_not_ready_fails_at_once(void **state)
     char qb[64];
     rd_store_queue_t q = ut_queue(qb, sizeof qb, "nr");
     got_t g = { 0 };
-    assert_int_equal(rd_store_enqueue(s.store, q, "x", 1, 0, 0, -1, 0, NULL, NULL, on_messages, &g), -1);
+    assert_int_equal(rd_store_enqueue(s.store, q,
+            &(rd_enqueue_t){ .payload = "x", .len = 1, .ttl_ms = -1 },
+            on_messages, &g), -1);
     assert_true(ut_run_until(&loop, atomic_load(&g_fake.accepts) >= 1, 5000));
     assert_int_equal(rd_store_get(s.store, q, 1, on_messages, &g), -1);
     assert_int_equal(rd_store_ping(s.store, on_status, &g), -1);
@@ -336,7 +494,9 @@ static void test_wrong_reply_shape_is_an_error(void **state)
         fake_answer(shapes[i]);
         got_t enq = { 0 }, claim = { 0 }, get = { 0 }, settle = { 0 };
         int writes = g_written.calls;
-        assert_int_equal(rd_store_enqueue(f->s.store, f->q, "x", 1, 0, 0, -1, 0, NULL, NULL, on_messages, &enq), 0);
+        assert_int_equal(rd_store_enqueue(f->s.store, f->q,
+                &(rd_enqueue_t){ .payload = "x", .len = 1, .ttl_ms = -1 },
+                on_messages, &enq), 0);
         assert_int_equal(rd_store_claim(f->s.store, f->q, LEASE, 5, NULL, on_messages, &claim), 0);
         assert_int_equal(rd_store_get(f->s.store, f->q, 1, on_messages, &get), 0);
         rd_settlement_t item = { .id = 1, .failed = true, .error = "e", .retryable = true,
@@ -390,7 +550,9 @@ static void test_link_drop_mid_call(void **state)
     fixture_t *f = fixture_open(g_fake.port, 5000);
     got_t enq = { 0 }, get = { 0 };
     long long sent = e2e_mono_ms();
-    assert_int_equal(rd_store_enqueue(f->s.store, f->q, "x", 1, 0, 0, -1, 0, NULL, NULL, on_messages, &enq), 0);
+    assert_int_equal(rd_store_enqueue(f->s.store, f->q,
+            &(rd_enqueue_t){ .payload = "x", .len = 1, .ttl_ms = -1 },
+            on_messages, &enq), 0);
     assert_int_equal(rd_store_get(f->s.store, f->q, 1, on_messages, &get), 0);
     assert_true(ut_run_until(&f->loop, enq.calls == 1 && get.calls == 1, 5000));
     assert_int_equal(enq.status, RD_STORE_LOST);
@@ -430,6 +592,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_enqueue_claim_settle_get),
         cmocka_unit_test(test_policy_create_and_sqs_results),
+        cmocka_unit_test(test_enqueue_attributes_first_receive_must_exist),
+        cmocka_unit_test(test_tags_clear_and_dlq_sources),
         cmocka_unit_test(test_not_ready_fails_at_once),
         cmocka_unit_test(test_wrong_reply_shape_is_an_error),
         cmocka_unit_test(test_link_drop_mid_call),

@@ -95,7 +95,9 @@ static uint64_t answered(fixture_t *f)
 static void enqueue(fixture_t *f, long long *id)
 {
     got_t g = { 0 };
-    assert_int_equal(rd_store_enqueue(f->s.store, f->q, "p", 1, 0, 0, -1, 0, NULL, NULL, on_messages, &g), 0);
+    assert_int_equal(rd_store_enqueue(f->s.store, f->q,
+            &(rd_enqueue_t){ .payload = "p", .len = 1, .ttl_ms = -1 },
+            on_messages, &g), 0);
     assert_true(ut_run_until(&f->loop, g.calls == 1, 5000));
     assert_int_equal(g.status, RD_STORE_OK);
     *id = g.id;

@@ -27,6 +27,9 @@
 #define RD_WORKER_MAX 128                 /* bytes of a claim's worker (docs/reference.md "History") */
 #define RD_GROUP_MAX 128                  /* bytes of an enqueue's group (docs/reference.md
                                              "Fairness groups") */
+#define RD_ATTRIBUTES_MAX 262144          /* bytes of an enqueue's attributes (lua/10_enqueue.lua) */
+#define RD_IDEMPOTENCY_WINDOW_MS_MAX 86400000LL  /* an enqueue's idempotency window: 24 h */
+#define RD_TAGS_MAX 50                    /* tags of a queue (lua/66_tags.lua) */
 #define RD_GROUPS_LIMIT_DEFAULT 100       /* a page of GET /queues/{q}/groups */
 #define RD_ACK_BATCH_MAX 100              /* items of POST /queues/{q}/succeed */
 #define RD_SETTLE_BATCH_MAX 100           /* settlements of a claim with settle */

@@ -55,6 +55,10 @@ typedef struct rd_message {
     rd_str_t redriving_to;          /* a dead letter being redriven: its target queue */
     rd_str_t group;                 /* its fairness group (docs/reference.md "Fairness
                                        groups"); ptr NULL for none */
+    rd_str_t attributes;            /* opaque bytes the enqueue gave (the SQS face's packed
+                                       MessageAttributes); ptr NULL for none */
+    long long first_received_at_ms; /* its first claim, epoch ms, kept only for an enqueue
+                                       that asked (record_first_receive); -1 none */
 } rd_message_t;
 
 #define RD_HISTORY_FIELDS 6

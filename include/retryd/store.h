@@ -195,8 +195,21 @@ typedef struct rd_store_count {
     long long n;
 } rd_store_count_t;
 
-/* A flat array of strings (alerts_touch, CONFIG GET): strings[i].ptr is NULL
- * for an element that is not a string. */
+/* drop_queue, purge_all: one bounded batch (lua/46_drop.lua). */
+typedef enum rd_clear_state {
+    RD_CLEAR_MORE,            /* call again */
+    RD_CLEAR_UNREGISTER,      /* drop_queue: nothing left but the mark; forget, then call
+                                 again with unregistered */
+    RD_CLEAR_DONE,
+} rd_clear_state_t;
+typedef struct rd_store_cleared {
+    rd_store_head_t head;
+    rd_clear_state_t state;
+    long long deleted;        /* records this call deleted (rd_queue_clear: in all) */
+} rd_store_cleared_t;
+
+/* A flat array of strings (alerts_touch, CONFIG GET, tags_get, dlq_sources):
+ * strings[i].ptr is NULL for an element that is not a string. */
 typedef struct rd_store_strings {
     rd_store_head_t head;
     rd_str_t *strings;
@@ -265,6 +278,7 @@ typedef void (*rd_store_done_cb)(const rd_store_done_t *res, void *arg);
 typedef void (*rd_store_policy_cb)(const rd_store_policy_t *res, void *arg);
 typedef void (*rd_store_count_cb)(const rd_store_count_t *res, void *arg);
 typedef void (*rd_store_strings_cb)(const rd_store_strings_t *res, void *arg);
+typedef void (*rd_store_cleared_cb)(const rd_store_cleared_t *res, void *arg);
 typedef void (*rd_store_alerts_taken_cb)(const rd_store_alerts_taken_t *res, void *arg);
 typedef void (*rd_store_redrive_taken_cb)(const rd_store_redrive_taken_t *res, void *arg);
 typedef void (*rd_store_ids_cb)(const rd_store_ids_t *res, void *arg);
@@ -307,17 +321,32 @@ typedef struct rd_lease {
     bool given;               /* false: the request gave none (the policy's wins) */
 } rd_lease_t;
 
-/* delay_ms -1: none given (the queue policy's delay_seconds applies, else 0).
- * A payload longer than the policy's max_payload_bytes answers
- * RD_STORE_TOO_LARGE (res->payload_limit), nothing created.
- * ttl_ms -1: none given (the queue policy's message_ttl applies); priority
- * 0-9 (docs/reference.md "Priority"); group NULL or "" for none, else
- * 1-RD_GROUP_MAX bytes (docs/reference.md "Fairness groups");
- * idempotency_key NULL for none. */
-int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const char *payload, size_t len,
-                     int max_retries, long long delay_ms, long long ttl_ms, int priority,
-                     const char *group, const char *idempotency_key, rd_store_messages_cb cb,
-                     void *arg);
+/* What an enqueue sends (lua/10_enqueue.lua's ARGV). Every string is
+ * borrowed until rd_store_enqueue returns (the store copies what it keeps). */
+typedef struct rd_enqueue {
+    const char *payload;
+    size_t len;
+    int max_retries;                /* 0: none given (the policy's, else 3) */
+    long long delay_ms;             /* -1: none given (the policy's delay_seconds, else 0) */
+    long long ttl_ms;               /* -1: none given (the policy's message_ttl applies) */
+    int priority;                   /* 0-9 (docs/reference.md "Priority") */
+    const char *group;              /* NULL or "" for none, else 1-RD_GROUP_MAX bytes
+                                       (docs/reference.md "Fairness groups") */
+    const char *idempotency_key;    /* NULL for none */
+    long long idempotency_window_ms;  /* how long the key dedups; 0: 24 h */
+    const char *attributes;         /* opaque bytes kept with the message (NULL: none), */
+    size_t attributes_len;          /* at most RD_ATTRIBUTES_MAX */
+    bool must_exist;                /* the queue must exist (a policy or a message ever, no
+                                       drop running): else RD_STORE_NOT_FOUND, nothing made */
+    bool record_first_receive;      /* its first claim keeps first_received_at_ms */
+} rd_enqueue_t;
+
+/* res: the message as stored (not read back), or the original with
+ * RD_STORE_DUPLICATE, or RD_STORE_NOT_FOUND (must_exist), or
+ * RD_STORE_TOO_LARGE (res->payload_limit: the policy's max_payload_bytes;
+ * nothing created). */
+int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const rd_enqueue_t *e,
+                     rd_store_messages_cb cb, void *arg);
 /* Up to count messages; fewer when they would pass the library's REPLY_BYTES
  * (at least one when any is claimable), or when the queue's policy holds
  * them back (pause, max_in_flight, rate_limit: res->retry_ms). worker: NULL,
@@ -461,6 +490,32 @@ int rd_store_queues_page(rd_store_t *st, const char *cursor, size_t cursor_len, 
  * graph, unless it leads back to q (docs/lifecycle.md "Cycles"): res->strings
  * is {"ok"}, {"cycle", q, ..., q} (the chain) or {"too_long"}; nothing is
  * written for the last two. Sent before policy_set writes the field. */
+/* One bounded batch of emptying q (lua/46_drop.lua; src/queue_clear.c
+ * repeats it to the end): drop (every key of q, then unregister) or purge
+ * all (every message, the queue kept). unregistered: drop only, the caller
+ * ran rd_store_queue_forget after RD_CLEAR_UNREGISTER. */
+int rd_store_drop_queue(rd_store_t *st, rd_store_queue_t q, bool unregistered,
+                        rd_store_cleared_cb cb, void *arg);
+int rd_store_purge_all(rd_store_t *st, rd_store_queue_t q, rd_store_cleared_cb cb, void *arg);
+/* Takes q out of the registry, its names index, the timer schedule and the
+ * dead-letter-queue graph (q's own link). res->n: 1 when it was registered. */
+int rd_store_queue_forget(rd_store_t *st, rd_store_queue_t q, rd_store_count_cb cb, void *arg);
+/* A page of the queues whose dead_letter_queue is q: res->strings is
+ * {next_cursor ("0": the end), name...}; cursor NULL or "0" first; count
+ * 1..1000 links looked at (the page may be short, even empty). */
+int rd_store_dlq_sources(rd_store_t *st, rd_store_queue_t q, const char *cursor, int count,
+                         rd_store_strings_cb cb, void *arg);
+/* Tags (lua/66_tags.lua): set n key, value pairs (strs[2i], strs[2i+1];
+ * 1..RD_TAGS_MAX) or remove n keys; res->n the tags the queue has then;
+ * a set that would pass RD_TAGS_MAX changes nothing and answers
+ * RD_STORE_INVALID_STATE (state "too_many"). get: res->strings
+ * {key, value, ...}. */
+int rd_store_tags_set(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_str_t *strs,
+                      rd_store_count_cb cb, void *arg);
+int rd_store_tags_remove(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_str_t *keys,
+                         rd_store_count_cb cb, void *arg);
+int rd_store_tags_get(rd_store_t *st, rd_store_queue_t q, rd_store_strings_cb cb, void *arg);
+
 int rd_store_dlq_link(rd_store_t *st, rd_store_queue_t q, rd_store_queue_t target,
                       rd_store_strings_cb cb, void *arg);
 

@@ -26,6 +26,8 @@ typedef struct rd_store_enqueued {
     long long delay_ms;
     int priority;
     char *group;                /* NULL: none */
+    char *attributes;           /* NULL: none */
+    size_t attributes_len;
 } rd_store_enqueued_t;
 
 bool rd_store_parse_enqueue(const rd_reply_t *r, const void *kept, void *res, long long *hint);
@@ -52,6 +54,8 @@ bool rd_store_parse_timer_take(const rd_reply_t *r, const void *kept, void *res,
 bool rd_store_parse_timer_done(const rd_reply_t *r, const void *kept, void *res, long long *hint);
 bool rd_store_parse_page(const rd_reply_t *r, const void *kept, void *res, long long *hint);
 bool rd_store_parse_groups(const rd_reply_t *r, const void *kept, void *res, long long *hint);
+bool rd_store_parse_cleared(const rd_reply_t *r, const void *kept, void *res, long long *hint);
+bool rd_store_parse_tags(const rd_reply_t *r, const void *kept, void *res, long long *hint);
 bool rd_store_parse_pong(const rd_reply_t *r, const void *kept, void *res, long long *hint);
 
 /* What a parser allocated in res (the row's free). */

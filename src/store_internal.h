@@ -1,0 +1,37 @@
+/* store_internal.h - the store's state, shared by store.c (the calls) and
+ * store_settings.c (its making and settings). Private to the store: nothing
+ * else includes it. */
+#ifndef RETRYD_STORE_INTERNAL_H
+#define RETRYD_STORE_INTERNAL_H
+
+#include <stdbool.h>
+
+#include "retryd/backend.h"
+#include "retryd/buf.h"
+#include "retryd/store.h"
+
+enum { NONCE_MAX = RD_STORE_NONCE_MAX };
+
+struct rd_store {
+    uv_loop_t *loop;
+    rd_backend_t *redis;
+    char *prefix;
+    rd_buf_t registry_key;
+    long long dead_ttl_ms, succeeded_ttl_ms;   /* passed on for timer hints */
+    long long alert_recheck_ms;                /* > 0: ticks ask about alerts */
+    bool alert_url;                            /* this instance runs with --alert-url */
+    bool fleet_alert_url;                      /* timer_take: some instance does */
+    bool series;                /* --series: ticks sample */
+    char instance[17];          /* random hex: claim nonces are "<instance>.<seq>" */
+    unsigned long long nonce_seq;
+    /* The modules above that keep what calls leave behind (store.h "hooks"). */
+    void (*before_write)(void *arg, rd_store_queue_t q);
+    void (*written)(void *arg, rd_store_queue_t q, const rd_store_written_t *w);
+    void *write_arg;
+    void (*claim_lost)(void *arg, rd_store_queue_t q, const char *nonce);
+    void *lost_arg;
+    void (*release_orphans)(void *arg, rd_store_queue_t q, size_t n, const rd_message_t *msgs);
+    void *orphans_arg;
+};
+
+#endif
