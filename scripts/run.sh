@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # run.sh RETRYD_BIN - what `make run` does: serve retryd on 127.0.0.1:8080
-# against RETRYD_REDIS when it is set, otherwise against a private
-# redis-server with AOF persistence under ./var/ that lives as long as retryd.
+# (and its SQS endpoint on 127.0.0.1:9324, docs/sqs.md; RETRYD_SQS_LISTEN=""
+# turns it off) against RETRYD_REDIS when it is set, otherwise against a
+# private redis-server with AOF persistence under ./var/ that lives as long
+# as retryd.
 set -eu
 bin=$1
+export RETRYD_SQS_LISTEN=${RETRYD_SQS_LISTEN-127.0.0.1:9324}
 
 if [ -n "${RETRYD_REDIS:-}" ]; then
     exec "$bin"    # retryd reads RETRYD_REDIS (and every other RETRYD_*) itself

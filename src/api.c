@@ -13,6 +13,7 @@
 
 #include "retryd/alloc.h"
 #include "retryd/handback.h"
+#include "retryd/sqs.h"
 #include "retryd/auth.h"
 #include "retryd/buf.h"
 #include "retryd/json.h"
@@ -586,6 +587,7 @@ static void on_queues(const rd_fanout_queues_t *res, void *arg)
         if (c->api->coalescer) rd_coalescer_render_metrics(c->api->coalescer, &text);
         if (c->api->alerts) rd_alerts_render_metrics(c->api->alerts, &text);
         if (c->api->http) rd_http_server_render_metrics(c->api->http, &text);
+        if (c->api->sqs) rd_sqs_render_metrics(c->api->sqs, &text);
         rd_http_respond(c->ex, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, text.data,
                         text.len);
         rd_buf_free(&text);

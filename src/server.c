@@ -29,6 +29,7 @@
 #include "retryd/fanout.h"
 #include "retryd/lost_claims.h"
 #include "retryd/registry.h"
+#include "retryd/sqs.h"
 #include "retryd/waiters.h"
 
 extern const char rd_lua_library[];
@@ -50,6 +51,8 @@ typedef struct server {
     rd_waiters_t *waiters;
     rd_alerts_t *alerts;          /* NULL without --alert-url until a policy alert_url needs it */
     rd_dlq_t *dlq;                /* moves deaths to their dead_letter_queue */
+    rd_sqs_t *sqs;                /* --sqs-listen's endpoint, NULL without it */
+    int servers_draining;         /* the HTTP API's and the SQS endpoint's */
     bool alerts_failed;           /* libcurl could not be set up: not tried again */
     uv_signal_t sigint, sigterm;
     uv_timer_t drain_timer;
@@ -68,6 +71,7 @@ static void on_redis_closed(void *arg)
     /* A response still being written may yet report that it was not
      * delivered (a shutdown past its deadline): no store to release to. */
     s->api.store = NULL;
+    if (s->sqs) rd_sqs_forget_store(s->sqs);
     s->api.coalescer = NULL;
     s->api.fanout = NULL;
     rd_coalescer_free(s->coalescer);
@@ -112,13 +116,27 @@ static void maybe_close_redis(server_t *s, bool force)
 static void on_waiters_closed(void *arg);
 
 /* No handler runs any more: the waiters they borrowed can go. */
+static void on_servers_drained(server_t *s)
+{
+    if (--s->servers_draining > 0) return;
+    s->http_drained = true;
+    rd_waiters_close(s->waiters, on_waiters_closed, s);
+}
+
 static void on_http_drained(void *arg)
 {
     server_t *s = arg;
     s->http = NULL;
     s->api.http = NULL;
-    s->http_drained = true;
-    rd_waiters_close(s->waiters, on_waiters_closed, s);
+    on_servers_drained(s);
+}
+
+static void on_sqs_drained(void *arg)
+{
+    server_t *s = arg;
+    s->sqs = NULL;
+    s->api.sqs = NULL;
+    on_servers_drained(s);
 }
 
 static void on_promoter_stopped(void *arg)
@@ -221,7 +239,9 @@ static void on_signal(uv_signal_t *sig, int signum)
     if (s->alerts) rd_alerts_stop(s->alerts, on_alerts_stopped, s);
     else s->alerts_stopped = true;
     rd_waiters_stop(s->waiters);
+    s->servers_draining = s->sqs ? 2 : 1;
     rd_http_server_stop(s->http, on_http_drained, s);
+    if (s->sqs) rd_sqs_stop(s->sqs, on_sqs_drained, s);
 }
 
 int main(int argc, char **argv)
@@ -328,6 +348,28 @@ int main(int argc, char **argv)
     else
         rd_info("retryd: listening on http://%s:%d, Redis %s:%d, prefix %s", s.cfg.listen_host,
                 rd_http_server_port(s.http), s.cfg.redis_host, s.cfg.redis_port, s.cfg.prefix);
+
+    if (s.cfg.sqs_listen_host[0]) {
+        rd_sqs_options_t so = {
+            .host = s.cfg.sqs_listen_host, .port = s.cfg.sqs_listen_port,
+            .account = s.cfg.sqs_account, .region = s.cfg.sqs_region,
+            .credentials = s.cfg.sqs_credentials, .default_lease_ms = s.cfg.lease_ms,
+            .max_connections = (size_t)s.cfg.max_connections,
+            .idle_timeout_ms = (uint64_t)s.cfg.idle_timeout_ms, .store = s.store,
+            .coalescer = s.coalescer, .waiters = s.waiters,
+        };
+        char why[512];
+        s.sqs = rd_sqs_start(s.loop, &so, why, sizeof why);
+        if (s.sqs == NULL) {
+            /* Refused before anything ran: as a bad flag is. */
+            rd_error("retryd: SQS endpoint: %s", why);
+            return 2;
+        }
+        s.api.sqs = s.sqs;
+        rd_info("retryd: SQS endpoint on http://%s:%d (account %s, region %s%s)",
+                s.cfg.sqs_listen_host, rd_sqs_port(s.sqs), s.cfg.sqs_account, s.cfg.sqs_region,
+                s.cfg.sqs_credentials[0] ? ", Signature Version 4 required" : "");
+    }
 
     rd_promoter_options_t po = {
         .tick_ms = s.cfg.tick_ms, .batch = 500, .dead_ttl_ms = s.cfg.dead_ttl_ms,

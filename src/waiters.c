@@ -205,6 +205,8 @@ static void answer_nothing(waiter_t *h)
     rd_store_messages_t none;
     memset(&none, 0, sizeof none);
     none.head.status = RD_STORE_OK;
+    none.policy_wait_ms = -1;
+    none.queue_known = true;   /* a wait says nothing of it: the caller asked first */
     finish_waiter(h, &none);
 }
 

@@ -124,7 +124,7 @@ test_awscli_walkthrough() {
         '.messages | length == 1 and .[0].payload == "{\"order\": 42}"' >/dev/null ||
         fail "the HTTP API does not show the message in flight"
     "${aws[@]}" delete-message --queue-url "$url" --receipt-handle "$handle" || fail "delete-message"
-    curl -s -f "$API/queues/orders/stats" | jq -e '.succeeded == 1 and .processing == 0' >/dev/null ||
+    curl -s -f "$API/queues/orders/stats" | jq -e '.counts.succeeded == 1 and .counts.processing == 0' >/dev/null ||
         fail "stats after the delete: $(curl -s "$API/queues/orders/stats")"
     "${aws[@]}" get-queue-attributes --queue-url "$url" --attribute-names All |
         jq -e '.Attributes.ApproximateNumberOfMessages == "0"' >/dev/null || fail "get-queue-attributes"

@@ -20,6 +20,7 @@ typedef struct rd_api {
     rd_waiters_t *waiters;      /* borrowed: long-poll claims */
     rd_alerts_t *alerts;        /* borrowed: the alert sender, NULL until one is started */
     rd_http_server_t *http;     /* borrowed: the server, for /metrics; NULL before it starts */
+    struct rd_sqs *sqs;         /* borrowed: the SQS endpoint, for /metrics; NULL without it */
     const rd_config_t *cfg;     /* borrowed */
     const char *auth_token;     /* NULL: no auth; else required as a Bearer token */
     rd_buf_t body;              /* owned: the JSON answer being written, reused by

@@ -139,7 +139,7 @@ typedef struct send {
     size_t body_len;
     long long delay_ms;         /* -1: none given (the queue's DelaySeconds) */
     const char *group;          /* NULL: none */
-    char dedup[2 * SHA256_DIGEST_LENGTH + 1];   /* the FIFO deduplication id, "" none */
+    char dedup[DEDUP_MAX + 1];  /* the FIFO deduplication id (or the body's SHA-256), "" none */
     rd_buf_t attributes;        /* packed (attributes.h), empty for none */
     char md5_body[33];
     char md5_attributes[33];    /* "" without attributes */
@@ -541,9 +541,12 @@ static void on_received(const rd_store_messages_t *res, void *arg)
             rd_sqs_fail(r, &RD_SQS_ERR_QUEUE_DOES_NOT_EXIST, "The specified queue does not exist.");
             return;
         }
-        /* No WaitTimeSeconds: the queue's ReceiveMessageWaitTimeSeconds. */
-        if (!rc->parked && rc->wait_ms < 0 && res->policy_wait_ms > 0 && r->sqs->waiters) {
-            receive_wait(r, res->policy_wait_ms);
+        /* Nothing now: wait WaitTimeSeconds, else the queue's
+         * ReceiveMessageWaitTimeSeconds (the first claim said whether the
+         * queue exists; a parked one is answered when the wait ends). */
+        long long wait = rc->wait_ms >= 0 ? rc->wait_ms : res->policy_wait_ms;
+        if (!rc->parked && wait > 0 && r->sqs->waiters) {
+            receive_wait(r, wait);
             return;
         }
         rd_sqs_answer(r, cJSON_CreateObject());
@@ -610,10 +613,6 @@ void rd_sqs_receive_message(rd_sqs_req_t *r)
     rc->lease.ms = visibility < 0 ? r->sqs->default_lease_ms
                                   : (visibility == 0 ? 1000 : visibility * 1000);
     rc->lease.given = visibility >= 0;
-    if (rc->wait_ms > 0 && r->sqs->waiters) {
-        receive_wait(r, rc->wait_ms);
-        return;
-    }
     rd_sqs_started(r, r->sqs->coalescer
                           ? rd_coalescer_settle_claim(r->sqs->coalescer, rd_sqs_queue(r),
                                                       rc->lease, rc->count, NULL, 0, NULL,

@@ -129,12 +129,13 @@ static const rd_sqs_error_t *attributes_to_policy(rd_sqs_req_t *r, const cJSON *
                 p->dead_letter_queue_owned = rd_strndup(target, tlen);
                 p->dead_letter_queue = p->dead_letter_queue_owned;
                 p->dead_letter_queue_len = tlen;
-                /* maxReceiveCount receives, so maxReceiveCount - 1 retries. */
-                p->max_retries = n - 1 > 0 ? n - 1 : RD_POLICY_MAX_RETRIES_NONE;
+                /* A message with max_retries M is delivered at most M times
+                 * (docs/reference.md "Messages"): maxReceiveCount exactly. */
+                p->max_retries = n;
             }
             cJSON_Delete(rp);
             if (!ok) {
-                snprintf(why, why_len, "Value %.200s for parameter RedrivePolicy is invalid. "
+                snprintf(why, why_len, "Value %.100s for parameter RedrivePolicy is invalid. "
                                        "Reason: deadLetterTargetArn must be another queue of "
                                        "this endpoint and maxReceiveCount from 1 to 1000.",
                          v->valuestring);
@@ -218,7 +219,7 @@ static cJSON *policy_to_attributes(const rd_sqs_req_t *r, unsigned want, const r
     if ((want & A_REDRIVE) && p->dead_letter_queue && p->dead_letter_queue_len > 0) {
         char arn[400];
         rd_sqs_queue_arn(r->sqs, p->dead_letter_queue, p->dead_letter_queue_len, arn, sizeof arn);
-        long long receives = p->max_retries > 0 ? p->max_retries + 1 : 1;
+        long long receives = p->max_retries > 0 ? p->max_retries : 3;
         snprintf(s, sizeof s, "{\"deadLetterTargetArn\":\"%s\",\"maxReceiveCount\":%lld}", arn,
                  receives);
         cJSON_AddStringToObject(a, "RedrivePolicy", s);
@@ -471,7 +472,7 @@ void rd_sqs_create_queue(rd_sqs_req_t *r)
         p->fifo_groups = 1;
         p->content_based_dedup = 0;
     }
-    char why[320];
+    char why[512];
     const rd_sqs_error_t *e = attributes_to_policy(r, attrs, true, p, why, sizeof why);
     if (e) {
         rd_sqs_fail(r, e, "%s", why);
@@ -744,7 +745,7 @@ static void on_set_exists(rd_sqs_req_t *r, bool exists)
     w->done = on_attributes_set;
     rd_policy_init(&w->policy);
     w->policy.patch = true;
-    char why[320];
+    char why[512];
     const rd_sqs_error_t *e = attributes_to_policy(
         r, cJSON_GetObjectItemCaseSensitive(r->call.params, "Attributes"), false, &w->policy, why,
         sizeof why);
