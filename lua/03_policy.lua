@@ -450,6 +450,11 @@ do
 
   -- The delay (ms) of an enqueue that gave none: the policy's delay_seconds,
   -- else 0.
+  -- Whether the policy deduplicates by content (SQS FIFO queues).
+  function flow.content_dedup(k)
+    return read_policy(k).content_based_dedup == 'true'
+  end
+
   function flow.delay_ms(k)
     local s = tonumber(read_policy(k).delay_seconds)
     return s and s * 1000 or 0

@@ -49,7 +49,11 @@ do
   --                                               no drop_queue running), else nothing is
   --                                               written and the reply is {"not_found"};
   --                                               "f" the first claim records its time in
-  --                                               the trailer (first_received_at, ms)
+  --                                               the trailer (first_received_at, ms);
+  --                                               "c" the idempotency key is the body's
+  --                                               hash: refused with {"invalid_state",
+  --                                               "no_content_dedup"} unless the policy
+  --                                               has content_based_dedup (SQS FIFO)
   -- Returns {"ok", id, now_ms}: the caller has every other field already, so
   -- the message is not read back (a third of enqueue's cost); with ARGV[5],
   -- {"ok", id, now_ms, timer}: the timer hint of a delayed message
@@ -106,7 +110,7 @@ do
         end
       end
       if flags and flags ~= '' then
-        if string.find(flags, '[^ef]') then return bad_arg('flags') end
+        if string.find(flags, '[^efc]') then return bad_arg('flags') end
         -- The queue must exist: only the queue's own keys can say so in its
         -- slot (the registry is another slot), so a policy or a message ever (seq).
         if string.find(flags, 'e', 1, true) and (redis.call('EXISTS', k.dropping) == 1
@@ -114,6 +118,11 @@ do
           return { 'not_found' }
         end
         if string.find(flags, 'f', 1, true) then first_receive = 0 end
+        -- The key is the body's hash: only a queue with content_based_dedup
+        -- takes it (SQS's FIFO rule), decided in this call.
+        if string.find(flags, 'c', 1, true) and not flow.content_dedup(k) then
+          return { 'invalid_state', 'no_content_dedup' }
+        end
       end
     end
     max_retries = flow.max_retries(k, max_retries, args[6] == 'default')

@@ -508,11 +508,16 @@ int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const rd_enqueue_t *in,
     /* ARGV[10..12] only when one is used: the usual enqueue sends what it did. */
     bool attributes = in->attributes != NULL;
     if (attributes || in->idempotency_window_ms > 0 || in->must_exist ||
-        in->record_first_receive) {
+        in->record_first_receive || in->content_dedup) {
         arg_bytes(&c, attributes ? in->attributes : "", attributes ? in->attributes_len : 0);
         arg_int(&c, in->idempotency_window_ms > 0 ? in->idempotency_window_ms : 0);
-        arg_str(&c, in->must_exist ? (in->record_first_receive ? "ef" : "e")
-                                   : (in->record_first_receive ? "f" : ""));
+        char flags[4];
+        size_t nf = 0;
+        if (in->must_exist) flags[nf++] = 'e';
+        if (in->record_first_receive) flags[nf++] = 'f';
+        if (in->content_dedup) flags[nf++] = 'c';
+        flags[nf] = '\0';
+        arg_str(&c, flags);
     }
     rd_store_enqueued_t *e = rd_malloc(sizeof *e);
     e->payload = rd_strndup(in->payload, in->len);

@@ -1945,6 +1945,31 @@ static void test_enqueue_flag_must_exist(void **state)
     assert_int_equal(enqueued_id(enqueue_sqs(&q2, "p", "", "", 0, "", "ef")), 2);
 }
 
+/* Flag c: a key that is the body's hash is taken only by a queue whose
+ * policy has content_based_dedup (SQS FIFO's rule), decided in the call:
+ * refused and nothing written otherwise; deduplicating once it is on. */
+static void test_enqueue_flag_content_dedup(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "contentdedup");
+    policy_set(&q, "merge", "fifo_groups", "true");
+    redisReply *r = enqueue_sqs(&q, "body", "hash-of-body", "", 0, "300000", "ec");
+    assert_true(has_code(r, "invalid_state"));
+    assert_string_equal(r->element[1]->str, "no_content_dedup");
+    freeReplyObject(r);
+    r = rcmd("EXISTS", qkey(&q, "seq"), END);
+    assert_int_equal(r->integer, 0);   /* nothing was made */
+    freeReplyObject(r);
+    policy_set(&q, "merge", "content_based_dedup", "true");
+    long long id = enqueued_id(enqueue_sqs(&q, "body", "hash-of-body", "", 0, "300000", "ec"));
+    r = enqueue_sqs(&q, "body", "hash-of-body", "", 0, "300000", "ec");
+    assert_true(has_code(r, "duplicate"));
+    freeReplyObject(r);
+    /* Without c the same policy takes any key, as before. */
+    assert_true(enqueued_id(enqueue_sqs(&q, "other", "explicit-id", "", 0, "300000", "e")) > id);
+}
+
 /* Flag f: the first claim records its time; later claims keep it; a
  * message without f has no trailer and no field. */
 static void test_enqueue_flag_first_receive(void **state)
@@ -1985,6 +2010,7 @@ int main(void)
         cmocka_unit_test(test_enqueue_idempotency_window),
         cmocka_unit_test(test_enqueue_flag_must_exist),
         cmocka_unit_test(test_enqueue_flag_first_receive),
+        cmocka_unit_test(test_enqueue_flag_content_dedup),
         cmocka_unit_test(test_enqueue_ids_and_fields),
         cmocka_unit_test(test_enqueue_payload_binary_safe),
         cmocka_unit_test(test_enqueue_delayed),

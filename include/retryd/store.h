@@ -339,6 +339,9 @@ typedef struct rd_enqueue {
     bool must_exist;                /* the queue must exist (a policy or a message ever, no
                                        drop running): else RD_STORE_NOT_FOUND, nothing made */
     bool record_first_receive;      /* its first claim keeps first_received_at_ms */
+    bool content_dedup;             /* idempotency_key is the payload's hash: refused with
+                                       RD_STORE_INVALID_STATE ("no_content_dedup"), nothing
+                                       made, unless the policy has content_based_dedup */
 } rd_enqueue_t;
 
 /* res: the message as stored (not read back), or the original with

@@ -17,6 +17,12 @@
 
 enum { TOKEN_MAX = 128, GROUP_MAX = 128, DEDUP_MAX = 128, BATCH_ID_MAX = 80 };
 
+/* SQS's words for a FIFO send without a deduplication id to a queue
+ * without ContentBasedDeduplication. */
+#define NO_DEDUP_ID "The queue should either have ContentBasedDeduplication enabled or " \
+                    "MessageDeduplicationId provided explicitly"
+
+
 /* ------------------------------------------------------------ batches */
 
 /* One entry's outcome: its Successful object, or a Failed one. */
@@ -140,6 +146,7 @@ typedef struct send {
     long long delay_ms;         /* -1: none given (the queue's DelaySeconds) */
     const char *group;          /* NULL: none */
     char dedup[DEDUP_MAX + 1];  /* the FIFO deduplication id (or the body's SHA-256), "" none */
+    bool content_dedup;         /* dedup is the body's SHA-256 */
     rd_buf_t attributes;        /* packed (attributes.h), empty for none */
     char md5_body[33];
     char md5_attributes[33];    /* "" without attributes */
@@ -225,6 +232,7 @@ static const rd_sqs_error_t *send_parse(const rd_sqs_req_t *r, const cJSON *in, 
             SHA256((const unsigned char *)s->body, s->body_len, d);
             for (int i = 0; i < SHA256_DIGEST_LENGTH; i++)
                 snprintf(s->dedup + 2 * i, 3, "%02x", d[i]);
+            s->content_dedup = true;   /* the queue must have ContentBasedDeduplication */
         }
     } else if (dedup) {
         snprintf(why, why_len, "Value for parameter MessageDeduplicationId is invalid. Reason: "
@@ -258,6 +266,7 @@ static int send_enqueue(rd_sqs_req_t *r, const send_t *s, rd_store_messages_cb c
         .idempotency_window_ms = s->dedup[0] ? 5 * 60 * 1000 : 0,
         .attributes = s->attributes.len ? s->attributes.data : NULL,
         .attributes_len = s->attributes.len, .must_exist = true, .record_first_receive = true,
+        .content_dedup = s->content_dedup,
     };
     return rd_store_enqueue(r->sqs->store, rd_sqs_queue(r), &e, cb, arg);
 }
@@ -312,6 +321,10 @@ static void on_sent(const rd_store_messages_t *res, void *arg)
                     "%lld bytes.", res->payload_limit);
         return;
     }
+    if (res->head.status == RD_STORE_INVALID_STATE) {
+        rd_sqs_fail(r, &RD_SQS_ERR_INVALID_PARAMETER_VALUE, "%s", NO_DEDUP_ID);
+        return;
+    }
     /* A duplicate (FIFO deduplication) answers the original's id. */
     if (res->head.status != RD_STORE_DUPLICATE && rd_sqs_store_failed(r, &res->head)) return;
     if (res->count < 1) {
@@ -351,6 +364,8 @@ static void on_batch_sent(const rd_store_messages_t *res, void *arg)
     rd_store_status_t st = res->head.status;
     if (st == RD_STORE_NOT_FOUND) {
         entry_fail(e, &RD_SQS_ERR_QUEUE_DOES_NOT_EXIST, "The specified queue does not exist.");
+    } else if (st == RD_STORE_INVALID_STATE) {
+        entry_fail(e, &RD_SQS_ERR_INVALID_PARAMETER_VALUE, NO_DEDUP_ID);
     } else if (st == RD_STORE_TOO_LARGE) {
         entry_fail(e, &RD_SQS_ERR_INVALID_PARAMETER_VALUE, "Message is larger than the queue's "
                                                            "MaximumMessageSize.");

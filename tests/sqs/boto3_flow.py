@@ -237,6 +237,13 @@ def case_fifo():
         sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
     r = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=2)
     check([m["Body"] for m in r.get("Messages", [])] == ["two"], f"then two: {r.get('Messages')}")
+    # Without ContentBasedDeduplication a send needs its MessageDeduplicationId.
+    plain = sqs.create_queue(QueueName=f"p-{run}.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+    code, _ = error_code(sqs.send_message, QueueUrl=plain, MessageBody="x", MessageGroupId="g")
+    check(code == "InvalidParameterValue", f"no deduplication id: {code}")
+    sqs.send_message(QueueUrl=plain, MessageBody="x", MessageGroupId="g", MessageDeduplicationId="1")
+    code, _ = error_code(sqs.create_queue, QueueName=f"nofifo-{run}.fifo")
+    check(code == "InvalidParameterValue", f"a .fifo name without FifoQueue: {code}")
 
 
 def case_tags_purge_delete():
