@@ -581,17 +581,8 @@ static void on_received(const rd_store_messages_t *res, void *arg)
 static void on_received_together(const rd_store_settled_t *res, void *arg)
 {
     rd_store_messages_t claimed = { .head = res->head, .messages = res->messages,
-                                    .count = res->count, .queue_known = true,
-                                    .policy_wait_ms = -1 };
-    rd_sqs_req_t *r = arg;
-    receive_t *rc = r->state;
-    /* The coalesced claim does not say whether the queue exists or how long
-     * it waits: an empty one asks again alone. */
-    if (res->head.status == RD_STORE_OK && res->count == 0 && !rc->parked) {
-        rd_sqs_started(r, rd_store_claim(r->sqs->store, rd_sqs_queue(r), rc->lease, rc->count,
-                                         NULL, on_received, r));
-        return;
-    }
+                                    .count = res->count, .queue_known = res->queue_known,
+                                    .policy_wait_ms = res->policy_wait_ms };
     on_received(&claimed, arg);
 }
 
