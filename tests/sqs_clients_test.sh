@@ -126,6 +126,11 @@ test_awscli_walkthrough() {
     "${aws[@]}" delete-message --queue-url "$url" --receipt-handle "$handle" || fail "delete-message"
     curl -s -f "$API/queues/orders/stats" | jq -e '.counts.succeeded == 1 and .counts.processing == 0' >/dev/null ||
         fail "stats after the delete: $(curl -s "$API/queues/orders/stats")"
+    # And through retryctl: the queue's policy is SQS's.
+    out=$("$ROOT/scripts/retryctl" -u "redis://127.0.0.1:$PORT" --prefix "$PREFIX-aws" policy orders) ||
+        fail "retryctl policy"
+    grep -Eq '^sqs +true' <<<"$out" && grep -Eq '^lease_expiry +redeliver' <<<"$out" &&
+        grep -Eq '^max_retries +unlimited' <<<"$out" || fail "retryctl policy: $out"
     "${aws[@]}" get-queue-attributes --queue-url "$url" --attribute-names All |
         jq -e '.Attributes.ApproximateNumberOfMessages == "0"' >/dev/null || fail "get-queue-attributes"
     "${aws[@]}" list-queues | jq -e --arg u "$url" '.QueueUrls | index($u) != null' >/dev/null ||
