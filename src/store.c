@@ -505,13 +505,14 @@ int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const rd_enqueue_t *in,
     else arg_str(&c, "");
     bool grouped = in->group && in->group[0];
     arg_str(&c, grouped ? in->group : "");   /* "": none */
-    /* ARGV[10..12] only when one is used: the usual enqueue sends what it did. */
+    /* ARGV[10..12] only when one is used: the usual enqueue sends what it did.
+     * arg_str keeps the pointer until the call is sent: flags lives as long. */
+    char flags[4];
     bool attributes = in->attributes != NULL;
     if (attributes || in->idempotency_window_ms > 0 || in->must_exist ||
         in->record_first_receive || in->content_dedup) {
         arg_bytes(&c, attributes ? in->attributes : "", attributes ? in->attributes_len : 0);
         arg_int(&c, in->idempotency_window_ms > 0 ? in->idempotency_window_ms : 0);
-        char flags[4];
         size_t nf = 0;
         if (in->must_exist) flags[nf++] = 'e';
         if (in->record_first_receive) flags[nf++] = 'f';
