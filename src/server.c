@@ -244,6 +244,22 @@ static void on_signal(uv_signal_t *sig, int signum)
     if (s->sqs) rd_sqs_stop(s->sqs, on_sqs_drained, s);
 }
 
+/* A start that cannot go on: what was made is closed, in reverse. */
+static void abandon_start(server_t *s, char *token)
+{
+    if (s->alerts) rd_alerts_stop(s->alerts, NULL, NULL);
+    rd_waiters_close(s->waiters, NULL, NULL);
+    rd_backend_close(s->redis, true, NULL, NULL);
+    rd_coalescer_free(s->coalescer);
+    rd_fanout_free(s->fanout);
+    rd_lost_claims_free(s->lost_claims);
+    rd_registry_free(s->registry);
+    rd_store_free(s->store);
+    uv_run(s->loop, UV_RUN_DEFAULT);
+    uv_loop_close(s->loop);
+    rd_free(token);
+}
+
 int main(int argc, char **argv)
 {
     rd_alloc_init();
@@ -318,6 +334,30 @@ int main(int argc, char **argv)
     s.api.alerts = s.alerts;
     s.api.cfg = &s.cfg;
 
+    if (s.cfg.sqs_listen_host[0]) {
+        rd_sqs_options_t so = {
+            .host = s.cfg.sqs_listen_host, .port = s.cfg.sqs_listen_port,
+            .account = s.cfg.sqs_account, .region = s.cfg.sqs_region,
+            .credentials = s.cfg.sqs_credentials, .default_lease_ms = s.cfg.lease_ms,
+            .max_connections = (size_t)s.cfg.max_connections,
+            .idle_timeout_ms = (uint64_t)s.cfg.idle_timeout_ms, .store = s.store,
+            .coalescer = s.coalescer, .waiters = s.waiters,
+        };
+        char why[512];
+        s.sqs = rd_sqs_start(s.loop, &so, why, sizeof why);
+        if (s.sqs == NULL) {
+            /* Refused as a bad flag is (nothing served yet). */
+            rd_error("retryd: SQS endpoint: %s", why);
+            abandon_start(&s, token);
+            return 2;
+        }
+        s.api.sqs = s.sqs;
+        rd_info("retryd: SQS endpoint on http://%s:%d (account %s, region %s%s)",
+                s.cfg.sqs_listen_host, rd_sqs_port(s.sqs), s.cfg.sqs_account, s.cfg.sqs_region,
+                s.cfg.sqs_credentials[0] ? ", Signature Version 4 required" : "");
+    }
+
+
     rd_http_options_t ho = {
         .host = s.cfg.listen_host, .port = s.cfg.listen_port,
         .max_body_bytes = s.cfg.max_body_bytes, .handler = rd_api_handle, .handler_ctx = &s.api,
@@ -331,14 +371,8 @@ int main(int argc, char **argv)
     if (rc != 0) {
         rd_error("retryd: cannot listen on %s:%d: %s", s.cfg.listen_host, s.cfg.listen_port,
                  uv_strerror(rc));
-        if (s.alerts) rd_alerts_stop(s.alerts, NULL, NULL);
-        rd_waiters_close(s.waiters, NULL, NULL);
-        rd_backend_close(s.redis, true, NULL, NULL);
-        rd_coalescer_free(s.coalescer);
-        rd_store_free(s.store);
-        uv_run(s.loop, UV_RUN_DEFAULT);
-        uv_loop_close(s.loop);
-        rd_free(token);
+        if (s.sqs) rd_sqs_stop(s.sqs, NULL, NULL);
+        abandon_start(&s, token);
         return 1;
     }
     s.api.http = s.http;
@@ -348,28 +382,6 @@ int main(int argc, char **argv)
     else
         rd_info("retryd: listening on http://%s:%d, Redis %s:%d, prefix %s", s.cfg.listen_host,
                 rd_http_server_port(s.http), s.cfg.redis_host, s.cfg.redis_port, s.cfg.prefix);
-
-    if (s.cfg.sqs_listen_host[0]) {
-        rd_sqs_options_t so = {
-            .host = s.cfg.sqs_listen_host, .port = s.cfg.sqs_listen_port,
-            .account = s.cfg.sqs_account, .region = s.cfg.sqs_region,
-            .credentials = s.cfg.sqs_credentials, .default_lease_ms = s.cfg.lease_ms,
-            .max_connections = (size_t)s.cfg.max_connections,
-            .idle_timeout_ms = (uint64_t)s.cfg.idle_timeout_ms, .store = s.store,
-            .coalescer = s.coalescer, .waiters = s.waiters,
-        };
-        char why[512];
-        s.sqs = rd_sqs_start(s.loop, &so, why, sizeof why);
-        if (s.sqs == NULL) {
-            /* Refused before anything ran: as a bad flag is. */
-            rd_error("retryd: SQS endpoint: %s", why);
-            return 2;
-        }
-        s.api.sqs = s.sqs;
-        rd_info("retryd: SQS endpoint on http://%s:%d (account %s, region %s%s)",
-                s.cfg.sqs_listen_host, rd_sqs_port(s.sqs), s.cfg.sqs_account, s.cfg.sqs_region,
-                s.cfg.sqs_credentials[0] ? ", Signature Version 4 required" : "");
-    }
 
     rd_promoter_options_t po = {
         .tick_ms = s.cfg.tick_ms, .batch = 500, .dead_ttl_ms = s.cfg.dead_ttl_ms,
