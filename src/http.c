@@ -1015,6 +1015,6 @@ const char *rd_http_method_name(rd_http_method_t m)
     case RD_HTTP_PATCH: return "PATCH";
     case RD_HTTP_DELETE: return "DELETE";
     case RD_HTTP_OPTIONS: return "OPTIONS";
-    default: return "";
+    default: return "OTHER";
     }
 }

@@ -7,20 +7,6 @@
 #include "retryd/alloc.h"
 #include "retryd/hex.h"
 
-static const char *method_name(rd_http_method_t m)
-{
-    switch (m) {
-    case RD_HTTP_GET: return "GET";
-    case RD_HTTP_HEAD: return "HEAD";
-    case RD_HTTP_POST: return "POST";
-    case RD_HTTP_PUT: return "PUT";
-    case RD_HTTP_PATCH: return "PATCH";
-    case RD_HTTP_DELETE: return "DELETE";
-    case RD_HTTP_OPTIONS: return "OPTIONS";
-    default: return "OTHER";
-    }
-}
-
 long rd_percent_decode(const char *s, size_t len, char *out, bool plus_is_space)
 {
     size_t n = 0;
@@ -94,7 +80,7 @@ static bool prefix_matches(const char *pattern, const char *path, size_t len)
 
 static void allow_add(char *allow, size_t size, rd_http_method_t method)
 {
-    const char *name = method_name(method);
+    const char *name = rd_http_method_name(method);
     size_t used = strlen(allow);
     snprintf(allow + used, size - used, "%s%s", used ? ", " : "", name);
 }

@@ -61,19 +61,6 @@ static struct {
 /* Server side                                                        */
 /* ------------------------------------------------------------------ */
 
-static const char *method_name(rd_http_method_t m)
-{
-    switch (m) {
-    case RD_HTTP_GET: return "GET";
-    case RD_HTTP_HEAD: return "HEAD";
-    case RD_HTTP_POST: return "POST";
-    case RD_HTTP_PUT: return "PUT";
-    case RD_HTTP_PATCH: return "PATCH";
-    case RD_HTTP_DELETE: return "DELETE";
-    case RD_HTTP_OPTIONS: return "OPTIONS";
-    default: return "OTHER";
-    }
-}
 
 static void on_request(rd_http_exchange_t *ex, const rd_http_request_t *req, void *ctx)
 {
@@ -105,7 +92,7 @@ static void on_request(rd_http_exchange_t *ex, const rd_http_request_t *req, voi
     }
     rd_buf_t b = RD_BUF_INIT;
     rd_buf_printf(&b, "method=%s path=%.*s query=%s%.*s body=%zu:%s ct=%s auth=%s",
-                  method_name(req->method), (int)req->path_len, req->path,
+                  rd_http_method_name(req->method), (int)req->path_len, req->path,
                   req->query ? "" : "-", (int)req->query_len, req->query ? req->query : "",
                   req->body_len, req->body, req->content_type ? req->content_type : "-",
                   req->authorization ? req->authorization : "-");

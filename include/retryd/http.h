@@ -57,7 +57,7 @@ const char *rd_http_request_header(const rd_http_request_t *req, const char *lna
 /* Iterates the headers: *pos 0 starts (a byte offset); returns false at the end. */
 bool rd_http_request_header_next(const rd_http_request_t *req, size_t *pos, const char **name,
                                  const char **value);
-/* "GET", "POST", ... ("" for RD_HTTP_OTHER). */
+/* "GET", "POST", ... ("OTHER" for RD_HTTP_OTHER). */
 const char *rd_http_method_name(rd_http_method_t m);
 
 typedef struct rd_http_exchange rd_http_exchange_t;

@@ -27,12 +27,8 @@ static bool client_still_there(void *arg)
     return !rd_http_exchange_client_gone(r->ex);
 }
 
-static void on_delete_exists(rd_sqs_req_t *r, bool exists)
+static void on_delete_exists(rd_sqs_req_t *r)
 {
-    if (!exists) {
-        rd_sqs_fail(r, &RD_SQS_ERR_QUEUE_DOES_NOT_EXIST, "The specified queue does not exist.");
-        return;
-    }
     rd_sqs_started(r, rd_queue_clear(r->sqs->store, rd_sqs_queue(r), RD_QUEUE_DROP,
                                      client_still_there, on_cleared, r));
 }
@@ -42,12 +38,8 @@ void rd_sqs_delete_queue(rd_sqs_req_t *r)
     rd_sqs_queue_exists(r, r->queue, r->queue_len, on_delete_exists);
 }
 
-static void on_purge_exists(rd_sqs_req_t *r, bool exists)
+static void on_purge_exists(rd_sqs_req_t *r)
 {
-    if (!exists) {
-        rd_sqs_fail(r, &RD_SQS_ERR_QUEUE_DOES_NOT_EXIST, "The specified queue does not exist.");
-        return;
-    }
     rd_sqs_started(r, rd_queue_clear(r->sqs->store, rd_sqs_queue(r), RD_QUEUE_PURGE_ALL,
                                      client_still_there, on_cleared, r));
 }
@@ -106,12 +98,8 @@ static bool read_tags(rd_sqs_req_t *r, const cJSON *in, bool keys_only, tag_list
     return true;
 }
 
-static void on_tag_exists(rd_sqs_req_t *r, bool exists)
+static void on_tag_exists(rd_sqs_req_t *r)
 {
-    if (!exists) {
-        rd_sqs_fail(r, &RD_SQS_ERR_QUEUE_DOES_NOT_EXIST, "The specified queue does not exist.");
-        return;
-    }
     bool untag = strcmp(r->action->name, "UntagQueue") == 0;
     tag_list_t *t = rd_calloc(1, sizeof *t);
     r->state = t;
@@ -152,12 +140,8 @@ static void on_tags_got(const rd_store_strings_t *res, void *arg)
     rd_sqs_answer(r, o);
 }
 
-static void on_list_tags_exists(rd_sqs_req_t *r, bool exists)
+static void on_list_tags_exists(rd_sqs_req_t *r)
 {
-    if (!exists) {
-        rd_sqs_fail(r, &RD_SQS_ERR_QUEUE_DOES_NOT_EXIST, "The specified queue does not exist.");
-        return;
-    }
     rd_sqs_started(r, rd_store_tags_get(r->sqs->store, rd_sqs_queue(r), on_tags_got, r));
 }
 
@@ -190,12 +174,8 @@ static void on_sources(const rd_store_strings_t *res, void *arg)
     rd_sqs_answer(r, o);
 }
 
-static void on_sources_exists(rd_sqs_req_t *r, bool exists)
+static void on_sources_exists(rd_sqs_req_t *r)
 {
-    if (!exists) {
-        rd_sqs_fail(r, &RD_SQS_ERR_QUEUE_DOES_NOT_EXIST, "The specified queue does not exist.");
-        return;
-    }
     long long max = DLQ_SOURCES_MAX;
     if (!rd_sqs_int(r, r->call.params, "MaxResults", 1, DLQ_SOURCES_MAX, &max)) return;
     const char *token = rd_sqs_str(r->call.params, "NextToken");

@@ -252,7 +252,11 @@ static void on_exists_page(const rd_store_page_t *res, void *arg)
     rd_free(e);
     r->state = NULL;
     r->free_state = NULL;
-    then(r, found);
+    if (!found) {
+        rd_sqs_fail(r, &RD_SQS_ERR_QUEUE_DOES_NOT_EXIST, "The specified queue does not exist.");
+        return;
+    }
+    then(r);
 }
 
 void rd_sqs_queue_exists(rd_sqs_req_t *r, const char *name, size_t len, rd_sqs_exists_fn then)
@@ -484,15 +488,6 @@ void rd_sqs_create_queue(rd_sqs_req_t *r)
 
 /* ------------------------------------------------------------ GetQueueUrl */
 
-static void on_url_exists(rd_sqs_req_t *r, bool exists)
-{
-    if (!exists) {
-        rd_sqs_fail(r, &RD_SQS_ERR_QUEUE_DOES_NOT_EXIST, "The specified queue does not exist.");
-        return;
-    }
-    answer_url(r);
-}
-
 void rd_sqs_get_queue_url(rd_sqs_req_t *r)
 {
     const char *name = rd_sqs_required(r, r->call.params, "QueueName");
@@ -504,7 +499,7 @@ void rd_sqs_get_queue_url(rd_sqs_req_t *r)
     }
     r->queue = rd_strndup(name, len);
     r->queue_len = len;
-    rd_sqs_queue_exists(r, r->queue, r->queue_len, on_url_exists);
+    rd_sqs_queue_exists(r, r->queue, r->queue_len, answer_url);
 }
 
 /* ------------------------------------------------------------ ListQueues */
@@ -679,12 +674,8 @@ static void on_attrs_stats(const rd_store_stats_result_t *res, void *arg)
     attrs_done(r);
 }
 
-static void on_attrs_exists(rd_sqs_req_t *r, bool exists)
+static void on_attrs_exists(rd_sqs_req_t *r)
 {
-    if (!exists) {
-        rd_sqs_fail(r, &RD_SQS_ERR_QUEUE_DOES_NOT_EXIST, "The specified queue does not exist.");
-        return;
-    }
     unsigned want = 0;
     const cJSON *it;
     cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(r->call.params, "AttributeNames")) {
@@ -733,12 +724,8 @@ static void on_attributes_set(rd_sqs_req_t *r, const rd_store_policy_t *res)
     rd_sqs_answer(r, NULL);
 }
 
-static void on_set_exists(rd_sqs_req_t *r, bool exists)
+static void on_set_exists(rd_sqs_req_t *r)
 {
-    if (!exists) {
-        rd_sqs_fail(r, &RD_SQS_ERR_QUEUE_DOES_NOT_EXIST, "The specified queue does not exist.");
-        return;
-    }
     policy_write_t *w = rd_calloc(1, sizeof *w);
     r->state = w;
     r->free_state = policy_write_free;

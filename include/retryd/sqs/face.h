@@ -136,10 +136,10 @@ bool rd_sqs_handle_decode(const char *handle, long long *id, char *token, size_t
 enum { RD_SQS_CURSOR_MAX = 260 };
 size_t rd_sqs_cursor_before(const char *prefix, size_t len, char *out);
 
-/* Runs then(r, exists) once the registry said whether queue name[0..len)
- * exists (it uses r->state meanwhile: call it before setting any). A
- * failure is answered instead. */
-typedef void (*rd_sqs_exists_fn)(rd_sqs_req_t *r, bool exists);
+/* Runs then(r) once the registry said that queue name[0..len) exists (it
+ * uses r->state meanwhile: call it before setting any); a queue that does
+ * not exist is answered QueueDoesNotExist, a failure its error. */
+typedef void (*rd_sqs_exists_fn)(rd_sqs_req_t *r);
 void rd_sqs_queue_exists(rd_sqs_req_t *r, const char *name, size_t len, rd_sqs_exists_fn then);
 
 /* ---- the actions (queues.c, admin.c, messages.c) ---- */
