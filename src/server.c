@@ -271,9 +271,9 @@ static void on_sighup(uv_signal_t *sig, int signum)
         rd_error("retryd: SIGHUP: kept the previous tokens: %s", why);
         return;
     }
-    size_t n = rd_tokens_count(set);
+    size_t n = rd_tokens_count(set) - (s->admin_token ? 1 : 0);
     rd_api_set_tokens(&s->api, set);
-    rd_info("retryd: SIGHUP: %zu tokens loaded from %s", n, s->cfg.token_file);
+    rd_info("retryd: SIGHUP: %zu token(s) in %s now", n, s->cfg.token_file);
 }
 
 static void on_signal(uv_signal_t *sig, int signum)
