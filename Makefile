@@ -28,7 +28,7 @@ PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 # The SQS endpoint (src/sqs/, docs/sqs.md): the wire protocols, SigV4, the actions.
 # (Set before LIB_SRC: its := expands them where it stands.)
 SQS_CODEC_SRC := sqs/errors sqs/decode sqs/encode sqs/attributes
-SQS_AUTH_SRC := sqs/sigv4
+SQS_AUTH_SRC := sqs/sigv4 sqs/roles
 SQS_FACE_SRC := sqs/listener sqs/actions sqs/params sqs/names sqs/queues sqs/admin sqs/messages
 # Modules shared by the daemon and the tests (everything but main).
 LIB_SRC := alloc buf utf8 hex log config keys json jsonw problem policy http http_write router redis cluster backend store store_settings store_replies \
