@@ -14,7 +14,6 @@
 #include "retryd/alloc.h"
 #include "retryd/handback.h"
 #include "retryd/sqs.h"
-#include "retryd/auth.h"
 #include "retryd/buf.h"
 #include "retryd/json.h"
 #include "retryd/jsonw.h"
@@ -47,6 +46,7 @@ static void call_free(call_t *c)
         rd_free(c->policy);
     }
     rd_route_match_free(&c->match);
+    rd_tokens_unref(c->tokens);
     rd_free(c);
 }
 
@@ -571,11 +571,36 @@ static void on_series(const rd_store_series_t *res, void *arg)
 
 /* ---------------------------------------------------------------- every queue */
 
+/* /metrics for a token limited to queue patterns: its queues' families, the
+ * Redis round trips and parked claims of this process; no totals over every
+ * queue (docs/security.md "Tokens"). */
+static void render_limited_metrics(call_t *c, const rd_fanout_queues_t *res, rd_buf_t *text)
+{
+    rd_queue_metrics_t *seen = rd_calloc(res->count + 1, sizeof *seen);
+    size_t n = 0;
+    for (size_t i = 0; i < res->count; i++)
+        if (rd_api_sees_queue(c, res->queues[i].name, res->queues[i].name_len))
+            seen[n++] = res->queues[i];   /* shallow: the names stay res's */
+    rd_metrics_render(text, seen, n, rd_store_rtt(c->api->store),
+                      c->api->waiters ? rd_waiters_count(c->api->waiters) : 0);
+    rd_metrics_render_snapshot_age(text, res->age_ms);
+    rd_free(seen);
+}
+
 /* GET /queues and /metrics: a page of the registry with each queue's numbers. */
 static void on_queues(const rd_fanout_queues_t *res, void *arg)
 {
     call_t *c = arg;
     if (rd_api_respond_store_failure(c, &res->head)) return;
+    if (c->metrics && rd_api_limited(c)) {
+        rd_buf_t text = RD_BUF_INIT;
+        render_limited_metrics(c, res, &text);
+        rd_http_respond(c->ex, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, text.data,
+                        text.len);
+        rd_buf_free(&text);
+        call_free(c);
+        return;
+    }
     if (c->metrics) {
         rd_buf_t text = RD_BUF_INIT;
         rd_metrics_render(&text, res->queues, res->count, rd_store_rtt(c->api->store),
@@ -597,7 +622,9 @@ static void on_queues(const rd_fanout_queues_t *res, void *arg)
     rd_json_t *doc = rd_json_new_object();
     rd_json_t *list = rd_json_new_array();
     for (size_t i = 0; i < res->count; i++) {
-        if (!res->queues[i].ok) continue;
+        if (!res->queues[i].ok ||
+            !rd_api_sees_queue(c, res->queues[i].name, res->queues[i].name_len))
+            continue;
         rd_json_t *q = rd_json_new_object();
         rd_json_set_stringn(q, "name", res->queues[i].name, res->queues[i].name_len);
         rd_json_set(q, "counts", counts_json(&res->queues[i]));
@@ -609,7 +636,9 @@ static void on_queues(const rd_fanout_queues_t *res, void *arg)
     if (res->next_cursor.len) rd_json_set_stringn(doc, "next_cursor", res->next_cursor.ptr,
                                                   res->next_cursor.len);
     else rd_json_set_null(doc, "next_cursor");
-    rd_json_set_int(doc, "total", res->total);
+    /* The registry's size would tell a limited token that other queues exist. */
+    if (rd_api_limited(c)) rd_json_set_null(doc, "total");
+    else rd_json_set_int(doc, "total", res->total);
     rd_api_respond_json(c, 200, doc, NULL);
 }
 
@@ -951,6 +980,7 @@ static void handle_redrive(call_t *c)
         rd_api_answer_parse_failure(c, RD_REQ_INVALID, &errs);
         return;
     }
+    if (!rd_api_authorize_queue(c, c->replay.to, c->replay.to_len, "to")) return;
     rd_store_queue_t to = { c->replay.to, c->replay.to_len };
     rd_api_started(c, rd_redrive_run(c->api->store, rd_api_queue_of(c), to, c->replay.mode,
                                      c->replay.ids,
@@ -1048,54 +1078,39 @@ static void handle_ui(call_t *c)
 /* ---------------------------------------------------------------- the table */
 
 /* Every route: a new one is a row here and its handler above. First match
- * wins; HEAD takes the GET rows. */
+ * wins; HEAD takes the GET rows. The last column is the role a token needs
+ * (docs/security.md "Tokens"); the route's queue must be within its patterns. */
 const rd_route_t rd_api_routes[] = {
-    { RD_HTTP_GET, "/healthz", handle_healthz, RD_ROUTE_PUBLIC },
-    { RD_HTTP_GET, "/readyz", handle_readyz, 0 },
-    { RD_HTTP_GET, "/openapi.json", handle_openapi, RD_ROUTE_PUBLIC },
-    { RD_HTTP_POST, "/queues/{q}/messages", handle_enqueue, 0 },
-    { RD_HTTP_GET, "/queues/{q}/messages", handle_list, 0 },
-    { RD_HTTP_GET, "/queues/{q}/messages/{id}", handle_get, 0 },
-    { RD_HTTP_POST, "/queues/{q}/claim", handle_claim, 0 },
-    { RD_HTTP_POST, "/queues/{q}/messages/{id}/succeed", handle_succeed, 0 },
-    { RD_HTTP_POST, "/queues/{q}/messages/{id}/fail", handle_fail, 0 },
-    { RD_HTTP_POST, "/queues/{q}/messages/{id}/replay", handle_replay, 0 },
-    { RD_HTTP_POST, "/queues/{q}/messages/{id}/snooze", handle_snooze, 0 },
-    { RD_HTTP_POST, "/queues/{q}/messages/{id}/extend", handle_extend, 0 },
-    { RD_HTTP_POST, "/queues/{q}/succeed", handle_succeed_many, 0 },
-    { RD_HTTP_POST, "/queues/{q}/messages/{id}/kill", handle_kill, 0 },
-    { RD_HTTP_DELETE, "/queues/{q}/messages/{id}", handle_delete, 0 },
-    { RD_HTTP_POST, "/queues/{q}/replay", handle_replay_many, 0 },
-    { RD_HTTP_GET, "/queues", handle_queues, 0 },
-    { RD_HTTP_DELETE, "/queues/{q}", handle_drop_queue, 0 },
-    { RD_HTTP_GET, "/queues/{q}/stats", handle_stats, 0 },
-    { RD_HTTP_GET, "/queues/{q}/groups", rd_api_handle_groups, 0 },
-    { RD_HTTP_GET, "/queues/{q}/policy", rd_api_handle_policy_get, 0 },
-    { RD_HTTP_PUT, "/queues/{q}/policy", rd_api_handle_policy_put, 0 },
-    { RD_HTTP_PATCH, "/queues/{q}/policy", rd_api_handle_policy_patch, 0 },
-    { RD_HTTP_POST, "/queues/{q}/pause", rd_api_handle_pause, 0 },
-    { RD_HTTP_POST, "/queues/{q}/resume", rd_api_handle_resume, 0 },
-    { RD_HTTP_GET, "/metrics", handle_metrics, 0 },
-    { RD_HTTP_GET, "/ui", handle_ui, RD_ROUTE_PUBLIC | RD_ROUTE_PREFIX },
+    { RD_HTTP_GET, "/healthz", handle_healthz, RD_ROUTE_PUBLIC, RD_ROLE_ANY },
+    { RD_HTTP_GET, "/readyz", handle_readyz, 0, RD_ROLE_ANY },
+    { RD_HTTP_GET, "/openapi.json", handle_openapi, RD_ROUTE_PUBLIC, RD_ROLE_ANY },
+    { RD_HTTP_GET, "/auth/whoami", rd_api_handle_whoami, 0, RD_ROLE_ANY },
+    { RD_HTTP_POST, "/queues/{q}/messages", handle_enqueue, 0, RD_ROLE_PRODUCER },
+    { RD_HTTP_GET, "/queues/{q}/messages", handle_list, 0, RD_ROLE_READER },
+    { RD_HTTP_GET, "/queues/{q}/messages/{id}", handle_get, 0, RD_ROLE_READER },
+    { RD_HTTP_POST, "/queues/{q}/claim", handle_claim, 0, RD_ROLE_WORKER },
+    { RD_HTTP_POST, "/queues/{q}/messages/{id}/succeed", handle_succeed, 0, RD_ROLE_WORKER },
+    { RD_HTTP_POST, "/queues/{q}/messages/{id}/fail", handle_fail, 0, RD_ROLE_WORKER },
+    { RD_HTTP_POST, "/queues/{q}/messages/{id}/replay", handle_replay, 0, RD_ROLE_OPERATOR },
+    { RD_HTTP_POST, "/queues/{q}/messages/{id}/snooze", handle_snooze, 0, RD_ROLE_WORKER },
+    { RD_HTTP_POST, "/queues/{q}/messages/{id}/extend", handle_extend, 0, RD_ROLE_WORKER },
+    { RD_HTTP_POST, "/queues/{q}/succeed", handle_succeed_many, 0, RD_ROLE_WORKER },
+    { RD_HTTP_POST, "/queues/{q}/messages/{id}/kill", handle_kill, 0, RD_ROLE_OPERATOR },
+    { RD_HTTP_DELETE, "/queues/{q}/messages/{id}", handle_delete, 0, RD_ROLE_OPERATOR },
+    { RD_HTTP_POST, "/queues/{q}/replay", handle_replay_many, 0, RD_ROLE_OPERATOR },
+    { RD_HTTP_GET, "/queues", handle_queues, 0, RD_ROLE_READER },
+    { RD_HTTP_DELETE, "/queues/{q}", handle_drop_queue, 0, RD_ROLE_OPERATOR },
+    { RD_HTTP_GET, "/queues/{q}/stats", handle_stats, 0, RD_ROLE_READER },
+    { RD_HTTP_GET, "/queues/{q}/groups", rd_api_handle_groups, 0, RD_ROLE_READER },
+    { RD_HTTP_GET, "/queues/{q}/policy", rd_api_handle_policy_get, 0, RD_ROLE_READER },
+    { RD_HTTP_PUT, "/queues/{q}/policy", rd_api_handle_policy_put, 0, RD_ROLE_OPERATOR },
+    { RD_HTTP_PATCH, "/queues/{q}/policy", rd_api_handle_policy_patch, 0, RD_ROLE_OPERATOR },
+    { RD_HTTP_POST, "/queues/{q}/pause", rd_api_handle_pause, 0, RD_ROLE_OPERATOR },
+    { RD_HTTP_POST, "/queues/{q}/resume", rd_api_handle_resume, 0, RD_ROLE_OPERATOR },
+    { RD_HTTP_GET, "/metrics", handle_metrics, 0, RD_ROLE_READER },
+    { RD_HTTP_GET, "/ui", handle_ui, RD_ROUTE_PUBLIC | RD_ROUTE_PREFIX, RD_ROLE_ANY },
 };
 const size_t rd_api_route_count = sizeof rd_api_routes / sizeof rd_api_routes[0];
-
-static const char no_token_detail[] = "This server needs 'Authorization: Bearer <token>'.";
-static const char wrong_token_detail[] = "The bearer token is wrong.";
-static const char auth_challenge[] = "WWW-Authenticate: Bearer realm=\"retryd\"\r\n";
-
-/* Only requests with a body come here, and no public route takes one: without
- * the token every body is refused, public route or not (else GETs of
- * /healthz with bodies could fill --max-pending-body-bytes). */
-bool rd_api_check_head(const rd_http_request_t *head, void *ctx, rd_http_refusal_t *refusal)
-{
-    const rd_api_t *api = ctx;
-    if (rd_auth_check(api->auth_token, head->authorization)) return true;
-    refusal->problem = RD_PROBLEM_UNAUTHORIZED;
-    refusal->detail = head->authorization ? wrong_token_detail : no_token_detail;
-    refusal->extra_headers = auth_challenge;
-    return false;
-}
 
 void rd_api_handle(rd_http_exchange_t *ex, const rd_http_request_t *req, void *ctx)
 {
@@ -1111,12 +1126,7 @@ void rd_api_handle(rd_http_exchange_t *ex, const rd_http_request_t *req, void *c
      * /openapi.json and the console's files, none of which holds data)
      * need none (README, --auth-token-file). */
     bool public_route = outcome == RD_ROUTE_MATCHED && (c->match.route->flags & RD_ROUTE_PUBLIC);
-    if (!public_route && !rd_auth_check(c->api->auth_token, req->authorization)) {
-        rd_api_respond_problem(c, RD_PROBLEM_UNAUTHORIZED,
-                        req->authorization ? wrong_token_detail : no_token_detail, NULL,
-                        auth_challenge);
-        return;
-    }
+    if (!rd_api_authenticate(c, public_route)) return;
     switch (outcome) {
     case RD_ROUTE_NO_PATH:
         rd_api_respond_problem(c, RD_PROBLEM_NOT_FOUND, "No route matches this path.", NULL, NULL);
@@ -1149,5 +1159,6 @@ void rd_api_handle(rd_http_exchange_t *ex, const rd_http_request_t *req, void *c
             return;
         }
     }
+    if (!public_route && !rd_api_authorize(c)) return;
     c->match.route->handler(c);
 }

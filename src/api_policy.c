@@ -94,6 +94,13 @@ static void policy_write(call_t *c, bool patch)
         rd_api_answer_parse_failure(c, r, &errs);
         return;
     }
+    /* Deaths would move into the target: the token must cover it too. */
+    if (p.dead_letter_queue && !rd_api_authorize_queue(c, p.dead_letter_queue,
+                                                       p.dead_letter_queue_len,
+                                                       "dead_letter_queue")) {
+        rd_policy_free(&p);
+        return;
+    }
     c->notify = true;
     c->policy = rd_malloc(sizeof *c->policy);
     *c->policy = p;

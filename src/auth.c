@@ -1,11 +1,11 @@
-/* auth.c - bearer token loading and constant-time checking. */
+/* auth.c - the single bearer token of --auth-token-file, read from its file
+ * (checked as an admin token of the set: tokens.c). */
 #include "retryd/auth.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <strings.h>
 
 #include "retryd/alloc.h"
 
@@ -34,21 +34,4 @@ char *rd_auth_load_token(const char *path, char *err, size_t err_len)
         return NULL;
     }
     return rd_strndup(start, len);
-}
-
-bool rd_auth_check(const char *token, const char *header)
-{
-    if (token == NULL) return true;
-    if (header == NULL || strncasecmp(header, "Bearer ", 7) != 0) return false;
-    const char *given = header + 7;
-    while (*given == ' ') given++;
-    size_t want = strlen(token), got = strlen(given);
-    /* Walk the expected token whatever was given, so the time depends on the
-     * token's length only. */
-    unsigned char diff = (unsigned char)(want != got);
-    for (size_t i = 0; i < want; i++) {
-        unsigned char g = i < got ? (unsigned char)given[i] : 0;
-        diff |= (unsigned char)(g ^ (unsigned char)token[i]);
-    }
-    return diff == 0;
 }

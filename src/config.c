@@ -248,6 +248,11 @@ static int set_auth_token_file(rd_config_t *cfg, const char *v)
     return copy_bounded(cfg->auth_token_file, sizeof cfg->auth_token_file, v, strlen(v));
 }
 
+static int set_token_file(rd_config_t *cfg, const char *v)
+{
+    return copy_bounded(cfg->token_file, sizeof cfg->token_file, v, strlen(v));
+}
+
 static int set_alert_url(rd_config_t *cfg, const char *v)
 {
     if (*v == '\0') {
@@ -367,6 +372,11 @@ static const struct flag {
       "(a request without it gets 401 before its body is read;\n"
       "a body needs it on the public routes too)", NULL,
       set_auth_token_file, false },
+    { "token-file", "PATH",
+      "scoped tokens, one a line: 'TOKEN ROLES [queue-pattern\n"
+      "...]', ROLES of producer,worker,reader,operator,admin\n"
+      "(docs/security.md); reread on SIGHUP; with\n"
+      "--auth-token-file too, whose token is admin", NULL, set_token_file, false },
     { "alert-url", "URL",
       "POST one JSON event per death to this http(s) URL;\n"
       "instances without it hand theirs over, and any\n"

@@ -1,5 +1,6 @@
 /* server.c - retryd's main: owns the loop, starts the modules in dependency
- * order and stops them in reverse on SIGINT/SIGTERM:
+ * order, rereads --token-file on SIGHUP, and stops them in reverse on
+ * SIGINT/SIGTERM:
  *   stop accepting, stop the promoter and the alert sender, answer parked
  *   long-polls -> drain
  *   in-flight requests (at most 5 s; past that the Redis link is dropped so
@@ -16,6 +17,7 @@
 #include "retryd/alloc.h"
 #include "retryd/api.h"
 #include "retryd/auth.h"
+#include "retryd/tokens.h"
 #include "retryd/backend.h"
 #include "retryd/coalesce.h"
 #include "retryd/config.h"
@@ -54,7 +56,8 @@ typedef struct server {
     rd_sqs_t *sqs;                /* --sqs-listen's endpoint, NULL without it */
     int servers_draining;         /* the HTTP API's and the SQS endpoint's */
     bool alerts_failed;           /* libcurl could not be set up: not tried again */
-    uv_signal_t sigint, sigterm;
+    char *admin_token;            /* --auth-token-file's, or NULL */
+    uv_signal_t sigint, sigterm, sighup;
     uv_timer_t drain_timer;
     bool stopping, http_drained, promoter_stopped, waiters_closed, alerts_stopped, redis_closing;
 } server_t;
@@ -88,10 +91,12 @@ static void on_redis_closed(void *arg)
     s->store = NULL;
     uv_close((uv_handle_t *)&s->sigint, on_handle_closed);
     uv_close((uv_handle_t *)&s->sigterm, on_handle_closed);
+    uv_close((uv_handle_t *)&s->sighup, on_handle_closed);
     /* Closing the handles restores the default action; a repeated Ctrl-C or
      * SIGTERM from now until exit must not kill a clean shutdown. */
     signal(SIGINT, SIG_IGN);
     signal(SIGTERM, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
     uv_close((uv_handle_t *)&s->drain_timer, on_handle_closed);
     rd_info("retryd: stopped");
 }
@@ -227,6 +232,50 @@ static void on_drain_timeout(uv_timer_t *t)
     maybe_close_redis(s, true);
 }
 
+/* The API's tokens: --token-file's, with --auth-token-file's first as admin;
+ * NULL with neither (the API is open). NULL with why[] set when the token
+ * file is refused. */
+static rd_tokens_t *load_tokens(const server_t *s, char *why, size_t why_len, bool *failed)
+{
+    *failed = false;
+    rd_tokens_t *set = NULL;
+    if (s->cfg.token_file[0]) {
+        set = rd_tokens_load(s->cfg.token_file, why, why_len);
+        if (set == NULL) {
+            *failed = true;
+            return NULL;
+        }
+    }
+    if (s->admin_token) {
+        if (set == NULL) set = rd_tokens_new();
+        rd_tokens_add_first(set, s->admin_token, strlen(s->admin_token), RD_ROLE_ADMIN);
+    }
+    return set;
+}
+
+/* SIGHUP: a valid token file replaces the set at once (requests in flight
+ * finish with the old one); an invalid one keeps it (docs/security.md
+ * "Tokens"). */
+static void on_sighup(uv_signal_t *sig, int signum)
+{
+    (void)signum;
+    server_t *s = sig->data;
+    if (!s->cfg.token_file[0]) {
+        rd_info("retryd: SIGHUP: no --token-file to reread");
+        return;
+    }
+    char why[600];
+    bool failed;
+    rd_tokens_t *set = load_tokens(s, why, sizeof why, &failed);
+    if (failed) {
+        rd_error("retryd: SIGHUP: kept the previous tokens: %s", why);
+        return;
+    }
+    size_t n = rd_tokens_count(set) - (s->admin_token ? 1 : 0);
+    rd_api_set_tokens(&s->api, set);
+    rd_info("retryd: SIGHUP: %zu token(s) in %s now", n, s->cfg.token_file);
+}
+
 static void on_signal(uv_signal_t *sig, int signum)
 {
     server_t *s = sig->data;
@@ -257,6 +306,7 @@ static void abandon_start(server_t *s, char *token)
     rd_store_free(s->store);
     uv_run(s->loop, UV_RUN_DEFAULT);
     uv_loop_close(s->loop);
+    rd_api_set_tokens(&s->api, NULL);
     rd_free(token);
 }
 
@@ -282,7 +332,14 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    s.api.auth_token = token;
+    s.admin_token = token;
+    bool tokens_failed;
+    s.api.tokens = load_tokens(&s, err, sizeof err, &tokens_failed);
+    if (tokens_failed) {
+        fprintf(stderr, "retryd: %s\n", err);
+        rd_free(token);
+        return 2;
+    }
     s.loop = uv_default_loop();
 
     rd_redis_options_t ro = {
@@ -296,6 +353,7 @@ int main(int argc, char **argv)
         char shown[sizeof s.cfg.redis_cluster];
         rd_config_mask_url(s.cfg.redis_cluster, shown, sizeof shown);
         fprintf(stderr, "retryd: bad --redis-cluster '%s'\n", shown);
+        rd_api_set_tokens(&s.api, NULL);
         rd_free(token);
         return 2;
     }
@@ -316,6 +374,7 @@ int main(int argc, char **argv)
             rd_store_free(s.store);
             uv_run(s.loop, UV_RUN_DEFAULT);
             uv_loop_close(s.loop);
+            rd_api_set_tokens(&s.api, NULL);
             rd_free(token);
             return 1;
         }
@@ -395,15 +454,18 @@ int main(int argc, char **argv)
 
     uv_signal_init(s.loop, &s.sigint);
     uv_signal_init(s.loop, &s.sigterm);
+    uv_signal_init(s.loop, &s.sighup);
     uv_timer_init(s.loop, &s.drain_timer);
-    s.sigint.data = s.sigterm.data = s.drain_timer.data = &s;
+    s.sigint.data = s.sigterm.data = s.sighup.data = s.drain_timer.data = &s;
     uv_signal_start(&s.sigint, on_signal, SIGINT);
     uv_signal_start(&s.sigterm, on_signal, SIGTERM);
+    uv_signal_start(&s.sighup, on_sighup, SIGHUP);
 
     uv_run(s.loop, UV_RUN_DEFAULT);
     rc = uv_loop_close(s.loop);
     if (rc != 0) rd_warn("retryd: loop closed with handles open: %s", uv_strerror(rc));
     rd_buf_free(&s.api.body);
+    rd_api_set_tokens(&s.api, NULL);
     rd_free(token);
     return 0;
 }

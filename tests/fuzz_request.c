@@ -30,6 +30,7 @@
 #include "retryd/policy.h"
 #include "retryd/request.h"
 #include "retryd/router.h"
+#include "retryd/tokens.h"
 
 extern const char rd_lua_library[];
 
@@ -59,7 +60,10 @@ static void setup_once(void)
                              .handler_ctx = &api };
     if (rd_http_server_start(loop, &ho, &server) != 0) abort();
     auth_api = api;
-    auth_api.auth_token = "fuzz-token";
+    /* "fuzz-token" may do anything; "fuzz-reader" reads queues "f*" only. */
+    auth_api.tokens = rd_tokens_new();
+    rd_tokens_add_first(auth_api.tokens, "fuzz-reader", 11, RD_ROLE_READER);
+    rd_tokens_add_first(auth_api.tokens, "fuzz-token", 10, RD_ROLE_ADMIN);
     ho.handler_ctx = &auth_api;
     ho.max_pending_body_bytes = 2048;
     if (rd_http_server_start(loop, &ho, &auth_server) != 0) abort();

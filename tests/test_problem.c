@@ -23,6 +23,7 @@ static const struct {
 } expected[] = {
     { RD_PROBLEM_MALFORMED_REQUEST, 400, "malformed-request", "Malformed Request" },
     { RD_PROBLEM_UNAUTHORIZED, 401, "unauthorized", "Unauthorized" },
+    { RD_PROBLEM_FORBIDDEN, 403, "forbidden", "Forbidden" },
     { RD_PROBLEM_NOT_FOUND, 404, "not-found", "Not Found" },
     { RD_PROBLEM_METHOD_NOT_ALLOWED, 405, "method-not-allowed", "Method Not Allowed" },
     { RD_PROBLEM_INVALID_STATE, 409, "invalid-state", "Invalid State" },

@@ -16,7 +16,10 @@
 
 #include "retryd/alloc.h"
 #include "retryd/buf.h"
+#include "retryd/sqs/face.h"
+#include "retryd/sqs/roles.h"
 #include "retryd/sqs/sigv4.h"
+#include "retryd/tokens.h"
 #include "sqs_sigv4_vectors.h"
 
 enum { N_VECTORS = sizeof sigv4_vectors / sizeof sigv4_vectors[0] };
@@ -671,6 +674,51 @@ static void allows_its_patterns(const rd_sqs_key_t *key)
     assert_false(rd_sqs_key_allows(key, "billing.fifo", 7));
 }
 
+static void expect_load_error(const char *text, const char *message_part);
+
+/* roles= (docs/security.md "Tokens"): the key's roles; without it, admin. */
+static void is_admin(const rd_sqs_key_t *key)
+{
+    assert_int_equal(rd_sqs_key_roles(key), RD_ROLE_ADMIN);
+}
+
+static void is_producer_worker_on_orders(const rd_sqs_key_t *key)
+{
+    assert_int_equal(rd_sqs_key_roles(key), RD_ROLE_PRODUCER | RD_ROLE_WORKER);
+    assert_true(rd_sqs_key_allows(key, "orders-eu", 9));
+    assert_false(rd_sqs_key_allows(key, "billing", 7));
+}
+
+static void test_key_roles(void **state)
+{
+    with_vector_key(SIGV4_KEY_ID " " SIGV4_SECRET "\n", is_admin);
+    with_vector_key(SIGV4_KEY_ID " " SIGV4_SECRET " roles=producer,worker orders-*\n",
+                    is_producer_worker_on_orders);
+    with_vector_key(SIGV4_KEY_ID " " SIGV4_SECRET " orders-* roles=producer,worker\n",
+                    is_producer_worker_on_orders);
+    expect_load_error("AKID TOPSECRET roles=producer,wizard\n", "line 1: roles=");
+    expect_load_error("AKID TOPSECRET roles=\n", "line 1: roles=");
+    expect_load_error("AKID TOPSECRET roles=reader roles=worker\n", "line 1: roles=");
+}
+
+/* Every action the endpoint serves needs a named role (none falls through
+ * to admin), mapped as docs/security.md "Tokens" lists. */
+static void test_action_roles(void **state)
+{
+    for (size_t i = 0; i < rd_sqs_action_count; i++)
+        if (rd_sqs_action_role(rd_sqs_actions[i].name) == RD_ROLE_ADMIN)
+            fail_msg("the action %s has no role (docs/security.md)", rd_sqs_actions[i].name);
+    assert_int_equal(rd_sqs_action_role("SendMessageBatch"), RD_ROLE_PRODUCER);
+    assert_int_equal(rd_sqs_action_role("ReceiveMessage"), RD_ROLE_WORKER);
+    assert_int_equal(rd_sqs_action_role("ChangeMessageVisibilityBatch"), RD_ROLE_WORKER);
+    assert_int_equal(rd_sqs_action_role("GetQueueAttributes"), RD_ROLE_READER);
+    assert_int_equal(rd_sqs_action_role("ListQueues"), RD_ROLE_READER);
+    assert_int_equal(rd_sqs_action_role("PurgeQueue"), RD_ROLE_OPERATOR);
+    assert_int_equal(rd_sqs_action_role("TagQueue"), RD_ROLE_OPERATOR);
+    assert_int_equal(rd_sqs_action_role("GetQueueUrl"), RD_ROLE_ANY);
+    assert_int_equal(rd_sqs_action_role("NoSuchAction"), RD_ROLE_ADMIN);
+}
+
 static void test_keys_file(void **state)
 {
     char why[256] = "";
@@ -750,6 +798,8 @@ int main(void)
         cmocka_unit_test(test_aws_test_suite),
         cmocka_unit_test(test_keys_file),
         cmocka_unit_test(test_keys_file_refused),
+        cmocka_unit_test(test_key_roles),
+        cmocka_unit_test(test_action_roles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,7 +12,8 @@
 #     installs Debian's chromium, nodejs and npm; root or sudo),
 #   - runs `npm ci --prefix tests/ui` when playwright-core is not installed
 #     (pinned to a version that runs on Node 18, bookworm's),
-#   - starts retryd with --auth-token-file (a random token) and a unique
+#   - starts retryd with --auth-token-file (a random token), --token-file
+#     (a random reader token) and a unique
 #     --prefix, and a second retryd whose Redis is a dead port (the
 #     "Redis unavailable" banner),
 #   - runs tests/ui/ui_test.mjs, which seeds queues through the HTTP API (and
@@ -90,6 +91,10 @@ trap 'exit 143' TERM
 TOKEN="ui-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
 printf '%s\n' "$TOKEN" > "$TMP/token"
 chmod 600 "$TMP/token"
+# A --token-file beside it: a reader token (the console's role gating).
+READER_TOKEN="ui-reader-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
+printf '# the console test\n%s reader\n' "$READER_TOKEN" > "$TMP/tokens"
+chmod 600 "$TMP/tokens"
 
 # start_daemon NAME REDIS_URL: starts retryd on the first free port from a
 # random base; sets DAEMON_PORT. Returns 1 when it cannot.
@@ -99,7 +104,7 @@ start_daemon() {
         port=$((base + attempt))
         port_open "$port" && continue
         "$BIN" --listen "127.0.0.1:$port" --redis "$redis_url" --prefix "$PREFIX" \
-            --auth-token-file "$TMP/token" --log-level warn --tick-ms 100 \
+            --auth-token-file "$TMP/token" --token-file "$TMP/tokens" --log-level warn --tick-ms 100 \
             >"$TMP/$name.log" 2>&1 &
         pid=$!
         for i in $(seq 1 100); do
@@ -149,6 +154,7 @@ mkdir -p "$shots" || setup_failed "cannot create $shots"
 RETRYD_UI_URL="http://127.0.0.1:$MAIN_PORT" \
 RETRYD_UI_NOREDIS_URL="http://127.0.0.1:$NOREDIS_PORT" \
 RETRYD_UI_TOKEN="$TOKEN" \
+RETRYD_UI_READER_TOKEN="$READER_TOKEN" \
 RETRYD_UI_PREFIX="$PREFIX" \
 RETRYD_UI_LIBRARY="$(sed -n '1s/^#!lua name=//p' "$ROOT/lua/00_common.lua")" \
 RETRYD_UI_REDIS_PORT="$REDIS_PORT" \

@@ -487,7 +487,8 @@
     main.appendChild(h('section', { class: 'login', 'aria-labelledby': 'login-title' },
       h('h1', { id: 'login-title', text: 'Token required' }),
       h('p', { id: 'token-help', class: 'muted' },
-        'This retryd runs with --auth-token-file: every API call needs its bearer token. ',
+        'This retryd runs with --token-file or --auth-token-file: every API call needs a bearer token, ',
+        'and the console shows only what the token may do. ',
         'The console keeps it in this tab\'s session storage only, until you sign out or ',
         'close the tab.'),
       form));
@@ -2008,6 +2009,7 @@
 
   function route(moveFocus) {
     const r = parseRoute();
+    window.retrydRoles.refresh(getToken()); // roles.js: hide what the token may not do
     if (view && view instanceof QueueView && r.name === 'queue' && r.queue === view.queue) {
       view.update(r);
       return;

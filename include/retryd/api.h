@@ -11,6 +11,7 @@
 #include "retryd/router.h"
 #include "retryd/fanout.h"
 #include "retryd/store.h"
+#include "retryd/tokens.h"
 #include "retryd/waiters.h"
 
 typedef struct rd_api {
@@ -22,12 +23,15 @@ typedef struct rd_api {
     rd_http_server_t *http;     /* borrowed: the server, for /metrics; NULL before it starts */
     struct rd_sqs *sqs;         /* borrowed: the SQS endpoint, for /metrics; NULL without it */
     const rd_config_t *cfg;     /* borrowed */
-    const char *auth_token;     /* NULL: no auth; else required as a Bearer token */
+    rd_tokens_t *tokens;        /* one reference: the tokens of --token-file and
+                                 * --auth-token-file; NULL leaves the API open. Replaced
+                                 * on SIGHUP (rd_api_set_tokens) */
     rd_buf_t body;              /* owned: the JSON answer being written, reused by
                                  * every answer (start RD_BUF_INIT, rd_buf_free it) */
 } rd_api_t;
 
-/* Every route of the API (README.md "HTTP API"): {method, pattern, handler, flags}. */
+/* Every route of the API (README.md "HTTP API"): {method, pattern, handler,
+ * flags, role}; docs/security.md "Tokens" lists the roles. */
 extern const rd_route_t rd_api_routes[];
 extern const size_t rd_api_route_count;
 
@@ -35,11 +39,16 @@ extern const size_t rd_api_route_count;
  * binary by scripts/embed.sh (NUL-terminated) and served at GET /openapi.json. */
 extern const char rd_openapi_json[];
 
-/* The rd_http_head_fn of the server; ctx is a rd_api_t. Refuses with 401
- * a request with a body that lacks the bearer token (or has a wrong one),
- * on any route (the public ones take no body), so that its body is never
- * read; everything else goes on. */
+/* The rd_http_head_fn of the server (src/api_auth.c); ctx is a rd_api_t.
+ * Refuses a request with a body, so that the body is never read: with 401
+ * when it lacks a known bearer token, on any route (the public ones take no
+ * body), and with 403 when the token lacks the role of the route the path
+ * names or the queue is outside its patterns; everything else goes on. */
 bool rd_api_check_head(const rd_http_request_t *head, void *ctx, rd_http_refusal_t *refusal);
+
+/* Takes over a reference to tokens (a new set, SIGHUP) and drops the API's
+ * reference to the old one: requests in flight keep theirs until they answer. */
+void rd_api_set_tokens(rd_api_t *api, rd_tokens_t *tokens);
 
 /* The rd_http_handler_fn of the server; ctx is a rd_api_t. */
 void rd_api_handle(rd_http_exchange_t *ex, const rd_http_request_t *req, void *ctx);

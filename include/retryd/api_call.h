@@ -27,6 +27,8 @@ struct rd_call {
     rd_http_exchange_t *ex;
     const rd_http_request_t *req;
     rd_route_match_t match;
+    rd_tokens_t *tokens;        /* a reference to the set token is in; NULL: no auth */
+    const rd_token_t *token;    /* the request's token; NULL: no auth (may do anything) */
     /* a transition of one message, for its invalid-state answer: "succeed"
      * needs "a processing" message ... (set by its handler) */
     const char *verb, *needs;
@@ -66,6 +68,26 @@ void rd_api_started(rd_call_t *c, int rc);
 void rd_api_answer_parse_failure(rd_call_t *c, rd_req_result_t r, const rd_field_errors_t *errs);
 /* The route's queue, as the store takes it. */
 rd_store_queue_t rd_api_queue_of(const rd_call_t *c);
+
+/* src/api_auth.c (docs/security.md "Tokens"). Before routing answers:
+ * 401 unless the request carries a known token or the route is public;
+ * sets c->token. Returns false when it answered. */
+bool rd_api_authenticate(rd_call_t *c, bool public_route);
+/* After the queue name was checked: 403 unless the token has the route's
+ * role and its patterns cover the route's queue. Returns false when it
+ * answered. */
+bool rd_api_authorize(rd_call_t *c);
+/* 403 unless the token's patterns cover queue name[0..len) too: the target
+ * of a redrive (field "to") or of a policy's "dead_letter_queue". Returns
+ * false when it answered. */
+bool rd_api_authorize_queue(rd_call_t *c, const char *name, size_t len, const char *field);
+/* True when the token sees queue name[0..len) (in listings and /metrics). */
+bool rd_api_sees_queue(const rd_call_t *c, const char *name, size_t len);
+/* True when the token is limited to queue patterns: totals over every queue
+ * are left out of its listings and /metrics. */
+bool rd_api_limited(const rd_call_t *c);
+/* GET /auth/whoami: the token's roles and queue patterns (never the token). */
+void rd_api_handle_whoami(rd_call_t *c);
 
 /* The handlers of src/api_policy.c (docs/reference.md "Queue policy and flow
  * control"). */

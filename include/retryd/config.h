@@ -29,6 +29,7 @@ typedef struct rd_config {
     int series;                 /* --series on|off: sample the per-queue time series */
     rd_log_level_t log_level;   /* --log-level debug|info|warn|error */
     char auth_token_file[512];  /* --auth-token-file: "" leaves the API open */
+    char token_file[512];       /* --token-file: scoped tokens, reread on SIGHUP; "" none */
     char alert_url[2048];       /* --alert-url: "" sends no alerts */
     char sqs_listen_host[64];   /* --sqs-listen host:port: "" (the default) serves no SQS */
     int sqs_listen_port;

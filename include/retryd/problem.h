@@ -10,6 +10,7 @@
 typedef enum rd_problem {
     RD_PROBLEM_MALFORMED_REQUEST,   /* 400 body is not a JSON object */
     RD_PROBLEM_UNAUTHORIZED,        /* 401 bearer token missing or wrong */
+    RD_PROBLEM_FORBIDDEN,           /* 403 the token lacks the role or the queue */
     RD_PROBLEM_NOT_FOUND,           /* 404 unknown path or message */
     RD_PROBLEM_METHOD_NOT_ALLOWED,  /* 405 known path, other method */
     RD_PROBLEM_INVALID_STATE,       /* 409 transition from the wrong state */

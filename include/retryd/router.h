@@ -20,14 +20,16 @@ enum rd_route_flags {
     RD_ROUTE_PREFIX = 1u << 1,  /* matches the pattern and every path under "<pattern>/" */
 };
 
-/* One row of a route table: {method, pattern, handler}. In a pattern, a
- * "{q}" segment captures the queue (percent-decoded) and "{id}" a message id
- * (a positive integer). HEAD matches the GET rows. */
+/* One row of a route table: {method, pattern, handler, flags, role}. In a
+ * pattern, a "{q}" segment captures the queue (percent-decoded) and "{id}" a
+ * message id (a positive integer). HEAD matches the GET rows. */
 typedef struct rd_route {
     rd_http_method_t method;
     const char *pattern;
     rd_route_handler_fn handler;
     unsigned flags;             /* rd_route_flags */
+    unsigned role;              /* the role a token needs here (tokens.h rd_role_t,
+                                 * RD_ROLE_ANY: any known token); public rows need none */
 } rd_route_t;
 
 typedef enum rd_route_outcome {

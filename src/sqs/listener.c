@@ -16,6 +16,8 @@
 #include "retryd/log.h"
 #include "retryd/sqs/codec.h"
 #include "retryd/sqs/face.h"
+#include "retryd/sqs/roles.h"
+#include "retryd/tokens.h"
 
 /* A form body is up to 3 bytes per byte of a 256 KiB batch, plus the names. */
 enum { SQS_MAX_BODY_BYTES = 4 * RD_SQS_BODY_MAX };
@@ -202,6 +204,12 @@ static void on_request(rd_http_exchange_t *ex, const rd_http_request_t *req, voi
         return;
     }
     sqs->action_requests[index]++;
+    unsigned need = rd_sqs_action_role(r->call.action);
+    if (r->key && !rd_roles_grant(rd_sqs_key_roles(r->key), need)) {
+        rd_sqs_fail(r, &RD_SQS_ERR_ACCESS_DENIED, "The key %s lacks the %s role, which %s needs.",
+                    rd_sqs_key_id(r->key), rd_role_name(need), r->call.action);
+        return;
+    }
     if (r->action->needs_queue && !resolve_queue(r, req)) return;
     if (sqs->store == NULL || !rd_store_ready(sqs->store)) {
         rd_sqs_fail(r, &RD_SQS_ERR_SERVICE_UNAVAILABLE, "Redis is not reachable; retry.");

@@ -21,6 +21,7 @@
 #include "retryd/alloc.h"
 #include "retryd/buf.h"
 #include "retryd/hex.h"
+#include "retryd/tokens.h"
 
 enum {
     KEY_LINE_MAX = 4096,          /* bytes of one line of the credentials file */
@@ -48,6 +49,7 @@ struct rd_sqs_key {
     size_t secret_len;
     char **patterns;       /* fnmatch globs on queue names; none: every queue */
     size_t pattern_count;
+    unsigned roles;        /* the roles= field (tokens.h); admin without one */
 };
 
 struct rd_sqs_keys {
@@ -83,6 +85,11 @@ size_t rd_sqs_keys_count(const rd_sqs_keys_t *keys)
 const char *rd_sqs_key_id(const rd_sqs_key_t *key)
 {
     return key->id;
+}
+
+unsigned rd_sqs_key_roles(const rd_sqs_key_t *key)
+{
+    return key->roles;
 }
 
 bool rd_sqs_key_allows(const rd_sqs_key_t *key, const char *name, size_t len)
@@ -149,7 +156,19 @@ static bool keys_add_line(rd_sqs_keys_t *keys, char *line, unsigned lineno, char
     k.id = rd_strdup(id);
     k.secret_len = strlen(secret);
     k.secret = rd_strndup(secret, k.secret_len);
+    k.roles = RD_ROLE_ADMIN;
+    bool roles_given = false;
     for (char *p = strtok_r(NULL, " \t", &save); p != NULL; p = strtok_r(NULL, " \t", &save)) {
+        if (strncmp(p, "roles=", 6) == 0) {
+            if (roles_given || !rd_roles_parse(p + 6, strlen(p + 6), &k.roles)) {
+                snprintf(why, why_len, "line %u: roles= takes once a comma list of producer, "
+                         "worker, reader, operator, admin", lineno);
+                key_clear(&k);
+                return false;
+            }
+            roles_given = true;
+            continue;
+        }
         if (strlen(p) > KEY_PATTERN_MAX || !all_in(p, "_-.*?[]!^")) {
             snprintf(why, why_len,
                      "line %u: a queue pattern must be 1-%d characters of A-Z a-z 0-9 _ - . "

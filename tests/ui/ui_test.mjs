@@ -3,7 +3,8 @@
 // and passes everything through the environment:
 //   RETRYD_UI_URL          retryd with --auth-token-file
 //   RETRYD_UI_NOREDIS_URL  a second retryd whose Redis is a dead port
-//   RETRYD_UI_TOKEN        the bearer token
+//   RETRYD_UI_TOKEN        the bearer token (--auth-token-file's: admin)
+//   RETRYD_UI_READER_TOKEN a --token-file token with the reader role only
 //   RETRYD_UI_PREFIX       the key prefix of both (for the large queue)
 //   RETRYD_UI_REDIS_PORT   the Redis the first one uses
 //   RETRYD_UI_SHOTS        where screenshots go
@@ -21,6 +22,7 @@ const env = process.env;
 const BASE = env.RETRYD_UI_URL;
 const NOREDIS = env.RETRYD_UI_NOREDIS_URL;
 const TOKEN = env.RETRYD_UI_TOKEN;
+const READER_TOKEN = env.RETRYD_UI_READER_TOKEN;
 const PREFIX = env.RETRYD_UI_PREFIX;
 // The Functions library (its version is in its name); functions are <library>_<name>.
 const LIBRARY = env.RETRYD_UI_LIBRARY;
@@ -29,7 +31,7 @@ const SHOTS = env.RETRYD_UI_SHOTS;
 const TMP = env.RETRYD_UI_TMP;
 const CHROMIUM = env.RETRYD_UI_CHROMIUM || '/usr/bin/chromium';
 const LARGE = env.RETRYD_UI_LARGE === undefined ? 100000 : Number(env.RETRYD_UI_LARGE);
-for (const [k, v] of Object.entries({ BASE, NOREDIS, TOKEN, PREFIX, LIBRARY, REDIS_PORT, SHOTS, TMP })) {
+for (const [k, v] of Object.entries({ BASE, NOREDIS, TOKEN, READER_TOKEN, PREFIX, LIBRARY, REDIS_PORT, SHOTS, TMP })) {
   if (!v) { console.log(`ui_test.mjs: ${k} is not set (run tests/ui_test.sh)`); process.exit(2); }
 }
 
@@ -327,10 +329,10 @@ test('ui_served_with_csp', async () => {
   check(/style-src 'self'/.test(csp), 'CSP forbids inline style');
   check(!/<script>[^<]/.test(page.text) && !/\sstyle=|<style|\son[a-z]+=/i.test(page.text),
         'index.html has no inline script, style or handler');
-  for (const f of ['app.js', 'groups.js', 'app.css', 'favicon.svg']) {
+  for (const f of ['app.js', 'groups.js', 'roles.js', 'app.css', 'favicon.svg']) {
     eq((await http('GET', `/ui/${f}`, undefined, { token: '' })).status, 200, `/ui/${f} is served`);
   }
-  for (const f of ['app.js', 'groups.js']) {
+  for (const f of ['app.js', 'groups.js', 'roles.js']) {
     const js = (await http('GET', `/ui/${f}`, undefined, { token: '' })).text
       .replace(/\/\*[\s\S]*?\*\//g, '').replace(/^\s*\/\/.*$/gm, ''); // comments may name them
     check(!/innerHTML|outerHTML|insertAdjacentHTML|document\.write|eval\(|new Function/.test(js),
@@ -572,8 +574,8 @@ test('xss_payload_shows_literally', async () => {
   await page.goto(`${BASE}/ui/#/queues`);
   await page.waitForSelector('#queues-table tbody tr[data-queue]');
   await sleep(500);
-  eq(await page.evaluate(() => [...document.scripts].map((s) => s.getAttribute('src'))), ['groups.js', 'app.js'],
-     'no script element was added (the page\'s own two)');
+  eq(await page.evaluate(() => [...document.scripts].map((s) => s.getAttribute('src'))), ['roles.js', 'groups.js', 'app.js'],
+     'no script element was added (the page\'s own three)');
   eq(await page.evaluate(() => document.querySelectorAll('img:not(.brand img)').length), 0, 'no img element was added');
   eq(dialogs.length - before, 0, 'no dialog fired');
   await page.close();
@@ -725,6 +727,46 @@ test('dead_letter_rules_in_policy_view', async () => {
   await page.waitForFunction(() => !document.querySelector('#pause-toggle').disabled);
   check(await page.isHidden('#policy-rules'), 'no rules, no list');
   await page.close();
+});
+
+// The console shows only what the token may do (ui/roles.js): a reader sees
+// the dead letters but no replay, kill, delete, export or policy buttons;
+// the admin token sees them on the same page.
+const OPERATOR_ACTIONS = ['#replay-selected', '#kill-selected', '#delete-selected', '#replay-all',
+  '#export-csv', 'button.replay-one', '#pause-toggle', '#dlq-save'];
+async function visibleActions(page) {
+  const shown = [];
+  for (const sel of OPERATOR_ACTIONS) {
+    for (const el of await page.$$(sel)) if (await el.isVisible()) { shown.push(sel); break; }
+  }
+  return shown;
+}
+test('reader_token_sees_no_replay_button', async () => {
+  const who = await http('GET', '/auth/whoami', undefined, { token: READER_TOKEN });
+  eq(who.json && who.json.roles, ['reader'], 'the reader token is a reader');
+  const page = await openPage(hashQueue('emails', { status: 'dead' }), { token: READER_TOKEN });
+  await waitList(page);
+  await page.waitForFunction(() => document.documentElement.dataset.mayOperate === 'no');
+  check((await rowIds(page)).length > 0, 'the reader sees the dead letters');
+  check((await page.$$('#messages-table button.replay-one')).length > 0, 'rows carry a replay button');
+  eq(await visibleActions(page), [], 'no operator action is shown to a reader');
+  const id = (await rowIds(page))[0];
+  await page.close();
+  const msg = await openPage(`/queues/emails/messages/${id}`, { token: READER_TOKEN });
+  await msg.waitForSelector('#msg-replay', { state: 'attached' });
+  check(!(await msg.isVisible('#msg-replay')), 'no replay button on the message page');
+  await msg.close();
+  // the API refuses it too: the hidden button is not the only guard
+  const r = await http('POST', `${qp('emails')}/messages/${id}/replay`, {}, { token: READER_TOKEN });
+  eq(r.status, 403, 'a reader replaying gets 403');
+  const admin = await openPage(hashQueue('emails', { status: 'dead' }));
+  await waitList(admin);
+  await admin.waitForFunction(() => document.documentElement.dataset.mayOperate === 'yes');
+  const shown = await visibleActions(admin);
+  for (const sel of ['#replay-all', 'button.replay-one', '#export-csv']) {
+    check(shown.includes(sel), `the admin token sees ${sel}`);
+  }
+  await admin.close();
 });
 
 test('replay_one_leaves_dead_list', async () => {

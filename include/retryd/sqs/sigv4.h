@@ -14,9 +14,11 @@
 typedef struct rd_sqs_key rd_sqs_key_t;
 typedef struct rd_sqs_keys rd_sqs_keys_t;
 
-/* Reads FILE: one key per line, "ACCESS_KEY_ID SECRET [queue-pattern ...]"
- * separated by blanks (glob patterns on queue names, fnmatch; none = every
- * queue); blank lines and lines starting with '#' are skipped. An id is
+/* Reads FILE: one key per line, "ACCESS_KEY_ID SECRET [roles=R,...]
+ * [queue-pattern ...]" separated by blanks (glob patterns on queue names,
+ * fnmatch; none = every queue; roles= the API's roles, docs/security.md
+ * "Tokens", admin without it); blank lines and lines starting with '#' are
+ * skipped. An id is
  * 1-128 of A-Z a-z 0-9 _ -, a secret 1-256 of those and + / = . ~, a line at
  * most 4096 bytes; an id may appear once. Returns NULL with why[] naming the
  * line number and what is wrong (never the secret), also for a file with no
@@ -60,5 +62,7 @@ const rd_sqs_error_t *rd_sqs_sigv4_check_service(const rd_sqs_keys_t *keys,
 /* The key's id (for SenderId), and whether it may use queue name[0..len). */
 const char *rd_sqs_key_id(const rd_sqs_key_t *key);
 bool rd_sqs_key_allows(const rd_sqs_key_t *key, const char *name, size_t len);
+/* The key's roles (tokens.h rd_role_t bits): its roles= field, else admin. */
+unsigned rd_sqs_key_roles(const rd_sqs_key_t *key);
 
 #endif
