@@ -12,7 +12,7 @@ BUILD   := build$(if $(filter 1,$(SANITIZE)),/san,)
 
 LLHTTP_SRC := /usr/share/llhttp
 LLHTTP_INC := /usr/share/include/llhttp
-PKGS       := libuv hiredis libcjson libcurl libcrypto libxml-2.0
+PKGS       := libuv hiredis libcjson libcurl libssl libcrypto libxml-2.0
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wstrict-prototypes
 CFLAGS  := -std=c11 -O2 -g -D_GNU_SOURCE $(WARN) -Iinclude -I$(LLHTTP_INC) -MMD -MP
@@ -31,7 +31,7 @@ SQS_CODEC_SRC := sqs/errors sqs/decode sqs/encode sqs/attributes
 SQS_AUTH_SRC := sqs/sigv4
 SQS_FACE_SRC := sqs/listener sqs/actions sqs/params sqs/names sqs/queues sqs/admin sqs/messages
 # Modules shared by the daemon and the tests (everything but main).
-LIB_SRC := alloc buf utf8 hex log config keys json jsonw problem policy http http_write router redis cluster backend store store_settings store_replies \
+LIB_SRC := alloc buf utf8 hex log config keys json jsonw problem policy http http_write router redis redis_transport cluster backend store store_settings store_replies \
            registry lost_claims fanout replay queue_clear durability coalesce waiters metrics auth ui \
            webhook alerts redrive dlq \
            message request request_policy api api_policy api_groups promoter handback \
