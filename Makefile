@@ -53,7 +53,7 @@ INTEG_TESTS := test_http $(LUA_TESTS) $(E2E_TESTS) test_ops test_multi $(FAULTS_
 INTEG_TESTS += test_redis test_store test_waiters test_promoter test_alerts_unit
 SHELL_UNIT := fuzz_smoke.sh deps_test.sh
 # openapi_check.sh validates the responses the suites before it received: keep it last.
-SHELL_INTEG := retryctl_test.sh ui_test.sh bench_smoke.sh examples_test.sh sqs_clients_test.sh openapi_check.sh
+SHELL_INTEG := retryctl_test.sh tls_test.sh ui_test.sh bench_smoke.sh examples_test.sh sqs_clients_test.sh openapi_check.sh
 TEST_BINS := $(UNIT_TESTS:%=$(BUILD)/tests/%) $(INTEG_TESTS:%=$(BUILD)/tests/%)
 
 .PHONY: all deps test-deps run test unit bench lint clean fuzz
