@@ -12,7 +12,7 @@ BUILD   := build$(if $(filter 1,$(SANITIZE)),/san,)
 
 LLHTTP_SRC := /usr/share/llhttp
 LLHTTP_INC := /usr/share/include/llhttp
-PKGS       := libuv hiredis libcjson libcurl libcrypto libxml-2.0
+PKGS       := libuv hiredis libcjson libcurl libssl libcrypto libxml-2.0
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wstrict-prototypes
 CFLAGS  := -std=c11 -O2 -g -D_GNU_SOURCE $(WARN) -Iinclude -I$(LLHTTP_INC) -MMD -MP
@@ -31,7 +31,7 @@ SQS_CODEC_SRC := sqs/errors sqs/decode sqs/encode sqs/attributes
 SQS_AUTH_SRC := sqs/sigv4 sqs/roles
 SQS_FACE_SRC := sqs/listener sqs/actions sqs/params sqs/names sqs/queues sqs/admin sqs/messages
 # Modules shared by the daemon and the tests (everything but main).
-LIB_SRC := alloc buf utf8 hex log config keys json jsonw problem policy http http_write router redis cluster backend store store_settings store_replies \
+LIB_SRC := alloc buf utf8 hex log config keys json jsonw problem policy http http_write router redis redis_transport cluster backend store store_settings store_replies \
            registry lost_claims fanout replay queue_clear durability coalesce waiters metrics auth tokens ui \
            webhook alerts redrive dlq \
            message request request_policy api api_policy api_groups api_auth promoter handback \
@@ -53,7 +53,7 @@ INTEG_TESTS := test_http $(LUA_TESTS) $(E2E_TESTS) test_ops test_multi $(FAULTS_
 INTEG_TESTS += test_redis test_store test_waiters test_promoter test_alerts_unit
 SHELL_UNIT := fuzz_smoke.sh deps_test.sh
 # openapi_check.sh validates the responses the suites before it received: keep it last.
-SHELL_INTEG := retryctl_test.sh ui_test.sh bench_smoke.sh examples_test.sh sqs_clients_test.sh openapi_check.sh
+SHELL_INTEG := retryctl_test.sh tls_test.sh ui_test.sh bench_smoke.sh examples_test.sh sqs_clients_test.sh openapi_check.sh
 TEST_BINS := $(UNIT_TESTS:%=$(BUILD)/tests/%) $(INTEG_TESTS:%=$(BUILD)/tests/%)
 
 .PHONY: all deps test-deps run test unit bench lint clean fuzz

@@ -24,8 +24,9 @@
 # 1g fairness groups: a claim with 100,000 active groups against one without.
 # 1p priorities: Redis commands and instructions per claim of a queue that
 # never used priorities and of one that did.
-# BENCH_ONLY=9 (or 10, or 1d, or 1g, or 1h, or 1p) runs section 9 (or 10, or 1d, or 1g, or
-# 1h: the history's cost on the happy path, or 1p) alone.
+# 1t the worker loop over TLS to Redis against plain TCP, same redis-server.
+# BENCH_ONLY=9 (or 10, or 1d, or 1g, or 1h, or 1p, or 1t) runs section 9 (or 10, or 1d, or 1g, or
+# 1h: the history's cost on the happy path, or 1p, or 1t) alone.
 # QUICK=1 runs smaller counts, one repetition, and prints the 1M rows as
 # "skipped (QUICK)". Otherwise every figure marked "median of 3" is the median
 # of three repetitions. Progress goes to stderr, tables to stdout; the last
@@ -1694,8 +1695,86 @@ section1g() {
         "$(ratio "$(get gclaim.groups.us)" "$(get gclaim.none.us)")"
 }
 
+# ---------------------------------------------------------------------------
+# 1t. TLS to Redis: the worker loop over rediss:// against redis:// on the
+# same redis-server (both ports open), same run, alternating plain and TLS
+# in each repetition (docs/security.md "TLS to Redis"). Target: TLS at
+# least 0.85x the plain rate. Daemon CPU per message from /proc.
+# ---------------------------------------------------------------------------
+section1t() {
+    local d="$tmp/tls" tp pp rdir="$tmp/redis-tls" i rep mode q
+    mkdir -p "$d" "$rdir"
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout "$d/ca.key" -out "$d/ca.crt" -days 2 \
+        -subj "/CN=bench ca" 2>/dev/null &&
+        openssl req -newkey rsa:2048 -nodes -keyout "$d/server.key" -out "$d/server.csr" \
+            -subj "/CN=localhost" 2>/dev/null &&
+        printf 'subjectAltName=IP:127.0.0.1\n' > "$d/ext" &&
+        openssl x509 -req -in "$d/server.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial \
+            -out "$d/server.crt" -days 2 -extfile "$d/ext" 2>/dev/null ||
+        { say "1t: openssl could not make certificates"; return 1; }
+    pp=$(free_port) && tp=$(free_port) || return 1
+    redis-server --port "$pp" --tls-port "$tp" --bind 127.0.0.1 --save '' --appendonly no \
+        --tls-cert-file "$d/server.crt" --tls-key-file "$d/server.key" \
+        --tls-ca-cert-file "$d/ca.crt" --tls-auth-clients no --dir "$rdir" --daemonize no \
+        --logfile "$rdir/redis.log" >/dev/null 2>&1 &
+    local tls_redis=$!
+    SERVER_PIDS="$SERVER_PIDS $tls_redis"
+    for i in $(seq 1 100); do
+        redis-cli -p "$pp" ping 2>/dev/null | grep -q PONG && break
+        sleep 0.1
+    done
+    # Two daemons, one per port; lg_http measures whichever HP/retryd_pid name.
+    local saved_hp=$HP saved_pid=$retryd_pid plain_hp plain_pid tls_hp tls_pid
+    start_retryd --redis "redis://127.0.0.1:$pp"
+    plain_hp=$HP plain_pid=$retryd_pid
+    start_retryd --redis "rediss://127.0.0.1:$tp" --redis-tls-ca "$d/ca.crt"
+    tls_hp=$HP tls_pid=$retryd_pid
+    for rep in $(seq 1 "$REPS"); do
+        say "1t. TLS vs plain, repetition $rep of $REPS"
+        for mode in plain tls; do
+            if [ "$mode" = plain ]; then HP=$plain_hp retryd_pid=$plain_pid
+            else HP=$tls_hp retryd_pid=$tls_pid; fi
+            q="t-$mode-$rep"
+            lg_http "tls.enq_$mode.$rep" enqueue "$q" 50 "$N_HTTP"
+            lg_http "tls.$mode.$rep" settle "$q" 50 "$N_HTTP" --count 1
+        done
+    done
+    for mode in plain tls; do
+        for i in rate retryd_us; do
+            local vals=()
+            for rep in $(seq 1 "$REPS"); do vals+=("$(get "tls.$mode.$rep.$i")"); done
+            put "tls.$mode.$i" "$(median "${vals[@]}")"
+        done
+    done
+    HP=$plain_hp retryd_pid=$plain_pid
+    stop_retryd
+    HP=$tls_hp retryd_pid=$tls_pid
+    stop_retryd
+    HP=$saved_hp retryd_pid=$saved_pid
+    stop_pid "$tls_redis"
+    forget_pid "$tls_redis"
+    local r
+    r=$(ratio "$(get tls.tls.rate)" "$(get tls.plain.rate)")
+    table_start "1t. Worker loop over TLS vs plain TCP, one redis-server, W=50 settle-and-claim (median of $REPS)" \
+        figure TLS plain ratio
+    row "messages/s (target: TLS >= 0.85x plain)" "$(fmt_int "$(get tls.tls.rate)")" \
+        "$(fmt_int "$(get tls.plain.rate)")" "$r"
+    row "retryd CPU per message, us" "$(fmt "$(get tls.tls.retryd_us)")" \
+        "$(fmt "$(get tls.plain.retryd_us)")" \
+        "$(ratio "$(get tls.tls.retryd_us)" "$(get tls.plain.retryd_us)")"
+}
+
 start_redis none
 say "redis-server pid $redis_pid on 127.0.0.1:$RP"
+if [ "${BENCH_ONLY:-}" = 1t ]; then
+    start_retryd
+    sec_begin "1t. TLS to Redis"; section1t; sec_end
+    stop_retryd
+    echo
+    echo "bench: $rows rows, $missing without a figure"
+    [ "$missing" -eq 0 ]
+    exit
+fi
 if [ "${BENCH_ONLY:-}" = 1h ]; then
     sec_begin "1h. history"; section1h; sec_end
     echo
@@ -1750,6 +1829,7 @@ sec_begin "1h. history"; section1h; sec_end
 start_retryd
 say "retryd pid $retryd_pid on 127.0.0.1:$HP"
 sec_begin "2+3. HTTP and BullMQ, interleaved"; section23; sec_end
+sec_begin "1t. TLS to Redis"; section1t; sec_end
 sec_begin "5. memory"; section5; sec_end
 sec_begin "6. retry latency"; section6; sec_end
 sec_begin "4. growth"; section4; sec_end

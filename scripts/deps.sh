@@ -22,7 +22,8 @@ browser=""
 if [ "${1:-}" = test ]; then
     # awscli, python3-boto3 and Celery on kombu's sqs:// (python3-pycurl) drive the
     # SQS endpoint in tests/sqs_clients_test.sh, as their users run them.
-    for p in valgrind python3-jsonschema jq awscli python3-boto3 python3-celery python3-kombu \
+    # openssl makes tests/tls_test.sh's throwaway CA and certificates.
+    for p in valgrind python3-jsonschema jq openssl awscli python3-boto3 python3-celery python3-kombu \
              python3-pycurl; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' \
             || missing="$missing $p"

@@ -66,9 +66,10 @@ void rd_config_mask_url(const char *url, char *out, size_t cap)
 
 int rd_config_parse_redis_url(rd_config_t *cfg, const char *url)
 {
-    const char *scheme = "redis://";
-    if (strncmp(url, scheme, strlen(scheme)) != 0) return -1;
-    const char *p = url + strlen(scheme);
+    int tls = strncmp(url, "rediss://", 9) == 0;
+    if (!tls && strncmp(url, "redis://", 8) != 0) return -1;
+    const char *p = url + (tls ? 9 : 8);
+    cfg->redis_tls = tls;
     cfg->redis_user[0] = cfg->redis_password[0] = '\0';
     cfg->redis_db = 0;
     const char *at = strrchr(p, '@');
@@ -156,8 +157,12 @@ static int set_redis(rd_config_t *cfg, const char *v)
     return rd_config_parse_redis_url(cfg, v);
 }
 
+/* Seeds, optionally after rediss:// (TLS, as a rediss:// --redis also turns on). */
 static int set_redis_cluster(rd_config_t *cfg, const char *v)
 {
+    cfg->redis_cluster_tls = strncmp(v, "rediss://", 9) == 0;
+    if (cfg->redis_cluster_tls) v += 9;
+    else if (strncmp(v, "redis://", 8) == 0) v += 8;
     if (*v == '\0' || strchr(v, ':') == NULL) return -1;
     return copy_bounded(cfg->redis_cluster, sizeof cfg->redis_cluster, v, strlen(v));
 }
@@ -165,6 +170,35 @@ static int set_redis_cluster(rd_config_t *cfg, const char *v)
 static int set_redis_timeout_ms(rd_config_t *cfg, const char *v)
 {
     return set_int(v, 100, 600000, &cfg->redis_timeout_ms);
+}
+
+static int set_redis_tls_ca(rd_config_t *cfg, const char *v)
+{
+    return copy_bounded(cfg->redis_tls_ca, sizeof cfg->redis_tls_ca, v, strlen(v));
+}
+
+static int set_redis_tls_cert(rd_config_t *cfg, const char *v)
+{
+    return copy_bounded(cfg->redis_tls_cert, sizeof cfg->redis_tls_cert, v, strlen(v));
+}
+
+static int set_redis_tls_key(rd_config_t *cfg, const char *v)
+{
+    return copy_bounded(cfg->redis_tls_key, sizeof cfg->redis_tls_key, v, strlen(v));
+}
+
+static int set_redis_tls_server_name(rd_config_t *cfg, const char *v)
+{
+    return copy_bounded(cfg->redis_tls_server_name, sizeof cfg->redis_tls_server_name, v,
+                        strlen(v));
+}
+
+static int set_redis_tls_insecure(rd_config_t *cfg, const char *v)
+{
+    if (strcmp(v, "yes") == 0) cfg->redis_tls_insecure = 1;
+    else if (strcmp(v, "no") == 0) cfg->redis_tls_insecure = 0;
+    else return -1;
+    return 0;
 }
 
 static int set_prefix(rd_config_t *cfg, const char *v)
@@ -326,11 +360,25 @@ static const struct flag {
     bool secret;                /* a URL that may hold a password: masked in errors */
 } flags[] = {
     { "listen", "HOST:PORT", "HTTP address", "127.0.0.1:8080", set_listen, false },
-    { "redis", "URL", "redis://[[user]:password@]host:port[/db]", "redis://127.0.0.1:6379",
-      set_redis, true },
+    { "redis", "URL",
+      "redis://[[user]:password@]host:port[/db]; rediss://\n"
+      "for TLS (docs/security.md)", "redis://127.0.0.1:6379", set_redis, true },
     { "redis-cluster", "SEEDS",
-      "host:port[,host:port...] of a Redis Cluster; credentials\n"
-      "still come from --redis (docs/cluster.md)", NULL, set_redis_cluster, true },
+      "[rediss://]host:port[,host:port...] of a Redis Cluster;\n"
+      "credentials still come from --redis (docs/cluster.md);\n"
+      "TLS when either is rediss://", NULL, set_redis_cluster, true },
+    { "redis-tls-ca", "FILE",
+      "PEM CA certificates the Redis server's certificate\n"
+      "must chain to (default: the system store)", NULL, set_redis_tls_ca, false },
+    { "redis-tls-cert", "FILE", "PEM client certificate, for mutual TLS", NULL,
+      set_redis_tls_cert, false },
+    { "redis-tls-key", "FILE", "PEM key of --redis-tls-cert", NULL, set_redis_tls_key, false },
+    { "redis-tls-server-name", "NAME",
+      "the name the server's certificate must carry, and the\n"
+      "SNI sent (default: the host connected to)", NULL, set_redis_tls_server_name, false },
+    { "redis-tls-insecure", "yes|no",
+      "yes: do not verify the server's certificate (logged)", "no", set_redis_tls_insecure,
+      false },
     { "redis-timeout-ms", "N", "a Redis command older than this drops the link", "5000",
       set_redis_timeout_ms, false },
     { "prefix", "NAME", "key prefix", "retryd", set_prefix, false },
@@ -504,6 +552,17 @@ int rd_config_load(rd_config_t *cfg, int argc, char **argv, char *err, size_t er
         continue;
 bad:
         snprintf(err, err_len, "bad option '%s'", arg);
+        return -1;
+    }
+    bool tls = cfg->redis_tls || (cfg->redis_cluster[0] && cfg->redis_cluster_tls);
+    if (!tls && (cfg->redis_tls_ca[0] || cfg->redis_tls_cert[0] || cfg->redis_tls_key[0] ||
+                 cfg->redis_tls_server_name[0] || cfg->redis_tls_insecure)) {
+        snprintf(err, err_len, "--redis-tls-* options need a rediss:// --redis "
+                 "(or --redis-cluster rediss://...)");
+        return -1;
+    }
+    if (!cfg->redis_tls_cert[0] != !cfg->redis_tls_key[0]) {
+        snprintf(err, err_len, "--redis-tls-cert and --redis-tls-key go together");
         return -1;
     }
     return 0;

@@ -1,15 +1,17 @@
 /* redis.c - the Redis connection: state machine, handshake, library loading,
- * per-command deadlines, reconnect with backoff. The only file that includes
- * hiredis. */
+ * per-command deadlines, reconnect with backoff, pub/sub. The only file that
+ * includes hiredis, and only for its reply reader and command formatter: the
+ * bytes go through redis_transport.c (TCP, or TLS over TCP). */
 #include "retryd/redis.h"
 
-#include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "redis_transport.h"
 #include "retryd/alloc.h"
+#include "retryd/buf.h"
 #include "retryd/log.h"
 
 typedef enum conn_state { CLOSED, CONNECTING, LOADING, READY } conn_state_t;
@@ -18,9 +20,19 @@ static const char *const state_names[] = { "closed", "connecting", "loading", "r
 
 enum { BACKOFF_MIN_MS = 100, BACKOFF_MAX_MS = 5000 };
 
-/* One command in flight; owns a copy of its arguments so it can be resent. */
+/* What a reply in the line answers. */
+typedef enum expect {
+    EXPECT_COMMAND,     /* a caller's command: cb gets the reply */
+    EXPECT_HANDSHAKE,   /* AUTH, SELECT, or the last step ("READY") */
+    EXPECT_RELOAD,      /* FUNCTION LOAD after "Function not found" */
+} expect_t;
+
+/* One reply expected, in send order; a command owns a copy of its arguments
+ * so it can be resent. */
 typedef struct pending {
     rd_redis_t *r;
+    expect_t kind;
+    const char *step;           /* EXPECT_HANDSHAKE: which one (static) */
     rd_redis_cb cb;
     void *arg;
     uint64_t sent_ms;
@@ -33,9 +45,21 @@ typedef struct pending {
     struct pending *prev, *next;
 } pending_t;
 
+/* A channel of a notification link; Redis's pushes for it go to cb. */
+typedef struct subscription {
+    rd_pubsub_cb cb;
+    void *arg;
+    char *channel;
+    size_t len;
+    struct subscription *next;
+} subscription_t;
+
 struct rd_redis {
     uv_loop_t *loop;
-    redisAsyncContext *ac;
+    rd_transport_t *link;       /* NULL while CLOSED */
+    redisReader *reader;        /* of the current link */
+    rd_buf_t out;               /* formatted commands not yet written */
+    unsigned link_gen;          /* counts links dropped: a callback may drop the one it read from */
     conn_state_t state;
     uint64_t state_since_ms;
     int backoff_ms;
@@ -44,6 +68,7 @@ struct rd_redis {
     char *host, *username, *password;
     int port, db, timeout_ms;
     const char *library;
+    const rd_redis_tls_t *tls;
     void (*on_ready)(void *arg);
     void *on_ready_arg;
 
@@ -52,10 +77,11 @@ struct rd_redis {
     uv_check_t flush;           /* writes queued commands at the end of each loop turn */
     bool write_pending;
     pending_t *head, *tail;     /* in send order: the head is the oldest */
+    subscription_t *subs;
     rd_histogram_t rtt;
 
     bool closing;
-    int open_handles;
+    int open_handles;           /* the three above, and the transport while it closes */
     void (*on_closed)(void *arg);
     void *on_closed_arg;
 };
@@ -147,36 +173,27 @@ static void set_state(rd_redis_t *r, conn_state_t s)
     r->state_since_ms = now_ms(r);
 }
 
-static void on_handle_closed(uv_handle_t *h)
+static void handle_closed(rd_redis_t *r)
 {
-    rd_redis_t *r = h->data;
     if (--r->open_handles > 0) return;
     void (*cb)(void *) = r->on_closed;
     void *arg = r->on_closed_arg;
     free(r->host);
     free(r->username);
     free(r->password);
+    rd_buf_free(&r->out);
     rd_free(r);
     if (cb) cb(arg);
 }
 
-/* Called once the hiredis context is gone, by whichever path it went. */
-static void after_link_down(rd_redis_t *r)
+static void on_handle_closed(uv_handle_t *h)
 {
-    r->ac = NULL;
-    set_state(r, CLOSED);
-    r->attempted = true;
-    if (r->closing) {
-        uv_close((uv_handle_t *)&r->reconnect_timer, on_handle_closed);
-        uv_close((uv_handle_t *)&r->watchdog, on_handle_closed);
-        uv_close((uv_handle_t *)&r->flush, on_handle_closed);
-        return;
-    }
-    /* Loud on the first failure, quiet while retrying. */
-    rd_log(r->backoff_ms == BACKOFF_MIN_MS ? RD_LOG_WARN : RD_LOG_DEBUG,
-           "redis: link to %s:%d down, reconnecting in %d ms", r->host, r->port, r->backoff_ms);
-    uv_timer_start(&r->reconnect_timer, on_reconnect_timer, (uint64_t)r->backoff_ms, 0);
-    r->backoff_ms = r->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : r->backoff_ms * 2;
+    handle_closed(h->data);
+}
+
+static void on_transport_closed(void *arg)
+{
+    handle_closed(arg);
 }
 
 static void unlink_pending(rd_redis_t *r, pending_t *p)
@@ -199,156 +216,113 @@ static void link_pending(rd_redis_t *r, pending_t *p)
     p->sent_ns = uv_hrtime();
 }
 
-/* ---------------------------------------------------------------- event loop glue */
-
-/* hiredis 0.14's adapters/libuv.h drops poll errors (a refused connect then
- * never completes and only the handshake deadline ends it), so retryd attaches
- * hiredis to libuv itself: on an error the pending events are handed to
- * hiredis, which reads the socket error and reports it at once. */
-typedef struct uv_glue {
-    redisAsyncContext *ac;      /* NULL once hiredis cleaned up */
-    uv_poll_t poll;
-    int events;
-} uv_glue_t;
-
-static void on_poll(uv_poll_t *h, int status, int events)
+/* Formats argv into the output (written at the end of the loop turn). */
+static void queue_command(rd_redis_t *r, int argc, const char **argv, const size_t *lens)
 {
-    uv_glue_t *g = h->data;
-    int ev = status < 0 ? g->events : events;
-    if (g->ac && (ev & UV_READABLE)) redisAsyncHandleRead(g->ac);
-    if (g->ac && (ev & UV_WRITABLE)) redisAsyncHandleWrite(g->ac);
+    char *cmd = NULL;
+    int n = redisFormatCommandArgv(&cmd, argc, argv, lens);
+    if (n < 0) abort();  /* only fails when out of memory */
+    rd_buf_append(&r->out, cmd, (size_t)n);
+    redisFreeCommand(cmd);
+    r->write_pending = true;
 }
 
-static void glue_update(uv_glue_t *g, int events)
+/* Queues a command whose reply is expected as kind (no copy of argv). */
+static void expect_reply(rd_redis_t *r, expect_t kind, const char *step, int argc,
+                         const char **argv, const size_t *lens)
 {
-    g->events = events;
-    if (events) uv_poll_start(&g->poll, events, on_poll);
-    else uv_poll_stop(&g->poll);
+    pending_t *p = rd_calloc(1, sizeof *p);
+    p->r = r;
+    p->kind = kind;
+    p->step = step;
+    queue_command(r, argc, argv, lens);
+    link_pending(r, p);
 }
 
-static void glue_add_read(void *arg) { uv_glue_t *g = arg; glue_update(g, g->events | UV_READABLE); }
-static void glue_del_read(void *arg) { uv_glue_t *g = arg; glue_update(g, g->events & ~UV_READABLE); }
-static void glue_add_write(void *arg) { uv_glue_t *g = arg; glue_update(g, g->events | UV_WRITABLE); }
-static void glue_del_write(void *arg) { uv_glue_t *g = arg; glue_update(g, g->events & ~UV_WRITABLE); }
+/* ---------------------------------------------------------------- link down */
 
-static void on_glue_closed(uv_handle_t *h)
+/* Ends the current link (or connect attempt), why says how, and answers
+ * everything in flight: commands LOST, subscriptions DROPPED. The state is
+ * CLOSED before any callback runs, so none can send on the dead link. */
+static void drop_link(rd_redis_t *r, const char *why)
 {
-    rd_free(h->data);
-}
+    if (r->link == NULL) return;
+    bool was_ready = r->state == READY;
+    bool after_connect = r->state == LOADING;
+    rd_transport_close(r->link);
+    r->link = NULL;
+    r->link_gen++;
+    redisReaderFree(r->reader);
+    r->reader = NULL;
+    rd_buf_reset(&r->out);
+    r->write_pending = false;
+    pending_t *inflight = r->head;
+    r->head = r->tail = NULL;
+    subscription_t *subs = r->subs;
+    r->subs = NULL;
 
-static void glue_cleanup(void *arg)
-{
-    uv_glue_t *g = arg;
-    g->ac = NULL;
-    uv_close((uv_handle_t *)&g->poll, on_glue_closed);
-}
-
-static int glue_attach(redisAsyncContext *ac, uv_loop_t *loop)
-{
-    uv_glue_t *g = rd_calloc(1, sizeof *g);
-    if (uv_poll_init_socket(loop, &g->poll, ac->c.fd) != 0) {
-        rd_free(g);
-        return -1;
+    set_state(r, CLOSED);
+    r->attempted = true;
+    if (r->closing) {
+        uv_close((uv_handle_t *)&r->reconnect_timer, on_handle_closed);
+        uv_close((uv_handle_t *)&r->watchdog, on_handle_closed);
+        uv_close((uv_handle_t *)&r->flush, on_handle_closed);
+    } else {
+        /* One line per failure. A refused or lost connection is loud the first
+         * time and quiet while retrying (Redis restarting); a failure once
+         * connected (TLS, AUTH, the library) is a setting to fix: every time. */
+        bool loud = r->backoff_ms == BACKOFF_MIN_MS || after_connect ||
+                    (r->tls && strstr(why, "TLS") != NULL);
+        /* A TLS port closes on the plain handshake it cannot read. */
+        const char *hint = !r->tls && after_connect && strncmp(why, "read failed", 11) == 0
+                               ? " (is it a TLS port? use rediss://)"
+                               : "";
+        rd_log(loud ? RD_LOG_WARN : RD_LOG_DEBUG, "redis: %s %s:%d: %s%s; reconnecting in %d ms",
+               was_ready ? "link lost to" : "cannot connect to", r->host, r->port, why, hint,
+               r->backoff_ms);
+        uv_timer_start(&r->reconnect_timer, on_reconnect_timer, (uint64_t)r->backoff_ms, 0);
+        r->backoff_ms = r->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : r->backoff_ms * 2;
     }
-    g->ac = ac;
-    g->poll.data = g;
-    ac->ev.data = g;
-    ac->ev.addRead = glue_add_read;
-    ac->ev.delRead = glue_del_read;
-    ac->ev.addWrite = glue_add_write;
-    ac->ev.delWrite = glue_del_write;
-    ac->ev.cleanup = glue_cleanup;
-    return 0;
+    while (inflight) {
+        pending_t *p = inflight;
+        inflight = p->next;
+        if (p->kind == EXPECT_COMMAND && p->cb) p->cb(NULL, RD_REDIS_LOST, p->arg);
+        rd_free(p);
+    }
+    while (subs) {
+        subscription_t *s = subs;
+        subs = s->next;
+        s->cb(RD_PUBSUB_DROPPED, s->arg);
+        rd_free(s->channel);
+        rd_free(s);
+    }
 }
 
 /* ---------------------------------------------------------------- handshake */
 
-static void on_handshake_reply(redisAsyncContext *ac, void *reply, void *privdata)
+static void send_library(rd_redis_t *r, expect_t kind, const char *step)
 {
-    rd_redis_t *r = ac->data;
-    const char *step = privdata;
-    redisReply *x = reply;
-    if (x == NULL || r == NULL || r->closing) return;  /* the link is going away */
-    if (x->type == REDIS_REPLY_ERROR) {
-        rd_error("redis: %s failed: %.*s", step, (int)x->len, x->str);
-        redisAsyncDisconnect(ac);
-        return;
-    }
-    if (strcmp(step, "READY") == 0) {
-        r->backoff_ms = BACKOFF_MIN_MS;
-        set_state(r, READY);
-        r->attempted = true;
-        /* FUNCTION LOAD answers the library's name, which carries its version. */
-        if (r->library && x->type == REDIS_REPLY_STRING)
-            rd_info("redis: link ready at %s:%d (library %.*s loaded)", r->host, r->port,
-                    (int)x->len, x->str);
-        else
-            rd_info("redis: link ready at %s:%d", r->host, r->port);
-        if (r->on_ready) r->on_ready(r->on_ready_arg);
-    }
-}
-
-static void send_library(redisAsyncContext *ac, redisCallbackFn *fn, void *privdata)
-{
-    rd_redis_t *r = ac->data;
     const char *argv[] = { "FUNCTION", "LOAD", "REPLACE", r->library };
     size_t lens[] = { 8, 4, 7, strlen(r->library) };
-    redisAsyncCommandArgv(ac, fn, privdata, 4, argv, lens);
+    expect_reply(r, kind, step, 4, argv, lens);
 }
 
-static void on_connect(const redisAsyncContext *ac, int status)
+/* The connection is up (TLS included): AUTH, SELECT, then the library (or a
+ * PING on a notification link), whose reply makes the link READY. */
+static void on_link_open(void *arg)
 {
-    rd_redis_t *r = ac->data;
-    if (status != REDIS_OK) {
-        rd_log(r->backoff_ms == BACKOFF_MIN_MS ? RD_LOG_WARN : RD_LOG_DEBUG,
-               "redis: cannot connect to %s:%d: %s", r->host, r->port, ac->errstr);
-        after_link_down(r);  /* hiredis frees the context after this callback */
-        return;
-    }
-    rd_debug("redis: connected to %s:%d", r->host, r->port);
+    rd_redis_t *r = arg;
+    rd_debug("redis: connected to %s:%d%s", r->host, r->port, r->tls ? " (TLS)" : "");
     set_state(r, LOADING);
-}
-
-static void on_disconnect(const redisAsyncContext *ac, int status)
-{
-    rd_redis_t *r = ac->data;
-    if (status != REDIS_OK) rd_warn("redis: disconnected: %s", ac->errstr);
-    after_link_down(r);
-}
-
-static void connect_now(rd_redis_t *r)
-{
-    redisAsyncContext *ac = redisAsyncConnect(r->host, r->port);
-    if (ac == NULL || ac->err) {
-        rd_warn("redis: cannot connect to %s:%d: %s", r->host, r->port,
-                ac ? ac->errstr : "out of memory");
-        if (ac) redisAsyncFree(ac);
-        set_state(r, CONNECTING);
-        after_link_down(r);
-        return;
-    }
-    if (glue_attach(ac, r->loop) != 0) {
-        rd_warn("redis: cannot watch the socket to %s:%d", r->host, r->port);
-        redisAsyncFree(ac);
-        set_state(r, CONNECTING);
-        after_link_down(r);
-        return;
-    }
-    ac->data = r;
-    r->ac = ac;
-    redisAsyncSetConnectCallback(ac, on_connect);
-    redisAsyncSetDisconnectCallback(ac, on_disconnect);
-    set_state(r, CONNECTING);
-    /* hiredis buffers these until the socket is connected. */
     if (r->password && r->password[0]) {
         if (r->username && r->username[0]) {
             const char *argv[] = { "AUTH", r->username, r->password };
             size_t lens[] = { 4, strlen(r->username), strlen(r->password) };
-            redisAsyncCommandArgv(ac, on_handshake_reply, "AUTH", 3, argv, lens);
+            expect_reply(r, EXPECT_HANDSHAKE, "AUTH", 3, argv, lens);
         } else {
             const char *argv[] = { "AUTH", r->password };
             size_t lens[] = { 4, strlen(r->password) };
-            redisAsyncCommandArgv(ac, on_handshake_reply, "AUTH", 2, argv, lens);
+            expect_reply(r, EXPECT_HANDSHAKE, "AUTH", 2, argv, lens);
         }
     }
     if (r->db != 0) {
@@ -356,16 +330,67 @@ static void connect_now(rd_redis_t *r)
         int n = snprintf(db, sizeof db, "%d", r->db);
         const char *argv[] = { "SELECT", db };
         size_t lens[] = { 6, (size_t)n };
-        redisAsyncCommandArgv(ac, on_handshake_reply, "SELECT", 2, argv, lens);
+        expect_reply(r, EXPECT_HANDSHAKE, "SELECT", 2, argv, lens);
     }
-    /* The last step's reply makes the link READY. */
     if (r->library) {
-        send_library(ac, on_handshake_reply, "READY");
+        send_library(r, EXPECT_HANDSHAKE, "READY");
     } else {
         const char *argv[] = { "PING" };
         size_t lens[] = { 4 };
-        redisAsyncCommandArgv(ac, on_handshake_reply, "READY", 1, argv, lens);
+        expect_reply(r, EXPECT_HANDSHAKE, "READY", 1, argv, lens);
     }
+}
+
+static void on_handshake_reply(rd_redis_t *r, const pending_t *p, const redisReply *x)
+{
+    if (x->type == REDIS_REPLY_ERROR) {
+        char why[300];
+        snprintf(why, sizeof why, "%s failed: %.*s", p->step, (int)x->len, x->str);
+        rd_error("redis: %s", why);
+        drop_link(r, why);
+        return;
+    }
+    if (strcmp(p->step, "READY") != 0 || r->closing) return;
+    r->backoff_ms = BACKOFF_MIN_MS;
+    set_state(r, READY);
+    r->attempted = true;
+    /* FUNCTION LOAD answers the library's name, which carries its version. */
+    if (r->library && x->type == REDIS_REPLY_STRING)
+        rd_info("redis: link ready at %s:%d%s (library %.*s loaded)", r->host, r->port,
+                r->tls ? " over TLS" : "", (int)x->len, x->str);
+    else
+        rd_info("redis: link ready at %s:%d%s", r->host, r->port, r->tls ? " over TLS" : "");
+    if (r->on_ready) r->on_ready(r->on_ready_arg);
+}
+
+static void on_link_fail(void *arg, const char *why)
+{
+    drop_link(arg, why);
+}
+
+static void on_link_data(void *arg, const char *data, size_t len);
+
+static const rd_transport_events_t link_events = {
+    .on_open = on_link_open, .on_data = on_link_data, .on_fail = on_link_fail,
+    .on_closed = on_transport_closed,
+};
+
+static void connect_now(rd_redis_t *r)
+{
+    char err[256];
+    set_state(r, CONNECTING);
+    r->link = rd_transport_open(r->loop, r->host, r->port, r->tls, &link_events, r, err,
+                                sizeof err);
+    if (r->link == NULL) {
+        rd_warn("redis: cannot connect to %s:%d: %s", r->host, r->port, err);
+        set_state(r, CLOSED);
+        r->attempted = true;
+        uv_timer_start(&r->reconnect_timer, on_reconnect_timer, (uint64_t)r->backoff_ms, 0);
+        r->backoff_ms = r->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : r->backoff_ms * 2;
+        return;
+    }
+    r->open_handles++;
+    r->reader = redisReaderCreate();
 }
 
 /* ---------------------------------------------------------------- commands */
@@ -376,44 +401,33 @@ static bool is_missing_function(const redisReply *x)
            strcasestr(x->str, "Function not found") != NULL;
 }
 
-static void on_reload_reply(redisAsyncContext *ac, void *reply, void *privdata)
+static void on_reload_reply(const redisReply *x)
 {
-    (void)ac;
-    (void)privdata;
-    redisReply *x = reply;
-    if (x && x->type == REDIS_REPLY_ERROR)
+    if (x->type == REDIS_REPLY_ERROR)
         rd_error("redis: reloading the library failed: %.*s", (int)x->len, x->str);
-    else if (x)
+    else
         rd_warn("redis: the retryd library was missing; loaded it again");
 }
 
-static void on_command_reply(redisAsyncContext *ac, void *reply, void *privdata)
+static void on_command_reply(rd_redis_t *r, pending_t *p, const redisReply *x)
 {
-    pending_t *p = privdata;
-    rd_redis_t *r = p->r;
-    redisReply *x = reply;
-    if (x && p->is_fcall && !p->resent && is_missing_function(x) && !r->closing) {
+    if (p->is_fcall && !p->resent && is_missing_function(x) && !r->closing) {
+        /* It never ran: load the library and send it again, once. */
         p->resent = true;
-        unlink_pending(r, p);
-        send_library(ac, on_reload_reply, NULL);
-        if (redisAsyncCommandArgv(ac, on_command_reply, p, p->argc, p->argv, p->lens) ==
-            REDIS_OK) {
-            link_pending(r, p);
-            return;
-        }
-        x = NULL;
-    } else {
-        unlink_pending(r, p);
+        send_library(r, EXPECT_RELOAD, NULL);
+        queue_command(r, p->argc, p->argv, p->lens);
+        link_pending(r, p);
+        return;
     }
-    if (x) rd_histogram_observe(&r->rtt, (double)(uv_hrtime() - p->sent_ns) / 1e9);
-    if (p->cb) p->cb((const rd_reply_t *)(const void *)x, x ? RD_REDIS_OK : RD_REDIS_LOST, p->arg);
+    rd_histogram_observe(&r->rtt, (double)(uv_hrtime() - p->sent_ns) / 1e9);
+    if (p->cb) p->cb((const rd_reply_t *)(const void *)x, RD_REDIS_OK, p->arg);
     rd_free(p);
 }
 
 int rd_redis_command(rd_redis_t *r, int argc, const char **argv, const size_t *lens,
                      rd_redis_cb cb, void *arg)
 {
-    if (r->state != READY || r->closing || r->ac == NULL) return -1;
+    if (r->state != READY || r->closing || r->link == NULL || argc < 1) return -1;
     size_t bytes = 0;
     for (int i = 0; i < argc; i++) bytes += lens[i];
     /* One block: the struct, the pointer and length arrays, then the bytes. */
@@ -421,6 +435,7 @@ int rd_redis_command(rd_redis_t *r, int argc, const char **argv, const size_t *l
     pending_t *p = rd_malloc(head + bytes);
     memset(p, 0, sizeof *p);
     p->r = r;
+    p->kind = EXPECT_COMMAND;
     p->cb = cb;
     p->arg = arg;
     p->argc = argc;
@@ -434,70 +449,126 @@ int rd_redis_command(rd_redis_t *r, int argc, const char **argv, const size_t *l
         data += lens[i];
     }
     p->is_fcall = lens[0] >= 5 && strncasecmp(argv[0], "FCALL", 5) == 0;
-    if (redisAsyncCommandArgv(r->ac, on_command_reply, p, argc, p->argv, p->lens) != REDIS_OK) {
-        rd_free(p);
-        return -1;
-    }
+    queue_command(r, argc, p->argv, p->lens);
     link_pending(r, p);
-    r->write_pending = true;
     return 0;
 }
 
 /* ---------------------------------------------------------------- pub/sub */
 
-typedef struct subscription {
-    rd_pubsub_cb cb;
-    void *arg;
-} subscription_t;
-
-/* hiredis calls this for the confirmation, every message, the unsubscribe
- * confirmation, and with NULL when the context goes away. */
-static void on_pubsub_reply(redisAsyncContext *ac, void *reply, void *privdata)
+static subscription_t **find_sub(rd_redis_t *r, const char *channel, size_t len)
 {
-    (void)ac;
-    subscription_t *sub = privdata;
-    redisReply *x = reply;
-    if (x == NULL) {
-        sub->cb(RD_PUBSUB_DROPPED, sub->arg);
-        rd_free(sub);
-        return;
-    }
-    if (x->type != REDIS_REPLY_ARRAY || x->elements < 1 ||
-        x->element[0]->type != REDIS_REPLY_STRING)
-        return;
+    for (subscription_t **s = &r->subs; *s; s = &(*s)->next)
+        if ((*s)->len == len && memcmp((*s)->channel, channel, len) == 0) return s;
+    return NULL;
+}
+
+/* A push of a subscribed link: ["subscribe"|"message"|"unsubscribe", channel, ...].
+ * Returns false when x is not one (then it answers the oldest request). */
+static bool on_push(rd_redis_t *r, const redisReply *x)
+{
+    if (r->library || x->type != REDIS_REPLY_ARRAY || x->elements < 2 ||
+        x->element[0]->type != REDIS_REPLY_STRING || x->element[1]->type != REDIS_REPLY_STRING)
+        return false;
     const char *kind = x->element[0]->str;
-    if (strcmp(kind, "message") == 0) {
-        sub->cb(RD_PUBSUB_MESSAGE, sub->arg);
-    } else if (strcmp(kind, "subscribe") == 0) {
-        sub->cb(RD_PUBSUB_SUBSCRIBED, sub->arg);
-    } else if (strcmp(kind, "unsubscribe") == 0) {
-        sub->cb(RD_PUBSUB_UNSUBSCRIBED, sub->arg);
-        rd_free(sub);
+    rd_pubsub_event_t event;
+    if (strcmp(kind, "message") == 0) event = RD_PUBSUB_MESSAGE;
+    else if (strcmp(kind, "subscribe") == 0) event = RD_PUBSUB_SUBSCRIBED;
+    else if (strcmp(kind, "unsubscribe") == 0) event = RD_PUBSUB_UNSUBSCRIBED;
+    else return false;
+    subscription_t **at = find_sub(r, x->element[1]->str, x->element[1]->len);
+    if (at == NULL) return true;  /* e.g. UNSUBSCRIBE of a channel never subscribed */
+    subscription_t *s = *at;
+    if (event == RD_PUBSUB_UNSUBSCRIBED) {
+        *at = s->next;
+        s->cb(event, s->arg);
+        rd_free(s->channel);
+        rd_free(s);
+    } else {
+        s->cb(event, s->arg);
     }
+    return true;
 }
 
 int rd_redis_subscribe(rd_redis_t *r, const char *channel, size_t len, rd_pubsub_cb cb,
                        void *arg)
 {
-    if (r->state != READY || r->closing || r->ac == NULL || r->library) return -1;
-    subscription_t *sub = rd_malloc(sizeof *sub);
-    sub->cb = cb;
-    sub->arg = arg;
+    if (r->state != READY || r->closing || r->link == NULL || r->library) return -1;
+    subscription_t **old = find_sub(r, channel, len);
+    subscription_t *s = old ? *old : rd_calloc(1, sizeof *s);
+    s->cb = cb;  /* subscribing again replaces the callback, as hiredis did */
+    s->arg = arg;
+    if (old == NULL) {
+        s->channel = rd_strndup(channel, len);
+        s->len = len;
+        s->next = r->subs;
+        r->subs = s;
+    }
     const char *argv[] = { "SUBSCRIBE", channel };
     size_t lens[] = { 9, len };
-    if (redisAsyncCommandArgv(r->ac, on_pubsub_reply, sub, 2, argv, lens) != REDIS_OK) {
-        rd_free(sub);
-        return -1;
-    }
+    queue_command(r, 2, argv, lens);
     return 0;
 }
 
 int rd_redis_unsubscribe(rd_redis_t *r, const char *channel, size_t len)
 {
-    if (r->state != READY || r->closing || r->ac == NULL || r->library) return -1;
+    if (r->state != READY || r->closing || r->link == NULL || r->library) return -1;
     const char *argv[] = { "UNSUBSCRIBE", channel };
     size_t lens[] = { 11, len };
-    return redisAsyncCommandArgv(r->ac, NULL, NULL, 2, argv, lens) == REDIS_OK ? 0 : -1;
+    queue_command(r, 2, argv, lens);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- replies in */
+
+static void on_reply(rd_redis_t *r, const redisReply *x)
+{
+    if (on_push(r, x)) return;
+    pending_t *p = r->head;
+    if (p == NULL) {
+        drop_link(r, "Redis sent a reply nobody asked for");
+        return;
+    }
+    unlink_pending(r, p);
+    switch (p->kind) {
+    case EXPECT_COMMAND:
+        on_command_reply(r, p, x);
+        return;  /* p is freed or sent again */
+    case EXPECT_HANDSHAKE:
+        on_handshake_reply(r, p, x);
+        break;
+    case EXPECT_RELOAD:
+        on_reload_reply(x);
+        break;
+    }
+    rd_free(p);
+}
+
+static void on_link_data(void *arg, const char *data, size_t len)
+{
+    rd_redis_t *r = arg;
+    unsigned gen = r->link_gen;
+    if (redisReaderFeed(r->reader, data, len) != REDIS_OK) {
+        drop_link(r, "out of memory reading a reply");
+        return;
+    }
+    for (;;) {
+        void *reply = NULL;
+        if (redisReaderGetReply(r->reader, &reply) != REDIS_OK) {
+            char why[160];
+            snprintf(why, sizeof why, "protocol error: %s", r->reader->errstr);
+            drop_link(r, why);
+            return;
+        }
+        if (reply == NULL) break;
+        on_reply(r, reply);
+        freeReplyObject(reply);
+        if (r->link_gen != gen) return;  /* a callback dropped or closed the link */
+        if (r->closing && r->head == NULL) {
+            drop_link(r, "closed");  /* a graceful close: every reply is in */
+            return;
+        }
+    }
 }
 
 const rd_histogram_t *rd_redis_rtt(const rd_redis_t *r)
@@ -522,45 +593,38 @@ bool rd_redis_attempted(const rd_redis_t *r)
 
 /* ---------------------------------------------------------------- flushing */
 
-/* hiredis only buffers a command and waits for the socket to poll writable,
- * which costs a loop turn per round trip: Redis and retryd then take turns
- * instead of working at once. Writing at the end of every loop turn sends all
- * the commands that turn produced in one write, right away. */
+/* Writing at the end of every loop turn sends all the commands that turn
+ * produced in one write (one TLS record batch), right away. */
 static void on_flush(uv_check_t *h)
 {
     rd_redis_t *r = h->data;
     if (!r->write_pending) return;
     r->write_pending = false;
-    if (r->ac && (r->ac->c.flags & REDIS_CONNECTED)) redisAsyncHandleWrite(r->ac);
+    if (r->link && r->out.len) rd_transport_write(r->link, r->out.data, r->out.len);
+    rd_buf_reset(&r->out);
 }
 
 /* ---------------------------------------------------------------- watchdog */
 
-/* Frees the context now: every pending callback runs with NULL (LOST). hiredis
- * reports the end through on_disconnect only for a link that had connected. */
-static void drop_link(rd_redis_t *r)
-{
-    bool was_connected = (r->ac->c.flags & REDIS_CONNECTED) != 0;
-    redisAsyncFree(r->ac);
-    if (!was_connected) after_link_down(r);
-}
-
 static void on_watchdog(uv_timer_t *t)
 {
     rd_redis_t *r = t->data;
-    if (r->ac == NULL) return;
+    if (r->link == NULL) return;
     uint64_t now = now_ms(r);
-    bool late = false;
+    char why[200];
     if (r->state != READY && now - r->state_since_ms > (uint64_t)r->timeout_ms) {
-        rd_warn("redis: no answer to the handshake within %d ms", r->timeout_ms);
-        late = true;
+        const char *stage = r->state == CONNECTING ? rd_transport_stage(r->link) : "handshake";
+        /* A plain port waits for the rest of what it takes for a command. */
+        snprintf(why, sizeof why, "no answer to the %s within %d ms%s", stage, r->timeout_ms,
+                 strcmp(stage, "TLS handshake") == 0 ? " (is the port plain TCP? use redis://)"
+                                                     : "");
+        drop_link(r, why);
     } else if (r->head && now - r->head->sent_ms > (uint64_t)r->timeout_ms) {
-        rd_warn("redis: a command got no answer within %d ms; dropping the link "
-                "(%s commands in flight have an unknown outcome)",
-                r->timeout_ms, r->head->next ? "all" : "the");
-        late = true;
+        snprintf(why, sizeof why,
+                 "a command got no answer within %d ms (%s commands in flight have an "
+                 "unknown outcome)", r->timeout_ms, r->head->next ? "all" : "the");
+        drop_link(r, why);
     }
-    if (late) drop_link(r);
 }
 
 /* ---------------------------------------------------------------- life cycle */
@@ -576,6 +640,7 @@ rd_redis_t *rd_redis_start(uv_loop_t *loop, const rd_redis_options_t *opts)
     r->db = opts->db;
     r->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : 5000;
     r->library = opts->library;
+    r->tls = opts->tls;
     r->on_ready = opts->on_ready;
     r->on_ready_arg = opts->on_ready_arg;
     r->backoff_ms = BACKOFF_MIN_MS;
@@ -603,12 +668,15 @@ void rd_redis_close(rd_redis_t *r, bool force, void (*on_closed)(void *arg), voi
         r->on_closed = on_closed;
         r->on_closed_arg = arg;
         uv_timer_stop(&r->reconnect_timer);
-        if (r->ac == NULL) {
-            after_link_down(r);
+        if (r->link == NULL) {
+            uv_close((uv_handle_t *)&r->reconnect_timer, on_handle_closed);
+            uv_close((uv_handle_t *)&r->watchdog, on_handle_closed);
+            uv_close((uv_handle_t *)&r->flush, on_handle_closed);
             return;
         }
     }
-    if (r->ac == NULL) return;  /* already on its way down */
-    if (force || !(r->ac->c.flags & REDIS_CONNECTED)) drop_link(r);
-    else redisAsyncDisconnect(r->ac);
+    if (r->link == NULL) return;  /* already on its way down */
+    /* Gracefully: the replies still due come in first (the watchdog bounds
+     * the wait), as long as the link was up to send them. */
+    if (force || r->state != READY || r->head == NULL) drop_link(r, "closed");
 }

@@ -341,12 +341,27 @@ int main(int argc, char **argv)
         return 2;
     }
     s.loop = uv_default_loop();
+    /* rediss:// (docs/security.md): one TLS context for every link. */
+    rd_redis_tls_t *tls = NULL;
+    if (s.cfg.redis_tls || (s.cfg.redis_cluster[0] && s.cfg.redis_cluster_tls)) {
+        rd_redis_tls_options_t to = {
+            .ca_file = s.cfg.redis_tls_ca, .cert_file = s.cfg.redis_tls_cert,
+            .key_file = s.cfg.redis_tls_key, .server_name = s.cfg.redis_tls_server_name,
+            .insecure = s.cfg.redis_tls_insecure != 0,
+        };
+        tls = rd_redis_tls_new(&to, err, sizeof err);
+        if (tls == NULL) {
+            fprintf(stderr, "retryd: %s\n", err);
+            rd_free(token);
+            return 2;
+        }
+    }
 
     rd_redis_options_t ro = {
         .host = s.cfg.redis_host, .port = s.cfg.redis_port, .username = s.cfg.redis_user,
         .password = s.cfg.redis_password, .db = s.cfg.redis_db,
         .timeout_ms = s.cfg.redis_timeout_ms, .library = rd_lua_library,
-        .on_ready = on_command_link_ready, .on_ready_arg = &s,
+        .on_ready = on_command_link_ready, .on_ready_arg = &s, .tls = tls,
     };
     s.redis = rd_backend_start(s.loop, &ro, s.cfg.redis_cluster);
     if (s.redis == NULL) {
@@ -467,5 +482,6 @@ int main(int argc, char **argv)
     rd_buf_free(&s.api.body);
     rd_api_set_tokens(&s.api, NULL);
     rd_free(token);
+    rd_redis_tls_free(tls);
     return 0;
 }

@@ -205,7 +205,7 @@ static void test_redis_url_credentials(void **state)
 static void test_redis_url_invalid(void **state)
 {
     const char *bad[] = {
-        "", "h:6379", "http://h:6379", "rediss://h", "redis:/h", "redis//h",
+        "", "h:6379", "http://h:6379", "redis:/h", "rediss:/h", "rediss://", "redis//h",
         "redis://", "redis://:6379", "redis://user:pw@", "redis://user:pw@:6379",
         "redis://h:0", "redis://h:70000", "redis://h:65536", "redis://h:-1", "redis://h:",
         "redis://h:abc", "redis://h:12x", "redis://h:99999999", "redis://h/abc",
@@ -444,8 +444,8 @@ static void test_bad_redis_url_masks_password(void **state)
     /* A password holding '@' or ':' is masked whole (the last '@' ends it). */
     assert_bad_url_masked(ARGS("--redis", "redis://:s3c@ret:pw@host:/x"), "ret:pw",
                           "redis://:***@host:/x");
-    assert_bad_url_masked(ARGS("--redis", "rediss://:s3cretpw@host"), "s3cretpw",
-                          "rediss://:***@host");
+    assert_bad_url_masked(ARGS("--redis", "rediss://:s3cretpw@host:0"), "s3cretpw",
+                          "rediss://:***@host:0");
     setenv("RETRYD_REDIS", "redis://:s3cretpw@host:port", 1);
     assert_bad_url_masked(NULL, "s3cretpw", "redis://:***@host:port");
     unsetenv("RETRYD_REDIS");

@@ -14,7 +14,14 @@ typedef struct rd_config {
     char redis_user[128];       /* "" when none */
     char redis_password[256];   /* "" when none */
     int redis_db;
+    int redis_tls;              /* --redis was rediss:// */
     char redis_cluster[1024];   /* --redis-cluster host:port,...: "" for one Redis */
+    int redis_cluster_tls;      /* --redis-cluster was given as rediss://host:port,... */
+    char redis_tls_ca[512];     /* --redis-tls-ca: "" uses the system store */
+    char redis_tls_cert[512];   /* --redis-tls-cert, --redis-tls-key: mutual TLS */
+    char redis_tls_key[512];
+    char redis_tls_server_name[256]; /* --redis-tls-server-name: "" checks the host */
+    int redis_tls_insecure;     /* --redis-tls-insecure yes: no check of the server */
     int redis_timeout_ms;       /* --redis-timeout-ms: a command older than this drops the link */
     char prefix[64];            /* --prefix: first part of every key */
     int tick_ms;                /* --tick-ms: longest the promoter sleeps */
@@ -55,7 +62,8 @@ long long rd_parse_duration_ms(const char *s);
  * the operator is printed or logged: a password is never shown. */
 void rd_config_mask_url(const char *url, char *out, size_t cap);
 
-/* Parses a redis:// URL into cfg's redis_* fields. Returns 0 or -1. */
+/* Parses a redis:// or rediss:// (TLS) URL into cfg's redis_* fields.
+ * Returns 0 or -1. */
 int rd_config_parse_redis_url(rd_config_t *cfg, const char *url);
 
 #endif

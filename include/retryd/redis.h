@@ -1,5 +1,7 @@
-/* redis.h - retryd's one Redis connection, wrapping hiredis (only redis.c
- * includes it).
+/* redis.h - retryd's one Redis connection. hiredis parses the replies and
+ * formats the commands (only redis.c includes it); the bytes travel over
+ * retryd's own transport, libuv TCP with optional TLS (OpenSSL): nothing
+ * outside redis.c and redis_transport.c knows whether a link is encrypted.
  *
  * The connection is a state machine: CLOSED -> CONNECTING -> LOADING (AUTH,
  * SELECT, FUNCTION LOAD REPLACE of the retryd library) -> READY. A dropped
@@ -70,6 +72,30 @@ typedef enum rd_pubsub_event {
 
 typedef void (*rd_pubsub_cb)(rd_pubsub_event_t event, void *arg);
 
+/* TLS settings shared by every link that uses them (docs/security.md "TLS to
+ * Redis"). Server certificates are verified against ca_file, or the system
+ * store when it is NULL/"", and the certificate must name server_name, or
+ * else the host the link connects to (an IP address is checked against the
+ * certificate's IP entries); the name (not an IP) is also sent as SNI.
+ * cert_file and key_file (PEM) give a client certificate for mutual TLS.
+ * insecure skips every check of the server (logged once, at creation). */
+typedef struct rd_redis_tls_options {
+    const char *ca_file;
+    const char *cert_file;
+    const char *key_file;
+    const char *server_name;
+    bool insecure;
+} rd_redis_tls_options_t;
+
+typedef struct rd_redis_tls rd_redis_tls_t;
+
+/* Loads the CA, the client certificate and key. Returns NULL with a one-line
+ * reason in err when a file cannot be used (a start-up error, not a
+ * connection failure). */
+rd_redis_tls_t *rd_redis_tls_new(const rd_redis_tls_options_t *opts, char *err, size_t err_len);
+/* Frees it; every link that used it must be closed first. NULL is fine. */
+void rd_redis_tls_free(rd_redis_tls_t *tls);
+
 typedef struct rd_redis_options {
     const char *host;
     int port;
@@ -81,6 +107,8 @@ typedef struct rd_redis_options {
                                NULL for a notification link (pub/sub only) */
     void (*on_ready)(void *arg);  /* NULL, or called each time the link becomes READY */
     void *on_ready_arg;
+    const rd_redis_tls_t *tls;    /* NULL: plain TCP; borrowed, outlives the link. A TLS
+                                     handshake is part of the connect, under timeout_ms */
 } rd_redis_options_t;
 
 /* Creates the connection (CLOSED) and starts connecting. Strings in opts are
