@@ -529,13 +529,21 @@ static void expect_closed(int fd)
 static long long metric_as(int port, const char *token, const char *name)
 {
     e2e_response_t r = { 0 };
-    e2e_conn_t c;
-    assert_int_equal(e2e_conn_open(&c, port), 0);
-    assert_int_equal(e2e_request(&c, "GET", "/metrics",
-                                 token ? e2e_fmt("Authorization: Bearer %s\r\n", token) : NULL,
-                                 NULL, 0, &r), 0);
-    e2e_conn_close(&c);
-    assert_int_equal(r.status, 200);
+    /* /metrics reads Redis: a daemon started without waiting for /readyz
+     * answers 503 until its link is up (READY_TIMEOUT_MS at most). */
+    long long deadline = e2e_mono_ms() + READY_TIMEOUT_MS;
+    for (;;) {
+        e2e_conn_t c;
+        assert_int_equal(e2e_conn_open(&c, port), 0);
+        assert_int_equal(e2e_request(&c, "GET", "/metrics",
+                                     token ? e2e_fmt("Authorization: Bearer %s\r\n", token) : NULL,
+                                     NULL, 0, &r), 0);
+        e2e_conn_close(&c);
+        if (r.status != 503 || e2e_mono_ms() >= deadline) break;
+        e2e_response_free(&r);
+        e2e_pause_ms(20);
+    }
+    if (r.status != 200) fail_msg("GET /metrics: %d %.300s", r.status, r.body ? r.body : "");
     const char *at = strstr(r.body, e2e_fmt("\n%s ", name));
     if (at == NULL) fail_msg("/metrics has no %s", name);
     long long v = strtoll(at + strlen(name) + 2, NULL, 10);
