@@ -28,7 +28,10 @@
  *       W workers loop ReceiveMessage (MaxNumberOfMessages C, 1..10) and
  *       DeleteMessageBatch of what they got (two requests per round, as an SQS
  *       consumer does) until M are deleted; an empty receive is repeated with
- *       WaitTimeSeconds 1. [--account A] (000000000000) names the queue URL.
+ *       WaitTimeSeconds 1. [--account A] (000000000000) names the queue URL;
+ *       [--sigv4 ACCESS_KEY_ID:SECRET] signs every SQS request with Signature
+ *       Version 4 (the Authorization header, region us-east-1, as botocore
+ *       signs the JSON protocol: content-type;host;x-amz-date;x-amz-target).
  *   loadgen resp     --port P --conns C --pipeline D --requests M [--first-id F] -- ARG...
  *       C Redis connections each send D commands, wait for the D replies, and
  *       again, until M commands ran. "{id}" inside an ARG becomes F, F+1, ...
@@ -56,6 +59,9 @@
 
 #include <cjson/cJSON.h>
 #include <llhttp.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/sha.h>
 #include <uv.h>
 
 #define MAX_CLAIM 100            /* retryd's largest claim count */
@@ -82,6 +88,7 @@ typedef struct options {
     int retry_after_s;           /* failonce */
     int pipeline;                /* resp */
     const char *account;         /* sqs: the account in the queue URL */
+    const char *sigv4;           /* sqs: "ACCESS_KEY_ID:SECRET", NULL: unsigned */
     long long first_id;          /* resp: value of the first {id} */
     int timeout_s;
     int argc;                    /* resp: the command template */
@@ -93,7 +100,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: loadgen enqueue|work|settle|failonce|sqs-send|sqs-receive --port P --queue Q\n"
             "               --conns N --messages M [--count C] [--payload-bytes B]\n"
-            "               [--retry-after-s R] [--account A]\n"
+            "               [--retry-after-s R] [--account A] [--sigv4 KEY_ID:SECRET]\n"
             "       loadgen resp --port P --conns C --pipeline D --requests M [--first-id F]"
             " -- ARG...\n"
             "       common: [--host 127.0.0.1] [--timeout-s 300]\n");
@@ -158,6 +165,7 @@ static void parse_options(int argc, char **argv, options_t *o)
         else if (strcmp(a, "--first-id") == 0) o->first_id = int_arg(a, v, 0, INT64_MAX / 2);
         else if (strcmp(a, "--timeout-s") == 0) o->timeout_s = (int)int_arg(a, v, 1, 86400);
         else if (strcmp(a, "--account") == 0) o->account = v;
+        else if (strcmp(a, "--sigv4") == 0 && strchr(v, ':')) o->sigv4 = v;
         else usage();
     }
     if (o->port == 0) usage();
@@ -319,17 +327,91 @@ static void send_wreq(conn_t *c, wreq_t *w)
     }
 }
 
+/* ---------------------------------------------------------------- SigV4 */
+
+static void hex_of(const unsigned char *d, size_t n, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[d[i] >> 4];
+        out[2 * i + 1] = digits[d[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+static void hmac256(const void *key, size_t key_len, const char *msg, unsigned char out[32])
+{
+    unsigned int n = 32;
+    if (HMAC(EVP_sha256(), key, (int)key_len, (const unsigned char *)msg, strlen(msg), out, &n) ==
+        NULL)
+        abort();
+}
+
+/* The Authorization and X-Amz-Date headers of one SQS request, signed as
+ * docs/sqs.md "Authentication" checks them; the signing key is derived once
+ * per day. */
+static int sigv4_headers(const options_t *o, const char *target, const char *body,
+                         size_t body_len, char *out, size_t out_len)
+{
+    static char day_done[9], key_id[129];
+    static unsigned char k_signing[32];
+    char amz_date[17], day[9], host[32], body_hash[65], canon_hash[65], signature[65];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(amz_date, sizeof amz_date, "%Y%m%dT%H%M%SZ", &tm);
+    memcpy(day, amz_date, 8);
+    day[8] = '\0';
+    const char *colon = strchr(o->sigv4, ':');
+    if (strcmp(day, day_done) != 0) {
+        char k[300];
+        unsigned char k1[32], k2[32], k3[32];
+        snprintf(key_id, sizeof key_id, "%.*s", (int)(colon - o->sigv4), o->sigv4);
+        snprintf(k, sizeof k, "AWS4%s", colon + 1);
+        hmac256(k, strlen(k), day, k1);
+        hmac256(k1, 32, "us-east-1", k2);
+        hmac256(k2, 32, "sqs", k3);
+        hmac256(k3, 32, "aws4_request", k_signing);
+        memcpy(day_done, day, sizeof day);
+    }
+    unsigned char d[32];
+    SHA256((const unsigned char *)body, body_len, d);
+    hex_of(d, 32, body_hash);
+    snprintf(host, sizeof host, "127.0.0.1:%d", o->port);
+    char canon[1024], sts[512];
+    snprintf(canon, sizeof canon,
+             "POST\n/\n\ncontent-type:application/x-amz-json-1.0\nhost:%s\nx-amz-date:%s\n"
+             "x-amz-target:AmazonSQS.%s\n\ncontent-type;host;x-amz-date;x-amz-target\n%s",
+             host, amz_date, target, body_hash);
+    SHA256((const unsigned char *)canon, strlen(canon), d);
+    hex_of(d, 32, canon_hash);
+    snprintf(sts, sizeof sts, "AWS4-HMAC-SHA256\n%s\n%s/us-east-1/sqs/aws4_request\n%s", amz_date,
+             day, canon_hash);
+    hmac256(k_signing, 32, sts, d);
+    hex_of(d, 32, signature);
+    return snprintf(out, out_len,
+                    "X-Amz-Date: %s\r\nAuthorization: AWS4-HMAC-SHA256 "
+                    "Credential=%s/%s/us-east-1/sqs/aws4_request, "
+                    "SignedHeaders=content-type;host;x-amz-date;x-amz-target, Signature=%s\r\n",
+                    amz_date, key_id, day, signature);
+}
+
 /* One POST; sqs_target (an SQS action) makes it the JSON protocol's request to "/". */
 static void send_post(conn_t *c, route_t r, const char *path, const char *sqs_target,
                       const char *body, size_t body_len)
 {
-    char head[640];
+    char head[1024], auth[512] = "";
+    if (sqs_target && c->b->o.sigv4 &&
+        sigv4_headers(&c->b->o, sqs_target, body, body_len, auth, sizeof auth) >= (int)sizeof auth) {
+        fail_run(c->b, "SigV4 headers too long", "", 0);
+        return;
+    }
     int n = sqs_target
                 ? snprintf(head, sizeof head,
                            "POST / HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
                            "Content-Type: application/x-amz-json-1.0\r\n"
-                           "X-Amz-Target: AmazonSQS.%s\r\nContent-Length: %zu\r\n\r\n",
-                           c->b->o.port, sqs_target, body_len)
+                           "X-Amz-Target: AmazonSQS.%s\r\n%sContent-Length: %zu\r\n\r\n",
+                           c->b->o.port, sqs_target, auth, body_len)
                 : snprintf(head, sizeof head,
                            "POST %s HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
                            "Content-Length: %zu\r\n\r\n", path, body_len);

@@ -1182,10 +1182,12 @@ section4() {
 # workers drain each queue: native settle-and-claim of 10 (one request per
 # 10), SQS ReceiveMessage 10 + DeleteMessageBatch 10 (two requests per 10),
 # and native claim 10 + batch acknowledgement (the SQS loop's shape on the
-# native API). The order flips every repetition; medians of REPS. Redis CPU is
-# INFO cpu, the daemon's /proc/<pid>/stat, the client's getrusage, each per
-# message.
-SP=""
+# native API). The same two SQS loops signed with SigV4 (loadgen --sigv4) go
+# to a second retryd on the same Redis started with --sqs-credentials (its
+# queues are made through the first). The order rotates every repetition;
+# medians of REPS. Redis CPU is INFO cpu, the daemon's /proc/<pid>/stat (of
+# the retryd that served the run), the client's getrusage, each per message.
+SP="" SP_SIG="" SIGV4_KEY=""
 sqs_create() {   # sqs_create NAME: CreateQueue through the JSON protocol
     curl -s -m 5 -H 'Content-Type: application/x-amz-json-1.0' \
         -H 'X-Amz-Target: AmazonSQS.CreateQueue' -d "{\"QueueName\":\"$1\"}" \
@@ -1202,6 +1204,10 @@ section2s_rep() {
         sqs) q="s2s-$rep"
              sqs_create "$q" || { say "2s: CreateQueue $q failed"; continue; }
              LG_PORT=$SP lg_http "sq.send.$rep" sqs-send "$q" 50 "$N_HTTP" ;;
+        sigv4) q="s2g-$rep"
+             sqs_create "$q" || { say "2s: CreateQueue $q failed"; continue; }
+             retryd_pid=$SIG_PID LG_PORT=$SP_SIG lg_http "sq.ssig.$rep" sqs-send "$q" 50 "$N_HTTP" \
+                 --sigv4 "$SIGV4_KEY" ;;
         esac
     done
     for k in "$@"; do
@@ -1209,25 +1215,36 @@ section2s_rep() {
         native) lg_http "sq.settle.$rep" settle "s2n-$rep" 50 "$N_HTTP" --count 10
                 lg_http "sq.work.$rep" work "s2b-$rep" 50 "$N_HTTP" --count 10 ;;
         sqs) LG_PORT=$SP lg_http "sq.recv.$rep" sqs-receive "s2s-$rep" 50 "$N_HTTP" --count 10 ;;
+        sigv4) retryd_pid=$SIG_PID LG_PORT=$SP_SIG lg_http "sq.rsig.$rep" sqs-receive "s2g-$rep" 50 \
+                   "$N_HTTP" --count 10 --sigv4 "$SIGV4_KEY" ;;
         esac
     done
 }
 
 section2s() {
-    local rep order=(native sqs) saved_hp=$HP saved_pid=$retryd_pid i
+    local rep order=(native sqs sigv4) saved_hp=$HP saved_pid=$retryd_pid i plain_hp plain_pid
     SP=$(free_port) || die "no free port"
     start_retryd --sqs-listen "127.0.0.1:$SP"
-    for ((i = 0; i < 50; i++)); do port_open "$SP" && break; sleep 0.1; done
-    say "2s. SQS endpoint: retryd pid $retryd_pid, HTTP 127.0.0.1:$HP, SQS 127.0.0.1:$SP"
+    plain_hp=$HP plain_pid=$retryd_pid
+    SIGV4_KEY="AKIDBENCH2S:bench-secret-$RANDOM$RANDOM"
+    echo "${SIGV4_KEY%%:*} ${SIGV4_KEY#*:}" >"$tmp/sqs-credentials"
+    SP_SIG=$(free_port) || die "no free port"
+    start_retryd --sqs-listen "127.0.0.1:$SP_SIG" --sqs-credentials "$tmp/sqs-credentials"
+    SIG_PID=$retryd_pid
+    HP=$plain_hp retryd_pid=$plain_pid
+    for ((i = 0; i < 50; i++)); do port_open "$SP" && port_open "$SP_SIG" && break; sleep 0.1; done
+    say "2s. SQS endpoint: retryd pid $retryd_pid (HTTP 127.0.0.1:$HP, SQS 127.0.0.1:$SP), with SigV4 pid $SIG_PID (SQS 127.0.0.1:$SP_SIG)"
     for rep in $(seq 1 "$REPS"); do
         say "2s. SQS endpoint vs native, repetition $rep of $REPS (${order[*]})"
         section2s_rep "$rep" "${order[@]}"
-        order=("${order[1]}" "${order[0]}")
+        order=("${order[@]:1}" "${order[0]}")
     done
+    stop_retryd
+    retryd_pid=$SIG_PID
     stop_retryd
     HP=$saved_hp retryd_pid=$saved_pid
     local k r m vals
-    for k in enq enqb send settle work recv; do
+    for k in enq enqb send settle work recv ssig rsig; do
         for m in rate redis_us retryd_us client_us; do
             vals=()
             for r in $(seq 1 "$REPS"); do vals+=("$(get "sq.$k.$r.$m")"); done
@@ -1282,6 +1299,18 @@ section2s() {
     nl=$(calc "$(get sq.enq.retryd_us) + $(get sq.settle.retryd_us)")
     row "daemon CPU per lifecycle: send + receive + delete vs enqueue + settle-and-claim of 10 (µs)" \
         "$(fmt "$sl" 1)" "$(fmt "$nl" 1)" "$(ratio "$sl" "$nl")"
+    row "SendMessage signed with SigV4 vs unsigned (msgs/s; the SQS column is signed, the native one unsigned SQS)" \
+        "$(fmt_int "$(get sq.ssig.rate)")" "$(fmt_int "$(get sq.send.rate)")" \
+        "$(ratio "$(get sq.ssig.rate)" "$(get sq.send.rate)")"
+    row "  daemon CPU per message, signed vs unsigned (µs)" "$(fmt "$(get sq.ssig.retryd_us)" 1)" \
+        "$(fmt "$(get sq.send.retryd_us)" 1)" \
+        "$(ratio "$(get sq.ssig.retryd_us)" "$(get sq.send.retryd_us)")"
+    row "receive 10 + delete batch 10 signed with SigV4 vs unsigned (msgs/s)" \
+        "$(fmt_int "$(get sq.rsig.rate)")" "$(fmt_int "$(get sq.recv.rate)")" \
+        "$(ratio "$(get sq.rsig.rate)" "$(get sq.recv.rate)")"
+    row "  daemon CPU per message, signed vs unsigned (µs)" "$(fmt "$(get sq.rsig.retryd_us)" 1)" \
+        "$(fmt "$(get sq.recv.retryd_us)" 1)" \
+        "$(ratio "$(get sq.rsig.retryd_us)" "$(get sq.recv.retryd_us)")"
 }
 
 # The issue 23 rows of the targets table (section 2s).
