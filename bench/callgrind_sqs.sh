@@ -1,34 +1,48 @@
 #!/usr/bin/env bash
-# callgrind_sqs.sh - the daemon's instructions per message on the SQS
-# endpoint against the native HTTP API (docs/benchmarks.md "SQS endpoint"):
-# a private redis-server, retryd with --sqs-listen under valgrind
-# --tool=callgrind, and four counted phases, each its own dump:
-#   enqueue   N native enqueues               (loadgen enqueue)
-#   send      N SendMessage, JSON protocol    (loadgen sqs-send)
-#   settle    settle-and-claim of 10 of those N enqueued   (loadgen settle --count 10)
-#   receive   ReceiveMessage 10 + DeleteMessageBatch 10 of the N sent (loadgen sqs-receive --count 10)
-# Not part of make bench (a few minutes under valgrind).
+# callgrind_sqs.sh - instructions per message of the daemon and of
+# redis-server on the SQS endpoint against the native HTTP API
+# (docs/benchmarks.md "SQS endpoint"): redis-server and retryd (with
+# --sqs-listen) both under valgrind --tool=callgrind, and six counted phases,
+# each its own dump of both:
+#   enqueue      N native enqueues into a queue without a policy   (loadgen enqueue)
+#   enqueue_pol  N native enqueues into a queue with an SQS queue's policy
+#                (max_retries unlimited, lease_expiry redeliver, message_ttl
+#                345600 with on_expiry delete, lease_seconds 30)
+#   send         N SendMessage, JSON protocol                       (loadgen sqs-send)
+#   settle       settle-and-claim of 10 of the N enqueued          (loadgen settle --count 10)
+#   settle_pol   the same on the queue with the SQS policy
+#   receive      ReceiveMessage 10 + DeleteMessageBatch 10 of the N sent (loadgen sqs-receive)
+# So the SQS figures split into what the endpoint costs (send vs
+# enqueue_pol) and what an SQS queue's semantics cost (enqueue_pol vs
+# enqueue). Not part of make bench (a minute or two under valgrind).
 #
 #   bench/callgrind_sqs.sh RETRYD LOADGEN LUA_LIB OUT_DIR [N=2000] [CONNS=10]
 #
-# Prints instructions per message of each phase, the SQS / native ratios,
-# malloc & co. per message, and the top functions (inclusive) of the send
-# and receive phases; OUT_DIR keeps callgrind.out.* and the logs.
+# Prints, per phase, the daemon's and Redis's instructions per message and the
+# daemon's malloc & co. per message, then the top functions (inclusive) of the
+# daemon in the send and receive phases; OUT_DIR keeps callgrind.out.* and the logs.
 set -euo pipefail
 RETRYD=$1 LOADGEN=$2 LUA_LIB=$3 OUT=$4 N=${5:-2000} CONNS=${6:-10}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd -P)
 here=$(cd "$(dirname "$0")" && pwd -P)
 source "$here/../scripts/lib.sh"
+LIB=$(sed -n '1s/^#!lua name=//p' "$LUA_LIB")
 RP=$(free_port)
 HP=$(free_port)
 SP=$(free_port)
 pids=""
 cleanup() { stop_pid $pids; }
 trap cleanup EXIT
-redis_start "$RP" "$OUT" --save '' --appendonly no || { echo "redis-server did not start" >&2; exit 1; }
-pids="$pids $REDIS_PID"
+valgrind --tool=callgrind --callgrind-out-file="$OUT/redis.callgrind.out" \
+    redis-server --port "$RP" --bind 127.0.0.1 --save '' --appendonly no --dir "$OUT" \
+    >"$OUT/redis.log" 2>&1 &
+rvg=$!
+pids="$rvg"
+for _ in $(seq 150); do [ "$(redis_ping "$RP")" = PONG ] && break; sleep 0.2; done
 redis-cli -p "$RP" -x FUNCTION LOAD REPLACE <"$LUA_LIB" >/dev/null
+redis-cli -p "$RP" FCALL "${LIB}_policy_set" 1 'cg:{cgpol}' replace max_retries unlimited \
+    lease_expiry redeliver message_ttl 345600 on_expiry delete lease_seconds 30 >/dev/null
 valgrind --tool=callgrind --callgrind-out-file="$OUT/callgrind.out.%p" \
     "$RETRYD" --listen "127.0.0.1:$HP" --sqs-listen "127.0.0.1:$SP" \
     --redis "redis://127.0.0.1:$RP" --prefix cg --tick-ms 250 --log-level warn \
@@ -40,42 +54,55 @@ curl -s -m 60 -H 'Content-Type: application/x-amz-json-1.0' -H 'X-Amz-Target: Am
     -d '{"QueueName":"cgsqs"}' "http://127.0.0.1:$SP/" | grep -q QueueUrl ||
     { echo "CreateQueue failed" >&2; exit 1; }
 
-# phase NAME LOADGEN-ARGS...: zero the counters, run, dump as NAME.
+phases=(enqueue enqueue_pol send settle settle_pol receive)
+# phase NAME LOADGEN-ARGS...: zero both counters, run, dump both as NAME.
 phase() {
     local name=$1
     shift
     callgrind_control -z "$vg" >/dev/null 2>&1
+    callgrind_control -z "$rvg" >/dev/null 2>&1
     "$LOADGEN" "$@" --messages "$N" --timeout-s 1200 >"$OUT/$name.txt"
     callgrind_control -d "$name" "$vg" >/dev/null 2>&1
+    callgrind_control -d "$name" "$rvg" >/dev/null 2>&1
 }
 phase enqueue enqueue --port "$HP" --queue cgnative --conns "$CONNS"
+phase enqueue_pol enqueue --port "$HP" --queue cgpol --conns "$CONNS"
 phase send sqs-send --port "$SP" --queue cgsqs --conns "$CONNS"
 phase settle settle --port "$HP" --queue cgnative --conns "$CONNS" --count 10
+phase settle_pol settle --port "$HP" --queue cgpol --conns "$CONNS" --count 10
 phase receive sqs-receive --port "$SP" --queue cgsqs --conns "$CONNS" --count 10
 kill -TERM "$vg"
 wait "$vg" 2>/dev/null || true
-pids=${pids/$vg/}
+redis-cli -p "$RP" shutdown nosave >/dev/null 2>&1 || true
+wait "$rvg" 2>/dev/null || true
+pids=""
 
 set +o pipefail  # head ends the listings early
 total() {
     callgrind_annotate "$1" 2>/dev/null | sed -n 's/^ *\([0-9,]*\) .*PROGRAM TOTALS.*/\1/p' |
         head -n 1 | tr -d ,
 }
-declare -A per dump=([enqueue]=1 [send]=2 [settle]=3 [receive]=4)   # the dumps, in phase order
-for p in enqueue send settle receive; do
-    f="$OUT/callgrind.out.$vg.${dump[$p]}"
-    t=$(total "$f")
-    per[$p]=$((t / N))
+declare -A d r
+i=0
+printf '%-12s %14s %14s %s\n' phase "daemon/msg" "redis/msg" "daemon malloc calloc realloc free per msg"
+for p in "${phases[@]}"; do
+    i=$((i + 1))
+    f="$OUT/callgrind.out.$vg.$i"
+    d[$p]=$(( $(total "$f") / N ))
+    r[$p]=$(( $(total "$OUT/redis.callgrind.out.$i") / N ))
     calls=$("$here/callgrind_calls.py" "$f" malloc calloc realloc free)
-    echo "$p: $(head -n 1 "$OUT/$p.txt" | sed 's/ cpu_us=.*//')"
-    echo "  profile=$f instructions=$t per_message=${per[$p]}"
-    echo "  per message:$(for kv in $calls; do printf ' %s=%.1f' "${kv%%=*}" \
-        "$(echo "${kv#*=} / $N" | bc -l)"; done)"
+    printf '%-12s %14s %14s %s\n' "$p" "${d[$p]}" "${r[$p]}" "$(for kv in $calls; do
+        printf ' %.1f' "$(echo "${kv#*=} / $N" | bc -l)"; done)"
+    echo "    $(head -n 1 "$OUT/$p.txt" | sed 's/ cpu_us=.*//')"
 done
-echo "send / enqueue: $(echo "scale=2; ${per[send]} / ${per[enqueue]}" | bc -l)x;" \
-     "receive+delete / settle-and-claim: $(echo "scale=2; ${per[receive]} / ${per[settle]}" | bc -l)x"
+x() { echo "scale=2; $1 / $2" | bc -l; }
+echo "daemon: send / enqueue $(x "${d[send]}" "${d[enqueue]}")x, receive+delete / settle-and-claim $(x "${d[receive]}" "${d[settle]}")x"
+echo "redis:  send / enqueue $(x "${r[send]}" "${r[enqueue]}")x (the SQS policy alone: $(x "${r[enqueue_pol]}" "${r[enqueue]}")x);" \
+     "receive+delete / settle-and-claim $(x "${r[receive]}" "${r[settle]}")x (the SQS policy alone: $(x "${r[settle_pol]}" "${r[settle]}")x)"
 for p in send receive; do
-    echo "-- $p, inclusive"
-    callgrind_annotate --inclusive=yes --threshold=100 --auto=no "$OUT/callgrind.out.$vg.${dump[$p]}" \
+    i=3
+    [ "$p" = receive ] && i=6
+    echo "-- the daemon in $p, inclusive"
+    callgrind_annotate --inclusive=yes --threshold=100 --auto=no "$OUT/callgrind.out.$vg.$i" \
         2>/dev/null | sed -n '/file:function/,$p' | sed -n '3,60p'
 done
