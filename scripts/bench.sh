@@ -1237,6 +1237,7 @@ section2s() {
     for rep in $(seq 1 "$REPS"); do
         say "2s. SQS endpoint vs native, repetition $rep of $REPS (${order[*]})"
         section2s_rep "$rep" "${order[@]}"
+        say "2s. msgs/s: enqueue $(fmt_int "$(get "sq.enq.$rep.rate")"), send $(fmt_int "$(get "sq.send.$rep.rate")"), signed $(fmt_int "$(get "sq.ssig.$rep.rate")"); settle-and-claim 10 $(fmt_int "$(get "sq.settle.$rep.rate")"), claim 10 + ack $(fmt_int "$(get "sq.work.$rep.rate")"), receive + delete $(fmt_int "$(get "sq.recv.$rep.rate")"), signed $(fmt_int "$(get "sq.rsig.$rep.rate")")"
         order=("${order[@]:1}" "${order[0]}")
     done
     stop_retryd
