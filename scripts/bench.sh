@@ -1187,7 +1187,7 @@ section4() {
 # queues are made through the first). The order rotates every repetition;
 # medians of REPS. Redis CPU is INFO cpu, the daemon's /proc/<pid>/stat (of
 # the retryd that served the run), the client's getrusage, each per message.
-SP="" SP_SIG="" SIGV4_KEY=""
+SP="" SP_SIG="" SIG_PID="" SIGV4_KEY=""
 sqs_create() {   # sqs_create NAME: CreateQueue through the JSON protocol
     curl -s -m 5 -H 'Content-Type: application/x-amz-json-1.0' \
         -H 'X-Amz-Target: AmazonSQS.CreateQueue' -d "{\"QueueName\":\"$1\"}" \
@@ -1262,7 +1262,7 @@ section2s() {
     done
     local mc="median of $REPS alternating runs"
     [ "$REPS" = 1 ] && mc="1 run"
-    table_start "2s. SQS endpoint (JSON protocol, no SigV4) vs the native HTTP API: one retryd, 50 connections, $N_HTTP messages of 100 bytes ($mc)" \
+    table_start "2s. SQS endpoint (JSON protocol; SigV4 in the last four rows only) vs the native HTTP API on the same retryd, 50 connections, $N_HTTP messages of 100 bytes ($mc)" \
         figure "SQS" "native" "SQS / native"
     row "SendMessage vs enqueue (msgs/s)" "$(fmt_int "$(get sq.send.rate)")" \
         "$(fmt_int "$(get sq.enq.rate)")" "$(ratio "$(get sq.send.rate)" "$(get sq.enq.rate)")"
