@@ -20,6 +20,18 @@
  *       Like work with count 1, but the first delivery of every message fails
  *       with retry_after_seconds R, the second succeeds. Also reports how late
  *       each retry was claimed after its retry_after (Redis clock, both ends).
+ *   loadgen sqs-send --port P --queue Q --conns N --messages M [--payload-bytes B]
+ *       The SQS endpoint's JSON protocol (docs/sqs.md; application/x-amz-json-1.0,
+ *       X-Amz-Target AmazonSQS.SendMessage), raw HTTP: N connections send
+ *       SendMessage to the queue URL http://HOST:P/ACCOUNT/Q until M are sent.
+ *   loadgen sqs-receive --port P --queue Q --conns W --messages M [--count C]
+ *       W workers loop ReceiveMessage (MaxNumberOfMessages C, 1..10) and
+ *       DeleteMessageBatch of what they got (two requests per round, as an SQS
+ *       consumer does) until M are deleted; an empty receive is repeated with
+ *       WaitTimeSeconds 1. [--account A] (000000000000) names the queue URL;
+ *       [--sigv4 ACCESS_KEY_ID:SECRET] signs every SQS request with Signature
+ *       Version 4 (the Authorization header, region us-east-1, as botocore
+ *       signs the JSON protocol: content-type;host;x-amz-date;x-amz-target).
  *   loadgen resp     --port P --conns C --pipeline D --requests M [--first-id F] -- ARG...
  *       C Redis connections each send D commands, wait for the D replies, and
  *       again, until M commands ran. "{id}" inside an ARG becomes F, F+1, ...
@@ -47,15 +59,22 @@
 
 #include <cjson/cJSON.h>
 #include <llhttp.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/sha.h>
 #include <uv.h>
 
 #define MAX_CLAIM 100            /* retryd's largest claim count */
 #define MAX_TOKEN_BYTES 64       /* lease tokens are "<ms hex>.<serial hex>" */
 #define READ_BUF_BYTES (64 * 1024)
+#define SQS_BATCH_MAX 10         /* SQS's MaxNumberOfMessages and batch entries */
+#define MAX_HANDLE_BYTES 256     /* receipt handles: base64url of "<id>:<lease token>" */
 
 /* ---------------------------------------------------------------- options */
 
-typedef enum lg_mode { MODE_ENQUEUE, MODE_WORK, MODE_SETTLE, MODE_FAILONCE, MODE_RESP } lg_mode_t;
+typedef enum lg_mode {
+    MODE_ENQUEUE, MODE_WORK, MODE_SETTLE, MODE_FAILONCE, MODE_SQS_SEND, MODE_SQS_RECEIVE, MODE_RESP
+} lg_mode_t;
 
 typedef struct options {
     lg_mode_t mode;
@@ -68,6 +87,8 @@ typedef struct options {
     int count;                   /* claim count */
     int retry_after_s;           /* failonce */
     int pipeline;                /* resp */
+    const char *account;         /* sqs: the account in the queue URL */
+    const char *sigv4;           /* sqs: "ACCESS_KEY_ID:SECRET", NULL: unsigned */
     long long first_id;          /* resp: value of the first {id} */
     int timeout_s;
     int argc;                    /* resp: the command template */
@@ -77,8 +98,9 @@ typedef struct options {
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: loadgen enqueue|work|settle|failonce --port P --queue Q --conns N --messages M\n"
-            "               [--count C] [--payload-bytes B] [--retry-after-s R]\n"
+            "usage: loadgen enqueue|work|settle|failonce|sqs-send|sqs-receive --port P --queue Q\n"
+            "               --conns N --messages M [--count C] [--payload-bytes B]\n"
+            "               [--retry-after-s R] [--account A] [--sigv4 KEY_ID:SECRET]\n"
             "       loadgen resp --port P --conns C --pipeline D --requests M [--first-id F]"
             " -- ARG...\n"
             "       common: [--host 127.0.0.1] [--timeout-s 300]\n");
@@ -109,11 +131,14 @@ static void parse_options(int argc, char **argv, options_t *o)
     o->pipeline = 1;
     o->first_id = 1;
     o->timeout_s = 300;
+    o->account = "000000000000";
     if (argc < 2) usage();
     if (strcmp(argv[1], "enqueue") == 0) o->mode = MODE_ENQUEUE;
     else if (strcmp(argv[1], "work") == 0) o->mode = MODE_WORK;
     else if (strcmp(argv[1], "settle") == 0) o->mode = MODE_SETTLE;
     else if (strcmp(argv[1], "failonce") == 0) o->mode = MODE_FAILONCE;
+    else if (strcmp(argv[1], "sqs-send") == 0) o->mode = MODE_SQS_SEND;
+    else if (strcmp(argv[1], "sqs-receive") == 0) o->mode = MODE_SQS_RECEIVE;
     else if (strcmp(argv[1], "resp") == 0) o->mode = MODE_RESP;
     else usage();
     for (int i = 2; i < argc; i++) {
@@ -139,12 +164,19 @@ static void parse_options(int argc, char **argv, options_t *o)
         else if (strcmp(a, "--pipeline") == 0) o->pipeline = (int)int_arg(a, v, 1, 10000);
         else if (strcmp(a, "--first-id") == 0) o->first_id = int_arg(a, v, 0, INT64_MAX / 2);
         else if (strcmp(a, "--timeout-s") == 0) o->timeout_s = (int)int_arg(a, v, 1, 86400);
+        else if (strcmp(a, "--account") == 0) o->account = v;
+        else if (strcmp(a, "--sigv4") == 0 && strchr(v, ':')) o->sigv4 = v;
         else usage();
     }
     if (o->port == 0) usage();
     if (o->mode == MODE_RESP && o->argc == 0) usage();
     if (o->mode == MODE_FAILONCE && o->count != 1) {
         fprintf(stderr, "loadgen: failonce claims one message at a time\n");
+        exit(2);
+    }
+    if (o->mode == MODE_SQS_RECEIVE && o->count > SQS_BATCH_MAX) {
+        fprintf(stderr, "loadgen: sqs-receive takes at most %d messages a receive\n",
+                SQS_BATCH_MAX);
         exit(2);
     }
 }
@@ -194,11 +226,13 @@ static uint32_t percentile(const samples_t *s, double p)
 /* ---------------------------------------------------------------- state */
 
 typedef enum route {
-    R_ENQUEUE, R_CLAIM, R_SUCCEED, R_SUCCEED_MANY, R_FAIL, R_SETTLE_CLAIM, R_RESP, R_COUNT
+    R_ENQUEUE, R_CLAIM, R_SUCCEED, R_SUCCEED_MANY, R_FAIL, R_SETTLE_CLAIM, R_SQS_SEND,
+    R_SQS_RECEIVE, R_SQS_DELETE_BATCH, R_RESP, R_COUNT
 } route_t;
 
 static const char *const route_names[R_COUNT] = {
-    "enqueue", "claim", "succeed", "succeed_many", "fail", "settle_claim", "resp",
+    "enqueue", "claim", "succeed", "succeed_many", "fail", "settle_claim", "sqs_send",
+    "sqs_receive", "sqs_delete_batch", "resp",
 };
 
 typedef struct claimed {
@@ -226,6 +260,8 @@ typedef struct conn {
     claimed_t claimed[MAX_CLAIM];
     size_t nclaimed;
     size_t nsettling;             /* settle: messages the request in flight settles */
+    char handles[SQS_BATCH_MAX][MAX_HANDLE_BYTES];  /* sqs-receive: what the receive got */
+    size_t nhandles;
     /* RESP */
     char *in;
     size_t in_len, in_cap;
@@ -239,6 +275,9 @@ struct bench {
     conn_t *conns;
     char *enqueue_body;
     size_t enqueue_body_len;
+    char *sqs_send_body;          /* {"QueueUrl":...,"MessageBody":...} */
+    size_t sqs_send_body_len;
+    char queue_url[512];
     int connected;                /* connections up; the clock starts with the last */
     long long issued, done;       /* requests issued / messages (or commands) finished */
     long long requests, empty_claims;
@@ -288,12 +327,94 @@ static void send_wreq(conn_t *c, wreq_t *w)
     }
 }
 
-static void send_http(conn_t *c, route_t r, const char *path, const char *body, size_t body_len)
+/* ---------------------------------------------------------------- SigV4 */
+
+static void hex_of(const unsigned char *d, size_t n, char *out)
 {
-    char head[512];
-    int n = snprintf(head, sizeof head,
-                     "POST %s HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
-                     "Content-Length: %zu\r\n\r\n", path, body_len);
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[d[i] >> 4];
+        out[2 * i + 1] = digits[d[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+static void hmac256(const void *key, size_t key_len, const char *msg, unsigned char out[32])
+{
+    unsigned int n = 32;
+    if (HMAC(EVP_sha256(), key, (int)key_len, (const unsigned char *)msg, strlen(msg), out, &n) ==
+        NULL)
+        abort();
+}
+
+/* The Authorization and X-Amz-Date headers of one SQS request, signed as
+ * docs/sqs.md "Authentication" checks them; the signing key is derived once
+ * per day. */
+static int sigv4_headers(const options_t *o, const char *target, const char *body,
+                         size_t body_len, char *out, size_t out_len)
+{
+    static char day_done[9], key_id[129];
+    static unsigned char k_signing[32];
+    char amz_date[17], day[9], host[32], body_hash[65], canon_hash[65], signature[65];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(amz_date, sizeof amz_date, "%Y%m%dT%H%M%SZ", &tm);
+    memcpy(day, amz_date, 8);
+    day[8] = '\0';
+    const char *colon = strchr(o->sigv4, ':');
+    if (strcmp(day, day_done) != 0) {
+        char k[300];
+        unsigned char k1[32], k2[32], k3[32];
+        snprintf(key_id, sizeof key_id, "%.*s", (int)(colon - o->sigv4), o->sigv4);
+        snprintf(k, sizeof k, "AWS4%s", colon + 1);
+        hmac256(k, strlen(k), day, k1);
+        hmac256(k1, 32, "us-east-1", k2);
+        hmac256(k2, 32, "sqs", k3);
+        hmac256(k3, 32, "aws4_request", k_signing);
+        memcpy(day_done, day, sizeof day);
+    }
+    unsigned char d[32];
+    SHA256((const unsigned char *)body, body_len, d);
+    hex_of(d, 32, body_hash);
+    snprintf(host, sizeof host, "127.0.0.1:%d", o->port);
+    char canon[1024], sts[512];
+    snprintf(canon, sizeof canon,
+             "POST\n/\n\ncontent-type:application/x-amz-json-1.0\nhost:%s\nx-amz-date:%s\n"
+             "x-amz-target:AmazonSQS.%s\n\ncontent-type;host;x-amz-date;x-amz-target\n%s",
+             host, amz_date, target, body_hash);
+    SHA256((const unsigned char *)canon, strlen(canon), d);
+    hex_of(d, 32, canon_hash);
+    snprintf(sts, sizeof sts, "AWS4-HMAC-SHA256\n%s\n%s/us-east-1/sqs/aws4_request\n%s", amz_date,
+             day, canon_hash);
+    hmac256(k_signing, 32, sts, d);
+    hex_of(d, 32, signature);
+    return snprintf(out, out_len,
+                    "X-Amz-Date: %s\r\nAuthorization: AWS4-HMAC-SHA256 "
+                    "Credential=%s/%s/us-east-1/sqs/aws4_request, "
+                    "SignedHeaders=content-type;host;x-amz-date;x-amz-target, Signature=%s\r\n",
+                    amz_date, key_id, day, signature);
+}
+
+/* One POST; sqs_target (an SQS action) makes it the JSON protocol's request to "/". */
+static void send_post(conn_t *c, route_t r, const char *path, const char *sqs_target,
+                      const char *body, size_t body_len)
+{
+    char head[1024], auth[512] = "";
+    if (sqs_target && c->b->o.sigv4 &&
+        sigv4_headers(&c->b->o, sqs_target, body, body_len, auth, sizeof auth) >= (int)sizeof auth) {
+        fail_run(c->b, "SigV4 headers too long", "", 0);
+        return;
+    }
+    int n = sqs_target
+                ? snprintf(head, sizeof head,
+                           "POST / HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+                           "Content-Type: application/x-amz-json-1.0\r\n"
+                           "X-Amz-Target: AmazonSQS.%s\r\n%sContent-Length: %zu\r\n\r\n",
+                           c->b->o.port, sqs_target, auth, body_len)
+                : snprintf(head, sizeof head,
+                           "POST %s HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+                           "Content-Length: %zu\r\n\r\n", path, body_len);
     if (n < 0 || (size_t)n >= sizeof head) {
         fail_run(c->b, "request head too long", "", 0);
         return;
@@ -306,6 +427,11 @@ static void send_http(conn_t *c, route_t r, const char *path, const char *body, 
     c->sent_ns = uv_hrtime();
     c->b->requests++;
     send_wreq(c, w);
+}
+
+static void send_http(conn_t *c, route_t r, const char *path, const char *body, size_t body_len)
+{
+    send_post(c, r, path, NULL, body, body_len);
 }
 
 /* ---------------------------------------------------------------- HTTP routes */
@@ -390,6 +516,97 @@ static void send_ack(conn_t *c)
     free(body);
 }
 
+/* ---------------------------------------------------------------- SQS routes */
+
+static void send_sqs_send(conn_t *c)
+{
+    bench_t *b = c->b;
+    b->issued++;
+    send_post(c, R_SQS_SEND, NULL, "SendMessage", b->sqs_send_body, b->sqs_send_body_len);
+}
+
+static void send_sqs_receive(conn_t *c, bool wait)
+{
+    bench_t *b = c->b;
+    char body[640];
+    int n = snprintf(body, sizeof body, "{\"QueueUrl\":\"%s\",\"MaxNumberOfMessages\":%d%s}",
+                     b->queue_url, b->o.count, wait ? ",\"WaitTimeSeconds\":1" : "");
+    send_post(c, R_SQS_RECEIVE, NULL, "ReceiveMessage", body, (size_t)n);
+    c->long_poll = wait;
+}
+
+static void send_sqs_delete_batch(conn_t *c)
+{
+    bench_t *b = c->b;
+    size_t cap = 640 + c->nhandles * (32 + MAX_HANDLE_BYTES), len = 0;
+    char *body = xrealloc(NULL, cap);
+    len += (size_t)snprintf(body, cap, "{\"QueueUrl\":\"%s\",\"Entries\":[", b->queue_url);
+    for (size_t i = 0; i < c->nhandles; i++)
+        len += (size_t)snprintf(body + len, cap - len, "%s{\"Id\":\"%zu\",\"ReceiptHandle\":\"%s\"}",
+                                i ? "," : "", i, c->handles[i]);
+    len += (size_t)snprintf(body + len, cap - len, "]}");
+    send_post(c, R_SQS_DELETE_BATCH, NULL, "DeleteMessageBatch", body, len);
+    c->long_poll = false;
+    free(body);
+}
+
+/* Sends a connection's next request, if any work is left. */
+static void next_request(conn_t *c);
+static void message_done(bench_t *b, long long n);
+
+/* A receive's messages: their receipt handles, then one DeleteMessageBatch;
+ * none: the receive again, as a long poll. */
+static void on_sqs_receive_answer(conn_t *c)
+{
+    bench_t *b = c->b;
+    cJSON *doc = c->status == 200 ? cJSON_ParseWithLength(c->body, c->body_len) : NULL;
+    if (doc == NULL) {
+        fail_run(b, "ReceiveMessage answered", c->body, c->body_len);
+        return;
+    }
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(doc, "Messages"), *m;
+    bool ok = list == NULL || cJSON_IsArray(list);
+    c->nhandles = 0;
+    cJSON_ArrayForEach(m, list) {
+        const cJSON *h = cJSON_GetObjectItemCaseSensitive(m, "ReceiptHandle");
+        if (c->nhandles == SQS_BATCH_MAX || !cJSON_IsString(h) ||
+            strlen(h->valuestring) >= MAX_HANDLE_BYTES) {
+            ok = false;
+            break;
+        }
+        strcpy(c->handles[c->nhandles++], h->valuestring);
+    }
+    cJSON_Delete(doc);
+    if (!ok) {
+        fail_run(b, "ReceiveMessage answer lacks ReceiptHandles", c->body, c->body_len);
+        return;
+    }
+    if (c->nhandles > 0) {
+        send_sqs_delete_batch(c);
+        return;
+    }
+    b->empty_claims++;
+    if (b->done < b->o.messages) send_sqs_receive(c, true);
+}
+
+/* Every entry must be in Successful, none in Failed. */
+static void on_sqs_delete_answer(conn_t *c)
+{
+    bench_t *b = c->b;
+    cJSON *doc = c->status == 200 ? cJSON_ParseWithLength(c->body, c->body_len) : NULL;
+    const cJSON *ok = cJSON_GetObjectItemCaseSensitive(doc, "Successful");
+    const cJSON *failed = cJSON_GetObjectItemCaseSensitive(doc, "Failed");
+    bool good = cJSON_IsArray(ok) && cJSON_GetArraySize(ok) == (int)c->nhandles &&
+                (failed == NULL || cJSON_GetArraySize(failed) == 0);
+    cJSON_Delete(doc);
+    if (!good) {
+        fail_run(b, "DeleteMessageBatch answered", c->body, c->body_len);
+        return;
+    }
+    message_done(b, (long long)c->nhandles);
+    if (!b->finished) next_request(c);
+}
+
 /* "2026-11-30T08:47:13.297Z" -> epoch ms; -1 when it is not one. */
 static long long parse_time_ms(const char *s)
 {
@@ -417,10 +634,6 @@ static bool read_claimed(const cJSON *msg, claimed_t *out)
     strcpy(out->token, token->valuestring);
     return true;
 }
-
-/* Sends a connection's next request, if any work is left. */
-static void next_request(conn_t *c);
-static void message_done(bench_t *b, long long n);
 
 static void on_claim_answer(conn_t *c)
 {
@@ -520,9 +733,22 @@ static void on_http_answer(conn_t *c)
     uint64_t us = (uv_hrtime() - c->sent_ns) / 1000;
     /* A long-poll claim waits by design, and a 204 (nothing due) is counted
      * apart: neither is a claim latency. */
-    if (!(c->route == R_CLAIM && (c->status == 204 || c->long_poll)))
+    if (!((c->route == R_CLAIM || c->route == R_SQS_RECEIVE) && (c->status == 204 || c->long_poll)))
         samples_add(&b->lat[c->route], us);
     switch (c->route) {
+    case R_SQS_SEND:
+        if (c->status != 200 || memmem(c->body, c->body_len, "\"MessageId\"", 11) == NULL) {
+            fail_run(b, "SendMessage answered", c->body, c->body_len);
+            return;
+        }
+        message_done(b, 1);
+        break;
+    case R_SQS_RECEIVE:
+        on_sqs_receive_answer(c);
+        return;
+    case R_SQS_DELETE_BATCH:
+        on_sqs_delete_answer(c);
+        return;
     case R_ENQUEUE:
         if (c->status != 201) {
             fail_run(b, "enqueue answered", c->body, c->body_len);
@@ -566,8 +792,15 @@ static void on_http_answer(conn_t *c)
 static void next_request(conn_t *c)
 {
     bench_t *b = c->b;
-    if (b->o.mode == MODE_ENQUEUE) {
-        if (b->issued < b->o.messages) send_enqueue(c);
+    if (b->o.mode == MODE_ENQUEUE || b->o.mode == MODE_SQS_SEND) {
+        if (b->issued < b->o.messages) {
+            if (b->o.mode == MODE_ENQUEUE) send_enqueue(c);
+            else send_sqs_send(c);
+        }
+        return;
+    }
+    if (b->o.mode == MODE_SQS_RECEIVE) {
+        if (b->done < b->o.messages) send_sqs_receive(c, false);
         return;
     }
     if (b->done < b->o.messages) send_claim(c, false);
@@ -856,7 +1089,9 @@ static void report(bench_t *b)
     const char *mode = b->o.mode == MODE_ENQUEUE ? "enqueue"
                        : b->o.mode == MODE_WORK   ? "work"
                        : b->o.mode == MODE_SETTLE ? "settle"
-                       : b->o.mode == MODE_FAILONCE ? "failonce" : "resp";
+                       : b->o.mode == MODE_FAILONCE ? "failonce"
+                       : b->o.mode == MODE_SQS_SEND ? "sqs-send"
+                       : b->o.mode == MODE_SQS_RECEIVE ? "sqs-receive" : "resp";
     long long n = b->o.mode == MODE_RESP ? b->issued : b->done;
     /* The load generator's own CPU, so that the bench can count it too. */
     struct rusage ru;
@@ -899,6 +1134,13 @@ int main(int argc, char **argv)
     for (int i = 0; i < b->o.payload_bytes; i++)
         b->enqueue_body[12 + i] = "abcdefghijklmnopqrstuvwxyz0123456789"[i % 36];
     memcpy(b->enqueue_body + 12 + b->o.payload_bytes, "\"}", 3);
+    /* The same payload as SendMessage's MessageBody. */
+    snprintf(b->queue_url, sizeof b->queue_url, "http://%s:%d/%s/%s", b->o.host, b->o.port,
+             b->o.account, b->o.queue);
+    b->sqs_send_body = xrealloc(NULL, sizeof b->queue_url + (size_t)b->o.payload_bytes + 64);
+    b->sqs_send_body_len = (size_t)sprintf(b->sqs_send_body,
+                                           "{\"QueueUrl\":\"%s\",\"MessageBody\":\"%.*s\"}",
+                                           b->queue_url, b->o.payload_bytes, b->enqueue_body + 12);
 
     struct sockaddr_in addr;
     if (uv_ip4_addr(b->o.host, b->o.port, &addr) != 0) {
@@ -938,6 +1180,7 @@ int main(int argc, char **argv)
     for (int r = 0; r < R_COUNT; r++) free(b->lat[r].v);
     free(b->retry_ms.v);
     free(b->enqueue_body);
+    free(b->sqs_send_body);
     uv_loop_close(b->loop);
     return b->failed ? 1 : 0;
 }

@@ -21,7 +21,7 @@ rc=$?
 
 problems=()
 [ "$rc" -eq 0 ] || problems+=("scripts/bench.sh exited with status $rc")
-for section in "### 0. " "### 1. " "### 1b. " "### 1c. " "### 2. " "### 2b. " "### 3. " "### 3a. " "### 4. " \
+for section in "### 0. " "### 1. " "### 1b. " "### 1c. " "### 2. " "### 2b. " "### 2s. " "### 3. " "### 3a. " "### 4. " \
                "### 5. " "### 6. " "### 7. " "### 8. " "### 9. " "### 10. " "### Targets"; do
     grep -qF -- "$section" "$log" || problems+=("no section \"$section\"")
 done

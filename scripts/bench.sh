@@ -14,7 +14,8 @@
 #
 # Sections: 1 Redis-native path (redis-benchmark, -P 1 and -P 16); 1h the
 # history's cost on the claim+succeed path;
-# 2 HTTP path (build/loadgen); 3 BullMQ peer; 3a the worker loop
+# 2 HTTP path (build/loadgen); 2s the SQS endpoint (JSON protocol, loadgen
+# sqs-send / sqs-receive) against the native API on one retryd; 3 BullMQ peer; 3a the worker loop
 # (W connections vs Worker concurrency W, both ways, and the same loops with a
 # worker in node, bench/http_worker.mjs); 4 growth (1k vs 1M);
 # 5 memory; 6 retry latency; 7 the same with appendonly everysec; 8 Redis
@@ -25,8 +26,9 @@
 # 1p priorities: Redis commands and instructions per claim of a queue that
 # never used priorities and of one that did.
 # 1t the worker loop over TLS to Redis against plain TCP, same redis-server.
-# BENCH_ONLY=9 (or 10, or 1d, or 1g, or 1h, or 1p, or 1t) runs section 9 (or 10, or 1d, or 1g, or
-# 1h: the history's cost on the happy path, or 1p, or 1t) alone.
+# BENCH_ONLY=9 (or 10, or 1d, or 1g, or 1h, or 1p, or 1t, or 2s) runs section 9 (or 10, or 1d,
+# or 1g, or 1h: the history's cost on the happy path, or 1p, or 1t, or 2s: the SQS endpoint,
+# with its targets) alone.
 # QUICK=1 runs smaller counts, one repetition, and prints the 1M rows as
 # "skipped (QUICK)". Otherwise every figure marked "median of 3" is the median
 # of three repetitions. Progress goes to stderr, tables to stdout; the last
@@ -365,7 +367,8 @@ lg_resp() {
         split(b, y, " "); print y[2] - x[2] }')"
 }
 
-# lg_http NAME MODE QUEUE CONNS MESSAGES [ARG...]: one loadgen HTTP run with
+# lg_http NAME MODE QUEUE CONNS MESSAGES [ARG...]: one loadgen HTTP run (to
+# 127.0.0.1:$HP, or $LG_PORT when set: the SQS modes' endpoint) with
 # Redis and retryd CPU per message; stores NAME.rate, NAME.<route>.p50/p99 (ms),
 # NAME.redis_us, NAME.retryd_us, NAME.retry_p50/p99 (ms). MODE node-work and
 # node-settle run the same loops with bench/http_worker.mjs (node's http)
@@ -378,7 +381,7 @@ lg_http() {
     case $mode in node-*) client=(node bench/http_worker.mjs --mode "${mode#node-}") ;; esac
     r0=$(redis_cpu_us)
     d0=$(proc_cpu_us "$retryd_pid")
-    out=$("${client[@]}" --port "$HP" --queue "$q" --conns "$conns" --messages "$n" "$@" \
+    out=$("${client[@]}" --port "${LG_PORT:-$HP}" --queue "$q" --conns "$conns" --messages "$n" "$@" \
           2>>"$tmp/loadgen.err")
     r1=$(redis_cpu_us)
     d1=$(proc_cpu_us "$retryd_pid")
@@ -1170,6 +1173,170 @@ section4() {
 }
 
 # ---------------------------------------------------------------------------
+# 2s. The SQS endpoint (docs/sqs.md) against the native HTTP API (issue 23)
+# ---------------------------------------------------------------------------
+# A retryd of its own with --sqs-listen on this redis-server; every run goes
+# to it, the native ones through its HTTP API, the SQS ones through its SQS
+# endpoint in the JSON protocol (loadgen sqs-send / sqs-receive: raw HTTP,
+# application/x-amz-json-1.0, no SDK, no signature). Per repetition: 50
+# connections enqueue N (native) and SendMessage N (SQS), in turns; then 50
+# workers drain each queue: native settle-and-claim of 10 (one request per
+# 10), SQS ReceiveMessage 10 + DeleteMessageBatch 10 (two requests per 10),
+# and native claim 10 + batch acknowledgement (the SQS loop's shape on the
+# native API). The same two SQS loops signed with SigV4 (loadgen --sigv4) go
+# to a second retryd on the same Redis started with --sqs-credentials (its
+# queues are made through the first). The order rotates every repetition;
+# medians of REPS. Redis CPU is INFO cpu, the daemon's /proc/<pid>/stat (of
+# the retryd that served the run), the client's getrusage, each per message.
+SP="" SP_SIG="" SIG_PID="" SIGV4_KEY=""
+sqs_create() {   # sqs_create NAME: CreateQueue through the JSON protocol
+    curl -s -m 5 -H 'Content-Type: application/x-amz-json-1.0' \
+        -H 'X-Amz-Target: AmazonSQS.CreateQueue' -d "{\"QueueName\":\"$1\"}" \
+        "http://127.0.0.1:$SP/" 2>>"$tmp/loadgen.err" | grep -q '"QueueUrl"'
+}
+
+section2s_rep() {
+    local rep=$1 k q
+    shift
+    for k in "$@"; do
+        case $k in
+        native) lg_http "sq.enq.$rep" enqueue "s2n-$rep" 50 "$N_HTTP"
+                lg_http "sq.enqb.$rep" enqueue "s2b-$rep" 50 "$N_HTTP" ;;
+        sqs) q="s2s-$rep"
+             sqs_create "$q" || { say "2s: CreateQueue $q failed"; continue; }
+             LG_PORT=$SP lg_http "sq.send.$rep" sqs-send "$q" 50 "$N_HTTP" ;;
+        sigv4) q="s2g-$rep"
+             sqs_create "$q" || { say "2s: CreateQueue $q failed"; continue; }
+             retryd_pid=$SIG_PID LG_PORT=$SP_SIG lg_http "sq.ssig.$rep" sqs-send "$q" 50 "$N_HTTP" \
+                 --sigv4 "$SIGV4_KEY" ;;
+        esac
+    done
+    for k in "$@"; do
+        case $k in
+        native) lg_http "sq.settle.$rep" settle "s2n-$rep" 50 "$N_HTTP" --count 10
+                lg_http "sq.work.$rep" work "s2b-$rep" 50 "$N_HTTP" --count 10 ;;
+        sqs) LG_PORT=$SP lg_http "sq.recv.$rep" sqs-receive "s2s-$rep" 50 "$N_HTTP" --count 10 ;;
+        sigv4) retryd_pid=$SIG_PID LG_PORT=$SP_SIG lg_http "sq.rsig.$rep" sqs-receive "s2g-$rep" 50 \
+                   "$N_HTTP" --count 10 --sigv4 "$SIGV4_KEY" ;;
+        esac
+    done
+}
+
+section2s() {
+    local rep order=(native sqs sigv4) saved_hp=$HP saved_pid=$retryd_pid i plain_hp plain_pid
+    SP=$(free_port) || die "no free port"
+    start_retryd --sqs-listen "127.0.0.1:$SP"
+    plain_hp=$HP plain_pid=$retryd_pid
+    SIGV4_KEY="AKIDBENCH2S:bench-secret-$RANDOM$RANDOM"
+    echo "${SIGV4_KEY%%:*} ${SIGV4_KEY#*:}" >"$tmp/sqs-credentials"
+    SP_SIG=$(free_port) || die "no free port"
+    start_retryd --sqs-listen "127.0.0.1:$SP_SIG" --sqs-credentials "$tmp/sqs-credentials"
+    SIG_PID=$retryd_pid
+    HP=$plain_hp retryd_pid=$plain_pid
+    for ((i = 0; i < 50; i++)); do port_open "$SP" && port_open "$SP_SIG" && break; sleep 0.1; done
+    say "2s. SQS endpoint: retryd pid $retryd_pid (HTTP 127.0.0.1:$HP, SQS 127.0.0.1:$SP), with SigV4 pid $SIG_PID (SQS 127.0.0.1:$SP_SIG)"
+    for rep in $(seq 1 "$REPS"); do
+        say "2s. SQS endpoint vs native, repetition $rep of $REPS (${order[*]})"
+        section2s_rep "$rep" "${order[@]}"
+        say "2s. msgs/s: enqueue $(fmt_int "$(get "sq.enq.$rep.rate")"), send $(fmt_int "$(get "sq.send.$rep.rate")"), signed $(fmt_int "$(get "sq.ssig.$rep.rate")"); settle-and-claim 10 $(fmt_int "$(get "sq.settle.$rep.rate")"), claim 10 + ack $(fmt_int "$(get "sq.work.$rep.rate")"), receive + delete $(fmt_int "$(get "sq.recv.$rep.rate")"), signed $(fmt_int "$(get "sq.rsig.$rep.rate")")"
+        order=("${order[@]:1}" "${order[0]}")
+    done
+    stop_retryd
+    retryd_pid=$SIG_PID
+    stop_retryd
+    HP=$saved_hp retryd_pid=$saved_pid
+    local k r m vals
+    for k in enq enqb send settle work recv ssig rsig; do
+        for m in rate redis_us retryd_us client_us; do
+            vals=()
+            for r in $(seq 1 "$REPS"); do vals+=("$(get "sq.$k.$r.$m")"); done
+            put "sq.$k.$m" "$(median "${vals[@]}")"
+        done
+    done
+    for k in "enq:enqueue" "send:sqs_send" "settle:settle_claim" "recv:sqs_receive" \
+             "recv:sqs_delete_batch" "work:claim" "work:succeed_many"; do
+        for m in p50 p99; do
+            vals=()
+            for r in $(seq 1 "$REPS"); do vals+=("$(get "sq.${k%%:*}.$r.${k#*:}.$m")"); done
+            put "sq.${k%%:*}.${k#*:}.$m" "$(median "${vals[@]}")"
+        done
+    done
+    local mc="median of $REPS alternating runs"
+    [ "$REPS" = 1 ] && mc="1 run"
+    table_start "2s. SQS endpoint (JSON protocol; SigV4 in the last four rows only) vs the native HTTP API on the same retryd, 50 connections, $N_HTTP messages of 100 bytes ($mc)" \
+        figure "SQS" "native" "SQS / native"
+    row "SendMessage vs enqueue (msgs/s)" "$(fmt_int "$(get sq.send.rate)")" \
+        "$(fmt_int "$(get sq.enq.rate)")" "$(ratio "$(get sq.send.rate)" "$(get sq.enq.rate)")"
+    row "  p50 / p99 (ms)" "$(ms_pair sq.send.sqs_send)" "$(ms_pair sq.enq.enqueue)" ""
+    row "  Redis CPU per message (µs)" "$(fmt "$(get sq.send.redis_us)" 1)" \
+        "$(fmt "$(get sq.enq.redis_us)" 1)" "$(ratio "$(get sq.send.redis_us)" "$(get sq.enq.redis_us)")"
+    row "  daemon CPU per message (µs)" "$(fmt "$(get sq.send.retryd_us)" 1)" \
+        "$(fmt "$(get sq.enq.retryd_us)" 1)" \
+        "$(ratio "$(get sq.send.retryd_us)" "$(get sq.enq.retryd_us)")"
+    row "  client CPU per message (µs)" "$(fmt "$(get sq.send.client_us)" 1)" \
+        "$(fmt "$(get sq.enq.client_us)" 1)" ""
+    row "ReceiveMessage 10 + DeleteMessageBatch 10 vs settle-and-claim of 10, 50 workers (msgs/s)" \
+        "$(fmt_int "$(get sq.recv.rate)")" "$(fmt_int "$(get sq.settle.rate)")" \
+        "$(ratio "$(get sq.recv.rate)" "$(get sq.settle.rate)")"
+    row "  receive / delete batch p50 / p99 (ms) vs settle-and-claim" \
+        "$(ms_pair sq.recv.sqs_receive) ; $(ms_pair sq.recv.sqs_delete_batch)" \
+        "$(ms_pair sq.settle.settle_claim)" ""
+    row "  Redis CPU per message (µs)" "$(fmt "$(get sq.recv.redis_us)" 1)" \
+        "$(fmt "$(get sq.settle.redis_us)" 1)" \
+        "$(ratio "$(get sq.recv.redis_us)" "$(get sq.settle.redis_us)")"
+    row "  daemon CPU per message (µs)" "$(fmt "$(get sq.recv.retryd_us)" 1)" \
+        "$(fmt "$(get sq.settle.retryd_us)" 1)" \
+        "$(ratio "$(get sq.recv.retryd_us)" "$(get sq.settle.retryd_us)")"
+    row "  client CPU per message (µs)" "$(fmt "$(get sq.recv.client_us)" 1)" \
+        "$(fmt "$(get sq.settle.client_us)" 1)" ""
+    row "ReceiveMessage 10 + DeleteMessageBatch 10 vs claim 10 + batch ack (the same two requests per 10) (msgs/s)" \
+        "$(fmt_int "$(get sq.recv.rate)")" "$(fmt_int "$(get sq.work.rate)")" \
+        "$(ratio "$(get sq.recv.rate)" "$(get sq.work.rate)")"
+    row "  Redis / daemon CPU per message (µs)" \
+        "$(fmt "$(get sq.recv.redis_us)" 1) / $(fmt "$(get sq.recv.retryd_us)" 1)" \
+        "$(fmt "$(get sq.work.redis_us)" 1) / $(fmt "$(get sq.work.retryd_us)" 1)" \
+        "$(ratio "$(get sq.recv.redis_us)" "$(get sq.work.redis_us)") / $(ratio "$(get sq.recv.retryd_us)" "$(get sq.work.retryd_us)")"
+    local sl nl
+    sl=$(calc "$(get sq.send.retryd_us) + $(get sq.recv.retryd_us)")
+    nl=$(calc "$(get sq.enq.retryd_us) + $(get sq.settle.retryd_us)")
+    row "daemon CPU per lifecycle: send + receive + delete vs enqueue + settle-and-claim of 10 (µs)" \
+        "$(fmt "$sl" 1)" "$(fmt "$nl" 1)" "$(ratio "$sl" "$nl")"
+    row "SendMessage signed with SigV4 vs unsigned (msgs/s; the SQS column is signed, the native one unsigned SQS)" \
+        "$(fmt_int "$(get sq.ssig.rate)")" "$(fmt_int "$(get sq.send.rate)")" \
+        "$(ratio "$(get sq.ssig.rate)" "$(get sq.send.rate)")"
+    row "  daemon CPU per message, signed vs unsigned (µs)" "$(fmt "$(get sq.ssig.retryd_us)" 1)" \
+        "$(fmt "$(get sq.send.retryd_us)" 1)" \
+        "$(ratio "$(get sq.ssig.retryd_us)" "$(get sq.send.retryd_us)")"
+    row "receive 10 + delete batch 10 signed with SigV4 vs unsigned (msgs/s)" \
+        "$(fmt_int "$(get sq.rsig.rate)")" "$(fmt_int "$(get sq.recv.rate)")" \
+        "$(ratio "$(get sq.rsig.rate)" "$(get sq.recv.rate)")"
+    row "  daemon CPU per message, signed vs unsigned (µs)" "$(fmt "$(get sq.rsig.retryd_us)" 1)" \
+        "$(fmt "$(get sq.recv.retryd_us)" 1)" \
+        "$(ratio "$(get sq.rsig.retryd_us)" "$(get sq.recv.retryd_us)")"
+}
+
+# The issue 23 rows of the targets table (section 2s).
+targets_sqs() {
+    local r d
+    r=$(calc "$(get sq.recv.rate) / $(get sq.settle.rate)")
+    row "SQS receive 10 + delete batch 10 vs native settle-and-claim of 10, W=50 (msgs/s; section 2s)" \
+        "$(fmtx "$r")" "≥ 0.7x" "$(verdict "$r" ">=" 0.7)"
+    r=$(calc "$(get sq.recv.redis_us) / $(get sq.settle.redis_us)")
+    d=$(calc "($r > 1) ? $r - 1 : 1 - $r")
+    row "  its Redis CPU per message vs the native loop's" "$(fmtx "$r")" "1.00x ± 10%" \
+        "$(verdict "$d" "<=" 0.1)"
+    r=$(calc "$(get sq.send.rate) / $(get sq.enq.rate)")
+    row "SQS SendMessage vs native enqueue, 50 connections (msgs/s)" "$(fmtx "$r")" "≥ 0.8x" \
+        "$(verdict "$r" ">=" 0.8)"
+    r=$(calc "$(get sq.send.retryd_us) / $(get sq.enq.retryd_us)")
+    row "SQS daemon CPU per message vs native: SendMessage vs enqueue" "$(fmtx "$r")" "≤ 1.5x" \
+        "$(verdict "$r" "<=" 1.5)"
+    r=$(calc "$(get sq.recv.retryd_us) / $(get sq.settle.retryd_us)")
+    row "SQS daemon CPU per message vs native: receive + delete batch vs settle-and-claim of 10" \
+        "$(fmtx "$r")" "≤ 1.5x" "$(verdict "$r" "<=" 1.5)"
+}
+
+# ---------------------------------------------------------------------------
 # 5. Memory
 # ---------------------------------------------------------------------------
 # mem_retryd NAME: bytes per pending message, N_BULL enqueues into an empty queue.
@@ -1370,6 +1537,7 @@ targets() {
     r=$(get idle.retry.retry_p99)
     row "due-to-claimable p99 (ms) on one of 10,000 idle queues" "$r" "≤ 250" \
         "$(verdict "$r" "<=" 250)"
+    targets_sqs
 }
 
 # ---------------------------------------------------------------------------
@@ -1782,6 +1950,17 @@ if [ "${BENCH_ONLY:-}" = 1h ]; then
     [ "$missing" -eq 0 ]
     exit
 fi
+if [ "${BENCH_ONLY:-}" = 2s ]; then
+    # Section 2s alone (the SQS endpoint against the native API) and its targets.
+    sec_begin "2s. SQS endpoint"; section2s; sec_end
+    environment
+    table_start "Targets" target measured goal verdict
+    targets_sqs
+    echo
+    echo "bench: $rows rows, $missing without a figure"
+    [ "$missing" -eq 0 ]
+    exit
+fi
 if [ "${BENCH_ONLY:-}" = 1g ]; then
     sec_begin "1g. fairness groups"; section1g; sec_end
     echo
@@ -1830,6 +2009,7 @@ start_retryd
 say "retryd pid $retryd_pid on 127.0.0.1:$HP"
 sec_begin "2+3. HTTP and BullMQ, interleaved"; section23; sec_end
 sec_begin "1t. TLS to Redis"; section1t; sec_end
+sec_begin "2s. SQS endpoint"; section2s; sec_end
 sec_begin "5. memory"; section5; sec_end
 sec_begin "6. retry latency"; section6; sec_end
 sec_begin "4. growth"; section4; sec_end
