@@ -86,6 +86,10 @@ static void test_message_ids(void **state)
     assert_string_not_equal(a, c);  /* another queue, another id */
     rd_sqs_message_id("orders", 6, 9223372036854775807LL, c);
     assert_int_equal(strlen(c), 36);
+    /* The layout is fixed: a message keeps its MessageId across releases
+     * (FIFO deduplication answers the first send's). */
+    rd_sqs_message_id("orders", 6, 0x123456789abcdefLL, c);
+    assert_string_equal(c, "325e96ec-0000-4123-8000-456789abcdef");   /* FNV-1a of "orders", the id */
 }
 
 static void test_receipt_handles(void **state)
