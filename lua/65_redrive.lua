@@ -51,8 +51,8 @@ do
   -- for ids the count of ids used (call again with the rest), for all/error
   -- the cursor (replay_many's). A letter is {id, target, max_retries,
   -- payload, priority, history}: max_retries 0 for a death's move (the target
-  -- gives its own budget); history "" or the packed history and group
-  -- (history_blob).
+  -- gives its own budget); history "" or the packed history, group,
+  -- attributes and first-receive flag (one msgpack map: c, h, d, g, a, f).
   local function redrive_take(keys, args)
     local base = keys[1]
     local k = queue_keys(base)
@@ -64,9 +64,12 @@ do
     local function answer(id, to, m, own_budget)
       -- The group rides in the same packed table (docs/fairness.md): the
       -- moved message keeps it.
-      local blob = (m.history or m.group) and cmsgpack.pack({ c = m.created_at, h = m.history,
-                                                              d = m.history_dropped,
-                                                              g = m.group }) or ''
+      -- So do the SQS face's attributes (a) and whether the source records
+      -- a first receive (f): a dead letter reads as the message it was.
+      local blob = (m.history or m.group or m.attributes or m.first_receive)
+                   and cmsgpack.pack({ c = m.created_at, h = m.history, d = m.history_dropped,
+                                       g = m.group, a = m.attributes,
+                                       f = m.first_receive and 1 or nil }) or ''
       out[#out + 1] = { tonumber(id), to, own_budget and 0 or m.max_retries, m.payload,
                         m.priority or 0, blob }
       bytes = bytes + #m.payload + #blob
@@ -153,7 +156,9 @@ do
   --            redis-cli -x)
   -- Each letter not seen before becomes a new pending message (fresh budget,
   -- no idempotency key, origin {source, source id}, the source's history
-  -- kept, its times moved to the new created_at) and its key
+  -- kept, its times moved to the new created_at; its group and attributes
+  -- kept; first_receive 0 when the source recorded one, so the target's
+  -- first claim records its own) and its key
   -- redrive_key -> the new id is kept (no expiry until redrive_forget). A
   -- letter seen before answers the id it got then, and creates nothing.
   -- Publishes on the wake channel when it created any.
@@ -192,6 +197,11 @@ do
           if ok and type(h) == 'table' and type(h.g) == 'string' and #h.g >= 1 and #h.g <= 128 then
             m.group = h.g
           end
+          if ok and type(h) == 'table' and type(h.a) == 'string' and #h.a >= 1 and #h.a <= 262144 then
+            m.attributes = h.a
+          end
+          -- The source recorded its first receive: so does the target, afresh.
+          if ok and type(h) == 'table' and h.f then m.first_receive = 0 end
           if ok and type(h) == 'table' and type(h.h) == 'table' then
             local shift = (tonumber(h.c) or now) - now
             for j = 1, #h.h do
