@@ -44,7 +44,7 @@ UNIT_TESTS := test_keys test_router test_request test_request_groups test_messag
 # test_lua_*, test_e2e_* and test_faults_* share tests/lua_support.h, e2e_common.h, faults_common.h.
 LUA_TESTS := test_lua_messages test_lua_queue_ops test_lua_settle test_lua_schedule test_lua_records test_lua_upgrade \
              test_lua_policy test_lua_history test_lua_dead_letters test_lua_keys test_lua_expiry \
-             test_lua_groups
+             test_lua_groups test_lua_moves
 E2E_TESTS := test_e2e_routes test_e2e_lifecycle test_e2e_settle test_e2e_policy test_e2e_links test_e2e_dlq \
              test_e2e_groups
 FAULTS_TESTS := test_faults_http test_faults_redis test_faults_crash

@@ -20,6 +20,7 @@ do
   local load_message, store_message = record.load_message, record.store_message
   local drop_orphan, emit, leave_dead = lifecycle.drop_orphan, lifecycle.emit, lifecycle.leave_dead
   local lift, redrive_target = lifecycle.lift, lifecycle.redrive_target
+  local DEAD_LETTER_MARK = lifecycle.DEAD_LETTER_MARK
   local expiry_track, to_ready = lifecycle.expiry_track, record.to_ready
   local int_arg = common.int_arg
   local walk_dead = operator.walk_dead
@@ -36,11 +37,16 @@ do
   -- redrive_take: step 1, in the source's slot.
   --   KEYS[1]  <prefix>:{source}                  queue key base
   --   ARGV[1]  target                             target queue name (decoded); "" with
-  --                                               mode "left"
-  --   ARGV[2]  mode                               "ids" | "all" | "error" | "left"
+  --                                               mode "left", and with "move": each
+  --                                               letter's origin queue
+  --   ARGV[2]  mode                               "ids" | "all" | "error" | "left" | "move"
   --   ids:     ARGV[3..] ids (at most 1000)
   --   all:     ARGV[3] limit (1..1000), ARGV[4] cursor ("" first)
   --   error:   as all, and ARGV[5] needle (plain substring of last_error)
+  --   move:    as all, for a message move task (67_moves.lua): each letter
+  --            gets the target's own budget (max_retries 0, as a death's
+  --            move), and with target "" goes to its origin_queue; a letter
+  --            without one stays dead
   --   left:    only the letters already in redriving (the moves of deaths
   --            to the dead_letter_queue, docs/lifecycle.md); selects nothing
   -- When letters are left in redriving (a cut call, or deaths moving to the
@@ -57,7 +63,9 @@ do
     local base = keys[1]
     local k = queue_keys(base)
     local target, mode = args[1], args[2]
-    if target == nil or (target == '' and mode ~= 'left') then return bad_arg('target') end
+    if target == nil or (target == '' and mode ~= 'left' and mode ~= 'move') then
+      return bad_arg('target')
+    end
     local now = now_ms()
     local out = { 0, '' }
     local bytes = 0
@@ -94,13 +102,20 @@ do
     end
     if mode == 'left' then return out end
     -- Takes one dead letter (its generation's index g, its record m).
+    local moving = mode == 'move'
     local function take(g, id, m, score)
+      local to = target
+      if moving and to == '' then
+        to = m.origin_queue
+        if to == nil or to == '' then return false end
+      end
       local mkey = message_key(base, id)
       if m.legacy then lift(k, mkey, id, m, 'dead', score) end
       leave_dead(k, mkey, id, m.last_error or '')
       redis.call('ZADD', k.redriving, now, id)
-      redis.call('HSET', k.redrive_to, id, target)
-      answer(id, target, m)
+      redis.call('HSET', k.redrive_to, id, moving and DEAD_LETTER_MARK .. to or to)
+      answer(id, to, m, moving)
+      return true
     end
     local taken = 0
     if mode == 'ids' then
@@ -129,7 +144,7 @@ do
       end
       return out
     end
-    if mode ~= 'all' and mode ~= 'error' then return bad_arg('mode') end
+    if mode ~= 'all' and mode ~= 'error' and not moving then return bad_arg('mode') end
     local limit = to_int(args[3])
     if limit == nil or limit < 1 or limit > MAX_BATCH then return bad_arg('limit') end
     local needle = nil
@@ -138,8 +153,7 @@ do
     -- when the first call ran.
     local cursor = walk_dead(k, base, now, args[4] or '', limit, needle,
       function(g, id, m, score)
-        take(g, id, m, score)
-        taken = taken + 1
+        if take(g, id, m, score) then taken = taken + 1 end
       end,
       function() return bytes >= REPLY_BYTES or taken >= REDRIVE_BATCH end)
     if cursor == nil then return { 'bad_cursor' } end
