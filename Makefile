@@ -29,11 +29,11 @@ PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 # (Set before LIB_SRC: its := expands them where it stands.)
 SQS_CODEC_SRC := sqs/errors sqs/decode sqs/encode sqs/attributes
 SQS_AUTH_SRC := sqs/sigv4
-SQS_FACE_SRC := sqs/listener sqs/actions sqs/params sqs/names sqs/queues sqs/admin sqs/messages
+SQS_FACE_SRC := sqs/listener sqs/actions sqs/params sqs/names sqs/queues sqs/admin sqs/messages sqs/moves
 # Modules shared by the daemon and the tests (everything but main).
-LIB_SRC := alloc buf utf8 hex log config keys json jsonw problem policy http http_write router redis cluster backend store store_settings store_replies \
+LIB_SRC := alloc buf utf8 hex log config keys json jsonw problem policy http http_write router redis cluster backend store store_settings store_moves store_replies \
            registry lost_claims fanout replay queue_clear durability coalesce waiters metrics auth ui \
-           webhook alerts redrive dlq \
+           webhook alerts redrive dlq moves \
            message request request_policy api api_policy api_groups promoter handback \
            $(SQS_CODEC_SRC) $(SQS_AUTH_SRC) $(SQS_FACE_SRC)
 LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o) $(BUILD)/lua_library.o $(BUILD)/ui_assets.o $(BUILD)/openapi_doc.o \

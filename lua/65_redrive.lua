@@ -34,6 +34,73 @@ do
   -- "<target base>:redrive:<source queue>:<source id>" (00_common.lua).
   local redrive_key = common.redrive_key
 
+  -- Mode "move" of redrive_take (a message move task, 67_moves.lua): the
+  -- source is an SQS dead-letter queue, whose letters are its pending
+  -- messages. Takes up to limit claimable ones, from the claim end of the
+  -- priority lane, then due, then ready (a grouped message stays: SQS's
+  -- move tasks are for standard queues), none newer than the task's first
+  -- call (the cursor holds the queue's last id then), into redriving. Each
+  -- goes to target, or with target "" to its origin_queue; one without an
+  -- origin stops the task (an error reply naming it, put back first). The
+  -- letters get the target's own budget, as a death's move does.
+  local function take_pending(k, base, target, args, now, out, answer, bytes)
+    local limit = to_int(args[3])
+    if limit == nil or limit < 1 or limit > REDRIVE_BATCH then return bad_arg('limit') end
+    local cutoff = to_int(args[4] ~= '' and args[4] or (redis.call('GET', k.seq) or '0'))
+    if cutoff == nil then return { 'bad_cursor' } end
+    local taken, full = 0, false
+    local function take(id)
+      local m = load_message(message_key(base, id))
+      if not m then return true end   -- an orphan id: dropped
+      local to = target ~= '' and target or m.origin_queue
+      if not to or to == '' then return false end
+      if m.expires_at then redis.call('ZREM', k.expiring, id) end
+      redis.call('ZADD', k.redriving, now, id)
+      redis.call('HSET', k.redrive_to, id, DEAD_LETTER_MARK .. to)
+      answer(id, to, m, true)
+      taken = taken + 1
+      full = taken >= limit or bytes() >= REPLY_BYTES
+      return true
+    end
+    -- A letter without an origin, put back: the letters taken so far go
+    -- on (the next call refuses), else the refusal.
+    local function refuse(id)
+      if taken > 0 then
+        out[2] = int_arg(cutoff)
+        return out
+      end
+      return redis.error_reply('ERR retryd: message ' .. id .. ' has no origin queue to go back '
+                               .. 'to; give the task a destination')
+    end
+    if record.priorities_used(k) then
+      local lane = redis.call('ZRANGE', k.priority, 0, limit - 1, 'WITHSCORES')
+      for i = 1, #lane, 2 do
+        if full then break end
+        local id = lane[i]
+        if tonumber(id) <= cutoff then
+          redis.call('ZREM', k.priority, id)
+          if not take(id) then
+            redis.call('ZADD', k.priority, lane[i + 1], id)
+            return refuse(id)
+          end
+        end
+      end
+    end
+    for _, list in ipairs({ k.due, k.ready }) do
+      while not full do
+        local id = redis.call('LINDEX', list, -1)
+        if not id or tonumber(id) > cutoff then break end
+        redis.call('RPOP', list)
+        if not take(id) then
+          redis.call('RPUSH', list, id)
+          return refuse(id)
+        end
+      end
+    end
+    if full then out[2] = int_arg(cutoff) end
+    return out
+  end
+
   -- redrive_take: step 1, in the source's slot.
   --   KEYS[1]  <prefix>:{source}                  queue key base
   --   ARGV[1]  target                             target queue name (decoded); "" with
@@ -43,10 +110,8 @@ do
   --   ids:     ARGV[3..] ids (at most 1000)
   --   all:     ARGV[3] limit (1..1000), ARGV[4] cursor ("" first)
   --   error:   as all, and ARGV[5] needle (plain substring of last_error)
-  --   move:    as all, for a message move task (67_moves.lua): each letter
-  --            gets the target's own budget (max_retries 0, as a death's
-  --            move), and with target "" goes to its origin_queue; a letter
-  --            without one stays dead
+  --   move:    ARGV[3] limit (1..100), ARGV[4] cursor ("" first): a message
+  --            move task's pending letters (take_pending), not dead ones
   --   left:    only the letters already in redriving (the moves of deaths
   --            to the dead_letter_queue, docs/lifecycle.md); selects nothing
   -- When letters are left in redriving (a cut call, or deaths moving to the
@@ -101,21 +166,17 @@ do
       return out
     end
     if mode == 'left' then return out end
+    if mode == 'move' then
+      return take_pending(k, base, target, args, now, out, answer, function() return bytes end)
+    end
     -- Takes one dead letter (its generation's index g, its record m).
-    local moving = mode == 'move'
     local function take(g, id, m, score)
-      local to = target
-      if moving and to == '' then
-        to = m.origin_queue
-        if to == nil or to == '' then return false end
-      end
       local mkey = message_key(base, id)
       if m.legacy then lift(k, mkey, id, m, 'dead', score) end
       leave_dead(k, mkey, id, m.last_error or '')
       redis.call('ZADD', k.redriving, now, id)
-      redis.call('HSET', k.redrive_to, id, moving and DEAD_LETTER_MARK .. to or to)
-      answer(id, to, m, moving)
-      return true
+      redis.call('HSET', k.redrive_to, id, target)
+      answer(id, target, m)
     end
     local taken = 0
     if mode == 'ids' then
@@ -144,7 +205,7 @@ do
       end
       return out
     end
-    if mode ~= 'all' and mode ~= 'error' and not moving then return bad_arg('mode') end
+    if mode ~= 'all' and mode ~= 'error' then return bad_arg('mode') end
     local limit = to_int(args[3])
     if limit == nil or limit < 1 or limit > MAX_BATCH then return bad_arg('limit') end
     local needle = nil
@@ -153,7 +214,8 @@ do
     -- when the first call ran.
     local cursor = walk_dead(k, base, now, args[4] or '', limit, needle,
       function(g, id, m, score)
-        if take(g, id, m, score) then taken = taken + 1 end
+        take(g, id, m, score)
+        taken = taken + 1
       end,
       function() return bytes >= REPLY_BYTES or taken >= REDRIVE_BATCH end)
     if cursor == nil then return { 'bad_cursor' } end

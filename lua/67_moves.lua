@@ -1,7 +1,8 @@
 -- Message move tasks (docs/sqs.md "Message move tasks"): SQS's
 -- StartMessageMoveTask, a redrive of a dead-letter queue's letters that a
 -- daemon instance runs batch by batch through the redrive protocol
--- (65_redrive.lua, mode "move"). A task's state is a HASH in its source
+-- (65_redrive.lua, mode "move": the queue's claimable messages, which is
+-- what an SQS dead-letter queue holds). A task's state is a HASH in its source
 -- queue's slot, so any instance lists and cancels it; the instance running
 -- it (the runner) holds a lease it renews every batch, and the registry's
 -- watch list (registry_keys().moves) names the sources whose lease may have
@@ -13,8 +14,7 @@
 do
   local bad_arg, now_ms, int_arg, to_int = common.bad_arg, common.now_ms, common.int_arg,
                                            common.to_int
-  local queue_keys, registry_keys, old_keys = common.queue_keys, common.registry_keys,
-                                              common.old_keys
+  local queue_keys, registry_keys = common.queue_keys, common.registry_keys
   local register, MAX_BATCH = common.register, common.MAX_BATCH
 
   -- SQS lists a source's 10 most recent tasks; older ones are forgotten.
@@ -56,7 +56,7 @@ do
   --   ARGV[2]  rate                               0..500 messages per second (0: unpaced)
   --   ARGV[3]  runner                             the instance that runs it, 1..64 bytes
   --   ARGV[4]  lease_ms                           1..600000: the runner's lease
-  -- Counts the dead letters to move (both generations), keeps the task and
+  -- Counts the letters to move (the claimable messages), keeps the task and
   -- forgets all but the TASKS_KEPT newest.
   -- Returns {"ok", id, started, to_move} | {"running", id}: the active task.
   local function move_start(keys, args)
@@ -69,7 +69,10 @@ do
     local last, status = newest(k)
     if last and active(status) then return { 'running', last } end
     local now = now_ms()
-    local to_move = redis.call('ZCARD', k.dead) + redis.call('ZCARD', old_keys(k).dead)
+    -- The letters of an SQS dead-letter queue are its claimable messages
+    -- (65_redrive.lua take_pending).
+    local to_move = redis.call('LLEN', k.ready) + redis.call('LLEN', k.due)
+                    + redis.call('ZCARD', k.priority)
     local id = int_arg(redis.call('HINCRBY', k.stats, 'move_tasks', 1))
     redis.call('HSET', task_key(k, id), 'status', 'RUNNING', 'destination', dest,
                'rate', int_arg(rate), 'started', int_arg(now), 'moved', '0',
@@ -88,8 +91,8 @@ do
   --   ARGV[2]  lease_ms                           1..600000: its lease if it takes it
   -- A CANCELLING task whose lease ran out is CANCELLED here (nobody was left
   -- to finish its batch).
-  -- Returns {"ok", task} (the task now runs for ARGV[1]: id, status,
-  -- destination, rate, started, moved, to_move, reason) | {"busy",
+  -- Returns {"ok", lease_until, task} (the task now runs for ARGV[1]: id,
+  -- status, destination, rate, started, moved, to_move, reason) | {"busy",
   -- lease_until}: another runner holds it | {"none"}: no active task.
   local function move_claim(keys, args)
     local k = queue_keys(keys[1])
@@ -108,7 +111,7 @@ do
       return { 'none' }
     end
     redis.call('HSET', key, 'runner', runner, 'lease_until', int_arg(now + lease))
-    return add_task({ 'ok' }, k, id)
+    return add_task({ 'ok', int_arg(now + lease) }, k, id)
   end
 
   -- move_report: the runner's word after a batch, or at the end.
@@ -193,7 +196,7 @@ do
   --   ARGV[3]  expect                             "" | the score move_due answered: act
   --                                               only if it is still the score (a
   --                                               move_start meanwhile set a later one)
-  -- Returns 1 when it acted, else 0.
+  -- Returns {"1"} when it acted, else {"0"} (strings, as every reply here).
   local function move_watch(keys, args)
     local r = registry_keys(keys[1])
     local name, at, expect = args[1], args[2], args[3] or ''
@@ -201,11 +204,11 @@ do
     if at == nil or (at ~= '' and to_int(at) == nil) then return bad_arg('at') end
     if expect ~= '' then
       local score = redis.call('ZSCORE', r.moves, name)
-      if not score or tonumber(score) ~= tonumber(expect) then return 0 end
+      if not score or tonumber(score) ~= tonumber(expect) then return { '0' } end
     end
-    if at == '' then return redis.call('ZREM', r.moves, name) end
+    if at == '' then return { int_arg(redis.call('ZREM', r.moves, name)) } end
     redis.call('ZADD', r.moves, at, name)
-    return 1
+    return { '1' }
   end
 
   -- move_due: the watched sources due to be looked at.

@@ -20,6 +20,7 @@
 #include "retryd/coalesce.h"
 #include "retryd/config.h"
 #include "retryd/dlq.h"
+#include "retryd/moves.h"
 #include "retryd/http.h"
 #include "retryd/log.h"
 #include "retryd/promoter.h"
@@ -51,6 +52,7 @@ typedef struct server {
     rd_waiters_t *waiters;
     rd_alerts_t *alerts;          /* NULL without --alert-url until a policy alert_url needs it */
     rd_dlq_t *dlq;                /* moves deaths to their dead_letter_queue */
+    rd_moves_t *moves;            /* message move tasks (docs/sqs.md) */
     rd_sqs_t *sqs;                /* --sqs-listen's endpoint, NULL without it */
     int servers_draining;         /* the HTTP API's and the SQS endpoint's */
     bool alerts_failed;           /* libcurl could not be set up: not tried again */
@@ -82,6 +84,8 @@ static void on_redis_closed(void *arg)
     s->lost_claims = NULL;
     rd_dlq_free(s->dlq);
     s->dlq = NULL;
+    rd_moves_free(s->moves);
+    s->moves = NULL;
     rd_registry_free(s->registry);
     s->registry = NULL;
     rd_store_free(s->store);
@@ -217,6 +221,8 @@ static void on_promoter_round(void *arg)
     if (s->lost_claims) rd_lost_claims_flush(s->lost_claims);
     if (s->registry) rd_registry_flush_owed(s->registry);
     if (s->waiters) rd_waiters_poll_if_deaf(s->waiters);
+    /* Message move tasks whose runner died are taken over here. */
+    if (s->moves && !s->stopping) rd_moves_look(s->moves);
 }
 
 static void on_drain_timeout(uv_timer_t *t)
@@ -236,6 +242,7 @@ static void on_signal(uv_signal_t *sig, int signum)
     uv_timer_start(&s->drain_timer, on_drain_timeout, DRAIN_TIMEOUT_MS, 0);
     rd_promoter_stop(s->promoter, on_promoter_stopped, s);
     rd_dlq_stop(s->dlq);
+    rd_moves_stop(s->moves);
     if (s->alerts) rd_alerts_stop(s->alerts, on_alerts_stopped, s);
     else s->alerts_stopped = true;
     rd_waiters_stop(s->waiters);
@@ -349,6 +356,7 @@ int main(int argc, char **argv)
         rd_info("retryd: listening on http://%s:%d, Redis %s:%d, prefix %s", s.cfg.listen_host,
                 rd_http_server_port(s.http), s.cfg.redis_host, s.cfg.redis_port, s.cfg.prefix);
 
+    s.moves = rd_moves_new(s.loop, s.store);
     if (s.cfg.sqs_listen_host[0]) {
         rd_sqs_options_t so = {
             .host = s.cfg.sqs_listen_host, .port = s.cfg.sqs_listen_port,
@@ -356,7 +364,7 @@ int main(int argc, char **argv)
             .credentials = s.cfg.sqs_credentials, .default_lease_ms = s.cfg.lease_ms,
             .max_connections = (size_t)s.cfg.max_connections,
             .idle_timeout_ms = (uint64_t)s.cfg.idle_timeout_ms, .store = s.store,
-            .coalescer = s.coalescer, .waiters = s.waiters,
+            .coalescer = s.coalescer, .waiters = s.waiters, .moves = s.moves,
         };
         char why[512];
         s.sqs = rd_sqs_start(s.loop, &so, why, sizeof why);

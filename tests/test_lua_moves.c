@@ -25,6 +25,16 @@ static redisReply *fcall_registry(const char *fn, size_t n, const char *const *a
     return command_argv((int)(4 + n), argv, NULL);
 }
 
+/* move_watch's {"1"} or {"0"}. */
+static void expect_watch(const char *const *args, const char *want)
+{
+    redisReply *r = fcall_registry("move_watch", 3, args);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->elements, 1);
+    assert_string_equal(r->element[0]->str, want);
+    freeReplyObject(r);
+}
+
 /* The reply's element i, a string. */
 static const char *str_at(const redisReply *r, size_t i)
 {
@@ -93,18 +103,13 @@ static void report(const queue_t *q, long long id, const char *runner, long long
     freeReplyObject(r);
 }
 
-/* A dead letter of dlq whose origin is `from` (as a death's move leaves it):
- * redriven in from `from`, then failed for good. */
-static long long dead_from(const queue_t *dlq, const queue_t *from, long long src_id)
+/* A letter of dlq whose origin is `from`, as a death's move leaves it: a
+ * pending message of dlq (redrive_in from `from`). */
+static long long letter_from(const queue_t *dlq, const queue_t *from, long long src_id)
 {
     long long id = 0;
     expect_ints(fcall("redrive_in", dlq, -1, from->name, num(src_id), "1", "0", "", "x", END), 1,
                 &id);
-    msg_t m;
-    claim_one(dlq, 60000, &m);
-    assert_int_equal(m.id, id);
-    fail_ok(dlq, id, "poison", "0", -1, &m);
-    assert_string_equal(msg_str(&m, "status"), "dead");
     return id;
 }
 
@@ -120,9 +125,9 @@ static void test_move_task_lifecycle(void **state)
     queue_init(&a, "mv-a");
     queue_init(&b, "mv-b");
     policy_set(&a, "merge", "max_retries", "7");
-    long long la = dead_from(&dlq, &a, 11);
-    long long lb = dead_from(&dlq, &b, 12);
-    long long orphan = make_dead(&dlq, "sent here");
+    long long la = letter_from(&dlq, &a, 11);
+    long long lb = letter_from(&dlq, &b, 12);
+    long long orphan = enqueue_ok(&dlq, "sent here", 3, 0);
     long long to_move = 0;
     long long id = start_task(&dlq, "", "0", "r1", "10000", &to_move);
     assert_int_equal(id, 1);
@@ -135,30 +140,48 @@ static void test_move_task_lifecycle(void **state)
     assert_int_equal(t[0].to_move, 3);
     assert_int_equal(t[0].moved, 0);
 
-    /* The batch: each letter to its origin, max_retries 0 (the target's). */
-    redisReply *r = fcall("redrive_take", &dlq, -1, "", "move", "1000", "", END);
+    /* The batch: each letter to its origin, oldest first, max_retries 0
+     * (the target's); the one without an origin stops the walk. */
+    redisReply *r = fcall("redrive_take", &dlq, -1, "", "move", "100", "", END);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     assert_int_equal(r->element[0]->integer, 0);
-    assert_string_equal(str_at(r, 1), "");
     assert_int_equal(r->elements, 4);
-    for (size_t i = 2; i < 4; i++) {
-        const redisReply *l = r->element[i];
-        const char *want = l->element[0]->integer == la ? a.name : b.name;
-        assert_true(l->element[0]->integer == la || l->element[0]->integer == lb);
-        assert_string_equal(l->element[1]->str, want);
-        assert_int_equal(l->element[2]->integer, 0);
-    }
+    char cursor[32];
+    snprintf(cursor, sizeof cursor, "%s", str_at(r, 1));
+    assert_int_equal(atoll(cursor), orphan);   /* the last id at the first take */
+    long long late = letter_from(&dlq, &a, 13);   /* came after it: not moved */
+    assert_int_equal(r->element[2]->element[0]->integer, la);
+    assert_string_equal(r->element[2]->element[1]->str, a.name);
+    assert_int_equal(r->element[2]->element[2]->integer, 0);
+    assert_int_equal(r->element[3]->element[0]->integer, lb);
+    assert_string_equal(r->element[3]->element[1]->str, b.name);
     freeReplyObject(r);
-    assert_int_equal(zscore(qkey(&dlq, "3:dead"), orphan) > 0, 1);
     msg_t m;
     expect_ok_msg(fcall("get", &dlq, la, END), &m);
     assert_string_equal(msg_str(&m, "redriving_to"), a.name);
-    long long na = 0;
+    long long na = 0, nb = 0;
     expect_ints(fcall("redrive_in", &a, -1, dlq.name, num(la), "0", "0", "", "x", END), 1, &na);
     expect_ok_msg(fcall("get", &a, na, END), &m);
     assert_int_equal(msg_int(&m, "max_retries"), 7);   /* a's policy, not the letter's 1 */
-    long long done = int_reply(fcall("redrive_done", &dlq, -1, num(la), num(na), END));
-    assert_int_equal(done, 1);
+    expect_ints(fcall("redrive_in", &b, -1, dlq.name, num(lb), "0", "0", "", "x", END), 1, &nb);
+    assert_int_equal(int_reply(fcall("redrive_done", &dlq, -1, num(la), num(na), num(lb), num(nb),
+                                     END)), 2);
+    /* The next call: only the letter without an origin is left. */
+    r = fcall("redrive_take", &dlq, -1, "", "move", "100", cursor, END);
+    assert_int_equal(r->type, REDIS_REPLY_ERROR);
+    assert_non_null(strstr(r->str, "no origin queue"));
+    freeReplyObject(r);
+    expect_ok_msg(fcall("get", &dlq, orphan, END), &m);
+    assert_string_equal(msg_str(&m, "status"), "pending");
+    /* With a destination every letter goes there; the late one stays. */
+    r = fcall("redrive_take", &dlq, -1, b.name, "move", "100", cursor, END);
+    assert_int_equal(r->elements, 3);
+    assert_int_equal(r->element[2]->element[0]->integer, orphan);
+    assert_string_equal(r->element[2]->element[1]->str, b.name);
+    assert_string_equal(str_at(r, 1), "");   /* done */
+    freeReplyObject(r);
+    expect_ok_msg(fcall("get", &dlq, late, END), &m);
+    assert_string_equal(msg_str(&m, "status"), "pending");
 
     report(&dlq, id, "r1", 1, "10000", "", "RUNNING");
     report(&dlq, id, "r2", 5, "10000", "", "lost");   /* not its runner */
@@ -183,7 +206,7 @@ static void test_move_task_lifecycle(void **state)
     /* The next task, to a fixed destination, paced; FAILED keeps its reason. */
     long long id2 = start_task(&dlq, b.name, "3", "r1", "10000", &to_move);
     assert_int_equal(id2, 2);
-    assert_int_equal(to_move, 1);   /* the orphan; lb is redriving */
+    assert_int_equal(to_move, 1);   /* the late one; the orphan is redriving */
     r = fcall("move_report", &dlq, -1, num(id2), "r1", "0", "10000", "FAILED", "queue gone", END);
     assert_true(has_code(r, "ok"));
     assert_string_equal(str_at(r, 1), "FAILED");
@@ -213,7 +236,7 @@ static void test_move_task_takeover(void **state)
     (void)state;
     queue_t dlq;
     queue_init(&dlq, "mv-lease");
-    make_dead(&dlq, "x");
+    enqueue_ok(&dlq, "x", 3, 0);
     expect_code(fcall("move_claim", &dlq, -1, "r2", "10000", END), "none", NULL);
     long long id = start_task(&dlq, "elsewhere", "0", "r1", "50", NULL);
     redisReply *r = fcall("move_claim", &dlq, -1, "r2", "10000", END);
@@ -223,11 +246,12 @@ static void test_move_task_takeover(void **state)
     wait_until_ms(until + 1);   /* r1 died: its lease runs out */
     r = fcall("move_claim", &dlq, -1, "r2", "10000", END);
     assert_true(has_code(r, "ok"));
-    assert_int_equal(r->elements, 9);
-    assert_int_equal(atoll(str_at(r, 1)), id);
-    assert_string_equal(str_at(r, 2), "RUNNING");
-    assert_string_equal(str_at(r, 3), "elsewhere");
-    assert_string_equal(str_at(r, 7), "1");   /* to_move */
+    assert_int_equal(r->elements, 10);
+    assert_true(atoll(str_at(r, 1)) >= until + 10000);   /* r2's lease */
+    assert_int_equal(atoll(str_at(r, 2)), id);
+    assert_string_equal(str_at(r, 3), "RUNNING");
+    assert_string_equal(str_at(r, 4), "elsewhere");
+    assert_string_equal(str_at(r, 8), "1");   /* to_move */
     freeReplyObject(r);
     report(&dlq, id, "r1", 1, "10000", "", "lost");
     report(&dlq, id, "r2", 0, "10000", "", "RUNNING");
@@ -292,9 +316,9 @@ static void test_move_watch(void **state)
     (void)state;
     long long now = redis_now_ms();
     const char *add[] = { "mv-watch-a", num(now - 5), "" };
-    assert_int_equal(int_reply(fcall_registry("move_watch", 3, add)), 1);
+    expect_watch(add, "1");
     const char *later[] = { "mv-watch-b", num(now + 600000), "" };
-    assert_int_equal(int_reply(fcall_registry("move_watch", 3, later)), 1);
+    expect_watch(later, "1");
     const char *due_args[] = { "100" };
     redisReply *r = command_argv(5, (const char *[]){ "FCALL_RO", RD_FUNCTION("move_due"), "1",
                                                       REGISTRY, due_args[0] }, NULL);
@@ -310,13 +334,13 @@ static void test_move_watch(void **state)
     snprintf(moved_on, sizeof moved_on, "%lld", now + 10000);
     snprintf(stale, sizeof stale, "%s", seen);
     const char *restart[] = { "mv-watch-a", moved_on, "" };
-    assert_int_equal(int_reply(fcall_registry("move_watch", 3, restart)), 1);
+    expect_watch(restart, "1");
     const char *drop_stale[] = { "mv-watch-a", "", stale };
-    assert_int_equal(int_reply(fcall_registry("move_watch", 3, drop_stale)), 0);
+    expect_watch(drop_stale, "0");
     const char *drop[] = { "mv-watch-a", "", moved_on };
-    assert_int_equal(int_reply(fcall_registry("move_watch", 3, drop)), 1);
+    expect_watch(drop, "1");
     const char *drop_b[] = { "mv-watch-b", "", "" };
-    assert_int_equal(int_reply(fcall_registry("move_watch", 3, drop_b)), 1);
+    expect_watch(drop_b, "1");
     r = command_argv(5, (const char *[]){ "FCALL_RO", RD_FUNCTION("move_due"), "1", REGISTRY,
                                           "100" }, NULL);
     assert_int_equal(r->elements, 0);
