@@ -150,6 +150,7 @@ sdk_case() {
 
 test_node_sdk_basic() { sdk_case basic; }
 test_sqs_consumer_dead_letters() { sdk_case consumer; }
+test_node_sdk_message_moves() { sdk_case moves; }
 
 test_celery_worker() {
     trap stop_all EXIT
@@ -203,6 +204,7 @@ test_non_loopback_needs_credentials() {
 tests=("$@")
 [ "${#tests[@]}" -gt 0 ] || tests=(test_boto3_basic test_boto3_batches test_boto3_errors test_boto3_list
     test_boto3_redrive test_boto3_fifo test_boto3_tags_purge_delete test_awscli_walkthrough
-    test_node_sdk_basic test_sqs_consumer_dead_letters test_celery_worker test_signature_v4
+    test_node_sdk_basic test_sqs_consumer_dead_letters test_node_sdk_message_moves test_celery_worker
+    test_signature_v4
     test_non_loopback_needs_credentials)
 suite_run "${tests[@]}"
