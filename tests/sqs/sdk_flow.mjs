@@ -292,6 +292,50 @@ async function moves() {
     `the list, newest first: ${all.map((x) => x.Status)}`);
 }
 
-const cases = { basic, consumer, moves };
+// A task whose daemon dies (SIGKILL) is taken over by another instance of
+// the same Redis once its lease runs out: every letter moves, once.
+// TAKEOVER_PID: the daemon of ENDPOINT; TAKEOVER_ENDPOINT: the other one's.
+async function takeover() {
+  const other = new SQSClient({
+    endpoint: process.env.TAKEOVER_ENDPOINT, region: 'us-east-1',
+    credentials: { accessKeyId: keyId, secretAccessKey: secret },
+  });
+  const arnOf = async (QueueUrl) => (await client.send(new GetQueueAttributesCommand({
+    QueueUrl, AttributeNames: ['QueueArn'] }))).Attributes.QueueArn;
+  const dlq = (await client.send(new CreateQueueCommand({ QueueName: `tdlq-${run}` }))).QueueUrl;
+  const dlqArn = await arnOf(dlq);
+  const src = (await client.send(new CreateQueueCommand({
+    QueueName: `tsrc-${run}`,
+    Attributes: { RedrivePolicy: JSON.stringify({ deadLetterTargetArn: dlqArn, maxReceiveCount: 1 }) },
+  }))).QueueUrl;
+  await deadLetters(src, dlq, 12, 'letter');
+  await client.send(new StartMessageMoveTaskCommand({ SourceArn: dlqArn, MaxNumberOfMessagesPerSecond: 2 }));
+  await sleep(1200);
+  process.kill(Number(process.env.TAKEOVER_PID), 'SIGKILL');
+  const list = async () => ((await other.send(new ListMessageMoveTasksCommand({ SourceArn: dlqArn })))
+    .Results || [])[0];
+  let t = await list();
+  check(t.Status === 'RUNNING' && t.ApproximateNumberOfMessagesMoved < 12, `before: ${JSON.stringify(t)}`);
+  const deadline = Date.now() + 40000;
+  while (Date.now() < deadline && t.Status !== 'COMPLETED') {
+    await sleep(250);
+    t = await list();
+  }
+  check(t.Status === 'COMPLETED', `taken over and completed: ${JSON.stringify(t)}`);
+  const bodies = new Set();
+  for (;;) {
+    const r = await other.send(new ReceiveMessageCommand({ QueueUrl: src, MaxNumberOfMessages: 10, WaitTimeSeconds: 1 }));
+    if (!r.Messages || !r.Messages.length) break;
+    for (const m of r.Messages) {
+      check(!bodies.has(m.Body), `moved twice: ${m.Body}`);
+      bodies.add(m.Body);
+    }
+  }
+  const left = (await other.send(new GetQueueAttributesCommand({
+    QueueUrl: dlq, AttributeNames: ['ApproximateNumberOfMessages'] }))).Attributes.ApproximateNumberOfMessages;
+  check(bodies.size === 12 && left === '0', `every letter back once: ${bodies.size}, ${left} left`);
+}
+
+const cases = { basic, consumer, moves, takeover };
 await cases[kase]();
 console.log('ok', kase);
