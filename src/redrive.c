@@ -50,6 +50,7 @@ typedef struct rd_redrive {
     int limit;                  /* all/error/move: dead letters a take looks at */
     rd_redrive_gate_cb gate;    /* paced: asked before each take after the first */
     long long reported;         /* moved as the gate last heard it */
+    bool halted;                /* the gate's caller ended it: no warning */
     rd_store_replayed_cb cb;
     void *arg;
     /* the batch in hand */
@@ -79,7 +80,7 @@ static void finish(redrive_t *r, rd_store_status_t status, const char *detail)
 {
     rd_store_replayed_t out = { .head.status = status, .replayed = r->moved };
     if (detail) out.head.detail = (rd_str_t){ detail, strlen(detail) };
-    if (status != RD_STORE_OK && r->moved > 0)
+    if (status != RD_STORE_OK && r->moved > 0 && !r->halted)
         rd_warn("redrive: %.*s -> %.*s stopped after %lld moved", (int)r->source_len, r->source,
                 (int)r->target_len, r->target, r->moved);
     r->cb(&out, r->arg);
@@ -312,8 +313,10 @@ static int take(redrive_t *r)
 
 void rd_redrive_resume(rd_redrive_t *r, bool go)
 {
-    if (!go) finish(r, RD_STORE_UNAVAILABLE, NULL);
-    else if (take(r) != 0) finish(r, RD_STORE_UNAVAILABLE, NULL);
+    if (!go) {
+        r->halted = true;
+        finish(r, RD_STORE_UNAVAILABLE, NULL);
+    } else if (take(r) != 0) finish(r, RD_STORE_UNAVAILABLE, NULL);
 }
 
 static int start(redrive_t *r)
