@@ -19,10 +19,11 @@ typedef struct task {
     char *source, *dest;        /* owned; dest "" : each letter's origin */
     size_t source_len, dest_len;
     long long id, rate;
-    long long gated;            /* letters the gate has reported */
+    long long gated;            /* letters the gate heard of (reported, or about to be) */
+    long long unreported;       /* of them, not yet in a report */
     uint64_t began_ms;          /* uv_now when this runner began it: the pace's origin */
     uv_timer_t timer;           /* holds the next batch to the pace */
-    rd_redrive_t *held;         /* the redrive waiting for the timer */
+    rd_redrive_t *held;         /* the redrive waiting for the pace or the report */
     bool cancelling;            /* a report answered CANCELLING */
     bool lost;                  /* another runner has it, or it is gone */
     bool unsure;                /* a report went unanswered: release it */
@@ -141,25 +142,11 @@ static uint64_t pace_delay_ms(const task_t *t)
     return due > now ? due - now : 0;
 }
 
-static void on_pace(uv_timer_t *timer)
-{
-    task_t *t = timer->data;
-    rd_redrive_t *r = t->held;
-    t->held = NULL;
-    rd_redrive_resume(r, !t->m->stopping);
-}
-
-typedef struct gated {
-    task_t *t;
-    rd_redrive_t *r;
-} gated_t;
-
 static void on_reported(const rd_store_strings_t *res, void *arg)
 {
-    gated_t *g = arg;
-    task_t *t = g->t;
-    rd_redrive_t *r = g->r;
-    rd_free(g);
+    task_t *t = arg;
+    rd_redrive_t *r = t->held;
+    t->held = NULL;
     if (res->head.status != RD_STORE_OK || res->count < 1 || res->strings[0].ptr == NULL) {
         t->unsure = true;
         rd_redrive_resume(r, false);
@@ -177,32 +164,49 @@ static void on_reported(const rd_store_strings_t *res, void *arg)
         rd_redrive_resume(r, false);
         return;
     }
+    rd_redrive_resume(r, !t->m->stopping);
+}
+
+/* The batch's report (its count, the lease renewed), right before the next
+ * batch: a cancel asked meanwhile stops the task before it moves more. */
+static void report_batch(task_t *t)
+{
+    long long moved = t->unreported;
+    t->unreported = 0;
+    if (rd_store_move_report(t->m->st, source_of(t), t->id, t->m->runner, moved,
+                             RD_MOVES_LEASE_MS, NULL, NULL, on_reported, t) != 0) {
+        rd_redrive_t *r = t->held;
+        t->held = NULL;
+        t->unsure = true;
+        t->gated -= moved;   /* the last report carries it */
+        rd_redrive_resume(r, false);
+    }
+}
+
+static void on_pace(uv_timer_t *timer)
+{
+    task_t *t = timer->data;
     if (t->m->stopping) {
+        rd_redrive_t *r = t->held;
+        t->held = NULL;
+        t->gated -= t->unreported;
+        t->unreported = 0;
         rd_redrive_resume(r, false);
         return;
     }
-    uint64_t wait = pace_delay_ms(t);
-    if (wait == 0) {
-        rd_redrive_resume(r, true);
-        return;
-    }
-    t->held = r;
-    uv_timer_start(&t->timer, on_pace, wait, 0);
+    report_batch(t);
 }
 
-/* After each batch: report it (and renew the lease), then go on at the pace. */
+/* After each batch: wait for the pace, then report and go on. */
 static void gate(rd_redrive_t *r, long long moved, void *arg)
 {
     task_t *t = arg;
     t->gated += moved;
-    gated_t *g = rd_malloc(sizeof *g);
-    *g = (gated_t){ t, r };
-    if (rd_store_move_report(t->m->st, source_of(t), t->id, t->m->runner, moved,
-                             RD_MOVES_LEASE_MS, NULL, NULL, on_reported, g) != 0) {
-        rd_free(g);
-        t->unsure = true;
-        rd_redrive_resume(r, false);
-    }
+    t->unreported += moved;
+    t->held = r;
+    uint64_t wait = pace_delay_ms(t);
+    if (wait == 0 || t->m->stopping) report_batch(t);
+    else uv_timer_start(&t->timer, on_pace, wait, 0);
 }
 
 /* ---------------------------------------------------------------- running one */
@@ -421,11 +425,9 @@ void rd_moves_stop(rd_moves_t *m)
      * a batch ends after it (its report sees stopping). */
     for (task_t *t = m->tasks, *next; t; t = next) {
         next = t->next;
-        if (t->held) {
+        if (t->held && uv_is_active((uv_handle_t *)&t->timer)) {
             uv_timer_stop(&t->timer);
-            rd_redrive_t *r = t->held;
-            t->held = NULL;
-            rd_redrive_resume(r, false);
+            on_pace(&t->timer);
         }
     }
 }
