@@ -132,6 +132,9 @@ do
       policy     = base .. ':policy',      -- HASH: the queue's policy (03_policy.lua)
       bucket     = base .. ':bucket',      -- STRING "<tokens> <at>": its rate limit's bucket
       tags       = base .. ':tags',        -- HASH tag -> value (66_tags.lua)
+      moves      = base .. ':moves',       -- ZSET task id -> task id: the queue's last
+                                           -- message move tasks (67_moves.lua)
+      move       = base .. ':move:',       -- + task id: HASH, one move task's state
       dropping   = base .. ':dropping',    -- STRING: a drop_queue runs (46_drop.lua)
       claims     = base .. ':claim:',      -- + a claim's nonce: STRING "<id> <token> ..." of
                                            -- what it leased, for LOST_CLAIM_KEEP_MS
@@ -196,6 +199,8 @@ do
       sweep  = tag .. ':sweep',     -- HASH cursor, next_at, cycle_at, takes, alert_url_until
       alerts = tag .. ':alerts',    -- ZSET name -> when (ms): alerts for an --alert-url instance
       dlq    = tag .. ':dlq',       -- HASH name -> its dead_letter_queue (dlq_link)
+      moves  = tag .. ':moves',     -- ZSET name -> when (ms) to look at its move task's
+                                    -- lease (67_moves.lua)
     }
   end
 

@@ -179,7 +179,8 @@ do
   end
 
   -- The mark on a redrive_to value of a death's move to the queue's
-  -- dead_letter_queue: a byte no queue name has. redrive_take answers such a
+  -- dead_letter_queue (and of a message move task's letter, 65_redrive.lua
+  -- mode "move"): a byte no queue name has. redrive_take answers such a
   -- letter with max_retries 0, so the target gives it its own budget.
   local DEAD_LETTER_MARK = '\1'
 
@@ -426,6 +427,7 @@ do
   end
 
   lifecycle.bury, lifecycle.redrive_target = bury, redrive_target
+  lifecycle.DEAD_LETTER_MARK = DEAD_LETTER_MARK
   lifecycle.expiry_track, lifecycle.end_expired = expiry_track, end_expired
   lifecycle.expire_pending = expire_pending
   lifecycle.emit, lifecycle.count_error, lifecycle.leave_dead = emit, count_error, leave_dead

@@ -149,10 +149,14 @@ do
     end
     if not clear_indexes(c) then return { 'more', c.deleted } end
     local rest = message_side_keys(k)
-    for _, key in ipairs({ k.seq, k.stats, k.pushed, k.events, k.timer, k.tags,
+    for _, key in ipairs({ k.seq, k.stats, k.pushed, k.events, k.timer, k.tags, k.moves,
                            timeseries.series_key(c.base) }) do
       rest[#rest + 1] = key
     end
+    -- Its message move tasks (at most 10, 67_moves.lua): a runner finds its
+    -- task gone and stops.
+    local tasks = redis.call('ZRANGE', k.moves, 0, -1)
+    for i = 1, #tasks do rest[#rest + 1] = k.move .. tasks[i] end
     redis.call('UNLINK', unpack(rest))
     -- What this Lua state knows of the queue's features (groups, priorities)
     -- went with its keys: a queue of the same name starts afresh.

@@ -20,6 +20,7 @@ do
   local load_message, store_message = record.load_message, record.store_message
   local drop_orphan, emit, leave_dead = lifecycle.drop_orphan, lifecycle.emit, lifecycle.leave_dead
   local lift, redrive_target = lifecycle.lift, lifecycle.redrive_target
+  local DEAD_LETTER_MARK = lifecycle.DEAD_LETTER_MARK
   local expiry_track, to_ready = lifecycle.expiry_track, record.to_ready
   local int_arg = common.int_arg
   local walk_dead = operator.walk_dead
@@ -33,14 +34,84 @@ do
   -- "<target base>:redrive:<source queue>:<source id>" (00_common.lua).
   local redrive_key = common.redrive_key
 
+  -- Mode "move" of redrive_take (a message move task, 67_moves.lua): the
+  -- source is an SQS dead-letter queue, whose letters are its pending
+  -- messages. Takes up to limit claimable ones, from the claim end of the
+  -- priority lane, then due, then ready (a grouped message stays: SQS's
+  -- move tasks are for standard queues), none newer than the task's first
+  -- call (the cursor holds the queue's last id then), into redriving. Each
+  -- goes to target, or with target "" to its origin_queue; one without an
+  -- origin stops the task (an error reply naming it, put back first). The
+  -- letters get the target's own budget, as a death's move does.
+  local function take_pending(k, base, target, args, now, out, answer, bytes)
+    local limit = to_int(args[3])
+    if limit == nil or limit < 1 or limit > REDRIVE_BATCH then return bad_arg('limit') end
+    local cutoff = to_int(args[4] ~= '' and args[4] or (redis.call('GET', k.seq) or '0'))
+    if cutoff == nil then return { 'bad_cursor' } end
+    local taken, full = 0, false
+    local function take(id)
+      local m = load_message(message_key(base, id))
+      if not m then return true end   -- an orphan id: dropped
+      local to = target ~= '' and target or m.origin_queue
+      if not to or to == '' then return false end
+      if m.expires_at then redis.call('ZREM', k.expiring, id) end
+      redis.call('ZADD', k.redriving, now, id)
+      redis.call('HSET', k.redrive_to, id, DEAD_LETTER_MARK .. to)
+      answer(id, to, m, true)
+      taken = taken + 1
+      full = taken >= limit or bytes() >= REPLY_BYTES
+      return true
+    end
+    -- A letter without an origin, put back: the letters taken so far go
+    -- on (the next call refuses), else the refusal.
+    local function refuse(id)
+      if taken > 0 then
+        out[2] = int_arg(cutoff)
+        return out
+      end
+      return redis.error_reply('ERR retryd: message ' .. id .. ' has no origin queue to go back '
+                               .. 'to; give the task a destination')
+    end
+    if record.priorities_used(k) then
+      local lane = redis.call('ZRANGE', k.priority, 0, limit - 1, 'WITHSCORES')
+      for i = 1, #lane, 2 do
+        if full then break end
+        local id = lane[i]
+        if tonumber(id) <= cutoff then
+          redis.call('ZREM', k.priority, id)
+          if not take(id) then
+            redis.call('ZADD', k.priority, lane[i + 1], id)
+            return refuse(id)
+          end
+        end
+      end
+    end
+    for _, list in ipairs({ k.due, k.ready }) do
+      while not full do
+        local id = redis.call('LINDEX', list, -1)
+        if not id or tonumber(id) > cutoff then break end
+        redis.call('RPOP', list)
+        if not take(id) then
+          redis.call('RPUSH', list, id)
+          return refuse(id)
+        end
+      end
+    end
+    if full then out[2] = int_arg(cutoff) end
+    return out
+  end
+
   -- redrive_take: step 1, in the source's slot.
   --   KEYS[1]  <prefix>:{source}                  queue key base
   --   ARGV[1]  target                             target queue name (decoded); "" with
-  --                                               mode "left"
-  --   ARGV[2]  mode                               "ids" | "all" | "error" | "left"
+  --                                               mode "left", and with "move": each
+  --                                               letter's origin queue
+  --   ARGV[2]  mode                               "ids" | "all" | "error" | "left" | "move"
   --   ids:     ARGV[3..] ids (at most 1000)
   --   all:     ARGV[3] limit (1..1000), ARGV[4] cursor ("" first)
   --   error:   as all, and ARGV[5] needle (plain substring of last_error)
+  --   move:    ARGV[3] limit (1..100), ARGV[4] cursor ("" first): a message
+  --            move task's pending letters (take_pending), not dead ones
   --   left:    only the letters already in redriving (the moves of deaths
   --            to the dead_letter_queue, docs/lifecycle.md); selects nothing
   -- When letters are left in redriving (a cut call, or deaths moving to the
@@ -51,22 +122,27 @@ do
   -- for ids the count of ids used (call again with the rest), for all/error
   -- the cursor (replay_many's). A letter is {id, target, max_retries,
   -- payload, priority, history}: max_retries 0 for a death's move (the target
-  -- gives its own budget); history "" or the packed history and group
-  -- (history_blob).
+  -- gives its own budget); history "" or the packed history, group,
+  -- attributes and first-receive flag (one msgpack map: c, h, d, g, a, f).
   local function redrive_take(keys, args)
     local base = keys[1]
     local k = queue_keys(base)
     local target, mode = args[1], args[2]
-    if target == nil or (target == '' and mode ~= 'left') then return bad_arg('target') end
+    if target == nil or (target == '' and mode ~= 'left' and mode ~= 'move') then
+      return bad_arg('target')
+    end
     local now = now_ms()
     local out = { 0, '' }
     local bytes = 0
     local function answer(id, to, m, own_budget)
       -- The group rides in the same packed table (docs/fairness.md): the
       -- moved message keeps it.
-      local blob = (m.history or m.group) and cmsgpack.pack({ c = m.created_at, h = m.history,
-                                                              d = m.history_dropped,
-                                                              g = m.group }) or ''
+      -- So do the SQS face's attributes (a) and whether the source records
+      -- a first receive (f): a dead letter reads as the message it was.
+      local blob = (m.history or m.group or m.attributes or m.first_receive)
+                   and cmsgpack.pack({ c = m.created_at, h = m.history, d = m.history_dropped,
+                                       g = m.group, a = m.attributes,
+                                       f = m.first_receive and 1 or nil }) or ''
       out[#out + 1] = { tonumber(id), to, own_budget and 0 or m.max_retries, m.payload,
                         m.priority or 0, blob }
       bytes = bytes + #m.payload + #blob
@@ -90,6 +166,9 @@ do
       return out
     end
     if mode == 'left' then return out end
+    if mode == 'move' then
+      return take_pending(k, base, target, args, now, out, answer, function() return bytes end)
+    end
     -- Takes one dead letter (its generation's index g, its record m).
     local function take(g, id, m, score)
       local mkey = message_key(base, id)
@@ -153,7 +232,9 @@ do
   --            redis-cli -x)
   -- Each letter not seen before becomes a new pending message (fresh budget,
   -- no idempotency key, origin {source, source id}, the source's history
-  -- kept, its times moved to the new created_at) and its key
+  -- kept, its times moved to the new created_at; its group and attributes
+  -- kept; first_receive 0 when the source recorded one, so the target's
+  -- first claim records its own) and its key
   -- redrive_key -> the new id is kept (no expiry until redrive_forget). A
   -- letter seen before answers the id it got then, and creates nothing.
   -- Publishes on the wake channel when it created any.
@@ -192,6 +273,11 @@ do
           if ok and type(h) == 'table' and type(h.g) == 'string' and #h.g >= 1 and #h.g <= 128 then
             m.group = h.g
           end
+          if ok and type(h) == 'table' and type(h.a) == 'string' and #h.a >= 1 and #h.a <= 262144 then
+            m.attributes = h.a
+          end
+          -- The source recorded its first receive: so does the target, afresh.
+          if ok and type(h) == 'table' and h.f then m.first_receive = 0 end
           if ok and type(h) == 'table' and type(h.h) == 'table' then
             local shift = (tonumber(h.c) or now) - now
             for j = 1, #h.h do

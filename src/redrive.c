@@ -35,7 +35,7 @@ typedef struct letter {
     size_t history_len;
 } letter_t;
 
-typedef struct redrive {
+typedef struct rd_redrive {
     rd_store_t *st;
     char *source, *target;      /* owned */
     size_t source_len, target_len;
@@ -47,6 +47,10 @@ typedef struct redrive {
     long long moved;
     int stalls;                 /* batches in a row that moved nothing */
     bool (*go_on)(void *arg);
+    int limit;                  /* all/error/move: dead letters a take looks at */
+    rd_redrive_gate_cb gate;    /* paced: asked before each take after the first */
+    long long reported;         /* moved as the gate last heard it */
+    bool halted;                /* the gate's caller ended it: no warning */
     rd_store_replayed_cb cb;
     void *arg;
     /* the batch in hand */
@@ -76,7 +80,7 @@ static void finish(redrive_t *r, rd_store_status_t status, const char *detail)
 {
     rd_store_replayed_t out = { .head.status = status, .replayed = r->moved };
     if (detail) out.head.detail = (rd_str_t){ detail, strlen(detail) };
-    if (status != RD_STORE_OK && r->moved > 0)
+    if (status != RD_STORE_OK && r->moved > 0 && !r->halted)
         rd_warn("redrive: %.*s -> %.*s stopped after %lld moved", (int)r->source_len, r->source,
                 (int)r->target_len, r->target, r->moved);
     r->cb(&out, r->arg);
@@ -138,6 +142,12 @@ static void advance(redrive_t *r, bool progressed)
         finish(r, RD_STORE_ERROR, "redrive made no progress");
         return;
     }
+    if (r->gate) {
+        long long batch = r->moved - r->reported;
+        r->reported = r->moved;
+        r->gate(r, batch, r->arg);   /* it answers rd_redrive_resume */
+        return;
+    }
     if (r->go_on && !r->go_on(r->arg)) {
         rd_info("redrive: %.*s stopped after %lld moved: the client has gone",
                 (int)r->source_len, r->source, r->moved);
@@ -197,7 +207,6 @@ static void send_done(redrive_t *r)
     rd_free(ids);
 }
 
-static void send_run(redrive_t *r);
 static void send_run(redrive_t *r);
 
 static void on_in(const rd_store_ids_t *res, void *arg)
@@ -298,8 +307,44 @@ static int take(redrive_t *r)
         return rd_store_redrive_take(r->st, source_q(r), target, r->mode, r->ids + r->offset, k,
                                      0, NULL, NULL, on_take, r);
     }
-    return rd_store_redrive_take(r->st, source_q(r), target, r->mode, NULL, 0, TAKE_LIMIT,
+    return rd_store_redrive_take(r->st, source_q(r), target, r->mode, NULL, 0, r->limit,
                                  r->cursor, r->needle, on_take, r);
+}
+
+void rd_redrive_resume(rd_redrive_t *r, bool go)
+{
+    if (!go) {
+        r->halted = true;
+        finish(r, RD_STORE_UNAVAILABLE, NULL);
+    } else if (take(r) != 0) finish(r, RD_STORE_UNAVAILABLE, NULL);
+}
+
+static int start(redrive_t *r)
+{
+    if (take(r) == 0) return 0;
+    rd_free(r->source);
+    rd_free(r->target);
+    rd_free(r);
+    return -1;
+}
+
+int rd_redrive_paced(rd_store_t *st, rd_store_queue_t source, rd_store_queue_t target,
+                     const char *mode, int limit, rd_redrive_gate_cb gate,
+                     rd_store_replayed_cb cb, void *arg)
+{
+    if (!rd_store_ready(st) || limit < 1 || limit > TAKE_LIMIT) return -1;
+    redrive_t *r = rd_calloc(1, sizeof *r);
+    r->st = st;
+    r->source = rd_strndup(source.name, source.len);
+    r->source_len = source.len;
+    r->target = rd_strndup(target.name ? target.name : "", target.len);
+    r->target_len = target.len;
+    r->mode = mode;
+    r->limit = limit;
+    r->gate = gate;
+    r->cb = cb;
+    r->arg = arg;
+    return start(r);
 }
 
 int rd_redrive_run(rd_store_t *st, rd_store_queue_t source, rd_store_queue_t target,
@@ -308,6 +353,7 @@ int rd_redrive_run(rd_store_t *st, rd_store_queue_t source, rd_store_queue_t tar
 {
     if (!rd_store_ready(st)) return -1;
     redrive_t *r = rd_calloc(1, sizeof *r);
+    r->limit = TAKE_LIMIT;
     r->st = st;
     r->source = rd_strndup(source.name, source.len);
     r->source_len = source.len;
@@ -320,9 +366,5 @@ int rd_redrive_run(rd_store_t *st, rd_store_queue_t source, rd_store_queue_t tar
     r->go_on = go_on;
     r->cb = cb;
     r->arg = arg;
-    if (take(r) == 0) return 0;
-    rd_free(r->source);
-    rd_free(r->target);
-    rd_free(r);
-    return -1;
+    return start(r);
 }

@@ -22,6 +22,7 @@
 #include "retryd/coalesce.h"
 #include "retryd/config.h"
 #include "retryd/dlq.h"
+#include "retryd/moves.h"
 #include "retryd/http.h"
 #include "retryd/log.h"
 #include "retryd/promoter.h"
@@ -53,6 +54,7 @@ typedef struct server {
     rd_waiters_t *waiters;
     rd_alerts_t *alerts;          /* NULL without --alert-url until a policy alert_url needs it */
     rd_dlq_t *dlq;                /* moves deaths to their dead_letter_queue */
+    rd_moves_t *moves;            /* message move tasks (docs/sqs.md) */
     rd_sqs_t *sqs;                /* --sqs-listen's endpoint, NULL without it */
     int servers_draining;         /* the HTTP API's and the SQS endpoint's */
     bool alerts_failed;           /* libcurl could not be set up: not tried again */
@@ -85,6 +87,8 @@ static void on_redis_closed(void *arg)
     s->lost_claims = NULL;
     rd_dlq_free(s->dlq);
     s->dlq = NULL;
+    rd_moves_free(s->moves);
+    s->moves = NULL;
     rd_registry_free(s->registry);
     s->registry = NULL;
     rd_store_free(s->store);
@@ -222,6 +226,8 @@ static void on_promoter_round(void *arg)
     if (s->lost_claims) rd_lost_claims_flush(s->lost_claims);
     if (s->registry) rd_registry_flush_owed(s->registry);
     if (s->waiters) rd_waiters_poll_if_deaf(s->waiters);
+    /* Message move tasks whose runner died are taken over here. */
+    if (s->moves && !s->stopping) rd_moves_look(s->moves);
 }
 
 static void on_drain_timeout(uv_timer_t *t)
@@ -285,6 +291,7 @@ static void on_signal(uv_signal_t *sig, int signum)
     uv_timer_start(&s->drain_timer, on_drain_timeout, DRAIN_TIMEOUT_MS, 0);
     rd_promoter_stop(s->promoter, on_promoter_stopped, s);
     rd_dlq_stop(s->dlq);
+    rd_moves_stop(s->moves);
     if (s->alerts) rd_alerts_stop(s->alerts, on_alerts_stopped, s);
     else s->alerts_stopped = true;
     rd_waiters_stop(s->waiters);
@@ -300,6 +307,7 @@ static void abandon_start(server_t *s, char *token)
     rd_waiters_close(s->waiters, NULL, NULL);
     rd_backend_close(s->redis, true, NULL, NULL);
     rd_coalescer_free(s->coalescer);
+    rd_moves_free(s->moves);
     rd_fanout_free(s->fanout);
     rd_lost_claims_free(s->lost_claims);
     rd_registry_free(s->registry);
@@ -408,6 +416,7 @@ int main(int argc, char **argv)
     s.api.alerts = s.alerts;
     s.api.cfg = &s.cfg;
 
+    s.moves = rd_moves_new(s.loop, s.store);
     if (s.cfg.sqs_listen_host[0]) {
         rd_sqs_options_t so = {
             .host = s.cfg.sqs_listen_host, .port = s.cfg.sqs_listen_port,
@@ -415,7 +424,7 @@ int main(int argc, char **argv)
             .credentials = s.cfg.sqs_credentials, .default_lease_ms = s.cfg.lease_ms,
             .max_connections = (size_t)s.cfg.max_connections,
             .idle_timeout_ms = (uint64_t)s.cfg.idle_timeout_ms, .store = s.store,
-            .coalescer = s.coalescer, .waiters = s.waiters,
+            .coalescer = s.coalescer, .waiters = s.waiters, .moves = s.moves,
         };
         char why[512];
         s.sqs = rd_sqs_start(s.loop, &so, why, sizeof why);

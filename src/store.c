@@ -65,7 +65,8 @@ typedef enum op_id {
     OP_REDRIVE_TAKE, OP_REDRIVE_IN, OP_REDRIVE_DONE, OP_REDRIVE_FORGET,
     OP_REGISTER, OP_TIMER_TAKE, OP_TIMER_DONE, OP_QUEUES_PAGE, OP_DLQ_LINK,
     OP_DROP_QUEUE, OP_PURGE_ALL, OP_QUEUE_FORGET, OP_DLQ_SOURCES, OP_TAGS_SET, OP_TAGS_REMOVE,
-    OP_TAGS_GET,
+    OP_TAGS_GET, OP_MOVE_START, OP_MOVE_CLAIM, OP_MOVE_REPORT, OP_MOVE_CANCEL, OP_MOVE_LIST,
+    OP_MOVE_WATCH, OP_MOVE_DUE,
     OP_PING, OP_CONFIG_GET,
     OP_COUNT
 } op_id_t;
@@ -212,6 +213,21 @@ static const op_def_t ops[OP_COUNT] = {
     ROW(OP_TAGS_REMOVE, "tags_remove", 0, rd_store_count_t,
         rd_store_parse_tags, NULL, rd_store_count_cb),
     ROW(OP_TAGS_GET, "tags_get", F_RO, rd_store_strings_t,
+        rd_store_parse_strings, rd_result_free_strings, rd_store_strings_cb),
+    /* Message move tasks (store_moves.c): every reply as strings. */
+    ROW(OP_MOVE_START, "move_start", 0, rd_store_strings_t,
+        rd_store_parse_strings, rd_result_free_strings, rd_store_strings_cb),
+    ROW(OP_MOVE_CLAIM, "move_claim", 0, rd_store_strings_t,
+        rd_store_parse_strings, rd_result_free_strings, rd_store_strings_cb),
+    ROW(OP_MOVE_REPORT, "move_report", 0, rd_store_strings_t,
+        rd_store_parse_strings, rd_result_free_strings, rd_store_strings_cb),
+    ROW(OP_MOVE_CANCEL, "move_cancel", 0, rd_store_strings_t,
+        rd_store_parse_strings, rd_result_free_strings, rd_store_strings_cb),
+    ROW(OP_MOVE_LIST, "move_list", F_RO, rd_store_strings_t,
+        rd_store_parse_strings, rd_result_free_strings, rd_store_strings_cb),
+    ROW(OP_MOVE_WATCH, "move_watch", F_REGISTRY, rd_store_strings_t,
+        rd_store_parse_strings, rd_result_free_strings, rd_store_strings_cb),
+    ROW(OP_MOVE_DUE, "move_due", F_REGISTRY | F_RO, rd_store_strings_t,
         rd_store_parse_strings, rd_result_free_strings, rd_store_strings_cb),
     ROW(OP_PING, "PING", F_COMMAND | F_RO, rd_store_head_t,
         rd_store_parse_pong, NULL, rd_store_status_cb),
@@ -1013,6 +1029,22 @@ int rd_store_tags_get(rd_store_t *st, rd_store_queue_t q, rd_store_strings_cb cb
 {
     cmd_t c;
     begin_op(&c, st, OP_TAGS_GET, q, 0);
+    return send_op(st, &c, CB(cb), arg);
+}
+
+int rd_store_send_move(rd_store_t *st, rd_store_move_fn_t fn, rd_store_queue_t q, size_t argc,
+                       const rd_str_t *argv, rd_store_strings_cb cb, void *arg)
+{
+    static const op_id_t rows[] = {
+        [RD_MOVE_FN_START] = OP_MOVE_START, [RD_MOVE_FN_CLAIM] = OP_MOVE_CLAIM,
+        [RD_MOVE_FN_REPORT] = OP_MOVE_REPORT, [RD_MOVE_FN_CANCEL] = OP_MOVE_CANCEL,
+        [RD_MOVE_FN_LIST] = OP_MOVE_LIST, [RD_MOVE_FN_WATCH] = OP_MOVE_WATCH,
+        [RD_MOVE_FN_DUE] = OP_MOVE_DUE,
+    };
+    assert((size_t)fn < sizeof rows / sizeof rows[0] && argc <= RD_MOVE_FN_ARGS_MAX);
+    cmd_t c;
+    begin_op(&c, st, rows[fn], ops[rows[fn]].flags & F_REGISTRY ? NO_QUEUE : q, 0);
+    for (size_t i = 0; i < argc; i++) arg_bytes(&c, argv[i].ptr ? argv[i].ptr : "", argv[i].len);
     return send_op(st, &c, CB(cb), arg);
 }
 

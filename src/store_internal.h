@@ -34,4 +34,18 @@ struct rd_store {
     void *orphans_arg;
 };
 
+/* The message move tasks' functions (lua/67_moves.lua; store_moves.c builds
+ * their ARGV), each a row of store.c's table answering rd_store_strings_t. */
+typedef enum rd_store_move_fn {
+    RD_MOVE_FN_START, RD_MOVE_FN_CLAIM, RD_MOVE_FN_REPORT, RD_MOVE_FN_CANCEL, RD_MOVE_FN_LIST,
+    RD_MOVE_FN_WATCH, RD_MOVE_FN_DUE,
+} rd_store_move_fn_t;
+enum { RD_MOVE_FN_ARGS_MAX = 8 };
+
+/* Sends fn with KEYS[1] q's base (the registry for WATCH and DUE) and ARGV
+ * argv[0..argc) (argc <= RD_MOVE_FN_ARGS_MAX); as every store call, -1
+ * when it could not be sent (cb never runs). */
+int rd_store_send_move(rd_store_t *st, rd_store_move_fn_t fn, rd_store_queue_t q, size_t argc,
+                       const rd_str_t *argv, rd_store_strings_cb cb, void *arg);
+
 #endif

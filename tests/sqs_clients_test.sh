@@ -155,6 +155,18 @@ sdk_case() {
 
 test_node_sdk_basic() { sdk_case basic; }
 test_sqs_consumer_dead_letters() { sdk_case consumer; }
+test_node_sdk_message_moves() { sdk_case moves; }
+
+# Two daemons on one prefix: the first dies in the middle of a task, the
+# second takes it over once the first's lease runs out.
+test_node_sdk_message_move_takeover() {
+    trap stop_all EXIT
+    start_retryd takeover
+    local first_pid=${PIDS[-1]} first=$SQS
+    start_retryd takeover
+    TAKEOVER_PID=$first_pid TAKEOVER_ENDPOINT=$SQS node "$here/sqs/sdk_flow.mjs" "$first" takeover ||
+        { tail -5 "$TMP/takeover.retryd.log"; fail "@aws-sdk takeover"; }
+}
 
 test_celery_worker() {
     trap stop_all EXIT
@@ -208,6 +220,8 @@ test_non_loopback_needs_credentials() {
 tests=("$@")
 [ "${#tests[@]}" -gt 0 ] || tests=(test_boto3_basic test_boto3_batches test_boto3_errors test_boto3_list
     test_boto3_redrive test_boto3_fifo test_boto3_tags_purge_delete test_awscli_walkthrough
-    test_node_sdk_basic test_sqs_consumer_dead_letters test_celery_worker test_signature_v4
+    test_node_sdk_basic test_sqs_consumer_dead_letters test_node_sdk_message_moves test_node_sdk_message_move_takeover
+    test_celery_worker
+    test_signature_v4
     test_non_loopback_needs_credentials)
 suite_run "${tests[@]}"

@@ -293,6 +293,70 @@ static void test_redrive_steps(void **state)
     assert_true(ttl > 0 && ttl <= 24LL * 3600 * 1000);
 }
 
+/* A death moved to the dead_letter_queue carries the record's attributes
+ * (the SQS face's packed MessageAttributes, binary) and its first-receive
+ * flag: the letter in the target has the same attributes, and its first
+ * claim records its own first receive. */
+static void test_dead_letter_move_keeps_attributes(void **state)
+{
+    (void)state;
+    queue_t src, dst;
+    queue_init(&src, "rd-attr-src");
+    queue_init(&dst, "rd-attr-dst");
+    policy_set(&src, "merge", "max_retries", "1", "dead_letter_queue", dst.name);
+    static const char attrs[] = "\x81\xa1n\x00\xff" "binary";
+    const size_t alen = sizeof attrs - 1;
+    const char *args[] = { "body", "1", "0", "", "1", "default", "", "", "", attrs, "", "f" };
+    size_t lens[12];
+    for (size_t i = 0; i < 12; i++) lens[i] = strlen(args[i]);
+    lens[9] = alen;
+    redisReply *e = fcall_bin("enqueue", &src, -1, 12, args, lens);
+    assert_true(has_code(e, "ok"));
+    long long id = e->element[1]->integer;
+    freeReplyObject(e);
+    msg_t m;
+    claim_one(&src, 30000, &m);
+    assert_true(msg_int(&m, "first_received_at") > 0);
+    fail_ok(&src, id, "boom", "0", -1, &m);
+    assert_string_equal(msg_str(&m, "status"), "dead");
+    /* The move: take the letter left in redriving, enqueue it in dst. */
+    redisReply *t = fcall("redrive_take", &src, -1, "", "left", END);
+    assert_int_equal(t->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(t->elements, 3);
+    assert_int_equal(t->element[0]->integer, 1);
+    const redisReply *l = t->element[2];
+    assert_int_equal(l->element[0]->integer, id);
+    assert_string_equal(l->element[1]->str, dst.name);
+    const char *in_args[] = { src.name, num(id), "0", "0", l->element[5]->str, "body" };
+    size_t in_lens[6];
+    for (size_t i = 0; i < 6; i++) in_lens[i] = strlen(in_args[i]);
+    in_lens[4] = l->element[5]->len;
+    long long nid = 0;
+    expect_ints(fcall_bin("redrive_in", &dst, -1, 6, in_args, in_lens), 1, &nid);
+    freeReplyObject(t);
+    expect_ok_msg(fcall("get", &dst, nid, END), &m);
+    assert_non_null(msg_field(&m, "attributes"));
+    assert_int_equal(msg_field(&m, "attributes")->len, alen);
+    assert_memory_equal(msg_field(&m, "attributes")->value, attrs, alen);
+    assert_no_field(&m, "first_received_at");
+    long long before = redis_now_ms();
+    claim_one(&dst, 30000, &m);
+    assert_int_equal(m.id, nid);
+    assert_true(msg_int(&m, "first_received_at") >= before);
+    assert_memory_equal(msg_field(&m, "attributes")->value, attrs, alen);
+    /* A letter without them stays without them (no trailer field). */
+    queue_t bare;
+    queue_init(&bare, "rd-attr-bare");
+    long long plain = make_dead(&bare, "plain");
+    taken_t taken;
+    expect_taken(fcall("redrive_take", &bare, -1, dst.name, "ids", num(plain), END), &taken);
+    assert_int_equal(taken.count, 1);
+    long long pid = redrive_in_one(&dst, &bare, plain);
+    expect_ok_msg(fcall("get", &dst, pid, END), &m);
+    assert_no_field(&m, "attributes");
+    assert_no_field(&m, "first_received_at");
+}
+
 /* A letter replayed or deleted before the take is not taken (so never
  * copied), and one taken cannot be replayed or deleted before it lands. */
 static void test_redrive_cannot_copy_a_replayed_letter(void **state)
@@ -643,6 +707,7 @@ int main(void)
         cmocka_unit_test(test_redrive_steps),
         cmocka_unit_test(test_redrive_cannot_copy_a_replayed_letter),
         cmocka_unit_test(test_redrive_resumes_left_letters),
+        cmocka_unit_test(test_dead_letter_move_keeps_attributes),
         cmocka_unit_test(test_rules_first_match_wins),
         cmocka_unit_test(test_rules_retry_then_dead),
         cmocka_unit_test(test_rules_dead_at_once),

@@ -437,6 +437,84 @@ static void test_tags_clear_and_dlq_sources(void **state)
     fixture_close(f);
 }
 
+/* The message move tasks' rows (lua/67_moves.lua) through the store: every
+ * reply strings, a task read back with rd_store_move_task_at. */
+static rd_store_move_task_t g_task;
+static char g_task_status[16], g_task_dest[64];
+static int g_tasks_seen;
+
+static void on_task_list(const rd_store_strings_t *res, void *arg)
+{
+    got_t *g = arg;
+    copy_head(g, &res->head);
+    g_tasks_seen = (int)(res->count / RD_STORE_MOVE_TASK_FIELDS);
+    if (rd_store_move_task_at(res, 0, &g_task)) {
+        copy_str(g_task_status, sizeof g_task_status, g_task.status);
+        copy_str(g_task_dest, sizeof g_task_dest, g_task.destination);
+    }
+}
+
+static void test_move_task_rows(void **state)
+{
+    (void)state;
+    fixture_t *f = fixture_open(ut_test_redis_port(), 5000);
+    got_t e = { 0 };
+    assert_int_equal(rd_store_enqueue(f->s.store, f->q,
+            &(rd_enqueue_t){ .payload = "p", .len = 1, .ttl_ms = -1 }, on_messages, &e), 0);
+    assert_true(ut_run_until(&f->loop, e.calls == 1, 5000));
+    char dest_name[64];
+    rd_store_queue_t dest = ut_queue(dest_name, sizeof dest_name, "move-dest");
+    got_t watched = { 0 }, started = { 0 }, again = { 0 }, busy = { 0 }, listed = { 0 };
+    assert_int_equal(rd_store_move_watch(f->s.store, f->q, 0, -1, on_strings, &watched), 0);
+    assert_true(ut_run_until(&f->loop, watched.calls == 1, 5000));
+    assert_string_equal(watched.strings[0], "1");
+    assert_int_equal(rd_store_move_start(f->s.store, f->q, dest, 7, "runner-a", 10000, on_strings,
+                                         &started), 0);
+    assert_true(ut_run_until(&f->loop, started.calls == 1, 5000));
+    assert_int_equal(started.status, RD_STORE_OK);
+    assert_string_equal(started.strings[0], "ok");
+    assert_string_equal(started.strings[3], "1");   /* to_move */
+    long long id = atoll(started.strings[1]);
+    assert_int_equal(rd_store_move_start(f->s.store, f->q, dest, 0, "runner-b", 10000, on_strings,
+                                         &again), 0);
+    assert_true(ut_run_until(&f->loop, again.calls == 1, 5000));
+    assert_string_equal(again.strings[0], "running");
+    assert_int_equal(rd_store_move_claim(f->s.store, f->q, "runner-b", 10000, on_strings, &busy), 0);
+    assert_true(ut_run_until(&f->loop, busy.calls == 1, 5000));
+    assert_string_equal(busy.strings[0], "busy");
+    assert_int_equal(rd_store_move_list(f->s.store, f->q, 10, on_task_list, &listed), 0);
+    assert_true(ut_run_until(&f->loop, listed.calls == 1, 5000));
+    assert_int_equal(g_tasks_seen, 1);
+    assert_int_equal(g_task.id, id);
+    assert_string_equal(g_task_status, "RUNNING");
+    assert_int_equal(strlen(g_task_dest), dest.len);
+    assert_int_equal(g_task.rate, 7);
+    assert_int_equal(g_task.to_move, 1);
+    assert_true(g_task.started_ms > 0);
+
+    got_t reported = { 0 }, lost = { 0 }, cancel = { 0 }, due = { 0 };
+    assert_int_equal(rd_store_move_report(f->s.store, f->q, id, "runner-b", 1, 10000, NULL, NULL,
+                                          on_strings, &lost), 0);
+    assert_true(ut_run_until(&f->loop, lost.calls == 1, 5000));
+    assert_string_equal(lost.strings[0], "lost");
+    assert_int_equal(rd_store_move_report(f->s.store, f->q, id, "runner-a", 1, 10000, "COMPLETED",
+                                          NULL, on_strings, &reported), 0);
+    assert_true(ut_run_until(&f->loop, reported.calls == 1, 5000));
+    assert_string_equal(reported.strings[1], "COMPLETED");
+    assert_int_equal(rd_store_move_cancel(f->s.store, f->q, id, on_strings, &cancel), 0);
+    assert_true(ut_run_until(&f->loop, cancel.calls == 1, 5000));
+    assert_string_equal(cancel.strings[0], "invalid_state");
+    assert_int_equal(rd_store_move_due(f->s.store, 1000, on_strings, &due), 0);
+    assert_true(ut_run_until(&f->loop, due.calls == 1, 5000));
+    assert_int_equal(due.status, RD_STORE_OK);
+    assert_true(due.strings_count >= 2 && due.strings_count % 2 == 0);
+    got_t dropped = { 0 };
+    assert_int_equal(rd_store_move_watch(f->s.store, f->q, -1, 0, on_strings, &dropped), 0);
+    assert_true(ut_run_until(&f->loop, dropped.calls == 1, 5000));
+    assert_string_equal(dropped.strings[0], "1");
+    fixture_close(f);
+}
+
 /* Redis not ready: -1 at once, the callback never runs. */
 static void test_not_ready_fails_at_once(void **state)
 {
@@ -594,6 +672,7 @@ int main(void)
         cmocka_unit_test(test_policy_create_and_sqs_results),
         cmocka_unit_test(test_enqueue_attributes_first_receive_must_exist),
         cmocka_unit_test(test_tags_clear_and_dlq_sources),
+        cmocka_unit_test(test_move_task_rows),
         cmocka_unit_test(test_not_ready_fails_at_once),
         cmocka_unit_test(test_wrong_reply_shape_is_an_error),
         cmocka_unit_test(test_link_drop_mid_call),

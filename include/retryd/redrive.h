@@ -20,4 +20,20 @@ int rd_redrive_run(rd_store_t *st, rd_store_queue_t source, rd_store_queue_t tar
                    const char *mode, const long long *ids, size_t n, const char *needle,
                    bool (*go_on)(void *arg), rd_store_replayed_cb cb, void *arg);
 
+/* A paced redrive (the message move tasks, src/moves.c): as rd_redrive_run
+ * with mode "all" or "move" (target empty with "move": each letter to its
+ * origin queue), each take looking at most limit (1..1000) dead letters.
+ * After every batch, before the next take, gate(r, moved, arg) runs with
+ * the letters that batch moved; the caller answers rd_redrive_resume(r, go)
+ * exactly once, at once or later (a timer), go false ending the redrive
+ * (cb with RD_STORE_UNAVAILABLE). cb's replayed counts every letter moved.
+ * mode is borrowed until cb. Returns -1 (and never calls cb or gate) when
+ * nothing could be sent. */
+typedef struct rd_redrive rd_redrive_t;
+typedef void (*rd_redrive_gate_cb)(rd_redrive_t *r, long long moved, void *arg);
+int rd_redrive_paced(rd_store_t *st, rd_store_queue_t source, rd_store_queue_t target,
+                     const char *mode, int limit, rd_redrive_gate_cb gate,
+                     rd_store_replayed_cb cb, void *arg);
+void rd_redrive_resume(rd_redrive_t *r, bool go);
+
 #endif

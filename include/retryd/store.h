@@ -522,6 +522,55 @@ int rd_store_tags_get(rd_store_t *st, rd_store_queue_t q, rd_store_strings_cb cb
 int rd_store_dlq_link(rd_store_t *st, rd_store_queue_t q, rd_store_queue_t target,
                       rd_store_strings_cb cb, void *arg);
 
+/* ---- message move tasks (lua/67_moves.lua, docs/sqs.md "Message move tasks") ----
+ * Every reply is rd_store_strings_t: the function's reply, each element a
+ * string. A task in a reply is RD_STORE_MOVE_TASK_FIELDS strings, read with
+ * rd_store_move_task_at. */
+
+enum { RD_STORE_MOVE_TASK_FIELDS = 8, RD_STORE_MOVE_TASKS_MAX = 10, RD_STORE_MOVE_RATE_MAX = 500 };
+
+typedef struct rd_store_move_task {
+    long long id;
+    rd_str_t status;            /* RUNNING CANCELLING COMPLETED CANCELLED FAILED */
+    rd_str_t destination;       /* empty: each letter's origin queue */
+    long long rate;             /* messages per second, 0: unpaced */
+    long long started_ms, moved, to_move;
+    rd_str_t reason;            /* FAILED's, else empty */
+} rd_store_move_task_t;
+
+/* The task at res->strings[at..at+8) into *out (borrowing the strings);
+ * false when they are not one. */
+bool rd_store_move_task_at(const rd_store_strings_t *res, size_t at, rd_store_move_task_t *out);
+/* A new task on source, run by runner with a lease of lease_ms: {"ok", id,
+ * started_ms, to_move} | {"running", id} (one is active). destination.len 0:
+ * each letter's origin; rate 0..500 (0: unpaced). */
+int rd_store_move_start(rd_store_t *st, rd_store_queue_t source, rd_store_queue_t destination,
+                        long long rate, const char *runner, long long lease_ms,
+                        rd_store_strings_cb cb, void *arg);
+/* Takes over source's active task if its lease ran out (or runner holds
+ * it): {"ok", lease_until_ms, task} | {"busy", lease_until_ms} | {"none"}. */
+int rd_store_move_claim(rd_store_t *st, rd_store_queue_t source, const char *runner,
+                        long long lease_ms, rd_store_strings_cb cb, void *arg);
+/* The runner's report: moved since the last one, the lease renewed; end
+ * NULL (go on), "release", "COMPLETED", "CANCELLED" or "FAILED" (reason).
+ * {"ok", status} | {"lost"}. */
+int rd_store_move_report(rd_store_t *st, rd_store_queue_t source, long long task,
+                         const char *runner, long long moved, long long lease_ms,
+                         const char *end, const char *reason, rd_store_strings_cb cb, void *arg);
+/* {"ok", moved} | {"not_found"} | {"invalid_state", status}. */
+int rd_store_move_cancel(rd_store_t *st, rd_store_queue_t source, long long task,
+                         rd_store_strings_cb cb, void *arg);
+/* The max (1..10) newest tasks, newest first: 8 strings each. */
+int rd_store_move_list(rd_store_t *st, rd_store_queue_t source, int max, rd_store_strings_cb cb,
+                       void *arg);
+/* The registry's watch list: source looked at again at at_ms (-1: dropped),
+ * only if its score is still expect_ms (-1: whatever it is): {"1"} when it
+ * acted, else {"0"}. */
+int rd_store_move_watch(rd_store_t *st, rd_store_queue_t source, long long at_ms,
+                        long long expect_ms, rd_store_strings_cb cb, void *arg);
+/* At most count (1..1000) watched sources due now: {name, score, ...}. */
+int rd_store_move_due(rd_store_t *st, int count, rd_store_strings_cb cb, void *arg);
+
 /* ---- the timer schedule (promoter.c) ---- */
 
 /* Takes at most limit (1..1000) queues whose timer is due, leased for

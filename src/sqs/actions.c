@@ -23,6 +23,9 @@ const rd_sqs_action_t rd_sqs_actions[] = {
     { "DeleteMessageBatch", true, rd_sqs_delete_message_batch },
     { "ChangeMessageVisibility", true, rd_sqs_change_message_visibility },
     { "ChangeMessageVisibilityBatch", true, rd_sqs_change_message_visibility_batch },
+    { "StartMessageMoveTask", false, rd_sqs_start_message_move_task },
+    { "ListMessageMoveTasks", false, rd_sqs_list_message_move_tasks },
+    { "CancelMessageMoveTask", false, rd_sqs_cancel_message_move_task },
 };
 const size_t rd_sqs_action_count = sizeof rd_sqs_actions / sizeof rd_sqs_actions[0];
 

@@ -257,6 +257,7 @@ rd_sqs_t *rd_sqs_start(uv_loop_t *loop, const rd_sqs_options_t *opts, char *why,
     sqs->store = opts->store;
     sqs->coalescer = opts->coalescer;
     sqs->waiters = opts->waiters;
+    sqs->moves = opts->moves;
     sqs->keys = keys;
     sqs->default_lease_ms = opts->default_lease_ms;
     snprintf(sqs->account, sizeof sqs->account, "%s", opts->account);

@@ -199,16 +199,27 @@ def case_redrive():
     rp = json.loads(sqs.get_queue_attributes(QueueUrl=src, AttributeNames=["RedrivePolicy"])
                     ["Attributes"]["RedrivePolicy"])
     check(rp == {"deadLetterTargetArn": arn, "maxReceiveCount": 2}, f"RedrivePolicy {rp}")
-    sqs.send_message(QueueUrl=src, MessageBody="poison")
+    attrs = {"kind": {"DataType": "String", "StringValue": "poison"},
+             "n": {"DataType": "Number", "StringValue": "42"},
+             "raw": {"DataType": "Binary", "BinaryValue": b"\x00\xffbin"}}
+    sent = sqs.send_message(QueueUrl=src, MessageBody="poison", MessageAttributes=attrs)
+    check(sent["MD5OfMessageAttributes"] == md5_of_attributes(attrs), "MD5OfMessageAttributes sent")
     counts = []
     deadline = time.time() + 30
     while time.time() < deadline:
         r = sqs.receive_message(QueueUrl=src, AttributeNames=["ApproximateReceiveCount"], WaitTimeSeconds=2)
         for m in r.get("Messages", []):
             counts.append(int(m["Attributes"]["ApproximateReceiveCount"]))
-        d = sqs.receive_message(QueueUrl=dlq, WaitTimeSeconds=1)
+        d = sqs.receive_message(QueueUrl=dlq, WaitTimeSeconds=1, MessageAttributeNames=["All"],
+                                AttributeNames=["ApproximateFirstReceiveTimestamp"])
         if d.get("Messages"):
-            check(d["Messages"][0]["Body"] == "poison", "the dead letter's body")
+            dm = d["Messages"][0]
+            check(dm["Body"] == "poison", "the dead letter's body")
+            # The dead letter keeps the MessageAttributes (botocore checks the MD5 too).
+            check(dm.get("MessageAttributes") == attrs, f"the dead letter's attributes {dm.get('MessageAttributes')}")
+            check(dm.get("MD5OfMessageAttributes") == md5_of_attributes(attrs), "the dead letter's MD5OfMessageAttributes")
+            first = int(dm["Attributes"]["ApproximateFirstReceiveTimestamp"])
+            check(abs(first - time.time() * 1000) < 60000, f"the DLQ's first receive is its own: {first}")
             break
     else:
         check(False, f"never reached the dead-letter queue; receives {counts}")

@@ -30,6 +30,7 @@ struct rd_sqs {
     rd_store_t *store;                 /* NULL once forgotten */
     rd_coalescer_t *coalescer;
     rd_waiters_t *waiters;
+    rd_moves_t *moves;                 /* message move tasks (moves.c) */
     rd_sqs_keys_t *keys;               /* NULL: no signature check */
     char account[16];
     char region[32];
@@ -142,7 +143,7 @@ size_t rd_sqs_cursor_before(const char *prefix, size_t len, char *out);
 typedef void (*rd_sqs_exists_fn)(rd_sqs_req_t *r);
 void rd_sqs_queue_exists(rd_sqs_req_t *r, const char *name, size_t len, rd_sqs_exists_fn then);
 
-/* ---- the actions (queues.c, admin.c, messages.c) ---- */
+/* ---- the actions (queues.c, admin.c, messages.c, moves.c) ---- */
 void rd_sqs_create_queue(rd_sqs_req_t *r);
 void rd_sqs_get_queue_url(rd_sqs_req_t *r);
 void rd_sqs_list_queues(rd_sqs_req_t *r);
@@ -161,5 +162,8 @@ void rd_sqs_delete_message(rd_sqs_req_t *r);
 void rd_sqs_delete_message_batch(rd_sqs_req_t *r);
 void rd_sqs_change_message_visibility(rd_sqs_req_t *r);
 void rd_sqs_change_message_visibility_batch(rd_sqs_req_t *r);
+void rd_sqs_start_message_move_task(rd_sqs_req_t *r);
+void rd_sqs_list_message_move_tasks(rd_sqs_req_t *r);
+void rd_sqs_cancel_message_move_task(rd_sqs_req_t *r);
 
 #endif
