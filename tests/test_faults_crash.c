@@ -822,7 +822,7 @@ static void test_lost_hand_back_is_sent_again(void **state)
         e2e_pause_ms(20);
     }
     char *text = fx_read_file(log);
-    bool dropped = text && strstr(text, "down, reconnecting") != NULL;
+    bool dropped = text && strstr(text, "redis: link lost to") != NULL;
     free(text);
     if (!dropped) fail_msg("the link never dropped: the hand-back was not lost");
     assert_int_equal(rq_int(g_admin, "HGET %s:{lb}:stats failed", prefix), 0);
