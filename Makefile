@@ -27,7 +27,7 @@ PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
 # The SQS endpoint (src/sqs/, docs/sqs.md): the wire protocols, SigV4, the actions.
 # (Set before LIB_SRC: its := expands them where it stands.)
-SQS_CODEC_SRC := sqs/errors sqs/decode sqs/encode sqs/attributes
+SQS_CODEC_SRC := sqs/errors sqs/decode sqs/shapes sqs/encode sqs/attributes
 SQS_AUTH_SRC := sqs/sigv4
 SQS_FACE_SRC := sqs/listener sqs/actions sqs/params sqs/names sqs/queues sqs/admin sqs/messages
 # Modules shared by the daemon and the tests (everything but main).
@@ -53,7 +53,7 @@ INTEG_TESTS := test_http $(LUA_TESTS) $(E2E_TESTS) test_ops test_multi $(FAULTS_
 INTEG_TESTS += test_redis test_store test_waiters test_promoter test_alerts_unit
 SHELL_UNIT := fuzz_smoke.sh deps_test.sh
 # openapi_check.sh validates the responses the suites before it received: keep it last.
-SHELL_INTEG := retryctl_test.sh ui_test.sh bench_smoke.sh examples_test.sh sqs_clients_test.sh openapi_check.sh
+SHELL_INTEG := retryctl_test.sh ui_test.sh bench_smoke.sh examples_test.sh sqs_clients_test.sh sqs_faults_test.sh openapi_check.sh
 TEST_BINS := $(UNIT_TESTS:%=$(BUILD)/tests/%) $(INTEG_TESTS:%=$(BUILD)/tests/%)
 
 .PHONY: all deps test-deps run test unit bench lint clean fuzz

@@ -449,6 +449,54 @@ static void test_json_malformed(void **state)
     assert_string_equal(call.action, "SendMessage");
 }
 
+/* A member of the wrong type is refused at decoding, before any action reads
+ * it: CreateQueue's Attributes as a list crashed retryd (a NULL member name
+ * given to strcmp). */
+static void test_json_shapes(void **state)
+{
+#define BAD(t, s) assert_json_error(t, s, sizeof(s) - 1, &RD_SQS_ERR_SERIALIZATION)
+    BAD("AmazonSQS.CreateQueue", "{\"QueueName\":\"q\",\"Attributes\":[1]}");
+    BAD("AmazonSQS.CreateQueue", "{\"QueueName\":\"q\",\"Attributes\":{\"DelaySeconds\":[]}}");
+    BAD("AmazonSQS.CreateQueue", "{\"QueueName\":\"q\",\"tags\":[\"a\"]}");
+    BAD("AmazonSQS.SetQueueAttributes", "{\"QueueUrl\":\"u\",\"Attributes\":\"x\"}");
+    BAD("AmazonSQS.GetQueueAttributes", "{\"QueueUrl\":\"u\",\"AttributeNames\":\"All\"}");
+    BAD("AmazonSQS.GetQueueAttributes", "{\"QueueUrl\":\"u\",\"AttributeNames\":[1]}");
+    BAD("AmazonSQS.TagQueue", "{\"QueueUrl\":\"u\",\"Tags\":[[\"k\",\"v\"]]}");
+    BAD("AmazonSQS.UntagQueue", "{\"QueueUrl\":\"u\",\"TagKeys\":{\"k\":\"v\"}}");
+    BAD("AmazonSQS.SendMessage", "{\"QueueUrl\":[\"u\"],\"MessageBody\":\"b\"}");
+    BAD("AmazonSQS.SendMessage", "{\"QueueUrl\":\"u\",\"MessageBody\":5}");
+    BAD("AmazonSQS.SendMessage", "{\"QueueUrl\":\"u\",\"MessageBody\":\"b\",\"DelaySeconds\":{}}");
+    BAD("AmazonSQS.SendMessage", "{\"QueueUrl\":\"u\",\"MessageBody\":\"b\",\"MessageAttributes\":[1]}");
+    BAD("AmazonSQS.SendMessage", "{\"QueueUrl\":\"u\",\"MessageBody\":\"b\",\"MessageAttributes\":{\"a\":1}}");
+    BAD("AmazonSQS.SendMessage", "{\"QueueUrl\":\"u\",\"MessageBody\":\"b\",\"MessageAttributes\":"
+        "{\"a\":{\"DataType\":\"String\",\"StringValue\":7}}}");
+    BAD("AmazonSQS.SendMessage", "{\"QueueUrl\":\"u\",\"MessageBody\":\"b\",\"MessageAttributes\":"
+        "{\"a\":{\"DataType\":\"String\",\"StringListValues\":[1]}}}");
+    BAD("AmazonSQS.SendMessageBatch", "{\"QueueUrl\":\"u\",\"Entries\":{\"a\":1}}");
+    BAD("AmazonSQS.SendMessageBatch", "{\"QueueUrl\":\"u\",\"Entries\":[1]}");
+    BAD("AmazonSQS.SendMessageBatch", "{\"QueueUrl\":\"u\",\"Entries\":[{\"Id\":\"a\",\"MessageBody\":[]}]}");
+    BAD("AmazonSQS.DeleteMessageBatch", "{\"QueueUrl\":\"u\",\"Entries\":[{\"Id\":1,\"ReceiptHandle\":\"h\"}]}");
+    BAD("AmazonSQS.ReceiveMessage", "{\"QueueUrl\":\"u\",\"MessageAttributeNames\":[null]}");
+#undef BAD
+    /* Integers as strings, nulls, empty lists and maps, and members retryd
+     * does not know keep decoding: the actions judge their values. */
+    static const char *const ok[] = {
+        "{\"QueueUrl\":\"u\",\"MaxNumberOfMessages\":\"5\",\"WaitTimeSeconds\":null}",
+        "{\"QueueName\":\"q\",\"Attributes\":{},\"tags\":{\"k\":\"v\"}}",
+        "{\"QueueUrl\":\"u\",\"Entries\":[],\"AttributeNames\":[]}",
+        "{\"QueueUrl\":\"u\",\"Unknown\":[{\"x\":1}]}",
+        "{\"QueueUrl\":\"u\",\"Entries\":[{\"Id\":\"a\",\"MessageBody\":\"b\",\"DelaySeconds\":3,"
+        "\"MessageAttributes\":{\"n\":{\"DataType\":\"Number\",\"StringValue\":\"1\"}}}]}",
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        rd_sqs_call_t call;
+        char why[256];
+        const rd_sqs_error_t *e = decode_json("AmazonSQS.SendMessageBatch", ok[i], strlen(ok[i]), &call, why);
+        if (e) fail_msg("%s: %s (%s)", ok[i], e->code, why);
+        rd_sqs_call_clear(&call);
+    }
+}
+
 static void test_nul_refused_in_json(void **state)
 {
 #define BAD(s, e) assert_json_error("AmazonSQS.SendMessageBatch", s, sizeof(s) - 1, &(e))
@@ -957,6 +1005,7 @@ int main(void)
         cmocka_unit_test(test_invalid_utf8_kept),
         cmocka_unit_test(test_json_bodies),
         cmocka_unit_test(test_json_malformed),
+        cmocka_unit_test(test_json_shapes),
         cmocka_unit_test(test_nul_refused_in_json),
         cmocka_unit_test(test_json_invalid_utf8_kept),
         cmocka_unit_test(test_json_results),

@@ -210,6 +210,42 @@ static void on_request(rd_http_exchange_t *ex, const rd_http_request_t *req, voi
     r->action->handler(r);
 }
 
+/* A body over SQS_MAX_BODY_BYTES is never read, but its client still gets
+ * an answer it parses: the error in its protocol, from the head alone. */
+static bool on_too_large(const rd_http_request_t *head, void *ctx, rd_http_answer_t *out)
+{
+    rd_sqs_t *sqs = ctx;
+    const char *target = rd_http_request_header(head, "x-amz-target");
+    rd_sqs_wire_t w = { .content_type = head->content_type, .target = target };
+    rd_sqs_protocol_t p = rd_sqs_wire_protocol(&w);
+    const char *action = p == RD_SQS_JSON && target && strncmp(target, "AmazonSQS.", 10) == 0
+                             ? target + 10 : "";
+    size_t alen = strlen(action);
+    const rd_sqs_error_t *e = &RD_SQS_ERR_REQUEST_TOO_LARGE;
+    char message[160];
+    snprintf(message, sizeof message, "The request body is over %d bytes, more than any SQS "
+             "request needs.", SQS_MAX_BODY_BYTES);
+    if (strcmp(action, "SendMessage") == 0) {
+        e = &RD_SQS_ERR_INVALID_PARAMETER_VALUE;
+        snprintf(message, sizeof message, "One or more parameters are invalid. Reason: Message "
+                 "must be shorter than %d bytes.", RD_SQS_BODY_MAX);
+    } else if (alen > 5 && strcmp(action + alen - 5, "Batch") == 0) {
+        e = &RD_SQS_ERR_BATCH_TOO_LONG;
+        snprintf(message, sizeof message, "Batch requests cannot be longer than %d bytes.",
+                 RD_SQS_BODY_MAX);
+    }
+    count_error(sqs, e);
+    char request_id[40];
+    new_request_id(request_id);
+    rd_buf_t body = RD_BUF_INIT, headers = RD_BUF_INIT;
+    rd_buf_printf(&headers, "x-amzn-RequestId: %s\r\n", request_id);
+    rd_sqs_encode_error(&body, &headers, p, e, message, request_id, &out->content_type);
+    out->status = e->status;
+    out->headers = rd_buf_take(&headers, NULL);
+    out->body = rd_buf_take(&body, &out->body_len);
+    return true;
+}
+
 /* Loopback: 127.0.0.0/8, ::1 and localhost. */
 static bool is_loopback(const char *host)
 {
@@ -246,7 +282,8 @@ rd_sqs_t *rd_sqs_start(uv_loop_t *loop, const rd_sqs_options_t *opts, char *why,
     rd_http_options_t ho = {
         .host = opts->host, .port = opts->port, .max_body_bytes = SQS_MAX_BODY_BYTES,
         .max_connections = opts->max_connections, .idle_timeout_ms = opts->idle_timeout_ms,
-        .handler = on_request, .handler_ctx = sqs, .keep_headers = true,
+        .handler = on_request, .on_too_large = on_too_large, .handler_ctx = sqs,
+        .keep_headers = true,
     };
     int rc = rd_http_server_start(loop, &ho, &sqs->http);
     if (rc != 0) {

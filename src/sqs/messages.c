@@ -13,6 +13,7 @@
 #include "retryd/alloc.h"
 #include "retryd/handback.h"
 #include "retryd/sqs/attributes.h"
+#include "retryd/sqs/codec.h"
 #include "retryd/sqs/face.h"
 
 enum { TOKEN_MAX = 128, GROUP_MAX = 128, DEDUP_MAX = 128, BATCH_ID_MAX = 80 };
@@ -478,13 +479,16 @@ static cJSON *received_message(rd_sqs_req_t *r, const receive_t *rc, const rd_me
     rd_buf_append(&handle, "", 1);
     cJSON_AddStringToObject(o, "ReceiptHandle", handle.data);
     rd_buf_free(&handle);
-    rd_sqs_md5_hex(m->payload.ptr ? m->payload.ptr : "", m->payload.len, md5);
+    /* The body as the answer carries it, and its digest: a message the HTTP
+     * API (or redis-cli) enqueued may hold what SQS would not have taken
+     * (control characters, U+FFFF, in XML; bytes that are not UTF-8), and
+     * the client checks MD5OfBody against the body it reads. */
+    rd_buf_t body = RD_BUF_INIT;
+    rd_sqs_wire_text(r->call.protocol, m->payload.ptr ? m->payload.ptr : "", m->payload.len, &body);
+    rd_sqs_md5_hex(body.data, body.len, md5);
     cJSON_AddStringToObject(o, "MD5OfBody", md5);
-    /* The body as stored: a message the HTTP API enqueued may hold bytes
-     * SQS would not have taken; cJSON needs them NUL-free. */
-    char *body = rd_strndup(m->payload.ptr ? m->payload.ptr : "", m->payload.len);
-    cJSON_AddStringToObject(o, "Body", body);
-    rd_free(body);
+    cJSON_AddStringToObject(o, "Body", body.data);
+    rd_buf_free(&body);
     unsigned sys = rc->all_system ? ~0u : rc->system;
     if (sys) {
         cJSON *a = cJSON_AddObjectToObject(o, "Attributes");

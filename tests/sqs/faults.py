@@ -1,0 +1,210 @@
+"""faults.py - a careless or hostile client of retryd's SQS endpoint, on raw
+sockets (tests/sqs_faults_test.sh runs one CASE per retryd): what it sends no
+SDK would, and every answer must still be SQS's, well-formed, in the client's
+protocol, with digests that match what the client reads.
+
+    python3 tests/sqs/faults.py SQS_URL API_URL CASE
+"""
+import base64
+import hashlib
+import json
+import socket
+import sys
+import time
+import urllib.parse
+import urllib.request
+import xml.dom.minidom
+
+SQS, API, CASE = sys.argv[1], sys.argv[2], sys.argv[3]
+HOST, PORT = urllib.parse.urlsplit(SQS).hostname, urllib.parse.urlsplit(SQS).port
+ACCOUNT = "000000000000"
+
+
+def url(queue):
+    return "%s/%s/%s" % (SQS, ACCOUNT, queue)
+
+
+class Answer:
+    def __init__(self, raw):
+        head, _, self.body = raw.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        self.status = int(lines[0].split()[1]) if lines and lines[0] else 0
+        self.headers = {}
+        for l in lines[1:]:
+            k, _, v = l.partition(":")
+            self.headers[k.strip().lower()] = v.strip()
+
+    def json(self):
+        assert self.headers.get("content-type") == "application/x-amz-json-1.0", self.headers
+        return json.loads(self.body)
+
+    def xml(self):
+        assert self.headers.get("content-type") == "text/xml", self.headers
+        return xml.dom.minidom.parseString(self.body)
+
+    def json_error(self):
+        doc = self.json()
+        code = doc["__type"].split("#")[-1]
+        assert "x-amzn-query-error" in self.headers, self.headers
+        return self.status, code
+
+    def xml_error(self):
+        doc = self.xml()
+        return self.status, doc.getElementsByTagName("Code")[0].firstChild.data
+
+    def __repr__(self):
+        return "%d %r %r" % (self.status, self.headers, self.body[:300])
+
+
+def exchange(data, timeout=10):
+    s = socket.create_connection((HOST, PORT))
+    s.settimeout(timeout)
+    s.sendall(data)
+    out = b""
+    while True:
+        try:
+            b = s.recv(65536)
+        except ConnectionResetError:
+            break
+        if not b:
+            break
+        out += b
+        head, sep, body = out.partition(b"\r\n\r\n")
+        if sep:
+            n = [l for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")]
+            if n and len(body) >= int(n[0].split(b":")[1]):
+                break
+    s.close()
+    assert out, "no answer"
+    return Answer(out)
+
+
+def post(body, headers):
+    if isinstance(body, str):
+        body = body.encode()
+    head = "POST / HTTP/1.1\r\nHost: %s:%d\r\nContent-Length: %d\r\n" % (HOST, PORT, len(body))
+    head += "".join("%s: %s\r\n" % kv for kv in headers.items())
+    return exchange(head.encode() + b"\r\n" + body)
+
+
+def form(body):
+    return post(body, {"Content-Type": "application/x-www-form-urlencoded"})
+
+
+def js(action, body):
+    if not isinstance(body, (bytes, str)):
+        body = json.dumps(body)
+    return post(body, {"Content-Type": "application/x-amz-json-1.0",
+                       "X-Amz-Target": "AmazonSQS." + action})
+
+
+def api(method, path, body=None):
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(API + path, method=method, data=data,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req) as r:
+        return json.loads(r.read() or b"null")
+
+
+def alive():
+    a = js("ListQueues", {})
+    assert a.status == 200, a
+
+
+def create(name, **attrs):
+    a = js("CreateQueue", {"QueueName": name, "Attributes": attrs})
+    assert a.status == 200, a
+    return url(name)
+
+
+# ---------------------------------------------------------------- cases
+
+def case_json_shapes():
+    """A member of the wrong type: SerializationException, and the daemon
+    lives (CreateQueue's Attributes as a list crashed it)."""
+    q = create("shapes")
+    bad = [
+        ("CreateQueue", {"QueueName": "shapes2", "Attributes": [1]}),
+        ("CreateQueue", {"QueueName": "shapes2", "Attributes": {"DelaySeconds": {}}}),
+        ("SetQueueAttributes", {"QueueUrl": q, "Attributes": ["VisibilityTimeout"]}),
+        ("GetQueueAttributes", {"QueueUrl": q, "AttributeNames": "All"}),
+        ("TagQueue", {"QueueUrl": q, "Tags": [["k", "v"]]}),
+        ("UntagQueue", {"QueueUrl": q, "TagKeys": [1]}),
+        ("SendMessage", {"QueueUrl": q, "MessageBody": 5}),
+        ("SendMessage", {"QueueUrl": q, "MessageBody": "b", "MessageAttributes": {"a": 1}}),
+        ("SendMessageBatch", {"QueueUrl": q, "Entries": [1]}),
+        ("DeleteMessageBatch", {"QueueUrl": q, "Entries": [{"Id": 1, "ReceiptHandle": "x"}]}),
+        ("ReceiveMessage", {"QueueUrl": q, "MessageAttributeNames": [None]}),
+    ]
+    for action, body in bad:
+        a = js(action, body)
+        assert a.json_error() == (400, "SerializationException"), (action, body, a)
+    alive()
+    # Nothing was made of them.
+    assert js("GetQueueUrl", {"QueueName": "shapes2"}).json_error()[1] == "QueueDoesNotExist"
+
+
+def case_oversize_bodies():
+    """A body over the endpoint's 1 MiB read limit is not read, and still
+    gets SQS's error in the client's protocol (it was problem+json)."""
+    q = create("big")
+    big = "a" * (1024 * 1024 + 1)
+    a = js("SendMessage", {"QueueUrl": q, "MessageBody": big})
+    assert a.json_error() == (400, "InvalidParameterValue"), a
+    a = js("SendMessageBatch", {"QueueUrl": q, "Entries": [
+        {"Id": str(i), "MessageBody": "a" * 262144} for i in range(10)]})
+    assert a.json_error() == (400, "BatchRequestTooLong"), a
+    a = js("ListQueues", {"QueueNamePrefix": big})
+    assert a.json_error() == (413, "RequestEntityTooLarge"), a
+    a = form("Action=SendMessage&QueueUrl=%s&MessageBody=%s" % (q, big))
+    assert a.xml_error() == (413, "RequestEntityTooLarge"), a
+    # At the limits that count: 256 KiB of body sends, one byte more does
+    # not, in both protocols; a 256 KiB body of 4-byte characters escaped
+    # as JSON's \\u pairs (768 KiB on the wire) fits.
+    k = 262144
+    assert js("SendMessage", {"QueueUrl": q, "MessageBody": "a" * k}).status == 200
+    assert js("SendMessage", {"QueueUrl": q, "MessageBody": "a" * (k + 1)}).json_error() == \
+        (400, "InvalidParameterValue")
+    assert form("Action=SendMessage&QueueUrl=%s&MessageBody=%s" % (q, "a" * k)).status == 200
+    assert form("Action=SendMessage&QueueUrl=%s&MessageBody=%s" % (q, "a" * (k + 1))).xml_error() == \
+        (400, "InvalidParameterValue")
+    emoji = "\U0001F600" * (k // 4)
+    a = js("SendMessage", {"QueueUrl": q, "MessageBody": emoji})
+    assert a.status == 200 and a.json()["MD5OfMessageBody"] == hashlib.md5(emoji.encode()).hexdigest(), a
+    a = js("SendMessageBatch", {"QueueUrl": q, "Entries": [
+        {"Id": str(i), "MessageBody": "a" * (k // 10)} for i in range(10)]})
+    assert a.status == 200 and len(a.json()["Successful"]) == 10, a
+    a = js("SendMessageBatch", {"QueueUrl": q, "Entries": [
+        {"Id": str(i), "MessageBody": "a" * (k // 10 + 1)} for i in range(10)]})
+    assert a.json_error() == (400, "BatchRequestTooLong"), a
+    alive()
+
+
+def case_http_payloads():
+    """A message the HTTP API enqueued with what SQS refuses (control
+    characters, U+FFFF): each protocol carries what it can, and MD5OfBody
+    is the digest of the body the client reads (the XML answer's was of
+    the stored bytes, so boto3 refused it)."""
+    payload = "p\u0001\uffff\u0085z\U0001F600"
+    for _ in range(2):
+        api("POST", "/queues/ctl/messages", {"payload": payload})
+    a = js("ReceiveMessage", {"QueueUrl": url("ctl")})
+    m = a.json()["Messages"][0]
+    assert m["Body"] == payload, m
+    assert m["MD5OfBody"] == hashlib.md5(payload.encode()).hexdigest(), m
+    a = form("Action=ReceiveMessage&QueueUrl=" + url("ctl"))
+    doc = a.xml()
+    body = doc.getElementsByTagName("Body")[0].firstChild.data
+    md5 = doc.getElementsByTagName("MD5OfBody")[0].firstChild.data
+    assert body == "p\ufffd\ufffd\u0085z\U0001F600", repr(body)
+    assert md5 == hashlib.md5(body.encode()).hexdigest(), (md5, body)
+
+
+def main():
+    fn = globals().get("case_" + CASE)
+    if fn is None:
+        sys.exit("unknown case " + CASE)
+    fn()
+
+
+main()

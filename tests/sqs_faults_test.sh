@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# sqs_faults_test.sh - retryd's SQS endpoint (docs/sqs.md) against a careless
+# or hostile client: malformed and oversized requests, wrong types, clients
+# that vanish mid-poll or half-close, SIGTERM mid-request, two instances on
+# one Redis. Each test runs its own retryd (RETRYD_BIN, e.g. build/san/retryd
+# for ASan/UBSan) on the shared redis-server, and fails when the daemon died
+# or its log holds a sanitizer report.
+#
+#   RETRYD_TEST_REDIS_PORT=6397 RETRYD_BIN=$PWD/build/retryd bash tests/sqs_faults_test.sh [TEST...]
+#
+# Output is cmocka's plain-text format, which scripts/test.sh counts.
+set -u
+
+PORT=${RETRYD_TEST_REDIS_PORT:?RETRYD_TEST_REDIS_PORT: the port of a throwaway redis-server}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$here/.." && pwd)
+BIN=${RETRYD_BIN:-$ROOT/build/retryd}
+PREFIX="sqsfault-$$-$RANDOM"
+PY=/usr/bin/python3
+
+source "$ROOT/scripts/lib.sh" # stop_pid, free_port, http_ready, suite_run
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/retryd-sqs-faults.XXXXXX") || exit 1
+cleanup() {
+    redis_unlink_keys "$PORT" "$PREFIX*"
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+fail() {
+    printf '    FAIL: %s\n' "$*"
+    exit 1
+}
+
+PIDS=()
+stop_all() { stop_pid ${PIDS[@]+"${PIDS[@]}"}; }
+
+# start_retryd NAME [ARG...]: sets API, SQS and PID for a daemon on free ports
+# (NAME names its log; two daemons of one test share the prefix "$PREFIX-$TEST").
+start_retryd() {
+    local name=$1 port sport i
+    shift
+    for i in 1 2 3 4 5; do
+        port=$(free_port) || fail "no free port"
+        sport=$(free_port) || fail "no free port"
+        [ "$port" != "$sport" ] || continue
+        "$BIN" --listen "127.0.0.1:$port" --sqs-listen "127.0.0.1:$sport" \
+            --redis "redis://127.0.0.1:$PORT" --prefix "$PREFIX-${GROUP:-$name}" --tick-ms 50 \
+            --log-level warn "$@" >>"$TMP/$name.retryd.log" 2>&1 &
+        PID=$!
+        PIDS+=($PID)
+        if http_ready "$port" 100 "$PID"; then
+            API="http://127.0.0.1:$port"
+            SQS="http://127.0.0.1:$sport"
+            return 0
+        fi
+    done
+    cat "$TMP/$name.retryd.log"
+    fail "retryd did not start"
+}
+
+# healthy NAME PID: the daemon still runs and its log has no sanitizer report.
+healthy() {
+    kill -0 "$2" 2>/dev/null || { tail -30 "$TMP/$1.retryd.log"; fail "retryd $1 died"; }
+    if grep -qE 'runtime error|ERROR: AddressSanitizer|ERROR: LeakSanitizer' "$TMP/$1.retryd.log"; then
+        grep -A12 -E 'runtime error|ERROR: (Address|Leak)Sanitizer' "$TMP/$1.retryd.log" | head -40
+        fail "sanitizer report in $1's log"
+    fi
+}
+
+# stopped NAME PID: SIGTERM ends the daemon cleanly (exit 0), without a leak
+# report (ASan's comes at exit).
+stopped() {
+    kill -TERM "$2" 2>/dev/null
+    local rc=0
+    wait "$2" || rc=$?
+    [ "$rc" = 0 ] || { tail -30 "$TMP/$1.retryd.log"; fail "retryd $1 exited $rc after SIGTERM"; }
+    if grep -qE 'ERROR: (Address|Leak)Sanitizer' "$TMP/$1.retryd.log"; then
+        grep -A20 -E 'ERROR: (Address|Leak)Sanitizer' "$TMP/$1.retryd.log" | head -40
+        fail "sanitizer report in $1's log at exit"
+    fi
+}
+
+# faults_case CASE: one case of tests/sqs/faults.py against a fresh daemon.
+faults_case() {
+    trap stop_all EXIT
+    start_retryd "$1"
+    local pid=$PID
+    "$PY" "$here/sqs/faults.py" "$SQS" "$API" "$1" || { healthy "$1" "$pid"; tail -5 "$TMP/$1.retryd.log"; fail "$1"; }
+    healthy "$1" "$pid"
+    stopped "$1" "$pid"
+}
+
+test_json_shapes() { faults_case json_shapes; }
+test_oversize_bodies() { faults_case oversize_bodies; }
+test_http_payloads() { faults_case http_payloads; }
+
+tests=("$@")
+[ "${#tests[@]}" -gt 0 ] || tests=(test_json_shapes test_oversize_bodies test_http_payloads)
+suite_run "${tests[@]}"
