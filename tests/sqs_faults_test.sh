@@ -94,7 +94,8 @@ faults_case() {
 test_json_shapes() { faults_case json_shapes; }
 test_oversize_bodies() { faults_case oversize_bodies; }
 test_http_payloads() { faults_case http_payloads; }
+test_foreign_handles() { faults_case foreign_handles; }
 
 tests=("$@")
-[ "${#tests[@]}" -gt 0 ] || tests=(test_json_shapes test_oversize_bodies test_http_payloads)
+[ "${#tests[@]}" -gt 0 ] || tests=(test_json_shapes test_oversize_bodies test_http_payloads test_foreign_handles)
 suite_run "${tests[@]}"

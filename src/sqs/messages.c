@@ -474,8 +474,8 @@ static cJSON *received_message(rd_sqs_req_t *r, const receive_t *rc, const rd_me
     rd_sqs_message_id(r->queue, r->queue_len, m->id, mid);
     cJSON_AddStringToObject(o, "MessageId", mid);
     rd_buf_t handle = RD_BUF_INIT;
-    rd_sqs_handle_encode(m->id, m->lease_token.ptr ? m->lease_token.ptr : "", m->lease_token.len,
-                         &handle);
+    rd_sqs_handle_encode(r->queue, r->queue_len, m->id,
+                         m->lease_token.ptr ? m->lease_token.ptr : "", m->lease_token.len, &handle);
     rd_buf_append(&handle, "", 1);
     cJSON_AddStringToObject(o, "ReceiptHandle", handle.data);
     rd_buf_free(&handle);
@@ -633,10 +633,10 @@ typedef struct handle {
     char token[TOKEN_MAX];
 } handle_t;
 
-static bool handle_read(const cJSON *in, handle_t *h)
+static bool handle_read(const rd_sqs_req_t *r, const cJSON *in, handle_t *h)
 {
     const char *s = rd_sqs_str(in, "ReceiptHandle");
-    return s && rd_sqs_handle_decode(s, &h->id, h->token, sizeof h->token);
+    return s && rd_sqs_handle_decode(s, r->queue, r->queue_len, &h->id, h->token, sizeof h->token);
 }
 
 static void on_deleted(const rd_store_messages_t *res, void *arg)
@@ -660,7 +660,7 @@ void rd_sqs_delete_message(rd_sqs_req_t *r)
     r->state = h;
     r->free_state = rd_free;
     if (rd_sqs_required(r, r->call.params, "ReceiptHandle") == NULL) return;
-    if (!handle_read(r->call.params, h)) {
+    if (!handle_read(r, r->call.params, h)) {
         rd_sqs_fail(r, &RD_SQS_ERR_RECEIPT_HANDLE_INVALID,
                     "The input receipt handle is invalid.");
         return;
@@ -699,7 +699,7 @@ void rd_sqs_delete_message_batch(rd_sqs_req_t *r)
     d->b = b;
     for (size_t i = 0; i < b->n; i++) {
         handle_t *h = &d->handles[d->n];
-        if (!handle_read(batch_entry(r, i), h)) {
+        if (!handle_read(r, batch_entry(r, i), h)) {
             entry_fail(&b->e[i], &RD_SQS_ERR_RECEIPT_HANDLE_INVALID,
                        "The input receipt handle is invalid.");
             continue;
@@ -778,14 +778,14 @@ static void on_visibility(const rd_store_messages_t *res, void *arg)
 }
 
 /* The handle and the timeout of one change (the request's or an entry's). */
-static const rd_sqs_error_t *visibility_parse(const cJSON *in, handle_t *h, long long *timeout,
-                                              const char **message)
+static const rd_sqs_error_t *visibility_parse(const rd_sqs_req_t *r, const cJSON *in, handle_t *h,
+                                              long long *timeout, const char **message)
 {
     if (rd_sqs_str(in, "ReceiptHandle") == NULL) {
         *message = "The request must contain the parameter ReceiptHandle.";
         return &RD_SQS_ERR_MISSING_PARAMETER;
     }
-    if (!handle_read(in, h)) {
+    if (!handle_read(r, in, h)) {
         *message = "The input receipt handle is invalid.";
         return &RD_SQS_ERR_RECEIPT_HANDLE_INVALID;
     }
@@ -816,7 +816,7 @@ void rd_sqs_change_message_visibility(rd_sqs_req_t *r)
     r->free_state = rd_free;
     long long timeout = 0;
     const char *message = NULL;
-    const rd_sqs_error_t *e = visibility_parse(r->call.params, h, &timeout, &message);
+    const rd_sqs_error_t *e = visibility_parse(r, r->call.params, h, &timeout, &message);
     if (e) {
         rd_sqs_fail(r, e, "%s", message);
         return;
@@ -852,7 +852,7 @@ void rd_sqs_change_message_visibility_batch(rd_sqs_req_t *r)
         slot->i = i;
         long long timeout = 0;
         const char *message = NULL;
-        const rd_sqs_error_t *e = visibility_parse(batch_entry(r, i), &slot->h, &timeout, &message);
+        const rd_sqs_error_t *e = visibility_parse(r, batch_entry(r, i), &slot->h, &timeout, &message);
         if (e == NULL && visibility_change(r, &slot->h, timeout, on_batch_visibility, slot) == 0)
             continue;
         entry_fail(&b->e[i], e ? e : &RD_SQS_ERR_SERVICE_UNAVAILABLE,

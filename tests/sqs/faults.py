@@ -200,6 +200,44 @@ def case_http_payloads():
     assert md5 == hashlib.md5(body.encode()).hexdigest(), (md5, body)
 
 
+def case_foreign_handles():
+    """A receipt handle of another queue is ReceiptHandleIsInvalid there (a
+    DeleteMessage with it answered success and deleted nothing); forged and
+    stale handles never delete what they do not name."""
+    q1, q2 = create("hq1"), create("hq2")
+    for q in (q1, q2):
+        assert js("SendMessage", {"QueueUrl": q, "MessageBody": "m"}).status == 200
+    m1 = js("ReceiveMessage", {"QueueUrl": q1, "VisibilityTimeout": 60}).json()["Messages"][0]
+    m2 = js("ReceiveMessage", {"QueueUrl": q2, "VisibilityTimeout": 60}).json()["Messages"][0]
+    h1 = m1["ReceiptHandle"]
+    assert js("DeleteMessage", {"QueueUrl": q2, "ReceiptHandle": h1}).json_error() == \
+        (404, "ReceiptHandleIsInvalid")
+    assert form("Action=DeleteMessage&QueueUrl=%s&ReceiptHandle=%s" % (
+        q2, urllib.parse.quote(h1, safe=""))).xml_error() == (404, "ReceiptHandleIsInvalid")
+    assert js("ChangeMessageVisibility", {"QueueUrl": q2, "ReceiptHandle": h1,
+                                          "VisibilityTimeout": 0}).json_error() == \
+        (404, "ReceiptHandleIsInvalid")
+    a = js("DeleteMessageBatch", {"QueueUrl": q2, "Entries": [
+        {"Id": "a", "ReceiptHandle": h1}, {"Id": "b", "ReceiptHandle": m2["ReceiptHandle"]}]}).json()
+    assert [e["Id"] for e in a["Successful"]] == ["b"], a
+    assert [(e["Id"], e["Code"]) for e in a["Failed"]] == [("a", "ReceiptHandleIsInvalid")], a
+    # Forged: ids and tokens that name nothing, in handles of the right form.
+    tag = m1["MessageId"].split("-")[0]
+    for raw in [tag + ":1:nope", tag + ":99999999:x", tag + ":9223372036854775807:x",
+                tag + ":" + m1["MessageId"] + ":x"]:
+        h = base64.b64encode(raw.encode()).decode()
+        a = js("DeleteMessage", {"QueueUrl": q1, "ReceiptHandle": h})
+        assert a.status in (200, 404), a
+    # q1's message is still in flight, and its own handle deletes it.
+    st = api("GET", "/queues/hq1/stats")["counts"]
+    assert st["processing"] == 1 and st["succeeded"] == 0, st
+    assert js("DeleteMessage", {"QueueUrl": q1, "ReceiptHandle": h1}).status == 200
+    assert api("GET", "/queues/hq1/stats")["counts"]["succeeded"] == 1
+    # A deleted message's handle succeeds again (SQS's rule), deleting nothing.
+    assert js("DeleteMessage", {"QueueUrl": q1, "ReceiptHandle": h1}).status == 200
+    assert api("GET", "/queues/hq1/stats")["counts"]["succeeded"] == 1
+
+
 def main():
     fn = globals().get("case_" + CASE)
     if fn is None:
