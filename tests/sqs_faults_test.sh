@@ -96,6 +96,24 @@ test_oversize_bodies() { faults_case oversize_bodies; }
 test_http_payloads() { faults_case http_payloads; }
 test_foreign_handles() { faults_case foreign_handles; }
 
+# Two instances on one Redis: B registered the queue, A drops it, B makes it again.
+test_delete_recreate() {
+    trap stop_all EXIT
+    GROUP=dr
+    start_retryd dr-a
+    local pid_a=$PID sqs_a=$SQS api_a=$API
+    start_retryd dr-b
+    local pid_b=$PID
+    SQS2=$sqs_a "$PY" "$here/sqs/faults.py" "$SQS" "$API" delete_recreate ||
+        { healthy dr-a "$pid_a"; healthy dr-b "$pid_b"; fail delete_recreate; }
+    "$PY" "$here/sqs/faults.py" "$sqs_a" "$api_a" delete_recreate || fail "delete_recreate on one instance"
+    healthy dr-a "$pid_a"
+    healthy dr-b "$pid_b"
+    stopped dr-a "$pid_a"
+    stopped dr-b "$pid_b"
+}
+
 tests=("$@")
-[ "${#tests[@]}" -gt 0 ] || tests=(test_json_shapes test_oversize_bodies test_http_payloads test_foreign_handles)
+[ "${#tests[@]}" -gt 0 ] || tests=(test_json_shapes test_oversize_bodies test_http_payloads test_foreign_handles
+    test_delete_recreate)
 suite_run "${tests[@]}"

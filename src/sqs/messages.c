@@ -613,7 +613,7 @@ void rd_sqs_receive_message(rd_sqs_req_t *r)
     rc->count = (int)count;
     rc->wait_ms = wait < 0 ? -1 : wait * 1000;
     /* VisibilityTimeout 0 is served as retryd's shortest lease, 1 s
-     * (docs/sqs.md "Differences"). */
+     * (docs/sqs.md "Attributes and the policy"). */
     rc->lease.ms = visibility < 0 ? r->sqs->default_lease_ms
                                   : (visibility == 0 ? 1000 : visibility * 1000);
     rc->lease.given = visibility >= 0;

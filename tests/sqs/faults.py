@@ -8,6 +8,7 @@ protocol, with digests that match what the client reads.
 import base64
 import hashlib
 import json
+import os
 import socket
 import sys
 import time
@@ -96,6 +97,17 @@ def js(action, body):
         body = json.dumps(body)
     return post(body, {"Content-Type": "application/x-amz-json-1.0",
                        "X-Amz-Target": "AmazonSQS." + action})
+
+
+def post_to(endpoint, action, body):
+    """A JSON-protocol request to another instance's endpoint."""
+    global HOST, PORT
+    saved = HOST, PORT
+    HOST, PORT = urllib.parse.urlsplit(endpoint).hostname, urllib.parse.urlsplit(endpoint).port
+    try:
+        return js(action, body)
+    finally:
+        HOST, PORT = saved
 
 
 def api(method, path, body=None):
@@ -236,6 +248,32 @@ def case_foreign_handles():
     # A deleted message's handle succeeds again (SQS's rule), deleting nothing.
     assert js("DeleteMessage", {"QueueUrl": q1, "ReceiptHandle": h1}).status == 200
     assert api("GET", "/queues/hq1/stats")["counts"]["succeeded"] == 1
+
+
+def case_delete_recreate():
+    """DeleteQueue, then CreateQueue of the same name at once, on this
+    instance and across two (SQS2): the new queue is registered, so
+    GetQueueUrl and ListQueues find it (the registry cache of the instance
+    that had registered it skipped the registration for 10 s)."""
+    other = os.environ.get("SQS2", SQS)
+    for name in ("dr1", "dr2"):
+        create(name)
+        assert js("SendMessage", {"QueueUrl": url(name), "MessageBody": "m"}).status == 200
+        a = post_to(other, "DeleteQueue", {"QueueUrl": url(name)})
+        assert a.status == 200, a
+        assert js("GetQueueUrl", {"QueueName": name}).json_error()[1] == "QueueDoesNotExist"
+        create(name)
+        for where in (SQS, other):
+            a = post_to(where, "GetQueueUrl", {"QueueName": name})
+            assert a.status == 200 and a.json()["QueueUrl"].endswith("/" + name), (where, a)
+            urls = post_to(where, "ListQueues", {"QueueNamePrefix": name}).json().get("QueueUrls", [])
+            assert [u.rsplit("/", 1)[1] for u in urls] == [name], (where, urls)
+        # Its messages are served as any queue's: a delay is promoted by the
+        # timer, which ticks only registered queues.
+        assert js("SendMessage", {"QueueUrl": url(name), "MessageBody": "later",
+                                  "DelaySeconds": 1}).status == 200
+        a = js("ReceiveMessage", {"QueueUrl": url(name), "WaitTimeSeconds": 5})
+        assert [m["Body"] for m in a.json().get("Messages", [])] == ["later"], a
 
 
 def main():
