@@ -49,7 +49,12 @@ do
   --                                               no drop_queue running), else nothing is
   --                                               written and the reply is {"not_found"};
   --                                               "f" the first claim records its time in
-  --                                               the trailer (first_received_at, ms)
+  --                                               the trailer (first_received_at, ms); "c"
+  --                                               ARGV[4] is the payload's digest (SQS's
+  --                                               content-based deduplication): only on a
+  --                                               queue whose policy has content_based_dedup
+  --                                               true, else nothing is written and the
+  --                                               reply is {"invalid_state", "no_content_dedup"}
   -- Returns {"ok", id, now_ms}: the caller has every other field already, so
   -- the message is not read back (a third of enqueue's cost); with ARGV[5],
   -- {"ok", id, now_ms, timer}: the timer hint of a delayed message
@@ -61,6 +66,7 @@ do
   -- message} when the key was used in this queue within 24 h: the original
   -- message, nothing created; when that message was deleted since (retention),
   -- {"duplicate", {"id", id}}. {"not_found"}: flag "e" and no such queue.
+  -- {"invalid_state", "no_content_dedup"}: flag "c" on a queue without it.
   -- Or {"too_large", limit}: the payload is longer than the policy's
   -- max_payload_bytes (limit), nothing created.
   -- Publishes on the queue's wake channel when the message is ready now.
@@ -106,7 +112,7 @@ do
         end
       end
       if flags and flags ~= '' then
-        if string.find(flags, '[^ef]') then return bad_arg('flags') end
+        if string.find(flags, '[^efc]') then return bad_arg('flags') end
         -- The queue must exist: only the queue's own keys can say so in its
         -- slot (the registry is another slot), so a policy or a message ever (seq).
         if string.find(flags, 'e', 1, true) and (redis.call('EXISTS', k.dropping) == 1
@@ -114,6 +120,12 @@ do
           return { 'not_found' }
         end
         if string.find(flags, 'f', 1, true) then first_receive = 0 end
+        -- Deduplicating by the body is the queue's choice: without it two
+        -- sends of one body are two messages, or (SQS) an error, never one.
+        if string.find(flags, 'c', 1, true)
+           and redis.call('HGET', k.policy, 'content_based_dedup') ~= 'true' then
+          return { 'invalid_state', 'no_content_dedup' }
+        end
       end
     end
     max_retries = flow.max_retries(k, max_retries, args[6] == 'default')

@@ -511,14 +511,20 @@ int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const rd_enqueue_t *in,
     else arg_str(&c, "");
     bool grouped = in->group && in->group[0];
     arg_str(&c, grouped ? in->group : "");   /* "": none */
-    /* ARGV[10..12] only when one is used: the usual enqueue sends what it did. */
+    /* ARGV[10..12] only when one is used: the usual enqueue sends what it did
+     * (flags lives until the call is sent: arguments are kept by reference). */
     bool attributes = in->attributes != NULL;
+    char flags[4];
     if (attributes || in->idempotency_window_ms > 0 || in->must_exist ||
-        in->record_first_receive) {
+        in->record_first_receive || in->content_dedup) {
         arg_bytes(&c, attributes ? in->attributes : "", attributes ? in->attributes_len : 0);
         arg_int(&c, in->idempotency_window_ms > 0 ? in->idempotency_window_ms : 0);
-        arg_str(&c, in->must_exist ? (in->record_first_receive ? "ef" : "e")
-                                   : (in->record_first_receive ? "f" : ""));
+        size_t nf = 0;
+        if (in->must_exist) flags[nf++] = 'e';
+        if (in->record_first_receive) flags[nf++] = 'f';
+        if (in->content_dedup) flags[nf++] = 'c';
+        flags[nf] = '\0';
+        arg_str(&c, flags);
     }
     rd_store_enqueued_t *e = rd_malloc(sizeof *e);
     e->payload = rd_strndup(in->payload, in->len);

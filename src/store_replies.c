@@ -302,6 +302,7 @@ static bool parse_enqueued(const rd_reply_t *reply, const rd_store_enqueued_t *e
     if (res->head.status == RD_STORE_TOO_LARGE)   /* {"too_large", limit} */
         return rd_reply_int(rd_reply_at(reply, 1), &res->payload_limit);
     if (res->head.status == RD_STORE_NOT_FOUND) return rd_reply_len(reply) == 1;   /* flag e */
+    if (res->head.status == RD_STORE_INVALID_STATE) return true;   /* flag c: no_content_dedup */
     if (res->head.status != RD_STORE_OK) return false;
     long long id, now;
     long long max_retries = e->max_retries, expires_at = -1;

@@ -95,6 +95,7 @@ test_json_shapes() { faults_case json_shapes; }
 test_oversize_bodies() { faults_case oversize_bodies; }
 test_http_payloads() { faults_case http_payloads; }
 test_foreign_handles() { faults_case foreign_handles; }
+test_fifo_dedup() { faults_case fifo_dedup; }
 
 # Two instances on one Redis: B registered the queue, A drops it, B makes it again.
 test_delete_recreate() {
@@ -115,5 +116,5 @@ test_delete_recreate() {
 
 tests=("$@")
 [ "${#tests[@]}" -gt 0 ] || tests=(test_json_shapes test_oversize_bodies test_http_payloads test_foreign_handles
-    test_delete_recreate)
+    test_delete_recreate test_fifo_dedup)
 suite_run "${tests[@]}"

@@ -532,11 +532,14 @@ static void test_query_actions(void **state)
     answer_free(&a);
 }
 
-/* /metrics counts the endpoint's requests by action and its errors by code. */
+/* /metrics counts the endpoint's requests by action and its errors by code;
+ * a request of no known action counts as "other" (it was not counted). */
 static void test_metrics_count_requests_and_errors(void **state)
 {
     (void)state;
     sqs_answer_t a;
+    json_call("NoSuchAction", "{}", &a);
+    answer_free(&a);
     for (int i = 0; i < 3; i++) {
         json_call("GetQueueUrl", "{\"QueueName\":\"e2e-sqs-nope\"}", &a);
         answer_free(&a);
@@ -552,15 +555,18 @@ static void test_metrics_count_requests_and_errors(void **state)
     answer_free(&a);
     http(&r, "GET", "/metrics", NULL);
     assert_int_equal(r.status, 200);
-    long long urls = -1, missing = -1;
+    long long urls = -1, missing = -1, other = -1;
     for (char *l = r.body; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
         if (strncmp(l, "retryd_sqs_requests_total{action=\"GetQueueUrl\"} ", 48) == 0)
             urls = atoll(l + 48);
         if (strncmp(l, "retryd_sqs_errors_total{code=\"QueueDoesNotExist\"} ", 50) == 0)
             missing = atoll(l + 50);
+        if (strncmp(l, "retryd_sqs_requests_total{action=\"other\"} ", 42) == 0)
+            other = atoll(l + 42);
     }
     e2e_response_free(&r);
     assert_true(urls >= 3);
+    assert_true(other >= 1);
     assert_true(missing >= 3);
 }
 

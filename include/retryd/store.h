@@ -339,10 +339,15 @@ typedef struct rd_enqueue {
     bool must_exist;                /* the queue must exist (a policy or a message ever, no
                                        drop running): else RD_STORE_NOT_FOUND, nothing made */
     bool record_first_receive;      /* its first claim keeps first_received_at_ms */
+    bool content_dedup;             /* idempotency_key is the payload's digest: only on a
+                                       queue whose policy has content_based_dedup, else
+                                       RD_STORE_INVALID_STATE (state "no_content_dedup"),
+                                       nothing made */
 } rd_enqueue_t;
 
 /* res: the message as stored (not read back), or the original with
  * RD_STORE_DUPLICATE, or RD_STORE_NOT_FOUND (must_exist), or
+ * RD_STORE_INVALID_STATE (content_dedup on a queue without it), or
  * RD_STORE_TOO_LARGE (res->payload_limit: the policy's max_payload_bytes;
  * nothing created). */
 int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const rd_enqueue_t *e,

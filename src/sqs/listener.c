@@ -179,6 +179,11 @@ static void on_request(rd_http_exchange_t *ex, const rd_http_request_t *req, voi
     };
     char why[256] = "";
     const rd_sqs_error_t *e = rd_sqs_decode(&w, &r->call, why, sizeof why);
+    size_t index = 0;
+    r->action = e ? NULL : rd_sqs_action_find(r->call.action, &index);
+    /* Every request counts once: by its action, else as "other". */
+    if (r->action) sqs->action_requests[index]++;
+    else sqs->other_requests++;
     if (e) {
         rd_sqs_fail(r, e, "%s", why);
         return;
@@ -190,8 +195,6 @@ static void on_request(rd_http_exchange_t *ex, const rd_http_request_t *req, voi
             return;
         }
     }
-    size_t index = 0;
-    r->action = rd_sqs_action_find(r->call.action, &index);
     if (r->action == NULL) {
         if (rd_sqs_action_known_unserved(r->call.action))
             rd_sqs_fail(r, &RD_SQS_ERR_UNSUPPORTED_OPERATION,
@@ -201,7 +204,6 @@ static void on_request(rd_http_exchange_t *ex, const rd_http_request_t *req, voi
                         "The action %s is not valid for this endpoint.", r->call.action);
         return;
     }
-    sqs->action_requests[index]++;
     if (r->action->needs_queue && !resolve_queue(r, req)) return;
     if (sqs->store == NULL || !rd_store_ready(sqs->store)) {
         rd_sqs_fail(r, &RD_SQS_ERR_SERVICE_UNAVAILABLE, "Redis is not reachable; retry.");
@@ -235,6 +237,7 @@ static bool on_too_large(const rd_http_request_t *head, void *ctx, rd_http_answe
                  RD_SQS_BODY_MAX);
     }
     count_error(sqs, e);
+    sqs->other_requests++;   /* not read: its action is not known for sure */
     char request_id[40];
     new_request_id(request_id);
     rd_buf_t body = RD_BUF_INIT, headers = RD_BUF_INIT;
@@ -335,6 +338,8 @@ void rd_sqs_render_metrics(const rd_sqs_t *sqs, rd_buf_t *out)
     for (size_t i = 0; i < rd_sqs_action_count; i++)
         rd_buf_printf(out, "retryd_sqs_requests_total{action=\"%s\"} %llu\n",
                       rd_sqs_actions[i].name, sqs->action_requests[i]);
+    /* Requests that did not decode, or named an action the table lacks. */
+    rd_buf_printf(out, "retryd_sqs_requests_total{action=\"other\"} %llu\n", sqs->other_requests);
     rd_buf_printf(out, "# HELP retryd_sqs_errors_total SQS endpoint error answers, by code.\n"
                        "# TYPE retryd_sqs_errors_total counter\n");
     for (size_t i = 0; i < sqs->error_kinds; i++)

@@ -141,6 +141,7 @@ typedef struct send {
     long long delay_ms;         /* -1: none given (the queue's DelaySeconds) */
     const char *group;          /* NULL: none */
     char dedup[DEDUP_MAX + 1];  /* the FIFO deduplication id (or the body's SHA-256), "" none */
+    bool content_dedup;         /* dedup is the body's SHA-256 (no MessageDeduplicationId) */
     rd_buf_t attributes;        /* packed (attributes.h), empty for none */
     char md5_body[33];
     char md5_attributes[33];    /* "" without attributes */
@@ -221,7 +222,9 @@ static const rd_sqs_error_t *send_parse(const rd_sqs_req_t *r, const cJSON *in, 
             }
             snprintf(s->dedup, sizeof s->dedup, "%s", dedup);
         } else {
-            /* Content-based deduplication: the SHA-256 of the body. */
+            /* Content-based deduplication: the SHA-256 of the body, if the
+             * queue has ContentBasedDeduplication (the enqueue checks). */
+            s->content_dedup = true;
             unsigned char d[SHA256_DIGEST_LENGTH];
             SHA256((const unsigned char *)s->body, s->body_len, d);
             for (int i = 0; i < SHA256_DIGEST_LENGTH; i++)
@@ -248,6 +251,13 @@ static const rd_sqs_error_t *send_parse(const rd_sqs_req_t *r, const cJSON *in, 
     return NULL;
 }
 
+/* A FIFO send without MessageDeduplicationId to a queue without
+ * ContentBasedDeduplication: SQS's answer (deduplicating by the body anyway
+ * would drop the second of two sends of one body). */
+static const char NO_CONTENT_DEDUP[] =
+    "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId "
+    "provided explicitly";
+
 /* The one enqueue of a send (the same store operation as the HTTP API's). */
 static int send_enqueue(rd_sqs_req_t *r, const send_t *s, rd_store_messages_cb cb, void *arg)
 {
@@ -259,6 +269,7 @@ static int send_enqueue(rd_sqs_req_t *r, const send_t *s, rd_store_messages_cb c
         .idempotency_window_ms = s->dedup[0] ? 5 * 60 * 1000 : 0,
         .attributes = s->attributes.len ? s->attributes.data : NULL,
         .attributes_len = s->attributes.len, .must_exist = true, .record_first_receive = true,
+        .content_dedup = s->content_dedup,
     };
     return rd_store_enqueue(r->sqs->store, rd_sqs_queue(r), &e, cb, arg);
 }
@@ -313,6 +324,10 @@ static void on_sent(const rd_store_messages_t *res, void *arg)
                     "%lld bytes.", res->payload_limit);
         return;
     }
+    if (res->head.status == RD_STORE_INVALID_STATE) {
+        rd_sqs_fail(r, &RD_SQS_ERR_INVALID_PARAMETER_VALUE, "%s", NO_CONTENT_DEDUP);
+        return;
+    }
     /* A duplicate (FIFO deduplication) answers the original's id. */
     if (res->head.status != RD_STORE_DUPLICATE && rd_sqs_store_failed(r, &res->head)) return;
     if (res->count < 1) {
@@ -355,6 +370,8 @@ static void on_batch_sent(const rd_store_messages_t *res, void *arg)
     } else if (st == RD_STORE_TOO_LARGE) {
         entry_fail(e, &RD_SQS_ERR_INVALID_PARAMETER_VALUE, "Message is larger than the queue's "
                                                            "MaximumMessageSize.");
+    } else if (st == RD_STORE_INVALID_STATE) {
+        entry_fail(e, &RD_SQS_ERR_INVALID_PARAMETER_VALUE, NO_CONTENT_DEDUP);
     } else if ((st == RD_STORE_OK || st == RD_STORE_DUPLICATE) && res->count > 0) {
         if (st == RD_STORE_OK) wake_waiters(b->r, &res->messages[0]);
         e->ok = send_result(b->r, &slot->s, res->messages[0].id);

@@ -276,6 +276,32 @@ def case_delete_recreate():
         assert [m["Body"] for m in a.json().get("Messages", [])] == ["later"], a
 
 
+def case_fifo_dedup():
+    """A FIFO send without MessageDeduplicationId on a queue without
+    ContentBasedDeduplication is InvalidParameterValue, as in SQS: retryd
+    deduplicated it by the body, so a second send of the same body answered
+    the first's MessageId and was never delivered."""
+    q = create("nodedup.fifo", FifoQueue="true")
+    for _ in range(2):
+        a = js("SendMessage", {"QueueUrl": q, "MessageBody": "same", "MessageGroupId": "g"})
+        assert a.json_error() == (400, "InvalidParameterValue"), a
+    a = form("Action=SendMessage&QueueUrl=%s&MessageBody=same&MessageGroupId=g" % q)
+    assert a.xml_error() == (400, "InvalidParameterValue"), a
+    a = js("SendMessageBatch", {"QueueUrl": q, "Entries": [
+        {"Id": "a", "MessageBody": "same", "MessageGroupId": "g"},
+        {"Id": "b", "MessageBody": "same", "MessageGroupId": "g", "MessageDeduplicationId": "d1"}]})
+    doc = a.json()
+    assert [e["Id"] for e in doc["Successful"]] == ["b"], doc
+    assert [(e["Id"], e["Code"]) for e in doc["Failed"]] == [("a", "InvalidParameterValue")], doc
+    assert api("GET", "/queues/nodedup.fifo/stats")["counts"]["pending"] == 1
+    # With it, the body is the key: one message for two sends.
+    q2 = create("dedup.fifo", FifoQueue="true", ContentBasedDeduplication="true")
+    ids = [js("SendMessage", {"QueueUrl": q2, "MessageBody": "same", "MessageGroupId": "g"}).json()
+           ["MessageId"] for _ in range(2)]
+    assert ids[0] == ids[1], ids
+    assert api("GET", "/queues/dedup.fifo/stats")["counts"]["pending"] == 1
+
+
 def main():
     fn = globals().get("case_" + CASE)
     if fn is None:

@@ -37,6 +37,7 @@ struct rd_sqs {
     long long default_lease_ms;
     /* /metrics: requests per action row, errors per code. */
     unsigned long long *action_requests;
+    unsigned long long other_requests;  /* undecodable, or an action not in the table */
     struct { const char *code; unsigned long long n; } errors[48];
     size_t error_kinds;
     void (*on_drained)(void *arg);
