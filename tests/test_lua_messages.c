@@ -1945,6 +1945,36 @@ static void test_enqueue_flag_must_exist(void **state)
     assert_int_equal(enqueued_id(enqueue_sqs(&q2, "p", "", "", 0, "", "ef")), 2);
 }
 
+/* Flag c: a key that is the payload's digest dedups only on a queue whose
+ * policy has content_based_dedup; elsewhere nothing is written and the
+ * reply says so (the SQS face answered two sends of one body as one). */
+static void test_enqueue_flag_content_dedup(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "contentdedup");
+    policy_set(&q, "merge", "fifo_groups", "true");
+    redisReply *r = enqueue_sqs(&q, "same", "digest", "", 0, "300000", "ec");
+    assert_true(has_code(r, "invalid_state"));
+    assert_int_equal(r->elements, 2);
+    assert_string_equal(r->element[1]->str, "no_content_dedup");
+    freeReplyObject(r);
+    r = rcmd("EXISTS", qkey(&q, "seq"), END);
+    assert_int_equal(r->integer, 0);   /* nothing made */
+    freeReplyObject(r);
+    policy_set(&q, "merge", "content_based_dedup", "true");
+    long long id = enqueued_id(enqueue_sqs(&q, "same", "digest", "", 0, "300000", "ec"));
+    r = enqueue_sqs(&q, "same", "digest", "", 0, "300000", "ec");
+    assert_true(has_code(r, "duplicate"));
+    freeReplyObject(r);
+    policy_set(&q, "merge", "content_based_dedup", "false");
+    r = enqueue_sqs(&q, "same", "digest2", "", 0, "300000", "c");
+    assert_true(has_code(r, "invalid_state"));
+    freeReplyObject(r);
+    /* Without c, the key dedups as any key does. */
+    assert_true(enqueued_id(enqueue_sqs(&q, "same", "digest3", "", 0, "300000", "e")) > id);
+}
+
 /* Flag f: the first claim records its time; later claims keep it; a
  * message without f has no trailer and no field. */
 static void test_enqueue_flag_first_receive(void **state)
@@ -1984,6 +2014,7 @@ int main(void)
         cmocka_unit_test(test_enqueue_attributes_bounded),
         cmocka_unit_test(test_enqueue_idempotency_window),
         cmocka_unit_test(test_enqueue_flag_must_exist),
+        cmocka_unit_test(test_enqueue_flag_content_dedup),
         cmocka_unit_test(test_enqueue_flag_first_receive),
         cmocka_unit_test(test_enqueue_ids_and_fields),
         cmocka_unit_test(test_enqueue_payload_binary_safe),
