@@ -96,6 +96,40 @@ test_oversize_bodies() { faults_case oversize_bodies; }
 test_http_payloads() { faults_case http_payloads; }
 test_foreign_handles() { faults_case foreign_handles; }
 test_fifo_dedup() { faults_case fifo_dedup; }
+test_vanishing_pollers() { faults_case vanishing_pollers; }
+test_half_close() { faults_case half_close; }
+test_list_10000() { faults_case list_10000; }
+
+# A send on one instance wakes a long poll on the other (one Redis, one prefix).
+test_wake_across_instances() {
+    trap stop_all EXIT
+    GROUP=wake
+    start_retryd wake-a
+    local pid_a=$PID sqs_a=$SQS
+    start_retryd wake-b
+    local pid_b=$PID
+    SQS2=$sqs_a "$PY" "$here/sqs/faults.py" "$SQS" "$API" wake_across_instances || fail wake_across_instances
+    healthy wake-a "$pid_a"
+    healthy wake-b "$pid_b"
+    stopped wake-a "$pid_a"
+    stopped wake-b "$pid_b"
+}
+
+# SIGTERM mid-request: the daemon drains both servers and exits 0 in time.
+test_sigterm_mid_poll() {
+    trap stop_all EXIT
+    start_retryd term
+    local pid=$PID t0 rc=0
+    RETRYD_PID=$pid "$PY" "$here/sqs/faults.py" "$SQS" "$API" sigterm_mid_poll || fail sigterm_mid_poll
+    t0=$(date +%s)
+    wait "$pid" || rc=$?
+    [ "$rc" = 0 ] || { tail -20 "$TMP/term.retryd.log"; fail "exit status $rc after SIGTERM"; }
+    [ $(($(date +%s) - t0)) -le 5 ] || fail "retryd took more than 5 s to exit"
+    if grep -qE 'runtime error|ERROR: (Address|Leak)Sanitizer' "$TMP/term.retryd.log"; then
+        grep -A20 -E 'runtime error|ERROR: (Address|Leak)Sanitizer' "$TMP/term.retryd.log" | head -40
+        fail "sanitizer report in the log"
+    fi
+}
 
 # Two instances on one Redis: B registered the queue, A drops it, B makes it again.
 test_delete_recreate() {
@@ -116,5 +150,6 @@ test_delete_recreate() {
 
 tests=("$@")
 [ "${#tests[@]}" -gt 0 ] || tests=(test_json_shapes test_oversize_bodies test_http_payloads test_foreign_handles
-    test_delete_recreate test_fifo_dedup)
+    test_delete_recreate test_fifo_dedup test_vanishing_pollers test_half_close test_list_10000
+    test_wake_across_instances test_sigterm_mid_poll)
 suite_run "${tests[@]}"

@@ -497,6 +497,34 @@ static void test_json_shapes(void **state)
     }
 }
 
+/* The body as each protocol carries it: what MD5OfBody digests. */
+static void test_wire_text(void **state)
+{
+    (void)state;
+    static const struct { const char *in; size_t len; const char *json, *xml; bool replaced_xml; } cases[] = {
+        { "plain", 5, "plain", "plain", false },
+        { "a\x01" "b", 3, "a\x01" "b", "a\xEF\xBF\xBD" "b", true },
+        { "tab\tlf\ncr\r", 10, "tab\tlf\ncr\r", "tab\tlf\ncr\r", false },
+        { "\xEF\xBF\xBF", 3, "\xEF\xBF\xBF", "\xEF\xBF\xBD", true },          /* U+FFFF */
+        { "\xC2\x85", 2, "\xC2\x85", "\xC2\x85", false },                       /* U+0085 */
+        { "x\xFFy", 3, "x\xEF\xBF\xBDy", "x\xEF\xBF\xBDy", true },              /* not UTF-8 */
+        { "n\0ul", 4, "n\xEF\xBF\xBDul", "n\xEF\xBF\xBDul", true },             /* U+0000 */
+        { "\xF0\x9F\x98\x80", 4, "\xF0\x9F\x98\x80", "\xF0\x9F\x98\x80", false },
+        { "", 0, "", "", false },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        rd_buf_t j = RD_BUF_INIT, x = RD_BUF_INIT;
+        rd_sqs_wire_text(RD_SQS_JSON, cases[i].in, cases[i].len, &j);
+        bool rx = rd_sqs_wire_text(RD_SQS_QUERY, cases[i].in, cases[i].len, &x);
+        assert_string_equal(j.data, cases[i].json);
+        assert_int_equal(j.len, strlen(cases[i].json));
+        assert_string_equal(x.data, cases[i].xml);
+        assert_int_equal(rx, cases[i].replaced_xml);
+        rd_buf_free(&j);
+        rd_buf_free(&x);
+    }
+}
+
 static void test_nul_refused_in_json(void **state)
 {
 #define BAD(s, e) assert_json_error("AmazonSQS.SendMessageBatch", s, sizeof(s) - 1, &(e))
@@ -1006,6 +1034,7 @@ int main(void)
         cmocka_unit_test(test_json_bodies),
         cmocka_unit_test(test_json_malformed),
         cmocka_unit_test(test_json_shapes),
+        cmocka_unit_test(test_wire_text),
         cmocka_unit_test(test_nul_refused_in_json),
         cmocka_unit_test(test_json_invalid_utf8_kept),
         cmocka_unit_test(test_json_results),

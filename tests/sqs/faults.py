@@ -302,6 +302,165 @@ def case_fifo_dedup():
     assert api("GET", "/queues/dedup.fifo/stats")["counts"]["pending"] == 1
 
 
+def receive_request(queue, wait, count=10):
+    body = json.dumps({"QueueUrl": url(queue), "WaitTimeSeconds": wait,
+                       "MaxNumberOfMessages": count}).encode()
+    return (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-amz-json-1.0\r\n"
+            b"X-Amz-Target: AmazonSQS.ReceiveMessage\r\nContent-Length: %d\r\n\r\n" % len(body)) + body
+
+
+def case_vanishing_pollers():
+    """Long polls (WaitTimeSeconds 20) whose clients vanish, by reset or by
+    close, before and while messages arrive: no message is lost or left
+    leased to them; a live receiver gets every one at once."""
+    create("vanish", VisibilityTimeout="600")
+    for how in ("reset", "close"):
+        socks = []
+        for _ in range(3):
+            s = socket.create_connection((HOST, PORT))
+            s.sendall(receive_request("vanish", 20))
+            socks.append(s)
+        time.sleep(0.3)   # parked: nothing is there yet
+        for s in socks:
+            if how == "reset":
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
+            s.close()
+        for i in range(5):
+            assert js("SendMessage", {"QueueUrl": url("vanish"), "MessageBody": "%s%d" % (how, i)}).status == 200
+        # Receivers that vanish while messages are there: a claim answered to
+        # nobody is handed back (include/retryd/handback.h).
+        for _ in range(3):
+            s = socket.create_connection((HOST, PORT))
+            s.sendall(receive_request("vanish", 0))
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
+            s.close()
+        got, deadline = [], time.time() + 10
+        while len(got) < 5 and time.time() < deadline:
+            a = js("ReceiveMessage", {"QueueUrl": url("vanish"), "MaxNumberOfMessages": 10,
+                                      "WaitTimeSeconds": 1})
+            for m in a.json().get("Messages", []):
+                got.append(m["Body"])
+                js("DeleteMessage", {"QueueUrl": url("vanish"), "ReceiptHandle": m["ReceiptHandle"]})
+        assert sorted(got) == ["%s%d" % (how, i) for i in range(5)], (how, got)
+    counts = api("GET", "/queues/vanish/stats")["counts"]
+    assert counts["processing"] == 0 and counts["pending"] == 0 and counts["succeeded"] == 10, counts
+
+
+def case_half_close():
+    """A client that sends its request and shuts its sending side still gets
+    the whole answer (HTTP/1.1 allows it)."""
+    create("halfclose")
+    js("SendMessage", {"QueueUrl": url("halfclose"), "MessageBody": "hc"})
+    s = socket.create_connection((HOST, PORT))
+    s.settimeout(10)
+    s.sendall(receive_request("halfclose", 5))
+    s.shutdown(socket.SHUT_WR)
+    out = b""
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        out += b
+    s.close()
+    a = Answer(out)
+    assert a.status == 200 and [m["Body"] for m in a.json()["Messages"]] == ["hc"], a
+
+
+def case_list_10000():
+    """ListQueues over 10,000 queues (and names SQS does not allow between
+    them, made on the HTTP API): every page size walks each SQS queue once,
+    in name order; without MaxResults at most 1000 and no NextToken."""
+    import http.client
+    c = http.client.HTTPConnection(HOST, PORT)
+    for i in range(10000):
+        c.request("POST", "/", json.dumps({"QueueName": "lq-%05d" % i}),
+                  {"Content-Type": "application/x-amz-json-1.0", "X-Amz-Target": "AmazonSQS.CreateQueue"})
+        r = c.getresponse()
+        r.read()
+        assert r.status == 200, r.status
+    for i in range(0, 10000, 37):
+        api("POST", "/queues/lq-%05d%%20x/messages" % i, {"payload": "p"})
+    want = ["lq-%05d" % i for i in range(10000)]
+    for page in (1000, 7):
+        seen, token = [], None
+        while True:
+            body = {"QueueNamePrefix": "lq-", "MaxResults": page}
+            if token:
+                body["NextToken"] = token
+            c.request("POST", "/", json.dumps(body), {"Content-Type": "application/x-amz-json-1.0",
+                                                      "X-Amz-Target": "AmazonSQS.ListQueues"})
+            r = c.getresponse()
+            doc = json.loads(r.read())
+            urls = doc.get("QueueUrls", [])
+            assert len(urls) <= page, len(urls)
+            seen += [u.rsplit("/", 1)[1] for u in urls]
+            token = doc.get("NextToken")
+            if not token:
+                break
+        assert seen == want, (page, len(seen), seen[:3])
+    doc = js("ListQueues", {"QueueNamePrefix": "lq-"}).json()
+    assert len(doc["QueueUrls"]) <= 1000 and "NextToken" not in doc, len(doc["QueueUrls"])
+    # A name SQS does not allow is no SQS queue.
+    assert js("GetQueueUrl", {"QueueName": "lq-00000 x"}).json_error()[1] == "QueueDoesNotExist"
+
+
+def case_wake_across_instances():
+    """A long poll on one instance (SQS2) wakes at a send on the other."""
+    import threading
+    other = os.environ["SQS2"]
+    create("wake")
+    out = {}
+
+    def poll():
+        t = time.time()
+        out["a"] = post_to(other, "ReceiveMessage", {"QueueUrl": url("wake"), "WaitTimeSeconds": 20})
+        out["t"] = time.time() - t
+    th = threading.Thread(target=poll)
+    th.start()
+    time.sleep(0.5)
+    js("SendMessage", {"QueueUrl": url("wake"), "MessageBody": "ping"})
+    th.join()
+    assert [m["Body"] for m in out["a"].json()["Messages"]] == ["ping"], out
+    assert out["t"] < 5, out["t"]
+
+
+def case_sigterm_mid_poll():
+    """SIGTERM (to RETRYD_PID) while a long poll waits and a body is half
+    sent: the poll is answered (empty) at once and the daemon exits; a
+    message sent before is not lost."""
+    import signal
+    import threading
+    create("term")
+    out = {}
+
+    def poll():
+        t = time.time()
+        s = socket.create_connection((HOST, PORT))
+        s.settimeout(15)
+        s.sendall(receive_request("term", 20))
+        data = b""
+        while True:
+            try:
+                b = s.recv(65536)
+            except OSError:
+                break
+            if not b:
+                break
+            data += b
+        out["raw"], out["t"] = data, time.time() - t
+    th = threading.Thread(target=poll)
+    th.start()
+    half = socket.create_connection((HOST, PORT))
+    half.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-amz-json-1.0\r\n"
+                 b"X-Amz-Target: AmazonSQS.ListQueues\r\nContent-Length: 10\r\n\r\n{")
+    time.sleep(0.5)
+    os.kill(int(os.environ["RETRYD_PID"]), signal.SIGTERM)
+    th.join()
+    a = Answer(out["raw"])
+    assert a.status == 200 and "Messages" not in a.json(), a
+    assert out["t"] < 5, out["t"]
+
+
 def main():
     fn = globals().get("case_" + CASE)
     if fn is None:
