@@ -96,6 +96,7 @@ test_oversize_bodies() { faults_case oversize_bodies; }
 test_http_payloads() { faults_case http_payloads; }
 test_foreign_handles() { faults_case foreign_handles; }
 test_fifo_dedup() { faults_case fifo_dedup; }
+test_sqs_rules() { faults_case sqs_rules; }
 test_vanishing_pollers() { faults_case vanishing_pollers; }
 test_half_close() { faults_case half_close; }
 test_list_10000() { faults_case list_10000; }
@@ -150,6 +151,6 @@ test_delete_recreate() {
 
 tests=("$@")
 [ "${#tests[@]}" -gt 0 ] || tests=(test_json_shapes test_oversize_bodies test_http_payloads test_foreign_handles
-    test_delete_recreate test_fifo_dedup test_vanishing_pollers test_half_close test_list_10000
+    test_delete_recreate test_fifo_dedup test_sqs_rules test_vanishing_pollers test_half_close test_list_10000
     test_wake_across_instances test_sigterm_mid_poll)
 suite_run "${tests[@]}"

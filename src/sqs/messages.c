@@ -236,6 +236,18 @@ static const rd_sqs_error_t *send_parse(const rd_sqs_req_t *r, const cJSON *in, 
                                "queue type.");
         return &RD_SQS_ERR_INVALID_PARAMETER_VALUE;
     }
+    /* SQS takes one system attribute, AWSTraceHeader (a String); retryd
+     * takes it and keeps nothing (docs/sqs.md). */
+    const cJSON *sys;
+    cJSON_ArrayForEach(sys, cJSON_GetObjectItemCaseSensitive(in, "MessageSystemAttributes")) {
+        const char *type = rd_sqs_str(sys, "DataType");
+        if (strcmp(sys->string, "AWSTraceHeader") != 0 || type == NULL ||
+            strcmp(type, "String") != 0 || rd_sqs_str(sys, "StringValue") == NULL) {
+            snprintf(why, why_len, "Message system attribute name '%.64s' is invalid: the only "
+                                   "one is AWSTraceHeader, of type String.", sys->string);
+            return &RD_SQS_ERR_INVALID_PARAMETER_VALUE;
+        }
+    }
     size_t attr_size = 0;
     const cJSON *attrs = cJSON_GetObjectItemCaseSensitive(in, "MessageAttributes");
     if (rd_sqs_attributes_pack(attrs, &s->attributes, &attr_size, why, why_len) != 0)

@@ -461,6 +461,37 @@ def case_sigterm_mid_poll():
     assert out["t"] < 5, out["t"]
 
 
+def case_sqs_rules():
+    """Rules SQS enforces that retryd took silently: a message system
+    attribute other than AWSTraceHeader, and a dead-letter queue of the
+    other type (a FIFO queue's must be FIFO, a standard one's standard)."""
+    q = create("rules")
+    a = js("SendMessage", {"QueueUrl": q, "MessageBody": "x", "MessageSystemAttributes": {
+        "Foo": {"DataType": "String", "StringValue": "v"}}})
+    assert a.json_error() == (400, "InvalidParameterValue"), a
+    a = js("SendMessage", {"QueueUrl": q, "MessageBody": "x", "MessageSystemAttributes": {
+        "AWSTraceHeader": {"DataType": "Number", "StringValue": "1"}}})
+    assert a.json_error() == (400, "InvalidParameterValue"), a
+    a = js("SendMessage", {"QueueUrl": q, "MessageBody": "x", "MessageSystemAttributes": {
+        "AWSTraceHeader": {"DataType": "String", "StringValue": "Root=1-5759e988-bd862e3fe1be46a994272793"}}})
+    assert a.status == 200, a
+    a = form("Action=SendMessage&QueueUrl=%s&MessageBody=x&MessageSystemAttribute.1.Name=Foo&"
+             "MessageSystemAttribute.1.Value.DataType=String&MessageSystemAttribute.1.Value.StringValue=v" % q)
+    assert a.xml_error() == (400, "InvalidParameterValue"), a
+    create("rules-dlq.fifo", FifoQueue="true")
+    create("rules-std-dlq")
+    arn = "arn:aws:sqs:us-east-1:000000000000:"
+    a = js("SetQueueAttributes", {"QueueUrl": q, "Attributes": {"RedrivePolicy": json.dumps(
+        {"deadLetterTargetArn": arn + "rules-dlq.fifo", "maxReceiveCount": "2"})}})
+    assert a.json_error() == (400, "InvalidParameterValue"), a
+    a = js("CreateQueue", {"QueueName": "rules2.fifo", "Attributes": {"FifoQueue": "true", "RedrivePolicy":
+        json.dumps({"deadLetterTargetArn": arn + "rules-std-dlq", "maxReceiveCount": "2"})}})
+    assert a.json_error() == (400, "InvalidParameterValue"), a
+    a = js("CreateQueue", {"QueueName": "rules3.fifo", "Attributes": {"FifoQueue": "true", "RedrivePolicy":
+        json.dumps({"deadLetterTargetArn": arn + "rules-dlq.fifo", "maxReceiveCount": "2"})}})
+    assert a.status == 200, a
+
+
 def main():
     fn = globals().get("case_" + CASE)
     if fn is None:
