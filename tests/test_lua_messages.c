@@ -1819,8 +1819,8 @@ static redisReply *enqueue_sqs(const queue_t *q, const char *payload, const char
 {
     const char *args[] = { payload, "3", "0", idem, "1", "default", "", "", "", attrs, window, flags };
     size_t lens[12];
-    for (size_t i = 0; i < 12; i++) lens[i] = strlen(args[i]);
-    lens[9] = attrs_len;
+    /* attrs is binary (not NUL-terminated): its length is given. */
+    for (size_t i = 0; i < 12; i++) lens[i] = i == 9 ? attrs_len : strlen(args[i]);
     return fcall_bin("enqueue", q, -1, 12, args, lens);
 }
 
