@@ -540,6 +540,22 @@ static void test_metrics_count_requests_and_errors(void **state)
     sqs_answer_t a;
     json_call("NoSuchAction", "{}", &a);
     answer_free(&a);
+    /* Two error rows answer InvalidParameterValue (too many tags, a bad
+     * value): one series for the code. */
+    json_call("CreateQueue", "{\"QueueName\":\"e2e-sqs-m\"}", &a);
+    answer_free(&a);
+    rd_buf_t tags = RD_BUF_INIT;
+    rd_buf_printf(&tags, "{\"QueueUrl\":\"%s\",\"Tags\":{", url_of("e2e-sqs-m"));
+    for (int i = 0; i < 51; i++) rd_buf_printf(&tags, "%s\"k%d\":\"v\"", i ? "," : "", i);
+    rd_buf_puts(&tags, "}}");
+    json_call("TagQueue", tags.data, &a);
+    assert_json_error(&a, 400, "InvalidParameterValue", "InvalidParameterValue");
+    answer_free(&a);
+    rd_buf_free(&tags);
+    json_call("ReceiveMessage", e2e_fmt("{\"QueueUrl\":\"%s\",\"MaxNumberOfMessages\":11}",
+                                        url_of("e2e-sqs-m")), &a);
+    assert_json_error(&a, 400, "InvalidParameterValue", "InvalidParameterValue");
+    answer_free(&a);
     for (int i = 0; i < 3; i++) {
         json_call("GetQueueUrl", "{\"QueueName\":\"e2e-sqs-nope\"}", &a);
         answer_free(&a);
@@ -556,6 +572,7 @@ static void test_metrics_count_requests_and_errors(void **state)
     http(&r, "GET", "/metrics", NULL);
     assert_int_equal(r.status, 200);
     long long urls = -1, missing = -1, other = -1;
+    int invalid_series = 0;
     for (char *l = r.body; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
         if (strncmp(l, "retryd_sqs_requests_total{action=\"GetQueueUrl\"} ", 48) == 0)
             urls = atoll(l + 48);
@@ -563,10 +580,13 @@ static void test_metrics_count_requests_and_errors(void **state)
             missing = atoll(l + 50);
         if (strncmp(l, "retryd_sqs_requests_total{action=\"other\"} ", 42) == 0)
             other = atoll(l + 42);
+        if (strncmp(l, "retryd_sqs_errors_total{code=\"InvalidParameterValue\"} ", 54) == 0)
+            invalid_series++;
     }
     e2e_response_free(&r);
     assert_true(urls >= 3);
     assert_true(other >= 1);
+    assert_int_equal(invalid_series, 1);
     assert_true(missing >= 3);
 }
 

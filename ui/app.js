@@ -1116,9 +1116,8 @@
       appendKids(main, [
         breadcrumb([{ href: '#/queues', text: 'Queues' }, { text: q }]),
         h('div', { class: 'page-head' },
-          h('h1', null, h('span', { class: 'muted h-prefix', text: 'Queue ' }), h('span', { text: q }),
-            this.sqsMark),
-          this.headStats, this.groupsLink),
+          h('h1', null, h('span', { class: 'muted h-prefix', text: 'Queue ' }), h('span', { text: q })),
+          this.sqsMark, this.headStats, this.groupsLink),
         this.policyBox,
         this.redriveBox,
         this.dlqForm,

@@ -22,8 +22,10 @@ enum { SQS_MAX_BODY_BYTES = 4 * RD_SQS_BODY_MAX };
 
 static void count_error(rd_sqs_t *sqs, const rd_sqs_error_t *e)
 {
+    /* By the code's text: two rows may share one (TOO_MANY_TAGS and
+     * INVALID_PARAMETER_VALUE), and a label must appear once. */
     for (size_t i = 0; i < sqs->error_kinds; i++)
-        if (sqs->errors[i].code == e->code) {
+        if (strcmp(sqs->errors[i].code, e->code) == 0) {
             sqs->errors[i].n++;
             return;
         }
