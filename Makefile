@@ -27,7 +27,7 @@ PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
 # The SQS endpoint (src/sqs/, docs/sqs.md): the wire protocols, SigV4, the actions.
 # (Set before LIB_SRC: its := expands them where it stands.)
-SQS_CODEC_SRC := sqs/errors sqs/decode sqs/encode sqs/attributes
+SQS_CODEC_SRC := sqs/errors sqs/decode sqs/shapes sqs/encode sqs/attributes
 SQS_AUTH_SRC := sqs/sigv4 sqs/roles
 SQS_FACE_SRC := sqs/listener sqs/actions sqs/params sqs/names sqs/queues sqs/admin sqs/messages sqs/moves
 # Modules shared by the daemon and the tests (everything but main).
@@ -46,14 +46,14 @@ LUA_TESTS := test_lua_messages test_lua_queue_ops test_lua_settle test_lua_sched
              test_lua_policy test_lua_history test_lua_dead_letters test_lua_keys test_lua_expiry \
              test_lua_groups test_lua_moves
 E2E_TESTS := test_e2e_routes test_e2e_lifecycle test_e2e_settle test_e2e_policy test_e2e_links test_e2e_dlq \
-             test_e2e_groups test_e2e_tokens
+             test_e2e_groups test_e2e_tokens test_e2e_sqs
 FAULTS_TESTS := test_faults_http test_faults_redis test_faults_crash
 INTEG_TESTS := test_http $(LUA_TESTS) $(E2E_TESTS) test_ops test_multi $(FAULTS_TESTS) test_cluster test_alerts
 # The in-process suites: real modules on a real loop (tests/unit_support.h).
 INTEG_TESTS += test_redis test_store test_waiters test_promoter test_alerts_unit
 SHELL_UNIT := fuzz_smoke.sh deps_test.sh
 # openapi_check.sh validates the responses the suites before it received: keep it last.
-SHELL_INTEG := retryctl_test.sh tls_test.sh ui_test.sh bench_smoke.sh examples_test.sh sqs_clients_test.sh openapi_check.sh
+SHELL_INTEG := retryctl_test.sh tls_test.sh ui_test.sh bench_smoke.sh examples_test.sh sqs_clients_test.sh sqs_faults_test.sh openapi_check.sh
 TEST_BINS := $(UNIT_TESTS:%=$(BUILD)/tests/%) $(INTEG_TESTS:%=$(BUILD)/tests/%)
 
 .PHONY: all deps test-deps run test unit bench lint clean fuzz

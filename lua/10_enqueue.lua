@@ -65,6 +65,7 @@ do
   -- message} when the key was used in this queue within 24 h: the original
   -- message, nothing created; when that message was deleted since (retention),
   -- {"duplicate", {"id", id}}. {"not_found"}: flag "e" and no such queue.
+  -- {"invalid_state", "no_content_dedup"}: flag "c" on a queue without it.
   -- Or {"too_large", limit}: the payload is longer than the policy's
   -- max_payload_bytes (limit), nothing created.
   -- Publishes on the queue's wake channel when the message is ready now.

@@ -268,7 +268,8 @@ do
   -- Returns a flat array of name, value: pending, ready, scheduled, processing,
   -- succeeded, dead, dead_last_24h (integers), totals (flat array of the stats
   -- hash), top_errors (flat array error, count, highest first), paused (1
-  -- while the queue is paused, else 0).
+  -- while the queue is paused, else 0), redriving, groups, sqs (1 when the
+  -- queue's policy says it was made through the SQS endpoint, else 0).
   local function stats(keys, args)
     local k = queue_keys(keys[1])
     local top = to_int(args[1] or '10')
@@ -310,6 +311,7 @@ do
       'paused', redis.call('HGET', k.policy, 'paused') == '1' and 1 or 0,
       'redriving', redis.call('ZCARD', k.redriving),
       'groups', grouped and redis.call('ZCARD', k.group_names) or 0,
+      'sqs', redis.call('HGET', k.policy, 'sqs') == 'true' and 1 or 0,
     }
   end
 

@@ -481,9 +481,12 @@ static rd_json_t *counts_json(const rd_queue_metrics_t *m)
 }
 
 /* The pause shows beside the counts (docs/reference.md "Pause, caps and rate limits"). */
+/* paused, and sqs: whether the queue was made through the SQS endpoint
+ * (docs/sqs.md; the console marks those). */
 static void set_paused(rd_json_t *o, const rd_queue_metrics_t *m)
 {
     rd_json_set_bool(o, "paused", m->paused == 1);
+    rd_json_set_bool(o, "sqs", m->sqs == 1);
 }
 
 static void on_stats(const rd_store_stats_result_t *res, void *arg)

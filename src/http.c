@@ -222,11 +222,30 @@ static void conn_fail(rd_http_conn_t *c, rd_problem_t p, const char *detail,
     if (r == 0) conn_end(c, true);
 }
 
+static void fill_request_head(rd_http_conn_t *c);
+
+/* The listener's own answer to a body over the limit, if it gives one. */
+static bool too_large_own_answer(rd_http_conn_t *c)
+{
+    fill_request_head(c);
+    c->req.body = NULL;
+    c->req.body_len = 0;
+    rd_http_answer_t a = { 0 };
+    if (!c->server->on_too_large(&c->req, c->server->handler_ctx, &a)) return false;
+    int r = rd_http_conn_send(c, a.status, a.content_type, a.headers, a.body ? a.body : "",
+                              a.body_len, false, false, NULL, NULL);
+    rd_free(a.headers);
+    rd_free(a.body);
+    if (r == 0) conn_end(c, true);
+    return true;
+}
+
 static void conn_fail_parse(rd_http_conn_t *c, llhttp_errno_t err)
 {
     char detail[192];
     switch (c->fail_status) {
     case 413:
+        if (c->server->on_too_large && too_large_own_answer(c)) return;
         snprintf(detail, sizeof detail, "request body exceeds %zu bytes",
                  c->server->max_body_bytes);
         conn_fail(c, RD_PROBLEM_PAYLOAD_TOO_LARGE, detail, NULL);
@@ -432,8 +451,6 @@ static void send_continue(rd_http_conn_t *c)
     memcpy(w->data, msg, sizeof msg - 1);
     rd_http_conn_write(c, w, sizeof msg - 1);
 }
-
-static void fill_request_head(rd_http_conn_t *c);
 
 static int on_headers_complete(llhttp_t *p)
 {
@@ -879,6 +896,7 @@ int rd_http_server_start(uv_loop_t *loop, const rd_http_options_t *opts,
     s->resume_conn = conn_resume;
     s->handler = opts->handler;
     s->on_head = opts->on_head;
+    s->on_too_large = opts->on_too_large;
     s->keep_headers = opts->keep_headers;
     s->handler_ctx = opts->handler_ctx;
     s->max_pending_body_bytes = opts->max_pending_body_bytes ? opts->max_pending_body_bytes

@@ -69,6 +69,7 @@ void rd_metrics_from_stats(rd_queue_metrics_t *m, const rd_queue_stats_t *st)
     m->dead_last_24h = st->dead_last_24h;
     m->paused = st->paused;
     m->groups = st->groups;
+    m->sqs = st->sqs;
     for (size_t i = 0; i + 1 < st->totals_len; i += 2) {
         const rd_str_t *k = &st->totals[i], *v = &st->totals[i + 1];
 #define COUNTER(f, help) if (pair_is(k, #f)) { m->f = to_ll(v); continue; }

@@ -209,9 +209,21 @@ void rd_registry_flush_owed(rd_registry_t *reg)
 
 /* ---------------------------------------------------------------- the store's hooks */
 
-static void on_before_write(void *arg, rd_store_queue_t q)
+static void on_before_write(void *arg, rd_store_queue_t q, bool always)
 {
-    rd_registry_queue(arg, q);
+    rd_registry_t *reg = arg;
+    if (!always) {
+        rd_registry_queue(reg, q);
+        return;
+    }
+    /* A policy write: rare, and the queue may have been dropped (and
+     * forgotten by the registry) since this process last registered it. */
+    registry_slot_t *slot = registry_slot(reg, q.name, q.len);
+    rd_free(slot->name);
+    slot->name = rd_strndup(q.name, q.len);
+    slot->len = q.len;
+    slot->at_ms = uv_now(reg->loop);
+    send_register(reg, q.name, q.len, -1);
 }
 
 /* The hint goes to the schedule before anyone hears of the new work (the

@@ -482,10 +482,16 @@ int rd_store_release_lost(rd_store_t *st, rd_store_queue_t q, size_t n,
     return send_op(st, &c, CB(cb), arg);
 }
 
-/* A write that wants its queue registered first (store.h "hooks"). */
+/* A write that wants its queue registered first (store.h "hooks"); always:
+ * whatever the hook remembers. */
+static void before_write_as(rd_store_t *st, rd_store_queue_t q, bool always)
+{
+    if (st->before_write) st->before_write(st->write_arg, q, always);
+}
+
 static void before_write(rd_store_t *st, rd_store_queue_t q)
 {
-    if (st->before_write) st->before_write(st->write_arg, q);
+    before_write_as(st, q, false);
 }
 
 /* ---------------------------------------------------------------- queue calls */
@@ -895,7 +901,9 @@ static int policy_write(rd_store_t *st, rd_store_queue_t q, const rd_policy_t *p
                         const char *mode, rd_store_policy_cb cb, void *arg)
 {
     if (!rd_backend_ready(st->redis)) return -1;
-    before_write(st, q);  /* a queue with a policy is listed, messages or not */
+    /* A queue with a policy is listed, messages or not; registered even when
+     * this process registered it lately: it may have been dropped since. */
+    before_write_as(st, q, true);
     const char *pairs[RD_POLICY_ARGS_MAX];
     char values[RD_POLICY_ARGS_MAX / 2][32];
     size_t n = rd_policy_args(p, pairs, values);
@@ -951,7 +959,7 @@ int rd_store_pause(rd_store_t *st, rd_store_queue_t q, bool paused, rd_store_pol
                    void *arg)
 {
     if (!rd_backend_ready(st->redis)) return -1;
-    before_write(st, q);
+    before_write_as(st, q, true);  /* it writes the policy, as policy_set does */
     cmd_t c;
     begin_op(&c, st, OP_PAUSE, q, 0);
     arg_str(&c, paused ? "1" : "0");

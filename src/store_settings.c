@@ -58,7 +58,8 @@ void rd_store_set_series(rd_store_t *st, bool on)
     st->series = on;
 }
 
-void rd_store_set_write_hooks(rd_store_t *st, void (*before)(void *arg, rd_store_queue_t q),
+void rd_store_set_write_hooks(rd_store_t *st,
+                              void (*before)(void *arg, rd_store_queue_t q, bool always),
                               void (*written)(void *arg, rd_store_queue_t q,
                                               const rd_store_written_t *w),
                               void *arg)

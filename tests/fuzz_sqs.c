@@ -21,6 +21,7 @@
 #include "retryd/json.h"
 #include "retryd/sqs/attributes.h"
 #include "retryd/sqs/codec.h"
+#include "retryd/utf8.h"
 
 static void check_json(const rd_buf_t *b)
 {
@@ -124,5 +125,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (err == NULL) pack_attributes(call.params);
     rd_sqs_call_clear(&call);
     rd_free(head);
+    /* The body as a stored trailer that no pack made (redis-cli, another
+     * release): unpacking and selecting it must not crash; and as a stored
+     * payload, each protocol's text of it is valid UTF-8 without U+0000. */
+    cJSON *any = rd_sqs_attributes_unpack(body, body_len, NULL, NULL);
+    cJSON_Delete(any);
+    rd_buf_t sel = RD_BUF_INIT;
+    rd_sqs_attributes_select(body, body_len, NULL, NULL, &sel);
+    rd_buf_free(&sel);
+    for (int p = 0; p < 2; p++) {
+        rd_buf_t text = RD_BUF_INIT;
+        rd_sqs_wire_text(p ? RD_SQS_QUERY : RD_SQS_JSON, body, body_len, &text);
+        if (!rd_utf8_valid(text.data, text.len) || memchr(text.data, '\0', text.len)) abort();
+        rd_buf_free(&text);
+    }
     return 0;
 }

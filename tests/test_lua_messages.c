@@ -1819,8 +1819,8 @@ static redisReply *enqueue_sqs(const queue_t *q, const char *payload, const char
 {
     const char *args[] = { payload, "3", "0", idem, "1", "default", "", "", "", attrs, window, flags };
     size_t lens[12];
-    for (size_t i = 0; i < 12; i++) lens[i] = strlen(args[i]);
-    lens[9] = attrs_len;
+    /* attrs is binary (not NUL-terminated): its length is given. */
+    for (size_t i = 0; i < 12; i++) lens[i] = i == 9 ? attrs_len : strlen(args[i]);
     return fcall_bin("enqueue", q, -1, 12, args, lens);
 }
 
@@ -1945,29 +1945,34 @@ static void test_enqueue_flag_must_exist(void **state)
     assert_int_equal(enqueued_id(enqueue_sqs(&q2, "p", "", "", 0, "", "ef")), 2);
 }
 
-/* Flag c: a key that is the body's hash is taken only by a queue whose
- * policy has content_based_dedup (SQS FIFO's rule), decided in the call:
- * refused and nothing written otherwise; deduplicating once it is on. */
+/* Flag c: a key that is the payload's digest dedups only on a queue whose
+ * policy has content_based_dedup; elsewhere nothing is written and the
+ * reply says so (the SQS face answered two sends of one body as one). */
 static void test_enqueue_flag_content_dedup(void **state)
 {
     (void)state;
     queue_t q;
     queue_init(&q, "contentdedup");
     policy_set(&q, "merge", "fifo_groups", "true");
-    redisReply *r = enqueue_sqs(&q, "body", "hash-of-body", "", 0, "300000", "ec");
+    redisReply *r = enqueue_sqs(&q, "same", "digest", "", 0, "300000", "ec");
     assert_true(has_code(r, "invalid_state"));
+    assert_int_equal(r->elements, 2);
     assert_string_equal(r->element[1]->str, "no_content_dedup");
     freeReplyObject(r);
     r = rcmd("EXISTS", qkey(&q, "seq"), END);
-    assert_int_equal(r->integer, 0);   /* nothing was made */
+    assert_int_equal(r->integer, 0);   /* nothing made */
     freeReplyObject(r);
     policy_set(&q, "merge", "content_based_dedup", "true");
-    long long id = enqueued_id(enqueue_sqs(&q, "body", "hash-of-body", "", 0, "300000", "ec"));
-    r = enqueue_sqs(&q, "body", "hash-of-body", "", 0, "300000", "ec");
+    long long id = enqueued_id(enqueue_sqs(&q, "same", "digest", "", 0, "300000", "ec"));
+    r = enqueue_sqs(&q, "same", "digest", "", 0, "300000", "ec");
     assert_true(has_code(r, "duplicate"));
     freeReplyObject(r);
-    /* Without c the same policy takes any key, as before. */
-    assert_true(enqueued_id(enqueue_sqs(&q, "other", "explicit-id", "", 0, "300000", "e")) > id);
+    policy_set(&q, "merge", "content_based_dedup", "false");
+    r = enqueue_sqs(&q, "same", "digest2", "", 0, "300000", "c");
+    assert_true(has_code(r, "invalid_state"));
+    freeReplyObject(r);
+    /* Without c, the key dedups as any key does. */
+    assert_true(enqueued_id(enqueue_sqs(&q, "same", "digest3", "", 0, "300000", "e")) > id);
 }
 
 /* Flag f: the first claim records its time; later claims keep it; a

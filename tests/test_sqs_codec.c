@@ -449,6 +449,82 @@ static void test_json_malformed(void **state)
     assert_string_equal(call.action, "SendMessage");
 }
 
+/* A member of the wrong type is refused at decoding, before any action reads
+ * it: CreateQueue's Attributes as a list crashed retryd (a NULL member name
+ * given to strcmp). */
+static void test_json_shapes(void **state)
+{
+#define BAD(t, s) assert_json_error(t, s, sizeof(s) - 1, &RD_SQS_ERR_SERIALIZATION)
+    BAD("AmazonSQS.CreateQueue", "{\"QueueName\":\"q\",\"Attributes\":[1]}");
+    BAD("AmazonSQS.CreateQueue", "{\"QueueName\":\"q\",\"Attributes\":{\"DelaySeconds\":[]}}");
+    BAD("AmazonSQS.CreateQueue", "{\"QueueName\":\"q\",\"tags\":[\"a\"]}");
+    BAD("AmazonSQS.SetQueueAttributes", "{\"QueueUrl\":\"u\",\"Attributes\":\"x\"}");
+    BAD("AmazonSQS.GetQueueAttributes", "{\"QueueUrl\":\"u\",\"AttributeNames\":\"All\"}");
+    BAD("AmazonSQS.GetQueueAttributes", "{\"QueueUrl\":\"u\",\"AttributeNames\":[1]}");
+    BAD("AmazonSQS.TagQueue", "{\"QueueUrl\":\"u\",\"Tags\":[[\"k\",\"v\"]]}");
+    BAD("AmazonSQS.UntagQueue", "{\"QueueUrl\":\"u\",\"TagKeys\":{\"k\":\"v\"}}");
+    BAD("AmazonSQS.SendMessage", "{\"QueueUrl\":[\"u\"],\"MessageBody\":\"b\"}");
+    BAD("AmazonSQS.SendMessage", "{\"QueueUrl\":\"u\",\"MessageBody\":5}");
+    BAD("AmazonSQS.SendMessage", "{\"QueueUrl\":\"u\",\"MessageBody\":\"b\",\"DelaySeconds\":{}}");
+    BAD("AmazonSQS.SendMessage", "{\"QueueUrl\":\"u\",\"MessageBody\":\"b\",\"MessageAttributes\":[1]}");
+    BAD("AmazonSQS.SendMessage", "{\"QueueUrl\":\"u\",\"MessageBody\":\"b\",\"MessageAttributes\":{\"a\":1}}");
+    BAD("AmazonSQS.SendMessage", "{\"QueueUrl\":\"u\",\"MessageBody\":\"b\",\"MessageAttributes\":"
+        "{\"a\":{\"DataType\":\"String\",\"StringValue\":7}}}");
+    BAD("AmazonSQS.SendMessage", "{\"QueueUrl\":\"u\",\"MessageBody\":\"b\",\"MessageAttributes\":"
+        "{\"a\":{\"DataType\":\"String\",\"StringListValues\":[1]}}}");
+    BAD("AmazonSQS.SendMessageBatch", "{\"QueueUrl\":\"u\",\"Entries\":{\"a\":1}}");
+    BAD("AmazonSQS.SendMessageBatch", "{\"QueueUrl\":\"u\",\"Entries\":[1]}");
+    BAD("AmazonSQS.SendMessageBatch", "{\"QueueUrl\":\"u\",\"Entries\":[{\"Id\":\"a\",\"MessageBody\":[]}]}");
+    BAD("AmazonSQS.DeleteMessageBatch", "{\"QueueUrl\":\"u\",\"Entries\":[{\"Id\":1,\"ReceiptHandle\":\"h\"}]}");
+    BAD("AmazonSQS.ReceiveMessage", "{\"QueueUrl\":\"u\",\"MessageAttributeNames\":[null]}");
+#undef BAD
+    /* Integers as strings, nulls, empty lists and maps, and members retryd
+     * does not know keep decoding: the actions judge their values. */
+    static const char *const ok[] = {
+        "{\"QueueUrl\":\"u\",\"MaxNumberOfMessages\":\"5\",\"WaitTimeSeconds\":null}",
+        "{\"QueueName\":\"q\",\"Attributes\":{},\"tags\":{\"k\":\"v\"}}",
+        "{\"QueueUrl\":\"u\",\"Entries\":[],\"AttributeNames\":[]}",
+        "{\"QueueUrl\":\"u\",\"Unknown\":[{\"x\":1}]}",
+        "{\"QueueUrl\":\"u\",\"Entries\":[{\"Id\":\"a\",\"MessageBody\":\"b\",\"DelaySeconds\":3,"
+        "\"MessageAttributes\":{\"n\":{\"DataType\":\"Number\",\"StringValue\":\"1\"}}}]}",
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        rd_sqs_call_t call;
+        char why[256];
+        const rd_sqs_error_t *e = decode_json("AmazonSQS.SendMessageBatch", ok[i], strlen(ok[i]), &call, why);
+        if (e) fail_msg("%s: %s (%s)", ok[i], e->code, why);
+        rd_sqs_call_clear(&call);
+    }
+}
+
+/* The body as each protocol carries it: what MD5OfBody digests. */
+static void test_wire_text(void **state)
+{
+    (void)state;
+    static const struct { const char *in; size_t len; const char *json, *xml; bool replaced_xml; } cases[] = {
+        { "plain", 5, "plain", "plain", false },
+        { "a\x01" "b", 3, "a\x01" "b", "a\xEF\xBF\xBD" "b", true },
+        { "tab\tlf\ncr\r", 10, "tab\tlf\ncr\r", "tab\tlf\ncr\r", false },
+        { "\xEF\xBF\xBF", 3, "\xEF\xBF\xBF", "\xEF\xBF\xBD", true },          /* U+FFFF */
+        { "\xC2\x85", 2, "\xC2\x85", "\xC2\x85", false },                       /* U+0085 */
+        { "x\xFFy", 3, "x\xEF\xBF\xBDy", "x\xEF\xBF\xBDy", true },              /* not UTF-8 */
+        { "n\0ul", 4, "n\xEF\xBF\xBDul", "n\xEF\xBF\xBDul", true },             /* U+0000 */
+        { "\xF0\x9F\x98\x80", 4, "\xF0\x9F\x98\x80", "\xF0\x9F\x98\x80", false },
+        { "", 0, "", "", false },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        rd_buf_t j = RD_BUF_INIT, x = RD_BUF_INIT;
+        rd_sqs_wire_text(RD_SQS_JSON, cases[i].in, cases[i].len, &j);
+        bool rx = rd_sqs_wire_text(RD_SQS_QUERY, cases[i].in, cases[i].len, &x);
+        assert_string_equal(j.data, cases[i].json);
+        assert_int_equal(j.len, strlen(cases[i].json));
+        assert_string_equal(x.data, cases[i].xml);
+        assert_int_equal(rx, cases[i].replaced_xml);
+        rd_buf_free(&j);
+        rd_buf_free(&x);
+    }
+}
+
 static void test_nul_refused_in_json(void **state)
 {
 #define BAD(s, e) assert_json_error("AmazonSQS.SendMessageBatch", s, sizeof(s) - 1, &(e))
@@ -957,6 +1033,8 @@ int main(void)
         cmocka_unit_test(test_invalid_utf8_kept),
         cmocka_unit_test(test_json_bodies),
         cmocka_unit_test(test_json_malformed),
+        cmocka_unit_test(test_json_shapes),
+        cmocka_unit_test(test_wire_text),
         cmocka_unit_test(test_nul_refused_in_json),
         cmocka_unit_test(test_json_invalid_utf8_kept),
         cmocka_unit_test(test_json_results),

@@ -96,29 +96,37 @@ static void test_receipt_handles(void **state)
 {
     (void)state;
     rd_buf_t b = RD_BUF_INIT;
-    rd_sqs_handle_encode(12345, "n1.77:abc", 9, &b);
+    rd_sqs_handle_encode("orders", 6, 12345, "n1.77:abc", 9, &b);
     rd_buf_append(&b, "", 1);
     long long id = 0;
     char token[64];
-    assert_true(rd_sqs_handle_decode(b.data, &id, token, sizeof token));
+    assert_true(rd_sqs_handle_decode(b.data, "orders", 6, &id, token, sizeof token));
     assert_int_equal(id, 12345);
     assert_string_equal(token, "n1.77:abc");
+    /* Another queue's handle is invalid here: a DeleteMessage with it
+     * answered success and deleted nothing. */
+    assert_false(rd_sqs_handle_decode(b.data, "other", 5, &id, token, sizeof token));
+    assert_false(rd_sqs_handle_decode(b.data, "orders2", 7, &id, token, sizeof token));
     /* Lengths that need padding, one and two '='. */
     for (size_t n = 1; n <= 6; n++) {
         rd_buf_reset(&b);
-        rd_sqs_handle_encode(7, "abcdef", n, &b);
+        rd_sqs_handle_encode("q", 1, 7, "abcdef", n, &b);
         rd_buf_append(&b, "", 1);
-        assert_true(rd_sqs_handle_decode(b.data, &id, token, sizeof token));
+        assert_true(rd_sqs_handle_decode(b.data, "q", 1, &id, token, sizeof token));
         assert_int_equal(strlen(token), n);
     }
     rd_buf_free(&b);
-    assert_false(rd_sqs_handle_decode("", &id, token, sizeof token));
-    assert_false(rd_sqs_handle_decode("garbage", &id, token, sizeof token));
-    assert_false(rd_sqs_handle_decode("bm90LWEtaGFuZGxl", &id, token, sizeof token)); /* "not-a-handle" */
-    assert_false(rd_sqs_handle_decode("MTI6", &id, token, sizeof token));     /* "12:" no token */
-    assert_false(rd_sqs_handle_decode("OnRvaw==", &id, token, sizeof token)); /* ":tok" no id */
-    assert_false(rd_sqs_handle_decode("MTI6dAp4", &id, token, sizeof token)); /* a control byte */
-    assert_false(rd_sqs_handle_decode("MTI6YWJjZGVmZ2g=", &id, token, 4));    /* too long for it */
+    assert_false(rd_sqs_handle_decode("", "q", 1, &id, token, sizeof token));
+    assert_false(rd_sqs_handle_decode("garbage", "q", 1, &id, token, sizeof token));
+    assert_false(rd_sqs_handle_decode("bm90LWEtaGFuZGxl", "q", 1, &id, token, sizeof token)); /* "not-a-handle" */
+    /* The forms without a tag, for queue "q" (tag f40c425c): */
+    assert_false(rd_sqs_handle_decode("MTI6dG9r", "q", 1, &id, token, sizeof token));     /* "12:tok" */
+    assert_false(rd_sqs_handle_decode("ZjQwYzQyNWM6MTI6", "q", 1, &id, token, sizeof token)); /* no token */
+    assert_false(rd_sqs_handle_decode("ZjQwYzQyNWM6OnRvaw==", "q", 1, &id, token, sizeof token)); /* no id */
+    assert_false(rd_sqs_handle_decode("ZjQwYzQyNWM6MTI6dAp4", "q", 1, &id, token, sizeof token)); /* a control byte */
+    assert_true(rd_sqs_handle_decode("ZjQwYzQyNWM6MTI6dG9r", "q", 1, &id, token, sizeof token)); /* "f40c425c:12:tok" */
+    assert_int_equal(id, 12);
+    assert_false(rd_sqs_handle_decode("ZjQwYzQyNWM6MTI6YWJjZGVmZ2g=", "q", 1, &id, token, 4)); /* too long */
 }
 
 /* The cursor is below every name with the prefix and above every name

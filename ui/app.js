@@ -848,8 +848,10 @@
     makeQueueRow(name) {
       const row = { cells: {} };
       row.tr = h('tr', { 'data-queue': name });
+      // The SQS mark (docs/console.md): shown by updateQueueRow for a queue made through the SQS endpoint.
+      row.sqs = h('span', { class: 'sqs-mark', title: 'Made through the SQS endpoint', hidden: true });
       row.tr.appendChild(h('th', { scope: 'row', class: 'queue-name' },
-        h('a', { href: queueHref(name, { status: 'dead' }), text: name })));
+        h('a', { href: queueHref(name, { status: 'dead' }), text: name }), row.sqs));
       for (const s of STATES) {
         const a = h('a', { href: queueHref(name, { status: s }), class: 'count-link' });
         row.cells[s] = a;
@@ -872,6 +874,8 @@
         setAttr(row.cells[s], 'aria-label', `${fmtInt(n)} ${s} in ${q.name}`);
       }
       row.cells.dead.parentElement.classList.toggle('has-dead', (c.dead || 0) > 0);
+      row.sqs.hidden = !q.sqs;
+      setText(row.sqs, q.sqs ? 'SQS' : ''); // no text when hidden: the name cell reads as the name
       const d24 = q.dead_last_24h || 0;
       setText(row.cells.dead24, fmtInt(d24));
       row.cells.dead24.classList.toggle('zero', d24 === 0);
@@ -1087,6 +1091,14 @@
         disabled: true, onclick: () => this.togglePause() });
       this.policyBox = h('section', { class: 'policy-strip', id: 'queue-policy',
         'aria-label': 'Flow control' }, this.pauseState, this.policyText, this.btnPause);
+      // An SQS queue (policy sqs: true, docs/sqs.md): the mark beside the name, and its
+      // RedrivePolicy as SQS shows it: the policy's dead_letter_queue and max_retries.
+      this.sqsMark = h('span', { class: 'sqs-mark', id: 'queue-sqs-mark',
+        title: 'Made through the SQS endpoint', hidden: true });
+      this.redriveText = h('span', { class: 'policy-text', id: 'sqs-redrive' });
+      this.redriveBox = h('section', { class: 'policy-strip', id: 'queue-sqs',
+        'aria-label': 'SQS redrive policy', hidden: true },
+        h('span', { class: 'muted', text: 'SQS RedrivePolicy' }), this.redriveText);
       // The dead-letter queue (docs/reference.md "Dead-letter queue"): where every death of
       // this queue moves; set with PATCH, so the other fields stay as they are.
       this.dlqInput = h('input', { type: 'text', id: 'dlq-input', class: 'input input-sm',
@@ -1106,8 +1118,9 @@
         breadcrumb([{ href: '#/queues', text: 'Queues' }, { text: q }]),
         h('div', { class: 'page-head' },
           h('h1', null, h('span', { class: 'muted h-prefix', text: 'Queue ' }), h('span', { text: q })),
-          this.headStats, this.groupsLink),
+          this.sqsMark, this.headStats, this.groupsLink),
         this.policyBox,
+        this.redriveBox,
         this.dlqForm,
         this.chart.el,
         this.rulesBox,
@@ -1178,10 +1191,24 @@
       setText(this.policyText, parts.join(' · '));
       if (document.activeElement !== this.dlqInput) this.dlqInput.value = p.dead_letter_queue || '';
       this.btnDlq.disabled = false;
+      this.renderSqs(p);
       setText(this.btnPause, p.paused ? 'Resume' : 'Pause');
       setAttr(this.btnPause, 'aria-label', p.paused ? `Resume queue ${this.queue}` : `Pause queue ${this.queue}`);
       this.btnPause.disabled = false;
       this.renderRules();
+    }
+
+    /** An SQS queue's mark and RedrivePolicy: deadLetterTargetArn is the policy's
+     *  dead_letter_queue, maxReceiveCount its max_retries (docs/sqs.md "Attributes and the policy"). */
+    renderSqs(p) {
+      const sqs = p.sqs === true;
+      this.sqsMark.hidden = !sqs;
+      setText(this.sqsMark, sqs ? 'SQS' : '');
+      this.redriveBox.hidden = !sqs;
+      if (!sqs) return;
+      setText(this.redriveText, p.dead_letter_queue
+        ? `dead-letter queue ${p.dead_letter_queue} · maxReceiveCount ${p.max_retries}`
+        : 'none: messages are received until retention ends them');
     }
 
     /** The dead-letter rules, in order (first match wins), with how often each

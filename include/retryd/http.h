@@ -84,6 +84,26 @@ typedef struct rd_http_refusal {
 typedef bool (*rd_http_head_fn)(const rd_http_request_t *head, void *ctx,
                                 rd_http_refusal_t *refusal);
 
+/* An answer a listener writes in its own format for a request the server
+ * refuses before the handler (rd_http_too_large_fn). headers (complete
+ * header lines, or NULL) and body are rd_malloc'd and the server frees them;
+ * content_type is static. */
+typedef struct rd_http_answer {
+    int status;
+    const char *content_type;
+    char *headers;
+    char *body;
+    size_t body_len;
+} rd_http_answer_t;
+
+/* Called when a request's body is over max_body_bytes (its Content-Length
+ * said so, or its chunks grew past it), before the server answers 413 and
+ * closes. head as for rd_http_head_fn, with the headers kept when
+ * keep_headers. Returns true with *out filled to answer that instead of the
+ * problem+json 413; false to leave the 413. */
+typedef bool (*rd_http_too_large_fn)(const rd_http_request_t *head, void *ctx,
+                                     rd_http_answer_t *out);
+
 typedef struct rd_http_options {
     const char *host;          /* e.g. "127.0.0.1" */
     int port;                  /* 0 picks a free port (see rd_http_server_port) */
@@ -100,6 +120,7 @@ typedef struct rd_http_options {
                                         the connections with the most unsent bytes are
                                         closed (their answers count as not delivered) */
     rd_http_head_fn on_head;   /* NULL: every request goes to the handler */
+    rd_http_too_large_fn on_too_large; /* NULL: a body over the limit gets problem+json 413 */
     bool keep_headers;         /* keep every header (rd_http_request_t.headers) */
     rd_http_handler_fn handler;
     void *handler_ctx;         /* given to on_head and handler */

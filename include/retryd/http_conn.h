@@ -125,6 +125,7 @@ struct rd_http_server {
     uv_timer_t sweep;
     rd_http_handler_fn handler;
     rd_http_head_fn on_head;
+    rd_http_too_large_fn on_too_large;
     void *handler_ctx;
     bool keep_headers;            /* rd_http_options_t.keep_headers */
     size_t max_body_bytes;

@@ -47,6 +47,7 @@ typedef struct rd_queue_metrics {
     long long ready, scheduled, processing, succeeded_now, dead_now, dead_last_24h;
     long long paused;           /* 1 while the queue is paused (docs/reference.md "Pause, caps and rate limits") */
     long long groups;           /* fairness groups with messages (docs/reference.md "Fairness groups") */
+    long long sqs;              /* 1 for a queue made through the SQS endpoint (docs/sqs.md) */
     long long delay_buckets[RD_DELAY_BUCKETS + 1];  /* per bucket; last: +Inf */
     long long delay_sum_ms;
     /* The dead-letter rules' counters by position (docs/reference.md "Recovery rules"): bit i of

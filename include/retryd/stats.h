@@ -45,11 +45,11 @@
 
 /* The gauges of the `stats` reply (messages in each state now, deaths in the
  * last 24 h, 1 while the queue is paused, letters being redriven, fairness
- * groups with a pending or processing message): X(name). A library without
- * one answers 0 for it. */
+ * groups with a pending or processing message, 1 for a queue made through
+ * the SQS endpoint): X(name). A library without one answers 0 for it. */
 #define RD_STATS_GAUGES(X) \
     X(pending) X(ready) X(scheduled) X(processing) X(succeeded) X(dead) X(dead_last_24h) \
-    X(paused) X(redriving) X(groups)
+    X(paused) X(redriving) X(groups) X(sqs)
 
 /* The `stats` function's answer for one queue. */
 typedef struct rd_queue_stats {

@@ -346,6 +346,7 @@ typedef struct rd_enqueue {
 
 /* res: the message as stored (not read back), or the original with
  * RD_STORE_DUPLICATE, or RD_STORE_NOT_FOUND (must_exist), or
+ * RD_STORE_INVALID_STATE (content_dedup on a queue without it), or
  * RD_STORE_TOO_LARGE (res->payload_limit: the policy's max_payload_bytes;
  * nothing created). */
 int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const rd_enqueue_t *e,
@@ -638,10 +639,14 @@ typedef struct rd_store_written {
 } rd_store_written_t;
 
 /* before (NULL: none) runs before an enqueue, policy_set, pause or
- * redrive_in of q is sent; written (NULL: none) after each write to a queue
- * (the hinted rows) has answered OK or unknown, before its callback. Both
- * from the loop; arg is theirs. src/registry.c installs them. */
-void rd_store_set_write_hooks(rd_store_t *st, void (*before)(void *arg, rd_store_queue_t q),
+ * redrive_in of q is sent, with always true for policy_set and pause (a queue made by
+ * its policy, as CreateQueue does, is registered whatever the caller
+ * remembers: it may have been dropped since, on any instance); written
+ * (NULL: none) after each write to a queue (the hinted rows) has answered
+ * OK or unknown, before its callback. Both from the loop; arg is theirs.
+ * src/registry.c installs them. */
+void rd_store_set_write_hooks(rd_store_t *st,
+                              void (*before)(void *arg, rd_store_queue_t q, bool always),
                               void (*written)(void *arg, rd_store_queue_t q,
                                               const rd_store_written_t *w),
                               void *arg);

@@ -178,7 +178,7 @@ static const rd_sqs_error_t *decode_json(const rd_sqs_wire_t *w, rd_sqs_call_t *
         return nul_in_json(body, len, why, why_len);
     }
     out->params = rd_json_cjson(doc);
-    return NULL;
+    return rd_sqs_check_shapes(out->params, why, why_len);
 }
 
 /* ---------------------------------------------------------------------------
@@ -645,13 +645,19 @@ static const rd_sqs_error_t *decode_query(const rd_sqs_wire_t *w, rd_sqs_call_t 
  * Entry points
  * ------------------------------------------------------------------------- */
 
+rd_sqs_protocol_t rd_sqs_wire_protocol(const rd_sqs_wire_t *w)
+{
+    bool json = w->target != NULL || media_type_is(w->content_type, "application/x-amz-json-1.0");
+    return json ? RD_SQS_JSON : RD_SQS_QUERY;
+}
+
 const rd_sqs_error_t *rd_sqs_decode(const rd_sqs_wire_t *w, rd_sqs_call_t *out, char *why,
                                     size_t why_len)
 {
     memset(out, 0, sizeof *out);
     if (why_len) why[0] = '\0';
-    bool json = w->target != NULL || media_type_is(w->content_type, "application/x-amz-json-1.0");
-    out->protocol = json ? RD_SQS_JSON : RD_SQS_QUERY;
+    out->protocol = rd_sqs_wire_protocol(w);
+    bool json = out->protocol == RD_SQS_JSON;
     const rd_sqs_error_t *err = json ? decode_json(w, out, why, why_len)
                                      : decode_query(w, out, why, why_len);
     if (err) {

@@ -37,18 +37,19 @@ static bool xml_char(unsigned cp)
            (cp >= 0xE000 && cp <= 0xFFFD) || (cp >= 0x10000 && cp <= 0x10FFFF);
 }
 
-/* s as valid UTF-8 into out; with for_xml, characters outside XML 1.0's Char
- * too become U+FFFD. Returns whether anything was replaced. */
-static bool clean_text(const char *s, rd_buf_t *out, bool for_xml)
+/* s[0..len) as valid UTF-8 without U+0000 into out; with for_xml,
+ * characters outside XML 1.0's Char too become U+FFFD. Returns whether
+ * anything was replaced. */
+static bool clean_text_n(const char *s, size_t len, rd_buf_t *out, bool for_xml)
 {
     const unsigned char *u = (const unsigned char *)s;
-    size_t len = strlen(s), i = 0, run = 0;
+    size_t i = 0, run = 0;
     bool replaced = false;
     rd_buf_reserve(out, len + 1);
     while (i < len) {
         unsigned cp;
         size_t n = rd_utf8_sequence(u + i, len - i, &cp);
-        if (n > 0 && (!for_xml || xml_char(cp))) {
+        if (n > 0 && cp != 0 && (!for_xml || xml_char(cp))) {
             i += n;
             continue;
         }
@@ -59,6 +60,19 @@ static bool clean_text(const char *s, rd_buf_t *out, bool for_xml)
         replaced = true;
     }
     rd_buf_append(out, s + run, len - run);
+    return replaced;
+}
+
+static bool clean_text(const char *s, rd_buf_t *out, bool for_xml)
+{
+    return clean_text_n(s, strlen(s), out, for_xml);
+}
+
+bool rd_sqs_wire_text(rd_sqs_protocol_t p, const char *s, size_t len, rd_buf_t *out)
+{
+    bool replaced = clean_text_n(s, len, out, p == RD_SQS_QUERY);
+    rd_buf_append(out, "", 1);
+    out->len--;
     return replaced;
 }
 

@@ -52,6 +52,9 @@ ROW(RD_SQS_ERR_MISSING_PARAMETER, "MissingParameter", "MissingParameter", 400, t
 ROW(RD_SQS_ERR_INVALID_ACTION, "InvalidAction", "InvalidAction", 400, true);
 ROW(RD_SQS_ERR_MALFORMED_QUERY, "MalformedQueryString", "MalformedQueryString", 404, true);
 ROW(RD_SQS_ERR_SERIALIZATION, "SerializationException", "SerializationException", 400, true);
+/* A body over the endpoint's read limit (docs/sqs.md "Errors"): not read,
+ * so only the head tells the protocol and (JSON) the action. */
+ROW(RD_SQS_ERR_REQUEST_TOO_LARGE, "RequestEntityTooLarge", "RequestEntityTooLarge", 413, true);
 ROW(RD_SQS_ERR_SERVICE_UNAVAILABLE, "ServiceUnavailable", "ServiceUnavailable", 503, false);
 ROW(RD_SQS_ERR_INTERNAL, "InternalFailure", "InternalFailure", 500, false);
 

@@ -24,8 +24,10 @@ enum { SQS_MAX_BODY_BYTES = 4 * RD_SQS_BODY_MAX };
 
 static void count_error(rd_sqs_t *sqs, const rd_sqs_error_t *e)
 {
+    /* By the code's text: two rows may share one (TOO_MANY_TAGS and
+     * INVALID_PARAMETER_VALUE), and a label must appear once. */
     for (size_t i = 0; i < sqs->error_kinds; i++)
-        if (sqs->errors[i].code == e->code) {
+        if (strcmp(sqs->errors[i].code, e->code) == 0) {
             sqs->errors[i].n++;
             return;
         }
@@ -192,6 +194,11 @@ static void on_request(rd_http_exchange_t *ex, const rd_http_request_t *req, voi
     };
     char why[256] = "";
     const rd_sqs_error_t *e = rd_sqs_decode(&w, &r->call, why, sizeof why);
+    size_t index = 0;
+    r->action = e ? NULL : rd_sqs_action_find(r->call.action, &index);
+    /* Every request counts once: by its action, else as "other". */
+    if (r->action) sqs->action_requests[index]++;
+    else sqs->other_requests++;
     if (e) {
         rd_sqs_fail(r, e, "%s", why);
         return;
@@ -203,8 +210,6 @@ static void on_request(rd_http_exchange_t *ex, const rd_http_request_t *req, voi
             return;
         }
     }
-    size_t index = 0;
-    r->action = rd_sqs_action_find(r->call.action, &index);
     if (r->action == NULL) {
         if (rd_sqs_action_known_unserved(r->call.action))
             rd_sqs_fail(r, &RD_SQS_ERR_UNSUPPORTED_OPERATION,
@@ -227,6 +232,43 @@ static void on_request(rd_http_exchange_t *ex, const rd_http_request_t *req, voi
         return;
     }
     r->action->handler(r);
+}
+
+/* A body over SQS_MAX_BODY_BYTES is never read, but its client still gets
+ * an answer it parses: the error in its protocol, from the head alone. */
+static bool on_too_large(const rd_http_request_t *head, void *ctx, rd_http_answer_t *out)
+{
+    rd_sqs_t *sqs = ctx;
+    const char *target = rd_http_request_header(head, "x-amz-target");
+    rd_sqs_wire_t w = { .content_type = head->content_type, .target = target };
+    rd_sqs_protocol_t p = rd_sqs_wire_protocol(&w);
+    const char *action = p == RD_SQS_JSON && target && strncmp(target, "AmazonSQS.", 10) == 0
+                             ? target + 10 : "";
+    size_t alen = strlen(action);
+    const rd_sqs_error_t *e = &RD_SQS_ERR_REQUEST_TOO_LARGE;
+    char message[160];
+    snprintf(message, sizeof message, "The request body is over %d bytes, more than any SQS "
+             "request needs.", SQS_MAX_BODY_BYTES);
+    if (strcmp(action, "SendMessage") == 0) {
+        e = &RD_SQS_ERR_INVALID_PARAMETER_VALUE;
+        snprintf(message, sizeof message, "One or more parameters are invalid. Reason: Message "
+                 "must be shorter than %d bytes.", RD_SQS_BODY_MAX);
+    } else if (alen > 5 && strcmp(action + alen - 5, "Batch") == 0) {
+        e = &RD_SQS_ERR_BATCH_TOO_LONG;
+        snprintf(message, sizeof message, "Batch requests cannot be longer than %d bytes.",
+                 RD_SQS_BODY_MAX);
+    }
+    count_error(sqs, e);
+    sqs->other_requests++;   /* not read: its action is not known for sure */
+    char request_id[40];
+    new_request_id(request_id);
+    rd_buf_t body = RD_BUF_INIT, headers = RD_BUF_INIT;
+    rd_buf_printf(&headers, "x-amzn-RequestId: %s\r\n", request_id);
+    rd_sqs_encode_error(&body, &headers, p, e, message, request_id, &out->content_type);
+    out->status = e->status;
+    out->headers = rd_buf_take(&headers, NULL);
+    out->body = rd_buf_take(&body, &out->body_len);
+    return true;
 }
 
 /* Loopback: 127.0.0.0/8, ::1 and localhost. */
@@ -266,7 +308,8 @@ rd_sqs_t *rd_sqs_start(uv_loop_t *loop, const rd_sqs_options_t *opts, char *why,
     rd_http_options_t ho = {
         .host = opts->host, .port = opts->port, .max_body_bytes = SQS_MAX_BODY_BYTES,
         .max_connections = opts->max_connections, .idle_timeout_ms = opts->idle_timeout_ms,
-        .handler = on_request, .handler_ctx = sqs, .keep_headers = true,
+        .handler = on_request, .on_too_large = on_too_large, .handler_ctx = sqs,
+        .keep_headers = true,
     };
     int rc = rd_http_server_start(loop, &ho, &sqs->http);
     if (rc != 0) {
@@ -318,6 +361,8 @@ void rd_sqs_render_metrics(const rd_sqs_t *sqs, rd_buf_t *out)
     for (size_t i = 0; i < rd_sqs_action_count; i++)
         rd_buf_printf(out, "retryd_sqs_requests_total{action=\"%s\"} %llu\n",
                       rd_sqs_actions[i].name, sqs->action_requests[i]);
+    /* Requests that did not decode, or named an action the table lacks. */
+    rd_buf_printf(out, "retryd_sqs_requests_total{action=\"other\"} %llu\n", sqs->other_requests);
     rd_buf_printf(out, "# HELP retryd_sqs_errors_total SQS endpoint error answers, by code.\n"
                        "# TYPE retryd_sqs_errors_total counter\n");
     for (size_t i = 0; i < sqs->error_kinds; i++)

@@ -13,6 +13,7 @@
 #include "retryd/alloc.h"
 #include "retryd/handback.h"
 #include "retryd/sqs/attributes.h"
+#include "retryd/sqs/codec.h"
 #include "retryd/sqs/face.h"
 
 enum { TOKEN_MAX = 128, GROUP_MAX = 128, DEDUP_MAX = 128, BATCH_ID_MAX = 80 };
@@ -227,7 +228,9 @@ static const rd_sqs_error_t *send_parse(const rd_sqs_req_t *r, const cJSON *in, 
             }
             snprintf(s->dedup, sizeof s->dedup, "%s", dedup);
         } else {
-            /* Content-based deduplication: the SHA-256 of the body. */
+            /* Content-based deduplication: the SHA-256 of the body, if the
+             * queue has ContentBasedDeduplication (the enqueue checks). */
+            s->content_dedup = true;
             unsigned char d[SHA256_DIGEST_LENGTH];
             SHA256((const unsigned char *)s->body, s->body_len, d);
             for (int i = 0; i < SHA256_DIGEST_LENGTH; i++)
@@ -239,6 +242,18 @@ static const rd_sqs_error_t *send_parse(const rd_sqs_req_t *r, const cJSON *in, 
                                "The request includes a parameter that is not valid for this "
                                "queue type.");
         return &RD_SQS_ERR_INVALID_PARAMETER_VALUE;
+    }
+    /* SQS takes one system attribute, AWSTraceHeader (a String); retryd
+     * takes it and keeps nothing (docs/sqs.md). */
+    const cJSON *sys;
+    cJSON_ArrayForEach(sys, cJSON_GetObjectItemCaseSensitive(in, "MessageSystemAttributes")) {
+        const char *type = rd_sqs_str(sys, "DataType");
+        if (strcmp(sys->string, "AWSTraceHeader") != 0 || type == NULL ||
+            strcmp(type, "String") != 0 || rd_sqs_str(sys, "StringValue") == NULL) {
+            snprintf(why, why_len, "Message system attribute name '%.64s' is invalid: the only "
+                                   "one is AWSTraceHeader, of type String.", sys->string);
+            return &RD_SQS_ERR_INVALID_PARAMETER_VALUE;
+        }
     }
     size_t attr_size = 0;
     const cJSON *attrs = cJSON_GetObjectItemCaseSensitive(in, "MessageAttributes");
@@ -488,18 +503,21 @@ static cJSON *received_message(rd_sqs_req_t *r, const receive_t *rc, const rd_me
     rd_sqs_message_id(r->queue, r->queue_len, m->id, mid);
     cJSON_AddStringToObject(o, "MessageId", mid);
     rd_buf_t handle = RD_BUF_INIT;
-    rd_sqs_handle_encode(m->id, m->lease_token.ptr ? m->lease_token.ptr : "", m->lease_token.len,
-                         &handle);
+    rd_sqs_handle_encode(r->queue, r->queue_len, m->id,
+                         m->lease_token.ptr ? m->lease_token.ptr : "", m->lease_token.len, &handle);
     rd_buf_append(&handle, "", 1);
     cJSON_AddStringToObject(o, "ReceiptHandle", handle.data);
     rd_buf_free(&handle);
-    rd_sqs_md5_hex(m->payload.ptr ? m->payload.ptr : "", m->payload.len, md5);
+    /* The body as the answer carries it, and its digest: a message the HTTP
+     * API (or redis-cli) enqueued may hold what SQS would not have taken
+     * (control characters, U+FFFF, in XML; bytes that are not UTF-8), and
+     * the client checks MD5OfBody against the body it reads. */
+    rd_buf_t body = RD_BUF_INIT;
+    rd_sqs_wire_text(r->call.protocol, m->payload.ptr ? m->payload.ptr : "", m->payload.len, &body);
+    rd_sqs_md5_hex(body.data, body.len, md5);
     cJSON_AddStringToObject(o, "MD5OfBody", md5);
-    /* The body as stored: a message the HTTP API enqueued may hold bytes
-     * SQS would not have taken; cJSON needs them NUL-free. */
-    char *body = rd_strndup(m->payload.ptr ? m->payload.ptr : "", m->payload.len);
-    cJSON_AddStringToObject(o, "Body", body);
-    rd_free(body);
+    cJSON_AddStringToObject(o, "Body", body.data);
+    rd_buf_free(&body);
     unsigned sys = rc->all_system ? ~0u : rc->system;
     if (sys) {
         cJSON *a = cJSON_AddObjectToObject(o, "Attributes");
@@ -615,7 +633,7 @@ void rd_sqs_receive_message(rd_sqs_req_t *r)
     rc->count = (int)count;
     rc->wait_ms = wait < 0 ? -1 : wait * 1000;
     /* VisibilityTimeout 0 is served as retryd's shortest lease, 1 s
-     * (docs/sqs.md "Differences"). */
+     * (docs/sqs.md "Attributes and the policy"). */
     rc->lease.ms = visibility < 0 ? r->sqs->default_lease_ms
                                   : (visibility == 0 ? 1000 : visibility * 1000);
     rc->lease.given = visibility >= 0;
@@ -635,10 +653,10 @@ typedef struct handle {
     char token[TOKEN_MAX];
 } handle_t;
 
-static bool handle_read(const cJSON *in, handle_t *h)
+static bool handle_read(const rd_sqs_req_t *r, const cJSON *in, handle_t *h)
 {
     const char *s = rd_sqs_str(in, "ReceiptHandle");
-    return s && rd_sqs_handle_decode(s, &h->id, h->token, sizeof h->token);
+    return s && rd_sqs_handle_decode(s, r->queue, r->queue_len, &h->id, h->token, sizeof h->token);
 }
 
 static void on_deleted(const rd_store_messages_t *res, void *arg)
@@ -662,7 +680,7 @@ void rd_sqs_delete_message(rd_sqs_req_t *r)
     r->state = h;
     r->free_state = rd_free;
     if (rd_sqs_required(r, r->call.params, "ReceiptHandle") == NULL) return;
-    if (!handle_read(r->call.params, h)) {
+    if (!handle_read(r, r->call.params, h)) {
         rd_sqs_fail(r, &RD_SQS_ERR_RECEIPT_HANDLE_INVALID,
                     "The input receipt handle is invalid.");
         return;
@@ -701,7 +719,7 @@ void rd_sqs_delete_message_batch(rd_sqs_req_t *r)
     d->b = b;
     for (size_t i = 0; i < b->n; i++) {
         handle_t *h = &d->handles[d->n];
-        if (!handle_read(batch_entry(r, i), h)) {
+        if (!handle_read(r, batch_entry(r, i), h)) {
             entry_fail(&b->e[i], &RD_SQS_ERR_RECEIPT_HANDLE_INVALID,
                        "The input receipt handle is invalid.");
             continue;
@@ -780,14 +798,14 @@ static void on_visibility(const rd_store_messages_t *res, void *arg)
 }
 
 /* The handle and the timeout of one change (the request's or an entry's). */
-static const rd_sqs_error_t *visibility_parse(const cJSON *in, handle_t *h, long long *timeout,
-                                              const char **message)
+static const rd_sqs_error_t *visibility_parse(const rd_sqs_req_t *r, const cJSON *in, handle_t *h,
+                                              long long *timeout, const char **message)
 {
     if (rd_sqs_str(in, "ReceiptHandle") == NULL) {
         *message = "The request must contain the parameter ReceiptHandle.";
         return &RD_SQS_ERR_MISSING_PARAMETER;
     }
-    if (!handle_read(in, h)) {
+    if (!handle_read(r, in, h)) {
         *message = "The input receipt handle is invalid.";
         return &RD_SQS_ERR_RECEIPT_HANDLE_INVALID;
     }
@@ -818,7 +836,7 @@ void rd_sqs_change_message_visibility(rd_sqs_req_t *r)
     r->free_state = rd_free;
     long long timeout = 0;
     const char *message = NULL;
-    const rd_sqs_error_t *e = visibility_parse(r->call.params, h, &timeout, &message);
+    const rd_sqs_error_t *e = visibility_parse(r, r->call.params, h, &timeout, &message);
     if (e) {
         rd_sqs_fail(r, e, "%s", message);
         return;
@@ -854,7 +872,7 @@ void rd_sqs_change_message_visibility_batch(rd_sqs_req_t *r)
         slot->i = i;
         long long timeout = 0;
         const char *message = NULL;
-        const rd_sqs_error_t *e = visibility_parse(batch_entry(r, i), &slot->h, &timeout, &message);
+        const rd_sqs_error_t *e = visibility_parse(r, batch_entry(r, i), &slot->h, &timeout, &message);
         if (e == NULL && visibility_change(r, &slot->h, timeout, on_batch_visibility, slot) == 0)
             continue;
         entry_fail(&b->e[i], e ? e : &RD_SQS_ERR_SERVICE_UNAVAILABLE,

@@ -96,10 +96,12 @@ static void check_exists(rd_sqs_req_t *r, bool dest, void (*then)(rd_sqs_req_t *
     rd_sqs_started(r, rd_store_queues_page(r->sqs->store, cursor, clen, 1, on_exists_page, r));
 }
 
-/* The handle: base64 of "<task id>:<source queue>" (names.c's receipt-handle form). */
+/* The handle: names.c's receipt-handle form with the task id and the source
+ * queue for the token, under the tag of no queue (a TaskHandle names its
+ * queue itself). */
 static void task_handle(const char *source, size_t len, long long id, rd_buf_t *out)
 {
-    rd_sqs_handle_encode(id, source, len, out);
+    rd_sqs_handle_encode("", 0, id, source, len, out);
 }
 
 /* ------------------------------------------------------------ StartMessageMoveTask */
@@ -293,7 +295,7 @@ void rd_sqs_cancel_message_move_task(rd_sqs_req_t *r)
     if (handle == NULL) return;
     move_state_t *s = new_state(r);
     char name[256];
-    if (!rd_sqs_handle_decode(handle, &s->task, name, sizeof name)) {
+    if (!rd_sqs_handle_decode(handle, "", 0, &s->task, name, sizeof name)) {
         rd_sqs_fail(r, &RD_SQS_ERR_INVALID_PARAMETER_VALUE, "Value for parameter TaskHandle is invalid.");
         return;
     }

@@ -63,12 +63,19 @@ bool rd_sqs_queue_name_ok(const char *name, size_t len)
 }
 
 /* FNV-1a of the queue name: MessageIds of two queues differ in their first
- * group, and one message's is the same at every answer. */
+ * group, and one message's is the same at every answer; a receipt handle
+ * starts with it too. */
+static unsigned queue_tag(const char *queue, size_t queue_len)
+{
+    unsigned h = 2166136261u;
+    for (size_t i = 0; i < queue_len; i++) h = (h ^ (unsigned char)queue[i]) * 16777619u;
+    return h;
+}
+
 void rd_sqs_message_id(const char *queue, size_t queue_len, long long id, char out[37])
 {
     static const char digits[] = "0123456789abcdef";
-    unsigned h = 2166136261u;
-    for (size_t i = 0; i < queue_len; i++) h = (h ^ (unsigned char)queue[i]) * 16777619u;
+    unsigned h = queue_tag(queue, queue_len);
     unsigned long long u = (unsigned long long)id;
     /* hhhhhhhh-000u-4uuu-8000-uuuuuuuuuuuu: the hash, then the id's 64 bits
      * (4 in the second group, 12 in the third, 48 in the last). */
@@ -86,17 +93,20 @@ void rd_sqs_message_id(const char *queue, size_t queue_len, long long id, char o
     *p = '\0';
 }
 
-void rd_sqs_handle_encode(long long id, const char *token, size_t token_len, rd_buf_t *out)
+void rd_sqs_handle_encode(const char *queue, size_t queue_len, long long id, const char *token,
+                          size_t token_len, rd_buf_t *out)
 {
     char raw[256];
-    int n = snprintf(raw, sizeof raw, "%lld:%.*s", id, (int)token_len, token);
+    int n = snprintf(raw, sizeof raw, "%08x:%lld:%.*s", queue_tag(queue, queue_len), id,
+                     (int)token_len, token);
     if (n < 0 || (size_t)n >= sizeof raw) n = 0;
     unsigned char enc[4 * ((sizeof raw + 2) / 3) + 1];
     int m = EVP_EncodeBlock(enc, (const unsigned char *)raw, n);
     rd_buf_append(out, (const char *)enc, (size_t)m);
 }
 
-bool rd_sqs_handle_decode(const char *handle, long long *id, char *token, size_t token_cap)
+bool rd_sqs_handle_decode(const char *handle, const char *queue, size_t queue_len, long long *id,
+                          char *token, size_t token_cap)
 {
     size_t len = strlen(handle);
     if (len == 0 || len % 4 != 0 || len > 340) return false;
@@ -106,6 +116,13 @@ bool rd_sqs_handle_decode(const char *handle, long long *id, char *token, size_t
     /* EVP_DecodeBlock counts the padding's bytes as zeros. */
     if (handle[len - 1] == '=') n--;
     if (handle[len - 2] == '=') n--;
+    /* Another queue's handle is not this queue's: its id could name another
+     * message here, and a delete must not answer success for nothing. */
+    char tag[10];
+    snprintf(tag, sizeof tag, "%08x:", queue_tag(queue, queue_len));
+    if (n < 9 || memcmp(raw, tag, 9) != 0) return false;
+    memmove(raw, raw + 9, (size_t)(n - 9));
+    n -= 9;
     long long v = 0;
     int i = 0;
     for (; i < n && raw[i] >= '0' && raw[i] <= '9' && i < 19; i++) v = v * 10 + (raw[i] - '0');

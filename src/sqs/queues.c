@@ -124,6 +124,9 @@ static const rd_sqs_error_t *attributes_to_policy(rd_sqs_req_t *r, const cJSON *
             bool ok = target && rd_sqs_queue_name_ok(target, tlen) &&
                       attr_int(mrc, 1, SQS_MAX_RECEIVE_COUNT, &n);
             if (ok && (tlen == r->queue_len && memcmp(target, r->queue, tlen) == 0)) ok = false;
+            /* SQS: the dead-letter queue is of the same type as its source. */
+            bool target_fifo = tlen > 5 && memcmp(target + tlen - 5, ".fifo", 5) == 0;
+            if (ok && target_fifo != r->fifo) ok = false;
             if (ok) {
                 rd_free(p->dead_letter_queue_owned);
                 p->dead_letter_queue_owned = rd_strndup(target, tlen);
@@ -136,7 +139,8 @@ static const rd_sqs_error_t *attributes_to_policy(rd_sqs_req_t *r, const cJSON *
             cJSON_Delete(rp);
             if (!ok) {
                 snprintf(why, why_len, "Value %.100s for parameter RedrivePolicy is invalid. "
-                                       "Reason: deadLetterTargetArn must be another queue of "
+                                       "Reason: deadLetterTargetArn must be another queue (FIFO "
+                                       "for a FIFO queue, standard for a standard one) of "
                                        "this endpoint and maxReceiveCount from 1 to 1000.",
                          v->valuestring);
                 return &RD_SQS_ERR_INVALID_PARAMETER_VALUE;

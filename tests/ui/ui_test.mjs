@@ -702,6 +702,49 @@ test('policy_shown_and_pause_resume', async () => {
   await page.close();
 });
 
+// An SQS queue (policy sqs: true, docs/sqs.md): marked in the list and on its page, which
+// shows its RedrivePolicy as SQS does (deadLetterTargetArn, maxReceiveCount).
+test('sqs_queue_marked_with_redrive_policy', async () => {
+  const q = `sqsq-${Date.now()}`, plain = `plain-${Date.now()}`, dlq = `${q}-dlq`;
+  await ok('PUT', `${qp(q)}/policy`, { sqs: true, max_retries: 4, dead_letter_queue: dlq,
+                                       lease_expiry: 'redeliver' });
+  await enqueue(q, 'one');
+  await enqueue(plain, 'two');
+  const page = await openPage('/queues');
+  await page.waitForSelector(`#queues-table tbody tr[data-queue="${q}"]`);
+  await page.waitForSelector(`#queues-table tbody tr[data-queue="${plain}"]`);
+  const mark = (name) => page.$eval(`#queues-table tr[data-queue="${name}"] th.queue-name`, (th) => {
+    const m = th.querySelector('.sqs-mark');
+    return { shown: !!m && !m.hidden && m.offsetWidth > 0, text: m ? m.textContent : null,
+             name: th.querySelector('a').textContent };
+  });
+  const sq = await mark(q), pl = await mark(plain);
+  check(sq.shown && sq.text === 'SQS', `the SQS queue is marked: ${JSON.stringify(sq)}`);
+  check(!pl.shown && pl.text === '', `a queue of the HTTP API is not: ${JSON.stringify(pl)}`);
+  eq(sq.name, q, 'the name stays the name');
+  await page.goto(`${BASE}/ui/#${hashQueue(q)}`);
+  await waitList(page);
+  await page.waitForFunction(() => !document.querySelector('#pause-toggle').disabled);
+  check(await page.isVisible('#queue-sqs-mark'), 'the queue page marks it');
+  eq(await page.textContent('#queue-sqs-mark'), 'SQS', 'the mark reads SQS');
+  check(await page.isVisible('#queue-sqs'), 'the redrive policy is shown');
+  eq(await page.textContent('#sqs-redrive'), `dead-letter queue ${dlq} · maxReceiveCount 4`,
+     'deadLetterTargetArn and maxReceiveCount are the policy\'s dead_letter_queue and max_retries');
+  await shot(page, 'sqs-queue.png');
+  // Without a dead-letter queue: no RedrivePolicy, received until retention ends them.
+  await ok('PATCH', `${qp(q)}/policy`, { dead_letter_queue: null, max_retries: 'unlimited' });
+  await page.reload();
+  await waitList(page);
+  await page.waitForFunction(() => /none/.test(document.querySelector('#sqs-redrive').textContent));
+  check(/until retention ends them/.test(await page.textContent('#sqs-redrive')), 'no redrive policy');
+  await page.goto(`${BASE}/ui/#${hashQueue(plain)}`);
+  await waitList(page);
+  await page.waitForFunction(() => !document.querySelector('#pause-toggle').disabled);
+  check(await page.isHidden('#queue-sqs-mark'), 'a plain queue\'s page has no mark');
+  check(await page.isHidden('#queue-sqs'), 'nor an SQS redrive policy');
+  await page.close();
+});
+
 test('dead_letter_rules_in_policy_view', async () => {
   const q = `rules-${Date.now()}`;
   await ok('PUT', `${qp(q)}/policy`, { max_retries: 1, dead_letter_rules: [

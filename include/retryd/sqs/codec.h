@@ -26,6 +26,10 @@ typedef struct rd_sqs_wire {
     size_t body_len;
 } rd_sqs_wire_t;
 
+/* The protocol of a request, from its head alone: JSON with an X-Amz-Target
+ * or the application/x-amz-json-1.0 Content-Type, else query. */
+rd_sqs_protocol_t rd_sqs_wire_protocol(const rd_sqs_wire_t *w);
+
 /* Decodes w into *out (out->params owned by the caller: rd_sqs_call_clear).
  * Returns NULL, or the error to answer (MALFORMED_QUERY, SERIALIZATION,
  * MISSING_PARAMETER for no action, INVALID_ACTION for an unknown X-Amz-Target
@@ -42,6 +46,13 @@ const rd_sqs_error_t *rd_sqs_decode(const rd_sqs_wire_t *w, rd_sqs_call_t *out, 
                                     size_t why_len);
 void rd_sqs_call_clear(rd_sqs_call_t *c);
 
+/* NULL when every member of the JSON protocol's params has its model's type
+ * (a string, an integer as a number or string, a list of strings, a map of
+ * strings, message attribute values, a list of entry objects; null counts as
+ * absent); else SERIALIZATION with why[] naming the member (sqs/shapes.c).
+ * rd_sqs_decode runs it on every JSON body. */
+const rd_sqs_error_t *rd_sqs_check_shapes(const cJSON *params, char *why, size_t why_len);
+
 /* Appends the answer to out: result is the action's output in the JSON
  * protocol's shape (NULL: an action with an empty output, e.g. DeleteQueue).
  * *content_type is a static string. */
@@ -54,5 +65,13 @@ void rd_sqs_encode_result(rd_buf_t *out, rd_sqs_protocol_t p, const char *action
 void rd_sqs_encode_error(rd_buf_t *out, rd_buf_t *headers, rd_sqs_protocol_t p,
                          const rd_sqs_error_t *e, const char *message, const char *request_id,
                          const char **content_type);
+
+/* Appends s[0..len) to out as protocol p's answers carry it (NUL-terminated,
+ * the NUL not counted in out->len): bytes that are not UTF-8, U+0000 and,
+ * for the query protocol's XML, the characters XML 1.0 cannot hold become
+ * U+FFFD. Returns whether anything was replaced. An action digests this
+ * text (MD5OfBody), never the stored bytes, so that the digest always
+ * matches the body the client reads (docs/sqs.md "Errors"). */
+bool rd_sqs_wire_text(rd_sqs_protocol_t p, const char *s, size_t len, rd_buf_t *out);
 
 #endif

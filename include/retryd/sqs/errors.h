@@ -42,6 +42,7 @@ extern const rd_sqs_error_t RD_SQS_ERR_MISSING_AUTH_TOKEN;
 extern const rd_sqs_error_t RD_SQS_ERR_INCOMPLETE_SIGNATURE;
 extern const rd_sqs_error_t RD_SQS_ERR_REQUEST_EXPIRED;
 extern const rd_sqs_error_t RD_SQS_ERR_ACCESS_DENIED;
+extern const rd_sqs_error_t RD_SQS_ERR_REQUEST_TOO_LARGE;      /* a body over the endpoint's limit, 413 */
 extern const rd_sqs_error_t RD_SQS_ERR_SERVICE_UNAVAILABLE;
 extern const rd_sqs_error_t RD_SQS_ERR_INTERNAL;
 

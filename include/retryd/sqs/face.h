@@ -38,6 +38,7 @@ struct rd_sqs {
     long long default_lease_ms;
     /* /metrics: requests per action row, errors per code. */
     unsigned long long *action_requests;
+    unsigned long long other_requests;  /* undecodable, or an action not in the table */
     struct { const char *code; unsigned long long n; } errors[48];
     size_t error_kinds;
     void (*on_drained)(void *arg);
@@ -127,10 +128,13 @@ bool rd_sqs_queue_name_ok(const char *name, size_t len);
 /* The MessageId of message id of queue name (UUID-shaped, the same for the
  * same message): out holds 37 bytes. */
 void rd_sqs_message_id(const char *queue, size_t queue_len, long long id, char out[37]);
-/* ReceiptHandle: base64 of "<id>:<lease token>". out holds 4 * ((len + 2) / 3) + 1 bytes
- * of the decoded form; rd_sqs_handle_decode answers false for anything else. */
-void rd_sqs_handle_encode(long long id, const char *token, size_t token_len, rd_buf_t *out);
-bool rd_sqs_handle_decode(const char *handle, long long *id, char *token, size_t token_cap);
+/* ReceiptHandle: base64 of "<queue tag>:<id>:<lease token>", the tag the
+ * 8 hex digits that start the queue's MessageIds. rd_sqs_handle_decode
+ * answers false for anything else, a handle of another queue included. */
+void rd_sqs_handle_encode(const char *queue, size_t queue_len, long long id, const char *token,
+                          size_t token_len, rd_buf_t *out);
+bool rd_sqs_handle_decode(const char *handle, const char *queue, size_t queue_len, long long *id,
+                          char *token, size_t token_cap);
 /* The predecessor cursor of a name for queues_page (its pages start after
  * the cursor): the greatest queue name below every name starting with
  * prefix (len > 0). out holds RD_SQS_CURSOR_MAX bytes; returns its length. */
