@@ -219,7 +219,6 @@ static void on_request(rd_http_exchange_t *ex, const rd_http_request_t *req, voi
                         "The action %s is not valid for this endpoint.", r->call.action);
         return;
     }
-    sqs->action_requests[index]++;
     unsigned need = rd_sqs_action_role(r->call.action);
     if (r->key && !rd_roles_grant(rd_sqs_key_roles(r->key), need)) {
         rd_sqs_fail(r, &RD_SQS_ERR_ACCESS_DENIED, "The key %s lacks the %s role, which %s needs.",
