@@ -27,9 +27,11 @@ do
   -- retry_count and max_retries have a header byte each (0-254 exactly, 255:
   -- "255 or more"); a value past REC_COUNT_BYTE_MAX is kept in the trailer
   -- too (keys rc and mr), so it reads back exactly. max_retries -1 is
-  -- "unlimited" (never dies of retries): its header byte is 255, so a
-  -- retryd_v6 library, which reads the byte alone, sees 255 retries.
+  -- "unlimited" (never dies of retries): header byte 255 with no `mr` in the
+  -- trailer, so an SQS queue's message needs no trailer for it; a retryd_v6
+  -- library, which reads the byte alone, sees 255 retries (docs/storage.md).
   local REC_COUNT_BYTE_MAX = 254
+  local REC_UNLIMITED_BYTE = 255
 
   -- The priority a format byte holds (decode_record and load_header compute
   -- it inline: a call is a few hundred instructions of every claim).
@@ -52,6 +54,7 @@ do
   -- for a HASH of the old layout.
   local function decode_record(rec)
     local fmt, rc, mr, created, dupd, dlease, serial = struct.unpack(REC_HEADER, rec)
+    if mr == REC_UNLIMITED_BYTE then mr = -1 end   -- unless the trailer's mr says more
     local m = { retry_count = rc, max_retries = mr, created_at = created,
                 updated_at = created + dupd, lease_at = created + dlease, serial = serial,
                 priority = (fmt % REC_TRAILER - REC_FORMAT) / 2 }   -- format_priority, inline
@@ -121,7 +124,6 @@ do
     local p = m.priority
     if p and p > 0 then fmt = REC_FORMAT + 2 * clamp(p, 0, REC_MAX_PRIORITY) end
     local wide = m.retry_count > REC_COUNT_BYTE_MAX or m.max_retries > REC_COUNT_BYTE_MAX
-                 or m.max_retries < 0
     if not (m.last_error or m.retry_after or m.idempotency_key or m.token or m.worker
             or m.history or m.origin_queue or m.rule_uses or m.expires_at or m.group
             or wide or m.attributes or m.first_receive) then
@@ -130,7 +132,7 @@ do
     local t, trailer = {}, false
     if wide then
       if m.retry_count > REC_COUNT_BYTE_MAX then t.rc = m.retry_count end
-      if m.max_retries > REC_COUNT_BYTE_MAX or m.max_retries < 0 then t.mr = m.max_retries end
+      if m.max_retries > REC_COUNT_BYTE_MAX then t.mr = m.max_retries end
       trailer = true
     end
     if m.last_error then t.e = m.last_error; trailer = true end
@@ -187,6 +189,7 @@ do
     if h == '' then return nil end
     if string.byte(h, 1) >= REC_TRAILER then return load_message(mkey) end
     local fmt, rc, mr, created, dupd, dlease, serial = struct.unpack(REC_HEADER, h)
+    if mr == REC_UNLIMITED_BYTE then mr = -1 end   -- no trailer: no wider mr
     return { retry_count = rc, max_retries = mr, created_at = created, updated_at = created + dupd,
              lease_at = created + dlease, serial = serial, priority = (fmt - REC_FORMAT) / 2 }
   end

@@ -733,6 +733,59 @@ static void test_sqs_fields_read_by_retryd_v6(void **state)
     freeReplyObject(rcmd("FUNCTION", "DELETE", "retryd_v6", END));
 }
 
+/* max_retries "unlimited" (every SQS queue's) is the header byte 255 with no
+ * trailer: the record of a plain message on such a queue has none, so claim
+ * and settle keep their fast paths, and it reads back as -1 (not 255) through
+ * the header-only read of a settlement too: failed 300 times, it is never
+ * dead. A max_retries of exactly 255 or past it is kept in the trailer and
+ * reads back exactly. */
+static void test_unlimited_max_retries_needs_no_trailer(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "unlimhdr");
+    policy_set(&q, "replace", "max_retries", "unlimited");
+    redisReply *e = fcall("enqueue", &q, -1, "job", "3", "0", "", "", "default", END);
+    if (!has_code(e, "ok") || e->elements < 2) fail_msg("enqueue: %s", reply_desc(e));
+    long long id = e->element[1]->integer;
+    freeReplyObject(e);
+    redisReply *b = rcmd("GETRANGE", mkey(&q, id), "0", "2", END);
+    assert_int_equal(b->len, 3);
+    assert_true((unsigned char)b->str[0] < 0x80);     /* no trailer */
+    assert_int_equal((unsigned char)b->str[2], 255);
+    freeReplyObject(b);
+    msg_t m;
+    expect_ok_msg(fcall("get", &q, id, END), &m);
+    assert_int_equal(msg_int(&m, "max_retries"), -1);
+    for (int i = 0; i < 300; i++) {
+        claim_one(&q, 30000, &m);
+        assert_int_equal(m.id, id);
+        assert_int_equal(msg_int(&m, "max_retries"), -1);
+        fail_ok(&q, id, "again", "1", 0, &m);
+        assert_string_equal(msg_str(&m, "status"), "pending");
+    }
+    expect_ok_msg(fcall("get", &q, id, END), &m);
+    assert_int_equal(msg_int(&m, "retry_count"), 300);
+    assert_int_equal(msg_int(&m, "max_retries"), -1);
+
+    const char *exact[] = { "255", "300", "254" };
+    for (int i = 0; i < 3; i++) {
+        queue_t w;
+        char name[32];
+        snprintf(name, sizeof name, "unlimhdr%s", exact[i]);
+        queue_init(&w, name);
+        policy_set(&w, "replace", "max_retries", exact[i]);
+        e = fcall("enqueue", &w, -1, "job", "3", "0", "", "", "default", END);
+        if (!has_code(e, "ok") || e->elements < 2) fail_msg("enqueue: %s", reply_desc(e));
+        long long wid = e->element[1]->integer;
+        freeReplyObject(e);
+        expect_ok_msg(fcall("get", &w, wid, END), &m);
+        assert_int_equal(msg_int(&m, "max_retries"), atoll(exact[i]));
+        claim_one(&w, 30000, &m);
+        assert_int_equal(msg_int(&m, "max_retries"), atoll(exact[i]));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -746,6 +799,7 @@ int main(void)
         cmocka_unit_test(test_settle_claim_reply_bytes_bounded),
         cmocka_unit_test(test_priority_budget_give_back),
         cmocka_unit_test(test_sqs_fields_read_by_retryd_v6),
+        cmocka_unit_test(test_unlimited_max_retries_needs_no_trailer),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
