@@ -295,18 +295,31 @@ do
 
   -- A new lease (claim): updated_at, lease time and serial, 15 header bytes; the
   -- whole record for an old HASH, one that kept an old token verbatim, or the
-  -- first claim of a message enqueued with flag f (its time goes in the
-  -- trailer: first_receive).
+  -- second claim of a message enqueued with flag f. Its first claim costs
+  -- nothing more: while the trailer's f is 0, the header's lease time of a
+  -- message claimed before (serial > 0) is the first receive (only claims
+  -- write the lease time: first_receive_of); the second claim moves it into
+  -- f before it writes its own lease time.
   local function set_lease(mkey, m, now, serial, worker)
+    local refirst = m.first_receive == 0 and m.serial > 0
+    if refirst then m.first_receive = m.lease_at end
     m.updated_at, m.lease_at, m.serial = now, now, serial
-    if m.legacy or m.token or m.worker ~= worker or m.first_receive == 0 then
+    if m.legacy or m.token or m.worker ~= worker or refirst then
       m.token, m.worker = nil, worker
-      if m.first_receive == 0 then m.first_receive = now end
       store_message(mkey, m)
     else
       local d = clamp(now - m.created_at, -REC_MAX_DELTA, REC_MAX_DELTA)
       redis.call('SETRANGE', mkey, REC_AT_UPDATED, struct.pack('>i5i5I5', d, d, serial))
     end
+  end
+
+  -- When message m was first claimed (ms), or nil: never, or not enqueued
+  -- with flag f. f is 0 until a second claim stores the first one's time
+  -- (set_lease); till then the lease time is the first claim's.
+  local function first_receive_of(m)
+    local first = m.first_receive
+    if first == 0 then return m.serial > 0 and m.lease_at or nil end
+    return first
   end
 
   -- A message's state is the index that holds its id. Returns the status and,
@@ -341,8 +354,8 @@ do
     if m.expires_at then add('expires_at', ms_text(m.expires_at)) end
     if m.group then add('group', m.group) end
     if m.attributes then add('attributes', m.attributes) end
-    local first = m.first_receive
-    if first and first > 0 then add('first_received_at', ms_text(first)) end
+    local first = first_receive_of(m)
+    if first then add('first_received_at', ms_text(first)) end
     history.reply(m, status, add)
     if m.origin_queue then
       add('origin_queue', m.origin_queue)
@@ -403,6 +416,7 @@ do
   record.load_legacy, record.lease_token, record.load_header = load_legacy, lease_token, load_header
   record.set_updated, record.set_lease, record.status_of = set_updated, set_lease, status_of
   record.optional_fields, record.reply_message = optional_fields, reply_message
+  record.first_receive_of = first_receive_of
   record.leased_reply, record.message_reply = leased_reply, message_reply
   record.LANE_BAND, record.LANE_DUE, record.LANE_FRESH = LANE_BAND, LANE_DUE, LANE_FRESH
   record.lane_score, record.priorities_used, record.priorities_mark = lane_score, priorities_used,

@@ -2002,6 +2002,47 @@ static void test_enqueue_flag_first_receive(void **state)
     freeReplyObject(b);
 }
 
+/* Flag f costs a message's first claim nothing: the claim writes the
+ * header's lease bytes alone (before, it wrote the record again to put its
+ * time in the trailer), the first receive is that lease's time, and it
+ * stays right after a release (no failure, no rewrite) and the next claim,
+ * and after a lease that ran out and was redelivered. */
+static void test_first_receive_costs_first_claim_nothing(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "firstcheap");
+    long long id = enqueued_id(enqueue_sqs(&q, "p", "", "", 0, "", "f"));
+    redisReply *before = rcmd("GET", mkey(&q, id), END);
+    msg_t m;
+    claim_one(&q, 30000, &m);
+    long long first = msg_int(&m, "first_received_at");
+    assert_int_equal(first, msg_int(&m, "updated_at"));
+    redisReply *after = rcmd("GET", mkey(&q, id), END);
+    assert_int_equal(after->len, before->len);
+    /* Past the 24-byte header (payload and trailer) nothing changed. */
+    assert_memory_equal(after->str + 24, before->str + 24, before->len - 24);
+    freeReplyObject(before);
+    freeReplyObject(after);
+    expect_ok_msg(fcall("get", &q, id, END), &m);
+    assert_int_equal(msg_int(&m, "first_received_at"), first);
+
+    assert_int_equal(int_reply(fcall("release", &q, -1, num(id), msg_str(&m, "lease_token"), END)), 1);
+    expect_ok_msg(fcall("get", &q, id, END), &m);
+    assert_int_equal(msg_int(&m, "first_received_at"), first);
+    wait_until_ms(first + 2);
+    claim_one(&q, 30000, &m);
+    assert_int_equal(m.id, id);
+    assert_true(msg_int(&m, "updated_at") > first);
+    assert_int_equal(msg_int(&m, "first_received_at"), first);
+    expect_ok_msg(fcall("get", &q, id, END), &m);
+    assert_int_equal(msg_int(&m, "first_received_at"), first);
+    /* A third claim keeps it too (it is in the trailer now). */
+    assert_int_equal(int_reply(fcall("release", &q, -1, num(id), msg_str(&m, "lease_token"), END)), 1);
+    claim_one(&q, 30000, &m);
+    assert_int_equal(msg_int(&m, "first_received_at"), first);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2010,6 +2051,7 @@ int main(void)
         cmocka_unit_test(test_enqueue_idempotency_window),
         cmocka_unit_test(test_enqueue_flag_must_exist),
         cmocka_unit_test(test_enqueue_flag_first_receive),
+        cmocka_unit_test(test_first_receive_costs_first_claim_nothing),
         cmocka_unit_test(test_enqueue_flag_content_dedup),
         cmocka_unit_test(test_enqueue_ids_and_fields),
         cmocka_unit_test(test_enqueue_payload_binary_safe),
