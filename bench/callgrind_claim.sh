@@ -24,7 +24,10 @@
 # (docs/lifecycle.md "Priority"); PRIORITY=0: the queue used priorities (one
 # message of priority 1, enqueued and claimed before the count) but every
 # message is priority 0, so each claim pops the empty lane, then the lists;
-# without it the queue never used priorities.
+# without it the queue never used priorities. SQS=1: the queue has the policy
+# an SQS CreateQueue writes (max_retries unlimited, lease_expiry redeliver,
+# message_ttl 345600 with on_expiry delete, lease_seconds 30, sqs true) and
+# every message is enqueued with flag f, as SendMessage does (no attributes).
 set -euo pipefail
 LUA_LIB=$1 FN=$2 N=${3:-10000} COUNT=${4:-1}
 # The library's name (its first line): its functions are called <name>_<function>.
@@ -48,12 +51,19 @@ payload=$(head -c 100 /dev/zero | tr '\0' x)
 PRIORITY=${PRIORITY:-}
 fill=()   # the enqueue's ARGV[5..8] for a priority (none: the shortest form)
 [ -z "$PRIORITY" ] || fill=('' 1 default '' "$PRIORITY")
+sqs=()    # the enqueue's ARGV[9..12] of SendMessage: group, attributes, window, flags
+if [ "${SQS:-0}" = 1 ]; then
+    fill=('' 1 default '' "$PRIORITY")
+    sqs=('' '' '' f)
+    redis-cli -p "$P" FCALL ${LIB}_policy_set 1 'retryd:{b}' replace max_retries unlimited \
+        lease_expiry redeliver message_ttl 345600 on_expiry delete lease_seconds 30 sqs true >/dev/null
+fi
 if [ "$PRIORITY" = 0 ]; then
     redis-cli -p "$P" FCALL ${LIB}_enqueue 1 'retryd:{b}' marker 3 0 '' 1 default '' 1 >/dev/null
     redis-cli -p "$P" FCALL ${LIB}_claim 1 'retryd:{b}' 30000 1 1 >/dev/null
 fi
 redis-benchmark -p "$P" -n $(((N + N / 5) * COUNT)) -P 16 -c 4 -q \
-    FCALL ${LIB}_enqueue 1 'retryd:{b}' "$payload" 3 0 "${fill[@]}" >/dev/null
+    FCALL ${LIB}_enqueue 1 'retryd:{b}' "$payload" 3 0 "${fill[@]}" "${sqs[@]}" >/dev/null
 [ "$FN" != settle_claim ] ||
     redis-cli -p "$P" FCALL ${LIB}_claim 1 'retryd:{b}' 30000 "$COUNT" 1 >/dev/null
 callgrind_control -z "$vg" >/dev/null 2>&1
@@ -67,7 +77,7 @@ if [ "$FN" = claim ]; then
 elif [ "$FN" = enqueue ]; then
     # As the daemon calls it: hints, max_retries defaulted, ttl_ms and priority ("" none).
     redis-benchmark -p "$P" -n "$N" -P 16 -c 4 -q \
-        FCALL ${LIB}_enqueue 1 'retryd:{b}' "$payload" 3 0 '' 1 default '' "${PRIORITY:-}" >/dev/null
+        FCALL ${LIB}_enqueue 1 'retryd:{b}' "$payload" 3 0 '' 1 default '' "${PRIORITY:-}" "${sqs[@]}" >/dev/null
 elif [ "$FN" = settle_claim ]; then
     # Message 1 is claimed before the counters are zeroed (below, uncounted).
     # In the protocol's own framing (as a client library sends it).
@@ -90,4 +100,5 @@ vg=""
 total=$(callgrind_annotate "$OUT/callgrind.out.1" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }')
 how="redis-benchmark -P 16 -c 4"
 [ "$FN" != settle_claim ] || how="redis-cli --pipe, one connection, in order"
+[ "${SQS:-0}" != 1 ] || how="$how, an SQS queue's policy and flag f"
 echo "$FN: $((total / N)) instructions per call of $COUNT ($N calls, $how${PRIORITY:+, priority $PRIORITY})"

@@ -182,16 +182,22 @@ do
 
   -- The header alone, where nothing of the message is sent back (a settlement
   -- answers its new state only): a table as decode_record's without payload
-  -- and optional fields. A record with a trailer, or an old HASH, is read whole.
-  local function load_header(mkey)
+  -- and optional fields. A record with a trailer, or an old HASH, is read
+  -- whole, unless partial: then its trailer is not read (m.partial is true:
+  -- no optional field, retry_count and max_retries as the header bytes say)
+  -- for a success, which needs none but a lease token kept verbatim
+  -- (take_leased reads the record whole when the header's token does not match).
+  local function load_header(mkey, partial)
     local h = redis.pcall('GETRANGE', mkey, '0', REC_HEADER_LAST)
     if type(h) == 'table' then return decode_legacy(redis.call('HGETALL', mkey)) end
     if h == '' then return nil end
-    if string.byte(h, 1) >= REC_TRAILER then return load_message(mkey) end
+    local trailer = string.byte(h, 1) >= REC_TRAILER
+    if trailer and not partial then return load_message(mkey) end
     local fmt, rc, mr, created, dupd, dlease, serial = struct.unpack(REC_HEADER, h)
-    if mr == REC_UNLIMITED_BYTE then mr = -1 end   -- no trailer: no wider mr
+    if mr == REC_UNLIMITED_BYTE then mr = -1 end   -- unless a trailer's mr says more
     return { retry_count = rc, max_retries = mr, created_at = created, updated_at = created + dupd,
-             lease_at = created + dlease, serial = serial, priority = (fmt - REC_FORMAT) / 2 }
+             lease_at = created + dlease, serial = serial,
+             priority = (fmt % REC_TRAILER - REC_FORMAT) / 2, partial = trailer or nil }
   end
 
   -- The priority lane (docs/lifecycle.md "Priority: one more command, only

@@ -411,7 +411,11 @@ do
   -- cannot go on (then nothing changed).
   local function take_leased(k, mkey, id, token, header_only)
     local m
-    if header_only and not groups_known(k) then m = load_header(mkey) else m = load_message(mkey) end
+    -- A success reads no optional field: the header alone, a trailer or not
+    -- (a token kept verbatim in the trailer does not match the header's, so
+    -- load_for below reads that record whole).
+    if header_only and not groups_known(k) then m = load_header(mkey, true)
+    else m = load_message(mkey) end
     if not m then return nil, { 'not_found' } end
     if not m.legacy and (token == '' or lease_token(m) == token)
        and redis.call('ZREM', k.processing, id) == 1 then

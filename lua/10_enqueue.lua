@@ -48,8 +48,10 @@ do
   --                                               exist (a policy or a message ever, and
   --                                               no drop_queue running), else nothing is
   --                                               written and the reply is {"not_found"};
-  --                                               "f" the first claim records its time in
-  --                                               the trailer (first_received_at, ms);
+  --                                               "f" record the first claim's time
+  --                                               (first_received_at, ms: the lease time
+  --                                               until a second claim keeps it in the
+  --                                               trailer; record.set_lease);
   --                                               "c" the idempotency key is the body's
   --                                               hash: refused with {"invalid_state",
   --                                               "no_content_dedup"} unless the policy

@@ -852,6 +852,45 @@ static void test_release_lost(void **state)
     expect_error(fcall("claim", &q, -1, "30000", "1", "", "request", "", big, END));
 }
 
+/* A success reads a record's header alone, trailer or not (an SQS queue's
+ * message has one: its expiry): settle_claim's success of such a message
+ * sends no GET (before, a GETRANGE then a GET of the whole record). A wrong
+ * token is still a lease_mismatch and changes nothing; the message with the
+ * right one ends succeeded with its fields intact. */
+static void test_success_reads_header_alone(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "succhdr");
+    policy_set(&q, "replace", "message_ttl", "3600");
+    long long id = enqueue_ok(&q, "job", 3, 0);
+    redisReply *b = rcmd("GETRANGE", mkey(&q, id), "0", "0", END);
+    assert_true((unsigned char)b->str[0] >= 0x80);   /* a trailer: expires_at */
+    freeReplyObject(b);
+    msg_t m;
+    claim_one(&q, 30000, &m);
+    char token[64];
+    token_of(&m, token);
+
+    settle_t wrong = SUCCEEDED(id, "1.1");
+    static const char *const mismatch[] = { "lease_mismatch" };
+    msg_t got[1];
+    expect_settled(settle_claim(&q, 30000, 0, 1, &wrong), 1, mismatch, got, 0);
+    expect_ok_msg(fcall("get", &q, id, END), &m);
+    assert_string_equal(msg_str(&m, "status"), "processing");
+
+    long long gets = command_calls("get");
+    settle_t right = SUCCEEDED(id, token);
+    static const char *const ok[] = { "succeeded" };
+    expect_settled(settle_claim(&q, 30000, 0, 1, &right), 1, ok, got, 0);
+    assert_int_equal(command_calls("get"), gets);
+    expect_ok_msg(fcall("get", &q, id, END), &m);
+    assert_string_equal(msg_str(&m, "status"), "succeeded");
+    assert_string_equal(msg_str(&m, "payload"), "job");
+    assert_int_equal(msg_int(&m, "max_retries"), 3);
+    assert_true(msg_int(&m, "expires_at") > msg_int(&m, "created_at"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -869,6 +908,7 @@ int main(void)
         cmocka_unit_test(test_settle_claim_snoozed),
         cmocka_unit_test(test_group_record_read_by_retryd_v5),
         cmocka_unit_test(test_wide_counters_read_by_retryd_v6),
+        cmocka_unit_test(test_success_reads_header_alone),
         cmocka_unit_test(test_wake_channel),
         cmocka_unit_test(test_claim_that_promotes_more_than_it_takes_wakes),
         cmocka_unit_test(test_release_lost),
