@@ -123,6 +123,7 @@ static void on_conn_close(uv_handle_t *handle)
     assert(!c->out_counted && c->out_bytes == 0);
     rd_http_body_release(c);
     if (c->on_lost) c->on_lost(false, c->lost_arg);
+    rd_http_settle_written(c, !c->peer_reset);
     free_buffers(c);
     rd_free(c);
     s->conn_count--;
@@ -721,7 +722,11 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     rd_http_conn_t *c = stream->data;
     if (nread == 0 || c->closing) return;
     if (nread < 0) {
-        if (nread != UV_EOF) rd_debug("http: read failed: %s", uv_strerror((int)nread));
+        if (nread != UV_EOF) {
+            rd_debug("http: read failed: %s", uv_strerror((int)nread));
+            c->peer_reset = true;
+            rd_http_settle_written(c, false);
+        }
         if (c->shutting) {
             /* Let the final response finish; on_shutdown closes. */
             c->linger_wanted = false;
@@ -732,6 +737,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         else conn_close(c);
         return;
     }
+    rd_http_settle_written(c, true);  /* it sends again: it read the answer */
     if (c->shutting || c->lingering) return;
     if (suspended(c)) {
         rd_buf_append(&c->in, buf->base, (size_t)nread);

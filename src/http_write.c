@@ -116,8 +116,23 @@ static void on_write(uv_write_t *req, int status)
         c->server->pending_output_bytes -= len;
         if (c->out_bytes == 0) out_unlist(c);
     }
-    /* Cancelled by a close (UV_ECANCELED) or failed: not delivered. */
-    if (done) done(status == 0, done_arg);
+    if (status < 0 && status != UV_ECANCELED) {
+        c->peer_reset = true;
+        rd_http_settle_written(c, false);
+    }
+    if (status == 0 && done && !c->peer_reset) {
+        /* Taken by the socket is not yet read by the client: one that closes
+         * with the answer unread (which sends a reset, not a FIN) never got
+         * it. Its next move decides. An earlier answer still waiting counts
+         * as delivered: the client kept the connection for more. */
+        rd_http_settle_written(c, true);
+        c->on_written = done;
+        c->written_arg = done_arg;
+    } else if (done) {
+        /* Cancelled by a close (UV_ECANCELED), failed, or written just
+         * before a reset: not delivered. */
+        done(false, done_arg);
+    }
     if (c->closing) return;
     if (status < 0) {
         rd_debug("http: write failed: %s", uv_strerror(status));
@@ -129,6 +144,14 @@ static void on_write(uv_write_t *req, int status)
         c->write_blocked = false;
         if (!c->pending) c->server->resume_conn(c);
     }
+}
+
+void rd_http_settle_written(rd_http_conn_t *c, bool delivered)
+{
+    rd_http_delivery_fn done = c->on_written;
+    if (done == NULL) return;
+    c->on_written = NULL;
+    done(delivered, c->written_arg);
 }
 
 /* Queues bytes on the socket; the write request owns a copy. On failure the
@@ -150,6 +173,8 @@ int rd_http_conn_write(rd_http_conn_t *c, rd_http_write_t *w, size_t len)
         }
         rd_free(w);
         rd_debug("http: write failed: %s", uv_strerror(r));
+        c->peer_reset = true;
+        rd_http_settle_written(c, false);
         c->server->close_conn(c);
         return -1;
     }

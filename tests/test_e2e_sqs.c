@@ -11,6 +11,7 @@
 #include <cJSON.h>
 #include <libxml/parser.h>
 #include <libxml/tree.h>
+#include <poll.h>
 
 #include "retryd/sqs/attributes.h"
 
@@ -55,13 +56,10 @@ static void header_value(const char *head, const char *lname, char *out, size_t 
     }
 }
 
-/* Sends req (complete bytes) on a new connection and reads one answer. */
-static void exchange(const char *req, size_t len, sqs_answer_t *a)
+/* Reads one answer from fd. */
+static void read_answer(int fd, sqs_answer_t *a)
 {
     memset(a, 0, sizeof *a);
-    int fd = e2e_connect(g_sqs_port);
-    assert_true(fd >= 0);
-    assert_int_equal(e2e_send_all(fd, req, len), 0);
     rd_buf_t in = RD_BUF_INIT;
     char chunk[65536];
     size_t head_len = 0, need = 0;
@@ -79,7 +77,6 @@ static void exchange(const char *req, size_t len, sqs_answer_t *a)
         need = (size_t)strtoull(cl, NULL, 10);
         if (in.len >= head_len + need) break;
     }
-    close(fd);
     assert_true(head_len > 0 && in.len >= head_len + need);
     assert_true(strncmp(in.data, "HTTP/1.1 ", 9) == 0);
     a->status = atoi(in.data + 9);
@@ -101,23 +98,50 @@ static void exchange(const char *req, size_t len, sqs_answer_t *a)
     }
 }
 
+/* Sends req (complete bytes) on a new connection and reads one answer. */
+static void exchange(const char *req, size_t len, sqs_answer_t *a)
+{
+    int fd = e2e_connect(g_sqs_port);
+    assert_true(fd >= 0);
+    assert_int_equal(e2e_send_all(fd, req, len), 0);
+    read_answer(fd, a);
+    close(fd);
+}
+
+static void request_bytes(rd_buf_t *req, const char *headers, const char *body, size_t len)
+{
+    rd_buf_printf(req, "POST / HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n%sContent-Length: %zu\r\n\r\n",
+                  g_sqs_port, headers, len);
+    rd_buf_append(req, body, len);
+}
+
 static void post(const char *headers, const char *body, size_t len, sqs_answer_t *a)
 {
     rd_buf_t req = RD_BUF_INIT;
-    rd_buf_printf(&req, "POST / HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n%sContent-Length: %zu\r\n\r\n",
-                  g_sqs_port, headers, len);
-    rd_buf_append(&req, body, len);
+    request_bytes(&req, headers, body, len);
     exchange(req.data, req.len, a);
     rd_buf_free(&req);
+}
+
+static const char *json_headers(const char *action)
+{
+    return e2e_fmt("Content-Type: application/x-amz-json-1.0\r\nX-Amz-Target: AmazonSQS.%s\r\n",
+                   action);
 }
 
 /* A JSON-protocol request: X-Amz-Target AmazonSQS.<action>. */
 static void json_call(const char *action, const char *body, sqs_answer_t *a)
 {
-    char headers[256];
-    snprintf(headers, sizeof headers, "Content-Type: application/x-amz-json-1.0\r\n"
-                                      "X-Amz-Target: AmazonSQS.%s\r\n", action);
-    post(headers, body, strlen(body), a);
+    post(json_headers(action), body, strlen(body), a);
+}
+
+/* Sends a JSON-protocol request on fd (an open connection). */
+static void json_send(int fd, const char *action, const char *body)
+{
+    rd_buf_t req = RD_BUF_INIT;
+    request_bytes(&req, json_headers(action), body, strlen(body));
+    assert_int_equal(e2e_send_all(fd, req.data, req.len), 0);
+    rd_buf_free(&req);
 }
 
 /* A query-protocol request: a form body. */
@@ -590,6 +614,97 @@ static void test_metrics_count_requests_and_errors(void **state)
     assert_true(missing >= 3);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Answers a client resets unread                                           */
+/* ------------------------------------------------------------------------ */
+
+/* The bodies of a ReceiveMessage answer's messages, space-separated ("" for
+ * none). */
+static const char *bodies_of(const sqs_answer_t *a)
+{
+    if (a->status != 200) fail_msg("ReceiveMessage: %d %s", a->status, a->body);
+    rd_buf_t out = RD_BUF_INIT;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(a->json, "Messages"))
+        rd_buf_printf(&out, "%s%s", out.len ? " " : "",
+                      cJSON_GetObjectItemCaseSensitive(m, "Body")->valuestring);
+    const char *s = e2e_fmt("%s", out.data ? out.data : "");
+    rd_buf_free(&out);
+    return s;
+}
+
+static void reset_close(int fd)
+{
+    struct linger reset = { 1, 0 };
+    assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset), 0);
+    close(fd);
+}
+
+/* A receive whose answer reached the client's socket, but which the client
+ * reset unread (a close with unread bytes sends a reset, not a FIN), hands
+ * its message back at once: the daemon's write had completed, and that
+ * counted as delivered, so the message stayed invisible for its whole
+ * VisibilityTimeout (sqs_faults_test test_vanishing_pollers failed under
+ * load so). A client that read its answer keeps the lease, whether it then
+ * closes or sends again and then resets. */
+static void test_answer_reset_unread_is_handed_back(void **state)
+{
+    (void)state;
+    const char *q = "e2e-sqs-unread";
+    char receive[256], poll1[256];
+    SET(receive, e2e_fmt("{\"QueueUrl\":\"%s\",\"WaitTimeSeconds\":0,"
+                         "\"MaxNumberOfMessages\":10}", url_of(q)));
+    SET(poll1, e2e_fmt("{\"QueueUrl\":\"%s\",\"WaitTimeSeconds\":1}", url_of(q)));
+    sqs_answer_t a;
+    json_call("CreateQueue", e2e_fmt("{\"QueueName\":\"%s\",\"Attributes\":"
+                                     "{\"VisibilityTimeout\":\"600\"}}", q), &a);
+    assert_int_equal(a.status, 200);
+    answer_free(&a);
+    json_call("SendMessage", e2e_fmt("{\"QueueUrl\":\"%s\",\"MessageBody\":\"u1\"}", url_of(q)), &a);
+    assert_int_equal(a.status, 200);
+    answer_free(&a);
+
+    int fd = e2e_connect(g_sqs_port);
+    assert_true(fd >= 0);
+    json_send(fd, "ReceiveMessage", receive);
+    struct pollfd in = { .fd = fd, .events = POLLIN };
+    assert_int_equal(poll(&in, 1, 5000), 1);  /* the answer is in the socket */
+    reset_close(fd);
+    /* Handed back: a long poll gets it at once, not in 600 s. */
+    json_call("ReceiveMessage", e2e_fmt("{\"QueueUrl\":\"%s\",\"WaitTimeSeconds\":5}", url_of(q)), &a);
+    assert_string_equal(bodies_of(&a), "u1");
+    answer_free(&a);
+    /* That one was read, then closed: its lease holds. */
+    json_call("ReceiveMessage", poll1, &a);
+    assert_string_equal(bodies_of(&a), "");
+    answer_free(&a);
+
+    /* Read, then the client sends again on the connection, then resets. */
+    json_call("SendMessage", e2e_fmt("{\"QueueUrl\":\"%s\",\"MessageBody\":\"u2\"}", url_of(q)), &a);
+    answer_free(&a);
+    fd = e2e_connect(g_sqs_port);
+    assert_true(fd >= 0);
+    json_send(fd, "ReceiveMessage", receive);
+    read_answer(fd, &a);
+    assert_string_equal(bodies_of(&a), "u2");
+    answer_free(&a);
+    json_send(fd, "ReceiveMessage", receive);
+    read_answer(fd, &a);
+    assert_string_equal(bodies_of(&a), "");
+    answer_free(&a);
+    reset_close(fd);
+    json_call("ReceiveMessage", poll1, &a);
+    assert_string_equal(bodies_of(&a), "");
+    answer_free(&a);
+
+    e2e_response_t r = { 0 };
+    http(&r, "GET", e2e_fmt("/queues/%s/stats", q), NULL);
+    rd_json_t *totals = e2e_jget(e2e_expect_json(&r, 200), "totals");
+    assert_int_equal(e2e_jint(totals, "claimed"), 3);
+    assert_int_equal(e2e_jint(totals, "released"), 1);
+    e2e_response_free(&r);
+}
+
 static int sqs_group_setup(void **state)
 {
     (void)state;
@@ -613,6 +728,7 @@ int main(void)
         T(test_json_actions),
         T(test_query_actions),
         T(test_metrics_count_requests_and_errors),
+        T(test_answer_reset_unread_is_handed_back),
     };
     int failed = cmocka_run_group_tests_name("e2e_sqs", tests, sqs_group_setup, group_teardown);
     if (failed == 0 && g_stop_failed) {

@@ -848,19 +848,33 @@ static void test_half_close_gets_response(void **state)
     assert_int_equal(rd_http_server_in_flight(t.server), 0);
 }
 
-/* rd_http_on_delivery says whether the response reached the socket:
- * yes for a client that reads, no for one that reset the connection. */
-static void test_delivery_is_reported(void **state)
+/* Answers /defer on a new connection and reads the response, leaving it
+ * open. */
+static client_t *deferred_answer_read(void)
 {
-    (void)state;
     response_t r;
-    t.want_delivery = true;
     client_t *cl = client_open();
     client_sends(cl, "GET /defer HTTP/1.1\r\nHost: x\r\n\r\n");
     run_until(have_deferred, NULL);
     release_deferred();
     read_response(cl, &r);
     assert_string_equal(r.body, "deferred");
+    return cl;
+}
+
+/* rd_http_on_delivery says whether the response reached the client: yes
+ * once the client sends again or closes, no for one that reset the
+ * connection, before the answer was written or after (a close with the
+ * answer unread sends a reset, not a FIN). */
+static void test_delivery_is_reported(void **state)
+{
+    (void)state;
+    response_t r;
+    t.want_delivery = true;
+    client_t *cl = deferred_answer_read();
+    /* In the client's socket, it says nothing yet; the next request does. */
+    client_sends(cl, "GET /defer HTTP/1.1\r\nHost: x\r\n\r\n");
+    run_until(have_deferred, NULL);
     run_until(delivery_told, NULL);
     assert_int_equal(t.delivery_calls, 1);
     assert_true(t.delivered);
@@ -868,8 +882,6 @@ static void test_delivery_is_reported(void **state)
     /* The client resets while its request is pending. */
     t.delivery_calls = 0;
     t.delivered = true;
-    client_sends(cl, "GET /defer HTTP/1.1\r\nHost: x\r\n\r\n");
-    run_until(have_deferred, NULL);
     client_reset(cl);
     run_until(deferred_client_gone, NULL);
     release_deferred();
@@ -878,6 +890,24 @@ static void test_delivery_is_reported(void **state)
     assert_false(t.delivered);
     int want = 2;
     run_until(deferred_done, &want);
+
+    /* Written, then the client closes (FIN): delivered. */
+    t.delivery_calls = 0;
+    t.delivered = false;
+    cl = deferred_answer_read();
+    client_close(cl);
+    run_until(delivery_told, NULL);
+    assert_int_equal(t.delivery_calls, 1);
+    assert_true(t.delivered);
+
+    /* Written, then the client resets: not delivered. */
+    t.delivery_calls = 0;
+    t.delivered = true;
+    cl = deferred_answer_read();
+    client_reset(cl);
+    run_until(delivery_told, NULL);
+    assert_int_equal(t.delivery_calls, 1);
+    assert_false(t.delivered);
 
     /* The server still serves others. */
     cl = client_open();

@@ -1,7 +1,8 @@
 /* handback.h - claimed messages whose answer never reaches the client go
  * straight back (docs/durability.md): a claim answered over HTTP, on the
  * API or the SQS endpoint, watches its delivery, and an answer the client
- * reset before it got hands the leases back, as a departed long-poll's are,
+ * reset before it read it (unwritten, or written and unread) hands the
+ * leases back, as a departed long-poll's are,
  * instead of leaving them to expire. */
 #ifndef RETRYD_HANDBACK_H
 #define RETRYD_HANDBACK_H

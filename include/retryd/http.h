@@ -165,14 +165,18 @@ void rd_http_respond(rd_http_exchange_t *ex, int status, const char *content_typ
 void rd_http_respond_problem(rd_http_exchange_t *ex, rd_problem_t p, const char *detail,
                              const rd_field_errors_t *errs, const char *extra_headers);
 
-/* Whether a response reached the client's socket: true when all of it was
- * written to the socket, false when it could not be (the connection was
- * reset, a write failed, or the connection was closed first). */
+/* Whether a response reached the client: false when it could not be written
+ * (the connection was reset, a write failed, or the connection was closed
+ * first) or the client reset the connection after it was written but before
+ * it sent more (a close with the answer unread sends a reset, not a FIN);
+ * true once all of it was written and the client sent more on the
+ * connection, or the connection closed without a reset. */
 typedef void (*rd_http_delivery_fn)(bool delivered, void *arg);
 
 /* Asks to be told whether the response of ex (the coming rd_http_respond)
  * is delivered: after rd_http_respond, cb runs exactly once, from the loop
- * (never from inside rd_http_respond). At most once per exchange, before
+ * (never from inside rd_http_respond), at the latest when the connection
+ * closes. At most once per exchange, before
  * rd_http_respond. */
 void rd_http_on_delivery(rd_http_exchange_t *ex, rd_http_delivery_fn cb, void *arg);
 

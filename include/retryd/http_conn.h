@@ -107,6 +107,12 @@ struct rd_http_conn {
     void *delivery_arg;
     rd_http_delivery_fn on_lost;  /* a response that never got to a write: told at close */
     void *lost_arg;
+    /* A watched response written to the socket, not yet shown read: the
+     * client's next bytes or a close without a reset say it was; a reset
+     * first says it was not (rd_http_settle_written). */
+    rd_http_delivery_fn on_written;
+    void *written_arg;
+    bool peer_reset;              /* a read or write failed: the client reset */
 
     rd_http_conn_list_t *list;    /* idle or linger list, or NULL */
     rd_http_conn_t *prev;
@@ -175,6 +181,9 @@ void rd_http_out_release(rd_http_conn_t *c);
 
 /* ---- http_write.c: writing ---- */
 
+/* Tells the written response's watcher (if any) delivered, once c's client
+ * sent again or c closes without a reset; not delivered, once it reset. */
+void rd_http_settle_written(rd_http_conn_t *c, bool delivered);
 /* Queues w (len bytes of w->data, w owned from here) on c's socket; -1 when c
  * was closed for it (its delivery callback is told at the close). */
 int rd_http_conn_write(rd_http_conn_t *c, rd_http_write_t *w, size_t len);
