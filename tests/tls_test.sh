@@ -178,14 +178,16 @@ expect_failure() {
     [ "$(readyz "$DPORT")" = 503 ] || fail "$name: /readyz is not 503"
     [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$DPORT/healthz")" = 200 ] ||
         fail "$name: /healthz is not 200"
-    # One line per attempt: every "cannot connect" line names the check.
-    local attempts named
-    attempts=$(grep -c 'redis: cannot connect to' "$TMP/$name.log")
-    named=$(grep 'redis: cannot connect to' "$TMP/$name.log" | grep -cE -- "$check")
-    ((attempts == named)) ||
-        fail "$name: $attempts attempts logged, $named name '$check': $(grep 'cannot connect' "$TMP/$name.log")"
-    echo "# $name: $(grep -m1 -E -- "$check" "$TMP/$name.log" | sed 's/^[^ ]* //')"
+    # One line per attempt: every "cannot connect" line names the check,
+    # counted once the daemon has stopped (it goes on logging until then).
     stop_pid "$DPID"
+    local attempts named lines
+    lines=$(grep 'redis: cannot connect to' "$TMP/$name.log")
+    attempts=$(grep -c . <<<"$lines")
+    named=$(grep -cE -- "$check" <<<"$lines")
+    ((attempts == named)) ||
+        fail "$name: $attempts attempts logged, $named name '$check': $lines"
+    echo "# $name: $(grep -m1 -E -- "$check" "$TMP/$name.log" | sed 's/^[^ ]* //')"
 }
 
 # ===========================================================================
