@@ -30,12 +30,27 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/tls-test.XXXXXX") || exit 1
 CERTS=$TMP/certs
 bg_pids=()
 cluster_dir=""
-cleanup() {
+# Each test runs in a subshell (suite_run): what it starts is tracked in that
+# subshell's bg_pids and cluster_dir and stopped by the subshell's own EXIT
+# trap, which track() sets; a subshell does not run the suite's trap.
+SUITE_PID=$BASHPID
+stop_tracked() {
     stop_pid ${bg_pids[@]+"${bg_pids[@]}"}
     [ -z "$cluster_dir" ] || "$ROOT/scripts/cluster.sh" stop "$cluster_dir" >/dev/null 2>&1
+}
+cleanup() {
+    stop_tracked
     rm -rf "$TMP"
 }
 trap cleanup EXIT
+# track PID: stopped when the test (or, at the top level, the suite) ends.
+track() {
+    if [ "$BASHPID" != "$SUITE_PID" ] && [ -z "${TEST_TRACKING:-}" ]; then
+        bg_pids=() cluster_dir="" TEST_TRACKING=1
+        trap stop_tracked EXIT
+    fi
+    [ -z "${1:-}" ] || bg_pids+=("$1")
+}
 
 fail() {
     echo "FAIL: $*"
@@ -107,7 +122,7 @@ tls_redis() {
         --tls-ca-cert-file "$CERTS/ca.crt" --tls-auth-clients "$auth" --save '' \
         --appendonly no --daemonize no --logfile "$dir/redis.log" </dev/null >/dev/null 2>&1 &
     REDIS_PID=$!
-    bg_pids+=("$REDIS_PID")
+    track "$REDIS_PID"
     for ((i = 0; i < 100; i++)); do
         if timeout 2 redis-cli -p "$tls_port" --tls --cacert "$CERTS/ca.crt" \
             --cert "$CERTS/client.crt" --key "$CERTS/client.key" ping 2>/dev/null | grep -q PONG
@@ -128,7 +143,7 @@ retryd_start() {
     "$BIN" --listen "127.0.0.1:$DPORT" --tick-ms 100 --prefix "tlstest-$$" "$@" \
         > "$TMP/$name.log" 2>&1 &
     DPID=$!
-    bg_pids+=("$DPID")
+    track "$DPID"
     local i
     for ((i = 0; i < 100; i++)); do
         [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$DPORT/healthz")" = 200 ] && return 0
@@ -352,7 +367,7 @@ test_retryctl_over_tls() {
     # dead-letter-alert follows the events stream over TLS.
     "$ALERT" "${tls[@]}" jobs > "$TMP/alert.out" 2> "$TMP/alert.err" &
     local alert=$!
-    bg_pids+=("$alert")
+    track "$alert"
     local i
     for ((i = 0; i < 100; i++)); do
         # It is following once its first XREAD blocks (a client blocked on the stream).
@@ -373,6 +388,7 @@ test_retryctl_over_tls() {
 # then a failover (CLUSTER FAILOVER on a replica) and the lifecycle again.
 cluster_up() {
     [ -n "$cluster_dir" ] && return 0
+    track
     cluster_dir=$TMP/cluster
     SEEDS=$(CLUSTER_TLS_DIR=$CERTS "$ROOT/scripts/cluster.sh" start "$cluster_dir" 3 1) ||
         { cluster_dir=""; return 1; }
