@@ -858,6 +858,7 @@ section2_tables() {
     # The Redis-native reference of a lifecycle: enqueue, claim, succeed at -P 1.
     local native_cs
     native_cs=$(calc "1 / (1 / $(get claim.p1.rps) + 1 / $(get succeed.p1.rps))")
+    [ -n "${V[claim.p1.rps]:-}" ] || native_cs="not run (section 1)"
     table_start "2. HTTP path: build/loadgen, keep-alive, $N_HTTP messages of 100 bytes ($mc)" \
         figure retryd reference ratio
     row "enqueue, 50 connections (msgs/s) vs FCALL enqueue -P 1" \
@@ -989,8 +990,11 @@ section3_tables() {
     row "enqueue: HTTP, 50 connections (msgs/s) vs addBulk (jobs/s)" \
         "$(fmt_int "$(get http.enqueue.rate)")" "$(b fmt_int "$(get bull.add)")" \
         "$(ratio "$(get http.enqueue.rate)" "$(get bull.add)")"
+    local fcall16
+    fcall16=$(fmt_int "$(get enqueue.p16.rps)")
+    [ -n "${V[enqueue.p16.rps]:-}" ] || fcall16="not run (section 1)"
     row "enqueue: FCALL -P 16 (msgs/s) vs addBulk (jobs/s)" \
-        "$(fmt_int "$(get enqueue.p16.rps)")" "$(b fmt_int "$(get bull.add)")" \
+        "$fcall16" "$(b fmt_int "$(get bull.add)")" \
         "$(ratio "$(get enqueue.p16.rps)" "$(get bull.add)")"
     row "claim+succeed, 1 worker vs Worker concurrency 1 (msgs/s)" \
         "$(fmt_int "$(get http.w1c1.rate)")" "$(b fmt_int "$(get bull.c1)")" \
@@ -1200,6 +1204,9 @@ wrk_enqueue() {
     put "$name.enqueue.p99" "$(calc "$(kv "$line" p99_us) / 1000")"
 }
 
+# run_said NAME: one run's figures on stderr (the repetitions behind a median).
+run_said() { say "  $1: $(fmt_int "$(get "$1.rate")") msgs/s, Redis $(fmt "$(get "$1.redis_us")" 2) µs/msg"; }
+
 # settle_prefix PREFIX: medians over repetitions of every PREFIX.<rep>.<field>.
 settle_prefix() {
     local k r vals
@@ -1228,6 +1235,8 @@ section3e() {
             bullmq) bull_add_one "e3.bull.$rep" "$N_ENQ" ;;
             wrk) wrk_enqueue "e3.wrk.$rep" "$q" ;;
             esac
+            case $s in retryd) run_said "e3.lg.$rep" ;; bullmq) run_said "e3.bull.$rep" ;;
+                       wrk) run_said "e3.wrk.$rep" ;; esac
         done
     done
     settle_prefix e3.lg; settle_prefix e3.bull; settle_prefix e3.wrk
@@ -1291,6 +1300,8 @@ section3b() {
             bullmq) bull_bulk "b3.bull.$rep" "$N_BATCH" ;;
             sidekiq) sk_run "b3.sk.$rep" push_bulk "$N_BATCH" --batch "$BATCH" ;;
             esac
+            case $s in retryd) run_said "b3.lg.$rep" ;; bullmq) run_said "b3.bull.$rep" ;;
+                       sidekiq) run_said "b3.sk.$rep" ;; esac
         done
     done
     settle_prefix b3.lg; settle_prefix b3.bull; settle_prefix b3.sk
@@ -1335,7 +1346,7 @@ section3b() {
 # sidekiq -c 50). Sidekiq's fetch is a bare BRPOP (no lease, nothing kept
 # while a job runs: docs/benchmarks.md).
 section3k() {
-    local rep s q
+    local rep s q k
     peer_setup
     for rep in $(seq 1 "$REPS"); do
         say "3k. Sidekiq, repetition $rep of $REPS"
@@ -1347,14 +1358,15 @@ section3k() {
                 q="k3-w50-$rep"
                 lg_http "k3.enq.$rep" enqueue "$q" 50 "$N_SK"
                 lg_http "k3.w50.$rep" settle "$q" 50 "$N_SK" --count 1
+                for k in enq1 w1 enq w50; do run_said "k3.$k.$rep"; done
             else
                 sk_run "k3.sk1.$rep" work "$N_SK" --concurrency 1
                 sk_run "k3.skpush.$rep" push "$N_SK" --threads 50
                 sk_run "k3.sk50.$rep" work "$N_SK" --concurrency 50
+                for k in sk1 skpush sk50; do run_said "k3.$k.$rep"; done
             fi
         done
     done
-    local k
     for k in enq1 w1 enq w50 sk1 skpush sk50; do settle_prefix "k3.$k"; done
     put k3.life "$(calc "$(get k3.enq.redis_us) + $(get k3.w50.redis_us)")"
     put k3.sklife "$(calc "$(get k3.skpush.redis_us) + $(get k3.sk50.redis_us)")"
