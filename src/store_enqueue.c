@@ -127,7 +127,8 @@ int rd_store_enqueue_many(rd_store_t *st, rd_store_queue_t q, const rd_enqueue_t
 {
     if (n == 0 || n > RD_ENQUEUE_MANY_MAX) return -1;
     size_t bytes = 0;
-    for (size_t i = 0; i < n; i++) bytes += items[i].len + items[i].attributes_len;
+    for (size_t i = 0; i < n; i++)
+        bytes += items[i].len + (items[i].attributes ? items[i].attributes_len : 0);
     if (n > 1 && bytes > RD_ENQUEUE_MANY_BYTES) return -1;
     if (!rd_backend_ready(st->redis)) return -1;
     before_write(st, q);
