@@ -736,7 +736,7 @@ static void test_send_batch_one_call_in_order(void **state)
                                      "\"true\"}}", q), &a);
     assert_int_equal(a.status, 200);
     answer_free(&a);
-    freeReplyObject(redisCommand(g_redis, "CONFIG SET slowlog-log-slower-than 0"));
+    freeReplyObject(redisCommand(g_redis, "CONFIG SET slowlog-log-slower-than 0 slowlog-max-len 10000"));
     freeReplyObject(redisCommand(g_redis, "SLOWLOG RESET"));
     json_call("SendMessageBatch", e2e_fmt(
         "{\"QueueUrl\":\"%s\",\"Entries\":["
@@ -746,7 +746,7 @@ static void test_send_batch_one_call_in_order(void **state)
         "{\"Id\":\"d\",\"MessageBody\":\"second\",\"MessageGroupId\":\"g\",\"MessageDeduplicationId\":\"d2\"},"
         "{\"Id\":\"e\",\"MessageBody\":\"by content\",\"MessageGroupId\":\"g\"}]}", url_of(q)), &a);
     int many = slowlog_calls("enqueue_many", q), single = slowlog_calls("enqueue", q);
-    freeReplyObject(redisCommand(g_redis, "CONFIG SET slowlog-log-slower-than 10000"));
+    freeReplyObject(redisCommand(g_redis, "CONFIG SET slowlog-log-slower-than 10000 slowlog-max-len 128"));
     assert_int_equal(a.status, 200);
     assert_int_equal(many, 1);
     assert_int_equal(single, 0);
