@@ -46,7 +46,7 @@ LUA_TESTS := test_lua_messages test_lua_batch test_lua_queue_ops test_lua_settle
              test_lua_policy test_lua_history test_lua_dead_letters test_lua_keys test_lua_expiry \
              test_lua_groups test_lua_moves
 E2E_TESTS := test_e2e_routes test_e2e_lifecycle test_e2e_settle test_e2e_policy test_e2e_links test_e2e_dlq \
-             test_e2e_groups test_e2e_tokens test_e2e_sqs
+             test_e2e_groups test_e2e_tokens test_e2e_sqs test_e2e_batch
 FAULTS_TESTS := test_faults_http test_faults_redis test_faults_crash
 INTEG_TESTS := test_http $(LUA_TESTS) $(E2E_TESTS) test_ops test_multi $(FAULTS_TESTS) test_cluster test_alerts
 # The in-process suites: real modules on a real loop (tests/unit_support.h).

@@ -13,6 +13,7 @@
 
 #include "unit_support.h"
 
+#include "retryd/enqueue_chunks.h"
 #include "retryd/limits.h"
 #include "retryd/queue_clear.h"
 
@@ -736,6 +737,104 @@ static void test_wrong_reply_shape_is_an_error(void **state)
     fake_stop();
 }
 
+/* enqueue_chunks.c over the fake: a short answer (the library stopped at
+ * its reply bytes) is followed by a call from the first item it left; a
+ * call whose link drops ends the batch with LOST, naming the items it
+ * carried; the items before it were answered. */
+typedef struct chunked {
+    int chunks, done_calls;
+    size_t firsts[4], counts[4];
+    long long ids[8];
+    size_t done;
+    rd_store_status_t failure;   /* RD_STORE_OK: none */
+    size_t in_call;
+    const char *next_reply;      /* what the fake answers after the first chunk; NULL: drop */
+} chunked_t;
+
+static void on_chunked(size_t first, const rd_store_enqueued_many_t *res, void *arg)
+{
+    chunked_t *c = arg;
+    if (c->chunks < 4) {
+        c->firsts[c->chunks] = first;
+        c->counts[c->chunks] = res->count;
+    }
+    for (size_t i = 0; i < res->count && first + i < 8; i++)
+        c->ids[first + i] = res->items[i].messages[0].id;
+    /* Before the next call is sent: what the fake does with it. */
+    if (c->chunks++ == 0) {
+        if (c->next_reply) fake_answer(c->next_reply);
+        else atomic_store(&g_fake.mode, FAKE_DROP);
+    }
+}
+
+static void on_chunks_done(size_t done, const rd_store_head_t *failure, size_t in_call, void *arg)
+{
+    chunked_t *c = arg;
+    c->done_calls++;
+    c->done = done;
+    c->failure = failure ? failure->status : RD_STORE_OK;
+    c->in_call = in_call;
+}
+
+#define ENQUEUED(id) "*6\r\n$2\r\nok\r\n:" #id "\r\n:1000\r\n:-1\r\n:3\r\n:-1\r\n"
+
+static void test_enqueue_chunks_short_and_lost(void **state)
+{
+    (void)state;
+    rd_enqueue_t items[3] = {
+        { .payload = "a", .len = 1, .delay_ms = -1, .ttl_ms = -1 },
+        { .payload = "b", .len = 1, .delay_ms = -1, .ttl_ms = -1 },
+        { .payload = "c", .len = 1, .delay_ms = -1, .ttl_ms = -1 },
+    };
+    /* A short answer (1 of 3), then the other two. */
+    fake_start(FAKE_ANSWER, "*2\r\n:-1\r\n" ENQUEUED(1));
+    fixture_t *f = fixture_open(g_fake.port, 2000);
+    chunked_t c = { .next_reply = "*3\r\n:-1\r\n" ENQUEUED(2) ENQUEUED(3) };
+    assert_int_equal(rd_enqueue_chunks(f->s.store, f->q, items, 3, on_chunked, on_chunks_done, &c), 0);
+    assert_true(ut_run_until(&f->loop, c.done_calls == 1, 5000));
+    assert_int_equal(c.chunks, 2);
+    assert_int_equal(c.firsts[0], 0);
+    assert_int_equal(c.counts[0], 1);
+    assert_int_equal(c.firsts[1], 1);
+    assert_int_equal(c.counts[1], 2);
+    assert_int_equal(c.ids[0], 1);
+    assert_int_equal(c.ids[2], 3);
+    assert_int_equal(c.done, 3);
+    assert_int_equal(c.failure, RD_STORE_OK);
+    assert_int_equal(atomic_load(&g_fake.commands), 2);
+    fixture_close(f);
+    fake_stop();
+
+    /* A short answer, then the link drops under the second call. */
+    fake_start(FAKE_ANSWER, "*2\r\n:-1\r\n" ENQUEUED(1));
+    f = fixture_open(g_fake.port, 2000);
+    c = (chunked_t){ .next_reply = NULL };
+    assert_int_equal(rd_enqueue_chunks(f->s.store, f->q, items, 3, on_chunked, on_chunks_done, &c), 0);
+    assert_true(ut_run_until(&f->loop, c.done_calls == 1, 5000));
+    assert_int_equal(c.chunks, 1);
+    assert_int_equal(c.done, 1);
+    assert_int_equal(c.failure, RD_STORE_LOST);
+    assert_int_equal(c.in_call, 2);
+    fixture_close(f);
+    fake_stop();
+
+    /* Not ready: -1 at once, no callback. */
+    fake_start(FAKE_REFUSE, NULL);
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    ut_store_t st;
+    ut_store_open(&st, &loop, g_fake.port, 1000, "unit");
+    char qb[64];
+    c = (chunked_t){ 0 };
+    assert_int_equal(rd_enqueue_chunks(st.store, ut_queue(qb, sizeof qb, "nr"), items, 3, on_chunked,
+                                       on_chunks_done, &c), -1);
+    ut_run_for(&loop, 50);
+    assert_int_equal(c.done_calls + c.chunks, 0);
+    ut_store_close(&st, &loop);
+    ut_loop_close(&loop);
+    fake_stop();
+}
+
 /* The link drops with calls in flight: the write's outcome is unknown
  * (LOST, and the write hook hears so), the read was simply not done. */
 static void test_link_drop_mid_call(void **state)
@@ -799,6 +898,7 @@ int main(void)
         cmocka_unit_test(test_move_task_rows),
         cmocka_unit_test(test_not_ready_fails_at_once),
         cmocka_unit_test(test_wrong_reply_shape_is_an_error),
+        cmocka_unit_test(test_enqueue_chunks_short_and_lost),
         cmocka_unit_test(test_link_drop_mid_call),
         cmocka_unit_test(test_silent_redis_times_out),
     };
