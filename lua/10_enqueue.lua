@@ -73,18 +73,20 @@ do
   -- Publishes on the queue's wake channel when the message is ready now.
   --
   -- One item of enqueue or enqueue_many, the one place an enqueue's rules
-  -- live: args[o + 1 .. o + 12] are enqueue's ARGV[1..12] (enqueue's own
-  -- ARGV, o = 0; an enqueue_many item's block). k: the call's queue_keys
+  -- live: args[o + 1 .. o + width] are enqueue's ARGV[1..width] (enqueue's
+  -- own ARGV, o = 0, width 12: those it was not given are nil; an
+  -- enqueue_many item's block, width 9 or 12). k: the call's queue_keys
   -- (the policy is read once per call, into k). mode:
   --   nil     enqueue: the whole enqueue, its reply
   --   CHECK   only the arguments: nil when they are good, else the error
   --           reply; nothing read, nothing written
   --   BATCH   an enqueue_many item: as nil, at the call's clock `now`; the
-  --           wake-up is left to the call (k.to_wake: one PUBLISH for all), and
-  --           a duplicate whose original does not fit the call's reply
-  --           (k.budget) returns false, nothing done for it
+  --           wake-up and the count are left to the call (k.to_wake: one
+  --           PUBLISH for all; k.enqueued: one HINCRBY), and a duplicate
+  --           whose original does not fit the call's reply (k.budget)
+  --           returns false, nothing done for it
   local CHECK, BATCH = 1, 2
-  local function enqueue_item(k, base, args, o, now, mode)
+  local function enqueue_item(k, base, args, o, width, now, mode)
     local payload = args[o + 1]
     local max_retries = to_int(args[o + 2])
     local delay_ms = args[o + 3] or ''
@@ -112,7 +114,7 @@ do
     if group == '' then group = nil end
     if group and not flow.valid_group(group) then return bad_arg('group') end
     -- ARGV[10..12]: one test when they are not given (the HTTP API's enqueue).
-    local attributes, window, first_receive = args[o + 10], IDEMPOTENCY_TTL_MS, nil
+    local attributes, window, first_receive = width > 9 and args[o + 10], IDEMPOTENCY_TTL_MS, nil
     local flags
     if attributes then
       if attributes == '' then attributes = nil end
@@ -215,7 +217,8 @@ do
       end
       if mode then k.to_wake = true else notify(k) end
     end
-    redis.call('HINCRBY', k.stats, 'enqueued', '1')
+    -- An enqueue_many counts its messages once, at its end.
+    if mode then k.enqueued = k.enqueued + 1 else redis.call('HINCRBY', k.stats, 'enqueued', '1') end
     if args[o + 7] then
       if defaulted and delay_ms > 0 then   -- the policy's delay: the caller cannot know it
         return { 'ok', id, now, timer, max_retries, m.expires_at or -1, m.retry_after }
@@ -229,7 +232,7 @@ do
 
   local function enqueue(keys, args)
     local base = keys[1]
-    return enqueue_item(queue_keys(base), base, args, 0, nil, nil)
+    return enqueue_item(queue_keys(base), base, args, 0, 12, nil, nil)
   end
 
   register('enqueue', enqueue)
@@ -241,9 +244,12 @@ do
   -- duplicate of the earlier one, as two enqueues in a row would.
   --   KEYS[1]  <prefix>:{q}                       queue key base
   --   ARGV[1]  n                                  items, 1..100
-  --   ARGV[2 + 12 (i - 1) .. 13 + 12 (i - 1)]     item i: enqueue's ARGV[1..12],
-  --                                               all twelve given ("" where
-  --                                               enqueue takes "" for none)
+  --   ARGV[2]  width                              9 or 12: the ARGV of enqueue each
+  --                                               item's block has (9: ARGV[1..9], none
+  --                                               of attributes, window, flags)
+  --   ARGV[3 + width (i - 1) .. 2 + width i]      item i: enqueue's ARGV[1..width], all
+  --                                               given ("" where enqueue takes "" for
+  --                                               none)
   -- Bounded: at most MANY_ITEMS items and MANY_BYTES (4 MiB) of payloads and
   -- attributes together (one item alone may be larger: every call makes
   -- progress). Every item's arguments are checked before anything is
@@ -258,26 +264,28 @@ do
   -- (as a batch claim's messages): j < n when item j + 1's original would
   -- pass it. Nothing was done for items j + 1 .. n: the caller sends them
   -- again (j >= 1: every call makes progress).
-  -- The clock, the policy and the key names are read once per call; the wake
-  -- channel is published once when any item is ready now.
-  local MANY_ITEMS, MANY_FIELDS, MANY_BYTES = 100, 12, 4 * 1024 * 1024
+  -- The clock, the policy and the key names are read once per call, the
+  -- stats' enqueued counted once, and the wake channel is published once
+  -- when any item is ready now.
+  local MANY_ITEMS, MANY_BYTES = 100, 4 * 1024 * 1024
   local function enqueue_many(keys, args)
     local base = keys[1]
-    local n = to_int(args[1])
-    if n == nil or n < 1 or n > MANY_ITEMS or #args ~= 1 + MANY_FIELDS * n then
+    local n, width = to_int(args[1]), to_int(args[2])
+    if n == nil or n < 1 or n > MANY_ITEMS or (width ~= 9 and width ~= 12)
+       or #args ~= 2 + width * n then
       return redis.error_reply('ERR retryd: enqueue_many takes n (1-' .. MANY_ITEMS
-                               .. ') and ' .. MANY_FIELDS .. ' arguments per item')
+                               .. '), a width (9 or 12) and that many arguments per item')
     end
     local k = queue_keys(base)
     local bytes = 0
     for i = 1, n do
-      local o = 1 + MANY_FIELDS * (i - 1)
-      local bad = enqueue_item(k, base, args, o, nil, CHECK)
+      local o = 2 + width * (i - 1)
+      local bad = enqueue_item(k, base, args, o, width, nil, CHECK)
       if bad then
         bad.err = bad.err .. ' (item ' .. i .. ')'
         return bad
       end
-      bytes = bytes + #args[o + 1] + #args[o + 10]
+      bytes = bytes + #args[o + 1] + (width > 9 and #args[o + 10] or 0)
     end
     if n > 1 and bytes > MANY_BYTES then
       return redis.error_reply('ERR retryd: enqueue_many takes at most ' .. MANY_BYTES
@@ -285,15 +293,16 @@ do
     end
     local now = now_ms()
     local out, timer = { -1 }, -1
-    k.budget = budget.new()
+    k.budget, k.enqueued = budget.new(), 0
     for i = 1, n do
-      local r = enqueue_item(k, base, args, 1 + MANY_FIELDS * (i - 1), now, BATCH)
+      local r = enqueue_item(k, base, args, 2 + width * (i - 1), width, now, BATCH)
       if r == false then break end
       out[i + 1] = r
       local t = r[1] == 'ok' and r[4] or -1
       if t >= 0 and (timer < 0 or t < timer) then timer = t end
     end
     out[1] = timer
+    if k.enqueued > 0 then redis.call('HINCRBY', k.stats, 'enqueued', int_arg(k.enqueued)) end
     if k.to_wake then notify(k) end
     return out
   end

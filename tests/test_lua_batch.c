@@ -33,15 +33,28 @@ static void item_argv(const item_t *it, const char **argv, size_t *lens)
     if (it->payload_len) lens[0] = it->payload_len;
 }
 
-/* FCALL enqueue_many n, then the items' twelve each. Caller frees. */
+/* FCALL enqueue_many n width, then the items: width 9 (enqueue's ARGV[1..9])
+ * unless an item gives attributes, a window or flags (12), as the store
+ * sends them. Caller frees. */
 static redisReply *many(const queue_t *q, size_t n, const item_t *items)
 {
-    size_t nargs = 1 + ITEM_ARGS * n;
+    size_t width = 9;
+    for (size_t i = 0; i < n; i++)
+        if (items[i].attributes || items[i].window || items[i].flags) width = ITEM_ARGS;
+    size_t nargs = 2 + width * n;
     const char **argv = calloc(nargs, sizeof *argv);
     size_t *lens = calloc(nargs, sizeof *lens);
     argv[0] = num((long long)n);
     lens[0] = strlen(argv[0]);
-    for (size_t i = 0; i < n; i++) item_argv(&items[i], argv + 1 + ITEM_ARGS * i, lens + 1 + ITEM_ARGS * i);
+    argv[1] = width == 9 ? "9" : "12";
+    lens[1] = strlen(argv[1]);
+    for (size_t i = 0; i < n; i++) {
+        const char *one_argv[ITEM_ARGS];
+        size_t one_lens[ITEM_ARGS];
+        item_argv(&items[i], one_argv, one_lens);
+        memcpy(argv + 2 + width * i, one_argv, width * sizeof *argv);
+        memcpy(lens + 2 + width * i, one_lens, width * sizeof *lens);
+    }
     redisReply *r = fcall_bin("enqueue_many", q, -1, nargs, argv, lens);
     free(argv);
     free(lens);
@@ -230,11 +243,11 @@ static void reply_text(const redisReply *r, char *out, size_t cap)
 /* The same items as N enqueues into one queue and one enqueue_many into
  * another: the same replies, records, indexes and counters. The items mix
  * every kind: plain, priority, group (with priority), delay, ttl, the
- * policy's defaults, attributes and flags, a key seen earlier and a key
- * repeated within the call, too_large, and a group's delayed message. */
-static void test_many_equals_n_enqueues(void **state)
+ * policy's defaults, attributes and flags (width 12 only), a key seen
+ * earlier and a key repeated within the call, too_large, and a group's
+ * delayed message. */
+static void many_equals_n_enqueues(size_t width)
 {
-    (void)state;
     queue_t a, b;
     queue_init(&a, "eq-one");
     queue_init(&b, "eq-many");
@@ -250,7 +263,7 @@ static void test_many_equals_n_enqueues(void **state)
     }
     static char big[3000];
     memset(big, 'z', sizeof big);
-    const item_t items[] = {
+    const item_t every[] = {
         { .payload = "plain" },
         { .payload = "given retries", .max_retries = "2", .origin = "request" },
         { .payload = "urgent", .priority = "7" },
@@ -267,7 +280,12 @@ static void test_many_equals_n_enqueues(void **state)
         { .payload = "no hints", .hint = "0", .delay_ms = "1000" },
         { .payload = "last", .priority = "1", .group = "g-c", .ttl_ms = "90000" },
     };
-    size_t n = sizeof items / sizeof items[0];
+    /* Width 9 (many() sends it when no item gives attributes, a window or
+     * flags): without the item that gives them. */
+    item_t items[32];
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof every / sizeof every[0]; i++)
+        if (width == 12 || !every[i].flags) items[n++] = every[i];
     static char ra[32][512], rb[32][512];
     for (size_t i = 0; i < n; i++) {
         redisReply *r = one(&a, &items[i]);
@@ -291,6 +309,13 @@ static void test_many_equals_n_enqueues(void **state)
     assert_true(timer > 0 && timer <= 5000);
     assert_same_queue(&a, &b);
     assert_int_equal(counter(&b, "enqueued"), counter(&a, "enqueued"));
+}
+
+static void test_many_equals_n_enqueues(void **state)
+{
+    (void)state;
+    many_equals_n_enqueues(12);
+    many_equals_n_enqueues(9);
 }
 
 /* A key repeated within one call: the later item answers the first one's
@@ -399,15 +424,19 @@ static void test_bounds_refused_nothing_written(void **state)
 
     redisReply *r = many(&q, MANY_MAX + 1, items);
     assert_int_equal(r->type, REDIS_REPLY_ERROR);
-    assert_non_null(strstr(r->str, "enqueue_many takes n (1-100)"));
+    assert_non_null(strstr(r->str, "enqueue_many takes n (1-100), a width (9 or 12)"));
     freeReplyObject(r);
-    expect_error(fcall("enqueue_many", &q, -1, "0", END));
-    expect_error(fcall("enqueue_many", &q, -1, "x", END));
-    /* n says 2, one item given; one field too many. */
-    expect_error(fcall("enqueue_many", &q, -1, "2", "p", "3", "", "", "1", "default", "", "", "",
-                       "", "", "", END));
-    expect_error(fcall("enqueue_many", &q, -1, "1", "p", "3", "", "", "1", "default", "", "", "",
-                       "", "", "", "extra", END));
+    expect_error(fcall("enqueue_many", &q, -1, "0", "9", END));
+    expect_error(fcall("enqueue_many", &q, -1, "x", "9", END));
+    /* n says 2, one item given; one field too many; a width of neither 9 nor 12. */
+    expect_error(fcall("enqueue_many", &q, -1, "2", "12", "p", "3", "", "", "1", "default", "", "",
+                       "", "", "", "", END));
+    expect_error(fcall("enqueue_many", &q, -1, "1", "9", "p", "3", "", "", "1", "default", "", "",
+                       "", "extra", END));
+    expect_error(fcall("enqueue_many", &q, -1, "1", "10", "p", "3", "", "", "1", "default", "", "",
+                       "", "", END));
+    expect_error(fcall("enqueue_many", &q, -1, "1", "", "p", "3", "", "", "1", "default", "", "",
+                       "", END));
     /* A bad argument in item 3 of 4: items 1 and 2 are not made either. */
     item_t bad[4] = { { .payload = "a" }, { .payload = "b" }, { .payload = "c", .priority = "12" },
                       { .payload = "d" } };
