@@ -250,9 +250,11 @@ do
   --   ARGV[3 + width (i - 1) .. 2 + width i]      item i: enqueue's ARGV[1..width], all
   --                                               given ("" where enqueue takes "" for
   --                                               none)
-  -- Bounded: at most MANY_ITEMS items and MANY_BYTES (4 MiB) of payloads and
+  -- Bounded: at most MANY_ITEMS items and MANY_BYTES (1 MiB) of payloads and
   -- attributes together (one item alone may be larger: every call makes
-  -- progress). Every item's arguments are checked before anything is
+  -- progress). A byte of payload costs Redis about 3 ns in this call (the
+  -- record's concatenation and the collector it drives), so a call at the
+  -- bound takes about 4 ms (docs/benchmarks.md "Batch enqueue"). Every item's arguments are checked before anything is
   -- written: a bad one (or a call past the bounds) is refused with an error
   -- reply naming it, and nothing is written.
   -- Returns {timer, reply_1, ..., reply_j}: reply_i is what enqueue answers
@@ -267,7 +269,7 @@ do
   -- The clock, the policy and the key names are read once per call, the
   -- stats' enqueued counted once, and the wake channel is published once
   -- when any item is ready now.
-  local MANY_ITEMS, MANY_BYTES = 100, 4 * 1024 * 1024
+  local MANY_ITEMS, MANY_BYTES = 100, 1024 * 1024
   local function enqueue_many(keys, args)
     local base = keys[1]
     local n, width = to_int(args[1]), to_int(args[2])

@@ -489,19 +489,22 @@ test_enqueue_file() {
     expect_rc 2 "a file that is not there"
 }
 
-# Lines of more than 4 MiB together go in calls of at most 4 MiB each.
+# Lines of more than 1 MiB together go in calls of at most 1 MiB each (a
+# longer line alone in its call).
 test_enqueue_file_bytes_bound() {
     local q=bigfile b i
     b=$(base "$q")
     : > "$TMP/big"
-    for i in 1 2 3 4 5 6; do head -c 1000000 /dev/zero | tr '\0' "$i" >> "$TMP/big"; echo >> "$TMP/big"; done
+    for i in 1 2 3 4 5 6; do head -c 400000 /dev/zero | tr '\0' "$i" >> "$TMP/big"; echo >> "$TMP/big"; done
+    head -c 1100000 /dev/zero | tr '\0' 7 >> "$TMP/big"; echo >> "$TMP/big"
     slowlog_start
     ctl enqueue "$q" --file "$TMP/big"
     slowlog_stop
-    expect_rc 0 "six lines of 1 MB"
-    expect_eq "$OUT" $'1\n2\n3\n4\n5\n6\n' "six ids"
-    expect_eq "$(slowlog_calls enqueue_many)" 2 "two calls of at most 4 MiB"
-    expect_eq "$(rget HGET "$b:m:6" payload | head -c 3)" 666 "the last line"
+    expect_rc 0 "six lines of 400 kB and one of 1.1 MB"
+    expect_eq "$OUT" $'1\n2\n3\n4\n5\n6\n7\n' "seven ids"
+    expect_eq "$(slowlog_calls enqueue_many)" 4 "calls of two lines (800 kB), then the long line alone"
+    expect_eq "$(rget HGET "$b:m:6" payload | head -c 3)" 666 "the sixth line"
+    expect_eq "$(rget HGET "$b:m:7" payload | head -c 3)" 777 "the long line"
     expect_eq "$(rget STRLEN "$b:m:6")" "$(( $(rget STRLEN "$b:m:1") ))" "whole lines"
 }
 

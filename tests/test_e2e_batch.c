@@ -455,10 +455,10 @@ static void test_redis_refusal_mid_batch(void **state)
                                   NULL), 0);
     char q[64];
     e2e_queue_name(q, sizeof q, "refused");
-    /* 300 items of 20 KB: three calls of 100 (2 MB each). */
-    char *p = malloc(20001);
-    memset(p, 'z', 20000);
-    p[20000] = '\0';
+    /* 300 items of 10 KB: three calls of 100 (1 MB each). */
+    char *p = malloc(10001);
+    memset(p, 'z', 10000);
+    p[10000] = '\0';
     rd_buf_t b = RD_BUF_INIT;
     rd_buf_printf(&b, "{\"messages\":[");
     for (int i = 0; i < 301; i++)
@@ -468,7 +468,7 @@ static void test_redis_refusal_mid_batch(void **state)
     redisReply *info = e2e_rcmd(g_redis, "INFO memory");
     long long used = strtoll(strstr(info->str, "used_memory:") + 12, NULL, 10);
     freeReplyObject(info);
-    freeReplyObject(e2e_rcmd(g_redis, "CONFIG SET maxmemory %lld", used + 3 * 1024 * 1024));
+    freeReplyObject(e2e_rcmd(g_redis, "CONFIG SET maxmemory %lld", used + 1536 * 1024));
     e2e_conn_t conn = { .fd = -1 };
     e2e_response_t r = { 0 };
     e2e_http_on(&conn, g_side.port, &r, "POST", messages_path(q), NULL, b.data, b.len);

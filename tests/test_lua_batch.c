@@ -449,16 +449,16 @@ static void test_bounds_refused_nothing_written(void **state)
     assert_int_equal(r->type, REDIS_REPLY_ERROR);
     assert_non_null(strstr(r->str, "bad argument flags (item 3)"));
     freeReplyObject(r);
-    /* More than 4 MiB of payloads in two items, or of payloads and
+    /* More than 1 MiB of payloads in two items, or of payloads and
      * attributes; one item alone may be larger. */
-    size_t four = 4 * 1024 * 1024;
+    size_t four = 1024 * 1024;
     char *big = malloc(four + 1);
     memset(big, 'q', four + 1);
     item_t two[2] = { { .payload = big, .payload_len = four / 2 + 1 },
                       { .payload = big, .payload_len = four / 2 } };
     r = many(&q, 2, two);
     assert_int_equal(r->type, REDIS_REPLY_ERROR);
-    assert_non_null(strstr(r->str, "at most 4194304 bytes"));
+    assert_non_null(strstr(r->str, "at most 1048576 bytes"));
     freeReplyObject(r);
     char *attrs = malloc(262144 + 1);
     memset(attrs, 'a', 262144);
@@ -467,7 +467,7 @@ static void test_bounds_refused_nothing_written(void **state)
     two[1] = (item_t){ .payload = "s", .attributes = attrs };
     r = many(&q, 2, two);
     assert_int_equal(r->type, REDIS_REPLY_ERROR);
-    assert_non_null(strstr(r->str, "at most 4194304 bytes"));
+    assert_non_null(strstr(r->str, "at most 1048576 bytes"));
     freeReplyObject(r);
 
     static char keys[128][96];

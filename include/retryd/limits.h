@@ -36,8 +36,8 @@
 #define RD_ENQUEUE_BATCH_MAX 1000         /* items of a batch enqueue (docs/reference.md
                                              "Batch enqueue") */
 #define RD_ENQUEUE_MANY_MAX 100           /* items of one enqueue_many call (lua/10_enqueue.lua) */
-#define RD_ENQUEUE_MANY_BYTES 4194304     /* bytes of payloads and attributes of one
-                                             enqueue_many call of 2 items or more (4 MiB) */
+#define RD_ENQUEUE_MANY_BYTES 1048576     /* bytes of payloads and attributes of one
+                                             enqueue_many call of 2 items or more (1 MiB) */
 #define RD_REPLAY_IDS_MAX 1000            /* ids of one batch replay request */
 #define RD_TEXT_FILTER_MAX 1000           /* bytes of a batch replay's error_contains */
 #define RD_LIST_FILTER_MAX 255            /* bytes of a listing's error_contains */
