@@ -28,9 +28,9 @@ static void item_argv(const item_t *it, const char **argv, size_t *lens)
                                  it->group, it->attributes, it->window, it->flags };
     for (size_t i = 0; i < ITEM_ARGS; i++) {
         argv[i] = v[i] ? v[i] : "";
-        lens[i] = strlen(argv[i]);
+        /* A payload given by its length need not end in a NUL. */
+        lens[i] = i == 0 && it->payload_len ? it->payload_len : strlen(argv[i]);
     }
-    if (it->payload_len) lens[0] = it->payload_len;
 }
 
 /* FCALL enqueue_many n width, then the items: width 9 (enqueue's ARGV[1..9])
