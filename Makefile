@@ -56,7 +56,7 @@ SHELL_UNIT := fuzz_smoke.sh deps_test.sh
 SHELL_INTEG := retryctl_test.sh tls_test.sh ui_test.sh bench_smoke.sh examples_test.sh sqs_clients_test.sh sqs_faults_test.sh openapi_check.sh
 TEST_BINS := $(UNIT_TESTS:%=$(BUILD)/tests/%) $(INTEG_TESTS:%=$(BUILD)/tests/%)
 
-.PHONY: all deps test-deps run test unit bench lint clean fuzz
+.PHONY: all deps test-deps bench-deps run test unit bench lint clean fuzz
 all: deps $(BUILD)/retryd
 
 deps:
@@ -65,6 +65,10 @@ deps:
 # What only the tests need: valgrind, chromium, and node + npm when there is none.
 test-deps:
 	@scripts/deps.sh test
+
+# The bench's peers (docs/benchmarks.md): Sidekiq, wrk, and node + npm when there is none.
+bench-deps:
+	@scripts/deps.sh bench
 
 $(BUILD)/retryd: $(BUILD)/server.o $(LIB_OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) $(LDLIBS)
@@ -167,6 +171,6 @@ $(BUILD)/loadgen: bench/loadgen.c $(BUILD)/llhttp/llhttp.o $(BUILD)/llhttp/api.o
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -o $@ $< $(filter %.o,$^) $(LDFLAGS) $(PKG_LIBS) $(LDLIBS)
 
-bench: all $(BUILD)/loadgen $(BUILD)/retryd.lua
+bench: all bench-deps $(BUILD)/loadgen $(BUILD)/retryd.lua
 	BUILD=$(BUILD) QUICK=$(QUICK) scripts/bench.sh
 # ---- end bench ----

@@ -6,9 +6,11 @@
 //
 //   node bench/bullmq_bench.mjs --port P [--jobs N] [--payload-bytes B]
 //                               [--concurrency 1,10,50|none] [--worker-jobs N1,N2,N3]
+//                               [--add-inflight K]
 //
 //   bullmq version=V
 //   add jobs=N seconds=S jobs_per_s=R redis_cpu_us_per_job=C bytes_per_job=M node_cpu_us_per_job=P
+//   add_one jobs=N inflight=K seconds=S jobs_per_s=R redis_cpu_us_per_job=C node_cpu_us_per_job=P
 //   worker concurrency=C jobs=N seconds=S jobs_per_s=R redis_cpu_us_per_job=U
 //          add_redis_cpu_us_per_job=A node_cpu_us_per_job=P
 //
@@ -18,12 +20,16 @@
 // a Worker whose processor returns at once, from its creation until the last
 // job completed. Redis CPU is INFO used_cpu_user + used_cpu_sys deltas; node's
 // own CPU (this process: BullMQ, ioredis, the processor) is process.cpuUsage().
+// --add-inflight K measures only "add_one": queue.add of one job a call,
+// K calls in flight at a time on the one Queue (as a web server's request
+// handlers share one), N jobs into an emptied queue.
 import { readFileSync } from 'node:fs';
 import { Queue, Worker } from 'bullmq';
 import IORedis from 'ioredis';
 
 function parseArgs(argv) {
-  const o = { port: 0, jobs: 20000, payloadBytes: 100, concurrency: [1, 10, 50], workerJobs: [] };
+  const o = { port: 0, jobs: 20000, payloadBytes: 100, concurrency: [1, 10, 50], workerJobs: [],
+             addInflight: 0 };
   for (let i = 2; i < argv.length; i += 2) {
     const [k, v] = [argv[i], argv[i + 1]];
     if (k === '--port') o.port = Number(v);
@@ -31,6 +37,7 @@ function parseArgs(argv) {
     else if (k === '--payload-bytes') o.payloadBytes = Number(v);
     else if (k === '--concurrency') o.concurrency = v === 'none' ? [] : v.split(',').map(Number);
     else if (k === '--worker-jobs') o.workerJobs = v.split(',').map(Number);
+    else if (k === '--add-inflight') o.addInflight = Number(v);
     else throw new Error(`unknown option ${k}`);
   }
   if (!o.port) throw new Error('--port is required');
@@ -74,6 +81,28 @@ async function addJobs(queue, n) {
   return { secs, cpuPerJob: cpu / n, bytesPerJob: mem / n, nodePerJob: (node.user + node.system) / n };
 }
 
+// queue.add of n jobs, one a call, k calls in flight, into an emptied queue.
+async function addOne(queue, n, k) {
+  await queue.obliterate({ force: true });
+  const cpu0 = await redisCpuUs();
+  const node0 = process.cpuUsage();
+  const t0 = process.hrtime.bigint();
+  let issued = 0;
+  async function lane() {
+    while (issued < n) {
+      issued += 1;
+      await queue.add('j', payload);
+    }
+  }
+  await Promise.all(Array.from({ length: Math.min(k, n) }, lane));
+  const secs = Number(process.hrtime.bigint() - t0) / 1e9;
+  const node = process.cpuUsage(node0);
+  const cpu = (await redisCpuUs()) - cpu0;
+  const waiting = await queue.getWaitingCount();
+  if (waiting !== n) throw new Error(`add_one: ${waiting} jobs waiting after ${n} adds`);
+  return { secs, cpuPerJob: cpu / n, nodePerJob: (node.user + node.system) / n };
+}
+
 // A Worker with this concurrency completes n waiting jobs.
 async function work(concurrency, n) {
   const cpu0 = await redisCpuUs();
@@ -101,6 +130,17 @@ async function main() {
   console.log(`bullmq version=${pkg.version}`);
   const queue = new Queue(QUEUE, { connection });
   await queue.waitUntilReady();
+
+  if (opts.addInflight > 0) {
+    const a = await addOne(queue, opts.jobs, opts.addInflight);
+    console.log(`add_one jobs=${opts.jobs} inflight=${opts.addInflight} seconds=${a.secs.toFixed(3)} ` +
+                `jobs_per_s=${(opts.jobs / a.secs).toFixed(1)} ` +
+                `redis_cpu_us_per_job=${a.cpuPerJob.toFixed(2)} node_cpu_us_per_job=${a.nodePerJob.toFixed(2)}`);
+    await queue.obliterate({ force: true });
+    await queue.close();
+    await admin.quit();
+    return;
+  }
 
   const add = await addJobs(queue, opts.jobs);
   console.log(`add jobs=${opts.jobs} seconds=${add.secs.toFixed(3)} ` +

@@ -5,8 +5,11 @@
  * fixed pipeline depth, and prints throughput and per-route latency
  * percentiles as key=value lines that scripts/bench.sh reads.
  *
- *   loadgen enqueue  --port P --queue Q --conns N --messages M [--payload-bytes B]
- *       N connections POST /queues/Q/messages until M messages are created.
+ *   loadgen enqueue  --port P --queue Q --conns N --messages M [--payload-bytes B] [--batch K]
+ *       N connections POST /queues/Q/messages until M messages are created;
+ *       --batch K sends K messages a request, as one batch enqueue
+ *       ({"messages":[{"payload":...},...]}, docs/reference.md: 1..1000 items,
+ *       answered 200 {"results":[...]}), and every item must be created (201).
  *   loadgen work     --port P --queue Q --conns W --messages M [--count C]
  *       W workers claim (count 1: the single form; C > 1: {"count":C}) and
  *       succeed what they got (one POST .../succeed per message; batch
@@ -39,7 +42,8 @@
  *
  * A claim answered 204 while work remains is repeated as a long-poll claim
  * (wait_seconds 1). Output, on stdout:
- *   mode=work conns=W count=C messages=M seconds=S msgs_per_s=R requests=N empty_claims=E cpu_us=U
+ *   mode=work conns=W count=C batch=K pipeline=D messages=M seconds=S msgs_per_s=R requests=N
+ *        empty_claims=E cpu_us=U
  *   route=claim n=N p50_us=A p99_us=B max_us=C      (one line per route used)
  *   retry_latency n=N p50_ms=A p99_ms=B max_ms=C    (failonce)
  *   replies ok=N notok=N first_int_sum=N            (resp)
@@ -69,6 +73,7 @@
 #define READ_BUF_BYTES (64 * 1024)
 #define SQS_BATCH_MAX 10         /* SQS's MaxNumberOfMessages and batch entries */
 #define MAX_HANDLE_BYTES 256     /* receipt handles: base64url of "<id>:<lease token>" */
+#define MAX_BATCH 1000           /* a batch enqueue's largest item count */
 
 /* ---------------------------------------------------------------- options */
 
@@ -85,6 +90,7 @@ typedef struct options {
     long long messages;          /* enqueue/work/failonce: messages; resp: commands */
     int payload_bytes;
     int count;                   /* claim count */
+    int batch;                   /* enqueue: messages per request (1: the single form) */
     int retry_after_s;           /* failonce */
     int pipeline;                /* resp */
     const char *account;         /* sqs: the account in the queue URL */
@@ -99,7 +105,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: loadgen enqueue|work|settle|failonce|sqs-send|sqs-receive --port P --queue Q\n"
-            "               --conns N --messages M [--count C] [--payload-bytes B]\n"
+            "               --conns N --messages M [--count C] [--payload-bytes B] [--batch K]\n"
             "               [--retry-after-s R] [--account A] [--sigv4 KEY_ID:SECRET]\n"
             "       loadgen resp --port P --conns C --pipeline D --requests M [--first-id F]"
             " -- ARG...\n"
@@ -128,6 +134,7 @@ static void parse_options(int argc, char **argv, options_t *o)
     o->messages = 1000;
     o->payload_bytes = 100;
     o->count = 1;
+    o->batch = 1;
     o->pipeline = 1;
     o->first_id = 1;
     o->timeout_s = 300;
@@ -159,6 +166,7 @@ static void parse_options(int argc, char **argv, options_t *o)
         else if (strcmp(a, "--payload-bytes") == 0)
             o->payload_bytes = (int)int_arg(a, v, 1, 100000);
         else if (strcmp(a, "--count") == 0) o->count = (int)int_arg(a, v, 1, MAX_CLAIM);
+        else if (strcmp(a, "--batch") == 0) o->batch = (int)int_arg(a, v, 1, MAX_BATCH);
         else if (strcmp(a, "--retry-after-s") == 0)
             o->retry_after_s = (int)int_arg(a, v, 0, 3600);
         else if (strcmp(a, "--pipeline") == 0) o->pipeline = (int)int_arg(a, v, 1, 10000);
@@ -170,6 +178,10 @@ static void parse_options(int argc, char **argv, options_t *o)
     }
     if (o->port == 0) usage();
     if (o->mode == MODE_RESP && o->argc == 0) usage();
+    if (o->batch > 1 && o->mode != MODE_ENQUEUE) {
+        fprintf(stderr, "loadgen: --batch is for enqueue\n");
+        exit(2);
+    }
     if (o->mode == MODE_FAILONCE && o->count != 1) {
         fprintf(stderr, "loadgen: failonce claims one message at a time\n");
         exit(2);
@@ -226,12 +238,12 @@ static uint32_t percentile(const samples_t *s, double p)
 /* ---------------------------------------------------------------- state */
 
 typedef enum route {
-    R_ENQUEUE, R_CLAIM, R_SUCCEED, R_SUCCEED_MANY, R_FAIL, R_SETTLE_CLAIM, R_SQS_SEND,
+    R_ENQUEUE, R_ENQUEUE_BATCH, R_CLAIM, R_SUCCEED, R_SUCCEED_MANY, R_FAIL, R_SETTLE_CLAIM, R_SQS_SEND,
     R_SQS_RECEIVE, R_SQS_DELETE_BATCH, R_RESP, R_COUNT
 } route_t;
 
 static const char *const route_names[R_COUNT] = {
-    "enqueue", "claim", "succeed", "succeed_many", "fail", "settle_claim", "sqs_send",
+    "enqueue", "enqueue_batch", "claim", "succeed", "succeed_many", "fail", "settle_claim", "sqs_send",
     "sqs_receive", "sqs_delete_batch", "resp",
 };
 
@@ -260,6 +272,7 @@ typedef struct conn {
     claimed_t claimed[MAX_CLAIM];
     size_t nclaimed;
     size_t nsettling;             /* settle: messages the request in flight settles */
+    size_t nbatch;                /* enqueue --batch: messages the request in flight carries */
     char handles[SQS_BATCH_MAX][MAX_HANDLE_BYTES];  /* sqs-receive: what the receive got */
     size_t nhandles;
     /* RESP */
@@ -275,6 +288,8 @@ struct bench {
     conn_t *conns;
     char *enqueue_body;
     size_t enqueue_body_len;
+    char *batch_body;             /* enqueue --batch: {"messages":[...]} of o.batch items */
+    size_t batch_body_len;
     char *sqs_send_body;          /* {"QueueUrl":...,"MessageBody":...} */
     size_t sqs_send_body_len;
     char queue_url[512];
@@ -443,6 +458,42 @@ static void send_enqueue(conn_t *c)
     snprintf(path, sizeof path, "/queues/%s/messages", b->o.queue);
     b->issued++;
     send_http(c, R_ENQUEUE, path, b->enqueue_body, b->enqueue_body_len);
+}
+
+/* {"messages":[<enqueue body> x n]} into a new buffer. */
+static char *batch_body_of(const bench_t *b, size_t n, size_t *len)
+{
+    size_t cap = 16 + n * (b->enqueue_body_len + 1);
+    char *body = xrealloc(NULL, cap);
+    size_t at = (size_t)sprintf(body, "{\"messages\":[");
+    for (size_t i = 0; i < n; i++) {
+        if (i) body[at++] = ',';
+        memcpy(body + at, b->enqueue_body, b->enqueue_body_len);
+        at += b->enqueue_body_len;
+    }
+    memcpy(body + at, "]}", 3);
+    *len = at + 2;
+    return body;
+}
+
+/* enqueue --batch: the next (up to) o.batch messages in one request. */
+static void send_enqueue_batch(conn_t *c)
+{
+    bench_t *b = c->b;
+    char path[320];
+    snprintf(path, sizeof path, "/queues/%s/messages", b->o.queue);
+    long long left = b->o.messages - b->issued;
+    size_t n = left < b->o.batch ? (size_t)left : (size_t)b->o.batch;
+    b->issued += (long long)n;
+    c->nbatch = n;
+    if (n == (size_t)b->o.batch) {
+        send_http(c, R_ENQUEUE_BATCH, path, b->batch_body, b->batch_body_len);
+        return;
+    }
+    size_t len;
+    char *body = batch_body_of(b, n, &len);
+    send_http(c, R_ENQUEUE_BATCH, path, body, len);
+    free(body);
 }
 
 static void send_claim(conn_t *c, bool wait)
@@ -756,6 +807,21 @@ static void on_http_answer(conn_t *c)
         }
         message_done(b, 1);
         break;
+    case R_ENQUEUE_BATCH: {
+        /* Every item must say 201 (created): count them rather than trust the length. */
+        long long n = 0;
+        const char *p = c->body, *end = c->body + c->body_len;
+        while ((p = memmem(p, (size_t)(end - p), "\"status\":201", 12)) != NULL) {
+            n++;
+            p += 12;
+        }
+        if (c->status != 200 || n != (long long)c->nbatch) {
+            fail_run(b, "batch enqueue answered", c->body, c->body_len);
+            return;
+        }
+        message_done(b, n);
+        break;
+    }
     case R_CLAIM:
     case R_SETTLE_CLAIM:
         on_claim_answer(c);
@@ -794,8 +860,9 @@ static void next_request(conn_t *c)
     bench_t *b = c->b;
     if (b->o.mode == MODE_ENQUEUE || b->o.mode == MODE_SQS_SEND) {
         if (b->issued < b->o.messages) {
-            if (b->o.mode == MODE_ENQUEUE) send_enqueue(c);
-            else send_sqs_send(c);
+            if (b->o.mode == MODE_SQS_SEND) send_sqs_send(c);
+            else if (b->o.batch > 1) send_enqueue_batch(c);
+            else send_enqueue(c);
         }
         return;
     }
@@ -1098,9 +1165,9 @@ static void report(bench_t *b)
     getrusage(RUSAGE_SELF, &ru);
     long long cpu_us = (long long)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 +
                        ru.ru_utime.tv_usec + ru.ru_stime.tv_usec;
-    printf("mode=%s conns=%d count=%d pipeline=%d messages=%lld seconds=%.3f msgs_per_s=%.1f "
-           "requests=%lld empty_claims=%lld cpu_us=%lld\n", mode, b->o.conns, b->o.count,
-           b->o.pipeline, n, secs, secs > 0 ? (double)n / secs : 0.0, b->requests,
+    printf("mode=%s conns=%d count=%d batch=%d pipeline=%d messages=%lld seconds=%.3f "
+           "msgs_per_s=%.1f requests=%lld empty_claims=%lld cpu_us=%lld\n", mode, b->o.conns,
+           b->o.count, b->o.batch, b->o.pipeline, n, secs, secs > 0 ? (double)n / secs : 0.0, b->requests,
            b->empty_claims, cpu_us);
     for (int r = 0; r < R_COUNT; r++) {
         samples_t *s = &b->lat[r];
@@ -1134,6 +1201,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < b->o.payload_bytes; i++)
         b->enqueue_body[12 + i] = "abcdefghijklmnopqrstuvwxyz0123456789"[i % 36];
     memcpy(b->enqueue_body + 12 + b->o.payload_bytes, "\"}", 3);
+    if (b->o.batch > 1) b->batch_body = batch_body_of(b, (size_t)b->o.batch, &b->batch_body_len);
     /* The same payload as SendMessage's MessageBody. */
     snprintf(b->queue_url, sizeof b->queue_url, "http://%s:%d/%s/%s", b->o.host, b->o.port,
              b->o.account, b->o.queue);
@@ -1180,6 +1248,7 @@ int main(int argc, char **argv)
     for (int r = 0; r < R_COUNT; r++) free(b->lat[r].v);
     free(b->retry_ms.v);
     free(b->enqueue_body);
+    free(b->batch_body);
     free(b->sqs_send_body);
     uv_loop_close(b->loop);
     return b->failed ? 1 : 0;

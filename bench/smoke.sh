@@ -21,8 +21,10 @@ rc=$?
 
 problems=()
 [ "$rc" -eq 0 ] || problems+=("scripts/bench.sh exited with status $rc")
-for section in "### 0. " "### 1. " "### 1b. " "### 1c. " "### 2. " "### 2b. " "### 2s. " "### 3. " "### 3a. " "### 4. " \
-               "### 5. " "### 6. " "### 7. " "### 8. " "### 9. " "### 10. " "### Targets"; do
+for section in "### 0. " "### 1. " "### 1b. " "### 1c. " "### 2. " "### 2b. " "### 2s. " "### 3. " "### 3a. " "### 3e. " \
+               "### 3b. " "### 3k. " "### 4. " \
+               "### 5. " "### 6. " "### 7. " "### 8. " "### 9. " "### 10. " "### Targets" \
+               "### Targets of issue 25"; do
     grep -qF -- "$section" "$log" || problems+=("no section \"$section\"")
 done
 last=$(grep '^bench: [0-9]* rows, ' "$log" | tail -n 1)

@@ -10,7 +10,10 @@
 # them), redis-server, redis-cli and redis-benchmark; node and npm for the
 # BullMQ peer (bench/package.json, installed with `npm ci` when
 # bench/node_modules is missing; without it the BullMQ figures read
-# "unavailable (reason)" and everything else still runs).
+# "unavailable (reason)" and everything else still runs); Debian's
+# ruby-sidekiq for the Sidekiq peer and wrk for the enqueue check
+# (scripts/deps.sh bench, which make bench runs, installs both; without
+# them their cells read "unavailable" or "not installed").
 #
 # Sections: 1 Redis-native path (redis-benchmark, -P 1 and -P 16); 1h the
 # history's cost on the claim+succeed path;
@@ -26,6 +29,12 @@
 # 1p priorities: Redis commands and instructions per claim of a queue that
 # never used priorities and of one that did.
 # 1t the worker loop over TLS to Redis against plain TCP, same redis-server.
+# 3e enqueue, one message per HTTP request at 50 connections, against BullMQ's
+# queue.add with 50 in flight, checked with wrk; 3b batch enqueue of 1000
+# against BullMQ's addBulk and Sidekiq's push_bulk of 1000; 3k Sidekiq 6.4.1:
+# the worker loop at W=1 and W=50 and the Redis CPU per lifecycle (issue 25;
+# its targets close the targets table). BENCH_ONLY=3e, 3b, 3k or 3 (sections
+# 2, 3, 3a and 5), or a comma-separated list of them, runs those alone.
 # BENCH_ONLY=9 (or 10, or 1d, or 1g, or 1h, or 1p, or 1t, or 2s) runs section 9 (or 10, or 1d,
 # or 1g, or 1h: the history's cost on the happy path, or 1p, or 1t, or 2s: the SQS endpoint,
 # with its targets) alone.
@@ -181,7 +190,8 @@ start_retryd() {            # start_retryd [FLAG...]: later flags override these
     for _ in 1 2 3; do
         port=$(free_port) || die "no free port"
         "$RETRYD_BIN" --listen "127.0.0.1:$port" --redis "redis://127.0.0.1:$RP" \
-            --prefix "$PREFIX" --tick-ms 250 --log-level warn "$@" >>"$tmp/retryd.log" 2>&1 &
+            --prefix "$PREFIX" --tick-ms 250 --log-level warn --max-body 4194304 "$@" \
+            >>"$tmp/retryd.log" 2>&1 &
         retryd_pid=$!
         SERVER_PIDS="$SERVER_PIDS $retryd_pid"
         if http_ready "$port" 100 "$retryd_pid"; then
@@ -252,6 +262,7 @@ sec_begin() {
     SEC_NAME=$1
     SEC_T0=$(date +%s.%N)
     SEC_M0=$(machine_cpu_us)
+    SEC_LA0=$(cut -d' ' -f1 /proc/loadavg)
     our_cpu_now
     SEC_O0=$OUR_CPU_US
 }
@@ -262,10 +273,11 @@ sec_end() {
     our_cpu_now
     o1=$OUR_CPU_US
     ENV_ROWS+=("$(awk -v n="$SEC_NAME" -v t0="$SEC_T0" -v t1="$t1" -v m0="$SEC_M0" -v m1="$m1" \
-        -v o0="$SEC_O0" -v o1="$o1" 'BEGIN { split(m0, a, " "); split(m1, b, " "); w = t1 - t0
+        -v o0="$SEC_O0" -v o1="$o1" -v la="$SEC_LA0 -> $(cut -d' ' -f1 /proc/loadavg)" 'BEGIN { split(m0, a, " "); split(m1, b, " "); w = t1 - t0
         ours = (o1 - o0) / 1e6 / w; others = (b[1] - a[1] - (o1 - o0)) / 1e6 / w
         if (others < 0) others = 0
-        printf "%s (%.0f s)|%.2f|%.2f|%.2f", n, w, ours, others, (b[2] - a[2]) / 1e6 / w }')")
+        printf "%s (%.0f s; load average %s)|%.2f|%.2f|%.2f", n, w, la, ours, others,
+            (b[2] - a[2]) / 1e6 / w }')")
 }
 
 environment() {
@@ -294,8 +306,8 @@ fmt_int() { awk -v x="$1" 'BEGIN { if (x == "") { print "n/a"; exit }
     s = sprintf("%.0f", x); o = ""; n = length(s)
     for (i = 1; i <= n; i++) { o = o substr(s, i, 1); if ((n - i) % 3 == 0 && i < n) o = o "," }
     print o }'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || a == "n/a" || b == "n/a" ||
-    b + 0 == 0) print "n/a"; else printf "%.2fx", a / b }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { num = "^-?[0-9.]+([eE][-+]?[0-9]+)?$"
+    if (a !~ num || b !~ num || b + 0 == 0) print "n/a"; else printf "%.2fx", a / b }'; }
 median() { printf '%s\n' "$@" | grep -v '^n/a$' | grep -v '^$' | sort -g |
     awk '{ v[NR] = $1 } END { if (NR == 0) print "n/a"; else print v[int((NR + 1) / 2)] }'; }
 # Field k=v of a key=value line.
@@ -846,6 +858,7 @@ section2_tables() {
     # The Redis-native reference of a lifecycle: enqueue, claim, succeed at -P 1.
     local native_cs
     native_cs=$(calc "1 / (1 / $(get claim.p1.rps) + 1 / $(get succeed.p1.rps))")
+    [ -n "${V[claim.p1.rps]:-}" ] || native_cs="not run (section 1)"
     table_start "2. HTTP path: build/loadgen, keep-alive, $N_HTTP messages of 100 bytes ($mc)" \
         figure retryd reference ratio
     row "enqueue, 50 connections (msgs/s) vs FCALL enqueue -P 1" \
@@ -977,8 +990,11 @@ section3_tables() {
     row "enqueue: HTTP, 50 connections (msgs/s) vs addBulk (jobs/s)" \
         "$(fmt_int "$(get http.enqueue.rate)")" "$(b fmt_int "$(get bull.add)")" \
         "$(ratio "$(get http.enqueue.rate)" "$(get bull.add)")"
+    local fcall16
+    fcall16=$(fmt_int "$(get enqueue.p16.rps)")
+    [ -n "${V[enqueue.p16.rps]:-}" ] || fcall16="not run (section 1)"
     row "enqueue: FCALL -P 16 (msgs/s) vs addBulk (jobs/s)" \
-        "$(fmt_int "$(get enqueue.p16.rps)")" "$(b fmt_int "$(get bull.add)")" \
+        "$fcall16" "$(b fmt_int "$(get bull.add)")" \
         "$(ratio "$(get enqueue.p16.rps)" "$(get bull.add)")"
     row "claim+succeed, 1 worker vs Worker concurrency 1 (msgs/s)" \
         "$(fmt_int "$(get http.w1c1.rate)")" "$(b fmt_int "$(get bull.c1)")" \
@@ -1055,6 +1071,335 @@ section3_tables() {
         "$(b fmt "$(calc "$(get bull.add_node) + $(get bull.c50_node)")" 1)" \
         "$(ratio "$(calc "$(get http.enqueue_s.retryd_us) + $(get http.s50c1.retryd_us)")" "$(calc "$(get bull.add_node) + $(get bull.c50_node)")")"
     [ "$BULL_OK" = 1 ] || say "BullMQ: unavailable ($BULL_WHY)"
+}
+
+# ---------------------------------------------------------------------------
+# 3e, 3b, 3k. Issue 25's peers: enqueue one message per request, batch
+# enqueue of 1000, and Sidekiq 6.4.1 (docs/benchmarks.md "How each figure is
+# taken", 3e/3b/3k). Each repetition runs every system once, the order
+# rotating, on this redis-server; medians of REPS.
+# ---------------------------------------------------------------------------
+if [ "$QUICK" = 1 ]; then
+    N_ENQ=10000         # 3e: messages per enqueue run
+    WRK_S=1             # 3e: seconds of the wrk run
+    N_BATCH=10000       # 3b: messages per batch-enqueue run
+    N_SK=5000           # 3k: messages per worker and lifecycle run
+else
+    N_ENQ=50000
+    WRK_S=3
+    N_BATCH=50000
+    N_SK=20000
+fi
+BATCH=1000              # 3b: messages per batch request / addBulk / push_bulk call
+SK_OK=0
+SK_WHY=""
+WRK_OK=0
+BATCH_OK=0
+BATCH_WHY=""
+
+# order REP A B [C]: the systems of one repetition, rotated by REP so that
+# each goes first in turn.
+order() {
+    local rep=$1
+    shift
+    local list=("$@") i n=$#
+    for ((i = 0; i < n; i++)); do printf '%s ' "${list[$(((i + rep - 1) % n))]}"; done
+}
+
+# peer_setup: BullMQ (npm, bull_setup), Sidekiq and wrk (Debian's
+# ruby-sidekiq and wrk: scripts/deps.sh bench installs them).
+peer_setup() {
+    [ "$BULL_OK" = 1 ] || [ -n "$BULL_WHY" ] || bull_setup
+    if ! command -v ruby >/dev/null || ! command -v sidekiq >/dev/null; then
+        SK_WHY="ruby-sidekiq not installed (scripts/deps.sh bench)"
+    elif ! ruby -e 'require "sidekiq"' >/dev/null 2>&1; then
+        SK_WHY="ruby cannot load sidekiq"
+    else
+        SK_OK=1
+    fi
+    command -v wrk >/dev/null && WRK_OK=1
+}
+
+# bull_add_one NAME N: BullMQ queue.add of N jobs with 50 calls in flight.
+bull_add_one() {
+    local out line
+    [ "$BULL_OK" = 1 ] || return 0
+    out=$(timeout 300 node bench/bullmq_bench.mjs --port "$RP" --jobs "$2" --payload-bytes 100 \
+          --add-inflight 50 2>>"$tmp/bullmq.err")
+    line=$(printf '%s\n' "$out" | grep '^bullmq version=')
+    [ -n "$line" ] && put bull.version "$(kv "$line" version)"
+    line=$(printf '%s\n' "$out" | grep '^add_one ')
+    [ -n "$line" ] || { say "bullmq add_one failed: $(tail -n 1 "$tmp/bullmq.err")"; return 1; }
+    put "$1.rate" "$(kv "$line" jobs_per_s)"
+    put "$1.redis_us" "$(kv "$line" redis_cpu_us_per_job)"
+    put "$1.client_us" "$(kv "$line" node_cpu_us_per_job)"
+}
+
+# bull_bulk NAME N: BullMQ addBulk of N jobs, 1000 a call, one call in flight.
+bull_bulk() {
+    local out line
+    [ "$BULL_OK" = 1 ] || return 0
+    out=$(timeout 300 node bench/bullmq_bench.mjs --port "$RP" --jobs "$2" --payload-bytes 100 \
+          --concurrency none 2>>"$tmp/bullmq.err")
+    line=$(printf '%s\n' "$out" | grep '^bullmq version=')
+    [ -n "$line" ] && put bull.version "$(kv "$line" version)"
+    line=$(printf '%s\n' "$out" | grep '^add ')
+    [ -n "$line" ] || { say "bullmq addBulk failed: $(tail -n 1 "$tmp/bullmq.err")"; return 1; }
+    put "$1.rate" "$(kv "$line" jobs_per_s)"
+    put "$1.redis_us" "$(kv "$line" redis_cpu_us_per_job)"
+    put "$1.client_us" "$(kv "$line" node_cpu_us_per_job)"
+    put "$1.bytes" "$(kv "$line" bytes_per_job)"
+}
+
+# sk_run NAME MODE N [ARG...]: one bench/sidekiq_bench.rb run (push_bulk,
+# push or work); stores NAME.rate, NAME.redis_us, NAME.client_us (the
+# pushing ruby's or the sidekiq process's CPU per job) and NAME.bytes.
+sk_run() {
+    local name=$1 mode=$2 n=$3 out line
+    shift 3
+    [ "$SK_OK" = 1 ] || return 0
+    say "3k. Sidekiq $mode $*"
+    out=$(timeout 300 ruby bench/sidekiq_bench.rb --port "$RP" --mode "$mode" --jobs "$n" \
+          --payload-bytes 100 --log "$tmp/sidekiq.log" "$@" 2>>"$tmp/sidekiq.err")
+    line=$(printf '%s\n' "$out" | grep "^$mode ")
+    [ -n "$line" ] && put sk.version "$(kv "$(printf '%s\n' "$out" | grep '^sidekiq ')" version)"
+    if [ -z "$line" ]; then
+        SK_WHY="bench/sidekiq_bench.rb failed: $(tail -n 1 "$tmp/sidekiq.err" | cut -c1-80)"
+        SK_OK=0
+        return 1
+    fi
+    put "$name.rate" "$(kv "$line" jobs_per_s)"
+    put "$name.redis_us" "$(kv "$line" redis_cpu_us_per_job)"
+    put "$name.client_us" "$(kv "$line" ruby_cpu_us_per_job)"
+    [ "$mode" = work ] && put "$name.client_us" "$(kv "$line" sidekiq_cpu_us_per_job)"
+    put "$name.bytes" "$(kv "$line" bytes_per_job)"
+}
+
+# wrk_enqueue NAME QUEUE: wrk (bench/wrk_enqueue.lua: the same body as
+# loadgen's) POSTs one message per request over 50 connections for WRK_S
+# seconds; NAME.rate is wrk's completed requests per second, NAME.redis_us
+# and NAME.retryd_us the CPU per message the queue holds at the end (every
+# request wrk sent, answered or still in flight when it stopped).
+wrk_enqueue() {
+    local name=$1 q=$2 r0 d0 r1 d1 out line n
+    [ "$WRK_OK" = 1 ] || return 0
+    r0=$(redis_cpu_us)
+    d0=$(proc_cpu_us "$retryd_pid")
+    out=$(timeout $((WRK_S + 30)) wrk -t1 -c50 -d"${WRK_S}s" -s bench/wrk_enqueue.lua \
+          "http://127.0.0.1:$HP/queues/$q/messages" -- 100 2>>"$tmp/wrk.err")
+    line=$(printf '%s\n' "$out" | grep '^wrk requests=')
+    sleep 0.2   # the requests wrk left in flight are answered
+    r1=$(redis_cpu_us)
+    d1=$(proc_cpu_us "$retryd_pid")
+    n=$(curl -s "http://127.0.0.1:$HP/queues/$q/stats" | grep -o '"enqueued":[0-9]*' | cut -d: -f2)
+    if [ -z "$line" ] || [ "$(kv "$line" non2xx)" != 0 ] || [ "$(kv "$line" socket_errors)" != 0 ] ||
+       [ -z "$n" ] || [ "$n" -lt "$(kv "$line" requests)" ]; then
+        say "wrk failed: ${line:-$(tail -n 1 "$tmp/wrk.err")}; queue holds ${n:-?}"
+        return 1
+    fi
+    put "$name.rate" "$(calc "$(kv "$line" requests) / ($(kv "$line" duration_us) / 1e6)")"
+    put "$name.redis_us" "$(calc "($r1 - $r0) / $n")"
+    put "$name.retryd_us" "$(calc "($d1 - $d0) / $n")"
+    put "$name.enqueue.p50" "$(calc "$(kv "$line" p50_us) / 1000")"
+    put "$name.enqueue.p99" "$(calc "$(kv "$line" p99_us) / 1000")"
+}
+
+# run_said NAME: one run's figures on stderr (the repetitions behind a median).
+run_said() { say "  $1: $(fmt_int "$(get "$1.rate")") msgs/s, Redis $(fmt "$(get "$1.redis_us")" 2) µs/msg"; }
+
+# settle_prefix PREFIX: medians over repetitions of every PREFIX.<rep>.<field>.
+settle_prefix() {
+    local k r vals
+    for k in $(printf '%s\n' "${!V[@]}" | grep "^$1\.[0-9]*\." | sed "s/^\($1\.\)[0-9]*\./\1REP./" | sort -u); do
+        vals=()
+        for r in $(seq 1 "$REPS"); do vals+=("$(get "${k/.REP./.$r.}")"); done
+        V["${k/.REP./.}"]=$(median "${vals[@]}")
+    done
+}
+
+# peer_cell SYSTEM_OK WHY VALUE: VALUE, or why the peer has none.
+peer_cell() { if [ "$1" = 1 ]; then echo "$3"; else echo "unavailable ($2)"; fi; }
+
+# 3e. One message per HTTP request over 50 keep-alive connections (loadgen),
+# against BullMQ's queue.add with 50 calls in flight on one Queue, and the
+# same enqueue driven by wrk (an HTTP client nobody here wrote).
+section3e() {
+    local rep s q
+    peer_setup
+    for rep in $(seq 1 "$REPS"); do
+        say "3e. enqueue, one message per request, repetition $rep of $REPS"
+        for s in $(order "$rep" retryd bullmq wrk); do
+            q="e3-$s-$rep"
+            case $s in
+            retryd) lg_http "e3.lg.$rep" enqueue "$q" 50 "$N_ENQ" ;;
+            bullmq) bull_add_one "e3.bull.$rep" "$N_ENQ" ;;
+            wrk) wrk_enqueue "e3.wrk.$rep" "$q" ;;
+            esac
+            case $s in retryd) run_said "e3.lg.$rep" ;; bullmq) run_said "e3.bull.$rep" ;;
+                       wrk) run_said "e3.wrk.$rep" ;; esac
+        done
+    done
+    settle_prefix e3.lg; settle_prefix e3.bull; settle_prefix e3.wrk
+    local mc="median of $REPS"
+    [ "$REPS" = 1 ] && mc="1 run"
+    b3() { peer_cell "$BULL_OK" "$BULL_WHY" "$1"; }
+    table_start "3e. Enqueue, one message per HTTP request, 50 connections, vs BullMQ $(get bull.version) queue.add with 50 in flight ($mc; $N_ENQ messages; wrk: ${WRK_S} s)" \
+        figure retryd BullMQ "retryd / BullMQ"
+    row "enqueue (msgs/s): loadgen, 50 connections vs queue.add, 50 in flight" \
+        "$(fmt_int "$(get e3.lg.rate)")" "$(b3 "$(fmt_int "$(get e3.bull.rate)")")" \
+        "$(ratio "$(get e3.lg.rate)" "$(get e3.bull.rate)")"
+    row "Redis CPU per message (µs, INFO cpu)" "$(fmt "$(get e3.lg.redis_us)" 1)" \
+        "$(b3 "$(fmt "$(get e3.bull.redis_us)" 1)")" \
+        "$(ratio "$(get e3.lg.redis_us)" "$(get e3.bull.redis_us)")"
+    row "daemon + client CPU per message: retryd + loadgen vs node (µs)" \
+        "$(fmt "$(calc "$(get e3.lg.retryd_us) + $(get e3.lg.client_us)")" 1)" \
+        "$(b3 "$(fmt "$(get e3.bull.client_us)" 1)")" \
+        "$(ratio "$(calc "$(get e3.lg.retryd_us) + $(get e3.lg.client_us)")" "$(get e3.bull.client_us)")"
+    row "  enqueue p50 / p99 (ms), loadgen" "$(ms_pair e3.lg.enqueue)" "" ""
+    local wu="wrk: not installed (scripts/deps.sh bench)"
+    w3() { if [ "$WRK_OK" = 1 ]; then echo "$1"; else echo "$wu"; fi; }
+    row "tool check: enqueue (msgs/s) through wrk vs loadgen" "$(w3 "$(fmt_int "$(get e3.wrk.rate)")")" \
+        "$(fmt_int "$(get e3.lg.rate)")" "$(ratio "$(get e3.wrk.rate)" "$(get e3.lg.rate)")"
+    row "  Redis CPU per message (µs), wrk vs loadgen" "$(w3 "$(fmt "$(get e3.wrk.redis_us)" 1)")" \
+        "$(fmt "$(get e3.lg.redis_us)" 1)" "$(ratio "$(get e3.wrk.redis_us)" "$(get e3.lg.redis_us)")"
+    row "  enqueue p50 / p99 (ms), wrk" "$(w3 "$(ms_pair e3.wrk.enqueue)")" "" ""
+    row "  the same through wrk vs BullMQ queue.add (msgs/s)" "$(w3 "$(fmt_int "$(get e3.wrk.rate)")")" \
+        "$(b3 "$(fmt_int "$(get e3.bull.rate)")")" "$(ratio "$(get e3.wrk.rate)" "$(get e3.bull.rate)")"
+    echo
+    echo "retryd vs bullmq: $(ratio "$(get e3.lg.rate)" "$(get e3.bull.rate)") (enqueue msgs/s, loadgen; wrk: $(ratio "$(get e3.wrk.rate)" "$(get e3.bull.rate)"))"
+}
+
+# batch_probe: does this retryd take a batch enqueue? A body of two items
+# answered 200 says yes; 400 or 422 (the single form's validation: no
+# "payload") says it has none.
+batch_probe() {
+    local code
+    code=$(curl -s -o "$tmp/batch_probe.out" -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
+           -d '{"messages":[{"payload":"probe"},{"payload":"probe"}]}' \
+           "http://127.0.0.1:$HP/queues/b3-probe/messages")
+    case $code in
+    200) BATCH_OK=1 ;;
+    400|422) BATCH_WHY="no batch enqueue" ;;
+    *) BATCH_WHY="the batch probe answered $code" ;;
+    esac
+}
+
+# 3b. Batch enqueue: POST /queues/{q}/messages {"messages": [1000 items]},
+# one request in flight, against BullMQ's addBulk and Sidekiq's push_bulk of
+# 1000, one call in flight, the same 100-byte payloads.
+section3b() {
+    local rep s
+    peer_setup
+    batch_probe
+    for rep in $(seq 1 "$REPS"); do
+        say "3b. batch enqueue of $BATCH, repetition $rep of $REPS"
+        for s in $(order "$rep" retryd bullmq sidekiq); do
+            case $s in
+            retryd) [ "$BATCH_OK" = 1 ] &&
+                lg_http "b3.lg.$rep" enqueue "b3-$rep" 1 "$N_BATCH" --batch "$BATCH" ;;
+            bullmq) bull_bulk "b3.bull.$rep" "$N_BATCH" ;;
+            sidekiq) sk_run "b3.sk.$rep" push_bulk "$N_BATCH" --batch "$BATCH" ;;
+            esac
+            case $s in retryd) run_said "b3.lg.$rep" ;; bullmq) run_said "b3.bull.$rep" ;;
+                       sidekiq) run_said "b3.sk.$rep" ;; esac
+        done
+    done
+    settle_prefix b3.lg; settle_prefix b3.bull; settle_prefix b3.sk
+    [ -n "${V[mem.default]:-}" ] || mem_retryd default
+    local mc="median of $REPS" skip="skipped: $BATCH_WHY"
+    [ "$REPS" = 1 ] && mc="1 run"
+    r3() { if [ "$BATCH_OK" = 1 ]; then echo "$1"; else echo "$skip"; fi; }
+    b3() { peer_cell "$BULL_OK" "$BULL_WHY" "$1"; }
+    k3() { peer_cell "$SK_OK" "$SK_WHY" "$1"; }
+    table_start "3b. Batch enqueue of $BATCH (one request or call in flight) vs BullMQ $(get bull.version) addBulk and Sidekiq $(get sk.version) push_bulk of $BATCH ($mc; $N_BATCH messages)" \
+        figure retryd peer "retryd / peer"
+    row "msgs/s, vs BullMQ addBulk" "$(r3 "$(fmt_int "$(get b3.lg.rate)")")" \
+        "$(b3 "$(fmt_int "$(get b3.bull.rate)")")" "$(ratio "$(get b3.lg.rate)" "$(get b3.bull.rate)")"
+    row "msgs/s, vs Sidekiq push_bulk" "$(r3 "$(fmt_int "$(get b3.lg.rate)")")" \
+        "$(k3 "$(fmt_int "$(get b3.sk.rate)")")" "$(ratio "$(get b3.lg.rate)" "$(get b3.sk.rate)")"
+    row "Redis CPU per message (µs), vs BullMQ" "$(r3 "$(fmt "$(get b3.lg.redis_us)" 2)")" \
+        "$(b3 "$(fmt "$(get b3.bull.redis_us)" 2)")" "$(ratio "$(get b3.lg.redis_us)" "$(get b3.bull.redis_us)")"
+    row "Redis CPU per message (µs), vs Sidekiq" "$(r3 "$(fmt "$(get b3.lg.redis_us)" 2)")" \
+        "$(k3 "$(fmt "$(get b3.sk.redis_us)" 2)")" "$(ratio "$(get b3.lg.redis_us)" "$(get b3.sk.redis_us)")"
+    row "daemon + client CPU per message: retryd + loadgen vs node (µs)" \
+        "$(r3 "$(fmt "$(calc "$(get b3.lg.retryd_us) + $(get b3.lg.client_us)")" 1)")" \
+        "$(b3 "$(fmt "$(get b3.bull.client_us)" 1)")" \
+        "$(ratio "$(calc "$(get b3.lg.retryd_us) + $(get b3.lg.client_us)")" "$(get b3.bull.client_us)")"
+    row "daemon + client CPU per message: retryd + loadgen vs ruby (µs)" \
+        "$(r3 "$(fmt "$(calc "$(get b3.lg.retryd_us) + $(get b3.lg.client_us)")" 1)")" \
+        "$(k3 "$(fmt "$(get b3.sk.client_us)" 1)")" \
+        "$(ratio "$(calc "$(get b3.lg.retryd_us) + $(get b3.lg.client_us)")" "$(get b3.sk.client_us)")"
+    row "  batch request p50 / p99 (ms)" "$(r3 "$(ms_pair b3.lg.enqueue_batch)")" "" ""
+    row "bytes per pending message (INFO used_memory; retryd's from section 5's FCALL enqueues) vs Sidekiq" \
+        "$(fmt_int "$(get mem.default)")" "$(k3 "$(fmt_int "$(get b3.sk.bytes)")")" \
+        "$(ratio "$(get mem.default)" "$(get b3.sk.bytes)")"
+    echo
+    echo "retryd vs bullmq: $(r3 "$(ratio "$(get b3.lg.rate)" "$(get b3.bull.rate)")") (batch enqueue of $BATCH vs addBulk, msgs/s)"
+    echo "retryd vs sidekiq: $(r3 "$(ratio "$(get b3.lg.rate)" "$(get b3.sk.rate)")") (batch enqueue of $BATCH vs push_bulk, msgs/s)"
+}
+
+# 3k. Sidekiq on the same redis-server: the worker loop at W=1 (retryd's
+# settle-and-claim over one connection against one sidekiq process of
+# concurrency 1) and at W=50, and the Redis CPU of a whole lifecycle: one
+# message per enqueue (retryd's HTTP enqueue over 50 connections; Sidekiq's
+# push from 50 threads) plus the worker loop at W=50 (settle-and-claim;
+# sidekiq -c 50). Sidekiq's fetch is a bare BRPOP (no lease, nothing kept
+# while a job runs: docs/benchmarks.md).
+section3k() {
+    local rep s q k
+    peer_setup
+    for rep in $(seq 1 "$REPS"); do
+        say "3k. Sidekiq, repetition $rep of $REPS"
+        for s in $(order "$rep" retryd sidekiq); do
+            if [ "$s" = retryd ]; then
+                q="k3-w1-$rep"
+                lg_http "k3.enq1.$rep" enqueue "$q" 50 "$N_SK"
+                lg_http "k3.w1.$rep" settle "$q" 1 "$N_SK" --count 1
+                q="k3-w50-$rep"
+                lg_http "k3.enq.$rep" enqueue "$q" 50 "$N_SK"
+                lg_http "k3.w50.$rep" settle "$q" 50 "$N_SK" --count 1
+                for k in enq1 w1 enq w50; do run_said "k3.$k.$rep"; done
+            else
+                sk_run "k3.sk1.$rep" work "$N_SK" --concurrency 1
+                sk_run "k3.skpush.$rep" push "$N_SK" --threads 50
+                sk_run "k3.sk50.$rep" work "$N_SK" --concurrency 50
+                for k in sk1 skpush sk50; do run_said "k3.$k.$rep"; done
+            fi
+        done
+    done
+    for k in enq1 w1 enq w50 sk1 skpush sk50; do settle_prefix "k3.$k"; done
+    put k3.life "$(calc "$(get k3.enq.redis_us) + $(get k3.w50.redis_us)")"
+    put k3.sklife "$(calc "$(get k3.skpush.redis_us) + $(get k3.sk50.redis_us)")"
+    local mc="median of $REPS"
+    [ "$REPS" = 1 ] && mc="1 run"
+    k3() { peer_cell "$SK_OK" "$SK_WHY" "$1"; }
+    table_start "3k. Sidekiq $(get sk.version) (one sidekiq process, a no-op job) on the same redis-server ($mc; $N_SK messages per run)" \
+        figure retryd Sidekiq "retryd / Sidekiq"
+    row "worker loop W=1 (msgs/s): settle-and-claim, 1 connection vs sidekiq -c 1" \
+        "$(fmt_int "$(get k3.w1.rate)")" "$(k3 "$(fmt_int "$(get k3.sk1.rate)")")" \
+        "$(ratio "$(get k3.w1.rate)" "$(get k3.sk1.rate)")"
+    row "  Redis CPU per message, W=1 (µs)" "$(fmt "$(get k3.w1.redis_us)" 1)" \
+        "$(k3 "$(fmt "$(get k3.sk1.redis_us)" 1)")" "$(ratio "$(get k3.w1.redis_us)" "$(get k3.sk1.redis_us)")"
+    row "worker loop W=50 (msgs/s): settle-and-claim, 50 connections vs sidekiq -c 50" \
+        "$(fmt_int "$(get k3.w50.rate)")" "$(k3 "$(fmt_int "$(get k3.sk50.rate)")")" \
+        "$(ratio "$(get k3.w50.rate)" "$(get k3.sk50.rate)")"
+    row "enqueue, one message a call (msgs/s): HTTP, 50 connections vs push, 50 threads" \
+        "$(fmt_int "$(get k3.enq.rate)")" "$(k3 "$(fmt_int "$(get k3.skpush.rate)")")" \
+        "$(ratio "$(get k3.enq.rate)" "$(get k3.skpush.rate)")"
+    row "Redis CPU per enqueue vs per push (µs)" "$(fmt "$(get k3.enq.redis_us)" 1)" \
+        "$(k3 "$(fmt "$(get k3.skpush.redis_us)" 1)")" "$(ratio "$(get k3.enq.redis_us)" "$(get k3.skpush.redis_us)")"
+    row "Redis CPU per settle-and-claim (W=50) vs per job fetched (BRPOP, -c 50) (µs)" \
+        "$(fmt "$(get k3.w50.redis_us)" 1)" "$(k3 "$(fmt "$(get k3.sk50.redis_us)" 1)")" \
+        "$(ratio "$(get k3.w50.redis_us)" "$(get k3.sk50.redis_us)")"
+    row "Redis CPU per lifecycle: enqueue + settle-and-claim (W=50), with a lease, vs push + BRPOP (-c 50), without (µs)" \
+        "$(fmt "$(get k3.life)" 1)" "$(k3 "$(fmt "$(get k3.sklife)" 1)")" \
+        "$(ratio "$(get k3.life)" "$(get k3.sklife)")"
+    row "daemon CPU per lifecycle: retryd (enqueue + settle-and-claim) vs the sidekiq process (job) + the pushing ruby (µs)" \
+        "$(fmt "$(calc "$(get k3.enq.retryd_us) + $(get k3.w50.retryd_us)")" 1)" \
+        "$(k3 "$(fmt "$(calc "$(get k3.sk50.client_us) + $(get k3.skpush.client_us)")" 1)")" \
+        "$(ratio "$(calc "$(get k3.enq.retryd_us) + $(get k3.w50.retryd_us)")" "$(calc "$(get k3.sk50.client_us) + $(get k3.skpush.client_us)")")"
+    echo
+    echo "retryd vs sidekiq: $(ratio "$(get k3.w1.rate)" "$(get k3.sk1.rate)") (worker loop W=1, msgs/s); $(ratio "$(get k3.life)" "$(get k3.sklife)") (Redis CPU per lifecycle, W=50)"
 }
 
 # ---------------------------------------------------------------------------
@@ -1468,7 +1813,7 @@ section7() {
 # verdict VALUE OP LIMIT: met / missed / n/a.
 verdict() {
     awk -v v="$1" -v op="$2" -v l="$3" 'BEGIN {
-        if (v == "" || v == "n/a" || v ~ /skipped|unavailable/) { print "n/a"; exit }
+        if (v == "" || v == "n/a" || v ~ /skipped|unavailable|not run|nan/) { print "n/a"; exit }
         ok = (op == "<=") ? (v + 0 <= l + 0) : (v + 0 >= l + 0)
         print ok ? "met" : "missed" }'
 }
@@ -1538,6 +1883,52 @@ targets() {
     row "due-to-claimable p99 (ms) on one of 10,000 idle queues" "$r" "≤ 250" \
         "$(verdict "$r" "<=" 250)"
     targets_sqs
+    targets_i25
+}
+
+# The targets of issue 25 (docs/benchmarks.md "Issue 25"): against BullMQ
+# 6.7.0 and Sidekiq 6.4.1 on the same redis-server, medians of alternating
+# runs. A figure of a section that did not run reads "not run".
+targets_i25() {
+    local r nr="not run (BENCH_ONLY)"
+    t25() {   # t25 LABEL SECTION_RAN VALUE FORMAT GOAL OP LIMIT
+        local v=$3
+        [ "$2" = 1 ] || v=$nr
+        if [ "$4" = x ]; then row "$1" "$(fmtx "$v")" "$5" "$(verdict "$v" "$6" "$7")"
+        else row "$1" "$(fmt "$v" 2)" "$5" "$(verdict "$v" "$6" "$7")"; fi
+    }
+    local s23=0 s3e=0 s3b=0 s3k=0 s5=0
+    [ -n "${V[http.s50c1.rate]:-}" ] && s23=1
+    [ -n "${V[e3.lg.rate]:-}${V[e3.bull.rate]:-}" ] && s3e=1
+    [ -n "${V[b3.bull.rate]:-}${V[b3.sk.rate]:-}${V[b3.lg.rate]:-}" ] && s3b=1
+    [ -n "${V[k3.w1.rate]:-}" ] && s3k=1
+    [ -n "${V[mem.bull.default]:-}" ] && s5=1
+    table_start "Targets of issue 25 (retryd vs BullMQ $(get bull.version) and Sidekiq $(get sk.version), same redis-server)" \
+        target measured goal verdict
+    t25 "worker loop W=50, settle-and-claim, 1 message per request, vs BullMQ c=50 (3a)" "$s23" \
+        "$(calc "$(get http.s50c1.rate) / $(get bull.c50)")" x "≥ 2.5x" ">=" 2.5
+    t25 "worker loop W=1, settle-and-claim, vs BullMQ c=1 (3a)" "$s23" \
+        "$(calc "$(get http.s1c1.rate) / $(get bull.c1)")" x "≥ 1.5x" ">=" 1.5
+    t25 "worker loop W=50, count 10 + batch ack, vs BullMQ c=50 (3a)" "$s23" \
+        "$(calc "$(get http.w50c10.rate) / $(get bull.c50)")" x "≥ 4x" ">=" 4
+    t25 "  the same with settle-and-claim of 10 (3a)" "$s23" \
+        "$(calc "$(get http.s50c10.rate) / $(get bull.c50)")" x "≥ 4x" ">=" 4
+    t25 "Redis CPU per lifecycle, enqueue + settle-and-claim (W=50) vs add + process (3a)" "$s23" \
+        "$(calc "$(get life.settle) / $(get life.bull)")" n "≤ 0.34" "<=" 0.34
+    t25 "enqueue, one message per HTTP request, 50 connections, vs queue.add, 50 in flight (3e)" "$s3e" \
+        "$(calc "$(get e3.lg.rate) / $(get e3.bull.rate)")" x "≥ 2x" ">=" 2
+    r=$(calc "$(get b3.lg.rate) / $(get b3.bull.rate)")
+    [ "$BATCH_OK" = 1 ] || r="skipped: $BATCH_WHY"
+    t25 "batch enqueue of 1000 vs addBulk of 1000 (3b)" "$s3b" "$r" x "≥ 3x" ">=" 3
+    t25 "bytes per pending message vs BullMQ (5)" "$s5" \
+        "$(calc "$(get mem.default) / $(get mem.bull.default)")" n "≤ 0.30" "<=" 0.30
+    r=$(calc "$(get b3.lg.rate) / $(get b3.sk.rate)")
+    [ "$BATCH_OK" = 1 ] || r="skipped: $BATCH_WHY"
+    t25 "Sidekiq: batch enqueue of 1000 vs push_bulk of 1000 (3b)" "$s3b" "$r" x "≥ 1x" ">=" 1
+    t25 "Sidekiq: worker loop W=1, settle-and-claim vs sidekiq -c 1 (3k)" "$s3k" \
+        "$(calc "$(get k3.w1.rate) / $(get k3.sk1.rate)")" x "≥ 1x" ">=" 1
+    t25 "Sidekiq: Redis CPU per lifecycle, with leases, vs Sidekiq's lease-free BRPOP (3k)" "$s3k" \
+        "$(calc "$(get k3.life) / $(get k3.sklife)")" n "≤ 1.00" "<=" 1
 }
 
 # ---------------------------------------------------------------------------
@@ -1934,6 +2325,30 @@ section1t() {
 
 start_redis none
 say "redis-server pid $redis_pid on 127.0.0.1:$RP"
+# BENCH_ONLY=3e, 3b, 3k or 3 (sections 2, 3, 3a and 5: the worker loops and
+# bytes against BullMQ), or a comma-separated list of them (3,3e,3b,3k is
+# every figure of issue 25), runs those sections alone, with their rows of
+# issue 25's targets table.
+case ",${BENCH_ONLY:-}," in
+*,3,*|*,3e,*|*,3b,*|*,3k,*)
+    start_retryd
+    say "retryd pid $retryd_pid on 127.0.0.1:$HP"
+    case ",$BENCH_ONLY," in *,3,*)
+        sec_begin "2+3. HTTP and BullMQ, interleaved"; section23; sec_end
+        sec_begin "5. memory"; section5; sec_end ;;
+    esac
+    case ",$BENCH_ONLY," in *,3e,*) sec_begin "3e. enqueue vs BullMQ"; section3e; sec_end ;; esac
+    case ",$BENCH_ONLY," in *,3b,*) sec_begin "3b. batch enqueue"; section3b; sec_end ;; esac
+    case ",$BENCH_ONLY," in *,3k,*) sec_begin "3k. Sidekiq"; section3k; sec_end ;; esac
+    environment
+    targets_i25
+    echo
+    echo "wall time: $(( $(date +%s) - t_start )) s; load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "bench: $rows rows, $missing without a figure"
+    [ "$missing" -eq 0 ]
+    exit
+    ;;
+esac
 if [ "${BENCH_ONLY:-}" = 1t ]; then
     start_retryd
     sec_begin "1t. TLS to Redis"; section1t; sec_end
@@ -2008,6 +2423,9 @@ sec_begin "1h. history"; section1h; sec_end
 start_retryd
 say "retryd pid $retryd_pid on 127.0.0.1:$HP"
 sec_begin "2+3. HTTP and BullMQ, interleaved"; section23; sec_end
+sec_begin "3e. enqueue vs BullMQ"; section3e; sec_end
+sec_begin "3b. batch enqueue"; section3b; sec_end
+sec_begin "3k. Sidekiq"; section3k; sec_end
 sec_begin "1t. TLS to Redis"; section1t; sec_end
 sec_begin "2s. SQS endpoint"; section2s; sec_end
 sec_begin "5. memory"; section5; sec_end

@@ -5,10 +5,13 @@
 # leak check), python3-jsonschema (tests/openapi_check.sh validates responses
 # against docs/openapi.json), jq (examples/worker.sh), awscli, python3-boto3 and
 # Celery (python3-celery, -kombu, -pycurl) for the SQS client tests, chromium (the browser
-# test), and Debian's nodejs and npm when
-# there is no node (or no npm) on PATH, for the browser test, the bench
-# smoke and examples/worker.mjs (bookworm's nodejs is 18; tests/ui and bench pin npm packages that run
-# on it). Runs apt-get as root (or through sudo when available).
+# test), and what `deps.sh bench` adds, as the bench smoke runs the bench.
+# `make bench` runs `deps.sh bench`: the peers of docs/benchmarks.md, Sidekiq
+# 6.4.1 (ruby-sidekiq) and wrk (the enqueue figure's independent client), and
+# Debian's nodejs and npm when there is no node (or no npm) on PATH, for
+# BullMQ, the browser test and examples/worker.mjs (bookworm's nodejs is 18;
+# tests/ui and bench pin npm packages that run on it).
+# Runs apt-get as root (or through sudo when available).
 # DEPS_DRY_RUN=1 prints the apt-get commands instead of running them.
 set -eu
 pkgs="pkg-config libhiredis-dev libuv1-dev libcjson-dev libcmocka-dev node-llhttp clang libclang-rt-14-dev
@@ -28,10 +31,18 @@ if [ "${1:-}" = test ]; then
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' \
             || missing="$missing $p"
     done
+fi
+if [ "${1:-}" = test ] || [ "${1:-}" = bench ]; then
+    for p in ruby-sidekiq wrk; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' \
+            || missing="$missing $p"
+    done
     # node from anywhere will do (Debian's, NodeSource's, nvm's): only a
     # missing one is installed, from Debian.
     command -v node >/dev/null || missing="$missing nodejs"
     command -v npm >/dev/null || missing="$missing npm"
+fi
+if [ "${1:-}" = test ]; then
     # chromium with its recommends (fonts, mesa), as a desktop install has it.
     [ -x /usr/bin/chromium ] || browser=chromium
 fi

@@ -94,6 +94,30 @@ test_deps_installs_jsonschema_and_jq_when_missing() {
     [[ $out =~ apt-get[^$'\n']*\ install\ [^$'\n']*\ jq( |$|$'\n') ]] || fail "jq is not installed"
 }
 
+# The bench's peers (docs/benchmarks.md, sections 3b, 3e and 3k): Sidekiq
+# (Debian's ruby-sidekiq) and wrk, asked for by `deps.sh bench` (make bench)
+# and by `deps.sh test` (the bench smoke runs the bench), not by the build set.
+test_deps_installs_bench_peers_when_missing() {
+    local bin out mode
+    bin=$(bin_dir nopeers grep id) || fail "cannot link the tools"
+    printf '#!/bin/sh\nfor a; do p=$a; done\ncase $p in ruby-sidekiq|wrk) exit 1 ;; esac\nprintf "install ok installed"\n' \
+        >"$bin/dpkg-query"
+    printf '#!/bin/sh\necho v18.20.4\n' >"$bin/node"
+    printf '#!/bin/sh\necho 9.2.0\n' >"$bin/npm"
+    chmod +x "$bin/dpkg-query" "$bin/node" "$bin/npm"
+    for mode in bench test; do
+        out=$(PATH=$bin DEPS_DRY_RUN=1 /bin/sh "$ROOT/scripts/deps.sh" "$mode" 2>&1) \
+            || fail "deps.sh $mode exited non-zero: $out"
+        printf '%s\n' "$out" | sed "s/^/    $mode: /"
+        [[ $out =~ apt-get[^$'\n']*\ install\ [^$'\n']*\ ruby-sidekiq( |$|$'\n') ]] ||
+            fail "deps.sh $mode does not install ruby-sidekiq"
+        [[ $out =~ apt-get[^$'\n']*\ install\ [^$'\n']*\ wrk( |$|$'\n') ]] || fail "deps.sh $mode does not install wrk"
+    done
+    out=$(PATH=$bin DEPS_DRY_RUN=1 /bin/sh "$ROOT/scripts/deps.sh" 2>&1) || fail "deps.sh exited non-zero: $out"
+    [[ $out =~ ruby-sidekiq|wrk ]] && fail "the build set installs the bench's peers: $out"
+    return 0
+}
+
 test_npm_pins_run_on_bookworm_node() {
     command -v node >/dev/null || fail "node is not installed (scripts/deps.sh test installs it)"
     node - "$BOOKWORM_NODE" "$ROOT/tests/ui/package-lock.json" "$ROOT/bench/package-lock.json" \
@@ -156,6 +180,7 @@ all_tests=(
     test_deps_keeps_an_existing_node
     test_deps_installs_libcurl_when_missing
     test_deps_installs_jsonschema_and_jq_when_missing
+    test_deps_installs_bench_peers_when_missing
     test_npm_pins_run_on_bookworm_node
 )
 if (($#)); then all_tests=("$@"); fi
