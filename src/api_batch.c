@@ -150,15 +150,17 @@ static void finish(batch_t *b, const rd_store_head_t *failure, size_t failed_fro
                    size_t failed_to)
 {
     rd_call_t *c = b->c;
+    rd_store_status_t failed = failure ? failure->status : RD_STORE_UNAVAILABLE;
     for (size_t s = failed_from; s < b->nsent; s++) {
         size_t item = b->index[s];
         write_invalid_until(b, item);
-        if (s < failed_to && failure->status == RD_STORE_LOST)
+        bool in_call = s < failed_to;   /* the items after the failed call were never sent */
+        if (in_call && failed == RD_STORE_LOST)
             write_problem(b, RD_PROBLEM_OUTCOME_UNKNOWN,
                           "The link to Redis dropped after this message was sent; it may or may "
                           "not have been enqueued. Sending it again with an idempotency_key is "
                           "safe.", NULL);
-        else if (s < failed_to && failure->status == RD_STORE_ERROR)
+        else if (in_call && failed == RD_STORE_ERROR)
             write_problem(b, RD_PROBLEM_INTERNAL, "Redis answered with an error; see the log.",
                           NULL);
         else

@@ -119,7 +119,7 @@ int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const rd_enqueue_t *in,
 {
     if (!rd_backend_ready(st->redis)) return -1;
     before_write(st, q);
-    item_args_t a;
+    item_args_t a = { 0 };
     size_t argc = item_argv(in, false, &a);
     rd_store_enqueued_t *e = rd_malloc(sizeof *e);
     keep_item(e, in);
@@ -143,7 +143,7 @@ int rd_store_enqueue_many(rd_store_t *st, rd_store_queue_t q, const rd_enqueue_t
     bool all = false;
     for (size_t i = 0; i < n && !all; i++) all = needs_all(&items[i]);
     size_t width = all ? ITEM_ARGS : 9;
-    item_args_t *a = rd_malloc(n * sizeof *a);
+    item_args_t *a = rd_calloc(n, sizeof *a);
     rd_str_t *argv = rd_malloc((2 + n * width) * sizeof *argv);
     char count[24], wide[24];
     argv[0] = number(count, (long long)n);
