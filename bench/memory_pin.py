@@ -205,7 +205,7 @@ def scenario_bodies(binary, conns, hold, extra):
 def scenario_readers(binary, conns, hold, extra, kind):
     d = Daemons(binary, extra, token=None)
     try:
-        fn = "retryd_v7_enqueue"
+        fn = "retryd_v8_enqueue"
         lib = os.path.join(os.path.dirname(binary), "retryd.lua")
         if os.path.exists(lib):
             with open(lib) as f:

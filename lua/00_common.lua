@@ -1,4 +1,4 @@
-#!lua name=retryd_v7
+#!lua name=retryd_v8
 -- retryd: the Redis Functions library. Every state change of a message is one
 -- call of one function below. Files in lua/ are concatenated in name order by
 -- the Makefile into build/retryd.lua and loaded with FUNCTION LOAD REPLACE.
@@ -45,11 +45,11 @@ do
 
   -- The library's name carries its API version (the first line says the same;
   -- C has RD_LIBRARY_NAME in keys.h). Every function is registered as
-  -- "<LIBRARY>_<name>" ("retryd_v7_claim"): function names are global in Redis,
+  -- "<LIBRARY>_<name>" ("retryd_v8_claim"): function names are global in Redis,
   -- so versions can be loaded side by side during a rolling upgrade, each
   -- daemon calling its own. Bump it whenever a function's KEYS, ARGV or reply
   -- change (docs/operators.md "Rolling upgrade").
-  local LIBRARY = 'retryd_v7'
+  local LIBRARY = 'retryd_v8'
 
   -- Registers one function under its versioned name; flags as for
   -- redis.register_function (e.g. { 'no-writes' } for FCALL_RO).

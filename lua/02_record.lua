@@ -410,9 +410,12 @@ do
   end
 
   -- The message at mkey as a reply (its state from the indexes), or nil.
-  local function message_reply(k, mkey, id)
+  -- With b, a reply's budget (common.budget): false when the message does
+  -- not fit in it (enqueue_many's duplicates share one reply).
+  local function message_reply(k, mkey, id, b)
     local m = load_message(mkey)
     if not m then return nil end
+    if b and not common.budget.take(b, m) then return false end
     if m.legacy then v2_seen(k) end
     return reply_message(id, m, status_of(m.legacy and old_keys(k) or k, id))
   end

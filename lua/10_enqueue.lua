@@ -4,7 +4,7 @@ do
   local idempotency_key, int_arg = common.idempotency_key, common.int_arg
   local message_key, need_timer, notify = common.message_key, common.need_timer, common.notify
   local now_ms, queue_keys, register = common.now_ms, common.queue_keys, common.register
-  local to_int = common.to_int
+  local to_int, budget = common.to_int, common.budget
   local message_reply, store_message = record.message_reply, record.store_message
   local LANE_FRESH, lane_add, priorities_mark = record.LANE_FRESH, record.lane_add,
                                                 record.priorities_mark
@@ -71,20 +71,33 @@ do
   -- Or {"too_large", limit}: the payload is longer than the policy's
   -- max_payload_bytes (limit), nothing created.
   -- Publishes on the queue's wake channel when the message is ready now.
-  local function enqueue(keys, args)
-    local base = keys[1]
-    local k = queue_keys(base)
-    local payload = args[1]
-    local max_retries = to_int(args[2])
-    local delay_ms = args[3] or ''
+  --
+  -- One item of enqueue or enqueue_many, the one place an enqueue's rules
+  -- live: args[o + 1 .. o + width] are enqueue's ARGV[1..width] (enqueue's
+  -- own ARGV, o = 0, width 12: those it was not given are nil; an
+  -- enqueue_many item's block, width 9 or 12). k: the call's queue_keys
+  -- (the policy is read once per call, into k). mode:
+  --   nil     enqueue: the whole enqueue, its reply
+  --   CHECK   only the arguments: nil when they are good, else the error
+  --           reply; nothing read, nothing written
+  --   BATCH   an enqueue_many item: as nil, at the call's clock `now`; the
+  --           wake-up and the count are left to the call (k.to_wake: one
+  --           PUBLISH for all; k.enqueued: one HINCRBY), and a duplicate
+  --           whose original does not fit the call's reply (k.budget)
+  --           returns false, nothing done for it
+  local CHECK, BATCH = 1, 2
+  local function enqueue_item(k, base, args, o, width, now, mode)
+    local payload = args[o + 1]
+    local max_retries = to_int(args[o + 2])
+    local delay_ms = args[o + 3] or ''
     if delay_ms ~= '' then delay_ms = to_int(delay_ms) end
     if payload == nil then return bad_arg('payload') end
     if max_retries == nil or max_retries < 1 or max_retries > 10 then return bad_arg('max_retries') end
     if delay_ms == nil or (delay_ms ~= '' and delay_ms < 0) then return bad_arg('delay_ms') end
-    local idem = args[4] or ''
+    local idem = args[o + 4] or ''
     if #idem > 255 then return bad_arg('idempotency_key') end
-    local hinting = args[5] == '1'
-    local ttl_ms, priority = args[7], args[8]
+    local hinting = args[o + 5] == '1'
+    local ttl_ms, priority = args[o + 7], args[o + 8]
     if ttl_ms == '' then
       ttl_ms = nil
     elseif ttl_ms then
@@ -97,38 +110,45 @@ do
       priority = to_int(priority)
       if priority == nil or priority < 0 or priority > 9 then return bad_arg('priority') end
     end
-    local group = args[9]
+    local group = args[o + 9]
     if group == '' then group = nil end
     if group and not flow.valid_group(group) then return bad_arg('group') end
     -- ARGV[10..12]: one test when they are not given (the HTTP API's enqueue).
-    local attributes, window, first_receive = args[10], IDEMPOTENCY_TTL_MS, nil
+    local attributes, window, first_receive = width > 9 and args[o + 10], IDEMPOTENCY_TTL_MS, nil
+    local flags
     if attributes then
       if attributes == '' then attributes = nil end
       if attributes and #attributes > MAX_ATTRIBUTE_BYTES then return bad_arg('attributes') end
-      local w, flags = args[11], args[12]
+      local w = args[o + 11]
+      flags = args[o + 12]
       if w and w ~= '' and w ~= '0' then
         window = to_int(w)
         if window == nil or window < 1 or window > IDEMPOTENCY_TTL_MS then
           return bad_arg('idempotency_window_ms')
         end
       end
-      if flags and flags ~= '' then
-        if string.find(flags, '[^efc]') then return bad_arg('flags') end
-        -- The queue must exist: only the queue's own keys can say so in its
-        -- slot (the registry is another slot), so a policy or a message ever (seq).
-        if string.find(flags, 'e', 1, true) and (redis.call('EXISTS', k.dropping) == 1
-           or redis.call('EXISTS', k.policy, k.seq) == 0) then
+      if flags == '' then flags = nil end
+      if flags and string.find(flags, '[^efc]') then return bad_arg('flags') end
+    end
+    if mode == CHECK then return nil end
+    if flags then
+      -- The queue must exist: only the queue's own keys can say so in its
+      -- slot (the registry is another slot), so a policy or a message ever
+      -- (seq). Once it does, it does for the rest of the call (k.exists).
+      if string.find(flags, 'e', 1, true) and not k.exists then
+        if redis.call('EXISTS', k.dropping) == 1 or redis.call('EXISTS', k.policy, k.seq) == 0 then
           return { 'not_found' }
         end
-        if string.find(flags, 'f', 1, true) then first_receive = 0 end
-        -- The key is the body's hash: only a queue with content_based_dedup
-        -- takes it (SQS's FIFO rule), decided in this call.
-        if string.find(flags, 'c', 1, true) and not flow.content_dedup(k) then
-          return { 'invalid_state', 'no_content_dedup' }
-        end
+        k.exists = true
+      end
+      if string.find(flags, 'f', 1, true) then first_receive = 0 end
+      -- The key is the body's hash: only a queue with content_based_dedup
+      -- takes it (SQS's FIFO rule), decided in this call.
+      if string.find(flags, 'c', 1, true) and not flow.content_dedup(k) then
+        return { 'invalid_state', 'no_content_dedup' }
       end
     end
-    max_retries = flow.max_retries(k, max_retries, args[6] == 'default')
+    max_retries = flow.max_retries(k, max_retries, args[o + 6] == 'default')
     local defaulted = delay_ms == ''
     if defaulted then delay_ms = flow.delay_ms(k) end   -- none given: the policy's
     -- No policy limit is below PAYLOAD_LIMIT_MIN (1024): a payload that fits
@@ -138,13 +158,17 @@ do
       if limit then return { 'too_large', limit } end
     end
 
-    local now = now_ms()
+    if not now then now = now_ms() end
     local idem_key
     if idem ~= '' then
       idem_key = idempotency_key(base, idem)
       local seen = redis.call('GET', idem_key)
       if seen then
-        return { 'duplicate', message_reply(k, message_key(base, seen), seen) or { 'id', seen } }
+        -- An enqueue_many's originals share its reply's bytes (k.budget): one
+        -- that does not fit ends the call before this item (false).
+        local msg = message_reply(k, message_key(base, seen), seen, mode and k.budget)
+        if msg == false then return false end
+        return { 'duplicate', msg or { 'id', seen } }
       end
     end
     local timer = -1
@@ -191,19 +215,99 @@ do
         end
         groups.ungrouped_claimable(k)
       end
-      notify(k)
+      if mode then k.to_wake = true else notify(k) end
     end
-    redis.call('HINCRBY', k.stats, 'enqueued', '1')
-    if args[7] then
+    -- An enqueue_many counts its messages once, at its end.
+    if mode then k.enqueued = k.enqueued + 1 else redis.call('HINCRBY', k.stats, 'enqueued', '1') end
+    if args[o + 7] then
       if defaulted and delay_ms > 0 then   -- the policy's delay: the caller cannot know it
         return { 'ok', id, now, timer, max_retries, m.expires_at or -1, m.retry_after }
       end
       return { 'ok', id, now, timer, max_retries, m.expires_at or -1 }
     end
-    if hinting and args[6] then return { 'ok', id, now, timer, max_retries } end
+    if hinting and args[o + 6] then return { 'ok', id, now, timer, max_retries } end
     if hinting then return { 'ok', id, now, timer } end
     return { 'ok', id, now }
   end
 
+  local function enqueue(keys, args)
+    local base = keys[1]
+    return enqueue_item(queue_keys(base), base, args, 0, 12, nil, nil)
+  end
+
   register('enqueue', enqueue)
+
+  -- enqueue_many: create up to MANY_ITEMS messages in one call, each exactly
+  -- as an enqueue of its own would (the same enqueue_item: idempotency, the
+  -- policy's defaults, too_large, flags, groups, priority, ttl, delay), in
+  -- order, so a key repeated within the call makes the later item a
+  -- duplicate of the earlier one, as two enqueues in a row would.
+  --   KEYS[1]  <prefix>:{q}                       queue key base
+  --   ARGV[1]  n                                  items, 1..100
+  --   ARGV[2]  width                              9 or 12: the ARGV of enqueue each
+  --                                               item's block has (9: ARGV[1..9], none
+  --                                               of attributes, window, flags)
+  --   ARGV[3 + width (i - 1) .. 2 + width i]      item i: enqueue's ARGV[1..width], all
+  --                                               given ("" where enqueue takes "" for
+  --                                               none)
+  -- Bounded: at most MANY_ITEMS items and MANY_BYTES (1 MiB) of payloads and
+  -- attributes together (one item alone may be larger: every call makes
+  -- progress). A byte of payload costs Redis about 3 ns in this call (the
+  -- record's concatenation and the collector it drives), so a call at the
+  -- bound takes about 4 ms (docs/benchmarks.md "Batch enqueue"). Every item's arguments are checked before anything is
+  -- written: a bad one (or a call past the bounds) is refused with an error
+  -- reply naming it, and nothing is written.
+  -- Returns {timer, reply_1, ..., reply_j}: reply_i is what enqueue answers
+  -- for item i's ARGV (so {"ok", id, now_ms, timer, max_retries,
+  -- expires_at or -1[, retry_after]} or {"duplicate", msg} / {"too_large",
+  -- limit} / {"not_found"} / {"invalid_state", "no_content_dedup"}); timer,
+  -- the call's hint for `register`: the smallest of the items' (-1: none).
+  -- The originals that duplicates answer are bounded by REPLY_BYTES together
+  -- (as a batch claim's messages): j < n when item j + 1's original would
+  -- pass it. Nothing was done for items j + 1 .. n: the caller sends them
+  -- again (j >= 1: every call makes progress).
+  -- The clock, the policy and the key names are read once per call, the
+  -- stats' enqueued counted once, and the wake channel is published once
+  -- when any item is ready now.
+  local MANY_ITEMS, MANY_BYTES = 100, 1024 * 1024
+  local function enqueue_many(keys, args)
+    local base = keys[1]
+    local n, width = to_int(args[1]), to_int(args[2])
+    if n == nil or n < 1 or n > MANY_ITEMS or (width ~= 9 and width ~= 12)
+       or #args ~= 2 + width * n then
+      return redis.error_reply('ERR retryd: enqueue_many takes n (1-' .. MANY_ITEMS
+                               .. '), a width (9 or 12) and that many arguments per item')
+    end
+    local k = queue_keys(base)
+    local bytes = 0
+    for i = 1, n do
+      local o = 2 + width * (i - 1)
+      local bad = enqueue_item(k, base, args, o, width, nil, CHECK)
+      if bad then
+        bad.err = bad.err .. ' (item ' .. i .. ')'
+        return bad
+      end
+      bytes = bytes + #args[o + 1] + (width > 9 and #args[o + 10] or 0)
+    end
+    if n > 1 and bytes > MANY_BYTES then
+      return redis.error_reply('ERR retryd: enqueue_many takes at most ' .. MANY_BYTES
+                               .. ' bytes of payloads and attributes in one call')
+    end
+    local now = now_ms()
+    local out, timer = { -1 }, -1
+    k.budget, k.enqueued = budget.new(), 0
+    for i = 1, n do
+      local r = enqueue_item(k, base, args, 2 + width * (i - 1), width, now, BATCH)
+      if r == false then break end
+      out[i + 1] = r
+      local t = r[1] == 'ok' and r[4] or -1
+      if t >= 0 and (timer < 0 or t < timer) then timer = t end
+    end
+    out[1] = timer
+    if k.enqueued > 0 then redis.call('HINCRBY', k.stats, 'enqueued', int_arg(k.enqueued)) end
+    if k.to_wake then notify(k) end
+    return out
+  end
+
+  register('enqueue_many', enqueue_many)
 end

@@ -81,6 +81,12 @@ void rd_api_respond_written(call_t *c, int status, const char *extra_headers)
     call_free(c);
 }
 
+void rd_api_respond_body(call_t *c, int status, const char *body, size_t len)
+{
+    rd_http_respond(c->ex, status, "application/json", NULL, body, len);
+    call_free(c);
+}
+
 /* 200/201 with one message (lease_token only when with_token). */
 static void respond_message(call_t *c, int status, const rd_message_t *m, bool with_token,
                             const char *extra_headers)
@@ -613,6 +619,7 @@ static void on_queues(const rd_fanout_queues_t *res, void *arg)
         rd_metrics_render_registry(&text, res->total, res->total - exported);
         rd_metrics_render_snapshot_age(&text, res->age_ms);
         if (c->api->coalescer) rd_coalescer_render_metrics(c->api->coalescer, &text);
+        rd_api_batch_render_metrics(c->api, &text);
         if (c->api->alerts) rd_alerts_render_metrics(c->api->alerts, &text);
         if (c->api->http) rd_http_server_render_metrics(c->api->http, &text);
         if (c->api->sqs) rd_sqs_render_metrics(c->api->sqs, &text);
@@ -705,6 +712,10 @@ static void handle_enqueue(call_t *c)
     rd_enqueue_req_t e;
     rd_field_errors_t errs = { .count = 0 };
     rd_req_result_t r = rd_request_enqueue(c->req->body, c->req->body_len, &e, &errs);
+    if (r == RD_REQ_BATCH) {
+        rd_api_enqueue_batch(c, &e);
+        return;
+    }
     if (r != RD_REQ_OK) {
         rd_api_answer_parse_failure(c, r, &errs);
         return;

@@ -246,6 +246,16 @@ rd_json_t *rd_json_array_at(const rd_json_t *j, size_t i)
     return rd_json_is_array(j) ? AS_RD(cJSON_GetArrayItem(AS_C(j), (int)i)) : NULL;
 }
 
+rd_json_t *rd_json_array_first(const rd_json_t *j)
+{
+    return rd_json_is_array(j) ? AS_RD(AS_C(j)->child) : NULL;
+}
+
+rd_json_t *rd_json_next(const rd_json_t *item)
+{
+    return item ? AS_RD(AS_C(item)->next) : NULL;
+}
+
 rd_json_t *rd_json_new_object(void) { return AS_RD(cJSON_CreateObject()); }
 rd_json_t *rd_json_new_array(void) { return AS_RD(cJSON_CreateArray()); }
 

@@ -47,6 +47,11 @@ const char *rd_problem_slug(rd_problem_t p)
     return problems[p].slug;
 }
 
+const char *rd_problem_title(rd_problem_t p)
+{
+    return problems[p].title;
+}
+
 char *rd_problem_body(rd_problem_t p, const char *detail, const char *instance,
                       size_t instance_len, const rd_field_errors_t *errs, size_t *len)
 {

@@ -114,16 +114,17 @@ static int name_problem(const char *name, size_t len, size_t max);
 /* An enqueue's group (docs/reference.md "Fairness groups"): absent or null
  * is none; else 1-RD_GROUP_MAX bytes of UTF-8 without control characters
  * (a U+0000, which cJSON cut short, is one). */
-static void enqueue_group(rd_enqueue_req_t *out, const rd_json_t *marked, rd_field_errors_t *errs)
+static void enqueue_group(const rd_json_t *obj, const rd_json_t *marked, rd_enqueue_req_t *out,
+                          rd_field_errors_t *errs)
 {
     static const char *const why[] = {
         NULL, "group must be a string of 1 to " RD_LIMIT_STR(RD_GROUP_MAX) " bytes.",
         "group must be valid UTF-8.", "group must not contain control characters." };
-    rd_json_t *v = rd_json_get(out->doc, "group");
+    rd_json_t *v = rd_json_get(obj, "group");
     if (v == NULL || rd_json_is_null(v)) return;
     const char *s = rd_json_string(v);
     int problem = s == NULL ? RD_NAME_LENGTH : name_problem(s, strlen(s), RD_GROUP_MAX);
-    if (problem == RD_NAME_OK && field_has_nul(out->doc, marked, "group"))
+    if (problem == RD_NAME_OK && field_has_nul(obj, marked, "group"))
         problem = RD_NAME_CONTROL;
     if (problem != RD_NAME_OK) {
         rd_field_errors_add(errs, "group", "invalid", why[problem]);
@@ -133,20 +134,19 @@ static void enqueue_group(rd_enqueue_req_t *out, const rd_json_t *marked, rd_fie
     out->group_len = strlen(s);
 }
 
-rd_req_result_t rd_request_enqueue(const char *body, size_t len, rd_enqueue_req_t *out,
-                                   rd_field_errors_t *errs)
+/* The fields of one message to enqueue: obj is a single enqueue's body or
+ * one item of a batch's "messages" (marked: its NUL-marked twin, or NULL),
+ * checked the same way, errors under the same names. out's strings are
+ * borrowed from obj; out->doc is left alone. */
+static void enqueue_fields(const rd_json_t *obj, const rd_json_t *marked, rd_enqueue_req_t *out,
+                           rd_field_errors_t *errs)
 {
-    memset(out, 0, sizeof *out);
-    rd_json_t *marked;
-    rd_req_result_t r = parse_object(body, len, false, &out->doc, &marked);
-    if (r != RD_REQ_OK) return r;
-
-    rd_json_t *payload = rd_json_get(out->doc, "payload");
+    rd_json_t *payload = rd_json_get(obj, "payload");
     if (payload == NULL || rd_json_is_null(payload)) {
         rd_field_errors_add(errs, "payload", "required", "payload is required.");
     } else if (!rd_json_is_string(payload)) {
         rd_field_errors_add(errs, "payload", "invalid", "payload must be a string.");
-    } else if (field_has_nul(out->doc, marked, "payload")) {
+    } else if (field_has_nul(obj, marked, "payload")) {
         rd_field_errors_add(errs, "payload", "invalid", "payload must not contain U+0000.");
     } else if (!is_text(rd_json_string(payload))) {
         rd_field_errors_add(errs, "payload", "invalid", "payload must be valid UTF-8.");
@@ -156,35 +156,35 @@ rd_req_result_t rd_request_enqueue(const char *body, size_t len, rd_enqueue_req_
     }
 
     long long max_retries = RD_MAX_RETRIES_DEFAULT;
-    int_field(out->doc, "max_retries", 1, RD_MAX_RETRIES_MAX, &max_retries,
+    int_field(obj, "max_retries", 1, RD_MAX_RETRIES_MAX, &max_retries,
               "max_retries must be between 1 and " RD_LIMIT_STR(RD_MAX_RETRIES_MAX) ".", errs);
     out->max_retries = (int)max_retries;
-    rd_json_t *given = rd_json_get(out->doc, "max_retries");
+    rd_json_t *given = rd_json_get(obj, "max_retries");
     out->max_retries_given = given != NULL && !rd_json_is_null(given);
 
     long long delay_s = -1;   /* none given: the queue policy's delay_seconds applies */
-    int_field(out->doc, "delay_seconds", 0, RD_DELAY_SECONDS_MAX, &delay_s,
+    int_field(obj, "delay_seconds", 0, RD_DELAY_SECONDS_MAX, &delay_s,
               "delay_seconds must be an integer between 0 and " RD_LIMIT_STR(RD_DELAY_SECONDS_MAX)
               " (30 days).", errs);
     out->delay_ms = delay_s < 0 ? -1 : delay_s * 1000;
 
     long long ttl_s = -1;
-    int_field(out->doc, "ttl_seconds", 1, RD_TTL_SECONDS_MAX, &ttl_s,
+    int_field(obj, "ttl_seconds", 1, RD_TTL_SECONDS_MAX, &ttl_s,
               "ttl_seconds must be an integer between 1 and " RD_LIMIT_STR(RD_TTL_SECONDS_MAX)
               " (30 days).", errs);
     out->ttl_ms = ttl_s > 0 ? ttl_s * 1000 : -1;
 
     long long priority = 0;
-    int_field(out->doc, "priority", 0, RD_PRIORITY_MAX, &priority,
+    int_field(obj, "priority", 0, RD_PRIORITY_MAX, &priority,
               "priority must be an integer between 0 and " RD_LIMIT_STR(RD_PRIORITY_MAX) ".", errs);
     out->priority = (int)priority;
 
-    rd_json_t *key = rd_json_get(out->doc, "idempotency_key");
+    rd_json_t *key = rd_json_get(obj, "idempotency_key");
     if (key && !rd_json_is_null(key)) {
         const char *k = rd_json_string(key);
         size_t k_len = k ? strlen(k) : 0;
         if (k == NULL || k_len == 0 || k_len > RD_IDEMPOTENCY_KEY_MAX ||
-            field_has_nul(out->doc, marked, "idempotency_key"))
+            field_has_nul(obj, marked, "idempotency_key"))
             rd_field_errors_add(errs, "idempotency_key", "invalid",
                                 "idempotency_key must be a string of 1 to " RD_LIMIT_STR(RD_IDEMPOTENCY_KEY_MAX)
                                 " bytes.");
@@ -194,9 +194,78 @@ rd_req_result_t rd_request_enqueue(const char *body, size_t len, rd_enqueue_req_
         else
             out->idempotency_key = k;
     }
-    enqueue_group(out, marked, errs);
+    enqueue_group(obj, marked, out, errs);
+}
+
+rd_req_result_t rd_request_enqueue(const char *body, size_t len, rd_enqueue_req_t *out,
+                                   rd_field_errors_t *errs)
+{
+    memset(out, 0, sizeof *out);
+    rd_json_t *marked;
+    rd_req_result_t r = parse_object(body, len, false, &out->doc, &marked);
+    if (r != RD_REQ_OK) return r;
+    if (rd_json_get(out->doc, "messages") != NULL) {
+        out->marked = marked;   /* rd_request_enqueue_batch takes both over */
+        return RD_REQ_BATCH;
+    }
+    enqueue_fields(out->doc, marked, out, errs);
     rd_json_free(marked);
     return finish(&out->doc, errs);
+}
+
+/* The fields of a single enqueue, which a batch's body must not have beside
+ * "messages" (they belong in each item). */
+static const char *const ENQUEUE_FIELDS[] = { "payload", "max_retries", "delay_seconds",
+                                              "ttl_seconds", "priority", "idempotency_key",
+                                              "group" };
+
+rd_req_result_t rd_request_enqueue_batch(rd_enqueue_req_t *e, rd_enqueue_batch_req_t *out,
+                                         rd_field_errors_t *errs)
+{
+    memset(out, 0, sizeof *out);
+    out->doc = e->doc;
+    out->marked = e->marked;
+    e->doc = e->marked = NULL;
+    for (size_t i = 0; i < sizeof ENQUEUE_FIELDS / sizeof ENQUEUE_FIELDS[0]; i++) {
+        if (rd_json_get(out->doc, ENQUEUE_FIELDS[i]) == NULL) continue;
+        rd_field_errors_add(errs, ENQUEUE_FIELDS[i], "invalid",
+                            i == 0 ? "payload and messages cannot be given together: a body is "
+                                     "one message or a batch."
+                                   : "this field goes in each item of messages.");
+    }
+    const rd_json_t *list = rd_json_get(out->doc, "messages");
+    size_t n = rd_json_array_size(list);
+    if (!rd_json_is_array(list) || n < 1 || n > RD_ENQUEUE_BATCH_MAX)
+        rd_field_errors_add(errs, "messages", "invalid",
+                            "messages must be an array of 1 to " RD_LIMIT_STR(RD_ENQUEUE_BATCH_MAX)
+                            " messages.");
+    if (errs->count > 0) {
+        rd_request_enqueue_batch_free(out);
+        return RD_REQ_INVALID;
+    }
+    out->count = n;
+    out->items = rd_calloc(n, sizeof *out->items);
+    out->errs = rd_calloc(n, sizeof *out->errs);
+    const rd_json_t *twin = out->marked ? rd_json_get(out->marked, "messages") : NULL;
+    const rd_json_t *m = twin ? rd_json_array_first(twin) : NULL;
+    size_t i = 0;
+    for (const rd_json_t *it = rd_json_array_first(list); it; it = rd_json_next(it), i++) {
+        out->items[i].malformed = !rd_json_is_object(it);
+        if (out->items[i].malformed) out->invalid++;
+        else enqueue_fields(it, m, &out->items[i], &out->errs[i]);
+        if (!out->items[i].malformed && out->errs[i].count > 0) out->invalid++;
+        m = rd_json_next(m);
+    }
+    return RD_REQ_OK;
+}
+
+void rd_request_enqueue_batch_free(rd_enqueue_batch_req_t *b)
+{
+    rd_json_free(b->doc);
+    rd_json_free(b->marked);
+    rd_free(b->items);
+    rd_free(b->errs);
+    memset(b, 0, sizeof *b);
 }
 
 /* Where field errors go: under their own names (list NULL), or under those

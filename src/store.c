@@ -57,7 +57,7 @@ typedef struct op_def {
 } op_def_t;
 
 typedef enum op_id {
-    OP_ENQUEUE, OP_CLAIM, OP_SETTLE_CLAIM, OP_SUCCEED, OP_SUCCEED_MANY, OP_FAIL, OP_SNOOZE,
+    OP_ENQUEUE, OP_ENQUEUE_MANY, OP_CLAIM, OP_SETTLE_CLAIM, OP_SUCCEED, OP_SUCCEED_MANY, OP_FAIL, OP_SNOOZE,
     OP_EXTEND,
     OP_RELEASE, OP_RELEASE_LOST, OP_REPLAY, OP_REPLAY_MANY, OP_KILL, OP_DELETE, OP_GET,
     OP_LIST, OP_STATS, OP_GROUPS, OP_SERIES, OP_TICK, OP_POLICY_GET, OP_POLICY_SET, OP_PAUSE,
@@ -98,6 +98,7 @@ typedef struct op {
     }
 DELIVER(rd_store_head_t, rd_store_status_cb)
 DELIVER(rd_store_messages_t, rd_store_messages_cb)
+DELIVER(rd_store_enqueued_many_t, rd_store_enqueued_many_cb)
 DELIVER(rd_store_list_t, rd_store_list_cb)
 DELIVER(rd_store_outcomes_t, rd_store_outcomes_cb)
 DELIVER(rd_store_settled_t, rd_store_settled_cb)
@@ -130,6 +131,8 @@ enum { RESULT_BYTES = 512 };
 static const op_def_t ops[OP_COUNT] = {
     ROW(OP_ENQUEUE, "enqueue", F_HINTED, rd_store_messages_t,
         rd_store_parse_enqueue, rd_result_free_messages, rd_store_messages_cb),
+    ROW(OP_ENQUEUE_MANY, "enqueue_many", F_HINTED, rd_store_enqueued_many_t,
+        rd_store_parse_enqueue_many, rd_result_free_enqueued_many, rd_store_enqueued_many_cb),
     ROW(OP_CLAIM, "claim", F_HINTED, rd_store_messages_t,
         rd_store_parse_claim, rd_result_free_messages, rd_store_messages_cb),
     ROW(OP_SETTLE_CLAIM, "settle_claim", F_HINTED, rd_store_settled_t,
@@ -311,7 +314,8 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
         const rd_store_messages_t *m = (const rd_store_messages_t *)res;
         rd_store_written_t w = {
             .hint_ms = hint,
-            .first = def == &ops[OP_ENQUEUE] && m->count == 1 && m->messages[0].id == 1,
+            .first = (def == &ops[OP_ENQUEUE] && m->count == 1 && m->messages[0].id == 1) ||
+                     (def == &ops[OP_ENQUEUE_MANY] && ((const rd_store_enqueued_many_t *)res)->first),
             .changed = op->nudge && !claimed_nothing(def, res),
         };
         st->written(st->write_arg, q, &w);
@@ -422,9 +426,11 @@ static void begin_op(cmd_t *c, rd_store_t *st, op_id_t id, rd_store_queue_t q, l
     }
 }
 
-/* send_op: sends c; cb is the operation's callback (its row's type), run exactly
- * once from the loop unless this returns -1. */
-static int send_op(rd_store_t *st, cmd_t *c, any_cb_t cb, void *arg)
+/* send_argv: sends c's row with argv[0..argc) (c's own, or longer ones);
+ * cb is the operation's callback (its row's type), run exactly once from the
+ * loop unless this returns -1. */
+static int send_argv(rd_store_t *st, cmd_t *c, int argc, const char **argv, const size_t *lens,
+                     any_cb_t cb, void *arg)
 {
     const op_def_t *def = c->def;
     op_t *op = rd_malloc(sizeof *op);
@@ -441,11 +447,16 @@ static int send_op(rd_store_t *st, cmd_t *c, any_cb_t cb, void *arg)
     op->nudge = hinted && !op->read_only;
     memcpy(op->nonce, c->nonce, sizeof op->nonce);
     snprintf(op->what, sizeof op->what, "%s", def->flags & F_COMMAND ? def->name : c->fn);
-    int rc = rd_backend_command(st->redis, c->argc, c->argv, c->lens, on_reply, op);
+    int rc = rd_backend_command(st->redis, argc, argv, lens, on_reply, op);
     if (rc != 0) free_op(op);
     rd_buf_free(&c->base);
     rd_buf_free(&c->mkey);
     return rc;
+}
+
+static int send_op(rd_store_t *st, cmd_t *c, any_cb_t cb, void *arg)
+{
+    return send_argv(st, c, c->argc, c->argv, c->lens, cb, arg);
 }
 
 #define CB(cb) ((any_cb_t)(cb))
@@ -495,67 +506,6 @@ static void before_write(rd_store_t *st, rd_store_queue_t q)
 }
 
 /* ---------------------------------------------------------------- queue calls */
-
-static void enqueued_free(void *kept)
-{
-    rd_store_enqueued_t *e = kept;
-    rd_free(e->payload);
-    rd_free(e->idempotency_key);
-    rd_free(e->group);
-    rd_free(e->attributes);
-    rd_free(e);
-}
-
-int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const rd_enqueue_t *in,
-                     rd_store_messages_cb cb, void *arg)
-{
-    if (!rd_backend_ready(st->redis)) return -1;
-    before_write(st, q);
-    cmd_t c;
-    begin_op(&c, st, OP_ENQUEUE, q, 0);
-    int max_retries = in->max_retries;
-    arg_bytes(&c, in->payload, in->len);
-    arg_int(&c, max_retries > 0 ? max_retries : RD_MAX_RETRIES_DEFAULT);
-    if (in->delay_ms >= 0) arg_int(&c, in->delay_ms);
-    else arg_str(&c, "");   /* none given: the policy's delay_seconds */
-    arg_str(&c, in->idempotency_key ? in->idempotency_key : "");
-    arg_str(&c, "1");   /* this caller forwards timer hints */
-    arg_str(&c, max_retries > 0 ? "request" : "default");
-    if (in->ttl_ms > 0) arg_int(&c, in->ttl_ms);
-    else arg_str(&c, "");   /* none given: the policy's message_ttl */
-    if (in->priority > 0) arg_int(&c, in->priority);
-    else arg_str(&c, "");
-    bool grouped = in->group && in->group[0];
-    arg_str(&c, grouped ? in->group : "");   /* "": none */
-    /* ARGV[10..12] only when one is used: the usual enqueue sends what it did.
-     * arg_str keeps the pointer until the call is sent: flags lives as long. */
-    char flags[4];
-    bool attributes = in->attributes != NULL;
-    if (attributes || in->idempotency_window_ms > 0 || in->must_exist ||
-        in->record_first_receive || in->content_dedup) {
-        arg_bytes(&c, attributes ? in->attributes : "", attributes ? in->attributes_len : 0);
-        arg_int(&c, in->idempotency_window_ms > 0 ? in->idempotency_window_ms : 0);
-        size_t nf = 0;
-        if (in->must_exist) flags[nf++] = 'e';
-        if (in->record_first_receive) flags[nf++] = 'f';
-        if (in->content_dedup) flags[nf++] = 'c';
-        flags[nf] = '\0';
-        arg_str(&c, flags);
-    }
-    rd_store_enqueued_t *e = rd_malloc(sizeof *e);
-    e->payload = rd_strndup(in->payload, in->len);
-    e->payload_len = in->len;
-    e->idempotency_key = in->idempotency_key ? rd_strdup(in->idempotency_key) : NULL;
-    e->max_retries = max_retries;
-    e->delay_ms = in->delay_ms;
-    e->priority = in->priority;
-    e->group = grouped ? rd_strdup(in->group) : NULL;
-    e->attributes = attributes ? rd_strndup(in->attributes, in->attributes_len) : NULL;
-    e->attributes_len = attributes ? in->attributes_len : 0;
-    c.kept = e;
-    c.kept_free = enqueued_free;
-    return send_op(st, &c, CB(cb), arg);
-}
 
 int rd_store_claim(rd_store_t *st, rd_store_queue_t q, rd_lease_t lease, int count,
                    const char *worker, rd_store_messages_cb cb, void *arg)
@@ -1054,6 +1004,32 @@ int rd_store_send_move(rd_store_t *st, rd_store_move_fn_t fn, rd_store_queue_t q
     begin_op(&c, st, rows[fn], ops[rows[fn]].flags & F_REGISTRY ? NO_QUEUE : q, 0);
     for (size_t i = 0; i < argc; i++) arg_bytes(&c, argv[i].ptr ? argv[i].ptr : "", argv[i].len);
     return send_op(st, &c, CB(cb), arg);
+}
+
+int rd_store_send_row(rd_store_t *st, rd_store_row_t row, rd_store_queue_t q, size_t argc,
+                      const rd_str_t *argv, void *kept, void (*kept_free)(void *kept),
+                      void (*cb)(void), void *arg)
+{
+    static const op_id_t rows[] = { [RD_ROW_ENQUEUE] = OP_ENQUEUE,
+                                    [RD_ROW_ENQUEUE_MANY] = OP_ENQUEUE_MANY };
+    assert((size_t)row < sizeof rows / sizeof rows[0]);
+    cmd_t c;
+    begin_op(&c, st, rows[row], q, 0);
+    size_t total = (size_t)c.argc + argc;
+    const char **all = rd_malloc(total * sizeof *all);
+    size_t *lens = rd_malloc(total * sizeof *lens);
+    memcpy(all, c.argv, (size_t)c.argc * sizeof *all);
+    memcpy(lens, c.lens, (size_t)c.argc * sizeof *lens);
+    for (size_t i = 0; i < argc; i++) {
+        all[c.argc + i] = argv[i].ptr ? argv[i].ptr : "";
+        lens[c.argc + i] = argv[i].len;
+    }
+    c.kept = kept;
+    c.kept_free = kept_free;
+    int rc = send_argv(st, &c, (int)total, all, lens, cb, arg);   /* frees kept on failure */
+    rd_free(all);
+    rd_free(lens);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- alerts */

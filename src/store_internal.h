@@ -48,4 +48,16 @@ enum { RD_MOVE_FN_ARGS_MAX = 8 };
 int rd_store_send_move(rd_store_t *st, rd_store_move_fn_t fn, rd_store_queue_t q, size_t argc,
                        const rd_str_t *argv, rd_store_strings_cb cb, void *arg);
 
+/* The enqueue rows (lua/10_enqueue.lua), whose ARGV store_enqueue.c builds. */
+typedef enum rd_store_row { RD_ROW_ENQUEUE, RD_ROW_ENQUEUE_MANY } rd_store_row_t;
+
+/* Sends row's function with KEYS[1] q's base and ARGV argv[0..argc) (borrowed
+ * until it returns: the link copies them); kept goes to the row's parser
+ * and is freed with kept_free after it (also when this fails). cb is the
+ * row's callback type; as every store call, -1 when it could not be sent
+ * (cb never runs). */
+int rd_store_send_row(rd_store_t *st, rd_store_row_t row, rd_store_queue_t q, size_t argc,
+                      const rd_str_t *argv, void *kept, void (*kept_free)(void *kept),
+                      void (*cb)(void), void *arg);
+
 #endif

@@ -346,6 +346,28 @@ bool rd_store_parse_enqueue(const rd_reply_t *r, const void *kept, void *res, lo
     return parse_enqueued(r, kept, res, hint);
 }
 
+/* enqueue_many: {timer, reply...}, each reply as enqueue's for its item; fewer
+ * replies than items when the call stopped at its reply bytes. */
+bool rd_store_parse_enqueue_many(const rd_reply_t *r, const void *kept, void *res,
+                                 long long *hint)
+{
+    const rd_store_enqueued_many_kept_t *k = kept;
+    rd_store_enqueued_many_t *m = res;
+    if (!is_array(r, 2) || rd_reply_len(r) - 1 > k->n ||
+        !rd_reply_int(rd_reply_at(r, 0), hint))
+        return false;
+    size_t n = rd_reply_len(r) - 1;
+    m->items = rd_calloc(n, sizeof *m->items);
+    m->count = n;   /* what rd_result_free_enqueued_many frees, also after a failed parse */
+    for (size_t i = 0; i < n; i++) {
+        long long item_hint = -1;   /* the call's hint is the first element */
+        rd_store_messages_t *it = &m->items[i];
+        if (!parse_enqueued(rd_reply_at(r, i + 1), &k->items[i], it, &item_hint)) return false;
+        if (it->head.status == RD_STORE_OK && it->messages[0].id == 1) m->first = true;
+    }
+    return true;
+}
+
 /* get, replay: {"ok", msg} or an outcome. */
 bool rd_store_parse_message(const rd_reply_t *r, const void *kept, void *res, long long *hint)
 {
@@ -712,6 +734,13 @@ void rd_result_free_messages(void *res)
 {
     rd_store_messages_t *m = res;
     free_messages_of(m->messages, m->count);
+}
+
+void rd_result_free_enqueued_many(void *res)
+{
+    rd_store_enqueued_many_t *m = res;
+    for (size_t i = 0; i < m->count; i++) rd_result_free_messages(&m->items[i]);
+    rd_free(m->items);
 }
 
 void rd_result_free_list(void *res)

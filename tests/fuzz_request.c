@@ -119,7 +119,13 @@ static void fuzz_parsers(const uint8_t *data, size_t size)
     }
     rd_field_errors_t errs = { .count = 0 };
     rd_enqueue_req_t e;
-    if (rd_request_enqueue(body, body_len, &e, &errs) == RD_REQ_OK) rd_request_free(e.doc);
+    rd_req_result_t er = rd_request_enqueue(body, body_len, &e, &errs);
+    if (er == RD_REQ_OK) rd_request_free(e.doc);
+    if (er == RD_REQ_BATCH) {   /* a batch: every item checked, freed whatever the outcome */
+        rd_enqueue_batch_req_t b;
+        errs.count = 0;
+        if (rd_request_enqueue_batch(&e, &b, &errs) == RD_REQ_OK) rd_request_enqueue_batch_free(&b);
+    }
     errs.count = 0;
     rd_claim_req_t c;
     if (rd_request_claim(body, body_len, text, path_len, 30000, &c, &errs) == RD_REQ_OK)

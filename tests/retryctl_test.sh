@@ -414,6 +414,100 @@ test_enqueue_then_show() {
     expect_eq "$(rget HGET "$(base "$q"):m:4" payload)" "--dashes" "a payload after --"
 }
 
+# Every command from now on is logged; slowlog_stop keeps the log in
+# $TMP/slowlog and puts Redis's defaults back; slowlog_calls FUNCTION counts
+# the calls of one library function in it.
+slowlog_start() {
+    rcli CONFIG SET slowlog-log-slower-than 0 slowlog-max-len 10000 >/dev/null
+    rcli SLOWLOG RESET >/dev/null
+}
+slowlog_stop() {
+    rcli --raw SLOWLOG GET 10000 > "$TMP/slowlog"
+    rcli CONFIG SET slowlog-log-slower-than 10000 slowlog-max-len 128 >/dev/null
+}
+slowlog_calls() { grep -acx "${FN}$1" "$TMP/slowlog"; }
+
+# enqueue --file (docs/operators.md "Enqueue from a file"): one message per
+# line, in order, ids printed one per line; the lines' bytes stored as they
+# are (quotes, backslashes, control bytes, a byte that is not UTF-8, an empty
+# line, a last line without a newline); more than 100 lines take several
+# enqueue_many calls, in order; options apply to every line; a line over
+# the policy's max_payload_bytes fails alone ("line N: ..." and exit 1).
+test_enqueue_file() {
+    local q=fromfile b
+    b=$(base "$q")
+    printf 'one\ntwo "quoted" \\back\n\n\001ctl\tTab\377\nlast' > "$TMP/lines"
+    ctl enqueue "$q" --file "$TMP/lines"
+    expect_rc 0 "enqueue --file"
+    expect_eq "$OUT" $'1\n2\n3\n4\n5\n' "one id per line, in order"
+    expect_eq "$(rget HGET "$b:m:1" payload)" "one" "line 1"
+    expect_eq "$(rget HGET "$b:m:2" payload)" 'two "quoted" \back' "quotes and a backslash"
+    expect_eq "$(rget HGET "$b:m:3" payload)" "" "an empty line is an empty payload"
+    expect_eq "$(rget HGET "$b:m:4" payload | od -An -tx1 | tr -d ' \n')" \
+        "0163746c09546162ff" "control bytes and a byte that is not UTF-8, as they are"
+    expect_eq "$(rget HGET "$b:m:5" payload)" "last" "a last line without a newline"
+    expect_eq "$(rget SISMEMBER "$PREFIX:queues" "$q")" 1 "the queue is registered"
+
+    # 250 lines from stdin: three calls (100, 100, 50), ids in the file's order.
+    seq 1 250 | awk '{ print "n" $1 }' > "$TMP/many"
+    slowlog_start
+    run "$RETRYCTL" enqueue "$q" --file - --priority 2 --max-retries 4 < "$TMP/many"
+    expect_rc 0 "enqueue --file -"
+    expect_eq "$(printf '%s' "$OUT" | wc -l)" 250 "250 ids"
+    expect_eq "$(printf '%s' "$OUT" | head -n 1)" 6 "the first id follows"
+    expect_eq "$(printf '%s' "$OUT" | tail -n 1)" 255 "the last id"
+    expect_eq "$(rget HGET "$b:m:6" payload)" n1 "line 1 is the first id"
+    expect_eq "$(rget HGET "$b:m:255" payload)" n250 "line 250 is the last id"
+    expect_eq "$(rget HGET "$b:m:100" priority)" 2 "--priority on every line"
+    expect_eq "$(rget HGET "$b:m:200" max_retries)" 4 "--max-retries on every line"
+    slowlog_stop
+    expect_eq "$(slowlog_calls enqueue_many)" 3 "250 lines in three enqueue_many calls"
+    expect_eq "$(slowlog_calls enqueue)" 0 "and no single enqueue"
+
+    # A delay on every line: scheduled, and the timer schedule knows the queue.
+    printf 'later1\nlater2\n' | run "$RETRYCTL" enqueue "$q" --file - --delay 10m
+    expect_rc 0 "enqueue --file --delay"
+    expect_eq "$(rget ZCARD "$b:3:scheduled")" 2 "both scheduled"
+    [ -n "$(rget ZSCORE "{$PREFIX:queues}:timers" "$q")" ] || fail "the timer schedule has the queue"
+
+    # Too large for the policy: that line alone fails.
+    rcli FCALL "${FN}policy_set" 1 "$b" replace max_payload_bytes 1024 >/dev/null
+    { echo small; head -c 2000 /dev/zero | tr '\0' z; echo; echo after; } > "$TMP/mixed"
+    ctl enqueue "$q" --file "$TMP/mixed"
+    expect_rc 1 "a line too large"
+    expect_eq "$OUT" $'258\n259\n' "the other lines' ids"
+    expect_match "$ERR" "line 2: the payload is longer than the queue policy's max_payload_bytes \\(1024\\)" \
+        "the line that failed, and why"
+    expect_eq "$(rget GET "$b:seq")" 259 "nothing made for it"
+
+    # Usage: no payload beside --file, no idempotency key, a file that is there.
+    ctl enqueue "$q" x --file "$TMP/lines"
+    expect_rc 2 "a payload and --file"
+    ctl enqueue "$q" --file "$TMP/lines" --idempotency-key k
+    expect_rc 2 "--idempotency-key with --file"
+    ctl enqueue "$q" --file "$TMP/no-such-file"
+    expect_rc 2 "a file that is not there"
+}
+
+# Lines of more than 1 MiB together go in calls of at most 1 MiB each (a
+# longer line alone in its call).
+test_enqueue_file_bytes_bound() {
+    local q=bigfile b i
+    b=$(base "$q")
+    : > "$TMP/big"
+    for i in 1 2 3 4 5 6; do head -c 400000 /dev/zero | tr '\0' "$i" >> "$TMP/big"; echo >> "$TMP/big"; done
+    head -c 1100000 /dev/zero | tr '\0' 7 >> "$TMP/big"; echo >> "$TMP/big"
+    slowlog_start
+    ctl enqueue "$q" --file "$TMP/big"
+    slowlog_stop
+    expect_rc 0 "six lines of 400 kB and one of 1.1 MB"
+    expect_eq "$OUT" $'1\n2\n3\n4\n5\n6\n7\n' "seven ids"
+    expect_eq "$(slowlog_calls enqueue_many)" 4 "calls of two lines (800 kB), then the long line alone"
+    expect_eq "$(rget HGET "$b:m:6" payload | head -c 3)" 666 "the sixth line"
+    expect_eq "$(rget HGET "$b:m:7" payload | head -c 3)" 777 "the long line"
+    expect_eq "$(rget STRLEN "$b:m:6")" "$(( $(rget STRLEN "$b:m:1") ))" "whole lines"
+}
+
 # --priority and --ttl (docs/reference.md "Priority"): show prints both, the
 # claim takes the higher priority first.
 test_enqueue_priority_and_ttl() {
@@ -1371,6 +1465,8 @@ all_tests=(
     test_load
     test_enqueue_then_show
     test_enqueue_priority_and_ttl
+    test_enqueue_file
+    test_enqueue_file_bytes_bound
     test_show_missing_exits_1
     test_show_history
     test_export_csv_escapes

@@ -705,6 +705,84 @@ static void test_answer_reset_unread_is_handed_back(void **state)
     e2e_response_free(&r);
 }
 
+/* How many calls of the library function `fn` on queue q's base SLOWLOG
+ * holds (every command is logged while slowlog-log-slower-than is 0). */
+static int slowlog_calls(const char *fn, const char *q)
+{
+    redisReply *r = redisCommand(g_redis, "SLOWLOG GET 1000");
+    assert_non_null(r);
+    const char *want = e2e_fmt("%s%s", RD_FUNCTION(""), fn);
+    int n = 0;
+    for (size_t i = 0; i < r->elements; i++) {
+        const redisReply *args = r->element[i]->element[3];
+        if (args->elements < 4 || strcmp(args->element[1]->str, want) != 0) continue;
+        if (strstr(args->element[3]->str, q)) n++;
+    }
+    freeReplyObject(r);
+    return n;
+}
+
+/* SendMessageBatch sends its entries in one enqueue_many call (docs/sqs.md
+ * "Messages"), in order, each answered as SendMessage answers it: a
+ * deduplication id repeated within the batch answers the first entry's
+ * MessageId, a bad entry fails alone, the sequence numbers follow the
+ * entries' order. */
+static void test_send_batch_one_call_in_order(void **state)
+{
+    (void)state;
+    sqs_answer_t a;
+    const char *q = "e2e-sqs-batch.fifo";
+    json_call("CreateQueue", e2e_fmt("{\"QueueName\":\"%s\",\"Attributes\":{\"FifoQueue\":"
+                                     "\"true\"}}", q), &a);
+    assert_int_equal(a.status, 200);
+    answer_free(&a);
+    freeReplyObject(redisCommand(g_redis, "CONFIG SET slowlog-log-slower-than 0 slowlog-max-len 10000"));
+    freeReplyObject(redisCommand(g_redis, "SLOWLOG RESET"));
+    json_call("SendMessageBatch", e2e_fmt(
+        "{\"QueueUrl\":\"%s\",\"Entries\":["
+        "{\"Id\":\"a\",\"MessageBody\":\"first\",\"MessageGroupId\":\"g\",\"MessageDeduplicationId\":\"d1\"},"
+        "{\"Id\":\"b\",\"MessageBody\":\"again\",\"MessageGroupId\":\"g\",\"MessageDeduplicationId\":\"d1\"},"
+        "{\"Id\":\"c\",\"MessageBody\":\"no group\"},"
+        "{\"Id\":\"d\",\"MessageBody\":\"second\",\"MessageGroupId\":\"g\",\"MessageDeduplicationId\":\"d2\"},"
+        "{\"Id\":\"e\",\"MessageBody\":\"by content\",\"MessageGroupId\":\"g\"}]}", url_of(q)), &a);
+    int many = slowlog_calls("enqueue_many", q), single = slowlog_calls("enqueue", q);
+    freeReplyObject(redisCommand(g_redis, "CONFIG SET slowlog-log-slower-than 10000 slowlog-max-len 128"));
+    assert_int_equal(a.status, 200);
+    assert_int_equal(many, 1);
+    assert_int_equal(single, 0);
+    cJSON *ok = cJSON_GetObjectItem(a.json, "Successful");
+    cJSON *failed = cJSON_GetObjectItem(a.json, "Failed");
+    assert_int_equal(cJSON_GetArraySize(ok), 3);
+    assert_int_equal(cJSON_GetArraySize(failed), 2);
+    static const char *const want_ids[] = { "a", "b", "d" };
+    char ids[3][64], seqs[3][32];
+    for (int i = 0; i < 3; i++) {
+        cJSON *o = cJSON_GetArrayItem(ok, i);
+        assert_string_equal(cJSON_GetObjectItem(o, "Id")->valuestring, want_ids[i]);
+        SET(ids[i], cJSON_GetObjectItem(o, "MessageId")->valuestring);
+        SET(seqs[i], cJSON_GetObjectItem(o, "SequenceNumber")->valuestring);
+    }
+    assert_string_equal(ids[1], ids[0]);     /* the duplicate: the original's id */
+    assert_string_not_equal(ids[2], ids[0]);
+    assert_true(strcmp(seqs[2], seqs[0]) > 0);
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(failed, 0), "Id")->valuestring, "c");
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(failed, 0), "Code")->valuestring,
+                        "MissingParameter");
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(failed, 1), "Id")->valuestring, "e");
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(failed, 1), "Code")->valuestring,
+                        "InvalidParameterValue");
+    answer_free(&a);
+    e2e_response_t r = { 0 };
+    http(&r, "GET", e2e_fmt("/queues/%s/stats", q), NULL);
+    assert_int_equal(e2e_jint(e2e_jget(e2e_expect_json(&r, 200), "totals"), "enqueued"), 2);
+    e2e_response_free(&r);
+    json_call("ReceiveMessage", e2e_fmt("{\"QueueUrl\":\"%s\",\"MaxNumberOfMessages\":10}",
+                                        url_of(q)), &a);
+    cJSON *m = cJSON_GetArrayItem(cJSON_GetObjectItem(a.json, "Messages"), 0);
+    assert_string_equal(cJSON_GetObjectItem(m, "Body")->valuestring, "first");
+    answer_free(&a);
+}
+
 static int sqs_group_setup(void **state)
 {
     (void)state;
@@ -729,6 +807,7 @@ int main(void)
         T(test_query_actions),
         T(test_metrics_count_requests_and_errors),
         T(test_answer_reset_unread_is_handed_back),
+        T(test_send_batch_one_call_in_order),
     };
     int failed = cmocka_run_group_tests_name("e2e_sqs", tests, sqs_group_setup, group_teardown);
     if (failed == 0 && g_stop_failed) {

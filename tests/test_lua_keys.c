@@ -128,7 +128,7 @@ static void expect_keys_refused_at(const queue_t *a, const queue_t *b, redisRepl
     free(after);
 }
 
-/* FCALL retryd_v7_succeed 2 'y:{qa}' 'y:{qb}:m:1' 1 '' marked qa's message 1
+/* FCALL retryd_v8_succeed 2 'y:{qa}' 'y:{qb}:m:1' 1 '' marked qa's message 1
  * succeeded and answered with qb's message 1: every function that takes a
  * message key refuses one that is not its base's for the id, and every
  * function refuses a KEYS count other than its own, or a first key that is

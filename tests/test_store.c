@@ -13,6 +13,7 @@
 
 #include "unit_support.h"
 
+#include "retryd/enqueue_chunks.h"
 #include "retryd/limits.h"
 #include "retryd/queue_clear.h"
 
@@ -515,6 +516,98 @@ static void test_move_task_rows(void **state)
     fixture_close(f);
 }
 
+/* What an enqueue_many's callback saw: each item's outcome and message. */
+typedef struct got_many {
+    int calls;
+    rd_store_status_t status;
+    size_t count;
+    rd_store_status_t item[8];
+    long long id[8];
+    long long retry_after[8];
+    char payload[8][16];
+    char group[8][16];
+} got_many_t;
+
+static void on_many(const rd_store_enqueued_many_t *res, void *arg)
+{
+    got_many_t *g = arg;
+    g->calls++;
+    g->status = res->head.status;
+    g->count = res->count;
+    for (size_t i = 0; i < res->count && i < 8; i++) {
+        g->item[i] = res->items[i].head.status;
+        if (res->items[i].count == 0) continue;
+        const rd_message_t *m = &res->items[i].messages[0];
+        g->id[i] = m->id;
+        g->retry_after[i] = m->retry_after_ms;
+        copy_str(g->payload[i], sizeof g->payload[i], m->payload);
+        copy_str(g->group[i], sizeof g->group[i], m->group);
+    }
+}
+
+/* enqueue_many end to end: each item's result in order, as rd_store_enqueue
+ * gives it (a key repeated in the call answers the first item's message),
+ * the call's timer hint and first id to the write hook; calls past the
+ * bounds are refused before anything is sent. */
+static void test_enqueue_many_results(void **state)
+{
+    (void)state;
+    fixture_t *f = fixture_open(ut_test_redis_port(), 5000);
+    rd_enqueue_t items[4] = {
+        { .payload = "a", .len = 1, .delay_ms = -1, .ttl_ms = -1 },
+        { .payload = "b", .len = 1, .delay_ms = -1, .ttl_ms = -1, .idempotency_key = "mk" },
+        { .payload = "c", .len = 1, .delay_ms = -1, .ttl_ms = -1, .idempotency_key = "mk" },
+        { .payload = "d", .len = 1, .delay_ms = 60000, .ttl_ms = -1, .group = "g1" },
+    };
+    got_many_t g = { 0 };
+    assert_int_equal(rd_store_enqueue_many(f->s.store, f->q, items, 4, on_many, &g), 0);
+    assert_true(ut_run_until(&f->loop, g.calls == 1, 5000));
+    assert_int_equal(g.status, RD_STORE_OK);
+    assert_int_equal(g.count, 4);
+    assert_int_equal(g.item[0], RD_STORE_OK);
+    assert_int_equal(g.id[0], 1);
+    assert_string_equal(g.payload[0], "a");
+    assert_int_equal(g.item[1], RD_STORE_OK);
+    assert_int_equal(g.id[1], 2);
+    assert_int_equal(g.item[2], RD_STORE_DUPLICATE);
+    assert_int_equal(g.id[2], 2);
+    assert_string_equal(g.payload[2], "b");   /* the original's, not the repeat's */
+    assert_int_equal(g.item[3], RD_STORE_OK);
+    assert_int_equal(g.id[3], 3);
+    assert_string_equal(g.group[3], "g1");
+    assert_true(g.retry_after[3] > 0);
+    /* One write for the call: id 1 was made, and the delayed one wants a tick. */
+    assert_int_equal(g_written.calls, 1);
+    assert_true(g_written.last.first);
+    assert_true(g_written.last.hint_ms > 0 && g_written.last.hint_ms <= 60000);
+
+    /* The bounds: -1 at once, nothing sent, the callback never runs. */
+    got_many_t none = { 0 };
+    assert_int_equal(rd_store_enqueue_many(f->s.store, f->q, items, 0, on_many, &none), -1);
+    rd_enqueue_t *lots = calloc(RD_ENQUEUE_MANY_MAX + 1, sizeof *lots);
+    for (size_t i = 0; i <= RD_ENQUEUE_MANY_MAX; i++)
+        lots[i] = (rd_enqueue_t){ .payload = "x", .len = 1, .delay_ms = -1, .ttl_ms = -1 };
+    assert_int_equal(rd_store_enqueue_many(f->s.store, f->q, lots, RD_ENQUEUE_MANY_MAX + 1,
+                                           on_many, &none), -1);
+    size_t half = RD_ENQUEUE_MANY_BYTES / 2 + 1;
+    char *big = malloc(half);
+    memset(big, 'b', half);
+    rd_enqueue_t two[2] = { { .payload = big, .len = half, .delay_ms = -1, .ttl_ms = -1 },
+                            { .payload = big, .len = half, .delay_ms = -1, .ttl_ms = -1 } };
+    assert_int_equal(rd_store_enqueue_many(f->s.store, f->q, two, 2, on_many, &none), -1);
+    /* One item alone may be larger (every call makes progress). */
+    got_many_t one = { 0 };
+    assert_int_equal(rd_store_enqueue_many(f->s.store, f->q, two, 1, on_many, &one), 0);
+    assert_true(ut_run_until(&f->loop, one.calls == 1, 5000));
+    assert_int_equal(one.item[0], RD_STORE_OK);
+    assert_int_equal(one.id[0], 4);
+    ut_run_for(&f->loop, 20);
+    assert_int_equal(none.calls, 0);
+    free(big);
+    free(lots);
+    fixture_close(f);
+}
+
 /* Redis not ready: -1 at once, the callback never runs. */
 static void test_not_ready_fails_at_once(void **state)
 {
@@ -575,6 +668,9 @@ static void test_wrong_reply_shape_is_an_error(void **state)
         assert_int_equal(rd_store_enqueue(f->s.store, f->q,
                 &(rd_enqueue_t){ .payload = "x", .len = 1, .ttl_ms = -1 },
                 on_messages, &enq), 0);
+        got_many_t many = { 0 };
+        assert_int_equal(rd_store_enqueue_many(f->s.store, f->q,
+                &(rd_enqueue_t){ .payload = "x", .len = 1, .ttl_ms = -1 }, 1, on_many, &many), 0);
         assert_int_equal(rd_store_claim(f->s.store, f->q, LEASE, 5, NULL, on_messages, &claim), 0);
         assert_int_equal(rd_store_get(f->s.store, f->q, 1, on_messages, &get), 0);
         rd_settlement_t item = { .id = 1, .failed = true, .error = "e", .retryable = true,
@@ -603,10 +699,32 @@ static void test_wrong_reply_shape_is_an_error(void **state)
             assert_non_null(strstr(all[j]->detail, "unexpected reply to"));
             assert_int_equal(all[j]->count, 0);
         }
+        if (many.calls != 1 || many.status != RD_STORE_ERROR || many.count != 0)
+            fail_msg("shape %zu, enqueue_many: %d calls, status %d", i, many.calls,
+                     (int)many.status);
         /* The writes' hint is not known: the schedule hears so. */
         assert_true(g_written.calls > writes);
         assert_true(g_written.last.unknown);
         assert_true(rd_store_ready(f->s.store));
+    }
+    /* enqueue_many's own near misses: an item's reply of the wrong shape,
+     * more replies than items, a timer that is not a number. */
+    static const char *const many_shapes[] = {
+        "*2\r\n:-1\r\n*1\r\n$3\r\nfoo\r\n",
+        "*3\r\n:-1\r\n*4\r\n$2\r\nok\r\n:1\r\n:1\r\n:-1\r\n"
+        "*4\r\n$2\r\nok\r\n:2\r\n:1\r\n:-1\r\n",
+        "*2\r\n$2\r\nok\r\n*4\r\n$2\r\nok\r\n:1\r\n:1\r\n:-1\r\n",
+    };
+    for (size_t i = 0; i < sizeof many_shapes / sizeof many_shapes[0]; i++) {
+        fake_answer(many_shapes[i]);
+        got_many_t many = { 0 };
+        assert_int_equal(rd_store_enqueue_many(f->s.store, f->q,
+                &(rd_enqueue_t){ .payload = "x", .len = 1, .ttl_ms = -1 }, 1, on_many, &many), 0);
+        assert_true(ut_run_until(&f->loop, many.calls == 1, 5000));
+        if (many.status != RD_STORE_ERROR || many.count != 0)
+            fail_msg("enqueue_many shape %zu: status %d, %zu items", i, (int)many.status,
+                     many.count);
+        assert_true(g_written.last.unknown);
     }
     /* An error reply is RD_STORE_ERROR with Redis's text. */
     fake_answer("-ERR something broke\r\n");
@@ -619,6 +737,104 @@ static void test_wrong_reply_shape_is_an_error(void **state)
     fake_stop();
 }
 
+/* enqueue_chunks.c over the fake: a short answer (the library stopped at
+ * its reply bytes) is followed by a call from the first item it left; a
+ * call whose link drops ends the batch with LOST, naming the items it
+ * carried; the items before it were answered. */
+typedef struct chunked {
+    int chunks, done_calls;
+    size_t firsts[4], counts[4];
+    long long ids[8];
+    size_t done;
+    rd_store_status_t failure;   /* RD_STORE_OK: none */
+    size_t in_call;
+    const char *next_reply;      /* what the fake answers after the first chunk; NULL: drop */
+} chunked_t;
+
+static void on_chunked(size_t first, const rd_store_enqueued_many_t *res, void *arg)
+{
+    chunked_t *c = arg;
+    if (c->chunks < 4) {
+        c->firsts[c->chunks] = first;
+        c->counts[c->chunks] = res->count;
+    }
+    for (size_t i = 0; i < res->count && first + i < 8; i++)
+        c->ids[first + i] = res->items[i].messages[0].id;
+    /* Before the next call is sent: what the fake does with it. */
+    if (c->chunks++ == 0) {
+        if (c->next_reply) fake_answer(c->next_reply);
+        else atomic_store(&g_fake.mode, FAKE_DROP);
+    }
+}
+
+static void on_chunks_done(size_t done, const rd_store_head_t *failure, size_t in_call, void *arg)
+{
+    chunked_t *c = arg;
+    c->done_calls++;
+    c->done = done;
+    c->failure = failure ? failure->status : RD_STORE_OK;
+    c->in_call = in_call;
+}
+
+#define ENQUEUED(id) "*6\r\n$2\r\nok\r\n:" #id "\r\n:1000\r\n:-1\r\n:3\r\n:-1\r\n"
+
+static void test_enqueue_chunks_short_and_lost(void **state)
+{
+    (void)state;
+    rd_enqueue_t items[3] = {
+        { .payload = "a", .len = 1, .delay_ms = -1, .ttl_ms = -1 },
+        { .payload = "b", .len = 1, .delay_ms = -1, .ttl_ms = -1 },
+        { .payload = "c", .len = 1, .delay_ms = -1, .ttl_ms = -1 },
+    };
+    /* A short answer (1 of 3), then the other two. */
+    fake_start(FAKE_ANSWER, "*2\r\n:-1\r\n" ENQUEUED(1));
+    fixture_t *f = fixture_open(g_fake.port, 2000);
+    chunked_t c = { .next_reply = "*3\r\n:-1\r\n" ENQUEUED(2) ENQUEUED(3) };
+    assert_int_equal(rd_enqueue_chunks(f->s.store, f->q, items, 3, on_chunked, on_chunks_done, &c), 0);
+    assert_true(ut_run_until(&f->loop, c.done_calls == 1, 5000));
+    assert_int_equal(c.chunks, 2);
+    assert_int_equal(c.firsts[0], 0);
+    assert_int_equal(c.counts[0], 1);
+    assert_int_equal(c.firsts[1], 1);
+    assert_int_equal(c.counts[1], 2);
+    assert_int_equal(c.ids[0], 1);
+    assert_int_equal(c.ids[2], 3);
+    assert_int_equal(c.done, 3);
+    assert_int_equal(c.failure, RD_STORE_OK);
+    assert_int_equal(atomic_load(&g_fake.commands), 2);
+    fixture_close(f);
+    fake_stop();
+
+    /* A short answer, then the link drops under the second call. */
+    fake_start(FAKE_ANSWER, "*2\r\n:-1\r\n" ENQUEUED(1));
+    f = fixture_open(g_fake.port, 2000);
+    c = (chunked_t){ .next_reply = NULL };
+    assert_int_equal(rd_enqueue_chunks(f->s.store, f->q, items, 3, on_chunked, on_chunks_done, &c), 0);
+    assert_true(ut_run_until(&f->loop, c.done_calls == 1, 5000));
+    assert_int_equal(c.chunks, 1);
+    assert_int_equal(c.done, 1);
+    assert_int_equal(c.failure, RD_STORE_LOST);
+    assert_int_equal(c.in_call, 2);
+    fixture_close(f);
+    fake_stop();
+
+    /* Not ready: -1 at once, no callback. */
+    fake_start(FAKE_REFUSE, NULL);
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    ut_store_t st;
+    ut_store_open(&st, &loop, g_fake.port, 1000, "unit");
+    char qb[64];
+    c = (chunked_t){ 0 };
+    assert_int_equal(rd_enqueue_chunks(st.store, ut_queue(qb, sizeof qb, "nr"), items, 3, on_chunked,
+                                       on_chunks_done, &c), -1);
+    ut_run_for(&loop, 50);
+    assert_int_equal(c.done_calls + c.chunks, 0);
+    ut_store_close(&st, &loop);
+    ut_loop_close(&loop);
+    fake_stop();
+}
+
 /* The link drops with calls in flight: the write's outcome is unknown
  * (LOST, and the write hook hears so), the read was simply not done. */
 static void test_link_drop_mid_call(void **state)
@@ -627,16 +843,22 @@ static void test_link_drop_mid_call(void **state)
     fake_start(FAKE_DROP, NULL);
     fixture_t *f = fixture_open(g_fake.port, 5000);
     got_t enq = { 0 }, get = { 0 };
+    got_many_t many = { 0 };
     long long sent = e2e_mono_ms();
     assert_int_equal(rd_store_enqueue(f->s.store, f->q,
             &(rd_enqueue_t){ .payload = "x", .len = 1, .ttl_ms = -1 },
             on_messages, &enq), 0);
+    assert_int_equal(rd_store_enqueue_many(f->s.store, f->q,
+            &(rd_enqueue_t){ .payload = "x", .len = 1, .ttl_ms = -1 }, 1, on_many, &many), 0);
     assert_int_equal(rd_store_get(f->s.store, f->q, 1, on_messages, &get), 0);
-    assert_true(ut_run_until(&f->loop, enq.calls == 1 && get.calls == 1, 5000));
+    assert_true(ut_run_until(&f->loop, enq.calls == 1 && get.calls == 1 && many.calls == 1,
+                             5000));
     assert_int_equal(enq.status, RD_STORE_LOST);
+    assert_int_equal(many.status, RD_STORE_LOST);
+    assert_int_equal(many.count, 0);
     assert_int_equal(get.status, RD_STORE_UNAVAILABLE);
     assert_true(e2e_mono_ms() - sent < 2000);   /* the drop, not the deadline */
-    assert_int_equal(g_written.calls, 1);
+    assert_int_equal(g_written.calls, 2);
     assert_true(g_written.last.unknown);
     assert_true(atomic_load(&g_fake.commands) >= 1);
     fixture_close(f);
@@ -669,12 +891,14 @@ int main(void)
     rd_log_set_level(RD_LOG_ERROR + 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_enqueue_claim_settle_get),
+        cmocka_unit_test(test_enqueue_many_results),
         cmocka_unit_test(test_policy_create_and_sqs_results),
         cmocka_unit_test(test_enqueue_attributes_first_receive_must_exist),
         cmocka_unit_test(test_tags_clear_and_dlq_sources),
         cmocka_unit_test(test_move_task_rows),
         cmocka_unit_test(test_not_ready_fails_at_once),
         cmocka_unit_test(test_wrong_reply_shape_is_an_error),
+        cmocka_unit_test(test_enqueue_chunks_short_and_lost),
         cmocka_unit_test(test_link_drop_mid_call),
         cmocka_unit_test(test_silent_redis_times_out),
     };

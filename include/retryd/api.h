@@ -28,6 +28,9 @@ typedef struct rd_api {
                                  * on SIGHUP (rd_api_set_tokens) */
     rd_buf_t body;              /* owned: the JSON answer being written, reused by
                                  * every answer (start RD_BUF_INIT, rd_buf_free it) */
+    /* Batch enqueues (src/api_batch.c), for /metrics: requests, their items,
+     * and the enqueue_many calls they took. */
+    struct { unsigned long long requests, items, calls; } batch;
 } rd_api_t;
 
 /* Every route of the API (README.md "HTTP API"): {method, pattern, handler,

@@ -57,6 +57,9 @@ void rd_api_respond_json(rd_call_t *c, int status, rd_json_t *doc, const char *e
  * then call rd_api_respond_written at once. */
 void rd_api_begin_json(rd_call_t *c, rd_jsonw_t *w);
 void rd_api_respond_written(rd_call_t *c, int status, const char *extra_headers);
+/* status with body[0..len) (JSON, written by the caller in a buffer of its
+ * own: an answer built across callbacks cannot use the shared one). */
+void rd_api_respond_body(rd_call_t *c, int status, const char *body, size_t len);
 void rd_api_respond_problem(rd_call_t *c, rd_problem_t p, const char *detail,
                             const rd_field_errors_t *errs, const char *extra_headers);
 /* Answers a store outcome other than OK (and DUPLICATE) with its problem;
@@ -100,5 +103,12 @@ void rd_api_handle_resume(rd_call_t *c);
 /* GET /queues/{q}/groups (src/api_groups.c, docs/reference.md "Fairness
  * groups"). */
 void rd_api_handle_groups(rd_call_t *c);
+
+/* POST /queues/{q}/messages with {"messages": [...]} (src/api_batch.c,
+ * docs/reference.md "Batch enqueue"): e is rd_request_enqueue's
+ * RD_REQ_BATCH, whose documents it takes over. Answers c. */
+void rd_api_enqueue_batch(rd_call_t *c, rd_enqueue_req_t *e);
+/* The batch enqueue's /metrics families. */
+void rd_api_batch_render_metrics(const rd_api_t *api, rd_buf_t *out);
 
 #endif

@@ -51,6 +51,10 @@ const char *rd_json_object_key_at(const rd_json_t *obj, size_t i);
 bool rd_json_number(const rd_json_t *j, double *out);
 size_t rd_json_array_size(const rd_json_t *j);
 rd_json_t *rd_json_array_at(const rd_json_t *j, size_t i);
+/* Walking an array in order, O(1) a step (array_at is O(i)): its first
+ * element (NULL when empty or not an array), then the one after item. */
+rd_json_t *rd_json_array_first(const rd_json_t *j);
+rd_json_t *rd_json_next(const rd_json_t *item);
 
 /* Building. set_* and append take ownership of item/value nodes. */
 rd_json_t *rd_json_new_object(void);

@@ -33,6 +33,11 @@
 #define RD_GROUPS_LIMIT_DEFAULT 100       /* a page of GET /queues/{q}/groups */
 #define RD_ACK_BATCH_MAX 100              /* items of POST /queues/{q}/succeed */
 #define RD_SETTLE_BATCH_MAX 100           /* settlements of a claim with settle */
+#define RD_ENQUEUE_BATCH_MAX 1000         /* items of a batch enqueue (docs/reference.md
+                                             "Batch enqueue") */
+#define RD_ENQUEUE_MANY_MAX 100           /* items of one enqueue_many call (lua/10_enqueue.lua) */
+#define RD_ENQUEUE_MANY_BYTES 1048576     /* bytes of payloads and attributes of one
+                                             enqueue_many call of 2 items or more (1 MiB) */
 #define RD_REPLAY_IDS_MAX 1000            /* ids of one batch replay request */
 #define RD_TEXT_FILTER_MAX 1000           /* bytes of a batch replay's error_contains */
 #define RD_LIST_FILTER_MAX 255            /* bytes of a listing's error_contains */

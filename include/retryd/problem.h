@@ -44,6 +44,7 @@ void rd_field_errors_add(rd_field_errors_t *errs, const char *field, const char 
 
 int rd_problem_status(rd_problem_t p);
 const char *rd_problem_slug(rd_problem_t p);
+const char *rd_problem_title(rd_problem_t p);
 
 /* The longest instance a problem echoes, in bytes: a longer one (a path of
  * up to 16 KiB) is cut to its first RD_PROBLEM_INSTANCE_MAX bytes, at a

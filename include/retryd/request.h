@@ -16,7 +16,9 @@
 #include "retryd/policy.h"
 #include "retryd/problem.h"
 
-typedef enum rd_req_result { RD_REQ_OK, RD_REQ_MALFORMED, RD_REQ_INVALID } rd_req_result_t;
+/* RD_REQ_BATCH: rd_request_enqueue's body is a batch ({"messages": [...]}):
+ * hand it to rd_request_enqueue_batch. */
+typedef enum rd_req_result { RD_REQ_OK, RD_REQ_MALFORMED, RD_REQ_INVALID, RD_REQ_BATCH } rd_req_result_t;
 
 typedef struct rd_enqueue_req {
     rd_json_t *doc;
@@ -32,7 +34,19 @@ typedef struct rd_enqueue_req {
                                      without control characters (docs/reference.md
                                      "Fairness groups") */
     size_t group_len;
+    rd_json_t *marked;            /* RD_REQ_BATCH only: the body's NUL-marked twin, or NULL */
+    bool malformed;               /* a batch's item that is not a JSON object (its 400) */
 } rd_enqueue_req_t;
+
+/* POST /queues/{q}/messages with {"messages": [...]} (docs/reference.md
+ * "Batch enqueue"). */
+typedef struct rd_enqueue_batch_req {
+    rd_json_t *doc, *marked;      /* owned: rd_request_enqueue_batch_free */
+    size_t count;                 /* 1..RD_ENQUEUE_BATCH_MAX */
+    rd_enqueue_req_t *items;      /* count, in request order; strings borrowed from doc */
+    rd_field_errors_t *errs;      /* count: errs[i].count > 0 when item i is invalid (its 422) */
+    size_t invalid;               /* items malformed or with errors */
+} rd_enqueue_batch_req_t;
 
 typedef struct rd_claim_req {
     rd_json_t *doc;
@@ -102,8 +116,21 @@ typedef struct rd_groups_req {
     size_t cursor_len;
 } rd_groups_req_t;
 
+/* A single enqueue's body, or RD_REQ_BATCH when it has "messages" (out->doc
+ * and out->marked are then kept for rd_request_enqueue_batch; a caller that
+ * stops there frees both). */
 rd_req_result_t rd_request_enqueue(const char *body, size_t len, rd_enqueue_req_t *out,
                                    rd_field_errors_t *errs);
+/* Takes over e's documents (after RD_REQ_BATCH): RD_REQ_INVALID with errs
+ * naming the body's field ("messages" not an array of 1 to
+ * RD_ENQUEUE_BATCH_MAX, or a single enqueue's field beside it: "payload",
+ * ...), nothing kept; else RD_REQ_OK with every item checked as a single
+ * enqueue's body is (the same function: its own errors under the same
+ * field names, or malformed when it is not an object). Free out with
+ * rd_request_enqueue_batch_free. */
+rd_req_result_t rd_request_enqueue_batch(rd_enqueue_req_t *e, rd_enqueue_batch_req_t *out,
+                                         rd_field_errors_t *errs);
+void rd_request_enqueue_batch_free(rd_enqueue_batch_req_t *b);
 /* Fields may come in the body or the query string (the body wins). settle
  * (docs/reference.md "Settle and claim") comes only in the body: a list of 1-100 {id, lease_token?,
  * outcome: "succeeded"|"failed"|"snoozed", error? (required for failed), retryable?,

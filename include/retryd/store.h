@@ -72,6 +72,20 @@ typedef struct rd_store_messages {
     long long payload_limit;  /* enqueue, RD_STORE_TOO_LARGE: max_payload_bytes */
 } rd_store_messages_t;
 
+/* enqueue_many: each item's outcome, in order, as rd_store_enqueue answers
+ * it (status OK, DUPLICATE, NOT_FOUND, INVALID_STATE or TOO_LARGE in the
+ * item's head). head is the call's: any other status than OK means no
+ * item's outcome is known (count 0). */
+typedef struct rd_store_enqueued_many {
+    rd_store_head_t head;
+    rd_store_messages_t *items;
+    size_t count;             /* items done: n, or fewer when the originals of their
+                                 duplicates would pass the library's reply bytes
+                                 (REPLY_BYTES): items count..n-1 were not done, nothing
+                                 of them written; send them again */
+    bool first;               /* an item got id 1 */
+} rd_store_enqueued_many_t;
+
 /* list. */
 typedef struct rd_store_list {
     rd_store_head_t head;
@@ -263,6 +277,7 @@ typedef struct rd_store_ids {
 /* delete and ping answer the head alone. */
 typedef void (*rd_store_status_cb)(const rd_store_head_t *res, void *arg);
 typedef void (*rd_store_messages_cb)(const rd_store_messages_t *res, void *arg);
+typedef void (*rd_store_enqueued_many_cb)(const rd_store_enqueued_many_t *res, void *arg);
 typedef void (*rd_store_list_cb)(const rd_store_list_t *res, void *arg);
 typedef void (*rd_store_outcomes_cb)(const rd_store_outcomes_t *res, void *arg);
 typedef void (*rd_store_settled_cb)(const rd_store_settled_t *res, void *arg);
@@ -351,6 +366,15 @@ typedef struct rd_enqueue {
  * nothing created). */
 int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const rd_enqueue_t *e,
                      rd_store_messages_cb cb, void *arg);
+/* items[0..n) in one enqueue_many call (lua/10_enqueue.lua; src/store_enqueue.c),
+ * in order, each as rd_store_enqueue would: res->items[i] is item i's result.
+ * n is 1..RD_ENQUEUE_MANY_MAX, and two items or more carry at most
+ * RD_ENQUEUE_MANY_BYTES of payloads and attributes (-1 otherwise, or when
+ * Redis is not ready; cb never runs). A caller with more splits them
+ * (src/enqueue_chunks.c does, and sends again what a short answer left).
+ * Every string is borrowed until it returns, as rd_store_enqueue's. */
+int rd_store_enqueue_many(rd_store_t *st, rd_store_queue_t q, const rd_enqueue_t *items, size_t n,
+                          rd_store_enqueued_many_cb cb, void *arg);
 /* Up to count messages; fewer when they would pass the library's REPLY_BYTES
  * (at least one when any is claimable), or when the queue's policy holds
  * them back (pause, max_in_flight, rate_limit: res->retry_ms). worker: NULL,

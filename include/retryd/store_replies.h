@@ -30,7 +30,15 @@ typedef struct rd_store_enqueued {
     size_t attributes_len;
 } rd_store_enqueued_t;
 
+/* What enqueue_many sent: each item's, in order. */
+typedef struct rd_store_enqueued_many_kept {
+    size_t n;
+    rd_store_enqueued_t *items;  /* n, owned */
+} rd_store_enqueued_many_kept_t;
+
 bool rd_store_parse_enqueue(const rd_reply_t *r, const void *kept, void *res, long long *hint);
+bool rd_store_parse_enqueue_many(const rd_reply_t *r, const void *kept, void *res,
+                                 long long *hint);
 bool rd_store_parse_message(const rd_reply_t *r, const void *kept, void *res, long long *hint);
 bool rd_store_parse_hinted(const rd_reply_t *r, const void *kept, void *res, long long *hint);
 bool rd_store_parse_claim(const rd_reply_t *r, const void *kept, void *res, long long *hint);
@@ -60,6 +68,7 @@ bool rd_store_parse_pong(const rd_reply_t *r, const void *kept, void *res, long 
 
 /* What a parser allocated in res (the row's free). */
 void rd_result_free_messages(void *res);
+void rd_result_free_enqueued_many(void *res);
 void rd_result_free_list(void *res);
 void rd_result_free_outcomes(void *res);
 void rd_result_free_settled(void *res);

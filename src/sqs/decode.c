@@ -672,3 +672,9 @@ void rd_sqs_call_clear(rd_sqs_call_t *c)
     cJSON_Delete(c->params);
     c->params = NULL;
 }
+
+const char *rd_sqs_str(const cJSON *obj, const char *name)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}

@@ -1,8 +1,9 @@
 /* messages.c - SQS's message actions on retryd's (docs/sqs.md "Messages"):
  * a send is an enqueue, a receive a claim, a delete a succeed with the
  * receive's lease token, a visibility change an extend (or, with 0, a
- * failure with no backoff). Batches run their entries side by side and
- * answer once, when the last is back. */
+ * failure with no backoff). SendMessageBatch sends its entries in one
+ * enqueue_many call; the other batches run their entries side by side; each
+ * answers once, when the last is back. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include <openssl/sha.h>
 
 #include "retryd/alloc.h"
+#include "retryd/enqueue_chunks.h"
 #include "retryd/handback.h"
 #include "retryd/sqs/attributes.h"
 #include "retryd/sqs/codec.h"
@@ -270,10 +272,11 @@ static const rd_sqs_error_t *send_parse(const rd_sqs_req_t *r, const cJSON *in, 
     return NULL;
 }
 
-/* The one enqueue of a send (the same store operation as the HTTP API's). */
-static int send_enqueue(rd_sqs_req_t *r, const send_t *s, rd_store_messages_cb cb, void *arg)
+/* The enqueue of a send (the same store operations as the HTTP API's);
+ * its strings are s's. */
+static rd_enqueue_t send_item(const send_t *s)
 {
-    rd_enqueue_t e = {
+    return (rd_enqueue_t){
         .payload = s->body, .len = s->body_len, .max_retries = 0, .delay_ms = s->delay_ms,
         .ttl_ms = -1, .priority = 0, .group = s->group,
         .idempotency_key = s->dedup[0] ? s->dedup : NULL,
@@ -283,6 +286,11 @@ static int send_enqueue(rd_sqs_req_t *r, const send_t *s, rd_store_messages_cb c
         .attributes_len = s->attributes.len, .must_exist = true, .record_first_receive = true,
         .content_dedup = s->content_dedup,
     };
+}
+
+static int send_enqueue(rd_sqs_req_t *r, const send_t *s, rd_store_messages_cb cb, void *arg)
+{
+    rd_enqueue_t e = send_item(s);
     return rd_store_enqueue(r->sqs->store, rd_sqs_queue(r), &e, cb, arg);
 }
 
@@ -365,17 +373,28 @@ void rd_sqs_send_message(rd_sqs_req_t *r)
     rd_sqs_started(r, send_enqueue(r, &st->s, on_sent, r));
 }
 
-typedef struct send_slot {
+/* SendMessageBatch: the valid entries in one enqueue_many call
+ * (enqueue_chunks.c sends more only when the originals of duplicates fill
+ * its reply); each answered as SendMessage answers it. */
+typedef struct send_batch {
     batch_t *b;
-    size_t i;
-    send_t s;
-} send_slot_t;
+    size_t n;                           /* entries sent ... */
+    size_t entry[RD_SQS_BATCH_MAX];     /* ... sent item i is entry entry[i] */
+    send_t s[RD_SQS_BATCH_MAX];         /* by entry */
+    rd_enqueue_t items[RD_SQS_BATCH_MAX];
+} send_batch_t;
 
-static void on_batch_sent(const rd_store_messages_t *res, void *arg)
+static void send_batch_free(send_batch_t *sb)
 {
-    send_slot_t *slot = arg;
-    batch_t *b = slot->b;
-    entry_t *e = &b->e[slot->i];
+    for (size_t i = 0; i < sb->b->n; i++) rd_buf_free(&sb->s[i].attributes);
+    rd_free(sb);
+}
+
+/* One entry's enqueue, answered as SendMessage answers it (on_sent). */
+static void entry_sent(send_batch_t *sb, size_t i, const rd_store_messages_t *res)
+{
+    batch_t *b = sb->b;
+    entry_t *e = &b->e[i];
     rd_store_status_t st = res->head.status;
     if (st == RD_STORE_NOT_FOUND) {
         entry_fail(e, &RD_SQS_ERR_QUEUE_DOES_NOT_EXIST, "The specified queue does not exist.");
@@ -386,12 +405,28 @@ static void on_batch_sent(const rd_store_messages_t *res, void *arg)
                                                            "MaximumMessageSize.");
     } else if ((st == RD_STORE_OK || st == RD_STORE_DUPLICATE) && res->count > 0) {
         if (st == RD_STORE_OK) wake_waiters(b->r, &res->messages[0]);
-        e->ok = send_result(b->r, &slot->s, res->messages[0].id);
+        e->ok = send_result(b->r, &sb->s[i], res->messages[0].id);
     } else {
         entry_fail(e, &RD_SQS_ERR_SERVICE_UNAVAILABLE, "Redis is not reachable; retry.");
     }
-    rd_buf_free(&slot->s.attributes);
-    rd_free(slot);
+}
+
+static void on_batch_chunk(size_t first, const rd_store_enqueued_many_t *res, void *arg)
+{
+    send_batch_t *sb = arg;
+    for (size_t k = 0; k < res->count; k++) entry_sent(sb, sb->entry[first + k], &res->items[k]);
+}
+
+static void on_batch_sent(size_t done, const rd_store_head_t *failure, size_t in_call, void *arg)
+{
+    (void)failure, (void)in_call;
+    send_batch_t *sb = arg;
+    batch_t *b = sb->b;
+    /* A failed call's entries and those after it: not (known to be) sent. */
+    for (size_t k = done; k < sb->n; k++)
+        entry_fail(&b->e[sb->entry[k]], &RD_SQS_ERR_SERVICE_UNAVAILABLE,
+                   "Redis is not reachable; retry.");
+    send_batch_free(sb);
     batch_done(b);
 }
 
@@ -411,20 +446,24 @@ void rd_sqs_send_message_batch(rd_sqs_req_t *r)
                     "at most %d.", total, RD_SQS_BODY_MAX);
         return;
     }
+    send_batch_t *sb = rd_calloc(1, sizeof *sb);
+    sb->b = b;
     for (size_t i = 0; i < b->n; i++) {
-        send_slot_t *slot = rd_calloc(1, sizeof *slot);
-        slot->b = b;
-        slot->i = i;
         char why[160];
-        const rd_sqs_error_t *e = send_parse(r, batch_entry(r, i), &slot->s, why, sizeof why);
-        if (e == NULL && send_enqueue(r, &slot->s, on_batch_sent, slot) == 0) continue;
-        if (e) entry_fail(&b->e[i], e, why);
-        else entry_fail(&b->e[i], &RD_SQS_ERR_SERVICE_UNAVAILABLE, "Redis is not reachable.");
-        rd_buf_free(&slot->s.attributes);
-        rd_free(slot);
-        b->pending--;
+        const rd_sqs_error_t *e = send_parse(r, batch_entry(r, i), &sb->s[i], why, sizeof why);
+        if (e) {
+            entry_fail(&b->e[i], e, why);
+            continue;
+        }
+        sb->entry[sb->n] = i;
+        sb->items[sb->n++] = send_item(&sb->s[i]);
     }
-    batch_done(b);
+    /* pending is n + 1 (batch_open): the sends answer together, once. */
+    b->pending = 1;
+    if (sb->n > 0 && rd_enqueue_chunks(r->sqs->store, rd_sqs_queue(r), sb->items, sb->n,
+                                       on_batch_chunk, on_batch_sent, sb) == 0)
+        return;
+    on_batch_sent(0, NULL, 0, sb);
 }
 
 /* ------------------------------------------------------------ receiving */

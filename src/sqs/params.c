@@ -6,12 +6,6 @@
 
 #include "retryd/sqs/face.h"
 
-const char *rd_sqs_str(const cJSON *obj, const char *name)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
 bool rd_sqs_int(rd_sqs_req_t *r, const cJSON *obj, const char *name, long long min,
                 long long max, long long *out)
 {

@@ -74,4 +74,8 @@ void rd_sqs_encode_error(rd_buf_t *out, rd_buf_t *headers, rd_sqs_protocol_t p,
  * matches the body the client reads (docs/sqs.md "Errors"). */
 bool rd_sqs_wire_text(rd_sqs_protocol_t p, const char *s, size_t len, rd_buf_t *out);
 
+/* The string member name of obj (a decoded call's params or one of its
+ * entries), or NULL (absent); a number member is not a string. */
+const char *rd_sqs_str(const cJSON *obj, const char *name);
+
 #endif

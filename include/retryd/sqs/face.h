@@ -9,6 +9,7 @@
 #include "retryd/http.h"
 #include "retryd/sqs.h"
 #include "retryd/sqs/call.h"
+#include "retryd/sqs/codec.h"
 #include "retryd/sqs/errors.h"
 #include "retryd/sqs/sigv4.h"
 #include "retryd/store.h"
@@ -97,9 +98,6 @@ void rd_sqs_started(rd_sqs_req_t *r, int rc);
 
 /* ---- parameters (params.c) ---- */
 
-/* The string member name of obj (the call's params or an entry), or NULL
- * (absent); a number member is not a string. */
-const char *rd_sqs_str(const cJSON *obj, const char *name);
 /* Reads an integer member (a JSON number, or a string of digits as the query
  * protocol sends) in min..max into *out; absent leaves *out and answers
  * true. A bad value fails the request (InvalidParameterValue naming it) and
