@@ -30,63 +30,6 @@
 
 typedef rd_call_t call_t;
 
-static void call_free(call_t *c)
-{
-    if (c->ack) {
-        rd_request_free(c->ack->doc);
-        rd_free(c->ack);
-    }
-    rd_request_replay_free(&c->replay);
-    rd_free(c->settle_ids);
-    rd_free(c->settled);
-    rd_free(c->worker);
-    rd_json_free(c->series);
-    if (c->policy) {
-        rd_policy_free(c->policy);
-        rd_free(c->policy);
-    }
-    rd_route_match_free(&c->match);
-    rd_tokens_unref(c->tokens);
-    rd_free(c);
-}
-
-void rd_api_respond_json(call_t *c, int status, rd_json_t *doc, const char *extra_headers)
-{
-    size_t len;
-    char *body = rd_json_print(doc, &len);
-    rd_json_free(doc);
-    rd_http_respond(c->ex, status, "application/json", extra_headers, body, len);
-    rd_free(body);
-    call_free(c);
-}
-
-/* The writer of an answer, on api->body emptied; the caller writes one value
- * and calls respond_written at once (answering may run the next pipelined
- * request's handler, which reuses the buffer). A buffer a large page grew
- * past RD_API_BODY_KEEP_BYTES is given back rather than kept. */
-#define RD_API_BODY_KEEP_BYTES (64 * 1024)
-
-void rd_api_begin_json(call_t *c, rd_jsonw_t *w)
-{
-    rd_buf_t *b = &c->api->body;
-    if (b->cap > RD_API_BODY_KEEP_BYTES) rd_buf_free(b);
-    rd_buf_reset(b);
-    rd_jsonw_init(w, b);
-}
-
-void rd_api_respond_written(call_t *c, int status, const char *extra_headers)
-{
-    const rd_buf_t *b = &c->api->body;
-    rd_http_respond(c->ex, status, "application/json", extra_headers, b->data, b->len);
-    call_free(c);
-}
-
-void rd_api_respond_body(call_t *c, int status, const char *body, size_t len)
-{
-    rd_http_respond(c->ex, status, "application/json", NULL, body, len);
-    call_free(c);
-}
-
 /* 200/201 with one message (lease_token only when with_token). */
 static void respond_message(call_t *c, int status, const rd_message_t *m, bool with_token,
                             const char *extra_headers)
@@ -95,73 +38,6 @@ static void respond_message(call_t *c, int status, const rd_message_t *m, bool w
     rd_api_begin_json(c, &w);
     rd_message_write_json(&w, m, c->match.queue, c->match.queue_len, with_token);
     rd_api_respond_written(c, status, extra_headers);
-}
-
-void rd_api_respond_problem(call_t *c, rd_problem_t p, const char *detail,
-                            const rd_field_errors_t *errs, const char *extra_headers)
-{
-    rd_http_respond_problem(c->ex, p, detail, errs, extra_headers);
-    call_free(c);
-}
-
-static void respond_unavailable(call_t *c)
-{
-    rd_api_respond_problem(c, RD_PROBLEM_BACKEND_UNAVAILABLE,
-                           "Redis is not reachable; nothing was done.",
-                    NULL, "Retry-After: 1\r\n");
-}
-
-/* Maps a store outcome other than OK to its problem; returns true when it
- * answered. */
-bool rd_api_respond_store_failure(call_t *c, const rd_store_head_t *res)
-{
-    char detail[256];
-    switch (res->status) {
-    case RD_STORE_OK:
-    case RD_STORE_DUPLICATE:
-        return false;
-    case RD_STORE_NOT_FOUND:
-        snprintf(detail, sizeof detail, "message %lld does not exist in this queue.", c->match.id);
-        rd_api_respond_problem(c, RD_PROBLEM_NOT_FOUND, detail, NULL, NULL);
-        return true;
-    case RD_STORE_INVALID_STATE:
-        snprintf(detail, sizeof detail, "message %lld is %.*s; %s needs %s message.",
-                 c->match.id, (int)res->state.len, res->state.ptr, c->verb ? c->verb : "this",
-                 c->needs ? c->needs : "another");
-        rd_api_respond_problem(c, RD_PROBLEM_INVALID_STATE, detail, NULL, NULL);
-        return true;
-    case RD_STORE_LEASE_MISMATCH:
-        snprintf(detail, sizeof detail,
-                 "lease_token is not the current lease of message %lld (the lease expired and "
-                 "the message was claimed again, or the token is wrong).", c->match.id);
-        rd_api_respond_problem(c, RD_PROBLEM_LEASE_MISMATCH, detail, NULL, NULL);
-        return true;
-    case RD_STORE_BAD_CURSOR: {
-        rd_field_errors_t errs = { .count = 0 };
-        rd_field_errors_add(&errs, "cursor", "invalid", "cursor must be a next_cursor value.");
-        rd_api_respond_problem(c, RD_PROBLEM_VALIDATION_FAILED, "The query has invalid fields.",
-                               &errs,
-                        NULL);
-        return true;
-    }
-    case RD_STORE_UNAVAILABLE:
-        respond_unavailable(c);
-        return true;
-    case RD_STORE_LOST:
-        rd_api_respond_problem(c, RD_PROBLEM_OUTCOME_UNKNOWN,
-                        "The link to Redis dropped after the command was sent; it may or may "
-                        "not have been applied. Read the message before retrying.",
-                        NULL, "Retry-After: 1\r\n");
-        return true;
-    case RD_STORE_TOO_LARGE:   /* only enqueue's, which answers it itself (on_enqueued) */
-    case RD_STORE_ERROR:
-        rd_error("api: Redis error on %.*s: %.*s", (int)c->req->path_len, c->req->path,
-                 (int)res->detail.len, res->detail.ptr);
-        rd_api_respond_problem(c, RD_PROBLEM_INTERNAL, "Redis answered with an error; see the log.",
-                        NULL, NULL);
-        return true;
-    }
-    return false;
 }
 
 /* ---------------------------------------------------------------- store callbacks */
@@ -272,7 +148,7 @@ static void on_claimed(const rd_store_messages_t *res, void *arg)
     if (wait_by_policy(c, res)) return;
     if (res->count == 0) {
         rd_http_respond(c->ex, 204, NULL, NULL, NULL, 0);
-        call_free(c);
+        rd_api_call_free(c);
         return;
     }
     release_if_undelivered(c, res->messages, res->count);
@@ -424,7 +300,7 @@ static void on_deleted(const rd_store_head_t *res, void *arg)
     call_t *c = arg;
     if (rd_api_respond_store_failure(c, res)) return;
     rd_http_respond(c->ex, 204, NULL, NULL, NULL, 0);
-    call_free(c);
+    rd_api_call_free(c);
 }
 
 /* A batch replay goes on while its answer can still reach the client: a
@@ -607,7 +483,7 @@ static void on_queues(const rd_fanout_queues_t *res, void *arg)
         rd_http_respond(c->ex, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, text.data,
                         text.len);
         rd_buf_free(&text);
-        call_free(c);
+        rd_api_call_free(c);
         return;
     }
     if (c->metrics) {
@@ -626,7 +502,7 @@ static void on_queues(const rd_fanout_queues_t *res, void *arg)
         rd_http_respond(c->ex, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, text.data,
                         text.len);
         rd_buf_free(&text);
-        call_free(c);
+        rd_api_call_free(c);
         return;
     }
     rd_json_t *doc = rd_json_new_object();
@@ -656,7 +532,7 @@ static void on_pinged(const rd_store_head_t *res, void *arg)
 {
     call_t *c = arg;
     if (res->status != RD_STORE_OK) {
-        respond_unavailable(c);
+        rd_api_respond_unavailable(c);
         return;
     }
     rd_json_t *doc = rd_json_new_object();
@@ -665,29 +541,6 @@ static void on_pinged(const rd_store_head_t *res, void *arg)
 }
 
 /* ---------------------------------------------------------------- handlers */
-
-/* The one path of a store operation that could not start (Redis not ready:
- * its callback never runs): 503, nothing was done. */
-void rd_api_started(call_t *c, int rc)
-{
-    if (rc != 0) respond_unavailable(c);
-}
-
-void rd_api_answer_parse_failure(call_t *c, rd_req_result_t r, const rd_field_errors_t *errs)
-{
-    if (r == RD_REQ_MALFORMED)
-        rd_api_respond_problem(c, RD_PROBLEM_MALFORMED_REQUEST,
-                        "The body must be a JSON object.", NULL, NULL);
-    else
-        rd_api_respond_problem(c, RD_PROBLEM_VALIDATION_FAILED, "The request has invalid fields.",
-                               errs,
-                        NULL);
-}
-
-rd_store_queue_t rd_api_queue_of(const call_t *c)
-{
-    return (rd_store_queue_t){ c->match.queue, c->match.queue_len };
-}
 
 static void handle_healthz(call_t *c)
 {
@@ -701,7 +554,7 @@ static void handle_readyz(call_t *c)
     /* In a cluster not before every master has had its first connect
      * attempt (docs/cluster.md "Readiness"), though PING finds one at once. */
     if (!rd_store_started(c->api->store)) {
-        respond_unavailable(c);
+        rd_api_respond_unavailable(c);
         return;
     }
     rd_api_started(c, rd_store_ping(c->api->store, on_pinged, c));
@@ -928,7 +781,7 @@ static void on_dropped(const rd_store_cleared_t *res, void *arg)
     call_t *c = arg;
     if (rd_api_respond_store_failure(c, &res->head)) return;
     rd_http_respond(c->ex, 204, NULL, NULL, NULL, 0);
-    call_free(c);
+    rd_api_call_free(c);
 }
 
 static void handle_drop_queue(call_t *c)
@@ -1064,7 +917,7 @@ static void handle_openapi(call_t *c)
 {
     rd_http_respond(c->ex, 200, "application/json", "Cache-Control: no-cache\r\n",
                     rd_openapi_json, strlen(rd_openapi_json));
-    call_free(c);
+    rd_api_call_free(c);
 }
 
 /* The console's files are public: the page asks for the token itself. */
@@ -1076,7 +929,7 @@ static void handle_ui(call_t *c)
         rd_buf_printf(&headers, "Location: /ui/\r\n%s", rd_ui_headers);
         rd_http_respond(c->ex, 301, NULL, headers.data, NULL, 0);
         rd_buf_free(&headers);
-        call_free(c);
+        rd_api_call_free(c);
         return;
     }
     const rd_ui_asset_t *a = rd_ui_find(req->path, req->path_len);
@@ -1086,7 +939,7 @@ static void handle_ui(call_t *c)
         return;
     }
     rd_http_respond(c->ex, 200, a->content_type, rd_ui_headers, a->data, a->len);
-    call_free(c);
+    rd_api_call_free(c);
 }
 
 /* ---------------------------------------------------------------- the table */
@@ -1125,6 +978,21 @@ const rd_route_t rd_api_routes[] = {
     { RD_HTTP_GET, "/ui", handle_ui, RD_ROUTE_PUBLIC | RD_ROUTE_PREFIX, RD_ROLE_ANY },
 };
 const size_t rd_api_route_count = sizeof rd_api_routes / sizeof rd_api_routes[0];
+
+/* The head hook (rd_http_head_fn): only requests with a body come here. The
+ * route is known from the path, so the token's checks (src/api_auth.c) run
+ * on it as the handler's would, before the body is read. */
+bool rd_api_check_head(const rd_http_request_t *head, void *ctx, rd_http_refusal_t *refusal)
+{
+    const rd_api_t *api = ctx;
+    if (api->tokens == NULL) return true;
+    rd_route_match_t m;
+    bool matched = rd_router_match(rd_api_routes, rd_api_route_count, head->method, head->path,
+                                   head->path_len, &m) == RD_ROUTE_MATCHED;
+    bool allowed = rd_api_head_allowed(api, head, matched ? &m : NULL, refusal);
+    rd_route_match_free(&m);
+    return allowed;
+}
 
 void rd_api_handle(rd_http_exchange_t *ex, const rd_http_request_t *req, void *ctx)
 {

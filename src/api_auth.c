@@ -104,15 +104,15 @@ bool rd_api_limited(const rd_call_t *c)
     return c->token != NULL && !rd_token_all_queues(c->token);
 }
 
-/* Only requests with a body come here, and no public route takes one: without
- * a known token every body is refused, public route or not (else GETs of
- * /healthz with bodies could fill --max-pending-body-bytes). The route is
- * known from the path, so its role and queue are checked as the handler
- * would (rd_api_authorize). */
-bool rd_api_check_head(const rd_http_request_t *head, void *ctx, rd_http_refusal_t *refusal)
+/* The token's checks on a request's head (rd_api_check_head, src/api.c):
+ * without a known token every body is refused, public route or not (else
+ * GETs of /healthz with bodies could fill --max-pending-body-bytes); with
+ * one, the route's role and queue are checked as the handler would
+ * (rd_api_authorize). m: the route matched, NULL when none did (404 or 405
+ * once read, as without tokens). */
+bool rd_api_head_allowed(const rd_api_t *api, const rd_http_request_t *head,
+                         const rd_route_match_t *m, rd_http_refusal_t *refusal)
 {
-    const rd_api_t *api = ctx;
-    if (api->tokens == NULL) return true;
     bool known;
     const rd_token_t *t = token_of(api->tokens, head->authorization, &known);
     if (!known) {
@@ -121,19 +121,13 @@ bool rd_api_check_head(const rd_http_request_t *head, void *ctx, rd_http_refusal
         refusal->extra_headers = auth_challenge;
         return false;
     }
-    rd_route_match_t m;
-    if (rd_router_match(rd_api_routes, rd_api_route_count, head->method, head->path,
-                        head->path_len, &m) != RD_ROUTE_MATCHED) {
-        rd_route_match_free(&m);
-        return true;    /* 404 or 405 once read, as without tokens */
-    }
-    unsigned need = m.route->role;
+    if (m == NULL) return true;
+    unsigned need = m->route->role;
     refusal->detail = NULL;
     if (!token_has_role(t, need))
         refusal->detail = lacks_role[role_slot(need)];
-    else if (m.queue && m.queue_decoded && !token_sees(t, m.queue, m.queue_len))
+    else if (m->queue && m->queue_decoded && !token_sees(t, m->queue, m->queue_len))
         refusal->detail = outside_queue[role_slot(need)];
-    rd_route_match_free(&m);
     if (refusal->detail == NULL) return true;
     refusal->problem = RD_PROBLEM_FORBIDDEN;
     refusal->extra_headers = NULL;

@@ -42,7 +42,8 @@ extern const size_t rd_api_route_count;
  * binary by scripts/embed.sh (NUL-terminated) and served at GET /openapi.json. */
 extern const char rd_openapi_json[];
 
-/* The rd_http_head_fn of the server (src/api_auth.c); ctx is a rd_api_t.
+/* The rd_http_head_fn of the server (src/api.c; its token checks are
+ * src/api_auth.c's); ctx is a rd_api_t.
  * Refuses a request with a body, so that the body is never read: with 401
  * when it lacks a known bearer token, on any route (the public ones take no
  * body), and with 403 when the token lacks the role of the route the path

@@ -51,6 +51,12 @@ struct rd_call {
     rd_policy_t *policy;        /* PUT policy: kept while dlq_link checks the target */
 };
 
+/* The answers (src/api_respond.c). */
+
+/* Frees an answered call (every helper below calls it). */
+void rd_api_call_free(rd_call_t *c);
+/* 503: Redis is not reachable, nothing was done. */
+void rd_api_respond_unavailable(rd_call_t *c);
 /* 200/201/... with doc (freed) as its JSON body. */
 void rd_api_respond_json(rd_call_t *c, int status, rd_json_t *doc, const char *extra_headers);
 /* The writer of an answer, on the api's reused body buffer: write one value,
@@ -89,6 +95,10 @@ bool rd_api_sees_queue(const rd_call_t *c, const char *name, size_t len);
 /* True when the token is limited to queue patterns: totals over every queue
  * are left out of its listings and /metrics. */
 bool rd_api_limited(const rd_call_t *c);
+/* rd_api_check_head's token checks on a request's head; m: the matched
+ * route, NULL when none matched. False (refusal filled) to refuse unread. */
+bool rd_api_head_allowed(const rd_api_t *api, const rd_http_request_t *head,
+                         const rd_route_match_t *m, rd_http_refusal_t *refusal);
 /* GET /auth/whoami: the token's roles and queue patterns (never the token). */
 void rd_api_handle_whoami(rd_call_t *c);
 
