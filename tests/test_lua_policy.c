@@ -85,11 +85,16 @@ static void test_policy_jitter(void **state)
 {
     static const char *const kinds[] = { "full", "equal" };
     for (int k = 0; k < 2; k++) {
-        queue_t q;
-        queue_init(&q, kinds[k]);
-        policy_set(&q, "replace", "backoff.jitter", kinds[k], "backoff.base_seconds", "5");
         long long lo = 10000, hi = 0;
         for (int i = 0; i < 20; i++) {
+            /* A queue per draw: full jitter may make a retry due within
+             * milliseconds, and a claim would then take it before the
+             * fresh message (what CI once saw: id 4 claimed for id 19). */
+            char name[32];
+            snprintf(name, sizeof name, "%s-%d", kinds[k], i);
+            queue_t q;
+            queue_init(&q, name);
+            policy_set(&q, "replace", "backoff.jitter", kinds[k], "backoff.base_seconds", "5");
             long long id = enqueue_ok(&q, "job", 5, 0);
             msg_t m;
             claim_one(&q, 30000, &m);
