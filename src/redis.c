@@ -393,6 +393,37 @@ static void connect_now(rd_redis_t *r)
     r->reader = redisReaderCreate();
 }
 
+rd_reply_t *rd_reply_copy(const rd_reply_t *r)
+{
+    const redisReply *x = REPLY(r);
+    if (x == NULL) return NULL;
+    redisReply *c = rd_malloc(sizeof *c);
+    *c = *x;
+    if (x->str) {
+        c->str = rd_malloc(x->len + 1);
+        memcpy(c->str, x->str, x->len);
+        c->str[x->len] = '\0';
+    }
+    if (x->element) {
+        c->element = rd_calloc(x->elements ? x->elements : 1, sizeof *c->element);
+        for (size_t i = 0; i < x->elements; i++)
+            c->element[i] = (redisReply *)(void *)rd_reply_copy((const rd_reply_t *)(const void *)x->element[i]);
+    }
+    return (rd_reply_t *)(void *)c;
+}
+
+void rd_reply_free(rd_reply_t *r)
+{
+    redisReply *x = (redisReply *)(void *)r;
+    if (x == NULL) return;
+    if (x->element) {
+        for (size_t i = 0; i < x->elements; i++) rd_reply_free((rd_reply_t *)(void *)x->element[i]);
+        rd_free(x->element);
+    }
+    rd_free(x->str);
+    rd_free(x);
+}
+
 /* ---------------------------------------------------------------- commands */
 
 static bool is_missing_function(const redisReply *x)

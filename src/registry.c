@@ -93,6 +93,8 @@ typedef struct registration {
     size_t len;
     long long in_ms;
     uint64_t sent_ms;
+    void (*resume)(void *arg);  /* NULL, or the store's write waiting for this */
+    void *resume_arg;
 } registration_t;
 
 static void on_register(const rd_store_count_t *res, void *arg)
@@ -127,13 +129,19 @@ static void on_register(const rd_store_count_t *res, void *arg)
         }
         owe(reg, g->name, g->len, g->in_ms, g->sent_ms);
     }
+    void (*resume)(void *) = g->resume;
+    void *resume_arg = g->resume_arg;
     rd_free(g->name);
     rd_free(g);
+    if (resume) resume(resume_arg);
 }
 
 /* `register`: the queue exists; with in_ms >= 0 the timer ticks it within
- * in_ms. A failure is owed (sent again by rd_registry_flush_owed). */
-static void send_register(rd_registry_t *reg, const char *name, size_t len, long long in_ms)
+ * in_ms. A failure is owed (sent again by rd_registry_flush_owed). resume
+ * (NULL: none) runs once it has answered; false when it could not be sent
+ * (resume never runs). */
+static bool send_register_then(rd_registry_t *reg, const char *name, size_t len, long long in_ms,
+                               void (*resume)(void *arg), void *resume_arg)
 {
     registration_t *g = rd_malloc(sizeof *g);
     g->reg = reg;
@@ -141,12 +149,21 @@ static void send_register(rd_registry_t *reg, const char *name, size_t len, long
     g->len = len;
     g->in_ms = in_ms;
     g->sent_ms = uv_now(reg->loop);
+    g->resume = resume;
+    g->resume_arg = resume_arg;
     rd_store_queue_t q = { name, len };
     if (rd_store_register(reg->st, q, in_ms, on_register, g) != 0) {
         owe(reg, name, len, in_ms, g->sent_ms);
         rd_free(g->name);
         rd_free(g);
+        return false;
     }
+    return true;
+}
+
+static void send_register(rd_registry_t *reg, const char *name, size_t len, long long in_ms)
+{
+    (void)send_register_then(reg, name, len, in_ms, NULL, NULL);
 }
 
 void rd_registry_queue(rd_registry_t *reg, rd_store_queue_t q)
@@ -166,23 +183,24 @@ void rd_registry_queue(rd_registry_t *reg, rd_store_queue_t q)
     send_register(reg, q.name, q.len, -1);
 }
 
-/* After a write to q: `register q SERIES_NUDGE_MS` unless the slot was
- * nudged within SERIES_NUDGE_MS, or the write's own timer hint (hinted)
- * already brings a tick within it. */
-static void series_nudge(rd_registry_t *reg, rd_store_queue_t q, bool hinted)
+/* After a write to q: whether it is due a `register q SERIES_NUDGE_MS`,
+ * which it is unless the slot was nudged within SERIES_NUDGE_MS (the slot
+ * then counts it as nudged). A write whose own timer hint brings a tick
+ * within it needs none. */
+static bool series_nudge_due(rd_registry_t *reg, rd_store_queue_t q)
 {
-    if (!reg->series) return;
+    if (!reg->series) return false;
     registry_slot_t *slot = &reg->nudged[rd_hash(q.name, q.len) % SERIES_SLOTS];
     uint64_t now = uv_now(reg->loop);
     bool fresh = slot->name && now - slot->at_ms < SERIES_NUDGE_MS;
-    if (fresh) return;  /* this queue, or another one of the slot, was nudged lately */
+    if (fresh) return false;  /* this queue, or another one of the slot, was nudged lately */
     if (!slot_holds(slot, q.name, q.len)) {
         rd_free(slot->name);
         slot->name = rd_strndup(q.name, q.len);
         slot->len = q.len;
     }
     slot->at_ms = now;
-    if (!hinted) send_register(reg, q.name, q.len, SERIES_NUDGE_MS);
+    return true;
 }
 
 void rd_registry_schedule(rd_registry_t *reg, rd_store_queue_t q, long long in_ms)
@@ -226,12 +244,16 @@ static void on_before_write(void *arg, rd_store_queue_t q, bool always)
     send_register(reg, q.name, q.len, -1);
 }
 
-/* The hint goes to the schedule before anyone hears of the new work (the
- * store runs this before the write's callback). An enqueue that got id 1
- * may follow a round that found the queue without keys and is removing it
- * from the registry: it registers again whatever this process remembers
- * (docs/design.md, "Leaving the registry"). */
-static void on_written(void *arg, rd_store_queue_t q, const rd_store_written_t *w)
+/* The hint goes to the schedule before anyone hears of the new work: the
+ * store holds the write's callback until this registration has answered
+ * (resume). An enqueue that got id 1 may follow a round that found the
+ * queue without keys and is removing it from the registry: it registers
+ * again whatever this process remembers. And since the callback waits, a
+ * DeleteQueue sent after the answer is applied after the registration,
+ * which cannot bring the dropped queue back (docs/design.md, "Leaving the
+ * registry"). One registration at most: with a hint, or the nudge's. */
+static bool on_written(void *arg, rd_store_queue_t q, const rd_store_written_t *w,
+                       void (*resume)(void *resume_arg), void *resume_arg)
 {
     rd_registry_t *reg = arg;
     if (w->unknown) {
@@ -240,11 +262,16 @@ static void on_written(void *arg, rd_store_queue_t q, const rd_store_written_t *
          * due now, sent once the link is back. Without it the queue waits
          * for the sweep (up to a full cycle). */
         owe(reg, q.name, q.len, 0, uv_now(reg->loop));
-        return;
+        return false;
     }
+    long long in_ms = w->hint_ms;
+    bool send = w->first || in_ms >= 0;
     /* A hint within the nudge's minute stands for the nudge. */
-    if (w->changed) series_nudge(reg, q, w->hint_ms >= 0 && w->hint_ms <= SERIES_NUDGE_MS);
-    if (w->first || w->hint_ms >= 0) send_register(reg, q.name, q.len, w->hint_ms);
+    if (w->changed && series_nudge_due(reg, q) && !(in_ms >= 0 && in_ms <= SERIES_NUDGE_MS)) {
+        in_ms = SERIES_NUDGE_MS;
+        send = true;
+    }
+    return send && send_register_then(reg, q.name, q.len, in_ms, resume, resume_arg);
 }
 
 rd_registry_t *rd_registry_new(uv_loop_t *loop, rd_store_t *st, bool series)

@@ -86,6 +86,8 @@ typedef struct op {
     bool nudge;                 /* a write to queue: it may nudge its series (w.changed) */
     char what[48];              /* the function (or command) called, for the log */
     char nonce[NONCE_MAX];      /* a claim's nonce ("" for none): lost answer -> claim_lost */
+    rd_reply_t *held;           /* owned: the reply, while the write hook's registration
+                                   is applied (resume_held) */
 } op_t;
 
 /* ---------------------------------------------------------------- the table */
@@ -245,6 +247,7 @@ static const op_def_t ops[OP_COUNT] = {
 
 static void free_op(op_t *op)
 {
+    rd_reply_free(op->held);
     rd_free(op->queue);
     if (op->kept) op->kept_free(op->kept);
     rd_free(op);
@@ -271,9 +274,23 @@ static bool claimed_nothing(const op_def_t *def, const void *res)
     return true;
 }
 
+static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *arg);
+
+/* The write hook's registration has been applied (or has failed): the
+ * callback gets the held reply, parsed again. */
+static void resume_held(void *arg)
+{
+    op_t *op = arg;
+    const rd_reply_t *held = op->held;
+    op->st = NULL;  /* the hooks ran: on_reply only delivers */
+    on_reply(held, RD_REDIS_OK, op);
+}
+
 /* The one completion path of every operation: the reply (or the lost link)
  * becomes the row's typed result, the timer hears of its hint, the callback
- * runs, and the result is freed. */
+ * runs, and the result is freed. When the hook sends a registration that
+ * must be applied before anyone hears of the write, the reply is held and
+ * the callback runs once it has been (resume_held). */
 static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *arg)
 {
     op_t *op = arg;
@@ -310,7 +327,9 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
      * of the new work. */
     rd_store_t *st = op->st;
     rd_store_queue_t q = { op->queue, op->queue_len };
-    if (op->queue && st->written && head->status == RD_STORE_OK) {
+    if (st == NULL) {
+        /* resume_held: the hooks heard of this reply already. */
+    } else if (op->queue && st->written && head->status == RD_STORE_OK) {
         const rd_store_messages_t *m = (const rd_store_messages_t *)res;
         rd_store_written_t w = {
             .hint_ms = hint,
@@ -318,14 +337,22 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
                      (def == &ops[OP_ENQUEUE_MANY] && ((const rd_store_enqueued_many_t *)res)->first),
             .changed = op->nudge && !claimed_nothing(def, res),
         };
-        st->written(st->write_arg, q, &w);
+        if (st->written(st->write_arg, q, &w, resume_held, op)) {
+            /* Nobody hears of the write before its registration is in:
+             * else a DeleteQueue that follows the answer could run before
+             * it, and the registration would bring the dropped queue back
+             * (docs/design.md "Leaving the registry"). */
+            if (def->free) def->free(res);
+            op->held = rd_reply_copy(reply);
+            return;
+        }
     } else if (op->queue && st->written && hint_unknown) {
         rd_store_written_t w = { .hint_ms = -1, .unknown = true };
-        st->written(st->write_arg, q, &w);
+        (void)st->written(st->write_arg, q, &w, NULL, NULL);
     }
     /* A claim that may have leased messages for a client that will never
      * hear of them: hand them back once the link is back. */
-    if (status == RD_REDIS_LOST && op->nonce[0] && op->queue && st->claim_lost)
+    if (status == RD_REDIS_LOST && op->nonce[0] && op->queue && st && st->claim_lost)
         st->claim_lost(st->lost_arg, q, op->nonce);
     def->deliver(op->cb, res, op->arg);
     if (def->free) def->free(res);
@@ -441,6 +468,7 @@ static int send_argv(rd_store_t *st, cmd_t *c, int argc, const char **argv, cons
     op->kept = c->kept;
     op->kept_free = c->kept_free;
     op->st = st;
+    op->held = NULL;
     bool hinted = (def->flags & F_HINTED) != 0;
     op->queue = hinted ? rd_strndup(c->q.name, c->q.len) : NULL;
     op->queue_len = hinted ? c->q.len : 0;

@@ -26,7 +26,7 @@ struct rd_store {
     unsigned long long nonce_seq;
     /* The modules above that keep what calls leave behind (store.h "hooks"). */
     void (*before_write)(void *arg, rd_store_queue_t q, bool always);
-    void (*written)(void *arg, rd_store_queue_t q, const rd_store_written_t *w);
+    rd_store_written_fn written;
     void *write_arg;
     void (*claim_lost)(void *arg, rd_store_queue_t q, const char *nonce);
     void *lost_arg;

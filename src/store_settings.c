@@ -60,8 +60,7 @@ void rd_store_set_series(rd_store_t *st, bool on)
 
 void rd_store_set_write_hooks(rd_store_t *st,
                               void (*before)(void *arg, rd_store_queue_t q, bool always),
-                              void (*written)(void *arg, rd_store_queue_t q,
-                                              const rd_store_written_t *w),
+                              rd_store_written_fn written,
                               void *arg)
 {
     st->before_write = before;

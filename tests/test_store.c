@@ -16,6 +16,7 @@
 #include "retryd/enqueue_chunks.h"
 #include "retryd/limits.h"
 #include "retryd/queue_clear.h"
+#include "retryd/registry.h"
 
 /* ------------------------------------------------------------------------ */
 /* What a callback saw (copied: results live only inside the callback)     */
@@ -132,12 +133,16 @@ static struct {
     rd_store_written_t last;
 } g_written;
 
-static void on_written(void *arg, rd_store_queue_t q, const rd_store_written_t *w)
+static bool on_written(void *arg, rd_store_queue_t q, const rd_store_written_t *w,
+                       void (*resume)(void *resume_arg), void *resume_arg)
 {
     (void)arg;
     (void)q;
+    (void)resume;
+    (void)resume_arg;
     g_written.calls++;
     g_written.last = *w;
+    return false;
 }
 
 typedef struct fixture {
@@ -609,6 +614,81 @@ static void test_enqueue_many_results(void **state)
 }
 
 /* Redis not ready: -1 at once, the callback never runs. */
+/* A write's registration is applied before its callback runs. The race it
+ * closes: SendMessage on one instance (the queue's first message, so the
+ * registry hook registers it after the write), DeleteQueue on another as
+ * soon as the answer is in, then GetQueueUrl. The registration used to wait
+ * in the link's buffer while the answer went out, landed after the other
+ * instance's queue_forget, and brought the deleted queue back into the
+ * names index (sqs_faults_test.sh test_delete_recreate, now and then under
+ * load). Here the other instance is a blocking link that forgets the queue
+ * from inside the enqueue's callback, before this link is flushed again. */
+static struct {
+    int calls;
+    rd_store_status_t status;
+    long long id;
+    redisContext *other;
+    const char *registry;
+    rd_store_queue_t q;
+    long long forgot;          /* queue_forget's answer: 1, it was registered */
+} g_forget;
+
+static void on_enqueued_then_forget(const rd_store_messages_t *res, void *arg)
+{
+    (void)arg;
+    g_forget.calls++;
+    g_forget.status = res->head.status;
+    g_forget.id = res->count ? res->messages[0].id : 0;
+    redisReply *x = redisCommand(g_forget.other, "FCALL %s 1 %s %b", RD_FUNCTION("queue_forget"),
+                                 g_forget.registry, g_forget.q.name, g_forget.q.len);
+    assert_non_null(x);
+    g_forget.forgot = x->type == REDIS_REPLY_INTEGER ? x->integer : -1;
+    freeReplyObject(x);
+}
+
+static void test_registration_lands_before_the_answer(void **state)
+{
+    (void)state;
+    fixture_t *f = fixture_open(ut_test_redis_port(), 5000);
+    rd_registry_t *reg = rd_registry_new(&f->loop, f->s.store, false);
+    redisContext *other = redisConnect("127.0.0.1", ut_test_redis_port());
+    assert_true(other != NULL && other->err == 0);
+    rd_buf_t registry = { 0 };
+    rd_keys_registry(&registry, "unit");
+    char names[128];
+    snprintf(names, sizeof names, "{%s}:names", registry.data);
+    memset(&g_forget, 0, sizeof g_forget);
+    g_forget.other = other;
+    g_forget.registry = registry.data;
+    g_forget.q = ut_queue(f->qbuf, sizeof f->qbuf, "forgotten");
+
+    assert_int_equal(rd_store_enqueue(f->s.store, g_forget.q,
+            &(rd_enqueue_t){ .payload = "m", .len = 1, .ttl_ms = -1 },
+            on_enqueued_then_forget, NULL), 0);
+    assert_true(ut_run_until(&f->loop, g_forget.calls == 1, 5000));
+    assert_int_equal(g_forget.status, RD_STORE_OK);
+    assert_int_equal(g_forget.id, 1);
+    assert_int_equal(g_forget.forgot, 1);
+    /* Whatever this link had sent before the ping has been applied by its
+     * answer. */
+    got_t ping = { 0 };
+    assert_int_equal(rd_store_ping(f->s.store, on_status, &ping), 0);
+    assert_true(ut_run_until(&f->loop, ping.calls == 1, 5000));
+    redisReply *x = redisCommand(other, "ZSCORE %s %b", names, g_forget.q.name, g_forget.q.len);
+    assert_non_null(x);
+    assert_int_equal(x->type, REDIS_REPLY_NIL);  /* not brought back */
+    freeReplyObject(x);
+    x = redisCommand(other, "SISMEMBER %s %b", g_forget.registry, g_forget.q.name, g_forget.q.len);
+    assert_non_null(x);
+    assert_int_equal(x->integer, 0);
+    freeReplyObject(x);
+
+    rd_registry_free(reg);
+    redisFree(other);
+    rd_buf_free(&registry);
+    fixture_close(f);
+}
+
 static void test_not_ready_fails_at_once(void **state)
 {
     (void)state;
@@ -896,6 +976,7 @@ int main(void)
         cmocka_unit_test(test_enqueue_attributes_first_receive_must_exist),
         cmocka_unit_test(test_tags_clear_and_dlq_sources),
         cmocka_unit_test(test_move_task_rows),
+        cmocka_unit_test(test_registration_lands_before_the_answer),
         cmocka_unit_test(test_not_ready_fails_at_once),
         cmocka_unit_test(test_wrong_reply_shape_is_an_error),
         cmocka_unit_test(test_enqueue_chunks_short_and_lost),

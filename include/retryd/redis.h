@@ -52,6 +52,10 @@ const rd_reply_t *rd_reply_at(const rd_reply_t *r, size_t i);
 bool rd_reply_int(const rd_reply_t *r, long long *out);
 /* True when r is a string/status equal to s. */
 bool rd_reply_is(const rd_reply_t *r, const char *s);
+/* A deep copy of r that outlives the callback it was given to (NULL for
+ * NULL), freed with rd_reply_free. */
+rd_reply_t *rd_reply_copy(const rd_reply_t *r);
+void rd_reply_free(rd_reply_t *r);
 
 typedef enum rd_redis_status {
     RD_REDIS_OK,    /* reply is Redis's answer (possibly an error reply) */

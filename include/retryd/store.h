@@ -662,6 +662,14 @@ typedef struct rd_store_written {
                                  written and its hint is not known; the rest is unset */
 } rd_store_written_t;
 
+/* A written hook: true when it sent a registration that must be applied
+ * before anyone hears of the write (the callback then waits for it, and
+ * the hook calls resume(resume_arg) once, from the loop, when it has
+ * answered, whatever the answer); false when the callback may run now.
+ * resume is NULL for an unknown answer, which must not wait. */
+typedef bool (*rd_store_written_fn)(void *arg, rd_store_queue_t q, const rd_store_written_t *w,
+                                    void (*resume)(void *resume_arg), void *resume_arg);
+
 /* before (NULL: none) runs before an enqueue, policy_set, pause or
  * redrive_in of q is sent, with always true for policy_set and pause (a queue made by
  * its policy, as CreateQueue does, is registered whatever the caller
@@ -671,8 +679,7 @@ typedef struct rd_store_written {
  * src/registry.c installs them. */
 void rd_store_set_write_hooks(rd_store_t *st,
                               void (*before)(void *arg, rd_store_queue_t q, bool always),
-                              void (*written)(void *arg, rd_store_queue_t q,
-                                              const rd_store_written_t *w),
+                              rd_store_written_fn written,
                               void *arg);
 /* A claim's nonce: "<instance>.<seq>", shorter than this. */
 enum { RD_STORE_NONCE_MAX = 40 };
