@@ -210,6 +210,25 @@ static inline long long rq_int(redisContext *c, const char *format, ...)
     return v;
 }
 
+/* Waits (up to 10 s) until c is the only client of its Redis: a killed
+ * daemon's connections are gone, and so are the commands it had sent, which
+ * Redis runs from its socket buffer before it sees the close. Reading the
+ * data before then races with them. */
+static inline void rq_wait_sole_client(redisContext *c)
+{
+    long long deadline = e2e_mono_ms() + 10000;
+    for (;;) {
+        redisReply *r = redisCommand(c, "CLIENT LIST");
+        e2e_reply_or_fail(c, r);
+        int lines = 0;
+        for (const char *p = r->str; p && *p; p++) lines += *p == '\n';
+        freeReplyObject(r);
+        if (lines <= 1) return;
+        if (e2e_mono_ms() > deadline) fail_msg("redis: %d clients are still connected", lines);
+        e2e_pause_ms(5);
+    }
+}
+
 /* One message hash as Redis holds it. */
 typedef struct stored {
     long long id;

@@ -237,9 +237,13 @@ static inline int fx_redis_restart(fx_redis_t *s)
 static inline int fx_redis_stop(fx_redis_t *s, int sig, int timeout_ms)
 {
     if (s->pid <= 0) return -1;
+    /* The signal first: a stopped server given SIGCONT first could run for
+     * a moment and answer what waits in its sockets (a test that stopped it
+     * to keep a command in flight then sees an answer, not a dropped link).
+     * SIGKILL ends a stopped process; others are taken as it continues. */
+    kill(s->pid, sig);
     if (s->stopped) kill(s->pid, SIGCONT);
     s->stopped = false;
-    kill(s->pid, sig);
     long long deadline = e2e_mono_ms() + timeout_ms;
     for (;;) {
         pid_t got = waitpid(s->pid, NULL, WNOHANG);

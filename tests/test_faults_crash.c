@@ -1032,6 +1032,7 @@ static void test_redrive_cut_and_repeated_moves_each_letter_once(void **state)
     e2e_daemon_stop(&g_dmn[0], SIGKILL, E2E_STOP_TIMEOUT_MS);
     assert_int_equal(fx_redis_resume(&g_srv), 0);
     e2e_conn_close(&c);
+    rq_wait_sole_client(g_admin);
     long long moved2 = rq_int(g_admin, "HGET %s:{rs}:stats redriven", prefix);
     long long left = rq_int(g_admin, "ZCARD %s:{rs}:3:redriving", prefix);
     printf("# redrive: %lld moved before the 503, %lld before SIGKILL, %lld left redriving\n",
