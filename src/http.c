@@ -225,6 +225,18 @@ static void conn_fail(rd_http_conn_t *c, rd_problem_t p, const char *detail,
 
 static void fill_request_head(rd_http_conn_t *c);
 
+/* Sends a listener's own answer to a refused request (and frees it), then
+ * ends the connection as conn_fail does. */
+static void send_own_answer(rd_http_conn_t *c, rd_http_answer_t *a)
+{
+    int r = rd_http_conn_send(c, a->status, a->content_type, a->headers, a->body ? a->body : "",
+                              a->body_len, false, false, NULL, NULL);
+    rd_free(a->headers);
+    rd_free(a->body);
+    *a = (rd_http_answer_t){ 0 };
+    if (r == 0) conn_end(c, true);
+}
+
 /* The listener's own answer to a body over the limit, if it gives one. */
 static bool too_large_own_answer(rd_http_conn_t *c)
 {
@@ -233,11 +245,7 @@ static bool too_large_own_answer(rd_http_conn_t *c)
     c->req.body_len = 0;
     rd_http_answer_t a = { 0 };
     if (!c->server->on_too_large(&c->req, c->server->handler_ctx, &a)) return false;
-    int r = rd_http_conn_send(c, a.status, a.content_type, a.headers, a.body ? a.body : "",
-                              a.body_len, false, false, NULL, NULL);
-    rd_free(a.headers);
-    rd_free(a.body);
-    if (r == 0) conn_end(c, true);
+    send_own_answer(c, &a);
     return true;
 }
 
@@ -271,7 +279,8 @@ static void conn_fail_parse(rd_http_conn_t *c, llhttp_errno_t err)
         conn_fail(c, RD_PROBLEM_BACKEND_UNAVAILABLE, detail, "Retry-After: 1\r\n");
         return;
     case RD_HTTP_FAIL_REFUSED:
-        conn_fail(c, c->refusal.problem, c->refusal.detail, c->refusal.extra_headers);
+        if (c->refusal.answer.status) send_own_answer(c, &c->refusal.answer);
+        else conn_fail(c, c->refusal.problem, c->refusal.detail, c->refusal.extra_headers);
         return;
     case 400:
         conn_fail(c, RD_PROBLEM_MALFORMED_REQUEST,
@@ -489,6 +498,7 @@ static int on_headers_complete(llhttp_t *p)
         fill_request_head(c);
         c->req.body = NULL;
         c->req.body_len = 0;
+        c->refusal = (rd_http_refusal_t){ 0 };
         if (!s->on_head(&c->req, s->handler_ctx, &c->refusal)) {
             s->refused_at_head++;
             c->fail_status = RD_HTTP_FAIL_REFUSED;

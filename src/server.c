@@ -423,7 +423,9 @@ int main(int argc, char **argv)
             .account = s.cfg.sqs_account, .region = s.cfg.sqs_region,
             .credentials = s.cfg.sqs_credentials, .default_lease_ms = s.cfg.lease_ms,
             .max_connections = (size_t)s.cfg.max_connections,
-            .idle_timeout_ms = (uint64_t)s.cfg.idle_timeout_ms, .store = s.store,
+            .idle_timeout_ms = (uint64_t)s.cfg.idle_timeout_ms,
+            .max_pending_body_bytes = s.cfg.max_pending_body_bytes,
+            .max_pending_output_bytes = s.cfg.max_pending_output_bytes, .store = s.store,
             .coalescer = s.coalescer, .waiters = s.waiters, .moves = s.moves,
         };
         char why[512];

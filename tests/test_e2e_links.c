@@ -630,6 +630,81 @@ static void test_unauthorized_body_is_refused_unread(void **state)
     assert_int_equal(e2e_daemon_stop(&g_side, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
 }
 
+/* The SQS endpoint with --sqs-credentials: a request whose head fails the
+ * signature check (none, an unknown access key) is answered in SQS's own
+ * format as soon as its headers are in, before 100 Continue and before a
+ * byte of its body is read, and the connection is shut: unsigned clients
+ * cannot make the daemon hold their bodies (before, 200 such 1 MiB bodies
+ * took its RSS from 12 MB to 213 MB until the idle timeout). */
+static void test_sqs_unsigned_body_is_refused_unread(void **state)
+{
+    (void)state;
+    char prefix[80], listen[32], creds[128];
+    snprintf(prefix, sizeof prefix, "%s-sqsearly", g_prefix);
+    int sqs_port = e2e_free_port();
+    assert_true(sqs_port > 0);
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", sqs_port);
+    snprintf(creds, sizeof creds, "/tmp/retryd-e2e-sqs-creds-%ld", (long)getpid());
+    FILE *cf = fopen(creds, "w");
+    assert_non_null(cf);
+    fprintf(cf, "AKIDEARLY s3cretEarlyKey\n");
+    fclose(cf);
+    assert_int_equal(start_daemon(&g_side, g_redis_port, prefix, false, "--sqs-listen", listen,
+                                  "--sqs-credentials", creds, NULL), 0);
+    unlink(creds);
+    char amz_date[20];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(amz_date, sizeof amz_date, "%Y%m%dT%H%M%SZ", &tm);
+    enum { N = 6 };
+    int fds[N];
+    static char buf[65536];
+    for (int i = 0; i < N; i++) {
+        fds[i] = raw_connect(sqs_port, 3000, 0);
+        /* Half ask for 100-continue; half are signed by a key nobody has,
+         * in the JSON protocol or the query one. */
+        const char *auth = i % 4 >= 2
+            ? e2e_fmt("X-Amz-Date: %s\r\nAuthorization: AWS4-HMAC-SHA256 Credential=AKIDNOBODY/"
+                      "%.8s/us-east-1/sqs/aws4_request, SignedHeaders=host;x-amz-date, "
+                      "Signature=%064d\r\n", amz_date, amz_date, 0)
+            : "";
+        const char *type = i < 3 ? "Content-Type: application/x-amz-json-1.0\r\n"
+                                   "X-Amz-Target: AmazonSQS.SendMessage\r\n"
+                                 : "Content-Type: application/x-www-form-urlencoded\r\n";
+        const char *head = e2e_fmt("POST / HTTP/1.1\r\nHost: t\r\n%sContent-Length: 1048575\r\n"
+                                   "%s%s\r\n", type, i % 2 ? "Expect: 100-continue\r\n" : "",
+                                   auth);
+        assert_int_equal(e2e_send_all(fds[i], head, strlen(head)), 0);
+        if (i == 0) {
+            memset(buf, 'a', 4096);
+            assert_int_equal(e2e_send_all(fds[i], buf, 4096), 0);
+        }
+    }
+    for (int i = 0; i < N; i++) {
+        int status = raw_response(fds[i], buf, sizeof buf);
+        if (status != 403)
+            fail_msg("connection %d: expected 403 before the body, got %d: %.300s", i, status,
+                     status < 0 ? "(nothing in 3 s)" : buf);
+        const char *code = i % 4 >= 2 ? "InvalidClientTokenId" : "MissingAuthenticationToken";
+        if (strstr(buf, code) == NULL) fail_msg("connection %d: no %s in %.300s", i, code, buf);
+        assert_non_null(strcasestr(buf, i < 3 ? "\r\nContent-Type: application/x-amz-json-1.0"
+                                              : "\r\nContent-Type: text/xml"));
+        assert_non_null(strcasestr(buf, "\r\nx-amzn-RequestId: "));
+        expect_closed(fds[i]);
+        close(fds[i]);
+    }
+    /* Bodiless and small requests are still answered by the full check. */
+    int fd = raw_connect(sqs_port, 3000, 0);
+    const char *list = "POST / HTTP/1.1\r\nHost: t\r\nContent-Type: application/x-amz-json-1.0\r\n"
+                       "X-Amz-Target: AmazonSQS.ListQueues\r\nContent-Length: 2\r\n\r\n{}";
+    assert_int_equal(e2e_send_all(fd, list, strlen(list)), 0);
+    assert_int_equal(raw_response(fd, buf, sizeof buf), 403);
+    assert_non_null(strstr(buf, "MissingAuthenticationToken"));
+    close(fd);
+    assert_int_equal(e2e_daemon_stop(&g_side, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
+}
+
 /* The public routes (/healthz, /openapi.json, /ui) take no body: without
  * the token a request with one is refused at its headers like any other, so
  * that GETs of /healthz with 1 MiB bodies cannot fill
@@ -926,6 +1001,7 @@ int main(void)
         T(test_shutdown_answers_in_flight_request),
         T(test_shutdown_answers_settle_claims_in_line),
         T(test_unauthorized_body_is_refused_unread),
+        T(test_sqs_unsigned_body_is_refused_unread),
         T(test_public_route_body_needs_token),
         T(test_pending_body_budget_is_503),
         T(test_reply_budget_counts_escaped_bytes),

@@ -66,12 +66,27 @@ typedef struct rd_http_server rd_http_server_t;
 typedef void (*rd_http_handler_fn)(rd_http_exchange_t *ex, const rd_http_request_t *req,
                                    void *ctx);
 
-/* How a head check refuses a request (rd_http_head_fn). detail and
- * extra_headers (complete header lines, or NULL) must be static strings. */
+/* An answer a listener writes in its own format for a request the server
+ * refuses before the handler (rd_http_head_fn, rd_http_too_large_fn).
+ * headers (complete header lines, or NULL) and body are rd_malloc'd and the
+ * server frees them; content_type is static. */
+typedef struct rd_http_answer {
+    int status;
+    const char *content_type;
+    char *headers;
+    char *body;
+    size_t body_len;
+} rd_http_answer_t;
+
+/* How a head check refuses a request (rd_http_head_fn): answer, when its
+ * status is set, in the listener's own format; else problem+json of
+ * problem, with detail and extra_headers (complete header lines, or NULL)
+ * static strings. */
 typedef struct rd_http_refusal {
     rd_problem_t problem;
     const char *detail;
     const char *extra_headers;
+    rd_http_answer_t answer;
 } rd_http_refusal_t;
 
 /* Called when a request that has a body has its headers complete, before any
@@ -83,18 +98,6 @@ typedef struct rd_http_refusal {
  * 2 s, and closes. Bodiless requests always go to the handler. */
 typedef bool (*rd_http_head_fn)(const rd_http_request_t *head, void *ctx,
                                 rd_http_refusal_t *refusal);
-
-/* An answer a listener writes in its own format for a request the server
- * refuses before the handler (rd_http_too_large_fn). headers (complete
- * header lines, or NULL) and body are rd_malloc'd and the server frees them;
- * content_type is static. */
-typedef struct rd_http_answer {
-    int status;
-    const char *content_type;
-    char *headers;
-    char *body;
-    size_t body_len;
-} rd_http_answer_t;
 
 /* Called when a request's body is over max_body_bytes (its Content-Length
  * said so, or its chunks grew past it), before the server answers 413 and

@@ -24,6 +24,8 @@ typedef struct rd_sqs_options {
     long long default_lease_ms; /* --lease-seconds: a queue without lease_seconds */
     size_t max_connections;     /* as the HTTP API's */
     uint64_t idle_timeout_ms;
+    size_t max_pending_body_bytes;   /* as the HTTP API's, a budget of this listener's own */
+    size_t max_pending_output_bytes;
     rd_store_t *store;          /* borrowed, as the HTTP API's */
     rd_coalescer_t *coalescer;  /* borrowed: receives and deletes go through it */
     rd_waiters_t *waiters;      /* borrowed: long polls */

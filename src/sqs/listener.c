@@ -233,11 +233,30 @@ static void on_request(rd_http_exchange_t *ex, const rd_http_request_t *req, voi
     r->action->handler(r);
 }
 
+/* An error in the request's own protocol, from its head alone (nothing of
+ * the body is read), for a listener's answer at the head. */
+static void head_error(rd_sqs_t *sqs, const rd_http_request_t *head, const rd_sqs_error_t *e,
+                       const char *message, rd_http_answer_t *out)
+{
+    const char *target = rd_http_request_header(head, "x-amz-target");
+    rd_sqs_wire_t w = { .content_type = head->content_type, .target = target };
+    rd_sqs_protocol_t p = rd_sqs_wire_protocol(&w);
+    count_error(sqs, e);
+    sqs->other_requests++;   /* not read: its action is not known for sure */
+    char request_id[40];
+    new_request_id(request_id);
+    rd_buf_t body = RD_BUF_INIT, headers = RD_BUF_INIT;
+    rd_buf_printf(&headers, "x-amzn-RequestId: %s\r\n", request_id);
+    rd_sqs_encode_error(&body, &headers, p, e, message, request_id, &out->content_type);
+    out->status = e->status;
+    out->headers = rd_buf_take(&headers, NULL);
+    out->body = rd_buf_take(&body, &out->body_len);
+}
+
 /* A body over SQS_MAX_BODY_BYTES is never read, but its client still gets
  * an answer it parses: the error in its protocol, from the head alone. */
 static bool on_too_large(const rd_http_request_t *head, void *ctx, rd_http_answer_t *out)
 {
-    rd_sqs_t *sqs = ctx;
     const char *target = rd_http_request_header(head, "x-amz-target");
     rd_sqs_wire_t w = { .content_type = head->content_type, .target = target };
     rd_sqs_protocol_t p = rd_sqs_wire_protocol(&w);
@@ -257,17 +276,26 @@ static bool on_too_large(const rd_http_request_t *head, void *ctx, rd_http_answe
         snprintf(message, sizeof message, "Batch requests cannot be longer than %d bytes.",
                  RD_SQS_BODY_MAX);
     }
-    count_error(sqs, e);
-    sqs->other_requests++;   /* not read: its action is not known for sure */
-    char request_id[40];
-    new_request_id(request_id);
-    rd_buf_t body = RD_BUF_INIT, headers = RD_BUF_INIT;
-    rd_buf_printf(&headers, "x-amzn-RequestId: %s\r\n", request_id);
-    rd_sqs_encode_error(&body, &headers, p, e, message, request_id, &out->content_type);
-    out->status = e->status;
-    out->headers = rd_buf_take(&headers, NULL);
-    out->body = rd_buf_take(&body, &out->body_len);
+    head_error(ctx, head, e, message, out);
     return true;
+}
+
+/* With --sqs-credentials, a request whose head already fails the signature
+ * check (no signature, an unknown access key, a malformed, stale or
+ * misscoped one) is answered before its body is read, and before 100
+ * Continue invites it: an unsigned client never makes the daemon hold its
+ * body (docs/sqs.md "Authentication"). The signature itself covers the
+ * body, so it is checked once the body is in. */
+static bool on_head(const rd_http_request_t *head, void *ctx, rd_http_refusal_t *refusal)
+{
+    rd_sqs_t *sqs = ctx;
+    if (sqs->keys == NULL) return true;
+    char why[256] = "";
+    const rd_sqs_error_t *e = rd_sqs_sigv4_check_head(sqs->keys, head, (long long)time(NULL), why,
+                                                      sizeof why);
+    if (e == NULL) return true;
+    head_error(sqs, head, e, why, &refusal->answer);
+    return false;
 }
 
 /* Loopback: 127.0.0.0/8, ::1 and localhost. */
@@ -307,7 +335,10 @@ rd_sqs_t *rd_sqs_start(uv_loop_t *loop, const rd_sqs_options_t *opts, char *why,
     rd_http_options_t ho = {
         .host = opts->host, .port = opts->port, .max_body_bytes = SQS_MAX_BODY_BYTES,
         .max_connections = opts->max_connections, .idle_timeout_ms = opts->idle_timeout_ms,
-        .handler = on_request, .on_too_large = on_too_large, .handler_ctx = sqs,
+        .max_pending_body_bytes = opts->max_pending_body_bytes,
+        .max_pending_output_bytes = opts->max_pending_output_bytes,
+        .handler = on_request, .on_head = on_head, .on_too_large = on_too_large,
+        .handler_ctx = sqs,
         .keep_headers = true,
     };
     int rc = rd_http_server_start(loop, &ho, &sqs->http);

@@ -929,9 +929,11 @@ static const rd_sqs_error_t *check_time(const sig_parts_t *s, long long now_s, c
     return NULL;
 }
 
-static const rd_sqs_error_t *check(const rd_sqs_keys_t *keys, const rd_http_request_t *req,
-                                   const char *service, long long now_s, sig_parts_t *s,
-                                   const rd_sqs_key_t **key, char *why, size_t why_len)
+/* What the head alone tells: the form, the parts, the key, the time and
+ * the scope; everything but the payload hash and the signature. */
+static const rd_sqs_error_t *check_head(const rd_sqs_keys_t *keys, const rd_http_request_t *req,
+                                        const char *service, long long now_s, sig_parts_t *s,
+                                        const rd_sqs_key_t **key, char *why, size_t why_len)
 {
     const char *auth = rd_http_request_header(req, "authorization");
     if (auth == NULL) auth = req->authorization;
@@ -976,6 +978,15 @@ static const rd_sqs_error_t *check(const rd_sqs_keys_t *keys, const rd_http_requ
                     "Credential should be scoped with a valid terminator: 'aws4_request', not "
                     "'%.*s'.",
                     (int)(s->terminator.len > 32 ? 32 : s->terminator.len), s->terminator.p);
+    return NULL;
+}
+
+static const rd_sqs_error_t *check(const rd_sqs_keys_t *keys, const rd_http_request_t *req,
+                                   const char *service, long long now_s, sig_parts_t *s,
+                                   const rd_sqs_key_t **key, char *why, size_t why_len)
+{
+    const rd_sqs_error_t *err = check_head(keys, req, service, now_s, s, key, why, why_len);
+    if (err != NULL) return err;
 
     /* The payload hash: the body's own, always. x-amz-content-sha256 may
      * repeat it (then it is signed as given); UNSIGNED-PAYLOAD only with no
@@ -1001,7 +1012,7 @@ static const rd_sqs_error_t *check(const rd_sqs_keys_t *keys, const rd_http_requ
         } else {
             payload = given;
         }
-    } else if (presigned && req->body_len == 0) {
+    } else if (s->presigned && req->body_len == 0) {
         /* botocore's SigV4QueryAuth signs the empty body's hash, S3-style
          * presigners UNSIGNED-PAYLOAD; with no body both say the same. */
         alternative = UNSIGNED_PAYLOAD;
@@ -1038,4 +1049,16 @@ const rd_sqs_error_t *rd_sqs_sigv4_check(const rd_sqs_keys_t *keys, const rd_htt
                                           size_t why_len)
 {
     return rd_sqs_sigv4_check_service(keys, req, "sqs", now_s, key, why, why_len);
+}
+
+const rd_sqs_error_t *rd_sqs_sigv4_check_head(const rd_sqs_keys_t *keys,
+                                               const rd_http_request_t *req, long long now_s,
+                                               char *why, size_t why_len)
+{
+    sig_parts_t s;
+    memset(&s, 0, sizeof s);
+    const rd_sqs_key_t *found = NULL;
+    const rd_sqs_error_t *err = check_head(keys, req, "sqs", now_s, &s, &found, why, why_len);
+    sig_parts_free(&s);
+    return err;
 }

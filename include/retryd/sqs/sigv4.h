@@ -51,6 +51,15 @@ const rd_sqs_error_t *rd_sqs_sigv4_check(const rd_sqs_keys_t *keys, const rd_htt
                                           long long now_s, const rd_sqs_key_t **key, char *why,
                                           size_t why_len);
 
+/* The part of that check a request's head allows, before its body is read
+ * (the listener's head check): everything but the payload hash and the
+ * signature itself, so a request without a known access key, or with a
+ * malformed, stale or misscoped signature, is refused without holding its
+ * body. NULL when the full check may yet pass; else the error, as above. */
+const rd_sqs_error_t *rd_sqs_sigv4_check_head(const rd_sqs_keys_t *keys,
+                                               const rd_http_request_t *req, long long now_s,
+                                               char *why, size_t why_len);
+
 /* The same check for another service name in the credential scope (the
  * AWS SigV4 test suite signs for "service"); rd_sqs_sigv4_check is this
  * with "sqs". */
