@@ -1,4 +1,6 @@
-/* json.h - JSON documents, wrapping cJSON. Only json.c includes cJSON.
+/* json.h - JSON documents, wrapping cJSON. The HTTP API sees only these; the
+ * SQS codec, whose interface is cJSON (include/retryd/sqs/call.h), takes the
+ * tree itself (rd_json_cjson), and alloc.c gives cJSON its allocator.
  *
  * A rd_json_t is a node of a document; the root owns every node below it and
  * is released with rd_json_free. Strings returned by accessors are borrowed

@@ -8,8 +8,23 @@
 #include <openssl/evp.h>
 
 #include "retryd/alloc.h"
+#include "retryd/json.h"
 #include "retryd/log.h"
 #include "retryd/sqs/face.h"
+
+/* A JSON document inside an attribute (RedrivePolicy), read as strictly as
+ * a request body (json.h rd_json_parse: one value, RFC 8259's grammar, no
+ * escaped U+0000); NULL when it is not. cJSON_Delete frees it. */
+static cJSON *parse_strict(const char *text)
+{
+    bool has_nul = false;
+    rd_json_t *doc = rd_json_parse(text, strlen(text), &has_nul);
+    if (doc != NULL && has_nul) {
+        rd_json_free(doc);
+        doc = NULL;
+    }
+    return doc ? rd_json_cjson(doc) : NULL;
+}
 
 /* SQS's defaults for a queue it creates. */
 enum {
@@ -116,7 +131,7 @@ static const rd_sqs_error_t *attributes_to_policy(rd_sqs_req_t *r, const cJSON *
                 p->max_retries = RD_POLICY_UNLIMITED;
                 continue;
             }
-            cJSON *rp = cJSON_Parse(v->valuestring);
+            cJSON *rp = parse_strict(v->valuestring);
             const char *arn = rp ? rd_sqs_str(rp, "deadLetterTargetArn") : NULL;
             const cJSON *mrc = rp ? cJSON_GetObjectItemCaseSensitive(rp, "maxReceiveCount") : NULL;
             size_t tlen = 0;
@@ -367,7 +382,7 @@ static bool same_attributes(const rd_sqs_req_t *r, const cJSON *given, const rd_
             g = cJSON_IsTrue(v) ? "true" : "false";
         }
         if (strcmp(v->string, "RedrivePolicy") == 0 && g && h) {
-            cJSON *a = cJSON_Parse(g), *b = cJSON_Parse(h);
+            cJSON *a = parse_strict(g), *b = parse_strict(h);
             same = a && b && cJSON_Compare(a, b, true);
             if (!same && a && b) {
                 /* maxReceiveCount may come as a string. */

@@ -507,6 +507,15 @@ def case_sqs_rules():
     a = js("CreateQueue", {"QueueName": "rules3.fifo", "Attributes": {"FifoQueue": "true", "RedrivePolicy":
         json.dumps({"deadLetterTargetArn": arn + "rules-dlq.fifo", "maxReceiveCount": "2"})}})
     assert a.status == 200, a
+    # The policy's JSON is read as strictly as a request body: trailing bytes,
+    # a leading zero and a raw control byte in a string are refused (cJSON
+    # alone took all three, the first two as maxReceiveCount 5).
+    good = json.dumps({"deadLetterTargetArn": arn + "rules-std-dlq", "maxReceiveCount": 5})
+    for bad in (good + "garbage", good.replace(": 5", ": 05"),
+                good.replace("rules-std-dlq", "rules-std-dlq\x01")):
+        a = js("SetQueueAttributes", {"QueueUrl": q, "Attributes": {"RedrivePolicy": bad}})
+        assert a.json_error() == (400, "InvalidParameterValue"), (bad, a)
+    assert js("SetQueueAttributes", {"QueueUrl": q, "Attributes": {"RedrivePolicy": good}}).status == 200
 
 
 def main():
