@@ -3,12 +3,14 @@
  * The design, and why nothing is lost, is in docs/long-poll.md. */
 #include "retryd/waiters.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "retryd/alloc.h"
 #include "retryd/buf.h"
-#include "retryd/hash.h"
+#include "retryd/keyed_hash.h"
 #include "retryd/keys.h"
+#include "retryd/log.h"
 
 enum {
     SWEEP_EVERY_MS = 250,
@@ -50,7 +52,7 @@ struct wqueue {
     uv_timer_t *token;          /* the queue's rate limit held a claim back: claims again
                                    when its next token is due (NULL until first needed) */
     sub_state_t sub;
-    uint64_t hash;              /* rd_hash of name */
+    uint64_t hash;              /* rd_keyed_hash of name */
     wqueue_t *hnext;            /* next in its bucket */
     uint64_t idle_since_ms;     /* when n last fell to 0 */
     bool idle;                  /* on the idle list: no waiter, not yet released */
@@ -65,6 +67,7 @@ struct rd_waiters {
     char *prefix;
     wqueue_t *queues;           /* every queue, for the rounds over all of them */
     wqueue_t **buckets;         /* name -> queue, chained; nbuckets a power of 2 */
+    rd_keyed_hash_t *hash;      /* keyed: the names are the clients' (keyed_hash.h) */
     size_t nbuckets, nqueues;
     wqueue_t *idle_head, *idle_tail; /* queues without waiters, oldest idle first */
     size_t parked;
@@ -83,7 +86,7 @@ static void maybe_finish_stop(rd_waiters_t *w);
 
 static wqueue_t *find_queue(rd_waiters_t *w, const char *name, size_t len)
 {
-    uint64_t hash = rd_hash(name, len);
+    uint64_t hash = rd_keyed_hash(w->hash, name, len);
     for (wqueue_t *q = w->buckets[hash & (w->nbuckets - 1)]; q; q = q->hnext)
         if (q->hash == hash && q->len == len && memcmp(q->name, name, len) == 0) return q;
     return NULL;
@@ -134,7 +137,7 @@ static wqueue_t *get_queue(rd_waiters_t *w, rd_store_queue_t queue)
     q->name = rd_strndup(queue.name, queue.len);
     q->len = queue.len;
     rd_keys_wake(&q->channel, w->prefix, queue.name, queue.len);
-    q->hash = rd_hash(queue.name, queue.len);
+    q->hash = rd_keyed_hash(w->hash, queue.name, queue.len);
     q->next = w->queues;
     if (w->queues) w->queues->prev = q;
     w->queues = q;
@@ -396,6 +399,11 @@ rd_waiters_t *rd_waiters_new(uv_loop_t *loop, rd_store_t *store,
     w->prefix = rd_strdup(prefix);
     w->nbuckets = MIN_BUCKETS;
     w->buckets = rd_calloc(w->nbuckets, sizeof *w->buckets);
+    w->hash = rd_keyed_hash_new();
+    if (w->hash == NULL) {
+        rd_error("waiters: OpenSSL gives no SipHash or no random key");
+        abort();
+    }
     rd_redis_options_t opts = *link;
     opts.library = NULL;
     opts.on_ready = on_notify_ready;
@@ -464,6 +472,7 @@ static void on_notify_closed(void *arg)
     void (*cb)(void *) = w->on_closed;
     void *cb_arg = w->on_closed_arg;
     rd_free(w->buckets);
+    rd_keyed_hash_free(w->hash);
     rd_free(w->prefix);
     rd_free(w);
     if (cb) cb(cb_arg);

@@ -243,6 +243,77 @@ static void test_departed_client_hands_messages_back(void **state)
 
 /* Redis stops answering while a claim waits: the claim in flight is lost
  * with the link, and the waiter hears so (not "nothing due"). */
+/* Thousands of queues with a waiter each (issue 19 item 6: every local
+ * enqueue used to walk a list of them): each enqueue wakes its own queue's
+ * waiter and no other, through the table's growth past 64 buckets and its
+ * shrinking back, and once the waits run out every queue's subscription is
+ * released (before, 26,000 SUBSCRIBEs stayed live). */
+static void test_many_queues_woken_alone_and_released(void **state)
+{
+    (void)state;
+    enum { N = 3000, EVERY = 10, WAIT_MS = 5000 };
+    fixture_t *f = fixture_open(ut_test_redis_port());
+    redisContext *admin = redisConnect("127.0.0.1", ut_test_redis_port());
+    assert_true(admin != NULL && admin->err == 0);
+    static char names[N][48];
+    static got_t got[N];
+    memset(got, 0, sizeof got);
+    char pattern[80];
+    snprintf(pattern, sizeof pattern, "unit:{many%ld-*}:wake", (long)getpid());
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof names[i], "many%ld-%d", (long)getpid(), i);
+        rd_store_queue_t q = { names[i], strlen(names[i]) };
+        rd_waiters_park(f->w, q, LEASE, 1, NULL, WAIT_MS, EX(&f->ex), on_messages, &got[i]);
+    }
+    assert_int_equal(rd_waiters_count(f->w), N);
+    /* Every queue subscribed (and its first claim found nothing). */
+    long long deadline = e2e_mono_ms() + 10000;
+    for (;;) {
+        redisReply *x = redisCommand(admin, "PUBSUB CHANNELS %s", pattern);
+        assert_non_null(x);
+        size_t n = x->elements;
+        freeReplyObject(x);
+        if (n == N) break;
+        if (e2e_mono_ms() > deadline) fail_msg("%zu of %d queues subscribed", n, N);
+        ut_run_for(&f->loop, 20);
+    }
+    /* An enqueue into every tenth queue wakes its waiter, and only it. */
+    long long ids[N / EVERY];
+    for (int i = 0; i < N; i += EVERY) {
+        got_t e = { 0 };
+        rd_store_queue_t q = { names[i], strlen(names[i]) };
+        assert_int_equal(rd_store_enqueue(f->s.store, q,
+                &(rd_enqueue_t){ .payload = "p", .len = 1, .ttl_ms = -1 }, on_messages, &e), 0);
+        assert_true(ut_run_until(&f->loop, e.calls == 1, 5000));
+        assert_int_equal(e.status, RD_STORE_OK);
+        ids[i / EVERY] = e.id;
+    }
+    for (int i = 0; i < N; i += EVERY) {
+        assert_true(ut_run_until(&f->loop, got[i].calls == 1, 5000));
+        assert_int_equal(got[i].status, RD_STORE_OK);
+        assert_int_equal(got[i].count, 1);
+        assert_int_equal(got[i].id, ids[i / EVERY]);
+    }
+    for (int i = 0; i < N; i++)
+        if (i % EVERY != 0 && got[i].calls != 0) fail_msg("queue %d woken by another's enqueue", i);
+    assert_int_equal(rd_waiters_count(f->w), N - N / EVERY);
+    /* The others' waits run out; then every subscription goes. */
+    assert_true(ut_run_until(&f->loop, rd_waiters_count(f->w) == 0, WAIT_MS + 10000));
+    for (int i = 0; i < N; i++) assert_int_equal(got[i].calls, 1);
+    deadline = e2e_mono_ms() + 10000;
+    for (;;) {
+        redisReply *x = redisCommand(admin, "PUBSUB CHANNELS %s", pattern);
+        assert_non_null(x);
+        size_t n = x->elements;
+        freeReplyObject(x);
+        if (n == 0) break;
+        if (e2e_mono_ms() > deadline) fail_msg("%zu subscriptions left after the waits", n);
+        ut_run_for(&f->loop, 50);
+    }
+    redisFree(admin);
+    fixture_close(f);
+}
+
 static void test_redis_gone_while_parked(void **state)
 {
     (void)state;
@@ -285,6 +356,7 @@ int main(void)
         cmocka_unit_test(test_wait_runs_out),
         cmocka_unit_test(test_first_come_first_served_and_stop),
         cmocka_unit_test(test_departed_client_hands_messages_back),
+        cmocka_unit_test(test_many_queues_woken_alone_and_released),
         cmocka_unit_test(test_redis_gone_while_parked),
     };
     if (ut_test_redis_port() == 0) {

@@ -1,7 +1,7 @@
-/* hash.h - the one string hash of the daemon's in-memory tables (queue names
- * to buckets in store.c, alerts.c and coalesce.c): 64-bit FNV-1a. Not for
- * anything an attacker must not steer: the tables it spreads are bounded or
- * chained, and their keys are queue names. */
+/* hash.h - the unkeyed string hash of the daemon's bounded in-memory tables
+ * (queue names to slots in registry.c, alerts.c and coalesce.c): 64-bit
+ * FNV-1a. Not for a table a client can grow with names of its choosing: the
+ * long-poll waiters use keyed_hash.h. */
 #ifndef RETRYD_HASH_H
 #define RETRYD_HASH_H
 
