@@ -13,8 +13,13 @@ prints one line per scenario:
           are 1 MiB minus 64 bytes of 0x01 (six-fold on the wire as \\u0001)
           and never read the answer.
   claim   the same with a claim of 100 (?count=100).
+  sqs     N connections send an unsigned SendMessage (JSON protocol) with
+          Content-Length 1 MiB and 1 MiB minus one byte of body to the SQS
+          endpoint of a retryd with --sqs-credentials (before the fix each
+          body was read and held until the idle timeout; now each gets 403
+          MissingAuthenticationToken at its headers).
 
-Usage: bench/memory_pin.py [--bin build/retryd] [--scenario bodies|list|claim|all]
+Usage: bench/memory_pin.py [--bin build/retryd] [--scenario bodies|list|claim|sqs|all]
                            [--conns N] [--hold S] [-- extra retryd flags...]
 Only loopback addresses are used; every loop is bounded in count and time.
 """
@@ -106,7 +111,7 @@ def metric(port, name, token=None):
 
 
 class Daemons:
-    def __init__(self, binary, extra, token):
+    def __init__(self, binary, extra, token, sqs=False):
         self.tmp = tempfile.mkdtemp(prefix="memory_pin.")
         self.redis_port = free_port()
         self.redis = subprocess.Popen(
@@ -123,6 +128,13 @@ class Daemons:
             with open(path, "w") as f:
                 f.write(token + "\n")
             args += ["--auth-token-file", path]
+        self.sqs_port = None
+        if sqs:
+            self.sqs_port = free_port()
+            path = os.path.join(self.tmp, "sqs-credentials")
+            with open(path, "w") as f:
+                f.write("AKIDMEMORYPIN s3cretMemoryPin\n")
+            args += ["--sqs-listen", f"127.0.0.1:{self.sqs_port}", "--sqs-credentials", path]
         self.retryd = subprocess.Popen(args + extra)
         wait_port(self.port)
         end = time.monotonic() + 10
@@ -148,17 +160,22 @@ def sample_while(pid, seconds, peak):
     return peak
 
 
-def scenario_bodies(binary, conns, hold, extra):
-    d = Daemons(binary, extra, token="memory-pin-token")
+def scenario_bodies(binary, conns, hold, extra, sqs=False):
+    d = Daemons(binary, extra, token="memory-pin-token", sqs=sqs)
     try:
         base = rss_kb(d.retryd.pid)
+        port, refusal = d.port, b"HTTP/1.1 401"
         head = (b"POST /queues/pin/messages HTTP/1.1\r\nHost: x\r\n"
                 b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % MiB)
+        if sqs:
+            port, refusal = d.sqs_port, b"HTTP/1.1 403"
+            head = (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-amz-json-1.0\r\n"
+                    b"X-Amz-Target: AmazonSQS.SendMessage\r\nContent-Length: %d\r\n\r\n" % MiB)
         body_left = {}
         sel = selectors.DefaultSelector()
         socks = []
         for _ in range(conns):
-            s = socket.create_connection(("127.0.0.1", d.port))
+            s = socket.create_connection(("127.0.0.1", port))
             s.sendall(head)
             s.setblocking(False)
             socks.append(s)
@@ -184,19 +201,22 @@ def scenario_bodies(binary, conns, hold, extra):
             peak = max(peak, rss_kb(d.retryd.pid))
         peak = sample_while(d.retryd.pid, hold, peak)
         held = rss_kb(d.retryd.pid)
-        refusals = metric(d.port, 'retryd_http_refused_total{reason="unauthorized"}', d.token)
+        refusals = None if sqs else metric(d.port, 'retryd_http_refused_total{reason="unauthorized"}',
+                                           d.token)
         answered = 0
         for s in socks:
             s.setblocking(True)
             s.settimeout(0.2)
             try:
-                answered += s.recv(64).startswith(b"HTTP/1.1 401")
+                answered += s.recv(64).startswith(refusal)
             except OSError:
                 pass
             s.close()
-        print(f"bodies: {conns} connections x {MiB - 1} bytes without a token: "
+        print(f"{'sqs' if sqs else 'bodies'}: {conns} connections x {MiB - 1} bytes "
+              f"{'unsigned to the SQS port' if sqs else 'without a token'}: "
               f"RSS {base / 1024:.0f} MB before, peak {peak / 1024:.0f} MB, "
-              f"{held / 1024:.0f} MB after {hold:g} s; answered 401: {answered}, sends cut: "
+              f"{held / 1024:.0f} MB after {hold:g} s; answered {refusal[9:].decode()}: "
+              f"{answered}, sends cut: "
               f"{refused}; retryd_http_refused_total{{unauthorized}}: {refusals}")
     finally:
         d.stop()
@@ -251,16 +271,16 @@ def scenario_readers(binary, conns, hold, extra, kind):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bin", default="build/retryd")
-    ap.add_argument("--scenario", default="all", choices=["bodies", "list", "claim", "all"])
+    ap.add_argument("--scenario", default="all", choices=["bodies", "list", "claim", "sqs", "all"])
     ap.add_argument("--conns", type=int, default=0,
-                    help="connections (default 600 for bodies, 40 for list and claim)")
+                    help="connections (default 600 for bodies and sqs, 40 for list and claim)")
     ap.add_argument("--hold", type=float, default=5.0, help="seconds to keep sampling")
     ap.add_argument("extra", nargs="*", help="more retryd flags (after --)")
     a = ap.parse_args()
-    todo = ["bodies", "list", "claim"] if a.scenario == "all" else [a.scenario]
+    todo = ["bodies", "list", "claim", "sqs"] if a.scenario == "all" else [a.scenario]
     for sc in todo:
-        if sc == "bodies":
-            scenario_bodies(a.bin, a.conns or 600, a.hold, a.extra)
+        if sc in ("bodies", "sqs"):
+            scenario_bodies(a.bin, a.conns or 600, a.hold, a.extra, sqs=sc == "sqs")
         else:
             scenario_readers(a.bin, a.conns or 40, a.hold, a.extra, sc)
     return 0
