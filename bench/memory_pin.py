@@ -201,7 +201,7 @@ def scenario_bodies(binary, conns, hold, extra, sqs=False):
             peak = max(peak, rss_kb(d.retryd.pid))
         peak = sample_while(d.retryd.pid, hold, peak)
         held = rss_kb(d.retryd.pid)
-        refusals = None if sqs else metric(d.port, 'retryd_http_refused_total{reason="unauthorized"}',
+        refusals = "n/a (an API counter)" if sqs else metric(d.port, 'retryd_http_refused_total{reason="unauthorized"}',
                                            d.token)
         answered = 0
         for s in socks:
