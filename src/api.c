@@ -495,6 +495,7 @@ static void on_queues(const rd_fanout_queues_t *res, void *arg)
         rd_metrics_render_registry(&text, res->total, res->total - exported);
         rd_metrics_render_snapshot_age(&text, res->age_ms);
         if (c->api->coalescer) rd_coalescer_render_metrics(c->api->coalescer, &text);
+        if (c->api->enqueues) rd_enqueue_lines_render_metrics(c->api->enqueues, &text);
         rd_api_batch_render_metrics(c->api, &text);
         if (c->api->alerts) rd_alerts_render_metrics(c->api->alerts, &text);
         if (c->api->http) rd_http_server_render_metrics(c->api->http, &text);
@@ -577,7 +578,9 @@ static void handle_enqueue(call_t *c)
                         .max_retries = e.max_retries_given ? e.max_retries : 0,
                         .delay_ms = e.delay_ms, .ttl_ms = e.ttl_ms, .priority = e.priority,
                         .group = e.group, .idempotency_key = e.idempotency_key };
-    int rc = rd_store_enqueue(c->api->store, rd_api_queue_of(c), &in, on_enqueued, c);
+    int rc = c->api->enqueues
+                 ? rd_enqueue_lines_enqueue(c->api->enqueues, rd_api_queue_of(c), &in, on_enqueued, c)
+                 : rd_store_enqueue(c->api->store, rd_api_queue_of(c), &in, on_enqueued, c);
     rd_request_free(e.doc);
     rd_api_started(c, rc);
 }

@@ -20,6 +20,7 @@
 #include "retryd/tokens.h"
 #include "retryd/backend.h"
 #include "retryd/coalesce.h"
+#include "retryd/enqueue_lines.h"
 #include "retryd/config.h"
 #include "retryd/dlq.h"
 #include "retryd/moves.h"
@@ -48,6 +49,7 @@ typedef struct server {
     rd_lost_claims_t *lost_claims;
     rd_fanout_t *fanout;
     rd_coalescer_t *coalescer;    /* settle-and-claim requests sent together */
+    rd_enqueue_lines_t *enqueues; /* single enqueues of one queue sent together */
     rd_api_t api;
     rd_http_server_t *http;
     rd_promoter_t *promoter;
@@ -78,9 +80,12 @@ static void on_redis_closed(void *arg)
     s->api.store = NULL;
     if (s->sqs) rd_sqs_forget_store(s->sqs);
     s->api.coalescer = NULL;
+    s->api.enqueues = NULL;
     s->api.fanout = NULL;
     rd_coalescer_free(s->coalescer);
     s->coalescer = NULL;
+    rd_enqueue_lines_free(s->enqueues);
+    s->enqueues = NULL;
     rd_fanout_free(s->fanout);
     s->fanout = NULL;
     rd_lost_claims_free(s->lost_claims);
@@ -307,6 +312,7 @@ static void abandon_start(server_t *s, char *token)
     rd_waiters_close(s->waiters, NULL, NULL);
     rd_backend_close(s->redis, true, NULL, NULL);
     rd_coalescer_free(s->coalescer);
+    rd_enqueue_lines_free(s->enqueues);
     rd_moves_free(s->moves);
     rd_fanout_free(s->fanout);
     rd_lost_claims_free(s->lost_claims);
@@ -409,9 +415,11 @@ int main(int argc, char **argv)
     s.lost_claims = rd_lost_claims_new(s.store);
     s.fanout = rd_fanout_new(s.loop, s.store, s.registry);
     s.coalescer = rd_coalescer_new(s.store);
+    s.enqueues = rd_enqueue_lines_new(s.store);
     s.api.store = s.store;
     s.api.fanout = s.fanout;
     s.api.coalescer = s.coalescer;
+    s.api.enqueues = s.enqueues;
     s.api.waiters = s.waiters;
     s.api.alerts = s.alerts;
     s.api.cfg = &s.cfg;
@@ -426,7 +434,7 @@ int main(int argc, char **argv)
             .idle_timeout_ms = (uint64_t)s.cfg.idle_timeout_ms,
             .max_pending_body_bytes = s.cfg.max_pending_body_bytes,
             .max_pending_output_bytes = s.cfg.max_pending_output_bytes, .store = s.store,
-            .coalescer = s.coalescer, .waiters = s.waiters, .moves = s.moves,
+            .coalescer = s.coalescer, .enqueues = s.enqueues, .waiters = s.waiters, .moves = s.moves,
         };
         char why[512];
         s.sqs = rd_sqs_start(s.loop, &so, why, sizeof why);

@@ -441,6 +441,147 @@ static void test_concurrent_batches_with_overlapping_keys(void **state)
     freeReplyObject(x);
 }
 
+/* ---- single enqueues sent together (docs/coalescing.md "Enqueues") ---- */
+
+enum { SINGLE_CLIENTS = 40, SINGLE_EACH = 15, SINGLE_KEYS = 60 };
+
+typedef struct single_client {
+    pthread_t thread;
+    int index;
+    const char *queue;
+    answer_t answers[SINGLE_EACH];
+    char error[256];
+} single_client_t;
+
+/* Request i of client c: a key from the shared pool, none, an invalid body
+ * (422, never sent), or a payload of 1100 bytes, over the queue's
+ * max_payload_bytes of 1024 (413,
+ * the item's own refusal in the shared call). */
+static int single_key(int c, int i)
+{
+    if ((c + i) % 9 == 4) return -2;
+    if ((c + i) % 11 == 6) return -3;
+    if ((c + i) % 5 == 1) return -1;
+    return (c * 7 + i) % SINGLE_KEYS;
+}
+
+static void *single_main(void *arg)
+{
+    single_client_t *cl = arg;
+    e2e_conn_t conn = { .fd = -1 };
+    e2e_response_t r = { 0 };
+    for (int i = 0; i < SINGLE_EACH && !cl->error[0]; i++) {
+        int k = single_key(cl->index, i);
+        answer_t *a = &cl->answers[i];
+        a->key = k;
+        const char *body =
+            k == -2 ? "{\"payload\":\"bad\",\"max_retries\":99}"
+            : k == -3 ? e2e_fmt("{\"payload\":\"%01100d\"}", 0)
+            : k == -1 ? e2e_fmt("{\"payload\":\"s%d-%d\"}", cl->index, i)
+                      : e2e_fmt("{\"payload\":\"key %d\",\"idempotency_key\":\"s-%d\"}", k, k);
+        char path[256];
+        snprintf(path, sizeof path, "/queues/%s/messages", cl->queue);
+        if (e2e_try_request(&conn, g_daemon.port, &r, "POST", path, body, strlen(body)) != 0) {
+            snprintf(cl->error, sizeof cl->error, "request %d: no answer", i);
+            break;
+        }
+        a->status = r.status;
+        a->id = -1;
+        if (r.json) {
+            long long id = -1;
+            rd_json_integer(rd_json_get(r.json, "id"), &id);
+            a->id = id;
+        }
+        const char *own = e2e_fmt("/queues/%s/messages/%lld", cl->queue, a->id);
+        size_t ll = strlen(r.location), ol = strlen(own);
+        if (r.status == 201 && (ll < ol || strcmp(r.location + ll - ol, own) != 0))
+            snprintf(cl->error, sizeof cl->error, "request %d: Location %.100s, not its own %.100s",
+                     i, r.location, own);
+        e2e_response_free(&r);
+    }
+    e2e_conn_close(&conn);
+    return NULL;
+}
+
+/* 40 clients at once send 15 single enqueues each to one queue while its
+ * first enqueue waits on a paused Redis (CLIENT PAUSE WRITE): they meet in
+ * the queue's line and go out together in enqueue_many calls (counted in
+ * /metrics: fewer calls than requests). Each request keeps its own answer:
+ * one message per idempotency key (201 once, 200 with it after), ids
+ * unique, invalid bodies 422, payloads over the policy's limit 413, its own
+ * Location; `enqueued` equals the messages made. */
+static void test_single_enqueues_sent_together(void **state)
+{
+    (void)state;
+    char q[64];
+    e2e_queue_name(q, sizeof q, "singles");
+    e2e_response_t r = { 0 };
+    http(&r, "PUT", e2e_fmt("/queues/%s/policy", q), "{\"max_payload_bytes\":1024}");
+    assert_int_equal(r.status, 200);
+    e2e_response_free(&r);
+    long long requests0 = metric("retryd_enqueue_requests_total");
+    long long waited0 = metric("retryd_enqueue_waited_total");
+    long long calls0 = metric("retryd_enqueue_calls_total");
+    assert_true(requests0 >= 0 && waited0 >= 0 && calls0 >= 0);
+
+    freeReplyObject(e2e_rcmd(g_redis, "CLIENT PAUSE 400 WRITE"));
+    static single_client_t clients[SINGLE_CLIENTS];
+    memset(clients, 0, sizeof clients);
+    for (int c = 0; c < SINGLE_CLIENTS; c++) {
+        clients[c].index = c;
+        clients[c].queue = q;
+        assert_int_equal(pthread_create(&clients[c].thread, NULL, single_main, &clients[c]), 0);
+    }
+    for (int c = 0; c < SINGLE_CLIENTS; c++) pthread_join(clients[c].thread, NULL);
+    for (int c = 0; c < SINGLE_CLIENTS; c++)
+        if (clients[c].error[0]) fail_msg("client %d: %s", c, clients[c].error);
+
+    static long long key_id[SINGLE_KEYS];
+    static int created_for_key[SINGLE_KEYS];
+    for (int k = 0; k < SINGLE_KEYS; k++) key_id[k] = -1, created_for_key[k] = 0;
+    static char seen[SINGLE_CLIENTS * SINGLE_EACH + 1];
+    memset(seen, 0, sizeof seen);
+    long long created = 0, sent = 0;
+    for (int c = 0; c < SINGLE_CLIENTS; c++) {
+        for (int i = 0; i < SINGLE_EACH; i++) {
+            const answer_t *a = &clients[c].answers[i];
+            if (a->key == -2) {
+                if (a->status != 422) fail_msg("client %d request %d: invalid, answered %d", c, i, a->status);
+                continue;
+            }
+            sent++;
+            if (a->key == -3) {
+                if (a->status != 413) fail_msg("client %d request %d: too large, answered %d", c, i, a->status);
+                continue;
+            }
+            if (a->status == 201) {
+                created++;
+                if (a->id < 1 || a->id > SINGLE_CLIENTS * SINGLE_EACH || seen[a->id])
+                    fail_msg("id %lld made twice or out of range", a->id);
+                seen[a->id] = 1;
+                if (a->key >= 0) created_for_key[a->key]++;
+            } else if (a->status != 200 || a->key < 0) {
+                fail_msg("client %d request %d (key %d): status %d", c, i, a->key, a->status);
+            }
+            if (a->key < 0) continue;
+            if (key_id[a->key] < 0) key_id[a->key] = a->id;
+            if (key_id[a->key] != a->id)
+                fail_msg("key %d answered ids %lld and %lld", a->key, key_id[a->key], a->id);
+        }
+    }
+    for (int k = 0; k < SINGLE_KEYS; k++)
+        if (key_id[k] >= 0 && created_for_key[k] != 1)
+            fail_msg("key %d: %d messages made", k, created_for_key[k]);
+    assert_int_equal(enqueued_total(q), created);
+    long long requests = metric("retryd_enqueue_requests_total") - requests0;
+    long long waited = metric("retryd_enqueue_waited_total") - waited0;
+    long long calls = metric("retryd_enqueue_calls_total") - calls0;
+    printf("# %lld single enqueues: %lld waited in the line, %lld calls\n", requests, waited, calls);
+    assert_int_equal(requests, sent);
+    assert_true(waited > 0);
+    assert_true(calls < requests);
+}
+
 /* Redis refuses a call in the middle of a batch (over maxmemory after the
  * first call): the first call's items are 201, the refused call's 500, the
  * items after it 503 backend-unavailable (never sent), invalid ones still
@@ -511,6 +652,7 @@ int main(void)
         T(test_items_at_the_payload_limit),
         T(test_nul_and_bad_utf8_refused_per_item),
         T(test_concurrent_batches_with_overlapping_keys),
+        T(test_single_enqueues_sent_together),
         T(test_redis_refusal_mid_batch),
     };
     int failed = cmocka_run_group_tests_name("e2e_batch", tests, group_setup, group_teardown);

@@ -6,6 +6,7 @@
 #include "retryd/alerts.h"
 #include "retryd/buf.h"
 #include "retryd/coalesce.h"
+#include "retryd/enqueue_lines.h"
 #include "retryd/config.h"
 #include "retryd/http.h"
 #include "retryd/router.h"
@@ -18,6 +19,8 @@ typedef struct rd_api {
     rd_store_t *store;          /* borrowed; NULL once the server has closed it */
     rd_fanout_t *fanout;        /* borrowed: GET /queues and /metrics; NULL with store */
     rd_coalescer_t *coalescer;  /* borrowed: settle-and-claim goes through it; NULL with store */
+    rd_enqueue_lines_t *enqueues; /* borrowed: single enqueues go through it; NULL: straight
+                                     to the store */
     rd_waiters_t *waiters;      /* borrowed: long-poll claims */
     rd_alerts_t *alerts;        /* borrowed: the alert sender, NULL until one is started */
     rd_http_server_t *http;     /* borrowed: the server, for /metrics; NULL before it starts */

@@ -9,6 +9,7 @@
 
 #include "retryd/buf.h"
 #include "retryd/coalesce.h"
+#include "retryd/enqueue_lines.h"
 #include "retryd/moves.h"
 #include "retryd/store.h"
 #include "retryd/waiters.h"
@@ -28,6 +29,7 @@ typedef struct rd_sqs_options {
     size_t max_pending_output_bytes;
     rd_store_t *store;          /* borrowed, as the HTTP API's */
     rd_coalescer_t *coalescer;  /* borrowed: receives and deletes go through it */
+    rd_enqueue_lines_t *enqueues; /* borrowed: SendMessage goes through it */
     rd_waiters_t *waiters;      /* borrowed: long polls */
     rd_moves_t *moves;          /* borrowed: StartMessageMoveTask runs its tasks there */
 } rd_sqs_options_t;

@@ -325,6 +325,7 @@ rd_sqs_t *rd_sqs_start(uv_loop_t *loop, const rd_sqs_options_t *opts, char *why,
     sqs->loop = loop;
     sqs->store = opts->store;
     sqs->coalescer = opts->coalescer;
+    sqs->enqueues = opts->enqueues;
     sqs->waiters = opts->waiters;
     sqs->moves = opts->moves;
     sqs->keys = keys;

@@ -291,6 +291,7 @@ static rd_enqueue_t send_item(const send_t *s)
 static int send_enqueue(rd_sqs_req_t *r, const send_t *s, rd_store_messages_cb cb, void *arg)
 {
     rd_enqueue_t e = send_item(s);
+    if (r->sqs->enqueues) return rd_enqueue_lines_enqueue(r->sqs->enqueues, rd_sqs_queue(r), &e, cb, arg);
     return rd_store_enqueue(r->sqs->store, rd_sqs_queue(r), &e, cb, arg);
 }
 

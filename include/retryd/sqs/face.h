@@ -30,6 +30,7 @@ struct rd_sqs {
     rd_http_server_t *http;
     rd_store_t *store;                 /* NULL once forgotten */
     rd_coalescer_t *coalescer;
+    rd_enqueue_lines_t *enqueues;      /* SendMessage goes through it (NULL: the store) */
     rd_waiters_t *waiters;
     rd_moves_t *moves;                 /* message move tasks (moves.c) */
     rd_sqs_keys_t *keys;               /* NULL: no signature check */
