@@ -15,8 +15,8 @@
 #include <string.h>
 
 #include "retryd/alloc.h"
-#include "retryd/hash.h"
 #include "retryd/limits.h"
+#include "retryd/queue_lines.h"
 
 typedef struct request {
     struct request *next;
@@ -35,10 +35,8 @@ typedef struct request {
 } request_t;
 
 typedef struct line {
-    struct line *next;              /* in its bucket */
+    rd_line_key_t key;              /* its queue, in co->lines (first) */
     rd_coalescer_t *co;
-    char *name;
-    size_t len;
     request_t *waiting, *last;      /* in arrival order */
     size_t out;                     /* its calls in flight */
 } line_t;
@@ -49,11 +47,9 @@ typedef struct batch {
     request_t *sent;
 } batch_t;
 
-enum { BUCKETS = 64 };
-
 struct rd_coalescer {
     rd_store_t *store;
-    line_t *buckets[BUCKETS];
+    rd_line_table_t lines;
     struct {
         unsigned long long requests;    /* accepted, since start */
         unsigned long long calls;       /* settle_claim calls they took */
@@ -147,39 +143,22 @@ static bool same_call(const request_t *a, const request_t *b)
 
 /* ---------------------------------------------------------------- lines */
 
-static line_t **bucket_of(rd_coalescer_t *co, const char *name, size_t len)
-{
-    return &co->buckets[rd_hash(name, len) % BUCKETS];
-}
-
 static line_t *line_find(rd_coalescer_t *co, rd_store_queue_t q)
 {
-    for (line_t *l = *bucket_of(co, q.name, q.len); l; l = l->next)
-        if (l->len == q.len && memcmp(l->name, q.name, q.len) == 0) return l;
-    return NULL;
+    return (line_t *)(void *)rd_line_table_find(&co->lines, q);
 }
 
 static line_t *line_new(rd_coalescer_t *co, rd_store_queue_t q)
 {
     line_t *l = rd_calloc(1, sizeof *l);
     l->co = co;
-    l->name = rd_strndup(q.name, q.len);
-    l->len = q.len;
-    line_t **b = bucket_of(co, q.name, q.len);
-    l->next = *b;
-    *b = l;
+    rd_line_table_add(&co->lines, &l->key, q);
     return l;
 }
 
 static void line_free(line_t *l)
 {
-    for (line_t **p = bucket_of(l->co, l->name, l->len); *p; p = &(*p)->next) {
-        if (*p == l) {
-            *p = l->next;
-            break;
-        }
-    }
-    rd_free(l->name);
+    rd_line_table_remove(&l->co->lines, &l->key);
     rd_free(l);
 }
 
@@ -215,7 +194,7 @@ static batch_t *send_line(line_t *l, request_t **refused)
         at += x->n;
     }
     /* The store answers later, never from inside this call (store.h). */
-    rd_store_queue_t q = { l->name, l->len };
+    rd_store_queue_t q = { l->key.name, l->key.len };
     int rc = rd_store_settle_claim(l->co->store, q, first->lease, count, first->worker, n, all,
                                    on_settled, b);
     rd_free(all);
@@ -386,18 +365,17 @@ static void free_list(request_t *r)
     }
 }
 
+static void line_drop(rd_line_key_t *k, void *arg)
+{
+    (void)arg;
+    line_t *l = (line_t *)(void *)k;
+    free_list(l->waiting);
+    rd_free(l);
+}
+
 void rd_coalescer_free(rd_coalescer_t *co)
 {
     if (co == NULL) return;
-    for (size_t b = 0; b < BUCKETS; b++) {
-        line_t *l = co->buckets[b];
-        while (l) {
-            line_t *next = l->next;
-            free_list(l->waiting);
-            rd_free(l->name);
-            rd_free(l);
-            l = next;
-        }
-    }
+    rd_line_table_clear(&co->lines, line_drop, NULL);
     rd_free(co);
 }

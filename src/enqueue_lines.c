@@ -7,9 +7,8 @@
  * out: the first run that fits one enqueue_many call, as one call (a run of
  * one as a plain enqueue). One call per line at a time keeps the arrival
  * order, also when a short answer (store.h, rd_store_enqueued_many_t) sends
- * items again. A line with nothing in flight and nothing waiting is removed.
- * Lines exist only for queues with a call in flight, so the table is
- * bounded by the calls in flight. */
+ * items again. A line with nothing in flight and nothing waiting is removed
+ * (queue_lines.h: the table is bounded by the calls in flight). */
 #include "retryd/enqueue_lines.h"
 
 #include <stdbool.h>
@@ -17,8 +16,8 @@
 #include <string.h>
 
 #include "retryd/alloc.h"
-#include "retryd/hash.h"
 #include "retryd/limits.h"
+#include "retryd/queue_lines.h"
 
 typedef struct request {
     struct request *next;
@@ -29,10 +28,8 @@ typedef struct request {
 } request_t;
 
 typedef struct line {
-    struct line *next;              /* in its bucket */
+    rd_line_key_t key;              /* its queue, in el->lines (first) */
     rd_enqueue_lines_t *el;
-    char *name;
-    size_t len;
     request_t *waiting, *last;      /* in arrival order */
     bool busy;                      /* a call in flight */
 } line_t;
@@ -47,11 +44,9 @@ typedef struct call {
     void *arg;
 } call_t;
 
-enum { BUCKETS = 64 };
-
 struct rd_enqueue_lines {
     rd_store_t *store;
-    line_t *buckets[BUCKETS];
+    rd_line_table_t lines;
     struct {
         unsigned long long requests;    /* accepted, since start */
         unsigned long long waited;      /* of them, sent after waiting in a line */
@@ -110,39 +105,22 @@ static size_t request_bytes(const request_t *r)
 
 /* ------------------------------------------------------------- lines */
 
-static line_t **bucket_of(rd_enqueue_lines_t *el, const char *name, size_t len)
-{
-    return &el->buckets[rd_hash(name, len) % BUCKETS];
-}
-
 static line_t *line_find(rd_enqueue_lines_t *el, rd_store_queue_t q)
 {
-    for (line_t *l = *bucket_of(el, q.name, q.len); l; l = l->next)
-        if (l->len == q.len && memcmp(l->name, q.name, q.len) == 0) return l;
-    return NULL;
+    return (line_t *)(void *)rd_line_table_find(&el->lines, q);
 }
 
 static line_t *line_new(rd_enqueue_lines_t *el, rd_store_queue_t q)
 {
     line_t *l = rd_calloc(1, sizeof *l);
     l->el = el;
-    l->name = rd_strndup(q.name, q.len);
-    l->len = q.len;
-    line_t **b = bucket_of(el, q.name, q.len);
-    l->next = *b;
-    *b = l;
+    rd_line_table_add(&el->lines, &l->key, q);
     return l;
 }
 
 static void line_free(line_t *l)
 {
-    for (line_t **p = bucket_of(l->el, l->name, l->len); *p; p = &(*p)->next) {
-        if (*p == l) {
-            *p = l->next;
-            break;
-        }
-    }
-    rd_free(l->name);
+    rd_line_table_remove(&l->el->lines, &l->key);
     rd_free(l);
 }
 
@@ -239,7 +217,7 @@ static void drain(line_t *l)
     c->line = l;
     c->sent = run;
     c->n = n;
-    rd_store_queue_t q = { l->name, l->len };
+    rd_store_queue_t q = { l->key.name, l->key.len };
     int rc;
     if (n == 1) {
         rc = rd_store_enqueue(el->store, q, &run->e, on_one, c);
@@ -317,22 +295,21 @@ void rd_enqueue_lines_render_metrics(const rd_enqueue_lines_t *el, rd_buf_t *out
                   el->counts.requests, el->counts.waited, el->counts.calls);
 }
 
+static void line_drop(rd_line_key_t *k, void *arg)
+{
+    (void)arg;
+    line_t *l = (line_t *)(void *)k;
+    for (request_t *r = l->waiting; r;) {
+        request_t *next = r->next;
+        request_free(r);
+        r = next;
+    }
+    rd_free(l);
+}
+
 void rd_enqueue_lines_free(rd_enqueue_lines_t *el)
 {
     if (el == NULL) return;
-    for (size_t b = 0; b < BUCKETS; b++) {
-        line_t *l = el->buckets[b];
-        while (l) {
-            line_t *next = l->next;
-            for (request_t *r = l->waiting; r;) {
-                request_t *rn = r->next;
-                request_free(r);
-                r = rn;
-            }
-            rd_free(l->name);
-            rd_free(l);
-            l = next;
-        }
-    }
+    rd_line_table_clear(&el->lines, line_drop, NULL);
     rd_free(el);
 }

@@ -474,11 +474,12 @@ static void *single_main(void *arg)
         int k = single_key(cl->index, i);
         answer_t *a = &cl->answers[i];
         a->key = k;
-        const char *body =
-            k == -2 ? "{\"payload\":\"bad\",\"max_retries\":99}"
-            : k == -3 ? e2e_fmt("{\"payload\":\"%01100d\"}", 0)
-            : k == -1 ? e2e_fmt("{\"payload\":\"s%d-%d\"}", cl->index, i)
-                      : e2e_fmt("{\"payload\":\"key %d\",\"idempotency_key\":\"s-%d\"}", k, k);
+        /* Buffers of its own: e2e_fmt's ring is not for threads. */
+        char body[1200];
+        if (k == -2) snprintf(body, sizeof body, "{\"payload\":\"bad\",\"max_retries\":99}");
+        else if (k == -3) snprintf(body, sizeof body, "{\"payload\":\"%01100d\"}", 0);
+        else if (k == -1) snprintf(body, sizeof body, "{\"payload\":\"s%d-%d\"}", cl->index, i);
+        else snprintf(body, sizeof body, "{\"payload\":\"key %d\",\"idempotency_key\":\"s-%d\"}", k, k);
         char path[256];
         snprintf(path, sizeof path, "/queues/%s/messages", cl->queue);
         if (e2e_try_request(&conn, g_daemon.port, &r, "POST", path, body, strlen(body)) != 0) {
@@ -492,7 +493,8 @@ static void *single_main(void *arg)
             rd_json_integer(rd_json_get(r.json, "id"), &id);
             a->id = id;
         }
-        const char *own = e2e_fmt("/queues/%s/messages/%lld", cl->queue, a->id);
+        char own[128];
+        snprintf(own, sizeof own, "/queues/%s/messages/%lld", cl->queue, a->id);
         size_t ll = strlen(r.location), ol = strlen(own);
         if (r.status == 201 && (ll < ol || strcmp(r.location + ll - ol, own) != 0))
             snprintf(cl->error, sizeof cl->error, "request %d: Location %.100s, not its own %.100s",

@@ -524,6 +524,27 @@ static void expect_closed(int fd)
         fail_msg("the connection was left open after the refusal");
 }
 
+/* Sends a request head on fd; with start_body, also the first 4 KiB of its
+ * body (a client that does not wait for the answer to the head). */
+static void send_head(int fd, const char *head, bool start_body)
+{
+    assert_int_equal(e2e_send_all(fd, head, strlen(head)), 0);
+    if (start_body) {
+        static char part[4096];
+        memset(part, 'a', sizeof part);
+        assert_int_equal(e2e_send_all(fd, part, sizeof part), 0);
+    }
+}
+
+/* The answer on connection i (fd) must be want, read into buf. */
+static void expect_answer(int fd, int i, int want, char *buf, size_t cap)
+{
+    int status = raw_response(fd, buf, cap);
+    if (status != want)
+        fail_msg("connection %d: expected %d before the body, got %d: %.300s", i, want, status,
+                 status < 0 ? "(nothing in 3 s)" : buf);
+}
+
 /* A /metrics sample of port's daemon (the whole line's name, labels
  * included), asked with token when it is not NULL. */
 static long long metric_as(int port, const char *token, const char *name)
@@ -593,18 +614,10 @@ static void test_unauthorized_body_is_refused_unread(void **state)
                                    "Content-Length: 1048575\r\n%s%s\r\n",
                                    q, i % 2 ? "Expect: 100-continue\r\n" : "",
                                    i % 4 >= 2 ? "Authorization: Bearer wrong\r\n" : "");
-        assert_int_equal(e2e_send_all(fds[i], head, strlen(head)), 0);
-        /* One of them starts its body before the answer. */
-        if (i == 0) {
-            memset(buf, 'a', 4096);
-            assert_int_equal(e2e_send_all(fds[i], buf, 4096), 0);
-        }
+        send_head(fds[i], head, i == 0);  /* one starts its body before the answer */
     }
     for (int i = 0; i < N; i++) {
-        int status = raw_response(fds[i], buf, sizeof buf);
-        if (status != 401)
-            fail_msg("connection %d: expected 401 before the body, got %d: %.200s", i, status,
-                     status < 0 ? "(nothing in 3 s)" : buf);
+        expect_answer(fds[i], i, 401, buf, sizeof buf);
         assert_non_null(strcasestr(buf, "\r\nConnection: close\r\n"));
         assert_non_null(strcasestr(buf, "\r\nWWW-Authenticate: Bearer realm=\"retryd\"\r\n"));
         assert_non_null(strstr(buf, "/problems/unauthorized"));
@@ -675,17 +688,10 @@ static void test_sqs_unsigned_body_is_refused_unread(void **state)
         const char *head = e2e_fmt("POST / HTTP/1.1\r\nHost: t\r\n%sContent-Length: 1048575\r\n"
                                    "%s%s\r\n", type, i % 2 ? "Expect: 100-continue\r\n" : "",
                                    auth);
-        assert_int_equal(e2e_send_all(fds[i], head, strlen(head)), 0);
-        if (i == 0) {
-            memset(buf, 'a', 4096);
-            assert_int_equal(e2e_send_all(fds[i], buf, 4096), 0);
-        }
+        send_head(fds[i], head, i == 0);
     }
     for (int i = 0; i < N; i++) {
-        int status = raw_response(fds[i], buf, sizeof buf);
-        if (status != 403)
-            fail_msg("connection %d: expected 403 before the body, got %d: %.300s", i, status,
-                     status < 0 ? "(nothing in 3 s)" : buf);
+        expect_answer(fds[i], i, 403, buf, sizeof buf);
         const char *code = i % 4 >= 2 ? "InvalidClientTokenId" : "MissingAuthenticationToken";
         if (strstr(buf, code) == NULL) fail_msg("connection %d: no %s in %.300s", i, code, buf);
         assert_non_null(strcasestr(buf, i < 3 ? "\r\nContent-Type: application/x-amz-json-1.0"
