@@ -122,6 +122,8 @@ static void on_conn_close(uv_handle_t *handle)
     assert(!c->pending && c->list == NULL);
     assert(!c->out_counted && c->out_bytes == 0);
     rd_http_body_release(c);
+    rd_free(c->refusal.answer.headers);  /* a refusal never sent (none today) */
+    rd_free(c->refusal.answer.body);
     if (c->on_lost) c->on_lost(false, c->lost_arg);
     rd_http_settle_written(c, !c->peer_reset);
     free_buffers(c);

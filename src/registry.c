@@ -127,7 +127,12 @@ static void on_register(const rd_store_count_t *res, void *arg)
             rd_free(slot->name);
             slot->name = NULL;
         }
-        owe(reg, g->name, g->len, g->in_ms, g->sent_ms);
+        /* Owed with a tick due now at the latest: the write it followed may
+         * have been answered already, and a DeleteQueue since then would be
+         * undone by the registration sent again; that tick finds such a
+         * queue empty and removes it again (docs/design.md "A write's
+         * registration comes before its answer"). */
+        owe(reg, g->name, g->len, g->in_ms >= 0 ? g->in_ms : 0, g->sent_ms);
     }
     void (*resume)(void *) = g->resume;
     void *resume_arg = g->resume_arg;

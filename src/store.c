@@ -88,6 +88,8 @@ typedef struct op {
     char nonce[NONCE_MAX];      /* a claim's nonce ("" for none): lost answer -> claim_lost */
     rd_reply_t *held;           /* owned: the reply, while the write hook's registration
                                    is applied (resume_held) */
+    bool in_hook;               /* inside the written hook: a resume now is noted... */
+    bool resumed_in_hook;       /* ...here, and the callback runs when the hook returns */
 } op_t;
 
 /* ---------------------------------------------------------------- the table */
@@ -281,6 +283,11 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
 static void resume_held(void *arg)
 {
     op_t *op = arg;
+    if (op->in_hook) {
+        /* Answered before the hook returned (no backend does so today). */
+        op->resumed_in_hook = true;
+        return;
+    }
     const rd_reply_t *held = op->held;
     op->st = NULL;  /* the hooks ran: on_reply only delivers */
     on_reply(held, RD_REDIS_OK, op);
@@ -337,7 +344,10 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
                      (def == &ops[OP_ENQUEUE_MANY] && ((const rd_store_enqueued_many_t *)res)->first),
             .changed = op->nudge && !claimed_nothing(def, res),
         };
-        if (st->written(st->write_arg, q, &w, resume_held, op)) {
+        op->in_hook = true;
+        bool hold = st->written(st->write_arg, q, &w, resume_held, op);
+        op->in_hook = false;
+        if (hold && !op->resumed_in_hook) {
             /* Nobody hears of the write before its registration is in:
              * else a DeleteQueue that follows the answer could run before
              * it, and the registration would bring the dropped queue back
@@ -469,6 +479,7 @@ static int send_argv(rd_store_t *st, cmd_t *c, int argc, const char **argv, cons
     op->kept_free = c->kept_free;
     op->st = st;
     op->held = NULL;
+    op->in_hook = op->resumed_in_hook = false;
     bool hinted = (def->flags & F_HINTED) != 0;
     op->queue = hinted ? rd_strndup(c->q.name, c->q.len) : NULL;
     op->queue_len = hinted ? c->q.len : 0;

@@ -365,6 +365,8 @@ int rd_sqs_port(const rd_sqs_t *sqs)
 void rd_sqs_forget_store(rd_sqs_t *sqs)
 {
     sqs->store = NULL;
+    sqs->coalescer = NULL;  /* freed with the store */
+    sqs->enqueues = NULL;
 }
 
 static void on_http_drained(void *arg)
