@@ -40,7 +40,7 @@ LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o) $(BUILD)/lua_library.o $(BUILD)/ui_assets.o
            $(BUILD)/llhttp/llhttp.o $(BUILD)/llhttp/api.o $(BUILD)/llhttp/http.o
 
 UNIT_TESTS := test_keys test_router test_request test_request_groups test_message test_jsonw test_config test_problem test_metrics \
-              test_coalesce test_sqs_sigv4 test_sqs_codec test_sqs_names
+              test_coalesce test_sqs_sigv4 test_sqs_codec test_sqs_names test_keyed_hash
 # test_lua_*, test_e2e_* and test_faults_* share tests/lua_support.h, e2e_common.h, faults_common.h.
 LUA_TESTS := test_lua_messages test_lua_batch test_lua_queue_ops test_lua_settle test_lua_schedule test_lua_records test_lua_upgrade \
              test_lua_policy test_lua_history test_lua_dead_letters test_lua_keys test_lua_expiry \

@@ -14,6 +14,7 @@
 #include "unit_support.h"
 
 #include "retryd/enqueue_chunks.h"
+#include "retryd/enqueue_lines.h"
 #include "retryd/limits.h"
 #include "retryd/queue_clear.h"
 #include "retryd/registry.h"
@@ -945,6 +946,71 @@ static void test_link_drop_mid_call(void **state)
     fake_stop();
 }
 
+/* Single enqueues sent together (src/enqueue_lines.c) when their calls
+ * fail: each request is answered once, as its own call would have been.
+ * The first, sent alone, gets Redis's error; the three that waited behind it
+ * share an enqueue_many that the link drops under (LOST: outcome unknown for
+ * each). Then, with the link down, a lone request is refused at once (-1,
+ * no callback); and behind one that the link drops, the waiting ones cannot
+ * be sent (UNAVAILABLE, nothing done). */
+static void on_first_then_drop(const rd_store_messages_t *res, void *arg)
+{
+    on_messages(res, arg);
+    atomic_store(&g_fake.mode, FAKE_DROP);  /* the shared call that follows is cut */
+}
+
+static void test_enqueue_lines_failures(void **state)
+{
+    (void)state;
+    fake_start(FAKE_ANSWER, "-ERR boom\r\n");
+    fixture_t *f = fixture_open(g_fake.port, 5000);
+    rd_enqueue_lines_t *el = rd_enqueue_lines_new(f->s.store);
+    const rd_enqueue_t e = { .payload = "x", .len = 1, .ttl_ms = -1 };
+    got_t first = { 0 }, rest[3] = { { 0 } };
+    assert_int_equal(rd_enqueue_lines_enqueue(el, f->q, &e, on_first_then_drop, &first), 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(rd_enqueue_lines_enqueue(el, f->q, &e, on_messages, &rest[i]), 0);
+    assert_true(ut_run_until(&f->loop, rest[0].calls + rest[1].calls + rest[2].calls == 3, 5000));
+    assert_int_equal(first.calls, 1);
+    assert_int_equal(first.status, RD_STORE_ERROR);
+    assert_string_equal(first.detail, "ERR boom");
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(rest[i].calls, 1);
+        assert_int_equal(rest[i].status, RD_STORE_LOST);
+        assert_int_equal(rest[i].count, 0);
+    }
+    rd_buf_t m = RD_BUF_INIT;
+    rd_enqueue_lines_render_metrics(el, &m);
+    assert_non_null(strstr(m.data, "\nretryd_enqueue_requests_total 4\n"));
+    assert_non_null(strstr(m.data, "\nretryd_enqueue_waited_total 3\n"));
+    assert_non_null(strstr(m.data, "\nretryd_enqueue_calls_total 2\n"));
+    rd_buf_free(&m);
+
+    /* The link is down now: a lone request cannot be sent. */
+    got_t refused = { 0 };
+    assert_false(rd_store_ready(f->s.store));
+    assert_int_equal(rd_enqueue_lines_enqueue(el, f->q, &e, on_messages, &refused), -1);
+    /* Back up (every command is dropped): one sent, two behind it. */
+    assert_true(ut_run_until(&f->loop, rd_store_ready(f->s.store), 5000));
+    got_t sent = { 0 }, behind[2] = { { 0 } };
+    assert_int_equal(rd_enqueue_lines_enqueue(el, f->q, &e, on_messages, &sent), 0);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(rd_enqueue_lines_enqueue(el, f->q, &e, on_messages, &behind[i]), 0);
+    assert_true(ut_run_until(&f->loop, behind[0].calls + behind[1].calls == 2, 5000));
+    assert_int_equal(sent.calls, 1);
+    assert_int_equal(sent.status, RD_STORE_LOST);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(behind[i].calls, 1);
+        assert_int_equal(behind[i].status, RD_STORE_UNAVAILABLE);
+    }
+    ut_run_for(&f->loop, 20);
+    assert_int_equal(refused.calls, 0);
+    assert_int_equal(first.calls + rest[0].calls + sent.calls + behind[1].calls, 4);
+    rd_enqueue_lines_free(el);
+    fixture_close(f);
+    fake_stop();
+}
+
 /* A call Redis never answers: LOST after the deadline, then the store is
  * READY again after the reconnect. */
 static void test_silent_redis_times_out(void **state)
@@ -981,6 +1047,7 @@ int main(void)
         cmocka_unit_test(test_wrong_reply_shape_is_an_error),
         cmocka_unit_test(test_enqueue_chunks_short_and_lost),
         cmocka_unit_test(test_link_drop_mid_call),
+        cmocka_unit_test(test_enqueue_lines_failures),
         cmocka_unit_test(test_silent_redis_times_out),
     };
     if (ut_test_redis_port() == 0) {
