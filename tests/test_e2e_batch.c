@@ -584,6 +584,88 @@ static void test_single_enqueues_sent_together(void **state)
     assert_true(calls < requests);
 }
 
+/* Duplicates sent together whose originals are large: the shared call's
+ * answer stops before the original that would pass the library's reply
+ * bytes (4 MiB), and the requests it left are sent again, first in the next
+ * call. 8 messages of 800,000 bytes, each with its key; then 8 clients at
+ * once, around a Redis that holds writes, send each key again: every one is
+ * answered 200 with its own original (payload included), nothing new is
+ * made, and the line took more calls than one for the seven that waited. */
+typedef struct dup_client {
+    pthread_t thread;
+    int index;
+    const char *queue;
+    int status;
+    long long id;
+    size_t payload_len;
+    char error[160];
+} dup_client_t;
+
+static void *dup_main(void *arg)
+{
+    dup_client_t *cl = arg;
+    e2e_conn_t conn = { .fd = -1 };
+    e2e_response_t r = { 0 };
+    char body[128], path[160];
+    snprintf(body, sizeof body, "{\"payload\":\"again\",\"idempotency_key\":\"big-%d\"}", cl->index);
+    snprintf(path, sizeof path, "/queues/%s/messages", cl->queue);
+    if (e2e_try_request(&conn, g_daemon.port, &r, "POST", path, body, strlen(body)) != 0) {
+        snprintf(cl->error, sizeof cl->error, "no answer");
+    } else {
+        cl->status = r.status;
+        long long id = -1;
+        if (r.json) rd_json_integer(rd_json_get(r.json, "id"), &id);
+        cl->id = id;
+        const char *p = r.json ? rd_json_string(rd_json_get(r.json, "payload")) : NULL;
+        cl->payload_len = p ? strlen(p) : 0;
+    }
+    e2e_response_free(&r);
+    e2e_conn_close(&conn);
+    return NULL;
+}
+
+static void test_single_duplicates_of_large_originals_sent_again(void **state)
+{
+    (void)state;
+    enum { N = 8, BIG = 800000 };
+    char q[64];
+    e2e_queue_name(q, sizeof q, "bigdups");
+    char *p = malloc(BIG + 96);
+    long long ids[N];
+    for (int i = 0; i < N; i++) {
+        int n = snprintf(p, 64, "{\"idempotency_key\":\"big-%d\",\"payload\":\"", i);
+        memset(p + n, 'a' + i, BIG);
+        snprintf(p + n + BIG, 8, "\"}");
+        e2e_response_t r = { 0 };
+        http_to(g_daemon.port, &r, "POST", messages_path(q), p, strlen(p));
+        ids[i] = e2e_jint(e2e_expect_json(&r, 201), "id");
+        e2e_response_free(&r);
+    }
+    free(p);
+    long long calls0 = metric("retryd_enqueue_calls_total");
+    freeReplyObject(e2e_rcmd(g_redis, "CLIENT PAUSE 400 WRITE"));
+    static dup_client_t clients[N];
+    memset(clients, 0, sizeof clients);
+    for (int c = 0; c < N; c++) {
+        clients[c].index = c;
+        clients[c].queue = q;
+        assert_int_equal(pthread_create(&clients[c].thread, NULL, dup_main, &clients[c]), 0);
+    }
+    for (int c = 0; c < N; c++) pthread_join(clients[c].thread, NULL);
+    for (int c = 0; c < N; c++) {
+        if (clients[c].error[0]) fail_msg("client %d: %s", c, clients[c].error);
+        if (clients[c].status != 200 || clients[c].id != ids[c] || clients[c].payload_len != BIG)
+            fail_msg("client %d: status %d, id %lld (want %lld), payload of %zu bytes", c,
+                     clients[c].status, clients[c].id, ids[c], clients[c].payload_len);
+    }
+    long long calls = metric("retryd_enqueue_calls_total") - calls0;
+    printf("# %d duplicates of 800,000-byte originals: %lld calls\n", N, calls);
+    assert_true(calls >= 3);   /* one alone, then the seven cut at the reply bytes */
+    redisReply *x = e2e_rcmd(g_redis, "GET %s:{%s}:seq", g_prefix, q);
+    assert_int_equal(atoll(x->str), N);
+    freeReplyObject(x);
+}
+
 /* Redis refuses a call in the middle of a batch (over maxmemory after the
  * first call): the first call's items are 201, the refused call's 500, the
  * items after it 503 backend-unavailable (never sent), invalid ones still
@@ -655,6 +737,7 @@ int main(void)
         T(test_nul_and_bad_utf8_refused_per_item),
         T(test_concurrent_batches_with_overlapping_keys),
         T(test_single_enqueues_sent_together),
+        T(test_single_duplicates_of_large_originals_sent_again),
         T(test_redis_refusal_mid_batch),
     };
     int failed = cmocka_run_group_tests_name("e2e_batch", tests, group_setup, group_teardown);
