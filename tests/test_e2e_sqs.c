@@ -783,6 +783,119 @@ static void test_send_batch_one_call_in_order(void **state)
     answer_free(&a);
 }
 
+/* SendMessage requests of one queue sent together (docs/coalescing.md
+ * "Enqueues"): 16 clients at once, around a Redis that holds writes, send
+ * to one FIFO queue, two of them with each MessageDeduplicationId. Each
+ * answer is its own: the two of a deduplication id get one MessageId, the
+ * MD5 of their own body; eight messages are made, each received once, and
+ * the queue's enqueues took fewer calls than requests. */
+typedef struct send_client {
+    pthread_t thread;
+    int index;
+    const char *url;
+    int status;
+    char body[2048];
+} send_client_t;
+
+static void *send_main(void *arg)
+{
+    send_client_t *cl = arg;
+    char json[512], req[1024];
+    int jn = snprintf(json, sizeof json,
+                      "{\"QueueUrl\":\"%s\",\"MessageBody\":\"b%d\",\"MessageGroupId\":\"g\","
+                      "\"MessageDeduplicationId\":\"d%d\"}", cl->url, cl->index % 8, cl->index % 8);
+    int n = snprintf(req, sizeof req,
+                     "POST / HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: "
+                     "application/x-amz-json-1.0\r\nX-Amz-Target: AmazonSQS.SendMessage\r\n"
+                     "Content-Length: %d\r\nConnection: close\r\n\r\n%s", g_sqs_port, jn, json);
+    int fd = e2e_connect(g_sqs_port);
+    if (fd < 0 || e2e_send_all(fd, req, (size_t)n) != 0) return NULL;
+    size_t len = 0;
+    for (;;) {
+        ssize_t got = read(fd, cl->body + len, sizeof cl->body - 1 - len);
+        if (got <= 0) break;
+        len += (size_t)got;
+    }
+    cl->body[len] = '\0';
+    close(fd);
+    if (strncmp(cl->body, "HTTP/1.1 ", 9) == 0) cl->status = atoi(cl->body + 9);
+    return NULL;
+}
+
+static void test_send_messages_sent_together(void **state)
+{
+    (void)state;
+    enum { N = 16 };
+    char q[64];
+    e2e_queue_name(q, sizeof q, "together");
+    snprintf(q + strlen(q), sizeof q - strlen(q), ".fifo");
+    sqs_answer_t a;
+    json_call("CreateQueue", e2e_fmt("{\"QueueName\":\"%s\",\"Attributes\":{\"FifoQueue\":\"true\"}}", q), &a);
+    assert_int_equal(a.status, 200);
+    answer_free(&a);
+    char url[256];
+    snprintf(url, sizeof url, "%s", url_of(q));
+    e2e_response_t r = { 0 };
+    http(&r, "GET", "/metrics", NULL);
+    const char *at = strstr(r.body, "\nretryd_enqueue_calls_total ");
+    assert_non_null(at);
+    long long calls0 = strtoll(at + 28, NULL, 10);
+    e2e_response_free(&r);
+
+    freeReplyObject(e2e_rcmd(g_redis, "CLIENT PAUSE 400 WRITE"));
+    static send_client_t clients[N];
+    memset(clients, 0, sizeof clients);
+    for (int c = 0; c < N; c++) {
+        clients[c].index = c;
+        clients[c].url = url;
+        assert_int_equal(pthread_create(&clients[c].thread, NULL, send_main, &clients[c]), 0);
+    }
+    for (int c = 0; c < N; c++) pthread_join(clients[c].thread, NULL);
+    char ids[8][64];
+    memset(ids, 0, sizeof ids);
+    for (int c = 0; c < N; c++) {
+        if (clients[c].status != 200) fail_msg("client %d: %.300s", c, clients[c].body);
+        cJSON *doc = cJSON_Parse(strstr(clients[c].body, "\r\n\r\n") + 4);
+        assert_non_null(doc);
+        const char *id = cJSON_GetObjectItem(doc, "MessageId")->valuestring;
+        char body[8];
+        snprintf(body, sizeof body, "b%d", c % 8);
+        assert_string_equal(cJSON_GetObjectItem(doc, "MD5OfMessageBody")->valuestring, md5_hex(body));
+        if (ids[c % 8][0] == '\0') snprintf(ids[c % 8], sizeof ids[0], "%s", id);
+        else if (strcmp(ids[c % 8], id) != 0)
+            fail_msg("deduplication id d%d answered %s and %s", c % 8, ids[c % 8], id);
+        cJSON_Delete(doc);
+    }
+    http(&r, "GET", "/metrics", NULL);
+    at = strstr(r.body, "\nretryd_enqueue_calls_total ");
+    long long calls = strtoll(at + 28, NULL, 10) - calls0;
+    e2e_response_free(&r);
+    printf("# %d SendMessage requests: %lld enqueue calls\n", N, calls);
+    assert_true(calls < N);
+
+    int seen[8] = { 0 }, received = 0;
+    for (int round = 0; round < 40 && received < 8; round++) {
+        json_call("ReceiveMessage", e2e_fmt("{\"QueueUrl\":\"%s\",\"MaxNumberOfMessages\":10}", url), &a);
+        assert_int_equal(a.status, 200);
+        cJSON *msgs = cJSON_GetObjectItem(a.json, "Messages");
+        for (int i = 0; i < cJSON_GetArraySize(msgs); i++) {
+            cJSON *m = cJSON_GetArrayItem(msgs, i);
+            const char *b = cJSON_GetObjectItem(m, "Body")->valuestring;
+            assert_true(b[0] == 'b' && b[1] >= '0' && b[1] <= '7' && b[2] == '\0');
+            seen[b[1] - '0']++;
+            received++;
+            sqs_answer_t d;
+            json_call("DeleteMessage", e2e_fmt("{\"QueueUrl\":\"%s\",\"ReceiptHandle\":\"%s\"}", url,
+                      cJSON_GetObjectItem(m, "ReceiptHandle")->valuestring), &d);
+            assert_int_equal(d.status, 200);
+            answer_free(&d);
+        }
+        answer_free(&a);
+    }
+    assert_int_equal(received, 8);
+    for (int i = 0; i < 8; i++) assert_int_equal(seen[i], 1);
+}
+
 static int sqs_group_setup(void **state)
 {
     (void)state;
@@ -808,6 +921,7 @@ int main(void)
         T(test_metrics_count_requests_and_errors),
         T(test_answer_reset_unread_is_handed_back),
         T(test_send_batch_one_call_in_order),
+        T(test_send_messages_sent_together),
     };
     int failed = cmocka_run_group_tests_name("e2e_sqs", tests, sqs_group_setup, group_teardown);
     if (failed == 0 && g_stop_failed) {
