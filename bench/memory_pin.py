@@ -225,7 +225,7 @@ def scenario_bodies(binary, conns, hold, extra, sqs=False):
 def scenario_readers(binary, conns, hold, extra, kind):
     d = Daemons(binary, extra, token=None)
     try:
-        fn = "retryd_v8_enqueue"
+        fn = "retryd_v9_enqueue"
         lib = os.path.join(os.path.dirname(binary), "retryd.lua")
         if os.path.exists(lib):
             with open(lib) as f:

@@ -1,4 +1,4 @@
-#!lua name=retryd_v8
+#!lua name=retryd_v9
 -- retryd: the Redis Functions library. Every state change of a message is one
 -- call of one function below. Files in lua/ are concatenated in name order by
 -- the Makefile into build/retryd.lua and loaded with FUNCTION LOAD REPLACE.
@@ -31,6 +31,8 @@
 --   KEYS[1]  the queue's key base "<prefix>:{<escaped queue>}". It is never a
 --            key itself; it carries the hash tag, so the caller (and Redis
 --            Cluster) routes the call to the slot that holds all the queue's keys.
+--            A shard k >= 1 of a sharded queue is "<prefix>:{<escaped queue>:<k>.<salt>}"
+--            (docs/sharding.md): the functions act on that shard alone.
 --   KEYS[2]  where the message id is known: "<base>:m:<id>", the message's
 --            record (one STRING, docs/storage.md; a HASH written by retryd_v2
 --            is read as well and rewritten in the new layout by any write).
@@ -45,11 +47,11 @@ do
 
   -- The library's name carries its API version (the first line says the same;
   -- C has RD_LIBRARY_NAME in keys.h). Every function is registered as
-  -- "<LIBRARY>_<name>" ("retryd_v8_claim"): function names are global in Redis,
+  -- "<LIBRARY>_<name>" ("retryd_v9_claim"): function names are global in Redis,
   -- so versions can be loaded side by side during a rolling upgrade, each
   -- daemon calling its own. Bump it whenever a function's KEYS, ARGV or reply
   -- change (docs/operators.md "Rolling upgrade").
-  local LIBRARY = 'retryd_v8'
+  local LIBRARY = 'retryd_v9'
 
   -- Registers one function under its versioned name; flags as for
   -- redis.register_function (e.g. { 'no-writes' } for FCALL_RO).
@@ -89,10 +91,31 @@ do
   -- ids whose record is a STRING; retryd_v2's "<base>:<name>" hold only ids
   -- whose record is a HASH (old_keys). The rest is shared by both generations
   -- (docs/storage.md "Two generations of indexes").
+  -- A sharded queue (docs/sharding.md) spreads over shards 0..N-1, each a base
+  -- of its own: shard 0 is the queue's "<prefix>:{<q>}", shard k (1-63) is
+  -- "<prefix>:{<q>:<k>.<salt>}". The escape of a name turns every ':' into
+  -- %3A, so a tag with a ':' is never a queue's shard 0. A shard's ids are
+  -- k * SHARD_SPAN + n, n its own counter (seq) from 1; its functions publish
+  -- on the queue's one wake channel (shard 0's), the payload naming the shard.
+  local SHARD_SPAN = 10 ^ 13
+  local function shard_of_base(base)
+    local head, q, shard, salt = string.match(base, '^(.*:{)([^{}:]*):([1-9]%d?)%.(%d+)}$')
+    shard = tonumber(shard)
+    if not shard or shard > 63 or #salt > 5 or tonumber(salt) > 65535
+       or (#salt > 1 and string.sub(salt, 1, 1) == '0') then
+      return 0, base
+    end
+    return shard, head .. q .. '}'
+  end
+
   local function key_names(base)
     local g = base .. ':3:'
+    local shard, base0 = shard_of_base(base)
     return {
       base       = base,
+      shard      = shard,                  -- not a key: the shard's index, 0-63
+      id_base    = shard * SHARD_SPAN,     -- not a key: what its ids start after
+      wake_payload = shard == 0 and '1' or 's' .. shard,   -- not a key: notify's message
       due        = g .. 'due',             -- LIST of due retries and replays, claimed
                                            -- from the right before ready
       ready      = g .. 'ready',           -- LIST of fresh ids, claimed from the right
@@ -124,7 +147,8 @@ do
                                            -- (listings and counts walk it)
       seq        = base .. ':seq',         -- STRING, last id handed out (both generations)
       stats      = base .. ':stats',       -- HASH of lifetime counters
-      wake       = base .. ':wake',        -- pub/sub channel: "work may be claimable"
+      wake       = base0 .. ':wake',       -- pub/sub channel: "work may be claimable",
+                                           -- the queue's (shard 0's) for every shard
       errors     = base .. ':errors',      -- ZSET last_error -> dead letters with it now
       events     = base .. ':events',      -- STREAM of deaths and replays, for alerting
       timer      = base .. ':timer',       -- STRING: by when (ms) the timer schedule
@@ -213,6 +237,9 @@ do
   -- redriven letter got in the target (65_redrive.lua; drop_queue deletes it).
   -- The id is digits, so the last ':' splits it from any queue name.
   local function redrive_key(base, src_queue, src_id)
+    -- A number is written with %d: concatenation would print a 15-digit id
+    -- (a shard's, docs/sharding.md "Ids") as 6.3e+14, the same for many.
+    if type(src_id) == 'number' then src_id = string.format('%d', src_id) end
     return base .. ':redrive:' .. src_queue .. ':' .. src_id
   end
 
@@ -338,9 +365,24 @@ do
   end
 
   -- Wakes long-poll waiters on every retryd subscribed to the queue. The message
-  -- carries nothing: receivers claim through the atomic functions.
+  -- names only the shard ("1" for shard 0, "s<k>" for shard k): receivers
+  -- claim through the atomic functions.
   local function notify(k)
-    redis.call('PUBLISH', k.wake, '1')
+    redis.call('PUBLISH', k.wake, k.wake_payload)
+  end
+
+  -- The next id of k's shard (a number), or nil when the shard has handed
+  -- out all SHARD_SPAN - 1 of its ids (the caller answers {"full"}).
+  local function next_id(k)
+    local n = redis.call('INCR', k.seq)
+    if n >= SHARD_SPAN then return nil end
+    return k.id_base + n
+  end
+
+  -- The local part of id (a string or number): its place in its shard's
+  -- order (n of k * SHARD_SPAN + n), what orders fresh ids in the lane.
+  local function id_seq(id)
+    return tonumber(id) % SHARD_SPAN
   end
 
   local function bad_arg(name)
@@ -510,5 +552,6 @@ do
   common.ALERT_GROUP, common.alert_group_info = ALERT_GROUP, alert_group_info
   common.stream_id_after, common.cut_text = stream_id_after, cut_text
   common.notify, common.bad_arg, common.to_int = notify, bad_arg, to_int
+  common.SHARD_SPAN, common.next_id, common.id_seq = SHARD_SPAN, next_id, id_seq
   common.need_timer, common.push_due, common.budget = need_timer, push_due, budget
 end

@@ -7,6 +7,7 @@ do
   local int_arg, old_keys, clamp, ms_text = common.int_arg, common.old_keys, common.clamp,
                                             common.ms_text
   local v2_seen, message_key, push_due = common.v2_seen, common.message_key, common.push_due
+  local id_seq = common.id_seq
 
   -- The message record (docs/storage.md): one STRING per message at
   -- "<base>:m:<id>", a 24-byte header, the payload, and a trailer of the
@@ -205,7 +206,8 @@ do
   -- priority 1-9 (priority 0 keeps the due and ready lists). A score orders by
   -- priority (9 first), then by class (LANE_DUE: a due retry, a replay, an id
   -- handed back; LANE_FRESH: a fresh message), then by seq (due: when it
-  -- became due, ms, 0 for an id handed back, claimed next; fresh: its id, so
+  -- became due, ms, 0 for an id handed back, claimed next; fresh: its id's
+  -- local part, id_seq, below 2^44 on every shard, so
   -- FIFO), so within one priority docs/reference.md "Claim order" holds.
   -- Every score is an exact double (below 2^49).
   local LANE_BAND = 2 ^ 44
@@ -269,8 +271,8 @@ do
   --                 of due, or first of its priority in the lane; p nil: read
   --                 from the record, only on a queue that used priorities
   local function to_ready(k, id, p, g)
-    if g then return groups.claimable(k, g, id, lane_score(p or 0, LANE_FRESH, tonumber(id))) end
-    if p and p > 0 then lane_add(k, id, p, LANE_FRESH, tonumber(id))
+    if g then return groups.claimable(k, g, id, lane_score(p or 0, LANE_FRESH, id_seq(id))) end
+    if p and p > 0 then lane_add(k, id, p, LANE_FRESH, id_seq(id))
     else redis.call('LPUSH', k.ready, id) end
     groups.ungrouped_claimable(k)
   end

@@ -9,7 +9,7 @@ do
   local int_arg, now_ms, to_int, notify = common.int_arg, common.now_ms, common.to_int, common.notify
   local cut_text, need_timer, push_due = common.cut_text, common.need_timer, common.push_due
   local alert_group_info, stream_id_after = common.alert_group_info, common.stream_id_after
-  local v2_seen = common.v2_seen
+  local v2_seen, id_seq = common.v2_seen, common.id_seq
   local EVENTS_MAXLEN, ERROR_KEY_BYTES = common.EVENTS_MAXLEN, common.ERROR_KEY_BYTES
   local DELAY_BUCKETS = common.DELAY_BUCKETS
   local load_message, store_message, load_header = record.load_message, record.store_message,
@@ -156,7 +156,7 @@ do
       end
       if g then
         if fifo then
-          groups.claimable(k, g, id, lane_score(p, LANE_FRESH, tonumber(id)))
+          groups.claimable(k, g, id, lane_score(p, LANE_FRESH, id_seq(id)))
         else
           groups.claimable(k, g, id, lane_score(p, LANE_DUE, tonumber(rows[i + 1])))
         end

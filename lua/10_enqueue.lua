@@ -4,7 +4,7 @@ do
   local idempotency_key, int_arg = common.idempotency_key, common.int_arg
   local message_key, need_timer, notify = common.message_key, common.need_timer, common.notify
   local now_ms, queue_keys, register = common.now_ms, common.queue_keys, common.register
-  local to_int, budget = common.to_int, common.budget
+  local to_int, budget, next_id = common.to_int, common.budget, common.next_id
   local message_reply, store_message = record.message_reply, record.store_message
   local LANE_FRESH, lane_add, priorities_mark = record.LANE_FRESH, record.lane_add,
                                                 record.priorities_mark
@@ -172,9 +172,11 @@ do
       end
     end
     local timer = -1
-    local id = redis.call('INCR', k.seq)
+    -- A shard that handed out all its ids takes no more (docs/sharding.md "Ids").
+    local id = next_id(k)
+    if not id then return { 'full' } end
     local id_arg = int_arg(id)
-    if id == 1 then series_start(base, now) end  -- docs/series.md
+    if id == k.id_base + 1 then series_start(base, now) end  -- docs/series.md
     local mkey = message_key(base, id_arg)
     if idem_key then
       redis.call('SET', idem_key, id_arg, 'PX', int_arg(window))
@@ -206,10 +208,10 @@ do
     else
       store_message(mkey, m)
       if group then
-        groups.claimable(k, group, id_arg, lane_score(priority, LANE_FRESH, id))
+        groups.claimable(k, group, id_arg, lane_score(priority, LANE_FRESH, id - k.id_base))
       else
         if priority > 0 then
-          lane_add(k, id_arg, priority, LANE_FRESH, id)
+          lane_add(k, id_arg, priority, LANE_FRESH, id - k.id_base)
         else
           redis.call('LPUSH', k.ready, id_arg)
         end

@@ -54,7 +54,7 @@ do
   -- ms (-1: not set) and whether the queue is known (1 or 0).
   --
   -- From redis-cli: succeed 41, fail 42 with the backoff, claim the next one:
-  --   FCALL retryd_v8_settle_claim 1 'retryd:{emails}' 30000 1 2 \
+  --   FCALL retryd_v9_settle_claim 1 'retryd:{emails}' 30000 1 2 \
   --     41 '' succeeded '' 1 -1   42 '' failed 'smtp timeout' 1 -1
   -- and snooze 43 for a minute:   43 '' snoozed '' 1 60000
   local SETTLE_FIELDS = 6

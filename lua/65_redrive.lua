@@ -22,7 +22,7 @@ do
   local lift, redrive_target = lifecycle.lift, lifecycle.redrive_target
   local DEAD_LETTER_MARK = lifecycle.DEAD_LETTER_MARK
   local expiry_track, to_ready = lifecycle.expiry_track, record.to_ready
-  local int_arg = common.int_arg
+  local int_arg, next_id = common.int_arg, common.next_id
   local walk_dead = operator.walk_dead
 
   -- Letters answered per take: at most this many, and a reply stops after
@@ -46,7 +46,9 @@ do
   local function take_pending(k, base, target, args, now, out, answer, bytes)
     local limit = to_int(args[3])
     if limit == nil or limit < 1 or limit > REDRIVE_BATCH then return bad_arg('limit') end
-    local cutoff = to_int(args[4] ~= '' and args[4] or (redis.call('GET', k.seq) or '0'))
+    -- The shard's last id (its seq counts the local part).
+    local cutoff = to_int(args[4] ~= '' and args[4]
+                          or int_arg(k.id_base + (tonumber(redis.call('GET', k.seq)) or 0)))
     if cutoff == nil then return { 'bad_cursor' } end
     local taken, full = 0, false
     local function take(id)
@@ -249,7 +251,7 @@ do
       return bad_arg('letters')
     end
     local now = now_ms()
-    local out, created = {}, 0
+    local out, created, full = {}, 0, false
     for i = 2, #args, LETTER_FIELDS do
       local src_id, max_retries, priority = to_int(args[i]), to_int(args[i + 1]), to_int(args[i + 2])
       local blob, payload = args[i + 3], args[i + 4]
@@ -263,7 +265,8 @@ do
       if seen then
         out[#out + 1] = tonumber(seen)
       else
-        local id = redis.call('INCR', k.seq)
+        local id = next_id(k)
+        if not id then full = true; break end
         if max_retries == 0 then max_retries = flow.max_retries(k, 3, true) end
         local m = { payload = payload, retry_count = 0, max_retries = max_retries,
                     created_at = now, updated_at = now, lease_at = now, serial = 0,
@@ -293,7 +296,7 @@ do
         store_message(message_key(base, id), m)
         to_ready(k, int_arg(id), priority, m.group)   -- the lane for a priority above 0
         expiry_track(k, int_arg(id), m)
-        redis.call('SET', key, id)
+        redis.call('SET', key, int_arg(id))
         created = created + 1
         out[#out + 1] = id
       end
@@ -303,6 +306,9 @@ do
       redis.call('HINCRBY', k.stats, 'redriven_in', created)
       notify(k)
     end
+    -- The shard has no id left (docs/sharding.md "Ids"): what was made stays
+    -- made, and a retry finds it by its key.
+    if full then return redis.error_reply('ERR retryd: shard full') end
     return out
   end
 

@@ -362,12 +362,12 @@ static void test_move_cut_after_the_target_is_not_doubled(void **state)
     e2e_response_t r = { 0 };
 
     /* Steps 1 and 2 by hand, as the dead instance had sent them. */
-    redisReply *x = redisCommand(g_redis, "FCALL retryd_v8_redrive_take 1 %s %s left", sbase, "");
+    redisReply *x = redisCommand(g_redis, "FCALL retryd_v9_redrive_take 1 %s %s left", sbase, "");
     assert_int_equal(x->type, REDIS_REPLY_ARRAY);
     assert_int_equal(x->elements, 3);
     redisReply *l = x->element[2];
     assert_int_equal(l->element[2]->integer, 0);   /* the target's budget */
-    redisReply *in = redisCommand(g_redis, "FCALL retryd_v8_redrive_in 1 %s %s %lld 0 %lld %b %b",
+    redisReply *in = redisCommand(g_redis, "FCALL retryd_v9_redrive_in 1 %s %s %lld 0 %lld %b %b",
                                   dbase, src, l->element[0]->integer, l->element[4]->integer,
                                   l->element[5]->str, l->element[5]->len, l->element[3]->str,
                                   l->element[3]->len);

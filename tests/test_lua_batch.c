@@ -553,39 +553,38 @@ static void test_duplicate_replies_bounded(void **state)
     free(big);
 }
 
-/* retryd_v7 (the previous release, tests/fixtures/retryd_v7.lua) loaded
- * beside this library: what either enqueues the other claims, and v7's
- * FUNCTION LOAD REPLACE leaves enqueue_many in place (docs/operators.md
- * "From retryd_v7 to retryd_v8"). */
+/* retryd_v8 (the previous release, tests/fixtures/retryd_v8.lua) loaded
+ * beside this library: what either enqueues the other claims, on a 1-shard
+ * queue (docs/operators.md "From retryd_v8 to retryd_v9"). */
 static void test_previous_library_beside(void **state)
 {
     (void)state;
     size_t len = 0;
-    char *code = read_file("tests/fixtures/retryd_v7.lua", &len);
-    if (code == NULL) fail_msg("cannot read tests/fixtures/retryd_v7.lua (run from the source tree)");
-    load_library(code, len, true, "retryd_v7");
+    char *code = read_file("tests/fixtures/retryd_v8.lua", &len);
+    if (code == NULL) fail_msg("cannot read tests/fixtures/retryd_v8.lua (run from the source tree)");
+    load_library(code, len, true, "retryd_v8");
     free(code);
     queue_t q;
-    queue_init(&q, "v7beside");
-    redisReply *r = fcall_lib("retryd_v7_", "enqueue", &q, -1, 3,
-                              (const char *[]){ "from v7", "3", "0" }, NULL);
+    queue_init(&q, "v8beside");
+    redisReply *r = fcall_lib("retryd_v8_", "enqueue", &q, -1, 3,
+                              (const char *[]){ "from v8", "3", "0" }, NULL);
     assert_string_equal(code_of(r), "ok");
     freeReplyObject(r);
-    const item_t items[] = { { .payload = "from v8 one" }, { .payload = "from v8 two" } };
+    const item_t items[] = { { .payload = "from v9 one" }, { .payload = "from v9 two" } };
     r = many(&q, 2, items);
     expect_many(r, 2);
     freeReplyObject(r);
     msg_t m;
-    r = fcall_lib("retryd_v7_", "claim", &q, -1, 2, (const char *[]){ "30000", "2" }, NULL);
+    r = fcall_lib("retryd_v8_", "claim", &q, -1, 2, (const char *[]){ "30000", "2" }, NULL);
     assert_true(has_code(r, "ok") && r->elements == 3);
     msg_parse(r->element[1], &m);
-    assert_string_equal(msg_str(&m, "payload"), "from v7");
+    assert_string_equal(msg_str(&m, "payload"), "from v8");
     msg_parse(r->element[2], &m);
-    assert_string_equal(msg_str(&m, "payload"), "from v8 one");
+    assert_string_equal(msg_str(&m, "payload"), "from v9 one");
     freeReplyObject(r);
     claim_one(&q, 30000, &m);
-    assert_string_equal(msg_str(&m, "payload"), "from v8 two");
-    freeReplyObject(rcmd("FUNCTION", "DELETE", "retryd_v7", END));
+    assert_string_equal(msg_str(&m, "payload"), "from v9 two");
+    freeReplyObject(rcmd("FUNCTION", "DELETE", "retryd_v8", END));
 }
 
 int main(void)

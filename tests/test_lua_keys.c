@@ -128,7 +128,7 @@ static void expect_keys_refused_at(const queue_t *a, const queue_t *b, redisRepl
     free(after);
 }
 
-/* FCALL retryd_v8_succeed 2 'y:{qa}' 'y:{qb}:m:1' 1 '' marked qa's message 1
+/* FCALL retryd_v9_succeed 2 'y:{qa}' 'y:{qb}:m:1' 1 '' marked qa's message 1
  * succeeded and answered with qb's message 1: every function that takes a
  * message key refuses one that is not its base's for the id, and every
  * function refuses a KEYS count other than its own, or a first key that is
@@ -210,11 +210,138 @@ static void test_declared_keys_match_the_base(void **state)
     assert_string_equal(msg_str(&m, "status"), "processing");
 }
 
+/* ------------------------------------------------------------------------ */
+/* A shard's base (docs/sharding.md "Where each key goes", "Ids")           */
+/* ------------------------------------------------------------------------ */
+
+#define SHARD_SPAN 10000000000000LL /* 10^13: shard k's ids are k * 10^13 + n */
+
+/* Shard 63 of a queue, "retryd:{<q>:63.7}": its ids are 63 * 10^13 + n (15
+ * digits, exact in its keys and replies), its priority lane orders fresh ids
+ * by their local part n, it publishes "s63" on the queue's own wake channel
+ * (shard 0's), and it serves the whole lifecycle on those ids: claim, settle,
+ * death, replay, listing, export, a move task's take and a redrive into
+ * another queue's shard 5. */
+static void test_shard_base_serves_the_lifecycle(void **state)
+{
+    (void)state;
+    queue_t q, t;
+    queue_init(&q, "shard63");
+    char wake[160];
+    snprintf(wake, sizeof wake, "%s:wake", q.base);
+    snprintf(q.base, sizeof q.base, "retryd:{%.64s:63.7}", q.name);
+    queue_init(&t, "shard5");
+    snprintf(t.base, sizeof t.base, "retryd:{%.64s:5.0}", t.name);
+    const long long first = 63 * SHARD_SPAN + 1;
+
+    redisContext *sub = redisConnect("127.0.0.1", atoi(getenv("RETRYD_TEST_REDIS_PORT")));
+    assert_true(sub != NULL && sub->err == 0);
+    redisReply *r = redisCommand(sub, "SUBSCRIBE %s", wake);
+    assert_non_null(r);
+    freeReplyObject(r);
+
+    long long a = enqueue_ok(&q, "a", 3, 0);
+    assert_int_equal(a, first);
+    char want[192];
+    snprintf(want, sizeof want, "retryd:{%.64s:63.7}:m:630000000000001", q.name);
+    assert_int_equal(exists(want), 1);
+    void *got = NULL;
+    assert_int_equal(redisGetReply(sub, &got), REDIS_OK);
+    r = got;
+    assert_true(r->type == REDIS_REPLY_ARRAY && r->elements == 3);
+    assert_string_equal(r->element[1]->str, wake);
+    assert_string_equal(r->element[2]->str, "s63");
+    freeReplyObject(r);
+    redisFree(sub);
+
+    /* A fresh id of priority 9 is scored by its local part (2), in its band. */
+    long long b = enqueue_with(&q, "b", 0, -1, 9, NULL);
+    assert_int_equal(b, first + 1);
+    assert_int_equal(zscore(qkey(&q, "3:priority"), b), (1LL << 44) + 2);
+
+    /* So is a grouped one, in its group's set, on another shard. */
+    queue_t g;
+    queue_init(&g, "shard2");
+    snprintf(g.base, sizeof g.base, "retryd:{%.64s:2.0}", g.name);
+    msg_t m;
+    r = fcall("enqueue", &g, -1, "g", "3", "0", "", "", "", "", "0", "g1", END);
+    assert_true(has_code(r, "ok") && r->element[1]->type == REDIS_REPLY_INTEGER);
+    assert_int_equal(r->element[1]->integer, 2 * SHARD_SPAN + 1);
+    freeReplyObject(r);
+    assert_int_equal(zscore(qkey(&g, "3:gq:g1"), 2 * SHARD_SPAN + 1), 19 * (1LL << 44) + 1);
+
+    claim_one(&q, 30000, &m);
+    assert_int_equal(m.id, b);
+    expect_ok_msg(fcall("succeed", &q, b, msg_str(&m, "lease_token"), END), &m);
+    assert_string_equal(msg_str(&m, "status"), "succeeded");
+    claim_one(&q, 30000, &m);
+    assert_int_equal(m.id, a);
+    expect_ok_msg(fcall("succeed", &q, a, msg_str(&m, "lease_token"), END), &m);
+
+    long long d = make_dead(&q, "boom");
+    assert_int_equal(d, first + 2);
+    expect_ok_msg(fcall("replay", &q, d, END), &m);
+    assert_string_equal(msg_str(&m, "status"), "pending");
+    expect_ok_msg(fcall("get", &q, d, END), &m);
+    assert_int_equal(m.id, d);
+
+    long long ids[8], bytes = 0;
+    char next[128];
+    size_t n = raw_page(fcall("list", &q, -1, "", "100", "", END), ids, 8, &bytes, next, sizeof next);
+    assert_int_equal(n, 3);
+    for (size_t i = 0; i < n; i++)
+        assert_true(ids[i] >= first && ids[i] <= first + 2);
+    n = raw_export(fcall("export", &q, -1, "csv", "", "100", "", END), ids, 8, &bytes, next, sizeof next);
+    assert_int_equal(n, 3);
+    for (size_t i = 0; i < n; i++)
+        assert_true(ids[i] >= first && ids[i] <= first + 2);
+
+    /* A move task takes the pending ids up to the shard's last id (its
+     * cursor holds that id: 63 * 10^13 + 3, not the local 3). */
+    r = fcall("redrive_take", &q, -1, t.name, "move", "10", "", END);
+    assert_true(r->type == REDIS_REPLY_ARRAY && r->elements == 3);
+    assert_int_equal(r->element[0]->integer, 0);
+    assert_int_equal(r->element[2]->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->element[2]->element[0]->integer, d);
+    freeReplyObject(r);
+
+    /* Into shard 5 of another queue: its id is 5 * 10^13 + 1, kept as text. */
+    r = fcall("redrive_in", &t, -1, q.name, num(d), "0", "0", "", "moved", END);
+    assert_true(r->type == REDIS_REPLY_ARRAY && r->elements == 1);
+    assert_int_equal(r->element[0]->integer, 5 * SHARD_SPAN + 1);
+    freeReplyObject(r);
+    char key[320];
+    snprintf(key, sizeof key, "%s:redrive:%s:%lld", t.base, q.name, d);
+    r = rcmd("GET", key, END);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    assert_string_equal(r->str, "50000000000001");
+    freeReplyObject(r);
+    expect_ok_msg(fcall("get", &t, 5 * SHARD_SPAN + 1, END), &m);
+    assert_string_equal(msg_str(&m, "payload"), "moved");
+}
+
+/* A tag that only looks like a shard's is the base of a queue of its own: a
+ * shard index outside 1-63, a leading zero or a salt past 65535 (what a queue
+ * name can never produce, since its ':' is escaped) keeps ids from 1. */
+static void test_malformed_shard_tags_are_plain_bases(void **state)
+{
+    (void)state;
+    const char *suffixes[] = { ":64.0", ":01.0", ":1.65536", ":1.01", ":0.0", ":1." };
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+        queue_t q;
+        queue_init(&q, "notashard");
+        snprintf(q.base, sizeof q.base, "retryd:{%.64s%s}", q.name, suffixes[i]);
+        assert_int_equal(enqueue_ok(&q, "x", 3, 0), 1);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_declared_keys_match_the_base),
         cmocka_unit_test(test_claim_on_unknown_queue_writes_nothing),
+        cmocka_unit_test(test_shard_base_serves_the_lifecycle),
+        cmocka_unit_test(test_malformed_shard_tags_are_plain_bases),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -179,16 +179,16 @@ static void test_missing_library_is_loaded_again(void **state)
     link_open(&l, ut_test_redis_port(), 5000, rd_lua_library);
     assert_true(ut_run_until(&l.loop, rd_redis_ready(l.r), 10000));
     got_t del, call, list;
-    assert_int_equal(SEND(l.r, &del, "FUNCTION", "DELETE", "retryd_v8"), 0);
-    assert_int_equal(SEND(l.r, &call, "FCALL", "retryd_v8_get", "0"), 0);
+    assert_int_equal(SEND(l.r, &del, "FUNCTION", "DELETE", "retryd_v9"), 0);
+    assert_int_equal(SEND(l.r, &call, "FCALL", "retryd_v9_get", "0"), 0);
     assert_true(ut_run_until(&l.loop, call.done, 5000));
     assert_int_equal(del.type, RD_REPLY_STATUS);
     assert_int_equal(call.status, RD_REDIS_OK);
     assert_int_equal(call.type, RD_REPLY_ERROR);
     /* The reloaded function refused the missing KEYS: it ran. */
     assert_null(strstr(call.str, "Function not found"));
-    assert_non_null(strstr(call.str, "retryd_v8_get takes 2 keys"));
-    assert_int_equal(SEND(l.r, &list, "FUNCTION", "LIST", "LIBRARYNAME", "retryd_v8"), 0);
+    assert_non_null(strstr(call.str, "retryd_v9_get takes 2 keys"));
+    assert_int_equal(SEND(l.r, &list, "FUNCTION", "LIST", "LIBRARYNAME", "retryd_v9"), 0);
     assert_true(ut_run_until(&l.loop, list.done, 5000));
     assert_int_equal(list.elements, 1);
     link_close(&l);
@@ -204,7 +204,7 @@ static void test_missing_function_resent_only_once(void **state)
     link_open(&l, g_fake.port, 2000, rd_lua_library);
     assert_true(ut_run_until(&l.loop, rd_redis_ready(l.r), 5000));
     got_t call;
-    assert_int_equal(SEND(l.r, &call, "FCALL", "retryd_v8_get", "0"), 0);
+    assert_int_equal(SEND(l.r, &call, "FCALL", "retryd_v9_get", "0"), 0);
     assert_true(ut_run_until(&l.loop, call.done, 5000));
     assert_int_equal(call.status, RD_REDIS_OK);
     assert_int_equal(call.type, RD_REPLY_ERROR);
@@ -296,9 +296,9 @@ static void test_restart_drops_then_reconnects_with_library(void **state)
     assert_true(ut_run_until(&l.loop, rd_redis_ready(l.r), 10000));
     assert_int_equal(l.ready_calls, 2);
     got_t call;
-    assert_int_equal(SEND(l.r, &call, "FCALL", "retryd_v8_get", "0"), 0);
+    assert_int_equal(SEND(l.r, &call, "FCALL", "retryd_v9_get", "0"), 0);
     assert_true(ut_run_until(&l.loop, call.done, 5000));
-    assert_non_null(strstr(call.str, "retryd_v8_get takes 2 keys"));
+    assert_non_null(strstr(call.str, "retryd_v9_get takes 2 keys"));
     link_close(&l);
     fx_redis_destroy(&srv);
 }

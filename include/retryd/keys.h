@@ -37,7 +37,7 @@ void rd_keys_registry(rd_buf_t *out, const char *prefix);
  * Bump the version whenever a function's KEYS, ARGV or reply change. The
  * first line of lua/00_common.lua must name the same library (test_keys
  * checks it); store.c builds every FCALL name from it. */
-#define RD_LIBRARY_NAME "retryd_v8"
+#define RD_LIBRARY_NAME "retryd_v9"
 #define RD_FUNCTION(name) RD_LIBRARY_NAME "_" name
 
 #endif
