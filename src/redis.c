@@ -75,13 +75,14 @@ struct rd_redis {
     uv_timer_t reconnect_timer;
     uv_timer_t watchdog;
     uv_check_t flush;           /* writes queued commands at the end of each loop turn */
+    uv_prepare_t flush_before_poll; /* and before the loop sleeps (flush_out) */
     bool write_pending;
     pending_t *head, *tail;     /* in send order: the head is the oldest */
     subscription_t *subs;
     rd_histogram_t rtt;
 
     bool closing;
-    int open_handles;           /* the three above, and the transport while it closes */
+    int open_handles;           /* the four above, and the transport while it closes */
     void (*on_closed)(void *arg);
     void *on_closed_arg;
 };
@@ -267,6 +268,7 @@ static void drop_link(rd_redis_t *r, const char *why)
         uv_close((uv_handle_t *)&r->reconnect_timer, on_handle_closed);
         uv_close((uv_handle_t *)&r->watchdog, on_handle_closed);
         uv_close((uv_handle_t *)&r->flush, on_handle_closed);
+        uv_close((uv_handle_t *)&r->flush_before_poll, on_handle_closed);
     } else {
         /* One line per failure. A refused or lost connection is loud the first
          * time and quiet while retrying (Redis restarting); a failure once
@@ -625,14 +627,28 @@ bool rd_redis_attempted(const rd_redis_t *r)
 /* ---------------------------------------------------------------- flushing */
 
 /* Writing at the end of every loop turn sends all the commands that turn
- * produced in one write (one TLS record batch), right away. */
-static void on_flush(uv_check_t *h)
+ * produced in one write (one TLS record batch), right away. The check phase
+ * runs after the poll, so it sends what I/O callbacks queued; commands queued
+ * by a timer callback (the promoter's rounds, a waiter's deadline) come before
+ * the poll and would sit until something else woke the loop (up to the
+ * watchdog's 250 ms), so the prepare phase, just before the loop sleeps,
+ * sends those. */
+static void flush_out(rd_redis_t *r)
 {
-    rd_redis_t *r = h->data;
     if (!r->write_pending) return;
     r->write_pending = false;
     if (r->link && r->out.len) rd_transport_write(r->link, r->out.data, r->out.len);
     rd_buf_reset(&r->out);
+}
+
+static void on_flush(uv_check_t *h)
+{
+    flush_out(h->data);
+}
+
+static void on_flush_before_poll(uv_prepare_t *h)
+{
+    flush_out(h->data);
 }
 
 /* ---------------------------------------------------------------- watchdog */
@@ -684,8 +700,11 @@ rd_redis_t *rd_redis_start(uv_loop_t *loop, const rd_redis_options_t *opts)
     uv_check_init(loop, &r->flush);
     r->flush.data = r;
     uv_check_start(&r->flush, on_flush);
+    uv_prepare_init(loop, &r->flush_before_poll);
+    r->flush_before_poll.data = r;
+    uv_prepare_start(&r->flush_before_poll, on_flush_before_poll);
     r->reconnect_timer.data = r->watchdog.data = r;
-    r->open_handles = 3;
+    r->open_handles = 4;
     uint64_t every = (uint64_t)(r->timeout_ms / 4 < 250 ? r->timeout_ms / 4 : 250);
     uv_timer_start(&r->watchdog, on_watchdog, every, every);
     connect_now(r);
@@ -703,6 +722,7 @@ void rd_redis_close(rd_redis_t *r, bool force, void (*on_closed)(void *arg), voi
             uv_close((uv_handle_t *)&r->reconnect_timer, on_handle_closed);
             uv_close((uv_handle_t *)&r->watchdog, on_handle_closed);
             uv_close((uv_handle_t *)&r->flush, on_handle_closed);
+            uv_close((uv_handle_t *)&r->flush_before_poll, on_handle_closed);
             return;
         }
     }

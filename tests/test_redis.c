@@ -338,6 +338,75 @@ static void test_reconnect_backoff_doubles_and_resets(void **state)
     fake_stop();
 }
 
+/* A chain of PINGs, each sent from a timer callback that its predecessor's
+ * reply started, with no other timer or I/O to wake the loop. */
+typedef struct ping_chain {
+    uv_loop_t *loop;
+    rd_redis_t *r;
+    uv_timer_t next;
+    int left;
+    long long done_ms;
+} ping_chain_t;
+
+static void chain_send(uv_timer_t *t);
+
+static void chain_got(const rd_reply_t *reply, rd_redis_status_t status, void *arg)
+{
+    ping_chain_t *c = arg;
+    assert_int_equal(status, RD_REDIS_OK);
+    assert_int_equal(rd_reply_type(reply), RD_REPLY_STATUS);
+    if (--c->left > 0) {
+        uv_timer_start(&c->next, chain_send, 0, 0);
+        return;
+    }
+    c->done_ms = e2e_mono_ms();
+    uv_stop(c->loop);
+}
+
+static void chain_send(uv_timer_t *t)
+{
+    ping_chain_t *c = t->data;
+    const char *argv[] = { "PING" };
+    size_t lens[] = { 4 };
+    assert_int_equal(rd_redis_command(c->r, 1, argv, lens, chain_got, c), 0);
+}
+
+static void on_chain_guard(uv_timer_t *t)
+{
+    uv_stop(t->loop);
+}
+
+/* A command queued by a timer callback goes out before the loop sleeps in
+ * its poll: before the fix it waited for the next wake-up (the link's 250 ms
+ * watchdog), so the promoter's rounds ran every 250 ms whatever --tick-ms
+ * said. Ten PINGs, each from a timer, take a few ms on a local Redis; with
+ * the bug they took about 2.5 s (bound: 500 ms). */
+static void test_command_from_timer_sent_before_the_loop_sleeps(void **state)
+{
+    (void)state;
+    link_t l;
+    link_open(&l, ut_test_redis_port(), 5000, rd_lua_library);
+    assert_true(ut_run_until(&l.loop, rd_redis_ready(l.r), 10000));
+    ping_chain_t c = { .loop = &l.loop, .r = l.r, .left = 10 };
+    uv_timer_init(&l.loop, &c.next);
+    c.next.data = &c;
+    uv_timer_t guard;
+    uv_timer_init(&l.loop, &guard);
+    uv_timer_start(&guard, on_chain_guard, 5000, 0);
+    long long t0 = e2e_mono_ms();
+    uv_timer_start(&c.next, chain_send, 0, 0);
+    uv_run(&l.loop, UV_RUN_DEFAULT);
+    uv_close((uv_handle_t *)&guard, NULL);
+    uv_close((uv_handle_t *)&c.next, NULL);
+    assert_int_equal(c.left, 0);
+    printf("test_redis: 10 PINGs sent from timer callbacks answered in %lld ms\n",
+           c.done_ms - t0);
+    if (c.done_ms - t0 > 500)
+        fail_msg("10 PINGs from timer callbacks took %lld ms (a command queued by a timer "
+                 "waited for the loop's next wake-up)", c.done_ms - t0);
+    link_close(&l);
+}
+
 int main(void)
 {
     rd_log_set_level(RD_LOG_ERROR);
@@ -349,6 +418,7 @@ int main(void)
         cmocka_unit_test(test_timeout_answers_lost_then_ready_again),
         cmocka_unit_test(test_restart_drops_then_reconnects_with_library),
         cmocka_unit_test(test_reconnect_backoff_doubles_and_resets),
+        cmocka_unit_test(test_command_from_timer_sent_before_the_loop_sleeps),
     };
     if (ut_test_redis_port() == 0) {
         fprintf(stderr, "test_redis: RETRYD_TEST_REDIS_PORT is not set (run it through scripts/test.sh)\n");
