@@ -31,7 +31,7 @@ SQS_CODEC_SRC := sqs/errors sqs/decode sqs/shapes sqs/encode sqs/attributes
 SQS_AUTH_SRC := sqs/sigv4 sqs/roles
 SQS_FACE_SRC := sqs/listener sqs/actions sqs/params sqs/names sqs/queues sqs/admin sqs/messages sqs/moves
 # Modules shared by the daemon and the tests (everything but main).
-LIB_SRC := alloc buf utf8 hex log config keys json jsonw problem policy http http_write router redis redis_transport cluster backend store store_settings store_moves store_enqueue store_replies queue_lines enqueue_lines \
+LIB_SRC := alloc buf utf8 hex log config keys shards json jsonw problem policy http http_write router redis redis_transport cluster backend store store_settings store_moves store_enqueue store_replies queue_lines enqueue_lines \
            registry lost_claims fanout replay queue_clear durability coalesce waiters keyed_hash metrics auth tokens ui \
            webhook alerts redrive dlq moves \
            message request request_policy api api_policy api_groups api_auth api_respond api_batch enqueue_chunks promoter handback \
@@ -40,7 +40,7 @@ LIB_OBJ := $(LIB_SRC:%=$(BUILD)/%.o) $(BUILD)/lua_library.o $(BUILD)/ui_assets.o
            $(BUILD)/llhttp/llhttp.o $(BUILD)/llhttp/api.o $(BUILD)/llhttp/http.o
 
 UNIT_TESTS := test_keys test_router test_request test_request_groups test_message test_jsonw test_config test_problem test_metrics \
-              test_coalesce test_sqs_sigv4 test_sqs_codec test_sqs_names test_keyed_hash
+              test_coalesce test_sqs_sigv4 test_sqs_codec test_sqs_names test_keyed_hash test_shards
 # test_lua_*, test_e2e_* and test_faults_* share tests/lua_support.h, e2e_common.h, faults_common.h.
 LUA_TESTS := test_lua_messages test_lua_batch test_lua_queue_ops test_lua_settle test_lua_schedule test_lua_records test_lua_upgrade \
              test_lua_policy test_lua_history test_lua_dead_letters test_lua_keys test_lua_expiry \

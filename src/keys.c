@@ -46,3 +46,16 @@ void rd_keys_registry(rd_buf_t *out, const char *prefix)
     rd_buf_puts(out, prefix);
     rd_buf_puts(out, ":queues");
 }
+
+void rd_keys_shard_base(rd_buf_t *out, const char *prefix, const char *queue, size_t len,
+                        int shard, int salt)
+{
+    if (shard == 0) {
+        rd_keys_queue_base(out, prefix, queue, len);
+        return;
+    }
+    rd_buf_puts(out, prefix);
+    rd_buf_puts(out, ":{");
+    rd_keys_escape_queue(out, queue, len);
+    rd_buf_printf(out, ":%d.%d}", shard, salt);
+}

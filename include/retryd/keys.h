@@ -18,6 +18,13 @@ void rd_keys_escape_queue(rd_buf_t *out, const char *name, size_t len);
 /* "<prefix>:{<escaped queue>}": KEYS[1] of every function call. */
 void rd_keys_queue_base(rd_buf_t *out, const char *prefix, const char *queue, size_t len);
 
+/* The base of shard k of a queue (docs/sharding.md "Where each key goes"):
+ * shard 0 is rd_keys_queue_base's, shard k (1..63) "<prefix>:{<escaped
+ * queue>:<k>.<salt>}". The escape turns every ':' of a name into %3A, so no
+ * queue's shard 0 is another's shard k. */
+void rd_keys_shard_base(rd_buf_t *out, const char *prefix, const char *queue, size_t len,
+                        int shard, int salt);
+
 /* "<base>:m:<id>": the message hash (KEYS[2] where the id is known). */
 void rd_keys_message(rd_buf_t *out, const char *base, size_t base_len, long long id);
 
