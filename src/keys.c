@@ -21,11 +21,17 @@ void rd_keys_escape_queue(rd_buf_t *out, const char *name, size_t len)
     }
 }
 
-void rd_keys_queue_base(rd_buf_t *out, const char *prefix, const char *queue, size_t len)
+/* "<prefix>:{<escaped queue>", a base without its closing brace. */
+static void open_tag(rd_buf_t *out, const char *prefix, const char *queue, size_t len)
 {
     rd_buf_puts(out, prefix);
     rd_buf_puts(out, ":{");
     rd_keys_escape_queue(out, queue, len);
+}
+
+void rd_keys_queue_base(rd_buf_t *out, const char *prefix, const char *queue, size_t len)
+{
+    open_tag(out, prefix, queue, len);
     rd_buf_puts(out, "}");
 }
 
@@ -50,12 +56,7 @@ void rd_keys_registry(rd_buf_t *out, const char *prefix)
 void rd_keys_shard_base(rd_buf_t *out, const char *prefix, const char *queue, size_t len,
                         int shard, int salt)
 {
-    if (shard == 0) {
-        rd_keys_queue_base(out, prefix, queue, len);
-        return;
-    }
-    rd_buf_puts(out, prefix);
-    rd_buf_puts(out, ":{");
-    rd_keys_escape_queue(out, queue, len);
-    rd_buf_printf(out, ":%d.%d}", shard, salt);
+    open_tag(out, prefix, queue, len);
+    if (shard == 0) rd_buf_puts(out, "}");
+    else rd_buf_printf(out, ":%d.%d}", shard, salt);
 }
