@@ -99,6 +99,10 @@ do
   -- on the queue's one wake channel (shard 0's), the payload naming the shard.
   local SHARD_SPAN = 10 ^ 13
   local function shard_of_base(base)
+    -- Most bases are shard 0 and end in a name, not a salt: one byte tells
+    -- (a shard's base ends "<digit>}"), before the pattern's backtracking.
+    local last = string.byte(base, -2)
+    if not last or last < 48 or last > 57 then return 0, base end
     local head, q, shard, salt = string.match(base, '^(.*:{)([^{}:]*):([1-9]%d?)%.(%d+)}$')
     shard = tonumber(shard)
     if not shard or shard > 63 or #salt > 5 or tonumber(salt) > 65535
