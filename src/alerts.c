@@ -123,7 +123,7 @@ static void queue_drop_if_idle(queue_t *q)
 
 static rd_store_queue_t queue_of(const queue_t *q)
 {
-    return (rd_store_queue_t){ q->name, q->len };
+    return (rd_store_queue_t){ .name = q->name, .len = q->len };
 }
 
 /* Logs a failed call once per run of failures. */

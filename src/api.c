@@ -47,7 +47,7 @@ static void on_message(const rd_store_messages_t *res, void *arg)
     call_t *c = arg;
     if (rd_api_respond_store_failure(c, &res->head)) return;
     if (c->notify) {
-        rd_store_queue_t q = { c->match.queue, c->match.queue_len };
+        rd_store_queue_t q = { .name = c->match.queue, .len = c->match.queue_len };
         rd_waiters_notify(c->api->waiters, q);
     }
     if (res->count != 1) {
@@ -96,7 +96,7 @@ static void on_enqueued(const rd_store_messages_t *res, void *arg)
         return;
     }
     if (m->status == RD_STATUS_PENDING && m->retry_after_ms < 0) {
-        rd_store_queue_t q = { c->match.queue, c->match.queue_len };
+        rd_store_queue_t q = { .name = c->match.queue, .len = c->match.queue_len };
         rd_waiters_notify(c->api->waiters, q);
     }
     rd_buf_t location = RD_BUF_INIT;
@@ -110,7 +110,7 @@ static void on_enqueued(const rd_store_messages_t *res, void *arg)
  * delivered (the client reset), they go straight back (handback.h). */
 static void release_if_undelivered(call_t *c, const rd_message_t *messages, size_t count)
 {
-    rd_store_queue_t q = { c->match.queue, c->match.queue_len };
+    rd_store_queue_t q = { .name = c->match.queue, .len = c->match.queue_len };
     rd_handback_if_undelivered(c->ex, &c->api->store, q, messages, count);
 }
 
@@ -238,7 +238,7 @@ static void on_settle_claimed(const rd_store_settled_t *res, void *arg)
      * nothing claimable, the claim waits as a plain long-poll claim does. */
     if (c->wait_ms < 0 && res->count == 0 && c->count > 0) c->wait_ms = res->policy_wait_ms;
     if (res->count == 0 && c->wait_ms > 0 && c->api->waiters) {
-        rd_store_queue_t q = { c->match.queue, c->match.queue_len };
+        rd_store_queue_t q = { .name = c->match.queue, .len = c->match.queue_len };
         rd_waiters_park(c->api->waiters, q, c->lease, c->count, c->worker, c->wait_ms, c->ex,
                         on_settle_waited, c);
         return;
@@ -268,7 +268,7 @@ static void on_acked(const rd_store_outcomes_t *res, void *arg)
     call_t *c = arg;
     if (rd_api_respond_store_failure(c, &res->head)) return;
     if (c->notify) {
-        rd_store_queue_t q = { c->match.queue, c->match.queue_len };
+        rd_store_queue_t q = { .name = c->match.queue, .len = c->match.queue_len };
         rd_waiters_notify(c->api->waiters, q);
     }
     const rd_ack_req_t *ack = c->ack;
@@ -339,7 +339,7 @@ static void respond_replay_stopped(call_t *c, const rd_store_replayed_t *res)
 static void on_replayed_all(const rd_store_replayed_t *res, void *arg)
 {
     call_t *c = arg;
-    rd_store_queue_t q = { c->match.queue, c->match.queue_len };
+    rd_store_queue_t q = { .name = c->match.queue, .len = c->match.queue_len };
     if (res->replayed > 0) rd_waiters_notify(c->api->waiters, q);
     if (res->head.status != RD_STORE_OK && res->head.status != RD_STORE_DUPLICATE &&
         res->replayed > 0) {
@@ -835,7 +835,7 @@ static void handle_succeed_many(call_t *c)
 static void on_redriven(const rd_store_replayed_t *res, void *arg)
 {
     call_t *c = arg;
-    rd_store_queue_t to = { c->replay.to, c->replay.to_len };
+    rd_store_queue_t to = { .name = c->replay.to, .len = c->replay.to_len };
     if (res->replayed > 0) rd_waiters_notify(c->api->waiters, to);
     on_replayed_all(res, arg);
 }
@@ -851,7 +851,7 @@ static void handle_redrive(call_t *c)
         return;
     }
     if (!rd_api_authorize_queue(c, c->replay.to, c->replay.to_len, "to")) return;
-    rd_store_queue_t to = { c->replay.to, c->replay.to_len };
+    rd_store_queue_t to = { .name = c->replay.to, .len = c->replay.to_len };
     rd_api_started(c, rd_redrive_run(c->api->store, rd_api_queue_of(c), to, c->replay.mode,
                                      c->replay.ids,
                               c->replay.count, c->replay.needle, client_not_gone, on_redriven,

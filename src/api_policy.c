@@ -15,7 +15,7 @@ typedef rd_call_t call_t;
 static void wake_local(call_t *c)
 {
     if (!c->notify || c->api->waiters == NULL) return;
-    rd_store_queue_t q = { c->match.queue, c->match.queue_len };
+    rd_store_queue_t q = { .name = c->match.queue, .len = c->match.queue_len };
     rd_waiters_notify(c->api->waiters, q);
 }
 
@@ -111,7 +111,7 @@ static void policy_write(call_t *c, bool patch)
     }
     /* The graph of dead-letter queues first (the registry's slot), then the
      * policy (the queue's): docs/lifecycle.md "Cycles". */
-    rd_store_queue_t target = { p.dead_letter_queue, p.dead_letter_queue_len };
+    rd_store_queue_t target = { .name = p.dead_letter_queue, .len = p.dead_letter_queue_len };
     rd_api_started(c, rd_store_dlq_link(c->api->store, rd_api_queue_of(c), target, on_dlq_linked,
                                         c));
 }

@@ -156,5 +156,5 @@ void rd_api_answer_parse_failure(call_t *c, rd_req_result_t r, const rd_field_er
 
 rd_store_queue_t rd_api_queue_of(const call_t *c)
 {
-    return (rd_store_queue_t){ c->match.queue, c->match.queue_len };
+    return (rd_store_queue_t){ .name = c->match.queue, .len = c->match.queue_len };
 }

@@ -194,7 +194,7 @@ static batch_t *send_line(line_t *l, request_t **refused)
         at += x->n;
     }
     /* The store answers later, never from inside this call (store.h). */
-    rd_store_queue_t q = { l->key.name, l->key.len };
+    rd_store_queue_t q = { .name = l->key.name, .len = l->key.len };
     int rc = rd_store_settle_claim(l->co->store, q, first->lease, count, first->worker, n, all,
                                    on_settled, b);
     rd_free(all);

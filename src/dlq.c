@@ -68,8 +68,8 @@ void rd_dlq_move(rd_dlq_t *d, rd_store_queue_t q)
     if (slot == NULL) return;
     slot->queue = rd_strndup(q.name, q.len);
     slot->queue_len = q.len;
-    rd_store_queue_t source = { slot->queue, slot->queue_len };
-    rd_store_queue_t none = { "", 0 };
+    rd_store_queue_t source = { .name = slot->queue, .len = slot->queue_len };
+    rd_store_queue_t none = { .name = "", .len = 0 };
     d->running++;
     if (rd_redrive_run(d->st, source, none, "left", NULL, 0, NULL, go_on, on_moved, slot) != 0) {
         rd_free(slot->queue);

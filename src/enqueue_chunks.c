@@ -38,7 +38,7 @@ static void on_called(const rd_store_enqueued_many_t *res, void *arg);
 static int send_next(chunks_t *c)
 {
     c->in_call = chunk_size(c, c->next);
-    rd_store_queue_t q = { c->queue, c->queue_len };
+    rd_store_queue_t q = { .name = c->queue, .len = c->queue_len };
     return rd_store_enqueue_many(c->st, q, c->items + c->next, c->in_call, on_called, c);
 }
 

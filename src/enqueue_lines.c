@@ -217,7 +217,7 @@ static void drain(line_t *l)
     c->line = l;
     c->sent = run;
     c->n = n;
-    rd_store_queue_t q = { l->key.name, l->key.len };
+    rd_store_queue_t q = { .name = l->key.name, .len = l->key.len };
     int rc;
     if (n == 1) {
         rc = rd_store_enqueue(el->store, q, &run->e, on_one, c);

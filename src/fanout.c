@@ -69,7 +69,7 @@ static void fanout_send_one(fanout_t *f)
     fanout_slot_t *slot = rd_malloc(sizeof *slot);
     slot->f = f;
     slot->index = f->sent++;
-    rd_store_queue_t q = { m->name, m->name_len };
+    rd_store_queue_t q = { .name = m->name, .len = m->name_len };
     if (rd_store_stats(f->fo->st, q, 0, on_fanout_stats, slot) == 0) {
         f->outstanding++;
         f->fo->in_flight++;
@@ -133,7 +133,7 @@ static void on_fanout_stats(const rd_store_stats_result_t *res, void *arg)
     if (res->head.status == RD_STORE_OK) {
         rd_metrics_from_stats(m, &res->stats);
         if (stats_show_no_key(&res->stats)) {
-            rd_store_queue_t q = { m->name, m->name_len };
+            rd_store_queue_t q = { .name = m->name, .len = m->name_len };
             rd_registry_schedule(f->fo->registry, q, 0);
         }
     } else {

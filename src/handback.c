@@ -14,7 +14,7 @@ static void on_delivered(bool delivered, void *arg)
 {
     claimed_t *k = arg;
     if (!delivered && *k->store) {
-        rd_store_queue_t q = { k->queue, k->queue_len };
+        rd_store_queue_t q = { .name = k->queue, .len = k->queue_len };
         rd_store_release_orphans(*k->store, q, k->count, k->messages);
     }
     for (size_t i = 0; i < k->count; i++) rd_free((char *)k->messages[i].lease_token.ptr);

@@ -149,7 +149,7 @@ static void on_orphans_released(const rd_store_released_t *res, void *arg)
 
 static void send_orphans(rd_lost_claims_t *lc, orphans_t *o)
 {
-    rd_store_queue_t q = { o->queue, o->len };
+    rd_store_queue_t q = { .name = o->queue, .len = o->len };
     if (rd_store_release(lc->st, q, o->n, o->msgs, on_orphans_released, o) != 0)
         keep_orphans(lc, o);
 }
@@ -212,7 +212,7 @@ void rd_lost_claims_flush(rd_lost_claims_t *lc)
         lc->nlost = kept;
         const char *nonces[LOST_PER_CALL];
         for (size_t i = 0; i < b->n; i++) nonces[i] = b->claims[i].nonce;
-        rd_store_queue_t q = { b->claims[0].queue, b->claims[0].len };
+        rd_store_queue_t q = { .name = b->claims[0].queue, .len = b->claims[0].len };
         if (rd_store_release_lost(lc->st, q, b->n, nonces, on_lost_released, b) != 0) {
             rd_store_released_t failed = { .head = { .status = RD_STORE_UNAVAILABLE } };
             on_lost_released(&failed, b);

@@ -62,7 +62,7 @@ rd_moves_t *rd_moves_new(uv_loop_t *loop, rd_store_t *st)
 
 static rd_store_queue_t source_of(const task_t *t)
 {
-    return (rd_store_queue_t){ t->source, t->source_len };
+    return (rd_store_queue_t){ .name = t->source, .len = t->source_len };
 }
 
 /* ---------------------------------------------------------------- a task's end */
@@ -237,7 +237,7 @@ static void run(rd_moves_t *m, rd_store_queue_t source, const rd_store_move_task
     m->tasks = t;
     m->refs++;
     int limit = t->rate > 0 && t->rate < RD_MOVES_BATCH_MAX ? (int)t->rate : RD_MOVES_BATCH_MAX;
-    rd_store_queue_t dest = { t->dest, t->dest_len };
+    rd_store_queue_t dest = { .name = t->dest, .len = t->dest_len };
     if (rd_redrive_paced(m->st, source, dest, "move", limit, gate, on_redrive_end, t) != 0) {
         rd_warn("moves: task %lld of %.*s could not start here; its lease runs out", t->id,
                 (int)source.len, source.name);
@@ -284,7 +284,7 @@ static void on_started(const rd_store_strings_t *res, void *arg)
             rd_store_move_task_t task = {
                 .id = out.id, .destination = { s->dest, s->dest_len }, .rate = s->rate,
             };
-            run(s->m, (rd_store_queue_t){ s->source, s->source_len }, &task);
+            run(s->m, (rd_store_queue_t){ .name = s->source, .len = s->source_len }, &task);
         }
     }
     start_done(s, &out);
@@ -300,7 +300,7 @@ static void on_watched(const rd_store_strings_t *res, void *arg)
         start_done(s, &out);
         return;
     }
-    rd_store_queue_t source = { s->source, s->source_len }, dest = { s->dest, s->dest_len };
+    rd_store_queue_t source = { .name = s->source, .len = s->source_len }, dest = { .name = s->dest, .len = s->dest_len };
     if (rd_store_move_start(s->m->st, source, dest, s->rate, s->m->runner, RD_MOVES_LEASE_MS,
                             on_started, s) != 0) {
         rd_moves_started_t out = { .status = RD_STORE_UNAVAILABLE };
@@ -352,7 +352,7 @@ static void on_claimed(const rd_store_strings_t *res, void *arg)
 {
     look_t *l = arg;
     rd_moves_t *m = l->m;
-    rd_store_queue_t source = { l->source, l->source_len };
+    rd_store_queue_t source = { .name = l->source, .len = l->source_len };
     long long at = -2;          /* -2: leave the entry; -1: drop it; else move it there */
     const rd_str_t *f = res->strings;
     if (res->head.status == RD_STORE_OK && res->count >= 1 && f[0].ptr) {
@@ -392,7 +392,7 @@ static void on_due(const rd_store_strings_t *res, void *arg)
             sc[score->len] = '\0';
             look_t *l = rd_malloc(sizeof *l);
             *l = (look_t){ m, rd_strndup(name->ptr, name->len), name->len, atoll(sc) };
-            rd_store_queue_t source = { l->source, l->source_len };
+            rd_store_queue_t source = { .name = l->source, .len = l->source_len };
             m->looking++;
             m->refs++;
             if (rd_store_move_claim(m->st, source, m->runner, RD_MOVES_LEASE_MS, on_claimed, l) != 0) {

@@ -118,7 +118,7 @@ static void on_ticked(const rd_store_tick_t *res, void *arg)
 {
     rd_promoter_t *p = arg;
     p->busy = false;
-    rd_store_queue_t q = { p->names[p->next], p->name_lens[p->next] };
+    rd_store_queue_t q = { .name = p->names[p->next], .len = p->name_lens[p->next] };
     if (res->head.status == RD_STORE_OK) {
         if (res->promoted || res->reclaimed || res->expired)
             rd_debug("promoter: %.*s promoted %lld, reclaimed %lld, expired %lld", (int)q.len,
@@ -155,7 +155,7 @@ static void next_queue(rd_promoter_t *p)
         report(p);
         return;
     }
-    rd_store_queue_t q = { p->names[p->next], p->name_lens[p->next] };
+    rd_store_queue_t q = { .name = p->names[p->next], .len = p->name_lens[p->next] };
     if (rd_store_tick(p->store, q, p->opts.batch, p->opts.dead_ttl_ms, p->opts.succeeded_ttl_ms,
                       on_ticked, p) != 0) {
         report(p);  /* Redis went away: the rest come due again after their lease */
@@ -182,7 +182,7 @@ static void on_taken(const rd_store_taken_t *res, void *arg)
     p->fleet_alert_url = res->fleet_alert_url || p->opts.alert_url;
     rd_store_set_fleet_alert_url(p->store, res->fleet_alert_url);
     for (size_t i = 0; i < res->alert_count && p->opts.on_alerts; i++) {
-        rd_store_queue_t q = { res->alert_names[i].ptr, res->alert_names[i].len };
+        rd_store_queue_t q = { .name = res->alert_names[i].ptr, .len = res->alert_names[i].len };
         p->opts.on_alerts(q, p->opts.on_alerts_arg);
     }
     earliest(p, res->next_in_ms);

@@ -21,7 +21,7 @@ static void on_batch(const rd_store_cleared_t *res, void *arg);
 
 static rd_store_queue_t queue_of(const clear_t *c)
 {
-    return (rd_store_queue_t){ c->queue, c->queue_len };
+    return (rd_store_queue_t){ .name = c->queue, .len = c->queue_len };
 }
 
 static int next_batch(clear_t *c)

@@ -104,7 +104,7 @@ static bool failed(redrive_t *r, const rd_store_head_t *head)
 
 static rd_store_queue_t source_q(const redrive_t *r)
 {
-    return (rd_store_queue_t){ r->source, r->source_len };
+    return (rd_store_queue_t){ .name = r->source, .len = r->source_len };
 }
 
 /* After a batch (or an empty take): on to the next take, or the end. */
@@ -169,7 +169,7 @@ static void forget(redrive_t *r, size_t from, size_t to)
 {
     long long *ids = rd_calloc(to - from, sizeof *ids);
     for (size_t i = from; i < to; i++) ids[i - from] = r->letters[i].id;
-    rd_store_queue_t q = { r->letters[from].target, r->letters[from].target_len };
+    rd_store_queue_t q = { .name = r->letters[from].target, .len = r->letters[from].target_len };
     rd_store_redrive_forget(r->st, q, source_q(r), to - from, ids, on_forgotten, NULL);
     rd_free(ids);
 }
@@ -246,7 +246,7 @@ static void send_run(redrive_t *r)
                                       .priority = l->priority,
                                       .history = { l->history, l->history_len } };
     }
-    rd_store_queue_t q = { first->target, first->target_len };
+    rd_store_queue_t q = { .name = first->target, .len = first->target_len };
     if (rd_store_redrive_in(r->st, q, source_q(r), k, run, on_in, r) != 0)
         finish(r, RD_STORE_UNAVAILABLE, NULL);
     rd_free(run);
@@ -300,7 +300,7 @@ static void on_take(const rd_store_redrive_taken_t *res, void *arg)
  * -1 when it could not be sent. */
 static int take(redrive_t *r)
 {
-    rd_store_queue_t target = { r->target, r->target_len };
+    rd_store_queue_t target = { .name = r->target, .len = r->target_len };
     if (strcmp(r->mode, "ids") == 0) {
         size_t k = r->n - r->offset < TAKE_IDS_MAX ? r->n - r->offset : TAKE_IDS_MAX;
         r->given = k;

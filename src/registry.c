@@ -156,7 +156,7 @@ static bool send_register_then(rd_registry_t *reg, const char *name, size_t len,
     g->sent_ms = uv_now(reg->loop);
     g->resume = resume;
     g->resume_arg = resume_arg;
-    rd_store_queue_t q = { name, len };
+    rd_store_queue_t q = { .name = name, .len = len };
     if (rd_store_register(reg->st, q, in_ms, on_register, g) != 0) {
         owe(reg, name, len, in_ms, g->sent_ms);
         rd_free(g->name);

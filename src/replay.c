@@ -26,7 +26,7 @@ static void on_replay_batch(const rd_store_replayed_t *res, void *arg);
 
 static int replay_batch(replay_all_t *r)
 {
-    rd_store_queue_t q = { r->queue, r->queue_len };
+    rd_store_queue_t q = { .name = r->queue, .len = r->queue_len };
     if (strcmp(r->mode, "ids") == 0) {
         size_t from = r->cursor ? strtoul(r->cursor, NULL, 10) : 0;
         size_t n = r->n - from < RD_STORE_REPLAY_IDS_MAX ? r->n - from : RD_STORE_REPLAY_IDS_MAX;

@@ -13,6 +13,7 @@
 #include "retryd/keys.h"
 #include "retryd/limits.h"
 #include "retryd/log.h"
+#include "retryd/shards.h"
 #include "retryd/store_replies.h"
 #include "retryd/utf8.h"
 
@@ -333,7 +334,7 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
     /* The hint goes to the schedule (the write hooks) before anyone hears
      * of the new work. */
     rd_store_t *st = op->st;
-    rd_store_queue_t q = { op->queue, op->queue_len };
+    rd_store_queue_t q = { .name = op->queue, .len = op->queue_len };
     if (st == NULL) {
         /* resume_held: the hooks heard of this reply already. */
     } else if (op->queue && st->written && head->status == RD_STORE_OK) {
@@ -423,11 +424,25 @@ static void arg_nonce(cmd_t *c, rd_store_t *st)
     arg_bytes(c, c->nonce, (size_t)n);
 }
 
-static const rd_store_queue_t NO_QUEUE = { NULL, 0 };
+static const rd_store_queue_t NO_QUEUE = { NULL, 0, 0, NULL, 0 };
+
+/* The shard an operation on message id goes to: the id names it
+ * (docs/sharding.md "Ids"). An id no shard hands out goes to shard 0, as
+ * every id did before shards, and is not found there. */
+static int shard_of_message(long long id)
+{
+    return rd_shards_id_valid(id) ? rd_shards_of_id(id) : 0;
+}
+
+static int salt_of(rd_store_queue_t q, int shard)
+{
+    assert(shard >= 0 && shard < RD_SHARDS_MAX);
+    return shard >= 1 && q.salts && shard <= q.nsalts ? q.salts[shard - 1] : 0;
+}
 
 /* Starts the command of row id: FCALL (FCALL_RO for a read) <library>_name
- * with KEYS[1] the queue's base (id > 0 adds the message key as KEYS[2]) or
- * the registry; a plain command is its name. Every call goes through here,
+ * with KEYS[1] the base of the queue's shard (q.shard's, or for id > 0 the
+ * id's, which adds the message key as KEYS[2]) or the registry; a plain command is its name. Every call goes through here,
  * so the library's version is added in one place. Not a memset: the
  * argument arrays are large and filled as they are used. */
 static void begin_op(cmd_t *c, rd_store_t *st, op_id_t id, rd_store_queue_t q, long long msg_id)
@@ -454,7 +469,8 @@ static void begin_op(cmd_t *c, rd_store_t *st, op_id_t id, rd_store_queue_t q, l
         arg_bytes(c, st->registry_key.data, st->registry_key.len);
         return;
     }
-    rd_keys_queue_base(&c->base, st->prefix, q.name, q.len);
+    int shard = msg_id > 0 ? shard_of_message(msg_id) : q.shard;
+    rd_keys_shard_base(&c->base, st->prefix, q.name, q.len, shard, salt_of(q, shard));
     arg_str(c, msg_id > 0 ? "2" : "1");
     arg_bytes(c, c->base.data, c->base.len);
     if (msg_id > 0) {

@@ -94,7 +94,7 @@ int rd_store_move_watch(rd_store_t *st, rd_store_queue_t source, long long at_ms
     char a[24], e[24];
     rd_str_t argv[] = { { source.name, source.len }, at_ms < 0 ? text("") : num(a, at_ms),
                         expect_ms < 0 ? text("") : num(e, expect_ms) };
-    rd_store_queue_t none = { NULL, 0 };
+    rd_store_queue_t none = { .name = NULL, .len = 0 };
     return rd_store_send_move(st, RD_MOVE_FN_WATCH, none, 3, argv, cb, arg);
 }
 
@@ -102,6 +102,6 @@ int rd_store_move_due(rd_store_t *st, int count, rd_store_strings_cb cb, void *a
 {
     char c[24];
     rd_str_t argv[] = { num(c, count) };
-    rd_store_queue_t none = { NULL, 0 };
+    rd_store_queue_t none = { .name = NULL, .len = 0 };
     return rd_store_send_move(st, RD_MOVE_FN_DUE, none, 1, argv, cb, arg);
 }

@@ -262,7 +262,7 @@ static void on_claim(const rd_store_messages_t *res, void *arg)
     } else if (res->count > 0) {
         if (!rd_http_exchange_client_alive(h->ex)) {
             /* The client left during the claim: the messages go straight back. */
-            rd_store_queue_t queue = { q->name, q->len };
+            rd_store_queue_t queue = { .name = q->name, .len = q->len };
             rd_store_release_orphans(w->store, queue, res->count, res->messages);
             answer_nothing(h);
         } else {
@@ -299,7 +299,7 @@ static void serve(wqueue_t *q)
     waiter_t *h = q->head;
     q->again = false;
     if (h == NULL) return;
-    rd_store_queue_t queue = { q->name, q->len };
+    rd_store_queue_t queue = { .name = q->name, .len = q->len };
     if (rd_store_claim(w->store, queue, h->lease, h->count, h->worker, on_claim, q) != 0)
         return;  /* Redis is away: stay parked; the deadline answers */
     q->serving = h;

@@ -130,7 +130,7 @@ static int request(int i, long long lease_ms, const char *worker, int count)
     char token[16];
     snprintf(token, sizeof token, "t-%d", i);
     item.lease_token = token;
-    rd_store_queue_t q = { "q", 1 };
+    rd_store_queue_t q = { .name = "q", .len = 1 };
     rd_lease_t lease = { lease_ms, true };
     return rd_coalescer_settle_claim(g_co, q, lease, count, worker, 1, &item, on_answer,
                                      &g_reqs[i]);

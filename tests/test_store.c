@@ -18,6 +18,7 @@
 #include "retryd/limits.h"
 #include "retryd/queue_clear.h"
 #include "retryd/registry.h"
+#include "retryd/shards.h"
 
 /* ------------------------------------------------------------------------ */
 /* What a callback saw (copied: results live only inside the callback)     */
@@ -247,6 +248,115 @@ static void test_enqueue_claim_settle_get(void **state)
     assert_int_equal(rd_store_get(f->s.store, f->q, 999999, on_messages, &missing), 0);
     assert_true(ut_run_until(&f->loop, missing.calls == 1, 5000));
     assert_int_equal(missing.status, RD_STORE_NOT_FOUND);
+    fixture_close(f);
+}
+
+/* How many keys of Redis match pattern. */
+static long long keys_matching(redisContext *r, const char *pattern)
+{
+    redisReply *x = redisCommand(r, "KEYS %s", pattern);
+    assert_non_null(x);
+    assert_int_equal(x->type, REDIS_REPLY_ARRAY);
+    long long n = (long long)x->elements;
+    freeReplyObject(x);
+    return n;
+}
+
+/* A call goes to the queue's shard q.shard with its salt, and a call on one
+ * message to its id's shard (docs/sharding.md "Ids"), whatever q.shard
+ * says: shard 3's base, with salt 7, hands out ids from 3 * 10^13, its
+ * message is not on shard 0, and get, succeed, kill and replay by id find it from
+ * a queue value of shard 0 that carries the salts. */
+static void test_calls_on_a_shard_base(void **state)
+{
+    (void)state;
+    fixture_t *f = fixture_open(ut_test_redis_port(), 5000);
+    redisContext *r = e2e_redis_connect("127.0.0.1", ut_test_redis_port(), 5);
+    assert_non_null(r);
+    static const uint16_t salts[] = { 0, 0, 7 };
+    rd_store_queue_t q0 = ut_queue(f->qbuf, sizeof f->qbuf, "sharded");
+    rd_store_queue_t q3 = q0;
+    q3.shard = 3;
+    q3.salts = salts;
+    q3.nsalts = 3;
+    rd_store_queue_t q0_salted = q3;
+    q0_salted.shard = 0;
+
+    got_t enq = { 0 };
+    assert_int_equal(rd_store_enqueue(f->s.store, q3,
+            &(rd_enqueue_t){ .payload = "on3", .len = 3, .ttl_ms = -1 }, on_messages, &enq), 0);
+    assert_true(ut_run_until(&f->loop, enq.calls == 1, 5000));
+    assert_int_equal(enq.status, RD_STORE_OK);
+    assert_int_equal(enq.id, 3 * RD_SHARD_SPAN + 1);
+
+    /* Its record is in shard 3's base, salt 7. */
+    rd_buf_t base = RD_BUF_INIT, mkey = RD_BUF_INIT, pattern = RD_BUF_INIT;
+    rd_keys_shard_base(&base, "unit", q0.name, q0.len, 3, 7);
+    rd_keys_message(&mkey, base.data, base.len, enq.id);
+    redisReply *x = redisCommand(r, "EXISTS %b", mkey.data, mkey.len);
+    assert_non_null(x);
+    assert_int_equal(x->integer, 1);
+    freeReplyObject(x);
+
+    /* Shard 0 has nothing to claim; shard 3 has it. */
+    got_t none = { 0 }, claim = { 0 };
+    assert_int_equal(rd_store_claim(f->s.store, q0, LEASE, 1, "w", on_messages, &none), 0);
+    assert_true(ut_run_until(&f->loop, none.calls == 1, 5000));
+    assert_int_equal(none.status, RD_STORE_OK);
+    assert_int_equal(none.count, 0);
+    assert_int_equal(rd_store_claim(f->s.store, q3, LEASE, 1, "w", on_messages, &claim), 0);
+    assert_true(ut_run_until(&f->loop, claim.calls == 1, 5000));
+    assert_int_equal(claim.count, 1);
+    assert_int_equal(claim.id, enq.id);
+
+    /* By id, from shard 0's queue value: the id's shard, with its salt. */
+    got_t get = { 0 }, done = { 0 }, replayed = { 0 }, unsalted = { 0 };
+    assert_int_equal(rd_store_get(f->s.store, q0_salted, enq.id, on_messages, &get), 0);
+    assert_true(ut_run_until(&f->loop, get.calls == 1, 5000));
+    assert_int_equal(get.status, RD_STORE_OK);
+    assert_string_equal(get.payload, "on3");
+    assert_int_equal(get.mstatus, RD_STATUS_PROCESSING);
+    assert_int_equal(rd_store_succeed(f->s.store, q0_salted, enq.id, claim.token, on_messages, &done), 0);
+    assert_true(ut_run_until(&f->loop, done.calls == 1, 5000));
+    assert_int_equal(done.status, RD_STORE_OK);
+    assert_int_equal(done.mstatus, RD_STATUS_SUCCEEDED);
+    /* A second message there, killed and replayed by id. */
+    got_t second = { 0 }, killed = { 0 };
+    assert_int_equal(rd_store_enqueue(f->s.store, q3,
+            &(rd_enqueue_t){ .payload = "two", .len = 3, .ttl_ms = -1 }, on_messages, &second), 0);
+    assert_true(ut_run_until(&f->loop, second.calls == 1, 5000));
+    assert_int_equal(second.id, 3 * RD_SHARD_SPAN + 2);
+    assert_int_equal(rd_store_kill(f->s.store, q0_salted, second.id, "operator", on_messages, &killed), 0);
+    assert_true(ut_run_until(&f->loop, killed.calls == 1, 5000));
+    assert_int_equal(killed.status, RD_STORE_OK);
+    assert_int_equal(killed.mstatus, RD_STATUS_DEAD);
+    assert_int_equal(rd_store_replay(f->s.store, q0_salted, second.id, on_messages, &replayed), 0);
+    assert_true(ut_run_until(&f->loop, replayed.calls == 1, 5000));
+    assert_int_equal(replayed.status, RD_STORE_OK);
+    assert_int_equal(replayed.mstatus, RD_STATUS_PENDING);
+    /* Without the salts it looks in shard 3 of salt 0, where it is not. */
+    assert_int_equal(rd_store_get(f->s.store, q0, enq.id, on_messages, &unsalted), 0);
+    assert_true(ut_run_until(&f->loop, unsalted.calls == 1, 5000));
+    assert_int_equal(unsalted.status, RD_STORE_NOT_FOUND);
+
+    /* An id of a shard the queue never had, and one no shard hands out: not
+     * found, and no key written for them. */
+    got_t on5 = { 0 }, kill5 = { 0 }, past = { 0 };
+    assert_int_equal(rd_store_get(f->s.store, q0, 5 * RD_SHARD_SPAN + 1, on_messages, &on5), 0);
+    assert_int_equal(rd_store_kill(f->s.store, q0, 5 * RD_SHARD_SPAN + 1, "no", on_messages, &kill5), 0);
+    assert_int_equal(rd_store_get(f->s.store, q0, 64 * RD_SHARD_SPAN, on_messages, &past), 0);
+    assert_true(ut_run_until(&f->loop, on5.calls == 1 && kill5.calls == 1 && past.calls == 1, 5000));
+    assert_int_equal(on5.status, RD_STORE_NOT_FOUND);
+    assert_int_equal(kill5.status, RD_STORE_NOT_FOUND);
+    assert_int_equal(past.status, RD_STORE_NOT_FOUND);
+    rd_keys_shard_base(&pattern, "unit", q0.name, q0.len, 5, 0);
+    rd_buf_puts(&pattern, "*");
+    assert_int_equal(keys_matching(r, pattern.data), 0);
+
+    rd_buf_free(&base);
+    rd_buf_free(&mkey);
+    rd_buf_free(&pattern);
+    redisFree(r);
     fixture_close(f);
 }
 
@@ -1038,6 +1148,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_enqueue_claim_settle_get),
         cmocka_unit_test(test_enqueue_many_results),
+        cmocka_unit_test(test_calls_on_a_shard_base),
         cmocka_unit_test(test_policy_create_and_sqs_results),
         cmocka_unit_test(test_enqueue_attributes_first_receive_must_exist),
         cmocka_unit_test(test_tags_clear_and_dlq_sources),

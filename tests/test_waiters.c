@@ -262,7 +262,7 @@ static void test_many_queues_woken_alone_and_released(void **state)
     snprintf(pattern, sizeof pattern, "unit:{many%ld-*}:wake", (long)getpid());
     for (int i = 0; i < N; i++) {
         snprintf(names[i], sizeof names[i], "many%ld-%d", (long)getpid(), i);
-        rd_store_queue_t q = { names[i], strlen(names[i]) };
+        rd_store_queue_t q = { .name = names[i], .len = strlen(names[i]) };
         rd_waiters_park(f->w, q, LEASE, 1, NULL, WAIT_MS, EX(&f->ex), on_messages, &got[i]);
     }
     assert_int_equal(rd_waiters_count(f->w), N);
@@ -281,7 +281,7 @@ static void test_many_queues_woken_alone_and_released(void **state)
     long long ids[N / EVERY];
     for (int i = 0; i < N; i += EVERY) {
         got_t e = { 0 };
-        rd_store_queue_t q = { names[i], strlen(names[i]) };
+        rd_store_queue_t q = { .name = names[i], .len = strlen(names[i]) };
         assert_int_equal(rd_store_enqueue(f->s.store, q,
                 &(rd_enqueue_t){ .payload = "p", .len = 1, .ttl_ms = -1 }, on_messages, &e), 0);
         assert_true(ut_run_until(&f->loop, e.calls == 1, 5000));

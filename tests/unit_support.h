@@ -109,7 +109,7 @@ static inline void ut_store_close(ut_store_t *s, uv_loop_t *loop)
 static inline rd_store_queue_t ut_queue(char *buf, size_t cap, const char *tag)
 {
     e2e_queue_name(buf, cap, tag);
-    rd_store_queue_t q = { buf, strlen(buf) };
+    rd_store_queue_t q = { .name = buf, .len = strlen(buf) };
     return q;
 }
 

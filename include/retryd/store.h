@@ -21,6 +21,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <uv.h>
 
 #include "retryd/message.h"
@@ -298,9 +299,19 @@ typedef void (*rd_store_alerts_taken_cb)(const rd_store_alerts_taken_t *res, voi
 typedef void (*rd_store_redrive_taken_cb)(const rd_store_redrive_taken_t *res, void *arg);
 typedef void (*rd_store_ids_cb)(const rd_store_ids_t *res, void *arg);
 
+/* A queue, and which of its shards (docs/sharding.md) a call goes to. An
+ * operation on one message (get, succeed, fail, snooze, extend, replay,
+ * delete, kill) goes to its id's shard (rd_shards_of_id), whatever shard
+ * says; every other goes to shard. { name, len } alone is shard 0, the
+ * queue of an unsharded queue. */
 typedef struct rd_store_queue {
     const char *name;         /* decoded queue name (bytes) */
     size_t len;
+    int shard;                /* 0..RD_SHARDS_MAX-1 */
+    const uint16_t *salts;    /* salts[k-1]: shard k's salt, k 1..nsalts (the
+                               * layout's, docs/sharding.md "Where each key
+                               * goes"); a shard past them, or salts NULL: 0 */
+    int nsalts;
 } rd_store_queue_t;
 
 /* Borrows backend; prefix is copied. */

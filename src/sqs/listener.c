@@ -47,7 +47,7 @@ static void req_free(rd_sqs_req_t *r)
 
 rd_store_queue_t rd_sqs_queue(const rd_sqs_req_t *r)
 {
-    rd_store_queue_t q = { r->queue, r->queue_len };
+    rd_store_queue_t q = { .name = r->queue, .len = r->queue_len };
     return q;
 }
 

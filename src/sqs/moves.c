@@ -21,7 +21,7 @@ typedef struct move_state {
 
 static rd_store_queue_t source_of(const move_state_t *s)
 {
-    return (rd_store_queue_t){ s->source, s->source_len };
+    return (rd_store_queue_t){ .name = s->source, .len = s->source_len };
 }
 
 static void not_found(rd_sqs_req_t *r, const char *param)
@@ -133,7 +133,7 @@ static void start_task(rd_sqs_req_t *r)
         rd_sqs_fail(r, &RD_SQS_ERR_SERVICE_UNAVAILABLE, "The daemon is shutting down; retry.");
         return;
     }
-    rd_store_queue_t dest = { s->dest, s->dest_len };
+    rd_store_queue_t dest = { .name = s->dest, .len = s->dest_len };
     if (rd_moves_start(r->sqs->moves, source_of(s), dest, s->rate, on_task_started, r) != 0)
         rd_sqs_fail(r, &RD_SQS_ERR_SERVICE_UNAVAILABLE, "Redis is not reachable; retry.");
 }

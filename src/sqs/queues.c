@@ -353,7 +353,7 @@ static void policy_write_start(rd_sqs_req_t *r)
 {
     policy_write_t *w = r->state;
     if (w->policy.dead_letter_queue || (w->policy.nulls & RD_POLICY_NULL(dead_letter_queue))) {
-        rd_store_queue_t target = { w->policy.dead_letter_queue, w->policy.dead_letter_queue_len };
+        rd_store_queue_t target = { .name = w->policy.dead_letter_queue, .len = w->policy.dead_letter_queue_len };
         rd_sqs_started(r, rd_store_dlq_link(r->sqs->store, rd_sqs_queue(r), target,
                                             on_dlq_linked, r));
         return;
