@@ -59,6 +59,10 @@ do
   -- Written by policy_set itself (ms), never given: when the policy was
   -- first set, and last changed.
   local POLICY_STAMPS = { created_at = true, updated_at = true }
+  -- Kept by every policy_set, never given to it: the pause (pause's), and
+  -- `shards`, how many shards the queue spreads over (docs/sharding.md;
+  -- absent: 1), which shards_set changes with the layout (06_shards.lua).
+  local POLICY_KEPT = { paused = 'pause', shards = 'shards_set' }
   -- The smallest max_payload_bytes: an enqueue of a payload no longer than
   -- this never reads the policy for its size check.
   local PAYLOAD_LIMIT_MIN = 1024
@@ -621,12 +625,48 @@ do
                  now)
   end
 
+  -- The layout of a sharded queue (docs/sharding.md "Where each key goes"):
+  -- the HASH "<base>:shard", absent on a queue that never had more than one
+  -- shard.
+  local function layout_key(k)
+    return k.base .. ':shard'
+  end
+
+  -- How many shards the queue spreads over (its policy's `shards`).
+  local function shard_count(p)
+    return tonumber(p.shards) or 1
+  end
+
+  -- The sha1 (hex) of a policy table: its fields in name order, each
+  -- "<name>\0<value>\0", so that a shard's copy can be told apart from
+  -- shard 0's policy without sending it (docs/sharding.md "Every API over
+  -- all shards").
+  local function policy_digest(p)
+    local names = {}
+    for f in pairs(p) do names[#names + 1] = f end
+    table.sort(names)
+    local parts = {}
+    for i = 1, #names do parts[i] = names[i] .. '\0' .. p[names[i]] .. '\0' end
+    return redis.sha1hex(table.concat(parts))
+  end
+
   -- policy_get: the queue's policy as stored.
   --   KEYS[1]  <prefix>:{q}                       queue key base
   -- Returns a flat array field, value of the fields set (see POLICY_FIELDS;
-  -- `paused` 1 while paused): absent ones have their defaults.
+  -- `paused` 1 while paused; `shards` once the queue had more than one):
+  -- absent ones have their defaults. A sharded queue's layout follows as
+  -- "layout.<field>", value pairs (06_shards.lua).
+  local function add_layout(k, out)
+    local layout = redis.call('HGETALL', layout_key(k))
+    for i = 1, #layout, 2 do
+      out[#out + 1], out[#out + 2] = 'layout.' .. layout[i], layout[i + 1]
+    end
+    return out
+  end
+
   local function policy_get(keys, args)
-    return redis.call('HGETALL', queue_keys(keys[1]).policy)
+    local k = queue_keys(keys[1])
+    return add_layout(k, redis.call('HGETALL', k.policy))
   end
 
   -- policy_set: replace or change the queue's policy, or create it.
@@ -646,7 +686,8 @@ do
   -- given: created_at at the first set that leaves any field, updated_at at
   -- every set that changes one (a policy that ends up empty is deleted, its
   -- stamps with it).
-  -- Returns {"ok", field, value, ...} (the policy now, as policy_get) or
+  -- Returns {"ok", field, value, ...} (the policy now, as policy_get, the
+  -- layout's pairs included) or
   -- {"invalid", field, why}: nothing changed. Mode "create" answers
   -- {"created", field, value, ...} when it wrote the policy, {"exists",
   -- field, value, ...} (the stored one, unchanged) when the queue had one.
@@ -660,11 +701,14 @@ do
     if mode == 'merge' then
       for f, v in pairs(old) do new[f] = v end
     else
-      new.paused = old.paused
+      new.paused, new.shards = old.paused, old.shards
     end
     for i = 2, #args, 2 do
       local name, value = args[i], args[i + 1]
       if POLICY_STAMPS[name] then return { 'invalid', name, 'read-only: set by the library' } end
+      if POLICY_KEPT[name] then
+        return { 'invalid', name, 'read-only here: set by ' .. POLICY_KEPT[name] }
+      end
       if name == 'dead_letter_rules' then
         local v, field, why = check_rules(value == '' and '[]' or value)
         if v == nil then return { 'invalid', field, why } end
@@ -695,7 +739,7 @@ do
     new.created_at, new.updated_at = old.created_at, old.updated_at
     local changed, any = false, false
     for f, v in pairs(new) do
-      if not POLICY_STAMPS[f] and f ~= 'paused' then
+      if not POLICY_STAMPS[f] and not POLICY_KEPT[f] then
         any = true
         if old[f] ~= v then changed = true end
       end
@@ -730,7 +774,7 @@ do
     notify(k)
     local out = { mode == 'create' and 'created' or 'ok' }
     for i = 1, #flat do out[#out + 1] = flat[i] end
-    return out
+    return add_layout(k, out)
   end
 
   -- pause: pause ("1") or resume ("0") the queue's claims.
@@ -748,6 +792,9 @@ do
     notify(k)
     return 0
   end
+
+  flow.read_policy, flow.layout_key, flow.shard_count = read_policy, layout_key, shard_count
+  flow.policy_digest = policy_digest
 
   register('policy_get', policy_get, { 'no-writes' })
   register('policy_set', policy_set)

@@ -90,6 +90,15 @@ static void policy_write(call_t *c, bool patch)
                             "dead_letter_queue must be another queue, not this one.");
         r = RD_REQ_INVALID;
     }
+    if (r == RD_REQ_OK && p.shards > 1) {
+        /* Until a change of shards is built whole (docs/sharding.md
+         * "Implementation plan"), a queue keeps one shard. */
+        rd_policy_free(&p);
+        rd_field_errors_add(&errs, "shards", "invalid",
+                            "shards must be 1: spreading one queue over several shards is not "
+                            "enabled in this release.");
+        r = RD_REQ_INVALID;
+    }
     if (r != RD_REQ_OK) {
         rd_api_answer_parse_failure(c, r, &errs);
         return;

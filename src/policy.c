@@ -114,6 +114,30 @@ static bool str_is(const rd_str_t *s, const char *lit)
     return s->len == strlen(lit) && memcmp(s->ptr, lit, s->len) == 0;
 }
 
+/* One "layout.<field>" pair of policy_get (lua/06_shards.lua): the numbers
+ * and the salts; the shard's own state (index, digest) and fields of a later
+ * library are not read. */
+static bool layout_from_pair(rd_policy_t *p, const rd_str_t *name, const rd_str_t *value)
+{
+    rd_str_t field = { name->ptr + 7, name->len - 7 };
+    if (str_is(&field, "salts")) {
+        p->layout.salts = *value;
+        return true;
+    }
+    long long *x = str_is(&field, "rev") ? &p->layout.rev
+                   : str_is(&field, "hw") ? &p->layout.hw
+                   : str_is(&field, "from") ? &p->layout.from
+                   : str_is(&field, "lowering") ? &p->layout.lowering : NULL;
+    if (x == NULL) return true;
+    char v[24];
+    if (value->len == 0 || value->len >= sizeof v) return false;
+    memcpy(v, value->ptr, value->len);
+    v[value->len] = '\0';
+    char *end;
+    *x = strtoll(v, &end, 10);
+    return *end == '\0';
+}
+
 bool rd_policy_from_pairs(rd_policy_t *p, const rd_str_t *pairs, size_t n)
 {
     rd_policy_init(p);
@@ -137,6 +161,10 @@ bool rd_policy_from_pairs(rd_policy_t *p, const rd_str_t *pairs, size_t n)
         if (str_is(name, "dead_letter_queue")) {
             p->dead_letter_queue = pairs[i + 1].ptr;
             p->dead_letter_queue_len = pairs[i + 1].len;
+            continue;
+        }
+        if (name->len > 7 && memcmp(name->ptr, "layout.", 7) == 0) {
+            if (!layout_from_pair(p, name, &pairs[i + 1])) return false;
             continue;
         }
         char v[64];
@@ -194,6 +222,7 @@ bool rd_policy_from_pairs(rd_policy_t *p, const rd_str_t *pairs, size_t n)
         else if (str_is(name, "delay_seconds")) p->delay_seconds = x;
         else if (str_is(name, "max_payload_bytes")) p->max_payload_bytes = x;
         else if (str_is(name, "wait_seconds")) p->wait_seconds = x;
+        else if (str_is(name, "shards")) p->shards = x;
         else if (str_is(name, "created_at")) p->created_at_ms = x;
         else if (str_is(name, "updated_at")) p->updated_at_ms = x;
         /* A field of a later library version is not shown. */
@@ -256,6 +285,10 @@ void rd_policy_write_json(rd_jsonw_t *w, const rd_policy_t *p, const rd_policy_d
     rd_jsonw_stringn(w, queue, queue_len);
     rd_jsonw_key(w, "paused");
     rd_jsonw_bool(w, p->paused);
+    rd_jsonw_key(w, "shards");
+    rd_jsonw_int(w, p->shards > 0 ? p->shards : 1);
+    rd_jsonw_key(w, "shards_settling");
+    rd_jsonw_bool(w, p->layout.from > 0 || p->layout.lowering > 0);
     rd_jsonw_key(w, "max_retries");
     if (p->max_retries == RD_POLICY_UNLIMITED) rd_jsonw_string(w, "unlimited");
     else rd_jsonw_int(w, p->max_retries > 0 ? p->max_retries : RD_MAX_RETRIES_DEFAULT);

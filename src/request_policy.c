@@ -8,6 +8,7 @@
 
 #include "retryd/alloc.h"
 #include "retryd/config.h"
+#include "retryd/shards.h"
 #include "retryd/utf8.h"
 
 /* ---------------------------------------------------------------- PUT /queues/{q}/policy */
@@ -331,15 +332,17 @@ static void sqs_members(const rd_json_t *doc, rd_policy_t *out, rd_field_errors_
                 "content_based_dedup must be a boolean.", errs);
 }
 
-/* created_at and updated_at are read-only: a body that carries them (a GET's
- * answer sent back) is taken, and they are ignored, as queue and paused. */
+/* created_at, updated_at and shards_settling are read-only: a body that
+ * carries them (a GET's answer sent back) is taken, and they are ignored, as
+ * queue and paused. */
 static const char *const KNOWN[] = { "max_retries", "backoff", "lease_seconds", "dead_ttl",
                                      "succeeded_ttl", "max_in_flight", "rate_limit", "paused",
                                      "queue", "dead_letter_rules", "alert_url", "message_ttl",
                                      "on_expiry", "dead_letter_queue", "group_max_in_flight",
                                      "group_rate_limit", "fifo_groups", "lease_expiry",
                                      "delay_seconds", "max_payload_bytes", "wait_seconds", "sqs",
-                                     "content_based_dedup", "created_at", "updated_at" };
+                                     "content_based_dedup", "created_at", "updated_at",
+                                     "shards", "shards_settling" };
 
 rd_req_result_t rd_request_policy(const char *body, size_t len, rd_policy_t *out,
                                   rd_field_errors_t *errs)
@@ -425,6 +428,13 @@ rd_req_result_t rd_request_policy(const char *body, size_t len, rd_policy_t *out
         else rd_field_errors_add(errs, "fifo_groups", "invalid", "fifo_groups must be a boolean.");
     }
     sqs_members(doc, out, errs);
+    /* shards: 1-64 (docs/reference.md "Shards"); left out, it is kept. Not
+     * nullable: a lowering names its count. */
+    _Static_assert(RD_SHARDS_MAX == 64, "the message names the bound");
+    const char *shards_why = "shards must be an integer between 1 and 64.";
+    rd_json_t *sh = rd_json_get(doc, "shards");
+    if (sh && rd_json_is_null(sh)) rd_field_errors_add(errs, "shards", "invalid", shards_why);
+    else int_member(doc, "shards", "shards", 1, RD_SHARDS_MAX, &out->shards, shards_why, errs);
     static const char *const nullable[] = {
 #define RD_POLICY_NAME(name) #name,
         RD_POLICY_FIELDS(RD_POLICY_NAME)

@@ -112,6 +112,51 @@ static void test_policy_get_put(void **state)
 }
 
 /* The policy's backoff reaches a failure through HTTP: base 3 -> 6 s. */
+/* shards (docs/reference.md "Shards"): 1 unless set; 1-64, anything else a
+ * 422 on the field; this release takes only 1; a PUT or PATCH without it
+ * keeps the count, here that of a queue raised to 3 through the library's
+ * shards_set, which also shows the raise as unsettled. */
+static void test_policy_shards_field(void **state)
+{
+    (void)state;
+    char q[64];
+    e2e_queue_name(q, sizeof q, "polshards");
+    e2e_response_t r = { 0 };
+    http(&r, "GET", policy_path(q), NULL);
+    rd_json_t *p = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(p, "shards"), 1);
+    assert_false(rd_json_bool(e2e_jget(p, "shards_settling")));
+    static const char *const bad[] = { "0", "65", "-1", "2.5", "\"3\"", "null", "true" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        http(&r, "PUT", policy_path(q), e2e_fmt("{\"shards\":%s}", bad[i]));
+        expect_field_error(expect_invalid(&r, policy_path(q), 1), "shards", "invalid", NULL);
+    }
+    http(&r, "PUT", policy_path(q), "{\"shards\":3}");
+    expect_field_error(expect_invalid(&r, policy_path(q), 1), "shards", "invalid", NULL);
+    http(&r, "PUT", policy_path(q), "{\"shards\":1,\"max_retries\":5}");
+    p = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(p, "shards"), 1);
+    assert_int_equal(e2e_jint(p, "max_retries"), 5);
+
+    redisReply *x = e2e_rcmd(g_redis, "FCALL %s 1 %s:{%s} raise 3 0,0",
+                             RD_FUNCTION("shards_set"), g_prefix, q);
+    assert_int_equal(x->type, REDIS_REPLY_ARRAY);
+    assert_string_equal(x->element[0]->str, "ok");
+    freeReplyObject(x);
+    http(&r, "PUT", policy_path(q), "{\"max_retries\":7}");
+    p = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(p, "shards"), 3);
+    assert_true(rd_json_bool(e2e_jget(p, "shards_settling")));
+    assert_int_equal(e2e_jint(p, "max_retries"), 7);
+    http(&r, "PATCH", policy_path(q), "{\"lease_seconds\":9}");
+    p = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(p, "shards"), 3);
+    http(&r, "GET", policy_path(q), NULL);
+    p = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(p, "shards"), 3);
+    assert_int_equal(e2e_jint(p, "lease_seconds"), 9);
+}
+
 static void test_policy_backoff_over_http(void **state)
 {
     (void)state;
@@ -585,6 +630,7 @@ int main(void)
         T(test_stats_series),
         T(test_series_nudges_the_timer),
         T(test_policy_get_put),
+        T(test_policy_shards_field),
         T(test_policy_backoff_over_http),
         T(test_dead_letter_rules_seed_001),
         T(test_pause_and_resume),

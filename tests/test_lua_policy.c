@@ -694,6 +694,234 @@ static void test_empty_claim_answers_wait_and_known(void **state)
     freeReplyObject(r);
 }
 
+/* ------------------------------------------------------------------------ */
+/* shards: shards_set and policy_copy (docs/sharding.md "Where each key     */
+/* goes", "Changing shards on a live queue")                                */
+/* ------------------------------------------------------------------------ */
+
+/* Shard k's queue value: the same name, base "retryd:{<name>:<k>.<salt>}". */
+static void shard_of(const queue_t *q0, int k, int salt, queue_t *out)
+{
+    *out = *q0;
+    snprintf(out->base, sizeof out->base, "retryd:{%.80s:%d.%d}", q0->name, k, salt);
+}
+
+/* The value of field in a flat field, value array from index `from`, or NULL. */
+static const char *pair_value(const redisReply *r, size_t from, const char *field)
+{
+    for (size_t i = from; i + 1 < r->elements; i += 2)
+        if (strcmp(r->element[i]->str, field) == 0) return r->element[i + 1]->str;
+    return NULL;
+}
+
+/* {"invalid", field, why}: frees r. */
+static void expect_invalid(redisReply *r, const char *field)
+{
+    assert_true(has_code(r, "invalid"));
+    assert_int_equal(r->elements, 3);
+    assert_string_equal(r->element[1]->str, field);
+    freeReplyObject(r);
+}
+
+static const char *layout_field(const queue_t *q, const char *field)
+{
+    redisReply *r = rcmd("HGET", qkey(q, "shard"), field, END);
+    char *out = scratch();
+    out[0] = '\0';
+    if (r->type == REDIS_REPLY_STRING) snprintf(out, 192, "%s", r->str);
+    freeReplyObject(r);
+    return out;
+}
+
+/* policy_copy of shard 0's policy_get, as the daemon sends it. */
+static redisReply *copy_to(const queue_t *q0, const queue_t *qk)
+{
+    redisReply *g = fcall("policy_get", q0, -1, END);
+    assert_int_equal(g->type, REDIS_REPLY_ARRAY);
+    const char *rev = pair_value(g, 0, "layout.rev");
+    assert_non_null(rev);
+    const char *args[64];
+    size_t n = 0;
+    args[n++] = rev;
+    for (size_t i = 0; i < g->elements && n < 64; i++) args[n++] = g->element[i]->str;
+    redisReply *r = fcall_bin("policy_copy", qk, -1, n, args, NULL);
+    freeReplyObject(g);
+    return r;
+}
+
+/* A raise writes `shards` and the layout on shard 0; policy_set never
+ * changes `shards` and a replace keeps it; the copies carry policy and
+ * layout to shards 1..M-1 only, newest rev wins; close ends the raise. */
+static void test_shards_raise_copy_close(void **state)
+{
+    (void)state;
+    queue_t q, q1, q2, q3;
+    queue_init(&q, "shraise");
+    shard_of(&q, 1, 0, &q1);
+    shard_of(&q, 2, 0, &q2);
+    shard_of(&q, 3, 0, &q3);
+    policy_set(&q, "replace", "max_retries", "4");
+    long long before = redis_now_ms();
+    redisReply *r = fcall("shards_set", &q, -1, "raise", "3", "0,0", END);
+    assert_true(has_code(r, "ok"));
+    long long rev = atoll(pair_value(r, 1, "rev"));
+    assert_true(rev >= before);
+    assert_string_equal(pair_value(r, 1, "from"), "1");
+    assert_string_equal(pair_value(r, 1, "hw"), "3");
+    assert_string_equal(pair_value(r, 1, "salts"), "0,0");
+    freeReplyObject(r);
+    assert_string_equal(policy_field(&q, "shards"), "3");
+    assert_string_equal(policy_field(&q, "max_retries"), "4");
+    const char *keys = layout_field(&q, "keys");
+    assert_true(strncmp(keys, "1@", 2) == 0);
+    assert_true(atoll(keys + 2) >= before + 86400000);
+
+    /* policy_set never writes shards; a replace keeps it. */
+    r = fcall("policy_set", &q, -1, "merge", "shards", "5", END);
+    expect_invalid(r, "shards");
+    policy_set(&q, "replace", "max_retries", "5");
+    assert_string_equal(policy_field(&q, "shards"), "3");
+    /* A second raise waits for this one to settle. */
+    r = fcall("shards_set", &q, -1, "raise", "4", "0,0,0", END);
+    assert_true(has_code(r, "settling"));
+    freeReplyObject(r);
+
+    /* The copies: shards 1 and 2 get the policy and the layout. */
+    r = copy_to(&q, &q2);
+    assert_true(has_code(r, "ok"));
+    freeReplyObject(r);
+    r = copy_to(&q, &q1);
+    assert_true(has_code(r, "ok"));
+    freeReplyObject(r);
+    assert_string_equal(policy_field(&q2, "max_retries"), "5");
+    assert_string_equal(policy_field(&q2, "shards"), "3");
+    assert_string_equal(layout_field(&q2, "index"), "2");
+    assert_int_equal(atoll(layout_field(&q2, "rev")), rev);
+    assert_string_equal(layout_field(&q2, "salts"), "0,0");
+    assert_string_equal(layout_field(&q2, "from"), "1");
+    char digest[64];
+    snprintf(digest, sizeof digest, "%s", layout_field(&q2, "digest"));
+    assert_int_equal(strlen(digest), 40);
+    assert_string_equal(layout_field(&q1, "digest"), digest);   /* the same policy */
+    /* Shard 3 is not one of 3 shards: nothing written. */
+    r = copy_to(&q, &q3);
+    assert_true(has_code(r, "outside"));
+    assert_string_equal(r->element[1]->str, "3");
+    freeReplyObject(r);
+    assert_int_equal(exists(qkey(&q3, "policy")), 0);
+    assert_int_equal(exists(qkey(&q3, "shard")), 0);
+    /* A copy to shard 0 is refused. */
+    r = copy_to(&q, &q);
+    expect_error(r);
+
+    /* Close: only for the rev it saw. */
+    r = fcall("shards_set", &q, -1, "close", num(rev - 1), END);
+    assert_true(has_code(r, "stale"));
+    freeReplyObject(r);
+    r = fcall("shards_set", &q, -1, "close", num(rev), END);
+    assert_true(has_code(r, "ok"));
+    assert_null(pair_value(r, 1, "from"));
+    long long closed = atoll(pair_value(r, 1, "rev"));
+    assert_true(closed > rev);
+    freeReplyObject(r);
+    /* A policy change reaches shard 2 with the new rev; its digest moves. */
+    policy_set(&q, "merge", "lease_seconds", "60");
+    r = copy_to(&q, &q2);
+    assert_true(has_code(r, "ok"));
+    freeReplyObject(r);
+    assert_string_equal(policy_field(&q2, "lease_seconds"), "60");
+    assert_string_equal(layout_field(&q2, "from"), "");
+    assert_int_equal(atoll(layout_field(&q2, "rev")), closed);
+    assert_string_not_equal(layout_field(&q2, "digest"), digest);
+    /* An older copy (shard 1 still holds the raise's rev) cannot overwrite a
+     * newer one: shard 2 refuses the copy of rev. */
+    r = fcall("policy_copy", &q2, -1, num(rev), "shards", "3", "layout.rev", num(rev), END);
+    assert_true(has_code(r, "stale"));
+    assert_int_equal(atoll(r->element[1]->str), closed);
+    freeReplyObject(r);
+    assert_string_equal(policy_field(&q2, "lease_seconds"), "60");
+}
+
+/* The raise's refusals, none of which writes anything. */
+static void test_shards_raise_refusals(void **state)
+{
+    (void)state;
+    queue_t q, q1;
+    queue_init(&q, "shrefuse");
+    shard_of(&q, 1, 0, &q1);
+    static const char *const bad[][2] = {
+        { "1", "" }, { "65", "" }, { "x", "" }, { "3", "0" }, { "3", "0,0,0" },
+        { "3", "0,65536" }, { "3", "0,-1" }, { "3", "0,07" }, { "3", "0,a" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        redisReply *r = fcall("shards_set", &q, -1, "raise", bad[i][0], bad[i][1], END);
+        assert_true(has_code(r, "invalid"));
+        freeReplyObject(r);
+    }
+    assert_int_equal(exists(qkey(&q, "shard")), 0);
+    assert_int_equal(exists(qkey(&q, "policy")), 0);
+    expect_error(fcall("shards_set", &q1, -1, "raise", "3", "0,0", END));   /* not shard 0 */
+    expect_error(fcall("shards_set", &q, -1, "lift", "3", "0,0", END));
+
+    /* A shard keeps its salt; each raise keeps the count before it in `keys`
+     * for 24 h, and a fourth live entry is refused. */
+    const char *raises[][2] = { { "2", "7" }, { "3", "7,1" }, { "4", "7,1,2" } };
+    for (size_t i = 0; i < 3; i++) {
+        redisReply *r = fcall("shards_set", &q, -1, "raise", raises[i][0], raises[i][1], END);
+        assert_true(has_code(r, "ok"));
+        char rev[32];
+        snprintf(rev, sizeof rev, "%s", pair_value(r, 1, "rev"));
+        freeReplyObject(r);
+        if (i == 0) {
+            r = fcall("shards_set", &q, -1, "close", rev, END);
+            freeReplyObject(r);
+            r = fcall("shards_set", &q, -1, "raise", "3", "8,1", END);
+            expect_invalid(r, "salts");
+            continue;
+        }
+        r = fcall("shards_set", &q, -1, "close", rev, END);
+        assert_true(has_code(r, "ok"));
+        freeReplyObject(r);
+    }
+    const char *keys = layout_field(&q, "keys");
+    assert_true(strncmp(keys, "3@", 2) == 0 && strstr(keys, ",2@") && strstr(keys, ",1@"));
+    redisReply *r = fcall("shards_set", &q, -1, "raise", "5", "7,1,2,0", END);
+    assert_true(has_code(r, "settling"));
+    freeReplyObject(r);
+    assert_string_equal(policy_field(&q, "shards"), "4");
+    assert_string_equal(layout_field(&q, "salts"), "7,1,2");
+}
+
+/* A policy write of the library before (retryd_v8 replaces the whole policy
+ * HASH) drops `shards` but cannot touch the layout: the salts and hw stay
+ * for the repair (docs/sharding.md "Two versions on one Redis"). */
+static void test_shards_layout_survives_an_older_replace(void **state)
+{
+    (void)state;
+    size_t len = 0;
+    char *code = read_file("tests/fixtures/retryd_v8.lua", &len);
+    if (code == NULL) fail_msg("cannot read tests/fixtures/retryd_v8.lua (run from the source tree)");
+    load_library(code, len, true, "retryd_v8");
+    free(code);
+    queue_t q;
+    queue_init(&q, "sholder");
+    redisReply *r = fcall("shards_set", &q, -1, "raise", "3", "4,5", END);
+    assert_true(has_code(r, "ok"));
+    freeReplyObject(r);
+    char rev[32];
+    snprintf(rev, sizeof rev, "%s", layout_field(&q, "rev"));
+    r = fcall_lib("retryd_v8_", "policy_set", &q, -1, 3,
+                  (const char *[]){ "replace", "max_retries", "2" }, NULL);
+    assert_true(has_code(r, "ok"));
+    freeReplyObject(r);
+    assert_string_equal(policy_field(&q, "shards"), "");
+    assert_string_equal(policy_field(&q, "max_retries"), "2");
+    assert_string_equal(layout_field(&q, "rev"), rev);
+    assert_string_equal(layout_field(&q, "salts"), "4,5");
+    assert_string_equal(layout_field(&q, "hw"), "3");
+    freeReplyObject(rcmd("FUNCTION", "DELETE", "retryd_v8", END));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -717,6 +945,9 @@ int main(void)
         cmocka_unit_test(test_policy_delay_default),
         cmocka_unit_test(test_policy_max_payload_bytes),
         cmocka_unit_test(test_empty_claim_answers_wait_and_known),
+        cmocka_unit_test(test_shards_raise_copy_close),
+        cmocka_unit_test(test_shards_raise_refusals),
+        cmocka_unit_test(test_shards_layout_survives_an_older_replace),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

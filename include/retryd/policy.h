@@ -61,6 +61,16 @@ typedef struct rd_policy {
     long long wait_seconds;         /* -1: not set (0): a claim's default long poll */
     int sqs;                        /* -1: not set (false); else 0 or 1 */
     int content_based_dedup;        /* -1: not set (false); else 0 or 1 */
+    /* shards (docs/reference.md "Shards"): how many shards the queue spreads
+     * over. 0: not set (1). From a PUT 1..RD_SHARDS_MAX; never among
+     * rd_policy_args (shards_set changes it, docs/sharding.md). */
+    long long shards;
+    /* The layout of a queue that had more than one shard, from policy_get
+     * ("layout.<field>"; 0 and empty when it never had). */
+    struct {
+        long long rev, hw, from, lowering;
+        rd_str_t salts;             /* "s1,s2,...": shard k's salt, k 1..; into the reply */
+    } layout;
     /* Written by the library's policy_set (ms), read-only: 0 when not set. */
     long long created_at_ms;
     long long updated_at_ms;
@@ -131,7 +141,7 @@ size_t rd_policy_args(const rd_policy_t *p, const char *out[RD_POLICY_ARGS_MAX],
  * library writes. */
 bool rd_policy_from_pairs(rd_policy_t *p, const rd_str_t *pairs, size_t n);
 
-/* {"queue", "paused", "max_retries", "backoff": {...}, "lease_seconds",
+/* {"queue", "paused", "shards", "shards_settling", "max_retries", "backoff": {...}, "lease_seconds",
  * "dead_ttl", "succeeded_ttl", "max_in_flight", "rate_limit": null | {...},
  * "dead_letter_rules": [...], "alert_url": null | "...", "message_ttl",
  * "on_expiry", "dead_letter_queue": null | "...", "group_max_in_flight",

@@ -1,0 +1,183 @@
+-- A queue over several shards (docs/sharding.md): the layout on shard 0 and
+-- the copies of the policy and layout on shards 1..N-1. The layout is the
+-- HASH "<base>:shard" (flow.layout_key); on shard 0 it is the original, on
+-- shard k a copy written only by policy_copy. Its fields:
+--   rev       the layout's revision: max(old + 1, now ms) at every change, so
+--             it grows across a drop and re-create too
+--   salts     "s1,s2,...": the salt of shard 1, 2, ... (0-65535; a shard's
+--             base is "<prefix>:{<q>:<k>.<salt>}", the salt placing it on a
+--             master of its own in a cluster, 0 on one Redis)
+--   hw        the most shards the queue ever had
+--   from      the count before a raise that has not settled yet
+--   keys      "N@until_ms,...": older counts whose idempotency keys may still
+--             be live (at most 3), newest first
+-- and a shard's own state, never copied: index (k), digest (the sha1 of the
+-- policy copy as installed, flow.policy_digest).
+do
+  local register, queue_keys, now_ms = common.register, common.queue_keys, common.now_ms
+  local bad_arg, to_int, int_arg = common.bad_arg, common.to_int, common.int_arg
+  local read_policy, layout_key, shard_count = flow.read_policy, flow.layout_key, flow.shard_count
+  local policy_digest = flow.policy_digest
+
+  local SHARDS_MAX = 64
+  local SALT_MAX = 65535
+  local KEYS_MAX = 3                -- older counts kept in `keys`
+  local KEYS_WINDOW_MS = 86400000   -- an idempotency key lives at most 24 h
+  local COPIED = { 'rev', 'salts', 'hw', 'from', 'keys', 'lowering' }
+
+  -- The layout HASH as a table field -> string.
+  local function read_layout(k)
+    local raw = redis.call('HGETALL', layout_key(k))
+    local l = {}
+    for i = 1, #raw, 2 do l[raw[i]] = raw[i + 1] end
+    return l
+  end
+
+  local function flat(l)
+    local out = {}
+    for f, v in pairs(l) do out[#out + 1], out[#out + 2] = f, v end
+    return out
+  end
+
+  -- The salts as a list of numbers, or nil when s is not "n,n,..." of
+  -- integers 0..SALT_MAX.
+  local function parse_salts(s)
+    local out = {}
+    if s == nil or s == '' then return out end
+    for part in string.gmatch(s .. ',', '([^,]*),') do
+      local n = to_int(part)
+      if n == nil or n < 0 or n > SALT_MAX or part ~= string.format('%d', n) then return nil end
+      out[#out + 1] = n
+    end
+    return out
+  end
+
+  -- The entries of `keys` still live at now, newest first.
+  local function live_keys(s, now)
+    local out = {}
+    for n, till in string.gmatch(s or '', '(%d+)@(%d+)') do
+      if tonumber(till) > now then out[#out + 1] = n .. '@' .. till end
+    end
+    return out
+  end
+
+  local function next_rev(l, now)
+    return int_arg(math.max((tonumber(l.rev) or 0) + 1, now))
+  end
+
+  -- shards_set: change how many shards a queue spreads over, on shard 0
+  -- (docs/sharding.md "Changing shards on a live queue").
+  --   KEYS[1]  <prefix>:{q}                       shard 0's base
+  --   ARGV[1]  "raise": ARGV[2] M (more than the queue has, at most 64),
+  --            ARGV[3] the salts of shards 1..M-1 ("s1,...", a shard the
+  --            queue had before keeps its salt). Sets the policy's `shards`
+  --            to M; in the layout `from` (the count before), `keys` (that
+  --            count, live for 24 h), `hw`, the salts and a new `rev`.
+  --            "close": ARGV[2] the rev the caller saw settled: `from` goes,
+  --            with a new rev.
+  -- Nothing moves: every message stays on its shard.
+  -- Returns {"ok", layout field, value, ...} (the layout now), or
+  -- {"settling"} (a raise has not settled, or the change would need a fourth
+  -- entry in `keys`), {"stale", rev} (close: the layout changed since), or
+  -- {"invalid", field, why}: nothing changed.
+  local function shards_set(keys, args)
+    local k = queue_keys(keys[1])
+    if k.shard ~= 0 then return bad_arg('base (shard 0 holds the layout)') end
+    local mode = args[1]
+    local now = now_ms()
+    local l = read_layout(k)
+    if mode == 'close' then
+      if l.rev == nil or l.rev ~= args[2] then return { 'stale', l.rev or '0' } end
+      if l.from == nil then return { 'ok', unpack(flat(l)) } end
+      l.from = nil
+      l.rev = next_rev(l, now)
+      redis.call('HDEL', layout_key(k), 'from')
+      redis.call('HSET', layout_key(k), 'rev', l.rev)
+      return { 'ok', unpack(flat(l)) }
+    end
+    if mode ~= 'raise' then return bad_arg('mode') end
+    local p = read_policy(k)
+    local n, m = shard_count(p), to_int(args[2])
+    if m == nil or m <= n or m > SHARDS_MAX then
+      return { 'invalid', 'shards', string.format('must be more than %d and at most %d', n,
+                                                  SHARDS_MAX) }
+    end
+    if l.from or l.lowering then return { 'settling' } end
+    local salts, old = parse_salts(args[3]), parse_salts(l.salts)
+    if salts == nil or #salts ~= m - 1 then
+      return { 'invalid', 'salts', string.format('must be %d integers 0-%d', m - 1, SALT_MAX) }
+    end
+    for i = 1, #old do
+      if salts[i] ~= nil and salts[i] ~= old[i] then
+        return { 'invalid', 'salts', string.format('shard %d keeps its salt %d', i, old[i]) }
+      end
+    end
+    for i = #salts + 1, #old do salts[i] = old[i] end   -- a lowered-away shard's, for later
+    local live = live_keys(l.keys, now)
+    table.insert(live, 1, n .. '@' .. int_arg(now + KEYS_WINDOW_MS))
+    if #live > KEYS_MAX then return { 'settling' } end
+    local salt_text = {}
+    for i = 1, #salts do salt_text[i] = int_arg(salts[i]) end
+    l.rev = next_rev(l, now)
+    l.salts = table.concat(salt_text, ',')
+    l.hw = int_arg(math.max(tonumber(l.hw) or 1, m))
+    l.from = int_arg(n)
+    l.keys = table.concat(live, ',')
+    l.index = '0'
+    redis.call('HSET', layout_key(k), 'rev', l.rev, 'salts', l.salts, 'hw', l.hw,
+               'from', l.from, 'keys', l.keys, 'index', '0')
+    redis.call('HSET', k.policy, 'shards', int_arg(m), 'updated_at', int_arg(now))
+    if redis.call('HEXISTS', k.policy, 'created_at') == 0 then
+      redis.call('HSET', k.policy, 'created_at', int_arg(now))
+    end
+    return { 'ok', unpack(flat(l)) }
+  end
+
+  -- policy_copy: install shard 0's policy and layout on shard k >= 1, as
+  -- shard 0's policy_get read them (docs/sharding.md "Every API over all
+  -- shards": a shard's functions read the policy of their own slot).
+  --   KEYS[1]  <prefix>:{q:<k>.<salt>}            shard k's base
+  --   ARGV[1]  rev                                the layout's rev of the copy
+  --   ARGV[2..] field, value, ...                 policy_get's reply: the
+  --                                               policy's pairs, then the
+  --                                               layout's as "layout.<field>"
+  -- A copy is installed only when its rev is not older than the shard's, and
+  -- the shard is one of the copy's `shards`. The policy HASH is replaced
+  -- whole; of the layout the copied fields (rev, salts, hw, from, keys,
+  -- lowering) are replaced, the shard's own state kept, its digest set.
+  -- Returns {"ok", rev}, {"stale", the shard's rev} or {"outside", shards}:
+  -- nothing changed.
+  local function policy_copy(keys, args)
+    local k = queue_keys(keys[1])
+    if k.shard == 0 then return bad_arg('base (a copy goes to a shard above 0)') end
+    local rev = to_int(args[1])
+    if rev == nil or rev < 1 or #args % 2 ~= 1 then return bad_arg('rev') end
+    local own = redis.call('HGET', layout_key(k), 'rev')
+    if own and tonumber(own) > rev then return { 'stale', own } end
+    local policy, layout = {}, {}
+    local pairs_n = 0
+    for i = 2, #args, 2 do
+      local f, v = args[i], args[i + 1]
+      local lf = string.match(f, '^layout%.(.*)$')
+      if lf then layout[lf] = v else policy[f] = v; pairs_n = pairs_n + 1 end
+    end
+    if layout.rev ~= args[1] then return bad_arg('rev (not the copy\'s layout.rev)') end
+    local n = shard_count(policy)
+    if k.shard >= n then return { 'outside', int_arg(n) } end
+    redis.call('DEL', k.policy)
+    if pairs_n > 0 then redis.call('HSET', k.policy, unpack(flat(policy))) end
+    local lkey = layout_key(k)
+    redis.call('HDEL', lkey, unpack(COPIED))
+    local out = { 'index', int_arg(k.shard), 'digest', policy_digest(policy) }
+    for i = 1, #COPIED do
+      local v = layout[COPIED[i]]
+      if v then out[#out + 1], out[#out + 2] = COPIED[i], v end
+    end
+    redis.call('HSET', lkey, unpack(out))
+    k.flow_policy = nil
+    return { 'ok', args[1] }
+  end
+
+  register('shards_set', shards_set)
+  register('policy_copy', policy_copy)
+end
