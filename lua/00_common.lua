@@ -25,7 +25,7 @@
 --                 the priority lane's helpers (where a pending id goes)
 --   03_policy     the queue policy and flow control (module `flow`)
 --   04_lifecycle  failures, deaths, events, retention, replays, retryd_v2 lifts
---   05_alerts, 05_series, 10_enqueue ... 70_export: the functions
+--   05_alerts, 05_series, 06_shards, 10_enqueue ... 70_export: the functions
 --
 -- Conventions shared by every function:
 --   KEYS[1]  the queue's key base "<prefix>:{<escaped queue>}". It is never a
