@@ -65,6 +65,55 @@ do
     return int_arg(math.max((tonumber(l.rev) or 0) + 1, now))
   end
 
+  -- The counts "N@until" of `keys` live at now, with the count n of now
+  -- first (live for 24 h), or nil when that makes more than KEYS_MAX.
+  local function keys_with(l, n, now)
+    local live = live_keys(l.keys, now)
+    table.insert(live, 1, n .. '@' .. int_arg(now + KEYS_WINDOW_MS))
+    if #live > KEYS_MAX then return nil end
+    return table.concat(live, ',')
+  end
+
+  -- The lowering's steps on shard 0 (docs/sharding.md "Lower N -> M"):
+  -- "lower_begin" M marks the layout `lowering` = M (no view places a message
+  -- on a shard >= M from its rev on); "lower_abort" takes the mark back;
+  -- "lower_commit" M sets `shards` to M (the field removed at 1, which
+  -- absent means), with the count before in `keys`.
+  local function lower(k, l, mode, m, now)
+    local p = read_policy(k)
+    local n = shard_count(p)
+    local lkey = layout_key(k)
+    if mode == 'lower_abort' then
+      if l.lowering == nil then return { 'ok', unpack(flat(l)) } end
+      l.lowering, l.rev = nil, next_rev(l, now)
+      redis.call('HDEL', lkey, 'lowering')
+      redis.call('HSET', lkey, 'rev', l.rev)
+      return { 'ok', unpack(flat(l)) }
+    end
+    if mode == 'lower_begin' then
+      if m == nil or m < 1 or m >= n then
+        return { 'invalid', 'shards', string.format('must be less than %d and at least 1', n) }
+      end
+      if l.from or l.lowering or keys_with(l, n, now) == nil then return { 'settling' } end
+      l.lowering, l.rev = int_arg(m), next_rev(l, now)
+      redis.call('HSET', lkey, 'lowering', l.lowering, 'rev', l.rev)
+      return { 'ok', unpack(flat(l)) }
+    end
+    if l.lowering == nil or tonumber(l.lowering) ~= m then return { 'stale', l.rev or '0' } end
+    local kept = keys_with(l, n, now)
+    if kept == nil then return { 'settling' } end
+    l.lowering, l.keys, l.rev = nil, kept, next_rev(l, now)
+    redis.call('HDEL', lkey, 'lowering')
+    redis.call('HSET', lkey, 'keys', l.keys, 'rev', l.rev)
+    if m == 1 then
+      redis.call('HDEL', k.policy, 'shards')
+    else
+      redis.call('HSET', k.policy, 'shards', int_arg(m))
+    end
+    redis.call('HSET', k.policy, 'updated_at', int_arg(now))
+    return { 'ok', unpack(flat(l)) }
+  end
+
   -- shards_set: change how many shards a queue spreads over, on shard 0
   -- (docs/sharding.md "Changing shards on a live queue").
   --   KEYS[1]  <prefix>:{q}                       shard 0's base
@@ -75,17 +124,24 @@ do
   --            count, live for 24 h), `hw`, the salts and a new `rev`.
   --            "close": ARGV[2] the rev the caller saw settled: `from` goes,
   --            with a new rev.
+  --            "lower_begin" M, "lower_abort", "lower_commit" M: a lowering's
+  --            steps (lower above; shard_retire checks and fences the shards
+  --            between them).
   -- Nothing moves: every message stays on its shard.
   -- Returns {"ok", layout field, value, ...} (the layout now), or
-  -- {"settling"} (a raise has not settled, or the change would need a fourth
-  -- entry in `keys`), {"stale", rev} (close: the layout changed since), or
-  -- {"invalid", field, why}: nothing changed.
+  -- {"settling"} (a raise has not settled, a lowering runs, or the change
+  -- would need a fourth entry in `keys`), {"stale", rev} (close: the layout
+  -- changed since; lower_commit: no lowering to M runs), or {"invalid",
+  -- field, why}: nothing changed.
   local function shards_set(keys, args)
     local k = queue_keys(keys[1])
     if k.shard ~= 0 then return bad_arg('base (shard 0 holds the layout)') end
     local mode = args[1]
     local now = now_ms()
     local l = read_layout(k)
+    if mode == 'lower_begin' or mode == 'lower_abort' or mode == 'lower_commit' then
+      return lower(k, l, mode, to_int(args[2]), now)
+    end
     if mode == 'close' then
       if l.rev == nil or l.rev ~= args[2] then return { 'stale', l.rev or '0' } end
       if l.from == nil then return { 'ok', unpack(flat(l)) } end
@@ -113,16 +169,15 @@ do
       end
     end
     for i = #salts + 1, #old do salts[i] = old[i] end   -- a lowered-away shard's, for later
-    local live = live_keys(l.keys, now)
-    table.insert(live, 1, n .. '@' .. int_arg(now + KEYS_WINDOW_MS))
-    if #live > KEYS_MAX then return { 'settling' } end
+    local kept = keys_with(l, n, now)
+    if kept == nil then return { 'settling' } end
     local salt_text = {}
     for i = 1, #salts do salt_text[i] = int_arg(salts[i]) end
     l.rev = next_rev(l, now)
     l.salts = table.concat(salt_text, ',')
     l.hw = int_arg(math.max(tonumber(l.hw) or 1, m))
     l.from = int_arg(n)
-    l.keys = table.concat(live, ',')
+    l.keys = kept
     l.index = '0'
     redis.call('HSET', layout_key(k), 'rev', l.rev, 'salts', l.salts, 'hw', l.hw,
                'from', l.from, 'keys', l.keys, 'index', '0')
@@ -144,7 +199,8 @@ do
   -- A copy is installed only when its rev is not older than the shard's, and
   -- the shard is one of the copy's `shards`. The policy HASH is replaced
   -- whole; of the layout the copied fields (rev, salts, hw, from, keys,
-  -- lowering) are replaced, the shard's own state kept, its digest set.
+  -- lowering) are replaced, the shard's own state kept, its digest set, a
+  -- `retired` mark removed.
   -- Returns {"ok", rev}, {"stale", the shard's rev} or {"outside", shards}:
   -- nothing changed.
   local function policy_copy(keys, args)
@@ -167,7 +223,9 @@ do
     redis.call('DEL', k.policy)
     if pairs_n > 0 then redis.call('HSET', k.policy, unpack(flat(policy))) end
     local lkey = layout_key(k)
-    redis.call('HDEL', lkey, unpack(COPIED))
+    -- A shard within the copy's count takes placements (again, after a
+    -- lowering retired it).
+    redis.call('HDEL', lkey, 'retired', unpack(COPIED))
     local out = { 'index', int_arg(k.shard), 'digest', policy_digest(policy) }
     for i = 1, #COPIED do
       local v = layout[COPIED[i]]
@@ -178,6 +236,57 @@ do
     return { 'ok', args[1] }
   end
 
+  -- The indexes that hold a message in some state, and how many: every
+  -- shard's own, and retryd_v2's generation (only shard 0 can have it).
+  local function holdings(k)
+    local lists = { 'due', 'ready' }
+    local zsets = { 'priority', 'scheduled', 'processing', 'dead', 'succeeded', 'redriving',
+                    'grouped' }
+    local out = {}
+    for i = 1, #lists do
+      local n = redis.call('LLEN', k[lists[i]])
+      if n > 0 then out[#out + 1], out[#out + 2] = lists[i], n end
+    end
+    for i = 1, #zsets do
+      local n = redis.call('ZCARD', k[zsets[i]])
+      if n > 0 then out[#out + 1], out[#out + 2] = zsets[i], n end
+    end
+    local base = k.base
+    for _, name in ipairs({ 'due', 'ready' }) do
+      local n = redis.call('LLEN', base .. ':' .. name)
+      if n > 0 then out[#out + 1], out[#out + 2] = 'v2 ' .. name, n end
+    end
+    for _, name in ipairs({ 'scheduled', 'processing', 'dead', 'succeeded' }) do
+      local n = redis.call('ZCARD', base .. ':' .. name)
+      if n > 0 then out[#out + 1], out[#out + 2] = 'v2 ' .. name, n end
+    end
+    return out
+  end
+
+  -- shard_retire: a lowering's check of one shard, and its fence (docs/
+  -- sharding.md "Lower N -> M"), in one call so that no message can land
+  -- between them.
+  --   KEYS[1]  the shard's base (shard 0's for a check only)
+  --   ARGV[1]  "check": only whether it holds a message; "retire": that, and
+  --            if it holds none the shard is marked retired (placement
+  --            there is refused from then on); "unretire": the mark goes
+  -- Returns {"ok"} or {"not_empty", index, count, ...} (nothing marked).
+  local function shard_retire(keys, args)
+    local k = queue_keys(keys[1])
+    local mode = args[1]
+    if mode == 'unretire' then
+      redis.call('HDEL', layout_key(k), 'retired')
+      return { 'ok' }
+    end
+    if mode ~= 'check' and mode ~= 'retire' then return bad_arg('mode') end
+    if mode == 'retire' and k.shard == 0 then return bad_arg('base (shard 0 is never retired)') end
+    local held = holdings(k)
+    if #held > 0 then return { 'not_empty', unpack(held) } end
+    if mode == 'retire' then redis.call('HSET', layout_key(k), 'retired', int_arg(now_ms())) end
+    return { 'ok' }
+  end
+
   register('shards_set', shards_set)
+  register('shard_retire', shard_retire)
   register('policy_copy', policy_copy)
 end

@@ -699,6 +699,8 @@ static void test_empty_claim_answers_wait_and_known(void **state)
 /* goes", "Changing shards on a live queue")                                */
 /* ------------------------------------------------------------------------ */
 
+#define SHARD_SPAN 10000000000000LL /* 10^13: shard k's ids are k * 10^13 + n */
+
 /* Shard k's queue value: the same name, base "retryd:{<name>:<k>.<salt>}". */
 static void shard_of(const queue_t *q0, int k, int salt, queue_t *out)
 {
@@ -892,6 +894,104 @@ static void test_shards_raise_refusals(void **state)
     assert_string_equal(layout_field(&q, "salts"), "7,1,2");
 }
 
+/* A lowering: begin marks it, shard_retire checks a shard and fences it in
+ * one call (refused while the shard holds a message in any state: pending,
+ * processing, dead, succeeded), abort takes the mark back, commit sets the
+ * count; a copy to a retired shard within the new count takes the mark off. */
+static void test_shards_lower_and_retire(void **state)
+{
+    (void)state;
+    queue_t q, q1, q2;
+    queue_init(&q, "shlower");
+    shard_of(&q, 1, 0, &q1);
+    shard_of(&q, 2, 0, &q2);
+    redisReply *r = fcall("shards_set", &q, -1, "raise", "3", "0,0", END);
+    char rev[32];
+    snprintf(rev, sizeof rev, "%s", pair_value(r, 1, "rev"));
+    freeReplyObject(r);
+    r = fcall("shards_set", &q, -1, "lower_begin", "2", END);
+    assert_true(has_code(r, "settling"));        /* the raise has not settled */
+    freeReplyObject(r);
+    freeReplyObject(fcall("shards_set", &q, -1, "close", rev, END));
+    r = fcall("shards_set", &q, -1, "lower_begin", "3", END);
+    expect_invalid(r, "shards");
+    r = fcall("shards_set", &q, -1, "lower_begin", "0", END);
+    expect_invalid(r, "shards");
+
+    /* A message on shard 2, in each state in turn, refuses its retirement. */
+    long long id = enqueue_ok(&q2, "m", 1, 0);
+    assert_int_equal(id, 2 * SHARD_SPAN + 1);
+    r = fcall("shards_set", &q, -1, "lower_begin", "1", END);
+    assert_true(has_code(r, "ok"));
+    assert_string_equal(pair_value(r, 1, "lowering"), "1");
+    freeReplyObject(r);
+    r = fcall("shard_retire", &q2, -1, "retire", END);
+    assert_true(has_code(r, "not_empty"));
+    assert_string_equal(r->element[1]->str, "ready");
+    assert_int_equal(r->element[2]->integer, 1);
+    freeReplyObject(r);
+    assert_string_equal(layout_field(&q2, "retired"), "");
+    msg_t m;
+    claim_one(&q2, 30000, &m);
+    r = fcall("shard_retire", &q2, -1, "check", END);
+    assert_true(has_code(r, "not_empty"));
+    assert_string_equal(r->element[1]->str, "processing");
+    freeReplyObject(r);
+    r = fcall("fail", &q2, id, msg_str(&m, "lease_token"), "boom", "0", END);
+    freeReplyObject(r);
+    r = fcall("shard_retire", &q2, -1, "retire", END);
+    assert_true(has_code(r, "not_empty"));
+    assert_string_equal(r->element[1]->str, "dead");
+    freeReplyObject(r);
+    r = fcall("delete", &q2, id, END);
+    freeReplyObject(r);
+    /* Empty now: fenced. Shard 1 was never used: fenced too. */
+    r = fcall("shard_retire", &q2, -1, "retire", END);
+    assert_true(has_code(r, "ok"));
+    freeReplyObject(r);
+    assert_true(atoll(layout_field(&q2, "retired")) > 0);
+    r = fcall("shard_retire", &q1, -1, "retire", END);
+    assert_true(has_code(r, "ok"));
+    freeReplyObject(r);
+    expect_error(fcall("shard_retire", &q, -1, "retire", END));   /* shard 0 never */
+    r = fcall("shard_retire", &q, -1, "check", END);
+    assert_true(has_code(r, "ok"));
+    freeReplyObject(r);
+
+    /* Abort: the mark goes; then a commit to 1 finds no lowering. */
+    r = fcall("shards_set", &q, -1, "lower_abort", END);
+    assert_true(has_code(r, "ok"));
+    assert_null(pair_value(r, 1, "lowering"));
+    freeReplyObject(r);
+    r = fcall("shards_set", &q, -1, "lower_commit", "1", END);
+    assert_true(has_code(r, "stale"));
+    freeReplyObject(r);
+    assert_string_equal(policy_field(&q, "shards"), "3");
+    /* Begin again and commit: shards back to 1 (the field gone), the count
+     * before kept in keys. */
+    freeReplyObject(fcall("shards_set", &q, -1, "lower_begin", "1", END));
+    r = fcall("shards_set", &q, -1, "lower_commit", "1", END);
+    assert_true(has_code(r, "ok"));
+    assert_null(pair_value(r, 1, "lowering"));
+    assert_true(strncmp(pair_value(r, 1, "keys"), "3@", 2) == 0);
+    freeReplyObject(r);
+    assert_string_equal(policy_field(&q, "shards"), "");
+    assert_string_equal(layout_field(&q, "hw"), "3");
+    /* A raise again; the copy to shard 2 takes its retirement off, and its
+     * ids go on from its counter. */
+    r = fcall("shards_set", &q, -1, "raise", "3", "0,0", END);
+    assert_true(has_code(r, "ok"));
+    freeReplyObject(r);
+    r = copy_to(&q, &q2);
+    assert_true(has_code(r, "ok"));
+    freeReplyObject(r);
+    assert_string_equal(layout_field(&q2, "retired"), "");
+    assert_int_equal(enqueue_ok(&q2, "again", 1, 0), 2 * SHARD_SPAN + 2);
+    r = fcall("shard_retire", &q2, -1, "unretire", END);
+    assert_true(has_code(r, "ok"));
+    freeReplyObject(r);
+}
+
 /* A policy write of the library before (retryd_v8 replaces the whole policy
  * HASH) drops `shards` but cannot touch the layout: the salts and hw stay
  * for the repair (docs/sharding.md "Two versions on one Redis"). */
@@ -947,6 +1047,7 @@ int main(void)
         cmocka_unit_test(test_empty_claim_answers_wait_and_known),
         cmocka_unit_test(test_shards_raise_copy_close),
         cmocka_unit_test(test_shards_raise_refusals),
+        cmocka_unit_test(test_shards_lower_and_retire),
         cmocka_unit_test(test_shards_layout_survives_an_older_replace),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
