@@ -245,20 +245,20 @@ do
     local out = {}
     for i = 1, #lists do
       local n = redis.call('LLEN', k[lists[i]])
-      if n > 0 then out[#out + 1], out[#out + 2] = lists[i], n end
+      if n > 0 then out[#out + 1], out[#out + 2] = lists[i], int_arg(n) end
     end
     for i = 1, #zsets do
       local n = redis.call('ZCARD', k[zsets[i]])
-      if n > 0 then out[#out + 1], out[#out + 2] = zsets[i], n end
+      if n > 0 then out[#out + 1], out[#out + 2] = zsets[i], int_arg(n) end
     end
     local base = k.base
     for _, name in ipairs({ 'due', 'ready' }) do
       local n = redis.call('LLEN', base .. ':' .. name)
-      if n > 0 then out[#out + 1], out[#out + 2] = 'v2 ' .. name, n end
+      if n > 0 then out[#out + 1], out[#out + 2] = 'v2 ' .. name, int_arg(n) end
     end
     for _, name in ipairs({ 'scheduled', 'processing', 'dead', 'succeeded' }) do
       local n = redis.call('ZCARD', base .. ':' .. name)
-      if n > 0 then out[#out + 1], out[#out + 2] = 'v2 ' .. name, n end
+      if n > 0 then out[#out + 1], out[#out + 2] = 'v2 ' .. name, int_arg(n) end
     end
     return out
   end

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "retryd/alloc.h"
+#include "retryd/shard_admin.h"
 #include "retryd/waiters.h"
 
 typedef rd_call_t call_t;
@@ -32,10 +33,31 @@ static void on_policy(const rd_store_policy_t *res, void *arg)
     rd_api_respond_written(c, 200, NULL);
 }
 
-static void on_paused(const rd_store_policy_t *res, void *arg)
+/* A change of shards or a copy that did not go through: 409 with why, or
+ * the store's failure. True when it answered. */
+static bool respond_shards_refusal(call_t *c, const rd_shard_admin_result_t *res)
+{
+    switch (res->status) {
+    case RD_SHARD_ADMIN_OK:
+        return false;
+    case RD_SHARD_ADMIN_SETTLING:
+    case RD_SHARD_ADMIN_UPGRADE_PENDING:
+    case RD_SHARD_ADMIN_NOT_EMPTY:
+        rd_api_respond_problem(c, RD_PROBLEM_INVALID_STATE, res->detail, NULL, NULL);
+        return true;
+    case RD_SHARD_ADMIN_STORE:
+        if (!rd_api_respond_store_failure(c, &res->head))
+            rd_api_respond_problem(c, RD_PROBLEM_INTERNAL, "Redis answered with an error; see "
+                                   "the log.", NULL, NULL);
+        return true;
+    }
+    return false;
+}
+
+static void on_paused_copied(const rd_shard_admin_result_t *res, void *arg)
 {
     call_t *c = arg;
-    if (rd_api_respond_store_failure(c, &res->head)) return;
+    if (respond_shards_refusal(c, res)) return;
     wake_local(c);
     rd_jsonw_t w;
     rd_api_begin_json(c, &w);
@@ -43,9 +65,40 @@ static void on_paused(const rd_store_policy_t *res, void *arg)
     rd_jsonw_key(&w, "queue");
     rd_jsonw_stringn(&w, c->match.queue, c->match.queue_len);
     rd_jsonw_key(&w, "paused");
-    rd_jsonw_bool(&w, res->policy.paused);
+    rd_jsonw_bool(&w, c->paused);
     rd_jsonw_object_close(&w);
     rd_api_respond_written(c, 200, NULL);
+}
+
+/* The pause is written on shard 0; a sharded queue's shards get it with
+ * their copies before the answer (docs/sharding.md "Every API over all
+ * shards"). */
+static void on_paused(const rd_store_policy_t *res, void *arg)
+{
+    call_t *c = arg;
+    if (rd_api_respond_store_failure(c, &res->head)) return;
+    c->paused = res->policy.paused;
+    rd_api_started(c, rd_shard_admin_copy(c->api->store, rd_api_queue_of(c), on_paused_copied, c));
+}
+
+/* A sharded queue's new policy reached every shard: the answer is the
+ * policy as read now. */
+static void on_policy_copied(const rd_shard_admin_result_t *res, void *arg)
+{
+    call_t *c = arg;
+    if (respond_shards_refusal(c, res)) return;
+    rd_api_started(c, rd_store_policy_get(c->api->store, rd_api_queue_of(c), on_policy, c));
+}
+
+static void on_policy_written(const rd_store_policy_t *res, void *arg)
+{
+    call_t *c = arg;
+    if (res->head.status == RD_STORE_OK && res->policy.shards > 1) {
+        rd_api_started(c, rd_shard_admin_copy(c->api->store, rd_api_queue_of(c),
+                                              on_policy_copied, c));
+        return;
+    }
+    on_policy(res, arg);
 }
 
 void rd_api_handle_policy_get(call_t *c)
@@ -71,12 +124,36 @@ static void on_dlq_linked(const rd_store_strings_t *res, void *arg)
         rd_api_answer_parse_failure(c, RD_REQ_INVALID, &errs);
         return;
     }
-    rd_api_started(c, rd_store_policy_set(c->api->store, rd_api_queue_of(c), c->policy, on_policy,
-                                          c));
+    rd_api_started(c, rd_store_policy_set(c->api->store, rd_api_queue_of(c), c->policy,
+                                          on_policy_written, c));
+}
+
+/* The policy's fields: with a dead_letter_queue, the graph of dead-letter
+ * queues first (the registry's slot), then the policy (the queue's):
+ * docs/lifecycle.md "Cycles". */
+static void write_fields(call_t *c)
+{
+    const rd_policy_t *p = c->policy;
+    if (p->patch && !p->dead_letter_queue && !(p->nulls & RD_POLICY_NULL(dead_letter_queue))) {
+        rd_api_started(c, rd_store_policy_set(c->api->store, rd_api_queue_of(c), c->policy,
+                                              on_policy_written, c));
+        return;
+    }
+    rd_store_queue_t target = { .name = p->dead_letter_queue, .len = p->dead_letter_queue_len };
+    rd_api_started(c, rd_store_dlq_link(c->api->store, rd_api_queue_of(c), target, on_dlq_linked,
+                                        c));
+}
+
+static void on_shards_changed(const rd_shard_admin_result_t *res, void *arg)
+{
+    call_t *c = arg;
+    if (respond_shards_refusal(c, res)) return;
+    write_fields(c);
 }
 
 /* PUT replaces the whole policy; PATCH changes the fields given (null puts
- * one back to its default). */
+ * one back to its default). A `shards` other than the queue's changes the
+ * count first (src/shard_admin.c). */
 static void policy_write(call_t *c, bool patch)
 {
     rd_policy_t p;
@@ -90,7 +167,7 @@ static void policy_write(call_t *c, bool patch)
                             "dead_letter_queue must be another queue, not this one.");
         r = RD_REQ_INVALID;
     }
-    if (r == RD_REQ_OK && p.shards > 1) {
+    if (r == RD_REQ_OK && p.shards > 1 && !c->api->cfg->allow_shards) {
         /* Until a change of shards is built whole (docs/sharding.md
          * "Implementation plan"), a queue keeps one shard. */
         rd_policy_free(&p);
@@ -113,16 +190,13 @@ static void policy_write(call_t *c, bool patch)
     c->notify = true;
     c->policy = rd_malloc(sizeof *c->policy);
     *c->policy = p;
-    if (patch && !p.dead_letter_queue && !(p.nulls & RD_POLICY_NULL(dead_letter_queue))) {
-        rd_api_started(c, rd_store_policy_set(c->api->store, rd_api_queue_of(c), c->policy,
-                                              on_policy, c));
+    if (p.shards > 0) {
+        /* The count first: a refused change writes nothing. */
+        rd_api_started(c, rd_shard_admin_change(c->api->store, rd_api_queue_of(c), (int)p.shards,
+                                                on_shards_changed, c));
         return;
     }
-    /* The graph of dead-letter queues first (the registry's slot), then the
-     * policy (the queue's): docs/lifecycle.md "Cycles". */
-    rd_store_queue_t target = { .name = p.dead_letter_queue, .len = p.dead_letter_queue_len };
-    rd_api_started(c, rd_store_dlq_link(c->api->store, rd_api_queue_of(c), target, on_dlq_linked,
-                                        c));
+    write_fields(c);
 }
 
 void rd_api_handle_policy_put(call_t *c)

@@ -201,6 +201,14 @@ static int set_redis_tls_insecure(rd_config_t *cfg, const char *v)
     return 0;
 }
 
+static int set_allow_shards(rd_config_t *cfg, const char *v)
+{
+    if (strcmp(v, "yes") == 0) cfg->allow_shards = 1;
+    else if (strcmp(v, "no") == 0) cfg->allow_shards = 0;
+    else return -1;
+    return 0;
+}
+
 static int set_prefix(rd_config_t *cfg, const char *v)
 {
     if (*v == '\0' || strpbrk(v, "{}") != NULL) return -1;
@@ -446,6 +454,9 @@ static const struct flag {
       "is claimed back and sent", "30000", set_alert_claim_ms, false },
     { "alert-timeout-ms", "N", "longest alert POST, connect included", "5000",
       set_alert_timeout_ms, false },
+    /* Not in --help (help NULL): a policy's shards above 1, while sharding
+     * is built step by step (docs/sharding.md "Implementation plan"). */
+    { "allow-shards", "yes|no", NULL, "no", set_allow_shards, false },
 };
 
 enum { NFLAGS = sizeof flags / sizeof flags[0], HELP_COLUMN = 28 };
@@ -466,6 +477,7 @@ static const char *usage(void)
                                 "also RETRYD_<NAME>, e.g. RETRYD_LISTEN)\n");
     for (size_t i = 0; i < NFLAGS && n < sizeof text; i++) {
         const struct flag *f = &flags[i];
+        if (f->help == NULL) continue;
         int used = snprintf(text + n, sizeof text - n, "  --%s %s", f->name, f->arg);
         n += (size_t)used;
         n += (size_t)snprintf(text + n, sizeof text - n, "%*s", used < HELP_COLUMN ?

@@ -68,6 +68,7 @@ typedef enum op_id {
     OP_DROP_QUEUE, OP_PURGE_ALL, OP_QUEUE_FORGET, OP_DLQ_SOURCES, OP_TAGS_SET, OP_TAGS_REMOVE,
     OP_TAGS_GET, OP_MOVE_START, OP_MOVE_CLAIM, OP_MOVE_REPORT, OP_MOVE_CANCEL, OP_MOVE_LIST,
     OP_MOVE_WATCH, OP_MOVE_DUE,
+    OP_SHARDS_SET, OP_POLICY_COPY, OP_SHARD_RETIRE, OP_POLICY_PAIRS, OP_LIBRARIES,
     OP_PING, OP_CONFIG_GET,
     OP_COUNT
 } op_id_t;
@@ -237,6 +238,17 @@ static const op_def_t ops[OP_COUNT] = {
         rd_store_parse_strings, rd_result_free_strings, rd_store_strings_cb),
     ROW(OP_MOVE_DUE, "move_due", F_REGISTRY | F_RO, rd_store_strings_t,
         rd_store_parse_strings, rd_result_free_strings, rd_store_strings_cb),
+    /* A sharded queue's layout (store_shards.c): every reply as strings. */
+    ROW(OP_SHARDS_SET, "shards_set", 0, rd_store_strings_t,
+        rd_store_parse_strings, rd_result_free_strings, rd_store_strings_cb),
+    ROW(OP_POLICY_COPY, "policy_copy", 0, rd_store_strings_t,
+        rd_store_parse_strings, rd_result_free_strings, rd_store_strings_cb),
+    ROW(OP_SHARD_RETIRE, "shard_retire", 0, rd_store_strings_t,
+        rd_store_parse_strings, rd_result_free_strings, rd_store_strings_cb),
+    ROW(OP_POLICY_PAIRS, "policy_get", F_RO, rd_store_strings_t,
+        rd_store_parse_strings, rd_result_free_strings, rd_store_strings_cb),
+    ROW(OP_LIBRARIES, "FUNCTION", F_COMMAND | F_RO, rd_store_strings_t,
+        rd_store_parse_libraries, rd_result_free_strings, rd_store_strings_cb),
     ROW(OP_PING, "PING", F_COMMAND | F_RO, rd_store_head_t,
         rd_store_parse_pong, NULL, rd_store_status_cb),
     ROW(OP_CONFIG_GET, "CONFIG", F_COMMAND | F_RO, rd_store_strings_t,
@@ -1059,6 +1071,38 @@ int rd_store_send_move(rd_store_t *st, rd_store_move_fn_t fn, rd_store_queue_t q
     begin_op(&c, st, rows[fn], ops[rows[fn]].flags & F_REGISTRY ? NO_QUEUE : q, 0);
     for (size_t i = 0; i < argc; i++) arg_bytes(&c, argv[i].ptr ? argv[i].ptr : "", argv[i].len);
     return send_op(st, &c, CB(cb), arg);
+}
+
+int rd_store_send_shards(rd_store_t *st, rd_store_shards_fn_t fn, rd_store_queue_t q,
+                         size_t argc, const rd_str_t *argv, rd_store_strings_cb cb, void *arg)
+{
+    static const op_id_t rows[] = {
+        [RD_SHARDS_FN_SET] = OP_SHARDS_SET, [RD_SHARDS_FN_COPY] = OP_POLICY_COPY,
+        [RD_SHARDS_FN_RETIRE] = OP_SHARD_RETIRE, [RD_SHARDS_FN_POLICY_PAIRS] = OP_POLICY_PAIRS,
+        [RD_SHARDS_FN_LIBRARIES] = OP_LIBRARIES,
+    };
+    assert((size_t)fn < sizeof rows / sizeof rows[0]);
+    cmd_t c;
+    begin_op(&c, st, rows[fn], q, 0);
+    const char **all = c.argv;
+    size_t *lens = c.lens;
+    size_t total = (size_t)c.argc + argc;
+    if (total > MAX_ARGS) {   /* a copy of a long policy: argv of its own */
+        all = rd_malloc(total * sizeof *all);
+        lens = rd_malloc(total * sizeof *lens);
+        memcpy(all, c.argv, (size_t)c.argc * sizeof *all);
+        memcpy(lens, c.lens, (size_t)c.argc * sizeof *lens);
+    }
+    for (size_t i = 0; i < argc; i++) {
+        all[c.argc + i] = argv[i].ptr ? argv[i].ptr : "";
+        lens[c.argc + i] = argv[i].len;
+    }
+    int rc = send_argv(st, &c, (int)total, all, lens, CB(cb), arg);
+    if (all != c.argv) {
+        rd_free(all);
+        rd_free(lens);
+    }
+    return rc;
 }
 
 int rd_store_send_row(rd_store_t *st, rd_store_row_t row, rd_store_queue_t q, size_t argc,

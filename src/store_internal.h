@@ -48,6 +48,24 @@ enum { RD_MOVE_FN_ARGS_MAX = 8 };
 int rd_store_send_move(rd_store_t *st, rd_store_move_fn_t fn, rd_store_queue_t q, size_t argc,
                        const rd_str_t *argv, rd_store_strings_cb cb, void *arg);
 
+/* A sharded queue's functions (lua/06_shards.lua) and the reads around them
+ * (store_shards.c builds their ARGV), each a row answering
+ * rd_store_strings_t: shards_set, policy_copy, shard_retire, policy_get's
+ * pairs as they are, and FUNCTION LIST's library names. */
+typedef enum rd_store_shards_fn {
+    RD_SHARDS_FN_SET, RD_SHARDS_FN_COPY, RD_SHARDS_FN_RETIRE, RD_SHARDS_FN_POLICY_PAIRS,
+    RD_SHARDS_FN_LIBRARIES,
+} rd_store_shards_fn_t;
+
+/* Sends fn with KEYS[1] q's base (of q.shard; none for LIBRARIES) and ARGV
+ * argv[0..argc) (borrowed until it returns); as every store call, -1 when it
+ * could not be sent (cb never runs). */
+int rd_store_send_shards(rd_store_t *st, rd_store_shards_fn_t fn, rd_store_queue_t q,
+                         size_t argc, const rd_str_t *argv, rd_store_strings_cb cb, void *arg);
+
+/* FUNCTION LIST's reply as the names of its libraries (store_shards.c). */
+bool rd_store_parse_libraries(const rd_reply_t *r, const void *kept, void *res, long long *hint);
+
 /* The enqueue rows (lua/10_enqueue.lua), whose ARGV store_enqueue.c builds. */
 typedef enum rd_store_row { RD_ROW_ENQUEUE, RD_ROW_ENQUEUE_MANY } rd_store_row_t;
 

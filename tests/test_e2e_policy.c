@@ -157,6 +157,170 @@ static void test_policy_shards_field(void **state)
     assert_int_equal(e2e_jint(p, "lease_seconds"), 9);
 }
 
+/* A request to the side daemon (g_side). */
+static void side(e2e_response_t *r, const char *method, const char *path, const char *body)
+{
+    http_to(g_side.port, r, method, path, body, body ? strlen(body) : 0);
+}
+
+/* HGET of shard k's key "<prefix>:{<q>:<k>.0}:<suffix>" (k 0: the queue's
+ * own), "" when absent. */
+static const char *shard_hget(const char *q, int k, const char *suffix, const char *field)
+{
+    redisReply *x = k == 0 ? e2e_rcmd(g_redis, "HGET %s:{%s}:%s %s", g_prefix, q, suffix, field)
+                           : e2e_rcmd(g_redis, "HGET %s:{%s:%d.0}:%s %s", g_prefix, q, k, suffix,
+                                      field);
+    static char out[8][128];
+    static unsigned next;
+    char *v = out[next++ % 8];
+    snprintf(v, 128, "%s", x->type == REDIS_REPLY_STRING ? x->str : "");
+    freeReplyObject(x);
+    return v;
+}
+
+/* Ends the raise of q as the timer round will once its scans are done
+ * (docs/sharding.md "When the raise settles"; not built yet). */
+static void close_raise(const char *q)
+{
+    redisReply *x = e2e_rcmd(g_redis, "FCALL %s 1 %s:{%s} close %s", RD_FUNCTION("shards_set"),
+                             g_prefix, q, shard_hget(q, 0, "shard", "rev"));
+    assert_int_equal(x->type, REDIS_REPLY_ARRAY);
+    assert_string_equal(x->element[0]->str, "ok");
+    freeReplyObject(x);
+}
+
+/* A change of shards through PUT (a daemon with --allow-shards yes):
+ * a raise on a busy queue loses nothing and copies the policy to the new
+ * shards; a second change waits for the first to settle; a lowering is
+ * refused (409, naming the shard and what it holds, nothing changed) while
+ * any shard holds a message in any state, and done once none does; a raise
+ * is refused while an older retryd library is loaded; a pause reaches every
+ * shard's copy. The id of a message on shard 2 is found by id. */
+static void test_policy_shards_change(void **state)
+{
+    (void)state;
+    assert_int_equal(start_daemon(&g_side, g_redis_port, g_prefix, true, "--allow-shards", "yes",
+                                  NULL), 0);
+    char q[64];
+    e2e_queue_name(q, sizeof q, "reshard");
+    e2e_response_t r = { 0 };
+    long long ids[3];
+    for (int i = 0; i < 3; i++) ids[i] = enqueue(q, "{\"payload\":\"busy\"}");
+    http(&r, "POST", e2e_fmt("/queues/%s/claim", q), NULL);
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "id"), ids[0]);
+
+    side(&r, "PUT", policy_path(q), "{\"shards\":3,\"max_retries\":5}");
+    rd_json_t *p = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(p, "shards"), 3);
+    assert_true(rd_json_bool(e2e_jget(p, "shards_settling")));
+    assert_int_equal(e2e_jint(p, "max_retries"), 5);
+    for (int k = 1; k < 3; k++) {
+        assert_string_equal(shard_hget(q, k, "policy", "max_retries"), "5");
+        assert_string_equal(shard_hget(q, k, "policy", "shards"), "3");
+        assert_string_equal(shard_hget(q, k, "shard", "index"), e2e_fmt("%d", k));
+    }
+    /* Nothing lost: the leased one is still leased, the others claimable. */
+    http(&r, "GET", message_path(q, ids[0], NULL), NULL);
+    assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "status"), "processing");
+    for (int i = 1; i < 3; i++) {
+        http(&r, "POST", e2e_fmt("/queues/%s/claim", q), NULL);
+        assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "id"), ids[i]);
+    }
+    /* Not settled yet: another change waits. A policy PUT without shards
+     * keeps them and reaches every shard's copy. */
+    side(&r, "PUT", policy_path(q), "{\"shards\":4}");
+    e2e_expect_problem(&r, 409, "invalid-state", policy_path(q));
+    side(&r, "PUT", policy_path(q), "{\"max_retries\":6}");
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "shards"), 3);
+    assert_string_equal(shard_hget(q, 2, "policy", "max_retries"), "6");
+    close_raise(q);
+    /* Shard 0 holds three: refused, and nothing changed. */
+    side(&r, "PUT", policy_path(q), "{\"shards\":1}");
+    e2e_expect_problem(&r, 409, "invalid-state", policy_path(q));
+    rd_json_t *doc = rd_json_parse(r.body, r.body_len, NULL);
+    const char *detail = e2e_jstr(doc, "detail");
+    assert_non_null(strstr(detail, "shard 0"));
+    assert_non_null(strstr(detail, "processing 3"));
+    rd_json_free(doc);
+    assert_string_equal(shard_hget(q, 0, "policy", "shards"), "3");
+    assert_string_equal(shard_hget(q, 1, "shard", "retired"), "");
+    assert_string_equal(shard_hget(q, 2, "shard", "retired"), "");
+    assert_string_equal(shard_hget(q, 0, "shard", "lowering"), "");
+
+    /* A queue whose only message is on shard 2 (placed there directly, as
+     * placement will): refused naming shard 2; the message is found, and
+     * deleted, by its id alone; then the lowering goes through. */
+    char q2[64];
+    e2e_queue_name(q2, sizeof q2, "lower");
+    side(&r, "PUT", policy_path(q2), "{\"shards\":3}");
+    e2e_expect_json(&r, 200);
+    close_raise(q2);
+    redisReply *x = e2e_rcmd(g_redis, "FCALL %s 1 %s:{%s:2.0} on-shard-2 3 0",
+                             RD_FUNCTION("enqueue"), g_prefix, q2);
+    assert_int_equal(x->type, REDIS_REPLY_ARRAY);
+    freeReplyObject(x);
+    const long long on2 = 20000000000001LL;
+    side(&r, "PUT", policy_path(q2), "{\"shards\":2}");
+    e2e_expect_problem(&r, 409, "invalid-state", policy_path(q2));
+    doc = rd_json_parse(r.body, r.body_len, NULL);
+    assert_non_null(strstr(e2e_jstr(doc, "detail"), "shard 2"));
+    assert_non_null(strstr(e2e_jstr(doc, "detail"), "ready 1"));
+    rd_json_free(doc);
+    assert_string_equal(shard_hget(q2, 2, "shard", "retired"), "");   /* undone */
+    http(&r, "GET", message_path(q2, on2, NULL), NULL);
+    assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "payload"), "on-shard-2");
+    http(&r, "DELETE", message_path(q2, on2, NULL), NULL);
+    assert_int_equal(r.status, 204);
+    side(&r, "PUT", policy_path(q2), "{\"shards\":1}");
+    p = e2e_expect_json(&r, 200);
+    assert_int_equal(e2e_jint(p, "shards"), 1);
+    assert_false(rd_json_bool(e2e_jget(p, "shards_settling")));
+    assert_true(atoll(shard_hget(q2, 1, "shard", "retired")) > 0);
+    assert_true(atoll(shard_hget(q2, 2, "shard", "retired")) > 0);
+    /* Raised again: the shard comes back, its ids go on from its counter. */
+    side(&r, "PUT", policy_path(q2), "{\"shards\":3}");
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "shards"), 3);
+    assert_string_equal(shard_hget(q2, 2, "shard", "retired"), "");
+    /* A pause reaches the copies. */
+    side(&r, "POST", e2e_fmt("/queues/%s/pause", q2), NULL);
+    assert_true(rd_json_bool(e2e_jget(e2e_expect_json(&r, 200), "paused")));
+    assert_string_equal(shard_hget(q2, 2, "policy", "paused"), "1");
+    side(&r, "POST", e2e_fmt("/queues/%s/resume", q2), NULL);
+    e2e_expect_json(&r, 200);
+    assert_string_equal(shard_hget(q2, 2, "policy", "paused"), "");
+
+    /* An older library loaded: no change of shards. */
+    size_t len = 0;
+    char *code = NULL;
+    FILE *f = fopen("tests/fixtures/retryd_v8.lua", "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    len = (size_t)ftell(f);
+    rewind(f);
+    code = malloc(len);
+    assert_int_equal(fread(code, 1, len, f), len);
+    fclose(f);
+    x = redisCommand(g_redis, "FUNCTION LOAD REPLACE %b", code, len);
+    free(code);
+    assert_int_equal(x->type, REDIS_REPLY_STRING);
+    freeReplyObject(x);
+    char q3[64];
+    e2e_queue_name(q3, sizeof q3, "gated");
+    side(&r, "PUT", policy_path(q3), "{\"shards\":2}");
+    e2e_expect_problem(&r, 409, "invalid-state", policy_path(q3));
+    doc = rd_json_parse(r.body, r.body_len, NULL);
+    assert_non_null(strstr(e2e_jstr(doc, "detail"), "retryd_v8"));
+    rd_json_free(doc);
+    assert_string_equal(shard_hget(q3, 0, "policy", "shards"), "");
+    freeReplyObject(redisCommand(g_redis, "FUNCTION DELETE retryd_v8"));
+    side(&r, "PUT", policy_path(q3), "{\"shards\":2}");
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "shards"), 2);
+
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    assert_int_equal(e2e_daemon_stop(&g_side, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
+}
+
 static void test_policy_backoff_over_http(void **state)
 {
     (void)state;
@@ -631,6 +795,7 @@ int main(void)
         T(test_series_nudges_the_timer),
         T(test_policy_get_put),
         T(test_policy_shards_field),
+        T(test_policy_shards_change),
         T(test_policy_backoff_over_http),
         T(test_dead_letter_rules_seed_001),
         T(test_pause_and_resume),

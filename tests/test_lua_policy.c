@@ -928,7 +928,7 @@ static void test_shards_lower_and_retire(void **state)
     r = fcall("shard_retire", &q2, -1, "retire", END);
     assert_true(has_code(r, "not_empty"));
     assert_string_equal(r->element[1]->str, "ready");
-    assert_int_equal(r->element[2]->integer, 1);
+    assert_string_equal(r->element[2]->str, "1");
     freeReplyObject(r);
     assert_string_equal(layout_field(&q2, "retired"), "");
     msg_t m;

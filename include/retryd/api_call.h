@@ -49,6 +49,7 @@ struct rd_call {
     int top;                    /* GET stats: how many top errors */
     rd_json_t *series;          /* GET stats?series=: the "series" member, read first */
     rd_policy_t *policy;        /* PUT policy: kept while dlq_link checks the target */
+    bool paused;                /* pause, resume: the answer, kept while the copies run */
 };
 
 /* The answers (src/api_respond.c). */

@@ -34,6 +34,8 @@ typedef struct rd_config {
     long long dead_ttl_ms;      /* --dead-ttl: 0 keeps dead letters forever */
     long long succeeded_ttl_ms; /* --succeeded-ttl: 0 keeps succeeded forever */
     int series;                 /* --series on|off: sample the per-queue time series */
+    int allow_shards;           /* --allow-shards yes (not in --help): a policy may set
+                                   shards above 1 (docs/sharding.md) */
     rd_log_level_t log_level;   /* --log-level debug|info|warn|error */
     char auth_token_file[512];  /* --auth-token-file: "" leaves the API open */
     char token_file[512];       /* --token-file: scoped tokens, reread on SIGHUP; "" none */

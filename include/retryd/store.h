@@ -558,6 +558,24 @@ int rd_store_tags_get(rd_store_t *st, rd_store_queue_t q, rd_store_strings_cb cb
 int rd_store_dlq_link(rd_store_t *st, rd_store_queue_t q, rd_store_queue_t target,
                       rd_store_strings_cb cb, void *arg);
 
+/* A sharded queue's layout (docs/sharding.md "Changing shards on a live
+ * queue"; lua/06_shards.lua; src/store_shards.c). Each answers strings: the
+ * function's reply as it is. shards_set on q's shard 0 (mode "raise" with
+ * m and salts "s1,...,s(m-1)", "close" with m the rev seen, "lower_begin"
+ * m, "lower_abort", "lower_commit" m); policy_pairs: policy_get's flat
+ * pairs of q.shard; policy_copy: those pairs (shard 0's) installed on
+ * q.shard, the rev their layout.rev; shard_retire on q.shard (mode
+ * "check", "retire", "unretire"); libraries: the names of the loaded
+ * Functions libraries whose name starts with "retryd". */
+int rd_store_shards_set(rd_store_t *st, rd_store_queue_t q, const char *mode, long long m,
+                        const char *salts, rd_store_strings_cb cb, void *arg);
+int rd_store_policy_pairs(rd_store_t *st, rd_store_queue_t q, rd_store_strings_cb cb, void *arg);
+int rd_store_policy_copy(rd_store_t *st, rd_store_queue_t q, const rd_str_t *pairs, size_t n,
+                         rd_store_strings_cb cb, void *arg);
+int rd_store_shard_retire(rd_store_t *st, rd_store_queue_t q, const char *mode,
+                          rd_store_strings_cb cb, void *arg);
+int rd_store_libraries(rd_store_t *st, rd_store_strings_cb cb, void *arg);
+
 /* ---- message move tasks (lua/67_moves.lua, docs/sqs.md "Message move tasks") ----
  * Every reply is rd_store_strings_t: the function's reply, each element a
  * string. A task in a reply is RD_STORE_MOVE_TASK_FIELDS strings, read with

@@ -1,0 +1,87 @@
+/* store_shards.c - a sharded queue's store calls (lua/06_shards.lua,
+ * docs/sharding.md): their ARGV, and FUNCTION LIST read as library names.
+ * The rows are in store.c's table. */
+#include "retryd/store.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "retryd/alloc.h"
+#include "retryd/redis.h"
+
+#include "store_internal.h"
+
+static rd_str_t text(const char *s)
+{
+    return (rd_str_t){ s ? s : "", s ? strlen(s) : 0 };
+}
+
+int rd_store_shards_set(rd_store_t *st, rd_store_queue_t q, const char *mode, long long m,
+                        const char *salts, rd_store_strings_cb cb, void *arg)
+{
+    char n[24];
+    int len = snprintf(n, sizeof n, "%lld", m);
+    rd_str_t argv[] = { text(mode), { n, (size_t)len }, text(salts) };
+    q.shard = 0;
+    return rd_store_send_shards(st, RD_SHARDS_FN_SET, q, salts ? 3 : 2, argv, cb, arg);
+}
+
+int rd_store_policy_pairs(rd_store_t *st, rd_store_queue_t q, rd_store_strings_cb cb, void *arg)
+{
+    return rd_store_send_shards(st, RD_SHARDS_FN_POLICY_PAIRS, q, 0, NULL, cb, arg);
+}
+
+int rd_store_policy_copy(rd_store_t *st, rd_store_queue_t q, const rd_str_t *pairs, size_t n,
+                         rd_store_strings_cb cb, void *arg)
+{
+    const rd_str_t *rev = NULL;
+    for (size_t i = 0; i + 1 < n; i += 2)
+        if (pairs[i].ptr && pairs[i].len == 10 && memcmp(pairs[i].ptr, "layout.rev", 10) == 0)
+            rev = &pairs[i + 1];
+    if (rev == NULL || rev->ptr == NULL) return -1;   /* nothing to copy: no layout */
+    rd_str_t *argv = rd_malloc((n + 1) * sizeof *argv);
+    argv[0] = *rev;
+    memcpy(argv + 1, pairs, n * sizeof *argv);
+    int rc = rd_store_send_shards(st, RD_SHARDS_FN_COPY, q, n + 1, argv, cb, arg);
+    rd_free(argv);
+    return rc;
+}
+
+int rd_store_shard_retire(rd_store_t *st, rd_store_queue_t q, const char *mode,
+                          rd_store_strings_cb cb, void *arg)
+{
+    rd_str_t argv[] = { text(mode) };
+    return rd_store_send_shards(st, RD_SHARDS_FN_RETIRE, q, 1, argv, cb, arg);
+}
+
+int rd_store_libraries(rd_store_t *st, rd_store_strings_cb cb, void *arg)
+{
+    rd_str_t argv[] = { text("LIST"), text("LIBRARYNAME"), text("retryd*") };
+    rd_store_queue_t none = { .name = NULL, .len = 0 };
+    return rd_store_send_shards(st, RD_SHARDS_FN_LIBRARIES, none, 3, argv, cb, arg);
+}
+
+/* FUNCTION LIST: one array per library, alternating field names and values;
+ * the value after "library_name" of each. */
+bool rd_store_parse_libraries(const rd_reply_t *r, const void *kept, void *res, long long *hint)
+{
+    (void)kept, (void)hint;
+    rd_store_strings_t *s = res;
+    if (rd_reply_type(r) != RD_REPLY_ARRAY) return false;
+    size_t n = rd_reply_len(r);
+    s->strings = rd_calloc(n ? n : 1, sizeof *s->strings);
+    for (size_t i = 0; i < n; i++) {
+        const rd_reply_t *lib = rd_reply_at(r, i);
+        if (rd_reply_type(lib) != RD_REPLY_ARRAY) return false;
+        for (size_t j = 0; j + 1 < rd_reply_len(lib); j += 2) {
+            if (!rd_reply_is(rd_reply_at(lib, j), "library_name")) continue;
+            rd_str_t *out = &s->strings[s->count];
+            out->ptr = rd_reply_str(rd_reply_at(lib, j + 1), &out->len);
+            if (out->ptr == NULL) return false;
+            s->count++;
+            break;
+        }
+    }
+    return true;
+}
