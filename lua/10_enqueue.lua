@@ -55,7 +55,18 @@ do
   --                                               "c" the idempotency key is the body's
   --                                               hash: refused with {"invalid_state",
   --                                               "no_content_dedup"} unless the policy
-  --                                               has content_based_dedup (SQS FIFO)
+  --                                               has content_based_dedup (SQS FIFO);
+  --                                               "o" only if present: the message's
+  --                                               group has messages on this shard, or
+  --                                               its key is live here (a duplicate),
+  --                                               else nothing is written and the
+  --                                               reply is {"moved"} (docs/sharding.md
+  --                                               "Enqueue: which shard")
+  --   ARGV[13] rev (optional, after ARGV[12])     the layout's rev of the caller's view
+  --                                               of a sharded queue ("": none): a
+  --                                               placement the view is wrong for is
+  --                                               refused, {"reshard"} or {"copy"}
+  --                                               (placement.refusal), nothing written
   -- Returns {"ok", id, now_ms}: the caller has every other field already, so
   -- the message is not read back (a third of enqueue's cost); with ARGV[5],
   -- {"ok", id, now_ms, timer}: the timer hint of a delayed message
@@ -128,7 +139,7 @@ do
         end
       end
       if flags == '' then flags = nil end
-      if flags and string.find(flags, '[^efc]') then return bad_arg('flags') end
+      if flags and string.find(flags, '[^efco]') then return bad_arg('flags') end
     end
     if mode == CHECK then return nil end
     if flags then
@@ -142,6 +153,14 @@ do
         k.exists = true
       end
       if string.find(flags, 'f', 1, true) then first_receive = 0 end
+      -- Only if present (a placement during a raise): a group elsewhere, or a
+      -- key not seen here, goes to the shard the caller tries next.
+      if string.find(flags, 'o', 1, true) then
+        if group and not redis.call('ZSCORE', k.group_names, group) then return { 'moved' } end
+        if not group and (idem == '' or not redis.call('GET', idempotency_key(base, idem))) then
+          return { 'moved' }
+        end
+      end
       -- The key is the body's hash: only a queue with content_based_dedup
       -- takes it (SQS's FIFO rule), decided in this call.
       if string.find(flags, 'c', 1, true) and not flow.content_dedup(k) then
@@ -234,7 +253,12 @@ do
 
   local function enqueue(keys, args)
     local base = keys[1]
-    return enqueue_item(queue_keys(base), base, args, 0, 12, nil, nil)
+    local k = queue_keys(base)
+    local rev = args[13]
+    if rev == '' then rev = nil end
+    local refused = placement.refusal(k, rev, (args[9] or '') ~= '' or (args[4] or '') ~= '')
+    if refused then return refused end
+    return enqueue_item(k, base, args, 0, 12, nil, nil)
   end
 
   register('enqueue', enqueue)
@@ -252,6 +276,9 @@ do
   --   ARGV[3 + width (i - 1) .. 2 + width i]      item i: enqueue's ARGV[1..width], all
   --                                               given ("" where enqueue takes "" for
   --                                               none)
+  --   ARGV[3 + width n] (optional)                the caller's rev, as enqueue's ARGV[13]:
+  --                                               {"reshard"} or {"copy"} for the whole
+  --                                               call, nothing written
   -- Bounded: at most MANY_ITEMS items and MANY_BYTES (1 MiB) of payloads and
   -- attributes together (one item alone may be larger: every call makes
   -- progress). A byte of payload costs Redis about 3 ns in this call (the
@@ -276,12 +303,12 @@ do
     local base = keys[1]
     local n, width = to_int(args[1]), to_int(args[2])
     if n == nil or n < 1 or n > MANY_ITEMS or (width ~= 9 and width ~= 12)
-       or #args ~= 2 + width * n then
+       or (#args ~= 2 + width * n and #args ~= 3 + width * n) then
       return redis.error_reply('ERR retryd: enqueue_many takes n (1-' .. MANY_ITEMS
                                .. '), a width (9 or 12) and that many arguments per item')
     end
     local k = queue_keys(base)
-    local bytes = 0
+    local bytes, sensitive = 0, false
     for i = 1, n do
       local o = 2 + width * (i - 1)
       local bad = enqueue_item(k, base, args, o, width, nil, CHECK)
@@ -290,11 +317,16 @@ do
         return bad
       end
       bytes = bytes + #args[o + 1] + (width > 9 and #args[o + 10] or 0)
+      if args[o + 4] ~= '' or args[o + 9] ~= '' then sensitive = true end
     end
     if n > 1 and bytes > MANY_BYTES then
       return redis.error_reply('ERR retryd: enqueue_many takes at most ' .. MANY_BYTES
                                .. ' bytes of payloads and attributes in one call')
     end
+    local rev = args[3 + width * n]
+    if rev == '' then rev = nil end
+    local refused = placement.refusal(k, rev, sensitive)
+    if refused then return refused end
     local now = now_ms()
     local out, timer = { -1 }, -1
     k.budget, k.enqueued = budget.new(), 0

@@ -897,6 +897,44 @@ static inline void load_library(const char *code, size_t len, bool replace, cons
 /* loaded beside this one in the same Redis.                                 */
 /* ------------------------------------------------------------------------ */
 
+/* ------------------------------------------------------------------------ */
+/* A sharded queue (docs/sharding.md): shards 1..n-1 of a queue whose shard */
+/* 0 is retryd:{name}, each "retryd:{name:<k>.<salt>}", with policy and    */
+/* layout copied to them, so that each takes placements.                    */
+/* ------------------------------------------------------------------------ */
+
+/* Raises shard 0 of name to n shards with salts ("s1,...", n-1 of them) and
+ * copies the policy and layout to every shard. */
+static inline void make_sharded(const char *name, int n, const char *salts)
+{
+    queue_t q0;
+    snprintf(q0.name, sizeof q0.name, "%s", name);
+    snprintf(q0.base, sizeof q0.base, "retryd:{%s}", name);
+    redisReply *r = fcall("shards_set", &q0, -1, "raise", num(n), salts, END);
+    if (!has_code(r, "ok")) fail_msg("shards_set raise: %s", reply_desc(r));
+    freeReplyObject(r);
+    redisReply *g = fcall("policy_get", &q0, -1, END);
+    assert_int_equal(g->type, REDIS_REPLY_ARRAY);
+    const char *args[64];
+    size_t na = 1;
+    for (size_t i = 0; i + 1 < g->elements && na + 2 <= 64; i += 2) {
+        if (strcmp(g->element[i]->str, "layout.rev") == 0) args[0] = g->element[i + 1]->str;
+        args[na++] = g->element[i]->str;
+        args[na++] = g->element[i + 1]->str;
+    }
+    const char *p = salts;
+    for (int k = 1; k < n; k++) {
+        queue_t qk = q0;
+        snprintf(qk.base, sizeof qk.base, "retryd:{%s:%d.%ld}", name, k, strtol(p, NULL, 10));
+        const char *comma = strchr(p, ',');
+        p = comma ? comma + 1 : p + strlen(p);
+        r = fcall_bin("policy_copy", &qk, -1, na, args, NULL);
+        if (!has_code(r, "ok")) fail_msg("policy_copy to shard %d: %s", k, reply_desc(r));
+        freeReplyObject(r);
+    }
+    freeReplyObject(g);
+}
+
 #define V2_FIXTURE "tests/fixtures/retryd_v2.lua"
 
 static inline void load_v2(void)

@@ -222,6 +222,14 @@ static void test_declared_keys_match_the_base(void **state)
  * (shard 0's), and it serves the whole lifecycle on those ids: claim, settle,
  * death, replay, listing, export, a move task's take and a redrive into
  * another queue's shard 5. */
+/* Shard 0's layout key of queue name. */
+static const char *layout_key_of(const char *name)
+{
+    char *s = scratch();
+    snprintf(s, 192, "retryd:{%s}:shard", name);
+    return s;
+}
+
 static void test_shard_base_serves_the_lifecycle(void **state)
 {
     (void)state;
@@ -233,6 +241,13 @@ static void test_shard_base_serves_the_lifecycle(void **state)
     queue_init(&t, "shard5");
     snprintf(t.base, sizeof t.base, "retryd:{%.64s:5.0}", t.name);
     const long long first = 63 * SHARD_SPAN + 1;
+    /* Both queues sharded, so that these shards take placements. */
+    char salts[256];
+    size_t used = 0;
+    for (int k = 1; k < 63; k++) used += (size_t)snprintf(salts + used, sizeof salts - used, "0,");
+    snprintf(salts + used, sizeof salts - used, "7");
+    make_sharded(q.name, 64, salts);
+    make_sharded(t.name, 6, "0,0,0,0,0");
 
     redisContext *sub = redisConnect("127.0.0.1", atoi(getenv("RETRYD_TEST_REDIS_PORT")));
     assert_true(sub != NULL && sub->err == 0);
@@ -264,7 +279,13 @@ static void test_shard_base_serves_the_lifecycle(void **state)
     queue_init(&g, "shard2");
     snprintf(g.base, sizeof g.base, "retryd:{%.64s:2.0}", g.name);
     msg_t m;
-    r = fcall("enqueue", &g, -1, "g", "3", "0", "", "", "", "", "0", "g1", END);
+    make_sharded(g.name, 3, "0,0");
+    r = rcmd("HGET", layout_key_of(g.name), "rev", END);
+    char rev[32];
+    snprintf(rev, sizeof rev, "%s", r->str);
+    freeReplyObject(r);
+    /* A grouped placement comes with the caller's view of the layout. */
+    r = fcall("enqueue", &g, -1, "g", "3", "0", "", "", "", "", "0", "g1", "", "", "", rev, END);
     assert_true(has_code(r, "ok") && r->element[1]->type == REDIS_REPLY_INTEGER);
     assert_int_equal(r->element[1]->integer, 2 * SHARD_SPAN + 1);
     freeReplyObject(r);

@@ -894,6 +894,43 @@ static void test_shards_raise_refusals(void **state)
     assert_string_equal(layout_field(&q, "salts"), "7,1,2");
 }
 
+/* A STRING key's value, "" when absent. */
+static const char *rcmd_str(const char *cmd, const char *key)
+{
+    redisReply *r = rcmd(cmd, key, END);
+    char *out = scratch();
+    out[0] = '\0';
+    if (r->type == REDIS_REPLY_STRING) snprintf(out, 192, "%s", r->str);
+    freeReplyObject(r);
+    return out;
+}
+
+/* enqueue with every ARGV: key, group, flags and rev (ARGV[13]). */
+static redisReply *enqueue_placed(const queue_t *q, const char *payload, const char *key,
+                                  const char *group, const char *flags, const char *rev)
+{
+    return fcall("enqueue", q, -1, payload, "3", "", key, "1", "default", "", "", group, "", "",
+                 flags, rev, END);
+}
+
+static void expect_placed_code(redisReply *r, const char *code)
+{
+    if (!has_code(r, code)) fail_msg("expected {\"%s\"...}, got %s", code, reply_desc(r));
+    freeReplyObject(r);
+}
+
+/* Enqueues payload on shard qk of q0 with the rev shard 0's layout has now
+ * (a copy made first); returns the id. */
+static long long placed_id(const queue_t *q0, const queue_t *qk, const char *payload)
+{
+    freeReplyObject(copy_to(q0, qk));
+    redisReply *r = enqueue_placed(qk, payload, "", "", "", layout_field(q0, "rev"));
+    if (!has_code(r, "ok")) fail_msg("enqueue on a shard: %s", reply_desc(r));
+    long long id = r->element[1]->integer;
+    freeReplyObject(r);
+    return id;
+}
+
 /* A lowering: begin marks it, shard_retire checks a shard and fences it in
  * one call (refused while the shard holds a message in any state: pending,
  * processing, dead, succeeded), abort takes the mark back, commit sets the
@@ -919,7 +956,7 @@ static void test_shards_lower_and_retire(void **state)
     expect_invalid(r, "shards");
 
     /* A message on shard 2, in each state in turn, refuses its retirement. */
-    long long id = enqueue_ok(&q2, "m", 1, 0);
+    long long id = placed_id(&q, &q2, "m");
     assert_int_equal(id, 2 * SHARD_SPAN + 1);
     r = fcall("shards_set", &q, -1, "lower_begin", "1", END);
     assert_true(has_code(r, "ok"));
@@ -986,10 +1023,98 @@ static void test_shards_lower_and_retire(void **state)
     assert_true(has_code(r, "ok"));
     freeReplyObject(r);
     assert_string_equal(layout_field(&q2, "retired"), "");
-    assert_int_equal(enqueue_ok(&q2, "again", 1, 0), 2 * SHARD_SPAN + 2);
+    assert_int_equal(placed_id(&q, &q2, "again"), 2 * SHARD_SPAN + 2);
     r = fcall("shard_retire", &q2, -1, "unretire", END);
     assert_true(has_code(r, "ok"));
     freeReplyObject(r);
+}
+
+/* Placement on a sharded queue (docs/sharding.md "Where shards is read",
+ * "Enqueue: which shard"): a shard takes an enqueue only from a caller whose
+ * view has its layout's rev; an older view is told to reshard, a newer one
+ * to copy; a retired shard or one outside the count refuses; shard 0 takes
+ * an ungrouped, unkeyed enqueue from a caller without a view (today's
+ * call), not a grouped or keyed one; flag "o" places only where the group
+ * or key already is. Nothing is written by a refusal. */
+static void test_shards_placement(void **state)
+{
+    (void)state;
+    queue_t q, q1, q2, q3;
+    queue_init(&q, "shplace");
+    shard_of(&q, 1, 0, &q1);
+    shard_of(&q, 2, 0, &q2);
+    shard_of(&q, 3, 0, &q3);
+    redisReply *r = fcall("shards_set", &q, -1, "raise", "3", "0,0", END);
+    char rev[32], older[32], newer[32];
+    snprintf(rev, sizeof rev, "%s", pair_value(r, 1, "rev"));
+    snprintf(older, sizeof older, "%lld", atoll(rev) - 1);
+    snprintf(newer, sizeof newer, "%lld", atoll(rev) + 1);
+    freeReplyObject(r);
+    freeReplyObject(copy_to(&q, &q1));
+    freeReplyObject(copy_to(&q, &q2));
+
+    expect_placed_code(enqueue_placed(&q2, "a", "", "", "", rev), "ok");
+    expect_placed_code(enqueue_placed(&q2, "b", "", "", "", older), "reshard");
+    expect_placed_code(enqueue_placed(&q2, "c", "", "", "", newer), "copy");
+    expect_placed_code(enqueue_placed(&q2, "d", "", "", "", ""), "ok");   /* a script's */
+    expect_placed_code(enqueue_placed(&q2, "d", "", "tenant", "", ""), "reshard");
+    expect_placed_code(enqueue_placed(&q3, "e", "", "", "", rev), "reshard");   /* outside */
+    assert_string_equal(rcmd_str("GET", qkey(&q2, "seq")), "2");
+    assert_int_equal(exists(qkey(&q3, "seq")), 0);
+    expect_error(enqueue_placed(&q2, "f", "", "", "", "x"));
+    /* Shard 0: today's call for an ungrouped message; a grouped or keyed one
+     * needs the view. */
+    expect_placed_code(enqueue_placed(&q, "g", "", "", "", ""), "ok");
+    expect_placed_code(enqueue_placed(&q, "h", "", "tenant", "", ""), "reshard");
+    expect_placed_code(enqueue_placed(&q, "i", "key-1", "", "", ""), "reshard");
+    expect_placed_code(enqueue_placed(&q, "j", "key-1", "", "", older), "reshard");
+    expect_placed_code(enqueue_placed(&q, "k", "key-1", "", "", rev), "ok");
+
+    /* Only if present. */
+    expect_placed_code(enqueue_placed(&q1, "l", "", "tenant", "o", rev), "moved");
+    expect_placed_code(enqueue_placed(&q1, "m", "", "tenant", "", rev), "ok");
+    expect_placed_code(enqueue_placed(&q1, "n", "", "tenant", "o", rev), "ok");
+    expect_placed_code(enqueue_placed(&q1, "o", "key-2", "", "o", rev), "moved");
+    expect_placed_code(enqueue_placed(&q1, "p", "key-2", "", "", rev), "ok");
+    expect_placed_code(enqueue_placed(&q1, "q", "key-2", "", "o", rev), "duplicate");
+    assert_string_equal(rcmd_str("GET", qkey(&q1, "seq")), "3");
+
+    /* enqueue_many: the rev after the items; a refusal writes nothing. */
+    const char *item[] = { "x", "3", "", "", "1", "default", "", "", "" };
+    const char *args[16];
+    size_t n = 0;
+    args[n++] = "1";
+    args[n++] = "9";
+    for (size_t i = 0; i < 9; i++) args[n++] = item[i];
+    args[n++] = older;
+    r = fcall_bin("enqueue_many", &q2, -1, n, args, NULL);
+    expect_placed_code(r, "reshard");
+    args[n - 1] = rev;
+    r = fcall_bin("enqueue_many", &q2, -1, n, args, NULL);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->elements, 2);
+    assert_string_equal(r->element[1]->element[0]->str, "ok");
+    assert_int_equal(r->element[1]->element[1]->integer, 2 * SHARD_SPAN + 3);
+    freeReplyObject(r);
+
+    /* A retired shard refuses whatever the rev. */
+    r = fcall("shard_retire", &q1, -1, "retire", END);
+    assert_true(has_code(r, "not_empty"));   /* it holds l..q */
+    freeReplyObject(r);
+    queue_t q4;
+    r = fcall("shards_set", &q, -1, "close", rev, END);
+    freeReplyObject(r);
+    r = fcall("shards_set", &q, -1, "raise", "5", "0,0,0,0", END);
+    snprintf(rev, sizeof rev, "%s", pair_value(r, 1, "rev"));
+    freeReplyObject(r);
+    shard_of(&q, 4, 0, &q4);
+    freeReplyObject(copy_to(&q, &q4));
+    expect_placed_code(enqueue_placed(&q4, "r", "", "", "", rev), "ok");
+    freeReplyObject(fcall("delete", &q4, 4 * SHARD_SPAN + 1, END));
+    r = fcall("shard_retire", &q4, -1, "retire", END);
+    assert_true(has_code(r, "ok"));
+    freeReplyObject(r);
+    expect_placed_code(enqueue_placed(&q4, "s", "", "", "", rev), "reshard");
 }
 
 /* A policy write of the library before (retryd_v8 replaces the whole policy
@@ -1048,6 +1173,7 @@ int main(void)
         cmocka_unit_test(test_shards_raise_copy_close),
         cmocka_unit_test(test_shards_raise_refusals),
         cmocka_unit_test(test_shards_lower_and_retire),
+        cmocka_unit_test(test_shards_placement),
         cmocka_unit_test(test_shards_layout_survives_an_older_replace),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -18,6 +18,7 @@
 #include "retryd/limits.h"
 #include "retryd/queue_clear.h"
 #include "retryd/registry.h"
+#include "retryd/shard_admin.h"
 #include "retryd/shards.h"
 
 /* ------------------------------------------------------------------------ */
@@ -251,6 +252,15 @@ static void test_enqueue_claim_settle_get(void **state)
     fixture_close(f);
 }
 
+/* A shard admin job's end: n is the count it saw, status its outcome. */
+static void on_admin(const rd_shard_admin_result_t *res, void *arg)
+{
+    got_t *g = arg;
+    g->calls++;
+    g->status = res->status == RD_SHARD_ADMIN_OK ? RD_STORE_OK : RD_STORE_ERROR;
+    g->n = res->shards;
+}
+
 /* How many keys of Redis match pattern. */
 static long long keys_matching(redisContext *r, const char *pattern)
 {
@@ -281,6 +291,17 @@ static void test_calls_on_a_shard_base(void **state)
     q3.nsalts = 3;
     rd_store_queue_t q0_salted = q3;
     q0_salted.shard = 0;
+    /* The queue over 4 shards, shard 3's salt 7, its policy copied there:
+     * shard 3 takes placements. */
+    redisReply *x = redisCommand(r, "FCALL %s 1 unit:{%b} raise 4 0,0,7", RD_FUNCTION("shards_set"),
+                                 q0.name, q0.len);
+    assert_non_null(x);
+    assert_int_equal(x->type, REDIS_REPLY_ARRAY);
+    freeReplyObject(x);
+    got_t copied = { 0 };
+    assert_int_equal(rd_shard_admin_copy(f->s.store, q0, on_admin, &copied), 0);
+    assert_true(ut_run_until(&f->loop, copied.calls == 1, 5000));
+    assert_int_equal(copied.n, 4);
 
     got_t enq = { 0 };
     assert_int_equal(rd_store_enqueue(f->s.store, q3,
@@ -293,7 +314,7 @@ static void test_calls_on_a_shard_base(void **state)
     rd_buf_t base = RD_BUF_INIT, mkey = RD_BUF_INIT, pattern = RD_BUF_INIT;
     rd_keys_shard_base(&base, "unit", q0.name, q0.len, 3, 7);
     rd_keys_message(&mkey, base.data, base.len, enq.id);
-    redisReply *x = redisCommand(r, "EXISTS %b", mkey.data, mkey.len);
+    x = redisCommand(r, "EXISTS %b", mkey.data, mkey.len);
     assert_non_null(x);
     assert_int_equal(x->integer, 1);
     freeReplyObject(x);
