@@ -254,10 +254,14 @@ do
   local function enqueue(keys, args)
     local base = keys[1]
     local k = queue_keys(base)
-    local rev = args[13]
-    if rev == '' then rev = nil end
-    local refused = placement.refusal(k, rev, (args[9] or '') ~= '' or (args[4] or '') ~= '')
-    if refused then return refused end
+    -- The placement check (placement.refusal) only where it can refuse:
+    -- today's call (shard 0, no view, no group, no key) skips even the call.
+    local rev, group, idem = args[13], args[9], args[4]
+    if rev or (group and group ~= '') or (idem and idem ~= '') or k.shard ~= 0 then
+      if rev == '' then rev = nil end
+      local refused = placement.refusal(k, rev, (group or '') ~= '' or (idem or '') ~= '')
+      if refused then return refused end
+    end
     return enqueue_item(k, base, args, 0, 12, nil, nil)
   end
 
