@@ -293,28 +293,27 @@ do
   -- it, nothing written. rev: the layout's rev the caller's view holds (nil:
   -- it has no view, the queue is one shard to it); sensitive: the call
   -- places by group or idempotency key, which only the right shard may take.
-  --   {"reshard"}  the caller's view is older than the shard's layout, or the
-  --                shard is retired or outside the count: the caller reads
-  --                the layout on shard 0 and places again
+  --   {"reshard"}  the caller's view is older than the shard's layout, or it
+  --                has none of a sharded queue, or the shard is retired or
+  --                outside the count: the caller reads the layout on shard 0
+  --                and places again
   --   {"copy"}     the caller's view is newer than this shard's copy: the
   --                caller copies shard 0's policy here and sends again
-  -- A 1-shard queue's call without a view (every call of today) reads
-  -- nothing more; a grouped or keyed one reads the policy (most enqueues do
-  -- anyway, for its defaults). A call without a view on a shard above 0
-  -- (a script's) is refused only by a retired shard or one outside the count
-  -- when it is ungrouped and unkeyed.
+  -- It reads the policy (as most enqueues do anyway, for their defaults); a
+  -- 1-shard queue's call without a view reads nothing more. A call without a
+  -- view on a shard above 0 (a script's) is refused only by a retired shard
+  -- or one outside the count when it is ungrouped and unkeyed.
   function placement.refusal(k, rev, sensitive)
-    if k.shard == 0 and rev == nil and not sensitive then return nil end
     if rev ~= nil and (to_int(rev) == nil or to_int(rev) < 1) then return bad_arg('rev') end
     local n = shard_count(read_policy(k))
     if k.shard == 0 and rev == nil and n <= 1 then return nil end
     local l = redis.call('HMGET', layout_key(k), 'rev', 'retired')
     if l[2] or k.shard >= n then return { 'reshard' } end
-    -- A caller without a view (a script's direct call) places an ungrouped,
-    -- unkeyed message on any live shard: only the view's placements are
-    -- exact, and only they need to be.
-    if rev == nil and not sensitive then return nil end
-    local own, r = tonumber(l[1]) or 0, tonumber(rev) or 0
+    if rev == nil then
+      if k.shard ~= 0 and not sensitive then return nil end
+      return { 'reshard' }
+    end
+    local own, r = tonumber(l[1]) or 0, tonumber(rev)
     if r < own or (r > own and k.shard == 0) then return { 'reshard' } end
     if r > own then return { 'copy' } end
     return nil

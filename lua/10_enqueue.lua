@@ -177,6 +177,16 @@ do
       if limit then return { 'too_large', limit } end
     end
 
+    -- A single enqueue that skipped the placement check (enqueue above) is
+    -- checked now if the policy it read is a sharded queue's: a caller
+    -- without a view learns the layout, and places by it.
+    if mode == nil then
+      local p = k.flow_policy
+      if p and p.shards and not k.placed then
+        local refused = placement.refusal(k, nil, false)
+        if refused then return refused end
+      end
+    end
     if not now then now = now_ms() end
     local idem_key
     if idem ~= '' then
@@ -254,13 +264,16 @@ do
   local function enqueue(keys, args)
     local base = keys[1]
     local k = queue_keys(base)
-    -- The placement check (placement.refusal) only where it can refuse:
-    -- today's call (shard 0, no view, no group, no key) skips even the call.
+    -- The placement check (placement.refusal) where it can refuse; today's
+    -- call (shard 0, no view, no group, no key) is checked in enqueue_item
+    -- only once the policy it reads there for its defaults says the queue
+    -- is sharded.
     local rev, group, idem = args[13], args[9], args[4]
     if rev or (group and group ~= '') or (idem and idem ~= '') or k.shard ~= 0 then
       if rev == '' then rev = nil end
       local refused = placement.refusal(k, rev, (group or '') ~= '' or (idem or '') ~= '')
       if refused then return refused end
+      k.placed = true
     end
     return enqueue_item(k, base, args, 0, 12, nil, nil)
   end

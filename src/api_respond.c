@@ -119,6 +119,15 @@ bool rd_api_respond_store_failure(call_t *c, const rd_store_head_t *res)
     case RD_STORE_UNAVAILABLE:
         rd_api_respond_unavailable(c);
         return true;
+    case RD_STORE_RESHARD:   /* src/shard_route.c places again once; a second refusal */
+    case RD_STORE_COPY:
+    case RD_STORE_MOVED:
+    case RD_STORE_FULL:
+        rd_api_respond_problem(c, RD_PROBLEM_BACKEND_UNAVAILABLE,
+                               "The queue's shards changed while the message was placed, or its "
+                               "shard is full; nothing was done. Retry the request.",
+                               NULL, "Retry-After: 1\r\n");
+        return true;
     case RD_STORE_LOST:
         rd_api_respond_problem(c, RD_PROBLEM_OUTCOME_UNKNOWN,
                         "The link to Redis dropped after the command was sent; it may or may "

@@ -436,7 +436,7 @@ static void arg_nonce(cmd_t *c, rd_store_t *st)
     arg_bytes(c, c->nonce, (size_t)n);
 }
 
-static const rd_store_queue_t NO_QUEUE = { NULL, 0, 0, NULL, 0 };
+static const rd_store_queue_t NO_QUEUE = { .name = NULL, .len = 0 };
 
 /* The shard an operation on message id goes to: the id names it
  * (docs/sharding.md "Ids"). An id no shard hands out goes to shard 0, as

@@ -21,7 +21,7 @@ enum { ITEM_ARGS = 12 };
 typedef struct item_args {
     rd_str_t argv[ITEM_ARGS];
     char numbers[5][24];
-    char flags[4];
+    char flags[5];
 } item_args_t;
 
 static rd_str_t text(const char *s)
@@ -39,7 +39,7 @@ static rd_str_t number(char buf[24], long long v)
 static bool needs_all(const rd_enqueue_t *in)
 {
     return in->attributes != NULL || in->idempotency_window_ms > 0 || in->must_exist ||
-           in->record_first_receive || in->content_dedup;
+           in->record_first_receive || in->content_dedup || in->only_present;
 }
 
 /* in's ARGV (enqueue's ARGV[1..12]) into a; returns how many: 12 with all,
@@ -66,6 +66,7 @@ static size_t item_argv(const rd_enqueue_t *in, bool all, item_args_t *a)
     if (in->must_exist) a->flags[nf++] = 'e';
     if (in->record_first_receive) a->flags[nf++] = 'f';
     if (in->content_dedup) a->flags[nf++] = 'c';
+    if (in->only_present) a->flags[nf++] = 'o';
     a->flags[nf] = '\0';
     v[11] = (rd_str_t){ a->flags, nf };
     return ITEM_ARGS;
@@ -120,10 +121,15 @@ int rd_store_enqueue(rd_store_t *st, rd_store_queue_t q, const rd_enqueue_t *in,
     if (!rd_backend_ready(st->redis)) return -1;
     before_write(st, q);
     item_args_t a = { 0 };
-    size_t argc = item_argv(in, false, &a);
+    /* A placement by a view of a sharded queue carries its rev (ARGV[13]). */
+    rd_str_t argv[ITEM_ARGS + 1];
+    char rev[24];
+    size_t argc = item_argv(in, q.rev > 0, &a);
+    memcpy(argv, a.argv, argc * sizeof *argv);
+    if (q.rev > 0) argv[argc++] = number(rev, q.rev);
     rd_store_enqueued_t *e = rd_malloc(sizeof *e);
     keep_item(e, in);
-    return rd_store_send_row(st, RD_ROW_ENQUEUE, q, argc, a.argv, e, enqueued_free,
+    return rd_store_send_row(st, RD_ROW_ENQUEUE, q, argc, argv, e, enqueued_free,
                              (void (*)(void))cb, arg);
 }
 
@@ -144,7 +150,8 @@ int rd_store_enqueue_many(rd_store_t *st, rd_store_queue_t q, const rd_enqueue_t
     for (size_t i = 0; i < n && !all; i++) all = needs_all(&items[i]);
     size_t width = all ? ITEM_ARGS : 9;
     item_args_t *a = rd_calloc(n, sizeof *a);
-    rd_str_t *argv = rd_malloc((2 + n * width) * sizeof *argv);
+    rd_str_t *argv = rd_malloc((3 + n * width) * sizeof *argv);
+    char rev[24];
     char count[24], wide[24];
     argv[0] = number(count, (long long)n);
     argv[1] = number(wide, (long long)width);
@@ -156,7 +163,9 @@ int rd_store_enqueue_many(rd_store_t *st, rd_store_queue_t q, const rd_enqueue_t
         memcpy(&argv[2 + i * width], a[i].argv, width * sizeof *argv);
         keep_item(&k->items[i], &items[i]);
     }
-    int rc = rd_store_send_row(st, RD_ROW_ENQUEUE_MANY, q, 2 + n * width, argv, k,
+    size_t argc = 2 + n * width;
+    if (q.rev > 0) argv[argc++] = number(rev, q.rev);   /* the view's rev, after the items */
+    int rc = rd_store_send_row(st, RD_ROW_ENQUEUE_MANY, q, argc, argv, k,
                                enqueued_many_free, (void (*)(void))cb, arg);
     rd_free(argv);
     rd_free(a);

@@ -161,6 +161,10 @@ static bool parse_outcome(const rd_reply_t *reply, rd_store_head_t *res)
     else if (rd_reply_is(code, "lease_mismatch")) res->status = RD_STORE_LEASE_MISMATCH;
     else if (rd_reply_is(code, "bad_cursor")) res->status = RD_STORE_BAD_CURSOR;
     else if (rd_reply_is(code, "too_large")) res->status = RD_STORE_TOO_LARGE;
+    else if (rd_reply_is(code, "reshard")) res->status = RD_STORE_RESHARD;
+    else if (rd_reply_is(code, "copy")) res->status = RD_STORE_COPY;
+    else if (rd_reply_is(code, "moved")) res->status = RD_STORE_MOVED;
+    else if (rd_reply_is(code, "full")) res->status = RD_STORE_FULL;
     else if (rd_reply_is(code, "invalid_state")) {
         res->status = RD_STORE_INVALID_STATE;
         res->state.ptr = rd_reply_str(rd_reply_at(reply, 1), &res->state.len);
@@ -303,6 +307,9 @@ static bool parse_enqueued(const rd_reply_t *reply, const rd_store_enqueued_t *e
         return rd_reply_int(rd_reply_at(reply, 1), &res->payload_limit);
     if (res->head.status == RD_STORE_NOT_FOUND) return rd_reply_len(reply) == 1;   /* flag e */
     if (res->head.status == RD_STORE_INVALID_STATE) return true;   /* flag c: state named */
+    if (res->head.status == RD_STORE_RESHARD || res->head.status == RD_STORE_COPY ||
+        res->head.status == RD_STORE_MOVED || res->head.status == RD_STORE_FULL)
+        return rd_reply_len(reply) == 1;
     if (res->head.status != RD_STORE_OK) return false;
     long long id, now;
     long long max_retries = e->max_retries, expires_at = -1;
@@ -353,6 +360,11 @@ bool rd_store_parse_enqueue_many(const rd_reply_t *r, const void *kept, void *re
 {
     const rd_store_enqueued_many_kept_t *k = kept;
     rd_store_enqueued_many_t *m = res;
+    /* A placement the caller's view is wrong for: the whole call refused. */
+    if (is_array(r, 1) && rd_reply_len(r) == 1 && rd_reply_type(rd_reply_at(r, 0)) != RD_REPLY_INTEGER) {
+        if (!parse_outcome(r, &m->head)) return false;
+        return m->head.status == RD_STORE_RESHARD || m->head.status == RD_STORE_COPY;
+    }
     if (!is_array(r, 2) || rd_reply_len(r) - 1 > k->n ||
         !rd_reply_int(rd_reply_at(r, 0), hint))
         return false;

@@ -47,6 +47,14 @@ typedef enum rd_store_status {
     RD_STORE_ERROR,           /* Redis answered something we did not expect; see detail */
     RD_STORE_TOO_LARGE,       /* enqueue: the payload is longer than the queue policy's
                                  max_payload_bytes (rd_store_messages_t.payload_limit) */
+    /* A placement on a sharded queue that did not go through, nothing
+     * written (docs/sharding.md "Where shards is read"; src/shard_route.c
+     * acts on them, no answer shows them): */
+    RD_STORE_RESHARD,         /* the caller's view is older than the shard's layout, or
+                                 the shard is retired or outside the count */
+    RD_STORE_COPY,            /* the shard's copy of the policy is older than the view */
+    RD_STORE_MOVED,           /* only_present, and the group or key is not on this shard */
+    RD_STORE_FULL,            /* the shard handed out all its ids */
 } rd_store_status_t;
 
 /* Every result starts with this head: how the operation went. Each
@@ -312,6 +320,8 @@ typedef struct rd_store_queue {
                                * layout's, docs/sharding.md "Where each key
                                * goes"); a shard past them, or salts NULL: 0 */
     int nsalts;
+    long long rev;            /* the layout's rev of the caller's view, sent with a
+                               * placement (enqueue, enqueue_many); 0: no view */
 } rd_store_queue_t;
 
 /* Borrows backend; prefix is copied. */
@@ -368,6 +378,8 @@ typedef struct rd_enqueue {
     bool content_dedup;             /* idempotency_key is the payload's hash: refused with
                                        RD_STORE_INVALID_STATE ("no_content_dedup"), nothing
                                        made, unless the policy has content_based_dedup */
+    bool only_present;              /* placed only if its group has messages on the shard,
+                                       or its key is live there: else RD_STORE_MOVED */
 } rd_enqueue_t;
 
 /* res: the message as stored (not read back), or the original with
