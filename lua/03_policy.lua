@@ -744,6 +744,7 @@ do
         if old[f] ~= v then changed = true end
       end
     end
+    if new.shards then any = true end   -- a sharded queue's policy keeps its stamps
     for f in pairs(old) do
       if not POLICY_STAMPS[f] and new[f] == nil then changed = true end
     end
@@ -780,17 +781,24 @@ do
   -- pause: pause ("1") or resume ("0") the queue's claims.
   --   KEYS[1]  <prefix>:{q}                       queue key base
   --   ARGV[1]  "1" | "0"
-  -- A resume publishes the wake. Returns 1 when the queue is now paused, else 0.
+  -- A resume publishes the wake. Returns 1 when the queue is now paused, else 0;
+  -- on a sharded queue {1 or 0, shards}.
   local function pause(keys, args)
     local k = queue_keys(keys[1])
+    local paused
     if args[1] == '1' then
       redis.call('HSET', k.policy, 'paused', '1')
-      return 1
+      paused = 1
+    else
+      if args[1] ~= '0' then return bad_arg('paused') end
+      redis.call('HDEL', k.policy, 'paused')
+      notify(k)
+      paused = 0
     end
-    if args[1] ~= '0' then return bad_arg('paused') end
-    redis.call('HDEL', k.policy, 'paused')
-    notify(k)
-    return 0
+    -- A sharded queue's caller copies the pause to its shards.
+    local shards = redis.call('HGET', k.policy, 'shards')
+    if shards and tonumber(shards) > 1 then return { paused, tonumber(shards) } end
+    return paused
   end
 
   flow.read_policy, flow.layout_key, flow.shard_count = read_policy, layout_key, shard_count

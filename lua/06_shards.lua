@@ -25,6 +25,7 @@ do
   local SALT_MAX = 65535
   local KEYS_MAX = 3                -- older counts kept in `keys`
   local KEYS_WINDOW_MS = 86400000   -- an idempotency key lives at most 24 h
+  local LOWERING_STALE_MS = 10000   -- a lowering begun this long ago is abandoned
   local COPIED = { 'rev', 'salts', 'hw', 'from', 'keys', 'lowering' }
 
   -- The layout HASH as a table field -> string.
@@ -85,10 +86,17 @@ do
     local p = read_policy(k)
     local n = shard_count(p)
     local lkey = layout_key(k)
+    if mode == 'lower_stale' then
+      -- A lowering whose driver went away (a walk takes milliseconds; one
+      -- begun LOWERING_STALE_MS ago is abandoned): the caller undoes it.
+      if l.lowering == nil then return { 'ok' } end
+      if now - (tonumber(l.lowering_at) or 0) < LOWERING_STALE_MS then return { 'settling' } end
+      return { 'abandoned', l.lowering }
+    end
     if mode == 'lower_abort' then
       if l.lowering == nil then return { 'ok', unpack(flat(l)) } end
-      l.lowering, l.rev = nil, next_rev(l, now)
-      redis.call('HDEL', lkey, 'lowering')
+      l.lowering, l.lowering_at, l.rev = nil, nil, next_rev(l, now)
+      redis.call('HDEL', lkey, 'lowering', 'lowering_at')
       redis.call('HSET', lkey, 'rev', l.rev)
       return { 'ok', unpack(flat(l)) }
     end
@@ -96,16 +104,19 @@ do
       if m == nil or m < 1 or m >= n then
         return { 'invalid', 'shards', string.format('must be less than %d and at least 1', n) }
       end
-      if l.from or l.lowering or keys_with(l, n, now) == nil then return { 'settling' } end
-      l.lowering, l.rev = int_arg(m), next_rev(l, now)
-      redis.call('HSET', lkey, 'lowering', l.lowering, 'rev', l.rev)
+      if l.from or l.lowering or keys_with(l, n, now) == nil
+         or redis.call('EXISTS', k.dropping) == 1 then
+        return { 'settling' }
+      end
+      l.lowering, l.lowering_at, l.rev = int_arg(m), int_arg(now), next_rev(l, now)
+      redis.call('HSET', lkey, 'lowering', l.lowering, 'lowering_at', l.lowering_at, 'rev', l.rev)
       return { 'ok', unpack(flat(l)) }
     end
     if l.lowering == nil or tonumber(l.lowering) ~= m then return { 'stale', l.rev or '0' } end
     local kept = keys_with(l, n, now)
     if kept == nil then return { 'settling' } end
-    l.lowering, l.keys, l.rev = nil, kept, next_rev(l, now)
-    redis.call('HDEL', lkey, 'lowering')
+    l.lowering, l.lowering_at, l.keys, l.rev = nil, nil, kept, next_rev(l, now)
+    redis.call('HDEL', lkey, 'lowering', 'lowering_at')
     redis.call('HSET', lkey, 'keys', l.keys, 'rev', l.rev)
     if m == 1 then
       redis.call('HDEL', k.policy, 'shards')
@@ -128,7 +139,10 @@ do
   --            with a new rev.
   --            "lower_begin" M, "lower_abort", "lower_commit" M: a lowering's
   --            steps (lower above; shard_retire checks and fences the shards
-  --            between them).
+  --            between them); "lower_stale": {"abandoned", M} when a
+  --            lowering to M was begun LOWERING_STALE_MS ago (its driver is
+  --            gone: the caller undoes it), {"settling"} while younger,
+  --            {"ok"} when none runs.
   -- Nothing moves: every message stays on its shard.
   -- Returns {"ok", layout field, value, ...} (the layout now), or
   -- {"settling"} (a raise has not settled, a lowering runs, or the change
@@ -141,7 +155,8 @@ do
     local mode = args[1]
     local now = now_ms()
     local l = read_layout(k)
-    if mode == 'lower_begin' or mode == 'lower_abort' or mode == 'lower_commit' then
+    if mode == 'lower_begin' or mode == 'lower_abort' or mode == 'lower_commit'
+       or mode == 'lower_stale' then
       return lower(k, l, mode, to_int(args[2]), now)
     end
     if mode == 'close' then
@@ -160,7 +175,7 @@ do
       return { 'invalid', 'shards', string.format('must be more than %d and at most %d', n,
                                                   SHARDS_MAX) }
     end
-    if l.from or l.lowering then return { 'settling' } end
+    if l.from or l.lowering or redis.call('EXISTS', k.dropping) == 1 then return { 'settling' } end
     local salts, old = parse_salts(args[3]), parse_salts(l.salts)
     if salts == nil or #salts ~= m - 1 then
       return { 'invalid', 'salts', string.format('must be %d integers 0-%d', m - 1, SALT_MAX) }
@@ -210,8 +225,11 @@ do
     if k.shard == 0 then return bad_arg('base (a copy goes to a shard above 0)') end
     local rev = to_int(args[1])
     if rev == nil or rev < 1 or #args % 2 ~= 1 then return bad_arg('rev') end
-    local own = redis.call('HGET', layout_key(k), 'rev')
-    if own and tonumber(own) > rev then return { 'stale', own } end
+    local own = redis.call('HMGET', layout_key(k), 'rev', 'retired')
+    if own[1] and tonumber(own[1]) > rev then return { 'stale', own[1] } end
+    -- A fenced shard takes only a copy newer than its fence: one read before
+    -- the lowering (or during it) cannot open it again.
+    if own[2] and tonumber(own[2]) >= rev then return { 'stale', own[2] } end
     local policy, layout = {}, {}
     local pairs_n = 0
     for i = 2, #args, 2 do
@@ -222,6 +240,8 @@ do
     if layout.rev ~= args[1] then return bad_arg('rev (not the copy\'s layout.rev)') end
     local n = shard_count(policy)
     if k.shard >= n then return { 'outside', int_arg(n) } end
+    local lowering = tonumber(layout.lowering)
+    if lowering and k.shard >= lowering then return { 'outside', layout.lowering } end
     redis.call('DEL', k.policy)
     if pairs_n > 0 then redis.call('HSET', k.policy, unpack(flat(policy))) end
     local lkey = layout_key(k)
@@ -270,8 +290,10 @@ do
   -- between them.
   --   KEYS[1]  the shard's base (shard 0's for a check only)
   --   ARGV[1]  "check": only whether it holds a message; "retire": that, and
-  --            if it holds none the shard is marked retired (placement
-  --            there is refused from then on); "unretire": the mark goes
+  --            if it holds none the shard is marked retired with ARGV[2],
+  --            the lowering's rev (placement there is refused from then on,
+  --            and a copy not newer than it is not installed); "unretire":
+  --            the mark goes
   -- Returns {"ok"} or {"not_empty", index, count, ...} (nothing marked).
   local function shard_retire(keys, args)
     local k = queue_keys(keys[1])
@@ -284,7 +306,11 @@ do
     if mode == 'retire' and k.shard == 0 then return bad_arg('base (shard 0 is never retired)') end
     local held = holdings(k)
     if #held > 0 then return { 'not_empty', unpack(held) } end
-    if mode == 'retire' then redis.call('HSET', layout_key(k), 'retired', int_arg(now_ms())) end
+    if mode == 'retire' then
+      local rev = to_int(args[2])
+      if rev == nil or rev < 1 then return bad_arg('rev') end
+      redis.call('HSET', layout_key(k), 'retired', int_arg(rev))
+    end
     return { 'ok' }
   end
 

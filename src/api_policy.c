@@ -78,7 +78,12 @@ static void on_paused(const rd_store_policy_t *res, void *arg)
     call_t *c = arg;
     if (rd_api_respond_store_failure(c, &res->head)) return;
     c->paused = res->policy.paused;
-    rd_api_started(c, rd_shard_admin_copy(c->api->store, rd_api_queue_of(c), on_paused_copied, c));
+    if (res->policy.shards > 1) {
+        rd_api_started(c, rd_shard_admin_copy(c->api->store, rd_api_queue_of(c), on_paused_copied,
+                                              c));
+        return;
+    }
+    on_paused_copied(&(rd_shard_admin_result_t){ .status = RD_SHARD_ADMIN_OK, .shards = 1 }, c);
 }
 
 /* A sharded queue's new policy reached every shard: the answer is the
@@ -108,6 +113,34 @@ void rd_api_handle_policy_get(call_t *c)
 
 /* dlq_link answered: the target leads into no cycle (and is recorded), so
  * the policy is written; else 422 on dead_letter_queue, nothing written. */
+/* The fields last: everything that could refuse the request has passed. */
+static void set_fields(call_t *c)
+{
+    rd_api_started(c, rd_store_policy_set(c->api->store, rd_api_queue_of(c), c->policy,
+                                          on_policy_written, c));
+}
+
+static void on_shards_changed(const rd_shard_admin_result_t *res, void *arg)
+{
+    call_t *c = arg;
+    if (respond_shards_refusal(c, res)) return;
+    set_fields(c);
+}
+
+/* A `shards` given changes the count (src/shard_admin.c) before the fields:
+ * a refused change writes nothing. */
+static void change_then_set(call_t *c)
+{
+    if (c->policy->shards > 0) {
+        rd_api_started(c, rd_shard_admin_change(c->api->store, rd_api_queue_of(c),
+                                                (int)c->policy->shards, on_shards_changed, c));
+        return;
+    }
+    set_fields(c);
+}
+
+/* dlq_link answered: the target leads into no cycle (and is recorded), so
+ * the policy is written; else 422 on dead_letter_queue, nothing written. */
 static void on_dlq_linked(const rd_store_strings_t *res, void *arg)
 {
     call_t *c = arg;
@@ -124,19 +157,17 @@ static void on_dlq_linked(const rd_store_strings_t *res, void *arg)
         rd_api_answer_parse_failure(c, RD_REQ_INVALID, &errs);
         return;
     }
-    rd_api_started(c, rd_store_policy_set(c->api->store, rd_api_queue_of(c), c->policy,
-                                          on_policy_written, c));
+    change_then_set(c);
 }
 
-/* The policy's fields: with a dead_letter_queue, the graph of dead-letter
- * queues first (the registry's slot), then the policy (the queue's):
+/* With a dead_letter_queue, the graph of dead-letter queues first (the
+ * registry's slot), then the count, then the policy (the queue's):
  * docs/lifecycle.md "Cycles". */
-static void write_fields(call_t *c)
+static void write_policy(call_t *c)
 {
     const rd_policy_t *p = c->policy;
     if (p->patch && !p->dead_letter_queue && !(p->nulls & RD_POLICY_NULL(dead_letter_queue))) {
-        rd_api_started(c, rd_store_policy_set(c->api->store, rd_api_queue_of(c), c->policy,
-                                              on_policy_written, c));
+        change_then_set(c);
         return;
     }
     rd_store_queue_t target = { .name = p->dead_letter_queue, .len = p->dead_letter_queue_len };
@@ -144,16 +175,8 @@ static void write_fields(call_t *c)
                                         c));
 }
 
-static void on_shards_changed(const rd_shard_admin_result_t *res, void *arg)
-{
-    call_t *c = arg;
-    if (respond_shards_refusal(c, res)) return;
-    write_fields(c);
-}
-
 /* PUT replaces the whole policy; PATCH changes the fields given (null puts
- * one back to its default). A `shards` other than the queue's changes the
- * count first (src/shard_admin.c). */
+ * one back to its default). */
 static void policy_write(call_t *c, bool patch)
 {
     rd_policy_t p;
@@ -190,13 +213,7 @@ static void policy_write(call_t *c, bool patch)
     c->notify = true;
     c->policy = rd_malloc(sizeof *c->policy);
     *c->policy = p;
-    if (p.shards > 0) {
-        /* The count first: a refused change writes nothing. */
-        rd_api_started(c, rd_shard_admin_change(c->api->store, rd_api_queue_of(c), (int)p.shards,
-                                                on_shards_changed, c));
-        return;
-    }
-    write_fields(c);
+    write_policy(c);
 }
 
 void rd_api_handle_policy_put(call_t *c)

@@ -24,7 +24,11 @@ typedef struct job {
     uint16_t salts[RD_SHARDS_MAX - 1];
     int nsalts;
     int next;                   /* a lowering's walk: the shard of its next call */
-    int retired_low;            /* shards retired..n-1 were fenced by this job (n: none) */
+    int retired_low;            /* shards retired_low..n-1 are (maybe) fenced: the undo
+                                   unfences them (n: none) */
+    int lowering;               /* the layout's lowering when read (0: none) */
+    char fence[24];             /* the lowering's rev, which its retires record */
+    bool recovering;            /* undoing an abandoned lowering, then the change */
     int pending;                /* copies in flight */
     rd_shard_admin_result_t res;
     char detail[256];
@@ -107,11 +111,13 @@ static bool read_layout(job_t *j, const rd_store_strings_t *res)
     j->n = 1;
     j->hw = 1;
     j->nsalts = 0;
+    j->lowering = 0;
     for (size_t i = 0; i + 1 < res->count; i += 2) {
         const rd_str_t *f = &res->strings[i], *v = &res->strings[i + 1];
         if (is(f, "shards")) j->n = (int)to_ll(v);
         else if (is(f, "layout.hw")) j->hw = (int)to_ll(v);
-        else if (is(f, "layout.from") || is(f, "layout.lowering")) settling = true;
+        else if (is(f, "layout.from")) settling = true;
+        else if (is(f, "layout.lowering")) j->lowering = (int)to_ll(v);
         else if (is(f, "layout.salts") && v->ptr) {
             const char *p = v->ptr, *end = v->ptr + v->len;
             while (p < end && j->nsalts < RD_SHARDS_MAX - 1) {
@@ -122,7 +128,7 @@ static bool read_layout(job_t *j, const rd_store_strings_t *res)
         }
     }
     if (j->n < 1 || j->n > RD_SHARDS_MAX) j->n = 1;
-    return settling;
+    return settling || j->lowering > 0;
 }
 
 /* ---------------------------------------------------------------- copies */
@@ -159,7 +165,8 @@ static void on_copy_read(const rd_store_strings_t *res, void *arg)
     /* The pairs are borrowed: every copy is sent (its argv copied by the
      * link) before this returns. */
     j->pending = 1;
-    for (int k = 1; k < j->n; k++) {
+    int upto = j->lowering > 0 && j->lowering < j->n ? j->lowering : j->n;
+    for (int k = 1; k < upto; k++) {
         j->pending++;
         if (rd_store_policy_copy(j->st, shard_q(j, k), res->strings, res->count, on_copied, j) != 0) {
             j->pending--;
@@ -236,24 +243,47 @@ static void raise_to(job_t *j)
 static void lower_step(job_t *j);
 static void undo_step(job_t *j);
 
+/* A failure once the lowering began: noted, then the undo (a lowering left
+ * half done would hold every later change back until it is abandoned). */
+static void fail_and_undo(job_t *j, rd_store_status_t status, const rd_str_t *detail)
+{
+    j->res.status = RD_SHARD_ADMIN_STORE;
+    j->res.head.status = status;
+    snprintf(j->detail, sizeof j->detail, "%.*s", detail && detail->ptr ? (int)detail->len : 0,
+             detail && detail->ptr ? detail->ptr : "");
+    j->res.head.detail = (rd_str_t){ j->detail, strlen(j->detail) };
+    j->next = j->n - 1;
+    undo_step(j);
+}
+
 static void on_shards_set_step(const rd_store_strings_t *res, void *arg)
 {
     job_t *j = arg;
+    bool begun = j->next != j->n - 1 || j->fence[0];   /* not lower_begin's own reply */
     if (res->head.status != RD_STORE_OK) {
-        fail_store(j, &res->head);
+        /* lower_begin lost: it may have been applied; undo (abort) to be sure. */
+        fail_and_undo(j, res->head.status, &res->head.detail);
         return;
     }
     const rd_str_t *code = res->count ? &res->strings[0] : NULL;
-    if (code && is(code, "settling")) {
+    if (code && is(code, "settling") && !begun) {
         refuse(j, RD_SHARD_ADMIN_SETTLING, "a change of shards has not settled yet; nothing was "
                                            "changed.");
         return;
     }
     if (!(code && is(code, "ok"))) {
-        rd_store_head_t head = { .status = RD_STORE_ERROR,
-                                 .detail = code ? *code : (rd_str_t){ 0 } };
-        fail_store(j, &head);
+        fail_and_undo(j, RD_STORE_ERROR, code);
         return;
+    }
+    if (!begun) {   /* lower_begin: its rev is the fence its retires record */
+        for (size_t i = 1; i + 1 < res->count; i += 2)
+            if (is(&res->strings[i], "rev"))
+                snprintf(j->fence, sizeof j->fence, "%.*s", (int)res->strings[i + 1].len,
+                         res->strings[i + 1].ptr);
+        if (!j->fence[0]) {
+            fail_and_undo(j, RD_STORE_ERROR, NULL);
+            return;
+        }
     }
     lower_step(j);
 }
@@ -278,15 +308,11 @@ static void note_holdings(job_t *j, int shard, const rd_store_strings_t *res)
 static void on_retire(const rd_store_strings_t *res, void *arg)
 {
     job_t *j = arg;
-    if (res->head.status != RD_STORE_OK) {
+    if (res->head.status != RD_STORE_OK || res->count == 0) {
         /* Unknown whether it fenced: undo from it on. */
-        j->res.status = RD_SHARD_ADMIN_STORE;
-        j->res.head.status = res->head.status;
-        j->detail[0] = '\0';
-        j->res.head.detail = (rd_str_t){ j->detail, 0 };
         if (j->next >= j->to) j->retired_low = j->next;
-        j->next = j->n - 1;
-        undo_step(j);
+        fail_and_undo(j, res->head.status != RD_STORE_OK ? res->head.status : RD_STORE_ERROR,
+                      &res->head.detail);
         return;
     }
     const rd_str_t *code = res->count ? &res->strings[0] : NULL;
@@ -312,45 +338,88 @@ static void lower_step(job_t *j)
         rc = rd_store_shards_set(j->st, shard_q(j, 0), "lower_begin", j->to, NULL,
                                  on_shards_set_step, j);
     } else if (j->next >= j->to) {
-        rc = rd_store_shard_retire(j->st, shard_q(j, j->next), "retire", on_retire, j);
+        rc = rd_store_shard_retire(j->st, shard_q(j, j->next), "retire", j->fence, on_retire, j);
     } else if (j->next >= 0) {
-        rc = rd_store_shard_retire(j->st, shard_q(j, j->next), "check", on_retire, j);
+        rc = rd_store_shard_retire(j->st, shard_q(j, j->next), "check", NULL, on_retire, j);
     } else if (j->next == -1) {
         j->next = -2;
         rc = rd_store_shards_set(j->st, shard_q(j, 0), "lower_commit", j->to, NULL,
                                  on_shards_set_step, j);
     } else {
+        j->lowering = 0;
         copy_then_finish(j);
         return;
     }
-    if (rc != 0) unsent(j);
+    if (rc != 0) {
+        rd_store_head_t head = { .status = RD_STORE_UNAVAILABLE };
+        fail_and_undo(j, head.status, NULL);
+    }
 }
+
+static void on_change_read(const rd_store_strings_t *res, void *arg);
 
 static void on_undone(const rd_store_strings_t *res, void *arg)
 {
     job_t *j = arg;
     if (res->head.status != RD_STORE_OK)
-        rd_warn("shards: undoing a lowering of %.*s failed on shard %d (%d); the next change "
-                "of its shards redoes it", (int)j->len, j->name, j->next + 1, res->head.status);
+        rd_warn("shards: undoing a lowering of %.*s failed (%d); a change of its shards more "
+                "than 10 s later undoes it", (int)j->len, j->name, res->head.status);
     undo_step(j);
 }
 
-/* Takes back what the lowering did: unretire n-1 down to retired_low, then
- * lower_abort; then the job ends with the refusal already noted. */
+/* Takes back what a lowering did: unretire n-1 down to retired_low, then
+ * lower_abort; then the job ends with the refusal already noted, or (an
+ * abandoned lowering undone) goes on with its own change. */
 static void undo_step(job_t *j)
 {
     int rc;
-    if (j->next >= j->retired_low && j->next >= j->to) {
+    if (j->next >= j->retired_low && j->next >= 1) {
         int k = j->next--;
-        rc = rd_store_shard_retire(j->st, shard_q(j, k), "unretire", on_undone, j);
+        rc = rd_store_shard_retire(j->st, shard_q(j, k), "unretire", NULL, on_undone, j);
     } else if (j->next != -3) {
         j->next = -3;
         rc = rd_store_shards_set(j->st, shard_q(j, 0), "lower_abort", 0, NULL, on_undone, j);
+    } else if (j->recovering) {
+        j->recovering = false;
+        rc = rd_store_policy_pairs(j->st, shard_q(j, 0), on_change_read, j);
+        if (rc != 0) unsent(j);
+        return;
     } else {
         finish(j);
         return;
     }
-    if (rc != 0) finish(j);   /* the link is down: the refusal stands; a later change redoes it */
+    if (rc != 0) {   /* the link is down: the refusal stands; a later change undoes it */
+        if (j->recovering) unsent(j);
+        else finish(j);
+    }
+}
+
+/* A lowering found running when the change was read: abandoned (its driver
+ * went away), it is undone and the change goes on; else 409. */
+static void on_stale_checked(const rd_store_strings_t *res, void *arg)
+{
+    job_t *j = arg;
+    if (res->head.status != RD_STORE_OK) {
+        fail_store(j, &res->head);
+        return;
+    }
+    const rd_str_t *code = res->count ? &res->strings[0] : NULL;
+    if (code && is(code, "abandoned") && res->count == 2) {
+        int m = (int)to_ll(&res->strings[1]);
+        j->recovering = true;
+        j->retired_low = m >= 1 ? m : 1;
+        j->next = j->n - 1;
+        j->fence[0] = '\0';
+        rd_info("shards: undoing an abandoned lowering of %.*s to %d", (int)j->len, j->name, m);
+        undo_step(j);
+        return;
+    }
+    if (code && is(code, "ok")) {   /* it ended meanwhile: read again */
+        if (rd_store_policy_pairs(j->st, shard_q(j, 0), on_change_read, j) != 0) unsent(j);
+        return;
+    }
+    refuse(j, RD_SHARD_ADMIN_SETTLING, "a change of shards has not settled yet; nothing was "
+                                       "changed.");
 }
 
 /* ---------------------------------------------------------------- the change */
@@ -379,6 +448,7 @@ static void on_libraries(const rd_store_strings_t *res, void *arg)
     }
     j->next = j->n;
     j->retired_low = j->n;
+    j->fence[0] = '\0';
     lower_step(j);
 }
 
@@ -391,8 +461,14 @@ static void on_change_read(const rd_store_strings_t *res, void *arg)
     }
     bool settling = read_layout(j, res);
     j->res.shards = j->n;
-    if (j->to == j->n) {
+    if (j->to == j->n && j->lowering == 0) {
         finish(j);
+        return;
+    }
+    if (j->lowering > 0) {
+        if (rd_store_shards_set(j->st, shard_q(j, 0), "lower_stale", 0, NULL, on_stale_checked,
+                                j) != 0)
+            unsent(j);
         return;
     }
     if (settling) {

@@ -542,10 +542,18 @@ bool rd_store_parse_paused(const rd_reply_t *r, const void *kept, void *res, lon
 {
     (void)kept, (void)hint;
     rd_store_policy_t *p = res;
-    long long paused;
-    if (!rd_reply_int(r, &paused)) return false;
+    long long paused, shards = 1;
+    /* 1 or 0; a sharded queue's {paused, shards} (its shards get copies) */
+    if (rd_reply_type(r) == RD_REPLY_ARRAY) {
+        if (rd_reply_len(r) != 2 || !rd_reply_int(rd_reply_at(r, 0), &paused) ||
+            !rd_reply_int(rd_reply_at(r, 1), &shards))
+            return false;
+    } else if (!rd_reply_int(r, &paused)) {
+        return false;
+    }
     rd_policy_init(&p->policy);
     p->policy.paused = paused == 1;
+    p->policy.shards = shards;
     return true;
 }
 

@@ -48,11 +48,11 @@ int rd_store_policy_copy(rd_store_t *st, rd_store_queue_t q, const rd_str_t *pai
     return rc;
 }
 
-int rd_store_shard_retire(rd_store_t *st, rd_store_queue_t q, const char *mode,
+int rd_store_shard_retire(rd_store_t *st, rd_store_queue_t q, const char *mode, const char *rev,
                           rd_store_strings_cb cb, void *arg)
 {
-    rd_str_t argv[] = { text(mode) };
-    return rd_store_send_shards(st, RD_SHARDS_FN_RETIRE, q, 1, argv, cb, arg);
+    rd_str_t argv[] = { text(mode), text(rev) };
+    return rd_store_send_shards(st, RD_SHARDS_FN_RETIRE, q, rev ? 2 : 1, argv, cb, arg);
 }
 
 int rd_store_libraries(rd_store_t *st, rd_store_strings_cb cb, void *arg)

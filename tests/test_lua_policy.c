@@ -962,7 +962,7 @@ static void test_shards_lower_and_retire(void **state)
     assert_true(has_code(r, "ok"));
     assert_string_equal(pair_value(r, 1, "lowering"), "1");
     freeReplyObject(r);
-    r = fcall("shard_retire", &q2, -1, "retire", END);
+    r = fcall("shard_retire", &q2, -1, "retire", layout_field(&q, "rev"), END);
     assert_true(has_code(r, "not_empty"));
     assert_string_equal(r->element[1]->str, "ready");
     assert_string_equal(r->element[2]->str, "1");
@@ -976,21 +976,21 @@ static void test_shards_lower_and_retire(void **state)
     freeReplyObject(r);
     r = fcall("fail", &q2, id, msg_str(&m, "lease_token"), "boom", "0", END);
     freeReplyObject(r);
-    r = fcall("shard_retire", &q2, -1, "retire", END);
+    r = fcall("shard_retire", &q2, -1, "retire", layout_field(&q, "rev"), END);
     assert_true(has_code(r, "not_empty"));
     assert_string_equal(r->element[1]->str, "dead");
     freeReplyObject(r);
     r = fcall("delete", &q2, id, END);
     freeReplyObject(r);
     /* Empty now: fenced. Shard 1 was never used: fenced too. */
-    r = fcall("shard_retire", &q2, -1, "retire", END);
+    r = fcall("shard_retire", &q2, -1, "retire", layout_field(&q, "rev"), END);
     assert_true(has_code(r, "ok"));
     freeReplyObject(r);
     assert_true(atoll(layout_field(&q2, "retired")) > 0);
-    r = fcall("shard_retire", &q1, -1, "retire", END);
+    r = fcall("shard_retire", &q1, -1, "retire", layout_field(&q, "rev"), END);
     assert_true(has_code(r, "ok"));
     freeReplyObject(r);
-    expect_error(fcall("shard_retire", &q, -1, "retire", END));   /* shard 0 never */
+    expect_error(fcall("shard_retire", &q, -1, "retire", layout_field(&q, "rev"), END));   /* shard 0 never */
     r = fcall("shard_retire", &q, -1, "check", END);
     assert_true(has_code(r, "ok"));
     freeReplyObject(r);
@@ -1102,7 +1102,7 @@ static void test_shards_placement(void **state)
     freeReplyObject(r);
 
     /* A retired shard refuses whatever the rev. */
-    r = fcall("shard_retire", &q1, -1, "retire", END);
+    r = fcall("shard_retire", &q1, -1, "retire", layout_field(&q, "rev"), END);
     assert_true(has_code(r, "not_empty"));   /* it holds l..q */
     freeReplyObject(r);
     queue_t q4;
@@ -1115,10 +1115,99 @@ static void test_shards_placement(void **state)
     freeReplyObject(copy_to(&q, &q4));
     expect_placed_code(enqueue_placed(&q4, "r", "", "", "", rev), "ok");
     freeReplyObject(fcall("delete", &q4, 4 * SHARD_SPAN + 1, END));
-    r = fcall("shard_retire", &q4, -1, "retire", END);
+    r = fcall("shard_retire", &q4, -1, "retire", layout_field(&q, "rev"), END);
     assert_true(has_code(r, "ok"));
     freeReplyObject(r);
     expect_placed_code(enqueue_placed(&q4, "s", "", "", "", rev), "reshard");
+}
+
+/* policy_copy of the pairs g (a policy_get read earlier) to qk. */
+static redisReply *copy_pairs(const queue_t *qk, const redisReply *g)
+{
+    const char *args[80];
+    size_t n = 0;
+    args[n++] = pair_value(g, 0, "layout.rev");
+    for (size_t i = 0; i < g->elements && n < 80; i++) args[n++] = g->element[i]->str;
+    return fcall_bin("policy_copy", qk, -1, n, args, NULL);
+}
+
+/* A copy cannot open a shard a lowering fenced (found in review): (a) one
+ * sent while the lowering runs (another request's policy write or pause:
+ * shards 3, lowering 1) after shard 2's retire; (b) one read before
+ * lower_begin that arrives after the commit. Either way shard 2 stays
+ * retired. */
+static void copies_against_a_fence(const char *name, bool during)
+{
+    queue_t q, q1, q2;
+    queue_init(&q, name);
+    shard_of(&q, 1, 0, &q1);
+    shard_of(&q, 2, 0, &q2);
+    redisReply *r = fcall("shards_set", &q, -1, "raise", "3", "0,0", END);
+    char rev[32];
+    snprintf(rev, sizeof rev, "%s", pair_value(r, 1, "rev"));
+    freeReplyObject(r);
+    freeReplyObject(fcall("shards_set", &q, -1, "close", rev, END));
+    freeReplyObject(copy_to(&q, &q1));
+    freeReplyObject(copy_to(&q, &q2));
+    redisReply *before = fcall("policy_get", &q, -1, END);
+    freeReplyObject(fcall("shards_set", &q, -1, "lower_begin", "1", END));
+    r = fcall("shard_retire", &q2, -1, "retire", layout_field(&q, "rev"), END);
+    assert_true(has_code(r, "ok"));
+    freeReplyObject(r);
+    if (during) {
+        r = copy_to(&q, &q2);
+        assert_false(has_code(r, "ok"));
+        freeReplyObject(r);
+    } else {
+        freeReplyObject(fcall("shard_retire", &q1, -1, "retire", layout_field(&q, "rev"), END));
+        r = fcall("shards_set", &q, -1, "lower_commit", "1", END);
+        assert_true(has_code(r, "ok"));
+        freeReplyObject(r);
+        r = copy_pairs(&q2, before);
+        assert_true(has_code(r, "stale"));
+        freeReplyObject(r);
+        assert_string_equal(policy_field(&q2, "shards"), "3");   /* the copy it had */
+    }
+    freeReplyObject(before);
+    assert_string_not_equal(layout_field(&q2, "retired"), "");
+}
+
+static void test_shards_copy_during_lowering_keeps_fence(void **state)
+{
+    (void)state;
+    copies_against_a_fence("fence_a", true);
+}
+
+static void test_shards_old_copy_after_commit_keeps_fence(void **state)
+{
+    (void)state;
+    copies_against_a_fence("fence_b", false);
+}
+
+/* lower_stale: a lowering begun 10 s ago (Redis's clock) is abandoned. */
+static void test_shards_abandoned_lowering(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "abandon");
+    redisReply *r = fcall("shards_set", &q, -1, "lower_stale", END);
+    assert_true(has_code(r, "ok"));
+    freeReplyObject(r);
+    r = fcall("shards_set", &q, -1, "raise", "3", "0,0", END);
+    char rev[32];
+    snprintf(rev, sizeof rev, "%s", pair_value(r, 1, "rev"));
+    freeReplyObject(r);
+    freeReplyObject(fcall("shards_set", &q, -1, "close", rev, END));
+    freeReplyObject(fcall("shards_set", &q, -1, "lower_begin", "2", END));
+    r = fcall("shards_set", &q, -1, "lower_stale", END);
+    assert_true(has_code(r, "settling"));
+    freeReplyObject(r);
+    freeReplyObject(rcmd("HSET", qkey(&q, "shard"), "lowering_at", num(redis_now_ms() - 10001),
+                         END));
+    r = fcall("shards_set", &q, -1, "lower_stale", END);
+    assert_true(has_code(r, "abandoned"));
+    assert_string_equal(r->element[1]->str, "2");
+    freeReplyObject(r);
 }
 
 /* A policy write of the library before (retryd_v8 replaces the whole policy
@@ -1178,6 +1267,9 @@ int main(void)
         cmocka_unit_test(test_shards_raise_refusals),
         cmocka_unit_test(test_shards_lower_and_retire),
         cmocka_unit_test(test_shards_placement),
+        cmocka_unit_test(test_shards_copy_during_lowering_keeps_fence),
+        cmocka_unit_test(test_shards_old_copy_after_commit_keeps_fence),
+        cmocka_unit_test(test_shards_abandoned_lowering),
         cmocka_unit_test(test_shards_layout_survives_an_older_replace),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

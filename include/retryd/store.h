@@ -577,14 +577,15 @@ int rd_store_dlq_link(rd_store_t *st, rd_store_queue_t q, rd_store_queue_t targe
  * m, "lower_abort", "lower_commit" m); policy_pairs: policy_get's flat
  * pairs of q.shard; policy_copy: those pairs (shard 0's) installed on
  * q.shard, the rev their layout.rev; shard_retire on q.shard (mode
- * "check", "retire", "unretire"); libraries: the names of the loaded
+ * "check", "retire" with rev the lowering's, "unretire"; rev NULL but for
+ * "retire"); libraries: the names of the loaded
  * Functions libraries whose name starts with "retryd". */
 int rd_store_shards_set(rd_store_t *st, rd_store_queue_t q, const char *mode, long long m,
                         const char *salts, rd_store_strings_cb cb, void *arg);
 int rd_store_policy_pairs(rd_store_t *st, rd_store_queue_t q, rd_store_strings_cb cb, void *arg);
 int rd_store_policy_copy(rd_store_t *st, rd_store_queue_t q, const rd_str_t *pairs, size_t n,
                          rd_store_strings_cb cb, void *arg);
-int rd_store_shard_retire(rd_store_t *st, rd_store_queue_t q, const char *mode,
+int rd_store_shard_retire(rd_store_t *st, rd_store_queue_t q, const char *mode, const char *rev,
                           rd_store_strings_cb cb, void *arg);
 int rd_store_libraries(rd_store_t *st, rd_store_strings_cb cb, void *arg);
 
