@@ -8,7 +8,14 @@
  * one as a plain enqueue). One call per line at a time keeps the arrival
  * order, also when a short answer (store.h, rd_store_enqueued_many_t) sends
  * items again. A line with nothing in flight and nothing waiting is removed
- * (queue_lines.h: the table is bounded by the calls in flight). */
+ * (queue_lines.h: the table is bounded by the calls in flight).
+ *
+ * A sharded queue (docs/sharding.md) has a line per shard: a request joins
+ * the line of the shard its view places it on (shard_view.h), tried in
+ * turn while the shard answers that its group or key is not there (MOVED).
+ * A placement the view was wrong for (RESHARD: the view is read again from
+ * shard 0; COPY: shard 0's policy is copied to the shards; FULL) is placed
+ * again once; a second refusal is its answer. */
 #include "retryd/enqueue_lines.h"
 
 #include <stdbool.h>
@@ -18,6 +25,8 @@
 #include "retryd/alloc.h"
 #include "retryd/limits.h"
 #include "retryd/queue_lines.h"
+#include "retryd/shard_admin.h"
+#include "retryd/shard_view.h"
 
 typedef struct request {
     struct request *next;
@@ -25,6 +34,9 @@ typedef struct request {
     char *payload, *group, *idempotency_key, *attributes;
     rd_store_messages_cb cb;
     void *arg;
+    rd_shard_attempts_t attempts;   /* where it goes, in turn (shard 0 alone: unsharded) */
+    int attempt;
+    bool placed_again;              /* after a RESHARD, COPY or FULL: the next one answers */
 } request_t;
 
 typedef struct line {
@@ -34,14 +46,12 @@ typedef struct line {
     bool busy;                      /* a call in flight */
 } line_t;
 
-/* One call in flight: a plain enqueue of one request (the caller's own, not
- * copied, when it was sent at once), or an enqueue_many of sent. */
+/* One call in flight: a plain enqueue of one request, or an enqueue_many
+ * of sent. */
 typedef struct call {
     line_t *line;
-    request_t *sent;                /* the copies it carries, in order (NULL: direct) */
+    request_t *sent;                /* the copies it carries, in order */
     size_t n;
-    rd_store_messages_cb cb;        /* direct */
-    void *arg;
 } call_t;
 
 struct rd_enqueue_lines {
@@ -110,6 +120,11 @@ static line_t *line_find(rd_enqueue_lines_t *el, rd_store_queue_t q)
     return (line_t *)(void *)rd_line_table_find(&el->lines, q);
 }
 
+static rd_store_queue_t line_queue(const line_t *l)
+{
+    return (rd_store_queue_t){ .name = l->key.name, .len = l->key.len, .shard = l->key.shard };
+}
+
 static line_t *line_new(rd_enqueue_lines_t *el, rd_store_queue_t q)
 {
     line_t *l = rd_calloc(1, sizeof *l);
@@ -137,18 +152,140 @@ static void answer_failed(request_t *r, const rd_store_head_t *head)
 }
 
 static void drain(line_t *l);
+static void place(rd_enqueue_lines_t *el, rd_store_queue_t q, request_t *r);
+
+/* Where r goes by q's view now, from its first attempt. */
+static void route(rd_enqueue_lines_t *el, rd_store_queue_t q, request_t *r)
+{
+    rd_store_t *st = el->store;
+    rd_shard_view_t *v = rd_shard_views_find(rd_store_views(st), q, rd_store_now_ms(st));
+    rd_shard_view_attempts(v, &r->e, rd_store_now_ms(st), &r->attempts);
+    r->attempt = 0;
+    r->e.only_present = r->attempts.n > 1;
+}
+
+/* Requests placed again after the view was read (or the policy copied):
+ * re-routed, each to its line. */
+typedef struct again {
+    rd_enqueue_lines_t *el;
+    char *name;
+    size_t len;
+    request_t *requests;
+    bool reroute;                   /* RESHARD: by the new view; COPY: the same shard */
+} again_t;
+
+static void place_again(again_t *a)
+{
+    rd_store_queue_t q = { .name = a->name, .len = a->len };
+    for (request_t *r = a->requests; r;) {
+        request_t *next = r->next;
+        r->next = NULL;
+        if (a->reroute) route(a->el, q, r);
+        place(a->el, q, r);
+        r = next;
+    }
+    rd_free(a->name);
+    rd_free(a);
+}
+
+static void on_view_read(const rd_store_strings_t *res, void *arg)
+{
+    again_t *a = arg;
+    rd_store_t *st = a->el->store;
+    rd_store_queue_t q = { .name = a->name, .len = a->len };
+    if (res->head.status == RD_STORE_OK)
+        rd_shard_views_learn(rd_store_views(st), q, res->strings, res->count, rd_store_now_ms(st));
+    place_again(a);
+}
+
+static void on_policy_copied(const rd_shard_admin_result_t *res, void *arg)
+{
+    (void)res;   /* a copy that failed: the next placement answers it */
+    place_again(arg);
+}
+
+/* Placement outcomes: whether r is to be placed again (the view read anew,
+ * or the policy copied, first). */
+static bool again_after(request_t *r, rd_store_status_t status)
+{
+    if (status != RD_STORE_RESHARD && status != RD_STORE_COPY && status != RD_STORE_FULL)
+        return false;
+    if (r->placed_again) return false;
+    r->placed_again = true;
+    return true;
+}
+
+/* Sends again what came back for placement: reads the view or copies the
+ * policy first (one call for all of them), then places each. */
+static void send_again(rd_enqueue_lines_t *el, const line_t *l, request_t *list, bool copy)
+{
+    if (list == NULL) return;
+    again_t *a = rd_calloc(1, sizeof *a);
+    a->el = el;
+    a->name = rd_strndup(l->key.name, l->key.len);
+    a->len = l->key.len;
+    a->requests = list;
+    a->reroute = !copy;
+    rd_store_queue_t q0 = { .name = a->name, .len = a->len };
+    int rc = copy ? rd_shard_admin_copy(el->store, q0, on_policy_copied, a)
+                  : rd_store_policy_pairs(el->store, q0, on_view_read, a);
+    if (rc != 0) place_again(a);   /* Redis is away: the placement answers it */
+}
+
+/* What came back of a call to be placed again: MOVED ones go to their
+ * next shard at once; RESHARD and FULL ones after the view is read again;
+ * COPY ones after the copies. */
+typedef struct outcome {
+    request_t *moved, *reread, *copy;
+} outcome_t;
+
+static void push(request_t **list, request_t *r)
+{
+    r->next = *list;
+    *list = r;
+}
+
+/* One request's result: answered, or kept in o to be placed again. */
+static void settle_one(request_t *r, const rd_store_messages_t *res, outcome_t *o)
+{
+    rd_store_status_t status = res->head.status;
+    if (status == RD_STORE_MOVED && r->attempt + 1 < r->attempts.n) {
+        r->attempt++;
+        r->e.only_present = r->attempt + 1 < r->attempts.n;
+        push(&o->moved, r);
+        return;
+    }
+    if (again_after(r, status)) {
+        push(status == RD_STORE_COPY ? &o->copy : &o->reread, r);
+        return;
+    }
+    r->cb(res, r->arg);
+    request_free(r);
+}
+
+static void after_call(rd_enqueue_lines_t *el, line_t *l, outcome_t *o)
+{
+    rd_store_queue_t q = { .name = l->key.name, .len = l->key.len };
+    for (request_t *r = o->moved; r;) {
+        request_t *next = r->next;
+        r->next = NULL;
+        place(el, q, r);
+        r = next;
+    }
+    send_again(el, l, o->reread, false);
+    send_again(el, l, o->copy, true);
+}
 
 static void on_one(const rd_store_messages_t *res, void *arg)
 {
     call_t *c = arg;
     line_t *l = c->line;
-    if (c->sent) {
-        c->sent->cb(res, c->sent->arg);
-        request_free(c->sent);
-    } else {
-        c->cb(res, c->arg);
-    }
+    rd_enqueue_lines_t *el = l->el;
+    outcome_t o = { 0 };
+    l->busy = true;   /* answers may enqueue here: they wait */
+    settle_one(c->sent, res, &o);
     rd_free(c);
+    after_call(el, l, &o);
     l->busy = false;
     drain(l);
 }
@@ -157,9 +294,24 @@ static void on_many(const rd_store_enqueued_many_t *res, void *arg)
 {
     call_t *c = arg;
     line_t *l = c->line;
+    rd_enqueue_lines_t *el = l->el;
     request_t *r = c->sent;
+    outcome_t o = { 0 };
     size_t i = 0;
-    if (res->head.status != RD_STORE_OK) {
+    l->busy = true;
+    if (res->head.status == RD_STORE_RESHARD || res->head.status == RD_STORE_COPY) {
+        /* The whole call refused: nothing written. */
+        rd_store_messages_t refused;
+        memset(&refused, 0, sizeof refused);
+        refused.head.status = res->head.status;
+        refused.policy_wait_ms = -1;
+        refused.queue_known = true;
+        for (; r;) {
+            request_t *next = r->next;
+            settle_one(r, &refused, &o);
+            r = next;
+        }
+    } else if (res->head.status != RD_STORE_OK) {
         for (; r; i++) {
             request_t *next = r->next;
             answer_failed(r, &res->head);
@@ -169,8 +321,7 @@ static void on_many(const rd_store_enqueued_many_t *res, void *arg)
     } else {
         for (; r && i < res->count; i++) {
             request_t *next = r->next;
-            r->cb(&res->items[i], r->arg);
-            request_free(r);
+            settle_one(r, &res->items[i], &o);
             r = next;
         }
         if (r) {
@@ -184,6 +335,7 @@ static void on_many(const rd_store_enqueued_many_t *res, void *arg)
         }
     }
     rd_free(c);
+    after_call(el, l, &o);
     l->busy = false;
     drain(l);
 }
@@ -217,7 +369,13 @@ static void drain(line_t *l)
     c->line = l;
     c->sent = run;
     c->n = n;
-    rd_store_queue_t q = { .name = l->key.name, .len = l->key.len };
+    /* The view as it is now: its salts and rev go with the call. */
+    rd_store_queue_t q = line_queue(l);
+    if (q.shard > 0 || rd_store_views(el->store)) {
+        rd_shard_view_t *v = rd_shard_views_find(rd_store_views(el->store), q,
+                                                 rd_store_now_ms(el->store));
+        if (v) q = rd_shard_view_at(v, q, l->key.shard);
+    }
     int rc;
     if (n == 1) {
         rc = rd_store_enqueue(el->store, q, &run->e, on_one, c);
@@ -248,32 +406,31 @@ static void drain(line_t *l)
     drain(l);
 }
 
+/* r into the line of its shard now (a new line sends it at once). */
+static void place(rd_enqueue_lines_t *el, rd_store_queue_t q, request_t *r)
+{
+    if (r->attempts.n == 0) route(el, q, r);
+    q.shard = r->attempts.shard[r->attempt];
+    line_t *l = line_find(el, q);
+    if (l == NULL) l = line_new(el, q);
+    if (l->last) l->last->next = r;
+    else l->waiting = r;
+    l->last = r;
+    drain(l);
+}
+
 int rd_enqueue_lines_enqueue(rd_enqueue_lines_t *el, rd_store_queue_t q, const rd_enqueue_t *e,
                              rd_store_messages_cb cb, void *arg)
 {
+    /* Redis away: -1 at once, as a call sent at once would (cb never runs). */
+    if (!rd_store_ready(el->store)) return -1;
+    request_t *r = request_new(e, cb, arg);
+    route(el, q, r);
+    q.shard = r->attempts.shard[0];
     line_t *l = line_find(el, q);
-    if (l && (l->busy || l->waiting)) {
-        request_t *r = request_new(e, cb, arg);
-        if (l->last) l->last->next = r;
-        else l->waiting = r;
-        l->last = r;
-        el->counts.requests++;
-        el->counts.waited++;
-        return 0;
-    }
-    call_t *c = rd_calloc(1, sizeof *c);
-    c->cb = cb;
-    c->arg = arg;
-    if (l == NULL) l = line_new(el, q);
-    c->line = l;
-    if (rd_store_enqueue(el->store, q, e, on_one, c) != 0) {
-        rd_free(c);
-        line_free(l);
-        return -1;
-    }
-    l->busy = true;
     el->counts.requests++;
-    el->counts.calls++;
+    if (l && (l->busy || l->waiting)) el->counts.waited++;
+    place(el, q, r);
     return 0;
 }
 

@@ -14,7 +14,8 @@ static rd_line_key_t **bucket_of(rd_line_table_t *t, const char *name, size_t le
 rd_line_key_t *rd_line_table_find(const rd_line_table_t *t, rd_store_queue_t q)
 {
     for (rd_line_key_t *k = t->buckets[rd_hash(q.name, q.len) % RD_LINE_BUCKETS]; k; k = k->next)
-        if (k->len == q.len && memcmp(k->name, q.name, q.len) == 0) return k;
+        if (k->len == q.len && k->shard == q.shard && memcmp(k->name, q.name, q.len) == 0)
+            return k;
     return NULL;
 }
 
@@ -22,6 +23,7 @@ void rd_line_table_add(rd_line_table_t *t, rd_line_key_t *k, rd_store_queue_t q)
 {
     k->name = rd_strndup(q.name, q.len);
     k->len = q.len;
+    k->shard = q.shard;
     rd_line_key_t **b = bucket_of(t, q.name, q.len);
     k->next = *b;
     *b = k;

@@ -8,6 +8,7 @@
 
 #include "retryd/backend.h"
 #include "retryd/buf.h"
+#include "retryd/shard_view.h"
 #include "retryd/store.h"
 
 enum { NONCE_MAX = RD_STORE_NONCE_MAX };
@@ -32,6 +33,7 @@ struct rd_store {
     void *lost_arg;
     void (*release_orphans)(void *arg, rd_store_queue_t q, size_t n, const rd_message_t *msgs);
     void *orphans_arg;
+    rd_shard_views_t *views;    /* what this daemon knows of sharded queues (shard_view.h) */
 };
 
 /* The message move tasks' functions (lua/67_moves.lua; store_moves.c builds

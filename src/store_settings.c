@@ -16,6 +16,7 @@ rd_store_t *rd_store_new(uv_loop_t *loop, rd_backend_t *redis, const char *prefi
     st->redis = redis;
     st->prefix = rd_strdup(prefix);
     st->series = true;
+    st->views = rd_shard_views_new();
     rd_keys_registry(&st->registry_key, prefix);
     /* Unique per process start: nonces of two instances (or two runs of one)
      * never meet. */
@@ -32,8 +33,19 @@ void rd_store_free(rd_store_t *st)
 {
     if (st == NULL) return;
     rd_buf_free(&st->registry_key);
+    rd_shard_views_free(st->views);
     rd_free(st->prefix);
     rd_free(st);
+}
+
+rd_shard_views_t *rd_store_views(rd_store_t *st)
+{
+    return st->views;
+}
+
+uint64_t rd_store_now_ms(const rd_store_t *st)
+{
+    return uv_now(st->loop);
 }
 
 void rd_store_set_retention(rd_store_t *st, long long dead_ttl_ms, long long succeeded_ttl_ms)

@@ -6,6 +6,7 @@
 
 #define E2E_SUITE "test_e2e_policy"
 #include "e2e_common.h"
+#include "retryd/shards.h"
 
 /* ------------------------------------------------------------------------ */
 /* Queue policy and flow control (docs/reference.md "Queue policy and flow control")                                 */
@@ -375,6 +376,93 @@ static void test_policy_abandoned_lowering_is_undone(void **state)
     side(&r, "PUT", policy_path(q), "{\"shards\":1}");
     assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "shards"), 1);
     assert_string_equal(shard_hget(q, 0, "shard", "lowering"), "");
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    assert_int_equal(e2e_daemon_stop(&g_side, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
+}
+
+/* The id counter of shard k of q ("" when the shard never handed one out). */
+static long long shard_seq(const char *q, int k)
+{
+    redisReply *x = k == 0 ? e2e_rcmd(g_redis, "GET %s:{%s}:seq", g_prefix, q)
+                           : e2e_rcmd(g_redis, "GET %s:{%s:%d.0}:seq", g_prefix, q, k);
+    long long n = x->type == REDIS_REPLY_STRING ? atoll(x->str) : 0;
+    freeReplyObject(x);
+    return n;
+}
+
+/* An idempotency key that jump places on shard `want` of 3 (and on 0 of 1). */
+static void key_on_shard(char *out, size_t cap, const char *stem, int want)
+{
+    for (int i = 0;; i++) {
+        snprintf(out, cap, "%s-%d", stem, i);
+        if (rd_shards_pick(out, strlen(out), 3) == want) return;
+    }
+}
+
+/* Placement on a sharded queue (docs/sharding.md "Enqueue: which shard"),
+ * through single HTTP enqueues of a daemon that learns the layout on its
+ * first one: ungrouped messages round robin (10 on each of 3 shards), a
+ * group on its shard by the hash, first tried with "only if present" on its
+ * shard under the count before the raise (not settled); a key retried
+ * after the raise finds the message it made before it, on shard 0; a new
+ * key dedups on its own shard. Each message is found by its id alone. */
+static void test_policy_shards_placement(void **state)
+{
+    (void)state;
+    assert_int_equal(start_daemon(&g_side, g_redis_port, g_prefix, true, "--allow-shards", "yes",
+                                  NULL), 0);
+    char q[64], key_before[64], key_after[64];
+    e2e_queue_name(q, sizeof q, "placed");
+    key_on_shard(key_before, sizeof key_before, "before", 2);
+    key_on_shard(key_after, sizeof key_after, "after", 2);
+    e2e_response_t r = { 0 };
+    side(&r, "POST", messages_path(q),
+         e2e_fmt("{\"payload\":\"k\",\"idempotency_key\":\"%s\"}", key_before));
+    long long before_id = e2e_jint(e2e_expect_json(&r, 201), "id");
+    assert_true(before_id < RD_SHARD_SPAN);
+    side(&r, "PUT", policy_path(q), "{\"shards\":3}");
+    e2e_expect_json(&r, 200);
+    for (int i = 0; i < 30; i++) {
+        side(&r, "POST", messages_path(q), "{\"payload\":\"spread\"}");
+        e2e_expect_json(&r, 201);
+    }
+    assert_int_equal(shard_seq(q, 0), 1 + 10);
+    assert_int_equal(shard_seq(q, 1), 10);
+    assert_int_equal(shard_seq(q, 2), 10);
+
+    /* fnv("tenant-42") jumps to 1 of 3 (tests/fixtures/shard_vectors.txt). */
+    long long gid = 0;
+    for (int i = 0; i < 5; i++) {
+        side(&r, "POST", messages_path(q), "{\"payload\":\"g\",\"group\":\"tenant-42\"}");
+        gid = e2e_jint(e2e_expect_json(&r, 201), "id");
+        assert_int_equal(gid / RD_SHARD_SPAN, 1);
+    }
+    redisReply *x = e2e_rcmd(g_redis, "ZCARD %s:{%s:1.0}:3:gq:tenant-42", g_prefix, q);
+    assert_int_equal(x->integer, 5);
+    freeReplyObject(x);
+
+    /* The key made before the raise, sent again: its message, from shard 0. */
+    side(&r, "POST", messages_path(q),
+         e2e_fmt("{\"payload\":\"k\",\"idempotency_key\":\"%s\"}", key_before));
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "id"), before_id);
+    side(&r, "POST", messages_path(q),
+         e2e_fmt("{\"payload\":\"k2\",\"idempotency_key\":\"%s\"}", key_after));
+    long long after_id = e2e_jint(e2e_expect_json(&r, 201), "id");
+    assert_int_equal(after_id / RD_SHARD_SPAN, 2);
+    side(&r, "POST", messages_path(q),
+         e2e_fmt("{\"payload\":\"k2\",\"idempotency_key\":\"%s\"}", key_after));
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "id"), after_id);
+
+    /* By id, from the other daemon too (it has no view). */
+    http(&r, "GET", message_path(q, gid, NULL), NULL);
+    assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "group"), "tenant-42");
+    http(&r, "GET", message_path(q, after_id, NULL), NULL);
+    assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "payload"), "k2");
+    /* The other daemon's enqueue learns the layout too, and places by it. */
+    http(&r, "POST", messages_path(q), "{\"payload\":\"g\",\"group\":\"tenant-42\"}");
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 201), "id") / RD_SHARD_SPAN, 1);
+
     e2e_response_free(&r);
     e2e_conn_close(&g_conn);
     assert_int_equal(e2e_daemon_stop(&g_side, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
@@ -857,6 +945,7 @@ int main(void)
         T(test_policy_shards_change),
         T(test_policy_refused_put_keeps_shards),
         T(test_policy_abandoned_lowering_is_undone),
+        T(test_policy_shards_placement),
         T(test_policy_backoff_over_http),
         T(test_dead_letter_rules_seed_001),
         T(test_pause_and_resume),

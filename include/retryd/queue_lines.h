@@ -15,6 +15,7 @@ typedef struct rd_line_key {
     struct rd_line_key *next;   /* in its bucket */
     char *name;                 /* owned: the queue's name */
     size_t len;
+    int shard;                  /* the queue's shard the line's calls go to (sharding.md) */
 } rd_line_key_t;
 
 enum { RD_LINE_BUCKETS = 64 };
@@ -23,9 +24,10 @@ typedef struct rd_line_table {
     rd_line_key_t *buckets[RD_LINE_BUCKETS];
 } rd_line_table_t;
 
-/* q's entry, or NULL. */
+/* The entry of q's shard q.shard, or NULL. */
 rd_line_key_t *rd_line_table_find(const rd_line_table_t *t, rd_store_queue_t q);
-/* Adds k (not in the table) for q, with a copy of q's name. */
+/* Adds k (not in the table) for q and its shard q.shard, with a copy of
+ * q's name. */
 void rd_line_table_add(rd_line_table_t *t, rd_line_key_t *k, rd_store_queue_t q);
 /* Takes k out and frees its name (k itself is the caller's). */
 void rd_line_table_remove(rd_line_table_t *t, rd_line_key_t *k);

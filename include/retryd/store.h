@@ -341,6 +341,13 @@ void rd_store_set_alerts(rd_store_t *st, long long recheck_ms, bool alert_url);
  * fleet, so ticks look for alerts of queues without their own alert_url. */
 void rd_store_set_fleet_alert_url(rd_store_t *st, bool on);
 
+/* What this daemon knows of sharded queues' layouts (shard_view.h): the
+ * faces' placements read and teach it. */
+typedef struct rd_shard_views rd_shard_views_t;
+rd_shard_views_t *rd_store_views(rd_store_t *st);
+/* The loop's clock (ms), as the views' idle time counts it. */
+uint64_t rd_store_now_ms(const rd_store_t *st);
+
 /* True while operations can be sent (the Redis link is READY). */
 bool rd_store_ready(const rd_store_t *st);
 /* True once every link has had its first connect attempt (rd_backend_started). */
