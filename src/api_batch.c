@@ -104,6 +104,12 @@ static void write_result(batch_t *b, const rd_store_messages_t *res)
                       "allows.", &errs);
         return;
     }
+    if (st == RD_STORE_RESHARD || st == RD_STORE_COPY || st == RD_STORE_MOVED ||
+        st == RD_STORE_FULL) {
+        write_problem(b, RD_PROBLEM_BACKEND_UNAVAILABLE, "The queue's shards changed while this "
+                      "message was placed, or its shard is full; it was not enqueued.", NULL);
+        return;
+    }
     if ((st != RD_STORE_OK && st != RD_STORE_DUPLICATE) || res->count != 1) {
         write_problem(b, RD_PROBLEM_INTERNAL, "Redis answered with an error; see the log.", NULL);
         return;
@@ -160,6 +166,9 @@ static void finish(batch_t *b, const rd_store_head_t *failure, size_t failed_fro
                           "The link to Redis dropped after this message was sent; it may or may "
                           "not have been enqueued. Sending it again with an idempotency_key is "
                           "safe.", NULL);
+        else if (in_call && (failed == RD_STORE_RESHARD || failed == RD_STORE_COPY))
+            write_problem(b, RD_PROBLEM_BACKEND_UNAVAILABLE, "The queue's shards changed while "
+                          "this message was placed; it was not enqueued.", NULL);
         else if (in_call && failed == RD_STORE_ERROR)
             write_problem(b, RD_PROBLEM_INTERNAL, "Redis answered with an error; see the log.",
                           NULL);

@@ -1,11 +1,21 @@
 /* enqueue_chunks.c - a batch of enqueues as enqueue_many calls in order, one
- * at a time (include/retryd/enqueue_chunks.h). */
+ * at a time (include/retryd/enqueue_chunks.h).
+ *
+ * On a sharded queue (docs/sharding.md "Enqueue: which shard") each call
+ * goes whole to one shard: a run of items that may all go there (ungrouped
+ * and unkeyed ones anywhere, a grouped or keyed one only on its shard), the
+ * runs of ungrouped items spread by the view's round robin. An item that
+ * needs looks at older shards first ("only if present", during a raise)
+ * goes alone, to each in turn. A call refused for the view (RESHARD: the
+ * view is read again; COPY: the policy is copied) goes again once. */
 #include "retryd/enqueue_chunks.h"
 
 #include <string.h>
 
 #include "retryd/alloc.h"
 #include "retryd/limits.h"
+#include "retryd/shard_admin.h"
+#include "retryd/shard_view.h"
 
 typedef struct chunks {
     rd_store_t *st;
@@ -13,33 +23,80 @@ typedef struct chunks {
     size_t queue_len;
     const rd_enqueue_t *items;  /* borrowed until on_done */
     size_t n, next, in_call;    /* the call in flight carries [next, next + in_call) */
+    int shard;                  /* its shard */
+    rd_shard_attempts_t attempts;   /* a lone item's shards, in turn (n > 1) */
+    int attempt;
+    rd_enqueue_t one;           /* that item, only_present set while it looks */
+    bool placed_again;          /* the call was refused for the view once */
     rd_enqueue_chunk_cb on_chunk;
     rd_enqueue_done_cb on_done;
     void *arg;
 } chunks_t;
 
-/* How many items from `from` on the next call takes: up to the count and
- * the bytes of one call, and at least one. */
-static size_t chunk_size(const chunks_t *c, size_t from)
+static bool placed_by_name(const rd_enqueue_t *e)
 {
+    return (e->group && e->group[0]) || (e->idempotency_key && e->idempotency_key[0]);
+}
+
+static size_t item_bytes(const rd_enqueue_t *it)
+{
+    return it->len + (it->attributes ? it->attributes_len : 0);
+}
+
+/* The next call: its shard and how many items from c->next it takes (up to
+ * the count and the bytes of one call, and at least one). */
+static void plan(chunks_t *c)
+{
+    rd_store_queue_t q = { .name = c->queue, .len = c->queue_len };
+    uint64_t now = rd_store_now_ms(c->st);
+    rd_shard_view_t *v = rd_shard_views_find(rd_store_views(c->st), q, now);
+    const rd_enqueue_t *first = &c->items[c->next];
+    c->attempts.n = 0;
+    c->shard = 0;
+    if (v) {
+        rd_shard_view_attempts(v, first, now, &c->attempts);
+        c->attempt = 0;
+        c->shard = c->attempts.shard[0];
+        if (c->attempts.n > 1) {   /* looks first: alone */
+            c->in_call = 1;
+            return;
+        }
+    }
     size_t k = 0, bytes = 0;
-    while (from + k < c->n && k < RD_ENQUEUE_MANY_MAX) {
-        const rd_enqueue_t *it = &c->items[from + k];
-        size_t b = it->len + (it->attributes ? it->attributes_len : 0);
-        if (k > 0 && bytes + b > RD_ENQUEUE_MANY_BYTES) break;
-        bytes += b;
+    while (c->next + k < c->n && k < RD_ENQUEUE_MANY_MAX) {
+        const rd_enqueue_t *it = &c->items[c->next + k];
+        if (k > 0 && bytes + item_bytes(it) > RD_ENQUEUE_MANY_BYTES) break;
+        if (k > 0 && v && placed_by_name(it)) {
+            rd_shard_attempts_t a;
+            rd_shard_view_attempts(v, it, now, &a);
+            if (a.n != 1 || a.shard[0] != c->shard) break;
+        }
+        bytes += item_bytes(it);
         k++;
     }
-    return k;
+    c->in_call = k;
 }
 
 static void on_called(const rd_store_enqueued_many_t *res, void *arg);
 
+static int send_planned(chunks_t *c)
+{
+    rd_store_queue_t q = { .name = c->queue, .len = c->queue_len };
+    rd_shard_view_t *v = rd_shard_views_find(rd_store_views(c->st), q, rd_store_now_ms(c->st));
+    if (v) q = rd_shard_view_at(v, q, c->shard);
+    const rd_enqueue_t *items = c->items + c->next;
+    if (c->attempts.n > 1) {
+        c->one = c->items[c->next];
+        c->one.only_present = c->attempt + 1 < c->attempts.n;
+        items = &c->one;
+    }
+    return rd_store_enqueue_many(c->st, q, items, c->in_call, on_called, c);
+}
+
 static int send_next(chunks_t *c)
 {
-    c->in_call = chunk_size(c, c->next);
-    rd_store_queue_t q = { .name = c->queue, .len = c->queue_len };
-    return rd_store_enqueue_many(c->st, q, c->items + c->next, c->in_call, on_called, c);
+    plan(c);
+    return send_planned(c);
 }
 
 static void finish(chunks_t *c, const rd_store_head_t *failure)
@@ -49,10 +106,47 @@ static void finish(chunks_t *c, const rd_store_head_t *failure)
     rd_free(c);
 }
 
+static void go_on(chunks_t *c)
+{
+    if (send_next(c) != 0) {
+        rd_store_head_t not_sent = { .status = RD_STORE_UNAVAILABLE };
+        finish(c, &not_sent);
+    }
+}
+
+static void on_view_read(const rd_store_strings_t *res, void *arg)
+{
+    chunks_t *c = arg;
+    rd_store_queue_t q = { .name = c->queue, .len = c->queue_len };
+    if (res->head.status == RD_STORE_OK)
+        rd_shard_views_learn(rd_store_views(c->st), q, res->strings, res->count,
+                             rd_store_now_ms(c->st));
+    go_on(c);
+}
+
+static void on_policy_copied(const rd_shard_admin_result_t *res, void *arg)
+{
+    (void)res;   /* a copy that failed: the call sent again answers it */
+    go_on(arg);
+}
+
 static void on_called(const rd_store_enqueued_many_t *res, void *arg)
 {
     chunks_t *c = arg;
-    if (res->head.status != RD_STORE_OK) {
+    rd_store_status_t status = res->head.status;
+    if ((status == RD_STORE_RESHARD || status == RD_STORE_COPY) && !c->placed_again) {
+        c->placed_again = true;
+        rd_store_queue_t q = { .name = c->queue, .len = c->queue_len };
+        int rc = status == RD_STORE_COPY
+                     ? rd_shard_admin_copy(c->st, q, on_policy_copied, c)
+                     : rd_store_policy_pairs(c->st, q, on_view_read, c);
+        if (rc != 0) {
+            rd_store_head_t not_sent = { .status = RD_STORE_UNAVAILABLE };
+            finish(c, &not_sent);
+        }
+        return;
+    }
+    if (status != RD_STORE_OK) {
         finish(c, &res->head);
         return;
     }
@@ -61,16 +155,25 @@ static void on_called(const rd_store_enqueued_many_t *res, void *arg)
         finish(c, &bad);
         return;
     }
+    /* A lone item not on this shard: its next shard (nothing was written). */
+    if (c->attempts.n > 1 && res->items[0].head.status == RD_STORE_MOVED &&
+        c->attempt + 1 < c->attempts.n) {
+        c->attempt++;
+        c->shard = c->attempts.shard[c->attempt];
+        if (send_planned(c) != 0) {
+            rd_store_head_t not_sent = { .status = RD_STORE_UNAVAILABLE };
+            finish(c, &not_sent);
+        }
+        return;
+    }
+    c->placed_again = false;
     c->on_chunk(c->next, res, c->arg);
     c->next += res->count;   /* a short answer: the rest goes again */
     if (c->next >= c->n) {
         finish(c, NULL);
         return;
     }
-    if (send_next(c) != 0) {
-        rd_store_head_t not_sent = { .status = RD_STORE_UNAVAILABLE };
-        finish(c, &not_sent);
-    }
+    go_on(c);
 }
 
 int rd_enqueue_chunks(rd_store_t *st, rd_store_queue_t q, const rd_enqueue_t *items, size_t n,

@@ -468,6 +468,46 @@ static void test_policy_shards_placement(void **state)
     assert_int_equal(e2e_daemon_stop(&g_side, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
 }
 
+/* A batch enqueue on a sharded queue: each call goes whole to one shard,
+ * the runs of ungrouped items spread by the round robin, a grouped item
+ * (which looks at its shard under the count before the raise first) alone
+ * to its shard; every item 201, in order. */
+static void test_policy_shards_batch(void **state)
+{
+    (void)state;
+    assert_int_equal(start_daemon(&g_side, g_redis_port, g_prefix, true, "--allow-shards", "yes",
+                                  NULL), 0);
+    char q[64];
+    e2e_queue_name(q, sizeof q, "batched");
+    e2e_response_t r = { 0 };
+    side(&r, "PUT", policy_path(q), "{\"shards\":3}");
+    e2e_expect_json(&r, 200);
+    rd_buf_t body = RD_BUF_INIT;
+    rd_buf_puts(&body, "{\"messages\":[");
+    for (int i = 0; i < 250; i++)
+        rd_buf_printf(&body, "%s{\"payload\":\"m%d\"%s}", i ? "," : "", i,
+                      i == 100 ? ",\"group\":\"tenant-42\"" : "");
+    rd_buf_puts(&body, "]}");
+    http_to(g_side.port, &r, "POST", messages_path(q), body.data, body.len);
+    rd_json_t *doc = e2e_expect_json(&r, 200);
+    rd_json_t *results = e2e_jget(doc, "results");
+    assert_int_equal(rd_json_array_size(results), 250);
+    for (size_t i = 0; i < 250; i++) {
+        const rd_json_t *it = rd_json_array_at(results, i);
+        assert_int_equal(e2e_jint(it, "status"), 201);
+        long long id = e2e_jint(e2e_jget(it, "message"), "id");
+        int want = i < 100 ? 0 : i == 100 ? 1 : i <= 200 ? 1 : 2;
+        assert_int_equal(id / RD_SHARD_SPAN, want);
+    }
+    assert_int_equal(shard_seq(q, 0), 100);
+    assert_int_equal(shard_seq(q, 1), 101);
+    assert_int_equal(shard_seq(q, 2), 49);
+    rd_buf_free(&body);
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    assert_int_equal(e2e_daemon_stop(&g_side, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
+}
+
 static void test_policy_backoff_over_http(void **state)
 {
     (void)state;
@@ -946,6 +986,7 @@ int main(void)
         T(test_policy_refused_put_keeps_shards),
         T(test_policy_abandoned_lowering_is_undone),
         T(test_policy_shards_placement),
+        T(test_policy_shards_batch),
         T(test_policy_backoff_over_http),
         T(test_dead_letter_rules_seed_001),
         T(test_pause_and_resume),
