@@ -345,6 +345,51 @@ do
     return nil
   end
 
+  -- The hash of docs/sharding.md "Enqueue: which shard", exactly as
+  -- src/shards.c computes it: 32-bit FNV-1a over the bytes, and Lamping and
+  -- Veach's jump hash stirred by FNV steps. In doubles every step is exact:
+  -- x * 16777619 mod 2^32 is x * 403 + (x mod 256) * 2^24 (16777619 is
+  -- 2^24 + 403), below 2^42; bit.bxor answers a signed 32-bit number, taken
+  -- back mod 2^32.
+  -- (bit, like string, is reached at call time: the load-time code cannot.)
+  local TWO32 = 4294967296
+  local function fnv_step(x)
+    return (x * 403 + (x % 256) * 16777216) % TWO32
+  end
+
+  function placement.fnv(s)
+    local bxor = bit.bxor
+    local h = 2166136261
+    for i = 1, #s do h = fnv_step(bxor(h, string.byte(s, i)) % TWO32) end
+    return h
+  end
+
+  function placement.jump(x, n)
+    local bxor = bit.bxor
+    local b, j = -1, 0
+    while j < n do
+      b = j
+      x = fnv_step(bxor(x, 0xA5) % TWO32)
+      j = math.floor((b + 1) * TWO32 / (x + 1))
+    end
+    return b
+  end
+
+  -- shard_pick: where a group or key goes (operators and retryctl ask it).
+  --   KEYS[1]  <prefix>:{q}                       any queue base (for the cluster's slot)
+  --   ARGV[1]  the group or key (bytes)
+  --   ARGV[2]  n                                  1..64
+  -- Returns {fnv, shard for 1 shard, ..., shard for n shards}.
+  local function shard_pick(keys, args)
+    local n = to_int(args[2])
+    if args[1] == nil or n == nil or n < 1 or n > SHARDS_MAX then return bad_arg('n') end
+    local h = placement.fnv(args[1])
+    local out = { h }
+    for i = 1, n do out[i + 1] = placement.jump(h, i) end
+    return out
+  end
+
+  register('shard_pick', shard_pick, { 'no-writes' })
   register('shards_set', shards_set)
   register('shard_retire', shard_retire)
   register('policy_copy', policy_copy)

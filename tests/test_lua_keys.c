@@ -356,12 +356,61 @@ static void test_malformed_shard_tags_are_plain_bases(void **state)
     }
 }
 
+/* The library's hash (placement.fnv and placement.jump, through
+ * shard_pick) equals C's and Python's: every name of
+ * tests/fixtures/shard_vectors.txt, its fnv and its shard for N = 1..64. */
+static void test_shard_hash_matches_the_vectors(void **state)
+{
+    (void)state;
+    FILE *f = fopen("tests/fixtures/shard_vectors.txt", "r");
+    if (f == NULL) fail_msg("cannot read tests/fixtures/shard_vectors.txt (run from the source tree)");
+    queue_t q;
+    queue_init(&q, "vectors");
+    char line[4096];
+    int names = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#') continue;
+        char hex[512];
+        unsigned long long fnv;
+        int used = 0;
+        if (sscanf(line, "%511s %llu%n", hex, &fnv, &used) != 2) continue;
+        char name[256];
+        size_t len = 0;
+        if (strcmp(hex, "-") != 0)
+            for (size_t i = 0; hex[2 * i] && hex[2 * i + 1] && len < sizeof name; i++) {
+                unsigned v;
+                sscanf(hex + 2 * i, "%2x", &v);
+                name[len++] = (char)v;
+            }
+        size_t lens[] = { len, 2 };
+        const char *args[] = { name, "64" };
+        redisReply *r = fcall_bin("shard_pick", &q, -1, 2, args, lens);
+        assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+        assert_int_equal(r->elements, 65);
+        assert_int_equal((unsigned long long)r->element[0]->integer, fnv);
+        const char *p = line + used;
+        for (int n = 1; n <= 64; n++) {
+            char *end;
+            long want = strtol(p, &end, 10);
+            assert_true(end != p);
+            p = end;
+            if (r->element[n]->integer != want)
+                fail_msg("%s, N %d: library %lld, vectors %ld", hex, n, r->element[n]->integer, want);
+        }
+        freeReplyObject(r);
+        names++;
+    }
+    fclose(f);
+    assert_int_equal(names, 67);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_declared_keys_match_the_base),
         cmocka_unit_test(test_claim_on_unknown_queue_writes_nothing),
         cmocka_unit_test(test_shard_base_serves_the_lifecycle),
+        cmocka_unit_test(test_shard_hash_matches_the_vectors),
         cmocka_unit_test(test_malformed_shard_tags_are_plain_bases),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
