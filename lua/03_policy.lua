@@ -478,9 +478,13 @@ do
   -- wait_seconds in ms (-1 when not set), and whether the queue is known (it
   -- has a policy, or it ever had a message: its id counter or stats exist).
   -- Only then: the claim's usual path pays nothing.
+  -- known: 0, 1, or 2 when the queue is sharded (docs/sharding.md "Claim:
+  -- which shards"): a caller that claimed from one shard learns that others
+  -- may hold its work.
   function flow.empty_claim(k)
     local p = read_policy(k)
     local s = tonumber(p.wait_seconds)
+    if p.shards and tonumber(p.shards) > 1 then return s and s * 1000 or -1, 2 end
     local known = p ~= NO_POLICY or redis.call('EXISTS', k.seq, k.stats) > 0
     return s and s * 1000 or -1, known and 1 or 0
   end

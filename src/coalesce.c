@@ -7,7 +7,17 @@
  * requests it carried, every request waiting goes out at once: each run of
  * them that shares a lease and a worker (and fits one call: 100
  * settlements, 100 messages) in one call, in their order. A line with
- * nothing in flight and nothing waiting is removed. */
+ * nothing in flight and nothing waiting is removed.
+ *
+ * A sharded queue (docs/sharding.md "Claim: which shards") has a line per
+ * shard. A request is split: its settlements go to their ids' shards
+ * (count 0 there), then its claim to the shard of its first settlement
+ * (a worker stays on a shard while it has work) or, with none, the next
+ * of the view's rotation; a claim that finds nothing goes on to the next
+ * shard, at most three in all. Its answer is put together when the last
+ * part returns: the outcomes in the order given, the messages of the claim
+ * that found some. A daemon without a view learns one when an empty claim
+ * says the queue is sharded. */
 #include "retryd/coalesce.h"
 
 #include <stdbool.h>
@@ -17,6 +27,8 @@
 #include "retryd/alloc.h"
 #include "retryd/limits.h"
 #include "retryd/queue_lines.h"
+#include "retryd/shard_view.h"
+#include "retryd/shards.h"
 
 typedef struct request {
     struct request *next;
@@ -194,7 +206,10 @@ static batch_t *send_line(line_t *l, request_t **refused)
         at += x->n;
     }
     /* The store answers later, never from inside this call (store.h). */
-    rd_store_queue_t q = { .name = l->key.name, .len = l->key.len };
+    rd_store_queue_t q = { .name = l->key.name, .len = l->key.len, .shard = l->key.shard };
+    rd_store_t *st = l->co->store;
+    rd_shard_view_t *v = rd_shard_views_find(rd_store_views(st), q, rd_store_now_ms(st));
+    if (v) q = rd_shard_view_at(v, q, l->key.shard);
     int rc = rd_store_settle_claim(l->co->store, q, first->lease, count, first->worker, n, all,
                                    on_settled, b);
     rd_free(all);
@@ -250,6 +265,8 @@ static void line_go_on(line_t *l)
  * with none, which alone would have had one if any was claimable, keeps its
  * outcomes and goes first in the line again, to claim only. Each such call
  * answers at least its first request, or claims nothing and answers all. */
+static void learn_view(rd_coalescer_t *co, const line_t *l);
+
 static void on_settled(const rd_store_settled_t *res, void *arg)
 {
     batch_t *b = arg;
@@ -257,6 +274,7 @@ static void on_settled(const rd_store_settled_t *res, void *arg)
     request_t *batch = b->sent;
     rd_free(b);
     l->out--;
+    if (res->head.status == RD_STORE_OK && res->sharded) learn_view(l->co, l);
     size_t settlements = 0;
     for (request_t *r = batch; r; r = r->next) settlements += r->n;
     if (res->head.status != RD_STORE_OK || res->settled != settlements) {
@@ -313,11 +331,12 @@ static void on_settled(const rd_store_settled_t *res, void *arg)
 
 /* ------------------------------------------------------------- requests */
 
-int rd_coalescer_settle_claim(rd_coalescer_t *co, rd_store_queue_t q, rd_lease_t lease,
-                              int count, const char *worker, size_t n,
-                              const rd_settlement_t *items, rd_store_settled_cb cb, void *arg)
+/* One request into the line of q's shard q.shard (today's whole path for a
+ * queue of one shard). */
+static int submit(rd_coalescer_t *co, rd_store_queue_t q, rd_lease_t lease, int count,
+                  const char *worker, size_t n, const rd_settlement_t *items,
+                  rd_store_settled_cb cb, void *arg)
 {
-    if (n > RD_SETTLE_BATCH_MAX || count < 0 || count > RD_CLAIM_COUNT_MAX) return -1;
     request_t *r = request_new(lease, count, worker, n, items, cb, arg);
     line_t *l = line_find(co, q);
     if (l) {
@@ -340,6 +359,220 @@ int rd_coalescer_settle_claim(rd_coalescer_t *co, rd_store_queue_t q, rd_lease_t
     }
     co->counts.requests++;
     return 0;
+}
+
+/* ---------------------------------------------------------------- sharded queues */
+
+/* An empty claim said the queue is sharded: this daemon learns its view. */
+static void learn_view(rd_coalescer_t *co, const line_t *l)
+{
+    rd_store_learn_view(co->store, (rd_store_queue_t){ .name = l->key.name, .len = l->key.len });
+}
+
+/* One request of a sharded queue, split by shard. */
+typedef struct split {
+    rd_coalescer_t *co;
+    char *name;
+    size_t len;
+    rd_lease_t lease;
+    char *worker;
+    int count;
+    size_t n;
+    rd_settlement_t *items;         /* copies: the parts are sent over several turns */
+    int *shard;                     /* each item's */
+    rd_str_t *outcomes;             /* each item's, owned copies once its part answered */
+    int nshards;                    /* the view's (0: no view) */
+    int claim_shard, visits, max_visits;
+    int pending;                    /* settle-only parts in flight */
+    bool failed;
+    rd_store_status_t failure;
+    rd_store_settled_cb cb;
+    void *arg;
+} split_t;
+
+typedef struct part {
+    split_t *s;
+    int shard;
+} part_t;
+
+static int shard_of_id(long long id)
+{
+    return rd_shards_id_valid(id) ? rd_shards_of_id(id) : 0;
+}
+
+static void split_free(split_t *s)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        rd_free((char *)s->items[i].lease_token);
+        rd_free((char *)s->items[i].error);
+        rd_free((char *)s->outcomes[i].ptr);
+    }
+    rd_free(s->items);
+    rd_free(s->shard);
+    rd_free(s->outcomes);
+    rd_free(s->worker);
+    rd_free(s->name);
+    rd_free(s);
+}
+
+/* The outcomes a part's call gave the items of its shard, in their order. */
+static void keep_part_outcomes(split_t *s, int shard, const rd_store_settled_t *res)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < s->n && k < res->settled; i++) {
+        if (s->shard[i] != shard || s->outcomes[i].ptr) continue;
+        s->outcomes[i].ptr = rd_strndup(res->outcomes[k].ptr ? res->outcomes[k].ptr : "",
+                                        res->outcomes[k].len);
+        s->outcomes[i].len = res->outcomes[k].len;
+        k++;
+    }
+}
+
+/* Submits the part of `shard`: its items, and count (0 for a settle-only
+ * part). */
+static int submit_part(split_t *s, int shard, int count, rd_store_settled_cb cb, void *arg)
+{
+    size_t n = 0;
+    rd_settlement_t *mine = s->n ? rd_malloc(s->n * sizeof *mine) : NULL;
+    for (size_t i = 0; i < s->n; i++)
+        if (s->shard[i] == shard && !s->outcomes[i].ptr) mine[n++] = s->items[i];
+    rd_store_queue_t q = { .name = s->name, .len = s->len, .shard = shard };
+    int rc = submit(s->co, q, s->lease, count, s->worker, n, mine, cb, arg);
+    rd_free(mine);
+    return rc;
+}
+
+static void on_claim_part(const rd_store_settled_t *res, void *arg);
+
+static void deliver(split_t *s, const rd_store_settled_t *last)
+{
+    rd_store_settled_t out = { .head = { .status = RD_STORE_OK } };
+    if (s->failed || last == NULL) {
+        out.head.status = s->failed ? s->failure : RD_STORE_UNAVAILABLE;
+    } else {
+        out = *last;
+        out.outcomes = s->outcomes;
+        out.settled = s->n;
+    }
+    s->cb(&out, s->arg);
+    split_free(s);
+}
+
+static void claim_now(split_t *s)
+{
+    if (submit_part(s, s->claim_shard, s->count, on_claim_part, s) != 0) {
+        s->failed = true;
+        s->failure = RD_STORE_UNAVAILABLE;
+        deliver(s, NULL);
+    }
+}
+
+static void on_settle_part(const rd_store_settled_t *res, void *arg)
+{
+    part_t *p = arg;
+    split_t *s = p->s;
+    if (res->head.status != RD_STORE_OK) {
+        if (!s->failed) s->failure = res->head.status;
+        s->failed = true;
+    } else {
+        keep_part_outcomes(s, p->shard, res);
+    }
+    rd_free(p);
+    if (--s->pending == 0) {
+        if (s->failed) deliver(s, NULL);
+        else claim_now(s);
+    }
+}
+
+static void on_claim_part(const rd_store_settled_t *res, void *arg)
+{
+    split_t *s = arg;
+    if (res->head.status != RD_STORE_OK) {
+        s->failed = true;
+        s->failure = res->head.status;
+        deliver(s, NULL);
+        return;
+    }
+    keep_part_outcomes(s, s->claim_shard, res);
+    s->visits++;
+    if (res->count == 0 && s->count > 0 && s->visits < s->max_visits) {
+        /* Nothing here: the next shard. */
+        s->claim_shard = (s->claim_shard + 1) % s->nshards;
+        claim_now(s);
+        return;
+    }
+    deliver(s, res);
+}
+
+static int split_submit(rd_coalescer_t *co, rd_store_queue_t q, rd_shard_view_t *v,
+                        rd_lease_t lease, int count, const char *worker, size_t n,
+                        const rd_settlement_t *items, rd_store_settled_cb cb, void *arg)
+{
+    split_t *s = rd_calloc(1, sizeof *s);
+    s->co = co;
+    s->name = rd_strndup(q.name, q.len);
+    s->len = q.len;
+    s->lease = lease;
+    s->worker = copy_or_null(worker);
+    s->count = count;
+    s->n = n;
+    s->items = n ? rd_malloc(n * sizeof *s->items) : NULL;
+    s->shard = n ? rd_malloc(n * sizeof *s->shard) : NULL;
+    s->outcomes = n ? rd_calloc(n, sizeof *s->outcomes) : NULL;
+    for (size_t i = 0; i < n; i++) {
+        s->items[i] = items[i];
+        s->items[i].lease_token = copy_or_null(items[i].lease_token);
+        s->items[i].error = copy_or_null(items[i].error);
+        s->shard[i] = shard_of_id(items[i].id);
+    }
+    s->nshards = v ? v->n : 0;
+    s->claim_shard = n ? s->shard[0] : (v ? (int)(v->next++ % (unsigned)v->n) : 0);
+    s->max_visits = v ? (v->n < 3 ? v->n : 3) : 1;
+    s->cb = cb;
+    s->arg = arg;
+    /* Settle-only parts first (every other shard among the settlements). */
+    s->pending = 1;
+    bool seen[RD_SHARDS_MAX] = { false };
+    seen[s->claim_shard] = true;
+    for (size_t i = 0; i < n; i++) {
+        int k = s->shard[i];
+        if (seen[k]) continue;
+        seen[k] = true;
+        part_t *p = rd_malloc(sizeof *p);
+        p->s = s;
+        p->shard = k;
+        s->pending++;
+        if (submit_part(s, k, 0, on_settle_part, p) != 0) {
+            rd_free(p);
+            s->pending--;
+            s->failed = true;
+            s->failure = RD_STORE_UNAVAILABLE;
+        }
+    }
+    if (--s->pending == 0) {
+        /* Nothing else in flight: a part not sent is the caller's -1. */
+        if (s->failed || submit_part(s, s->claim_shard, s->count, on_claim_part, s) != 0) {
+            split_free(s);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int rd_coalescer_settle_claim(rd_coalescer_t *co, rd_store_queue_t q, rd_lease_t lease,
+                              int count, const char *worker, size_t n,
+                              const rd_settlement_t *items, rd_store_settled_cb cb, void *arg)
+{
+    if (n > RD_SETTLE_BATCH_MAX || count < 0 || count > RD_CLAIM_COUNT_MAX) return -1;
+    rd_shard_view_t *v = rd_shard_views_find(rd_store_views(co->store), q,
+                                             rd_store_now_ms(co->store));
+    bool elsewhere = false;
+    for (size_t i = 0; i < n && !elsewhere; i++) elsewhere = shard_of_id(items[i].id) > 0;
+    if (v == NULL && !elsewhere) {
+        q.shard = 0;
+        return submit(co, q, lease, count, worker, n, items, cb, arg);
+    }
+    return split_submit(co, q, v, lease, count, worker, n, items, cb, arg);
 }
 
 void rd_coalescer_render_metrics(const rd_coalescer_t *co, rd_buf_t *out)

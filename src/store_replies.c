@@ -209,7 +209,8 @@ static bool parse_settled(const rd_reply_t *reply, rd_store_settled_t *res, long
         if (!rd_reply_int(rd_reply_at(reply, 3), &res->policy_wait_ms) ||
             !rd_reply_int(rd_reply_at(reply, 4), &known))
             return false;
-        res->queue_known = known == 1;
+        res->queue_known = known >= 1;
+        res->sharded = known == 2;
         n -= 2;
     }
     if (!rd_reply_int(rd_reply_at(reply, n - 1), hint)) return false;
@@ -419,7 +420,8 @@ bool rd_store_parse_claim(const rd_reply_t *r, const void *kept, void *res, long
         if (!rd_reply_int(rd_reply_at(r, 3), &m->policy_wait_ms) ||
             !rd_reply_int(rd_reply_at(r, 4), &known))
             return false;
-        m->queue_known = known == 1;
+        m->queue_known = known >= 1;
+        m->sharded = known == 2;
         n -= 2;
     }
     if (n >= 3 && rd_reply_type(rd_reply_at(r, n - 2)) == RD_REPLY_INTEGER) {

@@ -85,3 +85,34 @@ bool rd_store_parse_libraries(const rd_reply_t *r, const void *kept, void *res, 
     }
     return true;
 }
+
+/* rd_store_learn_view: one policy_get of shard 0, its layout into the views. */
+typedef struct learning {
+    rd_store_t *st;
+    char *name;
+    size_t len;
+} learning_t;
+
+static void on_view_read(const rd_store_strings_t *res, void *arg)
+{
+    learning_t *g = arg;
+    rd_store_queue_t q = { .name = g->name, .len = g->len };
+    if (res->head.status == RD_STORE_OK)
+        rd_shard_views_learn(g->st->views, q, res->strings, res->count, uv_now(g->st->loop));
+    rd_free(g->name);
+    rd_free(g);
+}
+
+void rd_store_learn_view(rd_store_t *st, rd_store_queue_t q)
+{
+    if (rd_shard_views_find(st->views, q, uv_now(st->loop))) return;
+    learning_t *g = rd_malloc(sizeof *g);
+    g->st = st;
+    g->name = rd_strndup(q.name, q.len);
+    g->len = q.len;
+    q = (rd_store_queue_t){ .name = g->name, .len = g->len };
+    if (rd_store_policy_pairs(st, q, on_view_read, g) != 0) {
+        rd_free(g->name);
+        rd_free(g);
+    }
+}

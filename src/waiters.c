@@ -11,6 +11,7 @@
 #include "retryd/keyed_hash.h"
 #include "retryd/keys.h"
 #include "retryd/log.h"
+#include "retryd/shard_view.h"
 
 enum {
     SWEEP_EVERY_MS = 250,
@@ -49,6 +50,9 @@ struct wqueue {
     size_t n;
     waiter_t *serving;          /* the head while a claim for it is in flight */
     bool again;                 /* a wake-up arrived during that claim */
+    /* A sharded queue (docs/sharding.md): a serving visits every shard in
+     * turn until one has work. */
+    int visit, visits_left, nshards;
     uv_timer_t *token;          /* the queue's rate limit held a claim back: claims again
                                    when its next token is due (NULL until first needed) */
     sub_state_t sub;
@@ -256,9 +260,21 @@ static void on_claim(const rd_store_messages_t *res, void *arg)
     waiter_t *h = q->serving;
     q->serving = NULL;
     w->claims_in_flight--;
+    int left = q->visits_left;
+    q->visits_left = 0;   /* the visits end here unless the next shard is next */
+    if (res->head.status == RD_STORE_OK && res->sharded) {
+        rd_store_queue_t queue = { .name = q->name, .len = q->len };
+        rd_store_learn_view(w->store, queue);
+    }
 
     if (res->head.status != RD_STORE_OK) {
         finish_waiter(h, res);
+    } else if (res->count == 0 && left > 1 && res->retry_ms == 0 && !h->expired &&
+               !w->stopping) {
+        /* Nothing on this shard: the next one, for the same waiter. */
+        q->visits_left = left - 1;
+        q->visit = (q->visit + 1) % q->nshards;
+        q->again = true;
     } else if (res->count > 0) {
         if (!rd_http_exchange_client_alive(h->ex)) {
             /* The client left during the claim: the messages go straight back. */
@@ -300,8 +316,19 @@ static void serve(wqueue_t *q)
     q->again = false;
     if (h == NULL) return;
     rd_store_queue_t queue = { .name = q->name, .len = q->len };
-    if (rd_store_claim(w->store, queue, h->lease, h->count, h->worker, on_claim, q) != 0)
+    rd_shard_view_t *v = rd_shard_views_find(rd_store_views(w->store), queue,
+                                             rd_store_now_ms(w->store));
+    if (q->visits_left <= 0) {
+        q->nshards = v ? v->n : 1;
+        q->visits_left = q->nshards;
+        q->visit = v ? (int)(v->next++ % (unsigned)v->n) : 0;
+    }
+    if (v && q->visit < v->n) queue = rd_shard_view_at(v, queue, q->visit);
+    else q->visits_left = 1;   /* the view went (or shrank): shard 0 alone */
+    if (rd_store_claim(w->store, queue, h->lease, h->count, h->worker, on_claim, q) != 0) {
+        q->visits_left = 0;
         return;  /* Redis is away: stay parked; the deadline answers */
+    }
     q->serving = h;
     w->claims_in_flight++;
 }

@@ -508,6 +508,94 @@ static void test_policy_shards_batch(void **state)
     assert_int_equal(e2e_daemon_stop(&g_side, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
 }
 
+static void start_long_poll(e2e_conn_t *c, const char *q, int wait_s);
+static void wait_subscribed(const char *q);
+
+/* Claims on a sharded queue (docs/sharding.md "Claim: which shards"): a
+ * worker loop of settle-and-claim through a daemon that has no view yet
+ * drains 10 messages from each of 3 shards (it learns the layout from an
+ * empty claim, then visits the shards in turn), each settled on its own
+ * shard by id; a long-poll parked on that daemon gets a message sent to
+ * any shard. */
+static void test_policy_shards_claims(void **state)
+{
+    (void)state;
+    assert_int_equal(start_daemon(&g_side, g_redis_port, g_prefix, true, "--allow-shards", "yes",
+                                  NULL), 0);
+    char q[64];
+    e2e_queue_name(q, sizeof q, "claimed");
+    e2e_response_t r = { 0 };
+    side(&r, "PUT", policy_path(q), "{\"shards\":3}");
+    e2e_expect_json(&r, 200);
+    for (int i = 0; i < 30; i++) {
+        side(&r, "POST", messages_path(q), e2e_fmt("{\"payload\":\"w%d\"}", i));
+        e2e_expect_json(&r, 201);
+    }
+    int per_shard[3] = { 0 }, claimed = 0, settled = 0, empty = 0;
+    long long prev = 0, ids[30];
+    char token[128] = "";
+    for (int turn = 0; turn < 100 && (claimed < 30 || prev); turn++) {
+        if (prev)
+            http(&r, "POST", e2e_fmt("/queues/%s/claim", q),
+                 e2e_fmt("{\"settle\":[{\"id\":%lld,\"lease_token\":\"%s\","
+                         "\"outcome\":\"succeeded\"}]}", prev, token));
+        else
+            http(&r, "POST", e2e_fmt("/queues/%s/claim", q), NULL);
+        const rd_json_t *m = NULL;
+        rd_json_t *doc = NULL;
+        if (r.status == 204) {
+            empty++;
+        } else {
+            doc = e2e_expect_json(&r, 200);
+            rd_json_t *list = rd_json_get(doc, "messages");
+            if (prev) {
+                rd_json_t *st = rd_json_array_at(e2e_jget(doc, "settled"), 0);
+                assert_int_equal(e2e_jint(st, "id"), prev);
+                assert_string_equal(e2e_jstr(st, "status"), "succeeded");
+                settled++;
+            }
+            m = list ? (rd_json_array_size(list) ? rd_json_array_at(list, 0) : NULL) : doc;
+        }
+        prev = 0;
+        if (m) {
+            prev = e2e_jint(m, "id");
+            snprintf(token, sizeof token, "%s", e2e_jstr(m, "lease_token"));
+            assert_true(claimed < 30);
+            ids[claimed++] = prev;
+            per_shard[prev / RD_SHARD_SPAN]++;
+        }
+    }
+    assert_int_equal(claimed, 30);
+    assert_int_equal(settled, 30);
+    for (int k = 0; k < 3; k++) assert_int_equal(per_shard[k], 10);
+    assert_true(empty <= 3);   /* the learning claim, at most */
+    for (int i = 0; i < 30; i++) {
+        for (int j = 0; j < i; j++) assert_true(ids[j] != ids[i]);
+        http(&r, "GET", message_path(q, ids[i], NULL), NULL);
+        assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "status"), "succeeded");
+    }
+
+    /* A long-poll parked here hears of a send to any shard. */
+    for (int i = 0; i < 3; i++) {
+        e2e_conn_t c = { .fd = -1 };
+        start_long_poll(&c, q, 10);
+        wait_subscribed(q);
+        side(&r, "POST", messages_path(q), e2e_fmt("{\"payload\":\"late%d\"}", i));
+        long long id = e2e_jint(e2e_expect_json(&r, 201), "id");
+        e2e_response_t w = { 0 };
+        assert_int_equal(e2e_read_response(&c, &w), 0);
+        assert_int_equal(w.status, 200);
+        rd_json_t *doc = rd_json_parse(w.body, w.body_len, NULL);
+        assert_int_equal(e2e_jint(doc, "id"), id);
+        rd_json_free(doc);
+        e2e_response_free(&w);
+        e2e_conn_close(&c);
+    }
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    assert_int_equal(e2e_daemon_stop(&g_side, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
+}
+
 static void test_policy_backoff_over_http(void **state)
 {
     (void)state;
@@ -987,6 +1075,7 @@ int main(void)
         T(test_policy_abandoned_lowering_is_undone),
         T(test_policy_shards_placement),
         T(test_policy_shards_batch),
+        T(test_policy_shards_claims),
         T(test_policy_backoff_over_http),
         T(test_dead_letter_rules_seed_001),
         T(test_pause_and_resume),

@@ -78,6 +78,8 @@ typedef struct rd_store_messages {
      * known (it has a policy, or it ever had a message). */
     long long policy_wait_ms;
     bool queue_known;
+    bool sharded;             /* an empty claim: the queue is sharded, other shards may
+                                 hold its work (docs/sharding.md) */
     long long payload_limit;  /* enqueue, RD_STORE_TOO_LARGE: max_payload_bytes */
 } rd_store_messages_t;
 
@@ -120,6 +122,8 @@ typedef struct rd_store_settled {
     size_t count;
     long long policy_wait_ms; /* as rd_store_messages_t's: when its claim leased nothing */
     bool queue_known;
+    bool sharded;             /* an empty claim: the queue is sharded, other shards may
+                                 hold its work (docs/sharding.md) */
 } rd_store_settled_t;
 
 /* release. */
@@ -595,6 +599,9 @@ int rd_store_policy_copy(rd_store_t *st, rd_store_queue_t q, const rd_str_t *pai
 int rd_store_shard_retire(rd_store_t *st, rd_store_queue_t q, const char *mode, const char *rev,
                           rd_store_strings_cb cb, void *arg);
 int rd_store_libraries(rd_store_t *st, rd_store_strings_cb cb, void *arg);
+/* An empty claim said q is sharded (res->sharded) and this daemon has no
+ * view of it: one policy_get of shard 0 teaches it, in the background. */
+void rd_store_learn_view(rd_store_t *st, rd_store_queue_t q);
 
 /* ---- message move tasks (lua/67_moves.lua, docs/sqs.md "Message move tasks") ----
  * Every reply is rd_store_strings_t: the function's reply, each element a
