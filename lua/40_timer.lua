@@ -329,6 +329,12 @@ do
                   k.gcount) == 0 then
       empty = 1
     end
+    -- A sharded queue says so (docs/sharding.md "Every API over all shards"):
+    -- its caller ticks every shard, and learns the layout if it had none.
+    local shards = flow.shard_count(flow.read_policy(k))
+    if shards > 1 then
+      return { promoted, reclaimed, expired, wait, ready, empty, alerts, moving, shards }
+    end
     return { promoted, reclaimed, expired, wait, ready, empty, alerts, moving }
   end
 

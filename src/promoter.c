@@ -7,6 +7,7 @@
 
 #include "retryd/alloc.h"
 #include "retryd/log.h"
+#include "retryd/shard_view.h"
 
 enum {
     TAKE_LIMIT = RD_STORE_REPORTS_MAX,  /* queues per round */
@@ -30,6 +31,8 @@ struct rd_promoter {
     bool take_failing;            /* logged once per run of failures */
     bool fleet_alert_url;         /* this round's ticks look for --alert-url's alerts */
 
+    int shard, nshards;           /* a sharded queue's shard being ticked, of how many */
+    rd_store_tick_t acc;          /* its ticks so far, summed */
     bool busy;                    /* a store call is in flight */
     bool stopping;
     void (*on_stopped)(void *arg);
@@ -113,12 +116,44 @@ static void report(rd_promoter_t *p)
 }
 
 static void next_queue(rd_promoter_t *p);
+static int tick_shard(rd_promoter_t *p);
 
-static void on_ticked(const rd_store_tick_t *res, void *arg)
+/* A sharded queue's ticks, one per shard in turn, summed into the one
+ * report of the queue: the earliest next_in_ms, the counts added up. */
+static void add_tick(rd_store_tick_t *acc, const rd_store_tick_t *t)
+{
+    acc->promoted += t->promoted;
+    acc->reclaimed += t->reclaimed;
+    acc->expired += t->expired;
+    acc->ready += t->ready;
+    acc->moving += t->moving;
+    if (t->next_in_ms >= 0 && (acc->next_in_ms < 0 || t->next_in_ms < acc->next_in_ms))
+        acc->next_in_ms = t->next_in_ms;
+    if (t->alerts > acc->alerts) acc->alerts = t->alerts;
+    acc->alerts_checked = acc->alerts_checked || t->alerts_checked;
+}
+
+static void on_ticked(const rd_store_tick_t *one, void *arg)
 {
     rd_promoter_t *p = arg;
     p->busy = false;
     rd_store_queue_t q = { .name = p->names[p->next], .len = p->name_lens[p->next] };
+    if (one->head.status == RD_STORE_OK && one->shards > 1 && p->shard == 0 &&
+        p->nshards <= 1)
+        rd_store_learn_view(p->store, q);   /* the next round ticks every shard */
+    rd_store_tick_t sum = *one;   /* a failed tick: the queue is not reported */
+    if (one->head.status == RD_STORE_OK) {
+        if (p->shard == 0) p->acc = *one;
+        else add_tick(&p->acc, one);
+        if (p->shard + 1 < p->nshards) {
+            p->shard++;
+            if (tick_shard(p) == 0) return;   /* else report the shards ticked */
+        }
+        sum = p->acc;
+        /* Only shard 0's empty counts (a sharded queue has a policy: never). */
+        if (p->nshards > 1) sum.empty = false;
+    }
+    const rd_store_tick_t *res = &sum;
     if (res->head.status == RD_STORE_OK) {
         if (res->promoted || res->reclaimed || res->expired)
             rd_debug("promoter: %.*s promoted %lld, reclaimed %lld, expired %lld", (int)q.len,
@@ -156,12 +191,28 @@ static void next_queue(rd_promoter_t *p)
         return;
     }
     rd_store_queue_t q = { .name = p->names[p->next], .len = p->name_lens[p->next] };
-    if (rd_store_tick(p->store, q, p->opts.batch, p->opts.dead_ttl_ms, p->opts.succeeded_ttl_ms,
-                      on_ticked, p) != 0) {
-        report(p);  /* Redis went away: the rest come due again after their lease */
-        return;
+    rd_shard_view_t *v = rd_shard_views_find(rd_store_views(p->store), q,
+                                             rd_store_now_ms(p->store));
+    p->nshards = v ? v->n : 1;
+    p->shard = 0;
+    if (tick_shard(p) != 0) report(p);  /* Redis went away: the rest come due again later */
+}
+
+/* Ticks shard p->shard of the current queue. */
+static int tick_shard(rd_promoter_t *p)
+{
+    rd_store_queue_t q = { .name = p->names[p->next], .len = p->name_lens[p->next] };
+    if (p->shard > 0) {
+        rd_shard_view_t *v = rd_shard_views_find(rd_store_views(p->store), q,
+                                                 rd_store_now_ms(p->store));
+        if (v == NULL || p->shard >= v->n) return -1;
+        q = rd_shard_view_at(v, q, p->shard);
     }
+    if (rd_store_tick(p->store, q, p->opts.batch, p->opts.dead_ttl_ms, p->opts.succeeded_ttl_ms,
+                      on_ticked, p) != 0)
+        return -1;
     p->busy = true;
+    return 0;
 }
 
 static void on_taken(const rd_store_taken_t *res, void *arg)

@@ -518,7 +518,9 @@ bool rd_store_parse_tick(const rd_reply_t *r, const void *kept, void *res, long 
     rd_store_tick_t *t = res;
     long long empty, alerts = 0;
     size_t n = rd_reply_len(r);
-    if (!(n == 8 && rd_reply_int(rd_reply_at(r, 6), &alerts) &&
+    t->shards = 1;   /* a sharded queue's tick adds its count */
+    if (n == 9 && !rd_reply_int(rd_reply_at(r, 8), &t->shards)) return false;
+    if (!((n == 8 || n == 9) && rd_reply_int(rd_reply_at(r, 6), &alerts) &&
           rd_reply_int(rd_reply_at(r, 7), &t->moving) &&
           rd_reply_int(rd_reply_at(r, 0), &t->promoted) &&
           rd_reply_int(rd_reply_at(r, 1), &t->reclaimed) &&

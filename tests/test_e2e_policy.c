@@ -596,6 +596,66 @@ static void test_policy_shards_claims(void **state)
     assert_int_equal(e2e_daemon_stop(&g_side, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
 }
 
+/* The timer on a sharded queue: a retry scheduled on shard 2 is promoted,
+ * and leases that ran out on shards 0 and 1 are reclaimed, by the ticks of
+ * every shard; each message comes back to a claim. */
+static void test_policy_shards_timer(void **state)
+{
+    (void)state;
+    assert_int_equal(start_daemon(&g_side, g_redis_port, g_prefix, true, "--allow-shards", "yes",
+                                  NULL), 0);
+    char q[64];
+    e2e_queue_name(q, sizeof q, "ticked");
+    e2e_response_t r = { 0 };
+    side(&r, "PUT", policy_path(q), "{\"shards\":3}");
+    e2e_expect_json(&r, 200);
+    long long ids[3];
+    for (int i = 0; i < 3; i++) {
+        side(&r, "POST", messages_path(q), "{\"payload\":\"t\"}");
+        ids[i] = e2e_jint(e2e_expect_json(&r, 201), "id");
+    }
+    long long on2 = 0;
+    char token2[128] = "";
+    int got = 0;
+    for (int turn = 0; turn < 20 && got < 3; turn++) {
+        side(&r, "POST", e2e_fmt("/queues/%s/claim", q), "{\"lease_seconds\":1}");
+        if (r.status == 204) continue;
+        rd_json_t *m = e2e_expect_json(&r, 200);
+        got++;
+        if (e2e_jint(m, "id") / RD_SHARD_SPAN == 2) {
+            on2 = e2e_jint(m, "id");
+            snprintf(token2, sizeof token2, "%s", e2e_jstr(m, "lease_token"));
+        }
+    }
+    assert_int_equal(got, 3);
+    assert_true(on2 > 0);
+    side(&r, "POST", message_path(q, on2, "fail"),
+         e2e_fmt("{\"lease_token\":\"%s\",\"error\":\"later\",\"retry_after_seconds\":1}", token2));
+    e2e_expect_json(&r, 200);
+    /* The other two: their leases run out. All three come back. */
+    bool back[3] = { false };
+    int n = 0;
+    for (long long t0 = e2e_mono_ms(); n < 3;) {
+        if (e2e_mono_ms() - t0 > 15000) fail_msg("%d of 3 came back within 15 s", n);
+        side(&r, "POST", e2e_fmt("/queues/%s/claim", q), "{\"lease_seconds\":30}");
+        if (r.status == 204) {
+            e2e_pause_ms(50);
+            continue;
+        }
+        rd_json_t *m = e2e_expect_json(&r, 200);
+        long long id = e2e_jint(m, "id");
+        assert_true(e2e_jint(m, "retry_count") >= 1);
+        for (int i = 0; i < 3; i++)
+            if (ids[i] == id && !back[i]) {
+                back[i] = true;
+                n++;
+            }
+    }
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    assert_int_equal(e2e_daemon_stop(&g_side, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
+}
+
 static void test_policy_backoff_over_http(void **state)
 {
     (void)state;
@@ -1076,6 +1136,7 @@ int main(void)
         T(test_policy_shards_placement),
         T(test_policy_shards_batch),
         T(test_policy_shards_claims),
+        T(test_policy_shards_timer),
         T(test_policy_backoff_over_http),
         T(test_dead_letter_rules_seed_001),
         T(test_pause_and_resume),

@@ -165,6 +165,8 @@ typedef struct rd_store_tick {
     bool alerts_checked;      /* the tick looked (rd_store_set_alerts set a recheck) */
     long long moving;         /* letters waiting in redriving: deaths moving to the
                                  dead_letter_queue, or a redrive cut short */
+    long long shards;         /* the queue's shards (1 unless sharded: its caller ticks
+                                 each, docs/sharding.md) */
 } rd_store_tick_t;
 
 /* queues_page. */
