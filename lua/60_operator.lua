@@ -312,6 +312,7 @@ do
       'redriving', redis.call('ZCARD', k.redriving),
       'groups', grouped and redis.call('ZCARD', k.group_names) or 0,
       'sqs', redis.call('HGET', k.policy, 'sqs') == 'true' and 1 or 0,
+      'shards', tonumber(redis.call('HGET', k.policy, 'shards')) or 1,
     }
   end
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "retryd/alloc.h"
+#include "retryd/shard_stats.h"
 #include "retryd/handback.h"
 #include "retryd/sqs.h"
 #include "retryd/buf.h"
@@ -451,7 +452,7 @@ static void on_series(const rd_store_series_t *res, void *arg)
         rd_json_set(o, names[i], a);
     }
     c->series = o;
-    rd_api_started(c, rd_store_stats(c->api->store, rd_api_queue_of(c), c->top, on_stats, c));
+    rd_api_started(c, rd_shard_stats(c->api->store, rd_api_queue_of(c), c->top, on_stats, c));
 }
 
 /* ---------------------------------------------------------------- every queue */
@@ -889,7 +890,7 @@ static void handle_stats(call_t *c)
     }
     if (series) rd_api_started(c, rd_store_series(c->api->store, rd_api_queue_of(c), series,
                                                   on_series, c));
-    else rd_api_started(c, rd_store_stats(c->api->store, rd_api_queue_of(c), c->top, on_stats, c));
+    else rd_api_started(c, rd_shard_stats(c->api->store, rd_api_queue_of(c), c->top, on_stats, c));
 }
 
 /* GET /queues: a page of the registry, each queue's counts. */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "retryd/alloc.h"
+#include "retryd/shard_stats.h"
 
 struct rd_fanout {
     uv_loop_t *loop;
@@ -70,7 +71,7 @@ static void fanout_send_one(fanout_t *f)
     slot->f = f;
     slot->index = f->sent++;
     rd_store_queue_t q = { .name = m->name, .len = m->name_len };
-    if (rd_store_stats(f->fo->st, q, 0, on_fanout_stats, slot) == 0) {
+    if (rd_shard_stats(f->fo->st, q, 0, on_fanout_stats, slot) == 0) {
         f->outstanding++;
         f->fo->in_flight++;
     } else {

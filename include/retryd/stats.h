@@ -49,7 +49,7 @@
  * the SQS endpoint): X(name). A library without one answers 0 for it. */
 #define RD_STATS_GAUGES(X) \
     X(pending) X(ready) X(scheduled) X(processing) X(succeeded) X(dead) X(dead_last_24h) \
-    X(paused) X(redriving) X(groups) X(sqs)
+    X(paused) X(redriving) X(groups) X(sqs) X(shards)
 
 /* The `stats` function's answer for one queue. */
 typedef struct rd_queue_stats {

@@ -8,6 +8,7 @@
 #include <openssl/evp.h>
 
 #include "retryd/alloc.h"
+#include "retryd/shard_stats.h"
 #include "retryd/json.h"
 #include "retryd/log.h"
 #include "retryd/sqs/face.h"
@@ -725,7 +726,7 @@ static void on_attrs_exists(rd_sqs_req_t *r)
         rd_sqs_started(r, -1);
         return;
     }
-    if (rd_store_stats(r->sqs->store, rd_sqs_queue(r), 0, on_attrs_stats, r) != 0) {
+    if (rd_shard_stats(r->sqs->store, rd_sqs_queue(r), 0, on_attrs_stats, r) != 0) {
         a->failed = true;
         a->head = (rd_store_head_t){ .status = RD_STORE_UNAVAILABLE };
         a->pending--;

@@ -1,0 +1,204 @@
+/* shard_stats.c - a queue's stats summed over its shards
+ * (include/retryd/shard_stats.h). One job per request: the shards are asked
+ * one after the other, each answer folded into owned copies. */
+#include "retryd/shard_stats.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "retryd/alloc.h"
+#include "retryd/shard_view.h"
+
+typedef struct named {
+    char *name;
+    size_t len;
+    long long value;
+} named_t;
+
+typedef struct job {
+    rd_store_t *st;
+    char *queue;
+    size_t len;
+    int top;
+    int shard, nshards;
+    bool learned;               /* the view was read after shard 0 said so */
+    rd_queue_stats_t sum;       /* gauges; totals and top errors below */
+    named_t *totals, *errors;
+    size_t ntotals, nerrors;
+    rd_store_stats_cb cb;
+    void *arg;
+} job_t;
+
+static long long number(const rd_str_t *s)
+{
+    char buf[24];
+    if (s->ptr == NULL || s->len == 0 || s->len >= sizeof buf) return 0;
+    memcpy(buf, s->ptr, s->len);
+    buf[s->len] = '\0';
+    return strtoll(buf, NULL, 10);
+}
+
+/* Adds value to name's entry of the list (a new entry at the end). */
+static void add_named(named_t **list, size_t *n, const rd_str_t *name, long long value)
+{
+    for (size_t i = 0; i < *n; i++)
+        if ((*list)[i].len == name->len && memcmp((*list)[i].name, name->ptr, name->len) == 0) {
+            (*list)[i].value += value;
+            return;
+        }
+    *list = rd_realloc(*list, (*n + 1) * sizeof **list);
+    (*list)[*n] = (named_t){ rd_strndup(name->ptr, name->len), name->len, value };
+    (*n)++;
+}
+
+static void fold(job_t *j, const rd_queue_stats_t *s, bool first)
+{
+#define ADD(name) j->sum.name += s->name;
+    RD_STATS_GAUGES(ADD)
+#undef ADD
+    if (first) {   /* the queue's own, from shard 0 */
+        j->sum.paused = s->paused;
+        j->sum.sqs = s->sqs;
+        j->sum.shards = s->shards;
+    } else {
+        j->sum.paused -= s->paused;
+        j->sum.sqs -= s->sqs;
+        j->sum.shards -= s->shards;
+    }
+    for (size_t i = 0; i + 1 < s->totals_len; i += 2)
+        if (s->totals[i].ptr) add_named(&j->totals, &j->ntotals, &s->totals[i], number(&s->totals[i + 1]));
+    for (size_t i = 0; i + 1 < s->top_errors_len; i += 2)
+        if (s->top_errors[i].ptr)
+            add_named(&j->errors, &j->nerrors, &s->top_errors[i], number(&s->top_errors[i + 1]));
+}
+
+static int by_count(const void *a, const void *b)
+{
+    const named_t *x = a, *y = b;
+    return x->value < y->value ? 1 : x->value > y->value ? -1 : 0;
+}
+
+static void job_free(job_t *j)
+{
+    for (size_t i = 0; i < j->ntotals; i++) rd_free(j->totals[i].name);
+    for (size_t i = 0; i < j->nerrors; i++) rd_free(j->errors[i].name);
+    rd_free(j->totals);
+    rd_free(j->errors);
+    rd_free(j->queue);
+    rd_free(j);
+}
+
+/* The sum as one stats result: strings for the numbers, as a shard's. */
+static void deliver(job_t *j)
+{
+    qsort(j->errors, j->nerrors, sizeof *j->errors, by_count);
+    size_t nerr = j->nerrors < (size_t)(j->top > 0 ? j->top : 0) ? j->nerrors : (size_t)j->top;
+    rd_str_t *totals = rd_calloc(2 * j->ntotals + 1, sizeof *totals);
+    rd_str_t *errors = rd_calloc(2 * nerr + 1, sizeof *errors);
+    char (*digits)[24] = rd_calloc(j->ntotals + nerr + 1, sizeof *digits);
+    size_t d = 0;
+    for (size_t i = 0; i < j->ntotals; i++, d++) {
+        int n = snprintf(digits[d], sizeof digits[d], "%lld", j->totals[i].value);
+        totals[2 * i] = (rd_str_t){ j->totals[i].name, j->totals[i].len };
+        totals[2 * i + 1] = (rd_str_t){ digits[d], (size_t)n };
+    }
+    for (size_t i = 0; i < nerr; i++, d++) {
+        int n = snprintf(digits[d], sizeof digits[d], "%lld", j->errors[i].value);
+        errors[2 * i] = (rd_str_t){ j->errors[i].name, j->errors[i].len };
+        errors[2 * i + 1] = (rd_str_t){ digits[d], (size_t)n };
+    }
+    rd_store_stats_result_t res = { .head = { .status = RD_STORE_OK }, .stats = j->sum };
+    res.stats.totals = totals;
+    res.stats.totals_len = 2 * j->ntotals;
+    res.stats.top_errors = errors;
+    res.stats.top_errors_len = 2 * nerr;
+    j->cb(&res, j->arg);
+    rd_free(totals);
+    rd_free(errors);
+    rd_free(digits);
+    job_free(j);
+}
+
+static void on_stats(const rd_store_stats_result_t *res, void *arg);
+
+static int ask(job_t *j)
+{
+    rd_store_queue_t q = { .name = j->queue, .len = j->len };
+    rd_shard_view_t *v = rd_shard_views_find(rd_store_views(j->st), q, rd_store_now_ms(j->st));
+    if (j->shard > 0) {
+        if (v == NULL || j->shard >= v->n) return -1;
+        q = rd_shard_view_at(v, q, j->shard);
+    }
+    return rd_store_stats(j->st, q, j->top, on_stats, j);
+}
+
+static void fail(job_t *j, const rd_store_head_t *head)
+{
+    rd_store_stats_result_t res = { .head = *head };
+    j->cb(&res, j->arg);
+    job_free(j);
+}
+
+static void on_view_read(const rd_store_strings_t *res, void *arg)
+{
+    job_t *j = arg;
+    rd_store_queue_t q = { .name = j->queue, .len = j->len };
+    if (res->head.status == RD_STORE_OK)
+        rd_shard_views_learn(rd_store_views(j->st), q, res->strings, res->count,
+                             rd_store_now_ms(j->st));
+    rd_shard_view_t *v = rd_shard_views_find(rd_store_views(j->st), q, rd_store_now_ms(j->st));
+    j->nshards = v ? v->n : 1;
+    j->shard = 1;
+    if (j->shard >= j->nshards) {
+        deliver(j);
+        return;
+    }
+    if (ask(j) != 0) {
+        rd_store_head_t head = { .status = RD_STORE_UNAVAILABLE };
+        fail(j, &head);
+    }
+}
+
+static void on_stats(const rd_store_stats_result_t *res, void *arg)
+{
+    job_t *j = arg;
+    if (res->head.status != RD_STORE_OK) {
+        fail(j, &res->head);
+        return;
+    }
+    fold(j, &res->stats, j->shard == 0);
+    if (j->shard == 0 && res->stats.shards > j->nshards && !j->learned) {
+        /* Shard 0 says there are more: read the layout, then ask them. */
+        j->learned = true;
+        rd_store_queue_t q = { .name = j->queue, .len = j->len };
+        if (rd_store_policy_pairs(j->st, q, on_view_read, j) != 0) deliver(j);
+        return;
+    }
+    if (++j->shard >= j->nshards) {
+        deliver(j);
+        return;
+    }
+    if (ask(j) != 0) {
+        rd_store_head_t head = { .status = RD_STORE_UNAVAILABLE };
+        fail(j, &head);
+    }
+}
+
+int rd_shard_stats(rd_store_t *st, rd_store_queue_t q, int top, rd_store_stats_cb cb, void *arg)
+{
+    job_t *j = rd_calloc(1, sizeof *j);
+    j->st = st;
+    j->queue = rd_strndup(q.name, q.len);
+    j->len = q.len;
+    j->top = top;
+    j->cb = cb;
+    j->arg = arg;
+    rd_shard_view_t *v = rd_shard_views_find(rd_store_views(st), q, rd_store_now_ms(st));
+    j->nshards = v ? v->n : 1;
+    if (ask(j) != 0) {
+        job_free(j);
+        return -1;
+    }
+    return 0;
+}
