@@ -20,6 +20,7 @@ enum { LOST_MAX = 1024, LOST_PER_CALL = 10, LOST_CLAIM_KEEP_MS = 15000 };
 typedef struct lost_claim {
     char *queue;                /* owned */
     size_t len;
+    int shard;                  /* the queue's shard the claim went to */
     char nonce[RD_STORE_NONCE_MAX];
 } lost_claim_t;
 
@@ -55,7 +56,8 @@ typedef struct lost_release {
 } lost_release_t;
 
 /* Keeps a claim whose answer was lost for rd_lost_claims_flush. */
-static void lose_claim(rd_lost_claims_t *lc, const char *queue, size_t len, const char *nonce)
+static void lose_claim(rd_lost_claims_t *lc, const char *queue, size_t len, int shard,
+                       const char *nonce)
 {
     if (lc->nlost == LOST_MAX) {
         rd_warn("store: more than %d claims with a lost answer wait to be handed back; the "
@@ -69,12 +71,13 @@ static void lose_claim(rd_lost_claims_t *lc, const char *queue, size_t len, cons
     lost_claim_t *l = &lc->lost[lc->nlost++];
     l->queue = rd_strndup(queue, len);
     l->len = len;
+    l->shard = shard;
     snprintf(l->nonce, sizeof l->nonce, "%s", nonce);
 }
 
 static void on_claim_lost(void *arg, rd_store_queue_t q, const char *nonce)
 {
-    lose_claim(arg, q.name, q.len, nonce);
+    lose_claim(arg, q.name, q.len, q.shard, nonce);
 }
 
 static void on_lost_released(const rd_store_released_t *res, void *arg)
@@ -95,7 +98,8 @@ static void on_lost_released(const rd_store_released_t *res, void *arg)
         /* Not done (the link dropped again, or is down): try again next
          * round. */
         for (size_t i = 0; i < b->n; i++)
-            lose_claim(b->lc, b->claims[i].queue, b->claims[i].len, b->claims[i].nonce);
+            lose_claim(b->lc, b->claims[i].queue, b->claims[i].len, b->claims[i].shard,
+                       b->claims[i].nonce);
     }
     for (size_t i = 0; i < b->n; i++) rd_free(b->claims[i].queue);
     rd_free(b);
@@ -202,9 +206,11 @@ void rd_lost_claims_flush(rd_lost_claims_t *lc)
         const lost_claim_t *first = &lc->lost[0];
         char *queue = first->queue;
         size_t len = first->len;
+        int shard = first->shard;
         for (size_t i = 0; i < lc->nlost; i++) {
             lost_claim_t *l = &lc->lost[i];
-            if (b->n < LOST_PER_CALL && l->len == len && memcmp(l->queue, queue, len) == 0)
+            if (b->n < LOST_PER_CALL && l->len == len && l->shard == shard &&
+                memcmp(l->queue, queue, len) == 0)
                 b->claims[b->n++] = *l;
             else
                 lc->lost[kept++] = *l;
@@ -212,7 +218,8 @@ void rd_lost_claims_flush(rd_lost_claims_t *lc)
         lc->nlost = kept;
         const char *nonces[LOST_PER_CALL];
         for (size_t i = 0; i < b->n; i++) nonces[i] = b->claims[i].nonce;
-        rd_store_queue_t q = { .name = b->claims[0].queue, .len = b->claims[0].len };
+        rd_store_queue_t q = { .name = b->claims[0].queue, .len = b->claims[0].len,
+                               .shard = b->claims[0].shard };
         if (rd_store_release_lost(lc->st, q, b->n, nonces, on_lost_released, b) != 0) {
             rd_store_released_t failed = { .head = { .status = RD_STORE_UNAVAILABLE } };
             on_lost_released(&failed, b);

@@ -85,6 +85,7 @@ typedef struct op {
     rd_store_t *st;
     char *queue;                /* owned: where a timer hint goes (F_HINTED rows) */
     size_t queue_len;
+    int shard;                  /* the queue's shard the call went to */
     bool nudge;                 /* a write to queue: it may nudge its series (w.changed) */
     char what[48];              /* the function (or command) called, for the log */
     char nonce[NONCE_MAX];      /* a claim's nonce ("" for none): lost answer -> claim_lost */
@@ -346,7 +347,7 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
     /* The hint goes to the schedule (the write hooks) before anyone hears
      * of the new work. */
     rd_store_t *st = op->st;
-    rd_store_queue_t q = { .name = op->queue, .len = op->queue_len };
+    rd_store_queue_t q = { .name = op->queue, .len = op->queue_len, .shard = op->shard };
     if (st == NULL) {
         /* resume_held: the hooks heard of this reply already. */
     } else if (op->queue && st->written && head->status == RD_STORE_OK) {
@@ -397,6 +398,7 @@ _Static_assert(5 + 3 * RD_STORE_REPORTS_MAX <= MAX_ARGS, "timer_done's reports f
 typedef struct cmd {
     const op_def_t *def;
     rd_store_queue_t q;             /* the queue of a queue's function */
+    int shard;                      /* the shard its base names */
     int argc;
     const char *argv[MAX_ARGS];
     size_t lens[MAX_ARGS];
@@ -446,10 +448,17 @@ static int shard_of_message(long long id)
     return rd_shards_id_valid(id) ? rd_shards_of_id(id) : 0;
 }
 
-static int salt_of(rd_store_queue_t q, int shard)
+/* Shard k's salt: the caller's view's, else this daemon's view of the
+ * queue (a call by id, a release), else 0 (one Redis). */
+static int salt_of(rd_store_t *st, rd_store_queue_t q, int shard)
 {
     assert(shard >= 0 && shard < RD_SHARDS_MAX);
-    return shard >= 1 && q.salts && shard <= q.nsalts ? q.salts[shard - 1] : 0;
+    if (shard == 0) return 0;
+    if (q.salts == NULL) {
+        rd_shard_view_t *v = rd_shard_views_find(st->views, q, uv_now(st->loop));
+        if (v) q = rd_shard_view_at(v, q, shard);
+    }
+    return q.salts && shard <= q.nsalts ? q.salts[shard - 1] : 0;
 }
 
 /* Starts the command of row id: FCALL (FCALL_RO for a read) <library>_name
@@ -462,6 +471,7 @@ static void begin_op(cmd_t *c, rd_store_t *st, op_id_t id, rd_store_queue_t q, l
     const op_def_t *def = &ops[id];
     c->def = def;
     c->q = q;
+    c->shard = 0;
     c->argc = 0;
     c->nonce[0] = '\0';
     c->base = (rd_buf_t)RD_BUF_INIT;
@@ -482,7 +492,8 @@ static void begin_op(cmd_t *c, rd_store_t *st, op_id_t id, rd_store_queue_t q, l
         return;
     }
     int shard = msg_id > 0 ? shard_of_message(msg_id) : q.shard;
-    rd_keys_shard_base(&c->base, st->prefix, q.name, q.len, shard, salt_of(q, shard));
+    c->shard = shard;
+    rd_keys_shard_base(&c->base, st->prefix, q.name, q.len, shard, salt_of(st, q, shard));
     arg_str(c, msg_id > 0 ? "2" : "1");
     arg_bytes(c, c->base.data, c->base.len);
     if (msg_id > 0) {
@@ -511,6 +522,7 @@ static int send_argv(rd_store_t *st, cmd_t *c, int argc, const char **argv, cons
     bool hinted = (def->flags & F_HINTED) != 0;
     op->queue = hinted ? rd_strndup(c->q.name, c->q.len) : NULL;
     op->queue_len = hinted ? c->q.len : 0;
+    op->shard = c->shard;
     op->nudge = hinted && !op->read_only;
     memcpy(op->nonce, c->nonce, sizeof op->nonce);
     snprintf(op->what, sizeof op->what, "%s", def->flags & F_COMMAND ? def->name : c->fn);
@@ -733,6 +745,8 @@ int rd_store_release(rd_store_t *st, rd_store_queue_t q, size_t n, const rd_mess
 {
     if (n == 0 || n > RD_CLAIM_COUNT_MAX) return -1;
     cmd_t *c = rd_malloc(sizeof *c);
+    /* What one claim leased: one shard's, the one its ids name. */
+    q.shard = shard_of_message(msgs[0].id);
     begin_op(c, st, OP_RELEASE, q, 0);
     for (size_t i = 0; i < n; i++) {
         arg_int(c, msgs[i].id);

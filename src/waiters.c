@@ -53,6 +53,7 @@ struct wqueue {
     /* A sharded queue (docs/sharding.md): a serving visits every shard in
      * turn until one has work. */
     int visit, visits_left, nshards;
+    bool next_visit;            /* the visits go on: not a wake-up (again stays) */
     uv_timer_t *token;          /* the queue's rate limit held a claim back: claims again
                                    when its next token is due (NULL until first needed) */
     sub_state_t sub;
@@ -274,7 +275,7 @@ static void on_claim(const rd_store_messages_t *res, void *arg)
         /* Nothing on this shard: the next one, for the same waiter. */
         q->visits_left = left - 1;
         q->visit = (q->visit + 1) % q->nshards;
-        q->again = true;
+        q->next_visit = true;   /* a wake-up meanwhile (again) starts new visits after */
     } else if (res->count > 0) {
         if (!rd_http_exchange_client_alive(h->ex)) {
             /* The client left during the claim: the messages go straight back. */
@@ -295,7 +296,8 @@ static void on_claim(const rd_store_messages_t *res, void *arg)
         maybe_finish_stop(w);
         return;
     }
-    if (q->again && q->n > 0) serve(q);
+    if ((q->again || q->next_visit) && q->n > 0) serve(q);
+    else q->next_visit = false;
 }
 
 /* Claims for the waiter at the head of q's line; one claim per queue at a time. */
@@ -313,8 +315,14 @@ static void serve(wqueue_t *q)
      * then a claim is already in flight and must not be sent twice. */
     if (q->serving || w->stopping) return;
     waiter_t *h = q->head;
-    q->again = false;
-    if (h == NULL) return;
+    /* Going on to the next shard keeps a wake-up that came meanwhile: the
+     * shards visited before it are visited again after. */
+    if (q->next_visit) q->next_visit = false;
+    else q->again = false;
+    if (h == NULL) {
+        q->visits_left = 0;
+        return;
+    }
     rd_store_queue_t queue = { .name = q->name, .len = q->len };
     rd_shard_view_t *v = rd_shard_views_find(rd_store_views(w->store), queue,
                                              rd_store_now_ms(w->store));

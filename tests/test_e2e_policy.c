@@ -159,6 +159,31 @@ static void test_policy_shards_field(void **state)
     e2e_response_free(&r);
 }
 
+/* Deletes every retryd library but this release's: suites before this one
+ * on the same redis-server load older ones (test_lua_upgrade), and a change
+ * of shards is refused while one is loaded. */
+static void drop_other_libraries(void)
+{
+    redisReply *x = e2e_rcmd(g_redis, "FUNCTION LIST LIBRARYNAME retryd*");
+    for (size_t i = 0; x->type == REDIS_REPLY_ARRAY && i < x->elements; i++) {
+        const redisReply *lib = x->element[i];
+        for (size_t j = 0; j + 1 < lib->elements; j += 2)
+            if (strcmp(lib->element[j]->str, "library_name") == 0 &&
+                strcmp(lib->element[j + 1]->str, RD_LIBRARY_NAME) != 0)
+                freeReplyObject(e2e_rcmd(g_redis, "FUNCTION DELETE %s", lib->element[j + 1]->str));
+    }
+    freeReplyObject(x);
+}
+
+/* The side daemon of the shards tests: --allow-shards yes, and no older
+ * library loaded. */
+static void start_sharding_daemon(void)
+{
+    drop_other_libraries();
+    assert_int_equal(start_daemon(&g_side, g_redis_port, g_prefix, true, "--allow-shards", "yes",
+                                  NULL), 0);
+}
+
 /* A request to the side daemon (g_side). */
 static void side(e2e_response_t *r, const char *method, const char *path, const char *body)
 {
@@ -201,8 +226,7 @@ static void close_raise(const char *q)
 static void test_policy_shards_change(void **state)
 {
     (void)state;
-    assert_int_equal(start_daemon(&g_side, g_redis_port, g_prefix, true, "--allow-shards", "yes",
-                                  NULL), 0);
+    start_sharding_daemon();
     char q[64];
     e2e_queue_name(q, sizeof q, "reshard");
     e2e_response_t r = { 0 };
@@ -331,8 +355,7 @@ static long long redis_time_ms(void);
 static void test_policy_refused_put_keeps_shards(void **state)
 {
     (void)state;
-    assert_int_equal(start_daemon(&g_side, g_redis_port, g_prefix, true, "--allow-shards", "yes",
-                                  NULL), 0);
+    start_sharding_daemon();
     char a[64], b[64];
     e2e_queue_name(a, sizeof a, "cyca");
     e2e_queue_name(b, sizeof b, "cycb");
@@ -354,8 +377,7 @@ static void test_policy_refused_put_keeps_shards(void **state)
 static void test_policy_abandoned_lowering_is_undone(void **state)
 {
     (void)state;
-    assert_int_equal(start_daemon(&g_side, g_redis_port, g_prefix, true, "--allow-shards", "yes",
-                                  NULL), 0);
+    start_sharding_daemon();
     char q[64];
     e2e_queue_name(q, sizeof q, "stuck");
     e2e_response_t r = { 0 };
@@ -410,8 +432,7 @@ static void key_on_shard(char *out, size_t cap, const char *stem, int want)
 static void test_policy_shards_placement(void **state)
 {
     (void)state;
-    assert_int_equal(start_daemon(&g_side, g_redis_port, g_prefix, true, "--allow-shards", "yes",
-                                  NULL), 0);
+    start_sharding_daemon();
     char q[64], key_before[64], key_after[64];
     e2e_queue_name(q, sizeof q, "placed");
     key_on_shard(key_before, sizeof key_before, "before", 2);
@@ -475,8 +496,7 @@ static void test_policy_shards_placement(void **state)
 static void test_policy_shards_batch(void **state)
 {
     (void)state;
-    assert_int_equal(start_daemon(&g_side, g_redis_port, g_prefix, true, "--allow-shards", "yes",
-                                  NULL), 0);
+    start_sharding_daemon();
     char q[64];
     e2e_queue_name(q, sizeof q, "batched");
     e2e_response_t r = { 0 };
@@ -520,8 +540,7 @@ static void wait_subscribed(const char *q);
 static void test_policy_shards_claims(void **state)
 {
     (void)state;
-    assert_int_equal(start_daemon(&g_side, g_redis_port, g_prefix, true, "--allow-shards", "yes",
-                                  NULL), 0);
+    start_sharding_daemon();
     char q[64];
     e2e_queue_name(q, sizeof q, "claimed");
     e2e_response_t r = { 0 };
@@ -613,8 +632,7 @@ static void test_policy_shards_claims(void **state)
 static void test_policy_shards_timer(void **state)
 {
     (void)state;
-    assert_int_equal(start_daemon(&g_side, g_redis_port, g_prefix, true, "--allow-shards", "yes",
-                                  NULL), 0);
+    start_sharding_daemon();
     char q[64];
     e2e_queue_name(q, sizeof q, "ticked");
     e2e_response_t r = { 0 };

@@ -350,8 +350,8 @@ void rd_store_set_fleet_alert_url(rd_store_t *st, bool on);
 /* What this daemon knows of sharded queues' layouts (shard_view.h): the
  * faces' placements read and teach it. */
 typedef struct rd_shard_views rd_shard_views_t;
-rd_shard_views_t *rd_store_views(rd_store_t *st);
-/* The loop's clock (ms), as the views' idle time counts it. */
+rd_shard_views_t *rd_store_views(rd_store_t *st);   /* st NULL: NULL */
+/* The loop's clock (ms), as the views' idle time counts it (st NULL: 0). */
 uint64_t rd_store_now_ms(const rd_store_t *st);
 
 /* True while operations can be sent (the Redis link is READY). */
