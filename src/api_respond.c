@@ -119,7 +119,7 @@ bool rd_api_respond_store_failure(call_t *c, const rd_store_head_t *res)
     case RD_STORE_UNAVAILABLE:
         rd_api_respond_unavailable(c);
         return true;
-    case RD_STORE_RESHARD:   /* src/shard_route.c places again once; a second refusal */
+    case RD_STORE_RESHARD:   /* the enqueue paths place again once each; a second refusal */
     case RD_STORE_COPY:
     case RD_STORE_MOVED:
     case RD_STORE_FULL:

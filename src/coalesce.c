@@ -208,7 +208,7 @@ static batch_t *send_line(line_t *l, request_t **refused)
     /* The store answers later, never from inside this call (store.h). */
     rd_store_queue_t q = { .name = l->key.name, .len = l->key.len, .shard = l->key.shard };
     rd_store_t *st = l->co->store;
-    rd_shard_view_t *v = rd_shard_views_find(rd_store_views(st), q, rd_store_now_ms(st));
+    rd_shard_view_t *v = rd_store_view(st, q);
     if (v) q = rd_shard_view_at(v, q, l->key.shard);
     int rc = rd_store_settle_claim(l->co->store, q, first->lease, count, first->worker, n, all,
                                    on_settled, b);
@@ -346,7 +346,6 @@ static int submit(rd_coalescer_t *co, rd_store_queue_t q, rd_lease_t lease, int 
         if (l->last) l->last->next = r;
         else l->waiting = r;
         l->last = r;
-        co->counts.requests++;
         return 0;
     }
     l = line_new(co, q);
@@ -357,7 +356,6 @@ static int submit(rd_coalescer_t *co, rd_store_queue_t q, rd_lease_t lease, int 
         line_free(l);
         return -1;
     }
-    co->counts.requests++;
     return 0;
 }
 
@@ -444,15 +442,25 @@ static int submit_part(split_t *s, int shard, int count, rd_store_settled_cb cb,
 
 static void on_claim_part(const rd_store_settled_t *res, void *arg);
 
+/* The request's answer: the last claim's, with every outcome; after a
+ * failure, the outcomes if every settlement was applied (they stand, as a
+ * line's answer_failed keeps them), else the failure: LOST rather than
+ * UNAVAILABLE when some part was applied. */
 static void deliver(split_t *s, const rd_store_settled_t *last)
 {
     rd_store_settled_t out = { .head = { .status = RD_STORE_OK } };
-    if (s->failed || last == NULL) {
-        out.head.status = s->failed ? s->failure : RD_STORE_UNAVAILABLE;
-    } else {
+    size_t applied = 0;
+    for (size_t i = 0; i < s->n; i++) applied += s->outcomes[i].ptr != NULL;
+    if (!s->failed && last) {
         out = *last;
         out.outcomes = s->outcomes;
         out.settled = s->n;
+    } else if (s->n > 0 && applied == s->n) {
+        out.outcomes = s->outcomes;
+        out.settled = s->n;
+    } else {
+        out.head.status = s->failed ? s->failure : RD_STORE_UNAVAILABLE;
+        if (applied > 0 && out.head.status == RD_STORE_UNAVAILABLE) out.head.status = RD_STORE_LOST;
     }
     s->cb(&out, s->arg);
     split_free(s);
@@ -564,15 +572,15 @@ int rd_coalescer_settle_claim(rd_coalescer_t *co, rd_store_queue_t q, rd_lease_t
                               const rd_settlement_t *items, rd_store_settled_cb cb, void *arg)
 {
     if (n > RD_SETTLE_BATCH_MAX || count < 0 || count > RD_CLAIM_COUNT_MAX) return -1;
-    rd_shard_view_t *v = rd_shard_views_find(rd_store_views(co->store), q,
-                                             rd_store_now_ms(co->store));
+    rd_shard_view_t *v = rd_store_view(co->store, q);
     bool elsewhere = false;
     for (size_t i = 0; i < n && !elsewhere; i++) elsewhere = shard_of_id(items[i].id) > 0;
-    if (v == NULL && !elsewhere) {
-        q.shard = 0;
-        return submit(co, q, lease, count, worker, n, items, cb, arg);
-    }
-    return split_submit(co, q, v, lease, count, worker, n, items, cb, arg);
+    q.shard = 0;
+    int rc = v == NULL && !elsewhere ? submit(co, q, lease, count, worker, n, items, cb, arg)
+                                     : split_submit(co, q, v, lease, count, worker, n, items, cb,
+                                                    arg);
+    if (rc == 0) co->counts.requests++;   /* once, however many parts */
+    return rc;
 }
 
 void rd_coalescer_render_metrics(const rd_coalescer_t *co, rd_buf_t *out)

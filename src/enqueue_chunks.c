@@ -27,7 +27,7 @@ typedef struct chunks {
     rd_shard_attempts_t attempts;   /* a lone item's shards, in turn (n > 1) */
     int attempt;
     rd_enqueue_t one;           /* that item, only_present set while it looks */
-    bool placed_again;          /* the call was refused for the view once */
+    bool resharded, copied;     /* the call was refused for the view (once each) */
     rd_enqueue_chunk_cb on_chunk;
     rd_enqueue_done_cb on_done;
     void *arg;
@@ -49,7 +49,7 @@ static void plan(chunks_t *c)
 {
     rd_store_queue_t q = { .name = c->queue, .len = c->queue_len };
     uint64_t now = rd_store_now_ms(c->st);
-    rd_shard_view_t *v = rd_shard_views_find(rd_store_views(c->st), q, now);
+    rd_shard_view_t *v = rd_store_view(c->st, q);
     const rd_enqueue_t *first = &c->items[c->next];
     c->attempts.n = 0;
     c->shard = 0;
@@ -82,7 +82,7 @@ static void on_called(const rd_store_enqueued_many_t *res, void *arg);
 static int send_planned(chunks_t *c)
 {
     rd_store_queue_t q = { .name = c->queue, .len = c->queue_len };
-    rd_shard_view_t *v = rd_shard_views_find(rd_store_views(c->st), q, rd_store_now_ms(c->st));
+    rd_shard_view_t *v = rd_store_view(c->st, q);
     if (v) q = rd_shard_view_at(v, q, c->shard);
     const rd_enqueue_t *items = c->items + c->next;
     if (c->attempts.n > 1) {
@@ -134,8 +134,10 @@ static void on_called(const rd_store_enqueued_many_t *res, void *arg)
 {
     chunks_t *c = arg;
     rd_store_status_t status = res->head.status;
-    if ((status == RD_STORE_RESHARD || status == RD_STORE_COPY) && !c->placed_again) {
-        c->placed_again = true;
+    bool *once = status == RD_STORE_RESHARD ? &c->resharded
+                 : status == RD_STORE_COPY ? &c->copied : NULL;
+    if (once && !*once) {
+        *once = true;
         rd_store_queue_t q = { .name = c->queue, .len = c->queue_len };
         int rc = status == RD_STORE_COPY
                      ? rd_shard_admin_copy(c->st, q, on_policy_copied, c)
@@ -166,7 +168,7 @@ static void on_called(const rd_store_enqueued_many_t *res, void *arg)
         }
         return;
     }
-    c->placed_again = false;
+    c->resharded = c->copied = false;
     c->on_chunk(c->next, res, c->arg);
     c->next += res->count;   /* a short answer: the rest goes again */
     if (c->next >= c->n) {

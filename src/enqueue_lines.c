@@ -36,7 +36,10 @@ typedef struct request {
     void *arg;
     rd_shard_attempts_t attempts;   /* where it goes, in turn (shard 0 alone: unsharded) */
     int attempt;
-    bool placed_again;              /* after a RESHARD, COPY or FULL: the next one answers */
+    /* Placed again once after each of RESHARD, COPY and FULL: a second of
+     * one kind is its answer (a RESHARD then a COPY is the order after a
+     * raise whose copies lag: both are taken). */
+    bool resharded, copied, refilled;
 } request_t;
 
 typedef struct line {
@@ -158,7 +161,7 @@ static void place(rd_enqueue_lines_t *el, rd_store_queue_t q, request_t *r);
 static void route(rd_enqueue_lines_t *el, rd_store_queue_t q, request_t *r)
 {
     rd_store_t *st = el->store;
-    rd_shard_view_t *v = rd_shard_views_find(rd_store_views(st), q, rd_store_now_ms(st));
+    rd_shard_view_t *v = rd_store_view(st, q);
     rd_shard_view_attempts(v, &r->e, rd_store_now_ms(st), &r->attempts);
     r->attempt = 0;
     r->e.only_present = r->attempts.n > 1;
@@ -208,10 +211,11 @@ static void on_policy_copied(const rd_shard_admin_result_t *res, void *arg)
  * or the policy copied, first). */
 static bool again_after(request_t *r, rd_store_status_t status)
 {
-    if (status != RD_STORE_RESHARD && status != RD_STORE_COPY && status != RD_STORE_FULL)
-        return false;
-    if (r->placed_again) return false;
-    r->placed_again = true;
+    bool *once = status == RD_STORE_RESHARD ? &r->resharded
+                 : status == RD_STORE_COPY ? &r->copied
+                 : status == RD_STORE_FULL ? &r->refilled : NULL;
+    if (once == NULL || *once) return false;
+    *once = true;
     return true;
 }
 
@@ -372,8 +376,7 @@ static void drain(line_t *l)
     /* The view as it is now: its salts and rev go with the call. */
     rd_store_queue_t q = line_queue(l);
     if (q.shard > 0 || rd_store_views(el->store)) {
-        rd_shard_view_t *v = rd_shard_views_find(rd_store_views(el->store), q,
-                                                 rd_store_now_ms(el->store));
+        rd_shard_view_t *v = rd_store_view(el->store, q);
         if (v) q = rd_shard_view_at(v, q, l->key.shard);
     }
     int rc;

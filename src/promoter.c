@@ -133,21 +133,58 @@ static void add_tick(rd_store_tick_t *acc, const rd_store_tick_t *t)
     acc->alerts_checked = acc->alerts_checked || t->alerts_checked;
 }
 
+/* A queue left unreported (its lease runs out and it comes due again): the
+ * next queue. */
+static void skip_queue(rd_promoter_t *p)
+{
+    p->next++;
+    next_queue(p);
+}
+
+/* The layout a tick of shard 0 asked for: learned, then the other shards. */
+static void on_layout_read(const rd_store_strings_t *res, void *arg)
+{
+    rd_promoter_t *p = arg;
+    p->busy = false;
+    rd_store_queue_t q = { .name = p->names[p->next], .len = p->name_lens[p->next] };
+    if (res->head.status == RD_STORE_OK)
+        rd_shard_views_learn(rd_store_views(p->store), q, res->strings, res->count,
+                             rd_store_now_ms(p->store));
+    rd_shard_view_t *v = rd_store_view(p->store, q);
+    if (p->stopping || v == NULL || v->n <= 1) {
+        skip_queue(p);
+        return;
+    }
+    p->nshards = v->n;
+    p->shard = 1;
+    if (tick_shard(p) != 0) skip_queue(p);
+}
+
 static void on_ticked(const rd_store_tick_t *one, void *arg)
 {
     rd_promoter_t *p = arg;
     p->busy = false;
     rd_store_queue_t q = { .name = p->names[p->next], .len = p->name_lens[p->next] };
-    if (one->head.status == RD_STORE_OK && one->shards > 1 && p->shard == 0 &&
-        p->nshards <= 1)
-        rd_store_learn_view(p->store, q);   /* the next round ticks every shard */
     rd_store_tick_t sum = *one;   /* a failed tick: the queue is not reported */
     if (one->head.status == RD_STORE_OK) {
         if (p->shard == 0) p->acc = *one;
         else add_tick(&p->acc, one);
+        if (p->shard == 0 && one->shards > 1 && one->shards != p->nshards) {
+            /* Shard 0 says another count than the view (none, or an old
+             * one): read the layout now and tick the other shards in this
+             * round; shard 0 alone must not speak for the queue. */
+            if (rd_store_policy_pairs(p->store, q, on_layout_read, p) == 0) {
+                p->busy = true;
+                return;
+            }
+            skip_queue(p);
+            return;
+        }
         if (p->shard + 1 < p->nshards) {
             p->shard++;
-            if (tick_shard(p) == 0) return;   /* else report the shards ticked */
+            if (tick_shard(p) == 0) return;
+            skip_queue(p);   /* not all its shards ticked: not reported, due again later */
+            return;
         }
         sum = p->acc;
         /* Only shard 0's empty counts (a sharded queue has a policy: never). */
@@ -191,8 +228,7 @@ static void next_queue(rd_promoter_t *p)
         return;
     }
     rd_store_queue_t q = { .name = p->names[p->next], .len = p->name_lens[p->next] };
-    rd_shard_view_t *v = rd_shard_views_find(rd_store_views(p->store), q,
-                                             rd_store_now_ms(p->store));
+    rd_shard_view_t *v = rd_store_view(p->store, q);
     p->nshards = v ? v->n : 1;
     p->shard = 0;
     if (tick_shard(p) != 0) report(p);  /* Redis went away: the rest come due again later */
@@ -203,8 +239,7 @@ static int tick_shard(rd_promoter_t *p)
 {
     rd_store_queue_t q = { .name = p->names[p->next], .len = p->name_lens[p->next] };
     if (p->shard > 0) {
-        rd_shard_view_t *v = rd_shard_views_find(rd_store_views(p->store), q,
-                                                 rd_store_now_ms(p->store));
+        rd_shard_view_t *v = rd_store_view(p->store, q);
         if (v == NULL || p->shard >= v->n) return -1;
         q = rd_shard_view_at(v, q, p->shard);
     }

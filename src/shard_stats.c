@@ -125,7 +125,7 @@ static void on_stats(const rd_store_stats_result_t *res, void *arg);
 static int ask(job_t *j)
 {
     rd_store_queue_t q = { .name = j->queue, .len = j->len };
-    rd_shard_view_t *v = rd_shard_views_find(rd_store_views(j->st), q, rd_store_now_ms(j->st));
+    rd_shard_view_t *v = rd_store_view(j->st, q);
     if (j->shard > 0) {
         if (v == NULL || j->shard >= v->n) return -1;
         q = rd_shard_view_at(v, q, j->shard);
@@ -147,7 +147,7 @@ static void on_view_read(const rd_store_strings_t *res, void *arg)
     if (res->head.status == RD_STORE_OK)
         rd_shard_views_learn(rd_store_views(j->st), q, res->strings, res->count,
                              rd_store_now_ms(j->st));
-    rd_shard_view_t *v = rd_shard_views_find(rd_store_views(j->st), q, rd_store_now_ms(j->st));
+    rd_shard_view_t *v = rd_store_view(j->st, q);
     j->nshards = v ? v->n : 1;
     j->shard = 1;
     if (j->shard >= j->nshards) {
@@ -194,7 +194,7 @@ int rd_shard_stats(rd_store_t *st, rd_store_queue_t q, int top, rd_store_stats_c
     j->top = top;
     j->cb = cb;
     j->arg = arg;
-    rd_shard_view_t *v = rd_shard_views_find(rd_store_views(st), q, rd_store_now_ms(st));
+    rd_shard_view_t *v = rd_store_view(st, q);
     j->nshards = v ? v->n : 1;
     if (ask(j) != 0) {
         job_free(j);

@@ -15,7 +15,8 @@ typedef struct entry {
     struct entry *next;
     char *name;
     size_t len;
-    uint64_t used_ms;
+    uint64_t used_ms, learned_ms;
+    bool refreshing;
     rd_shard_view_t view;
 } entry_t;
 
@@ -68,6 +69,23 @@ rd_shard_view_t *rd_shard_views_find(rd_shard_views_t *vs, rd_store_queue_t q, u
     }
     (*p)->used_ms = now_ms;
     return &(*p)->view;
+}
+
+bool rd_shard_views_refresh_due(rd_shard_views_t *vs, rd_store_queue_t q, uint64_t now_ms)
+{
+    if (vs == NULL) return false;
+    entry_t *e = *slot_of(vs, q);
+    if (e == NULL || e->refreshing || now_ms < e->learned_ms + RD_SHARD_VIEW_REFRESH_MS)
+        return false;
+    e->refreshing = true;
+    return true;
+}
+
+void rd_shard_views_refresh_failed(rd_shard_views_t *vs, rd_store_queue_t q)
+{
+    if (vs == NULL) return;
+    entry_t *e = *slot_of(vs, q);
+    if (e) e->refreshing = false;
 }
 
 static bool is(const rd_str_t *s, const char *lit)
@@ -144,6 +162,8 @@ void rd_shard_views_learn(rd_shard_views_t *vs, rd_store_queue_t q, const rd_str
     v.next = (*p)->view.next;
     (*p)->view = v;
     (*p)->used_ms = now_ms;
+    (*p)->learned_ms = now_ms;
+    (*p)->refreshing = false;
 }
 
 rd_store_queue_t rd_shard_view_at(const rd_shard_view_t *v, rd_store_queue_t q, int shard)

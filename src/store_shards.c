@@ -99,20 +99,42 @@ static void on_view_read(const rd_store_strings_t *res, void *arg)
     rd_store_queue_t q = { .name = g->name, .len = g->len };
     if (res->head.status == RD_STORE_OK)
         rd_shard_views_learn(g->st->views, q, res->strings, res->count, uv_now(g->st->loop));
+    else
+        rd_shard_views_refresh_failed(g->st->views, q);
     rd_free(g->name);
     rd_free(g);
 }
 
-void rd_store_learn_view(rd_store_t *st, rd_store_queue_t q)
+static void learn(rd_store_t *st, rd_store_queue_t q)
 {
-    if (rd_shard_views_find(st->views, q, uv_now(st->loop))) return;
     learning_t *g = rd_malloc(sizeof *g);
     g->st = st;
     g->name = rd_strndup(q.name, q.len);
     g->len = q.len;
     q = (rd_store_queue_t){ .name = g->name, .len = g->len };
     if (rd_store_policy_pairs(st, q, on_view_read, g) != 0) {
+        rd_shard_views_refresh_failed(st->views, q);
         rd_free(g->name);
         rd_free(g);
     }
+}
+
+void rd_store_learn_view(rd_store_t *st, rd_store_queue_t q)
+{
+    if (rd_shard_views_find(st->views, q, uv_now(st->loop))) return;
+    learn(st, q);
+}
+
+void rd_store_relearn_view(rd_store_t *st, rd_store_queue_t q)
+{
+    learn(st, q);
+}
+
+rd_shard_view_t *rd_store_view(rd_store_t *st, rd_store_queue_t q)
+{
+    if (st == NULL) return NULL;
+    uint64_t now = uv_now(st->loop);
+    rd_shard_view_t *v = rd_shard_views_find(st->views, q, now);
+    if (v && rd_shard_views_refresh_due(st->views, q, now)) learn(st, q);
+    return v;
 }

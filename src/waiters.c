@@ -290,6 +290,10 @@ static void on_claim(const rd_store_messages_t *res, void *arg)
         answer_nothing(h);
     } else if (res->retry_ms > 0) {
         retry_when_token_due(q, res->retry_ms);
+    } else if (res->sharded && q->nshards <= 1) {
+        /* Shard 0 alone was asked, of a sharded queue this daemon had no
+         * view of: once the view is read (above), every shard. */
+        retry_when_token_due(q, 20);
     }
 
     if (w->stopping) {
@@ -324,8 +328,7 @@ static void serve(wqueue_t *q)
         return;
     }
     rd_store_queue_t queue = { .name = q->name, .len = q->len };
-    rd_shard_view_t *v = rd_shard_views_find(rd_store_views(w->store), queue,
-                                             rd_store_now_ms(w->store));
+    rd_shard_view_t *v = rd_store_view(w->store, queue);
     if (q->visits_left <= 0) {
         q->nshards = v ? v->n : 1;
         q->visits_left = q->nshards;

@@ -17,6 +17,7 @@
 #include "retryd/alloc.h"
 #include "retryd/coalesce.h"
 #include "retryd/limits.h"
+#include "retryd/shards.h"
 #include "retryd/store.h"
 
 /* ------------------------------------------------------- the fake store */
@@ -324,6 +325,36 @@ static void test_limits_when_summed(void **state)
     assert_int_equal(calls_out(), 0);
 }
 
+/* A request of a sharded queue is split by its ids' shards (here without
+ * a view: settlements on shards 0 and 1). Its settle-only part on shard 1
+ * is applied; then its claim part (shard 0's settlement and the claim)
+ * cannot be sent. Found in review: it was answered UNAVAILABLE ("nothing
+ * was done"), though shard 1's settlement stands. Now LOST: some of it was
+ * applied, the worker reads before it retries (README "Errors"). */
+static void test_split_answer_keeps_applied_outcomes(void **state)
+{
+    (void)state;
+    rd_settlement_t items[2] = {
+        { .id = 5, .lease_token = "a", .retry_after_ms = -1 },
+        { .id = RD_SHARD_SPAN + 5, .lease_token = "b", .retry_after_ms = -1 },
+    };
+    rd_store_queue_t q = { .name = "q", .len = 1 };
+    rd_lease_t lease = { 30000, true };
+    assert_int_equal(rd_coalescer_settle_claim(g_co, q, lease, 1, NULL, 2, items, on_answer,
+                                               &g_reqs[0]), 0);
+    /* First the settle-only part of shard 1. */
+    assert_int_equal(g_ncalls, 1);
+    assert_int_equal(g_calls[0].count, 0);
+    assert_int_equal(g_calls[0].n, 1);
+    assert_true(g_calls[0].ids[0] == RD_SHARD_SPAN + 5);
+    g_refuse = true;   /* the link goes before the claim part is sent */
+    answer(0, 0);      /* shard 1's settlement applied */
+    assert_int_equal(g_reqs[0].answers, 1);
+    if (g_reqs[0].status != RD_STORE_LOST)
+        fail_msg("answered status %d with %zu outcomes: a request partly applied must answer "
+                 "LOST, not that nothing was done", (int)g_reqs[0].status, g_reqs[0].settled);
+}
+
 int main(void)
 {
     rd_alloc_init();
@@ -334,6 +365,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_failures_answer_everyone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cut_short_claims_again, setup, teardown),
         cmocka_unit_test_setup_teardown(test_limits_when_summed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_split_answer_keeps_applied_outcomes, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -685,6 +685,246 @@ static void test_policy_shards_timer(void **state)
     assert_int_equal(e2e_daemon_stop(&g_side, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
 }
 
+/* Regression test (found in review of steps 7-8; the behaviour below is
+ * what it caught, fixed since): the timer of a sharded queue whose view went idle.
+ * A view unused for 10 s is dropped (shard_view.h), and the promoter takes
+ * a queue it has no view of as one shard: it ticks shard 0 alone and
+ * reports shard 0's next_in_ms as the whole queue's (on_ticked learns the
+ * view only for the next round, which then comes when shard 0 says). Three
+ * messages, one per shard, leased for 11 s; shard 0's settled at once;
+ * nothing else is sent. When the leases run out, the round (of either
+ * daemon: neither has a fresh view) ticks shard 0, finds nothing due there,
+ * and the expired leases on shards 1 and 2 are not reclaimed: read from
+ * Redis 3 s later they are still leased, and claims do not get them (the
+ * registry's sweep, up to a minute away, is the only next tick). On a
+ * queue of one shard, or with leases of 1 s (test_policy_shards_timer),
+ * every expired lease is reclaimed at once. */
+static void test_policy_shards_timer_after_idle_view(void **state)
+{
+    (void)state;
+    assert_int_equal(start_daemon(&g_side, g_redis_port, g_prefix, true, "--allow-shards", "yes",
+                                  NULL), 0);
+    char q[64];
+    e2e_queue_name(q, sizeof q, "idleview");
+    e2e_response_t r = { 0 };
+    side(&r, "PUT", policy_path(q), "{\"shards\":3}");
+    e2e_expect_json(&r, 200);
+    long long ids[3];
+    int on[3] = { 0 };
+    for (int i = 0; i < 3; i++) {
+        side(&r, "POST", messages_path(q), "{\"payload\":\"t\"}");
+        ids[i] = e2e_jint(e2e_expect_json(&r, 201), "id");
+        on[ids[i] / RD_SHARD_SPAN]++;
+    }
+    for (int k = 0; k < 3; k++) assert_int_equal(on[k], 1);
+    int got = 0;
+    for (int turn = 0; turn < 20 && got < 3; turn++) {
+        side(&r, "POST", e2e_fmt("/queues/%s/claim", q), "{\"lease_seconds\":11}");
+        if (r.status == 204) continue;
+        rd_json_t *m = e2e_expect_json(&r, 200);
+        got++;
+        long long id = e2e_jint(m, "id");
+        if (id / RD_SHARD_SPAN == 0) {
+            side(&r, "POST", message_path(q, id, "succeed"), "{}");
+            assert_int_equal(r.status, 200);
+        }
+    }
+    assert_int_equal(got, 3);
+    /* Nothing sent until the leases have run out and been ticked. */
+    e2e_pause_ms(11000 + 3000);
+    /* Read from Redis (no request to a daemon, which would refresh its
+     * view): the leases on shards 1 and 2 ran out 3 s ago. */
+    int stuck = 0;
+    char which[64] = "";
+    long long now_ms = redis_time_ms();
+    for (int i = 0; i < 3; i++) {
+        int k = (int)(ids[i] / RD_SHARD_SPAN);
+        if (k == 0) continue;
+        redisReply *x = e2e_rcmd(g_redis, "ZSCORE %s:{%s:%d.0}:3:processing %lld", g_prefix, q,
+                                 k, ids[i]);
+        if (x->type == REDIS_REPLY_STRING && atoll(x->str) < now_ms) {
+            stuck++;
+            snprintf(which + strlen(which), sizeof which - strlen(which),
+                     " shard %d (ran out %lld ms ago)", k, now_ms - atoll(x->str));
+        }
+        freeReplyObject(x);
+    }
+    int n = 0;
+    for (long long t0 = e2e_mono_ms(); n < 2 && e2e_mono_ms() - t0 < 5000;) {
+        side(&r, "POST", e2e_fmt("/queues/%s/claim", q), "{\"lease_seconds\":30}");
+        if (r.status == 204) {
+            e2e_pause_ms(100);
+            continue;
+        }
+        e2e_expect_json(&r, 200);
+        n++;
+    }
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    assert_int_equal(e2e_daemon_stop(&g_side, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
+    if (stuck > 0)
+        fail_msg("3 s after their 11 s leases ran out, %d of 2 are still leased, not "
+                 "reclaimed:%s; then %d of 2 came back in 5 s of claims", stuck, which, n);
+    assert_int_equal(n, 2);
+}
+
+/* Regression test (found in review of steps 7-8; the behaviour below is
+ * what it caught, fixed since): a daemon that only claims never sees a raise. Its
+ * view is learned once (an empty claim says "sharded"), kept while in use,
+ * and corrected only by an enqueue's RESHARD: claims, ticks and long-polls
+ * carry no rev and learn nothing while a view exists. The group's daemon
+ * (no enqueue here) drains a 2-shard queue, learning n = 2; the side daemon
+ * raises it to 3 and sends 6 messages over shards 0, 1, 2; the group's
+ * daemon, claiming every 50 ms, never reaches shard 2. */
+static void test_policy_shards_claims_see_a_raise(void **state)
+{
+    (void)state;
+    assert_int_equal(start_daemon(&g_side, g_redis_port, g_prefix, true, "--allow-shards", "yes",
+                                  NULL), 0);
+    char q[64];
+    e2e_queue_name(q, sizeof q, "raisedunder");
+    e2e_response_t r = { 0 };
+    side(&r, "PUT", policy_path(q), "{\"shards\":2}");
+    e2e_expect_json(&r, 200);
+    close_raise(q);
+    for (int i = 0; i < 4; i++) {
+        side(&r, "POST", messages_path(q), "{\"payload\":\"before\"}");
+        e2e_expect_json(&r, 201);
+    }
+    /* The consumer's daemon drains them and learns the 2 shards. */
+    int drained = 0;
+    for (int turn = 0; turn < 40 && drained < 4; turn++) {
+        http(&r, "POST", e2e_fmt("/queues/%s/claim", q), NULL);
+        if (r.status == 204) continue;
+        long long id = e2e_jint(e2e_expect_json(&r, 200), "id");
+        http(&r, "POST", message_path(q, id, "succeed"), "{}");
+        assert_int_equal(r.status, 200);
+        drained++;
+    }
+    assert_int_equal(drained, 4);
+    http(&r, "POST", e2e_fmt("/queues/%s/claim", q), NULL);   /* empty: its view is 2 shards */
+    assert_int_equal(r.status, 204);
+
+    side(&r, "PUT", policy_path(q), "{\"shards\":3}");
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "shards"), 3);
+    close_raise(q);
+    int sent[3] = { 0 };
+    for (int i = 0; i < 6; i++) {
+        side(&r, "POST", messages_path(q), "{\"payload\":\"after\"}");
+        /* A 503 here is the next test's finding (RESHARD, then COPY): sent again. */
+        if (r.status == 503) side(&r, "POST", messages_path(q), "{\"payload\":\"after\"}");
+        sent[e2e_jint(e2e_expect_json(&r, 201), "id") / RD_SHARD_SPAN]++;
+    }
+    assert_true(sent[2] > 0);
+    int got[3] = { 0 }, n = 0;
+    for (long long t0 = e2e_mono_ms(); n < 6 && e2e_mono_ms() - t0 < 5000;) {
+        http(&r, "POST", e2e_fmt("/queues/%s/claim", q), NULL);
+        if (r.status == 204) {
+            e2e_pause_ms(50);
+            continue;
+        }
+        long long id = e2e_jint(e2e_expect_json(&r, 200), "id");
+        got[id / RD_SHARD_SPAN]++;
+        n++;
+    }
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    assert_int_equal(e2e_daemon_stop(&g_side, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
+    if (n < 6)
+        fail_msg("claimed %d of 6 in 5 s (shard 0: %d of %d, 1: %d of %d, 2: %d of %d)", n, got[0],
+                 sent[0], got[1], sent[1], got[2], sent[2]);
+}
+
+/* Regression test (found in review of steps 7-8; the behaviour below is
+ * what it caught, fixed since): a single enqueue is placed again only once in all
+ * (enqueue_lines.c again_after), so one whose stale view is refused
+ * (RESHARD) and which then lands on a shard whose copy lags (COPY: after
+ * a close of a raise on shard 0 before its copies, or a daemon that died
+ * between, docs/sharding.md section 7) is answered 503, though the copy it
+ * needed is exactly what the next request does. Here: a view of 2 shards;
+ * a raise to 3 (copied) and its close on shard 0 alone; the next enqueue
+ * goes to shard 1 (RESHARD: older), learns the closed layout, goes to
+ * shard 2 (COPY: its copy is older) and is answered 503. */
+static void test_policy_shards_reshard_then_copy(void **state)
+{
+    (void)state;
+    assert_int_equal(start_daemon(&g_side, g_redis_port, g_prefix, true, "--allow-shards", "yes",
+                                  NULL), 0);
+    char q[64];
+    e2e_queue_name(q, sizeof q, "reshardcopy");
+    e2e_response_t r = { 0 };
+    side(&r, "PUT", policy_path(q), "{\"shards\":2}");
+    e2e_expect_json(&r, 200);
+    close_raise(q);
+    side(&r, "POST", messages_path(q), "{\"payload\":\"first\"}");   /* learns 2 shards: on 0 */
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 201), "id") / RD_SHARD_SPAN, 0);
+    side(&r, "PUT", policy_path(q), "{\"shards\":3}");
+    e2e_expect_json(&r, 200);
+    close_raise(q);   /* shard 0's rev moves on; shards 1 and 2 keep the raise's copy */
+    side(&r, "POST", messages_path(q), "{\"payload\":\"second\"}");
+    int status = r.status;
+    char body[512];
+    snprintf(body, sizeof body, "%.*s", r.body ? (int)r.body_len : 0, r.body ? r.body : "");
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    assert_int_equal(e2e_daemon_stop(&g_side, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
+    if (status != 201) fail_msg("the enqueue after the close answered %d: %s", status, body);
+}
+
+/* Regression test (found in review of steps 7-8; the behaviour below is
+ * what it caught, fixed since): a long-poll on a sharded queue misses a send that
+ * comes more than 10 s into its wait. The waiter's serving looks the view
+ * up when the wake comes (waiters.c serve); a view unused for 10 s is
+ * dropped there, and without one the serving claims shard 0 alone, so a
+ * send to shard 1 wakes the waiter, the claim finds nothing and it waits
+ * on to its deadline: 204 with a claimable message. The group's daemon
+ * (the consumer) learns the layout from its first empty claim. (Within
+ * 10 s of the poll the same send is served: test_policy_shards_claims.) */
+static void test_policy_shards_long_poll_past_10s(void **state)
+{
+    (void)state;
+    assert_int_equal(start_daemon(&g_side, g_redis_port, g_prefix, true, "--allow-shards", "yes",
+                                  NULL), 0);
+    char q[64];
+    e2e_queue_name(q, sizeof q, "longview");
+    e2e_response_t r = { 0 };
+    side(&r, "PUT", policy_path(q), "{\"shards\":3}");
+    e2e_expect_json(&r, 200);
+    side(&r, "POST", messages_path(q), "{\"payload\":\"first\"}");   /* on shard 0 */
+    long long first = e2e_jint(e2e_expect_json(&r, 201), "id");
+    assert_int_equal(first / RD_SHARD_SPAN, 0);
+    http(&r, "POST", e2e_fmt("/queues/%s/claim", q), NULL);
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "id"), first);
+    http(&r, "POST", message_path(q, first, "succeed"), "{}");
+    assert_int_equal(r.status, 200);
+
+    e2e_conn_t c = { .fd = -1 };
+    start_long_poll(&c, q, 16);
+    wait_subscribed(q);
+    e2e_pause_ms(11500);
+    /* A send to shard 1 (as a producer's placement puts it there; sent
+     * straight to that shard, so that no daemon's view is touched). */
+    redisReply *x = e2e_rcmd(g_redis, "FCALL %s 1 %s:{%s:1.0} late 3 0", RD_FUNCTION("enqueue"),
+                             g_prefix, q);
+    assert_int_equal(x->type, REDIS_REPLY_ARRAY);
+    long long id = x->element[1]->integer;
+    freeReplyObject(x);
+    assert_int_equal(id / RD_SHARD_SPAN, 1);
+    e2e_response_t w = { 0 };
+    long long t0 = e2e_mono_ms();
+    assert_int_equal(e2e_read_response(&c, &w), 0);
+    int status = w.status;
+    long long waited = e2e_mono_ms() - t0;
+    e2e_response_free(&w);
+    e2e_conn_close(&c);
+    e2e_response_free(&r);
+    e2e_conn_close(&g_conn);
+    assert_int_equal(e2e_daemon_stop(&g_side, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
+    if (status != 200)
+        fail_msg("the long-poll answered %d %lld ms after a send to shard %lld (11.5 s into its "
+                 "16 s wait)", status, waited, id / RD_SHARD_SPAN);
+}
+
 static void test_policy_backoff_over_http(void **state)
 {
     (void)state;
@@ -1166,6 +1406,10 @@ int main(void)
         T(test_policy_shards_batch),
         T(test_policy_shards_claims),
         T(test_policy_shards_timer),
+        T(test_policy_shards_timer_after_idle_view),
+        T(test_policy_shards_claims_see_a_raise),
+        T(test_policy_shards_reshard_then_copy),
+        T(test_policy_shards_long_poll_past_10s),
         T(test_policy_backoff_over_http),
         T(test_dead_letter_rules_seed_001),
         T(test_pause_and_resume),

@@ -14,6 +14,9 @@
 
 #include "unit_support.h"
 #include "retryd/waiters.h"
+#include "retryd/keys.h"
+#include "retryd/shard_admin.h"
+#include "retryd/shard_view.h"
 
 /* The stand-in for a client's exchange: alive while .alive. */
 typedef struct fake_ex {
@@ -362,6 +365,94 @@ static void test_redis_gone_while_parked(void **state)
     fake_stop();
 }
 
+static void on_copied(const rd_shard_admin_result_t *res, void *arg)
+{
+    (void)res;
+    ++*(int *)arg;
+}
+
+/* Regression test (found in review of steps 7-8; the behaviour below is
+ * what it caught, fixed since): a long-poll on a sharded queue visits the shards in
+ * turn (docs/sharding.md section 4). A send that lands on the shard being
+ * visited right behind that visit's claim wakes the queue while the claim
+ * is in flight; on a queue of one shard that wake claims again (q->again),
+ * but here the visits' own "next shard" consumes it, the last shard finds
+ * nothing and the waiter stays parked with a claimable message: it is
+ * answered only when its wait runs out. The same sequence on a queue of
+ * one shard is served at once (the control below). */
+static void test_sharded_wake_during_visits_is_not_lost(void **state)
+{
+    (void)state;
+    fixture_t *f = fixture_open(ut_test_redis_port());
+    redisContext *r = redisConnect("127.0.0.1", ut_test_redis_port());
+    assert_true(r != NULL && r->err == 0);
+    redisReply *x = redisCommand(r, "FCALL %s 1 unit:{%b} raise 3 0,0", RD_FUNCTION("shards_set"),
+                                 f->q.name, f->q.len);
+    assert_non_null(x);
+    assert_int_equal(x->type, REDIS_REPLY_ARRAY);
+    freeReplyObject(x);
+    redisFree(r);
+    int copied = 0;
+    assert_int_equal(rd_shard_admin_copy(f->s.store, f->q, on_copied, &copied), 0);
+    assert_true(ut_run_until(&f->loop, copied == 1, 5000));
+    rd_shard_views_t *views = rd_store_views(f->s.store);
+    rd_store_learn_view(f->s.store, f->q);
+    assert_true(ut_run_until(&f->loop,
+                             rd_shard_views_find(views, f->q, rd_store_now_ms(f->s.store)) != NULL,
+                             5000));
+
+    /* Parked: once subscribed, the first serving visits the 3 shards. */
+    got_t g = { 0 };
+    uint64_t before = answered(f);
+    rd_waiters_park(f->w, f->q, LEASE, 1, NULL, 8000, EX(&f->ex), on_messages, &g);
+    assert_true(ut_run_until(&f->loop, answered(f) >= before + 3, 5000));
+    ut_run_for(&f->loop, 100);
+    assert_int_equal(g.calls, 0);
+
+    /* A wake starts a serving; its first claim goes to shard s, and a send
+     * to shard s goes on the link right behind it (as any send that comes
+     * while that claim is in flight). Its PUBLISH wakes the queue while the
+     * visits go on. */
+    rd_shard_view_t *v = rd_shard_views_find(views, f->q, rd_store_now_ms(f->s.store));
+    assert_non_null(v);
+    int s = (int)(v->next % (unsigned)v->n);
+    rd_waiters_notify(f->w, f->q);
+    got_t e = { 0 };
+    assert_int_equal(rd_store_enqueue(f->s.store, rd_shard_view_at(v, f->q, s),
+            &(rd_enqueue_t){ .payload = "p", .len = 1, .ttl_ms = -1 }, on_messages, &e), 0);
+    assert_true(ut_run_until(&f->loop, e.calls == 1, 5000));
+    assert_int_equal(e.status, RD_STORE_OK);
+    assert_int_equal(e.id / RD_SHARD_SPAN, s);
+    /* Served long before its 8 s wait runs out. */
+    bool served = ut_run_until(&f->loop, g.calls == 1, 3000);
+    if (!served) fail_msg("the send to shard %d was not claimed for the parked waiter within 3 s", s);
+    assert_int_equal(g.count, 1);
+    assert_int_equal(g.id, e.id);
+    fixture_close(f);
+}
+
+/* The control: the same sequence on a queue of one shard (passes). */
+static void test_one_shard_wake_during_claim_is_not_lost(void **state)
+{
+    (void)state;
+    fixture_t *f = fixture_open(ut_test_redis_port());
+    got_t g = { 0 };
+    uint64_t before = answered(f);
+    rd_waiters_park(f->w, f->q, LEASE, 1, NULL, 8000, EX(&f->ex), on_messages, &g);
+    assert_true(ut_run_until(&f->loop, answered(f) >= before + 1, 5000));
+    ut_run_for(&f->loop, 100);
+    assert_int_equal(g.calls, 0);
+    rd_waiters_notify(f->w, f->q);
+    got_t e = { 0 };
+    assert_int_equal(rd_store_enqueue(f->s.store, f->q,
+            &(rd_enqueue_t){ .payload = "p", .len = 1, .ttl_ms = -1 }, on_messages, &e), 0);
+    assert_true(ut_run_until(&f->loop, e.calls == 1, 5000));
+    assert_true(ut_run_until(&f->loop, g.calls == 1, 3000));
+    assert_int_equal(g.count, 1);
+    assert_int_equal(g.id, e.id);
+    fixture_close(f);
+}
+
 int main(void)
 {
     rd_log_set_level(RD_LOG_ERROR + 1);
@@ -373,6 +464,8 @@ int main(void)
         cmocka_unit_test(test_departed_client_hands_messages_back),
         cmocka_unit_test(test_many_queues_woken_alone_and_released),
         cmocka_unit_test(test_redis_gone_while_parked),
+        cmocka_unit_test(test_one_shard_wake_during_claim_is_not_lost),
+        cmocka_unit_test(test_sharded_wake_during_visits_is_not_lost),
     };
     if (ut_test_redis_port() == 0) {
         fprintf(stderr, "test_waiters: RETRYD_TEST_REDIS_PORT is not set (run it through scripts/test.sh)\n");

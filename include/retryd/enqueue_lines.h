@@ -30,8 +30,9 @@ rd_enqueue_lines_t *rd_enqueue_lines_new(rd_store_t *store);
 void rd_enqueue_lines_free(rd_enqueue_lines_t *el);
 
 /* rd_store_enqueue through el: the same arguments, the same result. e's
- * strings are copied when the request has to wait. Returns -1 when, sent
- * at once, it could not be sent (cb never runs); else 0. */
+ * strings are copied. Returns -1 when Redis is not ready (cb never runs);
+ * else 0, and cb runs once (a call that then cannot be sent answers
+ * UNAVAILABLE through it, possibly before this returns). */
 int rd_enqueue_lines_enqueue(rd_enqueue_lines_t *el, rd_store_queue_t q, const rd_enqueue_t *e,
                              rd_store_messages_cb cb, void *arg);
 

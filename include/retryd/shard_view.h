@@ -2,8 +2,9 @@
  * (docs/sharding.md "Where shards is read"), and where a message goes
  * (section 2, "Enqueue: which shard"). A queue without a view is one shard
  * (every queue of today). A view is learned from shard 0's policy_get, when
- * a placement was refused ({"reshard"}), and dropped after VIEW_IDLE_MS
- * unused, so that a lowering back to one shard is felt without a call. */
+ * a placement was refused ({"reshard"}) or an empty claim or a tick said
+ * the queue is sharded, read again RD_SHARD_VIEW_REFRESH_MS after it was
+ * learned while in use, and dropped after RD_SHARD_VIEW_IDLE_MS unused. */
 #ifndef RETRYD_SHARD_VIEW_H
 #define RETRYD_SHARD_VIEW_H
 
@@ -13,7 +14,14 @@
 #include "retryd/shards.h"
 #include "retryd/store.h"
 
-enum { RD_SHARD_VIEW_IDLE_MS = 10000, RD_SHARD_VIEW_KEYS_MAX = 3, RD_SHARD_ATTEMPTS_MAX = 5 };
+enum {
+    RD_SHARD_VIEW_IDLE_MS = 300000,   /* a view unused this long is dropped */
+    RD_SHARD_VIEW_REFRESH_MS = 2000,  /* a view used this long after it was learned is read
+                                         again (rd_store_view), so that a daemon that only
+                                         claims or ticks a queue sees its changes too */
+    RD_SHARD_VIEW_KEYS_MAX = 3,
+    RD_SHARD_ATTEMPTS_MAX = 5,
+};
 
 typedef struct rd_shard_view {
     int n;                          /* shards now, 2..RD_SHARDS_MAX */
@@ -35,6 +43,11 @@ void rd_shard_views_free(rd_shard_views_t *vs);
 /* q's view, or NULL (one shard): a view unused for RD_SHARD_VIEW_IDLE_MS by
  * now_ms is dropped here. */
 rd_shard_view_t *rd_shard_views_find(rd_shard_views_t *vs, rd_store_queue_t q, uint64_t now_ms);
+/* True once for a view learned RD_SHARD_VIEW_REFRESH_MS ago: the caller
+ * reads it again (rd_store_view does); false again until it is learned. */
+bool rd_shard_views_refresh_due(rd_shard_views_t *vs, rd_store_queue_t q, uint64_t now_ms);
+/* A refresh that failed: due again at the next use. */
+void rd_shard_views_refresh_failed(rd_shard_views_t *vs, rd_store_queue_t q);
 /* From shard 0's policy_get pairs (or policy_set's): sets q's view, or drops
  * it when the queue is one shard. */
 void rd_shard_views_learn(rd_shard_views_t *vs, rd_store_queue_t q, const rd_str_t *pairs,

@@ -48,8 +48,8 @@ typedef enum rd_store_status {
     RD_STORE_TOO_LARGE,       /* enqueue: the payload is longer than the queue policy's
                                  max_payload_bytes (rd_store_messages_t.payload_limit) */
     /* A placement on a sharded queue that did not go through, nothing
-     * written (docs/sharding.md "Where shards is read"; src/shard_route.c
-     * acts on them, no answer shows them): */
+     * written (docs/sharding.md "Where shards is read"; src/enqueue_lines.c
+     * and src/enqueue_chunks.c act on them, no answer shows them): */
     RD_STORE_RESHARD,         /* the caller's view is older than the shard's layout, or
                                  the shard is retired or outside the count */
     RD_STORE_COPY,            /* the shard's copy of the policy is older than the view */
@@ -604,6 +604,12 @@ int rd_store_libraries(rd_store_t *st, rd_store_strings_cb cb, void *arg);
 /* An empty claim said q is sharded (res->sharded) and this daemon has no
  * view of it: one policy_get of shard 0 teaches it, in the background. */
 void rd_store_learn_view(rd_store_t *st, rd_store_queue_t q);
+/* The same whether or not a view exists (a tick said another count). */
+void rd_store_relearn_view(rd_store_t *st, rd_store_queue_t q);
+/* This daemon's view of q (NULL: one shard), read again in the background
+ * when it is RD_SHARD_VIEW_REFRESH_MS old (shard_view.h). Every face looks
+ * views up through it. */
+struct rd_shard_view *rd_store_view(rd_store_t *st, rd_store_queue_t q);
 
 /* ---- message move tasks (lua/67_moves.lua, docs/sqs.md "Message move tasks") ----
  * Every reply is rd_store_strings_t: the function's reply, each element a
