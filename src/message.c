@@ -45,6 +45,13 @@ long long rd_str_to_ll(const char *v, size_t len)
     return *end == '\0' ? n : -1;
 }
 
+long long rd_str_number(const rd_str_t *s)
+{
+    if (s == NULL || s->ptr == NULL) return 0;
+    long long n = rd_str_to_ll(s->ptr, s->len);
+    return n < 0 && !(s->len > 1 && s->ptr[0] == '-') ? 0 : n;
+}
+
 #define FIELD_IS(lit) (name_len == sizeof(lit) - 1 && memcmp(name, lit, name_len) == 0)
 
 void rd_message_set_field(rd_message_t *m, const char *name, size_t name_len,

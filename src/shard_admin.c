@@ -94,15 +94,6 @@ static bool is(const rd_str_t *s, const char *lit)
     return s->ptr && s->len == strlen(lit) && memcmp(s->ptr, lit, s->len) == 0;
 }
 
-static long long to_ll(const rd_str_t *s)
-{
-    char buf[24];
-    if (s->ptr == NULL || s->len == 0 || s->len >= sizeof buf) return 0;
-    memcpy(buf, s->ptr, s->len);
-    buf[s->len] = '\0';
-    return strtoll(buf, NULL, 10);
-}
-
 /* Reads what the job needs of policy_get's pairs: the count, the most it
  * had, the salts; true when a change has not settled (from, lowering). */
 static bool read_layout(job_t *j, const rd_store_strings_t *res)
@@ -114,10 +105,10 @@ static bool read_layout(job_t *j, const rd_store_strings_t *res)
     j->lowering = 0;
     for (size_t i = 0; i + 1 < res->count; i += 2) {
         const rd_str_t *f = &res->strings[i], *v = &res->strings[i + 1];
-        if (is(f, "shards")) j->n = (int)to_ll(v);
-        else if (is(f, "layout.hw")) j->hw = (int)to_ll(v);
+        if (is(f, "shards")) j->n = (int)rd_str_number(v);
+        else if (is(f, "layout.hw")) j->hw = (int)rd_str_number(v);
         else if (is(f, "layout.from")) settling = true;
-        else if (is(f, "layout.lowering")) j->lowering = (int)to_ll(v);
+        else if (is(f, "layout.lowering")) j->lowering = (int)rd_str_number(v);
         else if (is(f, "layout.salts") && v->ptr) {
             const char *p = v->ptr, *end = v->ptr + v->len;
             while (p < end && j->nsalts < RD_SHARDS_MAX - 1) {
@@ -405,7 +396,7 @@ static void on_stale_checked(const rd_store_strings_t *res, void *arg)
     }
     const rd_str_t *code = res->count ? &res->strings[0] : NULL;
     if (code && is(code, "abandoned") && res->count == 2) {
-        int m = (int)to_ll(&res->strings[1]);
+        int m = (int)rd_str_number(&res->strings[1]);
         j->recovering = true;
         j->retired_low = m >= 1 ? m : 1;
         j->next = j->n - 1;

@@ -30,15 +30,6 @@ typedef struct job {
     void *arg;
 } job_t;
 
-static long long number(const rd_str_t *s)
-{
-    char buf[24];
-    if (s->ptr == NULL || s->len == 0 || s->len >= sizeof buf) return 0;
-    memcpy(buf, s->ptr, s->len);
-    buf[s->len] = '\0';
-    return strtoll(buf, NULL, 10);
-}
-
 /* Adds value to name's entry of the list (a new entry at the end). */
 static void add_named(named_t **list, size_t *n, const rd_str_t *name, long long value)
 {
@@ -67,10 +58,10 @@ static void fold(job_t *j, const rd_queue_stats_t *s, bool first)
         j->sum.shards -= s->shards;
     }
     for (size_t i = 0; i + 1 < s->totals_len; i += 2)
-        if (s->totals[i].ptr) add_named(&j->totals, &j->ntotals, &s->totals[i], number(&s->totals[i + 1]));
+        if (s->totals[i].ptr) add_named(&j->totals, &j->ntotals, &s->totals[i], rd_str_number(&s->totals[i + 1]));
     for (size_t i = 0; i + 1 < s->top_errors_len; i += 2)
         if (s->top_errors[i].ptr)
-            add_named(&j->errors, &j->nerrors, &s->top_errors[i], number(&s->top_errors[i + 1]));
+            add_named(&j->errors, &j->nerrors, &s->top_errors[i], rd_str_number(&s->top_errors[i + 1]));
 }
 
 static int by_count(const void *a, const void *b)

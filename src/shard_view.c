@@ -93,15 +93,6 @@ static bool is(const rd_str_t *s, const char *lit)
     return s->ptr && s->len == strlen(lit) && memcmp(s->ptr, lit, s->len) == 0;
 }
 
-static long long number(const rd_str_t *s)
-{
-    char buf[24];
-    if (s->ptr == NULL || s->len == 0 || s->len >= sizeof buf) return 0;
-    memcpy(buf, s->ptr, s->len);
-    buf[s->len] = '\0';
-    return strtoll(buf, NULL, 10);
-}
-
 /* "a,b,c" of numbers into out (at most max); returns how many. */
 static int numbers(const rd_str_t *s, long long *out, int max)
 {
@@ -122,10 +113,10 @@ void rd_shard_views_learn(rd_shard_views_t *vs, rd_store_queue_t q, const rd_str
     const rd_str_t *salts = NULL, *keys = NULL;
     for (size_t i = 0; i + 1 < n; i += 2) {
         const rd_str_t *f = &pairs[i], *val = &pairs[i + 1];
-        if (is(f, "shards")) v.n = (int)number(val);
-        else if (is(f, "layout.rev")) v.rev = number(val);
-        else if (is(f, "layout.from")) v.from = (int)number(val);
-        else if (is(f, "layout.lowering")) v.lowering = (int)number(val);
+        if (is(f, "shards")) v.n = (int)rd_str_number(val);
+        else if (is(f, "layout.rev")) v.rev = rd_str_number(val);
+        else if (is(f, "layout.from")) v.from = (int)rd_str_number(val);
+        else if (is(f, "layout.lowering")) v.lowering = (int)rd_str_number(val);
         else if (is(f, "layout.salts")) salts = val;
         else if (is(f, "layout.keys")) keys = val;
     }

@@ -947,6 +947,17 @@ static inline void load_v2(void)
     free(code);
 }
 
+/* The library before this one (tests/fixtures/retryd_v8.lua), loaded
+ * beside it: what a daemon of that release calls (fcall_lib "retryd_v8_"). */
+static inline void load_v8(void)
+{
+    size_t len = 0;
+    char *code = read_file("tests/fixtures/retryd_v8.lua", &len);
+    if (code == NULL) fail_msg("cannot read tests/fixtures/retryd_v8.lua (run from the source tree)");
+    load_library(code, len, true, "retryd_v8");
+    free(code);
+}
+
 /* The type of the record of every id in the queue's indexes of one
  * generation ("" retryd_v2's, "3:" the record's) must not be `wrong`. */
 static inline void assert_generation_types(const queue_t *q, const char *gen, const char *wrong)

@@ -559,11 +559,7 @@ static void test_duplicate_replies_bounded(void **state)
 static void test_previous_library_beside(void **state)
 {
     (void)state;
-    size_t len = 0;
-    char *code = read_file("tests/fixtures/retryd_v8.lua", &len);
-    if (code == NULL) fail_msg("cannot read tests/fixtures/retryd_v8.lua (run from the source tree)");
-    load_library(code, len, true, "retryd_v8");
-    free(code);
+    load_v8();
     queue_t q;
     queue_init(&q, "v8beside");
     redisReply *r = fcall_lib("retryd_v8_", "enqueue", &q, -1, 3,

@@ -1216,11 +1216,7 @@ static void test_shards_abandoned_lowering(void **state)
 static void test_shards_layout_survives_an_older_replace(void **state)
 {
     (void)state;
-    size_t len = 0;
-    char *code = read_file("tests/fixtures/retryd_v8.lua", &len);
-    if (code == NULL) fail_msg("cannot read tests/fixtures/retryd_v8.lua (run from the source tree)");
-    load_library(code, len, true, "retryd_v8");
-    free(code);
+    load_v8();
     queue_t q;
     queue_init(&q, "sholder");
     redisReply *r = fcall("shards_set", &q, -1, "raise", "3", "4,5", END);

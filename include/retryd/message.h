@@ -79,6 +79,8 @@ typedef struct rd_settlement {
 /* The decimal integer in s[0..len), or -1 when it is not one (Redis replies
  * and hash values are parsed with this). */
 long long rd_str_to_ll(const char *s, size_t len);
+/* s as a decimal integer, 0 when it is none (NULL, empty, other bytes). */
+long long rd_str_number(const rd_str_t *s);
 
 const char *rd_status_name(rd_status_t s);
 /* Returns the status named s[0..len), or RD_STATUS_UNKNOWN. */
