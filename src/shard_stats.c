@@ -83,7 +83,7 @@ static void job_free(job_t *j)
 /* The sum as one stats result: strings for the numbers, as a shard's. */
 static void deliver(job_t *j)
 {
-    qsort(j->errors, j->nerrors, sizeof *j->errors, by_count);
+    if (j->nerrors > 1) qsort(j->errors, j->nerrors, sizeof *j->errors, by_count);
     size_t nerr = j->nerrors < (size_t)(j->top > 0 ? j->top : 0) ? j->nerrors : (size_t)j->top;
     rd_str_t *totals = rd_calloc(2 * j->ntotals + 1, sizeof *totals);
     rd_str_t *errors = rd_calloc(2 * nerr + 1, sizeof *errors);
