@@ -31,7 +31,7 @@ SQS_CODEC_SRC := sqs/errors sqs/decode sqs/shapes sqs/encode sqs/attributes
 SQS_AUTH_SRC := sqs/sigv4 sqs/roles
 SQS_FACE_SRC := sqs/listener sqs/actions sqs/params sqs/names sqs/queues sqs/admin sqs/messages sqs/moves
 # Modules shared by the daemon and the tests (everything but main).
-LIB_SRC := alloc buf utf8 hex log config keys shards json jsonw problem policy http http_write router redis redis_transport cluster backend store store_settings store_moves store_shards store_enqueue store_replies shard_admin shard_view shard_stats queue_lines enqueue_lines \
+LIB_SRC := alloc buf utf8 hex log config keys shards json jsonw problem policy http http_write router redis redis_transport cluster backend store store_settings store_moves store_shards store_enqueue store_replies shard_admin shard_view shard_stats shard_list queue_lines enqueue_lines \
            registry lost_claims fanout replay queue_clear durability coalesce waiters keyed_hash metrics auth tokens ui \
            webhook alerts redrive dlq moves \
            message request request_policy api api_policy api_groups api_auth api_respond api_batch enqueue_chunks promoter handback \
@@ -46,7 +46,7 @@ LUA_TESTS := test_lua_messages test_lua_batch test_lua_queue_ops test_lua_settle
              test_lua_policy test_lua_history test_lua_dead_letters test_lua_keys test_lua_expiry \
              test_lua_groups test_lua_moves
 E2E_TESTS := test_e2e_routes test_e2e_lifecycle test_e2e_settle test_e2e_policy test_e2e_links test_e2e_dlq \
-             test_e2e_groups test_e2e_tokens test_e2e_sqs test_e2e_batch
+             test_e2e_groups test_e2e_tokens test_e2e_sqs test_e2e_batch test_e2e_shards
 FAULTS_TESTS := test_faults_http test_faults_redis test_faults_crash
 INTEG_TESTS := test_http $(LUA_TESTS) $(E2E_TESTS) test_ops test_multi $(FAULTS_TESTS) test_cluster test_alerts
 # The in-process suites: real modules on a real loop (tests/unit_support.h).

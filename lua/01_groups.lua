@@ -246,15 +246,19 @@ do
   --   ARGV[1]  cursor                             "" from the start, else the last
   --                                               name of the previous page
   --   ARGV[2]  limit                              integer 1..1000
+  --   ARGV[3]  rev                                optional: the caller's view of a
+  --                                               sharded queue (placement.read_refusal)
   -- Each group with a pending or processing message once, in name order; a
   -- group that empties between pages is not shown. Work per call: one ZRANGE
   -- BYLEX, one HMGET and a ZCARD per group of the page: pending is the
   -- group's claimable ids and its scheduled ones, processing its leases.
-  -- Returns {"ok", next_cursor or "", group, pending, processing, ...}.
+  -- Returns {"ok", next_cursor or "", group, pending, processing, ...} | {"reshard"}.
   local function page(keys, args)
     local k = common.queue_keys(keys[1])
     local cursor, limit = args[1] or '', common.to_int(args[2] or '100')
     if limit == nil or limit < 1 or limit > 1000 then return common.bad_arg('limit') end
+    local refused = groups.read_refusal(k, args[3])
+    if refused then return refused end
     local from = cursor == '' and '-' or '(' .. cursor
     local names = redis.call('ZRANGE', k.group_names, from, '+', 'BYLEX', 'LIMIT', '0',
                              int_arg(limit + 1))

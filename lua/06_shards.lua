@@ -389,6 +389,20 @@ do
     return out
   end
 
+  -- A listing's page (list, groups) reads one shard: refused only when the
+  -- caller's view is wrong for it ({"reshard"}: an older rev, none on a
+  -- sharded queue's shard 0, a retired shard or one outside the count), so
+  -- that a daemon never pages a sharded queue as one shard. A script that
+  -- names a shard above 0 knows the queue is sharded: it needs no rev. A
+  -- lagging copy ({"copy"}) does not matter to a read.
+  function placement.read_refusal(k, rev)
+    if rev == '' then rev = nil end
+    local refused = placement.refusal(k, rev, false)
+    if refused and refused[1] == 'reshard' then return refused end
+    return nil
+  end
+  groups.read_refusal = placement.read_refusal   -- 01_groups.lua loads before this file
+
   register('shard_pick', shard_pick, { 'no-writes' })
   register('shards_set', shards_set)
   register('shard_retire', shard_retire)

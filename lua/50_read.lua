@@ -434,11 +434,13 @@ do
   -- list: one page of a queue's messages.
   --   KEYS[1]  <prefix>:{q}                       queue key base
   --   ARGV[1]  status                             "" | pending | processing | succeeded | dead
-  --   ARGV[2]  limit                              integer 1..1000
+  --   ARGV[2]  limit                              integer 0..1000; 0: only the total
   --   ARGV[3]  cursor                             "" for the first page, else the
   --                                               next_cursor of the previous page
   --   ARGV[4]  error_contains                     "" or text last_error must contain
   --   ARGV[5]  from_ms, ARGV[6] to_ms             "" or bounds on updated_at (epoch ms)
+  --   ARGV[7]  rev                                optional: the caller's view of a
+  --                                               sharded queue (placement.read_refusal)
   -- Order: pending in claim order (the priority lane, highest first; due
   -- retries and replays, fresh, then scheduled by due time); processing by lease deadline; succeeded and dead by
   -- the time they got there; without status, each of those in turn (pending,
@@ -449,13 +451,17 @@ do
   -- that would take it past REPLY_BYTES (at least one message). So a page may
   -- be short, even empty, before the end: follow next_cursor. total is the size
   -- of the listed states, filtered or not.
-  -- Returns {"ok", total, next_cursor ("" at the end), message, ...} | {"bad_cursor"}.
+  -- Returns {"ok", total, next_cursor ("" at the end), message, ...} | {"bad_cursor"}
+  -- | {"reshard"}.
   local function list(keys, args)
     local base = keys[1]
     local k = queue_keys(base)
     local status, limit, cursor = args[1], to_int(args[2]), args[3] or ''
-    if limit == nil or limit < 1 or limit > MAX_BATCH then return bad_arg('limit') end
+    if limit == nil or limit < 0 or limit > MAX_BATCH then return bad_arg('limit') end
     if not valid_status(status) then return bad_arg('status') end
+    local refused = placement.read_refusal(k, args[7])
+    if refused then return refused end
+    if limit == 0 then return { 'ok', listing_total(k, status), '' } end
     local needle = args[4] or ''
     local from_ms, to_ms = to_int(args[5] or ''), to_int(args[6] or '')
     if (args[5] or '') ~= '' and from_ms == nil then return bad_arg('from_ms') end

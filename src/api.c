@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "retryd/alloc.h"
+#include "retryd/shard_list.h"
 #include "retryd/shard_stats.h"
 #include "retryd/handback.h"
 #include "retryd/sqs.h"
@@ -595,8 +596,10 @@ static void handle_list(call_t *c)
         rd_api_answer_parse_failure(c, r, &errs);
         return;
     }
-    rd_api_started(c, rd_store_list(c->api->store, rd_api_queue_of(c), l.status, l.limit, l.cursor,
-                             l.error_contains, l.since_ms, l.until_ms, on_listed, c));
+    rd_shard_list_args_t a = { .status = l.status, .limit = l.limit, .cursor = l.cursor,
+                               .error_contains = l.error_contains, .since_ms = l.since_ms,
+                               .until_ms = l.until_ms };
+    rd_api_started(c, rd_shard_list(c->api->store, rd_api_queue_of(c), &a, on_listed, c));
 }
 
 static void handle_get(call_t *c)

@@ -6,6 +6,7 @@
 
 #include "retryd/buf.h"
 #include "retryd/hex.h"
+#include "retryd/shard_list.h"
 
 static void on_groups(const rd_store_groups_t *res, void *arg)
 {
@@ -50,6 +51,6 @@ void rd_api_handle_groups(rd_call_t *c)
                                &errs, NULL);
         return;
     }
-    rd_api_started(c, rd_store_groups(c->api->store, rd_api_queue_of(c), g.cursor, g.cursor_len,
+    rd_api_started(c, rd_shard_groups(c->api->store, rd_api_queue_of(c), g.cursor, g.cursor_len,
                                       g.limit, on_groups, c));
 }

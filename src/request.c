@@ -784,7 +784,7 @@ rd_req_result_t rd_request_groups(const char *query, size_t query_len, rd_groups
     query_int(query, query_len, "limit", 1, RD_LIST_LIMIT_MAX, &limit,
               "limit must be an integer between 1 and " RD_LIMIT_STR(RD_LIST_LIMIT_MAX) ".", errs);
     out->limit = (int)limit;
-    char hex[2 * RD_GROUP_MAX + 2];
+    char hex[2 * sizeof out->cursor + 2];
     long n = rd_query_get(query, query_len, "cursor", hex, sizeof hex);
     long bytes = n > 0 ? rd_hex_decode(hex, (size_t)n, out->cursor, sizeof out->cursor) : 0;
     if (n == -2 || bytes < 0) {   /* absent or empty: the first page */

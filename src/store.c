@@ -691,6 +691,7 @@ int rd_store_list(rd_store_t *st, rd_store_queue_t q, const char *status, int li
     else arg_str(&c, "");
     if (until_ms >= 0) arg_int(&c, until_ms);
     else arg_str(&c, "");
+    if (q.rev > 0) arg_int(&c, q.rev);   /* a sharded queue's page: the view's rev */
     return send_op(st, &c, CB(cb), arg);
 }
 
@@ -837,6 +838,7 @@ int rd_store_groups(rd_store_t *st, rd_store_queue_t q, const char *cursor, size
     begin_op(&c, st, OP_GROUPS, q, 0);
     arg_bytes(&c, cursor ? cursor : "", cursor ? cursor_len : 0);
     arg_int(&c, limit);
+    if (q.rev > 0) arg_int(&c, q.rev);
     return send_op(st, &c, CB(cb), arg);
 }
 

@@ -697,9 +697,10 @@ bool rd_store_parse_groups(const rd_reply_t *r, const void *kept, void *res, lon
 {
     (void)kept, (void)hint;
     rd_store_groups_t *g = res;
+    if (!parse_outcome(r, &g->head)) return false;
+    if (g->head.status != RD_STORE_OK) return true;   /* {"reshard"}: the view is wrong */
     size_t len = rd_reply_len(r);
-    if (!is_array(r, 2) || (len - 2) % 3 != 0 || !rd_reply_is(rd_reply_at(r, 0), "ok"))
-        return false;
+    if (!is_array(r, 2) || (len - 2) % 3 != 0) return false;
     g->next_cursor.ptr = rd_reply_str(rd_reply_at(r, 1), &g->next_cursor.len);
     if (g->next_cursor.ptr == NULL) return false;
     size_t n = (len - 2) / 3;

@@ -86,11 +86,14 @@ bool rd_store_parse_libraries(const rd_reply_t *r, const void *kept, void *res, 
     return true;
 }
 
-/* rd_store_learn_view: one policy_get of shard 0, its layout into the views. */
+/* rd_store_learn_view and rd_store_read_view: one policy_get of shard 0,
+ * its layout into the views; the caller's callback, if any, after. */
 typedef struct learning {
     rd_store_t *st;
     char *name;
     size_t len;
+    rd_store_status_cb cb;
+    void *arg;
 } learning_t;
 
 static void on_view_read(const rd_store_strings_t *res, void *arg)
@@ -101,33 +104,40 @@ static void on_view_read(const rd_store_strings_t *res, void *arg)
         rd_shard_views_learn(g->st->views, q, res->strings, res->count, uv_now(g->st->loop));
     else
         rd_shard_views_refresh_failed(g->st->views, q);
+    if (g->cb) g->cb(&res->head, g->arg);
     rd_free(g->name);
     rd_free(g);
 }
 
-static void learn(rd_store_t *st, rd_store_queue_t q)
+static int learn(rd_store_t *st, rd_store_queue_t q, rd_store_status_cb cb, void *arg)
 {
     learning_t *g = rd_malloc(sizeof *g);
-    g->st = st;
-    g->name = rd_strndup(q.name, q.len);
-    g->len = q.len;
+    *g = (learning_t){ .st = st, .name = rd_strndup(q.name, q.len), .len = q.len, .cb = cb,
+                       .arg = arg };
     q = (rd_store_queue_t){ .name = g->name, .len = g->len };
     if (rd_store_policy_pairs(st, q, on_view_read, g) != 0) {
         rd_shard_views_refresh_failed(st->views, q);
         rd_free(g->name);
         rd_free(g);
+        return -1;
     }
+    return 0;
 }
 
 void rd_store_learn_view(rd_store_t *st, rd_store_queue_t q)
 {
     if (rd_shard_views_find(st->views, q, uv_now(st->loop))) return;
-    learn(st, q);
+    (void)learn(st, q, NULL, NULL);
 }
 
 void rd_store_relearn_view(rd_store_t *st, rd_store_queue_t q)
 {
-    learn(st, q);
+    (void)learn(st, q, NULL, NULL);
+}
+
+int rd_store_read_view(rd_store_t *st, rd_store_queue_t q, rd_store_status_cb cb, void *arg)
+{
+    return learn(st, q, cb, arg);
 }
 
 rd_shard_view_t *rd_store_view(rd_store_t *st, rd_store_queue_t q)
@@ -135,6 +145,6 @@ rd_shard_view_t *rd_store_view(rd_store_t *st, rd_store_queue_t q)
     if (st == NULL) return NULL;
     uint64_t now = uv_now(st->loop);
     rd_shard_view_t *v = rd_shard_views_find(st->views, q, now);
-    if (v && rd_shard_views_refresh_due(st->views, q, now)) learn(st, q);
+    if (v && rd_shard_views_refresh_due(st->views, q, now)) (void)learn(st, q, NULL, NULL);
     return v;
 }

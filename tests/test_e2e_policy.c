@@ -7,6 +7,7 @@
 #define E2E_SUITE "test_e2e_policy"
 #include "e2e_common.h"
 #include "retryd/shards.h"
+#include "e2e_shards.h"
 
 /* ------------------------------------------------------------------------ */
 /* Queue policy and flow control (docs/reference.md "Queue policy and flow control")                                 */
@@ -157,63 +158,6 @@ static void test_policy_shards_field(void **state)
     assert_int_equal(e2e_jint(p, "shards"), 3);
     assert_int_equal(e2e_jint(p, "lease_seconds"), 9);
     e2e_response_free(&r);
-}
-
-/* Deletes every retryd library but this release's: suites before this one
- * on the same redis-server load older ones (test_lua_upgrade), and a change
- * of shards is refused while one is loaded. */
-static void drop_other_libraries(void)
-{
-    redisReply *x = e2e_rcmd(g_redis, "FUNCTION LIST LIBRARYNAME retryd*");
-    for (size_t i = 0; x->type == REDIS_REPLY_ARRAY && i < x->elements; i++) {
-        const redisReply *lib = x->element[i];
-        for (size_t j = 0; j + 1 < lib->elements; j += 2)
-            if (strcmp(lib->element[j]->str, "library_name") == 0 &&
-                strcmp(lib->element[j + 1]->str, RD_LIBRARY_NAME) != 0)
-                freeReplyObject(e2e_rcmd(g_redis, "FUNCTION DELETE %s", lib->element[j + 1]->str));
-    }
-    freeReplyObject(x);
-}
-
-/* The side daemon of the shards tests: --allow-shards yes, and no older
- * library loaded. */
-static void start_sharding_daemon(void)
-{
-    drop_other_libraries();
-    assert_int_equal(start_daemon(&g_side, g_redis_port, g_prefix, true, "--allow-shards", "yes",
-                                  NULL), 0);
-}
-
-/* A request to the side daemon (g_side). */
-static void side(e2e_response_t *r, const char *method, const char *path, const char *body)
-{
-    http_to(g_side.port, r, method, path, body, body ? strlen(body) : 0);
-}
-
-/* HGET of shard k's key "<prefix>:{<q>:<k>.0}:<suffix>" (k 0: the queue's
- * own), "" when absent. */
-static const char *shard_hget(const char *q, int k, const char *suffix, const char *field)
-{
-    redisReply *x = k == 0 ? e2e_rcmd(g_redis, "HGET %s:{%s}:%s %s", g_prefix, q, suffix, field)
-                           : e2e_rcmd(g_redis, "HGET %s:{%s:%d.0}:%s %s", g_prefix, q, k, suffix,
-                                      field);
-    static char out[8][128];
-    static unsigned next;
-    char *v = out[next++ % 8];
-    snprintf(v, 128, "%s", x->type == REDIS_REPLY_STRING ? x->str : "");
-    freeReplyObject(x);
-    return v;
-}
-
-/* Ends the raise of q as the timer round will once its scans are done
- * (docs/sharding.md "When the raise settles"; not built yet). */
-static void close_raise(const char *q)
-{
-    redisReply *x = e2e_rcmd(g_redis, "FCALL %s 1 %s:{%s} close %s", RD_FUNCTION("shards_set"),
-                             g_prefix, q, shard_hget(q, 0, "shard", "rev"));
-    assert_int_equal(x->type, REDIS_REPLY_ARRAY);
-    assert_string_equal(x->element[0]->str, "ok");
-    freeReplyObject(x);
 }
 
 /* A change of shards through PUT (a daemon with --allow-shards yes):

@@ -1172,6 +1172,47 @@ static void copies_against_a_fence(const char *name, bool during)
     assert_string_not_equal(layout_field(&q2, "retired"), "");
 }
 
+/* A listing's page of a sharded queue (list, groups) is refused to a
+ * caller without the queue's view on shard 0, and to an older view, so a
+ * daemon never pages it as one shard; a script naming a shard above 0
+ * needs no rev; a lagging copy does not matter to a read. list with limit 0
+ * answers the total alone. Nothing is refused on a queue of one shard. */
+static void test_shards_listing_needs_the_view(void **state)
+{
+    (void)state;
+    queue_t one, q, q1;
+    queue_init(&one, "shlistone");
+    freeReplyObject(fcall("enqueue", &one, -1, "a", "3", "", "", "1", "default", END));
+    redisReply *r = fcall("list", &one, -1, "", "0", "", "", "", "", END);
+    assert_true(has_code(r, "ok"));
+    assert_int_equal(r->element[1]->integer, 1);
+    assert_int_equal(r->elements, 3);
+    freeReplyObject(r);
+    expect_placed_code(fcall("groups", &one, -1, "", "10", END), "ok");
+
+    queue_init(&q, "shlist");
+    shard_of(&q, 1, 0, &q1);
+    r = fcall("shards_set", &q, -1, "raise", "2", "0", END);
+    char rev[32], older[32], newer[32];
+    snprintf(rev, sizeof rev, "%s", pair_value(r, 1, "rev"));
+    snprintf(older, sizeof older, "%lld", atoll(rev) - 1);
+    snprintf(newer, sizeof newer, "%lld", atoll(rev) + 1);
+    freeReplyObject(r);
+    expect_placed_code(fcall("list", &q, -1, "", "10", "", "", "", "", END), "reshard");
+    expect_placed_code(fcall("list", &q, -1, "", "10", "", "", "", "", older, END), "reshard");
+    expect_placed_code(fcall("list", &q, -1, "", "10", "", "", "", "", rev, END), "ok");
+    expect_placed_code(fcall("groups", &q, -1, "", "10", END), "reshard");
+    expect_placed_code(fcall("groups", &q, -1, "", "10", rev, END), "ok");
+    /* Shard 1 before its copy is outside the count; after it, a newer view
+     * (the copy lags) reads it all the same. */
+    expect_placed_code(fcall("list", &q1, -1, "", "10", "", "", "", "", rev, END), "reshard");
+    freeReplyObject(copy_to(&q, &q1));
+    expect_placed_code(fcall("list", &q1, -1, "", "10", "", "", "", "", rev, END), "ok");
+    expect_placed_code(fcall("list", &q1, -1, "", "10", "", "", "", "", newer, END), "ok");
+    expect_placed_code(fcall("list", &q1, -1, "", "10", "", "", "", "", END), "ok");
+    expect_error(fcall("list", &q, -1, "", "-1", "", "", "", "", rev, END));
+}
+
 static void test_shards_copy_during_lowering_keeps_fence(void **state)
 {
     (void)state;
@@ -1263,6 +1304,7 @@ int main(void)
         cmocka_unit_test(test_shards_raise_refusals),
         cmocka_unit_test(test_shards_lower_and_retire),
         cmocka_unit_test(test_shards_placement),
+        cmocka_unit_test(test_shards_listing_needs_the_view),
         cmocka_unit_test(test_shards_copy_during_lowering_keeps_fence),
         cmocka_unit_test(test_shards_old_copy_after_commit_keeps_fence),
         cmocka_unit_test(test_shards_abandoned_lowering),

@@ -112,7 +112,8 @@ typedef struct rd_queues_req {
  * "Fairness groups"). */
 typedef struct rd_groups_req {
     int limit;
-    char cursor[RD_GROUP_MAX];   /* the group name it stands for; cursor_len 0: the first page */
+    char cursor[RD_GROUP_MAX + 8];   /* the group name it stands for, after a sharded
+                                        queue's "s<k>."; cursor_len 0: the first page */
     size_t cursor_len;
 } rd_groups_req_t;
 

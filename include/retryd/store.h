@@ -606,6 +606,9 @@ int rd_store_libraries(rd_store_t *st, rd_store_strings_cb cb, void *arg);
 void rd_store_learn_view(rd_store_t *st, rd_store_queue_t q);
 /* The same whether or not a view exists (a tick said another count). */
 void rd_store_relearn_view(rd_store_t *st, rd_store_queue_t q);
+/* The same, now, and cb (with the read's status) once the view is learned:
+ * a face that found its view wrong ({"reshard"}) reads it before it goes on. */
+int rd_store_read_view(rd_store_t *st, rd_store_queue_t q, rd_store_status_cb cb, void *arg);
 /* This daemon's view of q (NULL: one shard), read again in the background
  * when it is RD_SHARD_VIEW_REFRESH_MS old (shard_view.h). Every face looks
  * views up through it. */

@@ -1,0 +1,254 @@
+/* test_e2e_shards.c - end-to-end tests of build/retryd over HTTP against a
+ * real redis-server: the APIs over every shard of a sharded queue
+ * (docs/sharding.md "Every API over all shards"): listings of messages and
+ * groups page across the shards, each message and group once.
+ *
+ * The group's daemon, setup, and the helpers the e2e suites share:
+ * e2e_common.h and e2e_shards.h. */
+
+#define E2E_SUITE "test_e2e_shards"
+#include "e2e_common.h"
+#include "retryd/shards.h"
+#include "e2e_shards.h"
+
+/* A queue of `shards` shards on the side daemon (started here), its raise
+ * closed, so that every later enqueue is placed under the new count. */
+static void sharded_queue(char *q, size_t cap, const char *tag, int shards)
+{
+    start_sharding_daemon();
+    e2e_queue_name(q, cap, tag);
+    e2e_response_t r = { 0 };
+    side(&r, "PUT", e2e_fmt("/queues/%s/policy", q), e2e_fmt("{\"shards\":%d}", shards));
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "shards"), shards);
+    close_raise(q);
+    e2e_response_free(&r);
+}
+
+static void stop_side(void)
+{
+    e2e_conn_close(&g_conn);
+    assert_int_equal(e2e_daemon_stop(&g_side, SIGTERM, E2E_STOP_TIMEOUT_MS), 0);
+}
+
+/* Pages GET /queues/{q}/messages<query> from the daemon on port to the end:
+ * the ids in order into ids (at most cap), *pages the pages read; every
+ * page's total is `total`. Returns the count. */
+static size_t list_all(int port, const char *q, const char *query, int limit, long long total,
+                       long long *ids, size_t cap, int *pages)
+{
+    char cursor[256] = "";
+    size_t n = 0;
+    *pages = 0;
+    e2e_response_t r = { 0 };
+    for (;;) {
+        const char *path = e2e_fmt("/queues/%s/messages?limit=%d%s%s%s", q, limit, query,
+                                   cursor[0] ? "&cursor=" : "",
+                                   cursor[0] ? e2e_url_encode(cursor) : "");
+        http_to(port, &r, "GET", path, NULL, 0);
+        rd_json_t *page = e2e_expect_json(&r, 200);
+        (*pages)++;
+        assert_true(*pages < 200);
+        assert_int_equal(e2e_jint(page, "total"), total);
+        rd_json_t *ms = e2e_jget(page, "messages");
+        assert_true(rd_json_array_size(ms) <= (size_t)limit);
+        for (size_t i = 0; i < rd_json_array_size(ms); i++) {
+            assert_true(n < cap);
+            ids[n++] = e2e_jint(rd_json_array_at(ms, i), "id");
+        }
+        const rd_json_t *next = e2e_jget(page, "next_cursor");
+        if (rd_json_is_null(next)) break;
+        snprintf(cursor, sizeof cursor, "%s", rd_json_string(next));
+    }
+    e2e_response_free(&r);
+    return n;
+}
+
+/* Each of want[0..n) exactly once in got[0..n). */
+static void expect_each_once(const long long *got, size_t ngot, const long long *want, size_t n)
+{
+    assert_int_equal(ngot, n);
+    for (size_t i = 0; i < n; i++) {
+        size_t seen = 0;
+        for (size_t j = 0; j < ngot; j++) seen += got[j] == want[i];
+        if (seen != 1) fail_msg("message %lld listed %zu times", want[i], seen);
+    }
+}
+
+/* 30 messages over 3 shards (10 each), 4 of them leased: GET messages
+ * pages through every shard, shard 0 first, each message exactly once, the
+ * total summed over the shards on every page; a state filter too. The
+ * daemon that has no view of the queue learns it from its first page and
+ * answers the same. */
+static void test_shards_listing_pages_every_shard(void **state)
+{
+    (void)state;
+    char q[64];
+    sharded_queue(q, sizeof q, "listed", 3);
+    e2e_response_t r = { 0 };
+    long long ids[30];
+    for (int i = 0; i < 30; i++) {
+        side(&r, "POST", messages_path(q), e2e_fmt("{\"payload\":\"m%d\"}", i));
+        ids[i] = e2e_jint(e2e_expect_json(&r, 201), "id");
+    }
+    int on[3] = { 0 };
+    for (int i = 0; i < 30; i++) on[ids[i] / RD_SHARD_SPAN]++;
+    assert_int_equal(on[0], 10);
+    assert_int_equal(on[1], 10);
+    assert_int_equal(on[2], 10);
+    long long leased[4];
+    for (int i = 0; i < 4; i++) {
+        side(&r, "POST", e2e_fmt("/queues/%s/claim", q), "{\"lease_seconds\":60}");
+        leased[i] = e2e_jint(e2e_expect_json(&r, 200), "id");
+    }
+
+    long long got[64];
+    int pages;
+    size_t n = list_all(g_side.port, q, "", 7, 30, got, 64, &pages);
+    expect_each_once(got, n, ids, 30);
+    assert_true(pages >= 5);           /* 7 a page: never more, whatever the shards */
+    for (size_t i = 1; i < n; i++)     /* shard by shard, shard 0 first */
+        assert_true(got[i] / RD_SHARD_SPAN >= got[i - 1] / RD_SHARD_SPAN);
+
+    n = list_all(g_side.port, q, "&status=processing", 3, 4, got, 64, &pages);
+    expect_each_once(got, n, leased, 4);
+    long long pending[26];
+    size_t np = 0;
+    for (int i = 0; i < 30; i++) {
+        bool was_leased = false;
+        for (int j = 0; j < 4; j++) was_leased |= ids[i] == leased[j];
+        if (!was_leased) pending[np++] = ids[i];
+    }
+    n = list_all(g_side.port, q, "&status=pending", 1000, 26, got, 64, &pages);
+    expect_each_once(got, n, pending, 26);
+    assert_int_equal(pages, 3);        /* one a shard: a page reads one shard */
+
+    /* The main daemon has no view: its first page learns it. */
+    n = list_all(g_daemon.port, q, "", 1000, 30, got, 64, &pages);
+    expect_each_once(got, n, ids, 30);
+    e2e_response_free(&r);
+    stop_side();
+}
+
+/* Cursors of a sharded queue: a bare cursor (one issued before the raise)
+ * goes on in shard 0; one naming a shard the queue does not have (s5. of 3
+ * shards: lowered meanwhile) is the end; one naming no shard at all is 400
+ * with the field. Empty shards between cost no empty page: the page goes on
+ * to the next shard at once. */
+static void test_shards_listing_cursors(void **state)
+{
+    (void)state;
+    char q[64];
+    e2e_queue_name(q, sizeof q, "cursors");
+    enqueue(q, "{\"payload\":\"before-1\"}");
+    enqueue(q, "{\"payload\":\"before-2\"}");
+    e2e_response_t r = { 0 };
+    http(&r, "GET", e2e_fmt("%s?limit=1", messages_path(q)), NULL);
+    rd_json_t *page = e2e_expect_json(&r, 200);
+    char bare[128];
+    snprintf(bare, sizeof bare, "%s", rd_json_string(e2e_jget(page, "next_cursor")));
+    assert_true(bare[0] != 's');
+
+    start_sharding_daemon();
+    side(&r, "PUT", e2e_fmt("/queues/%s/policy", q), "{\"shards\":3}");
+    e2e_expect_json(&r, 200);
+    close_raise(q);
+    side(&r, "POST", messages_path(q), "{\"payload\":\"after\",\"group\":\"tenant-42\"}");
+    long long on_1 = e2e_jint(e2e_expect_json(&r, 201), "id");
+    assert_int_equal(on_1 / RD_SHARD_SPAN, 1);
+
+    /* The bare cursor: the rest of shard 0, then shard 1's message, then
+     * shard 2's empty end (a page reads one shard). */
+    side(&r, "GET", e2e_fmt("%s?limit=5&cursor=%s", messages_path(q), e2e_url_encode(bare)), NULL);
+    page = e2e_expect_json(&r, 200);
+    rd_json_t *ms = e2e_jget(page, "messages");
+    assert_int_equal(rd_json_array_size(ms), 1);
+    assert_string_equal(e2e_jstr(rd_json_array_at(ms, 0), "payload"), "before-2");
+    assert_int_equal(e2e_jint(page, "total"), 3);
+    const char *next = rd_json_string(e2e_jget(page, "next_cursor"));
+    assert_string_equal(next, "s1.");
+    side(&r, "GET", e2e_fmt("%s?limit=5&cursor=s1.", messages_path(q)), NULL);
+    page = e2e_expect_json(&r, 200);
+    ms = e2e_jget(page, "messages");
+    assert_int_equal(rd_json_array_size(ms), 1);
+    assert_int_equal(e2e_jint(rd_json_array_at(ms, 0), "id"), on_1);
+    assert_string_equal(rd_json_string(e2e_jget(page, "next_cursor")), "s2.");
+    side(&r, "GET", e2e_fmt("%s?limit=5&cursor=s2.", messages_path(q)), NULL);
+    page = e2e_expect_json(&r, 200);
+    assert_int_equal(rd_json_array_size(e2e_jget(page, "messages")), 0);
+    assert_true(rd_json_is_null(e2e_jget(page, "next_cursor")));
+
+    side(&r, "GET", e2e_fmt("%s?cursor=s5.", messages_path(q)), NULL);
+    page = e2e_expect_json(&r, 200);
+    assert_int_equal(rd_json_array_size(e2e_jget(page, "messages")), 0);
+    assert_int_equal(e2e_jint(page, "total"), 3);
+    assert_true(rd_json_is_null(e2e_jget(page, "next_cursor")));
+
+    side(&r, "GET", e2e_fmt("%s?cursor=s64.", messages_path(q)), NULL);
+    rd_json_t *errors = expect_invalid(&r, messages_path(q), 1);
+    expect_field_error(errors, "cursor", "invalid", NULL);
+    e2e_response_free(&r);
+    stop_side();
+}
+
+/* GET groups of a sharded queue: 12 groups spread by their hash over 3
+ * shards, paged 5 at a time from either daemon: each group once, with its
+ * counts. */
+static void test_shards_groups_listing(void **state)
+{
+    (void)state;
+    char q[64];
+    sharded_queue(q, sizeof q, "grouped", 3);
+    e2e_response_t r = { 0 };
+    int shards_used[3] = { 0 };
+    for (int g = 0; g < 12; g++)
+        for (int i = 0; i <= g % 3; i++) {
+            side(&r, "POST", messages_path(q), e2e_fmt("{\"payload\":\"x\",\"group\":\"g%02d\"}", g));
+            shards_used[e2e_jint(e2e_expect_json(&r, 201), "id") / RD_SHARD_SPAN] = 1;
+        }
+    assert_int_equal(shards_used[0] + shards_used[1] + shards_used[2], 3);
+
+    int ports[2] = { g_side.port, g_daemon.port };
+    for (int p = 0; p < 2; p++) {
+        int seen[12] = { 0 }, pages = 0;
+        char cursor[256] = "";
+        for (;;) {
+            http_to(ports[p], &r, "GET",
+                    e2e_fmt("/queues/%s/groups?limit=5%s%s", q, cursor[0] ? "&cursor=" : "",
+                            cursor),
+                    NULL, 0);
+            rd_json_t *page = e2e_expect_json(&r, 200);
+            assert_true(++pages < 20);
+            rd_json_t *gs = e2e_jget(page, "groups");
+            assert_true(rd_json_array_size(gs) <= 5);
+            for (size_t i = 0; i < rd_json_array_size(gs); i++) {
+                const rd_json_t *g = rd_json_array_at(gs, i);
+                int k = atoi(e2e_jstr(g, "group") + 1);
+                assert_true(k >= 0 && k < 12);
+                seen[k]++;
+                assert_int_equal(e2e_jint(g, "pending"), k % 3 + 1);
+            }
+            const rd_json_t *next = e2e_jget(page, "next_cursor");
+            if (rd_json_is_null(next)) break;
+            snprintf(cursor, sizeof cursor, "%s", rd_json_string(next));
+        }
+        for (int k = 0; k < 12; k++)
+            if (seen[k] != 1) fail_msg("port %d: group g%02d listed %d times", ports[p], k, seen[k]);
+    }
+    e2e_response_free(&r);
+    stop_side();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(test_shards_listing_pages_every_shard),
+        T(test_shards_listing_cursors),
+        T(test_shards_groups_listing),
+    };
+    int failed = cmocka_run_group_tests_name("e2e_shards", tests, group_setup, group_teardown);
+    if (failed == 0 && g_stop_failed) {
+        printf("FAIL " E2E_SUITE ": retryd did not exit 0 within 5 s of SIGTERM\n");
+        return 1;
+    }
+    return failed;
+}
