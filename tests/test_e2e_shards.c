@@ -238,12 +238,119 @@ static void test_shards_groups_listing(void **state)
     stop_side();
 }
 
+/* How many messages of q the listing of status totals (summed over shards). */
+static long long listed_total(int port, const char *q, const char *status)
+{
+    e2e_response_t r = { 0 };
+    http_to(port, &r, "GET", e2e_fmt("/queues/%s/messages?limit=1&status=%s", q, status), NULL, 0);
+    long long n = e2e_jint(e2e_expect_json(&r, 200), "total");
+    e2e_response_free(&r);
+    return n;
+}
+
+/* Enqueues n messages on the side daemon (round robin over the shards) and
+ * kills each: n dead letters, ids into ids. */
+static void dead_letters(const char *q, long long *ids, int n)
+{
+    e2e_response_t r = { 0 };
+    for (int i = 0; i < n; i++) {
+        side(&r, "POST", messages_path(q), e2e_fmt("{\"payload\":\"d%d\"}", i));
+        ids[i] = e2e_jint(e2e_expect_json(&r, 201), "id");
+        side(&r, "POST", message_path(q, ids[i], "kill"), "{\"reason\":\"test\"}");
+        assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "status"), "dead");
+    }
+    e2e_response_free(&r);
+}
+
+/* Replay over every shard: by ids given in any order across the shards
+ * (each replayed on its own shard; an id of no letter counts nothing), then
+ * all the rest. From the daemon without a view too: it reads the layout
+ * before the first call. */
+static void test_shards_replay_every_shard(void **state)
+{
+    (void)state;
+    char q[64];
+    sharded_queue(q, sizeof q, "replayed", 3);
+    long long ids[12];
+    dead_letters(q, ids, 12);
+    int on[3] = { 0 };
+    for (int i = 0; i < 12; i++) on[ids[i] / RD_SHARD_SPAN]++;
+    assert_true(on[0] == 4 && on[1] == 4 && on[2] == 4);
+    assert_int_equal(listed_total(g_side.port, q, "dead"), 12);
+
+    /* Shard 2's first, then 0's, then 1's, and one id that names nothing. */
+    long long pick[4] = { 0 };
+    for (int i = 0; i < 12 && (!pick[0] || !pick[1] || !pick[2]); i++) {
+        int k = (int)(ids[i] / RD_SHARD_SPAN);
+        if (!pick[(k + 1) % 3]) pick[(k + 1) % 3] = ids[i];
+    }
+    pick[3] = 2 * RD_SHARD_SPAN + 999;
+    e2e_response_t r = { 0 };
+    http(&r, "POST", e2e_fmt("/queues/%s/replay", q),
+         e2e_fmt("{\"ids\":[%lld,%lld,%lld,%lld]}", pick[0], pick[1], pick[2], pick[3]));
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "replayed"), 3);
+    for (int i = 0; i < 3; i++) {
+        http(&r, "GET", message_path(q, pick[i], NULL), NULL);
+        assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "status"), "pending");
+    }
+    assert_int_equal(listed_total(g_daemon.port, q, "dead"), 9);
+
+    side(&r, "POST", e2e_fmt("/queues/%s/replay", q), "{\"all\":true}");
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "replayed"), 9);
+    assert_int_equal(listed_total(g_side.port, q, "dead"), 0);
+    assert_int_equal(listed_total(g_side.port, q, "pending"), 12);
+    e2e_response_free(&r);
+    stop_side();
+}
+
+/* Keys of q's shard k (k 0: the queue's own base) in Redis. */
+static long long shard_keys(const char *q, int k)
+{
+    redisReply *x = k == 0 ? e2e_rcmd(g_redis, "KEYS %s:{%s}:*", g_prefix, q)
+                           : e2e_rcmd(g_redis, "KEYS %s:{%s:%d.0}:*", g_prefix, q, k);
+    long long n = 0;
+    for (size_t i = 0; i < x->elements; i++)   /* the layout stays: its rev grows across a drop */
+        n += strcmp(strrchr(x->element[i]->str, ':'), ":shard") != 0;
+    freeReplyObject(x);
+    return n;
+}
+
+/* DELETE /queues/{q} of a sharded queue empties every shard, the last
+ * first, shard 0 last with its registry entries; afterwards the name is a
+ * new queue of one shard. From the daemon without a view too. */
+static void test_shards_drop_every_shard(void **state)
+{
+    (void)state;
+    char q[64];
+    sharded_queue(q, sizeof q, "dropped", 3);
+    e2e_response_t r = { 0 };
+    for (int i = 0; i < 9; i++) {
+        side(&r, "POST", messages_path(q), e2e_fmt("{\"payload\":\"x%d\"}", i));
+        e2e_expect_json(&r, 201);
+    }
+    long long dead[3];
+    dead_letters(q, dead, 3);
+    for (int k = 0; k < 3; k++) assert_true(shard_keys(q, k) > 0);
+    http(&r, "DELETE", e2e_fmt("/queues/%s", q), NULL);
+    assert_int_equal(r.status, 204);
+    for (int k = 0; k < 3; k++)
+        if (shard_keys(q, k) != 0) fail_msg("shard %d keeps %lld keys", k, shard_keys(q, k));
+    side(&r, "GET", e2e_fmt("/queues/%s/policy", q), NULL);
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "shards"), 1);
+    side(&r, "POST", messages_path(q), "{\"payload\":\"anew\"}");
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 201), "id"), 1);
+    e2e_response_free(&r);
+    stop_side();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         T(test_shards_listing_pages_every_shard),
         T(test_shards_listing_cursors),
         T(test_shards_groups_listing),
+        T(test_shards_replay_every_shard),
+        T(test_shards_drop_every_shard),
     };
     int failed = cmocka_run_group_tests_name("e2e_shards", tests, group_setup, group_teardown);
     if (failed == 0 && g_stop_failed) {
