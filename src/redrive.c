@@ -10,7 +10,14 @@
  *   4. redrive_forget (target) the idempotency keys expire a day later
  * A call cut anywhere leaves letters in redriving, which the next take on
  * the source answers first (with their recorded target); step 2 answers the
- * same new id again, so each letter lands in its target once. */
+ * same new id again, so each letter lands in its target once.
+ *
+ * A sharded source (docs/sharding.md "Every API over all shards") is walked
+ * shard by shard, 0 first, with its layout read from shard 0 before the
+ * first take: the take, the done and the letters' source are that shard's
+ * (ids given are sorted by their shard first, stably). The target is the
+ * queue's own base: a redriven letter enqueued there is claimed like any
+ * other message of the target. */
 #include "retryd/redrive.h"
 
 #include <stdio.h>
@@ -19,6 +26,8 @@
 
 #include "retryd/alloc.h"
 #include "retryd/log.h"
+#include "retryd/shard_view.h"
+#include "retryd/shards.h"
 
 /* Ids given to one take (its reply may use fewer, and says how many). */
 enum { TAKE_IDS_MAX = RD_STORE_REPLAY_IDS_MAX, TAKE_LIMIT = 1000, STALLS_MAX = 3 };
@@ -40,8 +49,12 @@ typedef struct rd_redrive {
     char *source, *target;      /* owned */
     size_t source_len, target_len;
     const char *mode, *needle;  /* borrowed */
-    const long long *ids;
+    const long long *ids;       /* borrowed; on a sharded source, own_ids */
+    long long *own_ids;         /* the ids by shard (a sharded source) */
     size_t n, offset;           /* ids: how many ids are done */
+    size_t end;                 /* ids: where the shard's ids end */
+    rd_shard_view_t view;       /* the source's, read at the start (n 1: one shard) */
+    int shard;                  /* the source's shard being walked */
     size_t given;               /* ids: how many the last take was given */
     char *cursor;               /* all/error: where the next take starts (NULL first) */
     long long moved;
@@ -86,6 +99,7 @@ static void finish(redrive_t *r, rd_store_status_t status, const char *detail)
     r->cb(&out, r->arg);
     free_batch(r);
     rd_free(r->cursor);
+    rd_free(r->own_ids);
     rd_free(r->source);
     rd_free(r->target);
     rd_free(r);
@@ -104,7 +118,36 @@ static bool failed(redrive_t *r, const rd_store_head_t *head)
 
 static rd_store_queue_t source_q(const redrive_t *r)
 {
-    return (rd_store_queue_t){ .name = r->source, .len = r->source_len };
+    return rd_shard_view_at(r->view.n > 1 ? &r->view : NULL,
+                            (rd_store_queue_t){ .name = r->source, .len = r->source_len },
+                            r->shard);
+}
+
+/* ids: where shard k's ids end in r->ids. */
+static size_t ids_end(const redrive_t *r, int k)
+{
+    if (r->view.n <= 1) return r->n;
+    size_t end = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        int of = rd_shards_of_id(r->ids[i]);
+        end += (of >= 0 && of < r->view.n ? of : 0) <= k;
+    }
+    return end;
+}
+
+/* The source's walk goes on at its next shard (ids: the next with ids);
+ * false after the last. */
+static bool next_shard(redrive_t *r)
+{
+    while (++r->shard < r->view.n) {
+        rd_free(r->cursor);
+        r->cursor = NULL;
+        if (strcmp(r->mode, "ids") != 0) return true;
+        r->offset = r->end;
+        r->end = ids_end(r, r->shard);
+        if (r->end > r->offset) return true;
+    }
+    return false;
 }
 
 /* After a batch (or an empty take): on to the next take, or the end. */
@@ -118,9 +161,9 @@ static void advance(redrive_t *r, bool progressed)
         size_t next_len = strlen(r->next);
         if (strcmp(r->mode, "ids") == 0) {
             r->offset += next_len ? strtoul(r->next, NULL, 10) : r->given;
-            done = r->offset >= r->n;
+            done = r->offset >= r->end && !next_shard(r);
         } else if (next_len == 0) {
-            done = true;
+            done = !next_shard(r);
         } else {
             if (r->cursor && strcmp(r->cursor, r->next) == 0 && !progressed) {
                 free_batch(r);
@@ -302,7 +345,7 @@ static int take(redrive_t *r)
 {
     rd_store_queue_t target = { .name = r->target, .len = r->target_len };
     if (strcmp(r->mode, "ids") == 0) {
-        size_t k = r->n - r->offset < TAKE_IDS_MAX ? r->n - r->offset : TAKE_IDS_MAX;
+        size_t k = r->end - r->offset < TAKE_IDS_MAX ? r->end - r->offset : TAKE_IDS_MAX;
         r->given = k;
         return rd_store_redrive_take(r->st, source_q(r), target, r->mode, r->ids + r->offset, k,
                                      0, NULL, NULL, on_take, r);
@@ -319,9 +362,44 @@ void rd_redrive_resume(rd_redrive_t *r, bool go)
     } else if (take(r) != 0) finish(r, RD_STORE_UNAVAILABLE, NULL);
 }
 
+/* ids by their shard, stably (ids of no shard: shard 0's, not found there). */
+static void sort_by_shard(redrive_t *r)
+{
+    r->own_ids = rd_malloc(r->n * sizeof *r->own_ids);
+    size_t at = 0;
+    for (int k = 0; k < r->view.n; k++)
+        for (size_t i = 0; i < r->n; i++) {
+            int of = rd_shards_of_id(r->ids[i]);
+            if ((of >= 0 && of < r->view.n ? of : 0) == k) r->own_ids[at++] = r->ids[i];
+        }
+    r->ids = r->own_ids;
+}
+
+/* The source's layout is read: the walk starts at shard 0, or at the
+ * first shard with ids. */
+static void on_view_read(const rd_store_head_t *res, void *arg)
+{
+    redrive_t *r = arg;
+    if (failed(r, res)) return;
+    const rd_shard_view_t *v =
+        rd_store_view(r->st, (rd_store_queue_t){ .name = r->source, .len = r->source_len });
+    r->view = v ? *v : (rd_shard_view_t){ .n = 1 };
+    r->end = r->n;
+    if (strcmp(r->mode, "ids") == 0 && r->view.n > 1 && r->n > 0) {
+        sort_by_shard(r);
+        r->end = ids_end(r, 0);
+        if (r->end == 0 && !next_shard(r)) {
+            finish(r, RD_STORE_OK, NULL);
+            return;
+        }
+    }
+    if (take(r) != 0) finish(r, RD_STORE_UNAVAILABLE, NULL);
+}
+
 static int start(redrive_t *r)
 {
-    if (take(r) == 0) return 0;
+    rd_store_queue_t source = { .name = r->source, .len = r->source_len };
+    if (rd_store_read_view(r->st, source, on_view_read, r) == 0) return 0;
     rd_free(r->source);
     rd_free(r->target);
     rd_free(r);

@@ -303,6 +303,36 @@ static void test_shards_replay_every_shard(void **state)
     stop_side();
 }
 
+/* Redrive out of a sharded queue into another: by ids across the shards,
+ * then all the rest; each letter lands in the target once, and leaves its
+ * own shard of the source. */
+static void test_shards_redrive_every_shard(void **state)
+{
+    (void)state;
+    char q[64], to[64];
+    sharded_queue(q, sizeof q, "redriven", 3);
+    e2e_queue_name(to, sizeof to, "redrive-to");
+    long long ids[9];
+    dead_letters(q, ids, 9);
+    e2e_response_t r = { 0 };
+    http(&r, "POST", e2e_fmt("/queues/%s/replay", q),
+         e2e_fmt("{\"ids\":[%lld,%lld,%lld],\"to\":\"%s\"}", ids[8], ids[4], ids[0], to));
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "replayed"), 3);
+    assert_int_equal(listed_total(g_side.port, q, "dead"), 6);
+    assert_int_equal(listed_total(g_side.port, to, "pending"), 3);
+    side(&r, "POST", e2e_fmt("/queues/%s/replay", q), e2e_fmt("{\"all\":true,\"to\":\"%s\"}", to));
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "replayed"), 6);
+    assert_int_equal(listed_total(g_side.port, q, "dead"), 0);
+    assert_int_equal(listed_total(g_daemon.port, to, "pending"), 9);
+    for (int k = 1; k < 3; k++) {
+        redisReply *x = e2e_rcmd(g_redis, "ZCARD %s:{%s:%d.0}:3:redriving", g_prefix, q, k);
+        assert_int_equal(x->integer, 0);
+        freeReplyObject(x);
+    }
+    e2e_response_free(&r);
+    stop_side();
+}
+
 /* Keys of q's shard k (k 0: the queue's own base) in Redis. */
 static long long shard_keys(const char *q, int k)
 {
@@ -350,6 +380,7 @@ int main(void)
         T(test_shards_listing_cursors),
         T(test_shards_groups_listing),
         T(test_shards_replay_every_shard),
+        T(test_shards_redrive_every_shard),
         T(test_shards_drop_every_shard),
     };
     int failed = cmocka_run_group_tests_name("e2e_shards", tests, group_setup, group_teardown);
