@@ -891,7 +891,7 @@ static void handle_stats(call_t *c)
         rd_api_answer_parse_failure(c, r, &errs);
         return;
     }
-    if (series) rd_api_started(c, rd_store_series(c->api->store, rd_api_queue_of(c), series,
+    if (series) rd_api_started(c, rd_shard_series(c->api->store, rd_api_queue_of(c), series,
                                                   on_series, c));
     else rd_api_started(c, rd_shard_stats(c->api->store, rd_api_queue_of(c), c->top, on_stats, c));
 }

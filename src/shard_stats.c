@@ -193,3 +193,112 @@ int rd_shard_stats(rd_store_t *st, rd_store_queue_t q, int top, rd_store_stats_c
     }
     return 0;
 }
+
+/* rd_shard_series: each shard's rings, summed bucket by bucket. The first
+ * shard's answer sets the buckets; a later one that started a bucket later
+ * (the minute turned between the calls) is added where its buckets fall. */
+typedef struct series_job {
+    rd_store_t *st;
+    char *queue;
+    size_t len;
+    char *resolution;
+    rd_shard_view_t view;
+    int shard;
+    rd_store_series_t sum;      /* values owned */
+    rd_store_series_cb cb;
+    void *arg;
+} series_job_t;
+
+static void series_end(series_job_t *j, const rd_store_series_t *res)
+{
+    j->cb(res, j->arg);
+    rd_free(j->sum.values);
+    rd_free(j->resolution);
+    rd_free(j->queue);
+    rd_free(j);
+}
+
+static void series_fail(series_job_t *j, rd_store_status_t status)
+{
+    rd_store_series_t res = { .head = { .status = status } };
+    series_end(j, &res);
+}
+
+static void on_series(const rd_store_series_t *res, void *arg);
+
+static int ask_series(series_job_t *j)
+{
+    rd_store_queue_t q = rd_shard_view_at(j->view.n > 1 ? &j->view : NULL,
+                                          (rd_store_queue_t){ .name = j->queue, .len = j->len },
+                                          j->shard);
+    return rd_store_series(j->st, q, j->resolution, on_series, j);
+}
+
+static void add_series(series_job_t *j, const rd_store_series_t *res)
+{
+    if (j->sum.values == NULL) {
+        j->sum = *res;
+        j->sum.values = rd_calloc(RD_SERIES_COUNT * (res->len ? res->len : 1), sizeof *res->values);
+        memcpy(j->sum.values, res->values, RD_SERIES_COUNT * res->len * sizeof *res->values);
+        return;
+    }
+    if (res->step_ms != j->sum.step_ms || res->step_ms <= 0) return;
+    long long shift = (res->start_ms - j->sum.start_ms) / res->step_ms;
+    for (size_t i = 0; i < RD_SERIES_COUNT; i++)
+        for (size_t b = 0; b < res->len; b++) {
+            long long at = (long long)b + shift;
+            if (at >= 0 && at < (long long)j->sum.len)
+                j->sum.values[i * j->sum.len + (size_t)at] += res->values[i * res->len + b];
+        }
+}
+
+static void on_series(const rd_store_series_t *res, void *arg)
+{
+    series_job_t *j = arg;
+    if (res->head.status != RD_STORE_OK) {
+        series_end(j, res);
+        return;
+    }
+    add_series(j, res);
+    if (++j->shard >= j->view.n) {
+        series_end(j, &j->sum);
+        return;
+    }
+    if (ask_series(j) != 0) series_fail(j, RD_STORE_UNAVAILABLE);
+}
+
+static void on_series_view(const rd_store_head_t *res, void *arg)
+{
+    series_job_t *j = arg;
+    if (res->status != RD_STORE_OK) {
+        series_fail(j, res->status);
+        return;
+    }
+    rd_shard_view_t *v = rd_store_view(j->st, (rd_store_queue_t){ .name = j->queue, .len = j->len });
+    j->view = v ? *v : (rd_shard_view_t){ .n = 1 };
+    if (ask_series(j) != 0) series_fail(j, RD_STORE_UNAVAILABLE);
+}
+
+int rd_shard_series(rd_store_t *st, rd_store_queue_t q, const char *resolution,
+                    rd_store_series_cb cb, void *arg)
+{
+    series_job_t *j = rd_calloc(1, sizeof *j);
+    *j = (series_job_t){ .st = st, .queue = rd_strndup(q.name, q.len), .len = q.len,
+                         .resolution = rd_strdup(resolution), .cb = cb, .arg = arg };
+    j->sum.head.status = RD_STORE_OK;
+    rd_shard_view_t *v = rd_store_view(st, q);
+    int rc;
+    if (v) {
+        j->view = *v;
+        rc = ask_series(j);
+    } else {
+        /* No view: one shard or one this daemon has not learned; read it. */
+        rc = rd_store_read_view(st, q, on_series_view, j);
+    }
+    if (rc != 0) {
+        rd_free(j->resolution);
+        rd_free(j->queue);
+        rd_free(j);
+    }
+    return rc;
+}

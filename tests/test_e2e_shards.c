@@ -333,6 +333,38 @@ static void test_shards_redrive_every_shard(void **state)
     stop_side();
 }
 
+/* The sum of series `name` of GET stats?series=minute of q, from port. */
+static long long series_sum(int port, const char *q, const char *name)
+{
+    e2e_response_t r = { 0 };
+    http_to(port, &r, "GET", e2e_fmt("/queues/%s/stats?series=minute", q), NULL, 0);
+    rd_json_t *doc = e2e_expect_json(&r, 200);
+    rd_json_t *a = e2e_jget(e2e_jget(doc, "series"), name);
+    long long sum = 0;
+    for (size_t i = 0; i < rd_json_array_size(a); i++) {
+        double v = 0;
+        assert_true(rd_json_number(rd_json_array_at(a, i), &v));
+        sum += (long long)v;
+    }
+    e2e_response_free(&r);
+    return sum;
+}
+
+/* The time series of a sharded queue sum every shard's rings, from the
+ * daemon with a view and from the one without. */
+static void test_shards_series_sum_every_shard(void **state)
+{
+    (void)state;
+    char q[64];
+    sharded_queue(q, sizeof q, "series", 3);
+    long long ids[6];
+    dead_letters(q, ids, 6);
+    assert_int_equal(series_sum(g_side.port, q, "enqueued"), 6);
+    assert_int_equal(series_sum(g_side.port, q, "dead"), 6);
+    assert_int_equal(series_sum(g_daemon.port, q, "enqueued"), 6);
+    stop_side();
+}
+
 /* Keys of q's shard k (k 0: the queue's own base) in Redis. */
 static long long shard_keys(const char *q, int k)
 {
@@ -381,6 +413,7 @@ int main(void)
         T(test_shards_groups_listing),
         T(test_shards_replay_every_shard),
         T(test_shards_redrive_every_shard),
+        T(test_shards_series_sum_every_shard),
         T(test_shards_drop_every_shard),
     };
     int failed = cmocka_run_group_tests_name("e2e_shards", tests, group_setup, group_teardown);
