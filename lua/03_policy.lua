@@ -641,6 +641,17 @@ do
     return tonumber(p.shards) or 1
   end
 
+  -- Why policy p cannot be spread over shards, and the field, or nil: each
+  -- shard would hold the whole max_in_flight and rate_limit (docs/sharding.md
+  -- "max_in_flight and rate_limit"), so until quotas across shards are built
+  -- a queue has either shards above 1 or these limits.
+  function flow.limit_across_shards(p)
+    local why = 'cannot be combined with shards above 1 in this release: the limits are not yet held across shards'
+    if (tonumber(p.max_in_flight) or 0) > 0 then return 'max_in_flight ' .. why, 'max_in_flight' end
+    if p['rate_limit.per_second'] then return 'rate_limit ' .. why, 'rate_limit' end
+    return nil
+  end
+
   -- The sha1 (hex) of a policy table: its fields in name order, each
   -- "<name>\0<value>\0", so that a shard's copy can be told apart from
   -- shard 0's policy without sending it (docs/sharding.md "Every API over
@@ -692,7 +703,9 @@ do
   -- stamps with it).
   -- Returns {"ok", field, value, ...} (the policy now, as policy_get, the
   -- layout's pairs included) or
-  -- {"invalid", field, why}: nothing changed. Mode "create" answers
+  -- {"invalid", field, why}: nothing changed; {"limited", field, why}: a
+  -- max_in_flight or rate_limit on a queue with shards above 1 (nothing
+  -- changed; flow.limit_across_shards). Mode "create" answers
   -- {"created", field, value, ...} when it wrote the policy, {"exists",
   -- field, value, ...} (the stored one, unchanged) when the queue had one.
   local function policy_set(keys, args)
@@ -731,6 +744,10 @@ do
     end
     if (new['group_rate_limit.per_second'] == nil) ~= (new['group_rate_limit.burst'] == nil) then
       return { 'invalid', 'group_rate_limit', 'needs both per_second and burst' }
+    end
+    if shard_count(new) > 1 then
+      local limited, field = flow.limit_across_shards(new)
+      if limited then return { 'limited', field, limited } end
     end
     if mode == 'create' and old ~= NO_POLICY then
       local out = { 'exists' }

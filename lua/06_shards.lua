@@ -147,8 +147,9 @@ do
   -- Returns {"ok", layout field, value, ...} (the layout now), or
   -- {"settling"} (a raise has not settled, a lowering runs, or the change
   -- would need a fourth entry in `keys`), {"stale", rev} (close: the layout
-  -- changed since; lower_commit: no lowering to M runs), or {"invalid",
-  -- field, why}: nothing changed.
+  -- changed since; lower_commit: no lowering to M runs), {"limited",
+  -- "shards", why} (raise: the policy has max_in_flight or rate_limit,
+  -- flow.limit_across_shards), or {"invalid", field, why}: nothing changed.
   local function shards_set(keys, args)
     local k = queue_keys(keys[1])
     if k.shard ~= 0 then return bad_arg('base (shard 0 holds the layout)') end
@@ -176,6 +177,8 @@ do
                                                   SHARDS_MAX) }
     end
     if l.from or l.lowering or redis.call('EXISTS', k.dropping) == 1 then return { 'settling' } end
+    local limited = flow.limit_across_shards(p)
+    if limited then return { 'limited', 'shards', limited } end
     local salts, old = parse_salts(args[3]), parse_salts(l.salts)
     if salts == nil or #salts ~= m - 1 then
       return { 'invalid', 'salts', string.format('must be %d integers 0-%d', m - 1, SALT_MAX) }

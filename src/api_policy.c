@@ -43,6 +43,7 @@ static bool respond_shards_refusal(call_t *c, const rd_shard_admin_result_t *res
     case RD_SHARD_ADMIN_SETTLING:
     case RD_SHARD_ADMIN_UPGRADE_PENDING:
     case RD_SHARD_ADMIN_NOT_EMPTY:
+    case RD_SHARD_ADMIN_LIMITED:
         rd_api_respond_problem(c, RD_PROBLEM_INVALID_STATE, res->detail, NULL, NULL);
         return true;
     case RD_SHARD_ADMIN_STORE:
@@ -98,6 +99,13 @@ static void on_policy_copied(const rd_shard_admin_result_t *res, void *arg)
 static void on_policy_written(const rd_store_policy_t *res, void *arg)
 {
     call_t *c = arg;
+    if (res->head.status == RD_STORE_INVALID_STATE) {   /* a limit on a sharded queue */
+        char detail[240];
+        snprintf(detail, sizeof detail, "the queue has shards above 1: %.*s; nothing was changed.",
+                 (int)res->head.detail.len, res->head.detail.ptr);
+        rd_api_respond_problem(c, RD_PROBLEM_INVALID_STATE, detail, NULL, NULL);
+        return;
+    }
     if (res->head.status == RD_STORE_OK && res->policy.shards > 1) {
         rd_api_started(c, rd_shard_admin_copy(c->api->store, rd_api_queue_of(c),
                                               on_policy_copied, c));
@@ -197,6 +205,17 @@ static void policy_write(call_t *c, bool patch)
         rd_field_errors_add(&errs, "shards", "invalid",
                             "shards must be 1: spreading one queue over several shards is not "
                             "enabled in this release.");
+        r = RD_REQ_INVALID;
+    }
+    if (r == RD_REQ_OK && p.shards > 1 && (p.max_in_flight > 0 || p.per_second > 0)) {
+        /* Each shard would hold the whole limit (docs/sharding.md "max_in_flight
+         * and rate_limit"): refused until quotas across shards are built. The
+         * stored policy is checked by the library, in the same call as the
+         * change (shards_set, policy_set). */
+        rd_policy_free(&p);
+        rd_field_errors_add(&errs, "shards", "invalid",
+                            "shards above 1 cannot be combined with max_in_flight or rate_limit "
+                            "in this release: the limits are not yet held across shards.");
         r = RD_REQ_INVALID;
     }
     if (r != RD_REQ_OK) {

@@ -211,6 +211,13 @@ static void on_raised(const rd_store_strings_t *res, void *arg)
                                            "changed.");
         return;
     }
+    if (code && is(code, "limited") && res->count > 2) {
+        char why[200];
+        snprintf(why, sizeof why, "the queue's %.*s; nothing was changed.",
+                 (int)res->strings[2].len, res->strings[2].ptr);
+        refuse(j, RD_SHARD_ADMIN_LIMITED, why);
+        return;
+    }
     rd_store_head_t head = { .status = RD_STORE_ERROR,
                              .detail = res->count > 2 ? res->strings[2] : (rd_str_t){ 0 } };
     fail_store(j, &head);

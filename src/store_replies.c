@@ -245,7 +245,8 @@ static bool parse_stats(const rd_reply_t *reply, rd_queue_stats_t *st)
 }
 
 /* policy_get's {field, value, ...}, or policy_set's {"ok", field, value, ...}
- * or {"invalid", field, why} (the daemon checks first, so an error). */
+ * or {"invalid", field, why} (the daemon checks first, so an error), or
+ * {"limited", field, why}: a limit refused on a sharded queue. */
 static bool parse_policy(const rd_reply_t *reply, rd_store_policy_t *res)
 {
     if (!is_array(reply, 0)) return false;
@@ -253,6 +254,11 @@ static bool parse_policy(const rd_reply_t *reply, rd_store_policy_t *res)
     if (n % 2 == 1) {
         if (rd_reply_is(rd_reply_at(reply, 0), "invalid") && n == 3) {
             res->head.status = RD_STORE_ERROR;
+            res->head.detail.ptr = rd_reply_str(rd_reply_at(reply, 2), &res->head.detail.len);
+            return res->head.detail.ptr != NULL;
+        }
+        if (rd_reply_is(rd_reply_at(reply, 0), "limited") && n == 3) {   /* {"limited", field, why} */
+            res->head.status = RD_STORE_INVALID_STATE;
             res->head.detail.ptr = rd_reply_str(rd_reply_at(reply, 2), &res->head.detail.len);
             return res->head.detail.ptr != NULL;
         }

@@ -12,6 +12,8 @@ typedef enum rd_shard_admin_status {
     RD_SHARD_ADMIN_SETTLING,        /* a change has not settled, or one runs: try later */
     RD_SHARD_ADMIN_UPGRADE_PENDING, /* an older retryd library is loaded */
     RD_SHARD_ADMIN_NOT_EMPTY,       /* a lowering found a message: nothing changed */
+    RD_SHARD_ADMIN_LIMITED,         /* the policy has max_in_flight or rate_limit, which
+                                       are not held across shards yet: nothing changed */
     RD_SHARD_ADMIN_STORE,           /* a call failed: head says how */
 } rd_shard_admin_status_t;
 
