@@ -149,6 +149,9 @@ do
       gcount     = g .. 'gcount',          -- HASH i<group>: processing, s<group>: scheduled
       grouped    = g .. 'grouped',         -- ZSET id -> id: the ids in every group's set
                                            -- (listings and counts walk it)
+      strays     = g .. 'strays',          -- SET: groups present here that a raise of
+                                           -- shards placed elsewhere (docs/sharding.md
+                                           -- "When the raise settles", shard_scan)
       seq        = base .. ':seq',         -- STRING, last id handed out (both generations)
       stats      = base .. ':stats',       -- HASH of lifetime counters
       wake       = base0 .. ':wake',       -- pub/sub channel: "work may be claimable",

@@ -79,13 +79,22 @@ do
   end
 
   -- Group g has no message left (no claimable id, none processing, none
-  -- scheduled): it leaves the paged names. Its other keys are gone already.
+  -- scheduled): it leaves the paged names, and the shard's strays after a
+  -- raise (docs/sharding.md "When the raise settles"; whether the shard has
+  -- strays is looked at once per Lua state, shard_scan says when it makes
+  -- some). Its other keys are gone already.
   local function gone_if_empty(k, g)
     if redis.call('EXISTS', k.group_ids .. g) == 1 then return end
     local c = redis.call('HMGET', k.gcount, 'i' .. g, 's' .. g)
     if (c[1] and c[1] ~= '0') or c[2] then return end
     redis.call('HDEL', k.gcount, 'i' .. g)
     redis.call('ZREM', k.group_names, g)
+    local strays = k.known.strays
+    if strays == nil then
+      strays = redis.call('EXISTS', k.strays) == 1
+      k.known.strays = strays
+    end
+    if strays then redis.call('SREM', k.strays, g) end
   end
   groups.gone_if_empty = gone_if_empty
 

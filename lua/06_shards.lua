@@ -408,6 +408,56 @@ do
 
   register('shard_pick', shard_pick, { 'no-writes' })
   register('shards_set', shards_set)
+  -- shard_scan: one step of an old shard's walk after a raise
+  -- (docs/sharding.md "When the raise settles").
+  --   KEYS[1]  <prefix>:{q} or a shard's base     a shard below the raise's `from`
+  --   ARGV[1]  rev                                the layout's rev as the caller knows it
+  -- Walks the shard's groups by name, at most SCAN_NAMES a call or
+  -- SCAN_BYTES of names, and puts each one whose shard under the new count
+  -- is another into `strays` (groups.gone_if_empty takes it out as it
+  -- empties). The walk's place is the layout's scan_at (with scan_rev), its
+  -- end scanned = rev: no group becomes a stray after the walk starts
+  -- (an absent group is enqueued on its new shard).
+  -- Returns {"done", strays} (the walk is over: how many strays are left, as
+  -- text like every field of these replies;
+  -- also on a shard at or above `from`, and when no raise settles), {"more",
+  -- strays} (call again), or {"stale", rev} (the layout has another rev:
+  -- read it again).
+  local SCAN_NAMES, SCAN_BYTES = 100, 6144
+  local function shard_scan(keys, args)
+    local k = queue_keys(keys[1])
+    local l = read_layout(k)
+    if l.rev == nil or l.rev ~= args[1] then return { 'stale', l.rev or '0' } end
+    local from = tonumber(l.from)
+    if from == nil or k.shard >= from then return { 'done', '0' } end
+    if l.scanned == l.rev then return { 'done', int_arg(redis.call('SCARD', k.strays)) } end
+    local n = shard_count(read_policy(k))
+    local cursor = l.scan_rev == l.rev and l.scan_at or ''
+    local names = redis.call('ZRANGE', k.group_names, cursor == '' and '-' or '(' .. cursor, '+',
+                             'BYLEX', 'LIMIT', '0', int_arg(SCAN_NAMES))
+    local bytes, last, ended = 0, nil, #names < SCAN_NAMES
+    for i = 1, #names do
+      local g = names[i]
+      if placement.jump(placement.fnv(g), n) ~= k.shard then
+        redis.call('SADD', k.strays, g)
+        k.known.strays = true
+      end
+      last, bytes = g, bytes + #g
+      if bytes >= SCAN_BYTES and i < #names then   -- the rest in the next call
+        ended = false
+        break
+      end
+    end
+    if ended then
+      redis.call('HSET', layout_key(k), 'scanned', l.rev)
+      redis.call('HDEL', layout_key(k), 'scan_at', 'scan_rev')
+      return { 'done', int_arg(redis.call('SCARD', k.strays)) }
+    end
+    redis.call('HSET', layout_key(k), 'scan_at', last, 'scan_rev', l.rev)
+    return { 'more', int_arg(redis.call('SCARD', k.strays)) }
+  end
+
   register('shard_retire', shard_retire)
+  register('shard_scan', shard_scan)
   register('policy_copy', policy_copy)
 end

@@ -71,6 +71,7 @@ do
   local OLD_REVISIT_MS = 1000
   -- While letters are moving to another queue, the timer comes back this often.
   local MOVE_RECHECK_MS = 1000
+  local SETTLE_RECHECK_MS = 1000   -- a raise of shards settling: its round comes this often
 
   -- Whether this tick drains retryd_v2's indexes: while its data was met in
   -- the queue lately (v2_active), or at the queue's first tick in this Lua
@@ -313,6 +314,12 @@ do
     -- The time series (05_series.lua); ARGV[6] "0": the caller samples none.
     if args[6] ~= '0' and series_sample(base, k.stats, now) then due_at(now + SERIES_TICK_MS) end
     if args[4] ~= '1' then return { promoted, reclaimed, expired, wait, ready } end
+    -- A raise of shards settling (docs/sharding.md "When the raise settles"):
+    -- shard 0 is due again within a second, so the round that closes it comes.
+    if k.shard == 0 and flow.shard_count(flow.read_policy(k)) > 1 and
+       redis.call('HEXISTS', flow.layout_key(k), 'from') == 1 then
+      due_at(now + SETTLE_RECHECK_MS)
+    end
     if wait >= 0 then
       redis.call('SET', k.timer, now + wait, 'PX', wait + TIMER_GRACE_MS)
       k.timer_at = now + wait

@@ -114,7 +114,7 @@ do
   -- (group and redrive bookkeeping, the top errors), small by then.
   local function message_side_keys(k)
     return { k.rotation, k.rotating, k.held, k.waiting, k.gcount, k.group_names,
-             k.redrive_to, k.errors }
+             k.redrive_to, k.errors, k.strays }
   end
 
   local function new_batch(base, drop)

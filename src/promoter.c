@@ -7,6 +7,7 @@
 
 #include "retryd/alloc.h"
 #include "retryd/log.h"
+#include "retryd/shard_round.h"
 #include "retryd/shard_view.h"
 
 enum {
@@ -189,6 +190,10 @@ static void on_ticked(const rd_store_tick_t *one, void *arg)
         sum = p->acc;
         /* Only shard 0's empty counts (a sharded queue has a policy: never). */
         if (p->nshards > 1) sum.empty = false;
+        /* A raise settling: its round after the ticks (src/shard_round.c). */
+        rd_shard_view_t *v = p->nshards > 1 ? rd_store_view(p->store, q) : NULL;
+        if (v && v->from > 0 && rd_shard_round(p->store, q, NULL, NULL) != 0)
+            rd_debug("promoter: %.*s: its shards' round could not be sent", (int)q.len, q.name);
     }
     const rd_store_tick_t *res = &sum;
     if (res->head.status == RD_STORE_OK) {

@@ -12,6 +12,7 @@
 #include "retryd/alloc.h"
 #include "retryd/keys.h"
 #include "retryd/log.h"
+#include "retryd/shard_round.h"
 #include "retryd/shards.h"
 
 typedef struct job {
@@ -29,6 +30,7 @@ typedef struct job {
     int lowering;               /* the layout's lowering when read (0: none) */
     char fence[24];             /* the lowering's rev, which its retires record */
     bool recovering;            /* undoing an abandoned lowering, then the change */
+    bool raised;                /* a raise was written: its first round at the end */
     int pending;                /* copies in flight */
     rd_shard_admin_result_t res;
     char detail[256];
@@ -57,6 +59,13 @@ static job_t *job_new(rd_store_t *st, rd_store_queue_t q, int to, rd_shard_admin
 static void finish(job_t *j)
 {
     if (j->res.detail == NULL && j->detail[0]) j->res.detail = j->detail;
+    /* A raise's first round at once: one that has nothing to wait for (no
+     * group lives on an old shard) closes now, another is due each second. */
+    if (j->raised && j->res.status == RD_SHARD_ADMIN_OK) {
+        rd_store_queue_t q = { .name = j->name, .len = j->len };
+        if (rd_shard_round(j->st, q, NULL, NULL) != 0)
+            rd_warn("shards: %.*s: the raise's first round could not be sent", (int)j->len, j->name);
+    }
     j->cb(&j->res, j->arg);
     rd_free(j->name);
     rd_free(j);
@@ -203,6 +212,7 @@ static void on_raised(const rd_store_strings_t *res, void *arg)
     }
     const rd_str_t *code = res->count ? &res->strings[0] : NULL;
     if (code && is(code, "ok")) {
+        j->raised = true;
         copy_then_finish(j);
         return;
     }

@@ -68,7 +68,7 @@ typedef enum op_id {
     OP_DROP_QUEUE, OP_PURGE_ALL, OP_QUEUE_FORGET, OP_DLQ_SOURCES, OP_TAGS_SET, OP_TAGS_REMOVE,
     OP_TAGS_GET, OP_MOVE_START, OP_MOVE_CLAIM, OP_MOVE_REPORT, OP_MOVE_CANCEL, OP_MOVE_LIST,
     OP_MOVE_WATCH, OP_MOVE_DUE,
-    OP_SHARDS_SET, OP_POLICY_COPY, OP_SHARD_RETIRE, OP_POLICY_PAIRS, OP_LIBRARIES,
+    OP_SHARDS_SET, OP_POLICY_COPY, OP_SHARD_RETIRE, OP_SHARD_SCAN, OP_POLICY_PAIRS, OP_LIBRARIES,
     OP_PING, OP_CONFIG_GET,
     OP_COUNT
 } op_id_t;
@@ -245,6 +245,8 @@ static const op_def_t ops[OP_COUNT] = {
     ROW(OP_POLICY_COPY, "policy_copy", 0, rd_store_strings_t,
         rd_store_parse_strings, rd_result_free_strings, rd_store_strings_cb),
     ROW(OP_SHARD_RETIRE, "shard_retire", 0, rd_store_strings_t,
+        rd_store_parse_strings, rd_result_free_strings, rd_store_strings_cb),
+    ROW(OP_SHARD_SCAN, "shard_scan", 0, rd_store_strings_t,
         rd_store_parse_strings, rd_result_free_strings, rd_store_strings_cb),
     ROW(OP_POLICY_PAIRS, "policy_get", F_RO, rd_store_strings_t,
         rd_store_parse_strings, rd_result_free_strings, rd_store_strings_cb),
@@ -1094,7 +1096,8 @@ int rd_store_send_shards(rd_store_t *st, rd_store_shards_fn_t fn, rd_store_queue
 {
     static const op_id_t rows[] = {
         [RD_SHARDS_FN_SET] = OP_SHARDS_SET, [RD_SHARDS_FN_COPY] = OP_POLICY_COPY,
-        [RD_SHARDS_FN_RETIRE] = OP_SHARD_RETIRE, [RD_SHARDS_FN_POLICY_PAIRS] = OP_POLICY_PAIRS,
+        [RD_SHARDS_FN_RETIRE] = OP_SHARD_RETIRE, [RD_SHARDS_FN_SCAN] = OP_SHARD_SCAN,
+        [RD_SHARDS_FN_POLICY_PAIRS] = OP_POLICY_PAIRS,
         [RD_SHARDS_FN_LIBRARIES] = OP_LIBRARIES,
     };
     assert((size_t)fn < sizeof rows / sizeof rows[0]);

@@ -55,7 +55,7 @@ int rd_store_send_move(rd_store_t *st, rd_store_move_fn_t fn, rd_store_queue_t q
  * rd_store_strings_t: shards_set, policy_copy, shard_retire, policy_get's
  * pairs as they are, and FUNCTION LIST's library names. */
 typedef enum rd_store_shards_fn {
-    RD_SHARDS_FN_SET, RD_SHARDS_FN_COPY, RD_SHARDS_FN_RETIRE, RD_SHARDS_FN_POLICY_PAIRS,
+    RD_SHARDS_FN_SET, RD_SHARDS_FN_COPY, RD_SHARDS_FN_RETIRE, RD_SHARDS_FN_SCAN, RD_SHARDS_FN_POLICY_PAIRS,
     RD_SHARDS_FN_LIBRARIES,
 } rd_store_shards_fn_t;
 

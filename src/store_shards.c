@@ -55,6 +55,13 @@ int rd_store_shard_retire(rd_store_t *st, rd_store_queue_t q, const char *mode, 
     return rd_store_send_shards(st, RD_SHARDS_FN_RETIRE, q, rev ? 2 : 1, argv, cb, arg);
 }
 
+int rd_store_shard_scan(rd_store_t *st, rd_store_queue_t q, const char *rev,
+                        rd_store_strings_cb cb, void *arg)
+{
+    rd_str_t argv[] = { text(rev) };
+    return rd_store_send_shards(st, RD_SHARDS_FN_SCAN, q, 1, argv, cb, arg);
+}
+
 int rd_store_libraries(rd_store_t *st, rd_store_strings_cb cb, void *arg)
 {
     rd_str_t argv[] = { text("LIST"), text("LIBRARYNAME"), text("retryd*") };

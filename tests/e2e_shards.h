@@ -4,6 +4,8 @@
 #ifndef RETRYD_E2E_SHARDS_H
 #define RETRYD_E2E_SHARDS_H
 
+#include "retryd/shards.h"
+
 /* Deletes every retryd library but this release's: suites before this one
  * on the same redis-server load older ones (test_lua_upgrade), and a change
  * of shards is refused while one is loaded. */
@@ -50,15 +52,44 @@ static inline const char *shard_hget(const char *q, int k, const char *suffix, c
     return v;
 }
 
-/* Ends the raise of q as the timer round will once its scans are done
- * (docs/sharding.md "When the raise settles"; not built yet). */
+/* Waits (at most 5 s) until the raise of q has settled and every shard
+ * has the closed layout's copy: the raise's first round closes a raise that
+ * leaves no group on an old shard (src/shard_round.c), and its daemon's view
+ * is the closed layout before any copy is sent. */
 static inline void close_raise(const char *q)
 {
-    redisReply *x = e2e_rcmd(g_redis, "FCALL %s 1 %s:{%s} close %s", RD_FUNCTION("shards_set"),
-                             g_prefix, q, shard_hget(q, 0, "shard", "rev"));
-    assert_int_equal(x->type, REDIS_REPLY_ARRAY);
-    assert_string_equal(x->element[0]->str, "ok");
-    freeReplyObject(x);
+    long long until = e2e_mono_ms() + 5000;
+    for (;;) {
+        bool settled = shard_hget(q, 0, "shard", "from")[0] == '\0';
+        int n = atoi(shard_hget(q, 0, "policy", "shards"));
+        const char *rev = shard_hget(q, 0, "shard", "rev");
+        for (int k = 1; settled && k < n; k++)
+            settled = strcmp(shard_hget(q, k, "shard", "rev"), rev) == 0;
+        if (settled) return;
+        if (e2e_mono_ms() > until) fail_msg("the raise of %s did not settle within 5 s", q);
+        e2e_pause_ms(5);
+    }
+}
+
+/* A group on shard 0 among `from` shards and on another among `to`
+ * ("hold-<i>"), into out. */
+static inline void group_leaving_shard_0(char *out, size_t cap, int from, int to)
+{
+    for (int i = 0;; i++) {
+        snprintf(out, cap, "hold-%d", i);
+        if (rd_shards_pick(out, strlen(out), from) == 0 && rd_shards_pick(out, strlen(out), to) != 0)
+            return;
+    }
+}
+
+/* Keeps the next raise of q (from `from` shards to `to`) from settling: a
+ * scheduled message on shard 0 of a group that the raise places elsewhere
+ * (a stray once raised). Returns its id: deleting it lets the raise settle. */
+static inline long long hold_raise(const char *q, int from, int to)
+{
+    char g[32];
+    group_leaving_shard_0(g, sizeof g, from, to);
+    return enqueue(q, e2e_fmt("{\"payload\":\"hold\",\"group\":\"%s\",\"delay_seconds\":3600}", g));
 }
 
 #endif

@@ -411,6 +411,57 @@ static void test_shards_refuse_limits_not_held_across_shards(void **state)
     stop_side();
 }
 
+/* A raise settles by itself (docs/sharding.md "When the raise settles"):
+ * a group with messages on its old shard (a stray) keeps the raise
+ * unsettled, its new messages join it there, so its order holds; once it
+ * has drained, the timer's round closes the raise, and the group's next
+ * message goes straight to its new shard. */
+static void test_shards_raise_settles_when_strays_drain(void **state)
+{
+    (void)state;
+    start_sharding_daemon();
+    char q[64], g[32];
+    e2e_queue_name(q, sizeof q, "settles");
+    group_leaving_shard_0(g, sizeof g, 1, 3);
+    int home = rd_shards_pick(g, strlen(g), 3);
+    e2e_response_t r = { 0 };
+    for (int i = 0; i < 3; i++)
+        enqueue(q, e2e_fmt("{\"payload\":\"old-%d\",\"group\":\"%s\"}", i, g));
+    side(&r, "PUT", e2e_fmt("/queues/%s/policy", q), "{\"shards\":3}");
+    assert_true(rd_json_bool(e2e_jget(e2e_expect_json(&r, 200), "shards_settling")));
+    redisReply *x = e2e_rcmd(g_redis, "SISMEMBER %s:{%s}:3:strays %s", g_prefix, q, g);
+    assert_int_equal(x->integer, 1);
+    freeReplyObject(x);
+    side(&r, "POST", messages_path(q), e2e_fmt("{\"payload\":\"old-3\",\"group\":\"%s\"}", g));
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 201), "id") / RD_SHARD_SPAN, 0);
+
+    /* The group drains in order, on shard 0. */
+    for (int i = 0; i < 4; i++) {
+        side(&r, "POST", e2e_fmt("/queues/%s/claim", q), "{\"lease_seconds\":30}");
+        rd_json_t *m = e2e_expect_json(&r, 200);
+        assert_string_equal(e2e_jstr(m, "payload"), e2e_fmt("old-%d", i));
+        long long id = e2e_jint(m, "id");
+        char token[128];
+        snprintf(token, sizeof token, "%s", e2e_jstr(m, "lease_token"));
+        side(&r, "POST", message_path(q, id, "succeed"),
+             e2e_fmt("{\"lease_token\":\"%s\"}", token));
+        assert_int_equal(r.status, 200);
+    }
+    x = e2e_rcmd(g_redis, "EXISTS %s:{%s}:3:strays", g_prefix, q);
+    assert_int_equal(x->integer, 0);
+    freeReplyObject(x);
+    close_raise(q);   /* the timer's round, within a second or two */
+    side(&r, "GET", e2e_fmt("/queues/%s/policy", q), NULL);
+    assert_false(rd_json_bool(e2e_jget(e2e_expect_json(&r, 200), "shards_settling")));
+    side(&r, "POST", messages_path(q), e2e_fmt("{\"payload\":\"new\",\"group\":\"%s\"}", g));
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 201), "id") / RD_SHARD_SPAN, home);
+    /* Settled: the next change is taken. */
+    side(&r, "PUT", e2e_fmt("/queues/%s/policy", q), "{\"shards\":4}");
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "shards"), 4);
+    e2e_response_free(&r);
+    stop_side();
+}
+
 /* Keys of q's shard k (k 0: the queue's own base) in Redis. */
 static long long shard_keys(const char *q, int k)
 {
@@ -462,6 +513,7 @@ int main(void)
         T(test_shards_series_sum_every_shard),
         T(test_shards_drop_every_shard),
         T(test_shards_refuse_limits_not_held_across_shards),
+        T(test_shards_raise_settles_when_strays_drain),
     };
     int failed = cmocka_run_group_tests_name("e2e_shards", tests, group_setup, group_teardown);
     if (failed == 0 && g_stop_failed) {

@@ -7,6 +7,7 @@
 
 #define LUA_SUITE "test_lua_policy"
 #include "lua_support.h"
+#include "retryd/shards.h"
 
 /* ------------------------------------------------------------------------ */
 /* Queue policy and flow control (docs/reference.md "Queue policy and flow control", docs/flow-control.md)           */
@@ -1213,6 +1214,49 @@ static void test_shards_listing_needs_the_view(void **state)
     expect_error(fcall("list", &q, -1, "", "-1", "", "", "", "", rev, END));
 }
 
+/* shard_scan walks an old shard's groups after a raise, 100 names a call:
+ * every group whose shard under the new count is another becomes a stray;
+ * the walk's end is kept (done again at once); an older rev is stale; a
+ * shard at or above the raise's `from` has nothing to walk. */
+static void test_shards_scan_finds_strays(void **state)
+{
+    (void)state;
+    queue_t q, q1;
+    queue_init(&q, "shscan");
+    shard_of(&q, 1, 0, &q1);
+    long long want = 0;
+    for (int i = 0; i < 150; i++) {
+        char g[16];
+        snprintf(g, sizeof g, "g%03d", i);
+        expect_placed_code(enqueue_placed(&q, "x", "", g, "", ""), "ok");
+        want += rd_shards_pick(g, strlen(g), 3) != 0;
+    }
+    redisReply *r = fcall("shards_set", &q, -1, "raise", "3", "0,0", END);
+    char rev[32];
+    snprintf(rev, sizeof rev, "%s", pair_value(r, 1, "rev"));
+    freeReplyObject(r);
+    freeReplyObject(copy_to(&q, &q1));
+    r = fcall("shard_scan", &q, -1, rev, END);
+    assert_true(has_code(r, "more"));
+    long long first = atoll(r->element[1]->str);
+    assert_true(first > 0 && first < want);
+    freeReplyObject(r);
+    r = fcall("shard_scan", &q, -1, rev, END);
+    assert_true(has_code(r, "done"));
+    assert_int_equal(atoll(r->element[1]->str), want);
+    freeReplyObject(r);
+    r = fcall("shard_scan", &q, -1, rev, END);   /* the end is kept */
+    assert_true(has_code(r, "done"));
+    assert_int_equal(atoll(r->element[1]->str), want);
+    freeReplyObject(r);
+    assert_int_equal(int_reply(rcmd("SCARD", qkey(&q, "3:strays"), END)), want);
+    expect_placed_code(fcall("shard_scan", &q, -1, "1", END), "stale");
+    r = fcall("shard_scan", &q1, -1, rev, END);   /* a new shard */
+    assert_true(has_code(r, "done"));
+    assert_string_equal(r->element[1]->str, "0");
+    freeReplyObject(r);
+}
+
 static void test_shards_copy_during_lowering_keeps_fence(void **state)
 {
     (void)state;
@@ -1305,6 +1349,7 @@ int main(void)
         cmocka_unit_test(test_shards_lower_and_retire),
         cmocka_unit_test(test_shards_placement),
         cmocka_unit_test(test_shards_listing_needs_the_view),
+        cmocka_unit_test(test_shards_scan_finds_strays),
         cmocka_unit_test(test_shards_copy_during_lowering_keeps_fence),
         cmocka_unit_test(test_shards_old_copy_after_commit_keeps_fence),
         cmocka_unit_test(test_shards_abandoned_lowering),

@@ -591,7 +591,8 @@ int rd_store_dlq_link(rd_store_t *st, rd_store_queue_t q, rd_store_queue_t targe
  * pairs of q.shard; policy_copy: those pairs (shard 0's) installed on
  * q.shard, the rev their layout.rev; shard_retire on q.shard (mode
  * "check", "retire" with rev the lowering's, "unretire"; rev NULL but for
- * "retire"); libraries: the names of the loaded
+ * "retire"); shard_scan: one step of q.shard's walk after a raise, rev
+ * the layout's; libraries: the names of the loaded
  * Functions libraries whose name starts with "retryd". */
 int rd_store_shards_set(rd_store_t *st, rd_store_queue_t q, const char *mode, long long m,
                         const char *salts, rd_store_strings_cb cb, void *arg);
@@ -600,6 +601,8 @@ int rd_store_policy_copy(rd_store_t *st, rd_store_queue_t q, const rd_str_t *pai
                          rd_store_strings_cb cb, void *arg);
 int rd_store_shard_retire(rd_store_t *st, rd_store_queue_t q, const char *mode, const char *rev,
                           rd_store_strings_cb cb, void *arg);
+int rd_store_shard_scan(rd_store_t *st, rd_store_queue_t q, const char *rev,
+                        rd_store_strings_cb cb, void *arg);
 int rd_store_libraries(rd_store_t *st, rd_store_strings_cb cb, void *arg);
 /* An empty claim said q is sharded (res->sharded) and this daemon has no
  * view of it: one policy_get of shard 0 teaches it, in the background. */
