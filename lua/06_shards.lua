@@ -401,7 +401,7 @@ do
   function placement.read_refusal(k, rev)
     if rev == '' then rev = nil end
     local refused = placement.refusal(k, rev, false)
-    if refused and refused[1] == 'reshard' then return refused end
+    if refused and (refused.err or refused[1] == 'reshard') then return refused end   -- err: a bad rev
     return nil
   end
   groups.read_refusal = placement.read_refusal   -- 01_groups.lua loads before this file

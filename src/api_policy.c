@@ -168,10 +168,50 @@ static void on_dlq_linked(const rd_store_strings_t *res, void *arg)
     change_then_set(c);
 }
 
+static void link_then_write(call_t *c);
+
+/* The stored policy for a request that sets a limit or shards above 1: a
+ * queue has either shards above 1 or max_in_flight/rate_limit (docs/
+ * reference.md "Shards"), refused here before the dead-letter graph is
+ * written. The change's own call checks again, atomically (policy_set's and
+ * shards_set's "limited"), for a write that meets another meanwhile. */
+static void on_limits_read(const rd_store_policy_t *res, void *arg)
+{
+    call_t *c = arg;
+    if (rd_api_respond_store_failure(c, &res->head)) return;
+    const rd_policy_t *p = c->policy, *stored = &res->policy;
+    long long shards = p->shards > 0 ? p->shards : stored->shards;
+    bool given_cap = p->max_in_flight >= 0 || (p->nulls & RD_POLICY_NULL(max_in_flight));
+    bool given_rate = p->per_second > 0 || (p->nulls & RD_POLICY_NULL(rate_limit));
+    bool kept = p->patch;   /* a PUT replaces every field it does not give */
+    bool cap = given_cap ? p->max_in_flight > 0 : kept && stored->max_in_flight > 0;
+    bool rate = given_rate ? p->per_second > 0 : kept && stored->per_second > 0;
+    if (p->shards > 1 && !p->patch) cap = stored->max_in_flight > 0, rate = stored->per_second > 0;
+    if (shards > 1 && (cap || rate)) {
+        char detail[240];
+        snprintf(detail, sizeof detail,
+                 "the queue would have shards above 1 and %s, which is not yet held across "
+                 "shards; nothing was changed.", cap ? "max_in_flight" : "rate_limit");
+        rd_api_respond_problem(c, RD_PROBLEM_INVALID_STATE, detail, NULL, NULL);
+        return;
+    }
+    link_then_write(c);
+}
+
 /* With a dead_letter_queue, the graph of dead-letter queues first (the
  * registry's slot), then the count, then the policy (the queue's):
  * docs/lifecycle.md "Cycles". */
 static void write_policy(call_t *c)
+{
+    const rd_policy_t *p = c->policy;
+    if (p->max_in_flight > 0 || p->per_second > 0 || p->shards > 1) {
+        rd_api_started(c, rd_store_policy_get(c->api->store, rd_api_queue_of(c), on_limits_read, c));
+        return;
+    }
+    link_then_write(c);
+}
+
+static void link_then_write(call_t *c)
 {
     const rd_policy_t *p = c->policy;
     if (p->patch && !p->dead_letter_queue && !(p->nulls & RD_POLICY_NULL(dead_letter_queue))) {

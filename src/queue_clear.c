@@ -1,11 +1,12 @@
 /* queue_clear.c - emptying a queue to the end: one bounded drop_queue or
  * purge_all at a time, queue_forget between a drop's data and its end.
- * A sharded queue (docs/sharding.md "Every API over all shards") is emptied
- * shard by shard from the last down to shard 0, with the layout read from
- * shard 0 first: a drop's first call on a shard replaces that shard's
- * policy copy by a pause, so from then on it takes no placement, and shard
- * 0, the queue's own, goes last. Only shard 0 is registered: a shard above
- * it ends without queue_forget. */
+ * A queue that has or had shards (docs/sharding.md "Every API over all
+ * shards") is emptied shard by shard from the last it ever had (the
+ * layout's hw: a lowered-away shard keeps its counters and policy copy)
+ * down to shard 0, with the layout read from shard 0 first: a drop's first
+ * call on a shard replaces that shard's policy copy by a pause, so from then
+ * on it takes no placement, and shard 0, the queue's own, goes last. Only
+ * shard 0 is registered: a shard above it ends without queue_forget. */
 #include "retryd/queue_clear.h"
 
 #include "retryd/alloc.h"
@@ -18,8 +19,8 @@ typedef struct clear {
     size_t queue_len;
     rd_queue_clear_mode_t mode;
     bool unregistered;          /* drop: queue_forget ran since the last "unregister" */
-    rd_shard_view_t view;       /* as read at the start (n 1: one shard) */
-    int shard;                  /* the shard being emptied: view.n - 1 down to 0 */
+    rd_shard_view_t view;       /* the layout as read at the start */
+    int shard;                  /* the shard being emptied: view.hw - 1 down to 0 */
     long long deleted;          /* so far */
     bool (*go_on)(void *arg);
     rd_store_cleared_cb cb;
@@ -35,7 +36,7 @@ static rd_store_queue_t queue_of(const clear_t *c)
 
 static int next_batch(clear_t *c)
 {
-    rd_store_queue_t q = rd_shard_view_at(c->view.n > 1 ? &c->view : NULL, queue_of(c), c->shard);
+    rd_store_queue_t q = rd_shard_view_at(c->view.hw > 1 ? &c->view : NULL, queue_of(c), c->shard);
     if (c->mode == RD_QUEUE_PURGE_ALL) return rd_store_purge_all(c->st, q, on_batch, c);
     /* A shard above 0 is in no registry: it is never forgotten. */
     return rd_store_drop_queue(c->st, q, c->unregistered || c->shard > 0, on_batch, c);
@@ -108,18 +109,17 @@ static void on_batch(const rd_store_cleared_t *res, void *arg)
     go_on_or_end(c, next_batch(c));
 }
 
-/* The layout is read: the walk starts at the last shard. */
-static void on_view_read(const rd_store_head_t *res, void *arg)
+/* The layout is read: the walk starts at the last shard the queue had. */
+static void on_layout_read(const rd_store_strings_t *res, void *arg)
 {
     clear_t *c = arg;
-    if (res->status != RD_STORE_OK) {
-        rd_store_cleared_t out = { .head = *res };
+    if (res->head.status != RD_STORE_OK) {
+        rd_store_cleared_t out = { .head = res->head };
         clear_end(c, &out);
         return;
     }
-    const rd_shard_view_t *v = rd_store_view(c->st, queue_of(c));
-    c->view = v ? *v : (rd_shard_view_t){ .n = 1 };
-    c->shard = c->view.n - 1;
+    (void)rd_shard_layout_read(res->strings, res->count, &c->view);
+    c->shard = c->view.hw - 1;
     go_on_or_end(c, next_batch(c));
 }
 
@@ -134,7 +134,7 @@ int rd_queue_clear(rd_store_t *st, rd_store_queue_t q, rd_queue_clear_mode_t mod
     c->go_on = go_on;
     c->cb = cb;
     c->arg = arg;
-    int rc = rd_store_read_view(st, queue_of(c), on_view_read, c);
+    int rc = rd_store_policy_pairs(st, queue_of(c), on_layout_read, c);
     if (rc != 0) {
         rd_free(c->queue);
         rd_free(c);

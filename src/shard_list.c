@@ -106,7 +106,7 @@ static int ask_page(job_t *j, const char *cursor, size_t cursor_len)
 /* Counts the next shard not yet counted, or asks for the page once all are. */
 static int go_on(job_t *j)
 {
-    if (j->kind == OF_MESSAGES && j->n > 1) {
+    if (j->kind == OF_MESSAGES && (j->n > 1 || j->shard >= j->n)) {
         while (j->counting < j->n && j->counting == j->shard) j->counting++;
         if (j->counting < j->n) return list_at(j, j->counting, 0, "", on_counted);
     }
@@ -137,7 +137,10 @@ static int start(job_t *j)
     j->rest = j->cursor;
     j->rest_len = j->cursor_len;
     memset(j->totals, 0, sizeof j->totals);
-    if (j->n > 1 && j->cursor_len > 0 &&
+    /* A message cursor is read the same on one shard: "s<k>." past the count
+     * (the queue was lowered) ends there too. A group cursor of a queue of
+     * one shard is a group's name, whatever it starts with. */
+    if ((j->n > 1 || j->kind == OF_MESSAGES) && j->cursor_len > 0 &&
         rd_shards_cursor_parse(j->cursor, j->cursor_len, &j->shard, &j->rest, &j->rest_len) != 0)
         return 1;   /* "s<digits>." naming no shard */
     return go_on(j);

@@ -106,8 +106,7 @@ static int numbers(const rd_str_t *s, long long *out, int max)
     return n;
 }
 
-void rd_shard_views_learn(rd_shard_views_t *vs, rd_store_queue_t q, const rd_str_t *pairs,
-                          size_t n, uint64_t now_ms)
+bool rd_shard_layout_read(const rd_str_t *pairs, size_t n, rd_shard_view_t *out)
 {
     rd_shard_view_t v = { .n = 1 };
     const rd_str_t *salts = NULL, *keys = NULL;
@@ -117,14 +116,12 @@ void rd_shard_views_learn(rd_shard_views_t *vs, rd_store_queue_t q, const rd_str
         else if (is(f, "layout.rev")) v.rev = rd_str_number(val);
         else if (is(f, "layout.from")) v.from = (int)rd_str_number(val);
         else if (is(f, "layout.lowering")) v.lowering = (int)rd_str_number(val);
+        else if (is(f, "layout.hw")) v.hw = (int)rd_str_number(val);
         else if (is(f, "layout.salts")) salts = val;
         else if (is(f, "layout.keys")) keys = val;
     }
-    entry_t **p = slot_of(vs, q);
-    if (v.n <= 1 || v.n > RD_SHARDS_MAX || v.rev <= 0) {
-        if (*p) drop(p);
-        return;
-    }
+    if (v.n < 1 || v.n > RD_SHARDS_MAX) v.n = 1;
+    if (v.hw < v.n || v.hw > RD_SHARDS_MAX) v.hw = v.n;
     if (salts) {
         long long s[RD_SHARDS_MAX - 1];
         v.nsalts = numbers(salts, s, RD_SHARDS_MAX - 1);
@@ -143,6 +140,20 @@ void rd_shard_views_learn(rd_shard_views_t *vs, rd_store_queue_t q, const rd_str
             const char *comma = memchr(s, ',', (size_t)(end - s));
             s = comma ? comma + 1 : end;
         }
+    }
+    *out = v;
+    return v.n > 1 && v.rev > 0;
+}
+
+void rd_shard_views_learn(rd_shard_views_t *vs, rd_store_queue_t q, const rd_str_t *pairs,
+                          size_t n, uint64_t now_ms)
+{
+    rd_shard_view_t v;
+    bool sharded = rd_shard_layout_read(pairs, n, &v);
+    entry_t **p = slot_of(vs, q);
+    if (!sharded) {
+        if (*p) drop(p);
+        return;
     }
     if (*p == NULL) {
         entry_t *e = rd_calloc(1, sizeof *e);

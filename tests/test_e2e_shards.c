@@ -502,6 +502,96 @@ static void test_shards_drop_every_shard(void **state)
     stop_side();
 }
 
+
+/* Regression (review of step 10): a queue lowered from 3 shards to 2 keeps shard 2 retired (its
+ * keys: seq, the policy copy, lifetime counters). A DELETE afterwards walks
+ * the view's 2 shards only: shard 2's keys are never deleted, though the
+ * drop is "a drop that leaves no key on any shard". */
+static void test_shards_drop_after_lowering_leaves_no_key(void **state)
+{
+    (void)state;
+    char q[64];
+    sharded_queue(q, sizeof q, "droplow", 3);
+    e2e_response_t r = { 0 };
+    for (int i = 0; i < 6; i++) {   /* round robin: 2 a shard, then all deleted */
+        side(&r, "POST", messages_path(q), e2e_fmt("{\"payload\":\"x%d\"}", i));
+        long long id = e2e_jint(e2e_expect_json(&r, 201), "id");
+        side(&r, "DELETE", message_path(q, id, NULL), NULL);
+        assert_int_equal(r.status, 204);
+    }
+    side(&r, "PUT", e2e_fmt("/queues/%s/policy", q), "{\"shards\":2}");
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "shards"), 2);
+    assert_true(shard_keys(q, 2) > 0);   /* retired, kept */
+    side(&r, "POST", messages_path(q), "{\"payload\":\"after\"}");
+    e2e_expect_json(&r, 201);
+    side(&r, "DELETE", e2e_fmt("/queues/%s", q), NULL);
+    assert_int_equal(r.status, 204);
+    for (int k = 0; k < 3; k++)
+        if (shard_keys(q, k) != 0) {
+            redisReply *x = e2e_rcmd(g_redis, "KEYS %s:{%s:%d.0}:*", g_prefix, q, k);
+            for (size_t i = 0; i < x->elements; i++) print_message("  %s\n", x->element[i]->str);
+            freeReplyObject(x);
+            fail_msg("shard %d keeps %lld keys", k, shard_keys(q, k));
+        }
+    e2e_response_free(&r);
+    stop_side();
+}
+
+/* Regression (review of step 10): "s<k>. past the count ends the listing (the queue was lowered)"
+ * (docs/sharding.md step 10). Lowered to 1 shard, the same cursor is
+ * sent to shard 0's list as is and answered 422 on cursor. */
+static void test_shards_cursor_past_a_queue_lowered_to_one(void **state)
+{
+    (void)state;
+    char q[64];
+    sharded_queue(q, sizeof q, "lowone", 3);
+    e2e_response_t r = { 0 };
+    side(&r, "GET", e2e_fmt("%s?limit=5&cursor=s2.", messages_path(q)), NULL);
+    e2e_expect_json(&r, 200);   /* 3 shards: s2. is shard 2's start */
+    side(&r, "PUT", e2e_fmt("/queues/%s/policy", q), "{\"shards\":2}");
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "shards"), 2);
+    side(&r, "GET", e2e_fmt("%s?limit=5&cursor=s2.", messages_path(q)), NULL);
+    rd_json_t *page = e2e_expect_json(&r, 200);   /* lowered to 2: the end */
+    assert_true(rd_json_is_null(e2e_jget(page, "next_cursor")));
+    side(&r, "PUT", e2e_fmt("/queues/%s/policy", q), "{\"shards\":1}");
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "shards"), 1);
+    side(&r, "POST", messages_path(q), "{\"payload\":\"after\"}");
+    e2e_expect_json(&r, 201);
+    side(&r, "GET", e2e_fmt("%s?limit=5&cursor=s2.", messages_path(q)), NULL);
+    if (r.status != 200) fail_msg("lowered to 1: cursor s2. answered %d: %.*s", r.status,
+                                  (int)r.body_len, r.body);
+    page = e2e_expect_json(&r, 200);
+    assert_int_equal(rd_json_array_size(e2e_jget(page, "messages")), 0);
+    assert_true(rd_json_is_null(e2e_jget(page, "next_cursor")));
+    e2e_response_free(&r);
+    stop_side();
+}
+
+/* Regression (review of step 10): a request refused for a limit on a sharded queue ("nothing was
+ * changed") still recorded its dead_letter_queue in the registry's graph
+ * (dlq_link runs before policy_set): the target's own PUT pointing back is
+ * then refused as a cycle that does not exist. */
+static void test_shards_refused_limit_links_no_dead_letter_queue(void **state)
+{
+    (void)state;
+    char q[64], d[64];
+    sharded_queue(q, sizeof q, "limlink", 3);
+    e2e_queue_name(d, sizeof d, "limlink-dlq");
+    e2e_response_t r = { 0 };
+    const char *policy = e2e_fmt("/queues/%s/policy", q);
+    side(&r, "PATCH", policy, e2e_fmt("{\"max_in_flight\":5,\"dead_letter_queue\":\"%s\"}", d));
+    e2e_expect_problem(&r, 409, "invalid-state", policy);
+    side(&r, "GET", policy, NULL);
+    e2e_jnull(e2e_expect_json(&r, 200), "dead_letter_queue");
+    const char *back = e2e_fmt("/queues/%s/policy", d);
+    side(&r, "PUT", back, e2e_fmt("{\"dead_letter_queue\":\"%s\"}", q));
+    if (r.status != 200)
+        fail_msg("%s -> %s refused (%d) after a refused PATCH: %.*s", d, q, r.status,
+                 (int)r.body_len, r.body);
+    e2e_response_free(&r);
+    stop_side();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -514,6 +604,9 @@ int main(void)
         T(test_shards_drop_every_shard),
         T(test_shards_refuse_limits_not_held_across_shards),
         T(test_shards_raise_settles_when_strays_drain),
+        T(test_shards_drop_after_lowering_leaves_no_key),
+        T(test_shards_cursor_past_a_queue_lowered_to_one),
+        T(test_shards_refused_limit_links_no_dead_letter_queue),
     };
     int failed = cmocka_run_group_tests_name("e2e_shards", tests, group_setup, group_teardown);
     if (failed == 0 && g_stop_failed) {

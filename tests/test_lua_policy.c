@@ -1257,6 +1257,28 @@ static void test_shards_scan_finds_strays(void **state)
     freeReplyObject(r);
 }
 
+/* A rev that is no rev ("abc", "0", "-3") is a bad argument to list and
+ * groups, as to every placement (placement.refusal): it must not pass as "no
+ * view" or, worse, as the right one on a sharded queue's shard 0. */
+static void test_shards_listing_rejects_a_bad_rev(void **state)
+{
+    (void)state;
+    queue_t q;
+    queue_init(&q, "shlistbadrev");
+    freeReplyObject(fcall("shards_set", &q, -1, "raise", "2", "0", END));
+    static const char *const bad[] = { "abc", "0", "-3" };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        redisReply *r = fcall("list", &q, -1, "", "10", "", "", "", "", bad[i], END);
+        if (r->type != REDIS_REPLY_ERROR)
+            fail_msg("list with rev '%s' on a sharded queue's shard 0: %s", bad[i], reply_desc(r));
+        freeReplyObject(r);
+        r = fcall("groups", &q, -1, "", "10", bad[i], END);
+        if (r->type != REDIS_REPLY_ERROR)
+            fail_msg("groups with rev '%s' on a sharded queue's shard 0: %s", bad[i], reply_desc(r));
+        freeReplyObject(r);
+    }
+}
+
 static void test_shards_copy_during_lowering_keeps_fence(void **state)
 {
     (void)state;
@@ -1350,6 +1372,7 @@ int main(void)
         cmocka_unit_test(test_shards_placement),
         cmocka_unit_test(test_shards_listing_needs_the_view),
         cmocka_unit_test(test_shards_scan_finds_strays),
+        cmocka_unit_test(test_shards_listing_rejects_a_bad_rev),
         cmocka_unit_test(test_shards_copy_during_lowering_keeps_fence),
         cmocka_unit_test(test_shards_old_copy_after_commit_keeps_fence),
         cmocka_unit_test(test_shards_abandoned_lowering),

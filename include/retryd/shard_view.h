@@ -28,6 +28,7 @@ typedef struct rd_shard_view {
     long long rev;                  /* the layout's rev */
     int from;                       /* the count before a raise not settled yet; 0: none */
     int lowering;                   /* M while a lowering to M runs; 0: none */
+    int hw;                         /* the most shards the queue ever had (>= n) */
     uint16_t salts[RD_SHARDS_MAX - 1];
     int nsalts;
     struct { int n; long long until_ms; } keys[RD_SHARD_VIEW_KEYS_MAX];
@@ -52,6 +53,11 @@ void rd_shard_views_refresh_failed(rd_shard_views_t *vs, rd_store_queue_t q);
  * it when the queue is one shard. */
 void rd_shard_views_learn(rd_shard_views_t *vs, rd_store_queue_t q, const rd_str_t *pairs,
                           size_t n, uint64_t now_ms);
+
+/* Shard 0's policy_get pairs as a layout, whatever its count: out->n 1 for
+ * a queue of one shard (out->hw says whether it had more, out->salts their
+ * salts). True when the queue is sharded now (a view is kept for it). */
+bool rd_shard_layout_read(const rd_str_t *pairs, size_t n, rd_shard_view_t *out);
 
 /* q at shard `shard` as the view places it: its salts and the view's rev
  * (v NULL: shard 0 of a queue of one shard, no rev). */
