@@ -373,6 +373,8 @@ static void set_paused(rd_json_t *o, const rd_queue_metrics_t *m)
     rd_json_set_bool(o, "sqs", m->sqs == 1);
 }
 
+static void on_series(const rd_store_series_t *res, void *arg);
+
 static void on_stats(const rd_store_stats_result_t *res, void *arg)
 {
     call_t *c = arg;
@@ -427,15 +429,19 @@ static void on_stats(const rd_store_stats_result_t *res, void *arg)
         rd_json_append(top, e);
     }
     rd_json_set(doc, "top_errors", top);
-    if (c->series) {
-        rd_json_set(doc, "series", c->series);
-        c->series = NULL;
+    if (c->series_of) {
+        /* The series after the stats: a sharded queue's view is known by
+         * now (rd_shard_stats learns it), so the series need no read of it. */
+        c->series = doc;
+        rd_api_started(c, rd_shard_series(c->api->store, rd_api_queue_of(c), c->series_of,
+                                          on_series, c));
+        return;
     }
     rd_api_respond_json(c, 200, doc, NULL);
 }
 
 
-/* GET stats?series=: the series came (docs/series.md); now the stats. */
+/* GET stats?series=: the series came (docs/series.md), after the stats. */
 static void on_series(const rd_store_series_t *res, void *arg)
 {
     call_t *c = arg;
@@ -452,8 +458,10 @@ static void on_series(const rd_store_series_t *res, void *arg)
             rd_json_append(a, rd_json_new_int(res->values[i * res->len + j]));
         rd_json_set(o, names[i], a);
     }
-    c->series = o;
-    rd_api_started(c, rd_shard_stats(c->api->store, rd_api_queue_of(c), c->top, on_stats, c));
+    rd_json_t *doc = c->series;
+    c->series = NULL;
+    rd_json_set(doc, "series", o);
+    rd_api_respond_json(c, 200, doc, NULL);
 }
 
 /* ---------------------------------------------------------------- every queue */
@@ -891,9 +899,8 @@ static void handle_stats(call_t *c)
         rd_api_answer_parse_failure(c, r, &errs);
         return;
     }
-    if (series) rd_api_started(c, rd_shard_series(c->api->store, rd_api_queue_of(c), series,
-                                                  on_series, c));
-    else rd_api_started(c, rd_shard_stats(c->api->store, rd_api_queue_of(c), c->top, on_stats, c));
+    c->series_of = series;
+    rd_api_started(c, rd_shard_stats(c->api->store, rd_api_queue_of(c), c->top, on_stats, c));
 }
 
 /* GET /queues: a page of the registry, each queue's counts. */

@@ -267,18 +267,6 @@ static void on_series(const rd_store_series_t *res, void *arg)
     if (ask_series(j) != 0) series_fail(j, RD_STORE_UNAVAILABLE);
 }
 
-static void on_series_view(const rd_store_head_t *res, void *arg)
-{
-    series_job_t *j = arg;
-    if (res->status != RD_STORE_OK) {
-        series_fail(j, res->status);
-        return;
-    }
-    rd_shard_view_t *v = rd_store_view(j->st, (rd_store_queue_t){ .name = j->queue, .len = j->len });
-    j->view = v ? *v : (rd_shard_view_t){ .n = 1 };
-    if (ask_series(j) != 0) series_fail(j, RD_STORE_UNAVAILABLE);
-}
-
 int rd_shard_series(rd_store_t *st, rd_store_queue_t q, const char *resolution,
                     rd_store_series_cb cb, void *arg)
 {
@@ -287,18 +275,12 @@ int rd_shard_series(rd_store_t *st, rd_store_queue_t q, const char *resolution,
                          .resolution = rd_strdup(resolution), .cb = cb, .arg = arg };
     j->sum.head.status = RD_STORE_OK;
     rd_shard_view_t *v = rd_store_view(st, q);
-    int rc;
-    if (v) {
-        j->view = *v;
-        rc = ask_series(j);
-    } else {
-        /* No view: one shard or one this daemon has not learned; read it. */
-        rc = rd_store_read_view(st, q, on_series_view, j);
-    }
-    if (rc != 0) {
+    j->view = v ? *v : (rd_shard_view_t){ .n = 1 };
+    if (ask_series(j) != 0) {
         rd_free(j->resolution);
         rd_free(j->queue);
         rd_free(j);
+        return -1;
     }
-    return rc;
+    return 0;
 }

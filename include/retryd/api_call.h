@@ -47,7 +47,9 @@ struct rd_call {
     rd_ack_req_t *ack;          /* batch acknowledgement: the ids, in order */
     rd_replay_req_t replay;     /* batch replay: what to replay */
     int top;                    /* GET stats: how many top errors */
-    rd_json_t *series;          /* GET stats?series=: the "series" member, read first */
+    rd_json_t *series;          /* GET stats?series=: the stats document, waiting for its
+                                   series (read after the stats, which teach the view) */
+    const char *series_of;      /* GET stats?series=: "minute" or "hour" (static) */
     rd_policy_t *policy;        /* PUT policy: kept while dlq_link checks the target */
     bool paused;                /* pause, resume: the answer, kept while the copies run */
 };

@@ -13,9 +13,10 @@
  * shard 0; when its answer says it has more shards, the view is read and
  * every shard asked. As rd_store_stats for -1 and cb. */
 int rd_shard_stats(rd_store_t *st, rd_store_queue_t q, int top, rd_store_stats_cb cb, void *arg);
-/* rd_store_series of q, each bucket summed over every shard (docs/series.md,
- * docs/sharding.md). A queue this daemon has no view of has its layout read
- * first. As rd_store_series for -1 and cb. */
+/* rd_store_series of q, each bucket summed over every shard of this
+ * daemon's view (docs/series.md, docs/sharding.md): GET stats asks it after
+ * rd_shard_stats, which learns the view of a sharded queue it had none of.
+ * As rd_store_series for -1 and cb. */
 int rd_shard_series(rd_store_t *st, rd_store_queue_t q, const char *resolution,
                     rd_store_series_cb cb, void *arg);
 
