@@ -31,7 +31,7 @@ SQS_CODEC_SRC := sqs/errors sqs/decode sqs/shapes sqs/encode sqs/attributes
 SQS_AUTH_SRC := sqs/sigv4 sqs/roles
 SQS_FACE_SRC := sqs/listener sqs/actions sqs/params sqs/names sqs/queues sqs/admin sqs/messages sqs/moves
 # Modules shared by the daemon and the tests (everything but main).
-LIB_SRC := alloc buf utf8 hex log config keys shards json jsonw problem policy http http_write router redis redis_transport cluster backend store store_settings store_moves store_shards store_enqueue store_replies shard_admin shard_view shard_stats shard_list shard_round queue_lines enqueue_lines \
+LIB_SRC := alloc buf utf8 hex log config keys shards json jsonw problem policy http http_write router redis redis_transport cluster backend store store_settings store_moves store_shards store_redrive store_enqueue store_replies shard_admin shard_view shard_stats shard_list shard_round queue_lines enqueue_lines \
            registry lost_claims fanout replay queue_clear durability coalesce waiters keyed_hash metrics auth tokens ui \
            webhook alerts redrive dlq moves \
            message request request_policy api api_policy api_groups api_auth api_respond api_batch enqueue_chunks promoter handback \

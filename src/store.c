@@ -389,8 +389,7 @@ static void on_reply(const rd_reply_t *reply, rd_redis_status_t status, void *ar
  * pairs, a mode and RD_STORE_REPLAY_IDS_MAX ids, or the longest call,
  * settle_claim's: lease, count and n (3), 6 per settlement, then dead_ttl,
  * succeeded_ttl, the lease's origin, worker and the claim's nonce (5). */
-enum { SETTLE_CLAIM_MAX_ARGS = 4 + 3 + 6 * RD_SETTLE_BATCH_MAX + 5,
-       MAX_ARGS = SETTLE_CLAIM_MAX_ARGS };
+enum { MAX_ARGS = RD_STORE_ARGS_MAX };
 _Static_assert(2 * RD_ACK_BATCH_MAX <= 6 * RD_SETTLE_BATCH_MAX &&
                RD_STORE_REPLAY_IDS_MAX <= 6 * RD_SETTLE_BATCH_MAX, "every call fits MAX_ARGS");
 _Static_assert(5 + 3 * RD_STORE_REPORTS_MAX <= MAX_ARGS, "timer_done's reports fit a call");
@@ -579,11 +578,6 @@ int rd_store_release_lost(rd_store_t *st, rd_store_queue_t q, size_t n,
 static void before_write_as(rd_store_t *st, rd_store_queue_t q, bool always)
 {
     if (st->before_write) st->before_write(st->write_arg, q, always);
-}
-
-static void before_write(rd_store_t *st, rd_store_queue_t q)
-{
-    before_write_as(st, q, false);
 }
 
 /* ---------------------------------------------------------------- queue calls */
@@ -1128,8 +1122,11 @@ int rd_store_send_row(rd_store_t *st, rd_store_row_t row, rd_store_queue_t q, si
                       const rd_str_t *argv, void *kept, void (*kept_free)(void *kept),
                       void (*cb)(void), void *arg)
 {
-    static const op_id_t rows[] = { [RD_ROW_ENQUEUE] = OP_ENQUEUE,
-                                    [RD_ROW_ENQUEUE_MANY] = OP_ENQUEUE_MANY };
+    static const op_id_t rows[] = {
+        [RD_ROW_ENQUEUE] = OP_ENQUEUE, [RD_ROW_ENQUEUE_MANY] = OP_ENQUEUE_MANY,
+        [RD_ROW_REDRIVE_TAKE] = OP_REDRIVE_TAKE, [RD_ROW_REDRIVE_IN] = OP_REDRIVE_IN,
+        [RD_ROW_REDRIVE_DONE] = OP_REDRIVE_DONE, [RD_ROW_REDRIVE_FORGET] = OP_REDRIVE_FORGET,
+    };
     assert((size_t)row < sizeof rows / sizeof rows[0]);
     cmd_t c;
     begin_op(&c, st, rows[row], q, 0);
@@ -1192,77 +1189,5 @@ int rd_store_alerts_touch(rd_store_t *st, rd_store_queue_t q, const char *consum
     return rc;
 }
 
-/* ---------------------------------------------------------------- redrive */
+/* The redrive's calls: store_redrive.c. */
 
-int rd_store_redrive_take(rd_store_t *st, rd_store_queue_t source, rd_store_queue_t target,
-                          const char *mode, const long long *ids, size_t n, int limit,
-                          const char *cursor, const char *needle,
-                          rd_store_redrive_taken_cb cb, void *arg)
-{
-    bool by_id = strcmp(mode, "ids") == 0;
-    if (by_id && n > RD_STORE_REPLAY_IDS_MAX) return -1;
-    cmd_t *c = rd_malloc(sizeof *c);
-    begin_op(c, st, OP_REDRIVE_TAKE, source, 0);
-    arg_bytes(c, target.name, target.len);
-    arg_str(c, mode);
-    if (by_id) {
-        for (size_t i = 0; i < n; i++) arg_int(c, ids[i]);
-    } else {
-        arg_int(c, limit);
-        arg_str(c, cursor ? cursor : "");
-        if (needle) arg_str(c, needle);
-    }
-    int rc = send_op(st, c, CB(cb), arg);
-    rd_free(c);
-    return rc;
-}
-
-int rd_store_redrive_in(rd_store_t *st, rd_store_queue_t target, rd_store_queue_t source,
-                        size_t n, const rd_store_letter_t *letters, rd_store_ids_cb cb,
-                        void *arg)
-{
-    if (5 + 5 * n > MAX_ARGS) return -1;
-    before_write(st, target);
-    cmd_t *c = rd_malloc(sizeof *c);
-    begin_op(c, st, OP_REDRIVE_IN, target, 0);
-    arg_bytes(c, source.name, source.len);
-    for (size_t i = 0; i < n; i++) {
-        arg_int(c, letters[i].id);
-        arg_int(c, letters[i].max_retries);
-        arg_int(c, letters[i].priority);
-        arg_bytes(c, letters[i].history.ptr ? letters[i].history.ptr : "", letters[i].history.len);
-        arg_bytes(c, letters[i].payload.ptr, letters[i].payload.len);
-    }
-    int rc = send_op(st, c, CB(cb), arg);
-    rd_free(c);
-    return rc;
-}
-
-int rd_store_redrive_done(rd_store_t *st, rd_store_queue_t source, size_t n,
-                          const long long *ids, const long long *new_ids, rd_store_count_cb cb,
-                          void *arg)
-{
-    if (4 + 2 * n > MAX_ARGS) return -1;
-    cmd_t *c = rd_malloc(sizeof *c);
-    begin_op(c, st, OP_REDRIVE_DONE, source, 0);
-    for (size_t i = 0; i < n; i++) {
-        arg_int(c, ids[i]);
-        arg_int(c, new_ids[i]);
-    }
-    int rc = send_op(st, c, CB(cb), arg);
-    rd_free(c);
-    return rc;
-}
-
-int rd_store_redrive_forget(rd_store_t *st, rd_store_queue_t target, rd_store_queue_t source,
-                            size_t n, const long long *ids, rd_store_count_cb cb, void *arg)
-{
-    if (5 + n > MAX_ARGS) return -1;
-    cmd_t *c = rd_malloc(sizeof *c);
-    begin_op(c, st, OP_REDRIVE_FORGET, target, 0);
-    arg_bytes(c, source.name, source.len);
-    for (size_t i = 0; i < n; i++) arg_int(c, ids[i]);
-    int rc = send_op(st, c, CB(cb), arg);
-    rd_free(c);
-    return rc;
-}

@@ -8,10 +8,15 @@
 
 #include "retryd/backend.h"
 #include "retryd/buf.h"
+#include "retryd/limits.h"
 #include "retryd/shard_view.h"
 #include "retryd/store.h"
 
 enum { NONCE_MAX = RD_STORE_NONCE_MAX };
+
+/* The most arguments of one call, FCALL and its name, key count and base
+ * included: the longest, settle_claim's (store.c). */
+enum { RD_STORE_ARGS_MAX = 4 + 3 + 6 * RD_SETTLE_BATCH_MAX + 5 };
 
 struct rd_store {
     uv_loop_t *loop;
@@ -68,8 +73,12 @@ int rd_store_send_shards(rd_store_t *st, rd_store_shards_fn_t fn, rd_store_queue
 /* FUNCTION LIST's reply as the names of its libraries (store_shards.c). */
 bool rd_store_parse_libraries(const rd_reply_t *r, const void *kept, void *res, long long *hint);
 
-/* The enqueue rows (lua/10_enqueue.lua), whose ARGV store_enqueue.c builds. */
-typedef enum rd_store_row { RD_ROW_ENQUEUE, RD_ROW_ENQUEUE_MANY } rd_store_row_t;
+/* The rows whose ARGV other files build: enqueue's (lua/10_enqueue.lua,
+ * store_enqueue.c) and the redrive's (lua/65_redrive.lua, store_redrive.c). */
+typedef enum rd_store_row {
+    RD_ROW_ENQUEUE, RD_ROW_ENQUEUE_MANY,
+    RD_ROW_REDRIVE_TAKE, RD_ROW_REDRIVE_IN, RD_ROW_REDRIVE_DONE, RD_ROW_REDRIVE_FORGET,
+} rd_store_row_t;
 
 /* Sends row's function with KEYS[1] q's base and ARGV argv[0..argc) (borrowed
  * until it returns: the link copies them); kept goes to the row's parser
