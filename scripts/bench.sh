@@ -29,13 +29,14 @@
 # 1p priorities: Redis commands and instructions per claim of a queue that
 # never used priorities and of one that did.
 # 1t the worker loop over TLS to Redis against plain TCP, same redis-server.
+# 1s one queue at 1 and at 3 shards on one redis-server (the cost of sharding).
 # 3e enqueue, one message per HTTP request at 50 connections, against BullMQ's
 # queue.add with 50 in flight, checked with wrk; 3b batch enqueue of 1000
 # against BullMQ's addBulk and Sidekiq's push_bulk of 1000; 3k Sidekiq 6.4.1:
 # the worker loop at W=1 and W=50 and the Redis CPU per lifecycle (issue 25;
 # its targets close the targets table). BENCH_ONLY=3e, 3b, 3k or 3 (sections
 # 2, 3, 3a and 5), or a comma-separated list of them, runs those alone.
-# BENCH_ONLY=9 (or 10, or 1d, or 1g, or 1h, or 1p, or 1t, or 2s) runs section 9 (or 10, or 1d,
+# BENCH_ONLY=9 (or 10, or 1d, or 1g, or 1h, or 1p, or 1s, or 1t, or 2s) runs section 9 (or 10, or 1d,
 # or 1g, or 1h: the history's cost on the happy path, or 1p, or 1t, or 2s: the SQS endpoint,
 # with its targets) alone.
 # QUICK=1 runs smaller counts, one repetition, and prints the 1M rows as
@@ -2325,6 +2326,53 @@ section1t() {
 
 start_redis none
 say "redis-server pid $redis_pid on 127.0.0.1:$RP"
+# ---------------------------------------------------------------------------
+# 1s. One queue at 1 and at 3 shards, one redis-server (docs/sharding.md)
+# ---------------------------------------------------------------------------
+# The same worker loop (enqueue N at 50 connections, then W=50
+# settle-and-claim of count 1) on a queue of one shard and on one of three,
+# alternating, on one daemon started with the hidden --allow-shards yes.
+# One redis-server is one core whatever the shards, so this shows what the
+# sharding costs, not what it gains: the gain needs a master per shard
+# (step 12, docs/benchmarks.md "One queue across shards").
+section1s() {
+    local saved_hp=$HP saved_pid=$retryd_pid rep n q i
+    start_retryd --allow-shards yes
+    for rep in $(seq 1 "$REPS"); do
+        say "1s. 1 vs 3 shards, repetition $rep of $REPS"
+        for n in 1 3; do
+            q="s$n-$rep"
+            if [ "$n" -gt 1 ]; then
+                curl -s -o /dev/null -w '%{http_code}' -X PUT "http://127.0.0.1:$HP/queues/$q/policy" \
+                    -d "{\"shards\":$n}" | grep -q 200 || { say "1s: the raise of $q failed"; return 1; }
+            fi
+            lg_http "sh.enq$n.$rep" enqueue "$q" 50 "$N_HTTP"
+            lg_http "sh.loop$n.$rep" settle "$q" 50 "$N_HTTP" --count 1
+        done
+    done
+    for n in 1 3; do
+        for i in enq$n.rate enq$n.redis_us loop$n.rate loop$n.redis_us loop$n.retryd_us; do
+            local vals=()
+            for rep in $(seq 1 "$REPS"); do vals+=("$(get "sh.${i%%.*}.$rep.${i#*.}")"); done
+            put "sh.$i" "$(median "${vals[@]}")"
+        done
+    done
+    stop_retryd
+    HP=$saved_hp retryd_pid=$saved_pid
+    table_start "1s. One queue at 3 shards vs 1, one redis-server (median of $REPS; the cost of sharding, not its gain)" \
+        figure "3 shards" "1 shard" "3 / 1"
+    row "enqueue, 50 connections (msgs/s)" "$(fmt_int "$(get sh.enq3.rate)")" \
+        "$(fmt_int "$(get sh.enq1.rate)")" "$(ratio "$(get sh.enq3.rate)" "$(get sh.enq1.rate)")"
+    row "  Redis CPU per enqueue (µs)" "$(fmt "$(get sh.enq3.redis_us)")" \
+        "$(fmt "$(get sh.enq1.redis_us)")" "$(ratio "$(get sh.enq3.redis_us)" "$(get sh.enq1.redis_us)")"
+    row "worker loop W=50, settle-and-claim count 1 (msgs/s)" "$(fmt_int "$(get sh.loop3.rate)")" \
+        "$(fmt_int "$(get sh.loop1.rate)")" "$(ratio "$(get sh.loop3.rate)" "$(get sh.loop1.rate)")"
+    row "  Redis CPU per lifecycle (µs)" "$(fmt "$(get sh.loop3.redis_us)")" \
+        "$(fmt "$(get sh.loop1.redis_us)")" "$(ratio "$(get sh.loop3.redis_us)" "$(get sh.loop1.redis_us)")"
+    row "  retryd CPU per lifecycle (µs)" "$(fmt "$(get sh.loop3.retryd_us)")" \
+        "$(fmt "$(get sh.loop1.retryd_us)")" "$(ratio "$(get sh.loop3.retryd_us)" "$(get sh.loop1.retryd_us)")"
+}
+
 # BENCH_ONLY=3e, 3b, 3k or 3 (sections 2, 3, 3a and 5: the worker loops and
 # bytes against BullMQ), or a comma-separated list of them (3,3e,3b,3k is
 # every figure of issue 25), runs those sections alone, with their rows of
@@ -2349,6 +2397,13 @@ case ",${BENCH_ONLY:-}," in
     exit
     ;;
 esac
+if [ "${BENCH_ONLY:-}" = 1s ]; then
+    sec_begin "1s. one queue at 1 and 3 shards"; section1s; sec_end
+    echo
+    echo "bench: $rows rows, $missing without a figure"
+    [ "$missing" -eq 0 ]
+    exit
+fi
 if [ "${BENCH_ONLY:-}" = 1t ]; then
     start_retryd
     sec_begin "1t. TLS to Redis"; section1t; sec_end
@@ -2427,6 +2482,7 @@ sec_begin "3e. enqueue vs BullMQ"; section3e; sec_end
 sec_begin "3b. batch enqueue"; section3b; sec_end
 sec_begin "3k. Sidekiq"; section3k; sec_end
 sec_begin "1t. TLS to Redis"; section1t; sec_end
+sec_begin "1s. one queue at 1 and 3 shards"; section1s; sec_end
 sec_begin "2s. SQS endpoint"; section2s; sec_end
 sec_begin "5. memory"; section5; sec_end
 sec_begin "6. retry latency"; section6; sec_end

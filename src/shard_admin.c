@@ -432,6 +432,18 @@ static void on_stale_checked(const rd_store_strings_t *res, void *arg)
 
 /* ---------------------------------------------------------------- the change */
 
+/* A library of a retryd release: "retryd_v<digits>" (docs/operators.md
+ * "Rolling upgrade"), not another one that starts with "retryd". */
+static bool is_release_library(const rd_str_t *lib)
+{
+    static const char stem[] = "retryd_v";
+    size_t n = sizeof stem - 1;
+    if (lib->ptr == NULL || lib->len <= n || memcmp(lib->ptr, stem, n) != 0) return false;
+    for (size_t i = n; i < lib->len; i++)
+        if (lib->ptr[i] < '0' || lib->ptr[i] > '9') return false;
+    return true;
+}
+
 static void on_libraries(const rd_store_strings_t *res, void *arg)
 {
     job_t *j = arg;
@@ -441,7 +453,7 @@ static void on_libraries(const rd_store_strings_t *res, void *arg)
     }
     for (size_t i = 0; i < res->count; i++) {
         const rd_str_t *lib = &res->strings[i];
-        if (lib->ptr == NULL || is(lib, RD_LIBRARY_NAME)) continue;
+        if (!is_release_library(lib) || is(lib, RD_LIBRARY_NAME)) continue;
         snprintf(j->detail, sizeof j->detail,
                  "the library %.*s of another retryd release is loaded: finish the rolling "
                  "upgrade (docs/operators.md) before changing shards; nothing was changed.",

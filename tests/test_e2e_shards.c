@@ -462,6 +462,30 @@ static void test_shards_raise_settles_when_strays_drain(void **state)
     stop_side();
 }
 
+/* The change of shards waits for a rolling upgrade, that is a library of
+ * another release (retryd_v<N>), not any library whose name starts with
+ * "retryd": `make bench` loads retryd_bench, whose raise was refused. */
+static void test_shards_change_ignores_other_libraries(void **state)
+{
+    (void)state;
+    start_sharding_daemon();
+    const char *code = "#!lua name=retryd_tools\n"
+                       "redis.register_function('retryd_tools_noop', function() return 1 end)";
+    redisReply *x = e2e_rcmd(g_redis, "FUNCTION LOAD REPLACE %s", code);
+    assert_int_equal(x->type, REDIS_REPLY_STRING);
+    freeReplyObject(x);
+    char q[64];
+    e2e_queue_name(q, sizeof q, "otherlib");
+    e2e_response_t r = { 0 };
+    side(&r, "PUT", e2e_fmt("/queues/%s/policy", q), "{\"shards\":3}");
+    int status = r.status;
+    freeReplyObject(e2e_rcmd(g_redis, "FUNCTION DELETE retryd_tools"));
+    if (status != 200) fail_msg("refused with retryd_tools loaded: %d %.*s", status,
+                                (int)r.body_len, r.body);
+    e2e_response_free(&r);
+    stop_side();
+}
+
 /* Keys of q's shard k (k 0: the queue's own base) in Redis. */
 static long long shard_keys(const char *q, int k)
 {
@@ -604,6 +628,7 @@ int main(void)
         T(test_shards_drop_every_shard),
         T(test_shards_refuse_limits_not_held_across_shards),
         T(test_shards_raise_settles_when_strays_drain),
+        T(test_shards_change_ignores_other_libraries),
         T(test_shards_drop_after_lowering_leaves_no_key),
         T(test_shards_cursor_past_a_queue_lowered_to_one),
         T(test_shards_refused_limit_links_no_dead_letter_queue),
