@@ -32,7 +32,11 @@ typedef struct job {
     size_t cursor_len;
     const char *rest;               /* the shard's own cursor within it */
     size_t rest_len;
-    int n;                          /* shards of the view the job started from */
+    rd_shard_view_t view;           /* the view the job started from (n 1: none): every
+                                       call of a page carries its rev, so a layout
+                                       changed meanwhile is refused ({"reshard"}) and the
+                                       page starts again, never pages a mix */
+    int n;                          /* its shards */
     int shard;                      /* the page's shard */
     int counting;                   /* the next shard to count; n: all counted */
     int calls;                      /* page calls so far */
@@ -65,13 +69,12 @@ static void fail(job_t *j, rd_store_status_t status)
     job_free(j);
 }
 
-/* q at the shard, false when the view no longer has it (lowered meanwhile). */
+/* q at the shard by the job's view; false past its shards. */
 static bool shard_of(job_t *j, int shard, rd_store_queue_t *out)
 {
     rd_store_queue_t q = { .name = j->queue, .len = j->len };
-    rd_shard_view_t *v = rd_store_view(j->st, q);
-    if (shard > 0 && (v == NULL || shard >= v->n)) return false;
-    *out = rd_shard_view_at(v, q, shard);
+    if (shard > 0 && shard >= j->view.n) return false;
+    *out = rd_shard_view_at(j->view.n > 1 ? &j->view : NULL, q, shard);
     return true;
 }
 
@@ -130,7 +133,8 @@ static int start(job_t *j)
 {
     rd_store_queue_t q = { .name = j->queue, .len = j->len };
     rd_shard_view_t *v = rd_store_view(j->st, q);
-    j->n = v ? v->n : 1;
+    j->view = v ? *v : (rd_shard_view_t){ .n = 1 };
+    j->n = j->view.n;
     j->shard = 0;
     j->counting = 0;
     j->calls = 0;
