@@ -367,6 +367,12 @@ do
   -- publishes the wake-up.
   local function replay_dead(k, mkey, id, now, m)
     local err = m.last_error
+    -- On a sharded queue a letter whose group may live on another shard now
+    -- is replayed without its group (placement.group_here), so that no group
+    -- is present on two shards; its group's order and limits no longer
+    -- apply to it (docs/sharding.md; a replay placed on the group's shard is
+    -- not built).
+    if m.group and not lifecycle.group_here(k, m.group) then m.group = nil end
     leave_dead(k, mkey, id, err or '')
     history.replayed(m, now)
     -- A fresh budget, and no expiry: a replayed expired message would end again.

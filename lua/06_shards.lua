@@ -406,6 +406,23 @@ do
   end
   groups.read_refusal = placement.read_refusal   -- 01_groups.lua loads before this file
 
+  -- Whether a message of group g may be made present on this shard by a
+  -- call that does not place it (a replay in place, a redrive's letter):
+  -- the queue is not sharded, or the group is present here, or this is its
+  -- shard under the count and, while a raise settles, under the count
+  -- before it too (else the group may be present on another shard, and one
+  -- call cannot look: docs/sharding.md "A group keeps its shard").
+  function placement.group_here(k, g)
+    local n = shard_count(read_policy(k))
+    if n <= 1 then return true end
+    if redis.call('ZSCORE', k.group_names, g) then return true end
+    local h = placement.fnv(g)
+    if placement.jump(h, n) ~= k.shard then return false end
+    local from = tonumber(redis.call('HGET', layout_key(k), 'from'))
+    return from == nil or placement.jump(h, from) == k.shard
+  end
+  lifecycle.group_here = placement.group_here   -- 04_lifecycle.lua loads before this file
+
   register('shard_pick', shard_pick, { 'no-writes' })
   register('shards_set', shards_set)
   -- shard_scan: one step of an old shard's walk after a raise
@@ -430,7 +447,19 @@ do
     if l.rev == nil or l.rev ~= args[1] then return { 'stale', l.rev or '0' } end
     local from = tonumber(l.from)
     if from == nil or k.shard >= from then return { 'done', '0' } end
-    if l.scanned == l.rev then return { 'done', int_arg(redis.call('SCARD', k.strays)) } end
+    if l.scanned == l.rev then
+      -- A stray whose group is gone without gone_if_empty (a purge cut short,
+      -- a Lua state that cached "no strays" across a failover, an older
+      -- library's settlement) would hold the raise forever: up to
+      -- SCAN_NAMES of them are looked at again each call.
+      local some = redis.call('SRANDMEMBER', k.strays, SCAN_NAMES)
+      for i = 1, #some do
+        if not redis.call('ZSCORE', k.group_names, some[i]) then
+          redis.call('SREM', k.strays, some[i])
+        end
+      end
+      return { 'done', int_arg(redis.call('SCARD', k.strays)) }
+    end
     local n = shard_count(read_policy(k))
     local cursor = l.scan_rev == l.rev and l.scan_at or ''
     local names = redis.call('ZRANGE', k.group_names, cursor == '' and '-' or '(' .. cursor, '+',

@@ -167,6 +167,11 @@ do
     -- enqueue meanwhile may have registered the queue again.
     if mode ~= 'unregistered' or c.deleted > 0 then return { 'unregister', c.deleted } end
     redis.call('UNLINK', k.policy, k.bucket, k.dropping)
+    -- The layout stays (its rev grows across a drop and a new queue of the
+    -- name, docs/sharding.md), but no change of shards outlives the queue:
+    -- a raise settling or a lowering running ends with it.
+    redis.call('HDEL', flow.layout_key(k), 'from', 'lowering', 'lowering_at', 'scanned',
+               'scan_at', 'scan_rev')
     return { 'done', c.deleted }
   end
 

@@ -290,6 +290,10 @@ do
             m.history, m.history_dropped = h.h, tonumber(h.d) or 0
           end
         end
+        -- A sharded target takes the group only where it may live (the
+        -- letter is sent to shard 0; placement.group_here): else the
+        -- letter comes without it.
+        if m.group and not lifecycle.group_here(k, m.group) then m.group = nil end
         if priority > 0 then m.priority = priority end
         local ttl = flow.message_ttl_ms(k)   -- the target's expiry, as its enqueue's
         if ttl then m.expires_at = now + ttl end

@@ -95,6 +95,12 @@ static void on_closed(const rd_store_strings_t *res, void *arg)
 
 static int scan(round_t *r);
 
+static void on_repaired(const rd_shard_admin_result_t *res, void *arg)
+{
+    round_t *r = arg;
+    end(r, res->status == RD_SHARD_ADMIN_OK ? RD_SHARD_ROUND_SETTLING : RD_SHARD_ROUND_FAILED);
+}
+
 static void on_scanned(const rd_store_strings_t *res, void *arg)
 {
     round_t *r = arg;
@@ -103,6 +109,13 @@ static void on_scanned(const rd_store_strings_t *res, void *arg)
         return;
     }
     const rd_str_t *code = &res->strings[0];
+    if (is(code, "stale") && r->shard > 0 && rd_str_number(&res->strings[1]) < r->view.rev) {
+        /* A copy that never came (its daemon died between the raise and the
+         * copies): copied now, walked next round. */
+        if (rd_shard_admin_copy(r->st, queue_of(r), on_repaired, r) != 0)
+            end(r, RD_SHARD_ROUND_FAILED);
+        return;
+    }
     if (is(code, "stale")) {
         rd_store_relearn_view(r->st, queue_of(r));
         end(r, RD_SHARD_ROUND_STALE);

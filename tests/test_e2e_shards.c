@@ -486,6 +486,163 @@ static void test_shards_change_ignores_other_libraries(void **state)
     stop_side();
 }
 
+/* Whether group g is present on q's shard k (in its 3:groups). */
+static bool group_present(const char *q, int k, const char *g)
+{
+    redisReply *x = k == 0 ? e2e_rcmd(g_redis, "ZSCORE %s:{%s}:3:groups %s", g_prefix, q, g)
+                           : e2e_rcmd(g_redis, "ZSCORE %s:{%s:%d.0}:3:groups %s", g_prefix, q,
+                                      k, g);
+    bool present = x->type == REDIS_REPLY_STRING;
+    freeReplyObject(x);
+    return present;
+}
+
+/* A group whose shard is `want` among n shards, "<tag>-<i>", into out. */
+static void group_on(char *out, size_t cap, const char *tag, int n, int want)
+{
+    for (int i = 0;; i++) {
+        snprintf(out, cap, "%s-%d", tag, i);
+        if (rd_shards_pick(out, strlen(out), n) == want) return;
+    }
+}
+
+/* Review of the settling: a grouped letter redriven into a sharded queue
+ * (redrive_in keeps its group, lua/65_redrive.lua) is written to the
+ * target's shard 0 whatever its group's shard, so the group is present on
+ * two shards (docs/sharding.md section 2's invariant), and during a raise
+ * on an old shard its walk has passed. */
+static void test_shards_redrive_keeps_a_group_on_one_shard(void **state)
+{
+    (void)state;
+    char to[64], src[64], g[32];
+    sharded_queue(to, sizeof to, "rdgroup", 2);
+    e2e_queue_name(src, sizeof src, "rdgroup-src");
+    group_on(g, sizeof g, "rg", 2, 1);
+    e2e_response_t r = { 0 };
+    side(&r, "POST", messages_path(src), e2e_fmt("{\"payload\":\"first\",\"group\":\"%s\"}", g));
+    long long id = e2e_jint(e2e_expect_json(&r, 201), "id");
+    side(&r, "POST", message_path(src, id, "kill"), "{\"reason\":\"test\"}");
+    assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "status"), "dead");
+    side(&r, "POST", e2e_fmt("/queues/%s/replay", src),
+         e2e_fmt("{\"ids\":[%lld],\"to\":\"%s\"}", id, to));
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "replayed"), 1);
+    side(&r, "POST", messages_path(to), e2e_fmt("{\"payload\":\"second\",\"group\":\"%s\"}", g));
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 201), "id") / RD_SHARD_SPAN, 1);
+    if (group_present(to, 0, g) && group_present(to, 1, g))
+        fail_msg("group %s is present on shards 0 and 1 of %s", g, to);
+    e2e_response_free(&r);
+    stop_side();
+}
+
+/* Review of the settling: a dead grouped letter replayed during a raise is
+ * replayed in place (lua/60_operator.lua replay_many), so its group is
+ * present on its old shard again after that shard's walk, and not a stray:
+ * once the other stray drains the raise closes with the group still there,
+ * and its next message goes to its new shard (two shards, order lost). */
+static void test_shards_replay_during_a_raise_keeps_it_unsettled(void **state)
+{
+    (void)state;
+    start_sharding_daemon();
+    char q[64], g[32], hold[32];
+    e2e_queue_name(q, sizeof q, "replaysettle");
+    group_on(g, sizeof g, "rp", 2, 1);
+    group_leaving_shard_0(hold, sizeof hold, 1, 2);
+    e2e_response_t r = { 0 };
+    side(&r, "POST", messages_path(q), e2e_fmt("{\"payload\":\"dead\",\"group\":\"%s\"}", g));
+    long long dead = e2e_jint(e2e_expect_json(&r, 201), "id");
+    side(&r, "POST", message_path(q, dead, "kill"), "{\"reason\":\"test\"}");
+    assert_string_equal(e2e_jstr(e2e_expect_json(&r, 200), "status"), "dead");
+    side(&r, "POST", messages_path(q),
+         e2e_fmt("{\"payload\":\"hold\",\"group\":\"%s\",\"delay_seconds\":3600}", hold));
+    long long held = e2e_jint(e2e_expect_json(&r, 201), "id");
+    side(&r, "PUT", e2e_fmt("/queues/%s/policy", q), "{\"shards\":2}");
+    assert_true(rd_json_bool(e2e_jget(e2e_expect_json(&r, 200), "shards_settling")));
+    /* shard 0 has walked its groups (the raise's first round) */
+    assert_string_equal(shard_hget(q, 0, "shard", "scanned"), shard_hget(q, 0, "shard", "rev"));
+    side(&r, "POST", e2e_fmt("/queues/%s/replay", q), e2e_fmt("{\"ids\":[%lld]}", dead));
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "replayed"), 1);
+    side(&r, "DELETE", message_path(q, held, NULL), NULL);
+    assert_int_equal(r.status, 204);
+    e2e_pause_ms(2500);   /* the timer's rounds */
+    bool settling = shard_hget(q, 0, "shard", "from")[0] != '\0';
+    if (group_present(q, 0, g) && !settling)
+        fail_msg("the raise closed while group %s is present on its old shard 0", g);
+    side(&r, "POST", messages_path(q), e2e_fmt("{\"payload\":\"next\",\"group\":\"%s\"}", g));
+    long long next = e2e_jint(e2e_expect_json(&r, 201), "id");
+    if (group_present(q, 0, g) && next / RD_SHARD_SPAN != 0)
+        fail_msg("group %s is on shard 0 and its next message went to shard %lld", g,
+                 next / RD_SHARD_SPAN);
+    e2e_response_free(&r);
+    stop_side();
+}
+
+/* Review of the settling: a raise whose copy to an old shard was lost (a
+ * daemon that died between shards_set raise and the copies, docs/
+ * sharding.md section 7: "the caller (or the next round) copies the policy
+ * from shard 0"). Every round's shard_scan of that shard answers "stale"
+ * and src/shard_round.c only reads the view again: on an idle queue the
+ * copy is never made and the raise never settles (every later change of
+ * shards is a 409). */
+static void test_shards_raise_with_a_lost_copy_settles(void **state)
+{
+    (void)state;
+    char q[64], hold[32];
+    sharded_queue(q, sizeof q, "lostcopy", 2);
+    group_leaving_shard_0(hold, sizeof hold, 2, 3);
+    e2e_response_t r = { 0 };
+    side(&r, "POST", messages_path(q),
+         e2e_fmt("{\"payload\":\"hold\",\"group\":\"%s\",\"delay_seconds\":3600}", hold));
+    long long held = e2e_jint(e2e_expect_json(&r, 201), "id");
+    assert_int_equal(held / RD_SHARD_SPAN, 0);
+    /* shard 1's policy and layout before the raise */
+    static const char *const keys[] = { "policy", "shard" };
+    redisReply *saved[2];
+    for (int i = 0; i < 2; i++)
+        saved[i] = e2e_rcmd(g_redis, "DUMP %s:{%s:1.0}:%s", g_prefix, q, keys[i]);
+    side(&r, "PUT", e2e_fmt("/queues/%s/policy", q), "{\"shards\":3}");
+    assert_true(rd_json_bool(e2e_jget(e2e_expect_json(&r, 200), "shards_settling")));
+    for (int i = 0; i < 2; i++) {   /* the copy to shard 1 never came */
+        assert_int_equal(saved[i]->type, REDIS_REPLY_STRING);
+        freeReplyObject(e2e_rcmd(g_redis, "RESTORE %s:{%s:1.0}:%s 0 %b REPLACE", g_prefix, q,
+                                 keys[i], saved[i]->str, saved[i]->len));
+        freeReplyObject(saved[i]);
+    }
+    side(&r, "DELETE", message_path(q, held, NULL), NULL);
+    assert_int_equal(r.status, 204);
+    close_raise(q);
+    e2e_response_free(&r);
+    stop_side();
+}
+
+/* Review of the settling: a queue dropped while its raise settles keeps
+ * `from` in shard 0's layout (drop_queue leaves the layout key, and no round
+ * closes the raise of a queue without `shards`): a queue created again under
+ * the name says shards_settling and refuses every raise with 409. */
+static void test_shards_drop_while_a_raise_settles(void **state)
+{
+    (void)state;
+    start_sharding_daemon();
+    char q[64], hold[32];
+    e2e_queue_name(q, sizeof q, "dropsettling");
+    group_leaving_shard_0(hold, sizeof hold, 1, 2);
+    e2e_response_t r = { 0 };
+    side(&r, "POST", messages_path(q),
+         e2e_fmt("{\"payload\":\"hold\",\"group\":\"%s\",\"delay_seconds\":3600}", hold));
+    e2e_expect_json(&r, 201);
+    side(&r, "PUT", e2e_fmt("/queues/%s/policy", q), "{\"shards\":2}");
+    assert_true(rd_json_bool(e2e_jget(e2e_expect_json(&r, 200), "shards_settling")));
+    side(&r, "DELETE", e2e_fmt("/queues/%s", q), NULL);
+    assert_int_equal(r.status, 204);
+    side(&r, "POST", messages_path(q), "{\"payload\":\"again\"}");
+    e2e_expect_json(&r, 201);
+    side(&r, "GET", e2e_fmt("/queues/%s/policy", q), NULL);
+    assert_false(rd_json_bool(e2e_jget(e2e_expect_json(&r, 200), "shards_settling")));
+    side(&r, "PUT", e2e_fmt("/queues/%s/policy", q), "{\"shards\":2}");
+    assert_int_equal(e2e_jint(e2e_expect_json(&r, 200), "shards"), 2);
+    e2e_response_free(&r);
+    stop_side();
+}
+
 /* Keys of q's shard k (k 0: the queue's own base) in Redis. */
 static long long shard_keys(const char *q, int k)
 {
@@ -632,6 +789,10 @@ int main(void)
         T(test_shards_drop_after_lowering_leaves_no_key),
         T(test_shards_cursor_past_a_queue_lowered_to_one),
         T(test_shards_refused_limit_links_no_dead_letter_queue),
+        T(test_shards_redrive_keeps_a_group_on_one_shard),
+        T(test_shards_replay_during_a_raise_keeps_it_unsettled),
+        T(test_shards_raise_with_a_lost_copy_settles),
+        T(test_shards_drop_while_a_raise_settles),
     };
     int failed = cmocka_run_group_tests_name("e2e_shards", tests, group_setup, group_teardown);
     if (failed == 0 && g_stop_failed) {
