@@ -1106,8 +1106,14 @@ static void test_list_bad_arguments(void **state)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         expect_code(fcall("list", &q, -1, bad[i].status, "10", bad[i].cursor, END), "bad_cursor", NULL);
     expect_error(fcall("list", &q, -1, "bogus", "10", "", END));
-    expect_error(fcall("list", &q, -1, "dead", "0", "", END));
+    expect_error(fcall("list", &q, -1, "dead", "-1", "", END));
     expect_error(fcall("list", &q, -1, "dead", "1001", "", END));
+    /* limit 0: the total alone (a sharded queue's listing counts the other
+     * shards so, docs/sharding.md). */
+    redisReply *t = fcall("list", &q, -1, "", "0", "", END);
+    assert_true(t->type == REDIS_REPLY_ARRAY && t->elements == 3);
+    assert_string_equal(t->element[0]->str, "ok");
+    freeReplyObject(t);
     expect_error(fcall("list", &q, -1, END));
 }
 
